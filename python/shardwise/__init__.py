@@ -1,0 +1,17 @@
+"""shardwise: plan and run parallel training of deep neural networks.
+
+    import shardwise as sw
+    g = sw.models.vgg16(batch=512)
+    d = sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100")
+    plan = sw.search(g, d)
+    print(plan.summary())
+"""
+from .errors import (ConfigError, DeviceGraphError, GraphError, PlanFileError, SearchError, ShapeError,
+                     ShardwiseError)
+from .graph import Graph, Op, Tensor
+from . import models
+
+__version__ = "0.1.0"
+
+__all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
+           "DeviceGraphError", "ConfigError", "SearchError", "PlanFileError", "__version__"]

@@ -1,0 +1,30 @@
+"""Exceptions raised by shardwise.  All derive from :class:`ShardwiseError` and from
+the built-in exception a user would expect (ValueError, KeyError, ...)."""
+
+
+class ShardwiseError(Exception):
+    """Base class of every error shardwise raises on purpose."""
+
+
+class ShapeError(ShardwiseError, ValueError):
+    """Shapes that do not fit together, or sizes that are zero or negative."""
+
+
+class GraphError(ShardwiseError, ValueError):
+    """A malformed computation graph: unknown ops, foreign tensors, duplicate names."""
+
+
+class DeviceGraphError(ShardwiseError, ValueError):
+    """A malformed device graph: unknown presets, bad bandwidths, devices with no route."""
+
+
+class ConfigError(ShardwiseError, ValueError):
+    """A configuration that is impossible: a degree that divides nothing, bad devices."""
+
+
+class SearchError(ShardwiseError, RuntimeError):
+    """The search cannot run: unknown algorithm, or a problem too large to enumerate."""
+
+
+class PlanFileError(ShardwiseError, ValueError):
+    """A plan file that is malformed or was made for another graph or device graph."""

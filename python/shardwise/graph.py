@@ -1,0 +1,254 @@
+"""The computation graph a user builds: ops, the tensors between them, their shapes.
+
+    g = Graph("tiny")
+    x = g.input("image", (64, 3, 32, 32))
+    x = g.conv2d(x, 16, kernel=3, padding=1, activation="relu", name="conv1")
+
+Each builder call validates its inputs, derives the op's description
+(:mod:`shardwise.ops`) and returns a :class:`Tensor` handle carrying the output
+shape.  Every op produces exactly one tensor, so op names double as tensor names.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Iterator, Sequence
+
+from . import ops
+from .errors import GraphError, ShapeError
+from .opdesc import WEIGHT, OpDesc
+
+
+@dataclass(frozen=True, eq=False)
+class Tensor:
+    """A handle on the output of one op of one graph."""
+
+    graph: "Graph"
+    op: int
+    shape: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.graph.ops[self.op].name
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, shape={self.shape})"
+
+
+@dataclass
+class Op:
+    """One node of the computation graph."""
+
+    index: int
+    name: str
+    kind: str
+    inputs: tuple[int, ...]            # producer op indices of the DATA inputs, in order
+    attrs: dict[str, Any]
+    desc: OpDesc
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.desc.out_shape
+
+    @property
+    def has_weights(self) -> bool:
+        return any(i.role == WEIGHT for i in self.desc.inputs)
+
+
+_ACTIVATIONS = (None, "relu")
+
+
+def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(f"{what} must be a sequence of ints, got {shape!r}") from None
+    if not dims:
+        raise ShapeError(f"{what} must have at least one dimension")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise ShapeError(f"{what} must contain ints, got {dims}")
+        if d <= 0:
+            raise ShapeError(f"{what} must have positive sizes, got {dims}")
+    return dims
+
+
+def _check_positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ShapeError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+class Graph:
+    """A computation graph: a DAG of ops built in topological order."""
+
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self.ops: list[Op] = []
+        self._by_name: dict[str, int] = {}
+        self._counters: dict[str, int] = {}
+
+    # ----- internals -------------------------------------------------------
+    def _tensor(self, t: Any, what: str = "input") -> Tensor:
+        if not isinstance(t, Tensor):
+            raise GraphError(f"{what} must be a Tensor returned by a builder call, got {type(t).__name__}")
+        if t.graph is not self:
+            raise GraphError(f"{what} {t.name!r} belongs to graph {t.graph.name!r}, not {self.name!r}")
+        return t
+
+    def _name(self, name: str | None, kind: str) -> str:
+        if name is None:
+            while True:
+                k = self._counters.get(kind, 0)
+                self._counters[kind] = k + 1
+                candidate = f"{kind}_{k}"
+                if candidate not in self._by_name:
+                    return candidate
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"op name must be a non-empty string, got {name!r}")
+        if name in self._by_name:
+            raise GraphError(f"an op named {name!r} already exists in graph {self.name!r}")
+        return name
+
+    def _add(self, op_kind: str, inputs: Sequence[Tensor], desc: OpDesc, name: str | None,
+             **attrs: Any) -> Tensor:
+        desc.validate()
+        op = Op(len(self.ops), self._name(name, op_kind), op_kind, tuple(t.op for t in inputs), attrs, desc)
+        self.ops.append(op)
+        self._by_name[op.name] = op.index
+        return Tensor(self, op.index, desc.out_shape)
+
+    def _activate(self, t: Tensor, activation: str | None, name: str | None) -> Tensor:
+        if activation not in _ACTIVATIONS:
+            raise GraphError(f"unknown activation {activation!r}; expected one of {_ACTIVATIONS}")
+        if activation == "relu":
+            # The activation is folded into the op (as cuDNN does): the op's name stays the user's.
+            op = self.ops[t.op]
+            op.attrs["activation"] = "relu"
+        return t
+
+    # ----- builders ----------------------------------------------------------
+    def input(self, name: str, shape: Sequence[int]) -> Tensor:
+        """The graph's input, (N, C, H, W) or (N, F) float32; N is the minibatch."""
+        dims = _check_shape(shape, f"input {name!r} shape")
+        return self._add("input", [], ops.input_op(dims), name)
+
+    def conv2d(self, x: Tensor, out_channels: int, kernel: int | Sequence[int] = 3,
+               stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+               activation: str | None = None, bias: bool = True, name: str | None = None) -> Tensor:
+        """2-D convolution, weight (C_out, C_in, kH, kW); optional fused ReLU."""
+        x = self._tensor(x)
+        _check_positive_int(out_channels, "conv2d out_channels")
+        desc = ops.conv2d(x.shape, out_channels, kernel, stride, padding, bias)
+        t = self._add("conv2d", [x], desc, name, out_channels=out_channels, kernel=kernel,
+                      stride=stride, padding=padding, bias=bias, activation=None)
+        return self._activate(t, activation, name)
+
+    def pool2d(self, x: Tensor, kernel: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, kind: str = "max", name: str | None = None) -> Tensor:
+        """Max or average pooling; stride defaults to the kernel."""
+        x = self._tensor(x)
+        if kind not in ("max", "avg"):
+            raise GraphError(f"unknown pool kind {kind!r}; expected 'max' or 'avg'")
+        stride = kernel if stride is None else stride
+        desc = ops.pool2d(x.shape, kernel, stride, padding)
+        return self._add("pool2d", [x], desc, name, kernel=kernel, stride=stride, padding=padding, kind=kind)
+
+    def relu(self, x: Tensor, name: str | None = None) -> Tensor:
+        x = self._tensor(x)
+        return self._add("relu", [x], ops.elementwise([x.shape], "relu"), name)
+
+    def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """Element-wise sum of two tensors of the same shape (residual connections)."""
+        a, b = self._tensor(a, "first input"), self._tensor(b, "second input")
+        return self._add("add", [a, b], ops.elementwise([a.shape, b.shape], "add"), name)
+
+    def batchnorm2d(self, x: Tensor, name: str | None = None) -> Tensor:
+        """Batch normalization over (N, H, W) per channel, with weight and bias."""
+        x = self._tensor(x)
+        return self._add("batchnorm2d", [x], ops.batchnorm2d(x.shape), name)
+
+    def concat(self, xs: Sequence[Tensor], axis: int = 1, name: str | None = None) -> Tensor:
+        """Concatenate along ``axis`` (channels by default)."""
+        if isinstance(xs, Tensor) or not isinstance(xs, (list, tuple)) or len(xs) == 0:
+            raise GraphError("concat takes a non-empty list of tensors")
+        ts = [self._tensor(t, f"concat input {k}") for k, t in enumerate(xs)]
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ShapeError(f"concat axis must be an int, got {axis!r}")
+        return self._add("concat", ts, ops.concat([t.shape for t in ts], axis), name, axis=axis)
+
+    def flatten(self, x: Tensor, name: str | None = None) -> Tensor:
+        """(N, C, H, W) -> (N, C*H*W), in C order as PyTorch's flatten."""
+        x = self._tensor(x)
+        return self._add("flatten", [x], ops.flatten(x.shape), name)
+
+    def linear(self, x: Tensor, out_features: int, activation: str | None = None, bias: bool = True,
+               name: str | None = None) -> Tensor:
+        """Fully-connected layer, weight (out, in); optional fused ReLU."""
+        x = self._tensor(x)
+        _check_positive_int(out_features, "linear out_features")
+        t = self._add("linear", [x], ops.linear(x.shape, out_features, bias), name,
+                      out_features=out_features, bias=bias, activation=None)
+        return self._activate(t, activation, name)
+
+    def softmax(self, x: Tensor, name: str | None = None) -> Tensor:
+        """Softmax over the feature dimension; the last op, trained with cross-entropy."""
+        x = self._tensor(x)
+        return self._add("softmax", [x], ops.softmax(x.shape), name)
+
+    # ----- queries -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+    def __getitem__(self, name: str) -> Op:
+        try:
+            return self.ops[self._by_name[name]]
+        except KeyError:
+            raise KeyError(f"no op named {name!r} in graph {self.name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def op_names(self) -> list[str]:
+        return [op.name for op in self.ops]
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, derived from the op descriptions."""
+        return sum(op.desc.num_parameters() for op in self.ops)
+
+    def flops(self) -> int:
+        """FLOPs of one forward pass over the minibatch."""
+        return sum(op.desc.forward_flops() for op in self.ops)
+
+    def edges(self) -> list[tuple[int, int, int]]:
+        """(producer, consumer, input slot) for every tensor use."""
+        return [(src, op.index, slot) for op in self.ops for slot, src in enumerate(op.inputs)]
+
+    def consumers(self, index: int) -> list[int]:
+        return [op.index for op in self.ops if index in op.inputs]
+
+    def fingerprint(self) -> str:
+        """A hash of the structure (names, kinds, attributes, shapes) used to stamp plan files."""
+        rows = [[op.name, op.kind, list(op.inputs), list(op.shape),
+                 sorted((k, repr(v)) for k, v in op.attrs.items())] for op in self.ops]
+        return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+    def summary(self) -> str:
+        lines = [f"Graph {self.name!r}: {len(self.ops)} ops, {self.num_parameters():,} parameters, "
+                 f"{self.flops() / 1e9:.2f} GFLOP forward"]
+        for op in self.ops:
+            srcs = ", ".join(self.ops[i].name for i in op.inputs)
+            lines.append(f"  {op.name:<24} {op.kind:<12} {str(op.shape):<24} <- {srcs}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.ops)} ops)"
+
+
+def total_elements(shape: Sequence[int]) -> int:
+    return prod(shape)

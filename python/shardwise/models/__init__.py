@@ -1,0 +1,1 @@
+"""The model zoo (filled in by models/*.py)."""

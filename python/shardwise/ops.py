@@ -1,0 +1,182 @@
+"""The built-in operators, each described once as an :class:`~shardwise.opdesc.OpDesc`.
+
+A builder takes the input shapes and the op's attributes, validates them and
+returns the description.  Shapes are (N, C, H, W) for images and (N, F) for
+features; weights use PyTorch's layouts (conv weight (C_out, C_in, kH, kW),
+linear weight (out, in)).  Adding an op means adding one builder here and its
+kernels (a later issue); the planner needs nothing else.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Callable, Sequence
+
+from .errors import ShapeError
+from .opdesc import DATA, STAT, WEIGHT, InputDesc, OpDesc, affine, identity_exprs, var, IndexExpr
+
+
+def _pair(value: int | Sequence[int], what: str) -> tuple[int, int]:
+    if isinstance(value, bool):
+        raise ShapeError(f"{what} must be an int or a pair of ints, got {value!r}")
+    if isinstance(value, int):
+        return (value, value)
+    try:
+        a, b = value  # type: ignore[misc]
+    except (TypeError, ValueError):
+        raise ShapeError(f"{what} must be an int or a pair of ints, got {value!r}") from None
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (a, b)):
+        raise ShapeError(f"{what} must be an int or a pair of ints, got {value!r}")
+    return (a, b)
+
+
+def _require_rank(shape: tuple[int, ...], rank: int, op: str) -> None:
+    if len(shape) != rank:
+        raise ShapeError(f"{op} expects a rank-{rank} input, got shape {shape}")
+
+
+def _window_out(size: int, kernel: int, stride: int, pad: int, op: str, axis: str) -> int:
+    if kernel <= 0 or stride <= 0 or pad < 0:
+        raise ShapeError(f"{op}: kernel and stride must be positive and padding non-negative "
+                         f"along {axis} (kernel={kernel}, stride={stride}, padding={pad})")
+    if kernel > size + 2 * pad:
+        raise ShapeError(f"{op}: kernel {kernel} is larger than the padded input {size + 2 * pad} along {axis}")
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def input_op(shape: tuple[int, ...]) -> OpDesc:
+    """The graph's input: an iteration space equal to its shape and no inputs."""
+    return OpDesc(extents=shape, out_rank=len(shape), inputs=())
+
+
+def conv2d(x: tuple[int, ...], out_channels: int, kernel, stride, padding, bias: bool) -> OpDesc:
+    """out[n, co, y, x] = Sum(ci, dy, dx) in[n, ci, y*s+dy-p, x*s+dx-p] * w[co, ci, dy, dx] + b[co]."""
+    _require_rank(x, 4, "conv2d")
+    n, ci, h, w = x
+    if out_channels <= 0:
+        raise ShapeError(f"conv2d: out_channels must be positive, got {out_channels}")
+    (kh, kw), (sh, sw), (ph, pw) = _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(padding, "padding")
+    ho = _window_out(h, kh, sh, ph, "conv2d", "height")
+    wo = _window_out(w, kw, sw, pw, "conv2d", "width")
+    # iteration variables: 0 n, 1 co, 2 y, 3 x | 4 ci, 5 dy, 6 dx
+    nv = 7
+    data = InputDesc(DATA, x, (var(nv, 0), var(nv, 4),
+                               affine(nv, {2: sh, 5: 1}, -ph), affine(nv, {3: sw, 6: 1}, -pw)))
+    weight = InputDesc(WEIGHT, (out_channels, ci, kh, kw), (var(nv, 1), var(nv, 4), var(nv, 5), var(nv, 6)))
+    inputs = [data, weight]
+    if bias:
+        inputs.append(InputDesc(WEIGHT, (out_channels,), (var(nv, 1),)))
+    return OpDesc(extents=(n, out_channels, ho, wo, ci, kh, kw), out_rank=4, inputs=tuple(inputs),
+                  flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0,
+                  reductions=("ci", "dy", "dx"))
+
+
+def pool2d(x: tuple[int, ...], kernel, stride, padding) -> OpDesc:
+    """out[n, c, y, x] = Max/Avg(dy, dx) in[n, c, y*s+dy-p, x*s+dx-p]."""
+    _require_rank(x, 4, "pool2d")
+    n, c, h, w = x
+    (kh, kw), (sh, sw), (ph, pw) = _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(padding, "padding")
+    if 2 * ph > kh or 2 * pw > kw:
+        raise ShapeError(f"pool2d: padding {(ph, pw)} must be at most half the kernel {(kh, kw)}")
+    ho = _window_out(h, kh, sh, ph, "pool2d", "height")
+    wo = _window_out(w, kw, sw, pw, "pool2d", "width")
+    nv = 6  # 0 n, 1 c, 2 y, 3 x | 4 dy, 5 dx
+    data = InputDesc(DATA, x, (var(nv, 0), var(nv, 1),
+                               affine(nv, {2: sh, 4: 1}, -ph), affine(nv, {3: sw, 5: 1}, -pw)))
+    return OpDesc(extents=(n, c, ho, wo, kh, kw), out_rank=4, inputs=(data,),
+                  flops_per_point=1.0, reductions=("dy", "dx"))
+
+
+def elementwise(shapes: Sequence[tuple[int, ...]], op: str) -> OpDesc:
+    """out[i] = f(in0[i], in1[i], ...) for relu (one input) and add (several)."""
+    first = shapes[0]
+    for s in shapes[1:]:
+        if s != first:
+            raise ShapeError(f"{op}: input shapes differ: {first} vs {s}")
+    nv = len(first)
+    inputs = tuple(InputDesc(DATA, s, identity_exprs(nv, nv)) for s in shapes)
+    return OpDesc(extents=first, out_rank=nv, inputs=inputs, flops_per_output=float(max(1, len(shapes) - 1)))
+
+
+def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
+    """out[n,c,h,w] = (in[n,c,h,w] - mean[c]) * gamma[c] / std[c] + beta[c].
+
+    The statistics are reduced over the whole minibatch whatever the split:
+    workers exchange per-channel partial sums (the STAT input, 2 floats per
+    channel), never the activations themselves.
+    """
+    _require_rank(x, 4, "batchnorm2d")
+    c = x[1]
+    nv = 5  # 0 n, 1 c, 2 h, 3 w | 4 s: which statistic (sum, sum of squares)
+    ch = (var(nv, 1),)
+    inputs = (InputDesc(DATA, x, identity_exprs(nv, 4)),
+              InputDesc(WEIGHT, (c,), ch), InputDesc(WEIGHT, (c,), ch),
+              InputDesc(STAT, (2, c), (var(nv, 4), var(nv, 1))))
+    return OpDesc(extents=x + (2,), out_rank=4, inputs=inputs, flops_per_output=4.0, reductions=("s",))
+
+
+def concat(shapes: Sequence[tuple[int, ...]], axis: int) -> OpDesc:
+    """out = the inputs laid side by side along ``axis``; input k feeds only its own window."""
+    first = shapes[0]
+    rank = len(first)
+    if not 0 <= axis < rank:
+        raise ShapeError(f"concat: axis {axis} out of range for rank {rank}")
+    for s in shapes[1:]:
+        if len(s) != rank or any(a != b for d, (a, b) in enumerate(zip(first, s)) if d != axis):
+            raise ShapeError(f"concat: shapes {first} and {s} differ outside axis {axis}")
+    total = sum(s[axis] for s in shapes)
+    out = tuple(total if d == axis else first[d] for d in range(rank))
+    inputs = []
+    offset = 0
+    for s in shapes:
+        exprs = tuple(var(rank, d, 1, -offset if d == axis else 0) for d in range(rank))
+        window = tuple((offset, offset + s[axis]) if d == axis else (0, out[d]) for d in range(rank))
+        inputs.append(InputDesc(DATA, s, exprs, window))
+        offset += s[axis]
+    return OpDesc(extents=out, out_rank=rank, inputs=tuple(inputs))
+
+
+def flatten(x: tuple[int, ...]) -> OpDesc:
+    """out[n, f] = in[n, f // (H*W), (f // W) % H, f % W]: quasi-affine, so splits of f
+    must keep whole channels together (derived from the description as a granule)."""
+    if len(x) < 2:
+        raise ShapeError(f"flatten expects rank >= 2, got shape {x}")
+    n = x[0]
+    inner = x[1:]
+    f = prod(inner)
+    exprs = [IndexExpr((1, 0))]
+    stride = f
+    for size in inner:
+        stride //= size
+        exprs.append(IndexExpr((0, 1), 0, stride, size if stride * size != f else 0))
+    return OpDesc(extents=(n, f), out_rank=2, inputs=(InputDesc(DATA, x, tuple(exprs)),))
+
+
+def linear(x: tuple[int, ...], out_features: int, bias: bool) -> OpDesc:
+    """out[n, o] = Sum(i) in[n, i] * w[o, i] + b[o]."""
+    _require_rank(x, 2, "linear")
+    if out_features <= 0:
+        raise ShapeError(f"linear: out_features must be positive, got {out_features}")
+    n, fin = x
+    nv = 3  # 0 n, 1 o | 2 i
+    inputs = [InputDesc(DATA, x, (var(nv, 0), var(nv, 2))),
+              InputDesc(WEIGHT, (out_features, fin), (var(nv, 1), var(nv, 2)))]
+    if bias:
+        inputs.append(InputDesc(WEIGHT, (out_features,), (var(nv, 1),)))
+    return OpDesc(extents=(n, out_features, fin), out_rank=2, inputs=tuple(inputs),
+                  flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0, reductions=("i",))
+
+
+def softmax(x: tuple[int, ...]) -> OpDesc:
+    """out[n, c] = exp(in[n, c]) / Sum(k) exp(in[n, k]): every output reads its whole row."""
+    _require_rank(x, 2, "softmax")
+    n, c = x
+    nv = 3  # 0 n, 1 c | 2 k
+    data = InputDesc(DATA, x, (var(nv, 0), var(nv, 2)))
+    return OpDesc(extents=(n, c, c), out_rank=2, inputs=(data,), flops_per_output=5.0, reductions=("k",))
+
+
+# Op kinds known to the graph builder; used for validation and messages.
+KINDS: dict[str, Callable[..., OpDesc]] = {
+    "input": input_op, "conv2d": conv2d, "pool2d": pool2d, "relu": elementwise, "add": elementwise,
+    "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
+}
