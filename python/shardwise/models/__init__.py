@@ -1,1 +1,58 @@
-"""The model zoo (filled in by models/*.py)."""
+"""The model zoo: reference networks as shardwise graphs.
+
+    import shardwise as sw
+    g = sw.models.resnet50(batch=256)
+    g = sw.models.get("vgg16", batch=512)
+    sw.models.names()   # ['alexnet', 'inception_v3', 'lenet5', ...]
+
+Every builder takes ``batch`` (the minibatch N) and ``num_classes`` and returns
+a :class:`~shardwise.graph.Graph` whose last op is the softmax over
+(N, num_classes).  Layouts follow torchvision; parameter counts match
+torchvision's exactly (dropout, which has no parameters, is omitted).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..errors import GraphError
+from ..graph import Graph
+from .alexnet import alexnet
+from .inception import inception_v3
+from .lenet import lenet5
+from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152
+from .vgg import vgg16
+
+ZOO: dict[str, Callable[..., Graph]] = {
+    "lenet5": lenet5,
+    "alexnet": alexnet,
+    "vgg16": vgg16,
+    "inception_v3": inception_v3,
+    "resnet18": resnet18,
+    "resnet34": resnet34,
+    "resnet50": resnet50,
+    "resnet101": resnet101,
+    "resnet152": resnet152,
+}
+"""Model name -> builder function."""
+
+
+def names() -> list[str]:
+    """The names of the models in the zoo, sorted."""
+    return sorted(ZOO)
+
+
+def get(name: str, **kwargs: Any) -> Graph:
+    """Build the zoo model ``name`` with the builder's keyword arguments (``batch``, ``num_classes``, ...).
+
+    Raises :class:`~shardwise.errors.GraphError` naming the known models if
+    ``name`` is not one of them.
+    """
+    try:
+        builder = ZOO[name]
+    except (KeyError, TypeError):
+        raise GraphError(f"unknown model {name!r}; known models: {', '.join(names())}") from None
+    return builder(**kwargs)
+
+
+__all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
+           "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
