@@ -1,0 +1,210 @@
+/* config.c -- configurations of an op: a degree per output dimension and devices.
+ *
+ * Enumeration: for every allowed worker count k, every ordered factorization
+ * k = d_0 * d_1 * ... into degrees that divide their output dimension (and
+ * keep shards a multiple of the dimension's granule), placed on each aligned
+ * contiguous block of devices [j*k, (j+1)*k) for j = 0 .. ndev/k - 1.  Any
+ * device count works; blocks that would run past the last device are left out.
+ */
+#include <stdlib.h>  /* realloc, free */
+#include <string.h>  /* memset */
+
+#include "shardwise.h"
+
+static sw_status pool_append(sw_problem *p, const int32_t *devs, int k, int64_t *offset) {
+    if (p->pool_len + k > p->pool_cap) {
+        int64_t cap = p->pool_cap ? p->pool_cap * 2 : 1024;
+        while (cap < p->pool_len + k) {
+            cap *= 2;
+        }
+        int32_t *np = realloc(p->dev_pool, sizeof(int32_t) * (size_t)cap);
+        if (!np) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        p->dev_pool = np;
+        p->pool_cap = cap;
+    }
+    *offset = p->pool_len;
+    memcpy(p->dev_pool + p->pool_len, devs, sizeof(int32_t) * (size_t)k);
+    p->pool_len += k;
+    return SW_OK;
+}
+
+static int degree_fits(const sw_op *op, int d, int64_t degree) {
+    if (degree < 1 || op->extent[d] % degree != 0) {
+        return 0;
+    }
+    return (op->extent[d] / degree) % op->granule[d] == 0;
+}
+
+typedef struct {
+    sw_config *items;
+    int len, cap;
+} config_list;
+
+static sw_status list_push(config_list *l, const sw_config *c) {
+    if (l->len == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 64;
+        sw_config *n = realloc(l->items, sizeof *n * (size_t)cap);
+        if (!n) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        l->items = n;
+        l->cap = cap;
+    }
+    l->items[l->len++] = *c;
+    return SW_OK;
+}
+
+/* Every factorization of `remaining` over dimensions d..out_rank-1, each on every block. */
+static sw_status factorize(const sw_op *op, int d, int remaining, sw_config *cur, const int64_t *block_offsets,
+                           int nblocks, config_list *out) {
+    if (d == op->out_rank) {
+        if (remaining != 1) {
+            return SW_OK;
+        }
+        for (int j = 0; j < nblocks; j++) {
+            cur->dev_offset = block_offsets[j];
+            sw_status s = list_push(out, cur);
+            if (s != SW_OK) {
+                return s;
+            }
+        }
+        return SW_OK;
+    }
+    for (int deg = 1; deg <= remaining; deg++) {
+        if (remaining % deg != 0 || !degree_fits(op, d, deg)) {
+            continue;
+        }
+        cur->deg[d] = deg;
+        sw_status s = factorize(op, d + 1, remaining / deg, cur, block_offsets, nblocks, out);
+        if (s != SW_OK) {
+            return s;
+        }
+    }
+    return SW_OK;
+}
+
+sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts) {
+    if (ncounts < 1) {
+        return SW_FAIL(SW_ERR_VALUE, "no worker counts to enumerate");
+    }
+    /* device blocks per worker count, appended to the pool once */
+    int64_t *offsets = calloc((size_t)p->ndev * (size_t)ncounts + 1, sizeof *offsets);
+    int32_t *devs = malloc(sizeof(int32_t) * (size_t)p->ndev);
+    int *nblocks = calloc((size_t)ncounts, sizeof *nblocks);
+    sw_status s = SW_OK;
+    if (!offsets || !devs || !nblocks) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int ci = 0; ci < ncounts; ci++) {
+        int k = counts[ci];
+        if (k < 1 || k > p->ndev) {
+            s = SW_FAIL(SW_ERR_VALUE, "worker count %d outside 1..%d", k, p->ndev);
+            goto done;
+        }
+        nblocks[ci] = p->ndev / k;
+        for (int j = 0; j < nblocks[ci]; j++) {
+            for (int w = 0; w < k; w++) {
+                devs[w] = j * k + w;
+            }
+            s = pool_append(p, devs, k, &offsets[(size_t)ci * p->ndev + j]);
+            if (s != SW_OK) {
+                goto done;
+            }
+        }
+    }
+    for (int i = 0; i < p->nops; i++) {
+        sw_op *op = &p->ops[i];
+        config_list list = {0};
+        for (int ci = 0; ci < ncounts && s == SW_OK; ci++) {
+            sw_config cur;
+            memset(&cur, 0, sizeof cur);
+            for (int d = 0; d < SW_MAX_RANK; d++) {
+                cur.deg[d] = 1;
+            }
+            cur.nworkers = counts[ci];
+            s = factorize(op, 0, counts[ci], &cur, &offsets[(size_t)ci * p->ndev], nblocks[ci], &list);
+        }
+        if (s != SW_OK) {
+            free(list.items);
+            goto done;
+        }
+        free(op->cfgs);
+        op->cfgs = list.items;
+        op->ncfg = list.len;
+        if (op->ncfg == 0) {
+            s = SW_FAIL(SW_ERR_VALUE, "op %d has no valid configuration for the given worker counts", i);
+            goto done;
+        }
+    }
+done:
+    free(offsets);
+    free(devs);
+    free(nblocks);
+    return s;
+}
+
+sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t *deg, const int32_t *devs,
+                                 int maxk) {
+    if (opi < 0 || opi >= p->nops) {
+        return SW_FAIL(SW_ERR_VALUE, "op index %d out of range", opi);
+    }
+    if (ncfg < 1) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d: at least one configuration is needed", opi);
+    }
+    sw_op *op = &p->ops[opi];
+    sw_config *cfgs = calloc((size_t)ncfg, sizeof *cfgs);
+    char *seen = calloc((size_t)p->ndev, 1);
+    sw_status s = SW_OK;
+    if (!cfgs || !seen) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int c = 0; c < ncfg; c++) {
+        int64_t k = 1;
+        for (int d = 0; d < SW_MAX_RANK; d++) {
+            int32_t g = deg[(size_t)c * SW_MAX_RANK + d];
+            if (d >= op->out_rank ? g != 1 : !degree_fits(op, d, g)) {
+                s = SW_FAIL(SW_ERR_VALUE, "op %d: degree %d does not divide dimension %d (size %lld)", opi, g, d,
+                            d < op->out_rank ? (long long)op->extent[d] : 1LL);
+                goto fail;
+            }
+            cfgs[c].deg[d] = g;
+            k *= g;
+        }
+        if (k > maxk || k > p->ndev) {
+            s = SW_FAIL(SW_ERR_VALUE, "op %d: %lld workers but only %d devices given", opi, (long long)k,
+                        k > maxk ? maxk : p->ndev);
+            goto fail;
+        }
+        memset(seen, 0, (size_t)p->ndev);
+        const int32_t *row = devs + (size_t)c * maxk;
+        for (int w = 0; w < maxk; w++) {
+            int32_t dv = row[w];
+            if (w < k ? (dv < 0 || dv >= p->ndev || seen[dv]) : dv != -1) {
+                s = SW_FAIL(SW_ERR_VALUE, "op %d: configuration %d needs %lld distinct devices in range", opi, c,
+                            (long long)k);
+                goto fail;
+            }
+            if (w < k) {
+                seen[dv] = 1;
+            }
+        }
+        cfgs[c].nworkers = (int32_t)k;
+        s = pool_append(p, row, (int)k, &cfgs[c].dev_offset);
+        if (s != SW_OK) {
+            goto fail;
+        }
+    }
+    free(op->cfgs);
+    op->cfgs = cfgs;
+    op->ncfg = ncfg;
+    free(seen);
+    return SW_OK;
+fail:
+    free(cfgs);
+    free(seen);
+    return s;
+}

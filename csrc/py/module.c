@@ -1,0 +1,561 @@
+/* module.c -- the CPython module shardwise._core.
+ *
+ * A thin layer: it converts NumPy arrays to C arrays, calls the core, and maps
+ * statuses to exceptions in one place (raise_status).  The GIL is released
+ * around table building and search.  One Python Problem owns one sw_problem.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>   /* CPython API */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* */
+
+#include "../shardwise.h"
+
+/* ------------------------------------------------------------------ errors */
+static PyObject *raise_status(sw_status s) {
+    PyObject *type = PyExc_RuntimeError;
+    if (s == SW_ERR_VALUE) {
+        type = PyExc_ValueError;
+    } else if (s == SW_ERR_NOMEM) {
+        type = PyExc_MemoryError;
+    }
+    PyErr_SetString(type, sw_last_error());
+    return NULL;
+}
+
+/* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
+static PyArrayObject *as_array(PyObject *obj, int type, int ndim, const char *what) {
+    PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(obj, type, ndim, ndim, NPY_ARRAY_IN_ARRAY);
+    if (!a) {
+        PyErr_Format(PyExc_ValueError, "%s must be a %d-D array of %s", what, ndim,
+                     type == NPY_INT64 ? "int64" : type == NPY_INT32 ? "int32" : "float64");
+    }
+    return a;
+}
+
+/* ------------------------------------------------------------------ stats */
+static PyObject *stats_dict(const sw_search_stats *st) {
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:d,s:d}", "node_eliminations", st->node_eliminations,
+                         "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
+                         "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
+                         "residual_combinations", st->residual_combinations, "evaluations", st->evaluations);
+}
+
+typedef sw_status (*search_fn)(const sw_tables *, double, int *, double *, sw_search_stats *);
+
+static search_fn pick_search(const char *algorithm) {
+    if (strcmp(algorithm, "elimination") == 0) {
+        return sw_search_elimination;
+    }
+    if (strcmp(algorithm, "exhaustive") == 0) {
+        return sw_search_exhaustive;
+    }
+    PyErr_Format(PyExc_ValueError, "unknown search algorithm '%s'; expected 'elimination' or 'exhaustive'",
+                 algorithm);
+    return NULL;
+}
+
+/* Run a search with the GIL released and package (choice, cost, stats). */
+static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals) {
+    npy_intp n = t->nnodes;
+    PyArrayObject *choice = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
+    if (!choice) {
+        return NULL;
+    }
+    int *c = (int *)PyArray_DATA(choice);
+    double cost = 0;
+    sw_search_stats stats = {0};
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = fn(t, max_evals, c, &cost, &stats);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        Py_DECREF(choice);
+        return raise_status(s);
+    }
+    PyObject *sd = stats_dict(&stats);
+    if (!sd) {
+        Py_DECREF(choice);
+        return NULL;
+    }
+    return Py_BuildValue("(NdN)", choice, cost, sd);
+}
+
+/* ------------------------------------------------------------------ Problem */
+typedef struct {
+    PyObject_HEAD
+    sw_problem *p;
+    int busy;   /* set while the GIL is released over p */
+} ProblemObject;
+
+static int check_ready(ProblemObject *self) {
+    if (!self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Problem is not initialized");
+        return 0;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Problem is in use by another thread");
+        return 0;
+    }
+    return 1;
+}
+
+static int check_op(ProblemObject *self, int op) {
+    if (op < 0 || op >= self->p->nops) {
+        PyErr_Format(PyExc_IndexError, "op index %d out of range 0..%d", op, self->p->nops - 1);
+        return 0;
+    }
+    return 1;
+}
+
+static int Problem_init(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"blob", "flops", "dev_flops", "dev_membw", "bandwidth", NULL};
+    PyObject *blob_o, *flops_o, *df_o, *dm_o, *bw_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &blob_o, &flops_o, &df_o, &dm_o, &bw_o)) {
+        return -1;
+    }
+    int rc = -1;
+    PyArrayObject *blob = as_array(blob_o, NPY_INT64, 1, "blob");
+    PyArrayObject *flops = blob ? as_array(flops_o, NPY_FLOAT64, 2, "flops") : NULL;
+    PyArrayObject *df = flops ? as_array(df_o, NPY_FLOAT64, 1, "dev_flops") : NULL;
+    PyArrayObject *dm = df ? as_array(dm_o, NPY_FLOAT64, 1, "dev_membw") : NULL;
+    PyArrayObject *bw = dm ? as_array(bw_o, NPY_FLOAT64, 2, "bandwidth") : NULL;
+    if (!bw) {
+        goto done;
+    }
+    npy_intp ndev = PyArray_DIM(df, 0);
+    if (PyArray_DIM(dm, 0) != ndev || PyArray_DIM(bw, 0) != ndev || PyArray_DIM(bw, 1) != ndev) {
+        PyErr_SetString(PyExc_ValueError, "device arrays disagree on the number of devices");
+        goto done;
+    }
+    if (PyArray_DIM(blob, 0) < 1 || PyArray_DIM(flops, 1) != 2) {
+        PyErr_SetString(PyExc_ValueError, "blob must be non-empty and flops must have two columns");
+        goto done;
+    }
+    int64_t nops = ((int64_t *)PyArray_DATA(blob))[0];
+    if (nops != PyArray_DIM(flops, 0)) {
+        PyErr_SetString(PyExc_ValueError, "flops must have one row per op");
+        goto done;
+    }
+    if (ndev > SW_MAX_DEVICES) {
+        PyErr_Format(PyExc_ValueError, "at most %d devices are supported", SW_MAX_DEVICES);
+        goto done;
+    }
+    sw_problem_free(self->p);
+    self->p = NULL;
+    sw_status s = sw_problem_new(&self->p, PyArray_DATA(blob), PyArray_DIM(blob, 0), PyArray_DATA(flops),
+                                 (int)ndev, PyArray_DATA(df), PyArray_DATA(dm), PyArray_DATA(bw));
+    if (s != SW_OK) {
+        raise_status(s);
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(blob);
+    Py_XDECREF(flops);
+    Py_XDECREF(df);
+    Py_XDECREF(dm);
+    Py_XDECREF(bw);
+    return rc;
+}
+
+static void Problem_dealloc(ProblemObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    sw_problem_free(self->p);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"sync_model", "bytes_per_element", "backward_factor", NULL};
+    int sync = 0;
+    double bpe = 4.0, bf = 3.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|idd", kwlist, &sync, &bpe, &bf) || !check_ready(self)) {
+        return NULL;
+    }
+    if (sync != SW_SYNC_PARAMETER_SERVER && sync != SW_SYNC_RING) {
+        PyErr_Format(PyExc_ValueError, "unknown sync model %d", sync);
+        return NULL;
+    }
+    if (!(bpe > 0) || !(bf > 0) || bpe > 1e6 || bf > 1e6) {
+        PyErr_SetString(PyExc_ValueError, "bytes_per_element and backward_factor must be positive");
+        return NULL;
+    }
+    self->p->sync_model = (sw_sync_model)sync;
+    self->p->bytes_per_element = bpe;
+    self->p->backward_factor = bf;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
+    if (!check_ready(self)) {
+        return NULL;
+    }
+    PyArrayObject *counts = as_array(arg, NPY_INT32, 1, "counts");
+    if (!counts) {
+        return NULL;
+    }
+    sw_status s = sw_problem_enumerate(self->p, PyArray_DATA(counts), (int)PyArray_DIM(counts, 0));
+    Py_DECREF(counts);
+    if (s != SW_OK) {
+        return raise_status(s);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
+    int op;
+    PyObject *deg_o, *dev_o;
+    if (!PyArg_ParseTuple(args, "iOO", &op, &deg_o, &dev_o) || !check_ready(self) || !check_op(self, op)) {
+        return NULL;
+    }
+    PyArrayObject *deg = as_array(deg_o, NPY_INT32, 2, "degrees");
+    PyArrayObject *dev = deg ? as_array(dev_o, NPY_INT32, 2, "devices") : NULL;
+    PyObject *result = NULL;
+    if (!dev) {
+        goto done;
+    }
+    if (PyArray_DIM(deg, 1) != SW_MAX_RANK || PyArray_DIM(dev, 0) != PyArray_DIM(deg, 0) ||
+        PyArray_DIM(deg, 0) < 1 || PyArray_DIM(dev, 1) < 1) {
+        PyErr_Format(PyExc_ValueError, "degrees must be (n, %d) and devices (n, maxk) with n >= 1", SW_MAX_RANK);
+        goto done;
+    }
+    sw_status s = sw_problem_set_configs(self->p, op, (int)PyArray_DIM(deg, 0), PyArray_DATA(deg),
+                                         PyArray_DATA(dev), (int)PyArray_DIM(dev, 1));
+    if (s != SW_OK) {
+        raise_status(s);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(deg);
+    Py_XDECREF(dev);
+    return result;
+}
+
+static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
+    int op;
+    if (!PyArg_ParseTuple(args, "i", &op) || !check_ready(self) || !check_op(self, op)) {
+        return NULL;
+    }
+    const sw_op *o = &self->p->ops[op];
+    int maxk = 1;
+    for (int c = 0; c < o->ncfg; c++) {
+        maxk = o->cfgs[c].nworkers > maxk ? o->cfgs[c].nworkers : maxk;
+    }
+    npy_intp dd[2] = {o->ncfg, o->out_rank}, dv[2] = {o->ncfg, maxk};
+    PyArrayObject *deg = (PyArrayObject *)PyArray_SimpleNew(2, dd, NPY_INT32);
+    PyArrayObject *dev = (PyArrayObject *)PyArray_SimpleNew(2, dv, NPY_INT32);
+    if (!deg || !dev) {
+        Py_XDECREF(deg);
+        Py_XDECREF(dev);
+        return NULL;
+    }
+    int32_t *pd = PyArray_DATA(deg), *pv = PyArray_DATA(dev);
+    for (int c = 0; c < o->ncfg; c++) {
+        for (int d = 0; d < o->out_rank; d++) {
+            pd[(size_t)c * o->out_rank + d] = o->cfgs[c].deg[d];
+        }
+        for (int w = 0; w < maxk; w++) {
+            pv[(size_t)c * maxk + w] = w < o->cfgs[c].nworkers ? self->p->dev_pool[o->cfgs[c].dev_offset + w] : -1;
+        }
+    }
+    return Py_BuildValue("(NN)", deg, dev);
+}
+
+static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"with_bytes", NULL};
+    int with_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &with_bytes) || !check_ready(self)) {
+        return NULL;
+    }
+    for (int i = 0; i < self->p->nops; i++) {
+        if (self->p->ops[i].ncfg < 1) {
+            PyErr_Format(PyExc_ValueError, "op %d has no configurations: call enumerate or set_configs first", i);
+            return NULL;
+        }
+    }
+    sw_status s;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_problem_build_tables(self->p, with_bytes);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (s != SW_OK) {
+        return raise_status(s);
+    }
+    Py_RETURN_NONE;
+}
+
+static int check_tables(ProblemObject *self) {
+    if (!check_ready(self)) {
+        return 0;
+    }
+    if (!self->p->tables_built) {
+        PyErr_SetString(PyExc_RuntimeError, "cost tables are not built: call build_tables first");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *copy_doubles(const double *src, int ndim, npy_intp *dims) {
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(ndim, dims, NPY_FLOAT64);
+    if (a) {
+        memcpy(PyArray_DATA(a), src, (size_t)PyArray_NBYTES(a));
+    }
+    return (PyObject *)a;
+}
+
+static PyObject *Problem_node_costs(ProblemObject *self, PyObject *args) {
+    int op;
+    if (!PyArg_ParseTuple(args, "i", &op) || !check_tables(self) || !check_op(self, op)) {
+        return NULL;
+    }
+    npy_intp n = self->p->ops[op].ncfg;
+    return Py_BuildValue("(NNN)", copy_doubles(self->p->tc[op], 1, &n), copy_doubles(self->p->ts[op], 1, &n),
+                         copy_doubles(self->p->sync_bytes[op], 1, &n));
+}
+
+static PyObject *Problem_edges(ProblemObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!check_tables(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    PyObject *list = PyList_New(t->nedges);
+    for (int e = 0; list && e < t->nedges; e++) {
+        PyObject *item = Py_BuildValue("(iii)", t->edges[e].src, t->edges[e].dst, self->p->edge_consumer_slot[e]);
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, e, item);
+    }
+    return list;
+}
+
+static PyObject *Problem_edge_table(ProblemObject *self, PyObject *args) {
+    int e;
+    if (!PyArg_ParseTuple(args, "i", &e) || !check_tables(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    if (e < 0 || e >= t->nedges) {
+        PyErr_Format(PyExc_IndexError, "edge index %d out of range", e);
+        return NULL;
+    }
+    npy_intp dims[2] = {t->ncfg[t->edges[e].src], t->ncfg[t->edges[e].dst]};
+    PyObject *time = copy_doubles(t->edges[e].time, 2, dims);
+    if (!time) {
+        return NULL;
+    }
+    PyObject *bytes = t->edges[e].bytes ? copy_doubles(t->edges[e].bytes, 2, dims) : Py_NewRef(Py_None);
+    return Py_BuildValue("(NN)", time, bytes);
+}
+
+static PyObject *Problem_search(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"algorithm", "max_evaluations", NULL};
+    const char *algorithm = "elimination";
+    double max_evals = 1e8;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sd", kwlist, &algorithm, &max_evals) || !check_tables(self)) {
+        return NULL;
+    }
+    search_fn fn = pick_search(algorithm);
+    if (!fn) {
+        return NULL;
+    }
+    self->busy = 1;
+    PyObject *r = run_search(&self->p->tables, fn, max_evals);
+    self->busy = 0;
+    return r;
+}
+
+static PyObject *Problem_get_nops(ProblemObject *self, void *Py_UNUSED(closure)) {
+    if (!check_ready(self)) {
+        return NULL;
+    }
+    return PyLong_FromLong(self->p->nops);
+}
+
+static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure)) {
+    if (!check_ready(self)) {
+        return NULL;
+    }
+    return PyLong_FromLong(self->p->ndev);
+}
+
+static PyMethodDef Problem_methods[] = {
+    {"set_options", (PyCFunction)(void (*)(void))Problem_set_options, METH_VARARGS | METH_KEYWORDS,
+     "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0)"},
+    {"enumerate", (PyCFunction)Problem_enumerate, METH_O,
+     "enumerate(counts): configurations of every op for these worker counts"},
+    {"set_configs", (PyCFunction)Problem_set_configs, METH_VARARGS,
+     "set_configs(op, degrees (n, 5) int32, devices (n, maxk) int32 padded with -1)"},
+    {"configs", (PyCFunction)Problem_configs, METH_VARARGS, "configs(op) -> (degrees, devices)"},
+    {"build_tables", (PyCFunction)(void (*)(void))Problem_build_tables, METH_VARARGS | METH_KEYWORDS,
+     "build_tables(with_bytes=False): t_c, t_s per configuration and t_x per edge (GIL released)"},
+    {"node_costs", (PyCFunction)Problem_node_costs, METH_VARARGS, "node_costs(op) -> (t_c, t_s, sync bytes)"},
+    {"edges", (PyCFunction)Problem_edges, METH_NOARGS, "edges() -> [(producer, consumer, slot)]"},
+    {"edge_table", (PyCFunction)Problem_edge_table, METH_VARARGS, "edge_table(e) -> (t_x, bytes or None)"},
+    {"search", (PyCFunction)(void (*)(void))Problem_search, METH_VARARGS | METH_KEYWORDS,
+     "search(algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Problem_getset[] = {
+    {"nops", (getter)Problem_get_nops, NULL, "number of ops", NULL},
+    {"ndev", (getter)Problem_get_ndev, NULL, "number of devices", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Problem_slots[] = {
+    {Py_tp_doc, "Problem(blob, flops, dev_flops, dev_membw, bandwidth): a graph on a device graph"},
+    {Py_tp_init, Problem_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, Problem_dealloc},
+    {Py_tp_methods, Problem_methods},
+    {Py_tp_getset, Problem_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Problem_spec = {
+    .name = "shardwise._core.Problem",
+    .basicsize = sizeof(ProblemObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Problem_slots,
+};
+
+/* ------------------------------------------------------------------ search over raw tables */
+static void free_raw_tables(sw_tables *t) {
+    free(t->ncfg);
+    free(t->node_cost);
+    free(t->edges);
+}
+
+/* search_tables(node_costs: list of 1-D float64, edges: list of (src, dst, 2-D float64), algorithm, max_evals) */
+static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"node_costs", "edges", "algorithm", "max_evaluations", NULL};
+    PyObject *nodes_o, *edges_o;
+    const char *algorithm = "elimination";
+    double max_evals = 1e8;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|sd", kwlist, &nodes_o, &edges_o, &algorithm, &max_evals)) {
+        return NULL;
+    }
+    search_fn fn = pick_search(algorithm);
+    if (!fn) {
+        return NULL;
+    }
+    PyObject *nodes = PySequence_Fast(nodes_o, "node_costs must be a sequence of arrays");
+    PyObject *edges = nodes ? PySequence_Fast(edges_o, "edges must be a sequence of (src, dst, table)") : NULL;
+    if (!edges) {
+        Py_XDECREF(nodes);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(nodes), ne = PySequence_Fast_GET_SIZE(edges);
+    PyObject *keep = PyList_New(0);  /* owns the converted arrays */
+    sw_tables t = {0};
+    PyObject *result = NULL;
+    if (!keep) {
+        goto done;
+    }
+    if (n < 1 || n > (1 << 20) || ne > (1 << 22)) {
+        PyErr_SetString(PyExc_ValueError, "need between 1 and 2^20 nodes");
+        goto done;
+    }
+    t.nnodes = (int)n;
+    t.ncfg = calloc((size_t)n, sizeof *t.ncfg);
+    t.node_cost = calloc((size_t)n, sizeof *t.node_cost);
+    t.edges = calloc((size_t)(ne > 0 ? ne : 1), sizeof *t.edges);
+    if (!t.ncfg || !t.node_cost || !t.edges) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyArrayObject *a = as_array(PySequence_Fast_GET_ITEM(nodes, i), NPY_FLOAT64, 1, "node cost");
+        if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
+            Py_XDECREF(a);
+            goto done;
+        }
+        Py_DECREF(a);
+        if (PyArray_DIM(a, 0) < 1 || PyArray_DIM(a, 0) > (1 << 20)) {
+            PyErr_Format(PyExc_ValueError, "node %zd needs at least one configuration", i);
+            goto done;
+        }
+        t.ncfg[i] = (int)PyArray_DIM(a, 0);
+        t.node_cost[i] = PyArray_DATA(a);
+    }
+    for (Py_ssize_t e = 0; e < ne; e++) {
+        int src, dst;
+        PyObject *table_o;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(edges, e), "iiO", &src, &dst, &table_o)) {
+            goto done;
+        }
+        if (src < 0 || dst >= n || src >= dst) {
+            PyErr_Format(PyExc_ValueError, "edge %zd (%d -> %d): need 0 <= src < dst < %zd (topological order)", e,
+                         src, dst, n);
+            goto done;
+        }
+        PyArrayObject *a = as_array(table_o, NPY_FLOAT64, 2, "edge table");
+        if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
+            Py_XDECREF(a);
+            goto done;
+        }
+        Py_DECREF(a);
+        if (PyArray_DIM(a, 0) != t.ncfg[src] || PyArray_DIM(a, 1) != t.ncfg[dst]) {
+            PyErr_Format(PyExc_ValueError, "edge %zd table must be %d x %d", e, t.ncfg[src], t.ncfg[dst]);
+            goto done;
+        }
+        t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL};
+        t.nedges++;
+    }
+    result = run_search(&t, fn, max_evals);
+done:
+    free_raw_tables(&t);
+    Py_XDECREF(keep);
+    Py_DECREF(nodes);
+    Py_DECREF(edges);
+    return result;
+}
+
+/* ------------------------------------------------------------------ module */
+static PyMethodDef module_methods[] = {
+    {"search_tables", (PyCFunction)(void (*)(void))search_tables, METH_VARARGS | METH_KEYWORDS,
+     "search_tables(node_costs, edges, algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)\n"
+     "Search over plain cost tables (edges as (src, dst, table) with src < dst)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *m) {
+    import_array1(-1);
+    PyObject *type = PyType_FromModuleAndSpec(m, &Problem_spec, NULL);
+    if (!type) {
+        return -1;
+    }
+    int rc = PyModule_AddObjectRef(m, "Problem", type);
+    Py_DECREF(type);
+    if (rc < 0) {
+        return -1;
+    }
+    if (PyModule_AddIntConstant(m, "MAX_RANK", SW_MAX_RANK) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_DEVICES", SW_MAX_DEVICES) < 0 ||
+        PyModule_AddIntConstant(m, "SYNC_PARAMETER_SERVER", SW_SYNC_PARAMETER_SERVER) < 0 ||
+        PyModule_AddIntConstant(m, "SYNC_RING", SW_SYNC_RING) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "shardwise._core",
+    .m_doc = "C core of shardwise: cost tables and the elimination search.",
+    .m_size = 0,
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC PyInit__core(void) { return PyModuleDef_Init(&module_def); }

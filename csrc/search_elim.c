@@ -1,0 +1,355 @@
+/* search_elim.c -- Algorithm 1 of seed 003: node and edge elimination.
+ *
+ * Node elimination (Eq. 2): a node j with one in-edge (i -> j) and one
+ * out-edge (j -> k) is replaced by an edge i -> k whose table is
+ *     T[ci][ck] = min_cj node[j][cj] + e1[ci][cj] + e2[cj][ck]
+ * and the argmin is kept to undo the elimination.
+ * Edge elimination (Eq. 3): two edges with the same ends become one whose
+ * table is the sum.
+ * Leaf elimination (our extension, exact for the same reason as Eq. 2): a node
+ * with a single edge in total folds min over its configurations into its
+ * neighbour's node cost.  It removes graph inputs and extra sinks, so most
+ * networks reduce to one node instead of two.
+ * What is left is enumerated exactly (sw_enumerate); undoing the eliminations
+ * in reverse order fills in the eliminated nodes (Theorems 1 and 2).
+ */
+#include <math.h>    /* INFINITY */
+#include <stdlib.h>  /* malloc, calloc, free */
+#include <string.h>  /* memcpy */
+
+#include "search_internal.h"
+
+typedef struct {
+    int src, dst;
+    double *t;     /* table ncfg[src] x ncfg[dst] */
+    int owned;     /* made by an elimination: freed here */
+    int alive;
+} work_edge;
+
+typedef enum { REC_NODE, REC_LEAF_IN, REC_LEAF_OUT } record_kind;
+
+typedef struct {
+    record_kind kind;
+    int j;         /* the eliminated node */
+    int i, k;      /* REC_NODE: i -> j -> k; REC_LEAF_IN: i -> j; REC_LEAF_OUT: j -> k (k) */
+    int *argmin;   /* best cj per (ci, ck), per ci, or per ck */
+} record;
+
+typedef struct {
+    const sw_tables *t;
+    int n;
+    double **node;          /* working node costs (leaf eliminations add to them) */
+    char *alive;
+    int *indeg, *outdeg;
+    work_edge *edges;
+    int ne, cap;
+    record *recs;
+    int nrec;
+} state;
+
+static sw_status push_edge(state *st, int src, int dst, double *t) {
+    if (st->ne == st->cap) {
+        int cap = st->cap * 2 + 16;
+        work_edge *n = realloc(st->edges, sizeof *n * (size_t)cap);
+        if (!n) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        st->edges = n;
+        st->cap = cap;
+    }
+    st->edges[st->ne++] = (work_edge){src, dst, t, 1, 1};
+    return SW_OK;
+}
+
+static void kill_edge(state *st, int e) {
+    st->edges[e].alive = 0;
+    st->outdeg[st->edges[e].src]--;
+    st->indeg[st->edges[e].dst]--;
+}
+
+static sw_status eliminate_node(state *st, int j, int e1, int e2) {
+    const int *nc = st->t->ncfg;
+    int i = st->edges[e1].src, k = st->edges[e2].dst;
+    int ci_n = nc[i], cj_n = nc[j], ck_n = nc[k];
+    double *table = malloc(sizeof(double) * (size_t)ci_n * (size_t)ck_n);
+    int *arg = malloc(sizeof(int) * (size_t)ci_n * (size_t)ck_n);
+    if (!table || !arg) {
+        free(table);
+        free(arg);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    const double *a = st->edges[e1].t, *b = st->edges[e2].t, *nj = st->node[j];
+    for (int ci = 0; ci < ci_n; ci++) {
+        double *row = table + (size_t)ci * ck_n;
+        int *arow = arg + (size_t)ci * ck_n;
+        for (int ck = 0; ck < ck_n; ck++) {
+            row[ck] = INFINITY;
+            arow[ck] = 0;
+        }
+        for (int cj = 0; cj < cj_n; cj++) {
+            double base = nj[cj] + a[(size_t)ci * cj_n + cj];
+            const double *brow = b + (size_t)cj * ck_n;
+            for (int ck = 0; ck < ck_n; ck++) {
+                double v = base + brow[ck];
+                if (v < row[ck]) {
+                    row[ck] = v;
+                    arow[ck] = cj;
+                }
+            }
+        }
+    }
+    kill_edge(st, e1);
+    kill_edge(st, e2);
+    st->alive[j] = 0;
+    sw_status s = push_edge(st, i, k, table);
+    if (s != SW_OK) {
+        free(table);
+        free(arg);
+        return s;
+    }
+    st->outdeg[i]++;
+    st->indeg[k]++;
+    st->recs[st->nrec++] = (record){REC_NODE, j, i, k, arg};
+    return SW_OK;
+}
+
+/* j's only edge is e; fold min over cj into the other end's node cost. */
+static sw_status eliminate_leaf(state *st, int j, int e) {
+    const int *nc = st->t->ncfg;
+    int incoming = st->edges[e].dst == j;
+    int other = incoming ? st->edges[e].src : st->edges[e].dst;
+    int co_n = nc[other], cj_n = nc[j];
+    int *arg = malloc(sizeof(int) * (size_t)co_n);
+    if (!arg) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    const double *t = st->edges[e].t, *nj = st->node[j];
+    for (int co = 0; co < co_n; co++) {
+        double best = INFINITY;
+        int bj = 0;
+        for (int cj = 0; cj < cj_n; cj++) {
+            double v = nj[cj] + (incoming ? t[(size_t)co * cj_n + cj] : t[(size_t)cj * co_n + co]);
+            if (v < best) {
+                best = v;
+                bj = cj;
+            }
+        }
+        st->node[other][co] += best;
+        arg[co] = bj;
+    }
+    kill_edge(st, e);
+    st->alive[j] = 0;
+    st->recs[st->nrec++] = (record){incoming ? REC_LEAF_IN : REC_LEAF_OUT, j, other, other, arg};
+    return SW_OK;
+}
+
+static sw_status merge_edges(state *st, int e1, int e2) {
+    const int *nc = st->t->ncfg;
+    size_t cells = (size_t)nc[st->edges[e1].src] * (size_t)nc[st->edges[e1].dst];
+    double *table = malloc(sizeof(double) * cells);
+    if (!table) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (size_t c = 0; c < cells; c++) {
+        table[c] = st->edges[e1].t[c] + st->edges[e2].t[c];
+    }
+    int src = st->edges[e1].src, dst = st->edges[e1].dst;
+    kill_edge(st, e1);
+    kill_edge(st, e2);
+    sw_status s = push_edge(st, src, dst, table);
+    if (s != SW_OK) {
+        free(table);
+        return s;
+    }
+    st->outdeg[src]++;
+    st->indeg[dst]++;
+    return SW_OK;
+}
+
+/* One sweep of node and leaf eliminations; returns how many were made. */
+static sw_status node_sweep(state *st, sw_search_stats *stats, int *made) {
+    *made = 0;
+    for (int j = 0; j < st->n; j++) {
+        if (!st->alive[j]) {
+            continue;
+        }
+        int deg = st->indeg[j] + st->outdeg[j];
+        if (deg != 1 && !(st->indeg[j] == 1 && st->outdeg[j] == 1)) {
+            continue;
+        }
+        int ein = -1, eout = -1;
+        for (int e = 0; e < st->ne; e++) {
+            if (!st->edges[e].alive) {
+                continue;
+            }
+            if (st->edges[e].dst == j) {
+                ein = e;
+            } else if (st->edges[e].src == j) {
+                eout = e;
+            }
+        }
+        sw_status s;
+        if (deg == 1) {
+            s = eliminate_leaf(st, j, ein >= 0 ? ein : eout);
+            stats->leaf_eliminations++;
+        } else {
+            s = eliminate_node(st, j, ein, eout);
+            stats->node_eliminations++;
+        }
+        if (s != SW_OK) {
+            return s;
+        }
+        (*made)++;
+    }
+    return SW_OK;
+}
+
+static sw_status edge_sweep(state *st, sw_search_stats *stats, int *made) {
+    *made = 0;
+    for (int a = 0; a < st->ne; a++) {
+        if (!st->edges[a].alive) {
+            continue;
+        }
+        for (int b = a + 1; b < st->ne; b++) {
+            if (st->edges[b].alive && st->edges[b].src == st->edges[a].src &&
+                st->edges[b].dst == st->edges[a].dst) {
+                sw_status s = merge_edges(st, a, b);
+                if (s != SW_OK) {
+                    return s;
+                }
+                stats->edge_eliminations++;
+                (*made)++;
+                break;  /* edge a is dead now; the merged edge is revisited later */
+            }
+        }
+    }
+    return SW_OK;
+}
+
+static sw_status enumerate_residual(state *st, double max_evaluations, int *choice, double *cost,
+                                    sw_search_stats *stats) {
+    int *nodes = malloc(sizeof *nodes * (size_t)st->n);
+    sw_live_edge *edges = malloc(sizeof *edges * (size_t)(st->ne > 0 ? st->ne : 1));
+    if (!nodes || !edges) {
+        free(nodes);
+        free(edges);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    int k = 0, ne = 0;
+    double combos = 1.0;
+    for (int j = 0; j < st->n; j++) {
+        if (st->alive[j]) {
+            nodes[k++] = j;
+            combos *= st->t->ncfg[j];
+        }
+    }
+    for (int e = 0; e < st->ne; e++) {
+        if (st->edges[e].alive) {
+            edges[ne++] = (sw_live_edge){st->edges[e].src, st->edges[e].dst, st->edges[e].t};
+        }
+    }
+    stats->residual_nodes = k;
+    stats->residual_edges = ne;
+    stats->residual_combinations = combos;
+    sw_status s = sw_enumerate(k, nodes, st->t->ncfg, st->node, ne, edges, max_evaluations, choice, cost,
+                               &stats->evaluations, "the residual graph after node and edge elimination");
+    free(nodes);
+    free(edges);
+    return s;
+}
+
+static void undo(const state *st, int *choice) {
+    const int *nc = st->t->ncfg;
+    for (int r = st->nrec - 1; r >= 0; r--) {
+        const record *rec = &st->recs[r];
+        switch (rec->kind) {
+        case REC_NODE:
+            choice[rec->j] = rec->argmin[(size_t)choice[rec->i] * nc[rec->k] + choice[rec->k]];
+            break;
+        case REC_LEAF_IN:
+        case REC_LEAF_OUT:
+            choice[rec->j] = rec->argmin[choice[rec->i]];
+            break;
+        }
+    }
+}
+
+static void free_state(state *st) {
+    if (st->node) {
+        for (int i = 0; i < st->n; i++) {
+            free(st->node[i]);
+        }
+    }
+    free(st->node);
+    for (int e = 0; e < st->ne; e++) {
+        if (st->edges[e].owned) {
+            free(st->edges[e].t);
+        }
+    }
+    free(st->edges);
+    for (int r = 0; r < st->nrec; r++) {
+        free(st->recs[r].argmin);
+    }
+    free(st->recs);
+    free(st->alive);
+    free(st->indeg);
+    free(st->outdeg);
+}
+
+static sw_status init_state(state *st, const sw_tables *t) {
+    st->t = t;
+    st->n = t->nnodes;
+    size_t n = (size_t)(t->nnodes > 0 ? t->nnodes : 1);
+    st->node = calloc(n, sizeof *st->node);
+    st->alive = malloc(n);
+    st->indeg = calloc(n, sizeof *st->indeg);
+    st->outdeg = calloc(n, sizeof *st->outdeg);
+    /* each elimination removes at least one edge or node: records <= nodes */
+    st->recs = calloc(n, sizeof *st->recs);
+    if (!st->node || !st->alive || !st->indeg || !st->outdeg || !st->recs) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < t->nnodes; i++) {
+        st->alive[i] = 1;
+        st->node[i] = malloc(sizeof(double) * (size_t)t->ncfg[i]);
+        if (!st->node[i]) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        memcpy(st->node[i], t->node_cost[i], sizeof(double) * (size_t)t->ncfg[i]);
+    }
+    for (int e = 0; e < t->nedges; e++) {
+        sw_status s = push_edge(st, t->edges[e].src, t->edges[e].dst, t->edges[e].time);
+        if (s != SW_OK) {
+            return s;
+        }
+        st->edges[st->ne - 1].owned = 0;
+        st->outdeg[t->edges[e].src]++;
+        st->indeg[t->edges[e].dst]++;
+    }
+    return SW_OK;
+}
+
+sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int *choice, double *cost,
+                                sw_search_stats *stats) {
+    sw_search_stats local = {0};
+    state st = {0};
+    sw_status s = init_state(&st, t);
+    for (int made_node = 1, made_edge = 1; s == SW_OK && (made_node || made_edge);) {
+        s = node_sweep(&st, &local, &made_node);
+        if (s == SW_OK) {
+            s = edge_sweep(&st, &local, &made_edge);
+        }
+    }
+    if (s == SW_OK) {
+        s = enumerate_residual(&st, max_evaluations, choice, cost, &local);
+    }
+    if (s == SW_OK) {
+        undo(&st, choice);
+        *cost = sw_strategy_cost(t, choice);  /* Eq. 1 summed afresh on the original tables */
+    }
+    if (stats) {
+        *stats = local;
+    }
+    free_state(&st);
+    return s;
+}

@@ -1,0 +1,179 @@
+/*
+ * shardwise.h -- the C core of shardwise: regions, configurations, the cost
+ * model of Eq. 1 (Jia et al., ICML 2018) and the exact elimination search.
+ *
+ * Overview
+ * --------
+ * A *problem* is a computation graph plus a device graph.  Each op is given by
+ * its description (see python/shardwise/opdesc.py): an iteration space (output
+ * dimensions, then reduction dimensions) and, per input, one quasi-affine
+ * index expression per input dimension.  From that one description the core
+ * derives everything the planner needs:
+ *
+ *   region.c   the box of an input a worker reads for its output box (halos)
+ *   config.c   configurations: a degree per output dimension + a device list
+ *   cost.c     t_c (roofline), t_s (parameter server or ring all-reduce) and
+ *              t_x (bytes each destination worker needs and does not hold)
+ *   search_*.c node / edge elimination (Algorithm 1) and a brute-force oracle,
+ *              both over plain cost tables so tests can feed fake ones
+ *
+ * Example (what python/shardwise/search.py does through the module):
+ *
+ *   sw_problem *p;
+ *   sw_problem_new(&p, blob, blob_len, flops, ndev, dev_flops, dev_membw, bw);
+ *   sw_problem_enumerate(p, counts, ncounts);     // configurations of every op
+ *   sw_problem_build_tables(p, 0);                // t_c, t_s per config, t_x per edge
+ *   sw_search_elimination(&p->tables, limit, choice, &cost, &stats);
+ *   sw_problem_free(p);
+ *
+ * Conventions: functions return sw_status and leave a message for
+ * sw_last_error(); they never exit or abort on user input.  Boxes are
+ * half-open [lo, hi).  Sizes and indices are int64_t.
+ */
+#ifndef SHARDWISE_H
+#define SHARDWISE_H
+
+#include <stddef.h>  /* size_t */
+#include <stdint.h>  /* int64_t, int32_t */
+
+#define SW_MAX_RANK 5      /* tensor rank: (N, C, H, W) and later (N, C, D, H, W) */
+#define SW_MAX_VARS 10     /* iteration variables: output dims + reduction dims */
+#define SW_MAX_DEVICES 4096
+
+/* ---------------------------------------------------------------- status */
+typedef enum {
+    SW_OK = 0,
+    SW_ERR_VALUE = 1,      /* malformed input: maps to ValueError */
+    SW_ERR_NOMEM = 2,      /* allocation failed: MemoryError */
+    SW_ERR_TOO_LARGE = 3,  /* a search space too large to enumerate: RuntimeError */
+    SW_ERR_INTERNAL = 4,   /* a broken invariant: RuntimeError */
+} sw_status;
+
+const char *sw_last_error(void);
+sw_status sw_set_error(sw_status status, const char *file, int line, const char *fmt, ...);
+#define SW_FAIL(status, ...) sw_set_error((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* ---------------------------------------------------------------- regions */
+typedef struct {
+    int rank;
+    int64_t lo[SW_MAX_RANK];
+    int64_t hi[SW_MAX_RANK];   /* exclusive */
+} sw_box;
+
+int64_t sw_box_volume(const sw_box *b);
+int sw_box_equal(const sw_box *a, const sw_box *b);
+
+/* ((sum_v coef[v] * iter[v] + offset) div div) mod mod   (mod == 0: none) */
+typedef struct {
+    int64_t coef[SW_MAX_VARS];
+    int64_t offset;
+    int64_t div;
+    int64_t mod;
+} sw_index_expr;
+
+typedef enum { SW_ROLE_DATA = 0, SW_ROLE_WEIGHT = 1, SW_ROLE_STAT = 2 } sw_role;
+
+typedef struct {
+    sw_role role;
+    int producer;                  /* op index for DATA inputs, -1 otherwise */
+    int rank;
+    int64_t shape[SW_MAX_RANK];
+    sw_index_expr expr[SW_MAX_RANK];
+    int has_window;                /* restrict the output points that read this input */
+    int64_t win_lo[SW_MAX_RANK], win_hi[SW_MAX_RANK];
+} sw_input;
+
+/* ---------------------------------------------------------------- configurations */
+typedef struct {
+    int32_t deg[SW_MAX_RANK];   /* degree per output dimension; product == nworkers */
+    int32_t nworkers;
+    int64_t dev_offset;         /* the devices, in worker order, are dev_pool[dev_offset ..] */
+} sw_config;
+
+typedef struct {
+    int nvars, out_rank;
+    int64_t extent[SW_MAX_VARS];
+    int64_t granule[SW_MAX_RANK];  /* shard sizes must be multiples of these */
+    double flops_per_point, flops_per_output;
+    int ninputs;
+    sw_input *inputs;
+    int ncfg;
+    sw_config *cfgs;
+} sw_op;
+
+/* Output box of worker w under configuration c (row-major worker grid). */
+void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out);
+/* Box of input `slot` read by the points of `out_box` (all reductions in full);
+ * returns 0 when this input is not read at all (outside its window). */
+int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *region);
+
+/* ---------------------------------------------------------------- cost tables */
+typedef struct {
+    int src, dst;        /* node indices */
+    double *time;        /* ncfg[src] x ncfg[dst], row-major, seconds */
+    double *bytes;       /* same shape, bytes moved (NULL unless requested) */
+} sw_edge_table;
+
+typedef struct {
+    int nnodes;
+    int *ncfg;
+    double **node_cost;  /* t_c + t_s per configuration */
+    int nedges;
+    sw_edge_table *edges;
+} sw_tables;
+
+typedef struct {
+    int node_eliminations, edge_eliminations, leaf_eliminations;
+    int residual_nodes, residual_edges;
+    double residual_combinations;   /* product of configuration counts of the residual graph */
+    double evaluations;             /* strategies evaluated by the final enumeration */
+} sw_search_stats;
+
+sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int *choice,
+                                double *cost, sw_search_stats *stats);
+sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *choice,
+                               double *cost, sw_search_stats *stats);
+/* Eq. 1 for one strategy. */
+double sw_strategy_cost(const sw_tables *t, const int *choice);
+
+/* ---------------------------------------------------------------- problems */
+typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1 } sw_sync_model;
+
+typedef struct {
+    int ndev;
+    double *dev_flops;    /* FLOP/s per device */
+    double *dev_membw;    /* memory bytes/s per device */
+    double *bw;           /* ndev x ndev route bandwidth, bytes/s; 0 = no route */
+    int nops;
+    sw_op *ops;
+    sw_sync_model sync_model;
+    double bytes_per_element;
+    double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
+    int32_t *dev_pool;
+    int64_t pool_len, pool_cap;
+    /* filled by sw_problem_build_tables */
+    sw_tables tables;
+    double **tc, **ts, **sync_bytes;      /* per op, per config */
+    int *edge_consumer_slot;              /* per edge: input slot of the consumer */
+    int tables_built;
+} sw_problem;
+
+sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len, const double *flops,
+                         int ndev, const double *dev_flops, const double *dev_membw, const double *bw);
+void sw_problem_free(sw_problem *p);
+/* Configurations of every op: worker counts from `counts`, every factorization
+ * into degrees that divide their dimension, each on the aligned contiguous
+ * device blocks [j*k, (j+1)*k). */
+sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts);
+/* Replace the configurations of one op (degrees ncfg x SW_MAX_RANK, devices
+ * ncfg x maxk padded with -1). */
+sw_status sw_problem_set_configs(sw_problem *p, int op, int ncfg, const int32_t *deg, const int32_t *devs,
+                                 int maxk);
+sw_status sw_problem_build_tables(sw_problem *p, int with_bytes);
+
+/* The three terms of Eq. 1 for single configurations. */
+double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
+void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time, double *bytes);
+sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
+
+#endif /* SHARDWISE_H */
