@@ -11,7 +11,7 @@ import numpy
 from setuptools import Extension, setup
 
 SOURCES = sorted(glob("csrc/*.c")) + sorted(glob("csrc/py/*.c"))
-EXTRA = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+EXTRA = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 if os.environ.get("SHARDWISE_SANITIZE"):
     EXTRA += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
 

@@ -139,59 +139,74 @@ out:
     free(done);
 }
 
-/* The regions each worker of `cj` reads through input `slot`, and whether non-empty. */
-static void destination_regions(const sw_op *op, int slot, const sw_config *cj, sw_box *regions, char *used) {
-    for (int w = 0; w < cj->nworkers; w++) {
-        sw_box box;
-        sw_worker_box(op, cj, w, &box);
-        used[w] = (char)sw_input_region(op, slot, &box, &regions[w]);
+/* Transfer tables.  A configuration is a partition (its degrees) placed on
+ * devices.  The volumes destination worker w needs from source worker s depend
+ * only on the two partitions, so they are computed once per pair of partitions
+ * as a list of (w, s, elements); each pair of placements then only sums
+ * elements / bandwidth over the list entries whose devices differ. */
+
+typedef struct {
+    int32_t w, s;
+    double elements;
+} overlap;
+
+typedef struct {
+    overlap *items;
+    size_t len, cap;
+} overlap_list;
+
+static sw_status overlap_push(overlap_list *l, int w, int64_t s, double elements) {
+    if (l->len == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        overlap *n = realloc(l->items, sizeof *n * cap);
+        if (!n) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        l->items = n;
+        l->cap = cap;
     }
+    l->items[l->len++] = (overlap){(int32_t)w, (int32_t)s, elements};
+    return SW_OK;
 }
 
-/* Seconds and bytes to bring `regions` (on devices ddevs) from producer configuration ci. */
-static void transfer_cost(const sw_problem *p, const sw_op *src, const sw_config *ci, const sw_box *regions,
-                          const char *used, const int32_t *ddevs, int kd, double *time, double *bytes) {
-    const int32_t *sdevs = config_devices(p, ci);
+/* Overlaps between the regions each worker of partition `dst_cfg` reads and
+ * the shards of the producer under partition `src_cfg`. */
+static sw_status partition_overlaps(const sw_op *dst, int slot, const sw_config *dst_cfg, const sw_op *src,
+                                    const sw_config *src_cfg, overlap_list *out) {
+    out->len = 0;
     int rank = src->out_rank;
     int64_t len[SW_MAX_RANK], stride[SW_MAX_RANK];
-    int64_t s = 1;
+    int64_t acc = 1;
     for (int m = rank - 1; m >= 0; m--) {
-        len[m] = src->extent[m] / ci->deg[m];
-        stride[m] = s;
-        s *= ci->deg[m];
+        len[m] = src->extent[m] / src_cfg->deg[m];
+        stride[m] = acc;
+        acc *= src_cfg->deg[m];
     }
-    double t = 0.0, b = 0.0;
-    for (int w = 0; w < kd; w++) {
-        if (!used[w]) {
+    for (int w = 0; w < dst_cfg->nworkers; w++) {
+        sw_box box, r;
+        sw_worker_box(dst, dst_cfg, w, &box);
+        if (!sw_input_region(dst, slot, &box, &r)) {
             continue;
         }
-        const sw_box *r = &regions[w];
         int64_t clo[SW_MAX_RANK], chi[SW_MAX_RANK], cur[SW_MAX_RANK];
         for (int m = 0; m < rank; m++) {
-            clo[m] = r->lo[m] / len[m];
-            chi[m] = (r->hi[m] - 1) / len[m];
+            clo[m] = r.lo[m] / len[m];
+            chi[m] = (r.hi[m] - 1) / len[m];
             cur[m] = clo[m];
         }
-        int dd = ddevs[w];
         for (;;) {
-            int64_t sw = 0;
+            int64_t sidx = 0;
             double vol = 1.0;
             for (int m = 0; m < rank; m++) {
                 int64_t lo = cur[m] * len[m], hi = lo + len[m];
-                if (r->lo[m] > lo) {
-                    lo = r->lo[m];
-                }
-                if (r->hi[m] < hi) {
-                    hi = r->hi[m];
-                }
+                lo = r.lo[m] > lo ? r.lo[m] : lo;
+                hi = r.hi[m] < hi ? r.hi[m] : hi;
                 vol *= (double)(hi - lo);
-                sw += cur[m] * stride[m];
+                sidx += cur[m] * stride[m];
             }
-            int ds = sdevs[sw];
-            if (ds != dd) {
-                double moved = vol * p->bytes_per_element;
-                b += moved;
-                t += moved / route_bw(p, ds, dd);
+            sw_status st = overlap_push(out, w, sidx, vol);
+            if (st != SW_OK) {
+                return st;
             }
             int m = rank - 1;  /* odometer over the overlapping source shards */
             while (m >= 0 && cur[m] == chi[m]) {
@@ -204,44 +219,77 @@ static void transfer_cost(const sw_problem *p, const sw_op *src, const sw_config
             cur[m]++;
         }
     }
-    *time = t * TRANSFER_DIRECTIONS;
-    *bytes = b * TRANSFER_DIRECTIONS;
+    return SW_OK;
+}
+
+static int same_partition(const sw_config *a, const sw_config *b) {
+    if (a->nworkers != b->nworkers) {
+        return 0;
+    }
+    for (int d = 0; d < SW_MAX_RANK; d++) {
+        if (a->deg[d] != b->deg[d]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* End (exclusive) of the run of configurations from `c` that share c's partition. */
+static int partition_end(const sw_op *op, int c) {
+    int e = c + 1;
+    while (e < op->ncfg && same_partition(&op->cfgs[c], &op->cfgs[e])) {
+        e++;
+    }
+    return e;
 }
 
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
     const sw_op *dst = &p->ops[consumer];
-    const sw_input *in = &dst->inputs[slot];
-    const sw_op *src = &p->ops[in->producer];
-    int maxk = 1;
-    for (int c = 0; c < dst->ncfg; c++) {
-        if (dst->cfgs[c].nworkers > maxk) {
-            maxk = dst->cfgs[c].nworkers;
-        }
-    }
-    sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
-    char *used = malloc((size_t)maxk);
-    if (!regions || !used) {
-        free(regions);
-        free(used);
+    const sw_op *src = &p->ops[p->ops[consumer].inputs[slot].producer];
+    int nj = dst->ncfg, nd = p->ndev;
+    /* seconds per element from device a to device b, both directions counted */
+    double *sec = malloc(sizeof(double) * (size_t)nd * (size_t)nd);
+    overlap_list list = {0};
+    if (!sec) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
-    int nj = dst->ncfg;
-    for (int cj = 0; cj < nj; cj++) {
-        const sw_config *c = &dst->cfgs[cj];
-        destination_regions(dst, slot, c, regions, used);
-        const int32_t *ddevs = config_devices(p, c);
-        for (int ci = 0; ci < src->ncfg; ci++) {
-            double t, b;
-            transfer_cost(p, src, &src->cfgs[ci], regions, used, ddevs, c->nworkers, &t, &b);
-            time[(size_t)ci * nj + cj] = t;
-            if (bytes) {
-                bytes[(size_t)ci * nj + cj] = b;
+    double per_elem = p->bytes_per_element * TRANSFER_DIRECTIONS;
+    for (int a = 0; a < nd; a++) {
+        for (int b = 0; b < nd; b++) {
+            sec[(size_t)a * nd + b] = a == b ? 0.0 : per_elem / route_bw(p, a, b);
+        }
+    }
+    sw_status s = SW_OK;
+    for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = partition_end(dst, cj0)) {
+        int cj1 = partition_end(dst, cj0);
+        for (int ci0 = 0; ci0 < src->ncfg; ci0 = partition_end(src, ci0)) {
+            int ci1 = partition_end(src, ci0);
+            s = partition_overlaps(dst, slot, &dst->cfgs[cj0], src, &src->cfgs[ci0], &list);
+            if (s != SW_OK) {
+                break;
+            }
+            for (int cj = cj0; cj < cj1; cj++) {
+                const int32_t *dd = config_devices(p, &dst->cfgs[cj]);
+                for (int ci = ci0; ci < ci1; ci++) {
+                    const int32_t *sd = config_devices(p, &src->cfgs[ci]);
+                    double t = 0.0, moved = 0.0;
+                    for (size_t q = 0; q < list.len; q++) {
+                        const overlap *o = &list.items[q];
+                        int a = sd[o->s], b = dd[o->w];
+                        t += o->elements * sec[(size_t)a * nd + b];
+                        moved += a != b ? o->elements : 0.0;
+                    }
+                    time[(size_t)ci * nj + cj] = t;
+                    if (bytes) {
+                        bytes[(size_t)ci * nj + cj] = moved * per_elem;
+                    }
+                }
             }
         }
     }
-    free(regions);
-    free(used);
-    return SW_OK;
+    free(list.items);
+    free(sec);
+    return s;
 }
 
 void sw_problem_reset_tables(sw_problem *p);
@@ -281,6 +329,89 @@ static sw_status alloc_node_tables(sw_problem *p) {
     return SW_OK;
 }
 
+/* ---- sharing tables between edges with the same signature ----
+ * Networks repeat themselves (conv -> batchnorm -> relu, identical Inception
+ * modules): two edges whose producers have the same output shape and
+ * configurations, whose consumers have the same iteration space and
+ * configurations, and whose input index maps agree have identical tables. */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+static uint64_t config_hash(const sw_problem *p, const sw_op *op) {
+    uint64_t h = mix(0, (uint64_t)op->ncfg);
+    for (int d = 0; d < op->nvars; d++) {
+        h = mix(h, (uint64_t)op->extent[d]);
+    }
+    for (int c = 0; c < op->ncfg; c++) {
+        const sw_config *cf = &op->cfgs[c];
+        for (int d = 0; d < op->out_rank; d++) {
+            h = mix(h, (uint64_t)cf->deg[d]);
+        }
+        for (int w = 0; w < cf->nworkers; w++) {
+            h = mix(h, (uint64_t)p->dev_pool[cf->dev_offset + w]);
+        }
+    }
+    return h;
+}
+
+static int same_configs(const sw_problem *p, const sw_op *a, const sw_op *b) {
+    if (a->nvars != b->nvars || a->out_rank != b->out_rank || a->ncfg != b->ncfg) {
+        return 0;
+    }
+    for (int d = 0; d < a->nvars; d++) {
+        if (a->extent[d] != b->extent[d]) {
+            return 0;
+        }
+    }
+    for (int c = 0; c < a->ncfg; c++) {
+        const sw_config *x = &a->cfgs[c], *y = &b->cfgs[c];
+        if (x->nworkers != y->nworkers) {
+            return 0;
+        }
+        for (int d = 0; d < a->out_rank; d++) {
+            if (x->deg[d] != y->deg[d]) {
+                return 0;
+            }
+        }
+        if (x->dev_offset != y->dev_offset &&
+            memcmp(p->dev_pool + x->dev_offset, p->dev_pool + y->dev_offset, sizeof(int32_t) * (size_t)x->nworkers)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int same_input(const sw_op *oa, const sw_input *a, const sw_op *ob, const sw_input *b) {
+    if (a->rank != b->rank || a->has_window != b->has_window || oa->nvars != ob->nvars) {
+        return 0;
+    }
+    for (int d = 0; d < a->rank; d++) {
+        const sw_index_expr *x = &a->expr[d], *y = &b->expr[d];
+        if (a->shape[d] != b->shape[d] || x->offset != y->offset || x->div != y->div || x->mod != y->mod) {
+            return 0;
+        }
+        for (int v = 0; v < oa->nvars; v++) {
+            if (x->coef[v] != y->coef[v]) {
+                return 0;
+            }
+        }
+    }
+    for (int d = 0; a->has_window && d < oa->out_rank; d++) {
+        if (a->win_lo[d] != b->win_lo[d] || a->win_hi[d] != b->win_hi[d]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct {
+    uint64_t hash;
+    int edge;
+} signature;
+
 static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
     sw_tables *t = &p->tables;
     int ne = 0;
@@ -289,12 +420,21 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             ne += p->ops[i].inputs[k].role == SW_ROLE_DATA;
         }
     }
-    t->edges = calloc((size_t)(ne > 0 ? ne : 1), sizeof *t->edges);
-    p->edge_consumer_slot = calloc((size_t)(ne > 0 ? ne : 1), sizeof *p->edge_consumer_slot);
-    if (!t->edges || !p->edge_consumer_slot) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    size_t cap = (size_t)(ne > 0 ? ne : 1);
+    t->edges = calloc(cap, sizeof *t->edges);
+    p->edge_consumer_slot = calloc(cap, sizeof *p->edge_consumer_slot);
+    uint64_t *op_hash = calloc((size_t)p->nops, sizeof *op_hash);
+    signature *seen = calloc(cap, sizeof *seen);
+    sw_status s = SW_OK;
+    int nseen = 0;
+    if (!t->edges || !p->edge_consumer_slot || !op_hash || !seen) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        goto done;
     }
     for (int i = 0; i < p->nops; i++) {
+        op_hash[i] = config_hash(p, &p->ops[i]);
+    }
+    for (int i = 0; i < p->nops && s == SW_OK; i++) {
         for (int k = 0; k < p->ops[i].ninputs; k++) {
             const sw_input *in = &p->ops[i].inputs[k];
             if (in->role != SW_ROLE_DATA) {
@@ -303,21 +443,44 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             sw_edge_table *e = &t->edges[t->nedges];
             e->src = in->producer;
             e->dst = i;
+            p->edge_consumer_slot[t->nedges] = k;
+            uint64_t h = mix(mix(op_hash[in->producer], op_hash[i]), (uint64_t)k);
+            int twin = -1;
+            for (int q = 0; q < nseen && twin < 0; q++) {
+                const sw_edge_table *o = &t->edges[seen[q].edge];
+                int oslot = p->edge_consumer_slot[seen[q].edge];
+                if (seen[q].hash == h && same_configs(p, &p->ops[o->src], &p->ops[e->src]) &&
+                    same_configs(p, &p->ops[o->dst], &p->ops[i]) &&
+                    same_input(&p->ops[o->dst], &p->ops[o->dst].inputs[oslot], &p->ops[i], in)) {
+                    twin = seen[q].edge;
+                }
+            }
+            if (twin >= 0) {
+                e->time = t->edges[twin].time;
+                e->bytes = t->edges[twin].bytes;
+                e->shared = 1;
+                t->nedges++;
+                continue;
+            }
             size_t cells = (size_t)p->ops[in->producer].ncfg * (size_t)p->ops[i].ncfg;
             e->time = malloc(sizeof(double) * cells);
             e->bytes = with_bytes ? malloc(sizeof(double) * cells) : NULL;
-            p->edge_consumer_slot[t->nedges] = k;
             t->nedges++;  /* counted before filling so a failure frees it */
             if (!e->time || (with_bytes && !e->bytes)) {
-                return SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
+                s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
+                break;
             }
-            sw_status s = sw_transfer_table(p, i, k, e->time, e->bytes);
+            s = sw_transfer_table(p, i, k, e->time, e->bytes);
             if (s != SW_OK) {
-                return s;
+                break;
             }
+            seen[nseen++] = (signature){h, t->nedges - 1};
         }
     }
-    return SW_OK;
+done:
+    free(op_hash);
+    free(seen);
+    return s;
 }
 
 sw_status sw_problem_build_tables(sw_problem *p, int with_bytes) {

@@ -51,7 +51,7 @@ static sw_status take_range(reader *r, int64_t *v, int64_t lo, int64_t hi, const
     } while (0)
 
 static sw_status decode_input(reader *r, sw_problem *p, int opi, sw_op *op, sw_input *in) {
-    int64_t v;
+    int64_t v = 0;
     TRY(take_range(r, &v, 0, 2, "input role"));
     in->role = (sw_role)v;
     TRY(take_range(r, &v, -1, opi - 1, "input producer"));
@@ -97,7 +97,7 @@ static sw_status decode_input(reader *r, sw_problem *p, int opi, sw_op *op, sw_i
 
 static sw_status decode_op(reader *r, sw_problem *p, int opi, const double *flops) {
     sw_op *op = &p->ops[opi];
-    int64_t v;
+    int64_t v = 0;
     TRY(take_range(r, &v, 1, SW_MAX_VARS, "iteration variables"));
     op->nvars = (int)v;
     TRY(take_range(r, &v, 1, op->nvars < SW_MAX_RANK ? op->nvars : SW_MAX_RANK, "output rank"));
@@ -152,7 +152,7 @@ sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len
     *out = NULL;
     TRY(check_devices(ndev, dev_flops, dev_membw, bw));
     reader r = {blob, blob_len, 0};
-    int64_t nops;
+    int64_t nops = 0;
     TRY(take_range(&r, &nops, 1, 1 << 20, "op count"));
     sw_problem *p = calloc(1, sizeof *p);
     if (!p) {
@@ -192,10 +192,17 @@ sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len
 static void free_tables(sw_problem *p) {
     sw_tables *t = &p->tables;
     for (int e = 0; e < t->nedges; e++) {
-        free(t->edges[e].time);
-        free(t->edges[e].bytes);
+        if (!t->edges[e].shared) {
+            free(t->edges[e].time);
+            free(t->edges[e].bytes);
+        }
     }
     free(t->edges);
+    if (t->node_cost) {
+        for (int i = 0; i < t->nnodes; i++) {
+            free(t->node_cost[i]);
+        }
+    }
     free(t->ncfg);
     free(t->node_cost);
     if (p->tc) {

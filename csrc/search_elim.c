@@ -28,11 +28,15 @@ typedef struct {
 
 typedef enum { REC_NODE, REC_LEAF_IN, REC_LEAF_OUT } record_kind;
 
+/* What undoing an elimination needs.  The argmin over cj is recomputed for the
+ * one (ci, ck) the outer graph chose, O(C) instead of storing C^2 indices; the
+ * tables it reads stay alive until the search ends. */
 typedef struct {
     record_kind kind;
-    int j;         /* the eliminated node */
-    int i, k;      /* REC_NODE: i -> j -> k; REC_LEAF_IN: i -> j; REC_LEAF_OUT: j -> k (k) */
-    int *argmin;   /* best cj per (ci, ck), per ci, or per ck */
+    int j;             /* the eliminated node */
+    int i, k;          /* REC_NODE: i -> j -> k; leaves: i is the neighbour */
+    const double *a;   /* REC_NODE: table i -> j; leaves: the one edge's table */
+    const double *b;   /* REC_NODE: table j -> k */
 } record;
 
 typedef struct {
@@ -72,29 +76,21 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     int i = st->edges[e1].src, k = st->edges[e2].dst;
     int ci_n = nc[i], cj_n = nc[j], ck_n = nc[k];
     double *table = malloc(sizeof(double) * (size_t)ci_n * (size_t)ck_n);
-    int *arg = malloc(sizeof(int) * (size_t)ci_n * (size_t)ck_n);
-    if (!table || !arg) {
-        free(table);
-        free(arg);
+    if (!table) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     const double *a = st->edges[e1].t, *b = st->edges[e2].t, *nj = st->node[j];
     for (int ci = 0; ci < ci_n; ci++) {
-        double *row = table + (size_t)ci * ck_n;
-        int *arow = arg + (size_t)ci * ck_n;
+        double *restrict row = table + (size_t)ci * ck_n;
         for (int ck = 0; ck < ck_n; ck++) {
             row[ck] = INFINITY;
-            arow[ck] = 0;
         }
         for (int cj = 0; cj < cj_n; cj++) {
             double base = nj[cj] + a[(size_t)ci * cj_n + cj];
-            const double *brow = b + (size_t)cj * ck_n;
-            for (int ck = 0; ck < ck_n; ck++) {
+            const double *restrict brow = b + (size_t)cj * ck_n;
+            for (int ck = 0; ck < ck_n; ck++) {  /* min-plus product: vectorizes */
                 double v = base + brow[ck];
-                if (v < row[ck]) {
-                    row[ck] = v;
-                    arow[ck] = cj;
-                }
+                row[ck] = v < row[ck] ? v : row[ck];
             }
         }
     }
@@ -104,12 +100,11 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     sw_status s = push_edge(st, i, k, table);
     if (s != SW_OK) {
         free(table);
-        free(arg);
         return s;
     }
     st->outdeg[i]++;
     st->indeg[k]++;
-    st->recs[st->nrec++] = (record){REC_NODE, j, i, k, arg};
+    st->recs[st->nrec++] = (record){REC_NODE, j, i, k, a, b};
     return SW_OK;
 }
 
@@ -119,27 +114,18 @@ static sw_status eliminate_leaf(state *st, int j, int e) {
     int incoming = st->edges[e].dst == j;
     int other = incoming ? st->edges[e].src : st->edges[e].dst;
     int co_n = nc[other], cj_n = nc[j];
-    int *arg = malloc(sizeof(int) * (size_t)co_n);
-    if (!arg) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
-    }
     const double *t = st->edges[e].t, *nj = st->node[j];
     for (int co = 0; co < co_n; co++) {
         double best = INFINITY;
-        int bj = 0;
         for (int cj = 0; cj < cj_n; cj++) {
             double v = nj[cj] + (incoming ? t[(size_t)co * cj_n + cj] : t[(size_t)cj * co_n + co]);
-            if (v < best) {
-                best = v;
-                bj = cj;
-            }
+            best = v < best ? v : best;
         }
         st->node[other][co] += best;
-        arg[co] = bj;
     }
     kill_edge(st, e);
     st->alive[j] = 0;
-    st->recs[st->nrec++] = (record){incoming ? REC_LEAF_IN : REC_LEAF_OUT, j, other, other, arg};
+    st->recs[st->nrec++] = (record){incoming ? REC_LEAF_IN : REC_LEAF_OUT, j, other, other, t, NULL};
     return SW_OK;
 }
 
@@ -166,15 +152,15 @@ static sw_status merge_edges(state *st, int e1, int e2) {
     return SW_OK;
 }
 
-/* One sweep of node and leaf eliminations; returns how many were made. */
-static sw_status node_sweep(state *st, sw_search_stats *stats, int *made) {
+/* One sweep of node eliminations (and leaf eliminations when allowed). */
+static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, int *made) {
     *made = 0;
     for (int j = 0; j < st->n; j++) {
         if (!st->alive[j]) {
             continue;
         }
         int deg = st->indeg[j] + st->outdeg[j];
-        if (deg != 1 && !(st->indeg[j] == 1 && st->outdeg[j] == 1)) {
+        if (!(allow_leaf && deg == 1) && !(st->indeg[j] == 1 && st->outdeg[j] == 1)) {
             continue;
         }
         int ein = -1, eout = -1;
@@ -258,19 +244,33 @@ static sw_status enumerate_residual(state *st, double max_evaluations, int *choi
     return s;
 }
 
-static void undo(const state *st, int *choice) {
+/* The cj minimizing Eq. 2 (or its leaf form) for the neighbours' chosen configurations. */
+static int best_cj(const state *st, const record *rec, const int *choice) {
     const int *nc = st->t->ncfg;
-    for (int r = st->nrec - 1; r >= 0; r--) {
-        const record *rec = &st->recs[r];
-        switch (rec->kind) {
-        case REC_NODE:
-            choice[rec->j] = rec->argmin[(size_t)choice[rec->i] * nc[rec->k] + choice[rec->k]];
-            break;
-        case REC_LEAF_IN:
-        case REC_LEAF_OUT:
-            choice[rec->j] = rec->argmin[choice[rec->i]];
-            break;
+    int j = rec->j, cj_n = nc[j], best_j = 0;
+    const double *nj = st->node[j];
+    double best = INFINITY;
+    for (int cj = 0; cj < cj_n; cj++) {
+        double v;  /* summed in the same order as during the elimination */
+        if (rec->kind == REC_NODE) {
+            double base = nj[cj] + rec->a[(size_t)choice[rec->i] * cj_n + cj];
+            v = base + rec->b[(size_t)cj * nc[rec->k] + choice[rec->k]];
+        } else if (rec->kind == REC_LEAF_IN) {
+            v = nj[cj] + rec->a[(size_t)choice[rec->i] * cj_n + cj];
+        } else {
+            v = nj[cj] + rec->a[(size_t)cj * nc[rec->i] + choice[rec->i]];
         }
+        if (v < best) {
+            best = v;
+            best_j = cj;
+        }
+    }
+    return best_j;
+}
+
+static void undo(const state *st, int *choice) {
+    for (int r = st->nrec - 1; r >= 0; r--) {
+        choice[st->recs[r].j] = best_cj(st, &st->recs[r], choice);
     }
 }
 
@@ -287,9 +287,6 @@ static void free_state(state *st) {
         }
     }
     free(st->edges);
-    for (int r = 0; r < st->nrec; r++) {
-        free(st->recs[r].argmin);
-    }
     free(st->recs);
     free(st->alive);
     free(st->indeg);
@@ -334,10 +331,18 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
     sw_search_stats local = {0};
     state st = {0};
     sw_status s = init_state(&st, t);
-    for (int made_node = 1, made_edge = 1; s == SW_OK && (made_node || made_edge);) {
-        s = node_sweep(&st, &local, &made_node);
-        if (s == SW_OK) {
-            s = edge_sweep(&st, &local, &made_edge);
+    /* Algorithm 1 proper (node + edge eliminations), then again with leaves */
+    for (int allow_leaf = 0; allow_leaf < 2; allow_leaf++) {
+        for (int made_node = 1, made_edge = 1; s == SW_OK && (made_node || made_edge);) {
+            s = node_sweep(&st, allow_leaf, &local, &made_node);
+            if (s == SW_OK) {
+                s = edge_sweep(&st, &local, &made_edge);
+            }
+        }
+        if (!allow_leaf) {
+            for (int j = 0; j < st.n; j++) {
+                local.algorithm1_residual_nodes += st.alive[j];
+            }
         }
     }
     if (s == SW_OK) {

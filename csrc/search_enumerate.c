@@ -159,7 +159,7 @@ sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *
                                choice, cost, &evals, "exhaustive search: the graph");
     if (stats) {
         stats->node_eliminations = stats->edge_eliminations = stats->leaf_eliminations = 0;
-        stats->residual_nodes = t->nnodes;
+        stats->residual_nodes = stats->algorithm1_residual_nodes = t->nnodes;
         stats->residual_edges = t->nedges;
         double combos = 1.0;
         for (int i = 0; i < t->nnodes; i++) {

@@ -112,6 +112,7 @@ typedef struct {
     int src, dst;        /* node indices */
     double *time;        /* ncfg[src] x ncfg[dst], row-major, seconds */
     double *bytes;       /* same shape, bytes moved (NULL unless requested) */
+    int shared;          /* the arrays belong to an earlier edge with the same signature */
 } sw_edge_table;
 
 typedef struct {
@@ -124,7 +125,8 @@ typedef struct {
 
 typedef struct {
     int node_eliminations, edge_eliminations, leaf_eliminations;
-    int residual_nodes, residual_edges;
+    int algorithm1_residual_nodes;  /* K of seed 003 Table 2: left by node + edge eliminations */
+    int residual_nodes, residual_edges;  /* left after leaf eliminations too */
     double residual_combinations;   /* product of configuration counts of the residual graph */
     double evaluations;             /* strategies evaluated by the final enumeration */
 } sw_search_stats;

@@ -9,6 +9,8 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* */
 
+#include <math.h>  /* isfinite */
+
 #include "../shardwise.h"
 
 /* ------------------------------------------------------------------ errors */
@@ -35,7 +37,8 @@ static PyArrayObject *as_array(PyObject *obj, int type, int ndim, const char *wh
 
 /* ------------------------------------------------------------------ stats */
 static PyObject *stats_dict(const sw_search_stats *st) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:d,s:d}", "node_eliminations", st->node_eliminations,
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d}", "node_eliminations", st->node_eliminations,
+                         "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
                          "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
                          "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
                          "residual_combinations", st->residual_combinations, "evaluations", st->evaluations);
@@ -316,6 +319,40 @@ static PyObject *Problem_node_costs(ProblemObject *self, PyObject *args) {
                          copy_doubles(self->p->sync_bytes[op], 1, &n));
 }
 
+/* Replace t_c of every configuration of one op (a measured profile); node costs follow. */
+static PyObject *Problem_set_compute_times(ProblemObject *self, PyObject *args) {
+    int op;
+    PyObject *tc_o;
+    if (!PyArg_ParseTuple(args, "iO", &op, &tc_o) || !check_tables(self) || !check_op(self, op)) {
+        return NULL;
+    }
+    PyArrayObject *tc = as_array(tc_o, NPY_FLOAT64, 1, "compute times");
+    if (!tc) {
+        return NULL;
+    }
+    int n = self->p->ops[op].ncfg;
+    const double *v = PyArray_DATA(tc);
+    if (PyArray_DIM(tc, 0) != n) {
+        Py_DECREF(tc);
+        PyErr_Format(PyExc_ValueError, "op %d has %d configurations, got %zd compute times", op, n,
+                     (Py_ssize_t)PyArray_DIM(tc, 0));
+        return NULL;
+    }
+    for (int k = 0; k < n; k++) {
+        if (!(v[k] >= 0) || !isfinite(v[k])) {
+            Py_DECREF(tc);
+            PyErr_Format(PyExc_ValueError, "compute time %g of op %d must be finite and non-negative", v[k], op);
+            return NULL;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        self->p->tc[op][k] = v[k];
+        self->p->tables.node_cost[op][k] = v[k] + self->p->ts[op][k];
+    }
+    Py_DECREF(tc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Problem_edges(ProblemObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!check_tables(self)) {
         return NULL;
@@ -394,6 +431,8 @@ static PyMethodDef Problem_methods[] = {
     {"build_tables", (PyCFunction)(void (*)(void))Problem_build_tables, METH_VARARGS | METH_KEYWORDS,
      "build_tables(with_bytes=False): t_c, t_s per configuration and t_x per edge (GIL released)"},
     {"node_costs", (PyCFunction)Problem_node_costs, METH_VARARGS, "node_costs(op) -> (t_c, t_s, sync bytes)"},
+    {"set_compute_times", (PyCFunction)Problem_set_compute_times, METH_VARARGS,
+     "set_compute_times(op, t_c): replace the modelled compute times of one op (measured profile)"},
     {"edges", (PyCFunction)Problem_edges, METH_NOARGS, "edges() -> [(producer, consumer, slot)]"},
     {"edge_table", (PyCFunction)Problem_edge_table, METH_VARARGS, "edge_table(e) -> (t_x, bytes or None)"},
     {"search", (PyCFunction)(void (*)(void))Problem_search, METH_VARARGS | METH_KEYWORDS,
@@ -504,7 +543,7 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
             PyErr_Format(PyExc_ValueError, "edge %zd table must be %d x %d", e, t.ncfg[src], t.ncfg[dst]);
             goto done;
         }
-        t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL};
+        t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL, 0};
         t.nedges++;
     }
     result = run_search(&t, fn, max_evals);

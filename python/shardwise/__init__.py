@@ -15,3 +15,12 @@ __version__ = "0.1.0"
 
 __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
            "DeviceGraphError", "ConfigError", "SearchError", "PlanFileError", "__version__"]
+
+from .devices import Device, DeviceGraph
+from .plan import LayerCost, OpConfig, Plan, compare_text
+from .problem import CostOptions, worker_counts
+from .search import ProfileTable, search
+from . import strategies
+
+__all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
+            "worker_counts", "ProfileTable", "search", "strategies"]

@@ -1,0 +1,234 @@
+"""Device graphs: devices (FLOP/s, memory, memory bandwidth) and the links between them.
+
+    d = DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100")   # seed 003's cluster
+    d = DeviceGraph.cpu(4)                                                 # 4 workers here
+    d = DeviceGraph()
+    a = d.add_device("gpu0", flops=9.3e12, memory=16e9)
+    b = d.add_device("gpu1", flops=9.3e12, memory=16e9)
+    d.add_link(a, b, bandwidth=20e9)
+
+Transfers between devices that share no link follow the *widest* route (the
+path whose slowest link is fastest; fewer hops break ties) and run at that
+slowest link's bandwidth.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import DeviceGraphError
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Nominal figures of one kind of device (fp32)."""
+
+    flops: float          # peak FLOP/s
+    memory: float         # bytes of device memory
+    mem_bandwidth: float  # bytes/s of device memory
+    intra_bandwidth: float  # bytes/s between two devices of one node
+
+
+# Figures from the vendors' data sheets; links as in the papers' machines.
+DEVICE_PRESETS: dict[str, DeviceSpec] = {
+    # Tesla P100 SXM2: 10.6 TFLOP/s boost (9.3 base), 16 GB HBM2 at 732 GB/s, NVLink 20 GB/s per link.
+    "P100": DeviceSpec(9.3e12, 16e9, 732e9, 20e9),
+    # One GK210 of a Tesla K80: 4.37 TFLOP/s boost, 12 GB at 240 GB/s, PCIe 3.0 x16 shared per card (~10 GB/s).
+    "K80": DeviceSpec(4.37e12, 12e9, 240e9, 10e9),
+    # Tesla V100 SXM2: 15.7 TFLOP/s, 16 GB at 900 GB/s, NVLink 2 (25 GB/s per link).
+    "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9),
+    # One CPU worker of this kind of machine: one core with AVX2 FMA, a share of DRAM bandwidth,
+    # and copies between workers through shared memory.  Nominal; profiles replace it.
+    "cpu": DeviceSpec(50e9, 4e9, 10e9, 5e9),
+}
+
+# 100 Gb/s EDR InfiniBand between nodes (seed 003, section 6).
+INFINIBAND_EDR = 12.5e9
+
+
+@dataclass(frozen=True)
+class Device:
+    """A handle on one device of a device graph."""
+
+    index: int
+    name: str
+    flops: float
+    memory: float
+    mem_bandwidth: float
+    node: int = 0
+
+    def __repr__(self) -> str:
+        return f"Device({self.index}, {self.name!r})"
+
+
+def _positive(value: Any, what: str) -> float:
+    if isinstance(value, bool):
+        raise DeviceGraphError(f"{what} must be a positive number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise DeviceGraphError(f"{what} must be a positive number, got {value!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise DeviceGraphError(f"{what} must be a positive finite number, got {value!r}")
+    return v
+
+
+class DeviceGraph:
+    """Devices and bidirectional (or one-way) links with bandwidths in bytes/s."""
+
+    def __init__(self, name: str = "devices") -> None:
+        self.name = name
+        self.devices: list[Device] = []
+        self._by_name: dict[str, int] = {}
+        self._links: dict[tuple[int, int], float] = {}
+        self._routes: np.ndarray | None = None
+
+    # ----- building ----------------------------------------------------------
+    def add_device(self, name: str, flops: float, memory: float, mem_bandwidth: float | None = None,
+                   node: int = 0) -> Device:
+        """Add a device; ``mem_bandwidth`` defaults to 80 bytes per 1000 FLOPs (a GPU-like ratio)."""
+        if not isinstance(name, str) or not name:
+            raise DeviceGraphError(f"device name must be a non-empty string, got {name!r}")
+        if name in self._by_name:
+            raise DeviceGraphError(f"a device named {name!r} already exists")
+        f = _positive(flops, f"device {name!r} flops")
+        m = _positive(memory, f"device {name!r} memory")
+        bw = _positive(mem_bandwidth, f"device {name!r} mem_bandwidth") if mem_bandwidth is not None else f * 0.08
+        dev = Device(len(self.devices), name, f, m, bw, int(node))
+        self.devices.append(dev)
+        self._by_name[name] = dev.index
+        self._routes = None
+        return dev
+
+    def _index(self, d: Device | str | int) -> int:
+        if isinstance(d, Device):
+            if d.index >= len(self.devices) or self.devices[d.index] is not d:
+                raise DeviceGraphError(f"{d!r} does not belong to device graph {self.name!r}")
+            return d.index
+        if isinstance(d, str):
+            if d not in self._by_name:
+                raise DeviceGraphError(f"no device named {d!r} in device graph {self.name!r}")
+            return self._by_name[d]
+        if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= d < len(self.devices):
+            return int(d)
+        raise DeviceGraphError(f"unknown device {d!r}")
+
+    def add_link(self, a: Device | str | int, b: Device | str | int, bandwidth: float,
+                 bidirectional: bool = True) -> None:
+        """Connect two devices; ``bandwidth`` in bytes/s (per direction)."""
+        i, j = self._index(a), self._index(b)
+        if i == j:
+            raise DeviceGraphError(f"a link needs two different devices, got {self.devices[i].name!r} twice")
+        bw = _positive(bandwidth, f"bandwidth of link {self.devices[i].name}-{self.devices[j].name}")
+        self._links[(i, j)] = bw
+        if bidirectional:
+            self._links[(j, i)] = bw
+        self._routes = None
+
+    # ----- presets -------------------------------------------------------------
+    @classmethod
+    def cluster(cls, nodes: int = 1, devices_per_node: int = 4, device: str = "P100",
+                intra_bandwidth: float | None = None, inter_bandwidth: float = INFINIBAND_EDR) -> "DeviceGraph":
+        """``nodes`` machines of ``devices_per_node`` devices: all-to-all links inside a node
+        (NVLink for P100/V100, PCIe for K80) and ``inter_bandwidth`` between any two devices
+        of different nodes (100 Gb/s InfiniBand by default)."""
+        if device not in DEVICE_PRESETS:
+            raise DeviceGraphError(f"unknown device preset {device!r}; known: {sorted(DEVICE_PRESETS)}")
+        for value, what in ((nodes, "nodes"), (devices_per_node, "devices_per_node")):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise DeviceGraphError(f"{what} must be a positive int, got {value!r}")
+        spec = DEVICE_PRESETS[device]
+        intra = spec.intra_bandwidth if intra_bandwidth is None else _positive(intra_bandwidth, "intra_bandwidth")
+        inter = _positive(inter_bandwidth, "inter_bandwidth")
+        g = cls(f"{nodes}x{devices_per_node} {device}")
+        for n in range(nodes):
+            for k in range(devices_per_node):
+                g.add_device(f"n{n}.{device.lower()}{k}", spec.flops, spec.memory, spec.mem_bandwidth, node=n)
+        count = len(g.devices)
+        for i in range(count):
+            for j in range(i + 1, count):
+                same = g.devices[i].node == g.devices[j].node
+                g.add_link(i, j, intra if same else inter)
+        return g
+
+    @classmethod
+    def cpu(cls, workers: int = 2) -> "DeviceGraph":
+        """``workers`` CPU workers on this machine, each with its own memory (nominal figures)."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
+            raise DeviceGraphError(f"workers must be a positive int, got {workers!r}")
+        spec = DEVICE_PRESETS["cpu"]
+        g = cls(f"cpu x{workers}")
+        for k in range(workers):
+            g.add_device(f"cpu{k}", spec.flops, spec.memory, spec.mem_bandwidth)
+        for i in range(workers):
+            for j in range(i + 1, workers):
+                g.add_link(i, j, spec.intra_bandwidth)
+        return g
+
+    @classmethod
+    def parse(cls, text: str, device: str = "P100") -> "DeviceGraph":
+        """``"16"`` (one node) or ``"4x4"`` (nodes x devices per node), as the CLI takes them."""
+        try:
+            if "x" in text:
+                nodes, per = (int(p) for p in text.lower().split("x"))
+            else:
+                nodes, per = 1, int(text)
+        except ValueError:
+            raise DeviceGraphError(f"cannot read device count {text!r}: use N or NODESxDEVICES") from None
+        if device == "cpu":
+            if nodes != 1:
+                raise DeviceGraphError("cpu workers live on one machine: use a plain count")
+            return cls.cpu(per)
+        return cls.cluster(nodes=nodes, devices_per_node=per, device=device)
+
+    # ----- queries -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __getitem__(self, d: str | int) -> Device:
+        return self.devices[self._index(d)]
+
+    @property
+    def links(self) -> dict[tuple[int, int], float]:
+        return dict(self._links)
+
+    def route_bandwidths(self) -> np.ndarray:
+        """(D, D) bandwidth of the widest route between every ordered pair of devices.
+
+        Raises DeviceGraphError naming two devices with no route between them."""
+        if self._routes is not None:
+            return self._routes
+        n = len(self.devices)
+        if n == 0:
+            raise DeviceGraphError(f"device graph {self.name!r} has no devices")
+        bw = np.zeros((n, n))
+        for (i, j), b in self._links.items():
+            bw[i, j] = max(bw[i, j], b)
+        np.fill_diagonal(bw, np.inf)
+        for k in range(n):  # Floyd-Warshall on (max, min): the widest path
+            bw = np.maximum(bw, np.minimum(bw[:, k:k + 1], bw[k:k + 1, :]))
+        missing = np.argwhere(bw <= 0)
+        if len(missing):
+            i, j = missing[0]
+            raise DeviceGraphError(f"no route from device {self.devices[i].name!r} to {self.devices[j].name!r}")
+        self._routes = bw
+        return bw
+
+    def fingerprint(self) -> str:
+        """A hash of devices and links, stamped into plan files."""
+        data = {"devices": [[d.name, d.flops, d.memory, d.mem_bandwidth, d.node] for d in self.devices],
+                "links": sorted([i, j, b] for (i, j), b in self._links.items())}
+        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+
+    def summary(self) -> str:
+        nodes = len({d.node for d in self.devices})
+        return (f"DeviceGraph {self.name!r}: {len(self.devices)} devices on {nodes} node(s), "
+                f"{len(self._links)} directed links")
+
+    def __repr__(self) -> str:
+        return f"DeviceGraph({self.name!r}, {len(self.devices)} devices)"

@@ -1,0 +1,325 @@
+"""Plans: a configuration for every op, as plain data, costed by Eq. 1.
+
+A plan maps op names to :class:`OpConfig` (a degree per output dimension and
+the devices its workers run on).  The search produces plans; users can write
+their own with :meth:`Plan.from_dict`; both are costed by the same C code.
+Plans save to a versioned JSON file stamped with fingerprints of the graph and
+the device graph (docs/plan-format.md).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .devices import DeviceGraph
+from .errors import ConfigError, PlanFileError
+from .graph import Graph
+from .problem import CostOptions, config_arrays, dim_names, make_problem
+
+PLAN_FORMAT = "shardwise-plan"
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OpConfig:
+    """How one op is parallelized: degrees per dimension (n, c, h, w, ...) and devices."""
+
+    dims: tuple[str, ...]
+    degrees: tuple[int, ...]
+    devices: tuple[int, ...]
+
+    @property
+    def workers(self) -> int:
+        return prod(self.degrees)
+
+    def __getitem__(self, dim: str) -> int:
+        try:
+            return self.degrees[self.dims.index(dim)]
+        except ValueError:
+            raise KeyError(f"no dimension {dim!r}; this op has {self.dims}") from None
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.degrees))
+
+    def split_dims(self) -> str:
+        """Compact form of the non-trivial degrees, e.g. ``n=4 c=2`` (``-`` for one worker)."""
+        parts = [f"{d}={k}" for d, k in zip(self.dims, self.degrees) if k > 1]
+        return " ".join(parts) if parts else "-"
+
+    def device_text(self) -> str:
+        devs = self.devices
+        if len(devs) > 1 and list(devs) == list(range(devs[0], devs[0] + len(devs))):
+            return f"{devs[0]}-{devs[-1]}"
+        return ",".join(str(d) for d in devs)
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{d}={k}" for d, k in zip(self.dims, self.degrees))
+        return f"{{{inner}}} on {self.device_text()}"
+
+
+def make_config(graph: Graph, devices: DeviceGraph, op_name: str, spec: Mapping[str, Any]) -> OpConfig:
+    """Validate a user's ``{"n": 4, "c": 2, "devices": [...]}`` for one op."""
+    op = graph[op_name] if op_name in graph else None
+    if op is None:
+        raise ConfigError(f"no op named {op_name!r} in graph {graph.name!r}")
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"configuration of {op_name!r} must be a mapping like {{'n': 4}}, got {spec!r}")
+    dims = dim_names(len(op.shape))
+    granules = op.desc.split_granules()
+    degrees = []
+    for k in spec:
+        if k != "devices" and k not in dims:
+            raise ConfigError(f"{op_name!r}: unknown dimension {k!r}; this op splits {dims}")
+    for d, size, granule in zip(dims, op.shape, granules):
+        deg = spec.get(d, 1)
+        if isinstance(deg, bool) or not isinstance(deg, (int, np.integer)) or deg < 1:
+            raise ConfigError(f"{op_name!r}: degree of {d!r} must be a positive int, got {deg!r}")
+        if size % deg != 0:
+            raise ConfigError(f"{op_name!r}: degree {d}={deg} does not divide that dimension (size {size})")
+        if (size // deg) % granule != 0:
+            raise ConfigError(f"{op_name!r}: {d}={deg} would cut a {granule}-element group "
+                              f"(shards of {d} must be multiples of {granule})")
+        degrees.append(int(deg))
+    workers = prod(degrees)
+    devs = spec.get("devices")
+    if devs is None:
+        devs = list(range(workers))
+    try:
+        devs = [devices._index(x) for x in devs]
+    except Exception as exc:
+        raise ConfigError(f"{op_name!r}: bad device list {spec.get('devices')!r}: {exc}") from None
+    if workers > len(devices):
+        raise ConfigError(f"{op_name!r}: {workers} workers but the device graph has {len(devices)} devices")
+    if len(devs) != workers or len(set(devs)) != workers:
+        raise ConfigError(f"{op_name!r}: {workers} workers need {workers} distinct devices, got {devs}")
+    return OpConfig(dims, tuple(degrees), tuple(devs))
+
+
+@dataclass
+class LayerCost:
+    """One row of :meth:`Plan.layer_costs`: the terms of Eq. 1 charged to one op."""
+
+    op: str
+    kind: str
+    config: OpConfig
+    t_c: float
+    t_x: float        # transfers on the op's in-edges
+    t_s: float
+    bytes_in: float   # bytes moved on the in-edges
+    bytes_sync: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "kind": self.kind, "degrees": self.config.as_dict(),
+                "devices": list(self.config.devices), "t_c": self.t_c, "t_x": self.t_x, "t_s": self.t_s,
+                "bytes_in": self.bytes_in, "bytes_sync": self.bytes_sync}
+
+
+@dataclass
+class _Evaluation:
+    rows: list[LayerCost]
+    cost: float
+    breakdown: dict[str, float]
+    bytes_moved: float
+
+
+def evaluate(graph: Graph, devices: DeviceGraph, configs: Mapping[str, OpConfig],
+             options: CostOptions) -> _Evaluation:
+    """Eq. 1 for one strategy, from the same C tables the search uses (one config per op)."""
+    problem = make_problem(graph, devices, options)
+    for op in graph.ops:
+        c = configs[op.name]
+        problem.set_configs(op.index, *config_arrays([c.degrees], [c.devices]))
+    problem.build_tables(with_bytes=True)
+    tx = np.zeros(len(graph.ops))
+    bx = np.zeros(len(graph.ops))
+    for e, (_, dst, _) in enumerate(problem.edges()):
+        t, b = problem.edge_table(e)
+        tx[dst] += t[0, 0]
+        bx[dst] += b[0, 0]
+    rows = []
+    for op in graph.ops:
+        tc, ts, sb = problem.node_costs(op.index)
+        rows.append(LayerCost(op.name, op.kind, configs[op.name], float(tc[0]), float(tx[op.index]),
+                              float(ts[0]), float(bx[op.index]), float(sb[0])))
+    breakdown = {"compute": sum(r.t_c for r in rows), "transfer": sum(r.t_x for r in rows),
+                 "sync": sum(r.t_s for r in rows)}
+    moved = sum(r.bytes_in + r.bytes_sync for r in rows)
+    return _Evaluation(rows, sum(breakdown.values()), breakdown, moved)
+
+
+class Plan:
+    """A parallelization strategy: one :class:`OpConfig` per op of ``graph`` on ``devices``."""
+
+    def __init__(self, graph: Graph, devices: DeviceGraph, configs: Mapping[str, OpConfig],
+                 options: CostOptions | None = None, name: str = "plan",
+                 search_stats: dict[str, Any] | None = None) -> None:
+        missing = [op.name for op in graph.ops if op.name not in configs]
+        if missing:
+            raise ConfigError(f"plan has no configuration for ops {missing[:5]}")
+        self.graph = graph
+        self.devices = devices
+        self.configs = {op.name: configs[op.name] for op in graph.ops}
+        self.options = options or CostOptions()
+        self.name = name
+        self.search_stats = search_stats or {}
+        self._evaluation: _Evaluation | None = None
+
+    # ----- construction ------------------------------------------------------
+    @classmethod
+    def from_dict(cls, graph: Graph, devices: DeviceGraph, spec: Mapping[str, Mapping[str, Any]],
+                  options: CostOptions | None = None, name: str = "user") -> "Plan":
+        """A user's own strategy, e.g. ``{"conv1": {"n": 4}, "fc": {"c": 2, "devices": [0, 1]}}``.
+        Ops not listed run on one worker (device 0)."""
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"a plan spec must map op names to configurations, got {type(spec).__name__}")
+        for op_name in spec:
+            if op_name not in graph:
+                raise ConfigError(f"no op named {op_name!r} in graph {graph.name!r}")
+        configs = {op.name: make_config(graph, devices, op.name, spec.get(op.name, {})) for op in graph.ops}
+        return cls(graph, devices, configs, options, name)
+
+    # ----- costs ---------------------------------------------------------------
+    def _eval(self) -> _Evaluation:
+        if self._evaluation is None:
+            self._evaluation = evaluate(self.graph, self.devices, self.configs, self.options)
+        return self._evaluation
+
+    @property
+    def cost(self) -> float:
+        """Eq. 1: estimated seconds per training iteration."""
+        return self._eval().cost
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        """``{"compute": s, "transfer": s, "sync": s}``, summing to :attr:`cost`."""
+        return dict(self._eval().breakdown)
+
+    @property
+    def bytes_moved(self) -> float:
+        """Bytes transferred per iteration: tensors between layers (both directions) + parameter sync."""
+        return self._eval().bytes_moved
+
+    def layer_costs(self) -> list[LayerCost]:
+        """One row per op: its configuration, t_c, t_x of its in-edges, t_s."""
+        return list(self._eval().rows)
+
+    def __getitem__(self, op_name: str) -> OpConfig:
+        try:
+            return self.configs[op_name]
+        except KeyError:
+            raise KeyError(f"no op named {op_name!r} in this plan") from None
+
+    def __iter__(self):
+        return iter(self.configs.items())
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def summary(self, baselines: Sequence["Plan"] = ()) -> str:
+        """The strategy table, the totals, and optionally a comparison with other plans."""
+        rows = self.layer_costs()
+        head = f"{'op':<28} {'kind':<11} {'split':<16} {'devices':<10} {'t_c ms':>9} {'t_x ms':>9} {'t_s ms':>9}"
+        lines = [f"Plan {self.name!r} for {self.graph.name!r} on {self.devices.name!r} "
+                 f"({len(self.devices)} devices, sync={self.options.sync})", head, "-" * len(head)]
+        for r in rows:
+            lines.append(f"{r.op[:28]:<28} {r.kind:<11} {r.config.split_dims():<16} "
+                         f"{r.config.device_text():<10} {r.t_c * 1e3:9.3f} {r.t_x * 1e3:9.3f} {r.t_s * 1e3:9.3f}")
+        b = self.breakdown
+        lines.append("-" * len(head))
+        lines.append(f"estimated iteration: {self.cost * 1e3:.3f} ms  (compute {b['compute'] * 1e3:.3f}, "
+                     f"transfer {b['transfer'] * 1e3:.3f}, sync {b['sync'] * 1e3:.3f})  "
+                     f"bytes moved: {self.bytes_moved / 1e6:.2f} MB")
+        if baselines:
+            lines.append("")
+            lines.append(compare_text([self, *baselines]))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT, "version": PLAN_VERSION, "name": self.name,
+            "graph": {"name": self.graph.name, "fingerprint": self.graph.fingerprint(), "ops": len(self.graph.ops)},
+            "devices": {"name": self.devices.name, "fingerprint": self.devices.fingerprint(),
+                        "count": len(self.devices)},
+            "cost_model": {"sync": self.options.sync, "bytes_per_element": self.options.bytes_per_element,
+                           "backward_factor": self.options.backward_factor},
+            "ops": {n: {**c.as_dict(), "devices": list(c.devices)} for n, c in self.configs.items()},
+            "estimate": {"cost": self.cost, "breakdown": self.breakdown, "bytes_moved": self.bytes_moved},
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the plan as JSON atomically (temporary file, fsync, rename)."""
+        text = json.dumps(self.to_dict(), indent=1)
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, graph: Graph, devices: DeviceGraph) -> "Plan":
+        """Read a plan file; refuses files made for another graph or device graph."""
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise PlanFileError(f"{path}: not a plan file (invalid JSON: {exc})") from None
+        except UnicodeDecodeError:
+            raise PlanFileError(f"{path}: not a plan file (not text)") from None
+        return cls.from_json_dict(data, graph, devices, str(path))
+
+    @classmethod
+    def from_json_dict(cls, data: Any, graph: Graph, devices: DeviceGraph, where: str = "plan") -> "Plan":
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise PlanFileError(f"{where}: not a shardwise plan (missing format {PLAN_FORMAT!r})")
+        if data.get("version") != PLAN_VERSION:
+            raise PlanFileError(f"{where}: plan format version {data.get('version')!r}, expected {PLAN_VERSION}")
+        try:
+            g_fp, d_fp = data["graph"]["fingerprint"], data["devices"]["fingerprint"]
+            ops, model = data["ops"], data["cost_model"]
+            options = CostOptions(model["sync"], float(model["bytes_per_element"]), float(model["backward_factor"]))
+        except (KeyError, TypeError, ValueError, ConfigError) as exc:
+            raise PlanFileError(f"{where}: malformed plan file ({type(exc).__name__}: {exc})") from None
+        if g_fp != graph.fingerprint():
+            raise PlanFileError(f"{where}: made for graph {data['graph'].get('name')!r} (fingerprint {g_fp}), "
+                                f"not {graph.name!r} ({graph.fingerprint()})")
+        if d_fp != devices.fingerprint():
+            raise PlanFileError(f"{where}: made for device graph {data['devices'].get('name')!r} "
+                                f"(fingerprint {d_fp}), not {devices.name!r} ({devices.fingerprint()})")
+        if not isinstance(ops, dict) or set(ops) != set(graph.op_names()):
+            raise PlanFileError(f"{where}: the plan's ops do not match the graph's")
+        try:
+            configs = {n: make_config(graph, devices, n, spec) for n, spec in ops.items()}
+        except ConfigError as exc:
+            raise PlanFileError(f"{where}: {exc}") from None
+        return cls(graph, devices, configs, options, str(data.get("name", "plan")))
+
+    def __repr__(self) -> str:
+        return f"Plan({self.name!r}, graph={self.graph.name!r}, devices={len(self.devices)})"
+
+
+def compare_text(plans: Sequence[Plan]) -> str:
+    """A table of cost, breakdown and bytes moved, relative to the first plan."""
+    first = plans[0]
+    head = f"{'strategy':<16} {'ms/iter':>10} {'compute':>9} {'transfer':>9} {'sync':>9} {'MB moved':>10} {'vs ' + first.name:>12}"
+    lines = [head, "-" * len(head)]
+    for p in plans:
+        b = p.breakdown
+        ratio = p.cost / first.cost if first.cost > 0 else math.nan
+        lines.append(f"{p.name:<16} {p.cost * 1e3:10.3f} {b['compute'] * 1e3:9.3f} {b['transfer'] * 1e3:9.3f} "
+                     f"{b['sync'] * 1e3:9.3f} {p.bytes_moved / 1e6:10.2f} {ratio:11.2f}x")
+    return "\n".join(lines)

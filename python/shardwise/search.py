@@ -1,0 +1,152 @@
+"""The search: the Eq. 1 optimum over every op's configurations.
+
+    plan = search(g, d)                          # node/edge elimination (exact)
+    plan = search(g, d, algorithm="exhaustive")  # brute force, small graphs only
+
+Configurations per op come from the C core (aligned contiguous device blocks,
+worker counts from :func:`shardwise.problem.worker_counts`); cost tables are
+built in C with the GIL released; the search itself runs in C.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from .devices import Device, DeviceGraph
+from .errors import ConfigError, SearchError
+from .graph import Graph, Op
+from .plan import OpConfig, Plan
+from .problem import CostOptions, dim_names, make_problem, worker_counts
+
+ALGORITHMS = ("elimination", "exhaustive")
+DEFAULT_MAX_EVALUATIONS = {"elimination": 1e8, "exhaustive": 2e7}
+
+
+class ComputeCosts(Protocol):
+    """Measured compute times: seconds (forward + backward) of one op shard, or None to keep the model."""
+
+    def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None: ...
+
+
+class ProfileTable:
+    """Compute times measured elsewhere, keyed by (op kind, shard output shape).
+
+    ``ProfileTable({("conv2d", (32, 64, 56, 56)): 1.2e-3})``; shards not in the
+    table keep the roofline estimate.
+    """
+
+    def __init__(self, entries: dict[tuple[str, tuple[int, ...]], float] | None = None) -> None:
+        self.entries: dict[tuple[str, tuple[int, ...]], float] = {}
+        for key, seconds in (entries or {}).items():
+            self.add(key[0], key[1], seconds)
+
+    def add(self, kind: str, shard_shape: Sequence[int], seconds: float) -> None:
+        s = float(seconds)
+        if not np.isfinite(s) or s < 0:
+            raise ConfigError(f"profile time for {kind} {tuple(shard_shape)} must be finite and >= 0, got {seconds!r}")
+        self.entries[(kind, tuple(int(x) for x in shard_shape))] = s
+
+    def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
+        return self.entries.get((op.kind, shard_shape))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+Progress = Callable[[str, float], None]
+
+
+def _progress_printer(stage: str, seconds: float) -> None:
+    print(f"  [shardwise] {stage:<44} {seconds * 1e3:9.1f} ms", file=sys.stderr, flush=True)
+
+
+def _apply_profile(problem: Any, graph: Graph, devices: DeviceGraph, costs: ComputeCosts) -> int:
+    """Replace modelled t_c by measured ones where the profile has them; returns how many."""
+    replaced = 0
+    for op in graph.ops:
+        deg, dev = problem.configs(op.index)
+        tc, _, _ = problem.node_costs(op.index)
+        changed = False
+        for k in range(len(tc)):
+            shard = tuple(int(s) // int(g) for s, g in zip(op.shape, deg[k]))
+            worst = None
+            for d in dev[k]:
+                if d < 0:
+                    break
+                t = costs.compute_time(op, shard, devices.devices[int(d)])
+                if t is None:
+                    worst = None
+                    break
+                worst = t if worst is None else max(worst, t)
+            if worst is not None:
+                tc[k] = worst
+                changed = True
+                replaced += 1
+        if changed:
+            problem.set_compute_times(op.index, tc)
+    return replaced
+
+
+def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *,
+           sync: str = "parameter_server", options: CostOptions | None = None,
+           costs: ComputeCosts | None = None, max_evaluations: float | None = None,
+           worker_counts_: Sequence[int] | None = None,
+           progress: bool | Progress = False) -> Plan:
+    """Find the strategy minimizing Eq. 1 of seed 003.
+
+    ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
+    eliminations, then enumeration of what is left; exact) or ``"exhaustive"``
+    (brute force over every strategy; refuses graphs with more than
+    ``max_evaluations`` strategies).  ``sync``: ``"parameter_server"`` (default,
+    as the papers) or ``"ring"``.  ``costs``: measured compute times (a
+    :class:`ProfileTable`) replacing the roofline.  ``progress``: True prints
+    each stage's time to stderr, or pass a callable ``(stage, seconds)``.
+    """
+    if not isinstance(graph, Graph):
+        raise ConfigError(f"search needs a Graph, got {type(graph).__name__}")
+    if not isinstance(devices, DeviceGraph):
+        raise ConfigError(f"search needs a DeviceGraph, got {type(devices).__name__}")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"unknown search algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    options = options or CostOptions(sync=sync)
+    report: Progress | None = _progress_printer if progress is True else (progress or None)
+    limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else float(max_evaluations)
+    timings: dict[str, float] = {}
+
+    def stage(name: str, start: float) -> float:
+        now = time.perf_counter()
+        timings[name] = now - start
+        if report:
+            report(name, now - start)
+        return now
+
+    t0 = time.perf_counter()
+    problem = make_problem(graph, devices, options)
+    counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
+    problem.enumerate(np.asarray(counts, dtype=np.int32))
+    t = stage("enumerate configurations", t0)
+    problem.build_tables()
+    t = stage("build cost tables (t_c, t_s, t_x)", t)
+    profiled = _apply_profile(problem, graph, devices, costs) if costs is not None else 0
+    if costs is not None:
+        t = stage(f"apply measured costs ({profiled} shards)", t)
+    try:
+        choice, searched_cost, stats = problem.search(algorithm, limit)
+    except RuntimeError as exc:
+        raise SearchError(str(exc)) from None
+    stage(f"{algorithm} search", t)
+    configs = {}
+    ncfg = []
+    for op in graph.ops:
+        deg, dev = problem.configs(op.index)
+        ncfg.append(len(deg))
+        k = int(choice[op.index])
+        devs = tuple(int(x) for x in dev[k] if x >= 0)
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]), devs)
+    stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
+                 total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
+                 max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
+    return Plan(graph, devices, configs, options, name="searched", search_stats=stats)
