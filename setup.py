@@ -11,7 +11,7 @@ import numpy
 from setuptools import Extension, setup
 
 SOURCES = sorted(glob("csrc/*.c")) + sorted(glob("csrc/py/*.c"))
-EXTRA = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+EXTRA = ["-std=c11", "-O3", "-pthread", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 if os.environ.get("SHARDWISE_SANITIZE"):
     EXTRA += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
 
@@ -21,7 +21,7 @@ core = Extension(
     include_dirs=["csrc", numpy.get_include()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=EXTRA,
-    extra_link_args=["-fsanitize=address,undefined"] if os.environ.get("SHARDWISE_SANITIZE") else [],
+    extra_link_args=["-pthread"] + (["-fsanitize=address,undefined"] if os.environ.get("SHARDWISE_SANITIZE") else []),
     depends=glob("csrc/*.h"),
 )
 

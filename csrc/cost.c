@@ -16,9 +16,12 @@
  *             for the activation forward and its gradient backward.
  * Every term is a sum, as in Eq. 1, so the transfers are serial in the model.
  */
-#include <math.h>    /* INFINITY, fmax */
-#include <stdlib.h>  /* calloc, malloc, free */
-#include <string.h>  /* memset */
+#include <math.h>       /* INFINITY, fmax */
+#include <pthread.h>    /* pthread_create: transfer tables are built in parallel */
+#include <stdatomic.h>  /* atomic_int: the shared work counter */
+#include <stdio.h>      /* snprintf */
+#include <stdlib.h>     /* calloc, malloc, free */
+#include <string.h>     /* memset, memcmp */
 
 #include "shardwise.h"
 
@@ -169,9 +172,10 @@ static sw_status overlap_push(overlap_list *l, int w, int64_t s, double elements
     return SW_OK;
 }
 
-/* Overlaps between the regions each worker of partition `dst_cfg` reads and
- * the shards of the producer under partition `src_cfg`. */
-static sw_status partition_overlaps(const sw_op *dst, int slot, const sw_config *dst_cfg, const sw_op *src,
+/* Overlaps between the regions the workers of a destination partition read
+ * (`regions`, `used` per worker) and the shards of the producer under
+ * partition `src_cfg`. */
+static sw_status partition_overlaps(const sw_box *regions, const char *used, int kd, const sw_op *src,
                                     const sw_config *src_cfg, overlap_list *out) {
     out->len = 0;
     int rank = src->out_rank;
@@ -182,12 +186,11 @@ static sw_status partition_overlaps(const sw_op *dst, int slot, const sw_config 
         stride[m] = acc;
         acc *= src_cfg->deg[m];
     }
-    for (int w = 0; w < dst_cfg->nworkers; w++) {
-        sw_box box, r;
-        sw_worker_box(dst, dst_cfg, w, &box);
-        if (!sw_input_region(dst, slot, &box, &r)) {
+    for (int w = 0; w < kd; w++) {
+        if (!used[w]) {
             continue;
         }
+        const sw_box r = regions[w];
         int64_t clo[SW_MAX_RANK], chi[SW_MAX_RANK], cur[SW_MAX_RANK];
         for (int m = 0; m < rank; m++) {
             clo[m] = r.lo[m] / len[m];
@@ -249,8 +252,17 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     int nj = dst->ncfg, nd = p->ndev;
     /* seconds per element from device a to device b, both directions counted */
     double *sec = malloc(sizeof(double) * (size_t)nd * (size_t)nd);
+    int maxk = 1;
+    for (int c = 0; c < nj; c++) {
+        maxk = dst->cfgs[c].nworkers > maxk ? dst->cfgs[c].nworkers : maxk;
+    }
+    sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
+    char *used = malloc((size_t)maxk);
     overlap_list list = {0};
-    if (!sec) {
+    if (!sec || !regions || !used) {
+        free(sec);
+        free(regions);
+        free(used);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     double per_elem = p->bytes_per_element * TRANSFER_DIRECTIONS;
@@ -262,9 +274,15 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     sw_status s = SW_OK;
     for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = partition_end(dst, cj0)) {
         int cj1 = partition_end(dst, cj0);
+        const sw_config *part = &dst->cfgs[cj0];
+        for (int w = 0; w < part->nworkers; w++) {
+            sw_box box;
+            sw_worker_box(dst, part, w, &box);
+            used[w] = (char)sw_input_region(dst, slot, &box, &regions[w]);
+        }
         for (int ci0 = 0; ci0 < src->ncfg; ci0 = partition_end(src, ci0)) {
             int ci1 = partition_end(src, ci0);
-            s = partition_overlaps(dst, slot, &dst->cfgs[cj0], src, &src->cfgs[ci0], &list);
+            s = partition_overlaps(regions, used, part->nworkers, src, &src->cfgs[ci0], &list);
             if (s != SW_OK) {
                 break;
             }
@@ -289,6 +307,8 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     }
     free(list.items);
     free(sec);
+    free(regions);
+    free(used);
     return s;
 }
 
@@ -412,6 +432,68 @@ typedef struct {
     int edge;
 } signature;
 
+/* ---- filling the distinct tables on several threads ----
+ * Each table is written by one thread only; the problem is read-only here. */
+typedef struct {
+    sw_problem *p;
+    const int *todo;
+    int ntodo;
+    atomic_int next;
+    atomic_int failed;
+    sw_status status;         /* first failure, with its message copied out of */
+    char message[512];        /* the failing thread's thread-local error */
+    pthread_mutex_t lock;
+} table_work;
+
+static void *table_worker(void *arg) {
+    table_work *wk = arg;
+    for (;;) {
+        int q = atomic_fetch_add(&wk->next, 1);
+        if (q >= wk->ntodo || atomic_load(&wk->failed)) {
+            break;
+        }
+        sw_edge_table *e = &wk->p->tables.edges[wk->todo[q]];
+        sw_status s = sw_transfer_table(wk->p, e->dst, wk->p->edge_consumer_slot[wk->todo[q]], e->time, e->bytes);
+        if (s != SW_OK) {
+            pthread_mutex_lock(&wk->lock);
+            if (!atomic_load(&wk->failed)) {
+                wk->status = s;
+                snprintf(wk->message, sizeof wk->message, "%s", sw_last_error());
+                atomic_store(&wk->failed, 1);
+            }
+            pthread_mutex_unlock(&wk->lock);
+        }
+    }
+    return NULL;
+}
+
+static sw_status fill_tables_parallel(sw_problem *p, const int *todo, int ntodo) {
+    table_work wk = {.p = p, .todo = todo, .ntodo = ntodo, .status = SW_OK};
+    atomic_init(&wk.next, 0);
+    atomic_init(&wk.failed, 0);
+    pthread_mutex_init(&wk.lock, NULL);
+    int nthreads = p->threads < 1 ? 1 : p->threads;
+    if (nthreads > ntodo) {
+        nthreads = ntodo > 0 ? ntodo : 1;
+    }
+    pthread_t tids[64];
+    int started = 0;
+    for (int k = 1; k < nthreads && k < 64; k++) {  /* this thread is worker 0 */
+        if (pthread_create(&tids[started], NULL, table_worker, &wk) == 0) {
+            started++;
+        }
+    }
+    table_worker(&wk);
+    for (int k = 0; k < started; k++) {
+        pthread_join(tids[k], NULL);
+    }
+    pthread_mutex_destroy(&wk.lock);
+    if (atomic_load(&wk.failed)) {
+        return SW_FAIL(wk.status, "%s", wk.message);
+    }
+    return SW_OK;
+}
+
 static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
     sw_tables *t = &p->tables;
     int ne = 0;
@@ -470,12 +552,20 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
                 s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
                 break;
             }
-            s = sw_transfer_table(p, i, k, e->time, e->bytes);
-            if (s != SW_OK) {
-                break;
-            }
             seen[nseen++] = (signature){h, t->nedges - 1};
         }
+    }
+    if (s == SW_OK) {
+        int *todo = malloc(sizeof(int) * (size_t)(nseen > 0 ? nseen : 1));
+        if (!todo) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int q = 0; q < nseen; q++) {
+            todo[q] = seen[q].edge;
+        }
+        s = fill_tables_parallel(p, todo, nseen);
+        free(todo);
     }
 done:
     free(op_hash);

@@ -151,6 +151,7 @@ typedef struct {
     sw_sync_model sync_model;
     double bytes_per_element;
     double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
+    int threads;              /* threads that build transfer tables (default 1) */
     int32_t *dev_pool;
     int64_t pool_len, pool_cap;
     /* filled by sw_problem_build_tables */

@@ -170,12 +170,18 @@ static void Problem_dealloc(ProblemObject *self) {
 }
 
 static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"sync_model", "bytes_per_element", "backward_factor", NULL};
-    int sync = 0;
+    static char *kwlist[] = {"sync_model", "bytes_per_element", "backward_factor", "threads", NULL};
+    int sync = 0, threads = 1;
     double bpe = 4.0, bf = 3.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|idd", kwlist, &sync, &bpe, &bf) || !check_ready(self)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|iddi", kwlist, &sync, &bpe, &bf, &threads) ||
+        !check_ready(self)) {
         return NULL;
     }
+    if (threads < 1 || threads > 64) {
+        PyErr_Format(PyExc_ValueError, "threads must be in 1..64, got %d", threads);
+        return NULL;
+    }
+    self->p->threads = threads;
     if (sync != SW_SYNC_PARAMETER_SERVER && sync != SW_SYNC_RING) {
         PyErr_Format(PyExc_ValueError, "unknown sync model %d", sync);
         return NULL;
@@ -422,7 +428,7 @@ static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure))
 
 static PyMethodDef Problem_methods[] = {
     {"set_options", (PyCFunction)(void (*)(void))Problem_set_options, METH_VARARGS | METH_KEYWORDS,
-     "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0)"},
+     "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1)"},
     {"enumerate", (PyCFunction)Problem_enumerate, METH_O,
      "enumerate(counts): configurations of every op for these worker counts"},
     {"set_configs", (PyCFunction)Problem_set_configs, METH_VARARGS,

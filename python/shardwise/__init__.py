@@ -19,7 +19,8 @@ __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "G
 from .devices import Device, DeviceGraph
 from .plan import LayerCost, OpConfig, Plan, compare_text
 from .problem import CostOptions, worker_counts
-from .search import ProfileTable, search
+from .costs import ProfileTable
+from .search import search
 from . import strategies
 
 __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .costs import ComputeCosts, apply_profile
 from .devices import DeviceGraph
 from .errors import ConfigError, PlanFileError
 from .graph import Graph
@@ -130,13 +131,15 @@ class _Evaluation:
 
 
 def evaluate(graph: Graph, devices: DeviceGraph, configs: Mapping[str, OpConfig],
-             options: CostOptions) -> _Evaluation:
+             options: CostOptions, costs: ComputeCosts | None = None) -> _Evaluation:
     """Eq. 1 for one strategy, from the same C tables the search uses (one config per op)."""
     problem = make_problem(graph, devices, options)
     for op in graph.ops:
         c = configs[op.name]
         problem.set_configs(op.index, *config_arrays([c.degrees], [c.devices]))
     problem.build_tables(with_bytes=True)
+    if costs is not None:
+        apply_profile(problem, graph, devices, costs)
     tx = np.zeros(len(graph.ops))
     bx = np.zeros(len(graph.ops))
     for e, (_, dst, _) in enumerate(problem.edges()):
@@ -159,7 +162,7 @@ class Plan:
 
     def __init__(self, graph: Graph, devices: DeviceGraph, configs: Mapping[str, OpConfig],
                  options: CostOptions | None = None, name: str = "plan",
-                 search_stats: dict[str, Any] | None = None) -> None:
+                 search_stats: dict[str, Any] | None = None, costs: ComputeCosts | None = None) -> None:
         missing = [op.name for op in graph.ops if op.name not in configs]
         if missing:
             raise ConfigError(f"plan has no configuration for ops {missing[:5]}")
@@ -169,12 +172,14 @@ class Plan:
         self.options = options or CostOptions()
         self.name = name
         self.search_stats = search_stats or {}
+        self.costs = costs   # measured compute times, if the plan was costed with them
         self._evaluation: _Evaluation | None = None
 
     # ----- construction ------------------------------------------------------
     @classmethod
     def from_dict(cls, graph: Graph, devices: DeviceGraph, spec: Mapping[str, Mapping[str, Any]],
-                  options: CostOptions | None = None, name: str = "user") -> "Plan":
+                  options: CostOptions | None = None, name: str = "user",
+                  costs: ComputeCosts | None = None) -> "Plan":
         """A user's own strategy, e.g. ``{"conv1": {"n": 4}, "fc": {"c": 2, "devices": [0, 1]}}``.
         Ops not listed run on one worker (device 0)."""
         if not isinstance(spec, Mapping):
@@ -183,12 +188,12 @@ class Plan:
             if op_name not in graph:
                 raise ConfigError(f"no op named {op_name!r} in graph {graph.name!r}")
         configs = {op.name: make_config(graph, devices, op.name, spec.get(op.name, {})) for op in graph.ops}
-        return cls(graph, devices, configs, options, name)
+        return cls(graph, devices, configs, options, name, costs=costs)
 
     # ----- costs ---------------------------------------------------------------
     def _eval(self) -> _Evaluation:
         if self._evaluation is None:
-            self._evaluation = evaluate(self.graph, self.devices, self.configs, self.options)
+            self._evaluation = evaluate(self.graph, self.devices, self.configs, self.options, self.costs)
         return self._evaluation
 
     @property

@@ -5,6 +5,7 @@ so that the C core receives every index expression without per-op code.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -46,6 +47,7 @@ class CostOptions:
     sync: str = "parameter_server"   # or "ring"
     bytes_per_element: float = 4.0   # float32
     backward_factor: float = 3.0     # forward + backward ~ 3x the forward compute
+    threads: int = 0                 # threads building cost tables; 0 = one per CPU (at most 8)
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODELS:
@@ -89,7 +91,8 @@ def make_problem(graph: Graph, devices: DeviceGraph, options: CostOptions) -> "_
         raise ConfigError(f"graph {graph.name!r} has no ops")
     blob, flops = encode_graph(graph)
     problem = _core.Problem(blob, flops, *device_arrays(devices))
-    problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor)
+    threads = options.threads or min(8, os.cpu_count() or 1)
+    problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, threads)
     return problem
 
 

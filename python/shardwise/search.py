@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .devices import Device, DeviceGraph
+from .devices import DeviceGraph
 from .errors import ConfigError, SearchError
-from .graph import Graph, Op
+from .graph import Graph
+from .costs import ComputeCosts, ProfileTable, apply_profile
 from .plan import OpConfig, Plan
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
@@ -25,69 +26,11 @@ ALGORITHMS = ("elimination", "exhaustive")
 DEFAULT_MAX_EVALUATIONS = {"elimination": 1e8, "exhaustive": 2e7}
 
 
-class ComputeCosts(Protocol):
-    """Measured compute times: seconds (forward + backward) of one op shard, or None to keep the model."""
-
-    def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None: ...
-
-
-class ProfileTable:
-    """Compute times measured elsewhere, keyed by (op kind, shard output shape).
-
-    ``ProfileTable({("conv2d", (32, 64, 56, 56)): 1.2e-3})``; shards not in the
-    table keep the roofline estimate.
-    """
-
-    def __init__(self, entries: dict[tuple[str, tuple[int, ...]], float] | None = None) -> None:
-        self.entries: dict[tuple[str, tuple[int, ...]], float] = {}
-        for key, seconds in (entries or {}).items():
-            self.add(key[0], key[1], seconds)
-
-    def add(self, kind: str, shard_shape: Sequence[int], seconds: float) -> None:
-        s = float(seconds)
-        if not np.isfinite(s) or s < 0:
-            raise ConfigError(f"profile time for {kind} {tuple(shard_shape)} must be finite and >= 0, got {seconds!r}")
-        self.entries[(kind, tuple(int(x) for x in shard_shape))] = s
-
-    def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
-        return self.entries.get((op.kind, shard_shape))
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
 Progress = Callable[[str, float], None]
 
 
 def _progress_printer(stage: str, seconds: float) -> None:
     print(f"  [shardwise] {stage:<44} {seconds * 1e3:9.1f} ms", file=sys.stderr, flush=True)
-
-
-def _apply_profile(problem: Any, graph: Graph, devices: DeviceGraph, costs: ComputeCosts) -> int:
-    """Replace modelled t_c by measured ones where the profile has them; returns how many."""
-    replaced = 0
-    for op in graph.ops:
-        deg, dev = problem.configs(op.index)
-        tc, _, _ = problem.node_costs(op.index)
-        changed = False
-        for k in range(len(tc)):
-            shard = tuple(int(s) // int(g) for s, g in zip(op.shape, deg[k]))
-            worst = None
-            for d in dev[k]:
-                if d < 0:
-                    break
-                t = costs.compute_time(op, shard, devices.devices[int(d)])
-                if t is None:
-                    worst = None
-                    break
-                worst = t if worst is None else max(worst, t)
-            if worst is not None:
-                tc[k] = worst
-                changed = True
-                replaced += 1
-        if changed:
-            problem.set_compute_times(op.index, tc)
-    return replaced
 
 
 def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *,
@@ -130,7 +73,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     t = stage("enumerate configurations", t0)
     problem.build_tables()
     t = stage("build cost tables (t_c, t_s, t_x)", t)
-    profiled = _apply_profile(problem, graph, devices, costs) if costs is not None else 0
+    profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
     if costs is not None:
         t = stage(f"apply measured costs ({profiled} shards)", t)
     try:
@@ -149,4 +92,4 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
-    return Plan(graph, devices, configs, options, name="searched", search_stats=stats)
+    return Plan(graph, devices, configs, options, name="searched", search_stats=stats, costs=costs)
