@@ -8,8 +8,8 @@
     d.add_link(a, b, bandwidth=20e9)
 
 Transfers between devices that share no link follow the *widest* route (the
-path whose slowest link is fastest; fewer hops break ties) and run at that
-slowest link's bandwidth.
+path whose slowest link is fastest) and run at that slowest link's bandwidth;
+only that bandwidth is kept, not the path itself.
 """
 from __future__ import annotations
 
@@ -173,6 +173,7 @@ class DeviceGraph:
     @classmethod
     def parse(cls, text: str, device: str = "P100") -> "DeviceGraph":
         """``"16"`` (one node) or ``"4x4"`` (nodes x devices per node), as the CLI takes them."""
+        text = str(text).strip().lower()
         try:
             if "x" in text:
                 nodes, per = (int(p) for p in text.lower().split("x"))

@@ -265,6 +265,9 @@ class Plan:
         directory = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=directory)
         try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a plan file is an ordinary file
             with os.fdopen(fd, "w") as f:
                 f.write(text)
                 f.flush()

@@ -52,6 +52,12 @@ class CostOptions:
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODELS:
             raise ConfigError(f"unknown sync model {self.sync!r}; expected one of {sorted(SYNC_MODELS)}")
+        for name in ("bytes_per_element", "backward_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < 1e6):
+                raise ConfigError(f"{name} must be a positive finite number, got {value!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 0 <= self.threads <= 64:
+            raise ConfigError(f"threads must be an int in 0..64 (0: one per CPU), got {self.threads!r}")
 
 
 def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:

@@ -1,0 +1,36 @@
+# Developer targets.  CI runs .ci/run (the README's test command); these are extras.
+PY ?= python
+ASAN_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libubsan.so)
+SAN_DIR = build/sanitize
+# the interpreter itself, not a launcher script (valgrind would trace the script)
+PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
+
+.PHONY: build test test-all asan valgrind bench clean
+
+build:            ## compile the C core in place
+	$(PY) setup.py build_ext --inplace
+
+test: build       ## the default (fast) test run
+	$(PY) -m pytest -q
+
+test-all: build   ## including tests marked slow
+	$(PY) -m pytest -q -m ""
+
+asan:             ## run the tests against a copy built with AddressSanitizer + UBSan
+	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
+	git ls-files -z | xargs -0 -I{} cp --parents {} $(SAN_DIR)
+	cd $(SAN_DIR) && SHARDWISE_SANITIZE=1 $(PY) setup.py build_ext --inplace
+	cd $(SAN_DIR) && LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0 \
+		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=python \
+		$(PY) -m pytest -q -p no:cacheprovider tests
+
+valgrind: build   ## the C-heavy tests under valgrind memcheck (slow)
+	PYTHONMALLOC=malloc valgrind --error-exitcode=9 --errors-for-leak-kinds=definite \
+		--leak-check=full --show-leak-kinds=definite --suppressions=tools/valgrind-python.supp \
+		$(PY_EXE) -m pytest -q -p no:cacheprovider tests/test_cost_model.py tests/test_api.py -k "not gil"
+
+bench:            ## issue 2's benchmark
+	$(PY) benchmarks/search_time.py
+
+clean:
+	rm -rf build python/shardwise/*.so
