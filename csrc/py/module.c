@@ -58,6 +58,14 @@ static search_fn pick_search(const char *algorithm) {
     return NULL;
 }
 
+static int check_limit(double max_evals) {
+    if (!(max_evals >= 1.0) || !isfinite(max_evals)) {  /* NaN fails the first test */
+        PyErr_Format(PyExc_ValueError, "max_evaluations must be a finite number >= 1, got %g", max_evals);
+        return 0;
+    }
+    return 1;
+}
+
 /* Run a search with the GIL released and package (choice, cost, stats). */
 static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals) {
     npy_intp n = t->nnodes;
@@ -403,7 +411,7 @@ static PyObject *Problem_search(ProblemObject *self, PyObject *args, PyObject *k
         return NULL;
     }
     search_fn fn = pick_search(algorithm);
-    if (!fn) {
+    if (!fn || !check_limit(max_evals)) {
         return NULL;
     }
     self->busy = 1;
@@ -486,7 +494,7 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
         return NULL;
     }
     search_fn fn = pick_search(algorithm);
-    if (!fn) {
+    if (!fn || !check_limit(max_evals)) {
         return NULL;
     }
     PyObject *nodes = PySequence_Fast(nodes_o, "node_costs must be a sequence of arrays");
@@ -530,8 +538,13 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
     }
     for (Py_ssize_t e = 0; e < ne; e++) {
         int src, dst;
-        PyObject *table_o;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(edges, e), "iiO", &src, &dst, &table_o)) {
+        PyObject *table_o, *item = PySequence_Fast_GET_ITEM(edges, e);
+        if (!PyTuple_Check(item)) {
+            PyErr_Format(PyExc_ValueError, "edge %zd must be a tuple (src, dst, table), got %s", e,
+                         Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        if (!PyArg_ParseTuple(item, "iiO", &src, &dst, &table_o)) {
             goto done;
         }
         if (src < 0 || dst >= n || src >= dst) {

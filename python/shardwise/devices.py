@@ -99,6 +99,8 @@ class DeviceGraph:
         f = _positive(flops, f"device {name!r} flops")
         m = _positive(memory, f"device {name!r} memory")
         bw = _positive(mem_bandwidth, f"device {name!r} mem_bandwidth") if mem_bandwidth is not None else f * 0.08
+        if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or node < 0:
+            raise DeviceGraphError(f"device {name!r}: node must be a non-negative int, got {node!r}")
         dev = Device(len(self.devices), name, f, m, bw, int(node))
         self.devices.append(dev)
         self._by_name[name] = dev.index
@@ -137,7 +139,7 @@ class DeviceGraph:
         """``nodes`` machines of ``devices_per_node`` devices: all-to-all links inside a node
         (NVLink for P100/V100, PCIe for K80) and ``inter_bandwidth`` between any two devices
         of different nodes (100 Gb/s InfiniBand by default)."""
-        if device not in DEVICE_PRESETS:
+        if not isinstance(device, str) or device not in DEVICE_PRESETS:
             raise DeviceGraphError(f"unknown device preset {device!r}; known: {sorted(DEVICE_PRESETS)}")
         for value, what in ((nodes, "nodes"), (devices_per_node, "devices_per_node")):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -23,7 +23,7 @@ class ConfigError(ShardwiseError, ValueError):
 
 
 class SearchError(ShardwiseError, RuntimeError):
-    """The search cannot run: unknown algorithm, or a problem too large to enumerate."""
+    """The search cannot run: a problem too large to enumerate (unknown algorithms are ConfigError)."""
 
 
 class PlanFileError(ShardwiseError, ValueError):

@@ -58,6 +58,8 @@ class Op:
 
 
 _ACTIVATIONS = (None, "relu")
+MAX_RANK = 5
+MAX_ELEMENTS = 2**48   # keeps every derived size and FLOP count far inside int64
 
 
 def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
@@ -72,6 +74,10 @@ def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
             raise ShapeError(f"{what} must contain ints, got {dims}")
         if d <= 0:
             raise ShapeError(f"{what} must have positive sizes, got {dims}")
+    if len(dims) > MAX_RANK:
+        raise ShapeError(f"{what} has rank {len(dims)}; at most {MAX_RANK} dimensions are supported")
+    if prod(dims) > MAX_ELEMENTS:
+        raise ShapeError(f"{what} {dims} has {prod(dims):,} elements, more than the {MAX_ELEMENTS:,} supported")
     return dims
 
 
@@ -120,9 +126,12 @@ class Graph:
         self._by_name[op.name] = op.index
         return Tensor(self, op.index, desc.out_shape)
 
-    def _activate(self, t: Tensor, activation: str | None, name: str | None) -> Tensor:
-        if activation not in _ACTIVATIONS:
+    @staticmethod
+    def _check_activation(activation: Any) -> None:
+        if not (activation is None or (isinstance(activation, str) and activation in _ACTIVATIONS)):
             raise GraphError(f"unknown activation {activation!r}; expected one of {_ACTIVATIONS}")
+
+    def _activate(self, t: Tensor, activation: str | None, name: str | None) -> Tensor:
         if activation == "relu":
             # The activation is folded into the op (as cuDNN does): the op's name stays the user's.
             op = self.ops[t.op]
@@ -141,6 +150,7 @@ class Graph:
         """2-D convolution, weight (C_out, C_in, kH, kW); optional fused ReLU."""
         x = self._tensor(x)
         _check_positive_int(out_channels, "conv2d out_channels")
+        self._check_activation(activation)
         desc = ops.conv2d(x.shape, out_channels, kernel, stride, padding, bias)
         t = self._add("conv2d", [x], desc, name, out_channels=out_channels, kernel=kernel,
                       stride=stride, padding=padding, bias=bias, activation=None)
@@ -189,6 +199,7 @@ class Graph:
         """Fully-connected layer, weight (out, in); optional fused ReLU."""
         x = self._tensor(x)
         _check_positive_int(out_features, "linear out_features")
+        self._check_activation(activation)
         t = self._add("linear", [x], ops.linear(x.shape, out_features, bias), name,
                       out_features=out_features, bias=bias, activation=None)
         return self._activate(t, activation, name)

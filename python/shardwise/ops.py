@@ -75,6 +75,9 @@ def pool2d(x: tuple[int, ...], kernel, stride, padding) -> OpDesc:
     _require_rank(x, 4, "pool2d")
     n, c, h, w = x
     (kh, kw), (sh, sw), (ph, pw) = _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(padding, "padding")
+    if min(kh, kw, sh, sw) <= 0 or min(ph, pw) < 0:
+        raise ShapeError(f"pool2d: kernel and stride must be positive and padding non-negative "
+                         f"(kernel={(kh, kw)}, stride={(sh, sw)}, padding={(ph, pw)})")
     if 2 * ph > kh or 2 * pw > kw:
         raise ShapeError(f"pool2d: padding {(ph, pw)} must be at most half the kernel {(kh, kw)}")
     ho = _window_out(h, kh, sh, ph, "pool2d", "height")

@@ -89,6 +89,8 @@ def make_config(graph: Graph, devices: DeviceGraph, op_name: str, spec: Mapping[
                               f"(shards of {d} must be multiples of {granule})")
         degrees.append(int(deg))
     workers = prod(degrees)
+    if workers > len(devices):
+        raise ConfigError(f"{op_name!r}: {workers} workers but the device graph has {len(devices)} devices")
     devs = spec.get("devices")
     if devs is None:
         devs = list(range(workers))
@@ -284,10 +286,10 @@ class Plan:
         try:
             with open(path) as f:
                 data = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise PlanFileError(f"{path}: not a plan file (invalid JSON: {exc})") from None
         except UnicodeDecodeError:
             raise PlanFileError(f"{path}: not a plan file (not text)") from None
+        except (ValueError, RecursionError) as exc:   # JSONDecodeError, digit and nesting limits
+            raise PlanFileError(f"{path}: not a plan file (invalid JSON: {type(exc).__name__}: {exc})") from None
         return cls.from_json_dict(data, graph, devices, str(path))
 
     @classmethod

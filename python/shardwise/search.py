@@ -56,7 +56,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"unknown search algorithm {algorithm!r}; expected one of {ALGORITHMS}")
     options = options or CostOptions(sync=sync)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
-    limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else float(max_evaluations)
+    limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else max_evaluations
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (1 <= limit < float("inf")):
+        raise ConfigError(f"max_evaluations must be a finite number >= 1, got {max_evaluations!r}")
+    limit = float(limit)
     timings: dict[str, float] = {}
 
     def stage(name: str, start: float) -> float:
