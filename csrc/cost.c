@@ -454,6 +454,7 @@ static void *table_worker(void *arg) {
         }
         sw_edge_table *e = &wk->p->tables.edges[wk->todo[q]];
         sw_status s = sw_transfer_table(wk->p, e->dst, wk->p->edge_consumer_slot[wk->todo[q]], e->time, e->bytes);
+        atomic_fetch_add(&wk->p->progress_done, 1);
         if (s != SW_OK) {
             pthread_mutex_lock(&wk->lock);
             if (!atomic_load(&wk->failed)) {
@@ -564,6 +565,8 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
         for (int q = 0; q < nseen; q++) {
             todo[q] = seen[q].edge;
         }
+        atomic_store(&p->progress_done, 0);
+        atomic_store(&p->progress_total, nseen);
         s = fill_tables_parallel(p, todo, nseen);
         free(todo);
     }

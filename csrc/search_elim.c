@@ -213,6 +213,9 @@ static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, i
         if (s != SW_OK) {
             return s;
         }
+        if (st->t->progress) {
+            atomic_fetch_add(st->t->progress, 1);
+        }
         (*made)++;
     }
     return SW_OK;

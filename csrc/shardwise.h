@@ -33,6 +33,7 @@
 #ifndef SHARDWISE_H
 #define SHARDWISE_H
 
+#include <stdatomic.h>  /* _Atomic progress counters read by another thread */
 #include <stddef.h>  /* size_t */
 #include <stdint.h>  /* int64_t, int32_t */
 
@@ -121,6 +122,7 @@ typedef struct {
     double **node_cost;  /* t_c + t_s per configuration */
     int nedges;
     sw_edge_table *edges;
+    _Atomic long *progress;   /* if not NULL, incremented per elimination (a progress bar reads it) */
 } sw_tables;
 
 typedef struct {
@@ -159,6 +161,7 @@ typedef struct {
     double **tc, **ts, **sync_bytes;      /* per op, per config */
     int *edge_consumer_slot;              /* per edge: input slot of the consumer */
     int tables_built;
+    _Atomic long progress_done, progress_total;   /* of the running build or search */
 } sw_problem;
 
 sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len, const double *flops,

@@ -415,9 +415,21 @@ static PyObject *Problem_search(ProblemObject *self, PyObject *args, PyObject *k
         return NULL;
     }
     self->busy = 1;
+    atomic_store(&self->p->progress_done, 0);
+    atomic_store(&self->p->progress_total, self->p->nops);
+    self->p->tables.progress = &self->p->progress_done;
     PyObject *r = run_search(&self->p->tables, fn, max_evals);
+    self->p->tables.progress = NULL;
     self->busy = 0;
     return r;
+}
+
+/* (done, total) of the build or search running on another thread; safe to call while busy. */
+static PyObject *Problem_progress(ProblemObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!self->p) {
+        return Py_BuildValue("(ll)", 0L, 0L);
+    }
+    return Py_BuildValue("(ll)", atomic_load(&self->p->progress_done), atomic_load(&self->p->progress_total));
 }
 
 static PyObject *Problem_get_nops(ProblemObject *self, void *Py_UNUSED(closure)) {
@@ -445,6 +457,8 @@ static PyMethodDef Problem_methods[] = {
     {"build_tables", (PyCFunction)(void (*)(void))Problem_build_tables, METH_VARARGS | METH_KEYWORDS,
      "build_tables(with_bytes=False): t_c, t_s per configuration and t_x per edge (GIL released)"},
     {"node_costs", (PyCFunction)Problem_node_costs, METH_VARARGS, "node_costs(op) -> (t_c, t_s, sync bytes)"},
+    {"progress", (PyCFunction)Problem_progress, METH_NOARGS,
+     "progress() -> (done, total) of the table build or search running on another thread"},
     {"set_compute_times", (PyCFunction)Problem_set_compute_times, METH_VARARGS,
      "set_compute_times(op, t_c): replace the modelled compute times of one op (measured profile)"},
     {"edges", (PyCFunction)Problem_edges, METH_NOARGS, "edges() -> [(producer, consumer, slot)]"},

@@ -10,8 +10,9 @@ built in C with the GIL released; the search itself runs in C.
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -31,6 +32,40 @@ Progress = Callable[[str, float], None]
 
 def _progress_printer(stage: str, seconds: float) -> None:
     print(f"  [shardwise] {stage:<44} {seconds * 1e3:9.1f} ms", file=sys.stderr, flush=True)
+
+
+LIVE_AFTER = 1.0   # seconds before a running stage starts showing a live counter
+
+
+def _run_live(problem: Any, label: str, work: Callable[[], Any]) -> Any:
+    """Run ``work`` (which releases the GIL) on a thread and, if it takes longer than
+    LIVE_AFTER seconds, show the C core's (done, total) counter on stderr."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = work()
+        except BaseException as exc:  # re-raised on the calling thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"shardwise {label}", daemon=True)
+    start = time.perf_counter()
+    thread.start()
+    shown = False
+    while thread.is_alive():
+        thread.join(0.2)
+        elapsed = time.perf_counter() - start
+        if thread.is_alive() and elapsed > LIVE_AFTER:
+            done, total = problem.progress()
+            pct = 100.0 * done / total if total else 0.0
+            print(f"\r  [shardwise] {label:<44} {done}/{total} ({pct:4.0f}%) {elapsed:6.1f} s",
+                  end="", file=sys.stderr, flush=True)
+            shown = True
+    if shown:
+        print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *,
@@ -74,13 +109,21 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
     problem.enumerate(np.asarray(counts, dtype=np.int32))
     t = stage("enumerate configurations", t0)
-    problem.build_tables()
+    live = progress is True
+    if live:
+        _run_live(problem, "building cost tables", problem.build_tables)
+    else:
+        problem.build_tables()
     t = stage("build cost tables (t_c, t_s, t_x)", t)
     profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
     if costs is not None:
         t = stage(f"apply measured costs ({profiled} shards)", t)
     try:
-        choice, searched_cost, stats = problem.search(algorithm, limit)
+        if live:
+            choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
+                                                     lambda: problem.search(algorithm, limit))
+        else:
+            choice, searched_cost, stats = problem.search(algorithm, limit)
     except RuntimeError as exc:
         raise SearchError(str(exc)) from None
     stage(f"{algorithm} search", t)
