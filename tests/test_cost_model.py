@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import shardwise as sw
-from shardwise.opdesc import DATA, WEIGHT
+from shardwise.opdesc import DATA
 from shardwise.problem import dim_names
 
 BYTES = 4.0

@@ -19,7 +19,7 @@ import numpy as np
 from .devices import DeviceGraph
 from .errors import ConfigError, SearchError
 from .graph import Graph
-from .costs import ComputeCosts, ProfileTable, apply_profile
+from .costs import ComputeCosts, apply_profile
 from .plan import OpConfig, Plan
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 

@@ -1,16 +1,8 @@
 """AlexNet in torchvision's single-tower layout (Krizhevsky, 2014, "One weird trick")."""
 from __future__ import annotations
 
-from typing import Any
-
-from ..errors import ShapeError
+from ._common import check_args
 from ..graph import Graph
-
-
-def _check_args(model: str, batch: Any, num_classes: Any) -> None:
-    for what, value in (("batch", batch), ("num_classes", num_classes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
 
 
 def alexnet(batch: int = 512, num_classes: int = 1000) -> Graph:
@@ -24,7 +16,7 @@ def alexnet(batch: int = 512, num_classes: int = 1000) -> Graph:
 
     Parameters: 61,100,840 for 1000 classes.
     """
-    _check_args("alexnet", batch, num_classes)
+    check_args("alexnet", batch, num_classes)
     g = Graph("alexnet")
     x = g.input("data", (batch, 3, 224, 224))
     x = g.conv2d(x, 64, kernel=11, stride=4, padding=2, activation="relu", name="conv1")

@@ -9,16 +9,11 @@ ends in a channel concat named ``<block>.concat``.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
-from ..errors import GraphError, ShapeError
+from ..errors import GraphError
+from ._common import check_args
 from ..graph import Graph, Tensor
-
-
-def _check_args(model: str, batch: Any, num_classes: Any) -> None:
-    for what, value in (("batch", batch), ("num_classes", num_classes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
 
 
 def _basic_conv(g: Graph, x: Tensor, out_channels: int, name: str, kernel: int | Sequence[int] = 1,
@@ -129,7 +124,7 @@ def inception_v3(batch: int = 512, num_classes: int = 1000, aux: bool = False) -
     Parameters for 1000 classes: 23,834,568 without the auxiliary head,
     27,161,264 with it (torchvision's ``aux_logits=True`` count).
     """
-    _check_args("inception_v3", batch, num_classes)
+    check_args("inception_v3", batch, num_classes)
     if not isinstance(aux, bool):
         raise GraphError(f"inception_v3: aux must be a bool, got {aux!r}")
     g = Graph("inception_v3_aux" if aux else "inception_v3")

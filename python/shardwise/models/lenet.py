@@ -1,16 +1,8 @@
 """LeNet-5 (LeCun et al., 1998), the classic small convolutional network on 32x32 images."""
 from __future__ import annotations
 
-from typing import Any
-
-from ..errors import ShapeError
+from ._common import check_args
 from ..graph import Graph
-
-
-def _check_args(model: str, batch: Any, num_classes: Any) -> None:
-    for what, value in (("batch", batch), ("num_classes", num_classes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
 
 
 def lenet5(batch: int = 64, num_classes: int = 10) -> Graph:
@@ -23,7 +15,7 @@ def lenet5(batch: int = 64, num_classes: int = 10) -> Graph:
 
     Parameters: 61,706 for 10 classes.
     """
-    _check_args("lenet5", batch, num_classes)
+    check_args("lenet5", batch, num_classes)
     g = Graph("lenet5")
     x = g.input("data", (batch, 1, 32, 32))
     x = g.conv2d(x, 6, kernel=5, activation="relu", name="conv1")

@@ -8,16 +8,8 @@ as functions are named ``<block>.relu1``, ``<block>.relu2``, ``<block>.add`` and
 """
 from __future__ import annotations
 
-from typing import Any
-
-from ..errors import ShapeError
+from ._common import check_args
 from ..graph import Graph, Tensor
-
-
-def _check_args(model: str, batch: Any, num_classes: Any) -> None:
-    for what, value in (("batch", batch), ("num_classes", num_classes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
 
 
 def _conv_bn(g: Graph, x: Tensor, out_channels: int, kernel: int, stride: int, padding: int,
@@ -61,7 +53,7 @@ def _bottleneck(g: Graph, x: Tensor, planes: int, stride: int, prefix: str) -> T
 
 def _resnet(model: str, bottleneck: bool, layers: tuple[int, int, int, int], batch: int,
             num_classes: int) -> Graph:
-    _check_args(model, batch, num_classes)
+    check_args(model, batch, num_classes)
     block = _bottleneck if bottleneck else _basic_block
     g = Graph(model)
     x = g.input("data", (batch, 3, 224, 224))

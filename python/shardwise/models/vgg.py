@@ -1,16 +1,8 @@
 """VGG-16 (Simonyan & Zisserman, 2014), configuration D, without batch normalization."""
 from __future__ import annotations
 
-from typing import Any
-
-from ..errors import ShapeError
+from ._common import check_args
 from ..graph import Graph
-
-
-def _check_args(model: str, batch: Any, num_classes: Any) -> None:
-    for what, value in (("batch", batch), ("num_classes", num_classes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
 
 
 # Configuration D: output channels of the convolutions of each of the five stages.
@@ -29,7 +21,7 @@ def vgg16(batch: int = 512, num_classes: int = 1000) -> Graph:
 
     Parameters: 138,357,544 for 1000 classes.
     """
-    _check_args("vgg16", batch, num_classes)
+    check_args("vgg16", batch, num_classes)
     g = Graph("vgg16")
     x = g.input("data", (batch, 3, 224, 224))
     for stage, widths in enumerate(_VGG16_STAGES, start=1):

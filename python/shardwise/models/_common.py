@@ -1,0 +1,13 @@
+"""Argument checks shared by every zoo builder."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ShapeError
+
+
+def check_args(model: str, batch: Any, num_classes: Any) -> None:
+    """``batch`` and ``num_classes`` must be positive ints (not bools)."""
+    for what, value in (("batch", batch), ("num_classes", num_classes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
