@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 OURS = re.compile(r"_core\.cpython|\((region|problem|config|cost|search_elim|search_enumerate|module|status)\.c:\d+\)")
-HEADER = re.compile(r"^==\d+== (\S.*)$")
+HEADER = re.compile(r"^==\d+==\s+(\S.*)$")
 
 
 def records(log: str) -> list[list[str]]:
