@@ -1,0 +1,108 @@
+/*
+ * kernels.h -- CPU kernels of the reference backend, on *views* of tensors.
+ *
+ * A worker holds pieces of global tensors: its output box, the region of each
+ * input it reads (halos included), a slice of the weights.  Every kernel takes
+ * views -- a local, contiguous, row-major buffer plus the global coordinates of
+ * its first element -- and works in global coordinates:
+ *
+ *   y[n, co, r, c] for every (n, co, r, c) in y's box
+ *       = sum over ci, dy, dx of x[n, ci, r*sh + dy - ph, c*sw + dx - pw] * w[co, ci, dy, dx]
+ *
+ * where a read of x outside x's box is a read of padding (zero; -inf for max
+ * pooling).  The lowering guarantees that every read inside the tensor lies in
+ * the view, so "outside the view" means "outside the tensor".
+ *
+ * Backward passes are split the way seed 001 splits them: data gradients (dA)
+ * and weight gradients (dW, dB) are separate kernels, so a scheduler can run
+ * them on different streams.  Data-gradient kernels write a *partial* gradient
+ * over the input view (the executor sums partials at the owners); all outputs
+ * are overwritten, never accumulated, unless the name says accumulate.
+ *
+ * GEMM comes from OpenBLAS (the scipy-openblas32 wheel, symbols prefixed
+ * scipy_), one BLAS thread per calling thread.  Shapes in comments: N samples,
+ * Ci/Co channels, H/W spatial, k kernel.
+ */
+#ifndef SHARDWISE_CPU_KERNELS_H
+#define SHARDWISE_CPU_KERNELS_H
+
+#include <stdint.h>  /* int64_t */
+
+#include "../shardwise.h"  /* sw_status, SW_MAX_RANK */
+
+typedef struct {
+    float *data;                 /* row-major, contiguous, prod(shape) floats */
+    int rank;
+    int64_t lo[SW_MAX_RANK];     /* global coordinates of data[0] */
+    int64_t shape[SW_MAX_RANK];  /* extent of the view per dimension */
+} sw_view;
+
+typedef struct {
+    int64_t kh, kw;   /* kernel (pooling window) */
+    int64_t sh, sw;   /* stride */
+    int64_t ph, pw;   /* padding */
+    int relu;         /* fuse a ReLU into the forward output */
+} sw_window;
+
+/* ---- GEMM (gemm.c): C = alpha * op(A) op(B) + beta * C, row-major ---- */
+void sw_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+              const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* Make OpenBLAS run every call on the calling thread (workers are the parallelism). */
+void sw_blas_single_thread(void);
+
+/* ---- convolution (conv.c): im2col + GEMM ----
+ * x (N, Ci, H, W) view with all Ci; w (Co, Ci, kh, kw) view covering y's Co range;
+ * b (Co) view covering y's Co range or NULL; y (N, Co, Ho, Wo) view = the box to compute. */
+sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y, const sw_window *p);
+/* dx over dx's box (a partial gradient: only the contributions of dy's box) */
+sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx, const sw_window *p);
+/* dw (and db if not NULL) over the Co range of dy, from the x region and dy */
+sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
+                                    const sw_window *p);
+
+/* ---- pooling (pool.c): max (first maximum in row-major window order) or average
+ * (padding counted in the divisor, as PyTorch's count_include_pad=True) ---- */
+sw_status sw_pool2d_forward(int is_max, const sw_view *x, sw_view *y, const sw_window *p);
+sw_status sw_pool2d_backward(int is_max, const sw_view *x, const sw_view *dy, sw_view *dx, const sw_window *p);
+
+/* ---- fully connected (linear.c): y (N, O) = x (N, I) w (O, I)^T + b ---- */
+sw_status sw_linear_forward(const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y, int relu);
+sw_status sw_linear_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx);
+sw_status sw_linear_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db);
+
+/* ---- element-wise (eltwise.c) ---- */
+sw_status sw_relu_forward(const sw_view *x, sw_view *y);
+/* dx = dy * (y > 0) over dx's box */
+sw_status sw_relu_backward(const sw_view *y, const sw_view *dy, sw_view *dx);
+sw_status sw_add_forward(const sw_view *a, const sw_view *b, sw_view *y);
+
+/* ---- batch normalization (batchnorm.c), statistics over the whole minibatch:
+ * workers compute partial sums over their box, the executor adds them up
+ * across workers, then every worker normalizes with the global statistics. ---- */
+/* sums[0][c] = sum of x, sums[1][c] = sum of x^2 over the box, for c in box's channel range */
+sw_status sw_bn_partial_sums(const sw_view *x, double *sums);
+/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]; mean/invstd/gamma/beta indexed from box's channel start */
+sw_status sw_bn_apply(const sw_view *x, const float *mean, const float *invstd, const float *gamma, const float *beta,
+                      sw_view *y);
+/* sums[0][c] = sum of dy, sums[1][c] = sum of dy * xhat over the box */
+sw_status sw_bn_backward_sums(const sw_view *x, const sw_view *dy, const float *mean, const float *invstd,
+                              double *sums);
+/* dx = gamma * invstd * (dy - sum_dy / M - xhat * sum_dy_xhat / M), M = elements per channel in the minibatch */
+sw_status sw_bn_backward_apply(const sw_view *x, const sw_view *dy, const float *mean, const float *invstd,
+                               const float *gamma, const double *global_sums, int64_t m, sw_view *dx);
+
+/* ---- softmax + cross-entropy (softmax.c), the loss op ----
+ * x view holds whole rows (all classes) for its samples; p is the (n, c) box to
+ * produce; loss_sum += -log p[n, label[n]] for the rows whose label lies in p's
+ * class range (the executor divides by N after summing over workers). */
+sw_status sw_softmax_xent_forward(const sw_view *x, const int32_t *labels, sw_view *p, double *loss_sum);
+/* dx = (p - onehot(label)) / n_total over p's box */
+sw_status sw_softmax_xent_backward(const sw_view *p, const int32_t *labels, int64_t n_total, sw_view *dx);
+
+/* ---- moving data (copy.c): transfers, concat, flatten, gradient sums ---- */
+/* dst[i] = src[i] for every global index i in both boxes (same rank) */
+sw_status sw_copy_box(const sw_view *src, sw_view *dst);
+/* dst[i] += src[i] over the intersection */
+sw_status sw_accumulate_box(const sw_view *src, sw_view *dst);
+
+#endif /* SHARDWISE_CPU_KERNELS_H */
