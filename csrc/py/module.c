@@ -11,7 +11,12 @@
 
 #include <math.h>  /* isfinite */
 
+#include "../cpu/kernels.h"
 #include "../shardwise.h"
+
+/* test entry points of the CPU kernels, one file per kernel family */
+int sw_py_register_conv_kernels(PyObject *module);
+int sw_py_register_misc_kernels(PyObject *module);
 
 /* ------------------------------------------------------------------ errors */
 static PyObject *raise_status(sw_status s) {
@@ -607,6 +612,10 @@ static int module_exec(PyObject *m) {
     if (rc < 0) {
         return -1;
     }
+    if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0) {
+        return -1;
+    }
+    sw_blas_single_thread();
     if (PyModule_AddIntConstant(m, "MAX_RANK", SW_MAX_RANK) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DEVICES", SW_MAX_DEVICES) < 0 ||
         PyModule_AddIntConstant(m, "SYNC_PARAMETER_SERVER", SW_SYNC_PARAMETER_SERVER) < 0 ||
