@@ -5,7 +5,8 @@
  *             3 by default: backward costs about twice the forward); the slowest
  *             worker sets the time.
  * t_s(op, c)  parameter synchronization: workers that read the same box of a
- *             weight (or batchnorm statistics) are replicas of it.  Parameter
+ *             weight (or batchnorm statistics) are replicas of it; statistics
+ *             are exchanged twice (forward and backward), parameters once.  Parameter
  *             server (default, as in the papers, placed on the first replica's
  *             device): every other replica pushes its gradient and pulls the
  *             parameters, 2 * bytes over its route.  Ring all-reduce:
@@ -133,7 +134,12 @@ void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time
                 }
             }
             double slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
-            sync_group(p, devs, members, r, slice, time, bytes);
+            /* statistics are exchanged twice per iteration: forward (sums of x, x^2)
+             * and backward (sums of dy, dy * xhat); parameters once */
+            int rounds = op->inputs[slot].role == SW_ROLE_STAT ? 2 : 1;
+            for (int round = 0; round < rounds; round++) {
+                sync_group(p, devs, members, r, slice, time, bytes);
+            }
         }
     }
 out:

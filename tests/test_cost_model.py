@@ -256,3 +256,17 @@ def test_profile_table_replaces_roofline():
     # the plan is costed with the same measured times the search used
     assert plan.cost == pytest.approx(plan.search_stats["searched_cost"])
     assert {r.op: r for r in plan.layer_costs()}["conv"].t_c == 0.0
+
+
+def test_batchnorm_statistics_are_exchanged_twice():
+    """n=2 batchnorm: gamma and beta once, the (2, C) statistics forward and backward."""
+    g = sw.Graph("bn")
+    x = g.input("x", (64, 16, 32, 32))
+    g.batchnorm2d(x, name="bn")
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=2, device="P100")
+    for split, expected in (({"n": 2}, 2 * (64 + 64 + 2 * 128) / 20e9), ({"h": 2}, 2 * (64 + 64 + 2 * 128) / 20e9),
+                            ({"c": 2}, 0.0)):
+        plan = sw.Plan.from_dict(g, d, {"x": split, "bn": split})
+        row = {r.op: r for r in plan.layer_costs()}["bn"]
+        assert row.t_s == pytest.approx(expected, abs=1e-18)
+        assert row.t_x == 0.0
