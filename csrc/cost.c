@@ -14,7 +14,8 @@
  * t_x(e, ci, cj)  tensor transfer: for every destination worker, the part of
  *             the region it reads (halos included) that lives on another
  *             device, over the route bandwidth from that device; counted twice,
- *             for the activation forward and its gradient backward.
+ *             for the activation forward and its gradient backward (once for
+ *             edges out of a graph input, which needs no gradient).
  * Every term is a sum, as in Eq. 1, so the transfers are serial in the model.
  */
 #include <math.h>       /* INFINITY, fmax */
@@ -271,7 +272,8 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
         free(used);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
-    double per_elem = p->bytes_per_element * TRANSFER_DIRECTIONS;
+    /* no gradient flows back into the graph's inputs: their transfers happen once */
+    double per_elem = p->bytes_per_element * (src->ninputs == 0 ? 1.0 : TRANSFER_DIRECTIONS);
     for (int a = 0; a < nd; a++) {
         for (int b = 0; b < nd; b++) {
             sec[(size_t)a * nd + b] = a == b ? 0.0 : per_elem / route_bw(p, a, b);

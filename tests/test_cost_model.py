@@ -58,20 +58,22 @@ def owned(box):
 
 
 def brute_bytes_in(g, plan, op_name):
-    """Bytes moved into op_name (forward activations + backward gradients)."""
+    """Bytes moved into op_name: forward activations + backward gradients, except that
+    no gradient flows back into a graph input."""
     op = g[op_name]
-    total = 0
+    total = 0.0
     slot_of_data = [k for k, i in enumerate(op.desc.inputs) if i.role == DATA]
     for slot, src in zip(slot_of_data, op.inputs):
         src_op = g.ops[src]
         cs, cd = plan[src_op.name], plan[op.name]
         src_sets = [owned(b) for b in worker_boxes(src_op.shape, cs.degrees)]
+        directions = 1 if src_op.kind == "input" else 2
         for w, box in enumerate(worker_boxes(op.shape, cd.degrees)):
             need = read_set(op.desc, slot, box)
             for s, have in enumerate(src_sets):
                 if cs.devices[s] != cd.devices[w]:
-                    total += len(need & have)
-    return total * BYTES * 2
+                    total += len(need & have) * BYTES * directions
+    return total
 
 
 def two_devices(n=2, bw=10e9):
@@ -163,16 +165,19 @@ def test_transfer_bytes_match_brute_force(g, name):
 
 def test_halo_of_height_split_conv():
     """3x3 conv, pad 1, split h=2 over a producer split h=2 on the same devices:
-    each worker reads exactly one row of the other's shard (per sample, channel)."""
+    each worker reads exactly one row of the other's shard (per sample, channel),
+    and its gradient goes back in the backward pass."""
     g = sw.Graph("halo")
     x = g.input("x", (4, 3, 8, 8))
+    x = g.relu(x, name="relu")
     g.conv2d(x, 5, kernel=3, padding=1, name="conv")
     d = two_devices(2, bw=1e9)
-    plan = sw.Plan.from_dict(g, d, {"x": {"h": 2}, "conv": {"h": 2}})
-    row = {r.op: r for r in plan.layer_costs()}["conv"]
+    plan = sw.Plan.from_dict(g, d, {"x": {"h": 2}, "relu": {"h": 2}, "conv": {"h": 2}})
+    rows = {r.op: r for r in plan.layer_costs()}
     halo_elements = 2 * (4 * 3 * 1 * 8)   # two workers, one row of 4x3x8 each
-    assert row.bytes_in == halo_elements * BYTES * 2
-    assert row.t_x == pytest.approx(halo_elements * BYTES * 2 / 1e9)
+    assert rows["conv"].bytes_in == halo_elements * BYTES * 2
+    assert rows["conv"].t_x == pytest.approx(halo_elements * BYTES * 2 / 1e9)
+    assert rows["relu"].t_x == 0.0
 
 
 def test_sync_parameter_server_and_ring():

@@ -1,0 +1,147 @@
+"""The task graph of an iteration: well formed, complete, and consistent with Eq. 1.
+
+The cost model and the lowering are written separately (C interval arithmetic
+and table sums; Python task construction); the bytes the task graph copies
+between devices must equal the bytes the cost model charges, for any plan.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shardwise as sw
+from shardwise.lower import input_region, intersect, lower, volume, worker_boxes
+from shardwise.problem import dim_names
+
+from strategies_random import build_graph, examples, graph_recipes
+
+
+def valid_degrees(op, ndev):
+    granules = op.desc.split_granules()
+    options = [[k for k in range(1, ndev + 1) if s % k == 0 and (s // k) % g == 0]
+               for s, g in zip(op.shape, granules)]
+    return [d for d in itertools.product(*options) if math.prod(d) <= ndev]
+
+
+def random_plan(g, d, rng):
+    spec = {}
+    for op in g.ops:
+        degs = valid_degrees(op, len(d))
+        pick = degs[rng.integers(len(degs))]
+        k = math.prod(pick)
+        spec[op.name] = {**dict(zip(dim_names(len(op.shape)), pick)),
+                         "devices": [int(x) for x in rng.permutation(len(d))[:k]]}
+    return sw.Plan.from_dict(g, d, spec)
+
+
+def check_task_graph(plan):
+    tg = lower(plan)
+    # 1. the bytes crossing devices are exactly what Eq. 1 charges
+    assert tg.bytes_moved() == pytest.approx(plan.bytes_moved, rel=1e-12, abs=0.5)
+    # 2. dependencies point backwards (the list is a topological order)
+    for t in tg.tasks:
+        assert all(dep < t.id for dep in t.deps), t
+        assert 0 <= t.device < len(plan.devices)
+    # 3. copies move data between the devices they claim, and only cross-device copies cost bytes
+    buffers = tg.buffers
+    for t in tg.tasks:
+        if t.kind == "copy":
+            (src,), (dst,) = t.reads, t.writes
+            assert buffers[src].device == t.src_device and buffers[dst].device == t.device
+            assert t.nbytes == (volume(t.box) * 4 if t.src_device != t.device else 0)
+            assert intersect(buffers[src].box, t.box) == t.box and intersect(buffers[dst].box, t.box) == t.box
+    # 4. staging regions are covered exactly once by their copies
+    pieces = {}
+    for t in tg.tasks:
+        if t.kind == "copy" and buffers[t.writes[0]].kind == "region":
+            pieces.setdefault(t.writes[0], []).append(t.box)
+    for buf, boxes in pieces.items():
+        assert sum(volume(b) for b in boxes) == volume(buffers[buf].box)
+        for a, b in itertools.combinations(boxes, 2):
+            assert intersect(a, b) is None
+    # 5. every accumulate adds a piece of a partial gradient into the owner's gradient shard
+    for t in tg.tasks:
+        if t.kind == "accumulate":
+            (src,), (dst,) = t.reads, t.writes
+            assert buffers[dst].kind == "grad" and buffers[dst].device == t.device
+            assert intersect(buffers[dst].box, t.box) == t.box
+    return tg
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(recipe=graph_recipes(max_ops=8), ndev=st.integers(1, 4), seed=st.integers(0, 2**31))
+def test_random_plans_lower_consistently(recipe, ndev, seed):
+    g = build_graph(recipe)
+    d = sw.DeviceGraph.cpu(ndev)
+    rng = np.random.default_rng(seed)
+    check_task_graph(random_plan(g, d, rng))
+
+
+@pytest.mark.parametrize("model,ndev", [("lenet5", 4), ("alexnet", 4), ("resnet18", 8), ("inception_v3", 4)])
+def test_zoo_plans_and_baselines_lower_consistently(model, ndev):
+    g = sw.models.get(model, batch=32)
+    d = sw.DeviceGraph.cluster(nodes=max(1, ndev // 4), devices_per_node=min(4, ndev))
+    for plan in [sw.search(g, d), *sw.strategies.baselines(g, d)]:
+        check_task_graph(plan)
+
+
+def test_gradient_pieces_cover_every_read():
+    """Each element of a producer's output receives one gradient piece per consumer
+    worker that read it: the accumulate boxes, counted per element, equal the
+    number of consumer regions covering that element."""
+    g = sw.Graph("fan")
+    x = g.input("x", (4, 2, 6, 6))
+    a = g.relu(x, name="a")
+    b = g.conv2d(a, 2, kernel=3, padding=1, name="b")
+    c = g.pool2d(a, kernel=2, name="c")
+    d = sw.DeviceGraph.cpu(3)
+    plan = sw.Plan.from_dict(g, d, {"a": {"h": 3}, "b": {"w": 3, "devices": [2, 0, 1]}, "c": {"n": 2}})
+    tg = lower(plan)
+    counts = np.zeros(g["a"].shape, int)
+    for t in tg.tasks:
+        if t.kind == "accumulate" and t.op == "a":
+            counts[tuple(slice(lo, hi) for lo, hi in t.box)] += 1
+    expected = np.zeros(g["a"].shape, int)
+    for consumer in ("b", "c"):
+        op = g[consumer]
+        for box in worker_boxes(op.shape, plan[consumer].degrees):
+            r = input_region(op.desc, 0, box)
+            expected[tuple(slice(lo, hi) for lo, hi in r)] += 1
+    assert (counts == expected).all()
+
+
+def test_region_matches_core_halo():
+    g = sw.Graph("h")
+    x = g.input("x", (2, 3, 8, 8))
+    g.conv2d(x, 4, kernel=3, stride=2, padding=1, name="conv")
+    op = g["conv"]
+    assert op.shape == (2, 4, 4, 4)
+    # output rows 2..3 read input rows 3..7 (2*2-1 .. 3*2+1), clipped to the image
+    assert input_region(op.desc, 0, ((0, 2), (0, 4), (2, 4), (0, 4))) == ((0, 2), (0, 3), (3, 8), (0, 8))
+
+
+def test_memory_per_device_counts_every_buffer():
+    g = sw.models.lenet5(batch=16)
+    d = sw.DeviceGraph.cpu(2)
+    tg = lower(sw.strategies.data_parallel(g, d))
+    mem = tg.memory_per_device()
+    assert sum(mem.values()) == sum(b.nbytes for b in tg.buffers)
+    # data parallelism: both workers hold every parameter
+    params = g.num_parameters() * 4
+    for dev in (0, 1):
+        held = sum(b.nbytes for b in tg.buffers if b.device == dev and b.kind == "param")
+        assert held == params
+    assert "tasks" in tg.summary()
+
+
+def test_ring_lowering_is_refused_clearly():
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(2)
+    plan = sw.strategies.data_parallel(g, d, sw.CostOptions(sync="ring"))
+    with pytest.raises(NotImplementedError, match="ring"):
+        lower(plan)
