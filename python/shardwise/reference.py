@@ -1,0 +1,547 @@
+"""Plain NumPy forward and backward of every op: the numerics oracle.
+
+This module is the bottom rung of the numerics ladder.  The CPU kernels, the
+executor (any plan, any number of workers) and, when installed, PyTorch are
+all compared against it, and it is itself checked by finite differences.  It
+is therefore written to be *obviously right* rather than fast: every kernel is
+a few lines of array arithmetic with its shapes in a comment, convolution and
+pooling loop over the kernel window offsets (never over pixels), and nothing is
+fused except what the graph fuses (a ReLU after conv2d/linear).
+
+Everything computes in the dtype of its inputs (float32 or float64); no
+function upcasts behind the caller's back, so a float32 comparison against the
+C kernels sees float32 rounding on both sides.
+
+Semantics other parts of the project must reproduce:
+
+* conv2d / linear: PyTorch layouts, weight (C_out, C_in, kH, kW) / (O, I).
+* pool2d max: padding is -inf; the gradient of a window goes entirely to the
+  FIRST maximal element in row-major (dy, dx) window order (ties never split).
+  pool2d avg: padded zeros count in the divisor, always kH * kW
+  (PyTorch's ``count_include_pad=True``).
+* batchnorm2d: training mode only, statistics over (N, H, W) of the whole
+  minibatch, biased variance, ``eps = 1e-5``; no running statistics.
+* softmax: over axis 1, max-subtracted.  The loss of a graph is the sum over
+  its softmax ops of the mean over the N rows of ``-log p[n, label[n]]``.
+* sgd_step: exactly ``torch.optim.SGD``.
+
+Whole graphs: :func:`forward` runs a :class:`~shardwise.graph.Graph` op by op
+in its (topological) order, :func:`loss_and_grads` adds the backward pass in
+reverse order, and :func:`sgd_step` updates a parameter dict in place.
+Parameters are named ``"<op>.weight"`` and ``"<op>.bias"`` (see
+:mod:`shardwise.init`).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "conv2d_forward", "conv2d_backward", "pool2d_forward", "pool2d_backward",
+    "relu_forward", "relu_backward", "add_forward", "add_backward",
+    "batchnorm2d_forward", "batchnorm2d_backward", "concat_forward", "concat_backward",
+    "flatten_forward", "flatten_backward", "linear_forward", "linear_backward",
+    "softmax_forward", "softmax_backward", "cross_entropy", "softmax_cross_entropy_backward",
+    "forward", "loss_and_grads", "sgd_step", "BN_EPS",
+]
+
+BN_EPS = 1e-5
+"""Batch-normalization epsilon (PyTorch's default), added to the biased variance."""
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+def _pair(value: int | Sequence[int]) -> tuple[int, int]:
+    """An int or a pair of ints -> a pair (the graph builder accepts both)."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value), int(value))
+    a, b = value
+    return (int(a), int(b))
+
+
+def _out_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def _window(xp: np.ndarray, i: int, j: int, ho: int, wo: int, sh: int, sw: int) -> np.ndarray:
+    """The (N, C, Ho, Wo) view of the padded input read at window offset (i, j).
+
+    Output pixel (y, x) reads padded input pixel (y*sh + i, x*sw + j).
+    """
+    return xp[:, :, i: i + sh * (ho - 1) + 1: sh, j: j + sw * (wo - 1) + 1: sw]
+
+
+def _pad(x: np.ndarray, ph: int, pw: int, value: float = 0.0) -> np.ndarray:
+    """(N, C, H, W) -> (N, C, H + 2ph, W + 2pw), padded with ``value``."""
+    if ph == 0 and pw == 0:
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+
+
+def _unpad(xp: np.ndarray, ph: int, pw: int) -> np.ndarray:
+    """The inverse of :func:`_pad` (a view)."""
+    h, w = xp.shape[2] - 2 * ph, xp.shape[3] - 2 * pw
+    return xp[:, :, ph: ph + h, pw: pw + w]
+
+
+# ----------------------------------------------------------------------------------------------
+# conv2d
+# ----------------------------------------------------------------------------------------------
+def conv2d_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
+                   stride: Sequence[int], padding: Sequence[int]) -> np.ndarray:
+    """y[n, co, y, x] = sum(ci, i, j) xpad[n, ci, y*sh + i, x*sw + j] * w[co, ci, i, j] + b[co].
+
+    x (N, Ci, H, W), w (Co, Ci, kh, kw), b (Co,) or None -> y (N, Co, Ho, Wo).
+    """
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    n, ci, h, wd = x.shape
+    co, ci_w, kh, kw = w.shape
+    assert ci == ci_w, f"conv2d: input has {ci} channels, weight expects {ci_w}"
+    ho, wo = _out_size(h, kh, sh, ph), _out_size(wd, kw, sw, pw)
+    xp = _pad(x, ph, pw)
+    y = np.zeros((n, co, ho, wo), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            # (N, Ci, Ho, Wo) x (Co, Ci) -> (N, Co, Ho, Wo)
+            y += np.einsum("nchw,oc->nohw", _window(xp, i, j, ho, wo, sh, sw), w[:, :, i, j])
+    if b is not None:
+        y += b.reshape(1, co, 1, 1)
+    return y
+
+
+def conv2d_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, stride: Sequence[int],
+                    padding: Sequence[int], bias: bool = True
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Gradients of conv2d: dx (N, Ci, H, W), dw (Co, Ci, kh, kw), db (Co,) or None.
+
+    Each window offset (i, j) of the forward contributed ``window(i, j) @ w[:, :, i, j]``;
+    its backward scatters ``dy @ w[:, :, i, j]`` back onto the same window of the
+    padded input and correlates ``dy`` with that window for ``dw[:, :, i, j]``.
+    """
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    co, ci, kh, kw = w.shape
+    ho, wo = dy.shape[2], dy.shape[3]
+    xp = _pad(x, ph, pw)
+    dxp = np.zeros_like(xp)
+    dw = np.zeros_like(w)
+    for i in range(kh):
+        for j in range(kw):
+            # dw[:, :, i, j]: (N, Co, Ho, Wo) x (N, Ci, Ho, Wo) -> (Co, Ci)
+            dw[:, :, i, j] = np.einsum("nohw,nchw->oc", dy, _window(xp, i, j, ho, wo, sh, sw))
+            # dx window: (N, Co, Ho, Wo) x (Co, Ci) -> (N, Ci, Ho, Wo)
+            _window(dxp, i, j, ho, wo, sh, sw)[...] += np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])
+    db = dy.sum(axis=(0, 2, 3)) if bias else None
+    return np.ascontiguousarray(_unpad(dxp, ph, pw)), dw, db
+
+
+# ----------------------------------------------------------------------------------------------
+# pool2d
+# ----------------------------------------------------------------------------------------------
+def pool2d_forward(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
+                   padding: Sequence[int], kind: str) -> np.ndarray:
+    """Max or average pooling, (N, C, H, W) -> (N, C, Ho, Wo).
+
+    max: padding is -inf (never selected while a window holds a real pixel).
+    avg: padding is 0 and the divisor is always kh * kw (count_include_pad=True).
+    """
+    (kh, kw), (sh, sw), (ph, pw) = _pair(kernel), _pair(stride), _pair(padding)
+    n, c, h, wd = x.shape
+    ho, wo = _out_size(h, kh, sh, ph), _out_size(wd, kw, sw, pw)
+    if kind == "max":
+        xp = _pad(x, ph, pw, -np.inf)
+        y = np.full((n, c, ho, wo), -np.inf, dtype=x.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                np.maximum(y, _window(xp, i, j, ho, wo, sh, sw), out=y)
+        return y
+    if kind == "avg":
+        xp = _pad(x, ph, pw, 0.0)
+        y = np.zeros((n, c, ho, wo), dtype=x.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                y += _window(xp, i, j, ho, wo, sh, sw)
+        return y / x.dtype.type(kh * kw)
+    raise ValueError(f"unknown pool kind {kind!r}; expected 'max' or 'avg'")
+
+
+def pool2d_backward(x: np.ndarray, dy: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
+                    padding: Sequence[int], kind: str) -> np.ndarray:
+    """Gradient of pool2d with respect to x, (N, C, H, W).
+
+    max: each window's gradient goes to its FIRST maximal element in row-major
+    (i, j) order, found by visiting the offsets in that order and claiming a
+    window the first time its maximum is met.
+    avg: every element of a window gets dy / (kh * kw).
+    """
+    (kh, kw), (sh, sw), (ph, pw) = _pair(kernel), _pair(stride), _pair(padding)
+    ho, wo = dy.shape[2], dy.shape[3]
+    if kind == "max":
+        y = pool2d_forward(x, kernel, stride, padding, "max")
+        xp = _pad(x, ph, pw, -np.inf)
+        dxp = np.zeros(xp.shape, dtype=dy.dtype)
+        claimed = np.zeros(y.shape, dtype=bool)          # (N, C, Ho, Wo): window already routed
+        for i in range(kh):
+            for j in range(kw):
+                hit = (_window(xp, i, j, ho, wo, sh, sw) == y) & ~claimed
+                _window(dxp, i, j, ho, wo, sh, sw)[...] += np.where(hit, dy, 0)
+                claimed |= hit
+        return np.ascontiguousarray(_unpad(dxp, ph, pw))
+    if kind == "avg":
+        xp_shape = (x.shape[0], x.shape[1], x.shape[2] + 2 * ph, x.shape[3] + 2 * pw)
+        dxp = np.zeros(xp_shape, dtype=dy.dtype)
+        share = dy / dy.dtype.type(kh * kw)
+        for i in range(kh):
+            for j in range(kw):
+                _window(dxp, i, j, ho, wo, sh, sw)[...] += share
+        return np.ascontiguousarray(_unpad(dxp, ph, pw))
+    raise ValueError(f"unknown pool kind {kind!r}; expected 'max' or 'avg'")
+
+
+# ----------------------------------------------------------------------------------------------
+# element-wise
+# ----------------------------------------------------------------------------------------------
+def relu_forward(x: np.ndarray) -> np.ndarray:
+    """max(x, 0), any shape."""
+    return np.maximum(x, x.dtype.type(0))
+
+
+def relu_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx = dy * (y > 0), from the ReLU's OUTPUT y (what a fused kernel keeps)."""
+    return np.where(y > 0, dy, dy.dtype.type(0))
+
+
+def add_forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b, same shapes (no broadcasting)."""
+    assert a.shape == b.shape, f"add: shapes differ: {a.shape} vs {b.shape}"
+    return a + b
+
+
+def add_backward(dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both summands receive the whole gradient (copies, so callers may accumulate in place)."""
+    return dy.copy(), dy.copy()
+
+
+# ----------------------------------------------------------------------------------------------
+# batchnorm2d (training mode)
+# ----------------------------------------------------------------------------------------------
+def batchnorm2d_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = BN_EPS
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Training-mode batch normalization of (N, C, H, W) with batch statistics.
+
+    mean[c] and the biased variance var[c] are taken over (N, H, W);
+    y = (x - mean) * invstd * gamma + beta with invstd = 1 / sqrt(var + eps).
+    Returns (y, mean (C,), invstd (C,)), the last two being what backward needs.
+    """
+    c = x.shape[1]
+    mean = x.mean(axis=(0, 2, 3))
+    xc = x - mean.reshape(1, c, 1, 1)
+    var = (xc * xc).mean(axis=(0, 2, 3))
+    invstd = x.dtype.type(1) / np.sqrt(var + x.dtype.type(eps))
+    y = xc * (invstd * gamma).reshape(1, c, 1, 1) + beta.reshape(1, c, 1, 1)
+    return y, mean, invstd
+
+
+def batchnorm2d_backward(x: np.ndarray, gamma: np.ndarray, dy: np.ndarray, mean: np.ndarray,
+                         invstd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of training-mode batchnorm: dx (N, C, H, W), dgamma (C,), dbeta (C,).
+
+    With xhat = (x - mean) * invstd and M = N*H*W elements per channel:
+    dbeta = sum dy, dgamma = sum dy * xhat,
+    dx = gamma * invstd / M * (M * dy - dbeta - xhat * dgamma)
+    (the mean and variance depend on every x, hence the two correction terms).
+    """
+    n, c, h, w = x.shape
+    m = x.dtype.type(n * h * w)
+    xhat = (x - mean.reshape(1, c, 1, 1)) * invstd.reshape(1, c, 1, 1)
+    dbeta = dy.sum(axis=(0, 2, 3))
+    dgamma = (dy * xhat).sum(axis=(0, 2, 3))
+    scale = (gamma * invstd / m).reshape(1, c, 1, 1)
+    dx = scale * (m * dy - dbeta.reshape(1, c, 1, 1) - xhat * dgamma.reshape(1, c, 1, 1))
+    return dx, dgamma, dbeta
+
+
+# ----------------------------------------------------------------------------------------------
+# shape ops
+# ----------------------------------------------------------------------------------------------
+def concat_forward(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
+    """The inputs side by side along ``axis``."""
+    return np.concatenate(list(xs), axis=axis)
+
+
+def concat_backward(dy: np.ndarray, sizes: Sequence[int], axis: int) -> list[np.ndarray]:
+    """Split dy along ``axis`` into pieces of ``sizes`` (each input's extent on that axis)."""
+    bounds = np.cumsum(list(sizes))[:-1]
+    return [np.ascontiguousarray(part) for part in np.split(dy, bounds, axis=axis)]
+
+
+def flatten_forward(x: np.ndarray) -> np.ndarray:
+    """(N, ...) -> (N, prod(...)) in C order, as torch.flatten(x, 1)."""
+    return x.reshape(x.shape[0], -1)
+
+
+def flatten_backward(dy: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """(N, F) -> the input's shape."""
+    return dy.reshape(tuple(shape))
+
+
+# ----------------------------------------------------------------------------------------------
+# linear
+# ----------------------------------------------------------------------------------------------
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """y = x @ w.T + b: x (N, I), w (O, I), b (O,) or None -> y (N, O)."""
+    y = x @ w.T
+    if b is not None:
+        y = y + b
+    return y
+
+
+def linear_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, bias: bool = True
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """dx = dy @ w (N, I), dw = dy.T @ x (O, I), db = sum_n dy (O,) or None."""
+    return dy @ w, dy.T @ x, (dy.sum(axis=0) if bias else None)
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax and cross-entropy
+# ----------------------------------------------------------------------------------------------
+def softmax_forward(x: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (N, C) over axis 1; the row max is subtracted first."""
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def softmax_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
+    """Gradient through softmax for an arbitrary upstream dp: p * (dp - sum_c dp * p).
+
+    Only needed when a softmax output feeds other ops; the loss itself uses
+    :func:`softmax_cross_entropy_backward`.
+    """
+    return p * (dp - (dp * p).sum(axis=1, keepdims=True))
+
+
+def _check_labels(labels: Any, n: int, c: int) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be {n} integers, got shape {labels.shape} dtype {labels.dtype}")
+    if labels.size and (labels.min() < 0 or labels.max() >= c):
+        raise ValueError(f"labels must lie in [0, {c}), got values in [{labels.min()}, {labels.max()}]")
+    return labels
+
+
+def cross_entropy(p: np.ndarray, labels: np.ndarray) -> float:
+    """Mean over the N rows of -log p[n, labels[n]], from probabilities p (N, C).
+
+    Computed from p (what the softmax op outputs), not from the logits: the two
+    agree to rounding unless a probability underflows, which training at sane
+    learning rates never reaches.
+    """
+    n, c = p.shape
+    labels = _check_labels(labels, n, c)
+    return float(-np.log(p[np.arange(n), labels]).mean())
+
+
+def softmax_cross_entropy_backward(p: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Gradient of the mean cross-entropy with respect to the softmax's LOGITS: (p - onehot) / N."""
+    n, c = p.shape
+    labels = _check_labels(labels, n, c)
+    dx = p.copy()
+    dx[np.arange(n), labels] -= 1
+    return dx / p.dtype.type(n)
+
+
+# ----------------------------------------------------------------------------------------------
+# whole graphs
+# ----------------------------------------------------------------------------------------------
+def _param(params: Mapping[str, np.ndarray], name: str, dtype: np.dtype) -> np.ndarray:
+    try:
+        p = params[name]
+    except KeyError:
+        raise KeyError(f"missing parameter {name!r}") from None
+    return np.asarray(p, dtype=dtype)
+
+
+def _has_bias(op: Any) -> bool:
+    return bool(op.attrs.get("bias", True))
+
+
+def _fused_relu(op: Any) -> bool:
+    return op.attrs.get("activation") == "relu"
+
+
+def _check_input(graph: Any, x: Any) -> np.ndarray:
+    inputs = [op for op in graph.ops if op.kind == "input"]
+    if len(inputs) != 1:
+        raise ValueError(f"graph {graph.name!r} has {len(inputs)} input ops; the reference runs graphs with one")
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"input must be float32 or float64, got {x.dtype}")
+    want = inputs[0].shape
+    if x.ndim != len(want) or x.shape[1:] != tuple(want[1:]):
+        raise ValueError(f"input {inputs[0].name!r} must have shape (N, {', '.join(map(str, want[1:]))}), "
+                         f"got {x.shape}")
+    return x
+
+
+def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
+             ) -> tuple[dict[str, np.ndarray], dict[str, tuple]]:
+    """Run the graph; returns the activations and, per batchnorm op, (mean, invstd)."""
+    x = _check_input(graph, x)
+    dtype = x.dtype
+    acts: dict[str, np.ndarray] = {}
+    saved: dict[str, tuple] = {}
+    for op in graph.ops:
+        ins = [acts[graph.ops[i].name] for i in op.inputs]
+        a = op.attrs
+        if op.kind == "input":
+            y = x
+        elif op.kind == "conv2d":
+            b = _param(params, f"{op.name}.bias", dtype) if _has_bias(op) else None
+            y = conv2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype), b,
+                               _pair(a["stride"]), _pair(a["padding"]))
+        elif op.kind == "pool2d":
+            y = pool2d_forward(ins[0], _pair(a["kernel"]), _pair(a["stride"]), _pair(a["padding"]), a["kind"])
+        elif op.kind == "relu":
+            y = relu_forward(ins[0])
+        elif op.kind == "add":
+            y = add_forward(ins[0], ins[1])
+        elif op.kind == "batchnorm2d":
+            y, mean, invstd = batchnorm2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype),
+                                                  _param(params, f"{op.name}.bias", dtype))
+            saved[op.name] = (mean, invstd)
+        elif op.kind == "concat":
+            y = concat_forward(ins, a.get("axis", 1))
+        elif op.kind == "flatten":
+            y = flatten_forward(ins[0])
+        elif op.kind == "linear":
+            b = _param(params, f"{op.name}.bias", dtype) if _has_bias(op) else None
+            y = linear_forward(ins[0], _param(params, f"{op.name}.weight", dtype), b)
+        elif op.kind == "softmax":
+            y = softmax_forward(ins[0])
+        else:
+            raise NotImplementedError(f"reference: no kernel for op kind {op.kind!r} (op {op.name!r})")
+        if _fused_relu(op):
+            y = relu_forward(y)
+        acts[op.name] = y
+    return acts, saved
+
+
+def forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray) -> dict[str, np.ndarray]:
+    """Run ``graph`` on ``x``: op name -> output activation (after a fused ReLU).
+
+    The graph's single input op takes ``x``; its batch size may differ from the
+    graph's N.  Computation is in ``x``'s dtype (parameters are cast to it).
+    """
+    return _forward(graph, params, x)[0]
+
+
+def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, labels: np.ndarray
+                   ) -> tuple[float, dict[str, np.ndarray]]:
+    """Loss and parameter gradients of one minibatch.
+
+    loss = sum over every softmax op of the mean (over N) cross-entropy against
+    ``labels``; grads has the keys and shapes of ``params`` (each in its
+    parameter's dtype; zeros for a parameter the loss does not depend on).
+    """
+    acts, saved = _forward(graph, params, x)
+    dtype = acts[graph.ops[0].name].dtype
+    names = {op.index: op.name for op in graph.ops}
+    loss = 0.0
+    grads = {k: np.zeros(np.shape(v), dtype=dtype) for k, v in params.items()}
+    dacts: dict[str, np.ndarray] = {}   # op name -> gradient of the loss w.r.t. its output
+
+    def send(index: int, g: np.ndarray) -> None:
+        name = names[index]
+        dacts[name] = dacts[name] + g if name in dacts else g
+
+    def grad_param(name: str, g: np.ndarray | None) -> None:
+        if g is not None:
+            grads[name] = grads[name] + g
+
+    for op in reversed(graph.ops):
+        y = acts[op.name]
+        dy = dacts.pop(op.name, None)
+        if op.kind == "softmax":
+            # The loss term of this softmax, plus whatever its consumers sent back (normally nothing).
+            loss += cross_entropy(y, labels)
+            dx = softmax_cross_entropy_backward(y, labels)
+            if dy is not None:
+                dx = dx + softmax_backward(y, dy)
+            send(op.inputs[0], dx)
+            continue
+        if dy is None or op.kind == "input":
+            continue   # does not reach a loss (or nothing left to do)
+        if _fused_relu(op):
+            dy = relu_backward(y, dy)
+        ins = [acts[names[i]] for i in op.inputs]
+        a = op.attrs
+        if op.kind == "conv2d":
+            dx, dw, db = conv2d_backward(ins[0], _param(params, f"{op.name}.weight", dtype), dy,
+                                         _pair(a["stride"]), _pair(a["padding"]), bias=_has_bias(op))
+            grad_param(f"{op.name}.weight", dw)
+            grad_param(f"{op.name}.bias", db)
+            send(op.inputs[0], dx)
+        elif op.kind == "pool2d":
+            send(op.inputs[0], pool2d_backward(ins[0], dy, _pair(a["kernel"]), _pair(a["stride"]),
+                                               _pair(a["padding"]), a["kind"]))
+        elif op.kind == "relu":
+            send(op.inputs[0], relu_backward(y, dy))
+        elif op.kind == "add":
+            da, db_ = add_backward(dy)
+            send(op.inputs[0], da)
+            send(op.inputs[1], db_)
+        elif op.kind == "batchnorm2d":
+            mean, invstd = saved[op.name]
+            dx, dgamma, dbeta = batchnorm2d_backward(ins[0], _param(params, f"{op.name}.weight", dtype),
+                                                     dy, mean, invstd)
+            grad_param(f"{op.name}.weight", dgamma)
+            grad_param(f"{op.name}.bias", dbeta)
+            send(op.inputs[0], dx)
+        elif op.kind == "concat":
+            axis = a.get("axis", 1)
+            for src, part in zip(op.inputs, concat_backward(dy, [t.shape[axis] for t in ins], axis)):
+                send(src, part)
+        elif op.kind == "flatten":
+            send(op.inputs[0], flatten_backward(dy, ins[0].shape))
+        elif op.kind == "linear":
+            dx, dw, db = linear_backward(ins[0], _param(params, f"{op.name}.weight", dtype), dy,
+                                         bias=_has_bias(op))
+            grad_param(f"{op.name}.weight", dw)
+            grad_param(f"{op.name}.bias", db)
+            send(op.inputs[0], dx)
+        else:
+            raise NotImplementedError(f"reference: no backward for op kind {op.kind!r} (op {op.name!r})")
+    grads = {k: np.asarray(g, dtype=np.asarray(params[k]).dtype) for k, g in grads.items()}
+    return loss, grads
+
+
+def sgd_step(params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
+             momentum_buffers: dict[str, np.ndarray], lr: float, momentum: float = 0.0,
+             weight_decay: float = 0.0, dampening: float = 0.0, nesterov: bool = False) -> None:
+    """One step of ``torch.optim.SGD``, in place on ``params`` (and ``momentum_buffers``).
+
+    For each parameter p with gradient g:
+        g = g + weight_decay * p
+        if momentum: buf = g (first step) else momentum * buf + (1 - dampening) * g
+                     g = g + momentum * buf if nesterov else buf
+        p -= lr * g
+    ``momentum_buffers`` starts empty and is filled on first use, exactly as
+    PyTorch's optimizer state (so the first step ignores ``dampening``).
+    """
+    if nesterov and (momentum <= 0 or dampening != 0):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening (as torch.optim.SGD)")
+    for name, p in params.items():
+        g = np.asarray(grads[name], dtype=p.dtype)
+        if weight_decay != 0:
+            g = g + p.dtype.type(weight_decay) * p
+        if momentum != 0:
+            buf = momentum_buffers.get(name)
+            if buf is None:
+                buf = g.copy()
+                momentum_buffers[name] = buf
+            else:
+                buf *= p.dtype.type(momentum)
+                buf += p.dtype.type(1 - dampening) * g
+            g = g + p.dtype.type(momentum) * buf if nesterov else buf
+        p -= p.dtype.type(lr) * g
