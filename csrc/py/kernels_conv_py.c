@@ -1,9 +1,473 @@
-/* kernels_conv_py.c -- test entry points for the conv CPU kernels (filled in by issue 3). */
+/*
+ * kernels_conv_py.c -- test entry points of the convolution and linear CPU
+ * kernels (csrc/cpu/conv.c, linear.c), so tests can compare them with
+ * python/shardwise/reference.py on full tensors and on sharded views.
+ *
+ * Every array is a float32 NumPy array (any other dtype is a ValueError, never
+ * a silent cast); non-contiguous arrays are copied.  A view is an array plus
+ * its `lo`: the global coordinates of its first element (None = all zeros).
+ * The kernel runs with the GIL released; a failed check in the kernel comes
+ * back as ValueError with the kernel's message.
+ */
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>  /* CPython API */
+#include <Python.h>             /* CPython API */
+#include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* (NPY_NO_DEPRECATED_API is set by setup.py) */
+
+#include "../cpu/kernels.h"  /* sw_view, sw_window, sw_conv2d_*, sw_linear_* */
+#include "../shardwise.h"    /* sw_status, sw_last_error */
+
+/* ------------------------------------------------------------------ conversion */
+
+static PyObject *raise_kernel_status(sw_status s) {
+    PyObject *type = PyExc_RuntimeError;
+    if (s == SW_ERR_VALUE) {
+        type = PyExc_ValueError;
+    } else if (s == SW_ERR_NOMEM) {
+        type = PyExc_MemoryError;
+    }
+    PyErr_SetString(type, sw_last_error());
+    return NULL;
+}
+
+/* One Python integer (or NumPy integer) as int64; ValueError otherwise. */
+static int as_int64(PyObject *obj, int64_t *out, const char *what) {
+    PyObject *idx = PyNumber_Index(obj);
+    if (!idx) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must hold integers", what);
+        return 0;
+    }
+    long long v = PyLong_AsLongLong(idx);
+    Py_DECREF(idx);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s holds an integer out of the int64 range", what);
+        return 0;
+    }
+    *out = (int64_t)v;
+    return 1;
+}
+
+/* A sequence of exactly n integers (None -> n zeros when allow_none). */
+static int as_ints(PyObject *obj, int n, int64_t *out, int allow_none, const char *what) {
+    if (obj == Py_None && allow_none) {
+        for (int i = 0; i < n; i++) {
+            out[i] = 0;
+        }
+        return 1;
+    }
+    PyObject *seq = PySequence_Check(obj) ? PySequence_Fast(obj, what) : NULL;
+    if (!seq) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be a sequence of %d integers", what, n);
+        return 0;
+    }
+    int ok = PySequence_Fast_GET_SIZE(seq) == n;
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s must have %d entries, got %zd", what, n, PySequence_Fast_GET_SIZE(seq));
+    }
+    for (int i = 0; ok && i < n; i++) {
+        ok = as_int64(PySequence_Fast_GET_ITEM(seq, i), &out[i], what);
+    }
+    Py_DECREF(seq);
+    return ok;
+}
+
+/* An int (both dimensions) or a pair of ints. */
+static int as_pair(PyObject *obj, int64_t *a, int64_t *b, const char *what) {
+    if (PyLong_Check(obj) || !PySequence_Check(obj)) {
+        if (!as_int64(obj, a, what)) {
+            return 0;
+        }
+        *b = *a;
+        return 1;
+    }
+    int64_t v[2];
+    if (!as_ints(obj, 2, v, 0, what)) {
+        return 0;
+    }
+    *a = v[0];
+    *b = v[1];
+    return 1;
+}
+
+/* A float32 array of rank ndim as a C-contiguous array (new reference) or NULL with ValueError. */
+static PyArrayObject *as_float_array(PyObject *obj, int ndim, const char *what) {
+    if (!PyArray_Check(obj) || PyArray_TYPE((PyArrayObject *)obj) != NPY_FLOAT32 ||
+        PyArray_NDIM((PyArrayObject *)obj) != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s must be a %d-D float32 NumPy array", what, ndim);
+        return NULL;
+    }
+    return (PyArrayObject *)PyArray_FROMANY(obj, NPY_FLOAT32, ndim, ndim, NPY_ARRAY_IN_ARRAY);
+}
+
+/* The view of array a whose first element sits at global coordinates lo. */
+static sw_view view_of(PyArrayObject *a, const int64_t *lo) {
+    sw_view v = {0};
+    v.data = (float *)PyArray_DATA(a);
+    v.rank = PyArray_NDIM(a);
+    for (int d = 0; d < v.rank; d++) {
+        v.lo[d] = lo[d];
+        v.shape[d] = (int64_t)PyArray_DIM(a, d);
+    }
+    return v;
+}
+
+/* A new zero float32 array of the given shape (extents must be >= 0). */
+static PyArrayObject *new_array(int ndim, const int64_t *shape, const char *what) {
+    npy_intp dims[SW_MAX_RANK];
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || shape[d] > (int64_t)1 << 36) {
+            PyErr_Format(PyExc_ValueError, "%s: extent %lld out of range", what, (long long)shape[d]);
+            return NULL;
+        }
+        dims[d] = (npy_intp)shape[d];
+    }
+    return (PyArrayObject *)PyArray_ZEROS(ndim, dims, NPY_FLOAT32, 0);
+}
+
+/* The arrays one call holds, released together. */
+typedef struct {
+    PyArrayObject *a[8];
+    int n;
+} held;
+
+static PyArrayObject *hold(held *h, PyArrayObject *a) {
+    if (a) {
+        h->a[h->n++] = a;
+    }
+    return a;
+}
+
+static void release(held *h) {
+    for (int i = 0; i < h->n; i++) {
+        Py_DECREF(h->a[i]);
+    }
+    h->n = 0;
+}
+
+/* An optional (b, b_lo) pair: b may be None (no bias). Returns 0 on error. */
+static int optional_view(held *h, PyObject *obj, PyObject *lo_obj, int ndim, sw_view *v, int *present,
+                         const char *what, const char *lo_what) {
+    *present = obj != Py_None;
+    if (!*present) {
+        return 1;
+    }
+    int64_t lo[SW_MAX_RANK];
+    PyArrayObject *a = hold(h, as_float_array(obj, ndim, what));
+    if (!a || !as_ints(lo_obj, ndim, lo, 1, lo_what)) {
+        return 0;
+    }
+    *v = view_of(a, lo);
+    return 1;
+}
+
+/* A required (array, lo) pair. */
+static int required_view(held *h, PyObject *obj, PyObject *lo_obj, int ndim, sw_view *v, const char *what,
+                         const char *lo_what) {
+    int present;
+    if (obj == Py_None) {
+        PyErr_Format(PyExc_ValueError, "%s must be a %d-D float32 NumPy array, got None", what, ndim);
+        return 0;
+    }
+    return optional_view(h, obj, lo_obj, ndim, v, &present, what, lo_what);
+}
+
+/* A new zero output array with its view: shape and lo from Python sequences. */
+static PyArrayObject *output_view(held *h, PyObject *lo_obj, PyObject *shape_obj, int ndim, sw_view *v,
+                                  const char *what) {
+    int64_t lo[SW_MAX_RANK], shape[SW_MAX_RANK];
+    char lo_what[64], shape_what[64];
+    snprintf(lo_what, sizeof lo_what, "%s_lo", what);
+    snprintf(shape_what, sizeof shape_what, "%s_shape", what);
+    if (!as_ints(lo_obj, ndim, lo, 1, lo_what) || !as_ints(shape_obj, ndim, shape, 0, shape_what)) {
+        return NULL;
+    }
+    PyArrayObject *a = hold(h, new_array(ndim, shape, shape_what));
+    if (a) {
+        *v = view_of(a, lo);
+    }
+    return a;
+}
+
+/* ------------------------------------------------------------------ convolution */
+
+static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwds) {
+    (void)self;
+    static char *kwlist[] = {"x", "x_lo", "w", "w_lo", "b", "b_lo", "y_lo", "y_shape", "stride", "padding",
+                             "relu", NULL};
+    PyObject *xo, *xlo, *wo, *wlo, *bo, *blo, *ylo, *yshape, *stride = NULL, *padding = NULL;
+    int relu = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|OOp", kwlist, &xo, &xlo, &wo, &wlo, &bo, &blo, &ylo,
+                                     &yshape, &stride, &padding, &relu)) {
+        return NULL;
+    }
+    held h = {.n = 0};
+    sw_view x, w, b, y;
+    int has_b;
+    sw_window p = {.sh = 1, .sw = 1, .relu = relu};
+    if (!required_view(&h, xo, xlo, 4, &x, "x", "x_lo") || !required_view(&h, wo, wlo, 4, &w, "w", "w_lo") ||
+        !optional_view(&h, bo, blo, 1, &b, &has_b, "b", "b_lo") ||
+        (stride && !as_pair(stride, &p.sh, &p.sw, "stride")) ||
+        (padding && !as_pair(padding, &p.ph, &p.pw, "padding"))) {
+        release(&h);
+        return NULL;
+    }
+    PyArrayObject *ya = output_view(&h, ylo, yshape, 4, &y, "y");
+    if (!ya) {
+        release(&h);
+        return NULL;
+    }
+    p.kh = w.shape[2];
+    p.kw = w.shape[3];
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_conv2d_forward(&x, &w, has_b ? &b : NULL, &y, &p);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        release(&h);
+        return raise_kernel_status(s);
+    }
+    Py_INCREF(ya);
+    release(&h);
+    return (PyObject *)ya;
+}
+
+static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObject *kwds) {
+    (void)self;
+    static char *kwlist[] = {"w", "w_lo", "dy", "dy_lo", "dx_lo", "dx_shape", "kernel", "stride", "padding", NULL};
+    PyObject *wo, *wlo, *dyo, *dylo, *dxlo, *dxshape, *kernel, *stride = NULL, *padding = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OO", kwlist, &wo, &wlo, &dyo, &dylo, &dxlo, &dxshape,
+                                     &kernel, &stride, &padding)) {
+        return NULL;
+    }
+    held h = {.n = 0};
+    sw_view w, dy, dx;
+    sw_window p = {.sh = 1, .sw = 1};
+    if (!required_view(&h, wo, wlo, 4, &w, "w", "w_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
+        !as_pair(kernel, &p.kh, &p.kw, "kernel") || (stride && !as_pair(stride, &p.sh, &p.sw, "stride")) ||
+        (padding && !as_pair(padding, &p.ph, &p.pw, "padding"))) {
+        release(&h);
+        return NULL;
+    }
+    PyArrayObject *dxa = output_view(&h, dxlo, dxshape, 4, &dx, "dx");
+    if (!dxa) {
+        release(&h);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_conv2d_backward_data(&w, &dy, &dx, &p);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        release(&h);
+        return raise_kernel_status(s);
+    }
+    Py_INCREF(dxa);
+    release(&h);
+    return (PyObject *)dxa;
+}
+
+/* The (dw, db) pair returned by the weight-gradient entry points. */
+static PyObject *weight_result(PyArrayObject *dwa, PyArrayObject *dba) {
+    if (dba) {
+        return Py_BuildValue("(OO)", dwa, dba);
+    }
+    return Py_BuildValue("(OO)", dwa, Py_None);
+}
+
+/* dw's view for dy's output-channel range [lo, lo + extent) of a weight of full shape w_shape[0..rank). */
+static int weight_grad_views(held *h, const int64_t *w_shape, int rank, int64_t co_lo, int64_t co_n, int with_bias,
+                             sw_view *dw, sw_view *db, PyArrayObject **dwa, PyArrayObject **dba) {
+    for (int d = 0; d < rank; d++) {
+        if (w_shape[d] < 0) {
+            PyErr_SetString(PyExc_ValueError, "w_shape must not hold negative extents");
+            return 0;
+        }
+    }
+    if (co_lo < 0 || co_lo + co_n > w_shape[0]) {
+        PyErr_Format(PyExc_ValueError, "dy's output range [%lld, %lld) lies outside the weight's [0, %lld)",
+                     (long long)co_lo, (long long)(co_lo + co_n), (long long)w_shape[0]);
+        return 0;
+    }
+    int64_t shape[SW_MAX_RANK], lo[SW_MAX_RANK] = {0};
+    for (int d = 0; d < rank; d++) {
+        shape[d] = w_shape[d];
+    }
+    shape[0] = co_n;
+    lo[0] = co_lo;
+    *dwa = hold(h, new_array(rank, shape, "dw"));
+    if (!*dwa) {
+        return 0;
+    }
+    *dw = view_of(*dwa, lo);
+    *dba = NULL;
+    if (with_bias) {
+        *dba = hold(h, new_array(1, &co_n, "db"));
+        if (!*dba) {
+            return 0;
+        }
+        *db = view_of(*dba, &co_lo);
+    }
+    return 1;
+}
+
+static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObject *kwds) {
+    (void)self;
+    static char *kwlist[] = {"x", "x_lo", "dy", "dy_lo", "w_shape", "stride", "padding", "with_bias", NULL};
+    PyObject *xo, *xlo, *dyo, *dylo, *wshape, *stride = NULL, *padding = NULL;
+    int with_bias = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOp", kwlist, &xo, &xlo, &dyo, &dylo, &wshape, &stride,
+                                     &padding, &with_bias)) {
+        return NULL;
+    }
+    held h = {.n = 0};
+    sw_view x, dy, dw, db;
+    int64_t ws[4];
+    sw_window p = {.sh = 1, .sw = 1};
+    PyArrayObject *dwa, *dba;
+    if (!required_view(&h, xo, xlo, 4, &x, "x", "x_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
+        !as_ints(wshape, 4, ws, 0, "w_shape") || (stride && !as_pair(stride, &p.sh, &p.sw, "stride")) ||
+        (padding && !as_pair(padding, &p.ph, &p.pw, "padding")) ||
+        !weight_grad_views(&h, ws, 4, dy.lo[1], dy.shape[1], with_bias, &dw, &db, &dwa, &dba)) {
+        release(&h);
+        return NULL;
+    }
+    p.kh = ws[2];
+    p.kw = ws[3];
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_conv2d_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL, &p);
+    Py_END_ALLOW_THREADS
+    PyObject *result = s == SW_OK ? weight_result(dwa, dba) : raise_kernel_status(s);
+    release(&h);
+    return result;
+}
+
+/* ------------------------------------------------------------------ linear */
+
+static PyObject *py_linear_forward(PyObject *self, PyObject *args, PyObject *kwds) {
+    (void)self;
+    static char *kwlist[] = {"x", "x_lo", "w", "w_lo", "b", "b_lo", "y_lo", "y_shape", "relu", NULL};
+    PyObject *xo, *xlo, *wo, *wlo, *bo, *blo, *ylo, *yshape;
+    int relu = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|p", kwlist, &xo, &xlo, &wo, &wlo, &bo, &blo, &ylo,
+                                     &yshape, &relu)) {
+        return NULL;
+    }
+    held h = {.n = 0};
+    sw_view x, w, b, y;
+    int has_b;
+    if (!required_view(&h, xo, xlo, 2, &x, "x", "x_lo") || !required_view(&h, wo, wlo, 2, &w, "w", "w_lo") ||
+        !optional_view(&h, bo, blo, 1, &b, &has_b, "b", "b_lo")) {
+        release(&h);
+        return NULL;
+    }
+    PyArrayObject *ya = output_view(&h, ylo, yshape, 2, &y, "y");
+    if (!ya) {
+        release(&h);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_linear_forward(&x, &w, has_b ? &b : NULL, &y, relu);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        release(&h);
+        return raise_kernel_status(s);
+    }
+    Py_INCREF(ya);
+    release(&h);
+    return (PyObject *)ya;
+}
+
+static PyObject *py_linear_backward_data(PyObject *self, PyObject *args, PyObject *kwds) {
+    (void)self;
+    static char *kwlist[] = {"w", "w_lo", "dy", "dy_lo", "dx_lo", "dx_shape", NULL};
+    PyObject *wo, *wlo, *dyo, *dylo, *dxlo, *dxshape;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOO", kwlist, &wo, &wlo, &dyo, &dylo, &dxlo, &dxshape)) {
+        return NULL;
+    }
+    held h = {.n = 0};
+    sw_view w, dy, dx;
+    if (!required_view(&h, wo, wlo, 2, &w, "w", "w_lo") || !required_view(&h, dyo, dylo, 2, &dy, "dy", "dy_lo")) {
+        release(&h);
+        return NULL;
+    }
+    PyArrayObject *dxa = output_view(&h, dxlo, dxshape, 2, &dx, "dx");
+    if (!dxa) {
+        release(&h);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_linear_backward_data(&w, &dy, &dx);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        release(&h);
+        return raise_kernel_status(s);
+    }
+    Py_INCREF(dxa);
+    release(&h);
+    return (PyObject *)dxa;
+}
+
+static PyObject *py_linear_backward_weight(PyObject *self, PyObject *args, PyObject *kwds) {
+    (void)self;
+    static char *kwlist[] = {"x", "x_lo", "dy", "dy_lo", "w_shape", "with_bias", NULL};
+    PyObject *xo, *xlo, *dyo, *dylo, *wshape;
+    int with_bias = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|p", kwlist, &xo, &xlo, &dyo, &dylo, &wshape, &with_bias)) {
+        return NULL;
+    }
+    held h = {.n = 0};
+    sw_view x, dy, dw, db;
+    int64_t ws[2];
+    PyArrayObject *dwa, *dba;
+    if (!required_view(&h, xo, xlo, 2, &x, "x", "x_lo") || !required_view(&h, dyo, dylo, 2, &dy, "dy", "dy_lo") ||
+        !as_ints(wshape, 2, ws, 0, "w_shape") ||
+        !weight_grad_views(&h, ws, 2, dy.lo[1], dy.shape[1], with_bias, &dw, &db, &dwa, &dba)) {
+        release(&h);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_linear_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL);
+    Py_END_ALLOW_THREADS
+    PyObject *result = s == SW_OK ? weight_result(dwa, dba) : raise_kernel_status(s);
+    release(&h);
+    return result;
+}
+
+/* ------------------------------------------------------------------ registration */
+
+#define KW (METH_VARARGS | METH_KEYWORDS)
+#define FN(f) ((PyCFunction)(void (*)(void))(f))
 
 static PyMethodDef methods[] = {
+    {"conv2d_forward", FN(py_conv2d_forward), KW,
+     "conv2d_forward(x, x_lo, w, w_lo, b, b_lo, y_lo, y_shape, stride=1, padding=0, relu=False) -> y\n"
+     "y's box (global lo, shape) of conv2d(x, w) + b; x and w are views (array, global lo); b may be None.\n"
+     "Reads of x outside its view are zero padding."},
+    {"conv2d_backward_data", FN(py_conv2d_backward_data), KW,
+     "conv2d_backward_data(w, w_lo, dy, dy_lo, dx_lo, dx_shape, kernel, stride=1, padding=0) -> dx\n"
+     "The partial input gradient over dx's box from dy's box only (contributions outside dx's box dropped)."},
+    {"conv2d_backward_weight", FN(py_conv2d_backward_weight), KW,
+     "conv2d_backward_weight(x, x_lo, dy, dy_lo, w_shape, stride=1, padding=0, with_bias=True) -> (dw, db)\n"
+     "dw (dy's Co range, Ci, kh, kw) and db (dy's Co range, or None) summed over dy's box."},
+    {"linear_forward", FN(py_linear_forward), KW,
+     "linear_forward(x, x_lo, w, w_lo, b, b_lo, y_lo, y_shape, relu=False) -> y\n"
+     "y's box of x w^T + b; b may be None."},
+    {"linear_backward_data", FN(py_linear_backward_data), KW,
+     "linear_backward_data(w, w_lo, dy, dy_lo, dx_lo, dx_shape) -> dx\n"
+     "dx's rows (all input features) = dy w over dy's output range only (a partial gradient)."},
+    {"linear_backward_weight", FN(py_linear_backward_weight), KW,
+     "linear_backward_weight(x, x_lo, dy, dy_lo, w_shape, with_bias=True) -> (dw, db)\n"
+     "dw (dy's output range, I) = dy^T x and db = column sums of dy (or None)."},
     {NULL, NULL, 0, NULL},
 };
 
-int sw_py_register_conv_kernels(PyObject *module) { return PyModule_AddFunctions(module, methods); }
+int sw_py_register_conv_kernels(PyObject *module) {
+    import_array1(-1);  /* this file's own NumPy C-API table */
+    return PyModule_AddFunctions(module, methods);
+}

@@ -1,9 +1,706 @@
-/* kernels_misc_py.c -- test entry points for the misc CPU kernels (filled in by issue 3). */
+/* kernels_misc_py.c -- test entry points for the misc CPU kernels: pooling,
+ * ReLU, add, batch normalization, softmax cross-entropy, box copies.
+ *
+ * Each function takes float32 NumPy arrays with the global coordinates of
+ * their first element (`*_lo` tuples), builds sw_views, runs one kernel with
+ * the GIL released and returns the output as a new array.  Output arrays are
+ * filled with NaN before the call, so an element a kernel forgets to write
+ * shows up in the tests.  Everything malformed -- wrong dtype, rank, lengths,
+ * labels out of range, inconsistent boxes -- raises ValueError.
+ *
+ * Labels follow softmax.c: labels[i] belongs to global sample x_lo[0] + i in
+ * the forward pass (one label per row of x) and p_lo[0] + i in the backward
+ * pass (one per row of p).
+ */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>  /* CPython API */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* (this file imports its own API table) */
 
+#include <math.h>    /* NAN */
+#include <string.h>  /* strcmp */
+
+#include "../cpu/kernels.h"  /* sw_view, sw_window, the kernels */
+#include "../shardwise.h"    /* sw_status, sw_last_error, SW_MAX_RANK */
+
+/* Coordinates beyond this are refused before they reach index arithmetic. */
+#define COORD_LIMIT ((int64_t)1 << 40)
+
+/* ------------------------------------------------------------------ helpers */
+static PyObject *raise_status(sw_status s) {
+    PyObject *type = PyExc_RuntimeError;
+    if (s == SW_ERR_VALUE) {
+        type = PyExc_ValueError;
+    } else if (s == SW_ERR_NOMEM) {
+        type = PyExc_MemoryError;
+    }
+    PyErr_SetString(type, sw_last_error());
+    return NULL;
+}
+
+/* An array argument (owned reference) and the view over it. */
+typedef struct {
+    PyArrayObject *arr;
+    sw_view v;
+} arg_view;
+
+static void release(arg_view *a, int count) {
+    for (int k = 0; k < count; k++) {
+        Py_CLEAR(a[k].arr);
+    }
+}
+
+/* `count` integers from a sequence into out; shapes (nonneg) must be >= 0. 0 or -1 with ValueError. */
+static int get_ints(PyObject *obj, int count, int64_t *out, int nonneg, const char *what) {
+    PyObject *seq = PySequence_Check(obj) ? PySequence_Fast(obj, what) : NULL;
+    if (!seq) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be a sequence of %d integers", what, count);
+        return -1;
+    }
+    int rc = -1;
+    if (PySequence_Fast_GET_SIZE(seq) != count) {
+        PyErr_Format(PyExc_ValueError, "%s must have %d entries, got %zd", what, count, PySequence_Fast_GET_SIZE(seq));
+        goto done;
+    }
+    for (int k = 0; k < count; k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+        long long v = PyLong_Check(item) && !PyBool_Check(item) ? PyLong_AsLongLong(item) : -1;
+        if (!PyLong_Check(item) || PyBool_Check(item) || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s[%d] must be an integer", what, k);
+            goto done;
+        }
+        if (v > COORD_LIMIT || v < (nonneg ? 0 : -COORD_LIMIT)) {
+            PyErr_Format(PyExc_ValueError, "%s[%d] = %lld is out of range", what, k, v);
+            goto done;
+        }
+        out[k] = (int64_t)v;
+    }
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+/* An input: a float32 array of rank rmin..rmax (copied to C order if needed) and its global start. */
+static int in_view(PyObject *obj, PyObject *lo, int rmin, int rmax, const char *what, arg_view *out) {
+    if (!PyArray_Check(obj) || PyArray_TYPE((PyArrayObject *)obj) != NPY_FLOAT32) {
+        PyErr_Format(PyExc_ValueError, "%s must be a float32 NumPy array", what);
+        return -1;
+    }
+    int nd = PyArray_NDIM((PyArrayObject *)obj);
+    if (nd < rmin || nd > rmax) {
+        if (rmin == rmax) {
+            PyErr_Format(PyExc_ValueError, "%s must have rank %d, got %d", what, rmin, nd);
+        } else {
+            PyErr_Format(PyExc_ValueError, "%s must have rank %d..%d, got %d", what, rmin, rmax, nd);
+        }
+        return -1;
+    }
+    out->arr = (PyArrayObject *)PyArray_FROM_OTF(obj, NPY_FLOAT32, NPY_ARRAY_IN_ARRAY);
+    if (!out->arr) {
+        return -1;
+    }
+    out->v.data = (float *)PyArray_DATA(out->arr);
+    out->v.rank = nd;
+    for (int d = 0; d < nd; d++) {
+        out->v.shape[d] = (int64_t)PyArray_DIM(out->arr, d);
+    }
+    char lo_what[96];
+    snprintf(lo_what, sizeof lo_what, "%s's lo", what);
+    return get_ints(lo, nd, out->v.lo, 0, lo_what);
+}
+
+/* An output of rank `rank`: a new float32 (or float64 when f64) array of the given shape filled with NaN. */
+static int out_array(int rank, const int64_t *shape, int f64, PyArrayObject **out) {
+    npy_intp dims[SW_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        dims[d] = (npy_intp)shape[d];
+    }
+    *out = (PyArrayObject *)PyArray_EMPTY(rank, dims, f64 ? NPY_FLOAT64 : NPY_FLOAT32, 0);
+    if (!*out) {
+        return -1;
+    }
+    npy_intp size = PyArray_SIZE(*out);
+    if (f64) {
+        double *p = (double *)PyArray_DATA(*out);
+        for (npy_intp i = 0; i < size; i++) {
+            p[i] = NAN;
+        }
+    } else {
+        float *p = (float *)PyArray_DATA(*out);
+        for (npy_intp i = 0; i < size; i++) {
+            p[i] = NAN;
+        }
+    }
+    return 0;
+}
+
+/* The output box: lo and shape tuples of `rank` entries, a NaN-filled float32 array behind it. */
+static int out_view(int rank, PyObject *lo, PyObject *shape, const char *what, arg_view *out) {
+    char buf[96];
+    out->v.rank = rank;
+    snprintf(buf, sizeof buf, "%s's lo", what);
+    if (get_ints(lo, rank, out->v.lo, 0, buf) < 0) {
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s's shape", what);
+    if (get_ints(shape, rank, out->v.shape, 1, buf) < 0) {
+        return -1;
+    }
+    if (out_array(rank, out->v.shape, 0, &out->arr) < 0) {
+        return -1;
+    }
+    out->v.data = (float *)PyArray_DATA(out->arr);
+    return 0;
+}
+
+/* A 1-D float32 array of exactly `len` entries (new reference), or NULL with ValueError.
+ * None gives NULL without an exception when optional. */
+static PyArrayObject *channel_array(PyObject *obj, int64_t len, int optional, const char *what, int *failed) {
+    if (optional && obj == Py_None) {
+        return NULL;
+    }
+    if (!PyArray_Check(obj) || PyArray_TYPE((PyArrayObject *)obj) != NPY_FLOAT32 ||
+        PyArray_NDIM((PyArrayObject *)obj) != 1 || PyArray_DIM((PyArrayObject *)obj, 0) != len) {
+        PyErr_Format(PyExc_ValueError, "%s must be a 1-D float32 array of %lld entries (the box's channels)", what,
+                     (long long)len);
+        *failed = 1;
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)PyArray_FROM_OTF(obj, NPY_FLOAT32, NPY_ARRAY_IN_ARRAY);
+    if (!a) {
+        *failed = 1;
+    }
+    return a;
+}
+
+/* Labels: an integer array of `len` entries in int32 range, as a C-contiguous int32 array (new reference). */
+static PyArrayObject *get_labels(PyObject *obj, int64_t len) {
+    PyArrayObject *raw = (PyArrayObject *)PyArray_FROM_O(obj);
+    if (!raw) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "labels must be a 1-D integer array");
+        return NULL;
+    }
+    if (!PyArray_ISINTEGER(raw) || PyArray_NDIM(raw) != 1 || PyArray_DIM(raw, 0) != len) {
+        Py_DECREF(raw);
+        PyErr_Format(PyExc_ValueError, "labels must be a 1-D integer array of %lld entries (one per row)",
+                     (long long)len);
+        return NULL;
+    }
+    PyArrayObject *wide = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)raw, NPY_INT64, NPY_ARRAY_IN_ARRAY);
+    Py_DECREF(raw);
+    if (!wide) {
+        return NULL;
+    }
+    npy_intp n = (npy_intp)len;
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
+    if (!out) {
+        Py_DECREF(wide);
+        return NULL;
+    }
+    const int64_t *src = (const int64_t *)PyArray_DATA(wide);
+    int32_t *dst = (int32_t *)PyArray_DATA(out);
+    for (int64_t i = 0; i < len; i++) {
+        if (src[i] < 0 || src[i] > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "label %lld at position %lld is out of range", (long long)src[i],
+                         (long long)i);
+            Py_DECREF(wide);
+            Py_DECREF(out);
+            return NULL;
+        }
+        dst[i] = (int32_t)src[i];
+    }
+    Py_DECREF(wide);
+    return out;
+}
+
+/* An int or a pair of ints >= `min` (kernel, stride, padding). */
+static int get_pair(PyObject *obj, int64_t min, const char *what, int64_t *a, int64_t *b) {
+    int64_t v[2];
+    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+        long long x = PyLong_AsLongLong(obj);
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            x = -1;
+        }
+        v[0] = v[1] = (int64_t)x;
+    } else if (get_ints(obj, 2, v, 0, what) < 0) {
+        return -1;
+    }
+    if (v[0] < min || v[1] < min || v[0] > (1 << 20) || v[1] > (1 << 20)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be an int or a pair of ints in [%lld, 2^20]", what, (long long)min);
+        return -1;
+    }
+    *a = v[0];
+    *b = v[1];
+    return 0;
+}
+
+static int get_window(PyObject *kernel, PyObject *stride, PyObject *padding, sw_window *w) {
+    w->relu = 0;
+    if (get_pair(kernel, 1, "kernel", &w->kh, &w->kw) < 0 || get_pair(stride, 1, "stride", &w->sh, &w->sw) < 0 ||
+        get_pair(padding, 0, "padding", &w->ph, &w->pw) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* "max" -> 1, "avg" -> 0, else -1 with ValueError. */
+static int get_kind(const char *kind) {
+    if (strcmp(kind, "max") == 0) {
+        return 1;
+    }
+    if (strcmp(kind, "avg") == 0) {
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "pooling kind must be 'max' or 'avg', got '%s'", kind);
+    return -1;
+}
+
+/* Finish a call: on a failed status drop the output and raise, else hand the output over. */
+static PyObject *finish(sw_status s, arg_view *args, int nargs, PyArrayObject **result) {
+    release(args, nargs);
+    if (s != SW_OK) {
+        Py_CLEAR(*result);
+        return raise_status(s);
+    }
+    return (PyObject *)*result;
+}
+
+/* ------------------------------------------------------------------ pooling */
+/* pool2d_forward(kind, x, x_lo, y_lo, y_shape, kernel, stride, padding) -> y */
+static PyObject *py_pool2d_forward(PyObject *Py_UNUSED(m), PyObject *args) {
+    const char *kind_s;
+    PyObject *x_o, *x_lo, *y_lo, *y_shape, *k_o, *s_o, *p_o;
+    if (!PyArg_ParseTuple(args, "sOOOOOOO", &kind_s, &x_o, &x_lo, &y_lo, &y_shape, &k_o, &s_o, &p_o)) {
+        return NULL;
+    }
+    arg_view a[2] = {{0}};  /* x, y */
+    sw_window w;
+    int is_max = get_kind(kind_s);
+    if (is_max < 0 || get_window(k_o, s_o, p_o, &w) < 0 || in_view(x_o, x_lo, 4, 4, "x", &a[0]) < 0 ||
+        out_view(4, y_lo, y_shape, "y", &a[1]) < 0) {
+        release(a, 2);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_pool2d_forward(is_max, &a[0].v, &a[1].v, &w);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *y = a[1].arr;
+    a[1].arr = NULL;
+    return finish(s, a, 2, &y);
+}
+
+/* pool2d_backward(kind, x, x_lo, dy, dy_lo, dx_lo, dx_shape, kernel, stride, padding) -> dx
+ * (x may be None for 'avg') */
+static PyObject *py_pool2d_backward(PyObject *Py_UNUSED(m), PyObject *args) {
+    const char *kind_s;
+    PyObject *x_o, *x_lo, *dy_o, *dy_lo, *dx_lo, *dx_shape, *k_o, *s_o, *p_o;
+    if (!PyArg_ParseTuple(args, "sOOOOOOOOO", &kind_s, &x_o, &x_lo, &dy_o, &dy_lo, &dx_lo, &dx_shape, &k_o, &s_o,
+                          &p_o)) {
+        return NULL;
+    }
+    arg_view a[3] = {{0}};  /* x, dy, dx */
+    sw_window w;
+    int is_max = get_kind(kind_s);
+    int have_x = x_o != Py_None || is_max;
+    if (is_max < 0 || get_window(k_o, s_o, p_o, &w) < 0 ||
+        (have_x && in_view(x_o, x_lo, 4, 4, "x", &a[0]) < 0) || in_view(dy_o, dy_lo, 4, 4, "dy", &a[1]) < 0 ||
+        out_view(4, dx_lo, dx_shape, "dx", &a[2]) < 0) {
+        release(a, 3);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_pool2d_backward(is_max, have_x ? &a[0].v : NULL, &a[1].v, &a[2].v, &w);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *dx = a[2].arr;
+    a[2].arr = NULL;
+    return finish(s, a, 3, &dx);
+}
+
+/* ------------------------------------------------------------------ element-wise */
+/* relu_forward(x, x_lo, y_lo, y_shape) -> y */
+static PyObject *py_relu_forward(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *x_o, *x_lo, *y_lo, *y_shape;
+    if (!PyArg_ParseTuple(args, "OOOO", &x_o, &x_lo, &y_lo, &y_shape)) {
+        return NULL;
+    }
+    arg_view a[2] = {{0}};
+    if (in_view(x_o, x_lo, 1, SW_MAX_RANK, "x", &a[0]) < 0 || out_view(a[0].v.rank, y_lo, y_shape, "y", &a[1]) < 0) {
+        release(a, 2);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_relu_forward(&a[0].v, &a[1].v);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *y = a[1].arr;
+    a[1].arr = NULL;
+    return finish(s, a, 2, &y);
+}
+
+/* relu_backward(y, y_lo, dy, dy_lo, dx_lo, dx_shape) -> dx */
+static PyObject *py_relu_backward(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *y_o, *y_lo, *dy_o, *dy_lo, *dx_lo, *dx_shape;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &y_o, &y_lo, &dy_o, &dy_lo, &dx_lo, &dx_shape)) {
+        return NULL;
+    }
+    arg_view a[3] = {{0}};
+    if (in_view(y_o, y_lo, 1, SW_MAX_RANK, "y", &a[0]) < 0 || in_view(dy_o, dy_lo, 1, SW_MAX_RANK, "dy", &a[1]) < 0 ||
+        out_view(a[0].v.rank, dx_lo, dx_shape, "dx", &a[2]) < 0) {
+        release(a, 3);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_relu_backward(&a[0].v, &a[1].v, &a[2].v);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *dx = a[2].arr;
+    a[2].arr = NULL;
+    return finish(s, a, 3, &dx);
+}
+
+/* add_forward(a, a_lo, b, b_lo, y_lo, y_shape) -> y */
+static PyObject *py_add_forward(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *a_o, *a_lo, *b_o, *b_lo, *y_lo, *y_shape;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &a_o, &a_lo, &b_o, &b_lo, &y_lo, &y_shape)) {
+        return NULL;
+    }
+    arg_view a[3] = {{0}};
+    if (in_view(a_o, a_lo, 1, SW_MAX_RANK, "a", &a[0]) < 0 || in_view(b_o, b_lo, 1, SW_MAX_RANK, "b", &a[1]) < 0 ||
+        out_view(a[0].v.rank, y_lo, y_shape, "y", &a[2]) < 0) {
+        release(a, 3);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_add_forward(&a[0].v, &a[1].v, &a[2].v);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *y = a[2].arr;
+    a[2].arr = NULL;
+    return finish(s, a, 3, &y);
+}
+
+/* ------------------------------------------------------------------ batch normalization */
+/* bn_partial_sums(x, x_lo) -> (2, C_view) float64: sums of x and x^2 per channel of x's box */
+static PyObject *py_bn_partial_sums(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *x_o, *x_lo;
+    if (!PyArg_ParseTuple(args, "OO", &x_o, &x_lo)) {
+        return NULL;
+    }
+    arg_view a[1] = {{0}};
+    PyArrayObject *sums = NULL;
+    if (in_view(x_o, x_lo, 4, 4, "x", &a[0]) < 0) {
+        release(a, 1);
+        return NULL;
+    }
+    int64_t shape[2] = {2, a[0].v.shape[1]};
+    if (out_array(2, shape, 1, &sums) < 0) {
+        release(a, 1);
+        return NULL;
+    }
+    double *sp = (double *)PyArray_DATA(sums);
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_bn_partial_sums(&a[0].v, sp);
+    Py_END_ALLOW_THREADS
+    return finish(s, a, 1, &sums);
+}
+
+/* bn_apply(x, x_lo, mean, invstd, gamma, beta, y_lo, y_shape) -> y; the four channel arrays
+ * have y_shape[1] entries (from y's channel start); gamma/beta may be None */
+static PyObject *py_bn_apply(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *x_o, *x_lo, *mean_o, *invstd_o, *gamma_o, *beta_o, *y_lo, *y_shape;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &x_o, &x_lo, &mean_o, &invstd_o, &gamma_o, &beta_o, &y_lo, &y_shape)) {
+        return NULL;
+    }
+    arg_view a[2] = {{0}};
+    PyArrayObject *ch[4] = {NULL, NULL, NULL, NULL};  /* mean, invstd, gamma, beta */
+    PyObject *result = NULL;
+    int failed = 0;
+    if (in_view(x_o, x_lo, 4, 4, "x", &a[0]) < 0 || out_view(4, y_lo, y_shape, "y", &a[1]) < 0) {
+        goto done;
+    }
+    int64_t nc = a[1].v.shape[1];
+    ch[0] = channel_array(mean_o, nc, 0, "mean", &failed);
+    ch[1] = failed ? NULL : channel_array(invstd_o, nc, 0, "invstd", &failed);
+    ch[2] = failed ? NULL : channel_array(gamma_o, nc, 1, "gamma", &failed);
+    ch[3] = failed ? NULL : channel_array(beta_o, nc, 1, "beta", &failed);
+    if (failed) {
+        goto done;
+    }
+    const float *f[4];
+    for (int k = 0; k < 4; k++) {
+        f[k] = ch[k] ? (const float *)PyArray_DATA(ch[k]) : NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_bn_apply(&a[0].v, f[0], f[1], f[2], f[3], &a[1].v);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        raise_status(s);
+        goto done;
+    }
+    result = (PyObject *)a[1].arr;
+    a[1].arr = NULL;
+done:
+    release(a, 2);
+    for (int k = 0; k < 4; k++) {
+        Py_XDECREF(ch[k]);
+    }
+    return result;
+}
+
+/* bn_backward_sums(x, x_lo, dy, dy_lo, mean, invstd) -> (2, C_dy) float64: sums of dy and dy * xhat
+ * per channel of dy's box; mean/invstd have dy's channel count (from dy's channel start) */
+static PyObject *py_bn_backward_sums(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *x_o, *x_lo, *dy_o, *dy_lo, *mean_o, *invstd_o;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &x_o, &x_lo, &dy_o, &dy_lo, &mean_o, &invstd_o)) {
+        return NULL;
+    }
+    arg_view a[2] = {{0}};
+    PyArrayObject *ch[2] = {NULL, NULL};
+    PyArrayObject *sums = NULL;
+    PyObject *result = NULL;
+    int failed = 0;
+    if (in_view(x_o, x_lo, 4, 4, "x", &a[0]) < 0 || in_view(dy_o, dy_lo, 4, 4, "dy", &a[1]) < 0) {
+        goto done;
+    }
+    int64_t nc = a[1].v.shape[1];
+    ch[0] = channel_array(mean_o, nc, 0, "mean", &failed);
+    ch[1] = failed ? NULL : channel_array(invstd_o, nc, 0, "invstd", &failed);
+    int64_t shape[2] = {2, nc};
+    if (failed || out_array(2, shape, 1, &sums) < 0) {
+        goto done;
+    }
+    const float *mp = PyArray_DATA(ch[0]), *ip = PyArray_DATA(ch[1]);
+    double *sp = PyArray_DATA(sums);
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_bn_backward_sums(&a[0].v, &a[1].v, mp, ip, sp);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        raise_status(s);
+        goto done;
+    }
+    result = (PyObject *)sums;
+    sums = NULL;
+done:
+    release(a, 2);
+    Py_XDECREF(ch[0]);
+    Py_XDECREF(ch[1]);
+    Py_XDECREF(sums);
+    return result;
+}
+
+/* bn_backward_apply(x, x_lo, dy, dy_lo, mean, invstd, gamma, global_sums, m, dx_lo, dx_shape) -> dx;
+ * channel arrays have dx_shape[1] entries (from dx's channel start), global_sums is (2, dx_shape[1])
+ * float64, gamma may be None */
+static PyObject *py_bn_backward_apply(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *x_o, *x_lo, *dy_o, *dy_lo, *mean_o, *invstd_o, *gamma_o, *sums_o, *dx_lo, *dx_shape;
+    long long count;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOLOO", &x_o, &x_lo, &dy_o, &dy_lo, &mean_o, &invstd_o, &gamma_o, &sums_o,
+                          &count, &dx_lo, &dx_shape)) {
+        return NULL;
+    }
+    arg_view a[3] = {{0}};  /* x, dy, dx */
+    PyArrayObject *ch[3] = {NULL, NULL, NULL};
+    PyArrayObject *sums = NULL;
+    PyObject *result = NULL;
+    int failed = 0;
+    if (in_view(x_o, x_lo, 4, 4, "x", &a[0]) < 0 || in_view(dy_o, dy_lo, 4, 4, "dy", &a[1]) < 0 ||
+        out_view(4, dx_lo, dx_shape, "dx", &a[2]) < 0) {
+        goto done;
+    }
+    int64_t nc = a[2].v.shape[1];
+    ch[0] = channel_array(mean_o, nc, 0, "mean", &failed);
+    ch[1] = failed ? NULL : channel_array(invstd_o, nc, 0, "invstd", &failed);
+    ch[2] = failed ? NULL : channel_array(gamma_o, nc, 1, "gamma", &failed);
+    if (failed) {
+        goto done;
+    }
+    if (!PyArray_Check(sums_o) || PyArray_TYPE((PyArrayObject *)sums_o) != NPY_FLOAT64 ||
+        PyArray_NDIM((PyArrayObject *)sums_o) != 2 || PyArray_DIM((PyArrayObject *)sums_o, 0) != 2 ||
+        PyArray_DIM((PyArrayObject *)sums_o, 1) != nc) {
+        PyErr_Format(PyExc_ValueError, "global_sums must be a (2, %lld) float64 array", (long long)nc);
+        goto done;
+    }
+    sums = (PyArrayObject *)PyArray_FROM_OTF(sums_o, NPY_FLOAT64, NPY_ARRAY_IN_ARRAY);
+    if (!sums) {
+        goto done;
+    }
+    const float *mp = PyArray_DATA(ch[0]), *ip = PyArray_DATA(ch[1]);
+    const float *gp = ch[2] ? (const float *)PyArray_DATA(ch[2]) : NULL;
+    const double *sp = PyArray_DATA(sums);
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_bn_backward_apply(&a[0].v, &a[1].v, mp, ip, gp, sp, (int64_t)count, &a[2].v);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        raise_status(s);
+        goto done;
+    }
+    result = (PyObject *)a[2].arr;
+    a[2].arr = NULL;
+done:
+    release(a, 3);
+    for (int k = 0; k < 3; k++) {
+        Py_XDECREF(ch[k]);
+    }
+    Py_XDECREF(sums);
+    return result;
+}
+
+/* ------------------------------------------------------------------ softmax cross-entropy */
+/* softmax_xent_forward(x, x_lo, labels, p_lo, p_shape) -> (p, loss_sum); labels[i] is the label of
+ * global sample x_lo[0] + i (one per row of x) */
+static PyObject *py_softmax_xent_forward(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *x_o, *x_lo, *labels_o, *p_lo, *p_shape;
+    if (!PyArg_ParseTuple(args, "OOOOO", &x_o, &x_lo, &labels_o, &p_lo, &p_shape)) {
+        return NULL;
+    }
+    arg_view a[2] = {{0}};
+    PyArrayObject *labels = NULL;
+    if (in_view(x_o, x_lo, 2, 2, "x", &a[0]) < 0 || out_view(2, p_lo, p_shape, "p", &a[1]) < 0 ||
+        !(labels = get_labels(labels_o, a[0].v.shape[0]))) {
+        release(a, 2);
+        return NULL;
+    }
+    const int32_t *lp = PyArray_DATA(labels);
+    double loss = 0.0;
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_softmax_xent_forward(&a[0].v, lp, &a[1].v, &loss);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(labels);
+    PyArrayObject *p = a[1].arr;
+    a[1].arr = NULL;
+    if (!finish(s, a, 2, &p)) {
+        return NULL;
+    }
+    return Py_BuildValue("(Nd)", p, loss);
+}
+
+/* softmax_xent_backward(p, p_lo, labels, n_total) -> dx over p's box; labels[i] is the label of
+ * global sample p_lo[0] + i (one per row of p) */
+static PyObject *py_softmax_xent_backward(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *p_o, *p_lo, *labels_o;
+    long long n_total;
+    if (!PyArg_ParseTuple(args, "OOOL", &p_o, &p_lo, &labels_o, &n_total)) {
+        return NULL;
+    }
+    arg_view a[2] = {{0}};  /* p, dx */
+    PyArrayObject *labels = NULL;
+    if (in_view(p_o, p_lo, 2, 2, "p", &a[0]) < 0 || !(labels = get_labels(labels_o, a[0].v.shape[0]))) {
+        release(a, 2);
+        return NULL;
+    }
+    a[1].v = a[0].v;  /* dx has p's box */
+    if (out_array(2, a[0].v.shape, 0, &a[1].arr) < 0) {
+        Py_DECREF(labels);
+        release(a, 2);
+        return NULL;
+    }
+    a[1].v.data = (float *)PyArray_DATA(a[1].arr);
+    const int32_t *lp = PyArray_DATA(labels);
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_softmax_xent_backward(&a[0].v, lp, (int64_t)n_total, &a[1].v);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(labels);
+    PyArrayObject *dx = a[1].arr;
+    a[1].arr = NULL;
+    return finish(s, a, 2, &dx);
+}
+
+/* ------------------------------------------------------------------ box copies */
+/* copy_box / accumulate_box(src, src_lo, dst, dst_lo): in place into dst (C-contiguous writable float32) */
+static PyObject *move_box(PyObject *args, int accumulate) {
+    PyObject *src_o, *src_lo, *dst_o, *dst_lo;
+    if (!PyArg_ParseTuple(args, "OOOO", &src_o, &src_lo, &dst_o, &dst_lo)) {
+        return NULL;
+    }
+    arg_view a[1] = {{0}};
+    sw_view dst;
+    if (in_view(src_o, src_lo, 1, SW_MAX_RANK, "src", &a[0]) < 0) {
+        release(a, 1);
+        return NULL;
+    }
+    PyArrayObject *d = (PyArrayObject *)dst_o;
+    if (!PyArray_Check(dst_o) || PyArray_TYPE(d) != NPY_FLOAT32 || !PyArray_ISCARRAY(d) ||
+        !PyArray_ISNOTSWAPPED(d) || PyArray_NDIM(d) != a[0].v.rank) {
+        release(a, 1);
+        PyErr_Format(PyExc_ValueError, "dst must be a writable C-contiguous float32 array of rank %d (src's)",
+                     a[0].v.rank);
+        return NULL;
+    }
+    dst.data = (float *)PyArray_DATA(d);
+    dst.rank = PyArray_NDIM(d);
+    for (int k = 0; k < dst.rank; k++) {
+        dst.shape[k] = (int64_t)PyArray_DIM(d, k);
+    }
+    if (get_ints(dst_lo, dst.rank, dst.lo, 0, "dst's lo") < 0) {
+        release(a, 1);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = accumulate ? sw_accumulate_box(&a[0].v, &dst) : sw_copy_box(&a[0].v, &dst);
+    Py_END_ALLOW_THREADS
+    release(a, 1);
+    if (s != SW_OK) {
+        return raise_status(s);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_copy_box(PyObject *Py_UNUSED(m), PyObject *args) { return move_box(args, 0); }
+
+static PyObject *py_accumulate_box(PyObject *Py_UNUSED(m), PyObject *args) { return move_box(args, 1); }
+
+/* ------------------------------------------------------------------ registration */
 static PyMethodDef methods[] = {
+    {"pool2d_forward", py_pool2d_forward, METH_VARARGS,
+     "pool2d_forward(kind, x, x_lo, y_lo, y_shape, kernel, stride, padding) -> y\n"
+     "kind 'max' (first maximum wins) or 'avg' (divisor kh*kw, padding included)."},
+    {"pool2d_backward", py_pool2d_backward, METH_VARARGS,
+     "pool2d_backward(kind, x, x_lo, dy, dy_lo, dx_lo, dx_shape, kernel, stride, padding) -> dx\n"
+     "The partial dx over dx's box from dy's box only; x may be None for 'avg'."},
+    {"relu_forward", py_relu_forward, METH_VARARGS, "relu_forward(x, x_lo, y_lo, y_shape) -> y"},
+    {"relu_backward", py_relu_backward, METH_VARARGS,
+     "relu_backward(y, y_lo, dy, dy_lo, dx_lo, dx_shape) -> dx = dy * (y > 0)"},
+    {"add_forward", py_add_forward, METH_VARARGS, "add_forward(a, a_lo, b, b_lo, y_lo, y_shape) -> y = a + b"},
+    {"bn_partial_sums", py_bn_partial_sums, METH_VARARGS,
+     "bn_partial_sums(x, x_lo) -> (2, C_view) float64: per-channel sums of x and x^2 over x's box"},
+    {"bn_apply", py_bn_apply, METH_VARARGS,
+     "bn_apply(x, x_lo, mean, invstd, gamma, beta, y_lo, y_shape) -> y\n"
+     "Channel arrays (float32) start at y's channel start; gamma/beta may be None."},
+    {"bn_backward_sums", py_bn_backward_sums, METH_VARARGS,
+     "bn_backward_sums(x, x_lo, dy, dy_lo, mean, invstd) -> (2, C_dy) float64: sums of dy and dy * xhat"},
+    {"bn_backward_apply", py_bn_backward_apply, METH_VARARGS,
+     "bn_backward_apply(x, x_lo, dy, dy_lo, mean, invstd, gamma, global_sums, m, dx_lo, dx_shape) -> dx\n"
+     "Channel arrays start at dx's channel start; m = N*H*W of the whole minibatch."},
+    {"softmax_xent_forward", py_softmax_xent_forward, METH_VARARGS,
+     "softmax_xent_forward(x, x_lo, labels, p_lo, p_shape) -> (p, loss_sum)\n"
+     "x holds whole rows; labels[i] belongs to sample x_lo[0] + i; loss_sum counts the rows whose label "
+     "lies in p's class range."},
+    {"softmax_xent_backward", py_softmax_xent_backward, METH_VARARGS,
+     "softmax_xent_backward(p, p_lo, labels, n_total) -> dx = (p - onehot(label)) / n_total over p's box\n"
+     "labels[i] belongs to sample p_lo[0] + i."},
+    {"copy_box", py_copy_box, METH_VARARGS,
+     "copy_box(src, src_lo, dst, dst_lo): dst[i] = src[i] on the intersection of the boxes (in place)"},
+    {"accumulate_box", py_accumulate_box, METH_VARARGS,
+     "accumulate_box(src, src_lo, dst, dst_lo): dst[i] += src[i] on the intersection of the boxes (in place)"},
     {NULL, NULL, 0, NULL},
 };
 
-int sw_py_register_misc_kernels(PyObject *module) { return PyModule_AddFunctions(module, methods); }
+int sw_py_register_misc_kernels(PyObject *module) {
+    import_array1(-1);  /* this file's own NumPy API table */
+    return PyModule_AddFunctions(module, methods);
+}

@@ -161,6 +161,7 @@ class TaskGraph:
     plan: Plan
     buffers: list[Buffer] = field(default_factory=list)
     tasks: list[Task] = field(default_factory=list)
+    params: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (op, "weight"/"bias", worker) -> buffer
 
     def bytes_moved(self) -> int:
         return sum(t.nbytes for t in self.tasks)
@@ -202,7 +203,7 @@ class _Lowering:
         self.act: dict[str, list[int]] = {}
         self.act_task: dict[str, list[int]] = {}
         self.regions: dict[tuple[str, int, int], tuple[int, int | None]] = {}  # (op, slot, worker) -> (buf, task)
-        self.params: dict[tuple[str, str, int], int] = {}    # (op, param, worker) -> buffer
+        self.params = self.tg.params                          # (op, param, worker) -> buffer
         self.grad: dict[str, list[int]] = {}
         self.grad_last: dict[str, list[int | None]] = {}      # last accumulate into each worker's grad
         self.weight_grad_task: dict[tuple[str, str, int], int] = {}

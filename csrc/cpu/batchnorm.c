@@ -1,0 +1,200 @@
+/* batchnorm.c -- 2-D batch normalization with statistics over the whole
+ * minibatch, however the (N, C, H, W) output is split among workers.
+ *
+ * Forward, two phases:
+ *   1. every worker: sw_bn_partial_sums over its box -> (sum x, sum x^2) per channel
+ *   2. the executor adds the partial sums of all workers holding channel c,
+ *      then mean = S1 / M, var = S2 / M - mean^2 (biased), invstd = 1 / sqrt(var + eps)
+ *      with M = N * H * W of the whole minibatch (eps = 1e-5 in the graph API)
+ *   3. every worker: sw_bn_apply over its box with the global mean/invstd
+ * Backward, the same shape:
+ *   1. sw_bn_backward_sums -> (sum dy, sum dy * xhat) per channel over the box
+ *   2. the executor adds them up: the global sums are exactly dbeta and dgamma
+ *   3. sw_bn_backward_apply over the dx box with the global sums
+ *
+ * Channel-indexed arrays (mean, invstd, gamma, beta, sums) always start at the
+ * channel start of the kernel's *box*: x's box for the partial sums, y's box for
+ * apply, dy's box for the backward sums and dx's box for the backward apply.
+ * Every other view must cover that box (element-wise op: the same index).
+ * `sums` arrays are laid out [2][channels of the box], overwritten.
+ * Sums are accumulated in double so that the split does not change the
+ * statistics beyond rounding of the final float32 values.
+ */
+#include "kernels.h"  /* sw_view, sw_bn_* */
+#include "view.h"     /* sw_view_check, sw_view_check_covers */
+
+enum { N_, C_, H_, W_ };  /* dimensions of (N, C, H, W) views */
+
+/* Pointer to row (n, c, h) of an (N, C, H, W) view; the row runs over w from v->lo[W_]. */
+static const float *row_at(const sw_view *v, int64_t n, int64_t c, int64_t h) {
+    return v->data + (((n - v->lo[N_]) * v->shape[C_] + (c - v->lo[C_])) * v->shape[H_] + (h - v->lo[H_])) *
+                         v->shape[W_];
+}
+
+/* Offset from the start of a row of `outer` to global column `w`. */
+static int64_t col(const sw_view *outer, int64_t w) { return w - outer->lo[W_]; }
+
+/* `box` a valid (N, C, H, W) view; each non-NULL view of `others` has rank 4 and covers it. */
+static sw_status check_box(const sw_view *box, const char *box_name, const sw_view *a, const char *a_name,
+                           const sw_view *b, const char *b_name) {
+    sw_status s = sw_view_check(box, 4, box_name);
+    const sw_view *others[2] = {a, b};
+    const char *names[2] = {a_name, b_name};
+    for (int k = 0; k < 2 && s == SW_OK; k++) {
+        if (!names[k]) {
+            continue;
+        }
+        s = sw_view_check(others[k], 4, names[k]);
+        for (int d = 0; d < 4 && s == SW_OK; d++) {
+            s = sw_view_check_covers(others[k], d, names[k], box, d, box_name, "index");
+        }
+    }
+    return s;
+}
+
+static sw_status check_arrays(const char *name, int count, const void *const *arrays) {
+    for (int k = 0; k < count; k++) {
+        if (!arrays[k]) {
+            return SW_FAIL(SW_ERR_VALUE, "%s: NULL channel array (argument %d)", name, k);
+        }
+    }
+    return SW_OK;
+}
+
+/* x (N, C, H, W): sums[0][c] = sum of x, sums[1][c] = sum of x^2 over x's box, c from x's channel start. */
+sw_status sw_bn_partial_sums(const sw_view *x, double *sums) {
+    sw_status s = check_box(x, "bn_partial_sums: x", NULL, NULL, NULL, NULL);
+    const void *arrays[1] = {sums};
+    if (s == SW_OK) {
+        s = check_arrays("bn_partial_sums", 1, arrays);
+    }
+    if (s != SW_OK) {
+        return s;
+    }
+    const int64_t nc = x->shape[C_], hw = x->shape[H_] * x->shape[W_];
+    for (int64_t c = 0; c < nc; c++) {
+        sums[c] = 0.0;
+        sums[nc + c] = 0.0;
+    }
+    for (int64_t n = 0; n < x->shape[N_]; n++) {
+        for (int64_t c = 0; c < nc; c++) {
+            const float *xp = x->data + (n * nc + c) * hw;  /* the whole (H, W) plane is contiguous */
+            double s1 = 0.0, s2 = 0.0;
+            for (int64_t i = 0; i < hw; i++) {
+                const double v = xp[i];
+                s1 += v;
+                s2 += v * v;
+            }
+            sums[c] += s1;
+            sums[nc + c] += s2;
+        }
+    }
+    return SW_OK;
+}
+
+/* x covers y's box; y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c], arrays from y's channel start.
+ * gamma and beta may be NULL (no affine transform: gamma = 1, beta = 0). */
+sw_status sw_bn_apply(const sw_view *x, const float *mean, const float *invstd, const float *gamma, const float *beta,
+                      sw_view *y) {
+    sw_status s = check_box(y, "bn_apply: y", x, "bn_apply: x", NULL, NULL);
+    const void *arrays[2] = {mean, invstd};
+    if (s == SW_OK) {
+        s = check_arrays("bn_apply", 2, arrays);
+    }
+    if (s != SW_OK) {
+        return s;
+    }
+    float *yp = y->data;
+    for (int64_t n = y->lo[N_]; n < sw_view_hi(y, N_); n++) {
+        for (int64_t c = y->lo[C_]; c < sw_view_hi(y, C_); c++) {
+            const int64_t k = c - y->lo[C_];
+            const float m = mean[k];
+            const float scale = invstd[k] * (gamma ? gamma[k] : 1.0f);
+            const float shift = beta ? beta[k] : 0.0f;
+            for (int64_t h = y->lo[H_]; h < sw_view_hi(y, H_); h++) {
+                const float *xp = row_at(x, n, c, h) + col(x, y->lo[W_]);
+                for (int64_t i = 0; i < y->shape[W_]; i++) {
+                    *yp++ = (xp[i] - m) * scale + shift;
+                }
+            }
+        }
+    }
+    return SW_OK;
+}
+
+/* x covers dy's box; over dy's box, with xhat = (x - mean[c]) * invstd[c] (arrays from dy's channel start):
+ * sums[0][c] = sum of dy, sums[1][c] = sum of dy * xhat. */
+sw_status sw_bn_backward_sums(const sw_view *x, const sw_view *dy, const float *mean, const float *invstd,
+                              double *sums) {
+    sw_status s = check_box(dy, "bn_backward_sums: dy", x, "bn_backward_sums: x", NULL, NULL);
+    const void *arrays[3] = {mean, invstd, sums};
+    if (s == SW_OK) {
+        s = check_arrays("bn_backward_sums", 3, arrays);
+    }
+    if (s != SW_OK) {
+        return s;
+    }
+    const int64_t nc = dy->shape[C_];
+    for (int64_t k = 0; k < nc; k++) {
+        sums[k] = 0.0;
+        sums[nc + k] = 0.0;
+    }
+    const float *gp = dy->data;
+    for (int64_t n = dy->lo[N_]; n < sw_view_hi(dy, N_); n++) {
+        for (int64_t c = dy->lo[C_]; c < sw_view_hi(dy, C_); c++) {
+            const int64_t k = c - dy->lo[C_];
+            const float m = mean[k], is = invstd[k];
+            double s1 = 0.0, s2 = 0.0;
+            for (int64_t h = dy->lo[H_]; h < sw_view_hi(dy, H_); h++) {
+                const float *xp = row_at(x, n, c, h) + col(x, dy->lo[W_]);
+                for (int64_t i = 0; i < dy->shape[W_]; i++) {
+                    const double g = *gp++;
+                    s1 += g;
+                    s2 += g * (double)((xp[i] - m) * is);
+                }
+            }
+            sums[k] += s1;
+            sums[nc + k] += s2;
+        }
+    }
+    return SW_OK;
+}
+
+/* x and dy cover dx's box; over dx's box (arrays, global_sums [2][channels] from dx's channel start):
+ * dx = gamma * invstd * (dy - sum_dy / m - xhat * sum_dy_xhat / m), m = N*H*W of the minibatch.
+ * gamma may be NULL (gamma = 1). */
+sw_status sw_bn_backward_apply(const sw_view *x, const sw_view *dy, const float *mean, const float *invstd,
+                               const float *gamma, const double *global_sums, int64_t m, sw_view *dx) {
+    sw_status s = check_box(dx, "bn_backward_apply: dx", x, "bn_backward_apply: x", dy, "bn_backward_apply: dy");
+    const void *arrays[3] = {mean, invstd, global_sums};
+    if (s == SW_OK) {
+        s = check_arrays("bn_backward_apply", 3, arrays);
+    }
+    if (s == SW_OK && m < 1) {
+        s = SW_FAIL(SW_ERR_VALUE, "bn_backward_apply: m (elements per channel) must be >= 1, got %lld",
+                    (long long)m);
+    }
+    if (s != SW_OK) {
+        return s;
+    }
+    const int64_t nc = dx->shape[C_];
+    float *dp = dx->data;
+    for (int64_t n = dx->lo[N_]; n < sw_view_hi(dx, N_); n++) {
+        for (int64_t c = dx->lo[C_]; c < sw_view_hi(dx, C_); c++) {
+            const int64_t k = c - dx->lo[C_];
+            const float mu = mean[k], is = invstd[k];
+            const float scale = (gamma ? gamma[k] : 1.0f) * is;
+            const float mean_dy = (float)(global_sums[k] / (double)m);
+            const float mean_dy_xhat = (float)(global_sums[nc + k] / (double)m);
+            for (int64_t h = dx->lo[H_]; h < sw_view_hi(dx, H_); h++) {
+                const float *xp = row_at(x, n, c, h) + col(x, dx->lo[W_]);
+                const float *gp = row_at(dy, n, c, h) + col(dy, dx->lo[W_]);
+                for (int64_t i = 0; i < dx->shape[W_]; i++) {
+                    const float xhat = (xp[i] - mu) * is;
+                    *dp++ = scale * (gp[i] - mean_dy - xhat * mean_dy_xhat);
+                }
+            }
+        }
+    }
+    return SW_OK;
+}

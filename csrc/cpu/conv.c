@@ -1,0 +1,582 @@
+/*
+ * conv.c -- 2-D convolution on views: im2col + SGEMM (OpenBLAS).
+ *
+ * Why im2col + GEMM: it reuses the one BLAS the project already ships, handles
+ * every stride / padding / asymmetric kernel with one code path, and on a
+ * single thread the GEMM dominates (the copy is K times cheaper than the
+ * multiply-adds it feeds).
+ *
+ * All three kernels walk the output-pixel box of y (forward, weight gradient)
+ * or dy (data gradient) in *tiles* of at most `tile_cols` columns so that the
+ * im2col buffer, K x tile_cols floats with K = Ci*kh*kw, stays in cache and
+ * its size is bounded whatever the box.  A tile is either a run of pixels of
+ * one sample (large planes) or several whole samples side by side (small
+ * planes, so late layers still get wide GEMMs):
+ *
+ *   col    (K, cols)        = im2col(x) for the tile's pixels
+ *   y      (Co_b, cols)     = w (Co_b, K) x col                  forward
+ *   dw     (Co_b, K)       += dy (Co_b, cols) x col^T            weight gradient
+ *   dcol   (K, cols)        = w^T (K, Co_b) x dy (Co_b, cols)    data gradient, then col2im
+ *
+ * Coordinates are global (kernels.h): input row of output row r and kernel row
+ * ky is r*sh + ky - ph; a read outside x's view is zero (padding), a
+ * data-gradient contribution outside dx's view is dropped.
+ */
+#include <stdint.h>  /* int64_t, INT32_MAX */
+#include <stdlib.h>  /* malloc, free */
+#include <string.h>  /* memset, memcpy */
+
+#include "kernels.h"
+#include "view.h"  /* sw_view_check, sw_view_check_covers, ... */
+
+/* im2col buffer budget in floats (2 MiB); a tile has at least MIN_TILE_COLS columns. */
+#define CONV_COL_BUDGET ((int64_t)1 << 19)
+#define MIN_TILE_COLS 256
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int64_t floor_div(int64_t a, int64_t b) {  /* b > 0 */
+    int64_t q = a / b;
+    if (a % b != 0 && a < 0) {
+        q--;
+    }
+    return q;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }  /* b > 0 */
+
+/* ------------------------------------------------------------------ geometry */
+
+/* The output-pixel box a kernel walks (y's box, or dy's box for the backward
+ * kernels) and how it is cut into tiles. */
+typedef struct {
+    int64_t n0, n1;       /* samples [n0, n1) to process */
+    int64_t nlo;          /* first sample of the output view (its local sample 0) */
+    int64_t co;           /* output channels of the view (Co_b) */
+    int64_t r0, c0, wo;   /* first row, first column and width of the output view's pixel box */
+    int64_t plane;        /* pixels per (sample, channel) of the output view */
+    int64_t qa, qb;       /* pixel range [qa, qb) of each plane to process (whole rows) */
+    int64_t k;            /* Ci * kh * kw */
+    int64_t tile_cols;    /* columns per tile */
+    int64_t per_sample;   /* tiles per sample (1 when several samples share a tile) */
+    int64_t nb;           /* samples per tile */
+} conv_geom;
+
+typedef struct {
+    int64_t n;       /* first sample */
+    int64_t nb;      /* samples in the tile */
+    int64_t q0, q1;  /* pixel range of each sample's plane */
+} conv_tile;
+
+static void geom_tiles(conv_geom *g) {
+    int64_t len = g->qb - g->qa;
+    g->tile_cols = max64(MIN_TILE_COLS, CONV_COL_BUDGET / max64(g->k, 1));
+    if (len >= g->tile_cols) {
+        g->per_sample = ceil_div(len, g->tile_cols);
+        g->nb = 1;
+    } else {
+        g->per_sample = 1;
+        g->nb = max64(1, g->tile_cols / max64(len, 1));
+    }
+}
+
+static int64_t geom_ntiles(const conv_geom *g) {
+    int64_t ns = g->n1 - g->n0;
+    if (ns <= 0 || g->qb <= g->qa) {
+        return 0;
+    }
+    return g->nb > 1 ? ceil_div(ns, g->nb) : ns * g->per_sample;
+}
+
+static conv_tile geom_tile(const conv_geom *g, int64_t i) {
+    conv_tile t;
+    if (g->nb > 1) {
+        t.n = g->n0 + i * g->nb;
+        t.nb = min64(g->nb, g->n1 - t.n);
+        t.q0 = g->qa;
+        t.q1 = g->qb;
+    } else {
+        t.n = g->n0 + i / g->per_sample;
+        t.nb = 1;
+        t.q0 = g->qa + (i % g->per_sample) * g->tile_cols;
+        t.q1 = min64(t.q0 + g->tile_cols, g->qb);
+    }
+    return t;
+}
+
+/* Valid output columns [*a, *b) within [cs, ce) for which c*s + off lies in [0, width). */
+static void valid_cols(int64_t cs, int64_t ce, int64_t s, int64_t off, int64_t width, int64_t *a, int64_t *b) {
+    *a = min64(ce, max64(cs, ceil_div(-off, s)));
+    *b = max64(*a, min64(ce, ceil_div(width - off, s)));  /* cs <= a <= b <= ce */
+}
+
+/* ------------------------------------------------------------------ im2col / col2im */
+
+/* col (K, q1-q0) at leading dimension ldcol, for sample n and pixels [q0, q1)
+ * of the output box g: col[(ci, ky, kx), q] = x[n, ci, r*sh+ky-ph, c*sw+kx-pw]
+ * with (r, c) the pixel q, zero outside x's view. */
+static void im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0, int64_t q1,
+                   float *col, int64_t ldcol) {
+    int64_t ci_n = x->shape[1], h = x->shape[2], w = x->shape[3];
+    if (h == 0 || w == 0) {  /* an empty region: every read is padding (and x->data may be NULL) */
+        for (int64_t k = 0; k < ci_n * p->kh * p->kw; k++) {
+            memset(col + k * ldcol, 0, (size_t)(q1 - q0) * sizeof(float));
+        }
+        return;
+    }
+    const float *xs = x->data + (n - x->lo[0]) * ci_n * h * w;
+    for (int64_t ci = 0; ci < ci_n; ci++) {
+        for (int64_t ky = 0; ky < p->kh; ky++) {
+            for (int64_t kx = 0; kx < p->kw; kx++) {
+                float *row = col + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
+                int64_t off = kx - p->pw - x->lo[3];  /* local input column = c*sw + off */
+                for (int64_t q = q0; q < q1;) {
+                    int64_t r = g->r0 + q / g->wo, cs = q % g->wo, ce = min64(g->wo, cs + (q1 - q));
+                    float *out = row + (q - q0);  /* out[c - cs] for box columns c in [cs, ce) */
+                    int64_t iy = r * p->sh + ky - p->ph - x->lo[2];
+                    if (iy < 0 || iy >= h) {
+                        memset(out, 0, (size_t)(ce - cs) * sizeof(float));
+                    } else {
+                        const float *src = xs + (ci * h + iy) * w;  /* local input row */
+                        int64_t a, b;  /* global output columns [a, b) read inside the view */
+                        valid_cols(g->c0 + cs, g->c0 + ce, p->sw, off, w, &a, &b);
+                        int64_t za = a - g->c0 - cs, zb = b - g->c0 - cs;  /* out[za..zb) is copied */
+                        memset(out, 0, (size_t)za * sizeof(float));
+                        if (p->sw == 1) {
+                            memcpy(out + za, src + a + off, (size_t)(zb - za) * sizeof(float));
+                        } else {
+                            for (int64_t c = a; c < b; c++) {
+                                out[c - g->c0 - cs] = src[c * p->sw + off];
+                            }
+                        }
+                        memset(out + zb, 0, (size_t)(ce - cs - zb) * sizeof(float));
+                    }
+                    q += ce - cs;
+                }
+            }
+        }
+    }
+}
+
+/* dx[n, ci, r*sh+ky-ph, c*sw+kx-pw] += dcol[(ci, ky, kx), q] for the pixels
+ * [q0, q1) of sample n, dropping what falls outside dx's view. */
+static void col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0,
+                   int64_t q1, sw_view *dx) {
+    int64_t ci_n = dx->shape[1], h = dx->shape[2], w = dx->shape[3];
+    float *xs = dx->data + (n - dx->lo[0]) * ci_n * h * w;
+    for (int64_t ci = 0; ci < ci_n; ci++) {
+        for (int64_t ky = 0; ky < p->kh; ky++) {
+            for (int64_t kx = 0; kx < p->kw; kx++) {
+                const float *row = dcol + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
+                int64_t off = kx - p->pw - dx->lo[3];
+                for (int64_t q = q0; q < q1;) {
+                    int64_t r = g->r0 + q / g->wo, cs = q % g->wo, ce = min64(g->wo, cs + (q1 - q));
+                    const float *in = row + (q - q0);  /* in[c - cs] for box columns c in [cs, ce) */
+                    int64_t iy = r * p->sh + ky - p->ph - dx->lo[2];
+                    if (iy >= 0 && iy < h) {
+                        float *dst = xs + (ci * h + iy) * w;  /* local dx row */
+                        int64_t a, b;
+                        valid_cols(g->c0 + cs, g->c0 + ce, p->sw, off, w, &a, &b);
+                        if (p->sw == 1) {
+                            for (int64_t c = a; c < b; c++) {
+                                dst[c + off] += in[c - g->c0 - cs];
+                            }
+                        } else {
+                            for (int64_t c = a; c < b; c++) {
+                                dst[c * p->sw + off] += in[c - g->c0 - cs];
+                            }
+                        }
+                    }
+                    q += ce - cs;
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+/* C = alpha op(A) op(B) + beta C, also for k == 0 (C = beta C, no BLAS call). */
+static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) {
+        return;
+    }
+    if (k <= 0) {
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++) {
+                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+            }
+        }
+        return;
+    }
+    sw_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* Is the 1x1, stride-1, unpadded case where x's pixel box equals the output's:
+ * then im2col is the identity and GEMMs read x (or write dx) in place. */
+static int is_pointwise(const sw_window *p, const sw_view *x, const conv_geom *g) {
+    return sw_view_volume(x) > 0 && p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 &&
+           x->lo[2] == g->r0 && x->lo[3] == g->c0 && x->shape[3] == g->wo && x->shape[2] * x->shape[3] == g->plane;
+}
+
+/* Copy the tile's pixels of a (N, Co_b, plane) view into buf (Co_b, nb * (q1-q0)). */
+static void gather_tile(const float *v, const conv_geom *g, const conv_tile *t, float *buf) {
+    int64_t len = t->q1 - t->q0, ld = t->nb * len;
+    for (int64_t j = 0; j < t->nb; j++) {
+        const float *s = v + (t->n + j - g->nlo) * g->co * g->plane + t->q0;
+        for (int64_t co = 0; co < g->co; co++) {
+            memcpy(buf + co * ld + j * len, s + co * g->plane, (size_t)len * sizeof(float));
+        }
+    }
+}
+
+/* y[n+j, co, q] = act(buf[co, j*len + q - q0] + b[co]) over the tile; ldb is the
+ * leading dimension of buf, bias (Co_b) may be NULL.  In place when buf is y's own plane. */
+static void epilogue(const float *buf, int64_t ldb, const float *bias, int relu, const conv_geom *g,
+                     const conv_tile *t, float *y) {
+    int64_t len = t->q1 - t->q0;
+    for (int64_t j = 0; j < t->nb; j++) {
+        float *d = y + (t->n + j - g->nlo) * g->co * g->plane + t->q0;
+        for (int64_t co = 0; co < g->co; co++) {
+            const float *s = buf + co * ldb + j * len;
+            float *o = d + co * g->plane;
+            float bv = bias ? bias[co] : 0.0f;
+            if (relu) {
+                for (int64_t i = 0; i < len; i++) {
+                    float v = s[i] + bv;
+                    o[i] = v > 0.0f ? v : 0.0f;
+                }
+            } else {
+                for (int64_t i = 0; i < len; i++) {
+                    o[i] = s[i] + bv;
+                }
+            }
+        }
+    }
+}
+
+/* Checks common to the three kernels on the weight-shaped view wv (w or dw):
+ * rank 4, all Ci, the whole kernel window; sets *ci. */
+static sw_status check_weight(const sw_view *wv, const sw_window *p, const char *name, int64_t *ci) {
+    sw_status s = sw_view_check(wv, 4, name);
+    if (s != SW_OK) {
+        return s;
+    }
+    *ci = wv->shape[1];
+    if ((s = sw_view_check_range(wv, 1, 0, wv->shape[1], name, "input-channel")) != SW_OK ||
+        (s = sw_view_check_range(wv, 2, 0, p->kh, name, "kernel-row")) != SW_OK ||
+        (s = sw_view_check_range(wv, 3, 0, p->kw, name, "kernel-column")) != SW_OK) {
+        return s;
+    }
+    return SW_OK;
+}
+
+/* Scratch of one kernel call: the (K, tile_cols) im2col / col2im buffer
+ * (unless the pointwise path needs none) and a (Co_b, tile_cols) staging
+ * buffer for tiles that hold several samples. */
+typedef struct {
+    float *col, *tmp;
+} conv_scratch;
+
+static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, int pointwise, const char *name) {
+    sc->col = NULL;
+    sc->tmp = NULL;
+    if (!pointwise || g->nb > 1) {
+        sc->col = malloc((size_t)(g->k * g->tile_cols) * sizeof(float) + 1);
+        if (!sc->col) {
+            return SW_FAIL(SW_ERR_NOMEM, "%s: out of memory for a %lld x %lld im2col buffer", name,
+                           (long long)g->k, (long long)g->tile_cols);
+        }
+    }
+    if (g->nb > 1) {
+        sc->tmp = malloc((size_t)(g->co * g->tile_cols) * sizeof(float) + 1);
+        if (!sc->tmp) {
+            free(sc->col);
+            sc->col = NULL;
+            return SW_FAIL(SW_ERR_NOMEM, "%s: out of memory for a %lld x %lld staging buffer", name,
+                           (long long)g->co, (long long)g->tile_cols);
+        }
+    }
+    return SW_OK;
+}
+
+static void scratch_free(conv_scratch *sc) {
+    free(sc->col);
+    free(sc->tmp);
+}
+
+/* Pixels per (sample, channel) of a rank-4 view, at most INT32_MAX (a BLAS leading dimension). */
+static sw_status checked_plane(const sw_view *v, const char *name, int64_t *plane) {
+    if (v->shape[2] > INT32_MAX || v->shape[3] > INT32_MAX || v->shape[2] * v->shape[3] > INT32_MAX) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: a %lldx%lld plane exceeds the 32-bit BLAS interface", name,
+                       (long long)v->shape[2], (long long)v->shape[3]);
+    }
+    *plane = v->shape[2] * v->shape[3];
+    return SW_OK;
+}
+
+/* Fill the geometry for the output-pixel box of ov (y or dy), samples [n0, n1). */
+static sw_status geom_init(conv_geom *g, const sw_view *ov, int64_t n0, int64_t n1, int64_t ci,
+                           const sw_window *p, const char *name) {
+    g->n0 = n0;
+    g->n1 = n1;
+    g->nlo = ov->lo[0];
+    g->co = ov->shape[1];
+    g->r0 = ov->lo[2];
+    g->c0 = ov->lo[3];
+    g->wo = ov->shape[3];
+    sw_status s = checked_plane(ov, name, &g->plane);
+    if (s != SW_OK) {
+        return s;
+    }
+    g->qa = 0;
+    g->qb = g->plane;
+    if (p->kh > INT32_MAX / p->kw || ci > INT32_MAX / (p->kh * p->kw)) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: Ci*kh*kw exceeds the 32-bit BLAS interface", name);
+    }
+    g->k = ci * p->kh * p->kw;
+    geom_tiles(g);
+    int64_t dims[2] = {g->co, g->tile_cols};
+    return sw_check_blas_dims(name, 2, dims);
+}
+
+/* ------------------------------------------------------------------ forward */
+
+/* y (N_b, Co_b, Ho_b, Wo_b) = conv(x (N_x, Ci, H_x, W_x), w (Co_w, Ci, kh, kw)) + b (Co_b), optional ReLU. */
+sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y, const sw_window *p) {
+    const char *fn = "conv2d_forward";
+    sw_status s;
+    int64_t ci;
+    if ((s = sw_window_check(p, fn)) != SW_OK || (s = sw_view_check(y, 4, "conv2d_forward: y")) != SW_OK ||
+        (s = sw_view_check(x, 4, "conv2d_forward: x")) != SW_OK ||
+        (s = check_weight(w, p, "conv2d_forward: w", &ci)) != SW_OK ||
+        (b && (s = sw_view_check(b, 1, "conv2d_forward: b")) != SW_OK) ||
+        (s = sw_view_check_range(x, 1, 0, ci, "conv2d_forward: x", "channel (all of w's Ci)")) != SW_OK ||
+        (s = sw_view_check_covers(x, 0, "conv2d_forward: x", y, 0, "y", "sample")) != SW_OK ||
+        (s = sw_view_check_covers(w, 0, "conv2d_forward: w", y, 1, "y", "output-channel")) != SW_OK ||
+        (b && (s = sw_view_check_covers(b, 0, "conv2d_forward: b", y, 1, "y", "output-channel")) != SW_OK)) {
+        return s;
+    }
+    conv_geom g;
+    if ((s = geom_init(&g, y, y->lo[0], sw_view_hi(y, 0), ci, p, fn)) != SW_OK) {
+        return s;
+    }
+    int64_t xplane;
+    if ((s = checked_plane(x, fn, &xplane)) != SW_OK) {
+        return s;
+    }
+    if (sw_view_volume(y) == 0) {
+        return SW_OK;
+    }
+    const float *wsub = w->data + (y->lo[1] - w->lo[0]) * g.k;        /* (Co_b, K) */
+    const float *bias = b ? b->data + (y->lo[1] - b->lo[0]) : NULL;  /* (Co_b) */
+    int pointwise = is_pointwise(p, x, &g);
+    int64_t ntiles = geom_ntiles(&g);
+    conv_scratch sc;
+    if ((s = scratch_alloc(&sc, &g, pointwise, fn)) != SW_OK) {
+        return s;
+    }
+    float *col = sc.col, *tmp = sc.tmp;
+    for (int64_t i = 0; i < ntiles; i++) {
+        conv_tile t = geom_tile(&g, i);
+        int64_t len = t.q1 - t.q0, cols = t.nb * len;
+        const float *bmat;
+        int64_t ldb;
+        if (pointwise && t.nb == 1) {
+            bmat = x->data + (t.n - x->lo[0]) * ci * g.plane + t.q0;
+            ldb = g.plane;
+        } else {
+            for (int64_t j = 0; j < t.nb; j++) {
+                im2col(x, p, &g, t.n + j, t.q0, t.q1, col + j * len, cols);
+            }
+            bmat = col;
+            ldb = cols;
+        }
+        if (t.nb == 1) {
+            float *c = y->data + (t.n - g.nlo) * g.co * g.plane + t.q0;
+            gemm(0, 0, g.co, cols, g.k, wsub, g.k, bmat, ldb, 0.0f, c, g.plane);
+            if (bias || p->relu) {
+                epilogue(c, g.plane, bias, p->relu, &g, &t, y->data);
+            }
+        } else {
+            gemm(0, 0, g.co, cols, g.k, wsub, g.k, bmat, ldb, 0.0f, tmp, cols);
+            epilogue(tmp, cols, bias, p->relu, &g, &t, y->data);
+        }
+    }
+    scratch_free(&sc);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ data gradient */
+
+/* dx (N_b, Ci, H_b, W_b) = the part of conv^T(w (Co_w, Ci, kh, kw), dy (N_y, Co_b, Ho_b, Wo_b)) inside dx's box. */
+sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx, const sw_window *p) {
+    const char *fn = "conv2d_backward_data";
+    sw_status s;
+    int64_t ci;
+    if ((s = sw_window_check(p, fn)) != SW_OK || (s = sw_view_check(dy, 4, "conv2d_backward_data: dy")) != SW_OK ||
+        (s = sw_view_check(dx, 4, "conv2d_backward_data: dx")) != SW_OK ||
+        (s = check_weight(w, p, "conv2d_backward_data: w", &ci)) != SW_OK ||
+        (s = sw_view_check_range(dx, 1, 0, ci, "conv2d_backward_data: dx", "channel (all of w's Ci)")) != SW_OK ||
+        (s = sw_view_check_covers(dy, 0, "conv2d_backward_data: dy", dx, 0, "dx", "sample")) != SW_OK ||
+        (s = sw_view_check_covers(w, 0, "conv2d_backward_data: w", dy, 1, "dy", "output-channel")) != SW_OK) {
+        return s;
+    }
+    conv_geom g;
+    if ((s = geom_init(&g, dy, dx->lo[0], sw_view_hi(dx, 0), ci, p, fn)) != SW_OK) {
+        return s;
+    }
+    int64_t xplane;
+    if ((s = checked_plane(dx, fn, &xplane)) != SW_OK) {
+        return s;
+    }
+    int64_t nvol = sw_view_volume(dx);
+    if (nvol == 0) {
+        return SW_OK;
+    }
+    memset(dx->data, 0, (size_t)nvol * sizeof(float));
+    if (sw_view_volume(dy) == 0) {
+        return SW_OK;
+    }
+    /* Only the dy rows whose window touches dx's rows contribute:
+     * r*sh - ph + kh - 1 >= dx row lo and r*sh - ph <= dx row hi - 1. */
+    int64_t rlo = max64(dy->lo[2], ceil_div(dx->lo[2] + p->ph - p->kh + 1, p->sh));
+    int64_t rhi = min64(sw_view_hi(dy, 2), floor_div(sw_view_hi(dx, 2) - 1 + p->ph, p->sh) + 1);
+    if (rhi <= rlo) {
+        return SW_OK;
+    }
+    g.qa = (rlo - dy->lo[2]) * g.wo;
+    g.qb = (rhi - dy->lo[2]) * g.wo;
+    geom_tiles(&g);
+    const float *wsub = w->data + (dy->lo[1] - w->lo[0]) * g.k;  /* (Co_b, K) */
+    int pointwise = is_pointwise(p, dx, &g);
+    int64_t ntiles = geom_ntiles(&g);
+    conv_scratch sc;
+    if ((s = scratch_alloc(&sc, &g, pointwise, fn)) != SW_OK) {
+        return s;
+    }
+    float *dcol = sc.col, *tmp = sc.tmp;
+    for (int64_t i = 0; i < ntiles; i++) {
+        conv_tile t = geom_tile(&g, i);
+        int64_t len = t.q1 - t.q0, cols = t.nb * len;
+        const float *bmat;
+        int64_t ldb;
+        if (t.nb == 1) {
+            bmat = dy->data + (t.n - g.nlo) * g.co * g.plane + t.q0;
+            ldb = g.plane;
+        } else {
+            gather_tile(dy->data, &g, &t, tmp);
+            bmat = tmp;
+            ldb = cols;
+        }
+        if (pointwise && t.nb == 1) {
+            float *c = dx->data + (t.n - dx->lo[0]) * ci * g.plane + t.q0;
+            gemm(1, 0, g.k, cols, g.co, wsub, g.k, bmat, ldb, 0.0f, c, g.plane);
+        } else {
+            gemm(1, 0, g.k, cols, g.co, wsub, g.k, bmat, ldb, 0.0f, dcol, cols);
+            for (int64_t j = 0; j < t.nb; j++) {
+                col2im(dcol + j * len, cols, p, &g, t.n + j, t.q0, t.q1, dx);
+            }
+        }
+    }
+    scratch_free(&sc);
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ weight gradient */
+
+/* dw (Co_b, K) = sum over the tiles of g of dy (Co_b, cols) x col (K, cols)^T. */
+static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p,
+                              const conv_geom *g, const char *fn) {
+    int pointwise = is_pointwise(p, x, g);
+    int64_t ntiles = geom_ntiles(g);
+    conv_scratch sc;
+    sw_status s = scratch_alloc(&sc, g, pointwise, fn);
+    if (s != SW_OK) {
+        return s;
+    }
+    for (int64_t i = 0; i < ntiles; i++) {
+        conv_tile t = geom_tile(g, i);
+        int64_t len = t.q1 - t.q0, cols = t.nb * len;
+        const float *bmat, *amat;
+        int64_t ldb, lda;
+        if (pointwise && t.nb == 1) {
+            bmat = x->data + (t.n - x->lo[0]) * x->shape[1] * g->plane + t.q0;
+            ldb = g->plane;
+        } else {
+            for (int64_t j = 0; j < t.nb; j++) {
+                im2col(x, p, g, t.n + j, t.q0, t.q1, sc.col + j * len, cols);
+            }
+            bmat = sc.col;
+            ldb = cols;
+        }
+        if (t.nb == 1) {
+            amat = dy->data + (t.n - g->nlo) * g->co * g->plane + t.q0;
+            lda = g->plane;
+        } else {
+            gather_tile(dy->data, g, &t, sc.tmp);
+            amat = sc.tmp;
+            lda = cols;
+        }
+        gemm(0, 1, g->co, g->k, cols, amat, lda, bmat, ldb, i == 0 ? 0.0f : 1.0f, dw, g->k);
+    }
+    scratch_free(&sc);
+    return SW_OK;
+}
+
+/* db (Co_b) = sum of dy (N_b, Co_b, plane) over samples and pixels, in double
+ * (a plane can hold many thousands of pixels). */
+static void bias_sums(const sw_view *dy, int64_t plane, float *db) {
+    int64_t co_n = dy->shape[1];
+    for (int64_t co = 0; co < co_n; co++) {
+        double acc = 0.0;
+        for (int64_t n = 0; n < dy->shape[0]; n++) {
+            const float *d = dy->data + (n * co_n + co) * plane;
+            for (int64_t q = 0; q < plane; q++) {
+                acc += d[q];
+            }
+        }
+        db[co] = (float)acc;
+    }
+}
+
+/* dw (Co_b, Ci, kh, kw) = sum over dy's box of dy (N_b, Co_b, Ho_b, Wo_b) x im2col(x (N_x, Ci, H_x, W_x))^T;
+ * db (Co_b) = sum of dy over samples and pixels. */
+sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
+                                    const sw_window *p) {
+    const char *fn = "conv2d_backward_weight";
+    sw_status s;
+    int64_t ci;
+    if ((s = sw_window_check(p, fn)) != SW_OK ||
+        (s = sw_view_check(dy, 4, "conv2d_backward_weight: dy")) != SW_OK ||
+        (s = sw_view_check(x, 4, "conv2d_backward_weight: x")) != SW_OK ||
+        (s = check_weight(dw, p, "conv2d_backward_weight: dw", &ci)) != SW_OK ||
+        (db && (s = sw_view_check(db, 1, "conv2d_backward_weight: db")) != SW_OK) ||
+        (s = sw_view_check_range(dw, 0, dy->lo[1], dy->shape[1], "conv2d_backward_weight: dw",
+                                 "output-channel (dy's)")) != SW_OK ||
+        (db && (s = sw_view_check_range(db, 0, dy->lo[1], dy->shape[1], "conv2d_backward_weight: db",
+                                        "output-channel (dy's)")) != SW_OK) ||
+        (s = sw_view_check_range(x, 1, 0, ci, "conv2d_backward_weight: x", "channel (all of dw's Ci)")) != SW_OK ||
+        (s = sw_view_check_covers(x, 0, "conv2d_backward_weight: x", dy, 0, "dy", "sample")) != SW_OK) {
+        return s;
+    }
+    conv_geom g;
+    int64_t xplane;
+    if ((s = geom_init(&g, dy, dy->lo[0], sw_view_hi(dy, 0), ci, p, fn)) != SW_OK ||
+        (s = checked_plane(x, fn, &xplane)) != SW_OK) {
+        return s;
+    }
+    int64_t wvol = sw_view_volume(dw);
+    if (wvol > 0) {
+        memset(dw->data, 0, (size_t)wvol * sizeof(float));
+        if (sw_view_volume(dy) > 0 && (s = weight_gemms(x, dy, dw->data, p, &g, fn)) != SW_OK) {
+            return s;
+        }
+    }
+    if (db && db->shape[0] > 0) {
+        bias_sums(dy, g.plane, db->data);
+    }
+    return SW_OK;
+}

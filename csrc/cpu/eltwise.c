@@ -1,0 +1,127 @@
+/* eltwise.c -- element-wise kernels: ReLU forward/backward and the sum of two
+ * tensors (residual connections).
+ *
+ * Any rank 1..SW_MAX_RANK.  The output view is the box to compute; every
+ * input view must cover it (same rank), since an element-wise op reads exactly
+ * the output's own index in each input -- there is no padding to fall back on.
+ * The work is a loop over the rows of the output box: the innermost dimension
+ * is contiguous in every buffer.
+ */
+#include "kernels.h"  /* sw_view, sw_relu_*, sw_add_forward */
+#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset */
+
+typedef enum {
+    ELT_RELU_FORWARD,   /* y = max(a, 0) (NaN propagates, as in PyTorch) */
+    ELT_RELU_BACKWARD,  /* y = b * (a > 0): a is the forward output, b its gradient */
+    ELT_ADD,            /* y = a + b */
+} eltwise_kind;
+
+/* out's rank 1..SW_MAX_RANK, in (if not NULL) of the same rank and covering out's box. */
+static sw_status check_input(const sw_view *in, const char *in_name, const sw_view *out, const char *out_name) {
+    if (!in) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", in_name);
+    }
+    sw_status s = sw_view_check(in, out->rank, in_name);
+    for (int d = 0; s == SW_OK && d < out->rank; d++) {
+        s = sw_view_check_covers(in, d, in_name, out, d, out_name, "index");
+    }
+    return s;
+}
+
+static sw_status check_output(const sw_view *out, const char *out_name) {
+    if (!out) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", out_name);
+    }
+    if (out->rank < 1 || out->rank > SW_MAX_RANK) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: rank %d is not in 1..%d", out_name, out->rank, SW_MAX_RANK);
+    }
+    return sw_view_check(out, out->rank, out_name);
+}
+
+/* y[i] = f(a[i], b[i]) for every global index i in y's box (b unused for ReLU forward). */
+static void eltwise_rows(eltwise_kind kind, const sw_view *a, const sw_view *b, sw_view *y) {
+    const int rank = y->rank;
+    int64_t idx[SW_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        if (y->shape[d] == 0) {
+            return;
+        }
+        idx[d] = y->lo[d];
+    }
+    const int64_t len = y->shape[rank - 1];
+    for (;;) {
+        const float *ap = a->data + sw_view_offset(a, idx);
+        const float *bp = b ? b->data + sw_view_offset(b, idx) : NULL;
+        float *yp = y->data + sw_view_offset(y, idx);
+        switch (kind) {
+        case ELT_RELU_FORWARD:
+            for (int64_t i = 0; i < len; i++) {
+                yp[i] = (ap[i] > 0.0f || ap[i] != ap[i]) ? ap[i] : 0.0f;
+            }
+            break;
+        case ELT_RELU_BACKWARD:
+            for (int64_t i = 0; i < len; i++) {
+                yp[i] = ap[i] > 0.0f ? bp[i] : 0.0f;
+            }
+            break;
+        case ELT_ADD:
+            for (int64_t i = 0; i < len; i++) {
+                yp[i] = ap[i] + bp[i];
+            }
+            break;
+        }
+        int d = rank - 2;  /* odometer over the outer dimensions */
+        while (d >= 0) {
+            if (++idx[d] < y->lo[d] + y->shape[d]) {
+                break;
+            }
+            idx[d] = y->lo[d];
+            d--;
+        }
+        if (d < 0) {
+            return;
+        }
+    }
+}
+
+/* x (any rank) covers y's box; y = max(x, 0) over y's box. */
+sw_status sw_relu_forward(const sw_view *x, sw_view *y) {
+    sw_status s = check_output(y, "relu_forward: y");
+    if (s == SW_OK) {
+        s = check_input(x, "relu_forward: x", y, "y");
+    }
+    if (s == SW_OK) {
+        eltwise_rows(ELT_RELU_FORWARD, x, NULL, y);
+    }
+    return s;
+}
+
+/* y (the forward output) and dy cover dx's box; dx = dy * (y > 0) over dx's box. */
+sw_status sw_relu_backward(const sw_view *y, const sw_view *dy, sw_view *dx) {
+    sw_status s = check_output(dx, "relu_backward: dx");
+    if (s == SW_OK) {
+        s = check_input(y, "relu_backward: y", dx, "dx");
+    }
+    if (s == SW_OK) {
+        s = check_input(dy, "relu_backward: dy", dx, "dx");
+    }
+    if (s == SW_OK) {
+        eltwise_rows(ELT_RELU_BACKWARD, y, dy, dx);
+    }
+    return s;
+}
+
+/* a and b cover y's box; y = a + b over y's box. */
+sw_status sw_add_forward(const sw_view *a, const sw_view *b, sw_view *y) {
+    sw_status s = check_output(y, "add_forward: y");
+    if (s == SW_OK) {
+        s = check_input(a, "add_forward: a", y, "y");
+    }
+    if (s == SW_OK) {
+        s = check_input(b, "add_forward: b", y, "y");
+    }
+    if (s == SW_OK) {
+        eltwise_rows(ELT_ADD, a, b, y);
+    }
+    return s;
+}

@@ -1,0 +1,225 @@
+/* pool.c -- 2-D max and average pooling on views (kernels.h).
+ *
+ *   y[n, c, r, q] = max / mean over dy < kh, dx < kw of x[n, c, r*sh + dy - ph, q*sw + dx - pw]
+ *
+ * Reads outside x's view are padding (the lowering puts every in-tensor read in
+ * the view): -inf for max, 0 for average, whose divisor is always kh*kw
+ * (PyTorch's count_include_pad=True; with floor-mode output sizes no window
+ * reaches past the padding, so this is PyTorch's divisor exactly).
+ *
+ * Max pooling picks the FIRST maximal element in row-major (dy, dx) window
+ * order among the elements inside the tensor, as PyTorch does: padding never
+ * wins a tie and never receives gradient; a window whose real elements are all
+ * -inf gives -inf and sends its gradient to its first real element.  A NaN
+ * wins over numbers (the first NaN of the window), so NaN propagates.
+ *
+ * Backward writes a *partial* dx over dx's box: the contributions of dy's box
+ * only (zero elsewhere).  Max backward needs x: the whole window of every dy
+ * element it uses must lie in x's view (up to padding), since the argmax is
+ * over the whole window even when only part of the window lies in dx's box.
+ * (view.c bounds coordinates by 2^36 and window parameters by 2^24, so index
+ * arithmetic such as r * sh + kh cannot overflow.)
+ */
+#include <math.h>    /* INFINITY, isnan */
+#include <string.h>  /* memset */
+
+#include "kernels.h"  /* sw_view, sw_window, sw_pool2d_* */
+#include "view.h"     /* sw_view_check, sw_window_check, sw_view_check_covers */
+
+enum { N_, C_, H_, W_ };  /* dimensions of (N, C, H, W) views */
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* floor(a / b) and ceil(a / b) for b > 0 and any sign of a */
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+/* Pointer to the (H, W) plane of sample n, channel c of an (N, C, H, W) view. */
+static float *plane(const sw_view *v, int64_t n, int64_t c) {
+    return v->data + ((n - v->lo[N_]) * v->shape[C_] + (c - v->lo[C_])) * v->shape[H_] * v->shape[W_];
+}
+
+/* The part of the window of output (r, q) that lies inside x's view, as local
+ * row/column ranges [r0, r1) x [c0, c1) of x's plane (empty when r0 >= r1 or c0 >= c1). */
+typedef struct {
+    int64_t r0, r1, c0, c1;
+} window_part;
+
+static window_part window_in_view(const sw_view *x, const sw_window *p, int64_t r, int64_t q) {
+    const int64_t top = r * p->sh - p->ph - x->lo[H_];  /* local row of dy = 0 */
+    const int64_t left = q * p->sw - p->pw - x->lo[W_];
+    window_part w;
+    w.r0 = max64(top, 0);
+    w.r1 = min64(top + p->kh, x->shape[H_]);
+    w.c0 = max64(left, 0);
+    w.c1 = min64(left + p->kw, x->shape[W_]);
+    return w;
+}
+
+/* Local offset in xp (an (H, W) plane of x) of the first maximal real element
+ * of the window, or -1 when the window holds no real element (all padding). */
+static int64_t window_argmax(const float *xp, int64_t xw, window_part w) {
+    int64_t best_at = -1;
+    float best = -INFINITY;
+    for (int64_t i = w.r0; i < w.r1; i++) {
+        for (int64_t j = w.c0; j < w.c1; j++) {
+            const float v = xp[i * xw + j];
+            if (best_at < 0 || v > best || (isnan(v) && !isnan(best))) {
+                best = v;
+                best_at = i * xw + j;
+            }
+        }
+    }
+    return best_at;
+}
+
+static sw_status check_pool_views(const sw_view *x, const sw_view *box, const char *xname, const char *boxname,
+                                  const sw_window *p, const char *name) {
+    if (!p) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: NULL window", name);
+    }
+    sw_status s = sw_window_check(p, name);
+    if (s == SW_OK) {
+        s = sw_view_check(x, 4, xname);
+    }
+    if (s == SW_OK) {
+        s = sw_view_check(box, 4, boxname);
+    }
+    /* pooling is per (sample, channel): x must hold the box's samples and channels */
+    if (s == SW_OK) {
+        s = sw_view_check_covers(x, N_, xname, box, N_, boxname, "sample");
+    }
+    if (s == SW_OK) {
+        s = sw_view_check_covers(x, C_, xname, box, C_, boxname, "channel");
+    }
+    return s;
+}
+
+/* x (N, C, H, W) view covering y's samples and channels, y (N, C, Ho, Wo) = the box to compute. */
+sw_status sw_pool2d_forward(int is_max, const sw_view *x, sw_view *y, const sw_window *p) {
+    sw_status s = check_pool_views(x, y, "pool2d_forward: x", "pool2d_forward: y", p, "pool2d_forward");
+    if (s != SW_OK) {
+        return s;
+    }
+    const float area = (float)(p->kh * p->kw);
+    const int64_t xw = x->shape[W_];
+    for (int64_t n = y->lo[N_]; n < y->lo[N_] + y->shape[N_]; n++) {
+        for (int64_t c = y->lo[C_]; c < y->lo[C_] + y->shape[C_]; c++) {
+            const float *xp = plane(x, n, c);
+            float *yp = plane(y, n, c);
+            for (int64_t i = 0; i < y->shape[H_]; i++) {
+                for (int64_t j = 0; j < y->shape[W_]; j++) {
+                    const window_part w = window_in_view(x, p, y->lo[H_] + i, y->lo[W_] + j);
+                    float v;
+                    if (is_max) {
+                        const int64_t at = window_argmax(xp, xw, w);
+                        v = at < 0 ? -INFINITY : xp[at];
+                    } else {
+                        float sum = 0.0f;
+                        for (int64_t a = w.r0; a < w.r1; a++) {
+                            for (int64_t b = w.c0; b < w.c1; b++) {
+                                sum += xp[a * xw + b];
+                            }
+                        }
+                        v = sum / area;
+                    }
+                    if (p->relu && !(v > 0.0f) && !isnan(v)) {
+                        v = 0.0f;
+                    }
+                    yp[i * y->shape[W_] + j] = v;
+                }
+            }
+        }
+    }
+    return SW_OK;
+}
+
+/* Output rows [*o0, *o1) of dy's range [lo, hi) whose windows (extent k, stride s,
+ * padding pad) touch the input rows [in_lo, in_hi). */
+static void outputs_touching(int64_t lo, int64_t hi, int64_t in_lo, int64_t in_hi, int64_t k, int64_t s, int64_t pad,
+                             int64_t *o0, int64_t *o1) {
+    /* window of output r: input rows [r*s - pad, r*s - pad + k) */
+    *o0 = max64(lo, ceil_div(in_lo + pad - k + 1, s));
+    *o1 = min64(hi, floor_div(in_hi - 1 + pad, s) + 1);
+}
+
+/* dx over dx's box (N, C, H, W): the partial gradient from dy's box (N, C, Ho, Wo).
+ * x (N, C, H, W) is read by max pooling only (it may be NULL for average). */
+sw_status sw_pool2d_backward(int is_max, const sw_view *x, const sw_view *dy, sw_view *dx, const sw_window *p) {
+    const char *name = "pool2d_backward";
+    if (!p) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: NULL window", name);
+    }
+    sw_status s = sw_window_check(p, name);
+    if (s == SW_OK) {
+        s = sw_view_check(dy, 4, "pool2d_backward: dy");
+    }
+    if (s == SW_OK) {
+        s = sw_view_check(dx, 4, "pool2d_backward: dx");
+    }
+    if (s != SW_OK) {
+        return s;
+    }
+    /* samples and channels that both dy and dx hold; the rest of dx gets zeros */
+    const int64_t n0 = max64(dy->lo[N_], dx->lo[N_]), n1 = min64(sw_view_hi(dy, N_), sw_view_hi(dx, N_));
+    const int64_t ch0 = max64(dy->lo[C_], dx->lo[C_]), ch1 = min64(sw_view_hi(dy, C_), sw_view_hi(dx, C_));
+    if (is_max) {
+        s = sw_view_check(x, 4, "pool2d_backward: x");
+        if (s == SW_OK && !(sw_view_covers(x, N_, n0, n1) && sw_view_covers(x, C_, ch0, ch1))) {
+            s = SW_FAIL(SW_ERR_VALUE,
+                        "pool2d_backward: x does not cover the samples [%lld, %lld) and channels [%lld, %lld) "
+                        "that dy and dx share",
+                        (long long)n0, (long long)n1, (long long)ch0, (long long)ch1);
+        }
+        if (s != SW_OK) {
+            return s;
+        }
+    }
+    const int64_t vol = sw_view_volume(dx);
+    if (vol > 0) {
+        memset(dx->data, 0, (size_t)vol * sizeof(float));
+    }
+    int64_t r0, r1, q0, q1;  /* dy's global output rows/columns whose windows touch dx's box */
+    outputs_touching(dy->lo[H_], sw_view_hi(dy, H_), dx->lo[H_], sw_view_hi(dx, H_), p->kh, p->sh, p->ph, &r0, &r1);
+    outputs_touching(dy->lo[W_], sw_view_hi(dy, W_), dx->lo[W_], sw_view_hi(dx, W_), p->kw, p->sw, p->pw, &q0, &q1);
+    const float area = (float)(p->kh * p->kw);
+    const int64_t dxh = dx->shape[H_], dxw = dx->shape[W_];
+    for (int64_t n = n0; n < n1; n++) {
+        for (int64_t c = ch0; c < ch1; c++) {
+            const float *gp = plane(dy, n, c);
+            float *dp = plane(dx, n, c);
+            const float *xp = is_max ? plane(x, n, c) : NULL;
+            for (int64_t r = r0; r < r1; r++) {
+                for (int64_t q = q0; q < q1; q++) {
+                    const float g = gp[(r - dy->lo[H_]) * dy->shape[W_] + (q - dy->lo[W_])];
+                    if (is_max) {
+                        const int64_t at = window_argmax(xp, x->shape[W_], window_in_view(x, p, r, q));
+                        if (at < 0) {
+                            continue;
+                        }
+                        /* the winner's global position, then local in dx (it may lie outside dx's box) */
+                        const int64_t gi = x->lo[H_] + at / x->shape[W_] - dx->lo[H_];
+                        const int64_t gj = x->lo[W_] + at % x->shape[W_] - dx->lo[W_];
+                        if (gi >= 0 && gi < dxh && gj >= 0 && gj < dxw) {
+                            dp[gi * dxw + gj] += g;
+                        }
+                    } else {
+                        /* every window position inside dx's box (which lies inside the tensor) */
+                        const int64_t top = r * p->sh - p->ph - dx->lo[H_];
+                        const int64_t left = q * p->sw - p->pw - dx->lo[W_];
+                        const int64_t a0 = max64(top, 0), a1 = min64(top + p->kh, dxh);
+                        const int64_t b0 = max64(left, 0), b1 = min64(left + p->kw, dxw);
+                        const float share = g / area;
+                        for (int64_t a = a0; a < a1; a++) {
+                            for (int64_t b = b0; b < b1; b++) {
+                                dp[a * dxw + b] += share;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return SW_OK;
+}

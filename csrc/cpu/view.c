@@ -1,0 +1,142 @@
+/* view.c -- index math and validation shared by the CPU kernels (see view.h). */
+#include <stddef.h>  /* NULL */
+#include <stdint.h>  /* INT64_MAX, INT32_MAX */
+
+#include "view.h"
+
+#define SW_VIEW_COORD_LIMIT ((int64_t)1 << 36)
+#define SW_WINDOW_PARAM_LIMIT ((int64_t)1 << 24)
+
+int64_t sw_view_volume(const sw_view *v) {
+    int64_t n = 1;
+    for (int d = 0; d < v->rank; d++) {
+        if (v->shape[d] <= 0) {
+            return 0;
+        }
+        n *= v->shape[d];
+    }
+    return n;
+}
+
+void sw_view_strides(const sw_view *v, int64_t *strides) {
+    int64_t s = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= v->shape[d];
+    }
+}
+
+int64_t sw_view_offset(const sw_view *v, const int64_t *idx) {
+    int64_t off = 0;
+    for (int d = 0; d < v->rank; d++) {
+        off = off * v->shape[d] + (idx[d] - v->lo[d]);
+    }
+    return off;
+}
+
+int sw_view_contains(const sw_view *v, const int64_t *idx) {
+    for (int d = 0; d < v->rank; d++) {
+        if (idx[d] < v->lo[d] || idx[d] >= sw_view_hi(v, d)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int64_t sw_view_intersect(const sw_view *a, const sw_view *b, int64_t *lo, int64_t *hi) {
+    int64_t n = 1;
+    for (int d = 0; d < a->rank; d++) {
+        lo[d] = a->lo[d] > b->lo[d] ? a->lo[d] : b->lo[d];
+        int64_t ah = sw_view_hi(a, d), bh = sw_view_hi(b, d);
+        hi[d] = ah < bh ? ah : bh;
+        if (hi[d] <= lo[d]) {
+            n = 0;
+        } else if (n > 0) {
+            n *= hi[d] - lo[d];
+        }
+    }
+    return n;
+}
+
+sw_status sw_view_check(const sw_view *v, int rank, const char *name) {
+    if (v == NULL) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: view is NULL", name);
+    }
+    if (v->rank != rank) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: expected rank %d, got %d", name, rank, v->rank);
+    }
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) {
+        int64_t e = v->shape[d];
+        if (e < 0) {
+            return SW_FAIL(SW_ERR_VALUE, "%s: negative extent %lld in dimension %d", name, (long long)e, d);
+        }
+        if (e > 0 && n > INT64_MAX / e) {
+            return SW_FAIL(SW_ERR_VALUE, "%s: volume overflows int64", name);
+        }
+        n *= e;
+        /* Global coordinates stay within +-2^36 so that index arithmetic such
+         * as r * stride + k - pad (window parameters < 2^24) cannot overflow. */
+        if (v->lo[d] < -SW_VIEW_COORD_LIMIT || v->lo[d] > SW_VIEW_COORD_LIMIT || e > SW_VIEW_COORD_LIMIT) {
+            return SW_FAIL(SW_ERR_VALUE, "%s: coordinate range out of bounds in dimension %d", name, d);
+        }
+    }
+    if (n > 0 && v->data == NULL) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: data is NULL for a view of %lld elements", name, (long long)n);
+    }
+    return SW_OK;
+}
+
+int sw_view_covers(const sw_view *v, int d, int64_t lo, int64_t hi) {
+    if (lo >= hi) {
+        return 1;
+    }
+    return v->lo[d] <= lo && hi <= sw_view_hi(v, d);
+}
+
+sw_status sw_view_check_covers(const sw_view *outer, int od, const char *oname, const sw_view *inner, int id,
+                               const char *iname, const char *what) {
+    int64_t lo = inner->lo[id], hi = sw_view_hi(inner, id);
+    if (sw_view_covers(outer, od, lo, hi)) {
+        return SW_OK;
+    }
+    return SW_FAIL(SW_ERR_VALUE, "%s does not cover %s's %s range [%lld, %lld) (it has [%lld, %lld))", oname, iname,
+                   what, (long long)lo, (long long)hi, (long long)outer->lo[od], (long long)sw_view_hi(outer, od));
+}
+
+sw_status sw_view_check_range(const sw_view *v, int d, int64_t lo, int64_t extent, const char *name,
+                              const char *what) {
+    if (v->lo[d] == lo && v->shape[d] == extent) {
+        return SW_OK;
+    }
+    return SW_FAIL(SW_ERR_VALUE, "%s: %s range must be [%lld, %lld), got [%lld, %lld)", name, what, (long long)lo,
+                   (long long)(lo + extent), (long long)v->lo[d], (long long)sw_view_hi(v, d));
+}
+
+sw_status sw_window_check(const sw_window *p, const char *name) {
+    if (p == NULL) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: window is NULL", name);
+    }
+    if (p->kh < 1 || p->kw < 1 || p->sh < 1 || p->sw < 1 || p->ph < 0 || p->pw < 0) {
+        return SW_FAIL(SW_ERR_VALUE,
+                       "%s: kernel and stride must be >= 1 and padding >= 0 "
+                       "(kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld)",
+                       name, (long long)p->kh, (long long)p->kw, (long long)p->sh, (long long)p->sw,
+                       (long long)p->ph, (long long)p->pw);
+    }
+    const int64_t lim = SW_WINDOW_PARAM_LIMIT;
+    if (p->kh > lim || p->kw > lim || p->sh > lim || p->sw > lim || p->ph > lim || p->pw > lim) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: window parameters too large", name);
+    }
+    return SW_OK;
+}
+
+sw_status sw_check_blas_dims(const char *name, int count, const int64_t *dims) {
+    for (int i = 0; i < count; i++) {
+        if (dims[i] > INT32_MAX) {
+            return SW_FAIL(SW_ERR_VALUE, "%s: dimension %lld exceeds the 32-bit BLAS interface", name,
+                           (long long)dims[i]);
+        }
+    }
+    return SW_OK;
+}

@@ -1,0 +1,64 @@
+/*
+ * view.h -- small shared helpers for the CPU kernels on sw_view (kernels.h):
+ * index math between global coordinates and a view's local buffer, and the
+ * validation every kernel does before touching memory.
+ *
+ * All checks return SW_OK or SW_ERR_VALUE with a message naming the view
+ * (`name`, e.g. "conv2d_forward: x") so a bad call from the executor reads as
+ * one line.  Ranges are half-open [lo, hi); an empty range is covered by any
+ * view.  Nothing here allocates.
+ */
+#ifndef SHARDWISE_CPU_VIEW_H
+#define SHARDWISE_CPU_VIEW_H
+
+#include <stdint.h>  /* int64_t */
+
+#include "kernels.h"  /* sw_view, sw_window, sw_status */
+
+/* ---- index math (no checks) ---- */
+
+/* Number of elements of the view (0 if any extent is 0). */
+int64_t sw_view_volume(const sw_view *v);
+
+/* One past the last global coordinate of dimension d. */
+static inline int64_t sw_view_hi(const sw_view *v, int d) { return v->lo[d] + v->shape[d]; }
+
+/* Row-major element strides of the local buffer: strides[rank-1] == 1. */
+void sw_view_strides(const sw_view *v, int64_t *strides);
+
+/* Local offset of the global index idx[0..rank-1] (no bounds check). */
+int64_t sw_view_offset(const sw_view *v, const int64_t *idx);
+
+/* 1 if the global index lies inside the view's box. */
+int sw_view_contains(const sw_view *v, const int64_t *idx);
+
+/* Intersection of the boxes of a and b (same rank): lo/hi per dimension;
+ * returns its volume (0 when empty, and then lo/hi may be inverted). */
+int64_t sw_view_intersect(const sw_view *a, const sw_view *b, int64_t *lo, int64_t *hi);
+
+/* ---- validation ---- */
+
+/* v non-NULL, rank == `rank`, every extent >= 0, data non-NULL when the volume
+ * is > 0, the volume representable in int64, and |lo| and every extent at most
+ * 2^36 (so index arithmetic on global coordinates cannot overflow). */
+sw_status sw_view_check(const sw_view *v, int rank, const char *name);
+
+/* 1 if [lo, hi) of dimension d lies inside the view (always 1 when lo >= hi). */
+int sw_view_covers(const sw_view *v, int d, int64_t lo, int64_t hi);
+
+/* outer's dimension od covers inner's dimension id; otherwise SW_ERR_VALUE
+ * "<oname> does not cover <iname>'s <what> range [a, b) (it has [c, d))". */
+sw_status sw_view_check_covers(const sw_view *outer, int od, const char *oname, const sw_view *inner, int id,
+                               const char *iname, const char *what);
+
+/* Dimension d of v is exactly [lo, lo + extent); otherwise SW_ERR_VALUE. */
+sw_status sw_view_check_range(const sw_view *v, int d, int64_t lo, int64_t extent, const char *name,
+                              const char *what);
+
+/* Kernel and stride >= 1, padding >= 0, all below 2^24. */
+sw_status sw_window_check(const sw_window *p, const char *name);
+
+/* Every value fits the 32-bit integers of the BLAS interface (scipy-openblas32). */
+sw_status sw_check_blas_dims(const char *name, int count, const int64_t *dims);
+
+#endif /* SHARDWISE_CPU_VIEW_H */

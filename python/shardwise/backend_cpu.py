@@ -1,0 +1,339 @@
+"""The CPU backend: runs the tasks of a task graph with the C kernels.
+
+Every device of the plan is a worker with its own buffers (NumPy arrays, one
+per :class:`~shardwise.lower.Buffer`); copies between devices are real copies.
+Kernels work on views in global coordinates (csrc/cpu/kernels.h), so a
+buffer's box is passed along as its ``lo``.  This module is the only place that
+knows what each task kind means.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .graph import Graph, Op
+from .lower import Box, Buffer, Task, TaskGraph, intersect
+from .opdesc import DATA, WEIGHT
+from .reference import BN_EPS
+
+
+def lo_of(box: Box) -> tuple[int, ...]:
+    return tuple(lo for lo, _ in box)
+
+
+def shape_of(box: Box) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in box)
+
+
+def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """(kernel, stride, padding) pairs of a conv2d or pool2d op."""
+    def pair(v: Any) -> tuple[int, int]:
+        return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+    a = op.attrs
+    kernel = pair(a["kernel"])
+    stride = pair(a["stride"] if a.get("stride") is not None else a["kernel"])
+    return kernel, stride, pair(a.get("padding", 0))
+
+
+class CpuExecutor:
+    """Executes the tasks of one iteration in order; parameters and momentum persist."""
+
+    def __init__(self, graph: Graph, tg: TaskGraph) -> None:
+        self.graph = graph
+        self.tg = tg
+        self.ops = {op.name: op for op in graph.ops}
+        self.persistent: dict[int, np.ndarray] = {}
+        for b in tg.buffers:
+            if b.kind in ("param", "momentum"):
+                self.persistent[b.id] = np.zeros(shape_of(b.box), np.float32)
+        self.data: dict[int, np.ndarray] = {}
+
+    # ---- buffers
+    def arr(self, buf: int) -> np.ndarray:
+        a = self.data.get(buf)
+        if a is None:
+            b = self.tg.buffers[buf]
+            a = self.persistent.get(buf)
+            if a is None:
+                dtype = np.float64 if b.kind == "stats" else np.float32
+                a = np.zeros(shape_of(b.box), dtype)
+            self.data[buf] = a
+        return a
+
+    def view(self, buf: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        return self.arr(buf), lo_of(self.tg.buffers[buf].box)
+
+    def box(self, buf: int) -> Box:
+        return self.tg.buffers[buf].box
+
+    def store(self, buf: int, value: np.ndarray) -> None:
+        target = self.arr(buf)
+        target[...] = value
+
+    # ---- one iteration
+    def run(self, images: np.ndarray, labels: np.ndarray, phases: tuple[str, ...] = ("forward", "backward", "sync",
+                                                                                  "update"),
+            optimizer: Any = None) -> float:
+        self.data = {}
+        self.images, self.labels = images, labels
+        self.optimizer = optimizer
+        self.loss_sum = 0.0
+        self.fwd_stats: dict[tuple[str, int], int] = {}
+        self.bwd_stats: dict[tuple[str, int], int] = {}
+        self.dz: dict[tuple[str, int], np.ndarray] = {}
+        for t in self.tg.tasks:
+            if t.phase in phases:
+                getattr(self, "do_" + t.kind)(t)
+        n = self.graph.ops[0].shape[0]
+        return self.loss_sum / n
+
+    def probabilities(self, op_name: str) -> np.ndarray:
+        """Assemble the softmax output of the last run from its workers' shards."""
+        op = self.ops[op_name]
+        out = np.zeros(op.shape, np.float32)
+        for t in self.tg.tasks:
+            if t.kind == "loss" and t.op == op_name:
+                b = self.tg.buffers[t.writes[0]]
+                out[tuple(slice(lo, hi) for lo, hi in b.box)] = self.arr(b.id)
+        return out
+
+    # ---- moving data
+    def do_join(self, t: Task) -> None:
+        pass
+
+    def do_copy(self, t: Task) -> None:
+        (src,), (dst,) = t.reads, t.writes
+        s, slo = self.view(src)
+        d, dlo = self.view(dst)
+        if s.dtype == np.float64 or d.dtype == np.float64:  # statistics stay in double precision
+            sl = tuple(slice(a - o, b - o) for (a, b), o in zip(t.box, slo))
+            dl = tuple(slice(a - o, b - o) for (a, b), o in zip(t.box, dlo))
+            d[dl] = s[sl]
+        else:
+            _core.copy_box(s, slo, d, dlo)
+
+    def do_accumulate(self, t: Task) -> None:
+        (src,), (dst,) = t.reads, t.writes
+        s, slo = self.view(src)
+        d, dlo = self.view(dst)
+        _core.accumulate_box(s, slo, d, dlo)
+
+    def do_load_input(self, t: Task) -> None:
+        box = self.box(t.writes[0])
+        self.store(t.writes[0], self.images[tuple(slice(lo, hi) for lo, hi in box)])
+
+    # ---- forward
+    def params_of(self, t: Task, op: Op) -> list[int]:
+        ndata = sum(1 for i in op.desc.inputs if i.role == DATA)
+        return list(t.reads[ndata:])
+
+    def do_forward(self, t: Task) -> None:
+        op = self.ops[t.op]
+        out = t.writes[0]
+        ybox = self.box(out)
+        relu = op.attrs.get("activation") == "relu"
+        kind = op.kind
+        if kind == "conv2d":
+            x, w, *b = [self.view(r) for r in t.reads]
+            bias = b[0] if b else (None, None)
+            _, stride, padding = window(op)
+            y = _core.conv2d_forward(x[0], x[1], w[0], w[1], bias[0], bias[1], lo_of(ybox), shape_of(ybox),
+                                     stride, padding, relu)
+        elif kind == "linear":
+            x, w, *b = [self.view(r) for r in t.reads]
+            bias = b[0] if b else (None, None)
+            y = _core.linear_forward(x[0], x[1], w[0], w[1], bias[0], bias[1], lo_of(ybox), shape_of(ybox), relu)
+        elif kind == "pool2d":
+            x, xlo = self.view(t.reads[0])
+            kernel, stride, padding = window(op)
+            y = _core.pool2d_forward(op.attrs["kind"], x, xlo, lo_of(ybox), shape_of(ybox), kernel, stride, padding)
+        elif kind == "relu":
+            x, xlo = self.view(t.reads[0])
+            y = _core.relu_forward(x, xlo, lo_of(ybox), shape_of(ybox))
+        elif kind == "add":
+            (a, alo), (b2, blo) = self.view(t.reads[0]), self.view(t.reads[1])
+            y = _core.add_forward(a, alo, b2, blo, lo_of(ybox), shape_of(ybox))
+        elif kind == "concat":
+            y = self.arr(out)
+            axis = op.attrs["axis"]
+            offset = 0
+            slot_bufs = iter(t.reads)
+            for k, inp in enumerate(op.desc.inputs):
+                lo_w, hi_w = inp.window[axis]
+                if intersect(ybox, inp.window) is not None:
+                    x, xlo = self.view(next(slot_bufs))
+                    shifted = tuple(v + (lo_w if d == axis else 0) for d, v in enumerate(xlo))
+                    _core.copy_box(x, shifted, y, lo_of(ybox))
+            return
+        elif kind == "flatten":
+            x, _ = self.view(t.reads[0])
+            y = x.reshape(shape_of(ybox))
+        else:
+            raise NotImplementedError(f"no CPU forward for op kind {kind!r}")
+        self.store(out, y)
+
+    def do_loss(self, t: Task) -> None:
+        x, xlo = self.view(t.reads[0])
+        pbox = self.box(t.writes[0])
+        labels = self.labels[xlo[0]:xlo[0] + x.shape[0]]
+        p, loss = _core.softmax_xent_forward(x, xlo, labels, lo_of(pbox), shape_of(pbox))
+        self.store(t.writes[0], p)
+        self.loss_sum += loss
+
+    # ---- batchnorm
+    def bn_moments(self, op: Op, stats_buf: int) -> tuple[np.ndarray, np.ndarray]:
+        n, _, h, w = op.shape
+        m = n * h * w
+        sums = self.arr(stats_buf)
+        mean = sums[0] / m
+        var = np.maximum(sums[1] / m - mean * mean, 0.0)
+        return mean.astype(np.float32), (1.0 / np.sqrt(var + BN_EPS)).astype(np.float32)
+
+    def do_bn_stats(self, t: Task) -> None:
+        x, xlo = self.view(t.reads[0])
+        self.store(t.writes[0], _core.bn_partial_sums(x, xlo))
+        self.fwd_stats[(t.op, t.worker)] = t.writes[0]
+
+    def do_stats_reduce(self, t: Task) -> None:
+        total = self.arr(t.writes[0])
+        for r in t.reads[1:]:
+            total += self.arr(r)
+
+    def do_bn_apply(self, t: Task) -> None:
+        op = self.ops[t.op]
+        region, stats, gamma, beta = t.reads
+        x, xlo = self.view(region)
+        mean, invstd = self.bn_moments(op, stats)
+        ybox = self.box(t.writes[0])
+        y = _core.bn_apply(x, xlo, mean, invstd, self.arr(gamma), self.arr(beta), lo_of(ybox), shape_of(ybox))
+        self.store(t.writes[0], y)
+
+    def do_bn_backward_stats(self, t: Task) -> None:
+        op = self.ops[t.op]
+        grad, region = t.reads
+        x, xlo = self.view(region)
+        dy, dylo = self.view(grad)
+        mean, invstd = self.bn_moments(op, self.fwd_stats[(t.op, t.worker)])
+        self.store(t.writes[0], _core.bn_backward_sums(x, xlo, dy, dylo, mean, invstd))
+        self.bwd_stats[(t.op, t.worker)] = t.writes[0]
+
+    # ---- backward
+    def grad_of(self, t: Task, op: Op) -> tuple[np.ndarray, tuple[int, ...]] | None:
+        """dy of the worker's output (after the fused ReLU's mask), or None if nothing flows back."""
+        key = (op.name, t.worker)
+        if key in self.dz:
+            return self.dz[key], lo_of(self.box(t.reads[0]))
+        if op.kind == "softmax" or not t.reads or self.tg.buffers[t.reads[0]].kind != "grad":
+            return None
+        dy, dylo = self.view(t.reads[0])
+        if op.attrs.get("activation") == "relu":
+            y, ylo = self.view(t.reads[1])
+            dy = _core.relu_backward(y, ylo, dy, dylo, dylo, dy.shape)
+        self.dz[key] = dy
+        return dy, dylo
+
+    def do_backward_data(self, t: Task) -> None:
+        op = self.ops[t.op]
+        out = t.writes[0]
+        dxbox = self.box(out)
+        dxlo, dxshape = lo_of(dxbox), shape_of(dxbox)
+        kind = op.kind
+        if kind == "softmax":
+            pbuf = t.reads[0]
+            p, plo = self.view(pbuf)
+            labels = self.labels[plo[0]:plo[0] + p.shape[0]]
+            dx = _core.softmax_xent_backward(p, plo, labels, op.shape[0])
+            target = self.arr(out)
+            _core.copy_box(dx, plo, target, dxlo)
+            return
+        g = self.grad_of(t, op)
+        if g is None:
+            return  # nothing reaches this op: its partial gradient stays zero
+        dy, dylo = g
+        region_buf = t.reads[-1]
+        if kind == "conv2d":
+            w, wlo = self.view(self.weight_buf(op, t.worker))
+            kernel, stride, padding = window(op)
+            dx = _core.conv2d_backward_data(w, wlo, dy, dylo, dxlo, dxshape, kernel, stride, padding)
+        elif kind == "linear":
+            w, wlo = self.view(self.weight_buf(op, t.worker))
+            dx = _core.linear_backward_data(w, wlo, dy, dylo, dxlo, dxshape)
+        elif kind == "pool2d":
+            x, xlo = self.view(region_buf)
+            kernel, stride, padding = window(op)
+            dx = _core.pool2d_backward(op.attrs["kind"], x, xlo, dy, dylo, dxlo, dxshape, kernel, stride, padding)
+        elif kind == "relu":
+            y, ylo = self.view(t.reads[1])
+            dx = _core.relu_backward(y, ylo, dy, dylo, dxlo, dxshape)
+        elif kind in ("add", "concat"):
+            dx = np.zeros(dxshape, np.float32)
+            if kind == "concat":
+                axis = op.attrs["axis"]
+                shift = op.desc.inputs[t.slot].window[axis][0]
+                src_lo = tuple(v - (shift if d == axis else 0) for d, v in enumerate(dylo))
+            else:
+                src_lo = dylo
+            _core.copy_box(np.ascontiguousarray(dy), src_lo, dx, dxlo)
+        elif kind == "flatten":
+            dx = dy.reshape(dxshape)
+        elif kind == "batchnorm2d":
+            x, xlo = self.view(region_buf)
+            mean, invstd = self.bn_moments(op, self.fwd_stats[(op.name, t.worker)])
+            gamma = self.arr(self.param_buf(op, "weight", t.worker))
+            sums = self.arr(self.bwd_stats[(op.name, t.worker)])
+            n, _, h, w = op.shape
+            dx = _core.bn_backward_apply(x, xlo, dy, dylo, mean, invstd, gamma, sums, n * h * w, dxlo, dxshape)
+        else:
+            raise NotImplementedError(f"no CPU backward for op kind {kind!r}")
+        self.store(out, dx)
+
+    def do_backward_weight(self, t: Task) -> None:
+        op = self.ops[t.op]
+        g = self.grad_of(t, op)
+        outs = list(t.writes)
+        if g is None:
+            return
+        dy, dylo = g
+        region = self.regions_of(t, op)
+        if op.kind == "conv2d":
+            x, xlo = self.view(region[0])
+            _, stride, padding = window(op)
+            wshape = op.desc.inputs[1].shape  # the whole weight; dw comes back for dy's channel range
+            dw, db = _core.conv2d_backward_weight(x, xlo, dy, dylo, wshape, stride, padding, len(outs) > 1)
+        elif op.kind == "linear":
+            x, xlo = self.view(region[0])
+            dw, db = _core.linear_backward_weight(x, xlo, dy, dylo, op.desc.inputs[1].shape, len(outs) > 1)
+        elif op.kind == "batchnorm2d":
+            x, xlo = self.view(region[0])
+            mean, invstd = self.bn_moments(op, self.fwd_stats[(op.name, t.worker)])
+            sums = _core.bn_backward_sums(x, xlo, dy, dylo, mean, invstd)
+            dw, db = sums[1].astype(np.float32), sums[0].astype(np.float32)  # dgamma, dbeta
+        else:
+            raise NotImplementedError(f"no CPU weight gradient for op kind {op.kind!r}")
+        self.store(outs[0], dw)
+        if len(outs) > 1:
+            self.store(outs[1], db)
+
+    def regions_of(self, t: Task, op: Op) -> list[int]:
+        return [r for r in t.reads if self.tg.buffers[r].kind in ("region", "activation")
+                and self.tg.buffers[r].tensor != op.name]
+
+    # ---- synchronization and update
+    def do_reduce(self, t: Task) -> None:
+        total = self.arr(t.writes[0])
+        for r in t.reads[1:]:
+            total += self.arr(r)
+
+    def do_update(self, t: Task) -> None:
+        param, grad, mom = t.reads
+        self.optimizer.apply(self.arr(param), self.arr(grad), self.arr(mom), self.momentum_started)
+
+    # ---- lookups
+    def param_buf(self, op: Op, pname: str, worker: int) -> int:
+        return self.param_index[(op.name, pname, worker)]
+
+    def weight_buf(self, op: Op, worker: int) -> int:
+        return self.param_buf(op, "weight", worker)

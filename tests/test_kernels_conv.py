@@ -1,0 +1,399 @@
+"""Convolution and linear CPU kernels (csrc/cpu/conv.c, linear.c) against shardwise.reference.
+
+Two rungs of the numerics ladder:
+
+* full tensors: every kernel equals the float64 NumPy reference within 1e-4
+  (relative to the tensor's largest magnitude) over many random shapes, strides
+  1-3, paddings 0-3, asymmetric (1x7, 7x1) and 1x1 stride-2 kernels;
+* sharded execution: the output is cut into random boxes over (n, co, h, w)
+  (linear: (n, o)); each box gets exactly the input region the planner computes
+  for it (rows [r0*s - p, (r1-1)*s - p + k - 1] clipped to the tensor) and the
+  weight slice of its output channels.  Assembled forward outputs, summed
+  partial input gradients and the weight gradients summed over the sample /
+  spatial splits of each channel range must equal the full ones.
+
+Bad views (inconsistent shapes, wrong dtypes) must raise ValueError.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from shardwise import _core
+from shardwise import reference as ref
+
+RTOL = 1e-4
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, what: str, rtol: float = RTOL) -> None:
+    """|got - want| <= rtol * max|want| elementwise; on failure show the worst entries (llm.c style)."""
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    if want.size == 0:
+        return
+    scale = max(float(np.abs(want).max()), 1e-30)
+    err = np.abs(got.astype(np.float64) - want)
+    if err.max() <= rtol * scale:
+        return
+    worst = np.argsort(err, axis=None)[::-1][:5]
+    rows = [f"  at {np.unravel_index(i, want.shape)}: got {got.flat[i]!r}, expected {want.flat[i]!r}"
+            for i in worst]
+    raise AssertionError(f"{what}: max abs error {err.max():.3g} > {rtol:g} * {scale:.3g}\n" + "\n".join(rows))
+
+
+def f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# cases
+# ----------------------------------------------------------------------------------------------
+def out_size(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+def random_conv_case(rng: np.random.Generator) -> dict:
+    """A random conv2d: kernels 1-5 per axis (sometimes 1x7 / 7x1), strides 1-3, paddings 0-3."""
+    kind = rng.integers(0, 6)
+    if kind == 0:
+        kh, kw = (1, 7) if rng.integers(0, 2) else (7, 1)
+    else:
+        kh, kw = (int(v) for v in rng.integers(1, 6, size=2))
+    sh, sw = (int(v) for v in rng.integers(1, 4, size=2))
+    ph, pw = (int(v) for v in rng.integers(0, 4, size=2))
+    h = int(rng.integers(max(1, kh - 2 * ph), max(1, kh - 2 * ph) + 12))
+    w = int(rng.integers(max(1, kw - 2 * pw), max(1, kw - 2 * pw) + 12))
+    return dict(n=int(rng.integers(1, 4)), ci=int(rng.integers(1, 6)), co=int(rng.integers(1, 7)), h=h, w=w,
+                kernel=(kh, kw), stride=(sh, sw), padding=(ph, pw))
+
+
+FIXED_CONV_CASES = [
+    # (n, ci, co, h, w, kernel, stride, padding)
+    dict(n=2, ci=3, co=4, h=9, w=11, kernel=(1, 7), stride=(1, 1), padding=(0, 3)),
+    dict(n=2, ci=3, co=4, h=11, w=9, kernel=(7, 1), stride=(1, 1), padding=(3, 0)),
+    dict(n=3, ci=4, co=6, h=10, w=10, kernel=(1, 1), stride=(2, 2), padding=(0, 0)),   # ResNet downsample
+    dict(n=1, ci=5, co=3, h=33, w=31, kernel=(1, 1), stride=(1, 1), padding=(0, 0)),   # pointwise, in place
+    dict(n=3, ci=5, co=3, h=7, w=6, kernel=(1, 1), stride=(1, 1), padding=(0, 0)),     # pointwise, batched tiles
+    dict(n=2, ci=3, co=2, h=8, w=8, kernel=(1, 1), stride=(1, 1), padding=(3, 3)),     # rows of pure padding
+    dict(n=2, ci=2, co=3, h=5, w=5, kernel=(3, 3), stride=(3, 3), padding=(3, 2)),
+    dict(n=1, ci=2, co=2, h=1, w=1, kernel=(1, 1), stride=(1, 1), padding=(0, 0)),
+    # K = Ci*kh*kw >= 2048: tiles of 256 pixels, cut inside output rows of one sample
+    dict(n=2, ci=240, co=5, h=21, w=21, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
+    dict(n=1, ci=240, co=3, h=19, w=23, kernel=(3, 3), stride=(2, 1), padding=(2, 1)),
+]
+
+RANDOM_CONV_SEEDS = list(range(150))
+
+
+def conv_case(spec) -> dict:
+    if isinstance(spec, dict):
+        return dict(spec)
+    return random_conv_case(np.random.default_rng(1000 + spec))
+
+
+def make_conv_tensors(c: dict, seed: int):
+    rng = np.random.default_rng(seed)
+    (kh, kw), (sh, sw), (ph, pw) = c["kernel"], c["stride"], c["padding"]
+    ho, wo = out_size(c["h"], kh, sh, ph), out_size(c["w"], kw, sw, pw)
+    x = rng.standard_normal((c["n"], c["ci"], c["h"], c["w"]))
+    w = rng.standard_normal((c["co"], c["ci"], kh, kw)) / np.sqrt(c["ci"] * kh * kw)
+    b = rng.standard_normal(c["co"])
+    dy = rng.standard_normal((c["n"], c["co"], ho, wo))
+    return x, w, b, dy
+
+
+def conv_ids(spec) -> str:
+    if isinstance(spec, dict):
+        return "n{n}c{ci}o{co}_{h}x{w}_k{kernel[0]}x{kernel[1]}_s{stride[0]}{stride[1]}_p{padding[0]}{padding[1]}" \
+            .format(**spec)
+    return f"random{spec}"
+
+
+CONV_SPECS = FIXED_CONV_CASES + RANDOM_CONV_SEEDS
+
+
+# ----------------------------------------------------------------------------------------------
+# full tensors
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", CONV_SPECS, ids=conv_ids)
+def test_conv2d_full_tensor_matches_reference(spec):
+    c = conv_case(spec)
+    x, w, b, dy = make_conv_tensors(c, seed=7)
+    s, p = c["stride"], c["padding"]
+    use_bias = c["co"] % 2 == 1  # both with and without bias across the cases
+    bb = b if use_bias else None
+    y_ref = ref.conv2d_forward(x, w, bb, s, p)
+    zeros4 = (0, 0, 0, 0)
+
+    y = _core.conv2d_forward(f32(x), zeros4, f32(w), zeros4, None if bb is None else f32(bb), (0,),
+                             zeros4, y_ref.shape, s, p, False)
+    assert y.dtype == np.float32
+    assert_close(y, y_ref, "conv2d forward")
+    y_relu = _core.conv2d_forward(f32(x), None, f32(w), None, None if bb is None else f32(bb), None,
+                                  None, y_ref.shape, stride=s, padding=p, relu=True)
+    assert_close(y_relu, np.maximum(y_ref, 0.0), "conv2d forward + relu")
+
+    dx_ref, dw_ref, db_ref = ref.conv2d_backward(x, w, dy, s, p, bias=True)
+    dx = _core.conv2d_backward_data(f32(w), zeros4, f32(dy), zeros4, zeros4, x.shape, c["kernel"], s, p)
+    assert_close(dx, dx_ref, "conv2d backward data")
+    dw, db = _core.conv2d_backward_weight(f32(x), zeros4, f32(dy), zeros4, w.shape, s, p, True)
+    assert_close(dw, dw_ref, "conv2d backward weight")
+    assert_close(db, db_ref, "conv2d backward bias")
+    dw2, none = _core.conv2d_backward_weight(f32(x), zeros4, f32(dy), zeros4, w.shape, s, p, with_bias=False)
+    assert none is None
+    np.testing.assert_array_equal(dw2, dw)
+
+
+LINEAR_SHAPES = [(1, 1, 1), (4, 7, 3), (16, 33, 10), (5, 300, 129), (64, 120, 84), (3, 1, 17)]
+
+
+@pytest.mark.parametrize("n,i,o", LINEAR_SHAPES)
+def test_linear_full_tensor_matches_reference(n, i, o):
+    rng = np.random.default_rng(n * 1000 + i * 10 + o)
+    x, w, b, dy = (rng.standard_normal(s) for s in ((n, i), (o, i), (o,), (n, o)))
+    y_ref = ref.linear_forward(x, w, b)
+    y = _core.linear_forward(f32(x), (0, 0), f32(w), (0, 0), f32(b), (0,), (0, 0), (n, o))
+    assert_close(y, y_ref, "linear forward")
+    y = _core.linear_forward(f32(x), None, f32(w), None, None, None, None, (n, o), relu=True)
+    assert_close(y, np.maximum(ref.linear_forward(x, w, None), 0.0), "linear forward + relu, no bias")
+    dx_ref, dw_ref, db_ref = ref.linear_backward(x, w, dy, bias=True)
+    assert_close(_core.linear_backward_data(f32(w), None, f32(dy), None, None, (n, i)), dx_ref, "linear dx")
+    dw, db = _core.linear_backward_weight(f32(x), None, f32(dy), None, (o, i))
+    assert_close(dw, dw_ref, "linear dw")
+    assert_close(db, db_ref, "linear db")
+    assert _core.linear_backward_weight(f32(x), None, f32(dy), None, (o, i), with_bias=False)[1] is None
+
+
+# ----------------------------------------------------------------------------------------------
+# sharded execution
+# ----------------------------------------------------------------------------------------------
+def random_cuts(rng: np.random.Generator, extent: int, max_parts: int = 3) -> list[tuple[int, int]]:
+    """Split [0, extent) into 1..max_parts non-empty, uneven, contiguous ranges."""
+    parts = int(rng.integers(1, min(max_parts, extent) + 1))
+    cuts = sorted(rng.choice(np.arange(1, extent), size=parts - 1, replace=False)) if parts > 1 else []
+    edges = [0, *[int(v) for v in cuts], extent]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def window_region(lo: int, hi: int, k: int, s: int, p: int, size: int) -> tuple[int, int]:
+    """Input rows [lo', hi') read by output rows [lo, hi), clipped to [0, size) (as the planner does)."""
+    a = max(0, lo * s - p)
+    b = min(size, (hi - 1) * s - p + k)
+    return a, max(a, b)
+
+
+def boxes(rng, shape: tuple[int, ...]):
+    """Every box of a random grid over `shape` (a random split of each dimension)."""
+    grids = [random_cuts(rng, e) for e in shape]
+    for idx in np.ndindex(*[len(g) for g in grids]):
+        yield tuple(grids[d][i] for d, i in enumerate(idx))
+
+
+@pytest.mark.parametrize("spec", FIXED_CONV_CASES + RANDOM_CONV_SEEDS[:80], ids=conv_ids)
+def test_conv2d_sharded_equals_full(spec):
+    c = conv_case(spec)
+    x, w, b, dy = make_conv_tensors(c, seed=11)
+    (kh, kw), s, p = c["kernel"], c["stride"], c["padding"]
+    x32, w32, b32, dy32 = f32(x), f32(w), f32(b), f32(dy)
+    y_full = _core.conv2d_forward(x32, None, w32, None, b32, None, None, dy.shape, s, p, True)
+    y_ref = np.maximum(ref.conv2d_forward(x, w, b, s, p), 0.0)
+    assert_close(y_full, y_ref, "full forward")
+    dx_ref, dw_ref, db_ref = ref.conv2d_backward(x, w, dy, s, p, bias=True)
+
+    rng = np.random.default_rng(zlib.crc32(conv_ids(spec).encode()))
+    y_asm = np.full(dy.shape, np.nan, dtype=np.float32)
+    dx_sum = np.zeros(x.shape, dtype=np.float64)
+    dw_sum = np.zeros(w.shape, dtype=np.float64)
+    db_sum = np.zeros(b.shape, dtype=np.float64)
+    for (n0, n1), (c0, c1), (r0, r1), (q0, q1) in boxes(rng, dy.shape):
+        ra, rb = window_region(r0, r1, kh, s[0], p[0], c["h"])
+        ca, cb = window_region(q0, q1, kw, s[1], p[1], c["w"])
+        x_lo = (n0, 0, ra, ca)
+        x_reg = x32[n0:n1, :, ra:rb, ca:cb].copy()
+        w_lo, w_sl, b_sl = (c0, 0, 0, 0), w32[c0:c1].copy(), b32[c0:c1].copy()
+        y_lo, y_shape = (n0, c0, r0, q0), (n1 - n0, c1 - c0, r1 - r0, q1 - q0)
+        y_box = _core.conv2d_forward(x_reg, x_lo, w_sl, w_lo, b_sl, (c0,), y_lo, y_shape, s, p, True)
+        y_asm[n0:n1, c0:c1, r0:r1, q0:q1] = y_box
+
+        dy_box = dy32[n0:n1, c0:c1, r0:r1, q0:q1].copy()
+        dx_part = _core.conv2d_backward_data(w_sl, w_lo, dy_box, y_lo, x_lo, x_reg.shape, (kh, kw), s, p)
+        dx_sum[n0:n1, :, ra:rb, ca:cb] += dx_part
+        dw_part, db_part = _core.conv2d_backward_weight(x_reg, x_lo, dy_box, y_lo, w.shape, s, p, True)
+        assert dw_part.shape == (c1 - c0,) + w.shape[1:]
+        dw_sum[c0:c1] += dw_part
+        db_sum[c0:c1] += db_part
+    assert not np.isnan(y_asm).any(), "the boxes must tile the output"
+    assert_close(y_asm, y_full.astype(np.float64), "assembled forward vs full kernel")
+    assert_close(y_asm, y_ref, "assembled forward vs reference")
+    assert_close(dx_sum.astype(np.float32), dx_ref, "summed partial dx")
+    assert_close(dw_sum.astype(np.float32), dw_ref, "dw over Co ranges")
+    assert_close(db_sum.astype(np.float32), db_ref, "db over Co ranges")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_conv2d_backward_data_keeps_only_dx_box(seed):
+    """dx over any sub-box from the whole dy = the full gradient restricted to that box
+    (contributions falling outside dx's box are dropped, not folded in)."""
+    c = conv_case(seed)
+    x, w, _, dy = make_conv_tensors(c, seed=seed)
+    dx_ref = ref.conv2d_backward(x, w, dy, c["stride"], c["padding"], bias=False)[0]
+    rng = np.random.default_rng(seed)
+    (n0, n1), _, (h0, h1), (w0, w1) = (random_cuts(rng, e)[-1] for e in x.shape)
+    dx = _core.conv2d_backward_data(f32(w), None, f32(dy), None, (n0, 0, h0, w0), (n1 - n0, c["ci"], h1 - h0, w1 - w0),
+                                    c["kernel"], c["stride"], c["padding"])
+    assert_close(dx, dx_ref[n0:n1, :, h0:h1, w0:w1], "dx sub-box")
+
+
+def test_conv2d_forward_reads_a_larger_view():
+    """x and w views may hold more than the box needs (the whole tensors here)."""
+    c = FIXED_CONV_CASES[6]
+    x, w, b, _ = make_conv_tensors(c, seed=3)
+    y_ref = ref.conv2d_forward(x, w, b, c["stride"], c["padding"])
+    box = (slice(1, 2), slice(1, 3), slice(0, 2), slice(1, 3))
+    y = _core.conv2d_forward(f32(x), None, f32(w), None, f32(b), None, (1, 1, 0, 1), (1, 2, 2, 2),
+                             c["stride"], c["padding"])
+    assert_close(y, y_ref[box], "box of a larger view")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_linear_sharded_equals_full(seed):
+    rng = np.random.default_rng(seed)
+    n, i, o = (int(v) for v in rng.integers(1, 40, size=3))
+    x, w, b, dy = (rng.standard_normal(s) for s in ((n, i), (o, i), (o,), (n, o)))
+    y_ref = ref.linear_forward(x, w, b)
+    dx_ref, dw_ref, db_ref = ref.linear_backward(x, w, dy, bias=True)
+    x32, w32, b32, dy32 = f32(x), f32(w), f32(b), f32(dy)
+    y_asm = np.full((n, o), np.nan, dtype=np.float32)
+    dx_sum, dw_sum, db_sum = np.zeros((n, i)), np.zeros((o, i)), np.zeros(o)
+    for (n0, n1), (o0, o1) in boxes(rng, (n, o)):
+        x_reg, w_sl = x32[n0:n1].copy(), w32[o0:o1].copy()
+        y_asm[n0:n1, o0:o1] = _core.linear_forward(x_reg, (n0, 0), w_sl, (o0, 0), b32[o0:o1].copy(), (o0,),
+                                                   (n0, o0), (n1 - n0, o1 - o0))
+        dy_box = dy32[n0:n1, o0:o1].copy()
+        dx_sum[n0:n1] += _core.linear_backward_data(w_sl, (o0, 0), dy_box, (n0, o0), (n0, 0), (n1 - n0, i))
+        dw_part, db_part = _core.linear_backward_weight(x_reg, (n0, 0), dy_box, (n0, o0), (o, i))
+        dw_sum[o0:o1] += dw_part
+        db_sum[o0:o1] += db_part
+    assert not np.isnan(y_asm).any()
+    assert_close(y_asm, y_ref, "assembled linear forward")
+    assert_close(dx_sum, dx_ref, "summed partial linear dx")
+    assert_close(dw_sum, dw_ref, "linear dw over output ranges")
+    assert_close(db_sum, db_ref, "linear db over output ranges")
+
+
+def test_non_contiguous_inputs_are_copied():
+    rng = np.random.default_rng(0)
+    x = f32(rng.standard_normal((2, 3, 8, 12)))[:, :, :, ::2]
+    w = f32(rng.standard_normal((4, 3, 3, 3)))
+    y = _core.conv2d_forward(x, None, w, None, None, None, None, (2, 4, 6, 4), 1, 0)
+    assert_close(y, ref.conv2d_forward(x.astype(np.float64), w.astype(np.float64), None, 1, 0), "strided x")
+
+
+# ----------------------------------------------------------------------------------------------
+# bad views
+# ----------------------------------------------------------------------------------------------
+def _conv_args(**over):
+    rng = np.random.default_rng(0)
+    args = dict(x=f32(rng.standard_normal((2, 3, 6, 6))), x_lo=(0, 0, 0, 0), w=f32(rng.standard_normal((4, 3, 3, 3))),
+                w_lo=(0, 0, 0, 0), b=f32(np.zeros(4)), b_lo=(0,), y_lo=(0, 0, 0, 0), y_shape=(2, 4, 4, 4),
+                stride=1, padding=0)
+    args.update(over)
+    return args
+
+
+BAD_CONV_FORWARD = {
+    "x float64": dict(x=np.zeros((2, 3, 6, 6))),
+    "x a list": dict(x=[[[[0.0]]]]),
+    "x rank 3": dict(x=f32(np.zeros((3, 6, 6)))),
+    "w int32": dict(w=np.zeros((4, 3, 3, 3), dtype=np.int32)),
+    "x misses samples": dict(x_lo=(1, 0, 0, 0)),
+    "x channels differ from w": dict(x=f32(np.zeros((2, 2, 6, 6)))),
+    "x channel offset": dict(x_lo=(0, 1, 0, 0)),
+    "w misses output channels": dict(w=f32(np.zeros((2, 3, 3, 3)))),
+    "w kernel offset": dict(w_lo=(0, 0, 1, 0)),
+    "b misses output channels": dict(b=f32(np.zeros(3))),
+    "b rank 2": dict(b=f32(np.zeros((4, 1)))),
+    "y_shape negative": dict(y_shape=(2, -4, 4, 4)),
+    "y_shape short": dict(y_shape=(2, 4, 4)),
+    "x_lo too long": dict(x_lo=(0, 0, 0, 0, 0)),
+    "x_lo not integers": dict(x_lo=(0, 0.5, 0, 0)),
+    "stride 0": dict(stride=0),
+    "padding negative": dict(padding=(0, -1)),
+    "stride triple": dict(stride=(1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONV_FORWARD), ids=list(BAD_CONV_FORWARD))
+def test_conv2d_forward_bad_views_raise_value_error(case):
+    with pytest.raises(ValueError):
+        _core.conv2d_forward(**_conv_args(**BAD_CONV_FORWARD[case]))
+
+
+def test_conv2d_backward_bad_views_raise_value_error():
+    w, dy, x = f32(np.zeros((4, 3, 3, 3))), f32(np.zeros((2, 4, 4, 4))), f32(np.zeros((2, 3, 6, 6)))
+    z = (0, 0, 0, 0)
+    cases = [
+        lambda: _core.conv2d_backward_data(w, z, dy, z, z, (2, 3, 6, 6), (2, 2), 1, 0),    # kernel != w's
+        lambda: _core.conv2d_backward_data(w, z, dy, z, z, (2, 2, 6, 6), 3, 1, 0),         # dx misses channels
+        lambda: _core.conv2d_backward_data(w, z, dy, z, (1, 0, 0, 0), (2, 3, 6, 6), 3, 1, 0),  # dy misses samples
+        lambda: _core.conv2d_backward_data(w[:2], z, dy, z, z, (2, 3, 6, 6), 3, 1, 0),     # w misses dy's Co
+        lambda: _core.conv2d_backward_data(w, z, dy.astype(np.float64), z, z, (2, 3, 6, 6), 3, 1, 0),
+        lambda: _core.conv2d_backward_weight(x, z, dy, z, (3, 3, 3, 3), 1, 0),             # dy's Co beyond w
+        lambda: _core.conv2d_backward_weight(x, z, dy, (0, 1, 0, 0), (4, 3, 3, 3), 1, 0),  # Co range beyond w
+        lambda: _core.conv2d_backward_weight(x, z, dy, z, (4, 2, 3, 3), 1, 0),             # x channels != Ci
+        lambda: _core.conv2d_backward_weight(x, (1, 0, 0, 0), dy, z, (4, 3, 3, 3), 1, 0),  # x misses samples
+        lambda: _core.conv2d_backward_weight(x, z, dy, z, (4, 3, 0, 3), 1, 0),             # kernel 0
+        lambda: _core.conv2d_backward_weight(x, z, dy, z, (4, 3, -3, 3), 1, 0),            # negative extent
+        lambda: _core.conv2d_backward_weight(x[0], z, dy, z, (4, 3, 3, 3), 1, 0),          # x rank 3
+    ]
+    for i, call in enumerate(cases):
+        with pytest.raises(ValueError):
+            call()
+            pytest.fail(f"case {i} did not raise")
+
+
+def test_linear_bad_views_raise_value_error():
+    x, w, dy = f32(np.zeros((4, 5))), f32(np.zeros((3, 5))), f32(np.zeros((4, 3)))
+    cases = [
+        lambda: _core.linear_forward(x[:, :4].copy(), None, w, None, None, None, None, (4, 3)),   # features differ
+        lambda: _core.linear_forward(x, (1, 0), w, None, None, None, None, (4, 3)),               # x misses rows
+        lambda: _core.linear_forward(x, None, w[:2].copy(), None, None, None, None, (4, 3)),      # w misses outputs
+        lambda: _core.linear_forward(x, None, w, None, f32(np.zeros(2)), None, None, (4, 3)),     # b misses outputs
+        lambda: _core.linear_forward(x.astype(np.float64), None, w, None, None, None, None, (4, 3)),
+        lambda: _core.linear_forward(x, None, w, (0, 1), None, None, None, (4, 3)),               # w feature offset
+        lambda: _core.linear_backward_data(w, None, dy, (1, 0), None, (4, 5)),                    # dy misses rows
+        lambda: _core.linear_backward_data(w, None, dy, None, None, (4, 4)),                      # dx not all features
+        lambda: _core.linear_backward_data(w, (1, 0), dy, None, None, (4, 5)),                    # w misses dy's range
+        lambda: _core.linear_backward_weight(x, None, dy, None, (3, 4)),                          # I differs
+        lambda: _core.linear_backward_weight(x, None, dy, None, (2, 5)),                          # O beyond w
+        lambda: _core.linear_backward_weight(x, (2, 0), dy, None, (3, 5)),                        # x misses rows
+        lambda: _core.linear_backward_weight(x, None, dy[None], None, (3, 5)),                    # dy rank 3
+    ]
+    for i, call in enumerate(cases):
+        with pytest.raises(ValueError):
+            call()
+            pytest.fail(f"case {i} did not raise")
+
+
+def test_error_message_names_the_view():
+    with pytest.raises(ValueError, match=r"conv2d_forward: w does not cover y's output-channel range"):
+        _core.conv2d_forward(**_conv_args(w=f32(np.zeros((2, 3, 3, 3)))))
+
+
+def test_empty_boxes_are_fine():
+    """Zero-extent boxes (a worker with nothing to do) and input regions that are pure padding."""
+    w, b = f32(np.ones((2, 1, 1, 1))), f32(np.array([0.5, -1.0]))
+    x_empty = np.zeros((1, 1, 0, 0), dtype=np.float32)
+    # output row 0 of a 1x1 conv with padding 3 reads only padding: y = relu(b)
+    y = _core.conv2d_forward(x_empty, (0, 0, 0, 0), w, None, b, None, (0, 0, 0, 0), (1, 2, 1, 1), 1, 3, True)
+    np.testing.assert_array_equal(y.reshape(2), [0.5, 0.0])
+    y = _core.conv2d_forward(x_empty, None, w, None, b, None, None, (0, 2, 3, 3), 1, 0)
+    assert y.shape == (0, 2, 3, 3)
+    dw, db = _core.conv2d_backward_weight(x_empty, None, np.ones((1, 2, 1, 1), np.float32), None, (2, 1, 1, 1), 1, 3)
+    np.testing.assert_array_equal(dw, 0.0)
+    np.testing.assert_array_equal(db, [1.0, 1.0])
+    dx = _core.conv2d_backward_data(w, None, np.ones((1, 2, 0, 4), np.float32), None, None, (1, 1, 5, 5), 1, 1, 0)
+    np.testing.assert_array_equal(dx, 0.0)
+    y = _core.linear_forward(np.zeros((0, 3), np.float32), None, f32(np.ones((2, 3))), None, None, None, None, (0, 2))
+    assert y.shape == (0, 2)
