@@ -1,0 +1,210 @@
+"""Training any plan gives the numbers of one device and of an independent reference.
+
+The oracle is python/shardwise/reference.py (pure NumPy, itself checked by
+finite differences and against PyTorch); here the CPU executor runs random
+plans on 1-4 workers and must reproduce its losses and weights.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+from shardwise import reference as ref
+from shardwise.init import init_params
+from shardwise.problem import dim_names
+from shardwise.train import SGD, Trainer, TrainingError
+
+RTOL = 1e-4
+
+
+def mixed_graph(batch: int = 8) -> sw.Graph:
+    """Every op kind: conv (fused ReLU, no bias), avg/max pool, concat, batchnorm, relu,
+    a residual add, flatten, two linears and the softmax."""
+    g = sw.Graph("mixed")
+    x = g.input("x", (batch, 3, 8, 8))
+    x = g.conv2d(x, 4, kernel=3, padding=1, activation="relu", name="c1")
+    a = g.conv2d(x, 4, kernel=1, name="a")
+    b = g.pool2d(x, kernel=3, stride=1, padding=1, kind="avg", name="b")
+    x = g.concat([a, b], axis=1, name="cat")
+    x = g.batchnorm2d(x, name="bn")
+    x = g.relu(x, name="r")
+    y = g.conv2d(x, 8, kernel=3, padding=1, bias=False, name="c2")
+    x = g.add(y, x, name="res")
+    x = g.pool2d(x, kernel=2, kind="max", name="mp")
+    x = g.flatten(x, name="fl")
+    x = g.linear(x, 6, activation="relu", name="fc1")
+    x = g.linear(x, 5, name="fc2")
+    g.softmax(x, name="prob")
+    return g
+
+
+def valid_degrees(op, ndev):
+    granules = op.desc.split_granules()
+    options = [[k for k in range(1, ndev + 1) if s % k == 0 and (s // k) % q == 0]
+               for s, q in zip(op.shape, granules)]
+    return [d for d in itertools.product(*options) if math.prod(d) <= ndev]
+
+
+def random_plan(g, d, rng):
+    spec = {}
+    for op in g.ops:
+        degs = valid_degrees(op, len(d))
+        pick = degs[rng.integers(len(degs))]
+        spec[op.name] = {**dict(zip(dim_names(len(op.shape)), pick)),
+                         "devices": [int(v) for v in rng.permutation(len(d))[:math.prod(pick)]]}
+    return sw.Plan.from_dict(g, d, spec)
+
+
+def reference_run(g, x, y, steps, opt):
+    params = init_params(g, 0)
+    buffers: dict = {}
+    losses = []
+    for _ in range(steps):
+        loss, grads = ref.loss_and_grads(g, params, x, y)
+        losses.append(loss)
+        ref.sgd_step(params, grads, buffers, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+    return losses, params
+
+
+def assert_close_weights(got, want):
+    assert set(got) == set(want)
+    for k in want:
+        scale = max(float(np.abs(want[k]).max()), 1e-3)
+        assert np.abs(got[k] - want[k]).max() <= RTOL * scale, k
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_plans_match_reference(seed):
+    g = mixed_graph()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
+    y = rng.integers(0, 5, g.ops[0].shape[0])
+    opt = SGD(lr=0.1, momentum=0.9, weight_decay=1e-4)
+    want_losses, want_params = reference_run(g, x, y, 3, opt)
+    d = sw.DeviceGraph.cpu(int(rng.integers(1, 5)))
+    plan = random_plan(g, d, rng)
+    t = Trainer(g, plan, optimizer=opt, seed=0)
+    losses = [t.step(x, y) for _ in range(3)]
+    np.testing.assert_allclose(losses, want_losses, rtol=RTOL)
+    assert_close_weights(t.get_weights(), want_params)
+
+
+@pytest.mark.parametrize("ndev", [1, 2, 4])
+def test_searched_and_baseline_plans_train_lenet_identically(ndev):
+    g = sw.models.lenet5(batch=8)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
+    y = rng.integers(0, 10, 8)
+    d = sw.DeviceGraph.cpu(ndev)
+    opt = SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+    one = Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {}), optimizer=opt)
+    want = [one.step(x, y) for _ in range(3)]
+    for plan in [sw.search(g, d), *sw.strategies.baselines(g, d)]:
+        t = Trainer(g, plan, optimizer=opt)
+        np.testing.assert_allclose([t.step(x, y) for _ in range(3)], want, rtol=RTOL)
+        assert_close_weights(t.get_weights(), one.get_weights())
+
+
+def test_initialization_depends_on_the_seed_only():
+    g = sw.models.lenet5(batch=8)
+    a = Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), seed=3).get_weights()
+    b = Trainer(g, sw.strategies.model_parallel(g, sw.DeviceGraph.cpu(4)), seed=3).get_weights()
+    c = Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), seed=4).get_weights()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert any(not np.array_equal(a[k], c[k]) for k in a)
+
+
+def test_set_weights_round_trip():
+    g = mixed_graph()
+    t = Trainer(g, sw.strategies.model_parallel(g, sw.DeviceGraph.cpu(2)))
+    w = {k: v + 1.0 for k, v in t.get_weights().items()}
+    t.set_weights(w)
+    got = t.get_weights()
+    for k in w:
+        np.testing.assert_array_equal(got[k], w[k])
+
+
+def test_predict_matches_reference_probabilities():
+    g = mixed_graph()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
+    t = Trainer(g, random_plan(g, sw.DeviceGraph.cpu(3), rng))
+    acts = ref.forward(g, init_params(g, 0), x)
+    np.testing.assert_allclose(t.predict(x), acts["prob"], rtol=1e-4, atol=1e-6)
+
+
+def test_matches_pytorch_lenet():
+    torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install torch==2.13.0")
+    F = torch.nn.functional
+    g = sw.models.lenet5(batch=8)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
+    y = rng.integers(0, 10, 8)
+    t = Trainer(g, sw.search(g, sw.DeviceGraph.cpu(4)), optimizer=SGD(lr=0.05, momentum=0.9, weight_decay=1e-4))
+    params = {k: torch.tensor(v, requires_grad=True) for k, v in t.get_weights().items()}
+    opt = torch.optim.SGD(params.values(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    for _ in range(3):
+        h = F.max_pool2d(F.relu(F.conv2d(xt, params["conv1.weight"], params["conv1.bias"])), 2)
+        h = F.max_pool2d(F.relu(F.conv2d(h, params["conv2.weight"], params["conv2.bias"])), 2)
+        h = F.relu(F.linear(h.flatten(1), params["fc1.weight"], params["fc1.bias"]))
+        h = F.relu(F.linear(h, params["fc2.weight"], params["fc2.bias"]))
+        loss = F.cross_entropy(F.linear(h, params["fc3.weight"], params["fc3.bias"]), yt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert t.step(x, y) == pytest.approx(loss.item(), rel=RTOL)
+    assert_close_weights(t.get_weights(), {k: v.detach().numpy() for k, v in params.items()})
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.fixture
+def lenet_trainer():
+    g = sw.models.lenet5(batch=4)
+    return g, Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+
+
+def test_bad_batches_are_refused(lenet_trainer):
+    g, t = lenet_trainer
+    x = np.zeros((4, 1, 32, 32), np.float32)
+    y = np.zeros(4, np.int64)
+    with pytest.raises(sw.ShapeError, match="shape"):
+        t.step(np.zeros((4, 1, 28, 28), np.float32), y)
+    with pytest.raises(sw.ShapeError, match="floating"):
+        t.step(x.astype(np.int32), y)
+    with pytest.raises(sw.ShapeError, match="NaN"):
+        t.step(np.full_like(x, np.nan), y)
+    with pytest.raises(sw.ShapeError, match="labels"):
+        t.step(x, np.array([0, 1, 2, 10]))
+    with pytest.raises(sw.ShapeError, match="labels"):
+        t.step(x, np.array([0.0, 1, 2, 3]))
+    assert t.steps == 0
+
+
+def test_plan_for_another_graph_is_refused():
+    g = sw.models.lenet5(batch=4)
+    other = sw.models.lenet5(batch=8)
+    with pytest.raises(sw.ConfigError, match="another|not"):
+        Trainer(g, sw.strategies.data_parallel(other, sw.DeviceGraph.cpu(2)))
+
+
+def test_diverging_loss_is_reported_with_the_step():
+    g = sw.models.lenet5(batch=4)
+    t = Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), optimizer=SGD(lr=1e30))
+    x = np.random.default_rng(0).standard_normal((4, 1, 32, 32)).astype(np.float32) * 100
+    y = np.arange(4)
+    with pytest.raises(TrainingError, match="step"):
+        for _ in range(5):
+            t.step(x, y)
+
+
+def test_bad_optimizer_settings():
+    with pytest.raises(sw.ConfigError):
+        SGD(lr=-1)
+    with pytest.raises(sw.ConfigError):
+        SGD(lr=float("nan"))
