@@ -9,9 +9,16 @@ the order of floating-point sums differs between plans.
 """
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import math
-from dataclasses import dataclass
-from typing import Mapping
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -25,6 +32,14 @@ from .plan import Plan
 
 class TrainingError(ShardwiseError, RuntimeError):
     """Training cannot go on: a diverging loss, non-finite values."""
+
+
+class CheckpointError(ShardwiseError, ValueError):
+    """A checkpoint file that is corrupt or was written for another graph."""
+
+
+CHECKPOINT_FORMAT = "shardwise-checkpoint"
+CHECKPOINT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,11 @@ class SGD:
                 buf += (1.0 - self.dampening) * g
             g = g + self.momentum * buf if self.nesterov else buf
         param -= np.float32(self.lr) * g
+
+
+def _plan_fingerprint(plan: Plan) -> str:
+    rows = sorted((n, list(c.degrees), list(c.devices)) for n, c in plan.configs.items())
+    return hashlib.sha256(json.dumps([plan.devices.fingerprint(), rows]).encode()).hexdigest()[:16]
 
 
 class Trainer:
@@ -127,6 +147,149 @@ class Trainer:
         images, _ = self._check_batch(images, np.zeros(self.input.shape[0], np.int64))
         self.executor.run(images, np.zeros(self.input.shape[0], np.int32), phases=("forward",))
         return self.executor.probabilities(self.loss_ops[-1].name)
+
+    # ---- epochs
+    def fit(self, images: np.ndarray, labels: np.ndarray, epochs: int = 1, progress: bool = False,
+            shuffle_seed: int | None = None, callback: Callable[[int, int, float], None] | None = None) -> list[float]:
+        """Train for ``epochs`` passes over a data set in minibatches of the graph's N.
+
+        Samples are shuffled every epoch (deterministically from ``shuffle_seed``,
+        default the trainer's seed); a last partial minibatch is dropped.  Returns
+        the mean loss of every epoch.  Ctrl-C stops at a step boundary: the
+        weights are those after the last complete step, and the epoch losses so
+        far are returned.
+        """
+        images = np.asarray(images)
+        labels = np.asarray(labels)
+        n = self.input.shape[0]
+        if len(images) != len(labels):
+            raise ShapeError(f"{len(images)} images but {len(labels)} labels")
+        if len(images) < n:
+            raise ShapeError(f"the data set has {len(images)} samples, fewer than one minibatch of {n}")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ConfigError(f"epochs must be a positive int, got {epochs!r}")
+        rng = np.random.default_rng(self.seed if shuffle_seed is None else shuffle_seed)
+        batches = len(images) // n
+        history: list[float] = []
+        try:
+            for epoch in range(epochs):
+                order = rng.permutation(len(images))
+                total, start = 0.0, time.perf_counter()
+                for b in range(batches):
+                    idx = order[b * n:(b + 1) * n]
+                    loss = self.step(images[idx], labels[idx])
+                    total += loss
+                    if callback:
+                        callback(epoch, b, loss)
+                    if progress:
+                        rate = (b + 1) * n / max(time.perf_counter() - start, 1e-9)
+                        print(f"\repoch {epoch + 1}/{epochs} [{b + 1}/{batches}] loss {total / (b + 1):.4f} "
+                              f"{rate:8.1f} images/s", end="", file=sys.stderr, flush=True)
+                history.append(total / batches)
+                if progress:
+                    print(file=sys.stderr)
+        except KeyboardInterrupt:
+            if progress:
+                print(f"\ninterrupted after step {self.steps}; weights are those of that step", file=sys.stderr)
+        return history
+
+    def evaluate(self, images: np.ndarray, labels: np.ndarray) -> float:
+        """Accuracy (fraction of argmax predictions equal to the label) over a data set.
+        The last partial minibatch is padded with copies of the first samples, which are not counted."""
+        images = np.asarray(images)
+        labels = np.asarray(labels)
+        if len(images) != len(labels) or len(images) == 0:
+            raise ShapeError(f"need as many labels as images (and at least one), got {len(images)}, {len(labels)}")
+        n = self.input.shape[0]
+        correct = 0
+        for start in range(0, len(images), n):
+            chunk = images[start:start + n]
+            real = len(chunk)
+            if real < n:
+                chunk = np.concatenate([chunk, images[: n - real]])
+            pred = self.predict(chunk)[:real].argmax(axis=1)
+            correct += int((pred == labels[start:start + real]).sum())
+        return correct / len(images)
+
+    # ---- checkpoints
+    def _state(self) -> dict[str, np.ndarray]:
+        state = {f"weight/{k}": v for k, v in self.get_weights().items()}
+        for b in self.task_graph.buffers:
+            if b.kind == "momentum":
+                state[f"momentum/{b.id}"] = self.executor.persistent[b.id]
+        return state
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Weights, optimizer state and step count, written atomically (temporary file, fsync, rename)."""
+        meta = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "graph": self.graph.fingerprint(),
+                "plan": _plan_fingerprint(self.plan), "steps": self.steps, "seed": self.seed,
+                "optimizer": asdict(self.optimizer),
+                "momentum_started": sorted(self._started_buffers())}
+        arrays = self._state()
+        buf = io.BytesIO()
+        np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        payload = buf.getvalue()
+        digest = hashlib.sha256(payload).hexdigest().encode()
+        path = os.fspath(path)
+        fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(b"SWCKPT1\n" + digest + b"\n" + payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a checkpoint written by :meth:`save_checkpoint` for the same graph and plan.
+        A corrupt or foreign file raises CheckpointError and leaves the trainer as it was."""
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot read checkpoint ({exc})") from None
+        head, _, rest = raw.partition(b"\n")
+        digest, _, payload = rest.partition(b"\n")
+        if head != b"SWCKPT1" or hashlib.sha256(payload).hexdigest().encode() != digest:
+            raise CheckpointError(f"{path}: not a shardwise checkpoint, or corrupt (checksum mismatch)")
+        try:
+            with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+                meta = json.loads(bytes(z["__meta__"]).decode())
+                arrays = {k: z[k] for k in z.files if k != "__meta__"}
+        except Exception as exc:  # a checksum-valid file that numpy cannot read is still corrupt
+            raise CheckpointError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from None
+        if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointError(f"{path}: unknown checkpoint format {meta.get('format')!r} {meta.get('version')!r}")
+        if meta.get("graph") != self.graph.fingerprint():
+            raise CheckpointError(f"{path}: written for another graph")
+        if meta.get("plan") != _plan_fingerprint(self.plan):
+            raise CheckpointError(f"{path}: written for another plan of this graph")
+        weights = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("weight/")}
+        momentum = {int(k.split("/", 1)[1]): v for k, v in arrays.items() if k.startswith("momentum/")}
+        expected = {b.id for b in self.task_graph.buffers if b.kind == "momentum"}
+        if set(momentum) != expected:
+            raise CheckpointError(f"{path}: optimizer state does not match this plan")
+        for bid, v in momentum.items():
+            if v.shape != self.executor.persistent[bid].shape:
+                raise CheckpointError(f"{path}: optimizer state does not match this plan")
+        before = self.get_weights()
+        try:
+            self.set_weights(weights)
+        except ShardwiseError as exc:
+            self.set_weights(before)
+            raise CheckpointError(f"{path}: {exc}") from None
+        for bid, v in momentum.items():
+            self.executor.persistent[bid][...] = v
+        started = set(meta.get("momentum_started", []))
+        self.executor.momentum_started = {id(self.executor.persistent[b]) for b in started}
+        self.steps = int(meta.get("steps", 0))
+
+    def _started_buffers(self) -> set[int]:
+        ids = self.executor.momentum_started
+        return {bid for bid, arr in self.executor.persistent.items() if id(arr) in ids}
 
     # ---- weights
     def get_weights(self) -> dict[str, np.ndarray]:
