@@ -20,6 +20,7 @@ from .alexnet import alexnet
 from .inception import inception_v3
 from .lenet import lenet5
 from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152
+from .small import alexnet_small, inception_small, resnet18_small, vgg_small
 from .vgg import vgg16
 
 ZOO: dict[str, Callable[..., Graph]] = {
@@ -33,7 +34,15 @@ ZOO: dict[str, Callable[..., Graph]] = {
     "resnet101": resnet101,
     "resnet152": resnet152,
 }
-"""Model name -> builder function."""
+"""Model name -> builder function: the published networks."""
+
+SMALL: dict[str, Callable[..., Graph]] = {
+    "alexnet_small": alexnet_small,
+    "vgg_small": vgg_small,
+    "resnet18_small": resnet18_small,
+    "inception_small": inception_small,
+}
+"""Scaled-down variants for training on CPU workers (not in :func:`names`)."""
 
 
 def names() -> list[str]:
@@ -48,11 +57,13 @@ def get(name: str, **kwargs: Any) -> Graph:
     ``name`` is not one of them.
     """
     try:
-        builder = ZOO[name]
+        builder = ZOO[name] if name in ZOO else SMALL[name]
     except (KeyError, TypeError):
-        raise GraphError(f"unknown model {name!r}; known models: {', '.join(names())}") from None
+        known = ", ".join(names() + sorted(SMALL))
+        raise GraphError(f"unknown model {name!r}; known models: {known}") from None
     return builder(**kwargs)
 
 
 __all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
-           "resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
+           "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "SMALL", "alexnet_small", "vgg_small",
+           "resnet18_small", "inception_small"]
