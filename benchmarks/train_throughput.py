@@ -1,0 +1,187 @@
+"""Training throughput of the CPU executor (issue 3's benchmark).
+
+For LeNet-5 and the scaled AlexNet / ResNet-18, prints images/s with 1 and 2
+data-parallel workers (and the searched plan on 2 workers), the convolution
+tasks' achieved FLOP/s as a fraction of this machine's OpenBLAS SGEMM peak
+(measured in the same run), and, when PyTorch is installed, PyTorch's CPU
+training throughput for the same model with the same number of threads.
+
+Anchors (issue 3): 2 data-parallel workers >= 1.6x one worker on a
+compute-bound model; >= 0.5x PyTorch's throughput; aim: match PyTorch.
+
+    python benchmarks/train_throughput.py [--steps 5] [--models lenet5,alexnet_small,resnet18_small]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+import shardwise as sw
+from shardwise import _core
+from shardwise.train import SGD, Trainer
+
+BATCH = {"lenet5": 64, "alexnet_small": 64, "resnet18_small": 64, "vgg_small": 64, "inception_small": 32}
+
+
+def sgemm_peak(n: int = 1024, repeat: int = 5) -> float:
+    """FLOP/s of one-thread OpenBLAS SGEMM (through the linear kernel: y = x w^T)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    w = rng.standard_normal((n, n)).astype(np.float32)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        _core.linear_forward(x, (0, 0), w, (0, 0), None, None, (0, 0), (n, n))
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best
+
+
+def batch_for(g: sw.Graph, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shape = g.ops[0].shape
+    classes = [op for op in g.ops if op.kind == "softmax"][-1].shape[1]
+    return rng.standard_normal(shape).astype(np.float32), rng.integers(0, classes, shape[0])
+
+
+def measure(g: sw.Graph, plan: sw.Plan, steps: int) -> tuple[float, float]:
+    """(median images/s, conv FLOP/s over the conv tasks of the timed steps)."""
+    t = Trainer(g, plan, optimizer=SGD(lr=0.01, momentum=0.9, weight_decay=1e-4))
+    x, y = batch_for(g)
+    t.step(x, y)  # warm-up: first-touch allocations, OpenBLAS buffers
+    conv_seconds = defaultdict(float)
+    ex = t.executor
+    for kind in ("forward", "backward_data", "backward_weight"):
+        orig = getattr(ex, "do_" + kind)
+
+        def timed(task, orig=orig):
+            t0 = time.perf_counter()
+            orig(task)
+            if g[task.op].kind == "conv2d":
+                conv_seconds[task.device] += time.perf_counter() - t0
+        setattr(ex, "do_" + kind, timed)
+    rates = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        t.step(x, y)
+        rates.append(g.ops[0].shape[0] / (time.perf_counter() - t0))
+    conv_flops = 3 * sum(op.desc.forward_flops() for op in g.ops if op.kind == "conv2d") * steps
+    busiest = max(conv_seconds.values()) if conv_seconds else float("nan")
+    # per worker: its share of the conv FLOPs over its own conv time
+    per_worker = conv_flops / len(conv_seconds) / busiest if conv_seconds else float("nan")
+    return statistics.median(rates), per_worker
+
+
+def torch_throughput(name: str, g: sw.Graph, threads: int, steps: int) -> float | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    from torch import nn
+    torch.set_num_threads(threads)
+    model = to_torch(g, nn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    x, y = batch_for(g)
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    rates = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(xt), yt)
+        loss.backward()
+        opt.step()
+        if i:
+            rates.append(g.ops[0].shape[0] / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def to_torch(g: sw.Graph, nn):
+    """The same network as a torch module, built from the shardwise graph (logits out)."""
+    import torch
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mods = nn.ModuleDict()
+            for op in g.ops:
+                key = op.name.replace(".", "_")
+                a = op.attrs
+                if op.kind == "conv2d":
+                    cin = g.ops[op.inputs[0]].shape[1]
+                    self.mods[key] = nn.Conv2d(cin, a["out_channels"], a["kernel"], a["stride"], a["padding"],
+                                               bias=a["bias"])
+                elif op.kind == "linear":
+                    self.mods[key] = nn.Linear(g.ops[op.inputs[0]].shape[1], a["out_features"], bias=a["bias"])
+                elif op.kind == "batchnorm2d":
+                    self.mods[key] = nn.BatchNorm2d(op.shape[1])
+
+        def forward(self, x):
+            acts = {}
+            F = nn.functional
+            for op in g.ops:
+                key = op.name.replace(".", "_")
+                ins = [acts[g.ops[i].name] for i in op.inputs]
+                a = op.attrs
+                if op.kind == "input":
+                    out = x
+                elif op.kind in ("conv2d", "linear", "batchnorm2d"):
+                    out = self.mods[key](ins[0])
+                elif op.kind == "pool2d":
+                    fn = F.max_pool2d if a["kind"] == "max" else F.avg_pool2d
+                    out = fn(ins[0], a["kernel"], a["stride"], a["padding"])
+                elif op.kind == "relu":
+                    out = F.relu(ins[0])
+                elif op.kind == "add":
+                    out = ins[0] + ins[1]
+                elif op.kind == "concat":
+                    out = torch.cat(ins, dim=a["axis"])
+                elif op.kind == "flatten":
+                    out = ins[0].flatten(1)
+                elif op.kind == "softmax":
+                    out = ins[0]  # logits: cross_entropy applies the softmax
+                if a.get("activation") == "relu":
+                    out = F.relu(out)
+                acts[op.name] = out
+            return out
+
+    return Net()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="lenet5,alexnet_small,resnet18_small")
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    peak = sgemm_peak()
+    print(f"# shardwise {sw.__version__} training throughput; {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; OpenBLAS SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s")
+    head = (f"{'model':<16} {'plan':<10} {'workers':>7} {'images/s':>10} {'vs 1 worker':>12} "
+            f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'torch img/s':>12} {'vs torch':>9}")
+    print(head)
+    print("-" * len(head))
+    for name in args.models.split(","):
+        g = sw.models.get(name, batch=BATCH.get(name, 64))
+        base = None
+        for workers, label in ((1, "data"), (2, "data"), (2, "searched")):
+            d = sw.DeviceGraph.cpu(workers)
+            plan = sw.strategies.data_parallel(g, d) if label == "data" else sw.search(g, d)
+            rate, conv = measure(g, plan, args.steps)
+            base = rate if base is None else base
+            torch_rate = torch_throughput(name, g, workers, args.steps) if label == "data" else None
+            vs_torch = f"{rate / torch_rate:8.2f}x" if torch_rate else "       -"
+            torch_text = f"{torch_rate:12.1f}" if torch_rate else "   (no torch)" if label == "data" else ""
+            print(f"{name:<16} {label:<10} {workers:>7} {rate:10.1f} {rate / base:11.2f}x {conv / 1e9:20.1f} "
+                  f"{conv / peak:7.0%} {torch_text:>12} {vs_torch:>9}", flush=True)
+    print("anchors: 2 data-parallel workers >= 1.6x one worker on a compute-bound model (alexnet_small); "
+          ">= 0.5x PyTorch; aim 1.0x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
