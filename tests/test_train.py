@@ -258,3 +258,19 @@ def test_resnet_random_plans_up_to_8_workers():
     for losses, weights in runs[1:]:
         np.testing.assert_allclose(losses, runs[0][0], rtol=RTOL)
         assert relative_l2(weights, runs[0][1]) < RTOL
+
+
+@pytest.mark.parametrize("model", ["lenet5", "resnet18_small", "inception_small"])
+def test_planned_memory_matches_measured_within_10_percent(model):
+    g = sw.models.get(model, batch=16)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
+    y = rng.integers(0, 10, 16)
+    for plan in [sw.search(g, sw.DeviceGraph.cpu(4)), sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)),
+                 sw.strategies.model_parallel(g, sw.DeviceGraph.cpu(2))]:
+        t = Trainer(g, plan)
+        t.step(x, y)
+        measured, planned = t.memory_per_worker(), t.planned_memory_per_worker()
+        assert set(measured) <= set(planned)
+        for dev, want in planned.items():
+            assert measured.get(dev, 0) == pytest.approx(want, rel=0.10), (plan.name, dev)

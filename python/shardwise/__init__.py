@@ -22,6 +22,9 @@ from .problem import CostOptions, worker_counts
 from .costs import ProfileTable
 from .search import search
 from . import strategies
+from .train import CheckpointError, SGD, Trainer, TrainingError
+from . import data
 
 __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
-            "worker_counts", "ProfileTable", "search", "strategies"]
+            "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
+            "CheckpointError", "data"]

@@ -51,6 +51,7 @@ class CpuExecutor:
             if b.kind in ("param", "momentum"):
                 self.persistent[b.id] = np.zeros(shape_of(b.box), np.float32)
         self.data: dict[int, np.ndarray] = {}
+        self.peak_bytes: dict[int, int] = {}
 
     # ---- buffers
     def arr(self, buf: int) -> np.ndarray:
@@ -108,8 +109,22 @@ class CpuExecutor:
         else:
             for t in tasks:
                 getattr(self, "do_" + t.kind)(t)
+        self.peak_bytes = self.bytes_per_device()
         n = self.graph.ops[0].shape[0]
         return sum(self.losses[k] for k in sorted(self.losses)) / n  # fixed order: same sum every run
+
+    def bytes_per_device(self) -> dict[int, int]:
+        """Bytes of the distinct arrays each device holds now (a view is counted with its base)."""
+        seen: set[int] = set()
+        out: dict[int, int] = {}
+        for buf, a in list(self.persistent.items()) + list(self.data.items()):
+            base = a.base if a.base is not None else a
+            if id(base) in seen:
+                continue
+            seen.add(id(base))
+            dev = self.tg.buffers[buf].device
+            out[dev] = out.get(dev, 0) + base.nbytes
+        return out
 
     def _run_threads(self, tasks: list[Task], devices: list[int]) -> None:
         wanted = {t.id for t in tasks}
@@ -141,10 +156,17 @@ class CpuExecutor:
                 for d in devices]
         for th in pool:
             th.start()
+        interrupted = None
         for th in pool:
-            th.join()
+            while th.is_alive():  # Ctrl-C lands here: let the workers finish the step first
+                try:
+                    th.join()
+                except KeyboardInterrupt as exc:
+                    interrupted = exc
         if failure:
             raise failure[0]
+        if interrupted is not None:
+            raise interrupted
 
     def probabilities(self, op_name: str) -> np.ndarray:
         """Assemble the softmax output of the last run from its workers' shards."""

@@ -1,8 +1,9 @@
-"""The command line: ``python -m shardwise plan`` and ``python -m shardwise models``.
+"""The command line: ``python -m shardwise plan``, ``train`` and ``models``.
 
     python -m shardwise plan --model vgg16 --devices 4x4          # strategy table + baselines
     python -m shardwise plan --model alexnet --devices 8 --json    # the same as one JSON document
     python -m shardwise plan --model resnet50 --save plan.json     # keep the plan (docs/plan-format.md)
+    python -m shardwise train --model lenet5 --devices 4 --plan search   # train on CPU workers (docs/training.md)
     python -m shardwise models                                     # the zoo, with parameter counts
 
 ``main(argv)`` returns the exit status instead of exiting, so tests call it
@@ -15,8 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import sys
-from typing import Any, Sequence, TextIO
+import threading
+import time
+from typing import Any, Callable, Sequence, TextIO
+
+import numpy as np
 
 from . import __version__, models, strategies
 from .devices import DEVICE_PRESETS, DeviceGraph
@@ -27,6 +34,11 @@ from .search import ALGORITHMS, search
 
 EXIT_OK = 0
 EXIT_ERROR = 2  # bad input: unknown model, bad device count, unwritable file, ...
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+TRAIN_EPOCHS = 20
+TRAINABLE = {"lenet5": "scikit-learn's digits, resized to 32x32"}
+PLAN_NAMES = ("search", "data", "model", "owt")
 
 
 class _UsageError(Exception):
@@ -65,6 +77,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (plan, baselines, search statistics) instead of tables")
     p.add_argument("--quiet", action="store_true", help="no progress lines or notes on stderr")
+
+    t = sub.add_parser("train", help="train a model on CPU workers, one thread per device of the plan",
+                       description="Train a model with a plan on N CPU workers (each device of the plan is a "
+                       "worker with its own memory) and report the test accuracy.  For now only lenet5 is "
+                       "trainable from the command line, on scikit-learn's bundled digits data set resized to "
+                       "32x32 (pip install scikit-learn); other models train from Python with sw.Trainer.")
+    t.add_argument("--model", default="lenet5", metavar="NAME",
+                   help="the model to train; only lenet5 for now (default: lenet5)")
+    t.add_argument("--devices", default="4", metavar="N", help="number of CPU workers (default: 4)")
+    t.add_argument("--plan", default="search", metavar="PLAN",
+                   help="search (the searched plan, default), data, model, owt, or the path of a plan file "
+                   "saved by `plan --device-type cpu --devices N --model lenet5 --batch B --save PATH`")
+    t.add_argument("--epochs", type=int, default=TRAIN_EPOCHS, metavar="E",
+                   help=f"train until E epochs are done, counting those of a resumed checkpoint "
+                   f"(default: {TRAIN_EPOCHS})")
+    t.add_argument("--lr", type=float, default=0.02, help="SGD learning rate (default: 0.02)")
+    t.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default: 0.9)")
+    t.add_argument("--weight-decay", type=float, default=1e-4, help="SGD weight decay (default: 1e-4)")
+    t.add_argument("--batch", type=int, default=64, metavar="N", help="minibatch size (default: 64)")
+    t.add_argument("--seed", type=int, default=0,
+                   help="seed of the initialization, the train/test split and the shuffling (default: 0)")
+    t.add_argument("--checkpoint", metavar="PATH",
+                   help="save weights and optimizer state here at the end (and when interrupted)")
+    t.add_argument("--resume", action="store_true",
+                   help="start from --checkpoint if that file exists (same model, batch, plan and devices)")
+    t.add_argument("--quiet", action="store_true", help="no notes or search progress on stderr")
 
     sub.add_parser("models", help="list the zoo models with their parameter counts",
                    description="List the models of the zoo at their default minibatch.")
@@ -152,6 +190,158 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _train_plan(spec: str, graph: Any, devices: DeviceGraph, quiet: bool) -> Plan:
+    """The plan named on the command line: search, a baseline, or a plan file."""
+    if spec == "search":
+        return search(graph, devices, progress=not quiet)
+    if spec in ("data", "model", "owt"):
+        return {"data": strategies.data_parallel, "model": strategies.model_parallel,
+                "owt": strategies.owt}[spec](graph, devices)
+    if os.path.isfile(spec):
+        try:
+            return Plan.load(spec, graph, devices)
+        except OSError as exc:
+            raise ShardwiseError(f"cannot read the plan file {spec!r}: {exc.strerror or exc}") from None
+    raise ShardwiseError(f"unknown plan {spec!r}: use one of {', '.join(PLAN_NAMES)}, or the path of a plan file")
+
+
+def _worker_count(text: str) -> int:
+    try:
+        n = int(text.strip())
+    except ValueError:
+        n = 0
+    if n < 1 or str(n) != text.strip():
+        raise ShardwiseError(f"--devices must be a positive number of CPU workers, got {text!r}")
+    return n
+
+
+class _DeferredInterrupt:
+    """Ctrl-C while training: remember it and stop at the next step boundary, so the
+    weights are always those after a complete step.  A second Ctrl-C interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> "_DeferredInterrupt":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
+    from .train import SGD, Trainer  # the executor and its C kernels only when training
+
+    if args.model not in TRAINABLE:
+        models.get(args.model)  # an unknown model: the zoo's error, listing the known ones
+        raise ShardwiseError(f"{args.model} cannot be trained from the command line yet: only "
+                             f"{', '.join(TRAINABLE)} (on {TRAINABLE['lenet5']}); train other models from "
+                             f"Python with sw.Trainer and your own data")
+    if args.epochs < 1:
+        raise ShardwiseError(f"--epochs must be at least 1, got {args.epochs}")
+    if args.batch < 1:
+        raise ShardwiseError(f"--batch must be at least 1, got {args.batch}")
+    if args.resume and not args.checkpoint:
+        raise ShardwiseError("--resume needs --checkpoint PATH")
+    if args.seed < 0:
+        raise ShardwiseError(f"--seed must be >= 0, got {args.seed}")
+    if args.checkpoint:
+        folder = os.path.dirname(os.path.abspath(args.checkpoint))
+        if os.path.isdir(args.checkpoint) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ShardwiseError(f"cannot write the checkpoint to {args.checkpoint!r}: not a file in a "
+                                 f"writable folder")
+    optimizer = SGD(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    workers = _worker_count(args.devices)
+    graph = models.get(args.model, batch=args.batch)
+    devices = DeviceGraph.cpu(workers)
+    if args.plan not in PLAN_NAMES and not os.path.isfile(args.plan):
+        _train_plan(args.plan, graph, devices, True)  # the error for an unknown name, before any work
+    try:
+        from .data import load_digits
+        x_train, y_train, x_test, y_test = load_digits(size=32, seed=args.seed)
+    except ImportError as exc:
+        raise ShardwiseError(f"training {args.model} uses the digits data set of scikit-learn: {exc}") from None
+    if len(x_train) < args.batch:
+        raise ShardwiseError(f"--batch {args.batch} is larger than the {len(x_train)} training samples")
+    plan = _train_plan(args.plan, graph, devices, args.quiet)
+    try:
+        trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed)
+    except NotImplementedError as exc:  # e.g. a plan file made with --sync ring
+        raise ShardwiseError(f"this plan cannot be trained yet: {exc}") from None
+    if args.resume:
+        if os.path.exists(args.checkpoint):
+            trainer.load_checkpoint(args.checkpoint)
+            _note(args, f"shardwise: resumed from {args.checkpoint} after step {trainer.steps}")
+        else:
+            _note(args, f"shardwise: no checkpoint at {args.checkpoint} yet, starting from scratch")
+    _note(args, f"shardwise: training {args.model} (batch {args.batch}) with the {plan.name} plan on "
+                f"{devices.name}: {len(x_train)} training and {len(x_test)} test samples, "
+                f"{TRAINABLE[args.model]}")
+
+    per_epoch = len(x_train) // args.batch
+    interrupted = _train_epochs(trainer, x_train, y_train, args.epochs, per_epoch, args.seed, out)
+    if args.checkpoint:
+        try:
+            trainer.save_checkpoint(args.checkpoint)
+        except OSError as exc:
+            raise ShardwiseError(f"cannot write the checkpoint to {args.checkpoint!r}: "
+                                 f"{exc.strerror or exc}") from None
+        _note(args, f"shardwise: checkpoint saved to {args.checkpoint} (step {trainer.steps})")
+    if interrupted:
+        print(f"interrupted after step {trainer.steps}; the weights are those of that step"
+              + (f", saved to {args.checkpoint}" if args.checkpoint else ""), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    accuracy = trainer.evaluate(x_test, y_test)
+    correct = int(round(accuracy * len(x_test)))
+    out.write(f"test accuracy {accuracy:.2%} ({correct}/{len(x_test)}) after {trainer.steps} steps\n")
+    return EXIT_OK
+
+
+def _train_epochs(trainer: Any, images: np.ndarray, labels: np.ndarray, epochs: int, per_epoch: int,
+                  seed: int, out: TextIO) -> bool:
+    """Train from the trainer's step count up to ``epochs`` epochs; True when Ctrl-C stopped it.
+
+    Epoch ``e`` visits the samples in the order ``default_rng([seed, e]).permutation``,
+    so a run resumed from a checkpoint (even one saved in the middle of an epoch)
+    sees the same minibatches as a run that never stopped."""
+    n = trainer.input.shape[0]
+    first_epoch, offset = divmod(trainer.steps, per_epoch)
+    if first_epoch >= epochs:
+        out.write(f"already trained for {first_epoch} epochs ({trainer.steps} steps); nothing to do\n")
+        return False
+    with _DeferredInterrupt() as ctrl_c:
+        for epoch in range(first_epoch, epochs):
+            order = np.random.default_rng([seed, epoch]).permutation(len(images))
+            total, count, start = 0.0, 0, time.perf_counter()
+            for b in range(offset, per_epoch):
+                idx = order[b * n:(b + 1) * n]
+                total += trainer.step(images[idx], labels[idx])
+                count += 1
+                if ctrl_c.requested:
+                    break
+            offset = 0
+            seconds = time.perf_counter() - start
+            rate = count * n / seconds if seconds > 0 else math.inf
+            partial = "" if count == per_epoch and not ctrl_c.requested else f" ({count} of {per_epoch} steps)"
+            out.write(f"epoch {epoch + 1}/{epochs}  loss {total / max(count, 1):.4f}  {rate:8.1f} images/s"
+                      f"{partial}\n")
+            out.flush()
+            if ctrl_c.requested:
+                return True
+    return False
+
+
 def cmd_models(args: argparse.Namespace, out: TextIO) -> int:
     head = f"{'model':<14} {'parameters':>13} {'ops':>5} {'batch':>6}  {'input':<20} {'GFLOP fwd':>10}"
     lines = [head, "-" * len(head)]
@@ -164,7 +354,8 @@ def cmd_models(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"plan": cmd_plan, "models": cmd_models}
+COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
+    "plan": cmd_plan, "train": cmd_train, "models": cmd_models}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -187,4 +378,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

@@ -9,13 +9,16 @@ the order of floating-point sums differs between plans.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping
@@ -75,6 +78,23 @@ class SGD:
         param -= np.float32(self.lr) * g
 
 
+@contextlib.contextmanager
+def _sigint_at_step_boundary():
+    """Hold Ctrl-C until the enclosed step has finished, then raise KeyboardInterrupt,
+    so an interrupted run always stops with consistent weights (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def _plan_fingerprint(plan: Plan) -> str:
     rows = sorted((n, list(c.degrees), list(c.devices)) for n, c in plan.configs.items())
     return hashlib.sha256(json.dumps([plan.devices.fingerprint(), rows]).encode()).hexdigest()[:16]
@@ -131,8 +151,15 @@ class Trainer:
     def step(self, images: np.ndarray, labels: np.ndarray) -> float:
         """One iteration: forward, backward, parameter synchronization, update; the mean cross-entropy."""
         images, labels = self._check_batch(images, labels)
-        loss = self.executor.run(images, labels, optimizer=self.optimizer)
-        self.steps += 1
+        interrupted = False
+        try:
+            with _sigint_at_step_boundary():
+                loss = self.executor.run(images, labels, optimizer=self.optimizer)
+                self.steps += 1
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
+            raise KeyboardInterrupt(f"interrupted after step {self.steps}")
         if not math.isfinite(loss):
             raise TrainingError(f"the loss is {loss} at step {self.steps}: training diverged")
         return float(loss)
@@ -268,24 +295,28 @@ class Trainer:
         if meta.get("plan") != _plan_fingerprint(self.plan):
             raise CheckpointError(f"{path}: written for another plan of this graph")
         weights = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("weight/")}
-        momentum = {int(k.split("/", 1)[1]): v for k, v in arrays.items() if k.startswith("momentum/")}
+        try:
+            momentum = {int(k.split("/", 1)[1]): v for k, v in arrays.items() if k.startswith("momentum/")}
+            steps = int(meta["steps"])
+            started = {int(b) for b in meta["momentum_started"]}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: malformed checkpoint fields ({type(exc).__name__}: {exc})") from None
         expected = {b.id for b in self.task_graph.buffers if b.kind == "momentum"}
-        if set(momentum) != expected:
+        if set(momentum) != expected or not started <= expected or steps < 0:
             raise CheckpointError(f"{path}: optimizer state does not match this plan")
         for bid, v in momentum.items():
-            if v.shape != self.executor.persistent[bid].shape:
+            if v.shape != self.executor.persistent[bid].shape or not np.isfinite(v).all():
                 raise CheckpointError(f"{path}: optimizer state does not match this plan")
         before = self.get_weights()
         try:
-            self.set_weights(weights)
+            self.set_weights(weights)  # validates every array before writing any
         except ShardwiseError as exc:
             self.set_weights(before)
             raise CheckpointError(f"{path}: {exc}") from None
         for bid, v in momentum.items():
             self.executor.persistent[bid][...] = v
-        started = set(meta.get("momentum_started", []))
         self.executor.momentum_started = {id(self.executor.persistent[b]) for b in started}
-        self.steps = int(meta.get("steps", 0))
+        self.steps = steps
 
     def _started_buffers(self) -> set[int]:
         ids = self.executor.momentum_started
@@ -305,20 +336,46 @@ class Trainer:
             out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = self.executor.persistent[buf]
         return out
 
+    def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        shapes = {}
+        for op in self.graph.ops:
+            weights = [i for i in op.desc.inputs if i.role == 1]
+            for pname, inp in zip(("weight", "bias"), weights):
+                shapes[f"{op.name}.{pname}"] = tuple(inp.shape)
+        return shapes
+
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Load full weight arrays (as :meth:`get_weights` returns them) into every worker's slices."""
-        expected = {f"{o}.{p}" for (o, p, _) in self.task_graph.params}
-        missing = expected - set(weights)
+        """Load full weight arrays (as :meth:`get_weights` returns them) into every worker's slices.
+        Every array is checked (name, exact shape, finite values) before anything changes."""
+        shapes = self._weight_shapes()
+        missing = set(shapes) - set(weights)
         if missing:
             raise ShapeError(f"weights are missing {sorted(missing)[:5]}")
+        unknown = set(weights) - set(shapes)
+        if unknown:
+            raise ShapeError(f"unknown weights {sorted(unknown)[:5]}")
         arrays = {}
-        for key in expected:
-            a = np.asarray(weights[key], dtype=np.float32)
+        for key, shape in shapes.items():
+            try:
+                a = np.asarray(weights[key], dtype=np.float32)
+            except (TypeError, ValueError) as exc:
+                raise ShapeError(f"{key}: not a numeric array ({exc})") from None
+            if a.shape != shape:
+                raise ShapeError(f"{key}: shape {a.shape}, expected {shape}")
+            if not np.isfinite(a).all():
+                raise ShapeError(f"{key}: contains NaN or infinity")
             arrays[key] = a
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
-            full = arrays[f"{op_name}.{pname}"]
-            want = tuple(hi for _, hi in b.box)
-            if any(w > s for w, s in zip(want, full.shape)) or full.ndim != len(b.box):
-                raise ShapeError(f"{op_name}.{pname}: wrong shape {full.shape}")
-            self.executor.persistent[buf][...] = full[tuple(slice(lo, hi) for lo, hi in b.box)]
+            self.executor.persistent[buf][...] = arrays[f"{op_name}.{pname}"][tuple(slice(lo, hi) for lo, hi in b.box)]
+
+    # ---- memory
+    def memory_per_worker(self) -> dict[int, int]:
+        """Bytes each worker (device) held at the end of the last step: parameters, momentum,
+        activations kept for the backward pass, staging regions and gradients (measured
+        from the arrays the executor allocated; views of another buffer are not counted twice)."""
+        return dict(self.executor.peak_bytes)
+
+    def planned_memory_per_worker(self) -> dict[int, int]:
+        """The planner's estimate of the same: the sizes of the task graph's buffers per device."""
+        return self.task_graph.memory_per_device()

@@ -1,0 +1,469 @@
+"""Checkpoints, interrupted training and leaks.
+
+- resuming from a checkpoint gives exactly the next losses of a run that never stopped;
+- checkpoints are written atomically: no temporary file is left behind, and a
+  failure while saving leaves the previous file as it was;
+- a corrupt or foreign checkpoint raises CheckpointError and leaves the
+  trainer as it was (weights, optimizer state, step count, next loss);
+- Ctrl-C during fit stops at a step boundary with a consistent state;
+- many steps do not grow traced memory or the resident set.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+from shardwise.train import SGD, CheckpointError, Trainer
+from test_train import mixed_graph, random_plan
+
+OPT = SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+
+
+def batches(g: sw.Graph, count: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    shape = g.ops[0].shape
+    classes = g.ops[-1].shape[1]
+    return [(rng.standard_normal(shape).astype(np.float32), rng.integers(0, classes, shape[0]))
+            for _ in range(count)]
+
+
+def lenet_plans() -> list[tuple[str, sw.Graph, sw.Plan]]:
+    g = sw.models.lenet5(batch=8)
+    return [("one worker", g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {})),
+            ("data x2", g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))),
+            ("model x4", g, sw.strategies.model_parallel(g, sw.DeviceGraph.cpu(4))),
+            ("owt x4", g, sw.strategies.owt(g, sw.DeviceGraph.cpu(4))),
+            ("searched x4", g, sw.search(g, sw.DeviceGraph.cpu(4)))]
+
+
+def state_of(t: Trainer) -> dict:
+    """Everything a failed load must leave alone: weights, momentum buffers, the step count."""
+    return {"weights": t.get_weights(), "persistent": {k: v.copy() for k, v in t.executor.persistent.items()},
+            "started": set(t._started_buffers()), "steps": t.steps}
+
+
+def assert_same_state(t: Trainer, before: dict) -> None:
+    after = state_of(t)
+    assert after["steps"] == before["steps"]
+    assert after["started"] == before["started"]
+    for k, v in before["weights"].items():
+        np.testing.assert_array_equal(after["weights"][k], v, err_msg=k)
+    for k, v in before["persistent"].items():
+        np.testing.assert_array_equal(after["persistent"][k], v, err_msg=str(k))
+
+
+# ----------------------------------------------------------------------------- resuming
+@pytest.mark.parametrize("name,g,plan", lenet_plans(), ids=[p[0] for p in lenet_plans()])
+def test_resuming_gives_the_losses_of_not_stopping(tmp_path, name, g, plan):
+    data = batches(g, 6)
+    straight = Trainer(g, plan, optimizer=OPT, seed=0)
+    want = [straight.step(x, y) for x, y in data]
+
+    first = Trainer(g, plan, optimizer=OPT, seed=0)
+    for x, y in data[:3]:
+        first.step(x, y)
+    path = tmp_path / "run.ckpt"
+    first.save_checkpoint(path)
+    resumed = Trainer(g, plan, optimizer=OPT, seed=1)  # another initialization: the checkpoint must override it
+    resumed.load_checkpoint(path)
+    assert resumed.steps == 3
+    got = [resumed.step(x, y) for x, y in data[3:]]
+    assert got == want[3:]  # the same plan runs the same sums in the same order: bitwise equal
+    w, v = resumed.get_weights(), straight.get_weights()
+    for k in v:
+        np.testing.assert_array_equal(w[k], v[k], err_msg=k)
+
+
+def test_resuming_a_batchnorm_graph_with_a_random_plan(tmp_path):
+    g = mixed_graph()
+    plan = random_plan(g, sw.DeviceGraph.cpu(3), np.random.default_rng(5))
+    data = batches(g, 4, seed=2)
+    straight = Trainer(g, plan, optimizer=OPT)
+    want = [straight.step(x, y) for x, y in data]
+    first = Trainer(g, plan, optimizer=OPT)
+    for x, y in data[:2]:
+        first.step(x, y)
+    first.save_checkpoint(tmp_path / "bn.ckpt")
+    resumed = Trainer(g, plan, optimizer=OPT)
+    resumed.load_checkpoint(tmp_path / "bn.ckpt")
+    assert [resumed.step(x, y) for x, y in data[2:]] == want[2:]
+
+
+def test_checkpoint_before_the_first_step_restores_unstarted_momentum(tmp_path):
+    # momentum buffers start as the first gradient (torch.optim.SGD): that state must survive a checkpoint
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    data = batches(g, 2)
+    fresh = Trainer(g, plan, optimizer=OPT)
+    fresh.save_checkpoint(tmp_path / "zero.ckpt")
+    trained = Trainer(g, plan, optimizer=OPT)
+    trained.step(*data[0])
+    trained.load_checkpoint(tmp_path / "zero.ckpt")  # back to "no step yet"
+    assert trained.steps == 0
+    reference = Trainer(g, plan, optimizer=OPT)
+    assert [trained.step(x, y) for x, y in data] == [reference.step(x, y) for x, y in data]
+
+
+# ----------------------------------------------------------------------------- atomic writes
+@pytest.fixture
+def trained():
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    data = batches(g, 3)
+    t = Trainer(g, plan, optimizer=OPT)
+    t.step(*data[0])
+    return g, plan, t, data
+
+
+def test_save_leaves_no_temporary_file(tmp_path, trained):
+    _, _, t, data = trained
+    path = tmp_path / "run.ckpt"
+    t.save_checkpoint(path)
+    t.step(*data[1])
+    t.save_checkpoint(path)  # overwriting an existing checkpoint
+    t.save_checkpoint(str(path))
+    assert sorted(os.listdir(tmp_path)) == ["run.ckpt"]
+    assert path.read_bytes().startswith(b"SWCKPT1\n")
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync", "write"])
+def test_a_failed_save_keeps_the_old_checkpoint(tmp_path, trained, monkeypatch, failing):
+    g, plan, t, data = trained
+    path = tmp_path / "run.ckpt"
+    t.save_checkpoint(path)
+    old = path.read_bytes()
+    t.step(*data[1])
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    if failing == "replace":
+        monkeypatch.setattr(os, "replace", boom)
+    elif failing == "fsync":
+        monkeypatch.setattr(os, "fsync", boom)
+    else:
+        real_fdopen = os.fdopen
+
+        class FailingFile:
+            def __init__(self, f):
+                self.f = f
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.f.close()
+                return False
+
+            def write(self, data):
+                self.f.write(data[: len(data) // 2])  # a partial write, then the disk is full
+                raise OSError(28, "No space left on device")
+
+            def __getattr__(self, name):
+                return getattr(self.f, name)
+
+        monkeypatch.setattr(os, "fdopen", lambda *a, **k: FailingFile(real_fdopen(*a, **k)))
+    with pytest.raises(OSError):
+        t.save_checkpoint(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == old
+    assert sorted(os.listdir(tmp_path)) == ["run.ckpt"]
+    # and the old checkpoint still loads
+    other = Trainer(g, plan, optimizer=OPT)
+    other.load_checkpoint(path)
+    assert other.steps == 1
+
+
+def test_an_interrupted_save_keeps_the_old_checkpoint(tmp_path, trained, monkeypatch):
+    _, _, t, data = trained
+    path = tmp_path / "run.ckpt"
+    t.save_checkpoint(path)
+    old = path.read_bytes()
+    t.step(*data[1])
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        t.save_checkpoint(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == old
+    assert sorted(os.listdir(tmp_path)) == ["run.ckpt"]
+
+
+# ----------------------------------------------------------------------------- bad checkpoints
+def corruptions(raw: bytes) -> dict[str, bytes]:
+    rng = np.random.default_rng(0)
+    out = {"empty": b"", "truncated to 5 bytes": raw[:5], "truncated to half": raw[: len(raw) // 2],
+           "last byte missing": raw[:-1], "header only": raw[: raw.index(b"\n") + 1],
+           "random bytes": rng.integers(0, 256, len(raw), dtype=np.uint8).tobytes(),
+           "random bytes after the header": raw[:8] + rng.integers(0, 256, len(raw) - 8, dtype=np.uint8).tobytes(),
+           "trailing garbage": raw + b"\x00junk"}
+    for where in (0, 3, 10, 40, 80, len(raw) // 3, len(raw) // 2, len(raw) - 30, len(raw) - 1):
+        flipped = bytearray(raw)
+        flipped[where] ^= 0x01
+        out[f"bit flipped at byte {where}"] = bytes(flipped)
+    return out
+
+
+def test_corrupt_checkpoints_are_refused_and_change_nothing(tmp_path, trained):
+    g, plan, t, data = trained
+    good = tmp_path / "good.ckpt"
+    t.save_checkpoint(good)
+    t.step(*data[1])  # the trainer now differs from the checkpoint: a load that went wrong would show
+    before = state_of(t)
+    loss_before = t.loss(*data[2])
+    for name, raw in corruptions(good.read_bytes()).items():
+        bad = tmp_path / "bad.ckpt"
+        bad.write_bytes(raw)
+        with pytest.raises(CheckpointError):
+            t.load_checkpoint(bad)
+        assert_same_state(t, before)
+        assert t.loss(*data[2]) == loss_before, name
+    # the next step is that of a trainer that never saw a bad file
+    reference = Trainer(g, plan, optimizer=OPT)
+    reference.step(*data[0])
+    reference.step(*data[1])
+    assert t.step(*data[2]) == reference.step(*data[2])
+
+
+def test_missing_and_unreadable_files(tmp_path, trained):
+    _, _, t, _ = trained
+    before = state_of(t)
+    with pytest.raises(CheckpointError, match="cannot read"):
+        t.load_checkpoint(tmp_path / "does-not-exist.ckpt")
+    with pytest.raises(CheckpointError):
+        t.load_checkpoint(tmp_path)  # a directory
+    assert_same_state(t, before)
+
+
+def test_a_plan_file_is_not_a_checkpoint(tmp_path, trained):
+    _, plan, t, _ = trained
+    plan.save(tmp_path / "plan.json")
+    before = state_of(t)
+    with pytest.raises(CheckpointError, match="not a shardwise checkpoint"):
+        t.load_checkpoint(tmp_path / "plan.json")
+    assert_same_state(t, before)
+
+
+def test_checkpoint_for_another_graph_is_refused(tmp_path, trained):
+    _, _, t, data = trained
+    before = state_of(t)
+    loss_before = t.loss(*data[2])
+    for other in (sw.models.lenet5(batch=8, num_classes=5), sw.models.lenet5(batch=16), mixed_graph()):
+        foreign = Trainer(other, sw.strategies.data_parallel(other, sw.DeviceGraph.cpu(2)), optimizer=OPT)
+        foreign.save_checkpoint(tmp_path / "other.ckpt")
+        with pytest.raises(CheckpointError, match="another graph"):
+            t.load_checkpoint(tmp_path / "other.ckpt")
+        assert_same_state(t, before)
+        assert t.loss(*data[2]) == loss_before
+
+
+def test_checkpoint_for_another_plan_is_refused(tmp_path, trained):
+    g, _, t, data = trained
+    before = state_of(t)
+    loss_before = t.loss(*data[2])
+    for plan in (sw.strategies.model_parallel(g, sw.DeviceGraph.cpu(2)),
+                 sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(4)),
+                 sw.search(g, sw.DeviceGraph.cpu(4))):
+        foreign = Trainer(g, plan, optimizer=OPT)
+        foreign.step(*data[0])
+        foreign.save_checkpoint(tmp_path / "other.ckpt")
+        with pytest.raises(CheckpointError, match="another plan"):
+            t.load_checkpoint(tmp_path / "other.ckpt")
+        assert_same_state(t, before)
+        assert t.loss(*data[2]) == loss_before
+
+
+# Checkpoints whose checksum is right but whose content is not (written by a buggy
+# or foreign tool): the header and sha256 only catch accidental corruption.
+def rewrite(path, edit_meta=None, edit_arrays=None) -> None:
+    raw = path.read_bytes()
+    payload = raw.split(b"\n", 2)[2]
+    with np.load(io.BytesIO(payload)) as z:
+        meta = json.loads(bytes(z["__meta__"]).decode())
+        arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    if edit_meta:
+        edit_meta(meta)
+    if edit_arrays:
+        edit_arrays(arrays)
+    buf = io.BytesIO()
+    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    payload = buf.getvalue()
+    path.write_bytes(b"SWCKPT1\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+
+
+def _drop(key):
+    return lambda arrays: arrays.pop(key)
+
+
+def _set(key, value):
+    def edit(d):
+        d[key] = value
+    return edit
+
+
+WELL_FORMED_BUT_WRONG = {
+    "unknown format": (_set("format", "something-else"), None),
+    "newer version": (_set("version", 99), None),
+    "missing weight": (None, _drop("weight/fc1.bias")),
+    "smaller weight": (None, _set("weight/conv1.weight", np.zeros((5, 1, 5, 5), np.float32))),
+    "weight of another rank": (None, _set("weight/fc3.bias", np.zeros((10, 1), np.float32))),
+    "missing momentum": (None, lambda a: a.pop(next(k for k in sorted(a) if k.startswith("momentum/")))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WELL_FORMED_BUT_WRONG))
+def test_well_formed_but_wrong_checkpoints_are_refused(tmp_path, trained, case):
+    _, _, t, data = trained
+    path = tmp_path / "run.ckpt"
+    t.save_checkpoint(path)
+    t.step(*data[1])
+    before = state_of(t)
+    rewrite(path, *WELL_FORMED_BUT_WRONG[case])
+    with pytest.raises(CheckpointError):
+        t.load_checkpoint(path)
+    assert_same_state(t, before)
+
+
+# Checkpoints whose checksum is valid but whose fields are wrong (another tool wrote
+# them): every field is checked before the trainer changes.
+KNOWN_GAPS = {
+    "larger weight": (None, _set("weight/conv1.weight", np.zeros((7, 1, 5, 5), np.float32))),
+    "steps not a number": (_set("steps", "abc"), None),
+    "unknown momentum buffer": (_set("momentum_started", [10 ** 6]), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KNOWN_GAPS))
+def test_checkpoints_with_bad_fields_are_refused(tmp_path, trained, case):
+    _, _, t, data = trained
+    path = tmp_path / "run.ckpt"
+    t.save_checkpoint(path)
+    t.step(*data[1])
+    before = state_of(t)
+    rewrite(path, *KNOWN_GAPS[case])
+    with pytest.raises(CheckpointError):
+        t.load_checkpoint(path)
+    assert_same_state(t, before)
+
+
+# ----------------------------------------------------------------------------- Ctrl-C during fit
+def replay(g, plan, images, labels, steps: int, shuffle_seed: int, optimizer: SGD = OPT) -> Trainer:
+    """A trainer that ran exactly ``steps`` steps on the minibatches fit would have drawn."""
+    t = Trainer(g, plan, optimizer=optimizer, seed=0)
+    n = g.ops[0].shape[0]
+    rng = np.random.default_rng(shuffle_seed)
+    done = 0
+    while done < steps:
+        order = rng.permutation(len(images))
+        for b in range(len(images) // n):
+            if done == steps:
+                break
+            idx = order[b * n:(b + 1) * n]
+            t.step(images[idx], labels[idx])
+            done += 1
+    return t
+
+
+@pytest.mark.parametrize("plan_name", ["data", "searched"])
+def test_ctrl_c_during_fit_stops_at_a_step_boundary(plan_name):
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(4)
+    plan = sw.strategies.data_parallel(g, d) if plan_name == "data" else sw.search(g, d)
+    rng = np.random.default_rng(3)
+    images = rng.standard_normal((44, 1, 32, 32)).astype(np.float32)  # 5 minibatches, 4 samples dropped
+    labels = rng.integers(0, 10, 44)
+    seen = []
+
+    def ctrl_c(epoch, batch, loss):
+        seen.append(loss)
+        if (epoch, batch) == (1, 2):
+            raise KeyboardInterrupt
+
+    t = Trainer(g, plan, optimizer=OPT, seed=0)
+    history = t.fit(images, labels, epochs=3, shuffle_seed=11, callback=ctrl_c)
+    assert t.steps == 5 + 3 == len(seen)
+    assert len(history) == 1  # only the first epoch completed
+    reference = replay(g, plan, images, labels, 8, shuffle_seed=11)
+    w, want = t.get_weights(), reference.get_weights()
+    for k in want:
+        np.testing.assert_array_equal(w[k], want[k], err_msg=k)
+    # and training goes on from there as if nothing happened
+    x, y = images[:8], labels[:8]
+    assert t.step(x, y) == reference.step(x, y)
+
+
+def test_real_sigint_during_a_multi_worker_step_leaves_a_consistent_state():
+    g = sw.models.lenet5(batch=1024)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((2048, 1, 32, 32)).astype(np.float32)
+    labels = rng.integers(0, 10, 2048)
+    t = Trainer(g, plan, optimizer=SGD(lr=0.01, momentum=0.9), seed=0)
+    start = time.perf_counter()
+    t.step(images[:1024], labels[:1024])
+    step_time = time.perf_counter() - start
+    t = Trainer(g, plan, optimizer=SGD(lr=0.01, momentum=0.9), seed=0)
+    timers = []
+
+    def interrupt_the_next_step(epoch, batch, loss):
+        if not timers:  # after the first step: SIGINT half-way through the second
+            timers.append(threading.Timer(step_time * 0.5, os.kill, (os.getpid(), signal.SIGINT)))
+            timers[0].start()
+
+    try:
+        t.fit(images, labels, epochs=3, shuffle_seed=0, callback=interrupt_the_next_step)
+    finally:
+        timers[0].cancel()
+    steps, weights = t.steps, t.get_weights()
+    time.sleep(step_time * 2)  # nothing may change once fit has returned
+    later = t.get_weights()
+    assert all(np.array_equal(weights[k], later[k]) for k in weights)
+    assert steps >= 1
+    want = replay(g, plan, images, labels, steps, shuffle_seed=0, optimizer=SGD(lr=0.01, momentum=0.9)).get_weights()
+    assert all(np.array_equal(weights[k], want[k]) for k in want)
+
+
+# ----------------------------------------------------------------------------- leaks
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: the peak resident set, which can only grow
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def test_many_steps_do_not_leak():
+    g = sw.models.lenet5(batch=16)
+    t = Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), optimizer=OPT)
+    data = batches(g, 4)
+    tracemalloc.start()
+    try:
+        traced = {}
+        rss = {}
+        for step in range(1, 201):
+            x, y = data[step % len(data)]
+            t.step(x, y)
+            if step % 5 == 0:
+                t.loss(x, y)
+                t.predict(x)
+            if step in (50, 200):
+                traced[step] = tracemalloc.get_traced_memory()[0]
+                rss[step] = rss_bytes()
+    finally:
+        tracemalloc.stop()
+    assert traced[200] - traced[50] < 1 << 20, f"traced memory grew by {traced[200] - traced[50]} bytes"
+    assert rss[200] - rss[50] < 20 << 20, f"resident set grew by {(rss[200] - rss[50]) >> 20} MB"
