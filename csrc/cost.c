@@ -540,7 +540,9 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             for (int q = 0; q < nseen && twin < 0; q++) {
                 const sw_edge_table *o = &t->edges[seen[q].edge];
                 int oslot = p->edge_consumer_slot[seen[q].edge];
-                if (seen[q].hash == h && same_configs(p, &p->ops[o->src], &p->ops[e->src]) &&
+                /* edges out of a graph input count one direction, others two */
+                int same_directions = (p->ops[o->src].ninputs == 0) == (p->ops[e->src].ninputs == 0);
+                if (seen[q].hash == h && same_directions && same_configs(p, &p->ops[o->src], &p->ops[e->src]) &&
                     same_configs(p, &p->ops[o->dst], &p->ops[i]) &&
                     same_input(&p->ops[o->dst], &p->ops[o->dst].inputs[oslot], &p->ops[i], in)) {
                     twin = seen[q].edge;

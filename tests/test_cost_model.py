@@ -275,3 +275,22 @@ def test_batchnorm_statistics_are_exchanged_twice():
         row = {r.op: r for r in plan.layer_costs()}["bn"]
         assert row.t_s == pytest.approx(expected, abs=1e-18)
         assert row.t_x == 0.0
+
+
+def test_input_edges_do_not_share_tables_with_inner_edges():
+    """input -> a and a -> b have the same shapes, maps and configurations, but only the
+    second carries a gradient back: their transfer tables must not be shared."""
+    g = sw.Graph("twins")
+    x = g.input("x", (4, 2, 8, 8))
+    a = g.relu(x, name="a")
+    g.relu(a, name="b")
+    d = two_devices(2, bw=1e9)
+    plan = sw.Plan.from_dict(g, d, {"x": {"h": 2}, "a": {"h": 2, "devices": [1, 0]}, "b": {"h": 2}})
+    rows = {r.op: r for r in plan.layer_costs()}
+    assert rows["b"].t_x == pytest.approx(2 * rows["a"].t_x)
+    searched = sw.search(g, d)
+    assert searched.cost == pytest.approx(searched.search_stats["searched_cost"], rel=1e-12)
+    for spec in ({"x": {"n": 2}, "a": {"n": 2, "devices": [1, 0]}, "b": {"n": 2}},):
+        p = sw.Plan.from_dict(g, d, spec)
+        r = {row.op: row for row in p.layer_costs()}
+        assert r["b"].bytes_in == 2 * r["a"].bytes_in > 0
