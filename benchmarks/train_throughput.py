@@ -43,6 +43,16 @@ def sgemm_peak(n: int = 1024, repeat: int = 5) -> float:
     return 2.0 * n ** 3 / best
 
 
+def openblas_core() -> str:
+    """The kernel set OpenBLAS chose (OPENBLAS_CORETYPE overrides its CPU detection)."""
+    import ctypes
+
+    import scipy_openblas32
+    lib = ctypes.CDLL(os.path.join(scipy_openblas32.get_lib_dir(), f"lib{scipy_openblas32.get_library()}.so"))
+    lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
+    return lib.scipy_openblas_get_corename().decode()
+
+
 def batch_for(g: sw.Graph, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     shape = g.ops[0].shape
@@ -160,7 +170,9 @@ def main() -> int:
     args = ap.parse_args()
     peak = sgemm_peak()
     print(f"# shardwise {sw.__version__} training throughput; {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}; OpenBLAS SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s")
+          f"Python {platform.python_version()}; OpenBLAS {openblas_core()} kernels "
+          f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), "
+          f"SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s")
     head = (f"{'model':<16} {'plan':<10} {'workers':>7} {'images/s':>10} {'vs 1 worker':>12} "
             f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'torch img/s':>12} {'vs torch':>9}")
     print(head)
