@@ -274,3 +274,34 @@ def test_planned_memory_matches_measured_within_10_percent(model):
         assert set(measured) <= set(planned)
         for dev, want in planned.items():
             assert measured.get(dev, 0) == pytest.approx(want, rel=0.10), (plan.name, dev)
+
+
+def test_other_threads_run_while_a_step_runs():
+    """The kernels release the GIL: a Python thread keeps running during a training step."""
+    import threading
+    import time
+
+    g = sw.models.get("alexnet_small", batch=16)
+    t = Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)))
+    x = np.random.default_rng(0).standard_normal(g.ops[0].shape).astype(np.float32)
+    y = np.arange(16) % 10
+    t.step(x, y)
+    done = threading.Event()
+    box = {}
+
+    def work():
+        t0 = time.perf_counter()
+        t.step(x, y)
+        box["seconds"] = time.perf_counter() - t0
+        done.set()
+
+    worker = threading.Thread(target=work)
+    stamps = []
+    worker.start()
+    while not done.is_set():
+        stamps.append(time.perf_counter())
+        time.sleep(0.001)
+    worker.join()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert box["seconds"] > 0.02
+    assert max(gaps) < box["seconds"] / 2

@@ -131,6 +131,7 @@ class DeviceGraph:
         if bidirectional:
             self._links[(j, i)] = bw
         self._routes = None
+        self.__dict__.pop("_paths", None)
 
     # ----- presets -------------------------------------------------------------
     @classmethod
@@ -221,6 +222,43 @@ class DeviceGraph:
             raise DeviceGraphError(f"no route from device {self.devices[i].name!r} to {self.devices[j].name!r}")
         self._routes = bw
         return bw
+
+    def route(self, a: int, b: int) -> list[tuple[int, int]]:
+        """The links (u, v) of the widest route from device ``a`` to ``b`` (fewest hops among
+        the widest); its bandwidth is :meth:`route_bandwidths`'s.  The simulator queues a
+        transfer on every link of its route, so routes that share a link contend."""
+        import heapq
+
+        self.route_bandwidths()  # raises if some pair has no route
+        cache = self.__dict__.setdefault("_paths", {})
+        if (a, b) in cache:
+            return cache[(a, b)]
+        if a == b:
+            return []
+        adjacency: dict[int, list[tuple[int, float]]] = {}
+        for (u, v), bw in self._links.items():
+            adjacency.setdefault(u, []).append((v, bw))
+        best = {a: (float("inf"), 0)}
+        parent: dict[int, int] = {}
+        heap = [(-float("inf"), 0, a)]
+        while heap:
+            neg_width, hops, u = heapq.heappop(heap)
+            if (-neg_width, hops) != best.get(u):
+                continue
+            for v, bw in adjacency.get(u, ()):
+                cand = (min(-neg_width, bw), hops + 1)
+                old = best.get(v)
+                if old is None or cand[0] > old[0] or (cand[0] == old[0] and cand[1] < old[1]):
+                    best[v] = cand
+                    parent[v] = u
+                    heapq.heappush(heap, (-cand[0], cand[1], v))
+        path, v = [], b
+        while v != a:
+            path.append((parent[v], v))
+            v = parent[v]
+        path.reverse()
+        cache[(a, b)] = path
+        return path
 
     def fingerprint(self) -> str:
         """A hash of devices and links, stamped into plan files."""
