@@ -112,3 +112,15 @@ def test_memory_overflow_is_reported_per_device():
     small.add_link(0, 1, bandwidth=1e9)
     with pytest.raises(MemoryOverflow, match="tiny0.*GB >"):
         simulate(sw.strategies.data_parallel(g, small))
+
+
+def test_plot_timeline_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed: pip install matplotlib")
+    g = sw.models.lenet5(batch=16)
+    sim = simulate(sw.search(g, sw.DeviceGraph.cpu(2)))
+    path = tmp_path / "t.png"
+    fig = sim.plot_timeline(str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["t.png"]   # no temporary file left behind
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "device 0" in labels and "device 1" in labels

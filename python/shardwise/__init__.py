@@ -24,7 +24,10 @@ from .search import search
 from . import strategies
 from .train import CheckpointError, SGD, Trainer, TrainingError
 from . import data
+from .lower import TaskGraph, lower
+from .simulate import MemoryOverflow, SimResult, simulate
 
 __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "data"]
+__all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate"]

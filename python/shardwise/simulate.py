@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from .devices import DeviceGraph
+from .errors import ShardwiseError
 from .graph import Graph, Op
 from .lower import BYTES_PER_ELEMENT, Box, Task, TaskGraph, input_region, lower, volume
 from .opdesc import DATA
@@ -62,14 +63,68 @@ class SimResult:
     events: list[SimEvent] = field(default_factory=list)
     memory: dict[int, int] = field(default_factory=dict)
 
+    def plot_timeline(self, path: str | None = None, max_tasks: int = 20000):
+        """A Gantt chart: one row per device and per link direction, forward / backward /
+        synchronization / update coloured.  Saves to ``path`` (atomically) if given and
+        returns the matplotlib figure.  Needs matplotlib (``pip install matplotlib``)."""
+        try:
+            import matplotlib
+            if path is not None:
+                matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("plot_timeline needs matplotlib: pip install matplotlib") from None
+        colors = {"forward": "tab:blue", "backward": "tab:orange", "sync": "tab:green", "update": "tab:red"}
+        rows = sorted({r for e in self.events for r in e.resources},
+                      key=lambda r: (not r.startswith("device"), [int(x) for x in r.split()[1].split("->")]))
+        index = {r: k for k, r in enumerate(rows)}
+        fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.5))
+        shown = sorted(self.events, key=lambda e: e.end - e.start, reverse=True)[:max_tasks]
+        for phase, color in colors.items():
+            bars: dict[int, list[tuple[float, float]]] = {}
+            for e in shown:
+                if e.phase == phase and e.end > e.start:
+                    for r in e.resources:
+                        bars.setdefault(index[r], []).append((e.start * 1e3, (e.end - e.start) * 1e3))
+            for row, spans in bars.items():
+                ax.broken_barh(spans, (row - 0.4, 0.8), color=color, label=phase if row == min(bars) else None)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(rows)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms")
+        ax.set_title(f"{self.plan.name}: simulated iteration {self.iteration_time * 1e3:.2f} ms")
+        ax.legend(loc="upper right")
+        fig.tight_layout()
+        if path is not None:
+            _save_figure(fig, path)
+        return fig
+
     def summary(self) -> str:
         busy = ", ".join(f"{d}: {b:.0%}" for d, b in sorted(self.device_busy.items()))
         return (f"simulated iteration {self.iteration_time * 1e3:.3f} ms, {self.bytes_moved / 1e6:.2f} MB moved, "
                 f"device busy {busy}")
 
 
-class MemoryOverflow(Exception):
+class MemoryOverflow(ShardwiseError, RuntimeError):
     """The plan needs more memory on some device than it has."""
+
+
+def _save_figure(fig, path: str) -> None:
+    """Write a figure atomically: a temporary file in the same folder, then rename."""
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    suffix = os.path.splitext(path)[1] or ".png"
+    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=suffix, dir=directory)
+    os.close(fd)
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _roofline(flops: float, elements: float, device) -> float:
