@@ -182,4 +182,13 @@ double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
 void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time, double *bytes);
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
 
+/* ---------------------------------------------------------------- simulation */
+/* Replay tasks with the given durations; a task holds its resources (CSR
+ * res_ptr/res) for its duration and starts when its dependencies (CSR
+ * dep_ptr/deps) are done and it is first in line (lowest id) on each resource.
+ * Writes every task's start time and the makespan. */
+sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
+                            const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
+                            double *makespan);
+
 #endif /* SHARDWISE_H */

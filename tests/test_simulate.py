@@ -124,3 +124,33 @@ def test_plot_timeline_writes_a_png(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["t.png"]   # no temporary file left behind
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert "device 0" in labels and "device 1" in labels
+
+
+@pytest.mark.parametrize("model,ndev", [("lenet5", 2), ("resnet18", 4), ("inception_v3", 4), ("alexnet", 16)])
+def test_c_engine_equals_python_reference(model, ndev):
+    g = sw.models.get(model, batch=32)
+    d = sw.DeviceGraph.cluster(nodes=max(1, ndev // 4), devices_per_node=min(4, ndev))
+    for plan in [sw.search(g, d), sw.strategies.data_parallel(g, d)]:
+        a = simulate(plan, check_memory=False, engine="c")
+        b = simulate(plan, check_memory=False, engine="python")
+        assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
+        assert [e.start for e in a.events] == pytest.approx([e.start for e in b.events], rel=1e-12, abs=1e-15)
+
+
+def test_bad_task_arrays_are_refused():
+    import numpy as np
+    from shardwise import _core
+    z = np.zeros(2, np.int32)
+    with pytest.raises(ValueError, match="cycle"):
+        _core.simulate_tasks(np.ones(2), np.array([0, 1, 2], np.int32), np.array([1, 0], np.int32),
+                             np.zeros(3, np.int32), np.zeros(0, np.int32), 0)
+    with pytest.raises(ValueError, match="resource"):
+        _core.simulate_tasks(np.ones(1), np.zeros(2, np.int32), np.zeros(0, np.int32),
+                             np.array([0, 1], np.int32), np.array([5], np.int32), 1)
+    with pytest.raises(ValueError, match="duration"):
+        _core.simulate_tasks(np.array([np.nan]), np.zeros(2, np.int32), np.zeros(0, np.int32),
+                             np.zeros(2, np.int32), np.zeros(0, np.int32), 0)
+    with pytest.raises(ValueError, match="pointer"):
+        _core.simulate_tasks(np.ones(2), z, z, z, z, 0)
+    with pytest.raises(sw.ConfigError):
+        simulate(sw.Plan.from_dict(chain(), devices(1), {}), engine="fortran")

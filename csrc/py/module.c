@@ -593,8 +593,64 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ simulation */
+/* simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan) */
+static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *objs[5];
+    int nres;
+    if (!PyArg_ParseTuple(args, "OOOOOi", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &nres)) {
+        return NULL;
+    }
+    static const char *names[5] = {"duration", "dep_ptr", "deps", "res_ptr", "res"};
+    PyArrayObject *a[5] = {NULL};
+    PyObject *result = NULL;
+    for (int k = 0; k < 5; k++) {
+        a[k] = as_array(objs[k], k == 0 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
+        if (!a[k]) {
+            goto done;
+        }
+    }
+    npy_intp n = PyArray_DIM(a[0], 0);
+    const int32_t *dp = PyArray_DATA(a[1]), *rp = PyArray_DATA(a[3]);
+    if (n >= INT32_MAX || nres < 0 || PyArray_DIM(a[1], 0) != n + 1 || PyArray_DIM(a[3], 0) != n + 1 ||
+        dp[0] != 0 || rp[0] != 0 || dp[n] != PyArray_DIM(a[2], 0) || rp[n] != PyArray_DIM(a[4], 0)) {
+        PyErr_SetString(PyExc_ValueError, "simulate_tasks: pointer arrays must have n + 1 entries from 0 to len");
+        goto done;
+    }
+    for (npy_intp t = 0; t < n; t++) {
+        if (dp[t + 1] < dp[t] || rp[t + 1] < rp[t]) {
+            PyErr_SetString(PyExc_ValueError, "simulate_tasks: pointer arrays must not decrease");
+            goto done;
+        }
+    }
+    PyArrayObject *start = (PyArrayObject *)PyArray_ZEROS(1, &n, NPY_FLOAT64, 0);
+    if (!start) {
+        goto done;
+    }
+    double makespan = 0;
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_simulate_tasks((int32_t)n, PyArray_DATA(a[0]), dp, PyArray_DATA(a[2]), rp, PyArray_DATA(a[4]), nres,
+                          PyArray_DATA(start), &makespan);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        Py_DECREF(start);
+        raise_status(s);
+        goto done;
+    }
+    result = Py_BuildValue("(Nd)", start, makespan);
+done:
+    for (int k = 0; k < 5; k++) {
+        Py_XDECREF(a[k]);
+    }
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 static PyMethodDef module_methods[] = {
+    {"simulate_tasks", (PyCFunction)simulate_tasks, METH_VARARGS,
+     "simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan)\n"
+     "Event-driven replay: each task holds its resources for its duration, lowest id first."},
     {"search_tables", (PyCFunction)(void (*)(void))search_tables, METH_VARARGS | METH_KEYWORDS,
      "search_tables(node_costs, edges, algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)\n"
      "Search over plain cost tables (edges as (src, dst, table) with src < dst)."},

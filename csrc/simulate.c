@@ -1,0 +1,269 @@
+/* simulate.c -- event-driven replay of a task graph (the simulator's core).
+ *
+ * Every task needs a set of resources (a device's compute queue, the links of
+ * a route) for its whole duration.  A task is *ready* when all its
+ * dependencies have finished; among the ready tasks of a resource the lowest
+ * task id (program order) goes first, and a task starts only when it is first
+ * in line on every resource it needs and they are all free -- so a transfer on
+ * a two-link route holds both links, and nothing overtakes it on either.
+ * Tasks without resources start as soon as they are ready.
+ *
+ * Inputs are flat arrays (CSR for dependencies and resources); the output is
+ * every task's start time.  O((T + R + E) log T) for T tasks, E dependencies.
+ */
+#include <stdlib.h>  /* malloc, calloc, free */
+
+#include "shardwise.h"
+
+/* ---- binary min-heaps: of task ids (per resource) and of (time, id) events ---- */
+typedef struct {
+    int32_t *items;
+    int32_t len, cap;
+} id_heap;
+
+static int id_push(id_heap *h, int32_t v) {
+    if (h->len == h->cap) {
+        int32_t cap = h->cap ? h->cap * 2 : 8;
+        int32_t *n = realloc(h->items, sizeof *n * (size_t)cap);
+        if (!n) {
+            return -1;
+        }
+        h->items = n;
+        h->cap = cap;
+    }
+    int32_t i = h->len++;
+    while (i > 0 && h->items[(i - 1) / 2] > v) {
+        h->items[i] = h->items[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->items[i] = v;
+    return 0;
+}
+
+static void id_pop(id_heap *h) {
+    int32_t v = h->items[--h->len];
+    int32_t i = 0;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= h->len) {
+            break;
+        }
+        if (c + 1 < h->len && h->items[c + 1] < h->items[c]) {
+            c++;
+        }
+        if (h->items[c] >= v) {
+            break;
+        }
+        h->items[i] = h->items[c];
+        i = c;
+    }
+    if (h->len > 0) {
+        h->items[i] = v;
+    }
+}
+
+typedef struct {
+    double time;
+    int32_t task;
+} event;
+
+static int earlier(event a, event b) { return a.time < b.time || (a.time == b.time && a.task < b.task); }
+
+static void ev_push(event *heap, int32_t *len, event e) {
+    int32_t i = (*len)++;
+    while (i > 0 && earlier(e, heap[(i - 1) / 2])) {
+        heap[i] = heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    heap[i] = e;
+}
+
+static event ev_pop(event *heap, int32_t *len) {
+    event top = heap[0], v = heap[--(*len)];
+    int32_t i = 0;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= *len) {
+            break;
+        }
+        if (c + 1 < *len && earlier(heap[c + 1], heap[c])) {
+            c++;
+        }
+        if (!earlier(heap[c], v)) {
+            break;
+        }
+        heap[i] = heap[c];
+        i = c;
+    }
+    if (*len > 0) {
+        heap[i] = v;
+    }
+    return top;
+}
+
+typedef struct {
+    int32_t ntasks, nres;
+    const double *duration;
+    const int32_t *res_ptr, *res;
+    id_heap *line;        /* per resource: ready tasks waiting for it, by id */
+    char *busy;           /* per resource: a task holds it now */
+    event *events;
+    int32_t nevents;
+    double *start;
+    int32_t *worklist;    /* resources to look at */
+    int32_t nwork;
+    char *queued;         /* resource already in the worklist */
+} sim;
+
+static void look_at(sim *s, int32_t r) {
+    if (!s->queued[r]) {
+        s->queued[r] = 1;
+        s->worklist[s->nwork++] = r;
+    }
+}
+
+/* Start task t now if it heads the line of every resource it needs and they are free. */
+static int try_task(sim *s, int32_t t, double now) {
+    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
+        int32_t r = s->res[k];
+        if (s->busy[r] || s->line[r].len == 0 || s->line[r].items[0] != t) {
+            return 0;
+        }
+    }
+    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
+        int32_t r = s->res[k];
+        id_pop(&s->line[r]);
+        s->busy[r] = 1;
+    }
+    s->start[t] = now;
+    ev_push(s->events, &s->nevents, (event){now + s->duration[t], t});
+    return 1;
+}
+
+static int make_ready(sim *s, int32_t t, double now) {
+    if (s->res_ptr[t] == s->res_ptr[t + 1]) {  /* needs nothing: runs at once */
+        s->start[t] = now;
+        ev_push(s->events, &s->nevents, (event){now + s->duration[t], t});
+        return 0;
+    }
+    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
+        if (id_push(&s->line[s->res[k]], t) < 0) {
+            return -1;
+        }
+        look_at(s, s->res[k]);
+    }
+    return 0;
+}
+
+static void drain_worklist(sim *s, double now) {
+    while (s->nwork > 0) {
+        int32_t r = s->worklist[--s->nwork];
+        s->queued[r] = 0;
+        if (!s->busy[r] && s->line[r].len > 0) {
+            try_task(s, s->line[r].items[0], now);  /* its resources are looked at again when it ends */
+        }
+    }
+}
+
+sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
+                            const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
+                            double *makespan) {
+    *makespan = 0.0;
+    for (int32_t t = 0; t < ntasks; t++) {
+        if (!(duration[t] >= 0)) {
+            return SW_FAIL(SW_ERR_VALUE, "task %d has a negative or NaN duration", t);
+        }
+        for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
+            if (deps[k] < 0 || deps[k] >= ntasks || deps[k] == t) {
+                return SW_FAIL(SW_ERR_VALUE, "task %d depends on task %d, which does not exist", t, deps[k]);
+            }
+        }
+        for (int32_t k = res_ptr[t]; k < res_ptr[t + 1]; k++) {
+            if (res[k] < 0 || res[k] >= nres) {
+                return SW_FAIL(SW_ERR_VALUE, "task %d needs resource %d of %d", t, res[k], nres);
+            }
+        }
+    }
+    sw_status st = SW_OK;
+    sim s = {ntasks, nres, duration, res_ptr, res, NULL, NULL, NULL, 0, start, NULL, 0, NULL};
+    int32_t *missing = calloc((size_t)ntasks + 1, sizeof *missing);
+    int32_t *child_ptr = calloc((size_t)ntasks + 1, sizeof *child_ptr);
+    int32_t *children = malloc(sizeof *children * (size_t)(dep_ptr[ntasks] + 1));
+    int32_t *fill = calloc((size_t)ntasks + 1, sizeof *fill);
+    s.line = calloc((size_t)nres + 1, sizeof *s.line);
+    s.busy = calloc((size_t)nres + 1, 1);
+    s.events = malloc(sizeof *s.events * (size_t)(ntasks + 1));
+    s.worklist = malloc(sizeof *s.worklist * (size_t)(nres + 1));
+    s.queued = calloc((size_t)nres + 1, 1);
+    if (!missing || !child_ptr || !children || !fill || !s.line || !s.busy || !s.events ||
+        !s.worklist || !s.queued) {
+        st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    /* children of every task (reverse of the dependency lists), in task order */
+    for (int32_t t = 0; t < ntasks; t++) {
+        missing[t] = dep_ptr[t + 1] - dep_ptr[t];
+        for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
+            child_ptr[deps[k] + 1]++;
+        }
+    }
+    for (int32_t t = 0; t < ntasks; t++) {
+        child_ptr[t + 1] += child_ptr[t];
+    }
+    for (int32_t t = 0; t < ntasks; t++) {
+        for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
+            int32_t p = deps[k];
+            children[child_ptr[p] + fill[p]++] = t;
+        }
+    }
+    for (int32_t t = 0; t < ntasks && st == SW_OK; t++) {
+        if (missing[t] == 0 && make_ready(&s, t, 0.0) < 0) {
+            st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+    }
+    drain_worklist(&s, 0.0);
+    int32_t finished = 0;
+    double now = 0.0;
+    while (st == SW_OK && s.nevents > 0) {
+        event e = ev_pop(s.events, &s.nevents);
+        now = e.time;
+        finished++;
+        int32_t t = e.task;
+        for (int32_t k = res_ptr[t]; k < res_ptr[t + 1]; k++) {
+            s.busy[res[k]] = 0;
+            look_at(&s, res[k]);
+        }
+        for (int32_t k = child_ptr[t]; k < child_ptr[t + 1]; k++) {
+            int32_t c = children[k];
+            if (--missing[c] == 0 && make_ready(&s, c, now) < 0) {
+                st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+            }
+        }
+        /* tasks that end at this same instant release their resources first */
+        if (s.nevents > 0 && s.events[0].time == now) {
+            continue;
+        }
+        drain_worklist(&s, now);
+    }
+    if (st == SW_OK && finished != ntasks) {
+        st = SW_FAIL(SW_ERR_VALUE, "%d of %d tasks never became ready: the dependencies have a cycle",
+                     ntasks - finished, ntasks);
+    }
+    *makespan = now;
+done:
+    if (s.line) {
+        for (int32_t r = 0; r < nres; r++) {
+            free(s.line[r].items);
+        }
+    }
+    free(s.line);
+    free(s.busy);
+    free(s.events);
+    free(s.worklist);
+    free(s.queued);
+    free(missing);
+    free(child_ptr);
+    free(children);
+    free(fill);
+    return st;
+}
