@@ -26,8 +26,10 @@ from .train import CheckpointError, SGD, Trainer, TrainingError
 from . import data
 from .lower import TaskGraph, lower
 from .simulate import MemoryOverflow, SimResult, simulate
+from .profile import Profile, ProfileMismatch, profile
 
 __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate"]
+__all__ += ["Profile", "ProfileMismatch", "profile"]

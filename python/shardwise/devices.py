@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,7 @@ class DeviceGraph:
         self._by_name: dict[str, int] = {}
         self._links: dict[tuple[int, int], float] = {}
         self._routes: np.ndarray | None = None
+        self.shared_cores: int | None = None   # set for CPU workers that share a machine's cores
 
     # ----- building ----------------------------------------------------------
     def add_device(self, name: str, flops: float, memory: float, mem_bandwidth: float | None = None,
@@ -166,6 +168,8 @@ class DeviceGraph:
             raise DeviceGraphError(f"workers must be a positive int, got {workers!r}")
         spec = DEVICE_PRESETS["cpu"]
         g = cls(f"cpu x{workers}")
+        # the workers share this machine's cores: the simulator queues worker d on core d % cores
+        g.shared_cores = min(workers, os.cpu_count() or 1)
         for k in range(workers):
             g.add_device(f"cpu{k}", spec.flops, spec.memory, spec.mem_bandwidth)
         for i in range(workers):

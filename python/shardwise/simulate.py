@@ -143,8 +143,12 @@ def _forward_time(op: Op, box: Box, device) -> float:
     return _roofline(flops, elements, device)
 
 
-def task_durations(tg: TaskGraph) -> list[float]:
-    """Modelled seconds of every task of ``tg`` (transfers excluded: they depend on queues)."""
+def task_durations(tg: TaskGraph, costs=None) -> list[float]:
+    """Modelled seconds of every task of ``tg`` (transfers excluded: they depend on queues).
+
+    With ``costs`` (a :class:`~shardwise.profile.Profile`), compute tasks take the
+    measured forward / backward times of their op's partition and every task pays
+    the measured per-task overhead of the executor."""
     plan, graph = tg.plan, tg.plan.graph
     devices = plan.devices.devices
     fwd_cache: dict[tuple[str, int], float] = {}
@@ -160,11 +164,19 @@ def task_durations(tg: TaskGraph) -> list[float]:
         if t.kind in COMPUTE_KINDS:
             op = graph[t.op]
             key = (t.op, t.worker)
+            share = per_op_counts[(t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")]
+            measured = costs.split(t.op, plan.configs[t.op].degrees) if costs is not None else None
+            if measured is not None:
+                out.append((measured[0] if t.phase == "forward" else measured[1]) / share)
+                continue
             if key not in fwd_cache:
                 fwd_cache[key] = _forward_time(op, activation[(t.op, t.device)], dev)
-            share = per_op_counts[(t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")]
             total = fwd_cache[key] * (1.0 if t.phase == "forward" else 2.0)
             out.append(total / share)
+        elif costs is not None and t.kind in getattr(costs, "element_seconds", {}) and \
+                not (t.kind == "copy" and t.src_device != t.device):
+            elements = volume(t.box) if t.box is not None else tg.buffers[t.writes[0]].elements
+            out.append(costs.element_seconds[t.kind] * elements)   # measured on this machine
         elif t.kind == "copy" and t.src_device == t.device:
             out.append(2 * volume(t.box) * BYTES_PER_ELEMENT / dev.mem_bandwidth)  # a local memcpy
         elif t.kind in ("accumulate", "reduce", "stats_reduce"):
@@ -174,13 +186,17 @@ def task_durations(tg: TaskGraph) -> list[float]:
             out.append(5 * tg.buffers[t.reads[0]].elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
         else:  # load_input, join, and transfers (timed by their links)
             out.append(0.0)
+    if costs is not None and getattr(costs, "task_overhead", 0.0):
+        out = [d + costs.task_overhead for d in out]
     return out
 
 
-def simulate(plan: Plan, check_memory: bool = True, engine: str = "c") -> SimResult:
+def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=None) -> SimResult:
     """Replay one training iteration of ``plan``; raises :class:`MemoryOverflow` naming every
     device whose buffers exceed its memory when ``check_memory``.  ``engine``: "c" (default)
-    or "python" (the reference implementation of the same rules)."""
+    or "python" (the reference implementation of the same rules).  ``costs``: a
+    :class:`~shardwise.profile.Profile` of measured times (compute, per-task overhead and
+    copy bandwidth) instead of the roofline model."""
     if engine not in ("c", "python"):
         raise ConfigError(f"unknown simulation engine {engine!r}; expected 'c' or 'python'")
     tg = lower(plan)
@@ -191,7 +207,7 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c") -> SimRes
             text = ", ".join(f"{plan.devices.devices[d].name}: {m / 1e9:.2f} GB > "
                              f"{plan.devices.devices[d].memory / 1e9:.2f} GB" for d, m in sorted(over.items()))
             raise MemoryOverflow(f"plan {plan.name!r} does not fit: {text}")
-    return _run(tg, plan.devices, memory, engine)
+    return _run(tg, plan.devices, memory, engine, costs)
 
 
 def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
@@ -199,24 +215,31 @@ def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
         return tuple(f"link {u}->{v}" for u, v in devices.route(t.src_device, t.device))
     if t.kind in ("join", "load_input"):
         return ()
+    cores = getattr(devices, "shared_cores", None)
+    if cores:  # CPU workers of one machine take turns on its cores
+        return (f"device {t.device}", f"core {t.device % cores}")
     return (f"device {t.device}",)
 
 
-def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: str = "c") -> SimResult:
+def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: str = "c", costs=None) -> SimResult:
     tasks = tg.tasks
-    durations = task_durations(tg)
+    durations = task_durations(tg, costs)
     route_bw = devices.route_bandwidths()
+    measured_bw = getattr(costs, "copy_bandwidth", 0.0) if costs is not None else 0.0
     for t in tasks:
         if t.kind == "copy" and t.src_device != t.device:
-            durations[t.id] = t.nbytes / route_bw[t.src_device, t.device]
+            bw = measured_bw or route_bw[t.src_device, t.device]
+            durations[t.id] += t.nbytes / bw
     resources = [_resources(t, devices) for t in tasks]
-    if engine == "c":
-        start = _replay_c(tasks, durations, resources)
-    else:
-        start = _replay_python(tasks, durations, resources)
+    deps = [t.deps for t in tasks]
+    overhead = getattr(costs, "task_overhead", 0.0) if costs is not None else 0.0
+    if overhead > 0:
+        deps, durations, resources = _with_dispatch(tasks, deps, durations, resources, overhead)
+    replay = _replay_c if engine == "c" else _replay_python
+    start = replay(deps, durations, resources)
     events = [SimEvent(t.id, t.kind, t.phase, t.op, resources[t.id], float(start[t.id]),
                        float(start[t.id] + durations[t.id])) for t in tasks]
-    total = max((e.end for e in events), default=0.0)
+    total = max((float(a + b) for a, b in zip(start, durations)), default=0.0)
     busy: dict[int, float] = {d: 0.0 for d in range(len(devices))}
     for e, t in zip(events, tasks):
         if e.resources and e.resources[0].startswith("device"):
@@ -225,39 +248,55 @@ def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: st
     return SimResult(tg.plan, total, tg.bytes_moved(), device_busy, events, memory)
 
 
-def _replay_c(tasks: list[Task], durations: list[float], resources: list[tuple[str, ...]]):
+def _with_dispatch(tasks, deps, durations, resources, overhead):
+    """Model the CPU executor's interpreter: before each task its worker thread spends
+    ``overhead`` seconds dispatching it while holding the one GIL, so dispatch is serial
+    across workers while kernels run in parallel.  Adds one dispatch task per task
+    (ids n .. 2n-1, after the real ones so that events keep their ids)."""
+    n = len(tasks)
+    new_deps = [(n + t.id,) for t in tasks] + [tuple(d) for d in deps]
+    new_durations = [d - overhead if d >= overhead else d for d in durations] + [overhead] * n
+    new_resources = list(resources) + [("interpreter", f"device {t.device}") for t in tasks]
+    return new_deps, new_durations, new_resources
+
+
+def _replay_c(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]]):
     import numpy as np
 
     from . import _core
 
     names: dict[str, int] = {}
-    res_ptr = np.zeros(len(tasks) + 1, np.int32)
-    dep_ptr = np.zeros(len(tasks) + 1, np.int32)
-    res, deps = [], []
-    for t in tasks:
-        res.extend(names.setdefault(r, len(names)) for r in resources[t.id])
-        deps.extend(t.deps)
-        res_ptr[t.id + 1] = len(res)
-        dep_ptr[t.id + 1] = len(deps)
-    start, _ = _core.simulate_tasks(np.asarray(durations, np.float64), dep_ptr, np.asarray(deps, np.int32),
+    n = len(deps)
+    res_ptr = np.zeros(n + 1, np.int32)
+    dep_ptr = np.zeros(n + 1, np.int32)
+    res: list[int] = []
+    flat: list[int] = []
+    for i in range(n):
+        res.extend(names.setdefault(r, len(names)) for r in resources[i])
+        flat.extend(deps[i])
+        res_ptr[i + 1] = len(res)
+        dep_ptr[i + 1] = len(flat)
+    start, _ = _core.simulate_tasks(np.asarray(durations, np.float64), dep_ptr, np.asarray(flat, np.int32),
                                     res_ptr, np.asarray(res, np.int32), len(names))
     return start
 
 
-def _replay_python(tasks: list[Task], durations: list[float], resources: list[tuple[str, ...]]) -> list[float]:
+def _replay_python(deps: list[tuple[int, ...]], durations: list[float],
+                   resources: list[tuple[str, ...]]) -> list[float]:
     """The rules of csrc/simulate.c, in Python: a task starts when its dependencies are done
     and it is first in line (lowest id among the ready) on every resource it needs, all of
     them free; tasks that need nothing start when ready; everything that ends at the same
     instant releases its resources before anything new starts."""
-    dependents: list[list[int]] = [[] for _ in tasks]
-    missing = [len(t.deps) for t in tasks]
-    for t in tasks:
-        for d in t.deps:
-            dependents[d].append(t.id)
+    n = len(deps)
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    missing = [len(d) for d in deps]
+    for i in range(n):
+        for d in deps[i]:
+            dependents[d].append(i)
     busy: set[str] = set()
     lines: dict[str, list[int]] = {}
     running: list[tuple[float, int]] = []
-    start = [0.0] * len(tasks)
+    start = [0.0] * n
     now = 0.0
 
     def ready(tid: int) -> None:
@@ -284,9 +323,9 @@ def _replay_python(tasks: list[Task], durations: list[float], resources: list[tu
                     heapq.heappush(running, (now + durations[tid], tid))
                     progress = True
 
-    for t in tasks:
-        if missing[t.id] == 0:
-            ready(t.id)
+    for i in range(n):
+        if missing[i] == 0:
+            ready(i)
     start_what_can()
     finished = 0
     while running:
@@ -301,6 +340,6 @@ def _replay_python(tasks: list[Task], durations: list[float], resources: list[tu
         if running and running[0][0] == now:
             continue
         start_what_can()
-    if finished != len(tasks):
-        raise RuntimeError(f"simulation stopped with {len(tasks) - finished} tasks never ready (a cycle?)")
+    if finished != n:
+        raise RuntimeError(f"simulation stopped with {n - finished} tasks never ready (a cycle?)")
     return start

@@ -1,0 +1,271 @@
+"""Measuring compute costs on this machine: ``sw.profile(g, d)``.
+
+    prof = sw.profile(g, sw.DeviceGraph.cpu(2))     # measured, cached on disk
+    plan = sw.search(g, d, costs=prof)              # t_c from measurements
+    sim = sw.simulate(plan, costs=prof)             # task durations from measurements
+
+For every op and every partition (degrees) the search may give it on the
+device graph, the forward and backward time of one shard is measured by
+running real training steps of the CPU executor, one task at a time: in round
+r every op takes its r-th partition, so a handful of steps covers all of them.
+On CPU workers the devices are alike, so where a shard runs does not matter.
+The profile also measures the executor's cost per task (dispatch) and the
+bandwidth of a copy between workers, which the simulator uses.
+
+Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
+stamped with the machine (CPU model, core count, OpenBLAS kernels) and the
+shardwise version: a profile from another machine or version is refused by
+:meth:`Profile.load` and re-measured by :func:`profile` with a message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .devices import Device, DeviceGraph
+from .errors import ShardwiseError
+from .graph import Graph, Op
+from .plan import OpConfig, Plan
+from .problem import CostOptions, dim_names, make_problem, worker_counts
+
+PROFILE_FORMAT = "shardwise-profile"
+PROFILE_VERSION = 2
+COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
+                 "bn_backward_stats"}
+
+
+class ProfileMismatch(ShardwiseError, ValueError):
+    """A profile measured on another machine, version or graph."""
+
+
+def machine_fingerprint() -> dict[str, Any]:
+    """What a measurement depends on besides the graph."""
+    from . import __version__
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "shardwise": __version__}
+
+
+@dataclass
+class Profile:
+    """Measured seconds per (op, degrees): forward and backward of one shard (slowest worker)."""
+
+    graph_fingerprint: str
+    machine: dict[str, Any]
+    times: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = field(default_factory=dict)
+    task_overhead: float = 0.0       # seconds the executor spends per task outside kernels
+    copy_bandwidth: float = 0.0      # bytes/s of a copy between two workers' buffers
+    element_seconds: dict[str, float] = field(default_factory=dict)  # bookkeeping tasks: s per element
+
+    # ---- the ComputeCosts protocol (search) and the simulator's split
+    def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
+        degrees = tuple(int(s) // int(h) for s, h in zip(op.shape, shard_shape))
+        fb = self.times.get((op.name, degrees))
+        return None if fb is None else fb[0] + fb[1]
+
+    def split(self, op_name: str, degrees: tuple[int, ...]) -> tuple[float, float] | None:
+        return self.times.get((op_name, tuple(degrees)))
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    # ---- files
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "graph": self.graph_fingerprint,
+                "machine": self.machine, "task_overhead": self.task_overhead,
+                "copy_bandwidth": self.copy_bandwidth, "element_seconds": self.element_seconds,
+                "times": [[name, list(deg), fwd, bwd] for (name, deg), (fwd, bwd) in sorted(self.times.items())]}
+
+    def save(self, path: str | os.PathLike) -> None:
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_dict(), f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, graph: Graph) -> "Profile":
+        """Read a profile; ProfileMismatch if it was measured for another graph, machine or version."""
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            if data.get("format") != PROFILE_FORMAT or data.get("version") != PROFILE_VERSION:
+                raise ProfileMismatch(f"{path}: not a shardwise profile of version {PROFILE_VERSION}")
+            times = {(str(n), tuple(int(x) for x in deg)): (float(fw), float(bw)) for n, deg, fw, bw in data["times"]}
+            prof = cls(str(data["graph"]), dict(data["machine"]), times, float(data["task_overhead"]),
+                       float(data["copy_bandwidth"]),
+                       {str(k): float(v) for k, v in data.get("element_seconds", {}).items()})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, ProfileMismatch):
+                raise
+            raise ProfileMismatch(f"{path}: unreadable profile ({type(exc).__name__}: {exc})") from None
+        if prof.graph_fingerprint != graph.fingerprint():
+            raise ProfileMismatch(f"{path}: measured for another graph")
+        here = machine_fingerprint()
+        if prof.machine != here:
+            diff = {k: (prof.machine.get(k), v) for k, v in here.items() if prof.machine.get(k) != v}
+            raise ProfileMismatch(f"{path}: measured on another machine or version: {diff}")
+        return prof
+
+
+def _partitions(graph: Graph, devices: DeviceGraph) -> dict[str, list[tuple[int, ...]]]:
+    """The distinct degree vectors the search may give every op (as config.c enumerates them)."""
+    problem = make_problem(graph, devices, CostOptions())
+    problem.enumerate(np.asarray(worker_counts(len(devices)), dtype=np.int32))
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for op in graph.ops:
+        deg, _ = problem.configs(op.index)
+        seen = []
+        for row in deg:
+            t = tuple(int(x) for x in row)
+            if t not in seen:
+                seen.append(t)
+        out[op.name] = seen
+    return out
+
+
+def _copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best
+
+
+def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig], repeats: int):
+    """One plan, ``repeats`` timed steps (after a warm-up), one task at a time.  Returns per
+    (op, worker) forward and backward seconds, the dispatch time per task (a step's time
+    not spent inside any task), and per bookkeeping kind the seconds per element moved."""
+    from .train import SGD, Trainer
+
+    plan = Plan(graph, devices, configs, name="profile")
+    trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
+    ex = trainer.executor
+    fwd: dict[tuple[str, int], list[float]] = {}
+    bwd: dict[tuple[str, int], list[float]] = {}
+    current: dict[tuple[str, int, str], float] = {}
+    per_element: dict[str, list[float]] = {}
+    in_tasks = [0.0]
+    for kind in {t.kind for t in ex.tg.tasks}:
+        original = getattr(ex, "do_" + kind)
+
+        def timed(task, original=original):
+            t0 = time.perf_counter()
+            original(task)
+            seconds = time.perf_counter() - t0
+            in_tasks[0] += seconds
+            if task.kind in COMPUTE_KINDS:
+                key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
+                current[key] = current.get(key, 0.0) + seconds
+            elif task.kind in BOOKKEEPING_KINDS:
+                elements = _task_elements(ex.tg, task)
+                if elements:
+                    per_element.setdefault(task.kind, []).append(seconds / elements)
+        setattr(ex, "do_" + kind, timed)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(trainer.input.shape).astype(np.float32)
+    classes = trainer.loss_ops[-1].shape[1]
+    y = rng.integers(0, classes, trainer.input.shape[0])
+    images, labels = trainer._check_batch(x, y)
+    dispatch = []
+    for step in range(repeats + 1):
+        current.clear()
+        in_tasks[0] = 0.0
+        t0 = time.perf_counter()
+        ex.run(images, labels, optimizer=trainer.optimizer, threads=False)
+        total = time.perf_counter() - t0
+        if step == 0:
+            per_element.clear()
+            continue  # warm-up: first-touch allocations
+        dispatch.append((total - in_tasks[0]) / len(ex.tg.tasks))
+        for (op, worker, which), seconds in current.items():
+            (fwd if which == "fwd" else bwd).setdefault((op, worker), []).append(seconds)
+    rates = {k: statistics.median(v) for k, v in per_element.items()}
+    return fwd, bwd, statistics.median(dispatch), rates
+
+
+BOOKKEEPING_KINDS = ("copy", "accumulate", "reduce", "stats_reduce", "update")
+
+
+def _task_elements(tg, task) -> int:
+    """Elements a bookkeeping task moves: its box, or its output buffer's size."""
+    from .lower import volume
+
+    if task.box is not None:
+        return volume(task.box)
+    return tg.buffers[task.writes[0]].elements if task.writes else 0
+
+
+def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str | None = None,
+            progress: bool = False) -> Profile:
+    """Measure forward and backward times of every op under every partition the search
+    may choose on ``devices``, with the CPU kernels of this machine.  Cached in
+    ``cache_dir`` (default ``~/.cache/shardwise``); a cached profile from another
+    machine or version is measured again, with a message on stderr."""
+    cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "shardwise")
+    path = os.path.join(cache_dir, f"profile-{graph.fingerprint()}-{len(devices)}.json")
+    if os.path.exists(path):
+        try:
+            return Profile.load(path, graph)
+        except ProfileMismatch as exc:
+            print(f"shardwise: measuring again: {exc}", file=sys.stderr)
+    parts = _partitions(graph, devices)
+    rounds = max(len(v) for v in parts.values())
+    prof = Profile(graph.fingerprint(), machine_fingerprint())
+    overheads = []
+    rates: dict[str, list[float]] = {}
+    for r in range(rounds):
+        configs = {}
+        for op in graph.ops:
+            options = parts[op.name]
+            degrees = options[r % len(options)]
+            configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
+        fwd, bwd, dispatch, round_rates = _measure_round(graph, devices, configs, repeats)
+        overheads.append(dispatch)
+        for kind, rate in round_rates.items():
+            rates.setdefault(kind, []).append(rate)
+        for op in graph.ops:
+            degrees = configs[op.name].degrees
+            workers = range(configs[op.name].workers)
+            f = max(statistics.median(fwd.get((op.name, w), [0.0])) for w in workers)
+            b = max(statistics.median(bwd.get((op.name, w), [0.0])) for w in workers)
+            prof.times.setdefault((op.name, degrees), (f, b))
+        if progress:
+            print(f"\r  [shardwise] profiling round {r + 1}/{rounds}", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    prof.task_overhead = statistics.median(overheads)
+    prof.element_seconds = {k: statistics.median(v) for k, v in rates.items()}
+    prof.copy_bandwidth = _copy_bandwidth()
+    prof.save(path)
+    return prof
