@@ -154,3 +154,24 @@ def test_bad_task_arrays_are_refused():
         _core.simulate_tasks(np.ones(2), z, z, z, z, 0)
     with pytest.raises(sw.ConfigError):
         simulate(sw.Plan.from_dict(chain(), devices(1), {}), engine="fortran")
+
+
+@pytest.mark.parametrize("model,ndev", [("lenet5", 4), ("alexnet", 4)])
+def test_refine_under_the_simulator_never_loses(model, ndev):
+    g = sw.models.get(model, batch=32)
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=ndev)
+    seed = sw.search(g, d)
+    refined = sw.search(g, d, refine="simulate", refine_steps=60, refine_seed=1)
+    s = refined.search_stats
+    assert s["simulated_seed"] == pytest.approx(simulate(seed, check_memory=False).iteration_time)
+    assert s["simulated_refined"] <= s["simulated_seed"]
+    assert simulate(refined, check_memory=False).iteration_time == pytest.approx(s["simulated_refined"])
+    assert s["refine_gain"] >= 1.0
+
+
+def test_refine_arguments_are_checked():
+    g = sw.models.lenet5(batch=8)
+    with pytest.raises(sw.ConfigError):
+        sw.search(g, sw.DeviceGraph.cpu(2), refine="anneal")
+    with pytest.raises(sw.ConfigError):
+        sw.search(g, sw.DeviceGraph.cpu(2), refine="simulate", refine_steps=-1)

@@ -72,7 +72,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            sync: str = "parameter_server", options: CostOptions | None = None,
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
            worker_counts_: Sequence[int] | None = None,
-           progress: bool | Progress = False) -> Plan:
+           progress: bool | Progress = False, refine: str | None = None, refine_steps: int = 200,
+           refine_seed: int = 0) -> Plan:
     """Find the strategy minimizing Eq. 1 of seed 003.
 
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
@@ -80,7 +81,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     (brute force over every strategy; refuses graphs with more than
     ``max_evaluations`` strategies).  ``sync``: ``"parameter_server"`` (default,
     as the papers) or ``"ring"``.  ``costs``: measured compute times (a
-    :class:`ProfileTable`) replacing the roofline.  ``progress``: True prints
+    :class:`ProfileTable`) replacing the roofline.  ``refine="simulate"``: start from
+    the elimination optimum and improve it under the simulator by local search
+    (``refine_steps`` proposals, Metropolis acceptance as in FlexFlow's MCMC); the
+    result never simulates slower than its seed.  ``progress``: True prints
     each stage's time to stderr, or pass a callable ``(stage, seconds)``.
     """
     if not isinstance(graph, Graph):
@@ -89,6 +93,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"search needs a DeviceGraph, got {type(devices).__name__}")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown search algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    if refine not in (None, "simulate"):
+        raise ConfigError(f"unknown refinement {refine!r}; expected None or 'simulate'")
+    if isinstance(refine_steps, bool) or not isinstance(refine_steps, int) or refine_steps < 0:
+        raise ConfigError(f"refine_steps must be a non-negative int, got {refine_steps!r}")
     options = options or CostOptions(sync=sync)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
     limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else max_evaluations
@@ -138,4 +146,57 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
-    return Plan(graph, devices, configs, options, name="searched", search_stats=stats, costs=costs)
+    plan = Plan(graph, devices, configs, options, name="searched", search_stats=stats, costs=costs)
+    if refine == "simulate":
+        t = time.perf_counter()
+        plan = _refine_by_simulation(plan, problem, refine_steps, refine_seed, costs)
+        stage(f"refine under the simulator ({refine_steps} proposals)", t)
+        plan.search_stats["timings"] = timings
+    return plan
+
+
+def _refine_by_simulation(seed_plan: Plan, problem, steps: int, seed: int, costs) -> Plan:
+    """Local search over configurations under the simulator, from the Eq. 1 optimum.
+
+    A proposal changes one op to another of its enumerated configurations; it is
+    accepted if it simulates faster, or otherwise with probability
+    exp(-beta * relative slowdown) (Metropolis, as FlexFlow's MCMC); the best
+    plan seen is returned, so the result is never slower than the seed."""
+    import math
+    import random
+
+    from .simulate import simulate
+
+    graph, devices = seed_plan.graph, seed_plan.devices
+    rng = random.Random(seed)
+    options = {op.name: problem.configs(op.index) for op in graph.ops}
+
+    def evaluate(configs):
+        p = Plan(graph, devices, configs, seed_plan.options, name="refined", costs=costs)
+        return simulate(p, check_memory=False, costs=costs).iteration_time
+
+    current = dict(seed_plan.configs)
+    start_time = evaluate(current)
+    current_time = best_time = start_time
+    best = dict(current)
+    beta = 20.0
+    accepted = 0
+    for _ in range(steps):
+        op = graph.ops[rng.randrange(len(graph.ops))]
+        deg, dev = options[op.name]
+        k = rng.randrange(len(deg))
+        proposal = dict(current)
+        proposal[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]),
+                                     tuple(int(x) for x in dev[k] if x >= 0))
+        if proposal[op.name] == current[op.name]:
+            continue
+        t = evaluate(proposal)
+        if t < current_time or rng.random() < math.exp(-beta * (t - current_time) / current_time):
+            current, current_time = proposal, t
+            accepted += 1
+            if t < best_time:
+                best, best_time = dict(proposal), t
+    stats = dict(seed_plan.search_stats, refine="simulate", refine_steps=steps, refine_accepted=accepted,
+                 simulated_seed=start_time, simulated_refined=best_time,
+                 refine_gain=start_time / best_time if best_time > 0 else 1.0)
+    return Plan(graph, devices, best, seed_plan.options, name="refined", search_stats=stats, costs=costs)
