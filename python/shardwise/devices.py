@@ -89,6 +89,7 @@ class DeviceGraph:
         self._links: dict[tuple[int, int], float] = {}
         self._routes: np.ndarray | None = None
         self.shared_cores: int | None = None   # set for CPU workers that share a machine's cores
+        self.shared_nics: bool = False          # set for clusters: one network adapter per node
 
     # ----- building ----------------------------------------------------------
     def add_device(self, name: str, flops: float, memory: float, mem_bandwidth: float | None = None,
@@ -141,7 +142,8 @@ class DeviceGraph:
                 intra_bandwidth: float | None = None, inter_bandwidth: float = INFINIBAND_EDR) -> "DeviceGraph":
         """``nodes`` machines of ``devices_per_node`` devices: all-to-all links inside a node
         (NVLink for P100/V100, PCIe for K80) and ``inter_bandwidth`` between any two devices
-        of different nodes (100 Gb/s InfiniBand by default)."""
+        of different nodes (100 Gb/s InfiniBand by default), through one network adapter
+        per node, which the simulator shares among the node's devices."""
         if not isinstance(device, str) or device not in DEVICE_PRESETS:
             raise DeviceGraphError(f"unknown device preset {device!r}; known: {sorted(DEVICE_PRESETS)}")
         for value, what in ((nodes, "nodes"), (devices_per_node, "devices_per_node")):
@@ -159,6 +161,9 @@ class DeviceGraph:
             for j in range(i + 1, count):
                 same = g.devices[i].node == g.devices[j].node
                 g.add_link(i, j, intra if same else inter)
+        # every node reaches the network through one adapter: the simulator queues all
+        # traffic leaving (entering) a node on its adapter's send (receive) side
+        g.shared_nics = nodes > 1
         return g
 
     @classmethod

@@ -12,7 +12,9 @@ apart:
 * one compute queue per device, tasks in program order as their inputs arrive;
 * one queue per link direction; a transfer holds every link of its route
   (:meth:`DeviceGraph.route`) for bytes / (slowest link on the route), so
-  transfers that share a link wait for each other;
+  transfers that share a link wait for each other; between the nodes of a
+  cluster, traffic goes through each node's one network adapter (send side of
+  the source node, receive side of the destination), shared by its devices;
 * compute tasks take the roofline time of their shard (the same model as
   ``t_c``: an op's forward is a third of its t_c, its backward two thirds,
   split between the input and weight gradients), small bookkeeping tasks
@@ -77,7 +79,7 @@ class SimResult:
             raise ImportError("plot_timeline needs matplotlib: pip install matplotlib") from None
         colors = {"forward": "tab:blue", "backward": "tab:orange", "sync": "tab:green", "update": "tab:red"}
         rows = sorted({r for e in self.events for r in e.resources},
-                      key=lambda r: (not r.startswith("device"), [int(x) for x in r.split()[1].split("->")]))
+                      key=lambda r: (r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")], r))
         index = {r: k for k, r in enumerate(rows)}
         fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.5))
         shown = sorted(self.events, key=lambda e: e.end - e.start, reverse=True)[:max_tasks]
@@ -212,6 +214,9 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=Non
 
 def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
     if t.kind == "copy" and t.src_device != t.device:
+        a, b = devices.devices[t.src_device].node, devices.devices[t.device].node
+        if devices.shared_nics and a != b:  # leaves node a and enters node b through their adapters
+            return (f"nic {a} out", f"nic {b} in")
         return tuple(f"link {u}->{v}" for u, v in devices.route(t.src_device, t.device))
     if t.kind in ("join", "load_input"):
         return ()
