@@ -32,10 +32,12 @@
 
 /* im2col buffer budget in floats (2 MiB), so the buffer is still in cache when
  * the GEMM reads it: budgets of 2^16..2^20 floats run the VGG-like layer above
- * at the same speed, 2^24 (whole batches) 2.3x slower.  Tiles have at least
+ * at the same speed, 2^24 (whole batches) 2.3x slower; on the small-channel
+ * layers of a CIFAR-style ResNet 2^17 (512 KiB, in L2 with OpenBLAS's packed
+ * copy) was 5-10% faster than 2^19.  Tiles have at least
  * MIN_TILE_COLS columns (unless the box is smaller) to keep GEMMs wide. */
 #ifndef CONV_COL_BUDGET
-#define CONV_COL_BUDGET ((int64_t)1 << 19)
+#define CONV_COL_BUDGET ((int64_t)1 << 17)
 #endif
 #define MIN_TILE_COLS 256
 
