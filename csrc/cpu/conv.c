@@ -30,7 +30,7 @@
 #include "kernels.h"
 #include "view.h"  /* sw_view_check, sw_view_check_covers, ... */
 
-/* im2col buffer budget in floats (2 MiB), so the buffer is still in cache when
+/* im2col buffer budget in floats (512 KiB), so the buffer is still in cache when
  * the GEMM reads it: budgets of 2^16..2^20 floats run the VGG-like layer above
  * at the same speed, 2^24 (whole batches) 2.3x slower; on the small-channel
  * layers of a CIFAR-style ResNet 2^17 (512 KiB, in L2 with OpenBLAS's packed
