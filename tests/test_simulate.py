@@ -175,3 +175,15 @@ def test_refine_arguments_are_checked():
         sw.search(g, sw.DeviceGraph.cpu(2), refine="anneal")
     with pytest.raises(sw.ConfigError):
         sw.search(g, sw.DeviceGraph.cpu(2), refine="simulate", refine_steps=-1)
+
+
+def test_plan_plot_draws_every_op(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed: pip install matplotlib")
+    g = sw.models.get("inception_small", batch=16)
+    plan = sw.search(g, sw.DeviceGraph.cpu(4))
+    path = tmp_path / "p.png"
+    fig = plan.plot(str(path))
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert len(texts) == len(g.ops)
+    assert all(plan[op.name].split_dims() in text for op, text in zip(g.ops, texts))

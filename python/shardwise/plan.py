@@ -248,6 +248,12 @@ class Plan:
             lines.append(compare_text([self, *baselines]))
         return "\n".join(lines)
 
+    def plot(self, path: str | None = None):
+        """Draw the network with each op's configuration (matplotlib); see shardwise.viz."""
+        from .viz import plot_plan
+
+        return plot_plan(self, path)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": PLAN_FORMAT, "version": PLAN_VERSION, "name": self.name,

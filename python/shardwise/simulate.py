@@ -99,7 +99,9 @@ class SimResult:
         ax.legend(loc="upper right")
         fig.tight_layout()
         if path is not None:
-            _save_figure(fig, path)
+            from .viz import save_figure
+
+            save_figure(fig, path)
         return fig
 
     def summary(self) -> str:
@@ -110,24 +112,6 @@ class SimResult:
 
 class MemoryOverflow(ShardwiseError, RuntimeError):
     """The plan needs more memory on some device than it has."""
-
-
-def _save_figure(fig, path: str) -> None:
-    """Write a figure atomically: a temporary file in the same folder, then rename."""
-    import os
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    suffix = os.path.splitext(path)[1] or ".png"
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=suffix, dir=directory)
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _roofline(flops: float, elements: float, device) -> float:
