@@ -27,9 +27,11 @@ from . import data
 from .lower import TaskGraph, lower
 from .simulate import MemoryOverflow, SimResult, simulate
 from .profile import Profile, ProfileMismatch, profile
+from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
 
 __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
+__all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]

@@ -15,8 +15,8 @@ import numpy as np
 
 from . import _core
 from .graph import Graph, Op
-from .lower import Box, Buffer, Task, TaskGraph, intersect
-from .opdesc import DATA, WEIGHT
+from .lower import Box, Task, TaskGraph, intersect
+from .opdesc import DATA
 from .reference import BN_EPS
 
 
@@ -241,10 +241,9 @@ class CpuExecutor:
         elif kind == "concat":
             y = self.arr(out)
             axis = op.attrs["axis"]
-            offset = 0
             slot_bufs = iter(t.reads)
-            for k, inp in enumerate(op.desc.inputs):
-                lo_w, hi_w = inp.window[axis]
+            for inp in op.desc.inputs:
+                lo_w = inp.window[axis][0]
                 if intersect(ybox, inp.window) is not None:
                     x, xlo = self.view(next(slot_bufs))
                     shifted = tuple(v + (lo_w if d == axis else 0) for d, v in enumerate(xlo))

@@ -204,6 +204,31 @@ class Graph:
                       out_features=out_features, bias=bias, activation=None)
         return self._activate(t, activation, name)
 
+    def custom(self, definition: Any, inputs: Sequence[Tensor], name: str | None = None,
+               weights: dict[str, Sequence[int]] | None = None) -> Tensor:
+        """An op described with ``@sw.op`` (tensor-as-a-lambda).  ``inputs`` are graph tensors
+        for the description's non-weight parameters, in order; ``weights`` gives the shapes of
+        the parameters that are trainable weights.  Planned like a built-in op (the core
+        derives its regions and costs); training it needs kernels, which described ops do not
+        have yet."""
+        from .describe import OpDefinition
+
+        if not isinstance(definition, OpDefinition):
+            raise GraphError(f"custom needs an operator described with @sw.op, got {type(definition).__name__}")
+        weights = dict(weights or {})
+        unknown = set(weights) - set(definition.params)
+        if unknown:
+            raise GraphError(f"{definition.name} has no parameter(s) {sorted(unknown)}")
+        data_params = [p for p in definition.params if p not in weights]
+        ts = [self._tensor(t, f"{definition.name} input {k}") for k, t in enumerate(inputs)]
+        if len(ts) != len(data_params):
+            raise GraphError(f"{definition.name} takes {len(data_params)} tensor input(s) {data_params}, "
+                             f"got {len(ts)}")
+        shapes = {p: t.shape for p, t in zip(data_params, ts)}
+        shapes.update({p: _check_shape(s, f"{definition.name} weight {p!r} shape") for p, s in weights.items()})
+        desc = definition.describe(shapes, weights=list(weights))
+        return self._add("custom", ts, desc, name or definition.name, definition=definition.name)
+
     def softmax(self, x: Tensor, name: str | None = None) -> Tensor:
         """Softmax over the feature dimension; the last op, trained with cross-entropy."""
         x = self._tensor(x)

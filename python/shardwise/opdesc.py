@@ -99,6 +99,7 @@ class OpDesc:
     flops_per_point: float = 0.0
     flops_per_output: float = 0.0
     reductions: tuple[str, ...] = field(default=())
+    unsplittable: tuple[int, ...] = field(default=())   # output dims computed as a whole (opaque functions)
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -126,6 +127,8 @@ class OpDesc:
         ``q``.  Plain affine maps impose nothing (granule 1).
         """
         granules = [1] * self.out_rank
+        for v in self.unsplittable:
+            granules[v] = self.extents[v]  # only degree 1 keeps whole shards
         for inp in self.inputs:
             for e in inp.exprs:
                 if e.div == 1 and e.mod == 0:

@@ -33,9 +33,8 @@ from math import prod
 
 from .devices import DeviceGraph
 from .errors import ConfigError, ShardwiseError
-from .graph import Graph, Op
+from .graph import Op
 from .lower import BYTES_PER_ELEMENT, Box, Task, TaskGraph, input_region, lower, volume
-from .opdesc import DATA
 from .plan import Plan
 
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",

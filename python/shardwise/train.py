@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from .backend_cpu import CpuExecutor, shape_of
+from .backend_cpu import CpuExecutor
 from .errors import ConfigError, ShapeError, ShardwiseError
 from .graph import Graph
 from .init import init_params

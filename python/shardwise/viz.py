@@ -58,7 +58,6 @@ def plot_plan(plan, path: str | None = None, max_label: int = 18, wrap: int = 10
     band_height = max(rows.values()) + 1
     pos = [(d % wrap, r + (d // wrap) * band_height) for d, r in zip(level, slot)]
     width = min(max(level) + 1, wrap)
-    height = (max(level) // wrap + 1) * band_height
     used = max(y for _, y in pos) + 1
     fig, ax = plt.subplots(figsize=(min(4 + 1.6 * width, 60), min(1.5 + 0.8 * used, 40)))
     most = max(c.workers for c in plan.configs.values())

@@ -1,0 +1,162 @@
+"""Operators described with tensor-as-a-lambda (seed 004 section 3), and their analysis."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+from shardwise import ops
+from shardwise.describe import DescriptionError
+from shardwise.lower import input_region, worker_boxes
+
+
+@sw.op
+def conv1d(data, filters):
+    return lambda b, co, x: sw.Sum(lambda ci, dx: data[b, ci, x + dx] * filters[ci, co, dx])
+
+
+@sw.op
+def batch_cholesky(batch_mat):
+    cholesky = sw.Opaque("cholesky")
+    return lambda b, i, j: cholesky(batch_mat[b, :, :])[i, j]
+
+
+@sw.op
+def shift_two(A):
+    return lambda i: A[i + 2]
+
+
+def by_dim(strategies):
+    return {s.dimension: s for s in strategies}
+
+
+def test_conv1d_paper_example():
+    shapes = dict(data=(32, 512, 30), filters=(512, 256, 3))
+    desc = conv1d.describe(shapes)
+    assert desc.out_shape == (32, 256, 28)
+    assert desc.forward_flops() == 32 * 256 * 28 * 512 * 3 * 2
+    s = by_dim(sw.strategies_of(conv1d, **shapes))
+    assert s["b"].valid and s["b"].regions[0]["data"] == ((0, 16), (0, 512), (0, 30))
+    assert s["b"].regions[0]["filters"] == ((0, 512), (0, 256), (0, 3))        # Figure 2(a): all filters
+    assert s["ci"].kind == "reduction" and s["ci"].valid                       # Figure 2(b): partition-n-reduce
+    assert s["ci"].regions[1]["data"] == ((0, 32), (256, 512), (0, 30))
+    assert s["ci"].regions[1]["filters"] == ((256, 512), (0, 256), (0, 3))
+    assert s["x"].valid and s["x"].regions[1]["data"] == ((0, 32), (0, 512), (14, 30))   # halo of 2
+
+
+def test_tofu_analysis_refuses_x_plus_dx():
+    """Seed 004 section 3.2: symbolic intervals cannot add x and dx, so x and dx are refused."""
+    s = by_dim(sw.strategies_of(conv1d, analysis="tofu", data=(32, 512, 30), filters=(512, 256, 3)))
+    assert s["b"].valid and s["co"].valid and s["ci"].valid
+    assert not s["x"].valid and "x + dx" in s["x"].reason
+    assert not s["dx"].valid
+
+
+def test_batch_cholesky_splits_only_the_batch():
+    s = by_dim(sw.strategies_of(batch_cholesky, batch_mat=(8, 4, 4)))
+    assert s["b"].valid and s["b"].regions[1]["batch_mat"] == ((4, 8), (0, 4), (0, 4))
+    assert not s["i"].valid and not s["j"].valid
+    assert not any(v.valid for k, v in s.items() if ":" in k)
+    assert batch_cholesky.describe({"batch_mat": (8, 4, 4)}).split_granules() == (1, 4, 4)
+
+
+def test_shift():
+    s = sw.strategies_of(shift_two, A=(10,))
+    assert s[0].regions == ({"A": ((2, 6),)}, {"A": ((6, 10),)})
+
+
+@sw.op
+def conv2d_described(data, weight):
+    return lambda n, co, y, x: sw.Sum(
+        lambda ci, dy, dx: data[n, ci, 2 * y + dy - 1, 2 * x + dx - 1] * weight[co, ci, dy, dx])
+
+
+@sw.op
+def maxpool_described(data):
+    return lambda n, c, y, x: sw.Max(lambda dy, dx: data[n, c, 2 * y + dy, 2 * x + dx], dy=2, dx=2)
+
+
+@sw.op
+def linear_described(x, w):
+    return lambda n, o: sw.Sum(lambda i: x[n, i] * w[o, i])
+
+
+@pytest.mark.parametrize("described,builtin,shapes", [
+    (conv2d_described, ops.conv2d((4, 3, 9, 9), 6, 3, 2, 1, False), dict(data=(4, 3, 9, 9), weight=(6, 3, 3, 3))),
+    (maxpool_described, ops.pool2d((4, 3, 8, 8), 2, 2, 0), dict(data=(4, 3, 8, 8))),
+    (linear_described, ops.linear((4, 12), 5, False), dict(x=(4, 12), w=(5, 12))),
+])
+def test_described_builtins_equal_the_core_descriptions(described, builtin, shapes):
+    """One mechanism: a built-in op written in the language gives the same iteration space,
+    FLOPs and input regions for every worker box of every 2- and 4-way split."""
+    desc = described.describe(shapes)
+    assert desc.out_shape == builtin.out_shape
+    assert desc.forward_flops() == builtin.forward_flops()
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        degrees = tuple(int(rng.choice([k for k in (1, 2, 4) if s % k == 0])) for s in desc.out_shape)
+        for box in worker_boxes(desc.out_shape, degrees):
+            for slot in range(len(desc.inputs)):
+                assert input_region(desc, slot, box) == input_region(builtin, slot, box)
+
+
+def test_custom_ops_are_planned_like_builtins():
+    g1 = sw.Graph("a")
+    x = g1.input("x", (8, 3, 9, 9))
+    g1.custom(conv2d_described, [x], weights={"weight": (6, 3, 3, 3)}, name="conv")
+    g2 = sw.Graph("a")
+    x = g2.input("x", (8, 3, 9, 9))
+    g2.conv2d(x, 6, kernel=3, stride=2, padding=1, bias=False, name="conv")
+    assert g1.num_parameters() == g2.num_parameters() == 6 * 3 * 9
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
+    assert sw.search(g1, d).cost == pytest.approx(sw.search(g2, d).cost, rel=1e-12)
+    spec = {"x": {"n": 2}, "conv": {"n": 2, "c": 2}}
+    assert sw.Plan.from_dict(g1, d, spec).cost == pytest.approx(sw.Plan.from_dict(g2, d, spec).cost, rel=1e-12)
+
+
+def test_bad_descriptions_name_the_expression():
+    @sw.op
+    def bilinear(a):
+        return lambda i, j: a[i * j]
+    with pytest.raises(DescriptionError, match=r"non-affine index expression.*i.*j"):
+        bilinear.describe({"a": (16,)})
+
+    @sw.op
+    def undefined(a):
+        k = sw.describe.Var("k")
+        return lambda i: a[i + k]
+    with pytest.raises(DescriptionError, match="'k'"):
+        undefined.describe({"a": (16,)})
+
+    @sw.op
+    def wrong_rank(a):
+        return lambda i: a[i, i]
+    with pytest.raises(DescriptionError, match="2 indices for a rank-1"):
+        wrong_rank.describe({"a": (16,)})
+
+    @sw.op
+    def reduce_nothing(a):
+        return lambda i: sw.Sum(lambda: a[i])
+    with pytest.raises(DescriptionError, match="reduces over nothing"):
+        reduce_nothing.describe({"a": (16,)})
+
+    @sw.op
+    def unread(a, b):
+        return lambda i: a[i] * 2
+    with pytest.raises(DescriptionError, match="'b' is never read"):
+        unread.describe({"a": (16,), "b": (3,)})
+
+    @sw.op
+    def no_range(a):
+        return lambda i, j: a[2 * i + j]
+    with pytest.raises(DescriptionError, match="cannot infer the range"):
+        no_range.describe({"a": (16,)})
+
+    with pytest.raises(DescriptionError, match="no shape"):
+        conv1d.describe({"data": (1, 2, 3)})
+    g = sw.Graph("g")
+    x = g.input("x", (2, 4, 8))
+    with pytest.raises(sw.GraphError, match="takes 1 tensor"):
+        g.custom(conv1d, [x, x], weights={"filters": (4, 2, 3)})
+    with pytest.raises(sw.GraphError, match="@sw.op"):
+        g.custom(lambda a: a, [x])
