@@ -155,7 +155,7 @@ class DeviceGraph:
         g = cls(f"{nodes}x{devices_per_node} {device}")
         for n in range(nodes):
             for k in range(devices_per_node):
-                g.add_device(f"n{n}.{device.lower()}{k}", spec.flops, spec.memory, spec.mem_bandwidth, node=n)
+                g.add_device(f"n{n}.{device.lower()}-{k}", spec.flops, spec.memory, spec.mem_bandwidth, node=n)
         count = len(g.devices)
         for i in range(count):
             for j in range(i + 1, count):
