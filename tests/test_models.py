@@ -183,3 +183,20 @@ def test_bad_aux_and_unknown_kwarg():
         models.inception_v3(aux="yes")
     with pytest.raises(TypeError):
         models.get("vgg16", depth=19)
+
+
+def test_wide_resnets_match_seed_004_table_1():
+    """Table 1 is weights + gradients + momentum in GiB: three times our float32 weights."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "tofu_models.py"
+    spec = importlib.util.spec_from_file_location("tofu_models", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for depth, width, params, weights, triple, paper in mod.rows():
+        assert triple == pytest.approx(paper, rel=0.03), (depth, width)
+    g = sw.models.wide_resnet(152, 10, batch=1)
+    assert g.num_parameters() * 4 / 2 ** 30 == pytest.approx(22, rel=0.02)   # "22GB for just its weights"
+    with pytest.raises(sw.ShapeError):
+        sw.models.wide_resnet(34, 4)

@@ -19,7 +19,7 @@ from ..graph import Graph
 from .alexnet import alexnet
 from .inception import inception_v3
 from .lenet import lenet5
-from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152
+from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
 from .small import alexnet_small, inception_small, resnet18_small, vgg_small
 from .vgg import vgg16
 
@@ -66,4 +66,4 @@ def get(name: str, **kwargs: Any) -> Graph:
 
 __all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
            "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "SMALL", "alexnet_small", "vgg_small",
-           "resnet18_small", "inception_small"]
+           "resnet18_small", "inception_small", "wide_resnet"]

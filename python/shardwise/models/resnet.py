@@ -9,6 +9,7 @@ as functions are named ``<block>.relu1``, ``<block>.relu2``, ``<block>.add`` and
 from __future__ import annotations
 
 from ._common import check_args
+from ..errors import ShapeError
 from ..graph import Graph, Tensor
 
 
@@ -52,16 +53,18 @@ def _bottleneck(g: Graph, x: Tensor, planes: int, stride: int, prefix: str) -> T
 
 
 def _resnet(model: str, bottleneck: bool, layers: tuple[int, int, int, int], batch: int,
-            num_classes: int) -> Graph:
+            num_classes: int, width: int = 1) -> Graph:
+    """``width`` multiplies every convolution's channels (Wide ResNets as seed 004 uses them)."""
     check_args(model, batch, num_classes)
     block = _bottleneck if bottleneck else _basic_block
     g = Graph(model)
     x = g.input("data", (batch, 3, 224, 224))
-    x = g.conv2d(x, 64, kernel=7, stride=2, padding=3, bias=False, name="conv1")
+    x = g.conv2d(x, 64 * width, kernel=7, stride=2, padding=3, bias=False, name="conv1")
     x = g.batchnorm2d(x, name="bn1")
     x = g.relu(x, name="relu")
     x = g.pool2d(x, kernel=3, stride=2, padding=1, kind="max", name="maxpool")
-    for stage, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers), start=1):
+    for stage, (planes, blocks) in enumerate(zip((64 * width, 128 * width, 256 * width, 512 * width), layers),
+                                             start=1):
         for b in range(blocks):
             stride = 2 if stage > 1 and b == 0 else 1
             x = block(g, x, planes, stride, f"layer{stage}.{b}")
@@ -143,3 +146,18 @@ def resnet152(batch: int = 512, num_classes: int = 1000) -> Graph:
     Parameters: 60,192,808 for 1000 classes.
     """
     return _resnet("resnet152", True, (3, 8, 36, 3), batch, num_classes)
+
+
+WIDE_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
+
+def wide_resnet(depth: int = 50, width: int = 4, batch: int = 32, num_classes: int = 1000) -> Graph:
+    """Wide ResNet as seed 004 uses it (WResNet-<depth>-<width>): the Bottleneck ResNet of
+    ``depth`` layers with every convolution's input and output channels multiplied by
+    ``width``, so each weight tensor grows by about width^2 (section 6.1).  On 224x224 images.
+    Parameters (float32 bytes) are printed beside seed 004 Table 1 by benchmarks/tofu_models.py."""
+    if depth not in WIDE_DEPTHS:
+        raise ShapeError(f"wide_resnet: depth must be one of {sorted(WIDE_DEPTHS)}, got {depth!r}")
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ShapeError(f"wide_resnet: width must be a positive int, got {width!r}")
+    return _resnet(f"wresnet{depth}_{width}", True, WIDE_DEPTHS[depth], batch, num_classes, width)
