@@ -20,6 +20,35 @@ from .opdesc import DATA
 from .reference import BN_EPS
 
 
+_MALLOC_TUNED = False
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc to keep freed blocks for reuse instead of returning them to the OS.
+
+    The executor allocates its buffers afresh every step.  By default glibc serves
+    blocks above 128 KiB with mmap and unmaps them when freed, so every step
+    page-faults all its activations back in: measured on the scaled ResNet-18, steps
+    took 450-800 ms instead of 315-330 ms.  Raising the mmap threshold to 32 MiB
+    (glibc's maximum) and the trim threshold keeps that memory in the heap, as a
+    caching allocator would.  It applies to the whole process, once; elsewhere than
+    glibc it does nothing.  Buffer reuse inside the executor is the lasting fix."""
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED:
+        return True
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        ok = libc.mallopt(m_mmap_threshold, 32 << 20) == 1 and libc.mallopt(m_trim_threshold, 1 << 30) == 1
+    except (OSError, AttributeError):
+        ok = False
+    _MALLOC_TUNED = ok
+    return ok
+
+
 def lo_of(box: Box) -> tuple[int, ...]:
     return tuple(lo for lo, _ in box)
 
@@ -43,6 +72,7 @@ class CpuExecutor:
     """Executes the tasks of one iteration in order; parameters and momentum persist."""
 
     def __init__(self, graph: Graph, tg: TaskGraph) -> None:
+        keep_freed_memory()
         self.graph = graph
         self.tg = tg
         self.ops = {op.name: op for op in graph.ops}
