@@ -32,6 +32,7 @@ backward pass, staging regions, gradients).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from math import prod
 from typing import Iterable, Sequence
@@ -73,17 +74,57 @@ def worker_boxes(shape: Sequence[int], degrees: Sequence[int]) -> list[Box]:
     return boxes
 
 
+def overlapping_workers(region: Box, shape: Sequence[int], degrees: Sequence[int]):
+    """(worker index, piece) for every worker of the row-major grid ``degrees`` over
+    ``shape`` whose box meets ``region``, without looking at the others."""
+    ranges = []
+    for (lo, hi), size, deg in zip(region, shape, degrees):
+        step = size // deg
+        ranges.append(range(lo // step, (hi - 1) // step + 1))
+    strides = []
+    acc = 1
+    for deg in reversed(degrees):
+        strides.append(acc)
+        acc *= deg
+    strides.reverse()
+    for coords in itertools.product(*ranges):
+        piece = []
+        for (lo, hi), c, size, deg in zip(region, coords, shape, degrees):
+            step = size // deg
+            piece.append((max(lo, c * step), min(hi, (c + 1) * step)))
+        yield sum(c * st for c, st in zip(coords, strides)), tuple(piece)
+
+
+_COMPILED: dict[tuple[int, int], tuple] = {}
+
+
+def _compiled(desc: OpDesc, slot: int) -> tuple:
+    """The index expressions of one input in a form cheap to evaluate: per input dimension
+    (nonzero (variable, coefficient) pairs, offset, div, mod, size).  Cached per description."""
+    key = (id(desc), slot)
+    hit = _COMPILED.get(key)
+    if hit is not None and hit[0] is desc:
+        return hit[1]
+    inp = desc.inputs[slot]
+    dims = tuple((tuple((v, c) for v, c in enumerate(e.coefs) if c), e.offset, e.div, e.mod, size)
+                 for e, size in zip(inp.exprs, inp.shape))
+    _COMPILED[key] = (desc, (dims, inp.window))
+    return dims, inp.window
+
+
 def input_region(desc: OpDesc, slot: int, out_box: Box) -> Box | None:
     """The box of input ``slot`` read by the points of ``out_box`` (all reductions in
     full), clipped to the input; None when the input is not read (outside its window).
     Interval arithmetic on the index expressions, exactly as csrc/region.c."""
-    inp = desc.inputs[slot]
+    dims, window = _compiled(desc, slot)
+    out_rank = desc.out_rank
     lo_v, hi_v = [], []
     for v, extent in enumerate(desc.extents):
-        if v < desc.out_rank:
+        if v < out_rank:
             lo, hi = out_box[v]
-            if inp.window is not None:
-                lo, hi = max(lo, inp.window[v][0]), min(hi, inp.window[v][1])
+            if window is not None:
+                wl, wh = window[v]
+                lo, hi = (wl if wl > lo else lo), (wh if wh < hi else hi)
             if hi <= lo:
                 return None
         else:
@@ -91,23 +132,27 @@ def input_region(desc: OpDesc, slot: int, out_box: Box) -> Box | None:
         lo_v.append(lo)
         hi_v.append(hi - 1)  # inclusive
     region = []
-    for d, e in enumerate(inp.exprs):
-        a = b = e.offset
-        for v, c in enumerate(e.coefs):
+    for terms, offset, div, mod, size in dims:
+        a = b = offset
+        for v, c in terms:
             if c > 0:
                 a += c * lo_v[v]
                 b += c * hi_v[v]
-            elif c < 0:
+            else:
                 a += c * hi_v[v]
                 b += c * lo_v[v]
-        a, b = a // e.div, b // e.div
-        if e.mod:
-            if b - a + 1 >= e.mod or a // e.mod != b // e.mod:
-                a, b = 0, e.mod - 1
+        if div != 1:
+            a, b = a // div, b // div
+        if mod:
+            if b - a + 1 >= mod or a // mod != b // mod:
+                a, b = 0, mod - 1
             else:
-                base = (a // e.mod) * e.mod
+                base = (a // mod) * mod
                 a, b = a - base, b - base
-        a, b = max(a, 0), min(b, inp.shape[d] - 1)
+        if a < 0:
+            a = 0
+        if b > size - 1:
+            b = size - 1
         if b < a:
             return None
         region.append((a, b + 1))
@@ -207,8 +252,17 @@ class _Lowering:
         self.grad: dict[str, list[int]] = {}
         self.grad_last: dict[str, list[int | None]] = {}      # last accumulate into each worker's grad
         self.weight_grad_task: dict[tuple[str, str, int], int] = {}
+        self._regions: dict[tuple[int, int, Box], Box | None] = {}
 
     # ---- helpers
+    def region(self, op: Op, slot: int, box: Box) -> Box | None:
+        """input_region, memoized: forward, backward and synchronization ask for the same ones."""
+        key = (op.index, slot, box)
+        r = self._regions.get(key, self)
+        if r is self:
+            r = self._regions[key] = input_region(op.desc, slot, box)
+        return r
+
     def buffer(self, device: int, kind: str, tensor: str, box: Box) -> int:
         b = Buffer(len(self.tg.buffers), device, kind, tensor, box)
         self.tg.buffers.append(b)
@@ -250,7 +304,7 @@ class _Lowering:
 
     def gather(self, op: Op, slot: int, w: int, box: Box, dev: int, producer: Op) -> tuple[int | None, int | None]:
         """Bring the region of input ``slot`` that worker ``w`` reads onto ``dev``."""
-        region = input_region(op.desc, slot, box)
+        region = self.region(op, slot, box)
         if region is None:
             self.regions[(op.name, slot, w)] = (None, None)  # type: ignore[assignment]
             return None, None
@@ -263,10 +317,8 @@ class _Lowering:
         buf = self.buffer(dev, "region", producer.name, region)
         last = None
         deps = []
-        for s, (sbox, sdev) in enumerate(zip(self.boxes[producer.name], src_cfg.devices)):
-            piece = intersect(region, sbox)
-            if piece is None:
-                continue
+        for s, piece in overlapping_workers(region, producer.shape, src_cfg.degrees):
+            sdev = src_cfg.devices[s]
             moved = volume(piece) * BYTES_PER_ELEMENT if sdev != dev else 0
             last = self.task("copy", dev, "forward", op.name, [self.act[producer.name][s]], [buf],
                              [self.act_task[producer.name][s]], worker=w, slot=slot, box=piece, src_device=sdev,
@@ -282,7 +334,7 @@ class _Lowering:
         for k, inp in enumerate(op.desc.inputs):
             if inp.role != WEIGHT:
                 continue
-            region = input_region(op.desc, k, box)
+            region = self.region(op, k, box)
             pname = self.param_name(op, k)
             buf = self.buffer(dev, "param", f"{op.name}.{pname}", region)
             self.params[(op.name, pname, w)] = buf
@@ -298,7 +350,7 @@ class _Lowering:
         """Workers reading the same box of input ``slot``, in worker order (as csrc/cost.c)."""
         groups: dict[Box, list[int]] = {}
         for w, box in enumerate(self.boxes[op.name]):
-            groups.setdefault(input_region(op.desc, slot, box), []).append(w)
+            groups.setdefault(self.region(op, slot, box), []).append(w)
         return list(groups.values())
 
     def lower_batchnorm_forward(self, op: Op, cfg: OpConfig, boxes: list[Box], data_slots: list[int]) -> None:
@@ -308,7 +360,7 @@ class _Lowering:
         for w, (box, dev) in enumerate(zip(boxes, cfg.devices)):
             buf, t = self.gather(op, data_slots[0], w, box, dev, self.graph.ops[op.inputs[0]])
             regions.append((buf, t))
-            sbox = input_region(op.desc, stat_slot, box)
+            sbox = self.region(op, stat_slot, box)
             s = self.buffer(dev, "stats", f"{op.name}.stats", sbox)
             partial.append(s)
             stat_tasks.append(self.task("bn_stats", dev, "forward", op.name, [buf], [s], [t], worker=w))
@@ -385,7 +437,7 @@ class _Lowering:
                 for k, inp in enumerate(op.desc.inputs):
                     if inp.role == WEIGHT:
                         pname = self.param_name(op, k)
-                        region = input_region(op.desc, k, box)
+                        region = self.region(op, k, box)
                         writes.append(self.buffer(dev, "param_grad", f"{op.name}.{pname}", region))
                 t = self.task("backward_weight", dev, "backward", op.name, reads, writes, gdeps, worker=w)
                 for k, buf in zip([k for k, i in enumerate(op.desc.inputs) if i.role == WEIGHT], writes):
@@ -397,7 +449,7 @@ class _Lowering:
         grads, ready_grad = self.grad.get(op.name), self.grad_last.get(op.name)
         partial, tasks = [], []
         for w, (box, dev) in enumerate(zip(boxes, cfg.devices)):
-            s = self.buffer(dev, "stats", f"{op.name}.grad_stats", input_region(op.desc, stat_slot, box))
+            s = self.buffer(dev, "stats", f"{op.name}.grad_stats", self.region(op, stat_slot, box))
             reads = [grads[w]] if grads else []
             partial.append(s)
             tasks.append(self.task("bn_backward_stats", dev, "backward", op.name,
@@ -414,10 +466,8 @@ class _Lowering:
                                    for b, d in zip(self.boxes[src.name], cfg.devices)]
             self.grad_last[src.name] = [None] * len(cfg.devices)
         cfg = self.config(src)
-        for s, (sbox, sdev) in enumerate(zip(self.boxes[src.name], cfg.devices)):
-            piece = intersect(region, sbox)
-            if piece is None:
-                continue
+        for s, piece in overlapping_workers(region, src.shape, cfg.degrees):
+            sdev = cfg.devices[s]
             read, dep = pbuf, ptask
             if sdev != dev:
                 recv = self.buffer(sdev, "recv", f"{src.name}.grad", piece)
@@ -476,4 +526,14 @@ def lower(plan: Plan) -> TaskGraph:
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
-    return _Lowering(plan).run()
+    import gc
+
+    # tens of thousands of small objects: the cyclic collector would rescan them over and
+    # over (none of them forms a cycle), which doubles the time on large graphs
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Lowering(plan).run()
+    finally:
+        if enabled:
+            gc.enable()

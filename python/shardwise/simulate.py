@@ -192,7 +192,15 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=Non
             text = ", ".join(f"{plan.devices.devices[d].name}: {m / 1e9:.2f} GB > "
                              f"{plan.devices.devices[d].memory / 1e9:.2f} GB" for d, m in sorted(over.items()))
             raise MemoryOverflow(f"plan {plan.name!r} does not fit: {text}")
-    return _run(tg, plan.devices, memory, engine, costs)
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()  # tens of thousands of events and none forms a cycle (see lower())
+    try:
+        return _run(tg, plan.devices, memory, engine, costs)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
