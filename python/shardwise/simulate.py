@@ -23,7 +23,7 @@ apart:
 The event loop runs in C (csrc/simulate.c); ``engine="python"`` runs the same
 rules in Python, the reference the tests compare it with.  The lowering and the
 durations are still computed in Python, which dominates the time on large
-graphs (about half a second for Inception-v3 on 16 devices).
+graphs (0.65 s for Inception-v3 on 16 devices, 0.26 s of it lowering).
 """
 from __future__ import annotations
 
