@@ -25,6 +25,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import shardwise as sw
+from shardwise.problem import dim_names
 
 
 def examples(n: int) -> int:
@@ -465,3 +466,51 @@ def random_device_graphs(draw) -> sw.DeviceGraph:
         j = draw(st.integers(0, n - 1).filter(lambda x, i=i: x != i))
         d.add_link(i, j, bandwidth=draw(bw), bidirectional=draw(st.booleans()))
     return d
+
+
+# ----------------------------------------------------------------------------- random plans
+def valid_degrees(op, ndev: int) -> list[tuple[int, ...]]:
+    """Every degree vector of ``op`` with at most ``ndev`` workers (degrees divide their
+    dimension and keep its granule), as the planner allows them."""
+    granules = op.desc.split_granules()
+    options = [[k for k in range(1, ndev + 1) if s % k == 0 and (s // k) % q == 0]
+               for s, q in zip(op.shape, granules)]
+    return [d for d in itertools.product(*options) if math.prod(d) <= ndev]
+
+
+def random_plan(g: sw.Graph, d: sw.DeviceGraph, rng: np.random.Generator) -> sw.Plan:
+    """A plan giving every op a random valid configuration on a random set of devices."""
+    spec = {}
+    for op in g.ops:
+        degs = valid_degrees(op, len(d))
+        pick = degs[rng.integers(len(degs))]
+        spec[op.name] = {**dict(zip(dim_names(len(op.shape)), pick)),
+                         "devices": [int(v) for v in rng.permutation(len(d))[:math.prod(pick)]]}
+    return sw.Plan.from_dict(g, d, spec)
+
+
+def assert_other_threads_run(work) -> None:
+    """Run ``work()`` on a thread and check this thread keeps running meanwhile: the C
+    code it calls releases the GIL (the longest pause here is under half of its run)."""
+    import threading
+    import time
+
+    done = threading.Event()
+    box = {}
+
+    def target():
+        t0 = time.perf_counter()
+        work()
+        box["seconds"] = time.perf_counter() - t0
+        done.set()
+
+    worker = threading.Thread(target=target)
+    stamps = []
+    worker.start()
+    while not done.is_set():
+        stamps.append(time.perf_counter())
+        time.sleep(0.001)
+    worker.join()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert box["seconds"] > 0.02
+    assert max(gaps) < box["seconds"] / 2

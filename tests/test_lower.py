@@ -7,7 +7,6 @@ between devices must equal the bytes the cost model charges, for any plan.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -16,27 +15,8 @@ from hypothesis import strategies as st
 
 import shardwise as sw
 from shardwise.lower import input_region, intersect, lower, volume, worker_boxes
-from shardwise.problem import dim_names
 
-from strategies_random import build_graph, examples, graph_recipes
-
-
-def valid_degrees(op, ndev):
-    granules = op.desc.split_granules()
-    options = [[k for k in range(1, ndev + 1) if s % k == 0 and (s // k) % g == 0]
-               for s, g in zip(op.shape, granules)]
-    return [d for d in itertools.product(*options) if math.prod(d) <= ndev]
-
-
-def random_plan(g, d, rng):
-    spec = {}
-    for op in g.ops:
-        degs = valid_degrees(op, len(d))
-        pick = degs[rng.integers(len(degs))]
-        k = math.prod(pick)
-        spec[op.name] = {**dict(zip(dim_names(len(op.shape)), pick)),
-                         "devices": [int(x) for x in rng.permutation(len(d))[:k]]}
-    return sw.Plan.from_dict(g, d, spec)
+from strategies_random import build_graph, examples, graph_recipes, random_plan
 
 
 def check_task_graph(plan):

@@ -6,7 +6,6 @@ plans on 1-4 workers and must reproduce its losses and weights.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -15,8 +14,8 @@ import pytest
 import shardwise as sw
 from shardwise import reference as ref
 from shardwise.init import init_params
-from shardwise.problem import dim_names
 from shardwise.train import SGD, Trainer, TrainingError
+from strategies_random import assert_other_threads_run, random_plan
 
 RTOL = 1e-4
 
@@ -40,23 +39,6 @@ def mixed_graph(batch: int = 8) -> sw.Graph:
     x = g.linear(x, 5, name="fc2")
     g.softmax(x, name="prob")
     return g
-
-
-def valid_degrees(op, ndev):
-    granules = op.desc.split_granules()
-    options = [[k for k in range(1, ndev + 1) if s % k == 0 and (s // k) % q == 0]
-               for s, q in zip(op.shape, granules)]
-    return [d for d in itertools.product(*options) if math.prod(d) <= ndev]
-
-
-def random_plan(g, d, rng):
-    spec = {}
-    for op in g.ops:
-        degs = valid_degrees(op, len(d))
-        pick = degs[rng.integers(len(degs))]
-        spec[op.name] = {**dict(zip(dim_names(len(op.shape)), pick)),
-                         "devices": [int(v) for v in rng.permutation(len(d))[:math.prod(pick)]]}
-    return sw.Plan.from_dict(g, d, spec)
 
 
 def reference_run(g, x, y, steps, opt):
@@ -273,30 +255,9 @@ def test_planned_memory_matches_measured_within_10_percent(model):
 
 def test_other_threads_run_while_a_step_runs():
     """The kernels release the GIL: a Python thread keeps running during a training step."""
-    import threading
-    import time
-
     g = sw.models.get("alexnet_small", batch=16)
     t = Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)))
     x = np.random.default_rng(0).standard_normal(g.ops[0].shape).astype(np.float32)
     y = np.arange(16) % 10
     t.step(x, y)
-    done = threading.Event()
-    box = {}
-
-    def work():
-        t0 = time.perf_counter()
-        t.step(x, y)
-        box["seconds"] = time.perf_counter() - t0
-        done.set()
-
-    worker = threading.Thread(target=work)
-    stamps = []
-    worker.start()
-    while not done.is_set():
-        stamps.append(time.perf_counter())
-        time.sleep(0.001)
-    worker.join()
-    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    assert box["seconds"] > 0.02
-    assert max(gaps) < box["seconds"] / 2
+    assert_other_threads_run(lambda: t.step(x, y))

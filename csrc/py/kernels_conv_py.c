@@ -15,19 +15,10 @@
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window, sw_conv2d_*, sw_linear_* */
 #include "../shardwise.h"    /* sw_status, sw_last_error */
+#include "pyerr.h"           /* sw_py_raise */
 
 /* ------------------------------------------------------------------ conversion */
 
-static PyObject *raise_kernel_status(sw_status s) {
-    PyObject *type = PyExc_RuntimeError;
-    if (s == SW_ERR_VALUE) {
-        type = PyExc_ValueError;
-    } else if (s == SW_ERR_NOMEM) {
-        type = PyExc_MemoryError;
-    }
-    PyErr_SetString(type, sw_last_error());
-    return NULL;
-}
 
 /* One Python integer (or NumPy integer) as int64; ValueError otherwise. */
 static int as_int64(PyObject *obj, int64_t *out, const char *what) {
@@ -226,7 +217,7 @@ static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwd
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         release(&h);
-        return raise_kernel_status(s);
+        return sw_py_raise(s);
     }
     Py_INCREF(ya);
     release(&h);
@@ -261,7 +252,7 @@ static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObjec
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         release(&h);
-        return raise_kernel_status(s);
+        return sw_py_raise(s);
     }
     Py_INCREF(dxa);
     release(&h);
@@ -339,7 +330,7 @@ static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObj
     Py_BEGIN_ALLOW_THREADS
     s = sw_conv2d_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL, &p);
     Py_END_ALLOW_THREADS
-    PyObject *result = s == SW_OK ? weight_result(dwa, dba) : raise_kernel_status(s);
+    PyObject *result = s == SW_OK ? weight_result(dwa, dba) : sw_py_raise(s);
     release(&h);
     return result;
 }
@@ -374,7 +365,7 @@ static PyObject *py_linear_forward(PyObject *self, PyObject *args, PyObject *kwd
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         release(&h);
-        return raise_kernel_status(s);
+        return sw_py_raise(s);
     }
     Py_INCREF(ya);
     release(&h);
@@ -405,7 +396,7 @@ static PyObject *py_linear_backward_data(PyObject *self, PyObject *args, PyObjec
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         release(&h);
-        return raise_kernel_status(s);
+        return sw_py_raise(s);
     }
     Py_INCREF(dxa);
     release(&h);
@@ -434,7 +425,7 @@ static PyObject *py_linear_backward_weight(PyObject *self, PyObject *args, PyObj
     Py_BEGIN_ALLOW_THREADS
     s = sw_linear_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL);
     Py_END_ALLOW_THREADS
-    PyObject *result = s == SW_OK ? weight_result(dwa, dba) : raise_kernel_status(s);
+    PyObject *result = s == SW_OK ? weight_result(dwa, dba) : sw_py_raise(s);
     release(&h);
     return result;
 }

@@ -22,21 +22,12 @@
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window, the kernels */
 #include "../shardwise.h"    /* sw_status, sw_last_error, SW_MAX_RANK */
+#include "pyerr.h"           /* sw_py_raise */
 
 /* Coordinates beyond this are refused before they reach index arithmetic. */
 #define COORD_LIMIT ((int64_t)1 << 40)
 
 /* ------------------------------------------------------------------ helpers */
-static PyObject *raise_status(sw_status s) {
-    PyObject *type = PyExc_RuntimeError;
-    if (s == SW_ERR_VALUE) {
-        type = PyExc_ValueError;
-    } else if (s == SW_ERR_NOMEM) {
-        type = PyExc_MemoryError;
-    }
-    PyErr_SetString(type, sw_last_error());
-    return NULL;
-}
 
 /* An array argument (owned reference) and the view over it. */
 typedef struct {
@@ -266,7 +257,7 @@ static PyObject *finish(sw_status s, arg_view *args, int nargs, PyArrayObject **
     release(args, nargs);
     if (s != SW_OK) {
         Py_CLEAR(*result);
-        return raise_status(s);
+        return sw_py_raise(s);
     }
     return (PyObject *)*result;
 }
@@ -444,7 +435,7 @@ static PyObject *py_bn_apply(PyObject *Py_UNUSED(m), PyObject *args) {
     s = sw_bn_apply(&a[0].v, f[0], f[1], f[2], f[3], &a[1].v);
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
-        raise_status(s);
+        sw_py_raise(s);
         goto done;
     }
     result = (PyObject *)a[1].arr;
@@ -486,7 +477,7 @@ static PyObject *py_bn_backward_sums(PyObject *Py_UNUSED(m), PyObject *args) {
     s = sw_bn_backward_sums(&a[0].v, &a[1].v, mp, ip, sp);
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
-        raise_status(s);
+        sw_py_raise(s);
         goto done;
     }
     result = (PyObject *)sums;
@@ -543,7 +534,7 @@ static PyObject *py_bn_backward_apply(PyObject *Py_UNUSED(m), PyObject *args) {
     s = sw_bn_backward_apply(&a[0].v, &a[1].v, mp, ip, gp, sp, (int64_t)count, &a[2].v);
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
-        raise_status(s);
+        sw_py_raise(s);
         goto done;
     }
     result = (PyObject *)a[2].arr;
@@ -655,7 +646,7 @@ static PyObject *move_box(PyObject *args, int accumulate) {
     Py_END_ALLOW_THREADS
     release(a, 1);
     if (s != SW_OK) {
-        return raise_status(s);
+        return sw_py_raise(s);
     }
     Py_RETURN_NONE;
 }

@@ -13,13 +13,14 @@
 
 #include "../cpu/kernels.h"
 #include "../shardwise.h"
+#include "pyerr.h"  /* sw_py_raise */
 
 /* test entry points of the CPU kernels, one file per kernel family */
 int sw_py_register_conv_kernels(PyObject *module);
 int sw_py_register_misc_kernels(PyObject *module);
 
 /* ------------------------------------------------------------------ errors */
-static PyObject *raise_status(sw_status s) {
+PyObject *sw_py_raise(sw_status s) {
     PyObject *type = PyExc_RuntimeError;
     if (s == SW_ERR_VALUE) {
         type = PyExc_ValueError;
@@ -87,7 +88,7 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals) 
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         Py_DECREF(choice);
-        return raise_status(s);
+        return sw_py_raise(s);
     }
     PyObject *sd = stats_dict(&stats);
     if (!sd) {
@@ -162,7 +163,7 @@ static int Problem_init(ProblemObject *self, PyObject *args, PyObject *kwds) {
     sw_status s = sw_problem_new(&self->p, PyArray_DATA(blob), PyArray_DIM(blob, 0), PyArray_DATA(flops),
                                  (int)ndev, PyArray_DATA(df), PyArray_DATA(dm), PyArray_DATA(bw));
     if (s != SW_OK) {
-        raise_status(s);
+        sw_py_raise(s);
         goto done;
     }
     rc = 0;
@@ -220,7 +221,7 @@ static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
     sw_status s = sw_problem_enumerate(self->p, PyArray_DATA(counts), (int)PyArray_DIM(counts, 0));
     Py_DECREF(counts);
     if (s != SW_OK) {
-        return raise_status(s);
+        return sw_py_raise(s);
     }
     Py_RETURN_NONE;
 }
@@ -245,7 +246,7 @@ static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
     sw_status s = sw_problem_set_configs(self->p, op, (int)PyArray_DIM(deg, 0), PyArray_DATA(deg),
                                          PyArray_DATA(dev), (int)PyArray_DIM(dev, 1));
     if (s != SW_OK) {
-        raise_status(s);
+        sw_py_raise(s);
         goto done;
     }
     result = Py_NewRef(Py_None);
@@ -304,7 +305,7 @@ static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObj
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (s != SW_OK) {
-        return raise_status(s);
+        return sw_py_raise(s);
     }
     Py_RETURN_NONE;
 }
@@ -635,7 +636,7 @@ static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         Py_DECREF(start);
-        raise_status(s);
+        sw_py_raise(s);
         goto done;
     }
     result = Py_BuildValue("(Nd)", start, makespan);
