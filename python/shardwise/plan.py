@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from math import prod
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .atomic import write_atomically
 from .costs import ComputeCosts, apply_profile
 from .devices import DeviceGraph
 from .errors import ConfigError, PlanFileError
@@ -268,23 +268,7 @@ class Plan:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the plan as JSON atomically (temporary file, fsync, rename)."""
-        text = json.dumps(self.to_dict(), indent=1)
-        path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=directory)
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a plan file is an ordinary file
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, json.dumps(self.to_dict(), indent=1).encode())
 
     @classmethod
     def load(cls, path: str | os.PathLike, graph: Graph, devices: DeviceGraph) -> "Plan":

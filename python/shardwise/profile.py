@@ -24,13 +24,13 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .atomic import write_atomically
 from .devices import Device, DeviceGraph
 from .errors import ShardwiseError
 from .graph import Graph, Op
@@ -98,17 +98,7 @@ class Profile:
         path = os.fspath(path)
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_dict(), f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, json.dumps(self.to_dict()).encode())
 
     @classmethod
     def load(cls, path: str | os.PathLike, graph: Graph) -> "Profile":

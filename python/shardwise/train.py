@@ -17,7 +17,6 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from .atomic import write_atomically
 from .backend_cpu import CpuExecutor
 from .errors import ConfigError, ShapeError, ShardwiseError
 from .graph import Graph
@@ -257,18 +257,7 @@ class Trainer:
         np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
         payload = buf.getvalue()
         digest = hashlib.sha256(payload).hexdigest().encode()
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(b"SWCKPT1\n" + digest + b"\n" + payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, b"SWCKPT1\n" + digest + b"\n" + payload)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint` for the same graph and plan.

@@ -9,9 +9,11 @@ imported only here (``pip install matplotlib``).
 """
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from typing import Any
+
+from .atomic import write_atomically
 
 
 def depths(graph) -> list[int]:
@@ -23,18 +25,10 @@ def depths(graph) -> list[int]:
 
 
 def save_figure(fig: Any, path: str) -> None:
-    """Write a figure atomically: a temporary file in the same folder, then rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    suffix = os.path.splitext(path)[1] or ".png"
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=suffix, dir=directory)
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write a figure atomically, in the format its file name's extension names (png by default)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=(os.path.splitext(path)[1][1:] or "png"))
+    write_atomically(path, buffer.getvalue())
 
 
 def plot_plan(plan, path: str | None = None, max_label: int = 18, wrap: int = 10):
