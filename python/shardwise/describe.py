@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .errors import ShardwiseError
+from .lower import expr_interval
 from .opdesc import DATA, WEIGHT, IndexExpr, InputDesc, OpDesc
 
 
@@ -472,19 +473,9 @@ class Strategy:
 
 
 def _interval(e: IndexExpr, lo: Sequence[int], hi: Sequence[int]) -> tuple[int, int]:
-    a = b = e.offset
-    for c, l, h in zip(e.coefs, lo, hi):
-        if c > 0:
-            a, b = a + c * l, b + c * (h - 1)
-        elif c < 0:
-            a, b = a + c * (h - 1), b + c * l
-    a, b = a // e.div, b // e.div
-    if e.mod:
-        if b - a + 1 >= e.mod or a // e.mod != b // e.mod:
-            a, b = 0, e.mod - 1
-        else:
-            a, b = a % e.mod, b % e.mod
-    return a, b
+    """The interval an index expression takes over the half-open box [lo, hi) of all variables."""
+    terms = [(v, c) for v, c in enumerate(e.coefs) if c]
+    return expr_interval(terms, e.offset, e.div, e.mod, lo, [h - 1 for h in hi])
 
 
 def _exact(e: IndexExpr, lo: Sequence[int], hi: Sequence[int]) -> bool:

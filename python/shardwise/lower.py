@@ -112,6 +112,29 @@ def _compiled(desc: OpDesc, slot: int) -> tuple:
     return dims, inp.window
 
 
+def expr_interval(terms: Sequence[tuple[int, int]], offset: int, div: int, mod: int,
+                  lo_v: Sequence[int], hi_v: Sequence[int]) -> tuple[int, int]:
+    """Inclusive interval of ((sum coef * v + offset) // div) % mod when each variable v
+    ranges over [lo_v[v], hi_v[v]] (inclusive); ``terms`` lists the nonzero (v, coef)."""
+    a = b = offset
+    for v, c in terms:
+        if c > 0:
+            a += c * lo_v[v]
+            b += c * hi_v[v]
+        else:
+            a += c * hi_v[v]
+            b += c * lo_v[v]
+    if div != 1:
+        a, b = a // div, b // div
+    if mod:
+        if b - a + 1 >= mod or a // mod != b // mod:
+            a, b = 0, mod - 1  # wraps around: the whole period
+        else:
+            base = (a // mod) * mod
+            a, b = a - base, b - base
+    return a, b
+
+
 def input_region(desc: OpDesc, slot: int, out_box: Box) -> Box | None:
     """The box of input ``slot`` read by the points of ``out_box`` (all reductions in
     full), clipped to the input; None when the input is not read (outside its window).
@@ -133,22 +156,7 @@ def input_region(desc: OpDesc, slot: int, out_box: Box) -> Box | None:
         hi_v.append(hi - 1)  # inclusive
     region = []
     for terms, offset, div, mod, size in dims:
-        a = b = offset
-        for v, c in terms:
-            if c > 0:
-                a += c * lo_v[v]
-                b += c * hi_v[v]
-            else:
-                a += c * hi_v[v]
-                b += c * lo_v[v]
-        if div != 1:
-            a, b = a // div, b // div
-        if mod:
-            if b - a + 1 >= mod or a // mod != b // mod:
-                a, b = 0, mod - 1
-            else:
-                base = (a // mod) * mod
-                a, b = a - base, b - base
+        a, b = expr_interval(terms, offset, div, mod, lo_v, hi_v)
         if a < 0:
             a = 0
         if b > size - 1:
