@@ -6,6 +6,10 @@
     plan = sw.search(g, d)
     print(plan.summary())
 """
+from ._blas import preload_openblas
+
+preload_openblas()
+
 from .errors import (ConfigError, DeviceGraphError, GraphError, PlanFileError, SearchError, ShapeError,
                      ShardwiseError)
 from .graph import Graph, Op, Tensor
