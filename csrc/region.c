@@ -4,7 +4,10 @@
  * the full reduction ranges) under each input dimension's index expression,
  * computed by interval arithmetic and clipped to the input (padding).  For a
  * plain affine expression the interval is exact per dimension; this is where
- * convolution halos come from.
+ * convolution halos come from.  sw_iteration_region does the same for any box
+ * of the iteration space (reduction dimensions split too: partition-n-reduce,
+ * and the symbolic interval analysis of seed 004 section 3.2 behind
+ * shardwise.strategies_of).
  */
 #include "shardwise.h"
 
@@ -72,38 +75,80 @@ static void expr_interval(const sw_index_expr *e, int nvars, const int64_t *vlo,
     *hi = b;
 }
 
-int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *region) {
+/* Is the image of expression e over the box [vlo, vhi) every integer of its interval?
+ * Sorting the terms whose variable takes more than one value by |coef|, each
+ * coefficient may be at most one more than the span the smaller terms cover;
+ * a larger one leaves holes (strided reads).  Floor division and modulo are
+ * not analysed: they count as not exact. */
+static int expr_image_is_box(const sw_index_expr *e, int nvars, const int64_t *vlo, const int64_t *vhi) {
+    if (e->div != 1 || e->mod != 0) {
+        return 0;
+    }
+    int64_t coef[SW_MAX_VARS], count[SW_MAX_VARS];
+    int n = 0;
+    for (int v = 0; v < nvars; v++) {
+        if (e->coef[v] != 0 && vhi[v] - vlo[v] > 1) {
+            coef[n] = e->coef[v] < 0 ? -e->coef[v] : e->coef[v];
+            count[n] = vhi[v] - vlo[v];
+            n++;
+        }
+    }
+    for (int i = 1; i < n; i++) {          /* insertion sort by |coef|: n <= SW_MAX_VARS */
+        for (int j = i; j > 0 && coef[j] < coef[j - 1]; j--) {
+            int64_t c = coef[j], k = count[j];
+            coef[j] = coef[j - 1];
+            count[j] = count[j - 1];
+            coef[j - 1] = c;
+            count[j - 1] = k;
+        }
+    }
+    int64_t span = 0;
+    for (int i = 0; i < n; i++) {
+        if (coef[i] > span + 1) {
+            return 0;
+        }
+        span += coef[i] * (count[i] - 1);
+    }
+    return 1;
+}
+
+int sw_iteration_region(const sw_op *op, int slot, const int64_t *vlo_in, const int64_t *vhi_in,
+                        sw_box *region, int *exact) {
     const sw_input *in = &op->inputs[slot];
     int64_t vlo[SW_MAX_VARS], vhi[SW_MAX_VARS];
+    int empty = 0;
     for (int v = 0; v < op->nvars; v++) {
-        if (v < op->out_rank) {
-            vlo[v] = out_box->lo[v];
-            vhi[v] = out_box->hi[v];
-            if (in->has_window) {
-                if (in->win_lo[v] > vlo[v]) {
-                    vlo[v] = in->win_lo[v];
-                }
-                if (in->win_hi[v] < vhi[v]) {
-                    vhi[v] = in->win_hi[v];
-                }
+        vlo[v] = vlo_in[v];
+        vhi[v] = vhi_in[v];
+        if (v < op->out_rank && in->has_window) {
+            if (in->win_lo[v] > vlo[v]) {
+                vlo[v] = in->win_lo[v];
             }
-            if (vhi[v] <= vlo[v]) {
-                region->rank = in->rank;
-                for (int d = 0; d < in->rank; d++) {
-                    region->lo[d] = region->hi[d] = 0;
-                }
-                return 0;
+            if (in->win_hi[v] < vhi[v]) {
+                vhi[v] = in->win_hi[v];
             }
-        } else {
-            vlo[v] = 0;
-            vhi[v] = op->extent[v];
+        }
+        if (vhi[v] <= vlo[v]) {
+            empty = 1;
         }
     }
     region->rank = in->rank;
+    if (empty) {
+        for (int d = 0; d < in->rank; d++) {
+            region->lo[d] = region->hi[d] = 0;
+            if (exact) {
+                exact[d] = 1;
+            }
+        }
+        return 0;
+    }
     int nonempty = 1;
     for (int d = 0; d < in->rank; d++) {
         int64_t lo, hi;
         expr_interval(&in->expr[d], op->nvars, vlo, vhi, &lo, &hi);
+        if (exact) {
+            exact[d] = expr_image_is_box(&in->expr[d], op->nvars, vlo, vhi);
+        }
         if (lo < 0) {
             lo = 0;                /* padding: reads outside the input cost nothing */
         }
@@ -118,6 +163,15 @@ int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *re
         }
     }
     return nonempty;
+}
+
+int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *region) {
+    int64_t vlo[SW_MAX_VARS], vhi[SW_MAX_VARS];
+    for (int v = 0; v < op->nvars; v++) {
+        vlo[v] = v < op->out_rank ? out_box->lo[v] : 0;
+        vhi[v] = v < op->out_rank ? out_box->hi[v] : op->extent[v];
+    }
+    return sw_iteration_region(op, slot, vlo, vhi, region, NULL);
 }
 
 void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out) {

@@ -107,6 +107,12 @@ void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out);
 /* Box of input `slot` read by the points of `out_box` (all reductions in full);
  * returns 0 when this input is not read at all (outside its window). */
 int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *region);
+/* Box of input `slot` read by the iteration box [vlo, vhi) over all nvars
+ * variables (output dimensions, then reductions); exact (may be NULL) gets, per
+ * input dimension, 1 when every index of the box is read (no strided holes).
+ * Returns 0 when the input is not read at all. */
+int sw_iteration_region(const sw_op *op, int slot, const int64_t *vlo, const int64_t *vhi,
+                        sw_box *region, int *exact);
 
 /* ---------------------------------------------------------------- cost tables */
 typedef struct {

@@ -160,3 +160,75 @@ def test_bad_descriptions_name_the_expression():
         g.custom(conv1d, [x, x], weights={"filters": (4, 2, 3)})
     with pytest.raises(sw.GraphError, match="@sw.op"):
         g.custom(lambda a: a, [x])
+
+
+def _brute_force_region(desc, slot, lo, hi):
+    """Every index each input dimension takes over the iteration box [lo, hi), by enumeration."""
+    import itertools
+
+    inp = desc.inputs[slot]
+    seen = [set() for _ in inp.shape]
+    for point in itertools.product(*(range(a, b) for a, b in zip(lo, hi))):
+        if inp.window is not None and any(not (wl <= point[v] < wh) for v, (wl, wh) in enumerate(inp.window)):
+            continue
+        for d, e in enumerate(inp.exprs):
+            ix = (sum(c * p for c, p in zip(e.coefs, point)) + e.offset) // e.div
+            if e.mod:
+                ix %= e.mod
+            if 0 <= ix < inp.shape[d]:
+                seen[d].add(ix)
+    return seen
+
+
+@pytest.mark.parametrize("builtin", [
+    ops.conv2d((2, 4, 7, 7), 3, 3, 2, 1, False), ops.conv2d((2, 4, 6, 6), 2, 3, 1, 1, True),
+    ops.pool2d((2, 3, 8, 8), 2, 2, 0), ops.linear((4, 12), 5, True), ops.flatten((2, 3, 2, 2)),
+])
+def test_core_iteration_regions_match_brute_force(builtin):
+    """sw_iteration_region (C) on random boxes of the whole iteration space, reductions split
+    too: the box holds every index read (clipping a strided image to the input may leave an
+    unread index at its end), and where 'exact' is claimed every index of the box is read.
+    With the reductions whole it equals the lowering's input_region."""
+    g = sw.Graph("one")
+    xs = [g.input(f"x{k}", inp.shape) for k, inp in enumerate(builtin.inputs) if inp.role == 0]
+    op = g._add("probe", xs, builtin, "probe")
+    from shardwise.problem import CostOptions, make_problem
+    problem = make_problem(g, sw.DeviceGraph.cpu(1), CostOptions(threads=1))
+    rng = np.random.default_rng(1)
+    for _ in range(25):
+        lo, hi = [], []
+        for extent in builtin.extents:
+            a = int(rng.integers(0, extent))
+            lo.append(a)
+            hi.append(int(rng.integers(a + 1, extent + 1)))
+        for slot in range(len(builtin.inputs)):
+            box, exact = problem.iteration_region(op.op, slot, lo, hi)
+            seen = _brute_force_region(builtin, slot, lo, hi)
+            for d, indices in enumerate(seen):
+                if not indices:
+                    continue
+                assert box[d][0] <= min(indices) and max(indices) < box[d][1]
+                if exact[d]:   # every index of the box is read: the box is the hull, no holes
+                    assert box[d] == (min(indices), max(indices) + 1)
+                    assert len(indices) == box[d][1] - box[d][0]
+        if all(h - l == e for l, h, e in zip(lo[builtin.out_rank:], hi[builtin.out_rank:],
+                                              builtin.extents[builtin.out_rank:])):
+            out_box = tuple(zip(lo[: builtin.out_rank], hi[: builtin.out_rank]))
+            for slot in range(len(builtin.inputs)):
+                expected = input_region(builtin, slot, out_box)
+                if expected is not None:
+                    assert problem.iteration_region(op.op, slot, lo, hi)[0] == expected
+
+
+def test_iteration_region_rejects_bad_boxes():
+    g = sw.Graph("one")
+    x = g.input("x", (4, 12))
+    y = g.linear(x, 5, name="fc")
+    from shardwise.problem import CostOptions, make_problem
+    problem = make_problem(g, sw.DeviceGraph.cpu(1), CostOptions(threads=1))
+    with pytest.raises(ValueError, match="needs 3 values"):
+        problem.iteration_region(y.op, 0, [0, 0], [4, 5])
+    with pytest.raises(ValueError, match="non-empty range"):
+        problem.iteration_region(y.op, 0, [0, 0, 6], [4, 5, 6])
+    with pytest.raises(IndexError):
+        problem.iteration_region(y.op, 7, [0, 0, 0], [4, 5, 12])

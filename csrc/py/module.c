@@ -339,6 +339,76 @@ static PyObject *Problem_node_costs(ProblemObject *self, PyObject *args) {
                          copy_doubles(self->p->sync_bytes[op], 1, &n));
 }
 
+/* Read a sequence of n ints into out; a clear TypeError/ValueError otherwise. */
+static int int64_sequence(PyObject *o, int n, int64_t *out, const char *what) {
+    PyObject *seq = PySequence_Fast(o, "expected a sequence of ints");
+    if (!seq) {
+        return 0;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_ValueError, "%s needs %d values (one per iteration variable), got %zd", what, n,
+                     PySequence_Fast_GET_SIZE(seq));
+        Py_DECREF(seq);
+        return 0;
+    }
+    for (int k = 0; k < n; k++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, k));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return 0;
+        }
+        out[k] = (int64_t)v;
+    }
+    Py_DECREF(seq);
+    return 1;
+}
+
+/* iteration_region(op, slot, lo, hi) -> (box, exact): the region of input `slot` that the
+ * iteration points [lo, hi) (every variable: output dims then reductions) read, as a tuple
+ * of (lo, hi) per input dimension, and per dimension whether every index of it is read. */
+static PyObject *Problem_iteration_region(ProblemObject *self, PyObject *args) {
+    int op, slot;
+    PyObject *lo_o, *hi_o;
+    if (!PyArg_ParseTuple(args, "iiOO", &op, &slot, &lo_o, &hi_o) || !check_ready(self) || !check_op(self, op)) {
+        return NULL;
+    }
+    const sw_op *o = &self->p->ops[op];
+    if (slot < 0 || slot >= o->ninputs) {
+        PyErr_Format(PyExc_IndexError, "input slot %d out of range 0..%d", slot, o->ninputs - 1);
+        return NULL;
+    }
+    int64_t lo[SW_MAX_VARS], hi[SW_MAX_VARS];
+    if (!int64_sequence(lo_o, o->nvars, lo, "lo") || !int64_sequence(hi_o, o->nvars, hi, "hi")) {
+        return NULL;
+    }
+    for (int v = 0; v < o->nvars; v++) {
+        if (lo[v] < 0 || hi[v] > o->extent[v] || lo[v] >= hi[v]) {
+            PyErr_Format(PyExc_ValueError, "variable %d: [%lld, %lld) is not a non-empty range inside [0, %lld)", v,
+                         (long long)lo[v], (long long)hi[v], (long long)o->extent[v]);
+            return NULL;
+        }
+    }
+    sw_box region;
+    int exact[SW_MAX_RANK];
+    sw_iteration_region(o, slot, lo, hi, &region, exact);
+    PyObject *box = PyTuple_New(region.rank), *flags = PyTuple_New(region.rank);
+    if (!box || !flags) {
+        Py_XDECREF(box);
+        Py_XDECREF(flags);
+        return NULL;
+    }
+    for (int d = 0; d < region.rank; d++) {
+        PyTuple_SET_ITEM(box, d, Py_BuildValue("(LL)", (long long)region.lo[d], (long long)region.hi[d]));
+        PyTuple_SET_ITEM(flags, d, PyBool_FromLong(exact[d]));
+        if (!PyTuple_GET_ITEM(box, d)) {
+            Py_DECREF(box);
+            Py_DECREF(flags);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(NN)", box, flags);
+}
+
 /* Replace t_c of every configuration of one op (a measured profile); node costs follow. */
 static PyObject *Problem_set_compute_times(ProblemObject *self, PyObject *args) {
     int op;
@@ -463,6 +533,8 @@ static PyMethodDef Problem_methods[] = {
     {"build_tables", (PyCFunction)(void (*)(void))Problem_build_tables, METH_VARARGS | METH_KEYWORDS,
      "build_tables(with_bytes=False): t_c, t_s per configuration and t_x per edge (GIL released)"},
     {"node_costs", (PyCFunction)Problem_node_costs, METH_VARARGS, "node_costs(op) -> (t_c, t_s, sync bytes)"},
+    {"iteration_region", (PyCFunction)Problem_iteration_region, METH_VARARGS,
+     "iteration_region(op, slot, lo, hi) -> (box, exact): input region read by the iteration box [lo, hi)"},
     {"progress", (PyCFunction)Problem_progress, METH_NOARGS,
      "progress() -> (done, total) of the table build or search running on another thread"},
     {"set_compute_times", (PyCFunction)Problem_set_compute_times, METH_VARARGS,

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .errors import ShardwiseError
-from .lower import expr_interval
 from .opdesc import DATA, WEIGHT, IndexExpr, InputDesc, OpDesc
 
 
@@ -472,24 +471,17 @@ class Strategy:
         return f"{self.kind} {self.dimension}: {text}"
 
 
-def _interval(e: IndexExpr, lo: Sequence[int], hi: Sequence[int]) -> tuple[int, int]:
-    """The interval an index expression takes over the half-open box [lo, hi) of all variables."""
-    terms = [(v, c) for v, c in enumerate(e.coefs) if c]
-    return expr_interval(terms, e.offset, e.div, e.mod, lo, [h - 1 for h in hi])
+def _single_op_problem(definition: OpDefinition, shapes: dict[str, Sequence[int]]):
+    """The C core's problem for one described op whose inputs are graph inputs, on one
+    device: the region arithmetic then comes from the same C code as the planner's."""
+    from .devices import DeviceGraph
+    from .graph import Graph
+    from .problem import CostOptions, make_problem
 
-
-def _exact(e: IndexExpr, lo: Sequence[int], hi: Sequence[int]) -> bool:
-    """Is {index(point) : point in box} the whole interval (a box, no holes)?  True when,
-    sorting the terms by |coef|, each step is at most 1 + the span of the smaller ones."""
-    if e.div != 1 or e.mod:
-        return False
-    terms = sorted((abs(c), h - l) for c, l, h in zip(e.coefs, lo, hi) if c != 0 and h - l > 1)
-    span = 0
-    for c, n in terms:
-        if c > span + 1:
-            return False
-        span += c * (n - 1)
-    return True
+    g = Graph(f"{definition.name} alone")
+    xs = [g.input(p, tuple(int(v) for v in shapes[p])) for p in definition.params]
+    g.custom(definition, xs)
+    return make_problem(g, DeviceGraph.cpu(1), CostOptions(threads=1)), len(xs)
 
 
 def strategies_of(definition: OpDefinition, analysis: str = "exact", **shapes: Sequence[int]) -> list[Strategy]:
@@ -504,6 +496,7 @@ def strategies_of(definition: OpDefinition, analysis: str = "exact", **shapes: S
         raise DescriptionError(f"unknown analysis {analysis!r}; expected 'exact' or 'tofu'")
     desc = definition.describe(shapes)
     names = definition.params
+    problem, op_index = _single_op_problem(definition, shapes)
     var_names = [*(_out_names(definition, shapes)), *desc.reductions]
     out = []
     for v, extent in enumerate(desc.extents):
@@ -519,29 +512,24 @@ def strategies_of(definition: OpDefinition, analysis: str = "exact", **shapes: S
             out.append(Strategy(label, kind, False, "read whole by an opaque function", ()))
             continue
         half = extent // 2
-        boxes = []
-        for lo_v, hi_v in ((0, half), (half, extent)):
-            lo = [0] * len(desc.extents)
-            hi = list(desc.extents)
-            lo[v], hi[v] = lo_v, hi_v
-            boxes.append((lo, hi))
         reason = ""
         regions = []
-        for lo, hi in boxes:
+        for lo_v, hi_v in ((0, half), (half, extent)):
+            lo, hi = [0] * len(desc.extents), list(desc.extents)
+            lo[v], hi[v] = lo_v, hi_v
             worker = {}
-            for name, inp in zip(names, desc.inputs):
-                dims = []
+            for slot, (name, inp) in enumerate(zip(names, desc.inputs)):
+                box, exact = problem.iteration_region(op_index, slot, lo, hi)
                 for d, e in enumerate(inp.exprs):
-                    if e.coefs[v] != 0:
-                        partners = [u for u, c in enumerate(e.coefs) if c and u != v and desc.extents[u] > 1]
-                        if analysis == "tofu" and partners:
-                            reason = (f"{name} dimension {d} is indexed by {_expr_text(e, var_names)}: "
-                                      "symbolic intervals of two variables cannot be added")
-                        elif not _exact(e, lo, hi):
-                            reason = f"{name} dimension {d} ({_expr_text(e, var_names)}) is not a box"
-                    a, b = _interval(e, lo, hi)
-                    dims.append((max(a, 0), min(b, inp.shape[d] - 1) + 1))
-                worker[name] = tuple(dims)
+                    if e.coefs[v] == 0:
+                        continue
+                    partners = [u for u, c in enumerate(e.coefs) if c and u != v and desc.extents[u] > 1]
+                    if analysis == "tofu" and partners:
+                        reason = (f"{name} dimension {d} is indexed by {_expr_text(e, var_names)}: "
+                                  "symbolic intervals of two variables cannot be added")
+                    elif not exact[d]:
+                        reason = f"{name} dimension {d} ({_expr_text(e, var_names)}) is not a box"
+                worker[name] = box
             regions.append(worker)
         out.append(Strategy(label, kind, not reason, reason, tuple(regions) if not reason else ()))
     return out
