@@ -125,7 +125,19 @@ sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts
                 cur.deg[d] = 1;
             }
             cur.nworkers = counts[ci];
+            cur.rvar = -1;
+            cur.rdeg = 1;
             s = factorize(op, 0, counts[ci], &cur, &offsets[(size_t)ci * p->ndev], nblocks[ci], &list);
+            for (int v = op->out_rank; p->reduction_splits && v < op->nvars && s == SW_OK; v++) {
+                for (int r = 2; op->additive[v] && r <= counts[ci] && s == SW_OK; r++) {
+                    if (counts[ci] % r != 0 || op->extent[v] % r != 0) {
+                        continue;
+                    }
+                    cur.rvar = v;
+                    cur.rdeg = r;
+                    s = factorize(op, 0, counts[ci] / r, &cur, &offsets[(size_t)ci * p->ndev], nblocks[ci], &list);
+                }
+            }
         }
         if (s != SW_OK) {
             free(list.items);
@@ -146,8 +158,28 @@ done:
     return s;
 }
 
-sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t *deg, const int32_t *devs,
-                                 int maxk) {
+/* Check one (rvar, rdeg) pair of set_configs and store it in cfg. */
+static sw_status set_reduction(const sw_op *op, int opi, const int32_t *pair, sw_config *cfg) {
+    cfg->rvar = -1;
+    cfg->rdeg = 1;
+    if (!pair || (pair[0] == -1 && pair[1] == 1)) {
+        return SW_OK;
+    }
+    int v = pair[0], r = pair[1];
+    if (v < op->out_rank || v >= op->nvars || !op->additive[v]) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d: variable %d is not a reduction whose partial results add up", opi, v);
+    }
+    if (r < 2 || op->extent[v] % r != 0) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d: reduction degree %d does not divide variable %d (size %lld)", opi, r,
+                       v, (long long)op->extent[v]);
+    }
+    cfg->rvar = v;
+    cfg->rdeg = r;
+    return SW_OK;
+}
+
+sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t *deg, const int32_t *red,
+                                 const int32_t *devs, int maxk) {
     if (opi < 0 || opi >= p->nops) {
         return SW_FAIL(SW_ERR_VALUE, "op index %d out of range", opi);
     }
@@ -174,6 +206,11 @@ sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t
             cfgs[c].deg[d] = g;
             k *= g;
         }
+        s = set_reduction(op, opi, red ? red + 2 * (size_t)c : NULL, &cfgs[c]);
+        if (s != SW_OK) {
+            goto fail;
+        }
+        k *= cfgs[c].rdeg;
         if (k > maxk || k > p->ndev) {
             s = SW_FAIL(SW_ERR_VALUE, "op %d: %lld workers but only %d devices given", opi, (long long)k,
                         k > maxk ? maxk : p->ndev);

@@ -48,16 +48,17 @@ double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
         return 0.0;  /* graph inputs are loaded where they are needed */
     }
     const int32_t *devs = config_devices(p, c);
-    int64_t red = reduction_volume(op);
+    /* each worker covers 1/rdeg of the split reduction variable */
+    double red = (double)reduction_volume(op) / (double)c->rdeg;
     double worst = 0.0;
     for (int w = 0; w < c->nworkers; w++) {
         sw_box box, region;
         sw_worker_box(op, c, w, &box);
         double outputs = (double)sw_box_volume(&box);
-        double flops = outputs * (double)red * op->flops_per_point + outputs * op->flops_per_output;
+        double flops = outputs * red * op->flops_per_point + outputs * op->flops_per_output;
         double elements = outputs;
         for (int k = 0; k < op->ninputs; k++) {
-            if (sw_input_region(op, k, &box, &region)) {
+            if (sw_worker_region(op, c, w, k, &region)) {
                 elements += (double)sw_box_volume(&region);
             }
         }
@@ -97,6 +98,28 @@ static void sync_group(const sw_problem *p, const int32_t *devs, const int *memb
     }
 }
 
+/* Partition-n-reduce: in each reduction group every non-owner sends its partial
+ * output block to the owner (forward) and receives the block's gradient back
+ * (backward), 2 * block bytes over its route, serially as in Eq. 1. */
+static void reduce_partial_outputs(const sw_problem *p, const sw_op *op, const sw_config *c, double *time,
+                                   double *bytes) {
+    if (c->rdeg < 2) {
+        return;
+    }
+    const int32_t *devs = config_devices(p, c);
+    for (int w = 0; w < c->nworkers; w++) {
+        if (sw_is_owner(c, w)) {
+            continue;
+        }
+        sw_box box;
+        sw_worker_box(op, c, w, &box);
+        double block = (double)sw_box_volume(&box) * p->bytes_per_element;
+        int owner = devs[w - w % c->rdeg];
+        *time += SYNC_DIRECTIONS * block / route_bw(p, devs[w], owner);
+        *bytes += SYNC_DIRECTIONS * block;
+    }
+}
+
 void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time, double *bytes) {
     const sw_op *op = &p->ops[opi];
     const int32_t *devs = config_devices(p, c);
@@ -117,12 +140,10 @@ void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time
         if (op->inputs[slot].role == SW_ROLE_DATA) {
             continue;
         }
-        for (int w = 0; w < k; w++) {
-            sw_box box;
-            sw_worker_box(op, c, w, &box);
-            sw_input_region(op, slot, &box, &regions[w]);
-        }
         memset(done, 0, (size_t)k);
+        for (int w = 0; w < k; w++) {
+            done[w] = (char)!sw_worker_region(op, c, w, slot, &regions[w]);  /* reads none: no replica */
+        }
         for (int w = 0; w < k; w++) {
             if (done[w]) {
                 continue;
@@ -143,6 +164,7 @@ void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time
             }
         }
     }
+    reduce_partial_outputs(p, op, c, time, bytes);
 out:
     free(regions);
     free(members);
@@ -233,7 +255,7 @@ static sw_status partition_overlaps(const sw_box *regions, const char *used, int
 }
 
 static int same_partition(const sw_config *a, const sw_config *b) {
-    if (a->nworkers != b->nworkers) {
+    if (a->nworkers != b->nworkers || a->rvar != b->rvar || a->rdeg != b->rdeg) {
         return 0;
     }
     for (int d = 0; d < SW_MAX_RANK; d++) {
@@ -284,9 +306,7 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
         int cj1 = partition_end(dst, cj0);
         const sw_config *part = &dst->cfgs[cj0];
         for (int w = 0; w < part->nworkers; w++) {
-            sw_box box;
-            sw_worker_box(dst, part, w, &box);
-            used[w] = (char)sw_input_region(dst, slot, &box, &regions[w]);
+            used[w] = (char)sw_worker_region(dst, part, w, slot, &regions[w]);
         }
         for (int ci0 = 0; ci0 < src->ncfg; ci0 = partition_end(src, ci0)) {
             int ci1 = partition_end(src, ci0);
@@ -294,6 +314,7 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
             if (s != SW_OK) {
                 break;
             }
+            int src_rdeg = src->cfgs[ci0].rdeg;   /* output block s lives on its owner, worker s * rdeg */
             for (int cj = cj0; cj < cj1; cj++) {
                 const int32_t *dd = config_devices(p, &dst->cfgs[cj]);
                 for (int ci = ci0; ci < ci1; ci++) {
@@ -301,7 +322,7 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
                     double t = 0.0, moved = 0.0;
                     for (size_t q = 0; q < list.len; q++) {
                         const overlap *o = &list.items[q];
-                        int a = sd[o->s], b = dd[o->w];
+                        int a = sd[(size_t)o->s * src_rdeg], b = dd[o->w];
                         t += o->elements * sec[(size_t)a * nd + b];
                         moved += a != b ? o->elements : 0.0;
                     }
@@ -378,6 +399,7 @@ static uint64_t config_hash(const sw_problem *p, const sw_op *op) {
         for (int d = 0; d < op->out_rank; d++) {
             h = mix(h, (uint64_t)cf->deg[d]);
         }
+        h = mix(mix(h, (uint64_t)(cf->rvar + 1)), (uint64_t)cf->rdeg);
         for (int w = 0; w < cf->nworkers; w++) {
             h = mix(h, (uint64_t)p->dev_pool[cf->dev_offset + w]);
         }
@@ -396,7 +418,7 @@ static int same_configs(const sw_problem *p, const sw_op *a, const sw_op *b) {
     }
     for (int c = 0; c < a->ncfg; c++) {
         const sw_config *x = &a->cfgs[c], *y = &b->cfgs[c];
-        if (x->nworkers != y->nworkers) {
+        if (x->nworkers != y->nworkers || x->rvar != y->rvar || x->rdeg != y->rdeg) {
             return 0;
         }
         for (int d = 0; d < a->out_rank; d++) {

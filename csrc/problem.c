@@ -3,7 +3,7 @@
  * The Python side flattens the op descriptions into one int64 blob:
  *
  *   nops
- *   per op: nvars out_rank extent[nvars] granule[out_rank] ninputs
+ *   per op: nvars out_rank extent[nvars] granule[out_rank] additive[nvars - out_rank] ninputs
  *     per input: role producer rank shape[rank]
  *                per input dim: coef[nvars] offset div mod
  *                has_window [win_lo win_hi] * out_rank   (only if has_window)
@@ -107,6 +107,10 @@ static sw_status decode_op(reader *r, sw_problem *p, int opi, const double *flop
     }
     for (int d = 0; d < op->out_rank; d++) {
         TRY(take_range(r, &op->granule[d], 1, op->extent[d], "split granule"));
+    }
+    for (int k = op->out_rank; k < op->nvars; k++) {
+        TRY(take_range(r, &v, 0, 1, "additive flag"));
+        op->additive[k] = (uint8_t)v;
     }
     op->flops_per_point = flops[2 * opi];
     op->flops_per_output = flops[2 * opi + 1];

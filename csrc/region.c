@@ -176,8 +176,8 @@ int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *re
 
 void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out) {
     out->rank = op->out_rank;
-    /* row-major worker grid: the last dimension varies fastest */
-    int rem = w;
+    /* row-major grid of output blocks: the last dimension varies fastest */
+    int rem = w / c->rdeg;
     for (int d = op->out_rank - 1; d >= 0; d--) {
         int coord = rem % c->deg[d];
         rem /= c->deg[d];
@@ -185,4 +185,38 @@ void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out) {
         out->lo[d] = coord * len;
         out->hi[d] = (coord + 1) * len;
     }
+}
+
+void sw_worker_iteration_box(const sw_op *op, const sw_config *c, int w, int64_t *vlo, int64_t *vhi) {
+    sw_box box;
+    sw_worker_box(op, c, w, &box);
+    for (int v = 0; v < op->nvars; v++) {
+        vlo[v] = v < op->out_rank ? box.lo[v] : 0;
+        vhi[v] = v < op->out_rank ? box.hi[v] : op->extent[v];
+    }
+    if (c->rvar >= 0) {
+        int64_t len = op->extent[c->rvar] / c->rdeg;
+        vlo[c->rvar] = (w % c->rdeg) * len;
+        vhi[c->rvar] = vlo[c->rvar] + len;
+    }
+}
+
+int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_box *region) {
+    const sw_input *in = &op->inputs[slot];
+    if (c->rvar >= 0 && !sw_is_owner(c, w)) {
+        int uses = 0;
+        for (int d = 0; d < in->rank; d++) {
+            uses |= in->expr[d].coef[c->rvar] != 0;
+        }
+        if (!uses) {
+            region->rank = in->rank;
+            for (int d = 0; d < in->rank; d++) {
+                region->lo[d] = region->hi[d] = 0;
+            }
+            return 0;
+        }
+    }
+    int64_t vlo[SW_MAX_VARS], vhi[SW_MAX_VARS];
+    sw_worker_iteration_box(op, c, w, vlo, vhi);
+    return sw_iteration_region(op, slot, vlo, vhi, region, NULL);
 }

@@ -85,8 +85,15 @@ typedef struct {
 } sw_input;
 
 /* ---------------------------------------------------------------- configurations */
+/* Workers form a row-major grid over the output degrees, then (partition-n-reduce)
+ * `rdeg` parts of reduction variable `rvar`, fastest: worker w computes output
+ * block w / rdeg over reduction part w % rdeg.  The rdeg workers of one output
+ * block form a reduction group whose partial outputs are summed on its first
+ * worker, the owner of that block of the op's output. */
 typedef struct {
-    int32_t deg[SW_MAX_RANK];   /* degree per output dimension; product == nworkers */
+    int32_t deg[SW_MAX_RANK];   /* degree per output dimension */
+    int32_t rvar;               /* split reduction variable, or -1 */
+    int32_t rdeg;               /* its degree (1 when rvar == -1); prod(deg) * rdeg == nworkers */
     int32_t nworkers;
     int64_t dev_offset;         /* the devices, in worker order, are dev_pool[dev_offset ..] */
 } sw_config;
@@ -95,6 +102,8 @@ typedef struct {
     int nvars, out_rank;
     int64_t extent[SW_MAX_VARS];
     int64_t granule[SW_MAX_RANK];  /* shard sizes must be multiples of these */
+    uint8_t additive[SW_MAX_VARS]; /* reduction variables whose partial results add up:
+                                      they may be split (partition-n-reduce) */
     double flops_per_point, flops_per_output;
     int ninputs;
     sw_input *inputs;
@@ -102,8 +111,17 @@ typedef struct {
     sw_config *cfgs;
 } sw_op;
 
-/* Output box of worker w under configuration c (row-major worker grid). */
+/* Output box of worker w under configuration c (the block of its reduction group). */
 void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out);
+/* Iteration box [vlo, vhi) of worker w over all op variables: its output box and,
+ * for a split reduction variable, its part of that variable's range. */
+void sw_worker_iteration_box(const sw_op *op, const sw_config *c, int w, int64_t *vlo, int64_t *vhi);
+/* Is worker w the owner of its output block (first of its reduction group)? */
+static inline int sw_is_owner(const sw_config *c, int w) { return w % c->rdeg == 0; }
+/* Region of input `slot` that worker w reads (0 when it reads none).  In a
+ * reduction group only the owner reads the inputs that do not depend on the
+ * split variable (a bias: added once, to the summed output). */
+int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_box *region);
 /* Box of input `slot` read by the points of `out_box` (all reductions in full);
  * returns 0 when this input is not read at all (outside its window). */
 int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *region);
@@ -160,6 +178,7 @@ typedef struct {
     double bytes_per_element;
     double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
     int threads;              /* threads that build transfer tables (default 1) */
+    int reduction_splits;     /* enumerate partition-n-reduce configurations too (default 0) */
     int32_t *dev_pool;
     int64_t pool_len, pool_cap;
     /* filled by sw_problem_build_tables */
@@ -177,10 +196,11 @@ void sw_problem_free(sw_problem *p);
  * into degrees that divide their dimension, each on the aligned contiguous
  * device blocks [j*k, (j+1)*k). */
 sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts);
-/* Replace the configurations of one op (degrees ncfg x SW_MAX_RANK, devices
- * ncfg x maxk padded with -1). */
-sw_status sw_problem_set_configs(sw_problem *p, int op, int ncfg, const int32_t *deg, const int32_t *devs,
-                                 int maxk);
+/* Replace the configurations of one op (degrees ncfg x SW_MAX_RANK, reduction
+ * splits ncfg x 2 as (rvar or -1, rdeg) or NULL for none, devices ncfg x maxk
+ * padded with -1). */
+sw_status sw_problem_set_configs(sw_problem *p, int op, int ncfg, const int32_t *deg, const int32_t *red,
+                                 const int32_t *devs, int maxk);
 sw_status sw_problem_build_tables(sw_problem *p, int with_bytes);
 
 /* The three terms of Eq. 1 for single configurations. */

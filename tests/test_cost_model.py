@@ -294,3 +294,161 @@ def test_input_edges_do_not_share_tables_with_inner_edges():
         p = sw.Plan.from_dict(g, d, spec)
         r = {row.op: row for row in p.layer_costs()}
         assert r["b"].bytes_in == 2 * r["a"].bytes_in > 0
+
+
+# ----------------------------------------------------------------------------- partition-n-reduce
+def read_set_iter(desc, slot, out_box, red_box):
+    """read_set over an iteration box whose reduction ranges are ``red_box`` (not all of them)."""
+    inp = desc.inputs[slot]
+    ranges = [np.arange(lo, hi) for lo, hi in list(out_box) + list(red_box)]
+    grids = np.meshgrid(*ranges, indexing="ij")
+    pts = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64)
+    idx = []
+    for e in inp.exprs:
+        v = np.floor_divide(pts @ np.asarray(e.coefs, dtype=np.int64) + e.offset, e.div)
+        idx.append(np.mod(v, e.mod) if e.mod else v)
+    idx = np.stack(idx, axis=1)
+    inside = np.all((idx >= 0) & (idx < np.asarray(inp.shape)), axis=1)
+    return {tuple(r) for r in idx[inside]}
+
+
+def reducing_workers(op, cfg):
+    """(output box, reduction ranges, owner?) per worker: output blocks row-major, the split
+    reduction's parts fastest (csrc/shardwise.h)."""
+    desc = op.desc
+    r = cfg.reduction_degree
+    var = desc.out_rank + desc.reductions.index(cfg.reduction[0]) if cfg.reduction else -1
+    out = []
+    for box in worker_boxes(op.shape, cfg.degrees):
+        for part in range(r):
+            red = [(0, e) for e in desc.extents[desc.out_rank:]]
+            if var >= 0:
+                size = desc.extents[var] // r
+                red[var - desc.out_rank] = (part * size, (part + 1) * size)
+            out.append((box, red, part == 0))
+    return out
+
+
+def brute_reduce_costs(g, plan, name):
+    """(bytes into `name`, its sync bytes, bytes into its consumer) by enumeration."""
+    op = g[name]
+    cfg = plan[name]
+    var = op.desc.out_rank + op.desc.reductions.index(cfg.reduction[0]) if cfg.reduction else -1
+    workers = reducing_workers(op, cfg)
+    src = g.ops[op.inputs[0]]
+    src_sets = [owned(b) for b in worker_boxes(src.shape, plan[src.name].degrees)]
+    bytes_in = 0.0
+    for w, (box, red, _) in enumerate(workers):
+        need = read_set_iter(op.desc, 0, box, red)
+        for s, have in enumerate(src_sets):
+            if plan[src.name].devices[s] != cfg.devices[w]:
+                bytes_in += len(need & have) * BYTES * 2
+    sync = 0.0
+    for slot, inp in enumerate(op.desc.inputs):
+        if inp.role == DATA:
+            continue
+        uses_var = any(e.coefs[var] for e in inp.exprs) if var >= 0 else True
+        groups: dict[frozenset, list[int]] = {}
+        for w, (box, red, owner) in enumerate(workers):
+            if owner or uses_var:
+                groups.setdefault(frozenset(read_set_iter(op.desc, slot, box, red)), []).append(w)
+        for region, members in groups.items():
+            sync += (len(members) - 1) * len(region) * BYTES * 2
+    for box, red, owner in workers:
+        if not owner:
+            sync += math.prod(hi - lo for lo, hi in box) * BYTES * 2   # partial output + its gradient
+    consumer = next(o for o in g.ops if op.index in o.inputs)
+    owners = [(owned(box), cfg.devices[w]) for w, (box, _, owner) in enumerate(workers) if owner]
+    bytes_out = 0.0
+    for w, box in enumerate(worker_boxes(consumer.shape, plan[consumer.name].degrees)):
+        need = read_set(consumer.desc, 0, box)
+        for have, dev in owners:
+            if dev != plan[consumer.name].devices[w]:
+                bytes_out += len(need & have) * BYTES * 2
+    return bytes_in, sync, bytes_out
+
+
+def reduce_graphs():
+    g = sw.Graph("conv-reduce")
+    x = g.input("x", (2, 4, 5, 5))
+    a = g.relu(x, name="a")
+    c = g.conv2d(a, 2, kernel=3, padding=1, name="op")
+    g.relu(c, name="after")
+    h = sw.Graph("linear-reduce")
+    x = h.input("x", (4, 8))
+    a = h.relu(x, name="a")
+    f = h.linear(a, 4, name="op")
+    h.relu(f, name="after")
+    return [(g, "ci"), (h, "i")]
+
+
+@pytest.mark.parametrize("g,rname", reduce_graphs(), ids=lambda v: v.name if isinstance(v, sw.Graph) else v)
+def test_partition_n_reduce_costs_match_brute_force(g, rname):
+    """A split reduction: each worker reads its part of the reduction (fewer input bytes),
+    non-owners skip the bias, the partial outputs travel to the owner and their gradient
+    back, and consumers read the summed output from the owners only."""
+    d = two_devices(4)
+    op = g["op"]
+    rng = np.random.default_rng(3)
+    checked = 0
+    for r in (2, 4):
+        for dc in all_degree_choices(op.shape, op.desc.split_granules(), 4 // r):
+            for ds in all_degree_choices(g["a"].shape, (1,) * len(g["a"].shape), 4):
+                if rng.random() > 0.5:
+                    continue
+                da = all_degree_choices(g["after"].shape, (1,) * len(g["after"].shape), 4)
+                after = da[int(rng.integers(len(da)))]
+                spec = {"a": dict(zip(dim_names(len(ds)), ds)),
+                        "after": {**dict(zip(dim_names(len(after)), after)),
+                                  "devices": list(rng.permutation(4)[:math.prod(after)])},
+                        "op": {**dict(zip(dim_names(len(dc)), dc)), rname: r,
+                               "devices": list(rng.permutation(4)[:math.prod(dc) * r])}}
+                plan = sw.Plan.from_dict(g, d, spec)
+                assert plan["op"].reduction == (rname, r) and plan["op"].workers == math.prod(dc) * r
+                rows = {row.op: row for row in plan.layer_costs()}
+                bytes_in, sync, bytes_out = brute_reduce_costs(g, plan, "op")
+                assert rows["op"].bytes_in == pytest.approx(bytes_in, abs=1e-6)
+                assert rows["op"].bytes_sync == pytest.approx(sync, abs=1e-6)
+                assert rows["after"].bytes_in == pytest.approx(bytes_out, abs=1e-6)
+                checked += 1
+    assert checked > 3
+
+
+def test_partition_n_reduce_compute_is_split():
+    g = sw.Graph("fc")
+    x = g.input("x", (8, 64))
+    g.linear(x, 16, bias=False, name="fc")
+    d = two_devices(4)
+    whole = sw.Plan.from_dict(g, d, {})
+    split = sw.Plan.from_dict(g, d, {"fc": {"i": 4}})
+    assert {r.op: r.t_c for r in split.layer_costs()}["fc"] == pytest.approx(
+        {r.op: r.t_c for r in whole.layer_costs()}["fc"] / 4, rel=0.3)
+
+
+def test_reduction_splits_are_searched_only_when_asked():
+    """Opt-in: the default search space has no reduction splits (the executor cannot run them
+    yet); with them the optimum can only get cheaper, and the search stays exact."""
+    g = sw.models.alexnet(batch=128)
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4, device="P100")
+    plain = sw.search(g, d)
+    assert all(c.reduction is None for c in plain.configs.values())
+    wider = sw.search(g, d, options=sw.CostOptions(reduction_splits=True))
+    assert wider.cost <= plain.cost * (1 + 1e-12)
+    assert any(c.reduction is not None for c in wider.configs.values())
+    assert wider.cost == pytest.approx(wider.search_stats["searched_cost"], rel=1e-9)
+
+
+def test_bad_reduction_specs():
+    g = sw.Graph("p")
+    x = g.input("x", (4, 2, 6, 6))
+    g.pool2d(x, kernel=2, stride=2, name="pool")
+    g.linear(g.flatten(x, name="fl"), 5, name="fc")
+    d = two_devices(4)
+    with pytest.raises(sw.ConfigError, match="cannot be split"):
+        sw.Plan.from_dict(g, d, {"pool": {"dy": 2}})
+    with pytest.raises(sw.ConfigError, match="does not divide"):
+        sw.Plan.from_dict(g, d, {"fc": {"i": 5}})
+    with pytest.raises(sw.ConfigError, match="devices"):
+        sw.Plan.from_dict(g, d, {"fc": {"i": 4, "n": 2}})
+    with pytest.raises(NotImplementedError, match="partition-n-reduce"):
+        sw.lower(sw.Plan.from_dict(g, d, {"fc": {"i": 2}}))

@@ -184,13 +184,16 @@ static void Problem_dealloc(ProblemObject *self) {
 }
 
 static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"sync_model", "bytes_per_element", "backward_factor", "threads", NULL};
-    int sync = 0, threads = 1;
+    static char *kwlist[] = {"sync_model", "bytes_per_element", "backward_factor", "threads", "reduction_splits",
+                             NULL};
+    int sync = 0, threads = 1, reduction_splits = 0;
     double bpe = 4.0, bf = 3.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|iddi", kwlist, &sync, &bpe, &bf, &threads) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|iddip", kwlist, &sync, &bpe, &bf, &threads,
+                                     &reduction_splits) ||
         !check_ready(self)) {
         return NULL;
     }
+    self->p->reduction_splits = reduction_splits;
     if (threads < 1 || threads > 64) {
         PyErr_Format(PyExc_ValueError, "threads must be in 1..64, got %d", threads);
         return NULL;
@@ -228,14 +231,16 @@ static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
 
 static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
     int op;
-    PyObject *deg_o, *dev_o;
-    if (!PyArg_ParseTuple(args, "iOO", &op, &deg_o, &dev_o) || !check_ready(self) || !check_op(self, op)) {
+    PyObject *deg_o, *dev_o, *red_o = Py_None;
+    if (!PyArg_ParseTuple(args, "iOO|O", &op, &deg_o, &dev_o, &red_o) || !check_ready(self) ||
+        !check_op(self, op)) {
         return NULL;
     }
     PyArrayObject *deg = as_array(deg_o, NPY_INT32, 2, "degrees");
     PyArrayObject *dev = deg ? as_array(dev_o, NPY_INT32, 2, "devices") : NULL;
+    PyArrayObject *red = NULL;
     PyObject *result = NULL;
-    if (!dev) {
+    if (!dev || (red_o != Py_None && !(red = as_array(red_o, NPY_INT32, 2, "reductions")))) {
         goto done;
     }
     if (PyArray_DIM(deg, 1) != SW_MAX_RANK || PyArray_DIM(dev, 0) != PyArray_DIM(deg, 0) ||
@@ -243,8 +248,13 @@ static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "degrees must be (n, %d) and devices (n, maxk) with n >= 1", SW_MAX_RANK);
         goto done;
     }
+    if (red && (PyArray_DIM(red, 0) != PyArray_DIM(deg, 0) || PyArray_DIM(red, 1) != 2)) {
+        PyErr_SetString(PyExc_ValueError, "reductions must be (n, 2): (variable or -1, degree) per configuration");
+        goto done;
+    }
     sw_status s = sw_problem_set_configs(self->p, op, (int)PyArray_DIM(deg, 0), PyArray_DATA(deg),
-                                         PyArray_DATA(dev), (int)PyArray_DIM(dev, 1));
+                                         red ? PyArray_DATA(red) : NULL, PyArray_DATA(dev),
+                                         (int)PyArray_DIM(dev, 1));
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
@@ -253,7 +263,28 @@ static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
 done:
     Py_XDECREF(deg);
     Py_XDECREF(dev);
+    Py_XDECREF(red);
     return result;
+}
+
+/* reductions(op) -> (ncfg, 2) int32: (split reduction variable or -1, its degree) per configuration. */
+static PyObject *Problem_reductions(ProblemObject *self, PyObject *args) {
+    int op;
+    if (!PyArg_ParseTuple(args, "i", &op) || !check_ready(self) || !check_op(self, op)) {
+        return NULL;
+    }
+    const sw_op *o = &self->p->ops[op];
+    npy_intp dims[2] = {o->ncfg, 2};
+    PyArrayObject *red = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!red) {
+        return NULL;
+    }
+    int32_t *pr = PyArray_DATA(red);
+    for (int c = 0; c < o->ncfg; c++) {
+        pr[2 * c] = o->cfgs[c].rvar;
+        pr[2 * c + 1] = o->cfgs[c].rdeg;
+    }
+    return (PyObject *)red;
 }
 
 static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
@@ -524,12 +555,14 @@ static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure))
 
 static PyMethodDef Problem_methods[] = {
     {"set_options", (PyCFunction)(void (*)(void))Problem_set_options, METH_VARARGS | METH_KEYWORDS,
-     "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1)"},
+     "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1, reduction_splits=False)"},
     {"enumerate", (PyCFunction)Problem_enumerate, METH_O,
      "enumerate(counts): configurations of every op for these worker counts"},
     {"set_configs", (PyCFunction)Problem_set_configs, METH_VARARGS,
-     "set_configs(op, degrees (n, 5) int32, devices (n, maxk) int32 padded with -1)"},
+     "set_configs(op, degrees (n, 5) int32, devices (n, maxk) int32 padded with -1, reductions (n, 2) or None)"},
     {"configs", (PyCFunction)Problem_configs, METH_VARARGS, "configs(op) -> (degrees, devices)"},
+    {"reductions", (PyCFunction)Problem_reductions, METH_VARARGS,
+     "reductions(op) -> (n, 2): (split reduction variable or -1, degree) per configuration"},
     {"build_tables", (PyCFunction)(void (*)(void))Problem_build_tables, METH_VARARGS | METH_KEYWORDS,
      "build_tables(with_bytes=False): t_c, t_s per configuration and t_x per edge (GIL released)"},
     {"node_costs", (PyCFunction)Problem_node_costs, METH_VARARGS, "node_costs(op) -> (t_c, t_s, sync bytes)"},

@@ -52,9 +52,12 @@ def apply_profile(problem: Any, graph: Graph, devices: DeviceGraph, costs: Compu
     replaced = 0
     for op in graph.ops:
         deg, dev = problem.configs(op.index)
+        red = problem.reductions(op.index)
         tc, _, _ = problem.node_costs(op.index)
         changed = False
         for k in range(len(tc)):
+            if red[k][1] > 1:
+                continue  # partial-sum shards are not profiled: they keep the roofline
             shard = tuple(int(s) // int(g) for s, g in zip(op.shape, deg[k]))
             worst = None
             for d in dev[k]:

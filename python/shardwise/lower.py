@@ -534,6 +534,10 @@ def lower(plan: Plan) -> TaskGraph:
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
+    reducing = [name for name, c in plan.configs.items() if c.reduction is not None]
+    if reducing:
+        raise NotImplementedError(f"ops {reducing[:3]} split a reduction (partition-n-reduce): the cost model "
+                                  "and the search handle such plans, the executor's lowering does not yet")
     import gc
 
     # tens of thousands of small objects: the cyclic collector would rescan them over and

@@ -100,6 +100,9 @@ class OpDesc:
     flops_per_output: float = 0.0
     reductions: tuple[str, ...] = field(default=())
     unsplittable: tuple[int, ...] = field(default=())   # output dims computed as a whole (opaque functions)
+    # reduction variables (iteration indices >= out_rank) whose partial results add up: splitting
+    # one gives partial outputs and a sum (partition-n-reduce, seed 004 section 3.2)
+    additive: tuple[int, ...] = field(default=())
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -140,9 +143,13 @@ class OpDesc:
         return tuple(granules)
 
     def validate(self) -> None:
-        """Check internal consistency: ranks, coefficient counts, windows."""
+        """Check internal consistency: ranks, coefficient counts, windows, additive variables."""
         if not 1 <= self.out_rank <= len(self.extents):
             raise ValueError(f"out_rank {self.out_rank} outside 1..{len(self.extents)}")
+        for v in self.additive:
+            if not self.out_rank <= v < len(self.extents):
+                raise ValueError(f"additive variable {v} is not a reduction variable "
+                                 f"({self.out_rank}..{len(self.extents) - 1})")
         for e in self.extents:
             if e <= 0:
                 raise ValueError(f"iteration extents must be positive, got {self.extents}")

@@ -67,7 +67,7 @@ def conv2d(x: tuple[int, ...], out_channels: int, kernel, stride, padding, bias:
         inputs.append(InputDesc(WEIGHT, (out_channels,), (var(nv, 1),)))
     return OpDesc(extents=(n, out_channels, ho, wo, ci, kh, kw), out_rank=4, inputs=tuple(inputs),
                   flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0,
-                  reductions=("ci", "dy", "dx"))
+                  reductions=("ci", "dy", "dx"), additive=(4,))
 
 
 def pool2d(x: tuple[int, ...], kernel, stride, padding) -> OpDesc:
@@ -166,7 +166,7 @@ def linear(x: tuple[int, ...], out_features: int, bias: bool) -> OpDesc:
     if bias:
         inputs.append(InputDesc(WEIGHT, (out_features,), (var(nv, 1),)))
     return OpDesc(extents=(n, out_features, fin), out_rank=2, inputs=tuple(inputs),
-                  flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0, reductions=("i",))
+                  flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0, reductions=("i",), additive=(2,))
 
 
 def softmax(x: tuple[int, ...]) -> OpDesc:

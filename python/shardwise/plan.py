@@ -21,7 +21,7 @@ from .atomic import write_atomically
 from .costs import ComputeCosts, apply_profile
 from .devices import DeviceGraph
 from .errors import ConfigError, PlanFileError
-from .graph import Graph
+from .graph import Graph, Op
 from .problem import CostOptions, config_arrays, dim_names, make_problem
 
 PLAN_FORMAT = "shardwise-plan"
@@ -30,28 +30,47 @@ PLAN_VERSION = 1
 
 @dataclass(frozen=True)
 class OpConfig:
-    """How one op is parallelized: degrees per dimension (n, c, h, w, ...) and devices."""
+    """How one op is parallelized: degrees per dimension (n, c, h, w, ...) and devices.
+
+    ``reduction`` is ``(name, degree)`` when a reduction variable is split too
+    (partition-n-reduce, e.g. ``("ci", 2)`` for a convolution's input channels):
+    each output block is then computed by ``degree`` workers over parts of the
+    reduction, and their partial outputs are summed on the first of them.  Workers
+    are ordered output block by output block, reduction part fastest."""
 
     dims: tuple[str, ...]
     degrees: tuple[int, ...]
     devices: tuple[int, ...]
+    reduction: tuple[str, int] | None = None
+
+    @property
+    def reduction_degree(self) -> int:
+        return self.reduction[1] if self.reduction else 1
 
     @property
     def workers(self) -> int:
-        return prod(self.degrees)
+        return prod(self.degrees) * self.reduction_degree
 
     def __getitem__(self, dim: str) -> int:
+        if self.reduction and dim == self.reduction[0]:
+            return self.reduction[1]
         try:
             return self.degrees[self.dims.index(dim)]
         except ValueError:
             raise KeyError(f"no dimension {dim!r}; this op has {self.dims}") from None
 
     def as_dict(self) -> dict[str, int]:
-        return dict(zip(self.dims, self.degrees))
+        out = dict(zip(self.dims, self.degrees))
+        if self.reduction:
+            out[self.reduction[0]] = self.reduction[1]
+        return out
 
     def split_dims(self) -> str:
-        """Compact form of the non-trivial degrees, e.g. ``n=4 c=2`` (``-`` for one worker)."""
+        """Compact form of the non-trivial degrees, e.g. ``n=4 c=2`` (``-`` for one worker);
+        a split reduction reads ``ci=2(sum)``."""
         parts = [f"{d}={k}" for d, k in zip(self.dims, self.degrees) if k > 1]
+        if self.reduction:
+            parts.append(f"{self.reduction[0]}={self.reduction[1]}(sum)")
         return " ".join(parts) if parts else "-"
 
     def device_text(self) -> str:
@@ -62,7 +81,43 @@ class OpConfig:
 
     def __str__(self) -> str:
         inner = ", ".join(f"{d}={k}" for d, k in zip(self.dims, self.degrees))
+        if self.reduction:
+            inner += f", {self.reduction[0]}={self.reduction[1]}(sum)"
         return f"{{{inner}}} on {self.device_text()}"
+
+
+def reduction_pair(op: Op, config: OpConfig) -> tuple[int, int]:
+    """(iteration variable, degree) of the config's split reduction for the C core; (-1, 1) if none."""
+    if config.reduction is None:
+        return (-1, 1)
+    return (op.desc.out_rank + op.desc.reductions.index(config.reduction[0]), config.reduction[1])
+
+
+def reduction_config(op: Op, pair: Sequence[int]) -> tuple[str, int] | None:
+    """The inverse of :func:`reduction_pair`."""
+    var, degree = int(pair[0]), int(pair[1])
+    if var < 0:
+        return None
+    return (op.desc.reductions[var - op.desc.out_rank], degree)
+
+
+def _reduction_from_spec(op: Op, spec: Mapping[str, Any]) -> tuple[str, int] | None:
+    names = [k for k in spec if k != "devices" and k in op.desc.reductions]
+    if not names:
+        return None
+    if len(names) > 1:
+        raise ConfigError(f"{op.name!r}: at most one reduction dimension may be split, got {names}")
+    name = names[0]
+    var = op.desc.out_rank + op.desc.reductions.index(name)
+    if var not in op.desc.additive:
+        raise ConfigError(f"{op.name!r}: reduction {name!r} cannot be split (its partial results do not add up)")
+    deg = spec[name]
+    if isinstance(deg, bool) or not isinstance(deg, (int, np.integer)) or deg < 1:
+        raise ConfigError(f"{op.name!r}: degree of {name!r} must be a positive int, got {deg!r}")
+    if op.desc.extents[var] % deg != 0:
+        raise ConfigError(f"{op.name!r}: degree {name}={deg} does not divide that reduction "
+                          f"(size {op.desc.extents[var]})")
+    return (name, int(deg)) if deg > 1 else None
 
 
 def make_config(graph: Graph, devices: DeviceGraph, op_name: str, spec: Mapping[str, Any]) -> OpConfig:
@@ -75,9 +130,12 @@ def make_config(graph: Graph, devices: DeviceGraph, op_name: str, spec: Mapping[
     dims = dim_names(len(op.shape))
     granules = op.desc.split_granules()
     degrees = []
+    splittable = [r for v, r in enumerate(op.desc.reductions, op.desc.out_rank) if v in op.desc.additive]
     for k in spec:
-        if k != "devices" and k not in dims:
-            raise ConfigError(f"{op_name!r}: unknown dimension {k!r}; this op splits {dims}")
+        if k != "devices" and k not in dims and k not in op.desc.reductions:
+            raise ConfigError(f"{op_name!r}: unknown dimension {k!r}; this op splits {dims}"
+                              + (f" and the reduction(s) {splittable}" if splittable else ""))
+    reduction = _reduction_from_spec(op, spec)
     for d, size, granule in zip(dims, op.shape, granules):
         deg = spec.get(d, 1)
         if isinstance(deg, bool) or not isinstance(deg, (int, np.integer)) or deg < 1:
@@ -88,7 +146,7 @@ def make_config(graph: Graph, devices: DeviceGraph, op_name: str, spec: Mapping[
             raise ConfigError(f"{op_name!r}: {d}={deg} would cut a {granule}-element group "
                               f"(shards of {d} must be multiples of {granule})")
         degrees.append(int(deg))
-    workers = prod(degrees)
+    workers = prod(degrees) * (reduction[1] if reduction else 1)
     if workers > len(devices):
         raise ConfigError(f"{op_name!r}: {workers} workers but the device graph has {len(devices)} devices")
     devs = spec.get("devices")
@@ -102,7 +160,7 @@ def make_config(graph: Graph, devices: DeviceGraph, op_name: str, spec: Mapping[
         raise ConfigError(f"{op_name!r}: {workers} workers but the device graph has {len(devices)} devices")
     if len(devs) != workers or len(set(devs)) != workers:
         raise ConfigError(f"{op_name!r}: {workers} workers need {workers} distinct devices, got {devs}")
-    return OpConfig(dims, tuple(degrees), tuple(devs))
+    return OpConfig(dims, tuple(degrees), tuple(devs), reduction)
 
 
 @dataclass
@@ -138,7 +196,8 @@ def evaluate(graph: Graph, devices: DeviceGraph, configs: Mapping[str, OpConfig]
     problem = make_problem(graph, devices, options)
     for op in graph.ops:
         c = configs[op.name]
-        problem.set_configs(op.index, *config_arrays([c.degrees], [c.devices]))
+        problem.set_configs(op.index, *config_arrays([c.degrees], [c.devices]),
+                            np.array([reduction_pair(op, c)], dtype=np.int32))
     problem.build_tables(with_bytes=True)
     if costs is not None:
         apply_profile(problem, graph, devices, costs)

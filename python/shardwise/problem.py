@@ -48,6 +48,9 @@ class CostOptions:
     bytes_per_element: float = 4.0   # float32
     backward_factor: float = 3.0     # forward + backward ~ 3x the forward compute
     threads: int = 0                 # threads building cost tables; 0 = one per CPU (at most 8)
+    # also search splits of additive reductions (partition-n-reduce: partial outputs + a sum);
+    # off by default until the executor runs them
+    reduction_splits: bool = False
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODELS:
@@ -58,10 +61,13 @@ class CostOptions:
                 raise ConfigError(f"{name} must be a positive finite number, got {value!r}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 0 <= self.threads <= 64:
             raise ConfigError(f"threads must be an int in 0..64 (0: one per CPU), got {self.threads!r}")
+        if not isinstance(self.reduction_splits, bool):
+            raise ConfigError(f"reduction_splits must be True or False, got {self.reduction_splits!r}")
 
 
 def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
-    out += [desc.nvars, desc.out_rank, *desc.extents, *desc.split_granules(), len(desc.inputs)]
+    additive = [1 if v in desc.additive else 0 for v in range(desc.out_rank, desc.nvars)]
+    out += [desc.nvars, desc.out_rank, *desc.extents, *desc.split_granules(), *additive, len(desc.inputs)]
     data_inputs = iter(producers)
     for inp in desc.inputs:
         producer = next(data_inputs) if inp.role == DATA else -1
@@ -98,7 +104,8 @@ def make_problem(graph: Graph, devices: DeviceGraph, options: CostOptions) -> "_
     blob, flops = encode_graph(graph)
     problem = _core.Problem(blob, flops, *device_arrays(devices))
     threads = options.threads or min(8, os.cpu_count() or 1)
-    problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, threads)
+    problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, threads,
+                        options.reduction_splits)
     return problem
 
 

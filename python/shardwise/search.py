@@ -20,7 +20,7 @@ from .devices import DeviceGraph
 from .errors import ConfigError, SearchError
 from .graph import Graph
 from .costs import ComputeCosts, apply_profile
-from .plan import OpConfig, Plan
+from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
 ALGORITHMS = ("elimination", "exhaustive")
@@ -139,10 +139,12 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     ncfg = []
     for op in graph.ops:
         deg, dev = problem.configs(op.index)
+        red = problem.reductions(op.index)
         ncfg.append(len(deg))
         k = int(choice[op.index])
         devs = tuple(int(x) for x in dev[k] if x >= 0)
-        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]), devs)
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]), devs,
+                                    reduction_config(op, red[k]))
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
@@ -169,7 +171,7 @@ def _refine_by_simulation(seed_plan: Plan, problem, steps: int, seed: int, costs
 
     graph, devices = seed_plan.graph, seed_plan.devices
     rng = random.Random(seed)
-    options = {op.name: problem.configs(op.index) for op in graph.ops}
+    options = {op.name: (*problem.configs(op.index), problem.reductions(op.index)) for op in graph.ops}
 
     def evaluate(configs):
         p = Plan(graph, devices, configs, seed_plan.options, name="refined", costs=costs)
@@ -183,11 +185,11 @@ def _refine_by_simulation(seed_plan: Plan, problem, steps: int, seed: int, costs
     accepted = 0
     for _ in range(steps):
         op = graph.ops[rng.randrange(len(graph.ops))]
-        deg, dev = options[op.name]
+        deg, dev, red = options[op.name]
         k = rng.randrange(len(deg))
         proposal = dict(current)
         proposal[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]),
-                                     tuple(int(x) for x in dev[k] if x >= 0))
+                                     tuple(int(x) for x in dev[k] if x >= 0), reduction_config(op, red[k]))
         if proposal[op.name] == current[op.name]:
             continue
         t = evaluate(proposal)
