@@ -452,3 +452,17 @@ def test_bad_reduction_specs():
         sw.Plan.from_dict(g, d, {"fc": {"i": 4, "n": 2}})
     with pytest.raises(NotImplementedError, match="partition-n-reduce"):
         sw.lower(sw.Plan.from_dict(g, d, {"fc": {"i": 2}}))
+
+
+def test_reduction_split_plans_round_trip_through_files(tmp_path):
+    g = sw.Graph("fc")
+    x = g.input("x", (8, 64))
+    h = g.relu(x, name="r")
+    g.linear(h, 16, name="fc")
+    d = two_devices(4)
+    plan = sw.Plan.from_dict(g, d, {"r": {"c": 2}, "fc": {"n": 2, "i": 2, "devices": [3, 2, 1, 0]}})
+    assert plan["fc"].split_dims() == "n=2 i=2(sum)" and plan["fc"]["i"] == 2
+    plan.save(tmp_path / "p.json")
+    back = sw.Plan.load(tmp_path / "p.json", g, d)
+    assert back["fc"] == plan["fc"]
+    assert back.cost == pytest.approx(plan.cost, rel=1e-12)
