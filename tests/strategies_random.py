@@ -478,14 +478,24 @@ def valid_degrees(op, ndev: int) -> list[tuple[int, ...]]:
     return [d for d in itertools.product(*options) if math.prod(d) <= ndev]
 
 
-def random_plan(g: sw.Graph, d: sw.DeviceGraph, rng: np.random.Generator) -> sw.Plan:
-    """A plan giving every op a random valid configuration on a random set of devices."""
+def random_plan(g: sw.Graph, d: sw.DeviceGraph, rng: np.random.Generator, reductions: bool = False) -> sw.Plan:
+    """A plan giving every op a random valid configuration on a random set of devices;
+    with ``reductions``, ops with an additive reduction split it half of the time
+    (partition-n-reduce) when the devices allow."""
     spec = {}
     for op in g.ops:
         degs = valid_degrees(op, len(d))
         pick = degs[rng.integers(len(degs))]
-        spec[op.name] = {**dict(zip(dim_names(len(op.shape)), pick)),
-                         "devices": [int(v) for v in rng.permutation(len(d))[:math.prod(pick)]]}
+        conf = dict(zip(dim_names(len(op.shape)), pick))
+        workers = math.prod(pick)
+        if reductions and op.desc.additive and rng.random() < 0.5:
+            var = op.desc.additive[int(rng.integers(len(op.desc.additive)))]
+            options = [r for r in range(2, len(d) // workers + 1) if op.desc.extents[var] % r == 0]
+            if options:
+                r = options[int(rng.integers(len(options)))]
+                conf[op.desc.reductions[var - op.desc.out_rank]] = r
+                workers *= r
+        spec[op.name] = {**conf, "devices": [int(v) for v in rng.permutation(len(d))[:workers]]}
     return sw.Plan.from_dict(g, d, spec)
 
 

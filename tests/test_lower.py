@@ -62,11 +62,36 @@ def test_random_plans_lower_consistently(recipe, ndev, seed):
     check_task_graph(random_plan(g, d, rng))
 
 
+@settings(max_examples=examples(60), deadline=None)
+@given(recipe=graph_recipes(max_ops=8), ndev=st.integers(2, 4), seed=st.integers(0, 2**31))
+def test_random_plans_with_reduction_splits_lower_consistently(recipe, ndev, seed):
+    """Partition-n-reduce: partial outputs copied to the owners and the pre-activation gradient
+    copied back move exactly the bytes Eq. 1 charges for the reduction; consumers read owners."""
+    g = build_graph(recipe)
+    d = sw.DeviceGraph.cpu(ndev)
+    rng = np.random.default_rng(seed)
+    plan = random_plan(g, d, rng, reductions=True)
+    tg = check_task_graph(plan)
+    for name, cfg in plan.configs.items():
+        if cfg.reduction is None:
+            continue
+        r = cfg.reduction_degree
+        kinds = [t.kind for t in tg.tasks if t.op == name]
+        assert kinds.count("forward_partial") == cfg.workers
+        assert kinds.count("sum_partials") == kinds.count("activation_grad") == cfg.workers // r
+        for t in tg.tasks:
+            if t.op == name and t.kind == "sum_partials":
+                assert len(t.reads) == r and t.device in cfg.devices[::r]
+
+
 @pytest.mark.parametrize("model,ndev", [("lenet5", 4), ("alexnet", 4), ("resnet18", 8), ("inception_v3", 4)])
 def test_zoo_plans_and_baselines_lower_consistently(model, ndev):
     g = sw.models.get(model, batch=32)
     d = sw.DeviceGraph.cluster(nodes=max(1, ndev // 4), devices_per_node=min(4, ndev))
-    for plan in [sw.search(g, d), *sw.strategies.baselines(g, d)]:
+    plans = [sw.search(g, d), *sw.strategies.baselines(g, d)]
+    if model in ("lenet5", "alexnet"):
+        plans.append(sw.search(g, d, options=sw.CostOptions(reduction_splits=True)))
+    for plan in plans:
         check_task_graph(plan)
 
 

@@ -135,15 +135,19 @@ def expr_interval(terms: Sequence[tuple[int, int]], offset: int, div: int, mod: 
     return a, b
 
 
-def input_region(desc: OpDesc, slot: int, out_box: Box) -> Box | None:
+def input_region(desc: OpDesc, slot: int, out_box: Box,
+                 reduction: tuple[int, int, int] | None = None) -> Box | None:
     """The box of input ``slot`` read by the points of ``out_box`` (all reductions in
-    full), clipped to the input; None when the input is not read (outside its window).
-    Interval arithmetic on the index expressions, exactly as csrc/region.c."""
+    full, or reduction variable ``var`` restricted to ``[lo, hi)`` when ``reduction`` is
+    ``(var, lo, hi)``), clipped to the input; None when the input is not read (outside its
+    window).  Interval arithmetic on the index expressions, exactly as csrc/region.c."""
     dims, window = _compiled(desc, slot)
     out_rank = desc.out_rank
     lo_v, hi_v = [], []
     for v, extent in enumerate(desc.extents):
-        if v < out_rank:
+        if reduction is not None and v == reduction[0]:
+            lo, hi = reduction[1], reduction[2]
+        elif v < out_rank:
             lo, hi = out_box[v]
             if window is not None:
                 wl, wh = window[v]
@@ -271,6 +275,38 @@ class _Lowering:
             r = self._regions[key] = input_region(op.desc, slot, box)
         return r
 
+    def reduction_part(self, op: Op, w: int) -> tuple[int, int, int] | None:
+        """(variable, lo, hi) of the reduction part worker ``w`` computes; None without a split."""
+        cfg = self.config(op)
+        if cfg.reduction is None:
+            return None
+        var = op.desc.out_rank + op.desc.reductions.index(cfg.reduction[0])
+        size = op.desc.extents[var] // cfg.reduction[1]
+        j = w % cfg.reduction[1]
+        return (var, j * size, (j + 1) * size)
+
+    def worker_region(self, op: Op, slot: int, w: int) -> Box | None:
+        """The region of input ``slot`` worker ``w`` reads (as csrc/region.c sw_worker_region):
+        its output block's region, over its part of a split reduction; in a reduction group
+        only the owner reads inputs that do not depend on the split variable (a bias)."""
+        r = self.config(op).reduction_degree
+        box = self.boxes[op.name][w // r]
+        part = self.reduction_part(op, w)
+        if part is None:
+            return self.region(op, slot, box)
+        if w % r and not any(e.coefs[part[0]] for e in op.desc.inputs[slot].exprs):
+            return None
+        key = (op.index, slot, box, part)
+        hit = self._regions.get(key, self)
+        if hit is self:
+            hit = self._regions[key] = input_region(op.desc, slot, box, part)
+        return hit
+
+    def holders(self, op: Op) -> tuple[int, ...]:
+        """Device of each output block of ``op``: the owner of its reduction group."""
+        cfg = self.config(op)
+        return cfg.devices[:: cfg.reduction_degree]
+
     def buffer(self, device: int, kind: str, tensor: str, box: Box) -> int:
         b = Buffer(len(self.tg.buffers), device, kind, tensor, box)
         self.tg.buffers.append(b)
@@ -296,6 +332,9 @@ class _Lowering:
         if op.kind == "batchnorm2d":
             self.lower_batchnorm_forward(op, cfg, boxes, data_slots)
             return
+        if cfg.reduction is not None:
+            self.lower_reduction_forward(op, cfg, boxes, data_slots)
+            return
         for w, (box, dev) in enumerate(zip(boxes, cfg.devices)):
             reads, deps = [], []
             for slot, producer in zip(data_slots, op.inputs):
@@ -312,12 +351,13 @@ class _Lowering:
 
     def gather(self, op: Op, slot: int, w: int, box: Box, dev: int, producer: Op) -> tuple[int | None, int | None]:
         """Bring the region of input ``slot`` that worker ``w`` reads onto ``dev``."""
-        region = self.region(op, slot, box)
+        region = self.worker_region(op, slot, w)
         if region is None:
             self.regions[(op.name, slot, w)] = (None, None)  # type: ignore[assignment]
             return None, None
         src_cfg = self.config(producer)
-        for s, (sbox, sdev) in enumerate(zip(self.boxes[producer.name], src_cfg.devices)):
+        holders = self.holders(producer)
+        for s, (sbox, sdev) in enumerate(zip(self.boxes[producer.name], holders)):
             if sdev == dev and sbox == region:  # the region is a shard already here: share it
                 buf, t = self.act[producer.name][s], self.act_task[producer.name][s]
                 self.regions[(op.name, slot, w)] = (buf, t)
@@ -326,7 +366,7 @@ class _Lowering:
         last = None
         deps = []
         for s, piece in overlapping_workers(region, producer.shape, src_cfg.degrees):
-            sdev = src_cfg.devices[s]
+            sdev = holders[s]
             moved = volume(piece) * BYTES_PER_ELEMENT if sdev != dev else 0
             last = self.task("copy", dev, "forward", op.name, [self.act[producer.name][s]], [buf],
                              [self.act_task[producer.name][s]], worker=w, slot=slot, box=piece, src_device=sdev,
@@ -342,7 +382,9 @@ class _Lowering:
         for k, inp in enumerate(op.desc.inputs):
             if inp.role != WEIGHT:
                 continue
-            region = self.region(op, k, box)
+            region = self.worker_region(op, k, w)
+            if region is None:   # a bias in a reduction group: the owner's alone
+                continue
             pname = self.param_name(op, k)
             buf = self.buffer(dev, "param", f"{op.name}.{pname}", region)
             self.params[(op.name, pname, w)] = buf
@@ -357,8 +399,10 @@ class _Lowering:
     def replica_groups(self, op: Op, slot: int) -> list[list[int]]:
         """Workers reading the same box of input ``slot``, in worker order (as csrc/cost.c)."""
         groups: dict[Box, list[int]] = {}
-        for w, box in enumerate(self.boxes[op.name]):
-            groups.setdefault(self.region(op, slot, box), []).append(w)
+        for w in range(self.config(op).workers):
+            region = self.worker_region(op, slot, w)
+            if region is not None:
+                groups.setdefault(region, []).append(w)
         return list(groups.values())
 
     def lower_batchnorm_forward(self, op: Op, cfg: OpConfig, boxes: list[Box], data_slots: list[int]) -> None:
@@ -379,6 +423,38 @@ class _Lowering:
             t = self.task("bn_apply", dev, "forward", op.name, reads, [out], [regions[w][1], reduced[w]], worker=w)
             self.act[op.name].append(out)
             self.act_task[op.name].append(t)
+
+    def lower_reduction_forward(self, op: Op, cfg: OpConfig, boxes: list[Box], data_slots: list[int]) -> None:
+        """Partition-n-reduce: every worker computes a partial output of its block over its part
+        of the reduction (no activation; the bias only on the owner); the owner receives the
+        others' partial outputs and sums them (then applies the activation)."""
+        r = cfg.reduction_degree
+        partial, ready = [], []
+        for w, dev in enumerate(cfg.devices):
+            box = boxes[w // r]
+            reads, deps = [], []
+            for slot, producer in zip(data_slots, op.inputs):
+                buf, t = self.gather(op, slot, w, box, dev, self.graph.ops[producer])
+                if buf is not None:
+                    reads.append(buf)
+                    deps.append(t)
+            reads += self.param_buffers(op, w, box, dev)
+            out = self.buffer(dev, "partial", op.name, box)
+            partial.append(out)
+            ready.append(self.task("forward_partial", dev, "forward", op.name, reads, [out], deps, worker=w))
+        for b, box in enumerate(boxes):
+            owner = b * r
+            odev = cfg.devices[owner]
+            reads, deps = [partial[owner]], [ready[owner]]
+            for m in range(owner + 1, owner + r):
+                recv = self.buffer(odev, "recv", op.name, box)
+                deps.append(self.task("copy", odev, "forward", op.name, [partial[m]], [recv], [ready[m]], worker=m,
+                                      box=box, src_device=cfg.devices[m], nbytes=volume(box) * BYTES_PER_ELEMENT))
+                reads.append(recv)
+            out = self.buffer(odev, "activation", op.name, box)
+            self.act[op.name].append(out)
+            self.act_task[op.name].append(self.task("sum_partials", odev, "forward", op.name, reads, [out], deps,
+                                                    worker=owner))
 
     def reduce_among(self, op: Op, slot: int, bufs: list[int], ready: list[int], phase: str, kind: str) -> list[int]:
         """Sum ``bufs`` over each replica group of ``slot`` at its first worker and send the sum back.
@@ -416,6 +492,9 @@ class _Lowering:
         grads = self.grad.get(op.name)
         ready_grad = self.grad_last.get(op.name)
         bn_ready = None
+        if cfg.reduction is not None:
+            self.lower_reduction_backward(op, cfg, boxes, data_slots)
+            return
         if op.kind == "batchnorm2d":
             bn_ready = self.lower_batchnorm_backward_sums(op, cfg, boxes)
         for w, (box, dev) in enumerate(zip(boxes, cfg.devices)):
@@ -431,26 +510,65 @@ class _Lowering:
                 src = self.graph.ops[producer]
                 if src.kind == "input":
                     continue
-                region = self.tg.buffers[region_buf].box
-                pbuf = self.buffer(dev, "partial_grad", src.name, region)
                 reads = [b for b in (gbuf, self.act[op.name][w], region_buf) if b is not None]
-                t = self.task("backward_data", dev, "backward", op.name, reads, [pbuf], gdeps + [region_task],
-                              worker=w, slot=slot)
-                self.scatter_grad(src, pbuf, t, region, dev, op.name, w, slot)
+                self.lower_backward_data(op, w, dev, slot, src, reads, gdeps + [region_task])
             if op.has_weights:
                 reads = [b for b in (gbuf, self.act[op.name][w]) if b is not None]
-                reads += [self.regions[(op.name, s, w)][0] for s in data_slots
-                          if self.regions[(op.name, s, w)][0] is not None]
-                writes = []
-                for k, inp in enumerate(op.desc.inputs):
-                    if inp.role == WEIGHT:
-                        pname = self.param_name(op, k)
-                        region = self.region(op, k, box)
-                        writes.append(self.buffer(dev, "param_grad", f"{op.name}.{pname}", region))
-                t = self.task("backward_weight", dev, "backward", op.name, reads, writes, gdeps, worker=w)
-                for k, buf in zip([k for k, i in enumerate(op.desc.inputs) if i.role == WEIGHT], writes):
-                    self.weight_grad_task[(op.name, self.param_name(op, k), w)] = t
-                    self.param_grad_buf[(op.name, self.param_name(op, k), w)] = buf
+                self.lower_backward_weight(op, w, dev, data_slots, reads, gdeps)
+
+    def lower_backward_data(self, op: Op, w: int, dev: int, slot: int, src: Op, reads: list[int],
+                            deps: list[int | None]) -> None:
+        """The partial gradient of input ``slot`` over worker ``w``'s region, sent to its owners."""
+        region = self.tg.buffers[self.regions[(op.name, slot, w)][0]].box
+        pbuf = self.buffer(dev, "partial_grad", src.name, region)
+        t = self.task("backward_data", dev, "backward", op.name, reads, [pbuf], deps, worker=w, slot=slot)
+        self.scatter_grad(src, pbuf, t, region, dev, op.name, w, slot)
+
+    def lower_backward_weight(self, op: Op, w: int, dev: int, data_slots: list[int], reads: list[int],
+                              deps: list[int | None]) -> None:
+        """Gradients of the weight slices worker ``w`` reads (regions of its data inputs read too)."""
+        reads = reads + [self.regions[(op.name, s, w)][0] for s in data_slots
+                         if self.regions[(op.name, s, w)][0] is not None]
+        slots, writes = [], []
+        for k, inp in enumerate(op.desc.inputs):
+            region = self.worker_region(op, k, w) if inp.role == WEIGHT else None
+            if region is not None:
+                slots.append(k)
+                writes.append(self.buffer(dev, "param_grad", f"{op.name}.{self.param_name(op, k)}", region))
+        t = self.task("backward_weight", dev, "backward", op.name, reads, writes, deps, worker=w)
+        for k, buf in zip(slots, writes):
+            self.weight_grad_task[(op.name, self.param_name(op, k), w)] = t
+            self.param_grad_buf[(op.name, self.param_name(op, k), w)] = buf
+
+    def lower_reduction_backward(self, op: Op, cfg: OpConfig, boxes: list[Box], data_slots: list[int]) -> None:
+        """Partition-n-reduce backward: each owner takes its block's gradient through the
+        activation (``activation_grad``) and sends the result to the other workers of its group;
+        then every worker computes the gradients of its inputs' regions and weight slices."""
+        r = cfg.reduction_degree
+        grads, ready = self.grad.get(op.name), self.grad_last.get(op.name)
+        pre, pre_task = [0] * cfg.workers, [0] * cfg.workers
+        for b, box in enumerate(boxes):
+            owner = b * r
+            odev = cfg.devices[owner]
+            g = self.buffer(odev, "grad_pre", op.name, box)   # the gradient before the activation
+            reads = [x for x in (grads[b] if grads else None, self.act[op.name][b]) if x is not None]
+            t = self.task("activation_grad", odev, "backward", op.name, reads, [g],
+                          [ready[b] if ready else None, self.act_task[op.name][b]], worker=owner)
+            pre[owner], pre_task[owner] = g, t
+            for m in range(owner + 1, owner + r):
+                mdev = cfg.devices[m]
+                pre[m] = self.buffer(mdev, "grad_pre", op.name, box)
+                pre_task[m] = self.task("copy", mdev, "backward", op.name, [g], [pre[m]], [t], worker=m, box=box,
+                                        src_device=odev, nbytes=volume(box) * BYTES_PER_ELEMENT)
+        for w, dev in enumerate(cfg.devices):
+            for slot, producer in zip(data_slots, op.inputs):
+                region_buf, region_task = self.regions[(op.name, slot, w)]
+                src = self.graph.ops[producer]
+                if region_buf is None or src.kind == "input":
+                    continue
+                self.lower_backward_data(op, w, dev, slot, src, [pre[w], region_buf], [pre_task[w], region_task])
+            if op.has_weights:
+                self.lower_backward_weight(op, w, dev, data_slots, [pre[w]], [pre_task[w]])
 
     def lower_batchnorm_backward_sums(self, op: Op, cfg: OpConfig, boxes: list[Box]) -> list[int]:
         stat_slot = next(k for k, i in enumerate(op.desc.inputs) if i.role == STAT)
@@ -468,14 +586,14 @@ class _Lowering:
     def scatter_grad(self, src: Op, pbuf: int, ptask: int, region: Box, dev: int, consumer: str, w: int,
                      slot: int) -> None:
         """Send the pieces of a partial gradient to the owners and add them up there, in order."""
+        holders = self.holders(src)
         if src.name not in self.grad:
-            cfg = self.config(src)
             self.grad[src.name] = [self.buffer(d, "grad", src.name, b)
-                                   for b, d in zip(self.boxes[src.name], cfg.devices)]
-            self.grad_last[src.name] = [None] * len(cfg.devices)
+                                   for b, d in zip(self.boxes[src.name], holders)]
+            self.grad_last[src.name] = [None] * len(holders)
         cfg = self.config(src)
         for s, piece in overlapping_workers(region, src.shape, cfg.degrees):
-            sdev = cfg.devices[s]
+            sdev = holders[s]
             read, dep = pbuf, ptask
             if sdev != dev:
                 recv = self.buffer(sdev, "recv", f"{src.name}.grad", piece)
@@ -534,10 +652,6 @@ def lower(plan: Plan) -> TaskGraph:
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
-    reducing = [name for name, c in plan.configs.items() if c.reduction is not None]
-    if reducing:
-        raise NotImplementedError(f"ops {reducing[:3]} split a reduction (partition-n-reduce): the cost model "
-                                  "and the search handle such plans, the executor's lowering does not yet")
     import gc
 
     # tens of thousands of small objects: the cyclic collector would rescan them over and
