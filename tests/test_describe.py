@@ -232,3 +232,35 @@ def test_iteration_region_rejects_bad_boxes():
         problem.iteration_region(y.op, 0, [0, 0, 6], [4, 5, 6])
     with pytest.raises(IndexError):
         problem.iteration_region(y.op, 7, [0, 0, 0], [4, 5, 12])
+
+
+def test_top_level_sums_are_additive():
+    """Partition-n-reduce applies where partial results add up: a top-level Sum (plus terms
+    that do not depend on it), not a Max, not a Sum inside a product."""
+    shapes = dict(data=(32, 512, 30), filters=(512, 256, 3))
+    desc = conv1d.describe(shapes)
+    names = dict(zip(desc.reductions, range(desc.out_rank, desc.nvars)))
+    assert set(desc.additive) == {names["ci"], names["dx"]}
+    assert maxpool_described.describe(dict(data=(4, 3, 8, 8))).additive == ()
+
+    @sw.op
+    def scaled(x, w, s):
+        return lambda n, o: sw.Sum(lambda i: x[n, i] * w[o, i]) * s[n]
+
+    assert scaled.describe(dict(x=(4, 12), w=(5, 12), s=(4,))).additive == ()
+    linear = linear_described.describe(dict(x=(4, 12), w=(5, 12)))
+    assert linear.additive == (2,) == ops.linear((4, 12), 5, False).additive
+    conv = conv2d_described.describe(dict(data=(4, 3, 9, 9), weight=(6, 3, 3, 3)))
+    assert 4 in conv.additive   # ci, as the built-in conv2d
+
+
+def test_custom_ops_with_reduction_splits_plan_like_builtins():
+    g1 = sw.Graph("a")
+    x = g1.input("x", (8, 12))
+    g1.custom(linear_described, [g1.relu(x, name="r")], weights={"w": (6, 12)}, name="fc")
+    g2 = sw.Graph("a")
+    x = g2.input("x", (8, 12))
+    g2.linear(g2.relu(x, name="r"), 6, bias=False, name="fc")
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
+    spec = {"r": {"c": 2}, "fc": {"i": 2, "n": 2}}
+    assert sw.Plan.from_dict(g1, d, spec).cost == pytest.approx(sw.Plan.from_dict(g2, d, spec).cost, rel=1e-12)

@@ -395,6 +395,17 @@ def _merge_accesses(name: str, found: list[Access], nvars: int, order: dict[Var,
     return exprs
 
 
+def _additive_vars(body: Expr) -> list[Var]:
+    """Variables of the Sums that are terms of the body's top-level sum (``Sum(...) + b[co]``):
+    splitting one gives partial outputs that add up (partition-n-reduce).  A Sum under a
+    product, another reducer or an opaque function is not additive in the output."""
+    if isinstance(body, Reduce):
+        return list(body.vars) if body.kind == "Sum" else []
+    if isinstance(body, Bin) and body.op == "+":
+        return _additive_vars(body.a) + _additive_vars(body.b)
+    return []
+
+
 def _compile(name: str, args: list[TensorArg], out_vars: list[Var], body: Expr, weights: set[str]) -> OpDesc:
     nodes = list(_walk(body))
     accesses = [n for n in nodes if isinstance(n, Access)]
@@ -445,10 +456,11 @@ def _compile(name: str, args: list[TensorArg], out_vars: list[Var], body: Expr, 
         inputs.append(InputDesc(WEIGHT if arg.name in weights else DATA, arg.shape, tuple(exprs)))
     extents = tuple(v.extent for v in out_vars + red_vars + spread_vars)
     per_point, per_output = _count_flops(body)
+    additive = tuple(sorted(order[v] for v in _additive_vars(body)))
     desc = OpDesc(extents=extents, out_rank=len(out_vars), inputs=tuple(inputs),
                   flops_per_point=float(per_point), flops_per_output=float(per_output),
                   reductions=tuple(v.name for v in red_vars + spread_vars),
-                  unsplittable=tuple(sorted({order[v] for v in atomic})))
+                  unsplittable=tuple(sorted({order[v] for v in atomic})), additive=additive)
     desc.validate()
     return desc
 
