@@ -450,8 +450,6 @@ def test_bad_reduction_specs():
         sw.Plan.from_dict(g, d, {"fc": {"i": 5}})
     with pytest.raises(sw.ConfigError, match="devices"):
         sw.Plan.from_dict(g, d, {"fc": {"i": 4, "n": 2}})
-    with pytest.raises(NotImplementedError, match="partition-n-reduce"):
-        sw.Trainer(g, sw.Plan.from_dict(g, d, {"fc": {"i": 2}}))
 
 
 def test_reduction_split_plans_round_trip_through_files(tmp_path):

@@ -76,6 +76,7 @@ class CpuExecutor:
         self.graph = graph
         self.tg = tg
         self.ops = {op.name: op for op in graph.ops}
+        self.plan_configs = tg.plan.configs
         self.persistent: dict[int, np.ndarray] = {}
         for b in tg.buffers:
             if b.kind in ("param", "momentum"):
@@ -242,20 +243,79 @@ class CpuExecutor:
         ndata = sum(1 for i in op.desc.inputs if i.role == DATA)
         return list(t.reads[ndata:])
 
-    def do_forward(self, t: Task) -> None:
+    # ---- partition-n-reduce
+    def reduction_shift(self, op: Op, worker: int) -> tuple[int, int] | None:
+        """(variable, start) of the reduction part ``worker`` computes, or None.  Its kernels run
+        as if that part were the whole reduction: every coordinate indexed by the variable is
+        shifted down by ``start`` (views only move their ``lo``, no data is copied)."""
+        cfg = self.plan_configs[op.name]
+        if cfg.reduction is None:
+            return None
+        var = op.desc.out_rank + op.desc.reductions.index(cfg.reduction[0])
+        return var, (worker % cfg.reduction[1]) * (op.desc.extents[var] // cfg.reduction[1])
+
+    def rebased(self, op: Op, slot: int, lo: tuple[int, ...], shift: tuple[int, int] | None) -> tuple[int, ...]:
+        if shift is None:
+            return lo
+        var, start = shift
+        exprs = op.desc.inputs[slot].exprs
+        return tuple(v - start if exprs[d].coefs[var] else v for d, v in enumerate(lo))
+
+    def rebased_shape(self, op: Op, slot: int, shift: tuple[int, int] | None) -> tuple[int, ...]:
+        """The shape of input ``slot`` as the kernels of one reduction part see it."""
+        shape = op.desc.inputs[slot].shape
+        if shift is None:
+            return shape
+        var = shift[0]
+        part = op.desc.extents[var] // self.plan_configs[op.name].reduction[1]
+        return tuple(part if e.coefs[var] else n for e, n in zip(op.desc.inputs[slot].exprs, shape))
+
+    def do_forward_partial(self, t: Task) -> None:
+        """This worker's part of the reduction (no activation: it applies to the sum)."""
+        self.do_forward(t, relu=False)
+
+    def do_sum_partials(self, t: Task) -> None:
+        """The owner's partial output plus the others', then the activation (csrc eltwise)."""
+        op = self.ops[t.op]
+        total = np.array(self.arr(t.reads[0]))
+        for r in t.reads[1:]:
+            total += self.arr(r)
+        if op.attrs.get("activation") == "relu":
+            lo = lo_of(self.box(t.writes[0]))
+            total = _core.relu_forward(total, lo, lo, total.shape)
+        self.store(t.writes[0], total)
+
+    def do_activation_grad(self, t: Task) -> None:
+        """The block's gradient through the activation, for every worker of the group."""
+        op = self.ops[t.op]
+        gbox = self.box(t.writes[0])
+        if len(t.reads) < 2:   # nothing flows back into this op
+            self.store(t.writes[0], np.zeros(shape_of(gbox), np.float32))
+            return
+        dy, dylo = self.view(t.reads[0])
+        if op.attrs.get("activation") == "relu":
+            y, ylo = self.view(t.reads[1])
+            dy = _core.relu_backward(y, ylo, dy, dylo, dylo, dy.shape)
+        self.store(t.writes[0], dy)
+
+    def do_forward(self, t: Task, relu: bool | None = None) -> None:
         op = self.ops[t.op]
         out = t.writes[0]
         ybox = self.box(out)
-        relu = op.attrs.get("activation") == "relu"
+        if relu is None:
+            relu = op.attrs.get("activation") == "relu"
         kind = op.kind
+        shift = self.reduction_shift(op, t.worker)
         if kind == "conv2d":
             x, w, *b = [self.view(r) for r in t.reads]
+            x, w = (x[0], self.rebased(op, 0, x[1], shift)), (w[0], self.rebased(op, 1, w[1], shift))
             bias = b[0] if b else (None, None)
             _, stride, padding = window(op)
             y = _core.conv2d_forward(x[0], x[1], w[0], w[1], bias[0], bias[1], lo_of(ybox), shape_of(ybox),
                                      stride, padding, relu)
         elif kind == "linear":
             x, w, *b = [self.view(r) for r in t.reads]
+            x, w = (x[0], self.rebased(op, 0, x[1], shift)), (w[0], self.rebased(op, 1, w[1], shift))
             bias = b[0] if b else (None, None)
             y = _core.linear_forward(x[0], x[1], w[0], w[1], bias[0], bias[1], lo_of(ybox), shape_of(ybox), relu)
         elif kind == "pool2d":
@@ -337,9 +397,12 @@ class CpuExecutor:
         key = (op.name, t.worker)
         if key in self.dz:
             return self.dz[key], lo_of(self.box(t.reads[0]))
-        if op.kind == "softmax" or not t.reads or self.tg.buffers[t.reads[0]].kind != "grad":
+        if op.kind == "softmax" or not t.reads or self.tg.buffers[t.reads[0]].kind not in ("grad", "grad_pre"):
             return None
         dy, dylo = self.view(t.reads[0])
+        if self.tg.buffers[t.reads[0]].kind == "grad_pre":   # partition-n-reduce: through the activation already
+            self.dz[key] = dy
+            return dy, dylo
         if op.attrs.get("activation") == "relu":
             y, ylo = self.view(t.reads[1])
             dy = _core.relu_backward(y, ylo, dy, dylo, dylo, dy.shape)
@@ -365,13 +428,16 @@ class CpuExecutor:
             return  # nothing reaches this op: its partial gradient stays zero
         dy, dylo = g
         region_buf = t.reads[-1]
+        shift = self.reduction_shift(op, t.worker)
         if kind == "conv2d":
             w, wlo = self.view(self.weight_buf(op, t.worker))
             kernel, stride, padding = window(op)
-            dx = _core.conv2d_backward_data(w, wlo, dy, dylo, dxlo, dxshape, kernel, stride, padding)
+            dx = _core.conv2d_backward_data(w, self.rebased(op, 1, wlo, shift), dy, dylo,
+                                            self.rebased(op, 0, dxlo, shift), dxshape, kernel, stride, padding)
         elif kind == "linear":
             w, wlo = self.view(self.weight_buf(op, t.worker))
-            dx = _core.linear_backward_data(w, wlo, dy, dylo, dxlo, dxshape)
+            dx = _core.linear_backward_data(w, self.rebased(op, 1, wlo, shift), dy, dylo,
+                                            self.rebased(op, 0, dxlo, shift), dxshape)
         elif kind == "pool2d":
             x, xlo = self.view(region_buf)
             kernel, stride, padding = window(op)
@@ -409,14 +475,17 @@ class CpuExecutor:
             return
         dy, dylo = g
         region = self.regions_of(t, op)
+        shift = self.reduction_shift(op, t.worker)
         if op.kind == "conv2d":
             x, xlo = self.view(region[0])
             _, stride, padding = window(op)
-            wshape = op.desc.inputs[1].shape  # the whole weight; dw comes back for dy's channel range
-            dw, db = _core.conv2d_backward_weight(x, xlo, dy, dylo, wshape, stride, padding, len(outs) > 1)
+            wshape = self.rebased_shape(op, 1, shift)  # the whole weight; dw comes back for dy's channel range
+            dw, db = _core.conv2d_backward_weight(x, self.rebased(op, 0, xlo, shift), dy, dylo, wshape, stride,
+                                                  padding, len(outs) > 1)
         elif op.kind == "linear":
             x, xlo = self.view(region[0])
-            dw, db = _core.linear_backward_weight(x, xlo, dy, dylo, op.desc.inputs[1].shape, len(outs) > 1)
+            dw, db = _core.linear_backward_weight(x, self.rebased(op, 0, xlo, shift), dy, dylo,
+                                                  self.rebased_shape(op, 1, shift), len(outs) > 1)
         elif op.kind == "batchnorm2d":
             x, xlo = self.view(region[0])
             mean, invstd = self.bn_moments(op, self.fwd_stats[(op.name, t.worker)])

@@ -111,11 +111,6 @@ class Trainer:
             raise ConfigError(f"the plan was made for graph {plan.graph.name!r}, not {graph.name!r}")
         if backend != "cpu":
             raise ConfigError(f"unknown backend {backend!r}; available: 'cpu'")
-        reducing = [name for name, c in plan.configs.items() if c.reduction is not None]
-        if reducing:
-            raise NotImplementedError(f"ops {reducing[:3]} split a reduction (partition-n-reduce): the planner, "
-                                      "the lowering and the cost model handle such plans, the CPU backend's "
-                                      "kernels do not yet")
         inputs = [op for op in graph.ops if op.kind == "input"]
         losses = [op for op in graph.ops if op.kind == "softmax"]
         if len(inputs) != 1 or not losses:
