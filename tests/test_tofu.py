@@ -80,14 +80,12 @@ def test_output_split_fetches_halo_regions():
     g = sw.Graph("conv")
     x = g.input("x", (1, 1, 8, 8))
     g.conv2d(x, 1, kernel=3, padding=1, bias=False, name="conv")
-    relu_free = Partitions.empty(g)
-    relu_free.ops[:] = [((2, 2),), ((2, 2),)]
-    relu_free.tensors[:] = [((2, 2),), ((2, 2),)]
-    relu_free.weights[(1, 1)] = ((0, 1),) if False else ((1, 2),)   # weight (1, 1, 3, 3): no dim of 2
-    # the weight cannot be cut in 2; keep it whole (REPLICATE) so nothing is fetched for it
-    relu_free.weights[(1, 1)] = ((-1, 2),)
+    parts = Partitions.empty(g)
+    parts.ops[:] = [((2, 2),), ((2, 2),)]
+    parts.tensors[:] = [((2, 2),), ((2, 2),)]
+    parts.weights[(1, 1)] = ((-1, 2),)   # the (1, 1, 3, 3) weight has no even dimension: kept whole
     # x comes from an input op: its halo is fetched once (no gradient): 2 workers * 8 elements
-    assert tofu.communication(g, relu_free) == 2 * 8
+    assert tofu.communication(g, parts) == 2 * 8
 
 
 def test_search_objective_equals_recomputed_communication():
