@@ -39,3 +39,7 @@ __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_t
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]
+from . import tofu
+from .tofu import TofuResult
+
+__all__ += ["tofu", "TofuResult"]

@@ -10,6 +10,7 @@ shape.  Every op produces exactly one tensor, so op names double as tensor names
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ class Graph:
         self.ops: list[Op] = []
         self._by_name: dict[str, int] = {}
         self._counters: dict[str, int] = {}
+        self._step: list = []   # [cell name, position] while inside timestep()
 
     # ----- internals -------------------------------------------------------
     def _tensor(self, t: Any, what: str = "input") -> Tensor:
@@ -121,7 +123,12 @@ class Graph:
     def _add(self, op_kind: str, inputs: Sequence[Tensor], desc: OpDesc, name: str | None,
              **attrs: Any) -> Tensor:
         desc.validate()
-        op = Op(len(self.ops), self._name(name, op_kind), op_kind, tuple(t.op for t in inputs), attrs, desc)
+        name = self._name(name, op_kind)
+        if self._step:
+            # ops built at the same position of every unrolled step are the "same" computation
+            attrs["timestep"] = f"{self._step[0]}#{self._step[1]}"
+            self._step[1] += 1
+        op = Op(len(self.ops), name, op_kind, tuple(t.op for t in inputs), attrs, desc)
         self.ops.append(op)
         self._by_name[op.name] = op.index
         return Tensor(self, op.index, desc.out_shape)
@@ -137,6 +144,24 @@ class Graph:
             op = self.ops[t.op]
             op.attrs["activation"] = "relu"
         return t
+
+    @contextlib.contextmanager
+    def timestep(self, cell: str) -> Iterator[None]:
+        """Mark the ops built inside as one unrolled step of the recurrent cell ``cell``.
+
+        The n-th op built in every ``with g.timestep("layer0"):`` block gets the attribute
+        ``timestep="layer0#n"``; Tofu's coarsening (:mod:`shardwise.tofu_coarsen`) gives
+        all ops with the same key one partition strategy, as they share weights and logic.
+        """
+        if not isinstance(cell, str) or not cell:
+            raise GraphError(f"timestep needs a non-empty cell name, got {cell!r}")
+        if self._step:
+            raise GraphError(f"timestep({cell!r}) inside timestep({self._step[0]!r}): steps do not nest")
+        self._step = [cell, 0]
+        try:
+            yield
+        finally:
+            self._step = []
 
     # ----- builders ----------------------------------------------------------
     def input(self, name: str, shape: Sequence[int]) -> Tensor:
@@ -228,6 +253,28 @@ class Graph:
         shapes.update({p: _check_shape(s, f"{definition.name} weight {p!r} shape") for p, s in weights.items()})
         desc = definition.describe(shapes, weights=list(weights))
         return self._add("custom", ts, desc, name or definition.name, definition=definition.name)
+
+    def parameter(self, shape: Sequence[int], name: str | None = None) -> Tensor:
+        """A trainable tensor of ``shape`` that any number of ops may read as a data input
+        (weights shared across RNN timesteps).  The op owns the weight; its output is the
+        weight's value, and the gradients of all readers are summed into it."""
+        dims = _check_shape(shape, "parameter shape")
+        return self._add("parameter", [], ops.parameter(dims), name)
+
+    def matmul(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
+        """Matrix product (M, K) @ (K, N) -> (M, N) of two data tensors (e.g. x @ parameter)."""
+        a, b = self._tensor(a, "first input"), self._tensor(b, "second input")
+        return self._add("matmul", [a, b], ops.matmul(a.shape, b.shape), name)
+
+    def lstm_cell(self, i: Tensor, f: Tensor, gate: Tensor, c_prev: Tensor, name: str | None = None) -> Tensor:
+        """LSTM cell state: sigmoid(f) * c_prev + sigmoid(i) * tanh(gate), all (B, H)."""
+        ts = [self._tensor(t, f"lstm_cell input {k}") for k, t in enumerate((i, f, gate, c_prev))]
+        return self._add("lstm_cell", ts, ops.lstm_cell([t.shape for t in ts]), name)
+
+    def lstm_hidden(self, o: Tensor, c: Tensor, name: str | None = None) -> Tensor:
+        """LSTM hidden state: sigmoid(o) * tanh(c), both (B, H)."""
+        ts = [self._tensor(o, "lstm_hidden input 0"), self._tensor(c, "lstm_hidden input 1")]
+        return self._add("lstm_hidden", ts, ops.lstm_hidden([t.shape for t in ts]), name)
 
     def softmax(self, x: Tensor, name: str | None = None) -> Tensor:
         """Softmax over the feature dimension; the last op, trained with cross-entropy."""

@@ -8,6 +8,7 @@ kernels (a later issue); the planner needs nothing else.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 from typing import Callable, Sequence
 
@@ -178,8 +179,46 @@ def softmax(x: tuple[int, ...]) -> OpDesc:
     return OpDesc(extents=(n, c, c), out_rank=2, inputs=(data,), flops_per_output=5.0, reductions=("k",))
 
 
+def parameter(shape: tuple[int, ...]) -> OpDesc:
+    """out[i] = w[i]: a trainable tensor exposed as a data tensor that any number of ops
+    read (weights shared across the timesteps of an unrolled RNN).  The op owns the
+    weight (role WEIGHT), so its replicas are synchronized like any other weight."""
+    nv = len(shape)
+    return OpDesc(extents=shape, out_rank=nv, inputs=(InputDesc(WEIGHT, shape, identity_exprs(nv, nv)),))
+
+
+def matmul(a: tuple[int, ...], b: tuple[int, ...]) -> OpDesc:
+    """out[m, n] = Sum(k) a[m, k] * b[k, n], both operands data tensors."""
+    _require_rank(a, 2, "matmul")
+    _require_rank(b, 2, "matmul")
+    m, k = a
+    if b[0] != k:
+        raise ShapeError(f"matmul: inner dimensions differ: {a} @ {b}")
+    n = b[1]
+    nv = 3  # 0 m, 1 n | 2 k
+    inputs = (InputDesc(DATA, a, (var(nv, 0), var(nv, 2))), InputDesc(DATA, b, (var(nv, 2), var(nv, 1))))
+    return OpDesc(extents=(m, n, k), out_rank=2, inputs=inputs, flops_per_point=2.0, reductions=("k",))
+
+
+def lstm_cell(shapes: Sequence[tuple[int, ...]]) -> OpDesc:
+    """c[b, h] = sigmoid(f) * c_prev + sigmoid(i) * tanh(g), inputs (i, f, g, c_prev) all (B, H)."""
+    if len(shapes) != 4:
+        raise ShapeError(f"lstm_cell takes 4 inputs (i, f, g, c_prev), got {len(shapes)}")
+    desc = elementwise(shapes, "lstm_cell")
+    return replace(desc, flops_per_output=10.0)   # 3 nonlinearities + 3 multiply/adds, roughly
+
+
+def lstm_hidden(shapes: Sequence[tuple[int, ...]]) -> OpDesc:
+    """h[b, j] = sigmoid(o) * tanh(c), inputs (o, c) both (B, H)."""
+    if len(shapes) != 2:
+        raise ShapeError(f"lstm_hidden takes 2 inputs (o, c), got {len(shapes)}")
+    desc = elementwise(shapes, "lstm_hidden")
+    return replace(desc, flops_per_output=5.0)
+
+
 # Op kinds known to the graph builder; used for validation and messages.
 KINDS: dict[str, Callable[..., OpDesc]] = {
     "input": input_op, "conv2d": conv2d, "pool2d": pool2d, "relu": elementwise, "add": elementwise,
     "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
+    "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
 }

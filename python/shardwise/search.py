@@ -2,6 +2,7 @@
 
     plan = search(g, d)                          # node/edge elimination (exact)
     plan = search(g, d, algorithm="exhaustive")  # brute force, small graphs only
+    plan = search(g, d, algorithm="tofu")        # seed 004's recursive CriticalDP (shardwise.tofu)
 
 Configurations per op come from the C core (aligned contiguous device blocks,
 worker counts from :func:`shardwise.problem.worker_counts`); cost tables are
@@ -23,7 +24,7 @@ from .costs import ComputeCosts, apply_profile
 from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
-ALGORITHMS = ("elimination", "exhaustive")
+ALGORITHMS = ("elimination", "exhaustive", "tofu")
 DEFAULT_MAX_EVALUATIONS = {"elimination": 1e8, "exhaustive": 2e7}
 
 
@@ -79,7 +80,12 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
     eliminations, then enumeration of what is left; exact) or ``"exhaustive"``
     (brute force over every strategy; refuses graphs with more than
-    ``max_evaluations`` strategies).  ``sync``: ``"parameter_server"`` (default,
+    ``max_evaluations`` strategies) or ``"tofu"`` (seed 004's partitioning over all of
+    ``devices``, minimizing bytes moved rather than Eq. 1: :func:`shardwise.tofu.partition`
+    with reduction cuts excluded, because a Plan, the core's cost model and the executor
+    split output dimensions only; the standalone ``sw.tofu.partition`` also reports the
+    optimum with partition-n-reduce; the returned Plan is costed by Eq. 1 like any other,
+    and ``max_evaluations``, ``worker_counts_`` and ``refine`` do not apply).  ``sync``: ``"parameter_server"`` (default,
     as the papers) or ``"ring"``.  ``costs``: measured compute times (a
     :class:`ProfileTable`) replacing the roofline.  ``refine="simulate"``: start from
     the elimination optimum and improve it under the simulator by local search
@@ -99,6 +105,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"refine_steps must be a non-negative int, got {refine_steps!r}")
     options = options or CostOptions(sync=sync)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
+    if algorithm == "tofu":
+        return _search_tofu(graph, devices, options, costs, refine, report)
     limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else max_evaluations
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (1 <= limit < float("inf")):
         raise ConfigError(f"max_evaluations must be a finite number >= 1, got {max_evaluations!r}")
@@ -154,6 +162,23 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         plan = _refine_by_simulation(plan, problem, refine_steps, refine_seed, costs)
         stage(f"refine under the simulator ({refine_steps} proposals)", t)
         plan.search_stats["timings"] = timings
+    return plan
+
+
+def _search_tofu(graph: Graph, devices: DeviceGraph, options: CostOptions, costs: ComputeCosts | None,
+                 refine: str | None, report: Progress | None) -> Plan:
+    """``algorithm="tofu"``: Tofu's partition over every device, output-dimension cuts only."""
+    from .tofu import partition
+
+    if refine is not None:
+        raise ConfigError("refine='simulate' is not available with algorithm='tofu'")
+    start = time.perf_counter()
+    result = partition(graph, len(devices), reductions=False)
+    if report:
+        report("tofu partition (recursive CriticalDP)", time.perf_counter() - start)
+    plan = result.to_plan(devices, options)
+    plan.costs = costs
+    plan.search_stats["timings"] = {"tofu partition": result.seconds}
     return plan
 
 

@@ -33,6 +33,11 @@ from .lower import lower
 from .plan import Plan
 
 
+# Op kinds the CPU backend (backend_cpu.py) has kernels for.
+CPU_KINDS = frozenset({"input", "conv2d", "pool2d", "relu", "add", "batchnorm2d", "concat", "flatten",
+                       "linear", "softmax"})
+
+
 class TrainingError(ShardwiseError, RuntimeError):
     """Training cannot go on: a diverging loss, non-finite values."""
 
@@ -111,6 +116,11 @@ class Trainer:
             raise ConfigError(f"the plan was made for graph {plan.graph.name!r}, not {graph.name!r}")
         if backend != "cpu":
             raise ConfigError(f"unknown backend {backend!r}; available: 'cpu'")
+        for op in graph.ops:
+            if op.kind not in CPU_KINDS:
+                raise ConfigError(f"the CPU backend has no kernels for op kind {op.kind!r} (op {op.name!r}); "
+                                  f"it trains {sorted(CPU_KINDS)}. Graphs with other ops can be planned "
+                                  "(sw.search, sw.tofu.partition) but not trained yet")
         inputs = [op for op in graph.ops if op.kind == "input"]
         losses = [op for op in graph.ops if op.kind == "softmax"]
         if len(inputs) != 1 or not losses:

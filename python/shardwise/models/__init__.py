@@ -19,6 +19,7 @@ from ..graph import Graph
 from .alexnet import alexnet
 from .inception import inception_v3
 from .lenet import lenet5
+from .rnn import rnn
 from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
 from .small import alexnet_small, inception_small, resnet18_small, vgg_small
 from .vgg import vgg16
@@ -45,6 +46,14 @@ SMALL: dict[str, Callable[..., Graph]] = {
 """Scaled-down variants for training on CPU workers (not in :func:`names`)."""
 
 
+LARGE: dict[str, Callable[..., Graph]] = {
+    "wide_resnet": wide_resnet,
+    "rnn": rnn,
+}
+"""Seed 004's very large models (WResNet-<depth>-<width>, RNN-<layers>-<hidden>), built with
+their own size arguments; not in :func:`names` (the zoo tests search every zoo model)."""
+
+
 def names() -> list[str]:
     """The names of the models in the zoo, sorted."""
     return sorted(ZOO)
@@ -57,13 +66,13 @@ def get(name: str, **kwargs: Any) -> Graph:
     ``name`` is not one of them.
     """
     try:
-        builder = ZOO[name] if name in ZOO else SMALL[name]
+        builder = ZOO[name] if name in ZOO else SMALL[name] if name in SMALL else LARGE[name]
     except (KeyError, TypeError):
-        known = ", ".join(names() + sorted(SMALL))
+        known = ", ".join(names() + sorted(SMALL) + sorted(LARGE))
         raise GraphError(f"unknown model {name!r}; known models: {known}") from None
     return builder(**kwargs)
 
 
 __all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
            "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "SMALL", "alexnet_small", "vgg_small",
-           "resnet18_small", "inception_small", "wide_resnet"]
+           "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn"]
