@@ -295,12 +295,58 @@ def test_plan_devices_follow_the_worker_numbering():
         assert boxes[cfg.devices.index(w)] == nested_box(x.shape, res.tensor_parts["x"], group)
 
 
-def test_plans_refuse_reduction_cuts_and_wrong_device_counts():
+@pytest.mark.parametrize("k", [2, 4, 6])
+def test_reduction_cuts_become_partition_n_reduce_configs(k):
+    """Tofu's reduction cuts map to OpConfig.reduction: every worker's iteration box under
+    Tofu's nesting is the one the Plan gives the worker on the same device, and the plan
+    lowers with Eq. 1's bytes."""
+    from shardwise.lower import lower, worker_boxes
+    from shardwise.tofu_model import level_groups, nested_box
+
+    g = sw.Graph("mlp")
+    x = g.input("x", (12, 48))
+    h = g.linear(x, 48, activation="relu", name="fc1")
+    h = g.linear(h, 24, name="fc2")
+    g.softmax(h, name="prob")
+    res = tofu.partition(g, k)
+    plan = res.to_plan(sw.DeviceGraph.cpu(k))
+    assert any(c.reduction for c in plan.configs.values()) == bool(res.reduction_splits)
+    for op in g.ops:
+        cfg = plan[op.name]
+        r = cfg.reduction_degree
+        for w, group in enumerate(level_groups(res.levels)):
+            if w not in cfg.devices:
+                continue       # a replica Tofu keeps, the Plan runs once
+            worker = cfg.devices.index(w)
+            box = nested_box(op.desc.extents, res.op_parts[op.name], group)
+            blocks = worker_boxes(op.shape, cfg.degrees)
+            assert tuple(box[: op.desc.out_rank]) == blocks[worker // r]
+            if cfg.reduction:
+                var = op.desc.out_rank + op.desc.reductions.index(cfg.reduction[0])
+                size = op.desc.extents[var] // r
+                assert box[var] == ((worker % r) * size, (worker % r + 1) * size)
+    assert lower(plan).bytes_moved() == pytest.approx(plan.bytes_moved, rel=1e-12, abs=0.5)
+
+
+def test_search_tofu_keeps_reduction_cuts_and_trains_like_one_worker():
+    g = sw.Graph("mlp")
+    x = g.input("x", (8, 32))
+    h = g.linear(x, 32, activation="relu", name="fc1")
+    h = g.linear(h, 16, name="fc2")
+    g.softmax(h, name="prob")
+    plan = sw.search(g, sw.DeviceGraph.cpu(4), algorithm="tofu")
+    assert any(c.reduction for c in plan.configs.values())
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((8, 32)).astype(np.float32)
+    ys = rng.integers(0, 16, 8)
+    one = sw.Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {}))
+    many = sw.Trainer(g, plan)
+    np.testing.assert_allclose([many.step(xs, ys) for _ in range(3)], [one.step(xs, ys) for _ in range(3)],
+                               rtol=1e-4)
+
+
+def test_plans_refuse_wrong_device_counts():
     g = sw.models.rnn(layers=2, hidden=64, steps=3, batch=8)
-    res = tofu.partition(g, 2)
-    assert res.reduction_splits
-    with pytest.raises(ConfigError, match="reduction"):
-        res.to_plan(sw.DeviceGraph.cpu(2))
     with pytest.raises(ConfigError, match="2 workers"):
         tofu.partition(g, 2, reductions=False).to_plan(sw.DeviceGraph.cpu(4))
 

@@ -197,7 +197,8 @@ def matmul(a: tuple[int, ...], b: tuple[int, ...]) -> OpDesc:
     n = b[1]
     nv = 3  # 0 m, 1 n | 2 k
     inputs = (InputDesc(DATA, a, (var(nv, 0), var(nv, 2))), InputDesc(DATA, b, (var(nv, 2), var(nv, 1))))
-    return OpDesc(extents=(m, n, k), out_rank=2, inputs=inputs, flops_per_point=2.0, reductions=("k",))
+    return OpDesc(extents=(m, n, k), out_rank=2, inputs=inputs, flops_per_point=2.0, reductions=("k",),
+                  additive=(2,))
 
 
 def lstm_cell(shapes: Sequence[tuple[int, ...]]) -> OpDesc:

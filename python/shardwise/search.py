@@ -82,10 +82,9 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     (brute force over every strategy; refuses graphs with more than
     ``max_evaluations`` strategies) or ``"tofu"`` (seed 004's partitioning over all of
     ``devices``, minimizing bytes moved rather than Eq. 1: :func:`shardwise.tofu.partition`
-    with reduction cuts excluded, because a Plan, the core's cost model and the executor
-    split output dimensions only; the standalone ``sw.tofu.partition`` also reports the
-    optimum with partition-n-reduce; the returned Plan is costed by Eq. 1 like any other,
-    and ``max_evaluations``, ``worker_counts_`` and ``refine`` do not apply).  ``sync``: ``"parameter_server"`` (default,
+    with reduction cuts, which become partition-n-reduce configurations; the returned Plan
+    is costed by Eq. 1 like any other, and ``max_evaluations``, ``worker_counts_`` and
+    ``refine`` do not apply).  ``sync``: ``"parameter_server"`` (default,
     as the papers) or ``"ring"``.  ``costs``: measured compute times (a
     :class:`ProfileTable`) replacing the roofline.  ``refine="simulate"``: start from
     the elimination optimum and improve it under the simulator by local search
@@ -167,13 +166,14 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
 
 def _search_tofu(graph: Graph, devices: DeviceGraph, options: CostOptions, costs: ComputeCosts | None,
                  refine: str | None, report: Progress | None) -> Plan:
-    """``algorithm="tofu"``: Tofu's partition over every device, output-dimension cuts only."""
+    """``algorithm="tofu"``: Tofu's partition over every device, reduction cuts included
+    (partition-n-reduce configurations)."""
     from .tofu import partition
 
     if refine is not None:
         raise ConfigError("refine='simulate' is not available with algorithm='tofu'")
     start = time.perf_counter()
-    result = partition(graph, len(devices), reductions=False)
+    result = partition(graph, len(devices), reductions=True)
     if report:
         report("tofu partition (recursive CriticalDP)", time.perf_counter() - start)
     plan = result.to_plan(devices, options)

@@ -110,20 +110,17 @@ class TofuResult:
 
     def to_plan(self, devices, options=None):
         """The partition as a :class:`~shardwise.plan.Plan` on ``devices`` (one device per
-        worker): each op's degrees per output dimension, worker ``(j_1, ..., j_m)`` (level
-        order, first most significant) on device ``sum j_i * p_(i+1) * ... * p_m``.  A Plan
-        cannot hold reduction cuts yet (the core's cost model, plan format and executor
-        split output dimensions only), so a result with any raises ConfigError; search with
-        ``reductions=False`` to get one that converts."""
+        worker): each op's degrees per output dimension and, for reduction cuts, its split
+        reduction (partition-n-reduce: ``OpConfig.reduction``, the product of the cuts of that
+        variable); worker ``(j_1, ..., j_m)`` (level order, first most significant) runs on
+        device ``sum j_i * p_(i+1) * ... * p_m``.  An op whose levels cut two different
+        reduction variables cannot be held by a Plan (ConfigError)."""
         from .plan import OpConfig, Plan
         from .problem import dim_names
 
         if len(devices) != self.workers:
             raise ConfigError(f"the partition is for {self.workers} workers, the device graph has "
                               f"{len(devices)} devices")
-        if self.reduction_splits:
-            raise ConfigError(f"a Plan cannot hold reduction cuts yet (ops {self.reduction_splits[:3]}); "
-                              "partition with reductions=False")
         configs = {op.name: _op_config(op, self.op_parts[op.name], self.levels, OpConfig, dim_names)
                    for op in self.graph.ops}
         stats = {"algorithm": "tofu", "tofu_solver": self.algorithm, "tofu_bytes_moved": self.bytes_moved,
@@ -133,26 +130,36 @@ class TofuResult:
 
 
 def _op_config(op, parts: Parts, levels: list[int], OpConfig, dim_names):
-    """The OpConfig of one op: degrees per output dimension and the device of each grid cell."""
+    """The OpConfig of one op: degrees per output dimension, the split reduction if any, and
+    the device of each worker (output blocks row-major, reduction parts fastest)."""
     rank = op.desc.out_rank
     degrees = [1] * rank
+    rvars = {v for v, _ in parts if v >= rank}
+    if len(rvars) > 1:
+        names = sorted(op.desc.reductions[v - rank] for v in rvars)
+        raise ConfigError(f"{op.name!r} cuts reductions {names} at different levels; a Plan splits one")
+    rdeg = 1
     for v, p in parts:
         if 0 <= v < rank:
             degrees[v] *= p
-    cells = prod(degrees)
-    devices = [0] * cells
+        elif v >= rank:
+            rdeg *= p
+    devices = [0] * (prod(degrees) * rdeg)
     for w, group in enumerate(level_groups(levels)):
-        if any(j and not 0 <= v < rank for (v, _), j in zip(parts, group)):
+        if any(j and v == REPLICATE for (v, _), j in zip(parts, group)):
             continue                   # a duplicate of the worker with j = 0 at this level
-        coord = [0] * rank
+        coord, part = [0] * rank, 0
         for (v, p), j in zip(parts, group):
             if 0 <= v < rank:
                 coord[v] = coord[v] * p + j
+            elif v >= rank:
+                part = part * p + j
         cell = 0
         for v in range(rank):
             cell = cell * degrees[v] + coord[v]
-        devices[cell] = w
-    return OpConfig(dim_names(rank), tuple(degrees), tuple(devices))
+        devices[cell * rdeg + part] = w
+    reduction = (op.desc.reductions[rvars.pop() - rank], rdeg) if rvars else None
+    return OpConfig(dim_names(rank), tuple(degrees), tuple(devices), reduction)
 
 
 def _check(graph: Graph, workers: int, algorithm: str, reductions: bool) -> None:

@@ -39,9 +39,6 @@ from .opdesc import DATA, OpDesc
 Parts = tuple[tuple[int, int], ...]   # ((dimension or variable index, parts), ...) per level
 REPLICATE = -1
 
-# Kinds whose reduction variables are true reducers (sum or max), so partition-n-reduce
-# is valid; softmax's normalization and batchnorm's statistic index are not.
-REDUCIBLE_KINDS = frozenset({"conv2d", "linear", "matmul", "pool2d", "custom"})
 
 
 def level_groups(parts: Sequence[int]) -> list[tuple[int, ...]]:
@@ -94,14 +91,14 @@ def iteration_region(desc: OpDesc, slot: int, ibox: Box) -> Box | None:
 
 
 def reducible_variables(op: Op) -> list[int]:
-    """Reduction variables along which partition-n-reduce is exact: the op's reducer is a
-    sum or max, and every index expression using the variable uses no other one, so the
-    groups read disjoint slices (Tofu refuses ``x + dx``; seed 004 section 3.2)."""
+    """Reduction variables along which partition-n-reduce is exact: the description marks
+    the variable additive (partial results add up: conv's ci, linear's i, matmul's k, the
+    Sums of described ops; the same flag the core's cost model and the executor use), and
+    every index expression using it uses no other one, so the groups read disjoint slices
+    (Tofu refuses ``x + dx``; seed 004 section 3.2)."""
     desc = op.desc
-    if op.kind not in REDUCIBLE_KINDS:
-        return []
     out = []
-    for v in range(desc.out_rank, desc.nvars):
+    for v in desc.additive:
         ok = True
         for inp in desc.inputs:
             for e in inp.exprs:
