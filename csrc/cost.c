@@ -42,27 +42,30 @@ static const int32_t *config_devices(const sw_problem *p, const sw_config *c) {
     return p->dev_pool + c->dev_offset;
 }
 
-double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
+double sw_worker_time(const sw_problem *p, int opi, const sw_box *box, int dev) {
     const sw_op *op = &p->ops[opi];
     if (op->ninputs == 0) {
         return 0.0;  /* graph inputs are loaded where they are needed */
     }
+    double outputs = (double)sw_box_volume(box);
+    double flops = outputs * (double)reduction_volume(op) * op->flops_per_point + outputs * op->flops_per_output;
+    double elements = outputs;
+    for (int k = 0; k < op->ninputs; k++) {
+        sw_box region;
+        if (sw_input_region(op, k, box, &region)) {
+            elements += (double)sw_box_volume(&region);
+        }
+    }
+    return fmax(flops / p->dev_flops[dev], elements * p->bytes_per_element / p->dev_membw[dev]);
+}
+
+double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
     const int32_t *devs = config_devices(p, c);
-    int64_t red = reduction_volume(op);
     double worst = 0.0;
     for (int w = 0; w < c->nworkers; w++) {
-        sw_box box, region;
-        sw_worker_box(op, c, w, &box);
-        double outputs = (double)sw_box_volume(&box);
-        double flops = outputs * (double)red * op->flops_per_point + outputs * op->flops_per_output;
-        double elements = outputs;
-        for (int k = 0; k < op->ninputs; k++) {
-            if (sw_input_region(op, k, &box, &region)) {
-                elements += (double)sw_box_volume(&region);
-            }
-        }
-        int dv = devs[w];
-        double t = fmax(flops / p->dev_flops[dv], elements * p->bytes_per_element / p->dev_membw[dv]);
+        sw_box box;
+        sw_worker_box(&p->ops[opi], c, w, &box);
+        double t = sw_worker_time(p, opi, &box, devs[w]);
         if (t > worst) {
             worst = t;
         }

@@ -4,10 +4,7 @@
  * statuses to exceptions in one place (raise_status).  The GIL is released
  * around table building and search.  One Python Problem owns one sw_problem.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>   /* CPython API */
-#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* */
+#include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
 
 #include <math.h>  /* isfinite */
 
@@ -32,7 +29,7 @@ PyObject *sw_py_raise(sw_status s) {
 }
 
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
-static PyArrayObject *as_array(PyObject *obj, int type, int ndim, const char *what) {
+PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what) {
     PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(obj, type, ndim, ndim, NPY_ARRAY_IN_ARRAY);
     if (!a) {
         PyErr_Format(PyExc_ValueError, "%s must be a %d-D array of %s", what, ndim,
@@ -99,13 +96,7 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals) 
 }
 
 /* ------------------------------------------------------------------ Problem */
-typedef struct {
-    PyObject_HEAD
-    sw_problem *p;
-    int busy;   /* set while the GIL is released over p */
-} ProblemObject;
-
-static int check_ready(ProblemObject *self) {
+int sw_py_problem_ready(ProblemObject *self) {
     if (!self->p) {
         PyErr_SetString(PyExc_RuntimeError, "Problem is not initialized");
         return 0;
@@ -132,11 +123,11 @@ static int Problem_init(ProblemObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     int rc = -1;
-    PyArrayObject *blob = as_array(blob_o, NPY_INT64, 1, "blob");
-    PyArrayObject *flops = blob ? as_array(flops_o, NPY_FLOAT64, 2, "flops") : NULL;
-    PyArrayObject *df = flops ? as_array(df_o, NPY_FLOAT64, 1, "dev_flops") : NULL;
-    PyArrayObject *dm = df ? as_array(dm_o, NPY_FLOAT64, 1, "dev_membw") : NULL;
-    PyArrayObject *bw = dm ? as_array(bw_o, NPY_FLOAT64, 2, "bandwidth") : NULL;
+    PyArrayObject *blob = sw_py_array(blob_o, NPY_INT64, 1, "blob");
+    PyArrayObject *flops = blob ? sw_py_array(flops_o, NPY_FLOAT64, 2, "flops") : NULL;
+    PyArrayObject *df = flops ? sw_py_array(df_o, NPY_FLOAT64, 1, "dev_flops") : NULL;
+    PyArrayObject *dm = df ? sw_py_array(dm_o, NPY_FLOAT64, 1, "dev_membw") : NULL;
+    PyArrayObject *bw = dm ? sw_py_array(bw_o, NPY_FLOAT64, 2, "bandwidth") : NULL;
     if (!bw) {
         goto done;
     }
@@ -188,7 +179,7 @@ static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObje
     int sync = 0, threads = 1;
     double bpe = 4.0, bf = 3.0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|iddi", kwlist, &sync, &bpe, &bf, &threads) ||
-        !check_ready(self)) {
+        !sw_py_problem_ready(self)) {
         return NULL;
     }
     if (threads < 1 || threads > 64) {
@@ -211,10 +202,10 @@ static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObje
 }
 
 static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return NULL;
     }
-    PyArrayObject *counts = as_array(arg, NPY_INT32, 1, "counts");
+    PyArrayObject *counts = sw_py_array(arg, NPY_INT32, 1, "counts");
     if (!counts) {
         return NULL;
     }
@@ -229,11 +220,11 @@ static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
 static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
     int op;
     PyObject *deg_o, *dev_o;
-    if (!PyArg_ParseTuple(args, "iOO", &op, &deg_o, &dev_o) || !check_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "iOO", &op, &deg_o, &dev_o) || !sw_py_problem_ready(self) || !check_op(self, op)) {
         return NULL;
     }
-    PyArrayObject *deg = as_array(deg_o, NPY_INT32, 2, "degrees");
-    PyArrayObject *dev = deg ? as_array(dev_o, NPY_INT32, 2, "devices") : NULL;
+    PyArrayObject *deg = sw_py_array(deg_o, NPY_INT32, 2, "degrees");
+    PyArrayObject *dev = deg ? sw_py_array(dev_o, NPY_INT32, 2, "devices") : NULL;
     PyObject *result = NULL;
     if (!dev) {
         goto done;
@@ -258,7 +249,7 @@ done:
 
 static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
     int op;
-    if (!PyArg_ParseTuple(args, "i", &op) || !check_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !check_op(self, op)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
@@ -289,7 +280,7 @@ static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
 static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"with_bytes", NULL};
     int with_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &with_bytes) || !check_ready(self)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &with_bytes) || !sw_py_problem_ready(self)) {
         return NULL;
     }
     for (int i = 0; i < self->p->nops; i++) {
@@ -311,7 +302,7 @@ static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObj
 }
 
 static int check_tables(ProblemObject *self) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return 0;
     }
     if (!self->p->tables_built) {
@@ -346,7 +337,7 @@ static PyObject *Problem_set_compute_times(ProblemObject *self, PyObject *args) 
     if (!PyArg_ParseTuple(args, "iO", &op, &tc_o) || !check_tables(self) || !check_op(self, op)) {
         return NULL;
     }
-    PyArrayObject *tc = as_array(tc_o, NPY_FLOAT64, 1, "compute times");
+    PyArrayObject *tc = sw_py_array(tc_o, NPY_FLOAT64, 1, "compute times");
     if (!tc) {
         return NULL;
     }
@@ -439,14 +430,14 @@ static PyObject *Problem_progress(ProblemObject *self, PyObject *Py_UNUSED(ignor
 }
 
 static PyObject *Problem_get_nops(ProblemObject *self, void *Py_UNUSED(closure)) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return NULL;
     }
     return PyLong_FromLong(self->p->nops);
 }
 
 static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure)) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return NULL;
     }
     return PyLong_FromLong(self->p->ndev);
@@ -471,6 +462,13 @@ static PyMethodDef Problem_methods[] = {
     {"edge_table", (PyCFunction)Problem_edge_table, METH_VARARGS, "edge_table(e) -> (t_x, bytes or None)"},
     {"search", (PyCFunction)(void (*)(void))Problem_search, METH_VARARGS | METH_KEYWORDS,
      "search(algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)"},
+    {"worker_times", (PyCFunction)sw_py_problem_worker_times, METH_VARARGS,
+     "worker_times(op, degrees, devices) -> roofline seconds of one forward pass of every worker"},
+    {"lower", (PyCFunction)sw_py_problem_lower, METH_VARARGS,
+     "lower(kinds, degrees, dev_ptr, devices) -> dict of task and buffer arrays (one iteration of a plan)"},
+    {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,
+     "simulate_plan(kinds, degrees, dev_ptr, devices, route_ptr, route_res, nres, cores=0, ...) -> dict\n"
+     "Lower, time and replay one iteration of a plan (GIL released)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -543,7 +541,7 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyArrayObject *a = as_array(PySequence_Fast_GET_ITEM(nodes, i), NPY_FLOAT64, 1, "node cost");
+        PyArrayObject *a = sw_py_array(PySequence_Fast_GET_ITEM(nodes, i), NPY_FLOAT64, 1, "node cost");
         if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
             Py_XDECREF(a);
             goto done;
@@ -572,7 +570,7 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
                          src, dst, n);
             goto done;
         }
-        PyArrayObject *a = as_array(table_o, NPY_FLOAT64, 2, "edge table");
+        PyArrayObject *a = sw_py_array(table_o, NPY_FLOAT64, 2, "edge table");
         if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
             Py_XDECREF(a);
             goto done;
@@ -606,7 +604,7 @@ static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
     PyArrayObject *a[5] = {NULL};
     PyObject *result = NULL;
     for (int k = 0; k < 5; k++) {
-        a[k] = as_array(objs[k], k == 0 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
+        a[k] = sw_py_array(objs[k], k == 0 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
         if (!a[k]) {
             goto done;
         }
@@ -669,7 +667,7 @@ static int module_exec(PyObject *m) {
     if (rc < 0) {
         return -1;
     }
-    if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0) {
+    if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_simulate(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();
