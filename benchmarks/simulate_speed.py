@@ -64,8 +64,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-reference", action="store_true", help="skip the (slow) Python reference pipeline")
     args = ap.parse_args()
-    print(f"# {date.today().isoformat()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"median of {args.repeat} runs; sw.simulate(plan) with the memory check on")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"# {date.today().isoformat()}, {os.cpu_count()} cores shared (load average {load}), Python "
+          f"{platform.python_version()}; median of {args.repeat} runs; sw.simulate(plan) with the memory check on")
     head = (f"{'model':<14} {'dev':>4} {'tasks':>7} {'prepare ms':>11} {'C core ms':>10} {'simulate ms':>12} "
             f"{'evals/s':>8} {'python ref ms':>14}  anchor")
     print(head)
