@@ -22,10 +22,16 @@ import time
 from datetime import date
 
 import numpy as np
-
 import shardwise as sw
 from shardwise.problem import make_problem
-from shardwise.simulate import MemoryOverflow, _machine, _replay_c, _resources, plan_arrays, task_durations
+from shardwise.simulate import (
+    MemoryOverflow,
+    _machine,
+    _replay_c,
+    _resources,
+    plan_arrays,
+    task_durations,
+)
 
 
 def median_ms(fn, repeat: int) -> float:
@@ -59,6 +65,33 @@ def reference(plan: sw.Plan) -> int:
     return len(tg.tasks)
 
 
+def row(name: str, nodes: int, per: int, repeat: int, with_reference: bool) -> str:
+    g = sw.models.get(name)
+    d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
+    plan = sw.search(g, d)
+    fits = evaluate(plan)  # also warms the routes cached on the device graph
+    problem = make_problem(g, d, plan.options)
+    arrays = plan_arrays(plan)
+    route_ptr, route_res, names, cores, _ = _machine(d, False)
+
+    def prepare():
+        make_problem(g, d, plan.options)
+        plan_arrays(plan)
+        _machine(d, False)
+
+    def core():
+        return problem.simulate_plan(*arrays, route_ptr, route_res, len(names), cores=cores)
+
+    tasks = len(core()["kind"])
+    prep = median_ms(prepare, repeat)
+    c = median_ms(core, repeat)
+    total = median_ms(lambda: evaluate(plan), repeat)
+    ref = f"{median_ms(lambda: reference(plan), max(1, repeat // 2)):14.1f}" if with_reference else ""
+    anchor = ("bar: < 50 ms" if name == "inception_v3" else "") + ("" if fits else "(MemoryOverflow raised)")
+    return (f"{name:<14} {nodes * per:>4} {tasks:>7} {prep:11.1f} {c:10.1f} {total:12.1f} {1e3 / total:8.1f} "
+            f"{ref:>14}  {anchor}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
@@ -72,30 +105,7 @@ def main() -> int:
     print(head)
     print("-" * len(head))
     for name, nodes, per in (("resnet18", 1, 4), ("vgg16", 4, 4), ("resnet50", 4, 4), ("inception_v3", 4, 4)):
-        g = sw.models.get(name)
-        d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
-        plan = sw.search(g, d)
-        fits = evaluate(plan)  # also warms the routes cached on the device graph
-        problem = make_problem(g, d, plan.options)
-        arrays = plan_arrays(plan)
-        route_ptr, route_res, names, cores, _ = _machine(d, False)
-
-        def prepare():
-            make_problem(g, d, plan.options)
-            plan_arrays(plan)
-            _machine(d, False)
-
-        def core():
-            return problem.simulate_plan(*arrays, route_ptr, route_res, len(names), cores=cores)
-
-        tasks = len(core()["kind"])
-        prep = median_ms(prepare, args.repeat)
-        c = median_ms(core, args.repeat)
-        total = median_ms(lambda: evaluate(plan), args.repeat)
-        ref = "" if args.no_reference else f"{median_ms(lambda: reference(plan), max(1, args.repeat // 2)):14.1f}"
-        anchor = ("bar: < 50 ms" if name == "inception_v3" else "") + ("" if fits else "(MemoryOverflow raised)")
-        print(f"{name:<14} {nodes * per:>4} {tasks:>7} {prep:11.1f} {c:10.1f} {total:12.1f} {1e3 / total:8.1f} "
-              f"{ref:>14}  {anchor}", flush=True)
+        print(row(name, nodes, per, args.repeat, not args.no_reference), flush=True)
     return 0
 
 
