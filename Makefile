@@ -27,7 +27,7 @@ asan:             ## run the tests against a copy built with AddressSanitizer + 
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code
 	$(PY_EXE) tools/valgrind_check.py $(PY_EXE) -m pytest -q -p no:cacheprovider \
 		tests/test_cost_model.py tests/test_api.py tests/test_search.py tests/test_kernels_conv.py \
-		tests/test_kernels_misc.py tests/test_lower.py -k "not gil"
+		tests/test_kernels_misc.py tests/test_lower.py tests/test_simulate_c.py -k "not gil"
 
 bench:            ## issue 2's benchmark
 	$(PY) benchmarks/search_time.py

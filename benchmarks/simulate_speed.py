@@ -2,55 +2,110 @@
 
 Anchor: simulating one iteration of Inception-v3 on 16 devices must take under
 50 ms, so that simulator-guided search can afford thousands of evaluations.
-Prints, per model, the time of each stage (lowering the plan to its task
-graph, task durations and array building, the C event loop) and the
-evaluations per second.
+Prints, per model, ``sw.simulate(plan)`` end to end (memory check included, as
+by default) and its stages: preparing the arguments in Python (the C problem,
+plan and route arrays), the C core (lowering, durations, event loop in one
+call), the rest (memory check, result).  A plan that does not fit in device
+memory is simulated all the same and then raises MemoryOverflow (marked).  For comparison, the Python reference
+pipeline (lower.py's task graph, Python durations, the C event loop) that
+``sw.simulate`` ran before.
 
-    python benchmarks/simulate_speed.py [--repeat 3]
+    python benchmarks/simulate_speed.py [--repeat 5] [--no-reference]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
 import time
+from datetime import date
 
 import numpy as np
-
 import shardwise as sw
-from shardwise.simulate import _replay_c, _resources, task_durations
+from shardwise.problem import make_problem
+from shardwise.simulate import (
+    MemoryOverflow,
+    _machine,
+    _replay_c,
+    _resources,
+    plan_arrays,
+    task_durations,
+)
 
 
-def stages(plan: sw.Plan) -> tuple[float, float, float, int]:
-    t0 = time.perf_counter()
+def median_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
+
+
+def evaluate(plan: sw.Plan) -> bool:
+    """sw.simulate as a search calls it; False when the plan does not fit (the full
+    simulation still ran: the C engine checks memory after the replay)."""
+    try:
+        sw.simulate(plan)
+        return True
+    except MemoryOverflow:
+        return False
+
+
+def reference(plan: sw.Plan) -> int:
+    """The Python pipeline: lower.py, task_durations, arrays for the C event loop."""
     tg = sw.lower(plan)
-    t1 = time.perf_counter()
     durations = task_durations(tg)
-    resources = [_resources(t, plan.devices) for t in tg.tasks]
-    deps = [t.deps for t in tg.tasks]
-    t2 = time.perf_counter()
-    _replay_c(deps, durations, resources)
-    t3 = time.perf_counter()
-    return t1 - t0, t2 - t1, t3 - t2, len(tg.tasks)
+    route_bw = plan.devices.route_bandwidths()
+    for t in tg.tasks:
+        if t.kind == "copy" and t.src_device != t.device:
+            durations[t.id] += t.nbytes / route_bw[t.src_device, t.device]
+    _replay_c([t.deps for t in tg.tasks], durations, [_resources(t, plan.devices) for t in tg.tasks])
+    return len(tg.tasks)
+
+
+def row(name: str, nodes: int, per: int, repeat: int, with_reference: bool) -> str:
+    g = sw.models.get(name)
+    d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
+    plan = sw.search(g, d)
+    fits = evaluate(plan)  # also warms the routes cached on the device graph
+    problem = make_problem(g, d, plan.options)
+    arrays = plan_arrays(plan)
+    route_ptr, route_res, names, cores, _ = _machine(d, False)
+
+    def prepare():
+        make_problem(g, d, plan.options)
+        plan_arrays(plan)
+        _machine(d, False)
+
+    def core():
+        return problem.simulate_plan(*arrays, route_ptr, route_res, len(names), cores=cores)
+
+    tasks = len(core()["kind"])
+    prep = median_ms(prepare, repeat)
+    c = median_ms(core, repeat)
+    total = median_ms(lambda: evaluate(plan), repeat)
+    ref = f"{median_ms(lambda: reference(plan), max(1, repeat // 2)):14.1f}" if with_reference else ""
+    anchor = ("bar: < 50 ms" if name == "inception_v3" else "") + ("" if fits else "(MemoryOverflow raised)")
+    return (f"{name:<14} {nodes * per:>4} {tasks:>7} {prep:11.1f} {c:10.1f} {total:12.1f} {1e3 / total:8.1f} "
+            f"{ref:>14}  {anchor}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-reference", action="store_true", help="skip the (slow) Python reference pipeline")
     args = ap.parse_args()
-    head = (f"{'model':<14} {'dev':>4} {'tasks':>7} {'lower ms':>9} {'durations ms':>13} {'event loop ms':>14} "
-            f"{'total ms':>9} {'evals/s':>8}  anchor")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"# {date.today().isoformat()}, {os.cpu_count()} cores shared (load average {load}), Python "
+          f"{platform.python_version()}; median of {args.repeat} runs; sw.simulate(plan) with the memory check on")
+    head = (f"{'model':<14} {'dev':>4} {'tasks':>7} {'prepare ms':>11} {'C core ms':>10} {'simulate ms':>12} "
+            f"{'evals/s':>8} {'python ref ms':>14}  anchor")
     print(head)
     print("-" * len(head))
     for name, nodes, per in (("resnet18", 1, 4), ("vgg16", 4, 4), ("resnet50", 4, 4), ("inception_v3", 4, 4)):
-        g = sw.models.get(name)
-        d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
-        plan = sw.search(g, d)
-        runs = [stages(plan) for _ in range(args.repeat)]
-        lo, du, ev, n = (float(np.median([r[k] for r in runs])) for k in range(4))
-        total = lo + du + ev
-        anchor = "bar: < 50 ms" if name == "inception_v3" else ""
-        print(f"{name:<14} {nodes * per:>4} {int(n):>7} {lo * 1e3:9.1f} {du * 1e3:13.1f} {ev * 1e3:14.1f} "
-              f"{total * 1e3:9.1f} {1 / total:8.1f}  {anchor}", flush=True)
+        print(row(name, nodes, per, args.repeat, not args.no_reference), flush=True)
     return 0
 
 

@@ -158,14 +158,12 @@ done:
     return s;
 }
 
-/* Check one (rvar, rdeg) pair of set_configs and store it in cfg. */
-static sw_status set_reduction(const sw_op *op, int opi, const int32_t *pair, sw_config *cfg) {
+sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t v, int32_t r, sw_config *cfg) {
     cfg->rvar = -1;
     cfg->rdeg = 1;
-    if (!pair || (pair[0] == -1 && pair[1] == 1)) {
+    if (v == -1 && r == 1) {
         return SW_OK;
     }
-    int v = pair[0], r = pair[1];
     if (v < op->out_rank || v >= op->nvars || !op->additive[v]) {
         return SW_FAIL(SW_ERR_VALUE, "op %d: variable %d is not a reduction whose partial results add up", opi, v);
     }
@@ -206,7 +204,8 @@ sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t
             cfgs[c].deg[d] = g;
             k *= g;
         }
-        s = set_reduction(op, opi, red ? red + 2 * (size_t)c : NULL, &cfgs[c]);
+        s = sw_config_set_reduction(op, opi, red ? red[2 * (size_t)c] : -1, red ? red[2 * (size_t)c + 1] : 1,
+                                    &cfgs[c]);
         if (s != SW_OK) {
             goto fail;
         }

@@ -42,28 +42,32 @@ static const int32_t *config_devices(const sw_problem *p, const sw_config *c) {
     return p->dev_pool + c->dev_offset;
 }
 
-double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
+double sw_worker_time(const sw_problem *p, int opi, const sw_config *c, int w, int dev) {
     const sw_op *op = &p->ops[opi];
     if (op->ninputs == 0) {
         return 0.0;  /* graph inputs are loaded where they are needed */
     }
+    sw_box box;
+    sw_worker_box(op, c, w, &box);
+    /* a worker of a reduction group covers 1/rdeg of the split reduction variable */
+    double outputs = (double)sw_box_volume(&box);
+    double points = outputs * (double)reduction_volume(op) / (double)c->rdeg;
+    double flops = points * op->flops_per_point + outputs * op->flops_per_output;
+    double elements = outputs;
+    for (int k = 0; k < op->ninputs; k++) {
+        sw_box region;
+        if (sw_worker_region(op, c, w, k, &region)) {
+            elements += (double)sw_box_volume(&region);
+        }
+    }
+    return fmax(flops / p->dev_flops[dev], elements * p->bytes_per_element / p->dev_membw[dev]);
+}
+
+double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
     const int32_t *devs = config_devices(p, c);
-    /* each worker covers 1/rdeg of the split reduction variable */
-    double red = (double)reduction_volume(op) / (double)c->rdeg;
     double worst = 0.0;
     for (int w = 0; w < c->nworkers; w++) {
-        sw_box box, region;
-        sw_worker_box(op, c, w, &box);
-        double outputs = (double)sw_box_volume(&box);
-        double flops = outputs * red * op->flops_per_point + outputs * op->flops_per_output;
-        double elements = outputs;
-        for (int k = 0; k < op->ninputs; k++) {
-            if (sw_worker_region(op, c, w, k, &region)) {
-                elements += (double)sw_box_volume(&region);
-            }
-        }
-        int dv = devs[w];
-        double t = fmax(flops / p->dev_flops[dv], elements * p->bytes_per_element / p->dev_membw[dv]);
+        double t = sw_worker_time(p, opi, c, w, devs[w]);
         if (t > worst) {
             worst = t;
         }

@@ -16,6 +16,10 @@
  *              t_x (bytes each destination worker needs and does not hold)
  *   search_*.c node / edge elimination (Algorithm 1) and a brute-force oracle,
  *              both over plain cost tables so tests can feed fake ones
+ *   taskgraph.c, lower.c  one training iteration of a plan as tasks and buffers
+ *              (python/shardwise/lower.py's twin, task for task)
+ *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
+ *              resources of every task, the event-driven replay
  *
  * Example (what python/shardwise/search.py does through the module):
  *
@@ -205,8 +209,127 @@ sw_status sw_problem_build_tables(sw_problem *p, int with_bytes);
 
 /* The three terms of Eq. 1 for single configurations. */
 double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
+/* Roofline seconds of one forward pass of worker w of configuration c on device `dev`:
+ * its output block over its part of a split reduction (the per-worker term of t_c,
+ * which is backward_factor x the slowest worker's). */
+double sw_worker_time(const sw_problem *p, int op, const sw_config *c, int w, int dev);
+/* Check a (split reduction variable or -1, degree) pair for op `opi` and store it in cfg. */
+sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t rvar, int32_t rdeg, sw_config *cfg);
 void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time, double *bytes);
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
+
+/* ---------------------------------------------------------------- task graphs */
+/* One training iteration of a plan, as python/shardwise/lower.py builds it: the
+ * same tasks in the same order, with the same dependencies and buffers. */
+typedef enum {
+    SW_TASK_LOAD_INPUT = 0, SW_TASK_COPY, SW_TASK_JOIN, SW_TASK_FORWARD, SW_TASK_LOSS, SW_TASK_BN_STATS,
+    SW_TASK_STATS_REDUCE, SW_TASK_BN_APPLY, SW_TASK_BN_BACKWARD_STATS, SW_TASK_BACKWARD_DATA,
+    SW_TASK_ACCUMULATE, SW_TASK_BACKWARD_WEIGHT, SW_TASK_REDUCE, SW_TASK_UPDATE,
+    SW_TASK_FORWARD_PARTIAL, SW_TASK_SUM_PARTIALS, SW_TASK_ACTIVATION_GRAD,   /* partition-n-reduce */
+    SW_TASK_NKINDS
+} sw_task_kind;
+
+typedef enum { SW_PHASE_FORWARD = 0, SW_PHASE_BACKWARD, SW_PHASE_SYNC, SW_PHASE_UPDATE } sw_phase;
+
+typedef enum {
+    SW_BUF_ACTIVATION = 0, SW_BUF_REGION, SW_BUF_GRAD, SW_BUF_PARTIAL_GRAD, SW_BUF_PARAM, SW_BUF_PARAM_GRAD,
+    SW_BUF_MOMENTUM, SW_BUF_STATS, SW_BUF_RECV, SW_BUF_PARTIAL, SW_BUF_GRAD_PRE,
+    SW_BUF_NKINDS
+} sw_buffer_kind;
+
+/* What the lowering needs to know about an op beyond its description. */
+typedef enum { SW_OPKIND_PLAIN = 0, SW_OPKIND_INPUT, SW_OPKIND_SOFTMAX, SW_OPKIND_BATCHNORM } sw_op_kind;
+
+#define SW_TASK_BYTES_PER_ELEMENT 4   /* the executor's buffers are float32 */
+
+typedef struct {
+    int8_t kind, phase;        /* sw_task_kind, sw_phase */
+    int32_t device;            /* where it runs (a copy: the destination) */
+    int32_t src_device;        /* copies: the source device; -1 otherwise */
+    int32_t op, worker, slot;  /* slot: input slot of per-input tasks, -1 otherwise */
+    int32_t nreads;            /* buffers it reads (a reduction sums this many) */
+    int64_t elements;          /* its box's volume, else its first written buffer's (0: none) */
+    int64_t nbytes;            /* bytes crossing between devices (copies only) */
+    sw_box box;                /* copies, accumulates: the global box moved; rank 0: none */
+} sw_task;
+
+typedef struct {
+    int32_t device, op;        /* op: the global tensor's op */
+    int8_t kind;               /* sw_buffer_kind */
+    sw_box box;
+} sw_buffer;
+
+typedef struct {
+    int32_t ntasks, task_cap;
+    sw_task *tasks;
+    int32_t *dep_ptr;          /* ntasks + 1: task t depends on deps[dep_ptr[t] .. dep_ptr[t+1]) */
+    int32_t *deps;             /* sorted, distinct, all < t */
+    int32_t ndeps, dep_cap;
+    int32_t nbuffers, buffer_cap;
+    sw_buffer *buffers;
+} sw_task_graph;
+
+/* A plan: one configuration per op.  cfg[op].deg, cfg[op].nworkers and the
+ * devices devs[cfg[op].dev_offset ..] in worker order; kind[op] a sw_op_kind. */
+typedef struct {
+    int nops;
+    const sw_config *cfg;
+    const int32_t *devs;
+    const int8_t *kind;
+} sw_plan;
+
+/* Check a plan against a problem (sizes, degrees dividing their dimensions,
+ * distinct devices in range, op kinds): SW_ERR_VALUE with a message if bad. */
+sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
+/* Lower `plan` into `g` (which must be zeroed); on failure g is freed. */
+sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g);
+void sw_task_graph_free(sw_task_graph *g);
+/* taskgraph.c: append a buffer / a task with deps (negative ids are skipped;
+ * the rest are sorted and made distinct); the new id goes to *id. */
+sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, int32_t op, const sw_box *box,
+                       int32_t *id);
+sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, int32_t *id);
+int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device);  /* bytes; returns bytes moved */
+
+/* ---------------------------------------------------------------- durations */
+/* Measured costs (a profile) replacing parts of the model; NULL: all modelled. */
+typedef struct {
+    const double *split;           /* nops x 2: forward, backward seconds of the op's partition; NaN: model */
+    const double *element_seconds; /* SW_TASK_NKINDS: seconds per element of bookkeeping kinds; NaN: model */
+    double task_overhead;          /* seconds added to every task (the executor's dispatch) */
+} sw_measured;
+
+/* Seconds of every task (transfers excluded: their links decide), the model of
+ * simulate.py's task_durations; out has g->ntasks entries. */
+sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_task_graph *g,
+                            const sw_measured *m, double *out);
+
+/* ---------------------------------------------------------------- simulating a plan */
+/* The machine a task graph runs on, as resource ids: device d is resource d;
+ * with cores > 0, compute also holds core (d mod cores) = resource ndev + core;
+ * a transfer a -> b holds route_res[route_ptr[a*ndev+b] .. route_ptr[a*ndev+b+1])
+ * (links or network adapters, ids chosen by the caller); with dispatch, every
+ * task first runs a dispatch task on resource `interpreter` and its device. */
+typedef struct {
+    int32_t ndev, cores, nres, interpreter;
+    const int32_t *route_ptr;      /* ndev * ndev + 1 */
+    const int32_t *route_res;
+    double copy_bandwidth;         /* > 0: every transfer runs at this (measured) bytes/s */
+    double dispatch;               /* > 0: seconds of the dispatch task before every task */
+} sw_machine;
+
+typedef struct {
+    double *start, *duration;      /* ntasks each (the graph's tasks, dispatch tasks left out) */
+    int32_t *res_ptr, *res;        /* resources of every task (CSR over ntasks) */
+    double *busy;                  /* ndev: seconds each device computed */
+    double makespan;
+} sw_sim_result;
+
+/* Replay g with `durations` (from sw_task_durations) on machine m; the result's
+ * arrays are allocated here and freed with sw_sim_result_free. */
+sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const double *durations,
+                            const sw_machine *m, sw_sim_result *r);
+void sw_sim_result_free(sw_sim_result *r);
 
 /* ---------------------------------------------------------------- simulation */
 /* Replay tasks with the given durations; a task holds its resources (CSR

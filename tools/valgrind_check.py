@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-OURS = re.compile(r"_core\.cpython|\((region|problem|config|cost|search_elim|search_enumerate|module|status)\.c:\d+\)")
+OURS = re.compile(r"_core\.cpython|\((region|problem|config|cost|search_elim|search_enumerate|module|status|taskgraph|lower|sim_durations|sim_plan|simulate|simulate_py)\.c:\d+\)")
 HEADER = re.compile(r"^==\d+==\s+(\S.*)$")
 
 

@@ -4,10 +4,7 @@
  * statuses to exceptions in one place (raise_status).  The GIL is released
  * around table building and search.  One Python Problem owns one sw_problem.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>   /* CPython API */
-#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* */
+#include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
 
 #include <math.h>  /* isfinite */
 
@@ -32,7 +29,7 @@ PyObject *sw_py_raise(sw_status s) {
 }
 
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
-static PyArrayObject *as_array(PyObject *obj, int type, int ndim, const char *what) {
+PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what) {
     PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(obj, type, ndim, ndim, NPY_ARRAY_IN_ARRAY);
     if (!a) {
         PyErr_Format(PyExc_ValueError, "%s must be a %d-D array of %s", what, ndim,
@@ -99,13 +96,7 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals) 
 }
 
 /* ------------------------------------------------------------------ Problem */
-typedef struct {
-    PyObject_HEAD
-    sw_problem *p;
-    int busy;   /* set while the GIL is released over p */
-} ProblemObject;
-
-static int check_ready(ProblemObject *self) {
+int sw_py_problem_ready(ProblemObject *self) {
     if (!self->p) {
         PyErr_SetString(PyExc_RuntimeError, "Problem is not initialized");
         return 0;
@@ -132,11 +123,11 @@ static int Problem_init(ProblemObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     int rc = -1;
-    PyArrayObject *blob = as_array(blob_o, NPY_INT64, 1, "blob");
-    PyArrayObject *flops = blob ? as_array(flops_o, NPY_FLOAT64, 2, "flops") : NULL;
-    PyArrayObject *df = flops ? as_array(df_o, NPY_FLOAT64, 1, "dev_flops") : NULL;
-    PyArrayObject *dm = df ? as_array(dm_o, NPY_FLOAT64, 1, "dev_membw") : NULL;
-    PyArrayObject *bw = dm ? as_array(bw_o, NPY_FLOAT64, 2, "bandwidth") : NULL;
+    PyArrayObject *blob = sw_py_array(blob_o, NPY_INT64, 1, "blob");
+    PyArrayObject *flops = blob ? sw_py_array(flops_o, NPY_FLOAT64, 2, "flops") : NULL;
+    PyArrayObject *df = flops ? sw_py_array(df_o, NPY_FLOAT64, 1, "dev_flops") : NULL;
+    PyArrayObject *dm = df ? sw_py_array(dm_o, NPY_FLOAT64, 1, "dev_membw") : NULL;
+    PyArrayObject *bw = dm ? sw_py_array(bw_o, NPY_FLOAT64, 2, "bandwidth") : NULL;
     if (!bw) {
         goto done;
     }
@@ -190,7 +181,7 @@ static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObje
     double bpe = 4.0, bf = 3.0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|iddip", kwlist, &sync, &bpe, &bf, &threads,
                                      &reduction_splits) ||
-        !check_ready(self)) {
+        !sw_py_problem_ready(self)) {
         return NULL;
     }
     self->p->reduction_splits = reduction_splits;
@@ -214,10 +205,10 @@ static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObje
 }
 
 static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return NULL;
     }
-    PyArrayObject *counts = as_array(arg, NPY_INT32, 1, "counts");
+    PyArrayObject *counts = sw_py_array(arg, NPY_INT32, 1, "counts");
     if (!counts) {
         return NULL;
     }
@@ -232,15 +223,15 @@ static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
 static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
     int op;
     PyObject *deg_o, *dev_o, *red_o = Py_None;
-    if (!PyArg_ParseTuple(args, "iOO|O", &op, &deg_o, &dev_o, &red_o) || !check_ready(self) ||
+    if (!PyArg_ParseTuple(args, "iOO|O", &op, &deg_o, &dev_o, &red_o) || !sw_py_problem_ready(self) ||
         !check_op(self, op)) {
         return NULL;
     }
-    PyArrayObject *deg = as_array(deg_o, NPY_INT32, 2, "degrees");
-    PyArrayObject *dev = deg ? as_array(dev_o, NPY_INT32, 2, "devices") : NULL;
+    PyArrayObject *deg = sw_py_array(deg_o, NPY_INT32, 2, "degrees");
+    PyArrayObject *dev = deg ? sw_py_array(dev_o, NPY_INT32, 2, "devices") : NULL;
     PyArrayObject *red = NULL;
     PyObject *result = NULL;
-    if (!dev || (red_o != Py_None && !(red = as_array(red_o, NPY_INT32, 2, "reductions")))) {
+    if (!dev || (red_o != Py_None && !(red = sw_py_array(red_o, NPY_INT32, 2, "reductions")))) {
         goto done;
     }
     if (PyArray_DIM(deg, 1) != SW_MAX_RANK || PyArray_DIM(dev, 0) != PyArray_DIM(deg, 0) ||
@@ -270,7 +261,7 @@ done:
 /* reductions(op) -> (ncfg, 2) int32: (split reduction variable or -1, its degree) per configuration. */
 static PyObject *Problem_reductions(ProblemObject *self, PyObject *args) {
     int op;
-    if (!PyArg_ParseTuple(args, "i", &op) || !check_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !check_op(self, op)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
@@ -289,7 +280,7 @@ static PyObject *Problem_reductions(ProblemObject *self, PyObject *args) {
 
 static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
     int op;
-    if (!PyArg_ParseTuple(args, "i", &op) || !check_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !check_op(self, op)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
@@ -320,7 +311,7 @@ static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
 static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"with_bytes", NULL};
     int with_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &with_bytes) || !check_ready(self)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &with_bytes) || !sw_py_problem_ready(self)) {
         return NULL;
     }
     for (int i = 0; i < self->p->nops; i++) {
@@ -342,7 +333,7 @@ static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObj
 }
 
 static int check_tables(ProblemObject *self) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return 0;
     }
     if (!self->p->tables_built) {
@@ -400,7 +391,7 @@ static int int64_sequence(PyObject *o, int n, int64_t *out, const char *what) {
 static PyObject *Problem_iteration_region(ProblemObject *self, PyObject *args) {
     int op, slot;
     PyObject *lo_o, *hi_o;
-    if (!PyArg_ParseTuple(args, "iiOO", &op, &slot, &lo_o, &hi_o) || !check_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "iiOO", &op, &slot, &lo_o, &hi_o) || !sw_py_problem_ready(self) || !check_op(self, op)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
@@ -447,7 +438,7 @@ static PyObject *Problem_set_compute_times(ProblemObject *self, PyObject *args) 
     if (!PyArg_ParseTuple(args, "iO", &op, &tc_o) || !check_tables(self) || !check_op(self, op)) {
         return NULL;
     }
-    PyArrayObject *tc = as_array(tc_o, NPY_FLOAT64, 1, "compute times");
+    PyArrayObject *tc = sw_py_array(tc_o, NPY_FLOAT64, 1, "compute times");
     if (!tc) {
         return NULL;
     }
@@ -540,14 +531,14 @@ static PyObject *Problem_progress(ProblemObject *self, PyObject *Py_UNUSED(ignor
 }
 
 static PyObject *Problem_get_nops(ProblemObject *self, void *Py_UNUSED(closure)) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return NULL;
     }
     return PyLong_FromLong(self->p->nops);
 }
 
 static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure)) {
-    if (!check_ready(self)) {
+    if (!sw_py_problem_ready(self)) {
         return NULL;
     }
     return PyLong_FromLong(self->p->ndev);
@@ -576,6 +567,13 @@ static PyMethodDef Problem_methods[] = {
     {"edge_table", (PyCFunction)Problem_edge_table, METH_VARARGS, "edge_table(e) -> (t_x, bytes or None)"},
     {"search", (PyCFunction)(void (*)(void))Problem_search, METH_VARARGS | METH_KEYWORDS,
      "search(algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)"},
+    {"worker_times", (PyCFunction)sw_py_problem_worker_times, METH_VARARGS,
+     "worker_times(op, degrees, devices) -> roofline seconds of one forward pass of every worker"},
+    {"lower", (PyCFunction)sw_py_problem_lower, METH_VARARGS,
+     "lower(kinds, degrees, dev_ptr, devices) -> dict of task and buffer arrays (one iteration of a plan)"},
+    {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,
+     "simulate_plan(kinds, degrees, dev_ptr, devices, route_ptr, route_res, nres, cores=0, ...) -> dict\n"
+     "Lower, time and replay one iteration of a plan (GIL released)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -648,7 +646,7 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyArrayObject *a = as_array(PySequence_Fast_GET_ITEM(nodes, i), NPY_FLOAT64, 1, "node cost");
+        PyArrayObject *a = sw_py_array(PySequence_Fast_GET_ITEM(nodes, i), NPY_FLOAT64, 1, "node cost");
         if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
             Py_XDECREF(a);
             goto done;
@@ -677,7 +675,7 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
                          src, dst, n);
             goto done;
         }
-        PyArrayObject *a = as_array(table_o, NPY_FLOAT64, 2, "edge table");
+        PyArrayObject *a = sw_py_array(table_o, NPY_FLOAT64, 2, "edge table");
         if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
             Py_XDECREF(a);
             goto done;
@@ -711,7 +709,7 @@ static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
     PyArrayObject *a[5] = {NULL};
     PyObject *result = NULL;
     for (int k = 0; k < 5; k++) {
-        a[k] = as_array(objs[k], k == 0 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
+        a[k] = sw_py_array(objs[k], k == 0 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
         if (!a[k]) {
             goto done;
         }
@@ -774,7 +772,7 @@ static int module_exec(PyObject *m) {
     if (rc < 0) {
         return -1;
     }
-    if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0) {
+    if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_simulate(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();

@@ -25,7 +25,10 @@ synchronization and update
     ``reduce``), applies ``update`` and sends the parameters back.
 
 The simulator (issue 4) replays this graph with modelled durations and the
-executor runs it with real kernels, so the two cannot drift apart.  Buffers
+executor runs it with real kernels, so the two cannot drift apart.  For speed
+the simulator builds it in C (csrc/lower.c: the same tasks in the same order,
+with the same dependencies and buffers); a change here must be made there too,
+and tests/test_simulate_c.py compares the two task for task.  Buffers
 are never reused within an iteration, so the sum of their sizes per device is
 the memory the iteration needs (parameters, momentum, activations kept for the
 backward pass, staging regions, gradients).
@@ -602,7 +605,7 @@ class _Lowering:
                 read = recv
             self.grad_last[src.name][s] = self.task(
                 "accumulate", sdev, "backward", src.name, [read], [self.grad[src.name][s]],
-                [dep, self.grad_last[src.name][s]], worker=s, box=piece)
+                [dep, self.grad_last[src.name][s]], worker=s * cfg.reduction_degree, box=piece)
 
     # ---- synchronization and update
     def lower_sync(self, op: Op) -> None:

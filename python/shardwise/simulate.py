@@ -1,7 +1,8 @@
 """Simulating an iteration: the executor's task graph replayed with modelled durations.
 
     sim = simulate(plan)
-    sim.iteration_time, sim.bytes_moved, sim.device_busy, sim.events
+    sim.iteration_time, sim.bytes_moved, sim.device_busy, sim.memory
+    sim.events                    # built on first access (plot_timeline uses them)
 
 Eq. 1 adds every cost up; a real iteration runs devices in parallel and
 overlaps transfers (and gradient synchronization, seed 000 section 5) with
@@ -16,29 +17,36 @@ apart:
   cluster, traffic goes through each node's one network adapter (send side of
   the source node, receive side of the destination), shared by its devices;
 * compute tasks take the roofline time of their shard (the same model as
-  ``t_c``: an op's forward is a third of its t_c, its backward two thirds,
-  split between the input and weight gradients), small bookkeeping tasks
-  (gradient sums, updates, local copies) their memory traffic.
+  ``t_c``, csrc/cost.c's ``sw_worker_time``: an op's forward is a third of its
+  t_c, its backward two thirds, split between the input and weight gradients),
+  small bookkeeping tasks (gradient sums, updates, local copies) their memory
+  traffic.
 
-The event loop runs in C (csrc/simulate.c); ``engine="python"`` runs the same
-rules in Python, the reference the tests compare it with.  The lowering and the
-durations are still computed in Python, which dominates the time on large
-graphs (0.65 s for Inception-v3 on 16 devices, 0.26 s of it lowering).
+``engine="c"`` (default) does it all in C without a Python object per task:
+csrc/lower.c builds the same task graph as lower.py (task for task, tested),
+csrc/sim_durations.c the durations, csrc/sim_plan.c the resources, and
+csrc/simulate.c replays them -- a few milliseconds for Inception-v3 on 16
+devices.  ``engine="python"`` is the reference: lower.py's task graph,
+:func:`task_durations` and the event loop in Python (:func:`_replay_python`);
+the tests check both give the same results.
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
-from math import prod
+from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
+
+from . import _core
 from .devices import DeviceGraph
 from .errors import ConfigError, ShardwiseError
-from .graph import Op
-from .lower import BYTES_PER_ELEMENT, Box, Task, TaskGraph, input_region, lower, volume
-from .plan import Plan
+from .lower import BYTES_PER_ELEMENT, Task, TaskGraph, lower, volume
+from .plan import Plan, reduction_pair
+from .problem import make_problem
 
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
-                 "bn_backward_stats"}
+                 "bn_backward_stats", "forward_partial"}
 
 
 @dataclass(frozen=True)
@@ -54,16 +62,29 @@ class SimEvent:
     end: float
 
 
-@dataclass
 class SimResult:
-    """What one simulated iteration looked like."""
+    """What one simulated iteration looked like.  ``events`` (one :class:`SimEvent` per
+    task) is built on first access: searches that only need the time never pay for it."""
 
-    plan: Plan
-    iteration_time: float
-    bytes_moved: int
-    device_busy: dict[int, float]          # fraction of the iteration each device computed
-    events: list[SimEvent] = field(default_factory=list)
-    memory: dict[int, int] = field(default_factory=dict)
+    def __init__(self, plan: Plan, iteration_time: float, bytes_moved: int, device_busy: dict[int, float],
+                 events: list[SimEvent] | Callable[[], list[SimEvent]] | None = None,
+                 memory: dict[int, int] | None = None) -> None:
+        self.plan = plan
+        self.iteration_time = iteration_time
+        self.bytes_moved = bytes_moved
+        self.device_busy = device_busy            # fraction of the iteration each device computed
+        self.memory = memory if memory is not None else {}
+        self._events = events if events is not None else []
+
+    @property
+    def events(self) -> list[SimEvent]:
+        if callable(self._events):
+            self._events = self._events()
+        return self._events
+
+    def __repr__(self) -> str:
+        return (f"SimResult({self.plan.name!r}, iteration_time={self.iteration_time!r}, "
+                f"bytes_moved={self.bytes_moved!r})")
 
     def plot_timeline(self, path: str | None = None, max_tasks: int = 20000):
         """A Gantt chart: one row per device and per link direction, forward / backward /
@@ -113,50 +134,46 @@ class MemoryOverflow(ShardwiseError, RuntimeError):
     """The plan needs more memory on some device than it has."""
 
 
-def _roofline(flops: float, elements: float, device) -> float:
-    return max(flops / device.flops, elements * BYTES_PER_ELEMENT / device.mem_bandwidth)
-
-
-def _forward_time(op: Op, box: Box, device) -> float:
-    """Roofline time of one forward pass over ``box`` (the model of csrc/cost.c, one pass)."""
-    if not op.desc.inputs:
-        return 0.0
-    outputs = volume(box)
-    red = prod(op.desc.extents[op.desc.out_rank:])
-    flops = outputs * red * op.desc.flops_per_point + outputs * op.desc.flops_per_output
-    elements = outputs + sum(volume(input_region(op.desc, k, box)) for k in range(len(op.desc.inputs)))
-    return _roofline(flops, elements, device)
+def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | None:
+    """(forward, backward) seconds of the op's partition from a profile, or None (model)."""
+    split = getattr(costs, "split", None) if costs is not None else None
+    if split is None or plan.configs[op_name].reduction is not None:
+        return None   # partial-sum shards are not profiled: the model
+    return split(op_name, plan.configs[op_name].degrees)
 
 
 def task_durations(tg: TaskGraph, costs=None) -> list[float]:
     """Modelled seconds of every task of ``tg`` (transfers excluded: they depend on queues).
 
-    With ``costs`` (a :class:`~shardwise.profile.Profile`), compute tasks take the
-    measured forward / backward times of their op's partition and every task pays
-    the measured per-task overhead of the executor."""
+    The reference of csrc/sim_durations.c.  Compute tasks share their worker's forward
+    roofline time (x1 forward, x2 backward) from csrc/cost.c's ``sw_worker_time``, the
+    per-worker term of t_c.  With ``costs`` (a :class:`~shardwise.profile.Profile`), compute
+    tasks take the measured forward / backward times of their op's partition and every
+    task pays the measured per-task overhead of the executor."""
     plan, graph = tg.plan, tg.plan.graph
     devices = plan.devices.devices
-    fwd_cache: dict[tuple[str, int], float] = {}
+    problem = make_problem(graph, plan.devices, plan.options)
+    fwd_times: dict[str, np.ndarray] = {}
     per_op_counts: dict[tuple[str, int, str], int] = {}
     for t in tg.tasks:
         if t.kind in COMPUTE_KINDS:
             key = (t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")
             per_op_counts[key] = per_op_counts.get(key, 0) + 1
-    activation = {(b.tensor, b.device): b.box for b in tg.buffers if b.kind == "activation"}
     out = []
     for t in tg.tasks:
         dev = devices[t.device]
         if t.kind in COMPUTE_KINDS:
-            op = graph[t.op]
-            key = (t.op, t.worker)
             share = per_op_counts[(t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")]
-            measured = costs.split(t.op, plan.configs[t.op].degrees) if costs is not None else None
+            measured = _measured_split(plan, costs, t.op)
             if measured is not None:
                 out.append((measured[0] if t.phase == "forward" else measured[1]) / share)
                 continue
-            if key not in fwd_cache:
-                fwd_cache[key] = _forward_time(op, activation[(t.op, t.device)], dev)
-            total = fwd_cache[key] * (1.0 if t.phase == "forward" else 2.0)
+            if t.op not in fwd_times:
+                cfg = plan.configs[t.op]
+                fwd_times[t.op] = problem.worker_times(graph[t.op].index, np.asarray(cfg.degrees, np.int32),
+                                                       np.asarray(cfg.devices, np.int32),
+                                                       reduction_pair(graph[t.op], cfg))
+            total = float(fwd_times[t.op][t.worker]) * (1.0 if t.phase == "forward" else 2.0)
             out.append(total / share)
         elif costs is not None and t.kind in getattr(costs, "element_seconds", {}) and \
                 not (t.kind == "copy" and t.src_device != t.device):
@@ -164,9 +181,11 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
             out.append(costs.element_seconds[t.kind] * elements)   # measured on this machine
         elif t.kind == "copy" and t.src_device == t.device:
             out.append(2 * volume(t.box) * BYTES_PER_ELEMENT / dev.mem_bandwidth)  # a local memcpy
-        elif t.kind in ("accumulate", "reduce", "stats_reduce"):
+        elif t.kind in ("accumulate", "reduce", "stats_reduce", "sum_partials"):
             elements = volume(t.box) if t.box else tg.buffers[t.writes[0]].elements * len(t.reads)
             out.append(3 * elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
+        elif t.kind == "activation_grad":   # read the gradient and the output, write the result
+            out.append(3 * tg.buffers[t.writes[0]].elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
         elif t.kind == "update":
             out.append(5 * tg.buffers[t.reads[0]].elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
         else:  # load_input, join, and transfers (timed by their links)
@@ -178,37 +197,144 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
 
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=None) -> SimResult:
     """Replay one training iteration of ``plan``; raises :class:`MemoryOverflow` naming every
-    device whose buffers exceed its memory when ``check_memory``.  ``engine``: "c" (default)
-    or "python" (the reference implementation of the same rules).  ``costs``: a
-    :class:`~shardwise.profile.Profile` of measured times (compute, per-task overhead and
-    copy bandwidth) instead of the roofline model."""
+    device whose buffers exceed its memory when ``check_memory``.  ``engine``: "c" (default:
+    lowering, durations and replay in C) or "python" (lower.py's task graph and the reference
+    implementation of the same rules).  ``costs``: a :class:`~shardwise.profile.Profile` of
+    measured times (compute, per-task overhead and copy bandwidth) instead of the roofline model."""
     if engine not in ("c", "python"):
         raise ConfigError(f"unknown simulation engine {engine!r}; expected 'c' or 'python'")
+    if plan.options.sync != "parameter_server":
+        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
+                                  "use CostOptions(sync='parameter_server')")
+    if engine == "c":
+        return _simulate_c(plan, check_memory, costs)
     tg = lower(plan)
     memory = tg.memory_per_device()
     if check_memory:
-        over = {d: m for d, m in memory.items() if m > plan.devices.devices[d].memory}
-        if over:
-            text = ", ".join(f"{plan.devices.devices[d].name}: {m / 1e9:.2f} GB > "
-                             f"{plan.devices.devices[d].memory / 1e9:.2f} GB" for d, m in sorted(over.items()))
-            raise MemoryOverflow(f"plan {plan.name!r} does not fit: {text}")
+        _check_memory(plan, memory)
     import gc
 
     enabled = gc.isenabled()
     gc.disable()  # tens of thousands of events and none forms a cycle (see lower())
     try:
-        return _run(tg, plan.devices, memory, engine, costs)
+        return _run(tg, plan.devices, memory, "python", costs)
     finally:
         if enabled:
             gc.enable()
 
 
+def _check_memory(plan: Plan, memory: dict[int, int]) -> None:
+    over = {d: m for d, m in memory.items() if m > plan.devices.devices[d].memory}
+    if over:
+        text = ", ".join(f"{plan.devices.devices[d].name}: {m / 1e9:.2f} GB > "
+                         f"{plan.devices.devices[d].memory / 1e9:.2f} GB" for d, m in sorted(over.items()))
+        raise MemoryOverflow(f"plan {plan.name!r} does not fit: {text}")
+
+
+# ----------------------------------------------------------------------------- the C engine
+OP_KINDS = {"input": 1, "softmax": 2, "batchnorm2d": 3}   # csrc's sw_op_kind; everything else 0
+
+
+def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(kinds, degrees, dev_ptr, devices): the plan as ``Problem.lower`` and ``simulate_plan`` take it."""
+    ops = plan.graph.ops
+    degrees = np.ones((len(ops), _core.MAX_RANK + 2), np.int32)   # + (split reduction or -1, degree)
+    dev_ptr = np.zeros(len(ops) + 1, np.int32)
+    devs: list[int] = []
+    for op in ops:
+        cfg = plan.configs[op.name]
+        degrees[op.index, :len(cfg.degrees)] = cfg.degrees
+        degrees[op.index, _core.MAX_RANK:] = reduction_pair(op, cfg)
+        devs.extend(cfg.devices)
+        dev_ptr[op.index + 1] = len(devs)
+    kinds = np.array([OP_KINDS.get(op.kind, 0) for op in ops], np.int32)
+    return kinds, degrees, dev_ptr, np.asarray(devs, np.int32)
+
+
+def _machine(devices: DeviceGraph, dispatch: bool) -> tuple[np.ndarray, np.ndarray, list[str], int, int]:
+    """Resources as the C engine numbers them: (route_ptr, route_res, names, cores, interpreter).
+
+    Device d is resource d, core c (CPU workers sharing a machine) ndev + c; then the links
+    (or network adapters) of every route a -> b, listed per pair as :func:`_resources` does."""
+    n = len(devices)
+    cores = getattr(devices, "shared_cores", None) or 0
+    names = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
+    ids: dict[str, int] = {}
+    route_ptr = np.zeros(n * n + 1, np.int32)
+    route_res: list[int] = []
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                for r in _route_resources(devices, a, b):
+                    if r not in ids:
+                        ids[r] = len(names)
+                        names.append(r)
+                    route_res.append(ids[r])
+            route_ptr[a * n + b + 1] = len(route_res)
+    interpreter = -1
+    if dispatch:
+        interpreter = len(names)
+        names.append("interpreter")
+    return route_ptr, np.asarray(route_res, np.int32), names, cores, interpreter
+
+
+def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | None, float, float]:
+    """(split, element_seconds, task_overhead, copy_bandwidth) of a profile for the C engine."""
+    if costs is None:
+        return None, None, 0.0, 0.0
+    split = np.full((len(plan.graph.ops), 2), np.nan)
+    for op in plan.graph.ops:
+        measured = _measured_split(plan, costs, op.name)
+        if measured is not None:
+            split[op.index] = measured
+    rates = np.full(len(_core.TASK_KINDS), np.nan)
+    for kind, rate in getattr(costs, "element_seconds", {}).items():
+        if kind in _core.TASK_KINDS and kind not in COMPUTE_KINDS:
+            rates[_core.TASK_KINDS.index(kind)] = rate
+    return (split, rates, float(getattr(costs, "task_overhead", 0.0) or 0.0),
+            float(getattr(costs, "copy_bandwidth", 0.0) or 0.0))
+
+
+def _simulate_c(plan: Plan, check_memory: bool, costs) -> SimResult:
+    devices = plan.devices
+    problem = make_problem(plan.graph, devices, plan.options)
+    split, rates, overhead, copy_bw = _cost_arrays(plan, costs)
+    route_ptr, route_res, names, cores, interpreter = _machine(devices, overhead > 0)
+    r = problem.simulate_plan(*plan_arrays(plan), route_ptr, route_res, len(names), cores=cores,
+                              interpreter=interpreter, split=split, element_seconds=rates, task_overhead=overhead,
+                              copy_bandwidth=copy_bw)
+    memory = {d: int(m) for d, m in enumerate(r["memory"])}
+    if check_memory:
+        _check_memory(plan, memory)
+    total = float(r["iteration_time"])
+    busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
+    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, names), memory)
+
+
+def _events_from(plan: Plan, r: dict, names: list[str]) -> list[SimEvent]:
+    """SimEvents of the C engine's arrays (only when someone asks for them)."""
+    kinds, phases = _core.TASK_KINDS, _core.PHASES
+    op_names = [op.name for op in plan.graph.ops]
+    start, end = r["start"].tolist(), (r["start"] + r["duration"]).tolist()
+    ptr, res = r["res_ptr"].tolist(), r["res"].tolist()
+    kind, phase, op = r["kind"].tolist(), r["phase"].tolist(), r["op"].tolist()
+    return [SimEvent(i, kinds[kind[i]], phases[phase[i]], op_names[op[i]],
+                     tuple(names[x] for x in res[ptr[i]:ptr[i + 1]]), start[i], end[i]) for i in range(len(start))]
+
+
+# ----------------------------------------------------------------------------- the Python reference
+def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
+    """What a transfer from device a to device b holds: its route's links, or between the
+    nodes of a cluster the source node's adapter (send side) and the destination's (receive)."""
+    na, nb = devices.devices[a].node, devices.devices[b].node
+    if devices.shared_nics and na != nb:
+        return (f"nic {na} out", f"nic {nb} in")
+    return tuple(f"link {u}->{v}" for u, v in devices.route(a, b))
+
+
 def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
     if t.kind == "copy" and t.src_device != t.device:
-        a, b = devices.devices[t.src_device].node, devices.devices[t.device].node
-        if devices.shared_nics and a != b:  # leaves node a and enters node b through their adapters
-            return (f"nic {a} out", f"nic {b} in")
-        return tuple(f"link {u}->{v}" for u, v in devices.route(t.src_device, t.device))
+        return _route_resources(devices, t.src_device, t.device)
     if t.kind in ("join", "load_input"):
         return ()
     cores = getattr(devices, "shared_cores", None)
@@ -217,7 +343,9 @@ def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
     return (f"device {t.device}",)
 
 
-def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: str = "c", costs=None) -> SimResult:
+def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: str = "python",
+         costs=None) -> SimResult:
+    """Replay a lower.py task graph; ``engine`` picks the event loop ("c": csrc/simulate.c)."""
     tasks = tg.tasks
     durations = task_durations(tg, costs)
     route_bw = devices.route_bandwidths()

@@ -1,0 +1,461 @@
+/* simulate_py.c -- Problem.lower, Problem.simulate_plan, Problem.worker_times.
+ *
+ * A plan arrives as four arrays over the problem's ops:
+ *   kinds    (nops,) int32      sw_op_kind of every op
+ *   degrees  (nops, 5) int32    degree per output dimension, 1 past the rank
+ *   dev_ptr  (nops + 1,) int32  op i's workers run on devices[dev_ptr[i] .. dev_ptr[i+1])
+ *   devices  (n,) int32
+ * Results come back as a dict of NumPy arrays, one entry per task (or buffer,
+ * device); names of the enum codes are the module's TASK_KINDS, PHASES and
+ * BUFFER_KINDS.  The GIL is released while the C core works.
+ */
+#include "problem_py.h"  /* ProblemObject, sw_py_array; CPython and NumPy C API */
+
+#include <math.h>    /* isfinite, isnan */
+#include <stddef.h>  /* offsetof */
+#include <string.h>  /* memcpy */
+
+#include "pyerr.h"  /* sw_py_raise */
+
+static const char *const TASK_KIND_NAMES[SW_TASK_NKINDS] = {
+    "load_input", "copy", "join", "forward", "loss", "bn_stats", "stats_reduce", "bn_apply",
+    "bn_backward_stats", "backward_data", "accumulate", "backward_weight", "reduce", "update",
+    "forward_partial", "sum_partials", "activation_grad"};
+static const char *const PHASE_NAMES[] = {"forward", "backward", "sync", "update"};
+static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
+    "activation", "region", "grad", "partial_grad", "param", "param_grad", "momentum", "stats", "recv",
+    "partial", "grad_pre"};
+
+/* ------------------------------------------------------------------ arguments */
+typedef struct {
+    PyArrayObject *kinds, *degrees, *dev_ptr, *devs;
+    sw_config *cfg;
+    int8_t *kind;
+    sw_plan plan;
+} plan_args;
+
+static void plan_args_free(plan_args *a) {
+    Py_XDECREF(a->kinds);
+    Py_XDECREF(a->degrees);
+    Py_XDECREF(a->dev_ptr);
+    Py_XDECREF(a->devs);
+    PyMem_Free(a->cfg);
+    PyMem_Free(a->kind);
+}
+
+/* Plan rows: the degrees of the output dimensions, then (split reduction or -1, its degree). */
+#define PLAN_COLUMNS (SW_MAX_RANK + 2)
+
+/* Convert and check the four plan arrays (0, or -1 with an exception). */
+static int parse_plan(const sw_problem *p, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
+                      plan_args *a) {
+    memset(a, 0, sizeof *a);
+    a->kinds = sw_py_array(kinds, NPY_INT32, 1, "kinds");
+    a->degrees = a->kinds ? sw_py_array(degrees, NPY_INT32, 2, "degrees") : NULL;
+    a->dev_ptr = a->degrees ? sw_py_array(dev_ptr, NPY_INT32, 1, "dev_ptr") : NULL;
+    a->devs = a->dev_ptr ? sw_py_array(devs, NPY_INT32, 1, "devices") : NULL;
+    if (!a->devs) {
+        return -1;
+    }
+    npy_intp n = p->nops;
+    const int32_t *ptr = PyArray_DATA(a->dev_ptr);
+    if (PyArray_DIM(a->kinds, 0) != n || PyArray_DIM(a->degrees, 0) != n ||
+        PyArray_DIM(a->degrees, 1) != PLAN_COLUMNS || PyArray_DIM(a->dev_ptr, 0) != n + 1) {
+        PyErr_Format(PyExc_ValueError, "a plan of %zd ops needs kinds (%zd,), degrees (%zd, %d), dev_ptr (%zd,)",
+                     (Py_ssize_t)n, (Py_ssize_t)n, (Py_ssize_t)n, PLAN_COLUMNS, (Py_ssize_t)n + 1);
+        return -1;
+    }
+    if (ptr[0] != 0 || ptr[n] != PyArray_DIM(a->devs, 0)) {
+        PyErr_SetString(PyExc_ValueError, "dev_ptr must run from 0 to the length of devices");
+        return -1;
+    }
+    a->cfg = PyMem_Calloc((size_t)n, sizeof *a->cfg);
+    a->kind = PyMem_Calloc((size_t)n, 1);
+    if (!a->cfg || !a->kind) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    const int32_t *deg = PyArray_DATA(a->degrees), *kind = PyArray_DATA(a->kinds);
+    for (npy_intp i = 0; i < n; i++) {
+        if (ptr[i + 1] < ptr[i] || ptr[i + 1] - ptr[i] > SW_MAX_DEVICES || kind[i] < 0 || kind[i] > 127) {
+            PyErr_Format(PyExc_ValueError, "op %zd: bad worker range or op kind", (Py_ssize_t)i);
+            return -1;
+        }
+        const int32_t *row = deg + i * PLAN_COLUMNS;
+        memcpy(a->cfg[i].deg, row, sizeof a->cfg[i].deg);
+        sw_status st = sw_config_set_reduction(&p->ops[i], (int)i, row[SW_MAX_RANK], row[SW_MAX_RANK + 1], &a->cfg[i]);
+        if (st != SW_OK) {
+            sw_py_raise(st);
+            return -1;
+        }
+        a->cfg[i].nworkers = ptr[i + 1] - ptr[i];
+        a->cfg[i].dev_offset = ptr[i];
+        a->kind[i] = (int8_t)kind[i];
+    }
+    a->plan = (sw_plan){(int)n, a->cfg, PyArray_DATA(a->devs), a->kind};
+    return 0;
+}
+
+/* ------------------------------------------------------------------ results */
+/* A 1-D array of n items of `size` bytes read at `stride` from `src`. */
+static PyObject *strided(const void *src, npy_intp n, size_t stride, int type) {
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(1, &n, type);
+    if (!a) {
+        return NULL;
+    }
+    size_t size = (size_t)PyArray_ITEMSIZE(a);
+    char *dst = PyArray_DATA(a);
+    for (npy_intp i = 0; i < n; i++) {
+        memcpy(dst + (size_t)i * size, (const char *)src + (size_t)i * stride, size);
+    }
+    return (PyObject *)a;
+}
+
+static PyObject *contiguous(const void *src, npy_intp n, int type) {
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(1, &n, type);
+    if (a && n > 0) {
+        memcpy(PyArray_DATA(a), src, (size_t)PyArray_NBYTES(a));
+    }
+    return (PyObject *)a;
+}
+
+/* Boxes as an (n, 1 + 2 * MAX_RANK) int64 array: rank, lo[5], hi[5]. */
+static PyObject *boxes(const void *first, npy_intp n, size_t stride) {
+    npy_intp dims[2] = {n, 1 + 2 * SW_MAX_RANK};
+    PyArrayObject *a = (PyArrayObject *)PyArray_ZEROS(2, dims, NPY_INT64, 0);
+    if (!a) {
+        return NULL;
+    }
+    int64_t *out = PyArray_DATA(a);
+    for (npy_intp i = 0; i < n; i++) {
+        const sw_box *b = (const sw_box *)((const char *)first + (size_t)i * stride);
+        int64_t *row = out + i * dims[1];
+        row[0] = b->rank;
+        for (int d = 0; d < b->rank; d++) {
+            row[1 + d] = b->lo[d];
+            row[1 + SW_MAX_RANK + d] = b->hi[d];
+        }
+    }
+    return (PyObject *)a;
+}
+
+/* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
+static int put(PyObject *d, const char *key, PyObject *value) {
+    if (!value) {
+        return -1;
+    }
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+#define TASK_FIELD(g, field, type) strided(&(g)->tasks[0].field, (g)->ntasks, sizeof(sw_task), (type))
+
+/* A lowered graph is never empty: every op has a worker with a task and an activation. */
+static int put_tasks(PyObject *d, const sw_task_graph *t) {
+    return put(d, "kind", TASK_FIELD(t, kind, NPY_INT8)) || put(d, "phase", TASK_FIELD(t, phase, NPY_INT8)) ||
+           put(d, "device", TASK_FIELD(t, device, NPY_INT32)) ||
+           put(d, "src_device", TASK_FIELD(t, src_device, NPY_INT32)) ||
+           put(d, "op", TASK_FIELD(t, op, NPY_INT32)) || put(d, "worker", TASK_FIELD(t, worker, NPY_INT32)) ||
+           put(d, "slot", TASK_FIELD(t, slot, NPY_INT32)) || put(d, "nreads", TASK_FIELD(t, nreads, NPY_INT32)) ||
+           put(d, "elements", TASK_FIELD(t, elements, NPY_INT64)) ||
+           put(d, "nbytes", TASK_FIELD(t, nbytes, NPY_INT64)) ||
+           put(d, "dep_ptr", contiguous(t->dep_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
+           put(d, "deps", contiguous(t->deps, t->ndeps, NPY_INT32)) ? -1 : 0;
+}
+
+static int put_buffers(PyObject *d, const sw_task_graph *g) {
+    const sw_buffer *b = g->buffers;
+    npy_intp n = g->nbuffers;
+    return put(d, "buffer_device", strided(&b[0].device, n, sizeof(sw_buffer), NPY_INT32)) ||
+           put(d, "buffer_op", strided(&b[0].op, n, sizeof(sw_buffer), NPY_INT32)) ||
+           put(d, "buffer_kind", strided(&b[0].kind, n, sizeof(sw_buffer), NPY_INT8)) ||
+           put(d, "buffer_box", boxes(&b[0].box, n, sizeof(sw_buffer))) ? -1 : 0;
+}
+
+static int put_memory(PyObject *d, const sw_task_graph *g, int ndev) {
+    int64_t *mem = PyMem_Calloc((size_t)ndev, sizeof *mem);
+    if (!mem) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t moved = sw_tg_memory(g, ndev, mem);
+    int rc = put(d, "memory", contiguous(mem, ndev, NPY_INT64)) ||
+             put(d, "bytes_moved", PyLong_FromLongLong(moved)) ? -1 : 0;
+    PyMem_Free(mem);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ Problem.lower */
+PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
+    PyObject *k, *dg, *ptr, *dv;
+    if (!PyArg_ParseTuple(args, "OOOO", &k, &dg, &ptr, &dv) || !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    plan_args a;
+    sw_task_graph g = {0};
+    PyObject *d = NULL;
+    if (parse_plan(self->p, k, dg, ptr, dv, &a) < 0) {
+        goto done;
+    }
+    sw_status s;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_lower(self->p, &a.plan, &g);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (s != SW_OK) {
+        sw_py_raise(s);
+        goto done;
+    }
+    d = PyDict_New();
+    if (!d || put_tasks(d, &g) < 0 || put(d, "box", boxes(&g.tasks[0].box, g.ntasks, sizeof(sw_task))) < 0 ||
+        put_buffers(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0) {
+        Py_CLEAR(d);
+    }
+done:
+    sw_task_graph_free(&g);
+    plan_args_free(&a);
+    return d;
+}
+
+/* ------------------------------------------------------------------ Problem.simulate_plan */
+typedef struct {
+    PyArrayObject *route_ptr, *route_res, *split, *rates;
+    sw_machine machine;
+    sw_measured measured;
+} sim_args;
+
+static void sim_args_free(sim_args *s) {
+    Py_XDECREF(s->route_ptr);
+    Py_XDECREF(s->route_res);
+    Py_XDECREF(s->split);
+    Py_XDECREF(s->rates);
+}
+
+/* NaN (no measurement) or a finite value >= 0 in every entry. */
+static int measurements_ok(PyArrayObject *a, const char *what) {
+    const double *v = PyArray_DATA(a);
+    for (npy_intp i = 0; i < PyArray_SIZE(a); i++) {
+        if (!isnan(v[i]) && !(isfinite(v[i]) && v[i] >= 0)) {
+            PyErr_Format(PyExc_ValueError, "%s must be NaN (not measured) or finite and >= 0, got %g", what, v[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *route_res, int nres, int cores,
+                         int interpreter, PyObject *split, PyObject *rates, double overhead, double copy_bw,
+                         sim_args *s) {
+    memset(s, 0, sizeof *s);
+    s->route_ptr = sw_py_array(route_ptr, NPY_INT32, 1, "route_ptr");
+    s->route_res = s->route_ptr ? sw_py_array(route_res, NPY_INT32, 1, "route_res") : NULL;
+    if (!s->route_res) {
+        return -1;
+    }
+    npy_intp pairs = (npy_intp)p->ndev * p->ndev;
+    const int32_t *ptr = PyArray_DATA(s->route_ptr);
+    if (PyArray_DIM(s->route_ptr, 0) != pairs + 1 || ptr[pairs] != PyArray_DIM(s->route_res, 0)) {
+        PyErr_Format(PyExc_ValueError, "route_ptr must have ndev * ndev + 1 = %zd entries ending at len(route_res)",
+                     (Py_ssize_t)pairs + 1);
+        return -1;
+    }
+    if (!(isfinite(overhead) && overhead >= 0) || !(isfinite(copy_bw) && copy_bw >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "task_overhead and copy_bandwidth must be finite and >= 0");
+        return -1;
+    }
+    if (split != Py_None) {
+        s->split = sw_py_array(split, NPY_FLOAT64, 2, "split");
+        if (!s->split) {
+            return -1;
+        }
+        if (PyArray_DIM(s->split, 0) != p->nops || PyArray_DIM(s->split, 1) != 2) {
+            PyErr_Format(PyExc_ValueError, "split must be (%d, 2): forward, backward seconds per op", p->nops);
+            return -1;
+        }
+        if (!measurements_ok(s->split, "measured compute times")) {
+            return -1;
+        }
+    }
+    if (rates != Py_None) {
+        s->rates = sw_py_array(rates, NPY_FLOAT64, 1, "element_seconds");
+        if (!s->rates) {
+            return -1;
+        }
+        if (PyArray_DIM(s->rates, 0) != SW_TASK_NKINDS) {
+            PyErr_Format(PyExc_ValueError, "element_seconds must have one entry per task kind (%d)", SW_TASK_NKINDS);
+            return -1;
+        }
+        if (!measurements_ok(s->rates, "measured seconds per element")) {
+            return -1;
+        }
+    }
+    s->machine = (sw_machine){p->ndev, cores, nres, interpreter, ptr, PyArray_DATA(s->route_res), copy_bw,
+                              overhead > 0 ? overhead : 0.0};
+    s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
+                                overhead};
+    return 0;
+}
+
+/* Lower, time and replay with the GIL released; everything is freed on failure. */
+static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, sw_task_graph *g,
+                          double **modelled, sw_sim_result *r) {
+    sw_status st = sw_lower(p, &a->plan, g);
+    if (st != SW_OK) {
+        return st;
+    }
+    *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
+    st = *modelled ? sw_task_durations(p, &a->plan, g, &s->measured, *modelled) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    if (st == SW_OK) {
+        st = sw_simulate_graph(p, g, *modelled, &s->machine, r);
+    }
+    return st;
+}
+
+static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelled, const sw_sim_result *r, int ndev) {
+    npy_intp n = g->ntasks;
+    return put(d, "modelled", contiguous(modelled, n, NPY_FLOAT64)) ||
+           put(d, "start", contiguous(r->start, n, NPY_FLOAT64)) ||
+           put(d, "duration", contiguous(r->duration, n, NPY_FLOAT64)) ||
+           put(d, "res_ptr", contiguous(r->res_ptr, n + 1, NPY_INT32)) ||
+           put(d, "res", contiguous(r->res, r->res_ptr[n], NPY_INT32)) ||
+           put(d, "busy", contiguous(r->busy, ndev, NPY_FLOAT64)) ||
+           put(d, "iteration_time", PyFloat_FromDouble(r->makespan)) ? -1 : 0;
+}
+
+PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
+                             "interpreter", "split", "element_seconds", "task_overhead", "copy_bandwidth", NULL};
+    PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None;
+    int nres, cores = 0, interpreter = -1;
+    double overhead = 0.0, copy_bw = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iiOOdd", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &interpreter, &split, &rates, &overhead, &copy_bw) ||
+        !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    plan_args a;
+    sim_args s;
+    sw_task_graph g = {0};
+    sw_sim_result r = {0};
+    double *modelled = NULL;
+    PyObject *d = NULL;
+    memset(&s, 0, sizeof s);
+    if (parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
+        parse_machine(self->p, rp, rr, nres, cores, interpreter, split, rates, overhead, copy_bw, &s) < 0) {
+        goto done;
+    }
+    sw_status st;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    st = run_plan(self->p, &a, &s, &g, &modelled, &r);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (st != SW_OK) {
+        sw_py_raise(st);
+        goto done;
+    }
+    d = PyDict_New();
+    if (!d || put_tasks(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0 ||
+        put_replay(d, &g, modelled, &r, self->p->ndev) < 0) {
+        Py_CLEAR(d);
+    }
+done:
+    free(modelled);
+    sw_sim_result_free(&r);
+    sw_task_graph_free(&g);
+    sim_args_free(&s);
+    plan_args_free(&a);
+    return d;
+}
+
+/* ------------------------------------------------------------------ Problem.worker_times */
+PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args) {
+    int op, rvar = -1, rdeg = 1;
+    PyObject *dg_o, *dv_o;
+    if (!PyArg_ParseTuple(args, "iOO|(ii)", &op, &dg_o, &dv_o, &rvar, &rdeg) || !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    if (op < 0 || op >= self->p->nops) {
+        PyErr_Format(PyExc_IndexError, "op index %d out of range 0..%d", op, self->p->nops - 1);
+        return NULL;
+    }
+    PyArrayObject *dg = sw_py_array(dg_o, NPY_INT32, 1, "degrees");
+    PyArrayObject *dv = dg ? sw_py_array(dv_o, NPY_INT32, 1, "devices") : NULL;
+    PyArrayObject *out = NULL;
+    const sw_op *o = &self->p->ops[op];
+    if (!dv) {
+        goto done;
+    }
+    sw_config c = {.deg = {1, 1, 1, 1, 1}, .rvar = -1, .rdeg = 1, .nworkers = 1, .dev_offset = 0};
+    int64_t k = 1;
+    const int32_t *deg = PyArray_DATA(dg), *devs = PyArray_DATA(dv);
+    for (int d = 0; d < PyArray_DIM(dg, 0); d++) {
+        if (d >= o->out_rank || deg[d] < 1 || o->extent[d] % deg[d] != 0) {
+            PyErr_Format(PyExc_ValueError, "op %d: degrees must divide its %d output dimensions", op, o->out_rank);
+            goto done;
+        }
+        c.deg[d] = deg[d];
+        k *= deg[d];
+    }
+    sw_status st = sw_config_set_reduction(o, op, rvar, rdeg, &c);
+    if (st != SW_OK) {
+        sw_py_raise(st);
+        goto done;
+    }
+    k *= c.rdeg;
+    npy_intp n = PyArray_DIM(dv, 0);
+    if (k != n) {
+        PyErr_Format(PyExc_ValueError, "op %d: %lld workers need as many devices, got %zd", op, (long long)k,
+                     (Py_ssize_t)n);
+        goto done;
+    }
+    for (npy_intp w = 0; w < n; w++) {
+        if (devs[w] < 0 || devs[w] >= self->p->ndev) {
+            PyErr_Format(PyExc_ValueError, "device %d out of range 0..%d", devs[w], self->p->ndev - 1);
+            goto done;
+        }
+    }
+    c.nworkers = (int32_t)k;
+    out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_FLOAT64);
+    if (out) {
+        double *t = PyArray_DATA(out);
+        for (npy_intp w = 0; w < n; w++) {
+            t[w] = sw_worker_time(self->p, op, &c, (int)w, devs[w]);
+        }
+    }
+done:
+    Py_XDECREF(dg);
+    Py_XDECREF(dv);
+    return (PyObject *)out;
+}
+
+/* ------------------------------------------------------------------ registration */
+static PyObject *names(const char *const *items, int n) {
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(items[i]);
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+int sw_py_register_simulate(PyObject *module) {
+    import_array1(-1);  /* this file's own NumPy API table */
+    PyObject *kinds = names(TASK_KIND_NAMES, SW_TASK_NKINDS), *phases = names(PHASE_NAMES, 4),
+             *bufs = names(BUFFER_KIND_NAMES, SW_BUF_NKINDS);
+    int rc = (!kinds || !phases || !bufs || PyModule_AddObjectRef(module, "TASK_KINDS", kinds) < 0 ||
+              PyModule_AddObjectRef(module, "PHASES", phases) < 0 ||
+              PyModule_AddObjectRef(module, "BUFFER_KINDS", bufs) < 0)
+                 ? -1
+                 : 0;
+    Py_XDECREF(kinds);
+    Py_XDECREF(phases);
+    Py_XDECREF(bufs);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* sim_durations.c -- modelled seconds of every task of a lowered plan.
+ *
+ * The model of python/shardwise/simulate.py's task_durations (the reference):
+ *
+ *   compute tasks   (forward, forward_partial, loss, bn_stats, bn_apply: the forward phase;
+ *                   backward_data, backward_weight, bn_backward_stats: backward)
+ *                   the worker's forward roofline time (sw_worker_time, the
+ *                   per-worker term of t_c), x1 forward and x2 backward, shared
+ *                   equally among that worker's compute tasks of the phase; with
+ *                   a measured split, the op's measured forward / backward instead
+ *   measured rate   other kinds with a measured seconds-per-element (except
+ *                   transfers): rate x elements
+ *   local copy      2 x bytes over the device's memory bandwidth
+ *   accumulate, reduce, stats_reduce, sum_partials   3 x bytes of all the summed operands
+ *   activation_grad 3 x bytes of the block (read the gradient and the output, write)
+ *   update          5 x bytes of the parameter (read w, g, m; write w, m)
+ *   otherwise       0 (load_input, join; transfers are timed by their links)
+ * and every task pays the measured task overhead, if any.
+ */
+#include <math.h>    /* isnan */
+#include <stdlib.h>  /* malloc, calloc, free */
+
+#include "shardwise.h"
+
+static int is_compute(int kind) {
+    return kind == SW_TASK_FORWARD || kind == SW_TASK_LOSS || kind == SW_TASK_BACKWARD_DATA ||
+           kind == SW_TASK_BACKWARD_WEIGHT || kind == SW_TASK_BN_STATS || kind == SW_TASK_BN_APPLY ||
+           kind == SW_TASK_BN_BACKWARD_STATS || kind == SW_TASK_FORWARD_PARTIAL;
+}
+
+static int is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
+
+/* Seconds of a task that is neither compute nor measured. */
+static double bookkeeping_time(const sw_problem *p, const sw_task *t) {
+    double membw = p->dev_membw[t->device];
+    switch (t->kind) {
+    case SW_TASK_COPY:  /* local: a memcpy reads and writes */
+        return is_transfer(t) ? 0.0 : (double)(2 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+    case SW_TASK_ACCUMULATE:
+    case SW_TASK_REDUCE:
+    case SW_TASK_SUM_PARTIALS:
+    case SW_TASK_STATS_REDUCE: {  /* a piece added in (its box), or nreads operands summed */
+        int64_t elements = t->box.rank > 0 ? t->elements : t->elements * t->nreads;
+        return (double)(3 * elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+    }
+    case SW_TASK_UPDATE:
+        return (double)(5 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+    case SW_TASK_ACTIVATION_GRAD:
+        return (double)(3 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+    default:
+        return 0.0;
+    }
+}
+
+/* Forward seconds of every worker of every op (at wbase[op] + w). */
+static void worker_times(const sw_problem *p, const sw_plan *plan, const int32_t *wbase, double *fwd) {
+    for (int op = 0; op < p->nops; op++) {
+        const sw_config *c = &plan->cfg[op];
+        for (int w = 0; w < c->nworkers; w++) {
+            fwd[wbase[op] + w] = sw_worker_time(p, op, c, w, plan->devs[c->dev_offset + w]);
+        }
+    }
+}
+
+sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_task_graph *g,
+                            const sw_measured *m, double *out) {
+    int32_t *wbase = malloc(sizeof *wbase * ((size_t)p->nops + 1));
+    if (!wbase) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    wbase[0] = 0;
+    for (int op = 0; op < p->nops; op++) {
+        wbase[op + 1] = wbase[op] + plan->cfg[op].nworkers;
+    }
+    size_t nw = (size_t)wbase[p->nops];
+    double *fwd = malloc(sizeof *fwd * (nw ? nw : 1));
+    int32_t *share = calloc(2 * nw + 1, sizeof *share);  /* compute tasks per (worker, forward / backward) */
+    if (!fwd || !share) {
+        free(wbase);
+        free(fwd);
+        free(share);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    worker_times(p, plan, wbase, fwd);
+    for (int32_t i = 0; i < g->ntasks; i++) {
+        const sw_task *t = &g->tasks[i];
+        if (is_compute(t->kind)) {
+            share[2 * (wbase[t->op] + t->worker) + (t->phase != SW_PHASE_FORWARD)]++;
+        }
+    }
+    for (int32_t i = 0; i < g->ntasks; i++) {
+        const sw_task *t = &g->tasks[i];
+        if (is_compute(t->kind)) {
+            int backward = t->phase != SW_PHASE_FORWARD;
+            double n = (double)share[2 * (wbase[t->op] + t->worker) + backward];
+            const double *split = m && m->split ? &m->split[2 * t->op] : NULL;
+            if (split && !isnan(split[0])) {
+                out[i] = split[backward] / n;
+            } else {
+                out[i] = fwd[wbase[t->op] + t->worker] * (backward ? 2.0 : 1.0) / n;
+            }
+        } else if (m && m->element_seconds && !isnan(m->element_seconds[t->kind]) && !is_transfer(t)) {
+            out[i] = m->element_seconds[t->kind] * (double)t->elements;  /* measured on this machine */
+        } else {
+            out[i] = bookkeeping_time(p, t);
+        }
+        if (m && m->task_overhead != 0.0) {
+            out[i] += m->task_overhead;
+        }
+    }
+    free(wbase);
+    free(fwd);
+    free(share);
+    return SW_OK;
+}

@@ -1,0 +1,123 @@
+/* taskgraph.c -- growing a task graph: buffers, tasks and their dependencies.
+ *
+ * Storage (see sw_task_graph in shardwise.h):
+ *   tasks[ntasks]          one sw_task each, in program order
+ *   dep_ptr[ntasks + 1]    CSR row pointers into deps
+ *   deps[ndeps]            per task: sorted, distinct ids of earlier tasks
+ *   buffers[nbuffers]      one sw_buffer each (device, kind, box)
+ * Arrays double when full; ids are int32 (a graph of 2^31 tasks is refused).
+ */
+#include <stdlib.h>  /* realloc, free */
+#include <string.h>  /* memset */
+
+#include "shardwise.h"
+
+/* Make room for `need` items in *items (capacity *cap, item size `size`). */
+static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size) {
+    if (need <= *cap) {
+        return SW_OK;
+    }
+    if (need >= INT32_MAX / 2) {
+        return SW_FAIL(SW_ERR_TOO_LARGE, "task graph too large (%lld entries)", (long long)need);
+    }
+    int32_t n = *cap ? *cap : 256;
+    while (n < need) {
+        n *= 2;
+    }
+    void *grown = realloc(*items, size * (size_t)n);
+    if (!grown) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a task graph of %lld entries", (long long)need);
+    }
+    *items = grown;
+    *cap = n;
+    return SW_OK;
+}
+
+sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, int32_t op, const sw_box *box,
+                       int32_t *id) {
+    sw_status s = reserve((void **)&g->buffers, &g->buffer_cap, (int64_t)g->nbuffers + 1, sizeof *g->buffers);
+    if (s != SW_OK) {
+        return s;
+    }
+    sw_buffer *b = &g->buffers[g->nbuffers];
+    b->device = device;
+    b->op = op;
+    b->kind = (int8_t)kind;
+    b->box = *box;
+    *id = g->nbuffers++;
+    return SW_OK;
+}
+
+static void sort_ids(int32_t *a, int n) {  /* insertion sort: dependency lists are short */
+    for (int i = 1; i < n; i++) {
+        int32_t v = a[i];
+        int j = i - 1;
+        while (j >= 0 && a[j] > v) {
+            a[j + 1] = a[j];
+            j--;
+        }
+        a[j + 1] = v;
+    }
+}
+
+sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, int32_t *id) {
+    /* dep_ptr has one more entry than tasks: reserve it alongside (cap + 1 entries) */
+    int32_t ptr_cap = g->task_cap;
+    sw_status s = reserve((void **)&g->tasks, &g->task_cap, (int64_t)g->ntasks + 1, sizeof *g->tasks);
+    if (s == SW_OK && g->task_cap != ptr_cap) {
+        int32_t *grown = realloc(g->dep_ptr, sizeof *grown * ((size_t)g->task_cap + 1));
+        if (!grown) {
+            g->task_cap = ptr_cap;  /* keep tasks and dep_ptr capacities in step */
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for a task graph");
+        }
+        if (!g->dep_ptr) {
+            grown[0] = 0;
+        }
+        g->dep_ptr = grown;
+    }
+    if (s == SW_OK) {
+        s = reserve((void **)&g->deps, &g->dep_cap, (int64_t)g->ndeps + ndeps + 1, sizeof *g->deps);
+    }
+    if (s != SW_OK) {
+        return s;
+    }
+    int32_t *row = g->deps + g->ndeps;
+    int n = 0;
+    for (int k = 0; k < ndeps; k++) {
+        if (deps[k] >= 0) {
+            row[n++] = deps[k];
+        }
+    }
+    sort_ids(row, n);
+    int distinct = 0;
+    for (int k = 0; k < n; k++) {
+        if (distinct == 0 || row[distinct - 1] != row[k]) {
+            row[distinct++] = row[k];
+        }
+    }
+    g->ndeps += distinct;
+    g->tasks[g->ntasks] = *t;
+    g->dep_ptr[g->ntasks + 1] = g->ndeps;
+    *id = g->ntasks++;
+    return SW_OK;
+}
+
+int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device) {
+    memset(per_device, 0, sizeof *per_device * (size_t)ndev);
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        per_device[g->buffers[b].device] += sw_box_volume(&g->buffers[b].box) * SW_TASK_BYTES_PER_ELEMENT;
+    }
+    int64_t moved = 0;
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        moved += g->tasks[t].nbytes;
+    }
+    return moved;
+}
+
+void sw_task_graph_free(sw_task_graph *g) {
+    free(g->tasks);
+    free(g->dep_ptr);
+    free(g->deps);
+    free(g->buffers);
+    memset(g, 0, sizeof *g);
+}

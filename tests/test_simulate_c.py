@@ -1,0 +1,262 @@
+"""The C simulator (csrc/lower.c, sim_durations.c, sim_plan.c) against the Python reference.
+
+The C lowering must build lower.py's task graph task for task (same order, kinds,
+devices, dependencies, boxes, bytes, buffers), its durations must be
+``task_durations``'s, and ``simulate(engine="c")`` must give what
+``simulate(engine="python")`` gives (lower.py + Python durations + Python event
+loop), with the roofline model and with measured costs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shardwise as sw
+from shardwise import _core
+from shardwise.lower import lower, volume
+from shardwise.problem import make_problem
+from shardwise.profile import Profile
+from shardwise.simulate import plan_arrays, simulate, task_durations
+
+from strategies_random import build_graph, device_graph_cases, examples, graph_recipes, random_plan
+
+DEVICE_CASES = device_graph_cases()
+
+
+# --------------------------------------------------------------------------- helpers
+def c_lowering(plan) -> dict:
+    return make_problem(plan.graph, plan.devices, plan.options).lower(*plan_arrays(plan))
+
+
+def box_of(row) -> tuple | None:
+    rank = int(row[0])
+    if rank == 0:
+        return None
+    lo, hi = row[1:1 + rank], row[1 + _core.MAX_RANK:1 + _core.MAX_RANK + rank]
+    return tuple((int(a), int(b)) for a, b in zip(lo, hi))
+
+
+def c_tasks(plan, r: dict) -> list[tuple]:
+    names = [op.name for op in plan.graph.ops]
+    out = []
+    for i in range(len(r["kind"])):
+        deps = tuple(int(x) for x in r["deps"][r["dep_ptr"][i]:r["dep_ptr"][i + 1]])
+        out.append((_core.TASK_KINDS[r["kind"][i]], _core.PHASES[r["phase"][i]], int(r["device"][i]),
+                    names[r["op"][i]], int(r["worker"][i]), None if r["slot"][i] < 0 else int(r["slot"][i]),
+                    None if r["src_device"][i] < 0 else int(r["src_device"][i]), int(r["nbytes"][i]), deps,
+                    int(r["nreads"][i]), box_of(r["box"][i]), int(r["elements"][i])))
+    return out
+
+
+def py_tasks(tg) -> list[tuple]:
+    out = []
+    for t in tg.tasks:
+        if t.box is not None:
+            elements = volume(t.box)
+        else:
+            elements = tg.buffers[t.writes[0]].elements if t.writes else 0
+        out.append((t.kind, t.phase, t.device, t.op, t.worker, t.slot, t.src_device, t.nbytes, t.deps,
+                    len(t.reads), t.box, elements))
+    return out
+
+
+def assert_same_lowering(plan) -> None:
+    tg = lower(plan)
+    r = c_lowering(plan)
+    assert c_tasks(plan, r) == py_tasks(tg)
+    names = [op.name for op in plan.graph.ops]
+    c_buffers = [(int(d), _core.BUFFER_KINDS[k], names[o], box_of(b) or ())
+                 for d, k, o, b in zip(r["buffer_device"], r["buffer_kind"], r["buffer_op"], r["buffer_box"])]
+    py_buffers = [(b.device, b.kind, b.tensor, b.box or ()) for b in tg.buffers]
+    assert len(c_buffers) == len(py_buffers)
+    for (cd, ck, cop, cbox), (pd, pk, ptensor, pbox) in zip(c_buffers, py_buffers):
+        assert (cd, ck) == (pd, pk)
+        assert ptensor == cop or ptensor.startswith(cop + ".")
+        assert cbox == pbox or (volume(cbox) == 0 and volume(pbox) == 0)
+    mem = tg.memory_per_device()
+    assert r["memory"].tolist() == [mem[d] for d in range(len(plan.devices))]
+    assert r["bytes_moved"] == tg.bytes_moved()
+
+
+def assert_same_simulation(plan, costs=None) -> None:
+    a = simulate(plan, check_memory=False, engine="c", costs=costs)
+    b = simulate(plan, check_memory=False, engine="python", costs=costs)
+    assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12, abs=1e-18)
+    assert a.bytes_moved == b.bytes_moved
+    assert a.memory == b.memory
+    assert a.device_busy.keys() == b.device_busy.keys()
+    for d in a.device_busy:
+        assert a.device_busy[d] == pytest.approx(b.device_busy[d], rel=1e-12, abs=1e-15)
+    assert len(a.events) == len(b.events)
+    for x, y in zip(a.events, b.events):
+        assert (x.task, x.kind, x.phase, x.op, x.resources) == (y.task, y.kind, y.phase, y.op, y.resources)
+        assert x.start == pytest.approx(y.start, rel=1e-12, abs=1e-18)
+        assert x.end == pytest.approx(y.end, rel=1e-12, abs=1e-18)
+
+
+def fake_profile(plan, rng: np.random.Generator, coverage: float = 1.0, overhead: float = 2e-5) -> Profile:
+    """Measured-looking costs for every op's partition in ``plan`` (a fraction ``coverage`` of
+    them: the rest keep the roofline), bookkeeping rates and a copy bandwidth."""
+    times = {}
+    for op in plan.graph.ops:
+        if rng.random() < coverage:
+            times[(op.name, plan[op.name].degrees)] = (float(rng.uniform(1e-5, 1e-3)), float(rng.uniform(1e-5, 2e-3)))
+    rates = {k: float(rng.uniform(1e-10, 1e-9)) for k in ("copy", "accumulate", "reduce", "stats_reduce", "update")}
+    return Profile(plan.graph.fingerprint(), {}, times, overhead, float(rng.uniform(1e9, 5e9)), rates)
+
+
+# --------------------------------------------------------------------------- random graphs and plans
+@settings(max_examples=examples(60), deadline=None)
+@given(recipe=graph_recipes(max_ops=8), case=st.sampled_from(sorted(DEVICE_CASES)), seed=st.integers(0, 2**31))
+def test_random_plans_lower_and_simulate_the_same_in_c(recipe, case, seed):
+    g = build_graph(recipe)
+    plan = random_plan(g, DEVICE_CASES[case], np.random.default_rng(seed))
+    assert_same_lowering(plan)
+    assert_same_simulation(plan)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(recipe=graph_recipes(max_ops=8), case=st.sampled_from(sorted(DEVICE_CASES)), seed=st.integers(0, 2**31),
+       coverage=st.sampled_from([0.0, 0.5, 1.0]), overhead=st.sampled_from([0.0, 3e-5]))
+def test_random_plans_with_measured_costs_simulate_the_same_in_c(recipe, case, seed, coverage, overhead):
+    g = build_graph(recipe)
+    rng = np.random.default_rng(seed)
+    plan = random_plan(g, DEVICE_CASES[case], rng)
+    assert_same_simulation(plan, costs=fake_profile(plan, rng, coverage, overhead))
+
+
+# --------------------------------------------------------------------------- zoo models
+@pytest.mark.parametrize("model,nodes,per", [("lenet5", 1, 2), ("alexnet", 2, 2), ("resnet18", 1, 4),
+                                              ("inception_v3", 2, 2), ("vgg16", 1, 4)])
+def test_zoo_plans_lower_and_simulate_the_same_in_c(model, nodes, per):
+    g = sw.models.get(model, batch=32)
+    d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
+    for plan in [sw.search(g, d), *sw.strategies.baselines(g, d)]:
+        assert_same_lowering(plan)
+        assert_same_simulation(plan)
+
+
+@pytest.mark.parametrize("model", ["lenet5", "resnet18"])
+def test_zoo_plans_on_cpu_workers_with_a_profile(model):
+    g = sw.models.get(model, batch=16)
+    d = sw.DeviceGraph.cpu(3)
+    rng = np.random.default_rng(7)
+    for plan in [sw.search(g, d), sw.strategies.data_parallel(g, d)]:
+        assert_same_lowering(plan)
+        assert_same_simulation(plan, costs=fake_profile(plan, rng))
+
+
+def test_durations_are_the_reference_durations():
+    g = sw.models.get("resnet18", batch=32)
+    d = sw.DeviceGraph.cluster(nodes=2, devices_per_node=2)
+    plan = sw.search(g, d)
+    problem = make_problem(g, d, plan.options)
+    r = problem.simulate_plan(*plan_arrays(plan), np.zeros(len(d) ** 2 + 1, np.int32), np.zeros(0, np.int32),
+                              len(d), copy_bandwidth=1e9)
+    assert r["modelled"].tolist() == pytest.approx(task_durations(lower(plan)), rel=1e-15, abs=0)
+
+
+def test_worker_times_add_up_to_t_c():
+    """The per-worker roofline is the term of t_c: backward_factor x the slowest worker."""
+    g = sw.models.get("alexnet", batch=32)
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
+    plan = sw.search(g, d)
+    problem = make_problem(g, d, plan.options)
+    for row in plan.layer_costs():
+        op, cfg = g[row.op], plan[row.op]
+        times = problem.worker_times(op.index, np.asarray(cfg.degrees, np.int32), np.asarray(cfg.devices, np.int32))
+        assert len(times) == cfg.workers
+        assert max(times) * plan.options.backward_factor == pytest.approx(row.t_c, rel=1e-15, abs=0)
+
+
+def test_events_are_built_only_when_asked():
+    g = sw.models.lenet5(batch=8)
+    sim = simulate(sw.search(g, sw.DeviceGraph.cpu(2)))
+    assert callable(sim._events)
+    first = sim.events
+    assert sim.events is first and len(first) > 0
+    assert {e.kind for e in first} >= {"forward", "backward_data", "update"}
+
+
+def test_ring_synchronization_is_refused_by_both_engines():
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(2)
+    plan = sw.strategies.data_parallel(g, d)
+    ring = sw.Plan(g, d, plan.configs, sw.CostOptions(sync="ring"))
+    for engine in ("c", "python"):
+        with pytest.raises(NotImplementedError, match="ring"):
+            simulate(ring, engine=engine)
+
+
+# --------------------------------------------------------------------------- bad input
+def test_bad_plans_are_refused_with_clear_errors():
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(2)
+    plan = sw.strategies.data_parallel(g, d)
+    problem = make_problem(g, d, plan.options)
+    kinds, degrees, dev_ptr, devs = plan_arrays(plan)
+    with pytest.raises(ValueError, match="kinds"):
+        problem.lower(kinds[:-1], degrees, dev_ptr, devs)
+    with pytest.raises(ValueError, match="dev_ptr"):
+        problem.lower(kinds, degrees, dev_ptr, devs[:-1])
+    bad = degrees.copy()
+    bad[1, 0] = 3                         # does not divide the batch of 8
+    with pytest.raises(ValueError, match="degree 3 does not divide"):
+        problem.lower(kinds, bad, dev_ptr, devs)
+    twice = devs.copy()
+    twice[1] = twice[0]                   # op 0's two workers on one device
+    with pytest.raises(ValueError, match="distinct devices"):
+        problem.lower(kinds, degrees, dev_ptr, twice)
+    far = devs.copy()
+    far[0] = 7
+    with pytest.raises(ValueError, match="distinct devices in 0..1"):
+        problem.lower(kinds, degrees, dev_ptr, far)
+    wrong = kinds.copy()
+    wrong[0] = 9
+    with pytest.raises(ValueError, match="unknown op kind"):
+        problem.lower(wrong, degrees, dev_ptr, devs)
+    with pytest.raises(ValueError, match="int32"):
+        problem.lower(kinds.astype(np.float64), degrees, dev_ptr, devs)
+
+
+def test_bad_machines_and_costs_are_refused_with_clear_errors():
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(2)
+    plan = sw.strategies.data_parallel(g, d)
+    problem = make_problem(g, d, plan.options)
+    arrays = plan_arrays(plan)
+    ptr, res = np.zeros(5, np.int32), np.zeros(0, np.int32)
+    with pytest.raises(ValueError, match="route_ptr"):
+        problem.simulate_plan(*arrays, np.zeros(4, np.int32), res, 2)
+    with pytest.raises(ValueError, match="route resource"):
+        problem.simulate_plan(*arrays, np.array([0, 0, 1, 1, 1], np.int32), np.array([0], np.int32), 3)
+    with pytest.raises(ValueError, match="resources"):
+        problem.simulate_plan(*arrays, ptr, res, 2, cores=2)
+    with pytest.raises(ValueError, match="task_overhead"):
+        problem.simulate_plan(*arrays, ptr, res, 2, task_overhead=-1.0)
+    with pytest.raises(ValueError, match="interpreter"):
+        problem.simulate_plan(*arrays, ptr, res, 2, task_overhead=1e-5)
+    split = np.full((len(g.ops), 2), np.nan)
+    split[0, 0] = -1.0
+    with pytest.raises(ValueError, match="measured compute times"):
+        problem.simulate_plan(*arrays, ptr, res, 2, split=split)
+    with pytest.raises(ValueError, match="one entry per task kind"):
+        problem.simulate_plan(*arrays, ptr, res, 2, element_seconds=np.zeros(3))
+    with pytest.raises(ValueError, match="workers need as many devices"):
+        problem.worker_times(1, np.array([2], np.int32), np.array([0], np.int32))
+    with pytest.raises(IndexError):
+        problem.worker_times(len(g.ops), np.array([1], np.int32), np.array([0], np.int32))
+
+
+def test_task_kind_names_match_the_python_lowering():
+    g = sw.models.get("resnet18", batch=8)
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=2)
+    tg = lower(sw.strategies.data_parallel(g, d))
+    assert {t.kind for t in tg.tasks} <= set(_core.TASK_KINDS)
+    assert {b.kind for b in tg.buffers} <= set(_core.BUFFER_KINDS)
+    assert {t.phase for t in tg.tasks} == set(_core.PHASES)
+    assert math.isfinite(simulate(sw.strategies.data_parallel(g, d)).iteration_time)
