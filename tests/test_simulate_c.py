@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import shardwise as sw
 from shardwise import _core
 from shardwise.lower import lower, volume
+from shardwise.plan import reduction_pair
 from shardwise.problem import make_problem
 from shardwise.profile import Profile
 from shardwise.simulate import plan_arrays, simulate, task_durations
@@ -117,6 +118,19 @@ def test_random_plans_lower_and_simulate_the_same_in_c(recipe, case, seed):
     plan = random_plan(g, DEVICE_CASES[case], np.random.default_rng(seed))
     assert_same_lowering(plan)
     assert_same_simulation(plan)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(recipe=graph_recipes(max_ops=8), case=st.sampled_from(sorted(DEVICE_CASES)), seed=st.integers(0, 2**31))
+def test_random_plans_with_reduction_splits_lower_and_simulate_the_same_in_c(recipe, case, seed):
+    """Partition-n-reduce: forward_partial / sum_partials / activation_grad tasks, owners holding the
+    output blocks, and the reduction-aware worker times, task for task as lower.py."""
+    g = build_graph(recipe)
+    rng = np.random.default_rng(seed)
+    plan = random_plan(g, DEVICE_CASES[case], rng, reductions=True)
+    assert_same_lowering(plan)
+    assert_same_simulation(plan)
+    assert_same_simulation(plan, costs=fake_profile(plan, rng, 1.0, 3e-5))
 
 
 @settings(max_examples=examples(25), deadline=None)
@@ -252,11 +266,31 @@ def test_bad_machines_and_costs_are_refused_with_clear_errors():
         problem.worker_times(len(g.ops), np.array([1], np.int32), np.array([0], np.int32))
 
 
+def test_worker_times_of_reduction_splits_add_up_to_t_c():
+    g = sw.models.get("alexnet", batch=32)
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
+    plan = sw.search(g, d, options=sw.CostOptions(reduction_splits=True))
+    assert any(c.reduction for c in plan.configs.values())
+    problem = make_problem(g, d, plan.options)
+    for row in plan.layer_costs():
+        op, cfg = g[row.op], plan[row.op]
+        times = problem.worker_times(op.index, np.asarray(cfg.degrees, np.int32), np.asarray(cfg.devices, np.int32),
+                                     reduction_pair(op, cfg))
+        assert max(times) * plan.options.backward_factor == pytest.approx(row.t_c, rel=1e-15, abs=0)
+    with pytest.raises(ValueError, match="partial results add up"):
+        problem.worker_times(g["pool1"].index, np.array([1, 1, 1, 1], np.int32), np.array([0, 1], np.int32), (4, 2))
+
+
 def test_task_kind_names_match_the_python_lowering():
     g = sw.models.get("resnet18", batch=8)
     d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=2)
     tg = lower(sw.strategies.data_parallel(g, d))
     assert {t.kind for t in tg.tasks} <= set(_core.TASK_KINDS)
+    fc = [op.name for op in g.ops if op.kind == "linear"][0]
+    split = lower(sw.Plan.from_dict(g, d, {fc: {"i": 2}}))
+    assert {"forward_partial", "sum_partials", "activation_grad"} <= {t.kind for t in split.tasks}
+    assert {t.kind for t in split.tasks} <= set(_core.TASK_KINDS)
+    assert {b.kind for b in split.buffers} <= set(_core.BUFFER_KINDS)
     assert {b.kind for b in tg.buffers} <= set(_core.BUFFER_KINDS)
     assert {t.phase for t in tg.tasks} == set(_core.PHASES)
     assert math.isfinite(simulate(sw.strategies.data_parallel(g, d)).iteration_time)
