@@ -172,7 +172,7 @@ def main() -> int:
     print(f"# shardwise {sw.__version__} training throughput; {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; OpenBLAS {openblas_core()} kernels "
           f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), "
-          f"SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s")
+          f"SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s; load average {os.getloadavg()[0]:.2f}")
     head = (f"{'model':<16} {'plan':<10} {'workers':>7} {'images/s':>10} {'vs 1 worker':>12} "
             f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'torch img/s':>12} {'vs torch':>9}")
     print(head)

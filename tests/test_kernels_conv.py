@@ -81,6 +81,9 @@ FIXED_CONV_CASES = [
     # K = Ci*kh*kw >= 2048: tiles of 256 pixels, cut inside output rows of one sample
     dict(n=2, ci=240, co=5, h=21, w=21, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
     dict(n=1, ci=240, co=3, h=19, w=23, kernel=(3, 3), stride=(2, 1), padding=(2, 1)),
+    # output rows of >= 32 pixels (im2col copies them whole) and of 8 + 4 + 3 (in pieces)
+    dict(n=2, ci=2, co=3, h=5, w=41, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
+    dict(n=1, ci=3, co=2, h=6, w=17, kernel=(3, 5), stride=(1, 1), padding=(1, 1)),
 ]
 
 RANDOM_CONV_SEEDS = list(range(150))

@@ -113,19 +113,140 @@ static conv_tile geom_tile(const conv_geom *g, int64_t i) {
     return t;
 }
 
-/* Valid output columns [*a, *b) within [cs, ce) for which c*s + off lies in [0, width). */
-static void valid_cols(int64_t cs, int64_t ce, int64_t s, int64_t off, int64_t width, int64_t *a, int64_t *b) {
-    *a = min64(ce, max64(cs, ceil_div(-off, s)));
-    *b = max64(*a, min64(ce, ceil_div(width - off, s)));  /* cs <= a <= b <= ce */
+/* ------------------------------------------------------------------ im2col / col2im */
+
+/* Both go through a zero-padded copy of one input channel (`pad`, rows x cols
+ * floats): the input rows and columns that the tile's output pixels read, with
+ * zeros where they fall outside x's view.  Every tap (ky, kx) then reads its
+ * row segments without bounds checks (for stride 1, plain contiguous copies),
+ * instead of clipping every output row against the view once per tap: on the
+ * 4x4..16x16 planes of a small ResNet that clipping cost more than the GEMM.
+ *
+ * For output box rows [ra, rb] (local to the box) of the tile:
+ *   pad row i    = local input row  (r0 + ra) * sh - ph - x.lo[2] + i,   i in [0, (rb - ra) * sh + kh)
+ *   pad column j = local input col  c0 * sw - pw - x.lo[3] + j,          j in [0, (wo - 1) * sw + kw)
+ * so output pixel (rr, c) of tap (ky, kx) reads pad[(rr - ra) * sh + ky][c * sw + kx]. */
+typedef struct {
+    int64_t iy0, ix0;     /* local input row / column of pad[0][0] (may be negative) */
+    int64_t rows, cols;   /* extent of the padded plane */
+    int64_t ra;           /* first box row of the tile's sample segment */
+} pad_geom;
+
+static pad_geom pad_for(const sw_window *p, const conv_geom *g, const sw_view *x, int64_t q0, int64_t q1) {
+    pad_geom pg;
+    pg.ra = q0 / g->wo;
+    int64_t rb = (q1 - 1) / g->wo;
+    pg.iy0 = (g->r0 + pg.ra) * p->sh - p->ph - x->lo[2];
+    pg.ix0 = g->c0 * p->sw - p->pw - x->lo[3];
+    pg.rows = (rb - pg.ra) * p->sh + p->kh;
+    pg.cols = (g->wo - 1) * p->sw + p->kw;
+    return pg;
 }
 
-/* ------------------------------------------------------------------ im2col / col2im */
+/* Floats of the largest padded plane of any tile of g (one covering all the box's rows). */
+static int64_t pad_floats(const sw_window *p, const conv_geom *g) {
+    int64_t box_rows = g->wo > 0 ? ceil_div(g->plane, g->wo) : 1;
+    int64_t rows = (max64(box_rows, 1) - 1) * p->sh + p->kh;
+    int64_t cols = (max64(g->wo, 1) - 1) * p->sw + p->kw;
+    return rows * cols;
+}
+
+/* pad (rows, cols) = channel plane src (h, w) shifted by (iy0, ix0), zero outside. */
+static void pad_fill(const float *src, int64_t h, int64_t w, const pad_geom *pg, float *pad) {
+    int64_t ja = min64(pg->cols, max64(0, -pg->ix0));       /* pad columns [ja, jb) lie inside [0, w) */
+    int64_t jb = max64(ja, min64(pg->cols, w - pg->ix0));
+    for (int64_t i = 0; i < pg->rows; i++) {
+        float *d = pad + i * pg->cols;
+        int64_t iy = pg->iy0 + i;
+        if (iy < 0 || iy >= h) {
+            memset(d, 0, (size_t)pg->cols * sizeof(float));
+            continue;
+        }
+        if (ja > 0) {
+            memset(d, 0, (size_t)ja * sizeof(float));
+        }
+        if (jb > ja) {
+            memcpy(d + ja, src + iy * w + pg->ix0 + ja, (size_t)(jb - ja) * sizeof(float));
+        }
+        if (jb < pg->cols) {
+            memset(d + jb, 0, (size_t)(pg->cols - jb) * sizeof(float));
+        }
+    }
+}
+
+/* dst (h, w) channel plane += pad (rows, cols) where the pad lies inside the plane. */
+static void pad_add_back(const float *pad, const pad_geom *pg, int64_t h, int64_t w, float *dst) {
+    int64_t ja = min64(pg->cols, max64(0, -pg->ix0));
+    int64_t jb = max64(ja, min64(pg->cols, w - pg->ix0));
+    for (int64_t i = 0; i < pg->rows; i++) {
+        int64_t iy = pg->iy0 + i;
+        if (iy < 0 || iy >= h) {
+            continue;
+        }
+        float *restrict d = dst + iy * w + pg->ix0;
+        const float *restrict s = pad + i * pg->cols;
+        for (int64_t j = ja; j < jb; j++) {
+            d[j] += s[j];
+        }
+    }
+}
+
+/* out[c] = src[c * stride] for c in [0, len) (row segments of one tap).  Rows
+ * of small planes hold 4..16 floats: a plain copy loop would become a memcpy
+ * call per row (the compiler recognises the pattern), so short rows are
+ * copied in fixed-size pieces that compile to single vector moves. */
+static inline void gather_row(float *restrict out, const float *restrict src, int64_t len, int64_t stride) {
+    if (stride == 1) {
+        if (len >= 32) {
+            memcpy(out, src, (size_t)len * sizeof(float));
+            return;
+        }
+        int64_t c = 0;
+        for (; c + 8 <= len; c += 8) {
+            memcpy(out + c, src + c, 8 * sizeof(float));
+        }
+        if (c + 4 <= len) {
+            memcpy(out + c, src + c, 4 * sizeof(float));
+            c += 4;
+        }
+        switch (len - c) {  /* at most 3 left */
+        case 3:
+            out[c + 2] = src[c + 2];
+            /* fall through */
+        case 2:
+            out[c + 1] = src[c + 1];
+            /* fall through */
+        case 1:
+            out[c] = src[c];
+            break;
+        default:
+            break;
+        }
+    } else {
+        for (int64_t c = 0; c < len; c++) {
+            out[c] = src[c * stride];
+        }
+    }
+}
+
+/* dst[c * stride] += in[c] for c in [0, len). */
+static inline void scatter_row(float *restrict dst, const float *restrict in, int64_t len, int64_t stride) {
+    if (stride == 1) {
+        for (int64_t c = 0; c < len; c++) {
+            dst[c] += in[c];
+        }
+    } else {
+        for (int64_t c = 0; c < len; c++) {
+            dst[c * stride] += in[c];
+        }
+    }
+}
 
 /* col (K, q1-q0) at leading dimension ldcol, for sample n and pixels [q0, q1)
  * of the output box g: col[(ci, ky, kx), q] = x[n, ci, r*sh+ky-ph, c*sw+kx-pw]
- * with (r, c) the pixel q, zero outside x's view. */
+ * with (r, c) the pixel q, zero outside x's view.  pad: pad_floats(p, g) floats. */
 static void im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0, int64_t q1,
-                   float *col, int64_t ldcol) {
+                   float *col, int64_t ldcol, float *pad) {
     int64_t ci_n = x->shape[1], h = x->shape[2], w = x->shape[3];
     if (h == 0 || w == 0) {  /* an empty region: every read is padding (and x->data may be NULL) */
         for (int64_t k = 0; k < ci_n * p->kh * p->kw; k++) {
@@ -133,40 +254,18 @@ static void im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int
         }
         return;
     }
+    pad_geom pg = pad_for(p, g, x, q0, q1);
     const float *xs = x->data + (n - x->lo[0]) * ci_n * h * w;
     for (int64_t ci = 0; ci < ci_n; ci++) {
+        pad_fill(xs + ci * h * w, h, w, &pg, pad);
         for (int64_t ky = 0; ky < p->kh; ky++) {
             for (int64_t kx = 0; kx < p->kw; kx++) {
                 float *out = col + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
-                /* box column c reads local input column c*sw + base; the box columns
-                 * [fa, fb) read inside the view, the same for every row */
-                int64_t base = g->c0 * p->sw + kx - p->pw - x->lo[3], fa, fb;
-                valid_cols(0, g->wo, p->sw, base, w, &fa, &fb);
                 int64_t rr = q0 / g->wo, cs = q0 % g->wo;
                 for (int64_t q = q0; q < q1; rr++) {
                     int64_t ce = min64(g->wo, cs + (q1 - q));  /* this row segment: box columns [cs, ce) */
-                    int64_t iy = (g->r0 + rr) * p->sh + ky - p->ph - x->lo[2];
-                    if (iy < 0 || iy >= h) {
-                        memset(out, 0, (size_t)(ce - cs) * sizeof(float));
-                    } else {
-                        const float *src = xs + (ci * h + iy) * w;  /* local input row */
-                        int64_t a = min64(ce, max64(cs, fa)), b = max64(a, min64(ce, fb));
-                        for (int64_t c = cs; c < a; c++) {
-                            out[c - cs] = 0.0f;
-                        }
-                        if (p->sw == 1) {
-                            for (int64_t c = a; c < b; c++) {
-                                out[c - cs] = src[c + base];
-                            }
-                        } else {
-                            for (int64_t c = a; c < b; c++) {
-                                out[c - cs] = src[c * p->sw + base];
-                            }
-                        }
-                        for (int64_t c = b; c < ce; c++) {
-                            out[c - cs] = 0.0f;
-                        }
-                    }
+                    const float *src = pad + ((rr - pg.ra) * p->sh + ky) * pg.cols + kx + cs * p->sw;
+                    gather_row(out, src, ce - cs, p->sw);
                     out += ce - cs;
                     q += ce - cs;
                     cs = 0;
@@ -177,40 +276,29 @@ static void im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int
 }
 
 /* dx[n, ci, r*sh+ky-ph, c*sw+kx-pw] += dcol[(ci, ky, kx), q] for the pixels
- * [q0, q1) of sample n, dropping what falls outside dx's view. */
+ * [q0, q1) of sample n, dropping what falls outside dx's view.  pad: pad_floats(p, g) floats. */
 static void col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0,
-                   int64_t q1, sw_view *dx) {
+                   int64_t q1, sw_view *dx, float *pad) {
     int64_t ci_n = dx->shape[1], h = dx->shape[2], w = dx->shape[3];
+    pad_geom pg = pad_for(p, g, dx, q0, q1);
     float *xs = dx->data + (n - dx->lo[0]) * ci_n * h * w;
     for (int64_t ci = 0; ci < ci_n; ci++) {
+        memset(pad, 0, (size_t)(pg.rows * pg.cols) * sizeof(float));
         for (int64_t ky = 0; ky < p->kh; ky++) {
             for (int64_t kx = 0; kx < p->kw; kx++) {
                 const float *in = dcol + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
-                int64_t base = g->c0 * p->sw + kx - p->pw - dx->lo[3], fa, fb;  /* as in im2col */
-                valid_cols(0, g->wo, p->sw, base, w, &fa, &fb);
                 int64_t rr = q0 / g->wo, cs = q0 % g->wo;
                 for (int64_t q = q0; q < q1; rr++) {
                     int64_t ce = min64(g->wo, cs + (q1 - q));
-                    int64_t iy = (g->r0 + rr) * p->sh + ky - p->ph - dx->lo[2];
-                    if (iy >= 0 && iy < h) {
-                        float *dst = xs + (ci * h + iy) * w;  /* local dx row */
-                        int64_t a = min64(ce, max64(cs, fa)), b = max64(a, min64(ce, fb));
-                        if (p->sw == 1) {
-                            for (int64_t c = a; c < b; c++) {
-                                dst[c + base] += in[c - cs];
-                            }
-                        } else {
-                            for (int64_t c = a; c < b; c++) {
-                                dst[c * p->sw + base] += in[c - cs];
-                            }
-                        }
-                    }
+                    float *dst = pad + ((rr - pg.ra) * p->sh + ky) * pg.cols + kx + cs * p->sw;
+                    scatter_row(dst, in, ce - cs, p->sw);
                     in += ce - cs;
                     q += ce - cs;
                     cs = 0;
                 }
             }
         }
+        pad_add_back(pad, &pg, h, w, xs + ci * h * w);
     }
 }
 
@@ -292,19 +380,26 @@ static sw_status check_weight(const sw_view *wv, const sw_window *p, const char 
     return SW_OK;
 }
 
-/* Scratch of one kernel call: the (K, tile_cols) im2col / col2im buffer
- * (unless the pointwise path needs none) and a (Co_b, tile_cols) staging
- * buffer for tiles that hold several samples. */
+/* Scratch of one kernel call: the (K, tile_cols) im2col / col2im buffer and
+ * the padded channel plane of im2col / col2im (unless the pointwise path needs
+ * neither) and a (Co_b, tile_cols) staging buffer for tiles that hold several
+ * samples. */
 typedef struct {
-    float *col, *tmp;
+    float *col, *tmp, *pad;
 } conv_scratch;
 
-static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, int pointwise, const char *name) {
+static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, const sw_window *p, int pointwise,
+                               const char *name) {
     sc->col = NULL;
     sc->tmp = NULL;
+    sc->pad = NULL;
     if (!pointwise || g->nb > 1) {
         sc->col = malloc((size_t)(g->k * g->tile_cols) * sizeof(float) + 1);
-        if (!sc->col) {
+        sc->pad = malloc((size_t)pad_floats(p, g) * sizeof(float) + 1);
+        if (!sc->col || !sc->pad) {
+            free(sc->col);
+            free(sc->pad);
+            sc->col = sc->pad = NULL;
             return SW_FAIL(SW_ERR_NOMEM, "%s: out of memory for a %lld x %lld im2col buffer", name,
                            (long long)g->k, (long long)g->tile_cols);
         }
@@ -313,7 +408,8 @@ static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, int pointwi
         sc->tmp = malloc((size_t)(g->co * g->tile_cols) * sizeof(float) + 1);
         if (!sc->tmp) {
             free(sc->col);
-            sc->col = NULL;
+            free(sc->pad);
+            sc->col = sc->pad = NULL;
             return SW_FAIL(SW_ERR_NOMEM, "%s: out of memory for a %lld x %lld staging buffer", name,
                            (long long)g->co, (long long)g->tile_cols);
         }
@@ -324,6 +420,7 @@ static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, int pointwi
 static void scratch_free(conv_scratch *sc) {
     free(sc->col);
     free(sc->tmp);
+    free(sc->pad);
 }
 
 /* Pixels per (sample, channel) of a rank-4 view, at most INT32_MAX (a BLAS leading dimension). */
@@ -394,7 +491,7 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
     int pointwise = is_pointwise(p, x, &g);
     int64_t ntiles = geom_ntiles(&g);
     conv_scratch sc;
-    if ((s = scratch_alloc(&sc, &g, pointwise, fn)) != SW_OK) {
+    if ((s = scratch_alloc(&sc, &g, p, pointwise, fn)) != SW_OK) {
         return s;
     }
     float *col = sc.col, *tmp = sc.tmp;
@@ -408,7 +505,7 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
             ldb = g.plane;
         } else {
             for (int64_t j = 0; j < t.nb; j++) {
-                im2col(x, p, &g, t.n + j, t.q0, t.q1, col + j * len, cols);
+                im2col(x, p, &g, t.n + j, t.q0, t.q1, col + j * len, cols, sc.pad);
             }
             bmat = col;
             ldb = cols;
@@ -473,7 +570,7 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
     int pointwise = is_pointwise(p, dx, &g);
     int64_t ntiles = geom_ntiles(&g);
     conv_scratch sc;
-    if ((s = scratch_alloc(&sc, &g, pointwise, fn)) != SW_OK) {
+    if ((s = scratch_alloc(&sc, &g, p, pointwise, fn)) != SW_OK) {
         return s;
     }
     float *dcol = sc.col, *tmp = sc.tmp;
@@ -496,7 +593,7 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
         } else {
             gemm(1, 0, g.k, cols, g.co, wsub, g.k, bmat, ldb, 0.0f, dcol, cols);
             for (int64_t j = 0; j < t.nb; j++) {
-                col2im(dcol + j * len, cols, p, &g, t.n + j, t.q0, t.q1, dx);
+                col2im(dcol + j * len, cols, p, &g, t.n + j, t.q0, t.q1, dx, sc.pad);
             }
         }
     }
@@ -512,7 +609,7 @@ static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, co
     int pointwise = is_pointwise(p, x, g);
     int64_t ntiles = geom_ntiles(g);
     conv_scratch sc;
-    sw_status s = scratch_alloc(&sc, g, pointwise, fn);
+    sw_status s = scratch_alloc(&sc, g, p, pointwise, fn);
     if (s != SW_OK) {
         return s;
     }
@@ -526,7 +623,7 @@ static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, co
             ldb = g->plane;
         } else {
             for (int64_t j = 0; j < t.nb; j++) {
-                im2col(x, p, g, t.n + j, t.q0, t.q1, sc.col + j * len, cols);
+                im2col(x, p, g, t.n + j, t.q0, t.q1, sc.col + j * len, cols, sc.pad);
             }
             bmat = sc.col;
             ldb = cols;

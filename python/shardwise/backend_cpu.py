@@ -31,8 +31,18 @@ def keep_freed_memory() -> bool:
     page-faults all its activations back in: measured on the scaled ResNet-18, steps
     took 450-800 ms instead of 315-330 ms.  Raising the mmap threshold to 32 MiB
     (glibc's maximum) and the trim threshold keeps that memory in the heap, as a
-    caching allocator would.  It applies to the whole process, once; elsewhere than
-    glibc it does nothing.  Buffer reuse inside the executor is the lasting fix."""
+    caching allocator would.
+
+    Those two settings hold only for glibc's main arena.  Worker threads get arenas
+    of their own, made of 64 MiB heaps that glibc unmaps as soon as their top is
+    free, whatever the trim threshold: with two data-parallel workers on the scaled
+    ResNet-18 the second worker spent more time page-faulting its gradients in
+    (accumulate, batchnorm and ReLU backward: 26 ms of CPU where the first spent 3)
+    than computing them, and two workers ran no faster than one.  Limiting the
+    process to one arena (M_ARENA_MAX) puts every thread's blocks in the main heap;
+    the workers allocate a few blocks per task, so the shared lock costs nothing
+    measurable.  It applies to the whole process, once; elsewhere than glibc it does
+    nothing.  Buffer reuse inside the executor is the lasting fix."""
     global _MALLOC_TUNED
     if _MALLOC_TUNED:
         return True
@@ -41,8 +51,9 @@ def keep_freed_memory() -> bool:
         import ctypes.util
 
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        ok = libc.mallopt(m_mmap_threshold, 32 << 20) == 1 and libc.mallopt(m_trim_threshold, 1 << 30) == 1
+        m_trim_threshold, m_mmap_threshold, m_arena_max = -1, -3, -8
+        ok = (libc.mallopt(m_mmap_threshold, 32 << 20) == 1 and libc.mallopt(m_trim_threshold, 1 << 30) == 1
+              and libc.mallopt(m_arena_max, 1) == 1)
     except (OSError, AttributeError):
         ok = False
     _MALLOC_TUNED = ok
