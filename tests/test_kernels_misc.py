@@ -118,6 +118,36 @@ def test_pool_whole_tensor_matches_reference(kind, case, with_ties):
     close(dx, R.pool2d_backward(x, dy, k, s, p, kind))
 
 
+@pytest.mark.parametrize("k,st,pad", [((2, 2), (2, 2), (0, 0)), ((3, 3), (2, 2), (1, 1)), ((3, 2), (1, 2), (0, 1))])
+def test_max_pool_nan_and_infinity_rules_inside_and_at_the_border(k, st, pad):
+    """A NaN wins its window (the first NaN, in row-major window order), -inf and ties keep
+    the first maximum; the same in interior windows (branch-free fast path) and windows
+    clipped by padding, forward value and the position the gradient goes to."""
+    rng = np.random.default_rng(11)
+    shape = (2, 3, 9, 8)
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, 25, replace=False)] = np.nan
+    flat[rng.choice(flat.size, 25, replace=False)] = -np.inf
+    n, c, h, w = shape
+    ho, wo = pool_out(h, k[0], st[0], pad[0]), pool_out(w, k[1], st[1], pad[1])
+    y = _core.pool2d_forward("max", x, (0, 0, 0, 0), (0, 0, 0, 0), (n, c, ho, wo), k, st, pad)
+    dy = np.arange(1, n * c * ho * wo + 1, dtype=np.float32).reshape(n, c, ho, wo)
+    dx = _core.pool2d_backward("max", x, (0, 0, 0, 0), dy, (0, 0, 0, 0), (0, 0, 0, 0), shape, k, st, pad)
+    want_y = np.empty_like(y)
+    want_dx = np.zeros_like(x)
+    for b, ch, r, q in np.ndindex(n, c, ho, wo):
+        cells = [(i, j) for i in range(r * st[0] - pad[0], r * st[0] - pad[0] + k[0])
+                 for j in range(q * st[1] - pad[1], q * st[1] - pad[1] + k[1]) if 0 <= i < h and 0 <= j < w]
+        vals = [x[b, ch, i, j] for i, j in cells]
+        nans = [m for m, v in enumerate(vals) if np.isnan(v)]
+        m = nans[0] if nans else max(range(len(vals)), key=lambda m: (vals[m], -m))
+        want_y[b, ch, r, q] = vals[m]
+        want_dx[b, ch, cells[m][0], cells[m][1]] += dy[b, ch, r, q]
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(dx, want_dx)
+
+
 def test_pool_max_gradient_goes_to_first_maximum():
     # one window, all equal: the whole gradient lands on the top-left element
     x = np.ones((1, 1, 2, 2), np.float32)

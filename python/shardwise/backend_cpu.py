@@ -94,6 +94,7 @@ class CpuExecutor:
                 self.persistent[b.id] = np.zeros(shape_of(b.box), np.float32)
         self.data: dict[int, np.ndarray] = {}
         self.peak_bytes: dict[int, int] = {}
+        self._schedules: dict[tuple, tuple] = {}
 
     # ---- buffers
     def arr(self, buf: int) -> np.ndarray:
@@ -168,31 +169,51 @@ class CpuExecutor:
             out[dev] = out.get(dev, 0) + base.nbytes
         return out
 
+    def _schedule(self, tasks: list[Task]) -> tuple[dict[int, list[Task]], dict[int, tuple[int, ...]]]:
+        """Per device, its tasks in program order; per task, the tasks of *other* devices it
+        waits for (those of its own device ran before it: the list is a topological order).
+        Cached per set of phases: the task graph does not change between steps."""
+        key = tuple(t.id for t in tasks[:1]) + (len(tasks),)
+        hit = self._schedules.get(key)
+        if hit is not None:
+            return hit
+        wanted = {t.id: t.device for t in tasks}
+        per_device: dict[int, list[Task]] = {}
+        waits: dict[int, tuple[int, ...]] = {}
+        for t in tasks:
+            per_device.setdefault(t.device, []).append(t)
+            waits[t.id] = tuple(d for d in t.deps if d in wanted and wanted[d] != t.device)
+        self._schedules[key] = (per_device, waits)
+        return per_device, waits
+
     def _run_threads(self, tasks: list[Task], devices: list[int]) -> None:
-        wanted = {t.id for t in tasks}
-        done: set[int] = set()
-        cond = threading.Condition()
+        """One thread per device runs its tasks in order; a task waits on an Event only for
+        its dependencies on other devices, set by the task that satisfies them (no global
+        lock: with many small tasks a shared condition made the threads wake each other
+        after every task)."""
+        per_device, waits = self._schedule(tasks)
+        events = {d: threading.Event() for ds in waits.values() for d in ds}
         failure: list[BaseException] = []
 
+        def fail(exc: BaseException) -> None:
+            failure.append(exc)
+            for ev in events.values():   # wake every waiting thread: they see the failure and stop
+                ev.set()
+
         def worker(device: int) -> None:
-            for t in tasks:
-                if t.device != device:
-                    continue
-                with cond:
-                    while not failure and not all(d in done or d not in wanted for d in t.deps):
-                        cond.wait()
-                    if failure:
-                        return
+            for t in per_device.get(device, ()):
+                for d in waits[t.id]:
+                    events[d].wait()
+                if failure:
+                    return
                 try:
                     getattr(self, "do_" + t.kind)(t)
                 except BaseException as exc:  # re-raised on the calling thread
-                    with cond:
-                        failure.append(exc)
-                        cond.notify_all()
+                    fail(exc)
                     return
-                with cond:
-                    done.add(t.id)
-                    cond.notify_all()
+                ev = events.get(t.id)
+                if ev is not None:
+                    ev.set()
 
         pool = [threading.Thread(target=worker, args=(d,), name=f"shardwise worker {d}", daemon=True)
                 for d in devices]
