@@ -81,8 +81,20 @@ def linear_described(x, w):
     return lambda n, o: sw.Sum(lambda i: x[n, i] * w[o, i])
 
 
+@sw.op
+def add_described(a, b):
+    return lambda n, c, y, x: a[n, c, y, x] + b[n, c, y, x]
+
+
+@sw.op
+def matmul_described(a, b):
+    return lambda m, n: sw.Sum(lambda k: a[m, k] * b[k, n])
+
+
 @pytest.mark.parametrize("described,builtin,shapes", [
     (conv2d_described, ops.conv2d((4, 3, 9, 9), 6, 3, 2, 1, False), dict(data=(4, 3, 9, 9), weight=(6, 3, 3, 3))),
+    (add_described, ops.elementwise([(4, 3, 6, 6), (4, 3, 6, 6)], "add"), dict(a=(4, 3, 6, 6), b=(4, 3, 6, 6))),
+    (matmul_described, ops.matmul((4, 6), (6, 8)), dict(a=(4, 6), b=(6, 8))),
     (maxpool_described, ops.pool2d((4, 3, 8, 8), 2, 2, 0), dict(data=(4, 3, 8, 8))),
     (linear_described, ops.linear((4, 12), 5, False), dict(x=(4, 12), w=(5, 12))),
 ])
