@@ -326,29 +326,36 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
     return SW_OK;
 }
 
+/* Worker w's forward: its data regions gathered, its parameters, one task of `kind`
+ * writing a new `buf_kind` buffer over its output box (*buf, *task). */
+static sw_status worker_forward(lowering *L, int op, int w, sw_buffer_kind buf_kind, sw_task_kind kind, int32_t *buf,
+                                int32_t *task) {
+    const sw_op *o = op_at(L, op);
+    int32_t deps[64];  /* an op has at most 64 inputs (problem.c) */
+    int nd = 0, nparams, wi = widx(L, op, w);
+    for (int slot = 0; slot < o->ninputs; slot++) {
+        if (o->inputs[slot].role == SW_ROLE_DATA) {
+            TRY(gather(L, op, slot, w));
+            if (L->in_buf[sidx(L, op, slot, w)] != NONE) {
+                deps[nd++] = L->in_task[sidx(L, op, slot, w)];
+            }
+        }
+    }
+    TRY(param_buffers(L, op, w, &nparams));
+    TRY(sw_tg_buffer(L->g, dev_of(L, op, w), buf_kind, op, &L->box[wi], buf));
+    sw_task t = task_of(kind, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
+    t.nreads = nd + nparams;
+    t.elements = sw_box_volume(&L->box[wi]);
+    return add_task(L, &t, deps, nd, task);
+}
+
 /* Partition-n-reduce: every worker computes a partial output of its block over its
  * part of the reduction (forward_partial); each owner receives the others' partial
  * outputs and sums them (sum_partials, which applies the activation). */
 static sw_status lower_reduction_forward(lowering *L, int op) {
-    const sw_op *o = op_at(L, op);
     const sw_config *c = cfg_of(L, op);
-    int32_t deps[64];  /* an op has at most 64 inputs (problem.c) */
     for (int w = 0; w < c->nworkers; w++) {
-        int nd = 0, nparams, wi = widx(L, op, w);
-        for (int slot = 0; slot < o->ninputs; slot++) {
-            if (o->inputs[slot].role == SW_ROLE_DATA) {
-                TRY(gather(L, op, slot, w));
-                if (L->in_buf[sidx(L, op, slot, w)] != NONE) {
-                    deps[nd++] = L->in_task[sidx(L, op, slot, w)];
-                }
-            }
-        }
-        TRY(param_buffers(L, op, w, &nparams));
-        TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_PARTIAL, op, &L->box[wi], &L->bufs[w]));
-        sw_task t = task_of(SW_TASK_FORWARD_PARTIAL, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
-        t.nreads = nd + nparams;
-        t.elements = sw_box_volume(&L->box[wi]);
-        TRY(add_task(L, &t, deps, nd, &L->ready[w]));
+        TRY(worker_forward(L, op, w, SW_BUF_PARTIAL, SW_TASK_FORWARD_PARTIAL, &L->bufs[w], &L->ready[w]));
     }
     for (int owner = 0; owner < c->nworkers; owner += c->rdeg) {
         int wi = widx(L, op, owner), nd = 0;
@@ -385,23 +392,9 @@ static sw_status lower_forward(lowering *L, int op) {
     sw_task_kind task_kind = kind == SW_OPKIND_INPUT     ? SW_TASK_LOAD_INPUT
                              : kind == SW_OPKIND_SOFTMAX ? SW_TASK_LOSS
                                                          : SW_TASK_FORWARD;
-    int32_t deps[64];  /* an op has at most 64 inputs (problem.c) */
     for (int w = 0; w < c->nworkers; w++) {
-        int nd = 0, nparams, wi = widx(L, op, w);
-        for (int slot = 0; slot < o->ninputs; slot++) {
-            if (o->inputs[slot].role == SW_ROLE_DATA) {
-                TRY(gather(L, op, slot, w));
-                if (L->in_buf[sidx(L, op, slot, w)] != NONE) {
-                    deps[nd++] = L->in_task[sidx(L, op, slot, w)];
-                }
-            }
-        }
-        TRY(param_buffers(L, op, w, &nparams));
-        TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
-        sw_task t = task_of(task_kind, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
-        t.nreads = nd + nparams;
-        t.elements = sw_box_volume(&L->box[wi]);
-        TRY(add_task(L, &t, deps, nd, &L->act_task[wi]));
+        int wi = widx(L, op, w);
+        TRY(worker_forward(L, op, w, SW_BUF_ACTIVATION, task_kind, &L->act[wi], &L->act_task[wi]));
     }
     return SW_OK;
 }

@@ -338,19 +338,25 @@ class _Lowering:
         if cfg.reduction is not None:
             self.lower_reduction_forward(op, cfg, boxes, data_slots)
             return
+        kind = "load_input" if op.kind == "input" else "loss" if op.kind == "softmax" else "forward"
         for w, (box, dev) in enumerate(zip(boxes, cfg.devices)):
-            reads, deps = [], []
-            for slot, producer in zip(data_slots, op.inputs):
-                buf, t = self.gather(op, slot, w, box, dev, self.graph.ops[producer])
-                if buf is not None:
-                    reads.append(buf)
-                    deps.append(t)
-            reads += self.param_buffers(op, w, box, dev)
-            out = self.buffer(dev, "activation", op.name, box)
-            kind = "load_input" if op.kind == "input" else "loss" if op.kind == "softmax" else "forward"
-            t = self.task(kind, dev, "forward", op.name, reads, [out], deps, worker=w)
+            out, t = self.worker_forward(op, w, box, dev, data_slots, "activation", kind)
             self.act[op.name].append(out)
             self.act_task[op.name].append(t)
+
+    def worker_forward(self, op: Op, w: int, box: Box, dev: int, data_slots: list[int], buf_kind: str,
+                       kind: str) -> tuple[int, int]:
+        """Worker ``w``'s forward: its input regions gathered, its parameters, one task writing
+        a new ``buf_kind`` buffer over ``box``.  Returns (buffer, task)."""
+        reads, deps = [], []
+        for slot, producer in zip(data_slots, op.inputs):
+            buf, t = self.gather(op, slot, w, box, dev, self.graph.ops[producer])
+            if buf is not None:
+                reads.append(buf)
+                deps.append(t)
+        reads += self.param_buffers(op, w, box, dev)
+        out = self.buffer(dev, buf_kind, op.name, box)
+        return out, self.task(kind, dev, "forward", op.name, reads, [out], deps, worker=w)
 
     def gather(self, op: Op, slot: int, w: int, box: Box, dev: int, producer: Op) -> tuple[int | None, int | None]:
         """Bring the region of input ``slot`` that worker ``w`` reads onto ``dev``."""
@@ -434,17 +440,9 @@ class _Lowering:
         r = cfg.reduction_degree
         partial, ready = [], []
         for w, dev in enumerate(cfg.devices):
-            box = boxes[w // r]
-            reads, deps = [], []
-            for slot, producer in zip(data_slots, op.inputs):
-                buf, t = self.gather(op, slot, w, box, dev, self.graph.ops[producer])
-                if buf is not None:
-                    reads.append(buf)
-                    deps.append(t)
-            reads += self.param_buffers(op, w, box, dev)
-            out = self.buffer(dev, "partial", op.name, box)
+            out, t = self.worker_forward(op, w, boxes[w // r], dev, data_slots, "partial", "forward_partial")
             partial.append(out)
-            ready.append(self.task("forward_partial", dev, "forward", op.name, reads, [out], deps, worker=w))
+            ready.append(t)
         for b, box in enumerate(boxes):
             owner = b * r
             odev = cfg.devices[owner]
