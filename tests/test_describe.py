@@ -276,3 +276,41 @@ def test_custom_ops_with_reduction_splits_plan_like_builtins():
     d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
     spec = {"r": {"c": 2}, "fc": {"i": 2, "n": 2}}
     assert sw.Plan.from_dict(g1, d, spec).cost == pytest.approx(sw.Plan.from_dict(g2, d, spec).cost, rel=1e-12)
+
+
+def test_strategies_of_every_builtin_op_use_the_cores_regions():
+    """strategies_of on graph ops of every built-in kind: each valid split of an output
+    dimension gives every input the region the lowering and the cost model use for that
+    half (input_region, csrc/region.c), and ops that split their output somewhere do."""
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from test_train import mixed_graph
+
+    graphs = [mixed_graph(), sw.models.rnn(layers=1, hidden=4, steps=2, batch=4, input_size=3, num_classes=3)]
+    kinds, checked = set(), 0
+    for g in graphs:
+        for op in g.ops:
+            if op.kind == "input":
+                continue
+            kinds.add(op.kind)
+            strategies = sw.strategies_of(op)
+            assert len(strategies) == op.desc.nvars
+            outputs = [s for s in strategies if s.kind == "output"]
+            assert any(s.valid for s in outputs), op.name
+            for v, s in enumerate(outputs):
+                if not s.valid:
+                    continue
+                half = op.shape[v] // 2
+                for part, (lo, hi) in enumerate(((0, half), (half, op.shape[v]))):
+                    box = tuple((lo, hi) if d == v else (0, n) for d, n in enumerate(op.shape))
+                    for slot, got in enumerate(s.regions[part].values()):
+                        want = input_region(op.desc, slot, box)
+                        assert got == (want if want is not None else got), (op.name, s.dimension, slot)
+                        checked += 1
+    assert kinds >= {"conv2d", "pool2d", "concat", "batchnorm2d", "relu", "add", "flatten", "linear", "softmax",
+                     "parameter", "matmul", "lstm_cell", "lstm_hidden"}
+    assert checked > 100
+    with pytest.raises(DescriptionError, match="no shapes"):
+        sw.strategies_of(graphs[0]["c1"], x=(1, 2))
+    with pytest.raises(DescriptionError, match="needs an @sw.op"):
+        sw.strategies_of("conv")

@@ -496,20 +496,63 @@ def _single_op_problem(definition: OpDefinition, shapes: dict[str, Sequence[int]
     return make_problem(g, DeviceGraph.cpu(1), CostOptions(threads=1)), len(xs)
 
 
-def strategies_of(definition: OpDefinition, analysis: str = "exact", **shapes: Sequence[int]) -> list[Strategy]:
+def strategies_of(definition: "OpDefinition | Op", analysis: str = "exact", **shapes: Sequence[int]) -> list[Strategy]:
     """Every way of splitting the operator between two workers along one dimension, with the
     region of each input each worker reads, or why the split is refused.
+
+    ``definition`` is an operator described with ``@sw.op`` (its input shapes as keyword
+    arguments) or an op of a graph (``g["conv1"]``, built-in or custom: its data inputs are
+    named ``input0, input1, ...``, its weights ``<op>.weight`` / ``<op>.bias``, the
+    dimensions ``n, c, h, w`` and the description's reduction names).
 
     ``analysis="exact"`` accepts a split when every region is exactly a box (``x + dx`` in
     a convolution gives a halo); ``analysis="tofu"`` is seed 004's symbolic interval
     analysis, which cannot add two intervals and so refuses any dimension whose variable
-    appears in an index together with another variable (conv1d's ``x`` and ``dx``)."""
+    appears in an index together with another variable (conv1d's ``x`` and ``dx``).
+    Regions and exactness come from the C core (``sw_iteration_region`` in
+    csrc/region.c), the same interval arithmetic the planner and the lowering use."""
+    from .graph import Op
+
     if analysis not in ("exact", "tofu"):
         raise DescriptionError(f"unknown analysis {analysis!r}; expected 'exact' or 'tofu'")
+    if isinstance(definition, Op):
+        if shapes:
+            raise DescriptionError("a graph op has its shapes already; pass no shapes")
+        return _strategies(definition.desc, *_graph_op_problem(definition), analysis)
+    if not isinstance(definition, OpDefinition):
+        raise DescriptionError(f"strategies_of needs an @sw.op definition or a graph op, got "
+                               f"{type(definition).__name__}")
     desc = definition.describe(shapes)
-    names = definition.params
     problem, op_index = _single_op_problem(definition, shapes)
     var_names = [*(_out_names(definition, shapes)), *desc.reductions]
+    return _strategies(desc, list(definition.params), var_names, problem, op_index, analysis)
+
+
+def _graph_op_problem(op: "Op"):
+    """(input names, variable names, problem, op index) for an op of a graph: the op alone,
+    its data inputs made graph inputs of the same shapes."""
+    from .devices import DeviceGraph
+    from .graph import Graph
+    from .opdesc import DATA, STAT
+    from .problem import CostOptions, dim_names, make_problem
+
+    g = Graph(f"{op.name} alone")
+    names, xs, weights = [], [], 0
+    for k, inp in enumerate(op.desc.inputs):
+        if inp.role == DATA:
+            names.append(f"input{len(xs)}")
+            xs.append(g.input(f"input{len(xs)}", inp.shape))
+        else:
+            names.append(f"{op.name}.stats" if inp.role == STAT else f"{op.name}.{('weight', 'bias')[min(weights, 1)]}")
+            weights += inp.role != STAT
+    alone = g._add(op.kind, xs, op.desc, op.name, **op.attrs)
+    var_names = [*dim_names(op.desc.out_rank), *op.desc.reductions]
+    return names, var_names, make_problem(g, DeviceGraph.cpu(1), CostOptions(threads=1)), alone.op
+
+
+def _strategies(desc: OpDesc, names: list[str], var_names: list[str], problem, op_index: int,
+                analysis: str) -> list[Strategy]:
+    """strategies_of for a description whose op is ``op_index`` of ``problem``."""
     out = []
     for v, extent in enumerate(desc.extents):
         kind = "output" if v < desc.out_rank else "reduction"
