@@ -1,9 +1,10 @@
-"""The command line: ``python -m shardwise plan``, ``train`` and ``models``.
+"""The command line: ``python -m shardwise plan``, ``train``, ``simulate`` and ``models``.
 
     python -m shardwise plan --model vgg16 --devices 4x4          # strategy table + baselines
     python -m shardwise plan --model alexnet --devices 8 --json    # the same as one JSON document
     python -m shardwise plan --model resnet50 --save plan.json     # keep the plan (docs/plan-format.md)
     python -m shardwise train --model lenet5 --devices 4 --plan search   # train on CPU workers (docs/training.md)
+    python -m shardwise simulate --model alexnet --devices 4x4 --png t.png  # simulated iteration + timeline
     python -m shardwise models                                     # the zoo, with parameter counts
 
 ``main(argv)`` returns the exit status instead of exiting, so tests call it
@@ -104,6 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start from --checkpoint if that file exists (same model, batch, plan and devices)")
     t.add_argument("--quiet", action="store_true", help="no notes or search progress on stderr")
 
+    m = sub.add_parser("simulate", help="simulate one training iteration of a plan (docs/simulator.md)",
+                       description="Replay one iteration of the plan's task graph with modelled durations: the "
+                                   "iteration time, bytes moved and per-device busy time beside Eq. 1's estimate, "
+                                   "for the plan and the baselines; optionally the Gantt chart.")
+    m.add_argument("--model", default="alexnet", metavar="NAME",
+                   help=f"zoo model: {', '.join(models.names())} (default: alexnet)")
+    m.add_argument("--batch", type=int, default=None, metavar="N", help="minibatch size (default: the model's)")
+    m.add_argument("--devices", default="4x4", metavar="SPEC",
+                   help="N devices on one node, or NODESxPER (default: 4x4)")
+    m.add_argument("--device-type", default="P100", choices=sorted(DEVICE_PRESETS),
+                   help="device preset (default: P100)")
+    m.add_argument("--plan", default="search", metavar="PLAN",
+                   help="search (default), data, model, owt, or the path of a plan file")
+    m.add_argument("--png", metavar="PATH", help="write the plan's timeline (Gantt chart) as a PNG (needs matplotlib)")
+    m.add_argument("--strategy-png", metavar="PATH", help="write the plan's strategy picture as a PNG")
+    m.add_argument("--quiet", action="store_true", help="no progress lines or notes on stderr")
     sub.add_parser("models", help="list the zoo models with their parameter counts",
                    description="List the models of the zoo at their default minibatch.")
     return parser
@@ -342,6 +359,49 @@ def _train_epochs(trainer: Any, images: np.ndarray, labels: np.ndarray, epochs: 
     return False
 
 
+def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
+    from .simulate import MemoryOverflow, simulate
+
+    kwargs = {} if args.batch is None else {"batch": args.batch}
+    graph = models.get(args.model, **kwargs)
+    devices = DeviceGraph.parse(args.devices.strip().lower(), device=args.device_type)
+    _note(args, f"shardwise: simulating {args.model} (batch {graph.ops[0].shape[0]}) on {devices.name} "
+                f"({len(devices)} devices), plan {args.plan}")
+    plan = _train_plan(args.plan, graph, devices, args.quiet)
+    rows = [(f"{plan.name} (the plan)", plan)] + [(b.name, b) for b in strategies.baselines(graph, devices)]
+    head = f"{'plan':<22} {'simulated ms':>13} {'Eq. 1 ms':>10} {'GB moved':>10} {'busiest':>8} {'idlest':>8}"
+    lines = [head, "-" * len(head)]
+    result = None
+    for label, p in rows:
+        try:
+            sim = simulate(p)
+        except MemoryOverflow as exc:
+            lines.append(f"{label:<22} does not fit: {exc}")
+            continue
+        result = sim if p is plan else result
+        busy = sim.device_busy.values()
+        lines.append(f"{label:<22} {sim.iteration_time * 1e3:13.2f} {p.cost * 1e3:10.2f} {sim.bytes_moved / 1e9:10.3f} "
+                     f"{max(busy):8.0%} {min(busy):8.0%}")
+    out.write("\n".join(lines) + "\n")
+    out.write("simulated: the task graph replayed with overlap (docs/simulator.md); Eq. 1: the planner's sum of "
+              "every cost; busiest/idlest: the share of the iteration the most and least used device computes\n")
+    if args.png or args.strategy_png:
+        if result is None:
+            raise ShardwiseError("the plan does not fit in device memory: no timeline to draw")
+        try:
+            if args.png:
+                result.plot_timeline(args.png)
+                _note(args, f"shardwise: timeline written to {args.png}")
+            if args.strategy_png:
+                plan.plot(args.strategy_png)
+                _note(args, f"shardwise: strategy picture written to {args.strategy_png}")
+        except ImportError as exc:
+            raise ShardwiseError(str(exc)) from None
+        except OSError as exc:
+            raise ShardwiseError(f"cannot write the picture: {exc.strerror or exc}") from None
+    return EXIT_OK
+
+
 def cmd_models(args: argparse.Namespace, out: TextIO) -> int:
     head = f"{'model':<14} {'parameters':>13} {'ops':>5} {'batch':>6}  {'input':<20} {'GFLOP fwd':>10}"
     lines = [head, "-" * len(head)]
@@ -355,7 +415,7 @@ def cmd_models(args: argparse.Namespace, out: TextIO) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
-    "plan": cmd_plan, "train": cmd_train, "models": cmd_models}
+    "plan": cmd_plan, "train": cmd_train, "simulate": cmd_simulate, "models": cmd_models}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
