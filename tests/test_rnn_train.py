@@ -95,6 +95,26 @@ def test_random_plans_match_one_worker_and_reference(seed, expected):
     assert_close_weights(t.get_weights(), want_params)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_plans_gradients_match_reference(seed):
+    """Each weight's gradient itself, read off one plain SGD step with lr 1 (w0 - w1): a check far
+    more sensitive than weights after 3 small steps (the weights are ~0.3, their ulp ~3e-8)."""
+    g = tiny_rnn()
+    inputs, labels = rnn_batch(g, 7)
+    params = init_params(g, 0)
+    _, want = ref.loss_and_grads(g, params, inputs, labels)
+    rng = np.random.default_rng(300 + seed)
+    plan = random_plan(g, sw.DeviceGraph.cpu(int(rng.integers(2, 5))), rng, reductions=True)
+    t = Trainer(g, plan, optimizer=SGD(lr=1.0))
+    t.step(inputs, labels)
+    got = {k: params[k] - v for k, v in t.get_weights().items()}
+    for k in want:
+        scale = float(np.abs(want[k]).max())
+        assert scale > 1e-4, k
+        err = float(np.abs(got[k] - want[k]).max())
+        assert err <= RTOL * scale + 1e-7, f"{k}: |diff| {err:.3g}, gradient scale {scale:.3g}"
+
+
 def test_random_plans_cover_the_new_ops_splits():
     """The seeds above split every new op kind over several workers, and matmul's k among
     2-4 workers (partition-n-reduce) in some plans: the test cannot pass by running serially."""
