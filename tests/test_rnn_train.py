@@ -351,3 +351,27 @@ def test_predict_fit_and_evaluate_with_a_dict():
         t.fit({k: v[:3] for k, v in data.items()}, labels[:3])
     with pytest.raises(ShapeError, match="as many labels as samples"):
         t.evaluate(data, labels[:4])
+
+
+def test_inputs_with_different_minibatches_are_refused():
+    g = sw.Graph("two_batches")
+    a = g.input("a", (4, 3))
+    b = g.input("b", (2, 3))
+    g.softmax(g.add(g.matmul(a, g.parameter((3, 3), name="W")), g.matmul(a, g.parameter((3, 3)))), name="p")
+    g.softmax(g.matmul(b, g.parameter((3, 2))), name="q")
+    with pytest.raises(sw.ConfigError, match="same minibatch"):
+        one_worker(g)
+
+
+def test_profile_measures_the_rnn_ops(tmp_path):
+    """sw.profile runs an RNN's partitions (several input ops, fed with a dict) on the CPU kernels."""
+    from shardwise.profile import _partitions
+
+    g = sw.models.rnn(layers=1, hidden=8, steps=2, batch=4, input_size=8, num_classes=3)
+    d = sw.DeviceGraph.cpu(2)
+    prof = sw.profile(g, d, repeats=1, cache_dir=str(tmp_path))
+    for op_name, partitions in _partitions(g, d).items():
+        for degrees in partitions:
+            fwd, bwd = prof.split(op_name, degrees)
+            if g[op_name].kind in ("matmul", "lstm_cell", "lstm_hidden"):
+                assert fwd > 0 and bwd > 0, (op_name, degrees)

@@ -155,11 +155,11 @@ class Trainer:
         names = [op.name for op in self.inputs]
         if isinstance(images, Mapping):
             missing = [n for n in names if n not in images]
-            unknown = sorted((repr(k) for k in images if k not in names))
-            if missing or unknown:
-                raise ShapeError(f"the graph's inputs are {names}; " + "; ".join(
-                    part for part in (f"missing {missing}" if missing else "",
-                                      f"unknown {', '.join(unknown)}" if unknown else "") if part))
+            unknown = sorted(repr(k) for k in images if k not in names)
+            problems = ([f"missing {missing}"] if missing else []) + ([f"unknown {', '.join(unknown)}"]
+                                                                     if unknown else [])
+            if problems:
+                raise ShapeError(f"the graph's inputs are {names}; " + "; ".join(problems))
             return {n: images[n] for n in names}
         if len(names) > 1:
             raise ShapeError(f"the graph has {len(names)} input ops; pass a dict {{name: array}} for {names}, "
