@@ -1,4 +1,5 @@
-"""C kernels for pooling, ReLU, add, batchnorm, softmax cross-entropy and box copies.
+"""C kernels for pooling, ReLU, add, the LSTM cell/hidden state, batchnorm, softmax
+cross-entropy and box copies.
 
 Each kernel is checked two ways against shardwise.reference (pure NumPy, float32):
 1. on the whole tensor, within 1e-4;
@@ -253,6 +254,85 @@ def test_eltwise_whole_and_sharded(shape):
 
 
 # ----------------------------------------------------------------------------------------------
+# LSTM cell and hidden state
+# ----------------------------------------------------------------------------------------------
+def lstm_inputs(rng, kind, shape):
+    """Inputs spanning the sigmoid/tanh saturation (|x| up to ~12) plus the incoming gradient."""
+    n = 4 if kind == "cell" else 2
+    return [rand(rng, *shape) * 4 for _ in range(n)], rand(rng, *shape)
+
+
+def lstm_c(kind, views, box):
+    """Forward over ``box`` from (array, lo) input views."""
+    flat = [v for pair in views for v in pair]
+    fn = _core.lstm_cell_forward if kind == "cell" else _core.lstm_hidden_forward
+    return fn(*flat, los(box), extents(box))
+
+
+def lstm_c_backward(kind, views, dy_view, slot, box):
+    flat = [v for pair in views for v in pair]
+    fn = _core.lstm_cell_backward if kind == "cell" else _core.lstm_hidden_backward
+    return fn(*flat, *dy_view, slot, los(box), extents(box))
+
+
+@pytest.mark.parametrize("kind", ["cell", "hidden"])
+@pytest.mark.parametrize("shape", [(7,), (4, 6), (2, 3, 5), (2, 2, 3, 2, 3)])
+def test_lstm_whole_and_sharded(kind, shape):
+    """Whole-tensor results equal the NumPy reference; every box computed from input views wider
+    than the box (each its own random enlargement) reassembles the same tensors."""
+    rng = np.random.default_rng(len(shape) + (10 if kind == "cell" else 0))
+    xs, dy = lstm_inputs(rng, kind, shape)
+    fwd = R.lstm_cell_forward if kind == "cell" else R.lstm_hidden_forward
+    bwd = R.lstm_cell_backward if kind == "cell" else R.lstm_hidden_backward
+    want_y, want_dx = fwd(*xs), bwd(*xs, dy)
+    zero = (0,) * len(shape)
+    whole = (tuple((0, n) for n in shape))
+    close(lstm_c(kind, [(x, zero) for x in xs], whole), want_y)
+    for slot, want in enumerate(want_dx):
+        close(lstm_c_backward(kind, [(x, zero) for x in xs], (dy, zero), slot, whole), want)
+    y = np.full(shape, np.nan, np.float32)
+    dxs = [np.full(shape, np.nan, np.float32) for _ in xs]
+    for box in random_boxes(rng, shape):
+        views = []
+        for x in xs:
+            v = enlarge(rng, box, shape)
+            views.append((np.ascontiguousarray(x[box_slice(v)]), los(v)))
+        v = enlarge(rng, box, shape)
+        dy_view = (np.ascontiguousarray(dy[box_slice(v)]), los(v))
+        y[box_slice(box)] = lstm_c(kind, views, box)
+        for slot, dx in enumerate(dxs):
+            dx[box_slice(box)] = lstm_c_backward(kind, views, dy_view, slot, box)
+    close(y, want_y)
+    for dx, want in zip(dxs, want_dx):
+        close(dx, want)
+
+
+def test_lstm_extreme_inputs_stay_finite():
+    """Huge pre-activations saturate the sigmoid and tanh instead of overflowing to NaN."""
+    big = np.array([[-1e30, -100.0, 0.0, 100.0, 1e30]], np.float32)
+    z = (0, 0)
+    c = _core.lstm_cell_forward(big, z, big, z, big, z, np.ones_like(big), z, z, big.shape)
+    # sigmoid(f) * 1 + sigmoid(i) * tanh(g) with i = f = g: 0 + 0 * -1, 0 + 0 * -1, 0.5 + 0.5 * 0, 1 + 1, 1 + 1
+    np.testing.assert_allclose(c, [[0.0, 0.0, 0.5, 2.0, 2.0]], atol=1e-6)
+    for slot in range(4):
+        assert np.isfinite(_core.lstm_cell_backward(big, z, big, z, big, z, big, z, np.ones_like(big), z, slot,
+                                                    z, big.shape)).all()
+    h = _core.lstm_hidden_forward(big, z, big, z, z, big.shape)
+    np.testing.assert_allclose(h, [[0.0, 0.0, 0.0, 1.0, 1.0]], atol=1e-6)
+
+
+def test_lstm_kernels_release_the_gil():
+    from strategies_random import assert_other_threads_run
+
+    rng = np.random.default_rng(3)
+    shape = (256, 4096)
+    xs, dy = lstm_inputs(rng, "cell", shape)
+    z = (0, 0)
+    flat = [v for x in xs for v in (x, z)]
+    assert_other_threads_run(lambda: [_core.lstm_cell_backward(*flat, dy, z, 2, z, shape) for _ in range(8)])
+
+
+# ----------------------------------------------------------------------------------------------
 # batch normalization: the two-phase scheme
 # ----------------------------------------------------------------------------------------------
 def bn_stats(sums: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -426,6 +506,22 @@ BAD_CALLS = {
     "relu list input": lambda: _core.relu_forward([1.0, 2.0], (0,), (0,), (2,)),
     "relu_backward dy not covering": lambda: _core.relu_backward(X4, Z4, X4[:, :1].copy(), Z4, Z4, (1, 2, 4, 4)),
     "add rank mismatch": lambda: _core.add_forward(X4, Z4, X4[0], (0, 0, 0), Z4, (1, 2, 4, 4)),
+    "lstm_cell input rank mismatch": lambda: _core.lstm_cell_forward(X4, Z4, X4, Z4, X4[0], (0, 0, 0), X4, Z4,
+                                                                     Z4, (1, 2, 4, 4)),
+    "lstm_cell c_prev not covering": lambda: _core.lstm_cell_forward(X4, Z4, X4, Z4, X4, Z4, X4[:, :1].copy(), Z4,
+                                                                     Z4, (1, 2, 4, 4)),
+    "lstm_cell float64 gate": lambda: _core.lstm_cell_forward(X4, Z4, X4.astype(np.float64), Z4, X4, Z4, X4, Z4,
+                                                              Z4, (1, 2, 4, 4)),
+    "lstm_cell backward slot 4": lambda: _core.lstm_cell_backward(X4, Z4, X4, Z4, X4, Z4, X4, Z4, X4, Z4, 4,
+                                                                  Z4, (1, 2, 4, 4)),
+    "lstm_cell backward dc not covering": lambda: _core.lstm_cell_backward(
+        X4, Z4, X4, Z4, X4, Z4, X4, Z4, X4, (0, 0, 1, 0), 0, Z4, (1, 2, 4, 4)),
+    "lstm_hidden box beyond c": lambda: _core.lstm_hidden_forward(X4, Z4, X4, Z4, (0, 0, 0, 1), (1, 2, 4, 4)),
+    "lstm_hidden list input": lambda: _core.lstm_hidden_forward([1.0], (0,), X4, Z4, Z4, (1, 2, 4, 4)),
+    "lstm_hidden backward slot -1": lambda: _core.lstm_hidden_backward(X4, Z4, X4, Z4, X4, Z4, -1, Z4,
+                                                                       (1, 2, 4, 4)),
+    "lstm_hidden backward lo length": lambda: _core.lstm_hidden_backward(X4, Z4, X4, Z4, X4, (0, 0), 1, Z4,
+                                                                         (1, 2, 4, 4)),
     "bn rank 2": lambda: _core.bn_partial_sums(np.zeros((2, 3), np.float32), (0, 0)),
     "bn mean length": lambda: _core.bn_apply(X4, Z4, np.zeros(3, np.float32), np.ones(2, np.float32), None, None,
                                              Z4, (1, 2, 4, 4)),

@@ -281,6 +281,38 @@ def test_softmax_and_cross_entropy():
         R.cross_entropy(p, np.array([0, 6, 1, 1]))
 
 
+def test_matmul():
+    rng = np.random.default_rng(20)
+    a, b = rng.standard_normal((4, 5)), rng.standard_normal((5, 3))
+    np.testing.assert_allclose(R.matmul_forward(a, b), np.einsum("mk,kn->mn", a, b), rtol=1e-12)
+    fd_check(R.matmul_forward, lambda dy: R.matmul_backward(a, b, dy), [a, b])
+
+
+def test_lstm_cell():
+    rng = np.random.default_rng(21)
+    xs = [2 * rng.standard_normal((3, 4)) for _ in range(4)]     # i, f, g, c_prev; sigmoids off their middle
+    i, f, g, c = xs
+    np.testing.assert_allclose(R.lstm_cell_forward(*xs), c / (1 + np.exp(-f)) + np.tanh(g) / (1 + np.exp(-i)),
+                               rtol=1e-12)
+    fd_check(R.lstm_cell_forward, lambda dy: R.lstm_cell_backward(*xs, dy), xs)
+
+
+def test_lstm_hidden():
+    rng = np.random.default_rng(22)
+    o, c = 2 * rng.standard_normal((3, 4)), 2 * rng.standard_normal((3, 4))
+    np.testing.assert_allclose(R.lstm_hidden_forward(o, c), np.tanh(c) / (1 + np.exp(-o)), rtol=1e-12)
+    fd_check(R.lstm_hidden_forward, lambda dy: R.lstm_hidden_backward(o, c, dy), [o, c])
+
+
+def test_sigmoid_saturates_without_overflow():
+    x = np.array([-1e30, -800.0, -20.0, 0.0, 20.0, 800.0, 1e30])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):   # underflow to 0 is the right answer
+        s = R.sigmoid(x)
+    np.testing.assert_allclose(s, [0.0, 0.0, 1 / (1 + np.exp(20.0)), 0.5, 1 / (1 + np.exp(-20.0)), 1.0, 1.0],
+                               rtol=1e-12, atol=0)
+    assert R.sigmoid(x.astype(np.float32)).dtype == np.float32
+
+
 def test_float32_in_float32_out():
     rng = np.random.default_rng(11)
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
@@ -352,6 +384,48 @@ def test_loss_and_grads_match_finite_differences(two_heads):
 
     for name in params:
         check_close(grads[name], numeric_grad(scalar, params[name]), 1e-5, name, atol=1e-8)
+
+
+def test_rnn_loss_and_grads_match_finite_differences():
+    """Weights shared across timesteps (each parameter read by one matmul per step) get the sum
+    of their readers' gradients; several input ops are passed as a dict."""
+    g = sw.models.rnn(layers=2, hidden=3, steps=3, batch=2, input_size=2, num_classes=3)
+    params = init_params(g, seed=4, dtype=np.float64)
+    assert set(params) == {f"layer{l}.W_{k}.weight" for l in range(2) for k in "ifgo"} | {"fc.weight", "fc.bias"}
+    rng = np.random.default_rng(14)
+    inputs = {op.name: rng.standard_normal(op.shape) for op in g.ops if op.kind == "input"}
+    labels = np.array([2, 0])
+    loss, grads = R.loss_and_grads(g, params, inputs, labels)
+    assert all(np.abs(grads[k]).max() > 0 for k in grads)
+
+    def scalar() -> float:
+        return R.loss_and_grads(g, params, inputs, labels)[0]
+
+    for name in params:
+        check_close(grads[name], numeric_grad(scalar, params[name]), 1e-5, name, atol=1e-8)
+    # the weight is shared: every timestep's gate matmul reads the same parameter
+    acts = R.forward(g, params, inputs)
+    w = params["layer0.W_i.weight"]
+    z = [acts[f"layer0.t{t}.concat"] for t in range(3)]
+    assert all(np.allclose(acts[f"layer0.t{t}.i"], z[t] @ w) for t in range(3))
+
+
+def test_reference_multi_input_errors():
+    g = sw.models.rnn(layers=1, hidden=3, steps=2, batch=2, input_size=2, num_classes=3)
+    params = init_params(g, seed=0)
+    good = {op.name: np.zeros(op.shape, np.float32) for op in g.ops if op.kind == "input"}
+    with pytest.raises(ValueError, match="pass a dict"):
+        R.forward(g, params, good["x0"])
+    with pytest.raises(ValueError, match=r"missing \['h0'\]"):
+        R.forward(g, params, {k: v for k, v in good.items() if k != "h0"})
+    with pytest.raises(ValueError, match="unknown"):
+        R.forward(g, params, {**good, "x9": good["x0"]})
+    with pytest.raises(ValueError, match="'c0'"):
+        R.forward(g, params, {**good, "c0": np.zeros((2, 4), np.float32)})
+    with pytest.raises(ValueError, match="one dtype and one batch size"):
+        R.forward(g, params, {**good, "c0": np.zeros((3, 3), np.float32)})
+    with pytest.raises(TypeError, match="'x1'"):
+        R.forward(g, params, {**good, "x1": np.zeros((2, 2), np.int32)})
 
 
 def test_forward_outputs_every_op_post_fused_relu():
@@ -456,6 +530,11 @@ def test_init_params_bounds_and_dtypes():
                 assert v.std() == pytest.approx(bound / np.sqrt(3), rel=0.05)
                 assert abs(v.mean()) < 0.05 * bound
     np.testing.assert_array_equal(p32["bn.weight"], np.ones(8, np.float32))
+    # a parameter (E + H, H): nn.LSTM's U(-1/sqrt(H), 1/sqrt(H)), H its last dimension
+    r = sw.Graph("r")
+    r.parameter((40, 30), name="W")
+    w = init_params(r, seed=7, dtype=np.float64)["W.weight"]
+    assert w.shape == (40, 30) and np.abs(w).max() <= 1 / np.sqrt(30) and np.abs(w).max() > 0.99 / np.sqrt(30)
     np.testing.assert_array_equal(p32["bn.bias"], np.zeros(8, np.float32))
     with pytest.raises(ValueError):
         init_params(g, seed=-1)

@@ -76,6 +76,16 @@ sw_status sw_relu_forward(const sw_view *x, sw_view *y);
 sw_status sw_relu_backward(const sw_view *y, const sw_view *dy, sw_view *dx);
 sw_status sw_add_forward(const sw_view *a, const sw_view *b, sw_view *y);
 
+/* ---- LSTM element-wise (lstm.c); every input view covers the output's box ---- */
+/* c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g) over c's box; in = {i, f, g, c_prev} */
+sw_status sw_lstm_cell_forward(const sw_view *const in[4], sw_view *c);
+/* dx = the gradient of input `slot` (0 i, 1 f, 2 g, 3 c_prev) from dc, over dx's box */
+sw_status sw_lstm_cell_backward(const sw_view *const in[4], const sw_view *dc, int slot, sw_view *dx);
+/* h = sigmoid(o) * tanh(c) over h's box */
+sw_status sw_lstm_hidden_forward(const sw_view *o, const sw_view *c, sw_view *h);
+/* dx = the gradient of input `slot` (0 o, 1 c) from dh, over dx's box */
+sw_status sw_lstm_hidden_backward(const sw_view *o, const sw_view *c, const sw_view *dh, int slot, sw_view *dx);
+
 /* ---- batch normalization (batchnorm.c), statistics over the whole minibatch:
  * workers compute partial sums over their box, the executor adds them up
  * across workers, then every worker normalizes with the global statistics. ---- */

@@ -1,5 +1,6 @@
 /* kernels_misc_py.c -- test entry points for the misc CPU kernels: pooling,
- * ReLU, add, batch normalization, softmax cross-entropy, box copies.
+ * ReLU, add, the LSTM cell and hidden state, batch normalization, softmax
+ * cross-entropy, box copies.
  *
  * Each function takes float32 NumPy arrays with the global coordinates of
  * their first element (`*_lo` tuples), builds sw_views, runs one kernel with
@@ -655,6 +656,115 @@ static PyObject *py_copy_box(PyObject *Py_UNUSED(m), PyObject *args) { return mo
 
 static PyObject *py_accumulate_box(PyObject *Py_UNUSED(m), PyObject *args) { return move_box(args, 1); }
 
+/* ------------------------------------------------------------------ LSTM element-wise */
+/* Views of `n` (array, lo) pairs taken from args[0..2n-1], all of one rank (that of the first). */
+static int in_views(PyObject *const *objs, int n, const char *const *names, arg_view *out) {
+    for (int k = 0; k < n; k++) {
+        int rank = k == 0 ? 1 : out[0].v.rank;
+        if (in_view(objs[2 * k], objs[2 * k + 1], rank, k == 0 ? SW_MAX_RANK : rank, names[k], &out[k]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* lstm_cell_forward(i, i_lo, f, f_lo, g, g_lo, c_prev, c_prev_lo, c_lo, c_shape) -> c */
+static PyObject *py_lstm_cell_forward(PyObject *Py_UNUSED(m), PyObject *args) {
+    static const char *const names[4] = {"i", "f", "g", "c_prev"};
+    PyObject *o[10];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9])) {
+        return NULL;
+    }
+    arg_view a[5] = {{0}};
+    if (in_views(o, 4, names, a) < 0 || out_view(a[0].v.rank, o[8], o[9], "c", &a[4]) < 0) {
+        release(a, 5);
+        return NULL;
+    }
+    const sw_view *in[4] = {&a[0].v, &a[1].v, &a[2].v, &a[3].v};
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_lstm_cell_forward(in, &a[4].v);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *c = a[4].arr;
+    a[4].arr = NULL;
+    return finish(s, a, 5, &c);
+}
+
+/* lstm_cell_backward(i, i_lo, f, f_lo, g, g_lo, c_prev, c_prev_lo, dc, dc_lo, slot, dx_lo, dx_shape) -> dx */
+static PyObject *py_lstm_cell_backward(PyObject *Py_UNUSED(m), PyObject *args) {
+    static const char *const names[5] = {"i", "f", "g", "c_prev", "dc"};
+    PyObject *o[12];
+    int slot;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOiOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &slot, &o[10], &o[11])) {
+        return NULL;
+    }
+    if (slot < 0 || slot > 3) {
+        PyErr_Format(PyExc_ValueError, "slot must be 0..3 (i, f, g, c_prev), got %d", slot);
+        return NULL;
+    }
+    arg_view a[6] = {{0}};
+    if (in_views(o, 5, names, a) < 0 || out_view(a[0].v.rank, o[10], o[11], "dx", &a[5]) < 0) {
+        release(a, 6);
+        return NULL;
+    }
+    const sw_view *in[4] = {&a[0].v, &a[1].v, &a[2].v, &a[3].v};
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_lstm_cell_backward(in, &a[4].v, slot, &a[5].v);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *dx = a[5].arr;
+    a[5].arr = NULL;
+    return finish(s, a, 6, &dx);
+}
+
+/* lstm_hidden_forward(o, o_lo, c, c_lo, h_lo, h_shape) -> h */
+static PyObject *py_lstm_hidden_forward(PyObject *Py_UNUSED(m), PyObject *args) {
+    static const char *const names[2] = {"o", "c"};
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) {
+        return NULL;
+    }
+    arg_view a[3] = {{0}};
+    if (in_views(o, 2, names, a) < 0 || out_view(a[0].v.rank, o[4], o[5], "h", &a[2]) < 0) {
+        release(a, 3);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_lstm_hidden_forward(&a[0].v, &a[1].v, &a[2].v);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *h = a[2].arr;
+    a[2].arr = NULL;
+    return finish(s, a, 3, &h);
+}
+
+/* lstm_hidden_backward(o, o_lo, c, c_lo, dh, dh_lo, slot, dx_lo, dx_shape) -> dx */
+static PyObject *py_lstm_hidden_backward(PyObject *Py_UNUSED(m), PyObject *args) {
+    static const char *const names[3] = {"o", "c", "dh"};
+    PyObject *o[8];
+    int slot;
+    if (!PyArg_ParseTuple(args, "OOOOOOiOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &slot, &o[6], &o[7])) {
+        return NULL;
+    }
+    if (slot < 0 || slot > 1) {
+        PyErr_Format(PyExc_ValueError, "slot must be 0 (o) or 1 (c), got %d", slot);
+        return NULL;
+    }
+    arg_view a[4] = {{0}};
+    if (in_views(o, 3, names, a) < 0 || out_view(a[0].v.rank, o[6], o[7], "dx", &a[3]) < 0) {
+        release(a, 4);
+        return NULL;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_lstm_hidden_backward(&a[0].v, &a[1].v, &a[2].v, slot, &a[3].v);
+    Py_END_ALLOW_THREADS
+    PyArrayObject *dx = a[3].arr;
+    a[3].arr = NULL;
+    return finish(s, a, 4, &dx);
+}
+
 /* ------------------------------------------------------------------ registration */
 static PyMethodDef methods[] = {
     {"pool2d_forward", py_pool2d_forward, METH_VARARGS,
@@ -667,6 +777,17 @@ static PyMethodDef methods[] = {
     {"relu_backward", py_relu_backward, METH_VARARGS,
      "relu_backward(y, y_lo, dy, dy_lo, dx_lo, dx_shape) -> dx = dy * (y > 0)"},
     {"add_forward", py_add_forward, METH_VARARGS, "add_forward(a, a_lo, b, b_lo, y_lo, y_shape) -> y = a + b"},
+    {"lstm_cell_forward", py_lstm_cell_forward, METH_VARARGS,
+     "lstm_cell_forward(i, i_lo, f, f_lo, g, g_lo, c_prev, c_prev_lo, c_lo, c_shape) -> c\n"
+     "c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g) over c's box."},
+    {"lstm_cell_backward", py_lstm_cell_backward, METH_VARARGS,
+     "lstm_cell_backward(i, i_lo, f, f_lo, g, g_lo, c_prev, c_prev_lo, dc, dc_lo, slot, dx_lo, dx_shape) -> dx\n"
+     "The gradient of input slot (0 i, 1 f, 2 g, 3 c_prev) over dx's box."},
+    {"lstm_hidden_forward", py_lstm_hidden_forward, METH_VARARGS,
+     "lstm_hidden_forward(o, o_lo, c, c_lo, h_lo, h_shape) -> h = sigmoid(o) * tanh(c) over h's box"},
+    {"lstm_hidden_backward", py_lstm_hidden_backward, METH_VARARGS,
+     "lstm_hidden_backward(o, o_lo, c, c_lo, dh, dh_lo, slot, dx_lo, dx_shape) -> dx\n"
+     "The gradient of input slot (0 o, 1 c) over dx's box."},
     {"bn_partial_sums", py_bn_partial_sums, METH_VARARGS,
      "bn_partial_sums(x, x_lo) -> (2, C_view) float64: per-channel sums of x and x^2 over x's box"},
     {"bn_apply", py_bn_apply, METH_VARARGS,

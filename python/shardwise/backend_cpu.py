@@ -95,6 +95,11 @@ class CpuExecutor:
         self.data: dict[int, np.ndarray] = {}
         self.peak_bytes: dict[int, int] = {}
         self._schedules: dict[tuple, tuple] = {}
+        # (op, worker) -> the buffers its forward task read: the backward of an op whose
+        # gradient for one input needs the *other* inputs (matmul, the LSTM ops) finds
+        # their regions there (a backward_data task reads only its own slot's region)
+        self.forward_reads: dict[tuple[str, int], tuple[int, ...]] = {
+            (t.op, t.worker): t.reads for t in tg.tasks if t.kind in ("forward", "forward_partial")}
 
     # ---- buffers
     def arr(self, buf: int) -> np.ndarray:
@@ -267,10 +272,62 @@ class CpuExecutor:
         _core.accumulate_box(s, slo, d, dlo)
 
     def do_load_input(self, t: Task) -> None:
+        """The worker's box of the input op's array: ``images`` is one array (a graph with
+        one input) or a dict {input op name: array}."""
         box = self.box(t.writes[0])
-        self.store(t.writes[0], self.images[tuple(slice(lo, hi) for lo, hi in box)])
+        images = self.images[t.op] if isinstance(self.images, dict) else self.images
+        self.store(t.writes[0], images[tuple(slice(lo, hi) for lo, hi in box)])
 
     # ---- forward
+    def data_regions(self, op: Op, worker: int) -> list[tuple[np.ndarray, tuple[int, ...]]]:
+        """(array, lo) of the region of every data input its forward task read, in slot order.
+        Only for ops that read all their data inputs on every worker (matmul, the LSTM ops)."""
+        ndata = sum(1 for i in op.desc.inputs if i.role == DATA)
+        reads = self.forward_reads[(op.name, worker)]
+        if len(reads) < ndata:
+            raise RuntimeError(f"{op.kind} op {op.name!r}, worker {worker}: its forward read {len(reads)} of "
+                               f"{ndata} data inputs")
+        return [self.view(r) for r in reads[:ndata]]
+
+    def matmul_forward(self, op: Op, t: Task, ybox: Box, shift: tuple[int, int] | None) -> np.ndarray:
+        """y (M_b, N_b) = a (M_b, K) @ b (K, N_b) as the linear kernel's x w^T with w = b^T
+        (N_b, K), a contiguous copy; with k split, K is this worker's part, rebased to 0."""
+        (a, alo), (b, blo) = self.data_regions(op, t.worker)
+        alo, blo = self.rebased(op, 0, alo, shift), self.rebased(op, 1, blo, shift)
+        wt = np.ascontiguousarray(b.T)                     # (N_b, K)
+        return _core.linear_forward(a, alo, wt, (blo[1], blo[0]), None, None, lo_of(ybox), shape_of(ybox), False)
+
+    def matmul_backward(self, op: Op, t: Task, dy: np.ndarray, dylo: tuple[int, ...], dxbox: Box,
+                        shift: tuple[int, int] | None) -> np.ndarray:
+        """The gradient of input ``t.slot`` over its region ``dxbox`` (k rebased under a split):
+        slot 0: da (M_b, K) = dy (M_b, N_b) @ b^T, the linear kernel's dy w with w = b^T;
+        slot 1: db (K, N_b) = a^T @ dy, the linear weight gradient dy^T a (N_b, K), transposed."""
+        (a, alo), (b, blo) = self.data_regions(op, t.worker)
+        alo, blo = self.rebased(op, 0, alo, shift), self.rebased(op, 1, blo, shift)
+        dxlo = self.rebased(op, t.slot, lo_of(dxbox), shift)
+        dxshape = shape_of(dxbox)
+        dy = np.ascontiguousarray(dy)
+        if t.slot == 0:
+            wt = np.ascontiguousarray(b.T)                 # (N_b, K)
+            return _core.linear_backward_data(wt, (blo[1], blo[0]), dy, dylo, dxlo, dxshape)
+        # dw (N_b, K) for dy's column range; K must be all of this worker's part of k
+        dbt, _ = _core.linear_backward_weight(a, alo, dy, dylo, (op.shape[1], dxshape[0]), False)
+        if dbt.shape != (dxshape[1], dxshape[0]) or dylo[1] != dxlo[1]:
+            raise RuntimeError(f"matmul {op.name!r}: b's gradient region {dxbox} does not match dy's columns")
+        return np.ascontiguousarray(dbt.T)                 # (K, N_b)
+
+    def lstm_forward(self, op: Op, t: Task, ybox: Box) -> np.ndarray:
+        """lstm_cell (inputs i, f, g, c_prev) or lstm_hidden (o, c) over the output box (C kernels)."""
+        flat = [v for arr_lo in self.data_regions(op, t.worker) for v in arr_lo]
+        kernel = _core.lstm_cell_forward if op.kind == "lstm_cell" else _core.lstm_hidden_forward
+        return kernel(*flat, lo_of(ybox), shape_of(ybox))
+
+    def lstm_backward(self, op: Op, t: Task, dy: np.ndarray, dylo: tuple[int, ...], dxbox: Box) -> np.ndarray:
+        """The gradient of input ``t.slot`` of an LSTM op, recomputed from all its inputs and dy."""
+        flat = [v for arr_lo in self.data_regions(op, t.worker) for v in arr_lo]
+        kernel = _core.lstm_cell_backward if op.kind == "lstm_cell" else _core.lstm_hidden_backward
+        return kernel(*flat, np.ascontiguousarray(dy), dylo, t.slot, lo_of(dxbox), shape_of(dxbox))
+
     def params_of(self, t: Task, op: Op) -> list[int]:
         ndata = sum(1 for i in op.desc.inputs if i.role == DATA)
         return list(t.reads[ndata:])
@@ -374,6 +431,15 @@ class CpuExecutor:
         elif kind == "flatten":
             x, _ = self.view(t.reads[0])
             y = x.reshape(shape_of(ybox))
+        elif kind == "parameter":
+            # the worker's slice of the weight (its region is the output box): a copy, since
+            # the update changes the weight in place while readers may still hold the output
+            p, plo = self.view(t.reads[0])
+            y = np.array(p[tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(ybox, plo))])
+        elif kind == "matmul":
+            y = self.matmul_forward(op, t, ybox, shift)
+        elif kind in ("lstm_cell", "lstm_hidden"):
+            y = self.lstm_forward(op, t, ybox)
         else:
             raise NotImplementedError(f"no CPU forward for op kind {kind!r}")
         self.store(out, y)
@@ -488,6 +554,10 @@ class CpuExecutor:
             _core.copy_box(np.ascontiguousarray(dy), src_lo, dx, dxlo)
         elif kind == "flatten":
             dx = dy.reshape(dxshape)
+        elif kind == "matmul":
+            dx = self.matmul_backward(op, t, dy, dylo, dxbox, shift)
+        elif kind in ("lstm_cell", "lstm_hidden"):
+            dx = self.lstm_backward(op, t, dy, dylo, dxbox)
         elif kind == "batchnorm2d":
             x, xlo = self.view(region_buf)
             mean, invstd = self.bn_moments(op, self.fwd_stats[(op.name, t.worker)])
@@ -523,6 +593,12 @@ class CpuExecutor:
             mean, invstd = self.bn_moments(op, self.fwd_stats[(op.name, t.worker)])
             sums = _core.bn_backward_sums(x, xlo, dy, dylo, mean, invstd)
             dw, db = sums[1].astype(np.float32), sums[0].astype(np.float32)  # dgamma, dbeta
+        elif op.kind == "parameter":
+            # the weight slice is the output box: its gradient is the output's, summed over
+            # every reader by the accumulate tasks already (a copy: the grad buffer stays intact)
+            wbox = self.box(outs[0])
+            dw = np.array(dy[tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(wbox, dylo))])
+            db = None
         else:
             raise NotImplementedError(f"no CPU weight gradient for op kind {op.kind!r}")
         self.store(outs[0], dw)

@@ -9,6 +9,9 @@ the same model in PyTorch:
   to U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = C_in * kH * kW (conv) or
   the input features I (linear); their biases: the same bound.
 * batchnorm2d: weight (gamma) 1, bias (beta) 0.
+* parameter (shape (..., H)): U(-1/sqrt(H), 1/sqrt(H)) with H its last dimension,
+  as ``torch.nn.LSTM`` initializes its weights with its hidden size (the models
+  read a parameter (E + H, H) as ``z @ W``, so H is the number of gate units).
 
 Why a generator per parameter: the executor may run any plan on any number of
 workers, visiting ops in any order, and a plan must never change the model.
@@ -36,6 +39,7 @@ _PARAM_NAMES = {
     "conv2d": ("weight", "bias"),
     "linear": ("weight", "bias"),
     "batchnorm2d": ("weight", "bias"),
+    "parameter": ("weight",),
 }
 
 
@@ -58,7 +62,7 @@ def parameter_shapes(graph: Any) -> dict[str, tuple[int, ...]]:
 
     The shapes come from the op descriptions' WEIGHT inputs (conv2d: weight
     (Co, Ci, kH, kW) and, with bias, (Co,); linear: (O, I) and (O,);
-    batchnorm2d: gamma (C,) and beta (C,)).
+    batchnorm2d: gamma (C,) and beta (C,); parameter: its own shape as "<op>.weight").
     """
     shapes: dict[str, tuple[int, ...]] = {}
     for op in graph.ops:
@@ -94,7 +98,9 @@ def init_params(graph: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str,
         if kind == "batchnorm2d":
             params[name] = np.full(shape, 1.0 if pname == "weight" else 0.0, dtype=dtype)
             continue
-        if pname == "weight":
+        if kind == "parameter":
+            fan_in[op_name] = int(shape[-1])   # nn.LSTM's 1/sqrt(hidden): see the module docstring
+        elif pname == "weight":
             # conv (Co, Ci, kH, kW) -> Ci*kH*kW; linear (O, I) -> I
             fan_in[op_name] = int(np.prod(shape[1:]))
         bound = 1.0 / sqrt(fan_in[op_name])

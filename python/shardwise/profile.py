@@ -187,10 +187,11 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
                     per_element.setdefault(task.kind, []).append((seconds, elements))
         setattr(ex, "do_" + kind, timed)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(trainer.input.shape).astype(np.float32)
+    xs = {op.name: rng.standard_normal(op.shape).astype(np.float32) for op in trainer.inputs}
     classes = trainer.loss_ops[-1].shape[1]
-    y = rng.integers(0, classes, trainer.input.shape[0])
-    images, labels = trainer._check_batch(x, y)
+    y = rng.integers(0, classes, trainer.batch)
+    # several input ops (an unrolled RNN) are fed as a dict; one as its array
+    images, labels = trainer._check_batch(xs if len(xs) > 1 else xs[trainer.input.name], y)
     dispatch = []
     for step in range(repeats + 1):
         current.clear()

@@ -24,6 +24,11 @@ Semantics other parts of the project must reproduce:
 * softmax: over axis 1, max-subtracted.  The loss of a graph is the sum over
   its softmax ops of the mean over the N rows of ``-log p[n, label[n]]``.
 * sgd_step: exactly ``torch.optim.SGD``.
+* parameter: its output is its weight ``"<op>.weight"`` (any shape); the gradients
+  of all its readers are summed into that weight.
+* matmul: (M, K) @ (K, N), both operands data tensors (gradients flow to both).
+* lstm_cell: c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g); lstm_hidden:
+  h = sigmoid(o) * tanh(c), all (B, H) (the gate order of ``torch.nn.LSTM``'s equations).
 
 Whole graphs: :func:`forward` runs a :class:`~shardwise.graph.Graph` op by op
 in its (topological) order, :func:`loss_and_grads` adds the backward pass in
@@ -43,6 +48,8 @@ __all__ = [
     "batchnorm2d_forward", "batchnorm2d_backward", "concat_forward", "concat_backward",
     "flatten_forward", "flatten_backward", "linear_forward", "linear_backward",
     "softmax_forward", "softmax_backward", "cross_entropy", "softmax_cross_entropy_backward",
+    "matmul_forward", "matmul_backward", "sigmoid", "lstm_cell_forward", "lstm_cell_backward",
+    "lstm_hidden_forward", "lstm_hidden_backward",
     "forward", "loss_and_grads", "sgd_step", "BN_EPS",
 ]
 
@@ -352,6 +359,58 @@ def softmax_cross_entropy_backward(p: np.ndarray, labels: np.ndarray) -> np.ndar
 
 
 # ----------------------------------------------------------------------------------------------
+# matmul and the LSTM element-wise ops
+# ----------------------------------------------------------------------------------------------
+def matmul_forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """y = a @ b: a (M, K), b (K, N) -> y (M, N)."""
+    assert a.ndim == b.ndim == 2 and a.shape[1] == b.shape[0], f"matmul: {a.shape} @ {b.shape}"
+    return a @ b
+
+
+def matmul_backward(a: np.ndarray, b: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """da = dy @ b.T (M, K), db = a.T @ dy (K, N), from dy (M, N)."""
+    return dy @ b.T, a.T @ dy
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) without overflow warnings: exp of a non-positive number only."""
+    e = np.exp(-np.abs(x))
+    one = x.dtype.type(1)
+    return np.where(x >= 0, one / (one + e), e / (one + e))
+
+
+def lstm_cell_forward(i: np.ndarray, f: np.ndarray, g: np.ndarray, c_prev: np.ndarray) -> np.ndarray:
+    """c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g), all (B, H)."""
+    assert i.shape == f.shape == g.shape == c_prev.shape, "lstm_cell: input shapes differ"
+    return sigmoid(f) * c_prev + sigmoid(i) * np.tanh(g)
+
+
+def lstm_cell_backward(i: np.ndarray, f: np.ndarray, g: np.ndarray, c_prev: np.ndarray, dc: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients (di, df, dg, dc_prev), all (B, H), from the inputs and dc.
+
+    With s' = s (1 - s) for a sigmoid s and t' = 1 - t^2 for a tanh t:
+    di = dc tanh(g) si', df = dc c_prev sf', dg = dc si (1 - tanh(g)^2), dc_prev = dc sf.
+    """
+    one = dc.dtype.type(1)
+    si, sf, tg = sigmoid(i), sigmoid(f), np.tanh(g)
+    return dc * tg * si * (one - si), dc * c_prev * sf * (one - sf), dc * si * (one - tg * tg), dc * sf
+
+
+def lstm_hidden_forward(o: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """h = sigmoid(o) * tanh(c), both (B, H)."""
+    assert o.shape == c.shape, "lstm_hidden: input shapes differ"
+    return sigmoid(o) * np.tanh(c)
+
+
+def lstm_hidden_backward(o: np.ndarray, c: np.ndarray, dh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gradients (do, dc), both (B, H): do = dh tanh(c) so', dc = dh so (1 - tanh(c)^2)."""
+    one = dh.dtype.type(1)
+    so, tc = sigmoid(o), np.tanh(c)
+    return dh * tc * so * (one - so), dh * so * (one - tc * tc)
+
+
+# ----------------------------------------------------------------------------------------------
 # whole graphs
 # ----------------------------------------------------------------------------------------------
 def _param(params: Mapping[str, np.ndarray], name: str, dtype: np.dtype) -> np.ndarray:
@@ -370,32 +429,66 @@ def _fused_relu(op: Any) -> bool:
     return op.attrs.get("activation") == "relu"
 
 
-def _check_input(graph: Any, x: Any) -> np.ndarray:
+def _check_inputs(graph: Any, x: Any) -> dict[str, np.ndarray]:
+    """The graph's inputs as {input op name: array}, checked.
+
+    ``x`` is one array for a graph with a single input op, or a mapping from
+    every input op's name to its array (any number of inputs).  All arrays share
+    one dtype (float32 or float64) and one batch size N, which may differ from
+    the graph's; their other dimensions are the graph's.
+    """
     inputs = [op for op in graph.ops if op.kind == "input"]
-    if len(inputs) != 1:
-        raise ValueError(f"graph {graph.name!r} has {len(inputs)} input ops; the reference runs graphs with one")
-    x = np.asarray(x)
-    if x.dtype not in (np.float32, np.float64):
-        raise TypeError(f"input must be float32 or float64, got {x.dtype}")
-    want = inputs[0].shape
-    if x.ndim != len(want) or x.shape[1:] != tuple(want[1:]):
-        raise ValueError(f"input {inputs[0].name!r} must have shape (N, {', '.join(map(str, want[1:]))}), "
-                         f"got {x.shape}")
-    return x
+    if not inputs:
+        raise ValueError(f"graph {graph.name!r} has no input op")
+    if isinstance(x, Mapping):
+        names = [op.name for op in inputs]
+        missing = [n for n in names if n not in x]
+        extra = sorted(set(x) - set(names), key=str)
+        if missing or extra:
+            raise ValueError(f"graph {graph.name!r} has inputs {names}; missing {missing}, unknown {extra}")
+        given = dict(x)
+    elif len(inputs) == 1:
+        given = {inputs[0].name: x}
+    else:
+        raise ValueError(f"graph {graph.name!r} has {len(inputs)} input ops; pass a dict "
+                         f"{{input name: array}} for {[op.name for op in inputs]}")
+    out: dict[str, np.ndarray] = {}
+    for op in inputs:
+        a = np.asarray(given[op.name])
+        if a.dtype not in (np.float32, np.float64):
+            raise TypeError(f"input {op.name!r} must be float32 or float64, got {a.dtype}")
+        want = op.shape
+        if a.ndim != len(want) or a.shape[1:] != tuple(want[1:]):
+            raise ValueError(f"input {op.name!r} must have shape (N, {', '.join(map(str, want[1:]))}), "
+                             f"got {a.shape}")
+        out[op.name] = a
+    first = next(iter(out.values()))
+    if any(a.dtype != first.dtype or a.shape[0] != first.shape[0] for a in out.values()):
+        raise ValueError("all inputs must share one dtype and one batch size, got "
+                         + ", ".join(f"{k}: {a.dtype} {a.shape}" for k, a in out.items()))
+    return out
 
 
 def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
              ) -> tuple[dict[str, np.ndarray], dict[str, tuple]]:
     """Run the graph; returns the activations and, per batchnorm op, (mean, invstd)."""
-    x = _check_input(graph, x)
-    dtype = x.dtype
+    xs = _check_inputs(graph, x)
+    dtype = next(iter(xs.values())).dtype
     acts: dict[str, np.ndarray] = {}
     saved: dict[str, tuple] = {}
     for op in graph.ops:
         ins = [acts[graph.ops[i].name] for i in op.inputs]
         a = op.attrs
         if op.kind == "input":
-            y = x
+            y = xs[op.name]
+        elif op.kind == "parameter":
+            y = _param(params, f"{op.name}.weight", dtype)      # the weight itself, any shape
+        elif op.kind == "matmul":
+            y = matmul_forward(ins[0], ins[1])
+        elif op.kind == "lstm_cell":
+            y = lstm_cell_forward(*ins)
+        elif op.kind == "lstm_hidden":
+            y = lstm_hidden_forward(*ins)
         elif op.kind == "conv2d":
             b = _param(params, f"{op.name}.bias", dtype) if _has_bias(op) else None
             y = conv2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype), b,
@@ -427,25 +520,27 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
     return acts, saved
 
 
-def forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray) -> dict[str, np.ndarray]:
+def forward(graph: Any, params: Mapping[str, np.ndarray], x: Any) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``x``: op name -> output activation (after a fused ReLU).
 
-    The graph's single input op takes ``x``; its batch size may differ from the
-    graph's N.  Computation is in ``x``'s dtype (parameters are cast to it).
+    A graph with one input op takes an array ``x``; any graph takes a dict
+    {input op name: array} naming every input.  The batch size may differ from
+    the graph's N.  Computation is in the inputs' dtype (parameters are cast to it).
     """
     return _forward(graph, params, x)[0]
 
 
-def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, labels: np.ndarray
+def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels: np.ndarray
                    ) -> tuple[float, dict[str, np.ndarray]]:
     """Loss and parameter gradients of one minibatch.
 
     loss = sum over every softmax op of the mean (over N) cross-entropy against
     ``labels``; grads has the keys and shapes of ``params`` (each in its
     parameter's dtype; zeros for a parameter the loss does not depend on).
+    ``x`` is as for :func:`forward`; inputs get no gradient.
     """
     acts, saved = _forward(graph, params, x)
-    dtype = acts[graph.ops[0].name].dtype
+    dtype = next(acts[op.name] for op in graph.ops if op.kind == "input").dtype
     names = {op.index: op.name for op in graph.ops}
     loss = 0.0
     grads = {k: np.zeros(np.shape(v), dtype=dtype) for k, v in params.items()}
@@ -510,6 +605,15 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, 
             grad_param(f"{op.name}.weight", dw)
             grad_param(f"{op.name}.bias", db)
             send(op.inputs[0], dx)
+        elif op.kind == "parameter":
+            grad_param(f"{op.name}.weight", dy)   # the sum over all its readers, gathered by send()
+        elif op.kind == "matmul":
+            for src, g in zip(op.inputs, matmul_backward(ins[0], ins[1], dy)):
+                send(src, g)
+        elif op.kind in ("lstm_cell", "lstm_hidden"):
+            back = lstm_cell_backward if op.kind == "lstm_cell" else lstm_hidden_backward
+            for src, g in zip(op.inputs, back(*ins, dy)):
+                send(src, g)
         else:
             raise NotImplementedError(f"reference: no backward for op kind {op.kind!r} (op {op.name!r})")
     grads = {k: np.asarray(g, dtype=np.asarray(params[k]).dtype) for k, g in grads.items()}

@@ -2,6 +2,7 @@
 
     t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), seed=0)
     loss = t.step(images, labels)
+    loss = t.step({"x0": x0, "x1": x1, "h0": h0, "c0": c0}, labels)   # a graph with several input ops
 
 Numerics do not depend on the plan: every plan computes the same network with
 the same initialization (a function of the seed and the op names only); only
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Union
 
 import numpy as np
 
@@ -35,7 +36,10 @@ from .plan import Plan
 
 # Op kinds the CPU backend (backend_cpu.py) has kernels for.
 CPU_KINDS = frozenset({"input", "conv2d", "pool2d", "relu", "add", "batchnorm2d", "concat", "flatten",
-                       "linear", "softmax"})
+                       "linear", "softmax", "parameter", "matmul", "lstm_cell", "lstm_hidden"})
+
+Batch = Union[np.ndarray, Mapping[str, np.ndarray]]
+"""The input of a step: one array for a graph with one input op, or {input op name: array}."""
 
 
 class TrainingError(ShardwiseError, RuntimeError):
@@ -123,13 +127,19 @@ class Trainer:
                                   "(sw.search, sw.tofu.partition) but not trained yet")
         inputs = [op for op in graph.ops if op.kind == "input"]
         losses = [op for op in graph.ops if op.kind == "softmax"]
-        if len(inputs) != 1 or not losses:
-            raise ConfigError("training needs exactly one input op and at least one softmax op")
+        if not inputs or not losses:
+            raise ConfigError("training needs at least one input op and at least one softmax op")
+        batch = {op.shape[0] for op in inputs + losses}
+        if len(batch) != 1:
+            raise ConfigError("every input and softmax op must have the same minibatch (first dimension), got "
+                              + ", ".join(f"{op.name} {op.shape}" for op in inputs + losses))
         self.graph = graph
         self.plan = plan
         self.optimizer = optimizer or SGD()
         self.seed = seed
+        self.inputs = inputs            # every input op, in graph order
         self.input = inputs[0]
+        self.batch = inputs[0].shape[0]
         self.loss_ops = losses
         self.task_graph = lower(plan)
         self.executor = CpuExecutor(graph, self.task_graph)
@@ -139,27 +149,69 @@ class Trainer:
         self.set_weights(init_params(graph, seed))
 
     # ---- inputs
-    def _check_batch(self, images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        images = np.asarray(images)
-        if images.shape != self.input.shape:
-            raise ShapeError(f"images must have shape {self.input.shape} (the graph's minibatch), "
-                             f"got {images.shape}")
-        if not np.issubdtype(images.dtype, np.floating):
-            raise ShapeError(f"images must be floating point, got {images.dtype}")
-        images = np.ascontiguousarray(images, dtype=np.float32)
-        if not np.isfinite(images).all():
-            raise ShapeError("images contain NaN or infinity")
+    def _input_dict(self, images: Batch) -> dict[str, Any]:
+        """{input op name: data}, from a dict naming every input op exactly, or from one
+        array when the graph has a single input op."""
+        names = [op.name for op in self.inputs]
+        if isinstance(images, Mapping):
+            missing = [n for n in names if n not in images]
+            unknown = sorted(repr(k) for k in images if k not in names)
+            problems = ([f"missing {missing}"] if missing else []) + ([f"unknown {', '.join(unknown)}"]
+                                                                     if unknown else [])
+            if problems:
+                raise ShapeError(f"the graph's inputs are {names}; " + "; ".join(problems))
+            return {n: images[n] for n in names}
+        if len(names) > 1:
+            raise ShapeError(f"the graph has {len(names)} input ops; pass a dict {{name: array}} for {names}, "
+                             f"got {type(images).__name__}")
+        return {names[0]: images}
+
+    def _check_batch(self, images: Batch, labels: np.ndarray) -> tuple[Batch, np.ndarray]:
+        """Validate one minibatch: every input's exact shape, a floating dtype and finite
+        values; N integer labels in range.  Returns float32 C-contiguous inputs (one array
+        for a one-input graph given an array, else a dict) and int32 labels."""
+        given_dict = isinstance(images, Mapping)
+        checked: dict[str, np.ndarray] = {}
+        for op, data in zip(self.inputs, self._input_dict(images).values()):
+            what = "images" if not given_dict else f"input {op.name!r}"
+            a = np.asarray(data)
+            if a.shape != op.shape:
+                raise ShapeError(f"{what} must have shape {op.shape} (the graph's minibatch), got {a.shape}")
+            if not np.issubdtype(a.dtype, np.floating):
+                raise ShapeError(f"{what} must be floating point, got {a.dtype}")
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            if not np.isfinite(a).all():
+                raise ShapeError(f"{what} contain NaN or infinity")
+            checked[op.name] = a
         labels = np.asarray(labels)
-        if labels.shape != (self.input.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
-            raise ShapeError(f"labels must be {self.input.shape[0]} integers, got {labels.dtype} {labels.shape}")
+        if labels.shape != (self.batch,) or not np.issubdtype(labels.dtype, np.integer):
+            raise ShapeError(f"labels must be {self.batch} integers, got {labels.dtype} {labels.shape}")
         classes = self.loss_ops[-1].shape[1]
         if labels.min() < 0 or labels.max() >= classes:
             raise ShapeError(f"labels must lie in 0..{classes - 1}, got {labels.min()}..{labels.max()}")
-        return images, np.ascontiguousarray(labels, dtype=np.int32)
+        out: Batch = checked if given_dict else checked[self.input.name]
+        return out, np.ascontiguousarray(labels, dtype=np.int32)
+
+    def _samples(self, images: Batch) -> tuple[dict[str, np.ndarray], int]:
+        """A data set's inputs as {name: array} and its sample count (all inputs must agree)."""
+        data = {k: np.asarray(v) for k, v in self._input_dict(images).items()}
+        counts = {k: (len(v) if v.ndim else 0) for k, v in data.items()}
+        if len(set(counts.values())) != 1:
+            raise ShapeError(f"every input needs the same number of samples, got {counts}")
+        return data, next(iter(counts.values()))
+
+    def _take(self, data: dict[str, np.ndarray], idx: Any, as_dict: bool) -> Batch:
+        """The samples ``idx`` of every input (a dict, or the one array when not ``as_dict``)."""
+        out = {k: v[idx] for k, v in data.items()}
+        return out if as_dict else out[self.input.name]
 
     # ---- training
-    def step(self, images: np.ndarray, labels: np.ndarray) -> float:
-        """One iteration: forward, backward, parameter synchronization, update; the mean cross-entropy."""
+    def step(self, images: Batch, labels: np.ndarray) -> float:
+        """One iteration: forward, backward, parameter synchronization, update; the mean cross-entropy.
+
+        ``images`` is the minibatch of the input op, or for a graph with several input ops
+        (an unrolled RNN: one per timestep, h0, c0) a dict {input op name: array} naming
+        each exactly once; each array has its op's exact shape."""
         images, labels = self._check_batch(images, labels)
         interrupted = False
         try:
@@ -174,19 +226,19 @@ class Trainer:
             raise TrainingError(f"the loss is {loss} at step {self.steps}: training diverged")
         return float(loss)
 
-    def loss(self, images: np.ndarray, labels: np.ndarray) -> float:
+    def loss(self, images: Batch, labels: np.ndarray) -> float:
         """The loss of a minibatch without changing any weight."""
         images, labels = self._check_batch(images, labels)
         return float(self.executor.run(images, labels, phases=("forward",)))
 
-    def predict(self, images: np.ndarray) -> np.ndarray:
-        """Class probabilities of the last softmax op for a minibatch."""
-        images, _ = self._check_batch(images, np.zeros(self.input.shape[0], np.int64))
-        self.executor.run(images, np.zeros(self.input.shape[0], np.int32), phases=("forward",))
+    def predict(self, images: Batch) -> np.ndarray:
+        """Class probabilities of the last softmax op for a minibatch (an array or a dict as in :meth:`step`)."""
+        images, _ = self._check_batch(images, np.zeros(self.batch, np.int64))
+        self.executor.run(images, np.zeros(self.batch, np.int32), phases=("forward",))
         return self.executor.probabilities(self.loss_ops[-1].name)
 
     # ---- epochs
-    def fit(self, images: np.ndarray, labels: np.ndarray, epochs: int = 1, progress: bool = False,
+    def fit(self, images: Batch, labels: np.ndarray, epochs: int = 1, progress: bool = False,
             shuffle_seed: int | None = None, callback: Callable[[int, int, float], None] | None = None) -> list[float]:
         """Train for ``epochs`` passes over a data set in minibatches of the graph's N.
 
@@ -194,27 +246,29 @@ class Trainer:
         default the trainer's seed); a last partial minibatch is dropped.  Returns
         the mean loss of every epoch.  Ctrl-C stops at a step boundary: the
         weights are those after the last complete step, and the epoch losses so
-        far are returned.
+        far are returned.  A graph with several input ops takes a dict
+        {input op name: array of samples}, all with the same number of samples.
         """
-        images = np.asarray(images)
+        as_dict = isinstance(images, Mapping)
+        data, count = self._samples(images)
         labels = np.asarray(labels)
-        n = self.input.shape[0]
-        if len(images) != len(labels):
-            raise ShapeError(f"{len(images)} images but {len(labels)} labels")
-        if len(images) < n:
-            raise ShapeError(f"the data set has {len(images)} samples, fewer than one minibatch of {n}")
+        n = self.batch
+        if labels.ndim != 1 or count != len(labels):
+            raise ShapeError(f"{count} samples but labels of shape {labels.shape}")
+        if count < n:
+            raise ShapeError(f"the data set has {count} samples, fewer than one minibatch of {n}")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ConfigError(f"epochs must be a positive int, got {epochs!r}")
         rng = np.random.default_rng(self.seed if shuffle_seed is None else shuffle_seed)
-        batches = len(images) // n
+        batches = count // n
         history: list[float] = []
         try:
             for epoch in range(epochs):
-                order = rng.permutation(len(images))
+                order = rng.permutation(count)
                 total, start = 0.0, time.perf_counter()
                 for b in range(batches):
                     idx = order[b * n:(b + 1) * n]
-                    loss = self.step(images[idx], labels[idx])
+                    loss = self.step(self._take(data, idx, as_dict), labels[idx])
                     total += loss
                     if callback:
                         callback(epoch, b, loss)
@@ -230,23 +284,23 @@ class Trainer:
                 print(f"\ninterrupted after step {self.steps}; weights are those of that step", file=sys.stderr)
         return history
 
-    def evaluate(self, images: np.ndarray, labels: np.ndarray) -> float:
-        """Accuracy (fraction of argmax predictions equal to the label) over a data set.
-        The last partial minibatch is padded with copies of the first samples, which are not counted."""
-        images = np.asarray(images)
+    def evaluate(self, images: Batch, labels: np.ndarray) -> float:
+        """Accuracy (fraction of argmax predictions equal to the label) over a data set
+        (an array, or a dict of arrays as for :meth:`fit`).  The last partial minibatch is
+        padded with the first samples (repeated if the data set is smaller), not counted."""
+        as_dict = isinstance(images, Mapping)
+        data, count = self._samples(images)
         labels = np.asarray(labels)
-        if len(images) != len(labels) or len(images) == 0:
-            raise ShapeError(f"need as many labels as images (and at least one), got {len(images)}, {len(labels)}")
-        n = self.input.shape[0]
+        if labels.ndim != 1 or count != len(labels) or count == 0:
+            raise ShapeError(f"need as many labels as samples (and at least one), got {count}, {labels.shape}")
+        n = self.batch
         correct = 0
-        for start in range(0, len(images), n):
-            chunk = images[start:start + n]
-            real = len(chunk)
-            if real < n:
-                chunk = np.concatenate([chunk, images[: n - real]])
-            pred = self.predict(chunk)[:real].argmax(axis=1)
+        for start in range(0, count, n):
+            real = min(n, count - start)
+            idx = np.concatenate([np.arange(start, start + real), np.arange(n - real) % count])
+            pred = self.predict(self._take(data, idx, as_dict))[:real].argmax(axis=1)
             correct += int((pred == labels[start:start + real]).sum())
-        return correct / len(images)
+        return correct / count
 
     # ---- checkpoints
     def _state(self) -> dict[str, np.ndarray]:

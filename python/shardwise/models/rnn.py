@@ -13,7 +13,8 @@ Each step of each layer is built inside ``g.timestep(f"layer{l}")``, so Tofu's c
 gives the 7 ops of a layer's step one partition strategy across all steps.  The initial
 states h_0 and c_0 are graph inputs (zeros), shared by the layers; the sequence arrives
 as one (B, E) input per step.  A classifier (``linear`` + ``softmax``) reads the top
-layer's last hidden state.  Planning only: the CPU backend has no matmul or LSTM kernels.
+layer's last hidden state.  The CPU backend trains it: ``Trainer.step`` takes a dict
+{"x0": (B, E), ..., "h0": (B, H), "c0": (B, H)} of every input op (docs/training.md).
 """
 from __future__ import annotations
 
