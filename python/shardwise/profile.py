@@ -152,14 +152,13 @@ def _copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
     return nbytes / best
 
 
-def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig], repeats: int,
-                   threads: bool = False):
-    """One plan, ``repeats`` timed steps (after a warm-up).  Returns per (op, worker) forward
-    and backward seconds, the dispatch time per task (a step's time not spent inside any
-    task), and per bookkeeping kind the seconds per element moved.  With ``threads`` the
-    workers run concurrently, as in training: compute times then include what the workers
-    cost each other on this machine (shared cores, memory bandwidth, the interpreter lock);
-    the dispatch time and the rates are only meaningful one task at a time (None, {})."""
+def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig], repeats: int):
+    """One plan, ``repeats`` timed steps (after a warm-up), one task at a time.  Returns per
+    (op, worker) forward and backward seconds, the dispatch time per task (a step's time
+    not spent inside any task), and per bookkeeping kind the seconds per element moved.
+    (Measuring the workers side by side instead was tried: with more workers than cores
+    each task's time then includes the others' turns, which the simulator's shared cores
+    count again.)"""
     from .train import SGD, Trainer
 
     plan = Plan(graph, devices, configs, name="profile")
@@ -197,7 +196,7 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
         current.clear()
         in_tasks[0] = 0.0
         t0 = time.perf_counter()
-        ex.run(images, labels, optimizer=trainer.optimizer, threads=threads)
+        ex.run(images, labels, optimizer=trainer.optimizer, threads=False)
         total = time.perf_counter() - t0
         if step == 0:
             per_element.clear()
@@ -208,8 +207,6 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
     # seconds per element over all tasks of a kind (total time / total elements): the large
     # tensors set the rate; a median of per-task ratios let the fixed cost of tiny tasks (a
     # bias update) inflate it ~30x for the big ones (the dispatch cost is modelled apart)
-    if threads:
-        return fwd, bwd, None, {}
     rates = {k: sum(s for s, _ in v) / sum(e for _, e in v) for k, v in per_element.items()}
     return fwd, bwd, statistics.median(dispatch), rates
 
@@ -251,8 +248,6 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
             degrees = options[r % len(options)]
             configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
         fwd, bwd, dispatch, round_rates = _measure_round(graph, devices, configs, repeats)
-        if len(devices) > 1:   # compute as the workers do it side by side
-            fwd, bwd, _, _ = _measure_round(graph, devices, configs, repeats, threads=True)
         overheads.append(dispatch)
         for kind, rate in round_rates.items():
             rates.setdefault(kind, []).append(rate)
