@@ -4,7 +4,10 @@ For LeNet-5 and the scaled AlexNet / ResNet-18, prints images/s with 1 and 2
 data-parallel workers (and the searched plan on 2 workers), the convolution
 tasks' achieved FLOP/s as a fraction of this machine's OpenBLAS SGEMM peak
 (measured in the same run), and, when PyTorch is installed, PyTorch's CPU
-training throughput for the same model with the same number of threads.
+training throughput for the same model with the same number of threads.  The
+configurations of one model take their steps in turn (blocks of consecutive
+steps, medians over the rounds; see ``interleaved``), so a slower stretch of
+this shared machine slows all of them alike instead of skewing their ratios.
 
 Anchors (issue 3): 2 data-parallel workers >= 1.6x one worker on a
 compute-bound model; >= 0.5x PyTorch's throughput; aim: match PyTorch.
@@ -60,55 +63,89 @@ def batch_for(g: sw.Graph, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return rng.standard_normal(shape).astype(np.float32), rng.integers(0, classes, shape[0])
 
 
-def measure(g: sw.Graph, plan: sw.Plan, steps: int) -> tuple[float, float]:
-    """(median images/s, conv FLOP/s over the conv tasks of the timed steps)."""
-    t = Trainer(g, plan, optimizer=SGD(lr=0.01, momentum=0.9, weight_decay=1e-4))
-    x, y = batch_for(g)
-    t.step(x, y)  # warm-up: first-touch allocations, OpenBLAS buffers
-    conv_seconds = defaultdict(float)
-    ex = t.executor
-    for kind in ("forward", "backward_data", "backward_weight"):
-        orig = getattr(ex, "do_" + kind)
+class Ours:
+    """A trainer for one plan, with the conv tasks' time recorded per worker."""
 
-        def timed(task, orig=orig):
-            t0 = time.perf_counter()
-            orig(task)
-            if g[task.op].kind == "conv2d":
-                conv_seconds[task.device] += time.perf_counter() - t0
-        setattr(ex, "do_" + kind, timed)
-    rates = []
-    for _ in range(steps):
+    def __init__(self, g: sw.Graph, plan: sw.Plan) -> None:
+        self.g = g
+        self.trainer = Trainer(g, plan, optimizer=SGD(lr=0.01, momentum=0.9, weight_decay=1e-4))
+        self.x, self.y = batch_for(g)
+        self.trainer.step(self.x, self.y)  # warm-up: first-touch allocations, OpenBLAS buffers
+        self.conv_seconds: dict[int, float] = defaultdict(float)
+        self.steps = 0
+        ex = self.trainer.executor
+        for kind in ("forward", "backward_data", "backward_weight"):
+            orig = getattr(ex, "do_" + kind)
+
+            def timed(task, orig=orig):
+                t0 = time.perf_counter()
+                orig(task)
+                if g[task.op].kind == "conv2d":
+                    self.conv_seconds[task.device] += time.perf_counter() - t0
+            setattr(ex, "do_" + kind, timed)
+
+    def step(self) -> float:
         t0 = time.perf_counter()
-        t.step(x, y)
-        rates.append(g.ops[0].shape[0] / (time.perf_counter() - t0))
-    conv_flops = 3 * sum(op.desc.forward_flops() for op in g.ops if op.kind == "conv2d") * steps
-    busiest = max(conv_seconds.values()) if conv_seconds else float("nan")
-    # per worker: its share of the conv FLOPs over its own conv time
-    per_worker = conv_flops / len(conv_seconds) / busiest if conv_seconds else float("nan")
-    return statistics.median(rates), per_worker
+        self.trainer.step(self.x, self.y)
+        self.steps += 1
+        return time.perf_counter() - t0
+
+    def conv_flops_per_worker(self) -> float:
+        """Per worker: its share of the conv FLOPs over its own conv time (the busiest worker)."""
+        if not self.conv_seconds:
+            return float("nan")
+        flops = 3 * sum(op.desc.forward_flops() for op in self.g.ops if op.kind == "conv2d") * self.steps
+        return flops / len(self.conv_seconds) / max(self.conv_seconds.values())
 
 
-def torch_throughput(name: str, g: sw.Graph, threads: int, steps: int) -> float | None:
-    try:
+class Torch:
+    """The same model trained by PyTorch with ``threads`` threads (set before every step)."""
+
+    def __init__(self, g: sw.Graph, threads: int) -> None:
         import torch
-    except ImportError:
-        return None
-    from torch import nn
-    torch.set_num_threads(threads)
-    model = to_torch(g, nn)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    x, y = batch_for(g)
-    xt, yt = torch.tensor(x), torch.tensor(y)
-    rates = []
-    for i in range(steps + 1):
+        from torch import nn
+
+        self.torch, self.nn, self.threads = torch, nn, threads
+        torch.set_num_threads(threads)
+        self.model = to_torch(g, nn)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+        x, y = batch_for(g)
+        self.x, self.y = torch.tensor(x), torch.tensor(y)
+        self.step()  # warm-up
+
+    def step(self) -> float:
+        self.torch.set_num_threads(self.threads)
         t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(xt), yt)
+        self.opt.zero_grad()
+        loss = self.nn.functional.cross_entropy(self.model(self.x), self.y)
         loss.backward()
-        opt.step()
-        if i:
-            rates.append(g.ops[0].shape[0] / (time.perf_counter() - t0))
-    return statistics.median(rates)
+        self.opt.step()
+        return time.perf_counter() - t0
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interleaved(runners: dict[str, object], steps: int, block: int = 3) -> dict[str, float]:
+    """Median seconds per step of every runner over ``steps`` timed steps, taken in blocks:
+    each round runs ``block`` consecutive steps of every runner in turn and times all but
+    the first of each block.  Rounds spread a slower stretch of this shared machine over
+    every configuration, so their ratios stay meaningful; consecutive steps keep each
+    trainer in its steady state (alternating single steps between trainers measured two
+    data-parallel AlexNet workers at 1.5x one worker instead of 1.7-1.9x: every switch
+    refills caches and the allocator's free lists with the other trainer's buffers)."""
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    while min(len(v) for v in times.values()) < steps:
+        for key, runner in runners.items():
+            runner.step()   # the first step after a switch is not timed
+            for _ in range(block - 1):
+                times[key].append(runner.step())
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def to_torch(g: sw.Graph, nn):
@@ -177,15 +214,24 @@ def main() -> int:
             f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'torch img/s':>12} {'vs torch':>9}")
     print(head)
     print("-" * len(head))
+    configs = ((1, "data"), (2, "data"), (2, "searched"))
     for name in args.models.split(","):
         g = sw.models.get(name, batch=BATCH.get(name, 64))
-        base = None
-        for workers, label in ((1, "data"), (2, "data"), (2, "searched")):
+        n = g.ops[0].shape[0]
+        runners: dict[str, object] = {}
+        for workers, label in configs:
             d = sw.DeviceGraph.cpu(workers)
             plan = sw.strategies.data_parallel(g, d) if label == "data" else sw.search(g, d)
-            rate, conv = measure(g, plan, args.steps)
-            base = rate if base is None else base
-            torch_rate = torch_throughput(name, g, workers, args.steps) if label == "data" else None
+            runners[f"{label} {workers}"] = Ours(g, plan)
+        if torch_available():
+            for workers in (1, 2):
+                runners[f"torch {workers}"] = Torch(g, workers)
+        seconds = interleaved(runners, args.steps)
+        base = n / seconds["data 1"]
+        for workers, label in configs:
+            key = f"{label} {workers}"
+            rate, conv = n / seconds[key], runners[key].conv_flops_per_worker()
+            torch_rate = n / seconds[f"torch {workers}"] if label == "data" and f"torch {workers}" in seconds else None
             vs_torch = f"{rate / torch_rate:8.2f}x" if torch_rate else "       -"
             torch_text = f"{torch_rate:12.1f}" if torch_rate else "   (no torch)" if label == "data" else ""
             print(f"{name:<16} {label:<10} {workers:>7} {rate:10.1f} {rate / base:11.2f}x {conv / 1e9:20.1f} "
