@@ -8,7 +8,7 @@
  * is contiguous in every buffer.
  */
 #include "kernels.h"  /* sw_view, sw_relu_*, sw_add_forward */
-#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset */
+#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_view_*_row */
 
 typedef enum {
     ELT_RELU_FORWARD,   /* y = max(a, 0) (NaN propagates, as in PyTorch) */
@@ -40,16 +40,12 @@ static sw_status check_output(const sw_view *out, const char *out_name) {
 
 /* y[i] = f(a[i], b[i]) for every global index i in y's box (b unused for ReLU forward). */
 static void eltwise_rows(eltwise_kind kind, const sw_view *a, const sw_view *b, sw_view *y) {
-    const int rank = y->rank;
     int64_t idx[SW_MAX_RANK];
-    for (int d = 0; d < rank; d++) {
-        if (y->shape[d] == 0) {
-            return;
-        }
-        idx[d] = y->lo[d];
+    if (!sw_view_first_row(y, idx)) {
+        return;
     }
-    const int64_t len = y->shape[rank - 1];
-    for (;;) {
+    const int64_t len = y->shape[y->rank - 1];
+    do {
         const float *ap = a->data + sw_view_offset(a, idx);
         const float *bp = b ? b->data + sw_view_offset(b, idx) : NULL;
         float *yp = y->data + sw_view_offset(y, idx);
@@ -73,18 +69,7 @@ static void eltwise_rows(eltwise_kind kind, const sw_view *a, const sw_view *b, 
             }
             break;
         }
-        int d = rank - 2;  /* odometer over the outer dimensions */
-        while (d >= 0) {
-            if (++idx[d] < y->lo[d] + y->shape[d]) {
-                break;
-            }
-            idx[d] = y->lo[d];
-            d--;
-        }
-        if (d < 0) {
-            return;
-        }
-    }
+    } while (sw_view_next_row(y, idx));
 }
 
 /* x (any rank) covers y's box; y = max(x, 0) over y's box. */

@@ -17,7 +17,7 @@
 #include <math.h>  /* expf, tanhf */
 
 #include "kernels.h"  /* sw_view, sw_lstm_* */
-#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset */
+#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_view_*_row */
 
 #define LSTM_MAX_IN 5  /* lstm_cell backward: 4 inputs and dc */
 
@@ -107,33 +107,18 @@ static void lstm_row(lstm_kind kind, int slot, const float *const *p, float *y, 
 
 /* The rows of y's box (an odometer over the outer dimensions), lstm_row on each. */
 static void lstm_rows(lstm_kind kind, int slot, int n, const sw_view *const *in, sw_view *y) {
-    const int rank = y->rank;
     int64_t idx[SW_MAX_RANK];
-    for (int d = 0; d < rank; d++) {
-        if (y->shape[d] == 0) {
-            return;
-        }
-        idx[d] = y->lo[d];
+    if (!sw_view_first_row(y, idx)) {
+        return;
     }
-    const int64_t len = y->shape[rank - 1];
+    const int64_t len = y->shape[y->rank - 1];
     const float *p[LSTM_MAX_IN];
-    for (;;) {
+    do {
         for (int k = 0; k < n; k++) {
             p[k] = in[k]->data + sw_view_offset(in[k], idx);
         }
         lstm_row(kind, slot, p, y->data + sw_view_offset(y, idx), len);
-        int d = rank - 2;
-        while (d >= 0) {
-            if (++idx[d] < y->lo[d] + y->shape[d]) {
-                break;
-            }
-            idx[d] = y->lo[d];
-            d--;
-        }
-        if (d < 0) {
-            return;
-        }
-    }
+    } while (sw_view_next_row(y, idx));
 }
 
 sw_status sw_lstm_cell_forward(const sw_view *const in[4], sw_view *c) {

@@ -140,3 +140,23 @@ sw_status sw_check_blas_dims(const char *name, int count, const int64_t *dims) {
     }
     return SW_OK;
 }
+
+int sw_view_first_row(const sw_view *v, int64_t *idx) {
+    for (int d = 0; d < v->rank; d++) {
+        if (v->shape[d] == 0) {
+            return 0;
+        }
+        idx[d] = v->lo[d];
+    }
+    return 1;
+}
+
+int sw_view_next_row(const sw_view *v, int64_t *idx) {
+    for (int d = v->rank - 2; d >= 0; d--) {
+        if (++idx[d] < v->lo[d] + v->shape[d]) {
+            return 1;
+        }
+        idx[d] = v->lo[d];
+    }
+    return 0;
+}

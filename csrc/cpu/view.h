@@ -28,6 +28,11 @@ void sw_view_strides(const sw_view *v, int64_t *strides);
 
 /* Local offset of the global index idx[0..rank-1] (no bounds check). */
 int64_t sw_view_offset(const sw_view *v, const int64_t *idx);
+/* Rows of a view's box, for loops over the last dimension: sw_view_first_row sets idx to
+ * the box's first global index (0 if the box is empty), sw_view_next_row advances idx to
+ * the next row (an odometer over the outer dimensions; 0 after the last row). */
+int sw_view_first_row(const sw_view *v, int64_t *idx);
+int sw_view_next_row(const sw_view *v, int64_t *idx);
 
 /* 1 if the global index lies inside the view's box. */
 int sw_view_contains(const sw_view *v, const int64_t *idx);

@@ -9,8 +9,10 @@ device graph, the forward and backward time of one shard is measured by
 running real training steps of the CPU executor, one task at a time: in round
 r every op takes its r-th partition, so a handful of steps covers all of them.
 On CPU workers the devices are alike, so where a shard runs does not matter.
-The profile also measures the executor's cost per task (dispatch) and the
-bandwidth of a copy between workers, which the simulator uses.
+The profile also measures the executor's interpreter time per task (everything
+outside the C kernels, during which a worker holds Python's lock, so workers
+take turns at it) and the bandwidth of a copy between workers, which the
+simulator uses.
 
 Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
 stamped with the machine (CPU model, core count, OpenBLAS kernels) and the
@@ -152,10 +154,46 @@ def _copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
     return nbytes / best
 
 
+class _KernelClock:
+    """Times every call into the C extension while active (the executor's kernels release the
+    interpreter lock inside them; everything else a task does holds it)."""
+
+    SKIP = {"simulate_tasks", "search_tables"}
+
+    def __init__(self) -> None:
+        from . import _core
+
+        self.core = _core
+        self.seconds = 0.0
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> "_KernelClock":
+        for name, fn in vars(self.core).items():
+            if callable(fn) and not isinstance(fn, type) and not name.startswith("_") and name not in self.SKIP:
+                self.saved[name] = fn
+                setattr(self.core, name, self._timed(fn))
+        return self
+
+    def _timed(self, fn):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+        return call
+
+    def __exit__(self, *exc: Any) -> None:
+        for name, fn in self.saved.items():
+            setattr(self.core, name, fn)
+
+
 def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig], repeats: int):
     """One plan, ``repeats`` timed steps (after a warm-up), one task at a time.  Returns per
-    (op, worker) forward and backward seconds, the dispatch time per task (a step's time
-    not spent inside any task), and per bookkeeping kind the seconds per element moved.
+    (op, worker) forward and backward seconds, the interpreter time per task (a step's time
+    outside the C kernels, during which a worker holds the interpreter lock, so the workers
+    take turns: the simulator's ``interpreter`` resource), and per bookkeeping kind the
+    seconds per element moved.
     (Measuring the workers side by side instead was tried: with more workers than cores
     each task's time then includes the others' turns, which the simulator's shared cores
     count again.)"""
@@ -168,7 +206,6 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
     bwd: dict[tuple[str, int], list[float]] = {}
     current: dict[tuple[str, int, str], float] = {}
     per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (seconds, elements) per task
-    in_tasks = [0.0]
     for kind in {t.kind for t in ex.tg.tasks}:
         original = getattr(ex, "do_" + kind)
 
@@ -176,7 +213,6 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
             t0 = time.perf_counter()
             original(task)
             seconds = time.perf_counter() - t0
-            in_tasks[0] += seconds
             if task.kind in COMPUTE_KINDS:
                 key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
                 current[key] = current.get(key, 0.0) + seconds
@@ -194,14 +230,14 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
     dispatch = []
     for step in range(repeats + 1):
         current.clear()
-        in_tasks[0] = 0.0
-        t0 = time.perf_counter()
-        ex.run(images, labels, optimizer=trainer.optimizer, threads=False)
-        total = time.perf_counter() - t0
+        with _KernelClock() as kernels:
+            t0 = time.perf_counter()
+            ex.run(images, labels, optimizer=trainer.optimizer, threads=False)
+            total = time.perf_counter() - t0
         if step == 0:
             per_element.clear()
             continue  # warm-up: first-touch allocations
-        dispatch.append((total - in_tasks[0]) / len(ex.tg.tasks))
+        dispatch.append((total - kernels.seconds) / len(ex.tg.tasks))
         for (op, worker, which), seconds in current.items():
             (fwd if which == "fwd" else bwd).setdefault((op, worker), []).append(seconds)
     # seconds per element over all tasks of a kind (total time / total elements): the large
