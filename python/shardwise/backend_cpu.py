@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from .backend_cpu_reduce import PartialSumTasks
+from .backend_cpu_rnn import RecurrentOpKernels
 from .graph import Graph, Op
-from .lower import Box, Task, TaskGraph, intersect
+from .lower import Box, Task, TaskGraph, intersect, lo_of, shape_of
 from .opdesc import DATA
 from .reference import BN_EPS
 
@@ -60,14 +62,6 @@ def keep_freed_memory() -> bool:
     return ok
 
 
-def lo_of(box: Box) -> tuple[int, ...]:
-    return tuple(lo for lo, _ in box)
-
-
-def shape_of(box: Box) -> tuple[int, ...]:
-    return tuple(hi - lo for lo, hi in box)
-
-
 def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
     """(kernel, stride, padding) pairs of a conv2d or pool2d op."""
     def pair(v: Any) -> tuple[int, int]:
@@ -79,7 +73,7 @@ def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
     return kernel, stride, pair(a.get("padding", 0))
 
 
-class CpuExecutor:
+class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
     """Executes the tasks of one iteration in order; parameters and momentum persist."""
 
     def __init__(self, graph: Graph, tg: TaskGraph) -> None:
@@ -279,113 +273,9 @@ class CpuExecutor:
         self.store(t.writes[0], images[tuple(slice(lo, hi) for lo, hi in box)])
 
     # ---- forward
-    def data_regions(self, op: Op, worker: int) -> list[tuple[np.ndarray, tuple[int, ...]]]:
-        """(array, lo) of the region of every data input its forward task read, in slot order.
-        Only for ops that read all their data inputs on every worker (matmul, the LSTM ops)."""
-        ndata = sum(1 for i in op.desc.inputs if i.role == DATA)
-        reads = self.forward_reads[(op.name, worker)]
-        if len(reads) < ndata:
-            raise RuntimeError(f"{op.kind} op {op.name!r}, worker {worker}: its forward read {len(reads)} of "
-                               f"{ndata} data inputs")
-        return [self.view(r) for r in reads[:ndata]]
-
-    def matmul_forward(self, op: Op, t: Task, ybox: Box, shift: tuple[int, int] | None) -> np.ndarray:
-        """y (M_b, N_b) = a (M_b, K) @ b (K, N_b) as the linear kernel's x w^T with w = b^T
-        (N_b, K), a contiguous copy; with k split, K is this worker's part, rebased to 0."""
-        (a, alo), (b, blo) = self.data_regions(op, t.worker)
-        alo, blo = self.rebased(op, 0, alo, shift), self.rebased(op, 1, blo, shift)
-        wt = np.ascontiguousarray(b.T)                     # (N_b, K)
-        return _core.linear_forward(a, alo, wt, (blo[1], blo[0]), None, None, lo_of(ybox), shape_of(ybox), False)
-
-    def matmul_backward(self, op: Op, t: Task, dy: np.ndarray, dylo: tuple[int, ...], dxbox: Box,
-                        shift: tuple[int, int] | None) -> np.ndarray:
-        """The gradient of input ``t.slot`` over its region ``dxbox`` (k rebased under a split):
-        slot 0: da (M_b, K) = dy (M_b, N_b) @ b^T, the linear kernel's dy w with w = b^T;
-        slot 1: db (K, N_b) = a^T @ dy, the linear weight gradient dy^T a (N_b, K), transposed."""
-        (a, alo), (b, blo) = self.data_regions(op, t.worker)
-        alo, blo = self.rebased(op, 0, alo, shift), self.rebased(op, 1, blo, shift)
-        dxlo = self.rebased(op, t.slot, lo_of(dxbox), shift)
-        dxshape = shape_of(dxbox)
-        dy = np.ascontiguousarray(dy)
-        if t.slot == 0:
-            wt = np.ascontiguousarray(b.T)                 # (N_b, K)
-            return _core.linear_backward_data(wt, (blo[1], blo[0]), dy, dylo, dxlo, dxshape)
-        # dw (N_b, K) for dy's column range; K must be all of this worker's part of k
-        dbt, _ = _core.linear_backward_weight(a, alo, dy, dylo, (op.shape[1], dxshape[0]), False)
-        if dbt.shape != (dxshape[1], dxshape[0]) or dylo[1] != dxlo[1]:
-            raise RuntimeError(f"matmul {op.name!r}: b's gradient region {dxbox} does not match dy's columns")
-        return np.ascontiguousarray(dbt.T)                 # (K, N_b)
-
-    def lstm_forward(self, op: Op, t: Task, ybox: Box) -> np.ndarray:
-        """lstm_cell (inputs i, f, g, c_prev) or lstm_hidden (o, c) over the output box (C kernels)."""
-        flat = [v for arr_lo in self.data_regions(op, t.worker) for v in arr_lo]
-        kernel = _core.lstm_cell_forward if op.kind == "lstm_cell" else _core.lstm_hidden_forward
-        return kernel(*flat, lo_of(ybox), shape_of(ybox))
-
-    def lstm_backward(self, op: Op, t: Task, dy: np.ndarray, dylo: tuple[int, ...], dxbox: Box) -> np.ndarray:
-        """The gradient of input ``t.slot`` of an LSTM op, recomputed from all its inputs and dy."""
-        flat = [v for arr_lo in self.data_regions(op, t.worker) for v in arr_lo]
-        kernel = _core.lstm_cell_backward if op.kind == "lstm_cell" else _core.lstm_hidden_backward
-        return kernel(*flat, np.ascontiguousarray(dy), dylo, t.slot, lo_of(dxbox), shape_of(dxbox))
-
     def params_of(self, t: Task, op: Op) -> list[int]:
         ndata = sum(1 for i in op.desc.inputs if i.role == DATA)
         return list(t.reads[ndata:])
-
-    # ---- partition-n-reduce
-    def reduction_shift(self, op: Op, worker: int) -> tuple[int, int] | None:
-        """(variable, start) of the reduction part ``worker`` computes, or None.  Its kernels run
-        as if that part were the whole reduction: every coordinate indexed by the variable is
-        shifted down by ``start`` (views only move their ``lo``, no data is copied)."""
-        cfg = self.plan_configs[op.name]
-        if cfg.reduction is None:
-            return None
-        var = op.desc.out_rank + op.desc.reductions.index(cfg.reduction[0])
-        return var, (worker % cfg.reduction[1]) * (op.desc.extents[var] // cfg.reduction[1])
-
-    def rebased(self, op: Op, slot: int, lo: tuple[int, ...], shift: tuple[int, int] | None) -> tuple[int, ...]:
-        if shift is None:
-            return lo
-        var, start = shift
-        exprs = op.desc.inputs[slot].exprs
-        return tuple(v - start if exprs[d].coefs[var] else v for d, v in enumerate(lo))
-
-    def rebased_shape(self, op: Op, slot: int, shift: tuple[int, int] | None) -> tuple[int, ...]:
-        """The shape of input ``slot`` as the kernels of one reduction part see it."""
-        shape = op.desc.inputs[slot].shape
-        if shift is None:
-            return shape
-        var = shift[0]
-        part = op.desc.extents[var] // self.plan_configs[op.name].reduction[1]
-        return tuple(part if e.coefs[var] else n for e, n in zip(op.desc.inputs[slot].exprs, shape))
-
-    def do_forward_partial(self, t: Task) -> None:
-        """This worker's part of the reduction (no activation: it applies to the sum)."""
-        self.do_forward(t, relu=False)
-
-    def do_sum_partials(self, t: Task) -> None:
-        """The owner's partial output plus the others', then the activation (csrc eltwise)."""
-        op = self.ops[t.op]
-        total = np.array(self.arr(t.reads[0]))
-        for r in t.reads[1:]:
-            total += self.arr(r)
-        if op.attrs.get("activation") == "relu":
-            lo = lo_of(self.box(t.writes[0]))
-            total = _core.relu_forward(total, lo, lo, total.shape)
-        self.store(t.writes[0], total)
-
-    def do_activation_grad(self, t: Task) -> None:
-        """The block's gradient through the activation, for every worker of the group."""
-        op = self.ops[t.op]
-        gbox = self.box(t.writes[0])
-        if len(t.reads) < 2:   # nothing flows back into this op
-            self.store(t.writes[0], np.zeros(shape_of(gbox), np.float32))
-            return
-        dy, dylo = self.view(t.reads[0])
-        if op.attrs.get("activation") == "relu":
-            y, ylo = self.view(t.reads[1])
-            dy = _core.relu_backward(y, ylo, dy, dylo, dylo, dy.shape)
-        self.store(t.writes[0], dy)
 
     def do_forward(self, t: Task, relu: bool | None = None) -> None:
         op = self.ops[t.op]

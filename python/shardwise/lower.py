@@ -56,6 +56,15 @@ def volume(box: Box | None) -> int:
     return prod(max(0, hi - lo) for lo, hi in box)
 
 
+def lo_of(box: Box) -> tuple[int, ...]:
+    """The box's lower corner (a view's global coordinates of its first element)."""
+    return tuple(lo for lo, _ in box)
+
+
+def shape_of(box: Box) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in box)
+
+
 def intersect(a: Box, b: Box) -> Box | None:
     out = tuple((max(al, bl), min(ah, bh)) for (al, ah), (bl, bh) in zip(a, b))
     return out if all(lo < hi for lo, hi in out) else None
