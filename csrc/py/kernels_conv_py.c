@@ -181,6 +181,18 @@ static PyArrayObject *output_view(held *h, PyObject *lo_obj, PyObject *shape_obj
     return a;
 }
 
+/* After the kernel ran: its output (a new reference) or its error as a Python exception;
+ * the arrays the call held are released either way. */
+static PyObject *finish(held *h, sw_status s, PyArrayObject *out) {
+    if (s != SW_OK) {
+        release(h);
+        return sw_py_raise(s);
+    }
+    Py_INCREF(out);
+    release(h);
+    return (PyObject *)out;
+}
+
 /* ------------------------------------------------------------------ convolution */
 
 static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwds) {
@@ -215,13 +227,7 @@ static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwd
     Py_BEGIN_ALLOW_THREADS
     s = sw_conv2d_forward(&x, &w, has_b ? &b : NULL, &y, &p);
     Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        release(&h);
-        return sw_py_raise(s);
-    }
-    Py_INCREF(ya);
-    release(&h);
-    return (PyObject *)ya;
+    return finish(&h, s, ya);
 }
 
 static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObject *kwds) {
@@ -250,13 +256,7 @@ static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObjec
     Py_BEGIN_ALLOW_THREADS
     s = sw_conv2d_backward_data(&w, &dy, &dx, &p);
     Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        release(&h);
-        return sw_py_raise(s);
-    }
-    Py_INCREF(dxa);
-    release(&h);
-    return (PyObject *)dxa;
+    return finish(&h, s, dxa);
 }
 
 /* The (dw, db) pair returned by the weight-gradient entry points. */
@@ -363,13 +363,7 @@ static PyObject *py_linear_forward(PyObject *self, PyObject *args, PyObject *kwd
     Py_BEGIN_ALLOW_THREADS
     s = sw_linear_forward(&x, &w, has_b ? &b : NULL, &y, relu);
     Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        release(&h);
-        return sw_py_raise(s);
-    }
-    Py_INCREF(ya);
-    release(&h);
-    return (PyObject *)ya;
+    return finish(&h, s, ya);
 }
 
 static PyObject *py_linear_backward_data(PyObject *self, PyObject *args, PyObject *kwds) {
@@ -394,13 +388,7 @@ static PyObject *py_linear_backward_data(PyObject *self, PyObject *args, PyObjec
     Py_BEGIN_ALLOW_THREADS
     s = sw_linear_backward_data(&w, &dy, &dx);
     Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        release(&h);
-        return sw_py_raise(s);
-    }
-    Py_INCREF(dxa);
-    release(&h);
-    return (PyObject *)dxa;
+    return finish(&h, s, dxa);
 }
 
 static PyObject *py_linear_backward_weight(PyObject *self, PyObject *args, PyObject *kwds) {
