@@ -339,21 +339,21 @@ def test_well_formed_but_wrong_checkpoints_are_refused(tmp_path, trained, case):
 
 # Checkpoints whose checksum is valid but whose fields are wrong (another tool wrote
 # them): every field is checked before the trainer changes.
-KNOWN_GAPS = {
+BAD_FIELDS = {
     "larger weight": (None, _set("weight/conv1.weight", np.zeros((7, 1, 5, 5), np.float32))),
     "steps not a number": (_set("steps", "abc"), None),
     "unknown momentum buffer": (_set("momentum_started", [10 ** 6]), None),
 }
 
 
-@pytest.mark.parametrize("case", sorted(KNOWN_GAPS))
+@pytest.mark.parametrize("case", sorted(BAD_FIELDS))
 def test_checkpoints_with_bad_fields_are_refused(tmp_path, trained, case):
     _, _, t, data = trained
     path = tmp_path / "run.ckpt"
     t.save_checkpoint(path)
     t.step(*data[1])
     before = state_of(t)
-    rewrite(path, *KNOWN_GAPS[case])
+    rewrite(path, *BAD_FIELDS[case])
     with pytest.raises(CheckpointError):
         t.load_checkpoint(path)
     assert_same_state(t, before)
