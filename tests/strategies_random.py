@@ -74,26 +74,33 @@ def chain_dag(draw) -> tuple[int, list[tuple[int, int]]]:
     return n, _chain(n)
 
 
-@st.composite
-def diamond_dag(draw) -> tuple[int, list[tuple[int, int]]]:
-    """A chain of fork-join blocks: s -> (b branches of length 1-2) -> t, repeated."""
+def _fork_join_blocks(draw, blocks, branches, depth) -> tuple[int, list[tuple[int, int]], int]:
+    """A chain of fork-join blocks from node 0: each block forks into ``branches`` paths of
+    ``depth`` nodes that join in a new node (a path of length 0 is a direct, maybe parallel,
+    edge).  The three arguments are strategies; returns (node count, edges, last join)."""
     edges: list[tuple[int, int]] = []
     n = 1
     head = 0
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(blocks)):
         tails = []
-        for _ in range(draw(st.integers(2, 3))):
+        for _ in range(draw(branches)):
             prev = head
-            for _ in range(draw(st.integers(0, 2))):
+            for _ in range(draw(depth)):
                 edges.append((prev, n))
                 prev = n
                 n += 1
             tails.append(prev)
         join = n
         n += 1
-        for t in tails:
-            edges.append((t, join))  # a branch of length 0 is a direct (maybe parallel) edge
+        edges += [(t, join) for t in tails]
         head = join
+    return n, edges, head
+
+
+@st.composite
+def diamond_dag(draw) -> tuple[int, list[tuple[int, int]]]:
+    """A chain of fork-join blocks: s -> (b branches of length 0-2) -> t, repeated."""
+    n, edges, _ = _fork_join_blocks(draw, st.integers(1, 3), st.integers(2, 3), st.integers(0, 2))
     return n, edges
 
 
@@ -136,22 +143,7 @@ def skip_dag(draw) -> tuple[int, list[tuple[int, int]]]:
 @st.composite
 def inception_dag(draw) -> tuple[int, list[tuple[int, int]]]:
     """Inception-like blocks: fork into 2-4 towers of depth 1-3, concat, repeat."""
-    edges: list[tuple[int, int]] = []
-    n = 1
-    head = 0
-    for _ in range(draw(st.integers(1, 2))):
-        tails = []
-        for _ in range(draw(st.integers(2, 4))):
-            prev = head
-            for _ in range(draw(st.integers(1, 3))):
-                edges.append((prev, n))
-                prev = n
-                n += 1
-            tails.append(prev)
-        concat = n
-        n += 1
-        edges += [(t, concat) for t in tails]
-        head = concat
+    n, edges, head = _fork_join_blocks(draw, st.integers(1, 2), st.integers(2, 4), st.integers(1, 3))
     if draw(st.booleans()):
         edges.append((head, n))
         n += 1
