@@ -19,8 +19,7 @@ from shardwise.errors import ShapeError
 from shardwise.init import init_params
 from shardwise.train import SGD, Trainer
 from strategies_random import random_plan
-
-RTOL = 1e-4
+from training_checks import RTOL, assert_close_weights, reference_run
 OPT = SGD(lr=0.5, momentum=0.9, weight_decay=1e-4)   # a large step, so 3 steps move the weights visibly
 
 
@@ -39,25 +38,6 @@ def rnn_batch(g: sw.Graph, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray
     return inputs, rng.integers(0, classes, g["softmax"].shape[0])
 
 
-def reference_run(g, inputs, labels, steps=3, opt=OPT):
-    params = init_params(g, 0)
-    buffers: dict = {}
-    losses = []
-    for _ in range(steps):
-        loss, grads = ref.loss_and_grads(g, params, inputs, labels)
-        losses.append(loss)
-        ref.sgd_step(params, grads, buffers, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
-    return losses, params
-
-
-def assert_close_weights(got, want, rtol=RTOL):
-    assert set(got) == set(want)
-    for k in want:
-        scale = max(float(np.abs(want[k]).max()), 1e-3)
-        err = float(np.abs(got[k] - want[k]).max())
-        assert err <= rtol * scale, f"{k}: |diff| {err:.3g} > {rtol} * {scale:.3g}"
-
-
 def one_worker(g, opt=OPT) -> Trainer:
     return Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {}), optimizer=opt)
 
@@ -69,7 +49,7 @@ def expected():
     inputs, labels = rnn_batch(g, 0)
     t = one_worker(g)
     losses = [t.step(inputs, labels) for _ in range(3)]
-    want_losses, want_params = reference_run(g, inputs, labels)
+    want_losses, want_params = reference_run(g, inputs, labels, 3, OPT)
     np.testing.assert_allclose(losses, want_losses, rtol=RTOL)
     assert_close_weights(t.get_weights(), want_params)
     assert losses[-1] < losses[0]

@@ -16,8 +16,7 @@ from shardwise import reference as ref
 from shardwise.init import init_params
 from shardwise.train import SGD, Trainer, TrainingError
 from strategies_random import assert_other_threads_run, random_plan
-
-RTOL = 1e-4
+from training_checks import RTOL, assert_close_weights, reference_run
 
 
 def mixed_graph(batch: int = 8) -> sw.Graph:
@@ -39,24 +38,6 @@ def mixed_graph(batch: int = 8) -> sw.Graph:
     x = g.linear(x, 5, name="fc2")
     g.softmax(x, name="prob")
     return g
-
-
-def reference_run(g, x, y, steps, opt):
-    params = init_params(g, 0)
-    buffers: dict = {}
-    losses = []
-    for _ in range(steps):
-        loss, grads = ref.loss_and_grads(g, params, x, y)
-        losses.append(loss)
-        ref.sgd_step(params, grads, buffers, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
-    return losses, params
-
-
-def assert_close_weights(got, want):
-    assert set(got) == set(want)
-    for k in want:
-        scale = max(float(np.abs(want[k]).max()), 1e-3)
-        assert np.abs(got[k] - want[k]).max() <= RTOL * scale, k
 
 
 @pytest.mark.parametrize("seed", range(12))
