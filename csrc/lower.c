@@ -57,14 +57,6 @@ typedef struct {
     int32_t *bufs, *ready;       /* per worker: buffers to reduce, task after which each is ready */
 } lowering;
 
-#define TRY(expr)                 \
-    do {                          \
-        sw_status s_ = (expr);    \
-        if (s_ != SW_OK) {        \
-            return s_;            \
-        }                         \
-    } while (0)
-
 /* ------------------------------------------------------------------ small helpers */
 static const sw_op *op_at(const lowering *L, int op) { return &L->p->ops[op]; }
 static const sw_config *cfg_of(const lowering *L, int op) { return &L->plan->cfg[op]; }
@@ -225,18 +217,18 @@ static sw_status gather(lowering *L, int op, int slot, int w) {
         }
     }
     int32_t buf;
-    TRY(sw_tg_buffer(L->g, dev, SW_BUF_REGION, prod, &reg, &buf));
+    SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_REGION, prod, &reg, &buf));
     find_pieces(L, prod, &reg);
     for (int q = 0; q < L->npieces; q++) {
         int s = L->piece_w[q];
         sw_task t = copy_of(SW_PHASE_FORWARD, dev, dev_of(L, prod, s), op, w, slot, &L->piece_box[q]);
         int32_t dep = L->act_task[widx(L, prod, s)];
-        TRY(add_task(L, &t, &dep, 1, &L->deps[q]));
+        SW_TRY(add_task(L, &t, &dep, 1, &L->deps[q]));
     }
     int32_t join = L->deps[0];
     if (L->npieces > 1) {  /* the consumer depends on every piece: one join */
         sw_task t = task_of(SW_TASK_JOIN, SW_PHASE_FORWARD, dev, op, w);
-        TRY(add_task(L, &t, L->deps, L->npieces, &join));
+        SW_TRY(add_task(L, &t, L->deps, L->npieces, &join));
     }
     L->in_buf[at] = buf;
     L->in_task[at] = join;
@@ -255,7 +247,7 @@ static sw_status param_buffers(lowering *L, int op, int w, int *count) {
         if (!region(L, op, k, w, &reg)) {
             continue;   /* a bias in a reduction group: the owner's alone */
         }
-        TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_PARAM, op, &reg, &L->in_buf[sidx(L, op, k, w)]));
+        SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_PARAM, op, &reg, &L->in_buf[sidx(L, op, k, w)]));
         (*count)++;
     }
     return SW_OK;
@@ -278,20 +270,20 @@ static sw_status reduce_among(lowering *L, int op, int slot, sw_phase phase, sw_
         for (int q = 1; q < r; q++) {
             int m = L->members[q];
             int32_t recv;
-            TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
+            SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
             sw_task t = copy_of(phase, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
-            TRY(add_task(L, &t, &L->ready[m], 1, &L->deps[nd++]));
+            SW_TRY(add_task(L, &t, &L->ready[m], 1, &L->deps[nd++]));
         }
         sw_task t = task_of(kind, phase, lead_dev, op, lead);
         t.nreads = r;
         t.elements = sw_box_volume(&box);
         int32_t total;
-        TRY(add_task(L, &t, L->deps, nd, &total));
+        SW_TRY(add_task(L, &t, L->deps, nd, &total));
         L->ready[lead] = total;
         for (int q = 1; q < r; q++) {
             int m = L->members[q];
             sw_task back = copy_of(phase, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
-            TRY(add_task(L, &back, &total, 1, &L->ready[m]));
+            SW_TRY(add_task(L, &back, &total, 1, &L->ready[m]));
         }
     }
     return SW_OK;
@@ -302,26 +294,26 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
     const sw_op *o = op_at(L, op);
     int k = cfg_of(L, op)->nworkers, data = first_slot(o, SW_ROLE_DATA), stat = first_slot(o, SW_ROLE_STAT);
     for (int w = 0; w < k; w++) {
-        TRY(gather(L, op, data, w));
+        SW_TRY(gather(L, op, data, w));
         int32_t dev = dev_of(L, op, w);
         sw_box sbox;
         region(L, op, stat, w, &sbox);
-        TRY(sw_tg_buffer(L->g, dev, SW_BUF_STATS, op, &sbox, &L->bufs[w]));
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_STATS, op, &sbox, &L->bufs[w]));
         sw_task t = task_of(SW_TASK_BN_STATS, SW_PHASE_FORWARD, dev, op, w);
         t.nreads = 1;
         t.elements = sw_box_volume(&sbox);
-        TRY(add_task(L, &t, &L->in_task[sidx(L, op, data, w)], 1, &L->ready[w]));
+        SW_TRY(add_task(L, &t, &L->in_task[sidx(L, op, data, w)], 1, &L->ready[w]));
     }
-    TRY(reduce_among(L, op, stat, SW_PHASE_FORWARD, SW_TASK_STATS_REDUCE));
+    SW_TRY(reduce_among(L, op, stat, SW_PHASE_FORWARD, SW_TASK_STATS_REDUCE));
     for (int w = 0; w < k; w++) {
         int nparams, wi = widx(L, op, w);
-        TRY(param_buffers(L, op, w, &nparams));
-        TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
+        SW_TRY(param_buffers(L, op, w, &nparams));
+        SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
         sw_task t = task_of(SW_TASK_BN_APPLY, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
         t.nreads = 2 + nparams;
         t.elements = sw_box_volume(&L->box[wi]);
         int32_t deps[2] = {L->in_task[sidx(L, op, data, w)], L->ready[w]};
-        TRY(add_task(L, &t, deps, 2, &L->act_task[wi]));
+        SW_TRY(add_task(L, &t, deps, 2, &L->act_task[wi]));
     }
     return SW_OK;
 }
@@ -335,14 +327,14 @@ static sw_status worker_forward(lowering *L, int op, int w, sw_buffer_kind buf_k
     int nd = 0, nparams, wi = widx(L, op, w);
     for (int slot = 0; slot < o->ninputs; slot++) {
         if (o->inputs[slot].role == SW_ROLE_DATA) {
-            TRY(gather(L, op, slot, w));
+            SW_TRY(gather(L, op, slot, w));
             if (L->in_buf[sidx(L, op, slot, w)] != NONE) {
                 deps[nd++] = L->in_task[sidx(L, op, slot, w)];
             }
         }
     }
-    TRY(param_buffers(L, op, w, &nparams));
-    TRY(sw_tg_buffer(L->g, dev_of(L, op, w), buf_kind, op, &L->box[wi], buf));
+    SW_TRY(param_buffers(L, op, w, &nparams));
+    SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), buf_kind, op, &L->box[wi], buf));
     sw_task t = task_of(kind, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
     t.nreads = nd + nparams;
     t.elements = sw_box_volume(&L->box[wi]);
@@ -355,7 +347,7 @@ static sw_status worker_forward(lowering *L, int op, int w, sw_buffer_kind buf_k
 static sw_status lower_reduction_forward(lowering *L, int op) {
     const sw_config *c = cfg_of(L, op);
     for (int w = 0; w < c->nworkers; w++) {
-        TRY(worker_forward(L, op, w, SW_BUF_PARTIAL, SW_TASK_FORWARD_PARTIAL, &L->bufs[w], &L->ready[w]));
+        SW_TRY(worker_forward(L, op, w, SW_BUF_PARTIAL, SW_TASK_FORWARD_PARTIAL, &L->bufs[w], &L->ready[w]));
     }
     for (int owner = 0; owner < c->nworkers; owner += c->rdeg) {
         int wi = widx(L, op, owner), nd = 0;
@@ -363,15 +355,15 @@ static sw_status lower_reduction_forward(lowering *L, int op) {
         L->deps[nd++] = L->ready[owner];
         for (int m = owner + 1; m < owner + c->rdeg; m++) {
             int32_t recv;
-            TRY(sw_tg_buffer(L->g, odev, SW_BUF_RECV, op, &L->box[wi], &recv));
+            SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_RECV, op, &L->box[wi], &recv));
             sw_task t = copy_of(SW_PHASE_FORWARD, odev, dev_of(L, op, m), op, m, NONE, &L->box[wi]);
-            TRY(add_task(L, &t, &L->ready[m], 1, &L->deps[nd++]));
+            SW_TRY(add_task(L, &t, &L->ready[m], 1, &L->deps[nd++]));
         }
-        TRY(sw_tg_buffer(L->g, odev, SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
+        SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
         sw_task t = task_of(SW_TASK_SUM_PARTIALS, SW_PHASE_FORWARD, odev, op, owner);
         t.nreads = c->rdeg;
         t.elements = sw_box_volume(&L->box[wi]);
-        TRY(add_task(L, &t, L->deps, nd, &L->act_task[wi]));
+        SW_TRY(add_task(L, &t, L->deps, nd, &L->act_task[wi]));
     }
     return SW_OK;
 }
@@ -394,7 +386,7 @@ static sw_status lower_forward(lowering *L, int op) {
                                                          : SW_TASK_FORWARD;
     for (int w = 0; w < c->nworkers; w++) {
         int wi = widx(L, op, w);
-        TRY(worker_forward(L, op, w, SW_BUF_ACTIVATION, task_kind, &L->act[wi], &L->act_task[wi]));
+        SW_TRY(worker_forward(L, op, w, SW_BUF_ACTIVATION, task_kind, &L->act[wi], &L->act_task[wi]));
     }
     return SW_OK;
 }
@@ -408,7 +400,7 @@ static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t d
     if (L->grad[widx(L, src, 0)] == NONE) {
         for (int s = 0; s < ks; s += cfg_of(L, src)->rdeg) {   /* the owners of the output blocks */
             int wi = widx(L, src, s);
-            TRY(sw_tg_buffer(L->g, dev_of(L, src, s), SW_BUF_GRAD, src, &L->box[wi], &L->grad[wi]));
+            SW_TRY(sw_tg_buffer(L->g, dev_of(L, src, s), SW_BUF_GRAD, src, &L->box[wi], &L->grad[wi]));
         }
     }
     find_pieces(L, src, reg);
@@ -418,16 +410,16 @@ static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t d
         const sw_box *piece = &L->piece_box[q];
         if (sdev != dev) {
             int32_t recv;
-            TRY(sw_tg_buffer(L->g, sdev, SW_BUF_RECV, src, piece, &recv));
+            SW_TRY(sw_tg_buffer(L->g, sdev, SW_BUF_RECV, src, piece, &recv));
             sw_task t = copy_of(SW_PHASE_BACKWARD, sdev, dev, consumer, w, slot, piece);
-            TRY(add_task(L, &t, &ptask, 1, &dep));
+            SW_TRY(add_task(L, &t, &ptask, 1, &dep));
         }
         sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_BACKWARD, sdev, src, s);
         t.box = *piece;
         t.nreads = 1;
         t.elements = sw_box_volume(piece);
         int32_t deps[2] = {dep, L->grad_last[widx(L, src, s)]};
-        TRY(add_task(L, &t, deps, 2, &L->grad_last[widx(L, src, s)]));
+        SW_TRY(add_task(L, &t, deps, 2, &L->grad_last[widx(L, src, s)]));
     }
     return SW_OK;
 }
@@ -441,12 +433,12 @@ static sw_status lower_batchnorm_backward_sums(lowering *L, int op) {
         int32_t dev = dev_of(L, op, w);
         sw_box sbox;
         region(L, op, stat, w, &sbox);
-        TRY(sw_tg_buffer(L->g, dev, SW_BUF_STATS, op, &sbox, &L->bufs[w]));
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_STATS, op, &sbox, &L->bufs[w]));
         sw_task t = task_of(SW_TASK_BN_BACKWARD_STATS, SW_PHASE_BACKWARD, dev, op, w);
         t.nreads = has_grad + 1;
         t.elements = sw_box_volume(&sbox);
         int32_t deps[2] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi]};
-        TRY(add_task(L, &t, deps, 2, &L->ready[w]));
+        SW_TRY(add_task(L, &t, deps, 2, &L->ready[w]));
     }
     return reduce_among(L, op, stat, SW_PHASE_BACKWARD, SW_TASK_STATS_REDUCE);
 }
@@ -465,13 +457,13 @@ static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdep
         sw_box reg;
         if (o->inputs[slot].role == SW_ROLE_WEIGHT && region(L, op, slot, w, &reg)) {
             int at = sidx(L, op, slot, w);
-            TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARAM_GRAD, op, &reg, &L->wgrad_buf[at]));
+            SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARAM_GRAD, op, &reg, &L->wgrad_buf[at]));
             first = first == NONE ? L->wgrad_buf[at] : first;
         }
     }
     t.elements = sw_box_volume(&L->g->buffers[first].box);
     int32_t id;
-    TRY(add_task(L, &t, gdeps, ngdeps, &id));
+    SW_TRY(add_task(L, &t, gdeps, ngdeps, &id));
     for (int slot = 0; slot < o->ninputs; slot++) {
         if (o->inputs[slot].role == SW_ROLE_WEIGHT && L->wgrad_buf[sidx(L, op, slot, w)] != NONE) {
             L->wgrad_task[sidx(L, op, slot, w)] = id;
@@ -485,13 +477,13 @@ static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *de
     int at = sidx(L, op, slot, w), src = op_at(L, op)->inputs[slot].producer;
     int32_t dev = dev_of(L, op, w), pbuf, t_id;
     sw_box reg = L->g->buffers[L->in_buf[at]].box;
-    TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARTIAL_GRAD, src, &reg, &pbuf));
+    SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARTIAL_GRAD, src, &reg, &pbuf));
     sw_task t = task_of(SW_TASK_BACKWARD_DATA, SW_PHASE_BACKWARD, dev, op, w);
     t.slot = slot;
     t.nreads = nreads;
     t.elements = sw_box_volume(&reg);
     deps[ndeps] = L->in_task[at];
-    TRY(add_task(L, &t, deps, ndeps + 1, &t_id));
+    SW_TRY(add_task(L, &t, deps, ndeps + 1, &t_id));
     return scatter_grad(L, src, &reg, dev, t_id, op, w, slot);
 }
 
@@ -505,16 +497,16 @@ static sw_status lower_reduction_backward(lowering *L, int op) {
     for (int owner = 0; owner < c->nworkers; owner += c->rdeg) {
         int wi = widx(L, op, owner);
         int32_t odev = dev_of(L, op, owner);
-        TRY(sw_tg_buffer(L->g, odev, SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[owner]));
+        SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[owner]));
         sw_task t = task_of(SW_TASK_ACTIVATION_GRAD, SW_PHASE_BACKWARD, odev, op, owner);
         t.nreads = has_grad + 1;
         t.elements = sw_box_volume(&L->box[wi]);
         int32_t deps[2] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi]};
-        TRY(add_task(L, &t, deps, 2, &L->ready[owner]));
+        SW_TRY(add_task(L, &t, deps, 2, &L->ready[owner]));
         for (int m = owner + 1; m < owner + c->rdeg; m++) {
-            TRY(sw_tg_buffer(L->g, dev_of(L, op, m), SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[m]));
+            SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, m), SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[m]));
             sw_task cp = copy_of(SW_PHASE_BACKWARD, dev_of(L, op, m), odev, op, m, NONE, &L->box[wi]);
-            TRY(add_task(L, &cp, &L->ready[owner], 1, &L->ready[m]));
+            SW_TRY(add_task(L, &cp, &L->ready[owner], 1, &L->ready[m]));
         }
     }
     for (int w = 0; w < c->nworkers; w++) {
@@ -524,10 +516,10 @@ static sw_status lower_reduction_backward(lowering *L, int op) {
                 (sw_op_kind)L->plan->kind[o->inputs[slot].producer] == SW_OPKIND_INPUT) {
                 continue;
             }
-            TRY(backward_data(L, op, w, slot, gdeps, 1, 2));
+            SW_TRY(backward_data(L, op, w, slot, gdeps, 1, 2));
         }
         if (has_weights(o)) {
-            TRY(backward_weight(L, op, w, gdeps, 1, 0));
+            SW_TRY(backward_weight(L, op, w, gdeps, 1, 0));
         }
     }
     return SW_OK;
@@ -544,7 +536,7 @@ static sw_status lower_backward(lowering *L, int op) {
     }
     int has_grad = L->grad[widx(L, op, 0)] != NONE;  /* the softmax's comes from the loss */
     if (kind == SW_OPKIND_BATCHNORM) {
-        TRY(lower_batchnorm_backward_sums(L, op));
+        SW_TRY(lower_batchnorm_backward_sums(L, op));
     }
     for (int w = 0; w < cfg_of(L, op)->nworkers; w++) {
         int wi = widx(L, op, w);
@@ -561,10 +553,10 @@ static sw_status lower_backward(lowering *L, int op) {
             if ((sw_op_kind)L->plan->kind[o->inputs[slot].producer] == SW_OPKIND_INPUT) {
                 continue;  /* no gradient flows into the graph's inputs */
             }
-            TRY(backward_data(L, op, w, slot, gdeps, ng, has_grad + 2));
+            SW_TRY(backward_data(L, op, w, slot, gdeps, ng, has_grad + 2));
         }
         if (has_weights(o)) {
-            TRY(backward_weight(L, op, w, gdeps, ng, has_grad));
+            SW_TRY(backward_weight(L, op, w, gdeps, ng, has_grad));
         }
     }
     return SW_OK;
@@ -582,28 +574,28 @@ static sw_status sync_group(lowering *L, int op, int slot, int r) {
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
         int32_t recv;
-        TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
+        SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
         sw_task t = copy_of(SW_PHASE_SYNC, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
-        TRY(add_task(L, &t, &L->wgrad_task[sidx(L, op, slot, m)], 1, &L->deps[nd++]));
+        SW_TRY(add_task(L, &t, &L->wgrad_task[sidx(L, op, slot, m)], 1, &L->deps[nd++]));
     }
     int32_t red = L->deps[0], mom, upd;
     if (r > 1) {
         sw_task t = task_of(SW_TASK_REDUCE, SW_PHASE_SYNC, lead_dev, op, lead);
         t.nreads = r;
         t.elements = sw_box_volume(&box);
-        TRY(add_task(L, &t, L->deps, nd, &red));
+        SW_TRY(add_task(L, &t, L->deps, nd, &red));
     }
-    TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
+    SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
     int32_t param = L->in_buf[sidx(L, op, slot, lead)];
     sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, lead_dev, op, lead);
     u.nreads = 3;
     u.elements = sw_box_volume(&L->g->buffers[param].box);
-    TRY(add_task(L, &u, &red, 1, &upd));
+    SW_TRY(add_task(L, &u, &red, 1, &upd));
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
         int32_t id;
         sw_task t = copy_of(SW_PHASE_UPDATE, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
-        TRY(add_task(L, &t, &upd, 1, &id));
+        SW_TRY(add_task(L, &t, &upd, 1, &id));
     }
     return SW_OK;
 }
@@ -617,7 +609,7 @@ static sw_status lower_sync(lowering *L, int op) {
         int from = 0, r;
         start_groups(L, op, slot);
         while ((r = next_group(L, op, &from)) > 0) {
-            TRY(sync_group(L, op, slot, r));
+            SW_TRY(sync_group(L, op, slot, r));
         }
     }
     return SW_OK;
@@ -750,16 +742,16 @@ static sw_status alloc_state(lowering *L) {
 }
 
 static sw_status run(lowering *L) {
-    TRY(alloc_state(L));
+    SW_TRY(alloc_state(L));
     for (int op = 0; op < L->p->nops; op++) {
-        TRY(lower_forward(L, op));
+        SW_TRY(lower_forward(L, op));
     }
     for (int op = L->p->nops - 1; op >= 0; op--) {
-        TRY(lower_backward(L, op));
+        SW_TRY(lower_backward(L, op));
     }
     for (int op = 0; op < L->p->nops; op++) {
         if (has_weights(op_at(L, op))) {
-            TRY(lower_sync(L, op));
+            SW_TRY(lower_sync(L, op));
         }
     }
     return SW_OK;
@@ -770,7 +762,7 @@ sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g) {
         return SW_FAIL(SW_ERR_VALUE, "lowering ring all-reduce synchronization is not implemented yet; "
                                      "use the parameter server model");
     }
-    TRY(sw_plan_check(p, plan));
+    SW_TRY(sw_plan_check(p, plan));
     lowering L;
     memset(&L, 0, sizeof L);
     L.p = p;

@@ -42,27 +42,19 @@ static sw_status take_range(reader *r, int64_t *v, int64_t lo, int64_t hi, const
     return SW_OK;
 }
 
-#define TRY(expr)                 \
-    do {                          \
-        sw_status s_ = (expr);    \
-        if (s_ != SW_OK) {        \
-            return s_;            \
-        }                         \
-    } while (0)
-
 static sw_status decode_input(reader *r, sw_problem *p, int opi, sw_op *op, sw_input *in) {
     int64_t v = 0;
-    TRY(take_range(r, &v, 0, 2, "input role"));
+    SW_TRY(take_range(r, &v, 0, 2, "input role"));
     in->role = (sw_role)v;
-    TRY(take_range(r, &v, -1, opi - 1, "input producer"));
+    SW_TRY(take_range(r, &v, -1, opi - 1, "input producer"));
     in->producer = (int)v;
     if ((in->role == SW_ROLE_DATA) != (in->producer >= 0)) {
         return SW_FAIL(SW_ERR_VALUE, "op %d: data inputs need a producer, weights must not have one", opi);
     }
-    TRY(take_range(r, &v, 1, SW_MAX_RANK, "input rank"));
+    SW_TRY(take_range(r, &v, 1, SW_MAX_RANK, "input rank"));
     in->rank = (int)v;
     for (int d = 0; d < in->rank; d++) {
-        TRY(take_range(r, &in->shape[d], 1, INT64_MAX / 4, "input dimension"));
+        SW_TRY(take_range(r, &in->shape[d], 1, INT64_MAX / 4, "input dimension"));
     }
     if (in->producer >= 0) {
         const sw_op *src = &p->ops[in->producer];
@@ -78,18 +70,18 @@ static sw_status decode_input(reader *r, sw_problem *p, int opi, sw_op *op, sw_i
     for (int d = 0; d < in->rank; d++) {
         sw_index_expr *e = &in->expr[d];
         for (int k = 0; k < op->nvars; k++) {
-            TRY(take_range(r, &e->coef[k], -(1 << 20), 1 << 20, "index coefficient"));
+            SW_TRY(take_range(r, &e->coef[k], -(1 << 20), 1 << 20, "index coefficient"));
         }
-        TRY(take_range(r, &e->offset, -(INT64_C(1) << 40), INT64_C(1) << 40, "index offset"));
-        TRY(take_range(r, &e->div, 1, INT64_C(1) << 40, "index divisor"));
-        TRY(take_range(r, &e->mod, 0, INT64_C(1) << 40, "index modulus"));
+        SW_TRY(take_range(r, &e->offset, -(INT64_C(1) << 40), INT64_C(1) << 40, "index offset"));
+        SW_TRY(take_range(r, &e->div, 1, INT64_C(1) << 40, "index divisor"));
+        SW_TRY(take_range(r, &e->mod, 0, INT64_C(1) << 40, "index modulus"));
     }
-    TRY(take_range(r, &v, 0, 1, "window flag"));
+    SW_TRY(take_range(r, &v, 0, 1, "window flag"));
     in->has_window = (int)v;
     if (in->has_window) {
         for (int d = 0; d < op->out_rank; d++) {
-            TRY(take_range(r, &in->win_lo[d], 0, op->extent[d], "window start"));
-            TRY(take_range(r, &in->win_hi[d], in->win_lo[d], op->extent[d], "window end"));
+            SW_TRY(take_range(r, &in->win_lo[d], 0, op->extent[d], "window start"));
+            SW_TRY(take_range(r, &in->win_hi[d], in->win_lo[d], op->extent[d], "window end"));
         }
     }
     return SW_OK;
@@ -98,18 +90,18 @@ static sw_status decode_input(reader *r, sw_problem *p, int opi, sw_op *op, sw_i
 static sw_status decode_op(reader *r, sw_problem *p, int opi, const double *flops) {
     sw_op *op = &p->ops[opi];
     int64_t v = 0;
-    TRY(take_range(r, &v, 1, SW_MAX_VARS, "iteration variables"));
+    SW_TRY(take_range(r, &v, 1, SW_MAX_VARS, "iteration variables"));
     op->nvars = (int)v;
-    TRY(take_range(r, &v, 1, op->nvars < SW_MAX_RANK ? op->nvars : SW_MAX_RANK, "output rank"));
+    SW_TRY(take_range(r, &v, 1, op->nvars < SW_MAX_RANK ? op->nvars : SW_MAX_RANK, "output rank"));
     op->out_rank = (int)v;
     for (int k = 0; k < op->nvars; k++) {
-        TRY(take_range(r, &op->extent[k], 1, INT64_MAX / 4, "iteration extent"));
+        SW_TRY(take_range(r, &op->extent[k], 1, INT64_MAX / 4, "iteration extent"));
     }
     for (int d = 0; d < op->out_rank; d++) {
-        TRY(take_range(r, &op->granule[d], 1, op->extent[d], "split granule"));
+        SW_TRY(take_range(r, &op->granule[d], 1, op->extent[d], "split granule"));
     }
     for (int k = op->out_rank; k < op->nvars; k++) {
-        TRY(take_range(r, &v, 0, 1, "additive flag"));
+        SW_TRY(take_range(r, &v, 0, 1, "additive flag"));
         op->additive[k] = (uint8_t)v;
     }
     op->flops_per_point = flops[2 * opi];
@@ -118,7 +110,7 @@ static sw_status decode_op(reader *r, sw_problem *p, int opi, const double *flop
         op->flops_per_output < 0) {
         return SW_FAIL(SW_ERR_VALUE, "op %d: FLOP counts must be finite and non-negative", opi);
     }
-    TRY(take_range(r, &v, 0, 64, "input count"));
+    SW_TRY(take_range(r, &v, 0, 64, "input count"));
     op->ninputs = (int)v;
     if (op->ninputs > 0) {
         op->inputs = calloc((size_t)op->ninputs, sizeof *op->inputs);
@@ -127,7 +119,7 @@ static sw_status decode_op(reader *r, sw_problem *p, int opi, const double *flop
         }
     }
     for (int k = 0; k < op->ninputs; k++) {
-        TRY(decode_input(r, p, opi, op, &op->inputs[k]));
+        SW_TRY(decode_input(r, p, opi, op, &op->inputs[k]));
     }
     return SW_OK;
 }
@@ -154,10 +146,10 @@ static sw_status check_devices(int ndev, const double *dev_flops, const double *
 sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len, const double *flops,
                          int ndev, const double *dev_flops, const double *dev_membw, const double *bw) {
     *out = NULL;
-    TRY(check_devices(ndev, dev_flops, dev_membw, bw));
+    SW_TRY(check_devices(ndev, dev_flops, dev_membw, bw));
     reader r = {blob, blob_len, 0};
     int64_t nops = 0;
-    TRY(take_range(&r, &nops, 1, 1 << 20, "op count"));
+    SW_TRY(take_range(&r, &nops, 1, 1 << 20, "op count"));
     sw_problem *p = calloc(1, sizeof *p);
     if (!p) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");

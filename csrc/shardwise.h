@@ -57,6 +57,14 @@ typedef enum {
 const char *sw_last_error(void);
 sw_status sw_set_error(sw_status status, const char *file, int line, const char *fmt, ...);
 #define SW_FAIL(status, ...) sw_set_error((status), __FILE__, __LINE__, __VA_ARGS__)
+/* Return the status of `expr` from the calling function unless it is SW_OK. */
+#define SW_TRY(expr)              \
+    do {                          \
+        sw_status s_ = (expr);    \
+        if (s_ != SW_OK) {        \
+            return s_;            \
+        }                         \
+    } while (0)
 
 /* ---------------------------------------------------------------- regions */
 typedef struct {
