@@ -321,6 +321,11 @@ WELL_FORMED_BUT_WRONG = {
     "smaller weight": (None, _set("weight/conv1.weight", np.zeros((5, 1, 5, 5), np.float32))),
     "weight of another rank": (None, _set("weight/fc3.bias", np.zeros((10, 1), np.float32))),
     "missing momentum": (None, lambda a: a.pop(next(k for k in sorted(a) if k.startswith("momentum/")))),
+    # fields only another tool would write wrongly, with a valid checksum: every field is
+    # checked before the trainer changes
+    "larger weight": (None, _set("weight/conv1.weight", np.zeros((7, 1, 5, 5), np.float32))),
+    "steps not a number": (_set("steps", "abc"), None),
+    "unknown momentum buffer": (_set("momentum_started", [10 ** 6]), None),
 }
 
 
@@ -332,28 +337,6 @@ def test_well_formed_but_wrong_checkpoints_are_refused(tmp_path, trained, case):
     t.step(*data[1])
     before = state_of(t)
     rewrite(path, *WELL_FORMED_BUT_WRONG[case])
-    with pytest.raises(CheckpointError):
-        t.load_checkpoint(path)
-    assert_same_state(t, before)
-
-
-# Checkpoints whose checksum is valid but whose fields are wrong (another tool wrote
-# them): every field is checked before the trainer changes.
-BAD_FIELDS = {
-    "larger weight": (None, _set("weight/conv1.weight", np.zeros((7, 1, 5, 5), np.float32))),
-    "steps not a number": (_set("steps", "abc"), None),
-    "unknown momentum buffer": (_set("momentum_started", [10 ** 6]), None),
-}
-
-
-@pytest.mark.parametrize("case", sorted(BAD_FIELDS))
-def test_checkpoints_with_bad_fields_are_refused(tmp_path, trained, case):
-    _, _, t, data = trained
-    path = tmp_path / "run.ckpt"
-    t.save_checkpoint(path)
-    t.step(*data[1])
-    before = state_of(t)
-    rewrite(path, *BAD_FIELDS[case])
     with pytest.raises(CheckpointError):
         t.load_checkpoint(path)
     assert_same_state(t, before)
