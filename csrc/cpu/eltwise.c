@@ -16,27 +16,6 @@ typedef enum {
     ELT_ADD,            /* y = a + b */
 } eltwise_kind;
 
-/* out's rank 1..SW_MAX_RANK, in (if not NULL) of the same rank and covering out's box. */
-static sw_status check_input(const sw_view *in, const char *in_name, const sw_view *out, const char *out_name) {
-    if (!in) {
-        return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", in_name);
-    }
-    sw_status s = sw_view_check(in, out->rank, in_name);
-    for (int d = 0; s == SW_OK && d < out->rank; d++) {
-        s = sw_view_check_covers(in, d, in_name, out, d, out_name, "index");
-    }
-    return s;
-}
-
-static sw_status check_output(const sw_view *out, const char *out_name) {
-    if (!out) {
-        return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", out_name);
-    }
-    if (out->rank < 1 || out->rank > SW_MAX_RANK) {
-        return SW_FAIL(SW_ERR_VALUE, "%s: rank %d is not in 1..%d", out_name, out->rank, SW_MAX_RANK);
-    }
-    return sw_view_check(out, out->rank, out_name);
-}
 
 /* y[i] = f(a[i], b[i]) for every global index i in y's box (b unused for ReLU forward). */
 static void eltwise_rows(eltwise_kind kind, const sw_view *a, const sw_view *b, sw_view *y) {
@@ -74,9 +53,9 @@ static void eltwise_rows(eltwise_kind kind, const sw_view *a, const sw_view *b, 
 
 /* x (any rank) covers y's box; y = max(x, 0) over y's box. */
 sw_status sw_relu_forward(const sw_view *x, sw_view *y) {
-    sw_status s = check_output(y, "relu_forward: y");
+    sw_status s = sw_view_check_elementwise_out(y, "relu_forward: y");
     if (s == SW_OK) {
-        s = check_input(x, "relu_forward: x", y, "y");
+        s = sw_view_check_elementwise_in(x, "relu_forward: x", y, "y");
     }
     if (s == SW_OK) {
         eltwise_rows(ELT_RELU_FORWARD, x, NULL, y);
@@ -86,12 +65,12 @@ sw_status sw_relu_forward(const sw_view *x, sw_view *y) {
 
 /* y (the forward output) and dy cover dx's box; dx = dy * (y > 0) over dx's box. */
 sw_status sw_relu_backward(const sw_view *y, const sw_view *dy, sw_view *dx) {
-    sw_status s = check_output(dx, "relu_backward: dx");
+    sw_status s = sw_view_check_elementwise_out(dx, "relu_backward: dx");
     if (s == SW_OK) {
-        s = check_input(y, "relu_backward: y", dx, "dx");
+        s = sw_view_check_elementwise_in(y, "relu_backward: y", dx, "dx");
     }
     if (s == SW_OK) {
-        s = check_input(dy, "relu_backward: dy", dx, "dx");
+        s = sw_view_check_elementwise_in(dy, "relu_backward: dy", dx, "dx");
     }
     if (s == SW_OK) {
         eltwise_rows(ELT_RELU_BACKWARD, y, dy, dx);
@@ -101,12 +80,12 @@ sw_status sw_relu_backward(const sw_view *y, const sw_view *dy, sw_view *dx) {
 
 /* a and b cover y's box; y = a + b over y's box. */
 sw_status sw_add_forward(const sw_view *a, const sw_view *b, sw_view *y) {
-    sw_status s = check_output(y, "add_forward: y");
+    sw_status s = sw_view_check_elementwise_out(y, "add_forward: y");
     if (s == SW_OK) {
-        s = check_input(a, "add_forward: a", y, "y");
+        s = sw_view_check_elementwise_in(a, "add_forward: a", y, "y");
     }
     if (s == SW_OK) {
-        s = check_input(b, "add_forward: b", y, "y");
+        s = sw_view_check_elementwise_in(b, "add_forward: b", y, "y");
     }
     if (s == SW_OK) {
         eltwise_rows(ELT_ADD, a, b, y);

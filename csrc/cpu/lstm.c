@@ -32,27 +32,11 @@ static inline float sigmoidf(float x) {
     return e / (1.0f + e);
 }
 
-static sw_status check_box(const sw_view *out, const char *out_name) {
-    if (!out) {
-        return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", out_name);
-    }
-    if (out->rank < 1 || out->rank > SW_MAX_RANK) {
-        return SW_FAIL(SW_ERR_VALUE, "%s: rank %d is not in 1..%d", out_name, out->rank, SW_MAX_RANK);
-    }
-    return sw_view_check(out, out->rank, out_name);
-}
-
 /* Every one of the n inputs has out's rank and covers out's box. */
 static sw_status check_inputs(int n, const sw_view *const *in, const char *const *names, const sw_view *out,
                               const char *out_name) {
     for (int k = 0; k < n; k++) {
-        if (!in[k]) {
-            return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", names[k]);
-        }
-        sw_status s = sw_view_check(in[k], out->rank, names[k]);
-        for (int d = 0; s == SW_OK && d < out->rank; d++) {
-            s = sw_view_check_covers(in[k], d, names[k], out, d, out_name, "index");
-        }
+        sw_status s = sw_view_check_elementwise_in(in[k], names[k], out, out_name);
         if (s != SW_OK) {
             return s;
         }
@@ -124,7 +108,7 @@ static void lstm_rows(lstm_kind kind, int slot, int n, const sw_view *const *in,
 sw_status sw_lstm_cell_forward(const sw_view *const in[4], sw_view *c) {
     static const char *const names[4] = {"lstm_cell_forward: i", "lstm_cell_forward: f", "lstm_cell_forward: g",
                                          "lstm_cell_forward: c_prev"};
-    sw_status s = check_box(c, "lstm_cell_forward: c");
+    sw_status s = sw_view_check_elementwise_out(c, "lstm_cell_forward: c");
     if (s == SW_OK && !in) {
         s = SW_FAIL(SW_ERR_VALUE, "lstm_cell_forward: NULL inputs");
     }
@@ -140,7 +124,7 @@ sw_status sw_lstm_cell_forward(const sw_view *const in[4], sw_view *c) {
 sw_status sw_lstm_cell_backward(const sw_view *const in[4], const sw_view *dc, int slot, sw_view *dx) {
     static const char *const names[5] = {"lstm_cell_backward: i", "lstm_cell_backward: f", "lstm_cell_backward: g",
                                          "lstm_cell_backward: c_prev", "lstm_cell_backward: dc"};
-    sw_status s = check_box(dx, "lstm_cell_backward: dx");
+    sw_status s = sw_view_check_elementwise_out(dx, "lstm_cell_backward: dx");
     if (s == SW_OK && (slot < 0 || slot > 3)) {
         s = SW_FAIL(SW_ERR_VALUE, "lstm_cell_backward: slot %d is not in 0..3 (i, f, g, c_prev)", slot);
     }
@@ -163,7 +147,7 @@ sw_status sw_lstm_cell_backward(const sw_view *const in[4], const sw_view *dc, i
 sw_status sw_lstm_hidden_forward(const sw_view *o, const sw_view *c, sw_view *h) {
     static const char *const names[2] = {"lstm_hidden_forward: o", "lstm_hidden_forward: c"};
     const sw_view *in[2] = {o, c};
-    sw_status s = check_box(h, "lstm_hidden_forward: h");
+    sw_status s = sw_view_check_elementwise_out(h, "lstm_hidden_forward: h");
     if (s == SW_OK) {
         s = check_inputs(2, in, names, h, "h");
     }
@@ -177,7 +161,7 @@ sw_status sw_lstm_hidden_backward(const sw_view *o, const sw_view *c, const sw_v
     static const char *const names[3] = {"lstm_hidden_backward: o", "lstm_hidden_backward: c",
                                          "lstm_hidden_backward: dh"};
     const sw_view *in[3] = {o, c, dh};
-    sw_status s = check_box(dx, "lstm_hidden_backward: dx");
+    sw_status s = sw_view_check_elementwise_out(dx, "lstm_hidden_backward: dx");
     if (s == SW_OK && (slot < 0 || slot > 1)) {
         s = SW_FAIL(SW_ERR_VALUE, "lstm_hidden_backward: slot %d is not in 0..1 (o, c)", slot);
     }

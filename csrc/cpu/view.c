@@ -160,3 +160,25 @@ int sw_view_next_row(const sw_view *v, int64_t *idx) {
     }
     return 0;
 }
+
+sw_status sw_view_check_elementwise_out(const sw_view *out, const char *name) {
+    if (!out) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", name);
+    }
+    if (out->rank < 1 || out->rank > SW_MAX_RANK) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: rank %d is not in 1..%d", name, out->rank, SW_MAX_RANK);
+    }
+    return sw_view_check(out, out->rank, name);
+}
+
+sw_status sw_view_check_elementwise_in(const sw_view *in, const char *in_name, const sw_view *out,
+                                       const char *out_name) {
+    if (!in) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: NULL view", in_name);
+    }
+    sw_status s = sw_view_check(in, out->rank, in_name);
+    for (int d = 0; s == SW_OK && d < out->rank; d++) {
+        s = sw_view_check_covers(in, d, in_name, out, d, out_name, "index");
+    }
+    return s;
+}

@@ -47,6 +47,11 @@ int64_t sw_view_intersect(const sw_view *a, const sw_view *b, int64_t *lo, int64
  * is > 0, the volume representable in int64, and |lo| and every extent at most
  * 2^36 (so index arithmetic on global coordinates cannot overflow). */
 sw_status sw_view_check(const sw_view *v, int rank, const char *name);
+/* An element-wise output: not NULL, of any rank 1..SW_MAX_RANK, well formed. */
+sw_status sw_view_check_elementwise_out(const sw_view *out, const char *name);
+/* An element-wise input: not NULL, of out's rank, covering out's whole box. */
+sw_status sw_view_check_elementwise_in(const sw_view *in, const char *in_name, const sw_view *out,
+                                       const char *out_name);
 
 /* 1 if [lo, hi) of dimension d lies inside the view (always 1 when lo >= hi). */
 int sw_view_covers(const sw_view *v, int d, int64_t lo, int64_t hi);
