@@ -207,52 +207,20 @@ static sw_status overlap_push(overlap_list *l, int w, int64_t s, double elements
 
 /* Overlaps between the regions the workers of a destination partition read
  * (`regions`, `used` per worker) and the shards of the producer under
- * partition `src_cfg`. */
+ * partition `src_cfg` (block, piece: scratch for sw_blocks_meeting). */
 static sw_status partition_overlaps(const sw_box *regions, const char *used, int kd, const sw_op *src,
-                                    const sw_config *src_cfg, overlap_list *out) {
+                                    const sw_config *src_cfg, int32_t *block, sw_box *piece, overlap_list *out) {
     out->len = 0;
-    int rank = src->out_rank;
-    int64_t len[SW_MAX_RANK], stride[SW_MAX_RANK];
-    int64_t acc = 1;
-    for (int m = rank - 1; m >= 0; m--) {
-        len[m] = src->extent[m] / src_cfg->deg[m];
-        stride[m] = acc;
-        acc *= src_cfg->deg[m];
-    }
     for (int w = 0; w < kd; w++) {
         if (!used[w]) {
             continue;
         }
-        const sw_box r = regions[w];
-        int64_t clo[SW_MAX_RANK], chi[SW_MAX_RANK], cur[SW_MAX_RANK];
-        for (int m = 0; m < rank; m++) {
-            clo[m] = r.lo[m] / len[m];
-            chi[m] = (r.hi[m] - 1) / len[m];
-            cur[m] = clo[m];
-        }
-        for (;;) {
-            int64_t sidx = 0;
-            double vol = 1.0;
-            for (int m = 0; m < rank; m++) {
-                int64_t lo = cur[m] * len[m], hi = lo + len[m];
-                lo = r.lo[m] > lo ? r.lo[m] : lo;
-                hi = r.hi[m] < hi ? r.hi[m] : hi;
-                vol *= (double)(hi - lo);
-                sidx += cur[m] * stride[m];
-            }
-            sw_status st = overlap_push(out, w, sidx, vol);
+        int n = sw_blocks_meeting(src, src_cfg, &regions[w], block, piece);
+        for (int q = 0; q < n; q++) {
+            sw_status st = overlap_push(out, w, block[q], (double)sw_box_volume(&piece[q]));
             if (st != SW_OK) {
                 return st;
             }
-            int m = rank - 1;  /* odometer over the overlapping source shards */
-            while (m >= 0 && cur[m] == chi[m]) {
-                cur[m] = clo[m];
-                m--;
-            }
-            if (m < 0) {
-                break;
-            }
-            cur[m]++;
         }
     }
     return SW_OK;
@@ -289,13 +257,21 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     for (int c = 0; c < nj; c++) {
         maxk = dst->cfgs[c].nworkers > maxk ? dst->cfgs[c].nworkers : maxk;
     }
+    int src_maxk = 1;   /* the most output blocks of any producer configuration */
+    for (int c = 0; c < src->ncfg; c++) {
+        src_maxk = src->cfgs[c].nworkers > src_maxk ? src->cfgs[c].nworkers : src_maxk;
+    }
     sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
     char *used = malloc((size_t)maxk);
+    int32_t *block = malloc(sizeof *block * (size_t)src_maxk);
+    sw_box *piece = malloc(sizeof *piece * (size_t)src_maxk);
     overlap_list list = {0};
-    if (!sec || !regions || !used) {
+    if (!sec || !regions || !used || !block || !piece) {
         free(sec);
         free(regions);
         free(used);
+        free(block);
+        free(piece);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     /* no gradient flows back into the graph's inputs: their transfers happen once */
@@ -314,7 +290,7 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
         }
         for (int ci0 = 0; ci0 < src->ncfg; ci0 = partition_end(src, ci0)) {
             int ci1 = partition_end(src, ci0);
-            s = partition_overlaps(regions, used, part->nworkers, src, &src->cfgs[ci0], &list);
+            s = partition_overlaps(regions, used, part->nworkers, src, &src->cfgs[ci0], block, piece, &list);
             if (s != SW_OK) {
                 break;
             }
@@ -342,6 +318,8 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     free(sec);
     free(regions);
     free(used);
+    free(block);
+    free(piece);
     return s;
 }
 

@@ -129,42 +129,10 @@ static sw_status add_task(lowering *L, const sw_task *t, const int32_t *deps, in
  * dimension fastest, as lower.py's overlapping_workers), with their pieces: the
  * owner of each output block (with a split reduction, worker block * rdeg). */
 static void find_pieces(lowering *L, int src, const sw_box *reg) {
-    const sw_op *op = op_at(L, src);
     const sw_config *c = cfg_of(L, src);
-    int rank = op->out_rank;
-    int64_t len[SW_MAX_RANK], stride[SW_MAX_RANK], clo[SW_MAX_RANK], chi[SW_MAX_RANK], cur[SW_MAX_RANK];
-    int64_t acc = 1;
-    for (int m = rank - 1; m >= 0; m--) {
-        len[m] = op->extent[m] / c->deg[m];
-        stride[m] = acc;
-        acc *= c->deg[m];
-    }
-    for (int m = 0; m < rank; m++) {
-        clo[m] = reg->lo[m] / len[m];
-        chi[m] = (reg->hi[m] - 1) / len[m];
-        cur[m] = clo[m];
-    }
-    L->npieces = 0;
-    for (;;) {
-        sw_box *piece = &L->piece_box[L->npieces];
-        int64_t s = 0;
-        piece->rank = rank;
-        for (int m = 0; m < rank; m++) {
-            int64_t lo = cur[m] * len[m], hi = lo + len[m];
-            piece->lo[m] = reg->lo[m] > lo ? reg->lo[m] : lo;
-            piece->hi[m] = reg->hi[m] < hi ? reg->hi[m] : hi;
-            s += cur[m] * stride[m];
-        }
-        L->piece_w[L->npieces++] = (int32_t)(s * c->rdeg);
-        int m = rank - 1;  /* odometer over the overlapping workers */
-        while (m >= 0 && cur[m] == chi[m]) {
-            cur[m] = clo[m];
-            m--;
-        }
-        if (m < 0) {
-            return;
-        }
-        cur[m]++;
+    L->npieces = sw_blocks_meeting(op_at(L, src), c, reg, L->piece_w, L->piece_box);
+    for (int q = 0; q < L->npieces; q++) {
+        L->piece_w[q] *= c->rdeg;   /* the block's owner */
     }
 }
 

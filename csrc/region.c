@@ -220,3 +220,40 @@ int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_bo
     sw_worker_iteration_box(op, c, w, vlo, vhi);
     return sw_iteration_region(op, slot, vlo, vhi, region, NULL);
 }
+
+int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, int32_t *block, sw_box *piece) {
+    int rank = op->out_rank;
+    int64_t len[SW_MAX_RANK], stride[SW_MAX_RANK], clo[SW_MAX_RANK], chi[SW_MAX_RANK], cur[SW_MAX_RANK];
+    int64_t acc = 1;
+    for (int m = rank - 1; m >= 0; m--) {
+        len[m] = op->extent[m] / c->deg[m];
+        stride[m] = acc;
+        acc *= c->deg[m];
+    }
+    for (int m = 0; m < rank; m++) {
+        clo[m] = reg->lo[m] / len[m];
+        chi[m] = (reg->hi[m] - 1) / len[m];
+        cur[m] = clo[m];
+    }
+    int n = 0;
+    for (;;) {
+        int64_t s = 0;
+        piece[n].rank = rank;
+        for (int m = 0; m < rank; m++) {
+            int64_t lo = cur[m] * len[m], hi = lo + len[m];
+            piece[n].lo[m] = reg->lo[m] > lo ? reg->lo[m] : lo;
+            piece[n].hi[m] = reg->hi[m] < hi ? reg->hi[m] : hi;
+            s += cur[m] * stride[m];
+        }
+        block[n++] = (int32_t)s;
+        int m = rank - 1;  /* odometer over the blocks that meet the region */
+        while (m >= 0 && cur[m] == chi[m]) {
+            cur[m] = clo[m];
+            m--;
+        }
+        if (m < 0) {
+            return n;
+        }
+        cur[m]++;
+    }
+}

@@ -128,6 +128,11 @@ void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out);
 /* Iteration box [vlo, vhi) of worker w over all op variables: its output box and,
  * for a split reduction variable, its part of that variable's range. */
 void sw_worker_iteration_box(const sw_op *op, const sw_config *c, int w, int64_t *vlo, int64_t *vhi);
+/* The output blocks of op under configuration c that meet the non-empty region reg
+ * (row-major, the last dimension fastest): block[q] is the block's index in the grid
+ * of output degrees, piece[q] its part of reg.  Returns their number, at most
+ * prod(deg); both arrays must hold that many. */
+int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, int32_t *block, sw_box *piece);
 /* Is worker w the owner of its output block (first of its reduction group)? */
 static inline int sw_is_owner(const sw_config *c, int w) { return w % c->rdeg == 0; }
 /* Region of input `slot` that worker w reads (0 when it reads none).  In a
