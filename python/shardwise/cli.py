@@ -52,6 +52,25 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{self.prog}: {message}")
 
 
+def _add_model_and_devices(p: argparse.ArgumentParser, default_model: str) -> None:
+    """--model, --batch, --devices and --device-type, as plan and simulate take them."""
+    p.add_argument("--model", default=default_model, metavar="NAME",
+                   help=f"zoo model, one of: {', '.join(models.names())} (default: {default_model})")
+    p.add_argument("--batch", type=int, default=None, metavar="N",
+                   help="minibatch size (default: the model's, 512 for ImageNet models, 64 for lenet5)")
+    p.add_argument("--devices", default="4x4", metavar="SPEC",
+                   help="N devices on one node, or NODESxPER (nodes x devices per node); default 4x4")
+    p.add_argument("--device-type", default="P100", choices=sorted(DEVICE_PRESETS),
+                   help="device preset (default: P100)")
+
+
+def _model_and_devices(args: argparse.Namespace) -> tuple[Any, DeviceGraph]:
+    """The zoo graph and the device graph the options name."""
+    kwargs = {} if args.batch is None else {"batch": args.batch}
+    graph = models.get(args.model, **kwargs)
+    return graph, DeviceGraph.parse(args.devices.strip().lower(), device=args.device_type)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="shardwise", description="Plan layer-wise parallel training of deep neural networks: "
                      "the per-layer strategy minimizing Eq. 1 of the cost model, compared with data, model "
@@ -62,14 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="search the best strategy for a zoo model on a device graph",
                        description="Search the strategy minimizing the estimated time per iteration (Eq. 1) "
                        "and compare it with data, model and OWT parallelism.")
-    p.add_argument("--model", default="vgg16", metavar="NAME",
-                   help=f"zoo model, one of: {', '.join(models.names())} (default: vgg16)")
-    p.add_argument("--batch", type=int, default=None, metavar="N",
-                   help="minibatch size (default: the model's, 512 for ImageNet models, 64 for lenet5)")
-    p.add_argument("--devices", default="4x4", metavar="SPEC",
-                   help="N devices on one node, or NODESxPER (nodes x devices per node); default 4x4")
-    p.add_argument("--device-type", default="P100", choices=sorted(DEVICE_PRESETS),
-                   help="device preset (default: P100)")
+    _add_model_and_devices(p, "vgg16")
     p.add_argument("--algorithm", default="elimination", choices=ALGORITHMS,
                    help="elimination (exact, default) or exhaustive (brute force, small problems only)")
     p.add_argument("--sync", default="parameter_server", choices=sorted(SYNC_MODELS),
@@ -109,13 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay one iteration of the plan's task graph with modelled durations: the "
                                    "iteration time, bytes moved and per-device busy time beside Eq. 1's estimate, "
                                    "for the plan and the baselines; optionally the Gantt chart.")
-    m.add_argument("--model", default="alexnet", metavar="NAME",
-                   help=f"zoo model: {', '.join(models.names())} (default: alexnet)")
-    m.add_argument("--batch", type=int, default=None, metavar="N", help="minibatch size (default: the model's)")
-    m.add_argument("--devices", default="4x4", metavar="SPEC",
-                   help="N devices on one node, or NODESxPER (default: 4x4)")
-    m.add_argument("--device-type", default="P100", choices=sorted(DEVICE_PRESETS),
-                   help="device preset (default: P100)")
+    _add_model_and_devices(m, "alexnet")
     m.add_argument("--plan", default="search", metavar="PLAN",
                    help="search (default), data, model, owt, or the path of a plan file")
     m.add_argument("--png", metavar="PATH", help="write the plan's timeline (Gantt chart) as a PNG (needs matplotlib)")
@@ -183,10 +189,8 @@ def _note(args: argparse.Namespace, text: str) -> None:
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
-    kwargs = {} if args.batch is None else {"batch": args.batch}
-    graph = models.get(args.model, **kwargs)
+    graph, devices = _model_and_devices(args)
     batch = graph.ops[0].shape[0]
-    devices = DeviceGraph.parse(args.devices.strip().lower(), device=args.device_type)
     options = CostOptions(sync=args.sync)
     _note(args, f"shardwise: {args.model} (batch {batch}, {graph.num_parameters():,} parameters, "
                 f"{len(graph)} ops) on {devices.name} ({len(devices)} devices), {args.algorithm} search")
@@ -362,9 +366,7 @@ def _train_epochs(trainer: Any, images: np.ndarray, labels: np.ndarray, epochs: 
 def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     from .simulate import MemoryOverflow, simulate
 
-    kwargs = {} if args.batch is None else {"batch": args.batch}
-    graph = models.get(args.model, **kwargs)
-    devices = DeviceGraph.parse(args.devices.strip().lower(), device=args.device_type)
+    graph, devices = _model_and_devices(args)
     _note(args, f"shardwise: simulating {args.model} (batch {graph.ops[0].shape[0]}) on {devices.name} "
                 f"({len(devices)} devices), plan {args.plan}")
     plan = _train_plan(args.plan, graph, devices, args.quiet)
