@@ -88,7 +88,7 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
                 self.persistent[b.id] = np.zeros(shape_of(b.box), np.float32)
         self.data: dict[int, np.ndarray] = {}
         self.peak_bytes: dict[int, int] = {}
-        self._schedules: dict[tuple, tuple] = {}
+        self._schedules: dict[tuple[str, ...], tuple] = {}
         # (op, worker) -> the buffers its forward task read: the backward of an op whose
         # gradient for one input needs the *other* inputs (matmul, the LSTM ops) finds
         # their regions there (a backward_data task reads only its own slot's region)
@@ -144,10 +144,9 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
         self.fwd_stats: dict[tuple[str, int], int] = {}
         self.bwd_stats: dict[tuple[str, int], int] = {}
         self.dz: dict[tuple[str, int], np.ndarray] = {}
-        tasks = [t for t in self.tg.tasks if t.phase in phases]
-        devices = sorted({t.device for t in tasks})
-        if threads and len(devices) > 1:
-            self._run_threads(tasks, devices)
+        tasks, per_device, waits = self._schedule(tuple(phases))
+        if threads and len(per_device) > 1:
+            self._run_threads(per_device, waits)
         else:
             for t in tasks:
                 getattr(self, "do_" + t.kind)(t)
@@ -168,29 +167,29 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
             out[dev] = out.get(dev, 0) + base.nbytes
         return out
 
-    def _schedule(self, tasks: list[Task]) -> tuple[dict[int, list[Task]], dict[int, tuple[int, ...]]]:
-        """Per device, its tasks in program order; per task, the tasks of *other* devices it
-        waits for (those of its own device ran before it: the list is a topological order).
-        Cached per set of phases: the task graph does not change between steps."""
-        key = tuple(t.id for t in tasks[:1]) + (len(tasks),)
-        hit = self._schedules.get(key)
+    def _schedule(self, phases: tuple[str, ...]) -> tuple[list[Task], dict[int, list[Task]],
+                                                          dict[int, tuple[int, ...]]]:
+        """The tasks of ``phases`` in program order; per device, its own; per task, the tasks
+        of *other* devices it waits for (those of its own device ran before it: the list is
+        a topological order).  Cached per phases: the task graph does not change between steps."""
+        hit = self._schedules.get(phases)
         if hit is not None:
             return hit
+        tasks = [t for t in self.tg.tasks if t.phase in phases]
         wanted = {t.id: t.device for t in tasks}
         per_device: dict[int, list[Task]] = {}
         waits: dict[int, tuple[int, ...]] = {}
         for t in tasks:
             per_device.setdefault(t.device, []).append(t)
             waits[t.id] = tuple(d for d in t.deps if d in wanted and wanted[d] != t.device)
-        self._schedules[key] = (per_device, waits)
-        return per_device, waits
+        self._schedules[phases] = (tasks, per_device, waits)
+        return tasks, per_device, waits
 
-    def _run_threads(self, tasks: list[Task], devices: list[int]) -> None:
+    def _run_threads(self, per_device: dict[int, list[Task]], waits: dict[int, tuple[int, ...]]) -> None:
         """One thread per device runs its tasks in order; a task waits on an Event only for
         its dependencies on other devices, set by the task that satisfies them (no global
         lock: with many small tasks a shared condition made the threads wake each other
         after every task)."""
-        per_device, waits = self._schedule(tasks)
         events = {d: threading.Event() for ds in waits.values() for d in ds}
         failure: list[BaseException] = []
 
@@ -200,7 +199,7 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
                 ev.set()
 
         def worker(device: int) -> None:
-            for t in per_device.get(device, ()):
+            for t in per_device[device]:
                 for d in waits[t.id]:
                     events[d].wait()
                 if failure:
@@ -215,7 +214,7 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
                     ev.set()
 
         pool = [threading.Thread(target=worker, args=(d,), name=f"shardwise worker {d}", daemon=True)
-                for d in devices]
+                for d in sorted(per_device)]
         for th in pool:
             th.start()
         interrupted = None
