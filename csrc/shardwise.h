@@ -321,7 +321,9 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
 /* The machine a task graph runs on, as resource ids: device d is resource d;
  * with cores > 0, compute also holds core (d mod cores) = resource ndev + core;
  * a transfer a -> b holds route_res[route_ptr[a*ndev+b] .. route_ptr[a*ndev+b+1])
- * (links or network adapters, ids chosen by the caller); with dispatch, every
+ * (links or network adapters, ids chosen by the caller) and, with cores > 0, b's
+ * core; with cores > 0 the tasks of one core also run one after another in
+ * program order (the CPU executor's thread per core); with dispatch, every
  * task first runs a dispatch task on resource `interpreter` and its device. */
 typedef struct {
     int32_t ndev, cores, nres, interpreter;

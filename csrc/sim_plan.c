@@ -7,7 +7,11 @@
  *               workers sharing a machine, core device mod cores); a transfer
  *               a -> b holds the resources of its route (links along
  *               DeviceGraph.route, or the two nodes' network adapters), which
- *               the caller numbers; load_input and join hold nothing
+ *               the caller numbers, and on shared cores the receiving core (the
+ *               executor's thread copies); load_input and join hold nothing
+ *   threads     on shared cores (cores > 0) the CPU executor runs the tasks of
+ *               devices c, c + cores, ... on one thread in program order, so
+ *               every task also waits for the task before it on its core
  *   transfers   take bytes / bandwidth on top of their modelled duration (the
  *               route's bandwidth, or a measured copy bandwidth)
  *   dispatch    with a measured per-task overhead o, task i (of n) first runs a
@@ -71,6 +75,9 @@ static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
         for (int32_t k = m->route_ptr[q]; k < m->route_ptr[q + 1]; k++) {
             out[n++] = m->route_res[k];
         }
+        if (m->cores > 0) {
+            out[n++] = m->ndev + t->device % m->cores;
+        }
         return n;
     }
     if (!holds_device(t)) {
@@ -113,6 +120,23 @@ static double task_seconds(const sw_problem *p, const sw_task *t, double modelle
     return d;
 }
 
+/* Append task i's dependencies to deps[nd..] and return the new count: the graph's, and
+ * on shared cores the task before it on its core's thread (previous[core], updated). */
+static int32_t add_deps(const sw_task_graph *g, int32_t i, int32_t *previous, const sw_machine *m, int32_t *deps,
+                        int32_t nd) {
+    int32_t count = g->dep_ptr[i + 1] - g->dep_ptr[i];
+    memcpy(deps + nd, g->deps + g->dep_ptr[i], sizeof(int32_t) * (size_t)count);
+    nd += count;
+    if (previous) {
+        int core = g->tasks[i].device % m->cores;
+        if (previous[core] >= 0) {
+            deps[nd++] = previous[core];
+        }
+        previous[core] = i;
+    }
+    return nd;
+}
+
 static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const double *durations,
                               const sw_machine *m, replay *rp) {
     int32_t n = g->ntasks;
@@ -123,15 +147,25 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         longest = len > longest ? len : longest;
     }
     rp->n = dispatch ? 2 * n : n;
-    size_t cap = (size_t)n * (size_t)(longest > 2 ? longest : 2) + (dispatch ? 2 * (size_t)n : 0) + 1;
+    size_t cap = (size_t)n * (size_t)(longest + 1 > 2 ? longest + 1 : 2) + (dispatch ? 2 * (size_t)n : 0) + 1;
     rp->duration = malloc(sizeof *rp->duration * ((size_t)rp->n + 1));
     rp->start = calloc((size_t)rp->n + 1, sizeof *rp->start);
     rp->dep_ptr = malloc(sizeof *rp->dep_ptr * ((size_t)rp->n + 1));
-    rp->deps = malloc(sizeof *rp->deps * ((size_t)g->ndeps + (size_t)n + 1));
+    rp->deps = malloc(sizeof *rp->deps * ((size_t)g->ndeps + 2 * (size_t)n + 1));
     rp->res_ptr = malloc(sizeof *rp->res_ptr * ((size_t)rp->n + 1));
     rp->res = malloc(sizeof *rp->res * cap);
     if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", rp->n);
+    }
+    int32_t *previous = NULL;  /* per core: the last task given to its thread so far, or -1 */
+    if (m->cores > 0) {
+        previous = malloc(sizeof *previous * (size_t)m->cores);
+        if (!previous) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", rp->n);
+        }
+        for (int c = 0; c < m->cores; c++) {
+            previous[c] = -1;
+        }
     }
     int32_t nres = 0, nd = 0;
     rp->res_ptr[0] = rp->dep_ptr[0] = 0;
@@ -143,20 +177,22 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         if (dispatch) {
             rp->deps[nd++] = n + i;
         } else {
-            memcpy(rp->deps + nd, g->deps + g->dep_ptr[i], sizeof(int32_t) * (size_t)(g->dep_ptr[i + 1] - g->dep_ptr[i]));
-            nd += g->dep_ptr[i + 1] - g->dep_ptr[i];
+            nd = add_deps(g, i, previous, m, rp->deps, nd);
         }
         rp->dep_ptr[i + 1] = nd;
+    }
+    for (int c = 0; previous && c < m->cores; c++) {
+        previous[c] = -1;
     }
     for (int32_t i = 0; dispatch && i < n; i++) {  /* their dispatch: ids n .. 2n-1, the original deps */
         rp->res[nres++] = m->interpreter;
         rp->res[nres++] = g->tasks[i].device;
         rp->res_ptr[n + i + 1] = nres;
         rp->duration[n + i] = m->dispatch;
-        memcpy(rp->deps + nd, g->deps + g->dep_ptr[i], sizeof(int32_t) * (size_t)(g->dep_ptr[i + 1] - g->dep_ptr[i]));
-        nd += g->dep_ptr[i + 1] - g->dep_ptr[i];
+        nd = add_deps(g, i, previous, m, rp->deps, nd);
         rp->dep_ptr[n + i + 1] = nd;
     }
+    free(previous);
     return SW_OK;
 }
 

@@ -60,3 +60,28 @@ def test_cached_profile_is_reused_and_foreign_ones_refused(measured, tmp_path, c
     fresh = sw.profile(g, d, repeats=1, cache_dir=str(cache))
     assert "measuring again" in capsys.readouterr().err
     assert set(fresh.times) == set(prof.times)
+
+
+def test_bookkeeping_rates_pool_every_round_and_the_step_overhead_is_measured(monkeypatch, tmp_path):
+    """Rates are total seconds / total elements over all rounds: a round whose only reduction
+    is a tiny one (large fixed cost per element) must not set the rate of the big ones."""
+    import sys
+
+    profile_module = sys.modules["shardwise.profile"]   # sw.profile is the function
+
+    rounds = iter([({}, {}, 1e-5, {"reduce": (1e-3, 1_000_000)}, 2e-4),
+                   ({}, {}, 3e-5, {"reduce": (1e-5, 100)}, 4e-4),
+                   ({}, {}, 2e-5, {"reduce": (2e-3, 2_000_000)}, 3e-4)])
+    monkeypatch.setattr(profile_module, "_measure_round", lambda *a, **k: next(rounds))
+    monkeypatch.setattr(profile_module, "_partitions", lambda g, d: {op.name: [(1,) * len(op.shape)] * 3 for op in g.ops})
+    g = sw.models.lenet5(batch=8)
+    prof = sw.profile(g, sw.DeviceGraph.cpu(2), cache_dir=str(tmp_path))
+    assert prof.element_seconds["reduce"] == pytest.approx((1e-3 + 1e-5 + 2e-3) / 3_000_100)
+    assert prof.task_overhead == pytest.approx(2e-5) and prof.step_overhead == pytest.approx(3e-4)
+    again = Profile.load(next(tmp_path.iterdir()), g)
+    assert again.step_overhead == prof.step_overhead and again.element_seconds == prof.element_seconds
+
+
+def test_the_step_overhead_of_a_real_profile_is_small_and_positive(measured):
+    _, _, _, prof = measured
+    assert 0 < prof.step_overhead < 0.05

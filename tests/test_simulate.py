@@ -187,3 +187,37 @@ def test_plan_plot_draws_every_op(tmp_path):
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert len(texts) == len(g.ops)
     assert all(plan[op.name].split_dims() in text for op, text in zip(g.ops, texts))
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_cpu_workers_on_shared_cores_run_each_cores_tasks_in_program_order(engine):
+    """The executor's thread c runs devices c, c + cores, ... in program order, transfers too."""
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(4)
+    d.shared_cores = 2
+    for plan in (sw.strategies.data_parallel(g, d), sw.search(g, d)):
+        sim = simulate(plan, engine=engine)
+        tasks = lower(plan).tasks
+        for core in range(2):
+            mine = [e for e in sim.events if tasks[e.task].device % 2 == core]
+            assert [e.task for e in mine] == sorted(e.task for e in mine)
+            for before, after in zip(mine, mine[1:]):
+                assert after.start >= before.end - 1e-15, (before, after)
+            transfers = [e for e in mine if e.kind == "copy" and tasks[e.task].src_device != tasks[e.task].device]
+            assert all(f"core {core}" in e.resources for e in transfers)
+        assert any(e.kind == "copy" for e in sim.events)
+
+
+def test_a_profiles_step_overhead_is_added_to_the_iteration():
+    from shardwise.profile import Profile
+
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(2)
+    plan = sw.strategies.data_parallel(g, d)
+    times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
+    quiet = Profile(g.fingerprint(), {}, times, 1e-5, 1e9, {"update": 1e-9})
+    busy = Profile(g.fingerprint(), {}, times, 1e-5, 1e9, {"update": 1e-9}, step_overhead=3e-4)
+    for engine in ("c", "python"):
+        a, b = simulate(plan, engine=engine, costs=quiet), simulate(plan, engine=engine, costs=busy)
+        assert b.iteration_time == pytest.approx(a.iteration_time + 3e-4, rel=1e-12)
+        assert [e.end for e in b.events] == [e.end for e in a.events]

@@ -9,6 +9,8 @@ knows what each task kind means.
 from __future__ import annotations
 
 import threading
+import weakref
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from .graph import Graph, Op
 from .lower import Box, Task, TaskGraph, intersect, lo_of, shape_of
 from .opdesc import DATA
 from .reference import BN_EPS
+from .worker_pool import WorkerPool
 
 
 _MALLOC_TUNED = False
@@ -62,6 +65,11 @@ def keep_freed_memory() -> bool:
     return ok
 
 
+def executor_threads(devices: int, shared_cores: int | None) -> int:
+    """Threads the CPU executor runs ``devices`` workers on: one each, at most ``shared_cores``."""
+    return max(1, min(devices, shared_cores or devices))
+
+
 def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
     """(kernel, stride, padding) pairs of a conv2d or pool2d op."""
     def pair(v: Any) -> tuple[int, int]:
@@ -87,7 +95,6 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
             if b.kind in ("param", "momentum"):
                 self.persistent[b.id] = np.zeros(shape_of(b.box), np.float32)
         self.data: dict[int, np.ndarray] = {}
-        self.peak_bytes: dict[int, int] = {}
         self._schedules: dict[tuple[str, ...], tuple] = {}
         # (op, worker) -> the buffers its forward task read: the backward of an op whose
         # gradient for one input needs the *other* inputs (matmul, the LSTM ops) finds
@@ -131,7 +138,8 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
     def run(self, images: np.ndarray, labels: np.ndarray, phases: tuple[str, ...] = ("forward", "backward", "sync",
                                                                                   "update"),
             optimizer: Any = None, threads: bool = True) -> float:
-        """Run the tasks of ``phases``; with ``threads``, one thread per device.
+        """Run the tasks of ``phases``; with ``threads``, on the executor's threads (one per
+        device, at most one per shared core: :meth:`threads`).
 
         Every buffer is written only by tasks of its own device and gradient sums
         are chained in a fixed order, so the result is the same with or without
@@ -144,15 +152,20 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
         self.fwd_stats: dict[tuple[str, int], int] = {}
         self.bwd_stats: dict[tuple[str, int], int] = {}
         self.dz: dict[tuple[str, int], np.ndarray] = {}
-        tasks, per_device, waits = self._schedule(tuple(phases))
-        if threads and len(per_device) > 1:
-            self._run_threads(per_device, waits)
+        tasks, per_thread, waits = self._schedule(tuple(phases))
+        if threads and len(per_thread) > 1:
+            self._run_threads(per_thread, waits)
         else:
             for t in tasks:
                 getattr(self, "do_" + t.kind)(t)
-        self.peak_bytes = self.bytes_per_device()
         n = self.graph.ops[0].shape[0]
         return sum(self.losses[k] for k in sorted(self.losses)) / n  # fixed order: same sum every run
+
+    @property
+    def peak_bytes(self) -> dict[int, int]:
+        """Bytes each device held at the end of the last step (its buffers stay until the
+        next one); counted when asked, not every step (0.1-0.2 ms of a 7 ms LeNet-5 step)."""
+        return self.bytes_per_device()
 
     def bytes_per_device(self) -> dict[int, int]:
         """Bytes of the distinct arrays each device holds now (a view is counted with its base)."""
@@ -167,29 +180,41 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
             out[dev] = out.get(dev, 0) + base.nbytes
         return out
 
+    def threads(self) -> int:
+        """How many threads run a step: one per device, but no more than the cores the
+        device graph says its CPU workers share (``DeviceGraph.cpu`` sets that).  Thread c
+        runs the tasks of devices c, c + threads, ... in program order: four workers on two
+        cores as four threads only made the operating system and the interpreter lock
+        interleave them (LeNet-5 on four workers took 11.6 ms a step, on one 6.5 ms).
+        The simulator follows the same rule (``shardwise.simulate``)."""
+        devices = self.tg.plan.devices
+        return executor_threads(len(devices), getattr(devices, "shared_cores", None))
+
     def _schedule(self, phases: tuple[str, ...]) -> tuple[list[Task], dict[int, list[Task]],
                                                           dict[int, tuple[int, ...]]]:
-        """The tasks of ``phases`` in program order; per device, its own; per task, the tasks
-        of *other* devices it waits for (those of its own device ran before it: the list is
-        a topological order).  Cached per phases: the task graph does not change between steps."""
+        """The tasks of ``phases`` in program order; per thread, its own (of its devices, in
+        program order); per task, the tasks of *other* threads it waits for (those of its own
+        thread ran before it: the list is a topological order).  Cached per phases: the task
+        graph does not change between steps."""
         hit = self._schedules.get(phases)
         if hit is not None:
             return hit
+        threads = self.threads()
         tasks = [t for t in self.tg.tasks if t.phase in phases]
-        wanted = {t.id: t.device for t in tasks}
-        per_device: dict[int, list[Task]] = {}
+        thread_of = {t.id: t.device % threads for t in tasks}
+        per_thread: dict[int, list[Task]] = {}
         waits: dict[int, tuple[int, ...]] = {}
         for t in tasks:
-            per_device.setdefault(t.device, []).append(t)
-            waits[t.id] = tuple(d for d in t.deps if d in wanted and wanted[d] != t.device)
-        self._schedules[phases] = (tasks, per_device, waits)
-        return tasks, per_device, waits
+            per_thread.setdefault(thread_of[t.id], []).append(t)
+            waits[t.id] = tuple(d for d in t.deps if d in thread_of and thread_of[d] != thread_of[t.id])
+        self._schedules[phases] = (tasks, per_thread, waits)
+        return tasks, per_thread, waits
 
-    def _run_threads(self, per_device: dict[int, list[Task]], waits: dict[int, tuple[int, ...]]) -> None:
-        """One thread per device runs its tasks in order; a task waits on an Event only for
-        its dependencies on other devices, set by the task that satisfies them (no global
-        lock: with many small tasks a shared condition made the threads wake each other
-        after every task)."""
+    def _run_threads(self, per_thread: dict[int, list[Task]], waits: dict[int, tuple[int, ...]]) -> None:
+        """Thread c (of a :class:`~shardwise.worker_pool.WorkerPool` kept across steps) runs
+        ``per_thread[c]`` in order; a task waits on an Event only for its dependencies on
+        other threads, set by the task that satisfies them (no global lock: with many small
+        tasks a shared condition made the threads wake each other after every task)."""
         events = {d: threading.Event() for ds in waits.values() for d in ds}
         failure: list[BaseException] = []
 
@@ -198,8 +223,8 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
             for ev in events.values():   # wake every waiting thread: they see the failure and stop
                 ev.set()
 
-        def worker(device: int) -> None:
-            for t in per_device[device]:
+        def worker(thread: int) -> None:
+            for t in per_thread[thread]:
                 for d in waits[t.id]:
                     events[d].wait()
                 if failure:
@@ -213,21 +238,18 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
                 if ev is not None:
                     ev.set()
 
-        pool = [threading.Thread(target=worker, args=(d,), name=f"shardwise worker {d}", daemon=True)
-                for d in sorted(per_device)]
-        for th in pool:
-            th.start()
-        interrupted = None
-        for th in pool:
-            while th.is_alive():  # Ctrl-C lands here: let the workers finish the step first
-                try:
-                    th.join()
-                except KeyboardInterrupt as exc:
-                    interrupted = exc
+        self._worker_pool().run([partial(worker, c) for c in sorted(per_thread)])
         if failure:
             raise failure[0]
-        if interrupted is not None:
-            raise interrupted
+
+    def _worker_pool(self) -> WorkerPool:
+        """The executor's threads, started on the first threaded step and ended when the
+        executor is collected."""
+        pool = getattr(self, "_pool", None)
+        if pool is None:
+            pool = self._pool = WorkerPool(self.threads())
+            weakref.finalize(self, pool.close)
+        return pool
 
     def probabilities(self, op_name: str) -> np.ndarray:
         """Assemble the softmax output of the last run from its workers' shards."""

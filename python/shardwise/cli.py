@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one JSON document (plan, baselines, search statistics) instead of tables")
     p.add_argument("--quiet", action="store_true", help="no progress lines or notes on stderr")
 
-    t = sub.add_parser("train", help="train a model on CPU workers, one thread per device of the plan",
+    t = sub.add_parser("train", help="train a model on CPU workers, one thread per device of the plan (at most one per core)",
                        description="Train a model with a plan on N CPU workers (each device of the plan is a "
                        "worker with its own memory) and report the test accuracy.  For now only lenet5 is "
                        "trainable from the command line, on scikit-learn's bundled digits data set resized to "

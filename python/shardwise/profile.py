@@ -11,8 +11,9 @@ r every op takes its r-th partition, so a handful of steps covers all of them.
 On CPU workers the devices are alike, so where a shard runs does not matter.
 The profile also measures the executor's interpreter time per task (everything
 outside the C kernels, during which a worker holds Python's lock, so workers
-take turns at it) and the bandwidth of a copy between workers, which the
-simulator uses.
+take turns at it), the time of a step outside its tasks (checking the batch,
+waking the executor's threads), bookkeeping seconds per element and the
+bandwidth of a copy between workers, which the simulator uses.
 
 Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
 stamped with the machine (CPU model, core count, OpenBLAS kernels) and the
@@ -40,7 +41,7 @@ from .plan import OpConfig, Plan
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
 PROFILE_FORMAT = "shardwise-profile"
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats"}
 
@@ -76,6 +77,7 @@ class Profile:
     task_overhead: float = 0.0       # seconds the executor spends per task outside kernels
     copy_bandwidth: float = 0.0      # bytes/s of a copy between two workers' buffers
     element_seconds: dict[str, float] = field(default_factory=dict)  # bookkeeping tasks: s per element
+    step_overhead: float = 0.0       # seconds of a step outside its tasks (threads woken, batch checked)
 
     # ---- the ComputeCosts protocol (search) and the simulator's split
     def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
@@ -94,6 +96,7 @@ class Profile:
         return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "graph": self.graph_fingerprint,
                 "machine": self.machine, "task_overhead": self.task_overhead,
                 "copy_bandwidth": self.copy_bandwidth, "element_seconds": self.element_seconds,
+                "step_overhead": self.step_overhead,
                 "times": [[name, list(deg), fwd, bwd] for (name, deg), (fwd, bwd) in sorted(self.times.items())]}
 
     def save(self, path: str | os.PathLike) -> None:
@@ -113,7 +116,8 @@ class Profile:
             times = {(str(n), tuple(int(x) for x in deg)): (float(fw), float(bw)) for n, deg, fw, bw in data["times"]}
             prof = cls(str(data["graph"]), dict(data["machine"]), times, float(data["task_overhead"]),
                        float(data["copy_bandwidth"]),
-                       {str(k): float(v) for k, v in data.get("element_seconds", {}).items()})
+                       {str(k): float(v) for k, v in data.get("element_seconds", {}).items()},
+                       float(data["step_overhead"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, ProfileMismatch):
                 raise
@@ -193,7 +197,7 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
     (op, worker) forward and backward seconds, the interpreter time per task (a step's time
     outside the C kernels, during which a worker holds the interpreter lock, so the workers
     take turns: the simulator's ``interpreter`` resource), and per bookkeeping kind the
-    seconds per element moved.
+    total seconds and elements of its tasks.
     (Measuring the workers side by side instead was tried: with more workers than cores
     each task's time then includes the others' turns, which the simulator's shared cores
     count again.)"""
@@ -206,13 +210,16 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
     bwd: dict[tuple[str, int], list[float]] = {}
     current: dict[tuple[str, int, str], float] = {}
     per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (seconds, elements) per task
+    spans: list[tuple[float, float]] = []   # (start, end) of every task, for the step overhead
     for kind in {t.kind for t in ex.tg.tasks}:
         original = getattr(ex, "do_" + kind)
 
         def timed(task, original=original):
             t0 = time.perf_counter()
             original(task)
-            seconds = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            spans.append((t0, t1))
+            seconds = t1 - t0
             if task.kind in COMPUTE_KINDS:
                 key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
                 current[key] = current.get(key, 0.0) + seconds
@@ -240,11 +247,22 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
         dispatch.append((total - kernels.seconds) / len(ex.tg.tasks))
         for (op, worker, which), seconds in current.items():
             (fwd if which == "fwd" else bwd).setdefault((op, worker), []).append(seconds)
-    # seconds per element over all tasks of a kind (total time / total elements): the large
-    # tensors set the rate; a median of per-task ratios let the fixed cost of tiny tasks (a
-    # bias update) inflate it ~30x for the big ones (the dispatch cost is modelled apart)
-    rates = {k: sum(s for s, _ in v) / sum(e for _, e in v) for k, v in per_element.items()}
-    return fwd, bwd, statistics.median(dispatch), rates
+    totals = {k: (sum(s for s, _ in v), sum(e for _, e in v)) for k, v in per_element.items()}
+    return fwd, bwd, statistics.median(dispatch), totals, _step_overhead(trainer, images, labels, spans, repeats)
+
+
+def _step_overhead(trainer, images, labels, spans: list[tuple[float, float]], repeats: int) -> float:
+    """Seconds of a real ``Trainer.step`` (the executor's threads) outside its first task's
+    start .. last task's end: checking the batch, waking the worker threads, collecting
+    them.  ``spans`` is filled by the timed task methods."""
+    outside = []
+    for _ in range(repeats):
+        spans.clear()
+        t0 = time.perf_counter()
+        trainer.step(images, labels)
+        total = time.perf_counter() - t0
+        outside.append(total - (max(e for _, e in spans) - min(s for s, _ in spans)))
+    return max(0.0, statistics.median(outside))
 
 
 BOOKKEEPING_KINDS = ("copy", "accumulate", "reduce", "stats_reduce", "update")
@@ -275,18 +293,21 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     parts = _partitions(graph, devices)
     rounds = max(len(v) for v in parts.values())
     prof = Profile(graph.fingerprint(), machine_fingerprint())
-    overheads = []
-    rates: dict[str, list[float]] = {}
+    overheads, step_overheads = [], []
+    totals: dict[str, list[float]] = {}   # bookkeeping kind -> [seconds, elements] over all rounds
     for r in range(rounds):
         configs = {}
         for op in graph.ops:
             options = parts[op.name]
             degrees = options[r % len(options)]
             configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
-        fwd, bwd, dispatch, round_rates = _measure_round(graph, devices, configs, repeats)
+        fwd, bwd, dispatch, round_totals, outside = _measure_round(graph, devices, configs, repeats)
         overheads.append(dispatch)
-        for kind, rate in round_rates.items():
-            rates.setdefault(kind, []).append(rate)
+        step_overheads.append(outside)
+        for kind, (seconds, elements) in round_totals.items():
+            pooled = totals.setdefault(kind, [0.0, 0])
+            pooled[0] += seconds
+            pooled[1] += elements
         for op in graph.ops:
             degrees = configs[op.name].degrees
             workers = range(configs[op.name].workers)
@@ -298,7 +319,13 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     if progress:
         print(file=sys.stderr)
     prof.task_overhead = statistics.median(overheads)
-    prof.element_seconds = {k: statistics.median(v) for k, v in rates.items()}
+    prof.step_overhead = statistics.median(step_overheads)
+    # seconds per element over all tasks of a kind in all rounds (total time / total
+    # elements): the large tensors set the rate.  A median of per-task ratios let the fixed
+    # cost of tiny tasks (a bias update) inflate it ~30x for the big ones, and so did a
+    # median over rounds, where a round that replicates only biases has tiny reductions
+    # (the per-task dispatch cost is modelled apart)
+    prof.element_seconds = {k: seconds / elements for k, (seconds, elements) in totals.items() if elements}
     prof.copy_bandwidth = _copy_bandwidth()
     prof.save(path)
     return prof

@@ -16,6 +16,9 @@ apart:
   transfers that share a link wait for each other; between the nodes of a
   cluster, traffic goes through each node's one network adapter (send side of
   the source node, receive side of the destination), shared by its devices;
+* on CPU workers sharing a machine's cores (``DeviceGraph.cpu``), the tasks of
+  devices c, c + cores, ... run one after another in program order on core c,
+  transfers included, as the CPU executor's thread for that core runs them;
 * compute tasks take the roofline time of their shard (the same model as
   ``t_c``, csrc/cost.c's ``sw_worker_time``: an op's forward is a third of its
   t_c, its backward two thirds, split between the input and weight gradients),
@@ -200,7 +203,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=Non
     device whose buffers exceed its memory when ``check_memory``.  ``engine``: "c" (default:
     lowering, durations and replay in C) or "python" (lower.py's task graph and the reference
     implementation of the same rules).  ``costs``: a :class:`~shardwise.profile.Profile` of
-    measured times (compute, per-task overhead and copy bandwidth) instead of the roofline model."""
+    measured times (compute, per-task overhead, bookkeeping rates and copy bandwidth) instead of
+    the roofline model; its per-step overhead is added to the iteration time."""
     if engine not in ("c", "python"):
         raise ConfigError(f"unknown simulation engine {engine!r}; expected 'c' or 'python'")
     if plan.options.sync != "parameter_server":
@@ -295,6 +299,12 @@ def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | Non
             float(getattr(costs, "copy_bandwidth", 0.0) or 0.0))
 
 
+def _step_overhead(costs) -> float:
+    """A profile's measured seconds of a step outside its tasks (batch checks, waking the
+    executor's threads): added to the replayed tasks' makespan."""
+    return float(getattr(costs, "step_overhead", 0.0) or 0.0) if costs is not None else 0.0
+
+
 def _simulate_c(plan: Plan, check_memory: bool, costs) -> SimResult:
     devices = plan.devices
     problem = make_problem(plan.graph, devices, plan.options)
@@ -306,7 +316,7 @@ def _simulate_c(plan: Plan, check_memory: bool, costs) -> SimResult:
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
-    total = float(r["iteration_time"])
+    total = float(r["iteration_time"]) + _step_overhead(costs)
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
     return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, names), memory)
 
@@ -333,14 +343,30 @@ def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
 
 
 def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
+    cores = getattr(devices, "shared_cores", None)
     if t.kind == "copy" and t.src_device != t.device:
-        return _route_resources(devices, t.src_device, t.device)
+        route = _route_resources(devices, t.src_device, t.device)
+        return route + (f"core {t.device % cores}",) if cores else route   # the receiving thread copies
     if t.kind in ("join", "load_input"):
         return ()
-    cores = getattr(devices, "shared_cores", None)
     if cores:  # CPU workers of one machine take turns on its cores
         return (f"device {t.device}", f"core {t.device % cores}")
     return (f"device {t.device}",)
+
+
+def _thread_order(tasks: list[Task], deps: list[tuple[int, ...]], cores: int | None) -> list[tuple[int, ...]]:
+    """On CPU workers sharing ``cores`` cores, the executor's thread c runs the tasks of
+    devices c, c + cores, ... in program order (:meth:`CpuExecutor.threads`): each task
+    also waits for the one before it on its core."""
+    if not cores:
+        return deps
+    previous: dict[int, int] = {}
+    out = []
+    for t in tasks:
+        core = t.device % cores
+        out.append(tuple(deps[t.id]) + ((previous[core],) if core in previous else ()))
+        previous[core] = t.id
+    return out
 
 
 def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: str = "python",
@@ -355,7 +381,7 @@ def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: st
             bw = measured_bw or route_bw[t.src_device, t.device]
             durations[t.id] += t.nbytes / bw
     resources = [_resources(t, devices) for t in tasks]
-    deps = [t.deps for t in tasks]
+    deps = _thread_order(tasks, [t.deps for t in tasks], getattr(devices, "shared_cores", None))
     overhead = getattr(costs, "task_overhead", 0.0) if costs is not None else 0.0
     if overhead > 0:
         deps, durations, resources = _with_dispatch(tasks, deps, durations, resources, overhead)
@@ -363,7 +389,7 @@ def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: st
     start = replay(deps, durations, resources)
     events = [SimEvent(t.id, t.kind, t.phase, t.op, resources[t.id], float(start[t.id]),
                        float(start[t.id] + durations[t.id])) for t in tasks]
-    total = max((float(a + b) for a, b in zip(start, durations)), default=0.0)
+    total = max((float(a + b) for a, b in zip(start, durations)), default=0.0) + _step_overhead(costs)
     busy: dict[int, float] = {d: 0.0 for d in range(len(devices))}
     for e, t in zip(events, tasks):
         if e.resources and e.resources[0].startswith("device"):
