@@ -309,7 +309,8 @@ int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device);  /*
 typedef struct {
     const double *split;           /* nops x 2: forward, backward seconds of the op's partition; NaN: model */
     const double *element_seconds; /* SW_TASK_NKINDS: seconds per element of bookkeeping kinds; NaN: model */
-    double task_overhead;          /* seconds added to every task (the executor's dispatch) */
+    const double *element_fixed;   /* SW_TASK_NKINDS or NULL: their fixed seconds per task; NaN: none */
+    double task_overhead;          /* the executor's dispatch: added to every task not measured whole */
 } sw_measured;
 
 /* Seconds of every task (transfers excluded: their links decide), the model of

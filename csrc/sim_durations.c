@@ -9,13 +9,14 @@
  *                   equally among that worker's compute tasks of the phase; with
  *                   a measured split, the op's measured forward / backward instead
  *   measured rate   other kinds with a measured seconds-per-element (except
- *                   transfers): rate x elements
+ *                   transfers): fixed + rate x elements
  *   local copy      2 x bytes over the device's memory bandwidth
  *   accumulate, reduce, stats_reduce, sum_partials   3 x bytes of all the summed operands
  *   activation_grad 3 x bytes of the block (read the gradient and the output, write)
  *   update          5 x bytes of the parameter (read w, g, m; write w, m)
  *   otherwise       0 (load_input, join; transfers are timed by their links)
- * and every task pays the measured task overhead, if any.
+ * and every task not measured whole (measured compute and bookkeeping times already
+ * hold the interpreter time of their task) pays the measured task overhead, if any.
  */
 #include <math.h>    /* isnan */
 #include <stdlib.h>  /* malloc, calloc, free */
@@ -90,21 +91,25 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
     }
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
+        int measured = 0;  /* a measured time holds the task's interpreter time already */
         if (is_compute(t->kind)) {
             int backward = t->phase != SW_PHASE_FORWARD;
             double n = (double)share[2 * (wbase[t->op] + t->worker) + backward];
             const double *split = m && m->split ? &m->split[2 * t->op] : NULL;
             if (split && !isnan(split[0])) {
                 out[i] = split[backward] / n;
+                measured = 1;
             } else {
                 out[i] = fwd[wbase[t->op] + t->worker] * (backward ? 2.0 : 1.0) / n;
             }
         } else if (m && m->element_seconds && !isnan(m->element_seconds[t->kind]) && !is_transfer(t)) {
-            out[i] = m->element_seconds[t->kind] * (double)t->elements;  /* measured on this machine */
+            double fixed = m->element_fixed && !isnan(m->element_fixed[t->kind]) ? m->element_fixed[t->kind] : 0.0;
+            out[i] = fixed + m->element_seconds[t->kind] * (double)t->elements;  /* measured on this machine */
+            measured = 1;
         } else {
             out[i] = bookkeeping_time(p, t);
         }
-        if (m && m->task_overhead != 0.0) {
+        if (m && !measured) {
             out[i] += m->task_overhead;
         }
     }

@@ -62,24 +62,43 @@ def test_cached_profile_is_reused_and_foreign_ones_refused(measured, tmp_path, c
     assert set(fresh.times) == set(prof.times)
 
 
-def test_bookkeeping_rates_pool_every_round_and_the_step_overhead_is_measured(monkeypatch, tmp_path):
-    """Rates are total seconds / total elements over all rounds: a round whose only reduction
-    is a tiny one (large fixed cost per element) must not set the rate of the big ones."""
+def test_bookkeeping_costs_fit_every_round_and_the_step_overhead_is_measured(monkeypatch, tmp_path):
+    """Bookkeeping seconds = fixed + rate x elements, fitted over the tasks of all rounds: a
+    round whose only reduction is a tiny one must not set the rate of the big ones."""
     import sys
 
     profile_module = sys.modules["shardwise.profile"]   # sw.profile is the function
-
-    rounds = iter([({}, {}, 1e-5, {"reduce": (1e-3, 1_000_000)}, 2e-4),
-                   ({}, {}, 3e-5, {"reduce": (1e-5, 100)}, 4e-4),
-                   ({}, {}, 2e-5, {"reduce": (2e-3, 2_000_000)}, 3e-4)])
+    fixed, rate = 1e-5, 1e-9
+    rounds = iter([({}, {}, 1e-5, {"reduce": [(fixed + rate * 1e6, 10**6)]}, 2e-4),
+                   ({}, {}, 3e-5, {"reduce": [(fixed + rate * 100, 100)], "update": [(4e-6, 10)]}, 4e-4),
+                   ({}, {}, 2e-5, {"reduce": [(fixed + rate * 2e6, 2 * 10**6)]}, 3e-4)])
     monkeypatch.setattr(profile_module, "_measure_round", lambda *a, **k: next(rounds))
     monkeypatch.setattr(profile_module, "_partitions", lambda g, d: {op.name: [(1,) * len(op.shape)] * 3 for op in g.ops})
     g = sw.models.lenet5(batch=8)
     prof = sw.profile(g, sw.DeviceGraph.cpu(2), cache_dir=str(tmp_path))
-    assert prof.element_seconds["reduce"] == pytest.approx((1e-3 + 1e-5 + 2e-3) / 3_000_100)
+    assert prof.element_fixed["reduce"] == pytest.approx(fixed, rel=1e-6)
+    assert prof.element_seconds["reduce"] == pytest.approx(rate, rel=1e-6)
+    assert (prof.element_fixed["update"], prof.element_seconds["update"]) == (0.0, pytest.approx(4e-7))
     assert prof.task_overhead == pytest.approx(2e-5) and prof.step_overhead == pytest.approx(3e-4)
     again = Profile.load(next(tmp_path.iterdir()), g)
     assert again.step_overhead == prof.step_overhead and again.element_seconds == prof.element_seconds
+    assert again.element_fixed == prof.element_fixed
+
+
+@pytest.mark.parametrize("samples, expected", [
+    ([(3.0, 1), (5.0, 2), (7.0, 3)], (1.0, 2.0)),          # exact line
+    ([(2.0, 1), (2.0, 1)], (0.0, 2.0)),                     # one size: through the origin
+    ([(5.0, 1), (4.0, 2), (3.0, 3)], (4.0, 0.0)),           # falling: a constant
+    ([(0.0, 1), (1.0, 3), (2.0, 5)], (0.0, 13 / 35)),       # negative intercept: through the origin
+    ([(2.0, 0)], (2.0, 0.0)),
+    ([], (0.0, 0.0)),
+])
+def test_fit_line_is_least_squares_and_never_negative(samples, expected):
+    from shardwise.profile import fit_line
+
+    fixed, rate = fit_line(samples)
+    assert fixed >= 0 and rate >= 0
+    assert (fixed, rate) == (pytest.approx(expected[0]), pytest.approx(expected[1]))
 
 
 def test_the_step_overhead_of_a_real_profile_is_small_and_positive(measured):

@@ -106,8 +106,11 @@ def fake_profile(plan, rng: np.random.Generator, coverage: float = 1.0, overhead
     for op in plan.graph.ops:
         if rng.random() < coverage:
             times[(op.name, plan[op.name].degrees)] = (float(rng.uniform(1e-5, 1e-3)), float(rng.uniform(1e-5, 2e-3)))
-    rates = {k: float(rng.uniform(1e-10, 1e-9)) for k in ("copy", "accumulate", "reduce", "stats_reduce", "update")}
-    return Profile(plan.graph.fingerprint(), {}, times, overhead, float(rng.uniform(1e9, 5e9)), rates)
+    kinds = ("copy", "accumulate", "reduce", "stats_reduce", "update")
+    rates = {k: float(rng.uniform(1e-10, 1e-9)) for k in kinds}
+    fixed = {k: float(rng.uniform(0, 2e-5)) for k in kinds if rng.random() < 0.7}
+    return Profile(plan.graph.fingerprint(), {}, times, overhead, float(rng.uniform(1e9, 5e9)), rates,
+                   step_overhead=float(rng.uniform(0, 1e-4)), element_fixed=fixed)
 
 
 # --------------------------------------------------------------------------- random graphs and plans
@@ -260,6 +263,10 @@ def test_bad_machines_and_costs_are_refused_with_clear_errors():
         problem.simulate_plan(*arrays, ptr, res, 2, split=split)
     with pytest.raises(ValueError, match="one entry per task kind"):
         problem.simulate_plan(*arrays, ptr, res, 2, element_seconds=np.zeros(3))
+    with pytest.raises(ValueError, match="element_fixed must have one entry"):
+        problem.simulate_plan(*arrays, ptr, res, 2, element_fixed=np.zeros(3))
+    with pytest.raises(ValueError, match="fixed seconds per task"):
+        problem.simulate_plan(*arrays, ptr, res, 2, element_fixed=np.full(len(_core.TASK_KINDS), -1.0))
     with pytest.raises(ValueError, match="workers need as many devices"):
         problem.worker_times(1, np.array([2], np.int32), np.array([0], np.int32))
     with pytest.raises(IndexError):

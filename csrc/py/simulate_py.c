@@ -221,7 +221,7 @@ done:
 
 /* ------------------------------------------------------------------ Problem.simulate_plan */
 typedef struct {
-    PyArrayObject *route_ptr, *route_res, *split, *rates;
+    PyArrayObject *route_ptr, *route_res, *split, *rates, *fixed;
     sw_machine machine;
     sw_measured measured;
 } sim_args;
@@ -231,6 +231,7 @@ static void sim_args_free(sim_args *s) {
     Py_XDECREF(s->route_res);
     Py_XDECREF(s->split);
     Py_XDECREF(s->rates);
+    Py_XDECREF(s->fixed);
 }
 
 /* NaN (no measurement) or a finite value >= 0 in every entry. */
@@ -246,8 +247,8 @@ static int measurements_ok(PyArrayObject *a, const char *what) {
 }
 
 static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *route_res, int nres, int cores,
-                         int interpreter, PyObject *split, PyObject *rates, double overhead, double copy_bw,
-                         sim_args *s) {
+                         int interpreter, PyObject *split, PyObject *rates, PyObject *fixed, double overhead,
+                         double copy_bw, sim_args *s) {
     memset(s, 0, sizeof *s);
     s->route_ptr = sw_py_array(route_ptr, NPY_INT32, 1, "route_ptr");
     s->route_res = s->route_ptr ? sw_py_array(route_res, NPY_INT32, 1, "route_res") : NULL;
@@ -291,10 +292,23 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
             return -1;
         }
     }
+    if (fixed != Py_None) {
+        s->fixed = sw_py_array(fixed, NPY_FLOAT64, 1, "element_fixed");
+        if (!s->fixed) {
+            return -1;
+        }
+        if (PyArray_DIM(s->fixed, 0) != SW_TASK_NKINDS) {
+            PyErr_Format(PyExc_ValueError, "element_fixed must have one entry per task kind (%d)", SW_TASK_NKINDS);
+            return -1;
+        }
+        if (!measurements_ok(s->fixed, "measured fixed seconds per task")) {
+            return -1;
+        }
+    }
     s->machine = (sw_machine){p->ndev, cores, nres, interpreter, ptr, PyArray_DATA(s->route_res), copy_bw,
                               overhead > 0 ? overhead : 0.0};
     s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
-                                overhead};
+                                s->fixed ? PyArray_DATA(s->fixed) : NULL, overhead};
     return 0;
 }
 
@@ -326,12 +340,13 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
-                             "interpreter", "split", "element_seconds", "task_overhead", "copy_bandwidth", NULL};
-    PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None;
+                             "interpreter", "split", "element_seconds", "task_overhead", "copy_bandwidth",
+                             "element_fixed", NULL};
+    PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
     int nres, cores = 0, interpreter = -1;
     double overhead = 0.0, copy_bw = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iiOOdd", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &interpreter, &split, &rates, &overhead, &copy_bw) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iiOOddO", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &interpreter, &split, &rates, &overhead, &copy_bw, &fixed) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
@@ -343,7 +358,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
     if (parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
-        parse_machine(self->p, rp, rr, nres, cores, interpreter, split, rates, overhead, copy_bw, &s) < 0) {
+        parse_machine(self->p, rp, rr, nres, cores, interpreter, split, rates, fixed, overhead, copy_bw, &s) < 0) {
         goto done;
     }
     sw_status st;

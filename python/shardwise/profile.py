@@ -6,13 +6,14 @@
 
 For every op and every partition (degrees) the search may give it on the
 device graph, the forward and backward time of one shard is measured by
-running real training steps of the CPU executor, one task at a time: in round
-r every op takes its r-th partition, so a handful of steps covers all of them.
-On CPU workers the devices are alike, so where a shard runs does not matter.
+running real training steps of the CPU executor, its workers side by side as in
+training, each task timed by its thread's CPU clock: in round r every op takes
+its r-th partition, so a handful of steps covers all of them.  On CPU workers
+the devices are alike, so where a shard runs does not matter.
 The profile also measures the executor's interpreter time per task (everything
 outside the C kernels, during which a worker holds Python's lock, so workers
 take turns at it), the time of a step outside its tasks (checking the batch,
-waking the executor's threads), bookkeeping seconds per element and the
+waking the executor's threads), bookkeeping seconds (fixed + per element) and the
 bandwidth of a copy between workers, which the simulator uses.
 
 Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
@@ -78,6 +79,7 @@ class Profile:
     copy_bandwidth: float = 0.0      # bytes/s of a copy between two workers' buffers
     element_seconds: dict[str, float] = field(default_factory=dict)  # bookkeeping tasks: s per element
     step_overhead: float = 0.0       # seconds of a step outside its tasks (threads woken, batch checked)
+    element_fixed: dict[str, float] = field(default_factory=dict)    # bookkeeping tasks: fixed s per task
 
     # ---- the ComputeCosts protocol (search) and the simulator's split
     def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
@@ -96,7 +98,7 @@ class Profile:
         return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "graph": self.graph_fingerprint,
                 "machine": self.machine, "task_overhead": self.task_overhead,
                 "copy_bandwidth": self.copy_bandwidth, "element_seconds": self.element_seconds,
-                "step_overhead": self.step_overhead,
+                "step_overhead": self.step_overhead, "element_fixed": self.element_fixed,
                 "times": [[name, list(deg), fwd, bwd] for (name, deg), (fwd, bwd) in sorted(self.times.items())]}
 
     def save(self, path: str | os.PathLike) -> None:
@@ -117,7 +119,8 @@ class Profile:
             prof = cls(str(data["graph"]), dict(data["machine"]), times, float(data["task_overhead"]),
                        float(data["copy_bandwidth"]),
                        {str(k): float(v) for k, v in data.get("element_seconds", {}).items()},
-                       float(data["step_overhead"]))
+                       float(data["step_overhead"]),
+                       {str(k): float(v) for k, v in data["element_fixed"].items()})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, ProfileMismatch):
                 raise
@@ -193,33 +196,40 @@ class _KernelClock:
 
 
 def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig], repeats: int):
-    """One plan, ``repeats`` timed steps (after a warm-up), one task at a time.  Returns per
-    (op, worker) forward and backward seconds, the interpreter time per task (a step's time
-    outside the C kernels, during which a worker holds the interpreter lock, so the workers
-    take turns: the simulator's ``interpreter`` resource), and per bookkeeping kind the
-    total seconds and elements of its tasks.
-    (Measuring the workers side by side instead was tried: with more workers than cores
-    each task's time then includes the others' turns, which the simulator's shared cores
-    count again.)"""
+    """One plan, measured.  Returns per (op, worker) forward and backward seconds, the
+    interpreter time per task, per bookkeeping kind the (seconds, elements) of each of its
+    tasks, and the step's time outside its tasks.
+
+    Shards are timed the way training runs them: ``repeats`` real ``Trainer.step`` calls on
+    the executor's threads (at most one per core, each running its devices in program
+    order), every task by its thread's CPU clock.  The CPU clock leaves out the time a
+    thread waits for the interpreter lock or for a core (the simulator's ``interpreter``
+    and ``core`` resources count those) but keeps what running side by side costs: on the
+    2-core test machine the scaled ResNet-18's kernels took 5-40% more CPU time with the
+    workers side by side than one at a time (shared caches and memory bandwidth), and the
+    simulator had underestimated 2 and 4 workers by 15-25%.  (Timing the side-by-side
+    tasks by the wall clock instead was tried when every worker had its own thread: with
+    more workers than cores each task's time then included the others' turns, which the
+    simulator's shared cores count again.)
+
+    The interpreter time per task is measured with the tasks run one at a time (no thread
+    waits for the lock then): a step's time outside the C kernels over its task count."""
     from .train import SGD, Trainer
 
     plan = Plan(graph, devices, configs, name="profile")
     trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
     ex = trainer.executor
-    fwd: dict[tuple[str, int], list[float]] = {}
-    bwd: dict[tuple[str, int], list[float]] = {}
-    current: dict[tuple[str, int, str], float] = {}
-    per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (seconds, elements) per task
-    spans: list[tuple[float, float]] = []   # (start, end) of every task, for the step overhead
+    current: dict[tuple[str, int, str], float] = {}          # (op, worker, fwd/bwd) -> CPU seconds
+    per_element: dict[str, list[tuple[float, int]]] = {}     # kind -> (CPU seconds, elements) per task
+    spans: list[tuple[float, float]] = []                    # (start, end) wall clock of every task
     for kind in {t.kind for t in ex.tg.tasks}:
         original = getattr(ex, "do_" + kind)
 
         def timed(task, original=original):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             original(task)
-            t1 = time.perf_counter()
-            spans.append((t0, t1))
-            seconds = t1 - t0
+            seconds = time.thread_time() - c0
+            spans.append((t0, time.perf_counter()))
             if task.kind in COMPUTE_KINDS:
                 key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
                 current[key] = current.get(key, 0.0) + seconds
@@ -234,35 +244,51 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
     y = rng.integers(0, classes, trainer.batch)
     # several input ops (an unrolled RNN) are fed as a dict; one as its array
     images, labels = trainer._check_batch(xs if len(xs) > 1 else xs[trainer.input.name], y)
+    ex.run(images, labels, optimizer=trainer.optimizer, threads=False)   # warm-up: first-touch allocations
+    trainer.step(images, labels)                                          # ... and the worker threads
     dispatch = []
-    for step in range(repeats + 1):
-        current.clear()
+    for _ in range(repeats):
         with _KernelClock() as kernels:
             t0 = time.perf_counter()
             ex.run(images, labels, optimizer=trainer.optimizer, threads=False)
             total = time.perf_counter() - t0
-        if step == 0:
-            per_element.clear()
-            continue  # warm-up: first-touch allocations
         dispatch.append((total - kernels.seconds) / len(ex.tg.tasks))
-        for (op, worker, which), seconds in current.items():
-            (fwd if which == "fwd" else bwd).setdefault((op, worker), []).append(seconds)
-    totals = {k: (sum(s for s, _ in v), sum(e for _, e in v)) for k, v in per_element.items()}
-    return fwd, bwd, statistics.median(dispatch), totals, _step_overhead(trainer, images, labels, spans, repeats)
-
-
-def _step_overhead(trainer, images, labels, spans: list[tuple[float, float]], repeats: int) -> float:
-    """Seconds of a real ``Trainer.step`` (the executor's threads) outside its first task's
-    start .. last task's end: checking the batch, waking the worker threads, collecting
-    them.  ``spans`` is filled by the timed task methods."""
+    fwd: dict[tuple[str, int], list[float]] = {}
+    bwd: dict[tuple[str, int], list[float]] = {}
+    per_element.clear()
     outside = []
     for _ in range(repeats):
+        current.clear()
         spans.clear()
         t0 = time.perf_counter()
         trainer.step(images, labels)
         total = time.perf_counter() - t0
+        # checking the batch, waking the worker threads, collecting them
         outside.append(total - (max(e for _, e in spans) - min(s for s, _ in spans)))
-    return max(0.0, statistics.median(outside))
+        for (op, worker, which), seconds in current.items():
+            (fwd if which == "fwd" else bwd).setdefault((op, worker), []).append(seconds)
+    return fwd, bwd, statistics.median(dispatch), per_element, max(0.0, statistics.median(outside))
+
+
+def fit_line(samples: list[tuple[float, int]]) -> tuple[float, float]:
+    """(fixed seconds, seconds per element) of ``seconds = fixed + rate * elements`` over
+    (seconds, elements) samples, least squares, neither negative.
+
+    A bookkeeping task costs its interpreter time plus its memory traffic: one rate alone
+    (a median of per-task ratios) let the fixed cost of tiny tasks (a bias update) inflate
+    the rate of the big ones ~30x, and the per-task dispatch time added on top counted
+    the interpreter time twice."""
+    seconds = np.array([s for s, _ in samples], np.float64)
+    elements = np.array([e for _, e in samples], np.float64)
+    if len(samples) == 0 or not elements.any():
+        return (float(seconds.mean()) if len(samples) else 0.0), 0.0
+    if np.ptp(elements) > 0:
+        fixed, rate = np.linalg.lstsq(np.stack([np.ones_like(elements), elements], 1), seconds, rcond=None)[0]
+        if fixed >= 0 and rate >= 0:
+            return float(fixed), float(rate)
+        if rate < 0:
+            return float(seconds.mean()), 0.0
+    return 0.0, float(seconds @ elements / (elements @ elements))   # through the origin
 
 
 BOOKKEEPING_KINDS = ("copy", "accumulate", "reduce", "stats_reduce", "update")
@@ -294,20 +320,18 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     rounds = max(len(v) for v in parts.values())
     prof = Profile(graph.fingerprint(), machine_fingerprint())
     overheads, step_overheads = [], []
-    totals: dict[str, list[float]] = {}   # bookkeeping kind -> [seconds, elements] over all rounds
+    samples: dict[str, list[tuple[float, int]]] = {}   # bookkeeping kind -> (seconds, elements) of all rounds
     for r in range(rounds):
         configs = {}
         for op in graph.ops:
             options = parts[op.name]
             degrees = options[r % len(options)]
             configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
-        fwd, bwd, dispatch, round_totals, outside = _measure_round(graph, devices, configs, repeats)
+        fwd, bwd, dispatch, round_samples, outside = _measure_round(graph, devices, configs, repeats)
         overheads.append(dispatch)
         step_overheads.append(outside)
-        for kind, (seconds, elements) in round_totals.items():
-            pooled = totals.setdefault(kind, [0.0, 0])
-            pooled[0] += seconds
-            pooled[1] += elements
+        for kind, pairs in round_samples.items():
+            samples.setdefault(kind, []).extend(pairs)
         for op in graph.ops:
             degrees = configs[op.name].degrees
             workers = range(configs[op.name].workers)
@@ -320,12 +344,8 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
         print(file=sys.stderr)
     prof.task_overhead = statistics.median(overheads)
     prof.step_overhead = statistics.median(step_overheads)
-    # seconds per element over all tasks of a kind in all rounds (total time / total
-    # elements): the large tensors set the rate.  A median of per-task ratios let the fixed
-    # cost of tiny tasks (a bias update) inflate it ~30x for the big ones, and so did a
-    # median over rounds, where a round that replicates only biases has tiny reductions
-    # (the per-task dispatch cost is modelled apart)
-    prof.element_seconds = {k: seconds / elements for k, (seconds, elements) in totals.items() if elements}
+    for kind, pairs in samples.items():
+        prof.element_fixed[kind], prof.element_seconds[kind] = fit_line(pairs)
     prof.copy_bandwidth = _copy_bandwidth()
     prof.save(path)
     return prof

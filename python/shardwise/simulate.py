@@ -151,8 +151,10 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
     The reference of csrc/sim_durations.c.  Compute tasks share their worker's forward
     roofline time (x1 forward, x2 backward) from csrc/cost.c's ``sw_worker_time``, the
     per-worker term of t_c.  With ``costs`` (a :class:`~shardwise.profile.Profile`), compute
-    tasks take the measured forward / backward times of their op's partition and every
-    task pays the measured per-task overhead of the executor."""
+    tasks take the measured forward / backward times of their op's partition, bookkeeping
+    tasks the measured fixed + per-element seconds of their kind, and every other task pays
+    the measured per-task overhead of the executor on top of its model (a measured time
+    holds its task's interpreter time already)."""
     plan, graph = tg.plan, tg.plan.graph
     devices = plan.devices.devices
     problem = make_problem(graph, plan.devices, plan.options)
@@ -163,6 +165,8 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
             key = (t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")
             per_op_counts[key] = per_op_counts.get(key, 0) + 1
     out = []
+    overhead = float(getattr(costs, "task_overhead", 0.0) or 0.0) if costs is not None else 0.0
+    fixed = getattr(costs, "element_fixed", {}) if costs is not None else {}
     for t in tg.tasks:
         dev = devices[t.device]
         if t.kind in COMPUTE_KINDS:
@@ -181,7 +185,8 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
         elif costs is not None and t.kind in getattr(costs, "element_seconds", {}) and \
                 not (t.kind == "copy" and t.src_device != t.device):
             elements = volume(t.box) if t.box is not None else tg.buffers[t.writes[0]].elements
-            out.append(costs.element_seconds[t.kind] * elements)   # measured on this machine
+            out.append(fixed.get(t.kind, 0.0) + costs.element_seconds[t.kind] * elements)   # measured here
+            continue
         elif t.kind == "copy" and t.src_device == t.device:
             out.append(2 * volume(t.box) * BYTES_PER_ELEMENT / dev.mem_bandwidth)  # a local memcpy
         elif t.kind in ("accumulate", "reduce", "stats_reduce", "sum_partials"):
@@ -193,8 +198,7 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
             out.append(5 * tg.buffers[t.reads[0]].elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
         else:  # load_input, join, and transfers (timed by their links)
             out.append(0.0)
-    if costs is not None and getattr(costs, "task_overhead", 0.0):
-        out = [d + costs.task_overhead for d in out]
+        out[-1] += overhead   # modelled: the executor's interpreter time comes on top
     return out
 
 
@@ -282,20 +286,22 @@ def _machine(devices: DeviceGraph, dispatch: bool) -> tuple[np.ndarray, np.ndarr
     return route_ptr, np.asarray(route_res, np.int32), names, cores, interpreter
 
 
-def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | None, float, float]:
-    """(split, element_seconds, task_overhead, copy_bandwidth) of a profile for the C engine."""
+def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, float, float]:
+    """(split, element_seconds, element_fixed, task_overhead, copy_bandwidth) of a profile for the C engine."""
     if costs is None:
-        return None, None, 0.0, 0.0
+        return None, None, None, 0.0, 0.0
     split = np.full((len(plan.graph.ops), 2), np.nan)
     for op in plan.graph.ops:
         measured = _measured_split(plan, costs, op.name)
         if measured is not None:
             split[op.index] = measured
     rates = np.full(len(_core.TASK_KINDS), np.nan)
+    fixed = np.full(len(_core.TASK_KINDS), np.nan)
     for kind, rate in getattr(costs, "element_seconds", {}).items():
         if kind in _core.TASK_KINDS and kind not in COMPUTE_KINDS:
             rates[_core.TASK_KINDS.index(kind)] = rate
-    return (split, rates, float(getattr(costs, "task_overhead", 0.0) or 0.0),
+            fixed[_core.TASK_KINDS.index(kind)] = getattr(costs, "element_fixed", {}).get(kind, np.nan)
+    return (split, rates, fixed, float(getattr(costs, "task_overhead", 0.0) or 0.0),
             float(getattr(costs, "copy_bandwidth", 0.0) or 0.0))
 
 
@@ -308,11 +314,11 @@ def _step_overhead(costs) -> float:
 def _simulate_c(plan: Plan, check_memory: bool, costs) -> SimResult:
     devices = plan.devices
     problem = make_problem(plan.graph, devices, plan.options)
-    split, rates, overhead, copy_bw = _cost_arrays(plan, costs)
+    split, rates, fixed, overhead, copy_bw = _cost_arrays(plan, costs)
     route_ptr, route_res, names, cores, interpreter = _machine(devices, overhead > 0)
     r = problem.simulate_plan(*plan_arrays(plan), route_ptr, route_res, len(names), cores=cores,
                               interpreter=interpreter, split=split, element_seconds=rates, task_overhead=overhead,
-                              copy_bandwidth=copy_bw)
+                              copy_bandwidth=copy_bw, element_fixed=fixed)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
