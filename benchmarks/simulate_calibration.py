@@ -21,24 +21,8 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 import shardwise as sw
-from shardwise.train import Trainer
-
-
-def measure(g: sw.Graph, plan: sw.Plan, steps: int) -> float:
-    t = Trainer(g, plan)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
-    y = rng.integers(0, 10, g.ops[0].shape[0])
-    t.step(x, y)
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        t.step(x, y)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from shardwise.profile import measured_step_time
 
 
 def warm_up(seconds: float = 3.0) -> None:
@@ -47,7 +31,7 @@ def warm_up(seconds: float = 3.0) -> None:
     g = sw.models.get("lenet5", batch=64)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        measure(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)), 3)
+        measured_step_time(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)), 3)
 
 
 def trial(g: sw.Graph, d: sw.DeviceGraph, steps: int) -> list[tuple[str, float, float]]:
@@ -56,7 +40,7 @@ def trial(g: sw.Graph, d: sw.DeviceGraph, steps: int) -> list[tuple[str, float, 
     prof = sw.profile(g, d, cache_dir=tempfile.mkdtemp(prefix="shardwise-profile-"))
     out = []
     for plan in (sw.strategies.data_parallel(g, d), sw.search(g, d, costs=prof)):
-        measured = measure(g, plan, steps)
+        measured = measured_step_time(g, plan, steps)
         simulated = sw.simulate(plan, costs=prof, check_memory=False).iteration_time
         out.append((plan.name, measured, simulated))
     return out

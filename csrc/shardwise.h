@@ -324,7 +324,8 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
  * a transfer a -> b holds route_res[route_ptr[a*ndev+b] .. route_ptr[a*ndev+b+1])
  * (links or network adapters, ids chosen by the caller) and, with cores > 0, b's
  * core; with cores > 0 the tasks of one core also run one after another in
- * program order (the CPU executor's thread per core); with dispatch, every
+ * program order (the CPU executor's thread per core), and a task waiting for
+ * another core's tasks starts wake_latency after them at the earliest; with dispatch, every
  * task first runs a dispatch task on resource `interpreter` and its device. */
 typedef struct {
     int32_t ndev, cores, nres, interpreter;
@@ -332,6 +333,7 @@ typedef struct {
     const int32_t *route_res;
     double copy_bandwidth;         /* > 0: every transfer runs at this (measured) bytes/s */
     double dispatch;               /* > 0: seconds of the dispatch task before every task */
+    double wake_latency;           /* > 0 (with cores): seconds a thread takes to resume after waiting for another */
 } sw_machine;
 
 typedef struct {

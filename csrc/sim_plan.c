@@ -11,7 +11,11 @@
  *               executor's thread copies); load_input and join hold nothing
  *   threads     on shared cores (cores > 0) the CPU executor runs the tasks of
  *               devices c, c + cores, ... on one thread in program order, so
- *               every task also waits for the task before it on its core
+ *               every task also waits for the task before it on its core; with a
+ *               measured wake latency w, a task that waits for tasks of another
+ *               thread starts no sooner than w after the last of them (its wake
+ *               task: ids after the others, holding nothing): a thread blocked on
+ *               an event takes that long to run again
  *   transfers   take bytes / bandwidth on top of their modelled duration (the
  *               route's bandwidth, or a measured copy bandwidth)
  *   dispatch    with a measured per-task overhead o, task i (of n) first runs a
@@ -41,8 +45,8 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
         return SW_FAIL(SW_ERR_VALUE, "machine: interpreter resource %d outside %d..%d", m->interpreter,
                        m->ndev + m->cores, m->nres - 1);
     }
-    if (!(m->dispatch >= 0) || !(m->copy_bandwidth >= 0)) {
-        return SW_FAIL(SW_ERR_VALUE, "machine: dispatch time and copy bandwidth must be >= 0");
+    if (!(m->dispatch >= 0) || !(m->copy_bandwidth >= 0) || !(m->wake_latency >= 0)) {
+        return SW_FAIL(SW_ERR_VALUE, "machine: dispatch time, copy bandwidth and wake latency must be >= 0");
     }
     if (m->route_ptr[0] != 0) {
         return SW_FAIL(SW_ERR_VALUE, "machine: route pointers must start at 0");
@@ -120,15 +124,38 @@ static double task_seconds(const sw_problem *p, const sw_task *t, double modelle
     return d;
 }
 
-/* Append task i's dependencies to deps[nd..] and return the new count: the graph's, and
- * on shared cores the task before it on its core's thread (previous[core], updated). */
-static int32_t add_deps(const sw_task_graph *g, int32_t i, int32_t *previous, const sw_machine *m, int32_t *deps,
-                        int32_t nd) {
-    int32_t count = g->dep_ptr[i + 1] - g->dep_ptr[i];
-    memcpy(deps + nd, g->deps + g->dep_ptr[i], sizeof(int32_t) * (size_t)count);
-    nd += count;
+/* The thread (core) of a task on shared cores. */
+static int core_of(const sw_task_graph *g, int32_t i, const sw_machine *m) { return g->tasks[i].device % m->cores; }
+
+/* Task i's dependencies on another core's thread: with a wake latency its wake task waits for them. */
+static int32_t cross_deps(const sw_task_graph *g, int32_t i, const sw_machine *m, int32_t *deps, int32_t nd) {
+    for (int32_t k = g->dep_ptr[i]; k < g->dep_ptr[i + 1]; k++) {
+        if (core_of(g, g->deps[k], m) != core_of(g, i, m)) {
+            deps[nd++] = g->deps[k];
+        }
+    }
+    return nd;
+}
+
+/* Append the dependencies of task i's first part (the task, or its dispatch task) to
+ * deps[nd..] and return the new count: the graph's; on shared cores the task before it on its
+ * core's thread (previous[core], updated); with wake tasks (wake_base >= 0), those on another
+ * core are replaced by wake task wake_base + i, which the caller gives them. */
+static int32_t add_deps(const sw_task_graph *g, int32_t i, int32_t *previous, const sw_machine *m, int32_t wake_base,
+                        int32_t *deps, int32_t nd) {
+    int crossing = 0;
+    for (int32_t k = g->dep_ptr[i]; k < g->dep_ptr[i + 1]; k++) {
+        if (wake_base >= 0 && core_of(g, g->deps[k], m) != core_of(g, i, m)) {
+            crossing = 1;
+        } else {
+            deps[nd++] = g->deps[k];
+        }
+    }
+    if (crossing) {
+        deps[nd++] = wake_base + i;
+    }
     if (previous) {
-        int core = g->tasks[i].device % m->cores;
+        int core = core_of(g, i, m);
         if (previous[core] >= 0) {
             deps[nd++] = previous[core];
         }
@@ -141,17 +168,19 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
                               const sw_machine *m, replay *rp) {
     int32_t n = g->ntasks;
     int dispatch = m->dispatch > 0;
+    int wake = m->cores > 0 && m->wake_latency > 0;
+    int32_t wake_base = wake ? (dispatch ? 2 * n : n) : -1;  /* wake task of task i: wake_base + i */
     int64_t longest = 0;
     for (int64_t q = 0; q < (int64_t)m->ndev * m->ndev; q++) {
         int64_t len = m->route_ptr[q + 1] - m->route_ptr[q];
         longest = len > longest ? len : longest;
     }
-    rp->n = dispatch ? 2 * n : n;
+    rp->n = n * (1 + dispatch + wake);
     size_t cap = (size_t)n * (size_t)(longest + 1 > 2 ? longest + 1 : 2) + (dispatch ? 2 * (size_t)n : 0) + 1;
     rp->duration = malloc(sizeof *rp->duration * ((size_t)rp->n + 1));
     rp->start = calloc((size_t)rp->n + 1, sizeof *rp->start);
     rp->dep_ptr = malloc(sizeof *rp->dep_ptr * ((size_t)rp->n + 1));
-    rp->deps = malloc(sizeof *rp->deps * ((size_t)g->ndeps + 2 * (size_t)n + 1));
+    rp->deps = malloc(sizeof *rp->deps * ((size_t)g->ndeps + 3 * (size_t)n + 1));
     rp->res_ptr = malloc(sizeof *rp->res_ptr * ((size_t)rp->n + 1));
     rp->res = malloc(sizeof *rp->res * cap);
     if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res) {
@@ -177,7 +206,7 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         if (dispatch) {
             rp->deps[nd++] = n + i;
         } else {
-            nd = add_deps(g, i, previous, m, rp->deps, nd);
+            nd = add_deps(g, i, previous, m, wake_base, rp->deps, nd);
         }
         rp->dep_ptr[i + 1] = nd;
     }
@@ -189,10 +218,17 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         rp->res[nres++] = g->tasks[i].device;
         rp->res_ptr[n + i + 1] = nres;
         rp->duration[n + i] = m->dispatch;
-        nd = add_deps(g, i, previous, m, rp->deps, nd);
+        nd = add_deps(g, i, previous, m, wake_base, rp->deps, nd);
         rp->dep_ptr[n + i + 1] = nd;
     }
     free(previous);
+    for (int32_t i = 0; wake && i < n; i++) {  /* wake tasks: the thread wakes `wake_latency` after the last */
+        int32_t start = nd;                      /* dependency on another thread is done; they hold nothing */
+        nd = cross_deps(g, i, m, rp->deps, nd);
+        rp->res_ptr[wake_base + i + 1] = nres;
+        rp->duration[wake_base + i] = nd > start ? m->wake_latency : 0.0;
+        rp->dep_ptr[wake_base + i + 1] = nd;
+    }
     return SW_OK;
 }
 

@@ -7,36 +7,18 @@ drifts between the profile and the measurement, so one retry with a fresh profil
 """
 from __future__ import annotations
 
-import statistics
-import time
-
-import numpy as np
 import pytest
 
 import shardwise as sw
-from shardwise.train import Trainer
+from shardwise.profile import measured_step_time
 
 BOUND = 0.35   # the benchmark's bar is 0.10
-
-
-def measured_step(g: sw.Graph, plan: sw.Plan, steps: int) -> float:
-    t = Trainer(g, plan)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
-    y = rng.integers(0, 10, g.ops[0].shape[0])
-    t.step(x, y)
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        t.step(x, y)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def relative_error(g: sw.Graph, d: sw.DeviceGraph, tmp_path, steps: int) -> float:
     prof = sw.profile(g, d, cache_dir=str(tmp_path), repeats=3)
     plan = sw.strategies.data_parallel(g, d)
-    measured = measured_step(g, plan, steps)
+    measured = measured_step_time(g, plan, steps)
     simulated = sw.simulate(plan, costs=prof).iteration_time
     return (simulated - measured) / measured
 

@@ -104,3 +104,4 @@ def test_fit_line_is_least_squares_and_never_negative(samples, expected):
 def test_the_step_overhead_of_a_real_profile_is_small_and_positive(measured):
     _, _, _, prof = measured
     assert 0 < prof.step_overhead < 0.05
+    assert 0 < prof.wake_latency < 0.01

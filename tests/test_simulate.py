@@ -221,3 +221,30 @@ def test_a_profiles_step_overhead_is_added_to_the_iteration():
         a, b = simulate(plan, engine=engine, costs=quiet), simulate(plan, engine=engine, costs=busy)
         assert b.iteration_time == pytest.approx(a.iteration_time + 3e-4, rel=1e-12)
         assert [e.end for e in b.events] == [e.end for e in a.events]
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_a_thread_waiting_for_another_resumes_a_wake_latency_later(engine):
+    """With a profile's wake latency w, a task that depends on another thread's tasks starts at
+    least w after the last of them ends."""
+    from shardwise.profile import Profile
+
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cpu(4)
+    d.shared_cores = 2
+    plan = sw.strategies.data_parallel(g, d)
+    tasks = lower(plan).tasks
+    times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
+    for wake in (0.0, 1e-5, 1e-4, 1e-3):
+        prof = Profile(g.fingerprint(), {}, times, 1e-5, 1e9, {"update": 1e-9}, wake_latency=wake)
+        sim = simulate(plan, engine=engine, costs=prof)
+        end = {e.task: e.end for e in sim.events}
+        waited = 0
+        for e in sim.events:
+            cross = [x for x in tasks[e.task].deps if tasks[x].device % 2 != tasks[e.task].device % 2]
+            if cross:
+                waited += 1
+                assert e.start >= max(end[x] for x in cross) + wake - 1e-12
+        assert waited > 0
+    assert sim.iteration_time > simulate(plan, engine=engine, costs=Profile(g.fingerprint(), {}, times, 1e-5, 1e9,
+                                                                 {"update": 1e-9})).iteration_time

@@ -110,7 +110,8 @@ def fake_profile(plan, rng: np.random.Generator, coverage: float = 1.0, overhead
     rates = {k: float(rng.uniform(1e-10, 1e-9)) for k in kinds}
     fixed = {k: float(rng.uniform(0, 2e-5)) for k in kinds if rng.random() < 0.7}
     return Profile(plan.graph.fingerprint(), {}, times, overhead, float(rng.uniform(1e9, 5e9)), rates,
-                   step_overhead=float(rng.uniform(0, 1e-4)), element_fixed=fixed)
+                   step_overhead=float(rng.uniform(0, 1e-4)), element_fixed=fixed,
+                   wake_latency=float(rng.choice([0.0, rng.uniform(1e-6, 1e-4)])))
 
 
 # --------------------------------------------------------------------------- random graphs and plans
@@ -255,6 +256,8 @@ def test_bad_machines_and_costs_are_refused_with_clear_errors():
         problem.simulate_plan(*arrays, ptr, res, 2, cores=2)
     with pytest.raises(ValueError, match="task_overhead"):
         problem.simulate_plan(*arrays, ptr, res, 2, task_overhead=-1.0)
+    with pytest.raises(ValueError, match="wake_latency"):
+        problem.simulate_plan(*arrays, ptr, res, 2, wake_latency=float("nan"))
     with pytest.raises(ValueError, match="interpreter"):
         problem.simulate_plan(*arrays, ptr, res, 2, task_overhead=1e-5)
     split = np.full((len(g.ops), 2), np.nan)

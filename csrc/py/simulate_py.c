@@ -246,9 +246,25 @@ static int measurements_ok(PyArrayObject *a, const char *what) {
     return 1;
 }
 
+/* An optional array of one measurement per task kind (None: not measured) into *out. */
+static int per_kind(PyObject *obj, const char *name, const char *what, PyArrayObject **out) {
+    if (obj == Py_None) {
+        return 0;
+    }
+    *out = sw_py_array(obj, NPY_FLOAT64, 1, name);
+    if (!*out) {
+        return -1;
+    }
+    if (PyArray_DIM(*out, 0) != SW_TASK_NKINDS) {
+        PyErr_Format(PyExc_ValueError, "%s must have one entry per task kind (%d)", name, SW_TASK_NKINDS);
+        return -1;
+    }
+    return measurements_ok(*out, what) ? 0 : -1;
+}
+
 static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *route_res, int nres, int cores,
                          int interpreter, PyObject *split, PyObject *rates, PyObject *fixed, double overhead,
-                         double copy_bw, sim_args *s) {
+                         double copy_bw, double wake, sim_args *s) {
     memset(s, 0, sizeof *s);
     s->route_ptr = sw_py_array(route_ptr, NPY_INT32, 1, "route_ptr");
     s->route_res = s->route_ptr ? sw_py_array(route_res, NPY_INT32, 1, "route_res") : NULL;
@@ -262,8 +278,9 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
                      (Py_ssize_t)pairs + 1);
         return -1;
     }
-    if (!(isfinite(overhead) && overhead >= 0) || !(isfinite(copy_bw) && copy_bw >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "task_overhead and copy_bandwidth must be finite and >= 0");
+    if (!(isfinite(overhead) && overhead >= 0) || !(isfinite(copy_bw) && copy_bw >= 0) ||
+        !(isfinite(wake) && wake >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "task_overhead, copy_bandwidth and wake_latency must be finite and >= 0");
         return -1;
     }
     if (split != Py_None) {
@@ -279,34 +296,12 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
             return -1;
         }
     }
-    if (rates != Py_None) {
-        s->rates = sw_py_array(rates, NPY_FLOAT64, 1, "element_seconds");
-        if (!s->rates) {
-            return -1;
-        }
-        if (PyArray_DIM(s->rates, 0) != SW_TASK_NKINDS) {
-            PyErr_Format(PyExc_ValueError, "element_seconds must have one entry per task kind (%d)", SW_TASK_NKINDS);
-            return -1;
-        }
-        if (!measurements_ok(s->rates, "measured seconds per element")) {
-            return -1;
-        }
-    }
-    if (fixed != Py_None) {
-        s->fixed = sw_py_array(fixed, NPY_FLOAT64, 1, "element_fixed");
-        if (!s->fixed) {
-            return -1;
-        }
-        if (PyArray_DIM(s->fixed, 0) != SW_TASK_NKINDS) {
-            PyErr_Format(PyExc_ValueError, "element_fixed must have one entry per task kind (%d)", SW_TASK_NKINDS);
-            return -1;
-        }
-        if (!measurements_ok(s->fixed, "measured fixed seconds per task")) {
-            return -1;
-        }
+    if (per_kind(rates, "element_seconds", "measured seconds per element", &s->rates) < 0 ||
+        per_kind(fixed, "element_fixed", "measured fixed seconds per task", &s->fixed) < 0) {
+        return -1;
     }
     s->machine = (sw_machine){p->ndev, cores, nres, interpreter, ptr, PyArray_DATA(s->route_res), copy_bw,
-                              overhead > 0 ? overhead : 0.0};
+                              overhead > 0 ? overhead : 0.0, wake};
     s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
                                 s->fixed ? PyArray_DATA(s->fixed) : NULL, overhead};
     return 0;
@@ -341,12 +336,12 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
                              "interpreter", "split", "element_seconds", "task_overhead", "copy_bandwidth",
-                             "element_fixed", NULL};
+                             "element_fixed", "wake_latency", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
     int nres, cores = 0, interpreter = -1;
-    double overhead = 0.0, copy_bw = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iiOOddO", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &interpreter, &split, &rates, &overhead, &copy_bw, &fixed) ||
+    double overhead = 0.0, copy_bw = 0.0, wake = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iiOOddOd", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &interpreter, &split, &rates, &overhead, &copy_bw, &fixed, &wake) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
@@ -358,7 +353,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
     if (parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
-        parse_machine(self->p, rp, rr, nres, cores, interpreter, split, rates, fixed, overhead, copy_bw, &s) < 0) {
+        parse_machine(self->p, rp, rr, nres, cores, interpreter, split, rates, fixed, overhead, copy_bw, wake, &s) < 0) {
         goto done;
     }
     sw_status st;

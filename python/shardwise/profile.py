@@ -13,8 +13,9 @@ the devices are alike, so where a shard runs does not matter.
 The profile also measures the executor's interpreter time per task (everything
 outside the C kernels, during which a worker holds Python's lock, so workers
 take turns at it), the time of a step outside its tasks (checking the batch,
-waking the executor's threads), bookkeeping seconds (fixed + per element) and the
-bandwidth of a copy between workers, which the simulator uses.
+waking the executor's threads), bookkeeping seconds (fixed + per element), the
+time a thread blocked on another's task takes to run again, and the bandwidth of
+a copy between workers, which the simulator uses.
 
 Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
 stamped with the machine (CPU model, core count, OpenBLAS kernels) and the
@@ -42,7 +43,7 @@ from .plan import OpConfig, Plan
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
 PROFILE_FORMAT = "shardwise-profile"
-PROFILE_VERSION = 3
+PROFILE_VERSION = 4
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats"}
 
@@ -80,6 +81,7 @@ class Profile:
     element_seconds: dict[str, float] = field(default_factory=dict)  # bookkeeping tasks: s per element
     step_overhead: float = 0.0       # seconds of a step outside its tasks (threads woken, batch checked)
     element_fixed: dict[str, float] = field(default_factory=dict)    # bookkeeping tasks: fixed s per task
+    wake_latency: float = 0.0        # seconds a thread blocked on an event takes to run once it is set
 
     # ---- the ComputeCosts protocol (search) and the simulator's split
     def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
@@ -99,6 +101,7 @@ class Profile:
                 "machine": self.machine, "task_overhead": self.task_overhead,
                 "copy_bandwidth": self.copy_bandwidth, "element_seconds": self.element_seconds,
                 "step_overhead": self.step_overhead, "element_fixed": self.element_fixed,
+                "wake_latency": self.wake_latency,
                 "times": [[name, list(deg), fwd, bwd] for (name, deg), (fwd, bwd) in sorted(self.times.items())]}
 
     def save(self, path: str | os.PathLike) -> None:
@@ -120,7 +123,7 @@ class Profile:
                        float(data["copy_bandwidth"]),
                        {str(k): float(v) for k, v in data.get("element_seconds", {}).items()},
                        float(data["step_overhead"]),
-                       {str(k): float(v) for k, v in data["element_fixed"].items()})
+                       {str(k): float(v) for k, v in data["element_fixed"].items()}, float(data["wake_latency"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, ProfileMismatch):
                 raise
@@ -159,6 +162,33 @@ def _copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t0)
     return nbytes / best
+
+
+def _wake_latency(round_trips: int = 400) -> float:
+    """Seconds from setting a ``threading.Event`` to the thread blocked on it running again:
+    half the median round trip of two threads waking each other, the way the executor's
+    threads wait for each other's tasks."""
+    import threading
+
+    ping, pong = threading.Event(), threading.Event()
+
+    def other() -> None:
+        for _ in range(round_trips):
+            ping.wait()
+            ping.clear()
+            pong.set()
+
+    thread = threading.Thread(target=other, name="shardwise wake probe", daemon=True)
+    thread.start()
+    trips = []
+    for _ in range(round_trips):
+        t0 = time.perf_counter()
+        ping.set()
+        pong.wait()
+        pong.clear()
+        trips.append(time.perf_counter() - t0)
+    thread.join()
+    return statistics.median(trips) / 2
 
 
 class _KernelClock:
@@ -347,5 +377,27 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     for kind, pairs in samples.items():
         prof.element_fixed[kind], prof.element_seconds[kind] = fit_line(pairs)
     prof.copy_bandwidth = _copy_bandwidth()
+    prof.wake_latency = _wake_latency()
     prof.save(path)
     return prof
+
+
+def measured_step_time(graph: Graph, plan: Plan, steps: int = 5, seed: int = 0) -> float:
+    """Median seconds of ``steps`` training steps of ``plan`` on the CPU executor (random
+    data, after one warm-up step): the time ``sw.simulate(plan, costs=profile)`` estimates."""
+    from .train import Trainer
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    trainer = Trainer(graph, plan)
+    rng = np.random.default_rng(seed)
+    xs = {op.name: rng.standard_normal(op.shape).astype(np.float32) for op in trainer.inputs}
+    x = xs if len(xs) > 1 else xs[trainer.input.name]
+    y = rng.integers(0, trainer.loss_ops[-1].shape[1], trainer.batch)
+    trainer.step(x, y)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        trainer.step(x, y)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

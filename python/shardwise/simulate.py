@@ -18,7 +18,9 @@ apart:
   the source node, receive side of the destination), shared by its devices;
 * on CPU workers sharing a machine's cores (``DeviceGraph.cpu``), the tasks of
   devices c, c + cores, ... run one after another in program order on core c,
-  transfers included, as the CPU executor's thread for that core runs them;
+  transfers included, as the CPU executor's thread for that core runs them, and
+  a task waiting for another thread's tasks starts a measured wake latency
+  after them at the earliest;
 * compute tasks take the roofline time of their shard (the same model as
   ``t_c``, csrc/cost.c's ``sw_worker_time``: an op's forward is a third of its
   t_c, its backward two thirds, split between the input and weight gradients),
@@ -318,7 +320,8 @@ def _simulate_c(plan: Plan, check_memory: bool, costs) -> SimResult:
     route_ptr, route_res, names, cores, interpreter = _machine(devices, overhead > 0)
     r = problem.simulate_plan(*plan_arrays(plan), route_ptr, route_res, len(names), cores=cores,
                               interpreter=interpreter, split=split, element_seconds=rates, task_overhead=overhead,
-                              copy_bandwidth=copy_bw, element_fixed=fixed)
+                              copy_bandwidth=copy_bw, element_fixed=fixed,
+                              wake_latency=_wake_latency(costs) if cores else 0.0)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
@@ -391,6 +394,10 @@ def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: st
     overhead = getattr(costs, "task_overhead", 0.0) if costs is not None else 0.0
     if overhead > 0:
         deps, durations, resources = _with_dispatch(tasks, deps, durations, resources, overhead)
+    cores = getattr(devices, "shared_cores", None)
+    if cores and _wake_latency(costs) > 0:
+        deps, durations, resources = _with_wakes(tasks, deps, durations, resources, cores, _wake_latency(costs),
+                                                 dispatch=overhead > 0)
     replay = _replay_c if engine == "c" else _replay_python
     start = replay(deps, durations, resources)
     events = [SimEvent(t.id, t.kind, t.phase, t.op, resources[t.id], float(start[t.id]),
@@ -414,6 +421,31 @@ def _with_dispatch(tasks, deps, durations, resources, overhead):
     new_durations = [d - overhead if d >= overhead else d for d in durations] + [overhead] * n
     new_resources = list(resources) + [("interpreter", f"device {t.device}") for t in tasks]
     return new_deps, new_durations, new_resources
+
+
+def _with_wakes(tasks, deps, durations, resources, cores: int, latency: float, dispatch: bool):
+    """Model the executor's threads waking: a thread that waits on an event for tasks of
+    another thread (core) runs again ``latency`` seconds after the last of them ends.  Task
+    i (through its dispatch task, if any) depends on a wake task instead of those tasks; the
+    wake tasks (ids after all others, like csrc/sim_plan.c's) hold nothing and take
+    ``latency``, or nothing for a task that waits for no other thread."""
+    n = len(tasks)
+    base = len(deps)
+    new_deps = list(deps)
+    wake_deps = []
+    for t in tasks:
+        entry = n + t.id if dispatch else t.id
+        cross = tuple(d for d in t.deps if tasks[d].device % cores != t.device % cores)
+        if cross:
+            new_deps[entry] = tuple(d for d in deps[entry] if d not in cross) + (base + t.id,)
+        wake_deps.append(cross)
+    new_durations = list(durations) + [latency if cross else 0.0 for cross in wake_deps]
+    return new_deps + wake_deps, new_durations, list(resources) + [()] * n
+
+
+def _wake_latency(costs) -> float:
+    """A profile's measured time for a thread blocked on an event to run again once it is set."""
+    return float(getattr(costs, "wake_latency", 0.0) or 0.0) if costs is not None else 0.0
 
 
 def _replay_c(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]]):
