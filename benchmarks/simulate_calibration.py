@@ -10,7 +10,7 @@ by 10-30% over minutes, so a profile taken long before the measurement would
 carry the drift into the error); the medians and each trial's error are printed.
 Anchor: seed 003 Table 4 reports estimates within 10% of measurements on GPUs.
 
-    python benchmarks/simulate_calibration.py [--steps 5] [--trials 3] [--models ...] [--workers 1,2,4]
+    python benchmarks/simulate_calibration.py [--steps 5] [--trials 3] [--profile-repeats 5] [--models ...] [--workers 1,2,4]
 """
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ def warm_up(seconds: float = 3.0) -> None:
         measured_step_time(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)), 3)
 
 
-def trial(g: sw.Graph, d: sw.DeviceGraph, steps: int) -> list[tuple[str, float, float]]:
+def trial(g: sw.Graph, d: sw.DeviceGraph, steps: int, repeats: int) -> list[tuple[str, float, float]]:
     """One fresh profile, then each plan measured and simulated right after it, so that the
     machine's drift between profiling and measuring stays small: (plan, measured, simulated)."""
-    prof = sw.profile(g, d, cache_dir=tempfile.mkdtemp(prefix="shardwise-profile-"))
+    prof = sw.profile(g, d, repeats=repeats, cache_dir=tempfile.mkdtemp(prefix="shardwise-profile-"))
     out = []
     for plan in (sw.strategies.data_parallel(g, d), sw.search(g, d, costs=prof)):
         measured = measured_step_time(g, plan, steps)
@@ -52,9 +52,11 @@ def main() -> int:
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--trials", type=int, default=3, help="profile + measure + simulate rounds (medians)")
+    ap.add_argument("--profile-repeats", type=int, default=5, help="timed steps per profile round")
     args = ap.parse_args()
     print(f"# simulated vs measured iteration time; {os.cpu_count()} cores; {args.trials} trials of a fresh "
-          f"profile then {args.steps} measured steps per plan (medians); anchor: seed 003 Table 4, within 10%")
+          f"profile ({args.profile_repeats} steps a round) then {args.steps} measured steps per plan (medians); "
+          "anchor: seed 003 Table 4, within 10%")
     warm_up()
     head = (f"{'model':<16} {'workers':>7} {'plan':<9} {'measured ms':>12} {'simulated ms':>13} {'error':>8} "
             f"{'trial errors':>24}")
@@ -64,7 +66,7 @@ def main() -> int:
         g = sw.models.get(name, batch=64)
         for n in (int(k) for k in args.workers.split(",")):
             d = sw.DeviceGraph.cpu(n)
-            trials = [trial(g, d, args.steps) for _ in range(args.trials)]
+            trials = [trial(g, d, args.steps, args.profile_repeats) for _ in range(args.trials)]
             for k, plan_name in enumerate(r[0] for r in trials[0]):
                 measured = statistics.median(t[k][1] for t in trials)
                 simulated = statistics.median(t[k][2] for t in trials)
