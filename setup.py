@@ -31,7 +31,7 @@ core = Extension(
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=EXTRA,
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib", f"-Wl,-rpath,{BLAS_LIB_DIR}"] + (["-fsanitize=address,undefined"] if os.environ.get("SHARDWISE_SANITIZE") else []),
-    depends=glob("csrc/*.h") + glob("csrc/cpu/*.h"),
+    depends=glob("csrc/*.h") + glob("csrc/cpu/*.h") + glob("csrc/py/*.h"),
 )
 
 print(f"shardwise: building the C core from {len(SOURCES)} sources", file=sys.stderr)

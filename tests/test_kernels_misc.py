@@ -560,3 +560,28 @@ BAD_CALLS = {
 def test_bad_input_raises_value_error(name):
     with pytest.raises(ValueError):
         BAD_CALLS[name]()
+
+
+def test_both_kernel_families_read_their_arguments_by_the_same_rules():
+    """kernel_args.c serves the convolution/linear and the misc entry points alike: NumPy integers
+    are integers, booleans are not, coordinates beyond 2^40 and windows beyond 2^20 are refused."""
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    w = np.ones((3, 2, 1, 1), np.float32)
+    as_numpy = tuple(np.int64(v) for v in (0, 0, 0, 0))
+    relu = _core.relu_forward(x, as_numpy, as_numpy, (1, 2, 4, 4))
+    conv = _core.conv2d_forward(x, as_numpy, w, as_numpy, None, None, as_numpy, (1, 3, 4, 4),
+                                stride=np.int32(1))
+    np.testing.assert_array_equal(relu, np.maximum(x, 0))
+    np.testing.assert_allclose(conv, np.broadcast_to(x.sum(axis=1, keepdims=True), (1, 3, 4, 4)))
+    for call in (lambda lo: _core.relu_forward(x, lo, (0, 0, 0, 0), (1, 2, 4, 4)),
+                 lambda lo: _core.conv2d_forward(x, lo, w, None, None, None, None, (1, 3, 4, 4))):
+        with pytest.raises(ValueError, match=r"lo\[0\] must be an integer"):
+            call((True, 0, 0, 0))
+        with pytest.raises(ValueError, match="out of range"):
+            call((2**41, 0, 0, 0))
+    with pytest.raises(ValueError, match=r"stride is out of range \[1, 1048576\]"):
+        _core.conv2d_forward(x, None, w, None, None, None, None, (1, 3, 4, 4), stride=0)
+    with pytest.raises(ValueError, match=r"stride must be an int or a pair of ints in \[1, 1048576\]"):
+        _core.pool2d_forward("max", x, (0, 0, 0, 0), (0, 0, 0, 0), (1, 2, 2, 2), 2, (2, 0), 0)
+    with pytest.raises(ValueError, match=r"kernel is out of range \[1, 1048576\]"):
+        _core.pool2d_forward("max", x, (0, 0, 0, 0), (0, 0, 0, 0), (1, 2, 2, 2), 2**21, 2, 0)

@@ -15,107 +15,11 @@
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window, sw_conv2d_*, sw_linear_* */
 #include "../shardwise.h"    /* sw_status, sw_last_error */
+#include "kernel_args.h"     /* sw_py_ints, sw_py_pair, sw_py_float32, sw_py_view, sw_py_output */
 #include "pyerr.h"           /* sw_py_raise */
 
 /* ------------------------------------------------------------------ conversion */
 
-
-/* One Python integer (or NumPy integer) as int64; ValueError otherwise. */
-static int as_int64(PyObject *obj, int64_t *out, const char *what) {
-    PyObject *idx = PyNumber_Index(obj);
-    if (!idx) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must hold integers", what);
-        return 0;
-    }
-    long long v = PyLong_AsLongLong(idx);
-    Py_DECREF(idx);
-    if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s holds an integer out of the int64 range", what);
-        return 0;
-    }
-    *out = (int64_t)v;
-    return 1;
-}
-
-/* A sequence of exactly n integers (None -> n zeros when allow_none). */
-static int as_ints(PyObject *obj, int n, int64_t *out, int allow_none, const char *what) {
-    if (obj == Py_None && allow_none) {
-        for (int i = 0; i < n; i++) {
-            out[i] = 0;
-        }
-        return 1;
-    }
-    PyObject *seq = PySequence_Check(obj) ? PySequence_Fast(obj, what) : NULL;
-    if (!seq) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be a sequence of %d integers", what, n);
-        return 0;
-    }
-    int ok = PySequence_Fast_GET_SIZE(seq) == n;
-    if (!ok) {
-        PyErr_Format(PyExc_ValueError, "%s must have %d entries, got %zd", what, n, PySequence_Fast_GET_SIZE(seq));
-    }
-    for (int i = 0; ok && i < n; i++) {
-        ok = as_int64(PySequence_Fast_GET_ITEM(seq, i), &out[i], what);
-    }
-    Py_DECREF(seq);
-    return ok;
-}
-
-/* An int (both dimensions) or a pair of ints. */
-static int as_pair(PyObject *obj, int64_t *a, int64_t *b, const char *what) {
-    if (PyLong_Check(obj) || !PySequence_Check(obj)) {
-        if (!as_int64(obj, a, what)) {
-            return 0;
-        }
-        *b = *a;
-        return 1;
-    }
-    int64_t v[2];
-    if (!as_ints(obj, 2, v, 0, what)) {
-        return 0;
-    }
-    *a = v[0];
-    *b = v[1];
-    return 1;
-}
-
-/* A float32 array of rank ndim as a C-contiguous array (new reference) or NULL with ValueError. */
-static PyArrayObject *as_float_array(PyObject *obj, int ndim, const char *what) {
-    if (!PyArray_Check(obj) || PyArray_TYPE((PyArrayObject *)obj) != NPY_FLOAT32 ||
-        PyArray_NDIM((PyArrayObject *)obj) != ndim) {
-        PyErr_Format(PyExc_ValueError, "%s must be a %d-D float32 NumPy array", what, ndim);
-        return NULL;
-    }
-    return (PyArrayObject *)PyArray_FROMANY(obj, NPY_FLOAT32, ndim, ndim, NPY_ARRAY_IN_ARRAY);
-}
-
-/* The view of array a whose first element sits at global coordinates lo. */
-static sw_view view_of(PyArrayObject *a, const int64_t *lo) {
-    sw_view v = {0};
-    v.data = (float *)PyArray_DATA(a);
-    v.rank = PyArray_NDIM(a);
-    for (int d = 0; d < v.rank; d++) {
-        v.lo[d] = lo[d];
-        v.shape[d] = (int64_t)PyArray_DIM(a, d);
-    }
-    return v;
-}
-
-/* A new zero float32 array of the given shape (extents must be >= 0). */
-static PyArrayObject *new_array(int ndim, const int64_t *shape, const char *what) {
-    npy_intp dims[SW_MAX_RANK];
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0 || shape[d] > (int64_t)1 << 36) {
-            PyErr_Format(PyExc_ValueError, "%s: extent %lld out of range", what, (long long)shape[d]);
-            return NULL;
-        }
-        dims[d] = (npy_intp)shape[d];
-    }
-    return (PyArrayObject *)PyArray_ZEROS(ndim, dims, NPY_FLOAT32, 0);
-}
 
 /* The arrays one call holds, released together. */
 typedef struct {
@@ -145,11 +49,11 @@ static int optional_view(held *h, PyObject *obj, PyObject *lo_obj, int ndim, sw_
         return 1;
     }
     int64_t lo[SW_MAX_RANK];
-    PyArrayObject *a = hold(h, as_float_array(obj, ndim, what));
-    if (!a || !as_ints(lo_obj, ndim, lo, 1, lo_what)) {
+    PyArrayObject *a = hold(h, sw_py_float32(obj, ndim, ndim, what));
+    if (!a || sw_py_ints(lo_obj, ndim, lo, SW_PY_NONE_IS_ZEROS, lo_what) < 0) {
         return 0;
     }
-    *v = view_of(a, lo);
+    *v = sw_py_view(a, lo);
     return 1;
 }
 
@@ -171,12 +75,13 @@ static PyArrayObject *output_view(held *h, PyObject *lo_obj, PyObject *shape_obj
     char lo_what[64], shape_what[64];
     snprintf(lo_what, sizeof lo_what, "%s_lo", what);
     snprintf(shape_what, sizeof shape_what, "%s_shape", what);
-    if (!as_ints(lo_obj, ndim, lo, 1, lo_what) || !as_ints(shape_obj, ndim, shape, 0, shape_what)) {
+    if (sw_py_ints(lo_obj, ndim, lo, SW_PY_NONE_IS_ZEROS, lo_what) < 0 ||
+        sw_py_ints(shape_obj, ndim, shape, SW_PY_NONNEG, shape_what) < 0) {
         return NULL;
     }
-    PyArrayObject *a = hold(h, new_array(ndim, shape, shape_what));
+    PyArrayObject *a = hold(h, sw_py_output(ndim, shape, 0, 0, shape_what));
     if (a) {
-        *v = view_of(a, lo);
+        *v = sw_py_view(a, lo);
     }
     return a;
 }
@@ -211,8 +116,8 @@ static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwd
     sw_window p = {.sh = 1, .sw = 1, .relu = relu};
     if (!required_view(&h, xo, xlo, 4, &x, "x", "x_lo") || !required_view(&h, wo, wlo, 4, &w, "w", "w_lo") ||
         !optional_view(&h, bo, blo, 1, &b, &has_b, "b", "b_lo") ||
-        (stride && !as_pair(stride, &p.sh, &p.sw, "stride")) ||
-        (padding && !as_pair(padding, &p.ph, &p.pw, "padding"))) {
+        (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
+        (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0)) {
         release(&h);
         return NULL;
     }
@@ -242,8 +147,9 @@ static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObjec
     sw_view w, dy, dx;
     sw_window p = {.sh = 1, .sw = 1};
     if (!required_view(&h, wo, wlo, 4, &w, "w", "w_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
-        !as_pair(kernel, &p.kh, &p.kw, "kernel") || (stride && !as_pair(stride, &p.sh, &p.sw, "stride")) ||
-        (padding && !as_pair(padding, &p.ph, &p.pw, "padding"))) {
+        sw_py_pair(kernel, 1, 1 << 20, "kernel", &p.kh, &p.kw) < 0 ||
+        (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
+        (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0)) {
         release(&h);
         return NULL;
     }
@@ -287,18 +193,18 @@ static int weight_grad_views(held *h, const int64_t *w_shape, int rank, int64_t 
     }
     shape[0] = co_n;
     lo[0] = co_lo;
-    *dwa = hold(h, new_array(rank, shape, "dw"));
+    *dwa = hold(h, sw_py_output(rank, shape, 0, 0, "dw"));
     if (!*dwa) {
         return 0;
     }
-    *dw = view_of(*dwa, lo);
+    *dw = sw_py_view(*dwa, lo);
     *dba = NULL;
     if (with_bias) {
-        *dba = hold(h, new_array(1, &co_n, "db"));
+        *dba = hold(h, sw_py_output(1, &co_n, 0, 0, "db"));
         if (!*dba) {
             return 0;
         }
-        *db = view_of(*dba, &co_lo);
+        *db = sw_py_view(*dba, &co_lo);
     }
     return 1;
 }
@@ -318,8 +224,9 @@ static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObj
     sw_window p = {.sh = 1, .sw = 1};
     PyArrayObject *dwa, *dba;
     if (!required_view(&h, xo, xlo, 4, &x, "x", "x_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
-        !as_ints(wshape, 4, ws, 0, "w_shape") || (stride && !as_pair(stride, &p.sh, &p.sw, "stride")) ||
-        (padding && !as_pair(padding, &p.ph, &p.pw, "padding")) ||
+        sw_py_ints(wshape, 4, ws, SW_PY_NONNEG, "w_shape") < 0 ||
+        (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
+        (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0) ||
         !weight_grad_views(&h, ws, 4, dy.lo[1], dy.shape[1], with_bias, &dw, &db, &dwa, &dba)) {
         release(&h);
         return NULL;
@@ -404,7 +311,7 @@ static PyObject *py_linear_backward_weight(PyObject *self, PyObject *args, PyObj
     int64_t ws[2];
     PyArrayObject *dwa, *dba;
     if (!required_view(&h, xo, xlo, 2, &x, "x", "x_lo") || !required_view(&h, dyo, dylo, 2, &dy, "dy", "dy_lo") ||
-        !as_ints(wshape, 2, ws, 0, "w_shape") ||
+        sw_py_ints(wshape, 2, ws, SW_PY_NONNEG, "w_shape") < 0 ||
         !weight_grad_views(&h, ws, 2, dy.lo[1], dy.shape[1], with_bias, &dw, &db, &dwa, &dba)) {
         release(&h);
         return NULL;
@@ -448,5 +355,8 @@ static PyMethodDef methods[] = {
 
 int sw_py_register_conv_kernels(PyObject *module) {
     import_array1(-1);  /* this file's own NumPy C-API table */
+    if (sw_py_kernel_args_ready() < 0) {
+        return -1;
+    }
     return PyModule_AddFunctions(module, methods);
 }

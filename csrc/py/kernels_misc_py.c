@@ -18,15 +18,12 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* (this file imports its own API table) */
 
-#include <math.h>    /* NAN */
 #include <string.h>  /* strcmp */
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window, the kernels */
 #include "../shardwise.h"    /* sw_status, sw_last_error, SW_MAX_RANK */
+#include "kernel_args.h"     /* sw_py_ints, sw_py_pair, sw_py_float32, sw_py_view, sw_py_output */
 #include "pyerr.h"           /* sw_py_raise */
-
-/* Coordinates beyond this are refused before they reach index arithmetic. */
-#define COORD_LIMIT ((int64_t)1 << 40)
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -42,91 +39,26 @@ static void release(arg_view *a, int count) {
     }
 }
 
-/* `count` integers from a sequence into out; shapes (nonneg) must be >= 0. 0 or -1 with ValueError. */
-static int get_ints(PyObject *obj, int count, int64_t *out, int nonneg, const char *what) {
-    PyObject *seq = PySequence_Check(obj) ? PySequence_Fast(obj, what) : NULL;
-    if (!seq) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be a sequence of %d integers", what, count);
-        return -1;
-    }
-    int rc = -1;
-    if (PySequence_Fast_GET_SIZE(seq) != count) {
-        PyErr_Format(PyExc_ValueError, "%s must have %d entries, got %zd", what, count, PySequence_Fast_GET_SIZE(seq));
-        goto done;
-    }
-    for (int k = 0; k < count; k++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
-        long long v = PyLong_Check(item) && !PyBool_Check(item) ? PyLong_AsLongLong(item) : -1;
-        if (!PyLong_Check(item) || PyBool_Check(item) || (v == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "%s[%d] must be an integer", what, k);
-            goto done;
-        }
-        if (v > COORD_LIMIT || v < (nonneg ? 0 : -COORD_LIMIT)) {
-            PyErr_Format(PyExc_ValueError, "%s[%d] = %lld is out of range", what, k, v);
-            goto done;
-        }
-        out[k] = (int64_t)v;
-    }
-    rc = 0;
-done:
-    Py_DECREF(seq);
-    return rc;
-}
-
 /* An input: a float32 array of rank rmin..rmax (copied to C order if needed) and its global start. */
 static int in_view(PyObject *obj, PyObject *lo, int rmin, int rmax, const char *what, arg_view *out) {
-    if (!PyArray_Check(obj) || PyArray_TYPE((PyArrayObject *)obj) != NPY_FLOAT32) {
-        PyErr_Format(PyExc_ValueError, "%s must be a float32 NumPy array", what);
-        return -1;
-    }
-    int nd = PyArray_NDIM((PyArrayObject *)obj);
-    if (nd < rmin || nd > rmax) {
-        if (rmin == rmax) {
-            PyErr_Format(PyExc_ValueError, "%s must have rank %d, got %d", what, rmin, nd);
-        } else {
-            PyErr_Format(PyExc_ValueError, "%s must have rank %d..%d, got %d", what, rmin, rmax, nd);
-        }
-        return -1;
-    }
-    out->arr = (PyArrayObject *)PyArray_FROM_OTF(obj, NPY_FLOAT32, NPY_ARRAY_IN_ARRAY);
+    out->arr = sw_py_float32(obj, rmin, rmax, what);
     if (!out->arr) {
         return -1;
     }
-    out->v.data = (float *)PyArray_DATA(out->arr);
-    out->v.rank = nd;
-    for (int d = 0; d < nd; d++) {
-        out->v.shape[d] = (int64_t)PyArray_DIM(out->arr, d);
-    }
+    int64_t start[SW_MAX_RANK];
     char lo_what[96];
     snprintf(lo_what, sizeof lo_what, "%s's lo", what);
-    return get_ints(lo, nd, out->v.lo, 0, lo_what);
+    if (sw_py_ints(lo, PyArray_NDIM(out->arr), start, 0, lo_what) < 0) {
+        return -1;
+    }
+    out->v = sw_py_view(out->arr, start);
+    return 0;
 }
 
 /* An output of rank `rank`: a new float32 (or float64 when f64) array of the given shape filled with NaN. */
 static int out_array(int rank, const int64_t *shape, int f64, PyArrayObject **out) {
-    npy_intp dims[SW_MAX_RANK];
-    for (int d = 0; d < rank; d++) {
-        dims[d] = (npy_intp)shape[d];
-    }
-    *out = (PyArrayObject *)PyArray_EMPTY(rank, dims, f64 ? NPY_FLOAT64 : NPY_FLOAT32, 0);
-    if (!*out) {
-        return -1;
-    }
-    npy_intp size = PyArray_SIZE(*out);
-    if (f64) {
-        double *p = (double *)PyArray_DATA(*out);
-        for (npy_intp i = 0; i < size; i++) {
-            p[i] = NAN;
-        }
-    } else {
-        float *p = (float *)PyArray_DATA(*out);
-        for (npy_intp i = 0; i < size; i++) {
-            p[i] = NAN;
-        }
-    }
-    return 0;
+    *out = sw_py_output(rank, shape, f64, 1, "output");
+    return *out ? 0 : -1;
 }
 
 /* The output box: lo and shape tuples of `rank` entries, a NaN-filled float32 array behind it. */
@@ -134,11 +66,11 @@ static int out_view(int rank, PyObject *lo, PyObject *shape, const char *what, a
     char buf[96];
     out->v.rank = rank;
     snprintf(buf, sizeof buf, "%s's lo", what);
-    if (get_ints(lo, rank, out->v.lo, 0, buf) < 0) {
+    if (sw_py_ints(lo, rank, out->v.lo, 0, buf) < 0) {
         return -1;
     }
     snprintf(buf, sizeof buf, "%s's shape", what);
-    if (get_ints(shape, rank, out->v.shape, 1, buf) < 0) {
+    if (sw_py_ints(shape, rank, out->v.shape, SW_PY_NONNEG, buf) < 0) {
         return -1;
     }
     if (out_array(rank, out->v.shape, 0, &out->arr) < 0) {
@@ -209,33 +141,11 @@ static PyArrayObject *get_labels(PyObject *obj, int64_t len) {
     return out;
 }
 
-/* An int or a pair of ints >= `min` (kernel, stride, padding). */
-static int get_pair(PyObject *obj, int64_t min, const char *what, int64_t *a, int64_t *b) {
-    int64_t v[2];
-    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
-        long long x = PyLong_AsLongLong(obj);
-        if (x == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            x = -1;
-        }
-        v[0] = v[1] = (int64_t)x;
-    } else if (get_ints(obj, 2, v, 0, what) < 0) {
-        return -1;
-    }
-    if (v[0] < min || v[1] < min || v[0] > (1 << 20) || v[1] > (1 << 20)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s must be an int or a pair of ints in [%lld, 2^20]", what, (long long)min);
-        return -1;
-    }
-    *a = v[0];
-    *b = v[1];
-    return 0;
-}
-
 static int get_window(PyObject *kernel, PyObject *stride, PyObject *padding, sw_window *w) {
     w->relu = 0;
-    if (get_pair(kernel, 1, "kernel", &w->kh, &w->kw) < 0 || get_pair(stride, 1, "stride", &w->sh, &w->sw) < 0 ||
-        get_pair(padding, 0, "padding", &w->ph, &w->pw) < 0) {
+    if (sw_py_pair(kernel, 1, 1 << 20, "kernel", &w->kh, &w->kw) < 0 ||
+        sw_py_pair(stride, 1, 1 << 20, "stride", &w->sh, &w->sw) < 0 ||
+        sw_py_pair(padding, 0, 1 << 20, "padding", &w->ph, &w->pw) < 0) {
         return -1;
     }
     return 0;
@@ -637,7 +547,7 @@ static PyObject *move_box(PyObject *args, int accumulate) {
     for (int k = 0; k < dst.rank; k++) {
         dst.shape[k] = (int64_t)PyArray_DIM(d, k);
     }
-    if (get_ints(dst_lo, dst.rank, dst.lo, 0, "dst's lo") < 0) {
+    if (sw_py_ints(dst_lo, dst.rank, dst.lo, 0, "dst's lo") < 0) {
         release(a, 1);
         return NULL;
     }
@@ -814,5 +724,8 @@ static PyMethodDef methods[] = {
 
 int sw_py_register_misc_kernels(PyObject *module) {
     import_array1(-1);  /* this file's own NumPy API table */
+    if (sw_py_kernel_args_ready() < 0) {
+        return -1;
+    }
     return PyModule_AddFunctions(module, methods);
 }

@@ -1,0 +1,46 @@
+/* kernel_args.h -- the Python arguments of the kernel entry points as C values.
+ *
+ * kernels_conv_py.c and kernels_misc_py.c take float32 NumPy arrays with the
+ * global coordinates of their first element (`lo` tuples), integer tuples
+ * (shapes, windows) and build sw_views; these helpers do the conversions for
+ * both, with one set of checks and messages: anything malformed is a
+ * ValueError, never a silent cast or an out-of-range coordinate.
+ */
+#ifndef SHARDWISE_KERNEL_ARGS_H
+#define SHARDWISE_KERNEL_ARGS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>  /* PyObject */
+#include <numpy/arrayobject.h>  /* PyArrayObject */
+
+#include "../cpu/kernels.h"  /* sw_view */
+
+/* Coordinates and extents beyond this are refused before they reach index arithmetic. */
+#define SW_PY_COORD_LIMIT ((int64_t)1 << 40)
+
+enum {
+    SW_PY_NONE_IS_ZEROS = 1,  /* None stands for n zeros (a lo at the origin) */
+    SW_PY_NONNEG = 2,         /* every entry >= 0 (a shape) */
+};
+
+/* Imports this file's NumPy API table; call once before the others (0, or -1 with an exception). */
+int sw_py_kernel_args_ready(void);
+
+/* n integers (Python or NumPy, not bool) from a sequence into out: 0, or -1 with ValueError. */
+int sw_py_ints(PyObject *obj, int n, int64_t *out, int flags, const char *what);
+
+/* An int or a pair of ints, each in [min, max] (a window's kernel, stride, padding). */
+int sw_py_pair(PyObject *obj, int64_t min, int64_t max, const char *what, int64_t *a, int64_t *b);
+
+/* A float32 NumPy array of rank rmin..rmax as a C-contiguous array (new reference; copied if
+ * needed), or NULL with ValueError. */
+PyArrayObject *sw_py_float32(PyObject *obj, int rmin, int rmax, const char *what);
+
+/* The view of array a whose first element sits at global coordinates lo. */
+sw_view sw_py_view(PyArrayObject *a, const int64_t *lo);
+
+/* A new float32 (float64 when f64) array of the given shape, zero-filled, or NaN-filled when
+ * nan_filled (so that an element a kernel forgets to write shows up in the tests). */
+PyArrayObject *sw_py_output(int rank, const int64_t *shape, int f64, int nan_filled, const char *what);
+
+#endif /* SHARDWISE_KERNEL_ARGS_H */
