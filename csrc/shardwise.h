@@ -266,6 +266,9 @@ typedef struct {
     sw_box box;                /* copies, accumulates: the global box moved; rank 0: none */
 } sw_task;
 
+/* A copy between two devices (timed by its route), as opposed to a local copy. */
+static inline int sw_is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
+
 typedef struct {
     int32_t device, op;        /* op: the global tensor's op */
     int8_t kind;               /* sw_buffer_kind */

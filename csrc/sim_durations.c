@@ -29,14 +29,12 @@ static int is_compute(int kind) {
            kind == SW_TASK_BN_BACKWARD_STATS || kind == SW_TASK_FORWARD_PARTIAL;
 }
 
-static int is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
-
 /* Seconds of a task that is neither compute nor measured. */
 static double bookkeeping_time(const sw_problem *p, const sw_task *t) {
     double membw = p->dev_membw[t->device];
     switch (t->kind) {
     case SW_TASK_COPY:  /* local: a memcpy reads and writes */
-        return is_transfer(t) ? 0.0 : (double)(2 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+        return sw_is_transfer(t) ? 0.0 : (double)(2 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
     case SW_TASK_ACCUMULATE:
     case SW_TASK_REDUCE:
     case SW_TASK_SUM_PARTIALS:
@@ -102,7 +100,7 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
             } else {
                 out[i] = fwd[wbase[t->op] + t->worker] * (backward ? 2.0 : 1.0) / n;
             }
-        } else if (m && m->element_seconds && !isnan(m->element_seconds[t->kind]) && !is_transfer(t)) {
+        } else if (m && m->element_seconds && !isnan(m->element_seconds[t->kind]) && !sw_is_transfer(t)) {
             double fixed = m->element_fixed && !isnan(m->element_fixed[t->kind]) ? m->element_fixed[t->kind] : 0.0;
             out[i] = fixed + m->element_seconds[t->kind] * (double)t->elements;  /* measured on this machine */
             measured = 1;

@@ -29,10 +29,8 @@
 
 #include "shardwise.h"
 
-static int is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
-
 static int holds_device(const sw_task *t) {
-    return !is_transfer(t) && t->kind != SW_TASK_JOIN && t->kind != SW_TASK_LOAD_INPUT;
+    return !sw_is_transfer(t) && t->kind != SW_TASK_JOIN && t->kind != SW_TASK_LOAD_INPUT;
 }
 
 static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, const sw_machine *m) {
@@ -64,7 +62,7 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
     }
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
-        if (is_transfer(t) && m->copy_bandwidth <= 0 && !(p->bw[(size_t)t->src_device * p->ndev + t->device] > 0)) {
+        if (sw_is_transfer(t) && m->copy_bandwidth <= 0 && !(p->bw[(size_t)t->src_device * p->ndev + t->device] > 0)) {
             return SW_FAIL(SW_ERR_VALUE, "no route from device %d to device %d", t->src_device, t->device);
         }
     }
@@ -73,7 +71,7 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
 
 /* Resources of task t (at most 2 + the longest route) into out; returns how many. */
 static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
-    if (is_transfer(t)) {
+    if (sw_is_transfer(t)) {
         int64_t q = (int64_t)t->src_device * m->ndev + t->device;
         int n = 0;
         for (int32_t k = m->route_ptr[q]; k < m->route_ptr[q + 1]; k++) {
@@ -114,7 +112,7 @@ static void replay_free(replay *rp) {
 
 static double task_seconds(const sw_problem *p, const sw_task *t, double modelled, const sw_machine *m) {
     double d = modelled;
-    if (is_transfer(t)) {
+    if (sw_is_transfer(t)) {
         double bw = m->copy_bandwidth > 0 ? m->copy_bandwidth : p->bw[(size_t)t->src_device * p->ndev + t->device];
         d += (double)t->nbytes / bw;
     }

@@ -173,6 +173,13 @@ static PyObject *finish(sw_status s, arg_view *args, int nargs, PyArrayObject **
     return (PyObject *)*result;
 }
 
+/* Finish a call whose output is its last view (the usual layout): hand that array over. */
+static PyObject *finish_last(sw_status s, arg_view *args, int nargs) {
+    PyArrayObject *out = args[nargs - 1].arr;
+    args[nargs - 1].arr = NULL;
+    return finish(s, args, nargs - 1, &out);
+}
+
 /* ------------------------------------------------------------------ pooling */
 /* pool2d_forward(kind, x, x_lo, y_lo, y_shape, kernel, stride, padding) -> y */
 static PyObject *py_pool2d_forward(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -193,9 +200,7 @@ static PyObject *py_pool2d_forward(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = sw_pool2d_forward(is_max, &a[0].v, &a[1].v, &w);
     Py_END_ALLOW_THREADS
-    PyArrayObject *y = a[1].arr;
-    a[1].arr = NULL;
-    return finish(s, a, 2, &y);
+    return finish_last(s, a, 2);
 }
 
 /* pool2d_backward(kind, x, x_lo, dy, dy_lo, dx_lo, dx_shape, kernel, stride, padding) -> dx
@@ -221,9 +226,7 @@ static PyObject *py_pool2d_backward(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = sw_pool2d_backward(is_max, have_x ? &a[0].v : NULL, &a[1].v, &a[2].v, &w);
     Py_END_ALLOW_THREADS
-    PyArrayObject *dx = a[2].arr;
-    a[2].arr = NULL;
-    return finish(s, a, 3, &dx);
+    return finish_last(s, a, 3);
 }
 
 /* ------------------------------------------------------------------ element-wise */
@@ -242,9 +245,7 @@ static PyObject *py_relu_forward(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = sw_relu_forward(&a[0].v, &a[1].v);
     Py_END_ALLOW_THREADS
-    PyArrayObject *y = a[1].arr;
-    a[1].arr = NULL;
-    return finish(s, a, 2, &y);
+    return finish_last(s, a, 2);
 }
 
 /* relu_backward(y, y_lo, dy, dy_lo, dx_lo, dx_shape) -> dx */
@@ -263,9 +264,7 @@ static PyObject *py_relu_backward(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = sw_relu_backward(&a[0].v, &a[1].v, &a[2].v);
     Py_END_ALLOW_THREADS
-    PyArrayObject *dx = a[2].arr;
-    a[2].arr = NULL;
-    return finish(s, a, 3, &dx);
+    return finish_last(s, a, 3);
 }
 
 /* add_forward(a, a_lo, b, b_lo, y_lo, y_shape) -> y */
@@ -284,9 +283,7 @@ static PyObject *py_add_forward(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = sw_add_forward(&a[0].v, &a[1].v, &a[2].v);
     Py_END_ALLOW_THREADS
-    PyArrayObject *y = a[2].arr;
-    a[2].arr = NULL;
-    return finish(s, a, 3, &y);
+    return finish_last(s, a, 3);
 }
 
 /* ------------------------------------------------------------------ batch normalization */
@@ -516,9 +513,7 @@ static PyObject *py_softmax_xent_backward(PyObject *Py_UNUSED(m), PyObject *args
     s = sw_softmax_xent_backward(&a[0].v, lp, (int64_t)n_total, &a[1].v);
     Py_END_ALLOW_THREADS
     Py_DECREF(labels);
-    PyArrayObject *dx = a[1].arr;
-    a[1].arr = NULL;
-    return finish(s, a, 2, &dx);
+    return finish_last(s, a, 2);
 }
 
 /* ------------------------------------------------------------------ box copies */
@@ -595,9 +590,7 @@ static PyObject *py_lstm_cell_forward(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = sw_lstm_cell_forward(in, &a[4].v);
     Py_END_ALLOW_THREADS
-    PyArrayObject *c = a[4].arr;
-    a[4].arr = NULL;
-    return finish(s, a, 5, &c);
+    return finish_last(s, a, 5);
 }
 
 /* lstm_cell_backward(i, i_lo, f, f_lo, g, g_lo, c_prev, c_prev_lo, dc, dc_lo, slot, dx_lo, dx_shape) -> dx */
@@ -623,9 +616,7 @@ static PyObject *py_lstm_cell_backward(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = sw_lstm_cell_backward(in, &a[4].v, slot, &a[5].v);
     Py_END_ALLOW_THREADS
-    PyArrayObject *dx = a[5].arr;
-    a[5].arr = NULL;
-    return finish(s, a, 6, &dx);
+    return finish_last(s, a, 6);
 }
 
 /* lstm_hidden_forward(o, o_lo, c, c_lo, h_lo, h_shape) -> h */
@@ -644,9 +635,7 @@ static PyObject *py_lstm_hidden_forward(PyObject *Py_UNUSED(m), PyObject *args) 
     Py_BEGIN_ALLOW_THREADS
     s = sw_lstm_hidden_forward(&a[0].v, &a[1].v, &a[2].v);
     Py_END_ALLOW_THREADS
-    PyArrayObject *h = a[2].arr;
-    a[2].arr = NULL;
-    return finish(s, a, 3, &h);
+    return finish_last(s, a, 3);
 }
 
 /* lstm_hidden_backward(o, o_lo, c, c_lo, dh, dh_lo, slot, dx_lo, dx_shape) -> dx */
@@ -670,9 +659,7 @@ static PyObject *py_lstm_hidden_backward(PyObject *Py_UNUSED(m), PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     s = sw_lstm_hidden_backward(&a[0].v, &a[1].v, &a[2].v, slot, &a[3].v);
     Py_END_ALLOW_THREADS
-    PyArrayObject *dx = a[3].arr;
-    a[3].arr = NULL;
-    return finish(s, a, 4, &dx);
+    return finish_last(s, a, 4);
 }
 
 /* ------------------------------------------------------------------ registration */

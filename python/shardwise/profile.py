@@ -268,12 +268,7 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
                 if elements:
                     per_element.setdefault(task.kind, []).append((seconds, elements))
         setattr(ex, "do_" + kind, timed)
-    rng = np.random.default_rng(0)
-    xs = {op.name: rng.standard_normal(op.shape).astype(np.float32) for op in trainer.inputs}
-    classes = trainer.loss_ops[-1].shape[1]
-    y = rng.integers(0, classes, trainer.batch)
-    # several input ops (an unrolled RNN) are fed as a dict; one as its array
-    images, labels = trainer._check_batch(xs if len(xs) > 1 else xs[trainer.input.name], y)
+    images, labels = trainer._check_batch(*_random_batch(trainer, 0))
     ex.run(images, labels, optimizer=trainer.optimizer, threads=False)   # warm-up: first-touch allocations
     trainer.step(images, labels)                                          # ... and the worker threads
     dispatch = []
@@ -298,6 +293,15 @@ def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConf
         for (op, worker, which), seconds in current.items():
             (fwd if which == "fwd" else bwd).setdefault((op, worker), []).append(seconds)
     return fwd, bwd, statistics.median(dispatch), per_element, max(0.0, statistics.median(outside))
+
+
+def _random_batch(trainer, seed: int):
+    """Random inputs and labels of the trainer's batch: the one input's array, or for several
+    input ops (an unrolled RNN) a dict {name: array}, as ``Trainer.step`` takes them."""
+    rng = np.random.default_rng(seed)
+    xs = {op.name: rng.standard_normal(op.shape).astype(np.float32) for op in trainer.inputs}
+    y = rng.integers(0, trainer.loss_ops[-1].shape[1], trainer.batch)
+    return (xs if len(xs) > 1 else xs[trainer.input.name]), y
 
 
 def fit_line(samples: list[tuple[float, int]]) -> tuple[float, float]:
@@ -390,10 +394,7 @@ def measured_step_time(graph: Graph, plan: Plan, steps: int = 5, seed: int = 0) 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     trainer = Trainer(graph, plan)
-    rng = np.random.default_rng(seed)
-    xs = {op.name: rng.standard_normal(op.shape).astype(np.float32) for op in trainer.inputs}
-    x = xs if len(xs) > 1 else xs[trainer.input.name]
-    y = rng.integers(0, trainer.loss_ops[-1].shape[1], trainer.batch)
+    x, y = _random_batch(trainer, seed)
     trainer.step(x, y)
     times = []
     for _ in range(steps):

@@ -167,7 +167,7 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
             key = (t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")
             per_op_counts[key] = per_op_counts.get(key, 0) + 1
     out = []
-    overhead = float(getattr(costs, "task_overhead", 0.0) or 0.0) if costs is not None else 0.0
+    overhead = _measured(costs, "task_overhead")
     fixed = getattr(costs, "element_fixed", {}) if costs is not None else {}
     for t in tg.tasks:
         dev = devices[t.device]
@@ -303,14 +303,14 @@ def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | Non
         if kind in _core.TASK_KINDS and kind not in COMPUTE_KINDS:
             rates[_core.TASK_KINDS.index(kind)] = rate
             fixed[_core.TASK_KINDS.index(kind)] = getattr(costs, "element_fixed", {}).get(kind, np.nan)
-    return (split, rates, fixed, float(getattr(costs, "task_overhead", 0.0) or 0.0),
-            float(getattr(costs, "copy_bandwidth", 0.0) or 0.0))
+    return split, rates, fixed, _measured(costs, "task_overhead"), _measured(costs, "copy_bandwidth")
 
 
-def _step_overhead(costs) -> float:
-    """A profile's measured seconds of a step outside its tasks (batch checks, waking the
-    executor's threads): added to the replayed tasks' makespan."""
-    return float(getattr(costs, "step_overhead", 0.0) or 0.0) if costs is not None else 0.0
+def _measured(costs, name: str) -> float:
+    """One of a profile's measured figures (``task_overhead``, ``copy_bandwidth``,
+    ``step_overhead``: a step's time outside its tasks, added to the replayed makespan;
+    ``wake_latency``), or 0 without costs or that figure."""
+    return float(getattr(costs, name, 0.0) or 0.0)
 
 
 def _simulate_c(plan: Plan, check_memory: bool, costs) -> SimResult:
@@ -321,11 +321,11 @@ def _simulate_c(plan: Plan, check_memory: bool, costs) -> SimResult:
     r = problem.simulate_plan(*plan_arrays(plan), route_ptr, route_res, len(names), cores=cores,
                               interpreter=interpreter, split=split, element_seconds=rates, task_overhead=overhead,
                               copy_bandwidth=copy_bw, element_fixed=fixed,
-                              wake_latency=_wake_latency(costs) if cores else 0.0)
+                              wake_latency=_measured(costs, "wake_latency") if cores else 0.0)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
-    total = float(r["iteration_time"]) + _step_overhead(costs)
+    total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
     return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, names), memory)
 
@@ -384,25 +384,25 @@ def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: st
     tasks = tg.tasks
     durations = task_durations(tg, costs)
     route_bw = devices.route_bandwidths()
-    measured_bw = getattr(costs, "copy_bandwidth", 0.0) if costs is not None else 0.0
+    measured_bw = _measured(costs, "copy_bandwidth")
     for t in tasks:
         if t.kind == "copy" and t.src_device != t.device:
             bw = measured_bw or route_bw[t.src_device, t.device]
             durations[t.id] += t.nbytes / bw
     resources = [_resources(t, devices) for t in tasks]
     deps = _thread_order(tasks, [t.deps for t in tasks], getattr(devices, "shared_cores", None))
-    overhead = getattr(costs, "task_overhead", 0.0) if costs is not None else 0.0
+    overhead = _measured(costs, "task_overhead")
     if overhead > 0:
         deps, durations, resources = _with_dispatch(tasks, deps, durations, resources, overhead)
     cores = getattr(devices, "shared_cores", None)
-    if cores and _wake_latency(costs) > 0:
-        deps, durations, resources = _with_wakes(tasks, deps, durations, resources, cores, _wake_latency(costs),
-                                                 dispatch=overhead > 0)
+    wake = _measured(costs, "wake_latency")
+    if cores and wake > 0:
+        deps, durations, resources = _with_wakes(tasks, deps, durations, resources, cores, wake, dispatch=overhead > 0)
     replay = _replay_c if engine == "c" else _replay_python
     start = replay(deps, durations, resources)
     events = [SimEvent(t.id, t.kind, t.phase, t.op, resources[t.id], float(start[t.id]),
                        float(start[t.id] + durations[t.id])) for t in tasks]
-    total = max((float(a + b) for a, b in zip(start, durations)), default=0.0) + _step_overhead(costs)
+    total = max((float(a + b) for a, b in zip(start, durations)), default=0.0) + _measured(costs, "step_overhead")
     busy: dict[int, float] = {d: 0.0 for d in range(len(devices))}
     for e, t in zip(events, tasks):
         if e.resources and e.resources[0].startswith("device"):
@@ -441,11 +441,6 @@ def _with_wakes(tasks, deps, durations, resources, cores: int, latency: float, d
         wake_deps.append(cross)
     new_durations = list(durations) + [latency if cross else 0.0 for cross in wake_deps]
     return new_deps + wake_deps, new_durations, list(resources) + [()] * n
-
-
-def _wake_latency(costs) -> float:
-    """A profile's measured time for a thread blocked on an event to run again once it is set."""
-    return float(getattr(costs, "wake_latency", 0.0) or 0.0) if costs is not None else 0.0
 
 
 def _replay_c(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]]):
