@@ -4,13 +4,17 @@ For LeNet-5, the scaled AlexNet and the scaled ResNet-18 on 1, 2 and 4 CPU
 workers: the measured iteration time of the executor (median of several
 steps) beside the simulated one, with measured costs (``sw.profile``: compute
 per op partition, dispatch per task, bookkeeping per element, copy bandwidth).
-Each (model, workers) runs ``--trials`` times: a fresh profile, then each
-plan measured and simulated right after it (this virtual machine's speed drifts
-by 10-30% over minutes, so a profile taken long before the measurement would
-carry the drift into the error); the medians and each trial's error are printed.
+The plans are data parallelism and the plan searched with a first profile.
+Each (model, workers) then runs ``--trials`` times: a fresh profile, each plan's
+steps timed in between the profile's own steps (``sw.profile(between_steps=...)``)
+and a few more right after, then each plan simulated with that profile.  This
+virtual machine's speed changes by 10-50% within seconds (two threads side by
+side get 0.5-1.0 of a core each, as the host allows), so a profile taken apart
+from the measurement carries the change into the error.  The medians and each
+trial's error are printed.
 Anchor: seed 003 Table 4 reports estimates within 10% of measurements on GPUs.
 
-    python benchmarks/simulate_calibration.py [--steps 5] [--trials 3] [--profile-repeats 5] [--models ...] [--workers 1,2,4]
+    python benchmarks/simulate_calibration.py [--steps 10] [--trials 5] [--profile-repeats 5] [--models ...] [--workers 1,2,4]
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ import tempfile
 import time
 
 import shardwise as sw
-from shardwise.profile import measured_step_time
+from shardwise.profile import _random_batch, measured_step_time
+from shardwise.train import Trainer
 
 
 def warm_up(seconds: float = 3.0) -> None:
@@ -34,28 +39,52 @@ def warm_up(seconds: float = 3.0) -> None:
         measured_step_time(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)), 3)
 
 
-def trial(g: sw.Graph, d: sw.DeviceGraph, steps: int, repeats: int) -> list[tuple[str, float, float]]:
-    """One fresh profile, then each plan measured and simulated right after it, so that the
-    machine's drift between profiling and measuring stays small: (plan, measured, simulated)."""
-    prof = sw.profile(g, d, repeats=repeats, cache_dir=tempfile.mkdtemp(prefix="shardwise-profile-"))
-    out = []
-    for plan in (sw.strategies.data_parallel(g, d), sw.search(g, d, costs=prof)):
-        measured = measured_step_time(g, plan, steps)
-        simulated = sw.simulate(plan, costs=prof, check_memory=False).iteration_time
-        out.append((plan.name, measured, simulated))
-    return out
+def trial(g: sw.Graph, d: sw.DeviceGraph, plans: list[sw.Plan], trainers: list[tuple[Trainer, tuple]],
+          steps: int, repeats: int) -> list[tuple[str, float, float]]:
+    """One fresh profile, the plans' own steps timed in between its steps (one step of each
+    plan after every profiling step, plus ``steps`` more of each right after), so that the
+    measurement and the profile see this machine in the same seconds; then each plan
+    simulated with the profile: (plan, measured median, simulated)."""
+    times: list[list[float]] = [[] for _ in trainers]
+
+    def step_each() -> None:
+        for (trainer, batch), out in zip(trainers, times):
+            t0 = time.perf_counter()
+            trainer.step(*batch)
+            out.append(time.perf_counter() - t0)
+
+    prof = sw.profile(g, d, repeats=repeats, cache_dir=tempfile.mkdtemp(prefix="shardwise-profile-"),
+                      between_steps=step_each)
+    for _ in range(steps):
+        step_each()
+    return [(plan.name, statistics.median(out), sw.simulate(plan, costs=prof, check_memory=False).iteration_time)
+            for plan, out in zip(plans, times)]
+
+
+def plans_and_trainers(g: sw.Graph, d: sw.DeviceGraph, repeats: int):
+    """Data parallelism and the plan searched with a first profile, each with a warmed-up trainer."""
+    first = sw.profile(g, d, repeats=repeats, cache_dir=tempfile.mkdtemp(prefix="shardwise-profile-"))
+    plans = [sw.strategies.data_parallel(g, d), sw.search(g, d, costs=first)]
+    trainers = []
+    for plan in plans:
+        trainer = Trainer(g, plan)
+        batch = _random_batch(trainer, 0)
+        trainer.step(*batch)
+        trainers.append((trainer, batch))
+    return plans, trainers
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="lenet5,alexnet_small,resnet18_small")
     ap.add_argument("--workers", default="1,2,4")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--trials", type=int, default=3, help="profile + measure + simulate rounds (medians)")
+    ap.add_argument("--steps", type=int, default=10, help="measured steps per plan and trial after the profile (besides one after each profiling step)")
+    ap.add_argument("--trials", type=int, default=5, help="profile + measure + simulate rounds (medians)")
     ap.add_argument("--profile-repeats", type=int, default=5, help="timed steps per profile round")
     args = ap.parse_args()
     print(f"# simulated vs measured iteration time; {os.cpu_count()} cores; {args.trials} trials of a fresh "
-          f"profile ({args.profile_repeats} steps a round) then {args.steps} measured steps per plan (medians); "
+          f"profile ({args.profile_repeats} steps a round, rounds in turns), each plan's steps timed between the "
+          f"profile's steps and {args.steps} after (medians); "
           "anchor: seed 003 Table 4, within 10%")
     warm_up()
     head = (f"{'model':<16} {'workers':>7} {'plan':<9} {'measured ms':>12} {'simulated ms':>13} {'error':>8} "
@@ -66,7 +95,8 @@ def main() -> int:
         g = sw.models.get(name, batch=64)
         for n in (int(k) for k in args.workers.split(",")):
             d = sw.DeviceGraph.cpu(n)
-            trials = [trial(g, d, args.steps, args.profile_repeats) for _ in range(args.trials)]
+            plans, trainers = plans_and_trainers(g, d, args.profile_repeats)
+            trials = [trial(g, d, plans, trainers, args.steps, args.profile_repeats) for _ in range(args.trials)]
             for k, plan_name in enumerate(r[0] for r in trials[0]):
                 measured = statistics.median(t[k][1] for t in trials)
                 simulated = statistics.median(t[k][2] for t in trials)

@@ -353,12 +353,22 @@ sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const d
 void sw_sim_result_free(sw_sim_result *r);
 
 /* ---------------------------------------------------------------- simulation */
+/* Hand-offs of a lock between threads (the interpreter lock): a task of thread group[t] that
+ * waited for resource r while another thread held it starts seconds[r] after r is released
+ * (the waiting thread has to be woken; r stays held meanwhile).  seconds has nres entries,
+ * 0 for resources handed over at no cost; group has ntasks entries. */
+typedef struct {
+    const int32_t *group;
+    const double *seconds;
+} sw_handoff;
+
 /* Replay tasks with the given durations; a task holds its resources (CSR
  * res_ptr/res) for its duration and starts when its dependencies (CSR
- * dep_ptr/deps) are done and it is first in line (lowest id) on each resource.
- * Writes every task's start time and the makespan. */
+ * dep_ptr/deps) are done and it is first in line (lowest id) on each resource
+ * (plus a hand-off time, with handoff non-NULL).  Writes every task's start time
+ * (when it runs) and the makespan. */
 sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
-                            const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
-                            double *makespan);
+                            const int32_t *res_ptr, const int32_t *res, int32_t nres, const sw_handoff *handoff,
+                            double *start, double *makespan);
 
 #endif /* SHARDWISE_H */

@@ -20,7 +20,10 @@
  *               route's bandwidth, or a measured copy bandwidth)
  *   dispatch    with a measured per-task overhead o, task i (of n) first runs a
  *               dispatch task n + i of o seconds on the one interpreter and its
- *               device, and keeps o less itself (simulate.py's _with_dispatch)
+ *               device, and keeps o less itself (simulate.py's _with_dispatch);
+ *               with a wake latency w too, a dispatch task that waited for the
+ *               interpreter while another thread held it starts w after it is
+ *               free (the lock's waiting thread sleeps: sw_handoff)
  *   summary     makespan = latest end; busy[d] = seconds of the tasks holding
  *               device d (dispatch tasks left out), summed in task order
  */
@@ -99,9 +102,13 @@ typedef struct {
     double *duration;
     int32_t *dep_ptr, *deps, *res_ptr, *res;
     double *start;
+    int32_t *thread;       /* with dispatch: per task, the executor thread running it */
+    double *handoff;       /* with dispatch: per resource, the interpreter's hand-off time */
 } replay;
 
 static void replay_free(replay *rp) {
+    free(rp->thread);
+    free(rp->handoff);
     free(rp->duration);
     free(rp->dep_ptr);
     free(rp->deps);
@@ -162,8 +169,25 @@ static int32_t add_deps(const sw_task_graph *g, int32_t i, int32_t *previous, co
     return nd;
 }
 
+/* With dispatch tasks: the interpreter lock changes threads at the wake latency's cost (a
+ * thread waiting for it sleeps); every replay task gets its thread, the thread of its device. */
+static sw_status interpreter_handoffs(const sw_task_graph *g, const sw_machine *m, replay *rp) {
+    rp->thread = malloc(sizeof *rp->thread * ((size_t)rp->n + 1));
+    rp->handoff = calloc((size_t)m->nres + 1, sizeof *rp->handoff);
+    if (!rp->thread || !rp->handoff) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", rp->n);
+    }
+    for (int32_t i = 0; i < rp->n; i++) {
+        int32_t device = g->tasks[i % g->ntasks].device;
+        rp->thread[i] = m->cores > 0 ? device % m->cores : device;
+    }
+    rp->handoff[m->interpreter] = m->wake_latency;
+    return SW_OK;
+}
+
 static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const double *durations,
                               const sw_machine *m, replay *rp) {
+    sw_status s;
     int32_t n = g->ntasks;
     int dispatch = m->dispatch > 0;
     int wake = m->cores > 0 && m->wake_latency > 0;
@@ -220,6 +244,12 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         rp->dep_ptr[n + i + 1] = nd;
     }
     free(previous);
+    if (dispatch && m->wake_latency > 0) {
+        s = interpreter_handoffs(g, m, rp);
+        if (s != SW_OK) {
+            return s;
+        }
+    }
     for (int32_t i = 0; wake && i < n; i++) {  /* wake tasks: the thread wakes `wake_latency` after the last */
         int32_t start = nd;                      /* dependency on another thread is done; they hold nothing */
         nd = cross_deps(g, i, m, rp->deps, nd);
@@ -270,8 +300,9 @@ sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const d
     double loop_end = 0.0;
     s = build_replay(p, g, durations, m, &rp);
     if (s == SW_OK) {
-        s = sw_simulate_tasks(rp.n, rp.duration, rp.dep_ptr, rp.deps, rp.res_ptr, rp.res, m->nres, rp.start,
-                              &loop_end);
+        sw_handoff handoff = {rp.thread, rp.handoff};
+        s = sw_simulate_tasks(rp.n, rp.duration, rp.dep_ptr, rp.deps, rp.res_ptr, rp.res, m->nres,
+                              rp.handoff ? &handoff : NULL, rp.start, &loop_end);
     }
     if (s == SW_OK) {
         s = summarize(g, m, &rp, r);

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -69,10 +70,10 @@ def test_bookkeeping_costs_fit_every_round_and_the_step_overhead_is_measured(mon
 
     profile_module = sys.modules["shardwise.profile"]   # sw.profile is the function
     fixed, rate = 1e-5, 1e-9
-    rounds = iter([({}, {}, 1e-5, {"reduce": [(fixed + rate * 1e6, 10**6)]}, 2e-4),
+    rounds = [({}, {}, 1e-5, {"reduce": [(fixed + rate * 1e6, 10**6)]}, 2e-4),
                    ({}, {}, 3e-5, {"reduce": [(fixed + rate * 100, 100)], "update": [(4e-6, 10)]}, 4e-4),
-                   ({}, {}, 2e-5, {"reduce": [(fixed + rate * 2e6, 2 * 10**6)]}, 3e-4)])
-    monkeypatch.setattr(profile_module, "_measure_round", lambda *a, **k: next(rounds))
+                   ({}, {}, 2e-5, {"reduce": [(fixed + rate * 2e6, 2 * 10**6)]}, 3e-4)]
+    monkeypatch.setattr(profile_module, "_measure_rounds", lambda g, d, plans, *a, **k: rounds[:len(plans)])
     monkeypatch.setattr(profile_module, "_partitions", lambda g, d: {op.name: [(1,) * len(op.shape)] * 3 for op in g.ops})
     g = sw.models.lenet5(batch=8)
     prof = sw.profile(g, sw.DeviceGraph.cpu(2), cache_dir=str(tmp_path))
@@ -105,3 +106,100 @@ def test_the_step_overhead_of_a_real_profile_is_small_and_positive(measured):
     _, _, _, prof = measured
     assert 0 < prof.step_overhead < 0.05
     assert 0 < prof.wake_latency < 0.01
+
+
+def test_the_rounds_are_sampled_in_turns(monkeypatch):
+    """Every round's steps are spread over the whole profiling time (round 0, 1, 2, 0, 1, 2, ...),
+    not taken in one block each, so that no round alone catches a slow stretch of the machine."""
+    import sys
+
+    profile_module = sys.modules["shardwise.profile"]
+    order: list[tuple[str, int]] = []
+
+    class FakeProbe:
+        def __init__(self, graph, devices, configs):
+            self.k = configs["k"]
+
+        def sample_dispatch(self):
+            order.append(("dispatch", self.k))
+
+        def sample_step(self):
+            order.append(("step", self.k))
+
+        def result(self):
+            return self.k
+
+    monkeypatch.setattr(profile_module, "_RoundProbe", FakeProbe)
+    out = profile_module._measure_rounds(None, None, [{"k": 0}, {"k": 1}, {"k": 2}], repeats=2)
+    assert out == [0, 1, 2]
+    steps = [k for what, k in order if what == "step"]
+    assert steps == [0, 1, 2, 0, 1, 2]
+    assert [k for what, k in order if what == "dispatch"] == [0, 1, 2, 0, 1, 2]
+
+
+def test_a_shard_time_is_the_slowest_worker_of_each_step(tmp_path):
+    """Per step the slowest shard of an op, then the median over steps: a core slow in every
+    step, but not always the same one, still shows."""
+    g, d = sw.models.lenet5(batch=8), sw.DeviceGraph.cpu(2)
+    from shardwise.profile import _RoundProbe
+    from shardwise.plan import OpConfig
+    from shardwise.problem import dim_names
+
+    configs = {op.name: OpConfig(dim_names(len(op.shape)), (2,) + (1,) * (len(op.shape) - 1), (0, 1))
+               for op in g.ops}
+    probe = _RoundProbe(g, d, configs)
+    # three steps' CPU seconds of conv1's forward on workers 0 and 1: the slow one alternates
+    for w0, w1 in ((1.0, 3.0), (3.0, 1.0), (1.0, 3.0)):
+        probe._current.clear()
+        probe._current.update({("conv1", 0, "fwd"): w0, ("conv1", 1, "fwd"): w1})
+        probe._spans[:] = [(0.0, 1.0)]
+        probe._record_step(total=1.0)
+    assert probe.fwd["conv1"] == [3.0, 3.0, 3.0]
+
+
+def test_kernel_seconds_counts_the_calling_threads_kernels_only():
+    """``_core.kernel_seconds`` is per thread: a kernel run on another thread leaves this
+    thread's total alone, and a thread starts from zero."""
+    import threading
+
+    import numpy as np
+
+    from shardwise import _core
+
+    x = np.ones((16, 3, 32, 32), np.float32)
+    w = np.ones((8, 3, 5, 5), np.float32)
+
+    def conv():
+        _core.conv2d_forward(x, (0, 0, 0, 0), w, (0, 0, 0, 0), None, None, (0, 0, 0, 0), (16, 8, 28, 28),
+                             (1, 1), (0, 0), False)
+
+    before = _core.kernel_seconds()
+    seen = []
+
+    def other():
+        seen.append(_core.kernel_seconds())
+        for _ in range(5):
+            conv()
+        seen.append(_core.kernel_seconds())
+
+    th = threading.Thread(target=other)
+    th.start()
+    th.join()
+    assert seen[0] == 0.0 and seen[1] > 0
+    assert _core.kernel_seconds() == before
+    t0 = time.perf_counter()
+    conv()
+    wall = time.perf_counter() - t0
+    spent = _core.kernel_seconds() - before
+    assert 0 < spent <= wall
+
+
+def test_between_steps_runs_after_every_timed_step(tmp_path):
+    g, d = sw.models.lenet5(batch=8), sw.DeviceGraph.cpu(2)
+    calls = []
+    sw.profile(g, d, repeats=2, cache_dir=str(tmp_path), between_steps=lambda: calls.append(1))
+    assert len(calls) == 2 * max(len(v) for v in _partitions(g, d).values())
+    sw.profile(g, d, repeats=2, cache_dir=str(tmp_path), between_steps=lambda: calls.append(1))   # cached
+    assert len(calls) == 2 * max(len(v) for v in _partitions(g, d).values())
+    with pytest.raises(ValueError, match="repeats"):
+        sw.profile(g, d, repeats=0, cache_dir=str(tmp_path / "other"))

@@ -248,3 +248,68 @@ def test_a_thread_waiting_for_another_resumes_a_wake_latency_later(engine):
         assert waited > 0
     assert sim.iteration_time > simulate(plan, engine=engine, costs=Profile(g.fingerprint(), {}, times, 1e-5, 1e9,
                                                                  {"update": 1e-9})).iteration_time
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_a_task_that_waited_for_another_threads_lock_starts_a_handoff_later(engine):
+    """Four tasks on one lock R (hand-off 0.5 s), threads 0 and 1: task 1 waited while thread 0
+    held R, so it runs 0.5 after R is free; task 2 follows its own thread's task (no hand-off,
+    though it was ready only when R fell free); task 3 waited behind thread 1: 0.5 again."""
+    import numpy as np
+
+    from shardwise.simulate import _replay_c, _replay_python
+
+    replay = _replay_c if engine == "c" else _replay_python
+    deps = [(), (), (1,), (0,)]
+    durations = [1.0, 1.0, 1.0, 1.0]
+    resources = [("R",), ("R",), ("R",), ("R",)]
+    groups = [0, 1, 1, 0]
+    assert list(replay(deps, durations, resources)) == [0.0, 1.0, 2.0, 3.0]
+    assert list(replay(deps, durations, resources, groups, {"R": 0.5})) == [0.0, 1.5, 2.5, 4.0]
+    # a resource without a hand-off time, or one thread only: as before
+    assert list(replay(deps, durations, resources, groups, {"S": 0.5})) == [0.0, 1.0, 2.0, 3.0]
+    assert list(replay(deps, durations, resources, [0, 0, 0, 0], {"R": 0.5})) == [0.0, 1.0, 2.0, 3.0]
+    assert np.allclose(_replay_c(deps, durations, resources, groups, {"R": 0.5}),
+                       _replay_python(deps, durations, resources, groups, {"R": 0.5}))
+
+
+def test_bad_handoff_arrays_are_refused():
+    import numpy as np
+    from shardwise import _core
+
+    args = (np.ones(2), np.zeros(3, np.int32), np.zeros(0, np.int32), np.array([0, 1, 2], np.int32),
+            np.zeros(2, np.int32), 1)
+    start, _ = _core.simulate_tasks(*args, np.array([0, 1], np.int32), np.array([0.5]))
+    assert list(start) == [0.0, 1.5]
+    with pytest.raises(ValueError, match="together"):
+        _core.simulate_tasks(*args, np.array([0, 1], np.int32))
+    with pytest.raises(ValueError, match="one entry per task"):
+        _core.simulate_tasks(*args, np.array([0], np.int32), np.array([0.5]))
+    with pytest.raises(ValueError, match="one per resource"):
+        _core.simulate_tasks(*args, np.array([0, 1], np.int32), np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="hand-off"):
+        _core.simulate_tasks(*args, np.array([0, 1], np.int32), np.array([-1.0]))
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_the_interpreter_changes_threads_at_the_wake_latencys_cost(engine):
+    """CPU workers on two shared cores: with a wake latency, some dispatch waits for the
+    interpreter held by the other thread and the step takes longer than without hand-offs;
+    on one core (one thread) nothing changes hands."""
+    from shardwise.profile import Profile
+
+    g = sw.models.lenet5(batch=8)
+    times = None
+    for cores, expect_longer in ((2, True), (1, False)):
+        d = sw.DeviceGraph.cpu(2)
+        d.shared_cores = cores
+        plan = sw.strategies.data_parallel(g, d)
+        times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
+        base = Profile(g.fingerprint(), {}, times, 2e-5, 1e9, {"update": 1e-9})
+        slow = Profile(g.fingerprint(), {}, times, 2e-5, 1e9, {"update": 1e-9}, wake_latency=1e-4)
+        a = simulate(plan, engine=engine, costs=base).iteration_time
+        b = simulate(plan, engine=engine, costs=slow).iteration_time
+        if expect_longer:
+            assert b > a + 1e-4
+        else:
+            assert b == pytest.approx(a)

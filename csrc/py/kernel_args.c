@@ -1,8 +1,23 @@
 /* kernel_args.c -- see kernel_args.h. */
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime under -std=c11 */
 #include "kernel_args.h"
 
 #include <math.h>   /* NAN */
 #include <stdio.h>  /* snprintf */
+#include <time.h>   /* clock_gettime */
+
+/* Per thread: each executor thread reads its own total before and after a task. */
+static _Thread_local double kernel_seconds;
+
+double sw_py_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void sw_py_kernel_add(double seconds) { kernel_seconds += seconds; }
+
+double sw_py_kernel_seconds(void) { return kernel_seconds; }
 
 int sw_py_kernel_args_ready(void) {
     import_array1(-1);  /* this file's own NumPy API table */

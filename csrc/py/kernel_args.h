@@ -43,4 +43,25 @@ sw_view sw_py_view(PyArrayObject *a, const int64_t *lo);
  * nan_filled (so that an element a kernel forgets to write shows up in the tests). */
 PyArrayObject *sw_py_output(int rank, const int64_t *shape, int f64, int nan_filled, const char *what);
 
+/* Wall seconds the calling thread has spent inside kernels with the interpreter lock released,
+ * since it started.  The profile times a shard by it: what the kernel took on its core, the
+ * core's own slowdowns included (another tenant, a run-queue wait), the wait to take the lock
+ * back left out (the simulator models the lock itself). */
+double sw_py_kernel_seconds(void);
+
+/* For SW_KERNEL_BEGIN / SW_KERNEL_END (safe without the interpreter lock): a monotonic clock,
+ * and adding a kernel's seconds to the calling thread's total. */
+double sw_py_now(void);
+void sw_py_kernel_add(double seconds);
+
+/* Run the statements between these two with the interpreter lock released and their wall time
+ * added to sw_py_kernel_seconds (Py_BEGIN_ALLOW_THREADS / Py_END_ALLOW_THREADS, timed). */
+#define SW_KERNEL_BEGIN                                                                         \
+    Py_BEGIN_ALLOW_THREADS {                                                                   \
+        double sw_kernel_t0_ = sw_py_now();
+#define SW_KERNEL_END                                                                           \
+    sw_py_kernel_add(sw_py_now() - sw_kernel_t0_);                                             \
+    }                                                                                          \
+    Py_END_ALLOW_THREADS
+
 #endif /* SHARDWISE_KERNEL_ARGS_H */

@@ -129,9 +129,9 @@ static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwd
     p.kh = w.shape[2];
     p.kw = w.shape[3];
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_conv2d_forward(&x, &w, has_b ? &b : NULL, &y, &p);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish(&h, s, ya);
 }
 
@@ -159,9 +159,9 @@ static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObjec
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_conv2d_backward_data(&w, &dy, &dx, &p);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish(&h, s, dxa);
 }
 
@@ -234,9 +234,9 @@ static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObj
     p.kh = ws[2];
     p.kw = ws[3];
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_conv2d_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL, &p);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     PyObject *result = s == SW_OK ? weight_result(dwa, dba) : sw_py_raise(s);
     release(&h);
     return result;
@@ -267,9 +267,9 @@ static PyObject *py_linear_forward(PyObject *self, PyObject *args, PyObject *kwd
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_linear_forward(&x, &w, has_b ? &b : NULL, &y, relu);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish(&h, s, ya);
 }
 
@@ -292,9 +292,9 @@ static PyObject *py_linear_backward_data(PyObject *self, PyObject *args, PyObjec
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_linear_backward_data(&w, &dy, &dx);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish(&h, s, dxa);
 }
 
@@ -317,9 +317,9 @@ static PyObject *py_linear_backward_weight(PyObject *self, PyObject *args, PyObj
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_linear_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     PyObject *result = s == SW_OK ? weight_result(dwa, dba) : sw_py_raise(s);
     release(&h);
     return result;

@@ -197,9 +197,9 @@ static PyObject *py_pool2d_forward(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_pool2d_forward(is_max, &a[0].v, &a[1].v, &w);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 2);
 }
 
@@ -223,9 +223,9 @@ static PyObject *py_pool2d_backward(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_pool2d_backward(is_max, have_x ? &a[0].v : NULL, &a[1].v, &a[2].v, &w);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 3);
 }
 
@@ -242,9 +242,9 @@ static PyObject *py_relu_forward(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_relu_forward(&a[0].v, &a[1].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 2);
 }
 
@@ -261,9 +261,9 @@ static PyObject *py_relu_backward(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_relu_backward(&a[0].v, &a[1].v, &a[2].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 3);
 }
 
@@ -280,9 +280,9 @@ static PyObject *py_add_forward(PyObject *Py_UNUSED(m), PyObject *args) {
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_add_forward(&a[0].v, &a[1].v, &a[2].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 3);
 }
 
@@ -306,9 +306,9 @@ static PyObject *py_bn_partial_sums(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     double *sp = (double *)PyArray_DATA(sums);
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_bn_partial_sums(&a[0].v, sp);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish(s, a, 1, &sums);
 }
 
@@ -339,9 +339,9 @@ static PyObject *py_bn_apply(PyObject *Py_UNUSED(m), PyObject *args) {
         f[k] = ch[k] ? (const float *)PyArray_DATA(ch[k]) : NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_bn_apply(&a[0].v, f[0], f[1], f[2], f[3], &a[1].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
@@ -381,9 +381,9 @@ static PyObject *py_bn_backward_sums(PyObject *Py_UNUSED(m), PyObject *args) {
     const float *mp = PyArray_DATA(ch[0]), *ip = PyArray_DATA(ch[1]);
     double *sp = PyArray_DATA(sums);
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_bn_backward_sums(&a[0].v, &a[1].v, mp, ip, sp);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
@@ -438,9 +438,9 @@ static PyObject *py_bn_backward_apply(PyObject *Py_UNUSED(m), PyObject *args) {
     const float *gp = ch[2] ? (const float *)PyArray_DATA(ch[2]) : NULL;
     const double *sp = PyArray_DATA(sums);
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_bn_backward_apply(&a[0].v, &a[1].v, mp, ip, gp, sp, (int64_t)count, &a[2].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
@@ -474,9 +474,9 @@ static PyObject *py_softmax_xent_forward(PyObject *Py_UNUSED(m), PyObject *args)
     const int32_t *lp = PyArray_DATA(labels);
     double loss = 0.0;
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_softmax_xent_forward(&a[0].v, lp, &a[1].v, &loss);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     Py_DECREF(labels);
     PyArrayObject *p = a[1].arr;
     a[1].arr = NULL;
@@ -509,9 +509,9 @@ static PyObject *py_softmax_xent_backward(PyObject *Py_UNUSED(m), PyObject *args
     a[1].v.data = (float *)PyArray_DATA(a[1].arr);
     const int32_t *lp = PyArray_DATA(labels);
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_softmax_xent_backward(&a[0].v, lp, (int64_t)n_total, &a[1].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     Py_DECREF(labels);
     return finish_last(s, a, 2);
 }
@@ -547,9 +547,9 @@ static PyObject *move_box(PyObject *args, int accumulate) {
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = accumulate ? sw_accumulate_box(&a[0].v, &dst) : sw_copy_box(&a[0].v, &dst);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     release(a, 1);
     if (s != SW_OK) {
         return sw_py_raise(s);
@@ -587,9 +587,9 @@ static PyObject *py_lstm_cell_forward(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     const sw_view *in[4] = {&a[0].v, &a[1].v, &a[2].v, &a[3].v};
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_lstm_cell_forward(in, &a[4].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 5);
 }
 
@@ -613,9 +613,9 @@ static PyObject *py_lstm_cell_backward(PyObject *Py_UNUSED(m), PyObject *args) {
     }
     const sw_view *in[4] = {&a[0].v, &a[1].v, &a[2].v, &a[3].v};
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_lstm_cell_backward(in, &a[4].v, slot, &a[5].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 6);
 }
 
@@ -632,9 +632,9 @@ static PyObject *py_lstm_hidden_forward(PyObject *Py_UNUSED(m), PyObject *args) 
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_lstm_hidden_forward(&a[0].v, &a[1].v, &a[2].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 3);
 }
 
@@ -656,14 +656,23 @@ static PyObject *py_lstm_hidden_backward(PyObject *Py_UNUSED(m), PyObject *args)
         return NULL;
     }
     sw_status s;
-    Py_BEGIN_ALLOW_THREADS
+    SW_KERNEL_BEGIN
     s = sw_lstm_hidden_backward(&a[0].v, &a[1].v, &a[2].v, slot, &a[3].v);
-    Py_END_ALLOW_THREADS
+    SW_KERNEL_END
     return finish_last(s, a, 4);
+}
+
+/* kernel_seconds() -> float */
+static PyObject *py_kernel_seconds(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(args)) {
+    return PyFloat_FromDouble(sw_py_kernel_seconds());
 }
 
 /* ------------------------------------------------------------------ registration */
 static PyMethodDef methods[] = {
+    {"kernel_seconds", py_kernel_seconds, METH_NOARGS,
+     "kernel_seconds() -> float\n"
+     "Wall seconds the calling thread has spent inside the kernels (with the interpreter lock "
+     "released) since it started; the profile times shards by its differences."},
     {"pool2d_forward", py_pool2d_forward, METH_VARARGS,
      "pool2d_forward(kind, x, x_lo, y_lo, y_shape, kernel, stride, padding) -> y\n"
      "kind 'max' (first maximum wins) or 'avg' (divisor kh*kw, padding included)."},

@@ -29,7 +29,9 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,8 +170,6 @@ def _wake_latency(round_trips: int = 400) -> float:
     """Seconds from setting a ``threading.Event`` to the thread blocked on it running again:
     half the median round trip of two threads waking each other, the way the executor's
     threads wait for each other's tasks."""
-    import threading
-
     ping, pong = threading.Event(), threading.Event()
 
     def other() -> None:
@@ -191,108 +191,143 @@ def _wake_latency(round_trips: int = 400) -> float:
     return statistics.median(trips) / 2
 
 
-class _KernelClock:
-    """Times every call into the C extension while active (the executor's kernels release the
-    interpreter lock inside them; everything else a task does holds it)."""
+class _RoundProbe:
+    """One profiling plan (round), set up once and sampled step by step.
 
-    SKIP = {"simulate_tasks", "search_tables"}
+    :func:`_measure_rounds` takes the rounds' samples in turns, one step each, so that every
+    round is measured across the whole profiling time: on the 2-core test machine the speed
+    of two threads side by side changes for seconds at a time, and a round measured in one
+    block of steps took that moment's speed with it (LeNet-5's simulated 2-worker step moved
+    by +-25% between profiles taken a minute apart, while its measured step stayed within 5%).
 
-    def __init__(self) -> None:
-        from . import _core
-
-        self.core = _core
-        self.seconds = 0.0
-        self.saved: dict[str, Any] = {}
-
-    def __enter__(self) -> "_KernelClock":
-        for name, fn in vars(self.core).items():
-            if callable(fn) and not isinstance(fn, type) and not name.startswith("_") and name not in self.SKIP:
-                self.saved[name] = fn
-                setattr(self.core, name, self._timed(fn))
-        return self
-
-    def _timed(self, fn):
-        def call(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - t0
-        return call
-
-    def __exit__(self, *exc: Any) -> None:
-        for name, fn in self.saved.items():
-            setattr(self.core, name, fn)
-
-
-def _measure_round(graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig], repeats: int):
-    """One plan, measured.  Returns per (op, worker) forward and backward seconds, the
-    interpreter time per task, per bookkeeping kind the (seconds, elements) of each of its
-    tasks, and the step's time outside its tasks.
-
-    Shards are timed the way training runs them: ``repeats`` real ``Trainer.step`` calls on
-    the executor's threads (at most one per core, each running its devices in program
-    order), every task by its thread's CPU clock.  The CPU clock leaves out the time a
-    thread waits for the interpreter lock or for a core (the simulator's ``interpreter``
-    and ``core`` resources count those) but keeps what running side by side costs: on the
-    2-core test machine the scaled ResNet-18's kernels took 5-40% more CPU time with the
-    workers side by side than one at a time (shared caches and memory bandwidth), and the
-    simulator had underestimated 2 and 4 workers by 15-25%.  (Timing the side-by-side
-    tasks by the wall clock instead was tried when every worker had its own thread: with
-    more workers than cores each task's time then included the others' turns, which the
-    simulator's shared cores count again.)
+    Shards are timed the way training runs them: real ``Trainer.step`` calls on the
+    executor's threads (at most one per core, each running its devices in program order),
+    every compute task by the wall time its kernels spent with the interpreter lock released
+    (``_core.kernel_seconds``, kept per thread).  That time keeps what running side by side
+    costs (on the 2-core test machine the scaled ResNet-18's kernels took 5-40% more time
+    with the workers side by side than one at a time: shared caches and memory bandwidth)
+    and what the machine takes from a core (a vCPU that runs slower or waits for the host,
+    which a thread's CPU clock does not see: LeNet-5's 2-worker steps ran 20-35% longer than
+    their tasks' CPU times added up), and leaves out the wait to take the interpreter lock
+    back, which the simulator's ``interpreter`` resource models.  Bookkeeping tasks (copies,
+    sums, the update: partly NumPy) are timed by the thread's CPU clock.
 
     The interpreter time per task is measured with the tasks run one at a time (no thread
-    waits for the lock then): a step's time outside the C kernels over its task count."""
-    from .train import SGD, Trainer
+    waits for the lock then): a step's time outside the kernels over its task count."""
 
-    plan = Plan(graph, devices, configs, name="profile")
-    trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
-    ex = trainer.executor
-    current: dict[tuple[str, int, str], float] = {}          # (op, worker, fwd/bwd) -> CPU seconds
-    per_element: dict[str, list[tuple[float, int]]] = {}     # kind -> (CPU seconds, elements) per task
-    spans: list[tuple[float, float]] = []                    # (start, end) wall clock of every task
-    for kind in {t.kind for t in ex.tg.tasks}:
-        original = getattr(ex, "do_" + kind)
+    def __init__(self, graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig]) -> None:
+        from . import _core
+        from .train import SGD, Trainer
 
-        def timed(task, original=original):
-            t0, c0 = time.perf_counter(), time.thread_time()
+        self.core = _core
+        plan = Plan(graph, devices, configs, name="profile")
+        self.trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
+        self.executor = ex = self.trainer.executor
+        self.fwd: dict[str, list[float]] = {}       # op -> CPU seconds of its slowest shard, per step
+        self.bwd: dict[str, list[float]] = {}
+        self.dispatch: list[float] = []                          # interpreter seconds per task, per run
+        self.per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (CPU seconds, elements) per task
+        self.outside: list[float] = []                           # seconds of a step outside its tasks
+        self._current: dict[tuple[str, int, str], float] = {}   # (op, worker, fwd/bwd) -> CPU seconds
+        self._spans: list[tuple[float, float]] = []              # (start, end) wall clock of every task
+        self._recording = False
+        for kind in {t.kind for t in ex.tg.tasks}:
+            setattr(ex, "do_" + kind, self._timed(getattr(ex, "do_" + kind)))
+        self.images, self.labels = self.trainer._check_batch(*_random_batch(self.trainer, 0))
+        self._serial_run()                              # warm-up: first-touch allocations
+        self.trainer.step(self.images, self.labels)     # ... and the worker threads
+        self._release()
+
+    def _timed(self, original):
+        kernel_seconds = self.core.kernel_seconds
+
+        def timed(task):
+            t0, c0, k0 = time.perf_counter(), time.thread_time(), kernel_seconds()
             original(task)
-            seconds = time.thread_time() - c0
-            spans.append((t0, time.perf_counter()))
+            if not self._recording:
+                return
+            self._spans.append((t0, time.perf_counter()))
             if task.kind in COMPUTE_KINDS:
                 key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
-                current[key] = current.get(key, 0.0) + seconds
+                self._current[key] = self._current.get(key, 0.0) + kernel_seconds() - k0
             elif task.kind in BOOKKEEPING_KINDS:
-                elements = _task_elements(ex.tg, task)
+                elements = _task_elements(self.executor.tg, task)
                 if elements:
-                    per_element.setdefault(task.kind, []).append((seconds, elements))
-        setattr(ex, "do_" + kind, timed)
-    images, labels = trainer._check_batch(*_random_batch(trainer, 0))
-    ex.run(images, labels, optimizer=trainer.optimizer, threads=False)   # warm-up: first-touch allocations
-    trainer.step(images, labels)                                          # ... and the worker threads
-    dispatch = []
-    for _ in range(repeats):
-        with _KernelClock() as kernels:
+                    self.per_element.setdefault(task.kind, []).append((time.thread_time() - c0, elements))
+        return timed
+
+    def _serial_run(self) -> None:
+        ex = self.executor
+        ex.run(self.images, self.labels, optimizer=self.trainer.optimizer, threads=False)
+
+    def _release(self) -> None:
+        """Drop the step's buffers: the rounds are sampled in turns, and every round
+        holding a step's activations at once would multiply the profile's memory."""
+        self.executor.data = {}
+
+    def sample_dispatch(self) -> None:
+        """One step with the tasks run one at a time: its time outside the kernels."""
+        t0, k0 = time.perf_counter(), self.core.kernel_seconds()
+        self._serial_run()
+        total, kernels = time.perf_counter() - t0, self.core.kernel_seconds() - k0
+        self.dispatch.append((total - kernels) / len(self.executor.tg.tasks))
+        self._release()
+
+    def sample_step(self) -> None:
+        """One training step on the executor's threads, every task timed."""
+        self._current.clear()
+        self._spans.clear()
+        self._recording = True
+        try:
             t0 = time.perf_counter()
-            ex.run(images, labels, optimizer=trainer.optimizer, threads=False)
+            self.trainer.step(self.images, self.labels)
             total = time.perf_counter() - t0
-        dispatch.append((total - kernels.seconds) / len(ex.tg.tasks))
-    fwd: dict[tuple[str, int], list[float]] = {}
-    bwd: dict[tuple[str, int], list[float]] = {}
-    per_element.clear()
-    outside = []
-    for _ in range(repeats):
-        current.clear()
-        spans.clear()
-        t0 = time.perf_counter()
-        trainer.step(images, labels)
-        total = time.perf_counter() - t0
+        finally:
+            self._recording = False
+        self._record_step(total)
+        self._release()
+
+    def _record_step(self, total: float) -> None:
+        """File the samples of the step just timed (``total`` seconds)."""
         # checking the batch, waking the worker threads, collecting them
-        outside.append(total - (max(e for _, e in spans) - min(s for s, _ in spans)))
-        for (op, worker, which), seconds in current.items():
-            (fwd if which == "fwd" else bwd).setdefault((op, worker), []).append(seconds)
-    return fwd, bwd, statistics.median(dispatch), per_element, max(0.0, statistics.median(outside))
+        self.outside.append(total - (max(e for _, e in self._spans) - min(s for s, _ in self._spans)))
+        # per op the slowest worker of this step: shards of one op are meant to take equally
+        # long, and a step waits for the slowest (a median per worker, then the largest, let a
+        # core that was slow in every step but now on this worker, now on that, go unseen)
+        slowest: dict[tuple[str, str], float] = {}
+        for (op, _worker, which), seconds in self._current.items():
+            slowest[(op, which)] = max(slowest.get((op, which), 0.0), seconds)
+        for (op, which), seconds in slowest.items():
+            (self.fwd if which == "fwd" else self.bwd).setdefault(op, []).append(seconds)
+
+    def result(self):
+        """(fwd, bwd, interpreter seconds per task, bookkeeping samples, step overhead)."""
+        return (self.fwd, self.bwd, statistics.median(self.dispatch), self.per_element,
+                max(0.0, statistics.median(self.outside)))
+
+
+def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, OpConfig]], repeats: int,
+                    progress: bool = False, between_steps: Callable[[], None] | None = None) -> list[tuple]:
+    """Measure every round's plan ``repeats`` times, the rounds taking turns step by step
+    (:class:`_RoundProbe`), calling ``between_steps`` after every timed step; per round the
+    tuple of :meth:`_RoundProbe.result`."""
+    probes = []
+    for r, configs in enumerate(rounds):
+        probes.append(_RoundProbe(graph, devices, configs))
+        if progress:
+            print(f"\r  [shardwise] profiling: plan {r + 1}/{len(rounds)} set up", end="", file=sys.stderr, flush=True)
+    for k in range(repeats):
+        for probe in probes:
+            probe.sample_dispatch()
+        for probe in probes:
+            probe.sample_step()
+            if between_steps is not None:
+                between_steps()
+        if progress:
+            print(f"\r  [shardwise] profiling: pass {k + 1}/{repeats}        ", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return [probe.result() for probe in probes]
 
 
 def _random_batch(trainer, seed: int):
@@ -338,11 +373,18 @@ def _task_elements(tg, task) -> int:
 
 
 def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str | None = None,
-            progress: bool = False) -> Profile:
+            progress: bool = False, between_steps: Callable[[], None] | None = None) -> Profile:
     """Measure forward and backward times of every op under every partition the search
     may choose on ``devices``, with the CPU kernels of this machine.  Cached in
     ``cache_dir`` (default ``~/.cache/shardwise``); a cached profile from another
-    machine or version is measured again, with a message on stderr."""
+    machine or version is measured again, with a message on stderr.
+
+    ``repeats``: timed steps of every profiling plan (the plans take turns, step by step).
+    ``between_steps``: called after every timed step while measuring (not for a cached
+    profile): the calibration benchmark times the executor's own steps there, so that they
+    and the profile see this machine in the same seconds."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "shardwise")
     path = os.path.join(cache_dir, f"profile-{graph.fingerprint()}-{len(devices)}.json")
     if os.path.exists(path):
@@ -355,27 +397,25 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     prof = Profile(graph.fingerprint(), machine_fingerprint())
     overheads, step_overheads = [], []
     samples: dict[str, list[tuple[float, int]]] = {}   # bookkeeping kind -> (seconds, elements) of all rounds
+    plans = []
     for r in range(rounds):
         configs = {}
         for op in graph.ops:
             options = parts[op.name]
             degrees = options[r % len(options)]
             configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
-        fwd, bwd, dispatch, round_samples, outside = _measure_round(graph, devices, configs, repeats)
+        plans.append(configs)
+    for configs, (fwd, bwd, dispatch, round_samples, outside) in zip(
+            plans, _measure_rounds(graph, devices, plans, repeats, progress, between_steps)):
         overheads.append(dispatch)
         step_overheads.append(outside)
         for kind, pairs in round_samples.items():
             samples.setdefault(kind, []).extend(pairs)
         for op in graph.ops:
             degrees = configs[op.name].degrees
-            workers = range(configs[op.name].workers)
-            f = max(statistics.median(fwd.get((op.name, w), [0.0])) for w in workers)
-            b = max(statistics.median(bwd.get((op.name, w), [0.0])) for w in workers)
+            f = statistics.median(fwd.get(op.name, [0.0]))
+            b = statistics.median(bwd.get(op.name, [0.0]))
             prof.times.setdefault((op.name, degrees), (f, b))
-        if progress:
-            print(f"\r  [shardwise] profiling round {r + 1}/{rounds}", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
     prof.task_overhead = statistics.median(overheads)
     prof.step_overhead = statistics.median(step_overheads)
     for kind, pairs in samples.items():

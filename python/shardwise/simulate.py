@@ -398,8 +398,13 @@ def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: st
     wake = _measured(costs, "wake_latency")
     if cores and wake > 0:
         deps, durations, resources = _with_wakes(tasks, deps, durations, resources, cores, wake, dispatch=overhead > 0)
+    groups, handoff = None, None
+    if overhead > 0 and cores and wake > 0:   # the interpreter lock changes threads at a wake-up's cost
+        thread = [t.device % cores for t in tasks]
+        groups = [thread[i % len(tasks)] for i in range(len(deps))]
+        handoff = {"interpreter": wake}
     replay = _replay_c if engine == "c" else _replay_python
-    start = replay(deps, durations, resources)
+    start = replay(deps, durations, resources, groups, handoff)
     events = [SimEvent(t.id, t.kind, t.phase, t.op, resources[t.id], float(start[t.id]),
                        float(start[t.id] + durations[t.id])) for t in tasks]
     total = max((float(a + b) for a, b in zip(start, durations)), default=0.0) + _measured(costs, "step_overhead")
@@ -443,7 +448,8 @@ def _with_wakes(tasks, deps, durations, resources, cores: int, latency: float, d
     return new_deps + wake_deps, new_durations, list(resources) + [()] * n
 
 
-def _replay_c(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]]):
+def _replay_c(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]],
+              groups: list[int] | None = None, handoff: dict[str, float] | None = None):
     import numpy as np
 
     from . import _core
@@ -459,17 +465,30 @@ def _replay_c(deps: list[tuple[int, ...]], durations: list[float], resources: li
         flat.extend(deps[i])
         res_ptr[i + 1] = len(res)
         dep_ptr[i + 1] = len(flat)
+    extra = ()
+    if handoff:
+        seconds = np.zeros(len(names), np.float64)
+        for name, value in handoff.items():
+            if name in names:
+                seconds[names[name]] = value
+        extra = (np.asarray(groups, np.int32), seconds)
     start, _ = _core.simulate_tasks(np.asarray(durations, np.float64), dep_ptr, np.asarray(flat, np.int32),
-                                    res_ptr, np.asarray(res, np.int32), len(names))
+                                    res_ptr, np.asarray(res, np.int32), len(names), *extra)
     return start
 
 
-def _replay_python(deps: list[tuple[int, ...]], durations: list[float],
-                   resources: list[tuple[str, ...]]) -> list[float]:
+def _replay_python(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]],
+                   groups: list[int] | None = None, handoff: dict[str, float] | None = None) -> list[float]:
     """The rules of csrc/simulate.c, in Python: a task starts when its dependencies are done
     and it is first in line (lowest id among the ready) on every resource it needs, all of
     them free; tasks that need nothing start when ready; everything that ends at the same
-    instant releases its resources before anything new starts."""
+    instant releases its resources before anything new starts.  With ``groups`` (the thread
+    of every task) and ``handoff`` (seconds per resource name), a task that waited for a
+    resource another thread held last runs that long after the resource is free (it stays
+    held meanwhile)."""
+    handoff = handoff or {}
+    holder: dict[str, int] = {}
+    ready_at = [0.0] * len(deps)
     n = len(deps)
     dependents: list[list[int]] = [[] for _ in range(n)]
     missing = [len(d) for d in deps]
@@ -483,6 +502,7 @@ def _replay_python(deps: list[tuple[int, ...]], durations: list[float],
     now = 0.0
 
     def ready(tid: int) -> None:
+        ready_at[tid] = now
         if not resources[tid]:
             start[tid] = now
             heapq.heappush(running, (now + durations[tid], tid))
@@ -499,11 +519,16 @@ def _replay_python(deps: list[tuple[int, ...]], durations: list[float],
                     continue
                 tid = line[0]
                 if all(q not in busy and lines[q][0] == tid for q in resources[tid]):
+                    delay = 0.0
                     for q in resources[tid]:
                         heapq.heappop(lines[q])
                         busy.add(q)
-                    start[tid] = now
-                    heapq.heappush(running, (now + durations[tid], tid))
+                        if handoff.get(q, 0.0) > 0 and holder.get(q, groups[tid]) != groups[tid] and ready_at[tid] < now:
+                            delay = max(delay, handoff[q])
+                        if groups is not None:
+                            holder[q] = groups[tid]
+                    start[tid] = now + delay
+                    heapq.heappush(running, (now + delay + durations[tid], tid))
                     progress = True
 
     for i in range(n):
