@@ -45,7 +45,7 @@ from .plan import OpConfig, Plan
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
 PROFILE_FORMAT = "shardwise-profile"
-PROFILE_VERSION = 4
+PROFILE_VERSION = 5   # 5: shards timed by their kernels' wall time, the slowest worker per step
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats"}
 
