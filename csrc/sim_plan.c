@@ -21,9 +21,8 @@
  *   dispatch    with a measured per-task overhead o, task i (of n) first runs a
  *               dispatch task n + i of o seconds on the one interpreter and its
  *               device, and keeps o less itself (simulate.py's _with_dispatch);
- *               with a wake latency w too, a dispatch task that waited for the
- *               interpreter while another thread held it starts w after it is
- *               free (the lock's waiting thread sleeps: sw_handoff)
+ *               with a wake latency w too, the interpreter changes threads at
+ *               w's cost (the lock's waiting thread sleeps: sw_handoff)
  *   summary     makespan = latest end; busy[d] = seconds of the tasks holding
  *               device d (dispatch tasks left out), summed in task order
  */

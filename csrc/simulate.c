@@ -110,7 +110,6 @@ typedef struct {
     const int32_t *res_ptr, *res;
     const sw_handoff *handoff; /* NULL: resources change hands at no cost */
     int32_t *holder;      /* with handoff: per resource, the group that held it last (-1: none yet) */
-    int32_t *waking;      /* with handoff: per resource, the task being woken for it (-1: none) */
     double *ready;        /* with handoff: per task, when its dependencies were done */
     id_heap *line;        /* per resource: ready tasks waiting for it, by id */
     char *busy;           /* per resource: a task holds it now */
@@ -129,112 +128,41 @@ static void look_at(sim *s, int32_t r) {
     }
 }
 
-/* Hand-off time of resource r to task t: > 0 when t has been waiting (ready before now) for r,
- * which a task of another group held last; the waiting thread must be woken first. */
-static double handoff_time(const sim *s, int32_t t, int32_t r, double now) {
+/* Seconds task t waits for resource r to reach its thread: the hand-off time when t had been
+ * waiting (ready before now) while another thread's task held r, else 0. */
+static double handoff_delay(const sim *s, int32_t t, int32_t r, double now) {
     double seconds = s->handoff->seconds[r];
     int32_t last = s->holder[r];
     return seconds > 0 && last >= 0 && last != s->handoff->group[t] && s->ready[t] < now ? seconds : 0.0;
 }
 
-static void start_task(sim *s, int32_t t, double now) {
+/* Start task t now if it heads the line of every resource it needs and they are free. */
+static int try_task(sim *s, int32_t t, double now) {
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
         int32_t r = s->res[k];
+        if (s->busy[r] || s->line[r].len == 0 || s->line[r].items[0] != t) {
+            return 0;
+        }
+    }
+    double delay = 0.0;
+    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
+        int32_t r = s->res[k];
+        id_pop(&s->line[r]);
         s->busy[r] = 1;
         if (s->handoff) {
+            double wait = handoff_delay(s, t, r, now);
+            delay = wait > delay ? wait : delay;
             s->holder[r] = s->handoff->group[t];
         }
     }
-    s->start[t] = now;
-    ev_push(s->events, &s->nevents, (event){now + s->duration[t], t});
-}
-
-/* Start task t now if it heads the line of every resource it needs and they are free.  With
- * hand-offs, a task that waited for a resource another group held is woken first: a wake
- * event (id ntasks + t) after the hand-off time, when it starts if its resources are still
- * free (the group that held them may take them back meanwhile: barge_in). */
-static int try_task(sim *s, int32_t t, double now) {
-    double wake = 0.0;
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        int32_t r = s->res[k];
-        if (s->busy[r] || s->line[r].len == 0 || s->line[r].items[0] != t) {
-            return 0;
-        }
-        if (s->handoff) {
-            if (s->waking[r] >= 0) {
-                return 0;   /* t (the head of the line) is being woken for r already */
-            }
-            double h = handoff_time(s, t, r, now);
-            wake = h > wake ? h : wake;
-        }
-    }
-    if (wake > 0) {
-        for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-            s->waking[s->res[k]] = t;
-        }
-        ev_push(s->events, &s->nevents, (event){now + wake, s->ntasks + t});
-        return 0;
-    }
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        id_pop(&s->line[s->res[k]]);
-    }
-    start_task(s, t, now);
+    s->start[t] = now + delay;
+    ev_push(s->events, &s->nevents, (event){now + delay + s->duration[t], t});
     return 1;
-}
-
-/* With hand-offs: task t, just ready, takes its resources at once if they are all free and
- * every one is either wanted by nobody else or being handed to a sleeping thread away from
- * t's own group, which held it last (t's thread is awake and takes the lock back first). */
-static int barge_in(sim *s, int32_t t, double now) {
-    int barging = 0;
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        int32_t r = s->res[k];
-        if (s->busy[r]) {
-            return 0;
-        }
-        if (s->waking[r] >= 0 && s->holder[r] == s->handoff->group[t]) {
-            barging = 1;
-        } else if (s->line[r].len > 0) {
-            return 0;
-        }
-    }
-    if (barging) {
-        start_task(s, t, now);
-    }
-    return barging;
-}
-
-/* The wake event of task t: the resources it was being woken for are no longer reserved, and
- * it starts now if it still heads their lines and they are free. */
-static void woken(sim *s, int32_t t, double now) {
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        if (s->waking[s->res[k]] == t) {
-            s->waking[s->res[k]] = -1;
-        }
-    }
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        int32_t r = s->res[k];
-        if (s->busy[r] || s->line[r].len == 0 || s->line[r].items[0] != t) {
-            /* someone took a resource meanwhile (t waits for its release), or a task before t
-             * joined the line: let the heads of its lines try again */
-            for (int32_t q = s->res_ptr[t]; q < s->res_ptr[t + 1]; q++) {
-                look_at(s, s->res[q]);
-            }
-            return;
-        }
-    }
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        id_pop(&s->line[s->res[k]]);
-    }
-    start_task(s, t, now);
 }
 
 static int make_ready(sim *s, int32_t t, double now) {
     if (s->handoff) {
         s->ready[t] = now;
-        if (s->res_ptr[t] < s->res_ptr[t + 1] && barge_in(s, t, now)) {
-            return 0;
-        }
     }
     if (s->res_ptr[t] == s->res_ptr[t + 1]) {  /* needs nothing: runs at once */
         s->start[t] = now;
@@ -293,21 +221,20 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
     int32_t *fill = calloc((size_t)ntasks + 1, sizeof *fill);
     s.line = calloc((size_t)nres + 1, sizeof *s.line);
     s.busy = calloc((size_t)nres + 1, 1);
-    s.events = malloc(sizeof *s.events * ((size_t)ntasks + (size_t)nres + 1));  /* ends, and a wake per resource */
+    s.events = malloc(sizeof *s.events * (size_t)(ntasks + 1));
     s.worklist = malloc(sizeof *s.worklist * (size_t)(nres + 1));
     s.queued = calloc((size_t)nres + 1, 1);
     if (handoff) {
         s.holder = malloc(sizeof *s.holder * ((size_t)nres + 1));
-        s.waking = malloc(sizeof *s.waking * ((size_t)nres + 1));
         s.ready = calloc((size_t)ntasks + 1, sizeof *s.ready);
     }
     if (!missing || !child_ptr || !children || !fill || !s.line || !s.busy || !s.events ||
-        !s.worklist || !s.queued || (handoff && (!s.holder || !s.waking || !s.ready))) {
+        !s.worklist || !s.queued || (handoff && (!s.holder || !s.ready))) {
         st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
     for (int32_t r = 0; handoff && r < nres; r++) {
-        s.holder[r] = s.waking[r] = -1;
+        s.holder[r] = -1;
     }
     /* children of every task (reverse of the dependency lists), in task order */
     for (int32_t t = 0; t < ntasks; t++) {
@@ -336,16 +263,8 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
     while (st == SW_OK && s.nevents > 0) {
         event e = ev_pop(s.events, &s.nevents);
         now = e.time;
-        int32_t t = e.task;
-        if (t >= ntasks) {   /* a wake event: a thread woken for the resources it waited for */
-            woken(&s, t - ntasks, now);
-            if (s.nevents > 0 && s.events[0].time == now) {
-                continue;
-            }
-            drain_worklist(&s, now);
-            continue;
-        }
         finished++;
+        int32_t t = e.task;
         for (int32_t k = res_ptr[t]; k < res_ptr[t + 1]; k++) {
             s.busy[res[k]] = 0;
             look_at(&s, res[k]);
@@ -379,7 +298,6 @@ done:
     free(s.worklist);
     free(s.queued);
     free(s.holder);
-    free(s.waking);
     free(s.ready);
     free(missing);
     free(child_ptr);

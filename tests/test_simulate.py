@@ -273,26 +273,6 @@ def test_a_task_that_waited_for_another_threads_lock_starts_a_handoff_later(engi
                        _replay_python(deps, durations, resources, groups, {"R": 0.5}))
 
 
-@pytest.mark.parametrize("engine", ["c", "python"])
-def test_the_thread_that_held_the_lock_takes_it_back_while_the_other_is_woken(engine):
-    """Thread 0 holds R until 1.0; thread 1 waited, so it is woken (hand-off 0.5).  Thread 0
-    wants R again at 1.2, before thread 1 is up: it takes R (it is awake) until 1.7, and
-    thread 1, woken to a busy lock, sleeps again and is woken once more: it runs at 2.2."""
-    from shardwise.simulate import _replay_c, _replay_python
-
-    replay = _replay_c if engine == "c" else _replay_python
-    deps = [(), (), (), (0, 2)]
-    durations = [1.0, 1.0, 1.2, 0.5]
-    resources = [("R",), ("R",), ("D",), ("R",)]
-    groups = [0, 1, 0, 0]
-    assert list(replay(deps, durations, resources)) == [0.0, 1.0, 0.0, 2.0]
-    assert list(replay(deps, durations, resources, groups, {"R": 0.5})) == [0.0, 2.2, 0.0, 1.2]
-    # wanted back only after thread 1 is up: thread 1 runs at 1.5, and thread 0, having waited
-    # for it, is woken in turn
-    durations[2] = 1.6
-    assert list(replay(deps, durations, resources, groups, {"R": 0.5})) == [0.0, 1.5, 0.0, 3.0]
-
-
 def test_bad_handoff_arrays_are_refused():
     import numpy as np
     from shardwise import _core

@@ -482,16 +482,12 @@ def _replay_python(deps: list[tuple[int, ...]], durations: list[float], resource
     """The rules of csrc/simulate.c, in Python: a task starts when its dependencies are done
     and it is first in line (lowest id among the ready) on every resource it needs, all of
     them free; tasks that need nothing start when ready; everything that ends at the same
-    instant releases its resources before anything new starts.
-
-    With ``groups`` (the thread of every task) and ``handoff`` (seconds per resource name):
-    a task that waited for a resource another thread held last must be woken first -- it
-    starts ``handoff`` seconds after the resource fell free if the resource is still free
-    then; meanwhile a task of the thread that held it, becoming ready, takes it back at once
-    (that thread is awake), and the woken task waits for the next release."""
+    instant releases its resources before anything new starts.  With ``groups`` (the thread
+    of every task) and ``handoff`` (seconds per resource name), a task that waited for a
+    resource another thread held last runs that long after the resource is free (it stays
+    held meanwhile)."""
     handoff = handoff or {}
-    holder: dict[str, int] = {}       # resource -> group that held it last
-    waking: dict[str, int] = {}       # resource -> task being woken for it
+    holder: dict[str, int] = {}
     ready_at = [0.0] * len(deps)
     n = len(deps)
     dependents: list[list[int]] = [[] for _ in range(n)]
@@ -501,73 +497,18 @@ def _replay_python(deps: list[tuple[int, ...]], durations: list[float], resource
             dependents[d].append(i)
     busy: set[str] = set()
     lines: dict[str, list[int]] = {}
-    running: list[tuple[float, int]] = []   # (end, task) and (wake time, n + task)
+    running: list[tuple[float, int]] = []
     start = [0.0] * n
     now = 0.0
 
-    def begin(tid: int) -> None:
-        for q in resources[tid]:
-            busy.add(q)
-            if groups is not None:
-                holder[q] = groups[tid]
-        start[tid] = now
-        heapq.heappush(running, (now + durations[tid], tid))
-
-    def heads_free(tid: int) -> bool:
-        return all(q not in busy and lines.get(q) and lines[q][0] == tid for q in resources[tid])
-
-    def take(tid: int) -> None:
-        for q in resources[tid]:
-            heapq.heappop(lines[q])
-        begin(tid)
-
-    def handoff_time(tid: int, q: str) -> float:
-        seconds = handoff.get(q, 0.0)
-        last = holder.get(q)
-        return seconds if seconds > 0 and last is not None and last != groups[tid] and ready_at[tid] < now else 0.0
-
-    def barge_in(tid: int) -> bool:
-        barging = False
-        for q in resources[tid]:
-            if q in busy:
-                return False
-            if q in waking and holder.get(q) == groups[tid]:
-                barging = True
-            elif lines.get(q):
-                return False
-        if barging:
-            begin(tid)
-        return barging
-
     def ready(tid: int) -> None:
         ready_at[tid] = now
-        if handoff and resources[tid] and barge_in(tid):
-            return
         if not resources[tid]:
             start[tid] = now
             heapq.heappush(running, (now + durations[tid], tid))
             return
         for r in resources[tid]:
             heapq.heappush(lines.setdefault(r, []), tid)
-
-    def try_task(tid: int) -> bool:
-        if not heads_free(tid) or any(q in waking for q in resources[tid]):
-            return False
-        wake = max((handoff_time(tid, q) for q in resources[tid]), default=0.0) if handoff else 0.0
-        if wake > 0:
-            for q in resources[tid]:
-                waking[q] = tid
-            heapq.heappush(running, (now + wake, n + tid))
-            return False
-        take(tid)
-        return True
-
-    def woken(tid: int) -> None:
-        for q in resources[tid]:
-            if waking.get(q) == tid:
-                del waking[q]
-        if heads_free(tid):
-            take(tid)
 
     def start_what_can() -> None:
         progress = True
@@ -576,7 +517,18 @@ def _replay_python(deps: list[tuple[int, ...]], durations: list[float], resource
             for r, line in lines.items():
                 if r in busy or not line:
                     continue
-                if try_task(line[0]):
+                tid = line[0]
+                if all(q not in busy and lines[q][0] == tid for q in resources[tid]):
+                    delay = 0.0
+                    for q in resources[tid]:
+                        heapq.heappop(lines[q])
+                        busy.add(q)
+                        if handoff.get(q, 0.0) > 0 and holder.get(q, groups[tid]) != groups[tid] and ready_at[tid] < now:
+                            delay = max(delay, handoff[q])
+                        if groups is not None:
+                            holder[q] = groups[tid]
+                    start[tid] = now + delay
+                    heapq.heappush(running, (now + delay + durations[tid], tid))
                     progress = True
 
     for i in range(n):
@@ -587,15 +539,12 @@ def _replay_python(deps: list[tuple[int, ...]], durations: list[float], resource
     while running:
         end, tid = heapq.heappop(running)
         now = end
-        if tid >= n:
-            woken(tid - n)
-        else:
-            finished += 1
-            busy.difference_update(resources[tid])
-            for dep in dependents[tid]:
-                missing[dep] -= 1
-                if missing[dep] == 0:
-                    ready(dep)
+        finished += 1
+        busy.difference_update(resources[tid])
+        for dep in dependents[tid]:
+            missing[dep] -= 1
+            if missing[dep] == 0:
+                ready(dep)
         if running and running[0][0] == now:
             continue
         start_what_can()
