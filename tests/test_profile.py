@@ -203,3 +203,15 @@ def test_between_steps_runs_after_every_timed_step(tmp_path):
     assert len(calls) == 2 * max(len(v) for v in _partitions(g, d).values())
     with pytest.raises(ValueError, match="repeats"):
         sw.profile(g, d, repeats=0, cache_dir=str(tmp_path / "other"))
+
+
+def test_measured_step_time_is_the_median_of_real_steps():
+    from shardwise.profile import measured_step_time
+
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    t0 = time.perf_counter()
+    seconds = measured_step_time(g, plan, steps=3)
+    assert 0 < seconds < time.perf_counter() - t0
+    with pytest.raises(ValueError, match="steps"):
+        measured_step_time(g, plan, steps=0)
