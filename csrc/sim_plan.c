@@ -101,8 +101,8 @@ typedef struct {
     double *duration;
     int32_t *dep_ptr, *deps, *res_ptr, *res;
     double *start;
-    int32_t *thread;       /* with dispatch: per task, the executor thread running it */
-    double *handoff;       /* with dispatch: per resource, the interpreter's hand-off time */
+    int32_t *thread;       /* with dispatch and wake-ups: per task, the executor thread running it */
+    double *handoff;       /* with dispatch and wake-ups: per resource, the interpreter's hand-off time */
 } replay;
 
 static void replay_free(replay *rp) {
@@ -168,8 +168,8 @@ static int32_t add_deps(const sw_task_graph *g, int32_t i, int32_t *previous, co
     return nd;
 }
 
-/* With dispatch tasks: the interpreter lock changes threads at the wake latency's cost (a
- * thread waiting for it sleeps); every replay task gets its thread, the thread of its device. */
+/* With dispatch tasks on shared cores: the interpreter lock changes threads at the wake
+ * latency's cost (a thread waiting for it sleeps); every replay task gets its thread (core). */
 static sw_status interpreter_handoffs(const sw_task_graph *g, const sw_machine *m, replay *rp) {
     rp->thread = malloc(sizeof *rp->thread * ((size_t)rp->n + 1));
     rp->handoff = calloc((size_t)m->nres + 1, sizeof *rp->handoff);
@@ -177,8 +177,7 @@ static sw_status interpreter_handoffs(const sw_task_graph *g, const sw_machine *
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", rp->n);
     }
     for (int32_t i = 0; i < rp->n; i++) {
-        int32_t device = g->tasks[i % g->ntasks].device;
-        rp->thread[i] = m->cores > 0 ? device % m->cores : device;
+        rp->thread[i] = core_of(g, i % g->ntasks, m);
     }
     rp->handoff[m->interpreter] = m->wake_latency;
     return SW_OK;
@@ -243,7 +242,7 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         rp->dep_ptr[n + i + 1] = nd;
     }
     free(previous);
-    if (dispatch && m->wake_latency > 0) {
+    if (dispatch && wake) {   /* as simulate.py's _run: hand-offs between the threads of shared cores */
         s = interpreter_handoffs(g, m, rp);
         if (s != SW_OK) {
             return s;

@@ -299,7 +299,6 @@ def test_the_interpreter_changes_threads_at_the_wake_latencys_cost(engine):
     from shardwise.profile import Profile
 
     g = sw.models.lenet5(batch=8)
-    times = None
     for cores, expect_longer in ((2, True), (1, False)):
         d = sw.DeviceGraph.cpu(2)
         d.shared_cores = cores

@@ -4,7 +4,9 @@
  * global coordinates of their first element (`lo` tuples), integer tuples
  * (shapes, windows) and build sw_views; these helpers do the conversions for
  * both, with one set of checks and messages: anything malformed is a
- * ValueError, never a silent cast or an out-of-range coordinate.
+ * ValueError, never a silent cast or an out-of-range coordinate.  Both also
+ * release the interpreter lock around each kernel the same way, timed
+ * (SW_KERNEL_BEGIN / SW_KERNEL_END, at the end of this file).
  */
 #ifndef SHARDWISE_KERNEL_ARGS_H
 #define SHARDWISE_KERNEL_ARGS_H

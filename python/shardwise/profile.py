@@ -7,8 +7,9 @@
 For every op and every partition (degrees) the search may give it on the
 device graph, the forward and backward time of one shard is measured by
 running real training steps of the CPU executor, its workers side by side as in
-training, each task timed by its thread's CPU clock: in round r every op takes
-its r-th partition, so a handful of steps covers all of them.  On CPU workers
+training, each compute task timed by its kernels' wall time: in round r every op
+takes its r-th partition, so a handful of plans covers all of them, and the plans
+take turns step by step.  On CPU workers
 the devices are alike, so where a shard runs does not matter.
 The profile also measures the executor's interpreter time per task (everything
 outside the C kernels, during which a worker holds Python's lock, so workers
@@ -223,12 +224,12 @@ class _RoundProbe:
         plan = Plan(graph, devices, configs, name="profile")
         self.trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
         self.executor = ex = self.trainer.executor
-        self.fwd: dict[str, list[float]] = {}       # op -> CPU seconds of its slowest shard, per step
+        self.fwd: dict[str, list[float]] = {}       # op -> kernel seconds of its slowest shard, per step
         self.bwd: dict[str, list[float]] = {}
         self.dispatch: list[float] = []                          # interpreter seconds per task, per run
         self.per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (CPU seconds, elements) per task
         self.outside: list[float] = []                           # seconds of a step outside its tasks
-        self._current: dict[tuple[str, int, str], float] = {}   # (op, worker, fwd/bwd) -> CPU seconds
+        self._current: dict[tuple[str, int, str], float] = {}   # (op, worker, fwd/bwd) -> kernel seconds
         self._spans: list[tuple[float, float]] = []              # (start, end) wall clock of every task
         self._recording = False
         for kind in {t.kind for t in ex.tg.tasks}:
@@ -257,8 +258,7 @@ class _RoundProbe:
         return timed
 
     def _serial_run(self) -> None:
-        ex = self.executor
-        ex.run(self.images, self.labels, optimizer=self.trainer.optimizer, threads=False)
+        self.executor.run(self.images, self.labels, optimizer=self.trainer.optimizer, threads=False)
 
     def _release(self) -> None:
         """Drop the step's buffers: the rounds are sampled in turns, and every round

@@ -390,11 +390,11 @@ def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: st
             bw = measured_bw or route_bw[t.src_device, t.device]
             durations[t.id] += t.nbytes / bw
     resources = [_resources(t, devices) for t in tasks]
-    deps = _thread_order(tasks, [t.deps for t in tasks], getattr(devices, "shared_cores", None))
+    cores = getattr(devices, "shared_cores", None)
+    deps = _thread_order(tasks, [t.deps for t in tasks], cores)
     overhead = _measured(costs, "task_overhead")
     if overhead > 0:
         deps, durations, resources = _with_dispatch(tasks, deps, durations, resources, overhead)
-    cores = getattr(devices, "shared_cores", None)
     wake = _measured(costs, "wake_latency")
     if cores and wake > 0:
         deps, durations, resources = _with_wakes(tasks, deps, durations, resources, cores, wake, dispatch=overhead > 0)
