@@ -81,18 +81,19 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10, help="measured steps per plan and trial after the profile (besides one after each profiling step)")
     ap.add_argument("--trials", type=int, default=5, help="profile + measure + simulate rounds (medians)")
     ap.add_argument("--profile-repeats", type=int, default=5, help="timed steps per profile round")
+    ap.add_argument("--batch", type=int, default=64, help="samples per step (every model)")
     args = ap.parse_args()
     print(f"# simulated vs measured iteration time; {os.cpu_count()} cores; {args.trials} trials of a fresh "
           f"profile ({args.profile_repeats} steps a round, rounds in turns), each plan's steps timed between the "
           f"profile's steps and {args.steps} after (medians); "
-          "anchor: seed 003 Table 4, within 10%")
+          f"batch {args.batch}; anchor: seed 003 Table 4, within 10%")
     warm_up()
     head = (f"{'model':<16} {'workers':>7} {'plan':<9} {'measured ms':>12} {'simulated ms':>13} {'error':>8} "
             f"{'trial errors':>24}")
     print(head)
     print("-" * len(head))
     for name in args.models.split(","):
-        g = sw.models.get(name, batch=64)
+        g = sw.models.get(name, batch=args.batch)
         for n in (int(k) for k in args.workers.split(",")):
             d = sw.DeviceGraph.cpu(n)
             plans, trainers = plans_and_trainers(g, d, args.profile_repeats)

@@ -15,8 +15,9 @@
  *   activation_grad 3 x bytes of the block (read the gradient and the output, write)
  *   update          5 x bytes of the parameter (read w, g, m; write w, m)
  *   otherwise       0 (load_input, join; transfers are timed by their links)
- * and every task not measured whole (measured compute and bookkeeping times already
- * hold the interpreter time of their task) pays the measured task overhead, if any.
+ * and every task but a measured bookkeeping one pays the measured task overhead, if
+ * any: a bookkeeping task is measured whole (its thread's CPU time, interpreter
+ * included), a compute task by its kernels' time alone (csrc/py/kernel_args.h).
  */
 #include <math.h>    /* isnan */
 #include <stdlib.h>  /* malloc, calloc, free */
@@ -89,14 +90,13 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
     }
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
-        int measured = 0;  /* a measured time holds the task's interpreter time already */
+        int measured = 0;  /* a measured bookkeeping time holds the task's interpreter time already */
         if (is_compute(t->kind)) {
             int backward = t->phase != SW_PHASE_FORWARD;
             double n = (double)share[2 * (wbase[t->op] + t->worker) + backward];
             const double *split = m && m->split ? &m->split[2 * t->op] : NULL;
             if (split && !isnan(split[0])) {
-                out[i] = split[backward] / n;
-                measured = 1;
+                out[i] = split[backward] / n;   /* kernels only: the interpreter time comes on top */
             } else {
                 out[i] = fwd[wbase[t->op] + t->worker] * (backward ? 2.0 : 1.0) / n;
             }

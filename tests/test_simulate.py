@@ -1,11 +1,13 @@
 """The simulator against closed-form cases, and against Eq. 1 (which never overlaps)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 import shardwise as sw
-from shardwise.lower import lower
-from shardwise.simulate import MemoryOverflow, simulate, task_durations
+from shardwise.lower import lower, volume
+from shardwise.simulate import COMPUTE_KINDS, MemoryOverflow, simulate, task_durations
 
 
 def chain() -> sw.Graph:
@@ -221,6 +223,34 @@ def test_a_profiles_step_overhead_is_added_to_the_iteration():
         a, b = simulate(plan, engine=engine, costs=quiet), simulate(plan, engine=engine, costs=busy)
         assert b.iteration_time == pytest.approx(a.iteration_time + 3e-4, rel=1e-12)
         assert [e.end for e in b.events] == [e.end for e in a.events]
+
+
+def test_measured_compute_pays_the_interpreter_time_and_measured_bookkeeping_does_not():
+    """The profile times a compute task by its kernels alone and a bookkeeping task whole (its
+    thread's CPU time), so the per-task interpreter time comes on top of the first only: on one
+    worker the step is every kernel + every bookkeeping time + the interpreter time of every
+    task that is not measured bookkeeping."""
+    from shardwise.profile import Profile
+
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
+    tg = lower(plan)
+    times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
+    rate, fixed, overhead = 1e-9, 2e-5, 1e-5   # a measured task takes at least its interpreter time
+    prof = Profile(g.fingerprint(), {}, times, overhead, 1e9, {"update": rate, "accumulate": rate},
+                   element_fixed={"update": fixed, "accumulate": fixed})
+    durations = task_durations(tg, prof)
+    computes = Counter((t.op, t.phase == "forward") for t in tg.tasks if t.kind in COMPUTE_KINDS)
+    for t, dur in zip(tg.tasks, durations):
+        if t.kind in COMPUTE_KINDS:
+            fwd, bwd = times[(t.op, plan[t.op].degrees)]
+            kernels = (fwd if t.phase == "forward" else bwd) / computes[(t.op, t.phase == "forward")]
+            assert dur == pytest.approx(kernels + overhead, rel=1e-12)
+        elif t.kind in ("update", "accumulate"):
+            elements = volume(t.box) if t.box else tg.buffers[t.writes[0]].elements
+            assert dur == pytest.approx(fixed + rate * elements, rel=1e-12)
+    for engine in ("c", "python"):
+        assert simulate(plan, engine=engine, costs=prof).iteration_time == pytest.approx(sum(durations), rel=1e-9)
 
 
 @pytest.mark.parametrize("engine", ["c", "python"])

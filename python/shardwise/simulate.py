@@ -154,9 +154,10 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
     roofline time (x1 forward, x2 backward) from csrc/cost.c's ``sw_worker_time``, the
     per-worker term of t_c.  With ``costs`` (a :class:`~shardwise.profile.Profile`), compute
     tasks take the measured forward / backward times of their op's partition, bookkeeping
-    tasks the measured fixed + per-element seconds of their kind, and every other task pays
-    the measured per-task overhead of the executor on top of its model (a measured time
-    holds its task's interpreter time already)."""
+    tasks the measured fixed + per-element seconds of their kind, and every task but a
+    measured bookkeeping one pays the measured per-task overhead of the executor on top
+    (bookkeeping is measured whole, by its thread's CPU time; a compute task by its
+    kernels' time alone, without its interpreter time)."""
     plan, graph = tg.plan, tg.plan.graph
     devices = plan.devices.devices
     problem = make_problem(graph, plan.devices, plan.options)
@@ -174,8 +175,8 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
         if t.kind in COMPUTE_KINDS:
             share = per_op_counts[(t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")]
             measured = _measured_split(plan, costs, t.op)
-            if measured is not None:
-                out.append((measured[0] if t.phase == "forward" else measured[1]) / share)
+            if measured is not None:   # kernels only: the interpreter time comes on top
+                out.append((measured[0] if t.phase == "forward" else measured[1]) / share + overhead)
                 continue
             if t.op not in fwd_times:
                 cfg = plan.configs[t.op]
