@@ -14,7 +14,7 @@ from the measurement carries the change into the error.  The medians and each
 trial's error are printed.
 Anchor: seed 003 Table 4 reports estimates within 10% of measurements on GPUs.
 
-    python benchmarks/simulate_calibration.py [--steps 10] [--trials 5] [--profile-repeats 5] [--models ...] [--workers 1,2,4]
+    python benchmarks/simulate_calibration.py [--steps 10] [--trials 5] [--profile-repeats 5] [--models ...] [--workers 1,2,4] [--batch 64]
 """
 from __future__ import annotations
 
