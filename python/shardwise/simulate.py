@@ -175,16 +175,16 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
         if t.kind in COMPUTE_KINDS:
             share = per_op_counts[(t.op, t.worker, "fwd" if t.phase == "forward" else "bwd")]
             measured = _measured_split(plan, costs, t.op)
-            if measured is not None:   # kernels only: the interpreter time comes on top
-                out.append((measured[0] if t.phase == "forward" else measured[1]) / share + overhead)
-                continue
-            if t.op not in fwd_times:
-                cfg = plan.configs[t.op]
-                fwd_times[t.op] = problem.worker_times(graph[t.op].index, np.asarray(cfg.degrees, np.int32),
-                                                       np.asarray(cfg.devices, np.int32),
-                                                       reduction_pair(graph[t.op], cfg))
-            total = float(fwd_times[t.op][t.worker]) * (1.0 if t.phase == "forward" else 2.0)
-            out.append(total / share)
+            if measured is not None:   # its kernels' time only: the interpreter time comes on top
+                out.append((measured[0] if t.phase == "forward" else measured[1]) / share)
+            else:
+                if t.op not in fwd_times:
+                    cfg = plan.configs[t.op]
+                    fwd_times[t.op] = problem.worker_times(graph[t.op].index, np.asarray(cfg.degrees, np.int32),
+                                                           np.asarray(cfg.devices, np.int32),
+                                                           reduction_pair(graph[t.op], cfg))
+                total = float(fwd_times[t.op][t.worker]) * (1.0 if t.phase == "forward" else 2.0)
+                out.append(total / share)
         elif costs is not None and t.kind in getattr(costs, "element_seconds", {}) and \
                 not (t.kind == "copy" and t.src_device != t.device):
             elements = volume(t.box) if t.box is not None else tg.buffers[t.writes[0]].elements
