@@ -51,6 +51,7 @@ typedef struct {
     sw_box *piece_box;           /* ... and the piece each one holds */
     int32_t npieces;
     int32_t *deps;               /* maxk + 8: dependencies being collected */
+    int32_t *io;                 /* maxk + 72: buffers a task being built reads */
     int32_t *members;            /* a replica group */
     char *grouped;               /* worker already in a group */
     sw_box *rbox;                /* per worker: the region grouped on */
@@ -115,14 +116,21 @@ static sw_task copy_of(sw_phase phase, int32_t dst, int32_t src, int32_t op, int
     t.slot = slot;
     t.src_device = src;
     t.box = *box;
-    t.nreads = 1;
     t.elements = sw_box_volume(box);
     t.nbytes = src != dst ? t.elements * SW_TASK_BYTES_PER_ELEMENT : 0;
     return t;
 }
 
-static sw_status add_task(lowering *L, const sw_task *t, const int32_t *deps, int ndeps, int32_t *id) {
-    return sw_tg_task(L->g, t, deps, ndeps, id);
+/* Append task t with its dependencies and the buffers it reads and writes. */
+static sw_status add_task(lowering *L, const sw_task *t, const int32_t *deps, int ndeps, const int32_t *reads,
+                          int nreads, const int32_t *writes, int nwrites, int32_t *id) {
+    sw_task_io io = {reads, nreads, writes, nwrites};
+    return sw_tg_task(L->g, t, deps, ndeps, &io, id);
+}
+
+/* A copy task reading buffer `from` and writing buffer `to`. */
+static sw_status add_copy(lowering *L, const sw_task *t, int32_t dep, int32_t from, int32_t to, int32_t *id) {
+    return add_task(L, t, &dep, 1, &from, 1, &to, 1, id);
 }
 
 /* The workers of op `src` whose boxes meet `region`, row-major (the last
@@ -190,23 +198,23 @@ static sw_status gather(lowering *L, int op, int slot, int w) {
     for (int q = 0; q < L->npieces; q++) {
         int s = L->piece_w[q];
         sw_task t = copy_of(SW_PHASE_FORWARD, dev, dev_of(L, prod, s), op, w, slot, &L->piece_box[q]);
-        int32_t dep = L->act_task[widx(L, prod, s)];
-        SW_TRY(add_task(L, &t, &dep, 1, &L->deps[q]));
+        int32_t from = L->act[widx(L, prod, s)];
+        SW_TRY(add_copy(L, &t, L->act_task[widx(L, prod, s)], from, buf, &L->deps[q]));
     }
     int32_t join = L->deps[0];
     if (L->npieces > 1) {  /* the consumer depends on every piece: one join */
         sw_task t = task_of(SW_TASK_JOIN, SW_PHASE_FORWARD, dev, op, w);
-        SW_TRY(add_task(L, &t, L->deps, L->npieces, &join));
+        SW_TRY(add_task(L, &t, L->deps, L->npieces, NULL, 0, NULL, 0, &join));
     }
     L->in_buf[at] = buf;
     L->in_task[at] = join;
     return SW_OK;
 }
 
-/* Parameter buffers of worker w (one per weight slot); returns how many. */
-static sw_status param_buffers(lowering *L, int op, int w, int *count) {
+/* Parameter buffers of worker w (one per weight slot it reads), appended to
+ * reads[*count ..]; *count grows by their number. */
+static sw_status param_buffers(lowering *L, int op, int w, int32_t *reads, int *count) {
     const sw_op *o = op_at(L, op);
-    *count = 0;
     for (int k = 0; k < o->ninputs; k++) {
         if (o->inputs[k].role != SW_ROLE_WEIGHT) {
             continue;
@@ -215,8 +223,12 @@ static sw_status param_buffers(lowering *L, int op, int w, int *count) {
         if (!region(L, op, k, w, &reg)) {
             continue;   /* a bias in a reduction group: the owner's alone */
         }
-        SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_PARAM, op, &reg, &L->in_buf[sidx(L, op, k, w)]));
-        (*count)++;
+        int32_t id;
+        SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_PARAM, op, &reg, &id));
+        L->g->buffers[id].worker = w;
+        L->g->buffers[id].slot = (int16_t)k;
+        L->in_buf[sidx(L, op, k, w)] = id;
+        reads[(*count)++] = id;
     }
     return SW_OK;
 }
@@ -240,18 +252,19 @@ static sw_status reduce_among(lowering *L, int op, int slot, sw_phase phase, sw_
             int32_t recv;
             SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
             sw_task t = copy_of(phase, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
-            SW_TRY(add_task(L, &t, &L->ready[m], 1, &L->deps[nd++]));
+            L->io[q] = recv;
+            SW_TRY(add_copy(L, &t, L->ready[m], L->bufs[m], recv, &L->deps[nd++]));
         }
         sw_task t = task_of(kind, phase, lead_dev, op, lead);
-        t.nreads = r;
         t.elements = sw_box_volume(&box);
         int32_t total;
-        SW_TRY(add_task(L, &t, L->deps, nd, &total));
+        L->io[0] = L->bufs[lead];   /* summed in place into the lead's buffer */
+        SW_TRY(add_task(L, &t, L->deps, nd, L->io, r, &L->bufs[lead], 1, &total));
         L->ready[lead] = total;
         for (int q = 1; q < r; q++) {
             int m = L->members[q];
             sw_task back = copy_of(phase, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
-            SW_TRY(add_task(L, &back, &total, 1, &L->ready[m]));
+            SW_TRY(add_copy(L, &back, total, L->bufs[lead], L->bufs[m], &L->ready[m]));
         }
     }
     return SW_OK;
@@ -268,20 +281,21 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
         region(L, op, stat, w, &sbox);
         SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_STATS, op, &sbox, &L->bufs[w]));
         sw_task t = task_of(SW_TASK_BN_STATS, SW_PHASE_FORWARD, dev, op, w);
-        t.nreads = 1;
         t.elements = sw_box_volume(&sbox);
-        SW_TRY(add_task(L, &t, &L->in_task[sidx(L, op, data, w)], 1, &L->ready[w]));
+        int at = sidx(L, op, data, w);
+        SW_TRY(add_task(L, &t, &L->in_task[at], 1, &L->in_buf[at], 1, &L->bufs[w], 1, &L->ready[w]));
     }
     SW_TRY(reduce_among(L, op, stat, SW_PHASE_FORWARD, SW_TASK_STATS_REDUCE));
     for (int w = 0; w < k; w++) {
-        int nparams, wi = widx(L, op, w);
-        SW_TRY(param_buffers(L, op, w, &nparams));
+        int nreads = 2, wi = widx(L, op, w);
+        L->io[0] = L->in_buf[sidx(L, op, data, w)];   /* x region, statistics, gamma, beta */
+        L->io[1] = L->bufs[w];
+        SW_TRY(param_buffers(L, op, w, L->io, &nreads));
         SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
         sw_task t = task_of(SW_TASK_BN_APPLY, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
-        t.nreads = 2 + nparams;
         t.elements = sw_box_volume(&L->box[wi]);
         int32_t deps[2] = {L->in_task[sidx(L, op, data, w)], L->ready[w]};
-        SW_TRY(add_task(L, &t, deps, 2, &L->act_task[wi]));
+        SW_TRY(add_task(L, &t, deps, 2, L->io, nreads, &L->act[wi], 1, &L->act_task[wi]));
     }
     return SW_OK;
 }
@@ -291,22 +305,23 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
 static sw_status worker_forward(lowering *L, int op, int w, sw_buffer_kind buf_kind, sw_task_kind kind, int32_t *buf,
                                 int32_t *task) {
     const sw_op *o = op_at(L, op);
-    int32_t deps[64];  /* an op has at most 64 inputs (problem.c) */
-    int nd = 0, nparams, wi = widx(L, op, w);
+    int32_t deps[64], reads[64];  /* an op has at most 64 inputs (problem.c) */
+    int nd = 0, wi = widx(L, op, w);
     for (int slot = 0; slot < o->ninputs; slot++) {
         if (o->inputs[slot].role == SW_ROLE_DATA) {
             SW_TRY(gather(L, op, slot, w));
             if (L->in_buf[sidx(L, op, slot, w)] != NONE) {
+                reads[nd] = L->in_buf[sidx(L, op, slot, w)];
                 deps[nd++] = L->in_task[sidx(L, op, slot, w)];
             }
         }
     }
-    SW_TRY(param_buffers(L, op, w, &nparams));
+    int nreads = nd;   /* the data regions, then the parameters */
+    SW_TRY(param_buffers(L, op, w, reads, &nreads));
     SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), buf_kind, op, &L->box[wi], buf));
     sw_task t = task_of(kind, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
-    t.nreads = nd + nparams;
     t.elements = sw_box_volume(&L->box[wi]);
-    return add_task(L, &t, deps, nd, task);
+    return add_task(L, &t, deps, nd, reads, nreads, buf, 1, task);
 }
 
 /* Partition-n-reduce: every worker computes a partial output of its block over its
@@ -320,18 +335,19 @@ static sw_status lower_reduction_forward(lowering *L, int op) {
     for (int owner = 0; owner < c->nworkers; owner += c->rdeg) {
         int wi = widx(L, op, owner), nd = 0;
         int32_t odev = dev_of(L, op, owner);
+        L->io[nd] = L->bufs[owner];   /* the owner's partial output, then the others' received */
         L->deps[nd++] = L->ready[owner];
         for (int m = owner + 1; m < owner + c->rdeg; m++) {
             int32_t recv;
             SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_RECV, op, &L->box[wi], &recv));
             sw_task t = copy_of(SW_PHASE_FORWARD, odev, dev_of(L, op, m), op, m, NONE, &L->box[wi]);
-            SW_TRY(add_task(L, &t, &L->ready[m], 1, &L->deps[nd++]));
+            L->io[nd] = recv;
+            SW_TRY(add_copy(L, &t, L->ready[m], L->bufs[m], recv, &L->deps[nd++]));
         }
         SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
         sw_task t = task_of(SW_TASK_SUM_PARTIALS, SW_PHASE_FORWARD, odev, op, owner);
-        t.nreads = c->rdeg;
         t.elements = sw_box_volume(&L->box[wi]);
-        SW_TRY(add_task(L, &t, L->deps, nd, &L->act_task[wi]));
+        SW_TRY(add_task(L, &t, L->deps, nd, L->io, nd, &L->act[wi], 1, &L->act_task[wi]));
     }
     return SW_OK;
 }
@@ -360,10 +376,10 @@ static sw_status lower_forward(lowering *L, int op) {
 }
 
 /* ------------------------------------------------------------------ backward */
-/* Send the pieces of a partial gradient (buffer on `dev`, written by task
+/* Send the pieces of a partial gradient (buffer pbuf on `dev`, written by task
  * `ptask`, over `reg`) to the owners in op `src` and add them up there, in order. */
-static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t dev, int32_t ptask, int consumer,
-                              int w, int slot) {
+static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t dev, int32_t pbuf, int32_t ptask,
+                              int consumer, int w, int slot) {
     int ks = cfg_of(L, src)->nworkers;
     if (L->grad[widx(L, src, 0)] == NONE) {
         for (int s = 0; s < ks; s += cfg_of(L, src)->rdeg) {   /* the owners of the output blocks */
@@ -374,20 +390,19 @@ static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t d
     find_pieces(L, src, reg);
     for (int q = 0; q < L->npieces; q++) {
         int s = L->piece_w[q];
-        int32_t sdev = dev_of(L, src, s), dep = ptask;
+        int32_t sdev = dev_of(L, src, s), dep = ptask, read = pbuf;
         const sw_box *piece = &L->piece_box[q];
         if (sdev != dev) {
-            int32_t recv;
-            SW_TRY(sw_tg_buffer(L->g, sdev, SW_BUF_RECV, src, piece, &recv));
+            SW_TRY(sw_tg_buffer(L->g, sdev, SW_BUF_RECV, src, piece, &read));
             sw_task t = copy_of(SW_PHASE_BACKWARD, sdev, dev, consumer, w, slot, piece);
-            SW_TRY(add_task(L, &t, &ptask, 1, &dep));
+            SW_TRY(add_copy(L, &t, ptask, pbuf, read, &dep));
         }
         sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_BACKWARD, sdev, src, s);
         t.box = *piece;
-        t.nreads = 1;
         t.elements = sw_box_volume(piece);
-        int32_t deps[2] = {dep, L->grad_last[widx(L, src, s)]};
-        SW_TRY(add_task(L, &t, deps, 2, &L->grad_last[widx(L, src, s)]));
+        int wi = widx(L, src, s);
+        int32_t deps[2] = {dep, L->grad_last[wi]};
+        SW_TRY(add_task(L, &t, deps, 2, &read, 1, &L->grad[wi], 1, &L->grad_last[wi]));
     }
     return SW_OK;
 }
@@ -403,22 +418,28 @@ static sw_status lower_batchnorm_backward_sums(lowering *L, int op) {
         region(L, op, stat, w, &sbox);
         SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_STATS, op, &sbox, &L->bufs[w]));
         sw_task t = task_of(SW_TASK_BN_BACKWARD_STATS, SW_PHASE_BACKWARD, dev, op, w);
-        t.nreads = has_grad + 1;
         t.elements = sw_box_volume(&sbox);
         int32_t deps[2] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi]};
-        SW_TRY(add_task(L, &t, deps, 2, &L->ready[w]));
+        int32_t reads[2] = {L->grad[wi], L->in_buf[sidx(L, op, first_slot(op_at(L, op), SW_ROLE_DATA), w)]};
+        SW_TRY(add_task(L, &t, deps, 2, reads + !has_grad, has_grad + 1, &L->bufs[w], 1, &L->ready[w]));
     }
     return reduce_among(L, op, stat, SW_PHASE_BACKWARD, SW_TASK_STATS_REDUCE);
 }
 
-static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdeps, int ngdeps, int has_grad) {
+/* The gradients of the weight slices worker w reads; it reads lead[0 .. nlead)
+ * (the output's gradient and output, or the gradient before the activation),
+ * then the regions of its data inputs. */
+static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdeps, int ngdeps, const int32_t *lead,
+                                 int nlead) {
     const sw_op *o = op_at(L, op);
-    int32_t dev = dev_of(L, op, w), first = NONE;
-    sw_task t = task_of(SW_TASK_BACKWARD_WEIGHT, SW_PHASE_BACKWARD, dev, op, w);
-    t.nreads = has_grad + 1;
+    int32_t dev = dev_of(L, op, w), reads[66], writes[64];   /* at most 64 inputs (problem.c) */
+    int nreads = 0, nwrites = 0;
+    for (int k = 0; k < nlead; k++) {
+        reads[nreads++] = lead[k];
+    }
     for (int slot = 0; slot < o->ninputs; slot++) {
         if (o->inputs[slot].role == SW_ROLE_DATA && L->in_buf[sidx(L, op, slot, w)] != NONE) {
-            t.nreads++;
+            reads[nreads++] = L->in_buf[sidx(L, op, slot, w)];
         }
     }
     for (int slot = 0; slot < o->ninputs; slot++) {
@@ -426,12 +447,15 @@ static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdep
         if (o->inputs[slot].role == SW_ROLE_WEIGHT && region(L, op, slot, w, &reg)) {
             int at = sidx(L, op, slot, w);
             SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARAM_GRAD, op, &reg, &L->wgrad_buf[at]));
-            first = first == NONE ? L->wgrad_buf[at] : first;
+            L->g->buffers[L->wgrad_buf[at]].worker = w;
+            L->g->buffers[L->wgrad_buf[at]].slot = (int16_t)slot;
+            writes[nwrites++] = L->wgrad_buf[at];
         }
     }
-    t.elements = sw_box_volume(&L->g->buffers[first].box);
+    sw_task t = task_of(SW_TASK_BACKWARD_WEIGHT, SW_PHASE_BACKWARD, dev, op, w);
+    t.elements = sw_box_volume(&L->g->buffers[writes[0]].box);
     int32_t id;
-    SW_TRY(add_task(L, &t, gdeps, ngdeps, &id));
+    SW_TRY(add_task(L, &t, gdeps, ngdeps, reads, nreads, writes, nwrites, &id));
     for (int slot = 0; slot < o->ninputs; slot++) {
         if (o->inputs[slot].role == SW_ROLE_WEIGHT && L->wgrad_buf[sidx(L, op, slot, w)] != NONE) {
             L->wgrad_task[sidx(L, op, slot, w)] = id;
@@ -440,19 +464,24 @@ static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdep
     return SW_OK;
 }
 
-/* The partial gradient of data input `slot` over worker w's region, sent to its owners. */
-static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *deps, int ndeps, int nreads) {
+/* The partial gradient of data input `slot` over worker w's region, sent to its
+ * owners; it reads lead[0 .. nlead) (as backward_weight), then the region. */
+static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *deps, int ndeps, const int32_t *lead,
+                               int nlead) {
     int at = sidx(L, op, slot, w), src = op_at(L, op)->inputs[slot].producer;
-    int32_t dev = dev_of(L, op, w), pbuf, t_id;
+    int32_t dev = dev_of(L, op, w), pbuf, t_id, reads[3];
     sw_box reg = L->g->buffers[L->in_buf[at]].box;
     SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARTIAL_GRAD, src, &reg, &pbuf));
     sw_task t = task_of(SW_TASK_BACKWARD_DATA, SW_PHASE_BACKWARD, dev, op, w);
     t.slot = slot;
-    t.nreads = nreads;
     t.elements = sw_box_volume(&reg);
+    for (int k = 0; k < nlead; k++) {
+        reads[k] = lead[k];
+    }
+    reads[nlead] = L->in_buf[at];
     deps[ndeps] = L->in_task[at];
-    SW_TRY(add_task(L, &t, deps, ndeps + 1, &t_id));
-    return scatter_grad(L, src, &reg, dev, t_id, op, w, slot);
+    SW_TRY(add_task(L, &t, deps, ndeps + 1, reads, nlead + 1, &pbuf, 1, &t_id));
+    return scatter_grad(L, src, &reg, dev, pbuf, t_id, op, w, slot);
 }
 
 /* Partition-n-reduce backward: each owner takes its block's gradient through the
@@ -467,14 +496,14 @@ static sw_status lower_reduction_backward(lowering *L, int op) {
         int32_t odev = dev_of(L, op, owner);
         SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[owner]));
         sw_task t = task_of(SW_TASK_ACTIVATION_GRAD, SW_PHASE_BACKWARD, odev, op, owner);
-        t.nreads = has_grad + 1;
         t.elements = sw_box_volume(&L->box[wi]);
         int32_t deps[2] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi]};
-        SW_TRY(add_task(L, &t, deps, 2, &L->ready[owner]));
+        int32_t reads[2] = {L->grad[wi], L->act[wi]};   /* the output's gradient (if any), the output */
+        SW_TRY(add_task(L, &t, deps, 2, reads + !has_grad, has_grad + 1, &L->bufs[owner], 1, &L->ready[owner]));
         for (int m = owner + 1; m < owner + c->rdeg; m++) {
             SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, m), SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[m]));
             sw_task cp = copy_of(SW_PHASE_BACKWARD, dev_of(L, op, m), odev, op, m, NONE, &L->box[wi]);
-            SW_TRY(add_task(L, &cp, &L->ready[owner], 1, &L->ready[m]));
+            SW_TRY(add_copy(L, &cp, L->ready[owner], L->bufs[owner], L->bufs[m], &L->ready[m]));
         }
     }
     for (int w = 0; w < c->nworkers; w++) {
@@ -484,10 +513,10 @@ static sw_status lower_reduction_backward(lowering *L, int op) {
                 (sw_op_kind)L->plan->kind[o->inputs[slot].producer] == SW_OPKIND_INPUT) {
                 continue;
             }
-            SW_TRY(backward_data(L, op, w, slot, gdeps, 1, 2));
+            SW_TRY(backward_data(L, op, w, slot, gdeps, 1, &L->bufs[w], 1));
         }
         if (has_weights(o)) {
-            SW_TRY(backward_weight(L, op, w, gdeps, 1, 0));
+            SW_TRY(backward_weight(L, op, w, gdeps, 1, &L->bufs[w], 1));
         }
     }
     return SW_OK;
@@ -509,6 +538,7 @@ static sw_status lower_backward(lowering *L, int op) {
     for (int w = 0; w < cfg_of(L, op)->nworkers; w++) {
         int wi = widx(L, op, w);
         int32_t gdeps[4] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi], NONE, NONE};
+        int32_t lead[2] = {L->grad[wi], L->act[wi]};   /* the output's gradient (if any), the output */
         int ng = 2;
         if (kind == SW_OPKIND_BATCHNORM) {
             gdeps[ng++] = L->ready[w];
@@ -521,10 +551,10 @@ static sw_status lower_backward(lowering *L, int op) {
             if ((sw_op_kind)L->plan->kind[o->inputs[slot].producer] == SW_OPKIND_INPUT) {
                 continue;  /* no gradient flows into the graph's inputs */
             }
-            SW_TRY(backward_data(L, op, w, slot, gdeps, ng, has_grad + 2));
+            SW_TRY(backward_data(L, op, w, slot, gdeps, ng, lead + !has_grad, has_grad + 1));
         }
         if (has_weights(o)) {
-            SW_TRY(backward_weight(L, op, w, gdeps, ng, has_grad));
+            SW_TRY(backward_weight(L, op, w, gdeps, ng, lead + !has_grad, has_grad + 1));
         }
     }
     return SW_OK;
@@ -544,26 +574,30 @@ static sw_status sync_group(lowering *L, int op, int slot, int r) {
         int32_t recv;
         SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
         sw_task t = copy_of(SW_PHASE_SYNC, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
-        SW_TRY(add_task(L, &t, &L->wgrad_task[sidx(L, op, slot, m)], 1, &L->deps[nd++]));
+        L->io[q] = recv;
+        SW_TRY(add_copy(L, &t, L->wgrad_task[sidx(L, op, slot, m)], L->wgrad_buf[sidx(L, op, slot, m)], recv,
+                        &L->deps[nd++]));
     }
     int32_t red = L->deps[0], mom, upd;
-    if (r > 1) {
+    if (r > 1) {   /* summed in place into the lead's gradient */
         sw_task t = task_of(SW_TASK_REDUCE, SW_PHASE_SYNC, lead_dev, op, lead);
-        t.nreads = r;
         t.elements = sw_box_volume(&box);
-        SW_TRY(add_task(L, &t, L->deps, nd, &red));
+        L->io[0] = lead_grad;
+        SW_TRY(add_task(L, &t, L->deps, nd, L->io, r, &lead_grad, 1, &red));
     }
     SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
+    L->g->buffers[mom].worker = lead;
+    L->g->buffers[mom].slot = (int16_t)slot;
     int32_t param = L->in_buf[sidx(L, op, slot, lead)];
     sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, lead_dev, op, lead);
-    u.nreads = 3;
     u.elements = sw_box_volume(&L->g->buffers[param].box);
-    SW_TRY(add_task(L, &u, &red, 1, &upd));
+    int32_t reads[3] = {param, lead_grad, mom}, writes[2] = {param, mom};
+    SW_TRY(add_task(L, &u, &red, 1, reads, 3, writes, 2, &upd));
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
         int32_t id;
         sw_task t = copy_of(SW_PHASE_UPDATE, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
-        SW_TRY(add_task(L, &t, &upd, 1, &id));
+        SW_TRY(add_copy(L, &t, upd, param, L->in_buf[sidx(L, op, slot, m)], &id));
     }
     return SW_OK;
 }
@@ -648,6 +682,7 @@ static void free_state(lowering *L) {
     free(L->piece_w);
     free(L->piece_box);
     free(L->deps);
+    free(L->io);
     free(L->members);
     free(L->grouped);
     free(L->rbox);
@@ -696,13 +731,14 @@ static sw_status alloc_state(lowering *L) {
     L->piece_w = malloc(sizeof *L->piece_w * mk);
     L->piece_box = malloc(sizeof *L->piece_box * mk);
     L->deps = malloc(sizeof *L->deps * (mk + 8));
+    L->io = malloc(sizeof *L->io * (mk + 72));
     L->members = malloc(sizeof *L->members * mk);
     L->grouped = malloc(mk);
     L->rbox = malloc(sizeof *L->rbox * mk);
     L->bufs = malloc(sizeof *L->bufs * mk);
     L->ready = malloc(sizeof *L->ready * mk);
     if (!L->box || !L->act || !L->act_task || !L->grad || !L->grad_last || !L->in_buf || !L->in_task ||
-        !L->wgrad_buf || !L->wgrad_task || !L->piece_w || !L->piece_box || !L->deps || !L->members ||
+        !L->wgrad_buf || !L->wgrad_task || !L->piece_w || !L->piece_box || !L->deps || !L->io || !L->members ||
         !L->grouped || !L->rbox || !L->bufs || !L->ready) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }

@@ -260,7 +260,7 @@ typedef struct {
     int32_t device;            /* where it runs (a copy: the destination) */
     int32_t src_device;        /* copies: the source device; -1 otherwise */
     int32_t op, worker, slot;  /* slot: input slot of per-input tasks, -1 otherwise */
-    int32_t nreads;            /* buffers it reads (a reduction sums this many) */
+    int32_t nreads;            /* buffers it reads (a reduction sums this many): the graph's io lists them */
     int64_t elements;          /* its box's volume, else its first written buffer's (0: none) */
     int64_t nbytes;            /* bytes crossing between devices (copies only) */
     sw_box box;                /* copies, accumulates: the global box moved; rank 0: none */
@@ -271,9 +271,21 @@ static inline int sw_is_transfer(const sw_task *t) { return t->kind == SW_TASK_C
 
 typedef struct {
     int32_t device, op;        /* op: the global tensor's op */
+    int32_t worker;            /* params and their gradients: the worker holding them; -1 otherwise */
+    int16_t slot;              /* params, their gradients and momentum: the op's weight input slot; -1 otherwise */
     int8_t kind;               /* sw_buffer_kind */
     sw_box box;
 } sw_buffer;
+
+/* The buffers a task reads and writes (ids into the graph's buffers), in the order
+ * its kernel takes them: an in-place update (a reduction into its first read, the
+ * SGD update of a parameter) names the buffer in both lists. */
+typedef struct {
+    const int32_t *reads;
+    int nreads;
+    const int32_t *writes;
+    int nwrites;
+} sw_task_io;
 
 typedef struct {
     int32_t ntasks, task_cap;
@@ -283,6 +295,10 @@ typedef struct {
     int32_t ndeps, dep_cap;
     int32_t nbuffers, buffer_cap;
     sw_buffer *buffers;
+    int32_t *io_ptr;           /* ntasks + 1: task t reads io[io_ptr[t] .. + nreads) and writes the rest
+                                  of io[.. io_ptr[t+1]) */
+    int32_t *io;
+    int32_t nio, io_cap;
 } sw_task_graph;
 
 /* A plan: one configuration per op.  cfg[op].deg, cfg[op].nworkers and the
@@ -301,10 +317,21 @@ sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g);
 void sw_task_graph_free(sw_task_graph *g);
 /* taskgraph.c: append a buffer / a task with deps (negative ids are skipped;
- * the rest are sorted and made distinct); the new id goes to *id. */
+ * the rest are sorted and made distinct) and the buffers it reads and writes
+ * (t->nreads is set from io); the new id goes to *id. */
 sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, int32_t op, const sw_box *box,
                        int32_t *id);
-sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, int32_t *id);
+sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, const sw_task_io *io,
+                     int32_t *id);
+/* The buffers task t reads (returns their number, *ids points into g->io) and writes. */
+static inline int sw_tg_reads(const sw_task_graph *g, int32_t t, const int32_t **ids) {
+    *ids = g->io + g->io_ptr[t];
+    return g->tasks[t].nreads;
+}
+static inline int sw_tg_writes(const sw_task_graph *g, int32_t t, const int32_t **ids) {
+    *ids = g->io + g->io_ptr[t] + g->tasks[t].nreads;
+    return g->io_ptr[t + 1] - g->io_ptr[t] - g->tasks[t].nreads;
+}
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device);  /* bytes; returns bytes moved */
 
 /* ---------------------------------------------------------------- durations */

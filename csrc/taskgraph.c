@@ -5,6 +5,9 @@
  *   dep_ptr[ntasks + 1]    CSR row pointers into deps
  *   deps[ndeps]            per task: sorted, distinct ids of earlier tasks
  *   buffers[nbuffers]      one sw_buffer each (device, kind, box)
+ *   io_ptr[ntasks + 1]     CSR row pointers into io
+ *   io[nio]                per task: the buffers it reads (tasks[t].nreads of
+ *                          them), then the buffers it writes
  * Arrays double when full; ids are int32 (a graph of 2^31 tasks is refused).
  */
 #include <stdlib.h>  /* realloc, free */
@@ -42,6 +45,8 @@ sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, in
     sw_buffer *b = &g->buffers[g->nbuffers];
     b->device = device;
     b->op = op;
+    b->worker = -1;
+    b->slot = -1;
     b->kind = (int8_t)kind;
     b->box = *box;
     *id = g->nbuffers++;
@@ -60,27 +65,45 @@ static void sort_ids(int32_t *a, int n) {  /* insertion sort: dependency lists a
     }
 }
 
-sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, int32_t *id) {
-    /* dep_ptr has one more entry than tasks: reserve it alongside (cap + 1 entries) */
-    int32_t ptr_cap = g->task_cap;
-    sw_status s = reserve((void **)&g->tasks, &g->task_cap, (int64_t)g->ntasks + 1, sizeof *g->tasks);
-    if (s == SW_OK && g->task_cap != ptr_cap) {
-        int32_t *grown = realloc(g->dep_ptr, sizeof *grown * ((size_t)g->task_cap + 1));
-        if (!grown) {
-            g->task_cap = ptr_cap;  /* keep tasks and dep_ptr capacities in step */
-            return SW_FAIL(SW_ERR_NOMEM, "out of memory for a task graph");
+/* Grow an int32 CSR row-pointer array alongside a task array whose capacity went
+ * from old_cap to *cap (one entry more than the tasks; entry 0 is 0). */
+static sw_status grow_ptr(int32_t **ptr, int32_t old_cap, int32_t *cap) {
+    if (*cap == old_cap) {
+        return SW_OK;
+    }
+    int32_t *grown = realloc(*ptr, sizeof *grown * ((size_t)*cap + 1));
+    if (!grown) {
+        *cap = old_cap;   /* keep the capacities of tasks and their row pointers in step */
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a task graph");
+    }
+    if (!*ptr) {
+        grown[0] = 0;
+    }
+    *ptr = grown;
+    return SW_OK;
+}
+
+sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, const sw_task_io *io,
+                     int32_t *id) {
+    static const sw_task_io none = {0};
+    io = io ? io : &none;
+    if (io->nreads < 0 || io->nwrites < 0) {
+        return SW_FAIL(SW_ERR_INTERNAL, "a task with a negative number of reads or writes");
+    }
+    /* dep_ptr and io_ptr have one more entry than tasks: grow them with it */
+    int32_t old_cap = g->task_cap;
+    SW_TRY(reserve((void **)&g->tasks, &g->task_cap, (int64_t)g->ntasks + 1, sizeof *g->tasks));
+    if (g->task_cap != old_cap) {
+        int32_t cap = g->task_cap;   /* back to old_cap if either fails: both are grown again next time */
+        sw_status s = grow_ptr(&g->dep_ptr, old_cap, &cap);
+        if (s == SW_OK) {
+            s = grow_ptr(&g->io_ptr, old_cap, &cap);
         }
-        if (!g->dep_ptr) {
-            grown[0] = 0;
-        }
-        g->dep_ptr = grown;
+        g->task_cap = cap;
+        SW_TRY(s);
     }
-    if (s == SW_OK) {
-        s = reserve((void **)&g->deps, &g->dep_cap, (int64_t)g->ndeps + ndeps + 1, sizeof *g->deps);
-    }
-    if (s != SW_OK) {
-        return s;
-    }
+    SW_TRY(reserve((void **)&g->deps, &g->dep_cap, (int64_t)g->ndeps + ndeps + 1, sizeof *g->deps));
+    SW_TRY(reserve((void **)&g->io, &g->io_cap, (int64_t)g->nio + io->nreads + io->nwrites + 1, sizeof *g->io));
     int32_t *row = g->deps + g->ndeps;
     int n = 0;
     for (int k = 0; k < ndeps; k++) {
@@ -96,8 +119,16 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
         }
     }
     g->ndeps += distinct;
+    for (int k = 0; k < io->nreads; k++) {
+        g->io[g->nio++] = io->reads[k];
+    }
+    for (int k = 0; k < io->nwrites; k++) {
+        g->io[g->nio++] = io->writes[k];
+    }
     g->tasks[g->ntasks] = *t;
+    g->tasks[g->ntasks].nreads = io->nreads;
     g->dep_ptr[g->ntasks + 1] = g->ndeps;
+    g->io_ptr[g->ntasks + 1] = g->nio;
     *id = g->ntasks++;
     return SW_OK;
 }
@@ -119,5 +150,7 @@ void sw_task_graph_free(sw_task_graph *g) {
     free(g->dep_ptr);
     free(g->deps);
     free(g->buffers);
+    free(g->io_ptr);
+    free(g->io);
     memset(g, 0, sizeof *g);
 }

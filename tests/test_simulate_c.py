@@ -78,6 +78,12 @@ def assert_same_lowering(plan) -> None:
         assert (cd, ck) == (pd, pk)
         assert ptensor == cop or ptensor.startswith(cop + ".")
         assert cbox == pbox or (volume(cbox) == 0 and volume(pbox) == 0)
+    io = [tuple(int(x) for x in r["io"][r["io_ptr"][i]:r["io_ptr"][i + 1]]) for i in range(len(r["kind"]))]
+    assert io == [t.reads + t.writes for t in tg.tasks]
+    params = {(names[r["buffer_op"][b]], r["buffer_slot"][b], r["buffer_worker"][b]): b
+              for b in range(len(r["buffer_kind"])) if _core.BUFFER_KINDS[r["buffer_kind"][b]] == "param"}
+    weight_slots = {op.name: [k for k, i in enumerate(op.desc.inputs) if i.role == 1] for op in plan.graph.ops}
+    assert {(o, ("weight", "bias")[weight_slots[o].index(k)], w): b for (o, k, w), b in params.items()} == tg.params
     mem = tg.memory_per_device()
     assert r["memory"].tolist() == [mem[d] for d in range(len(plan.devices))]
     assert r["bytes_moved"] == tg.bytes_moved()

@@ -161,7 +161,9 @@ static int put_tasks(PyObject *d, const sw_task_graph *t) {
            put(d, "elements", TASK_FIELD(t, elements, NPY_INT64)) ||
            put(d, "nbytes", TASK_FIELD(t, nbytes, NPY_INT64)) ||
            put(d, "dep_ptr", contiguous(t->dep_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
-           put(d, "deps", contiguous(t->deps, t->ndeps, NPY_INT32)) ? -1 : 0;
+           put(d, "deps", contiguous(t->deps, t->ndeps, NPY_INT32)) ||
+           put(d, "io_ptr", contiguous(t->io_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
+           put(d, "io", contiguous(t->io, t->nio, NPY_INT32)) ? -1 : 0;
 }
 
 static int put_buffers(PyObject *d, const sw_task_graph *g) {
@@ -170,6 +172,8 @@ static int put_buffers(PyObject *d, const sw_task_graph *g) {
     return put(d, "buffer_device", strided(&b[0].device, n, sizeof(sw_buffer), NPY_INT32)) ||
            put(d, "buffer_op", strided(&b[0].op, n, sizeof(sw_buffer), NPY_INT32)) ||
            put(d, "buffer_kind", strided(&b[0].kind, n, sizeof(sw_buffer), NPY_INT8)) ||
+           put(d, "buffer_worker", strided(&b[0].worker, n, sizeof(sw_buffer), NPY_INT32)) ||
+           put(d, "buffer_slot", strided(&b[0].slot, n, sizeof(sw_buffer), NPY_INT16)) ||
            put(d, "buffer_box", boxes(&b[0].box, n, sizeof(sw_buffer))) ? -1 : 0;
 }
 
