@@ -7,8 +7,8 @@ by default) and its stages: preparing the arguments in Python (the C problem,
 plan and route arrays), the C core (lowering, durations, event loop in one
 call), the rest (memory check, result).  A plan that does not fit in device
 memory is simulated all the same and then raises MemoryOverflow (marked).  For comparison, the Python reference
-pipeline (lower.py's task graph, Python durations, the C event loop) that
-``sw.simulate`` ran before.
+pipeline (the task graph as Python objects, Python durations, the C event
+loop) that ``sw.simulate`` ran before.
 
     python benchmarks/simulate_speed.py [--repeat 5] [--no-reference]
 """
@@ -54,7 +54,7 @@ def evaluate(plan: sw.Plan) -> bool:
 
 
 def reference(plan: sw.Plan) -> int:
-    """The Python pipeline: lower.py, task_durations, arrays for the C event loop."""
+    """The Python pipeline: sw.lower's Python records, task_durations, arrays for the C event loop."""
     tg = sw.lower(plan)
     durations = task_durations(tg)
     route_bw = plan.devices.route_bandwidths()

@@ -1,9 +1,11 @@
 /* lower.c -- one training iteration of a plan as a task graph, in C.
  *
- * python/shardwise/lower.py is the executor's lowering and the reference; this
- * file builds the same tasks in the same order with the same dependencies and
- * buffers (its docstring describes every kind), so that the simulator needs no
- * Python object per task.  Tests compare the two task for task.
+ * The only lowering: the executor runs this graph and the simulator replays
+ * it (python/shardwise/lower.py reads it and describes every task kind).
+ * Every task records the buffers it reads and writes, in the order its kernel
+ * takes them; tests check the data flow (every read after a write it depends
+ * on, no unordered tasks touching overlapping parts of a buffer) and that the
+ * bytes copied between devices are Eq. 1's.
  *
  *   forward (ops in order)      per worker: gather each data input's region
  *                               (copies from the producer's owners + a join,
@@ -85,7 +87,7 @@ static int first_slot(const sw_op *op, sw_role role) {
 
 /* The region of input `slot` worker w reads (sw_worker_region: its output block,
  * over its part of a split reduction); an input not read gets the empty box (all
- * zeros) and 0, as lower.py's None. */
+ * zeros) and 0. */
 static int region(const lowering *L, int op, int slot, int w, sw_box *out) {
     if (sw_worker_region(op_at(L, op), cfg_of(L, op), w, slot, out)) {
         return 1;
@@ -134,7 +136,7 @@ static sw_status add_copy(lowering *L, const sw_task *t, int32_t dep, int32_t fr
 }
 
 /* The workers of op `src` whose boxes meet `region`, row-major (the last
- * dimension fastest, as lower.py's overlapping_workers), with their pieces: the
+ * dimension fastest), with their pieces: the
  * owner of each output block (with a split reduction, worker block * rdeg). */
 static void find_pieces(lowering *L, int src, const sw_box *reg) {
     const sw_config *c = cfg_of(L, src);

@@ -16,8 +16,8 @@
  *              t_x (bytes each destination worker needs and does not hold)
  *   search_*.c node / edge elimination (Algorithm 1) and a brute-force oracle,
  *              both over plain cost tables so tests can feed fake ones
- *   taskgraph.c, lower.c  one training iteration of a plan as tasks and buffers
- *              (python/shardwise/lower.py's twin, task for task)
+ *   taskgraph.c, lower.c  one training iteration of a plan as tasks, buffers
+ *              and what every task reads and writes (the only lowering)
  *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
  *              resources of every task, the event-driven replay
  *
@@ -232,8 +232,9 @@ void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time,
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
 
 /* ---------------------------------------------------------------- task graphs */
-/* One training iteration of a plan, as python/shardwise/lower.py builds it: the
- * same tasks in the same order, with the same dependencies and buffers. */
+/* One training iteration of a plan as tasks (in a topological order), their
+ * dependencies and the buffers each reads and writes; python/shardwise/lower.py
+ * describes every kind. */
 typedef enum {
     SW_TASK_LOAD_INPUT = 0, SW_TASK_COPY, SW_TASK_JOIN, SW_TASK_FORWARD, SW_TASK_LOSS, SW_TASK_BN_STATS,
     SW_TASK_STATS_REDUCE, SW_TASK_BN_APPLY, SW_TASK_BN_BACKWARD_STATS, SW_TASK_BACKWARD_DATA,
@@ -276,6 +277,11 @@ typedef struct {
     int8_t kind;               /* sw_buffer_kind */
     sw_box box;
 } sw_buffer;
+
+/* Bytes of a buffer: batchnorm statistics are double precision sums, the rest float32. */
+static inline int64_t sw_buffer_bytes(const sw_buffer *b) {
+    return sw_box_volume(&b->box) * (b->kind == SW_BUF_STATS ? 8 : SW_TASK_BYTES_PER_ELEMENT);
+}
 
 /* The buffers a task reads and writes (ids into the graph's buffers), in the order
  * its kernel takes them: an in-place update (a reduction into its first read, the

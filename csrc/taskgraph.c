@@ -136,7 +136,7 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device) {
     memset(per_device, 0, sizeof *per_device * (size_t)ndev);
     for (int32_t b = 0; b < g->nbuffers; b++) {
-        per_device[g->buffers[b].device] += sw_box_volume(&g->buffers[b].box) * SW_TASK_BYTES_PER_ELEMENT;
+        per_device[g->buffers[b].device] += sw_buffer_bytes(&g->buffers[b]);
     }
     int64_t moved = 0;
     for (int32_t t = 0; t < g->ntasks; t++) {

@@ -7,7 +7,7 @@ import pytest
 import shardwise as sw
 from shardwise import ops
 from shardwise.describe import DescriptionError
-from shardwise.lower import input_region, worker_boxes
+from shardwise.boxes import input_region, worker_boxes
 
 
 @sw.op

@@ -1,8 +1,10 @@
 """The task graph of an iteration: well formed, complete, and consistent with Eq. 1.
 
-The cost model and the lowering are written separately (C interval arithmetic
-and table sums; Python task construction); the bytes the task graph copies
-between devices must equal the bytes the cost model charges, for any plan.
+The cost model and the lowering are written separately (table sums in cost.c,
+task construction in lower.c); the bytes the task graph copies between devices
+must equal the bytes the cost model charges, for any plan.  Its data flow is
+checked too: every read sees a write the reader depends on, and no two tasks
+touching a buffer (one of them writing) can run in either order.
 """
 from __future__ import annotations
 
@@ -14,13 +16,60 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardwise as sw
-from shardwise.lower import input_region, intersect, lower, volume, worker_boxes
+from shardwise.boxes import input_region, intersect, volume, worker_boxes
+from shardwise.lower import lower
 
 from strategies_random import build_graph, examples, graph_recipes, random_plan
 
 
+# buffers that carry values from one iteration to the next: read before the iteration writes them
+PERSISTENT = {"param", "momentum"}
+
+
+def check_data_flow(tg) -> None:
+    """Every buffer read is written first by a task the reader depends on (directly or not),
+    unless it holds state kept across iterations; every task writing a part of a buffer is
+    ordered (by dependencies) with every other task reading or writing an overlapping part,
+    so no timing can change what a task sees."""
+    ancestors: list[int] = []          # bit d of ancestors[t]: task d must finish before t starts
+    for t in tg.tasks:
+        a = 0
+        for d in t.deps:
+            a |= ancestors[d] | (1 << d)
+        ancestors.append(a)
+
+    def ordered(x: int, y: int) -> bool:
+        return x == y or bool(ancestors[x] >> y & 1) or bool(ancestors[y] >> x & 1)
+
+    writers: dict[int, list[int]] = {}
+    users: dict[int, list[int]] = {}
+    for t in tg.tasks:
+        assert all(0 <= b < len(tg.buffers) for b in t.reads + t.writes), t
+        for b in t.writes:
+            writers.setdefault(b, []).append(t.id)
+        for b in set(t.reads + t.writes):
+            users.setdefault(b, []).append(t.id)
+    for t in tg.tasks:
+        for b in t.reads:
+            if tg.buffers[b].kind in PERSISTENT or b in t.writes:
+                continue
+            assert any(ancestors[t.id] >> w & 1 for w in writers.get(b, ())), \
+                f"task {t} reads buffer {tg.buffers[b]} before any task writes it"
+    def part(t: int, b: int):
+        """The part of buffer b that task t touches: a copy or accumulate its box, others all of it."""
+        task = tg.tasks[t]
+        return task.box if task.kind in ("copy", "accumulate") else tg.buffers[b].box
+
+    for b, ws in writers.items():
+        for w in ws:
+            for u in users[b]:
+                if not ordered(w, u) and intersect(part(w, b), part(u, b)) is not None:
+                    raise AssertionError(f"tasks {tg.tasks[w]} and {tg.tasks[u]} race on buffer {tg.buffers[b]}")
+
+
 def check_task_graph(plan):
     tg = lower(plan)
+    check_data_flow(tg)
     # 1. the bytes crossing devices are exactly what Eq. 1 charges
     assert tg.bytes_moved() == pytest.approx(plan.bytes_moved, rel=1e-12, abs=0.5)
     # 2. dependencies point backwards (the list is a topological order)
@@ -150,3 +199,19 @@ def test_ring_lowering_is_refused_clearly():
     plan = sw.strategies.data_parallel(g, d, sw.CostOptions(sync="ring"))
     with pytest.raises(NotImplementedError, match="ring"):
         lower(plan)
+
+
+def test_data_flow_check_catches_a_missing_dependency():
+    """The data-flow check is not vacuous: dropping the dependencies of a task that reads
+    what another task writes is caught (as a read before a write, or a race)."""
+    import dataclasses
+
+    g = sw.models.lenet5(batch=8)
+    tg = lower(sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    check_data_flow(tg)
+    for kind in ("forward", "accumulate", "reduce", "update"):
+        t = next(t for t in tg.tasks if t.kind == kind and t.deps)
+        broken = dataclasses.replace(tg, tasks=[dataclasses.replace(x, deps=()) if x.id == t.id else x
+                                                for x in tg.tasks])
+        with pytest.raises(AssertionError):
+            check_data_flow(broken)

@@ -6,7 +6,8 @@ from collections import Counter
 import pytest
 
 import shardwise as sw
-from shardwise.lower import lower, volume
+from shardwise.boxes import volume
+from shardwise.lower import lower
 from shardwise.simulate import COMPUTE_KINDS, MemoryOverflow, simulate, task_durations
 
 

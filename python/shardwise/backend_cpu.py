@@ -19,7 +19,8 @@ from . import _core
 from .backend_cpu_reduce import PartialSumTasks
 from .backend_cpu_rnn import RecurrentOpKernels
 from .graph import Graph, Op
-from .lower import Box, Task, TaskGraph, intersect, lo_of, shape_of
+from .boxes import Box, intersect, lo_of, shape_of
+from .lower import Task, TaskGraph
 from .opdesc import DATA
 from .reference import BN_EPS
 from .worker_pool import WorkerPool
@@ -518,7 +519,7 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
 
     def regions_of(self, t: Task, op: Op) -> list[int]:
         return [r for r in t.reads if self.tg.buffers[r].kind in ("region", "activation")
-                and self.tg.buffers[r].tensor != op.name]
+                and self.tg.buffers[r].op != op.name]
 
     # ---- synchronization and update
     def do_reduce(self, t: Task) -> None:

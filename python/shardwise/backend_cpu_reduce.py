@@ -13,7 +13,8 @@ import numpy as np
 
 from . import _core
 from .graph import Op
-from .lower import Task, lo_of, shape_of
+from .boxes import lo_of, shape_of
+from .lower import Task
 
 
 class PartialSumTasks:

@@ -10,7 +10,8 @@ import numpy as np
 
 from . import _core
 from .graph import Op
-from .lower import Box, Task, lo_of, shape_of
+from .boxes import Box, lo_of, shape_of
+from .lower import Task
 from .opdesc import DATA
 
 

@@ -28,10 +28,10 @@ apart:
   traffic.
 
 ``engine="c"`` (default) does it all in C without a Python object per task:
-csrc/lower.c builds the same task graph as lower.py (task for task, tested),
-csrc/sim_durations.c the durations, csrc/sim_plan.c the resources, and
-csrc/simulate.c replays them -- a few milliseconds for Inception-v3 on 16
-devices.  ``engine="python"`` is the reference: lower.py's task graph,
+csrc/lower.c builds the task graph, csrc/sim_durations.c the durations,
+csrc/sim_plan.c the resources, and csrc/simulate.c replays them -- a few
+milliseconds for Inception-v3 on 16 devices.  ``engine="python"`` is the
+reference: the same task graph read through :func:`shardwise.lower.lower`,
 :func:`task_durations` and the event loop in Python (:func:`_replay_python`);
 the tests check both give the same results.
 """
@@ -46,7 +46,8 @@ import numpy as np
 from . import _core
 from .devices import DeviceGraph
 from .errors import ConfigError, ShardwiseError
-from .lower import BYTES_PER_ELEMENT, Task, TaskGraph, lower, volume
+from .boxes import volume
+from .lower import BYTES_PER_ELEMENT, Task, TaskGraph, lower, plan_arrays
 from .plan import Plan, reduction_pair
 from .problem import make_problem
 
@@ -208,7 +209,7 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=None) -> SimResult:
     """Replay one training iteration of ``plan``; raises :class:`MemoryOverflow` naming every
     device whose buffers exceed its memory when ``check_memory``.  ``engine``: "c" (default:
-    lowering, durations and replay in C) or "python" (lower.py's task graph and the reference
+    lowering, durations and replay in C) or "python" (the same task graph, and the reference
     implementation of the same rules).  ``costs``: a :class:`~shardwise.profile.Profile` of
     measured times (compute, per-task overhead, bookkeeping rates and copy bandwidth) instead of
     the roofline model; its per-step overhead is added to the iteration time."""
@@ -243,25 +244,6 @@ def _check_memory(plan: Plan, memory: dict[int, int]) -> None:
 
 
 # ----------------------------------------------------------------------------- the C engine
-OP_KINDS = {"input": 1, "softmax": 2, "batchnorm2d": 3}   # csrc's sw_op_kind; everything else 0
-
-
-def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(kinds, degrees, dev_ptr, devices): the plan as ``Problem.lower`` and ``simulate_plan`` take it."""
-    ops = plan.graph.ops
-    degrees = np.ones((len(ops), _core.MAX_RANK + 2), np.int32)   # + (split reduction or -1, degree)
-    dev_ptr = np.zeros(len(ops) + 1, np.int32)
-    devs: list[int] = []
-    for op in ops:
-        cfg = plan.configs[op.name]
-        degrees[op.index, :len(cfg.degrees)] = cfg.degrees
-        degrees[op.index, _core.MAX_RANK:] = reduction_pair(op, cfg)
-        devs.extend(cfg.devices)
-        dev_ptr[op.index + 1] = len(devs)
-    kinds = np.array([OP_KINDS.get(op.kind, 0) for op in ops], np.int32)
-    return kinds, degrees, dev_ptr, np.asarray(devs, np.int32)
-
-
 def _machine(devices: DeviceGraph, dispatch: bool) -> tuple[np.ndarray, np.ndarray, list[str], int, int]:
     """Resources as the C engine numbers them: (route_ptr, route_res, names, cores, interpreter).
 
@@ -381,7 +363,7 @@ def _thread_order(tasks: list[Task], deps: list[tuple[int, ...]], cores: int | N
 
 def _run(tg: TaskGraph, devices: DeviceGraph, memory: dict[int, int], engine: str = "python",
          costs=None) -> SimResult:
-    """Replay a lower.py task graph; ``engine`` picks the event loop ("c": csrc/simulate.c)."""
+    """Replay a task graph (:func:`~shardwise.lower.lower`); ``engine`` picks the event loop ("c": csrc/simulate.c)."""
     tasks = tg.tasks
     durations = task_durations(tg, costs)
     route_bw = devices.route_bandwidths()

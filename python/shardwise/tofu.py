@@ -26,7 +26,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .graph import Graph
-from .lower import volume
+from .boxes import volume
 from .opdesc import DATA, WEIGHT
 from .tofu_coarsen import coarsen
 from .tofu_level import LevelProblem, Partitions, apply_level, brute_force, build_level

@@ -33,7 +33,7 @@ from math import prod
 from typing import Iterable, Sequence
 
 from .graph import Graph, Op
-from .lower import Box, _compiled, expr_interval, intersect, volume
+from .boxes import Box, _compiled, expr_interval, intersect, volume
 from .opdesc import DATA, OpDesc
 
 Parts = tuple[tuple[int, int], ...]   # ((dimension or variable index, parts), ...) per level
