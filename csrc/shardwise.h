@@ -18,6 +18,8 @@
  *              both over plain cost tables so tests can feed fake ones
  *   taskgraph.c, lower.c  one training iteration of a plan as tasks, buffers
  *              and what every task reads and writes (the only lowering)
+ *   memplan.c, memplan_check.c  one arena per device: buffer offsets from
+ *              lifetimes, and a validator that proves them safe
  *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
  *              resources of every task, the event-driven replay
  *
@@ -339,6 +341,38 @@ static inline int sw_tg_writes(const sw_task_graph *g, int32_t t, const int32_t 
     return g->io_ptr[t + 1] - g->io_ptr[t] - g->tasks[t].nreads;
 }
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device);  /* bytes; returns bytes moved */
+
+/* ---------------------------------------------------------------- memory plans */
+/* One arena per device (memplan.c): every buffer's byte offset in its device's
+ * arena, from lifetimes over the program order of the tasks, and the edges that
+ * make reuse across streams safe (a copy reading a buffer on another device's
+ * stream before that memory is taken over: reuse_from[i] must finish before
+ * reuse_to[i] starts).  Every offset is a multiple of `align`. */
+typedef struct {
+    int32_t nbuffers;
+    int ndev;
+    int64_t align;
+    int64_t *offset;       /* nbuffers: bytes into the arena of the buffer's device */
+    int64_t *bytes;        /* nbuffers: its size (sw_buffer_bytes) */
+    int32_t *first, *last; /* nbuffers: first and last task touching it; 0 .. ntasks when it lives throughout */
+    int64_t *arena;        /* ndev: arena bytes (the highest aligned end of a buffer) */
+    int64_t *peak;         /* ndev: the most bytes live at once */
+    int64_t *total;        /* ndev: every buffer's bytes added up (what the device needs without reuse) */
+    int64_t *kept;         /* ndev: bytes written in the forward phase still live when the backward starts */
+    int64_t *peak_kinds;   /* ndev x SW_BUF_NKINDS: bytes live at the peak, per buffer kind */
+    int32_t nreuse;
+    int32_t *reuse_from, *reuse_to;
+} sw_memory_plan;
+
+sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, sw_memory_plan *mp);
+void sw_memory_plan_free(sw_memory_plan *mp);
+/* memplan_check.c: SW_OK when offsets (and the reuse edges) are safe for g, judged
+ * from the graph alone: buffers of one device whose bytes overlap are touched by
+ * tasks all ordered one buffer's before the other's (dependencies, reuse edges,
+ * each device's program order), parameters, momentum and loss outputs overlap
+ * nothing, and every buffer lies inside its arena at an aligned offset;
+ * otherwise SW_ERR_VALUE naming the first conflict. */
+sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp);
 
 /* ---------------------------------------------------------------- durations */
 /* Measured costs (a profile) replacing parts of the model; NULL: all modelled. */

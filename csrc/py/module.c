@@ -569,6 +569,11 @@ static PyMethodDef Problem_methods[] = {
      "search(algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)"},
     {"worker_times", (PyCFunction)sw_py_problem_worker_times, METH_VARARGS,
      "worker_times(op, degrees, devices) -> roofline seconds of one forward pass of every worker"},
+    {"memory_plan", (PyCFunction)(void (*)(void))sw_py_problem_memory_plan, METH_VARARGS | METH_KEYWORDS,
+     "memory_plan(kinds, degrees, dev_ptr, devices, align=64, check=False) -> dict: one arena per device"},
+    {"check_memory_plan", (PyCFunction)sw_py_problem_check_memory_plan, METH_VARARGS,
+     "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align): "
+     "ValueError unless the offsets are safe"},
     {"lower", (PyCFunction)sw_py_problem_lower, METH_VARARGS,
      "lower(kinds, degrees, dev_ptr, devices) -> dict of task and buffer arrays (one iteration of a plan)"},
     {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,
@@ -785,7 +790,8 @@ static int module_exec(PyObject *m) {
     if (rc < 0) {
         return -1;
     }
-    if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_simulate(m) < 0) {
+    if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_simulate(m) < 0 ||
+        sw_py_register_memplan(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();

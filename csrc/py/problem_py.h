@@ -22,6 +22,30 @@ int sw_py_problem_ready(ProblemObject *self);
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
 PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what);
 
+/* A plan as four arrays over the problem's ops (simulate_py.c's header comment), converted. */
+typedef struct {
+    PyArrayObject *kinds, *degrees, *dev_ptr, *devs;
+    sw_config *cfg;
+    int8_t *kind;
+    sw_plan plan;
+} plan_args;
+
+/* Convert and check the four plan arrays into *a (0, or -1 with an exception);
+ * release with sw_py_plan_args_free either way. */
+int sw_py_parse_plan(const sw_problem *p, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
+                     plan_args *a);
+void sw_py_plan_args_free(plan_args *a);
+
+/* A new 1-D array of n items copied from src. */
+PyObject *sw_py_contiguous(const void *src, npy_intp n, int type);
+/* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
+int sw_py_put(PyObject *d, const char *key, PyObject *value);
+
+/* memplan_py.c: its NumPy API table, Problem.memory_plan and Problem.check_memory_plan */
+PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args);
+int sw_py_register_memplan(PyObject *module);
+
 /* simulate_py.c: its NumPy API table and constants (TASK_KINDS, PHASES, BUFFER_KINDS), Problem methods */
 int sw_py_register_simulate(PyObject *module);
 PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);

@@ -27,14 +27,7 @@ static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
     "partial", "grad_pre"};
 
 /* ------------------------------------------------------------------ arguments */
-typedef struct {
-    PyArrayObject *kinds, *degrees, *dev_ptr, *devs;
-    sw_config *cfg;
-    int8_t *kind;
-    sw_plan plan;
-} plan_args;
-
-static void plan_args_free(plan_args *a) {
+void sw_py_plan_args_free(plan_args *a) {
     Py_XDECREF(a->kinds);
     Py_XDECREF(a->degrees);
     Py_XDECREF(a->dev_ptr);
@@ -46,8 +39,8 @@ static void plan_args_free(plan_args *a) {
 /* Plan rows: the degrees of the output dimensions, then (split reduction or -1, its degree). */
 #define PLAN_COLUMNS (SW_MAX_RANK + 2)
 
-/* Convert and check the four plan arrays (0, or -1 with an exception). */
-static int parse_plan(const sw_problem *p, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
+
+int sw_py_parse_plan(const sw_problem *p, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
                       plan_args *a) {
     memset(a, 0, sizeof *a);
     a->kinds = sw_py_array(kinds, NPY_INT32, 1, "kinds");
@@ -111,7 +104,7 @@ static PyObject *strided(const void *src, npy_intp n, size_t stride, int type) {
     return (PyObject *)a;
 }
 
-static PyObject *contiguous(const void *src, npy_intp n, int type) {
+PyObject *sw_py_contiguous(const void *src, npy_intp n, int type) {
     PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(1, &n, type);
     if (a && n > 0) {
         memcpy(PyArray_DATA(a), src, (size_t)PyArray_NBYTES(a));
@@ -139,8 +132,7 @@ static PyObject *boxes(const void *first, npy_intp n, size_t stride) {
     return (PyObject *)a;
 }
 
-/* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
-static int put(PyObject *d, const char *key, PyObject *value) {
+int sw_py_put(PyObject *d, const char *key, PyObject *value) {
     if (!value) {
         return -1;
     }
@@ -153,28 +145,28 @@ static int put(PyObject *d, const char *key, PyObject *value) {
 
 /* A lowered graph is never empty: every op has a worker with a task and an activation. */
 static int put_tasks(PyObject *d, const sw_task_graph *t) {
-    return put(d, "kind", TASK_FIELD(t, kind, NPY_INT8)) || put(d, "phase", TASK_FIELD(t, phase, NPY_INT8)) ||
-           put(d, "device", TASK_FIELD(t, device, NPY_INT32)) ||
-           put(d, "src_device", TASK_FIELD(t, src_device, NPY_INT32)) ||
-           put(d, "op", TASK_FIELD(t, op, NPY_INT32)) || put(d, "worker", TASK_FIELD(t, worker, NPY_INT32)) ||
-           put(d, "slot", TASK_FIELD(t, slot, NPY_INT32)) || put(d, "nreads", TASK_FIELD(t, nreads, NPY_INT32)) ||
-           put(d, "elements", TASK_FIELD(t, elements, NPY_INT64)) ||
-           put(d, "nbytes", TASK_FIELD(t, nbytes, NPY_INT64)) ||
-           put(d, "dep_ptr", contiguous(t->dep_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
-           put(d, "deps", contiguous(t->deps, t->ndeps, NPY_INT32)) ||
-           put(d, "io_ptr", contiguous(t->io_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
-           put(d, "io", contiguous(t->io, t->nio, NPY_INT32)) ? -1 : 0;
+    return sw_py_put(d, "kind", TASK_FIELD(t, kind, NPY_INT8)) || sw_py_put(d, "phase", TASK_FIELD(t, phase, NPY_INT8)) ||
+           sw_py_put(d, "device", TASK_FIELD(t, device, NPY_INT32)) ||
+           sw_py_put(d, "src_device", TASK_FIELD(t, src_device, NPY_INT32)) ||
+           sw_py_put(d, "op", TASK_FIELD(t, op, NPY_INT32)) || sw_py_put(d, "worker", TASK_FIELD(t, worker, NPY_INT32)) ||
+           sw_py_put(d, "slot", TASK_FIELD(t, slot, NPY_INT32)) || sw_py_put(d, "nreads", TASK_FIELD(t, nreads, NPY_INT32)) ||
+           sw_py_put(d, "elements", TASK_FIELD(t, elements, NPY_INT64)) ||
+           sw_py_put(d, "nbytes", TASK_FIELD(t, nbytes, NPY_INT64)) ||
+           sw_py_put(d, "dep_ptr", sw_py_contiguous(t->dep_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
+           sw_py_put(d, "deps", sw_py_contiguous(t->deps, t->ndeps, NPY_INT32)) ||
+           sw_py_put(d, "io_ptr", sw_py_contiguous(t->io_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
+           sw_py_put(d, "io", sw_py_contiguous(t->io, t->nio, NPY_INT32)) ? -1 : 0;
 }
 
 static int put_buffers(PyObject *d, const sw_task_graph *g) {
     const sw_buffer *b = g->buffers;
     npy_intp n = g->nbuffers;
-    return put(d, "buffer_device", strided(&b[0].device, n, sizeof(sw_buffer), NPY_INT32)) ||
-           put(d, "buffer_op", strided(&b[0].op, n, sizeof(sw_buffer), NPY_INT32)) ||
-           put(d, "buffer_kind", strided(&b[0].kind, n, sizeof(sw_buffer), NPY_INT8)) ||
-           put(d, "buffer_worker", strided(&b[0].worker, n, sizeof(sw_buffer), NPY_INT32)) ||
-           put(d, "buffer_slot", strided(&b[0].slot, n, sizeof(sw_buffer), NPY_INT16)) ||
-           put(d, "buffer_box", boxes(&b[0].box, n, sizeof(sw_buffer))) ? -1 : 0;
+    return sw_py_put(d, "buffer_device", strided(&b[0].device, n, sizeof(sw_buffer), NPY_INT32)) ||
+           sw_py_put(d, "buffer_op", strided(&b[0].op, n, sizeof(sw_buffer), NPY_INT32)) ||
+           sw_py_put(d, "buffer_kind", strided(&b[0].kind, n, sizeof(sw_buffer), NPY_INT8)) ||
+           sw_py_put(d, "buffer_worker", strided(&b[0].worker, n, sizeof(sw_buffer), NPY_INT32)) ||
+           sw_py_put(d, "buffer_slot", strided(&b[0].slot, n, sizeof(sw_buffer), NPY_INT16)) ||
+           sw_py_put(d, "buffer_box", boxes(&b[0].box, n, sizeof(sw_buffer))) ? -1 : 0;
 }
 
 static int put_memory(PyObject *d, const sw_task_graph *g, int ndev) {
@@ -184,8 +176,8 @@ static int put_memory(PyObject *d, const sw_task_graph *g, int ndev) {
         return -1;
     }
     int64_t moved = sw_tg_memory(g, ndev, mem);
-    int rc = put(d, "memory", contiguous(mem, ndev, NPY_INT64)) ||
-             put(d, "bytes_moved", PyLong_FromLongLong(moved)) ? -1 : 0;
+    int rc = sw_py_put(d, "memory", sw_py_contiguous(mem, ndev, NPY_INT64)) ||
+             sw_py_put(d, "bytes_moved", PyLong_FromLongLong(moved)) ? -1 : 0;
     PyMem_Free(mem);
     return rc;
 }
@@ -199,7 +191,7 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
     plan_args a;
     sw_task_graph g = {0};
     PyObject *d = NULL;
-    if (parse_plan(self->p, k, dg, ptr, dv, &a) < 0) {
+    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0) {
         goto done;
     }
     sw_status s;
@@ -213,13 +205,13 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
         goto done;
     }
     d = PyDict_New();
-    if (!d || put_tasks(d, &g) < 0 || put(d, "box", boxes(&g.tasks[0].box, g.ntasks, sizeof(sw_task))) < 0 ||
+    if (!d || put_tasks(d, &g) < 0 || sw_py_put(d, "box", boxes(&g.tasks[0].box, g.ntasks, sizeof(sw_task))) < 0 ||
         put_buffers(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0) {
         Py_CLEAR(d);
     }
 done:
     sw_task_graph_free(&g);
-    plan_args_free(&a);
+    sw_py_plan_args_free(&a);
     return d;
 }
 
@@ -328,13 +320,13 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
 
 static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelled, const sw_sim_result *r, int ndev) {
     npy_intp n = g->ntasks;
-    return put(d, "modelled", contiguous(modelled, n, NPY_FLOAT64)) ||
-           put(d, "start", contiguous(r->start, n, NPY_FLOAT64)) ||
-           put(d, "duration", contiguous(r->duration, n, NPY_FLOAT64)) ||
-           put(d, "res_ptr", contiguous(r->res_ptr, n + 1, NPY_INT32)) ||
-           put(d, "res", contiguous(r->res, r->res_ptr[n], NPY_INT32)) ||
-           put(d, "busy", contiguous(r->busy, ndev, NPY_FLOAT64)) ||
-           put(d, "iteration_time", PyFloat_FromDouble(r->makespan)) ? -1 : 0;
+    return sw_py_put(d, "modelled", sw_py_contiguous(modelled, n, NPY_FLOAT64)) ||
+           sw_py_put(d, "start", sw_py_contiguous(r->start, n, NPY_FLOAT64)) ||
+           sw_py_put(d, "duration", sw_py_contiguous(r->duration, n, NPY_FLOAT64)) ||
+           sw_py_put(d, "res_ptr", sw_py_contiguous(r->res_ptr, n + 1, NPY_INT32)) ||
+           sw_py_put(d, "res", sw_py_contiguous(r->res, r->res_ptr[n], NPY_INT32)) ||
+           sw_py_put(d, "busy", sw_py_contiguous(r->busy, ndev, NPY_FLOAT64)) ||
+           sw_py_put(d, "iteration_time", PyFloat_FromDouble(r->makespan)) ? -1 : 0;
 }
 
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
@@ -356,7 +348,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     double *modelled = NULL;
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
-    if (parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
+    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
         parse_machine(self->p, rp, rr, nres, cores, interpreter, split, rates, fixed, overhead, copy_bw, wake, &s) < 0) {
         goto done;
     }
@@ -380,7 +372,7 @@ done:
     sw_sim_result_free(&r);
     sw_task_graph_free(&g);
     sim_args_free(&s);
-    plan_args_free(&a);
+    sw_py_plan_args_free(&a);
     return d;
 }
 

@@ -29,6 +29,7 @@ from . import strategies
 from .train import CheckpointError, SGD, Trainer, TrainingError
 from . import data
 from .lower import TaskGraph, lower
+from .memory import DeviceMemory, MemoryPlan, memory_plan
 from .simulate import MemoryOverflow, SimResult, simulate
 from .profile import Profile, ProfileMismatch, profile
 from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
@@ -36,7 +37,8 @@ from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, o
 __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "data"]
-__all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate"]
+__all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
+            "memory_plan"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]
 from . import tofu

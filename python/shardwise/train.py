@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from .graph import Graph
 from .init import init_params
 from .lower import lower
 from .plan import Plan
+
+if TYPE_CHECKING:
+    from .memory import MemoryPlan
 
 
 # Op kinds the CPU backend (backend_cpu.py) has kernels for.
@@ -428,6 +431,17 @@ class Trainer:
         activations kept for the backward pass, staging regions and gradients (measured
         from the arrays the executor allocated; views of another buffer are not counted twice)."""
         return dict(self.executor.peak_bytes)
+
+    @property
+    def memory_plan(self) -> "MemoryPlan":
+        """The planned memory of this trainer's plan: per device one arena, its peak and the
+        offset and lifetime of every buffer (:func:`shardwise.memory_plan`; computed once)."""
+        mp = getattr(self, "_memory_plan", None)
+        if mp is None:
+            from .memory import memory_plan
+
+            mp = self._memory_plan = memory_plan(self.plan)
+        return mp
 
     def planned_memory_per_worker(self) -> dict[int, int]:
         """The planner's estimate of the same: the sizes of the task graph's buffers per device."""

@@ -1,0 +1,454 @@
+/* memplan.c -- one arena per device: buffer offsets planned from lifetimes.
+ *
+ * The executor runs the tasks of each device in program order on that device's
+ * stream.  A buffer is live from the first task that touches it to the last one
+ * (program order, tasks of any device: a copy reads its source on another
+ * device's stream); parameters and momentum persist across iterations and the
+ * loss tasks' outputs are read by the host after the step, so those live
+ * throughout.  Buffers of one device whose lifetimes do not meet may share
+ * memory.  Placement is greedy: the largest buffers first, each at the lowest
+ * aligned offset free over its whole lifetime (a classic heuristic for
+ * interval-graph colouring by sizes; the arena is at least the peak of live
+ * bytes, and usually equal or close to it).
+ *
+ * Reuse across streams needs an edge: when buffer B takes over memory of an
+ * earlier buffer A that a copy on another device's stream reads, that copy
+ * must finish before B's first task (which runs on B's device) starts.  Those
+ * edges come with the plan (reuse_from -> reuse_to) and the executor and the
+ * simulator add them to the dependencies.
+ *
+ * sw_memory_plan_check proves a plan safe without trusting its lifetimes: any
+ * two buffers of a device whose address ranges overlap must be touched by
+ * tasks that are all ordered, those of one buffer before those of the other,
+ * by dependencies, reuse edges and each device's program order; persistent
+ * buffers overlap nothing.
+ */
+#include <stdlib.h>  /* calloc, malloc, free, qsort */
+#include <string.h>  /* memset */
+
+#include "shardwise.h"
+
+#define NONE (-1)
+
+static int64_t align_up(int64_t v, int64_t align) { return (v + align - 1) / align * align; }
+
+/* Buffers that live through every iteration (and across iterations). */
+static int persistent(const sw_task_graph *g, int32_t b, const char *host_read) {
+    int kind = g->buffers[b].kind;
+    return kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || host_read[b];
+}
+
+/* Buffers the host reads after the step: the outputs of loss tasks (probabilities). */
+static sw_status host_reads(const sw_task_graph *g, char **out) {
+    char *r = calloc((size_t)g->nbuffers + 1, 1);
+    if (!r) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        if (g->tasks[t].kind == SW_TASK_LOSS) {
+            const int32_t *w;
+            int nw = sw_tg_writes(g, t, &w);
+            for (int k = 0; k < nw; k++) {
+                r[w[k]] = 1;
+            }
+        }
+    }
+    *out = r;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ lifetimes */
+static void lifetimes(const sw_task_graph *g, const char *host_read, int32_t *first, int32_t *last) {
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        first[b] = NONE;
+        last[b] = NONE;
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        for (int32_t k = g->io_ptr[t]; k < g->io_ptr[t + 1]; k++) {
+            int32_t b = g->io[k];
+            first[b] = first[b] == NONE ? t : first[b];
+            last[b] = t;
+        }
+    }
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        if (persistent(g, b, host_read) || first[b] == NONE) {
+            first[b] = 0;                /* live throughout (or never touched: kept apart) */
+            last[b] = g->ntasks;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ placement */
+typedef struct {
+    int64_t bytes;
+    int32_t id;
+} sized_buffer;
+
+static int larger_first(const void *pa, const void *pb) {
+    const sized_buffer *a = pa, *b = pb;
+    if (a->bytes != b->bytes) {
+        return a->bytes > b->bytes ? -1 : 1;
+    }
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Place the buffers of one device (ids in `mine`, n of them), largest first, each
+ * at the lowest aligned offset where no placed buffer of overlapping lifetime sits. */
+static sw_status place_device(const sw_memory_plan *mp, int32_t *mine, int32_t n, int64_t align, int64_t *arena,
+                              int32_t *placed, int64_t *lo, int64_t *hi) {
+    int32_t nplaced = 0;
+    int64_t top = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t b = mine[i];
+        int64_t size = align_up(mp->bytes[b], align);
+        /* the address ranges taken during b's lifetime, sorted by start */
+        int32_t nr = 0;
+        for (int32_t j = 0; j < nplaced; j++) {
+            int32_t o = placed[j];
+            if (mp->first[o] <= mp->last[b] && mp->first[b] <= mp->last[o] && mp->bytes[o] > 0) {
+                int32_t at = nr++;
+                while (at > 0 && lo[at - 1] > mp->offset[o]) {   /* insertion: ranges arrive nearly sorted */
+                    lo[at] = lo[at - 1];
+                    hi[at] = hi[at - 1];
+                    at--;
+                }
+                lo[at] = mp->offset[o];
+                hi[at] = mp->offset[o] + align_up(mp->bytes[o], align);
+            }
+        }
+        int64_t offset = 0;
+        for (int32_t r = 0; r < nr && size > 0; r++) {
+            if (lo[r] >= offset + size) {
+                break;   /* the gap before range r fits */
+            }
+            offset = hi[r] > offset ? hi[r] : offset;
+        }
+        mp->offset[b] = offset;
+        top = offset + size > top ? offset + size : top;
+        placed[nplaced++] = b;
+    }
+    *arena = top;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ peaks */
+typedef struct {
+    int32_t at;      /* task position */
+    int64_t delta;   /* bytes becoming live (> 0) or freed (< 0) */
+} mem_event;
+
+static int by_position(const void *pa, const void *pb) {
+    const mem_event *a = pa, *b = pb;
+    if (a->at != b->at) {
+        return a->at < b->at ? -1 : 1;
+    }
+    return (a->delta > b->delta) - (a->delta < b->delta);   /* frees before allocations at one position */
+}
+
+/* Peak live bytes of one device and the position where it is first reached. */
+static void peak_of(const sw_memory_plan *mp, const int32_t *mine, int32_t n, mem_event *ev, int64_t *peak,
+                    int32_t *where) {
+    int32_t ne = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t b = mine[i];
+        ev[ne++] = (mem_event){mp->first[b], mp->bytes[b]};
+        ev[ne++] = (mem_event){mp->last[b] + 1, -mp->bytes[b]};
+    }
+    qsort(ev, (size_t)ne, sizeof *ev, by_position);
+    int64_t live = 0, best = 0;
+    int32_t at = 0;
+    for (int32_t e = 0; e < ne; e++) {
+        live += ev[e].delta;
+        if (live > best) {
+            best = live;
+            at = ev[e].at;
+        }
+    }
+    *peak = best;
+    *where = at;
+}
+
+/* ------------------------------------------------------------------ reuse edges */
+static sw_status add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t *cap) {
+    if (mp->nreuse == *cap) {
+        int64_t n = *cap ? *cap * 2 : 64;
+        int32_t *f = realloc(mp->reuse_from, sizeof *f * (size_t)n);
+        if (!f) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
+        }
+        mp->reuse_from = f;
+        int32_t *t = realloc(mp->reuse_to, sizeof *t * (size_t)n);
+        if (!t) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
+        }
+        mp->reuse_to = t;
+        *cap = n;
+    }
+    mp->reuse_from[mp->nreuse] = from;
+    mp->reuse_to[mp->nreuse] = to;
+    mp->nreuse++;
+    return SW_OK;
+}
+
+/* For every pair of buffers of a device sharing memory, A before B: each copy on
+ * another device's stream that reads A gets an edge to B's first task. */
+static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const int32_t *mine, int32_t n,
+                             const int32_t *remote_ptr, const int32_t *remote, int64_t *cap) {
+    for (int32_t i = 0; i < n; i++) {
+        int32_t a = mine[i];
+        if (remote_ptr[a] == remote_ptr[a + 1]) {
+            continue;
+        }
+        for (int32_t j = 0; j < n; j++) {
+            int32_t b = mine[j];
+            if (mp->first[b] <= mp->last[a] || mp->bytes[a] == 0 || mp->bytes[b] == 0 ||
+                mp->offset[b] >= mp->offset[a] + mp->bytes[a] || mp->offset[a] >= mp->offset[b] + mp->bytes[b]) {
+                continue;
+            }
+            for (int32_t k = remote_ptr[a]; k < remote_ptr[a + 1]; k++) {
+                SW_TRY(add_edge(mp, remote[k], mp->first[b], cap));
+            }
+        }
+    }
+    (void)g;
+    return SW_OK;
+}
+
+typedef struct {
+    int32_t from, to;
+} edge;
+
+static int by_edge(const void *pa, const void *pb) {
+    const edge *a = pa, *b = pb;
+    if (a->to != b->to) {
+        return a->to < b->to ? -1 : 1;
+    }
+    return (a->from > b->from) - (a->from < b->from);
+}
+
+/* Sort the reuse edges by target and drop repeats (one copy often frees memory
+ * that several later buffers take over in turn). */
+static sw_status unique_edges(sw_memory_plan *mp) {
+    edge *e = malloc(sizeof *e * ((size_t)mp->nreuse + 1));
+    if (!e) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
+    }
+    for (int32_t i = 0; i < mp->nreuse; i++) {
+        e[i] = (edge){mp->reuse_from[i], mp->reuse_to[i]};
+    }
+    qsort(e, (size_t)mp->nreuse, sizeof *e, by_edge);
+    int32_t n = 0;
+    for (int32_t i = 0; i < mp->nreuse; i++) {
+        if (n == 0 || e[i].from != mp->reuse_from[n - 1] || e[i].to != mp->reuse_to[n - 1]) {
+            mp->reuse_from[n] = e[i].from;
+            mp->reuse_to[n] = e[i].to;
+            n++;
+        }
+    }
+    mp->nreuse = n;
+    free(e);
+    return SW_OK;
+}
+
+/* Per buffer, the tasks on other devices' streams that touch it (CSR). */
+static sw_status remote_touchers(const sw_task_graph *g, int32_t **ptr_out, int32_t **ids_out) {
+    int32_t *ptr = calloc((size_t)g->nbuffers + 1, sizeof *ptr);
+    int32_t *ids = malloc(sizeof *ids * ((size_t)g->nio + 1));
+    if (!ptr || !ids) {
+        free(ptr);
+        free(ids);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        for (int32_t k = g->io_ptr[t]; k < g->io_ptr[t + 1]; k++) {
+            if (g->buffers[g->io[k]].device != g->tasks[t].device) {
+                ptr[g->io[k] + 1]++;
+            }
+        }
+    }
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        ptr[b + 1] += ptr[b];
+    }
+    int32_t *fill = malloc(sizeof *fill * ((size_t)g->nbuffers + 1));
+    if (!fill) {
+        free(ptr);
+        free(ids);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    memcpy(fill, ptr, sizeof *fill * (size_t)g->nbuffers);
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        for (int32_t k = g->io_ptr[t]; k < g->io_ptr[t + 1]; k++) {
+            if (g->buffers[g->io[k]].device != g->tasks[t].device) {
+                ids[fill[g->io[k]]++] = t;
+            }
+        }
+    }
+    free(fill);
+    *ptr_out = ptr;
+    *ids_out = ids;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ driver */
+/* Buffer ids grouped by device (CSR over devices), each group largest first. */
+static sw_status by_device(const sw_task_graph *g, const sw_memory_plan *mp, int ndev, int32_t **ptr_out,
+                           int32_t **ids_out) {
+    int32_t *ptr = calloc((size_t)ndev + 1, sizeof *ptr);
+    int32_t *ids = malloc(sizeof *ids * ((size_t)g->nbuffers + 1));
+    int32_t *fill = malloc(sizeof *fill * ((size_t)ndev + 1));
+    if (!ptr || !ids || !fill) {
+        free(ptr);
+        free(ids);
+        free(fill);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        ptr[g->buffers[b].device + 1]++;
+    }
+    for (int d = 0; d < ndev; d++) {
+        ptr[d + 1] += ptr[d];
+    }
+    memcpy(fill, ptr, sizeof *fill * (size_t)ndev);
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        ids[fill[g->buffers[b].device]++] = b;
+    }
+    free(fill);
+    sized_buffer *order = malloc(sizeof *order * ((size_t)g->nbuffers + 1));
+    if (!order) {
+        free(ptr);
+        free(ids);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    for (int32_t i = 0; i < g->nbuffers; i++) {
+        order[i] = (sized_buffer){mp->bytes[ids[i]], ids[i]};
+    }
+    for (int d = 0; d < ndev; d++) {
+        qsort(order + ptr[d], (size_t)(ptr[d + 1] - ptr[d]), sizeof *order, larger_first);
+    }
+    for (int32_t i = 0; i < g->nbuffers; i++) {
+        ids[i] = order[i].id;
+    }
+    free(order);
+    *ptr_out = ptr;
+    *ids_out = ids;
+    return SW_OK;
+}
+
+/* Breakdown of one device at its peak, and the bytes written in the forward phase
+ * still live when the backward phase starts (activations kept for backward). */
+static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const int32_t *mine, int32_t n,
+                      int32_t at_peak, int32_t backward_start) {
+    int64_t *kinds = mp->peak_kinds + (size_t)d * SW_BUF_NKINDS;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t b = mine[i];
+        if (mp->first[b] <= at_peak && at_peak <= mp->last[b]) {
+            kinds[g->buffers[b].kind] += mp->bytes[b];
+        }
+        int kind = g->buffers[b].kind;
+        if (kind != SW_BUF_PARAM && kind != SW_BUF_MOMENTUM && mp->first[b] < backward_start &&
+            backward_start <= mp->last[b]) {
+            mp->kept[d] += mp->bytes[b];
+        }
+    }
+}
+
+sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, sw_memory_plan *mp) {
+    memset(mp, 0, sizeof *mp);
+    if (ndev < 1 || align < 1 || (align & (align - 1)) != 0) {
+        return SW_FAIL(SW_ERR_VALUE, "a memory plan needs >= 1 device and a power-of-two alignment, got %d, %lld",
+                       ndev, (long long)align);
+    }
+    size_t nb = (size_t)g->nbuffers + 1, nd = (size_t)ndev;
+    mp->nbuffers = g->nbuffers;
+    mp->ndev = ndev;
+    mp->align = align;
+    mp->offset = calloc(nb, sizeof *mp->offset);
+    mp->bytes = calloc(nb, sizeof *mp->bytes);
+    mp->first = calloc(nb, sizeof *mp->first);
+    mp->last = calloc(nb, sizeof *mp->last);
+    mp->arena = calloc(nd, sizeof *mp->arena);
+    mp->peak = calloc(nd, sizeof *mp->peak);
+    mp->total = calloc(nd, sizeof *mp->total);
+    mp->kept = calloc(nd, sizeof *mp->kept);
+    mp->peak_kinds = calloc(nd * SW_BUF_NKINDS, sizeof *mp->peak_kinds);
+    char *host = NULL;
+    int32_t *dev_ptr = NULL, *ids = NULL, *placed = NULL, *remote_ptr = NULL, *remote = NULL;
+    int64_t *lo = NULL, *hi = NULL;
+    mem_event *ev = NULL;
+    sw_status s = SW_OK;
+    if (!mp->offset || !mp->bytes || !mp->first || !mp->last || !mp->arena || !mp->peak || !mp->total || !mp->kept ||
+        !mp->peak_kinds) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+        goto done;
+    }
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        if (g->buffers[b].device < 0 || g->buffers[b].device >= ndev) {
+            s = SW_FAIL(SW_ERR_VALUE, "buffer %d lies on device %d of %d", b, g->buffers[b].device, ndev);
+            goto done;
+        }
+        mp->bytes[b] = sw_buffer_bytes(&g->buffers[b]);
+        mp->total[g->buffers[b].device] += mp->bytes[b];
+    }
+    if ((s = host_reads(g, &host)) != SW_OK || (s = by_device(g, mp, ndev, &dev_ptr, &ids)) != SW_OK ||
+        (s = remote_touchers(g, &remote_ptr, &remote)) != SW_OK) {
+        goto done;
+    }
+    lifetimes(g, host, mp->first, mp->last);
+    placed = malloc(sizeof *placed * nb);
+    lo = malloc(sizeof *lo * nb);
+    hi = malloc(sizeof *hi * nb);
+    ev = malloc(sizeof *ev * 2 * nb);
+    if (!placed || !lo || !hi || !ev) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+        goto done;
+    }
+    int32_t backward_start = g->ntasks;
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        if (g->tasks[t].phase != SW_PHASE_FORWARD) {
+            backward_start = t;
+            break;
+        }
+    }
+    int64_t cap = 0;
+    for (int d = 0; d < ndev && s == SW_OK; d++) {
+        int32_t *mine = ids + dev_ptr[d], n = dev_ptr[d + 1] - dev_ptr[d], at_peak;
+        s = place_device(mp, mine, n, align, &mp->arena[d], placed, lo, hi);
+        if (s == SW_OK) {
+            peak_of(mp, mine, n, ev, &mp->peak[d], &at_peak);
+            breakdown(g, mp, d, mine, n, at_peak, backward_start);
+            s = reuse_edges(g, mp, mine, n, remote_ptr, remote, &cap);
+        }
+    }
+    if (s == SW_OK) {
+        s = unique_edges(mp);
+    }
+done:
+    free(host);
+    free(dev_ptr);
+    free(ids);
+    free(placed);
+    free(lo);
+    free(hi);
+    free(ev);
+    free(remote_ptr);
+    free(remote);
+    if (s != SW_OK) {
+        sw_memory_plan_free(mp);
+    }
+    return s;
+}
+
+void sw_memory_plan_free(sw_memory_plan *mp) {
+    free(mp->offset);
+    free(mp->bytes);
+    free(mp->first);
+    free(mp->last);
+    free(mp->arena);
+    free(mp->peak);
+    free(mp->total);
+    free(mp->kept);
+    free(mp->peak_kinds);
+    free(mp->reuse_from);
+    free(mp->reuse_to);
+    memset(mp, 0, sizeof *mp);
+}

@@ -1,0 +1,220 @@
+/* memplan_check.c -- proving a memory plan safe for its task graph.
+ *
+ * The check trusts nothing the planner computed but the offsets and the reuse
+ * edges.  Tasks of one device run in program order on its stream, so task t
+ * happens before task u when a chain of dependencies, reuse edges and steps
+ * from a task to the next one of the same device leads from t to u.  Two
+ * buffers of a device whose byte ranges overlap are safe when every task
+ * touching one of them happens before every task touching the other; a buffer
+ * that lives across iterations (parameters, momentum) or that the host reads
+ * after the step (loss outputs) must overlap nothing.
+ */
+#include <stdlib.h>  /* calloc, malloc, free, qsort */
+
+#include "shardwise.h"
+
+typedef struct {
+    const sw_task_graph *g;
+    int32_t *prev;                /* ntasks: the previous task of the same device, or -1 */
+    int32_t *rin_ptr, *rin;       /* reuse edges into each task (CSR) */
+    int32_t *touch_ptr, *touch;   /* tasks touching each buffer (CSR) */
+    int32_t *stamp, *stack;       /* search scratch */
+    int32_t round;
+} checker;
+
+/* Does t happen before u?  A search backwards from u, pruned below t (every edge
+ * goes forward in program order). */
+static int happens_before(checker *c, int32_t t, int32_t u) {
+    if (t >= u) {
+        return 0;
+    }
+    c->round++;
+    int32_t top = 0;
+    c->stack[top++] = u;
+    c->stamp[u] = c->round;
+    while (top > 0) {
+        int32_t v = c->stack[--top];
+        const int32_t *preds[3] = {c->g->deps + c->g->dep_ptr[v], c->rin + c->rin_ptr[v], &c->prev[v]};
+        int32_t npreds[3] = {c->g->dep_ptr[v + 1] - c->g->dep_ptr[v], c->rin_ptr[v + 1] - c->rin_ptr[v], 1};
+        for (int k = 0; k < 3; k++) {
+            for (int32_t i = 0; i < npreds[k]; i++) {
+                int32_t p = preds[k][i];
+                if (p == t) {
+                    return 1;
+                }
+                if (p > t && c->stamp[p] != c->round) {
+                    c->stamp[p] = c->round;
+                    c->stack[top++] = p;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* CSR of `n` rows from (row, value) pairs produced twice by fill(): once to count, once to store. */
+static sw_status build_csr(int32_t n, int32_t count, int32_t **ptr_out, int32_t **vals_out) {
+    *ptr_out = calloc((size_t)n + 2, sizeof **ptr_out);
+    *vals_out = malloc(sizeof **vals_out * ((size_t)count + 1));
+    if (!*ptr_out || !*vals_out) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan check");
+    }
+    return SW_OK;
+}
+
+static sw_status setup(checker *c, const sw_task_graph *g, const sw_memory_plan *mp) {
+    c->g = g;
+    size_t nt = (size_t)g->ntasks + 1;
+    c->prev = malloc(sizeof *c->prev * nt);
+    c->stamp = calloc(nt, sizeof *c->stamp);
+    c->stack = malloc(sizeof *c->stack * nt);
+    int32_t *last = malloc(sizeof *last * ((size_t)mp->ndev + 1));
+    if (!c->prev || !c->stamp || !c->stack || !last) {
+        free(last);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan check");
+    }
+    for (int d = 0; d < mp->ndev; d++) {
+        last[d] = -1;
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        c->prev[t] = last[g->tasks[t].device];
+        last[g->tasks[t].device] = t;
+    }
+    free(last);
+    SW_TRY(build_csr(g->ntasks, mp->nreuse, &c->rin_ptr, &c->rin));
+    for (int32_t e = 0; e < mp->nreuse; e++) {
+        c->rin_ptr[mp->reuse_to[e] + 2]++;
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        c->rin_ptr[t + 2] += c->rin_ptr[t + 1];
+    }
+    for (int32_t e = 0; e < mp->nreuse; e++) {
+        c->rin[c->rin_ptr[mp->reuse_to[e] + 1]++] = mp->reuse_from[e];
+    }
+    SW_TRY(build_csr(g->nbuffers, g->nio, &c->touch_ptr, &c->touch));
+    for (int32_t k = 0; k < g->nio; k++) {
+        c->touch_ptr[g->io[k] + 2]++;
+    }
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        c->touch_ptr[b + 2] += c->touch_ptr[b + 1];
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        for (int32_t k = g->io_ptr[t]; k < g->io_ptr[t + 1]; k++) {
+            c->touch[c->touch_ptr[g->io[k] + 1]++] = t;
+        }
+    }
+    return SW_OK;
+}
+
+static void teardown(checker *c) {
+    free(c->prev);
+    free(c->stamp);
+    free(c->stack);
+    free(c->rin_ptr);
+    free(c->rin);
+    free(c->touch_ptr);
+    free(c->touch);
+}
+
+static int lives_across_steps(const sw_task_graph *g, int32_t b, const char *host_read) {
+    return g->buffers[b].kind == SW_BUF_PARAM || g->buffers[b].kind == SW_BUF_MOMENTUM || host_read[b];
+}
+
+/* Buffers a and b share bytes: every task touching one must happen before every task touching the other. */
+static sw_status check_pair(checker *c, int32_t a, int32_t b, const char *host_read) {
+    const sw_task_graph *g = c->g;
+    if (lives_across_steps(g, a, host_read) || lives_across_steps(g, b, host_read)) {
+        return SW_FAIL(SW_ERR_VALUE, "buffers %d and %d on device %d share memory, but %d lives across steps", a,
+                       b, g->buffers[a].device, lives_across_steps(g, a, host_read) ? a : b);
+    }
+    const int32_t *ta = c->touch + c->touch_ptr[a], *tb = c->touch + c->touch_ptr[b];
+    int32_t na = c->touch_ptr[a + 1] - c->touch_ptr[a], nb = c->touch_ptr[b + 1] - c->touch_ptr[b];
+    if (na == 0 || nb == 0) {
+        return SW_FAIL(SW_ERR_VALUE, "buffers %d and %d share memory, but one is never touched", a, b);
+    }
+    if (ta[0] > tb[0]) {   /* touch lists are in program order: the earlier buffer first */
+        const int32_t *tt = ta;
+        int32_t nn = na;
+        ta = tb;
+        na = nb;
+        tb = tt;
+        nb = nn;
+        int32_t x = a;
+        a = b;
+        b = x;
+    }
+    for (int32_t i = 0; i < na; i++) {
+        for (int32_t j = 0; j < nb; j++) {
+            if (!happens_before(c, ta[i], tb[j])) {
+                return SW_FAIL(SW_ERR_VALUE,
+                               "buffers %d and %d on device %d share memory, but task %d (touching %d) does not "
+                               "happen before task %d (touching %d)",
+                               a, b, g->buffers[a].device, ta[i], a, tb[j], b);
+            }
+        }
+    }
+    return SW_OK;
+}
+
+typedef struct {
+    int64_t offset;
+    int32_t id;
+} placed_buffer;
+
+static int by_offset(const void *pa, const void *pb) {
+    const placed_buffer *a = pa, *b = pb;
+    if (a->offset != b->offset) {
+        return a->offset < b->offset ? -1 : 1;
+    }
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp) {
+    if (mp->nbuffers != g->nbuffers) {
+        return SW_FAIL(SW_ERR_VALUE, "a memory plan of %d buffers for a graph of %d", mp->nbuffers, g->nbuffers);
+    }
+    for (int32_t e = 0; e < mp->nreuse; e++) {
+        if (mp->reuse_from[e] < 0 || mp->reuse_to[e] >= g->ntasks || mp->reuse_from[e] >= mp->reuse_to[e]) {
+            return SW_FAIL(SW_ERR_VALUE, "reuse edge %d (%d -> %d) must go forward between tasks of the graph", e,
+                           mp->reuse_from[e], mp->reuse_to[e]);
+        }
+    }
+    placed_buffer *order = malloc(sizeof *order * ((size_t)g->nbuffers + 1));
+    char *host_read = calloc((size_t)g->nbuffers + 1, 1);
+    checker c = {0};
+    sw_status s = order && host_read ? setup(&c, g, mp) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    for (int32_t t = 0; s == SW_OK && t < g->ntasks; t++) {
+        const int32_t *w;
+        int nw = sw_tg_writes(g, t, &w);
+        for (int k = 0; k < nw && g->tasks[t].kind == SW_TASK_LOSS; k++) {
+            host_read[w[k]] = 1;
+        }
+    }
+    for (int d = 0; d < mp->ndev && s == SW_OK; d++) {
+        int32_t n = 0;
+        for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
+            if (g->buffers[b].device != d) {
+                continue;
+            }
+            int64_t bytes = sw_buffer_bytes(&g->buffers[b]);
+            if (mp->offset[b] < 0 || mp->offset[b] % mp->align != 0 || mp->offset[b] + bytes > mp->arena[d]) {
+                s = SW_FAIL(SW_ERR_VALUE, "buffer %d (%lld bytes at %lld) lies outside device %d's arena of %lld "
+                            "bytes or off its %lld-byte alignment", b, (long long)bytes, (long long)mp->offset[b],
+                            d, (long long)mp->arena[d], (long long)mp->align);
+            } else if (bytes > 0) {
+                order[n++] = (placed_buffer){mp->offset[b], b};
+            }
+        }
+        qsort(order, (size_t)n, sizeof *order, by_offset);
+        for (int32_t i = 0; i < n && s == SW_OK; i++) {
+            int64_t end = order[i].offset + sw_buffer_bytes(&g->buffers[order[i].id]);
+            for (int32_t j = i + 1; j < n && order[j].offset < end && s == SW_OK; j++) {
+                s = check_pair(&c, order[i].id, order[j].id, host_read);
+            }
+        }
+    }
+    teardown(&c);
+    free(order);
+    free(host_read);
+    return s;
+}
