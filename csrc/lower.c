@@ -42,6 +42,7 @@ typedef struct {
     sw_box *box;                 /* output box */
     int32_t *act, *act_task;     /* activation buffer and the task writing it */
     int32_t *grad, *grad_last;   /* gradient buffer (NONE until a consumer sends one), last accumulate */
+    int32_t *stats_fwd, *stats_bwd;   /* batchnorm: the worker's reduced statistics of x and of the gradient */
     /* per (op, input slot, worker): [sbase[op] + slot * nworkers + w] */
     int32_t *sbase;
     int32_t *in_buf, *in_task;   /* data slots: staging region (or shared shard) and the task completing it,
@@ -291,7 +292,7 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
     for (int w = 0; w < k; w++) {
         int nreads = 2, wi = widx(L, op, w);
         L->io[0] = L->in_buf[sidx(L, op, data, w)];   /* x region, statistics, gamma, beta */
-        L->io[1] = L->bufs[w];
+        L->io[1] = L->stats_fwd[wi] = L->bufs[w];
         SW_TRY(param_buffers(L, op, w, L->io, &nreads));
         SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
         sw_task t = task_of(SW_TASK_BN_APPLY, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
@@ -422,8 +423,11 @@ static sw_status lower_batchnorm_backward_sums(lowering *L, int op) {
         sw_task t = task_of(SW_TASK_BN_BACKWARD_STATS, SW_PHASE_BACKWARD, dev, op, w);
         t.elements = sw_box_volume(&sbox);
         int32_t deps[2] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi]};
-        int32_t reads[2] = {L->grad[wi], L->in_buf[sidx(L, op, first_slot(op_at(L, op), SW_ROLE_DATA), w)]};
-        SW_TRY(add_task(L, &t, deps, 2, reads + !has_grad, has_grad + 1, &L->bufs[w], 1, &L->ready[w]));
+        /* dy (if any), the x region, the statistics of x */
+        int32_t reads[3] = {L->grad[wi], L->in_buf[sidx(L, op, first_slot(op_at(L, op), SW_ROLE_DATA), w)],
+                            L->stats_fwd[wi]};
+        L->stats_bwd[wi] = L->bufs[w];
+        SW_TRY(add_task(L, &t, deps, 2, reads + !has_grad, has_grad + 2, &L->bufs[w], 1, &L->ready[w]));
     }
     return reduce_among(L, op, stat, SW_PHASE_BACKWARD, SW_TASK_STATS_REDUCE);
 }
@@ -434,7 +438,7 @@ static sw_status lower_batchnorm_backward_sums(lowering *L, int op) {
 static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdeps, int ngdeps, const int32_t *lead,
                                  int nlead) {
     const sw_op *o = op_at(L, op);
-    int32_t dev = dev_of(L, op, w), reads[66], writes[64];   /* at most 64 inputs (problem.c) */
+    int32_t dev = dev_of(L, op, w), reads[67], writes[64];   /* at most 64 inputs (problem.c) */
     int nreads = 0, nwrites = 0;
     for (int k = 0; k < nlead; k++) {
         reads[nreads++] = lead[k];
@@ -443,6 +447,9 @@ static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdep
         if (o->inputs[slot].role == SW_ROLE_DATA && L->in_buf[sidx(L, op, slot, w)] != NONE) {
             reads[nreads++] = L->in_buf[sidx(L, op, slot, w)];
         }
+    }
+    if (L->stats_fwd[widx(L, op, w)] != NONE) {   /* batchnorm: the statistics of x */
+        reads[nreads++] = L->stats_fwd[widx(L, op, w)];
     }
     for (int slot = 0; slot < o->ninputs; slot++) {
         sw_box reg;
@@ -467,11 +474,15 @@ static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdep
 }
 
 /* The partial gradient of data input `slot` over worker w's region, sent to its
- * owners; it reads lead[0 .. nlead) (as backward_weight), then the region. */
+ * owners.  It reads lead[0 .. nlead) (as backward_weight), the region, then what
+ * kernels of some ops also need: the regions of the other data inputs (matmul,
+ * LSTM ops), the worker's parameters (conv, linear: the weight; batchnorm:
+ * gamma) and a batchnorm's statistics of x and of the gradient. */
 static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *deps, int ndeps, const int32_t *lead,
                                int nlead) {
-    int at = sidx(L, op, slot, w), src = op_at(L, op)->inputs[slot].producer;
-    int32_t dev = dev_of(L, op, w), pbuf, t_id, reads[3];
+    const sw_op *o = op_at(L, op);
+    int at = sidx(L, op, slot, w), src = o->inputs[slot].producer, wi = widx(L, op, w);
+    int32_t dev = dev_of(L, op, w), pbuf, t_id, reads[68];   /* at most 64 inputs (problem.c) */
     sw_box reg = L->g->buffers[L->in_buf[at]].box;
     SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARTIAL_GRAD, src, &reg, &pbuf));
     sw_task t = task_of(SW_TASK_BACKWARD_DATA, SW_PHASE_BACKWARD, dev, op, w);
@@ -480,9 +491,20 @@ static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *de
     for (int k = 0; k < nlead; k++) {
         reads[k] = lead[k];
     }
-    reads[nlead] = L->in_buf[at];
+    int nreads = nlead;
+    reads[nreads++] = L->in_buf[at];
+    for (int k = 0; k < o->ninputs; k++) {
+        int32_t b = L->in_buf[sidx(L, op, k, w)];
+        if (k != slot && b != NONE && o->inputs[k].role != SW_ROLE_STAT) {
+            reads[nreads++] = b;
+        }
+    }
+    if (L->stats_fwd[wi] != NONE) {
+        reads[nreads++] = L->stats_fwd[wi];
+        reads[nreads++] = L->stats_bwd[wi];
+    }
     deps[ndeps] = L->in_task[at];
-    SW_TRY(add_task(L, &t, deps, ndeps + 1, reads, nlead + 1, &pbuf, 1, &t_id));
+    SW_TRY(add_task(L, &t, deps, ndeps + 1, reads, nreads, &pbuf, 1, &t_id));
     return scatter_grad(L, src, &reg, dev, pbuf, t_id, op, w, slot);
 }
 
@@ -676,6 +698,8 @@ static void free_state(lowering *L) {
     free(L->act_task);
     free(L->grad);
     free(L->grad_last);
+    free(L->stats_fwd);
+    free(L->stats_bwd);
     free(L->sbase);
     free(L->in_buf);
     free(L->in_task);
@@ -726,6 +750,8 @@ static sw_status alloc_state(lowering *L) {
     L->act_task = ids(nw);
     L->grad = ids(nw);
     L->grad_last = ids(nw);
+    L->stats_fwd = ids(nw);
+    L->stats_bwd = ids(nw);
     L->in_buf = ids(ns);
     L->in_task = ids(ns);
     L->wgrad_buf = ids(ns);
@@ -739,7 +765,7 @@ static sw_status alloc_state(lowering *L) {
     L->rbox = malloc(sizeof *L->rbox * mk);
     L->bufs = malloc(sizeof *L->bufs * mk);
     L->ready = malloc(sizeof *L->ready * mk);
-    if (!L->box || !L->act || !L->act_task || !L->grad || !L->grad_last || !L->in_buf || !L->in_task ||
+    if (!L->box || !L->act || !L->act_task || !L->grad || !L->grad_last || !L->stats_fwd || !L->stats_bwd || !L->in_buf || !L->in_task ||
         !L->wgrad_buf || !L->wgrad_task || !L->piece_w || !L->piece_box || !L->deps || !L->io || !L->members ||
         !L->grouped || !L->rbox || !L->bufs || !L->ready) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");

@@ -92,43 +92,44 @@ static int larger_first(const void *pa, const void *pb) {
     return (a->id > b->id) - (a->id < b->id);
 }
 
-/* Place the buffers of one device (ids in `mine`, n of them), largest first, each
+typedef struct {
+    int64_t lo, hi;   /* [lo, hi) bytes taken */
+} taken_range;
+
+static int by_start(const void *pa, const void *pb) {
+    const taken_range *a = pa, *b = pb;
+    return (a->lo > b->lo) - (a->lo < b->lo);
+}
+
+/* Place the buffers of one device (ids in `mine`, n of them, largest first), each
  * at the lowest aligned offset where no placed buffer of overlapping lifetime sits. */
-static sw_status place_device(const sw_memory_plan *mp, int32_t *mine, int32_t n, int64_t align, int64_t *arena,
-                              int32_t *placed, int64_t *lo, int64_t *hi) {
+static void place_device(const sw_memory_plan *mp, const int32_t *mine, int32_t n, int64_t align, int64_t *arena,
+                         int32_t *placed, taken_range *taken) {
     int32_t nplaced = 0;
     int64_t top = 0;
     for (int32_t i = 0; i < n; i++) {
         int32_t b = mine[i];
         int64_t size = align_up(mp->bytes[b], align);
-        /* the address ranges taken during b's lifetime, sorted by start */
-        int32_t nr = 0;
+        int32_t nr = 0;   /* the address ranges taken during b's lifetime */
         for (int32_t j = 0; j < nplaced; j++) {
             int32_t o = placed[j];
             if (mp->first[o] <= mp->last[b] && mp->first[b] <= mp->last[o] && mp->bytes[o] > 0) {
-                int32_t at = nr++;
-                while (at > 0 && lo[at - 1] > mp->offset[o]) {   /* insertion: ranges arrive nearly sorted */
-                    lo[at] = lo[at - 1];
-                    hi[at] = hi[at - 1];
-                    at--;
-                }
-                lo[at] = mp->offset[o];
-                hi[at] = mp->offset[o] + align_up(mp->bytes[o], align);
+                taken[nr++] = (taken_range){mp->offset[o], mp->offset[o] + align_up(mp->bytes[o], align)};
             }
         }
+        qsort(taken, (size_t)nr, sizeof *taken, by_start);
         int64_t offset = 0;
         for (int32_t r = 0; r < nr && size > 0; r++) {
-            if (lo[r] >= offset + size) {
+            if (taken[r].lo >= offset + size) {
                 break;   /* the gap before range r fits */
             }
-            offset = hi[r] > offset ? hi[r] : offset;
+            offset = taken[r].hi > offset ? taken[r].hi : offset;
         }
         mp->offset[b] = offset;
         top = offset + size > top ? offset + size : top;
         placed[nplaced++] = b;
     }
     *arena = top;
-    return SW_OK;
 }
 
 /* ------------------------------------------------------------------ peaks */
@@ -196,8 +197,8 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
                              const int32_t *remote_ptr, const int32_t *remote, int64_t *cap) {
     for (int32_t i = 0; i < n; i++) {
         int32_t a = mine[i];
-        if (remote_ptr[a] == remote_ptr[a + 1]) {
-            continue;
+        if (remote_ptr[a] == remote_ptr[a + 1] || (mp->first[a] == 0 && mp->last[a] == g->ntasks)) {
+            continue;   /* no copy elsewhere reads it, or it lives throughout: nothing takes its memory */
         }
         for (int32_t j = 0; j < n; j++) {
             int32_t b = mine[j];
@@ -210,7 +211,6 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
             }
         }
     }
-    (void)g;
     return SW_OK;
 }
 
@@ -373,7 +373,7 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
     mp->peak_kinds = calloc(nd * SW_BUF_NKINDS, sizeof *mp->peak_kinds);
     char *host = NULL;
     int32_t *dev_ptr = NULL, *ids = NULL, *placed = NULL, *remote_ptr = NULL, *remote = NULL;
-    int64_t *lo = NULL, *hi = NULL;
+    taken_range *taken = NULL;
     mem_event *ev = NULL;
     sw_status s = SW_OK;
     if (!mp->offset || !mp->bytes || !mp->first || !mp->last || !mp->arena || !mp->peak || !mp->total || !mp->kept ||
@@ -395,10 +395,9 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
     }
     lifetimes(g, host, mp->first, mp->last);
     placed = malloc(sizeof *placed * nb);
-    lo = malloc(sizeof *lo * nb);
-    hi = malloc(sizeof *hi * nb);
+    taken = malloc(sizeof *taken * nb);
     ev = malloc(sizeof *ev * 2 * nb);
-    if (!placed || !lo || !hi || !ev) {
+    if (!placed || !taken || !ev) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
         goto done;
     }
@@ -412,12 +411,10 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
     int64_t cap = 0;
     for (int d = 0; d < ndev && s == SW_OK; d++) {
         int32_t *mine = ids + dev_ptr[d], n = dev_ptr[d + 1] - dev_ptr[d], at_peak;
-        s = place_device(mp, mine, n, align, &mp->arena[d], placed, lo, hi);
-        if (s == SW_OK) {
-            peak_of(mp, mine, n, ev, &mp->peak[d], &at_peak);
-            breakdown(g, mp, d, mine, n, at_peak, backward_start);
-            s = reuse_edges(g, mp, mine, n, remote_ptr, remote, &cap);
-        }
+        place_device(mp, mine, n, align, &mp->arena[d], placed, taken);
+        peak_of(mp, mine, n, ev, &mp->peak[d], &at_peak);
+        breakdown(g, mp, d, mine, n, at_peak, backward_start);
+        s = reuse_edges(g, mp, mine, n, remote_ptr, remote, &cap);
     }
     if (s == SW_OK) {
         s = unique_edges(mp);
@@ -427,8 +424,7 @@ done:
     free(dev_ptr);
     free(ids);
     free(placed);
-    free(lo);
-    free(hi);
+    free(taken);
     free(ev);
     free(remote_ptr);
     free(remote);

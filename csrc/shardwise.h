@@ -236,7 +236,10 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
 /* ---------------------------------------------------------------- task graphs */
 /* One training iteration of a plan as tasks (in a topological order), their
  * dependencies and the buffers each reads and writes; python/shardwise/lower.py
- * describes every kind. */
+ * describes every kind.  Contract with the runtime: each device runs its own
+ * tasks in program order (one stream), so dependencies are recorded only where
+ * that order does not already give them (devices meet only through copies,
+ * which run on the destination and depend on the source's writer). */
 typedef enum {
     SW_TASK_LOAD_INPUT = 0, SW_TASK_COPY, SW_TASK_JOIN, SW_TASK_FORWARD, SW_TASK_LOSS, SW_TASK_BN_STATS,
     SW_TASK_STATS_REDUCE, SW_TASK_BN_APPLY, SW_TASK_BN_BACKWARD_STATS, SW_TASK_BACKWARD_DATA,

@@ -27,16 +27,19 @@ PERSISTENT = {"param", "momentum"}
 
 
 def check_data_flow(tg) -> None:
-    """Every buffer read is written first by a task the reader depends on (directly or not),
-    unless it holds state kept across iterations; every task writing a part of a buffer is
-    ordered (by dependencies) with every other task reading or writing an overlapping part,
-    so no timing can change what a task sees."""
+    """Every buffer read is written first by a task that happens before the reader, unless it
+    holds state kept across iterations; every task writing a part of a buffer is ordered with
+    every other task reading or writing an overlapping part, so no timing can change what a
+    task sees.  Happens-before is the runtime's: dependencies, and each device running its
+    own tasks in program order (its stream)."""
     ancestors: list[int] = []          # bit d of ancestors[t]: task d must finish before t starts
+    previous: dict[int, int] = {}      # device -> its last task so far
     for t in tg.tasks:
         a = 0
-        for d in t.deps:
+        for d in t.deps + ((previous[t.device],) if t.device in previous else ()):
             a |= ancestors[d] | (1 << d)
         ancestors.append(a)
+        previous[t.device] = t.id
 
     def ordered(x: int, y: int) -> bool:
         return x == y or bool(ancestors[x] >> y & 1) or bool(ancestors[y] >> x & 1)
@@ -203,14 +206,19 @@ def test_ring_lowering_is_refused_clearly():
 
 def test_data_flow_check_catches_a_missing_dependency():
     """The data-flow check is not vacuous: dropping the dependencies of a task that reads
-    what another task writes is caught (as a read before a write, or a race)."""
+    what a task of another device writes is caught (as a read before a write, or a race)."""
     import dataclasses
 
     g = sw.models.lenet5(batch=8)
-    tg = lower(sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    tg = lower(sw.search(g, sw.DeviceGraph.cpu(2)))
     check_data_flow(tg)
-    for kind in ("forward", "accumulate", "reduce", "update"):
-        t = next(t for t in tg.tasks if t.kind == kind and t.deps)
+    crossing = {}   # a copy of each phase that waits for a task of another device
+    for t in tg.tasks:
+        if any(tg.tasks[d].device != t.device for d in t.deps):
+            assert t.kind == "copy"   # devices meet only through copies onto the destination
+            crossing.setdefault(t.phase, t)
+    assert set(crossing) == {"forward", "backward", "sync", "update"}
+    for t in crossing.values():
         broken = dataclasses.replace(tg, tasks=[dataclasses.replace(x, deps=()) if x.id == t.id else x
                                                 for x in tg.tasks])
         with pytest.raises(AssertionError):

@@ -394,7 +394,7 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
 
     def do_bn_backward_stats(self, t: Task) -> None:
         op = self.ops[t.op]
-        grad, region = t.reads
+        grad, region = t.reads[:2]   # then the statistics of x
         x, xlo = self.view(region)
         dy, dylo = self.view(grad)
         mean, invstd = self.bn_moments(op, self.fwd_stats[(t.op, t.worker)])
@@ -437,7 +437,9 @@ class CpuExecutor(PartialSumTasks, RecurrentOpKernels):
         if g is None:
             return  # nothing reaches this op: its partial gradient stays zero
         dy, dylo = g
-        region_buf = t.reads[-1]
+        # reads: dy and y (dy absent when nothing flows back; the gradient before the activation
+        # under a split reduction), this slot's region, then what some kernels also need
+        region_buf = t.reads[2 if self.tg.buffers[t.reads[0]].kind == "grad" else 1]
         shift = self.reduction_shift(op, t.worker)
         if kind == "conv2d":
             w, wlo = self.view(self.weight_buf(op, t.worker))
