@@ -16,7 +16,8 @@ import numpy
 import scipy_openblas32
 from setuptools import Extension, setup
 
-SOURCES = sorted(glob("csrc/*.c")) + sorted(glob("csrc/cpu/*.c")) + sorted(glob("csrc/py/*.c"))
+SOURCES = (sorted(glob("csrc/*.c")) + sorted(glob("csrc/exec/*.c")) + sorted(glob("csrc/cpu/*.c"))
+           + sorted(glob("csrc/py/*.c")))
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
 EXTRA = ["-std=c11", "-O3", "-pthread", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 if os.environ.get("SHARDWISE_SANITIZE"):
@@ -31,7 +32,7 @@ core = Extension(
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=EXTRA,
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib", f"-Wl,-rpath,{BLAS_LIB_DIR}"] + (["-fsanitize=address,undefined"] if os.environ.get("SHARDWISE_SANITIZE") else []),
-    depends=glob("csrc/*.h") + glob("csrc/cpu/*.h") + glob("csrc/py/*.h"),
+    depends=glob("csrc/*.h") + glob("csrc/*.def") + glob("csrc/exec/*.h") + glob("csrc/cpu/*.h") + glob("csrc/py/*.h"),
 )
 
 print(f"shardwise: building the C core from {len(SOURCES)} sources", file=sys.stderr)

@@ -259,6 +259,15 @@ typedef enum {
 /* What the lowering needs to know about an op beyond its description. */
 typedef enum { SW_OPKIND_PLAIN = 0, SW_OPKIND_INPUT, SW_OPKIND_SOFTMAX, SW_OPKIND_BATCHNORM } sw_op_kind;
 
+/* Op kinds (ops.def): SW_OP_INPUT, SW_OP_CONV2D, ...; sw_op_names[k] is the Python spelling. */
+typedef enum {
+#define SW_OP(id, name, role, cpu) SW_OP_##id,
+#include "ops.def"
+    SW_OP_COUNT
+} sw_op_type;
+extern const char *const sw_op_names[SW_OP_COUNT];
+extern const sw_op_kind sw_op_roles[SW_OP_COUNT];
+
 #define SW_TASK_BYTES_PER_ELEMENT 4   /* the executor's buffers are float32 */
 
 typedef struct {

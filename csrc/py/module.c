@@ -786,12 +786,12 @@ static int module_exec(PyObject *m) {
         return -1;
     }
     int rc = PyModule_AddObjectRef(m, "Problem", type);
-    Py_DECREF(type);
+    Py_DECREF(type);   /* the module keeps it */
     if (rc < 0) {
         return -1;
     }
     if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_simulate(m) < 0 ||
-        sw_py_register_memplan(m) < 0) {
+        sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0) {
         return -1;
     }
     sw_blas_single_thread();

@@ -45,6 +45,8 @@ int sw_py_put(PyObject *d, const char *key, PyObject *value);
 PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args);
 int sw_py_register_memplan(PyObject *module);
+/* runtime_py.c: the Runtime type and the op table's names (OP_KINDS, OP_ROLES, CPU_OP_KINDS) */
+int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type);
 
 /* simulate_py.c: its NumPy API table and constants (TASK_KINDS, PHASES, BUFFER_KINDS), Problem methods */
 int sw_py_register_simulate(PyObject *module);

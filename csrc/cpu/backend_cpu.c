@@ -1,0 +1,363 @@
+/* backend_cpu.c -- the CPU backend: streams as worker threads, events as per-task epochs.
+ *
+ * Each device's stream belongs to one worker thread (thread d % threads: four
+ * workers on two cores run as two threads, each taking its devices' tasks in
+ * program order).  Work is recorded once into each thread's command list (run a
+ * task, wait for an event, record an event); a step hands every thread the
+ * list to run and waits for all of them.  An event is a task's completion in the
+ * current step: recording stores the step's epoch, waiting spins briefly and
+ * then sleeps on a condition variable until the epoch is there.  A failing task
+ * stops every thread (waiters see the failure) and its message comes back to
+ * the caller.  OpenBLAS runs one thread per worker (the workers are the
+ * parallelism).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>    /* pthread_create, mutexes, condition variables */
+#include <stdatomic.h>  /* atomic epochs and flags shared by the threads */
+#include <stdio.h>      /* snprintf */
+#include <stdlib.h>     /* calloc, malloc, realloc, free, rand_r */
+#include <string.h>     /* memset */
+#include <time.h>       /* nanosleep, time */
+
+#include "../exec/runtime.h"
+
+enum { CMD_RUN = 0, CMD_WAIT = 1, CMD_RECORD = 2 };
+
+typedef struct {
+    int32_t op, id;   /* CMD_*, task or event id */
+} command;
+
+typedef struct {
+    command *cmd;
+    int32_t n, cap;
+} command_list;
+
+typedef struct cpu_backend cpu_backend;
+
+typedef struct {
+    cpu_backend *be;
+    int index;
+    pthread_t thread;
+    command_list lists[SW_NLISTS];
+    sw_scratch scratch;
+    unsigned seed;    /* jitter */
+} worker;
+
+struct cpu_backend {
+    sw_backend base;
+    int ndev, nthreads, jitter_us, started_threads;
+    worker *workers;
+    int *stream_thread;             /* stream (= device) -> worker */
+    _Atomic int64_t *event_epoch;   /* ntasks, allocated at the first recorded event */
+    int32_t nevents;
+    /* a step: the list to run, its epoch, its arguments */
+    pthread_mutex_t lock;
+    pthread_cond_t start, done, event;
+    int64_t epoch;
+    int list;
+    const sw_step_args *args;
+    int running, shutdown;
+    _Atomic int sleepers;           /* threads asleep on `event` */
+    _Atomic int failed;
+    sw_status fail_status;
+    char fail_message[512];
+    _Atomic int64_t grow_bytes, grows;
+};
+
+/* ------------------------------------------------------------------ arenas, streams, recording */
+static sw_status arena_new(sw_backend *b, int device, size_t bytes, void **base) {
+    (void)b;
+    (void)device;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        return SW_FAIL(SW_ERR_NOMEM, "cannot allocate an arena of %zu bytes for device %d", bytes, device);
+    }
+    *base = p;
+    return SW_OK;
+}
+
+static void arena_free(sw_backend *b, int device, void *base) {
+    (void)b;
+    (void)device;
+    free(base);
+}
+
+static sw_status stream_new(sw_backend *b, int device, int priority, int *stream) {
+    cpu_backend *be = (cpu_backend *)b;
+    (void)priority;   /* one stream per device: nothing to order it against on its thread */
+    if (device < 0 || device >= be->ndev) {
+        return SW_FAIL(SW_ERR_VALUE, "no device %d on a CPU backend of %d", device, be->ndev);
+    }
+    *stream = device;
+    return SW_OK;
+}
+
+static sw_status push(cpu_backend *be, int list, int stream, int op, int32_t id) {
+    command_list *l = &be->workers[be->stream_thread[stream]].lists[list];
+    if (l->n == l->cap) {
+        int32_t cap = l->cap ? l->cap * 2 : 256;
+        command *grown = realloc(l->cmd, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory recording a stream");
+        }
+        l->cmd = grown;
+        l->cap = cap;
+    }
+    l->cmd[l->n++] = (command){op, id};
+    return SW_OK;
+}
+
+static sw_status ensure_events(cpu_backend *be) {
+    if (be->event_epoch) {
+        return SW_OK;
+    }
+    be->nevents = be->base.rt->g.ntasks;
+    be->event_epoch = calloc((size_t)be->nevents + 1, sizeof *be->event_epoch);
+    return be->event_epoch ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for events");
+}
+
+static sw_status enqueue_task(sw_backend *b, int list, int stream, int32_t task) {
+    return push((cpu_backend *)b, list, stream, CMD_RUN, task);
+}
+
+static sw_status enqueue_wait(sw_backend *b, int list, int stream, int32_t event) {
+    SW_TRY(ensure_events((cpu_backend *)b));
+    return push((cpu_backend *)b, list, stream, CMD_WAIT, event);
+}
+
+static sw_status enqueue_record(sw_backend *b, int list, int stream, int32_t event) {
+    SW_TRY(ensure_events((cpu_backend *)b));
+    return push((cpu_backend *)b, list, stream, CMD_RECORD, event);
+}
+
+/* ------------------------------------------------------------------ running */
+static void fail(cpu_backend *be, sw_status s) {
+    pthread_mutex_lock(&be->lock);
+    if (!atomic_load(&be->failed)) {
+        be->fail_status = s;
+        snprintf(be->fail_message, sizeof be->fail_message, "%s", sw_last_error());
+        atomic_store(&be->failed, 1);
+    }
+    pthread_cond_broadcast(&be->event);   /* waiters see the failure and stop */
+    pthread_mutex_unlock(&be->lock);
+}
+
+/* 0 once event e is recorded in this step, 1 if the step failed meanwhile. */
+static int wait_event(cpu_backend *be, int32_t e, int64_t epoch) {
+    for (int spin = 0; spin < 4000; spin++) {   /* most waits are short: a kernel on another thread */
+        if (atomic_load_explicit(&be->event_epoch[e], memory_order_acquire) == epoch) {
+            return 0;
+        }
+        if (atomic_load_explicit(&be->failed, memory_order_relaxed)) {
+            return 1;
+        }
+    }
+    pthread_mutex_lock(&be->lock);
+    atomic_fetch_add(&be->sleepers, 1);
+    while (atomic_load_explicit(&be->event_epoch[e], memory_order_acquire) != epoch && !atomic_load(&be->failed)) {
+        pthread_cond_wait(&be->event, &be->lock);
+    }
+    atomic_fetch_sub(&be->sleepers, 1);
+    pthread_mutex_unlock(&be->lock);
+    return atomic_load(&be->failed) ? 1 : 0;
+}
+
+static void record_event(cpu_backend *be, int32_t e, int64_t epoch) {
+    atomic_store_explicit(&be->event_epoch[e], epoch, memory_order_release);
+    if (atomic_load(&be->sleepers) > 0) {
+        pthread_mutex_lock(&be->lock);
+        pthread_cond_broadcast(&be->event);
+        pthread_mutex_unlock(&be->lock);
+    }
+}
+
+static void jitter(worker *w) {
+    int us = w->be->jitter_us;
+    if (us > 0) {
+        long pause = rand_r(&w->seed) % (us + 1);
+        struct timespec ts = {0, pause * 1000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *args) {
+    cpu_backend *be = w->be;
+    const command_list *l = &w->lists[list];
+    size_t before = w->scratch.bytes;
+    sw_task_ctx ctx = {be->base.rt, args, &w->scratch, NULL};
+    for (int32_t i = 0; i < l->n; i++) {
+        const command *c = &l->cmd[i];
+        if (atomic_load_explicit(&be->failed, memory_order_relaxed)) {
+            return;
+        }
+        if (c->op == CMD_WAIT) {
+            if (wait_event(be, c->id, epoch)) {
+                return;
+            }
+        } else if (c->op == CMD_RECORD) {
+            record_event(be, c->id, epoch);
+        } else {
+            jitter(w);
+            sw_status s = sw_cpu_run_task(&ctx, c->id);
+            if (s != SW_OK) {
+                fail(be, s);
+                return;
+            }
+        }
+    }
+    if (w->scratch.bytes != before) {
+        atomic_fetch_add(&be->grow_bytes, (int64_t)(w->scratch.bytes - before));
+        atomic_fetch_add(&be->grows, 1);
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    cpu_backend *be = w->be;
+    sw_blas_single_thread();
+    int64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&be->lock);
+        while (!be->shutdown && be->epoch == seen) {
+            pthread_cond_wait(&be->start, &be->lock);
+        }
+        if (be->shutdown) {
+            pthread_mutex_unlock(&be->lock);
+            return NULL;
+        }
+        seen = be->epoch;
+        int list = be->list;
+        const sw_step_args *args = be->args;
+        pthread_mutex_unlock(&be->lock);
+        run_list(w, list, seen, args);
+        pthread_mutex_lock(&be->lock);
+        if (--be->running == 0) {
+            pthread_cond_signal(&be->done);
+        }
+        pthread_mutex_unlock(&be->lock);
+    }
+}
+
+static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
+    cpu_backend *be = (cpu_backend *)b;
+    pthread_mutex_lock(&be->lock);
+    atomic_store(&be->failed, 0);
+    be->list = list;
+    be->args = args;
+    be->running = be->nthreads;
+    be->epoch++;
+    pthread_cond_broadcast(&be->start);
+    while (be->running > 0) {
+        pthread_cond_wait(&be->done, &be->lock);
+    }
+    pthread_mutex_unlock(&be->lock);
+    if (atomic_load(&be->failed)) {
+        return SW_FAIL(be->fail_status, "%s", be->fail_message);
+    }
+    return SW_OK;
+}
+
+static void workspace_stats(sw_backend *b, int64_t *bytes, int64_t *grows) {
+    cpu_backend *be = (cpu_backend *)b;
+    *bytes = atomic_load(&be->grow_bytes);
+    *grows = atomic_load(&be->grows);
+}
+
+static void destroy(sw_backend *b) {
+    cpu_backend *be = (cpu_backend *)b;
+    pthread_mutex_lock(&be->lock);
+    be->shutdown = 1;
+    pthread_cond_broadcast(&be->start);
+    pthread_mutex_unlock(&be->lock);
+    for (int k = 0; k < be->started_threads; k++) {
+        pthread_join(be->workers[k].thread, NULL);
+    }
+    for (int k = 0; k < be->nthreads && be->workers; k++) {
+        for (int l = 0; l < SW_NLISTS; l++) {
+            free(be->workers[k].lists[l].cmd);
+        }
+        free(be->workers[k].scratch.data);
+    }
+    pthread_mutex_destroy(&be->lock);
+    pthread_cond_destroy(&be->start);
+    pthread_cond_destroy(&be->done);
+    pthread_cond_destroy(&be->event);
+    free(be->workers);
+    free(be->stream_thread);
+    free(be->event_epoch);
+    free(be);
+}
+
+static const sw_backend_i CPU_BACKEND = {
+    .name = "cpu",
+    .arena_new = arena_new,
+    .arena_free = arena_free,
+    .stream_new = stream_new,
+    .enqueue_task = enqueue_task,
+    .enqueue_wait = enqueue_wait,
+    .enqueue_record = enqueue_record,
+    .launch = launch,
+    .to_host = NULL,     /* arenas are host memory */
+    .from_host = NULL,
+    .workspace_stats = workspace_stats,
+    .destroy = destroy,
+};
+
+sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **out) {
+    *out = NULL;
+    if (ndev < 1 || threads < 1 || jitter_us < 0 || jitter_us > 100000) {
+        return SW_FAIL(SW_ERR_VALUE, "a CPU backend needs >= 1 device and thread and a jitter of 0..100000 us "
+                       "(got %d, %d, %d)", ndev, threads, jitter_us);
+    }
+    threads = threads < ndev ? threads : ndev;
+    cpu_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a CPU backend");
+    }
+    be->base.i = &CPU_BACKEND;
+    be->ndev = ndev;
+    be->nthreads = threads;
+    be->jitter_us = jitter_us;
+    pthread_mutex_init(&be->lock, NULL);
+    pthread_cond_init(&be->start, NULL);
+    pthread_cond_init(&be->done, NULL);
+    pthread_cond_init(&be->event, NULL);
+    be->workers = calloc((size_t)threads, sizeof *be->workers);
+    be->stream_thread = malloc(sizeof *be->stream_thread * (size_t)ndev);
+    if (!be->workers || !be->stream_thread) {
+        destroy(&be->base);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a CPU backend");
+    }
+    for (int d = 0; d < ndev; d++) {
+        be->stream_thread[d] = d % threads;
+    }
+    unsigned seed = (unsigned)time(NULL);
+    for (int k = 0; k < threads; k++) {
+        worker *w = &be->workers[k];
+        w->be = be;
+        w->index = k;
+        w->seed = seed ^ (unsigned)(k * 2654435761u);
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            destroy(&be->base);
+            return SW_FAIL(SW_ERR_NOMEM, "cannot start CPU worker thread %d", k);
+        }
+        be->started_threads++;
+    }
+    *out = &be->base;
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ scratch */
+void *sw_scratch_get(sw_scratch *s, size_t bytes) {
+    if (bytes > s->bytes) {
+        size_t want = bytes + bytes / 2 + 64;
+        void *p = NULL;
+        if (posix_memalign(&p, 64, want) != 0) {
+            return NULL;
+        }
+        free(s->data);
+        s->data = p;
+        s->bytes = want;
+    }
+    return s->data;
+}

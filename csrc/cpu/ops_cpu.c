@@ -1,0 +1,373 @@
+/* ops_cpu.c -- the CPU kernels of every op kind, and the op table that finds them.
+ *
+ * One sw_cpu_op per row of ops.def: forward (forward_partial and the loss too),
+ * backward_data (the partial gradient of one data input over the worker's
+ * region of it) and backward_weight (the gradients of the worker's weight
+ * slices).  A worker of a split reduction runs the same kernels with its part's
+ * coordinates shifted down (sw_env_rebase).  A backward task with no gradient
+ * flowing back writes zeros.  Shapes: conv x (N, Ci, H, W), w (Co, Ci, kh, kw);
+ * linear x (N, I), w (O, I); matmul a (M, K) @ b (K, N).
+ */
+#include <string.h>  /* memcpy */
+
+#include "task_env.h"
+
+/* The outputs of a backward task when nothing flows back: zeros. */
+static sw_status zero_writes(const sw_task_env *e) {
+    for (int k = 0; k < e->nwrites; k++) {
+        sw_view v;
+        sw_env_view(e, e->writes[k], &v);
+        sw_view_zero(&v);
+    }
+    return SW_OK;
+}
+
+static int relu_here(const sw_task_env *e) { return e->task->kind == SW_TASK_FORWARD && e->attrs->relu; }
+
+/* ------------------------------------------------------------------ input, parameter */
+static sw_status input_none(const sw_task_env *e) {
+    return SW_FAIL(SW_ERR_INTERNAL, "task %d: an input op computes nothing", e->id);
+}
+
+/* parameter: the worker's slice of the weight (a copy: the update changes the weight in place). */
+static sw_status parameter_forward(const sw_task_env *e) {
+    sw_view p, y;
+    sw_env_view(e, e->reads[0], &p);
+    sw_env_view(e, e->writes[0], &y);
+    return sw_copy_box(&p, &y);
+}
+
+/* The slice's gradient is the output's, already summed over every reader. */
+static sw_status parameter_backward_weight(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    sw_view dy, dw;
+    sw_env_view(e, r.dy, &dy);
+    sw_env_view(e, e->writes[0], &dw);
+    return sw_copy_box(&dy, &dw);
+}
+
+/* ------------------------------------------------------------------ conv2d, linear */
+static void weights_of(const sw_task_env *e, int nread_data, sw_view *w, sw_view *b, int *has_bias) {
+    sw_env_view(e, e->reads[nread_data], w);
+    sw_env_rebase(e, 1, w);
+    *has_bias = e->nreads > nread_data + 1;
+    if (*has_bias) {
+        sw_env_view(e, e->reads[nread_data + 1], b);
+    }
+}
+
+static sw_status conv2d_forward(const sw_task_env *e) {
+    sw_view x, w, b, y;
+    int has_bias;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_rebase(e, 0, &x);
+    weights_of(e, 1, &w, &b, &has_bias);
+    sw_env_view(e, e->writes[0], &y);
+    sw_window win = e->attrs->win;
+    win.relu = relu_here(e);
+    return sw_conv2d_forward(&x, &w, has_bias ? &b : NULL, &y, &win);
+}
+
+static sw_status linear_forward(const sw_task_env *e) {
+    sw_view x, w, b, y;
+    int has_bias;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_rebase(e, 0, &x);
+    weights_of(e, 1, &w, &b, &has_bias);
+    sw_env_view(e, e->writes[0], &y);
+    return sw_linear_forward(&x, &w, has_bias ? &b : NULL, &y, relu_here(e));
+}
+
+/* The weight (the first parameter) and dz for a conv2d / linear backward_data. */
+static sw_status dx_setup(const sw_task_env *e, sw_backward_reads *r, sw_view *w, sw_view *dz, sw_view *dx) {
+    sw_env_backward_reads(e, r);
+    sw_env_view(e, e->writes[0], dx);
+    if (r->dy < 0) {
+        return SW_OK;
+    }
+    if (r->nparams < 1) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: an input gradient without the weight", e->id);
+    }
+    sw_env_rebase(e, e->task->slot, dx);
+    sw_env_view(e, r->params[0], w);
+    sw_env_rebase(e, 1, w);
+    return sw_env_dz(e, r, dz);
+}
+
+static sw_status conv2d_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_view w, dz, dx;
+    SW_TRY(dx_setup(e, &r, &w, &dz, &dx));
+    return r.dy < 0 ? zero_writes(e) : sw_conv2d_backward_data(&w, &dz, &dx, &e->attrs->win);
+}
+
+static sw_status linear_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_view w, dz, dx;
+    SW_TRY(dx_setup(e, &r, &w, &dz, &dx));
+    return r.dy < 0 ? zero_writes(e) : sw_linear_backward_data(&w, &dz, &dx);
+}
+
+/* dw (and db) of the worker's slices from its x region and dz. */
+static sw_status dw_setup(const sw_task_env *e, sw_backward_reads *r, sw_view *x, sw_view *dz, sw_view *dw,
+                          sw_view *db) {
+    sw_env_backward_reads(e, r);
+    if (r->dy < 0) {
+        return SW_OK;
+    }
+    sw_env_view(e, r->region[0], x);
+    sw_env_rebase(e, 0, x);
+    sw_env_view(e, e->writes[0], dw);
+    sw_env_rebase(e, 1, dw);
+    if (e->nwrites > 1) {
+        sw_env_view(e, e->writes[1], db);
+    }
+    return sw_env_dz(e, r, dz);
+}
+
+static sw_status conv2d_backward_weight(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_view x, dz, dw, db;
+    SW_TRY(dw_setup(e, &r, &x, &dz, &dw, &db));
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    return sw_conv2d_backward_weight(&x, &dz, &dw, e->nwrites > 1 ? &db : NULL, &e->attrs->win);
+}
+
+static sw_status linear_backward_weight(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_view x, dz, dw, db;
+    SW_TRY(dw_setup(e, &r, &x, &dz, &dw, &db));
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    return sw_linear_backward_weight(&x, &dz, &dw, e->nwrites > 1 ? &db : NULL);
+}
+
+/* ------------------------------------------------------------------ pooling, element-wise */
+static sw_status pool2d_forward(const sw_task_env *e) {
+    sw_view x, y;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &y);
+    return sw_pool2d_forward(e->attrs->pool_max, &x, &y, &e->attrs->win);
+}
+
+static sw_status pool2d_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    sw_view x, dy, dx;
+    sw_env_view(e, r.region[0], &x);
+    sw_env_view(e, r.dy, &dy);
+    sw_env_view(e, e->writes[0], &dx);
+    return sw_pool2d_backward(e->attrs->pool_max, &x, &dy, &dx, &e->attrs->win);
+}
+
+static sw_status relu_forward(const sw_task_env *e) {
+    sw_view x, y;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &y);
+    return sw_relu_forward(&x, &y);
+}
+
+static sw_status relu_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    sw_view y, dy, dx;
+    sw_env_view(e, r.y, &y);
+    sw_env_view(e, r.dy, &dy);
+    sw_env_view(e, e->writes[0], &dx);
+    return sw_relu_backward(&y, &dy, &dx);
+}
+
+static sw_status add_forward(const sw_task_env *e) {
+    sw_view a, b, y;
+    sw_env_view(e, e->reads[0], &a);
+    sw_env_view(e, e->reads[1], &b);
+    sw_env_view(e, e->writes[0], &y);
+    return sw_add_forward(&a, &b, &y);
+}
+
+/* add and concat: dx is dy over the region's part (concat: shifted back along its axis). */
+static sw_status pass_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    sw_view dy, dx;
+    sw_env_view(e, e->writes[0], &dx);
+    sw_view_zero(&dx);
+    if (r.dy < 0) {
+        return SW_OK;
+    }
+    sw_env_view(e, r.dy, &dy);
+    if (e->attrs->type == SW_OP_CONCAT) {   /* input k feeds output positions [offset, offset + size) */
+        int axis = e->attrs->axis;
+        int64_t offset = 0;
+        for (int k = 0; k < e->task->slot; k++) {
+            offset += e->op->role[k] == SW_ROLE_DATA ? e->op->in_shape[k][axis] : 0;
+        }
+        dy.lo[axis] -= offset;
+    }
+    return sw_copy_box(&dy, &dx);
+}
+
+/* concat: each input's region lands at its offset along the axis. */
+static sw_status concat_forward(const sw_task_env *e) {
+    sw_view y;
+    sw_env_view(e, e->writes[0], &y);
+    int axis = e->attrs->axis, next = 0;
+    int64_t offset = 0;
+    for (int k = 0; k < e->op->ninputs; k++) {
+        int64_t size = e->op->in_shape[k][axis];
+        if (offset < y.lo[axis] + y.shape[axis] && y.lo[axis] < offset + size && next < e->nreads) {
+            sw_view x;
+            sw_env_view(e, e->reads[next++], &x);
+            x.lo[axis] += offset;
+            SW_TRY(sw_copy_box(&x, &y));
+        }
+        offset += size;
+    }
+    return SW_OK;
+}
+
+/* flatten: the region (whole channels of the rows) is the output's floats in order. */
+static sw_status flatten_forward(const sw_task_env *e) {
+    sw_view x, y;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &y);
+    if (sw_view_volume(&x) != sw_view_volume(&y)) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: flatten's region and output differ in size", e->id);
+    }
+    memcpy(y.data, x.data, sizeof(float) * (size_t)sw_view_volume(&y));
+    return SW_OK;
+}
+
+static sw_status flatten_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    sw_view dy, dx;
+    sw_env_view(e, r.dy, &dy);
+    sw_env_view(e, e->writes[0], &dx);
+    if (sw_view_volume(&dy) != sw_view_volume(&dx)) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: flatten's gradient and region differ in size", e->id);
+    }
+    memcpy(dx.data, dy.data, sizeof(float) * (size_t)sw_view_volume(&dx));
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ softmax + cross-entropy (the loss) */
+static sw_status softmax_forward(const sw_task_env *e) {
+    sw_view x, p;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &p);
+    return sw_softmax_xent_forward(&x, e->ctx->args->labels + x.lo[0], &p, &e->rt->loss_sums[e->id]);
+}
+
+/* dx over the worker's classes of its rows; zero elsewhere in its region. */
+static sw_status softmax_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    sw_view p, dx, part;
+    sw_env_view(e, r.y, &p);
+    sw_env_view(e, e->writes[0], &dx);
+    if (sw_box_equal(&e->rt->g.buffers[r.y].box, &e->rt->g.buffers[e->writes[0]].box)) {
+        return sw_softmax_xent_backward(&p, e->ctx->args->labels + p.lo[0], e->op->shape[0], &dx);
+    }
+    sw_status s = SW_OK;
+    part = p;
+    part.data = sw_env_scratch(e, sizeof(float) * (size_t)sw_view_volume(&p), &s);
+    SW_TRY(s);
+    SW_TRY(sw_softmax_xent_backward(&p, e->ctx->args->labels + p.lo[0], e->op->shape[0], &part));
+    sw_view_zero(&dx);
+    return sw_copy_box(&part, &dx);
+}
+
+/* ------------------------------------------------------------------ batchnorm */
+/* dx = gamma * invstd * (dy - sum dy / M - xhat * sum(dy xhat) / M) with the reduced sums. */
+static sw_status batchnorm_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    if (r.stats_x < 0 || r.stats_dy < 0 || r.nparams < 1) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm input gradient without its statistics", e->id);
+    }
+    const sw_box *sb = &e->rt->g.buffers[r.stats_x].box;
+    int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
+    sw_status s = SW_OK;
+    float *mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
+    SW_TRY(s);
+    sw_bn_moments(sw_runtime_buffer(e->rt, r.stats_x), c, m, mean, mean + c);
+    sw_view x, dy, dx;
+    sw_env_view(e, r.region[0], &x);
+    sw_env_view(e, r.dy, &dy);
+    sw_env_view(e, e->writes[0], &dx);
+    return sw_bn_backward_apply(&x, &dy, mean, mean + c, sw_runtime_buffer(e->rt, r.params[0]),
+                                sw_runtime_buffer(e->rt, r.stats_dy), m, &dx);
+}
+
+/* dgamma, dbeta of the worker's channels: its own sums of dy * xhat and dy. */
+static sw_status batchnorm_backward_weight(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    const sw_box *sb = &e->rt->g.buffers[r.stats_x].box;
+    int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
+    sw_status s = SW_OK;
+    char *scratch = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16) + sizeof(double) * (size_t)(2 * c), &s);
+    SW_TRY(s);
+    double *sums = (double *)scratch;
+    float *mean = (float *)(scratch + sizeof(double) * (size_t)(2 * c));
+    sw_bn_moments(sw_runtime_buffer(e->rt, r.stats_x), c, m, mean, mean + c);
+    sw_view x, dy;
+    sw_env_view(e, r.region[0], &x);
+    sw_env_view(e, r.dy, &dy);
+    SW_TRY(sw_bn_backward_sums(&x, &dy, mean, mean + c, sums));
+    float *dgamma = sw_runtime_buffer(e->rt, e->writes[0]), *dbeta = sw_runtime_buffer(e->rt, e->writes[1]);
+    for (int64_t k = 0; k < c; k++) {
+        dgamma[k] = (float)sums[c + k];
+        dbeta[k] = (float)sums[k];
+    }
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ the op table */
+#define SW_OP(id, name, role, cpu) extern const sw_cpu_op cpu;
+#include "../ops.def"
+
+const sw_cpu_op sw_cpu_no_kernels = {NULL, NULL, NULL};
+const sw_cpu_op sw_cpu_input = {input_none, NULL, NULL};
+const sw_cpu_op sw_cpu_conv2d = {conv2d_forward, conv2d_backward_data, conv2d_backward_weight};
+const sw_cpu_op sw_cpu_pool2d = {pool2d_forward, pool2d_backward_data, NULL};
+const sw_cpu_op sw_cpu_relu = {relu_forward, relu_backward_data, NULL};
+const sw_cpu_op sw_cpu_add = {add_forward, pass_backward_data, NULL};
+const sw_cpu_op sw_cpu_batchnorm2d = {NULL, batchnorm_backward_data, batchnorm_backward_weight};
+const sw_cpu_op sw_cpu_concat = {concat_forward, pass_backward_data, NULL};
+const sw_cpu_op sw_cpu_flatten = {flatten_forward, flatten_backward_data, NULL};
+const sw_cpu_op sw_cpu_linear = {linear_forward, linear_backward_data, linear_backward_weight};
+const sw_cpu_op sw_cpu_softmax = {softmax_forward, softmax_backward_data, NULL};
+const sw_cpu_op sw_cpu_parameter = {parameter_forward, NULL, parameter_backward_weight};
+/* matmul and the LSTM ops: ops_cpu_rnn.c */
+
+const sw_cpu_op *const sw_cpu_ops[] = {
+#define SW_OP(id, name, role, cpu) [SW_OP_##id] = &cpu,
+#include "../ops.def"
+};
+_Static_assert(sizeof sw_cpu_ops / sizeof sw_cpu_ops[0] == SW_OP_COUNT, "one CPU kernel set per op kind");
+
+int sw_cpu_has_kernels(int type) { return type >= 0 && type < SW_OP_COUNT && sw_cpu_ops[type] != &sw_cpu_no_kernels; }

@@ -1,0 +1,299 @@
+/* executor.c -- a plan's task graph recorded onto a backend's streams, and steps run.
+ *
+ * Build (once): lower the plan, plan its memory, one arena per device from the
+ * backend, every buffer's address, one stream per device, and for each of the
+ * two lists (a training step; the forward pass alone) every task recorded on
+ * its device's stream in program order, preceded by a wait for each task of
+ * another stream it depends on (dependencies and the memory plan's reuse
+ * edges) and followed by a record when another stream waits for it.
+ *
+ * Step: the backend runs the lists; the loss is the sum of the loss tasks'
+ * sums of -log p, in task order (the same sum whatever the timing), over N.
+ */
+#include <stdlib.h>  /* calloc, malloc, free */
+#include <string.h>  /* memset, memcpy */
+
+#include "../cpu/view.h"  /* sw_window_check */
+#include "runtime.h"
+
+#define ARENA_ALIGN 64          /* a cache line; the widest loads of the CPU kernels */
+#define ARENA_SENTINEL 0xA5     /* bytes of an arena no task has written yet (arena_high_water) */
+
+void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v) {
+    const sw_buffer *buf = &rt->g.buffers[b];
+    v->data = rt->ptr[b];
+    v->rank = buf->box.rank;
+    for (int d = 0; d < buf->box.rank; d++) {
+        v->lo[d] = buf->box.lo[d];
+        v->shape[d] = buf->box.hi[d] - buf->box.lo[d];
+    }
+}
+
+void *sw_runtime_buffer(const sw_runtime *rt, int32_t b) { return rt->ptr[b]; }
+
+/* Copy what the kernels need of op i from the problem (the runtime outlives it). */
+static void copy_op(const sw_problem *p, const sw_plan *plan, int i, sw_rt_op *o) {
+    const sw_op *src = &p->ops[i];
+    const sw_config *c = &plan->cfg[i];
+    memset(o, 0, sizeof *o);
+    o->out_rank = src->out_rank;
+    for (int d = 0; d < src->out_rank; d++) {
+        o->shape[d] = src->extent[d];
+    }
+    o->ninputs = src->ninputs;
+    o->rvar = c->rvar;
+    o->rdeg = c->rdeg;
+    o->rpart = c->rvar >= 0 ? src->extent[c->rvar] / c->rdeg : 0;
+    for (int k = 0; k < src->ninputs; k++) {
+        const sw_input *in = &src->inputs[k];
+        o->role[k] = (int8_t)in->role;
+        o->producer[k] = in->producer;
+        o->in_rank[k] = in->rank;
+        for (int d = 0; d < in->rank; d++) {
+            o->in_shape[k][d] = in->shape[d];
+            if (c->rvar >= 0 && in->expr[d].coef[c->rvar] != 0) {
+                o->rdims[k] |= (uint8_t)(1u << d);
+            }
+        }
+    }
+}
+
+static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
+    for (int i = 0; i < p->nops; i++) {
+        const sw_op_attrs *a = &attrs[i];
+        if (a->type < 0 || a->type >= SW_OP_COUNT) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: unknown op type %d", i, a->type);
+        }
+        if (p->ops[i].ninputs > 64) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: more than 64 inputs", i);
+        }
+        if ((a->type == SW_OP_CONV2D || a->type == SW_OP_POOL2D) && sw_window_check(&a->win, "op window") != SW_OK) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: %s", i, sw_last_error());
+        }
+        if (a->type == SW_OP_CONCAT && (a->axis < 0 || a->axis >= p->ops[i].out_rank)) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: concat axis %d out of range", i, a->axis);
+        }
+    }
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ recording */
+/* Reuse edges into each task (CSR over tasks). */
+static sw_status reuse_in(const sw_runtime *rt, int32_t **ptr_out, int32_t **ids_out) {
+    const sw_memory_plan *mp = &rt->mp;
+    int32_t n = rt->g.ntasks;
+    int32_t *ptr = calloc((size_t)n + 2, sizeof *ptr), *ids = malloc(sizeof *ids * ((size_t)mp->nreuse + 1));
+    if (!ptr || !ids) {
+        free(ptr);
+        free(ids);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory recording the streams");
+    }
+    for (int32_t e = 0; e < mp->nreuse; e++) {
+        ptr[mp->reuse_to[e] + 2]++;
+    }
+    for (int32_t t = 0; t < n; t++) {
+        ptr[t + 2] += ptr[t + 1];
+    }
+    for (int32_t e = 0; e < mp->nreuse; e++) {
+        ids[ptr[mp->reuse_to[e] + 1]++] = mp->reuse_from[e];
+    }
+    *ptr_out = ptr;
+    *ids_out = ids;
+    return SW_OK;
+}
+
+/* The tasks task t waits for on other streams in list l: calls fn(d) for each. */
+#define FOR_EACH_CROSS_WAIT(rt, l, t, rptr, rids, d, body)                                              \
+    do {                                                                                                \
+        const sw_task_graph *g_ = &(rt)->g;                                                             \
+        for (int32_t k_ = g_->dep_ptr[t]; k_ < g_->dep_ptr[(t) + 1]; k_++) {                            \
+            int32_t d = g_->deps[k_];                                                                   \
+            if ((rt)->in_list[l][d] && g_->tasks[d].device != g_->tasks[t].device) {                    \
+                body;                                                                                   \
+            }                                                                                           \
+        }                                                                                               \
+        for (int32_t k_ = (rptr)[t]; k_ < (rptr)[(t) + 1]; k_++) {                                      \
+            int32_t d = (rids)[k_];                                                                     \
+            if ((rt)->in_list[l][d] && g_->tasks[d].device != g_->tasks[t].device) {                    \
+                body;                                                                                   \
+            }                                                                                           \
+        }                                                                                               \
+    } while (0)
+
+static sw_status record_lists(sw_runtime *rt, const int *stream) {
+    int32_t *rptr = NULL, *rids = NULL, n = rt->g.ntasks;
+    SW_TRY(reuse_in(rt, &rptr, &rids));
+    uint8_t *recorded = malloc((size_t)n + 1);
+    sw_status s = recorded ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory recording the streams");
+    const sw_backend_i *bi = rt->backend->i;
+    for (int l = 0; l < SW_NLISTS && s == SW_OK; l++) {
+        memset(recorded, 0, (size_t)n + 1);
+        for (int32_t t = 0; t < n; t++) {   /* which tasks another stream waits for */
+            if (rt->in_list[l][t]) {
+                FOR_EACH_CROSS_WAIT(rt, l, t, rptr, rids, d, recorded[d] = 1);
+            }
+        }
+        for (int32_t t = 0; t < n && s == SW_OK; t++) {
+            if (!rt->in_list[l][t]) {
+                continue;
+            }
+            int st = stream[rt->g.tasks[t].device];
+            FOR_EACH_CROSS_WAIT(rt, l, t, rptr, rids, d, if (s == SW_OK) { s = bi->enqueue_wait(rt->backend, l, st, d); });
+            if (s == SW_OK) {
+                s = bi->enqueue_task(rt->backend, l, st, t);
+            }
+            if (s == SW_OK && recorded[t]) {
+                s = bi->enqueue_record(rt->backend, l, st, t);
+            }
+        }
+    }
+    free(recorded);
+    free(rptr);
+    free(rids);
+    return s;
+}
+
+/* ------------------------------------------------------------------ build */
+static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs) {
+    SW_TRY(check_attrs(p, attrs));
+    SW_TRY(sw_lower(p, plan, &rt->g));
+    SW_TRY(sw_memory_plan_build(&rt->g, p->ndev, ARENA_ALIGN, &rt->mp));
+    const sw_task_graph *g = &rt->g;
+    size_t nt = (size_t)g->ntasks + 1, nb = (size_t)g->nbuffers + 1, nd = (size_t)p->ndev;
+    rt->ops = calloc((size_t)p->nops, sizeof *rt->ops);
+    rt->attrs = malloc(sizeof *rt->attrs * (size_t)p->nops);
+    rt->arena = calloc(nd, sizeof *rt->arena);
+    rt->ptr = calloc(nb, sizeof *rt->ptr);
+    rt->first_accumulate = calloc(nt, 1);
+    rt->in_list[SW_LIST_TRAIN] = calloc(nt, 1);
+    rt->in_list[SW_LIST_FORWARD] = calloc(nt, 1);
+    rt->started = calloc(nb, 1);
+    rt->loss_sums = calloc(nt, sizeof *rt->loss_sums);
+    int *stream = calloc(nd, sizeof *stream);
+    uint8_t *grad_seen = calloc(nb, 1);
+    if (!rt->ops || !rt->attrs || !rt->arena || !rt->ptr || !rt->first_accumulate || !rt->in_list[0] ||
+        !rt->in_list[1] || !rt->started || !rt->loss_sums || !stream || !grad_seen) {
+        free(stream);
+        free(grad_seen);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory building the runtime");
+    }
+    memcpy(rt->attrs, attrs, sizeof *rt->attrs * (size_t)p->nops);
+    for (int i = 0; i < p->nops; i++) {
+        copy_op(p, plan, i, &rt->ops[i]);
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        const sw_task *task = &g->tasks[t];
+        rt->in_list[SW_LIST_TRAIN][t] = 1;
+        rt->in_list[SW_LIST_FORWARD][t] = task->phase == SW_PHASE_FORWARD;
+        if (task->kind == SW_TASK_ACCUMULATE) {   /* accumulates into one gradient are chained in order */
+            const int32_t *w;
+            sw_tg_writes(g, t, &w);
+            rt->first_accumulate[t] = !grad_seen[w[0]];
+            grad_seen[w[0]] = 1;
+        }
+    }
+    free(grad_seen);
+    sw_status s = SW_OK;
+    for (int d = 0; d < p->ndev && s == SW_OK; d++) {
+        s = rt->backend->i->arena_new(rt->backend, d, (size_t)rt->mp.arena[d], &rt->arena[d]);
+        if (s == SW_OK) {
+            rt->arena_allocations++;
+            if (!rt->backend->i->to_host) {   /* host memory: mark it unwritten for arena_high_water */
+                memset(rt->arena[d], ARENA_SENTINEL, (size_t)rt->mp.arena[d]);
+            }
+        }
+    }
+    for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
+        rt->ptr[b] = (char *)rt->arena[g->buffers[b].device] + rt->mp.offset[b];
+    }
+    for (int d = 0; d < p->ndev && s == SW_OK; d++) {
+        s = rt->backend->i->stream_new(rt->backend, d, 0, &stream[d]);
+    }
+    if (s == SW_OK) {
+        s = record_lists(rt, stream);
+    }
+    free(stream);
+    return s;
+}
+
+sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, sw_backend *backend,
+                         sw_runtime **out) {
+    *out = NULL;
+    sw_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        backend->i->destroy(backend);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory building the runtime");
+    }
+    rt->backend = backend;
+    backend->rt = rt;
+    rt->ndev = p->ndev;
+    rt->nops = p->nops;
+    rt->batch = p->nops > 0 ? p->ops[0].extent[0] : 1;
+    sw_status s = build(rt, p, plan, attrs);
+    if (s != SW_OK) {
+        sw_runtime_free(rt);
+        return s;
+    }
+    *out = rt;
+    return SW_OK;
+}
+
+void sw_runtime_free(sw_runtime *rt) {
+    if (!rt) {
+        return;
+    }
+    if (rt->backend) {
+        for (int d = 0; d < rt->ndev && rt->arena; d++) {
+            if (rt->arena[d]) {
+                rt->backend->i->arena_free(rt->backend, d, rt->arena[d]);
+            }
+        }
+        rt->backend->i->destroy(rt->backend);
+    }
+    sw_task_graph_free(&rt->g);
+    sw_memory_plan_free(&rt->mp);
+    free(rt->ops);
+    free(rt->attrs);
+    free(rt->arena);
+    free(rt->ptr);
+    free(rt->first_accumulate);
+    free(rt->in_list[0]);
+    free(rt->in_list[1]);
+    free(rt->started);
+    free(rt->loss_sums);
+    free(rt);
+}
+
+/* ------------------------------------------------------------------ steps */
+sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, double *loss) {
+    if (list < 0 || list >= SW_NLISTS) {
+        return SW_FAIL(SW_ERR_VALUE, "unknown work list %d", list);
+    }
+    memset(rt->loss_sums, 0, sizeof *rt->loss_sums * (size_t)rt->g.ntasks);
+    SW_TRY(rt->backend->i->launch(rt->backend, list, args));
+    double total = 0.0;
+    for (int32_t t = 0; t < rt->g.ntasks; t++) {   /* in task order: the same sum whatever the timing */
+        if (rt->g.tasks[t].kind == SW_TASK_LOSS) {
+            total += rt->loss_sums[t];
+        }
+    }
+    *loss = total / (double)rt->batch;
+    return SW_OK;
+}
+
+/* The highest byte of each arena written so far (rounded up to the alignment), found by
+ * looking for the last byte that is not the sentinel the arena was filled with. */
+sw_status sw_runtime_high_water(const sw_runtime *rt, int64_t *out) {
+    if (rt->backend->i->to_host) {
+        return SW_FAIL(SW_ERR_VALUE, "arena_high_water is measured on host-memory backends only");
+    }
+    for (int d = 0; d < rt->ndev; d++) {
+        const unsigned char *a = rt->arena[d];
+        int64_t n = rt->mp.arena[d];
+        while (n > 0 && a[n - 1] == ARENA_SENTINEL) {
+            n--;
+        }
+        out[d] = (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    }
+    return SW_OK;
+}

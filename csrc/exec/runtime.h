@@ -1,0 +1,166 @@
+/* runtime.h -- the native runtime: one training iteration's task graph run on a backend.
+ *
+ * sw_runtime_new lowers a plan (lower.c), plans its memory (memplan.c), asks
+ * the backend for one arena per device and records every device's tasks, in
+ * program order, onto that device's stream, with an event wait before a task
+ * that depends on another stream's task and an event record after a task
+ * another stream waits for (reuse edges of the memory plan included).  A step
+ * is one call: the backend runs every stream's work and returns when all is
+ * done.  Nothing is allocated during a step: buffers live at planned offsets in
+ * the arenas, and kernels take their scratch from a per-stream workspace that
+ * only grows (so only the first steps may grow it).
+ *
+ *   sw_runtime *rt;
+ *   sw_runtime_new(problem, &plan, attrs, &cpu_backend_options, &rt);
+ *   sw_runtime_step(rt, SW_LIST_TRAIN, &args, &loss);   // forward, backward, sync, update
+ *   float *w = sw_runtime_buffer(rt, b);                 // a parameter slice, in its arena
+ *   sw_runtime_free(rt);
+ */
+#ifndef SHARDWISE_RUNTIME_H
+#define SHARDWISE_RUNTIME_H
+
+#include <stdatomic.h>  /* atomic counters shared by the streams */
+#include <stddef.h>     /* size_t */
+#include <stdint.h>     /* int32_t, int64_t */
+
+#include "../cpu/kernels.h"  /* sw_view, sw_window */
+#include "../shardwise.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
+
+/* What the kernels of an op need beyond its description (from the graph's attributes). */
+typedef struct {
+    int8_t type;       /* sw_op_type */
+    int8_t relu;       /* conv2d, linear: a fused ReLU on the output */
+    int8_t pool_max;   /* pool2d: max pooling (else average) */
+    int8_t axis;       /* concat: the axis */
+    sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
+} sw_op_attrs;
+
+/* SGD with momentum, weight decay, dampening and Nesterov, as torch.optim.SGD. */
+typedef struct {
+    float lr, momentum, weight_decay, dampening;
+    int nesterov;
+} sw_sgd;
+
+/* The two recorded work lists: a training step, and the forward pass alone (loss, predict). */
+enum { SW_LIST_TRAIN = 0, SW_LIST_FORWARD = 1, SW_NLISTS = 2 };
+
+/* One step's inputs from the caller (host memory). */
+typedef struct {
+    const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
+    const int32_t *labels;       /* the minibatch's labels (N) */
+    sw_sgd sgd;
+} sw_step_args;
+
+/* A grow-only workspace of one stream: kernels borrow scratch from it within a task. */
+typedef struct {
+    void *data;
+    size_t bytes;
+} sw_scratch;
+
+/* At least `bytes` of scratch (64-byte aligned), growing the workspace if needed; NULL
+ * when out of memory.  One call per task: what it returns is overwritten by the next. */
+void *sw_scratch_get(sw_scratch *s, size_t bytes);
+
+/* The op facts the kernels need, copied from the problem (the runtime outlives it). */
+typedef struct {
+    int out_rank;
+    int64_t shape[SW_MAX_RANK];     /* output shape */
+    int ninputs;
+    int8_t role[64];                /* sw_role of each input slot */
+    int32_t producer[64];           /* DATA inputs: the producing op */
+    /* partition-n-reduce: the split reduction variable (-1: none), its part size, and per
+     * input slot the dimensions indexed by it (bit d), whose coordinates a worker's kernels
+     * see shifted down by its part's start */
+    int rvar, rdeg;
+    int64_t rpart;
+    uint8_t rdims[64];
+    int64_t in_shape[64][SW_MAX_RANK];   /* each input's shape (the weight's, for rebasing) */
+    int in_rank[64];
+} sw_rt_op;
+
+typedef struct sw_runtime sw_runtime;
+
+/* Per task, what a kernel call gets: the runtime, the step's arguments, its stream's scratch. */
+typedef struct {
+    const sw_runtime *rt;
+    const sw_step_args *args;
+    sw_scratch *scratch;
+    double *loss_sum;            /* loss tasks: where their sum of -log p goes */
+} sw_task_ctx;
+
+/* ------------------------------------------------------------------ backends */
+typedef struct sw_backend sw_backend;
+
+/* A backend: a struct of function pointers (optional slots may be NULL). */
+typedef struct {
+    const char *name;
+    /* one arena per device, at least `bytes` long (bytes may be 0) */
+    sw_status (*arena_new)(sw_backend *b, int device, size_t bytes, void **base);
+    void (*arena_free)(sw_backend *b, int device, void *base);
+    /* a stream of work on a device; higher priorities first where the backend can (may be ignored) */
+    sw_status (*stream_new)(sw_backend *b, int device, int priority, int *stream);
+    /* record work onto list `list` of a stream, run by launch in the recorded order */
+    sw_status (*enqueue_task)(sw_backend *b, int list, int stream, int32_t task);
+    sw_status (*enqueue_wait)(sw_backend *b, int list, int stream, int32_t event);   /* until recorded */
+    sw_status (*enqueue_record)(sw_backend *b, int list, int stream, int32_t event);
+    /* run every stream's list once and return when all of it is done (synchronize) */
+    sw_status (*launch)(sw_backend *b, int list, const sw_step_args *args);
+    /* host <-> device copies; NULL where device memory is host memory */
+    sw_status (*to_host)(sw_backend *b, int device, void *host, const void *dev, size_t bytes);
+    sw_status (*from_host)(sw_backend *b, int device, void *dev, const void *host, size_t bytes);
+    /* scratch bytes grown since creation, and how many times */
+    void (*workspace_stats)(sw_backend *b, int64_t *bytes, int64_t *grows);
+    void (*destroy)(sw_backend *b);
+} sw_backend_i;
+
+struct sw_backend {
+    const sw_backend_i *i;
+    sw_runtime *rt;      /* the runtime the backend runs tasks of */
+};
+
+/* The CPU backend (csrc/cpu/backend_cpu.c): `threads` worker threads, thread k running the
+ * streams of devices k, k + threads, ... in program order; one OpenBLAS thread each.
+ * jitter_us > 0 (tests only): every task starts after a random pause of up to that many
+ * microseconds, to shake thread timing. */
+sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **out);
+
+/* ------------------------------------------------------------------ the runtime */
+struct sw_runtime {
+    sw_task_graph g;
+    sw_memory_plan mp;
+    int ndev, nops;
+    sw_rt_op *ops;
+    sw_op_attrs *attrs;
+    int64_t batch;                /* N: the loss is the sum over loss tasks / N */
+    void **arena;                 /* ndev */
+    void **ptr;                   /* nbuffers: each buffer's address in its arena */
+    uint8_t *first_accumulate;    /* ntasks: the first accumulate into its gradient (copies or zeroes) */
+    uint8_t *in_list[SW_NLISTS];  /* ntasks: the task runs in that list */
+    uint8_t *started;             /* nbuffers: momentum buffers updated at least once */
+    double *loss_sums;            /* ntasks: per loss task, its sum of -log p this step */
+    sw_backend *backend;
+    int64_t arena_allocations;    /* arenas allocated (once, at creation) */
+};
+
+/* rt takes ownership of the backend. */
+sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, sw_backend *backend,
+                         sw_runtime **out);
+void sw_runtime_free(sw_runtime *rt);
+/* One step of list `list`; *loss = the mean cross-entropy over the minibatch. */
+sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, double *loss);
+/* A buffer's memory (host-addressable on the CPU backend). */
+void *sw_runtime_buffer(const sw_runtime *rt, int32_t b);
+/* Per device, the highest byte of its arena any step has written, rounded up to the
+ * arena's alignment (host-memory backends: arenas start filled with a sentinel). */
+sw_status sw_runtime_high_water(const sw_runtime *rt, int64_t *out);
+
+/* csrc/cpu/ops_cpu.c: does the CPU backend have kernels for op type k? */
+int sw_cpu_has_kernels(int type);
+
+/* csrc/cpu/tasks.c: run one task of rt's graph on the CPU (views into the arenas). */
+sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t task);
+
+/* A view of buffer b (its box, its arena memory). */
+void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v);
+
+#endif /* SHARDWISE_RUNTIME_H */

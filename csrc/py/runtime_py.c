@@ -1,0 +1,417 @@
+/* runtime_py.c -- the Python Runtime type: one native runtime (csrc/exec/) per object.
+ *
+ *   rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devices, attrs, threads, jitter_us=0)
+ *   loss = rt.step(inputs, labels, lr, momentum, weight_decay, dampening, nesterov)
+ *   loss = rt.forward(inputs, labels)          # the forward pass alone (loss, predict)
+ *   a = rt.buffer(b)                           # a NumPy view of buffer b in its arena
+ *
+ * attrs is an int32 array (nops, 10): op type (_core.OP_KINDS index), fused ReLU, max
+ * pooling, concat axis, then kh, kw, sh, sw, ph, pw.  inputs is a list with one entry per
+ * op: the float32 minibatch of an input op (C-contiguous, the op's shape), None otherwise.
+ * A step releases the GIL once for the whole step; a runtime used by two threads at
+ * once raises RuntimeError in the second.
+ */
+#include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
+
+#include <string.h>  /* memset */
+
+#include "../exec/runtime.h"
+#include "pyerr.h"  /* sw_py_raise */
+
+#define ATTR_COLUMNS 10
+
+static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
+
+typedef struct {
+    PyObject_HEAD
+    sw_runtime *rt;
+    int busy;
+} RuntimeObject;
+
+static int ready(RuntimeObject *self) {
+    if (!self->rt) {
+        PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
+        return 0;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "this runtime is in use by another thread (one trainer per thread)");
+        return 0;
+    }
+    return 1;
+}
+
+static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
+    PyArrayObject *a = sw_py_array(obj, NPY_INT32, 2, "attrs");
+    if (!a) {
+        return -1;
+    }
+    if (PyArray_DIM(a, 0) != p->nops || PyArray_DIM(a, 1) != ATTR_COLUMNS) {
+        PyErr_Format(PyExc_ValueError, "attrs must be (%d, %d)", p->nops, ATTR_COLUMNS);
+        Py_DECREF(a);
+        return -1;
+    }
+    sw_op_attrs *attrs = PyMem_Calloc((size_t)p->nops + 1, sizeof *attrs);
+    if (!attrs) {
+        Py_DECREF(a);
+        PyErr_NoMemory();
+        return -1;
+    }
+    const int32_t *row = PyArray_DATA(a);
+    for (int i = 0; i < p->nops; i++, row += ATTR_COLUMNS) {
+        if (row[0] < 0 || row[0] >= SW_OP_COUNT || row[3] < 0 || row[3] >= SW_MAX_RANK) {
+            PyErr_Format(PyExc_ValueError, "op %d: bad op type %d or axis %d", i, row[0], row[3]);
+            PyMem_Free(attrs);
+            Py_DECREF(a);
+            return -1;
+        }
+        attrs[i] = (sw_op_attrs){(int8_t)row[0], (int8_t)(row[1] != 0), (int8_t)(row[2] != 0), (int8_t)row[3],
+                                 {row[4], row[5], row[6], row[7], row[8], row[9], 0}};
+    }
+    Py_DECREF(a);
+    *out = attrs;
+    return 0;
+}
+
+static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "attrs", "threads", "jitter_us",
+                             NULL};
+    PyObject *prob, *k, *dg, *ptr, *dv, *at;
+    int threads, jitter = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|i", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
+                                     &jitter)) {
+        return NULL;
+    }
+    ProblemObject *problem = (ProblemObject *)prob;
+    if (!PyObject_TypeCheck(prob, problem_type_)) {
+        PyErr_SetString(PyExc_TypeError, "Runtime needs a shardwise._core.Problem");
+        return NULL;
+    }
+    if (!sw_py_problem_ready(problem)) {
+        return NULL;
+    }
+    plan_args a;
+    sw_op_attrs *attrs = NULL;
+    RuntimeObject *self = NULL;
+    if (sw_py_parse_plan(problem->p, k, dg, ptr, dv, &a) < 0 || parse_attrs(problem->p, at, &attrs) < 0) {
+        goto done;
+    }
+    self = (RuntimeObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        goto done;
+    }
+    sw_backend *backend = NULL;
+    sw_status s;
+    problem->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_backend_cpu_new(problem->p->ndev, threads, jitter, &backend);
+    if (s == SW_OK) {
+        s = sw_runtime_new(problem->p, &a.plan, attrs, backend, &self->rt);
+    }
+    Py_END_ALLOW_THREADS
+    problem->busy = 0;
+    if (s != SW_OK) {
+        Py_CLEAR(self);
+        sw_py_raise(s);
+    }
+done:
+    PyMem_Free(attrs);
+    sw_py_plan_args_free(&a);
+    return (PyObject *)self;
+}
+
+static void Runtime_dealloc(RuntimeObject *self) {
+    sw_runtime_free(self->rt);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ------------------------------------------------------------------ steps */
+typedef struct {
+    const float **inputs;
+    PyObject **held;
+    int n;
+    PyArrayObject *labels;
+} step_inputs;
+
+static void inputs_free(step_inputs *in) {
+    for (int i = 0; i < in->n && in->held; i++) {
+        Py_XDECREF(in->held[i]);
+    }
+    PyMem_Free(in->held);
+    PyMem_Free(in->inputs);
+    Py_XDECREF(in->labels);
+}
+
+/* One float32 C-contiguous array of the op's shape per input op, N int32 labels. */
+static int parse_inputs(const sw_runtime *rt, PyObject *list, PyObject *labels, step_inputs *in) {
+    memset(in, 0, sizeof *in);
+    if (!PyList_Check(list) || PyList_GET_SIZE(list) != rt->nops) {
+        PyErr_Format(PyExc_ValueError, "inputs must be a list of %d entries (one per op)", rt->nops);
+        return -1;
+    }
+    in->n = rt->nops;
+    in->inputs = PyMem_Calloc((size_t)rt->nops, sizeof *in->inputs);
+    in->held = PyMem_Calloc((size_t)rt->nops, sizeof *in->held);
+    if (!in->inputs || !in->held) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < rt->nops; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        int is_input = rt->attrs[i].type == SW_OP_INPUT;
+        if (item == Py_None) {
+            if (is_input) {
+                PyErr_Format(PyExc_ValueError, "input op %d has no data", i);
+                return -1;
+            }
+            continue;
+        }
+        PyArrayObject *arr = sw_py_array(item, NPY_FLOAT32, rt->ops[i].out_rank, "an input");
+        if (!arr) {
+            return -1;
+        }
+        in->held[i] = (PyObject *)arr;
+        for (int d = 0; d < rt->ops[i].out_rank; d++) {
+            if (PyArray_DIM(arr, d) != rt->ops[i].shape[d]) {
+                PyErr_Format(PyExc_ValueError, "input op %d: dimension %d is %zd, expected %lld", i, d,
+                             (Py_ssize_t)PyArray_DIM(arr, d), (long long)rt->ops[i].shape[d]);
+                return -1;
+            }
+        }
+        in->inputs[i] = PyArray_DATA(arr);
+    }
+    in->labels = sw_py_array(labels, NPY_INT32, 1, "labels");
+    if (!in->labels) {
+        return -1;
+    }
+    if (PyArray_DIM(in->labels, 0) != rt->batch) {
+        PyErr_Format(PyExc_ValueError, "labels must hold %lld entries", (long long)rt->batch);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_sgd sgd) {
+    if (!ready(self)) {
+        return NULL;
+    }
+    step_inputs in;
+    if (parse_inputs(self->rt, inputs, labels, &in) < 0) {
+        inputs_free(&in);
+        return NULL;
+    }
+    sw_step_args args = {in.inputs, PyArray_DATA(in.labels), sgd};
+    double loss = 0.0;
+    sw_status s;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_runtime_step(self->rt, list, &args, &loss);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    inputs_free(&in);
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    return PyFloat_FromDouble(loss);
+}
+
+static PyObject *Runtime_step(RuntimeObject *self, PyObject *args) {
+    PyObject *inputs, *labels;
+    float lr, momentum, wd, dampening;
+    int nesterov;
+    if (!PyArg_ParseTuple(args, "OOffffp", &inputs, &labels, &lr, &momentum, &wd, &dampening, &nesterov)) {
+        return NULL;
+    }
+    return run(self, SW_LIST_TRAIN, inputs, labels, (sw_sgd){lr, momentum, wd, dampening, nesterov});
+}
+
+static PyObject *Runtime_forward(RuntimeObject *self, PyObject *args) {
+    PyObject *inputs, *labels;
+    if (!PyArg_ParseTuple(args, "OO", &inputs, &labels)) {
+        return NULL;
+    }
+    return run(self, SW_LIST_FORWARD, inputs, labels, (sw_sgd){0});
+}
+
+/* ------------------------------------------------------------------ buffers and memory */
+static PyObject *Runtime_buffer(RuntimeObject *self, PyObject *arg) {
+    if (!self->rt) {
+        return ready(self) ? NULL : NULL;
+    }
+    long b = PyLong_AsLong(arg);
+    if (b == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (b < 0 || b >= self->rt->g.nbuffers) {
+        PyErr_Format(PyExc_IndexError, "no buffer %ld (the graph has %d)", b, self->rt->g.nbuffers);
+        return NULL;
+    }
+    const sw_buffer *buf = &self->rt->g.buffers[b];
+    npy_intp dims[SW_MAX_RANK];
+    for (int d = 0; d < buf->box.rank; d++) {
+        dims[d] = buf->box.hi[d] - buf->box.lo[d];
+    }
+    int type = buf->kind == SW_BUF_STATS ? NPY_FLOAT64 : NPY_FLOAT32;
+    PyObject *a = PyArray_SimpleNewFromData(buf->box.rank, dims, type, sw_runtime_buffer(self->rt, (int32_t)b));
+    if (a && PyArray_SetBaseObject((PyArrayObject *)a, Py_NewRef((PyObject *)self)) < 0) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
+static PyObject *int64_list(const int64_t *v, int n) {
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, x);
+    }
+    return l;
+}
+
+static PyObject *Runtime_arena_bytes(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
+    return self->rt ? int64_list(self->rt->mp.arena, self->rt->ndev) : (ready(self), NULL);
+}
+
+static PyObject *Runtime_arena_high_water(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) {
+        return NULL;
+    }
+    int64_t *hw = PyMem_Calloc((size_t)self->rt->ndev, sizeof *hw);
+    if (!hw) {
+        return PyErr_NoMemory();
+    }
+    sw_status s = sw_runtime_high_water(self->rt, hw);
+    PyObject *out = s == SW_OK ? int64_list(hw, self->rt->ndev) : sw_py_raise(s);
+    PyMem_Free(hw);
+    return out;
+}
+
+/* (arena allocations, workspace bytes grown, workspace growths) since creation */
+static PyObject *Runtime_allocations(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!self->rt) {
+        return ready(self) ? NULL : NULL;
+    }
+    int64_t bytes = 0, grows = 0;
+    self->rt->backend->i->workspace_stats(self->rt->backend, &bytes, &grows);
+    return Py_BuildValue("(LLL)", (long long)self->rt->arena_allocations, (long long)bytes, (long long)grows);
+}
+
+/* Momentum buffers updated at least once (their next update uses momentum). */
+static PyObject *Runtime_started(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) {
+        return NULL;
+    }
+    PyObject *l = PyList_New(0);
+    for (int32_t b = 0; l && b < self->rt->g.nbuffers; b++) {
+        if (self->rt->started[b]) {
+            PyObject *x = PyLong_FromLong(b);
+            if (!x || PyList_Append(l, x) < 0) {
+                Py_XDECREF(x);
+                Py_CLEAR(l);
+                break;
+            }
+            Py_DECREF(x);
+        }
+    }
+    return l;
+}
+
+static PyObject *Runtime_set_started(RuntimeObject *self, PyObject *arg) {
+    if (!ready(self)) {
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(arg, "set_started takes a sequence of momentum buffer ids");
+    if (!seq) {
+        return NULL;
+    }
+    uint8_t *flags = PyMem_Calloc((size_t)self->rt->g.nbuffers + 1, 1);
+    if (!flags) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        long b = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (b == -1 && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (b < 0 || b >= self->rt->g.nbuffers || self->rt->g.buffers[b].kind != SW_BUF_MOMENTUM) {
+            PyErr_Format(PyExc_ValueError, "buffer %ld is not a momentum buffer", b);
+            goto fail;
+        }
+        flags[b] = 1;
+    }
+    memcpy(self->rt->started, flags, (size_t)self->rt->g.nbuffers);
+    PyMem_Free(flags);
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(flags);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static PyMethodDef Runtime_methods[] = {
+    {"step", (PyCFunction)Runtime_step, METH_VARARGS,
+     "step(inputs, labels, lr, momentum, weight_decay, dampening, nesterov) -> mean loss"},
+    {"forward", (PyCFunction)Runtime_forward, METH_VARARGS, "forward(inputs, labels) -> mean loss"},
+    {"buffer", (PyCFunction)Runtime_buffer, METH_O, "buffer(b) -> NumPy view of buffer b in its arena"},
+    {"arena_bytes", (PyCFunction)Runtime_arena_bytes, METH_NOARGS, "arena_bytes() -> [bytes per device]"},
+    {"arena_high_water", (PyCFunction)Runtime_arena_high_water, METH_NOARGS,
+     "arena_high_water() -> [highest byte written per device, rounded up to the alignment]"},
+    {"allocations", (PyCFunction)Runtime_allocations, METH_NOARGS,
+     "allocations() -> (arenas allocated, workspace bytes grown, workspace growths)"},
+    {"started", (PyCFunction)Runtime_started, METH_NOARGS, "started() -> momentum buffers updated at least once"},
+    {"set_started", (PyCFunction)Runtime_set_started, METH_O, "set_started(ids): which momentum buffers are started"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RuntimeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shardwise._core.Runtime",
+    .tp_basicsize = sizeof(RuntimeObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A plan's task graph on the native runtime (CPU backend), with planned memory.",
+    .tp_new = Runtime_new,
+    .tp_dealloc = (destructor)Runtime_dealloc,
+    .tp_methods = Runtime_methods,
+};
+
+int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type) {
+    import_array1(-1);  /* this file's own NumPy API table */
+    problem_type_ = problem_type;
+    if (PyType_Ready(&RuntimeType) < 0 || PyModule_AddObjectRef(module, "Runtime", (PyObject *)&RuntimeType) < 0) {
+        return -1;
+    }
+    /* the op table: names, lowering roles, and which kinds the CPU backend has kernels for */
+    PyObject *names = PyTuple_New(SW_OP_COUNT), *roles = PyTuple_New(SW_OP_COUNT), *cpu = PyList_New(0);
+    int rc = names && roles && cpu ? 0 : -1;
+    for (int k = 0; k < SW_OP_COUNT && rc == 0; k++) {
+        PyObject *name = PyUnicode_FromString(sw_op_names[k]), *role = PyLong_FromLong(sw_op_roles[k]);
+        if (!name || !role) {
+            Py_XDECREF(name);
+            Py_XDECREF(role);
+            rc = -1;
+            break;
+        }
+        PyTuple_SET_ITEM(names, k, name);
+        PyTuple_SET_ITEM(roles, k, role);
+        if (sw_cpu_has_kernels(k) && PyList_Append(cpu, name) < 0) {
+            rc = -1;
+        }
+    }
+    PyObject *cpu_kinds = rc == 0 ? PyList_AsTuple(cpu) : NULL;
+    if (rc == 0 && (!cpu_kinds || PyModule_AddObjectRef(module, "OP_KINDS", names) < 0 ||
+                    PyModule_AddObjectRef(module, "OP_ROLES", roles) < 0 ||
+                    PyModule_AddObjectRef(module, "CPU_OP_KINDS", cpu_kinds) < 0)) {
+        rc = -1;
+    }
+    Py_XDECREF(names);
+    Py_XDECREF(roles);
+    Py_XDECREF(cpu);
+    Py_XDECREF(cpu_kinds);
+    return rc;
+}

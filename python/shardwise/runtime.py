@@ -1,0 +1,124 @@
+"""The native runtime from Python: a plan's task graph run in C, with planned memory.
+
+    ex = NativeExecutor(graph, plan, tg)     # tg = sw.lower(plan)
+    loss = ex.run(images, labels, optimizer=sw.SGD(lr=0.1))     # one call into C per step
+    ex.persistent[b]                          # parameter and momentum buffers: views into the arenas
+
+The runtime (csrc/exec/executor.c) runs every device's tasks on its stream in
+program order, on the CPU backend (csrc/cpu/backend_cpu.c): worker threads, one
+per device but no more than the cores the device graph says its CPU workers
+share.  The GIL is released once for the whole step; nothing is allocated
+during a step (buffers live at planned offsets in one arena per device).
+:class:`~shardwise.train.Trainer` is the user-facing API.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import _core
+from .graph import Graph, Op
+from .lower import TaskGraph, plan_arrays
+from .plan import Plan
+from .problem import make_problem
+
+ATTR_COLUMNS = 10   # type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw
+
+
+def executor_threads(devices: int, shared_cores: int | None) -> int:
+    """Threads a step runs on: one per device, at most ``shared_cores`` (thread c runs the
+    devices c, c + threads, ... in program order).  Four workers on two cores as four
+    threads only made the operating system interleave them."""
+    return max(1, min(devices, shared_cores or devices))
+
+
+def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """(kernel, stride, padding) pairs of a conv2d or pool2d op (a pool's stride defaults to its kernel)."""
+    def pair(v: Any) -> tuple[int, int]:
+        return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+    a = op.attrs
+    kernel = pair(a["kernel"])
+    stride = pair(a["stride"] if a.get("stride") is not None else a["kernel"])
+    return kernel, stride, pair(a.get("padding", 0))
+
+
+def op_attrs(graph: Graph) -> np.ndarray:
+    """(nops, ATTR_COLUMNS) int32: what the C kernels need of each op beyond its description."""
+    out = np.zeros((len(graph.ops), ATTR_COLUMNS), np.int32)
+    for op in graph.ops:
+        row = out[op.index]
+        row[0] = _core.OP_KINDS.index(op.kind)
+        row[1] = op.attrs.get("activation") == "relu"
+        row[2] = op.attrs.get("kind") == "max"
+        row[3] = op.attrs.get("axis", 0) if op.kind == "concat" else 0
+        if op.kind in ("conv2d", "pool2d"):
+            (kh, kw), (sh, sw), (ph, pw) = window(op)
+            row[4:10] = (kh, kw, sh, sw, ph, pw)
+    return out
+
+
+class NativeExecutor:
+    """Runs the task graph of ``plan`` on the native runtime; parameters and momentum persist."""
+
+    def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, jitter_us: int = 0) -> None:
+        self.graph = graph
+        self.tg = tg
+        devices = plan.devices
+        threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
+        problem = make_problem(graph, devices, plan.options)
+        self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us)
+        self.threads = threads
+        self.persistent: dict[int, np.ndarray] = {b.id: self._rt.buffer(b.id) for b in tg.buffers
+                                                  if b.kind in ("param", "momentum")}
+        self._inputs = [op for op in graph.ops if op.kind == "input"]
+
+    def _input_list(self, images: Any) -> list[np.ndarray | None]:
+        out: list[np.ndarray | None] = [None] * len(self.graph.ops)
+        for op in self._inputs:
+            data = images[op.name] if isinstance(images, Mapping) else images
+            out[op.index] = np.ascontiguousarray(data, dtype=np.float32)
+        return out
+
+    def run(self, images: Any, labels: np.ndarray, phases: tuple[str, ...] = ("forward", "backward", "sync", "update"),
+            optimizer: Any = None) -> float:
+        """One step (all phases) or the forward pass alone; the mean cross-entropy."""
+        inputs = self._input_list(images)
+        labels = np.ascontiguousarray(labels, dtype=np.int32)
+        if tuple(phases) == ("forward",):
+            return self._rt.forward(inputs, labels)
+        if set(phases) != {"forward", "backward", "sync", "update"}:
+            raise ValueError(f"a step runs the forward pass alone or every phase, not {phases}")
+        o = optimizer
+        return self._rt.step(inputs, labels, o.lr, o.momentum, o.weight_decay, o.dampening, o.nesterov)
+
+    def probabilities(self, op_name: str) -> np.ndarray:
+        """The softmax output of the last run, assembled from its workers' shards."""
+        op = self.graph[op_name]
+        out = np.zeros(op.shape, np.float32)
+        for t in self.tg.tasks:
+            if t.kind == "loss" and t.op == op_name:
+                b = self.tg.buffers[t.writes[0]]
+                out[tuple(slice(lo, hi) for lo, hi in b.box)] = self._rt.buffer(b.id)
+        return out
+
+    # ---- optimizer state
+    def started_buffers(self) -> set[int]:
+        """Momentum buffers updated at least once (their next update uses the momentum)."""
+        return set(self._rt.started())
+
+    def set_started(self, buffers: set[int]) -> None:
+        self._rt.set_started(sorted(buffers))
+
+    # ---- memory
+    def arena_bytes(self) -> dict[int, int]:
+        return dict(enumerate(self._rt.arena_bytes()))
+
+    def arena_high_water(self) -> dict[int, int]:
+        return dict(enumerate(self._rt.arena_high_water()))
+
+    def allocations(self) -> dict[str, int]:
+        """Arenas allocated and workspace growth since the runtime was built."""
+        arenas, grown, grows = self._rt.allocations()
+        return {"arenas": arenas, "workspace_bytes": grown, "workspace_grows": grows}
