@@ -952,3 +952,99 @@ def test_problem_methods_reject_bad_arguments():
         p.set_options(7)
     with pytest.raises(ValueError, match="positive"):
         p.set_options(0, -1.0, 3.0)
+
+
+# ----- a Problem used from two threads (issue 12): re-initialising it under a running search freed
+# the memory the search was reading
+
+def _searching_problem():
+    """A problem whose elimination search takes a good fraction of a second (resnet152, 24 devices),
+    its tables built, and the arrays to re-initialise another (small) problem with."""
+    from shardwise.problem import make_problem, worker_counts
+
+    g, d = sw.models.resnet152(batch=64), sw.DeviceGraph.cpu(24)
+    p = make_problem(g, d, sw.CostOptions(threads=1))
+    p.enumerate(np.asarray(worker_counts(len(d)), dtype=np.int32))
+    p.build_tables()
+    return p
+
+
+def test_problem_refuses_reinitialisation_while_another_thread_searches():
+    import threading
+
+    for attempt in range(3):
+        p = _searching_problem()
+        box: dict = {}
+
+        def search():
+            try:
+                box["result"] = p.search("elimination", 1e8)
+            except BaseException as exc:  # reported by the main thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=search)
+        worker.start()
+        seen_busy = False
+        while worker.is_alive() and not seen_busy:
+            try:
+                p.nops  # refuses while the search holds the problem
+            except RuntimeError as exc:
+                assert "in use by another thread" in str(exc)
+                seen_busy = True
+        refused = None
+        if seen_busy:
+            try:
+                p.__init__(_BLOB, _FLOPS, *_DEV)
+            except RuntimeError as exc:
+                refused = exc
+        worker.join()
+        assert "error" not in box, box.get("error")
+        if refused is None:
+            # the search ended before we could see it running, or between our look and __init__
+            # (both rare on a search this long): only then may __init__ go through; try again
+            continue
+        assert "re-initialise" in str(refused) and "another thread" in str(refused)
+        choice, cost, stats = box["result"]
+        assert p.nops == len(sw.models.resnet152(batch=64).ops)  # still the problem the search used
+        want_choice, want_cost, _ = p.search("elimination", 1e8)  # the same search, run alone
+        np.testing.assert_array_equal(choice, want_choice)
+        assert cost == want_cost
+        return
+    pytest.fail("never caught the search running in 3 tries")
+
+
+def test_problem_reinitialisation_when_idle_replaces_or_keeps_it_whole():
+    p = _core.Problem(_BLOB, _FLOPS, *_DEV)
+    assert p.nops == len(_G.ops)
+    small = sw.Graph("one conv")
+    small.conv2d(small.input("x", (4, 3, 8, 8)), 4, name="c")
+    blob, flops = encode_graph(small)
+    p.__init__(blob, flops, *_DEV)  # a second __init__ when nobody uses it: replaces the problem
+    assert p.nops == len(small.ops)
+    with pytest.raises(ValueError):
+        p.__init__(blob[:3], flops, *_DEV)  # a failed re-initialisation keeps the old problem
+    assert p.nops == len(small.ops)
+    p.enumerate(np.array([1, 2], dtype=np.int32))
+    p.build_tables()
+    assert math.isfinite(p.search()[1])
+
+
+def test_problem_argument_conversion_cannot_reinitialise_it():
+    """Python code run while a method converts its arguments (here __index__) must not be able
+    to replace the problem the method holds pointers into."""
+    p = _core.Problem(_BLOB, _FLOPS, *_DEV)
+    p.enumerate(np.array([1, 2], dtype=np.int32))
+    errors = []
+
+    class Sneaky:
+        def __index__(self):
+            try:
+                p.__init__(_BLOB[:0], _FLOPS, *_DEV)
+            except (RuntimeError, ValueError) as exc:
+                errors.append(exc)
+            return 0
+
+    nvars = _G.ops[1].desc.nvars  # conv1: output dims and reductions
+    p.iteration_region(1, 0, [Sneaky()] + [0] * (nvars - 1), [1] * nvars)
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
+    assert p.nops == len(_G.ops)
