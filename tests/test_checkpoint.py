@@ -15,6 +15,9 @@ import io
 import json
 import os
 import signal
+import stat
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -200,6 +203,71 @@ def test_an_interrupted_save_keeps_the_old_checkpoint(tmp_path, trained, monkeyp
     monkeypatch.undo()
     assert path.read_bytes() == old
     assert sorted(os.listdir(tmp_path)) == ["run.ckpt"]
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_save_removes_temporaries_that_killed_saves_left(tmp_path, trained):
+    """A save killed with -9 cannot remove its temporary file; the next save of the same target
+    removes it, but never another live process's, nor another target's."""
+    g, plan, t, data = trained
+    path = tmp_path / "run.ckpt"
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        dead = _dead_pid()
+        stale = [tmp_path / f".run.ckpt.{dead}-k1ll3d.tmp",             # its process is gone
+                 tmp_path / f".run.ckpt.{os.getpid()}-l3ft0v3r.tmp"]    # this pid, but no save of ours writes it
+        kept = [tmp_path / f".run.ckpt.{sleeper.pid}-wr1t1ng.tmp",      # a live process may be writing it
+                tmp_path / f".other.ckpt.{dead}-k1ll3d.tmp",            # another target's
+                tmp_path / ".run.ckpt.notes.txt"]                       # not a temporary file
+        for f in stale + kept:
+            f.write_bytes(b"half a checkpoint")
+        reused = tmp_path / f".run.ckpt.{sleeper.pid}-r3us3d.tmp"
+        reused.write_bytes(b"half a checkpoint")
+        hour_ago = time.time() - 3600  # written before the process now holding that pid started
+        os.utime(reused, (hour_ago, hour_ago))
+        t.step(*data[1])
+        t.save_checkpoint(path)
+        for f in stale:
+            assert not f.exists(), f.name
+        for f in kept:
+            assert f.read_bytes() == b"half a checkpoint", f.name
+        if os.path.exists(f"/proc/{sleeper.pid}/stat"):  # process start times are known (Linux)
+            assert not reused.exists()
+        other = Trainer(g, plan, optimizer=OPT)
+        other.load_checkpoint(path)
+        assert other.steps == 2
+        assert other.step(*data[2]) == t.step(*data[2])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_save_fsyncs_the_folder_after_the_rename(tmp_path, trained, monkeypatch):
+    """Without an fsync of the folder the rename may not survive a crash."""
+    _, _, t, _ = trained
+    synced = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        synced.append(("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file", os.fstat(fd).st_ino))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        synced.append(("rename", None))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    t.save_checkpoint(tmp_path / "run.ckpt")
+    kinds = [k for k, _ in synced]
+    assert kinds == ["file", "rename", "dir"]
+    assert synced[2][1] == os.stat(tmp_path).st_ino
 
 
 # ----------------------------------------------------------------------------- bad checkpoints
