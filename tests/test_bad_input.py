@@ -691,6 +691,54 @@ def test_plan_file_with_bad_cost_model(saved, g, d4, field, value):
     names_all(str(err.value), str(path), "malformed", field)
 
 
+# Fields of the wrong JSON type with a value that a lenient reader would coerce (issue 12:
+# bytes_per_element true loaded as 1.0, "4" as 4.0, version true as 1, a numeric name as a string).
+@pytest.mark.parametrize("path,value,words", [
+    (("version",), True, ["version True"]),
+    (("version",), 1.0, ["version 1.0"]),
+    (("cost_model", "bytes_per_element"), True, ["malformed", "bytes_per_element", "True"]),
+    (("cost_model", "bytes_per_element"), "4", ["malformed", "bytes_per_element", "'4'"]),
+    (("cost_model", "backward_factor"), False, ["malformed", "backward_factor", "False"]),
+    (("cost_model", "backward_factor"), "3.0", ["malformed", "backward_factor"]),
+    (("cost_model", "bytes_per_element"), 1e400, ["malformed", "bytes_per_element"]),  # Infinity
+    (("cost_model",), [], ["malformed", "cost_model must be an object"]),
+    (("cost_model", "sync"), ["ring"], ["malformed"]),
+    (("name",), 5, ["malformed", "name must be a string"]),
+    (("name",), None, ["malformed", "name must be a string"]),
+    (("graph", "fingerprint"), 12345, ["malformed", "graph fingerprint must be a string"]),
+    (("ops", "conv1", "devices"), "0", ["'conv1'", "bad device list", "expected a list"]),
+    (("ops", "conv1", "devices"), {"0": 0}, ["'conv1'", "bad device list", "expected a list"]),
+    (("ops", "conv1", "n"), 1.0, ["'conv1'", "positive int"]),
+    (("ops", "conv1", "n"), True, ["'conv1'", "positive int"]),
+])
+def test_plan_file_fields_of_the_wrong_type_are_refused(saved, g, d4, path, value, words):
+    file, _ = saved
+    doc = json.loads(file.read_text())
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    file.write_text(json.dumps(doc))
+    with pytest.raises(PlanFileError) as err:
+        sw.Plan.load(file, g, d4)
+    names_all(str(err.value), str(file), *words)
+
+
+def test_from_dict_device_lists_must_be_lists(g):
+    """A string of one-letter device names used to be read letter by letter."""
+    d = sw.DeviceGraph("letters")
+    for name in "abcd":
+        d.add_device(name, flops=50e9, memory=4e9, mem_bandwidth=10e9)
+    for i in range(4):
+        for j in range(i + 1, 4):
+            d.add_link(i, j, bandwidth=1e9)
+    assert sw.Plan.from_dict(g, d, {"conv1": {"n": 2, "devices": ["a", "b"]}})["conv1"].devices == (0, 1)
+    for devices in ("ab", b"ab", {"a": 0, "b": 1}, {"a", "b"}, frozenset("ab")):
+        with pytest.raises(ConfigError) as err:
+            sw.Plan.from_dict(g, d, {"conv1": {"n": 2, "devices": devices}})
+        names_all(str(err.value), "'conv1'", "bad device list", "expected a list")
+
+
 @settings(max_examples=examples(300))
 @given(content=st.one_of(st.binary(max_size=300), st.text(max_size=200).map(str.encode),
                          _json_values().map(lambda v: json.dumps(v).encode())))
