@@ -237,6 +237,74 @@ def test_sizes_beyond_int64():
         sw.search(g, sw.DeviceGraph.cpu(2))
 
 
+# Sizes the builder derives get the bounds input shapes get (issue 12): before, these built
+# fine and failed at search time with OverflowError (Python int too large to convert to C long)
+# or the C core's ValueError about index arithmetic.
+def _derived_cases():
+    def one_input(shape):
+        g = sw.Graph("derived")
+        return g, g.input("x", shape)
+
+    def conv_out(g, x):
+        return g.conv2d(x, 2**70, kernel=1, name="wide")
+
+    def conv_out_int64(g, x):
+        return g.conv2d(x, 2**60, kernel=1, name="wide")
+
+    def linear_out(g, x):
+        return g.linear(g.flatten(x), 2**70, name="wide")
+
+    def conv_padding(g, x):
+        return g.conv2d(x, 4, kernel=1, padding=2**70, name="wide")
+
+    def conv_stride(g, x):
+        return g.conv2d(x, 4, kernel=1, stride=2**30, name="wide")
+
+    def pool_kernel(g, x):
+        return g.pool2d(x, kernel=2**34, stride=1, padding=2**33, name="wide")
+
+    def conv_weight(g, x):
+        return g.conv2d(g.conv2d(x, 2**20, kernel=1), 2**20, kernel=17, padding=8, name="wide")
+
+    def linear_points(g, x):
+        return g.linear(x, 2**10, name="wide")
+
+    def concat_offset(g, x):
+        return g.concat([x] * 8, axis=1, name="wide")
+
+    def flatten_period(g, x):
+        return g.flatten(x, name="wide")
+
+    small = (4, 3, 8, 8)
+    return {
+        "conv2d out_channels beyond int64": (small, conv_out, ["conv2d 'wide'", "output shape", "elements"]),
+        "conv2d out_channels 2**60": (small, conv_out_int64, ["conv2d 'wide'", "output shape", "elements"]),
+        "linear out_features beyond int64": (small, linear_out, ["linear 'wide'", "output shape", "elements"]),
+        "conv2d padding beyond int64": (small, conv_padding, ["conv2d", "padding", "at most 1,048,576"]),
+        "conv2d stride 2**30": (small, conv_stride, ["conv2d", "stride", "at most 1,048,576"]),
+        "pool2d kernel 2**34": (small, pool_kernel, ["pool2d", "kernel", "at most 1,048,576"]),
+        "conv2d weight of 2**48+ elements": (small, conv_weight, ["conv2d 'wide'", "weight shape", "elements"]),
+        "linear iteration space 2**58": ((2**24, 2**24), linear_points,
+                                         ["linear 'wide'", "iteration points", "supported"]),
+        "concat offsets beyond 2**40": ((1, 2**42), concat_offset, ["concat 'wide'", "index offset", "supported"]),
+        "flatten stride beyond 2**40": ((1, 2, 2**41, 2), flatten_period, ["flatten 'wide'", "flattened",
+                                                                          "supported"]),
+    }, one_input
+
+
+_DERIVED, _one_input = _derived_cases()
+
+
+@pytest.mark.parametrize("case", sorted(_DERIVED))
+def test_derived_sizes_are_bounded_when_built(case):
+    shape, build, words = _DERIVED[case]
+    g, x = _one_input(shape)
+    with pytest.raises(ShapeError) as err:
+        build(g, x)
+    names_all(str(err.value), *words)
+    assert "wide" not in g  # the refused op was not added
+
+
 # ----- hypothesis: conv2d / pool2d geometry against PyTorch's formula
 
 def _torch_out(size, k, s, p):
