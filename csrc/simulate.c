@@ -14,6 +14,7 @@
  * Inputs are flat arrays (CSR for dependencies and resources); the output is
  * every task's start time.  O((T + R + E) log T) for T tasks, E dependencies.
  */
+#include <stdint.h>  /* INT32_MAX */
 #include <stdlib.h>  /* malloc, calloc, free */
 
 #include "shardwise.h"
@@ -26,7 +27,12 @@ typedef struct {
 
 static int id_push(id_heap *h, int32_t v) {
     if (h->len == h->cap) {
-        int32_t cap = h->cap ? h->cap * 2 : 8;
+        /* doubled in 64 bits and capped: a line holds at most one entry per task (< 2^31) */
+        int64_t wide = h->cap ? (int64_t)h->cap * 2 : 8;
+        int32_t cap = wide > INT32_MAX ? INT32_MAX : (int32_t)wide;
+        if (cap == h->len) {
+            return -1;
+        }
         int32_t *n = realloc(h->items, sizeof *n * (size_t)cap);
         if (!n) {
             return -1;
@@ -192,6 +198,9 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
                             const int32_t *res_ptr, const int32_t *res, int32_t nres, const sw_handoff *handoff,
                             double *start, double *makespan) {
     *makespan = 0.0;
+    if (ntasks < 0 || nres < 0) {
+        return SW_FAIL(SW_ERR_VALUE, "negative task (%d) or resource (%d) count", ntasks, nres);
+    }
     for (int32_t r = 0; handoff && r < nres; r++) {
         if (!(handoff->seconds[r] >= 0)) {
             return SW_FAIL(SW_ERR_VALUE, "resource %d has a negative or NaN hand-off time", r);
@@ -212,17 +221,19 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
             }
         }
     }
+    /* Sizes below are "count + 1" (so that zero tasks or resources still allocate) computed
+     * in size_t: in int32 they overflow for counts of INT32_MAX. */
     sw_status st = SW_OK;
     sim s = {.ntasks = ntasks, .nres = nres, .duration = duration, .res_ptr = res_ptr, .res = res,
              .handoff = handoff, .start = start};
     int32_t *missing = calloc((size_t)ntasks + 1, sizeof *missing);
     int32_t *child_ptr = calloc((size_t)ntasks + 1, sizeof *child_ptr);
-    int32_t *children = malloc(sizeof *children * (size_t)(dep_ptr[ntasks] + 1));
+    int32_t *children = malloc(sizeof *children * ((size_t)dep_ptr[ntasks] + 1));
     int32_t *fill = calloc((size_t)ntasks + 1, sizeof *fill);
     s.line = calloc((size_t)nres + 1, sizeof *s.line);
     s.busy = calloc((size_t)nres + 1, 1);
-    s.events = malloc(sizeof *s.events * (size_t)(ntasks + 1));
-    s.worklist = malloc(sizeof *s.worklist * (size_t)(nres + 1));
+    s.events = malloc(sizeof *s.events * ((size_t)ntasks + 1));
+    s.worklist = malloc(sizeof *s.worklist * ((size_t)nres + 1));
     s.queued = calloc((size_t)nres + 1, 1);
     if (handoff) {
         s.holder = malloc(sizeof *s.holder * ((size_t)nres + 1));

@@ -115,3 +115,24 @@ def test_search_stats_report_residual_graph():
     assert s["algorithm1_residual_nodes"] == 2   # seed 003 Table 3: K = 2 for Inception-v3
     assert s["residual_nodes"] == 1
     assert plan.cost == pytest.approx(s["searched_cost"], rel=1e-12)
+
+
+def test_the_package_never_imports_torch():
+    """PyTorch is installed for the tests (an oracle) but is no dependency: importing every
+    module of the package, and training a step, must not load it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import pkgutil, importlib, sys, numpy as np\n"
+        "import shardwise as sw\n"
+        "for m in pkgutil.walk_packages(sw.__path__, 'shardwise.'):\n"
+        "    if m.name != 'shardwise.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "g = sw.models.lenet5(batch=2)\n"
+        "t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))\n"
+        "t.step(np.zeros((2, 1, 32, 32), np.float32), np.zeros(2, np.int64))\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -237,6 +237,74 @@ def test_sizes_beyond_int64():
         sw.search(g, sw.DeviceGraph.cpu(2))
 
 
+# Sizes the builder derives get the bounds input shapes get (issue 12): before, these built
+# fine and failed at search time with OverflowError (Python int too large to convert to C long)
+# or the C core's ValueError about index arithmetic.
+def _derived_cases():
+    def one_input(shape):
+        g = sw.Graph("derived")
+        return g, g.input("x", shape)
+
+    def conv_out(g, x):
+        return g.conv2d(x, 2**70, kernel=1, name="wide")
+
+    def conv_out_int64(g, x):
+        return g.conv2d(x, 2**60, kernel=1, name="wide")
+
+    def linear_out(g, x):
+        return g.linear(g.flatten(x), 2**70, name="wide")
+
+    def conv_padding(g, x):
+        return g.conv2d(x, 4, kernel=1, padding=2**70, name="wide")
+
+    def conv_stride(g, x):
+        return g.conv2d(x, 4, kernel=1, stride=2**30, name="wide")
+
+    def pool_kernel(g, x):
+        return g.pool2d(x, kernel=2**34, stride=1, padding=2**33, name="wide")
+
+    def conv_weight(g, x):
+        return g.conv2d(g.conv2d(x, 2**20, kernel=1), 2**20, kernel=17, padding=8, name="wide")
+
+    def linear_points(g, x):
+        return g.linear(x, 2**10, name="wide")
+
+    def concat_offset(g, x):
+        return g.concat([x] * 8, axis=1, name="wide")
+
+    def flatten_period(g, x):
+        return g.flatten(x, name="wide")
+
+    small = (4, 3, 8, 8)
+    return {
+        "conv2d out_channels beyond int64": (small, conv_out, ["conv2d 'wide'", "output shape", "elements"]),
+        "conv2d out_channels 2**60": (small, conv_out_int64, ["conv2d 'wide'", "output shape", "elements"]),
+        "linear out_features beyond int64": (small, linear_out, ["linear 'wide'", "output shape", "elements"]),
+        "conv2d padding beyond int64": (small, conv_padding, ["conv2d", "padding", "at most 1,048,576"]),
+        "conv2d stride 2**30": (small, conv_stride, ["conv2d", "stride", "at most 1,048,576"]),
+        "pool2d kernel 2**34": (small, pool_kernel, ["pool2d", "kernel", "at most 1,048,576"]),
+        "conv2d weight of 2**48+ elements": (small, conv_weight, ["conv2d 'wide'", "weight shape", "elements"]),
+        "linear iteration space 2**58": ((2**24, 2**24), linear_points,
+                                         ["linear 'wide'", "iteration points", "supported"]),
+        "concat offsets beyond 2**40": ((1, 2**42), concat_offset, ["concat 'wide'", "index offset", "supported"]),
+        "flatten stride beyond 2**40": ((1, 2, 2**41, 2), flatten_period, ["flatten 'wide'", "flattened",
+                                                                          "supported"]),
+    }, one_input
+
+
+_DERIVED, _one_input = _derived_cases()
+
+
+@pytest.mark.parametrize("case", sorted(_DERIVED))
+def test_derived_sizes_are_bounded_when_built(case):
+    shape, build, words = _DERIVED[case]
+    g, x = _one_input(shape)
+    with pytest.raises(ShapeError) as err:
+        build(g, x)
+    names_all(str(err.value), *words)
+    assert "wide" not in g  # the refused op was not added
+
+
 # ----- hypothesis: conv2d / pool2d geometry against PyTorch's formula
 
 def _torch_out(size, k, s, p):
@@ -691,6 +759,54 @@ def test_plan_file_with_bad_cost_model(saved, g, d4, field, value):
     names_all(str(err.value), str(path), "malformed", field)
 
 
+# Fields of the wrong JSON type with a value that a lenient reader would coerce (issue 12:
+# bytes_per_element true loaded as 1.0, "4" as 4.0, version true as 1, a numeric name as a string).
+@pytest.mark.parametrize("path,value,words", [
+    (("version",), True, ["version True"]),
+    (("version",), 1.0, ["version 1.0"]),
+    (("cost_model", "bytes_per_element"), True, ["malformed", "bytes_per_element", "True"]),
+    (("cost_model", "bytes_per_element"), "4", ["malformed", "bytes_per_element", "'4'"]),
+    (("cost_model", "backward_factor"), False, ["malformed", "backward_factor", "False"]),
+    (("cost_model", "backward_factor"), "3.0", ["malformed", "backward_factor"]),
+    (("cost_model", "bytes_per_element"), 1e400, ["malformed", "bytes_per_element"]),  # Infinity
+    (("cost_model",), [], ["malformed", "cost_model must be an object"]),
+    (("cost_model", "sync"), ["ring"], ["malformed"]),
+    (("name",), 5, ["malformed", "name must be a string"]),
+    (("name",), None, ["malformed", "name must be a string"]),
+    (("graph", "fingerprint"), 12345, ["malformed", "graph fingerprint must be a string"]),
+    (("ops", "conv1", "devices"), "0", ["'conv1'", "bad device list", "expected a list"]),
+    (("ops", "conv1", "devices"), {"0": 0}, ["'conv1'", "bad device list", "expected a list"]),
+    (("ops", "conv1", "n"), 1.0, ["'conv1'", "positive int"]),
+    (("ops", "conv1", "n"), True, ["'conv1'", "positive int"]),
+])
+def test_plan_file_fields_of_the_wrong_type_are_refused(saved, g, d4, path, value, words):
+    file, _ = saved
+    doc = json.loads(file.read_text())
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    file.write_text(json.dumps(doc))
+    with pytest.raises(PlanFileError) as err:
+        sw.Plan.load(file, g, d4)
+    names_all(str(err.value), str(file), *words)
+
+
+def test_from_dict_device_lists_must_be_lists(g):
+    """A string of one-letter device names used to be read letter by letter."""
+    d = sw.DeviceGraph("letters")
+    for name in "abcd":
+        d.add_device(name, flops=50e9, memory=4e9, mem_bandwidth=10e9)
+    for i in range(4):
+        for j in range(i + 1, 4):
+            d.add_link(i, j, bandwidth=1e9)
+    assert sw.Plan.from_dict(g, d, {"conv1": {"n": 2, "devices": ["a", "b"]}})["conv1"].devices == (0, 1)
+    for devices in ("ab", b"ab", {"a": 0, "b": 1}, {"a", "b"}, frozenset("ab")):
+        with pytest.raises(ConfigError) as err:
+            sw.Plan.from_dict(g, d, {"conv1": {"n": 2, "devices": devices}})
+        names_all(str(err.value), "'conv1'", "bad device list", "expected a list")
+
+
 @settings(max_examples=examples(300))
 @given(content=st.one_of(st.binary(max_size=300), st.text(max_size=200).map(str.encode),
                          _json_values().map(lambda v: json.dumps(v).encode())))
@@ -952,3 +1068,99 @@ def test_problem_methods_reject_bad_arguments():
         p.set_options(7)
     with pytest.raises(ValueError, match="positive"):
         p.set_options(0, -1.0, 3.0)
+
+
+# ----- a Problem used from two threads (issue 12): re-initialising it under a running search freed
+# the memory the search was reading
+
+def _searching_problem():
+    """A problem whose elimination search takes a good fraction of a second (resnet152, 24 devices),
+    its tables built, and the arrays to re-initialise another (small) problem with."""
+    from shardwise.problem import make_problem, worker_counts
+
+    g, d = sw.models.resnet152(batch=64), sw.DeviceGraph.cpu(24)
+    p = make_problem(g, d, sw.CostOptions(threads=1))
+    p.enumerate(np.asarray(worker_counts(len(d)), dtype=np.int32))
+    p.build_tables()
+    return p
+
+
+def test_problem_refuses_reinitialisation_while_another_thread_searches():
+    import threading
+
+    for attempt in range(3):
+        p = _searching_problem()
+        box: dict = {}
+
+        def search():
+            try:
+                box["result"] = p.search("elimination", 1e8)
+            except BaseException as exc:  # reported by the main thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=search)
+        worker.start()
+        seen_busy = False
+        while worker.is_alive() and not seen_busy:
+            try:
+                p.nops  # refuses while the search holds the problem
+            except RuntimeError as exc:
+                assert "in use by another thread" in str(exc)
+                seen_busy = True
+        refused = None
+        if seen_busy:
+            try:
+                p.__init__(_BLOB, _FLOPS, *_DEV)
+            except RuntimeError as exc:
+                refused = exc
+        worker.join()
+        assert "error" not in box, box.get("error")
+        if refused is None:
+            # the search ended before we could see it running, or between our look and __init__
+            # (both rare on a search this long): only then may __init__ go through; try again
+            continue
+        assert "re-initialise" in str(refused) and "another thread" in str(refused)
+        choice, cost, stats = box["result"]
+        assert p.nops == len(sw.models.resnet152(batch=64).ops)  # still the problem the search used
+        want_choice, want_cost, _ = p.search("elimination", 1e8)  # the same search, run alone
+        np.testing.assert_array_equal(choice, want_choice)
+        assert cost == want_cost
+        return
+    pytest.fail("never caught the search running in 3 tries")
+
+
+def test_problem_reinitialisation_when_idle_replaces_or_keeps_it_whole():
+    p = _core.Problem(_BLOB, _FLOPS, *_DEV)
+    assert p.nops == len(_G.ops)
+    small = sw.Graph("one conv")
+    small.conv2d(small.input("x", (4, 3, 8, 8)), 4, name="c")
+    blob, flops = encode_graph(small)
+    p.__init__(blob, flops, *_DEV)  # a second __init__ when nobody uses it: replaces the problem
+    assert p.nops == len(small.ops)
+    with pytest.raises(ValueError):
+        p.__init__(blob[:3], flops, *_DEV)  # a failed re-initialisation keeps the old problem
+    assert p.nops == len(small.ops)
+    p.enumerate(np.array([1, 2], dtype=np.int32))
+    p.build_tables()
+    assert math.isfinite(p.search()[1])
+
+
+def test_problem_argument_conversion_cannot_reinitialise_it():
+    """Python code run while a method converts its arguments (here __index__) must not be able
+    to replace the problem the method holds pointers into."""
+    p = _core.Problem(_BLOB, _FLOPS, *_DEV)
+    p.enumerate(np.array([1, 2], dtype=np.int32))
+    errors = []
+
+    class Sneaky:
+        def __index__(self):
+            try:
+                p.__init__(_BLOB[:0], _FLOPS, *_DEV)
+            except (RuntimeError, ValueError) as exc:
+                errors.append(exc)
+            return 0
+
+    nvars = _G.ops[1].desc.nvars  # conv1: output dims and reductions
+    p.iteration_region(1, 0, [Sneaky()] + [0] * (nvars - 1), [1] * nvars)
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
+    assert p.nops == len(_G.ops)

@@ -400,3 +400,95 @@ def test_empty_boxes_are_fine():
     np.testing.assert_array_equal(dx, 0.0)
     y = _core.linear_forward(np.zeros((0, 3), np.float32), None, f32(np.ones((2, 3))), None, None, None, None, (0, 2))
     assert y.shape == (0, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# strides far larger than the input (issue 12): the padded plane must follow the input, not the output grid
+# ----------------------------------------------------------------------------------------------
+# 6x5 input, 3x2 kernel, strides 8192 x 6000 with paddings one larger: a 3x3 output whose centre
+# pixel reads input rows -1..1 and columns -1..0 (partly padding) and whose other pixels read only
+# padding.  A padded plane sized by the output grid would be 16387 x 12002 floats (787 MB).
+HUGE_STRIDE = dict(n=2, ci=2, co=3, h=6, w=5, kernel=(3, 2), stride=(8192, 6000), padding=(8193, 6001))
+
+
+def _huge_stride_reference(c: dict, x, w, b, dy):
+    """The NumPy reference for HUGE_STRIDE without materialising its padding: output pixel (r, c)
+    of stride s and padding p reads the input window starting at r*s - p, which is output pixel
+    r*s - p + (k-1) of the stride-1 convolution padded by k-1 (zero, plus the bias, when that index
+    is off the stride-1 output: the window then lies wholly in the padding)."""
+    (kh, kw), (sh, sw), (ph, pw) = c["kernel"], c["stride"], c["padding"]
+    ho, wo = out_size(c["h"], kh, sh, ph), out_size(c["w"], kw, sw, pw)
+    full = ref.conv2d_forward(x, w, b, (1, 1), (kh - 1, kw - 1))
+    y = np.broadcast_to(b.reshape(1, -1, 1, 1), (c["n"], c["co"], ho, wo)).copy()
+    dy_full = np.zeros(full.shape)
+    hits = 0
+    for r in range(ho):
+        for q in range(wo):
+            i, j = r * sh - ph + kh - 1, q * sw - pw + kw - 1
+            if 0 <= i < full.shape[2] and 0 <= j < full.shape[3]:
+                y[:, :, r, q] = full[:, :, i, j]
+                dy_full[:, :, i, j] = dy[:, :, r, q]
+                hits += 1
+    assert hits == 1  # the case is built so that exactly the centre pixel sees the input
+    dx, dw, _ = ref.conv2d_backward(x, w, dy_full, (1, 1), (kh - 1, kw - 1), bias=False)
+    return y, dx, dw, dy.sum(axis=(0, 2, 3))
+
+
+def test_conv2d_stride_far_larger_than_the_input_matches_reference():
+    c = HUGE_STRIDE
+    rng = np.random.default_rng(5)
+    (kh, kw), s, p = c["kernel"], c["stride"], c["padding"]
+    ho, wo = out_size(c["h"], kh, s[0], p[0]), out_size(c["w"], kw, s[1], p[1])
+    assert (ho, wo) == (3, 3)
+    x = rng.standard_normal((c["n"], c["ci"], c["h"], c["w"]))
+    w = rng.standard_normal((c["co"], c["ci"], kh, kw))
+    b = rng.standard_normal(c["co"])
+    dy = rng.standard_normal((c["n"], c["co"], ho, wo))
+    y_ref, dx_ref, dw_ref, db_ref = _huge_stride_reference(c, x, w, b, dy)
+    y = _core.conv2d_forward(f32(x), None, f32(w), None, f32(b), None, None, y_ref.shape, s, p, False)
+    assert_close(y, y_ref, "conv2d forward, huge stride")
+    dx = _core.conv2d_backward_data(f32(w), None, f32(dy), None, None, x.shape, c["kernel"], s, p)
+    assert_close(dx, dx_ref, "conv2d backward data, huge stride")
+    dw, db = _core.conv2d_backward_weight(f32(x), None, f32(dy), None, w.shape, s, p, True)
+    assert_close(dw, dw_ref, "conv2d backward weight, huge stride")
+    assert_close(db, db_ref, "conv2d backward bias, huge stride")
+    # a dx view of rows 1..3 (a sharded worker's region): the same rows of the full gradient
+    dx_part = _core.conv2d_backward_data(f32(w), None, f32(dy), None, (0, 0, 1, 0), (c["n"], c["ci"], 3, c["w"]),
+                                         c["kernel"], s, p)
+    assert_close(dx_part, dx_ref[:, :, 1:4], "conv2d backward data, huge stride, a row slice of dx")
+
+
+def _peak_rss_growth(run) -> int:
+    """Bytes the resident set peaked above its level before ``run()``.  Linux's peak counter
+    (VmHWM) is reset first through /proc/self/clear_refs, so an earlier test's peak cannot hide
+    this one's (getrusage's ru_maxrss can only grow, and even a child process inherits it)."""
+    def hwm() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak resident set to the current one
+        before = hwm()
+    except (OSError, StopIteration):
+        pytest.skip("needs Linux's /proc/self/clear_refs and VmHWM to measure a peak")
+    run()
+    return hwm() - before
+
+
+def test_conv2d_stride_far_larger_than_the_input_allocates_little():
+    """Peak resident set growth of the three kernels on HUGE_STRIDE: a padded plane sized by the
+    output grid would add ~787 MB (and take seconds to fill)."""
+    c = HUGE_STRIDE
+    (kh, kw), s, p = c["kernel"], c["stride"], c["padding"]
+    x = np.ones((c["n"], c["ci"], c["h"], c["w"]), np.float32)
+    w = np.ones((c["co"], c["ci"], kh, kw), np.float32)
+    dy = np.ones((c["n"], c["co"], 3, 3), np.float32)
+
+    def run():
+        _core.conv2d_forward(x, None, w, None, None, None, None, dy.shape, s, p, False)
+        _core.conv2d_backward_data(w, None, dy, None, None, x.shape, (kh, kw), s, p)
+        _core.conv2d_backward_weight(x, None, dy, None, w.shape, s, p, True)
+
+    grown = _peak_rss_growth(run)
+    assert grown < 200 << 20, f"peak resident set grew by {grown >> 20} MB"

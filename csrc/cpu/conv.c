@@ -143,12 +143,37 @@ static pad_geom pad_for(const sw_window *p, const conv_geom *g, const sw_view *x
     return pg;
 }
 
-/* Floats of the largest padded plane of any tile of g (one covering all the box's rows). */
+/* Floats of the largest padded plane of any tile of g (one covering all the box's rows),
+ * saturated at INT64_MAX: with strides up to 2^24 the product can exceed int64. */
 static int64_t pad_floats(const sw_window *p, const conv_geom *g) {
     int64_t box_rows = g->wo > 0 ? ceil_div(g->plane, g->wo) : 1;
     int64_t rows = (max64(box_rows, 1) - 1) * p->sh + p->kh;
     int64_t cols = (max64(g->wo, 1) - 1) * p->sw + p->kw;
+    if (rows > INT64_MAX / cols) {
+        return INT64_MAX;
+    }
     return rows * cols;
+}
+
+/* Whether im2col / col2im go through the padded plane.  The plane spans every input
+ * row and column the tile's output pixels could read, so its size follows the output
+ * grid times the stride, not the input: a stride far larger than the input (stride
+ * 16384 on a 6x6 plane with padding to match) makes it gigabytes of zeros.  Only
+ * the input (plus a kernel's worth of border) can hold non-zero values, so when the
+ * plane would be much larger than that, the kernels read x (write dx) directly,
+ * clipping every row segment to the view instead (direct_* below). */
+static int use_pad_plane(const sw_window *p, const conv_geom *g, const sw_view *x) {
+    int64_t covered = (x->shape[2] + 2 * p->kh) * (x->shape[3] + 2 * p->kw);
+    return pad_floats(p, g) <= max64(CONV_COL_BUDGET, 4 * covered);
+}
+
+/* Box columns [*ca, *cb) of [cs, ce) whose tap reads a column inside [0, w): the
+ * local input column of box column c is base + c * sw (base = ix0 + kx). */
+static void clip_columns(int64_t base, int64_t sw, int64_t w, int64_t cs, int64_t ce, int64_t *ca, int64_t *cb) {
+    int64_t lo = max64(cs, ceil_div(-base, sw));
+    int64_t hi = min64(ce, floor_div(w - 1 - base, sw) + 1);
+    *ca = min64(lo, ce);
+    *cb = max64(*ca, hi);
 }
 
 /* pad (rows, cols) = channel plane src (h, w) shifted by (iy0, ix0), zero outside. */
@@ -242,9 +267,79 @@ static inline void scatter_row(float *restrict dst, const float *restrict in, in
     }
 }
 
+/* im2col without the padded plane: every row segment of every tap is clipped
+ * to x's view (rows outside it and columns outside [ca, cb) are zeros). */
+static void direct_im2col(const float *xs, int64_t ci_n, int64_t h, int64_t w, const sw_window *p,
+                          const conv_geom *g, const pad_geom *pg, int64_t q0, int64_t q1, float *col,
+                          int64_t ldcol) {
+    for (int64_t ci = 0; ci < ci_n; ci++) {
+        const float *plane = xs + ci * h * w;
+        for (int64_t ky = 0; ky < p->kh; ky++) {
+            for (int64_t kx = 0; kx < p->kw; kx++) {
+                float *out = col + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
+                int64_t base = pg->ix0 + kx;
+                int64_t rr = q0 / g->wo, cs = q0 % g->wo;
+                for (int64_t q = q0; q < q1; rr++) {
+                    int64_t ce = min64(g->wo, cs + (q1 - q));
+                    int64_t iy = pg->iy0 + (rr - pg->ra) * p->sh + ky;
+                    int64_t ca = ce, cb = ce;
+                    if (iy >= 0 && iy < h) {
+                        clip_columns(base, p->sw, w, cs, ce, &ca, &cb);
+                    } else {
+                        ca = cb = cs;  /* the whole segment reads padding rows */
+                    }
+                    if (ca > cs) {
+                        memset(out, 0, (size_t)(ca - cs) * sizeof(float));
+                    }
+                    if (cb > ca) {
+                        gather_row(out + (ca - cs), plane + iy * w + base + ca * p->sw, cb - ca, p->sw);
+                    }
+                    if (ce > cb) {
+                        memset(out + (cb - cs), 0, (size_t)(ce - cb) * sizeof(float));
+                    }
+                    out += ce - cs;
+                    q += ce - cs;
+                    cs = 0;
+                }
+            }
+        }
+    }
+}
+
+/* col2im without the padded plane: contributions are added straight into dx's
+ * plane, dropping the row segments and columns that fall outside its view. */
+static void direct_col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g,
+                          const pad_geom *pg, int64_t q0, int64_t q1, int64_t ci_n, int64_t h, int64_t w, float *xs) {
+    for (int64_t ci = 0; ci < ci_n; ci++) {
+        float *plane = xs + ci * h * w;
+        for (int64_t ky = 0; ky < p->kh; ky++) {
+            for (int64_t kx = 0; kx < p->kw; kx++) {
+                const float *in = dcol + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
+                int64_t base = pg->ix0 + kx;
+                int64_t rr = q0 / g->wo, cs = q0 % g->wo;
+                for (int64_t q = q0; q < q1; rr++) {
+                    int64_t ce = min64(g->wo, cs + (q1 - q));
+                    int64_t iy = pg->iy0 + (rr - pg->ra) * p->sh + ky;
+                    if (iy >= 0 && iy < h) {
+                        int64_t ca, cb;
+                        clip_columns(base, p->sw, w, cs, ce, &ca, &cb);
+                        if (cb > ca) {
+                            scatter_row(plane + iy * w + base + ca * p->sw, in + (ca - cs), cb - ca, p->sw);
+                        }
+                    }
+                    in += ce - cs;
+                    q += ce - cs;
+                    cs = 0;
+                }
+            }
+        }
+    }
+}
+
 /* col (K, q1-q0) at leading dimension ldcol, for sample n and pixels [q0, q1)
  * of the output box g: col[(ci, ky, kx), q] = x[n, ci, r*sh+ky-ph, c*sw+kx-pw]
- * with (r, c) the pixel q, zero outside x's view.  pad: pad_floats(p, g) floats. */
+ * with (r, c) the pixel q, zero outside x's view.  pad: pad_floats(p, g) floats,
+ * or NULL to read x directly (use_pad_plane). */
 static void im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0, int64_t q1,
                    float *col, int64_t ldcol, float *pad) {
     int64_t ci_n = x->shape[1], h = x->shape[2], w = x->shape[3];
@@ -256,6 +351,10 @@ static void im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int
     }
     pad_geom pg = pad_for(p, g, x, q0, q1);
     const float *xs = x->data + (n - x->lo[0]) * ci_n * h * w;
+    if (!pad) {
+        direct_im2col(xs, ci_n, h, w, p, g, &pg, q0, q1, col, ldcol);
+        return;
+    }
     for (int64_t ci = 0; ci < ci_n; ci++) {
         pad_fill(xs + ci * h * w, h, w, &pg, pad);
         for (int64_t ky = 0; ky < p->kh; ky++) {
@@ -276,12 +375,17 @@ static void im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int
 }
 
 /* dx[n, ci, r*sh+ky-ph, c*sw+kx-pw] += dcol[(ci, ky, kx), q] for the pixels
- * [q0, q1) of sample n, dropping what falls outside dx's view.  pad: pad_floats(p, g) floats. */
+ * [q0, q1) of sample n, dropping what falls outside dx's view.  pad: pad_floats(p, g)
+ * floats, or NULL to write dx directly (use_pad_plane). */
 static void col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0,
                    int64_t q1, sw_view *dx, float *pad) {
     int64_t ci_n = dx->shape[1], h = dx->shape[2], w = dx->shape[3];
     pad_geom pg = pad_for(p, g, dx, q0, q1);
     float *xs = dx->data + (n - dx->lo[0]) * ci_n * h * w;
+    if (!pad) {
+        direct_col2im(dcol, ldcol, p, g, &pg, q0, q1, ci_n, h, w, xs);
+        return;
+    }
     for (int64_t ci = 0; ci < ci_n; ci++) {
         memset(pad, 0, (size_t)(pg.rows * pg.cols) * sizeof(float));
         for (int64_t ky = 0; ky < p->kh; ky++) {
@@ -382,21 +486,22 @@ static sw_status check_weight(const sw_view *wv, const sw_window *p, const char 
 
 /* Scratch of one kernel call: the (K, tile_cols) im2col / col2im buffer and
  * the padded channel plane of im2col / col2im (unless the pointwise path needs
- * neither) and a (Co_b, tile_cols) staging buffer for tiles that hold several
- * samples. */
+ * neither, or the plane would dwarf the input xv: use_pad_plane) and a
+ * (Co_b, tile_cols) staging buffer for tiles that hold several samples. */
 typedef struct {
     float *col, *tmp, *pad;
 } conv_scratch;
 
-static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, const sw_window *p, int pointwise,
-                               const char *name) {
+static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, const sw_window *p, const sw_view *xv,
+                               int pointwise, const char *name) {
     sc->col = NULL;
     sc->tmp = NULL;
     sc->pad = NULL;
     if (!pointwise || g->nb > 1) {
+        int with_pad = use_pad_plane(p, g, xv);
         sc->col = malloc((size_t)(g->k * g->tile_cols) * sizeof(float) + 1);
-        sc->pad = malloc((size_t)pad_floats(p, g) * sizeof(float) + 1);
-        if (!sc->col || !sc->pad) {
+        sc->pad = with_pad ? malloc((size_t)pad_floats(p, g) * sizeof(float) + 1) : NULL;
+        if (!sc->col || (with_pad && !sc->pad)) {
             free(sc->col);
             free(sc->pad);
             sc->col = sc->pad = NULL;
@@ -491,7 +596,7 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
     int pointwise = is_pointwise(p, x, &g);
     int64_t ntiles = geom_ntiles(&g);
     conv_scratch sc;
-    if ((s = scratch_alloc(&sc, &g, p, pointwise, fn)) != SW_OK) {
+    if ((s = scratch_alloc(&sc, &g, p, x, pointwise, fn)) != SW_OK) {
         return s;
     }
     float *col = sc.col, *tmp = sc.tmp;
@@ -570,7 +675,7 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
     int pointwise = is_pointwise(p, dx, &g);
     int64_t ntiles = geom_ntiles(&g);
     conv_scratch sc;
-    if ((s = scratch_alloc(&sc, &g, p, pointwise, fn)) != SW_OK) {
+    if ((s = scratch_alloc(&sc, &g, p, dx, pointwise, fn)) != SW_OK) {
         return s;
     }
     float *dcol = sc.col, *tmp = sc.tmp;
@@ -609,7 +714,7 @@ static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, co
     int pointwise = is_pointwise(p, x, g);
     int64_t ntiles = geom_ntiles(g);
     conv_scratch sc;
-    sw_status s = scratch_alloc(&sc, g, p, pointwise, fn);
+    sw_status s = scratch_alloc(&sc, g, p, x, pointwise, fn);
     if (s != SW_OK) {
         return s;
     }

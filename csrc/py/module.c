@@ -116,13 +116,37 @@ static int check_op(ProblemObject *self, int op) {
     return 1;
 }
 
+/* CONVERTING: methods that change self->p, or hold pointers into it, convert their
+ * arguments (arrays, sequences of ints) with self->busy set.  A conversion can run Python
+ * code (__array__, __index__) that releases the GIL or calls back into this Problem; with
+ * busy set, neither another thread nor that code can re-initialise self or start a search
+ * on it in between (they get "in use by another thread").  busy was 0 before: every such
+ * method checked sw_py_problem_ready first.
+ *
+ * Refuse to replace or change self->p while a search, table build or lowering on another
+ * thread uses it (they run with the GIL released over self->p); 1 if nobody does. */
+static int not_busy(ProblemObject *self, const char *what) {
+    if (self->busy) {
+        PyErr_Format(PyExc_RuntimeError, "cannot %s a Problem while another thread is using it "
+                     "(a search, table build or lowering is running)", what);
+        return 0;
+    }
+    return 1;
+}
+
+/* Problem(...) and problem.__init__(...) again: a second call replaces the problem, but
+ * only when no other thread is using the old one (freeing it under a running search was a
+ * use-after-free).  The new problem is built first and swapped in last, so a failed
+ * re-initialisation leaves the old problem as it was. */
 static int Problem_init(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"blob", "flops", "dev_flops", "dev_membw", "bandwidth", NULL};
     PyObject *blob_o, *flops_o, *df_o, *dm_o, *bw_o;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &blob_o, &flops_o, &df_o, &dm_o, &bw_o)) {
+    if (!not_busy(self, "re-initialise") ||
+        !PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO", kwlist, &blob_o, &flops_o, &df_o, &dm_o, &bw_o)) {
         return -1;
     }
     int rc = -1;
+    sw_problem *fresh = NULL;
     PyArrayObject *blob = sw_py_array(blob_o, NPY_INT64, 1, "blob");
     PyArrayObject *flops = blob ? sw_py_array(flops_o, NPY_FLOAT64, 2, "flops") : NULL;
     PyArrayObject *df = flops ? sw_py_array(df_o, NPY_FLOAT64, 1, "dev_flops") : NULL;
@@ -149,14 +173,20 @@ static int Problem_init(ProblemObject *self, PyObject *args, PyObject *kwds) {
         PyErr_Format(PyExc_ValueError, "at most %d devices are supported", SW_MAX_DEVICES);
         goto done;
     }
-    sw_problem_free(self->p);
-    self->p = NULL;
-    sw_status s = sw_problem_new(&self->p, PyArray_DATA(blob), PyArray_DIM(blob, 0), PyArray_DATA(flops),
+    sw_status s = sw_problem_new(&fresh, PyArray_DATA(blob), PyArray_DIM(blob, 0), PyArray_DATA(flops),
                                  (int)ndev, PyArray_DATA(df), PyArray_DATA(dm), PyArray_DATA(bw));
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
     }
+    /* checked again: converting the arguments can run Python code (__array__), which can
+     * release the GIL and let another thread start a search on self */
+    if (!not_busy(self, "re-initialise")) {
+        sw_problem_free(fresh);
+        goto done;
+    }
+    sw_problem_free(self->p);
+    self->p = fresh;
     rc = 0;
 done:
     Py_XDECREF(blob);
@@ -208,7 +238,9 @@ static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
     if (!sw_py_problem_ready(self)) {
         return NULL;
     }
+    self->busy = 1;  /* see CONVERTING */
     PyArrayObject *counts = sw_py_array(arg, NPY_INT32, 1, "counts");
+    self->busy = 0;
     if (!counts) {
         return NULL;
     }
@@ -227,11 +259,14 @@ static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
         !check_op(self, op)) {
         return NULL;
     }
+    self->busy = 1;  /* see CONVERTING */
     PyArrayObject *deg = sw_py_array(deg_o, NPY_INT32, 2, "degrees");
     PyArrayObject *dev = deg ? sw_py_array(dev_o, NPY_INT32, 2, "devices") : NULL;
     PyArrayObject *red = NULL;
     PyObject *result = NULL;
-    if (!dev || (red_o != Py_None && !(red = sw_py_array(red_o, NPY_INT32, 2, "reductions")))) {
+    int converted = dev && (red_o == Py_None || (red = sw_py_array(red_o, NPY_INT32, 2, "reductions")));
+    self->busy = 0;
+    if (!converted) {
         goto done;
     }
     if (PyArray_DIM(deg, 1) != SW_MAX_RANK || PyArray_DIM(dev, 0) != PyArray_DIM(deg, 0) ||
@@ -400,7 +435,10 @@ static PyObject *Problem_iteration_region(ProblemObject *self, PyObject *args) {
         return NULL;
     }
     int64_t lo[SW_MAX_VARS], hi[SW_MAX_VARS];
-    if (!int64_sequence(lo_o, o->nvars, lo, "lo") || !int64_sequence(hi_o, o->nvars, hi, "hi")) {
+    self->busy = 1;  /* see CONVERTING: o points into self->p */
+    int converted = int64_sequence(lo_o, o->nvars, lo, "lo") && int64_sequence(hi_o, o->nvars, hi, "hi");
+    self->busy = 0;
+    if (!converted) {
         return NULL;
     }
     for (int v = 0; v < o->nvars; v++) {
@@ -438,7 +476,9 @@ static PyObject *Problem_set_compute_times(ProblemObject *self, PyObject *args) 
     if (!PyArg_ParseTuple(args, "iO", &op, &tc_o) || !check_tables(self) || !check_op(self, op)) {
         return NULL;
     }
+    self->busy = 1;  /* see CONVERTING */
     PyArrayObject *tc = sw_py_array(tc_o, NPY_FLOAT64, 1, "compute times");
+    self->busy = 0;
     if (!tc) {
         return NULL;
     }

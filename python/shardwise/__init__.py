@@ -26,7 +26,7 @@ from .problem import CostOptions, worker_counts
 from .costs import ProfileTable
 from .search import search
 from . import strategies
-from .train import CheckpointError, SGD, Trainer, TrainingError
+from .train import CheckpointError, SGD, Trainer, TrainerInUseError, TrainingError
 from . import data
 from .lower import TaskGraph, lower
 from .memory import DeviceMemory, MemoryPlan, memory_plan
@@ -36,7 +36,7 @@ from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, o
 
 __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
-            "CheckpointError", "data"]
+            "CheckpointError", "TrainerInUseError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
             "memory_plan"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]

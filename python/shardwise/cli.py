@@ -238,7 +238,11 @@ def _worker_count(text: str) -> int:
 
 class _DeferredInterrupt:
     """Ctrl-C while training: remember it and stop at the next step boundary, so the
-    weights are always those after a complete step.  A second Ctrl-C interrupts at once."""
+    weights are always those after a complete step.  A second Ctrl-C interrupts at once.
+
+    Inside a step, Trainer.step installs its own handler for the same purpose: it holds
+    the signal until the step is complete and then raises KeyboardInterrupt, which
+    :func:`_train_epochs` turns into the same request (:meth:`request`)."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -254,6 +258,10 @@ class _DeferredInterrupt:
     def _handler(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
+        self.requested = True
+
+    def request(self) -> None:
+        """A Ctrl-C that arrived while Trainer.step held the signal."""
         self.requested = True
 
     def __exit__(self, *exc: Any) -> None:
@@ -306,19 +314,23 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
             _note(args, f"shardwise: resumed from {args.checkpoint} after step {trainer.steps}")
         else:
             _note(args, f"shardwise: no checkpoint at {args.checkpoint} yet, starting from scratch")
-    _note(args, f"shardwise: training {args.model} (batch {args.batch}) with the {plan.name} plan on "
-                f"{devices.name}: {len(x_train)} training and {len(x_test)} test samples, "
-                f"{TRAINABLE[args.model]}")
-
     per_epoch = len(x_train) // args.batch
-    interrupted = _train_epochs(trainer, x_train, y_train, args.epochs, per_epoch, args.seed, out)
-    if args.checkpoint:
-        try:
-            trainer.save_checkpoint(args.checkpoint)
-        except OSError as exc:
-            raise ShardwiseError(f"cannot write the checkpoint to {args.checkpoint!r}: "
-                                 f"{exc.strerror or exc}") from None
-        _note(args, f"shardwise: checkpoint saved to {args.checkpoint} (step {trainer.steps})")
+    # From here on a first Ctrl-C only asks to stop: training ends at a step boundary, and the
+    # checkpoint is still written (a second Ctrl-C stops at once; the atomic save then leaves
+    # the previous checkpoint as it was).
+    with _DeferredInterrupt() as ctrl_c:
+        _note(args, f"shardwise: training {args.model} (batch {args.batch}) with the {plan.name} plan on "
+                    f"{devices.name}: {len(x_train)} training and {len(x_test)} test samples, "
+                    f"{TRAINABLE[args.model]}")
+        _train_epochs(trainer, x_train, y_train, args.epochs, per_epoch, args.seed, out, ctrl_c)
+        if args.checkpoint:
+            try:
+                trainer.save_checkpoint(args.checkpoint)
+            except OSError as exc:
+                raise ShardwiseError(f"cannot write the checkpoint to {args.checkpoint!r}: "
+                                     f"{exc.strerror or exc}") from None
+            _note(args, f"shardwise: checkpoint saved to {args.checkpoint} (step {trainer.steps})")
+        interrupted = ctrl_c.requested
     if interrupted:
         print(f"interrupted after step {trainer.steps}; the weights are those of that step"
               + (f", saved to {args.checkpoint}" if args.checkpoint else ""), file=sys.stderr)
@@ -330,8 +342,9 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _train_epochs(trainer: Any, images: np.ndarray, labels: np.ndarray, epochs: int, per_epoch: int,
-                  seed: int, out: TextIO) -> bool:
-    """Train from the trainer's step count up to ``epochs`` epochs; True when Ctrl-C stopped it.
+                  seed: int, out: TextIO, ctrl_c: _DeferredInterrupt) -> None:
+    """Train from the trainer's step count up to ``epochs`` epochs, or until Ctrl-C
+    (``ctrl_c.requested``), which stops at a step boundary.
 
     Epoch ``e`` visits the samples in the order ``default_rng([seed, e]).permutation``,
     so a run resumed from a checkpoint (even one saved in the middle of an epoch)
@@ -340,27 +353,33 @@ def _train_epochs(trainer: Any, images: np.ndarray, labels: np.ndarray, epochs: 
     first_epoch, offset = divmod(trainer.steps, per_epoch)
     if first_epoch >= epochs:
         out.write(f"already trained for {first_epoch} epochs ({trainer.steps} steps); nothing to do\n")
-        return False
-    with _DeferredInterrupt() as ctrl_c:
-        for epoch in range(first_epoch, epochs):
-            order = np.random.default_rng([seed, epoch]).permutation(len(images))
-            total, count, start = 0.0, 0, time.perf_counter()
-            for b in range(offset, per_epoch):
-                idx = order[b * n:(b + 1) * n]
+        return
+    for epoch in range(first_epoch, epochs):
+        if ctrl_c.requested:  # Ctrl-C before this epoch's first step
+            return
+        order = np.random.default_rng([seed, epoch]).permutation(len(images))
+        total, losses, start, first_step = 0.0, 0, time.perf_counter(), trainer.steps
+        for b in range(offset, per_epoch):
+            idx = order[b * n:(b + 1) * n]
+            try:
                 total += trainer.step(images[idx], labels[idx])
-                count += 1
-                if ctrl_c.requested:
-                    break
-            offset = 0
-            seconds = time.perf_counter() - start
-            rate = count * n / seconds if seconds > 0 else math.inf
-            partial = "" if count == per_epoch and not ctrl_c.requested else f" ({count} of {per_epoch} steps)"
-            out.write(f"epoch {epoch + 1}/{epochs}  loss {total / max(count, 1):.4f}  {rate:8.1f} images/s"
-                      f"{partial}\n")
-            out.flush()
+                losses += 1
+            except KeyboardInterrupt:
+                # Trainer.step held the signal until its step was complete (or it came before
+                # the step began): trainer.steps counts the complete steps, the weights are theirs
+                ctrl_c.request()
             if ctrl_c.requested:
-                return True
-    return False
+                break
+        offset = 0
+        count = trainer.steps - first_step
+        seconds = time.perf_counter() - start
+        rate = count * n / seconds if seconds > 0 else math.inf
+        partial = "" if count == per_epoch and not ctrl_c.requested else f" ({count} of {per_epoch} steps)"
+        out.write(f"epoch {epoch + 1}/{epochs}  loss {total / max(losses, 1):.4f}  {rate:8.1f} images/s"
+                  f"{partial}\n")
+        out.flush()
+        if ctrl_c.requested:
+            return
 
 
 def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:

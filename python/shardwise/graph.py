@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 
 from . import ops
 from .errors import GraphError, ShapeError
-from .opdesc import WEIGHT, OpDesc
+from .opdesc import DATA, MAX_INDEX_COEF, MAX_INDEX_OFFSET, MAX_INDEX_PERIOD, WEIGHT, OpDesc
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +61,7 @@ class Op:
 _ACTIVATIONS = (None, "relu")
 MAX_RANK = 5
 MAX_ELEMENTS = 2**48   # keeps every derived size and FLOP count far inside int64
+MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
 
 
 def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
@@ -80,6 +81,32 @@ def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
     if prod(dims) > MAX_ELEMENTS:
         raise ShapeError(f"{what} {dims} has {prod(dims):,} elements, more than the {MAX_ELEMENTS:,} supported")
     return dims
+
+
+def _check_derived(desc: OpDesc, what: str) -> None:
+    """The bounds of input shapes (:func:`_check_shape`), applied to every size a builder
+    derives: the output shape, the weights' shapes, the iteration space, and the index
+    arithmetic (strides, paddings, offsets) within what the C core decodes.  Without this a
+    huge out_channels or padding built fine and failed at search time with OverflowError."""
+    _check_shape(desc.out_shape, f"{what}: output shape")
+    for inp in desc.inputs:
+        if inp.role != DATA:  # data inputs are earlier ops' outputs, already checked
+            _check_shape(inp.shape, f"{what}: {'weight' if inp.role == WEIGHT else 'statistics'} shape")
+    points = prod(desc.extents)
+    if points > MAX_ITERATIONS:
+        raise ShapeError(f"{what}: {points:,} iteration points (outputs x reduction sizes "
+                         f"{desc.extents}), more than the {MAX_ITERATIONS:,} supported")
+    for inp in desc.inputs:
+        for e in inp.exprs:
+            if max(abs(c) for c in e.coefs) > MAX_INDEX_COEF:
+                raise ShapeError(f"{what}: a stride of {max(abs(c) for c in e.coefs):,} is more than the "
+                                 f"{MAX_INDEX_COEF:,} supported")
+            if abs(e.offset) > MAX_INDEX_OFFSET:
+                raise ShapeError(f"{what}: an index offset (a padding or a concat position) of {abs(e.offset):,} "
+                                 f"is more than the {MAX_INDEX_OFFSET:,} supported")
+            if e.div > MAX_INDEX_PERIOD or e.mod > MAX_INDEX_PERIOD:
+                raise ShapeError(f"{what}: a dimension of {max(e.div, e.mod):,} elements inside a flattened "
+                                 f"tensor is more than the {MAX_INDEX_PERIOD:,} supported")
 
 
 def _check_positive_int(value: Any, what: str) -> int:
@@ -123,6 +150,8 @@ class Graph:
     def _add(self, op_kind: str, inputs: Sequence[Tensor], desc: OpDesc, name: str | None,
              **attrs: Any) -> Tensor:
         desc.validate()
+        # before _name: a refused op must not use up an automatic name
+        _check_derived(desc, op_kind if name is None else f"{op_kind} {name!r}")
         name = self._name(name, op_kind)
         if self._step:
             # ops built at the same position of every unrolled step are the "same" computation

@@ -31,6 +31,13 @@ STAT = 2     # per-channel statistics reduced among replicas (batchnorm): t_s, n
 
 ROLE_NAMES = {DATA: "data", WEIGHT: "weight", STAT: "stat"}
 
+# The index arithmetic the C core accepts when it decodes a graph (csrc/problem.c): larger
+# strides, offsets or flatten periods are refused there as a ValueError at search time, so
+# the graph builder refuses them first (shardwise.graph).
+MAX_INDEX_COEF = 2**20     # |coefficient|: a stride
+MAX_INDEX_OFFSET = 2**40   # |offset|: a padding, a concat offset
+MAX_INDEX_PERIOD = 2**40   # div and mod: flatten's strides and sizes
+
 
 @dataclass(frozen=True)
 class IndexExpr:

@@ -13,7 +13,7 @@ from math import prod
 from typing import Callable, Sequence
 
 from .errors import ShapeError
-from .opdesc import DATA, STAT, WEIGHT, InputDesc, OpDesc, affine, identity_exprs, var, IndexExpr
+from .opdesc import DATA, MAX_INDEX_COEF, STAT, WEIGHT, InputDesc, OpDesc, affine, identity_exprs, var, IndexExpr
 
 
 def _pair(value: int | Sequence[int], what: str) -> tuple[int, int]:
@@ -35,10 +35,19 @@ def _require_rank(shape: tuple[int, ...], rank: int, op: str) -> None:
         raise ShapeError(f"{op} expects a rank-{rank} input, got shape {shape}")
 
 
+# Kernel, stride and padding of a window op: strides are index coefficients, which the C core
+# bounds at 2**20 (MAX_INDEX_COEF), and the CPU kernels refuse window parameters beyond 2**24;
+# one bound for the three keeps the rule simple and far beyond any real network.
+MAX_WINDOW = MAX_INDEX_COEF
+
+
 def _window_out(size: int, kernel: int, stride: int, pad: int, op: str, axis: str) -> int:
     if kernel <= 0 or stride <= 0 or pad < 0:
         raise ShapeError(f"{op}: kernel and stride must be positive and padding non-negative "
                          f"along {axis} (kernel={kernel}, stride={stride}, padding={pad})")
+    if max(kernel, stride, pad) > MAX_WINDOW:
+        raise ShapeError(f"{op}: kernel, stride and padding must be at most {MAX_WINDOW:,} along {axis} "
+                         f"(kernel={kernel}, stride={stride}, padding={pad})")
     if kernel > size + 2 * pad:
         raise ShapeError(f"{op}: kernel {kernel} is larger than the padded input {size + 2 * pad} along {axis}")
     return (size + 2 * pad - kernel) // stride + 1

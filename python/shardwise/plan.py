@@ -152,6 +152,10 @@ def make_config(graph: Graph, devices: DeviceGraph, op_name: str, spec: Mapping[
     devs = spec.get("devices")
     if devs is None:
         devs = list(range(workers))
+    # an ordered collection of devices: a string would be read character by character as
+    # device names, a mapping by its keys, a set in no defined order
+    if isinstance(devs, (str, bytes, Mapping, set, frozenset)):
+        raise ConfigError(f"{op_name!r}: bad device list {devs!r}: expected a list of devices")
     try:
         devs = [devices._index(x) for x in devs]
     except Exception as exc:
@@ -345,12 +349,21 @@ class Plan:
     def from_json_dict(cls, data: Any, graph: Graph, devices: DeviceGraph, where: str = "plan") -> "Plan":
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanFileError(f"{where}: not a shardwise plan (missing format {PLAN_FORMAT!r})")
-        if data.get("version") != PLAN_VERSION:
-            raise PlanFileError(f"{where}: plan format version {data.get('version')!r}, expected {PLAN_VERSION}")
+        version = data.get("version")
+        if type(version) is not int or version != PLAN_VERSION:  # not True, not 1.0
+            raise PlanFileError(f"{where}: plan format version {version!r}, expected {PLAN_VERSION}")
         try:
             g_fp, d_fp = data["graph"]["fingerprint"], data["devices"]["fingerprint"]
             ops, model = data["ops"], data["cost_model"]
-            options = CostOptions(model["sync"], float(model["bytes_per_element"]), float(model["backward_factor"]))
+            if not isinstance(model, dict):
+                raise TypeError(f"cost_model must be an object, got {type(model).__name__}")
+            # the numbers as they are: CostOptions refuses bools, strings and non-finite values
+            # (float() would have read true as 1.0 and "4" as 4.0)
+            options = CostOptions(model["sync"], model["bytes_per_element"], model["backward_factor"])
+            for key, value in (("graph fingerprint", g_fp), ("devices fingerprint", d_fp),
+                               ("name", data.get("name", "plan"))):
+                if not isinstance(value, str):
+                    raise TypeError(f"{key} must be a string, got {value!r}")
         except (KeyError, TypeError, ValueError, ConfigError) as exc:
             raise PlanFileError(f"{where}: malformed plan file ({type(exc).__name__}: {exc})") from None
         if g_fp != graph.fingerprint():
@@ -365,7 +378,7 @@ class Plan:
             configs = {n: make_config(graph, devices, n, spec) for n, spec in ops.items()}
         except ConfigError as exc:
             raise PlanFileError(f"{where}: {exc}") from None
-        return cls(graph, devices, configs, options, str(data.get("name", "plan")))
+        return cls(graph, devices, configs, options, data.get("name", "plan"))
 
     def __repr__(self) -> str:
         return f"Plan({self.name!r}, graph={self.graph.name!r}, devices={len(self.devices)})"
