@@ -250,10 +250,12 @@ static sw_status reduce_among(lowering *L, int op, int slot, sw_phase phase, sw_
         sw_box box = L->g->buffers[L->bufs[lead]].box;
         int nd = 0;
         L->deps[nd++] = L->ready[lead];
+        /* batchnorm statistics are received as what they are: double-precision sums */
+        sw_buffer_kind rk = L->g->buffers[L->bufs[lead]].kind == SW_BUF_STATS ? SW_BUF_STATS : SW_BUF_RECV;
         for (int q = 1; q < r; q++) {
             int m = L->members[q];
             int32_t recv;
-            SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
+            SW_TRY(sw_tg_buffer(L->g, lead_dev, rk, op, &box, &recv));
             sw_task t = copy_of(phase, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
             L->io[q] = recv;
             SW_TRY(add_copy(L, &t, L->ready[m], L->bufs[m], recv, &L->deps[nd++]));

@@ -58,7 +58,7 @@ static sw_status host_reads(const sw_task_graph *g, char **out) {
 }
 
 /* ------------------------------------------------------------------ lifetimes */
-static void lifetimes(const sw_task_graph *g, const char *host_read, int32_t *first, int32_t *last) {
+static void lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last) {
     for (int32_t b = 0; b < g->nbuffers; b++) {
         first[b] = NONE;
         last[b] = NONE;
@@ -71,7 +71,7 @@ static void lifetimes(const sw_task_graph *g, const char *host_read, int32_t *fi
         }
     }
     for (int32_t b = 0; b < g->nbuffers; b++) {
-        if (persistent(g, b, host_read) || first[b] == NONE) {
+        if (!reuse || persistent(g, b, host_read) || first[b] == NONE) {
             first[b] = 0;                /* live throughout (or never touched: kept apart) */
             last[b] = g->ntasks;
         }
@@ -352,7 +352,7 @@ static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const i
     }
 }
 
-sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, sw_memory_plan *mp) {
+sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp) {
     memset(mp, 0, sizeof *mp);
     if (ndev < 1 || align < 1 || (align & (align - 1)) != 0) {
         return SW_FAIL(SW_ERR_VALUE, "a memory plan needs >= 1 device and a power-of-two alignment, got %d, %lld",
@@ -393,7 +393,7 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
         (s = remote_touchers(g, &remote_ptr, &remote)) != SW_OK) {
         goto done;
     }
-    lifetimes(g, host, mp->first, mp->last);
+    lifetimes(g, host, reuse, mp->first, mp->last);
     placed = malloc(sizeof *placed * nb);
     taken = malloc(sizeof *taken * nb);
     ev = malloc(sizeof *ev * 2 * nb);

@@ -376,7 +376,8 @@ typedef struct {
     int32_t *reuse_from, *reuse_to;
 } sw_memory_plan;
 
-sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, sw_memory_plan *mp);
+/* reuse 0: every buffer keeps its own bytes (a check, and the baseline the plan saves against). */
+sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp);
 void sw_memory_plan_free(sw_memory_plan *mp);
 /* memplan_check.c: SW_OK when offsets (and the reuse edges) are safe for g, judged
  * from the graph alone: buffers of one device whose bytes overlap are touched by

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 
 import shardwise as sw
@@ -26,7 +27,7 @@ def test_every_partition_is_measured(measured):
             assert fwd >= 0 and bwd >= 0
             if g[op_name].kind in ("conv2d", "linear"):
                 assert fwd > 0 and bwd > 0
-    assert prof.task_overhead > 0 and prof.copy_bandwidth > 1e8
+    assert prof.task_overhead == 0 and prof.copy_bandwidth > 1e8   # the runtime spends nothing per task outside it
     assert {"accumulate", "update"} <= set(prof.element_seconds)
 
 
@@ -105,7 +106,7 @@ def test_fit_line_is_least_squares_and_never_negative(samples, expected):
 def test_the_step_overhead_of_a_real_profile_is_small_and_positive(measured):
     _, _, _, prof = measured
     assert 0 < prof.step_overhead < 0.05
-    assert 0 < prof.wake_latency < 0.01
+    assert prof.wake_latency == 0   # the runtime's threads spin before they sleep
 
 
 def test_the_rounds_are_sampled_in_turns(monkeypatch):
@@ -120,9 +121,6 @@ def test_the_rounds_are_sampled_in_turns(monkeypatch):
         def __init__(self, graph, devices, configs):
             self.k = configs["k"]
 
-        def sample_dispatch(self):
-            order.append(("dispatch", self.k))
-
         def sample_step(self):
             order.append(("step", self.k))
 
@@ -134,7 +132,6 @@ def test_the_rounds_are_sampled_in_turns(monkeypatch):
     assert out == [0, 1, 2]
     steps = [k for what, k in order if what == "step"]
     assert steps == [0, 1, 2, 0, 1, 2]
-    assert [k for what, k in order if what == "dispatch"] == [0, 1, 2, 0, 1, 2]
 
 
 def test_a_shard_time_is_the_slowest_worker_of_each_step(tmp_path):
@@ -148,13 +145,17 @@ def test_a_shard_time_is_the_slowest_worker_of_each_step(tmp_path):
     configs = {op.name: OpConfig(dim_names(len(op.shape)), (2,) + (1,) * (len(op.shape) - 1), (0, 1))
                for op in g.ops}
     probe = _RoundProbe(g, d, configs)
-    # three steps' CPU seconds of conv1's forward on workers 0 and 1: the slow one alternates
+    probe.fwd.clear()
+    tasks = probe.tg.tasks
+    conv1 = {t.worker: t.id for t in tasks if t.op == "conv1" and t.kind == "forward"}
+    # three steps' seconds of conv1's forward on workers 0 and 1: the slow one alternates
     for w0, w1 in ((1.0, 3.0), (3.0, 1.0), (1.0, 3.0)):
-        probe._current.clear()
-        probe._current.update({("conv1", 0, "fwd"): w0, ("conv1", 1, "fwd"): w1})
-        probe._spans[:] = [(0.0, 1.0)]
-        probe._record_step(total=1.0)
+        ns = np.zeros((len(tasks), 2), np.int64)
+        ns[conv1[0]] = (0, int(w0 * 1e9))
+        ns[conv1[1]] = (0, int(w1 * 1e9))
+        probe._record_step(ns, total=4.0)
     assert probe.fwd["conv1"] == [3.0, 3.0, 3.0]
+    assert probe.outside == [1.0, 1.0, 1.0]
 
 
 def test_kernel_seconds_counts_the_calling_threads_kernels_only():

@@ -154,7 +154,7 @@ static int wait_event(cpu_backend *be, int32_t e, int64_t epoch) {
     }
     pthread_mutex_lock(&be->lock);
     atomic_fetch_add(&be->sleepers, 1);
-    while (atomic_load_explicit(&be->event_epoch[e], memory_order_acquire) != epoch && !atomic_load(&be->failed)) {
+    while (atomic_load(&be->event_epoch[e]) != epoch && !atomic_load(&be->failed)) {
         pthread_cond_wait(&be->event, &be->lock);
     }
     atomic_fetch_sub(&be->sleepers, 1);
@@ -163,7 +163,9 @@ static int wait_event(cpu_backend *be, int32_t e, int64_t epoch) {
 }
 
 static void record_event(cpu_backend *be, int32_t e, int64_t epoch) {
-    atomic_store_explicit(&be->event_epoch[e], epoch, memory_order_release);
+    /* sequentially consistent, as the waiter's sleepers increment and epoch load: one of the
+     * two sides sees the other (a release store could pass the sleepers load: a lost wake-up) */
+    atomic_store(&be->event_epoch[e], epoch);
     if (atomic_load(&be->sleepers) > 0) {
         pthread_mutex_lock(&be->lock);
         pthread_cond_broadcast(&be->event);
@@ -198,7 +200,10 @@ static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *arg
             record_event(be, c->id, epoch);
         } else {
             jitter(w);
+            int64_t *ns = &be->base.rt->task_ns[2 * (int64_t)c->id];
+            ns[0] = sw_now_ns();
             sw_status s = sw_cpu_run_task(&ctx, c->id);
+            ns[1] = sw_now_ns();
             if (s != SW_OK) {
                 fail(be, s);
                 return;

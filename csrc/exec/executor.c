@@ -10,8 +10,10 @@
  * Step: the backend runs the lists; the loss is the sum of the loss tasks'
  * sums of -log p, in task order (the same sum whatever the timing), over N.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
+#include <time.h>    /* clock_gettime */
 
 #include "../cpu/view.h"  /* sw_window_check */
 #include "runtime.h"
@@ -30,6 +32,12 @@ void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v) {
 }
 
 void *sw_runtime_buffer(const sw_runtime *rt, int32_t b) { return rt->ptr[b]; }
+
+int64_t sw_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* Copy what the kernels need of op i from the problem (the runtime outlives it). */
 static void copy_op(const sw_problem *p, const sw_plan *plan, int i, sw_rt_op *o) {
@@ -157,7 +165,7 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
 static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs) {
     SW_TRY(check_attrs(p, attrs));
     SW_TRY(sw_lower(p, plan, &rt->g));
-    SW_TRY(sw_memory_plan_build(&rt->g, p->ndev, ARENA_ALIGN, &rt->mp));
+    SW_TRY(sw_memory_plan_build(&rt->g, p->ndev, ARENA_ALIGN, rt->reuse_memory, &rt->mp));
     const sw_task_graph *g = &rt->g;
     size_t nt = (size_t)g->ntasks + 1, nb = (size_t)g->nbuffers + 1, nd = (size_t)p->ndev;
     rt->ops = calloc((size_t)p->nops, sizeof *rt->ops);
@@ -169,10 +177,11 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     rt->in_list[SW_LIST_FORWARD] = calloc(nt, 1);
     rt->started = calloc(nb, 1);
     rt->loss_sums = calloc(nt, sizeof *rt->loss_sums);
+    rt->task_ns = calloc(2 * nt, sizeof *rt->task_ns);
     int *stream = calloc(nd, sizeof *stream);
     uint8_t *grad_seen = calloc(nb, 1);
     if (!rt->ops || !rt->attrs || !rt->arena || !rt->ptr || !rt->first_accumulate || !rt->in_list[0] ||
-        !rt->in_list[1] || !rt->started || !rt->loss_sums || !stream || !grad_seen) {
+        !rt->in_list[1] || !rt->started || !rt->loss_sums || !rt->task_ns || !stream || !grad_seen) {
         free(stream);
         free(grad_seen);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory building the runtime");
@@ -205,6 +214,9 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     }
     for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
         rt->ptr[b] = (char *)rt->arena[g->buffers[b].device] + rt->mp.offset[b];
+        if (g->buffers[b].kind == SW_BUF_MOMENTUM && !rt->backend->i->to_host) {   /* optimizer state starts at 0 */
+            memset(rt->ptr[b], 0, (size_t)rt->mp.bytes[b]);
+        }
     }
     for (int d = 0; d < p->ndev && s == SW_OK; d++) {
         s = rt->backend->i->stream_new(rt->backend, d, 0, &stream[d]);
@@ -216,8 +228,8 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     return s;
 }
 
-sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, sw_backend *backend,
-                         sw_runtime **out) {
+sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
+                         sw_backend *backend, sw_runtime **out) {
     *out = NULL;
     sw_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) {
@@ -225,6 +237,7 @@ sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_a
         return SW_FAIL(SW_ERR_NOMEM, "out of memory building the runtime");
     }
     rt->backend = backend;
+    rt->reuse_memory = reuse_memory;
     backend->rt = rt;
     rt->ndev = p->ndev;
     rt->nops = p->nops;
@@ -261,6 +274,7 @@ void sw_runtime_free(sw_runtime *rt) {
     free(rt->in_list[1]);
     free(rt->started);
     free(rt->loss_sums);
+    free(rt->task_ns);
     free(rt);
 }
 
@@ -270,7 +284,11 @@ sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, do
         return SW_FAIL(SW_ERR_VALUE, "unknown work list %d", list);
     }
     memset(rt->loss_sums, 0, sizeof *rt->loss_sums * (size_t)rt->g.ntasks);
-    SW_TRY(rt->backend->i->launch(rt->backend, list, args));
+    memset(rt->task_ns, 0, sizeof *rt->task_ns * 2 * (size_t)rt->g.ntasks);
+    rt->step_ns[0] = sw_now_ns();
+    sw_status s = rt->backend->i->launch(rt->backend, list, args);
+    rt->step_ns[1] = sw_now_ns();
+    SW_TRY(s);
     double total = 0.0;
     for (int32_t t = 0; t < rt->g.ntasks; t++) {   /* in task order: the same sum whatever the timing */
         if (rt->g.tasks[t].kind == SW_TASK_LOSS) {

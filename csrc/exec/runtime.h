@@ -138,14 +138,19 @@ struct sw_runtime {
     uint8_t *in_list[SW_NLISTS];  /* ntasks: the task runs in that list */
     uint8_t *started;             /* nbuffers: momentum buffers updated at least once */
     double *loss_sums;            /* ntasks: per loss task, its sum of -log p this step */
+    int64_t *task_ns;             /* 2 ntasks: each task's start and end in the last step (ns, monotonic clock) */
+    int64_t step_ns[2];           /* the last step's start and end (ns, same clock) */
     sw_backend *backend;
     int64_t arena_allocations;    /* arenas allocated (once, at creation) */
+    int reuse_memory;             /* buffers share memory by lifetime (0: each has its own) */
 };
 
-/* rt takes ownership of the backend. */
-sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, sw_backend *backend,
-                         sw_runtime **out);
+/* rt takes ownership of the backend; reuse_memory 0 gives every buffer its own bytes. */
+sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
+                         sw_backend *backend, sw_runtime **out);
 void sw_runtime_free(sw_runtime *rt);
+/* Nanoseconds of the monotonic clock (the clock of task_ns and step_ns). */
+int64_t sw_now_ns(void);
 /* One step of list `list`; *loss = the mean cross-entropy over the minibatch. */
 sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, double *loss);
 /* A buffer's memory (host-addressable on the CPU backend). */

@@ -61,7 +61,7 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
     Py_BEGIN_ALLOW_THREADS
     s = sw_lower(self->p, &a.plan, &g);
     if (s == SW_OK) {
-        s = sw_memory_plan_build(&g, self->p->ndev, (int64_t)align, &mp);
+        s = sw_memory_plan_build(&g, self->p->ndev, (int64_t)align, 1, &mp);
     }
     if (s == SW_OK && check) {
         s = sw_memory_plan_check(&g, &mp);

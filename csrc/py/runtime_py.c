@@ -74,11 +74,11 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
 
 static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "attrs", "threads", "jitter_us",
-                             NULL};
+                             "reuse", NULL};
     PyObject *prob, *k, *dg, *ptr, *dv, *at;
-    int threads, jitter = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|i", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
-                                     &jitter)) {
+    int threads, jitter = 0, reuse = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|ip", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
+                                     &jitter, &reuse)) {
         return NULL;
     }
     ProblemObject *problem = (ProblemObject *)prob;
@@ -105,7 +105,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_BEGIN_ALLOW_THREADS
     s = sw_backend_cpu_new(problem->p->ndev, threads, jitter, &backend);
     if (s == SW_OK) {
-        s = sw_runtime_new(problem->p, &a.plan, attrs, backend, &self->rt);
+        s = sw_runtime_new(problem->p, &a.plan, attrs, reuse, backend, &self->rt);
     }
     Py_END_ALLOW_THREADS
     problem->busy = 0;
@@ -354,7 +354,23 @@ fail:
     return NULL;
 }
 
+/* (task starts, task ends, step start, step end) of the last step: ns of the monotonic clock */
+static PyObject *Runtime_task_times(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) {
+        return NULL;
+    }
+    npy_intp dims[2] = {self->rt->g.ntasks, 2};
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT64);
+    if (!a) {
+        return NULL;
+    }
+    memcpy(PyArray_DATA(a), self->rt->task_ns, sizeof(int64_t) * 2 * (size_t)self->rt->g.ntasks);
+    return Py_BuildValue("(NLL)", (PyObject *)a, (long long)self->rt->step_ns[0], (long long)self->rt->step_ns[1]);
+}
+
 static PyMethodDef Runtime_methods[] = {
+    {"task_times", (PyCFunction)Runtime_task_times, METH_NOARGS,
+     "task_times() -> ((ntasks, 2) start/end ns of every task of the last step, step start, step end)"},
     {"step", (PyCFunction)Runtime_step, METH_VARARGS,
      "step(inputs, labels, lr, momentum, weight_decay, dampening, nesterov) -> mean loss"},
     {"forward", (PyCFunction)Runtime_forward, METH_VARARGS, "forward(inputs, labels) -> mean loss"},

@@ -6,17 +6,14 @@
 
 For every op and every partition (degrees) the search may give it on the
 device graph, the forward and backward time of one shard is measured by
-running real training steps of the CPU executor, its workers side by side as in
-training, each compute task timed by its kernels' wall time: in round r every op
+running real training steps of the native runtime, its workers side by side as in
+training, each task timed by the runtime: in round r every op
 takes its r-th partition, so a handful of plans covers all of them, and the plans
 take turns step by step.  On CPU workers
 the devices are alike, so where a shard runs does not matter.
-The profile also measures the executor's interpreter time per task (everything
-outside the C kernels, during which a worker holds Python's lock, so workers
-take turns at it), the time of a step outside its tasks (checking the batch,
-waking the executor's threads), bookkeeping seconds (fixed + per element), the
-time a thread blocked on another's task takes to run again, and the bandwidth of
-a copy between workers, which the simulator uses.
+The profile also measures the time of a step outside its tasks (checking the
+batch, waking the runtime's threads), bookkeeping seconds (fixed + per element)
+and the bandwidth of a copy between workers, which the simulator uses.
 
 Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
 stamped with the machine (CPU model, core count, OpenBLAS kernels) and the
@@ -30,7 +27,6 @@ import os
 import platform
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +42,7 @@ from .plan import OpConfig, Plan
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
 PROFILE_FORMAT = "shardwise-profile"
-PROFILE_VERSION = 5   # 5: shards timed by their kernels' wall time, the slowest worker per step
+PROFILE_VERSION = 6   # 6: tasks timed by the native runtime, the slowest worker per step
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats"}
 
@@ -167,143 +163,68 @@ def _copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
     return nbytes / best
 
 
-def _wake_latency(round_trips: int = 400) -> float:
-    """Seconds from setting a ``threading.Event`` to the thread blocked on it running again:
-    half the median round trip of two threads waking each other, the way the executor's
-    threads wait for each other's tasks."""
-    ping, pong = threading.Event(), threading.Event()
-
-    def other() -> None:
-        for _ in range(round_trips):
-            ping.wait()
-            ping.clear()
-            pong.set()
-
-    thread = threading.Thread(target=other, name="shardwise wake probe", daemon=True)
-    thread.start()
-    trips = []
-    for _ in range(round_trips):
-        t0 = time.perf_counter()
-        ping.set()
-        pong.wait()
-        pong.clear()
-        trips.append(time.perf_counter() - t0)
-    thread.join()
-    return statistics.median(trips) / 2
-
-
 class _RoundProbe:
     """One profiling plan (round), set up once and sampled step by step.
 
     :func:`_measure_rounds` takes the rounds' samples in turns, one step each, so that every
     round is measured across the whole profiling time: on the 2-core test machine the speed
     of two threads side by side changes for seconds at a time, and a round measured in one
-    block of steps took that moment's speed with it (LeNet-5's simulated 2-worker step moved
-    by +-25% between profiles taken a minute apart, while its measured step stayed within 5%).
+    block of steps took that moment's speed with it.
 
-    Shards are timed the way training runs them: real ``Trainer.step`` calls on the
-    executor's threads (at most one per core, each running its devices in program order),
-    every compute task by the wall time its kernels spent with the interpreter lock released
-    (``_core.kernel_seconds``, kept per thread).  That time keeps what running side by side
-    costs (on the 2-core test machine the scaled ResNet-18's kernels took 5-40% more time
-    with the workers side by side than one at a time: shared caches and memory bandwidth)
-    and what the machine takes from a core (a vCPU that runs slower or waits for the host,
-    which a thread's CPU clock does not see: LeNet-5's 2-worker steps ran 20-35% longer than
-    their tasks' CPU times added up), and leaves out the wait to take the interpreter lock
-    back, which the simulator's ``interpreter`` resource models.  Bookkeeping tasks (copies,
-    sums, the update: partly NumPy) are timed by the thread's CPU clock.
-
-    The interpreter time per task is measured with the tasks run one at a time (no thread
-    waits for the lock then): a step's time outside the kernels over its task count."""
+    Shards are timed the way training runs them: real ``Trainer.step`` calls on the native
+    runtime, whose worker threads record every task's start and end (``Runtime.task_times``).
+    A task's time keeps what running side by side costs (shared caches and memory bandwidth)
+    and what the machine takes from a core.  Per op and step the slowest worker's shard is
+    kept (a step waits for the slowest)."""
 
     def __init__(self, graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig]) -> None:
-        from . import _core
         from .train import SGD, Trainer
 
-        self.core = _core
         plan = Plan(graph, devices, configs, name="profile")
         self.trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
-        self.executor = ex = self.trainer.executor
-        self.fwd: dict[str, list[float]] = {}       # op -> kernel seconds of its slowest shard, per step
+        self.tg = self.trainer.task_graph
+        self.fwd: dict[str, list[float]] = {}       # op -> seconds of its slowest shard, per step
         self.bwd: dict[str, list[float]] = {}
-        self.dispatch: list[float] = []                          # interpreter seconds per task, per run
-        self.per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (CPU seconds, elements) per task
+        self.per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (seconds, elements) per task
         self.outside: list[float] = []                           # seconds of a step outside its tasks
-        self._current: dict[tuple[str, int, str], float] = {}   # (op, worker, fwd/bwd) -> kernel seconds
-        self._spans: list[tuple[float, float]] = []              # (start, end) wall clock of every task
-        self._recording = False
-        for kind in {t.kind for t in ex.tg.tasks}:
-            setattr(ex, "do_" + kind, self._timed(getattr(ex, "do_" + kind)))
         self.images, self.labels = self.trainer._check_batch(*_random_batch(self.trainer, 0))
-        self._serial_run()                              # warm-up: first-touch allocations
-        self.trainer.step(self.images, self.labels)     # ... and the worker threads
-        self._release()
-
-    def _timed(self, original):
-        kernel_seconds = self.core.kernel_seconds
-
-        def timed(task):
-            t0, c0, k0 = time.perf_counter(), time.thread_time(), kernel_seconds()
-            original(task)
-            if not self._recording:
-                return
-            self._spans.append((t0, time.perf_counter()))
-            if task.kind in COMPUTE_KINDS:
-                key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
-                self._current[key] = self._current.get(key, 0.0) + kernel_seconds() - k0
-            elif task.kind in BOOKKEEPING_KINDS:
-                elements = _task_elements(self.executor.tg, task)
-                if elements:
-                    self.per_element.setdefault(task.kind, []).append((time.thread_time() - c0, elements))
-        return timed
-
-    def _serial_run(self) -> None:
-        self.executor.run(self.images, self.labels, optimizer=self.trainer.optimizer, threads=False)
-
-    def _release(self) -> None:
-        """Drop the step's buffers: the rounds are sampled in turns, and every round
-        holding a step's activations at once would multiply the profile's memory."""
-        self.executor.data = {}
-
-    def sample_dispatch(self) -> None:
-        """One step with the tasks run one at a time: its time outside the kernels."""
-        t0, k0 = time.perf_counter(), self.core.kernel_seconds()
-        self._serial_run()
-        total, kernels = time.perf_counter() - t0, self.core.kernel_seconds() - k0
-        self.dispatch.append((total - kernels) / len(self.executor.tg.tasks))
-        self._release()
+        self.trainer.step(self.images, self.labels)     # warm-up: first touches, workspaces
 
     def sample_step(self) -> None:
-        """One training step on the executor's threads, every task timed."""
-        self._current.clear()
-        self._spans.clear()
-        self._recording = True
-        try:
-            t0 = time.perf_counter()
-            self.trainer.step(self.images, self.labels)
-            total = time.perf_counter() - t0
-        finally:
-            self._recording = False
-        self._record_step(total)
-        self._release()
+        """One training step, every task timed by the runtime."""
+        t0 = time.perf_counter()
+        self.trainer.step(self.images, self.labels)
+        total = time.perf_counter() - t0
+        self._record_step(self.trainer.executor.task_times()[0], total)
 
-    def _record_step(self, total: float) -> None:
-        """File the samples of the step just timed (``total`` seconds)."""
+    def _record_step(self, ns: np.ndarray, total: float) -> None:
+        """File the samples of a step of ``total`` seconds whose tasks started and ended at
+        ``ns`` (ntasks, 2) nanoseconds."""
+        seconds = (ns[:, 1] - ns[:, 0]) * 1e-9
         # checking the batch, waking the worker threads, collecting them
-        self.outside.append(total - (max(e for _, e in self._spans) - min(s for s, _ in self._spans)))
+        self.outside.append(max(0.0, total - (ns[:, 1].max() - ns[:, 0].min()) * 1e-9))
+        current: dict[tuple[str, int, str], float] = {}
+        for task, sec in zip(self.tg.tasks, seconds.tolist()):
+            if task.kind in COMPUTE_KINDS:
+                key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
+                current[key] = current.get(key, 0.0) + sec
+            elif task.kind in BOOKKEEPING_KINDS:
+                elements = _task_elements(self.tg, task)
+                if elements:
+                    self.per_element.setdefault(task.kind, []).append((sec, elements))
         # per op the slowest worker of this step: shards of one op are meant to take equally
-        # long, and a step waits for the slowest (a median per worker, then the largest, let a
-        # core that was slow in every step but now on this worker, now on that, go unseen)
+        # long, and a step waits for the slowest
         slowest: dict[tuple[str, str], float] = {}
-        for (op, _worker, which), seconds in self._current.items():
-            slowest[(op, which)] = max(slowest.get((op, which), 0.0), seconds)
-        for (op, which), seconds in slowest.items():
-            (self.fwd if which == "fwd" else self.bwd).setdefault(op, []).append(seconds)
+        for (op, _worker, which), sec in current.items():
+            slowest[(op, which)] = max(slowest.get((op, which), 0.0), sec)
+        for (op, which), sec in slowest.items():
+            (self.fwd if which == "fwd" else self.bwd).setdefault(op, []).append(sec)
 
     def result(self):
-        """(fwd, bwd, interpreter seconds per task, bookkeeping samples, step overhead)."""
-        return (self.fwd, self.bwd, statistics.median(self.dispatch), self.per_element,
-                max(0.0, statistics.median(self.outside)))
+        """(fwd, bwd, seconds per task outside its kernels, bookkeeping samples, step overhead).
+        The runtime runs every task in C: nothing is spent per task outside it but the
+        worker's loop, which the task times hold."""
+        return self.fwd, self.bwd, 0.0, self.per_element, max(0.0, statistics.median(self.outside))
 
 
 def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, OpConfig]], repeats: int,
@@ -317,8 +238,6 @@ def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, O
         if progress:
             print(f"\r  [shardwise] profiling: plan {r + 1}/{len(rounds)} set up", end="", file=sys.stderr, flush=True)
     for k in range(repeats):
-        for probe in probes:
-            probe.sample_dispatch()
         for probe in probes:
             probe.sample_step()
             if between_steps is not None:
@@ -421,7 +340,7 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     for kind, pairs in samples.items():
         prof.element_fixed[kind], prof.element_seconds[kind] = fit_line(pairs)
     prof.copy_bandwidth = _copy_bandwidth()
-    prof.wake_latency = _wake_latency()
+    prof.wake_latency = 0.0   # the runtime's threads spin before they sleep: a wait resumes at once
     prof.save(path)
     return prof
 

@@ -62,13 +62,19 @@ def op_attrs(graph: Graph) -> np.ndarray:
 class NativeExecutor:
     """Runs the task graph of ``plan`` on the native runtime; parameters and momentum persist."""
 
-    def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, jitter_us: int = 0) -> None:
+    def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
+                 reuse: bool = True) -> None:
+        """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
+        only): a random pause of up to that many microseconds before every task; ``reuse``:
+        buffers share arena memory by lifetime (False: each keeps its own bytes)."""
         self.graph = graph
         self.tg = tg
         devices = plan.devices
-        threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
+        if threads is None:
+            threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
         problem = make_problem(graph, devices, plan.options)
-        self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us)
+        self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
+                                 reuse=reuse)
         self.threads = threads
         self.persistent: dict[int, np.ndarray] = {b.id: self._rt.buffer(b.id) for b in tg.buffers
                                                   if b.kind in ("param", "momentum")}
@@ -117,6 +123,11 @@ class NativeExecutor:
 
     def arena_high_water(self) -> dict[int, int]:
         return dict(enumerate(self._rt.arena_high_water()))
+
+    def task_times(self) -> tuple[np.ndarray, int, int]:
+        """((ntasks, 2) start and end of every task of the last step, step start, step end),
+        in nanoseconds of the monotonic clock."""
+        return self._rt.task_times()
 
     def allocations(self) -> dict[str, int]:
         """Arenas allocated and workspace growth since the runtime was built."""

@@ -29,20 +29,20 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 import numpy as np
 
 from .atomic import write_atomically
-from .backend_cpu import CpuExecutor
 from .errors import ConfigError, ShapeError, ShardwiseError
 from .graph import Graph
 from .init import init_params
 from .lower import lower
 from .plan import Plan
+from .runtime import NativeExecutor
+from . import _core
 
 if TYPE_CHECKING:
     from .memory import MemoryPlan
 
 
-# Op kinds the CPU backend (backend_cpu.py) has kernels for.
-CPU_KINDS = frozenset({"input", "conv2d", "pool2d", "relu", "add", "batchnorm2d", "concat", "flatten",
-                       "linear", "softmax", "parameter", "matmul", "lstm_cell", "lstm_hidden"})
+# Op kinds the CPU backend has kernels for (the op table, csrc/ops.def).
+CPU_KINDS = frozenset(_core.CPU_OP_KINDS)
 
 Batch = Union[np.ndarray, Mapping[str, np.ndarray]]
 """The input of a step: one array for a graph with one input op, or {input op name: array}."""
@@ -159,9 +159,7 @@ class Trainer:
         self.batch = inputs[0].shape[0]
         self.loss_ops = losses
         self.task_graph = lower(plan)
-        self.executor = CpuExecutor(graph, self.task_graph)
-        self.executor.param_index = self.task_graph.params
-        self.executor.momentum_started = set()
+        self.executor = NativeExecutor(graph, plan, self.task_graph)
         self.steps = 0
         self.set_weights(init_params(graph, seed))
 
@@ -385,12 +383,11 @@ class Trainer:
                 raise CheckpointError(f"{path}: {exc}") from None
             for bid, v in momentum.items():
                 self.executor.persistent[bid][...] = v
-            self.executor.momentum_started = {id(self.executor.persistent[b]) for b in started}
+            self.executor.set_started(set(started))
             self.steps = steps
 
     def _started_buffers(self) -> set[int]:
-        ids = self.executor.momentum_started
-        return {bid for bid, arr in self.executor.persistent.items() if id(arr) in ids}
+        return self.executor.started_buffers()
 
     # ---- weights
     def get_weights(self) -> dict[str, np.ndarray]:
@@ -441,10 +438,16 @@ class Trainer:
 
     # ---- memory
     def memory_per_worker(self) -> dict[int, int]:
-        """Bytes each worker (device) held at the end of the last step: parameters, momentum,
-        activations kept for the backward pass, staging regions and gradients (measured
-        from the arrays the executor allocated; views of another buffer are not counted twice)."""
-        return dict(self.executor.peak_bytes)
+        """Bytes each worker (device) holds: its one arena, allocated when the trainer was
+        built (parameters, momentum, activations kept for the backward pass, staging regions
+        and gradients at their planned offsets: :attr:`memory_plan`)."""
+        return self.executor.arena_bytes()
+
+    def arena_high_water(self) -> dict[int, int]:
+        """{device: bytes} measured by the runtime: the highest byte of each device's arena
+        any step has written so far (rounded up to the arena's alignment).  After a step it
+        equals the planned arena, :attr:`memory_plan`'s ``arena_bytes``."""
+        return self.executor.arena_high_water()
 
     @property
     def memory_plan(self) -> "MemoryPlan":
