@@ -23,8 +23,10 @@
  * ky is r*sh + ky - ph; a read outside x's view is zero (padding), a
  * data-gradient contribution outside dx's view is dropped.
  */
-#include <stdint.h>  /* int64_t, INT32_MAX */
-#include <stdlib.h>  /* malloc, free */
+#include <pthread.h>    /* per-thread scratch caches (pthread keys) */
+#include <stdatomic.h>  /* the count of cache growths */
+#include <stdint.h>     /* int64_t, INT32_MAX */
+#include <stdlib.h>     /* malloc, free */
 #include <string.h>  /* memset, memcpy */
 
 #include "kernels.h"
@@ -487,10 +489,59 @@ static sw_status check_weight(const sw_view *wv, const sw_window *p, const char 
 /* Scratch of one kernel call: the (K, tile_cols) im2col / col2im buffer and
  * the padded channel plane of im2col / col2im (unless the pointwise path needs
  * neither, or the plane would dwarf the input xv: use_pad_plane) and a
- * (Co_b, tile_cols) staging buffer for tiles that hold several samples. */
+ * (Co_b, tile_cols) staging buffer for tiles that hold several samples.
+ * They come from a per-thread cache that only grows (freed when the thread
+ * ends), so that a training step, after the first, allocates nothing. */
 typedef struct {
     float *col, *tmp, *pad;
 } conv_scratch;
+
+enum { SCRATCH_COL, SCRATCH_TMP, SCRATCH_PAD, SCRATCH_KINDS };
+
+typedef struct {
+    float *buf[SCRATCH_KINDS];
+    size_t cap[SCRATCH_KINDS];   /* floats */
+} scratch_cache;
+
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static pthread_key_t cache_key;
+static _Atomic long long cache_grows;
+
+static void cache_free(void *p) {
+    scratch_cache *c = p;
+    for (int k = 0; k < SCRATCH_KINDS; k++) {
+        free(c->buf[k]);
+    }
+    free(c);
+}
+
+static void cache_make_key(void) { (void)pthread_key_create(&cache_key, cache_free); }
+
+long long sw_conv_scratch_grows(void) { return atomic_load(&cache_grows); }
+
+/* At least `floats` floats of this thread's scratch of one kind; NULL when out of memory. */
+static float *cached(int kind, size_t floats) {
+    pthread_once(&cache_once, cache_make_key);
+    scratch_cache *c = pthread_getspecific(cache_key);
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c || pthread_setspecific(cache_key, c) != 0) {
+            free(c);
+            return NULL;
+        }
+    }
+    if (floats > c->cap[kind] || !c->buf[kind]) {
+        float *grown = malloc(floats * sizeof(float) + 64);
+        if (!grown) {
+            return NULL;
+        }
+        free(c->buf[kind]);
+        c->buf[kind] = grown;
+        c->cap[kind] = floats;
+        atomic_fetch_add(&cache_grows, 1);
+    }
+    return c->buf[kind];
+}
 
 static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, const sw_window *p, const sw_view *xv,
                                int pointwise, const char *name) {
@@ -499,22 +550,16 @@ static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, const sw_wi
     sc->pad = NULL;
     if (!pointwise || g->nb > 1) {
         int with_pad = use_pad_plane(p, g, xv);
-        sc->col = malloc((size_t)(g->k * g->tile_cols) * sizeof(float) + 1);
-        sc->pad = with_pad ? malloc((size_t)pad_floats(p, g) * sizeof(float) + 1) : NULL;
+        sc->col = cached(SCRATCH_COL, (size_t)(g->k * g->tile_cols));
+        sc->pad = with_pad ? cached(SCRATCH_PAD, (size_t)pad_floats(p, g)) : NULL;
         if (!sc->col || (with_pad && !sc->pad)) {
-            free(sc->col);
-            free(sc->pad);
-            sc->col = sc->pad = NULL;
             return SW_FAIL(SW_ERR_NOMEM, "%s: out of memory for a %lld x %lld im2col buffer", name,
                            (long long)g->k, (long long)g->tile_cols);
         }
     }
     if (g->nb > 1) {
-        sc->tmp = malloc((size_t)(g->co * g->tile_cols) * sizeof(float) + 1);
+        sc->tmp = cached(SCRATCH_TMP, (size_t)(g->co * g->tile_cols));
         if (!sc->tmp) {
-            free(sc->col);
-            free(sc->pad);
-            sc->col = sc->pad = NULL;
             return SW_FAIL(SW_ERR_NOMEM, "%s: out of memory for a %lld x %lld staging buffer", name,
                            (long long)g->co, (long long)g->tile_cols);
         }
@@ -522,11 +567,7 @@ static sw_status scratch_alloc(conv_scratch *sc, const conv_geom *g, const sw_wi
     return SW_OK;
 }
 
-static void scratch_free(conv_scratch *sc) {
-    free(sc->col);
-    free(sc->tmp);
-    free(sc->pad);
-}
+static void scratch_free(conv_scratch *sc) { (void)sc; /* the thread's cache keeps it */ }
 
 /* Pixels per (sample, channel) of a rank-4 view, at most INT32_MAX (a BLAS leading dimension). */
 static sw_status checked_plane(const sw_view *v, const char *name, int64_t *plane) {

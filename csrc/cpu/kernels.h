@@ -59,6 +59,8 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
 /* dw (and db if not NULL) over the Co range of dy, from the x region and dy */
 sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
                                     const sw_window *p);
+/* How many times the convolutions' per-thread scratch caches have grown (process-wide). */
+long long sw_conv_scratch_grows(void);
 
 /* ---- pooling (pool.c): max (first maximum in row-major window order) or average
  * (padding counted in the divisor, as PyTorch's count_include_pad=True) ---- */

@@ -290,14 +290,16 @@ static PyObject *Runtime_arena_high_water(RuntimeObject *self, PyObject *Py_UNUS
     return out;
 }
 
-/* (arena allocations, workspace bytes grown, workspace growths) since creation */
+/* (arena allocations, workspace bytes grown, workspace growths) since creation, and the
+ * convolutions' scratch cache growths (process-wide) */
 static PyObject *Runtime_allocations(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!self->rt) {
         return ready(self) ? NULL : NULL;
     }
     int64_t bytes = 0, grows = 0;
     self->rt->backend->i->workspace_stats(self->rt->backend, &bytes, &grows);
-    return Py_BuildValue("(LLL)", (long long)self->rt->arena_allocations, (long long)bytes, (long long)grows);
+    return Py_BuildValue("(LLLL)", (long long)self->rt->arena_allocations, (long long)bytes, (long long)grows,
+                         sw_conv_scratch_grows());
 }
 
 /* Momentum buffers updated at least once (their next update uses momentum). */
@@ -379,7 +381,7 @@ static PyMethodDef Runtime_methods[] = {
     {"arena_high_water", (PyCFunction)Runtime_arena_high_water, METH_NOARGS,
      "arena_high_water() -> [highest byte written per device, rounded up to the alignment]"},
     {"allocations", (PyCFunction)Runtime_allocations, METH_NOARGS,
-     "allocations() -> (arenas allocated, workspace bytes grown, workspace growths)"},
+     "allocations() -> (arenas allocated, workspace bytes grown, workspace growths, conv scratch growths)"},
     {"started", (PyCFunction)Runtime_started, METH_NOARGS, "started() -> momentum buffers updated at least once"},
     {"set_started", (PyCFunction)Runtime_set_started, METH_O, "set_started(ids): which momentum buffers are started"},
     {NULL, NULL, 0, NULL},

@@ -143,7 +143,6 @@ class TaskGraph:
 
 
 # ----------------------------------------------------------------------------- plans as C arrays
-OP_KINDS = {"input": 1, "softmax": 2, "batchnorm2d": 3}   # csrc's sw_op_kind; everything else 0
 
 
 def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -158,7 +157,8 @@ def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         degrees[op.index, _core.MAX_RANK:] = reduction_pair(op, cfg)
         devs.extend(cfg.devices)
         dev_ptr[op.index + 1] = len(devs)
-    kinds = np.array([OP_KINDS.get(op.kind, 0) for op in ops], np.int32)
+    # what the lowering needs to know of each op: its role in the op table (csrc/ops.def)
+    kinds = np.array([_core.OP_ROLES[_core.OP_KINDS.index(op.kind)] for op in ops], np.int32)
     return kinds, degrees, dev_ptr, np.asarray(devs, np.int32)
 
 

@@ -232,3 +232,19 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
 }
+
+
+def _check_op_table() -> None:
+    """The C op table (csrc/ops.def) and these builders name the same op kinds (plus
+    "custom", the described ops of :mod:`shardwise.describe`): a kind added on one side
+    alone fails at import, not in the middle of a step."""
+    from . import _core
+
+    ours = set(KINDS) | {"custom"}
+    theirs = set(_core.OP_KINDS)
+    if ours != theirs:
+        raise ImportError(f"the op table (csrc/ops.def) and ops.KINDS disagree: only in C {sorted(theirs - ours)}, "
+                          f"only in Python {sorted(ours - theirs)}")
+
+
+_check_op_table()

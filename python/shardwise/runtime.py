@@ -130,6 +130,7 @@ class NativeExecutor:
         return self._rt.task_times()
 
     def allocations(self) -> dict[str, int]:
-        """Arenas allocated and workspace growth since the runtime was built."""
-        arenas, grown, grows = self._rt.allocations()
-        return {"arenas": arenas, "workspace_bytes": grown, "workspace_grows": grows}
+        """Arenas allocated and workspace growth since the runtime was built, and how often the
+        convolutions' per-thread scratch caches have grown (in the whole process)."""
+        arenas, grown, grows, conv = self._rt.allocations()
+        return {"arenas": arenas, "workspace_bytes": grown, "workspace_grows": grows, "conv_scratch_grows": conv}

@@ -1,0 +1,205 @@
+"""The native runtime (csrc/exec/, csrc/cpu/backend_cpu.c): determinism, memory, faults, bad input.
+
+* The same plan run twice from the same seed gives bitwise-identical weights whatever the
+  thread timing: random pauses before every task (a test-only switch of the CPU backend)
+  change nothing, nor does running every device on one thread, nor giving every buffer
+  its own memory instead of the planned reuse.
+* A failing kernel raises a clear exception and leaves the weights of the last completed
+  step; the next step runs as if nothing happened.
+* The op table in C names the same kinds as the graph builder; an op kind without CPU
+  kernels is refused when the trainer is built.
+* Bad arguments to the runtime raise ValueError/TypeError, a runtime in use by another
+  thread raises RuntimeError.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+from shardwise import _core
+from shardwise.lower import plan_arrays
+from shardwise.ops import KINDS
+from shardwise.problem import make_problem
+from shardwise.runtime import NativeExecutor, op_attrs
+from shardwise.train import SGD, Trainer
+
+from strategies_random import random_plan
+from test_train import mixed_graph
+
+OPT = SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+
+
+def _batch(g, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
+    y = rng.integers(0, g.ops[-1].shape[1], g.ops[0].shape[0])
+    return x, y
+
+
+def _trainer(g, plan, **executor):
+    """A trainer whose executor is built with the given options (same initial weights)."""
+    t = Trainer(g, plan, optimizer=OPT, seed=0)
+    if executor:
+        weights = t.get_weights()
+        t.executor = NativeExecutor(g, plan, t.task_graph, **executor)
+        t.set_weights(weights)
+    return t
+
+
+def _run(t, x, y, steps=3):
+    return [t.step(x, y) for _ in range(steps)], t.get_weights()
+
+
+def _assert_identical(a, b):
+    (la, wa), (lb, wb) = a, b
+    assert la == lb
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k], err_msg=k)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_thread_timing_changes_nothing_bit_for_bit(seed):
+    """Random plans (reduction splits, batchnorm, concat) on 4 devices: with random pauses of up
+    to 300 us before every task, the losses and weights equal an undisturbed run's exactly."""
+    g = mixed_graph()
+    x, y = _batch(g, seed)
+    plan = random_plan(g, sw.DeviceGraph.cpu(4), np.random.default_rng(seed), reductions=True)
+    calm = _run(_trainer(g, plan, threads=4), x, y)
+    shaken = _run(_trainer(g, plan, threads=4, jitter_us=300), x, y)
+    _assert_identical(calm, shaken)
+
+
+def test_one_thread_and_no_memory_reuse_give_the_same_bits():
+    g = sw.models.get("resnet18_small", batch=8)
+    x, y = _batch(g)
+    plan = sw.search(g, sw.DeviceGraph.cpu(3))
+    planned = _run(_trainer(g, plan), x, y, steps=2)
+    _assert_identical(planned, _run(_trainer(g, plan, threads=1), x, y, steps=2))
+    _assert_identical(planned, _run(_trainer(g, plan, reuse=False), x, y, steps=2))
+
+
+def test_memory_reuse_makes_the_arenas_smaller_than_separate_buffers():
+    g = sw.models.get("resnet18_small", batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    t = Trainer(g, plan)
+    separate = NativeExecutor(g, plan, t.task_graph, reuse=False)
+    reused = t.executor.arena_bytes()
+    alone = separate.arena_bytes()
+    for d in reused:
+        assert reused[d] < alone[d] / 2
+        assert alone[d] >= t.memory_plan.devices[d].sum_of_buffers
+
+
+def test_a_failing_kernel_leaves_the_last_completed_step():
+    """Labels out of range reach the loss kernel only when the trainer's checks are bypassed:
+    the kernel refuses them, the step raises, the weights stay those of the last step, and the
+    next step runs as a fresh trainer's would."""
+    g = sw.models.lenet5(batch=8)
+    x, y = _batch(g)
+    plan = sw.search(g, sw.DeviceGraph.cpu(2))
+    t, fresh = _trainer(g, plan), _trainer(g, plan)
+    before = t.get_weights()
+    with pytest.raises(ValueError, match="label"):
+        t.executor.run(x, np.full(8, 99, np.int32), optimizer=OPT)
+    for k, v in t.get_weights().items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+    assert t.step(x, y) == fresh.step(x, y)
+    for k, v in t.get_weights().items():
+        np.testing.assert_array_equal(v, fresh.get_weights()[k], err_msg=k)
+
+
+def test_the_op_table_names_the_builders_kinds():
+    assert set(_core.OP_KINDS) == set(KINDS) | {"custom"}
+    assert set(_core.CPU_OP_KINDS) == set(KINDS)     # every built-in kind trains on the CPU
+    assert len(_core.OP_ROLES) == len(_core.OP_KINDS)
+
+
+def test_an_op_without_cpu_kernels_is_refused_when_the_trainer_is_built():
+    @sw.op
+    def shift(x):
+        return lambda n, c: x[n, c]
+
+    g = sw.Graph("custom")
+    x = g.input("x", (4, 6))
+    h = g.custom(shift, [x], name="s")
+    g.softmax(g.linear(h, 3), name="prob")
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
+    with pytest.raises(sw.ConfigError, match="no kernels for op kind 'custom'"):
+        Trainer(g, plan)
+
+
+# --------------------------------------------------------------------------- bad input
+def _runtime_args(g, plan):
+    return make_problem(g, plan.devices, plan.options), *plan_arrays(plan), op_attrs(g)
+
+
+def test_bad_runtime_arguments_are_refused():
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    problem, kinds, degrees, dev_ptr, devs, attrs = _runtime_args(g, plan)
+    with pytest.raises(TypeError, match="Problem"):
+        _core.Runtime(object(), kinds, degrees, dev_ptr, devs, attrs, 2)
+    with pytest.raises(ValueError, match="attrs must be"):
+        _core.Runtime(problem, kinds, degrees, dev_ptr, devs, attrs[:-1], 2)
+    bad = attrs.copy()
+    bad[1, 0] = 99
+    with pytest.raises(ValueError, match="bad op type"):
+        _core.Runtime(problem, kinds, degrees, dev_ptr, devs, bad, 2)
+    bad = attrs.copy()
+    bad[1, 4] = 0      # a conv kernel of 0 rows
+    with pytest.raises(ValueError, match="kernel"):
+        _core.Runtime(problem, kinds, degrees, dev_ptr, devs, bad, 2)
+    for threads, jitter in ((0, 0), (2, -1), (2, 10 ** 6)):
+        with pytest.raises(ValueError, match="CPU backend"):
+            _core.Runtime(problem, kinds, degrees, dev_ptr, devs, attrs, threads, jitter_us=jitter)
+    rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devs, attrs, 2)
+    x, y = _batch(g)
+    inputs = [x] + [None] * (len(g.ops) - 1)
+    labels = y.astype(np.int32)
+    with pytest.raises(ValueError, match="one per op"):
+        rt.forward(inputs[:-1], labels)
+    with pytest.raises(ValueError, match="has no data"):
+        rt.forward([None] * len(g.ops), labels)
+    with pytest.raises(ValueError, match="dimension 0"):
+        rt.forward([x[:4]] + inputs[1:], labels)
+    with pytest.raises(ValueError, match="labels must hold"):
+        rt.forward(inputs, labels[:3])
+    with pytest.raises(IndexError, match="no buffer"):
+        rt.buffer(10 ** 6)
+    with pytest.raises(ValueError, match="not a momentum buffer"):
+        rt.set_started([0])
+    assert np.isfinite(rt.forward(inputs, labels))
+
+
+def test_a_runtime_used_by_two_threads_at_once_refuses_the_second():
+    g = sw.models.get("alexnet_small", batch=16)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
+    problem, kinds, degrees, dev_ptr, devs, attrs = _runtime_args(g, plan)
+    rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devs, attrs, 1, jitter_us=2000)   # slow steps
+    x, y = _batch(g)
+    inputs, labels = [x] + [None] * (len(g.ops) - 1), y.astype(np.int32)
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def other():
+        started.set()
+        for _ in range(3):
+            rt.step(inputs, labels, 0.0, 0.0, 0.0, 0.0, False)
+
+    th = threading.Thread(target=other)
+    th.start()
+    started.wait()
+    refused = 0
+    while th.is_alive():
+        try:
+            rt.forward(inputs, labels)
+        except RuntimeError as exc:
+            errors.append(exc)
+            refused += 1
+    th.join()
+    assert refused > 0
+    assert all("in use by another thread" in str(e) for e in errors)
