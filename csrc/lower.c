@@ -548,12 +548,29 @@ static sw_status lower_reduction_backward(lowering *L, int op) {
     return SW_OK;
 }
 
+/* A gradient block no consumer adds a piece to (consumers read none of its box) is
+ * zeros: a zero_grad task writes them, so that every read follows a write. */
+static sw_status zero_untouched_grads(lowering *L, int op) {
+    const sw_config *c = cfg_of(L, op);
+    for (int w = 0; w < c->nworkers; w += c->rdeg) {
+        int wi = widx(L, op, w);
+        if (L->grad[wi] == NONE || L->grad_last[wi] != NONE) {
+            continue;
+        }
+        sw_task t = task_of(SW_TASK_ZERO_GRAD, SW_PHASE_BACKWARD, dev_of(L, op, w), op, w);
+        t.elements = sw_box_volume(&L->box[wi]);
+        SW_TRY(add_task(L, &t, NULL, 0, NULL, 0, &L->grad[wi], 1, &L->grad_last[wi]));
+    }
+    return SW_OK;
+}
+
 static sw_status lower_backward(lowering *L, int op) {
     const sw_op *o = op_at(L, op);
     sw_op_kind kind = (sw_op_kind)L->plan->kind[op];
     if (kind == SW_OPKIND_INPUT) {
         return SW_OK;
     }
+    SW_TRY(zero_untouched_grads(L, op));
     if (cfg_of(L, op)->rdeg > 1) {
         return lower_reduction_backward(L, op);
     }

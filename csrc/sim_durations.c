@@ -13,6 +13,7 @@
  *   local copy      2 x bytes over the device's memory bandwidth
  *   accumulate, reduce, stats_reduce, sum_partials   3 x bytes of all the summed operands
  *   activation_grad 3 x bytes of the block (read the gradient and the output, write)
+ *   zero_grad       1 x bytes of the gradient (written)
  *   update          5 x bytes of the parameter (read w, g, m; write w, m)
  *   otherwise       0 (load_input, join; transfers are timed by their links)
  * and every task but a measured bookkeeping one pays the measured task overhead, if
@@ -47,6 +48,8 @@ static double bookkeeping_time(const sw_problem *p, const sw_task *t) {
         return (double)(5 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
     case SW_TASK_ACTIVATION_GRAD:
         return (double)(3 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+    case SW_TASK_ZERO_GRAD:
+        return (double)(t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
     default:
         return 0.0;
     }

@@ -203,3 +203,29 @@ def test_a_runtime_used_by_two_threads_at_once_refuses_the_second():
     th.join()
     assert refused > 0
     assert all("in use by another thread" in str(e) for e in errors)
+
+
+def test_a_gradient_block_no_consumer_reads_is_zeros():
+    """A stride-2 1x1 convolution over 4 rows reads rows 0 and 2 (the region [0, 3)): split over
+    4 workers by rows, the producer's last worker gets no gradient piece, and its gradient
+    (which its weight gradient reads) must be zeros, not whatever the arena held (a zero_grad
+    task writes them)."""
+    from training_checks import RTOL, assert_close_weights, reference_run
+
+    g = sw.Graph("skip")
+    x = g.input("x", (4, 2, 4, 4))
+    h = g.conv2d(x, 2, kernel=1, name="c1")
+    h = g.conv2d(h, 2, kernel=1, stride=2, name="c2")
+    g.softmax(g.linear(g.flatten(h), 3, name="fc"), name="prob")
+    d = sw.DeviceGraph.cpu(4)
+    plan = sw.Plan.from_dict(g, d, {"c1": {"h": 4}})
+    tg = sw.lower(plan)
+    assert any(t.kind == "zero_grad" and t.op == "c1" for t in tg.tasks)
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((4, 2, 4, 4)).astype(np.float32)
+    ys = rng.integers(0, 3, 4)
+    want_losses, want_params = reference_run(g, xs, ys, 3, OPT)
+    t = Trainer(g, plan, optimizer=OPT, seed=0)
+    losses = [t.step(xs, ys) for _ in range(3)]
+    np.testing.assert_allclose(losses, want_losses, rtol=RTOL)
+    assert_close_weights(t.get_weights(), want_params)

@@ -309,6 +309,12 @@ sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t t) {
         return run_sum_partials(&e);
     case SW_TASK_ACTIVATION_GRAD:
         return run_activation_grad(&e);
+    case SW_TASK_ZERO_GRAD: {
+        sw_view v;
+        sw_env_view(&e, e.writes[0], &v);
+        sw_view_zero(&v);
+        return SW_OK;
+    }
     case SW_TASK_BN_STATS:
         return run_bn_stats(&e);
     case SW_TASK_BN_APPLY:

@@ -23,7 +23,8 @@ forward
 backward (ops in reverse order)
     ``backward_data`` per data input: a partial gradient over the same region,
     sent back to the owners and summed there by ``accumulate`` tasks in a
-    fixed order (so sums do not depend on timing); ``backward_weight``: the
+    fixed order (so sums do not depend on timing), or ``zero_grad`` for a block
+    of the output's gradient no consumer reads; ``backward_weight``: the
     gradient of the worker's weight slice.
 synchronization and update
     workers reading the same weight box are replicas; with the parameter
@@ -88,7 +89,7 @@ class Task:
     id: int
     kind: str           # load_input, copy, join, forward, loss, bn_stats, stats_reduce, bn_apply,
                         # bn_backward_stats, backward_data, accumulate, backward_weight, reduce, update,
-                        # forward_partial, sum_partials, activation_grad
+                        # forward_partial, sum_partials, activation_grad, zero_grad
     device: int
     phase: str          # forward, backward, sync, update
     op: str

@@ -198,6 +198,8 @@ def task_durations(tg: TaskGraph, costs=None) -> list[float]:
             out.append(3 * elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
         elif t.kind == "activation_grad":   # read the gradient and the output, write the result
             out.append(3 * tg.buffers[t.writes[0]].elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
+        elif t.kind == "zero_grad":         # write the gradient
+            out.append(tg.buffers[t.writes[0]].elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
         elif t.kind == "update":
             out.append(5 * tg.buffers[t.reads[0]].elements * BYTES_PER_ELEMENT / dev.mem_bandwidth)
         else:  # load_input, join, and transfers (timed by their links)
