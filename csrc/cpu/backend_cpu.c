@@ -41,6 +41,7 @@ typedef struct {
     command_list lists[SW_NLISTS];
     sw_scratch scratch;
     unsigned seed;    /* jitter */
+    int64_t wait_ns;  /* the last step's time waiting for other streams' tasks */
 } worker;
 
 struct cpu_backend {
@@ -186,6 +187,7 @@ static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *arg
     cpu_backend *be = w->be;
     const command_list *l = &w->lists[list];
     size_t before = w->scratch.bytes;
+    w->wait_ns = 0;
     sw_task_ctx ctx = {be->base.rt, args, &w->scratch, NULL};
     for (int32_t i = 0; i < l->n; i++) {
         const command *c = &l->cmd[i];
@@ -193,8 +195,13 @@ static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *arg
             return;
         }
         if (c->op == CMD_WAIT) {
-            if (wait_event(be, c->id, epoch)) {
-                return;
+            if (atomic_load(&be->event_epoch[c->id]) != epoch) {   /* not there yet: time the wait */
+                int64_t t0 = sw_now_ns();
+                int failed = wait_event(be, c->id, epoch);
+                w->wait_ns += sw_now_ns() - t0;
+                if (failed) {
+                    return;
+                }
             }
         } else if (c->op == CMD_RECORD) {
             record_event(be, c->id, epoch);
@@ -268,6 +275,14 @@ static void workspace_stats(sw_backend *b, int64_t *bytes, int64_t *grows) {
     *grows = atomic_load(&be->grows);
 }
 
+static int wait_times(sw_backend *b, int64_t *ns, int max) {
+    cpu_backend *be = (cpu_backend *)b;
+    for (int k = 0; k < be->nthreads && k < max; k++) {
+        ns[k] = be->workers[k].wait_ns;
+    }
+    return be->nthreads;
+}
+
 static void destroy(sw_backend *b) {
     cpu_backend *be = (cpu_backend *)b;
     pthread_mutex_lock(&be->lock);
@@ -305,6 +320,7 @@ static const sw_backend_i CPU_BACKEND = {
     .to_host = NULL,     /* arenas are host memory */
     .from_host = NULL,
     .workspace_stats = workspace_stats,
+    .wait_times = wait_times,
     .destroy = destroy,
 };
 

@@ -370,7 +370,19 @@ static PyObject *Runtime_task_times(RuntimeObject *self, PyObject *Py_UNUSED(ign
     return Py_BuildValue("(NLL)", (PyObject *)a, (long long)self->rt->step_ns[0], (long long)self->rt->step_ns[1]);
 }
 
+/* The last step's nanoseconds each worker thread waited for other streams' tasks. */
+static PyObject *Runtime_wait_times(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) {
+        return NULL;
+    }
+    int64_t ns[256];
+    int n = self->rt->backend->i->wait_times ? self->rt->backend->i->wait_times(self->rt->backend, ns, 256) : 0;
+    return int64_list(ns, n < 256 ? n : 256);
+}
+
 static PyMethodDef Runtime_methods[] = {
+    {"wait_times", (PyCFunction)Runtime_wait_times, METH_NOARGS,
+     "wait_times() -> [ns each worker thread waited for other streams' tasks in the last step]"},
     {"task_times", (PyCFunction)Runtime_task_times, METH_NOARGS,
      "task_times() -> ((ntasks, 2) start/end ns of every task of the last step, step start, step end)"},
     {"step", (PyCFunction)Runtime_step, METH_VARARGS,

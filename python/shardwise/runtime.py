@@ -129,6 +129,17 @@ class NativeExecutor:
         in nanoseconds of the monotonic clock."""
         return self._rt.task_times()
 
+    def runtime_seconds(self, wall: float) -> float:
+        """The runtime's own time in the last step (of ``wall`` seconds, measured by the caller
+        around it): per worker thread, what is neither its tasks nor waiting for other threads'
+        tasks (entering C, waking the threads, walking the command lists); the most of any thread."""
+        ns, _, _ = self._rt.task_times()
+        busy = [0] * self.threads
+        for t, (start, end) in zip(self.tg.tasks, ns.tolist()):
+            busy[t.device % self.threads] += end - start
+        waits = self._rt.wait_times()
+        return max(wall - (b + w) * 1e-9 for b, w in zip(busy, waits))
+
     def allocations(self) -> dict[str, int]:
         """Arenas allocated and workspace growth since the runtime was built, and how often the
         convolutions' per-thread scratch caches have grown (in the whole process)."""
