@@ -5,7 +5,7 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build test test-all asan valgrind bench clean
+.PHONY: build test test-all asan tsan valgrind bench clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
@@ -23,6 +23,16 @@ asan:             ## run the tests against a copy built with AddressSanitizer + 
 	cd $(SAN_DIR) && LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0 \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=python \
 		$(PY) -m pytest -q -p no:cacheprovider tests
+
+TSAN_DIR = build/tsan
+tsan:             ## the runtime's tests against a copy built with ThreadSanitizer
+	rm -rf $(TSAN_DIR) && mkdir -p $(TSAN_DIR)
+	git ls-files -z | xargs -0 -I{} cp --parents {} $(TSAN_DIR)
+	cd $(TSAN_DIR) && SHARDWISE_SANITIZE=thread $(PY) setup.py build_ext --inplace
+	cd $(TSAN_DIR) && LD_PRELOAD="$(shell gcc -print-file-name=libtsan.so)" \
+		TSAN_OPTIONS="halt_on_error=1" PYTHONPATH=python \
+		$(PY_EXE) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_train.py \
+		tests/test_rnn_train.py -k "not torch"
 
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code
 	$(PY_EXE) tools/valgrind_check.py $(PY_EXE) -m pytest -q -p no:cacheprovider \

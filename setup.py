@@ -20,8 +20,11 @@ SOURCES = (sorted(glob("csrc/*.c")) + sorted(glob("csrc/exec/*.c")) + sorted(glo
            + sorted(glob("csrc/py/*.c")))
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
 EXTRA = ["-std=c11", "-O3", "-pthread", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
-if os.environ.get("SHARDWISE_SANITIZE"):
-    EXTRA += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"]
+# SHARDWISE_SANITIZE=1: AddressSanitizer + UBSan (make asan); =thread: ThreadSanitizer (make tsan)
+SANITIZE = {"": [], "thread": ["-fsanitize=thread"]}.get(os.environ.get("SHARDWISE_SANITIZE", ""),
+                                                         ["-fsanitize=address,undefined"])
+if SANITIZE:
+    EXTRA += ["-O1", "-g", "-fno-omit-frame-pointer"] + SANITIZE
 
 core = Extension(
     "shardwise._core",
@@ -31,7 +34,7 @@ core = Extension(
     libraries=[scipy_openblas32.get_library()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=EXTRA,
-    extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib", f"-Wl,-rpath,{BLAS_LIB_DIR}"] + (["-fsanitize=address,undefined"] if os.environ.get("SHARDWISE_SANITIZE") else []),
+    extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib", f"-Wl,-rpath,{BLAS_LIB_DIR}"] + SANITIZE,
     depends=glob("csrc/*.h") + glob("csrc/*.def") + glob("csrc/exec/*.h") + glob("csrc/cpu/*.h") + glob("csrc/py/*.h"),
 )
 
