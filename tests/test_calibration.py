@@ -1,10 +1,10 @@
-"""The simulator with measured costs against the CPU executor it models (issue 4, point 2).
+"""The simulator with measured costs against the native runtime it models.
 
-benchmarks/simulate_calibration.py prints the exact errors (the scaled AlexNet and ResNet-18
-within 10% on 1, 2 and 4 workers on this machine, LeNet-5 on 1 and 4; see
-benchmarks/results/simulate_calibration.txt).  These tests hold a looser bound: the machines
-tests run on share their cores with other work, and their speed drifts between the profile and
-the measurement, so one retry with a fresh profile is allowed.
+benchmarks/simulate_calibration.py prints the errors (LeNet-5, the scaled AlexNet and the scaled
+ResNet-18 on 1, 2 and 4 workers, every one within 10% on this machine; see
+benchmarks/results/simulate_calibration.txt).  These tests hold 15%: the machines tests run on
+share their cores with other work and their speed drifts between the profile and the
+measurement, so one retry with a fresh profile is allowed too.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import shardwise as sw
 from shardwise.profile import _random_batch
 from shardwise.train import Trainer
 
-BOUND = 0.35   # the benchmark's bar is 0.10
+BOUND = 0.15   # the benchmark's bar is 0.10
 
 
 def relative_error(g: sw.Graph, d: sw.DeviceGraph, tmp_path, steps: int) -> float:
@@ -53,13 +53,14 @@ def assert_calibrated(model: str, workers: int, tmp_path, steps: int) -> None:
     pytest.fail(f"{model} on {workers} workers: simulated vs measured {', '.join(f'{e:+.0%}' for e in errors)}")
 
 
-@pytest.mark.parametrize("workers", [1, 2, 4])
-def test_lenet5_simulated_step_is_close_to_the_measured_one(workers, tmp_path):
-    assert_calibrated("lenet5", workers, tmp_path, steps=15)
+@pytest.mark.parametrize("model,workers", [("lenet5", 1), ("lenet5", 2), ("alexnet_small", 1),
+                                           ("alexnet_small", 2)])
+def test_simulated_step_is_close_to_the_measured_one(model, workers, tmp_path):
+    assert_calibrated(model, workers, tmp_path, steps=10 if model == "lenet5" else 4)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["alexnet_small", "resnet18_small"])
-@pytest.mark.parametrize("workers", [1, 2, 4])
-def test_scaled_models_simulated_step_is_close_to_the_measured_one(model, workers, tmp_path):
+@pytest.mark.parametrize("model,workers", [("lenet5", 4), ("alexnet_small", 4), ("resnet18_small", 1),
+                                           ("resnet18_small", 2), ("resnet18_small", 4)])
+def test_more_simulated_steps_are_close_to_the_measured_ones(model, workers, tmp_path):
     assert_calibrated(model, workers, tmp_path, steps=5)

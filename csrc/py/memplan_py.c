@@ -49,6 +49,7 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    self->busy = 1;   /* from the conversions on: they read the problem */
     plan_args a;
     sw_task_graph g = {0};
     sw_memory_plan mp = {0};
@@ -57,7 +58,6 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
         goto done;
     }
     sw_status s;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = sw_lower(self->p, &a.plan, &g);
     if (s == SW_OK) {
@@ -67,13 +67,13 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
         s = sw_memory_plan_check(&g, &mp);
     }
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
     }
     d = put_plan(&mp);
 done:
+    self->busy = 0;
     sw_memory_plan_free(&mp);
     sw_task_graph_free(&g);
     sw_py_plan_args_free(&a);
@@ -88,6 +88,7 @@ PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    self->busy = 1;   /* from the conversions on: they read the problem */
     plan_args a;
     sw_task_graph g = {0};
     PyArrayObject *offset = NULL, *arena = NULL, *from = NULL, *to = NULL;
@@ -104,7 +105,6 @@ PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
         goto done;
     }
     sw_status s;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = sw_lower(self->p, &a.plan, &g);
     if (s == SW_OK && PyArray_DIM(offset, 0) != g.nbuffers) {
@@ -119,13 +119,13 @@ PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
         s = sw_memory_plan_check(&g, &mp);
     }
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
     }
     result = Py_NewRef(Py_None);
 done:
+    self->busy = 0;
     Py_XDECREF(offset);
     Py_XDECREF(arena);
     Py_XDECREF(from);

@@ -89,6 +89,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!sw_py_problem_ready(problem)) {
         return NULL;
     }
+    problem->busy = 1;   /* from the conversions on: they read the problem */
     plan_args a;
     sw_op_attrs *attrs = NULL;
     RuntimeObject *self = NULL;
@@ -101,19 +102,18 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     sw_backend *backend = NULL;
     sw_status s;
-    problem->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = sw_backend_cpu_new(problem->p->ndev, threads, jitter, &backend);
     if (s == SW_OK) {
         s = sw_runtime_new(problem->p, &a.plan, attrs, reuse, backend, &self->rt);
     }
     Py_END_ALLOW_THREADS
-    problem->busy = 0;
     if (s != SW_OK) {
         Py_CLEAR(self);
         sw_py_raise(s);
     }
 done:
+    problem->busy = 0;
     PyMem_Free(attrs);
     sw_py_plan_args_free(&a);
     return (PyObject *)self;

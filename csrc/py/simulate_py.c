@@ -188,6 +188,7 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOO", &k, &dg, &ptr, &dv) || !sw_py_problem_ready(self)) {
         return NULL;
     }
+    self->busy = 1;   /* from the conversions on: they read the problem */
     plan_args a;
     sw_task_graph g = {0};
     PyObject *d = NULL;
@@ -195,11 +196,9 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
         goto done;
     }
     sw_status s;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = sw_lower(self->p, &a.plan, &g);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (s != SW_OK) {
         sw_py_raise(s);
         goto done;
@@ -210,6 +209,7 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
         Py_CLEAR(d);
     }
 done:
+    self->busy = 0;
     sw_task_graph_free(&g);
     sw_py_plan_args_free(&a);
     return d;
@@ -341,6 +341,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    self->busy = 1;   /* from the conversions on: they read the problem */
     plan_args a;
     sim_args s;
     sw_task_graph g = {0};
@@ -353,11 +354,9 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
         goto done;
     }
     sw_status st;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     st = run_plan(self->p, &a, &s, &g, &modelled, &r);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (st != SW_OK) {
         sw_py_raise(st);
         goto done;
@@ -368,6 +367,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
         Py_CLEAR(d);
     }
 done:
+    self->busy = 0;
     free(modelled);
     sw_sim_result_free(&r);
     sw_task_graph_free(&g);
@@ -387,6 +387,7 @@ PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args) {
         PyErr_Format(PyExc_IndexError, "op index %d out of range 0..%d", op, self->p->nops - 1);
         return NULL;
     }
+    self->busy = 1;   /* from the conversions on: they read the problem */
     PyArrayObject *dg = sw_py_array(dg_o, NPY_INT32, 1, "degrees");
     PyArrayObject *dv = dg ? sw_py_array(dv_o, NPY_INT32, 1, "devices") : NULL;
     PyArrayObject *out = NULL;
@@ -432,6 +433,7 @@ PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args) {
         }
     }
 done:
+    self->busy = 0;
     Py_XDECREF(dg);
     Py_XDECREF(dv);
     return (PyObject *)out;
