@@ -112,6 +112,13 @@ def test_a_failing_kernel_leaves_the_last_completed_step():
         np.testing.assert_array_equal(v, fresh.get_weights()[k], err_msg=k)
 
 
+def test_backends_lists_the_cpu_backend_and_unknown_ones_are_refused():
+    assert sw.backends() == ["cpu"]
+    g = sw.models.lenet5(batch=8)
+    with pytest.raises(sw.ConfigError, match="unknown backend 'tpu'; available: 'cpu'"):
+        Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)), backend="tpu")
+
+
 def test_the_op_table_names_the_builders_kinds():
     assert set(_core.OP_KINDS) == set(KINDS) | {"custom"}
     assert set(_core.CPU_OP_KINDS) == set(KINDS)     # every built-in kind trains on the CPU

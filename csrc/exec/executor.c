@@ -11,6 +11,7 @@
  * sums of -log p, in task order (the same sum whatever the timing), over N.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
 #include <time.h>    /* clock_gettime */
@@ -76,7 +77,9 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: more than 64 inputs", i);
         }
         if ((a->type == SW_OP_CONV2D || a->type == SW_OP_POOL2D) && sw_window_check(&a->win, "op window") != SW_OK) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: %s", i, sw_last_error());
+            char why[256];   /* the message lives in the buffer SW_FAIL writes: copy it first */
+            snprintf(why, sizeof why, "%s", sw_last_error());
+            return SW_FAIL(SW_ERR_VALUE, "op %d: %s", i, why);
         }
         if (a->type == SW_OP_CONCAT && (a->axis < 0 || a->axis >= p->ops[i].out_rank)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: concat axis %d out of range", i, a->axis);

@@ -235,7 +235,8 @@ static PyObject *Runtime_forward(RuntimeObject *self, PyObject *args) {
 /* ------------------------------------------------------------------ buffers and memory */
 static PyObject *Runtime_buffer(RuntimeObject *self, PyObject *arg) {
     if (!self->rt) {
-        return ready(self) ? NULL : NULL;
+        PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
+        return NULL;
     }
     long b = PyLong_AsLong(arg);
     if (b == -1 && PyErr_Occurred()) {
@@ -273,7 +274,11 @@ static PyObject *int64_list(const int64_t *v, int n) {
 }
 
 static PyObject *Runtime_arena_bytes(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
-    return self->rt ? int64_list(self->rt->mp.arena, self->rt->ndev) : (ready(self), NULL);
+    if (!self->rt) {
+        PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
+        return NULL;
+    }
+    return int64_list(self->rt->mp.arena, self->rt->ndev);
 }
 
 static PyObject *Runtime_arena_high_water(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
@@ -294,7 +299,8 @@ static PyObject *Runtime_arena_high_water(RuntimeObject *self, PyObject *Py_UNUS
  * convolutions' scratch cache growths (process-wide) */
 static PyObject *Runtime_allocations(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!self->rt) {
-        return ready(self) ? NULL : NULL;
+        PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
+        return NULL;
     }
     int64_t bytes = 0, grows = 0;
     self->rt->backend->i->workspace_stats(self->rt->backend, &bytes, &grows);
@@ -434,7 +440,9 @@ int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type) {
         }
     }
     PyObject *cpu_kinds = rc == 0 ? PyList_AsTuple(cpu) : NULL;
-    if (rc == 0 && (!cpu_kinds || PyModule_AddObjectRef(module, "OP_KINDS", names) < 0 ||
+    PyObject *backends = Py_BuildValue("(s)", "cpu");   /* the backends built into this module */
+    if (rc == 0 && (!cpu_kinds || !backends || PyModule_AddObjectRef(module, "BACKENDS", backends) < 0 ||
+                    PyModule_AddObjectRef(module, "OP_KINDS", names) < 0 ||
                     PyModule_AddObjectRef(module, "OP_ROLES", roles) < 0 ||
                     PyModule_AddObjectRef(module, "CPU_OP_KINDS", cpu_kinds) < 0)) {
         rc = -1;
@@ -443,5 +451,6 @@ int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type) {
     Py_XDECREF(roles);
     Py_XDECREF(cpu);
     Py_XDECREF(cpu_kinds);
+    Py_XDECREF(backends);
     return rc;
 }

@@ -30,6 +30,7 @@ from .train import CheckpointError, SGD, Trainer, TrainerInUseError, TrainingErr
 from . import data
 from .lower import TaskGraph, lower
 from .memory import DeviceMemory, MemoryPlan, memory_plan
+from .runtime import backends
 from .simulate import MemoryOverflow, SimResult, simulate
 from .profile import Profile, ProfileMismatch, profile
 from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
@@ -38,7 +39,7 @@ __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_t
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "TrainerInUseError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
-            "memory_plan"]
+            "memory_plan", "backends"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]
 from . import tofu

@@ -26,6 +26,12 @@ from .problem import make_problem
 ATTR_COLUMNS = 10   # type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw
 
 
+def backends() -> list[str]:
+    """The backends this build of shardwise can train on: ``["cpu"]`` (``"cuda"`` too once the
+    CUDA backend is built in)."""
+    return list(_core.BACKENDS)
+
+
 def executor_threads(devices: int, shared_cores: int | None) -> int:
     """Threads a step runs on: one per device, at most ``shared_cores`` (thread c runs the
     devices c, c + threads, ... in program order).  Four workers on two cores as four

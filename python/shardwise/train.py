@@ -135,8 +135,8 @@ class Trainer:
             raise ConfigError(f"Trainer needs a Plan, got {type(plan).__name__}")
         if plan.graph is not graph and plan.graph.fingerprint() != graph.fingerprint():
             raise ConfigError(f"the plan was made for graph {plan.graph.name!r}, not {graph.name!r}")
-        if backend != "cpu":
-            raise ConfigError(f"unknown backend {backend!r}; available: 'cpu'")
+        if backend not in _core.BACKENDS:
+            raise ConfigError(f"unknown backend {backend!r}; available: {', '.join(map(repr, _core.BACKENDS))}")
         for op in graph.ops:
             if op.kind not in CPU_KINDS:
                 raise ConfigError(f"the CPU backend has no kernels for op kind {op.kind!r} (op {op.name!r}); "
