@@ -350,7 +350,7 @@ def _resources(t: Task, devices: DeviceGraph) -> tuple[str, ...]:
 
 def _thread_order(tasks: list[Task], deps: list[tuple[int, ...]], cores: int | None) -> list[tuple[int, ...]]:
     """On CPU workers sharing ``cores`` cores, the executor's thread c runs the tasks of
-    devices c, c + cores, ... in program order (:meth:`CpuExecutor.threads`): each task
+    devices c, c + cores, ... in program order (:func:`shardwise.runtime.executor_threads`): each task
     also waits for the one before it on its core."""
     if not cores:
         return deps
