@@ -32,14 +32,12 @@
 
 static int64_t align_up(int64_t v, int64_t align) { return (v + align - 1) / align * align; }
 
-/* Buffers that live through every iteration (and across iterations). */
-static int persistent(const sw_task_graph *g, int32_t b, const char *host_read) {
+int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read) {
     int kind = g->buffers[b].kind;
     return kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || host_read[b];
 }
 
-/* Buffers the host reads after the step: the outputs of loss tasks (probabilities). */
-static sw_status host_reads(const sw_task_graph *g, char **out) {
+sw_status sw_tg_host_reads(const sw_task_graph *g, char **out) {
     char *r = calloc((size_t)g->nbuffers + 1, 1);
     if (!r) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
@@ -71,7 +69,7 @@ static void lifetimes(const sw_task_graph *g, const char *host_read, int reuse, 
         }
     }
     for (int32_t b = 0; b < g->nbuffers; b++) {
-        if (!reuse || persistent(g, b, host_read) || first[b] == NONE) {
+        if (!reuse || sw_buffer_lives_throughout(g, b, host_read) || first[b] == NONE) {
             first[b] = 0;                /* live throughout (or never touched: kept apart) */
             last[b] = g->ntasks;
         }
@@ -389,7 +387,7 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
         mp->bytes[b] = sw_buffer_bytes(&g->buffers[b]);
         mp->total[g->buffers[b].device] += mp->bytes[b];
     }
-    if ((s = host_reads(g, &host)) != SW_OK || (s = by_device(g, mp, ndev, &dev_ptr, &ids)) != SW_OK ||
+    if ((s = sw_tg_host_reads(g, &host)) != SW_OK || (s = by_device(g, mp, ndev, &dev_ptr, &ids)) != SW_OK ||
         (s = remote_touchers(g, &remote_ptr, &remote)) != SW_OK) {
         goto done;
     }
@@ -432,6 +430,27 @@ done:
         sw_memory_plan_free(mp);
     }
     return s;
+}
+
+sw_status sw_memory_plan_reuse_in(const sw_memory_plan *mp, int32_t ntasks, int32_t **ptr_out, int32_t **ids_out) {
+    int32_t *ptr = calloc((size_t)ntasks + 2, sizeof *ptr), *ids = malloc(sizeof *ids * ((size_t)mp->nreuse + 1));
+    if (!ptr || !ids) {
+        free(ptr);
+        free(ids);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
+    }
+    for (int32_t e = 0; e < mp->nreuse; e++) {   /* counts at [t + 2], starts at [t + 1], then filled */
+        ptr[mp->reuse_to[e] + 2]++;
+    }
+    for (int32_t t = 0; t < ntasks; t++) {
+        ptr[t + 2] += ptr[t + 1];
+    }
+    for (int32_t e = 0; e < mp->nreuse; e++) {
+        ids[ptr[mp->reuse_to[e] + 1]++] = mp->reuse_from[e];
+    }
+    *ptr_out = ptr;
+    *ids_out = ids;
+    return SW_OK;
 }
 
 void sw_memory_plan_free(sw_memory_plan *mp) {

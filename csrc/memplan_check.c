@@ -52,16 +52,6 @@ static int happens_before(checker *c, int32_t t, int32_t u) {
     return 0;
 }
 
-/* CSR of `n` rows from (row, value) pairs produced twice by fill(): once to count, once to store. */
-static sw_status build_csr(int32_t n, int32_t count, int32_t **ptr_out, int32_t **vals_out) {
-    *ptr_out = calloc((size_t)n + 2, sizeof **ptr_out);
-    *vals_out = malloc(sizeof **vals_out * ((size_t)count + 1));
-    if (!*ptr_out || !*vals_out) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan check");
-    }
-    return SW_OK;
-}
-
 static sw_status setup(checker *c, const sw_task_graph *g, const sw_memory_plan *mp) {
     c->g = g;
     size_t nt = (size_t)g->ntasks + 1;
@@ -81,17 +71,12 @@ static sw_status setup(checker *c, const sw_task_graph *g, const sw_memory_plan 
         last[g->tasks[t].device] = t;
     }
     free(last);
-    SW_TRY(build_csr(g->ntasks, mp->nreuse, &c->rin_ptr, &c->rin));
-    for (int32_t e = 0; e < mp->nreuse; e++) {
-        c->rin_ptr[mp->reuse_to[e] + 2]++;
+    SW_TRY(sw_memory_plan_reuse_in(mp, g->ntasks, &c->rin_ptr, &c->rin));
+    c->touch_ptr = calloc((size_t)g->nbuffers + 2, sizeof *c->touch_ptr);
+    c->touch = malloc(sizeof *c->touch * ((size_t)g->nio + 1));
+    if (!c->touch_ptr || !c->touch) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan check");
     }
-    for (int32_t t = 0; t < g->ntasks; t++) {
-        c->rin_ptr[t + 2] += c->rin_ptr[t + 1];
-    }
-    for (int32_t e = 0; e < mp->nreuse; e++) {
-        c->rin[c->rin_ptr[mp->reuse_to[e] + 1]++] = mp->reuse_from[e];
-    }
-    SW_TRY(build_csr(g->nbuffers, g->nio, &c->touch_ptr, &c->touch));
     for (int32_t k = 0; k < g->nio; k++) {
         c->touch_ptr[g->io[k] + 2]++;
     }
@@ -116,16 +101,12 @@ static void teardown(checker *c) {
     free(c->touch);
 }
 
-static int lives_across_steps(const sw_task_graph *g, int32_t b, const char *host_read) {
-    return g->buffers[b].kind == SW_BUF_PARAM || g->buffers[b].kind == SW_BUF_MOMENTUM || host_read[b];
-}
-
 /* Buffers a and b share bytes: every task touching one must happen before every task touching the other. */
 static sw_status check_pair(checker *c, int32_t a, int32_t b, const char *host_read) {
     const sw_task_graph *g = c->g;
-    if (lives_across_steps(g, a, host_read) || lives_across_steps(g, b, host_read)) {
+    if (sw_buffer_lives_throughout(g, a, host_read) || sw_buffer_lives_throughout(g, b, host_read)) {
         return SW_FAIL(SW_ERR_VALUE, "buffers %d and %d on device %d share memory, but %d lives across steps", a,
-                       b, g->buffers[a].device, lives_across_steps(g, a, host_read) ? a : b);
+                       b, g->buffers[a].device, sw_buffer_lives_throughout(g, a, host_read) ? a : b);
     }
     const int32_t *ta = c->touch + c->touch_ptr[a], *tb = c->touch + c->touch_ptr[b];
     int32_t na = c->touch_ptr[a + 1] - c->touch_ptr[a], nb = c->touch_ptr[b + 1] - c->touch_ptr[b];
@@ -180,15 +161,11 @@ sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp)
         }
     }
     placed_buffer *order = malloc(sizeof *order * ((size_t)g->nbuffers + 1));
-    char *host_read = calloc((size_t)g->nbuffers + 1, 1);
+    char *host_read = NULL;
     checker c = {0};
-    sw_status s = order && host_read ? setup(&c, g, mp) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
-    for (int32_t t = 0; s == SW_OK && t < g->ntasks; t++) {
-        const int32_t *w;
-        int nw = sw_tg_writes(g, t, &w);
-        for (int k = 0; k < nw && g->tasks[t].kind == SW_TASK_LOSS; k++) {
-            host_read[w[k]] = 1;
-        }
+    sw_status s = order ? sw_tg_host_reads(g, &host_read) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    if (s == SW_OK) {
+        s = setup(&c, g, mp);
     }
     for (int d = 0; d < mp->ndev && s == SW_OK; d++) {
         int32_t n = 0;

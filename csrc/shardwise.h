@@ -380,6 +380,13 @@ typedef struct {
 /* reuse 0: every buffer keeps its own bytes (a check, and the baseline the plan saves against). */
 sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp);
 void sw_memory_plan_free(sw_memory_plan *mp);
+/* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
+sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
+/* Does buffer b live through every step and across steps (parameters, momentum, host reads)? */
+int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read);
+/* The reuse edges into each task as CSR: task t waits for ids[ptr[t] .. ptr[t+1]); free() both
+ * (the reuse edges must name tasks below ntasks: sw_memory_plan_check refuses others). */
+sw_status sw_memory_plan_reuse_in(const sw_memory_plan *mp, int32_t ntasks, int32_t **ptr, int32_t **ids);
 /* memplan_check.c: SW_OK when offsets (and the reuse edges) are safe for g, judged
  * from the graph alone: buffers of one device whose bytes overlap are touched by
  * tasks all ordered one buffer's before the other's (dependencies, reuse edges,

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardwise as sw
-from shardwise.lower import element_bytes, lower, plan_arrays
+from shardwise.lower import lower, plan_arrays
 from shardwise.memory import _problem
 
 from strategies_random import build_graph, device_graph_cases, examples, graph_recipes, random_plan
@@ -191,7 +191,13 @@ def test_bad_alignment_is_refused():
 
 
 def test_statistics_count_double_precision():
-    assert element_bytes("stats") == 8 and element_bytes("activation") == 4
+    """Batchnorm statistics (sums of squares over a minibatch) are float64, everything else float32."""
+    g = sw.models.get("resnet18_small", batch=8)
+    tg = lower(sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    kinds = {b.kind for b in tg.buffers}
+    assert "stats" in kinds
+    for b in tg.buffers:
+        assert b.nbytes == b.elements * (8 if b.kind == "stats" else 4), b
 
 
 def test_trainer_reports_its_memory_plan():

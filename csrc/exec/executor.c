@@ -89,30 +89,6 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
 }
 
 /* ------------------------------------------------------------------ recording */
-/* Reuse edges into each task (CSR over tasks). */
-static sw_status reuse_in(const sw_runtime *rt, int32_t **ptr_out, int32_t **ids_out) {
-    const sw_memory_plan *mp = &rt->mp;
-    int32_t n = rt->g.ntasks;
-    int32_t *ptr = calloc((size_t)n + 2, sizeof *ptr), *ids = malloc(sizeof *ids * ((size_t)mp->nreuse + 1));
-    if (!ptr || !ids) {
-        free(ptr);
-        free(ids);
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory recording the streams");
-    }
-    for (int32_t e = 0; e < mp->nreuse; e++) {
-        ptr[mp->reuse_to[e] + 2]++;
-    }
-    for (int32_t t = 0; t < n; t++) {
-        ptr[t + 2] += ptr[t + 1];
-    }
-    for (int32_t e = 0; e < mp->nreuse; e++) {
-        ids[ptr[mp->reuse_to[e] + 1]++] = mp->reuse_from[e];
-    }
-    *ptr_out = ptr;
-    *ids_out = ids;
-    return SW_OK;
-}
-
 /* The tasks task t waits for on other streams in list l: calls fn(d) for each. */
 #define FOR_EACH_CROSS_WAIT(rt, l, t, rptr, rids, d, body)                                              \
     do {                                                                                                \
@@ -133,7 +109,7 @@ static sw_status reuse_in(const sw_runtime *rt, int32_t **ptr_out, int32_t **ids
 
 static sw_status record_lists(sw_runtime *rt, const int *stream) {
     int32_t *rptr = NULL, *rids = NULL, n = rt->g.ntasks;
-    SW_TRY(reuse_in(rt, &rptr, &rids));
+    SW_TRY(sw_memory_plan_reuse_in(&rt->mp, n, &rptr, &rids));
     uint8_t *recorded = malloc((size_t)n + 1);
     sw_status s = recorded ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory recording the streams");
     const sw_backend_i *bi = rt->backend->i;

@@ -161,9 +161,14 @@ static int put_tasks(PyObject *d, const sw_task_graph *t) {
 static int put_buffers(PyObject *d, const sw_task_graph *g) {
     const sw_buffer *b = g->buffers;
     npy_intp n = g->nbuffers;
+    PyArrayObject *bytes = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
+    for (npy_intp i = 0; bytes && i < n; i++) {
+        ((int64_t *)PyArray_DATA(bytes))[i] = sw_buffer_bytes(&b[i]);
+    }
     return sw_py_put(d, "buffer_device", strided(&b[0].device, n, sizeof(sw_buffer), NPY_INT32)) ||
            sw_py_put(d, "buffer_op", strided(&b[0].op, n, sizeof(sw_buffer), NPY_INT32)) ||
            sw_py_put(d, "buffer_kind", strided(&b[0].kind, n, sizeof(sw_buffer), NPY_INT8)) ||
+           sw_py_put(d, "buffer_bytes", (PyObject *)bytes) ||
            sw_py_put(d, "buffer_worker", strided(&b[0].worker, n, sizeof(sw_buffer), NPY_INT32)) ||
            sw_py_put(d, "buffer_slot", strided(&b[0].slot, n, sizeof(sw_buffer), NPY_INT16)) ||
            sw_py_put(d, "buffer_box", boxes(&b[0].box, n, sizeof(sw_buffer))) ? -1 : 0;

@@ -51,13 +51,7 @@ from .boxes import Box, volume
 from .graph import Graph
 from .plan import Plan, reduction_pair
 
-BYTES_PER_ELEMENT = 4  # float32 activations, gradients and parameters
-
-
-def element_bytes(kind: str) -> int:
-    """Bytes per element of a buffer of ``kind``: batchnorm statistics are summed in
-    double precision (sums of squares over a whole minibatch), everything else is float32."""
-    return 8 if kind == "stats" else BYTES_PER_ELEMENT
+BYTES_PER_ELEMENT = 4  # float32 activations, gradients and parameters (batchnorm statistics: float64)
 
 
 @dataclass(frozen=True)
@@ -72,14 +66,11 @@ class Buffer:
     box: Box
     worker: int | None = None   # params, their gradients and momentum: the worker holding them
     slot: int | None = None     # params, their gradients and momentum: the op's weight input slot
+    nbytes: int = 0             # its size as the core counts it (float32; statistics float64)
 
     @property
     def elements(self) -> int:
         return volume(self.box)
-
-    @property
-    def nbytes(self) -> int:
-        return self.elements * element_bytes(self.kind)
 
 
 @dataclass(frozen=True)
@@ -201,11 +192,11 @@ def lower(plan: Plan) -> TaskGraph:
     kinds, phases, buffer_kinds = _core.TASK_KINDS, _core.PHASES, _core.BUFFER_KINDS
     weight_names = _weight_names(plan.graph)
     tg = TaskGraph(plan, arrays=r)
-    for b, (dev, kind, op, worker, slot, row) in enumerate(zip(
+    for b, (dev, kind, op, worker, slot, nbytes, row) in enumerate(zip(
             r["buffer_device"].tolist(), r["buffer_kind"].tolist(), r["buffer_op"].tolist(),
-            r["buffer_worker"].tolist(), r["buffer_slot"].tolist(), r["buffer_box"])):
+            r["buffer_worker"].tolist(), r["buffer_slot"].tolist(), r["buffer_bytes"].tolist(), r["buffer_box"])):
         buf = Buffer(b, dev, buffer_kinds[kind], names[op], _box(row) or (),
-                     None if worker < 0 else worker, None if slot < 0 else slot)
+                     None if worker < 0 else worker, None if slot < 0 else slot, nbytes)
         tg.buffers.append(buf)
         if buf.kind == "param":
             tg.params[(buf.op, weight_names[(op, slot)], worker)] = b
