@@ -141,30 +141,30 @@ def test_ctrl_c_stops_at_a_step_boundary_saves_and_resumes(capsys, tmp_path, mon
     assert accuracy_of(resumed) == accuracy_of(straight)
 
 
-def test_ctrl_c_inside_a_step_still_saves_the_checkpoint(capsys, tmp_path, monkeypatch):
-    """Ctrl-C while a step runs is held by Trainer.step until the step is complete and then
-    raised as KeyboardInterrupt: the command used to let that pass its save (exit without
-    the checkpoint).  Here the signal is sent inside step 5, under the step's own handler."""
+def test_ctrl_c_raised_as_a_step_returns_still_saves_the_checkpoint(capsys, tmp_path, monkeypatch):
+    """A step runs in C with the interpreter lock released; a Ctrl-C meanwhile is raised by
+    Python as KeyboardInterrupt once the C call returns, so the exception can surface *after*
+    the weights changed but before any Python line of Trainer.step ran.  The step count is kept
+    by the runtime (counted as the C call returns), so the command saves the weights of step 5
+    as step 5 and the resumed run equals the one that never stopped (a count kept in Python
+    after the call would say step 4, and the resumed run would train one step too many)."""
     need_sklearn()
-    import contextlib
-
-    from shardwise import train
+    from shardwise.runtime import NativeExecutor
 
     common = ("train", "--batch", "64", "--devices", "2", "--plan", "data", "--quiet", "--epochs", "1")
     code, straight, err = run(capsys, *common)
     assert code == 0, err
-    real_guard = train._sigint_at_step_boundary
-    steps = []
+    real_run = NativeExecutor.run
+    calls = []
 
-    @contextlib.contextmanager
-    def guard_then_ctrl_c():
-        with real_guard():
-            steps.append(1)
-            if len(steps) == 5:
-                os.kill(os.getpid(), signal.SIGINT)  # caught by the step's handler, as a real Ctrl-C would be
-            yield
+    def run_then_interrupt(self, *args, **kwargs):
+        loss = real_run(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt   # where Python would raise a Ctrl-C that came during the step
+        return loss
 
-    monkeypatch.setattr(train, "_sigint_at_step_boundary", guard_then_ctrl_c)
+    monkeypatch.setattr(NativeExecutor, "run", run_then_interrupt)
     ckpt = tmp_path / "run.ckpt"
     code, out, err = run(capsys, *common, "--checkpoint", str(ckpt))
     assert code == 130, err
@@ -264,8 +264,8 @@ def test_train_help_lists_the_options(capsys):
 
 def test_a_real_ctrl_c_during_training_saves_the_checkpoint_and_exits_130(tmp_path):
     """SIGINT sent to ``python -m shardwise train --checkpoint`` while it trains: most land
-    inside a step, whose own handler holds them until the step is complete and then raises
-    KeyboardInterrupt.  The command must still save the weights of the last complete step
+    inside a step, which runs in C and completes; the command's handler stops training at the
+    next step boundary.  The command must still save the weights of the last complete step
     and exit with status 130 (it used to exit without saving)."""
     need_sklearn()
     ckpt = tmp_path / "run.ckpt"

@@ -2,9 +2,13 @@
  *
  * Each device's stream belongs to one worker thread (thread d % threads: four
  * workers on two cores run as two threads, each taking its devices' tasks in
- * program order).  Work is recorded once into each thread's command list (run a
- * task, wait for an event, record an event); a step hands every thread the
- * list to run and waits for all of them.  An event is a task's completion in the
+ * program order).  Worker 0 is the calling thread itself (a step on one worker
+ * never changes threads); workers 1.. are threads of their own.  Work is
+ * recorded once into each worker's command list (run a task, wait for an event,
+ * record an event); a step hands every thread the list to run, runs worker 0's,
+ * and waits for the others.  Between steps the threads spin for a short while
+ * (SPIN_BETWEEN_STEPS_NS) before they sleep, so back-to-back steps do not pay a
+ * wake-up each; the caller spins as briefly for the others to finish.  An event is a task's completion in the
  * current step: recording stores the step's epoch, waiting spins briefly and
  * then sleeps on a condition variable until the epoch is there.  A failing task
  * stops every thread (waiters see the failure) and its message comes back to
@@ -57,7 +61,9 @@ struct cpu_backend {
     int64_t epoch;
     int list;
     const sw_step_args *args;
-    int running, shutdown;
+    _Atomic int64_t step_epoch;     /* be->epoch, readable without the lock (spinning threads) */
+    _Atomic int running;            /* worker threads still running the step (worker 0 not counted) */
+    int shutdown;
     _Atomic int sleepers;           /* threads asleep on `event` */
     _Atomic int failed;
     sw_status fail_status;
@@ -223,12 +229,47 @@ static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *arg
     }
 }
 
+/* How long a worker thread spins for the next step (and the caller for the others to finish)
+ * before sleeping on a condition variable: a training loop's Python between two steps takes
+ * some tens of microseconds, a futex wake-up about as long again on a loaded machine. */
+#define SPIN_BETWEEN_STEPS_NS 200000
+
+/* Spin until *flag differs from `value` (1) or SPIN_BETWEEN_STEPS_NS have passed (0). */
+static int spin_while_equal64(_Atomic int64_t *flag, int64_t value) {
+    int64_t until = sw_now_ns() + SPIN_BETWEEN_STEPS_NS;
+    for (;;) {
+        for (int k = 0; k < 256; k++) {
+            if (atomic_load_explicit(flag, memory_order_acquire) != value) {
+                return 1;
+            }
+        }
+        if (sw_now_ns() > until) {
+            return 0;
+        }
+    }
+}
+
+static int spin_until_zero(_Atomic int *count) {
+    int64_t until = sw_now_ns() + SPIN_BETWEEN_STEPS_NS;
+    for (;;) {
+        for (int k = 0; k < 256; k++) {
+            if (atomic_load_explicit(count, memory_order_acquire) == 0) {
+                return 1;
+            }
+        }
+        if (sw_now_ns() > until) {
+            return 0;
+        }
+    }
+}
+
 static void *worker_main(void *arg) {
     worker *w = arg;
     cpu_backend *be = w->be;
     sw_blas_single_thread();
     int64_t seen = 0;
     for (;;) {
+        (void)spin_while_equal64(&be->step_epoch, seen);   /* the next step, or shutdown, comes soon */
         pthread_mutex_lock(&be->lock);
         while (!be->shutdown && be->epoch == seen) {
             pthread_cond_wait(&be->start, &be->lock);
@@ -242,11 +283,11 @@ static void *worker_main(void *arg) {
         const sw_step_args *args = be->args;
         pthread_mutex_unlock(&be->lock);
         run_list(w, list, seen, args);
-        pthread_mutex_lock(&be->lock);
-        if (--be->running == 0) {
+        if (atomic_fetch_sub(&be->running, 1) == 1) {   /* the last one: the caller may sleep */
+            pthread_mutex_lock(&be->lock);
             pthread_cond_signal(&be->done);
+            pthread_mutex_unlock(&be->lock);
         }
-        pthread_mutex_unlock(&be->lock);
     }
 }
 
@@ -256,13 +297,20 @@ static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
     atomic_store(&be->failed, 0);
     be->list = list;
     be->args = args;
-    be->running = be->nthreads;
+    atomic_store(&be->running, be->nthreads - 1);
     be->epoch++;
+    atomic_store_explicit(&be->step_epoch, be->epoch, memory_order_release);
     pthread_cond_broadcast(&be->start);
-    while (be->running > 0) {
-        pthread_cond_wait(&be->done, &be->lock);
-    }
+    int64_t epoch = be->epoch;
     pthread_mutex_unlock(&be->lock);
+    run_list(&be->workers[0], list, epoch, args);   /* worker 0 is this thread */
+    if (!spin_until_zero(&be->running)) {
+        pthread_mutex_lock(&be->lock);
+        while (atomic_load(&be->running) > 0) {
+            pthread_cond_wait(&be->done, &be->lock);
+        }
+        pthread_mutex_unlock(&be->lock);
+    }
     if (atomic_load(&be->failed)) {
         return SW_FAIL(be->fail_status, "%s", be->fail_message);
     }
@@ -287,9 +335,10 @@ static void destroy(sw_backend *b) {
     cpu_backend *be = (cpu_backend *)b;
     pthread_mutex_lock(&be->lock);
     be->shutdown = 1;
+    atomic_store(&be->step_epoch, -1);   /* spinning threads stop spinning and see the shutdown */
     pthread_cond_broadcast(&be->start);
     pthread_mutex_unlock(&be->lock);
-    for (int k = 0; k < be->started_threads; k++) {
+    for (int k = 1; k <= be->started_threads; k++) {
         pthread_join(be->workers[k].thread, NULL);
     }
     for (int k = 0; k < be->nthreads && be->workers; k++) {
@@ -358,6 +407,9 @@ sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **
         w->be = be;
         w->index = k;
         w->seed = seed ^ (unsigned)(k * 2654435761u);
+        if (k == 0) {
+            continue;   /* the calling thread */
+        }
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             destroy(&be->base);
             return SW_FAIL(SW_ERR_NOMEM, "cannot start CPU worker thread %d", k);

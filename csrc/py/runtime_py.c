@@ -26,6 +26,8 @@ typedef struct {
     PyObject_HEAD
     sw_runtime *rt;
     int busy;
+    long long steps;   /* training steps completed (counted here, so an interrupt after a step
+                        * returns cannot separate the count from the weights) */
 } RuntimeObject;
 
 static int ready(RuntimeObject *self) {
@@ -211,6 +213,9 @@ static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *
     if (s != SW_OK) {
         return sw_py_raise(s);
     }
+    if (list == SW_LIST_TRAIN) {
+        self->steps++;
+    }
     return PyFloat_FromDouble(loss);
 }
 
@@ -386,6 +391,35 @@ static PyObject *Runtime_wait_times(RuntimeObject *self, PyObject *Py_UNUSED(ign
     return int64_list(ns, n < 256 ? n : 256);
 }
 
+static PyObject *Runtime_get_steps(RuntimeObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLongLong(self->steps);
+}
+
+static int Runtime_set_steps(RuntimeObject *self, PyObject *value, void *closure) {
+    (void)closure;
+    if (!value || !PyLong_Check(value) || PyBool_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "steps must be an int");
+        return -1;
+    }
+    long long n = PyLong_AsLongLong(value);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "steps must be >= 0");
+        return -1;
+    }
+    self->steps = n;
+    return 0;
+}
+
+static PyGetSetDef Runtime_getset[] = {
+    {"steps", (getter)Runtime_get_steps, (setter)Runtime_set_steps,
+     "training steps completed (step() adds one when it returns; settable, e.g. from a checkpoint)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef Runtime_methods[] = {
     {"wait_times", (PyCFunction)Runtime_wait_times, METH_NOARGS,
      "wait_times() -> [ns each worker thread waited for other streams' tasks in the last step]"},
@@ -414,6 +448,7 @@ static PyTypeObject RuntimeType = {
     .tp_new = Runtime_new,
     .tp_dealloc = (destructor)Runtime_dealloc,
     .tp_methods = Runtime_methods,
+    .tp_getset = Runtime_getset,
 };
 
 int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type) {

@@ -240,9 +240,10 @@ class _DeferredInterrupt:
     """Ctrl-C while training: remember it and stop at the next step boundary, so the
     weights are always those after a complete step.  A second Ctrl-C interrupts at once.
 
-    Inside a step, Trainer.step installs its own handler for the same purpose: it holds
-    the signal until the step is complete and then raises KeyboardInterrupt, which
-    :func:`_train_epochs` turns into the same request (:meth:`request`)."""
+    A step runs in C, so a Ctrl-C during it reaches this handler once the step is complete.
+    A KeyboardInterrupt raised anyway (a second Ctrl-C, or one outside this handler) comes
+    between steps, with trainer.steps counting the complete ones: :func:`_train_epochs`
+    turns it into the same request (:meth:`request`)."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -261,7 +262,7 @@ class _DeferredInterrupt:
         self.requested = True
 
     def request(self) -> None:
-        """A Ctrl-C that arrived while Trainer.step held the signal."""
+        """A Ctrl-C that came as KeyboardInterrupt out of Trainer.step."""
         self.requested = True
 
     def __exit__(self, *exc: Any) -> None:
@@ -365,8 +366,8 @@ def _train_epochs(trainer: Any, images: np.ndarray, labels: np.ndarray, epochs: 
                 total += trainer.step(images[idx], labels[idx])
                 losses += 1
             except KeyboardInterrupt:
-                # Trainer.step held the signal until its step was complete (or it came before
-                # the step began): trainer.steps counts the complete steps, the weights are theirs
+                # raised before the step began or once it was complete (it runs in C):
+                # trainer.steps counts the complete steps, the weights are theirs
                 ctrl_c.request()
             if ctrl_c.requested:
                 break

@@ -86,6 +86,15 @@ class NativeExecutor:
                                                   if b.kind in ("param", "momentum")}
         self._inputs = [op for op in graph.ops if op.kind == "input"]
 
+    @property
+    def steps(self) -> int:
+        """Training steps this runtime has completed (settable: a checkpoint's count)."""
+        return self._rt.steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self._rt.steps = value
+
     def _input_list(self, images: Any) -> list[np.ndarray | None]:
         out: list[np.ndarray | None] = [None] * len(self.graph.ops)
         for op in self._inputs:

@@ -18,7 +18,6 @@ import io
 import json
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -97,23 +96,6 @@ class SGD:
         param -= np.float32(self.lr) * g
 
 
-@contextlib.contextmanager
-def _sigint_at_step_boundary():
-    """Hold Ctrl-C until the enclosed step has finished, then raise KeyboardInterrupt,
-    so an interrupted run always stops with consistent weights (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
-
-
 def _plan_fingerprint(plan: Plan) -> str:
     rows = sorted((n, list(c.degrees), list(c.devices)) for n, c in plan.configs.items())
     return hashlib.sha256(json.dumps([plan.devices.fingerprint(), rows]).encode()).hexdigest()[:16]
@@ -160,8 +142,18 @@ class Trainer:
         self.loss_ops = losses
         self.task_graph = lower(plan)
         self.executor = NativeExecutor(graph, plan, self.task_graph)
-        self.steps = 0
         self.set_weights(init_params(graph, seed))
+
+    @property
+    def steps(self) -> int:
+        """Training steps completed.  The runtime counts them as each step returns from C, so
+        a Ctrl-C (raised once the step is complete: a step runs in C and Python handles the
+        signal after it) never separates the count from the weights."""
+        return self.executor.steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self.executor.steps = value
 
     # ---- one thread at a time
     @contextlib.contextmanager
@@ -245,22 +237,17 @@ class Trainer:
         (an unrolled RNN: one per timestep, h0, c0) a dict {input op name: array} naming
         each exactly once; each array has its op's exact shape.
 
+        The step runs in C as one call with the interpreter lock released: a Ctrl-C meanwhile
+        raises KeyboardInterrupt once it is complete, and :attr:`steps` counts it.
         Raises TrainerInUseError if another thread is using this trainer (see the class)."""
         images, labels = self._check_batch(images, labels)
-        interrupted = False
         with self._exclusive("step"):
-            try:
-                with _sigint_at_step_boundary():
-                    loss = self.executor.run(images, labels, optimizer=self.optimizer)
-                    self.steps += 1
-            except KeyboardInterrupt:
-                interrupted = True
-            steps = self.steps
-        if interrupted:
-            raise KeyboardInterrupt(f"interrupted after step {steps}")
+            # one call into C with the GIL released; a Ctrl-C meanwhile is raised by Python once
+            # it returns, the step complete and counted (self.steps)
+            loss = self.executor.run(images, labels, optimizer=self.optimizer)
         if not math.isfinite(loss):
-            raise TrainingError(f"the loss is {loss} at step {steps}: training diverged")
-        return float(loss)
+            raise TrainingError(f"the loss is {loss} at step {self.steps}: training diverged")
+        return loss
 
     def loss(self, images: Batch, labels: np.ndarray) -> float:
         """The loss of a minibatch without changing any weight (TrainerInUseError if another
