@@ -355,6 +355,71 @@ static inline int sw_tg_writes(const sw_task_graph *g, int32_t t, const int32_t 
 }
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device);  /* bytes; returns bytes moved */
 
+/* ---------------------------------------------------------------- schedules */
+/* The critical-path analysis of TurboDL (Jin et al., section 2.4 and Algorithm 1) as
+ * annotations on a task graph; docs/scheduling.md tells the whole story.
+ *
+ * Layers are the ops with a data input (inputs and parameters are sources, not
+ * layers).  A *sync layer* lies on every path from the first layers to the last
+ * ones; between two consecutive sync layers (or the start / end of the graph)
+ * the layers form a *block* whose fork and merge are those sync layers.  Inside
+ * a block, layer paths are taken longest first by their summed dA time (fork and
+ * merge included); each layer joins the first path through it.  Path 0 is the
+ * network's critical path: every sync layer and every block's longest path.
+ * A path's rank is the number of distinct, longer distances in its block. */
+typedef struct {
+    int32_t nops, nblocks, npaths;
+    int32_t levels;            /* path priority levels: 1 + the highest rank */
+    const double *op_da;       /* nops: dA seconds of every op (borrowed from the caller) */
+    int32_t *op_block;         /* nops: the block whose inside holds the op, -1 (sync layers, sources) */
+    int32_t *op_path;          /* nops: its layer path, -1 for sources */
+    int32_t *block_fork, *block_merge;   /* nblocks: ops, -1 for the start / end of the graph */
+    double *block_distance;    /* nblocks: its longest path's distance */
+    int32_t *path_block;       /* npaths: -1 for path 0 */
+    int32_t *path_rank;        /* npaths: 0 for the longest paths of their block */
+    double *path_distance;     /* npaths: summed dA seconds, fork to merge (path 0: first layer to last) */
+} sw_layer_paths;
+
+/* op_da: dA seconds of every op (>= 0; sources' are ignored).  lp is freed on failure. */
+sw_status sw_layer_paths_build(const sw_problem *p, const double *op_da, sw_layer_paths *lp);
+void sw_layer_paths_free(sw_layer_paths *lp);
+
+typedef enum { SW_SCHED_FIFO = 0, SW_SCHED_CRITICAL_PATH = 1 } sw_sched_policy;
+
+/* What a task is to Algorithm 1: forward work; dA: the activation-gradient chain (its output
+ * is needed within the iteration, dependency distance 1); dW / dB: a weight's or a bias's
+ * gradient and what follows it (sums, synchronization, update: needed next iteration). */
+typedef enum { SW_SUB_FORWARD = 0, SW_SUB_DA, SW_SUB_DW, SW_SUB_DB, SW_SUB_NKINDS } sw_subtask;
+
+/* Per task: its priority (higher runs first among the ready tasks of a device) and its
+ * stream; per device: streams, one per distinct priority of its tasks, most urgent
+ * first.  A stream runs its tasks in task-id order (a topological order), so stream order
+ * and dependencies never wait on each other in a cycle.  Critical path: priority =
+ * path priority (-rank of the op's layer path; 0 on the critical path) minus alpha for a
+ * dW, beta for a dB sub-task.  FIFO (the baseline): priority 0, one stream per device. */
+typedef struct {
+    sw_sched_policy policy;
+    int32_t alpha, beta;       /* the offsets used (defaults: levels and 2 x levels) */
+    sw_layer_paths paths;      /* the analysis (also made for FIFO; paths.op_da points at op_da) */
+    double *op_da;             /* nops: dA seconds of every op: its slowest worker's backward_data sum */
+    int32_t ntasks;
+    int8_t *subtask;           /* ntasks: sw_subtask */
+    int32_t *layer_path;       /* ntasks: the layer path of the task's op, -1 for sources */
+    int32_t *path_priority;    /* ntasks */
+    int32_t *priority;         /* ntasks */
+    int32_t *stream;           /* ntasks: a stream id */
+    int32_t ndev, nstreams;
+    int32_t *stream_ptr;       /* ndev + 1: device d's streams are ids stream_ptr[d] .. stream_ptr[d+1] */
+    int32_t *stream_device;    /* nstreams */
+    int32_t *stream_priority;  /* nstreams: descending within a device */
+} sw_schedule;
+
+/* Annotate g (lowered from a plan of p) from `durations` (sw_task_durations: a roofline or a
+ * profile).  alpha, beta >= 0, or -1 for the defaults.  s is zeroed first, freed on failure. */
+sw_status sw_schedule_build(const sw_problem *p, const sw_task_graph *g, const double *durations,
+                            sw_sched_policy policy, int32_t alpha, int32_t beta, sw_schedule *s);
+void sw_schedule_free(sw_schedule *s);
+
 /* ---------------------------------------------------------------- memory plans */
 /* One arena per device (memplan.c): every buffer's byte offset in its device's
  * arena, from lifetimes over the program order of the tasks, and the edges that

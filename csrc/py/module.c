@@ -619,6 +619,11 @@ static PyMethodDef Problem_methods[] = {
     {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,
      "simulate_plan(kinds, degrees, dev_ptr, devices, route_ptr, route_res, nres, cores=0, ...) -> dict\n"
      "Lower, time and replay one iteration of a plan (GIL released)."},
+    {"schedule", (PyCFunction)(void (*)(void))sw_py_problem_schedule, METH_VARARGS | METH_KEYWORDS,
+     "schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) -> dict\n"
+     "Lower and time one iteration of a plan, then its priorities and streams (csrc/schedule.c)."},
+    {"layer_paths", (PyCFunction)sw_py_problem_layer_paths, METH_VARARGS,
+     "layer_paths(op_da) -> dict: layer blocks and paths for these dA seconds per op"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -832,6 +837,9 @@ static int module_exec(PyObject *m) {
     }
     if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_simulate(m) < 0 ||
         sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0) {
+        return -1;
+    }
+    if (sw_py_register_schedule(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();

@@ -45,6 +45,10 @@ int sw_py_put(PyObject *d, const char *key, PyObject *value);
 PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args);
 int sw_py_register_memplan(PyObject *module);
+/* schedule_py.c: its NumPy API table and names (SCHED_POLICIES, SUBTASKS), Problem.schedule, layer_paths */
+int sw_py_register_schedule(PyObject *module);
+PyObject *sw_py_problem_schedule(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_layer_paths(ProblemObject *self, PyObject *args);
 /* runtime_py.c: the Runtime type and the op table's names (OP_KINDS, OP_ROLES, CPU_OP_KINDS) */
 int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type);
 

@@ -32,6 +32,7 @@ from .lower import TaskGraph, lower
 from .memory import DeviceMemory, MemoryPlan, memory_plan
 from .runtime import backends
 from .simulate import MemoryOverflow, SimResult, simulate
+from .schedule import Schedule, schedule
 from .profile import Profile, ProfileMismatch, profile
 from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
 
@@ -39,7 +40,7 @@ __all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_t
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "TrainerInUseError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
-            "memory_plan", "backends"]
+            "memory_plan", "backends", "Schedule", "schedule"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]
 from . import tofu
