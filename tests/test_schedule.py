@@ -6,8 +6,6 @@ random graphs against a brute-force enumeration of every path.
 """
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import _core
 from .errors import ConfigError
+from .graph import Graph
 from .lower import plan_arrays
 from .plan import Plan
 from .problem import make_problem
@@ -84,7 +85,7 @@ class LayerBlock:
     distance: float          # its longest path's dA seconds, fork and merge included
 
 
-def _layers(graph, r: dict) -> tuple[list[LayerBlock], list[LayerPath]]:
+def _layers(graph: Graph, r: dict[str, np.ndarray]) -> tuple[list[LayerBlock], list[LayerPath]]:
     """Blocks and paths of the C analysis's arrays."""
     names = [op.name for op in graph.ops]
     op_path, op_block = r["op_path"].tolist(), r["op_block"].tolist()
@@ -145,7 +146,7 @@ class Schedule:
         return "\n".join(lines)
 
 
-def _split(plan: Plan, costs) -> np.ndarray | None:
+def _split(plan: Plan, costs: object) -> np.ndarray | None:
     """The measured (forward, backward) seconds per op of a profile, NaN where not measured."""
     if costs is None:
         return None
@@ -165,7 +166,8 @@ def _split(plan: Plan, costs) -> np.ndarray | None:
     return split
 
 
-def _offset(value: int | None, name: str) -> int:
+def _offset(value: object, name: str) -> int:
+    """Algorithm 1's offset as the core takes it: -1 for the default, else an int >= 0."""
     if value is None:
         return -1
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
@@ -173,7 +175,7 @@ def _offset(value: int | None, name: str) -> int:
     return int(value)
 
 
-def schedule(plan: Plan, policy: str = "critical_path", costs=None, alpha: int | None = None,
+def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, alpha: int | None = None,
              beta: int | None = None) -> Schedule:
     """Priorities and streams of every task of one training iteration of ``plan``.
 
@@ -208,7 +210,7 @@ def schedule(plan: Plan, policy: str = "critical_path", costs=None, alpha: int |
                     blocks, dA, r)
 
 
-def layer_paths(graph, dA: dict[str, float]) -> tuple[list[LayerBlock], list[LayerPath]]:
+def layer_paths(graph: Graph, dA: dict[str, float]) -> tuple[list[LayerBlock], list[LayerPath]]:
     """The path analysis alone, on given dA seconds per op (ops left out: 0): blocks and paths.
 
     :func:`schedule` runs it on the cost model's dA times; this entry lets a test or a
