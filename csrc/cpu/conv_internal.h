@@ -1,0 +1,108 @@
+/*
+ * conv_internal.h -- what the convolution's files share (not part of kernels.h).
+ *
+ *   conv.c              the three kernels of kernels.h: checks, im2col + SGEMM
+ *   conv_geom.c         the output box cut into GEMM tiles, the checks common to
+ *                       the kernels, the per-thread scratch cache
+ *   conv_im2col.c       im2col / col2im through a zero-padded channel plane
+ *
+ * Shapes: N samples, Ci / Co channels (Co_b: the output box's), kh x kw kernel,
+ * K = Ci * kh * kw, P pixels of an output plane.
+ */
+#ifndef SHARDWISE_CPU_CONV_INTERNAL_H
+#define SHARDWISE_CPU_CONV_INTERNAL_H
+
+#include <stddef.h>  /* size_t */
+#include <stdint.h>  /* int64_t, int32_t */
+
+#include "kernels.h"
+
+static inline int64_t conv_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t conv_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static inline int64_t conv_floor_div(int64_t a, int64_t b) {  /* b > 0 */
+    int64_t q = a / b;
+    if (a % b != 0 && a < 0) {
+        q--;
+    }
+    return q;
+}
+
+static inline int64_t conv_ceil_div(int64_t a, int64_t b) { return -conv_floor_div(-a, b); }  /* b > 0 */
+
+/* ------------------------------------------------------------------ GEMM tiles (conv_geom.c) */
+
+/* im2col buffer budget in floats (512 KiB), so the buffer is still in cache when
+ * the GEMM reads it: budgets of 2^16..2^20 floats run the VGG-like layer above
+ * at the same speed, 2^24 (whole batches) 2.3x slower; on the small-channel
+ * layers of a CIFAR-style ResNet 2^17 (512 KiB, in L2 with OpenBLAS's packed
+ * copy) was 5-10% faster than 2^19.  Tiles have at least
+ * CONV_MIN_TILE_COLS columns (unless the box is smaller) to keep GEMMs wide. */
+#ifndef CONV_COL_BUDGET
+#define CONV_COL_BUDGET ((int64_t)1 << 17)
+#endif
+#define CONV_MIN_TILE_COLS 256
+
+/* The output-pixel box a kernel walks (y's box, or dy's box for the backward
+ * kernels) and how it is cut into tiles. */
+typedef struct {
+    int64_t n0, n1;       /* samples [n0, n1) to process */
+    int64_t nlo;          /* first sample of the output view (its local sample 0) */
+    int64_t co;           /* output channels of the view (Co_b) */
+    int64_t r0, c0, wo;   /* first row, first column and width of the output view's pixel box */
+    int64_t plane;        /* pixels per (sample, channel) of the output view */
+    int64_t qa, qb;       /* pixel range [qa, qb) of each plane to process (whole rows) */
+    int64_t k;            /* Ci * kh * kw */
+    int64_t tile_cols;    /* columns per tile */
+    int64_t per_sample;   /* tiles per sample (1 when several samples share a tile) */
+    int64_t nb;           /* samples per tile */
+} conv_geom;
+
+typedef struct {
+    int64_t n;       /* first sample */
+    int64_t nb;      /* samples in the tile */
+    int64_t q0, q1;  /* pixel range of each sample's plane */
+} conv_tile;
+
+/* Fill the geometry for the output-pixel box of ov (y or dy), samples [n0, n1). */
+sw_status conv_geom_init(conv_geom *g, const sw_view *ov, int64_t n0, int64_t n1, int64_t ci, const sw_window *p,
+                         const char *name);
+/* Recut g into tiles after its pixel range [qa, qb) changed. */
+void conv_geom_tiles(conv_geom *g);
+int64_t conv_geom_ntiles(const conv_geom *g);
+conv_tile conv_geom_tile(const conv_geom *g, int64_t i);
+
+/* Checks common to the three kernels on the weight-shaped view wv (w or dw):
+ * rank 4, all Ci, the whole kernel window; sets *ci. */
+sw_status conv_check_weight(const sw_view *wv, const sw_window *p, const char *name, int64_t *ci);
+/* Pixels per (sample, channel) of a rank-4 view, at most INT32_MAX (a BLAS leading dimension). */
+sw_status conv_checked_plane(const sw_view *v, const char *name, int64_t *plane);
+
+/* ------------------------------------------------------------------ scratch (conv_geom.c) */
+
+/* Per-thread scratch buffers that only grow (freed when the thread ends), so
+ * that a training step, after the first, allocates nothing; one per kind. */
+enum {
+    CONV_SCRATCH_COL,    /* im2col / col2im buffer (K, tile_cols) */
+    CONV_SCRATCH_TMP,    /* (Co_b, tile_cols) staging of tiles holding several samples */
+    CONV_SCRATCH_PAD,    /* a padded channel plane of im2col / col2im */
+    CONV_SCRATCH_KINDS
+};
+/* At least `bytes` bytes of this thread's scratch of one kind (64-byte aligned); NULL when out of memory. */
+void *conv_scratch(int kind, size_t bytes);
+
+/* ------------------------------------------------------------------ im2col / col2im (conv_im2col.c) */
+
+/* Floats of the largest padded plane of any tile of g, saturated at INT64_MAX. */
+int64_t conv_pad_floats(const sw_window *p, const conv_geom *g);
+/* Whether im2col / col2im go through the padded plane (else they clip every row segment). */
+int conv_use_pad_plane(const sw_window *p, const conv_geom *g, const sw_view *x);
+/* col (K, q1-q0) at leading dimension ldcol = im2col of sample n, pixels [q0, q1) of g's box;
+ * pad: conv_pad_floats(p, g) floats, or NULL to read x directly. */
+void conv_im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0, int64_t q1,
+                 float *col, int64_t ldcol, float *pad);
+/* dx += col2im(dcol) for sample n, pixels [q0, q1), dropping what falls outside dx's view. */
+void conv_col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0,
+                 int64_t q1, sw_view *dx, float *pad);
+
+#endif /* SHARDWISE_CPU_CONV_INTERNAL_H */
