@@ -12,6 +12,10 @@ Two rungs of the numerics ladder:
   partial input gradients and the weight gradients summed over the sample /
   spatial splits of each channel range must equal the full ones.
 
+Both convolution algorithms take every test that computes (the ``algorithm`` fixture): im2col +
+GEMM and, on CPUs with AVX2 and FMA, the direct loops of csrc/cpu/conv_direct.c forced onto every
+shape (in training they run where they pay: ``_core.conv_algorithm``).
+
 Bad views (inconsistent shapes, wrong dtypes) must raise ValueError.
 """
 from __future__ import annotations
@@ -25,6 +29,29 @@ from shardwise import _core
 from shardwise import reference as ref
 
 RTOL = 1e-4
+
+
+def _direct_available() -> bool:
+    before = _core.conv_algorithm()
+    try:
+        _core.conv_algorithm("direct")
+    except ValueError:
+        return False
+    finally:
+        _core.conv_algorithm(before)
+    return True
+
+
+ALGORITHMS = ["im2col"] + (["direct"] if _direct_available() else [])
+
+
+@pytest.fixture(params=ALGORITHMS)
+def algorithm(request):
+    """Run the test with the convolutions forced onto one algorithm (process-wide, restored after)."""
+    before = _core.conv_algorithm()
+    _core.conv_algorithm(request.param)
+    yield request.param
+    _core.conv_algorithm(before)
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, what: str, rtol: float = RTOL) -> None:
@@ -84,6 +111,15 @@ FIXED_CONV_CASES = [
     # output rows of >= 32 pixels (im2col copies them whole) and of 8 + 4 + 3 (in pieces)
     dict(n=2, ci=2, co=3, h=5, w=41, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
     dict(n=1, ci=3, co=2, h=6, w=17, kernel=(3, 5), stride=(1, 1), padding=(1, 1)),
+    # the direct loops' edges: samples grouped on small planes with a short last group; 16 + 8
+    # column blocks (24 channels) and channels padded to a vector (13, 9); taps and pixels that do
+    # not fill a tile of 6; the data gradient's stride classes, some without taps (stride > kernel)
+    dict(n=5, ci=16, co=16, h=4, w=4, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
+    dict(n=3, ci=16, co=32, h=8, w=8, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
+    dict(n=2, ci=13, co=24, h=7, w=9, kernel=(3, 3), stride=(2, 2), padding=(1, 1)),
+    dict(n=2, ci=8, co=40, h=6, w=5, kernel=(2, 2), stride=(3, 3), padding=(1, 0)),
+    dict(n=1, ci=20, co=9, h=11, w=10, kernel=(5, 3), stride=(1, 2), padding=(2, 1)),
+    dict(n=2, ci=24, co=16, h=9, w=9, kernel=(1, 1), stride=(2, 2), padding=(0, 0)),
 ]
 
 RANDOM_CONV_SEEDS = list(range(150))
@@ -120,7 +156,7 @@ CONV_SPECS = FIXED_CONV_CASES + RANDOM_CONV_SEEDS
 # full tensors
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", CONV_SPECS, ids=conv_ids)
-def test_conv2d_full_tensor_matches_reference(spec):
+def test_conv2d_full_tensor_matches_reference(spec, algorithm):
     c = conv_case(spec)
     x, w, b, dy = make_conv_tensors(c, seed=7)
     s, p = c["stride"], c["padding"]
@@ -194,7 +230,7 @@ def boxes(rng, shape: tuple[int, ...]):
 
 
 @pytest.mark.parametrize("spec", FIXED_CONV_CASES + RANDOM_CONV_SEEDS[:80], ids=conv_ids)
-def test_conv2d_sharded_equals_full(spec):
+def test_conv2d_sharded_equals_full(spec, algorithm):
     c = conv_case(spec)
     x, w, b, dy = make_conv_tensors(c, seed=11)
     (kh, kw), s, p = c["kernel"], c["stride"], c["padding"]
@@ -235,7 +271,7 @@ def test_conv2d_sharded_equals_full(spec):
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_conv2d_backward_data_keeps_only_dx_box(seed):
+def test_conv2d_backward_data_keeps_only_dx_box(seed, algorithm):
     """dx over any sub-box from the whole dy = the full gradient restricted to that box
     (contributions falling outside dx's box are dropped, not folded in)."""
     c = conv_case(seed)
@@ -248,7 +284,7 @@ def test_conv2d_backward_data_keeps_only_dx_box(seed):
     assert_close(dx, dx_ref[n0:n1, :, h0:h1, w0:w1], "dx sub-box")
 
 
-def test_conv2d_forward_reads_a_larger_view():
+def test_conv2d_forward_reads_a_larger_view(algorithm):
     """x and w views may hold more than the box needs (the whole tensors here)."""
     c = FIXED_CONV_CASES[6]
     x, w, b, _ = make_conv_tensors(c, seed=3)
@@ -285,7 +321,7 @@ def test_linear_sharded_equals_full(seed):
     assert_close(db_sum, db_ref, "linear db over output ranges")
 
 
-def test_non_contiguous_inputs_are_copied():
+def test_non_contiguous_inputs_are_copied(algorithm):
     rng = np.random.default_rng(0)
     x = f32(rng.standard_normal((2, 3, 8, 12)))[:, :, :, ::2]
     w = f32(rng.standard_normal((4, 3, 3, 3)))
@@ -384,7 +420,7 @@ def test_error_message_names_the_view():
         _core.conv2d_forward(**_conv_args(w=f32(np.zeros((2, 3, 3, 3)))))
 
 
-def test_empty_boxes_are_fine():
+def test_empty_boxes_are_fine(algorithm):
     """Zero-extent boxes (a worker with nothing to do) and input regions that are pure padding."""
     w, b = f32(np.ones((2, 1, 1, 1))), f32(np.array([0.5, -1.0]))
     x_empty = np.zeros((1, 1, 0, 0), dtype=np.float32)
@@ -400,6 +436,65 @@ def test_empty_boxes_are_fine():
     np.testing.assert_array_equal(dx, 0.0)
     y = _core.linear_forward(np.zeros((0, 3), np.float32), None, f32(np.ones((2, 3))), None, None, None, None, (0, 2))
     assert y.shape == (0, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# the algorithm switch
+# ----------------------------------------------------------------------------------------------
+def _conv_all(c: dict, seed: int):
+    """(y with bias and ReLU, dx, dw, db) of one case on full tensors with the current algorithm."""
+    x, w, b, dy = (f32(a) for a in make_conv_tensors(c, seed))
+    s, p = c["stride"], c["padding"]
+    y = _core.conv2d_forward(x, None, w, None, b, None, None, dy.shape, s, p, True)
+    dx = _core.conv2d_backward_data(w, None, dy, None, None, x.shape, c["kernel"], s, p)
+    dw, db = _core.conv2d_backward_weight(x, None, dy, None, w.shape, s, p, True)
+    return y, dx, dw, db
+
+
+def _with_algorithm(name: str, run):
+    before = _core.conv_algorithm()
+    _core.conv_algorithm(name)
+    try:
+        return run()
+    finally:
+        _core.conv_algorithm(before)
+
+
+RESNET_LAYER = dict(n=4, ci=16, co=16, h=8, w=8, kernel=(3, 3), stride=(1, 1), padding=(1, 1))
+INPUT_LAYER = dict(n=2, ci=3, co=16, h=8, w=8, kernel=(3, 3), stride=(1, 1), padding=(1, 1))
+
+
+@pytest.mark.skipif("direct" not in ALGORITHMS, reason="the direct convolution needs AVX2 and FMA")
+def test_auto_runs_the_direct_loops_where_they_pay():
+    """'auto' (the trainer's) gives the direct loops' bits on a 16-channel 3x3 layer, and
+    im2col's on 1x1 kernels and for the 3-channel input gradient of an input layer."""
+    assert _core.conv_algorithm() == "auto"
+    for c in (RESNET_LAYER, dict(RESNET_LAYER, kernel=(1, 1), padding=(0, 0))):
+        auto = _conv_all(c, seed=1)
+        want = _with_algorithm("direct" if c["kernel"] == (3, 3) else "im2col", lambda: _conv_all(c, seed=1))
+        other = _with_algorithm("im2col" if c["kernel"] == (3, 3) else "direct", lambda: _conv_all(c, seed=1))
+        for a, b, o in zip(auto, want, other):
+            np.testing.assert_array_equal(a, b)
+        assert any(not np.array_equal(a, o) for a, o in zip(auto, other)), "the algorithms should differ in bits"
+    auto = _conv_all(INPUT_LAYER, seed=2)
+    direct = _with_algorithm("direct", lambda: _conv_all(INPUT_LAYER, seed=2))
+    im2col = _with_algorithm("im2col", lambda: _conv_all(INPUT_LAYER, seed=2))
+    np.testing.assert_array_equal(auto[0], direct[0])   # 16 output channels: direct
+    np.testing.assert_array_equal(auto[1], im2col[1])   # dx has 3 channels: im2col
+
+
+def test_the_same_call_gives_the_same_bits(algorithm):
+    first = _conv_all(RESNET_LAYER, seed=3)
+    for a, b in zip(first, _conv_all(RESNET_LAYER, seed=3)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_conv_algorithm_rejects_unknown_names():
+    with pytest.raises(ValueError, match="'auto', 'im2col' or 'direct'"):
+        _core.conv_algorithm("winograd")
+    with pytest.raises(TypeError):
+        _core.conv_algorithm(3)
+    assert _core.conv_algorithm() == "auto"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,7 +529,7 @@ def _huge_stride_reference(c: dict, x, w, b, dy):
     return y, dx, dw, dy.sum(axis=(0, 2, 3))
 
 
-def test_conv2d_stride_far_larger_than_the_input_matches_reference():
+def test_conv2d_stride_far_larger_than_the_input_matches_reference(algorithm):
     c = HUGE_STRIDE
     rng = np.random.default_rng(5)
     (kh, kw), s, p = c["kernel"], c["stride"], c["padding"]

@@ -149,6 +149,9 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
     }
     const float *wsub = w->data + (y->lo[1] - w->lo[0]) * g.k;        /* (Co_b, K) */
     const float *bias = b ? b->data + (y->lo[1] - b->lo[0]) : NULL;  /* (Co_b) */
+    if (conv_direct_forward(x, wsub, bias, y, p, ci, &s)) {
+        return s;
+    }
     int pointwise = is_pointwise(p, x, &g);
     int64_t ntiles = conv_geom_ntiles(&g);
     conv_scratch_set sc;
@@ -211,6 +214,10 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
     int64_t nvol = sw_view_volume(dx);
     if (nvol == 0) {
         return SW_OK;
+    }
+    if (sw_view_volume(dy) > 0 &&
+        conv_direct_backward_data(w->data + (dy->lo[1] - w->lo[0]) * g.k, dy, dx, p, ci, &s)) {
+        return s;
     }
     memset(dx->data, 0, (size_t)nvol * sizeof(float));
     if (sw_view_volume(dy) == 0) {
@@ -344,8 +351,12 @@ sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view
     }
     int64_t wvol = sw_view_volume(dw);
     if (wvol > 0) {
-        memset(dw->data, 0, (size_t)wvol * sizeof(float));
-        if (sw_view_volume(dy) > 0 && (s = weight_gemms(x, dy, dw->data, p, &g, fn)) != SW_OK) {
+        int direct = sw_view_volume(dy) > 0 && conv_direct_backward_weight(x, dy, dw->data, p, ci, &s);
+        if (!direct) {
+            memset(dw->data, 0, (size_t)wvol * sizeof(float));
+            s = sw_view_volume(dy) > 0 ? weight_gemms(x, dy, dw->data, p, &g, fn) : SW_OK;
+        }
+        if (s != SW_OK) {
             return s;
         }
     }

@@ -1,10 +1,14 @@
 /*
  * conv_internal.h -- what the convolution's files share (not part of kernels.h).
  *
- *   conv.c              the three kernels of kernels.h: checks, im2col + SGEMM
+ *   conv.c              the three kernels of kernels.h: checks, then the direct
+ *                       path where it applies (conv_direct.c), else im2col + SGEMM
  *   conv_geom.c         the output box cut into GEMM tiles, the checks common to
  *                       the kernels, the per-thread scratch cache
  *   conv_im2col.c       im2col / col2im through a zero-padded channel plane
+ *   conv_direct.c       the direct path: padded source regions, packed weights and
+ *                       index tables for the AVX2 loops
+ *   conv_direct_avx2.c  those loops (AVX2 + FMA, chosen at run time)
  *
  * Shapes: N samples, Ci / Co channels (Co_b: the output box's), kh x kw kernel,
  * K = Ci * kh * kw, P pixels of an output plane.
@@ -86,6 +90,11 @@ enum {
     CONV_SCRATCH_COL,    /* im2col / col2im buffer (K, tile_cols) */
     CONV_SCRATCH_TMP,    /* (Co_b, tile_cols) staging of tiles holding several samples */
     CONV_SCRATCH_PAD,    /* a padded channel plane of im2col / col2im */
+    CONV_SCRATCH_SRC,    /* direct: the padded source region of a group of samples */
+    CONV_SCRATCH_OUT,    /* direct: pixel-major output (or dy) of a group */
+    CONV_SCRATCH_WPK,    /* direct: packed weights */
+    CONV_SCRATCH_TAB,    /* direct: index tables */
+    CONV_SCRATCH_ACC,    /* direct: the weight gradient's accumulator */
     CONV_SCRATCH_KINDS
 };
 /* At least `bytes` bytes of this thread's scratch of one kind (64-byte aligned); NULL when out of memory. */
@@ -104,5 +113,38 @@ void conv_im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64
 /* dx += col2im(dcol) for sample n, pixels [q0, q1), dropping what falls outside dx's view. */
 void conv_col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0,
                  int64_t q1, sw_view *dx, float *pad);
+
+/* ------------------------------------------------------------------ the direct path (conv_direct.c) */
+
+/* Each returns 1 when it computed the kernel's result (or failed: *s says which), 0 when
+ * the direct path does not take this call (the caller runs im2col + GEMM).  The views
+ * are checked; wsub is w's rows for the output box's (dy's) channels, (Co_b, K). */
+int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, sw_view *y, const sw_window *p,
+                        int64_t ci, sw_status *s);
+int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx, const sw_window *p, int64_t ci,
+                              sw_status *s);
+int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p, int64_t ci,
+                                sw_status *s);
+
+/* ------------------------------------------------------------------ AVX2 loops (conv_direct_avx2.c) */
+
+/* 1 when this CPU (and OS) runs AVX2 and FMA instructions. */
+int conv_avx2_available(void);
+
+/* Packed weights: columns in blocks of 16 (the last one 8 wide when ncol % 16 == 8);
+ * the block starting at column c0 lies at wpk + c0 * K as a (K, width) row-major
+ * matrix.  ncol is a multiple of 8. */
+
+/* out[orow[i] * ldo + c] = sum_k wpk(k, c) * src[base[i] + off[k]] for i < n, c < ncol
+ * (orow NULL: row i).  K may be 0 (zeros are written). */
+void conv_avx2_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
+                      int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo);
+/* acc[k * lda + c] += sum_i dyt[i * ldd + c] * src[base[i] + off[k]] for k < K, c < ncol. */
+void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
+                      const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda);
+/* dst[c * ldd + r] = act(src[r * lds + c] + bias[c]) for r < rows, c < cols (bias may be NULL;
+ * act is a ReLU when relu, a NaN becoming 0 as in the im2col path, else the identity). */
+void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd,
+                         const float *bias, int relu);
 
 #endif /* SHARDWISE_CPU_CONV_INTERNAL_H */

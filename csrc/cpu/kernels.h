@@ -50,7 +50,7 @@ void sw_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
 /* Make OpenBLAS run every call on the calling thread (workers are the parallelism). */
 void sw_blas_single_thread(void);
 
-/* ---- convolution (conv.c): im2col + GEMM ----
+/* ---- convolution (conv.c): direct loops (conv_direct.c) or im2col + GEMM ----
  * x (N, Ci, H, W) view with all Ci; w (Co, Ci, kh, kw) view covering y's Co range;
  * b (Co) view covering y's Co range or NULL; y (N, Co, Ho, Wo) view = the box to compute. */
 sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y, const sw_window *p);
@@ -61,6 +61,17 @@ sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view
                                     const sw_window *p);
 /* How many times the convolutions' per-thread scratch caches have grown (process-wide). */
 long long sw_conv_scratch_grows(void);
+/* The convolutions' algorithm, process-wide (for tests and benchmarks):
+ *   AUTO    (the default) the direct loops where they pay: a CPU with AVX2 and FMA,
+ *           kernels larger than 1x1 and output columns (channels) filling at least 3/4
+ *           of their 8-float vectors; im2col + GEMM otherwise
+ *   IM2COL  im2col + GEMM always
+ *   DIRECT  the direct loops wherever they apply (any channel count); SW_ERR_VALUE on
+ *           a CPU without AVX2 and FMA
+ * Either way a call's result does not depend on timing: the same call, the same bits. */
+typedef enum { SW_CONV_AUTO, SW_CONV_IM2COL, SW_CONV_DIRECT } sw_conv_algorithm;
+sw_status sw_conv_set_algorithm(sw_conv_algorithm a);
+sw_conv_algorithm sw_conv_get_algorithm(void);
 
 /* ---- pooling (pool.c): max (first maximum in row-major window order) or average
  * (padding counted in the divisor, as PyTorch's count_include_pad=True) ---- */

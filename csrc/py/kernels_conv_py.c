@@ -1,6 +1,6 @@
 /*
  * kernels_conv_py.c -- test entry points of the convolution and linear CPU
- * kernels (csrc/cpu/conv.c, linear.c), so tests can compare them with
+ * kernels (csrc/cpu/conv*.c, linear.c), so tests can compare them with
  * python/shardwise/reference.py on full tensors and on sharded views.
  *
  * Every array is a float32 NumPy array (any other dtype is a ValueError, never
@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>             /* CPython API */
 #include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* (NPY_NO_DEPRECATED_API is set by setup.py) */
+#include <string.h>              /* strcmp */
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window, sw_conv2d_*, sw_linear_* */
 #include "../shardwise.h"    /* sw_status, sw_last_error */
@@ -325,6 +326,35 @@ static PyObject *py_linear_backward_weight(PyObject *self, PyObject *args, PyObj
     return result;
 }
 
+/* ------------------------------------------------------------------ the algorithm */
+static const char *const algorithm_names[] = {"auto", "im2col", "direct"};
+
+/* conv_algorithm(name=None) -> str: the convolutions' algorithm (process-wide), set first when named. */
+static PyObject *py_conv_algorithm(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"name", NULL};
+    const char *name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|z", kwlist, &name)) {
+        return NULL;
+    }
+    if (name) {
+        int a = -1;
+        for (int k = 0; k < 3; k++) {
+            if (strcmp(name, algorithm_names[k]) == 0) {
+                a = k;
+            }
+        }
+        if (a < 0) {
+            return PyErr_Format(PyExc_ValueError, "conv algorithm must be 'auto', 'im2col' or 'direct', got %R",
+                                PyTuple_GET_ITEM(args, 0));
+        }
+        sw_status s = sw_conv_set_algorithm((sw_conv_algorithm)a);
+        if (s != SW_OK) {
+            return sw_py_raise(s);
+        }
+    }
+    return PyUnicode_FromString(algorithm_names[sw_conv_get_algorithm()]);
+}
+
 /* ------------------------------------------------------------------ registration */
 
 #define KW (METH_VARARGS | METH_KEYWORDS)
@@ -341,6 +371,11 @@ static PyMethodDef methods[] = {
     {"conv2d_backward_weight", FN(py_conv2d_backward_weight), KW,
      "conv2d_backward_weight(x, x_lo, dy, dy_lo, w_shape, stride=1, padding=0, with_bias=True) -> (dw, db)\n"
      "dw (dy's Co range, Ci, kh, kw) and db (dy's Co range, or None) summed over dy's box."},
+    {"conv_algorithm", FN(py_conv_algorithm), KW,
+     "conv_algorithm(name=None) -> str\n"
+     "The convolutions' algorithm for the whole process, set first when name is given: 'auto' (the\n"
+     "default: the direct loops where they pay, else im2col + GEMM), 'im2col', or 'direct' (the direct\n"
+     "loops wherever they apply; ValueError on a CPU without AVX2 and FMA).  For tests and benchmarks."},
     {"linear_forward", FN(py_linear_forward), KW,
      "linear_forward(x, x_lo, w, w_lo, b, b_lo, y_lo, y_shape, relu=False) -> y\n"
      "y's box of x w^T + b; b may be None."},
