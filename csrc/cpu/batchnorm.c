@@ -21,6 +21,7 @@
  * statistics beyond rounding of the final float32 values.
  */
 #include "kernels.h"  /* sw_view, sw_bn_* */
+#include "simd.h"     /* SW_CLONES */
 #include "view.h"     /* sw_view_check, sw_view_check_covers */
 
 enum { N_, C_, H_, W_ };  /* dimensions of (N, C, H, W) views */
@@ -33,6 +34,88 @@ static const float *row_at(const sw_view *v, int64_t n, int64_t c, int64_t h) {
 
 /* Offset from the start of a row of `outer` to global column `w`. */
 static int64_t col(const sw_view *outer, int64_t w) { return w - outer->lo[W_]; }
+
+/* Whether every view holds exactly box's rows and columns: then the (H, W) plane of
+ * each (n, c) is one contiguous run in all of them (the usual case: the views are
+ * the box's own), else the kernels go row by row. */
+static int whole_planes(const sw_view *box, const sw_view *a, const sw_view *b) {
+    const sw_view *vs[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        if (vs[k] && (vs[k]->lo[H_] != box->lo[H_] || vs[k]->shape[H_] != box->shape[H_] ||
+                      vs[k]->lo[W_] != box->lo[W_] || vs[k]->shape[W_] != box->shape[W_])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* s[0] += sum of x, s[1] += sum of x^2 over len floats, in double: eight lanes
+ * (vectorized by the compiler) added up in a fixed order at the end. */
+SW_CLONES static void add_sums(const float *x, int64_t len, double *s) {
+    double a[8] = {0}, q[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        for (int j = 0; j < 8; j++) {
+            const double v = x[i + j];
+            a[j] += v;
+            q[j] += v * v;
+        }
+    }
+    double s1 = 0.0, s2 = 0.0;
+    for (; i < len; i++) {
+        const double v = x[i];
+        s1 += v;
+        s2 += v * v;
+    }
+    for (int j = 0; j < 8; j++) {
+        s1 += a[j];
+        s2 += q[j];
+    }
+    s[0] += s1;
+    s[1] += s2;
+}
+
+/* s[0] += sum of dy, s[1] += sum of dy * xhat over len floats, xhat = (x - m) * is (float),
+ * in double as add_sums. */
+SW_CLONES static void add_backward_sums(const float *x, const float *dy, int64_t len, float m, float is, double *s) {
+    double a[8] = {0}, q[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        for (int j = 0; j < 8; j++) {
+            const double g = dy[i + j];
+            a[j] += g;
+            q[j] += g * (double)((x[i + j] - m) * is);
+        }
+    }
+    double s1 = 0.0, s2 = 0.0;
+    for (; i < len; i++) {
+        const double g = dy[i];
+        s1 += g;
+        s2 += g * (double)((x[i] - m) * is);
+    }
+    for (int j = 0; j < 8; j++) {
+        s1 += a[j];
+        s2 += q[j];
+    }
+    s[0] += s1;
+    s[1] += s2;
+}
+
+/* y = (x - m) * scale + shift over len floats. */
+SW_CLONES static void apply_run(const float *x, float *y, int64_t len, float m, float scale, float shift) {
+    for (int64_t i = 0; i < len; i++) {
+        y[i] = (x[i] - m) * scale + shift;
+    }
+}
+
+/* dx = scale * (dy - mean_dy - xhat * mean_dy_xhat), xhat = (x - mu) * is, over len floats. */
+SW_CLONES static void backward_apply_run(const float *x, const float *dy, float *dx, int64_t len, float mu, float is,
+                                         float scale, float mean_dy, float mean_dy_xhat) {
+    for (int64_t i = 0; i < len; i++) {
+        const float xhat = (x[i] - mu) * is;
+        dx[i] = scale * (dy[i] - mean_dy - xhat * mean_dy_xhat);
+    }
+}
 
 /* `box` a valid (N, C, H, W) view; each non-NULL view of `others` has rank 4 and covers it. */
 static sw_status check_box(const sw_view *box, const char *box_name, const sw_view *a, const char *a_name,
@@ -73,21 +156,12 @@ sw_status sw_bn_partial_sums(const sw_view *x, double *sums) {
     }
     const int64_t nc = x->shape[C_], hw = x->shape[H_] * x->shape[W_];
     for (int64_t c = 0; c < nc; c++) {
-        sums[c] = 0.0;
-        sums[nc + c] = 0.0;
-    }
-    for (int64_t n = 0; n < x->shape[N_]; n++) {
-        for (int64_t c = 0; c < nc; c++) {
-            const float *xp = x->data + (n * nc + c) * hw;  /* the whole (H, W) plane is contiguous */
-            double s1 = 0.0, s2 = 0.0;
-            for (int64_t i = 0; i < hw; i++) {
-                const double v = xp[i];
-                s1 += v;
-                s2 += v * v;
-            }
-            sums[c] += s1;
-            sums[nc + c] += s2;
+        double s2[2] = {0.0, 0.0};
+        for (int64_t n = 0; n < x->shape[N_]; n++) {
+            add_sums(x->data + (n * nc + c) * hw, hw, s2);  /* the whole (H, W) plane is contiguous */
         }
+        sums[c] = s2[0];
+        sums[nc + c] = s2[1];
     }
     return SW_OK;
 }
@@ -104,6 +178,8 @@ sw_status sw_bn_apply(const sw_view *x, const float *mean, const float *invstd, 
     if (s != SW_OK) {
         return s;
     }
+    const int whole = whole_planes(y, x, NULL);
+    const int64_t rows = whole ? 1 : y->shape[H_], len = whole ? y->shape[H_] * y->shape[W_] : y->shape[W_];
     float *yp = y->data;
     for (int64_t n = y->lo[N_]; n < sw_view_hi(y, N_); n++) {
         for (int64_t c = y->lo[C_]; c < sw_view_hi(y, C_); c++) {
@@ -111,11 +187,9 @@ sw_status sw_bn_apply(const sw_view *x, const float *mean, const float *invstd, 
             const float m = mean[k];
             const float scale = invstd[k] * (gamma ? gamma[k] : 1.0f);
             const float shift = beta ? beta[k] : 0.0f;
-            for (int64_t h = y->lo[H_]; h < sw_view_hi(y, H_); h++) {
-                const float *xp = row_at(x, n, c, h) + col(x, y->lo[W_]);
-                for (int64_t i = 0; i < y->shape[W_]; i++) {
-                    *yp++ = (xp[i] - m) * scale + shift;
-                }
+            for (int64_t h = y->lo[H_]; h < y->lo[H_] + rows; h++) {
+                apply_run(row_at(x, n, c, h) + col(x, y->lo[W_]), yp, len, m, scale, shift);
+                yp += len;
             }
         }
     }
@@ -139,22 +213,19 @@ sw_status sw_bn_backward_sums(const sw_view *x, const sw_view *dy, const float *
         sums[k] = 0.0;
         sums[nc + k] = 0.0;
     }
+    const int whole = whole_planes(dy, x, NULL);
+    const int64_t rows = whole ? 1 : dy->shape[H_], len = whole ? dy->shape[H_] * dy->shape[W_] : dy->shape[W_];
     const float *gp = dy->data;
     for (int64_t n = dy->lo[N_]; n < sw_view_hi(dy, N_); n++) {
         for (int64_t c = dy->lo[C_]; c < sw_view_hi(dy, C_); c++) {
             const int64_t k = c - dy->lo[C_];
-            const float m = mean[k], is = invstd[k];
-            double s1 = 0.0, s2 = 0.0;
-            for (int64_t h = dy->lo[H_]; h < sw_view_hi(dy, H_); h++) {
-                const float *xp = row_at(x, n, c, h) + col(x, dy->lo[W_]);
-                for (int64_t i = 0; i < dy->shape[W_]; i++) {
-                    const double g = *gp++;
-                    s1 += g;
-                    s2 += g * (double)((xp[i] - m) * is);
-                }
+            double s2[2] = {0.0, 0.0};
+            for (int64_t h = dy->lo[H_]; h < dy->lo[H_] + rows; h++) {
+                add_backward_sums(row_at(x, n, c, h) + col(x, dy->lo[W_]), gp, len, mean[k], invstd[k], s2);
+                gp += len;
             }
-            sums[k] += s1;
-            sums[nc + k] += s2;
+            sums[k] += s2[0];
+            sums[nc + k] += s2[1];
         }
     }
     return SW_OK;
@@ -178,6 +249,8 @@ sw_status sw_bn_backward_apply(const sw_view *x, const sw_view *dy, const float 
         return s;
     }
     const int64_t nc = dx->shape[C_];
+    const int whole = whole_planes(dx, x, dy);
+    const int64_t rows = whole ? 1 : dx->shape[H_], len = whole ? dx->shape[H_] * dx->shape[W_] : dx->shape[W_];
     float *dp = dx->data;
     for (int64_t n = dx->lo[N_]; n < sw_view_hi(dx, N_); n++) {
         for (int64_t c = dx->lo[C_]; c < sw_view_hi(dx, C_); c++) {
@@ -186,13 +259,10 @@ sw_status sw_bn_backward_apply(const sw_view *x, const sw_view *dy, const float 
             const float scale = (gamma ? gamma[k] : 1.0f) * is;
             const float mean_dy = (float)(global_sums[k] / (double)m);
             const float mean_dy_xhat = (float)(global_sums[nc + k] / (double)m);
-            for (int64_t h = dx->lo[H_]; h < sw_view_hi(dx, H_); h++) {
-                const float *xp = row_at(x, n, c, h) + col(x, dx->lo[W_]);
-                const float *gp = row_at(dy, n, c, h) + col(dy, dx->lo[W_]);
-                for (int64_t i = 0; i < dx->shape[W_]; i++) {
-                    const float xhat = (xp[i] - mu) * is;
-                    *dp++ = scale * (gp[i] - mean_dy - xhat * mean_dy_xhat);
-                }
+            for (int64_t h = dx->lo[H_]; h < dx->lo[H_] + rows; h++) {
+                backward_apply_run(row_at(x, n, c, h) + col(x, dx->lo[W_]), row_at(dy, n, c, h) + col(dy, dx->lo[W_]),
+                                   dp, len, mu, is, scale, mean_dy, mean_dy_xhat);
+                dp += len;
             }
         }
     }

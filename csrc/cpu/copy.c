@@ -4,12 +4,12 @@
  * Both kernels work on the intersection of the two boxes in global
  * coordinates, for any rank 1..SW_MAX_RANK (the two views must have the same
  * rank).  An empty intersection is not an error: there is nothing to move.
- * The innermost dimension of the intersection is contiguous in both buffers,
- * so the work is a loop over rows of that dimension.
+ * The work is a loop over the intersection's contiguous runs (view.h).
  */
 #include <string.h>  /* memmove */
 
 #include "kernels.h"  /* sw_view, sw_copy_box, sw_accumulate_box */
+#include "simd.h"     /* SW_CLONES */
 #include "view.h"     /* sw_view_check, sw_view_intersect, sw_view_offset */
 
 /* Both views valid and of the same rank 1..SW_MAX_RANK. */
@@ -29,7 +29,14 @@ static sw_status check_pair(const sw_view *src, const sw_view *dst, const char *
     return s;
 }
 
-/* Walk the rows of the intersection: dst row (+)= src row. */
+/* d += s over len floats (compiled for AVX2 and the baseline: simd.h). */
+SW_CLONES static void add_into(float *d, const float *s, int64_t len) {
+    for (int64_t i = 0; i < len; i++) {
+        d[i] += s[i];
+    }
+}
+
+/* Walk the runs of the intersection: dst run (+)= src run. */
 static sw_status move_box(const sw_view *src, sw_view *dst, int accumulate) {
     const char *name = accumulate ? "accumulate_box" : "copy_box";
     sw_status s = check_pair(src, dst, name, accumulate ? "accumulate_box: src" : "copy_box: src",
@@ -37,38 +44,22 @@ static sw_status move_box(const sw_view *src, sw_view *dst, int accumulate) {
     if (s != SW_OK) {
         return s;
     }
-    int64_t lo[SW_MAX_RANK], hi[SW_MAX_RANK], idx[SW_MAX_RANK];
+    int64_t lo[SW_MAX_RANK], hi[SW_MAX_RANK];
     if (sw_view_intersect(src, dst, lo, hi) == 0) {
         return SW_OK;
     }
-    const int rank = src->rank;
-    const int64_t len = hi[rank - 1] - lo[rank - 1];  /* contiguous run in both buffers */
-    for (int d = 0; d < rank; d++) {
-        idx[d] = lo[d];
-    }
-    for (;;) {
-        const float *sp = src->data + sw_view_offset(src, idx);
-        float *dp = dst->data + sw_view_offset(dst, idx);
+    const sw_view *views[2] = {src, dst};
+    sw_runs r;   /* contiguous in both buffers (view.h): one run when both hold just the intersection */
+    (void)sw_runs_first(&r, views, 2, lo, hi, src->rank);
+    do {
+        const float *sp = src->data + sw_view_offset(src, r.idx);
+        float *dp = dst->data + sw_view_offset(dst, r.idx);
         if (accumulate) {
-            for (int64_t i = 0; i < len; i++) {
-                dp[i] += sp[i];
-            }
+            add_into(dp, sp, r.len);
         } else {
-            memmove(dp, sp, (size_t)len * sizeof(float));
+            memmove(dp, sp, (size_t)r.len * sizeof(float));
         }
-        /* odometer over the outer dimensions 0..rank-2 */
-        int d = rank - 2;
-        while (d >= 0) {
-            if (++idx[d] < hi[d]) {
-                break;
-            }
-            idx[d] = lo[d];
-            d--;
-        }
-        if (d < 0) {
-            break;
-        }
-    }
+    } while (sw_runs_next(&r));
     return SW_OK;
 }
 

@@ -4,11 +4,11 @@
  * Any rank 1..SW_MAX_RANK.  The output view is the box to compute; every
  * input view must cover it (same rank), since an element-wise op reads exactly
  * the output's own index in each input -- there is no padding to fall back on.
- * The work is a loop over the rows of the output box: the innermost dimension
- * is contiguous in every buffer.
+ * The work is a loop over the contiguous runs of the output box (view.h).
  */
 #include "kernels.h"  /* sw_view, sw_relu_*, sw_add_forward */
-#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_view_*_row */
+#include "simd.h"     /* SW_CLONES */
+#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_runs */
 
 typedef enum {
     ELT_RELU_FORWARD,   /* y = max(a, 0) (NaN propagates, as in PyTorch) */
@@ -17,38 +17,57 @@ typedef enum {
 } eltwise_kind;
 
 
-/* y[i] = f(a[i], b[i]) for every global index i in y's box (b unused for ReLU forward). */
+/* One run of each kind (compiled for AVX2 and the baseline: simd.h). */
+SW_CLONES static void relu_run(const float *a, float *y, int64_t len) {
+    for (int64_t i = 0; i < len; i++) {
+        y[i] = (a[i] > 0.0f || a[i] != a[i]) ? a[i] : 0.0f;
+    }
+}
+
+SW_CLONES static void relu_backward_run(const float *y, const float *dy, float *dx, int64_t len) {
+    for (int64_t i = 0; i < len; i++) {
+        /* load unconditionally so that this is a select, not a branch: the
+         * signs are random and a branch costs 15x (measured) */
+        const float g = dy[i];
+        dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
+}
+
+SW_CLONES static void add_run(const float *a, const float *b, float *y, int64_t len) {
+    for (int64_t i = 0; i < len; i++) {
+        y[i] = a[i] + b[i];
+    }
+}
+
+/* y[i] = f(a[i], b[i]) for every global index i in y's box (b unused for ReLU forward),
+ * over contiguous runs (view.h: the whole box at once when the views hold just it). */
 static void eltwise_rows(eltwise_kind kind, const sw_view *a, const sw_view *b, sw_view *y) {
-    int64_t idx[SW_MAX_RANK];
-    if (!sw_view_first_row(y, idx)) {
+    const sw_view *views[3] = {y, a, b};
+    int64_t hi[SW_MAX_RANK];
+    for (int d = 0; d < y->rank; d++) {
+        hi[d] = sw_view_hi(y, d);
+    }
+    sw_runs r;
+    if (!sw_runs_first(&r, views, b ? 3 : 2, y->lo, hi, y->rank)) {
         return;
     }
-    const int64_t len = y->shape[y->rank - 1];
+    const int64_t len = r.len;
     do {
-        const float *ap = a->data + sw_view_offset(a, idx);
-        const float *bp = b ? b->data + sw_view_offset(b, idx) : NULL;
-        float *yp = y->data + sw_view_offset(y, idx);
+        const float *ap = a->data + sw_view_offset(a, r.idx);
+        const float *bp = b ? b->data + sw_view_offset(b, r.idx) : NULL;
+        float *yp = y->data + sw_view_offset(y, r.idx);
         switch (kind) {
         case ELT_RELU_FORWARD:
-            for (int64_t i = 0; i < len; i++) {
-                yp[i] = (ap[i] > 0.0f || ap[i] != ap[i]) ? ap[i] : 0.0f;
-            }
+            relu_run(ap, yp, len);
             break;
         case ELT_RELU_BACKWARD:
-            for (int64_t i = 0; i < len; i++) {
-                /* load unconditionally so that this is a select, not a branch: the
-                 * signs are random and a branch costs 15x (measured) */
-                const float g = bp[i];
-                yp[i] = ap[i] > 0.0f ? g : 0.0f;
-            }
+            relu_backward_run(ap, bp, yp, len);
             break;
         case ELT_ADD:
-            for (int64_t i = 0; i < len; i++) {
-                yp[i] = ap[i] + bp[i];
-            }
+            add_run(ap, bp, yp, len);
             break;
         }
-    } while (sw_view_next_row(y, idx));
+    } while (sw_runs_next(&r));
 }
 
 /* x (any rank) covers y's box; y = max(x, 0) over y's box. */

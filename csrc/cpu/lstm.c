@@ -89,20 +89,28 @@ static void lstm_row(lstm_kind kind, int slot, const float *const *p, float *y, 
     }
 }
 
-/* The rows of y's box (an odometer over the outer dimensions), lstm_row on each. */
+/* The contiguous runs of y's box (view.h), lstm_row on each. */
 static void lstm_rows(lstm_kind kind, int slot, int n, const sw_view *const *in, sw_view *y) {
-    int64_t idx[SW_MAX_RANK];
-    if (!sw_view_first_row(y, idx)) {
+    const sw_view *views[LSTM_MAX_IN + 1];
+    int64_t hi[SW_MAX_RANK];
+    for (int k = 0; k < n; k++) {
+        views[k] = in[k];
+    }
+    views[n] = y;
+    for (int d = 0; d < y->rank; d++) {
+        hi[d] = sw_view_hi(y, d);
+    }
+    sw_runs r;
+    if (!sw_runs_first(&r, views, n + 1, y->lo, hi, y->rank)) {
         return;
     }
-    const int64_t len = y->shape[y->rank - 1];
     const float *p[LSTM_MAX_IN];
     do {
         for (int k = 0; k < n; k++) {
-            p[k] = in[k]->data + sw_view_offset(in[k], idx);
+            p[k] = in[k]->data + sw_view_offset(in[k], r.idx);
         }
-        lstm_row(kind, slot, p, y->data + sw_view_offset(y, idx), len);
-    } while (sw_view_next_row(y, idx));
+        lstm_row(kind, slot, p, y->data + sw_view_offset(y, r.idx), r.len);
+    } while (sw_runs_next(&r));
 }
 
 sw_status sw_lstm_cell_forward(const sw_view *const in[4], sw_view *c) {

@@ -141,22 +141,39 @@ sw_status sw_check_blas_dims(const char *name, int count, const int64_t *dims) {
     return SW_OK;
 }
 
-int sw_view_first_row(const sw_view *v, int64_t *idx) {
-    for (int d = 0; d < v->rank; d++) {
-        if (v->shape[d] == 0) {
+int sw_runs_first(sw_runs *r, const sw_view *const *views, int nviews, const int64_t *lo, const int64_t *hi,
+                  int rank) {
+    r->rank = rank;
+    for (int d = 0; d < rank; d++) {
+        if (hi[d] <= lo[d]) {
             return 0;
         }
-        idx[d] = v->lo[d];
+        r->lo[d] = r->idx[d] = lo[d];
+        r->hi[d] = hi[d];
     }
+    int d0 = rank - 1;
+    r->len = hi[d0] - lo[d0];
+    while (d0 > 0) {   /* extend the run over dimension d0 - 1 when every view holds exactly [lo, hi) in d0 */
+        int exact = 1;
+        for (int k = 0; k < nviews && exact; k++) {
+            exact = views[k]->lo[d0] == lo[d0] && views[k]->shape[d0] == hi[d0] - lo[d0];
+        }
+        if (!exact) {
+            break;
+        }
+        d0--;
+        r->len *= hi[d0] - lo[d0];
+    }
+    r->outer = d0;
     return 1;
 }
 
-int sw_view_next_row(const sw_view *v, int64_t *idx) {
-    for (int d = v->rank - 2; d >= 0; d--) {
-        if (++idx[d] < v->lo[d] + v->shape[d]) {
+int sw_runs_next(sw_runs *r) {
+    for (int d = r->outer - 1; d >= 0; d--) {
+        if (++r->idx[d] < r->hi[d]) {
             return 1;
         }
-        idx[d] = v->lo[d];
+        r->idx[d] = r->lo[d];
     }
     return 0;
 }

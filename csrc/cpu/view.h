@@ -28,11 +28,24 @@ void sw_view_strides(const sw_view *v, int64_t *strides);
 
 /* Local offset of the global index idx[0..rank-1] (no bounds check). */
 int64_t sw_view_offset(const sw_view *v, const int64_t *idx);
-/* Rows of a view's box, for loops over the last dimension: sw_view_first_row sets idx to
- * the box's first global index (0 if the box is empty), sw_view_next_row advances idx to
- * the next row (an odometer over the outer dimensions; 0 after the last row). */
-int sw_view_first_row(const sw_view *v, int64_t *idx);
-int sw_view_next_row(const sw_view *v, int64_t *idx);
+
+/* Walking a box [lo, hi) in contiguous runs through views that each hold it: a run
+ * is the box's innermost extent, lengthened over the next dimensions out for as long
+ * as every view holds exactly the box's range in the dimensions it spans, so that
+ * consecutive rows lie end to end in every buffer -- one run over the whole box when
+ * the views are the box's own (a 16x32x32 activation: one loop of 16384 floats, not
+ * 512 of 32).  Offsets of idx in each view: sw_view_offset. */
+typedef struct {
+    int rank, outer;   /* a run spans dimensions outer .. rank-1 */
+    int64_t len;       /* elements per run */
+    int64_t lo[SW_MAX_RANK], hi[SW_MAX_RANK];
+    int64_t idx[SW_MAX_RANK];   /* the global index of the current run's first element */
+} sw_runs;
+/* The first run; 0 when the box is empty. */
+int sw_runs_first(sw_runs *r, const sw_view *const *views, int nviews, const int64_t *lo, const int64_t *hi,
+                  int rank);
+/* The next run; 0 after the last. */
+int sw_runs_next(sw_runs *r);
 
 /* 1 if the global index lies inside the view's box. */
 int sw_view_contains(const sw_view *v, const int64_t *idx);
