@@ -401,6 +401,29 @@ def test_batchnorm_apply_with_wider_input_view_and_no_affine():
     close(y, want)
 
 
+@pytest.mark.parametrize("box", [((1, 2), (1, 3), (0, 3), (2, 5)), ((0, 2), (0, 4), (1, 2), (0, 5)),
+                                 ((0, 2), (2, 4), (0, 3), (0, 5))])
+def test_batchnorm_backward_with_wider_views(box):
+    """Views holding more rows / columns than the box (row by row) or exactly its planes (whole
+    planes at once) give the box's own sums and gradient (the sums' box is dy's, x may be wider)."""
+    rng = np.random.default_rng(12)
+    x, dy = rand(rng, 2, 4, 3, 5), rand(rng, 2, 4, 3, 5)
+    mean, invstd, gamma = rand(rng, 4), np.abs(rand(rng, 4)) + 0.5, rand(rng, 4)
+    cs = slice(*box[1])
+    xb, dyb = x[box_slice(box)], dy[box_slice(box)]
+    xhat = (xb - mean[cs, None, None]) * invstd[cs, None, None]
+    want = np.stack([dyb.sum(axis=(0, 2, 3), dtype=np.float64), (dyb * xhat).sum(axis=(0, 2, 3), dtype=np.float64)])
+    wide = tuple((0, n) for n in x.shape)
+    xb, dyb = np.ascontiguousarray(xb), np.ascontiguousarray(dyb)
+    close(_core.bn_backward_sums(x, los(wide), dyb, los(box), mean[cs], invstd[cs]), want)
+    close(_core.bn_backward_sums(xb, los(box), dyb, los(box), mean[cs], invstd[cs]), want)
+    m = 30
+    dx = _core.bn_backward_apply(x, los(wide), dy, los(wide), mean[cs], invstd[cs], gamma[cs],
+                                 np.ascontiguousarray(want), m, los(box), extents(box))
+    g = gamma[cs, None, None] * invstd[cs, None, None]
+    close(dx, g * (dyb - want[0][:, None, None] / m - xhat * want[1][:, None, None] / m))
+
+
 # ----------------------------------------------------------------------------------------------
 # softmax cross-entropy
 # ----------------------------------------------------------------------------------------------
