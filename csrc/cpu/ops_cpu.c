@@ -204,8 +204,8 @@ static sw_status pass_backward_data(const sw_task_env *e) {
     sw_env_backward_reads(e, &r);
     sw_view dy, dx;
     sw_env_view(e, e->writes[0], &dx);
-    sw_view_zero(&dx);
     if (r.dy < 0) {
+        sw_view_zero(&dx);
         return SW_OK;
     }
     sw_env_view(e, r.dy, &dy);
@@ -216,6 +216,10 @@ static sw_status pass_backward_data(const sw_task_env *e) {
             offset += e->op->role[k] == SW_ROLE_DATA ? e->op->in_shape[k][axis] : 0;
         }
         dy.lo[axis] -= offset;
+    }
+    int64_t lo[SW_MAX_RANK], hi[SW_MAX_RANK];
+    if (dy.rank != dx.rank || sw_view_intersect(&dy, &dx, lo, hi) != sw_view_volume(&dx)) {
+        sw_view_zero(&dx);   /* dy does not cover dx (or the ranks differ: sw_copy_box reports it) */
     }
     return sw_copy_box(&dy, &dx);
 }
