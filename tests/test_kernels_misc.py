@@ -149,6 +149,24 @@ def test_max_pool_nan_and_infinity_rules_inside_and_at_the_border(k, st, pad):
     np.testing.assert_array_equal(dx, want_dx)
 
 
+def test_max_pool_signed_zeros_follow_the_first_maximum():
+    """-0 and +0 compare equal: the first of them in row-major window order is the maximum
+    (its sign is the output's) and takes the gradient."""
+    rng = np.random.default_rng(4)
+    x = rng.choice(np.array([-0.0, 0.0, -1.0], np.float32), size=(2, 2, 7, 7))
+    y = _core.pool2d_forward("max", x, (0,) * 4, (0,) * 4, (2, 2, 3, 3), 3, 2, 0)
+    dy = np.arange(1, 37, dtype=np.float32).reshape(2, 2, 3, 3)
+    want_dx = np.zeros_like(x)
+    for b, ch, r, q in np.ndindex(2, 2, 3, 3):
+        vals = [(x[b, ch, 2 * r + i, 2 * q + j], i, j) for i in range(3) for j in range(3)]
+        top = max(v for v, _, _ in vals)
+        v, i, j = next(t for t in vals if t[0] == top)
+        assert np.signbit(y[b, ch, r, q]) == np.signbit(v) and y[b, ch, r, q] == v
+        want_dx[b, ch, 2 * r + i, 2 * q + j] += dy[b, ch, r, q]
+    dx = _core.pool2d_backward("max", x, (0,) * 4, dy, (0,) * 4, (0,) * 4, x.shape, 3, 2, 0)
+    np.testing.assert_array_equal(dx, want_dx)
+
+
 def test_pool_max_gradient_goes_to_first_maximum():
     # one window, all equal: the whole gradient lands on the top-left element
     x = np.ones((1, 1, 2, 2), np.float32)
