@@ -49,49 +49,35 @@ static int whole_planes(const sw_view *box, const sw_view *a, const sw_view *b) 
     return 1;
 }
 
-/* s[0] += sum of x, s[1] += sum of x^2 over len floats, in double: eight lanes
- * (vectorized by the compiler) added up in a fixed order at the end. */
-SW_CLONES static void add_sums(const float *x, int64_t len, double *s) {
+/* s[0] += sum of g, s[1] += sum of g * h over len floats, in double: eight lanes
+ * (vectorized by the compiler) added up in a fixed order at the end.  h = g (x NULL:
+ * the sums of x and x^2, g being x), or h = xhat = (x - m) * is in float (the
+ * backward sums of dy and dy * xhat, g being dy). */
+SW_CLONES static void add_sums(const float *g, const float *x, int64_t len, float m, float is, double *s) {
     double a[8] = {0}, q[8] = {0};
     int64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        for (int j = 0; j < 8; j++) {
-            const double v = x[i + j];
-            a[j] += v;
-            q[j] += v * v;
+    if (x) {   /* two loops, not a test per element: the compiler vectorizes the lanes only so */
+        for (; i + 8 <= len; i += 8) {
+            for (int j = 0; j < 8; j++) {
+                const double v = g[i + j];
+                a[j] += v;
+                q[j] += v * (double)((x[i + j] - m) * is);
+            }
+        }
+    } else {
+        for (; i + 8 <= len; i += 8) {
+            for (int j = 0; j < 8; j++) {
+                const double v = g[i + j];
+                a[j] += v;
+                q[j] += v * v;
+            }
         }
     }
     double s1 = 0.0, s2 = 0.0;
     for (; i < len; i++) {
-        const double v = x[i];
+        const double v = g[i], h = x ? (double)((x[i] - m) * is) : v;
         s1 += v;
-        s2 += v * v;
-    }
-    for (int j = 0; j < 8; j++) {
-        s1 += a[j];
-        s2 += q[j];
-    }
-    s[0] += s1;
-    s[1] += s2;
-}
-
-/* s[0] += sum of dy, s[1] += sum of dy * xhat over len floats, xhat = (x - m) * is (float),
- * in double as add_sums. */
-SW_CLONES static void add_backward_sums(const float *x, const float *dy, int64_t len, float m, float is, double *s) {
-    double a[8] = {0}, q[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        for (int j = 0; j < 8; j++) {
-            const double g = dy[i + j];
-            a[j] += g;
-            q[j] += g * (double)((x[i + j] - m) * is);
-        }
-    }
-    double s1 = 0.0, s2 = 0.0;
-    for (; i < len; i++) {
-        const double g = dy[i];
-        s1 += g;
-        s2 += g * (double)((x[i] - m) * is);
+        s2 += v * h;
     }
     for (int j = 0; j < 8; j++) {
         s1 += a[j];
@@ -158,7 +144,7 @@ sw_status sw_bn_partial_sums(const sw_view *x, double *sums) {
     for (int64_t c = 0; c < nc; c++) {
         double s2[2] = {0.0, 0.0};
         for (int64_t n = 0; n < x->shape[N_]; n++) {
-            add_sums(x->data + (n * nc + c) * hw, hw, s2);  /* the whole (H, W) plane is contiguous */
+            add_sums(x->data + (n * nc + c) * hw, NULL, hw, 0.0f, 0.0f, s2);  /* the whole (H, W) plane is contiguous */
         }
         sums[c] = s2[0];
         sums[nc + c] = s2[1];
@@ -221,7 +207,7 @@ sw_status sw_bn_backward_sums(const sw_view *x, const sw_view *dy, const float *
             const int64_t k = c - dy->lo[C_];
             double s2[2] = {0.0, 0.0};
             for (int64_t h = dy->lo[H_]; h < dy->lo[H_] + rows; h++) {
-                add_backward_sums(row_at(x, n, c, h) + col(x, dy->lo[W_]), gp, len, mean[k], invstd[k], s2);
+                add_sums(gp, row_at(x, n, c, h) + col(x, dy->lo[W_]), len, mean[k], invstd[k], s2);
                 gp += len;
             }
             sums[k] += s2[0];

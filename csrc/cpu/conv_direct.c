@@ -199,73 +199,86 @@ static void *scratch(int kind, int64_t elements, size_t size, const char *name, 
     return p;
 }
 
-/* ------------------------------------------------------------------ forward */
+/* ------------------------------------------------------------------ forward, weight gradient */
 
-int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, sw_view *y, const sw_window *p,
-                        int64_t ci, sw_status *s) {
-    const char *fn = "conv2d_forward";
-    int64_t co = y->shape[1], k = ci * p->kh * p->kw, ncol = round8(co), npix = y->shape[2] * y->shape[3];
-    region rg = region_for_output(y, ci, p);
-    int64_t group = group_size(npix, rg.sample, y->shape[0]);
-    if (!takes(co, p) || !region_fits(&rg, x, p, group, npix, ncol)) {
+/* What the forward pass and the weight gradient share: the source region of x over the
+ * output box ov (y, or dy), its tables, and scratch for the pixel-major (npix, ncol)
+ * blocks of a group (out) and a (K, ncol) matrix (mat: the packed weights, or the
+ * weight gradient's accumulator). */
+typedef struct {
+    region rg;
+    int64_t co, k, ncol, npix, group;
+    float *src, *out, *mat;
+    int32_t *off, *base;
+} over_output;
+
+/* 0 when the direct path does not take the call; else 1, with *s set (out of memory). */
+static int over_output_init(over_output *o, const sw_view *x, const sw_view *ov, const sw_window *p, int64_t ci,
+                            int mat_kind, const char *fn, sw_status *s) {
+    o->co = ov->shape[1];
+    o->k = ci * p->kh * p->kw;
+    o->ncol = round8(o->co);
+    o->npix = ov->shape[2] * ov->shape[3];
+    o->rg = region_for_output(ov, ci, p);
+    o->group = group_size(o->npix, o->rg.sample, ov->shape[0]);
+    if (!takes(o->co, p) || !region_fits(&o->rg, x, p, o->group, o->npix, o->ncol)) {
         return 0;
     }
     *s = SW_OK;
-    float *src = scratch(CONV_SCRATCH_SRC, group * rg.sample, sizeof(float), fn, s);
-    float *out = scratch(CONV_SCRATCH_OUT, group * npix * ncol, sizeof(float), fn, s);
-    float *wpk = scratch(CONV_SCRATCH_WPK, k * ncol, sizeof(float), fn, s);
-    int32_t *off = scratch(CONV_SCRATCH_TAB, k + group * npix, sizeof(int32_t), fn, s);
+    o->src = scratch(CONV_SCRATCH_SRC, o->group * o->rg.sample, sizeof(float), fn, s);
+    o->out = scratch(CONV_SCRATCH_OUT, o->group * o->npix * o->ncol, sizeof(float), fn, s);
+    o->mat = scratch(mat_kind, o->k * o->ncol, sizeof(float), fn, s);
+    o->off = scratch(CONV_SCRATCH_TAB, o->k + o->group * o->npix, sizeof(int32_t), fn, s);
+    if (*s == SW_OK) {
+        o->base = o->off + o->k;
+        tables_for_output(&o->rg, ov, p, o->group, o->off, o->base);
+    }
+    return 1;
+}
+
+int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, sw_view *y, const sw_window *p,
+                        int64_t ci, sw_status *s) {
+    over_output o;
+    if (!over_output_init(&o, x, y, p, ci, CONV_SCRATCH_WPK, "conv2d_forward", s)) {
+        return 0;
+    }
     if (*s != SW_OK) {
         return 1;
     }
-    int32_t *base = off + k;
-    pack_rows(wsub, co, k, ncol, wpk);
-    tables_for_output(&rg, y, p, group, off, base);
-    for (int64_t n = y->lo[0]; n < sw_view_hi(y, 0); n += group) {
-        int64_t gn = conv_min(group, sw_view_hi(y, 0) - n);
-        region_fill(&rg, x, n, gn, src);
-        conv_avx2_gather(src, base, NULL, gn * npix, off, k, wpk, ncol, out, ncol);
-        for (int64_t g = 0; g < gn; g++) {
-            conv_avx2_transpose(out + g * npix * ncol, ncol, npix, co, y->data + (n + g - y->lo[0]) * co * npix,
-                                npix, bias, p->relu);
+    pack_rows(wsub, o.co, o.k, o.ncol, o.mat);
+    for (int64_t n = y->lo[0]; n < sw_view_hi(y, 0); n += o.group) {
+        int64_t gn = conv_min(o.group, sw_view_hi(y, 0) - n);
+        region_fill(&o.rg, x, n, gn, o.src);
+        conv_avx2_gather(o.src, o.base, NULL, gn * o.npix, o.off, o.k, o.mat, o.ncol, o.out, o.ncol);
+        for (int64_t g = 0; g < gn; g++) {   /* (P, ncol) -> y (Co_b, P), with the bias and ReLU */
+            conv_avx2_transpose(o.out + g * o.npix * o.ncol, o.ncol, o.npix, o.co,
+                                y->data + (n + g - y->lo[0]) * o.co * o.npix, o.npix, bias, p->relu);
         }
     }
     return 1;
 }
 
-/* ------------------------------------------------------------------ weight gradient */
-
 int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p, int64_t ci,
                                 sw_status *s) {
-    const char *fn = "conv2d_backward_weight";
-    int64_t co = dy->shape[1], k = ci * p->kh * p->kw, ncol = round8(co), npix = dy->shape[2] * dy->shape[3];
-    region rg = region_for_output(dy, ci, p);
-    int64_t group = group_size(npix, rg.sample, dy->shape[0]);
-    if (!takes(co, p) || !region_fits(&rg, x, p, group, npix, ncol)) {
+    over_output o;
+    if (!over_output_init(&o, x, dy, p, ci, CONV_SCRATCH_ACC, "conv2d_backward_weight", s)) {
         return 0;
     }
-    *s = SW_OK;
-    float *src = scratch(CONV_SCRATCH_SRC, group * rg.sample, sizeof(float), fn, s);
-    float *dyt = scratch(CONV_SCRATCH_OUT, group * npix * ncol, sizeof(float), fn, s);
-    float *acc = scratch(CONV_SCRATCH_ACC, k * ncol, sizeof(float), fn, s);
-    int32_t *off = scratch(CONV_SCRATCH_TAB, k + group * npix, sizeof(int32_t), fn, s);
     if (*s != SW_OK) {
         return 1;
     }
-    int32_t *base = off + k;
-    tables_for_output(&rg, dy, p, group, off, base);
-    memset(dyt, 0, sizeof(float) * (size_t)(group * npix * ncol));   /* columns co .. ncol stay zero */
-    memset(acc, 0, sizeof(float) * (size_t)(k * ncol));
-    for (int64_t n = dy->lo[0]; n < sw_view_hi(dy, 0); n += group) {
-        int64_t gn = conv_min(group, sw_view_hi(dy, 0) - n);
-        region_fill(&rg, x, n, gn, src);
-        for (int64_t g = 0; g < gn; g++) {   /* dy (Co_b, P) -> dyt (P, ncol) */
-            conv_avx2_transpose(dy->data + (n + g - dy->lo[0]) * co * npix, npix, co, npix, dyt + g * npix * ncol,
-                                ncol, NULL, 0);
+    memset(o.out, 0, sizeof(float) * (size_t)(o.group * o.npix * o.ncol));   /* columns co .. ncol stay zero */
+    memset(o.mat, 0, sizeof(float) * (size_t)(o.k * o.ncol));
+    for (int64_t n = dy->lo[0]; n < sw_view_hi(dy, 0); n += o.group) {
+        int64_t gn = conv_min(o.group, sw_view_hi(dy, 0) - n);
+        region_fill(&o.rg, x, n, gn, o.src);
+        for (int64_t g = 0; g < gn; g++) {   /* dy (Co_b, P) -> (P, ncol) */
+            conv_avx2_transpose(dy->data + (n + g - dy->lo[0]) * o.co * o.npix, o.npix, o.co, o.npix,
+                                o.out + g * o.npix * o.ncol, o.ncol, NULL, 0);
         }
-        conv_avx2_reduce(src, base, gn * npix, off, k, dyt, ncol, ncol, acc, ncol);
+        conv_avx2_reduce(o.src, o.base, gn * o.npix, o.off, o.k, o.out, o.ncol, o.ncol, o.mat, o.ncol);
     }
-    conv_avx2_transpose(acc, ncol, k, co, dw, k, NULL, 0);   /* (K, ncol) -> dw (Co_b, K) */
+    conv_avx2_transpose(o.mat, o.ncol, o.k, o.co, dw, o.k, NULL, 0);   /* (K, ncol) -> dw (Co_b, K) */
     return 1;
 }
 

@@ -38,56 +38,59 @@ int conv_avx2_available(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-/* ------------------------------------------------------------------ gather */
+/* ------------------------------------------------------------------ the tiles */
 
 enum { TILE = 6 };   /* pixels (gather) or taps (reduce) per tile */
 
-/* o[j][0..16) = sum over k of w[k][0..16) * x[j][off[k]], j < 6. */
-AVX2_FMA static void gather_6x16(const float *const x[TILE], const int32_t *off, int64_t k, const float *w,
-                                 float *const o[TILE]) {
+/* o[j][0..16) = (o[j] if add) + sum over i < n of v[i*ldv + 0..16) * x[j][q[i]], j < 6.
+ * Both loops are this outer-product sum: gather with q the taps' offsets, x[j] pixel
+ * j's source and v the packed weights; reduce with q the pixels' offsets, x[j] tap
+ * j's source and v the transposed dy. */
+AVX2_FMA static void tile_6x16(const float *const x[TILE], const int32_t *q, int64_t n, const float *v, int64_t ldv,
+                               float *const o[TILE], int add) {
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
     __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
     __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-    for (int64_t i = 0; i < k; i++) {
-        const int64_t q = off[i];
-        const __m256 w0 = _mm256_loadu_ps(w + 16 * i), w1 = _mm256_loadu_ps(w + 16 * i + 8);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t at = q[i];
+        const __m256 v0 = _mm256_loadu_ps(v + i * ldv), v1 = _mm256_loadu_ps(v + i * ldv + 8);
         __m256 b;
-#define GATHER_STEP(j)                            \
-    b = _mm256_broadcast_ss(x##j + q);            \
-    a##j##0 = _mm256_fmadd_ps(b, w0, a##j##0);    \
-    a##j##1 = _mm256_fmadd_ps(b, w1, a##j##1);
-        GATHER_STEP(0) GATHER_STEP(1) GATHER_STEP(2) GATHER_STEP(3) GATHER_STEP(4) GATHER_STEP(5)
-#undef GATHER_STEP
+#define TILE_STEP(j)                              \
+    b = _mm256_broadcast_ss(x##j + at);           \
+    a##j##0 = _mm256_fmadd_ps(b, v0, a##j##0);    \
+    a##j##1 = _mm256_fmadd_ps(b, v1, a##j##1);
+        TILE_STEP(0) TILE_STEP(1) TILE_STEP(2) TILE_STEP(3) TILE_STEP(4) TILE_STEP(5)
+#undef TILE_STEP
     }
-#define GATHER_STORE(j)                     \
-    _mm256_storeu_ps(o[j], a##j##0);        \
-    _mm256_storeu_ps(o[j] + 8, a##j##1);
-    GATHER_STORE(0) GATHER_STORE(1) GATHER_STORE(2) GATHER_STORE(3) GATHER_STORE(4) GATHER_STORE(5)
-#undef GATHER_STORE
+#define TILE_STORE(j)                                                                       \
+    _mm256_storeu_ps(o[j], add ? _mm256_add_ps(_mm256_loadu_ps(o[j]), a##j##0) : a##j##0);   \
+    _mm256_storeu_ps(o[j] + 8, add ? _mm256_add_ps(_mm256_loadu_ps(o[j] + 8), a##j##1) : a##j##1);
+    TILE_STORE(0) TILE_STORE(1) TILE_STORE(2) TILE_STORE(3) TILE_STORE(4) TILE_STORE(5)
+#undef TILE_STORE
 }
 
 /* The same for the last 8 columns when ncol % 16 == 8. */
-AVX2_FMA static void gather_6x8(const float *const x[TILE], const int32_t *off, int64_t k, const float *w,
-                                float *const o[TILE]) {
+AVX2_FMA static void tile_6x8(const float *const x[TILE], const int32_t *q, int64_t n, const float *v, int64_t ldv,
+                              float *const o[TILE], int add) {
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-    for (int64_t i = 0; i < k; i++) {
-        const int64_t q = off[i];
-        const __m256 w0 = _mm256_loadu_ps(w + 8 * i);
-        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(x0 + q), w0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(x1 + q), w0, a1);
-        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(x2 + q), w0, a2);
-        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(x3 + q), w0, a3);
-        a4 = _mm256_fmadd_ps(_mm256_broadcast_ss(x4 + q), w0, a4);
-        a5 = _mm256_fmadd_ps(_mm256_broadcast_ss(x5 + q), w0, a5);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t at = q[i];
+        const __m256 v0 = _mm256_loadu_ps(v + i * ldv);
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(x0 + at), v0, a0);
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(x1 + at), v0, a1);
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(x2 + at), v0, a2);
+        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(x3 + at), v0, a3);
+        a4 = _mm256_fmadd_ps(_mm256_broadcast_ss(x4 + at), v0, a4);
+        a5 = _mm256_fmadd_ps(_mm256_broadcast_ss(x5 + at), v0, a5);
     }
-    _mm256_storeu_ps(o[0], a0);
-    _mm256_storeu_ps(o[1], a1);
-    _mm256_storeu_ps(o[2], a2);
-    _mm256_storeu_ps(o[3], a3);
-    _mm256_storeu_ps(o[4], a4);
-    _mm256_storeu_ps(o[5], a5);
+    const __m256 sum[TILE] = {a0, a1, a2, a3, a4, a5};
+    for (int j = 0; j < TILE; j++) {
+        _mm256_storeu_ps(o[j], add ? _mm256_add_ps(_mm256_loadu_ps(o[j]), sum[j]) : sum[j]);
+    }
 }
+
+/* ------------------------------------------------------------------ gather */
 
 /* Column blocks outside, pixel tiles inside: a block's weights (K x 16 floats,
  * 9 KiB for a 16-channel 3x3 layer, 72 KiB for 128 channels) stay in L1/L2
@@ -97,7 +100,7 @@ AVX2_FMA void conv_avx2_gather(const float *src, const int32_t *base, const int3
                                int64_t ldo) {
     float spare[TILE * 16];   /* the rows of a short last tile that hold no pixel */
     for (int64_t c0 = 0; c0 < ncol; c0 += 16) {
-        int wide = ncol - c0 >= 16;
+        int64_t width = ncol - c0 >= 16 ? 16 : 8;
         const float *w = wpk + c0 * k;
         for (int64_t i0 = 0; i0 < n; i0 += TILE) {
             int64_t m = n - i0 < TILE ? n - i0 : TILE;
@@ -108,10 +111,10 @@ AVX2_FMA void conv_avx2_gather(const float *src, const int32_t *base, const int3
                 x[j] = src + base[i];
                 o[j] = j < m ? out + (orow ? orow[i] : i) * ldo + c0 : spare + j * 16;
             }
-            if (wide) {
-                gather_6x16(x, off, k, w, o);
+            if (width == 16) {
+                tile_6x16(x, off, k, w, 16, o, 0);
             } else {
-                gather_6x8(x, off, k, w, o);
+                tile_6x8(x, off, k, w, 8, o, 0);
             }
         }
     }
@@ -119,55 +122,9 @@ AVX2_FMA void conv_avx2_gather(const float *src, const int32_t *base, const int3
 
 /* ------------------------------------------------------------------ reduce */
 
-/* acc[j][0..16) += sum over i < n of d[i][0..16) * x[j][base[i]], j < 6. */
-AVX2_FMA static void reduce_6x16(const float *const x[TILE], const int32_t *base, int64_t n, const float *d,
-                                 int64_t ldd, float *const acc[TILE]) {
-    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
-    __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t q = base[i];
-        const __m256 d0 = _mm256_loadu_ps(d + i * ldd), d1 = _mm256_loadu_ps(d + i * ldd + 8);
-        __m256 b;
-#define REDUCE_STEP(j)                            \
-    b = _mm256_broadcast_ss(x##j + q);            \
-    a##j##0 = _mm256_fmadd_ps(b, d0, a##j##0);    \
-    a##j##1 = _mm256_fmadd_ps(b, d1, a##j##1);
-        REDUCE_STEP(0) REDUCE_STEP(1) REDUCE_STEP(2) REDUCE_STEP(3) REDUCE_STEP(4) REDUCE_STEP(5)
-#undef REDUCE_STEP
-    }
-#define REDUCE_STORE(j)                                                               \
-    _mm256_storeu_ps(acc[j], _mm256_add_ps(_mm256_loadu_ps(acc[j]), a##j##0));        \
-    _mm256_storeu_ps(acc[j] + 8, _mm256_add_ps(_mm256_loadu_ps(acc[j] + 8), a##j##1));
-    REDUCE_STORE(0) REDUCE_STORE(1) REDUCE_STORE(2) REDUCE_STORE(3) REDUCE_STORE(4) REDUCE_STORE(5)
-#undef REDUCE_STORE
-}
-
-AVX2_FMA static void reduce_6x8(const float *const x[TILE], const int32_t *base, int64_t n, const float *d,
-                                int64_t ldd, float *const acc[TILE]) {
-    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t q = base[i];
-        const __m256 d0 = _mm256_loadu_ps(d + i * ldd);
-        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(x0 + q), d0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(x1 + q), d0, a1);
-        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(x2 + q), d0, a2);
-        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(x3 + q), d0, a3);
-        a4 = _mm256_fmadd_ps(_mm256_broadcast_ss(x4 + q), d0, a4);
-        a5 = _mm256_fmadd_ps(_mm256_broadcast_ss(x5 + q), d0, a5);
-    }
-    _mm256_storeu_ps(acc[0], _mm256_add_ps(_mm256_loadu_ps(acc[0]), a0));
-    _mm256_storeu_ps(acc[1], _mm256_add_ps(_mm256_loadu_ps(acc[1]), a1));
-    _mm256_storeu_ps(acc[2], _mm256_add_ps(_mm256_loadu_ps(acc[2]), a2));
-    _mm256_storeu_ps(acc[3], _mm256_add_ps(_mm256_loadu_ps(acc[3]), a3));
-    _mm256_storeu_ps(acc[4], _mm256_add_ps(_mm256_loadu_ps(acc[4]), a4));
-    _mm256_storeu_ps(acc[5], _mm256_add_ps(_mm256_loadu_ps(acc[5]), a5));
-}
-
 AVX2_FMA void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
                                const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda) {
-    float spare[TILE * 16];   /* accumulators of the taps a short last tile does not have */
+    float spare[TILE * 16] = {0};   /* accumulators of the taps a short last tile does not have */
     for (int64_t c0 = 0; c0 < ncol; c0 += 16) {
         int wide = ncol - c0 >= 16;
         for (int64_t k0 = 0; k0 < k; k0 += TILE) {
@@ -179,9 +136,9 @@ AVX2_FMA void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n,
                 a[j] = j < m ? acc + (k0 + j) * lda + c0 : spare + j * 16;
             }
             if (wide) {
-                reduce_6x16(x, base, n, dyt + c0, ldd, a);
+                tile_6x16(x, base, n, dyt + c0, ldd, a, 1);
             } else {
-                reduce_6x8(x, base, n, dyt + c0, ldd, a);
+                tile_6x8(x, base, n, dyt + c0, ldd, a, 1);
             }
         }
     }
