@@ -61,19 +61,23 @@ sw_status sw_conv_set_algorithm(sw_conv_algorithm a) {
 
 static int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 
-/* Whether the direct path takes a call whose loops produce `cols` output columns.
- * AUTO: when the columns fill the 8-float vectors to at least 3/4 (16 channels
- * 1/1, 24 channels 3/4; 3 channels 3/8: the data gradient of a 3-channel input
- * layer ran 3x slower than im2col + GEMM) and the kernel is larger than 1x1 (for
- * 1x1 kernels im2col is a plain copy and the GEMM's inner dimension Ci is the
- * loops' whole sum: the downsampling 1x1 convolutions of the scaled ResNet-18
- * ran 0-30% slower direct); DIRECT: always (tests). */
-static int takes(int64_t cols, const sw_window *p) {
+/* Whether the direct path takes a call whose loops produce `cols` output columns (at
+ * least min_cols).  AUTO: when the columns fill the 8-float vectors to at least 3/4
+ * (16 channels 1/1, 24 channels 3/4, 6 channels 3/4; 3 channels 3/8: the data gradient
+ * of a 3-channel input layer ran 3x slower than im2col + GEMM) and the kernel is larger
+ * than 1x1 (for 1x1 kernels im2col is a plain copy and the GEMM's inner dimension Ci is
+ * the loops' whole sum: the downsampling 1x1 convolutions of the scaled ResNet-18 ran
+ * 0-30% slower direct); DIRECT: always (tests).  The data gradient asks for 16 columns
+ * (input channels): with one 8-wide block every broadcast feeds one multiply-add, and
+ * its GEMM is not thin (M = Co*kh*kw): LeNet-5's 6-channel input gradient ran 1.27 ms
+ * direct against 0.94 with im2col, while its forward pass and weight gradient, whose
+ * GEMMs have 6 rows, ran 1.4x and 2.3x faster direct (docs/cpu_kernels.md). */
+static int takes(int64_t cols, int64_t min_cols, const sw_window *p) {
     int a = (int)sw_conv_get_algorithm();
     if (a == SW_CONV_IM2COL || cols <= 0 || !conv_avx2_available()) {
         return 0;
     }
-    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && 4 * cols >= 3 * round8(cols));
+    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && cols >= min_cols && 4 * cols >= 3 * round8(cols));
 }
 
 /* ------------------------------------------------------------------ source regions */
@@ -221,7 +225,7 @@ static int over_output_init(over_output *o, const sw_view *x, const sw_view *ov,
     o->npix = ov->shape[2] * ov->shape[3];
     o->rg = region_for_output(ov, ci, p);
     o->group = group_size(o->npix, o->rg.sample, ov->shape[0]);
-    if (!takes(o->co, p) || !region_fits(&o->rg, x, p, o->group, o->npix, o->ncol)) {
+    if (!takes(o->co, 1, p) || !region_fits(&o->rg, x, p, o->group, o->npix, o->ncol)) {
         return 0;
     }
     *s = SW_OK;
@@ -309,7 +313,7 @@ int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx,
     rg.plane = rg.rows * rg.cols;
     rg.sample = co * rg.plane;
     int64_t group = group_size(npix, rg.sample, dx->shape[0]);
-    if (!takes(ci, p) || !region_fits(&rg, dy, p, group, npix, ncol)) {
+    if (!takes(ci, 16, p) || !region_fits(&rg, dy, p, group, npix, ncol)) {
         return 0;
     }
     *s = SW_OK;

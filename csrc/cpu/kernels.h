@@ -64,7 +64,8 @@ long long sw_conv_scratch_grows(void);
 /* The convolutions' algorithm, process-wide (for tests and benchmarks):
  *   AUTO    (the default) the direct loops where they pay: a CPU with AVX2 and FMA,
  *           kernels larger than 1x1 and output columns (channels) filling at least 3/4
- *           of their 8-float vectors; im2col + GEMM otherwise
+ *           of their 8-float vectors, for the data gradient at least 16 of them;
+ *           im2col + GEMM otherwise
  *   IM2COL  im2col + GEMM always
  *   DIRECT  the direct loops wherever they apply (any channel count); SW_ERR_VALUE on
  *           a CPU without AVX2 and FMA
