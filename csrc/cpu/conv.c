@@ -1,5 +1,9 @@
 /*
- * conv.c -- 2-D convolution on views: im2col + SGEMM (OpenBLAS).
+ * conv.c -- 2-D convolution on views: the three kernels of kernels.h.
+ *
+ * After the checks each kernel offers the call to the direct loops
+ * (conv_direct.c: small channel counts on AVX2 CPUs, where the GEMMs below are
+ * thin; sw_conv_set_algorithm) and otherwise runs im2col + SGEMM (OpenBLAS).
  *
  * Why im2col + GEMM: it reuses the one BLAS the project already ships, handles
  * every stride / padding / asymmetric kernel with one code path, and on a
