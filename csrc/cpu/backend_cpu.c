@@ -45,7 +45,8 @@ typedef struct {
     command_list lists[SW_NLISTS];
     sw_scratch scratch;
     unsigned seed;    /* jitter */
-    int64_t wait_ns;  /* the last step's time waiting for other streams' tasks */
+    int64_t wait_ns;  /* the last step's time waiting for other streams' tasks (at its end too) */
+    int64_t end_ns;   /* when this worker finished its list in the last step */
 } worker;
 
 struct cpu_backend {
@@ -189,7 +190,7 @@ static void jitter(worker *w) {
     }
 }
 
-static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *args) {
+static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args *args) {
     cpu_backend *be = w->be;
     const command_list *l = &w->lists[list];
     size_t before = w->scratch.bytes;
@@ -232,7 +233,9 @@ static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *arg
 /* How long a worker thread spins for the next step (and the caller for the others to finish)
  * before sleeping on a condition variable: a training loop's Python between two steps takes
  * some tens of microseconds, a futex wake-up about as long again on a loaded machine. */
+#ifndef SPIN_BETWEEN_STEPS_NS
 #define SPIN_BETWEEN_STEPS_NS 200000
+#endif
 
 /* Spin until *flag differs from `value` (1) or SPIN_BETWEEN_STEPS_NS have passed (0). */
 static int spin_while_equal64(_Atomic int64_t *flag, int64_t value) {
@@ -261,6 +264,13 @@ static int spin_until_zero(_Atomic int *count) {
             return 0;
         }
     }
+}
+
+/* A worker's list for one step; it notes when it finished, so that the time until the last
+ * worker finishes counts as waiting for other threads' tasks (not as the runtime's own time). */
+static void run_list(worker *w, int list, int64_t epoch, const sw_step_args *args) {
+    run_commands(w, list, epoch, args);
+    w->end_ns = sw_now_ns();
 }
 
 static void *worker_main(void *arg) {
@@ -310,6 +320,10 @@ static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
             pthread_cond_wait(&be->done, &be->lock);
         }
         pthread_mutex_unlock(&be->lock);
+    }
+    int64_t end = sw_now_ns();   /* every worker has finished (its end_ns written before `running` fell) */
+    for (int k = 0; k < be->nthreads; k++) {
+        be->workers[k].wait_ns += end - be->workers[k].end_ns;
     }
     if (atomic_load(&be->failed)) {
         return SW_FAIL(be->fail_status, "%s", be->fail_message);

@@ -110,8 +110,8 @@ typedef struct {
     sw_status (*from_host)(sw_backend *b, int device, void *dev, const void *host, size_t bytes);
     /* scratch bytes grown since creation, and how many times */
     void (*workspace_stats)(sw_backend *b, int64_t *bytes, int64_t *grows);
-    /* the last step's nanoseconds each worker thread spent waiting for other streams' tasks
-     * (up to `max` threads); returns the number of threads (NULL: not measured) */
+    /* the last step's nanoseconds each worker thread spent waiting for other streams' tasks,
+     * within the step and after its own list until the last thread finished (up to `max` threads); returns the number of threads (NULL: not measured) */
     int (*wait_times)(sw_backend *b, int64_t *ns, int max);
     void (*destroy)(sw_backend *b);
 } sw_backend_i;

@@ -147,7 +147,8 @@ class NativeExecutor:
     def runtime_seconds(self, wall: float) -> float:
         """The runtime's own time in the last step (of ``wall`` seconds, measured by the caller
         around it): per worker thread, what is neither its tasks nor waiting for other threads'
-        tasks (entering C, waking the threads, walking the command lists); the most of any thread."""
+        tasks, during the step or for the last of them to finish (so: the Python and C around
+        the step, waking the threads, walking the command lists); the most of any thread."""
         ns, _, _ = self._rt.task_times()
         busy = [0] * self.threads
         for t, (start, end) in zip(self.tg.tasks, ns.tolist()):
