@@ -9,13 +9,16 @@
  * memory.  Placement is greedy: the largest buffers first, each at the lowest
  * aligned offset free over its whole lifetime (a classic heuristic for
  * interval-graph colouring by sizes; the arena is at least the peak of live
- * bytes, and usually equal or close to it).
+ * bytes, and usually equal or close to it; memplan_place.c).
  *
  * Reuse across streams needs an edge: when buffer B takes over memory of an
  * earlier buffer A that a copy on another device's stream reads, that copy
- * must finish before B's first task (which runs on B's device) starts.  Those
- * edges come with the plan (reuse_from -> reuse_to) and the executor and the
- * simulator add them to the dependencies.
+ * must finish before B's first task (which runs on B's device) starts.  Only
+ * the first buffer to take over A's bytes needs the edge: the first tasks of
+ * later ones follow its first task on the device's stream (Inception-v3 on 16
+ * devices: 3,437 edges instead of 97,666).  Those edges come with the plan
+ * (reuse_from -> reuse_to) and the executor and the simulator add them to the
+ * dependencies.
  *
  * sw_memory_plan_check proves a plan safe without trusting its lifetimes: any
  * two buffers of a device whose address ranges overlap must be touched by
@@ -24,13 +27,11 @@
  * buffers overlap nothing.
  */
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
-#include <string.h>  /* memset */
+#include <string.h>  /* memset, memcpy, memmove */
 
-#include "shardwise.h"
+#include "memplan_internal.h"  /* sw_memplan_place */
 
 #define NONE (-1)
-
-static int64_t align_up(int64_t v, int64_t align) { return (v + align - 1) / align * align; }
 
 int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read) {
     int kind = g->buffers[b].kind;
@@ -76,7 +77,7 @@ static void lifetimes(const sw_task_graph *g, const char *host_read, int reuse, 
     }
 }
 
-/* ------------------------------------------------------------------ placement */
+/* ------------------------------------------------------------------ sizes */
 typedef struct {
     int64_t bytes;
     int32_t id;
@@ -88,46 +89,6 @@ static int larger_first(const void *pa, const void *pb) {
         return a->bytes > b->bytes ? -1 : 1;
     }
     return (a->id > b->id) - (a->id < b->id);
-}
-
-typedef struct {
-    int64_t lo, hi;   /* [lo, hi) bytes taken */
-} taken_range;
-
-static int by_start(const void *pa, const void *pb) {
-    const taken_range *a = pa, *b = pb;
-    return (a->lo > b->lo) - (a->lo < b->lo);
-}
-
-/* Place the buffers of one device (ids in `mine`, n of them, largest first), each
- * at the lowest aligned offset where no placed buffer of overlapping lifetime sits. */
-static void place_device(const sw_memory_plan *mp, const int32_t *mine, int32_t n, int64_t align, int64_t *arena,
-                         int32_t *placed, taken_range *taken) {
-    int32_t nplaced = 0;
-    int64_t top = 0;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t b = mine[i];
-        int64_t size = align_up(mp->bytes[b], align);
-        int32_t nr = 0;   /* the address ranges taken during b's lifetime */
-        for (int32_t j = 0; j < nplaced; j++) {
-            int32_t o = placed[j];
-            if (mp->first[o] <= mp->last[b] && mp->first[b] <= mp->last[o] && mp->bytes[o] > 0) {
-                taken[nr++] = (taken_range){mp->offset[o], mp->offset[o] + align_up(mp->bytes[o], align)};
-            }
-        }
-        qsort(taken, (size_t)nr, sizeof *taken, by_start);
-        int64_t offset = 0;
-        for (int32_t r = 0; r < nr && size > 0; r++) {
-            if (taken[r].lo >= offset + size) {
-                break;   /* the gap before range r fits */
-            }
-            offset = taken[r].hi > offset ? taken[r].hi : offset;
-        }
-        mp->offset[b] = offset;
-        top = offset + size > top ? offset + size : top;
-        placed[nplaced++] = b;
-    }
-    *arena = top;
 }
 
 /* ------------------------------------------------------------------ peaks */
@@ -189,24 +150,54 @@ static sw_status add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t 
     return SW_OK;
 }
 
-/* For every pair of buffers of a device sharing memory, A before B: each copy on
- * another device's stream that reads A gets an edge to B's first task. */
+static int by_offset(const void *pa, const void *pb) {
+    const sized_buffer *a = pa, *b = pb;   /* .bytes holds the offset here */
+    if (a->bytes != b->bytes) {
+        return a->bytes < b->bytes ? -1 : 1;
+    }
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* For every buffer A of a device that copies on other devices' streams read: the buffer B
+ * that takes over A's bytes first after A's last task (the lowest first task among those
+ * overlapping A); each of those copies gets an edge to B's first task.  Later buffers over
+ * A's bytes need no edge of their own: their first tasks follow B's on the device's stream.
+ * `by_off` (n entries, scratch) lists the device's buffers by offset, so that only those
+ * within `widest` bytes below A's end are looked at. */
 static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const int32_t *mine, int32_t n,
-                             const int32_t *remote_ptr, const int32_t *remote, int64_t *cap) {
+                             const int32_t *remote_ptr, const int32_t *remote, sized_buffer *by_off, int64_t *cap) {
+    int64_t widest = 0;
+    for (int32_t i = 0; i < n; i++) {
+        by_off[i] = (sized_buffer){mp->offset[mine[i]], mine[i]};
+        widest = mp->bytes[mine[i]] > widest ? mp->bytes[mine[i]] : widest;
+    }
+    qsort(by_off, (size_t)n, sizeof *by_off, by_offset);
     for (int32_t i = 0; i < n; i++) {
         int32_t a = mine[i];
-        if (remote_ptr[a] == remote_ptr[a + 1] || (mp->first[a] == 0 && mp->last[a] == g->ntasks)) {
-            continue;   /* no copy elsewhere reads it, or it lives throughout: nothing takes its memory */
+        if (remote_ptr[a] == remote_ptr[a + 1] || mp->bytes[a] == 0 ||
+            (mp->first[a] == 0 && mp->last[a] == g->ntasks)) {
+            continue;   /* no copy elsewhere reads it, or it is empty or lives throughout: nothing takes its memory */
         }
-        for (int32_t j = 0; j < n; j++) {
-            int32_t b = mine[j];
-            if (mp->first[b] <= mp->last[a] || mp->bytes[a] == 0 || mp->bytes[b] == 0 ||
-                mp->offset[b] >= mp->offset[a] + mp->bytes[a] || mp->offset[a] >= mp->offset[b] + mp->bytes[b]) {
-                continue;
+        int64_t lo = mp->offset[a], hi = lo + mp->bytes[a];
+        int32_t j = 0, k = n;   /* the first buffer at an offset above lo - widest: below, none reaches lo */
+        while (j < k) {
+            int32_t mid = j + (k - j) / 2;
+            if (by_off[mid].bytes <= lo - widest) {
+                j = mid + 1;
+            } else {
+                k = mid;
             }
-            for (int32_t k = remote_ptr[a]; k < remote_ptr[a + 1]; k++) {
-                SW_TRY(add_edge(mp, remote[k], mp->first[b], cap));
+        }
+        int32_t next = NONE;
+        for (; j < n && by_off[j].bytes < hi; j++) {
+            int32_t b = by_off[j].id;
+            if (mp->first[b] > mp->last[a] && mp->bytes[b] > 0 && mp->offset[b] + mp->bytes[b] > lo &&
+                (next == NONE || mp->first[b] < mp->first[next])) {
+                next = b;
             }
+        }
+        for (int32_t r = remote_ptr[a]; next != NONE && r < remote_ptr[a + 1]; r++) {
+            SW_TRY(add_edge(mp, remote[r], mp->first[next], cap));
         }
     }
     return SW_OK;
@@ -370,8 +361,8 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
     mp->kept = calloc(nd, sizeof *mp->kept);
     mp->peak_kinds = calloc(nd * SW_BUF_NKINDS, sizeof *mp->peak_kinds);
     char *host = NULL;
-    int32_t *dev_ptr = NULL, *ids = NULL, *placed = NULL, *remote_ptr = NULL, *remote = NULL;
-    taken_range *taken = NULL;
+    int32_t *dev_ptr = NULL, *ids = NULL, *remote_ptr = NULL, *remote = NULL;
+    sized_buffer *by_off = NULL;
     mem_event *ev = NULL;
     sw_status s = SW_OK;
     if (!mp->offset || !mp->bytes || !mp->first || !mp->last || !mp->arena || !mp->peak || !mp->total || !mp->kept ||
@@ -392,10 +383,9 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
         goto done;
     }
     lifetimes(g, host, reuse, mp->first, mp->last);
-    placed = malloc(sizeof *placed * nb);
-    taken = malloc(sizeof *taken * nb);
     ev = malloc(sizeof *ev * 2 * nb);
-    if (!placed || !taken || !ev) {
+    by_off = malloc(sizeof *by_off * nb);
+    if (!ev || !by_off) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
         goto done;
     }
@@ -409,10 +399,13 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
     int64_t cap = 0;
     for (int d = 0; d < ndev && s == SW_OK; d++) {
         int32_t *mine = ids + dev_ptr[d], n = dev_ptr[d + 1] - dev_ptr[d], at_peak;
-        place_device(mp, mine, n, align, &mp->arena[d], placed, taken);
+        s = sw_memplan_place(mp->bytes, mp->first, mp->last, mine, n, align, g->ntasks + 1, mp->offset, &mp->arena[d]);
+        if (s != SW_OK) {
+            break;
+        }
         peak_of(mp, mine, n, ev, &mp->peak[d], &at_peak);
         breakdown(g, mp, d, mine, n, at_peak, backward_start);
-        s = reuse_edges(g, mp, mine, n, remote_ptr, remote, &cap);
+        s = reuse_edges(g, mp, mine, n, remote_ptr, remote, by_off, &cap);
     }
     if (s == SW_OK) {
         s = unique_edges(mp);
@@ -421,8 +414,7 @@ done:
     free(host);
     free(dev_ptr);
     free(ids);
-    free(placed);
-    free(taken);
+    free(by_off);
     free(ev);
     free(remote_ptr);
     free(remote);
