@@ -1,7 +1,8 @@
 """Planned memory (csrc/memplan.c, memplan_check.c): one arena per device, offsets from lifetimes.
 
-* On random plans the validator proves the offsets safe from the task graph alone, and
-  the peak agrees with an independent sweep over the task graph written here.
+* On random plans the validator proves the offsets safe from the task graph alone, the
+  peak agrees with an independent sweep over the task graph written here, and every
+  offset is the plain first fit (largest first, one list in offset order) written here.
 * The validator is not vacuous: two live buffers on one address, a parameter sharing
   bytes, a missing reuse edge, an offset outside the arena are each refused.
 * Memory plans exist for any plan, a 16-device cluster plan too, and are far below the
@@ -54,6 +55,28 @@ def reference_peaks(tg) -> dict[int, int]:
     return {d: int(np.cumsum(v).max()) for d, v in live.items()}
 
 
+def reference_offsets(tg, align: int = 64) -> dict[int, int]:
+    """Greedy by size, the rule csrc/memplan_place.c speeds up: per device the buffers largest
+    first (ties by id), each at the lowest aligned offset c where no placed buffer live at the
+    same time meets [c, c + size), found by one pass over the placed ones in offset order."""
+    life = reference_lifetimes(tg)
+    out: dict[int, int] = {}
+    placed: dict[int, list[tuple[int, int, int, int]]] = {}   # device -> [(lo, hi, first, last)]
+    for b in sorted(tg.buffers, key=lambda b: (-b.nbytes, b.id)):
+        size = -(-b.nbytes // align) * align
+        first, last = life[b.id]
+        c = 0
+        for lo, hi, f, l in sorted(placed.get(b.device, [])):
+            if size == 0 or (f <= last and first <= l and lo >= c + size):
+                break
+            if f <= last and first <= l:
+                c = max(c, hi)
+        out[b.id] = c
+        if size:
+            placed.setdefault(b.device, []).append((c, c + size, first, last))
+    return out
+
+
 def check_memory_plan(plan) -> sw.MemoryPlan:
     mp = sw.memory_plan(plan, check=True)
     tg = lower(plan)
@@ -65,6 +88,7 @@ def check_memory_plan(plan) -> sw.MemoryPlan:
         assert dm.sum_of_buffers == sums[d]
         assert dm.parameters == sum(b.nbytes for b in tg.buffers if b.device == d and b.kind == "param")
         assert dm.optimizer_state == sum(b.nbytes for b in tg.buffers if b.device == d and b.kind == "momentum")
+    assert {b.id: mp.offset(b.id) for b in tg.buffers} == reference_offsets(tg, mp.align)
     for b in tg.buffers:
         assert mp.offset(b.id) % mp.align == 0
         assert mp.offset(b.id) + b.nbytes <= mp.devices[b.device].arena_bytes
