@@ -424,27 +424,6 @@ done:
     return s;
 }
 
-sw_status sw_memory_plan_reuse_in(const sw_memory_plan *mp, int32_t ntasks, int32_t **ptr_out, int32_t **ids_out) {
-    int32_t *ptr = calloc((size_t)ntasks + 2, sizeof *ptr), *ids = malloc(sizeof *ids * ((size_t)mp->nreuse + 1));
-    if (!ptr || !ids) {
-        free(ptr);
-        free(ids);
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
-    }
-    for (int32_t e = 0; e < mp->nreuse; e++) {   /* counts at [t + 2], starts at [t + 1], then filled */
-        ptr[mp->reuse_to[e] + 2]++;
-    }
-    for (int32_t t = 0; t < ntasks; t++) {
-        ptr[t + 2] += ptr[t + 1];
-    }
-    for (int32_t e = 0; e < mp->nreuse; e++) {
-        ids[ptr[mp->reuse_to[e] + 1]++] = mp->reuse_from[e];
-    }
-    *ptr_out = ptr;
-    *ids_out = ids;
-    return SW_OK;
-}
-
 void sw_memory_plan_free(sw_memory_plan *mp) {
     free(mp->offset);
     free(mp->bytes);

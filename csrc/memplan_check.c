@@ -1,9 +1,9 @@
 /* memplan_check.c -- proving a memory plan safe for its task graph.
  *
  * The check trusts nothing the planner computed but the offsets and the reuse
- * edges.  Tasks of one device run in program order on its stream, so task t
- * happens before task u when a chain of dependencies, reuse edges and steps
- * from a task to the next one of the same device leads from t to u.  Two
+ * edges.  Task t happens before task u when a chain of the runtime's order
+ * (sw_task_order: dependencies, reuse edges and steps from a task to the next
+ * one of the same device's stream) leads from t to u.  Two
  * buffers of a device whose byte ranges overlap are safe when every task
  * touching one of them happens before every task touching the other; a buffer
  * that lives across iterations (parameters, momentum) or that the host reads
@@ -15,8 +15,7 @@
 
 typedef struct {
     const sw_task_graph *g;
-    int32_t *prev;                /* ntasks: the previous task of the same device, or -1 */
-    int32_t *rin_ptr, *rin;       /* reuse edges into each task (CSR) */
+    sw_task_order order;          /* what each task runs after on the runtime */
     int32_t *touch_ptr, *touch;   /* tasks touching each buffer (CSR) */
     int32_t *stamp, *stack;       /* search scratch */
     int32_t round;
@@ -34,18 +33,14 @@ static int happens_before(checker *c, int32_t t, int32_t u) {
     c->stamp[u] = c->round;
     while (top > 0) {
         int32_t v = c->stack[--top];
-        const int32_t *preds[3] = {c->g->deps + c->g->dep_ptr[v], c->rin + c->rin_ptr[v], &c->prev[v]};
-        int32_t npreds[3] = {c->g->dep_ptr[v + 1] - c->g->dep_ptr[v], c->rin_ptr[v + 1] - c->rin_ptr[v], 1};
-        for (int k = 0; k < 3; k++) {
-            for (int32_t i = 0; i < npreds[k]; i++) {
-                int32_t p = preds[k][i];
-                if (p == t) {
-                    return 1;
-                }
-                if (p > t && c->stamp[p] != c->round) {
-                    c->stamp[p] = c->round;
-                    c->stack[top++] = p;
-                }
+        for (int32_t i = c->order.ptr[v]; i < c->order.ptr[v + 1]; i++) {
+            int32_t p = c->order.ids[i];
+            if (p == t) {
+                return 1;
+            }
+            if (p > t && c->stamp[p] != c->round) {
+                c->stamp[p] = c->round;
+                c->stack[top++] = p;
             }
         }
     }
@@ -55,23 +50,12 @@ static int happens_before(checker *c, int32_t t, int32_t u) {
 static sw_status setup(checker *c, const sw_task_graph *g, const sw_memory_plan *mp) {
     c->g = g;
     size_t nt = (size_t)g->ntasks + 1;
-    c->prev = malloc(sizeof *c->prev * nt);
     c->stamp = calloc(nt, sizeof *c->stamp);
     c->stack = malloc(sizeof *c->stack * nt);
-    int32_t *last = malloc(sizeof *last * ((size_t)mp->ndev + 1));
-    if (!c->prev || !c->stamp || !c->stack || !last) {
-        free(last);
+    if (!c->stamp || !c->stack) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan check");
     }
-    for (int d = 0; d < mp->ndev; d++) {
-        last[d] = -1;
-    }
-    for (int32_t t = 0; t < g->ntasks; t++) {
-        c->prev[t] = last[g->tasks[t].device];
-        last[g->tasks[t].device] = t;
-    }
-    free(last);
-    SW_TRY(sw_memory_plan_reuse_in(mp, g->ntasks, &c->rin_ptr, &c->rin));
+    SW_TRY(sw_task_order_build(g, mp, &c->order));
     c->touch_ptr = calloc((size_t)g->nbuffers + 2, sizeof *c->touch_ptr);
     c->touch = malloc(sizeof *c->touch * ((size_t)g->nio + 1));
     if (!c->touch_ptr || !c->touch) {
@@ -92,11 +76,9 @@ static sw_status setup(checker *c, const sw_task_graph *g, const sw_memory_plan 
 }
 
 static void teardown(checker *c) {
-    free(c->prev);
+    sw_task_order_free(&c->order);
     free(c->stamp);
     free(c->stack);
-    free(c->rin_ptr);
-    free(c->rin);
     free(c->touch_ptr);
     free(c->touch);
 }

@@ -18,8 +18,11 @@
  *              both over plain cost tables so tests can feed fake ones
  *   taskgraph.c, lower.c  one training iteration of a plan as tasks, buffers
  *              and what every task reads and writes (the only lowering)
- *   memplan.c, memplan_check.c  one arena per device: buffer offsets from
- *              lifetimes, and a validator that proves them safe
+ *   memplan.c, memplan_place.c, memplan_check.c  one arena per device:
+ *              buffer offsets from lifetimes, and a validator that proves them safe
+ *   order.c    what each task runs after on the runtime (its stream's program
+ *              order, dependencies, reuse edges): executor, simulator and
+ *              validator read the one list
  *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
  *              resources of every task, the event-driven replay
  *
@@ -442,6 +445,10 @@ typedef struct {
     int32_t *reuse_from, *reuse_to;
 } sw_memory_plan;
 
+/* The alignment of every buffer in the runtime's arenas (a cache line; the widest loads of the
+ * CPU kernels): the simulator plans memory with it too, so it replays the runtime's reuse edges. */
+#define SW_ARENA_ALIGN 64
+
 /* reuse 0: every buffer keeps its own bytes (a check, and the baseline the plan saves against). */
 sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp);
 void sw_memory_plan_free(sw_memory_plan *mp);
@@ -449,9 +456,6 @@ void sw_memory_plan_free(sw_memory_plan *mp);
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
 /* Does buffer b live through every step and across steps (parameters, momentum, host reads)? */
 int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read);
-/* The reuse edges into each task as CSR: task t waits for ids[ptr[t] .. ptr[t+1]); free() both
- * (the reuse edges must name tasks below ntasks: sw_memory_plan_check refuses others). */
-sw_status sw_memory_plan_reuse_in(const sw_memory_plan *mp, int32_t ntasks, int32_t **ptr, int32_t **ids);
 /* memplan_check.c: SW_OK when offsets (and the reuse edges) are safe for g, judged
  * from the graph alone: buffers of one device whose bytes overlap are touched by
  * tasks all ordered one buffer's before the other's (dependencies, reuse edges,
@@ -459,6 +463,21 @@ sw_status sw_memory_plan_reuse_in(const sw_memory_plan *mp, int32_t ntasks, int3
  * nothing, and every buffer lies inside its arena at an aligned offset;
  * otherwise SW_ERR_VALUE naming the first conflict. */
 sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp);
+
+/* ---------------------------------------------------------------- the runtime's order */
+/* What each task runs after on the runtime (order.c): the task before it on its device's
+ * stream (program order), its dependencies and the memory plan's reuse edges into it, as CSR,
+ * sorted and distinct (all < t).  The executor waits for the entries on other streams, the
+ * simulator replays them all, memplan_check.c proves memory plans safe by them. */
+typedef struct {
+    int32_t ntasks;
+    int32_t *ptr;   /* ntasks + 1 */
+    int32_t *ids;   /* task t runs after ids[ptr[t] .. ptr[t+1]) */
+} sw_task_order;
+
+/* SW_ERR_VALUE for reuse edges that do not go forward between tasks of g. */
+sw_status sw_task_order_build(const sw_task_graph *g, const sw_memory_plan *mp, sw_task_order *o);
+void sw_task_order_free(sw_task_order *o);
 
 /* ---------------------------------------------------------------- durations */
 /* Measured costs (a profile) replacing parts of the model; NULL: all modelled. */

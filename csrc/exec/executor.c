@@ -4,8 +4,9 @@
  * backend, every buffer's address, one stream per device, and for each of the
  * two lists (a training step; the forward pass alone) every task recorded on
  * its device's stream in program order, preceded by a wait for each task of
- * another stream it depends on (dependencies and the memory plan's reuse
- * edges) and followed by a record when another stream waits for it.
+ * another stream it runs after (sw_task_order: dependencies and the memory
+ * plan's reuse edges; the simulator replays the same list) and followed by a
+ * record when another stream waits for it.
  *
  * Step: the backend runs the lists; the loss is the sum of the loss tasks'
  * sums of -log p, in task order (the same sum whatever the timing), over N.
@@ -19,7 +20,6 @@
 #include "../cpu/view.h"  /* sw_window_check */
 #include "runtime.h"
 
-#define ARENA_ALIGN 64          /* a cache line; the widest loads of the CPU kernels */
 #define ARENA_SENTINEL 0xA5     /* bytes of an arena no task has written yet (arena_high_water) */
 
 void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v) {
@@ -89,35 +89,24 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
 }
 
 /* ------------------------------------------------------------------ recording */
-/* The tasks task t waits for on other streams in list l: calls fn(d) for each. */
-#define FOR_EACH_CROSS_WAIT(rt, l, t, rptr, rids, d, body)                                              \
-    do {                                                                                                \
-        const sw_task_graph *g_ = &(rt)->g;                                                             \
-        for (int32_t k_ = g_->dep_ptr[t]; k_ < g_->dep_ptr[(t) + 1]; k_++) {                            \
-            int32_t d = g_->deps[k_];                                                                   \
-            if ((rt)->in_list[l][d] && g_->tasks[d].device != g_->tasks[t].device) {                    \
-                body;                                                                                   \
-            }                                                                                           \
-        }                                                                                               \
-        for (int32_t k_ = (rptr)[t]; k_ < (rptr)[(t) + 1]; k_++) {                                      \
-            int32_t d = (rids)[k_];                                                                     \
-            if ((rt)->in_list[l][d] && g_->tasks[d].device != g_->tasks[t].device) {                    \
-                body;                                                                                   \
-            }                                                                                           \
-        }                                                                                               \
-    } while (0)
+/* Is task d, which task t runs after (sw_task_order), a wait of t's in list l: in the list,
+ * on another stream?  (The task before t on its own stream is ordered by the stream.) */
+static int waits_for(const sw_runtime *rt, int l, int32_t t, int32_t d) {
+    return rt->in_list[l][d] && rt->g.tasks[d].device != rt->g.tasks[t].device;
+}
 
 static sw_status record_lists(sw_runtime *rt, const int *stream) {
-    int32_t *rptr = NULL, *rids = NULL, n = rt->g.ntasks;
-    SW_TRY(sw_memory_plan_reuse_in(&rt->mp, n, &rptr, &rids));
+    int32_t n = rt->g.ntasks;
+    sw_task_order order;
+    SW_TRY(sw_task_order_build(&rt->g, &rt->mp, &order));
     uint8_t *recorded = malloc((size_t)n + 1);
     sw_status s = recorded ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory recording the streams");
     const sw_backend_i *bi = rt->backend->i;
     for (int l = 0; l < SW_NLISTS && s == SW_OK; l++) {
         memset(recorded, 0, (size_t)n + 1);
         for (int32_t t = 0; t < n; t++) {   /* which tasks another stream waits for */
-            if (rt->in_list[l][t]) {
-                FOR_EACH_CROSS_WAIT(rt, l, t, rptr, rids, d, recorded[d] = 1);
+            for (int32_t k = order.ptr[t]; rt->in_list[l][t] && k < order.ptr[t + 1]; k++) {
+                recorded[order.ids[k]] |= (uint8_t)waits_for(rt, l, t, order.ids[k]);
             }
         }
         for (int32_t t = 0; t < n && s == SW_OK; t++) {
@@ -125,7 +114,11 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
                 continue;
             }
             int st = stream[rt->g.tasks[t].device];
-            FOR_EACH_CROSS_WAIT(rt, l, t, rptr, rids, d, if (s == SW_OK) { s = bi->enqueue_wait(rt->backend, l, st, d); });
+            for (int32_t k = order.ptr[t]; k < order.ptr[t + 1] && s == SW_OK; k++) {
+                if (waits_for(rt, l, t, order.ids[k])) {
+                    s = bi->enqueue_wait(rt->backend, l, st, order.ids[k]);
+                }
+            }
             if (s == SW_OK) {
                 s = bi->enqueue_task(rt->backend, l, st, t);
             }
@@ -135,8 +128,7 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
         }
     }
     free(recorded);
-    free(rptr);
-    free(rids);
+    sw_task_order_free(&order);
     return s;
 }
 
@@ -144,7 +136,7 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
 static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs) {
     SW_TRY(check_attrs(p, attrs));
     SW_TRY(sw_lower(p, plan, &rt->g));
-    SW_TRY(sw_memory_plan_build(&rt->g, p->ndev, ARENA_ALIGN, rt->reuse_memory, &rt->mp));
+    SW_TRY(sw_memory_plan_build(&rt->g, p->ndev, SW_ARENA_ALIGN, rt->reuse_memory, &rt->mp));
     const sw_task_graph *g = &rt->g;
     size_t nt = (size_t)g->ntasks + 1, nb = (size_t)g->nbuffers + 1, nd = (size_t)p->ndev;
     rt->ops = calloc((size_t)p->nops, sizeof *rt->ops);
@@ -290,7 +282,7 @@ sw_status sw_runtime_high_water(const sw_runtime *rt, int64_t *out) {
         while (n > 0 && a[n - 1] == ARENA_SENTINEL) {
             n--;
         }
-        out[d] = (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+        out[d] = (n + SW_ARENA_ALIGN - 1) / SW_ARENA_ALIGN * SW_ARENA_ALIGN;
     }
     return SW_OK;
 }

@@ -39,11 +39,11 @@ static PyObject *put_plan(const sw_memory_plan *mp) {
     return d;
 }
 
-/* memory_plan(kinds, degrees, dev_ptr, devices, align=64, check=False) -> dict */
+/* memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False) -> dict */
 PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "align", "check", NULL};
     PyObject *k, *dg, *ptr, *dv;
-    long long align = 64;
+    long long align = SW_ARENA_ALIGN;
     int check = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|Lp", kwlist, &k, &dg, &ptr, &dv, &align, &check) ||
         !sw_py_problem_ready(self)) {

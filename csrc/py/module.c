@@ -610,7 +610,7 @@ static PyMethodDef Problem_methods[] = {
     {"worker_times", (PyCFunction)sw_py_problem_worker_times, METH_VARARGS,
      "worker_times(op, degrees, devices) -> roofline seconds of one forward pass of every worker"},
     {"memory_plan", (PyCFunction)(void (*)(void))sw_py_problem_memory_plan, METH_VARARGS | METH_KEYWORDS,
-     "memory_plan(kinds, degrees, dev_ptr, devices, align=64, check=False) -> dict: one arena per device"},
+     "memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False) -> dict: one arena per device"},
     {"check_memory_plan", (PyCFunction)sw_py_problem_check_memory_plan, METH_VARARGS,
      "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align): "
      "ValueError unless the offsets are safe"},
@@ -845,6 +845,7 @@ static int module_exec(PyObject *m) {
     sw_blas_single_thread();
     if (PyModule_AddIntConstant(m, "MAX_RANK", SW_MAX_RANK) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DEVICES", SW_MAX_DEVICES) < 0 ||
+        PyModule_AddIntConstant(m, "ARENA_ALIGN", SW_ARENA_ALIGN) < 0 ||
         PyModule_AddIntConstant(m, "SYNC_PARAMETER_SERVER", SW_SYNC_PARAMETER_SERVER) < 0 ||
         PyModule_AddIntConstant(m, "SYNC_RING", SW_SYNC_RING) < 0) {
         return -1;

@@ -26,7 +26,7 @@ from . import _core
 from .lower import plan_arrays
 from .plan import Plan
 
-DEFAULT_ALIGNMENT = 64   # bytes: a cache line, and the widest SIMD loads of the CPU kernels
+DEFAULT_ALIGNMENT = _core.ARENA_ALIGN   # bytes, the runtime's (a cache line, the widest loads of the CPU kernels)
 
 
 @dataclass(frozen=True)
