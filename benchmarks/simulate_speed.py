@@ -5,12 +5,13 @@ Anchor: simulating one iteration of Inception-v3 on 16 devices must take under
 Prints, per model, ``sw.simulate(plan)`` end to end (memory check included, as
 by default) and its stages: preparing the arguments in Python (the C problem,
 plan and route arrays), the C core (lowering, durations, event loop in one
-call), the rest (memory check, result).  A plan that does not fit in device
-memory is simulated all the same and then raises MemoryOverflow (marked).  For comparison, the Python reference
-pipeline (the task graph as Python objects, Python durations, the C event
-loop) that ``sw.simulate`` ran before.
+call), the rest (memory check, result).  The C core lowers the plan, plans its
+memory as the runtime does (the reuse edges are part of the runtime's order),
+orders the tasks (csrc/order.c), times and replays them.  A plan that does not
+fit in device memory is simulated all the same and then raises MemoryOverflow
+(marked).
 
-    python benchmarks/simulate_speed.py [--repeat 5] [--no-reference]
+    python benchmarks/simulate_speed.py [--repeat 5]
 """
 from __future__ import annotations
 
@@ -24,14 +25,7 @@ from datetime import date
 import numpy as np
 import shardwise as sw
 from shardwise.problem import make_problem
-from shardwise.simulate import (
-    MemoryOverflow,
-    _machine,
-    _replay_c,
-    _resources,
-    plan_arrays,
-    task_durations,
-)
+from shardwise.simulate import MemoryOverflow, _machine, plan_arrays
 
 
 def median_ms(fn, repeat: int) -> float:
@@ -53,31 +47,19 @@ def evaluate(plan: sw.Plan) -> bool:
         return False
 
 
-def reference(plan: sw.Plan) -> int:
-    """The Python pipeline: sw.lower's Python records, task_durations, arrays for the C event loop."""
-    tg = sw.lower(plan)
-    durations = task_durations(tg)
-    route_bw = plan.devices.route_bandwidths()
-    for t in tg.tasks:
-        if t.kind == "copy" and t.src_device != t.device:
-            durations[t.id] += t.nbytes / route_bw[t.src_device, t.device]
-    _replay_c([t.deps for t in tg.tasks], durations, [_resources(t, plan.devices) for t in tg.tasks])
-    return len(tg.tasks)
-
-
-def row(name: str, nodes: int, per: int, repeat: int, with_reference: bool) -> str:
+def row(name: str, nodes: int, per: int, repeat: int) -> str:
     g = sw.models.get(name)
     d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
     plan = sw.search(g, d)
     fits = evaluate(plan)  # also warms the routes cached on the device graph
     problem = make_problem(g, d, plan.options)
     arrays = plan_arrays(plan)
-    route_ptr, route_res, names, cores, _ = _machine(d, False)
+    route_ptr, route_res, names, cores = _machine(d)
 
     def prepare():
         make_problem(g, d, plan.options)
         plan_arrays(plan)
-        _machine(d, False)
+        _machine(d)
 
     def core():
         return problem.simulate_plan(*arrays, route_ptr, route_res, len(names), cores=cores)
@@ -86,26 +68,23 @@ def row(name: str, nodes: int, per: int, repeat: int, with_reference: bool) -> s
     prep = median_ms(prepare, repeat)
     c = median_ms(core, repeat)
     total = median_ms(lambda: evaluate(plan), repeat)
-    ref = f"{median_ms(lambda: reference(plan), max(1, repeat // 2)):14.1f}" if with_reference else ""
     anchor = ("bar: < 50 ms" if name == "inception_v3" else "") + ("" if fits else "(MemoryOverflow raised)")
-    return (f"{name:<14} {nodes * per:>4} {tasks:>7} {prep:11.1f} {c:10.1f} {total:12.1f} {1e3 / total:8.1f} "
-            f"{ref:>14}  {anchor}")
+    return f"{name:<14} {nodes * per:>4} {tasks:>7} {prep:11.1f} {c:10.1f} {total:12.1f} {1e3 / total:8.1f}  {anchor}"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--no-reference", action="store_true", help="skip the (slow) Python reference pipeline")
     args = ap.parse_args()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"# {date.today().isoformat()}, {os.cpu_count()} cores shared (load average {load}), Python "
           f"{platform.python_version()}; median of {args.repeat} runs; sw.simulate(plan) with the memory check on")
     head = (f"{'model':<14} {'dev':>4} {'tasks':>7} {'prepare ms':>11} {'C core ms':>10} {'simulate ms':>12} "
-            f"{'evals/s':>8} {'python ref ms':>14}  anchor")
+            f"{'evals/s':>8}  anchor")
     print(head)
     print("-" * len(head))
     for name, nodes, per in (("resnet18", 1, 4), ("vgg16", 4, 4), ("resnet50", 4, 4), ("inception_v3", 4, 4)):
-        print(row(name, nodes, per, args.repeat, not args.no_reference), flush=True)
+        print(row(name, nodes, per, args.repeat), flush=True)
     return 0
 
 

@@ -24,7 +24,7 @@
  *              order, dependencies, reuse edges): executor, simulator and
  *              validator read the one list
  *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
- *              resources of every task, the event-driven replay
+ *              the runtime's order and resources of every task, the event-driven replay
  *
  * Example (what python/shardwise/search.py does through the module):
  *
@@ -485,64 +485,50 @@ typedef struct {
     const double *split;           /* nops x 2: forward, backward seconds of the op's partition; NaN: model */
     const double *element_seconds; /* SW_TASK_NKINDS: seconds per element of bookkeeping kinds; NaN: model */
     const double *element_fixed;   /* SW_TASK_NKINDS or NULL: their fixed seconds per task; NaN: none */
-    double task_overhead;          /* the executor's dispatch: added to every task not measured whole */
 } sw_measured;
 
-/* Seconds of every task (transfers excluded: their links decide), the model of
- * simulate.py's task_durations; out has g->ntasks entries. */
+/* Seconds of every task (transfers excluded: their links decide); out has g->ntasks
+ * entries.  tests/sim_oracle.py computes the same independently. */
 sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_task_graph *g,
                             const sw_measured *m, double *out);
 
 /* ---------------------------------------------------------------- simulating a plan */
 /* The machine a task graph runs on, as resource ids: device d is resource d;
- * with cores > 0, compute also holds core (d mod cores) = resource ndev + core;
- * a transfer a -> b holds route_res[route_ptr[a*ndev+b] .. route_ptr[a*ndev+b+1])
- * (links or network adapters, ids chosen by the caller) and, with cores > 0, b's
- * core; with cores > 0 the tasks of one core also run one after another in
- * program order (the CPU executor's thread per core), and a task waiting for
- * another core's tasks starts wake_latency after them at the earliest; with dispatch, every
- * task first runs a dispatch task on resource `interpreter` and its device. */
+ * with cores > 0 (CPU workers sharing this machine's cores: the CPU backend's
+ * threads), compute also holds core (d mod cores) = resource ndev + core, and
+ * the tasks of one core run one after another in program order (thread
+ * d mod cores runs device d's stream); a transfer a -> b holds
+ * route_res[route_ptr[a*ndev+b] .. route_ptr[a*ndev+b+1]) (links or network
+ * adapters, ids chosen by the caller) and, with cores > 0, b's core. */
 typedef struct {
-    int32_t ndev, cores, nres, interpreter;
+    int32_t ndev, cores, nres;
     const int32_t *route_ptr;      /* ndev * ndev + 1 */
     const int32_t *route_res;
     double copy_bandwidth;         /* > 0: every transfer runs at this (measured) bytes/s */
-    double dispatch;               /* > 0: seconds of the dispatch task before every task */
-    double wake_latency;           /* > 0 (with cores): seconds a thread takes to resume after waiting for another */
 } sw_machine;
 
 typedef struct {
-    double *start, *duration;      /* ntasks each (the graph's tasks, dispatch tasks left out) */
+    double *start, *duration;      /* ntasks each */
     int32_t *res_ptr, *res;        /* resources of every task (CSR over ntasks) */
     double *busy;                  /* ndev: seconds each device computed */
     double makespan;
 } sw_sim_result;
 
-/* Replay g with `durations` (from sw_task_durations) on machine m; the result's
- * arrays are allocated here and freed with sw_sim_result_free. */
-sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const double *durations,
-                            const sw_machine *m, sw_sim_result *r);
+/* Replay g as the runtime runs it: every task after what it runs after there (the order from
+ * sw_task_order_build over the runtime's memory plan: stream program order, dependencies,
+ * reuse edges), with `durations` (from sw_task_durations) on machine m; the result's arrays are
+ * allocated here and freed with sw_sim_result_free. */
+sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
+                            const double *durations, const sw_machine *m, sw_sim_result *r);
 void sw_sim_result_free(sw_sim_result *r);
 
 /* ---------------------------------------------------------------- simulation */
-/* Hand-offs of a lock between threads (the interpreter lock): a task of thread group[t] that
- * waited for resource r while another thread held it starts seconds[r] after r is released
- * (the waiting thread has to be woken; r stays held meanwhile).  seconds has nres entries,
- * 0 for resources handed over at no cost; group has ntasks entries.  (Letting the releasing
- * thread take r back while the other wakes, as CPython's lock allows, was tried: measured
- * against LeNet-5's 2- and 4-worker steps it fitted worse, -19..-33% against -16..+4%.) */
-typedef struct {
-    const int32_t *group;
-    const double *seconds;
-} sw_handoff;
-
 /* Replay tasks with the given durations; a task holds its resources (CSR
  * res_ptr/res) for its duration and starts when its dependencies (CSR
- * dep_ptr/deps) are done and it is first in line (lowest id) on each resource
- * (plus a hand-off time, with handoff non-NULL).  Writes every task's start time
- * (when it runs) and the makespan. */
+ * dep_ptr/deps) are done and it is first in line (lowest id) on each resource.
+ * Writes every task's start time and the makespan. */
 sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
-                            const int32_t *res_ptr, const int32_t *res, int32_t nres, const sw_handoff *handoff,
-                            double *start, double *makespan);
+                            const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
+                            double *makespan);
 
 #endif /* SHARDWISE_H */

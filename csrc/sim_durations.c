@@ -1,6 +1,6 @@
 /* sim_durations.c -- modelled seconds of every task of a lowered plan.
  *
- * The model of python/shardwise/simulate.py's task_durations (the reference):
+ * The model (tests/sim_oracle.py computes it independently, in Python):
  *
  *   compute tasks   (forward, forward_partial, loss, bn_stats, bn_apply: the forward phase;
  *                   backward_data, backward_weight, bn_backward_stats: backward)
@@ -16,9 +16,8 @@
  *   zero_grad       1 x bytes of the gradient (written)
  *   update          5 x bytes of the parameter (read w, g, m; write w, m)
  *   otherwise       0 (load_input, join; transfers are timed by their links)
- * and every task but a measured bookkeeping one pays the measured task overhead, if
- * any: a bookkeeping task is measured whole (its thread's CPU time, interpreter
- * included), a compute task by its kernels' time alone (csrc/py/kernel_args.h).
+ * The runtime runs every task in C, so nothing comes on top of a task's time (a
+ * profile's tasks are timed by the runtime's own clock, around the whole task).
  */
 #include <math.h>    /* isnan */
 #include <stdlib.h>  /* malloc, calloc, free */
@@ -93,25 +92,20 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
     }
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
-        int measured = 0;  /* a measured bookkeeping time holds the task's interpreter time already */
         if (is_compute(t->kind)) {
             int backward = t->phase != SW_PHASE_FORWARD;
             double n = (double)share[2 * (wbase[t->op] + t->worker) + backward];
             const double *split = m && m->split ? &m->split[2 * t->op] : NULL;
             if (split && !isnan(split[0])) {
-                out[i] = split[backward] / n;   /* kernels only: the interpreter time comes on top */
+                out[i] = split[backward] / n;
             } else {
                 out[i] = fwd[wbase[t->op] + t->worker] * (backward ? 2.0 : 1.0) / n;
             }
         } else if (m && m->element_seconds && !isnan(m->element_seconds[t->kind]) && !sw_is_transfer(t)) {
             double fixed = m->element_fixed && !isnan(m->element_fixed[t->kind]) ? m->element_fixed[t->kind] : 0.0;
             out[i] = fixed + m->element_seconds[t->kind] * (double)t->elements;  /* measured on this machine */
-            measured = 1;
         } else {
             out[i] = bookkeeping_time(p, t);
-        }
-        if (m && !measured) {
-            out[i] += m->task_overhead;
         }
     }
     free(wbase);

@@ -6,10 +6,7 @@
  * task id (program order) goes first, and a task starts only when it is first
  * in line on every resource it needs and they are all free -- so a transfer on
  * a two-link route holds both links, and nothing overtakes it on either.
- * Tasks without resources start as soon as they are ready.  With hand-off
- * times (sw_handoff), a task that waited for a resource another thread held
- * starts that long after the resource is free (the interpreter lock: the
- * waiting thread sleeps and takes a wake-up to run).
+ * Tasks without resources start as soon as they are ready.
  *
  * Inputs are flat arrays (CSR for dependencies and resources); the output is
  * every task's start time.  O((T + R + E) log T) for T tasks, E dependencies.
@@ -114,9 +111,6 @@ typedef struct {
     int32_t ntasks, nres;
     const double *duration;
     const int32_t *res_ptr, *res;
-    const sw_handoff *handoff; /* NULL: resources change hands at no cost */
-    int32_t *holder;      /* with handoff: per resource, the group that held it last (-1: none yet) */
-    double *ready;        /* with handoff: per task, when its dependencies were done */
     id_heap *line;        /* per resource: ready tasks waiting for it, by id */
     char *busy;           /* per resource: a task holds it now */
     event *events;
@@ -134,14 +128,6 @@ static void look_at(sim *s, int32_t r) {
     }
 }
 
-/* Seconds task t waits for resource r to reach its thread: the hand-off time when t had been
- * waiting (ready before now) while another thread's task held r, else 0. */
-static double handoff_delay(const sim *s, int32_t t, int32_t r, double now) {
-    double seconds = s->handoff->seconds[r];
-    int32_t last = s->holder[r];
-    return seconds > 0 && last >= 0 && last != s->handoff->group[t] && s->ready[t] < now ? seconds : 0.0;
-}
-
 /* Start task t now if it heads the line of every resource it needs and they are free. */
 static int try_task(sim *s, int32_t t, double now) {
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
@@ -150,26 +136,17 @@ static int try_task(sim *s, int32_t t, double now) {
             return 0;
         }
     }
-    double delay = 0.0;
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
         int32_t r = s->res[k];
         id_pop(&s->line[r]);
         s->busy[r] = 1;
-        if (s->handoff) {
-            double wait = handoff_delay(s, t, r, now);
-            delay = wait > delay ? wait : delay;
-            s->holder[r] = s->handoff->group[t];
-        }
     }
-    s->start[t] = now + delay;
-    ev_push(s->events, &s->nevents, (event){now + delay + s->duration[t], t});
+    s->start[t] = now;
+    ev_push(s->events, &s->nevents, (event){now + s->duration[t], t});
     return 1;
 }
 
 static int make_ready(sim *s, int32_t t, double now) {
-    if (s->handoff) {
-        s->ready[t] = now;
-    }
     if (s->res_ptr[t] == s->res_ptr[t + 1]) {  /* needs nothing: runs at once */
         s->start[t] = now;
         ev_push(s->events, &s->nevents, (event){now + s->duration[t], t});
@@ -195,16 +172,11 @@ static void drain_worklist(sim *s, double now) {
 }
 
 sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
-                            const int32_t *res_ptr, const int32_t *res, int32_t nres, const sw_handoff *handoff,
-                            double *start, double *makespan) {
+                            const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
+                            double *makespan) {
     *makespan = 0.0;
     if (ntasks < 0 || nres < 0) {
         return SW_FAIL(SW_ERR_VALUE, "negative task (%d) or resource (%d) count", ntasks, nres);
-    }
-    for (int32_t r = 0; handoff && r < nres; r++) {
-        if (!(handoff->seconds[r] >= 0)) {
-            return SW_FAIL(SW_ERR_VALUE, "resource %d has a negative or NaN hand-off time", r);
-        }
     }
     for (int32_t t = 0; t < ntasks; t++) {
         if (!(duration[t] >= 0)) {
@@ -224,8 +196,7 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
     /* Sizes below are "count + 1" (so that zero tasks or resources still allocate) computed
      * in size_t: in int32 they overflow for counts of INT32_MAX. */
     sw_status st = SW_OK;
-    sim s = {.ntasks = ntasks, .nres = nres, .duration = duration, .res_ptr = res_ptr, .res = res,
-             .handoff = handoff, .start = start};
+    sim s = {.ntasks = ntasks, .nres = nres, .duration = duration, .res_ptr = res_ptr, .res = res, .start = start};
     int32_t *missing = calloc((size_t)ntasks + 1, sizeof *missing);
     int32_t *child_ptr = calloc((size_t)ntasks + 1, sizeof *child_ptr);
     int32_t *children = malloc(sizeof *children * ((size_t)dep_ptr[ntasks] + 1));
@@ -235,17 +206,10 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
     s.events = malloc(sizeof *s.events * ((size_t)ntasks + 1));
     s.worklist = malloc(sizeof *s.worklist * ((size_t)nres + 1));
     s.queued = calloc((size_t)nres + 1, 1);
-    if (handoff) {
-        s.holder = malloc(sizeof *s.holder * ((size_t)nres + 1));
-        s.ready = calloc((size_t)ntasks + 1, sizeof *s.ready);
-    }
     if (!missing || !child_ptr || !children || !fill || !s.line || !s.busy || !s.events ||
-        !s.worklist || !s.queued || (handoff && (!s.holder || !s.ready))) {
+        !s.worklist || !s.queued) {
         st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
-    }
-    for (int32_t r = 0; handoff && r < nres; r++) {
-        s.holder[r] = -1;
     }
     /* children of every task (reverse of the dependency lists), in task order */
     for (int32_t t = 0; t < ntasks; t++) {
@@ -308,8 +272,6 @@ done:
     free(s.events);
     free(s.worklist);
     free(s.queued);
-    free(s.holder);
-    free(s.ready);
     free(missing);
     free(child_ptr);
     free(children);

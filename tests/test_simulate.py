@@ -1,4 +1,5 @@
-"""The simulator against closed-form cases, and against Eq. 1 (which never overlaps)."""
+"""The simulator against closed-form cases, against Eq. 1 (which never overlaps), and against
+the runtime's order (program order per stream, reuse edges, threads on shared cores)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,7 +9,9 @@ import pytest
 import shardwise as sw
 from shardwise.boxes import volume
 from shardwise.lower import lower
-from shardwise.simulate import COMPUTE_KINDS, MemoryOverflow, simulate, task_durations
+from shardwise.simulate import COMPUTE_KINDS, MemoryOverflow, simulate
+
+import sim_oracle
 
 
 def chain() -> sw.Graph:
@@ -36,7 +39,8 @@ def test_one_device_is_the_sum_of_its_tasks():
     g = chain()
     plan = sw.Plan.from_dict(g, devices(1), {})
     sim = simulate(plan)
-    assert sim.iteration_time == pytest.approx(sum(task_durations(lower(plan))))
+    assert sim.iteration_time == pytest.approx(sum(sim_oracle.task_durations(lower(plan))))
+    assert sim.iteration_time == pytest.approx(sum(e.end - e.start for e in sim.events))
     assert sim.bytes_moved == 0
     assert sim.device_busy[0] == pytest.approx(1.0)
 
@@ -45,10 +49,8 @@ def test_compute_matches_eq1_compute_on_one_device():
     """Forward + backward of every op is t_c; the bookkeeping tasks come on top."""
     g = chain()
     plan = sw.Plan.from_dict(g, devices(1), {})
-    tg = lower(plan)
-    durations = task_durations(tg)
-    compute = sum(dur for t, dur in zip(tg.tasks, durations)
-                  if t.kind in ("forward", "loss", "backward_data", "backward_weight"))
+    compute = sum(e.end - e.start for e in simulate(plan).events
+                  if e.kind in ("forward", "loss", "backward_data", "backward_weight"))
     # ops without weights have no weight-gradient task: their backward is still 2 forwards
     assert compute == pytest.approx(plan.breakdown["compute"], rel=1e-9)
 
@@ -99,9 +101,9 @@ def test_simulation_stays_within_eq1(model, ndev):
     d = sw.DeviceGraph.cluster(nodes=max(1, ndev // 4), devices_per_node=min(4, ndev))
     for plan in [sw.search(g, d), *sw.strategies.baselines(g, d)]:
         sim = simulate(plan, check_memory=False)
-        tg = lower(plan)
-        bookkeeping = sum(dur for t, dur in zip(tg.tasks, task_durations(tg))
-                          if t.kind in ("accumulate", "reduce", "stats_reduce", "update", "copy"))
+        bookkeeping = sum(e.end - e.start for e in sim.events
+                          if e.kind in ("accumulate", "reduce", "stats_reduce", "update")
+                          or (e.kind == "copy" and not any(r.startswith(("link", "nic")) for r in e.resources)))
         assert 0 < sim.iteration_time <= (plan.cost + bookkeeping) * (1 + 1e-9)
         assert sim.bytes_moved == pytest.approx(plan.bytes_moved)
         assert all(0 <= b <= 1 + 1e-9 for b in sim.device_busy.values())
@@ -130,14 +132,14 @@ def test_plot_timeline_writes_a_png(tmp_path):
 
 
 @pytest.mark.parametrize("model,ndev", [("lenet5", 2), ("resnet18", 4), ("inception_v3", 4), ("alexnet", 16)])
-def test_c_engine_equals_python_reference(model, ndev):
+def test_the_simulator_equals_the_oracle(model, ndev):
     g = sw.models.get(model, batch=32)
     d = sw.DeviceGraph.cluster(nodes=max(1, ndev // 4), devices_per_node=min(4, ndev))
     for plan in [sw.search(g, d), sw.strategies.data_parallel(g, d)]:
-        a = simulate(plan, check_memory=False, engine="c")
-        b = simulate(plan, check_memory=False, engine="python")
+        a = simulate(plan, check_memory=False)
+        b = sim_oracle.replay(plan)
         assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
-        assert [e.start for e in a.events] == pytest.approx([e.start for e in b.events], rel=1e-12, abs=1e-15)
+        assert [e.start for e in a.events] == pytest.approx(b.start, rel=1e-12, abs=1e-15)
 
 
 def test_bad_task_arrays_are_refused():
@@ -155,8 +157,30 @@ def test_bad_task_arrays_are_refused():
                              np.zeros(2, np.int32), np.zeros(0, np.int32), 0)
     with pytest.raises(ValueError, match="pointer"):
         _core.simulate_tasks(np.ones(2), z, z, z, z, 0)
-    with pytest.raises(sw.ConfigError):
-        simulate(sw.Plan.from_dict(chain(), devices(1), {}), engine="fortran")
+    plan = sw.Plan.from_dict(chain(), devices(1), {})
+    with pytest.raises(sw.ConfigError, match="one engine, 'c'"):
+        simulate(plan, engine="fortran")
+    with pytest.raises(sw.ConfigError, match="Python engine was removed"):
+        simulate(plan, engine="python")
+    assert simulate(plan, engine="c").iteration_time == simulate(plan).iteration_time
+
+
+def test_the_event_loop_closed_form():
+    """One resource R, unit durations: tasks 0 and 1 are ready at once and 0 goes first (lowest
+    id); task 3, ready when 0 ends, waits behind 1 and then behind 2 (ready later, but a lower
+    id); task 4 holds nothing and starts when 0 ends.  The oracle's loop agrees."""
+    import numpy as np
+    from shardwise import _core
+
+    deps = [(), (), (1,), (0,), (0,)]
+    resources = [("R",), ("R",), ("R",), ("R",), ()]
+    flat = [d for ds in deps for d in ds]
+    dep_ptr = np.cumsum([0] + [len(d) for d in deps]).astype(np.int32)
+    res_ptr = np.cumsum([0] + [len(r) for r in resources]).astype(np.int32)
+    res = np.zeros(int(res_ptr[-1]), np.int32)
+    start, makespan = _core.simulate_tasks(np.ones(5), dep_ptr, np.asarray(flat, np.int32), res_ptr, res, 1)
+    assert list(start) == [0.0, 1.0, 2.0, 3.0, 1.0] and makespan == 4.0
+    assert sim_oracle.event_loop(deps, [1.0] * 5, resources) == list(start)
 
 
 @pytest.mark.parametrize("model,ndev", [("lenet5", 4), ("alexnet", 4)])
@@ -192,14 +216,13 @@ def test_plan_plot_draws_every_op(tmp_path):
     assert all(plan[op.name].split_dims() in text for op, text in zip(g.ops, texts))
 
 
-@pytest.mark.parametrize("engine", ["c", "python"])
-def test_cpu_workers_on_shared_cores_run_each_cores_tasks_in_program_order(engine):
-    """The executor's thread c runs devices c, c + cores, ... in program order, transfers too."""
+def test_cpu_workers_on_shared_cores_run_each_cores_tasks_in_program_order():
+    """The CPU backend's thread c runs devices c, c + cores, ... in program order, transfers too."""
     g = sw.models.lenet5(batch=8)
     d = sw.DeviceGraph.cpu(4)
     d.shared_cores = 2
     for plan in (sw.strategies.data_parallel(g, d), sw.search(g, d)):
-        sim = simulate(plan, engine=engine)
+        sim = simulate(plan)
         tasks = lower(plan).tasks
         for core in range(2):
             mine = [e for e in sim.events if tasks[e.task].device % 2 == core]
@@ -211,6 +234,42 @@ def test_cpu_workers_on_shared_cores_run_each_cores_tasks_in_program_order(engin
         assert any(e.kind == "copy" for e in sim.events)
 
 
+@pytest.mark.parametrize("model,nodes,per", [("lenet5", 1, 4), ("alexnet", 2, 2)])
+def test_each_devices_tasks_run_in_program_order_on_its_stream(model, nodes, per):
+    """One stream per device, as the runtime records them: a device's tasks (copies into it
+    included) start in task id order, each after the one before it ends, even where a later
+    task's inputs are there first (GPUs in a cluster: no shared cores, nothing else orders them)."""
+    g = sw.models.get(model, batch=32)
+    d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
+    for plan in (sw.search(g, d), sw.strategies.model_parallel(g, d)):
+        sim = simulate(plan, check_memory=False)
+        tasks = lower(plan).tasks
+        for dev in range(len(d)):
+            mine = sorted((e for e in sim.events if tasks[e.task].device == dev), key=lambda e: e.task)
+            for before, after in zip(mine, mine[1:]):
+                assert after.start >= before.end, (before, after)
+
+
+def test_a_reuse_edge_holds_back_the_task_that_takes_over_the_memory():
+    """The memory plan puts a buffer B of device 1 over bytes of an earlier buffer A that a copy
+    on device 0's stream reads; the runtime makes B's first task wait for that copy (a reuse
+    edge).  Here the copy ends after the stream of device 1 reaches B's first task, so the edge
+    holds that task back: the simulator starts it when the copy ends, as the oracle does, and
+    an oracle that leaves the reuse edges out starts it earlier."""
+    g = sw.models.lenet5(batch=32)
+    plan = sw.search(g, sw.DeviceGraph.cluster(nodes=1, devices_per_node=2))
+    edges = sw.memory_plan(plan).reuse_edges
+    sim = simulate(plan)
+    with_edges, without = sim_oracle.replay(plan), sim_oracle.replay(plan, reuse_edges=())
+    assert [e.start for e in sim.events] == pytest.approx(with_edges.start, rel=1e-12, abs=1e-18)
+    start, end = [e.start for e in sim.events], [e.end for e in sim.events]
+    assert all(start[b] >= end[a] for a, b in edges)
+    held = [(a, b) for a, b in edges if without.start[b] < end[a]]
+    assert held, "no reuse edge holds a task back in this plan"
+    for a, b in held:
+        assert start[b] == pytest.approx(max(end[x] for x, y in edges if y == b), rel=1e-12)
+
+
 def test_a_profiles_step_overhead_is_added_to_the_iteration():
     from shardwise.profile import Profile
 
@@ -218,128 +277,35 @@ def test_a_profiles_step_overhead_is_added_to_the_iteration():
     d = sw.DeviceGraph.cpu(2)
     plan = sw.strategies.data_parallel(g, d)
     times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
-    quiet = Profile(g.fingerprint(), {}, times, 1e-5, 1e9, {"update": 1e-9})
-    busy = Profile(g.fingerprint(), {}, times, 1e-5, 1e9, {"update": 1e-9}, step_overhead=3e-4)
-    for engine in ("c", "python"):
-        a, b = simulate(plan, engine=engine, costs=quiet), simulate(plan, engine=engine, costs=busy)
-        assert b.iteration_time == pytest.approx(a.iteration_time + 3e-4, rel=1e-12)
-        assert [e.end for e in b.events] == [e.end for e in a.events]
+    quiet = Profile(g.fingerprint(), {}, times, 1e9, {"update": 1e-9})
+    busy = Profile(g.fingerprint(), {}, times, 1e9, {"update": 1e-9}, step_overhead=3e-4)
+    a, b = simulate(plan, costs=quiet), simulate(plan, costs=busy)
+    assert b.iteration_time == pytest.approx(a.iteration_time + 3e-4, rel=1e-12)
+    assert [e.end for e in b.events] == [e.end for e in a.events]
 
 
-def test_measured_compute_pays_the_interpreter_time_and_measured_bookkeeping_does_not():
-    """The profile times a compute task by its kernels alone and a bookkeeping task whole (its
-    thread's CPU time), so the per-task interpreter time comes on top of the first only: on one
-    worker the step is every kernel + every bookkeeping time + the interpreter time of every
-    task that is not measured bookkeeping."""
+def test_measured_tasks_take_their_measured_time_and_nothing_on_top():
+    """The runtime times every task whole in C: a compute task takes its op's measured forward
+    or backward time (shared among its worker's tasks of that phase), a bookkeeping task its
+    fitted fixed + per-element time, and on one worker the step is the sum of them all."""
     from shardwise.profile import Profile
 
     g = sw.models.lenet5(batch=8)
     plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
     tg = lower(plan)
     times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
-    rate, fixed, overhead = 1e-9, 2e-5, 1e-5   # a measured task takes at least its interpreter time
-    prof = Profile(g.fingerprint(), {}, times, overhead, 1e9, {"update": rate, "accumulate": rate},
+    rate, fixed = 1e-9, 2e-5
+    prof = Profile(g.fingerprint(), {}, times, 1e9, {"update": rate, "accumulate": rate},
                    element_fixed={"update": fixed, "accumulate": fixed})
-    durations = task_durations(tg, prof)
+    sim = simulate(plan, costs=prof)
     computes = Counter((t.op, t.phase == "forward") for t in tg.tasks if t.kind in COMPUTE_KINDS)
-    for t, dur in zip(tg.tasks, durations):
+    for t, e in zip(tg.tasks, sim.events):
         if t.kind in COMPUTE_KINDS:
             fwd, bwd = times[(t.op, plan[t.op].degrees)]
             kernels = (fwd if t.phase == "forward" else bwd) / computes[(t.op, t.phase == "forward")]
-            assert dur == pytest.approx(kernels + overhead, rel=1e-12)
+            assert e.end - e.start == pytest.approx(kernels, rel=1e-9)
         elif t.kind in ("update", "accumulate"):
             elements = volume(t.box) if t.box else tg.buffers[t.writes[0]].elements
-            assert dur == pytest.approx(fixed + rate * elements, rel=1e-12)
-    for engine in ("c", "python"):
-        assert simulate(plan, engine=engine, costs=prof).iteration_time == pytest.approx(sum(durations), rel=1e-9)
-
-
-@pytest.mark.parametrize("engine", ["c", "python"])
-def test_a_thread_waiting_for_another_resumes_a_wake_latency_later(engine):
-    """With a profile's wake latency w, a task that depends on another thread's tasks starts at
-    least w after the last of them ends."""
-    from shardwise.profile import Profile
-
-    g = sw.models.lenet5(batch=8)
-    d = sw.DeviceGraph.cpu(4)
-    d.shared_cores = 2
-    plan = sw.strategies.data_parallel(g, d)
-    tasks = lower(plan).tasks
-    times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
-    for wake in (0.0, 1e-5, 1e-4, 1e-3):
-        prof = Profile(g.fingerprint(), {}, times, 1e-5, 1e9, {"update": 1e-9}, wake_latency=wake)
-        sim = simulate(plan, engine=engine, costs=prof)
-        end = {e.task: e.end for e in sim.events}
-        waited = 0
-        for e in sim.events:
-            cross = [x for x in tasks[e.task].deps if tasks[x].device % 2 != tasks[e.task].device % 2]
-            if cross:
-                waited += 1
-                assert e.start >= max(end[x] for x in cross) + wake - 1e-12
-        assert waited > 0
-    assert sim.iteration_time > simulate(plan, engine=engine, costs=Profile(g.fingerprint(), {}, times, 1e-5, 1e9,
-                                                                 {"update": 1e-9})).iteration_time
-
-
-@pytest.mark.parametrize("engine", ["c", "python"])
-def test_a_task_that_waited_for_another_threads_lock_starts_a_handoff_later(engine):
-    """Four tasks on one lock R (hand-off 0.5 s), threads 0 and 1: task 1 waited while thread 0
-    held R, so it runs 0.5 after R is free; task 2 follows its own thread's task (no hand-off,
-    though it was ready only when R fell free); task 3 waited behind thread 1: 0.5 again."""
-    import numpy as np
-
-    from shardwise.simulate import _replay_c, _replay_python
-
-    replay = _replay_c if engine == "c" else _replay_python
-    deps = [(), (), (1,), (0,)]
-    durations = [1.0, 1.0, 1.0, 1.0]
-    resources = [("R",), ("R",), ("R",), ("R",)]
-    groups = [0, 1, 1, 0]
-    assert list(replay(deps, durations, resources)) == [0.0, 1.0, 2.0, 3.0]
-    assert list(replay(deps, durations, resources, groups, {"R": 0.5})) == [0.0, 1.5, 2.5, 4.0]
-    # a resource without a hand-off time, or one thread only: as before
-    assert list(replay(deps, durations, resources, groups, {"S": 0.5})) == [0.0, 1.0, 2.0, 3.0]
-    assert list(replay(deps, durations, resources, [0, 0, 0, 0], {"R": 0.5})) == [0.0, 1.0, 2.0, 3.0]
-    assert np.allclose(_replay_c(deps, durations, resources, groups, {"R": 0.5}),
-                       _replay_python(deps, durations, resources, groups, {"R": 0.5}))
-
-
-def test_bad_handoff_arrays_are_refused():
-    import numpy as np
-    from shardwise import _core
-
-    args = (np.ones(2), np.zeros(3, np.int32), np.zeros(0, np.int32), np.array([0, 1, 2], np.int32),
-            np.zeros(2, np.int32), 1)
-    start, _ = _core.simulate_tasks(*args, np.array([0, 1], np.int32), np.array([0.5]))
-    assert list(start) == [0.0, 1.5]
-    with pytest.raises(ValueError, match="together"):
-        _core.simulate_tasks(*args, np.array([0, 1], np.int32))
-    with pytest.raises(ValueError, match="one entry per task"):
-        _core.simulate_tasks(*args, np.array([0], np.int32), np.array([0.5]))
-    with pytest.raises(ValueError, match="one per resource"):
-        _core.simulate_tasks(*args, np.array([0, 1], np.int32), np.array([0.5, 0.5]))
-    with pytest.raises(ValueError, match="hand-off"):
-        _core.simulate_tasks(*args, np.array([0, 1], np.int32), np.array([-1.0]))
-
-
-@pytest.mark.parametrize("engine", ["c", "python"])
-def test_the_interpreter_changes_threads_at_the_wake_latencys_cost(engine):
-    """CPU workers on two shared cores: with a wake latency, some dispatch waits for the
-    interpreter held by the other thread and the step takes longer than without hand-offs;
-    on one core (one thread) nothing changes hands."""
-    from shardwise.profile import Profile
-
-    g = sw.models.lenet5(batch=8)
-    for cores, expect_longer in ((2, True), (1, False)):
-        d = sw.DeviceGraph.cpu(2)
-        d.shared_cores = cores
-        plan = sw.strategies.data_parallel(g, d)
-        times = {(op.name, plan[op.name].degrees): (1e-4, 2e-4) for op in g.ops}
-        base = Profile(g.fingerprint(), {}, times, 2e-5, 1e9, {"update": 1e-9})
-        slow = Profile(g.fingerprint(), {}, times, 2e-5, 1e9, {"update": 1e-9}, wake_latency=1e-4)
-        a = simulate(plan, engine=engine, costs=base).iteration_time
-        b = simulate(plan, engine=engine, costs=slow).iteration_time
-        if expect_longer:
-            assert b > a + 1e-4
-        else:
-            assert b == pytest.approx(a)
+            assert e.end - e.start == pytest.approx(fixed + rate * elements, rel=1e-9)
+    assert sim.iteration_time == pytest.approx(sum(e.end - e.start for e in sim.events), rel=1e-9)
+    assert sim.iteration_time == pytest.approx(sum(sim_oracle.task_durations(tg, prof)), rel=1e-9)

@@ -1,10 +1,10 @@
-"""The C simulator (sim_durations.c, sim_plan.c, simulate.c) against the Python reference.
+"""The C simulator (sim_durations.c, order.c, sim_plan.c, simulate.c) against the oracle.
 
-Its durations must be ``task_durations``'s, and ``simulate(engine="c")`` must give
-what ``simulate(engine="python")`` gives (the same task graph, Python durations and
-the Python event loop), with the roofline model and with measured costs.  The task
-graphs of the same random and zoo plans are checked for their data flow and bytes
-(tests/test_lower.py).
+Its durations must be the oracle's (tests/sim_oracle.py), and ``simulate`` must give what
+the oracle's replay gives (the task graph of ``sw.lower``, Python durations, the runtime's
+order with the memory plan's reuse edges, a Python event loop), task for task, with the
+roofline model and with measured costs.  The task graphs of the same random and zoo plans
+are checked for their data flow and bytes (tests/test_lower.py).
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 import shardwise as sw
 from shardwise import _core
-from shardwise.boxes import volume
 from shardwise.lower import lower
 from shardwise.plan import reduction_pair
 from shardwise.problem import make_problem
 from shardwise.profile import Profile
-from shardwise.simulate import plan_arrays, simulate, task_durations
+from shardwise.simulate import plan_arrays, simulate
 
+import sim_oracle
 from test_lower import check_task_graph
 from strategies_random import build_graph, device_graph_cases, examples, graph_recipes, random_plan
 
@@ -32,22 +32,24 @@ DEVICE_CASES = device_graph_cases()
 
 # --------------------------------------------------------------------------- helpers
 def assert_same_simulation(plan, costs=None) -> None:
-    a = simulate(plan, check_memory=False, engine="c", costs=costs)
-    b = simulate(plan, check_memory=False, engine="python", costs=costs)
+    a = simulate(plan, check_memory=False, costs=costs)
+    b = sim_oracle.replay(plan, costs)
+    tg = lower(plan)
     assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12, abs=1e-18)
-    assert a.bytes_moved == b.bytes_moved
-    assert a.memory == b.memory
-    assert a.device_busy.keys() == b.device_busy.keys()
+    assert a.bytes_moved == tg.bytes_moved()
+    assert a.memory == tg.memory_per_device()
+    assert sorted(a.device_busy) == sorted(b.busy)
     for d in a.device_busy:
-        assert a.device_busy[d] == pytest.approx(b.device_busy[d], rel=1e-12, abs=1e-15)
-    assert len(a.events) == len(b.events)
-    for x, y in zip(a.events, b.events):
-        assert (x.task, x.kind, x.phase, x.op, x.resources) == (y.task, y.kind, y.phase, y.op, y.resources)
-        assert x.start == pytest.approx(y.start, rel=1e-12, abs=1e-18)
-        assert x.end == pytest.approx(y.end, rel=1e-12, abs=1e-18)
+        assert a.device_busy[d] * a.iteration_time == pytest.approx(b.busy[d], rel=1e-12, abs=1e-15)
+    assert len(a.events) == len(tg.tasks)
+    for x, t in zip(a.events, tg.tasks):
+        assert (x.task, x.kind, x.phase, x.op) == (t.id, t.kind, t.phase, t.op)
+        assert x.resources == b.resources[t.id]
+        assert x.start == pytest.approx(b.start[t.id], rel=1e-12, abs=1e-18)
+        assert x.end == pytest.approx(b.end[t.id], rel=1e-12, abs=1e-18)
 
 
-def fake_profile(plan, rng: np.random.Generator, coverage: float = 1.0, overhead: float = 2e-5) -> Profile:
+def fake_profile(plan, rng: np.random.Generator, coverage: float = 1.0) -> Profile:
     """Measured-looking costs for every op's partition in ``plan`` (a fraction ``coverage`` of
     them: the rest keep the roofline), bookkeeping rates and a copy bandwidth."""
     times = {}
@@ -57,9 +59,8 @@ def fake_profile(plan, rng: np.random.Generator, coverage: float = 1.0, overhead
     kinds = ("copy", "accumulate", "reduce", "stats_reduce", "update")
     rates = {k: float(rng.uniform(1e-10, 1e-9)) for k in kinds}
     fixed = {k: float(rng.uniform(0, 2e-5)) for k in kinds if rng.random() < 0.7}
-    return Profile(plan.graph.fingerprint(), {}, times, overhead, float(rng.uniform(1e9, 5e9)), rates,
-                   step_overhead=float(rng.uniform(0, 1e-4)), element_fixed=fixed,
-                   wake_latency=float(rng.choice([0.0, rng.uniform(1e-6, 1e-4)])))
+    return Profile(plan.graph.fingerprint(), {}, times, float(rng.uniform(1e9, 5e9)), rates,
+                   step_overhead=float(rng.uniform(0, 1e-4)), element_fixed=fixed)
 
 
 # --------------------------------------------------------------------------- random graphs and plans
@@ -82,17 +83,17 @@ def test_random_plans_with_reduction_splits_lower_and_simulate_the_same_in_c(rec
     plan = random_plan(g, DEVICE_CASES[case], rng, reductions=True)
     check_task_graph(plan)
     assert_same_simulation(plan)
-    assert_same_simulation(plan, costs=fake_profile(plan, rng, 1.0, 3e-5))
+    assert_same_simulation(plan, costs=fake_profile(plan, rng, 1.0))
 
 
 @settings(max_examples=examples(25), deadline=None)
 @given(recipe=graph_recipes(max_ops=8), case=st.sampled_from(sorted(DEVICE_CASES)), seed=st.integers(0, 2**31),
-       coverage=st.sampled_from([0.0, 0.5, 1.0]), overhead=st.sampled_from([0.0, 3e-5]))
-def test_random_plans_with_measured_costs_simulate_the_same_in_c(recipe, case, seed, coverage, overhead):
+       coverage=st.sampled_from([0.0, 0.5, 1.0]))
+def test_random_plans_with_measured_costs_simulate_the_same_in_c(recipe, case, seed, coverage):
     g = build_graph(recipe)
     rng = np.random.default_rng(seed)
     plan = random_plan(g, DEVICE_CASES[case], rng)
-    assert_same_simulation(plan, costs=fake_profile(plan, rng, coverage, overhead))
+    assert_same_simulation(plan, costs=fake_profile(plan, rng, coverage))
 
 
 # --------------------------------------------------------------------------- zoo models
@@ -116,14 +117,14 @@ def test_zoo_plans_on_cpu_workers_with_a_profile(model):
         assert_same_simulation(plan, costs=fake_profile(plan, rng))
 
 
-def test_durations_are_the_reference_durations():
+def test_durations_are_the_oracles():
     g = sw.models.get("resnet18", batch=32)
     d = sw.DeviceGraph.cluster(nodes=2, devices_per_node=2)
     plan = sw.search(g, d)
     problem = make_problem(g, d, plan.options)
     r = problem.simulate_plan(*plan_arrays(plan), np.zeros(len(d) ** 2 + 1, np.int32), np.zeros(0, np.int32),
                               len(d), copy_bandwidth=1e9)
-    assert r["modelled"].tolist() == pytest.approx(task_durations(lower(plan)), rel=1e-15, abs=0)
+    assert r["modelled"].tolist() == pytest.approx(sim_oracle.task_durations(lower(plan)), rel=1e-15, abs=0)
 
 
 def test_worker_times_add_up_to_t_c():
@@ -148,14 +149,13 @@ def test_events_are_built_only_when_asked():
     assert {e.kind for e in first} >= {"forward", "backward_data", "update"}
 
 
-def test_ring_synchronization_is_refused_by_both_engines():
+def test_ring_synchronization_is_refused():
     g = sw.models.lenet5(batch=8)
     d = sw.DeviceGraph.cpu(2)
     plan = sw.strategies.data_parallel(g, d)
     ring = sw.Plan(g, d, plan.configs, sw.CostOptions(sync="ring"))
-    for engine in ("c", "python"):
-        with pytest.raises(NotImplementedError, match="ring"):
-            simulate(ring, engine=engine)
+    with pytest.raises(NotImplementedError, match="ring"):
+        simulate(ring)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -202,12 +202,13 @@ def test_bad_machines_and_costs_are_refused_with_clear_errors():
         problem.simulate_plan(*arrays, np.array([0, 0, 1, 1, 1], np.int32), np.array([0], np.int32), 3)
     with pytest.raises(ValueError, match="resources"):
         problem.simulate_plan(*arrays, ptr, res, 2, cores=2)
-    with pytest.raises(ValueError, match="task_overhead"):
-        problem.simulate_plan(*arrays, ptr, res, 2, task_overhead=-1.0)
-    with pytest.raises(ValueError, match="wake_latency"):
-        problem.simulate_plan(*arrays, ptr, res, 2, wake_latency=float("nan"))
-    with pytest.raises(ValueError, match="interpreter"):
-        problem.simulate_plan(*arrays, ptr, res, 2, task_overhead=1e-5)
+    with pytest.raises(ValueError, match="copy_bandwidth"):
+        problem.simulate_plan(*arrays, ptr, res, 2, copy_bandwidth=-1.0)
+    with pytest.raises(ValueError, match="copy_bandwidth"):
+        problem.simulate_plan(*arrays, ptr, res, 2, copy_bandwidth=float("nan"))
+    for gone in ("task_overhead", "wake_latency", "interpreter"):   # the interpreter models are gone
+        with pytest.raises(TypeError, match=gone):
+            problem.simulate_plan(*arrays, ptr, res, 2, **{gone: 0})
     split = np.full((len(g.ops), 2), np.nan)
     split[0, 0] = -1.0
     with pytest.raises(ValueError, match="measured compute times"):

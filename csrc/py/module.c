@@ -748,24 +748,18 @@ done:
 }
 
 /* ------------------------------------------------------------------ simulation */
-/* simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres, group=None, handoff=None) -> (start, makespan) */
+/* simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan) */
 static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *objs[7] = {NULL};
+    PyObject *objs[5] = {NULL};
     int nres;
-    if (!PyArg_ParseTuple(args, "OOOOOi|OO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &nres, &objs[5],
-                          &objs[6])) {
+    if (!PyArg_ParseTuple(args, "OOOOOi", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &nres)) {
         return NULL;
     }
-    static const char *names[7] = {"duration", "dep_ptr", "deps", "res_ptr", "res", "group", "handoff"};
-    int with_handoff = objs[5] && objs[5] != Py_None;
-    if (with_handoff != (objs[6] && objs[6] != Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "simulate_tasks: group and handoff go together");
-        return NULL;
-    }
-    PyArrayObject *a[7] = {NULL};
+    static const char *names[5] = {"duration", "dep_ptr", "deps", "res_ptr", "res"};
+    PyArrayObject *a[5] = {NULL};
     PyObject *result = NULL;
-    for (int k = 0; k < (with_handoff ? 7 : 5); k++) {
-        a[k] = sw_py_array(objs[k], k == 0 || k == 6 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
+    for (int k = 0; k < 5; k++) {
+        a[k] = sw_py_array(objs[k], k == 0 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
         if (!a[k]) {
             goto done;
         }
@@ -783,20 +777,15 @@ static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
             goto done;
         }
     }
-    if (with_handoff && (PyArray_DIM(a[5], 0) != n || PyArray_DIM(a[6], 0) != nres)) {
-        PyErr_SetString(PyExc_ValueError, "simulate_tasks: group needs one entry per task, handoff one per resource");
-        goto done;
-    }
     PyArrayObject *start = (PyArrayObject *)PyArray_ZEROS(1, &n, NPY_FLOAT64, 0);
     if (!start) {
         goto done;
     }
     double makespan = 0;
     sw_status s;
-    sw_handoff handoff = {with_handoff ? PyArray_DATA(a[5]) : NULL, with_handoff ? PyArray_DATA(a[6]) : NULL};
     Py_BEGIN_ALLOW_THREADS
     s = sw_simulate_tasks((int32_t)n, PyArray_DATA(a[0]), dp, PyArray_DATA(a[2]), rp, PyArray_DATA(a[4]), nres,
-                          with_handoff ? &handoff : NULL, PyArray_DATA(start), &makespan);
+                          PyArray_DATA(start), &makespan);
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         Py_DECREF(start);
@@ -805,7 +794,7 @@ static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     result = Py_BuildValue("(Nd)", start, makespan);
 done:
-    for (int k = 0; k < 7; k++) {
+    for (int k = 0; k < 5; k++) {
         Py_XDECREF(a[k]);
     }
     return result;
@@ -814,10 +803,8 @@ done:
 /* ------------------------------------------------------------------ module */
 static PyMethodDef module_methods[] = {
     {"simulate_tasks", (PyCFunction)simulate_tasks, METH_VARARGS,
-     "simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres, group=None, handoff=None) -> (start, makespan)\n"
-     "Event-driven replay: each task holds its resources for its duration, lowest id first; with group\n"
-     "(per task) and handoff (seconds per resource), a task that waited for a resource held by another\n"
-     "group starts that long after it is free."},
+     "simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan)\n"
+     "Event-driven replay: each task holds its resources for its duration, lowest id first."},
     {"search_tables", (PyCFunction)(void (*)(void))search_tables, METH_VARARGS | METH_KEYWORDS,
      "search_tables(node_costs, edges, algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)\n"
      "Search over plain cost tables (edges as (src, dst, table) with src < dst)."},

@@ -264,8 +264,7 @@ static int per_kind(PyObject *obj, const char *name, const char *what, PyArrayOb
 }
 
 static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *route_res, int nres, int cores,
-                         int interpreter, PyObject *split, PyObject *rates, PyObject *fixed, double overhead,
-                         double copy_bw, double wake, sim_args *s) {
+                         PyObject *split, PyObject *rates, PyObject *fixed, double copy_bw, sim_args *s) {
     memset(s, 0, sizeof *s);
     s->route_ptr = sw_py_array(route_ptr, NPY_INT32, 1, "route_ptr");
     s->route_res = s->route_ptr ? sw_py_array(route_res, NPY_INT32, 1, "route_res") : NULL;
@@ -279,9 +278,8 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
                      (Py_ssize_t)pairs + 1);
         return -1;
     }
-    if (!(isfinite(overhead) && overhead >= 0) || !(isfinite(copy_bw) && copy_bw >= 0) ||
-        !(isfinite(wake) && wake >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "task_overhead, copy_bandwidth and wake_latency must be finite and >= 0");
+    if (!(isfinite(copy_bw) && copy_bw >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "copy_bandwidth must be finite and >= 0");
         return -1;
     }
     if (split != Py_None) {
@@ -301,25 +299,33 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
         per_kind(fixed, "element_fixed", "measured fixed seconds per task", &s->fixed) < 0) {
         return -1;
     }
-    s->machine = (sw_machine){p->ndev, cores, nres, interpreter, ptr, PyArray_DATA(s->route_res), copy_bw,
-                              overhead > 0 ? overhead : 0.0, wake};
+    s->machine = (sw_machine){p->ndev, cores, nres, ptr, PyArray_DATA(s->route_res), copy_bw};
     s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
-                                s->fixed ? PyArray_DATA(s->fixed) : NULL, overhead};
+                                s->fixed ? PyArray_DATA(s->fixed) : NULL};
     return 0;
 }
 
-/* Lower, time and replay with the GIL released; everything is freed on failure. */
+/* Lower, plan memory and order the tasks as the runtime does (its alignment, reuse on), time
+ * and replay, with the GIL released; everything is freed on failure. */
 static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, sw_task_graph *g,
                           double **modelled, sw_sim_result *r) {
-    sw_status st = sw_lower(p, &a->plan, g);
-    if (st != SW_OK) {
-        return st;
-    }
-    *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
-    st = *modelled ? sw_task_durations(p, &a->plan, g, &s->measured, *modelled) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    SW_TRY(sw_lower(p, &a->plan, g));
+    sw_memory_plan mp;
+    sw_task_order order = {0};
+    sw_status st = sw_memory_plan_build(g, p->ndev, SW_ARENA_ALIGN, 1, &mp);
     if (st == SW_OK) {
-        st = sw_simulate_graph(p, g, *modelled, &s->machine, r);
+        st = sw_task_order_build(g, &mp, &order);
+        sw_memory_plan_free(&mp);
     }
+    if (st == SW_OK) {
+        *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
+        st = *modelled ? sw_task_durations(p, &a->plan, g, &s->measured, *modelled)
+                       : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    if (st == SW_OK) {
+        st = sw_simulate_graph(p, g, &order, *modelled, &s->machine, r);
+    }
+    sw_task_order_free(&order);
     return st;
 }
 
@@ -336,13 +342,12 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
-                             "interpreter", "split", "element_seconds", "task_overhead", "copy_bandwidth",
-                             "element_fixed", "wake_latency", NULL};
+                             "split", "element_seconds", "copy_bandwidth", "element_fixed", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
-    int nres, cores = 0, interpreter = -1;
-    double overhead = 0.0, copy_bw = 0.0, wake = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iiOOddOd", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &interpreter, &split, &rates, &overhead, &copy_bw, &fixed, &wake) ||
+    int nres, cores = 0;
+    double copy_bw = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdO", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &split, &rates, &copy_bw, &fixed) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
@@ -355,7 +360,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
     if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
-        parse_machine(self->p, rp, rr, nres, cores, interpreter, split, rates, fixed, overhead, copy_bw, wake, &s) < 0) {
+        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, &s) < 0) {
         goto done;
     }
     sw_status st;

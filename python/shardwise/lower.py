@@ -7,8 +7,8 @@
     tg.memory_per_device()        # the sum of every buffer's bytes per device
 
 csrc/lower.c is the only lowering; this module turns the arrays it returns into
-Python records for the executor, the simulator's reference engine, pictures and
-tests.  What the lowering builds, per worker of every op:
+Python records for the trainer, profiles, pictures and tests (the simulator's
+test oracle among them).  What the lowering builds, per worker of every op:
 
 forward
     for each data input: the *region* it reads (from the op description,

@@ -42,7 +42,9 @@ from .plan import OpConfig, Plan
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
 PROFILE_FORMAT = "shardwise-profile"
-PROFILE_VERSION = 6   # 6: tasks timed by the native runtime, the slowest worker per step
+# 7: no per-task overhead or wake latency (the simulator's interpreter models are gone; version 6
+# files carried both, measured as 0 by the native runtime).  Other versions are refused.
+PROFILE_VERSION = 7
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats"}
 
@@ -75,12 +77,10 @@ class Profile:
     graph_fingerprint: str
     machine: dict[str, Any]
     times: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = field(default_factory=dict)
-    task_overhead: float = 0.0       # seconds the executor spends per task outside kernels
     copy_bandwidth: float = 0.0      # bytes/s of a copy between two workers' buffers
     element_seconds: dict[str, float] = field(default_factory=dict)  # bookkeeping tasks: s per element
     step_overhead: float = 0.0       # seconds of a step outside its tasks (threads woken, batch checked)
     element_fixed: dict[str, float] = field(default_factory=dict)    # bookkeeping tasks: fixed s per task
-    wake_latency: float = 0.0        # seconds a thread blocked on an event takes to run once it is set
 
     # ---- the ComputeCosts protocol (search) and the simulator's split
     def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
@@ -97,10 +97,9 @@ class Profile:
     # ---- files
     def to_dict(self) -> dict[str, Any]:
         return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "graph": self.graph_fingerprint,
-                "machine": self.machine, "task_overhead": self.task_overhead,
-                "copy_bandwidth": self.copy_bandwidth, "element_seconds": self.element_seconds,
-                "step_overhead": self.step_overhead, "element_fixed": self.element_fixed,
-                "wake_latency": self.wake_latency,
+                "machine": self.machine, "copy_bandwidth": self.copy_bandwidth,
+                "element_seconds": self.element_seconds, "step_overhead": self.step_overhead,
+                "element_fixed": self.element_fixed,
                 "times": [[name, list(deg), fwd, bwd] for (name, deg), (fwd, bwd) in sorted(self.times.items())]}
 
     def save(self, path: str | os.PathLike) -> None:
@@ -111,18 +110,23 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | os.PathLike, graph: Graph) -> "Profile":
-        """Read a profile; ProfileMismatch if it was measured for another graph, machine or version."""
+        """Read a profile; ProfileMismatch if it was measured for another graph, machine or version
+        (a file of another format version is refused, not converted: :func:`profile` measures
+        again; version 6 files held a per-task overhead and a wake latency for simulator models
+        that are gone)."""
         try:
             with open(path) as f:
                 data = json.load(f)
-            if data.get("format") != PROFILE_FORMAT or data.get("version") != PROFILE_VERSION:
-                raise ProfileMismatch(f"{path}: not a shardwise profile of version {PROFILE_VERSION}")
+            if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+                raise ProfileMismatch(f"{path}: not a shardwise profile")
+            if data.get("version") != PROFILE_VERSION:
+                raise ProfileMismatch(f"{path}: a shardwise profile of version {data.get('version')!r}; this "
+                                      f"shardwise reads version {PROFILE_VERSION} only (measure again with sw.profile)")
             times = {(str(n), tuple(int(x) for x in deg)): (float(fw), float(bw)) for n, deg, fw, bw in data["times"]}
-            prof = cls(str(data["graph"]), dict(data["machine"]), times, float(data["task_overhead"]),
-                       float(data["copy_bandwidth"]),
+            prof = cls(str(data["graph"]), dict(data["machine"]), times, float(data["copy_bandwidth"]),
                        {str(k): float(v) for k, v in data.get("element_seconds", {}).items()},
                        float(data["step_overhead"]),
-                       {str(k): float(v) for k, v in data["element_fixed"].items()}, float(data["wake_latency"]))
+                       {str(k): float(v) for k, v in data["element_fixed"].items()})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, ProfileMismatch):
                 raise
@@ -221,10 +225,8 @@ class _RoundProbe:
             (self.fwd if which == "fwd" else self.bwd).setdefault(op, []).append(sec)
 
     def result(self):
-        """(fwd, bwd, seconds per task outside its kernels, bookkeeping samples, step overhead).
-        The runtime runs every task in C: nothing is spent per task outside it but the
-        worker's loop, which the task times hold."""
-        return self.fwd, self.bwd, 0.0, self.per_element, max(0.0, statistics.median(self.outside))
+        """(fwd, bwd, bookkeeping samples, step overhead)."""
+        return self.fwd, self.bwd, self.per_element, max(0.0, statistics.median(self.outside))
 
 
 def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, OpConfig]], repeats: int,
@@ -262,10 +264,9 @@ def fit_line(samples: list[tuple[float, int]]) -> tuple[float, float]:
     """(fixed seconds, seconds per element) of ``seconds = fixed + rate * elements`` over
     (seconds, elements) samples, least squares, neither negative.
 
-    A bookkeeping task costs its interpreter time plus its memory traffic: one rate alone
-    (a median of per-task ratios) let the fixed cost of tiny tasks (a bias update) inflate
-    the rate of the big ones ~30x, and the per-task dispatch time added on top counted
-    the interpreter time twice."""
+    A bookkeeping task costs a fixed time (the runtime's dispatch, the kernel's setup) plus
+    its memory traffic: one rate alone (a median of per-task ratios) let the fixed cost of
+    tiny tasks (a bias update) inflate the rate of the big ones ~30x."""
     seconds = np.array([s for s, _ in samples], np.float64)
     elements = np.array([e for _, e in samples], np.float64)
     if len(samples) == 0 or not elements.any():
@@ -314,7 +315,7 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     parts = _partitions(graph, devices)
     rounds = max(len(v) for v in parts.values())
     prof = Profile(graph.fingerprint(), machine_fingerprint())
-    overheads, step_overheads = [], []
+    step_overheads = []
     samples: dict[str, list[tuple[float, int]]] = {}   # bookkeeping kind -> (seconds, elements) of all rounds
     plans = []
     for r in range(rounds):
@@ -324,9 +325,8 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
             degrees = options[r % len(options)]
             configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
         plans.append(configs)
-    for configs, (fwd, bwd, dispatch, round_samples, outside) in zip(
+    for configs, (fwd, bwd, round_samples, outside) in zip(
             plans, _measure_rounds(graph, devices, plans, repeats, progress, between_steps)):
-        overheads.append(dispatch)
         step_overheads.append(outside)
         for kind, pairs in round_samples.items():
             samples.setdefault(kind, []).extend(pairs)
@@ -335,12 +335,10 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
             f = statistics.median(fwd.get(op.name, [0.0]))
             b = statistics.median(bwd.get(op.name, [0.0]))
             prof.times.setdefault((op.name, degrees), (f, b))
-    prof.task_overhead = statistics.median(overheads)
     prof.step_overhead = statistics.median(step_overheads)
     for kind, pairs in samples.items():
         prof.element_fixed[kind], prof.element_seconds[kind] = fit_line(pairs)
     prof.copy_bandwidth = _copy_bandwidth()
-    prof.wake_latency = 0.0   # the runtime's threads spin before they sleep: a wait resumes at once
     prof.save(path)
     return prof
 
