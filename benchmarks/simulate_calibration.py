@@ -3,7 +3,9 @@
 For LeNet-5, the scaled AlexNet and the scaled ResNet-18 on 1, 2 and 4 CPU
 workers: the measured iteration time of the runtime (median of several
 steps) beside the simulated one, with measured costs (``sw.profile``: compute
-per op partition, bookkeeping per element, copy bandwidth, step overhead).
+per op partition, bookkeeping per element, copy bandwidth, step overhead),
+replayed in the runtime's order (streams, the memory plan's reuse edges,
+threads on the shared cores).
 The error is taken between the median simulated and the median measured step.
 The plans are data parallelism and the plan searched with a first profile.
 Each (model, workers) then runs ``--trials`` times: a fresh profile, each plan's
@@ -13,7 +15,8 @@ virtual machine's speed changes by 10-50% within seconds (two threads side by
 side get 0.5-1.0 of a core each, as the host allows), so a profile taken apart
 from the measurement carries the change into the error.  The medians and each
 trial's error are printed.
-Anchor: seed 003 Table 4 reports estimates within 10% of measurements on GPUs.
+Anchor: Table 4 of the layer-wise parallelism paper (Jia et al., ICML 2018) reports estimates
+within 10% of measurements on GPUs.
 
     python benchmarks/simulate_calibration.py [--steps 10] [--trials 5] [--profile-repeats 5] [--models ...] [--workers 1,2,4] [--batch 64]
 """
@@ -87,7 +90,7 @@ def main() -> int:
     print(f"# simulated vs measured iteration time; {os.cpu_count()} cores; {args.trials} trials of a fresh "
           f"profile ({args.profile_repeats} steps a round, rounds in turns), each plan's steps timed between the "
           f"profile's steps and {args.steps} after (medians); "
-          f"batch {args.batch}; anchor: seed 003 Table 4, within 10%")
+          f"batch {args.batch}; anchor: Jia et al. (ICML 2018) Table 4, within 10%")
     warm_up()
     head = (f"{'model':<16} {'workers':>7} {'plan':<9} {'measured ms':>12} {'simulated ms':>13} {'error':>8} "
             f"{'trial errors':>24}")
