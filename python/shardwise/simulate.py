@@ -5,8 +5,8 @@
     sim.events                    # built on first access (plot_timeline uses them)
 
 Eq. 1 adds every cost up; a real iteration runs devices in parallel and
-overlaps transfers (and gradient synchronization, seed 000 section 5) with
-computation.  The simulator replays the task graph the native runtime runs
+overlaps transfers (and gradient synchronization: DeePa, Jia et al. 2018,
+section 5) with computation.  The simulator replays the task graph the native runtime runs
 (csrc/lower.c, :func:`shardwise.lower`), in the order the runtime keeps
 (csrc/order.c, read by the executor too), so estimate and execution cannot
 drift apart:
