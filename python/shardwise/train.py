@@ -196,19 +196,23 @@ class Trainer:
         for a one-input graph given an array, else a dict) and int32 labels."""
         given_dict = isinstance(images, Mapping)
         checked: dict[str, np.ndarray] = {}
-        for op, data in zip(self.inputs, self._input_dict(images).values()):
+        # attribute checks and one C pass rather than np.issubdtype / np.isfinite: this runs
+        # every step, right after the previous one has left the caches cold
+        pairs = ((self.input, images),) if not given_dict and len(self.inputs) == 1 else \
+            zip(self.inputs, self._input_dict(images).values())
+        for op, data in pairs:
             what = "images" if not given_dict else f"input {op.name!r}"
             a = np.asarray(data)
             if a.shape != op.shape:
                 raise ShapeError(f"{what} must have shape {op.shape} (the graph's minibatch), got {a.shape}")
-            if not np.issubdtype(a.dtype, np.floating):
+            if a.dtype.kind != "f":
                 raise ShapeError(f"{what} must be floating point, got {a.dtype}")
             a = np.ascontiguousarray(a, dtype=np.float32)
-            if not np.isfinite(a).all():
+            if not _core.all_finite(a):
                 raise ShapeError(f"{what} contain NaN or infinity")
             checked[op.name] = a
         labels = np.asarray(labels)
-        if labels.shape != (self.batch,) or not np.issubdtype(labels.dtype, np.integer):
+        if labels.shape != (self.batch,) or labels.dtype.kind not in "iu":
             raise ShapeError(f"labels must be {self.batch} integers, got {labels.dtype} {labels.shape}")
         classes = self.loss_ops[-1].shape[1]
         if labels.min() < 0 or labels.max() >= classes:
