@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
            "DeviceGraphError", "ConfigError", "SearchError", "PlanFileError", "__version__"]
 
-from .devices import Device, DeviceGraph
+from .devices import MAX_DEVICES, Device, DeviceGraph
 from .plan import LayerCost, OpConfig, Plan, compare_text
 from .problem import CostOptions, worker_counts
 from .costs import ProfileTable
@@ -35,7 +35,7 @@ from .simulate import MemoryOverflow, SimResult, simulate
 from .profile import Profile, ProfileMismatch, profile
 from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
 
-__all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
+__all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "TrainerInUseError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
