@@ -269,7 +269,8 @@ static sw_status enumerate_residual(state *st, double max_evaluations, int *choi
     stats->residual_edges = ne;
     stats->residual_combinations = combos;
     sw_status s = sw_enumerate(k, nodes, st->t->ncfg, st->node, ne, edges, max_evaluations, choice, cost,
-                               &stats->evaluations, "the residual graph after node and edge elimination");
+                               &stats->evaluations, "the residual graph after node and edge elimination",
+                               "pass a larger max_evaluations");
     free(nodes);
     free(edges);
     return s;

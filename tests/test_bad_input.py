@@ -510,6 +510,18 @@ def test_bad_cost_options(g, d4, kw):
     names_all(str(err.value), *kw, "positive")
 
 
+def test_exhaustive_refusal_past_double_range_names_its_size():
+    """10^361 strategies overflow a double; the refusal still says how many (it said "10^inf")."""
+    n, k = 400, 8
+    nodes = [np.arange(k, dtype=float) for _ in range(n)]
+    edges = [(i, i + 1, np.zeros((k, k))) for i in range(n - 1)]
+    with pytest.raises(RuntimeError) as err:
+        _core.search_tables(nodes, edges, "exhaustive", 1e6)
+    text = str(err.value)
+    assert f"10^{n * math.log10(k):.1f} strategies" in text and "400 ops" in text
+    assert "max_evaluations=1e+06" in text and "inf" not in text and ".c:" not in text
+
+
 def test_exhaustive_search_too_large_fails_fast():
     g = sw.models.vgg16(batch=16)
     d = sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100")
@@ -518,7 +530,8 @@ def test_exhaustive_search_too_large_fails_fast():
         sw.search(g, d, algorithm="exhaustive")
     elapsed = time.perf_counter() - start
     assert elapsed < 1.0, f"took {elapsed:.2f} s to refuse"
-    names_all(str(err.value), "exhaustive", "strategies", "limit", "elimination")
+    names_all(str(err.value), "exhaustive", "strategies", "max_evaluations=2e+07", "elimination")
+    assert "inf" not in str(err.value) and ".c:" not in str(err.value)
 
 
 def test_large_residual_graph_is_refused_clearly(d4):
@@ -533,7 +546,8 @@ def test_large_residual_graph_is_refused_clearly(d4):
     assert plan.search_stats["residual_nodes"] >= 3
     with pytest.raises(SearchError) as err:
         sw.search(g, d4, max_evaluations=10)
-    names_all(str(err.value), "residual graph", "strategies", "limit")
+    names_all(str(err.value), "residual graph", "strategies", "max_evaluations=10")
+    assert ".c:" not in str(err.value)
 
 
 # =========================================================================== Plan.from_dict
