@@ -10,10 +10,12 @@
  * with a single edge in total folds min over its configurations into its
  * neighbour's node cost.  It removes graph inputs and extra sinks, so most
  * networks reduce to one node instead of two.
- * What is left is enumerated exactly (sw_enumerate); undoing the eliminations
- * in reverse order fills in the eliminated nodes (Theorems 1 and 2).
+ * What is left (crossing skips, dense blocks) is solved by variable elimination
+ * (search_ve.c): exact within the bound, else the best plan it finds with a
+ * lower bound.  Undoing the eliminations in reverse order fills in the
+ * eliminated nodes (Theorems 1 and 2).
  */
-#include <math.h>    /* INFINITY */
+#include <math.h>    /* INFINITY, fmin */
 #include <stdlib.h>  /* malloc, calloc, free */
 #include <string.h>  /* memcpy */
 
@@ -243,8 +245,7 @@ static sw_status edge_sweep(state *st, sw_search_stats *stats, int *made) {
     return SW_OK;
 }
 
-static sw_status enumerate_residual(state *st, double max_evaluations, int *choice, double *cost,
-                                    sw_search_stats *stats) {
+static sw_status solve_residual(state *st, double max_evaluations, int *choice, sw_search_stats *stats) {
     int *nodes = malloc(sizeof *nodes * (size_t)st->n);
     sw_live_edge *edges = malloc(sizeof *edges * (size_t)(st->ne > 0 ? st->ne : 1));
     if (!nodes || !edges) {
@@ -268,9 +269,14 @@ static sw_status enumerate_residual(state *st, double max_evaluations, int *choi
     stats->residual_nodes = k;
     stats->residual_edges = ne;
     stats->residual_combinations = combos;
-    sw_status s = sw_enumerate(k, nodes, st->t->ncfg, st->node, ne, edges, max_evaluations, choice, cost,
-                               &stats->evaluations, "the residual graph after node and edge elimination",
-                               "pass a larger max_evaluations");
+    sw_residual_limits lim = {fmin(max_evaluations, SW_MAX_TABLE_ENTRIES), max_evaluations};
+    sw_residual_result res;
+    sw_status s = sw_solve_residual(k, nodes, st->t->ncfg, st->node, ne, edges, &lim, choice, &res);
+    stats->evaluations = res.work;
+    stats->residual_width = res.width;
+    stats->residual_table = res.largest_table;
+    stats->exact = res.exact;
+    stats->lower_bound = res.lower_bound;   /* of the residual problem: eliminations are exact */
     free(nodes);
     free(edges);
     return s;
@@ -378,11 +384,14 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
         }
     }
     if (s == SW_OK) {
-        s = enumerate_residual(&st, max_evaluations, choice, cost, &local);
+        s = solve_residual(&st, max_evaluations, choice, &local);
     }
     if (s == SW_OK) {
         undo(&st, choice);
         *cost = sw_strategy_cost(t, choice);  /* Eq. 1 summed afresh on the original tables */
+        if (local.exact) {
+            local.lower_bound = *cost;
+        }
     }
     if (stats) {
         *stats = local;

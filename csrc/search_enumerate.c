@@ -1,9 +1,10 @@
 /* search_enumerate.c -- exact enumeration of all strategies of a small graph.
  *
- * Used on the residual graph left by the eliminations (line 14 of Algorithm 1)
- * and, over the whole graph, as the brute-force oracle the tests compare the
- * elimination search with.  Nodes are assigned in the given order; each edge is
- * charged when its later endpoint is assigned.
+ * algorithm="exhaustive": the brute-force oracle the tests compare the
+ * elimination search with (line 14 of Algorithm 1 enumerates the residual graph
+ * this way; shardwise solves it by variable elimination instead, search_ve.c).
+ * Nodes are assigned in the given order; each edge is charged when its later
+ * endpoint is assigned.
  */
 #include <math.h>    /* INFINITY, log10 */
 #include <stdlib.h>  /* calloc, free */
@@ -171,6 +172,10 @@ sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *
         }
         stats->residual_combinations = combos;
         stats->evaluations = evals;
+        stats->residual_width = 0;
+        stats->residual_table = 0;
+        stats->exact = 1;
+        stats->lower_bound = *cost;
     }
     free(nodes);
     free(edges);

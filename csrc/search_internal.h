@@ -1,4 +1,5 @@
-/* search_internal.h -- pieces shared by the elimination search and the brute-force oracle. */
+/* search_internal.h -- pieces shared by the elimination search, variable elimination
+ * on its residual graph and the brute-force oracle. */
 #ifndef SHARDWISE_SEARCH_INTERNAL_H
 #define SHARDWISE_SEARCH_INTERNAL_H
 
@@ -18,5 +19,42 @@ typedef struct {
 sw_status sw_enumerate(int k, const int *nodes, const int *ncfg, double *const *node_cost, int ne,
                        const sw_live_edge *edges, double max_evaluations, int *choice, double *best,
                        double *evaluations, const char *what, const char *hint);
+
+/* Variable elimination over the residual graph (search_ve.c). */
+typedef struct {
+    double max_table;   /* entries of the largest table exact elimination may build */
+    double max_work;    /* min-plus steps (table entries x configurations) it may take */
+} sw_residual_limits;
+
+typedef struct {
+    int exact;            /* 1: the optimum; 0: mini-bucket bound + improved assignment */
+    int width;            /* most variables in one table of exact elimination (order's width) */
+    double largest_table; /* entries of its largest table */
+    double exact_work;    /* its min-plus steps */
+    double work;          /* the steps taken (exact_work when exact) */
+    double cap;           /* mini-bucket table cap when not exact */
+    double lower_bound;   /* <= the residual optimum (equal when exact) */
+    double cost;          /* of the assignment written to choice */
+} sw_residual_result;
+
+/* Minimum of sum(node costs) + sum(edge costs) over `nodes` (global ids) by
+ * variable elimination along a min-fill order; exact within `lim`, else
+ * mini-bucket elimination (res->exact = 0, res->lower_bound a lower bound).
+ * Writes choice[node] for the k nodes. */
+sw_status sw_solve_residual(int k, const int *nodes, const int *ncfg, double *const *node_cost, int ne,
+                            const sw_live_edge *edges, const sw_residual_limits *lim, int *choice,
+                            sw_residual_result *res);
+
+/* The same, exact or SW_ERR_TOO_LARGE (no bound): small re-solves of the fallback. */
+sw_status sw_solve_residual_exact(int k, const int *nodes, const int *ncfg, double *const *node_cost, int ne,
+                                  const sw_live_edge *edges, const sw_residual_limits *lim, int *choice,
+                                  sw_residual_result *res);
+
+/* Improve choice[nodes[..]] (and *cost, Eq. 1 of the residual problem) above the bound
+ * (search_fallback.c); score: per node, ncfg doubles, lower = more promising, one node
+ * after the other. */
+sw_status sw_residual_improve(int k, const int *nodes, const int *ncfg, double *const *node_cost, int ne,
+                              const sw_live_edge *edges, const sw_residual_limits *lim, const double *score,
+                              int *choice, double *cost);
 
 #endif

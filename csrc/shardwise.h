@@ -172,10 +172,20 @@ typedef struct {
     int node_eliminations, edge_eliminations, leaf_eliminations;
     int algorithm1_residual_nodes;  /* K of seed 003 Table 2: left by node + edge eliminations */
     int residual_nodes, residual_edges;  /* left after leaf eliminations too */
-    double residual_combinations;   /* product of configuration counts of the residual graph */
-    double evaluations;             /* strategies evaluated by the final enumeration */
+    double residual_combinations;   /* product of configuration counts of the residual graph (may be inf) */
+    double evaluations;             /* exhaustive: strategies evaluated; elimination: min-plus steps of
+                                     * variable elimination on the residual graph */
+    int residual_width;             /* most ops in one table of exact variable elimination (0: none) */
+    double residual_table;          /* entries of its largest table */
+    int exact;                      /* 1: the optimum; 0: above the bound, best plan found + lower bound */
+    double lower_bound;             /* a lower bound of Eq. 1 (the optimum when exact) */
 } sw_search_stats;
 
+/* Algorithm 1 of seed 003 (node, edge, leaf eliminations), then variable elimination
+ * of what is left: exact while that takes at most max_evaluations min-plus steps and
+ * no table above min(max_evaluations, SW_MAX_TABLE_ENTRIES) entries; beyond, the best
+ * plan found with stats->exact = 0 and stats->lower_bound. */
+#define SW_MAX_TABLE_ENTRIES 134217728.0   /* 2^27 doubles: 1 GiB, never more in one table */
 sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int *choice,
                                 double *cost, sw_search_stats *stats);
 sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *choice,

@@ -6,7 +6,7 @@
  */
 #include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
 
-#include <math.h>  /* isfinite */
+#include <math.h>  /* isfinite, isnan */
 
 #include "../cpu/kernels.h"
 #include "../shardwise.h"
@@ -40,11 +40,13 @@ PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what) 
 
 /* ------------------------------------------------------------------ stats */
 static PyObject *stats_dict(const sw_search_stats *st) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d}", "node_eliminations", st->node_eliminations,
-                         "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d}", "node_eliminations",
+                         st->node_eliminations, "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
                          "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
                          "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
-                         "residual_combinations", st->residual_combinations, "evaluations", st->evaluations);
+                         "residual_combinations", st->residual_combinations, "evaluations", st->evaluations,
+                         "residual_width", st->residual_width, "residual_table", st->residual_table,
+                         "exact", st->exact ? Py_True : Py_False, "lower_bound", st->lower_bound);
 }
 
 typedef sw_status (*search_fn)(const sw_tables *, double, int *, double *, sw_search_stats *);
@@ -544,7 +546,7 @@ static PyObject *Problem_edge_table(ProblemObject *self, PyObject *args) {
 static PyObject *Problem_search(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"algorithm", "max_evaluations", NULL};
     const char *algorithm = "elimination";
-    double max_evals = 1e8;
+    double max_evals = 1e9;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sd", kwlist, &algorithm, &max_evals) || !check_tables(self)) {
         return NULL;
     }
@@ -652,12 +654,21 @@ static void free_raw_tables(sw_tables *t) {
     free(t->edges);
 }
 
+static int no_nan(const double *x, npy_intp n) {
+    for (npy_intp i = 0; i < n; i++) {
+        if (isnan(x[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* search_tables(node_costs: list of 1-D float64, edges: list of (src, dst, 2-D float64), algorithm, max_evals) */
 static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"node_costs", "edges", "algorithm", "max_evaluations", NULL};
     PyObject *nodes_o, *edges_o;
     const char *algorithm = "elimination";
-    double max_evals = 1e8;
+    double max_evals = 1e9;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|sd", kwlist, &nodes_o, &edges_o, &algorithm, &max_evals)) {
         return NULL;
     }
@@ -703,6 +714,10 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
         }
         t.ncfg[i] = (int)PyArray_DIM(a, 0);
         t.node_cost[i] = PyArray_DATA(a);
+        if (!no_nan(t.node_cost[i], t.ncfg[i])) {
+            PyErr_Format(PyExc_ValueError, "node %zd: costs must not be NaN", i);
+            goto done;
+        }
     }
     for (Py_ssize_t e = 0; e < ne; e++) {
         int src, dst;
@@ -731,6 +746,10 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
             goto done;
         }
         t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL, 0};
+        if (!no_nan(t.edges[e].time, (npy_intp)t.ncfg[src] * t.ncfg[dst])) {
+            PyErr_Format(PyExc_ValueError, "edge %zd: costs must not be NaN", e);
+            goto done;
+        }
         t.nedges++;
     }
     result = run_search(&t, fn, max_evals);

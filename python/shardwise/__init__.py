@@ -10,15 +10,16 @@ from ._blas import preload_openblas
 
 preload_openblas()
 
-from .errors import (ConfigError, DeviceGraphError, GraphError, PlanFileError, SearchError, ShapeError,
-                     ShardwiseError)
+from .errors import (ConfigError, DeviceGraphError, GraphError, PlanFileError, SearchError, SearchWarning,
+                     ShapeError, ShardwiseError)
 from .graph import Graph, Op, Tensor
 from . import models
 
 __version__ = "0.1.0"
 
 __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
-           "DeviceGraphError", "ConfigError", "SearchError", "PlanFileError", "__version__"]
+           "DeviceGraphError", "ConfigError", "SearchError", "SearchWarning", "PlanFileError",
+           "__version__"]
 
 from .devices import MAX_DEVICES, Device, DeviceGraph
 from .plan import LayerCost, OpConfig, Plan, compare_text

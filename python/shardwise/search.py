@@ -18,14 +18,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .devices import DeviceGraph
-from .errors import ConfigError, SearchError
+from .errors import ConfigError, SearchError, SearchWarning
 from .graph import Graph
 from .costs import ComputeCosts, apply_profile
 from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 
 ALGORITHMS = ("elimination", "exhaustive", "tofu")
-DEFAULT_MAX_EVALUATIONS = {"elimination": 1e8, "exhaustive": 2e7}
+# elimination: min-plus steps of variable elimination on the residual graph (about a second
+# per 10^9); exhaustive: strategies tried
+DEFAULT_MAX_EVALUATIONS = {"elimination": 1e9, "exhaustive": 2e7}
 
 
 Progress = Callable[[str, float], None]
@@ -78,7 +80,12 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     """Find the strategy minimizing Eq. 1 of seed 003.
 
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
-    eliminations, then enumeration of what is left; exact) or ``"exhaustive"``
+    eliminations, then variable elimination of what is left along a min-fill
+    order; exact while that takes at most ``max_evaluations`` min-plus steps
+    (default 10^9, about a second) with no table above 2^27 entries, i.e. for
+    residual graphs of small treewidth; above that bound it returns the best plan
+    it finds, with ``search_stats["exact"] = False``, the ``lower_bound`` and a
+    :class:`SearchWarning` giving the gap) or ``"exhaustive"``
     (brute force over every strategy; refuses graphs with more than
     ``max_evaluations`` strategies) or ``"tofu"`` (seed 004's partitioning over all of
     ``devices``, minimizing bytes moved rather than Eq. 1: :func:`shardwise.tofu.partition`
@@ -152,6 +159,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         devs = tuple(int(x) for x in dev[k] if x >= 0)
         configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]), devs,
                                     reduction_config(op, red[k]))
+    if not stats["exact"]:
+        _warn_gap(stats, searched_cost, limit)
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
@@ -162,6 +171,19 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         stage(f"refine under the simulator ({refine_steps} proposals)", t)
         plan.search_stats["timings"] = timings
     return plan
+
+
+def _warn_gap(stats: dict, cost: float, limit: float) -> None:
+    import warnings
+
+    bound = stats["lower_bound"]
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    warnings.warn(
+        f"the graph left by node, edge and leaf elimination ({stats['residual_nodes']} ops, order width "
+        f"{stats['residual_width']}) needs tables of {stats['residual_table']:.3g} entries to be solved "
+        f"exactly, beyond max_evaluations={limit:.3g} (or the 2^27-entry table bound); the plan returned is the "
+        f"best found, {above} (lower bound {bound:.6g} s, plan {cost:.6g} s); pass a larger max_evaluations "
+        f"for the exact optimum", SearchWarning, stacklevel=3)
 
 
 def _search_tofu(graph: Graph, devices: DeviceGraph, options: CostOptions, costs: ComputeCosts | None,
