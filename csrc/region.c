@@ -9,6 +9,8 @@
  * and the symbolic interval analysis of seed 004 section 3.2 behind
  * shardwise.strategies_of).
  */
+#include <stdlib.h>  /* malloc, calloc, free */
+
 #include "shardwise.h"
 
 int64_t sw_box_volume(const sw_box *b) {
@@ -57,6 +59,13 @@ static void expr_interval(const sw_index_expr *e, int nvars, const int64_t *vlo,
             b += c * vlo[v];
         }
     }
+    sw_expr_finish(e, &a, &b);
+    *lo = a;
+    *hi = b;
+}
+
+void sw_expr_finish(const sw_index_expr *e, int64_t *lo, int64_t *hi) {
+    int64_t a = *lo, b = *hi;
     if (e->div > 1) {
         a = floor_div(a, e->div);
         b = floor_div(b, e->div);
@@ -256,4 +265,132 @@ int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, in
         }
         cur[m]++;
     }
+}
+
+/* ---- the regions of every worker of a configuration at once ----
+ * sw_worker_region for w = 0 .. k-1, without redoing per worker what depends on
+ * one coordinate only.  An index expression is linear in the iteration
+ * variables, so the ends of its interval over a box are a constant (from the
+ * variables that are not split) plus one term per split variable, looked up by
+ * that variable's coordinate; division, modulo and clipping to the input then
+ * run per worker exactly as sw_iteration_region does, so the boxes are the same.
+ * Shapes: nsplit split coordinates (output dims of degree > 1, then the reduction
+ * part), coordinate q taking count[q] values; terms are [dim][first[q] + x]. */
+sw_status sw_config_regions(const sw_op *op, const sw_config *c, int slot, sw_box *regions, char *used) {
+    const sw_input *in = &op->inputs[slot];
+    int R = op->out_rank, k = c->nworkers, rank = in->rank;
+    int nsplit = 0, split_var[SW_MAX_VARS], coord_of_var[SW_MAX_VARS];
+    int64_t count[SW_MAX_VARS], first[SW_MAX_VARS + 1];
+    for (int v = 0; v < op->nvars; v++) {   /* worker-index order: output dims, then the reduction part */
+        int64_t n = v < R ? c->deg[v] : v == c->rvar ? c->rdeg : 1;
+        coord_of_var[v] = -1;
+        if (n > 1) {
+            coord_of_var[v] = nsplit;
+            split_var[nsplit] = v;
+            count[nsplit++] = n;
+        }
+    }
+    first[0] = 0;
+    for (int q = 0; q < nsplit; q++) {
+        first[q + 1] = first[q] + count[q];
+    }
+    int64_t cells = first[nsplit] > 0 ? first[nsplit] : 1;
+    int64_t *ta = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
+    int64_t *tb = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
+    char *hole = calloc((size_t)cells, 1);   /* the coordinate's range misses the window */
+    if (!ta || !tb || !hole) {
+        free(ta);
+        free(tb);
+        free(hole);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    int empty_always = 0;
+    int64_t ca[SW_MAX_RANK], cb[SW_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        ca[d] = cb[d] = in->expr[d].offset;
+    }
+    for (int v = 0; v < op->nvars; v++) {
+        int q = coord_of_var[v];
+        int64_t n = q < 0 ? 1 : count[q], len = op->extent[v] / n;
+        for (int64_t x = 0; x < n; x++) {
+            int64_t lo = x * len, hi = lo + len;   /* as sw_worker_iteration_box */
+            if (v < R && in->has_window) {
+                lo = in->win_lo[v] > lo ? in->win_lo[v] : lo;
+                hi = in->win_hi[v] < hi ? in->win_hi[v] : hi;
+            }
+            if (hi <= lo) {
+                if (q < 0) {
+                    empty_always = 1;
+                } else {
+                    hole[first[q] + x] = 1;
+                }
+                continue;
+            }
+            for (int d = 0; d < rank; d++) {   /* this variable's part of both interval ends */
+                int64_t cf = in->expr[d].coef[v];
+                int64_t pa = cf > 0 ? cf * lo : cf < 0 ? cf * (hi - 1) : 0;
+                int64_t pb = cf > 0 ? cf * (hi - 1) : cf < 0 ? cf * lo : 0;
+                if (q < 0) {
+                    ca[d] += pa;
+                    cb[d] += pb;
+                } else {
+                    ta[(size_t)d * cells + first[q] + x] = pa;
+                    tb[(size_t)d * cells + first[q] + x] = pb;
+                }
+            }
+        }
+    }
+    int uses_rvar = 0;
+    for (int d = 0; c->rvar >= 0 && d < rank; d++) {
+        uses_rvar |= in->expr[d].coef[c->rvar] != 0;
+    }
+    int rq = c->rvar >= 0 ? coord_of_var[c->rvar] : -1;
+    int64_t coord[SW_MAX_VARS] = {0};
+    for (int w = 0; w < k; w++) {
+        sw_box *r = &regions[w];
+        r->rank = rank;
+        int empty = empty_always || (rq >= 0 && coord[rq] != 0 && !uses_rvar);   /* non-owners skip it */
+        for (int q = 0; q < nsplit && !empty; q++) {
+            empty = hole[first[q] + coord[q]];
+        }
+        int nonempty = !empty;
+        for (int d = 0; d < rank; d++) {
+            if (empty) {
+                r->lo[d] = r->hi[d] = 0;
+                continue;
+            }
+            const sw_index_expr *e = &in->expr[d];
+            int64_t a = ca[d], b = cb[d];
+            for (int q = 0; q < nsplit; q++) {
+                if (e->coef[split_var[q]] != 0) {
+                    a += ta[(size_t)d * cells + first[q] + coord[q]];
+                    b += tb[(size_t)d * cells + first[q] + coord[q]];
+                }
+            }
+            sw_expr_finish(e, &a, &b);
+            if (a < 0) {
+                a = 0;   /* padding: reads outside the input cost nothing */
+            }
+            if (b > in->shape[d] - 1) {
+                b = in->shape[d] - 1;
+            }
+            r->lo[d] = a;
+            r->hi[d] = b + 1;
+            if (b < a) {
+                r->hi[d] = r->lo[d];
+                nonempty = 0;
+            }
+        }
+        used[w] = (char)nonempty;
+        for (int q = nsplit - 1; q >= 0; q--) {   /* next worker: the last coordinate is fastest */
+            if (++coord[q] < count[q]) {
+                break;
+            }
+            coord[q] = 0;
+        }
+    }
+    free(ta);
+    free(tb);
+    free(hole);
+    return SW_OK;
 }

@@ -11,6 +11,52 @@ typedef struct {
     const double *t;
 } sw_live_edge;
 
+/* ---- the elimination's state (search_elim.c), read by its reverse pass (search_marginals.c) */
+typedef struct {
+    int src, dst;
+    double *t;     /* table ncfg[src] x ncfg[dst] */
+    int owned;     /* made by an elimination: freed here */
+    int alive;
+} work_edge;
+
+typedef enum { REC_NODE, REC_LEAF_IN, REC_LEAF_OUT, REC_MERGE } record_kind;
+
+/* One step of the elimination, in order.  Undoing it recomputes the argmin over cj
+ * for the one (ci, ck) the outer graph chose, O(C) instead of storing C^2 indices;
+ * the tables it reads stay alive until the search ends.  Edge ids index state.edges. */
+typedef struct {
+    record_kind kind;
+    int j;             /* the eliminated node (-1 for a merge) */
+    int i, k;          /* REC_NODE: i -> j -> k; leaves: i is the neighbour; merge: the ends */
+    const double *a;   /* REC_NODE: table i -> j; leaves: the one edge's table */
+    const double *b;   /* REC_NODE: table j -> k */
+    int ea, eb;        /* REC_NODE: edges i -> j, j -> k; leaves: ea; merge: the two merged */
+    int made;          /* REC_NODE, merge: the edge made */
+} record;
+
+typedef struct {
+    const sw_tables *t;
+    int n;
+    double **node;          /* working node costs (leaf eliminations add to them) */
+    char *alive;
+    int *indeg, *outdeg;
+    work_edge *edges;
+    int ne, cap;
+    record *recs;
+    int nrec;
+} state;
+
+/* out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck] (Eq. 2's min-plus product),
+ * large ones on up to `threads` threads (search_minplus.c). */
+void sw_minplus(const double *a, const double *nj, const double *b, double *out, int ci_n, int cj_n, int ck_n,
+                int threads);
+
+/* Min-marginals after an elimination: m[v][c] = the least Eq. 1 of any strategy giving
+ * node v configuration c, from the final state by undoing the records in reverse
+ * (outside tables of every made edge).  Exact when one node was left; with more, a
+ * lower bound built from `bound` (a lower bound of the optimum). */
+sw_status sw_elim_marginals(const state *st, double bound, double **m);
+
 /* Exact minimum of sum(node costs) + sum(edge costs) over every assignment of
  * configurations to `nodes` (global ids), by depth-first enumeration with
  * pruning when all costs are non-negative.  Refuses (SW_ERR_TOO_LARGE) when the

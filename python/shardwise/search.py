@@ -23,6 +23,11 @@ from .graph import Graph
 from .costs import ComputeCosts, apply_profile
 from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
+from . import search_scale
+
+# above this many configurations on every aligned block, a machine of identical devices is
+# searched by search_scale (each partition once, pruning, then the placements)
+SCALE_ABOVE = 20_000
 
 ALGORITHMS = ("elimination", "exhaustive", "tofu")
 # elimination: min-plus steps of variable elimination on the residual graph (about a second
@@ -76,7 +81,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
            worker_counts_: Sequence[int] | None = None,
            progress: bool | Progress = False, refine: str | None = None, refine_steps: int = 200,
-           refine_seed: int = 0) -> Plan:
+           refine_seed: int = 0, time_limit: float | None = None) -> Plan:
     """Find the strategy minimizing Eq. 1 of seed 003.
 
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
@@ -109,6 +114,9 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"unknown refinement {refine!r}; expected None or 'simulate'")
     if isinstance(refine_steps, bool) or not isinstance(refine_steps, int) or refine_steps < 0:
         raise ConfigError(f"refine_steps must be a non-negative int, got {refine_steps!r}")
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not 0 < time_limit < float("inf")):
+        raise ConfigError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     options = options or CostOptions(sync=sync)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
     if algorithm == "tofu":
@@ -127,28 +135,47 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         return now
 
     t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + time_limit
     problem = make_problem(graph, devices, options)
     counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
-    problem.enumerate(np.asarray(counts, dtype=np.int32))
-    t = stage("enumerate configurations", t0)
     live = progress is True
-    if live:
-        _run_live(problem, "building cost tables", problem.build_tables)
+    scale = algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
+    if scale:   # each partition once: is every aligned block worth searching directly?
+        problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+        scale = _aligned_configurations(problem, len(graph.ops), len(devices)) > SCALE_ABOVE
+    profiled = 0
+    if scale:
+        stages = search_scale.Stages(report, deadline, start=t0)
+        result = search_scale.search_symmetric(
+            graph, devices, options, counts, costs, limit, stages,
+            live=lambda p, label, f: _run_live(p, label, f) if live else f())
+        timings.update(stages.timings)
+        problem, choice, searched_cost, stats = result.problem, result.choice, result.cost, result.stats
+        stats.update(exact=result.exact, lower_bound=result.lower_bound)
+        if not result.exact:
+            _warn_scale(result, searched_cost)
     else:
-        problem.build_tables()
-    t = stage("build cost tables (t_c, t_s, t_x)", t)
-    profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
-    if costs is not None:
-        t = stage(f"apply measured costs ({profiled} shards)", t)
-    try:
+        problem.enumerate(np.asarray(counts, dtype=np.int32))
+        t = stage("enumerate configurations", t0)
         if live:
-            choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
-                                                     lambda: problem.search(algorithm, limit))
+            _run_live(problem, "building cost tables", problem.build_tables)
         else:
-            choice, searched_cost, stats = problem.search(algorithm, limit)
-    except RuntimeError as exc:
-        raise SearchError(str(exc)) from None
-    stage(f"{algorithm} search", t)
+            problem.build_tables()
+        t = stage("build cost tables (t_c, t_s, t_x)", t)
+        profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
+        if costs is not None:
+            t = stage(f"apply measured costs ({profiled} shards)", t)
+        try:
+            if live:
+                choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
+                                                         lambda: problem.search(algorithm, limit))
+            else:
+                choice, searched_cost, stats = problem.search(algorithm, limit)
+        except RuntimeError as exc:
+            raise SearchError(str(exc)) from None
+        stage(f"{algorithm} search", t)
+        if not stats["exact"]:
+            _warn_gap(stats, searched_cost, limit)
     configs = {}
     ncfg = []
     for op in graph.ops:
@@ -159,8 +186,6 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         devs = tuple(int(x) for x in dev[k] if x >= 0)
         configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]), devs,
                                     reduction_config(op, red[k]))
-    if not stats["exact"]:
-        _warn_gap(stats, searched_cost, limit)
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
@@ -171,6 +196,25 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         stage(f"refine under the simulator ({refine_steps} proposals)", t)
         plan.search_stats["timings"] = timings
     return plan
+
+
+def _aligned_configurations(problem, nops: int, ndev: int) -> int:
+    """Configurations of every op on every aligned block, from the first-block enumeration."""
+    total = 0
+    for i in range(nops):
+        _, dev = problem.configs(i)
+        total += int((ndev // (dev >= 0).sum(axis=1)).sum())
+    return total
+
+
+def _warn_scale(result, cost: float) -> None:
+    import warnings
+
+    bound = result.lower_bound
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    warnings.warn(f"search on {len(result.choice)} ops: {result.note}; the plan returned is the best found, "
+                  f"{above} (lower bound {bound:.6g} s, plan {cost:.6g} s); a larger time_limit (or none) "
+                  f"lets the search finish", SearchWarning, stacklevel=3)
 
 
 def _warn_gap(stats: dict, cost: float, limit: float) -> None:
