@@ -29,12 +29,50 @@ typedef struct {
     int64_t max_extent[SW_MAX_RANK];   /* of the regions along each tensor dimension */
 } consumer_reads;
 
+/* total and max_extent from the region factors: O(sum of degrees), not O(workers).
+ * 1 if done, 0 if not separable. */
+static int summary_from_factors(const sw_region_factors *f, consumer_reads *out) {
+    if (!f->separable) {
+        return 0;
+    }
+    double total = f->constant;
+    for (int q = 0; q < f->nsplit; q++) {
+        double sum = 0;
+        for (int64_t x = 0; x < f->count[q]; x++) {
+            sum += f->factor[f->first[q] + x];
+        }
+        total *= sum;
+    }
+    out->total = total;
+    for (int d = 0; total > 0 && d < f->rank; d++) {   /* over the workers that read something */
+        int q = f->dim_coord[d];
+        if (q < 0) {
+            out->max_extent[d] = f->const_len[d];
+            continue;
+        }
+        for (int64_t x = 0; x < f->count[q]; x++) {
+            int64_t e = f->extent[(size_t)d * f->cells + f->first[q] + x];
+            if (f->factor[f->first[q] + x] > 0 && e > out->max_extent[d]) {
+                out->max_extent[d] = e;
+            }
+        }
+    }
+    return 1;
+}
+
 static sw_status reads_summary(const sw_op *dst, const sw_config *c, int slot, sw_box *regions, char *used,
                                consumer_reads *out) {
     const sw_input *in = &dst->inputs[slot];
     out->total = 0;
     for (int d = 0; d < in->rank; d++) {
         out->max_extent[d] = 0;
+    }
+    sw_region_factors f;
+    SW_TRY(sw_config_region_factors(dst, c, slot, &f));
+    int done = summary_from_factors(&f, out);
+    sw_region_factors_free(&f);
+    if (done) {
+        return SW_OK;
     }
     SW_TRY(sw_config_regions(dst, c, slot, regions, used));
     for (int w = 0; w < c->nworkers; w++) {

@@ -15,7 +15,7 @@
  * configurations cost milliseconds, not the seconds of comparing every pair.
  */
 #include <math.h>    /* INFINITY, fmax */
-#include <stdlib.h>  /* malloc, free */
+#include <stdlib.h>  /* malloc, calloc, free */
 
 #include "shardwise.h"
 
@@ -54,6 +54,71 @@ double sw_worker_time(const sw_problem *p, int opi, const sw_config *c, int w, i
     return fmax(flops / p->dev_flops[dev], elements * p->bytes_per_element / p->dev_membw[dev]);
 }
 
+enum { MAX_CLASSES = 64, MAX_COMBOS = 4096 };
+
+/* The most elements any worker of c touches (outputs + every input region), from the
+ * region factors of each input: per split coordinate, its values fall in a few
+ * classes (those with the same factor for every input: the interior blocks are
+ * alike, the first and last may be clipped), and the workers in a product of classes
+ * touch the same count.  1 if done, 0 when some input is not separable or the classes
+ * are too many (the caller counts worker by worker). */
+static int most_elements(const sw_op *op, const sw_config *c, double outputs, double *most) {
+    int ns = op->ninputs;
+    sw_region_factors *f = calloc((size_t)(ns > 0 ? ns : 1), sizeof *f);
+    int ok = f != NULL, made = 0;
+    for (; ok && made < ns; made++) {
+        ok = sw_config_region_factors(op, c, made, &f[made]) == SW_OK && f[made].separable;
+    }
+    int nsplit = ok && ns > 0 ? f[0].nsplit : 0;
+    int nclass[SW_MAX_VARS] = {0};
+    int64_t rep[SW_MAX_VARS][MAX_CLASSES];   /* a value of each class */
+    double combos = 1;
+    for (int q = 0; ok && q < nsplit; q++) {
+        for (int64_t x = 0; ok && x < f[0].count[q]; x++) {
+            int found = 0;
+            for (int k = 0; k < nclass[q] && !found; k++) {
+                found = 1;
+                for (int sl = 0; sl < ns && found; sl++) {
+                    found = f[sl].factor[f[sl].first[q] + x] == f[sl].factor[f[sl].first[q] + rep[q][k]];
+                }
+            }
+            if (!found) {
+                ok = nclass[q] < MAX_CLASSES;
+                if (ok) {
+                    rep[q][nclass[q]++] = x;
+                }
+            }
+        }
+        combos *= nclass[q];
+        ok = ok && combos <= MAX_COMBOS;
+    }
+    *most = outputs;
+    int idx[SW_MAX_VARS] = {0};
+    while (ok) {   /* every product of classes, as an odometer */
+        double e = outputs;
+        for (int sl = 0; sl < ns; sl++) {
+            double v = f[sl].constant;
+            for (int q = 0; q < nsplit; q++) {
+                v *= f[sl].factor[f[sl].first[q] + rep[q][idx[q]]];
+            }
+            e += v;
+        }
+        *most = e > *most ? e : *most;
+        int q = nsplit - 1;
+        while (q >= 0 && ++idx[q] == nclass[q]) {
+            idx[q--] = 0;
+        }
+        if (q < 0) {
+            break;
+        }
+    }
+    for (int sl = 0; f && sl < made; sl++) {
+        sw_region_factors_free(&f[sl]);
+    }
+    free(f);
+    return ok;
+}
+
 /* The slowest worker's time, the regions of all workers computed at once (the same
  * sums as sw_worker_time, in the same order). */
 static int compute_time_fast(const sw_problem *p, int opi, const sw_config *c, double *worst) {
@@ -69,6 +134,18 @@ static int compute_time_fast(const sw_problem *p, int opi, const sw_config *c, d
     double outputs = (double)sw_box_volume(&box);
     double points = outputs * (double)reduction_volume(op) / (double)c->rdeg;
     double flops = points * op->flops_per_point + outputs * op->flops_per_output;
+    int alike = 1;   /* the same device kind everywhere: the most elements set the time */
+    for (int w = 1; w < k && alike; w++) {
+        alike = p->dev_flops[devs[w]] == p->dev_flops[devs[0]] && p->dev_membw[devs[w]] == p->dev_membw[devs[0]];
+    }
+    double most;
+    if (alike && most_elements(op, c, outputs, &most)) {
+        *worst = fmax(flops / p->dev_flops[devs[0]], most * p->bytes_per_element / p->dev_membw[devs[0]]);
+        free(elements);
+        free(regions);
+        free(used);
+        return 1;
+    }
     for (int w = 0; ok && w < k; w++) {
         elements[w] = outputs;
     }

@@ -146,6 +146,22 @@ int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_bo
 /* sw_worker_region of every worker w of c at once (regions[w], used[w] its return value),
  * O(rank) per worker: the same boxes. */
 sw_status sw_config_regions(const sw_op *op, const sw_config *c, int slot, sw_box *regions, char *used);
+/* Region sizes of every worker of c as products over the split coordinates (output
+ * dims of degree > 1 in worker order, then the reduction part): when every input
+ * dimension depends on at most one of them (separable), worker w with coordinates x_q
+ * reads constant * prod_q factor[first[q] + x_q] elements (0: it reads nothing), and a
+ * dimension d on coordinate dim_coord[d] has extent[d * cells + first[q] + x_q] there. */
+typedef struct {
+    int nsplit, rank, separable;
+    int64_t count[SW_MAX_VARS], first[SW_MAX_VARS + 1], cells;
+    double constant;                  /* product of the dimensions on no coordinate (0: never read) */
+    int64_t const_len[SW_MAX_RANK];   /* their lengths */
+    int dim_coord[SW_MAX_RANK];       /* the coordinate each dimension depends on, or -1 */
+    double *factor;
+    int64_t *extent;
+} sw_region_factors;
+sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot, sw_region_factors *f);
+void sw_region_factors_free(sw_region_factors *f);
 /* The floor division and modulo of an index expression applied to the ends [lo, hi]
  * of the linear part's interval (inclusive), as interval arithmetic does. */
 void sw_expr_finish(const sw_index_expr *e, int64_t *lo, int64_t *hi);

@@ -230,6 +230,27 @@ def test_all_worker_regions_at_once_equal_one_at_a_time(recipe, ndev, reductions
                     np.testing.assert_array_equal(a, b, err_msg=f"{op.name} config {cfg} slot {slot}")
 
 
+@settings(max_examples=examples(40), deadline=None)
+@given(recipe=graph_recipes(max_ops=7), ndev=st.sampled_from([2, 3, 4, 6, 8]), reductions=st.booleans())
+def test_compute_times_from_region_factors_equal_worker_by_worker(recipe, ndev, reductions):
+    """t_c of every configuration (the most elements any worker touches, from products
+    over coordinates) equals backward_factor x the slowest worker of the per-worker
+    roofline the simulator uses, bit for bit."""
+    g = build_graph(recipe, max_ops=7)
+    options = CostOptions(threads=1, reduction_splits=reductions)
+    p = make_problem(g, sw.DeviceGraph.cpu(ndev), options)
+    p.enumerate(np.asarray(worker_counts(ndev), dtype=np.int32))
+    p.build_tables()
+    for op in g.ops:
+        tc, _, _ = p.node_costs(op.index)
+        deg, dev = p.configs(op.index)
+        red = p.reductions(op.index)
+        for c in range(len(tc)):
+            devices = dev[c][dev[c] >= 0].astype(np.int32)
+            times = p.worker_times(op.index, deg[c].astype(np.int32), devices, tuple(int(x) for x in red[c]))
+            assert tc[c] == options.backward_factor * float(np.max(times)), f"{op.name} config {c}"
+
+
 # =========================================================================== the pipeline
 
 @pytest.mark.parametrize("machine", list(SYMMETRIC))
