@@ -147,13 +147,15 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if scale:
         stages = search_scale.Stages(report, deadline, start=t0)
         result = search_scale.search_symmetric(
-            graph, devices, options, counts, costs, limit, stages,
+            graph, devices, options, problem, costs, limit, stages,
             live=lambda p, label, f: _run_live(p, label, f) if live else f())
         timings.update(stages.timings)
-        problem, choice, searched_cost, stats = result.problem, result.choice, result.cost, result.stats
+        searched_cost, stats = result.cost, result.stats
         stats.update(exact=result.exact, lower_bound=result.lower_bound)
+        rows = [(result.chosen.deg[i][0], result.chosen.dev[i][0], result.chosen.red[i][0]) for i in range(len(graph.ops))]
+        ncfg = [len(problem.configs(op.index)[0]) for op in graph.ops]   # the partitions, enumerated once
         if not result.exact:
-            _warn_scale(result, searched_cost)
+            _warn_scale(result, searched_cost, len(graph.ops))
     else:
         problem.enumerate(np.asarray(counts, dtype=np.int32))
         t = stage("enumerate configurations", t0)
@@ -176,16 +178,16 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         stage(f"{algorithm} search", t)
         if not stats["exact"]:
             _warn_gap(stats, searched_cost, limit)
+        rows, ncfg = [], []
+        for op in graph.ops:
+            deg, dev = problem.configs(op.index)
+            k = int(choice[op.index])
+            rows.append((deg[k], dev[k], problem.reductions(op.index)[k]))
+            ncfg.append(len(deg))
     configs = {}
-    ncfg = []
-    for op in graph.ops:
-        deg, dev = problem.configs(op.index)
-        red = problem.reductions(op.index)
-        ncfg.append(len(deg))
-        k = int(choice[op.index])
-        devs = tuple(int(x) for x in dev[k] if x >= 0)
-        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]), devs,
-                                    reduction_config(op, red[k]))
+    for op, (deg, dev, red) in zip(graph.ops, rows):
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg),
+                                    tuple(int(x) for x in dev if x >= 0), reduction_config(op, red))
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
@@ -207,12 +209,12 @@ def _aligned_configurations(problem, nops: int, ndev: int) -> int:
     return total
 
 
-def _warn_scale(result, cost: float) -> None:
+def _warn_scale(result, cost: float, nops: int) -> None:
     import warnings
 
     bound = result.lower_bound
     above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
-    warnings.warn(f"search on {len(result.choice)} ops: {result.note}; the plan returned is the best found, "
+    warnings.warn(f"search on {nops} ops: {result.note}; the plan returned is the best found, "
                   f"{above} (lower bound {bound:.6g} s, plan {cost:.6g} s); a larger time_limit (or none) "
                   f"lets the search finish", SearchWarning, stacklevel=3)
 

@@ -91,14 +91,12 @@ class Configs:
                        [r[k] for r, k in zip(self.red, keep)], [w[k] for w, k in zip(self.workers, keep)])
 
 
-def _problem_with(graph: Graph, devices: DeviceGraph, options: CostOptions, configs: Configs) -> Any:
-    problem = make_problem(graph, devices, options)
+def _set_configs(problem: Any, configs: Configs) -> None:
     for i, (deg, dev, red) in enumerate(zip(configs.deg, configs.dev, configs.red)):
         padded = np.ones((len(deg), _core.MAX_RANK), dtype=np.int32)
         padded[:, : deg.shape[1]] = deg
         maxk = max(1, int((dev >= 0).sum(axis=1).max()))
         problem.set_configs(i, padded, np.ascontiguousarray(dev[:, :maxk]), np.ascontiguousarray(red))
-    return problem
 
 
 @dataclass
@@ -123,8 +121,7 @@ class Stages:
 
 @dataclass
 class Result:
-    problem: Any          # the problem whose configurations `choice` indexes
-    choice: np.ndarray
+    chosen: Configs       # one configuration per op: the plan
     cost: float
     stats: dict[str, Any]
     exact: bool           # the optimum over every aligned block
@@ -132,13 +129,15 @@ class Result:
     note: str = ""        # why not exact, for the warning
 
 
-def _exact_search(graph, devices, options, costs, configs: Configs, limit: float):
-    problem = _problem_with(graph, devices, options, configs)
-    problem.build_tables()
+def _exact_search(work: Any, graph, devices, costs, configs: Configs, limit: float):
+    """The exact search over `configs` on problem `work` (its configurations are replaced):
+    (the chosen configuration of each op, cost, stats)."""
+    _set_configs(work, configs)
+    work.build_tables()
     if costs is not None:
-        apply_profile(problem, graph, devices, costs)
-    choice, cost, stats = problem.search("elimination", limit)
-    return problem, choice, cost, stats
+        apply_profile(work, graph, devices, costs)
+    choice, cost, stats = work.search("elimination", limit)
+    return configs.subset([np.array([c]) for c in choice]), cost, stats
 
 
 def _full_space(canonical: Configs, keep: Sequence[np.ndarray], ndev: int) -> Configs | None:
@@ -187,11 +186,11 @@ def _certify(relax: Any, node, edges, keep, cost: float, limit: float, stages: S
     return bound, False
 
 
-def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, counts: Sequence[int],
-                     costs: Any, limit: float, stages: Stages, live: Callable = lambda p, label, f: f()) -> Result:
+def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, relax: Any, costs: Any,
+                     limit: float, stages: Stages, live: Callable = lambda p, label, f: f()) -> Result:
+    """The search above on problem `relax`, whose configurations are the partitions on the
+    first devices (Problem.enumerate(counts, first_block_only=True))."""
     nops = len(graph.ops)
-    relax = make_problem(graph, devices, options)
-    relax.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
     live(relax, "relaxation tables", lambda: relax.build_tables(bounds=True))
     if costs is not None:
         apply_profile(relax, graph, devices, costs)
@@ -208,32 +207,34 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, c
     stages.done(f"relaxation and its min-marginals (bound {lb:.6g} s)")
 
     # a plan: the better of the exact search over partitions of at most one node's
-    # workers and the relaxation's own best strategy, costed exactly
+    # workers and the relaxation's own best strategy, costed exactly (one more problem,
+    # whose configurations each exact search replaces: one copy of the bandwidths)
+    work = make_problem(graph, devices, options)
     per = min(relax.node_size or len(devices), FIRST_PLAN_WORKERS)
     small = [np.flatnonzero(w <= per) for w in canonical.workers]
     candidates = [canonical.subset(small), canonical.subset([np.array([c]) for c in rchoice])]
     best = None
     for configs in candidates:
-        found = _exact_search(graph, devices, options, costs, configs, limit)
-        if best is None or found[2] < best[2]:
+        found = _exact_search(work, graph, devices, costs, configs, limit)
+        if best is None or found[1] < best[1]:
             best = found
-    problem, choice, ub, sstats = best
+    chosen, ub, sstats = best
     stats["first_plan_cost"] = ub
     stages.done(f"first plan ({ub:.6g} s)")
     if stages.out_of_time():
-        return Result(problem, choice, ub, dict(sstats, scale=stats), False, lb,
+        return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
                       note=f"the time limit ran out after the first plan (partitions of at most {per} workers)")
 
     # drop what no optimal plan uses, search the rest exactly
     survivors = [np.flatnonzero(m <= ub * (1 + PRUNE_SLACK)) for m in marg]
     stats.update(survivors=int(sum(len(s) for s in survivors)), survivors_max=int(max(len(s) for s in survivors)))
-    found = _exact_search(graph, devices, options, costs, canonical.subset(survivors), limit)
-    if found[2] <= ub:
-        problem, choice, ub, sstats = found
+    found = _exact_search(work, graph, devices, costs, canonical.subset(survivors), limit)
+    if found[1] <= ub:
+        chosen, ub, sstats = found
     stats["canonical_cost"] = ub
     stages.done(f"exact search of {stats['survivors']} partitions left")
     if stages.out_of_time():
-        return Result(problem, choice, ub, dict(sstats, scale=stats), False, lb,
+        return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
                       note="the time limit ran out before other placements were checked")
 
     # other placements: prove them no better, or search them
@@ -241,12 +242,12 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, c
     stats.update(placement_bound=bound, placements_proven=proven)
     stages.done("placements: " + ("proven no better" if proven else f"bound {bound:.6g} s"))
     if proven:
-        return Result(problem, choice, ub, dict(sstats, scale=stats), True, ub)
+        return Result(chosen, ub, dict(sstats, scale=stats), True, ub)
     full = _full_space(canonical, survivors, len(devices))
     if full is None or stages.out_of_time():
-        return Result(problem, choice, ub, dict(sstats, scale=stats), False, max(lb, bound),
+        return Result(chosen, ub, dict(sstats, scale=stats), False, max(lb, bound),
                       note="other placements of the same partitions could lower Eq. 1 and are too many to search")
-    problem, choice, cost, sstats = _exact_search(graph, devices, options, costs, full, limit)
+    chosen, cost, sstats = _exact_search(work, graph, devices, costs, full, limit)
     stats["full_space_configurations"] = int(sum(len(d) for d in full.deg))
     stages.done(f"exact search of the partitions left on every block ({stats['full_space_configurations']})")
-    return Result(problem, choice, cost, dict(sstats, scale=stats), True, cost)
+    return Result(chosen, cost, dict(sstats, scale=stats), True, cost)
