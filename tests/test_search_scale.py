@@ -342,9 +342,9 @@ def test_bad_time_limits():
             sw.search(g, d, time_limit=bad)
 
 
-def test_64_devices_in_seconds():
-    """ResNet-18 on 4 nodes of 16 V100s: the pipeline (taken by default here) against the
-    plain search of every configuration on every block."""
+def test_64_devices_in_seconds(pipeline):
+    """ResNet-18 on 4 nodes of 16 V100s: the pipeline against the plain search of every
+    configuration on every block."""
     g, d = sw.models.resnet18(), sw.DeviceGraph.cluster(nodes=4, devices_per_node=16, device="V100")
     start = time.perf_counter()
     plan = sw.search(g, d)

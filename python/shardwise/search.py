@@ -27,7 +27,7 @@ from . import search_scale
 
 # above this many configurations on every aligned block, a machine of identical devices is
 # searched by search_scale (each partition once, pruning, then the placements)
-SCALE_ABOVE = 20_000
+SCALE_ABOVE = 40_000
 
 ALGORITHMS = ("elimination", "exhaustive", "tofu")
 # elimination: min-plus steps of variable elimination on the residual graph (about a second
