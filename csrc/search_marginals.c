@@ -214,7 +214,7 @@ sw_status sw_elim_marginals(const state *st, double bound, double **m) {
             free(out[rec->made]);   /* read for the last time */
             out[rec->made] = NULL;
         }
-        if (st->t->progress) {
+        if (st->t->progress && rec->kind != REC_MERGE) {   /* one per eliminated node, as forward */
             atomic_fetch_add(st->t->progress, 1);
         }
     }

@@ -117,7 +117,7 @@ PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kw
     }
     self->busy = 1;
     atomic_store(&self->p->progress_done, 0);
-    atomic_store(&self->p->progress_total, self->p->nops);
+    atomic_store(&self->p->progress_total, (long)self->p->nops * (marginals ? 2 : 1));   /* forward (+ reverse) */
     self->p->tables.progress = &self->p->progress_done;
     self->p->tables.threads = self->p->threads;
     PyObject *r = run_search(&self->p->tables, fn, max_evals, marginals);

@@ -28,6 +28,11 @@ from . import search_scale
 # above this many configurations on every aligned block, a machine of identical devices is
 # searched by search_scale (each partition once, pruning, then the placements)
 SCALE_ABOVE = 40_000
+# other machines: above this much memory for the transfer tables of every aligned block, or
+# this many min-plus steps to eliminate them (about 20 s), each partition is placed on the first
+# devices only (with a warning)
+MAX_TABLE_BYTES = 2 * 2**30
+MAX_ELIMINATION_WORK = 4e10
 
 ALGORITHMS = ("elimination", "exhaustive", "tofu")
 # elimination: min-plus steps of variable elimination on the residual graph (about a second
@@ -142,7 +147,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     scale = algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
     if scale:   # each partition once: is every aligned block worth searching directly?
         problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
-        scale = _aligned_configurations(problem, len(graph.ops), len(devices)) > SCALE_ABOVE
+        aligned = _aligned_configurations(problem, len(graph.ops), len(devices))
+        scale = sum(aligned) > SCALE_ABOVE or _too_large(aligned, graph)
     profiled = 0
     if scale:
         stages = search_scale.Stages(report, deadline, start=t0)
@@ -158,6 +164,16 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
             _warn_scale(result, searched_cost, len(graph.ops))
     else:
         problem.enumerate(np.asarray(counts, dtype=np.int32))
+        if algorithm == "elimination" and _too_large(_configurations(problem, graph), graph):
+            # devices not all interchangeable, and too many configurations to search on every
+            # block: each partition on the first devices only, with a warning
+            problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+            if _too_large(_configurations(problem, graph), graph):
+                raise SearchError(f"{len(devices)} devices: even with each partition on the first devices alone "
+                                  f"the search would need more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost "
+                                  f"tables or {MAX_ELIMINATION_WORK:.0e} min-plus steps; pass worker_counts_ with "
+                                  f"fewer worker counts")
+            _warn_first_devices(len(devices))
         t = stage("enumerate configurations", t0)
         if live:
             _run_live(problem, "building cost tables", problem.build_tables)
@@ -200,13 +216,30 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     return plan
 
 
-def _aligned_configurations(problem, nops: int, ndev: int) -> int:
-    """Configurations of every op on every aligned block, from the first-block enumeration."""
-    total = 0
-    for i in range(nops):
-        _, dev = problem.configs(i)
-        total += int((ndev // (dev >= 0).sum(axis=1)).sum())
-    return total
+def _configurations(problem, graph: Graph) -> list[int]:
+    return [len(problem.configs(op.index)[0]) for op in graph.ops]
+
+
+def _too_large(ncfg: list[int], graph: Graph) -> bool:
+    """Would the plain search of ncfg configurations per op take more than MAX_TABLE_BYTES of
+    transfer tables, or about MAX_ELIMINATION_WORK steps (an elimination costs about the cube of
+    the configuration counts)?"""
+    table_bytes = 8.0 * sum(ncfg[src] * ncfg[op.index] for op in graph.ops for src in op.inputs)
+    return table_bytes > MAX_TABLE_BYTES or sum(float(c) ** 3 for c in ncfg) > MAX_ELIMINATION_WORK
+
+
+def _warn_first_devices(ndev: int) -> None:
+    import warnings
+
+    warnings.warn(f"{ndev} devices that are not all interchangeable: searching every aligned block would take "
+                  f"more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost tables or about "
+                  f"{MAX_ELIMINATION_WORK:.0e} min-plus steps, so each partition is placed on the first devices of "
+                  f"the machine only, and the plan is the optimum over those placements", SearchWarning, stacklevel=3)
+
+
+def _aligned_configurations(problem, nops: int, ndev: int) -> list[int]:
+    """Configurations of each op on every aligned block, from the first-block enumeration."""
+    return [int((ndev // (problem.configs(i)[1] >= 0).sum(axis=1)).sum()) for i in range(nops)]
 
 
 def _warn_scale(result, cost: float, nops: int) -> None:

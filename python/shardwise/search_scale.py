@@ -201,7 +201,8 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     stages.done(f"relaxation tables ({stats['partitions']} partitions, first devices)")
 
     threads = options.threads or min(8, os.cpu_count() or 1)
-    rchoice, _, rstats, marg = _core.search_tables(node, edges, "elimination", limit, True, threads)
+    rchoice, _, rstats, marg = live(relax, "relaxation (eliminations, then min-marginals)",
+                                    lambda: relax.search("elimination", limit, True))
     lb = rstats["lower_bound"]
     stats["relaxation_bound"] = lb
     stages.done(f"relaxation and its min-marginals (bound {lb:.6g} s)")
