@@ -68,6 +68,12 @@ def problem(g, devices, first_block_only=False, bounds=False, structure=True, op
     return p
 
 
+def plain_path(m) -> None:
+    """sw.search searches every configuration directly, whatever the size."""
+    m.setattr(search_module, "SCALE_ABOVE", 10**12)
+    m.setattr(search_module, "SCALE_WORK", float("inf"))
+
+
 @pytest.fixture
 def pipeline(monkeypatch):
     """sw.search takes the large-scale path whatever the size (it does above SCALE_ABOVE)."""
@@ -260,7 +266,7 @@ def test_pipeline_finds_the_plain_optimum(machine, recipe):
     devices = SYMMETRIC[machine]()
     g = build_graph(recipe, max_ops=8)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(search_module, "SCALE_ABOVE", 10**12)
+        plain_path(m)
         plain = sw.search(g, devices)
         m.setattr(search_module, "SCALE_ABOVE", -1)
         scaled = sw.search(g, devices)
@@ -276,7 +282,7 @@ def test_pipeline_zoo_on_16_devices(name, pipeline):
     g, d = sw.models.get(name, batch=64), sw.DeviceGraph.cluster(nodes=4, devices_per_node=4)
     scaled = sw.search(g, d)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(search_module, "SCALE_ABOVE", 10**12)
+        plain_path(m)
         plain = sw.search(g, d)
     assert scaled.search_stats["exact"] and scaled.search_stats["scale"]["placements_proven"]
     assert scaled.cost == pytest.approx(plain.cost, rel=REL)
@@ -303,7 +309,7 @@ def test_pipeline_places_towers_on_other_devices(pipeline):
     assert not s["scale"]["placements_proven"] and s["scale"]["full_space_configurations"] > 0
     assert s["exact"]
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(search_module, "SCALE_ABOVE", 10**12)
+        plain_path(m)
         assert plan.cost == pytest.approx(sw.search(g, d).cost, rel=REL)
     assert set(plan["a"].devices).isdisjoint(plan["b"].devices)
 
@@ -351,7 +357,7 @@ def test_64_devices_in_seconds(pipeline):
     seconds = time.perf_counter() - start
     assert "scale" in plan.search_stats and plan.search_stats["exact"]
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(search_module, "SCALE_ABOVE", 10**12)
+        plain_path(m)
         plain = sw.search(g, d)
     assert plan.cost == pytest.approx(plain.cost, rel=REL)
     assert seconds < plain.search_stats["total_seconds"]

@@ -25,9 +25,11 @@ from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 from . import search_scale
 
-# above this many configurations on every aligned block, a machine of identical devices is
+# above this many configurations on every aligned block, or about this many min-plus steps to
+# eliminate them (the cube of the configuration counts), a machine of identical devices is
 # searched by search_scale (each partition once, pruning, then the placements)
 SCALE_ABOVE = 40_000
+SCALE_WORK = 2e9
 # other machines: above this much memory for the transfer tables of every aligned block, or
 # this many min-plus steps to eliminate them (about 20 s), each partition is placed on the first
 # devices only (with a warning)
@@ -148,7 +150,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if scale:   # each partition once: is every aligned block worth searching directly?
         problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
         aligned = _aligned_configurations(problem, len(graph.ops), len(devices))
-        scale = sum(aligned) > SCALE_ABOVE or _too_large(aligned, graph)
+        scale = sum(aligned) > SCALE_ABOVE or sum(float(c) ** 3 for c in aligned) > SCALE_WORK
     profiled = 0
     if scale:
         stages = search_scale.Stages(report, deadline, start=t0)
