@@ -13,10 +13,11 @@ nodes (the presets) the search instead:
    that holds wherever the two configurations sit (csrc/cost_bounds.c), cheap
    for every pair.  Its min-marginals (csrc/search_marginals.c) bound from below
    the cost of any plan that uses a given configuration;
-3. finds a good plan quickly: the exact search over the partitions of at most
-   one node's worth of workers;
-4. drops every configuration whose min-marginal exceeds that plan's cost (first
-   by worker count, then one by one): no optimal plan uses it, on any devices;
+3. finds a good plan quickly: the better of the exact search over the
+   partitions of at most one node's worth of workers (64 at most) and the
+   relaxation's own best strategy, costed exactly;
+4. drops every configuration whose min-marginal exceeds that plan's cost: no
+   optimal plan uses it, on any devices;
 5. searches the survivors exactly (the exact tables are small now): the
    optimum over partitions placed on the first devices;
 6. proves no other placement does better: the relaxation again, now with each
@@ -242,8 +243,9 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     bound, proven = _certify(relax, node, edges, survivors, ub, limit, stages, threads)
     stats.update(placement_bound=bound, placements_proven=proven)
     stages.done("placements: " + ("proven no better" if proven else f"bound {bound:.6g} s"))
-    if proven:
-        return Result(chosen, ub, dict(sstats, scale=stats), True, ub)
+    if proven:   # exact, unless variable elimination of the survivors gave up (its own warning case)
+        return Result(chosen, ub, dict(sstats, scale=stats), sstats["exact"], ub if sstats["exact"] else lb,
+                      note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")
     full = _full_space(canonical, survivors, len(devices))
     if full is None or stages.out_of_time():
         return Result(chosen, ub, dict(sstats, scale=stats), False, max(lb, bound),
@@ -251,4 +253,5 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     chosen, cost, sstats = _exact_search(work, graph, devices, costs, full, limit)
     stats["full_space_configurations"] = int(sum(len(d) for d in full.deg))
     stages.done(f"exact search of the partitions left on every block ({stats['full_space_configurations']})")
-    return Result(chosen, cost, dict(sstats, scale=stats), True, cost)
+    return Result(chosen, cost, dict(sstats, scale=stats), sstats["exact"], cost if sstats["exact"] else lb,
+                  note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")
