@@ -126,9 +126,12 @@ def test_random_tables_many_configurations(problem):
     _check_tables(kind, node_costs, edges)
 
 
-@pytest.mark.parametrize("ncfg", [(20, 30, 600), (9, 7, 513), (1, 1030, 1), (600, 5, 17), (8, 1, 512)])
+@pytest.mark.parametrize("ncfg", [(20, 30, 600), (9, 7, 513), (1, 1030, 1), (600, 5, 17), (8, 1, 512),
+                                  (37, 611, 45), (301, 300, 299), (6, 250, 90), (300, 4, 70)])
 def test_tables_large_blocks(ncfg):
-    """Node elimination on tables wider than one 512-column block and taller than 8 rows."""
+    """Node elimination on tables wider than one 512-column block and taller than 8 rows, and
+    (products above 10^5 steps) on the register-blocked kernel, whose rows and columns do not
+    fill its 4 x 8 blocks here."""
     rng = np.random.default_rng(sum(ncfg))
     nodes = [rng.uniform(0, 1, size=k) for k in ncfg]
     nodes[1][rng.integers(ncfg[1])] = -0.5  # a negative entry
