@@ -110,6 +110,16 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     (``refine_steps`` proposals, Metropolis acceptance as in FlexFlow's MCMC); the
     result never simulates slower than its seed.  ``progress``: True prints
     each stage's time to stderr, or pass a callable ``(stage, seconds)``.
+
+    The search space: every op's partitions on aligned contiguous blocks of devices
+    (docs/cost-model.md).  On machines of identical devices in uniform nodes (the
+    ``cluster`` and ``cpu`` presets) large searches go in stages that keep the
+    optimum: each partition once, pruning by a relaxation's lower bounds, then a
+    proof that no other placement does better (``search_stats["scale"]``).  On other
+    machines too large to search on every block, each partition sits on the first
+    devices only, with a :class:`SearchWarning`.  ``time_limit``: seconds after which
+    a staged search stops between stages with the best plan found so far, its lower
+    bound and a :class:`SearchWarning`.
     """
     if not isinstance(graph, Graph):
         raise ConfigError(f"search needs a Graph, got {type(graph).__name__}")
@@ -160,7 +170,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         timings.update(stages.timings)
         searched_cost, stats = result.cost, result.stats
         stats.update(exact=result.exact, lower_bound=result.lower_bound)
-        rows = [(result.chosen.deg[i][0], result.chosen.dev[i][0], result.chosen.red[i][0]) for i in range(len(graph.ops))]
+        chosen = result.chosen
+        rows = [(chosen.deg[i][0], chosen.dev[i][0], chosen.red[i][0]) for i in range(len(graph.ops))]
         ncfg = [len(problem.configs(op.index)[0]) for op in graph.ops]   # the partitions, enumerated once
         if not result.exact:
             _warn_scale(result, searched_cost, len(graph.ops))
