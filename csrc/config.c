@@ -5,6 +5,8 @@
  * keep shards a multiple of the dimension's granule), placed on each aligned
  * contiguous block of devices [j*k, (j+1)*k) for j = 0 .. ndev/k - 1.  Any
  * device count works; blocks that would run past the last device are left out.
+ * first_block_only: each partition once, on devices [0, k) (machines of identical
+ * devices, where the blocks of one size are interchangeable).
  */
 #include <stdlib.h>  /* realloc, free */
 #include <string.h>  /* memset */
@@ -85,7 +87,7 @@ static sw_status factorize(const sw_op *op, int d, int remaining, sw_config *cur
     return SW_OK;
 }
 
-sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts) {
+sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts, int first_block_only) {
     if (ncounts < 1) {
         return SW_FAIL(SW_ERR_VALUE, "no worker counts to enumerate");
     }
@@ -104,7 +106,7 @@ sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts
             s = SW_FAIL(SW_ERR_VALUE, "worker count %d outside 1..%d", k, p->ndev);
             goto done;
         }
-        nblocks[ci] = p->ndev / k;
+        nblocks[ci] = first_block_only ? 1 : p->ndev / k;
         for (int j = 0; j < nblocks[ci]; j++) {
             for (int w = 0; w < k; w++) {
                 devs[w] = j * k + w;

@@ -1,179 +1,27 @@
-/* cost.c -- the three terms of Eq. 1 (seed 003) and the tables the search reads.
+/* cost.c -- the transfer term of Eq. 1 (seed 003) and the tables the search reads.
  *
- * t_c(op, c)  compute: per worker, a roofline max(FLOPs / FLOP/s, bytes / memory
- *             bandwidth) of its shard, times backward_factor (forward + backward,
- *             3 by default: backward costs about twice the forward); the slowest
- *             worker sets the time.
- * t_s(op, c)  parameter synchronization: workers that read the same box of a
- *             weight (or batchnorm statistics) are replicas of it; statistics
- *             are exchanged twice (forward and backward), parameters once.  Parameter
- *             server (default, as in the papers, placed on the first replica's
- *             device): every other replica pushes its gradient and pulls the
- *             parameters, 2 * bytes over its route.  Ring all-reduce:
- *             2 (r-1)/r * bytes over the slowest link of the ring.
  * t_x(e, ci, cj)  tensor transfer: for every destination worker, the part of
  *             the region it reads (halos included) that lives on another
  *             device, over the route bandwidth from that device; counted twice,
  *             for the activation forward and its gradient backward (once for
  *             edges out of a graph input, which needs no gradient).
  * Every term is a sum, as in Eq. 1, so the transfers are serial in the model.
+ * t_c and t_s (the node costs) are in cost_node.c.
  */
 #include <math.h>       /* INFINITY, fmax */
-#include <pthread.h>    /* pthread_create: transfer tables are built in parallel */
-#include <stdatomic.h>  /* atomic_int: the shared work counter */
-#include <stdio.h>      /* snprintf */
+#include <stdatomic.h>  /* atomic_fetch_add: the progress counter */
 #include <stdlib.h>     /* calloc, malloc, free */
 #include <string.h>     /* memset, memcmp */
 
 #include "shardwise.h"
 
 #define TRANSFER_DIRECTIONS 2.0   /* activation forward + gradient backward */
-#define SYNC_DIRECTIONS 2.0       /* gradient push + parameter pull */
-
-static int64_t reduction_volume(const sw_op *op) {
-    int64_t v = 1;
-    for (int k = op->out_rank; k < op->nvars; k++) {
-        v *= op->extent[k];
-    }
-    return v;
-}
 
 static const int32_t *config_devices(const sw_problem *p, const sw_config *c) {
     return p->dev_pool + c->dev_offset;
 }
 
-double sw_worker_time(const sw_problem *p, int opi, const sw_config *c, int w, int dev) {
-    const sw_op *op = &p->ops[opi];
-    if (op->ninputs == 0) {
-        return 0.0;  /* graph inputs are loaded where they are needed */
-    }
-    sw_box box;
-    sw_worker_box(op, c, w, &box);
-    /* a worker of a reduction group covers 1/rdeg of the split reduction variable */
-    double outputs = (double)sw_box_volume(&box);
-    double points = outputs * (double)reduction_volume(op) / (double)c->rdeg;
-    double flops = points * op->flops_per_point + outputs * op->flops_per_output;
-    double elements = outputs;
-    for (int k = 0; k < op->ninputs; k++) {
-        sw_box region;
-        if (sw_worker_region(op, c, w, k, &region)) {
-            elements += (double)sw_box_volume(&region);
-        }
-    }
-    return fmax(flops / p->dev_flops[dev], elements * p->bytes_per_element / p->dev_membw[dev]);
-}
-
-double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
-    const int32_t *devs = config_devices(p, c);
-    double worst = 0.0;
-    for (int w = 0; w < c->nworkers; w++) {
-        double t = sw_worker_time(p, opi, c, w, devs[w]);
-        if (t > worst) {
-            worst = t;
-        }
-    }
-    return worst * p->backward_factor;
-}
-
 static double route_bw(const sw_problem *p, int from, int to) { return p->bw[(size_t)from * p->ndev + to]; }
-
-/* Time and bytes to synchronize one group of replicas holding `bytes` each. */
-static void sync_group(const sw_problem *p, const int32_t *devs, const int *members, int r, double bytes,
-                       double *time, double *moved) {
-    if (r < 2 || bytes <= 0) {
-        return;
-    }
-    if (p->sync_model == SW_SYNC_RING) {
-        double slowest = INFINITY;
-        for (int m = 0; m < r; m++) {
-            double b = route_bw(p, devs[members[m]], devs[members[(m + 1) % r]]);
-            if (b < slowest) {
-                slowest = b;
-            }
-        }
-        *time += SYNC_DIRECTIONS * (r - 1) / (double)r * bytes / slowest;
-        *moved += SYNC_DIRECTIONS * (r - 1) * bytes;
-        return;
-    }
-    int server = devs[members[0]];
-    for (int m = 1; m < r; m++) {
-        *time += SYNC_DIRECTIONS * bytes / route_bw(p, devs[members[m]], server);
-        *moved += SYNC_DIRECTIONS * bytes;
-    }
-}
-
-/* Partition-n-reduce: in each reduction group every non-owner sends its partial
- * output block to the owner (forward) and receives the block's gradient back
- * (backward), 2 * block bytes over its route, serially as in Eq. 1. */
-static void reduce_partial_outputs(const sw_problem *p, const sw_op *op, const sw_config *c, double *time,
-                                   double *bytes) {
-    if (c->rdeg < 2) {
-        return;
-    }
-    const int32_t *devs = config_devices(p, c);
-    for (int w = 0; w < c->nworkers; w++) {
-        if (sw_is_owner(c, w)) {
-            continue;
-        }
-        sw_box box;
-        sw_worker_box(op, c, w, &box);
-        double block = (double)sw_box_volume(&box) * p->bytes_per_element;
-        int owner = devs[w - w % c->rdeg];
-        *time += SYNC_DIRECTIONS * block / route_bw(p, devs[w], owner);
-        *bytes += SYNC_DIRECTIONS * block;
-    }
-}
-
-void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time, double *bytes) {
-    const sw_op *op = &p->ops[opi];
-    const int32_t *devs = config_devices(p, c);
-    *time = 0.0;
-    *bytes = 0.0;
-    int k = c->nworkers;
-    if (k < 2) {
-        return;
-    }
-    sw_box *regions = malloc(sizeof *regions * (size_t)k);
-    int *members = malloc(sizeof *members * (size_t)k);
-    char *done = malloc((size_t)k);
-    if (!regions || !members || !done) {
-        *time = INFINITY;  /* cannot happen for sane sizes; makes the config unattractive */
-        goto out;
-    }
-    for (int slot = 0; slot < op->ninputs; slot++) {
-        if (op->inputs[slot].role == SW_ROLE_DATA) {
-            continue;
-        }
-        memset(done, 0, (size_t)k);
-        for (int w = 0; w < k; w++) {
-            done[w] = (char)!sw_worker_region(op, c, w, slot, &regions[w]);  /* reads none: no replica */
-        }
-        for (int w = 0; w < k; w++) {
-            if (done[w]) {
-                continue;
-            }
-            int r = 0;
-            for (int v = w; v < k; v++) {
-                if (!done[v] && sw_box_equal(&regions[w], &regions[v])) {
-                    done[v] = 1;
-                    members[r++] = v;
-                }
-            }
-            double slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
-            /* statistics are exchanged twice per iteration: forward (sums of x, x^2)
-             * and backward (sums of dy, dy * xhat); parameters once */
-            int rounds = op->inputs[slot].role == SW_ROLE_STAT ? 2 : 1;
-            for (int round = 0; round < rounds; round++) {
-                sync_group(p, devs, members, r, slice, time, bytes);
-            }
-        }
-    }
-    reduce_partial_outputs(p, op, c, time, bytes);
-out:
-    free(regions);
-    free(members);
-    free(done);
-}
 
 /* Transfer tables.  A configuration is a partition (its degrees) placed on
  * devices.  The volumes destination worker w needs from source worker s depend
@@ -226,7 +74,7 @@ static sw_status partition_overlaps(const sw_box *regions, const char *used, int
     return SW_OK;
 }
 
-static int same_partition(const sw_config *a, const sw_config *b) {
+int sw_same_partition(const sw_config *a, const sw_config *b) {
     if (a->nworkers != b->nworkers || a->rvar != b->rvar || a->rdeg != b->rdeg) {
         return 0;
     }
@@ -241,15 +89,28 @@ static int same_partition(const sw_config *a, const sw_config *b) {
 /* End (exclusive) of the run of configurations from `c` that share c's partition. */
 static int partition_end(const sw_op *op, int c) {
     int e = c + 1;
-    while (e < op->ncfg && same_partition(&op->cfgs[c], &op->cfgs[e])) {
+    while (e < op->ncfg && sw_same_partition(&op->cfgs[c], &op->cfgs[e])) {
         e++;
     }
     return e;
 }
 
+/* Every configuration of op on a contiguous range of devices (as enumerated)? */
+static int all_contiguous(const sw_problem *p, const sw_op *op) {
+    for (int c = 0; c < op->ncfg; c++) {
+        if (sw_config_first_device(p, &op->cfgs[c]) < 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
     const sw_op *dst = &p->ops[consumer];
     const sw_op *src = &p->ops[p->ops[consumer].inputs[slot].producer];
+    if (p->node_size > 0 && all_contiguous(p, dst) && all_contiguous(p, src)) {
+        return sw_transfer_table_placed(p, consumer, slot, time, bytes);   /* uniform nodes: counting */
+    }
     int nj = dst->ncfg, nd = p->ndev;
     /* seconds per element from device a to device b, both directions counted */
     double *sec = malloc(sizeof(double) * (size_t)nd * (size_t)nd);
@@ -285,8 +146,9 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = partition_end(dst, cj0)) {
         int cj1 = partition_end(dst, cj0);
         const sw_config *part = &dst->cfgs[cj0];
-        for (int w = 0; w < part->nworkers; w++) {
-            used[w] = (char)sw_worker_region(dst, part, w, slot, &regions[w]);
+        s = sw_config_regions(dst, part, slot, regions, used);
+        if (s != SW_OK) {
+            break;
         }
         for (int ci0 = 0; ci0 < src->ncfg; ci0 = partition_end(src, ci0)) {
             int ci1 = partition_end(src, ci0);
@@ -321,43 +183,6 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     free(block);
     free(piece);
     return s;
-}
-
-void sw_problem_reset_tables(sw_problem *p);
-
-static sw_status alloc_node_tables(sw_problem *p) {
-    int n = p->nops;
-    sw_tables *t = &p->tables;
-    t->nnodes = n;
-    t->ncfg = calloc((size_t)n, sizeof *t->ncfg);
-    t->node_cost = calloc((size_t)n, sizeof *t->node_cost);
-    p->tc = calloc((size_t)n, sizeof *p->tc);
-    p->ts = calloc((size_t)n, sizeof *p->ts);
-    p->sync_bytes = calloc((size_t)n, sizeof *p->sync_bytes);
-    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
-    }
-    for (int i = 0; i < n; i++) {
-        int c = p->ops[i].ncfg;
-        if (c < 1) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d has no configurations; enumerate first", i);
-        }
-        t->ncfg[i] = c;
-        t->node_cost[i] = malloc(sizeof(double) * (size_t)c);
-        p->tc[i] = malloc(sizeof(double) * (size_t)c);
-        p->ts[i] = malloc(sizeof(double) * (size_t)c);
-        p->sync_bytes[i] = malloc(sizeof(double) * (size_t)c);
-        if (!t->node_cost[i] || !p->tc[i] || !p->ts[i] || !p->sync_bytes[i]) {
-            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
-        }
-        for (int k = 0; k < c; k++) {
-            const sw_config *cfg = &p->ops[i].cfgs[k];
-            p->tc[i][k] = sw_compute_time(p, i, cfg);
-            sw_sync_cost(p, i, cfg, &p->ts[i][k], &p->sync_bytes[i][k]);
-            t->node_cost[i][k] = p->tc[i][k] + p->ts[i][k];
-        }
-    }
-    return SW_OK;
 }
 
 /* ---- sharing tables between edges with the same signature ----
@@ -444,67 +269,22 @@ typedef struct {
     int edge;
 } signature;
 
-/* ---- filling the distinct tables on several threads ----
+/* ---- filling the distinct tables on several threads (parallel.c) ----
  * Each table is written by one thread only; the problem is read-only here. */
 typedef struct {
     sw_problem *p;
-    const int *todo;
-    int ntodo;
-    atomic_int next;
-    atomic_int failed;
-    sw_status status;         /* first failure, with its message copied out of */
-    char message[512];        /* the failing thread's thread-local error */
-    pthread_mutex_t lock;
+    const int *todo;   /* edges whose tables are filled (their twins share them) */
 } table_work;
 
-static void *table_worker(void *arg) {
-    table_work *wk = arg;
-    for (;;) {
-        int q = atomic_fetch_add(&wk->next, 1);
-        if (q >= wk->ntodo || atomic_load(&wk->failed)) {
-            break;
-        }
-        sw_edge_table *e = &wk->p->tables.edges[wk->todo[q]];
-        sw_status s = sw_transfer_table(wk->p, e->dst, wk->p->edge_consumer_slot[wk->todo[q]], e->time, e->bytes);
-        atomic_fetch_add(&wk->p->progress_done, 1);
-        if (s != SW_OK) {
-            pthread_mutex_lock(&wk->lock);
-            if (!atomic_load(&wk->failed)) {
-                wk->status = s;
-                snprintf(wk->message, sizeof wk->message, "%s", sw_last_error());
-                atomic_store(&wk->failed, 1);
-            }
-            pthread_mutex_unlock(&wk->lock);
-        }
-    }
-    return NULL;
-}
-
-static sw_status fill_tables_parallel(sw_problem *p, const int *todo, int ntodo) {
-    table_work wk = {.p = p, .todo = todo, .ntodo = ntodo, .status = SW_OK};
-    atomic_init(&wk.next, 0);
-    atomic_init(&wk.failed, 0);
-    pthread_mutex_init(&wk.lock, NULL);
-    int nthreads = p->threads < 1 ? 1 : p->threads;
-    if (nthreads > ntodo) {
-        nthreads = ntodo > 0 ? ntodo : 1;
-    }
-    pthread_t tids[64];
-    int started = 0;
-    for (int k = 1; k < nthreads && k < 64; k++) {  /* this thread is worker 0 */
-        if (pthread_create(&tids[started], NULL, table_worker, &wk) == 0) {
-            started++;
-        }
-    }
-    table_worker(&wk);
-    for (int k = 0; k < started; k++) {
-        pthread_join(tids[k], NULL);
-    }
-    pthread_mutex_destroy(&wk.lock);
-    if (atomic_load(&wk.failed)) {
-        return SW_FAIL(wk.status, "%s", wk.message);
-    }
-    return SW_OK;
+static sw_status fill_one(void *ctx, int q) {
+    table_work *wk = ctx;
+    sw_problem *p = wk->p;
+    sw_edge_table *e = &p->tables.edges[wk->todo[q]];
+    int slot = p->edge_consumer_slot[wk->todo[q]];
+    sw_status s = p->bound_tables ? sw_transfer_bound_table(p, e->dst, slot, p->bound_bw, e->time)
+                                  : sw_transfer_table(p, e->dst, slot, e->time, e->bytes);
+    atomic_fetch_add(&p->progress_done, 1);
+    return s;
 }
 
 static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
@@ -581,7 +361,8 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
         }
         atomic_store(&p->progress_done, 0);
         atomic_store(&p->progress_total, nseen);
-        s = fill_tables_parallel(p, todo, nseen);
+        table_work wk = {p, todo};
+        s = sw_parallel_for(nseen, p->threads, fill_one, &wk);
         free(todo);
     }
 done:
@@ -592,7 +373,11 @@ done:
 
 sw_status sw_problem_build_tables(sw_problem *p, int with_bytes) {
     sw_problem_reset_tables(p);
-    sw_status s = alloc_node_tables(p);
+    if (p->bound_tables) {
+        with_bytes = 0;
+        p->bound_bw = sw_fastest_route(p);
+    }
+    sw_status s = sw_problem_build_node_tables(p);
     if (s == SW_OK) {
         s = alloc_edge_tables(p, with_bytes);
     }

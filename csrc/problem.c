@@ -171,6 +171,7 @@ sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len
     memcpy(p->dev_flops, dev_flops, sizeof(double) * (size_t)ndev);
     memcpy(p->dev_membw, dev_membw, sizeof(double) * (size_t)ndev);
     memcpy(p->bw, bw, sizeof(double) * (size_t)ndev * (size_t)ndev);
+    sw_problem_detect_nodes(p);
     for (int i = 0; i < p->nops; i++) {
         sw_status s = decode_op(&r, p, i, flops);
         if (s != SW_OK) {

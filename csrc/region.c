@@ -9,6 +9,9 @@
  * and the symbolic interval analysis of seed 004 section 3.2 behind
  * shardwise.strategies_of).
  */
+#include <stdlib.h>  /* malloc, calloc, free */
+#include <string.h>  /* memset */
+
 #include "shardwise.h"
 
 int64_t sw_box_volume(const sw_box *b) {
@@ -57,6 +60,13 @@ static void expr_interval(const sw_index_expr *e, int nvars, const int64_t *vlo,
             b += c * vlo[v];
         }
     }
+    sw_expr_finish(e, &a, &b);
+    *lo = a;
+    *hi = b;
+}
+
+void sw_expr_finish(const sw_index_expr *e, int64_t *lo, int64_t *hi) {
+    int64_t a = *lo, b = *hi;
     if (e->div > 1) {
         a = floor_div(a, e->div);
         b = floor_div(b, e->div);
@@ -256,4 +266,229 @@ int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, in
         }
         cur[m]++;
     }
+}
+
+/* ---- the regions of every worker of a configuration at once ----
+ * sw_worker_region for w = 0 .. k-1, without redoing per worker what depends on
+ * one coordinate only.  An index expression is linear in the iteration
+ * variables, so the ends of its interval over a box are a constant (from the
+ * variables that are not split) plus one term per split variable, looked up by
+ * that variable's coordinate; division, modulo and clipping to the input then
+ * run per worker exactly as sw_iteration_region does, so the boxes are the same.
+ * Shapes: nsplit split coordinates (output dims of degree > 1, then the reduction
+ * part), coordinate q taking count[q] values; terms are [dim][first[q] + x]. */
+typedef struct {
+    int nsplit, split_var[SW_MAX_VARS], coord_of_var[SW_MAX_VARS];
+    int64_t count[SW_MAX_VARS], first[SW_MAX_VARS + 1], cells;
+    int64_t *ta, *tb;          /* [d * cells + first[q] + x]: the variable's part of both ends */
+    char *hole;                /* [first[q] + x]: the coordinate's range misses the window */
+    int64_t ca[SW_MAX_RANK], cb[SW_MAX_RANK];   /* the ends' constant parts */
+    int empty_always;          /* a variable not split misses the window */
+    int uses_rvar, rq;         /* the input reads the split reduction; its coordinate or -1 */
+} prepared;
+
+static void prepared_free(prepared *pr) {
+    free(pr->ta);
+    free(pr->tb);
+    free(pr->hole);
+}
+
+static sw_status prepare(const sw_op *op, const sw_config *c, int slot, prepared *pr) {
+    const sw_input *in = &op->inputs[slot];
+    int R = op->out_rank, rank = in->rank;
+    pr->nsplit = 0;
+    for (int v = 0; v < op->nvars; v++) {   /* worker-index order: output dims, then the reduction part */
+        int64_t n = v < R ? c->deg[v] : v == c->rvar ? c->rdeg : 1;
+        pr->coord_of_var[v] = -1;
+        if (n > 1) {
+            pr->coord_of_var[v] = pr->nsplit;
+            pr->split_var[pr->nsplit] = v;
+            pr->count[pr->nsplit++] = n;
+        }
+    }
+    pr->first[0] = 0;
+    for (int q = 0; q < pr->nsplit; q++) {
+        pr->first[q + 1] = pr->first[q] + pr->count[q];
+    }
+    int64_t cells = pr->cells = pr->first[pr->nsplit] > 0 ? pr->first[pr->nsplit] : 1;
+    pr->ta = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
+    pr->tb = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
+    pr->hole = calloc((size_t)cells, 1);
+    if (!pr->ta || !pr->tb || !pr->hole) {
+        prepared_free(pr);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    pr->empty_always = 0;
+    for (int d = 0; d < rank; d++) {
+        pr->ca[d] = pr->cb[d] = in->expr[d].offset;
+    }
+    for (int v = 0; v < op->nvars; v++) {
+        int q = pr->coord_of_var[v];
+        int64_t n = q < 0 ? 1 : pr->count[q], len = op->extent[v] / n;
+        for (int64_t x = 0; x < n; x++) {
+            int64_t lo = x * len, hi = lo + len;   /* as sw_worker_iteration_box */
+            if (v < R && in->has_window) {
+                lo = in->win_lo[v] > lo ? in->win_lo[v] : lo;
+                hi = in->win_hi[v] < hi ? in->win_hi[v] : hi;
+            }
+            if (hi <= lo) {
+                if (q < 0) {
+                    pr->empty_always = 1;
+                } else {
+                    pr->hole[pr->first[q] + x] = 1;
+                }
+                continue;
+            }
+            for (int d = 0; d < rank; d++) {   /* this variable's part of both interval ends */
+                int64_t cf = in->expr[d].coef[v];
+                int64_t pa = cf > 0 ? cf * lo : cf < 0 ? cf * (hi - 1) : 0;
+                int64_t pb = cf > 0 ? cf * (hi - 1) : cf < 0 ? cf * lo : 0;
+                if (q < 0) {
+                    pr->ca[d] += pa;
+                    pr->cb[d] += pb;
+                } else {
+                    pr->ta[(size_t)d * cells + pr->first[q] + x] = pa;
+                    pr->tb[(size_t)d * cells + pr->first[q] + x] = pb;
+                }
+            }
+        }
+    }
+    pr->uses_rvar = 0;
+    for (int d = 0; c->rvar >= 0 && d < rank; d++) {
+        pr->uses_rvar |= in->expr[d].coef[c->rvar] != 0;
+    }
+    pr->rq = c->rvar >= 0 ? pr->coord_of_var[c->rvar] : -1;
+    return SW_OK;
+}
+
+/* Clip a finished interval [a, b] to the input dimension of size n (padding reads nothing). */
+static void clip(int64_t n, int64_t *a, int64_t *b) {
+    *a = *a < 0 ? 0 : *a;
+    *b = *b > n - 1 ? n - 1 : *b;
+}
+
+sw_status sw_config_regions(const sw_op *op, const sw_config *c, int slot, sw_box *regions, char *used) {
+    const sw_input *in = &op->inputs[slot];
+    int k = c->nworkers, rank = in->rank;
+    prepared pr;
+    SW_TRY(prepare(op, c, slot, &pr));
+    int64_t coord[SW_MAX_VARS] = {0};
+    for (int w = 0; w < k; w++) {
+        sw_box *r = &regions[w];
+        r->rank = rank;
+        int empty = pr.empty_always || (pr.rq >= 0 && coord[pr.rq] != 0 && !pr.uses_rvar);   /* non-owners */
+        for (int q = 0; q < pr.nsplit && !empty; q++) {
+            empty = pr.hole[pr.first[q] + coord[q]];
+        }
+        int nonempty = !empty;
+        for (int d = 0; d < rank; d++) {
+            if (empty) {
+                r->lo[d] = r->hi[d] = 0;
+                continue;
+            }
+            const sw_index_expr *e = &in->expr[d];
+            int64_t a = pr.ca[d], b = pr.cb[d];
+            for (int q = 0; q < pr.nsplit; q++) {
+                if (e->coef[pr.split_var[q]] != 0) {
+                    a += pr.ta[(size_t)d * pr.cells + pr.first[q] + coord[q]];
+                    b += pr.tb[(size_t)d * pr.cells + pr.first[q] + coord[q]];
+                }
+            }
+            sw_expr_finish(e, &a, &b);
+            clip(in->shape[d], &a, &b);
+            r->lo[d] = a;
+            r->hi[d] = b + 1;
+            if (b < a) {
+                r->hi[d] = r->lo[d];
+                nonempty = 0;
+            }
+        }
+        used[w] = (char)nonempty;
+        for (int q = pr.nsplit - 1; q >= 0; q--) {   /* next worker: the last coordinate is fastest */
+            if (++coord[q] < pr.count[q]) {
+                break;
+            }
+            coord[q] = 0;
+        }
+    }
+    prepared_free(&pr);
+    return SW_OK;
+}
+
+/* ---- region sizes as products over coordinates ----
+ * When each dimension of the input depends on at most one split coordinate, the
+ * volume of worker w's region is constant x prod_q factor_q(x_q): the sizes of all
+ * k workers from sum_q count[q] numbers.  Sums over workers factor the same way. */
+sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot, sw_region_factors *f) {
+    const sw_input *in = &op->inputs[slot];
+    int rank = in->rank;
+    prepared pr;
+    memset(f, 0, sizeof *f);
+    SW_TRY(prepare(op, c, slot, &pr));
+    f->nsplit = pr.nsplit;
+    f->rank = rank;
+    f->separable = 1;
+    for (int q = 0; q <= pr.nsplit; q++) {
+        f->first[q] = pr.first[q];
+    }
+    for (int q = 0; q < pr.nsplit; q++) {
+        f->count[q] = pr.count[q];
+    }
+    for (int d = 0; d < rank; d++) {
+        f->dim_coord[d] = -1;
+        for (int q = 0; q < pr.nsplit; q++) {
+            if (in->expr[d].coef[pr.split_var[q]] != 0) {
+                f->separable &= f->dim_coord[d] < 0;
+                f->dim_coord[d] = q;
+            }
+        }
+    }
+    f->factor = malloc(sizeof(double) * (size_t)pr.cells);
+    f->extent = malloc(sizeof(int64_t) * (size_t)(pr.cells * rank + 1));
+    if (!f->factor || !f->extent) {
+        prepared_free(&pr);
+        sw_region_factors_free(f);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    f->constant = pr.empty_always ? 0.0 : 1.0;
+    for (int d = 0; d < rank && f->separable; d++) {
+        if (f->dim_coord[d] >= 0) {
+            continue;
+        }
+        int64_t a = pr.ca[d], b = pr.cb[d];
+        sw_expr_finish(&in->expr[d], &a, &b);
+        clip(in->shape[d], &a, &b);
+        f->const_len[d] = b >= a ? b - a + 1 : 0;
+        f->constant *= (double)f->const_len[d];
+    }
+    for (int q = 0; q < pr.nsplit && f->separable; q++) {
+        for (int64_t x = 0; x < pr.count[q]; x++) {
+            int64_t cell = pr.first[q] + x;
+            int skip = pr.hole[cell] || (q == pr.rq && x != 0 && !pr.uses_rvar);   /* non-owners */
+            double v = skip ? 0.0 : 1.0;
+            for (int d = 0; d < rank; d++) {
+                if (f->dim_coord[d] != q) {
+                    continue;
+                }
+                int64_t a = pr.ca[d] + pr.ta[(size_t)d * pr.cells + cell];
+                int64_t b = pr.cb[d] + pr.tb[(size_t)d * pr.cells + cell];
+                sw_expr_finish(&in->expr[d], &a, &b);
+                clip(in->shape[d], &a, &b);
+                int64_t len = b >= a ? b - a + 1 : 0;
+                f->extent[(size_t)d * pr.cells + cell] = skip ? 0 : len;
+                v *= (double)len;
+            }
+            f->factor[cell] = v;
+        }
+    }
+    f->cells = pr.cells;
+    prepared_free(&pr);
+    return SW_OK;
+}
+
+void sw_region_factors_free(sw_region_factors *f) {
+    free(f->factor);
+    free(f->extent);
+    f->factor = NULL;
+    f->extent = NULL;
 }

@@ -10,46 +10,16 @@
  * with a single edge in total folds min over its configurations into its
  * neighbour's node cost.  It removes graph inputs and extra sinks, so most
  * networks reduce to one node instead of two.
- * What is left is enumerated exactly (sw_enumerate); undoing the eliminations
- * in reverse order fills in the eliminated nodes (Theorems 1 and 2).
+ * What is left (crossing skips, dense blocks) is solved by variable elimination
+ * (search_ve.c): exact within the bound, else the best plan it finds with a
+ * lower bound.  Undoing the eliminations in reverse order fills in the
+ * eliminated nodes (Theorems 1 and 2).
  */
-#include <math.h>    /* INFINITY */
+#include <math.h>    /* INFINITY, fmin */
 #include <stdlib.h>  /* malloc, calloc, free */
 #include <string.h>  /* memcpy */
 
 #include "search_internal.h"
-
-typedef struct {
-    int src, dst;
-    double *t;     /* table ncfg[src] x ncfg[dst] */
-    int owned;     /* made by an elimination: freed here */
-    int alive;
-} work_edge;
-
-typedef enum { REC_NODE, REC_LEAF_IN, REC_LEAF_OUT } record_kind;
-
-/* What undoing an elimination needs.  The argmin over cj is recomputed for the
- * one (ci, ck) the outer graph chose, O(C) instead of storing C^2 indices; the
- * tables it reads stay alive until the search ends. */
-typedef struct {
-    record_kind kind;
-    int j;             /* the eliminated node */
-    int i, k;          /* REC_NODE: i -> j -> k; leaves: i is the neighbour */
-    const double *a;   /* REC_NODE: table i -> j; leaves: the one edge's table */
-    const double *b;   /* REC_NODE: table j -> k */
-} record;
-
-typedef struct {
-    const sw_tables *t;
-    int n;
-    double **node;          /* working node costs (leaf eliminations add to them) */
-    char *alive;
-    int *indeg, *outdeg;
-    work_edge *edges;
-    int ne, cap;
-    record *recs;
-    int nrec;
-} state;
 
 static sw_status push_edge(state *st, int src, int dst, double *t) {
     if (st->ne == st->cap) {
@@ -71,47 +41,6 @@ static void kill_edge(state *st, int e) {
     st->indeg[st->edges[e].dst]--;
 }
 
-/* AVX2 where the CPU has it, chosen at load time; plain SSE2 otherwise. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define SW_MULTIVERSION __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef SW_MULTIVERSION
-#define SW_MULTIVERSION
-#endif
-
-enum { ROW_BLOCK = 8, COL_BLOCK = 512 };
-
-/* out[ci][ck] = min_cj (nj[cj] + a[ci][cj]) + b[cj][ck]: the min-plus product of
- * Eq. 2.  Blocked over 8 rows of `a` and 512 columns of `b` so that each tile of b
- * is read from memory once per 8 rows instead of once per row (b is up to
- * 850 x 850 doubles for 64 devices, far larger than the caches). */
-SW_MULTIVERSION
-static void minplus(const double *a, const double *nj, const double *b, double *out, int ci_n, int cj_n,
-                    int ck_n) {
-    for (size_t c = 0; c < (size_t)ci_n * (size_t)ck_n; c++) {
-        out[c] = INFINITY;
-    }
-    for (int ci0 = 0; ci0 < ci_n; ci0 += ROW_BLOCK) {
-        int rows = ci_n - ci0 < ROW_BLOCK ? ci_n - ci0 : ROW_BLOCK;
-        for (int ck0 = 0; ck0 < ck_n; ck0 += COL_BLOCK) {
-            int cols = ck_n - ck0 < COL_BLOCK ? ck_n - ck0 : COL_BLOCK;
-            for (int cj = 0; cj < cj_n; cj++) {
-                const double *restrict brow = b + (size_t)cj * ck_n + ck0;
-                for (int r = 0; r < rows; r++) {
-                    double base = nj[cj] + a[(size_t)(ci0 + r) * cj_n + cj];
-                    double *restrict orow = out + (size_t)(ci0 + r) * ck_n + ck0;
-                    for (int c = 0; c < cols; c++) {
-                        double v = base + brow[c];
-                        orow[c] = v < orow[c] ? v : orow[c];
-                    }
-                }
-            }
-        }
-    }
-}
-
 static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     const int *nc = st->t->ncfg;
     int i = st->edges[e1].src, k = st->edges[e2].dst;
@@ -121,7 +50,7 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     const double *a = st->edges[e1].t, *b = st->edges[e2].t, *nj = st->node[j];
-    minplus(a, nj, b, table, ci_n, cj_n, ck_n);
+    sw_minplus(a, nj, b, table, ci_n, cj_n, ck_n, st->t->threads);
     kill_edge(st, e1);
     kill_edge(st, e2);
     st->alive[j] = 0;
@@ -132,7 +61,7 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     }
     st->outdeg[i]++;
     st->indeg[k]++;
-    st->recs[st->nrec++] = (record){REC_NODE, j, i, k, a, b};
+    st->recs[st->nrec++] = (record){REC_NODE, j, i, k, a, b, e1, e2, st->ne - 1};
     return SW_OK;
 }
 
@@ -153,7 +82,7 @@ static sw_status eliminate_leaf(state *st, int j, int e) {
     }
     kill_edge(st, e);
     st->alive[j] = 0;
-    st->recs[st->nrec++] = (record){incoming ? REC_LEAF_IN : REC_LEAF_OUT, j, other, other, t, NULL};
+    st->recs[st->nrec++] = (record){incoming ? REC_LEAF_IN : REC_LEAF_OUT, j, other, other, t, NULL, e, -1, -1};
     return SW_OK;
 }
 
@@ -177,6 +106,7 @@ static sw_status merge_edges(state *st, int e1, int e2) {
     }
     st->outdeg[src]++;
     st->indeg[dst]++;
+    st->recs[st->nrec++] = (record){REC_MERGE, -1, src, dst, NULL, NULL, e1, e2, st->ne - 1};
     return SW_OK;
 }
 
@@ -243,8 +173,7 @@ static sw_status edge_sweep(state *st, sw_search_stats *stats, int *made) {
     return SW_OK;
 }
 
-static sw_status enumerate_residual(state *st, double max_evaluations, int *choice, double *cost,
-                                    sw_search_stats *stats) {
+static sw_status solve_residual(state *st, double max_evaluations, int *choice, sw_search_stats *stats) {
     int *nodes = malloc(sizeof *nodes * (size_t)st->n);
     sw_live_edge *edges = malloc(sizeof *edges * (size_t)(st->ne > 0 ? st->ne : 1));
     if (!nodes || !edges) {
@@ -268,8 +197,14 @@ static sw_status enumerate_residual(state *st, double max_evaluations, int *choi
     stats->residual_nodes = k;
     stats->residual_edges = ne;
     stats->residual_combinations = combos;
-    sw_status s = sw_enumerate(k, nodes, st->t->ncfg, st->node, ne, edges, max_evaluations, choice, cost,
-                               &stats->evaluations, "the residual graph after node and edge elimination");
+    sw_residual_limits lim = {fmin(max_evaluations, SW_MAX_TABLE_ENTRIES), max_evaluations};
+    sw_residual_result res;
+    sw_status s = sw_solve_residual(k, nodes, st->t->ncfg, st->node, ne, edges, &lim, choice, &res);
+    stats->evaluations = res.work;
+    stats->residual_width = res.width;
+    stats->residual_table = res.largest_table;
+    stats->exact = res.exact;
+    stats->lower_bound = res.lower_bound;   /* of the residual problem: eliminations are exact */
     free(nodes);
     free(edges);
     return s;
@@ -301,7 +236,9 @@ static int best_cj(const state *st, const record *rec, const int *choice) {
 
 static void undo(const state *st, int *choice) {
     for (int r = st->nrec - 1; r >= 0; r--) {
-        choice[st->recs[r].j] = best_cj(st, &st->recs[r], choice);
+        if (st->recs[r].kind != REC_MERGE) {
+            choice[st->recs[r].j] = best_cj(st, &st->recs[r], choice);
+        }
     }
 }
 
@@ -332,8 +269,8 @@ static sw_status init_state(state *st, const sw_tables *t) {
     st->alive = malloc(n);
     st->indeg = calloc(n, sizeof *st->indeg);
     st->outdeg = calloc(n, sizeof *st->outdeg);
-    /* each elimination removes at least one edge or node: records <= nodes */
-    st->recs = calloc(n, sizeof *st->recs);
+    /* each elimination removes a node, each merge an edge: records <= nodes + edges */
+    st->recs = calloc(n + (size_t)t->nedges, sizeof *st->recs);
     if (!st->node || !st->alive || !st->indeg || !st->outdeg || !st->recs) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
@@ -359,6 +296,11 @@ static sw_status init_state(state *st, const sw_tables *t) {
 
 sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int *choice, double *cost,
                                 sw_search_stats *stats) {
+    return sw_search_elimination_marginals(t, max_evaluations, choice, cost, stats, NULL);
+}
+
+sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice, double *cost,
+                                          sw_search_stats *stats, double **marginals) {
     sw_search_stats local = {0};
     state st = {0};
     sw_status s = init_state(&st, t);
@@ -377,11 +319,17 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
         }
     }
     if (s == SW_OK) {
-        s = enumerate_residual(&st, max_evaluations, choice, cost, &local);
+        s = solve_residual(&st, max_evaluations, choice, &local);
     }
     if (s == SW_OK) {
         undo(&st, choice);
         *cost = sw_strategy_cost(t, choice);  /* Eq. 1 summed afresh on the original tables */
+        if (local.exact) {
+            local.lower_bound = *cost;
+        }
+    }
+    if (s == SW_OK && marginals) {
+        s = sw_elim_marginals(&st, local.lower_bound, marginals);
     }
     if (stats) {
         *stats = local;

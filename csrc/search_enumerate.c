@@ -1,9 +1,10 @@
 /* search_enumerate.c -- exact enumeration of all strategies of a small graph.
  *
- * Used on the residual graph left by the eliminations (line 14 of Algorithm 1)
- * and, over the whole graph, as the brute-force oracle the tests compare the
- * elimination search with.  Nodes are assigned in the given order; each edge is
- * charged when its later endpoint is assigned.
+ * algorithm="exhaustive": the brute-force oracle the tests compare the
+ * elimination search with (line 14 of Algorithm 1 enumerates the residual graph
+ * this way; shardwise solves it by variable elimination instead, search_ve.c).
+ * Nodes are assigned in the given order; each edge is charged when its later
+ * endpoint is assigned.
  */
 #include <math.h>    /* INFINITY, log10 */
 #include <stdlib.h>  /* calloc, free */
@@ -16,22 +17,24 @@ typedef struct {
 
 sw_status sw_enumerate(int k, const int *nodes, const int *ncfg, double *const *node_cost, int ne,
                        const sw_live_edge *edges, double max_evaluations, int *choice, double *best,
-                       double *evaluations, const char *what) {
+                       double *evaluations, const char *what, const char *hint) {
     *best = INFINITY;
     *evaluations = 0;
     if (k == 0) {
         *best = 0;
         return SW_OK;
     }
-    double combos = 1.0;
+    double log_combos = 0.0;   /* summed as logarithms: the product overflows past 10^308 */
+    int most = 0;
     for (int d = 0; d < k; d++) {
-        combos *= ncfg[nodes[d]];
+        log_combos += log10((double)ncfg[nodes[d]]);
+        most = ncfg[nodes[d]] > most ? ncfg[nodes[d]] : most;
     }
-    if (combos > max_evaluations) {
+    if (log_combos > log10(max_evaluations) + 1e-12) {
         return SW_FAIL(SW_ERR_TOO_LARGE,
-                       "%s has %d ops and about 10^%.1f strategies, more than the limit of %.3g; "
-                       "use algorithm='elimination' or fewer devices",
-                       what, k, log10(combos), max_evaluations);
+                       "%s would try about 10^%.1f strategies (%d ops, up to %d configurations each), more "
+                       "than max_evaluations=%.3g; %s",
+                       what, log_combos, k, most, max_evaluations, hint);
     }
     sw_status s = SW_OK;
     int *depth_of = NULL, *cur = NULL, *best_cur = NULL;
@@ -156,7 +159,9 @@ sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *
     }
     double evals = 0;
     sw_status s = sw_enumerate(t->nnodes, nodes, t->ncfg, t->node_cost, t->nedges, edges, max_evaluations,
-                               choice, cost, &evals, "exhaustive search: the graph");
+                               choice, cost, &evals, "algorithm='exhaustive'",
+                               "pass a larger max_evaluations, or use algorithm='elimination', which finds the "
+                               "same optimum without trying them all");
     if (stats) {
         stats->node_eliminations = stats->edge_eliminations = stats->leaf_eliminations = 0;
         stats->residual_nodes = stats->algorithm1_residual_nodes = t->nnodes;
@@ -167,6 +172,10 @@ sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *
         }
         stats->residual_combinations = combos;
         stats->evaluations = evals;
+        stats->residual_width = 0;
+        stats->residual_table = 0;
+        stats->exact = 1;
+        stats->lower_bound = *cost;
     }
     free(nodes);
     free(edges);

@@ -12,10 +12,12 @@
  *
  *   region.c   the box of an input a worker reads for its output box (halos)
  *   config.c   configurations: a degree per output dimension + a device list
- *   cost.c     t_c (roofline), t_s (parameter server or ring all-reduce) and
- *              t_x (bytes each destination worker needs and does not hold)
- *   search_*.c node / edge elimination (Algorithm 1) and a brute-force oracle,
- *              both over plain cost tables so tests can feed fake ones
+ *   cost_node.c  t_c (roofline) and t_s (parameter server or ring all-reduce)
+ *   cost.c     t_x (bytes each destination worker needs and does not hold) and
+ *              the tables the search reads
+ *   search_*.c node / edge elimination (Algorithm 1), variable elimination of
+ *              what they leave, and a brute-force oracle, all over plain cost
+ *              tables so tests can feed fake ones
  *   taskgraph.c, lower.c  one training iteration of a plan as tasks, buffers
  *              and what every task reads and writes (the only lowering)
  *   memplan.c, memplan_place.c, memplan_check.c  one arena per device:
@@ -144,6 +146,28 @@ static inline int sw_is_owner(const sw_config *c, int w) { return w % c->rdeg ==
  * reduction group only the owner reads the inputs that do not depend on the
  * split variable (a bias: added once, to the summed output). */
 int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_box *region);
+/* sw_worker_region of every worker w of c at once (regions[w], used[w] its return value),
+ * O(rank) per worker: the same boxes. */
+sw_status sw_config_regions(const sw_op *op, const sw_config *c, int slot, sw_box *regions, char *used);
+/* Region sizes of every worker of c as products over the split coordinates (output
+ * dims of degree > 1 in worker order, then the reduction part): when every input
+ * dimension depends on at most one of them (separable), worker w with coordinates x_q
+ * reads constant * prod_q factor[first[q] + x_q] elements (0: it reads nothing), and a
+ * dimension d on coordinate dim_coord[d] has extent[d * cells + first[q] + x_q] there. */
+typedef struct {
+    int nsplit, rank, separable;
+    int64_t count[SW_MAX_VARS], first[SW_MAX_VARS + 1], cells;
+    double constant;                  /* product of the dimensions on no coordinate (0: never read) */
+    int64_t const_len[SW_MAX_RANK];   /* their lengths */
+    int dim_coord[SW_MAX_RANK];       /* the coordinate each dimension depends on, or -1 */
+    double *factor;
+    int64_t *extent;
+} sw_region_factors;
+sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot, sw_region_factors *f);
+void sw_region_factors_free(sw_region_factors *f);
+/* The floor division and modulo of an index expression applied to the ends [lo, hi]
+ * of the linear part's interval (inclusive), as interval arithmetic does. */
+void sw_expr_finish(const sw_index_expr *e, int64_t *lo, int64_t *hi);
 /* Box of input `slot` read by the points of `out_box` (all reductions in full);
  * returns 0 when this input is not read at all (outside its window). */
 int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *region);
@@ -169,18 +193,34 @@ typedef struct {
     int nedges;
     sw_edge_table *edges;
     _Atomic long *progress;   /* if not NULL, incremented per elimination (a progress bar reads it) */
+    int threads;              /* threads for large min-plus products (0 or 1: the calling thread) */
 } sw_tables;
 
 typedef struct {
     int node_eliminations, edge_eliminations, leaf_eliminations;
     int algorithm1_residual_nodes;  /* K of seed 003 Table 2: left by node + edge eliminations */
     int residual_nodes, residual_edges;  /* left after leaf eliminations too */
-    double residual_combinations;   /* product of configuration counts of the residual graph */
-    double evaluations;             /* strategies evaluated by the final enumeration */
+    double residual_combinations;   /* product of configuration counts of the residual graph (may be inf) */
+    double evaluations;             /* exhaustive: strategies evaluated; elimination: min-plus steps of
+                                     * variable elimination on the residual graph */
+    int residual_width;             /* most ops in one table of exact variable elimination (0: none) */
+    double residual_table;          /* entries of its largest table */
+    int exact;                      /* 1: the optimum; 0: above the bound, best plan found + lower bound */
+    double lower_bound;             /* a lower bound of Eq. 1 (the optimum when exact) */
 } sw_search_stats;
 
+/* Algorithm 1 of seed 003 (node, edge, leaf eliminations), then variable elimination
+ * of what is left: exact while that takes at most max_evaluations min-plus steps and
+ * no table above min(max_evaluations, SW_MAX_TABLE_ENTRIES) entries; beyond, the best
+ * plan found with stats->exact = 0 and stats->lower_bound. */
+#define SW_MAX_TABLE_ENTRIES 134217728.0   /* 2^27 doubles: 1 GiB, never more in one table */
 sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int *choice,
                                 double *cost, sw_search_stats *stats);
+/* The same, and marginals[v] (malloc'd, ncfg[v] entries, NULL before) the least Eq. 1 of a
+ * strategy giving node v each configuration: exact when the eliminations left one node,
+ * else lower bounds (search_marginals.c). */
+sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice,
+                                          double *cost, sw_search_stats *stats, double **marginals);
 sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *choice,
                                double *cost, sw_search_stats *stats);
 /* Eq. 1 for one strategy. */
@@ -201,6 +241,14 @@ typedef struct {
     double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
     int threads;              /* threads that build transfer tables (default 1) */
     int reduction_splits;     /* enumerate partition-n-reduce configurations too (default 0) */
+    /* uniform nodes (sw_problem_detect_nodes): devices [n*node_size, (n+1)*node_size) form node n,
+     * bandwidth bw_in between two devices of a node and bw_out otherwise; node_size 0: not so */
+    int node_size;
+    double bw_in, bw_out;
+    /* build lower bounds of t_x valid for every placement instead (cost_bounds.c): the
+     * relaxation whose min-marginals prune large searches; bound_bw the fastest route */
+    int bound_tables;
+    double bound_bw;
     int32_t *dev_pool;
     int64_t pool_len, pool_cap;
     /* filled by sw_problem_build_tables */
@@ -216,14 +264,20 @@ sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len
 void sw_problem_free(sw_problem *p);
 /* Configurations of every op: worker counts from `counts`, every factorization
  * into degrees that divide their dimension, each on the aligned contiguous
- * device blocks [j*k, (j+1)*k). */
-sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts);
+ * device blocks [j*k, (j+1)*k) (first_block_only: on [0, k) alone). */
+sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts, int first_block_only);
 /* Replace the configurations of one op (degrees ncfg x SW_MAX_RANK, reduction
  * splits ncfg x 2 as (rvar or -1, rdeg) or NULL for none, devices ncfg x maxk
  * padded with -1). */
 sw_status sw_problem_set_configs(sw_problem *p, int op, int ncfg, const int32_t *deg, const int32_t *red,
                                  const int32_t *devs, int maxk);
 sw_status sw_problem_build_tables(sw_problem *p, int with_bytes);
+/* Only the node costs (t_c + t_s per configuration): part of sw_problem_build_tables. */
+sw_status sw_problem_build_node_tables(sw_problem *p);
+/* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
+sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);
+/* Free the tables (before building them again). */
+void sw_problem_reset_tables(sw_problem *p);
 
 /* The three terms of Eq. 1 for single configurations. */
 double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
@@ -235,6 +289,24 @@ double sw_worker_time(const sw_problem *p, int op, const sw_config *c, int w, in
 sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t rvar, int32_t rdeg, sw_config *cfg);
 void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time, double *bytes);
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
+/* The same on a machine of uniform nodes when both ops' configurations sit on contiguous
+ * device ranges: counted per consumer worker instead of listed per pair (cost_placed.c). */
+sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
+/* The least t_x of edge (consumer, slot) between producer configuration ci and consumer
+ * configuration cj over their placements on aligned device blocks of their sizes (uniform
+ * nodes only; by symmetry the larger block stays on the first devices, and when the sizes
+ * do not divide each other every pair of blocks is tried). */
+sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out);
+/* Lower bounds of t_x for every pair of configurations (ncfg_src x ncfg_dst), valid
+ * whatever devices they use; bw_max the fastest route (sw_fastest_route). */
+sw_status sw_transfer_bound_table(const sw_problem *p, int consumer, int slot, double bw_max, double *out);
+double sw_fastest_route(const sw_problem *p);
+/* Set node_size, bw_in, bw_out from the bandwidth matrix (node_size 0 when not uniform). */
+void sw_problem_detect_nodes(sw_problem *p);
+/* The first device of c when its devices are first, first + 1, ...; -1 otherwise. */
+int sw_config_first_device(const sw_problem *p, const sw_config *c);
+/* Same degrees and reduction split (the placement may differ). */
+int sw_same_partition(const sw_config *a, const sw_config *b);
 
 /* ---------------------------------------------------------------- task graphs */
 /* One training iteration of a plan as tasks (in a topological order), their

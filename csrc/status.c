@@ -13,8 +13,9 @@ sw_status sw_set_error(sw_status status, const char *file, int line, const char 
     va_start(ap, fmt);
     int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof last_error - 64) {
-        /* file:line helps when a message reaches a bug report. */
+    /* file:line helps when a message reaches a bug report; a refusal (a limit the user
+     * hit and can lift) is not a bug and speaks to the user alone */
+    if (status != SW_ERR_TOO_LARGE && n >= 0 && (size_t)n < sizeof last_error - 64) {
         snprintf(last_error + n, sizeof last_error - (size_t)n, " [%s:%d]", file, line);
     }
     return status;

@@ -200,12 +200,38 @@ def random_dag(draw) -> tuple[int, list[tuple[int, int]]]:
     return n, edges
 
 
+@st.composite
+def crossing_dag(draw) -> tuple[int, list[tuple[int, int]]]:
+    """Adds whose skips cross (c = a + b, d = a + c, e = b + d, ...): node i reads node i-1
+    and one of nodes i-4 .. i-2, so no node has one edge in and one out and no edges are
+    parallel; node and edge elimination stall and leave a residual graph."""
+    n = draw(st.integers(5, 9))
+    edges = [(0, 1), (0, 2)]
+    for i in range(3, n):
+        edges += [(i - 1, i), (draw(st.integers(max(0, i - 4), i - 2)), i)]
+    return n, edges
+
+
+@st.composite
+def dense_dag(draw) -> tuple[int, list[tuple[int, int]]]:
+    """A dense block (every edge i -> j of 4-6 nodes, some left out) between short chains."""
+    before, size, after = draw(st.integers(0, 2)), draw(st.integers(4, 6)), draw(st.integers(0, 2))
+    edges = _chain(before + 1) if before else []
+    block = [(before + i, before + j) for i in range(size) for j in range(i + 1, size)]
+    drop = draw(st.lists(st.sampled_from(block), max_size=2, unique=True))
+    edges += [e for e in block if e not in drop]
+    last = before + size - 1
+    edges += [(last + i, last + i + 1) for i in range(after)]
+    return before + size + after, edges
+
+
 SERIES_PARALLEL = {"chain", "diamond", "residual", "inception", "parallel", "disconnected"}
+RESIDUAL_KINDS = ("crossing", "dense")   # built to stall node and edge elimination
 
 DAG_KINDS = {
     "chain": chain_dag(), "diamond": diamond_dag(), "residual": residual_dag(), "skip": skip_dag(),
     "inception": inception_dag(), "multi": multi_terminal_dag(), "parallel": parallel_edge_dag(),
-    "disconnected": disconnected_dag(), "random": random_dag(),
+    "disconnected": disconnected_dag(), "random": random_dag(), "crossing": crossing_dag(), "dense": dense_dag(),
 }
 
 
@@ -284,9 +310,9 @@ def table_problems(draw, kinds: Sequence[str] = tuple(DAG_KINDS), max_cfg: int =
 # --------------------------------------------------------------------------- real graphs
 
 STEPS = ("conv", "conv_relu", "pool", "relu", "bn", "add_branch", "concat_branch", "residual",
-         "residual_bn", "inception", "side_output", "second_input")
+         "residual_bn", "inception", "side_output", "second_input", "braid")
 STEP_OPS = {"conv": 1, "conv_relu": 1, "pool": 1, "relu": 1, "bn": 1, "add_branch": 3, "concat_branch": 3,
-            "residual": 2, "residual_bn": 3, "inception": 4, "side_output": 1, "second_input": 2}
+            "residual": 2, "residual_bn": 3, "inception": 4, "side_output": 1, "second_input": 2, "braid": 4}
 HEAD_OPS = 3  # flatten, linear, softmax
 
 
@@ -379,6 +405,10 @@ def build_graph(recipe: GraphRecipe, max_ops: int = 8) -> sw.Graph:
             b = g.conv2d(cur, 2 + (p // 3) % 3, kernel=3, padding=1)
             m = g.pool2d(cur, kernel=3, stride=1, padding=1, kind="avg")
             cur = g.concat([a, b, m], axis=1)
+        elif step == "braid":  # adds whose skips cross: leaves a residual graph
+            a, b = g.relu(cur), g.conv2d(cur, cur.shape[1], kernel=1)
+            c = g.add(a, b)
+            cur = g.add(a, c)
         elif step == "side_output":
             g.conv2d(cur, oc, kernel=1)  # a second sink nobody reads
         elif step == "second_input":

@@ -510,6 +510,18 @@ def test_bad_cost_options(g, d4, kw):
     names_all(str(err.value), *kw, "positive")
 
 
+def test_exhaustive_refusal_past_double_range_names_its_size():
+    """10^361 strategies overflow a double; the refusal still says how many (it said "10^inf")."""
+    n, k = 400, 8
+    nodes = [np.arange(k, dtype=float) for _ in range(n)]
+    edges = [(i, i + 1, np.zeros((k, k))) for i in range(n - 1)]
+    with pytest.raises(RuntimeError) as err:
+        _core.search_tables(nodes, edges, "exhaustive", 1e6)
+    text = str(err.value)
+    assert f"10^{n * math.log10(k):.1f} strategies" in text and "400 ops" in text
+    assert "max_evaluations=1e+06" in text and "inf" not in text and ".c:" not in text
+
+
 def test_exhaustive_search_too_large_fails_fast():
     g = sw.models.vgg16(batch=16)
     d = sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100")
@@ -518,22 +530,29 @@ def test_exhaustive_search_too_large_fails_fast():
         sw.search(g, d, algorithm="exhaustive")
     elapsed = time.perf_counter() - start
     assert elapsed < 1.0, f"took {elapsed:.2f} s to refuse"
-    names_all(str(err.value), "exhaustive", "strategies", "limit", "elimination")
+    names_all(str(err.value), "exhaustive", "strategies", "max_evaluations=2e+07", "elimination")
+    assert "inf" not in str(err.value) and ".c:" not in str(err.value)
 
 
-def test_large_residual_graph_is_refused_clearly(d4):
-    """A graph no node/edge/leaf elimination reduces to one node; a tiny limit must refuse it."""
+def test_residual_graph_above_the_bound_warns_with_the_gap():
+    """A graph no node/edge/leaf elimination reduces to one node; below what exact variable
+    elimination needs, the search returns its best plan, says so, gives the gap and the
+    option that lifts the bound."""
     g = sw.Graph("braid")
     x = g.input("x", (4, 4, 4, 4))
     a = g.conv2d(x, 4, kernel=1, name="a")
     b = g.conv2d(x, 4, kernel=1, name="b")
     c = g.add(a, b, name="c")
     g.add(b, c, name="d")
-    plan = sw.search(g, d4)
-    assert plan.search_stats["residual_nodes"] >= 3
-    with pytest.raises(SearchError) as err:
-        sw.search(g, d4, max_evaluations=10)
-    names_all(str(err.value), "residual graph", "strategies", "limit")
+    d8 = sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    plan = sw.search(g, d8)
+    assert plan.search_stats["residual_nodes"] >= 3 and plan.search_stats["exact"]
+    with pytest.warns(sw.SearchWarning) as caught:
+        rough = sw.search(g, d8, max_evaluations=10)
+    names_all(str(caught[0].message), "max_evaluations=10", "lower bound", "above the optimum")
+    assert ".c:" not in str(caught[0].message)
+    s = rough.search_stats
+    assert not s["exact"] and s["lower_bound"] <= plan.cost * (1 + 1e-12) <= rough.cost * (1 + 1e-12)
 
 
 # =========================================================================== Plan.from_dict
@@ -885,6 +904,8 @@ def z(*shape):
     ([z(2, 2)], [], "1-D"),
     ([np.array(["a", "b"])], [], "float64"),
     ([z(2), z(2)], [(0, 1, "table")], "2-D"),
+    ([np.array([0.0, np.nan]), z(2)], [(0, 1, z(2, 2))], "node 0: costs must not be NaN"),
+    ([z(2), z(2)], [(0, 1, np.array([[0.0, 1.0], [np.nan, 2.0]]))], "edge 0: costs must not be NaN"),
 ])
 def test_search_tables_bad_arrays(nodes, edges, word):
     for algorithm in ("elimination", "exhaustive"):

@@ -228,7 +228,14 @@ def test_plan_save_and_load(capsys, tmp_path):
     (["plan", "--model", "lenet5", "--batch", "0"], "batch"),
     (["plan", "--model", "lenet5", "--device-type", "TPU"], "invalid choice"),
     (["plan", "--model", "lenet5", "--algorithm", "greedy"], "invalid choice"),
-    (["plan", "--model", "alexnet", "--devices", "2", "--algorithm", "exhaustive"], "exhaustive search"),
+    (["plan", "--model", "alexnet", "--devices", "2", "--algorithm", "exhaustive"],
+     "--algorithm exhaustive would try about 10^"),
+    (["plan", "--model", "alexnet", "--devices", "2", "--algorithm", "exhaustive"], "than --max-evaluations=2e+07"),
+    (["plan", "--model", "alexnet", "--devices", "2", "--algorithm", "exhaustive", "--max-evaluations", "100"],
+     "than --max-evaluations=100; pass a larger --max-evaluations, or use --algorithm elimination"),
+    (["plan", "--model", "alexnet", "--max-evaluations", "nan"], "--max-evaluations must be a finite number"),
+    (["plan", "--model", "alexnet", "--time-limit", "0"], "--time-limit must be a positive number"),
+    (["plan", "--model", "alexnet", "--max-evaluations", "lots"], "invalid float value"),
     (["plan", "--model", "lenet5", "--devices", "2", "--save", "/nonexistent-dir/p.json"], "cannot write"),
     (["frobnicate"], "invalid choice"),
     ([], "COMMAND"),
@@ -332,3 +339,15 @@ def test_simulate_bad_input_exits_2(capsys, tmp_path):
     code, _, err = run_cli(capsys, "simulate", "--model", "lenet5", "--devices", "2", "--quiet", "--png",
                            str(tmp_path / "missing" / "dir" / "t.png"))
     assert code == 2 and "error:" in err
+
+
+def test_plan_time_limit_prints_the_warning_with_flags(capsys, monkeypatch):
+    """A search stopped by --time-limit prints the plan and one warning line naming the flag."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("shardwise.search"), "SCALE_ABOVE", -1)
+    code, out, err = run_cli(capsys, "plan", "--model", "resnet18", "--batch", "32", "--devices", "2x4",
+                             "--time-limit", "1e-9", "--quiet")
+    assert code == 0 and "estimated iteration" in out
+    lines = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(lines) == 1 and "--time-limit" in lines[0] and "time_limit" not in lines[0]

@@ -2,7 +2,8 @@
  *
  * A thin layer: it converts NumPy arrays to C arrays, calls the core, and maps
  * statuses to exceptions in one place (raise_status).  The GIL is released
- * around table building and search.  One Python Problem owns one sw_problem.
+ * around table building and search (search_py.c).  One Python Problem owns one
+ * sw_problem.
  */
 #include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
 
@@ -38,63 +39,6 @@ PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what) 
     return a;
 }
 
-/* ------------------------------------------------------------------ stats */
-static PyObject *stats_dict(const sw_search_stats *st) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d}", "node_eliminations", st->node_eliminations,
-                         "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
-                         "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
-                         "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
-                         "residual_combinations", st->residual_combinations, "evaluations", st->evaluations);
-}
-
-typedef sw_status (*search_fn)(const sw_tables *, double, int *, double *, sw_search_stats *);
-
-static search_fn pick_search(const char *algorithm) {
-    if (strcmp(algorithm, "elimination") == 0) {
-        return sw_search_elimination;
-    }
-    if (strcmp(algorithm, "exhaustive") == 0) {
-        return sw_search_exhaustive;
-    }
-    PyErr_Format(PyExc_ValueError, "unknown search algorithm '%s'; expected 'elimination' or 'exhaustive'",
-                 algorithm);
-    return NULL;
-}
-
-static int check_limit(double max_evals) {
-    if (!(max_evals >= 1.0) || !isfinite(max_evals)) {  /* NaN fails the first test */
-        PyErr_Format(PyExc_ValueError, "max_evaluations must be a finite number >= 1, got %g", max_evals);
-        return 0;
-    }
-    return 1;
-}
-
-/* Run a search with the GIL released and package (choice, cost, stats). */
-static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals) {
-    npy_intp n = t->nnodes;
-    PyArrayObject *choice = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
-    if (!choice) {
-        return NULL;
-    }
-    int *c = (int *)PyArray_DATA(choice);
-    double cost = 0;
-    sw_search_stats stats = {0};
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = fn(t, max_evals, c, &cost, &stats);
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        Py_DECREF(choice);
-        return sw_py_raise(s);
-    }
-    PyObject *sd = stats_dict(&stats);
-    if (!sd) {
-        Py_DECREF(choice);
-        return NULL;
-    }
-    return Py_BuildValue("(NdN)", choice, cost, sd);
-}
-
 /* ------------------------------------------------------------------ Problem */
 int sw_py_problem_ready(ProblemObject *self) {
     if (!self->p) {
@@ -108,7 +52,7 @@ int sw_py_problem_ready(ProblemObject *self) {
     return 1;
 }
 
-static int check_op(ProblemObject *self, int op) {
+int sw_py_check_op(ProblemObject *self, int op) {
     if (op < 0 || op >= self->p->nops) {
         PyErr_Format(PyExc_IndexError, "op index %d out of range 0..%d", op, self->p->nops - 1);
         return 0;
@@ -206,15 +150,20 @@ static void Problem_dealloc(ProblemObject *self) {
 
 static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"sync_model", "bytes_per_element", "backward_factor", "threads", "reduction_splits",
-                             NULL};
-    int sync = 0, threads = 1, reduction_splits = 0;
+                             "node_structure", NULL};
+    int sync = 0, threads = 1, reduction_splits = 0, node_structure = 1;
     double bpe = 4.0, bf = 3.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|iddip", kwlist, &sync, &bpe, &bf, &threads,
-                                     &reduction_splits) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|iddipp", kwlist, &sync, &bpe, &bf, &threads,
+                                     &reduction_splits, &node_structure) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
     self->p->reduction_splits = reduction_splits;
+    /* node_structure=False: transfers listed pair by pair even on uniform nodes (tests compare) */
+    sw_problem_detect_nodes(self->p);
+    if (!node_structure) {
+        self->p->node_size = 0;
+    }
     if (threads < 1 || threads > 64) {
         PyErr_Format(PyExc_ValueError, "threads must be in 1..64, got %d", threads);
         return NULL;
@@ -234,8 +183,11 @@ static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObje
     Py_RETURN_NONE;
 }
 
-static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
-    if (!sw_py_problem_ready(self)) {
+static PyObject *Problem_enumerate(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"counts", "first_block_only", NULL};
+    PyObject *arg;
+    int first_only = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p", kwlist, &arg, &first_only) || !sw_py_problem_ready(self)) {
         return NULL;
     }
     self->busy = 1;  /* see CONVERTING */
@@ -244,7 +196,7 @@ static PyObject *Problem_enumerate(ProblemObject *self, PyObject *arg) {
     if (!counts) {
         return NULL;
     }
-    sw_status s = sw_problem_enumerate(self->p, PyArray_DATA(counts), (int)PyArray_DIM(counts, 0));
+    sw_status s = sw_problem_enumerate(self->p, PyArray_DATA(counts), (int)PyArray_DIM(counts, 0), first_only);
     Py_DECREF(counts);
     if (s != SW_OK) {
         return sw_py_raise(s);
@@ -256,7 +208,7 @@ static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
     int op;
     PyObject *deg_o, *dev_o, *red_o = Py_None;
     if (!PyArg_ParseTuple(args, "iOO|O", &op, &deg_o, &dev_o, &red_o) || !sw_py_problem_ready(self) ||
-        !check_op(self, op)) {
+        !sw_py_check_op(self, op)) {
         return NULL;
     }
     self->busy = 1;  /* see CONVERTING */
@@ -296,7 +248,7 @@ done:
 /* reductions(op) -> (ncfg, 2) int32: (split reduction variable or -1, its degree) per configuration. */
 static PyObject *Problem_reductions(ProblemObject *self, PyObject *args) {
     int op;
-    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !sw_py_check_op(self, op)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
@@ -315,7 +267,7 @@ static PyObject *Problem_reductions(ProblemObject *self, PyObject *args) {
 
 static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
     int op;
-    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !sw_py_check_op(self, op)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
@@ -344,11 +296,17 @@ static PyObject *Problem_configs(ProblemObject *self, PyObject *args) {
 }
 
 static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"with_bytes", NULL};
-    int with_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &with_bytes) || !sw_py_problem_ready(self)) {
+    static char *kwlist[] = {"with_bytes", "bounds", NULL};
+    int with_bytes = 0, bounds = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp", kwlist, &with_bytes, &bounds) ||
+        !sw_py_problem_ready(self)) {
         return NULL;
     }
+    if (bounds && with_bytes) {
+        PyErr_SetString(PyExc_ValueError, "bound tables have no bytes");
+        return NULL;
+    }
+    self->p->bound_tables = bounds;
     for (int i = 0; i < self->p->nops; i++) {
         if (self->p->ops[i].ncfg < 1) {
             PyErr_Format(PyExc_ValueError, "op %d has no configurations: call enumerate or set_configs first", i);
@@ -367,7 +325,7 @@ static PyObject *Problem_build_tables(ProblemObject *self, PyObject *args, PyObj
     Py_RETURN_NONE;
 }
 
-static int check_tables(ProblemObject *self) {
+int sw_py_tables_ready(ProblemObject *self) {
     if (!sw_py_problem_ready(self)) {
         return 0;
     }
@@ -378,7 +336,7 @@ static int check_tables(ProblemObject *self) {
     return 1;
 }
 
-static PyObject *copy_doubles(const double *src, int ndim, npy_intp *dims) {
+PyObject *sw_py_copy_doubles(const double *src, int ndim, npy_intp *dims) {
     PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(ndim, dims, NPY_FLOAT64);
     if (a) {
         memcpy(PyArray_DATA(a), src, (size_t)PyArray_NBYTES(a));
@@ -388,12 +346,12 @@ static PyObject *copy_doubles(const double *src, int ndim, npy_intp *dims) {
 
 static PyObject *Problem_node_costs(ProblemObject *self, PyObject *args) {
     int op;
-    if (!PyArg_ParseTuple(args, "i", &op) || !check_tables(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_tables_ready(self) || !sw_py_check_op(self, op)) {
         return NULL;
     }
     npy_intp n = self->p->ops[op].ncfg;
-    return Py_BuildValue("(NNN)", copy_doubles(self->p->tc[op], 1, &n), copy_doubles(self->p->ts[op], 1, &n),
-                         copy_doubles(self->p->sync_bytes[op], 1, &n));
+    return Py_BuildValue("(NNN)", sw_py_copy_doubles(self->p->tc[op], 1, &n), sw_py_copy_doubles(self->p->ts[op], 1, &n),
+                         sw_py_copy_doubles(self->p->sync_bytes[op], 1, &n));
 }
 
 /* Read a sequence of n ints into out; a clear TypeError/ValueError otherwise. */
@@ -426,7 +384,7 @@ static int int64_sequence(PyObject *o, int n, int64_t *out, const char *what) {
 static PyObject *Problem_iteration_region(ProblemObject *self, PyObject *args) {
     int op, slot;
     PyObject *lo_o, *hi_o;
-    if (!PyArg_ParseTuple(args, "iiOO", &op, &slot, &lo_o, &hi_o) || !sw_py_problem_ready(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "iiOO", &op, &slot, &lo_o, &hi_o) || !sw_py_problem_ready(self) || !sw_py_check_op(self, op)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
@@ -473,7 +431,7 @@ static PyObject *Problem_iteration_region(ProblemObject *self, PyObject *args) {
 static PyObject *Problem_set_compute_times(ProblemObject *self, PyObject *args) {
     int op;
     PyObject *tc_o;
-    if (!PyArg_ParseTuple(args, "iO", &op, &tc_o) || !check_tables(self) || !check_op(self, op)) {
+    if (!PyArg_ParseTuple(args, "iO", &op, &tc_o) || !sw_py_tables_ready(self) || !sw_py_check_op(self, op)) {
         return NULL;
     }
     self->busy = 1;  /* see CONVERTING */
@@ -506,7 +464,7 @@ static PyObject *Problem_set_compute_times(ProblemObject *self, PyObject *args) 
 }
 
 static PyObject *Problem_edges(ProblemObject *self, PyObject *Py_UNUSED(ignored)) {
-    if (!check_tables(self)) {
+    if (!sw_py_tables_ready(self)) {
         return NULL;
     }
     const sw_tables *t = &self->p->tables;
@@ -524,7 +482,7 @@ static PyObject *Problem_edges(ProblemObject *self, PyObject *Py_UNUSED(ignored)
 
 static PyObject *Problem_edge_table(ProblemObject *self, PyObject *args) {
     int e;
-    if (!PyArg_ParseTuple(args, "i", &e) || !check_tables(self)) {
+    if (!PyArg_ParseTuple(args, "i", &e) || !sw_py_tables_ready(self)) {
         return NULL;
     }
     const sw_tables *t = &self->p->tables;
@@ -533,33 +491,12 @@ static PyObject *Problem_edge_table(ProblemObject *self, PyObject *args) {
         return NULL;
     }
     npy_intp dims[2] = {t->ncfg[t->edges[e].src], t->ncfg[t->edges[e].dst]};
-    PyObject *time = copy_doubles(t->edges[e].time, 2, dims);
+    PyObject *time = sw_py_copy_doubles(t->edges[e].time, 2, dims);
     if (!time) {
         return NULL;
     }
-    PyObject *bytes = t->edges[e].bytes ? copy_doubles(t->edges[e].bytes, 2, dims) : Py_NewRef(Py_None);
+    PyObject *bytes = t->edges[e].bytes ? sw_py_copy_doubles(t->edges[e].bytes, 2, dims) : Py_NewRef(Py_None);
     return Py_BuildValue("(NN)", time, bytes);
-}
-
-static PyObject *Problem_search(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"algorithm", "max_evaluations", NULL};
-    const char *algorithm = "elimination";
-    double max_evals = 1e8;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sd", kwlist, &algorithm, &max_evals) || !check_tables(self)) {
-        return NULL;
-    }
-    search_fn fn = pick_search(algorithm);
-    if (!fn || !check_limit(max_evals)) {
-        return NULL;
-    }
-    self->busy = 1;
-    atomic_store(&self->p->progress_done, 0);
-    atomic_store(&self->p->progress_total, self->p->nops);
-    self->p->tables.progress = &self->p->progress_done;
-    PyObject *r = run_search(&self->p->tables, fn, max_evals);
-    self->p->tables.progress = NULL;
-    self->busy = 0;
-    return r;
 }
 
 /* (done, total) of the build or search running on another thread; safe to call while busy. */
@@ -577,6 +514,13 @@ static PyObject *Problem_get_nops(ProblemObject *self, void *Py_UNUSED(closure))
     return PyLong_FromLong(self->p->nops);
 }
 
+static PyObject *Problem_get_node_size(ProblemObject *self, void *Py_UNUSED(closure)) {
+    if (!sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    return PyLong_FromLong(self->p->node_size);
+}
+
 static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure)) {
     if (!sw_py_problem_ready(self)) {
         return NULL;
@@ -587,16 +531,19 @@ static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure))
 static PyMethodDef Problem_methods[] = {
     {"set_options", (PyCFunction)(void (*)(void))Problem_set_options, METH_VARARGS | METH_KEYWORDS,
      "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1, reduction_splits=False)"},
-    {"enumerate", (PyCFunction)Problem_enumerate, METH_O,
-     "enumerate(counts): configurations of every op for these worker counts"},
+    {"enumerate", (PyCFunction)(void (*)(void))Problem_enumerate, METH_VARARGS | METH_KEYWORDS,
+     "enumerate(counts, first_block_only=False): configurations of every op for these worker counts"},
     {"set_configs", (PyCFunction)Problem_set_configs, METH_VARARGS,
      "set_configs(op, degrees (n, 5) int32, devices (n, maxk) int32 padded with -1, reductions (n, 2) or None)"},
     {"configs", (PyCFunction)Problem_configs, METH_VARARGS, "configs(op) -> (degrees, devices)"},
     {"reductions", (PyCFunction)Problem_reductions, METH_VARARGS,
      "reductions(op) -> (n, 2): (split reduction variable or -1, degree) per configuration"},
     {"build_tables", (PyCFunction)(void (*)(void))Problem_build_tables, METH_VARARGS | METH_KEYWORDS,
-     "build_tables(with_bytes=False): t_c, t_s per configuration and t_x per edge (GIL released)"},
+     "build_tables(with_bytes=False, bounds=False): t_c, t_s per configuration and t_x per edge (bounds: lower "
+     "bounds of t_x valid for any devices), GIL released"},
     {"node_costs", (PyCFunction)Problem_node_costs, METH_VARARGS, "node_costs(op) -> (t_c, t_s, sync bytes)"},
+    {"worker_regions", (PyCFunction)sw_py_problem_worker_regions, METH_VARARGS,
+     "worker_regions(op, config, slot, per_worker=False) -> (lo, hi, used) of every worker's region"},
     {"iteration_region", (PyCFunction)Problem_iteration_region, METH_VARARGS,
      "iteration_region(op, slot, lo, hi) -> (box, exact): input region read by the iteration box [lo, hi)"},
     {"progress", (PyCFunction)Problem_progress, METH_NOARGS,
@@ -605,7 +552,9 @@ static PyMethodDef Problem_methods[] = {
      "set_compute_times(op, t_c): replace the modelled compute times of one op (measured profile)"},
     {"edges", (PyCFunction)Problem_edges, METH_NOARGS, "edges() -> [(producer, consumer, slot)]"},
     {"edge_table", (PyCFunction)Problem_edge_table, METH_VARARGS, "edge_table(e) -> (t_x, bytes or None)"},
-    {"search", (PyCFunction)(void (*)(void))Problem_search, METH_VARARGS | METH_KEYWORDS,
+    {"least_transfer", (PyCFunction)sw_py_problem_least_transfer, METH_VARARGS,
+     "least_transfer(e, ci, cj) -> least t_x between the two configurations over aligned placements"},
+    {"search", (PyCFunction)(void (*)(void))sw_py_problem_search, METH_VARARGS | METH_KEYWORDS,
      "search(algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)"},
     {"worker_times", (PyCFunction)sw_py_problem_worker_times, METH_VARARGS,
      "worker_times(op, degrees, devices) -> roofline seconds of one forward pass of every worker"},
@@ -630,6 +579,9 @@ static PyMethodDef Problem_methods[] = {
 static PyGetSetDef Problem_getset[] = {
     {"nops", (getter)Problem_get_nops, NULL, "number of ops", NULL},
     {"ndev", (getter)Problem_get_ndev, NULL, "number of devices", NULL},
+    {"node_size", (getter)Problem_get_node_size, NULL,
+     "devices per node when the machine is uniform nodes (every pair linked at one bandwidth inside a node and "
+     "one between nodes), else 0", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -649,103 +601,6 @@ static PyType_Spec Problem_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = Problem_slots,
 };
-
-/* ------------------------------------------------------------------ search over raw tables */
-static void free_raw_tables(sw_tables *t) {
-    free(t->ncfg);
-    free(t->node_cost);
-    free(t->edges);
-}
-
-/* search_tables(node_costs: list of 1-D float64, edges: list of (src, dst, 2-D float64), algorithm, max_evals) */
-static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"node_costs", "edges", "algorithm", "max_evaluations", NULL};
-    PyObject *nodes_o, *edges_o;
-    const char *algorithm = "elimination";
-    double max_evals = 1e8;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|sd", kwlist, &nodes_o, &edges_o, &algorithm, &max_evals)) {
-        return NULL;
-    }
-    search_fn fn = pick_search(algorithm);
-    if (!fn || !check_limit(max_evals)) {
-        return NULL;
-    }
-    PyObject *nodes = PySequence_Fast(nodes_o, "node_costs must be a sequence of arrays");
-    PyObject *edges = nodes ? PySequence_Fast(edges_o, "edges must be a sequence of (src, dst, table)") : NULL;
-    if (!edges) {
-        Py_XDECREF(nodes);
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(nodes), ne = PySequence_Fast_GET_SIZE(edges);
-    PyObject *keep = PyList_New(0);  /* owns the converted arrays */
-    sw_tables t = {0};
-    PyObject *result = NULL;
-    if (!keep) {
-        goto done;
-    }
-    if (n < 1 || n > (1 << 20) || ne > (1 << 22)) {
-        PyErr_SetString(PyExc_ValueError, "need between 1 and 2^20 nodes");
-        goto done;
-    }
-    t.nnodes = (int)n;
-    t.ncfg = calloc((size_t)n, sizeof *t.ncfg);
-    t.node_cost = calloc((size_t)n, sizeof *t.node_cost);
-    t.edges = calloc((size_t)(ne > 0 ? ne : 1), sizeof *t.edges);
-    if (!t.ncfg || !t.node_cost || !t.edges) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyArrayObject *a = sw_py_array(PySequence_Fast_GET_ITEM(nodes, i), NPY_FLOAT64, 1, "node cost");
-        if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
-            Py_XDECREF(a);
-            goto done;
-        }
-        Py_DECREF(a);
-        if (PyArray_DIM(a, 0) < 1 || PyArray_DIM(a, 0) > (1 << 20)) {
-            PyErr_Format(PyExc_ValueError, "node %zd needs at least one configuration", i);
-            goto done;
-        }
-        t.ncfg[i] = (int)PyArray_DIM(a, 0);
-        t.node_cost[i] = PyArray_DATA(a);
-    }
-    for (Py_ssize_t e = 0; e < ne; e++) {
-        int src, dst;
-        PyObject *table_o, *item = PySequence_Fast_GET_ITEM(edges, e);
-        if (!PyTuple_Check(item)) {
-            PyErr_Format(PyExc_ValueError, "edge %zd must be a tuple (src, dst, table), got %s", e,
-                         Py_TYPE(item)->tp_name);
-            goto done;
-        }
-        if (!PyArg_ParseTuple(item, "iiO", &src, &dst, &table_o)) {
-            goto done;
-        }
-        if (src < 0 || dst >= n || src >= dst) {
-            PyErr_Format(PyExc_ValueError, "edge %zd (%d -> %d): need 0 <= src < dst < %zd (topological order)", e,
-                         src, dst, n);
-            goto done;
-        }
-        PyArrayObject *a = sw_py_array(table_o, NPY_FLOAT64, 2, "edge table");
-        if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
-            Py_XDECREF(a);
-            goto done;
-        }
-        Py_DECREF(a);
-        if (PyArray_DIM(a, 0) != t.ncfg[src] || PyArray_DIM(a, 1) != t.ncfg[dst]) {
-            PyErr_Format(PyExc_ValueError, "edge %zd table must be %d x %d", e, t.ncfg[src], t.ncfg[dst]);
-            goto done;
-        }
-        t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL, 0};
-        t.nedges++;
-    }
-    result = run_search(&t, fn, max_evals);
-done:
-    free_raw_tables(&t);
-    Py_XDECREF(keep);
-    Py_DECREF(nodes);
-    Py_DECREF(edges);
-    return result;
-}
 
 /* ------------------------------------------------------------------ simulation */
 /* simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan) */
@@ -805,9 +660,6 @@ static PyMethodDef module_methods[] = {
     {"simulate_tasks", (PyCFunction)simulate_tasks, METH_VARARGS,
      "simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan)\n"
      "Event-driven replay: each task holds its resources for its duration, lowest id first."},
-    {"search_tables", (PyCFunction)(void (*)(void))search_tables, METH_VARARGS | METH_KEYWORDS,
-     "search_tables(node_costs, edges, algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)\n"
-     "Search over plain cost tables (edges as (src, dst, table) with src < dst)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -823,7 +675,8 @@ static int module_exec(PyObject *m) {
         return -1;
     }
     if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_simulate(m) < 0 ||
-        sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0) {
+        sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
+        sw_py_register_search(m) < 0) {
         return -1;
     }
     if (sw_py_register_schedule(m) < 0) {

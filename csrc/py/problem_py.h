@@ -6,6 +6,12 @@
 #include <Python.h>  /* PyObject */
 #ifndef NPY_NO_DEPRECATED_API
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.worker_regions */
+int sw_py_register_search(PyObject *module);
+PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_worker_regions(ProblemObject *self, PyObject *args);
+
 #endif
 #include <numpy/arrayobject.h>  /* PyArrayObject; each file imports its own API table */
 
@@ -19,6 +25,12 @@ typedef struct {
 
 /* 1 if self holds a problem no other thread is using; 0 with an exception. */
 int sw_py_problem_ready(ProblemObject *self);
+/* sw_py_problem_ready and the cost tables are built; 0 with an exception. */
+int sw_py_tables_ready(ProblemObject *self);
+/* 1 if op indexes an op of self's problem; 0 with IndexError. */
+int sw_py_check_op(ProblemObject *self, int op);
+/* A new float64 array of shape dims copied from src. */
+PyObject *sw_py_copy_doubles(const double *src, int ndim, npy_intp *dims);
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
 PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what);
 
@@ -57,5 +69,11 @@ int sw_py_register_simulate(PyObject *module);
 PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args);
+
+/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.worker_regions */
+int sw_py_register_search(PyObject *module);
+PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_worker_regions(ProblemObject *self, PyObject *args);
 
 #endif

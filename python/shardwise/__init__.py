@@ -10,17 +10,18 @@ from ._blas import preload_openblas
 
 preload_openblas()
 
-from .errors import (ConfigError, DeviceGraphError, GraphError, PlanFileError, SearchError, ShapeError,
-                     ShardwiseError)
+from .errors import (ConfigError, DeviceGraphError, GraphError, PlanFileError, SearchError, SearchWarning,
+                     ShapeError, ShardwiseError)
 from .graph import Graph, Op, Tensor
 from . import models
 
 __version__ = "0.1.0"
 
 __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
-           "DeviceGraphError", "ConfigError", "SearchError", "PlanFileError", "__version__"]
+           "DeviceGraphError", "ConfigError", "SearchError", "SearchWarning", "PlanFileError",
+           "__version__"]
 
-from .devices import Device, DeviceGraph
+from .devices import MAX_DEVICES, Device, DeviceGraph
 from .plan import LayerCost, OpConfig, Plan, compare_text
 from .problem import CostOptions, worker_counts
 from .costs import ProfileTable
@@ -36,7 +37,7 @@ from .schedule import Schedule, schedule
 from .profile import Profile, ProfileMismatch, profile
 from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
 
-__all__ += ["Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
+__all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "TrainerInUseError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",

@@ -22,13 +22,14 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Callable, Sequence, TextIO
 
 import numpy as np
 
 from . import __version__, models, strategies
 from .devices import DEVICE_PRESETS, DeviceGraph
-from .errors import ShardwiseError
+from .errors import ConfigError, SearchError, SearchWarning, ShardwiseError
 from .plan import Plan
 from .problem import CostOptions, SYNC_MODELS
 from .search import ALGORITHMS, search
@@ -86,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="elimination (exact, default) or exhaustive (brute force, small problems only)")
     p.add_argument("--sync", default="parameter_server", choices=sorted(SYNC_MODELS),
                    help="parameter synchronization model (default: parameter_server)")
+    p.add_argument("--max-evaluations", type=float, default=None, metavar="N",
+                   help="elimination: min-plus steps variable elimination may take on what node and edge "
+                   "elimination leave (default 1e9); exhaustive: strategies it may try (default 2e7)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop a large search after about S seconds with the best plan found so far "
+                   "(a warning gives how far from the optimum it can be); default: no limit")
     p.add_argument("--save", metavar="PATH", help="write the plan as JSON (docs/plan-format.md)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (plan, baselines, search statistics) instead of tables")
@@ -188,13 +195,30 @@ def _note(args: argparse.Namespace, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def _cli_spelling(text: str) -> str:
+    """A search message with the options spelled as command-line flags."""
+    for python, flag in (("max_evaluations", "--max-evaluations"), ("time_limit", "--time-limit"),
+                         ("algorithm='exhaustive'", "--algorithm exhaustive"),
+                         ("algorithm='elimination'", "--algorithm elimination")):
+        text = text.replace(python, flag)
+    return text
+
+
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     graph, devices = _model_and_devices(args)
     batch = graph.ops[0].shape[0]
     options = CostOptions(sync=args.sync)
     _note(args, f"shardwise: {args.model} (batch {batch}, {graph.num_parameters():,} parameters, "
                 f"{len(graph)} ops) on {devices.name} ({len(devices)} devices), {args.algorithm} search")
-    plan = search(graph, devices, args.algorithm, options=options, progress=not args.quiet)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SearchWarning)
+            plan = search(graph, devices, args.algorithm, options=options, progress=not args.quiet,
+                          max_evaluations=args.max_evaluations, time_limit=args.time_limit)
+    except (SearchError, ConfigError) as exc:   # name the options as this command spells them
+        raise type(exc)(_cli_spelling(str(exc))) from None
+    for w in caught:
+        print(f"warning: {_cli_spelling(str(w.message))}", file=sys.stderr, flush=True)
     baselines = strategies.baselines(graph, devices, options)
     if args.save:
         try:

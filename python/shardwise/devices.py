@@ -10,6 +10,12 @@
 Transfers between devices that share no link follow the *widest* route (the
 path whose slowest link is fastest) and run at that slowest link's bandwidth;
 only that bandwidth is kept, not the path itself.
+
+A device graph holds at most :data:`MAX_DEVICES` devices (the planner's limit),
+checked as it is built.  The presets know their structure (identical devices,
+every pair linked, one bandwidth inside a node and one between nodes), so their
+route bandwidths come from the node of each device instead of a search over
+every pair, and their links are listed only when asked for.
 """
 from __future__ import annotations
 
@@ -22,7 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from . import _core
 from .errors import DeviceGraphError
+
+MAX_DEVICES: int = _core.MAX_DEVICES   # the most devices the planner takes (csrc/shardwise.h)
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,32 @@ def _positive(value: Any, what: str) -> float:
     return v
 
 
+def _check_count(count: int, what: str) -> None:
+    """Refuse a device graph larger than the planner takes before building any of it."""
+    if count > MAX_DEVICES:
+        raise DeviceGraphError(f"{what} makes {count} devices; shardwise plans for at most {MAX_DEVICES} "
+                               f"devices (shardwise.MAX_DEVICES)")
+
+
+@dataclass(frozen=True)
+class _Uniform:
+    """The structure of a preset: devices [n * per, (n + 1) * per) form node n, all alike, and
+    every pair is linked, at ``intra`` inside a node and ``inter`` between nodes."""
+
+    per: int
+    intra: float
+    inter: float
+
+    def bandwidth(self, a: int, b: int) -> float:
+        """Of the link between devices a and b."""
+        return self.intra if a // self.per == b // self.per else self.inter
+
+    def direct_is_widest(self, ndev: int) -> bool:
+        """Is every link its pair's widest route?  Not when a node's links are slower than
+        those between nodes and there is another node to go through."""
+        return self.intra >= self.inter or ndev <= self.per
+
+
 class DeviceGraph:
     """Devices and bidirectional (or one-way) links with bandwidths in bytes/s."""
 
@@ -86,7 +121,8 @@ class DeviceGraph:
         self.name = name
         self.devices: list[Device] = []
         self._by_name: dict[str, int] = {}
-        self._links: dict[tuple[int, int], float] = {}
+        self._link_dict: dict[tuple[int, int], float] = {}
+        self._uniform: _Uniform | None = None   # presets: links implied by the structure
         self._routes: np.ndarray | None = None
         self.shared_cores: int | None = None   # set for CPU workers that share a machine's cores
         self.shared_nics: bool = False          # set for clusters: one network adapter per node
@@ -99,12 +135,14 @@ class DeviceGraph:
             raise DeviceGraphError(f"device name must be a non-empty string, got {name!r}")
         if name in self._by_name:
             raise DeviceGraphError(f"a device named {name!r} already exists")
+        _check_count(len(self.devices) + 1, f"adding device {name!r}")
         f = _positive(flops, f"device {name!r} flops")
         m = _positive(memory, f"device {name!r} memory")
         bw = _positive(mem_bandwidth, f"device {name!r} mem_bandwidth") if mem_bandwidth is not None else f * 0.08
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or node < 0:
             raise DeviceGraphError(f"device {name!r}: node must be a non-negative int, got {node!r}")
         dev = Device(len(self.devices), name, f, m, bw, int(node))
+        self._drop_structure()
         self.devices.append(dev)
         self._by_name[name] = dev.index
         self._routes = None
@@ -130,11 +168,26 @@ class DeviceGraph:
         if i == j:
             raise DeviceGraphError(f"a link needs two different devices, got {self.devices[i].name!r} twice")
         bw = _positive(bandwidth, f"bandwidth of link {self.devices[i].name}-{self.devices[j].name}")
-        self._links[(i, j)] = bw
+        self._drop_structure()
+        self._link_dict[(i, j)] = bw
         if bidirectional:
-            self._links[(j, i)] = bw
+            self._link_dict[(j, i)] = bw
         self._routes = None
         self.__dict__.pop("_paths", None)
+
+    @property
+    def _links(self) -> dict[tuple[int, int], float]:
+        """Every directed link; a preset's are listed here on first use (D * (D - 1) entries)."""
+        if self._uniform is not None and not self._link_dict:
+            u, n = self._uniform, len(self.devices)
+            self._link_dict = {(i, j): u.bandwidth(i, j) for i in range(n) for j in range(n) if i != j}
+        return self._link_dict
+
+    def _drop_structure(self) -> None:
+        """A preset changed by hand is an ordinary device graph from then on."""
+        if self._uniform is not None:
+            self._links  # noqa: B018  (lists the preset's links before they stop being implied)
+            self._uniform = None
 
     # ----- presets -------------------------------------------------------------
     @classmethod
@@ -149,6 +202,7 @@ class DeviceGraph:
         for value, what in ((nodes, "nodes"), (devices_per_node, "devices_per_node")):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise DeviceGraphError(f"{what} must be a positive int, got {value!r}")
+        _check_count(nodes * devices_per_node, f"cluster(nodes={nodes}, devices_per_node={devices_per_node})")
         spec = DEVICE_PRESETS[device]
         intra = spec.intra_bandwidth if intra_bandwidth is None else _positive(intra_bandwidth, "intra_bandwidth")
         inter = _positive(inter_bandwidth, "inter_bandwidth")
@@ -156,11 +210,7 @@ class DeviceGraph:
         for n in range(nodes):
             for k in range(devices_per_node):
                 g.add_device(f"n{n}.{device.lower()}-{k}", spec.flops, spec.memory, spec.mem_bandwidth, node=n)
-        count = len(g.devices)
-        for i in range(count):
-            for j in range(i + 1, count):
-                same = g.devices[i].node == g.devices[j].node
-                g.add_link(i, j, intra if same else inter)
+        g._uniform = _Uniform(devices_per_node, intra, inter)   # links: all-to-all, implied
         # every node reaches the network through one adapter: the simulator queues all
         # traffic leaving (entering) a node on its adapter's send (receive) side
         g.shared_nics = nodes > 1
@@ -171,15 +221,14 @@ class DeviceGraph:
         """``workers`` CPU workers on this machine, each with its own memory (nominal figures)."""
         if isinstance(workers, bool) or not isinstance(workers, int) or workers <= 0:
             raise DeviceGraphError(f"workers must be a positive int, got {workers!r}")
+        _check_count(workers, f"cpu({workers})")
         spec = DEVICE_PRESETS["cpu"]
         g = cls(f"cpu x{workers}")
         # the workers share this machine's cores: the simulator queues worker d on core d % cores
         g.shared_cores = min(workers, os.cpu_count() or 1)
         for k in range(workers):
             g.add_device(f"cpu{k}", spec.flops, spec.memory, spec.mem_bandwidth)
-        for i in range(workers):
-            for j in range(i + 1, workers):
-                g.add_link(i, j, spec.intra_bandwidth)
+        g._uniform = _Uniform(workers, spec.intra_bandwidth, spec.intra_bandwidth)   # one node, all-to-all
         return g
 
     @classmethod
@@ -213,18 +262,26 @@ class DeviceGraph:
     def route_bandwidths(self) -> np.ndarray:
         """(D, D) bandwidth of the widest route between every ordered pair of devices.
 
+        Presets: from each device's node.  Links that all run both ways at one bandwidth:
+        merging devices along the fastest links first (Kruskal), where two groups first meet
+        is their widest route.  Otherwise a max-min Floyd-Warshall.
         Raises DeviceGraphError naming two devices with no route between them."""
         if self._routes is not None:
             return self._routes
         n = len(self.devices)
         if n == 0:
             raise DeviceGraphError(f"device graph {self.name!r} has no devices")
-        bw = np.zeros((n, n))
-        for (i, j), b in self._links.items():
-            bw[i, j] = max(bw[i, j], b)
+        if self._uniform is not None:
+            u = self._uniform
+            node = np.arange(n) // u.per
+            # inside a node: the link, or two hops through another node when that is wider
+            within = u.intra if u.direct_is_widest(n) else u.inter
+            bw = np.where(node[:, None] == node[None, :], within, u.inter)
+        elif all(self._link_dict.get((j, i)) == b for (i, j), b in self._link_dict.items()):
+            bw = _widest_symmetric(n, self._link_dict)
+        else:
+            bw = _widest_directed(n, self._link_dict)
         np.fill_diagonal(bw, np.inf)
-        for k in range(n):  # Floyd-Warshall on (max, min): the widest path
-            bw = np.maximum(bw, np.minimum(bw[:, k:k + 1], bw[k:k + 1, :]))
         missing = np.argwhere(bw <= 0)
         if len(missing):
             i, j = missing[0]
@@ -244,6 +301,8 @@ class DeviceGraph:
             return cache[(a, b)]
         if a == b:
             return []
+        if self._uniform is not None and self._uniform.direct_is_widest(len(self.devices)):
+            return [(a, b)]   # every pair is linked and no detour is wider
         adjacency: dict[int, list[tuple[int, float]]] = {}
         for (u, v), bw in self._links.items():
             adjacency.setdefault(u, []).append((v, bw))
@@ -270,15 +329,65 @@ class DeviceGraph:
         return path
 
     def fingerprint(self) -> str:
-        """A hash of devices and links, stamped into plan files."""
-        data = {"devices": [[d.name, d.flops, d.memory, d.mem_bandwidth, d.node] for d in self.devices],
-                "links": sorted([i, j, b] for (i, j), b in self._links.items())}
-        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+        """A hash of devices and links, stamped into plan files: the SHA-256 of
+        ``json.dumps({"devices": [...], "links": sorted([i, j, bandwidth], ...)})``, fed in
+        pieces so that a preset's links are never listed."""
+        h = hashlib.sha256()
+        devices = [[d.name, d.flops, d.memory, d.mem_bandwidth, d.node] for d in self.devices]
+        h.update(('{"devices": ' + json.dumps(devices) + ', "links": [').encode())
+        if self._uniform is not None and not self._link_dict:
+            u, n, first = self._uniform, len(self.devices), True
+            text = {u.intra: json.dumps(u.intra), u.inter: json.dumps(u.inter)}
+            for i in range(n):   # rows in sorted order: by source, then destination
+                rows = ", ".join(f"[{i}, {j}, {text[u.bandwidth(i, j)]}]" for j in range(n) if j != i)
+                if rows:
+                    h.update(((", " if not first else "") + rows).encode())
+                    first = False
+        else:
+            h.update(", ".join(json.dumps([i, j, b]) for i, j, b in
+                               sorted([i, j, b] for (i, j), b in self._links.items())).encode())
+        h.update(b"]}")
+        return h.hexdigest()[:16]
 
     def summary(self) -> str:
         nodes = len({d.node for d in self.devices})
-        return (f"DeviceGraph {self.name!r}: {len(self.devices)} devices on {nodes} node(s), "
-                f"{len(self._links)} directed links")
+        n = len(self.devices)
+        links = n * (n - 1) if self._uniform is not None and not self._link_dict else len(self._link_dict)
+        return (f"DeviceGraph {self.name!r}: {n} devices on {nodes} node(s), {links} directed links")
 
     def __repr__(self) -> str:
         return f"DeviceGraph({self.name!r}, {len(self.devices)} devices)"
+
+
+def _widest_symmetric(n: int, links: dict[tuple[int, int], float]) -> np.ndarray:
+    """Widest-route bandwidths when every link runs both ways at one bandwidth: join groups of
+    devices along links from the fastest down (Kruskal); two groups first meet at the bandwidth
+    of their widest route.  O(L log L + D^2), every entry written once."""
+    bw = np.zeros((n, n))
+    members = [[i] for i in range(n)]
+    group = list(range(n))
+    for (i, j), b in sorted(links.items(), key=lambda item: -item[1]):
+        gi, gj = group[i], group[j]
+        if gi == gj:
+            continue
+        if len(members[gi]) < len(members[gj]):
+            gi, gj = gj, gi
+        a, c = members[gi], members[gj]
+        bw[np.ix_(a, c)] = b
+        bw[np.ix_(c, a)] = b
+        for k in c:
+            group[k] = gi
+        a.extend(c)
+        members[gj] = []
+    return bw
+
+
+def _widest_directed(n: int, links: dict[tuple[int, int], float]) -> np.ndarray:
+    """Widest-route bandwidths over one-way links: Floyd-Warshall on (max, min), O(D^3)."""
+    bw = np.zeros((n, n))
+    for (i, j), b in links.items():
+        bw[i, j] = max(bw[i, j], b)
+    np.fill_diagonal(bw, np.inf)
+    for k in range(n):
+        bw = np.maximum(bw, np.minimum(bw[:, k:k + 1], bw[k:k + 1, :]))
+    return bw

@@ -28,3 +28,8 @@ class SearchError(ShardwiseError, RuntimeError):
 
 class PlanFileError(ShardwiseError, ValueError):
     """A plan file that is malformed or was made for another graph or device graph."""
+
+
+class SearchWarning(UserWarning):
+    """A search returned its best plan without proving it optimal; the message gives the gap
+    to a lower bound and the option that buys the exact optimum."""

@@ -18,14 +18,28 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .devices import DeviceGraph
-from .errors import ConfigError, SearchError
+from .errors import ConfigError, SearchError, SearchWarning
 from .graph import Graph
 from .costs import ComputeCosts, apply_profile
 from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
+from . import search_scale
+
+# above this many configurations on every aligned block, or about this many min-plus steps to
+# eliminate them (the cube of the configuration counts), a machine of identical devices is
+# searched by search_scale (each partition once, pruning, then the placements)
+SCALE_ABOVE = 40_000
+SCALE_WORK = 2e9
+# other machines: above this much memory for the transfer tables of every aligned block, or
+# this many min-plus steps to eliminate them (about 20 s), each partition is placed on the first
+# devices only (with a warning)
+MAX_TABLE_BYTES = 2 * 2**30
+MAX_ELIMINATION_WORK = 4e10
 
 ALGORITHMS = ("elimination", "exhaustive", "tofu")
-DEFAULT_MAX_EVALUATIONS = {"elimination": 1e8, "exhaustive": 2e7}
+# elimination: min-plus steps of variable elimination on the residual graph (about a second
+# per 10^9); exhaustive: strategies tried
+DEFAULT_MAX_EVALUATIONS = {"elimination": 1e9, "exhaustive": 2e7}
 
 
 Progress = Callable[[str, float], None]
@@ -74,11 +88,16 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
            worker_counts_: Sequence[int] | None = None,
            progress: bool | Progress = False, refine: str | None = None, refine_steps: int = 200,
-           refine_seed: int = 0) -> Plan:
+           refine_seed: int = 0, time_limit: float | None = None) -> Plan:
     """Find the strategy minimizing Eq. 1 of seed 003.
 
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
-    eliminations, then enumeration of what is left; exact) or ``"exhaustive"``
+    eliminations, then variable elimination of what is left along a min-fill
+    order; exact while that takes at most ``max_evaluations`` min-plus steps
+    (default 10^9, about a second) with no table above 2^27 entries, i.e. for
+    residual graphs of small treewidth; above that bound it returns the best plan
+    it finds, with ``search_stats["exact"] = False``, the ``lower_bound`` and a
+    :class:`SearchWarning` giving the gap) or ``"exhaustive"``
     (brute force over every strategy; refuses graphs with more than
     ``max_evaluations`` strategies) or ``"tofu"`` (seed 004's partitioning over all of
     ``devices``, minimizing bytes moved rather than Eq. 1: :func:`shardwise.tofu.partition`
@@ -91,6 +110,16 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     (``refine_steps`` proposals, Metropolis acceptance as in FlexFlow's MCMC); the
     result never simulates slower than its seed.  ``progress``: True prints
     each stage's time to stderr, or pass a callable ``(stage, seconds)``.
+
+    The search space: every op's partitions on aligned contiguous blocks of devices
+    (docs/cost-model.md).  On machines of identical devices in uniform nodes (the
+    ``cluster`` and ``cpu`` presets) large searches go in stages that keep the
+    optimum: each partition once, pruning by a relaxation's lower bounds, then a
+    proof that no other placement does better (``search_stats["scale"]``).  On other
+    machines too large to search on every block, each partition sits on the first
+    devices only, with a :class:`SearchWarning`.  ``time_limit``: seconds after which
+    a staged search stops between stages with the best plan found so far, its lower
+    bound and a :class:`SearchWarning`.
     """
     if not isinstance(graph, Graph):
         raise ConfigError(f"search needs a Graph, got {type(graph).__name__}")
@@ -102,6 +131,9 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"unknown refinement {refine!r}; expected None or 'simulate'")
     if isinstance(refine_steps, bool) or not isinstance(refine_steps, int) or refine_steps < 0:
         raise ConfigError(f"refine_steps must be a non-negative int, got {refine_steps!r}")
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not 0 < time_limit < float("inf")):
+        raise ConfigError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     options = options or CostOptions(sync=sync)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
     if algorithm == "tofu":
@@ -120,38 +152,71 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         return now
 
     t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + time_limit
     problem = make_problem(graph, devices, options)
     counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
-    problem.enumerate(np.asarray(counts, dtype=np.int32))
-    t = stage("enumerate configurations", t0)
     live = progress is True
-    if live:
-        _run_live(problem, "building cost tables", problem.build_tables)
+    scale = algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
+    if scale:   # each partition once: is every aligned block worth searching directly?
+        problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+        aligned = _aligned_configurations(problem, len(graph.ops), len(devices))
+        scale = sum(aligned) > SCALE_ABOVE or sum(float(c) ** 3 for c in aligned) > SCALE_WORK
+    profiled = 0
+    if scale:
+        stages = search_scale.Stages(report, deadline, start=t0)
+        result = search_scale.search_symmetric(
+            graph, devices, options, problem, costs, limit, stages,
+            live=lambda p, label, f: _run_live(p, label, f) if live else f())
+        timings.update(stages.timings)
+        searched_cost, stats = result.cost, result.stats
+        stats.update(exact=result.exact, lower_bound=result.lower_bound)
+        chosen = result.chosen
+        rows = [(chosen.deg[i][0], chosen.dev[i][0], chosen.red[i][0]) for i in range(len(graph.ops))]
+        ncfg = [len(problem.configs(op.index)[0]) for op in graph.ops]   # the partitions, enumerated once
+        if not result.exact:
+            _warn_scale(result, searched_cost, len(graph.ops))
     else:
-        problem.build_tables()
-    t = stage("build cost tables (t_c, t_s, t_x)", t)
-    profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
-    if costs is not None:
-        t = stage(f"apply measured costs ({profiled} shards)", t)
-    try:
+        problem.enumerate(np.asarray(counts, dtype=np.int32))
+        if algorithm == "elimination" and _too_large(_configurations(problem, graph), graph):
+            # devices not all interchangeable, and too many configurations to search on every
+            # block: each partition on the first devices only, with a warning
+            problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+            if _too_large(_configurations(problem, graph), graph):
+                raise SearchError(f"{len(devices)} devices: even with each partition on the first devices alone "
+                                  f"the search would need more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost "
+                                  f"tables or {MAX_ELIMINATION_WORK:.0e} min-plus steps; pass worker_counts_ with "
+                                  f"fewer worker counts")
+            _warn_first_devices(len(devices))
+        t = stage("enumerate configurations", t0)
         if live:
-            choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
-                                                     lambda: problem.search(algorithm, limit))
+            _run_live(problem, "building cost tables", problem.build_tables)
         else:
-            choice, searched_cost, stats = problem.search(algorithm, limit)
-    except RuntimeError as exc:
-        raise SearchError(str(exc)) from None
-    stage(f"{algorithm} search", t)
+            problem.build_tables()
+        t = stage("build cost tables (t_c, t_s, t_x)", t)
+        profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
+        if costs is not None:
+            t = stage(f"apply measured costs ({profiled} shards)", t)
+        try:
+            if live:
+                choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
+                                                         lambda: problem.search(algorithm, limit))
+            else:
+                choice, searched_cost, stats = problem.search(algorithm, limit)
+        except RuntimeError as exc:
+            raise SearchError(str(exc)) from None
+        stage(f"{algorithm} search", t)
+        if not stats["exact"]:
+            _warn_gap(stats, searched_cost, limit)
+        rows, ncfg = [], []
+        for op in graph.ops:
+            deg, dev = problem.configs(op.index)
+            k = int(choice[op.index])
+            rows.append((deg[k], dev[k], problem.reductions(op.index)[k]))
+            ncfg.append(len(deg))
     configs = {}
-    ncfg = []
-    for op in graph.ops:
-        deg, dev = problem.configs(op.index)
-        red = problem.reductions(op.index)
-        ncfg.append(len(deg))
-        k = int(choice[op.index])
-        devs = tuple(int(x) for x in dev[k] if x >= 0)
-        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]), devs,
-                                    reduction_config(op, red[k]))
+    for op, (deg, dev, red) in zip(graph.ops, rows):
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg),
+                                    tuple(int(x) for x in dev if x >= 0), reduction_config(op, red))
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
@@ -162,6 +227,55 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         stage(f"refine under the simulator ({refine_steps} proposals)", t)
         plan.search_stats["timings"] = timings
     return plan
+
+
+def _configurations(problem, graph: Graph) -> list[int]:
+    return [len(problem.configs(op.index)[0]) for op in graph.ops]
+
+
+def _too_large(ncfg: list[int], graph: Graph) -> bool:
+    """Would the plain search of ncfg configurations per op take more than MAX_TABLE_BYTES of
+    transfer tables, or about MAX_ELIMINATION_WORK steps (an elimination costs about the cube of
+    the configuration counts)?"""
+    table_bytes = 8.0 * sum(ncfg[src] * ncfg[op.index] for op in graph.ops for src in op.inputs)
+    return table_bytes > MAX_TABLE_BYTES or sum(float(c) ** 3 for c in ncfg) > MAX_ELIMINATION_WORK
+
+
+def _warn_first_devices(ndev: int) -> None:
+    import warnings
+
+    warnings.warn(f"{ndev} devices that are not all interchangeable: searching every aligned block would take "
+                  f"more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost tables or about "
+                  f"{MAX_ELIMINATION_WORK:.0e} min-plus steps, so each partition is placed on the first devices of "
+                  f"the machine only, and the plan is the optimum over those placements", SearchWarning, stacklevel=3)
+
+
+def _aligned_configurations(problem, nops: int, ndev: int) -> list[int]:
+    """Configurations of each op on every aligned block, from the first-block enumeration."""
+    return [int((ndev // (problem.configs(i)[1] >= 0).sum(axis=1)).sum()) for i in range(nops)]
+
+
+def _warn_scale(result, cost: float, nops: int) -> None:
+    import warnings
+
+    bound = result.lower_bound
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    warnings.warn(f"search on {nops} ops: {result.note}; the plan returned is the best found, "
+                  f"{above} (lower bound {bound:.6g} s, plan {cost:.6g} s); a larger time_limit (or none) "
+                  f"lets the search finish", SearchWarning, stacklevel=3)
+
+
+def _warn_gap(stats: dict, cost: float, limit: float) -> None:
+    import warnings
+
+    bound = stats["lower_bound"]
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    warnings.warn(
+        f"the graph left by node, edge and leaf elimination ({stats['residual_nodes']} ops, order width "
+        f"{stats['residual_width']}) needs tables of {stats['residual_table']:.3g} entries to be solved "
+        f"exactly, beyond max_evaluations={limit:.3g} (or the 2^27-entry table bound); the plan returned is the "
+        f"best found, {above} (lower bound {bound:.6g} s, plan {cost:.6g} s); pass a larger max_evaluations "
+        f"for the exact optimum", SearchWarning, stacklevel=3)
 
 
 def _search_tofu(graph: Graph, devices: DeviceGraph, options: CostOptions, costs: ComputeCosts | None,

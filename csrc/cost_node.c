@@ -1,0 +1,382 @@
+/* cost_node.c -- the per-configuration terms of Eq. 1 (seed 003): t_c and t_s.
+ *
+ * t_c(op, c)  compute: per worker, a roofline max(FLOPs / FLOP/s, bytes / memory
+ *             bandwidth) of its shard, times backward_factor (forward + backward,
+ *             3 by default: backward costs about twice the forward); the slowest
+ *             worker sets the time.
+ * t_s(op, c)  parameter synchronization: workers that read the same box of a
+ *             weight (or batchnorm statistics) are replicas of it; statistics
+ *             are exchanged twice (forward and backward), parameters once.  Parameter
+ *             server (default, as in the papers, placed on the first replica's
+ *             device): every other replica pushes its gradient and pulls the
+ *             parameters, 2 * bytes over its route.  Ring all-reduce:
+ *             2 (r-1)/r * bytes over the slowest link of the ring.
+ * Replicas are found by sorting the k workers' boxes (O(k log k)), so 1,024-worker
+ * configurations cost milliseconds, not the seconds of comparing every pair.
+ */
+#include <math.h>    /* INFINITY, fmax */
+#include <stdlib.h>  /* malloc, calloc, free */
+
+#include "shardwise.h"
+
+#define SYNC_DIRECTIONS 2.0   /* gradient push + parameter pull */
+
+static int64_t reduction_volume(const sw_op *op) {
+    int64_t v = 1;
+    for (int k = op->out_rank; k < op->nvars; k++) {
+        v *= op->extent[k];
+    }
+    return v;
+}
+
+static const int32_t *config_devices(const sw_problem *p, const sw_config *c) {
+    return p->dev_pool + c->dev_offset;
+}
+
+double sw_worker_time(const sw_problem *p, int opi, const sw_config *c, int w, int dev) {
+    const sw_op *op = &p->ops[opi];
+    if (op->ninputs == 0) {
+        return 0.0;  /* graph inputs are loaded where they are needed */
+    }
+    sw_box box;
+    sw_worker_box(op, c, w, &box);
+    /* a worker of a reduction group covers 1/rdeg of the split reduction variable */
+    double outputs = (double)sw_box_volume(&box);
+    double points = outputs * (double)reduction_volume(op) / (double)c->rdeg;
+    double flops = points * op->flops_per_point + outputs * op->flops_per_output;
+    double elements = outputs;
+    for (int k = 0; k < op->ninputs; k++) {
+        sw_box region;
+        if (sw_worker_region(op, c, w, k, &region)) {
+            elements += (double)sw_box_volume(&region);
+        }
+    }
+    return fmax(flops / p->dev_flops[dev], elements * p->bytes_per_element / p->dev_membw[dev]);
+}
+
+enum { MAX_CLASSES = 64, MAX_COMBOS = 4096 };
+
+/* The most elements any worker of c touches (outputs + every input region), from the
+ * region factors of each input: per split coordinate, its values fall in a few
+ * classes (those with the same factor for every input: the interior blocks are
+ * alike, the first and last may be clipped), and the workers in a product of classes
+ * touch the same count.  1 if done, 0 when some input is not separable or the classes
+ * are too many (the caller counts worker by worker). */
+static int most_elements(const sw_op *op, const sw_config *c, double outputs, double *most) {
+    int ns = op->ninputs;
+    sw_region_factors *f = calloc((size_t)(ns > 0 ? ns : 1), sizeof *f);
+    int ok = f != NULL, made = 0;
+    for (; ok && made < ns; made++) {
+        ok = sw_config_region_factors(op, c, made, &f[made]) == SW_OK && f[made].separable;
+    }
+    int nsplit = ok && ns > 0 ? f[0].nsplit : 0;
+    int nclass[SW_MAX_VARS] = {0};
+    int64_t rep[SW_MAX_VARS][MAX_CLASSES];   /* a value of each class */
+    double combos = 1;
+    for (int q = 0; ok && q < nsplit; q++) {
+        for (int64_t x = 0; ok && x < f[0].count[q]; x++) {
+            int found = 0;
+            for (int k = 0; k < nclass[q] && !found; k++) {
+                found = 1;
+                for (int sl = 0; sl < ns && found; sl++) {
+                    found = f[sl].factor[f[sl].first[q] + x] == f[sl].factor[f[sl].first[q] + rep[q][k]];
+                }
+            }
+            if (!found) {
+                ok = nclass[q] < MAX_CLASSES;
+                if (ok) {
+                    rep[q][nclass[q]++] = x;
+                }
+            }
+        }
+        combos *= nclass[q];
+        ok = ok && combos <= MAX_COMBOS;
+    }
+    *most = outputs;
+    int idx[SW_MAX_VARS] = {0};
+    while (ok) {   /* every product of classes, as an odometer */
+        double e = outputs;
+        for (int sl = 0; sl < ns; sl++) {
+            double v = f[sl].constant;
+            for (int q = 0; q < nsplit; q++) {
+                v *= f[sl].factor[f[sl].first[q] + rep[q][idx[q]]];
+            }
+            e += v;
+        }
+        *most = e > *most ? e : *most;
+        int q = nsplit - 1;
+        while (q >= 0 && ++idx[q] == nclass[q]) {
+            idx[q--] = 0;
+        }
+        if (q < 0) {
+            break;
+        }
+    }
+    for (int sl = 0; f && sl < made; sl++) {
+        sw_region_factors_free(&f[sl]);
+    }
+    free(f);
+    return ok;
+}
+
+/* The slowest worker's time, the regions of all workers computed at once (the same
+ * sums as sw_worker_time, in the same order). */
+static int compute_time_fast(const sw_problem *p, int opi, const sw_config *c, double *worst) {
+    const sw_op *op = &p->ops[opi];
+    const int32_t *devs = config_devices(p, c);
+    int k = c->nworkers;
+    double *elements = malloc(sizeof(double) * (size_t)k);
+    sw_box *regions = malloc(sizeof *regions * (size_t)k);
+    char *used = malloc((size_t)k);
+    int ok = elements && regions && used;
+    sw_box box;
+    sw_worker_box(op, c, 0, &box);   /* every output block has the same volume */
+    double outputs = (double)sw_box_volume(&box);
+    double points = outputs * (double)reduction_volume(op) / (double)c->rdeg;
+    double flops = points * op->flops_per_point + outputs * op->flops_per_output;
+    int alike = 1;   /* the same device kind everywhere: the most elements set the time */
+    for (int w = 1; w < k && alike; w++) {
+        alike = p->dev_flops[devs[w]] == p->dev_flops[devs[0]] && p->dev_membw[devs[w]] == p->dev_membw[devs[0]];
+    }
+    double most;
+    if (alike && most_elements(op, c, outputs, &most)) {
+        *worst = fmax(flops / p->dev_flops[devs[0]], most * p->bytes_per_element / p->dev_membw[devs[0]]);
+        free(elements);
+        free(regions);
+        free(used);
+        return 1;
+    }
+    for (int w = 0; ok && w < k; w++) {
+        elements[w] = outputs;
+    }
+    for (int slot = 0; ok && slot < op->ninputs; slot++) {
+        ok = sw_config_regions(op, c, slot, regions, used) == SW_OK;
+        for (int w = 0; ok && w < k; w++) {
+            elements[w] += used[w] ? (double)sw_box_volume(&regions[w]) : 0.0;
+        }
+    }
+    *worst = 0.0;
+    for (int w = 0; ok && w < k; w++) {
+        double t = fmax(flops / p->dev_flops[devs[w]], elements[w] * p->bytes_per_element / p->dev_membw[devs[w]]);
+        *worst = t > *worst ? t : *worst;
+    }
+    free(elements);
+    free(regions);
+    free(used);
+    return ok;
+}
+
+double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
+    double worst = 0.0;
+    if (p->ops[opi].ninputs == 0) {
+        return 0.0;   /* graph inputs are loaded where they are needed */
+    }
+    if (!compute_time_fast(p, opi, c, &worst)) {   /* out of memory: one worker at a time */
+        const int32_t *devs = config_devices(p, c);
+        worst = 0.0;
+        for (int w = 0; w < c->nworkers; w++) {
+            double t = sw_worker_time(p, opi, c, w, devs[w]);
+            worst = t > worst ? t : worst;
+        }
+    }
+    return worst * p->backward_factor;
+}
+
+static double route_bw(const sw_problem *p, int from, int to) { return p->bw[(size_t)from * p->ndev + to]; }
+
+/* Time and bytes to synchronize one group of replicas holding `bytes` each. */
+static void sync_group(const sw_problem *p, const int32_t *devs, const int *members, int r, double bytes,
+                       double *time, double *moved) {
+    if (r < 2 || bytes <= 0) {
+        return;
+    }
+    if (p->sync_model == SW_SYNC_RING) {
+        double slowest = INFINITY;
+        for (int m = 0; m < r; m++) {
+            double b = route_bw(p, devs[members[m]], devs[members[(m + 1) % r]]);
+            if (b < slowest) {
+                slowest = b;
+            }
+        }
+        *time += SYNC_DIRECTIONS * (r - 1) / (double)r * bytes / slowest;
+        *moved += SYNC_DIRECTIONS * (r - 1) * bytes;
+        return;
+    }
+    int server = devs[members[0]];
+    for (int m = 1; m < r; m++) {
+        *time += SYNC_DIRECTIONS * bytes / route_bw(p, devs[members[m]], server);
+        *moved += SYNC_DIRECTIONS * bytes;
+    }
+}
+
+/* Partition-n-reduce: in each reduction group every non-owner sends its partial
+ * output block to the owner (forward) and receives the block's gradient back
+ * (backward), 2 * block bytes over its route, serially as in Eq. 1. */
+static void reduce_partial_outputs(const sw_problem *p, const sw_op *op, const sw_config *c, double *time,
+                                   double *bytes) {
+    if (c->rdeg < 2) {
+        return;
+    }
+    const int32_t *devs = config_devices(p, c);
+    for (int w = 0; w < c->nworkers; w++) {
+        if (sw_is_owner(c, w)) {
+            continue;
+        }
+        sw_box box;
+        sw_worker_box(op, c, w, &box);
+        double block = (double)sw_box_volume(&box) * p->bytes_per_element;
+        int owner = devs[w - w % c->rdeg];
+        *time += SYNC_DIRECTIONS * block / route_bw(p, devs[w], owner);
+        *bytes += SYNC_DIRECTIONS * block;
+    }
+}
+
+/* Order of worker indices by (box, worker): equal boxes (replicas) become runs in
+ * ascending worker order.  A merge sort: the C library's qsort has no context. */
+static int box_less(const sw_box *regions, const char *none, int a, int b) {
+    if (none[a] != none[b]) {
+        return none[a] < none[b];
+    }
+    const sw_box *x = &regions[a], *y = &regions[b];
+    for (int d = 0; !none[a] && d < x->rank; d++) {
+        if (x->lo[d] != y->lo[d]) {
+            return x->lo[d] < y->lo[d];
+        }
+        if (x->hi[d] != y->hi[d]) {
+            return x->hi[d] < y->hi[d];
+        }
+    }
+    return a < b;
+}
+
+static void sort_workers(const sw_box *regions, const char *none, int *idx, int *tmp, int n) {
+    for (int width = 1; width < n; width *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * width) {
+            int mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) {
+                tmp[o++] = box_less(regions, none, idx[j], idx[i]) ? idx[j++] : idx[i++];
+            }
+            while (i < mid) {
+                tmp[o++] = idx[i++];
+            }
+            while (j < hi) {
+                tmp[o++] = idx[j++];
+            }
+        }
+        for (int q = 0; q < n; q++) {
+            idx[q] = tmp[q];
+        }
+    }
+}
+
+void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time, double *bytes) {
+    const sw_op *op = &p->ops[opi];
+    const int32_t *devs = config_devices(p, c);
+    *time = 0.0;
+    *bytes = 0.0;
+    int k = c->nworkers;
+    if (k < 2) {
+        return;
+    }
+    sw_box *regions = malloc(sizeof *regions * (size_t)k);
+    int *idx = malloc(sizeof *idx * (size_t)k), *tmp = malloc(sizeof *tmp * (size_t)k);
+    int *run = malloc(sizeof *run * (size_t)k), *members = malloc(sizeof *members * (size_t)k);
+    char *none = malloc((size_t)k);
+    if (!regions || !idx || !tmp || !run || !members || !none) {
+        *time = INFINITY;  /* cannot happen for sane sizes; makes the config unattractive */
+        goto out;
+    }
+    for (int slot = 0; slot < op->ninputs; slot++) {
+        if (op->inputs[slot].role == SW_ROLE_DATA) {
+            continue;
+        }
+        if (sw_config_regions(op, c, slot, regions, none) != SW_OK) {
+            *time = INFINITY;
+            goto out;
+        }
+        for (int w = 0; w < k; w++) {
+            none[w] = (char)!none[w];   /* reads none: no replica */
+            idx[w] = w;
+        }
+        sort_workers(regions, none, idx, tmp, k);
+        /* run[w]: where w's group starts in idx; groups visited in order of their first worker */
+        for (int q = 0; q < k; q++) {
+            int start = q > 0 && !none[idx[q]] && !none[idx[q - 1]] &&
+                                sw_box_equal(&regions[idx[q]], &regions[idx[q - 1]])
+                            ? run[idx[q - 1]]
+                            : q;
+            run[idx[q]] = start;
+        }
+        /* statistics are exchanged twice per iteration: forward (sums of x, x^2)
+         * and backward (sums of dy, dy * xhat); parameters once */
+        int rounds = op->inputs[slot].role == SW_ROLE_STAT ? 2 : 1;
+        for (int w = 0; w < k; w++) {
+            if (none[w] || idx[run[w]] != w) {
+                continue;   /* no replica, or not the first worker of its group */
+            }
+            int r = 0;
+            for (int q = run[w]; q < k && run[idx[q]] == run[w]; q++) {
+                members[r++] = idx[q];
+            }
+            double slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
+            for (int round = 0; round < rounds; round++) {
+                sync_group(p, devs, members, r, slice, time, bytes);
+            }
+        }
+    }
+    reduce_partial_outputs(p, op, c, time, bytes);
+out:
+    free(regions);
+    free(idx);
+    free(tmp);
+    free(run);
+    free(members);
+    free(none);
+}
+
+/* t_c + t_s of every configuration of op i (one item of sw_parallel_for). */
+static sw_status node_costs_of(void *ctx, int i) {
+    sw_problem *p = ctx;
+    sw_tables *t = &p->tables;
+    int c = p->ops[i].ncfg;
+    t->node_cost[i] = malloc(sizeof(double) * (size_t)c);
+    p->tc[i] = malloc(sizeof(double) * (size_t)c);
+    p->ts[i] = malloc(sizeof(double) * (size_t)c);
+    p->sync_bytes[i] = malloc(sizeof(double) * (size_t)c);
+    if (!t->node_cost[i] || !p->tc[i] || !p->ts[i] || !p->sync_bytes[i]) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 0; k < c; k++) {
+        const sw_config *cfg = &p->ops[i].cfgs[k];
+        p->tc[i][k] = sw_compute_time(p, i, cfg);
+        sw_sync_cost(p, i, cfg, &p->ts[i][k], &p->sync_bytes[i][k]);
+        t->node_cost[i][k] = p->tc[i][k] + p->ts[i][k];
+    }
+    atomic_fetch_add(&p->progress_done, 1);
+    return SW_OK;
+}
+
+/* t_c + t_s of every configuration of every op: the node costs of the search. */
+sw_status sw_problem_build_node_tables(sw_problem *p) {
+    int n = p->nops;
+    sw_tables *t = &p->tables;
+    t->nnodes = n;
+    t->ncfg = calloc((size_t)n, sizeof *t->ncfg);
+    t->node_cost = calloc((size_t)n, sizeof *t->node_cost);
+    p->tc = calloc((size_t)n, sizeof *p->tc);
+    p->ts = calloc((size_t)n, sizeof *p->ts);
+    p->sync_bytes = calloc((size_t)n, sizeof *p->sync_bytes);
+    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        if (p->ops[i].ncfg < 1) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d has no configurations; enumerate first", i);
+        }
+        t->ncfg[i] = p->ops[i].ncfg;
+    }
+    atomic_store(&p->progress_done, 0);
+    atomic_store(&p->progress_total, n);
+    return sw_parallel_for(n, p->threads, node_costs_of, p);
+}

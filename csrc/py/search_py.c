@@ -1,0 +1,344 @@
+/* search_py.c -- the searches from Python: Problem.search, Problem.least_transfer,
+ * Problem.worker_regions and search_tables (a search over plain cost tables, for tests
+ * and for the relaxations of search_scale.py).
+ *
+ * A search runs with the GIL released; it returns (choice, cost, stats) and, with
+ * marginals=True (elimination only), every node's min-marginals as a fourth item.
+ */
+#include "problem_py.h"  /* ProblemObject, sw_py_* helpers; CPython and NumPy C API */
+
+#include <math.h>    /* isfinite, isnan */
+#include <stdlib.h>  /* calloc, free */
+#include <string.h>  /* strcmp */
+
+#include "pyerr.h"  /* sw_py_raise */
+
+/* ------------------------------------------------------------------ stats */
+static PyObject *stats_dict(const sw_search_stats *st) {
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d}", "node_eliminations",
+                         st->node_eliminations, "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
+                         "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
+                         "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
+                         "residual_combinations", st->residual_combinations, "evaluations", st->evaluations,
+                         "residual_width", st->residual_width, "residual_table", st->residual_table,
+                         "exact", st->exact ? Py_True : Py_False, "lower_bound", st->lower_bound);
+}
+
+typedef sw_status (*search_fn)(const sw_tables *, double, int *, double *, sw_search_stats *);
+
+static search_fn pick_search(const char *algorithm) {
+    if (strcmp(algorithm, "elimination") == 0) {
+        return sw_search_elimination;
+    }
+    if (strcmp(algorithm, "exhaustive") == 0) {
+        return sw_search_exhaustive;
+    }
+    PyErr_Format(PyExc_ValueError, "unknown search algorithm '%s'; expected 'elimination' or 'exhaustive'",
+                 algorithm);
+    return NULL;
+}
+
+static int check_marginals(search_fn fn, int marginals) {
+    if (marginals && fn != sw_search_elimination) {
+        PyErr_SetString(PyExc_ValueError, "marginals come with algorithm='elimination' only");
+        return 0;
+    }
+    return 1;
+}
+
+static int check_limit(double max_evals) {
+    if (!(max_evals >= 1.0) || !isfinite(max_evals)) {  /* NaN fails the first test */
+        PyErr_Format(PyExc_ValueError, "max_evaluations must be a finite number >= 1, got %g", max_evals);
+        return 0;
+    }
+    return 1;
+}
+
+/* Run a search with the GIL released and package (choice, cost, stats), and with
+ * `marginals` (elimination only) a fourth item: the list of every node's min-marginals. */
+static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, int marginals) {
+    npy_intp n = t->nnodes;
+    PyArrayObject *choice = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
+    double **m = marginals ? calloc((size_t)n, sizeof *m) : NULL;
+    if (!choice || (marginals && !m)) {
+        Py_XDECREF(choice);
+        free(m);
+        return marginals && !m ? PyErr_NoMemory() : NULL;
+    }
+    int *c = (int *)PyArray_DATA(choice);
+    double cost = 0;
+    sw_search_stats stats = {0};
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = m ? sw_search_elimination_marginals(t, max_evals, c, &cost, &stats, m) : fn(t, max_evals, c, &cost, &stats);
+    Py_END_ALLOW_THREADS
+    PyObject *sd = s == SW_OK ? stats_dict(&stats) : NULL;
+    PyObject *ml = NULL;
+    if (sd && m) {
+        ml = PyList_New(n);
+        for (npy_intp v = 0; ml && v < n; v++) {
+            npy_intp len = t->ncfg[v];
+            PyObject *a = sw_py_copy_doubles(m[v], 1, &len);
+            if (!a) {
+                Py_CLEAR(ml);
+                break;
+            }
+            PyList_SET_ITEM(ml, v, a);
+        }
+    }
+    for (npy_intp v = 0; m && v < n; v++) {
+        free(m[v]);
+    }
+    free(m);
+    if (s != SW_OK) {
+        Py_DECREF(choice);
+        return sw_py_raise(s);
+    }
+    if (!sd || (marginals && !ml)) {
+        Py_DECREF(choice);
+        Py_XDECREF(sd);
+        return NULL;
+    }
+    return marginals ? Py_BuildValue("(NdNN)", choice, cost, sd, ml) : Py_BuildValue("(NdN)", choice, cost, sd);
+}
+
+PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"algorithm", "max_evaluations", "marginals", NULL};
+    const char *algorithm = "elimination";
+    double max_evals = 1e9;
+    int marginals = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sdp", kwlist, &algorithm, &max_evals, &marginals) ||
+        !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    search_fn fn = pick_search(algorithm);
+    if (!fn || !check_limit(max_evals) || !check_marginals(fn, marginals)) {
+        return NULL;
+    }
+    self->busy = 1;
+    atomic_store(&self->p->progress_done, 0);
+    atomic_store(&self->p->progress_total, (long)self->p->nops * (marginals ? 2 : 1));   /* forward (+ reverse) */
+    self->p->tables.progress = &self->p->progress_done;
+    self->p->tables.threads = self->p->threads;
+    PyObject *r = run_search(&self->p->tables, fn, max_evals, marginals);
+    self->p->tables.progress = NULL;
+    self->busy = 0;
+    return r;
+}
+
+/* least_transfer(edge, ci, cj) -> the least t_x of edge e between configurations ci (producer)
+ * and cj (consumer) over their placements on aligned blocks (uniform nodes only). */
+PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args) {
+    int e, ci, cj;
+    if (!PyArg_ParseTuple(args, "iii", &e, &ci, &cj) || !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    if (e < 0 || e >= t->nedges) {
+        PyErr_Format(PyExc_IndexError, "edge %d out of range", e);
+        return NULL;
+    }
+    const sw_edge_table *ed = &t->edges[e];
+    if (ci < 0 || ci >= self->p->ops[ed->src].ncfg || cj < 0 || cj >= self->p->ops[ed->dst].ncfg) {
+        PyErr_SetString(PyExc_IndexError, "configuration out of range");
+        return NULL;
+    }
+    double out = 0;
+    sw_status s;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_transfer_least(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    return PyFloat_FromDouble(out);
+}
+
+/* worker_regions(op, config, slot, per_worker=False) -> (lo, hi, used): the region of input
+ * `slot` every worker of configuration `config` reads, (k, rank) int64 twice and (k,) bool;
+ * computed for all workers at once (sw_config_regions) or one worker at a time (the
+ * reference, sw_worker_region).  Tests compare the two. */
+PyObject *sw_py_problem_worker_regions(ProblemObject *self, PyObject *args) {
+    int op, cfg, slot, per_worker = 0;
+    if (!PyArg_ParseTuple(args, "iii|p", &op, &cfg, &slot, &per_worker) || !sw_py_problem_ready(self) ||
+        !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    const sw_op *o = &self->p->ops[op];
+    if (cfg < 0 || cfg >= o->ncfg || slot < 0 || slot >= o->ninputs) {
+        PyErr_SetString(PyExc_IndexError, "configuration or input slot out of range");
+        return NULL;
+    }
+    const sw_config *c = &o->cfgs[cfg];
+    int k = c->nworkers, rank = o->inputs[slot].rank;
+    sw_box *regions = malloc(sizeof *regions * (size_t)k);
+    char *used = malloc((size_t)k);
+    npy_intp dims[2] = {k, rank}, dk = k;
+    PyArrayObject *lo = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT64);
+    PyArrayObject *hi = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT64);
+    PyArrayObject *u = (PyArrayObject *)PyArray_SimpleNew(1, &dk, NPY_BOOL);
+    sw_status s = SW_OK;
+    if (!regions || !used || !lo || !hi || !u) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    } else if (per_worker) {
+        for (int w = 0; w < k; w++) {
+            used[w] = (char)sw_worker_region(o, c, w, slot, &regions[w]);
+        }
+    } else {
+        s = sw_config_regions(o, c, slot, regions, used);
+    }
+    if (s == SW_OK) {
+        int64_t *pl = PyArray_DATA(lo), *ph = PyArray_DATA(hi);
+        npy_bool *pu = PyArray_DATA(u);
+        for (int w = 0; w < k; w++) {
+            pu[w] = used[w] != 0;
+            for (int d = 0; d < rank; d++) {
+                pl[(size_t)w * rank + d] = regions[w].lo[d];
+                ph[(size_t)w * rank + d] = regions[w].hi[d];
+            }
+        }
+    }
+    free(regions);
+    free(used);
+    if (s != SW_OK || !lo || !hi || !u) {
+        Py_XDECREF(lo);
+        Py_XDECREF(hi);
+        Py_XDECREF(u);
+        return s != SW_OK ? sw_py_raise(s) : NULL;
+    }
+    return Py_BuildValue("(NNN)", lo, hi, u);
+}
+
+static void free_raw_tables(sw_tables *t) {
+    free(t->ncfg);
+    free(t->node_cost);
+    free(t->edges);
+}
+
+static int no_nan(const double *x, npy_intp n) {
+    for (npy_intp i = 0; i < n; i++) {
+        if (isnan(x[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* search_tables(node_costs: list of 1-D float64, edges: list of (src, dst, 2-D float64), algorithm, max_evals) */
+static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"node_costs", "edges", "algorithm", "max_evaluations", "marginals", "threads", NULL};
+    PyObject *nodes_o, *edges_o;
+    const char *algorithm = "elimination";
+    double max_evals = 1e9;
+    int marginals = 0, threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|sdpi", kwlist, &nodes_o, &edges_o, &algorithm, &max_evals,
+                                     &marginals, &threads)) {
+        return NULL;
+    }
+    if (threads < 1 || threads > 64) {
+        PyErr_Format(PyExc_ValueError, "threads must be in 1..64, got %d", threads);
+        return NULL;
+    }
+    search_fn fn = pick_search(algorithm);
+    if (!fn || !check_limit(max_evals) || !check_marginals(fn, marginals)) {
+        return NULL;
+    }
+    PyObject *nodes = PySequence_Fast(nodes_o, "node_costs must be a sequence of arrays");
+    PyObject *edges = nodes ? PySequence_Fast(edges_o, "edges must be a sequence of (src, dst, table)") : NULL;
+    if (!edges) {
+        Py_XDECREF(nodes);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(nodes), ne = PySequence_Fast_GET_SIZE(edges);
+    PyObject *keep = PyList_New(0);  /* owns the converted arrays */
+    sw_tables t = {0};
+    PyObject *result = NULL;
+    if (!keep) {
+        goto done;
+    }
+    if (n < 1 || n > (1 << 20) || ne > (1 << 22)) {
+        PyErr_SetString(PyExc_ValueError, "need between 1 and 2^20 nodes");
+        goto done;
+    }
+    t.nnodes = (int)n;
+    t.threads = threads;
+    t.ncfg = calloc((size_t)n, sizeof *t.ncfg);
+    t.node_cost = calloc((size_t)n, sizeof *t.node_cost);
+    t.edges = calloc((size_t)(ne > 0 ? ne : 1), sizeof *t.edges);
+    if (!t.ncfg || !t.node_cost || !t.edges) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyArrayObject *a = sw_py_array(PySequence_Fast_GET_ITEM(nodes, i), NPY_FLOAT64, 1, "node cost");
+        if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
+            Py_XDECREF(a);
+            goto done;
+        }
+        Py_DECREF(a);
+        if (PyArray_DIM(a, 0) < 1 || PyArray_DIM(a, 0) > (1 << 20)) {
+            PyErr_Format(PyExc_ValueError, "node %zd needs at least one configuration", i);
+            goto done;
+        }
+        t.ncfg[i] = (int)PyArray_DIM(a, 0);
+        t.node_cost[i] = PyArray_DATA(a);
+        if (!no_nan(t.node_cost[i], t.ncfg[i])) {
+            PyErr_Format(PyExc_ValueError, "node %zd: costs must not be NaN", i);
+            goto done;
+        }
+    }
+    for (Py_ssize_t e = 0; e < ne; e++) {
+        int src, dst;
+        PyObject *table_o, *item = PySequence_Fast_GET_ITEM(edges, e);
+        if (!PyTuple_Check(item)) {
+            PyErr_Format(PyExc_ValueError, "edge %zd must be a tuple (src, dst, table), got %s", e,
+                         Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        if (!PyArg_ParseTuple(item, "iiO", &src, &dst, &table_o)) {
+            goto done;
+        }
+        if (src < 0 || dst >= n || src >= dst) {
+            PyErr_Format(PyExc_ValueError, "edge %zd (%d -> %d): need 0 <= src < dst < %zd (topological order)", e,
+                         src, dst, n);
+            goto done;
+        }
+        PyArrayObject *a = sw_py_array(table_o, NPY_FLOAT64, 2, "edge table");
+        if (!a || PyList_Append(keep, (PyObject *)a) < 0) {
+            Py_XDECREF(a);
+            goto done;
+        }
+        Py_DECREF(a);
+        if (PyArray_DIM(a, 0) != t.ncfg[src] || PyArray_DIM(a, 1) != t.ncfg[dst]) {
+            PyErr_Format(PyExc_ValueError, "edge %zd table must be %d x %d", e, t.ncfg[src], t.ncfg[dst]);
+            goto done;
+        }
+        t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL, 0};
+        if (!no_nan(t.edges[e].time, (npy_intp)t.ncfg[src] * t.ncfg[dst])) {
+            PyErr_Format(PyExc_ValueError, "edge %zd: costs must not be NaN", e);
+            goto done;
+        }
+        t.nedges++;
+    }
+    result = run_search(&t, fn, max_evals, marginals);
+done:
+    free_raw_tables(&t);
+    Py_XDECREF(keep);
+    Py_DECREF(nodes);
+    Py_DECREF(edges);
+    return result;
+}
+
+static PyMethodDef search_methods[] = {
+    {"search_tables", (PyCFunction)(void (*)(void))search_tables, METH_VARARGS | METH_KEYWORDS,
+     "search_tables(node_costs, edges, algorithm='elimination', max_evaluations=1e9, marginals=False, threads=1)\n"
+     "-> (choice, cost, stats[, marginals]): search over plain cost tables (edges as (src, dst, table), src < dst)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int sw_py_register_search(PyObject *module) {
+    import_array1(-1);  /* this file's own NumPy API table */
+    return PyModule_AddFunctions(module, search_methods);
+}
