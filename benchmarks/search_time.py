@@ -7,7 +7,9 @@ the partitions enumerated once and those left after pruning), the residual graph
 Algorithm 1 (K, as seed 003 Table 2) and after leaf eliminations, the path taken (plain:
 every configuration's tables, then the elimination; scale: relaxation, pruning, proof over
 placements, docs/cost-model.md), whether the result is proven optimal, the total time and
-the peak resident memory of a fresh process running just that search, beside the
+the peak resident memory of a fresh process running just that search, the machine's
+1-minute load average when the row was printed (other work on a shared machine slows
+the searches, the 1,024-device ones most), beside the
 anchors: seed 003 Table 3 reports 0.4 s for Inception-v3 on 4 GPUs, seed 000 about
 100 ms on 16; issue 16 asks for 64 devices under 1 s and 1,024 under 5 s and 2 GB.
 
@@ -84,7 +86,7 @@ def main() -> int:
     print(f"# shardwise {sw.__version__} search time; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}; load {os.getloadavg()[0]:.2f}")
     head = (f"{'model':<13} {'dev':>5} {'ops':>4} {'configs':>8} {'left':>6} {'K':>2} {'K+leaf':>6} {'path':>5} "
-            f"{'exact':>5} {'total ms':>10} {'peak MB':>8}  anchor")
+            f"{'exact':>5} {'total ms':>10} {'peak MB':>8} {'load':>5}  anchor")
     print(head)
     print("-" * len(head))
     for n in (int(x) for x in args.devices.split(",")):
@@ -95,8 +97,8 @@ def main() -> int:
                 continue
             left = "" if r["left"] is None else r["left"]
             print(f"{model:<13} {n:>5} {r['ops']:>4} {r['configs']:>8} {left:>6} {r['K']:>2} {r['K_leaf']:>6} "
-                  f"{r['path']:>5} {'yes' if r['exact'] else 'NO':>5} {r['total'] * 1e3:10.1f} {r['rss_mb']:8.0f}  "
-                  f"{ANCHORS.get((model, n), '')}", flush=True)
+                  f"{r['path']:>5} {'yes' if r['exact'] else 'NO':>5} {r['total'] * 1e3:10.1f} {r['rss_mb']:8.0f} "
+                  f"{os.getloadavg()[0]:5.2f}  {ANCHORS.get((model, n), '')}", flush=True)
     return 0
 
 
