@@ -173,8 +173,32 @@ def test_bad_runtime_arguments_are_refused():
         rt.forward([None] * len(g.ops), labels)
     with pytest.raises(ValueError, match="dimension 0"):
         rt.forward([x[:4]] + inputs[1:], labels)
-    with pytest.raises(ValueError, match="labels must hold"):
+    with pytest.raises(ValueError, match="1-D integer array of 8"):
         rt.forward(inputs, labels[:3])
+    with pytest.raises(ValueError, match="1-D integer array"):
+        rt.forward(inputs, labels.astype(np.float32))
+    with pytest.raises(ValueError, match="floating-point"):
+        rt.forward([x.astype(np.int32)] + inputs[1:], labels)
+    with pytest.raises(ValueError, match="not an input op"):
+        rt.forward(inputs[:-1] + [x], labels)
+    nan = x.copy()
+    nan[-1, 0, 0, 0] = np.nan          # the last element: the whole array is scanned
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        rt.forward([nan] + inputs[1:], labels)
+    classes = g.ops[-1].shape[1]
+    for wrong in (-1, classes):
+        out = labels.copy()
+        out[-1] = wrong
+        with pytest.raises(ValueError, match=f"labels must lie in 0..{classes - 1}"):
+            rt.step(inputs, out, 0.1, 0.0, 0.0, 0.0, False)
+    huge = labels.astype(np.uint64)
+    huge[0] = 2 ** 63                  # wraps negative in int64: refused, not taken as a class
+    with pytest.raises(ValueError, match="labels must lie"):
+        rt.forward(inputs, huge)
+    # other float and integer dtypes, and non-contiguous arrays, are converted
+    wide = np.asfortranarray(x.astype(np.float64))
+    assert rt.forward([wide] + inputs[1:], labels.astype(np.uint8)) == pytest.approx(rt.forward(inputs, labels),
+                                                                                     rel=1e-6)
     with pytest.raises(IndexError, match="no buffer"):
         rt.buffer(10 ** 6)
     with pytest.raises(ValueError, match="not a momentum buffer"):

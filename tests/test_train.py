@@ -182,7 +182,36 @@ def test_bad_batches_are_refused(lenet_trainer):
         t.step(x, np.array([0, 1, 2, 10]))
     with pytest.raises(sw.ShapeError, match="labels"):
         t.step(x, np.array([0.0, 1, 2, 3]))
+    last = x.copy()
+    last[-1, -1, -1, -1] = np.inf       # the minibatch's last element
+    with pytest.raises(sw.ShapeError, match="NaN or infinity"):
+        t.step(last, y)
+    with pytest.raises(sw.ShapeError, match="labels must lie in 0..9"):
+        t.step(x, np.array([0, 1, 2, -1]))
+    with pytest.raises(sw.ShapeError, match="shape"):   # not an array: checked in Python first
+        t.step(x[:3].tolist(), y)
     assert t.steps == 0
+    before = t.get_weights()
+    assert t.step(x.tolist(), y.tolist()) > 0           # nested lists are taken as arrays
+    assert any(not np.array_equal(before[k], v) for k, v in t.get_weights().items())
+
+
+def test_a_refused_batch_leaves_the_weights_alone(lenet_trainer):
+    g, t = lenet_trainer
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 1, 32, 32)).astype(np.float32)
+    y = np.arange(4)
+    t.step(x, y)
+    before = t.get_weights()
+    bad = x.copy()
+    bad[3, 0, 31, 31] = np.nan
+    with pytest.raises(sw.ShapeError):
+        t.step(bad, y)
+    with pytest.raises(sw.ShapeError):
+        t.step(x, np.array([0, 1, 2, 99]))
+    after = t.get_weights()
+    assert t.steps == 1
+    assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
 def test_plan_for_another_graph_is_refused():

@@ -148,3 +148,16 @@ PyArrayObject *sw_py_output(int rank, const int64_t *shape, int f64, int nan_fil
     }
     return a;
 }
+
+int sw_py_all_finite(PyArrayObject *a) {
+    const uint32_t *bits = PyArray_DATA(a);   /* IEEE single: exponent all ones = NaN or inf */
+    npy_intp n = 1;
+    for (int d = 0; d < PyArray_NDIM(a); d++) {
+        n *= PyArray_DIM(a, d);
+    }
+    uint32_t bad = 0;
+    for (npy_intp i = 0; i < n; i++) {
+        bad |= (uint32_t)((bits[i] & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
+}

@@ -25,6 +25,10 @@ enum {
     SW_PY_NONNEG = 2,         /* every entry >= 0 (a shape) */
 };
 
+/* 1 when a float32 C-contiguous array holds no NaN or infinity: one branch-free pass (the
+ * runtime checks every minibatch with it, right after a step has left the caches cold). */
+int sw_py_all_finite(PyArrayObject *a);
+
 /* Imports this file's NumPy API table; call once before the others (0, or -1 with an exception). */
 int sw_py_kernel_args_ready(void);
 

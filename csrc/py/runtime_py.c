@@ -7,7 +7,8 @@
  *
  * attrs is an int32 array (nops, 10): op type (_core.OP_KINDS index), fused ReLU, max
  * pooling, concat axis, then kh, kw, sh, sw, ph, pw.  inputs is a list with one entry per
- * op: the float32 minibatch of an input op (C-contiguous, the op's shape), None otherwise.
+ * op: the minibatch of an input op (a floating-point array of the op's shape, finite),
+ * None otherwise; labels N integers in range.  Anything else is a ValueError.
  * A step releases the GIL once for the whole step; a runtime used by two threads at
  * once raises RuntimeError in the second.
  */
@@ -16,6 +17,7 @@
 #include <string.h>  /* memset */
 
 #include "../exec/runtime.h"
+#include "kernel_args.h"  /* sw_py_all_finite */
 #include "pyerr.h"  /* sw_py_raise */
 
 #define ATTR_COLUMNS 10
@@ -131,7 +133,7 @@ typedef struct {
     const float **inputs;
     PyObject **held;
     int n;
-    PyArrayObject *labels;
+    int32_t *labels;   /* N, checked to lie in 0..classes-1 */
 } step_inputs;
 
 static void inputs_free(step_inputs *in) {
@@ -140,10 +142,87 @@ static void inputs_free(step_inputs *in) {
     }
     PyMem_Free(in->held);
     PyMem_Free(in->inputs);
-    Py_XDECREF(in->labels);
+    PyMem_Free(in->labels);
 }
 
-/* One float32 C-contiguous array of the op's shape per input op, N int32 labels. */
+/* The minibatch of input op i: a floating-point array of exactly the op's shape, with no
+ * NaN or infinity; returned as a float32 C-contiguous array (a new reference; the same
+ * array when it already is one). */
+static PyArrayObject *input_array(const sw_runtime *rt, int i, PyObject *item) {
+    const sw_rt_op *op = &rt->ops[i];
+    if (!PyArray_Check(item) || !PyArray_ISFLOAT((PyArrayObject *)item)) {
+        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch must be a floating-point array", i);
+        return NULL;
+    }
+    PyArrayObject *given = (PyArrayObject *)item;
+    if (PyArray_NDIM(given) != op->out_rank) {
+        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch has %d dimensions, expected %d", i,
+                     PyArray_NDIM(given), op->out_rank);
+        return NULL;
+    }
+    for (int d = 0; d < op->out_rank; d++) {
+        if (PyArray_DIM(given, d) != op->shape[d]) {
+            PyErr_Format(PyExc_ValueError, "input op %d: dimension %d is %zd, expected %lld", i, d,
+                         (Py_ssize_t)PyArray_DIM(given, d), (long long)op->shape[d]);
+            return NULL;
+        }
+    }
+    PyArrayObject *arr = (PyArrayObject *)PyArray_FROMANY(item, NPY_FLOAT32, 0, 0, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    if (arr && !sw_py_all_finite(arr)) {
+        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch contains NaN or infinity", i);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+/* The smallest class count of the loss (softmax) ops: every label must be below it. */
+static int64_t label_classes(const sw_runtime *rt) {
+    int64_t classes = INT32_MAX;
+    for (int i = 0; i < rt->nops; i++) {
+        if (rt->attrs[i].type == SW_OP_SOFTMAX && rt->ops[i].out_rank == 2 && rt->ops[i].shape[1] < classes) {
+            classes = rt->ops[i].shape[1];
+        }
+    }
+    return classes;
+}
+
+/* N integer labels in 0..classes-1, as int32 (PyMem_Malloc'd into *out). */
+static int parse_labels(const sw_runtime *rt, PyObject *labels, int32_t **out) {
+    if (!PyArray_Check(labels) || !PyArray_ISINTEGER((PyArrayObject *)labels) ||
+        PyArray_NDIM((PyArrayObject *)labels) != 1 || PyArray_DIM((PyArrayObject *)labels, 0) != rt->batch) {
+        PyErr_Format(PyExc_ValueError, "labels must be a 1-D integer array of %lld entries", (long long)rt->batch);
+        return -1;
+    }
+    /* int64 holds every integer dtype's values except uint64's top half, which wraps negative
+     * and is refused below like any other label out of range */
+    PyArrayObject *wide = (PyArrayObject *)PyArray_FROMANY(labels, NPY_INT64, 1, 1, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    if (!wide) {
+        return -1;
+    }
+    const int64_t classes = label_classes(rt), *v = PyArray_DATA(wide);
+    *out = PyMem_Malloc((size_t)rt->batch * sizeof **out);
+    int bad = !*out;
+    for (int64_t n = 0; !bad && n < rt->batch; n++) {
+        bad = v[n] < 0 || v[n] >= classes;
+        (*out)[n] = (int32_t)v[n];
+    }
+    Py_DECREF(wide);
+    if (!*out) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, "labels must lie in 0..%lld", (long long)classes - 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* One floating-point, finite array of the op's exact shape per input op, None for the other
+ * ops; N integer labels in range.  These checks are the Trainer's: it validates a minibatch
+ * here, in one pass right after the previous step, and only on an error asks Python for a
+ * message naming the inputs. */
 static int parse_inputs(const sw_runtime *rt, PyObject *list, PyObject *labels, step_inputs *in) {
     memset(in, 0, sizeof *in);
     if (!PyList_Check(list) || PyList_GET_SIZE(list) != rt->nops) {
@@ -160,36 +239,21 @@ static int parse_inputs(const sw_runtime *rt, PyObject *list, PyObject *labels, 
     for (int i = 0; i < rt->nops; i++) {
         PyObject *item = PyList_GET_ITEM(list, i);
         int is_input = rt->attrs[i].type == SW_OP_INPUT;
-        if (item == Py_None) {
-            if (is_input) {
-                PyErr_Format(PyExc_ValueError, "input op %d has no data", i);
+        if (item == Py_None || !is_input) {
+            if (is_input || item != Py_None) {
+                PyErr_Format(PyExc_ValueError, is_input ? "input op %d has no data" : "op %d is not an input op", i);
                 return -1;
             }
             continue;
         }
-        PyArrayObject *arr = sw_py_array(item, NPY_FLOAT32, rt->ops[i].out_rank, "an input");
+        PyArrayObject *arr = input_array(rt, i, item);
         if (!arr) {
             return -1;
         }
         in->held[i] = (PyObject *)arr;
-        for (int d = 0; d < rt->ops[i].out_rank; d++) {
-            if (PyArray_DIM(arr, d) != rt->ops[i].shape[d]) {
-                PyErr_Format(PyExc_ValueError, "input op %d: dimension %d is %zd, expected %lld", i, d,
-                             (Py_ssize_t)PyArray_DIM(arr, d), (long long)rt->ops[i].shape[d]);
-                return -1;
-            }
-        }
         in->inputs[i] = PyArray_DATA(arr);
     }
-    in->labels = sw_py_array(labels, NPY_INT32, 1, "labels");
-    if (!in->labels) {
-        return -1;
-    }
-    if (PyArray_DIM(in->labels, 0) != rt->batch) {
-        PyErr_Format(PyExc_ValueError, "labels must hold %lld entries", (long long)rt->batch);
-        return -1;
-    }
-    return 0;
+    return parse_labels(rt, labels, &in->labels);
 }
 
 static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_sgd sgd) {
@@ -201,7 +265,7 @@ static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *
         inputs_free(&in);
         return NULL;
     }
-    sw_step_args args = {in.inputs, PyArray_DATA(in.labels), sgd};
+    sw_step_args args = {in.inputs, in.labels, sgd};
     double loss = 0.0;
     sw_status s;
     self->busy = 1;

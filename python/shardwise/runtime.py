@@ -95,18 +95,20 @@ class NativeExecutor:
     def steps(self, value: int) -> None:
         self._rt.steps = value
 
-    def _input_list(self, images: Any) -> list[np.ndarray | None]:
-        out: list[np.ndarray | None] = [None] * len(self.graph.ops)
+    def _input_list(self, images: Any) -> list[Any]:
+        """One entry per op: the input ops' minibatches (the runtime checks and converts them)."""
+        out: list[Any] = [None] * len(self.graph.ops)
         for op in self._inputs:
-            data = images[op.name] if isinstance(images, Mapping) else images
-            out[op.index] = np.ascontiguousarray(data, dtype=np.float32)
+            out[op.index] = images[op.name] if isinstance(images, Mapping) else images
         return out
 
     def run(self, images: Any, labels: np.ndarray, phases: tuple[str, ...] = ("forward", "backward", "sync", "update"),
             optimizer: Any = None) -> float:
-        """One step (all phases) or the forward pass alone; the mean cross-entropy."""
+        """One step (all phases) or the forward pass alone; the mean cross-entropy.
+
+        Inputs are floating-point arrays of their ops' exact shapes without NaN or infinity,
+        labels N integers in range; the runtime checks them (ValueError) before any task runs."""
         inputs = self._input_list(images)
-        labels = np.ascontiguousarray(labels, dtype=np.int32)
         if tuple(phases) == ("forward",):
             return self._rt.forward(inputs, labels)
         if set(phases) != {"forward", "backward", "sync", "update"}:
