@@ -33,17 +33,22 @@ static const int32_t *config_devices(const sw_problem *p, const sw_config *c) {
     return p->dev_pool + c->dev_offset;
 }
 
+double sw_worker_flops(const sw_problem *p, int opi, const sw_config *c, int w, double *outputs) {
+    const sw_op *op = &p->ops[opi];
+    sw_box box;
+    sw_worker_box(op, c, w, &box);
+    /* a worker of a reduction group covers 1/rdeg of the split reduction variable */
+    *outputs = (double)sw_box_volume(&box);
+    double points = *outputs * (double)reduction_volume(op) / (double)c->rdeg;
+    return points * op->flops_per_point + *outputs * op->flops_per_output;
+}
+
 double sw_worker_time(const sw_problem *p, int opi, const sw_config *c, int w, int dev) {
     const sw_op *op = &p->ops[opi];
     if (op->ninputs == 0) {
         return 0.0;  /* graph inputs are loaded where they are needed */
     }
-    sw_box box;
-    sw_worker_box(op, c, w, &box);
-    /* a worker of a reduction group covers 1/rdeg of the split reduction variable */
-    double outputs = (double)sw_box_volume(&box);
-    double points = outputs * (double)reduction_volume(op) / (double)c->rdeg;
-    double flops = points * op->flops_per_point + outputs * op->flops_per_output;
+    double outputs, flops = sw_worker_flops(p, opi, c, w, &outputs);
     double elements = outputs;
     for (int k = 0; k < op->ninputs; k++) {
         sw_box region;

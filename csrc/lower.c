@@ -434,43 +434,40 @@ static sw_status lower_batchnorm_backward_sums(lowering *L, int op) {
     return reduce_among(L, op, stat, SW_PHASE_BACKWARD, SW_TASK_STATS_REDUCE);
 }
 
-/* The gradients of the weight slices worker w reads; it reads lead[0 .. nlead)
- * (the output's gradient and output, or the gradient before the activation),
- * then the regions of its data inputs. */
+/* The gradients of the weight slices worker w reads, one backward_weight task per
+ * weight slot (TurboDL's dW and dB sub-tasks, launched independently).  Each reads
+ * lead[0 .. nlead) (the output's gradient and output, or the gradient before the
+ * activation); a weight's task also reads the regions of the data inputs (and a
+ * batchnorm's statistics of x), a bias's nothing more (sw_input.bias). */
 static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdeps, int ngdeps, const int32_t *lead,
                                  int nlead) {
     const sw_op *o = op_at(L, op);
-    int32_t dev = dev_of(L, op, w), reads[67], writes[64];   /* at most 64 inputs (problem.c) */
-    int nreads = 0, nwrites = 0;
-    for (int k = 0; k < nlead; k++) {
-        reads[nreads++] = lead[k];
-    }
-    for (int slot = 0; slot < o->ninputs; slot++) {
-        if (o->inputs[slot].role == SW_ROLE_DATA && L->in_buf[sidx(L, op, slot, w)] != NONE) {
-            reads[nreads++] = L->in_buf[sidx(L, op, slot, w)];
-        }
-    }
-    if (L->stats_fwd[widx(L, op, w)] != NONE) {   /* batchnorm: the statistics of x */
-        reads[nreads++] = L->stats_fwd[widx(L, op, w)];
-    }
+    int32_t dev = dev_of(L, op, w), reads[67];   /* at most 64 inputs (problem.c) */
     for (int slot = 0; slot < o->ninputs; slot++) {
         sw_box reg;
-        if (o->inputs[slot].role == SW_ROLE_WEIGHT && region(L, op, slot, w, &reg)) {
-            int at = sidx(L, op, slot, w);
-            SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARAM_GRAD, op, &reg, &L->wgrad_buf[at]));
-            L->g->buffers[L->wgrad_buf[at]].worker = w;
-            L->g->buffers[L->wgrad_buf[at]].slot = (int16_t)slot;
-            writes[nwrites++] = L->wgrad_buf[at];
+        if (o->inputs[slot].role != SW_ROLE_WEIGHT || !region(L, op, slot, w, &reg)) {
+            continue;
         }
-    }
-    sw_task t = task_of(SW_TASK_BACKWARD_WEIGHT, SW_PHASE_BACKWARD, dev, op, w);
-    t.elements = sw_box_volume(&L->g->buffers[writes[0]].box);
-    int32_t id;
-    SW_TRY(add_task(L, &t, gdeps, ngdeps, reads, nreads, writes, nwrites, &id));
-    for (int slot = 0; slot < o->ninputs; slot++) {
-        if (o->inputs[slot].role == SW_ROLE_WEIGHT && L->wgrad_buf[sidx(L, op, slot, w)] != NONE) {
-            L->wgrad_task[sidx(L, op, slot, w)] = id;
+        int nreads = 0;
+        for (int k = 0; k < nlead; k++) {
+            reads[nreads++] = lead[k];
         }
+        for (int k = 0; k < o->ninputs && !o->inputs[slot].bias; k++) {
+            if (o->inputs[k].role == SW_ROLE_DATA && L->in_buf[sidx(L, op, k, w)] != NONE) {
+                reads[nreads++] = L->in_buf[sidx(L, op, k, w)];
+            }
+        }
+        if (!o->inputs[slot].bias && L->stats_fwd[widx(L, op, w)] != NONE) {   /* batchnorm: statistics of x */
+            reads[nreads++] = L->stats_fwd[widx(L, op, w)];
+        }
+        int at = sidx(L, op, slot, w);
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARAM_GRAD, op, &reg, &L->wgrad_buf[at]));
+        L->g->buffers[L->wgrad_buf[at]].worker = w;
+        L->g->buffers[L->wgrad_buf[at]].slot = (int16_t)slot;
+        sw_task t = task_of(SW_TASK_BACKWARD_WEIGHT, SW_PHASE_BACKWARD, dev, op, w);
+        t.slot = slot;
+        t.elements = sw_box_volume(&reg);
+        SW_TRY(add_task(L, &t, gdeps, ngdeps, reads, nreads, &L->wgrad_buf[at], 1, &L->wgrad_task[at]));
     }
     return SW_OK;
 }
@@ -596,8 +593,8 @@ static sw_status lower_backward(lowering *L, int op) {
             }
             SW_TRY(backward_data(L, op, w, slot, gdeps, ng, lead + !has_grad, has_grad + 1));
         }
-        if (has_weights(o)) {
-            SW_TRY(backward_weight(L, op, w, gdeps, ng, lead + !has_grad, has_grad + 1));
+        if (has_weights(o)) {   /* dW and dB wait for dy and y only (not a batchnorm's dy sums) */
+            SW_TRY(backward_weight(L, op, w, gdeps, 2, lead + !has_grad, has_grad + 1));
         }
     }
     return SW_OK;

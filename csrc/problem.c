@@ -4,7 +4,8 @@
  *
  *   nops
  *   per op: nvars out_rank extent[nvars] granule[out_rank] additive[nvars - out_rank] ninputs
- *     per input: role producer rank shape[rank]
+ *     per input: role producer rank shape[rank]      (role 0 data, 1 weight, 2 stat, 3 a weight
+ *                                                   that is a bias: sw_input.bias)
  *                per input dim: coef[nvars] offset div mod
  *                has_window [win_lo win_hi] * out_rank   (only if has_window)
  *
@@ -44,8 +45,9 @@ static sw_status take_range(reader *r, int64_t *v, int64_t lo, int64_t hi, const
 
 static sw_status decode_input(reader *r, sw_problem *p, int opi, sw_op *op, sw_input *in) {
     int64_t v = 0;
-    SW_TRY(take_range(r, &v, 0, 2, "input role"));
-    in->role = (sw_role)v;
+    SW_TRY(take_range(r, &v, 0, 3, "input role"));
+    in->bias = v == 3;   /* 3: a weight that is a bias */
+    in->role = in->bias ? SW_ROLE_WEIGHT : (sw_role)v;
     SW_TRY(take_range(r, &v, -1, opi - 1, "input producer"));
     in->producer = (int)v;
     if ((in->role == SW_ROLE_DATA) != (in->producer >= 0)) {

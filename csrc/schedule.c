@@ -19,8 +19,8 @@
  *                     backward_data                    dA, path priority
  *                     reads / writes a weight's gradient or momentum, or writes a
  *                     weight (backward_weight, the sync copies, reduce, update, the
- *                     copies back)                     dW, or dB for an op's second
- *                                                      weight input (its bias)
+ *                     copies back)                     dW, or dB for a bias
+ *                                                      (sw_input.bias)
  *                     anything else (accumulate, gradient copies, zero_grad,
  *                     bn_backward_stats, activation_grad, stats_reduce)
  *                                                      what it feeds: the most urgent
@@ -28,9 +28,9 @@
  *                                                      writes
  *                   so the sums at a fork inherit the fork's dA priority, and the
  *                   gradient of the first layer (read only by its dW) is dW work.
- *                   A backward_weight computes dW and dB in one task (until the
- *                   kernel splits them): it is dW when it writes a weight's gradient,
- *                   with the more urgent of the two offsets.
+ *                   The lowering gives every weight slot its own backward_weight
+ *                   task, so dW and dB are separate tasks, a bias's reading only
+ *                   the output's gradient.
  *   streams         per device, one per distinct priority among its tasks, most
  *                   urgent first; a stream runs its tasks in task-id order.
  */
@@ -40,15 +40,6 @@
 #include "shardwise.h"
 
 #define NONE (-1)
-
-/* Is `slot` the op's second weight input (a conv's or linear's bias, a batchnorm's beta)? */
-static int is_bias_slot(const sw_op *o, int slot) {
-    int seen = 0;
-    for (int k = 0; k < o->ninputs && k <= slot; k++) {
-        seen += o->inputs[k].role == SW_ROLE_WEIGHT;
-    }
-    return slot >= 0 && slot < o->ninputs && o->inputs[slot].role == SW_ROLE_WEIGHT && seen == 2;
-}
 
 /* The task graph belongs to p: ops, devices, workers and buffers in range, durations usable. */
 static sw_status check_graph(const sw_problem *p, const sw_task_graph *g, const double *durations) {
@@ -162,7 +153,8 @@ static int weight_work(const annotating *a, int32_t i, int *dw, int *db, int32_t
         int grad_state = b->kind == SW_BUF_PARAM_GRAD || b->kind == SW_BUF_MOMENTUM;
         if (grad_state || (b->kind == SW_BUF_PARAM && k >= nreads)) {
             *op = b->op;
-            if (is_bias_slot(&a->p->ops[b->op], b->slot)) {
+            const sw_op *o = &a->p->ops[b->op];
+            if (b->slot >= 0 && b->slot < o->ninputs && o->inputs[b->slot].bias) {
                 *db = 1;
             } else {
                 *dw = 1;

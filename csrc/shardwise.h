@@ -27,6 +27,8 @@
  *              validator read the one list
  *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
  *              the runtime's order and resources of every task, the event-driven replay
+ *   schedule_paths.c, schedule.c  critical-path schedules (TurboDL): layer blocks and
+ *              paths, then every task's sub-task (dA, dW, dB), priority and stream
  *
  * Example (what python/shardwise/search.py does through the module):
  *
@@ -95,6 +97,9 @@ typedef enum { SW_ROLE_DATA = 0, SW_ROLE_WEIGHT = 1, SW_ROLE_STAT = 2 } sw_role;
 
 typedef struct {
     sw_role role;
+    int bias;                      /* a WEIGHT added to the output (conv/linear bias, batchnorm beta): its
+                                    * gradient is the output's summed over the dimensions it does not
+                                    * index, so its task reads nothing else (the dB sub-task) */
     int producer;                  /* op index for DATA inputs, -1 otherwise */
     int rank;
     int64_t shape[SW_MAX_RANK];
@@ -285,6 +290,8 @@ double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
  * its output block over its part of a split reduction (the per-worker term of t_c,
  * which is backward_factor x the slowest worker's). */
 double sw_worker_time(const sw_problem *p, int op, const sw_config *c, int w, int dev);
+/* FLOPs of that forward pass; *outputs = the elements of the worker's output block. */
+double sw_worker_flops(const sw_problem *p, int op, const sw_config *c, int w, double *outputs);
 /* Check a (split reduction variable or -1, degree) pair for op `opi` and store it in cfg. */
 sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t rvar, int32_t rdeg, sw_config *cfg);
 void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time, double *bytes);

@@ -6,8 +6,11 @@
  *                   backward_data, backward_weight, bn_backward_stats: backward)
  *                   the worker's forward roofline time (sw_worker_time, the
  *                   per-worker term of t_c), x1 forward and x2 backward, shared
- *                   equally among that worker's compute tasks of the phase; with
- *                   a measured split, the op's measured forward / backward instead
+ *                   among that worker's compute tasks of the phase by their FLOPs:
+ *                   each counts the worker's forward FLOPs, except a bias's gradient
+ *                   (dB, sw_input.bias), which counts one per element of the output
+ *                   gradient it sums; with a measured split, the op's measured
+ *                   forward / backward instead, shared the same way
  *   measured rate   other kinds with a measured seconds-per-element (except
  *                   transfers): fixed + rate x elements
  *   local copy      2 x bytes over the device's memory bandwidth
@@ -28,6 +31,18 @@ static int is_compute(int kind) {
     return kind == SW_TASK_FORWARD || kind == SW_TASK_LOSS || kind == SW_TASK_BACKWARD_DATA ||
            kind == SW_TASK_BACKWARD_WEIGHT || kind == SW_TASK_BN_STATS || kind == SW_TASK_BN_APPLY ||
            kind == SW_TASK_BN_BACKWARD_STATS || kind == SW_TASK_FORWARD_PARTIAL;
+}
+
+/* A compute task's share of its worker's phase, in units of the worker's forward FLOPs:
+ * 1, or for a bias's gradient (a channel sum of the output gradient) its one FLOP per
+ * element of that gradient over the forward's FLOPs. */
+static double compute_weight(const sw_problem *p, const sw_plan *plan, const sw_task *t) {
+    const sw_op *o = &p->ops[t->op];
+    if (t->kind != SW_TASK_BACKWARD_WEIGHT || t->slot < 0 || t->slot >= o->ninputs || !o->inputs[t->slot].bias) {
+        return 1.0;
+    }
+    double outputs, flops = sw_worker_flops(p, t->op, &plan->cfg[t->op], t->worker, &outputs);
+    return flops > outputs ? outputs / flops : 1.0;
 }
 
 /* Seconds of a task that is neither compute nor measured. */
@@ -76,7 +91,7 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
     }
     size_t nw = (size_t)wbase[p->nops];
     double *fwd = malloc(sizeof *fwd * (nw ? nw : 1));
-    int32_t *share = calloc(2 * nw + 1, sizeof *share);  /* compute tasks per (worker, forward / backward) */
+    double *share = calloc(2 * nw + 1, sizeof *share);   /* summed weights per (worker, forward / backward) */
     if (!fwd || !share) {
         free(wbase);
         free(fwd);
@@ -87,19 +102,19 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
         if (is_compute(t->kind)) {
-            share[2 * (wbase[t->op] + t->worker) + (t->phase != SW_PHASE_FORWARD)]++;
+            share[2 * (wbase[t->op] + t->worker) + (t->phase != SW_PHASE_FORWARD)] += compute_weight(p, plan, t);
         }
     }
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
         if (is_compute(t->kind)) {
             int backward = t->phase != SW_PHASE_FORWARD;
-            double n = (double)share[2 * (wbase[t->op] + t->worker) + backward];
+            double part = compute_weight(p, plan, t) / share[2 * (wbase[t->op] + t->worker) + backward];
             const double *split = m && m->split ? &m->split[2 * t->op] : NULL;
             if (split && !isnan(split[0])) {
-                out[i] = split[backward] / n;
+                out[i] = split[backward] * part;
             } else {
-                out[i] = fwd[wbase[t->op] + t->worker] * (backward ? 2.0 : 1.0) / n;
+                out[i] = fwd[wbase[t->op] + t->worker] * (backward ? 2.0 : 1.0) * part;
             }
         } else if (m && m->element_seconds && !isnan(m->element_seconds[t->kind]) && !sw_is_transfer(t)) {
             double fixed = m->element_fixed && !isnan(m->element_fixed[t->kind]) ? m->element_fixed[t->kind] : 0.0;

@@ -7,7 +7,8 @@ dependencies, reads and writes) and the memory plan's reuse edges ``sw.memory_pl
 
 * durations: compute tasks share their worker's roofline forward time (``Problem.worker_times``,
   the per-worker term of t_c) x1 forward and x2 backward, or a profile's measured forward /
-  backward split; bookkeeping tasks their memory traffic, or a profile's fixed + per-element
+  backward split, in proportion to their FLOPs (each the forward's, a bias's gradient one per
+  element of the output gradient it sums); bookkeeping tasks their memory traffic, or a profile's fixed + per-element
   seconds; transfers bytes over the route's (or the profile's copy) bandwidth;
 * order, as the runtime keeps it: each device's tasks in program order (one stream each), every
   task after its dependencies and after the reuse edges into it; on CPU workers sharing this
@@ -48,16 +49,30 @@ def _measured_split(plan, costs, op_name):
     return costs.split(op_name, plan.configs[op_name].degrees)
 
 
+def _flop_weight(tg, t) -> float:
+    """A compute task's part of its worker's phase in forward-FLOP units: 1, or for the
+    gradient of a bias the elements of the output gradient it sums over the forward's FLOPs."""
+    op = tg.plan.graph[t.op]
+    if t.kind != "backward_weight" or not op.desc.inputs[t.slot].bias:
+        return 1.0
+    desc, cfg = op.desc, tg.plan.configs[t.op]
+    outputs = tg.buffers[t.reads[0]].elements           # dy (or y when no gradient flows): the worker's block
+    points = outputs * np.prod(desc.extents[desc.out_rank:], dtype=float) / reduction_pair(op, cfg)[1]
+    flops = points * desc.flops_per_point + outputs * desc.flops_per_output
+    return outputs / flops if flops > outputs else 1.0
+
+
 def task_durations(tg, costs=None) -> list[float]:
     """Seconds of every task of ``tg`` (transfers: 0 here, their links decide)."""
     plan, graph = tg.plan, tg.plan.graph
     devices = plan.devices.devices
     problem = make_problem(graph, plan.devices, plan.options)
-    shares: dict[tuple[str, int, bool], int] = {}
-    for t in tg.tasks:
+    shares: dict[tuple[str, int, bool], float] = {}
+    weights = [_flop_weight(tg, t) if t.kind in COMPUTE_KINDS else 0.0 for t in tg.tasks]
+    for t, weight in zip(tg.tasks, weights):
         if t.kind in COMPUTE_KINDS:
             key = (t.op, t.worker, t.phase == "forward")
-            shares[key] = shares.get(key, 0) + 1
+            shares[key] = shares.get(key, 0.0) + weight
     rates = getattr(costs, "element_seconds", {}) if costs is not None else {}
     fixed = getattr(costs, "element_fixed", {}) if costs is not None else {}
     roofline: dict[str, np.ndarray] = {}
@@ -67,17 +82,17 @@ def task_durations(tg, costs=None) -> list[float]:
         transfer = t.kind == "copy" and t.src_device != t.device
         if t.kind in COMPUTE_KINDS:
             forward = t.phase == "forward"
-            share = shares[(t.op, t.worker, forward)]
+            share = weights[t.id] / shares[(t.op, t.worker, forward)]
             measured = _measured_split(plan, costs, t.op)
             if measured is not None:
-                out.append((measured[0] if forward else measured[1]) / share)
+                out.append((measured[0] if forward else measured[1]) * share)
                 continue
             if t.op not in roofline:
                 cfg = plan.configs[t.op]
                 roofline[t.op] = problem.worker_times(graph[t.op].index, np.asarray(cfg.degrees, np.int32),
                                                       np.asarray(cfg.devices, np.int32),
                                                       reduction_pair(graph[t.op], cfg))
-            out.append(float(roofline[t.op][t.worker]) * (1.0 if forward else 2.0) / share)
+            out.append(float(roofline[t.op][t.worker]) * (1.0 if forward else 2.0) * share)
         elif t.kind in rates and not transfer:
             elements = volume(t.box) if t.box is not None else tg.buffers[t.writes[0]].elements
             out.append(fixed.get(t.kind, 0.0) + rates[t.kind] * elements)

@@ -223,3 +223,39 @@ def test_data_flow_check_catches_a_missing_dependency():
                                                 for x in tg.tasks])
         with pytest.raises(AssertionError):
             check_data_flow(broken)
+
+
+@pytest.mark.parametrize("model,ndev", [("lenet5", 2), ("resnet18_small", 2), ("alexnet_small", 4)])
+def test_weight_and_bias_gradients_are_separate_sub_tasks(model, ndev):
+    """TurboDL's split of a layer's backward: dA (backward_data), dW and dB are separate tasks.
+    Every worker holding a slice of a weight has exactly one backward_weight task writing that
+    slice's gradient and nothing else; a bias's (a conv's or linear's bias, a batchnorm's beta)
+    reads only the output's gradient (and the output, for a fused ReLU), never the input, and
+    depends on nothing but what produced that gradient."""
+    g = sw.models.get(model, batch=8)
+    for plan in (sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(ndev)),
+                 sw.strategies.model_parallel(g, sw.DeviceGraph.cpu(ndev))):
+        tg = lower(plan)
+        grads = {}
+        for t in tg.tasks:
+            if t.kind != "backward_weight":
+                continue
+            assert len(t.writes) == 1, t
+            out = tg.buffers[t.writes[0]]
+            assert out.kind == "param_grad" and out.slot == t.slot and out.op == t.op, t
+            assert (t.op, t.worker, t.slot) not in grads, t
+            grads[(t.op, t.worker, t.slot)] = t
+            read_kinds = [tg.buffers[b].kind for b in t.reads]
+            is_bias = g[t.op].desc.inputs[t.slot].bias
+            if is_bias:
+                assert set(read_kinds) <= {"grad", "grad_pre", "activation"}, (t, read_kinds)
+                assert all(tg.buffers[b].op == t.op for b in t.reads), t
+                for d in t.deps:   # what it waits for writes what it reads
+                    assert set(tg.tasks[d].writes) & set(t.reads), (t, tg.tasks[d])
+            else:
+                assert "region" in read_kinds or any(tg.buffers[b].op != t.op for b in t.reads), t
+        # every weight slot of every op with weights has its gradient task on the workers reading it
+        for (op, name, worker), b in tg.params.items():
+            assert (op, worker, tg.buffers[b].slot) in grads, (op, name, worker)
+        biases = [k for k in grads if g[k[0]].desc.inputs[k[2]].bias]
+        assert biases and len(biases) < len(grads)

@@ -6,6 +6,8 @@ random graphs against a brute-force enumeration of every path.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -162,15 +164,27 @@ def weight_slot_kind(tg, t) -> set[str]:
     return out
 
 
+def bias_share(g: sw.Graph, name: str) -> float:
+    """A bias gradient's part of its op's backward in forward-FLOP units: it sums one element
+    per output, where the forward of a conv or linear layer does 2 K + 1 FLOPs per output (K
+    products and the bias add; K = input channels x kernel area, or input features)."""
+    desc = g[name].desc
+    return 1 / (2 * math.prod(desc.extents[desc.out_rank:]) + 1)
+
+
 def test_residual_priorities_of_every_task_from_a_profile():
-    """One device, measured backward times.  A worker's backward time is shared equally by its
-    backward compute tasks (backward_data per data input, backward_weight), so:
-    dA(stem) = 0 (its input is the graph's: no backward_data), dA(conv) = bwd / 2,
-    dA(relu, flatten, softmax) = bwd, dA(add) = bwd (two backward_data), dA(fc) = bwd / 2."""
+    """One device, measured backward times.  A worker's backward time is shared by its
+    backward compute tasks (backward_data per data input, backward_weight per weight slot) in
+    proportion to their FLOPs: each counts the forward's, a bias gradient b = 1 / (2 K + 1) of it,
+    so: dA(stem) = 0 (its input is the graph's: no backward_data), dA(conv) = bwd / (2 + b),
+    dA(relu, flatten, softmax) = bwd, dA(add) = bwd (two backward_data), dA(fc) = bwd / (2 + b)."""
     g = residual_graph()
     plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
     bwd = {"stem": 1e-3, "a1": 6e-3, "r": 1e-3, "a2": 6e-3, "s": 4e-3, "add": 1e-3, "out": 1e-3, "flatten": 1e-3,
            "fc": 4e-3, "prob": 1e-3}
+    # measured backward = dA x (2 + b) for the layers with a weight and a bias
+    for n, dA in (("a1", 3e-3), ("a2", 3e-3), ("s", 2e-3), ("fc", 2e-3)):
+        bwd[n] = dA * (2 + bias_share(g, n))
     sched = sw.schedule(plan, costs=profile(g, plan, bwd))
     expected_dA = {"x": 0, "stem": 0, "a1": 3e-3, "r": 1e-3, "a2": 3e-3, "s": 2e-3, "add": 1e-3, "out": 1e-3,
                    "flatten": 1e-3, "fc": 2e-3, "prob": 1e-3}
@@ -185,9 +199,7 @@ def test_residual_priorities_of_every_task_from_a_profile():
     for t, a in zip(tg.tasks, sched.priorities):
         if t.phase == "forward" or t.kind == "backward_data":
             want = (prio[t.op], "forward" if t.phase == "forward" else "dA")
-        elif t.kind == "backward_weight":    # a conv's / linear's weight and bias: dW, the more urgent offset
-            want = (prio[t.op] - 2, "dW")
-        elif t.kind == "update":
+        elif t.kind == "backward_weight" or t.kind == "update":   # dW or dB: a task per weight slot
             kind = weight_slot_kind(tg, t)
             want = (prio[t.op] - 2, "dW") if kind == {"weight"} else (prio[t.op] - 4, "dB")
         elif t.kind == "accumulate":         # a gradient summed in: for its op's dA, but the stem has none
@@ -217,11 +229,9 @@ def test_chain_priorities_give_three_streams_like_vgg():
     assert (sched.levels, sched.alpha, sched.beta) == (1, 1, 2)
     tg = sw.lower(plan)
     for t, a in zip(tg.tasks, sched.priorities):
-        if t.kind == "update":
+        if t.kind in ("update", "backward_weight"):
             want = -1 if weight_slot_kind(tg, t) == {"weight"} else -2
-        elif t.kind == "backward_weight":
-            want = -1
-        elif t.kind == "accumulate" and t.op == "conv1":   # read by conv1's backward_weight alone
+        elif t.kind == "accumulate" and t.op == "conv1":   # read by conv1's dW (most urgent) and dB alone
             want = -1
         else:
             want = 0
@@ -240,9 +250,10 @@ def test_inception_offsets_and_streams_from_hand_made_ranks():
     # backward seconds so the dA times are those of the analysis test (conv: bwd / 2, pool: bwd)
     dA = {"stem": 1, "b1": 2, "b2a": 1, "b2b": 4, "b3a": 1, "b3b": 2, "b3c": 3, "b3d": 1, "b4pool": 0.5, "b4": 1.5,
           "cat": 1, "flatten": 0.25, "fc": 1, "prob": 1}
-    # concat: five backward_data share its time; pool, flatten, softmax: one; convs, fc: two
+    # concat: five backward_data share its time; pool, flatten, softmax: one; convs, fc: dA, dW
+    # and the bias's dB (bias_share)
     share = {"cat": 1, "b4pool": 1, "flatten": 1, "prob": 1}
-    bwd = {n: v * 1e-3 * share.get(n, 2) for n, v in dA.items()}
+    bwd = {n: v * 1e-3 * share.get(n, 2 + bias_share(g, n)) for n, v in dA.items()}
     sched = sw.schedule(plan, costs=profile(g, plan, bwd))
     rank = {"b2a": 1, "b2b": 1, "b3d": 2, "b1": 3, "b4pool": 3, "b4": 3}
     assert {n: -p.rank for p in sched.paths for n in p.ops} == {n: -rank.get(n, 0) for n in dA if n != "stem"} | \
@@ -251,8 +262,11 @@ def test_inception_offsets_and_streams_from_hand_made_ranks():
     custom = sw.schedule(plan, costs=profile(g, plan, bwd), alpha=1, beta=5)
     tg = sw.lower(plan)
     for t, a, c in zip(tg.tasks, sched.priorities, custom.priorities):
-        if t.kind == "backward_weight":
+        if t.kind == "backward_weight" and weight_slot_kind(tg, t) == {"weight"}:
             assert (a.priority, c.priority) == (-rank.get(t.op, 0) - 4, -rank.get(t.op, 0) - 1), t
+        elif t.kind == "backward_weight":
+            assert weight_slot_kind(tg, t) == {"bias"}
+            assert (a.priority, c.priority) == (-rank.get(t.op, 0) - 8, -rank.get(t.op, 0) - 5), t
         if t.kind == "backward_data":
             assert a.priority == c.priority == -rank.get(t.op, 0), t
     # streams: dA 0..-3; dW -4..-7; dB (conv biases) -8..-11
@@ -293,7 +307,7 @@ def test_streams_belong_to_their_devices_in_priority_order():
 
 def test_an_ops_dA_time_is_its_slowest_workers():
     """Data parallelism on two devices of different speeds: each worker's backward is twice its
-    roofline forward (sw_worker_time), shared by its backward compute tasks; the op's dA time
+    roofline forward (sw_worker_time), shared by its backward compute tasks by FLOPs; the op's dA time
     is the slower worker's."""
     d = sw.DeviceGraph("two_speeds")
     d.add_device("fast", flops=4e12, memory=8e9)
@@ -304,7 +318,10 @@ def test_an_ops_dA_time_is_its_slowest_workers():
     problem = make_problem(g, d, plan.options)
     sched = sw.schedule(plan)
     dA_tasks = {"conv1": 0, "relu1": 1, "conv2": 1, "flatten": 1, "fc": 1, "prob": 1}   # backward_data per worker
-    backward_tasks = {"conv1": 1, "relu1": 1, "conv2": 2, "flatten": 1, "fc": 2, "prob": 1}
+    backward_tasks = {"conv1": 1, "relu1": 1, "conv2": 2, "flatten": 1, "fc": 2, "prob": 1}   # dA and dW
+    for name in backward_tasks:   # and a bias's dB, by its FLOPs
+        if any(i.bias for i in g[name].desc.inputs):
+            backward_tasks[name] += bias_share(g, name)
     for op in g.ops:
         if op.kind == "input":
             continue

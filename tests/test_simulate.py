@@ -2,6 +2,7 @@
 the runtime's order (program order per stream, reuse edges, threads on shared cores)."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -298,11 +299,24 @@ def test_measured_tasks_take_their_measured_time_and_nothing_on_top():
     prof = Profile(g.fingerprint(), {}, times, 1e9, {"update": rate, "accumulate": rate},
                    element_fixed={"update": fixed, "accumulate": fixed})
     sim = simulate(plan, costs=prof)
-    computes = Counter((t.op, t.phase == "forward") for t in tg.tasks if t.kind in COMPUTE_KINDS)
+
+    def flops_share(t) -> float:
+        """A task's part in forward-FLOP units.  LeNet-5's convolutions and linear layers do
+        2 K + 1 FLOPs per output (K products and the bias); a bias gradient, 1 per output."""
+        desc = g[t.op].desc
+        if t.kind == "backward_weight" and desc.inputs[t.slot].bias:
+            return 1 / (2 * math.prod(desc.extents[desc.out_rank:]) + 1)
+        return 1.0
+
+    computes = Counter()
+    for t in tg.tasks:
+        if t.kind in COMPUTE_KINDS:
+            computes[(t.op, t.phase == "forward")] += flops_share(t)
+    assert sum(t.kind == "backward_weight" and g[t.op].desc.inputs[t.slot].bias for t in tg.tasks) == 5
     for t, e in zip(tg.tasks, sim.events):
         if t.kind in COMPUTE_KINDS:
             fwd, bwd = times[(t.op, plan[t.op].degrees)]
-            kernels = (fwd if t.phase == "forward" else bwd) / computes[(t.op, t.phase == "forward")]
+            kernels = (fwd if t.phase == "forward" else bwd) * flops_share(t) / computes[(t.op, t.phase == "forward")]
             assert e.end - e.start == pytest.approx(kernels, rel=1e-9)
         elif t.kind in ("update", "accumulate"):
             elements = volume(t.box) if t.box else tg.buffers[t.writes[0]].elements

@@ -311,22 +311,6 @@ static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, co
     return SW_OK;
 }
 
-/* db (Co_b) = sum of dy (N_b, Co_b, plane) over samples and pixels, in double
- * (a plane can hold many thousands of pixels). */
-static void bias_sums(const sw_view *dy, int64_t plane, float *db) {
-    int64_t co_n = dy->shape[1];
-    for (int64_t co = 0; co < co_n; co++) {
-        double acc = 0.0;
-        for (int64_t n = 0; n < dy->shape[0]; n++) {
-            const float *d = dy->data + (n * co_n + co) * plane;
-            for (int64_t q = 0; q < plane; q++) {
-                acc += d[q];
-            }
-        }
-        db[co] = (float)acc;
-    }
-}
-
 /* dw (Co_b, Ci, kh, kw) = sum over dy's box of dy (N_b, Co_b, Ho_b, Wo_b) x conv_im2col(x (N_x, Ci, H_x, W_x))^T;
  * db (Co_b) = sum of dy over samples and pixels. */
 sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
@@ -364,8 +348,5 @@ sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view
             return s;
         }
     }
-    if (db && db->shape[0] > 0) {
-        bias_sums(dy, g.plane, db->data);
-    }
-    return SW_OK;
+    return db ? sw_bias_backward(dy, db) : SW_OK;
 }

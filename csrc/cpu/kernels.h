@@ -84,6 +84,10 @@ sw_status sw_linear_forward(const sw_view *x, const sw_view *w, const sw_view *b
 sw_status sw_linear_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx);
 sw_status sw_linear_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db);
 
+/* ---- bias gradient (bias.c): db (C_b) = dy (N_b, C_b, ...) summed over all but dimension 1,
+ * db's range being dy's channels; a conv's or linear's bias, a batchnorm's beta ---- */
+sw_status sw_bias_backward(const sw_view *dy, sw_view *db);
+
 /* ---- element-wise (eltwise.c) ---- */
 sw_status sw_relu_forward(const sw_view *x, sw_view *y);
 /* dx = dy * (y > 0) over dx's box */

@@ -123,24 +123,5 @@ sw_status sw_linear_backward_weight(const sw_view *x, const sw_view *dy, sw_view
             sw_sgemm(1, 0, ob, in, nb, 1.0f, dy->data, ob, xs, in, 0.0f, dw->data, in);
         }
     }
-    if (db) {
-        /* Column sums in double, 256 columns at a time, row by row (dy is row-major). */
-        double acc[256];
-        for (int64_t o0 = 0; o0 < ob; o0 += 256) {
-            int64_t o1 = ob - o0 < 256 ? ob : o0 + 256;
-            for (int64_t o = o0; o < o1; o++) {
-                acc[o - o0] = 0.0;
-            }
-            for (int64_t n = 0; n < nb; n++) {
-                const float *row = dy->data + n * ob;
-                for (int64_t o = o0; o < o1; o++) {
-                    acc[o - o0] += row[o];
-                }
-            }
-            for (int64_t o = o0; o < o1; o++) {
-                db->data[o] = (float)acc[o - o0];
-            }
-        }
-    }
-    return SW_OK;
+    return db ? sw_bias_backward(dy, db) : SW_OK;
 }

@@ -112,41 +112,48 @@ static sw_status linear_backward_data(const sw_task_env *e) {
     return r.dy < 0 ? zero_writes(e) : sw_linear_backward_data(&w, &dz, &dx);
 }
 
-/* dw (and db) of the worker's slices from its x region and dz. */
-static sw_status dw_setup(const sw_task_env *e, sw_backward_reads *r, sw_view *x, sw_view *dz, sw_view *dw,
-                          sw_view *db) {
-    sw_env_backward_reads(e, r);
-    if (r->dy < 0) {
-        return SW_OK;
+/* One weight slot's gradient over the worker's slice (the task's slot): a bias's is dz's
+ * channel sums (its task reads dy alone); a weight's comes from the x region and dz, which
+ * *grad computes into dw (the slot's gradient, rebased along a split reduction). */
+typedef sw_status (*weight_grad_fn)(const sw_task_env *e, const sw_view *x, const sw_view *dz, sw_view *dw);
+
+static sw_status weight_or_bias_grad(const sw_task_env *e, weight_grad_fn grad) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    if (r.dy < 0) {
+        return zero_writes(e);
     }
-    sw_env_view(e, r->region[0], x);
-    sw_env_rebase(e, 0, x);
-    sw_env_view(e, e->writes[0], dw);
-    sw_env_rebase(e, 1, dw);
-    if (e->nwrites > 1) {
-        sw_env_view(e, e->writes[1], db);
+    sw_view dz, dw;
+    SW_TRY(sw_env_dz(e, &r, &dz));
+    sw_env_view(e, e->writes[0], &dw);
+    if (e->op->bias[e->task->slot]) {
+        return sw_bias_backward(&dz, &dw);
     }
-    return sw_env_dz(e, r, dz);
+    if (r.region[0] < 0) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", e->id);
+    }
+    sw_view x;
+    sw_env_view(e, r.region[0], &x);
+    sw_env_rebase(e, 0, &x);
+    sw_env_rebase(e, e->task->slot, &dw);
+    return grad(e, &x, &dz, &dw);
+}
+
+static sw_status conv2d_dw(const sw_task_env *e, const sw_view *x, const sw_view *dz, sw_view *dw) {
+    return sw_conv2d_backward_weight(x, dz, dw, NULL, &e->attrs->win);
+}
+
+static sw_status linear_dw(const sw_task_env *e, const sw_view *x, const sw_view *dz, sw_view *dw) {
+    (void)e;
+    return sw_linear_backward_weight(x, dz, dw, NULL);
 }
 
 static sw_status conv2d_backward_weight(const sw_task_env *e) {
-    sw_backward_reads r;
-    sw_view x, dz, dw, db;
-    SW_TRY(dw_setup(e, &r, &x, &dz, &dw, &db));
-    if (r.dy < 0) {
-        return zero_writes(e);
-    }
-    return sw_conv2d_backward_weight(&x, &dz, &dw, e->nwrites > 1 ? &db : NULL, &e->attrs->win);
+    return weight_or_bias_grad(e, conv2d_dw);
 }
 
 static sw_status linear_backward_weight(const sw_task_env *e) {
-    sw_backward_reads r;
-    sw_view x, dz, dw, db;
-    SW_TRY(dw_setup(e, &r, &x, &dz, &dw, &db));
-    if (r.dy < 0) {
-        return zero_writes(e);
-    }
-    return sw_linear_backward_weight(&x, &dz, &dw, e->nwrites > 1 ? &db : NULL);
+    return weight_or_bias_grad(e, linear_dw);
 }
 
 /* ------------------------------------------------------------------ pooling, element-wise */
@@ -323,12 +330,22 @@ static sw_status batchnorm_backward_data(const sw_task_env *e) {
                                 sw_runtime_buffer(e->rt, r.stats_dy), m, &dx);
 }
 
-/* dgamma, dbeta of the worker's channels: its own sums of dy * xhat and dy. */
+/* dgamma (the weight slot: the worker's own sums of dy * xhat) or dbeta (the bias slot:
+ * dy's channel sums) of the worker's channels. */
 static sw_status batchnorm_backward_weight(const sw_task_env *e) {
     sw_backward_reads r;
     sw_env_backward_reads(e, &r);
     if (r.dy < 0) {
         return zero_writes(e);
+    }
+    sw_view dy, dparam;
+    sw_env_view(e, r.dy, &dy);
+    sw_env_view(e, e->writes[0], &dparam);
+    if (e->op->bias[e->task->slot]) {
+        return sw_bias_backward(&dy, &dparam);
+    }
+    if (r.stats_x < 0 || r.region[0] < 0) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", e->id);
     }
     const sw_box *sb = &e->rt->g.buffers[r.stats_x].box;
     int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
@@ -338,14 +355,11 @@ static sw_status batchnorm_backward_weight(const sw_task_env *e) {
     double *sums = (double *)scratch;
     float *mean = (float *)(scratch + sizeof(double) * (size_t)(2 * c));
     sw_bn_moments(sw_runtime_buffer(e->rt, r.stats_x), c, m, mean, mean + c);
-    sw_view x, dy;
+    sw_view x;
     sw_env_view(e, r.region[0], &x);
-    sw_env_view(e, r.dy, &dy);
     SW_TRY(sw_bn_backward_sums(&x, &dy, mean, mean + c, sums));
-    float *dgamma = sw_runtime_buffer(e->rt, e->writes[0]), *dbeta = sw_runtime_buffer(e->rt, e->writes[1]);
     for (int64_t k = 0; k < c; k++) {
-        dgamma[k] = (float)sums[c + k];
-        dbeta[k] = (float)sums[k];
+        dparam.data[k] = (float)sums[c + k];
     }
     return SW_OK;
 }

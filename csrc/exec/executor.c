@@ -56,6 +56,7 @@ static void copy_op(const sw_problem *p, const sw_plan *plan, int i, sw_rt_op *o
     for (int k = 0; k < src->ninputs; k++) {
         const sw_input *in = &src->inputs[k];
         o->role[k] = (int8_t)in->role;
+        o->bias[k] = (uint8_t)in->bias;
         o->producer[k] = in->producer;
         o->in_rank[k] = in->rank;
         for (int d = 0; d < in->rank; d++) {

@@ -67,6 +67,7 @@ typedef struct {
     int64_t shape[SW_MAX_RANK];     /* output shape */
     int ninputs;
     int8_t role[64];                /* sw_role of each input slot */
+    uint8_t bias[64];               /* the slot is a bias (sw_input.bias): its gradient is dy's channel sums */
     int32_t producer[64];           /* DATA inputs: the producing op */
     /* partition-n-reduce: the split reduction variable (-1: none), its part size, and per
      * input slot the dimensions indexed by it (bit d), whose coordinates a worker's kernels

@@ -24,8 +24,9 @@ backward (ops in reverse order)
     ``backward_data`` per data input: a partial gradient over the same region,
     sent back to the owners and summed there by ``accumulate`` tasks in a
     fixed order (so sums do not depend on timing), or ``zero_grad`` for a block
-    of the output's gradient no consumer reads; ``backward_weight``: the
-    gradient of the worker's weight slice.
+    of the output's gradient no consumer reads; ``backward_weight`` per weight
+    slot: the gradient of the worker's slice of that weight (TurboDL's dW), or
+    of a bias (dB: ``InputDesc.bias``), which reads the output's gradient alone.
 synchronization and update
     workers reading the same weight box are replicas; with the parameter
     server model the first replica's device sums the gradients (``copy`` +

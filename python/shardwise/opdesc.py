@@ -28,6 +28,7 @@ from typing import Sequence
 DATA = 0     # an activation produced by another op: moved between workers (t_x)
 WEIGHT = 1   # a trainable parameter: replicas are synchronized (t_s), counted as parameters
 STAT = 2     # per-channel statistics reduced among replicas (batchnorm): t_s, not parameters
+ROLE_BIAS = 3   # the C core's code for a WEIGHT input with bias=True (InputDesc.bias)
 
 ROLE_NAMES = {DATA: "data", WEIGHT: "weight", STAT: "stat"}
 
@@ -81,13 +82,23 @@ class InputDesc:
     ``exprs[d]`` gives the index into input dimension ``d``.  ``window`` (one
     half-open ``(lo, hi)`` range per *output* dimension) restricts the output
     points that read this input at all; concat uses it so that each input
-    feeds only its own slice of the output.
+    feeds only its own slice of the output.  ``bias`` marks a WEIGHT input that
+    is added to the output (a convolution's or linear layer's bias, a batch
+    norm's beta): its gradient is the output's gradient summed over the
+    dimensions it does not index, so the task computing it reads nothing else
+    and runs apart from the weight gradient (the dB sub-task of the TurboDL
+    paper).
     """
 
     role: int
     shape: tuple[int, ...]
     exprs: tuple[IndexExpr, ...]
     window: tuple[tuple[int, int], ...] | None = None
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bias and self.role != WEIGHT:
+            raise ValueError("only a WEIGHT input can be a bias")
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def conv2d(x: tuple[int, ...], out_channels: int, kernel, stride, padding, bias:
     weight = InputDesc(WEIGHT, (out_channels, ci, kh, kw), (var(nv, 1), var(nv, 4), var(nv, 5), var(nv, 6)))
     inputs = [data, weight]
     if bias:
-        inputs.append(InputDesc(WEIGHT, (out_channels,), (var(nv, 1),)))
+        inputs.append(InputDesc(WEIGHT, (out_channels,), (var(nv, 1),), bias=True))
     return OpDesc(extents=(n, out_channels, ho, wo, ci, kh, kw), out_rank=4, inputs=tuple(inputs),
                   flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0,
                   reductions=("ci", "dy", "dx"), additive=(4,))
@@ -122,7 +122,7 @@ def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
     nv = 5  # 0 n, 1 c, 2 h, 3 w | 4 s: which statistic (sum, sum of squares)
     ch = (var(nv, 1),)
     inputs = (InputDesc(DATA, x, identity_exprs(nv, 4)),
-              InputDesc(WEIGHT, (c,), ch), InputDesc(WEIGHT, (c,), ch),
+              InputDesc(WEIGHT, (c,), ch), InputDesc(WEIGHT, (c,), ch, bias=True),
               InputDesc(STAT, (2, c), (var(nv, 4), var(nv, 1))))
     return OpDesc(extents=x + (2,), out_rank=4, inputs=inputs, flops_per_output=4.0, reductions=("s",))
 
@@ -174,7 +174,7 @@ def linear(x: tuple[int, ...], out_features: int, bias: bool) -> OpDesc:
     inputs = [InputDesc(DATA, x, (var(nv, 0), var(nv, 2))),
               InputDesc(WEIGHT, (out_features, fin), (var(nv, 1), var(nv, 2)))]
     if bias:
-        inputs.append(InputDesc(WEIGHT, (out_features,), (var(nv, 1),)))
+        inputs.append(InputDesc(WEIGHT, (out_features,), (var(nv, 1),), bias=True))
     return OpDesc(extents=(n, out_features, fin), out_rank=2, inputs=tuple(inputs),
                   flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0, reductions=("i",), additive=(2,))
 

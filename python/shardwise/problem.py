@@ -15,7 +15,7 @@ from . import _core
 from .devices import DeviceGraph
 from .errors import ConfigError
 from .graph import Graph
-from .opdesc import DATA, OpDesc
+from .opdesc import DATA, ROLE_BIAS, OpDesc
 
 # Dimension names per output rank: sample, channel, then spatial (seed 003 Table 1).
 DIM_NAMES: dict[int, tuple[str, ...]] = {
@@ -71,7 +71,7 @@ def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
     data_inputs = iter(producers)
     for inp in desc.inputs:
         producer = next(data_inputs) if inp.role == DATA else -1
-        out += [inp.role, producer, len(inp.shape), *inp.shape]
+        out += [ROLE_BIAS if inp.bias else inp.role, producer, len(inp.shape), *inp.shape]
         for e in inp.exprs:
             out += [*e.coefs, e.offset, e.div, e.mod]
         if inp.window is None:

@@ -1,0 +1,70 @@
+/* bias.c -- the gradient of a bias: the output's gradient summed over every dimension
+ * but the channel (dimension 1).
+ *
+ *   db (C_b) = sum over n and the trailing dimensions of dy (N_b, C_b, ...)
+ *
+ * A conv2d's or linear's bias and a batchnorm's beta all take it; it is the whole of
+ * their dB sub-task, which reads nothing but dy (the lowering gives it its own task).
+ * Sums run in double, in one fixed order per channel (samples, then positions), so the
+ * result does not depend on how the work is scheduled.
+ */
+#include "kernels.h"
+#include "view.h"  /* sw_view_check, sw_view_check_range */
+
+/* (N_b, C_b) rows: column sums, 256 columns at a time, row by row (dy is row-major). */
+static void column_sums(const sw_view *dy, float *db) {
+    int64_t nb = dy->shape[0], cb = dy->shape[1];
+    double acc[256];
+    for (int64_t c0 = 0; c0 < cb; c0 += 256) {
+        int64_t c1 = cb - c0 < 256 ? cb : c0 + 256;
+        for (int64_t c = c0; c < c1; c++) {
+            acc[c - c0] = 0.0;
+        }
+        for (int64_t n = 0; n < nb; n++) {
+            const float *row = dy->data + n * cb;
+            for (int64_t c = c0; c < c1; c++) {
+                acc[c - c0] += row[c];
+            }
+        }
+        for (int64_t c = c0; c < c1; c++) {
+            db[c] = (float)acc[c - c0];
+        }
+    }
+}
+
+/* (N_b, C_b, plane): per channel, its planes of every sample in turn. */
+static void plane_sums(const sw_view *dy, int64_t plane, float *db) {
+    int64_t cb = dy->shape[1];
+    for (int64_t c = 0; c < cb; c++) {
+        double acc = 0.0;
+        for (int64_t n = 0; n < dy->shape[0]; n++) {
+            const float *d = dy->data + (n * cb + c) * plane;
+            for (int64_t q = 0; q < plane; q++) {
+                acc += d[q];
+            }
+        }
+        db[c] = (float)acc;
+    }
+}
+
+sw_status sw_bias_backward(const sw_view *dy, sw_view *db) {
+    sw_status s;
+    if (!dy || dy->rank < 2 || dy->rank > SW_MAX_RANK) {
+        return SW_FAIL(SW_ERR_VALUE, "bias_backward: dy must have 2..%d dimensions (N, C, ...)", SW_MAX_RANK);
+    }
+    if ((s = sw_view_check(dy, dy->rank, "bias_backward: dy")) != SW_OK ||
+        (s = sw_view_check(db, 1, "bias_backward: db")) != SW_OK ||
+        (s = sw_view_check_range(db, 0, dy->lo[1], dy->shape[1], "bias_backward: db", "channel (dy's)")) != SW_OK) {
+        return s;
+    }
+    int64_t plane = 1;
+    for (int d = 2; d < dy->rank; d++) {
+        plane *= dy->shape[d];
+    }
+    if (plane == 1) {
+        column_sums(dy, db->data);
+    } else {
+        plane_sums(dy, plane, db->data);
+    }
+    return SW_OK;
+}
