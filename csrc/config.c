@@ -6,7 +6,9 @@
  * contiguous block of devices [j*k, (j+1)*k) for j = 0 .. ndev/k - 1.  Any
  * device count works; blocks that would run past the last device are left out.
  * first_block_only: each partition once, on devices [0, k) (machines of identical
- * devices, where the blocks of one size are interchangeable).
+ * devices, where the blocks of one size are interchangeable).  On machines whose structure
+ * makes other groups distinct (nodes, device kinds, link speeds), the caller passes its own
+ * device sets (sw_problem_enumerate_sets; python/shardwise/device_sets.py chooses them).
  */
 #include <stdlib.h>  /* realloc, free */
 #include <string.h>  /* memset */
@@ -58,15 +60,16 @@ static sw_status list_push(config_list *l, const sw_config *c) {
     return SW_OK;
 }
 
-/* Every factorization of `remaining` over dimensions d..out_rank-1, each on every block. */
-static sw_status factorize(const sw_op *op, int d, int remaining, sw_config *cur, const int64_t *block_offsets,
-                           int nblocks, config_list *out) {
+/* Every factorization of `remaining` over dimensions d..out_rank-1, each on every set of
+ * offsets[0 .. nsets). */
+static sw_status factorize(const sw_op *op, int d, int remaining, sw_config *cur, const int64_t *offsets, int nsets,
+                           config_list *out) {
     if (d == op->out_rank) {
         if (remaining != 1) {
             return SW_OK;
         }
-        for (int j = 0; j < nblocks; j++) {
-            cur->dev_offset = block_offsets[j];
+        for (int j = 0; j < nsets; j++) {
+            cur->dev_offset = offsets[j];
             sw_status s = list_push(out, cur);
             if (s != SW_OK) {
                 return s;
@@ -79,7 +82,7 @@ static sw_status factorize(const sw_op *op, int d, int remaining, sw_config *cur
             continue;
         }
         cur->deg[d] = deg;
-        sw_status s = factorize(op, d + 1, remaining / deg, cur, block_offsets, nblocks, out);
+        sw_status s = factorize(op, d + 1, remaining / deg, cur, offsets, nsets, out);
         if (s != SW_OK) {
             return s;
         }
@@ -87,76 +90,188 @@ static sw_status factorize(const sw_op *op, int d, int remaining, sw_config *cur
     return SW_OK;
 }
 
-sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts, int first_block_only) {
-    if (ncounts < 1) {
-        return SW_FAIL(SW_ERR_VALUE, "no worker counts to enumerate");
-    }
-    /* device blocks per worker count, appended to the pool once */
-    int64_t *offsets = calloc((size_t)p->ndev * (size_t)ncounts + 1, sizeof *offsets);
-    int32_t *devs = malloc(sizeof(int32_t) * (size_t)p->ndev);
-    int *nblocks = calloc((size_t)ncounts, sizeof *nblocks);
+/* The sets of each size k, consecutive in size order: sets [first[i], first[i + 1]) have
+ * size sizes[i]. */
+typedef struct {
+    int nsizes;
+    int *sizes, *first;
+    int64_t *offsets;   /* per set: its devices in the pool */
+} sets_by_size;
+
+static void sets_free(sets_by_size *b) {
+    free(b->sizes);
+    free(b->first);
+    free(b->offsets);
+}
+
+/* Check the sets (each 1..ndev distinct devices in range, no set twice), append them to the
+ * pool and group them by size (stable: sets of one size keep their order). */
+static sw_status group_sets(sw_problem *p, int nsets, const int32_t *ptr, const int32_t *devs, sets_by_size *b) {
+    memset(b, 0, sizeof *b);
+    b->sizes = malloc(sizeof *b->sizes * ((size_t)nsets + 1));
+    b->first = malloc(sizeof *b->first * ((size_t)nsets + 2));
+    b->offsets = malloc(sizeof *b->offsets * ((size_t)nsets + 1));
+    int32_t *order = malloc(sizeof *order * ((size_t)nsets + 1));
+    char *seen = calloc((size_t)p->ndev, 1);
     sw_status s = SW_OK;
-    if (!offsets || !devs || !nblocks) {
-        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    if (!b->sizes || !b->first || !b->offsets || !order || !seen) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for device sets");
         goto done;
     }
-    for (int ci = 0; ci < ncounts; ci++) {
-        int k = counts[ci];
+    for (int i = 0; i < nsets && s == SW_OK; i++) {
+        int k = ptr[i + 1] - ptr[i];
         if (k < 1 || k > p->ndev) {
-            s = SW_FAIL(SW_ERR_VALUE, "worker count %d outside 1..%d", k, p->ndev);
-            goto done;
+            s = SW_FAIL(SW_ERR_VALUE, "device set %d has %d devices; a set has 1..%d", i, k, p->ndev);
+            break;
         }
-        nblocks[ci] = first_block_only ? 1 : p->ndev / k;
-        for (int j = 0; j < nblocks[ci]; j++) {
-            for (int w = 0; w < k; w++) {
-                devs[w] = j * k + w;
+        for (int w = 0; w < k && s == SW_OK; w++) {
+            int32_t d = devs[ptr[i] + w];
+            if (d < 0 || d >= p->ndev || seen[d]) {
+                s = SW_FAIL(SW_ERR_VALUE, "device set %d: device %d is out of range 0..%d or repeated", i, d,
+                            p->ndev - 1);
+            } else {
+                seen[d] = 1;
             }
-            s = pool_append(p, devs, k, &offsets[(size_t)ci * p->ndev + j]);
-            if (s != SW_OK) {
-                goto done;
+        }
+        for (int w = 0; w < k; w++) {
+            int32_t d = devs[ptr[i] + w];
+            if (d >= 0 && d < p->ndev) {
+                seen[d] = 0;
             }
+        }
+        for (int j = 0; j < i && s == SW_OK; j++) {   /* sets are few (tens): pairwise is fine */
+            if (ptr[j + 1] - ptr[j] == k && memcmp(devs + ptr[j], devs + ptr[i], sizeof *devs * (size_t)k) == 0) {
+                s = SW_FAIL(SW_ERR_VALUE, "device sets %d and %d are the same", j, i);
+            }
+        }
+        if (s == SW_OK) {
+            s = pool_append(p, devs + ptr[i], k, &b->offsets[i]);
         }
     }
-    for (int i = 0; i < p->nops; i++) {
+    if (s != SW_OK) {
+        goto done;
+    }
+    for (int i = 0; i < nsets; i++) {   /* stable insertion sort by size */
+        int j = i;
+        while (j > 0 && ptr[order[j - 1] + 1] - ptr[order[j - 1]] > ptr[i + 1] - ptr[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    int64_t *sorted = malloc(sizeof *sorted * ((size_t)nsets + 1));
+    if (!sorted) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for device sets");
+        goto done;
+    }
+    for (int i = 0; i < nsets; i++) {
+        int k = ptr[order[i] + 1] - ptr[order[i]];
+        sorted[i] = b->offsets[order[i]];
+        if (b->nsizes == 0 || b->sizes[b->nsizes - 1] != k) {
+            b->sizes[b->nsizes] = k;
+            b->first[b->nsizes++] = i;
+        }
+    }
+    b->first[b->nsizes] = nsets;
+    free(b->offsets);
+    b->offsets = sorted;
+done:
+    free(order);
+    free(seen);
+    if (s != SW_OK) {
+        sets_free(b);
+    }
+    return s;
+}
+
+sw_status sw_problem_enumerate_sets(sw_problem *p, int nsets, const int32_t *ptr, const int32_t *devs) {
+    if (nsets < 1) {
+        return SW_FAIL(SW_ERR_VALUE, "no device sets to enumerate");
+    }
+    sets_by_size b;
+    SW_TRY(group_sets(p, nsets, ptr, devs, &b));
+    sw_status s = SW_OK;
+    for (int i = 0; i < p->nops && s == SW_OK; i++) {
         sw_op *op = &p->ops[i];
         config_list list = {0};
-        for (int ci = 0; ci < ncounts && s == SW_OK; ci++) {
+        for (int z = 0; z < b.nsizes && s == SW_OK; z++) {
+            int k = b.sizes[z], n = b.first[z + 1] - b.first[z];
+            const int64_t *offsets = b.offsets + b.first[z];
             sw_config cur;
             memset(&cur, 0, sizeof cur);
             for (int d = 0; d < SW_MAX_RANK; d++) {
                 cur.deg[d] = 1;
             }
-            cur.nworkers = counts[ci];
+            cur.nworkers = k;
             cur.rvar = -1;
             cur.rdeg = 1;
-            s = factorize(op, 0, counts[ci], &cur, &offsets[(size_t)ci * p->ndev], nblocks[ci], &list);
+            s = factorize(op, 0, k, &cur, offsets, n, &list);
             for (int v = op->out_rank; p->reduction_splits && v < op->nvars && s == SW_OK; v++) {
-                for (int r = 2; op->additive[v] && r <= counts[ci] && s == SW_OK; r++) {
-                    if (counts[ci] % r != 0 || op->extent[v] % r != 0) {
+                for (int r = 2; op->additive[v] && r <= k && s == SW_OK; r++) {
+                    if (k % r != 0 || op->extent[v] % r != 0) {
                         continue;
                     }
                     cur.rvar = v;
                     cur.rdeg = r;
-                    s = factorize(op, 0, counts[ci] / r, &cur, &offsets[(size_t)ci * p->ndev], nblocks[ci], &list);
+                    s = factorize(op, 0, k / r, &cur, offsets, n, &list);
                 }
             }
         }
         if (s != SW_OK) {
             free(list.items);
-            goto done;
+            break;
         }
         free(op->cfgs);
         op->cfgs = list.items;
         op->ncfg = list.len;
         if (op->ncfg == 0) {
-            s = SW_FAIL(SW_ERR_VALUE, "op %d has no valid configuration for the given worker counts", i);
-            goto done;
+            s = SW_FAIL(SW_ERR_VALUE, "op %d has no valid configuration on the given device sets", i);
         }
     }
-done:
-    free(offsets);
+    sets_free(&b);
+    return s;
+}
+
+sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts, int first_block_only) {
+    if (ncounts < 1) {
+        return SW_FAIL(SW_ERR_VALUE, "no worker counts to enumerate");
+    }
+    int nsets = 0, ndevs = 0;
+    for (int ci = 0; ci < ncounts; ci++) {
+        int k = counts[ci];
+        if (k < 1 || k > p->ndev) {
+            return SW_FAIL(SW_ERR_VALUE, "worker count %d outside 1..%d", k, p->ndev);
+        }
+        for (int cj = 0; cj < ci; cj++) {
+            if (counts[cj] == k) {
+                return SW_FAIL(SW_ERR_VALUE, "worker count %d given twice", k);
+            }
+        }
+        int blocks = first_block_only ? 1 : p->ndev / k;
+        nsets += blocks;
+        ndevs += blocks * k;
+    }
+    /* the aligned blocks [j k, (j + 1) k) of every count k */
+    int32_t *ptr = malloc(sizeof *ptr * ((size_t)nsets + 1)), *devs = malloc(sizeof *devs * ((size_t)ndevs + 1));
+    if (!ptr || !devs) {
+        free(ptr);
+        free(devs);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    int i = 0, at = 0;
+    ptr[0] = 0;
+    for (int ci = 0; ci < ncounts; ci++) {
+        int k = counts[ci], blocks = first_block_only ? 1 : p->ndev / k;
+        for (int j = 0; j < blocks; j++) {
+            for (int w = 0; w < k; w++) {
+                devs[at++] = j * k + w;
+            }
+            ptr[++i] = at;
+        }
+    }
+    sw_status s = sw_problem_enumerate_sets(p, nsets, ptr, devs);
+    free(ptr);
     free(devs);
-    free(nblocks);
     return s;
 }
 

@@ -271,6 +271,9 @@ void sw_problem_free(sw_problem *p);
  * into degrees that divide their dimension, each on the aligned contiguous
  * device blocks [j*k, (j+1)*k) (first_block_only: on [0, k) alone). */
 sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts, int first_block_only);
+/* The same over chosen device sets: set i is devs[ptr[i] .. ptr[i+1]) in worker order (distinct
+ * devices, no set twice); every partition of |set| workers on every set. */
+sw_status sw_problem_enumerate_sets(sw_problem *p, int nsets, const int32_t *ptr, const int32_t *devs);
 /* Replace the configurations of one op (degrees ncfg x SW_MAX_RANK, reduction
  * splits ncfg x 2 as (rvar or -1, rdeg) or NULL for none, devices ncfg x maxk
  * padded with -1). */

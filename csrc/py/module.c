@@ -205,6 +205,66 @@ static PyObject *Problem_enumerate(ProblemObject *self, PyObject *args, PyObject
     Py_RETURN_NONE;
 }
 
+/* enumerate_sets(sets): sets a list of sequences of device indices (each in worker order). */
+static PyObject *Problem_enumerate_sets(ProblemObject *self, PyObject *arg) {
+    if (!sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(arg, "device sets must be a sequence of sequences of device indices");
+    if (!seq) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    if (n < 1 || n > INT32_MAX / 2) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "device sets: give at least one set");
+        return NULL;
+    }
+    PyArrayObject **arrays = PyMem_Calloc((size_t)n, sizeof *arrays);
+    int32_t *ptr = PyMem_Malloc(sizeof *ptr * ((size_t)n + 1)), *devs = NULL;
+    int ok = arrays && ptr;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        self->busy = 1;  /* see CONVERTING */
+        arrays[i] = sw_py_array(PySequence_Fast_GET_ITEM(seq, i), NPY_INT32, 1, "a device set");
+        self->busy = 0;
+        ok = arrays[i] != NULL && PyArray_DIM(arrays[i], 0) <= self->p->ndev;
+        if (arrays[i] && !ok) {
+            PyErr_Format(PyExc_ValueError, "device set %zd has more devices than the machine's %d", i, self->p->ndev);
+        }
+        total += ok ? PyArray_DIM(arrays[i], 0) : 0;
+    }
+    if (ok) {
+        devs = PyMem_Malloc(sizeof *devs * ((size_t)total + 1));
+        ok = devs != NULL;
+    }
+    if (ok) {
+        Py_ssize_t at = 0;
+        ptr[0] = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(devs + at, PyArray_DATA(arrays[i]), sizeof *devs * (size_t)PyArray_DIM(arrays[i], 0));
+            at += PyArray_DIM(arrays[i], 0);
+            ptr[i + 1] = (int32_t)at;
+        }
+    } else if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; arrays && i < n; i++) {
+        Py_XDECREF(arrays[i]);
+    }
+    PyMem_Free(arrays);
+    Py_DECREF(seq);
+    sw_status s = ok ? sw_problem_enumerate_sets(self->p, (int)n, ptr, devs) : SW_OK;
+    PyMem_Free(ptr);
+    PyMem_Free(devs);
+    if (!ok) {
+        return NULL;
+    }
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Problem_set_configs(ProblemObject *self, PyObject *args) {
     int op;
     PyObject *deg_o, *dev_o, *red_o = Py_None;
@@ -534,6 +594,8 @@ static PyMethodDef Problem_methods[] = {
      "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1, reduction_splits=False)"},
     {"enumerate", (PyCFunction)(void (*)(void))Problem_enumerate, METH_VARARGS | METH_KEYWORDS,
      "enumerate(counts, first_block_only=False): configurations of every op for these worker counts"},
+    {"enumerate_sets", (PyCFunction)Problem_enumerate_sets, METH_O,
+     "enumerate_sets(sets): configurations of every op on these device sets (each a list of device indices)"},
     {"set_configs", (PyCFunction)Problem_set_configs, METH_VARARGS,
      "set_configs(op, degrees (n, 5) int32, devices (n, maxk) int32 padded with -1, reductions (n, 2) or None)"},
     {"configs", (PyCFunction)Problem_configs, METH_VARARGS, "configs(op) -> (degrees, devices)"},

@@ -4,7 +4,8 @@
     plan = search(g, d, algorithm="exhaustive")  # brute force, small graphs only
     plan = search(g, d, algorithm="tofu")        # seed 004's recursive CriticalDP (shardwise.tofu)
 
-Configurations per op come from the C core (aligned contiguous device blocks,
+Configurations per op come from the C core (aligned contiguous device blocks, plus the
+structure groups of heterogeneous machines from :mod:`shardwise.device_sets`,
 worker counts from :func:`shardwise.problem.worker_counts`); cost tables are
 built in C with the GIL released; the search itself runs in C.
 """
@@ -17,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .device_sets import aligned_blocks, device_sets
 from .devices import DeviceGraph
 from .errors import ConfigError, SearchError, SearchWarning
 from .graph import Graph
@@ -83,6 +85,17 @@ def _run_live(problem: Any, label: str, work: Callable[[], Any]) -> Any:
     return box.get("result")
 
 
+def _enumerate(problem: Any, devices: DeviceGraph, counts: Sequence[int]) -> None:
+    """Configurations on the aligned blocks of every count, and on a machine whose structure
+    makes other groups of devices distinct (nodes, kinds, link speeds), on those groups and
+    their blocks too (:mod:`shardwise.device_sets`)."""
+    sets = device_sets(devices, counts)
+    if set(sets) == set(aligned_blocks(len(devices), counts)):
+        problem.enumerate(np.asarray(counts, dtype=np.int32))
+    else:
+        problem.enumerate_sets([np.asarray(s, dtype=np.int32) for s in sets])
+
+
 def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *,
            sync: str = "parameter_server", options: CostOptions | None = None,
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
@@ -111,8 +124,11 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     result never simulates slower than its seed.  ``progress``: True prints
     each stage's time to stderr, or pass a callable ``(stage, seconds)``.
 
-    The search space: every op's partitions on aligned contiguous blocks of devices
-    (docs/cost-model.md).  On machines of identical devices in uniform nodes (the
+    The search space: every op's partitions on aligned contiguous blocks of devices and,
+    on machines whose devices differ, on the groups their structure makes distinct (each
+    node, each device kind, each class of devices linked at a given speed, and aligned
+    blocks within them; :mod:`shardwise.device_sets`, docs/cost-model.md).  A plan on
+    other device sets can be written by hand; the search does not consider it.  On machines of identical devices in uniform nodes (the
     ``cluster`` and ``cpu`` presets) large searches go in stages that keep the
     optimum: each partition once, pruning by a relaxation's lower bounds, then a
     proof that no other placement does better (``search_stats["scale"]``).  On other
@@ -176,7 +192,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         if not result.exact:
             _warn_scale(result, searched_cost, len(graph.ops))
     else:
-        problem.enumerate(np.asarray(counts, dtype=np.int32))
+        _enumerate(problem, devices, counts)
         if algorithm == "elimination" and _too_large(_configurations(problem, graph), graph):
             # devices not all interchangeable, and too many configurations to search on every
             # block: each partition on the first devices only, with a warning
