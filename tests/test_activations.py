@@ -351,7 +351,10 @@ def test_builders_refuse_foreign_tensors_and_unknown_kinds():
             getattr(g, kind)(x)
     with pytest.raises(ShapeError, match="unknown activation"):
         sw.ops.activation((2, 3), "swish")
-    assert g.leaky_relu(g.input("y", (2, 3)), negative_slope=np.float32(0.5)).shape == (2, 3)
+    y = g.input("y", (2, 3))
+    assert g.leaky_relu(y, negative_slope=np.float32(0.5)).shape == (2, 3)
+    with pytest.raises(GraphError, match=r"only relu is fused into the op; apply g\.gelu\(y\)"):
+        g.linear(y, 4, activation="gelu")
 
 
 X = np.zeros((2, 3), np.float32)

@@ -168,7 +168,11 @@ class Graph:
     @staticmethod
     def _check_activation(activation: Any) -> None:
         if not (activation is None or (isinstance(activation, str) and activation in _ACTIVATIONS)):
-            raise GraphError(f"unknown activation {activation!r}; expected one of {_ACTIVATIONS}")
+            hint = ""
+            if isinstance(activation, str) and activation in ops.ACTIVATION_FLOPS:
+                # only ReLU's gradient comes from the output alone, which is all a fused op keeps
+                hint = f" (only relu is fused into the op; apply g.{activation}(y) to its output)"
+            raise GraphError(f"unknown activation {activation!r}; expected one of {_ACTIVATIONS}{hint}")
 
     def _activate(self, t: Tensor, activation: str | None, name: str | None) -> Tensor:
         if activation == "relu":
