@@ -1,0 +1,323 @@
+"""Import a PyTorch model: ``g, weights = sw.from_torch(model, example_inputs=(x,))``.
+
+The model is traced with ``torch.fx`` (symbolic tracing: no tensor is computed, so importing
+has no side effects on the model), and every node of the trace is mapped to shardwise ops by
+the table of :mod:`shardwise.import_torch_ops`.  Shapes come from the example inputs (only
+their shapes are read) through the graph builder, so shape arithmetic in ``forward``
+(``x.view(x.size(0), -1)``) is evaluated during the import.
+
+torch is imported here only when :func:`from_torch` is called: the package never needs it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import ModelImportError, ShardwiseError
+from .graph import Graph, Tensor
+from .import_torch_ops import (FOLDABLE_MODULES, Attr, Call, Index, TorchOp, bind, is_inplace, resolve)
+from .init import parameter_shapes
+
+__all__ = ["from_torch"]
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+        import torch.fx
+    except ImportError as exc:
+        raise ImportError("shardwise.from_torch needs PyTorch, which is not installed: pip install torch") from exc
+    return torch
+
+
+def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Import ``model`` (a ``torch.nn.Module``) as a shardwise graph and its weights.
+
+    ``example_inputs`` is a tuple with one tensor per argument of ``model.forward`` (a single
+    tensor is taken as a 1-tuple); only their shapes are used, and they fix the graph's shapes,
+    the first dimension being the minibatch.  The graph's input ops are named after
+    ``forward``'s arguments.
+
+    The model must return one (N, classes) tensor of logits: a softmax op (shardwise's
+    softmax cross-entropy loss, PyTorch's ``CrossEntropyLoss`` with mean reduction) named
+    ``"softmax"`` is appended.  A model whose last op is a softmax or log-softmax over the
+    classes has that op become the loss instead.
+
+    Ops are named after the modules that run them (``"layer1.0.conv1"``), and function calls
+    after their enclosing module and the function (``"layer1.0.add"``), so the weights dict,
+    ``{"<op>.weight": array, "<op>.bias": array}`` in PyTorch's layouts (the form
+    :meth:`~shardwise.Trainer.set_weights` takes), has the keys of the model's
+    ``state_dict()`` for module weights.  A parameter read directly in ``forward``
+    (``x @ self.w``) becomes a ``parameter`` op named after it, with the weight ``"<name>.weight"``.
+    A ReLU that is the only user of a convolution or linear layer is fused into it.
+
+    Raises ImportError if torch is missing, and :class:`~shardwise.ModelImportError` (a
+    :class:`~shardwise.GraphError`) naming the module path, the op and, for function calls,
+    the source line, for an unsupported op or argument or a model torch.fx cannot trace.
+    The supported ops are the table in docs/importing.md.
+    """
+    torch = _import_torch()
+    if not isinstance(model, torch.nn.Module):
+        raise ModelImportError(f"from_torch takes a torch.nn.Module, got {type(model).__name__}")
+    shapes = _example_shapes(torch, example_inputs)
+    fx_graph = _trace(torch, model)
+    index = resolve(torch)
+    skip: set[Any] = set()
+    while True:
+        importer = _Importer(torch, index, model, fx_graph, name or type(model).__name__, skip)
+        g = importer.run(shapes)
+        dead = importer.dead_nodes()
+        if not dead:
+            return g, importer.weights()
+        skip |= dead   # results nothing returned depends on: import again without them
+
+
+def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[int, ...]]:
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
+        raise ModelImportError(f"example_inputs must be a tuple of tensors, got {type(example_inputs).__name__}")
+    shapes = []
+    for k, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise ModelImportError(f"example input {k} is a {type(x).__name__}, not a tensor")
+        if not x.dtype.is_floating_point:
+            raise ModelImportError(f"example input {k} has dtype {x.dtype}; shardwise's inputs are float32")
+        shapes.append(tuple(int(s) for s in x.shape))
+    return shapes
+
+
+def _trace(torch: Any, model: Any) -> Any:
+    tracer = torch.fx.Tracer()
+    tracer.record_stack_traces = True   # source lines for messages
+    try:
+        return tracer.trace(model)
+    except Exception as exc:   # TraceError, or whatever forward raises on proxies
+        raise ModelImportError(f"torch.fx could not trace {type(model).__name__}.forward ({type(exc).__name__}: "
+                               f"{exc}); from_torch needs a forward without control flow that depends on "
+                               f"tensor values") from exc
+
+
+class _Importer:
+    """One pass over the trace, building a graph; ``skip`` are nodes left out (dead code)."""
+
+    def __init__(self, torch: Any, index: Index, model: Any, fx_graph: Any, name: str, skip: set[Any]) -> None:
+        self.torch, self.index, self.model, self.fx, self.skip = torch, index, model, fx_graph, skip
+        self.g = Graph(name)
+        self.env: dict[Any, Any] = {}
+        self.aliases: dict[Any, list[Any]] = {}    # node -> the nodes naming the same (in-place updated) tensor
+        self.fused: set[Any] = set()               # ReLU nodes fused into their producer
+        self.op_node: dict[int, Any] = {}          # op index -> the node that built it
+        self.params: dict[str, dict[str, Any]] = {}
+        self.parameter_ops: dict[str, Tensor] = {}
+        self.module_calls: dict[str, int] = {}
+        # names that modules and attributes own: a function's op never takes one of them
+        self.reserved = {n.target for n in fx_graph.nodes if n.op in ("call_module", "get_attr")}
+        self.torch_dir = os.path.dirname(torch.__file__)
+
+    # ----- the pass
+    def run(self, shapes: list[tuple[int, ...]]) -> Graph:
+        placeholders = [n for n in self.fx.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(shapes):
+            raise ModelImportError(f"{type(self.model).__name__}.forward takes {len(placeholders)} tensor(s) "
+                                   f"({', '.join(n.target for n in placeholders)}); example_inputs has {len(shapes)}")
+        shape_of = dict(zip(placeholders, shapes))
+        for node in self.fx.nodes:
+            if node in self.skip:
+                continue
+            if node.op == "placeholder":
+                self.env[node] = self.g.input(self._unique(node.target.lstrip("*"), owner=True), shape_of[node])
+            elif node.op == "get_attr":
+                self.env[node] = Attr(node.target, self._fetch(node.target))
+            elif node.op == "output":
+                self._output(node)
+            else:
+                self._call(node)
+        return self.g
+
+    def _fetch(self, target: str) -> Any:
+        obj = self.model
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def _call(self, node: Any) -> None:
+        fx = self.torch.fx
+        args = fx.node.map_arg(node.args, self.env.__getitem__)
+        kwargs = fx.node.map_arg(node.kwargs, self.env.__getitem__)
+        if node.op == "call_function" and self._foldable(node.target, args, kwargs):
+            self.env[node] = node.target(*args, **kwargs)   # shape arithmetic on constants
+            return
+        entry, module = self._entry(node)
+        where = self._where(node)
+        if entry is None:
+            raise ModelImportError(f"{where}: {self._describe(node, module)} is not supported "
+                                   f"(the supported ops are listed in docs/importing.md)")
+        if node in self.fused:
+            self.env[node] = args[0]
+            return
+        inputs, attrs = bind(entry, module, args, kwargs, where)
+        if module is not None and any(True for _ in module.parameters()):
+            calls = self.module_calls[node.target] = self.module_calls.get(node.target, 0) + 1
+            if calls > 1:
+                raise ModelImportError(f"{where}: the module is called more than once; its weights would be shared, "
+                                       f"which is not supported")
+        call = Call(self.g, self._op_name(node, entry), where, module, inputs, attrs,
+                    activation=self._fuse_relu(node, entry), is_output=self._is_output(node),
+                    weights=self.params, parameter_op=self._parameter_op)
+        first = len(self.g.ops)
+        try:
+            value = entry.convert(call)
+        except ModelImportError:
+            raise
+        except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say where it came from
+            raise type(exc)(f"{where}: {exc}") from None
+        for k in range(first, len(self.g.ops)):
+            self.op_node[k] = node
+        if is_inplace(node.op, node.target, attrs) and node.args and isinstance(node.args[0], fx.Node):
+            # later readers of the input see the updated tensor, as in PyTorch
+            group = self.aliases.setdefault(node.args[0], [node.args[0]])
+            for other in group:
+                self.env[other] = value
+            group.append(node)
+            self.aliases[node] = group
+        self.env[node] = value
+
+    def _output(self, node: Any) -> None:
+        out = node.args[0]
+        value = self.env.get(out) if isinstance(out, self.torch.fx.Node) else out
+        where = f"{type(self.model).__name__}.forward"
+        if not isinstance(value, Tensor):
+            raise ModelImportError(f"{where} returns {type(value).__name__}; from_torch takes a model that returns "
+                                   f"one (N, classes) tensor of logits")
+        if len(value.shape) != 2:
+            raise ModelImportError(f"{where} returns shape {value.shape}; from_torch takes a model that returns "
+                                   f"(N, classes) logits")
+        if self.g.ops[value.op].kind != "softmax":
+            self.g.softmax(value, name=self._unique("softmax"))
+
+    # ----- dead code, weights
+    def dead_nodes(self) -> set[Any]:
+        """Nodes whose ops the loss does not depend on."""
+        live = {len(self.g.ops) - 1}
+        for op in reversed(self.g.ops):
+            if op.index in live:
+                live.update(op.inputs)
+        return {self.op_node[k] for k in range(len(self.g.ops)) if k not in live and k in self.op_node}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        out = {}
+        for op_name, params in self.params.items():
+            for pname, t in params.items():
+                out[f"{op_name}.{pname}"] = np.array(t.detach().cpu().float().numpy(), dtype=np.float32)
+        want = parameter_shapes(self.g)
+        got = {k: v.shape for k, v in out.items()}
+        if got != want:   # a converter that recorded weights other than its op's
+            raise ModelImportError(f"internal error: imported weights {got} differ from the graph's {want}")
+        return out
+
+    def _parameter_op(self, attr: Attr) -> Tensor:
+        """A model parameter read as data: one parameter op per attribute, shared by its readers."""
+        if attr.target not in self.parameter_ops:
+            t = attr.value
+            if not isinstance(t, self.torch.nn.Parameter) or not t.requires_grad:
+                raise ModelImportError(f"{attr.target}: a constant tensor (a buffer, or a parameter without "
+                                       f"requires_grad) is not supported as data")
+            op = self._unique(attr.target, owner=True)
+            p = self.g.parameter(tuple(t.shape), name=op)
+            self.params[op] = {"weight": t}
+            self.parameter_ops[attr.target] = p
+        return self.parameter_ops[attr.target]
+
+    # ----- lookups and names
+    def _entry(self, node: Any) -> tuple[TorchOp | None, Any]:
+        if node.op == "call_module":
+            module = self.model.get_submodule(node.target)
+            return self.index.modules.get(type(module)), module
+        if node.op == "call_method":
+            return self.index.methods.get(node.target), None
+        try:
+            return self.index.functions.get(node.target), None
+        except TypeError:   # an unhashable callable
+            return None, None
+
+    def _foldable(self, target: Any, args: Any, kwargs: Any) -> bool:
+        if getattr(target, "__module__", None) not in FOLDABLE_MODULES:
+            return False
+        found: list[bool] = []
+        self.torch.fx.node.map_aggregate((args, kwargs), lambda v: found.append(isinstance(v, (Tensor, Attr))))
+        return not any(found)
+
+    def _fuse_relu(self, node: Any, entry: TorchOp) -> str | None:
+        """"relu" when ``node``'s only user is a ReLU of it, which is then fused into ``node``'s op."""
+        if not entry.fuses_relu or len(node.users) != 1:
+            return None
+        user = next(iter(node.users))
+        relu, _ = self._entry(user) if user.op.startswith("call_") else (None, None)
+        if relu is None or relu.name != "relu" or user in self.skip or not user.args or user.args[0] is not node:
+            return None
+        self.fused.add(user)
+        return "relu"
+
+    def _is_output(self, node: Any) -> bool:
+        return len(node.users) == 1 and next(iter(node.users)).op == "output"
+
+    def _unique(self, base: str, owner: bool = False) -> str:
+        """``base``, or ``base_1``, ``base_2``, ...: a name no op has; only the owner of a reserved
+        name (the module or attribute itself) gets it."""
+        if base not in self.g and (owner or base not in self.reserved):
+            return base
+        k = 1
+        while f"{base}_{k}" in self.g or f"{base}_{k}" in self.reserved:
+            k += 1
+        return f"{base}_{k}"
+
+    def _op_name(self, node: Any, entry: TorchOp) -> str:
+        if node.op == "call_module":
+            return self._unique(node.target, owner=True)
+        path = self._module_path(node)
+        return self._unique(f"{path}.{entry.name}" if path else entry.name)
+
+    @staticmethod
+    def _module_path(node: Any) -> str:
+        stack = node.meta.get("nn_module_stack") or {}
+        return list(stack.values())[-1][0] if stack else ""
+
+    def _where(self, node: Any) -> str:
+        """The module path of a module call; for a function call, its module and source line."""
+        if node.op == "call_module":
+            return node.target
+        path = self._module_path(node) or type(self.model).__name__
+        line = self._source_line(node)
+        return f"{path} ({line})" if line else path
+
+    def _source_line(self, node: Any) -> str:
+        """``file.py:12 `code``` of the innermost frame of user code that made ``node``."""
+        lines = (node.stack_trace or "").splitlines()
+        for k in range(len(lines) - 1, -1, -1):
+            text = lines[k].strip()
+            if not text.startswith('File "'):
+                continue
+            path = text[6:text.index('"', 6)]
+            if os.path.abspath(path).startswith(self.torch_dir + os.sep):
+                continue
+            lineno = text.split(", line ")[1].split(",")[0] if ", line " in text else "?"
+            code = lines[k + 1].strip() if k + 1 < len(lines) else ""
+            return f"{os.path.basename(path)}:{lineno} `{code}`" if code else f"{os.path.basename(path)}:{lineno}"
+        return ""
+
+    def _describe(self, node: Any, module: Any) -> str:
+        """What a node calls, as a user would write it: nn.GELU, torch.sigmoid, Tensor.exp, ..."""
+        if node.op == "call_module":
+            cls = type(module)
+            return f"nn.{cls.__name__}" if getattr(self.torch.nn, cls.__name__, None) is cls else cls.__name__
+        if node.op == "call_method":
+            return f"Tensor.{node.target}"
+        target = node.target
+        fname = getattr(target, "__name__", None)
+        for prefix, ns in (("torch", self.torch), ("torch.nn.functional", self.torch.nn.functional)):
+            if fname and getattr(ns, fname, None) is target:
+                return f"{prefix}.{fname}"
+        return f"{getattr(target, '__module__', None) or '?'}.{getattr(target, '__qualname__', repr(target))}"
