@@ -176,7 +176,11 @@ class VGG(nn.Module):
 
 class Functional(nn.Module):
     """Functional calls and methods: F.relu, x.relu_(), +=, torch.cat, F.max_pool2d, x.mean,
-    x.view(N, -1), torch.flatten, a parameter read as data (x @ self.w), log_softmax."""
+    x.view(N, -1), torch.flatten, a parameter read as data (x @ self.w), log_softmax.
+
+    The in-place ops are placed where PyTorch's autograd allows them (on convolution outputs,
+    which their backward does not read): ``b.relu_()`` with its result unused must still reach
+    the later reads of ``b``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -186,11 +190,11 @@ class Functional(nn.Module):
         self.w = nn.Parameter(torch.randn(16 + 8, 5) * 0.2)
 
     def forward(self, x):
-        a = F.relu(self.a(x))
+        a = self.a(x)
         b = self.b(x)
-        b = b.relu_()                     # in place
-        a += b
-        y = torch.cat([a, b], dim=1)
+        b.relu_()                         # in place, result unused: b is now ReLU(b)
+        a += b                            # in place on a convolution's output
+        y = torch.cat([F.relu(a), b], dim=1)
         y = F.max_pool2d(self.c(y), 2)    # 8 x 4 x 4
         g = y.mean((2, 3))                # global average pool
         h = F.relu(self.fc(y.view(y.size(0), -1)))

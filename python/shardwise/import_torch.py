@@ -17,7 +17,8 @@ import numpy as np
 
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
-from .import_torch_ops import (FOLDABLE_MODULES, Attr, Call, Index, TorchOp, bind, is_inplace, resolve)
+from .import_torch_ops import (FOLDABLE_MODULES, VIEW_OPS, Attr, Call, Index, TorchOp, bind, is_inplace,
+                               resolve)
 from .init import parameter_shapes
 
 __all__ = ["from_torch"]
@@ -63,15 +64,49 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
         raise ModelImportError(f"from_torch takes a torch.nn.Module, got {type(model).__name__}")
     shapes = _example_shapes(torch, example_inputs)
     fx_graph = _trace(torch, model)
-    index = resolve(torch)
-    skip: set[Any] = set()
-    while True:
-        importer = _Importer(torch, index, model, fx_graph, name or type(model).__name__, skip)
-        g = importer.run(shapes)
-        dead = importer.dead_nodes()
-        if not dead:
-            return g, importer.weights()
-        skip |= dead   # results nothing returned depends on: import again without them
+    importer = _Importer(torch, resolve(torch), model, fx_graph, name or type(model).__name__)
+    g = importer.run(shapes)
+    weights = importer.weights()
+    live = _live_ops(g)
+    if len(live) < len(g.ops):
+        # results the loss does not depend on (an unused branch, a computed-but-ignored value)
+        # would still be planned and computed every step: leave them out
+        g = _prune(g, live)
+        weights = {k: v for k, v in weights.items() if k.rsplit(".", 1)[0] in g}
+    return g, weights
+
+
+def _live_ops(g: Graph) -> set[int]:
+    """Indices of the ops the loss (the last op) depends on."""
+    live = {len(g.ops) - 1}
+    for op in reversed(g.ops):
+        if op.index in live:
+            live.update(op.inputs)
+    return live
+
+
+def _prune(g: Graph, live: set[int]) -> Graph:
+    """A copy of ``g`` with only the ops in ``live``, same names and attributes.
+
+    Rebuilding by replaying the builders (rather than importing again without the dead
+    nodes) keeps one trace and one pass: a dead tensor may still be read by a live shape
+    query (``dead.size(0)``), which a second pass without it could not answer."""
+    out = Graph(g.name)
+    new: dict[int, Tensor] = {}
+    for op in g.ops:
+        if op.index not in live:
+            continue
+        ins = [new[i] for i in op.inputs]
+        if op.kind == "input":
+            t = out.input(op.name, op.shape)
+        elif op.kind == "parameter":
+            t = out.parameter(op.shape, name=op.name)
+        elif op.kind == "concat":
+            t = out.concat(ins, name=op.name, **op.attrs)
+        else:   # the builder's keyword arguments are the attributes it recorded
+            t = getattr(out, op.kind)(*ins, name=op.name, **op.attrs)
+        new[op.index] = t
+    return out
 
 
 def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[int, ...]]:
@@ -100,16 +135,32 @@ def _trace(torch: Any, model: Any) -> Any:
                                f"tensor values") from exc
 
 
-class _Importer:
-    """One pass over the trace, building a graph; ``skip`` are nodes left out (dead code)."""
+class _Stale:
+    """The value of a tensor after an in-place op on a view of it (see :meth:`_Importer._write`)."""
 
-    def __init__(self, torch: Any, index: Index, model: Any, fx_graph: Any, name: str, skip: set[Any]) -> None:
-        self.torch, self.index, self.model, self.fx, self.skip = torch, index, model, fx_graph, skip
+    def __init__(self, written_at: str) -> None:
+        self.written_at = written_at
+
+    def fail(self, where: str) -> None:
+        raise ModelImportError(f"{where}: reads a tensor that an in-place op on a view of it changed "
+                               f"(at {self.written_at}); in-place ops on views (flatten, view, reshape) "
+                               f"are not supported when the original tensor is read afterwards")
+
+
+class _Importer:
+    """One pass over the trace, building a graph.
+
+    ``env`` maps every node to its value: a graph :class:`Tensor`, an :class:`Attr`, a
+    constant (shapes, sizes), or a :class:`_Stale` for a tensor an in-place op on a view of
+    it has changed.  Nodes naming one tensor share one :class:`Tensor` object, which is how
+    an in-place op reaches every name of the tensor it writes (see :meth:`_write`)."""
+
+    def __init__(self, torch: Any, index: Index, model: Any, fx_graph: Any, name: str) -> None:
+        self.torch, self.index, self.model, self.fx = torch, index, model, fx_graph
         self.g = Graph(name)
         self.env: dict[Any, Any] = {}
-        self.aliases: dict[Any, list[Any]] = {}    # node -> the nodes naming the same (in-place updated) tensor
+        self.view_of: dict[Tensor, Tensor] = {}    # a flatten's output -> its input (PyTorch: a view of it)
         self.fused: set[Any] = set()               # ReLU nodes fused into their producer
-        self.op_node: dict[int, Any] = {}          # op index -> the node that built it
         self.params: dict[str, dict[str, Any]] = {}
         self.parameter_ops: dict[str, Tensor] = {}
         self.module_calls: dict[str, int] = {}
@@ -125,8 +176,6 @@ class _Importer:
                                    f"({', '.join(n.target for n in placeholders)}); example_inputs has {len(shapes)}")
         shape_of = dict(zip(placeholders, shapes))
         for node in self.fx.nodes:
-            if node in self.skip:
-                continue
             if node.op == "placeholder":
                 self.env[node] = self.g.input(self._unique(node.target.lstrip("*"), owner=True), shape_of[node])
             elif node.op == "get_attr":
@@ -147,6 +196,7 @@ class _Importer:
         fx = self.torch.fx
         args = fx.node.map_arg(node.args, self.env.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, self.env.__getitem__)
+        fx.node.map_aggregate((args, kwargs), lambda v: v.fail(self._where(node)) if isinstance(v, _Stale) else v)
         if node.op == "call_function" and self._foldable(node.target, args, kwargs):
             self.env[node] = node.target(*args, **kwargs)   # shape arithmetic on constants
             return
@@ -167,23 +217,34 @@ class _Importer:
         call = Call(self.g, self._op_name(node, entry), where, module, inputs, attrs,
                     activation=self._fuse_relu(node, entry), is_output=self._is_output(node),
                     weights=self.params, parameter_op=self._parameter_op)
-        first = len(self.g.ops)
         try:
             value = entry.convert(call)
         except ModelImportError:
             raise
         except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say where it came from
             raise type(exc)(f"{where}: {exc}") from None
-        for k in range(first, len(self.g.ops)):
-            self.op_node[k] = node
-        if is_inplace(node.op, node.target, attrs) and node.args and isinstance(node.args[0], fx.Node):
-            # later readers of the input see the updated tensor, as in PyTorch
-            group = self.aliases.setdefault(node.args[0], [node.args[0]])
-            for other in group:
-                self.env[other] = value
-            group.append(node)
-            self.aliases[node] = group
+        if entry.name in VIEW_OPS and isinstance(value, Tensor) and value is not inputs[0]:
+            self.view_of[value] = inputs[0]
+        if is_inplace(node.op, node.target, attrs) and inputs and isinstance(inputs[0], Tensor):
+            self._write(inputs[0], value, node)
         self.env[node] = value
+
+    def _write(self, old: Tensor, new: Any, node: Any) -> None:
+        """An in-place op changed ``old`` to ``new``: every node naming ``old`` (the input node,
+        and those that returned it unchanged: ``x.contiguous()``, ``nn.Identity``) now names
+        ``new``, as later readers see the updated tensor in PyTorch.  The base of a view
+        changes too in PyTorch, which shardwise's flatten (a copy) cannot follow: reading the
+        base afterwards is refused rather than silently given the old values."""
+        for n, v in self.env.items():
+            if v is old:
+                self.env[n] = new
+        base = self.view_of.get(old)
+        while base is not None:
+            stale = _Stale(self._where(node))
+            for n, v in self.env.items():
+                if v is base:
+                    self.env[n] = stale
+            base = self.view_of.get(base)
 
     def _output(self, node: Any) -> None:
         out = node.args[0]
@@ -198,15 +259,7 @@ class _Importer:
         if self.g.ops[value.op].kind != "softmax":
             self.g.softmax(value, name=self._unique("softmax"))
 
-    # ----- dead code, weights
-    def dead_nodes(self) -> set[Any]:
-        """Nodes whose ops the loss does not depend on."""
-        live = {len(self.g.ops) - 1}
-        for op in reversed(self.g.ops):
-            if op.index in live:
-                live.update(op.inputs)
-        return {self.op_node[k] for k in range(len(self.g.ops)) if k not in live and k in self.op_node}
-
+    # ----- weights
     def weights(self) -> dict[str, np.ndarray]:
         out = {}
         for op_name, params in self.params.items():
@@ -256,7 +309,7 @@ class _Importer:
             return None
         user = next(iter(node.users))
         relu, _ = self._entry(user) if user.op.startswith("call_") else (None, None)
-        if relu is None or relu.name != "relu" or user in self.skip or not user.args or user.args[0] is not node:
+        if relu is None or relu.name != "relu" or not user.args or user.args[0] is not node:
             return None
         self.fused.add(user)
         return "relu"

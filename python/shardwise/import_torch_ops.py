@@ -500,6 +500,11 @@ def bind(entry: TorchOp, module: Any, args: Sequence[Any], kwargs: dict[str, Any
     return inputs, attrs
 
 
+VIEW_OPS = ("flatten", "reshape", "squeeze")
+"""Operations whose result is a view of their input in PyTorch (an in-place op on the result
+writes the input too); shardwise builds a flatten, a copy."""
+
+
 FOLDABLE_MODULES = ("_operator", "operator", "builtins", "math")
 """Functions of these modules applied to constants only (shape arithmetic such as
 ``x.size(0) * 2``) are evaluated during the import."""
