@@ -18,7 +18,7 @@ import numpy as np
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
 from .import_torch_ops import (FOLDABLE_MODULES, VIEW_OPS, Attr, Call, Index, TorchOp, bind, is_inplace,
-                               resolve)
+                               record_weights, resolve)
 from .init import parameter_shapes
 
 __all__ = ["from_torch"]
@@ -201,9 +201,10 @@ class _Importer:
             self.env[node] = node.target(*args, **kwargs)   # shape arithmetic on constants
             return
         entry, module = self._entry(node)
-        where = self._where(node)
+        where = self._where(node, module)
         if entry is None:
-            raise ModelImportError(f"{where}: {self._describe(node, module)} is not supported "
+            place = f"module {node.target!r}" if module is not None else where
+            raise ModelImportError(f"{place}: {self._describe(node, module)} is not supported "
                                    f"(the supported ops are listed in docs/importing.md)")
         if node in self.fused:
             self.env[node] = args[0]
@@ -214,7 +215,7 @@ class _Importer:
             if calls > 1:
                 raise ModelImportError(f"{where}: the module is called more than once; its weights would be shared, "
                                        f"which is not supported")
-        call = Call(self.g, self._op_name(node, entry), where, module, inputs, attrs,
+        call = Call(self.g, self._op_name(node, entry, inputs), where, module, inputs, attrs,
                     activation=self._fuse_relu(node, entry), is_output=self._is_output(node),
                     weights=self.params, parameter_op=self._parameter_op)
         try:
@@ -279,9 +280,8 @@ class _Importer:
                 raise ModelImportError(f"{attr.target}: a constant tensor (a buffer, or a parameter without "
                                        f"requires_grad) is not supported as data")
             op = self._unique(attr.target, owner=True)
-            p = self.g.parameter(tuple(t.shape), name=op)
-            self.params[op] = {"weight": t}
-            self.parameter_ops[attr.target] = p
+            record_weights(self.params, op, {"weight": t}, f"the parameter {attr.target!r}")
+            self.parameter_ops[attr.target] = self.g.parameter(tuple(t.shape), name=op)
         return self.parameter_ops[attr.target]
 
     # ----- lookups and names
@@ -327,9 +327,15 @@ class _Importer:
             k += 1
         return f"{base}_{k}"
 
-    def _op_name(self, node: Any, entry: TorchOp) -> str:
+    def _op_name(self, node: Any, entry: TorchOp, inputs: list[Any]) -> str:
+        """The module's path; for ``F.linear(x, self.fc.weight)``, the weight's owner (``"fc"``);
+        for other functions, the enclosing module's path and the operation (``"layer1.0.add"``)."""
         if node.op == "call_module":
             return self._unique(node.target, owner=True)
+        weight = inputs[entry.weight_arg] if entry.weight_arg is not None else None
+        if isinstance(weight, Attr) and weight.target != "weight":   # "weight": the root module's own
+            target = weight.target
+            return self._unique(target[:-len(".weight")] if target.endswith(".weight") else target, owner=True)
         path = self._module_path(node)
         return self._unique(f"{path}.{entry.name}" if path else entry.name)
 
@@ -338,13 +344,17 @@ class _Importer:
         stack = node.meta.get("nn_module_stack") or {}
         return list(stack.values())[-1][0] if stack else ""
 
-    def _where(self, node: Any) -> str:
-        """The module path of a module call; for a function call, its module and source line."""
+    def _where(self, node: Any, module: Any = None) -> str:
+        """Where a call is, for messages: ``module 'layer1.0.conv1' (nn.Conv2d)`` for a module call;
+        for a function call, the module whose ``forward`` makes it and the source line:
+        ``module 'layer1.0' (model.py:12 `out += identity`)``."""
         if node.op == "call_module":
-            return node.target
-        path = self._module_path(node) or type(self.model).__name__
+            module = self.model.get_submodule(node.target) if module is None else module
+            return f"module {node.target!r} ({self._describe(node, module)})"
+        path = self._module_path(node)
+        place = f"module {path!r}" if path else f"{type(self.model).__name__}.forward"
         line = self._source_line(node)
-        return f"{path} ({line})" if line else path
+        return f"{place} ({line})" if line else place
 
     def _source_line(self, node: Any) -> str:
         """``file.py:12 `code``` of the innermost frame of user code that made ``node``."""

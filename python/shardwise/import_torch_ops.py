@@ -66,15 +66,50 @@ class Call:
             raise self.error(f"reads the tensor attribute {value.target!r} as data; a parameter is supported "
                              f"only as an operand of a matrix product (x @ W)")
         if not isinstance(value, Tensor):
-            raise self.error(f"expects a tensor as {what}, got the constant {value!r} "
+            raise self.error(f"expects a tensor as {what}, got {_show(value)} "
                              f"(operations with constants are not supported)")
         if rank is not None and len(value.shape) != rank:
             raise self.error(f"expects a rank-{rank} tensor as {what}, got shape {value.shape}")
         return value
 
+    def parameter(self, value: Any, what: str, rank: int) -> Any:
+        """``value`` (argument ``what``), a trainable parameter of the model read in ``forward``
+        (``F.linear(x, self.w)``), as its torch tensor."""
+        if not isinstance(value, Attr):
+            raise self.error(f"expects a parameter of the model as {what}, got {_show(value)} "
+                             f"(computed weights are not supported)")
+        if not getattr(value.value, "requires_grad", False):
+            raise self.error(f"{what} {value.target!r} is a constant tensor (a buffer, or a parameter without "
+                             f"requires_grad); only trainable parameters are supported as weights")
+        if value.value.dim() != rank:
+            raise self.error(f"expects a rank-{rank} {what}, got {value.target!r} of shape {tuple(value.value.shape)}")
+        return value.value
+
     def set_weights(self, **params: Any) -> None:
         """Record the op's parameters (torch tensors; None for an absent bias)."""
-        self.weights[self.name] = {k: v for k, v in params.items() if v is not None}
+        record_weights(self.weights, self.name, {k: v for k, v in params.items() if v is not None}, self.where)
+
+
+def record_weights(weights: dict[str, dict[str, Any]], op: str, params: dict[str, Any], where: str) -> None:
+    """``weights[op] = params``, refusing a tensor another op already owns: shardwise gives every
+    op its own weights, so tied weights (``fc2.weight = fc1.weight``, one parameter read by two
+    calls) would silently come apart in training."""
+    for other, owned in weights.items():
+        for pname, t in owned.items():
+            for k, v in params.items():
+                if v is t:
+                    raise ModelImportError(f"{where}: its {k} is also the {pname} of {other!r}; shared (tied) "
+                                           f"weights are not supported")
+    weights[op] = params
+
+
+def _show(value: Any) -> str:
+    """A short description of an argument for messages (not a whole tensor's repr)."""
+    if isinstance(value, Attr):
+        return f"the model's tensor {value.target!r}"
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {value.shape}"
+    return f"the constant {value!r}"
 
 
 @dataclass(frozen=True)
@@ -85,7 +120,10 @@ class TorchOp:
     :data:`REQUIRED` for none; a module call reads them as module attributes of the same names.
     ``variadic`` collects the arguments after the data inputs into ``attrs[params[0][0]]``
     (``x.view(n, -1)`` and ``x.view((n, -1))`` alike).  ``fuses_relu``: a ReLU that is the
-    only user of this op's result is fused into it (the graph builder's ``activation``)."""
+    only user of this op's result is fused into it (the graph builder's ``activation``).
+    ``weight_arg``: the data input that is the op's weight (``F.linear(x, self.fc.weight)``);
+    the op is named after that parameter, less a ``.weight`` suffix, so the weights dict keeps
+    the model's ``state_dict`` keys."""
 
     name: str
     convert: Callable[[Call], Any]
@@ -96,6 +134,7 @@ class TorchOp:
     methods: tuple[str, ...] = ()
     variadic: bool = False
     fuses_relu: bool = False
+    weight_arg: int | None = None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -131,42 +170,71 @@ def _check_ceil_mode(c: Call, shape: tuple[int, ...], kernel: tuple[int, int], s
 
 
 # ----------------------------------------------------------------------------- converters
-def _conv2d(c: Call) -> Tensor:
-    m = c.module
+def _conv(c: Call, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int,
+          padding_mode: str = "zeros") -> Tensor:
+    """A convolution of weight (C_out, C_in, kH, kW), from nn.Conv2d or F.conv2d."""
     x = c.tensor(0, rank=4)
-    if m.groups != 1:
-        raise c.error(f"groups={m.groups} is not supported (grouped and depthwise convolutions are not yet)")
-    if tuple(m.dilation) != (1, 1):
-        raise c.error(f"dilation={tuple(m.dilation)} is not supported")
-    if m.padding_mode != "zeros":
-        raise c.error(f"padding_mode={m.padding_mode!r} is not supported (zero padding only)")
-    kernel = tuple(int(k) for k in m.kernel_size)
-    if m.padding == "valid":
+    if groups != 1:
+        raise c.error(f"groups={groups} is not supported (grouped and depthwise convolutions are not yet)")
+    if _pair(c, dilation, "dilation") != (1, 1):
+        raise c.error(f"dilation={dilation!r} is not supported")
+    if padding_mode != "zeros":
+        raise c.error(f"padding_mode={padding_mode!r} is not supported (zero padding only)")
+    kernel = (int(weight.shape[2]), int(weight.shape[3]))
+    if padding == "valid":
         padding = (0, 0)
-    elif m.padding == "same":
+    elif padding == "same":
         if any(k % 2 == 0 for k in kernel):
             raise c.error(f"padding='same' with the even kernel {kernel} pads unevenly; it is not supported")
         padding = (kernel[0] // 2, kernel[1] // 2)
     else:
-        padding = _pair(c, tuple(m.padding), "padding")
-    if x.shape[1] != m.in_channels:
-        raise ShapeError(f"{c.where}: in_channels={m.in_channels} but the input has shape {x.shape}")
-    y = c.graph.conv2d(x, int(m.out_channels), kernel=kernel, stride=_pair(c, tuple(m.stride), "stride"),
-                       padding=padding, bias=m.bias is not None, activation=c.activation, name=c.name)
-    c.set_weights(weight=m.weight, bias=m.bias)
+        padding = _pair(c, padding, "padding")
+    if x.shape[1] != weight.shape[1]:
+        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} input channels "
+                         f"but the input has shape {x.shape}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output channels")
+    y = c.graph.conv2d(x, int(weight.shape[0]), kernel=kernel, stride=_pair(c, stride, "stride"), padding=padding,
+                       bias=bias is not None, activation=c.activation, name=c.name)
+    c.set_weights(weight=weight, bias=bias)
+    return y
+
+
+def _conv2d(c: Call) -> Tensor:
+    m = c.module
+    return _conv(c, m.weight, m.bias, tuple(m.stride), m.padding if isinstance(m.padding, str) else tuple(m.padding),
+                 tuple(m.dilation), m.groups, m.padding_mode)
+
+
+def _conv2d_fn(c: Call) -> Tensor:
+    a = c.attrs
+    bias = None if a["bias"] is None else c.parameter(a["bias"], "bias", rank=1)
+    return _conv(c, c.parameter(c.inputs[1], "weight", rank=4), bias, a["stride"], a["padding"], a["dilation"],
+                 a["groups"])
+
+
+def _linear_with(c: Call, weight: Any, bias: Any) -> Tensor:
+    """y = x W^T + b with W (out, in), from nn.Linear or F.linear."""
+    x = c.tensor(0)
+    if len(x.shape) != 2:
+        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features))")
+    if x.shape[1] != weight.shape[1]:
+        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} features but the "
+                         f"input has shape {x.shape}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output features")
+    y = c.graph.linear(x, int(weight.shape[0]), activation=c.activation, bias=bias is not None, name=c.name)
+    c.set_weights(weight=weight, bias=bias)
     return y
 
 
 def _linear(c: Call) -> Tensor:
-    m = c.module
-    x = c.tensor(0)
-    if len(x.shape) != 2:
-        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features))")
-    if x.shape[1] != m.in_features:
-        raise ShapeError(f"{c.where}: in_features={m.in_features} but the input has shape {x.shape}")
-    y = c.graph.linear(x, int(m.out_features), activation=c.activation, bias=m.bias is not None, name=c.name)
-    c.set_weights(weight=m.weight, bias=m.bias)
-    return y
+    return _linear_with(c, c.module.weight, c.module.bias)
+
+
+def _linear_fn(c: Call) -> Tensor:
+    bias = None if c.attrs["bias"] is None else c.parameter(c.attrs["bias"], "bias", rank=1)
+    return _linear_with(c, c.parameter(c.inputs[1], "weight", rank=2), bias)
 
 
 def _batchnorm2d(c: Call) -> Tensor:
@@ -183,7 +251,7 @@ def _batchnorm2d(c: Call) -> Tensor:
 
         warnings.warn(f"{c.where}: the model is in eval mode, but shardwise's batch norm always normalizes with "
                       f"the minibatch's statistics (PyTorch's training mode); running statistics are not "
-                      f"imported", stacklevel=4)
+                      f"imported", stacklevel=5)   # the caller of from_torch
     y = c.graph.batchnorm2d(x, name=c.name)
     c.set_weights(weight=m.weight, bias=m.bias)
     return y
@@ -196,9 +264,9 @@ def _relu(c: Call) -> Tensor:
 def _add(c: Call) -> Tensor:
     a, b = c.inputs[0], c.inputs[1]
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
-        const = b if isinstance(a, Tensor) else a
-        raise c.error(f"adding {type(const).__name__} {const!r} is not supported (add takes two tensors "
-                      f"of one shape)")
+        other = b if isinstance(a, Tensor) else a
+        raise c.error(f"adding {_show(other)} is not supported (add takes two tensors of one shape, "
+                      f"computed by the model)")
     if c.attrs["alpha"] != 1:
         raise c.error(f"alpha={c.attrs['alpha']!r} is not supported")
     if a.shape != b.shape:
@@ -360,6 +428,16 @@ def _identity(c: Call) -> Any:
     return c.tensor(0)
 
 
+def _dropout(c: Call) -> Any:
+    """Dropout with p=0 (or F.dropout with training=False): the identity.  shardwise has no
+    dropout op yet; silently leaving it out would train a different model than PyTorch's."""
+    p = c.attrs["p"]
+    if p == 0 or (c.module is None and c.attrs["training"] is False):
+        return c.tensor(0)
+    raise c.error(f"dropout with p={p} is not supported yet (shardwise has no dropout op); "
+                  f"remove it or set p=0 to import the model without it")
+
+
 def _size(c: Call) -> Any:
     shape = c.tensor(0).shape
     d = c.attrs["dim"]
@@ -383,7 +461,12 @@ _F = "torch.nn.functional."
 
 TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("conv", _conv2d, modules=("Conv2d",), fuses_relu=True),
+    TorchOp("conv", _conv2d_fn, inputs=2, params=(("bias", None), ("stride", 1), ("padding", 0), ("dilation", 1),
+                                                  ("groups", 1)),
+            functions=(_F + "conv2d", "torch.conv2d"), fuses_relu=True, weight_arg=1),
     TorchOp("linear", _linear, modules=("Linear",), fuses_relu=True),
+    TorchOp("linear", _linear_fn, inputs=2, params=(("bias", None),), functions=(_F + "linear",), fuses_relu=True,
+            weight_arg=1),
     TorchOp("bn", _batchnorm2d, modules=("BatchNorm2d",)),
     TorchOp("relu", _relu, params=(("inplace", False),), modules=("ReLU",),
             functions=("torch.relu", "torch.relu_", _F + "relu", _F + "relu_"), methods=("relu", "relu_")),
@@ -414,6 +497,8 @@ TORCH_OPS: tuple[TorchOp, ...] = (
             modules=("Softmax", "LogSoftmax"),
             functions=("torch.softmax", "torch.log_softmax", _F + "softmax", _F + "log_softmax"),
             methods=("softmax", "log_softmax")),
+    TorchOp("dropout", _dropout, params=(("p", 0.5), ("training", True), ("inplace", False)),
+            modules=("Dropout",), functions=(_F + "dropout",)),
     TorchOp("identity", _identity, params=(("memory_format", None),), modules=("Identity",), methods=("contiguous",)),
     # shape queries: constants, since every shape is fixed by the example inputs
     TorchOp("size", _size, params=(("dim", None),), methods=("size",)),
@@ -473,7 +558,7 @@ def bind(entry: TorchOp, module: Any, args: Sequence[Any], kwargs: dict[str, Any
         return list(args), {p: getattr(module, p, d) for p, d in entry.params}
     kwargs = dict(kwargs)
     inputs = list(args[:entry.inputs])
-    names_in = ("input", "other", "tensors", "self", "mat2")
+    names_in = ("input", "other", "tensors", "self", "mat2", "weight")
     for key in [k for k in kwargs if k in names_in]:
         if len(inputs) < entry.inputs:
             inputs.append(kwargs.pop(key))
