@@ -51,6 +51,7 @@ class _Inner(nn.Module):
         super().__init__()
         self.fn = fn
         self.p = nn.Parameter(torch.ones(4))
+        self.register_buffer("buf", torch.ones(4, 4))
 
     def forward(self, x):
         return self.fn(self, x)
@@ -149,6 +150,9 @@ REFUSED = [
      ["ceil_mode=True", "'body'", "nn.MaxPool2d"]),
     ("uneven adaptive pool", lambda: Head(nn.AdaptiveAvgPool2d(3), 4 * 9), IMG, ["output size must divide", "'body'"]),
     ("add a constant", lambda: Fn(lambda m, x: x + 1, 4), VEC, ["adding the constant 1", "'inner'", HERE]),
+    ("multiply", lambda: Fn(lambda m, x: x * 2, 4), VEC, ["operator.mul (x * y)", "'inner'", HERE]),
+    ("indexing", lambda: Fn(lambda m, x: x[:, :2], 2), VEC, ["operator.getitem (x[...])", "'inner'", HERE]),
+    ("buffer as a matrix", lambda: Fn(lambda m, x: x @ m.buf, 4), VEC, ["'inner.buf'", "buffer", "'inner'", HERE]),
     ("broadcasting add", lambda: Fn(lambda m, x: x + m.p, 4), VEC, ["'inner.p'", "'inner'", HERE]),
     ("softmax inside", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.Softmax(1)), 4), VEC,
      ["only as the model's output", "'body.1'"]),
@@ -269,6 +273,36 @@ def test_in_place_ops_reach_every_name():
     relu = [op for op in g.ops if op.kind == "relu"]
     assert len(relu) == 1 and g.ops[relu[0].inputs[0]].name == "fc1"
     assert g["cat"].inputs == (relu[0].index, relu[0].index)
+
+
+def test_a_parameter_read_twice_trains_like_pytorch():
+    """``x @ self.w`` in two places is one parameter op whose gradient sums both reads."""
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 4) * 0.5)
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(F.relu(x @ self.w) + (x @ self.w))
+
+    torch.manual_seed(0)
+    model = M()
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((6, 4)).astype(np.float32), rng.integers(0, 3, 6)
+    g, weights = sw.from_torch(model, (torch.tensor(x),))
+    assert [op.kind for op in g.ops].count("parameter") == 1
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), optimizer=sw.SGD(lr=0.1, momentum=0.9))
+    t.set_weights(weights)
+    model = model.double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        loss = F.cross_entropy(model(torch.tensor(x).double()), torch.tensor(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert t.step(x, y) == pytest.approx(loss.item(), rel=1e-4)
+    np.testing.assert_allclose(t.get_weights()["w.weight"], model.w.detach().numpy(), atol=1e-4)
 
 
 def test_relu_after_conv_or_linear_is_fused():

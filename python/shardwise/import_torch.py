@@ -10,6 +10,7 @@ torch is imported here only when :func:`from_torch` is called: the package never
 """
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any, Sequence
 
@@ -22,6 +23,11 @@ from .import_torch_ops import (FOLDABLE_MODULES, VIEW_OPS, Attr, Call, Index, To
 from .init import parameter_shapes
 
 __all__ = ["from_torch"]
+
+# Python operators as a user writes them, for messages about the ones not imported.
+_OPERATORS = {"mul": "x * y", "imul": "x *= y", "sub": "x - y", "isub": "x -= y", "truediv": "x / y",
+              "itruediv": "x /= y", "floordiv": "x // y", "pow": "x ** y", "neg": "-x", "getitem": "x[...]",
+              "setitem": "x[...] = y", "mod": "x % y", "lt": "x < y", "gt": "x > y", "eq": "x == y"}
 
 
 def _import_torch() -> Any:
@@ -50,9 +56,11 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
     after their enclosing module and the function (``"layer1.0.add"``), so the weights dict,
     ``{"<op>.weight": array, "<op>.bias": array}`` in PyTorch's layouts (the form
     :meth:`~shardwise.Trainer.set_weights` takes), has the keys of the model's
-    ``state_dict()`` for module weights.  A parameter read directly in ``forward``
-    (``x @ self.w``) becomes a ``parameter`` op named after it, with the weight ``"<name>.weight"``.
-    A ReLU that is the only user of a convolution or linear layer is fused into it.
+    ``state_dict()`` for module weights.  ``F.linear`` and ``F.conv2d`` ops are named after
+    their weight's owner (``F.linear(x, self.fc.weight, self.fc.bias)`` is op ``"fc"``).  A
+    parameter read directly in ``forward`` as a matrix (``x @ self.w``) becomes a ``parameter``
+    op named after it, with the weight ``"<name>.weight"``.  A ReLU that is the only user of a
+    convolution or linear layer is fused into it.  Ops the output does not depend on are left out.
 
     Raises ImportError if torch is missing, and :class:`~shardwise.ModelImportError` (a
     :class:`~shardwise.GraphError`) naming the module path, the op and, for function calls,
@@ -272,16 +280,13 @@ class _Importer:
             raise ModelImportError(f"internal error: imported weights {got} differ from the graph's {want}")
         return out
 
-    def _parameter_op(self, attr: Attr) -> Tensor:
-        """A model parameter read as data: one parameter op per attribute, shared by its readers."""
+    def _parameter_op(self, attr: Attr, where: str) -> Tensor:
+        """A model parameter read as data (at ``where``): one parameter op per attribute, shared
+        by its readers (the parameter op sums their gradients)."""
         if attr.target not in self.parameter_ops:
-            t = attr.value
-            if not isinstance(t, self.torch.nn.Parameter) or not t.requires_grad:
-                raise ModelImportError(f"{attr.target}: a constant tensor (a buffer, or a parameter without "
-                                       f"requires_grad) is not supported as data")
             op = self._unique(attr.target, owner=True)
-            record_weights(self.params, op, {"weight": t}, f"the parameter {attr.target!r}")
-            self.parameter_ops[attr.target] = self.g.parameter(tuple(t.shape), name=op)
+            record_weights(self.params, op, {"weight": attr.value}, where, what=f"the parameter {attr.target!r}")
+            self.parameter_ops[attr.target] = self.g.parameter(tuple(attr.value.shape), name=op)
         return self.parameter_ops[attr.target]
 
     # ----- lookups and names
@@ -383,4 +388,6 @@ class _Importer:
         for prefix, ns in (("torch", self.torch), ("torch.nn.functional", self.torch.nn.functional)):
             if fname and getattr(ns, fname, None) is target:
                 return f"{prefix}.{fname}"
+        if fname and getattr(operator, fname, None) is target:   # x * y, x[i], -x: say which operator
+            return f"operator.{fname} ({_OPERATORS.get(fname, 'an operator')})"
         return f"{getattr(target, '__module__', None) or '?'}.{getattr(target, '__qualname__', repr(target))}"

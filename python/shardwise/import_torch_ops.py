@@ -51,7 +51,7 @@ class Call:
     activation: str | None = None    # "relu": a ReLU after this op is fused into it
     is_output: bool = False          # the op's result is what the model returns
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)   # op name -> {param: torch tensor}
-    parameter_op: Callable[[Attr], Tensor] | None = None              # an Attr as a parameter op
+    parameter_op: Callable[[Attr, str], Tensor] | None = None         # an Attr as a parameter op (Attr, where)
 
     def error(self, message: str) -> ModelImportError:
         return ModelImportError(f"{self.where}: {message}")
@@ -90,16 +90,18 @@ class Call:
         record_weights(self.weights, self.name, {k: v for k, v in params.items() if v is not None}, self.where)
 
 
-def record_weights(weights: dict[str, dict[str, Any]], op: str, params: dict[str, Any], where: str) -> None:
+def record_weights(weights: dict[str, dict[str, Any]], op: str, params: dict[str, Any], where: str,
+                   what: str = "its {}") -> None:
     """``weights[op] = params``, refusing a tensor another op already owns: shardwise gives every
     op its own weights, so tied weights (``fc2.weight = fc1.weight``, one parameter read by two
-    calls) would silently come apart in training."""
+    calls) would silently come apart in training.  ``what`` names a parameter in the message
+    (``"{}"`` is its key)."""
     for other, owned in weights.items():
         for pname, t in owned.items():
             for k, v in params.items():
                 if v is t:
-                    raise ModelImportError(f"{where}: its {k} is also the {pname} of {other!r}; shared (tied) "
-                                           f"weights are not supported")
+                    raise ModelImportError(f"{where}: {what.format(k)} is also the {pname} of op {other!r}; "
+                                           f"shared (tied) weights are not supported")
     weights[op] = params
 
 
@@ -405,9 +407,10 @@ def _matmul(c: Call) -> Tensor:
     for k in range(2):
         v = c.inputs[k]
         if isinstance(v, Attr):
+            c.parameter(v, f"operand {k}", rank=2)   # a trainable rank-2 parameter, or a message saying where
             if c.parameter_op is None:
                 raise c.error(f"cannot read {v.target!r}")
-            v = c.parameter_op(v)
+            v = c.parameter_op(v, c.where)
         ab.append(c.as_tensor(v, f"operand {k}", rank=2))
     return c.graph.matmul(ab[0], ab[1], name=c.name)
 
