@@ -340,7 +340,8 @@ def test_the_model_is_left_unchanged():
 
 # ----------------------------------------------------------------------------- the op table
 def test_table_spellings_resolve_once():
-    from shardwise.import_torch_ops import TORCH_OPS, TorchOp, resolve
+    from shardwise.import_torch import resolve
+    from shardwise.import_torch_ops import TORCH_OPS, TorchOp
 
     index = resolve(torch)
     assert index.modules[nn.Conv2d].name == "conv" and index.functions[F.relu].name == "relu"

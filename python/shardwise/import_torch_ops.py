@@ -12,15 +12,13 @@ element-wise activation the graph builder knows as ``g.sigmoid``::
             functions=("torch.sigmoid", "torch.nn.functional.sigmoid"), methods=("sigmoid", "sigmoid_")),
 
 Nothing here imports torch: module classes and functions are named by strings, resolved when
-a model is imported (:func:`resolve`); converters only read attributes of torch objects.
+a model is imported (:func:`shardwise.import_torch.resolve`); converters only read attributes of torch objects.
 """
 from __future__ import annotations
 
-import importlib
 import math
-import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from .errors import ModelImportError, ShapeError
 from .graph import Graph, Tensor
@@ -30,12 +28,15 @@ REQUIRED = object()
 """The default of an argument a call must give."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Attr:
     """A tensor attribute of the model read directly in ``forward`` (a parameter or a buffer)."""
 
     target: str      # its path, e.g. "blocks.0.w"
     value: Any       # the torch.Tensor
+
+    def __repr__(self) -> str:   # messages show the path, not the tensor's values
+        return f"<the model's tensor {self.target!r}>"
 
 
 @dataclass
@@ -511,96 +512,6 @@ TORCH_OPS: tuple[TorchOp, ...] = (
 """Every PyTorch operation :func:`shardwise.from_torch` imports."""
 
 
-@dataclass
-class Index:
-    """:data:`TORCH_OPS` resolved against the installed torch: lookups by module class, function, method."""
-
-    modules: dict[type, TorchOp]
-    functions: dict[Any, TorchOp]
-    methods: dict[str, TorchOp]
-
-
-def _resolve_name(dotted: str) -> Any:
-    module, _, attr = dotted.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        return None   # not in this version of torch: that spelling cannot occur in a trace either
-
-
-def resolve(torch: Any, table: Sequence[TorchOp] = TORCH_OPS) -> Index:
-    """Look every spelling of ``table`` up in the installed torch; a spelling listed twice is an error."""
-    index = Index({}, {}, {})
-
-    def put(d: dict, key: Any, entry: TorchOp, what: str) -> None:
-        if key is None:
-            return
-        if key in d and d[key] is not entry:
-            raise ValueError(f"import table: {what} is listed by both {d[key].name!r} and {entry.name!r}")
-        d[key] = entry
-
-    for entry in table:
-        for cls in entry.modules:
-            put(index.modules, getattr(torch.nn, cls, None), entry, f"nn.{cls}")
-        for fn in entry.functions:
-            put(index.functions, _resolve_name(fn), entry, fn)
-        for m in entry.methods:
-            put(index.methods, m, entry, f"Tensor.{m}")
-    return index
-
-
-def bind(entry: TorchOp, module: Any, args: Sequence[Any], kwargs: dict[str, Any],
-         where: str) -> tuple[list[Any], dict[str, Any]]:
-    """The data inputs and the named arguments of one call of ``entry`` (a module call when
-    ``module`` is given: its attributes are the named arguments)."""
-    names = [p for p, _ in entry.params]
-    if module is not None:
-        if kwargs or len(args) != entry.inputs:
-            raise ModelImportError(f"{where}: a call with {len(args)} positional argument(s) and keyword(s) "
-                                   f"{sorted(kwargs)} is not supported")
-        return list(args), {p: getattr(module, p, d) for p, d in entry.params}
-    kwargs = dict(kwargs)
-    inputs = list(args[:entry.inputs])
-    names_in = ("input", "other", "tensors", "self", "mat2", "weight")
-    for key in [k for k in kwargs if k in names_in]:
-        if len(inputs) < entry.inputs:
-            inputs.append(kwargs.pop(key))
-    if len(inputs) != entry.inputs:
-        raise ModelImportError(f"{where}: {entry.name} takes {entry.inputs} tensor argument(s)")
-    rest = list(args[entry.inputs:])
-    if entry.variadic:
-        if len(rest) == 1 and isinstance(rest[0], (tuple, list)):
-            rest = [tuple(rest[0])]
-        elif rest:
-            rest = [tuple(rest)]
-    if len(rest) > len(names):
-        raise ModelImportError(f"{where}: {entry.name} got {len(rest)} extra positional arguments")
-    attrs = dict(zip(names, rest))
-    for key, value in kwargs.items():
-        if key not in names or key in attrs:
-            raise ModelImportError(f"{where}: argument {key}={value!r} of {entry.name} is not supported")
-        attrs[key] = tuple(value) if entry.variadic and isinstance(value, list) else value
-    for p, default in entry.params:
-        if p not in attrs:
-            if default is REQUIRED:
-                raise ModelImportError(f"{where}: {entry.name} needs the argument {p!r}")
-            attrs[p] = default
-    return inputs, attrs
-
-
 VIEW_OPS = ("flatten", "reshape", "squeeze")
 """Operations whose result is a view of their input in PyTorch (an in-place op on the result
 writes the input too); shardwise builds a flatten, a copy."""
-
-
-FOLDABLE_MODULES = ("_operator", "operator", "builtins", "math")
-"""Functions of these modules applied to constants only (shape arithmetic such as
-``x.size(0) * 2``) are evaluated during the import."""
-
-
-def is_inplace(op: str, target: Any, attrs: dict[str, Any]) -> bool:
-    """Whether a call writes its first input (``relu_``, ``add_``, ``inplace=True``, ``+=``)."""
-    if attrs.get("inplace") is True:
-        return True
-    name = target if op == "call_method" else getattr(target, "__name__", "")
-    return (isinstance(name, str) and name.endswith("_") and not name.endswith("__")) or target is operator.iadd
