@@ -46,7 +46,7 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
     ``example_inputs`` is a tuple with one tensor per argument of ``model.forward`` (a single
     tensor is taken as a 1-tuple); only their shapes are used, and they fix the graph's shapes,
     the first dimension being the minibatch.  The graph's input ops are named after
-    ``forward``'s arguments.
+    ``forward``'s arguments; ``name`` is the graph's (default: the model's class name).
 
     The model must return one (N, classes) tensor of logits: a softmax op (shardwise's
     softmax cross-entropy loss, PyTorch's ``CrossEntropyLoss`` with mean reduction) named

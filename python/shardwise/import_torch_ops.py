@@ -5,14 +5,16 @@ functions, the ``Tensor`` methods) and one converter that builds the shardwise o
 arguments of the functional form (after the data inputs) have the same names as the
 attributes of the module form (``F.max_pool2d(x, kernel_size, stride, ...)`` and
 ``nn.MaxPool2d.kernel_size``, ``.stride``, ...), so a converter reads ``call.attrs`` whatever
-the spelling.  Adding an operation is one entry of :data:`TORCH_OPS`; for example an
-element-wise activation the graph builder knows as ``g.sigmoid``::
+the spelling.  Adding an operation is one entry of :data:`TORCH_OPS` (and a row of the table
+in docs/importing.md, which a test checks); for example, once the graph builder has a sigmoid
+op (it does not yet), ``g.sigmoid``::
 
     TorchOp("sigmoid", lambda c: c.graph.sigmoid(c.tensor(0), name=c.name), modules=("Sigmoid",),
             functions=("torch.sigmoid", "torch.nn.functional.sigmoid"), methods=("sigmoid", "sigmoid_")),
 
 Nothing here imports torch: module classes and functions are named by strings, resolved when
-a model is imported (:func:`shardwise.import_torch.resolve`); converters only read attributes of torch objects.
+a model is imported (:func:`shardwise.import_torch.resolve`); converters only read attributes
+of torch objects.
 """
 from __future__ import annotations
 
