@@ -128,15 +128,15 @@ VEC = (2, 4)
 
 # (id, model, example input shape, fragments the message must contain)
 REFUSED = [
-    ("gelu module", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.GELU()), 4), VEC,
-     ["nn.GELU", "'body.1'"]),
+    ("elu module", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.ELU()), 4), VEC,
+     ["nn.ELU", "'body.1'"]),
     ("lstm module", SeqLSTM, (3, 2, 4), ["nn.LSTM", "'rnn'"]),
     ("batchnorm1d", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), 4), VEC,
      ["nn.BatchNorm1d", "'body.1'"]),
-    ("sigmoid function", lambda: Fn(lambda m, x: torch.sigmoid(x), 4), VEC,
-     ["torch.sigmoid", "'inner'", HERE, "torch.sigmoid(x)"]),
-    ("F.gelu", lambda: Fn(lambda m, x: F.gelu(x), 4), VEC, ["torch.nn.functional.gelu", "'inner'", HERE]),
-    ("Tensor.exp", lambda: Fn(lambda m, x: x.exp(), 4), VEC, ["Tensor.exp", "'inner'", HERE]),
+    ("torch function", lambda: Fn(lambda m, x: torch.exp(x), 4), VEC,
+     ["torch.exp", "'inner'", HERE, "torch.exp(x)"]),
+    ("F function", lambda: Fn(lambda m, x: F.softplus(x), 4), VEC, ["torch.nn.functional.softplus", "'inner'", HERE]),
+    ("Tensor method", lambda: Fn(lambda m, x: x.exp(), 4), VEC, ["Tensor.exp", "'inner'", HERE]),
     ("grouped conv", lambda: Head(conv_body(groups=2), 64), IMG, ["groups=2", "'body.0'", "nn.Conv2d"]),
     ("dilated conv", lambda: Head(conv_body(dilation=2), 64), IMG, ["dilation", "'body.0'", "nn.Conv2d"]),
     ("reflect padding", lambda: Head(conv_body(padding_mode="reflect"), 64), IMG, ["padding_mode", "'body.0'"]),
