@@ -58,13 +58,20 @@ def sample_mixing_ops(graph: Graph, training: bool) -> list[str]:
     return mixing
 
 
-def _check_trailing(t: "Trainer", data: Mapping[str, np.ndarray]) -> None:
-    """Every input's samples have the shape of the input op's samples."""
+def _samples(t: "Trainer", images: "Batch") -> tuple[dict[str, np.ndarray], int]:
+    """{input op name: array} and the sample count: every input holds the same number of
+    samples, each of the shape of its input op's samples (ShapeError naming the input)."""
+    data = {k: np.asarray(v) for k, v in t._input_dict(images).items()}
+    count = None
     for op in t.inputs:
         a = data[op.name]
-        if a.ndim != len(op.shape) or a.shape[1:] != op.shape[1:]:
-            what = "images" if len(t.inputs) == 1 else f"input {op.name!r}"
-            raise ShapeError(f"{what} must have shape (samples, {', '.join(map(str, op.shape[1:]))}), got {a.shape}")
+        what = "images" if len(t.inputs) == 1 else f"input {op.name!r}"
+        if a.ndim != len(op.shape) or a.shape[1:] != op.shape[1:] or (count is not None and len(a) != count):
+            samples = "samples" if count is None else str(count)
+            raise ShapeError(f"{what} must have shape ({samples}, {', '.join(map(str, op.shape[1:]))})"
+                             + (" like the other inputs" if count is not None else "") + f", got {a.shape}")
+        count = len(a)
+    return data, int(count or 0)
 
 
 def _check_count(t: "Trainer", count: int, what: str, multiple: bool) -> None:
@@ -93,9 +100,8 @@ def probabilities(t: "Trainer", images: "Batch", what: str = "predict", multiple
     """(samples, classes) probabilities of the trainer's last softmax op for any number of
     samples, in graph-sized chunks (the last one padded with zeros), in the trainer's mode.
     The caller holds the trainer (``Trainer._exclusive``)."""
-    data, count = t._samples(images)
+    data, count = _samples(t, images)
     as_dict = isinstance(images, Mapping)
-    _check_trailing(t, data)
     _check_count(t, count, what, multiple)
     n = t.batch
     labels = np.zeros(n, np.int32)
@@ -116,7 +122,7 @@ def probabilities(t: "Trainer", images: "Batch", what: str = "predict", multiple
 
 def accuracy(t: "Trainer", images: "Batch", labels: np.ndarray) -> float:
     """Fraction of the samples whose most probable class is their label (``Trainer.evaluate``)."""
-    _, count = t._samples(images)
+    _, count = _samples(t, images)
     labels = np.asarray(labels)
     if labels.ndim != 1 or count != len(labels) or count == 0:
         raise ShapeError(f"need as many labels as samples (and at least one), got {count}, {labels.shape}")

@@ -1,9 +1,9 @@
 """Batch norm's running statistics as a Trainer keeps them, under PyTorch's state_dict names.
 
-    stats = RunningStats(graph, task_graph, executor.persistent)
-    stats.get(steps)    # {"bn1.running_mean": (C,) float32, "bn1.running_var": (C,) float32,
-                        #  "bn1.num_batches_tracked": () int64, ...}
-    stats.set({"bn1.running_var": v}, steps)   # any subset of those keys, already checked
+    stats = RunningStats(graph, task_graph)
+    stats.get(executor.persistent, steps)   # {"bn1.running_mean": (C,) float32, "bn1.running_var": (C,)
+                                            #  float32, "bn1.num_batches_tracked": () int64, ...}
+    stats.set(executor.persistent, {"bn1.running_var": v}, steps)   # any subset of those keys, checked
 
 The values live in the runtime: every worker of a batchnorm op holds a ``running_stats``
 buffer (2, C_w) for its channels C_w (row 0 the running mean, row 1 the running variance),
@@ -85,31 +85,32 @@ def check_running(key: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 class RunningStats:
     """The running statistics of every batchnorm op of a trainer, read from and written to the
-    runtime's ``running_stats`` buffers (``persistent``: buffer id -> its array in the arena)."""
+    runtime's ``running_stats`` buffers (``persistent``: buffer id -> its array in the arena,
+    passed to every call: the trainer's executor may be replaced)."""
 
-    def __init__(self, graph: Any, task_graph: Any, persistent: Mapping[int, np.ndarray]) -> None:
+    def __init__(self, graph: Any, task_graph: Any) -> None:
         self._channels = {op.name: int(op.shape[1]) for op in graph.ops if op.kind == "batchnorm2d"}
-        # op name -> [(buffer array (2, C_w), first channel, end channel)], one per worker
-        self._pieces: dict[str, list[tuple[np.ndarray, int, int]]] = {name: [] for name in self._channels}
+        # op name -> [(buffer id, first channel, end channel)], one per worker: buffers (2, C_w)
+        self._pieces: dict[str, list[tuple[int, int, int]]] = {name: [] for name in self._channels}
         for b in task_graph.buffers:
             if b.kind == "running_stats":
                 (_, _), (lo, hi) = b.box
-                self._pieces[b.op].append((persistent[b.id], lo, hi))
+                self._pieces[b.op].append((b.id, lo, hi))
         self._offset = {name: 0 for name in self._channels}   # num_batches_tracked - steps
 
-    def get(self, steps: int) -> dict[str, np.ndarray]:
+    def get(self, persistent: Mapping[int, np.ndarray], steps: int) -> dict[str, np.ndarray]:
         """Every op's running mean and variance (full (C,) float32 arrays) and its
         num_batches_tracked (an int64 0-d array) after ``steps`` training steps."""
         out: dict[str, np.ndarray] = {}
         for name, c in self._channels.items():
             stats = np.zeros((2, c), np.float32)
-            for buf, lo, hi in self._pieces[name]:
-                stats[:, lo:hi] = buf   # replicas hold the same bits: any of them will do
+            for b, lo, hi in self._pieces[name]:
+                stats[:, lo:hi] = persistent[b]   # replicas hold the same bits: any of them will do
             out[f"{name}.running_mean"], out[f"{name}.running_var"] = stats[0], stats[1]
             out[f"{name}.{COUNT_NAME}"] = np.array(self._offset[name] + steps, np.int64)
         return out
 
-    def set(self, arrays: Mapping[str, np.ndarray], steps: int) -> None:
+    def set(self, persistent: Mapping[int, np.ndarray], arrays: Mapping[str, np.ndarray], steps: int) -> None:
         """Write the given entries (checked by :func:`check_running`; any subset of
         :func:`running_shapes`' keys) into every worker holding them, at ``steps`` steps."""
         for key, a in arrays.items():
@@ -118,5 +119,5 @@ class RunningStats:
                 self._offset[name] = int(a) - steps
                 continue
             row = STAT_NAMES.index(stat)
-            for buf, lo, hi in self._pieces[name]:
-                buf[row] = a[lo:hi]
+            for b, lo, hi in self._pieces[name]:
+                persistent[b][row] = a[lo:hi]

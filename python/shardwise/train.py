@@ -145,7 +145,7 @@ class Trainer:
         self.task_graph = lower(plan)
         self.executor = NativeExecutor(graph, plan, self.task_graph)
         self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
-        self._running = RunningStats(graph, self.task_graph, self.executor.persistent)
+        self._running = RunningStats(graph, self.task_graph)
         self.set_weights({**init_params(graph, seed), **running_defaults(graph)})
 
     @property
@@ -434,7 +434,7 @@ class Trainer:
                 slot = [k for k, i in enumerate(op.desc.inputs) if i.role == 1][("weight", "bias").index(pname)]
                 out[key] = np.zeros(op.desc.inputs[slot].shape, np.float32)
             out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = self.executor.persistent[buf]
-        out.update(self._running.get(self.steps))
+        out.update(self._running.get(self.executor.persistent, self.steps))
         return out
 
     def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -477,7 +477,7 @@ class Trainer:
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
             self.executor.persistent[buf][...] = arrays[f"{op_name}.{pname}"][tuple(slice(lo, hi) for lo, hi in b.box)]
-        self._running.set(given_running, self.steps)
+        self._running.set(self.executor.persistent, given_running, self.steps)
 
     # ---- memory
     def memory_per_worker(self) -> dict[int, int]:
