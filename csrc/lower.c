@@ -11,7 +11,8 @@
  *                               (copies from the producer's owners + a join,
  *                               or the producer's shard itself), then forward /
  *                               loss / load_input; batchnorm: bn_stats, stats
- *                               reduced among replicas, bn_apply; a split
+ *                               reduced among replicas, bn_apply (which updates
+ *                               the worker's running statistics); a split
  *                               reduction: forward_partial, partial outputs
  *                               copied to the owner, sum_partials
  *   backward (reverse order)    per worker: backward_data per data input, its
