@@ -35,8 +35,8 @@ synchronization and update
 
 Every task lists the buffers it reads and writes in the order its kernel takes
 them; a task updating a buffer in place (``reduce``, ``stats_reduce``,
-``update``, ``accumulate``, ``bn_apply``'s running statistics) names it among its writes (and its reads where it
-reads the old value).  Tasks come in a topological order (every dependency has
+``update``, ``accumulate``, ``bn_apply``'s running statistics) names it among
+its writes (and its reads where it reads the old value).  Tasks come in a topological order (every dependency has
 a smaller id).  Each device runs its own tasks in program order (one stream):
 dependencies are recorded where that order does not give them already, and
 devices meet only through copies, which run on the destination device.
