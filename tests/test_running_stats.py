@@ -11,9 +11,13 @@ import numpy as np
 import pytest
 
 import shardwise as sw
+from shardwise import _core
 from shardwise.errors import ConfigError, GraphError, ShapeError
 from shardwise.inference import sample_mixing_ops
+from shardwise.lower import lower, plan_arrays
+from shardwise.problem import make_problem
 from shardwise.reference import BN_EPS
+from shardwise.runtime import NativeExecutor, op_attrs
 from shardwise.train import SGD, Trainer, TrainingError
 
 N, C, H, W, CLASSES = 8, 4, 3, 3, 5
@@ -35,7 +39,7 @@ def plans(g: sw.Graph) -> dict[str, sw.Plan]:
         "one worker": sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)),
         "data x4": sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(4)),
         "channels x2": sw.Plan.from_dict(g, sw.DeviceGraph.cpu(2), {"bn": {"c": 2}}),
-        "n2 x c2 x h... x4": sw.Plan.from_dict(g, sw.DeviceGraph.cpu(4), {"bn": {"n": 2, "c": 2},
+        "samples x channels x4": sw.Plan.from_dict(g, sw.DeviceGraph.cpu(4), {"bn": {"n": 2, "c": 2},
                                                                           "fc": {"n": 2, "c": 1}}),
         "c4 x4": sw.Plan.from_dict(g, sw.DeviceGraph.cpu(4), {"x": {"n": 2}, "bn": {"c": 4}}),
     }
@@ -128,7 +132,7 @@ def test_every_plan_and_every_replica_holds_the_same_bits():
 
 def test_eval_mode_normalizes_with_the_running_statistics():
     g = input_bn_graph()
-    t = Trainer(g, plans(g)["n2 x c2 x h... x4"], optimizer=SGD(lr=0.05))
+    t = Trainer(g, plans(g)["samples x channels x4"], optimizer=SGD(lr=0.05))
     for x, y in batches(3):
         t.step(x, y)
     probe, labels = batches(1, seed=11)[0]
@@ -295,7 +299,7 @@ def test_set_weights_without_running_statistics_keeps_them():
 
 def test_checkpoints_keep_the_running_statistics(tmp_path):
     g = input_bn_graph()
-    plan = plans(g)["n2 x c2 x h... x4"]
+    plan = plans(g)["samples x channels x4"]
     t = Trainer(g, plan, optimizer=SGD(lr=0.05, momentum=0.9))
     data = batches(4, seed=9)
     for x, y in data[:3]:
@@ -316,3 +320,21 @@ def test_checkpoints_keep_the_running_statistics(tmp_path):
     u.train().step(*data[3])
     for k, v in t.get_weights().items():
         np.testing.assert_array_equal(u.get_weights()[k], v, err_msg=k)
+
+
+def test_the_runtime_refuses_a_bad_momentum_and_training_on_running_statistics():
+    """Below the Trainer: the native runtime checks the momentum it is given (NaN too), and a
+    training step cannot normalize with the running statistics (its backward pass needs the
+    minibatch's)."""
+    g = input_bn_graph()
+    plan = plans(g)["one worker"]
+    problem = make_problem(g, plan.devices, plan.options)
+    for bad in (1.5, -0.25, float("nan")):
+        attrs = op_attrs(g)
+        attrs[g["bn"].index, 10] = np.float32(bad).view(np.int32)
+        with pytest.raises(ValueError, match=r"batchnorm2d's momentum .* is not in \[0, 1\]"):
+            _core.Runtime(problem, *plan_arrays(plan), attrs, 1)
+    ex = NativeExecutor(g, plan, lower(plan))
+    x, y = batches(1)[0]
+    with pytest.raises(ValueError, match="minibatch's statistics, not the running ones"):
+        ex.run(x, y.astype(np.int32), optimizer=SGD(), running=True)
