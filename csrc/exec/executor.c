@@ -266,7 +266,8 @@ sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, do
         return SW_FAIL(SW_ERR_VALUE, "unknown batchnorm mode %d", args->bn_mode);
     }
     if (list == SW_LIST_TRAIN && args->bn_mode == SW_BN_RUNNING) {   /* the backward pass needs batch statistics */
-        return SW_FAIL(SW_ERR_VALUE, "a training step normalizes with the minibatch's statistics, not the running ones");
+        return SW_FAIL(SW_ERR_VALUE,
+                       "a training step normalizes with the minibatch's statistics, not the running ones");
     }
     memset(rt->loss_sums, 0, sizeof *rt->loss_sums * (size_t)rt->g.ntasks);
     memset(rt->task_ns, 0, sizeof *rt->task_ns * 2 * (size_t)rt->g.ntasks);

@@ -3,6 +3,8 @@
     t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), seed=0)
     loss = t.step(images, labels)
     loss = t.step({"x0": x0, "x1": x1, "h0": h0, "c0": c0}, labels)   # a graph with several input ops
+    probs = t.eval().predict(x_test)     # eval mode: batch norms use running statistics; any sample count
+    t.train()                            # back to train mode before further steps
 
 Numerics do not depend on the plan: every plan computes the same network with
 the same initialization (a function of the seed and the op names only); only
