@@ -292,6 +292,15 @@ class Plan:
     def __len__(self) -> int:
         return len(self.configs)
 
+    def compare(self, baselines: Sequence["Plan"] | None = None, costs: Any = None):
+        """This plan beside data, model and OWT parallelism (or ``baselines``): simulated
+        iteration, Eq. 1 cost and its terms, and why the plan wins or loses; with the plan's
+        costs unless ``costs`` is given.  Returns a :class:`shardwise.plan_compare.Comparison`
+        (``print`` it; ``.speedup`` is the fastest baseline's simulated time over the plan's)."""
+        from .plan_compare import compare
+
+        return compare(self, baselines, costs)
+
     def summary(self, baselines: Sequence["Plan"] = ()) -> str:
         """The strategy table, the totals, and optionally a comparison with other plans."""
         rows = self.layer_costs()
