@@ -94,6 +94,23 @@ sw_status sw_relu_forward(const sw_view *x, sw_view *y);
 sw_status sw_relu_backward(const sw_view *y, const sw_view *dy, sw_view *dx);
 sw_status sw_add_forward(const sw_view *a, const sw_view *b, sw_view *y);
 
+/* ---- point-wise activations (activation.c), any rank, PyTorch's definitions ---- */
+typedef enum {
+    SW_ACT_SIGMOID,     /* y = 1 / (1 + exp(-x)) */
+    SW_ACT_TANH,        /* y = tanh(x) */
+    SW_ACT_GELU,        /* y = x (1 + erf(x / sqrt 2)) / 2, the exact form (torch.nn.GELU()) */
+    SW_ACT_SILU,        /* y = x sigmoid(x) */
+    SW_ACT_LEAKY_RELU,  /* y = x > 0 ? x : alpha x (alpha: the negative slope) */
+    SW_ACT_COUNT
+} sw_activation;
+extern const char *const sw_activation_names[SW_ACT_COUNT];   /* as the graph builder spells them */
+/* 1 when f's gradient is computed from its output y (sigmoid, tanh), 0 from its input x */
+int sw_activation_grad_from_output(sw_activation f);
+/* x covers y's box; y = f(x) over y's box (alpha is read by leaky ReLU alone) */
+sw_status sw_activation_forward(sw_activation f, float alpha, const sw_view *x, sw_view *y);
+/* dx = dy * f'(.) over dx's box; `from` is y or x as sw_activation_grad_from_output says */
+sw_status sw_activation_backward(sw_activation f, float alpha, const sw_view *from, const sw_view *dy, sw_view *dx);
+
 /* ---- LSTM element-wise (lstm.c); every input view covers the output's box ---- */
 /* c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g) over c's box; in = {i, f, g, c_prev} */
 sw_status sw_lstm_cell_forward(const sw_view *const in[4], sw_view *c);

@@ -12,6 +12,7 @@
  * sums of -log p, in task order (the same sum whatever the timing), over N.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>    /* isfinite */
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
@@ -84,6 +85,9 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
         }
         if (a->type == SW_OP_CONCAT && (a->axis < 0 || a->axis >= p->ops[i].out_rank)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: concat axis %d out of range", i, a->axis);
+        }
+        if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);
         }
     }
     return SW_OK;

@@ -32,6 +32,7 @@ typedef struct {
     int8_t relu;       /* conv2d, linear: a fused ReLU on the output */
     int8_t pool_max;   /* pool2d: max pooling (else average) */
     int8_t axis;       /* concat: the axis */
+    float alpha;       /* leaky_relu: the negative slope */
     sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
 } sw_op_attrs;
 

@@ -5,8 +5,9 @@
  *   loss = rt.forward(inputs, labels)          # the forward pass alone (loss, predict)
  *   a = rt.buffer(b)                           # a NumPy view of buffer b in its arena
  *
- * attrs is an int32 array (nops, 10): op type (_core.OP_KINDS index), fused ReLU, max
- * pooling, concat axis, then kh, kw, sh, sw, ph, pw.  inputs is a list with one entry per
+ * attrs is an int32 array (nops, 11): op type (_core.OP_KINDS index), fused ReLU, max
+ * pooling, concat axis, then kh, kw, sh, sw, ph, pw, then leaky ReLU's negative slope as
+ * the bits of a float32 (np.float32(s).view(np.int32): one array carries every attribute).  inputs is a list with one entry per
  * op: the minibatch of an input op (a floating-point array of the op's shape, finite),
  * None otherwise; labels N integers in range.  Anything else is a ValueError.
  * A step releases the GIL once for the whole step; a runtime used by two threads at
@@ -14,13 +15,13 @@
  */
 #include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
 
-#include <string.h>  /* memset */
+#include <string.h>  /* memset, memcpy */
 
 #include "../exec/runtime.h"
 #include "kernel_args.h"  /* sw_py_all_finite */
 #include "pyerr.h"  /* sw_py_raise */
 
-#define ATTR_COLUMNS 10
+#define ATTR_COLUMNS 11
 
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
@@ -68,8 +69,11 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
             Py_DECREF(a);
             return -1;
         }
-        attrs[i] = (sw_op_attrs){(int8_t)row[0], (int8_t)(row[1] != 0), (int8_t)(row[2] != 0), (int8_t)row[3],
-                                 {row[4], row[5], row[6], row[7], row[8], row[9], 0}};
+        float alpha;
+        memcpy(&alpha, &row[10], sizeof alpha);   /* the float32's bits, as op_attrs wrote them */
+        attrs[i] = (sw_op_attrs){.type = (int8_t)row[0], .relu = (int8_t)(row[1] != 0),
+                                 .pool_max = (int8_t)(row[2] != 0), .axis = (int8_t)row[3], .alpha = alpha,
+                                 .win = {row[4], row[5], row[6], row[7], row[8], row[9], 0}};
     }
     Py_DECREF(a);
     *out = attrs;

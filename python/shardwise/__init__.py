@@ -10,8 +10,8 @@ from ._blas import preload_openblas
 
 preload_openblas()
 
-from .errors import (ConfigError, DeviceGraphError, GraphError, PlanFileError, SearchError, SearchWarning,
-                     ShapeError, ShardwiseError)
+from .errors import (ConfigError, DeviceGraphError, GraphError, ModelImportError, PlanFileError, SearchError,
+                     SearchWarning, ShapeError, ShardwiseError)
 from .graph import Graph, Op, Tensor
 from . import models
 
@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
            "DeviceGraphError", "ConfigError", "SearchError", "SearchWarning", "PlanFileError",
-           "__version__"]
+           "ModelImportError", "__version__"]
 
 from .devices import MAX_DEVICES, Device, DeviceGraph
 from .plan import LayerCost, OpConfig, Plan, compare_text
@@ -35,6 +35,7 @@ from .runtime import backends
 from .simulate import MemoryOverflow, SimResult, simulate
 from .schedule import Schedule, schedule
 from .profile import Profile, ProfileMismatch, profile
+from .import_torch import from_torch
 from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
 
 __all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
@@ -43,6 +44,7 @@ __all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Pl
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
             "memory_plan", "backends", "Schedule", "schedule"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
+__all__ += ["from_torch"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]
 from . import tofu
 from .tofu import TofuResult

@@ -3,6 +3,7 @@
     python -m shardwise plan --model vgg16 --devices 4x4          # strategy table + baselines
     python -m shardwise plan --model alexnet --devices 8 --json    # the same as one JSON document
     python -m shardwise plan --model resnet50 --save plan.json     # keep the plan (docs/plan-format.md)
+    python -m shardwise plan --model vgg16 --devices machine.json  # a machine file (docs/machines.md)
     python -m shardwise train --model lenet5 --devices 4 --plan search   # train on CPU workers (docs/training.md)
     python -m shardwise simulate --model alexnet --devices 4x4 --png t.png  # simulated iteration + timeline
     python -m shardwise models                                     # the zoo, with parameter counts
@@ -60,16 +61,32 @@ def _add_model_and_devices(p: argparse.ArgumentParser, default_model: str) -> No
     p.add_argument("--batch", type=int, default=None, metavar="N",
                    help="minibatch size (default: the model's, 512 for ImageNet models, 64 for lenet5)")
     p.add_argument("--devices", default="4x4", metavar="SPEC",
-                   help="N devices on one node, or NODESxPER (nodes x devices per node); default 4x4")
+                   help="N devices on one node, NODESxPER (nodes x devices per node), or the path of a machine "
+                   "file (*.json, docs/machines.md); default 4x4")
     p.add_argument("--device-type", default="P100", choices=sorted(DEVICE_PRESETS),
-                   help="device preset (default: P100)")
+                   help="device preset of N and NODESxPER (default: P100; a machine file has its own)")
 
 
 def _model_and_devices(args: argparse.Namespace) -> tuple[Any, DeviceGraph]:
     """The zoo graph and the device graph the options name."""
     kwargs = {} if args.batch is None else {"batch": args.batch}
     graph = models.get(args.model, **kwargs)
-    return graph, DeviceGraph.parse(args.devices.strip().lower(), device=args.device_type)
+    return graph, _machine(args.devices, args.device_type)
+
+
+def is_machine_file(spec: str) -> bool:
+    """Does --devices name a machine file (a path ending in .json) rather than a device count?"""
+    return spec.strip().lower().endswith(".json")
+
+
+def _machine(spec: str, device_type: str) -> DeviceGraph:
+    """--devices: N, NODESxPER (presets of ``device_type``) or a machine file."""
+    if is_machine_file(spec):
+        try:
+            return DeviceGraph.load(spec.strip())
+        except OSError as exc:
+            raise ShardwiseError(f"cannot read the machine file {spec.strip()!r}: {exc.strerror or exc}") from None
+    return DeviceGraph.parse(spec.strip().lower(), device=device_type)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "32x32 (pip install scikit-learn); other models train from Python with sw.Trainer.")
     t.add_argument("--model", default="lenet5", metavar="NAME",
                    help="the model to train; only lenet5 for now (default: lenet5)")
-    t.add_argument("--devices", default="4", metavar="N", help="number of CPU workers (default: 4)")
+    t.add_argument("--devices", default="4", metavar="N",
+                   help="number of CPU workers (default: 4), or a machine file (*.json, docs/machines.md) whose "
+                   "devices the plan is made for, each run as a CPU worker")
     t.add_argument("--plan", default="search", metavar="PLAN",
                    help="search (the searched plan, default), data, model, owt, or the path of a plan file "
                    "saved by `plan --device-type cpu --devices N --model lenet5 --batch B --save PATH`")
@@ -338,9 +357,9 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
             raise ShardwiseError(f"cannot write the checkpoint to {args.checkpoint!r}: not a file in a "
                                  f"writable folder")
     optimizer = SGD(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    workers = _worker_count(args.devices)
+    devices = _machine(args.devices, "cpu") if is_machine_file(args.devices) else DeviceGraph.cpu(
+        _worker_count(args.devices))
     graph = models.get(args.model, batch=args.batch)
-    devices = DeviceGraph.cpu(workers)
     if args.plan not in PLAN_NAMES and not os.path.isfile(args.plan):
         _train_plan(args.plan, graph, devices, True)  # the error for an unknown name, before any work
     try:

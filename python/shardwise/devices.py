@@ -71,6 +71,7 @@ class Device:
     memory: float
     mem_bandwidth: float
     node: int = 0
+    kind: str | None = None   # a label for devices of one kind ("P100", "cpu"); the figures are what counts
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r})"
@@ -129,10 +130,14 @@ class DeviceGraph:
 
     # ----- building ----------------------------------------------------------
     def add_device(self, name: str, flops: float, memory: float, mem_bandwidth: float | None = None,
-                   node: int = 0) -> Device:
-        """Add a device; ``mem_bandwidth`` defaults to 80 bytes per 1000 FLOPs (a GPU-like ratio)."""
+                   node: int = 0, kind: str | None = None) -> Device:
+        """Add a device; ``mem_bandwidth`` defaults to 80 bytes per 1000 FLOPs (a GPU-like ratio).
+        ``kind`` labels devices of one kind (the presets use their names); it is kept in machine
+        files but the planner reads only the figures."""
         if not isinstance(name, str) or not name:
             raise DeviceGraphError(f"device name must be a non-empty string, got {name!r}")
+        if kind is not None and (not isinstance(kind, str) or not kind):
+            raise DeviceGraphError(f"device {name!r}: kind must be a non-empty string or None, got {kind!r}")
         if name in self._by_name:
             raise DeviceGraphError(f"a device named {name!r} already exists")
         _check_count(len(self.devices) + 1, f"adding device {name!r}")
@@ -141,7 +146,7 @@ class DeviceGraph:
         bw = _positive(mem_bandwidth, f"device {name!r} mem_bandwidth") if mem_bandwidth is not None else f * 0.08
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or node < 0:
             raise DeviceGraphError(f"device {name!r}: node must be a non-negative int, got {node!r}")
-        dev = Device(len(self.devices), name, f, m, bw, int(node))
+        dev = Device(len(self.devices), name, f, m, bw, int(node), kind)
         self._drop_structure()
         self.devices.append(dev)
         self._by_name[name] = dev.index
@@ -211,7 +216,8 @@ class DeviceGraph:
         g = cls(f"{nodes}x{devices_per_node} {device}")
         for n in range(nodes):
             for k in range(devices_per_node):
-                g.add_device(f"n{n}.{device.lower()}-{k}", spec.flops, spec.memory, spec.mem_bandwidth, node=n)
+                g.add_device(f"n{n}.{device.lower()}-{k}", spec.flops, spec.memory, spec.mem_bandwidth, node=n,
+                             kind=device)
         g._uniform = _Uniform(devices_per_node, intra, inter)   # links: all-to-all, implied
         # every node reaches the network through one adapter: the simulator queues all
         # traffic leaving (entering) a node on its adapter's send (receive) side
@@ -229,7 +235,7 @@ class DeviceGraph:
         # the workers share this machine's cores: the simulator queues worker d on core d % cores
         g.shared_cores = min(workers, os.cpu_count() or 1)
         for k in range(workers):
-            g.add_device(f"cpu{k}", spec.flops, spec.memory, spec.mem_bandwidth)
+            g.add_device(f"cpu{k}", spec.flops, spec.memory, spec.mem_bandwidth, kind="cpu")
         g._uniform = _Uniform(workers, spec.intra_bandwidth, spec.intra_bandwidth)   # one node, all-to-all
         return g
 
@@ -249,6 +255,36 @@ class DeviceGraph:
                 raise DeviceGraphError("cpu workers live on one machine: use a plain count")
             return cls.cpu(per)
         return cls.cluster(nodes=nodes, devices_per_node=per, device=device)
+
+    # ----- machine files ---------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Write this machine as a JSON machine file, atomically (a temporary file, then
+        ``os.replace``); the schema is in docs/machines.md (:mod:`shardwise.machine_file`)."""
+        from .machine_file import save_machine
+
+        save_machine(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "DeviceGraph":
+        """Read a machine file written by :meth:`save` or by hand (docs/machines.md).  A
+        malformed file raises DeviceGraphError naming the file, the field and the problem;
+        the loaded machine has the saved one's fingerprint, so its plan files still load."""
+        from .machine_file import load_machine
+
+        return load_machine(path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The machine file's JSON object (docs/machines.md)."""
+        from .machine_file import machine_to_dict
+
+        return machine_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "machine") -> "DeviceGraph":
+        """A device graph from a machine file's JSON object, validated (``where`` prefixes errors)."""
+        from .machine_file import machine_from_dict
+
+        return machine_from_dict(data, where)
 
     # ----- queries -------------------------------------------------------------
     def __len__(self) -> int:

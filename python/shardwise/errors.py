@@ -33,3 +33,9 @@ class PlanFileError(ShardwiseError, ValueError):
 class SearchWarning(UserWarning):
     """A search returned its best plan without proving it optimal; the message gives the gap
     to a lower bound and the option that buys the exact optimum."""
+
+
+class ModelImportError(GraphError):
+    """A model that :func:`shardwise.from_torch` cannot import: an op or an argument shardwise
+    does not support, or a model torch.fx cannot trace.  The message names the module path
+    (and, for function calls, the source line)."""

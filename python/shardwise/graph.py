@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
+import numbers
 from dataclasses import dataclass
 from math import prod
 from typing import Any, Iterator, Sequence
@@ -61,6 +63,7 @@ class Op:
 _ACTIVATIONS = (None, "relu")
 MAX_RANK = 5
 MAX_ELEMENTS = 2**48   # keeps every derived size and FLOP count far inside int64
+_FLOAT32_MAX = 3.4028234663852886e38   # the largest float32: a leaky_relu slope reaches C as one
 MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
 
 
@@ -165,7 +168,11 @@ class Graph:
     @staticmethod
     def _check_activation(activation: Any) -> None:
         if not (activation is None or (isinstance(activation, str) and activation in _ACTIVATIONS)):
-            raise GraphError(f"unknown activation {activation!r}; expected one of {_ACTIVATIONS}")
+            hint = ""
+            if isinstance(activation, str) and activation in ops.ACTIVATION_FLOPS:
+                # only ReLU's gradient comes from the output alone, which is all a fused op keeps
+                hint = f" (only relu is fused into the op; apply g.{activation}(y) to its output)"
+            raise GraphError(f"unknown activation {activation!r}; expected one of {_ACTIVATIONS}{hint}")
 
     def _activate(self, t: Tensor, activation: str | None, name: str | None) -> Tensor:
         if activation == "relu":
@@ -223,6 +230,36 @@ class Graph:
     def relu(self, x: Tensor, name: str | None = None) -> Tensor:
         x = self._tensor(x)
         return self._add("relu", [x], ops.elementwise([x.shape], "relu"), name)
+
+    def sigmoid(self, x: Tensor, name: str | None = None) -> Tensor:
+        """1 / (1 + exp(-x)), element-wise, any shape (``torch.sigmoid``)."""
+        return self._activation("sigmoid", x, name)
+
+    def tanh(self, x: Tensor, name: str | None = None) -> Tensor:
+        """tanh(x), element-wise, any shape (``torch.tanh``)."""
+        return self._activation("tanh", x, name)
+
+    def gelu(self, x: Tensor, name: str | None = None) -> Tensor:
+        """x * Phi(x) = x * (1 + erf(x / sqrt 2)) / 2, element-wise: the exact form, as
+        ``torch.nn.GELU()`` (``approximate="none"``)."""
+        return self._activation("gelu", x, name)
+
+    def silu(self, x: Tensor, name: str | None = None) -> Tensor:
+        """x * sigmoid(x), element-wise (``torch.nn.SiLU``, also called swish)."""
+        return self._activation("silu", x, name)
+
+    def leaky_relu(self, x: Tensor, negative_slope: float = 0.01, name: str | None = None) -> Tensor:
+        """x if x > 0 else negative_slope * x, element-wise (``torch.nn.LeakyReLU``); the
+        slope is any finite float32 (a negative one too, as PyTorch allows)."""
+        if isinstance(negative_slope, bool) or not isinstance(negative_slope, numbers.Real) \
+                or not math.isfinite(negative_slope) or abs(negative_slope) > _FLOAT32_MAX:
+            raise GraphError(f"leaky_relu negative_slope must be a finite float32, got {negative_slope!r}")
+        return self._activation("leaky_relu", x, name, negative_slope=float(negative_slope))
+
+    def _activation(self, kind: str, x: Tensor, name: str | None, **attrs: Any) -> Tensor:
+        """A point-wise activation op (ops.activation): one input, the output of its shape."""
+        x = self._tensor(x)
+        return self._add(kind, [x], ops.activation(x.shape, kind), name, **attrs)
 
     def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """Element-wise sum of two tensors of the same shape (residual connections)."""

@@ -110,6 +110,22 @@ def elementwise(shapes: Sequence[tuple[int, ...]], op: str) -> OpDesc:
     return OpDesc(extents=first, out_rank=nv, inputs=inputs, flops_per_output=float(max(1, len(shapes) - 1)))
 
 
+# The point-wise activations beside relu, with the FLOPs the cost model charges per output
+# element: the forward pass's arithmetic, counting an exp, erf or tanh as one operation.
+#   sigmoid 1 / (1 + exp(-x)): negate, exp, add, divide          tanh: one
+#   gelu x * (1 + erf(x / sqrt 2)) / 2: scale, erf, add, 2 mul    silu x / (1 + exp(-x)): 4
+#   leaky_relu x > 0 ? x : a * x: compare, multiply
+ACTIVATION_FLOPS: dict[str, float] = {"sigmoid": 4.0, "tanh": 1.0, "gelu": 5.0, "silu": 4.0, "leaky_relu": 2.0}
+
+
+def activation(x: tuple[int, ...], kind: str) -> OpDesc:
+    """out[i] = f(in[i]) for a point-wise activation f (:data:`ACTIVATION_FLOPS`): relu's
+    index map (so its splits, regions and transfers), with f's FLOPs per output."""
+    if kind not in ACTIVATION_FLOPS:
+        raise ShapeError(f"unknown activation {kind!r}; expected one of {sorted(ACTIVATION_FLOPS)}")
+    return replace(elementwise([x], kind), flops_per_output=ACTIVATION_FLOPS[kind])
+
+
 def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
     """out[n,c,h,w] = (in[n,c,h,w] - mean[c]) * gamma[c] / std[c] + beta[c].
 
@@ -231,6 +247,7 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "input": input_op, "conv2d": conv2d, "pool2d": pool2d, "relu": elementwise, "add": elementwise,
     "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
+    **{kind: activation for kind in ACTIVATION_FLOPS},
 }
 
 

@@ -29,6 +29,8 @@ Semantics other parts of the project must reproduce:
 * matmul: (M, K) @ (K, N), both operands data tensors (gradients flow to both).
 * lstm_cell: c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g); lstm_hidden:
   h = sigmoid(o) * tanh(c), all (B, H) (the gate order of ``torch.nn.LSTM``'s equations).
+* sigmoid, tanh, gelu (exact erf form), silu, leaky_relu: PyTorch's definitions, in
+  :mod:`shardwise.reference_activations` (re-exported here).
 
 Whole graphs: :func:`forward` runs a :class:`~shardwise.graph.Graph` op by op
 in its (topological) order, :func:`loss_and_grads` adds the backward pass in
@@ -42,6 +44,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from . import reference_activations as _act
+from .reference_activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
+                                    sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
+
 __all__ = [
     "conv2d_forward", "conv2d_backward", "pool2d_forward", "pool2d_backward",
     "relu_forward", "relu_backward", "add_forward", "add_backward",
@@ -50,6 +56,8 @@ __all__ = [
     "softmax_forward", "softmax_backward", "cross_entropy", "softmax_cross_entropy_backward",
     "matmul_forward", "matmul_backward", "sigmoid", "lstm_cell_forward", "lstm_cell_backward",
     "lstm_hidden_forward", "lstm_hidden_backward",
+    "sigmoid_backward", "tanh_forward", "tanh_backward", "gelu_forward", "gelu_backward", "silu_forward",
+    "silu_backward", "leaky_relu_forward", "leaky_relu_backward",
     "forward", "loss_and_grads", "sgd_step", "BN_EPS",
 ]
 
@@ -372,13 +380,6 @@ def matmul_backward(a: np.ndarray, b: np.ndarray, dy: np.ndarray) -> tuple[np.nd
     return dy @ b.T, a.T @ dy
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + exp(-x)) without overflow warnings: exp of a non-positive number only."""
-    e = np.exp(-np.abs(x))
-    one = x.dtype.type(1)
-    return np.where(x >= 0, one / (one + e), e / (one + e))
-
-
 def lstm_cell_forward(i: np.ndarray, f: np.ndarray, g: np.ndarray, c_prev: np.ndarray) -> np.ndarray:
     """c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g), all (B, H)."""
     assert i.shape == f.shape == g.shape == c_prev.shape, "lstm_cell: input shapes differ"
@@ -512,6 +513,8 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
             y = linear_forward(ins[0], _param(params, f"{op.name}.weight", dtype), b)
         elif op.kind == "softmax":
             y = softmax_forward(ins[0])
+        elif op.kind in _act.ACTIVATION_KINDS:
+            y = _act.activation_forward(op.kind, ins[0], a)
         else:
             raise NotImplementedError(f"reference: no kernel for op kind {op.kind!r} (op {op.name!r})")
         if _fused_relu(op):
@@ -582,6 +585,8 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
                                                _pair(a["padding"]), a["kind"]))
         elif op.kind == "relu":
             send(op.inputs[0], relu_backward(y, dy))
+        elif op.kind in _act.ACTIVATION_KINDS:
+            send(op.inputs[0], _act.activation_backward(op.kind, ins[0], y, dy, a))
         elif op.kind == "add":
             da, db_ = add_backward(dy)
             send(op.inputs[0], da)

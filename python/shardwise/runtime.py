@@ -23,7 +23,9 @@ from .lower import TaskGraph, plan_arrays
 from .plan import Plan
 from .problem import make_problem
 
-ATTR_COLUMNS = 10   # type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw
+# type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, then leaky ReLU's negative
+# slope as the bits of a float32 (one int32 array carries every attribute)
+ATTR_COLUMNS = 11
 
 
 def backends() -> list[str]:
@@ -62,6 +64,7 @@ def op_attrs(graph: Graph) -> np.ndarray:
         if op.kind in ("conv2d", "pool2d"):
             (kh, kw), (sh, sw), (ph, pw) = window(op)
             row[4:10] = (kh, kw, sh, sw, ph, pw)
+        row[10] = np.float32(op.attrs.get("negative_slope", 0.0)).view(np.int32)
     return out
 
 

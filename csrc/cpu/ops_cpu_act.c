@@ -1,0 +1,55 @@
+/* ops_cpu_act.c -- CPU tasks of the point-wise activation ops: sigmoid, tanh,
+ * gelu, silu and leaky_relu (activation.c has the kernels and the formulas).
+ *
+ * A forward task reads the worker's region of x (its own output box: the index
+ * map is the identity) and writes y; a backward_data task reads [dy] y and the
+ * region of x (task_env.h) and hands the kernel y for sigmoid and tanh, x for
+ * the others.  Leaky ReLU's negative slope comes from the op's attributes.
+ */
+#include "task_env.h"
+
+/* The kernel's activation of an op type; SW_ACT_COUNT for a type that is not one. */
+static sw_activation activation_of(int type) {
+    switch (type) {
+    case SW_OP_SIGMOID: return SW_ACT_SIGMOID;
+    case SW_OP_TANH: return SW_ACT_TANH;
+    case SW_OP_GELU: return SW_ACT_GELU;
+    case SW_OP_SILU: return SW_ACT_SILU;
+    case SW_OP_LEAKY_RELU: return SW_ACT_LEAKY_RELU;
+    default: return SW_ACT_COUNT;
+    }
+}
+
+static sw_status activation_forward(const sw_task_env *e) {
+    sw_activation f = activation_of(e->attrs->type);
+    sw_view x, y;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &y);
+    return sw_activation_forward(f, e->attrs->alpha, &x, &y);
+}
+
+static sw_status activation_backward_data(const sw_task_env *e) {
+    sw_activation f = activation_of(e->attrs->type);
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    sw_view from, dy, dx;
+    sw_env_view(e, e->writes[0], &dx);
+    if (r.dy < 0) {
+        sw_view_zero(&dx);
+        return SW_OK;
+    }
+    int32_t b = sw_activation_grad_from_output(f) ? r.y : r.region[0];
+    if (b < 0) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: an activation gradient without its %s", e->id,
+                       sw_activation_grad_from_output(f) ? "output" : "input region");
+    }
+    sw_env_view(e, b, &from);
+    sw_env_view(e, r.dy, &dy);
+    return sw_activation_backward(f, e->attrs->alpha, &from, &dy, &dx);
+}
+
+const sw_cpu_op sw_cpu_sigmoid = {activation_forward, activation_backward_data, NULL};
+const sw_cpu_op sw_cpu_tanh = {activation_forward, activation_backward_data, NULL};
+const sw_cpu_op sw_cpu_gelu = {activation_forward, activation_backward_data, NULL};
+const sw_cpu_op sw_cpu_silu = {activation_forward, activation_backward_data, NULL};
+const sw_cpu_op sw_cpu_leaky_relu = {activation_forward, activation_backward_data, NULL};

@@ -1,0 +1,519 @@
+"""The table of PyTorch operations :func:`shardwise.from_torch` imports, one entry per operation.
+
+Each :class:`TorchOp` lists every spelling of one operation (the ``torch.nn`` module class, the
+functions, the ``Tensor`` methods) and one converter that builds the shardwise op.  The
+arguments of the functional form (after the data inputs) have the same names as the
+attributes of the module form (``F.max_pool2d(x, kernel_size, stride, ...)`` and
+``nn.MaxPool2d.kernel_size``, ``.stride``, ...), so a converter reads ``call.attrs`` whatever
+the spelling.  Adding an operation is one entry of :data:`TORCH_OPS` (and a row of the table
+in docs/importing.md, which a test checks); for example, once the graph builder has a sigmoid
+op (it does not yet), ``g.sigmoid``::
+
+    TorchOp("sigmoid", lambda c: c.graph.sigmoid(c.tensor(0), name=c.name), modules=("Sigmoid",),
+            functions=("torch.sigmoid", "torch.nn.functional.sigmoid"), methods=("sigmoid", "sigmoid_")),
+
+Nothing here imports torch: module classes and functions are named by strings, resolved when
+a model is imported (:func:`shardwise.import_torch.resolve`); converters only read attributes
+of torch objects.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ModelImportError, ShapeError
+from .graph import Graph, Tensor
+from .reference import BN_EPS
+
+REQUIRED = object()
+"""The default of an argument a call must give."""
+
+
+@dataclass(frozen=True, repr=False)
+class Attr:
+    """A tensor attribute of the model read directly in ``forward`` (a parameter or a buffer)."""
+
+    target: str      # its path, e.g. "blocks.0.w"
+    value: Any       # the torch.Tensor
+
+    def __repr__(self) -> str:   # messages show the path, not the tensor's values
+        return f"<the model's tensor {self.target!r}>"
+
+
+@dataclass
+class Call:
+    """One call of a supported operation, as its converter sees it."""
+
+    graph: Graph
+    name: str                        # the name of the op the converter builds
+    where: str                       # module path (and source line) for messages
+    module: Any                      # the torch.nn.Module of a module call, else None
+    inputs: list[Any]                # the data arguments: shardwise Tensors, Attrs, lists, constants
+    attrs: dict[str, Any]            # the other arguments (functional form) or module attributes
+    activation: str | None = None    # "relu": a ReLU after this op is fused into it
+    is_output: bool = False          # the op's result is what the model returns
+    weights: dict[str, dict[str, Any]] = field(default_factory=dict)   # op name -> {param: torch tensor}
+    parameter_op: Callable[[Attr, str], Tensor] | None = None         # an Attr as a parameter op (Attr, where)
+
+    def error(self, message: str) -> ModelImportError:
+        return ModelImportError(f"{self.where}: {message}")
+
+    def tensor(self, index: int, rank: int | None = None) -> Tensor:
+        """Data input ``index`` as a graph tensor (of ``rank`` dimensions when given)."""
+        return self.as_tensor(self.inputs[index], f"argument {index}", rank)
+
+    def as_tensor(self, value: Any, what: str, rank: int | None = None) -> Tensor:
+        """``value`` (``what`` of the call) as a graph tensor, or a ModelImportError saying what it is."""
+        if isinstance(value, Attr):
+            raise self.error(f"reads the tensor attribute {value.target!r} as data; a parameter is supported "
+                             f"only as an operand of a matrix product (x @ W)")
+        if not isinstance(value, Tensor):
+            raise self.error(f"expects a tensor as {what}, got {_show(value)} "
+                             f"(operations with constants are not supported)")
+        if rank is not None and len(value.shape) != rank:
+            raise self.error(f"expects a rank-{rank} tensor as {what}, got shape {value.shape}")
+        return value
+
+    def parameter(self, value: Any, what: str, rank: int) -> Any:
+        """``value`` (argument ``what``), a trainable parameter of the model read in ``forward``
+        (``F.linear(x, self.w)``), as its torch tensor."""
+        if not isinstance(value, Attr):
+            raise self.error(f"expects a parameter of the model as {what}, got {_show(value)} "
+                             f"(computed weights are not supported)")
+        if not getattr(value.value, "requires_grad", False):
+            raise self.error(f"{what} {value.target!r} is a constant tensor (a buffer, or a parameter without "
+                             f"requires_grad); only trainable parameters are supported as weights")
+        if value.value.dim() != rank:
+            raise self.error(f"expects a rank-{rank} {what}, got {value.target!r} of shape {tuple(value.value.shape)}")
+        return value.value
+
+    def set_weights(self, **params: Any) -> None:
+        """Record the op's parameters (torch tensors; None for an absent bias)."""
+        record_weights(self.weights, self.name, {k: v for k, v in params.items() if v is not None}, self.where)
+
+
+def record_weights(weights: dict[str, dict[str, Any]], op: str, params: dict[str, Any], where: str,
+                   what: str = "its {}") -> None:
+    """``weights[op] = params``, refusing a tensor another op already owns: shardwise gives every
+    op its own weights, so tied weights (``fc2.weight = fc1.weight``, one parameter read by two
+    calls) would silently come apart in training.  ``what`` names a parameter in the message
+    (``"{}"`` is its key)."""
+    for other, owned in weights.items():
+        for pname, t in owned.items():
+            for k, v in params.items():
+                if v is t:
+                    raise ModelImportError(f"{where}: {what.format(k)} is also the {pname} of op {other!r}; "
+                                           f"shared (tied) weights are not supported")
+    weights[op] = params
+
+
+def _show(value: Any) -> str:
+    """A short description of an argument for messages (not a whole tensor's repr)."""
+    if isinstance(value, Attr):
+        return f"the model's tensor {value.target!r}"
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {value.shape}"
+    return f"the constant {value!r}"
+
+
+@dataclass(frozen=True)
+class TorchOp:
+    """One PyTorch operation and how to import it.
+
+    ``params`` are the arguments after the ``inputs`` data arguments, as (name, default) with
+    :data:`REQUIRED` for none; a module call reads them as module attributes of the same names.
+    ``variadic`` collects the arguments after the data inputs into ``attrs[params[0][0]]``
+    (``x.view(n, -1)`` and ``x.view((n, -1))`` alike).  ``fuses_relu``: a ReLU that is the
+    only user of this op's result is fused into it (the graph builder's ``activation``).
+    ``weight_arg``: the data input that is the op's weight (``F.linear(x, self.fc.weight)``);
+    the op is named after that parameter, less a ``.weight`` suffix, so the weights dict keeps
+    the model's ``state_dict`` keys."""
+
+    name: str
+    convert: Callable[[Call], Any]
+    inputs: int = 1
+    params: tuple[tuple[str, Any], ...] = ()
+    modules: tuple[str, ...] = ()
+    functions: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    variadic: bool = False
+    fuses_relu: bool = False
+    weight_arg: int | None = None
+
+
+# ----------------------------------------------------------------------------- helpers
+def _pair(c: Call, value: Any, what: str) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        return _pair(c, value[0], what)
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        return (int(value[0]), int(value[1]))
+    raise c.error(f"{what}={value!r} is not supported (an int or a pair of ints)")
+
+
+def _dim(c: Call, dim: Any, rank: int, what: str = "dim") -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
+        raise c.error(f"{what}={dim!r} is out of range for a rank-{rank} tensor")
+    return dim % rank
+
+
+def _check_ceil_mode(c: Call, shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
+                     padding: tuple[int, int]) -> None:
+    """ceil_mode=True is accepted where it gives the windows of floor mode (PyTorch's rule:
+    a last window must start inside the input or its left padding)."""
+    for size, k, s, p in zip(shape[2:], kernel, stride, padding):
+        floor = (size + 2 * p - k) // s + 1
+        ceil = -(-(size + 2 * p - k) // s) + 1
+        if (ceil - 1) * s >= size + p:
+            ceil -= 1
+        if ceil != floor:
+            raise c.error(f"ceil_mode=True adds a partial window on a {shape[2]}x{shape[3]} input "
+                          f"(kernel {kernel}, stride {stride}, padding {padding}); it is not supported")
+
+
+# ----------------------------------------------------------------------------- converters
+def _conv(c: Call, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int,
+          padding_mode: str = "zeros") -> Tensor:
+    """A convolution of weight (C_out, C_in, kH, kW), from nn.Conv2d or F.conv2d."""
+    x = c.tensor(0, rank=4)
+    if groups != 1:
+        raise c.error(f"groups={groups} is not supported (grouped and depthwise convolutions are not yet)")
+    if _pair(c, dilation, "dilation") != (1, 1):
+        raise c.error(f"dilation={dilation!r} is not supported")
+    if padding_mode != "zeros":
+        raise c.error(f"padding_mode={padding_mode!r} is not supported (zero padding only)")
+    kernel = (int(weight.shape[2]), int(weight.shape[3]))
+    if padding == "valid":
+        padding = (0, 0)
+    elif padding == "same":
+        if any(k % 2 == 0 for k in kernel):
+            raise c.error(f"padding='same' with the even kernel {kernel} pads unevenly; it is not supported")
+        padding = (kernel[0] // 2, kernel[1] // 2)
+    else:
+        padding = _pair(c, padding, "padding")
+    if x.shape[1] != weight.shape[1]:
+        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} input channels "
+                         f"but the input has shape {x.shape}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output channels")
+    y = c.graph.conv2d(x, int(weight.shape[0]), kernel=kernel, stride=_pair(c, stride, "stride"), padding=padding,
+                       bias=bias is not None, activation=c.activation, name=c.name)
+    c.set_weights(weight=weight, bias=bias)
+    return y
+
+
+def _conv2d(c: Call) -> Tensor:
+    m = c.module
+    return _conv(c, m.weight, m.bias, tuple(m.stride), m.padding if isinstance(m.padding, str) else tuple(m.padding),
+                 tuple(m.dilation), m.groups, m.padding_mode)
+
+
+def _conv2d_fn(c: Call) -> Tensor:
+    a = c.attrs
+    bias = None if a["bias"] is None else c.parameter(a["bias"], "bias", rank=1)
+    return _conv(c, c.parameter(c.inputs[1], "weight", rank=4), bias, a["stride"], a["padding"], a["dilation"],
+                 a["groups"])
+
+
+def _linear_with(c: Call, weight: Any, bias: Any) -> Tensor:
+    """y = x W^T + b with W (out, in), from nn.Linear or F.linear."""
+    x = c.tensor(0)
+    if len(x.shape) != 2:
+        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features))")
+    if x.shape[1] != weight.shape[1]:
+        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} features but the "
+                         f"input has shape {x.shape}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output features")
+    y = c.graph.linear(x, int(weight.shape[0]), activation=c.activation, bias=bias is not None, name=c.name)
+    c.set_weights(weight=weight, bias=bias)
+    return y
+
+
+def _linear(c: Call) -> Tensor:
+    return _linear_with(c, c.module.weight, c.module.bias)
+
+
+def _linear_fn(c: Call) -> Tensor:
+    bias = None if c.attrs["bias"] is None else c.parameter(c.attrs["bias"], "bias", rank=1)
+    return _linear_with(c, c.parameter(c.inputs[1], "weight", rank=2), bias)
+
+
+def _batchnorm2d(c: Call) -> Tensor:
+    m = c.module
+    x = c.tensor(0, rank=4)
+    if not m.affine:
+        raise c.error("affine=False is not supported (shardwise's batch norm has a weight and a bias)")
+    if m.eps != BN_EPS:
+        raise c.error(f"eps={m.eps} is not supported (shardwise's batch norm uses eps={BN_EPS})")
+    if x.shape[1] != m.num_features:
+        raise ShapeError(f"{c.where}: num_features={m.num_features} but the input has shape {x.shape}")
+    if not m.training and m.track_running_stats:
+        import warnings
+
+        warnings.warn(f"{c.where}: the model is in eval mode, but shardwise's batch norm always normalizes with "
+                      f"the minibatch's statistics (PyTorch's training mode); running statistics are not "
+                      f"imported", stacklevel=5)   # the caller of from_torch
+    y = c.graph.batchnorm2d(x, name=c.name)
+    c.set_weights(weight=m.weight, bias=m.bias)
+    return y
+
+
+def _relu(c: Call) -> Tensor:
+    return c.graph.relu(c.tensor(0), name=c.name)
+
+
+def _add(c: Call) -> Tensor:
+    a, b = c.inputs[0], c.inputs[1]
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        other = b if isinstance(a, Tensor) else a
+        raise c.error(f"adding {_show(other)} is not supported (add takes two tensors of one shape, "
+                      f"computed by the model)")
+    if c.attrs["alpha"] != 1:
+        raise c.error(f"alpha={c.attrs['alpha']!r} is not supported")
+    if a.shape != b.shape:
+        raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported")
+    return c.graph.add(a, b, name=c.name)
+
+
+def _concat(c: Call) -> Tensor:
+    xs = c.inputs[0]
+    if not isinstance(xs, (list, tuple)) or not xs:
+        raise c.error(f"expects a list of tensors, got {xs!r}")
+    ts = [c.as_tensor(t, f"tensor {k} of the list") for k, t in enumerate(xs)]
+    axis = _dim(c, c.attrs["dim"], len(ts[0].shape))
+    if axis == 0:
+        raise c.error("concatenating along the batch dimension (dim=0) is not supported")
+    return c.graph.concat(ts, axis=axis, name=c.name)
+
+
+def _flatten_to_2d(c: Call, x: Tensor, shape: tuple[int, ...], what: str) -> Tensor:
+    """``x`` reshaped to ``shape``: itself, or a flatten to (N, features)."""
+    if tuple(shape) == x.shape:
+        return x
+    if len(shape) == 2 and len(x.shape) > 2 and shape[0] == x.shape[0]:
+        return c.graph.flatten(x, name=c.name)
+    raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported; only flattening to "
+                  f"(N, features) is")
+
+
+def _flatten(c: Call) -> Tensor:
+    x = c.tensor(0)
+    rank = len(x.shape)
+    start, end = _dim(c, c.attrs["start_dim"], rank, "start_dim"), _dim(c, c.attrs["end_dim"], rank, "end_dim")
+    if start == end:
+        return x
+    if start != 1 or end != rank - 1:
+        raise c.error(f"flatten(start_dim={c.attrs['start_dim']}, end_dim={c.attrs['end_dim']}) of shape {x.shape} "
+                      f"is not supported; only start_dim=1, end_dim=-1 (everything after the batch dimension)")
+    return c.graph.flatten(x, name=c.name)
+
+
+def _reshape(c: Call) -> Tensor:
+    x = c.tensor(0)
+    shape = c.attrs["shape"]
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                        for s in shape):
+        raise c.error(f"a shape of ints is needed, got {shape!r}")
+    total = math.prod(x.shape)
+    known = math.prod(s for s in shape if s != -1)
+    if list(shape).count(-1) > 1 or known <= 0 or (-1 not in shape and known != total) or total % known:
+        raise c.error(f"cannot view shape {x.shape} as {tuple(shape)}")
+    shape = tuple(total // known if s == -1 else s for s in shape)
+    return _flatten_to_2d(c, x, shape, "reshaping")
+
+
+def _squeeze(c: Call) -> Tensor:
+    x = c.tensor(0)
+    dims = c.attrs["dim"]
+    if dims is None:
+        dims = tuple(d for d, s in enumerate(x.shape) if s == 1)
+    elif isinstance(dims, int):
+        dims = (dims,)
+    drop = {_dim(c, d, len(x.shape)) for d in dims}
+    if 0 in drop and x.shape[0] == 1:
+        raise c.error("squeezing the batch dimension is not supported")
+    return _flatten_to_2d(c, x, tuple(s for d, s in enumerate(x.shape) if d not in drop or s != 1), "squeeze")
+
+
+def _pool(c: Call, kind: str, kernel_size: Any, stride: Any, padding: Any) -> Tensor:
+    x = c.tensor(0, rank=4)
+    kernel = _pair(c, kernel_size, "kernel_size")
+    stride = kernel if stride is None or stride == [] or stride == () else _pair(c, stride, "stride")
+    padding = _pair(c, padding, "padding")
+    if c.attrs.get("ceil_mode"):
+        _check_ceil_mode(c, x.shape, kernel, stride, padding)
+    return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
+
+
+def _max_pool2d(c: Call) -> Tensor:
+    a = c.attrs
+    if a["return_indices"]:
+        raise c.error("return_indices=True is not supported")
+    if _pair(c, a["dilation"], "dilation") != (1, 1):
+        raise c.error(f"dilation={a['dilation']!r} is not supported")
+    return _pool(c, "max", a["kernel_size"], a["stride"], a["padding"])
+
+
+def _avg_pool2d(c: Call) -> Tensor:
+    a = c.attrs
+    if a["divisor_override"] is not None:
+        raise c.error(f"divisor_override={a['divisor_override']!r} is not supported")
+    if not a["count_include_pad"] and _pair(c, a["padding"], "padding") != (0, 0):
+        raise c.error("count_include_pad=False with padding is not supported (padded zeros count in the divisor)")
+    return _pool(c, "avg", a["kernel_size"], a["stride"], a["padding"])
+
+
+def _adaptive_pool(kind: str) -> Callable[[Call], Tensor]:
+    """Adaptive pooling whose output size divides the input: the pool of kernel = stride = input / output."""
+    def convert(c: Call) -> Tensor:
+        if c.attrs.get("return_indices"):
+            raise c.error("return_indices=True is not supported")
+        x = c.tensor(0, rank=4)
+        size = c.attrs["output_size"]
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        if len(size) != 2:
+            raise c.error(f"output_size={c.attrs['output_size']!r} is not supported")
+        out = tuple(x.shape[2 + d] if s is None else s for d, s in enumerate(size))
+        if any(not isinstance(s, int) or s <= 0 or x.shape[2 + d] % s for d, s in enumerate(out)):
+            raise c.error(f"adaptive pooling of a {x.shape[2]}x{x.shape[3]} input to {out} is not supported; "
+                          f"the output size must divide the input size (then it is a {kind} pool)")
+        if out == x.shape[2:]:
+            return x
+        kernel = (x.shape[2] // out[0], x.shape[3] // out[1])
+        return c.graph.pool2d(x, kernel=kernel, stride=kernel, kind=kind, name=c.name)
+    return convert
+
+
+def _mean(c: Call) -> Tensor:
+    """x.mean((2, 3)): global average pooling (then a flatten unless keepdim)."""
+    x = c.tensor(0)
+    dims = c.attrs["dim"]
+    dims = (dims,) if isinstance(dims, int) else dims
+    if (len(x.shape) != 4 or not isinstance(dims, (tuple, list)) or c.attrs["dtype"] is not None
+            or sorted(_dim(c, d, 4) for d in dims) != [2, 3]):
+        raise c.error(f"mean(dim={c.attrs['dim']!r}) of shape {x.shape} is not supported; only the mean over "
+                      f"(H, W) of an (N, C, H, W) tensor (global average pooling)")
+    kernel = x.shape[2:]
+    if c.attrs["keepdim"]:
+        return c.graph.pool2d(x, kernel=kernel, stride=kernel, kind="avg", name=c.name)
+    y = c.graph.pool2d(x, kernel=kernel, stride=kernel, kind="avg", name=c.name)
+    return c.graph.flatten(y, name=f"{c.name}.flatten")
+
+
+def _matmul(c: Call) -> Tensor:
+    """a @ b of two rank-2 operands, each a tensor or a parameter of the model (``x @ self.w``)."""
+    ab = []
+    for k in range(2):
+        v = c.inputs[k]
+        if isinstance(v, Attr):
+            c.parameter(v, f"operand {k}", rank=2)   # a trainable rank-2 parameter, or a message saying where
+            if c.parameter_op is None:
+                raise c.error(f"cannot read {v.target!r}")
+            v = c.parameter_op(v, c.where)
+        ab.append(c.as_tensor(v, f"operand {k}", rank=2))
+    return c.graph.matmul(ab[0], ab[1], name=c.name)
+
+
+def _softmax(c: Call) -> Tensor:
+    """softmax / log_softmax over the classes as the model's last op: it becomes the loss op."""
+    x = c.tensor(0, rank=2)
+    if not c.is_output:
+        raise c.error("softmax is supported only as the model's output, where it becomes shardwise's "
+                      "softmax cross-entropy loss")
+    if c.attrs["dim"] not in (None, 1, -1) or c.attrs["dtype"] is not None:
+        raise c.error(f"softmax(dim={c.attrs['dim']!r}, dtype={c.attrs['dtype']!r}) is not supported; "
+                      f"only over the classes (dim=1)")
+    return c.graph.softmax(x, name=c.name)
+
+
+def _identity(c: Call) -> Any:
+    return c.tensor(0)
+
+
+def _dropout(c: Call) -> Any:
+    """Dropout with p=0 (or F.dropout with training=False): the identity.  shardwise has no
+    dropout op yet; silently leaving it out would train a different model than PyTorch's."""
+    p = c.attrs["p"]
+    if p == 0 or (c.module is None and c.attrs["training"] is False):
+        return c.tensor(0)
+    raise c.error(f"dropout with p={p} is not supported yet (shardwise has no dropout op); "
+                  f"remove it or set p=0 to import the model without it")
+
+
+def _size(c: Call) -> Any:
+    shape = c.tensor(0).shape
+    d = c.attrs["dim"]
+    return tuple(shape) if d is None else shape[_dim(c, d, len(shape))]
+
+
+def _ndim(c: Call) -> int:
+    return len(c.tensor(0).shape)
+
+
+def _getattr(c: Call) -> Any:
+    name = c.attrs["attr"]
+    if name == "shape":
+        return tuple(c.tensor(0).shape)
+    if name == "ndim":
+        return len(c.tensor(0).shape)
+    raise c.error(f"reading the tensor attribute {name!r} is not supported")
+
+
+_F = "torch.nn.functional."
+
+TORCH_OPS: tuple[TorchOp, ...] = (
+    TorchOp("conv", _conv2d, modules=("Conv2d",), fuses_relu=True),
+    TorchOp("conv", _conv2d_fn, inputs=2, params=(("bias", None), ("stride", 1), ("padding", 0), ("dilation", 1),
+                                                  ("groups", 1)),
+            functions=(_F + "conv2d", "torch.conv2d"), fuses_relu=True, weight_arg=1),
+    TorchOp("linear", _linear, modules=("Linear",), fuses_relu=True),
+    TorchOp("linear", _linear_fn, inputs=2, params=(("bias", None),), functions=(_F + "linear",), fuses_relu=True,
+            weight_arg=1),
+    TorchOp("bn", _batchnorm2d, modules=("BatchNorm2d",)),
+    TorchOp("relu", _relu, params=(("inplace", False),), modules=("ReLU",),
+            functions=("torch.relu", "torch.relu_", _F + "relu", _F + "relu_"), methods=("relu", "relu_")),
+    TorchOp("add", _add, inputs=2, params=(("alpha", 1),), functions=("operator.add", "operator.iadd", "torch.add"),
+            methods=("add", "add_")),
+    TorchOp("cat", _concat, params=(("dim", 0),), functions=("torch.cat", "torch.concat", "torch.concatenate")),
+    TorchOp("flatten", _flatten, params=(("start_dim", 0), ("end_dim", -1)), modules=("Flatten",),
+            functions=("torch.flatten",), methods=("flatten",)),
+    TorchOp("reshape", _reshape, params=(("shape", REQUIRED),), functions=("torch.reshape",),
+            methods=("view", "reshape"), variadic=True),
+    TorchOp("squeeze", _squeeze, params=(("dim", None),), functions=("torch.squeeze",), methods=("squeeze",)),
+    TorchOp("maxpool", _max_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
+                                            ("dilation", 1), ("ceil_mode", False), ("return_indices", False)),
+            modules=("MaxPool2d",), functions=(_F + "max_pool2d", "torch.max_pool2d")),
+    TorchOp("avgpool", _avg_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
+                                            ("ceil_mode", False), ("count_include_pad", True),
+                                            ("divisor_override", None)),
+            modules=("AvgPool2d",), functions=(_F + "avg_pool2d", "torch.avg_pool2d")),
+    TorchOp("avgpool", _adaptive_pool("avg"), params=(("output_size", REQUIRED),), modules=("AdaptiveAvgPool2d",),
+            functions=(_F + "adaptive_avg_pool2d", "torch.adaptive_avg_pool2d")),
+    TorchOp("maxpool", _adaptive_pool("max"), params=(("output_size", REQUIRED), ("return_indices", False)),
+            modules=("AdaptiveMaxPool2d",), functions=(_F + "adaptive_max_pool2d",)),
+    TorchOp("mean", _mean, params=(("dim", None), ("keepdim", False), ("dtype", None)), functions=("torch.mean",),
+            methods=("mean",)),
+    TorchOp("matmul", _matmul, inputs=2, functions=("operator.matmul", "torch.matmul", "torch.mm"),
+            methods=("matmul", "mm")),
+    TorchOp("softmax", _softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
+            modules=("Softmax", "LogSoftmax"),
+            functions=("torch.softmax", "torch.log_softmax", _F + "softmax", _F + "log_softmax"),
+            methods=("softmax", "log_softmax")),
+    TorchOp("dropout", _dropout, params=(("p", 0.5), ("training", True), ("inplace", False)),
+            modules=("Dropout",), functions=(_F + "dropout",)),
+    TorchOp("identity", _identity, params=(("memory_format", None),), modules=("Identity",), methods=("contiguous",)),
+    # shape queries: constants, since every shape is fixed by the example inputs
+    TorchOp("size", _size, params=(("dim", None),), methods=("size",)),
+    TorchOp("ndim", _ndim, methods=("dim", "ndimension")),
+    TorchOp("getattr", _getattr, params=(("attr", REQUIRED),), functions=("builtins.getattr",)),
+)
+"""Every PyTorch operation :func:`shardwise.from_torch` imports."""
+
+
+VIEW_OPS = ("flatten", "reshape", "squeeze")
+"""Operations whose result is a view of their input in PyTorch (an in-place op on the result
+writes the input too); shardwise builds a flatten, a copy."""
