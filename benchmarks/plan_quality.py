@@ -1,8 +1,8 @@
 """Simulated searched time against the best simulated baseline (issue 16, point 1).
 
 For every zoo model on cpu(2..8), on 2, 4, 8, 16 and 64 P100 and V100 GPUs (one node up to 8,
-nodes of 8 above) and on two hand-made heterogeneous machines (examples/custom_devices.py's two
-NVLink pairs joined by a slow link; a node of two P100s and a K80 beside a node of three V100s),
+nodes of 8 above) and on the two hand-made heterogeneous machines of examples/machines/ (examples/custom_devices.py's
+two NVLink pairs joined by a slow link; a node of two P100s and a K80 beside a node of three V100s),
 one row: the simulated iteration of the default search's plan, of the Eq. 1 optimum
 (``objective="eq1"``) and of the fastest of data, model and OWT parallelism, every one replayed
 by the same simulator with the roofline costs; then searched / best baseline (at most 1.000 is
@@ -18,34 +18,13 @@ import platform
 import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import shardwise as sw
-from shardwise.devices import DEVICE_PRESETS
 from shardwise.strategies import baselines
 
 
-def two_pairs() -> sw.DeviceGraph:
-    d = sw.DeviceGraph("two pairs")
-    for name, flops, bw in (("gpu0", 9.3e12, 732e9), ("gpu1", 9.3e12, 732e9),
-                            ("gpu2", 15.7e12, 900e9), ("gpu3", 15.7e12, 900e9)):
-        d.add_device(name, flops=flops, memory=16e9, mem_bandwidth=bw)
-    d.add_link(0, 1, bandwidth=20e9)
-    d.add_link(2, 3, bandwidth=25e9)
-    d.add_link(1, 2, bandwidth=3e9)
-    return d
-
-
-def three_kinds() -> sw.DeviceGraph:
-    d = sw.DeviceGraph("three kinds")
-    for i, (kind, node) in enumerate((("P100", 0), ("P100", 0), ("K80", 0), ("V100", 1), ("V100", 1), ("V100", 1))):
-        spec = DEVICE_PRESETS[kind]
-        d.add_device(f"d{i}", flops=spec.flops, memory=spec.memory, mem_bandwidth=spec.mem_bandwidth, node=node)
-    for a in range(6):
-        for b in range(a + 1, 6):
-            if (a < 3) == (b < 3):
-                d.add_link(a, b, bandwidth=10e9 if a < 3 else 25e9)
-    d.add_link(2, 3, bandwidth=10e9)
-    return d
+MACHINE_FILES = Path(__file__).resolve().parent.parent / "examples" / "machines"
 
 
 def machines() -> dict[str, object]:
@@ -54,7 +33,8 @@ def machines() -> dict[str, object]:
         for n in (2, 4, 8, 16, 64):
             out[f"{kind.lower()}x{n}"] = (lambda kind=kind, n=n: sw.DeviceGraph.cluster(1, n, device=kind) if n <= 8
                                           else sw.DeviceGraph.cluster(n // 8, 8, device=kind))
-    out["two_pairs"], out["three_kinds"] = two_pairs, three_kinds
+    for name in ("two_pairs", "three_kinds"):
+        out[name] = (lambda name=name: sw.DeviceGraph.load(MACHINE_FILES / f"{name}.json"))
     return out
 
 

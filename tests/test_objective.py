@@ -2,6 +2,8 @@
 than data, model or OWT parallelism, replayed the same way, on every zoo model and machine."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import shardwise as sw
@@ -9,32 +11,17 @@ from shardwise import objective
 from shardwise.strategies import baselines
 
 
+MACHINE_FILES = Path(__file__).resolve().parent.parent / "examples" / "machines"
+
+
 def two_pairs() -> sw.DeviceGraph:
     """examples/custom_devices.py's machine: two NVLink pairs of different GPUs, one slow link."""
-    d = sw.DeviceGraph("two pairs")
-    for name, flops, bw in (("gpu0", 9.3e12, 732e9), ("gpu1", 9.3e12, 732e9),
-                            ("gpu2", 15.7e12, 900e9), ("gpu3", 15.7e12, 900e9)):
-        d.add_device(name, flops=flops, memory=16e9, mem_bandwidth=bw)
-    d.add_link(0, 1, bandwidth=20e9)
-    d.add_link(2, 3, bandwidth=25e9)
-    d.add_link(1, 2, bandwidth=3e9)
-    return d
+    return sw.DeviceGraph.load(MACHINE_FILES / "two_pairs.json")
 
 
 def three_kinds() -> sw.DeviceGraph:
     """A node of two P100s and a K80 beside a node of three V100s, one 10 GB/s link between."""
-    from shardwise.devices import DEVICE_PRESETS
-
-    d = sw.DeviceGraph("three kinds")
-    for i, (kind, node) in enumerate((("P100", 0), ("P100", 0), ("K80", 0), ("V100", 1), ("V100", 1), ("V100", 1))):
-        spec = DEVICE_PRESETS[kind]
-        d.add_device(f"d{i}", flops=spec.flops, memory=spec.memory, mem_bandwidth=spec.mem_bandwidth, node=node)
-    for a in range(6):
-        for b in range(a + 1, 6):
-            if (a < 3) == (b < 3):
-                d.add_link(a, b, bandwidth=10e9 if a < 3 else 25e9)
-    d.add_link(2, 3, bandwidth=10e9)
-    return d
+    return sw.DeviceGraph.load(MACHINE_FILES / "three_kinds.json")
 
 
 def gpus(kind: str, n: int) -> sw.DeviceGraph:
