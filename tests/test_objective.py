@@ -112,3 +112,25 @@ def test_compare_explains_the_plan_against_the_fastest_baseline():
     text = str(c)
     assert c.best_baseline.name in c.reasons[0] and "roofline" in text
     assert f"{c.speedup:.2f}x" in c.reasons[0]
+
+
+@pytest.mark.parametrize("model,machine,op", [("alexnet", "p100x4", "fc6"), ("resnet18", "two_pairs", "conv1"),
+                                              ("lenet5", "cpu3", "fc1")])
+def test_explain_costs_every_alternative_as_the_whole_plan_would(model, machine, op):
+    g, d = sw.models.get(model), MACHINES[machine]()
+    if op not in [o.name for o in g.ops]:
+        op = g.ops[len(g.ops) // 2].name
+    plan = sw.search(g, d, objective="eq1")
+    e = plan.explain(op, top=4)
+    assert e.rows[0].chosen and e.rows[0].config == plan[op]
+    assert e.rows[0].total == pytest.approx(plan.cost, rel=1e-9)
+    assert len(e.rows) == 5 and e.considered > 5
+    for r in e.rows[1:]:
+        # the Eq. 1 optimum: no single op does better with the rest fixed
+        assert r.total >= plan.cost * (1 - 1e-9)
+        other = sw.Plan(g, d, dict(plan.configs, **{op: r.config}))   # costed independently, whole plan
+        assert r.total == pytest.approx(other.cost, rel=1e-9)
+    assert [r.total for r in e.rows[1:]] == sorted(r.total for r in e.rows[1:])
+    assert op in str(e) and "roofline" in str(e)
+    with pytest.raises(sw.ConfigError, match="no op named"):
+        plan.explain("nonexistent")

@@ -301,6 +301,14 @@ class Plan:
 
         return compare(self, baselines, costs)
 
+    def explain(self, op_name: str, top: int = 5):
+        """The op's configuration beside the ``top`` cheapest others the search could give it,
+        each costed by Eq. 1 with the rest of the plan fixed (compute, transfers on the op's
+        edges, sync).  Returns a :class:`shardwise.plan_explain.Explanation`; ``print`` it."""
+        from .plan_explain import explain
+
+        return explain(self, op_name, top)
+
     def summary(self, baselines: Sequence["Plan"] = ()) -> str:
         """The strategy table, the totals, and optionally a comparison with other plans."""
         rows = self.layer_costs()
