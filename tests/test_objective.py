@@ -34,7 +34,9 @@ MACHINES.update({f"{kind.lower()}x{n}": (lambda kind=kind, n=n: gpus(kind, n))
                  for kind in ("P100", "V100") for n in (2, 4, 8, 16, 64)})
 MACHINES.update({"two_pairs": two_pairs, "three_kinds": three_kinds})
 FAST = {("lenet5", "cpu2"), ("lenet5", "cpu3"), ("alexnet", "cpu4"), ("alexnet", "p100x4"),
-        ("alexnet", "v100x16"), ("resnet18", "two_pairs"), ("lenet5", "three_kinds"), ("vgg16", "p100x8")}
+        ("alexnet", "v100x16"), ("resnet18", "two_pairs"), ("lenet5", "three_kinds"), ("vgg16", "p100x8"),
+        ("resnet34", "cpu2"), ("resnet50", "v100x4"), ("resnet101", "cpu4"), ("resnet152", "p100x2"),
+        ("inception_v3", "three_kinds")}
 CASES = [pytest.param(model, machine, marks=() if (model, machine) in FAST else pytest.mark.slow)
          for model in sw.models.names() for machine in MACHINES]
 
