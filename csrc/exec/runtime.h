@@ -36,11 +36,29 @@ typedef struct {
     sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
 } sw_op_attrs;
 
-/* SGD with momentum, weight decay, dampening and Nesterov, as torch.optim.SGD. */
+/* The optimizer of a training step (csrc/cpu/optim.c), with PyTorch's semantics: SGD as
+ * torch.optim.SGD (momentum, dampening, Nesterov, L2 weight decay); Adam as torch.optim.Adam
+ * (L2 weight decay added to the gradient); AdamW as torch.optim.AdamW (decoupled decay).
+ * Every field is a runtime value of the step: a learning-rate schedule changes lr per step
+ * without touching the task graph.  Adam and AdamW need a runtime lowered with two state
+ * buffers per parameter slice (sw_problem.optimizer_state = 2), SGD with one. */
+typedef enum { SW_OPTIM_SGD = 0, SW_OPTIM_ADAM = 1, SW_OPTIM_ADAMW = 2, SW_OPTIM_NKINDS } sw_optim_kind;
+
 typedef struct {
-    float lr, momentum, weight_decay, dampening;
-    int nesterov;
-} sw_sgd;
+    int kind;                          /* sw_optim_kind */
+    /* doubles, as PyTorch's Python floats: each kernel rounds them where torch's kernels do */
+    double lr, weight_decay;
+    double momentum, dampening;        /* SGD */
+    int nesterov;                      /* SGD */
+    double beta1, beta2, eps;          /* Adam, AdamW */
+} sw_optimizer;
+
+/* csrc/exec/optimizer.c: state buffers each kind's update reads after (param, grad): 1 for
+ * SGD, 2 for Adam and AdamW. */
+int sw_optim_state_buffers(int kind);
+/* SW_ERR_VALUE naming the problem when `o` cannot run on a runtime with `state` buffers per
+ * parameter slice, or its numbers are out of range (the Python layer checks them first). */
+sw_status sw_optim_check(const sw_optimizer *o, int state);
 
 /* The two recorded work lists: a training step, and the forward pass alone (loss, predict). */
 enum { SW_LIST_TRAIN = 0, SW_LIST_FORWARD = 1, SW_NLISTS = 2 };
@@ -49,7 +67,7 @@ enum { SW_LIST_TRAIN = 0, SW_LIST_FORWARD = 1, SW_NLISTS = 2 };
 typedef struct {
     const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
     const int32_t *labels;       /* the minibatch's labels (N) */
-    sw_sgd sgd;
+    sw_optimizer opt;            /* the update tasks' optimizer and its values for this step */
 } sw_step_args;
 
 /* A grow-only workspace of one stream: kernels borrow scratch from it within a task. */
@@ -141,7 +159,10 @@ struct sw_runtime {
     void **ptr;                   /* nbuffers: each buffer's address in its arena */
     uint8_t *first_accumulate;    /* ntasks: the first accumulate into its gradient (copies or zeroes) */
     uint8_t *in_list[SW_NLISTS];  /* ntasks: the task runs in that list */
-    uint8_t *started;             /* nbuffers: momentum buffers updated at least once */
+    /* nbuffers: updates applied to each parameter slice's first state buffer (0 elsewhere):
+     * SGD's momentum is started when > 0, and it is Adam's step count (torch's state['step']) */
+    int64_t *updates;
+    int optimizer_state;          /* state buffers per parameter slice (the problem's at lowering) */
     double *loss_sums;            /* ntasks: per loss task, its sum of -log p this step */
     int64_t *task_ns;             /* 2 ntasks: each task's start and end in the last step (ns, monotonic clock) */
     int64_t step_ns[2];           /* the last step's start and end (ns, same clock) */

@@ -184,6 +184,22 @@ static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObje
     Py_RETURN_NONE;
 }
 
+/* set_optimizer_state(n): state buffers the lowering gives every parameter slice (1: SGD's
+ * momentum, 2: Adam's moments); lower, memory_plan and Runtime built afterwards use it. */
+static PyObject *Problem_set_optimizer_state(ProblemObject *self, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if ((n == -1 && PyErr_Occurred()) || !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    if (n < 1 || n > SW_MAX_OPTIMIZER_STATE) {
+        PyErr_Format(PyExc_ValueError, "optimizer state buffers per parameter must be 1..%d, got %ld",
+                     SW_MAX_OPTIMIZER_STATE, n);
+        return NULL;
+    }
+    self->p->optimizer_state = (int)n;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Problem_enumerate(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"counts", "first_block_only", NULL};
     PyObject *arg;
@@ -592,6 +608,8 @@ static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure))
 static PyMethodDef Problem_methods[] = {
     {"set_options", (PyCFunction)(void (*)(void))Problem_set_options, METH_VARARGS | METH_KEYWORDS,
      "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1, reduction_splits=False)"},
+    {"set_optimizer_state", (PyCFunction)Problem_set_optimizer_state, METH_O,
+     "set_optimizer_state(n): optimizer state buffers per parameter slice in the lowering (1 SGD, 2 Adam)"},
     {"enumerate", (PyCFunction)(void (*)(void))Problem_enumerate, METH_VARARGS | METH_KEYWORDS,
      "enumerate(counts, first_block_only=False): configurations of every op for these worker counts"},
     {"enumerate_sets", (PyCFunction)Problem_enumerate_sets, METH_O,
