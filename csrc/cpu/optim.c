@@ -15,6 +15,7 @@
  */
 #include <math.h>    /* pow, sqrt, sqrtf */
 
+#include "optim.h"
 #include "task_env.h"
 
 /* torch.optim.SGD: g = grad + wd p; buf = g (first step) or momentum buf + (1 - dampening) g;
@@ -60,6 +61,15 @@ static void adam(const sw_optimizer *o, int64_t t, float *p, const float *grad, 
     }
 }
 
+void sw_optim_update(const sw_optimizer *o, int64_t t, float *p, const float *grad, float *s0, float *s1,
+                     int64_t n) {
+    if (o->kind == SW_OPTIM_SGD) {
+        sgd(o, t > 1, p, grad, s0, n);
+    } else {
+        adam(o, t, p, grad, s0, s1, n);
+    }
+}
+
 sw_status sw_cpu_update(const sw_task_env *e) {
     const sw_optimizer *o = &e->ctx->args->opt;
     int nstate = sw_optim_state_buffers(o->kind);
@@ -70,16 +80,12 @@ sw_status sw_cpu_update(const sw_task_env *e) {
     float *p = sw_runtime_buffer(e->rt, e->reads[0]);
     const float *grad = sw_runtime_buffer(e->rt, e->reads[1]);
     float *s0 = sw_runtime_buffer(e->rt, e->reads[2]);
+    float *s1 = nstate > 1 ? sw_runtime_buffer(e->rt, e->reads[3]) : NULL;
     int64_t n = sw_box_volume(&e->rt->g.buffers[e->reads[0]].box);
     int64_t *updates = &e->rt->updates[e->reads[2]];
-    if (o->kind == SW_OPTIM_SGD) {
-        sgd(o, *updates > 0, p, grad, s0, n);
-        if (o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */
-            ++*updates;
-        }
-        return SW_OK;
+    sw_optim_update(o, *updates + 1, p, grad, s0, s1, n);
+    if (o->kind != SW_OPTIM_SGD || o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */
+        ++*updates;
     }
-    ++*updates;
-    adam(o, *updates, p, grad, s0, sw_runtime_buffer(e->rt, e->reads[3]), n);
     return SW_OK;
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>     /* int32_t, int64_t */
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window */
+#include "../cpu/optim.h"    /* sw_optimizer */
 #include "../shardwise.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
 
 /* What the kernels of an op need beyond its description (from the graph's attributes). */
@@ -35,23 +36,6 @@ typedef struct {
     float alpha;       /* leaky_relu: the negative slope */
     sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
 } sw_op_attrs;
-
-/* The optimizer of a training step (csrc/cpu/optim.c), with PyTorch's semantics: SGD as
- * torch.optim.SGD (momentum, dampening, Nesterov, L2 weight decay); Adam as torch.optim.Adam
- * (L2 weight decay added to the gradient); AdamW as torch.optim.AdamW (decoupled decay).
- * Every field is a runtime value of the step: a learning-rate schedule changes lr per step
- * without touching the task graph.  Adam and AdamW need a runtime lowered with two state
- * buffers per parameter slice (sw_problem.optimizer_state = 2), SGD with one. */
-typedef enum { SW_OPTIM_SGD = 0, SW_OPTIM_ADAM = 1, SW_OPTIM_ADAMW = 2, SW_OPTIM_NKINDS } sw_optim_kind;
-
-typedef struct {
-    int kind;                          /* sw_optim_kind */
-    /* doubles, as PyTorch's Python floats: each kernel rounds them where torch's kernels do */
-    double lr, weight_decay;
-    double momentum, dampening;        /* SGD */
-    int nesterov;                      /* SGD */
-    double beta1, beta2, eps;          /* Adam, AdamW */
-} sw_optimizer;
 
 /* csrc/exec/optimizer.c: state buffers each kind's update reads after (param, grad): 1 for
  * SGD, 2 for Adam and AdamW. */

@@ -17,6 +17,7 @@
 int sw_py_register_conv_kernels(PyObject *module);
 int sw_py_register_misc_kernels(PyObject *module);
 int sw_py_register_activation_kernels(PyObject *module);
+int sw_py_register_optim_kernels(PyObject *module);
 
 /* ------------------------------------------------------------------ errors */
 PyObject *sw_py_raise(sw_status s) {
@@ -756,8 +757,8 @@ static int module_exec(PyObject *m) {
         return -1;
     }
     if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 ||
-        sw_py_register_activation_kernels(m) < 0 || sw_py_register_simulate(m) < 0 ||
-        sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
+        sw_py_register_activation_kernels(m) < 0 || sw_py_register_optim_kernels(m) < 0 ||
+        sw_py_register_simulate(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
         sw_py_register_search(m) < 0) {
         return -1;
     }

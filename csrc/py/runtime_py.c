@@ -420,10 +420,14 @@ static PyObject *Runtime_set_updates(RuntimeObject *self, PyObject *arg) {
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        long b;
-        long long n;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "lL;set_updates takes (buffer id, count) pairs",
-                              &b, &n)) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "set_updates takes (buffer id, count) pairs");
+            goto fail;
+        }
+        long b = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        long long n = b == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred()) {
             goto fail;
         }
         if (b < 0 || b >= self->rt->g.nbuffers || self->rt->g.buffers[b].kind != SW_BUF_MOMENTUM || n < 0) {
