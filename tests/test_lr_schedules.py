@@ -217,3 +217,15 @@ def test_trainer_refuses_other_optimizers():
     t.optimizer = sw.SGD(lr=0.2, momentum=0.5)   # another SGD is fine: the same state
     t.step(x, y)
     assert t.steps == 1
+
+
+def test_numpy_scalars_are_accepted_as_numbers(tmp_path):
+    opt = sw.AdamW(lr=np.float32(3e-4), betas=(np.float32(0.9), 0.99), eps=np.float64(1e-8),
+                   weight_decay=np.float32(0.01))
+    assert all(type(v) is float for v in (opt.lr, *opt.betas, opt.eps, opt.weight_decay))
+    sched = step(np.float32(0.1), np.int64(3))
+    assert sched(np.int64(3)) == pytest.approx(0.01)
+    g = _tiny_mlp()
+    t = Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), optimizer=opt)
+    t.save_checkpoint(tmp_path / "np.ckpt")   # the settings are JSON-ready floats
+    t.load_checkpoint(tmp_path / "np.ckpt")

@@ -27,6 +27,7 @@ dataclasses: their repr names them exactly, and checkpoints record it.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
@@ -40,22 +41,22 @@ __all__ = ["Schedule", "StepDecay", "CosineDecay", "LinearWarmup", "step", "cosi
 
 def _rate(owner: str, name: str, value: Any) -> float:
     """A finite number >= 0 (a learning rate), as a float; ConfigError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
         raise ConfigError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
     return float(value)
 
 
 def _count(owner: str, name: str, value: Any) -> int:
     """A positive int (steps)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ConfigError(f"{owner}: {name} must be a positive int, got {value!r}")
-    return value
+    return int(value)
 
 
 def _step_index(step: Any) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
         raise ConfigError(f"a schedule's step must be an int >= 0, got {step!r}")
-    return step
+    return int(step)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class StepDecay:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", _rate("step schedule", "lr", self.lr))
-        _count("step schedule", "step_size", self.step_size)
+        object.__setattr__(self, "step_size", _count("step schedule", "step_size", self.step_size))
         object.__setattr__(self, "gamma", _rate("step schedule", "gamma", self.gamma))
 
     def __call__(self, step: int) -> float:
@@ -86,7 +87,7 @@ class CosineDecay:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lr", _rate("cosine schedule", "lr", self.lr))
-        _count("cosine schedule", "total_steps", self.total_steps)
+        object.__setattr__(self, "total_steps", _count("cosine schedule", "total_steps", self.total_steps))
         object.__setattr__(self, "min_lr", _rate("cosine schedule", "min_lr", self.min_lr))
         if self.min_lr > self.lr:
             raise ConfigError(f"cosine schedule: min_lr {self.min_lr} is above lr {self.lr}")
@@ -109,9 +110,9 @@ class LinearWarmup:
     def __post_init__(self) -> None:
         if not callable(self.schedule):
             object.__setattr__(self, "schedule", _rate("warm-up", "the learning rate", self.schedule))
-        _count("warm-up", "steps", self.steps)
+        object.__setattr__(self, "steps", _count("warm-up", "steps", self.steps))
         f = self.start_factor
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
+        if isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0.0 <= f <= 1.0:
             raise ConfigError(f"warm-up: start_factor must be a number in [0, 1], got {f!r}")
         object.__setattr__(self, "start_factor", float(f))
 

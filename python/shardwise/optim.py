@@ -16,8 +16,11 @@ never rebuilds the task graph.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, Union
+
+import numpy as np
 
 from .errors import ConfigError
 
@@ -29,16 +32,19 @@ _KIND_SGD, _KIND_ADAM, _KIND_ADAMW = 0, 1, 2
 
 
 def _number(value: Any) -> bool:
-    """A finite int or float, not a bool."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    """A finite real number (NumPy's scalars included), not a bool."""
+    return (not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Real)
+            and math.isfinite(value))
 
 
-def _check_lr(owner: str, lr: Any) -> None:
+def _check_lr(owner: str, lr: Any) -> LearningRate:
+    """``lr`` as a float, or the callable itself."""
     if callable(lr):
-        return
+        return lr
     if not _number(lr) or lr < 0:
         raise ConfigError(f"{owner} lr must be a finite number >= 0 or a callable step -> lr "
                           f"(shardwise.lr_schedules), got {lr!r}")
+    return float(lr)
 
 
 def _lr_meta(lr: LearningRate) -> float | str:
@@ -96,19 +102,21 @@ class SGD(Optimizer):
     nesterov: bool = False
 
     def __post_init__(self) -> None:
-        _check_lr("SGD", self.lr)
+        # frozen: settings are normalized (plain floats, JSON-ready) with object.__setattr__
+        object.__setattr__(self, "lr", _check_lr("SGD", self.lr))
         for name in ("momentum", "weight_decay", "dampening"):
             v = getattr(self, name)
             if not _number(v) or v < 0:
                 raise ConfigError(f"SGD {name} must be a finite number >= 0, got {v!r}")
+            object.__setattr__(self, name, float(v))
         if not isinstance(self.nesterov, bool):
             raise ConfigError(f"SGD nesterov must be True or False, got {self.nesterov!r}")
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ConfigError("Nesterov momentum needs momentum > 0 and dampening 0")
 
     def runtime_args(self, step: int) -> tuple:
-        return (_KIND_SGD, self.lr_at(step), float(self.weight_decay), float(self.momentum),
-                float(self.dampening), self.nesterov, 0.0, 0.0, 0.0)
+        return (_KIND_SGD, self.lr_at(step), self.weight_decay, self.momentum, self.dampening, self.nesterov,
+                0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -133,7 +141,7 @@ class Adam(Optimizer):
 
     def __post_init__(self) -> None:
         who = type(self).__name__
-        _check_lr(who, self.lr)
+        object.__setattr__(self, "lr", _check_lr(who, self.lr))
         betas = self.betas
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ConfigError(f"{who} betas must be a pair (beta1, beta2), got {betas!r}")
@@ -145,6 +153,8 @@ class Adam(Optimizer):
             raise ConfigError(f"{who} eps must be a finite number > 0, got {self.eps!r}")
         if not _number(self.weight_decay) or self.weight_decay < 0:
             raise ConfigError(f"{who} weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        object.__setattr__(self, "eps", float(self.eps))
+        object.__setattr__(self, "weight_decay", float(self.weight_decay))
         if not isinstance(self.amsgrad, bool):
             raise ConfigError(f"{who} amsgrad must be True or False, got {self.amsgrad!r}")
         if self.amsgrad:
@@ -152,8 +162,8 @@ class Adam(Optimizer):
                               "moments; use amsgrad=False")
 
     def runtime_args(self, step: int) -> tuple:
-        return (self._kind, self.lr_at(step), float(self.weight_decay), 0.0, 0.0, False,
-                self.betas[0], self.betas[1], float(self.eps))
+        return (self._kind, self.lr_at(step), self.weight_decay, 0.0, 0.0, False, self.betas[0], self.betas[1],
+                self.eps)
 
 
 @dataclass(frozen=True)
