@@ -16,6 +16,7 @@ from shardwise import _core
 from shardwise import reference as ref
 from shardwise.train import Trainer
 from strategies_random import random_plan
+from test_lower import check_data_flow
 
 STEPS = 10
 TOL = 1e-5   # PyTorch equality of weights and losses after STEPS steps (the issue's bound)
@@ -220,6 +221,27 @@ def test_step_counts_and_moments_follow_torch_state():
             scale = float(np.abs(want).max())
             np.testing.assert_allclose(t.executor.persistent[buf], want, rtol=0, atol=1e-4 * scale, err_msg=key)
             assert scale > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_adam_lowering_is_sgds_with_a_second_state_buffer(seed):
+    """sw.lower(plan, optimizer_state=2): the same tasks as SGD's, each update reading and
+    writing one more state buffer of its slice; data flow and memory plan stay safe."""
+    g = smooth_cnn()
+    rng = np.random.default_rng(seed)
+    plan = random_plan(g, sw.DeviceGraph.cpu(int(rng.integers(1, 5))), rng)
+    sgd, adam = sw.lower(plan), sw.lower(plan, optimizer_state=2)
+    check_data_flow(adam)
+    assert [(t.kind, t.device, t.op) for t in adam.tasks] == [(t.kind, t.device, t.op) for t in sgd.tasks]
+    updates = [t for t in adam.tasks if t.kind == "update"]
+    assert len(adam.buffers) == len(sgd.buffers) + len(updates)
+    assert all(len(t.reads) == 4 and len(t.writes) == 3 for t in updates)
+    mp = sw.memory_plan(plan, check=True, optimizer_state=2)
+    extra = sum(adam.buffers[t.reads[3]].nbytes for t in updates if adam.buffers[t.reads[3]].device == 0)
+    assert mp.devices[0].optimizer_state == sw.memory_plan(plan).devices[0].optimizer_state + extra
+    for bad in (0, 3, -1):
+        with pytest.raises(ValueError, match="optimizer state buffers per parameter must be 1..2"):
+            sw.lower(plan, optimizer_state=bad)
 
 
 # ----------------------------------------------------------------------------- the kernel
