@@ -126,7 +126,7 @@ def _model(name: str, batch: int) -> sw.Graph:
 
 def _all(graph: sw.Graph, devices: sw.DeviceGraph) -> dict[str, sw.Plan]:
     plans = {p.name: p for p in sw.strategies.baselines(graph, devices)}
-    plans["searched"] = sw.search(graph, devices)
+    plans["searched"] = sw.search(graph, devices, objective="eq1")
     return {s: plans[s] for s in STRATEGIES}
 
 
@@ -164,7 +164,7 @@ def table3() -> dict[str, dict[str, float]]:
 
 def searched_configs(model: str, ops: tuple[str, ...]) -> list[str]:
     """What the search picks for ``ops`` on the 16-K80 machine (whole-network optimum)."""
-    plan = sw.search(_model(model, 512), k80_node())
+    plan = sw.search(_model(model, 512), k80_node(), objective="eq1")
     return [f"{op} {plan[op].split_dims()} on {plan[op].device_text()}" for op in ops]
 
 

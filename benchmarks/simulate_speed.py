@@ -50,11 +50,11 @@ def evaluate(plan: sw.Plan) -> bool:
 def row(name: str, nodes: int, per: int, repeat: int) -> str:
     g = sw.models.get(name)
     d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
-    plan = sw.search(g, d)
+    plan = sw.search(g, d, objective="eq1")
     fits = evaluate(plan)  # also warms the routes cached on the device graph
     problem = make_problem(g, d, plan.options)
     arrays = plan_arrays(plan)
-    route_ptr, route_res, names, cores = _machine(d)
+    m = _machine(d)
 
     def prepare():
         make_problem(g, d, plan.options)
@@ -62,7 +62,7 @@ def row(name: str, nodes: int, per: int, repeat: int) -> str:
         _machine(d)
 
     def core():
-        return problem.simulate_plan(*arrays, route_ptr, route_res, len(names), cores=cores)
+        return problem.simulate_plan(*arrays, m.route_ptr, m.route_res, m.nres, cores=m.cores)
 
     tasks = len(core()["kind"])
     prep = median_ms(prepare, repeat)

@@ -635,14 +635,23 @@ static sw_status sync_group(lowering *L, int op, int slot, int r) {
         L->io[0] = lead_grad;
         SW_TRY(add_task(L, &t, L->deps, nd, L->io, r, &lead_grad, 1, &red));
     }
-    SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
-    L->g->buffers[mom].worker = lead;
-    L->g->buffers[mom].slot = (int16_t)slot;
+    /* the update reads (param, grad, state...) and writes (param, state...): the optimizer's
+     * state buffers (SGD: momentum; Adam: first, second moment), each the parameter's box */
+    int nstate = L->p->optimizer_state;
+    if (nstate < 1 || nstate > SW_MAX_OPTIMIZER_STATE) {
+        return SW_FAIL(SW_ERR_VALUE, "optimizer_state must be 1..%d, got %d", SW_MAX_OPTIMIZER_STATE, nstate);
+    }
     int32_t param = L->in_buf[sidx(L, op, slot, lead)];
+    int32_t reads[2 + SW_MAX_OPTIMIZER_STATE] = {param, lead_grad}, writes[1 + SW_MAX_OPTIMIZER_STATE] = {param};
+    for (int k = 0; k < nstate; k++) {
+        SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
+        L->g->buffers[mom].worker = lead;
+        L->g->buffers[mom].slot = (int16_t)slot;
+        reads[2 + k] = writes[1 + k] = mom;
+    }
     sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, lead_dev, op, lead);
     u.elements = sw_box_volume(&L->g->buffers[param].box);
-    int32_t reads[3] = {param, lead_grad, mom}, writes[2] = {param, mom};
-    SW_TRY(add_task(L, &u, &red, 1, reads, 3, writes, 2, &upd));
+    SW_TRY(add_task(L, &u, &red, 1, reads, 2 + nstate, writes, 1 + nstate, &upd));
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
         int32_t id;

@@ -234,6 +234,8 @@ double sw_strategy_cost(const sw_tables *t, const int *choice);
 /* ---------------------------------------------------------------- problems */
 typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1 } sw_sync_model;
 
+#define SW_MAX_OPTIMIZER_STATE 2   /* state buffers per parameter slice: Adam's two moments */
+
 typedef struct {
     int ndev;
     double *dev_flops;    /* FLOP/s per device */
@@ -246,6 +248,10 @@ typedef struct {
     double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
     int threads;              /* threads that build transfer tables (default 1) */
     int reduction_splits;     /* enumerate partition-n-reduce configurations too (default 0) */
+    /* optimizer state buffers the lowering gives every parameter slice (kind momentum, each the
+     * slice's box, on its replica group's lead device): 1 for SGD's momentum (default), 2 for
+     * Adam's first and second moments (at most SW_MAX_OPTIMIZER_STATE) */
+    int optimizer_state;
     /* uniform nodes (sw_problem_detect_nodes): devices [n*node_size, (n+1)*node_size) form node n,
      * bandwidth bw_in between two devices of a node and bw_out otherwise; node_size 0: not so */
     int node_size;

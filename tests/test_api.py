@@ -51,7 +51,7 @@ def test_devices_contract():
 def test_search_plan_contract(tmp_path):
     g = tiny_graph()
     d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4, device="P100")
-    plan = sw.search(g, d)
+    plan = sw.search(g, d, objective="eq1")
     dp = sw.strategies.data_parallel(g, d)
     mp = sw.strategies.model_parallel(g, d)
     owt = sw.strategies.owt(g, d)
@@ -82,7 +82,7 @@ def test_user_plan_contract():
     assert own["conv1"].devices == (0, 1, 2, 3)
     assert own["fc"].as_dict() == {"n": 1, "c": 2} and own["fc"].devices == (0, 1)
     assert own["prob"].workers == 1 and own["prob"].devices == (0,)   # not listed: one worker
-    assert own.cost >= sw.search(g, d).cost * (1 - 1e-12)
+    assert own.cost >= sw.search(g, d, objective="eq1").cost * (1 - 1e-12)
 
 
 def test_elimination_equals_exhaustive_on_tiny_graph():
@@ -92,7 +92,7 @@ def test_elimination_equals_exhaustive_on_tiny_graph():
     x = g.pool2d(x, kernel=2, name="p")
     g.conv2d(x, 4, kernel=3, padding=1, name="c2")
     d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=2)
-    a = sw.search(g, d)
+    a = sw.search(g, d, objective="eq1")
     b = sw.search(g, d, algorithm="exhaustive")
     assert a.cost == pytest.approx(b.cost, rel=1e-12)
 
@@ -103,14 +103,14 @@ def test_search_releases_the_gil():
 
     g = sw.models.inception_v3(batch=512)
     d = sw.DeviceGraph.cluster(nodes=4, devices_per_node=4)
-    sw.search(g, d)  # warm up
-    assert_other_threads_run(lambda: sw.search(g, d, options=sw.CostOptions(threads=1)))
+    sw.search(g, d, objective="eq1")  # warm up
+    assert_other_threads_run(lambda: sw.search(g, d, options=sw.CostOptions(threads=1), objective="eq1"))
 
 
 def test_search_stats_report_residual_graph():
     g = sw.models.inception_v3(batch=64)
     d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
-    plan = sw.search(g, d)
+    plan = sw.search(g, d, objective="eq1")
     s = plan.search_stats
     assert s["algorithm1_residual_nodes"] == 2   # seed 003 Table 3: K = 2 for Inception-v3
     assert s["residual_nodes"] == 1

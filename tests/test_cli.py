@@ -310,11 +310,29 @@ def test_readme_vgg16_numbers(capsys):
     assert code == 0
     doc = json.loads(out)
     costs = {b["name"]: b["cost"] for b in doc["baselines"]}
-    assert doc["estimate"]["cost"] == pytest.approx(0.486, abs=0.0005)
+    assert doc["estimate"]["cost"] == pytest.approx(0.488, abs=0.0005)
     assert costs["owt"] == pytest.approx(0.598, abs=0.0005)
     assert costs["data"] == pytest.approx(1.552, abs=0.0005)
     assert doc["comparison"]["bytes_fewer_than_data_parallel"] == pytest.approx(8.3, abs=0.05)
     assert doc["ops"]["conv1_1"]["n"] == 16 and doc["ops"]["fc6"]["c"] == 2
+    simulated = doc["search_stats"]["simulated"]
+    assert doc["search_stats"]["simulated_time"] == pytest.approx(0.442, abs=0.0005)
+    assert simulated["eq1 optimum"] == pytest.approx(0.443, abs=0.0005)
+    assert simulated["owt"] == pytest.approx(0.506, abs=0.0005)
+    assert simulated["data"] == pytest.approx(1.362, abs=0.0005)
+
+
+def test_plan_objective_eq1_prints_the_eq1_optimum(capsys):
+    code, out, _ = run_cli(capsys, "plan", "--model", "alexnet", "--devices", "4", "--objective", "eq1",
+                           "--json", "--quiet")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["search_stats"]["objective"] == "eq1"
+    assert doc["estimate"]["cost"] == pytest.approx(doc["search_stats"]["searched_cost"], rel=1e-12)
+    assert "simulated" not in doc["search_stats"]
+    code, out, _ = run_cli(capsys, "plan", "--model", "alexnet", "--devices", "4", "--quiet")
+    simulated_line = [line for line in out.splitlines() if line.startswith("simulated:")]
+    assert len(simulated_line) == 1 and "owt" in simulated_line[0] and "roofline" in simulated_line[0]
 
 
 def test_simulate_prints_plan_and_baselines_and_draws(capsys, tmp_path):

@@ -229,7 +229,7 @@ def test_memory_bound_op_uses_bandwidth():
 def test_cost_is_sum_of_layer_rows_and_breakdown():
     g = sw.models.lenet5(batch=16)
     d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
-    plan = sw.search(g, d)
+    plan = sw.search(g, d, objective="eq1")
     rows = plan.layer_costs()
     assert plan.cost == pytest.approx(sum(r.t_c + r.t_x + r.t_s for r in rows))
     assert sum(plan.breakdown.values()) == pytest.approx(plan.cost)
@@ -255,7 +255,7 @@ def test_profile_table_replaces_roofline():
     prof = sw.ProfileTable({("conv2d", (4, 4, 8, 8)): 0.0})
     for shard in [(2, 4, 8, 8), (4, 2, 8, 8), (4, 4, 4, 8), (4, 4, 8, 4)]:
         prof.add("conv2d", shard, 1.0)
-    plan = sw.search(g, d, costs=prof)
+    plan = sw.search(g, d, costs=prof, objective="eq1")
     assert plan["conv"].workers == 1
     assert plan.search_stats["profiled_shards"] > 0
     # the plan is costed with the same measured times the search used
@@ -288,7 +288,7 @@ def test_input_edges_do_not_share_tables_with_inner_edges():
     plan = sw.Plan.from_dict(g, d, {"x": {"h": 2}, "a": {"h": 2, "devices": [1, 0]}, "b": {"h": 2}})
     rows = {r.op: r for r in plan.layer_costs()}
     assert rows["b"].t_x == pytest.approx(2 * rows["a"].t_x)
-    searched = sw.search(g, d)
+    searched = sw.search(g, d, objective="eq1")
     assert searched.cost == pytest.approx(searched.search_stats["searched_cost"], rel=1e-12)
     for spec in ({"x": {"n": 2}, "a": {"n": 2, "devices": [1, 0]}, "b": {"n": 2}},):
         p = sw.Plan.from_dict(g, d, spec)
@@ -430,9 +430,9 @@ def test_reduction_splits_are_searched_only_when_asked():
     yet); with them the optimum can only get cheaper, and the search stays exact."""
     g = sw.models.alexnet(batch=128)
     d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4, device="P100")
-    plain = sw.search(g, d)
+    plain = sw.search(g, d, objective="eq1")
     assert all(c.reduction is None for c in plain.configs.values())
-    wider = sw.search(g, d, options=sw.CostOptions(reduction_splits=True))
+    wider = sw.search(g, d, options=sw.CostOptions(reduction_splits=True), objective="eq1")
     assert wider.cost <= plain.cost * (1 + 1e-12)
     assert any(c.reduction is not None for c in wider.configs.values())
     assert wider.cost == pytest.approx(wider.search_stats["searched_cost"], rel=1e-9)

@@ -34,13 +34,32 @@ def test_every_partition_is_measured(measured):
 
 def test_search_and_simulation_use_the_measurements(measured):
     g, d, _, prof = measured
-    plan = sw.search(g, d, costs=prof)
+    plan = sw.search(g, d, costs=prof, objective="eq1")
     assert plan.search_stats["profiled_shards"] > 0
     assert plan.cost == pytest.approx(plan.search_stats["searched_cost"], rel=1e-9)
     conv = {r.op: r for r in plan.layer_costs()}["conv1"]
     assert conv.t_c == pytest.approx(sum(prof.split("conv1", plan["conv1"].degrees)))
     sim = sw.simulate(plan, costs=prof)
     assert sim.iteration_time > 0
+
+
+def test_a_plan_remembers_the_costs_it_was_searched_with(measured):
+    """Issue 16 point 6: simulate, compare and the simulated objective use the plan's costs."""
+    g, d, _, prof = measured
+    plan = sw.search(g, d, costs=prof)
+    assert plan.costs is prof
+    by_default, explicit = sw.simulate(plan), sw.simulate(plan, costs=prof)
+    roofline = sw.simulate(plan, costs="roofline")
+    assert by_default.iteration_time == explicit.iteration_time
+    assert by_default.iteration_time != roofline.iteration_time   # the measured times are not the model's
+    assert by_default.costs_used.startswith("measured") and roofline.costs_used == "the roofline model"
+    # the search's simulated time of its plan is the one simulate gives with the plan's costs
+    assert plan.search_stats["simulated_time"] == pytest.approx(by_default.iteration_time, rel=1e-12)
+    c = plan.compare()
+    assert c.costs_used == by_default.costs_used
+    assert c.plan.simulated == pytest.approx(by_default.iteration_time, rel=1e-12)
+    with pytest.raises(sw.ConfigError, match="roofline"):
+        sw.simulate(plan, costs="measured")
 
 
 def test_cached_profile_is_reused_and_foreign_ones_refused(measured, tmp_path, capsys):

@@ -267,9 +267,9 @@ def test_pipeline_finds_the_plain_optimum(machine, recipe):
     g = build_graph(recipe, max_ops=8)
     with pytest.MonkeyPatch.context() as m:
         plain_path(m)
-        plain = sw.search(g, devices)
+        plain = sw.search(g, devices, objective="eq1")
         m.setattr(search_module, "SCALE_ABOVE", -1)
-        scaled = sw.search(g, devices)
+        scaled = sw.search(g, devices, objective="eq1")
     s = scaled.search_stats
     note(f"{recipe.describe()} on {devices.name}: plain {plain.cost!r}, pipeline {scaled.cost!r}, {s.get('scale')}")
     assert "scale" in s and s["exact"]
@@ -280,10 +280,10 @@ def test_pipeline_finds_the_plain_optimum(machine, recipe):
 @pytest.mark.parametrize("name", ["alexnet", "resnet18", "inception_v3", "vgg16"])
 def test_pipeline_zoo_on_16_devices(name, pipeline):
     g, d = sw.models.get(name, batch=64), sw.DeviceGraph.cluster(nodes=4, devices_per_node=4)
-    scaled = sw.search(g, d)
+    scaled = sw.search(g, d, objective="eq1")
     with pytest.MonkeyPatch.context() as m:
         plain_path(m)
-        plain = sw.search(g, d)
+        plain = sw.search(g, d, objective="eq1")
     assert scaled.search_stats["exact"] and scaled.search_stats["scale"]["placements_proven"]
     assert scaled.cost == pytest.approx(plain.cost, rel=REL)
     assert scaled.search_stats["scale"]["survivors"] < scaled.search_stats["scale"]["partitions"]
@@ -302,7 +302,7 @@ def towers(channels=128, batch=8, size=4) -> sw.Graph:
 
 def test_pipeline_places_towers_on_other_devices(pipeline):
     g, d = towers(), sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
-    plan = sw.search(g, d)
+    plan = sw.search(g, d, objective="eq1")
     s = plan.search_stats
     # the first devices alone cost more; the proof fails and every block is searched
     assert s["scale"]["canonical_cost"] > plan.cost * 1.05
@@ -310,7 +310,7 @@ def test_pipeline_places_towers_on_other_devices(pipeline):
     assert s["exact"]
     with pytest.MonkeyPatch.context() as m:
         plain_path(m)
-        assert plan.cost == pytest.approx(sw.search(g, d).cost, rel=REL)
+        assert plan.cost == pytest.approx(sw.search(g, d, objective="eq1").cost, rel=REL)
     assert set(plan["a"].devices).isdisjoint(plan["b"].devices)
 
 
@@ -320,7 +320,7 @@ def test_pipeline_warns_when_placements_are_too_many(pipeline, monkeypatch):
     monkeypatch.setattr(importlib.import_module("shardwise.search_scale"), "FULL_SPACE_LIMIT", 0)
     g, d = towers(), sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
     with pytest.warns(sw.SearchWarning, match="other placements"):
-        plan = sw.search(g, d)
+        plan = sw.search(g, d, objective="eq1")
     s = plan.search_stats
     assert not s["exact"] and s["lower_bound"] <= plan.cost
     assert plan.cost == pytest.approx(s["scale"]["canonical_cost"], rel=REL)
@@ -330,14 +330,14 @@ def test_time_limit_returns_the_first_plan_with_a_warning(pipeline):
     g, d = sw.models.resnet18(batch=64), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
     stages = []
     with pytest.warns(sw.SearchWarning, match="time limit") as caught:
-        plan = sw.search(g, d, time_limit=1e-9, progress=lambda name, s: stages.append(name))
+        plan = sw.search(g, d, time_limit=1e-9, progress=lambda name, s: stages.append(name), objective="eq1")
     text = str(caught[0].message)
     assert "time_limit" in text and "lower bound" in text
     s = plan.search_stats
     assert not s["exact"] and 0 < s["lower_bound"] <= plan.cost
     assert any(name.startswith("first plan") for name in stages)
     assert not any(name.startswith("exact search") for name in stages)
-    full = sw.search(g, d)
+    full = sw.search(g, d, objective="eq1")
     assert full.cost <= plan.cost * (1 + REL) and full.search_stats["exact"]
 
 
@@ -345,7 +345,7 @@ def test_bad_time_limits():
     g, d = sw.models.lenet5(), sw.DeviceGraph.cpu(2)
     for bad in (0, -1, math.nan, math.inf, "5", True):
         with pytest.raises(sw.ConfigError, match="time_limit"):
-            sw.search(g, d, time_limit=bad)
+            sw.search(g, d, time_limit=bad, objective="eq1")
 
 
 def test_64_devices_in_seconds(pipeline):
@@ -353,12 +353,12 @@ def test_64_devices_in_seconds(pipeline):
     configuration on every block."""
     g, d = sw.models.resnet18(), sw.DeviceGraph.cluster(nodes=4, devices_per_node=16, device="V100")
     start = time.perf_counter()
-    plan = sw.search(g, d)
+    plan = sw.search(g, d, objective="eq1")
     seconds = time.perf_counter() - start
     assert "scale" in plan.search_stats and plan.search_stats["exact"]
     with pytest.MonkeyPatch.context() as m:
         plain_path(m)
-        plain = sw.search(g, d)
+        plain = sw.search(g, d, objective="eq1")
     assert plan.cost == pytest.approx(plain.cost, rel=REL)
     assert seconds < plain.search_stats["total_seconds"]
 
@@ -370,9 +370,9 @@ def test_1024_devices(name):
     machine, and no worse than the optimum on 4 of those nodes (a plan the search may use)."""
     g = sw.models.get(name)
     d = sw.DeviceGraph.cluster(nodes=64, devices_per_node=16, device="V100")
-    plan = sw.search(g, d)
+    plan = sw.search(g, d, objective="eq1")
     assert plan.search_stats["exact"]
-    small = sw.search(g, sw.DeviceGraph.cluster(nodes=4, devices_per_node=16, device="V100"))
+    small = sw.search(g, sw.DeviceGraph.cluster(nodes=4, devices_per_node=16, device="V100"), objective="eq1")
     assert plan.cost <= small.cost * (1 + REL)
     for base in sw.strategies.baselines(g, d):
         assert plan.cost <= base.cost * (1 + REL)
@@ -398,14 +398,14 @@ def test_other_machines_too_large_search_the_first_devices(monkeypatch):
     first = sum(float(len(p.configs(op.index)[0])) ** 3 for op in g.ops)
     monkeypatch.setattr(search_module, "MAX_ELIMINATION_WORK", first)   # every block is more, the first fit
     with pytest.warns(sw.SearchWarning, match="first devices"):
-        plan = sw.search(g, d)
+        plan = sw.search(g, d, objective="eq1")
     assert all(min(c.devices) == 0 for _, c in plan)
     p.build_tables()
     _, cost, _ = p.search("exhaustive", 1e12)   # the depth-first search prunes most of them
     assert plan.cost == pytest.approx(cost, rel=REL)
     monkeypatch.setattr(search_module, "MAX_TABLE_BYTES", 0.0)
     with pytest.raises(sw.SearchError, match="worker_counts_"):
-        sw.search(g, d)
+        sw.search(g, d, objective="eq1")
 
 
 def test_512_hand_made_devices_finish():
@@ -413,5 +413,5 @@ def test_512_hand_made_devices_finish():
     2,700 configurations per op, about 90 s) and says what it searched."""
     start = time.perf_counter()
     with pytest.warns(sw.SearchWarning, match="first devices"):
-        plan = sw.search(sw.models.lenet5(), hetero(512))
+        plan = sw.search(sw.models.lenet5(), hetero(512), objective="eq1")
     assert time.perf_counter() - start < 30 and plan.cost > 0

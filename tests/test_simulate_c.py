@@ -253,3 +253,36 @@ def test_task_and_buffer_kind_names_cover_the_lowering():
     assert {b.kind for b in tg.buffers} <= set(_core.BUFFER_KINDS)
     assert {t.phase for t in tg.tasks} == set(_core.PHASES)
     assert math.isfinite(simulate(sw.strategies.data_parallel(g, d)).iteration_time)
+
+
+@pytest.mark.parametrize("make", [lambda: sw.DeviceGraph.cluster(3, 4), lambda: sw.DeviceGraph.cluster(1, 5),
+                                  lambda: sw.DeviceGraph.cpu(4), lambda: sw.DeviceGraph.cluster(2, 1)])
+def test_preset_resources_equal_the_routes_pair_by_pair(make):
+    """A preset's resource table, built without listing routes, names the same resources
+    for every pair as the general one that walks each route."""
+    from shardwise.simulate import _machine, _routed_machine
+
+    d = make()
+    fast = _machine(d)
+    slow = _routed_machine(d, fast.cores)
+    n = len(d)
+    assert fast.nres == slow.nres
+    for a in range(n):
+        for b in range(n):
+            k = a * n + b
+            got = [fast.name(int(r)) for r in fast.route_res[fast.route_ptr[k]:fast.route_ptr[k + 1]]]
+            want = [slow.name(int(r)) for r in slow.route_res[slow.route_ptr[k]:slow.route_ptr[k + 1]]]
+            assert got == want, (a, b)
+    assert len({fast.name(r) for r in range(fast.nres)}) == fast.nres   # ids name distinct resources
+
+
+def test_machine_table_follows_changes_to_the_device_graph():
+    from shardwise.simulate import _machine
+
+    d = sw.DeviceGraph.cluster(1, 2)
+    first = _machine(d)
+    assert _machine(d) is first
+    d.add_device("extra", flops=1e12, memory=1e9)
+    d.add_link(0, 2, bandwidth=1e9)
+    second = _machine(d)
+    assert len(second.route_ptr) == 3 * 3 + 1

@@ -1,5 +1,6 @@
 /* tasks.c -- one task of the graph on the CPU: the kinds that do not depend on the op,
- * and the dispatch of forward and backward tasks to the op table (ops_cpu.c).
+ * and the dispatch of forward and backward tasks to the op table (ops_cpu.c) and of
+ * update tasks to the optimizers (optim.c).
  *
  * Every buffer is a view into its device's arena (task_env.h); nothing here
  * allocates but the stream's grow-only scratch.  Batchnorm statistics are
@@ -174,29 +175,6 @@ static sw_status run_sum(const sw_task_env *e) {
     return SW_OK;
 }
 
-/* SGD as torch.optim.SGD: g = grad + wd * p; buf = g (first step) or momentum * buf +
- * (1 - dampening) * g; g = g + momentum * buf (Nesterov) or buf; p -= lr * g. */
-static sw_status run_update(const sw_task_env *e) {
-    const sw_sgd *o = &e->ctx->args->sgd;
-    float *p = sw_runtime_buffer(e->rt, e->reads[0]);
-    const float *grad = sw_runtime_buffer(e->rt, e->reads[1]);
-    float *buf = sw_runtime_buffer(e->rt, e->reads[2]);
-    int64_t n = sw_box_volume(&e->rt->g.buffers[e->reads[0]].box);
-    uint8_t *started = &e->rt->started[e->reads[2]];
-    for (int64_t i = 0; i < n; i++) {
-        float g = o->weight_decay != 0.0f ? grad[i] + o->weight_decay * p[i] : grad[i];
-        if (o->momentum != 0.0f) {
-            buf[i] = *started ? buf[i] * o->momentum + (1.0f - o->dampening) * g : g;
-            g = o->nesterov ? g + o->momentum * buf[i] : buf[i];
-        }
-        p[i] -= o->lr * g;
-    }
-    if (o->momentum != 0.0f) {
-        *started = 1;
-    }
-    return SW_OK;
-}
-
 /* ------------------------------------------------------------------ partition-n-reduce */
 /* The owner's partial output plus the others', then the activation. */
 static sw_status run_sum_partials(const sw_task_env *e) {
@@ -329,7 +307,7 @@ sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t t) {
     case SW_TASK_STATS_REDUCE:
         return run_sum(&e);
     case SW_TASK_UPDATE:
-        return run_update(&e);
+        return sw_cpu_update(&e);   /* optim.c */
     case SW_TASK_SUM_PARTIALS:
         return run_sum_partials(&e);
     case SW_TASK_ACTIVATION_GRAD:

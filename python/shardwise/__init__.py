@@ -50,3 +50,7 @@ from . import tofu
 from .tofu import TofuResult
 
 __all__ += ["tofu", "TofuResult"]
+from .optim import Adam, AdamW, Optimizer
+from . import lr_schedules
+
+__all__ += ["Adam", "AdamW", "Optimizer", "lr_schedules"]

@@ -151,6 +151,7 @@ class DeviceGraph:
         self.devices.append(dev)
         self._by_name[name] = dev.index
         self._routes = None
+        self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
         return dev
 
     def _index(self, d: Device | str | int) -> int:
@@ -178,6 +179,7 @@ class DeviceGraph:
         if bidirectional:
             self._link_dict[(j, i)] = bw
         self._routes = None
+        self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
         self.__dict__.pop("_paths", None)
 
     @property

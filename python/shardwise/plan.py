@@ -292,6 +292,23 @@ class Plan:
     def __len__(self) -> int:
         return len(self.configs)
 
+    def compare(self, baselines: Sequence["Plan"] | None = None, costs: Any = None):
+        """This plan beside data, model and OWT parallelism (or ``baselines``): simulated
+        iteration, Eq. 1 cost and its terms, and why the plan wins or loses; with the plan's
+        costs unless ``costs`` is given.  Returns a :class:`shardwise.plan_compare.Comparison`
+        (``print`` it; ``.speedup`` is the fastest baseline's simulated time over the plan's)."""
+        from .plan_compare import compare
+
+        return compare(self, baselines, costs)
+
+    def explain(self, op_name: str, top: int = 5):
+        """The op's configuration beside the ``top`` cheapest others the search could give it,
+        each costed by Eq. 1 with the rest of the plan fixed (compute, transfers on the op's
+        edges, sync).  Returns a :class:`shardwise.plan_explain.Explanation`; ``print`` it."""
+        from .plan_explain import explain
+
+        return explain(self, op_name, top)
+
     def summary(self, baselines: Sequence["Plan"] = ()) -> str:
         """The strategy table, the totals, and optionally a comparison with other plans."""
         rows = self.layer_costs()

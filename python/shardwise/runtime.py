@@ -2,8 +2,8 @@
 
     ex = NativeExecutor(graph, plan, tg)     # tg = sw.lower(plan)
     loss = ex.run(images, labels, optimizer=sw.SGD(lr=0.1))     # one call into C per step
-    ex.persistent[b]                          # parameter, momentum and running-statistics buffers: views
-                                              # into the arenas
+    ex.persistent[b]                          # parameter, optimizer state and running-statistics buffers:
+                                              # views into the arenas
 
 The runtime (csrc/exec/executor.c) runs every device's tasks on its stream in
 program order, on the CPU backend (csrc/cpu/backend_cpu.c): worker threads, one
@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _core
 from .graph import BN_MOMENTUM, Graph, Op
+from .errors import ConfigError
 from .lower import TaskGraph, plan_arrays
 from .plan import Plan
 from .problem import make_problem
@@ -78,19 +79,23 @@ def op_attrs(graph: Graph) -> np.ndarray:
 
 
 class NativeExecutor:
-    """Runs the task graph of ``plan`` on the native runtime; parameters and momentum persist."""
+    """Runs the task graph of ``plan`` on the native runtime; parameters and optimizer state persist."""
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
-                 reuse: bool = True) -> None:
+                 reuse: bool = True, optimizer_state: int = 1) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
-        buffers share arena memory by lifetime (False: each keeps its own bytes)."""
+        buffers share arena memory by lifetime (False: each keeps its own bytes);
+        ``optimizer_state``: state buffers per parameter slice, as ``tg`` was lowered with
+        (``sw.lower(plan, optimizer_state)``; 1 for SGD, 2 for Adam and AdamW)."""
         self.graph = graph
         self.tg = tg
+        self.optimizer_state = optimizer_state
         devices = plan.devices
         if threads is None:
             threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
         problem = make_problem(graph, devices, plan.options)
+        problem.set_optimizer_state(optimizer_state)
         self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
                                  reuse=reuse)
         self.threads = threads
@@ -130,8 +135,12 @@ class NativeExecutor:
             raise ValueError("a training step normalizes with the minibatch's statistics, not the running ones")
         if set(phases) != {"forward", "backward", "sync", "update"}:
             raise ValueError(f"a step runs the forward pass alone or every phase, not {phases}")
-        o = optimizer
-        return self._rt.step(inputs, labels, o.lr, o.momentum, o.weight_decay, o.dampening, o.nesterov)
+        if optimizer.state_buffers != self.optimizer_state:
+            raise ConfigError(f"{type(optimizer).__name__} keeps {optimizer.state_buffers} state buffer(s) per "
+                              f"parameter, but this trainer was built for an optimizer with {self.optimizer_state}: "
+                              "make a new Trainer with this optimizer")
+        # the schedule's value for this step (0: the first) travels with the step: no rebuild
+        return self._rt.step(inputs, labels, *optimizer.runtime_args(self._rt.steps))
 
     def probabilities(self, op_name: str) -> np.ndarray:
         """The softmax output of the last run, assembled from its workers' shards."""
@@ -144,12 +153,18 @@ class NativeExecutor:
         return out
 
     # ---- optimizer state
-    def started_buffers(self) -> set[int]:
-        """Momentum buffers updated at least once (their next update uses the momentum)."""
-        return set(self._rt.started())
+    def updates(self) -> dict[int, int]:
+        """{state buffer: updates applied} of every counted one (each parameter slice's first
+        state buffer, once updated): SGD's started momentum, Adam's step count."""
+        return dict(self._rt.updates())
 
-    def set_started(self, buffers: set[int]) -> None:
-        self._rt.set_started(sorted(buffers))
+    def set_updates(self, counts: Mapping[int, int]) -> None:
+        """Every parameter slice's update count at once (absent ones 0), e.g. from a checkpoint."""
+        self._rt.set_updates(sorted(counts.items()))
+
+    def started_buffers(self) -> set[int]:
+        """Momentum buffers updated at least once (their next SGD update uses the momentum)."""
+        return set(self.updates())
 
     # ---- memory
     def arena_bytes(self) -> dict[int, int]:

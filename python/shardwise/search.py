@@ -25,6 +25,7 @@ from .graph import Graph
 from .costs import ComputeCosts, apply_profile
 from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
+from . import objective as objective_module
 from . import search_scale
 
 # above this many configurations on every aligned block, or about this many min-plus steps to
@@ -101,8 +102,20 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
            worker_counts_: Sequence[int] | None = None,
            progress: bool | Progress = False, refine: str | None = None, refine_steps: int = 200,
-           refine_seed: int = 0, time_limit: float | None = None) -> Plan:
-    """Find the strategy minimizing Eq. 1 of seed 003.
+           refine_seed: int = 0, time_limit: float | None = None, objective: str | None = None) -> Plan:
+    """Find the fastest strategy: by default the one with the fastest simulated iteration
+    among the Eq. 1 optimum, the baselines and their combinations; with ``objective="eq1"``
+    the exact optimum of Eq. 1 of "Exploring Hidden Dimensions in Parallelizing
+    Convolutional Neural Networks".
+
+    ``objective``: ``"simulate"`` (the default for ``algorithm="elimination"`` with
+    parameter-server synchronization) starts from the exact Eq. 1 optimum, replays it and
+    the data, model and OWT baselines in the simulator, keeps the fastest (so the plan never
+    simulates slower than a baseline) and improves it by a bounded, deterministic local
+    search under the simulator (:mod:`shardwise.objective`, docs/cost-model.md);
+    ``search_stats`` records every simulated time.  ``"eq1"`` (the default for the other
+    algorithms and for ring synchronization, which the simulator does not replay) returns
+    the Eq. 1 optimum itself.
 
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
     eliminations, then variable elimination of what is left along a min-fill
@@ -143,6 +156,11 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"search needs a DeviceGraph, got {type(devices).__name__}")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown search algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    if objective not in (None, "simulate", "eq1"):
+        raise ConfigError(f"unknown objective {objective!r}; expected 'simulate' or 'eq1'")
+    if objective == "simulate" and (options or CostOptions(sync=sync)).sync != "parameter_server":
+        raise ConfigError("objective='simulate' needs sync='parameter_server': the simulator does not replay "
+                          "ring all-reduce yet; use objective='eq1'")
     if refine not in (None, "simulate"):
         raise ConfigError(f"unknown refinement {refine!r}; expected None or 'simulate'")
     if isinstance(refine_steps, bool) or not isinstance(refine_steps, int) or refine_steps < 0:
@@ -152,8 +170,11 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     options = options or CostOptions(sync=sync)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
+    if objective is None:
+        objective = "simulate" if algorithm == "elimination" and options.sync == "parameter_server" else "eq1"
     if algorithm == "tofu":
-        return _search_tofu(graph, devices, options, costs, refine, report)
+        plan = _search_tofu(graph, devices, options, costs, refine, report)
+        return objective_module.choose(plan, costs, report) if objective == "simulate" else plan
     limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else max_evaluations
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (1 <= limit < float("inf")):
         raise ConfigError(f"max_evaluations must be a finite number >= 1, got {max_evaluations!r}")
@@ -236,7 +257,12 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
-    plan = Plan(graph, devices, configs, options, name="searched", search_stats=stats, costs=costs)
+    plan = Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats, objective="eq1"),
+                costs=costs)
+    if objective == "simulate":
+        t = time.perf_counter()
+        plan = objective_module.choose(plan, costs, report)
+        timings["simulated objective"] = time.perf_counter() - t
     if refine == "simulate":
         t = time.perf_counter()
         plan = _refine_by_simulation(plan, problem, refine_steps, refine_seed, costs)

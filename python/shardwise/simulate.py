@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -75,8 +76,10 @@ class SimResult:
 
     def __init__(self, plan: Plan, iteration_time: float, bytes_moved: int, device_busy: dict[int, float],
                  events: list[SimEvent] | Callable[[], list[SimEvent]] | None = None,
-                 memory: dict[int, int] | None = None) -> None:
+                 memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model") -> None:
         self.plan = plan
+        self.tasks = tasks                        # tasks replayed
+        self.costs_used = costs_used              # "the roofline model" or "measured: <what>"
         self.iteration_time = iteration_time
         self.bytes_moved = bytes_moved
         self.device_busy = device_busy            # fraction of the iteration each device computed
@@ -149,13 +152,15 @@ def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | No
     return split(op_name, plan.configs[op_name].degrees)
 
 
-def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=None) -> SimResult:
+def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose buffers exceed its memory when
     ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
     name it).  ``costs``: a :class:`~shardwise.profile.Profile` of measured times (compute,
     bookkeeping rates and copy bandwidth) instead of the roofline model; its per-step overhead
-    is added to the iteration time."""
+    is added to the iteration time.  By default the costs the plan was searched with
+    (``plan.costs``, None for the roofline model); ``costs="roofline"`` forces the model.
+    ``SimResult.costs_used`` says which were used."""
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -163,18 +168,39 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs=Non
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
+    costs = resolve_costs(plan, costs)
     devices = plan.devices
     problem = make_problem(plan.graph, devices, plan.options)
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
-    route_ptr, route_res, names, cores = _machine(devices)
-    r = problem.simulate_plan(*plan_arrays(plan), route_ptr, route_res, len(names), cores=cores, split=split,
+    m = _machine(devices)
+    r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
                               element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
-    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, names), memory)
+    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, m.name), memory,
+                     tasks=len(r["kind"]), costs_used=describe_costs(costs))
+
+
+def resolve_costs(plan: Plan, costs: Any) -> Any:
+    """The costs to use for ``plan``: ``costs`` if given, None for ``"roofline"``, else the
+    plan's own (those it was searched with)."""
+    if isinstance(costs, str):
+        if costs != "roofline":
+            raise ConfigError(f"costs must be a profile, None (the plan's costs) or 'roofline', got {costs!r}")
+        return None
+    return plan.costs if costs is None else costs
+
+
+def describe_costs(costs: Any) -> str:
+    """A line naming the costs a figure was computed with, for printing beside it."""
+    if costs is None:
+        return "the roofline model"
+    n = len(costs) if hasattr(costs, "__len__") else None
+    what = f"{type(costs).__name__} of {n} measured partitions" if n is not None else type(costs).__name__
+    return f"measured: {what}"
 
 
 def _check_memory(plan: Plan, memory: dict[int, int]) -> None:
@@ -186,15 +212,86 @@ def _check_memory(plan: Plan, memory: dict[int, int]) -> None:
 
 
 # ----------------------------------------------------------------------------- arguments of the C engine
-def _machine(devices: DeviceGraph) -> tuple[np.ndarray, np.ndarray, list[str], int]:
-    """Resources as the C engine numbers them: (route_ptr, route_res, names, cores).
+class _Machine(NamedTuple):
+    """The resources of a device graph as the C engine numbers them."""
+    route_ptr: np.ndarray    # (D * D + 1,) int32: pair a -> b holds route_res[ptr[a*D+b]:ptr[a*D+b+1]]
+    route_res: np.ndarray    # int32 resource ids
+    nres: int
+    cores: int
+    name: Callable[[int], str]   # resource id -> "device 3", "core 0", "link 2->5", "nic 1 out"
+
+
+def _machine(devices: DeviceGraph) -> _Machine:
+    """Resources as the C engine numbers them, cached on the device graph (a search simulates
+    many plans on one machine; at 1,024 devices the pairs number a million).
 
     Device d is resource d; on CPU workers sharing this machine's cores, thread c of the CPU
     backend (:func:`shardwise.runtime.executor_threads` of them) is resource ndev + c ("core c");
     then the links (or network adapters) of every route a -> b, listed per pair."""
+    key = (len(devices), devices.shared_cores, devices.shared_nics)
+    cached = devices.__dict__.get("_sim_machine")   # dropped by add_device and add_link
+    if cached is not None and cached[0] == key:
+        return cached[1]
     n = len(devices)
     shared = getattr(devices, "shared_cores", None)
     cores = executor_threads(n, shared) if shared else 0
+    uniform = devices._uniform
+    if uniform is not None and uniform.direct_is_widest(n):
+        machine = _uniform_machine(n, uniform.per, cores, devices.shared_nics)
+    else:
+        machine = _routed_machine(devices, cores)
+    devices.__dict__["_sim_machine"] = (key, machine)
+    return machine
+
+
+def _uniform_machine(n: int, per: int, cores: int, shared_nics: bool) -> _Machine:
+    """A preset's resources without listing routes one pair at a time: every pair inside a
+    node holds its own link; between nodes (with ``shared_nics``) the source node's adapter,
+    send side, and the destination's, receive side.  Ids after the devices and cores: the
+    links of node k, pair (i, j) of local devices at k*per*(per-1) + i*(per-1) + j - (j > i),
+    then node k's adapter at 2k (out) and 2k + 1 (in)."""
+    base = n + cores
+    nlinks = n * (per - 1)
+    a, b = np.divmod(np.arange(n * n, dtype=np.int64), n)
+    a, b = a[a != b], b[a != b]
+    node_a, node_b = a // per, b // per
+    i, j = a % per, b % per
+    link = base + node_a * per * (per - 1) + i * (per - 1) + j - (j > i)
+    crosses = (node_a != node_b) & shared_nics
+    counts = np.where(crosses, 2, 1)
+    first = np.where(crosses, base + nlinks + 2 * node_a, link)
+    ptr = np.zeros(n * n + 1, np.int64)
+    pair_counts = np.zeros(n * n, np.int64)
+    pair_counts[a * n + b] = counts
+    np.cumsum(pair_counts, out=ptr[1:])
+    res = np.empty(int(ptr[-1]), np.int64)
+    starts = ptr[a * n + b]
+    res[starts] = first
+    second = crosses.nonzero()[0]
+    res[starts[second] + 1] = base + nlinks + 2 * node_b[second] + 1
+    nics = 2 * ((n + per - 1) // per) if shared_nics else 0
+
+    def name(r: int) -> str:
+        if r < n:
+            return f"device {r}"
+        if r < base:
+            return f"core {r - n}"
+        r -= base
+        if r < nlinks:
+            k, rest = divmod(r, per * (per - 1))
+            li, lj = divmod(rest, per - 1)
+            lj += lj >= li
+            return f"link {k * per + li}->{k * per + lj}"
+        k, side = divmod(r - nlinks, 2)
+        return f"nic {k} {'in' if side else 'out'}"
+
+    return _Machine(ptr.astype(np.int32), res.astype(np.int32), base + nlinks + nics, cores, name)
+
+
+def _routed_machine(devices: DeviceGraph, cores: int) -> _Machine:
+    """Any device graph: each pair's route (:meth:`DeviceGraph.route`), resources numbered in
+    order of first use."""
+    n = len(devices)
     names = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
     ids: dict[str, int] = {}
     route_ptr = np.zeros(n * n + 1, np.int32)
@@ -208,7 +305,7 @@ def _machine(devices: DeviceGraph) -> tuple[np.ndarray, np.ndarray, list[str], i
                         names.append(r)
                     route_res.append(ids[r])
             route_ptr[a * n + b + 1] = len(route_res)
-    return route_ptr, np.asarray(route_res, np.int32), names, cores
+    return _Machine(route_ptr, np.asarray(route_res, np.int32), len(names), cores, names.__getitem__)
 
 
 def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
@@ -244,7 +341,7 @@ def _measured(costs, name: str) -> float:
     return float(getattr(costs, name, 0.0) or 0.0)
 
 
-def _events_from(plan: Plan, r: dict, names: list[str]) -> list[SimEvent]:
+def _events_from(plan: Plan, r: dict, name: Callable[[int], str]) -> list[SimEvent]:
     """SimEvents of the C engine's arrays (only when someone asks for them)."""
     kinds, phases = _core.TASK_KINDS, _core.PHASES
     op_names = [op.name for op in plan.graph.ops]
@@ -252,4 +349,4 @@ def _events_from(plan: Plan, r: dict, names: list[str]) -> list[SimEvent]:
     ptr, res = r["res_ptr"].tolist(), r["res"].tolist()
     kind, phase, op = r["kind"].tolist(), r["phase"].tolist(), r["op"].tolist()
     return [SimEvent(i, kinds[kind[i]], phases[phase[i]], op_names[op[i]],
-                     tuple(names[x] for x in res[ptr[i]:ptr[i + 1]]), start[i], end[i]) for i in range(len(start))]
+                     tuple(name(x) for x in res[ptr[i]:ptr[i + 1]]), start[i], end[i]) for i in range(len(start))]
