@@ -11,7 +11,8 @@
  *                               (copies from the producer's owners + a join,
  *                               or the producer's shard itself), then forward /
  *                               loss / load_input; batchnorm: bn_stats, stats
- *                               reduced among replicas, bn_apply; a split
+ *                               reduced among replicas, bn_apply (which updates
+ *                               the worker's running statistics); a split
  *                               reduction: forward_partial, partial outputs
  *                               copied to the owner, sum_partials
  *   backward (reverse order)    per worker: backward_data per data input, its
@@ -293,14 +294,23 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
     SW_TRY(reduce_among(L, op, stat, SW_PHASE_FORWARD, SW_TASK_STATS_REDUCE));
     for (int w = 0; w < k; w++) {
         int nreads = 2, wi = widx(L, op, w);
-        L->io[0] = L->in_buf[sidx(L, op, data, w)];   /* x region, statistics, gamma, beta */
+        int32_t dev = dev_of(L, op, w), writes[2];
+        L->io[0] = L->in_buf[sidx(L, op, data, w)];   /* x region, statistics, gamma, beta, running statistics */
         L->io[1] = L->stats_fwd[wi] = L->bufs[w];
         SW_TRY(param_buffers(L, op, w, L->io, &nreads));
-        SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
-        sw_task t = task_of(SW_TASK_BN_APPLY, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
+        /* every worker keeps the running statistics of its channels, (2, C) like the statistics:
+         * replicas update their copies alike from the same reduced sums, so they never need syncing */
+        sw_box sbox = L->g->buffers[L->bufs[w]].box;
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_RUNNING, op, &sbox, &writes[1]));
+        L->g->buffers[writes[1]].worker = w;
+        L->g->buffers[writes[1]].slot = (int16_t)stat;
+        L->io[nreads++] = writes[1];   /* read and updated in place */
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
+        writes[0] = L->act[wi];
+        sw_task t = task_of(SW_TASK_BN_APPLY, SW_PHASE_FORWARD, dev, op, w);
         t.elements = sw_box_volume(&L->box[wi]);
         int32_t deps[2] = {L->in_task[sidx(L, op, data, w)], L->ready[w]};
-        SW_TRY(add_task(L, &t, deps, 2, L->io, nreads, &L->act[wi], 1, &L->act_task[wi]));
+        SW_TRY(add_task(L, &t, deps, 2, L->io, nreads, writes, 2, &L->act_task[wi]));
     }
     return SW_OK;
 }

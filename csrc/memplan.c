@@ -37,7 +37,7 @@
 
 int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read) {
     int kind = g->buffers[b].kind;
-    return kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || host_read[b];
+    return kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING || host_read[b];
 }
 
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out) {
@@ -336,8 +336,8 @@ static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const i
             kinds[g->buffers[b].kind] += mp->bytes[b];
         }
         int kind = g->buffers[b].kind;
-        if (kind != SW_BUF_PARAM && kind != SW_BUF_MOMENTUM && mp->first[b] < backward_start &&
-            backward_start <= mp->last[b]) {
+        int persistent = kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING;
+        if (!persistent && mp->first[b] < backward_start && backward_start <= mp->last[b]) {
             mp->kept[d] += mp->bytes[b];
         }
     }

@@ -345,6 +345,8 @@ typedef enum { SW_PHASE_FORWARD = 0, SW_PHASE_BACKWARD, SW_PHASE_SYNC, SW_PHASE_
 typedef enum {
     SW_BUF_ACTIVATION = 0, SW_BUF_REGION, SW_BUF_GRAD, SW_BUF_PARTIAL_GRAD, SW_BUF_PARAM, SW_BUF_PARAM_GRAD,
     SW_BUF_MOMENTUM, SW_BUF_STATS, SW_BUF_RECV, SW_BUF_PARTIAL, SW_BUF_GRAD_PRE,
+    SW_BUF_RUNNING,   /* batchnorm: running mean (row 0) and variance (row 1) of the worker's channels, (2, C)
+                         float32, kept across steps like parameters */
     SW_BUF_NKINDS
 } sw_buffer_kind;
 

@@ -229,10 +229,35 @@ static sw_status bn_moments_of(const sw_task_env *e, int32_t stats, float **mean
     return SW_OK;
 }
 
-/* bn_apply reads the x region, the statistics, gamma, beta. */
+/* bn_apply reads the x region, the statistics, gamma, beta, the running statistics (2, C) and
+ * writes y and (in place) the running statistics.  What it normalizes with, and whether it updates
+ * the running statistics, is the step's sw_bn_mode. */
 static sw_status run_bn_apply(const sw_task_env *e) {
+    if (e->nreads < 5 || e->nwrites < 2 || kind_of(e, e->reads[4]) != SW_BUF_RUNNING) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: bn_apply without its running statistics", e->id);
+    }
     float *mean, *invstd;
-    SW_TRY(bn_moments_of(e, e->reads[1], &mean, &invstd));
+    float *running = sw_runtime_buffer(e->rt, e->reads[4]);
+    const int mode = e->ctx->args->bn_mode;
+    if (mode == SW_BN_RUNNING) {
+        const sw_box *box = &e->rt->g.buffers[e->reads[4]].box;
+        int64_t c = box->hi[1] - box->lo[1];
+        sw_status s = SW_OK;
+        mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
+        if (!mean) {
+            return s;
+        }
+        invstd = mean + c;
+        sw_bn_running_moments(running, c, BN_EPS, mean, invstd);
+    } else {
+        SW_TRY(bn_moments_of(e, e->reads[1], &mean, &invstd));
+    }
+    if (mode == SW_BN_UPDATE) {
+        const sw_box *box = &e->rt->g.buffers[e->reads[1]].box;
+        const int64_t *shape = e->op->shape;
+        SW_TRY(sw_bn_running_update(sw_runtime_buffer(e->rt, e->reads[1]), box->hi[1] - box->lo[1],
+                                    shape[0] * shape[2] * shape[3], e->attrs->alpha, running));
+    }
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);

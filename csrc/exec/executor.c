@@ -89,6 +89,9 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
         if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);
         }
+        if (a->type == SW_OP_BATCHNORM2D && !(a->alpha >= 0.0f && a->alpha <= 1.0f)) {   /* NaN fails too */
+            return SW_FAIL(SW_ERR_VALUE, "op %d: batchnorm2d's momentum %g is not in [0, 1]", i, (double)a->alpha);
+        }
     }
     return SW_OK;
 }
@@ -259,6 +262,13 @@ void sw_runtime_free(sw_runtime *rt) {
 sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, double *loss) {
     if (list < 0 || list >= SW_NLISTS) {
         return SW_FAIL(SW_ERR_VALUE, "unknown work list %d", list);
+    }
+    if (args->bn_mode < SW_BN_BATCH || args->bn_mode > SW_BN_RUNNING) {
+        return SW_FAIL(SW_ERR_VALUE, "unknown batchnorm mode %d", args->bn_mode);
+    }
+    if (list == SW_LIST_TRAIN && args->bn_mode == SW_BN_RUNNING) {   /* the backward pass needs batch statistics */
+        return SW_FAIL(SW_ERR_VALUE,
+                       "a training step normalizes with the minibatch's statistics, not the running ones");
     }
     if (list == SW_LIST_TRAIN) {   /* before any task runs: a refused optimizer changes nothing */
         SW_TRY(sw_optim_check(&args->opt, rt->optimizer_state));

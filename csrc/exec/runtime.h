@@ -33,7 +33,8 @@ typedef struct {
     int8_t relu;       /* conv2d, linear: a fused ReLU on the output */
     int8_t pool_max;   /* pool2d: max pooling (else average) */
     int8_t axis;       /* concat: the axis */
-    float alpha;       /* leaky_relu: the negative slope */
+    float alpha;       /* the op's real parameter: leaky_relu's negative slope, batchnorm2d's momentum
+                          (running = (1 - momentum) * running + momentum * the minibatch's statistic) */
     sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
 } sw_op_attrs;
 
@@ -47,11 +48,20 @@ sw_status sw_optim_check(const sw_optimizer *o, int state);
 /* The two recorded work lists: a training step, and the forward pass alone (loss, predict). */
 enum { SW_LIST_TRAIN = 0, SW_LIST_FORWARD = 1, SW_NLISTS = 2 };
 
+/* What a batchnorm normalizes with, and whether it updates its running statistics (as PyTorch's
+ * training mode, minus the update, for SW_BN_BATCH; as its eval mode for SW_BN_RUNNING). */
+typedef enum {
+    SW_BN_BATCH = 0,    /* the minibatch's statistics; running statistics untouched (loss, predict in train mode) */
+    SW_BN_UPDATE,       /* the minibatch's statistics, and the running statistics updated (training steps) */
+    SW_BN_RUNNING       /* the running statistics (eval mode) */
+} sw_bn_mode;
+
 /* One step's inputs from the caller (host memory). */
 typedef struct {
     const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
     const int32_t *labels;       /* the minibatch's labels (N) */
     sw_optimizer opt;            /* the update tasks' optimizer and its values for this step */
+    int bn_mode;                 /* sw_bn_mode */
 } sw_step_args;
 
 /* A grow-only workspace of one stream: kernels borrow scratch from it within a task. */

@@ -2,7 +2,8 @@
  *
  *   rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devices, attrs, threads, jitter_us=0)
  *   loss = rt.step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps)
- *   loss = rt.forward(inputs, labels)          # the forward pass alone (loss, predict)
+ *   loss = rt.forward(inputs, labels, running=False)   # the forward pass alone (loss, predict);
+ *                                              # running: batchnorms use running statistics (eval)
  *   a = rt.buffer(b)                           # a NumPy view of buffer b in its arena
  *
  * attrs is an int32 array (nops, 11): op type (_core.OP_KINDS index), fused ReLU, max
@@ -260,7 +261,7 @@ static int parse_inputs(const sw_runtime *rt, PyObject *list, PyObject *labels, 
     return parse_labels(rt, labels, &in->labels);
 }
 
-static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_optimizer opt) {
+static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_optimizer opt, int bn_mode) {
     if (!ready(self)) {
         return NULL;
     }
@@ -269,7 +270,7 @@ static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *
         inputs_free(&in);
         return NULL;
     }
-    sw_step_args args = {in.inputs, in.labels, opt};
+    sw_step_args args = {in.inputs, in.labels, opt, bn_mode};
     double loss = 0.0;
     sw_status s;
     self->busy = 1;
@@ -296,15 +297,19 @@ static PyObject *Runtime_step(RuntimeObject *self, PyObject *args) {
                           &o.dampening, &o.nesterov, &o.beta1, &o.beta2, &o.eps)) {
         return NULL;
     }
-    return run(self, SW_LIST_TRAIN, inputs, labels, o);
+    return run(self, SW_LIST_TRAIN, inputs, labels, o, SW_BN_UPDATE);
 }
 
-static PyObject *Runtime_forward(RuntimeObject *self, PyObject *args) {
+/* forward(inputs, labels, running=False): batchnorms normalize with the running statistics
+ * (eval mode) or the minibatch's (train mode); neither updates the running statistics. */
+static PyObject *Runtime_forward(RuntimeObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"inputs", "labels", "running", NULL};
     PyObject *inputs, *labels;
-    if (!PyArg_ParseTuple(args, "OO", &inputs, &labels)) {
+    int running = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|p", kwlist, &inputs, &labels, &running)) {
         return NULL;
     }
-    return run(self, SW_LIST_FORWARD, inputs, labels, (sw_optimizer){0});
+    return run(self, SW_LIST_FORWARD, inputs, labels, (sw_optimizer){0}, running ? SW_BN_RUNNING : SW_BN_BATCH);
 }
 
 /* ------------------------------------------------------------------ buffers and memory */
@@ -507,7 +512,8 @@ static PyMethodDef Runtime_methods[] = {
     {"step", (PyCFunction)Runtime_step, METH_VARARGS,
      "step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps) -> mean loss "
      "(kind: 0 SGD, 1 Adam, 2 AdamW)"},
-    {"forward", (PyCFunction)Runtime_forward, METH_VARARGS, "forward(inputs, labels) -> mean loss"},
+    {"forward", (PyCFunction)(void (*)(void))Runtime_forward, METH_VARARGS | METH_KEYWORDS,
+     "forward(inputs, labels, running=False) -> mean loss (running: batchnorms use their running statistics)"},
     {"buffer", (PyCFunction)Runtime_buffer, METH_O, "buffer(b) -> NumPy view of buffer b in its arena"},
     {"arena_bytes", (PyCFunction)Runtime_arena_bytes, METH_NOARGS, "arena_bytes() -> [bytes per device]"},
     {"arena_high_water", (PyCFunction)Runtime_arena_high_water, METH_NOARGS,

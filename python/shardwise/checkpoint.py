@@ -350,6 +350,9 @@ def read_checkpoint(t: "Trainer", path: str | os.PathLike) -> Checkpoint:
     with np.errstate(over="ignore", invalid="ignore"):  # float64 beyond float32 becomes inf: refused below
         for key, a in arrays.items():
             kind, name = key.split("/", 1)
+            if kind == "weight" and layout[key + ".npy"] == ():   # num_batches_tracked: an integer count
+                out.weights[name] = a   # set_weights checks it
+                continue
             a = np.asarray(a, dtype=np.float32)
             if not np.isfinite(a).all():
                 raise CheckpointError(f"{path}: {key} contains NaN or infinity (or values beyond float32)")

@@ -16,7 +16,8 @@ forward
     producer's workers that own its pieces, with a ``join`` when there are
     several (no copy when the region is exactly a shard already on the device:
     the buffer is shared); a ``forward`` task (batchnorm: ``bn_stats`` ->
-    statistics reduced among the workers of the same channels -> ``bn_apply``;
+    statistics reduced among the workers of the same channels -> ``bn_apply``,
+    which also updates the worker's ``running_stats`` in place in a training step;
     softmax: ``loss``; a split reduction: ``forward_partial`` on every worker,
     the partial outputs copied to the block's owner and summed by
     ``sum_partials``).
@@ -36,8 +37,8 @@ synchronization and update
 
 Every task lists the buffers it reads and writes in the order its kernel takes
 them; a task updating a buffer in place (``reduce``, ``stats_reduce``,
-``update``, ``accumulate``) names it among its writes (and its reads where it
-reads the old value).  Tasks come in a topological order (every dependency has
+``update``, ``accumulate``, ``bn_apply``'s running statistics) names it among
+its writes (and its reads where it reads the old value).  Tasks come in a topological order (every dependency has
 a smaller id).  Each device runs its own tasks in program order (one stream):
 dependencies are recorded where that order does not give them already, and
 devices meet only through copies, which run on the destination device.
@@ -64,7 +65,7 @@ class Buffer:
     id: int
     device: int
     kind: str      # activation, region, grad, partial_grad, param, param_grad, momentum (optimizer state),
-                   # stats, recv, partial, grad_pre
+                   # stats, recv, partial, grad_pre, running_stats (batchnorm: running mean and variance, kept)
     op: str        # the op whose tensor (output, gradient, weight, statistics) this is a piece of
     box: Box
     worker: int | None = None   # params, their gradients and momentum: the worker holding them

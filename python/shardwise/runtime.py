@@ -2,7 +2,8 @@
 
     ex = NativeExecutor(graph, plan, tg)     # tg = sw.lower(plan)
     loss = ex.run(images, labels, optimizer=sw.SGD(lr=0.1))     # one call into C per step
-    ex.persistent[b]                          # parameter and optimizer state buffers: views into the arenas
+    ex.persistent[b]                          # parameter, optimizer state and running-statistics buffers:
+                                              # views into the arenas
 
 The runtime (csrc/exec/executor.c) runs every device's tasks on its stream in
 program order, on the CPU backend (csrc/cpu/backend_cpu.c): worker threads, one
@@ -18,14 +19,18 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import _core
-from .graph import Graph, Op
+from .graph import BN_MOMENTUM, Graph, Op
 from .errors import ConfigError
 from .lower import TaskGraph, plan_arrays
 from .plan import Plan
 from .problem import make_problem
 
-# type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, then leaky ReLU's negative
-# slope as the bits of a float32 (one int32 array carries every attribute)
+# buffers the runtime keeps across steps (the rest live within one step)
+PERSISTENT_KINDS = ("param", "momentum", "running_stats")
+
+# type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, then the op's real parameter
+# (leaky ReLU's negative slope, batch norm's momentum) as the bits of a float32 (one int32
+# array carries every attribute)
 ATTR_COLUMNS = 11
 
 
@@ -65,7 +70,11 @@ def op_attrs(graph: Graph) -> np.ndarray:
         if op.kind in ("conv2d", "pool2d"):
             (kh, kw), (sh, sw), (ph, pw) = window(op)
             row[4:10] = (kh, kw, sh, sw, ph, pw)
-        row[10] = np.float32(op.attrs.get("negative_slope", 0.0)).view(np.int32)
+        if op.kind == "batchnorm2d":
+            real = op.attrs.get("momentum", BN_MOMENTUM)
+        else:
+            real = op.attrs.get("negative_slope", 0.0)
+        row[10] = np.float32(real).view(np.int32)
     return out
 
 
@@ -91,7 +100,7 @@ class NativeExecutor:
                                  reuse=reuse)
         self.threads = threads
         self.persistent: dict[int, np.ndarray] = {b.id: self._rt.buffer(b.id) for b in tg.buffers
-                                                  if b.kind in ("param", "momentum")}
+                                                  if b.kind in PERSISTENT_KINDS}
         self._inputs = [op for op in graph.ops if op.kind == "input"]
 
     @property
@@ -111,14 +120,19 @@ class NativeExecutor:
         return out
 
     def run(self, images: Any, labels: np.ndarray, phases: tuple[str, ...] = ("forward", "backward", "sync", "update"),
-            optimizer: Any = None) -> float:
+            optimizer: Any = None, running: bool = False) -> float:
         """One step (all phases) or the forward pass alone; the mean cross-entropy.
 
         Inputs are floating-point arrays of their ops' exact shapes without NaN or infinity,
-        labels N integers in range; the runtime checks them (ValueError) before any task runs."""
+        labels N integers in range; the runtime checks them (ValueError) before any task runs.
+        A step updates the batch norms' running statistics; the forward pass alone leaves them
+        as they are and normalizes with them when ``running`` (eval mode), else with the
+        minibatch's statistics."""
         inputs = self._input_list(images)
         if tuple(phases) == ("forward",):
-            return self._rt.forward(inputs, labels)
+            return self._rt.forward(inputs, labels, running)
+        if running:
+            raise ValueError("a training step normalizes with the minibatch's statistics, not the running ones")
         if set(phases) != {"forward", "backward", "sync", "update"}:
             raise ValueError(f"a step runs the forward pass alone or every phase, not {phases}")
         if optimizer.state_buffers != self.optimizer_state:

@@ -4,6 +4,8 @@
     t = sw.Trainer(g, plan, optimizer=sw.AdamW(lr=sw.lr_schedules.cosine(3e-4, 1000), weight_decay=0.01))
     loss = t.step(images, labels)
     loss = t.step({"x0": x0, "x1": x1, "h0": h0, "c0": c0}, labels)   # a graph with several input ops
+    probs = t.eval().predict(x_test)     # eval mode: batch norms use running statistics; any sample count
+    t.train()                            # back to train mode before further steps
 
 Numerics do not depend on the plan: every plan computes the same network with
 the same initialization (a function of the seed and the op names only); only
@@ -32,6 +34,8 @@ from .lower import lower
 from .optim import SGD, Adam, AdamW, Optimizer
 from .plan import Plan
 from .runtime import NativeExecutor
+from .running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
+from . import inference
 
 if TYPE_CHECKING:
     from .memory import MemoryPlan
@@ -105,7 +109,9 @@ class Trainer:
         nstate = self.optimizer.state_buffers
         self.task_graph = lower(plan, optimizer_state=nstate)
         self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate)
-        self.set_weights(init_params(graph, seed))
+        self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
+        self._running = RunningStats(graph, self.task_graph)
+        self.set_weights({**init_params(graph, seed), **running_defaults(graph)})
 
     @property
     def steps(self) -> int:
@@ -117,6 +123,23 @@ class Trainer:
     @steps.setter
     def steps(self, value: int) -> None:
         self.executor.steps = value
+
+    # ---- modes, as torch.nn.Module's
+    def train(self, mode: bool = True) -> "Trainer":
+        """Train mode (``mode`` True; a new trainer's mode) or eval mode; returns the trainer.
+
+        In train mode batch norms normalize with the minibatch's statistics, and training
+        steps update their running statistics.  In eval mode they normalize with the running
+        statistics, :meth:`predict` and :meth:`evaluate` take any number of samples, and
+        :meth:`step` refuses to run (call ``train()`` first)."""
+        if not isinstance(mode, bool):
+            raise ConfigError(f"train() takes True or False, got {mode!r}")
+        self.training = mode
+        return self
+
+    def eval(self) -> "Trainer":
+        """Eval mode (``train(False)``), as PyTorch's ``model.eval()`` before inference; returns the trainer."""
+        return self.train(False)
 
     # ---- one thread at a time
     def _lock(self) -> threading.Lock:
@@ -218,6 +241,9 @@ class Trainer:
         # A one-input graph given arrays goes straight to C, which checks the minibatch in one
         # pass (shape, dtype, finite values, label range) before any task runs; only when it
         # refuses does _check_batch run, to name what is wrong.  Other forms are checked first.
+        if not self.training:
+            raise TrainingError("this trainer is in eval mode (Trainer.eval()): call Trainer.train() before "
+                                "training steps")
         direct = type(images) is np.ndarray and type(labels) is np.ndarray and len(self.inputs) == 1
         if not direct:
             images, labels = self._check_batch(images, labels)
@@ -239,19 +265,21 @@ class Trainer:
         return loss
 
     def loss(self, images: Batch, labels: np.ndarray) -> float:
-        """The loss of a minibatch without changing any weight (TrainerInUseError if another
-        thread is using this trainer)."""
+        """The loss of a minibatch in the current mode, without changing any weight or running
+        statistic (TrainerInUseError if another thread is using this trainer)."""
         images, labels = self._check_batch(images, labels)
         with self._exclusive("compute a loss"):
-            return float(self.executor.run(images, labels, phases=("forward",)))
+            return float(self.executor.run(images, labels, phases=("forward",), running=not self.training))
 
     def predict(self, images: Batch) -> np.ndarray:
-        """Class probabilities of the last softmax op for a minibatch (an array or a dict as in
-        :meth:`step`); TrainerInUseError if another thread is using this trainer."""
-        images, _ = self._check_batch(images, np.zeros(self.batch, np.int64))
+        """Class probabilities (samples, classes) of the last softmax op, in the current mode
+        (as a torch module: call :meth:`eval` first for inference).  ``images``: an array, or a
+        dict as in :meth:`step`, of any number of samples in eval mode, and in train mode too
+        when no op mixes the samples of a minibatch; a graph with batch norm in train mode
+        takes exactly the graph's minibatch (ShapeError otherwise).  Nothing is updated, not
+        even running statistics.  TrainerInUseError if another thread is using this trainer."""
         with self._exclusive("predict"):
-            self.executor.run(images, np.zeros(self.batch, np.int32), phases=("forward",))
-            return self.executor.probabilities(self.loss_ops[-1].name)
+            return inference.probabilities(self, images)
 
     # ---- epochs
     def fit(self, images: Batch, labels: np.ndarray, epochs: int = 1, progress: bool = False,
@@ -302,21 +330,12 @@ class Trainer:
 
     def evaluate(self, images: Batch, labels: np.ndarray) -> float:
         """Accuracy (fraction of argmax predictions equal to the label) over a data set
-        (an array, or a dict of arrays as for :meth:`fit`).  The last partial minibatch is
-        padded with the first samples (repeated if the data set is smaller), not counted."""
-        as_dict = isinstance(images, Mapping)
-        data, count = self._samples(images)
-        labels = np.asarray(labels)
-        if labels.ndim != 1 or count != len(labels) or count == 0:
-            raise ShapeError(f"need as many labels as samples (and at least one), got {count}, {labels.shape}")
-        n = self.batch
-        correct = 0
-        for start in range(0, count, n):
-            real = min(n, count - start)
-            idx = np.concatenate([np.arange(start, start + real), np.arange(n - real) % count])
-            pred = self.predict(self._take(data, idx, as_dict))[:real].argmax(axis=1)
-            correct += int((pred == labels[start:start + real]).sum())
-        return correct / count
+        (an array, or a dict of arrays as for :meth:`fit`), in the current mode, in minibatches
+        of the graph's N (the last one padded).  A graph with batch norm in train mode
+        normalizes each minibatch with its own statistics and needs a multiple of N samples;
+        call :meth:`eval` first to use the running statistics and any number."""
+        with self._exclusive("evaluate"):
+            return inference.accuracy(self, images, labels)
 
     # ---- checkpoints
     def save_checkpoint(self, path: str | os.PathLike) -> None:
@@ -339,23 +358,26 @@ class Trainer:
         TrainerInUseError if another thread is using this trainer."""
         ckpt = read_checkpoint(self, path)
         with self._exclusive("load a checkpoint"):
-            before = self.get_weights()
+            before, steps_before = self.get_weights(), self.steps
+            self.steps = ckpt.steps   # first: num_batches_tracked is kept relative to it
             try:
                 self.set_weights(ckpt.weights)  # validates every array before writing any
             except ShardwiseError as exc:
+                self.steps = steps_before
                 self.set_weights(before)
                 raise CheckpointError(f"{path}: {exc}") from None
             for bid, v in ckpt.state.items():
                 self.executor.persistent[bid][...] = v
             self.executor.set_updates(ckpt.updates)
-            self.steps = ckpt.steps
 
     def _started_buffers(self) -> set[int]:
         return self.executor.started_buffers()
 
     # ---- weights
     def get_weights(self) -> dict[str, np.ndarray]:
-        """``"op.weight"`` / ``"op.bias"`` -> full arrays in PyTorch layouts."""
+        """``"op.weight"`` / ``"op.bias"`` -> full arrays in PyTorch layouts, and for every batch
+        norm its ``"op.running_mean"``, ``"op.running_var"`` (float32) and ``"op.num_batches_tracked"``
+        (an int64 0-d array): the entries of PyTorch's ``state_dict()``."""
         out: dict[str, np.ndarray] = {}
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
@@ -365,6 +387,7 @@ class Trainer:
                 slot = [k for k, i in enumerate(op.desc.inputs) if i.role == 1][("weight", "bias").index(pname)]
                 out[key] = np.zeros(op.desc.inputs[slot].shape, np.float32)
             out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = self.executor.persistent[buf]
+        out.update(self._running.get(self.executor.persistent, self.steps))
         return out
 
     def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -373,20 +396,28 @@ class Trainer:
             weights = [i for i in op.desc.inputs if i.role == 1]
             for pname, inp in zip(("weight", "bias"), weights):
                 shapes[f"{op.name}.{pname}"] = tuple(inp.shape)
+        shapes.update(running_shapes(self.graph))
         return shapes
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load full weight arrays (as :meth:`get_weights` returns them) into every worker's slices.
-        Every array is checked (name, exact shape, finite values) before anything changes."""
+        Every array is checked (name, exact shape, finite values) before anything changes.
+        Batch norms' running statistics and ``num_batches_tracked`` may be left out (they keep
+        their values), so a PyTorch ``state_dict()`` loads with or without them."""
         shapes = self._weight_shapes()
-        missing = set(shapes) - set(weights)
+        running = running_shapes(self.graph)
+        missing = set(shapes) - set(weights) - set(running)
         if missing:
             raise ShapeError(f"weights are missing {sorted(missing)[:5]}")
         unknown = set(weights) - set(shapes)
         if unknown:
             raise ShapeError(f"unknown weights {sorted(unknown)[:5]}")
         arrays = {}
+        given_running = {key: check_running(key, weights[key], shape) for key, shape in running.items()
+                         if key in weights}
         for key, shape in shapes.items():
+            if key in running:
+                continue
             try:
                 a = np.asarray(weights[key], dtype=np.float32)
             except (TypeError, ValueError) as exc:
@@ -399,6 +430,7 @@ class Trainer:
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
             self.executor.persistent[buf][...] = arrays[f"{op_name}.{pname}"][tuple(slice(lo, hi) for lo, hi in b.box)]
+        self._running.set(self.executor.persistent, given_running, self.steps)
 
     # ---- memory
     def memory_per_worker(self) -> dict[int, int]:
