@@ -19,7 +19,7 @@ import numpy as np
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
 from .import_onnx_const import FOLDERS, Const, FoldError, fold
-from .import_onnx_ops import FUSES_RELU, KIND_NAMES, ONNX_OPS, OnnxCall, SiluOf
+from .import_onnx_ops import FUSES_RELU, HINTS, KIND_NAMES, ONNX_OPS, OnnxCall, SiluOf
 from .import_torch import _live_ops, _prune   # the same pruning as from_torch: ops the loss does not read
 from .init import parameter_shapes
 
@@ -229,8 +229,9 @@ class _OnnxImporter:
                     values[k] = SiluOf(self.env[self.sigmoid_of[i]])
         convert = ONNX_OPS.get(node.op_type)
         if convert is None:
+            hint = f"; {HINTS[node.op_type]}" if node.op_type in HINTS else ""
             raise ModelImportError(f"{where}: the ONNX op {node.op_type} is not supported (the supported ops are "
-                                   f"listed in docs/importing.md)")
+                                   f"listed in docs/importing.md){hint}")
         for k, extra in enumerate(node.output[1:], 1):   # BN's running statistics, MaxPool's indices, masks
             if extra and (self.consumers.get(extra) or extra in self.outputs):
                 raise ModelImportError(f"{where}: reading its output {k} ({extra!r}) is not supported")

@@ -410,11 +410,6 @@ def _dropout(c: OnnxCall) -> Any:
     return c.tensor(0)
 
 
-def _erf(c: OnnxCall) -> Tensor:
-    raise c.error("the ONNX op Erf is not supported: GELU exported before opset 20 is spelled with Erf, Div, Mul "
-                  "and Add; export with opset_version=20 or later, where it is one Gelu node")
-
-
 ONNX_OPS: dict[str, Callable[[OnnxCall], Any]] = {
     "Conv": _conv,
     "Gemm": _gemm,
@@ -440,9 +435,15 @@ ONNX_OPS: dict[str, Callable[[OnnxCall], Any]] = {
     "LogSoftmax": _softmax,
     "Identity": _identity,
     "Dropout": _dropout,
-    "Erf": _erf,
 }
 """Every ONNX op :func:`shardwise.from_onnx` imports (beside the constant ones it folds)."""
+
+HINTS: dict[str, str] = {
+    "Erf": "GELU exported before opset 20 is spelled with Erf, Div, Mul and Add; export with opset_version=20 or "
+           "later, where it is one Gelu node",
+    "HardSigmoid": "exporters write h-swish and hard sigmoid this way; shardwise has neither",
+}
+"""What to say about an unsupported op a model commonly has for a supported reason."""
 
 KIND_NAMES: dict[str, str] = {
     "Conv": "conv", "Gemm": "linear", "MatMul": "matmul", "BatchNormalization": "bn", "Relu": "relu",
