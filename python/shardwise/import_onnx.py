@@ -129,7 +129,7 @@ class _OnnxImporter:
             for i in node.input:
                 self.consumers.setdefault(i, []).append(node)
         self.outputs = {o.name for o in self.gp.output}
-        self.skip: set[int] = set()                 # ids of nodes fused into their producer
+        self.fused: set[str] = set()                # outputs of nodes fused into their producer (ONNX is SSA)
         self.weights_: dict[str, dict[str, np.ndarray]] = {}
         self.owners: dict[str | None, tuple[str, str]] = {}
         self.parameter_ops: dict[str, Tensor] = {}
@@ -160,7 +160,7 @@ class _OnnxImporter:
             if vi.name not in self.env:   # old exports list the initializers among the inputs too
                 self.env[vi.name] = self.g.input(self._unique(vi.name, owner=True), self._input_shape(vi))
         for index, node in enumerate(self.gp.node):
-            if id(node) not in self.skip:
+            if not (node.output and node.output[0] in self.fused):
                 self._node(node, index)
         self._output()
         return self.g
@@ -254,7 +254,7 @@ class _OnnxImporter:
         for n in (node, bias_add, relu):
             if n is not None:
                 self.env[n.output[0]] = value
-                self.skip.add(id(n))
+                self.fused.add(n.output[0])
 
     def _fold(self, node: Any, values: list[Any], attrs: dict[str, Any], where: str) -> bool:
         """Evaluate a node of constants (and Shape of a tensor); True when it was one."""
