@@ -163,6 +163,10 @@ REFUSED = [
     ("control flow", Branchy, VEC, ["torch.fx could not trace", "Branchy"]),
     ("two outputs", Pair, VEC, ["Pair.forward returns tuple"]),
     ("image logits", lambda: nn.Conv2d(4, 3, 1), IMG, ["returns shape (2, 3, 4, 4)"]),
+    ("tanh-approximate GELU module", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.GELU(approximate="tanh")), 4),
+     VEC, ["approximate='tanh'", "exact erf", "'body.1'", "nn.GELU"]),
+    ("tanh-approximate F.gelu", lambda: Fn(lambda m, x: F.gelu(x, approximate="tanh"), 4), VEC,
+     ["approximate='tanh'", "'inner'", HERE]),
 ]
 
 
@@ -273,6 +277,32 @@ def test_in_place_ops_reach_every_name():
     relu = [op for op in g.ops if op.kind == "relu"]
     assert len(relu) == 1 and g.ops[relu[0].inputs[0]].name == "fc1"
     assert g["cat"].inputs == (relu[0].index, relu[0].index)
+
+
+@pytest.mark.parametrize("write,kind", [
+    (lambda m, h: h.sigmoid_(), "sigmoid"),
+    (lambda m, h: torch.tanh_(h), "tanh"),
+    (lambda m, h: F.leaky_relu_(h, 0.3), "leaky_relu"),
+    (lambda m, h: F.silu(h, inplace=True), "silu"),
+    (lambda m, h: m.lrelu(h), "leaky_relu"),   # nn.LeakyReLU(inplace=True)
+])
+def test_in_place_activations_reach_later_reads(write, kind):
+    """An in-place activation whose result is not used: the later read of ``h`` is its output."""
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2, self.lrelu = nn.Linear(4, 4), nn.Linear(4, 3), nn.LeakyReLU(0.3, inplace=True)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            write(self, h)
+            return self.fc2(h)
+
+    g, _ = sw.from_torch(M(), (torch.zeros(*VEC),))
+    assert [op.kind for op in g.ops] == ["input", "linear", kind, "linear", "softmax"]
+    assert g["fc2"].inputs == (g.ops[2].index,)
+    if kind == "leaky_relu":
+        assert g.ops[2].attrs["negative_slope"] == 0.3
 
 
 def test_a_parameter_read_twice_trains_like_pytorch():
