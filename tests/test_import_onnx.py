@@ -65,9 +65,9 @@ def exported(tmp_path_factory):
 
 
 def load(path: str):
-    """from_onnx, without the warning about inference-mode batch norm (tested on its own below)."""
+    """from_onnx, refusing any warning."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*BatchNormalization.*")
+        warnings.simplefilter("error")
         return sw.from_onnx(path)
 
 
@@ -83,9 +83,13 @@ def test_forward_equals_pytorch(exported, name, exporter):
     model, x, _ = make(name)
     g, weights = load(exported(name, exporter))
     names = torch_names(model)
-    assert set(weights) == set(names)
+    running = {k: v.numpy() for k, v in model.named_buffers() if k.endswith(("running_mean", "running_var"))}
+    assert set(weights) == set(names) | set(running)
     for key, torch_key in names.items():
         np.testing.assert_array_equal(weights[key], model.get_parameter(torch_key).detach().numpy())
+    if exporter == "dynamo":   # the other exports ran a training-mode forward, which moved the statistics
+        for key, value in running.items():
+            np.testing.assert_array_equal(weights[key], value)
     got, want = predict(g, weights, x), torch_probabilities(model, x)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
     np.testing.assert_allclose(np.log(got), np.log(want), atol=1e-4, rtol=0)
@@ -110,8 +114,11 @@ def test_same_graph_as_from_torch(exported, name, exporter):
     g, weights = load(exported(name, exporter))
     gt, weights_t = sw.from_torch(model, (torch.tensor(x),))
     assert structure(g) == structure(gt)
+    weights_t = {k: v for k, v in weights_t.items() if not k.endswith("num_batches_tracked")}   # not in ONNX
     assert sorted(weights) == sorted(weights_t)
     for k in weights_t:
+        if exporter != "dynamo" and k.endswith(("running_mean", "running_var")):
+            continue   # the training-mode export ran a forward, which moved them
         np.testing.assert_array_equal(weights[k], weights_t[k])
     # the ops with weights and those of torch.nn modules are named as from_torch names them
     assert [op.name for op in g.ops if op.has_weights] == [op.name for op in gt.ops if op.has_weights]
@@ -155,15 +162,36 @@ def test_three_sgd_steps_equal_pytorch(exported, name, plan_kind, exporter):
     assert_close_weights(t.get_weights(), want)
 
 
-def test_inference_batch_norm_warns_once_naming_the_nodes(exported):
-    with pytest.warns(UserWarning, match="running statistics") as caught:
-        sw.from_onnx(exported("resnet18", "dynamo"))
-    [w] = [w for w in caught if "BatchNormalization" in str(w.message)]
-    assert "20 BatchNormalization node(s) ('bn1', 'layer1.0.bn1'" in str(w.message)
-    assert os.path.basename(w.filename) == os.path.basename(__file__)   # at the caller of from_onnx
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")   # the training-mode export has nothing to warn about
-        sw.from_onnx(exported("resnet18", "torchscript"))
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_running_statistics_and_momentum_are_imported(tmp_path, exporter):
+    """An eval-mode export that keeps its BatchNormalization nodes: the running statistics come
+    with the weights (initializers), PyTorch's momentum from the node's, and eval predictions
+    equal PyTorch's eval mode."""
+    model, x, _ = make("resnet18")
+    gen = torch.Generator().manual_seed(1)
+    for m in model.modules():   # statistics far from (0, 1), so that using them matters
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.5)
+            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=gen) + 0.5)   # distinct initializers:
+            m.bias.data.copy_(torch.randn(m.num_features, generator=gen))          # exporters merge equal ones
+            m.momentum = 0.25
+    model.eval()
+    options = {} if exporter == "dynamo" else {"training": torch.onnx.TrainingMode.EVAL, "do_constant_folding": False}
+    g, weights = load(export(model, x, str(tmp_path / "eval.onnx"), exporter, **options))
+    bns = [op for op in g.ops if op.kind == "batchnorm2d"]
+    if not bns:
+        pytest.skip(f"the {exporter} exporter folded batch norm into the convolutions")
+    for op in bns:
+        assert op.attrs["momentum"] == pytest.approx(0.25, abs=1e-6)
+    buffers = {k: v.numpy() for k, v in model.named_buffers() if not k.endswith("num_batches_tracked")}
+    for key, want in buffers.items():
+        np.testing.assert_array_equal(weights[key], want)
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    t.set_weights(weights)
+    with torch.no_grad():
+        want = torch.softmax(copy.deepcopy(model).double()(torch.tensor(x, dtype=torch.float64)), 1).numpy()
+    np.testing.assert_allclose(t.eval().predict(x), want, atol=1e-5, rtol=0)
 
 
 def test_default_export_of_an_eval_model_predicts_like_pytorch_eval(tmp_path):

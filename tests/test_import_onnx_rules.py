@@ -300,12 +300,16 @@ def test_unused_results_are_left_out():
     assert "w.weight" not in weights
 
 
-def test_inference_batch_norm_warns():
-    m = img(node("BatchNormalization", ["x", "s", "b", "m", "v"], ["h"], "bn"),
-            inits={"s": rand(4), "b": rand(4), "m": rand(4), "v": np.ones(4, np.float32)})
-    with pytest.warns(UserWarning, match=r"1 BatchNormalization node\(s\) \('s'\).*running statistics"):
-        g, weights = sw.from_onnx(m)
-    assert g["s"].kind == "batchnorm2d" and set(weights) == {"s.weight", "s.bias", "fc.weight", "fc.bias"}
+def test_batch_norm_brings_its_running_statistics_and_momentum():
+    mean, var = rand(4), np.full(4, 2.0, np.float32)
+    bn = node("BatchNormalization", ["x", "s", "b", "m", "v"], ["h"], "bn")
+    bn.attribute.append(helper.make_attribute("momentum", 0.7))
+    m = img(bn, inits={"s": rand(4), "b": rand(4), "m": mean, "v": var})
+    g, weights = sw.from_onnx(m)
+    assert g["s"].kind == "batchnorm2d" and g["s"].attrs["momentum"] == pytest.approx(0.3, abs=1e-6)
+    assert set(weights) == {"s.weight", "s.bias", "s.running_mean", "s.running_var", "fc.weight", "fc.bias"}
+    np.testing.assert_array_equal(weights["s.running_mean"], mean)
+    np.testing.assert_array_equal(weights["s.running_var"], var)
 
 
 def test_importing_shardwise_does_not_import_onnx():

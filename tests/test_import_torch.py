@@ -310,9 +310,12 @@ def test_forward_equals_pytorch(name):
     model, x, _ = make(name)
     g, weights = sw.from_torch(model, example_inputs=(torch.tensor(x),))
     names = torch_names(model)
-    assert set(weights) == set(names)
+    buffers = dict(model.named_buffers())   # batch norms' running statistics, under state_dict keys
+    assert set(weights) == set(names) | set(buffers)
     for key, torch_key in names.items():
         np.testing.assert_array_equal(weights[key], model.get_parameter(torch_key).detach().numpy())
+    for key, value in buffers.items():
+        np.testing.assert_array_equal(weights[key], value.numpy())
     t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
     t.set_weights(weights)
     want = torch_probabilities(model, x)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import os
-import warnings
 from typing import Any
 
 import numpy as np
@@ -66,13 +65,6 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     importer = _OnnxImporter(onnx, proto, batch, name or default_name)
     g = importer.run()
     weights = importer.weights()
-    if importer.inference_bn:
-        shown = ", ".join(repr(n) for n in importer.inference_bn[:3]) + (", ..." if len(importer.inference_bn) > 3
-                                                                         else "")
-        warnings.warn(f"{len(importer.inference_bn)} BatchNormalization node(s) ({shown}) normalize with running "
-                      f"statistics (inference mode) in the ONNX model, but shardwise's batch norm always normalizes "
-                      f"with the minibatch's statistics (PyTorch's training mode); running statistics are not "
-                      f"imported, so predictions differ from the ONNX model's", stacklevel=2)
     live = _live_ops(g)
     if len(live) < len(g.ops):
         g = _prune(g, live)
@@ -134,7 +126,7 @@ class _OnnxImporter:
         self.owners: dict[str | None, tuple[str, str]] = {}
         self.parameter_ops: dict[str, Tensor] = {}
         self.sigmoid_of: dict[str, str] = {}        # a Sigmoid's output -> its input, where a SiLU Mul reads it
-        self.inference_bn: list[str] = []
+        self.state: dict[str, dict[str, np.ndarray]] = {}   # batch norms' running statistics
         # names that modules and weights own ("layer1.0.conv1"): an op of a function never takes one,
         # as in from_torch; and how many ops each TorchScript-export scope holds (see _scope)
         self.reserved = {_owner_name(t.name) for t in self.gp.initializer if _owner_name(t.name)}
@@ -244,7 +236,7 @@ class _OnnxImporter:
                         is_output=self._only_output(node.output[0]),
                         bias_add=self.env[self._other_input(bias_add, node.output[0])] if bias_add else None,
                         weights=self.weights_, owners=self.owners, parameter_op=self._parameter_op,
-                        warnings=self.inference_bn)
+                        state=self.state)
         try:
             value = convert(call)
         except ModelImportError:
@@ -362,6 +354,8 @@ class _OnnxImporter:
         got = {k: v.shape for k, v in out.items()}
         if got != want:
             raise ModelImportError(f"internal error: imported weights {got} differ from the graph's {want}")
+        for op, buffers in self.state.items():   # running statistics: Trainer.set_weights takes them too
+            out.update({f"{op}.{b}": np.array(v, dtype=np.float32, order="C") for b, v in buffers.items()})
         return out
 
     # ----- names and places

@@ -53,7 +53,7 @@ class OnnxCall:
     weights: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # op name -> {param: values}
     owners: dict[str | None, tuple[str, str]] = field(default_factory=dict)   # initializer -> (op, param)
     parameter_op: Callable[[Const, str], Tensor] | None = None        # a weight read as data (MatMul operand)
-    warnings: list[str] = field(default_factory=list)                 # collected, issued once by the importer
+    state: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # op -> batch norm's running statistics
 
     def error(self, message: str) -> ModelImportError:
         return ModelImportError(f"{self.where}: {message}")
@@ -231,16 +231,21 @@ def _matmul(c: OnnxCall) -> Tensor:
 def _batchnorm(c: OnnxCall) -> Tensor:
     x = c.tensor(0, rank=4)
     scale, bias = c.weight(1, "scale", rank=1), c.weight(2, "bias", rank=1)
+    mean, var = c.weight(3, "running mean", rank=1), c.weight(4, "running variance", rank=1)
     eps = float(c.attrs.get("epsilon", 1e-5))
     if np.float32(eps) != np.float32(BN_EPS):   # stored as float32: compare in float32
         raise c.error(f"epsilon={eps:g} is not supported (shardwise's batch norm uses eps={BN_EPS})")
-    if scale.value.shape != (x.shape[1],) or bias.value.shape != (x.shape[1],):
-        raise ShapeError(f"{c.where}: scale {tuple(scale.value.shape)} and bias {tuple(bias.value.shape)} for "
-                         f"input {x.shape}")
-    if not c.attrs.get("training_mode", 0):
-        c.warnings.append(c.name)
-    y = c.graph.batchnorm2d(x, name=c.name)
+    for what, w in (("scale", scale), ("bias", bias), ("running mean", mean), ("running variance", var)):
+        if w.value.shape != (x.shape[1],):
+            raise ShapeError(f"{c.where}: {what} of shape {tuple(w.value.shape)} for input {x.shape}")
+    # ONNX keeps running = momentum * running + (1 - momentum) * statistic: PyTorch's momentum is 1 - it
+    # (six decimals: the attribute is a float32, and 1 - float32(0.9) is 0.10000002)
+    momentum = round(1.0 - float(c.attrs.get("momentum", 0.9)), 6)
+    if not 0.0 <= momentum <= 1.0:
+        raise c.error(f"momentum={c.attrs.get('momentum')!r} is outside [0, 1]")
+    y = c.graph.batchnorm2d(x, name=c.name, momentum=momentum)
     c.set_weights(weight=(scale, scale.value), bias=(bias, bias.value))
+    c.state[c.name] = {"running_mean": mean.value, "running_var": var.value}
     return y
 
 

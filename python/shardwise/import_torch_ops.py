@@ -55,6 +55,8 @@ class Call:
     is_output: bool = False          # the op's result is what the model returns
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)   # op name -> {param: torch tensor}
     parameter_op: Callable[[Attr, str], Tensor] | None = None         # an Attr as a parameter op (Attr, where)
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)    # op name -> {buffer: torch tensor}:
+                                                                       # batch norms' running statistics
 
     def error(self, message: str) -> ModelImportError:
         return ModelImportError(f"{self.where}: {message}")
@@ -251,14 +253,14 @@ def _batchnorm2d(c: Call) -> Tensor:
         raise c.error(f"eps={m.eps} is not supported (shardwise's batch norm uses eps={BN_EPS})")
     if x.shape[1] != m.num_features:
         raise ShapeError(f"{c.where}: num_features={m.num_features} but the input has shape {x.shape}")
-    if not m.training and m.track_running_stats:
-        import warnings
-
-        warnings.warn(f"{c.where}: the model is in eval mode, but shardwise's batch norm always normalizes with "
-                      f"the minibatch's statistics (PyTorch's training mode); running statistics are not "
-                      f"imported", stacklevel=5)   # the caller of from_torch
-    y = c.graph.batchnorm2d(x, name=c.name)
+    if m.track_running_stats and m.momentum is None:
+        raise c.error("momentum=None (a cumulative average of the statistics) is not supported; give a momentum")
+    momentum = m.momentum if m.track_running_stats else 0.0   # no running statistics: never updated
+    y = c.graph.batchnorm2d(x, name=c.name, momentum=float(momentum))
     c.set_weights(weight=m.weight, bias=m.bias)
+    if m.track_running_stats:   # the model's running statistics, as its state_dict holds them
+        c.state[c.name] = {"running_mean": m.running_mean, "running_var": m.running_var,
+                           "num_batches_tracked": m.num_batches_tracked}
     return y
 
 
