@@ -312,6 +312,24 @@ def test_batch_norm_brings_its_running_statistics_and_momentum():
     np.testing.assert_array_equal(weights["s.running_var"], var)
 
 
+def test_batch_norms_sharing_initializers_get_their_own_copies():
+    """Exporters merge equal constants (a fresh model's batch norm scales of ones) into one
+    initializer: each batch norm takes a copy, and they train apart as PyTorch's would."""
+    ones, zeros = np.ones(4, np.float32), np.zeros(4, np.float32)
+    m = img(node("BatchNormalization", ["x", "one", "zero", "zero", "one"], ["h1"], "bn1"),
+            node("Relu", ["h1"], ["r"]),
+            node("BatchNormalization", ["r", "one", "zero", "zero", "one"], ["h"], "bn2"),
+            inits={"one": ones, "zero": zeros})
+    g, weights = sw.from_onnx(m)
+    bns = [op.name for op in g.ops if op.kind == "batchnorm2d"]
+    assert len(bns) == 2
+    for name in bns:
+        np.testing.assert_array_equal(weights[f"{name}.weight"], ones)
+        np.testing.assert_array_equal(weights[f"{name}.bias"], zeros)
+    weights[f"{bns[0]}.weight"][:] = 5.0   # copies, not one array
+    assert weights[f"{bns[1]}.weight"][0] == 1.0
+
+
 def test_importing_shardwise_does_not_import_onnx():
     code = "import sys, shardwise; assert 'onnx' not in sys.modules, 'onnx imported'; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

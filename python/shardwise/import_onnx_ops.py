@@ -90,13 +90,15 @@ class OnnxCall:
             raise self.error(f"expects a constant as its {what}, got {_show(value)}")
         return value.value
 
-    def set_weights(self, **params: Weight | None) -> None:
+    def set_weights(self, shared_ok: bool = False, **params: Weight | None) -> None:
         """Record the op's parameters, each an initializer and its values in PyTorch's layout.
 
         Every shardwise op owns its weights: an initializer another op already took (tied
         weights) is refused, as :func:`~shardwise.from_torch` refuses a parameter read by two
-        layers, since the two copies would drift apart in training."""
-        for pname, (init, _) in ((k, v) for k, v in params.items() if v is not None):
+        layers, since the two copies would drift apart in training.  ``shared_ok``: the op takes
+        its own copy of an initializer others read too (batch norm's: exporters merge equal
+        constant tensors, such as a fresh model's scales of ones, into one initializer)."""
+        for pname, (init, _) in ((k, v) for k, v in params.items() if v is not None and not shared_ok):
             owner = self.owners.get(init.source)
             if owner is not None:
                 raise self.error(f"its {pname} is the initializer {init.source!r}, which is also the {owner[1]} of op "
@@ -244,7 +246,7 @@ def _batchnorm(c: OnnxCall) -> Tensor:
     if not 0.0 <= momentum <= 1.0:
         raise c.error(f"momentum={c.attrs.get('momentum')!r} is outside [0, 1]")
     y = c.graph.batchnorm2d(x, name=c.name, momentum=momentum)
-    c.set_weights(weight=(scale, scale.value), bias=(bias, bias.value))
+    c.set_weights(shared_ok=True, weight=(scale, scale.value.copy()), bias=(bias, bias.value.copy()))
     c.state[c.name] = {"running_mean": mean.value, "running_var": var.value}
     return y
 
