@@ -22,7 +22,9 @@
 #include "kernel_args.h"  /* sw_py_all_finite */
 #include "pyerr.h"  /* sw_py_raise */
 
-#define ATTR_COLUMNS 11
+#define ATTR_COLUMNS 13
+/* Integer ids travel as float32, exact below 2^24 (csrc/cpu/embedding.c). */
+#define SW_MAX_ID_BOUND (1 << 24)
 
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
@@ -64,8 +66,10 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
     }
     const int32_t *row = PyArray_DATA(a);
     for (int i = 0; i < p->nops; i++, row += ATTR_COLUMNS) {
-        if (row[0] < 0 || row[0] >= SW_OP_COUNT || row[3] < 0 || row[3] >= SW_MAX_RANK) {
-            PyErr_Format(PyExc_ValueError, "op %d: bad op type %d or axis %d", i, row[0], row[3]);
+        if (row[0] < 0 || row[0] >= SW_OP_COUNT || row[3] < 0 || row[3] >= SW_MAX_RANK || row[11] < 0 ||
+            row[11] > SW_MAX_ID_BOUND) {
+            PyErr_Format(PyExc_ValueError, "op %d: bad op type %d, axis %d or id bound %d", i, row[0], row[3],
+                         row[11]);
             PyMem_Free(attrs);
             Py_DECREF(a);
             return -1;
@@ -74,7 +78,8 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
         memcpy(&alpha, &row[10], sizeof alpha);   /* the float32's bits, as op_attrs wrote them */
         attrs[i] = (sw_op_attrs){.type = (int8_t)row[0], .relu = (int8_t)(row[1] != 0),
                                  .pool_max = (int8_t)(row[2] != 0), .axis = (int8_t)row[3], .alpha = alpha,
-                                 .win = {row[4], row[5], row[6], row[7], row[8], row[9], 0}};
+                                 .win = {row[4], row[5], row[6], row[7], row[8], row[9], 0},
+                                 .ids = row[11], .causal = (int8_t)(row[12] != 0)};
     }
     Py_DECREF(a);
     *out = attrs;
@@ -150,13 +155,43 @@ static void inputs_free(step_inputs *in) {
     PyMem_Free(in->labels);
 }
 
+/* Integer ids in [0, bound) as a new float32 array (exact: bound <= 2^24). */
+static PyArrayObject *id_array(int i, PyObject *item, int32_t bound) {
+    PyArrayObject *wide = (PyArrayObject *)PyArray_FROMANY(item, NPY_INT64, 0, 0, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    if (!wide) {
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)PyArray_SimpleNew(PyArray_NDIM(wide), PyArray_DIMS(wide), NPY_FLOAT32);
+    if (!arr) {
+        Py_DECREF(wide);
+        return NULL;
+    }
+    const int64_t *v = PyArray_DATA(wide), n = PyArray_SIZE(wide);
+    float *f = PyArray_DATA(arr);
+    for (int64_t k = 0; k < n; k++) {
+        if (v[k] < 0 || v[k] >= bound) {   /* uint64's top half wraps negative: refused here too */
+            PyErr_Format(PyExc_ValueError, "input op %d: token id %lld is out of range [0, %d)", i, (long long)v[k],
+                         (int)bound);
+            Py_DECREF(wide);
+            Py_DECREF(arr);
+            return NULL;
+        }
+        f[k] = (float)v[k];
+    }
+    Py_DECREF(wide);
+    return arr;
+}
+
 /* The minibatch of input op i: a floating-point array of exactly the op's shape, with no
  * NaN or infinity; returned as a float32 C-contiguous array (a new reference; the same
  * array when it already is one). */
 static PyArrayObject *input_array(const sw_runtime *rt, int i, PyObject *item) {
     const sw_rt_op *op = &rt->ops[i];
-    if (!PyArray_Check(item) || !PyArray_ISFLOAT((PyArrayObject *)item)) {
-        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch must be a floating-point array", i);
+    const int32_t ids = rt->attrs[i].ids;
+    if (!PyArray_Check(item) || !(ids ? PyArray_ISINTEGER((PyArrayObject *)item)
+                                      : PyArray_ISFLOAT((PyArrayObject *)item))) {
+        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch must be %s array", i,
+                     ids ? "an integer (token id)" : "a floating-point");
         return NULL;
     }
     PyArrayObject *given = (PyArrayObject *)item;
@@ -172,6 +207,9 @@ static PyArrayObject *input_array(const sw_runtime *rt, int i, PyObject *item) {
             return NULL;
         }
     }
+    if (ids) {
+        return id_array(i, item, ids);
+    }
     PyArrayObject *arr = (PyArrayObject *)PyArray_FROMANY(item, NPY_FLOAT32, 0, 0, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
     if (arr && !sw_py_all_finite(arr)) {
         PyErr_Format(PyExc_ValueError, "input op %d: the minibatch contains NaN or infinity", i);
@@ -181,34 +219,55 @@ static PyArrayObject *input_array(const sw_runtime *rt, int i, PyObject *item) {
     return arr;
 }
 
-/* The smallest class count of the loss (softmax) ops: every label must be below it. */
-static int64_t label_classes(const sw_runtime *rt) {
-    int64_t classes = INT32_MAX;
+/* The loss ops' labels: their count (the loss's shape but its classes, e.g. (N) or (N, T)),
+ * the smallest class count (every label must be below it) and the loss op (-1: none). */
+static int loss_labels(const sw_runtime *rt, int64_t *count, int64_t *classes) {
+    int found = -1;
+    *classes = INT32_MAX;
+    *count = rt->batch;
     for (int i = 0; i < rt->nops; i++) {
-        if (rt->attrs[i].type == SW_OP_SOFTMAX && rt->ops[i].out_rank == 2 && rt->ops[i].shape[1] < classes) {
-            classes = rt->ops[i].shape[1];
+        const sw_rt_op *o = &rt->ops[i];
+        if (rt->attrs[i].type == SW_OP_SOFTMAX && o->out_rank >= 2) {
+            found = found < 0 ? i : found;
+            *classes = o->shape[o->out_rank - 1] < *classes ? o->shape[o->out_rank - 1] : *classes;
         }
     }
-    return classes;
+    if (found >= 0) {
+        *count = 1;
+        for (int d = 0; d + 1 < rt->ops[found].out_rank; d++) {
+            *count *= rt->ops[found].shape[d];
+        }
+    }
+    return found;
 }
 
-/* N integer labels in 0..classes-1, as int32 (PyMem_Malloc'd into *out). */
+/* The labels in 0..classes-1 as int32 (PyMem_Malloc'd into *out): an integer array of the
+ * loss op's shape without its classes ((N) for (N, C) logits, (N, T) for (N, T, C)). */
 static int parse_labels(const sw_runtime *rt, PyObject *labels, int32_t **out) {
-    if (!PyArray_Check(labels) || !PyArray_ISINTEGER((PyArrayObject *)labels) ||
-        PyArray_NDIM((PyArrayObject *)labels) != 1 || PyArray_DIM((PyArrayObject *)labels, 0) != rt->batch) {
-        PyErr_Format(PyExc_ValueError, "labels must be a 1-D integer array of %lld entries", (long long)rt->batch);
+    int64_t count, classes;
+    int loss = loss_labels(rt, &count, &classes);
+    int rank = loss >= 0 ? rt->ops[loss].out_rank - 1 : 1;
+    int ok = PyArray_Check(labels) && PyArray_ISINTEGER((PyArrayObject *)labels) &&
+             PyArray_NDIM((PyArrayObject *)labels) == rank;
+    for (int d = 0; ok && d < rank; d++) {
+        ok = PyArray_DIM((PyArrayObject *)labels, d) == (loss >= 0 ? rt->ops[loss].shape[d] : rt->batch);
+    }
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "labels must be a %d-D integer array of %lld entries (the loss's shape "
+                     "without its classes)", rank, (long long)count);
         return -1;
     }
     /* int64 holds every integer dtype's values except uint64's top half, which wraps negative
      * and is refused below like any other label out of range */
-    PyArrayObject *wide = (PyArrayObject *)PyArray_FROMANY(labels, NPY_INT64, 1, 1, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    PyArrayObject *wide = (PyArrayObject *)PyArray_FROMANY(labels, NPY_INT64, rank, rank,
+                                                           NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
     if (!wide) {
         return -1;
     }
-    const int64_t classes = label_classes(rt), *v = PyArray_DATA(wide);
-    *out = PyMem_Malloc((size_t)rt->batch * sizeof **out);
+    const int64_t *v = PyArray_DATA(wide);
+    *out = PyMem_Malloc((size_t)count * sizeof **out);
     int bad = !*out;
-    for (int64_t n = 0; !bad && n < rt->batch; n++) {
+    for (int64_t n = 0; !bad && n < count; n++) {
         bad = v[n] < 0 || v[n] >= classes;
         (*out)[n] = (int32_t)v[n];
     }
