@@ -46,6 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import reference_activations as _act
+from . import reference_seq as _seq
 from .reference_activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
                                     sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
 from .reference_optim import adam_step
@@ -316,17 +317,19 @@ def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.nda
 
 def linear_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, bias: bool = True
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """dx = dy @ w (N, I), dw = dy.T @ x (O, I), db = sum_n dy (O,) or None."""
-    return dy @ w, dy.T @ x, (dy.sum(axis=0) if bias else None)
+    """dx = dy @ w (N, I), dw = dy.T @ x (O, I), db = sum_n dy (O,) or None; (N, T, I) inputs
+    flatten their leading dimensions into rows."""
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+    return dy @ w, dy2.T @ x2, (dy2.sum(axis=0) if bias else None)
 
 
 # ----------------------------------------------------------------------------------------------
 # softmax and cross-entropy
 # ----------------------------------------------------------------------------------------------
 def softmax_forward(x: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of (N, C) over axis 1; the row max is subtracted first."""
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    """Row-wise softmax of (N, C) (or (N, T, C)) over the last axis; the row max is subtracted first."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def softmax_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
@@ -456,8 +459,15 @@ def _check_inputs(graph: Any, x: Any) -> dict[str, np.ndarray]:
         raise ValueError(f"graph {graph.name!r} has {len(inputs)} input ops; pass a dict "
                          f"{{input name: array}} for {[op.name for op in inputs]}")
     out: dict[str, np.ndarray] = {}
+    ids: dict[str, np.ndarray] = {}
     for op in inputs:
         a = np.asarray(given[op.name])
+        if op.attrs.get("dtype") == "int64":   # token ids: any integer dtype, kept apart from the float inputs
+            if a.dtype.kind not in "iu" or a.ndim != len(op.shape) or a.shape[1:] != tuple(op.shape[1:]):
+                raise TypeError(f"input {op.name!r} must be integer ids of shape (N, "
+                                f"{', '.join(map(str, op.shape[1:]))}), got {a.dtype} {a.shape}")
+            ids[op.name] = a.astype(np.int64)
+            continue
         if a.dtype not in (np.float32, np.float64):
             raise TypeError(f"input {op.name!r} must be float32 or float64, got {a.dtype}")
         want = op.shape
@@ -465,18 +475,24 @@ def _check_inputs(graph: Any, x: Any) -> dict[str, np.ndarray]:
             raise ValueError(f"input {op.name!r} must have shape (N, {', '.join(map(str, want[1:]))}), "
                              f"got {a.shape}")
         out[op.name] = a
-    first = next(iter(out.values()))
-    if any(a.dtype != first.dtype or a.shape[0] != first.shape[0] for a in out.values()):
+    first = next(iter(out.values()), None)
+    if first is not None and any(a.dtype != first.dtype or a.shape[0] != first.shape[0] for a in out.values()):
         raise ValueError("all inputs must share one dtype and one batch size, got "
                          + ", ".join(f"{k}: {a.dtype} {a.shape}" for k, a in out.items()))
-    return out
+    return {**out, **ids}
+
+
+def _dtype(graph: Any, xs: Mapping[str, np.ndarray]) -> np.dtype:
+    """The computation's dtype: the float inputs' (float32 when every input is token ids)."""
+    floats = [a.dtype for a in xs.values() if a.dtype.kind == "f"]
+    return floats[0] if floats else np.dtype(np.float32)
 
 
 def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
              ) -> tuple[dict[str, np.ndarray], dict[str, tuple]]:
     """Run the graph; returns the activations and, per batchnorm op, (mean, invstd)."""
     xs = _check_inputs(graph, x)
-    dtype = next(iter(xs.values())).dtype
+    dtype = _dtype(graph, xs)
     acts: dict[str, np.ndarray] = {}
     saved: dict[str, tuple] = {}
     for op in graph.ops:
@@ -487,7 +503,9 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
         elif op.kind == "parameter":
             y = _param(params, f"{op.name}.weight", dtype)      # the weight itself, any shape
         elif op.kind == "matmul":
-            y = matmul_forward(ins[0], ins[1])
+            y = _seq.matmul_forward(ins[0], ins[1], a.get("transpose_a", False), a.get("transpose_b", False))
+        elif op.kind in _seq.SEQ_KINDS:
+            y = _seq.op_forward(op, ins, params, dtype)
         elif op.kind == "lstm_cell":
             y = lstm_cell_forward(*ins)
         elif op.kind == "lstm_hidden":
@@ -501,7 +519,7 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
         elif op.kind == "relu":
             y = relu_forward(ins[0])
         elif op.kind == "add":
-            y = add_forward(ins[0], ins[1])
+            y = ins[0] + ins[1]   # the second may be broadcast over the first's leading dimensions
         elif op.kind == "batchnorm2d":
             y, mean, invstd = batchnorm2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype),
                                                   _param(params, f"{op.name}.bias", dtype))
@@ -545,7 +563,7 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
     ``x`` is as for :func:`forward`; inputs get no gradient.
     """
     acts, saved = _forward(graph, params, x)
-    dtype = next(acts[op.name] for op in graph.ops if op.kind == "input").dtype
+    dtype = _dtype(graph, {op.name: acts[op.name] for op in graph.ops if op.kind == "input"})
     names = {op.index: op.name for op in graph.ops}
     loss = 0.0
     grads = {k: np.zeros(np.shape(v), dtype=dtype) for k, v in params.items()}
@@ -564,8 +582,12 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
         dy = dacts.pop(op.name, None)
         if op.kind == "softmax":
             # The loss term of this softmax, plus whatever its consumers sent back (normally nothing).
-            loss += cross_entropy(y, labels)
-            dx = softmax_cross_entropy_backward(y, labels)
+            if y.ndim > 2:   # (N, T, C) logits: the mean over every (N, T) label
+                loss += _seq.sequence_cross_entropy(y, labels)
+                dx = _seq.sequence_cross_entropy_backward(y, labels)
+            else:
+                loss += cross_entropy(y, labels)
+                dx = softmax_cross_entropy_backward(y, labels)
             if dy is not None:
                 dx = dx + softmax_backward(y, dy)
             send(op.inputs[0], dx)
@@ -590,9 +612,16 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
         elif op.kind in _act.ACTIVATION_KINDS:
             send(op.inputs[0], _act.activation_backward(op.kind, ins[0], y, dy, a))
         elif op.kind == "add":
-            da, db_ = add_backward(dy)
+            da, db_ = _seq.add_backward(dy, ins[1].shape)
             send(op.inputs[0], da)
             send(op.inputs[1], db_)
+        elif op.kind in _seq.SEQ_KINDS:
+            dins, pgrads = _seq.op_backward(op, ins, y, dy, params, dtype)
+            for src, g in zip(op.inputs, dins):
+                if g is not None:
+                    send(src, g)
+            for k, g in pgrads.items():
+                grad_param(k, g)
         elif op.kind == "batchnorm2d":
             mean, invstd = saved[op.name]
             dx, dgamma, dbeta = batchnorm2d_backward(ins[0], _param(params, f"{op.name}.weight", dtype),
@@ -615,7 +644,8 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
         elif op.kind == "parameter":
             grad_param(f"{op.name}.weight", dy)   # the sum over all its readers, gathered by send()
         elif op.kind == "matmul":
-            for src, g in zip(op.inputs, matmul_backward(ins[0], ins[1], dy)):
+            for src, g in zip(op.inputs, _seq.matmul_backward(ins[0], ins[1], dy, a.get("transpose_a", False),
+                                                              a.get("transpose_b", False))):
                 send(src, g)
         elif op.kind in ("lstm_cell", "lstm_hidden"):
             back = lstm_cell_backward if op.kind == "lstm_cell" else lstm_hidden_backward
