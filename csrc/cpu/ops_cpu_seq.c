@@ -17,7 +17,9 @@ sw_status sw_view_rows(const sw_view *v, int keep, const sw_view *ref, sw_view *
     }
     for (int d = 0; ref && d < lead; d++) {
         if (d >= ref->rank || ref->lo[d] != v->lo[d] || ref->shape[d] != v->shape[d]) {
-            return SW_FAIL(SW_ERR_INTERNAL, "views of one task hold different rows (dimension %d)", d);
+            return SW_FAIL(SW_ERR_INTERNAL, "views of one task hold different rows (dimension %d: [%lld, +%lld) and "
+                           "[%lld, +%lld))", d, (long long)v->lo[d], (long long)v->shape[d],
+                           d < ref->rank ? (long long)ref->lo[d] : -1LL, d < ref->rank ? (long long)ref->shape[d] : -1LL);
         }
     }
     int64_t rows = 1;
