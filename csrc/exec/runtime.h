@@ -62,7 +62,7 @@ typedef enum {
 /* One step's inputs from the caller (host memory). */
 typedef struct {
     const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
-    const int32_t *labels;       /* the minibatch's labels (N) */
+    const int32_t *labels;       /* the loss's labels: (N), or (N, T) row-major for (N, T, C) logits */
     sw_optimizer opt;            /* the update tasks' optimizer and its values for this step */
     int bn_mode;                 /* sw_bn_mode */
 } sw_step_args;

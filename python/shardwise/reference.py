@@ -49,7 +49,9 @@ from . import reference_activations as _act
 from . import reference_seq as _seq
 from .reference_activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
                                     sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
-from .reference_optim import adam_step
+from .reference_inputs import check_inputs as _check_inputs, compute_dtype as _dtype
+from .reference_optim import adam_step, sgd_step
+from .reference_seq import matmul_backward, matmul_forward
 
 __all__ = [
     "conv2d_forward", "conv2d_backward", "pool2d_forward", "pool2d_backward",
@@ -372,19 +374,8 @@ def softmax_cross_entropy_backward(p: np.ndarray, labels: np.ndarray) -> np.ndar
 
 
 # ----------------------------------------------------------------------------------------------
-# matmul and the LSTM element-wise ops
+# the LSTM element-wise ops (matmul, batched and with transposes: reference_seq)
 # ----------------------------------------------------------------------------------------------
-def matmul_forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """y = a @ b: a (M, K), b (K, N) -> y (M, N)."""
-    assert a.ndim == b.ndim == 2 and a.shape[1] == b.shape[0], f"matmul: {a.shape} @ {b.shape}"
-    return a @ b
-
-
-def matmul_backward(a: np.ndarray, b: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """da = dy @ b.T (M, K), db = a.T @ dy (K, N), from dy (M, N)."""
-    return dy @ b.T, a.T @ dy
-
-
 def lstm_cell_forward(i: np.ndarray, f: np.ndarray, g: np.ndarray, c_prev: np.ndarray) -> np.ndarray:
     """c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g), all (B, H)."""
     assert i.shape == f.shape == g.shape == c_prev.shape, "lstm_cell: input shapes differ"
@@ -433,59 +424,6 @@ def _has_bias(op: Any) -> bool:
 
 def _fused_relu(op: Any) -> bool:
     return op.attrs.get("activation") == "relu"
-
-
-def _check_inputs(graph: Any, x: Any) -> dict[str, np.ndarray]:
-    """The graph's inputs as {input op name: array}, checked.
-
-    ``x`` is one array for a graph with a single input op, or a mapping from
-    every input op's name to its array (any number of inputs).  All arrays share
-    one dtype (float32 or float64) and one batch size N, which may differ from
-    the graph's; their other dimensions are the graph's.
-    """
-    inputs = [op for op in graph.ops if op.kind == "input"]
-    if not inputs:
-        raise ValueError(f"graph {graph.name!r} has no input op")
-    if isinstance(x, Mapping):
-        names = [op.name for op in inputs]
-        missing = [n for n in names if n not in x]
-        extra = sorted(set(x) - set(names), key=str)
-        if missing or extra:
-            raise ValueError(f"graph {graph.name!r} has inputs {names}; missing {missing}, unknown {extra}")
-        given = dict(x)
-    elif len(inputs) == 1:
-        given = {inputs[0].name: x}
-    else:
-        raise ValueError(f"graph {graph.name!r} has {len(inputs)} input ops; pass a dict "
-                         f"{{input name: array}} for {[op.name for op in inputs]}")
-    out: dict[str, np.ndarray] = {}
-    ids: dict[str, np.ndarray] = {}
-    for op in inputs:
-        a = np.asarray(given[op.name])
-        if op.attrs.get("dtype") == "int64":   # token ids: any integer dtype, kept apart from the float inputs
-            if a.dtype.kind not in "iu" or a.ndim != len(op.shape) or a.shape[1:] != tuple(op.shape[1:]):
-                raise TypeError(f"input {op.name!r} must be integer ids of shape (N, "
-                                f"{', '.join(map(str, op.shape[1:]))}), got {a.dtype} {a.shape}")
-            ids[op.name] = a.astype(np.int64)
-            continue
-        if a.dtype not in (np.float32, np.float64):
-            raise TypeError(f"input {op.name!r} must be float32 or float64, got {a.dtype}")
-        want = op.shape
-        if a.ndim != len(want) or a.shape[1:] != tuple(want[1:]):
-            raise ValueError(f"input {op.name!r} must have shape (N, {', '.join(map(str, want[1:]))}), "
-                             f"got {a.shape}")
-        out[op.name] = a
-    first = next(iter(out.values()), None)
-    if first is not None and any(a.dtype != first.dtype or a.shape[0] != first.shape[0] for a in out.values()):
-        raise ValueError("all inputs must share one dtype and one batch size, got "
-                         + ", ".join(f"{k}: {a.dtype} {a.shape}" for k, a in out.items()))
-    return {**out, **ids}
-
-
-def _dtype(graph: Any, xs: Mapping[str, np.ndarray]) -> np.dtype:
-    """The computation's dtype: the float inputs' (float32 when every input is token ids)."""
-    floats = [a.dtype for a in xs.values() if a.dtype.kind == "f"]
-    return floats[0] if floats else np.dtype(np.float32)
 
 
 def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
@@ -655,34 +593,3 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
             raise NotImplementedError(f"reference: no backward for op kind {op.kind!r} (op {op.name!r})")
     grads = {k: np.asarray(g, dtype=np.asarray(params[k]).dtype) for k, g in grads.items()}
     return loss, grads
-
-
-def sgd_step(params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
-             momentum_buffers: dict[str, np.ndarray], lr: float, momentum: float = 0.0,
-             weight_decay: float = 0.0, dampening: float = 0.0, nesterov: bool = False) -> None:
-    """One step of ``torch.optim.SGD``, in place on ``params`` (and ``momentum_buffers``).
-
-    For each parameter p with gradient g:
-        g = g + weight_decay * p
-        if momentum: buf = g (first step) else momentum * buf + (1 - dampening) * g
-                     g = g + momentum * buf if nesterov else buf
-        p -= lr * g
-    ``momentum_buffers`` starts empty and is filled on first use, exactly as
-    PyTorch's optimizer state (so the first step ignores ``dampening``).
-    """
-    if nesterov and (momentum <= 0 or dampening != 0):
-        raise ValueError("Nesterov momentum requires a momentum and zero dampening (as torch.optim.SGD)")
-    for name, p in params.items():
-        g = np.asarray(grads[name], dtype=p.dtype)
-        if weight_decay != 0:
-            g = g + p.dtype.type(weight_decay) * p
-        if momentum != 0:
-            buf = momentum_buffers.get(name)
-            if buf is None:
-                buf = g.copy()
-                momentum_buffers[name] = buf
-            else:
-                buf *= p.dtype.type(momentum)
-                buf += p.dtype.type(1 - dampening) * g
-            g = g + p.dtype.type(momentum) * buf if nesterov else buf
-        p -= p.dtype.type(lr) * g
