@@ -147,3 +147,35 @@ def test_bad_token_ids_and_labels_raise_before_any_step():
     assert t.steps == 0
     for k, v in before.items():
         np.testing.assert_array_equal(t.get_weights()[k], v)
+
+
+def test_runtime_refuses_bad_sequence_attributes_ids_and_labels():
+    """The C runtime checks what the Trainer checks (a caller may reach it directly)."""
+    from shardwise import _core
+    from shardwise.lower import plan_arrays
+    from shardwise.problem import make_problem
+    from shardwise.runtime import op_attrs
+
+    g = sw.models.gpt_tiny(batch=N)
+    plan = plans(g)["data"]
+    args = (make_problem(g, plan.devices, plan.options), *plan_arrays(plan))
+    attrs = op_attrs(g)
+    probs, ln = g["h.0.attn.probs"].index, g["h.0.ln_1"].index
+    for row, col, value, message in ((probs, 3, 4, "softmax_dim's dim"), (ln, 10, 0, "eps"),
+                                     (0, 11, -1, "id bound"), (0, 11, 2**24 + 1, "id bound")):
+        bad = attrs.copy()
+        bad[row, col] = value
+        with pytest.raises(ValueError, match=message):
+            _core.Runtime(*args, bad, 2)
+    rt = _core.Runtime(*args, attrs, 2)
+    ids, labels = data()
+    rest = [None] * (len(g.ops) - 1)
+    with pytest.raises(ValueError, match=r"token id 64 is out of range \[0, 64\)"):
+        rt.forward([np.where(ids == ids[0, 0], V, ids)] + rest, labels)
+    with pytest.raises(ValueError, match="integer"):
+        rt.forward([ids.astype(np.float32)] + rest, labels)
+    with pytest.raises(ValueError, match="2-D integer array of 32 entries"):
+        rt.forward([ids] + rest, labels.reshape(-1))
+    with pytest.raises(ValueError, match="labels must lie in 0..63"):
+        rt.forward([ids] + rest, labels - 1)
+    assert rt.forward([ids] + rest, labels) > 0
