@@ -159,7 +159,7 @@ class SequenceBuilders:
             raise ShapeError(f"attention expects q and k of one shape (.., T, Dh) and v (.., T, Dv), got "
                              f"{q.shape}, {k.shape}, {v.shape}")
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        base = name or "attention"
-        scores = self.matmul(q, k, transpose_b=True, name=f"{base}.scores" if name else None)  # type: ignore[attr-defined]
-        probs = self.softmax_dim(scores, -1, scale, causal, name=f"{base}.probs" if name else None)
+        scores = self.matmul(q, k, transpose_b=True,  # type: ignore[attr-defined]
+                             name=f"{name}.scores" if name else None)
+        probs = self.softmax_dim(scores, -1, scale, causal, name=f"{name}.probs" if name else None)
         return self.matmul(probs, v, name=name)  # type: ignore[attr-defined]
