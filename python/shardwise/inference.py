@@ -127,7 +127,7 @@ def accuracy(t: "Trainer", images: "Batch", labels: np.ndarray) -> float:
     labels = np.asarray(labels)
     want = (count,) + tuple(t.loss_ops[-1].shape[1:-1])
     if labels.shape != want or count == 0:
-        raise ShapeError(f"need labels of shape {want} (one per sample{' and position' if len(want) > 1 else ''}, "
-                         f"at least one sample), got {labels.shape}")
+        raise ShapeError(f"need as many labels as samples (and at least one): labels of shape {want}, one per "
+                         f"sample{' and position' if len(want) > 1 else ''}, got {labels.shape}")
     pred = probabilities(t, images, "evaluate", multiple=True).argmax(axis=-1)
     return int((pred == labels).sum()) / labels.size
