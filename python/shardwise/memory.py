@@ -19,6 +19,7 @@ the task graph alone (:meth:`MemoryPlan.validate`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,7 @@ class MemoryPlan:
     devices: dict[int, DeviceMemory]
     align: int
     arrays: dict[str, np.ndarray] = field(repr=False)
+    schedule: Any = field(default=None, repr=False)   # the Schedule whose streams the tasks run on (None: fifo)
 
     @property
     def peak_bytes(self) -> int:
@@ -78,7 +80,7 @@ class MemoryPlan:
         bytes are touched by tasks all ordered one buffer's before the other's; raises ValueError."""
         a = self.arrays
         _problem(self.plan).check_memory_plan(*plan_arrays(self.plan), a["offset"], a["arena"], a["reuse_from"],
-                                              a["reuse_to"], self.align)
+                                              a["reuse_to"], self.align, _streams(self.plan, self.schedule))
 
     def summary(self) -> str:
         rows = [f"memory plan of {self.plan.name!r} ({len(self.devices)} devices, {self.align}-byte alignment):",
@@ -97,17 +99,33 @@ def _problem(plan: Plan):
     return make_problem(plan.graph, plan.devices, plan.options)
 
 
-def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False) -> MemoryPlan:
+def _streams(plan: Plan, schedule: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The streams argument of the core's bindings for a Schedule of ``plan`` (None: one per device)."""
+    if schedule is None:
+        return None
+    from .schedule import Schedule
+
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule (sw.schedule(plan)) or None, got {type(schedule).__name__}")
+    schedule.check(plan)
+    return schedule.stream_arrays()
+
+
+def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False, schedule: Any = None) -> MemoryPlan:
     """The planned memory of one training iteration of ``plan`` on each of its devices.
 
     ``align``: every buffer's offset is a multiple of it (a power of two, in bytes).
-    ``check``: also prove the offsets safe (:meth:`MemoryPlan.validate`; slower on large plans)."""
+    ``check``: also prove the offsets safe (:meth:`MemoryPlan.validate`; slower on large plans).
+    ``schedule``: a :class:`~shardwise.schedule.Schedule` of ``plan`` whose streams the tasks
+    run on; with several streams on a device the reuse edges order every task of the bytes'
+    previous occupant, on whatever stream, before a buffer takes them over."""
     if isinstance(align, bool) or not isinstance(align, int) or align < 1 or align & (align - 1):
         raise ValueError(f"align must be a power of two (bytes), got {align!r}")
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
-    r = _problem(plan).memory_plan(*plan_arrays(plan), align=align, check=check)
+    streams = _streams(plan, schedule)
+    r = _problem(plan).memory_plan(*plan_arrays(plan), align=align, check=check, streams=streams)
     kinds = _core.BUFFER_KINDS
     ndev = len(plan.devices)
     devices = {}
@@ -119,4 +137,4 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False)
             activations_kept=int(r["kept"][d]), staging=at_peak.get("region", 0) + at_peak.get("recv", 0),
             gradients=sum(at_peak.get(k, 0) for k in ("grad", "partial_grad", "param_grad", "grad_pre")),
             at_peak=at_peak)
-    return MemoryPlan(plan, devices, align, r)
+    return MemoryPlan(plan, devices, align, r, schedule)

@@ -4,10 +4,11 @@
     loss = ex.run(images, labels, optimizer=sw.SGD(lr=0.1))     # one call into C per step
     ex.persistent[b]                          # parameter and momentum buffers: views into the arenas
 
-The runtime (csrc/exec/executor.c) runs every device's tasks on its stream in
-program order, on the CPU backend (csrc/cpu/backend_cpu.c): worker threads, one
-per device but no more than the cores the device graph says its CPU workers
-share.  The GIL is released once for the whole step; nothing is allocated
+The runtime (csrc/exec/executor.c) runs every task on its stream in program
+order (one stream per device, or a schedule's prioritized streams), on the CPU
+backend (csrc/cpu/backend_cpu.c): worker threads, one per device but no more
+than the cores the device graph says its CPU workers share, each taking the
+most urgent of its streams whose next task may start.  The GIL is released once for the whole step; nothing is allocated
 during a step (buffers live at planned offsets in one arena per device).
 :class:`~shardwise.train.Trainer` is the user-facing API.
 """
@@ -20,6 +21,7 @@ import numpy as np
 from . import _core
 from .graph import Graph, Op
 from .lower import TaskGraph, plan_arrays
+from .memory import _streams
 from .plan import Plan
 from .problem import make_problem
 
@@ -72,10 +74,12 @@ class NativeExecutor:
     """Runs the task graph of ``plan`` on the native runtime; parameters and momentum persist."""
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
-                 reuse: bool = True) -> None:
+                 reuse: bool = True, schedule: Any = None) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
-        buffers share arena memory by lifetime (False: each keeps its own bytes)."""
+        buffers share arena memory by lifetime (False: each keeps its own bytes); ``schedule``:
+        a :class:`~shardwise.schedule.Schedule` of ``plan`` whose prioritized streams the tasks
+        run on (None: one stream per device, program order)."""
         self.graph = graph
         self.tg = tg
         devices = plan.devices
@@ -83,7 +87,8 @@ class NativeExecutor:
             threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
         problem = make_problem(graph, devices, plan.options)
         self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
-                                 reuse=reuse)
+                                 reuse=reuse, streams=_streams(plan, schedule))
+        self.schedule = schedule
         self.threads = threads
         self.persistent: dict[int, np.ndarray] = {b.id: self._rt.buffer(b.id) for b in tg.buffers
                                                   if b.kind in ("param", "momentum")}

@@ -17,7 +17,9 @@ every task gets its layer path's priority (``-rank``: 0 on the critical path)
 less ``alpha`` for a weight's gradient (dW) or ``beta`` for a bias's (dB) and
 what follows them; a device gets one stream per distinct priority of its tasks.
 docs/scheduling.md describes how it maps onto the task graph and how the
-simulator and the backends will read it.  Higher priorities run first.
+runtime reads it (``sw.Trainer(g, plan, schedule=...)``: every task on its
+stream, the CPU backend taking the most urgent ready stream first).  Higher
+priorities run first.
 """
 from __future__ import annotations
 
@@ -133,6 +135,12 @@ class Schedule:
         if differ:
             raise ConfigError(f"the schedule was made for plan {self.plan.name!r}, whose configurations of "
                               f"{differ[:3]} differ from plan {plan.name!r}'s")
+
+    def stream_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(stream per task, device per stream, priority per stream) as int32 arrays: what the
+        runtime, its order and its memory plan take (``streams=`` of the core's bindings)."""
+        a = self.arrays
+        return tuple(np.ascontiguousarray(a[k], np.int32) for k in ("stream", "stream_device", "stream_priority"))
 
     def summary(self) -> str:
         """Blocks, paths and streams in a few lines."""

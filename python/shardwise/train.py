@@ -38,6 +38,7 @@ from . import _core
 
 if TYPE_CHECKING:
     from .memory import MemoryPlan
+    from .schedule import Schedule
 
 
 # Op kinds the CPU backend has kernels for (the op table, csrc/ops.def).
@@ -101,6 +102,19 @@ def _plan_fingerprint(plan: Plan) -> str:
     return hashlib.sha256(json.dumps([plan.devices.fingerprint(), rows]).encode()).hexdigest()[:16]
 
 
+def _schedule_of(plan: Plan, schedule: object) -> "Schedule | None":
+    """The Schedule a Trainer runs ``plan`` on (None for "fifo": one stream per device)."""
+    from .schedule import POLICIES, Schedule, schedule as make_schedule
+
+    if isinstance(schedule, Schedule):
+        schedule.check(plan)
+        return schedule
+    if isinstance(schedule, str) and schedule in POLICIES:
+        return None if schedule == "fifo" else make_schedule(plan, policy=schedule)
+    raise ConfigError(f"schedule must be one of {', '.join(map(repr, POLICIES))} or a Schedule "
+                      f"(sw.schedule(plan)), got {schedule!r}")
+
+
 class Trainer:
     """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory).
 
@@ -109,10 +123,16 @@ class Trainer:
     :meth:`evaluate`), :meth:`save_checkpoint` or :meth:`load_checkpoint` while another
     thread is inside one of them raises :class:`TrainerInUseError` at once and changes
     nothing; it neither waits nor computes a wrong result.  Use one Trainer per thread.
+
+    ``schedule``: "fifo" (the default: one stream per device, tasks in program order),
+    "critical_path" (``sw.schedule(plan)``: TurboDL's prioritized streams, the CPU backend
+    taking the most urgent ready task first), or a :class:`~shardwise.schedule.Schedule` of
+    this plan.  Weights and gradients are bitwise the same under every schedule; fifo stays
+    the default until critical_path is measured to help on the CPU (docs/scheduling.md).
     """
 
     def __init__(self, graph: Graph, plan: Plan, optimizer: SGD | None = None, backend: str = "cpu",
-                 seed: int = 0) -> None:
+                 seed: int = 0, schedule: "str | Schedule" = "fifo") -> None:
         if not isinstance(plan, Plan):
             raise ConfigError(f"Trainer needs a Plan, got {type(plan).__name__}")
         if plan.graph is not graph and plan.graph.fingerprint() != graph.fingerprint():
@@ -141,7 +161,8 @@ class Trainer:
         self.batch = inputs[0].shape[0]
         self.loss_ops = losses
         self.task_graph = lower(plan)
-        self.executor = NativeExecutor(graph, plan, self.task_graph)
+        self.schedule = _schedule_of(plan, schedule)   # None: fifo
+        self.executor = NativeExecutor(graph, plan, self.task_graph, schedule=self.schedule)
         self.set_weights(init_params(graph, seed))
 
     @property
@@ -470,7 +491,7 @@ class Trainer:
         if mp is None:
             from .memory import memory_plan
 
-            mp = self._memory_plan = memory_plan(self.plan)
+            mp = self._memory_plan = memory_plan(self.plan, schedule=self.schedule)
         return mp
 
     def planned_memory_per_worker(self) -> dict[int, int]:
