@@ -627,9 +627,9 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
 /* ---------------------------------------------------------------- simulating a plan */
 /* The machine a task graph runs on, as resource ids: device d is resource d;
  * with cores > 0 (CPU workers sharing this machine's cores: the CPU backend's
- * threads), compute also holds core (d mod cores) = resource ndev + core, and
- * the tasks of one core run one after another in program order (thread
- * d mod cores runs device d's stream); a transfer a -> b holds
+ * threads), compute also holds core (d mod cores) = resource ndev + core, so
+ * the tasks of one core run one at a time (thread d mod cores runs device d's
+ * streams, the most urgent ready task first); a transfer a -> b holds
  * route_res[route_ptr[a*ndev+b] .. route_ptr[a*ndev+b+1]) (links or network
  * adapters, ids chosen by the caller) and, with cores > 0, b's core. */
 typedef struct {
@@ -648,10 +648,18 @@ typedef struct {
 
 /* Replay g as the runtime runs it: every task after what it runs after there (the order from
  * sw_task_order_build over the runtime's memory plan: stream program order, dependencies,
- * reuse edges), with `durations` (from sw_task_durations) on machine m; the result's arrays are
- * allocated here and freed with sw_sim_result_free. */
+ * reuse edges), with `durations` (from sw_task_durations) on machine m; ready tasks waiting
+ * for a resource start lowest id first.  The result's arrays are allocated here and freed
+ * with sw_sim_result_free. */
 sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                             const double *durations, const sw_machine *m, sw_sim_result *r);
+/* The same for tasks on streams `st` (the streams o was built for; NULL: one per device):
+ * wherever ready tasks wait for one resource, the one of the higher stream priority starts
+ * first, then the lower id, as the CPU backend's threads choose.  A device still runs one
+ * task at a time: kernels of several streams sharing a device's compute are not modelled. */
+sw_status sw_simulate_graph_on(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
+                               const sw_streams *st, const double *durations, const sw_machine *m,
+                               sw_sim_result *r);
 void sw_sim_result_free(sw_sim_result *r);
 
 /* ---------------------------------------------------------------- simulation */

@@ -226,7 +226,7 @@ def test_streams_that_do_not_fit_the_plan_are_refused():
 # --------------------------------------------------------------------------- the CPU backend
 def replay_priority_rule(order: list[set[int]], stream: list[int], priority: list[int]) -> list[int]:
     """One thread running every stream: repeatedly the most urgent stream (priority, then the
-    lowest id) whose next task has everything it runs after done."""
+    task first in program order) whose next task has everything it runs after done."""
     queues: dict[int, list[int]] = {}
     for t, s in enumerate(stream):
         queues.setdefault(s, []).append(t)
@@ -236,7 +236,7 @@ def replay_priority_rule(order: list[set[int]], stream: list[int], priority: lis
     while len(out) < len(stream):
         ready = [s for s, q in queues.items() if heads[s] < len(q) and order[q[heads[s]]] <= done]
         assert ready, "the rule never gets stuck: the lowest unfinished task is ready"
-        s = min(ready, key=lambda k: (-priority[k], k))
+        s = min(ready, key=lambda k: (-priority[k], queues[k][heads[k]]))
         t = queues[s][heads[s]]
         heads[s] += 1
         done.add(t)
@@ -337,3 +337,59 @@ def test_trainer_takes_a_policy_or_a_schedule_of_its_plan():
     x, y = _batch(g, 2)
     a, b = Trainer(g, plan, schedule="fifo"), Trainer(g, plan, schedule=s)
     assert [a.step(x, y) for _ in range(2)] == [b.step(x, y) for _ in range(2)]
+
+
+# --------------------------------------------------------------------------- the simulator (point 5, in part)
+def test_simulating_fifo_is_simulating_without_a_schedule():
+    g = mixed_graph()
+    plan = random_plan(g, sw.DeviceGraph.cpu(3), np.random.default_rng(3), reductions=True)
+    base = [(e.start, e.end) for e in sw.simulate(plan).events]
+    for schedule in ("fifo", sw.schedule(plan, policy="fifo")):
+        assert [(e.start, e.end) for e in sw.simulate(plan, schedule=schedule).events] == base
+
+
+@pytest.mark.parametrize("case", ["cpu3", "cpu4 on 2 cores", "p100_1x4", "k80_2x2"])
+def test_critical_path_simulation_is_the_oracles_event_loop_with_priorities(case):
+    """The C replay under a schedule equals tests/sim_oracle.py's event loop fed the runtime's
+    multi-stream order and ranking every line by (-stream priority, task id)."""
+    import sim_oracle
+    from strategies_random import device_graph_cases
+
+    if case == "cpu4 on 2 cores":
+        d = sw.DeviceGraph.cpu(4)
+        d.shared_cores = 2
+    else:
+        d = device_graph_cases()[case]
+    rng = np.random.default_rng(len(case))
+    for g in (mixed_graph(), sw.models.get("resnet18_small", batch=8)):
+        for plan in (random_plan(g, d, rng, reductions=True), sw.strategies.model_parallel(g, d)):
+            schedule = sw.schedule(plan)
+            order = [tuple(sorted(s)) for s in order_of(plan, schedule)]
+            priority = schedule.arrays["stream_priority"]
+            rank = [(-int(priority[p.stream]), p.task) for p in schedule.priorities]
+            want = sim_oracle.replay(plan, order=order, rank=rank)
+            got = sw.simulate(plan, schedule=schedule, check_memory=False)
+            assert got.iteration_time == pytest.approx(want.iteration_time, rel=1e-12, abs=1e-18)
+            for e in got.events:
+                assert e.start == pytest.approx(want.start[e.task], rel=1e-12, abs=1e-18), e
+
+
+def test_the_simulator_predicts_the_task_sequence_one_thread_runs():
+    """Two devices on one core: the runtime's thread and the simulator follow one rule (the most
+    urgent ready task), so the simulated sequence of the thread's tasks is the measured one."""
+    g = sw.models.get("resnet18_small", batch=4)
+    d = sw.DeviceGraph.cpu(2)
+    d.shared_cores = 1
+    plan = sw.strategies.model_parallel(g, d)
+    schedule = sw.schedule(plan)
+    t = Trainer(g, plan, optimizer=OPT, schedule=schedule)
+    assert t.executor.threads == 1
+    x, y = _batch(g, 0)
+    t.step(x, y)
+    ns, _, _ = t.executor.task_times()
+    sim = sw.simulate(plan, schedule=schedule, check_memory=False)
+    on_core = [e for e in sim.events if "core 0" in e.resources]
+    predicted = [e.task for e in sorted(on_core, key=lambda e: (e.start, e.task))]
+    measured = sorted((e.task for e in on_core), key=lambda i: ns[i, 0])
+    assert predicted == measured
+    assert predicted != sorted(predicted)

@@ -9,9 +9,12 @@
  *
  * A thread runs its streams as one scheduler: each stream in its recorded
  * order, and whenever it is free, the stream whose next command is a task that
- * may start (every wait before it satisfied) with the highest priority (ties:
- * the lowest stream id), so a ready dA on the critical path is always taken
- * before a ready dW.  Records right after a task are made at once (another
+ * may start (every wait before it satisfied) with the highest priority, so a
+ * ready dA on the critical path is always taken before a ready dW.  Among
+ * equal priorities (streams of different devices on one thread: a device has
+ * one stream per priority) the task first in program order goes first: under
+ * FIFO a thread keeps program order wherever it may, and the simulator's
+ * queues rank every task by one total order, (priority, task id).  Records right after a task are made at once (another
  * thread may wait for them).  Only when no stream of the thread can go on does
  * it wait, and then for any of its streams' awaited events, never for one
  * stream while another could progress: every edge of the order points to an
@@ -110,7 +113,7 @@ static void arena_free(sw_backend *b, int device, void *base) {
     free(base);
 }
 
-/* Does stream a run before stream b when both can: higher priority, then lower id. */
+/* Is stream a scanned before stream b: higher priority first, then lower id. */
 static int more_urgent(const cpu_backend *be, int a, int b) {
     int pa = be->streams[a].priority, pb = be->streams[b].priority;
     return pa != pb ? pa > pb : a < b;
@@ -285,8 +288,8 @@ static void jitter(worker *w) {
     }
 }
 
-/* The thread's streams for one step: always the most urgent stream whose next task may start;
- * a wait only when none can. */
+/* The thread's streams for one step: always the most urgent stream whose next task may start
+ * (equal priorities: the earlier task); a wait only when none can. */
 static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args *args) {
     cpu_backend *be = w->be;
     size_t before = w->scratch.bytes;
@@ -300,11 +303,16 @@ static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args 
             return;
         }
         int pick = -1, blocked = 0;
-        for (int k = 0; k < w->nstreams && pick < 0; k++) {   /* most urgent first */
+        int32_t first = 0;   /* the picked stream's task: among equal priorities, program order */
+        for (int k = 0; k < w->nstreams; k++) {   /* most urgent first */
+            if (pick >= 0 && be->streams[w->streams[k]].priority < be->streams[w->streams[pick]].priority) {
+                break;
+            }
             const command *c = advance(w, k, list, epoch);
-            if (c && c->op == CMD_RUN) {
+            if (c && c->op == CMD_RUN && (pick < 0 || c->id < first)) {
                 pick = k;
-            } else if (c) {
+                first = c->id;
+            } else if (c && c->op == CMD_WAIT) {
                 blocked = 1;
             }
         }

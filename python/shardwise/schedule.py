@@ -218,6 +218,19 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
                     blocks, dA, r)
 
 
+def as_schedule(plan: Plan, value: object, costs: object = None) -> Schedule | None:
+    """What a ``schedule=`` argument (of the Trainer, the simulator) means for ``plan``: None for
+    "fifo" (one stream per device, program order), ``schedule(plan, costs=costs)`` for
+    "critical_path", a Schedule itself once :meth:`Schedule.check` accepts it."""
+    if isinstance(value, Schedule):
+        value.check(plan)
+        return value
+    if isinstance(value, str) and value in POLICIES:
+        return None if value == "fifo" else schedule(plan, policy=value, costs=costs)
+    raise ConfigError(f"schedule must be one of {', '.join(map(repr, POLICIES))} or a Schedule "
+                      f"(sw.schedule(plan)), got {value!r}")
+
+
 def layer_paths(graph: Graph, dA: dict[str, float]) -> tuple[list[LayerBlock], list[LayerPath]]:
     """The path analysis alone, on given dA seconds per op (ops left out: 0): blocks and paths.
 

@@ -34,6 +34,7 @@ from .init import init_params
 from .lower import lower
 from .plan import Plan
 from .runtime import NativeExecutor
+from .schedule import as_schedule
 from . import _core
 
 if TYPE_CHECKING:
@@ -102,19 +103,6 @@ def _plan_fingerprint(plan: Plan) -> str:
     return hashlib.sha256(json.dumps([plan.devices.fingerprint(), rows]).encode()).hexdigest()[:16]
 
 
-def _schedule_of(plan: Plan, schedule: object) -> "Schedule | None":
-    """The Schedule a Trainer runs ``plan`` on (None for "fifo": one stream per device)."""
-    from .schedule import POLICIES, Schedule, schedule as make_schedule
-
-    if isinstance(schedule, Schedule):
-        schedule.check(plan)
-        return schedule
-    if isinstance(schedule, str) and schedule in POLICIES:
-        return None if schedule == "fifo" else make_schedule(plan, policy=schedule)
-    raise ConfigError(f"schedule must be one of {', '.join(map(repr, POLICIES))} or a Schedule "
-                      f"(sw.schedule(plan)), got {schedule!r}")
-
-
 class Trainer:
     """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory).
 
@@ -161,7 +149,7 @@ class Trainer:
         self.batch = inputs[0].shape[0]
         self.loss_ops = losses
         self.task_graph = lower(plan)
-        self.schedule = _schedule_of(plan, schedule)   # None: fifo
+        self.schedule = as_schedule(plan, schedule)   # None: fifo
         self.executor = NativeExecutor(graph, plan, self.task_graph, schedule=self.schedule)
         self.set_weights(init_params(graph, seed))
 
