@@ -8,7 +8,7 @@
  * dependencies, reuse edges of the memory plan, buffer hazards).  A step
  * is one call: the backend runs every stream's work and returns when all is
  * done.  Nothing is allocated during a step: buffers live at planned offsets in
- * the arenas, and kernels take their scratch from a per-stream workspace that
+ * the arenas, and kernels take their scratch from a per-thread workspace that
  * only grows (so only the first steps may grow it).
  *
  *   sw_runtime *rt;
@@ -53,7 +53,7 @@ typedef struct {
     sw_sgd sgd;
 } sw_step_args;
 
-/* A grow-only workspace of one stream: kernels borrow scratch from it within a task. */
+/* A grow-only workspace of one worker thread: kernels borrow scratch from it within a task. */
 typedef struct {
     void *data;
     size_t bytes;
@@ -83,7 +83,7 @@ typedef struct {
 
 typedef struct sw_runtime sw_runtime;
 
-/* Per task, what a kernel call gets: the runtime, the step's arguments, its stream's scratch. */
+/* Per task, what a kernel call gets: the runtime, the step's arguments, its thread's scratch. */
 typedef struct {
     const sw_runtime *rt;
     const sw_step_args *args;
