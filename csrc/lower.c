@@ -11,7 +11,8 @@
  *                               (copies from the producer's owners + a join,
  *                               or the producer's shard itself), then forward /
  *                               loss / load_input; batchnorm: bn_stats, stats
- *                               reduced among replicas, bn_apply; a split
+ *                               reduced among replicas, bn_apply (which updates
+ *                               the worker's running statistics); a split
  *                               reduction: forward_partial, partial outputs
  *                               copied to the owner, sum_partials
  *   backward (reverse order)    per worker: backward_data per data input, its
@@ -293,14 +294,23 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
     SW_TRY(reduce_among(L, op, stat, SW_PHASE_FORWARD, SW_TASK_STATS_REDUCE));
     for (int w = 0; w < k; w++) {
         int nreads = 2, wi = widx(L, op, w);
-        L->io[0] = L->in_buf[sidx(L, op, data, w)];   /* x region, statistics, gamma, beta */
+        int32_t dev = dev_of(L, op, w), writes[2];
+        L->io[0] = L->in_buf[sidx(L, op, data, w)];   /* x region, statistics, gamma, beta, running statistics */
         L->io[1] = L->stats_fwd[wi] = L->bufs[w];
         SW_TRY(param_buffers(L, op, w, L->io, &nreads));
-        SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, w), SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
-        sw_task t = task_of(SW_TASK_BN_APPLY, SW_PHASE_FORWARD, dev_of(L, op, w), op, w);
+        /* every worker keeps the running statistics of its channels, (2, C) like the statistics:
+         * replicas update their copies alike from the same reduced sums, so they never need syncing */
+        sw_box sbox = L->g->buffers[L->bufs[w]].box;
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_RUNNING, op, &sbox, &writes[1]));
+        L->g->buffers[writes[1]].worker = w;
+        L->g->buffers[writes[1]].slot = (int16_t)stat;
+        L->io[nreads++] = writes[1];   /* read and updated in place */
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_ACTIVATION, op, &L->box[wi], &L->act[wi]));
+        writes[0] = L->act[wi];
+        sw_task t = task_of(SW_TASK_BN_APPLY, SW_PHASE_FORWARD, dev, op, w);
         t.elements = sw_box_volume(&L->box[wi]);
         int32_t deps[2] = {L->in_task[sidx(L, op, data, w)], L->ready[w]};
-        SW_TRY(add_task(L, &t, deps, 2, L->io, nreads, &L->act[wi], 1, &L->act_task[wi]));
+        SW_TRY(add_task(L, &t, deps, 2, L->io, nreads, writes, 2, &L->act_task[wi]));
     }
     return SW_OK;
 }
@@ -625,14 +635,23 @@ static sw_status sync_group(lowering *L, int op, int slot, int r) {
         L->io[0] = lead_grad;
         SW_TRY(add_task(L, &t, L->deps, nd, L->io, r, &lead_grad, 1, &red));
     }
-    SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
-    L->g->buffers[mom].worker = lead;
-    L->g->buffers[mom].slot = (int16_t)slot;
+    /* the update reads (param, grad, state...) and writes (param, state...): the optimizer's
+     * state buffers (SGD: momentum; Adam: first, second moment), each the parameter's box */
+    int nstate = L->p->optimizer_state;
+    if (nstate < 1 || nstate > SW_MAX_OPTIMIZER_STATE) {
+        return SW_FAIL(SW_ERR_VALUE, "optimizer_state must be 1..%d, got %d", SW_MAX_OPTIMIZER_STATE, nstate);
+    }
     int32_t param = L->in_buf[sidx(L, op, slot, lead)];
+    int32_t reads[2 + SW_MAX_OPTIMIZER_STATE] = {param, lead_grad}, writes[1 + SW_MAX_OPTIMIZER_STATE] = {param};
+    for (int k = 0; k < nstate; k++) {
+        SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
+        L->g->buffers[mom].worker = lead;
+        L->g->buffers[mom].slot = (int16_t)slot;
+        reads[2 + k] = writes[1 + k] = mom;
+    }
     sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, lead_dev, op, lead);
     u.elements = sw_box_volume(&L->g->buffers[param].box);
-    int32_t reads[3] = {param, lead_grad, mom}, writes[2] = {param, mom};
-    SW_TRY(add_task(L, &u, &red, 1, reads, 3, writes, 2, &upd));
+    SW_TRY(add_task(L, &u, &red, 1, reads, 2 + nstate, writes, 1 + nstate, &upd));
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
         int32_t id;

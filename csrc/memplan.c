@@ -9,7 +9,9 @@
  * memory.  Placement is greedy: the largest buffers first, each at the lowest
  * aligned offset free over its whole lifetime (a classic heuristic for
  * interval-graph colouring by sizes; the arena is at least the peak of live
- * bytes, and usually equal or close to it; memplan_place.c).
+ * bytes, and usually equal or close to it; memplan_place.c).  A device whose buffers
+ * repeat another's pattern (data-parallel replicas) takes that placement's offsets
+ * (memplan_cache.c).
  *
  * Reuse across streams needs an edge: when buffer B takes over memory of an
  * earlier buffer A that a copy on another device's stream reads, that copy
@@ -37,7 +39,7 @@
 
 int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read) {
     int kind = g->buffers[b].kind;
-    return kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || host_read[b];
+    return kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING || host_read[b];
 }
 
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out) {
@@ -336,8 +338,8 @@ static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const i
             kinds[g->buffers[b].kind] += mp->bytes[b];
         }
         int kind = g->buffers[b].kind;
-        if (kind != SW_BUF_PARAM && kind != SW_BUF_MOMENTUM && mp->first[b] < backward_start &&
-            backward_start <= mp->last[b]) {
+        int persistent = kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING;
+        if (!persistent && mp->first[b] < backward_start && backward_start <= mp->last[b]) {
             mp->kept[d] += mp->bytes[b];
         }
     }
@@ -374,6 +376,7 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
     int32_t *dev_ptr = NULL, *ids = NULL, *remote_ptr = NULL, *remote = NULL;
     sized_buffer *by_off = NULL;
     mem_event *ev = NULL;
+    sw_place_cache *cache = NULL;
     sw_status s = SW_OK;
     if (!mp->offset || !mp->bytes || !mp->first || !mp->last || !mp->arena || !mp->peak || !mp->total || !mp->kept ||
         !mp->peak_kinds) {
@@ -408,9 +411,14 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
         }
     }
     int64_t cap = 0;
+    cache = sw_place_cache_new();
+    if (!cache) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
     for (int d = 0; d < ndev && s == SW_OK; d++) {
         int32_t *mine = ids + dev_ptr[d], n = dev_ptr[d + 1] - dev_ptr[d], at_peak;
-        s = sw_memplan_place(mp->bytes, mp->first, mp->last, mine, n, align, g->ntasks + 1, mp->offset, &mp->arena[d]);
+        s = sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, n, align, g->ntasks + 1, mp->offset,
+                                    &mp->arena[d]);
         if (s != SW_OK) {
             break;
         }
@@ -424,6 +432,7 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
     }
 done:
     sw_memplan_ends_free(&ends);
+    sw_place_cache_free(cache);
     free(host);
     free(dev_ptr);
     free(ids);

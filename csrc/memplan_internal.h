@@ -11,6 +11,16 @@
 sw_status sw_memplan_place(const int64_t *bytes, const int32_t *first, const int32_t *last, const int32_t *ids,
                            int32_t n, int64_t align, int32_t npos, int64_t *offset, int64_t *arena);
 
+/* The same, remembering each device's pattern (memplan_cache.c): a device whose buffers
+ * repeat a pattern placed before (aligned sizes in order, lifetimes meeting alike) gets that
+ * placement's offsets without placing again. */
+typedef struct sw_place_cache sw_place_cache;
+sw_place_cache *sw_place_cache_new(void);
+void sw_place_cache_free(sw_place_cache *c);
+sw_status sw_memplan_place_cached(sw_place_cache *c, const int64_t *bytes, const int32_t *first, const int32_t *last,
+                                  const int32_t *ids, int32_t n, int64_t align, int32_t npos, int64_t *offset,
+                                  int64_t *arena);
+
 /* Append reuse edge from -> to to mp (*cap: the room its arrays have). */
 sw_status sw_memplan_add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t *cap);
 

@@ -162,6 +162,7 @@ sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len
     p->bytes_per_element = 4.0;
     p->backward_factor = 3.0;
     p->threads = 1;
+    p->optimizer_state = 1;   /* SGD's momentum */
     p->ops = calloc((size_t)nops, sizeof *p->ops);
     p->dev_flops = malloc(sizeof(double) * (size_t)ndev);
     p->dev_membw = malloc(sizeof(double) * (size_t)ndev);

@@ -237,6 +237,8 @@ double sw_strategy_cost(const sw_tables *t, const int *choice);
 /* ---------------------------------------------------------------- problems */
 typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1 } sw_sync_model;
 
+#define SW_MAX_OPTIMIZER_STATE 2   /* state buffers per parameter slice: Adam's two moments */
+
 typedef struct {
     int ndev;
     double *dev_flops;    /* FLOP/s per device */
@@ -249,6 +251,10 @@ typedef struct {
     double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
     int threads;              /* threads that build transfer tables (default 1) */
     int reduction_splits;     /* enumerate partition-n-reduce configurations too (default 0) */
+    /* optimizer state buffers the lowering gives every parameter slice (kind momentum, each the
+     * slice's box, on its replica group's lead device): 1 for SGD's momentum (default), 2 for
+     * Adam's first and second moments (at most SW_MAX_OPTIMIZER_STATE) */
+    int optimizer_state;
     /* uniform nodes (sw_problem_detect_nodes): devices [n*node_size, (n+1)*node_size) form node n,
      * bandwidth bw_in between two devices of a node and bw_out otherwise; node_size 0: not so */
     int node_size;
@@ -343,6 +349,8 @@ typedef enum { SW_PHASE_FORWARD = 0, SW_PHASE_BACKWARD, SW_PHASE_SYNC, SW_PHASE_
 typedef enum {
     SW_BUF_ACTIVATION = 0, SW_BUF_REGION, SW_BUF_GRAD, SW_BUF_PARTIAL_GRAD, SW_BUF_PARAM, SW_BUF_PARAM_GRAD,
     SW_BUF_MOMENTUM, SW_BUF_STATS, SW_BUF_RECV, SW_BUF_PARTIAL, SW_BUF_GRAD_PRE,
+    SW_BUF_RUNNING,   /* batchnorm: running mean (row 0) and variance (row 1) of the worker's channels, (2, C)
+                         float32, kept across steps like parameters */
     SW_BUF_NKINDS
 } sw_buffer_kind;
 

@@ -56,7 +56,7 @@ def lenet_plans() -> list[tuple[str, sw.Graph, sw.Plan]]:
 def state_of(t: Trainer) -> dict:
     """Everything a failed load must leave alone: weights, momentum buffers, the step count."""
     return {"weights": t.get_weights(), "persistent": {k: v.copy() for k, v in t.executor.persistent.items()},
-            "started": set(t._started_buffers()), "steps": t.steps}
+            "started": t.executor.updates(), "steps": t.steps}
 
 
 def assert_same_state(t: Trainer, before: dict) -> None:
@@ -440,7 +440,13 @@ WELL_FORMED_BUT_WRONG = {
     # checked before the trainer changes
     "larger weight": (None, _set("weight/conv1.weight", np.zeros((7, 1, 5, 5), np.float32))),
     "steps not a number": (_set("steps", "abc"), None),
-    "unknown momentum buffer": (_set("momentum_started", [10 ** 6]), None),
+    "unknown state buffer": (_set("state_steps", [[10 ** 6, 1]]), None),
+    "state count 0": (lambda meta: meta["state_steps"][0].__setitem__(1, 0), None),
+    "state buffer twice": (lambda meta: meta["state_steps"].append(list(meta["state_steps"][0])), None),
+    "momentum_started in version 2": (_set("momentum_started", []), None),
+    "optimizer of another kind": (lambda meta: meta["optimizer"].update(name="adam"), None),
+    "optimizer unknown": (lambda meta: meta["optimizer"].update(name="lion"), None),
+    "optimizer without a name": (lambda meta: _pop("name")(meta["optimizer"]), None),
     # a meta document of the wrong JSON type (issue 12: AttributeError before)
     "meta a JSON list": (lambda meta: [meta], None),
     "meta a JSON string": (lambda meta: "shardwise-checkpoint", None),
@@ -472,9 +478,11 @@ WELL_FORMED_BUT_WRONG = {
     "lr negative": (_set_optimizer("lr", -0.05), None),
     "nesterov a string": (_set_optimizer("nesterov", "false"), None),
     "optimizer missing a field": (lambda meta: _pop("dampening")(meta["optimizer"]), None),
-    "momentum_started a string": (_set("momentum_started", "0"), None),
-    "momentum_started of bools": (_set("momentum_started", [True]), None),
-    "momentum_started of floats": (_set("momentum_started", [0.0]), None),
+    "state_steps a string": (_set("state_steps", "0"), None),
+    "state_steps of bools": (_set("state_steps", [[True, 1]]), None),
+    "state_steps of floats": (_set("state_steps", [[0.0, 1.0]]), None),
+    "state_steps of ids alone": (lambda meta: meta.update(state_steps=[p[0] for p in meta["state_steps"]]), None),
+    "state_steps missing": (_pop("state_steps"), None),
     # arrays of the wrong dtype or shape (strings and bools loaded as weights before)
     "weight as strings": (None, lambda a: a.update({"weight/fc3.bias": np.array([str(v) for v in
                                                                                  a["weight/fc3.bias"]])})),
@@ -497,6 +505,43 @@ def test_well_formed_but_wrong_checkpoints_are_refused(tmp_path, trained, case):
     t.step(*data[1])
     before = state_of(t)
     rewrite(path, *WELL_FORMED_BUT_WRONG[case])
+    with pytest.raises(CheckpointError):
+        t.load_checkpoint(path)
+    assert_same_state(t, before)
+
+
+def _as_version_1(meta):
+    """The meta document as shardwise wrote it before Adam (checkpoint version 1): SGD's fields
+    without a name, and the started momentum buffers instead of update counts."""
+    meta["version"] = 1
+    meta["optimizer"].pop("name")
+    meta["momentum_started"] = [b for b, _ in meta.pop("state_steps")]
+
+
+def test_version_1_checkpoints_still_load(tmp_path, trained):
+    g, plan, t, data = trained
+    path = tmp_path / "v1.ckpt"
+    t.save_checkpoint(path)
+    rewrite(path, _as_version_1)
+    other = Trainer(g, plan, optimizer=OPT, seed=3)
+    other.load_checkpoint(path)
+    assert other.steps == 1 and set(other.executor.updates()) == set(t.executor.updates())
+    assert [other.step(x, y) for x, y in data[1:]] == [t.step(x, y) for x, y in data[1:]]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda meta: meta["optimizer"].update(name="sgd"),               # a version 2 field in version 1
+    lambda meta: meta.update(state_steps=[]),                        # likewise
+    lambda meta: meta.update(momentum_started=[10 ** 6]),            # an unknown buffer
+    lambda meta: meta.update(momentum_started=[[0, 1]]),             # version 2's pairs
+], ids=["named optimizer", "state_steps", "unknown buffer", "pairs"])
+def test_malformed_version_1_checkpoints_are_refused(tmp_path, trained, edit):
+    _, _, t, data = trained
+    path = tmp_path / "v1.ckpt"
+    t.save_checkpoint(path)
+    t.step(*data[1])
+    before = state_of(t)
+    rewrite(path, lambda meta: (_as_version_1(meta), edit(meta))[1])
     with pytest.raises(CheckpointError):
         t.load_checkpoint(path)
     assert_same_state(t, before)

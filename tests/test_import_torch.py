@@ -233,6 +233,31 @@ class ParamNet(nn.Module):
         return F.linear(h.flatten(1), self.fc_w, self.fc_b)
 
 
+class Activations(nn.Module):
+    """The activations beside ReLU, in each kind of spelling: modules (nn.GELU, nn.LeakyReLU,
+    nn.SiLU, nn.Tanh, nn.Sigmoid), functions (F.gelu, torch.sigmoid, F.silu, F.leaky_relu) and
+    methods (x.tanh()), on convolution and linear outputs.  The weights are scaled up so that
+    the activations see values over their whole range and the logits are far apart: a wrong
+    slope or a swapped activation moves the probabilities by far more than 1e-5."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 6, 3, padding=1), nn.Conv2d(6, 6, 3, padding=1)
+        self.lrelu = nn.LeakyReLU(0.2)
+        self.fc1 = nn.Linear(4 * 6 * 2 * 2, 16)
+        self.gelu, self.silu, self.tanh, self.sig = nn.GELU(), nn.SiLU(), nn.Tanh(), nn.Sigmoid()
+        self.fc2, self.fc3 = nn.Linear(16, 8), nn.Linear(16, 5)
+        with torch.no_grad():
+            for m in (self.conv1, self.conv2, self.fc1, self.fc2, self.fc3):
+                m.weight.mul_(3.0)
+
+    def forward(self, x):
+        h = F.max_pool2d(self.lrelu(self.conv2(F.gelu(self.conv1(x)))), 2)
+        h = torch.cat([torch.sigmoid(h), h.tanh(), F.silu(h), F.leaky_relu(h, 0.1)], 1)
+        h = self.fc2(self.silu(self.gelu(self.fc1(torch.flatten(F.adaptive_avg_pool2d(h, 2), 1)))))
+        return self.fc3(torch.cat([self.tanh(h), self.sig(h)], 1))
+
+
 MODELS = {
     "resnet18": (lambda: ResNet(BasicBlock, [2, 2, 2, 2]), (8, 3, 16, 16)),
     "resnet50": (lambda: ResNet(Bottleneck, [3, 4, 6, 3], width=2), (8, 3, 32, 32)),
@@ -246,6 +271,7 @@ MODELS = {
     "vgg": (VGG, (8, 3, 16, 16)),
     "functional": (Functional, (8, 3, 16, 16)),
     "params": (ParamNet, (8, 3, 16, 16)),
+    "activations": (Activations, (8, 3, 16, 16)),
 }
 
 
@@ -284,9 +310,12 @@ def test_forward_equals_pytorch(name):
     model, x, _ = make(name)
     g, weights = sw.from_torch(model, example_inputs=(torch.tensor(x),))
     names = torch_names(model)
-    assert set(weights) == set(names)
+    buffers = dict(model.named_buffers())   # batch norms' running statistics, under state_dict keys
+    assert set(weights) == set(names) | set(buffers)
     for key, torch_key in names.items():
         np.testing.assert_array_equal(weights[key], model.get_parameter(torch_key).detach().numpy())
+    for key, value in buffers.items():
+        np.testing.assert_array_equal(weights[key], value.numpy())
     t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
     t.set_weights(weights)
     want = torch_probabilities(model, x)
@@ -329,6 +358,7 @@ def train_both(name: str, plan_kind: str, steps: int = 3):
     ("vgg", "data"), ("vgg", "model"), ("vgg", "search"),
     ("functional", "data"), ("functional", "model"),
     ("params", "data"), ("params", "model"),
+    ("activations", "data"), ("activations", "model"),
 ])
 def test_three_sgd_steps_equal_pytorch(name, plan_kind):
     got, want, got_w, want_w = train_both(name, plan_kind)

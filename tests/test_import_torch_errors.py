@@ -163,6 +163,10 @@ REFUSED = [
     ("control flow", Branchy, VEC, ["torch.fx could not trace", "Branchy"]),
     ("two outputs", Pair, VEC, ["Pair.forward returns tuple"]),
     ("image logits", lambda: nn.Conv2d(4, 3, 1), IMG, ["returns shape (2, 3, 4, 4)"]),
+    ("tanh-approximate GELU module", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.GELU(approximate="tanh")), 4),
+     VEC, ["approximate='tanh'", "exact erf", "'body.1'", "nn.GELU"]),
+    ("tanh-approximate F.gelu", lambda: Fn(lambda m, x: F.gelu(x, approximate="tanh"), 4), VEC,
+     ["approximate='tanh'", "'inner'", HERE]),
 ]
 
 
@@ -275,6 +279,32 @@ def test_in_place_ops_reach_every_name():
     assert g["cat"].inputs == (relu[0].index, relu[0].index)
 
 
+@pytest.mark.parametrize("write,kind", [
+    (lambda m, h: h.sigmoid_(), "sigmoid"),
+    (lambda m, h: torch.tanh_(h), "tanh"),
+    (lambda m, h: F.leaky_relu_(h, 0.3), "leaky_relu"),
+    (lambda m, h: F.silu(h, inplace=True), "silu"),
+    (lambda m, h: m.lrelu(h), "leaky_relu"),   # nn.LeakyReLU(inplace=True)
+])
+def test_in_place_activations_reach_later_reads(write, kind):
+    """An in-place activation whose result is not used: the later read of ``h`` is its output."""
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2, self.lrelu = nn.Linear(4, 4), nn.Linear(4, 3), nn.LeakyReLU(0.3, inplace=True)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            write(self, h)
+            return self.fc2(h)
+
+    g, _ = sw.from_torch(M(), (torch.zeros(*VEC),))
+    assert [op.kind for op in g.ops] == ["input", "linear", kind, "linear", "softmax"]
+    assert g["fc2"].inputs == (g.ops[2].index,)
+    if kind == "leaky_relu":
+        assert g.ops[2].attrs["negative_slope"] == 0.3
+
+
 def test_a_parameter_read_twice_trains_like_pytorch():
     """``x @ self.w`` in two places is one parameter op whose gradient sums both reads."""
     class M(nn.Module):
@@ -320,13 +350,46 @@ def test_dropout_without_effect_is_left_out():
     assert [op.kind for op in g.ops] == ["input", "linear", "linear", "softmax"]
 
 
-def test_eval_mode_batch_norm_warns_at_the_caller():
-    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 4, 3)).eval()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+def test_batch_norm_momentum_and_running_statistics_are_imported():
+    """A model trained a little in PyTorch, imported: its running statistics come with the
+    weights, its momentum with the graph; eval predictions and further training match."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4, momentum=0.3), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(4 * 4 * 4, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.default_rng(0)
+    batches = [(torch.tensor(rng.standard_normal((8, 3, 4, 4)), dtype=torch.float32),
+                torch.tensor(rng.integers(0, 3, 8))) for _ in range(5)]
+    for x, y in batches[:3]:   # running statistics away from their initial 0 and 1
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # nothing to warn about, in eval mode too
+        g, weights = sw.from_torch(model.eval(), (torch.zeros(8, 3, 4, 4),))
+    assert weights["1.num_batches_tracked"] == 3 and weights["1.num_batches_tracked"].dtype == np.int64
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), optimizer=sw.SGD(lr=0.1))
+    t.set_weights(weights)
+    x_test = rng.standard_normal((5, 3, 4, 4)).astype(np.float32)
+    with torch.no_grad():
+        want = torch.softmax(model(torch.tensor(x_test)), 1).numpy()
+    np.testing.assert_allclose(t.eval().predict(x_test), want, atol=1e-5, rtol=0)
+    model.train()
+    t.train()
+    for x, y in batches[3:]:   # momentum 0.3 carried: the running statistics keep matching
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        t.step(x.numpy(), y.numpy())
+    got = t.get_weights()
+    for key in ("running_mean", "running_var"):
+        np.testing.assert_allclose(got[f"1.{key}"], getattr(model[1], key).numpy(), atol=1e-5, rtol=0)
+
+
+def test_batch_norm_without_a_momentum_is_refused():
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4, momentum=None), nn.Flatten(), nn.Linear(16, 3))
+    with pytest.raises(sw.ModelImportError, match="momentum=None"):
         sw.from_torch(model, (torch.zeros(2, 3, 2, 2),))
-    [w] = [w for w in caught if "running statistics" in str(w.message)]
-    assert "'1'" in str(w.message) and os.path.basename(w.filename) == HERE
 
 
 def test_the_model_is_left_unchanged():

@@ -23,7 +23,7 @@ from strategies_random import build_graph, examples, graph_recipes, random_plan
 
 
 # buffers that carry values from one iteration to the next: read before the iteration writes them
-PERSISTENT = {"param", "momentum"}
+PERSISTENT = {"param", "momentum", "running_stats"}
 
 
 def check_data_flow(tg) -> None:

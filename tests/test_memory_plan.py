@@ -22,7 +22,7 @@ from shardwise.memory import _problem
 from strategies_random import build_graph, device_graph_cases, examples, graph_recipes, random_plan
 
 DEVICE_CASES = device_graph_cases()
-LIVE_THROUGHOUT = {"param", "momentum"}
+LIVE_THROUGHOUT = {"param", "momentum", "running_stats"}   # kept across steps
 
 
 def reference_lifetimes(tg) -> dict[int, tuple[int, int]]:

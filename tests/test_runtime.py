@@ -30,6 +30,7 @@ from strategies_random import random_plan
 from test_train import mixed_graph
 
 OPT = SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+SGD_ARGS = OPT.runtime_args(0)   # (kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps)
 
 
 def _batch(g, seed=0):
@@ -190,7 +191,7 @@ def test_bad_runtime_arguments_are_refused():
         out = labels.copy()
         out[-1] = wrong
         with pytest.raises(ValueError, match=f"labels must lie in 0..{classes - 1}"):
-            rt.step(inputs, out, 0.1, 0.0, 0.0, 0.0, False)
+            rt.step(inputs, out, *SGD_ARGS)
     huge = labels.astype(np.uint64)
     huge[0] = 2 ** 63                  # wraps negative in int64: refused, not taken as a class
     with pytest.raises(ValueError, match="labels must lie"):
@@ -201,8 +202,22 @@ def test_bad_runtime_arguments_are_refused():
                                                                                      rel=1e-6)
     with pytest.raises(IndexError, match="no buffer"):
         rt.buffer(10 ** 6)
-    with pytest.raises(ValueError, match="not a momentum buffer"):
-        rt.set_started([0])
+    with pytest.raises(ValueError, match="not an optimizer state buffer"):
+        rt.set_updates([(0, 1)])
+    with pytest.raises(TypeError, match="pairs"):
+        rt.set_updates([0])
+    # the optimizer: its kind must match the state the runtime was lowered with (one buffer
+    # per slice here: SGD), its numbers lie in torch.optim's ranges; nothing runs otherwise
+    before = [rt.buffer(b).copy() for b in range(4)]
+    for kind, lr, wd, mom, damp, b1, b2, eps, match in (
+            (1, 1e-3, 0.0, 0.0, 0.0, 0.9, 0.999, 1e-8, "Adam keeps 2 state buffer"),
+            (7, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "unknown optimizer kind 7"),
+            (0, -0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "finite and >= 0"),
+            (0, float("nan"), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, "finite and >= 0"),
+            (0, 0.1, 0.0, float("inf"), 0.0, 0.0, 0.0, 0.0, "finite and >= 0")):
+        with pytest.raises(ValueError, match=match):
+            rt.step(inputs, labels, kind, lr, wd, mom, damp, False, b1, b2, eps)
+    assert all(np.array_equal(rt.buffer(b), v) for b, v in enumerate(before))
     assert np.isfinite(rt.forward(inputs, labels))
 
 
@@ -219,7 +234,7 @@ def test_a_runtime_used_by_two_threads_at_once_refuses_the_second():
     def other():
         started.set()
         for _ in range(3):
-            rt.step(inputs, labels, 0.0, 0.0, 0.0, 0.0, False)
+            rt.step(inputs, labels, *sw.SGD(lr=0.0).runtime_args(0))
 
     th = threading.Thread(target=other)
     th.start()

@@ -302,6 +302,24 @@ def test_fifo_and_critical_path_give_the_same_bits(n):
         _assert_identical(fifo, critical, f"{name} on {n}")
 
 
+def test_adam_and_running_statistics_give_the_same_bits_under_critical_path():
+    """Adam keeps two state buffers per slice and batch norm updates running statistics in the
+    forward pass: more buffers whose accesses the streams must keep in order."""
+    g = mixed_graph()
+    x, y = _batch(g, 5)
+    plan = random_plan(g, sw.DeviceGraph.cpu(3), np.random.default_rng(5), reductions=True)
+    runs = []
+    for schedule, jitter in (("fifo", 0), ("critical_path", 200)):
+        t = Trainer(g, plan, optimizer=sw.Adam(lr=1e-3), seed=0, schedule=schedule)
+        weights = t.get_weights()
+        t.executor = NativeExecutor(g, plan, t.task_graph, threads=3, jitter_us=jitter,
+                                    optimizer_state=t.optimizer.state_buffers, schedule=t.schedule)
+        t.set_weights(weights)
+        losses = [t.step(x, y) for _ in range(3)]
+        runs.append((losses, t.get_weights(), {b: v.copy() for b, v in t.executor.persistent.items()}))
+    _assert_identical(*runs, "adam")
+
+
 def test_a_deeper_network_gives_the_same_bits_on_two_threads():
     g = sw.models.get("inception_small", batch=4)
     plan = sw.search(g, sw.DeviceGraph.cpu(2))

@@ -12,6 +12,11 @@
  *   2. the executor adds them up: the global sums are exactly dbeta and dgamma
  *   3. sw_bn_backward_apply over the dx box with the global sums
  *
+ * Running statistics (PyTorch's running_mean and running_var, kept across steps):
+ *   a training step: sw_bn_running_update from the same reduced sums, on every worker
+ *   holding the channel (the sums are the lead's, copied: every replica computes the same bits)
+ *   eval mode: sw_bn_running_moments gives the mean and invstd that sw_bn_apply uses
+ *
  * Channel-indexed arrays (mean, invstd, gamma, beta, sums) always start at the
  * channel start of the kernel's *box*: x's box for the partial sums, y's box for
  * apply, dy's box for the backward sums and dx's box for the backward apply.
@@ -20,6 +25,8 @@
  * Sums are accumulated in double so that the split does not change the
  * statistics beyond rounding of the final float32 values.
  */
+#include <math.h>     /* sqrt */
+
 #include "kernels.h"  /* sw_view, sw_bn_* */
 #include "simd.h"     /* SW_CLONES */
 #include "view.h"     /* sw_view_check, sw_view_check_covers */
@@ -253,4 +260,42 @@ sw_status sw_bn_backward_apply(const sw_view *x, const sw_view *dy, const float 
         }
     }
     return SW_OK;
+}
+
+/* running (2, C) += momentum * (statistic - running), computed as torch.nn.BatchNorm2d does
+ * ((1 - momentum) * running + momentum * statistic, in double, stored as float32) from the
+ * minibatch's sums (2, C) over m elements: the mean, and the unbiased variance var * m / (m - 1)
+ * (with one element per channel, where that is undefined, the biased one: 0). */
+sw_status sw_bn_running_update(const double *sums, int64_t channels, int64_t m, float momentum, float *running) {
+    if (!sums || !running) {
+        return SW_FAIL(SW_ERR_VALUE, "bn_running_update: NULL sums or running statistics");
+    }
+    if (m < 1 || channels < 0) {
+        return SW_FAIL(SW_ERR_VALUE, "bn_running_update: %lld elements of %lld channels", (long long)m,
+                       (long long)channels);
+    }
+    if (!(momentum >= 0.0f && momentum <= 1.0f)) {   /* NaN fails too */
+        return SW_FAIL(SW_ERR_VALUE, "bn_running_update: momentum must lie in [0, 1], got %g", (double)momentum);
+    }
+    const double keep = 1.0 - (double)momentum, md = (double)m;
+    for (int64_t c = 0; c < channels; c++) {
+        const double mu = sums[c] / md;
+        double var = sums[channels + c] / md - mu * mu;
+        var = var > 0.0 ? var : 0.0;
+        /* the statistics rounded to float32 first, as the forward pass uses them: the update then
+         * depends on those bits alone, not on the order in which a plan added up the sums */
+        const float mean = (float)mu, unbiased = (float)(m > 1 ? var * md / (md - 1.0) : var);
+        running[c] = (float)(keep * (double)running[c] + (double)momentum * (double)mean);
+        running[channels + c] = (float)(keep * (double)running[channels + c] + (double)momentum * (double)unbiased);
+    }
+    return SW_OK;
+}
+
+/* mean[c] = running mean, invstd[c] = 1 / sqrt(running variance + eps), from running (2, C). */
+void sw_bn_running_moments(const float *running, int64_t channels, double eps, float *mean, float *invstd) {
+    for (int64_t c = 0; c < channels; c++) {
+        const double var = (double)running[channels + c];
+        mean[c] = running[c];
+        invstd[c] = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + eps));
+    }
 }

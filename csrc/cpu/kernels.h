@@ -135,6 +135,12 @@ sw_status sw_bn_backward_sums(const sw_view *x, const sw_view *dy, const float *
 /* dx = gamma * invstd * (dy - sum_dy / M - xhat * sum_dy_xhat / M), M = elements per channel in the minibatch */
 sw_status sw_bn_backward_apply(const sw_view *x, const sw_view *dy, const float *mean, const float *invstd,
                                const float *gamma, const double *global_sums, int64_t m, sw_view *dx);
+/* running (2, C): row 0 the running mean, row 1 the running variance of C channels, updated from the
+ * minibatch's sums (2, C) over m elements per channel as torch.nn.BatchNorm2d does in training mode:
+ * running = (1 - momentum) * running + momentum * statistic, with the unbiased variance (m / (m - 1)) */
+sw_status sw_bn_running_update(const double *sums, int64_t channels, int64_t m, float momentum, float *running);
+/* mean (C) and invstd (C) = 1 / sqrt(var + eps) from running (2, C): eval mode's statistics */
+void sw_bn_running_moments(const float *running, int64_t channels, double eps, float *mean, float *invstd);
 
 /* ---- softmax + cross-entropy (softmax.c), the loss op ----
  * x view holds whole rows (all classes) for its samples; p is the (n, c) box to

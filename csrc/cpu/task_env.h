@@ -1,7 +1,7 @@
 /* task_env.h -- what a CPU task's code sees: its task, its buffers as views, its op.
  *
  * tasks.c runs the task kinds that do not depend on the op (copies, sums,
- * batchnorm statistics, updates) and hands forward and backward tasks to the
+ * batchnorm statistics; updates in optim.c) and hands forward and backward tasks to the
  * op's kernels, found in the op table (ops.def -> sw_cpu_ops, ops_cpu.c).
  *
  * The buffers of a task, in the order the lowering lists them:
@@ -61,6 +61,8 @@ void *sw_env_scratch(const sw_task_env *e, size_t bytes, sw_status *s);
 void sw_env_backward_reads(const sw_task_env *e, sw_backward_reads *r);
 /* dy through the fused ReLU of a conv2d / linear (into scratch), or dy itself. */
 sw_status sw_env_dz(const sw_task_env *e, const sw_backward_reads *r, sw_view *dz);
+/* optim.c: an update task (SGD, Adam or AdamW per the step's optimizer). */
+sw_status sw_cpu_update(const sw_task_env *e);
 /* Fill every float of a view with zeros. */
 void sw_view_zero(sw_view *v);
 /* Batchnorm moments from double sums (2, C) over m elements: mean and 1/sqrt(var + eps) per channel. */

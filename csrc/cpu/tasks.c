@@ -1,5 +1,6 @@
 /* tasks.c -- one task of the graph on the CPU: the kinds that do not depend on the op,
- * and the dispatch of forward and backward tasks to the op table (ops_cpu.c).
+ * and the dispatch of forward and backward tasks to the op table (ops_cpu.c) and of
+ * update tasks to the optimizers (optim.c).
  *
  * Every buffer is a view into its device's arena (task_env.h); nothing here
  * allocates but the stream's grow-only scratch.  Batchnorm statistics are
@@ -174,29 +175,6 @@ static sw_status run_sum(const sw_task_env *e) {
     return SW_OK;
 }
 
-/* SGD as torch.optim.SGD: g = grad + wd * p; buf = g (first step) or momentum * buf +
- * (1 - dampening) * g; g = g + momentum * buf (Nesterov) or buf; p -= lr * g. */
-static sw_status run_update(const sw_task_env *e) {
-    const sw_sgd *o = &e->ctx->args->sgd;
-    float *p = sw_runtime_buffer(e->rt, e->reads[0]);
-    const float *grad = sw_runtime_buffer(e->rt, e->reads[1]);
-    float *buf = sw_runtime_buffer(e->rt, e->reads[2]);
-    int64_t n = sw_box_volume(&e->rt->g.buffers[e->reads[0]].box);
-    uint8_t *started = &e->rt->started[e->reads[2]];
-    for (int64_t i = 0; i < n; i++) {
-        float g = o->weight_decay != 0.0f ? grad[i] + o->weight_decay * p[i] : grad[i];
-        if (o->momentum != 0.0f) {
-            buf[i] = *started ? buf[i] * o->momentum + (1.0f - o->dampening) * g : g;
-            g = o->nesterov ? g + o->momentum * buf[i] : buf[i];
-        }
-        p[i] -= o->lr * g;
-    }
-    if (o->momentum != 0.0f) {
-        *started = 1;
-    }
-    return SW_OK;
-}
-
 /* ------------------------------------------------------------------ partition-n-reduce */
 /* The owner's partial output plus the others', then the activation. */
 static sw_status run_sum_partials(const sw_task_env *e) {
@@ -251,10 +229,35 @@ static sw_status bn_moments_of(const sw_task_env *e, int32_t stats, float **mean
     return SW_OK;
 }
 
-/* bn_apply reads the x region, the statistics, gamma, beta. */
+/* bn_apply reads the x region, the statistics, gamma, beta, the running statistics (2, C) and
+ * writes y and (in place) the running statistics.  What it normalizes with, and whether it updates
+ * the running statistics, is the step's sw_bn_mode. */
 static sw_status run_bn_apply(const sw_task_env *e) {
+    if (e->nreads < 5 || e->nwrites < 2 || kind_of(e, e->reads[4]) != SW_BUF_RUNNING) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: bn_apply without its running statistics", e->id);
+    }
     float *mean, *invstd;
-    SW_TRY(bn_moments_of(e, e->reads[1], &mean, &invstd));
+    float *running = sw_runtime_buffer(e->rt, e->reads[4]);
+    const int mode = e->ctx->args->bn_mode;
+    if (mode == SW_BN_RUNNING) {
+        const sw_box *box = &e->rt->g.buffers[e->reads[4]].box;
+        int64_t c = box->hi[1] - box->lo[1];
+        sw_status s = SW_OK;
+        mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
+        if (!mean) {
+            return s;
+        }
+        invstd = mean + c;
+        sw_bn_running_moments(running, c, BN_EPS, mean, invstd);
+    } else {
+        SW_TRY(bn_moments_of(e, e->reads[1], &mean, &invstd));
+    }
+    if (mode == SW_BN_UPDATE) {
+        const sw_box *box = &e->rt->g.buffers[e->reads[1]].box;
+        const int64_t *shape = e->op->shape;
+        SW_TRY(sw_bn_running_update(sw_runtime_buffer(e->rt, e->reads[1]), box->hi[1] - box->lo[1],
+                                    shape[0] * shape[2] * shape[3], e->attrs->alpha, running));
+    }
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
@@ -304,7 +307,7 @@ sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t t) {
     case SW_TASK_STATS_REDUCE:
         return run_sum(&e);
     case SW_TASK_UPDATE:
-        return run_update(&e);
+        return sw_cpu_update(&e);   /* optim.c */
     case SW_TASK_SUM_PARTIALS:
         return run_sum_partials(&e);
     case SW_TASK_ACTIVATION_GRAD:

@@ -90,6 +90,9 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
         if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);
         }
+        if (a->type == SW_OP_BATCHNORM2D && !(a->alpha >= 0.0f && a->alpha <= 1.0f)) {   /* NaN fails too */
+            return SW_FAIL(SW_ERR_VALUE, "op %d: batchnorm2d's momentum %g is not in [0, 1]", i, (double)a->alpha);
+        }
     }
     return SW_OK;
 }
@@ -191,13 +194,14 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     rt->first_accumulate = calloc(nt, 1);
     rt->in_list[SW_LIST_TRAIN] = calloc(nt, 1);
     rt->in_list[SW_LIST_FORWARD] = calloc(nt, 1);
-    rt->started = calloc(nb, 1);
+    rt->updates = calloc(nb, sizeof *rt->updates);
+    rt->optimizer_state = p->optimizer_state;
     rt->loss_sums = calloc(nt, sizeof *rt->loss_sums);
     rt->task_ns = calloc(2 * nt, sizeof *rt->task_ns);
     int *stream = calloc((size_t)rt->nstreams + 1, sizeof *stream);   /* the backend's id of each stream */
     uint8_t *grad_seen = calloc(nb, 1);
     if (!rt->ops || !rt->attrs || !rt->arena || !rt->ptr || !rt->first_accumulate || !rt->in_list[0] ||
-        !rt->in_list[1] || !rt->started || !rt->loss_sums || !rt->task_ns || !stream || !grad_seen) {
+        !rt->in_list[1] || !rt->updates || !rt->loss_sums || !rt->task_ns || !stream || !grad_seen) {
         free(stream);
         free(grad_seen);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory building the runtime");
@@ -293,7 +297,7 @@ void sw_runtime_free(sw_runtime *rt) {
     free(rt->first_accumulate);
     free(rt->in_list[0]);
     free(rt->in_list[1]);
-    free(rt->started);
+    free(rt->updates);
     free(rt->loss_sums);
     free(rt->task_ns);
     free(rt->stream);
@@ -306,6 +310,16 @@ void sw_runtime_free(sw_runtime *rt) {
 sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, double *loss) {
     if (list < 0 || list >= SW_NLISTS) {
         return SW_FAIL(SW_ERR_VALUE, "unknown work list %d", list);
+    }
+    if (args->bn_mode < SW_BN_BATCH || args->bn_mode > SW_BN_RUNNING) {
+        return SW_FAIL(SW_ERR_VALUE, "unknown batchnorm mode %d", args->bn_mode);
+    }
+    if (list == SW_LIST_TRAIN && args->bn_mode == SW_BN_RUNNING) {   /* the backward pass needs batch statistics */
+        return SW_FAIL(SW_ERR_VALUE,
+                       "a training step normalizes with the minibatch's statistics, not the running ones");
+    }
+    if (list == SW_LIST_TRAIN) {   /* before any task runs: a refused optimizer changes nothing */
+        SW_TRY(sw_optim_check(&args->opt, rt->optimizer_state));
     }
     memset(rt->loss_sums, 0, sizeof *rt->loss_sums * (size_t)rt->g.ntasks);
     memset(rt->task_ns, 0, sizeof *rt->task_ns * 2 * (size_t)rt->g.ntasks);

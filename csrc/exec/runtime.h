@@ -25,6 +25,7 @@
 #include <stdint.h>     /* int32_t, int64_t */
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window */
+#include "../cpu/optim.h"    /* sw_optimizer */
 #include "../shardwise.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
 
 /* What the kernels of an op need beyond its description (from the graph's attributes). */
@@ -33,24 +34,35 @@ typedef struct {
     int8_t relu;       /* conv2d, linear: a fused ReLU on the output */
     int8_t pool_max;   /* pool2d: max pooling (else average) */
     int8_t axis;       /* concat: the axis */
-    float alpha;       /* leaky_relu: the negative slope */
+    float alpha;       /* the op's real parameter: leaky_relu's negative slope, batchnorm2d's momentum
+                          (running = (1 - momentum) * running + momentum * the minibatch's statistic) */
     sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
 } sw_op_attrs;
 
-/* SGD with momentum, weight decay, dampening and Nesterov, as torch.optim.SGD. */
-typedef struct {
-    float lr, momentum, weight_decay, dampening;
-    int nesterov;
-} sw_sgd;
+/* csrc/exec/optimizer.c: state buffers each kind's update reads after (param, grad): 1 for
+ * SGD, 2 for Adam and AdamW. */
+int sw_optim_state_buffers(int kind);
+/* SW_ERR_VALUE naming the problem when `o` cannot run on a runtime with `state` buffers per
+ * parameter slice, or its numbers are out of range (the Python layer checks them first). */
+sw_status sw_optim_check(const sw_optimizer *o, int state);
 
 /* The two recorded work lists: a training step, and the forward pass alone (loss, predict). */
 enum { SW_LIST_TRAIN = 0, SW_LIST_FORWARD = 1, SW_NLISTS = 2 };
+
+/* What a batchnorm normalizes with, and whether it updates its running statistics (as PyTorch's
+ * training mode, minus the update, for SW_BN_BATCH; as its eval mode for SW_BN_RUNNING). */
+typedef enum {
+    SW_BN_BATCH = 0,    /* the minibatch's statistics; running statistics untouched (loss, predict in train mode) */
+    SW_BN_UPDATE,       /* the minibatch's statistics, and the running statistics updated (training steps) */
+    SW_BN_RUNNING       /* the running statistics (eval mode) */
+} sw_bn_mode;
 
 /* One step's inputs from the caller (host memory). */
 typedef struct {
     const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
     const int32_t *labels;       /* the minibatch's labels (N) */
-    sw_sgd sgd;
+    sw_optimizer opt;            /* the update tasks' optimizer and its values for this step */
+    int bn_mode;                 /* sw_bn_mode */
 } sw_step_args;
 
 /* A grow-only workspace of one worker thread: kernels borrow scratch from it within a task. */
@@ -143,7 +155,10 @@ struct sw_runtime {
     void **ptr;                   /* nbuffers: each buffer's address in its arena */
     uint8_t *first_accumulate;    /* ntasks: the first accumulate into its gradient (copies or zeroes) */
     uint8_t *in_list[SW_NLISTS];  /* ntasks: the task runs in that list */
-    uint8_t *started;             /* nbuffers: momentum buffers updated at least once */
+    /* nbuffers: updates applied to each parameter slice's first state buffer (0 elsewhere):
+     * SGD's momentum is started when > 0, and it is Adam's step count (torch's state['step']) */
+    int64_t *updates;
+    int optimizer_state;          /* state buffers per parameter slice (the problem's at lowering) */
     double *loss_sums;            /* ntasks: per loss task, its sum of -log p this step */
     int64_t *task_ns;             /* 2 ntasks: each task's start and end in the last step (ns, monotonic clock) */
     int64_t step_ns[2];           /* the last step's start and end (ns, same clock) */

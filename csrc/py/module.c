@@ -17,6 +17,7 @@
 int sw_py_register_conv_kernels(PyObject *module);
 int sw_py_register_misc_kernels(PyObject *module);
 int sw_py_register_activation_kernels(PyObject *module);
+int sw_py_register_optim_kernels(PyObject *module);
 
 /* ------------------------------------------------------------------ errors */
 PyObject *sw_py_raise(sw_status s) {
@@ -181,6 +182,22 @@ static PyObject *Problem_set_options(ProblemObject *self, PyObject *args, PyObje
     self->p->sync_model = (sw_sync_model)sync;
     self->p->bytes_per_element = bpe;
     self->p->backward_factor = bf;
+    Py_RETURN_NONE;
+}
+
+/* set_optimizer_state(n): state buffers the lowering gives every parameter slice (1: SGD's
+ * momentum, 2: Adam's moments); lower, memory_plan and Runtime built afterwards use it. */
+static PyObject *Problem_set_optimizer_state(ProblemObject *self, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if ((n == -1 && PyErr_Occurred()) || !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    if (n < 1 || n > SW_MAX_OPTIMIZER_STATE) {
+        PyErr_Format(PyExc_ValueError, "optimizer state buffers per parameter must be 1..%d, got %ld",
+                     SW_MAX_OPTIMIZER_STATE, n);
+        return NULL;
+    }
+    self->p->optimizer_state = (int)n;
     Py_RETURN_NONE;
 }
 
@@ -592,6 +609,8 @@ static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure))
 static PyMethodDef Problem_methods[] = {
     {"set_options", (PyCFunction)(void (*)(void))Problem_set_options, METH_VARARGS | METH_KEYWORDS,
      "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1, reduction_splits=False)"},
+    {"set_optimizer_state", (PyCFunction)Problem_set_optimizer_state, METH_O,
+     "set_optimizer_state(n): optimizer state buffers per parameter slice in the lowering (1 SGD, 2 Adam)"},
     {"enumerate", (PyCFunction)(void (*)(void))Problem_enumerate, METH_VARARGS | METH_KEYWORDS,
      "enumerate(counts, first_block_only=False): configurations of every op for these worker counts"},
     {"enumerate_sets", (PyCFunction)Problem_enumerate_sets, METH_O,
@@ -741,8 +760,8 @@ static int module_exec(PyObject *m) {
         return -1;
     }
     if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 ||
-        sw_py_register_activation_kernels(m) < 0 || sw_py_register_simulate(m) < 0 ||
-        sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
+        sw_py_register_activation_kernels(m) < 0 || sw_py_register_optim_kernels(m) < 0 ||
+        sw_py_register_simulate(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
         sw_py_register_search(m) < 0) {
         return -1;
     }

@@ -2,8 +2,9 @@
  *
  *   rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devices, attrs, threads, jitter_us=0, reuse=True,
  *                      streams=None)
- *   loss = rt.step(inputs, labels, lr, momentum, weight_decay, dampening, nesterov)
- *   loss = rt.forward(inputs, labels)          # the forward pass alone (loss, predict)
+ *   loss = rt.step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps)
+ *   loss = rt.forward(inputs, labels, running=False)   # the forward pass alone (loss, predict);
+ *                                              # running: batchnorms use running statistics (eval)
  *   a = rt.buffer(b)                           # a NumPy view of buffer b in its arena
  *
  * attrs is an int32 array (nops, 11): op type (_core.OP_KINDS index), fused ReLU, max
@@ -269,7 +270,7 @@ static int parse_inputs(const sw_runtime *rt, PyObject *list, PyObject *labels, 
     return parse_labels(rt, labels, &in->labels);
 }
 
-static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_sgd sgd) {
+static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_optimizer opt, int bn_mode) {
     if (!ready(self)) {
         return NULL;
     }
@@ -278,7 +279,7 @@ static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *
         inputs_free(&in);
         return NULL;
     }
-    sw_step_args args = {in.inputs, in.labels, sgd};
+    sw_step_args args = {in.inputs, in.labels, opt, bn_mode};
     double loss = 0.0;
     sw_status s;
     self->busy = 1;
@@ -296,22 +297,28 @@ static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *
     return PyFloat_FromDouble(loss);
 }
 
+/* step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps):
+ * every optimizer value is the step's own (a schedule changes lr from one step to the next). */
 static PyObject *Runtime_step(RuntimeObject *self, PyObject *args) {
     PyObject *inputs, *labels;
-    float lr, momentum, wd, dampening;
-    int nesterov;
-    if (!PyArg_ParseTuple(args, "OOffffp", &inputs, &labels, &lr, &momentum, &wd, &dampening, &nesterov)) {
+    sw_optimizer o = {0};
+    if (!PyArg_ParseTuple(args, "OOiddddpddd", &inputs, &labels, &o.kind, &o.lr, &o.weight_decay, &o.momentum,
+                          &o.dampening, &o.nesterov, &o.beta1, &o.beta2, &o.eps)) {
         return NULL;
     }
-    return run(self, SW_LIST_TRAIN, inputs, labels, (sw_sgd){lr, momentum, wd, dampening, nesterov});
+    return run(self, SW_LIST_TRAIN, inputs, labels, o, SW_BN_UPDATE);
 }
 
-static PyObject *Runtime_forward(RuntimeObject *self, PyObject *args) {
+/* forward(inputs, labels, running=False): batchnorms normalize with the running statistics
+ * (eval mode) or the minibatch's (train mode); neither updates the running statistics. */
+static PyObject *Runtime_forward(RuntimeObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"inputs", "labels", "running", NULL};
     PyObject *inputs, *labels;
-    if (!PyArg_ParseTuple(args, "OO", &inputs, &labels)) {
+    int running = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|p", kwlist, &inputs, &labels, &running)) {
         return NULL;
     }
-    return run(self, SW_LIST_FORWARD, inputs, labels, (sw_sgd){0});
+    return run(self, SW_LIST_FORWARD, inputs, labels, (sw_optimizer){0}, running ? SW_BN_RUNNING : SW_BN_BATCH);
 }
 
 /* ------------------------------------------------------------------ buffers and memory */
@@ -390,15 +397,16 @@ static PyObject *Runtime_allocations(RuntimeObject *self, PyObject *Py_UNUSED(ig
                          sw_conv_scratch_grows());
 }
 
-/* Momentum buffers updated at least once (their next update uses momentum). */
-static PyObject *Runtime_started(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
+/* [(buffer, updates)] of every state buffer with a count (> 0): SGD's started momentum
+ * buffers, Adam's step count per parameter slice. */
+static PyObject *Runtime_updates(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!ready(self)) {
         return NULL;
     }
     PyObject *l = PyList_New(0);
     for (int32_t b = 0; l && b < self->rt->g.nbuffers; b++) {
-        if (self->rt->started[b]) {
-            PyObject *x = PyLong_FromLong(b);
+        if (self->rt->updates[b] > 0) {
+            PyObject *x = Py_BuildValue("(iL)", (int)b, (long long)self->rt->updates[b]);
             if (!x || PyList_Append(l, x) < 0) {
                 Py_XDECREF(x);
                 Py_CLEAR(l);
@@ -410,36 +418,44 @@ static PyObject *Runtime_started(RuntimeObject *self, PyObject *Py_UNUSED(ignore
     return l;
 }
 
-static PyObject *Runtime_set_started(RuntimeObject *self, PyObject *arg) {
+/* set_updates([(buffer, count)]): every count at once (the others 0), e.g. from a checkpoint;
+ * checked in full before anything changes. */
+static PyObject *Runtime_set_updates(RuntimeObject *self, PyObject *arg) {
     if (!ready(self)) {
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(arg, "set_started takes a sequence of momentum buffer ids");
+    PyObject *seq = PySequence_Fast(arg, "set_updates takes a sequence of (state buffer id, count) pairs");
     if (!seq) {
         return NULL;
     }
-    uint8_t *flags = PyMem_Calloc((size_t)self->rt->g.nbuffers + 1, 1);
-    if (!flags) {
+    int64_t *counts = PyMem_Calloc((size_t)self->rt->g.nbuffers + 1, sizeof *counts);
+    if (!counts) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        long b = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (b == -1 && PyErr_Occurred()) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "set_updates takes (buffer id, count) pairs");
             goto fail;
         }
-        if (b < 0 || b >= self->rt->g.nbuffers || self->rt->g.buffers[b].kind != SW_BUF_MOMENTUM) {
-            PyErr_Format(PyExc_ValueError, "buffer %ld is not a momentum buffer", b);
+        long b = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        long long n = b == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred()) {
             goto fail;
         }
-        flags[b] = 1;
+        if (b < 0 || b >= self->rt->g.nbuffers || self->rt->g.buffers[b].kind != SW_BUF_MOMENTUM || n < 0) {
+            PyErr_Format(PyExc_ValueError, "(%ld, %lld) is not an optimizer state buffer and a count >= 0", b, n);
+            goto fail;
+        }
+        counts[b] = n;
     }
-    memcpy(self->rt->started, flags, (size_t)self->rt->g.nbuffers);
-    PyMem_Free(flags);
+    memcpy(self->rt->updates, counts, sizeof *counts * (size_t)self->rt->g.nbuffers);
+    PyMem_Free(counts);
     Py_DECREF(seq);
     Py_RETURN_NONE;
 fail:
-    PyMem_Free(flags);
+    PyMem_Free(counts);
     Py_DECREF(seq);
     return NULL;
 }
@@ -503,16 +519,20 @@ static PyMethodDef Runtime_methods[] = {
     {"task_times", (PyCFunction)Runtime_task_times, METH_NOARGS,
      "task_times() -> ((ntasks, 2) start/end ns of every task of the last step, step start, step end)"},
     {"step", (PyCFunction)Runtime_step, METH_VARARGS,
-     "step(inputs, labels, lr, momentum, weight_decay, dampening, nesterov) -> mean loss"},
-    {"forward", (PyCFunction)Runtime_forward, METH_VARARGS, "forward(inputs, labels) -> mean loss"},
+     "step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps) -> mean loss "
+     "(kind: 0 SGD, 1 Adam, 2 AdamW)"},
+    {"forward", (PyCFunction)(void (*)(void))Runtime_forward, METH_VARARGS | METH_KEYWORDS,
+     "forward(inputs, labels, running=False) -> mean loss (running: batchnorms use their running statistics)"},
     {"buffer", (PyCFunction)Runtime_buffer, METH_O, "buffer(b) -> NumPy view of buffer b in its arena"},
     {"arena_bytes", (PyCFunction)Runtime_arena_bytes, METH_NOARGS, "arena_bytes() -> [bytes per device]"},
     {"arena_high_water", (PyCFunction)Runtime_arena_high_water, METH_NOARGS,
      "arena_high_water() -> [highest byte written per device, rounded up to the alignment]"},
     {"allocations", (PyCFunction)Runtime_allocations, METH_NOARGS,
      "allocations() -> (arenas allocated, workspace bytes grown, workspace growths, conv scratch growths)"},
-    {"started", (PyCFunction)Runtime_started, METH_NOARGS, "started() -> momentum buffers updated at least once"},
-    {"set_started", (PyCFunction)Runtime_set_started, METH_O, "set_started(ids): which momentum buffers are started"},
+    {"updates", (PyCFunction)Runtime_updates, METH_NOARGS,
+     "updates() -> [(state buffer, updates applied)] of the counted ones (SGD: momentum started; Adam: step)"},
+    {"set_updates", (PyCFunction)Runtime_set_updates, METH_O,
+     "set_updates([(state buffer, count)]): every state buffer's update count (the others 0)"},
     {NULL, NULL, 0, NULL},
 };
 

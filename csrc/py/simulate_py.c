@@ -24,7 +24,7 @@ static const char *const TASK_KIND_NAMES[SW_TASK_NKINDS] = {
 static const char *const PHASE_NAMES[] = {"forward", "backward", "sync", "update"};
 static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
     "activation", "region", "grad", "partial_grad", "param", "param_grad", "momentum", "stats", "recv",
-    "partial", "grad_pre"};
+    "partial", "grad_pre", "running_stats"};
 
 /* ------------------------------------------------------------------ arguments */
 void sw_py_plan_args_free(plan_args *a) {

@@ -36,6 +36,7 @@ from .simulate import MemoryOverflow, SimResult, simulate
 from .schedule import Schedule, schedule
 from .profile import Profile, ProfileMismatch, profile
 from .import_torch import from_torch
+from .import_onnx import from_onnx
 from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
 
 __all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
@@ -44,9 +45,13 @@ __all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Pl
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
             "memory_plan", "backends", "Schedule", "schedule"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
-__all__ += ["from_torch"]
+__all__ += ["from_torch", "from_onnx"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]
 from . import tofu
 from .tofu import TofuResult
 
 __all__ += ["tofu", "TofuResult"]
+from .optim import Adam, AdamW, Optimizer
+from . import lr_schedules
+
+__all__ += ["Adam", "AdamW", "Optimizer", "lr_schedules"]

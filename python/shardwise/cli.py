@@ -6,7 +6,8 @@
     python -m shardwise plan --model vgg16 --devices machine.json  # a machine file (docs/machines.md)
     python -m shardwise train --model lenet5 --devices 4 --plan search   # train on CPU workers (docs/training.md)
     python -m shardwise simulate --model alexnet --devices 4x4 --png t.png  # simulated iteration + timeline
-    python -m shardwise models                                     # the zoo, with parameter counts
+    python -m shardwise plan --model model.onnx --devices 8        # an ONNX file, or --model module:function
+    python -m shardwise models                                     # what --model accepts, the zoo with sizes
 
 ``main(argv)`` returns the exit status instead of exiting, so tests call it
 directly: 0 on success, 2 for bad input.  Errors shardwise raises on purpose
@@ -30,6 +31,7 @@ import numpy as np
 
 from . import __version__, models, strategies
 from .devices import DEVICE_PRESETS, DeviceGraph
+from .model_spec import LoadedModel, listing, load_model
 from .errors import ConfigError, SearchError, SearchWarning, ShardwiseError
 from .plan import Plan
 from .problem import CostOptions, SYNC_MODELS
@@ -41,6 +43,9 @@ EXIT_INTERRUPTED = 130  # Ctrl-C
 
 TRAIN_EPOCHS = 20
 TRAINABLE = {"lenet5": "scikit-learn's digits, resized to 32x32"}
+DIGITS = TRAINABLE["lenet5"]
+MODEL_HELP = ("a zoo model (python -m shardwise models lists them), the path of an .onnx file, or module:function "
+              "returning a shardwise Graph or (graph, weights)")
 PLAN_NAMES = ("search", "data", "model", "owt")
 
 
@@ -56,8 +61,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_model_and_devices(p: argparse.ArgumentParser, default_model: str) -> None:
     """--model, --batch, --devices and --device-type, as plan and simulate take them."""
-    p.add_argument("--model", default=default_model, metavar="NAME",
-                   help=f"zoo model, one of: {', '.join(models.names())} (default: {default_model})")
+    p.add_argument("--model", default=default_model, metavar="MODEL", help=MODEL_HELP + f" (default: {default_model})")
     p.add_argument("--batch", type=int, default=None, metavar="N",
                    help="minibatch size (default: the model's, 512 for ImageNet models, 64 for lenet5)")
     p.add_argument("--devices", default="4x4", metavar="SPEC",
@@ -67,11 +71,17 @@ def _add_model_and_devices(p: argparse.ArgumentParser, default_model: str) -> No
                    help="device preset of N and NODESxPER (default: P100; a machine file has its own)")
 
 
+def _load_model(args: argparse.Namespace, batch: int | None) -> LoadedModel:
+    """--model (a zoo name, an ONNX file or module:function, see model_spec), its warnings printed."""
+    loaded = load_model(args.model, batch)
+    for note in loaded.notes:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
+    return loaded
+
+
 def _model_and_devices(args: argparse.Namespace) -> tuple[Any, DeviceGraph]:
-    """The zoo graph and the device graph the options name."""
-    kwargs = {} if args.batch is None else {"batch": args.batch}
-    graph = models.get(args.model, **kwargs)
-    return graph, _machine(args.devices, args.device_type)
+    """The graph and the device graph the options name."""
+    return _load_model(args, args.batch).graph, _machine(args.devices, args.device_type)
 
 
 def is_machine_file(spec: str) -> bool:
@@ -124,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "worker with its own memory) and report the test accuracy.  For now only lenet5 is "
                        "trainable from the command line, on scikit-learn's bundled digits data set resized to "
                        "32x32 (pip install scikit-learn); other models train from Python with sw.Trainer.")
-    t.add_argument("--model", default="lenet5", metavar="NAME",
-                   help="the model to train; only lenet5 for now (default: lenet5)")
+    t.add_argument("--model", default="lenet5", metavar="MODEL",
+                   help="the model to train on the digits: lenet5 of the zoo, or an .onnx file or module:function "
+                   "whose model takes (N, 1, 32, 32) images and gives 10 classes (default: lenet5)")
     t.add_argument("--devices", default="4", metavar="N",
                    help="number of CPU workers (default: 4), or a machine file (*.json, docs/machines.md) whose "
                    "devices the plan is made for, each run as a CPU worker")
@@ -157,8 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--png", metavar="PATH", help="write the plan's timeline (Gantt chart) as a PNG (needs matplotlib)")
     m.add_argument("--strategy-png", metavar="PATH", help="write the plan's strategy picture as a PNG")
     m.add_argument("--quiet", action="store_true", help="no progress lines or notes on stderr")
-    sub.add_parser("models", help="list the zoo models with their parameter counts",
-                   description="List the models of the zoo at their default minibatch.")
+    sub.add_parser("models", help="list what --model accepts: the zoo models with their sizes, and the other forms",
+                   description="List what --model accepts: the models of the zoo at their default minibatch, an "
+                   "ONNX file and module:function.")
     return parser
 
 
@@ -338,11 +350,12 @@ class _DeferredInterrupt:
 def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     from .train import SGD, Trainer  # the executor and its C kernels only when training
 
-    if args.model not in TRAINABLE:
-        models.get(args.model)  # an unknown model: the zoo's error, listing the known ones
+    zoo = args.model in models.names() or args.model in models.SMALL or args.model in models.LARGE
+    if zoo and args.model not in TRAINABLE:
         raise ShardwiseError(f"{args.model} cannot be trained from the command line yet: only "
-                             f"{', '.join(TRAINABLE)} (on {TRAINABLE['lenet5']}); train other models from "
-                             f"Python with sw.Trainer and your own data")
+                             f"{', '.join(TRAINABLE)} of the zoo (on {DIGITS}), or an .onnx file or "
+                             f"module:function whose model takes (N, 1, 32, 32) images and gives 10 classes; "
+                             f"train other models from Python with sw.Trainer and your own data")
     if args.epochs < 1:
         raise ShardwiseError(f"--epochs must be at least 1, got {args.epochs}")
     if args.batch < 1:
@@ -359,7 +372,9 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     optimizer = SGD(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     devices = _machine(args.devices, "cpu") if is_machine_file(args.devices) else DeviceGraph.cpu(
         _worker_count(args.devices))
-    graph = models.get(args.model, batch=args.batch)
+    loaded = _load_model(args, args.batch)
+    graph = loaded.graph
+    _check_digits_model(args.model, graph)
     if args.plan not in PLAN_NAMES and not os.path.isfile(args.plan):
         _train_plan(args.plan, graph, devices, True)  # the error for an unknown name, before any work
     try:
@@ -374,6 +389,11 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed)
     except NotImplementedError as exc:  # e.g. a plan file made with --sync ring
         raise ShardwiseError(f"this plan cannot be trained yet: {exc}") from None
+    if loaded.weights is not None:   # an ONNX file's or a function's weights: start from them
+        try:
+            trainer.set_weights(loaded.weights)
+        except ShardwiseError as exc:
+            raise ShardwiseError(f"the weights of {args.model} do not fit its graph: {exc}") from None
     if args.resume:
         if os.path.exists(args.checkpoint):
             trainer.load_checkpoint(args.checkpoint)
@@ -387,7 +407,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     with _DeferredInterrupt() as ctrl_c:
         _note(args, f"shardwise: training {args.model} (batch {args.batch}) with the {plan.name} plan on "
                     f"{devices.name}: {len(x_train)} training and {len(x_test)} test samples, "
-                    f"{TRAINABLE[args.model]}")
+                    f"{DIGITS}")
         _train_epochs(trainer, x_train, y_train, args.epochs, per_epoch, args.seed, out, ctrl_c)
         if args.checkpoint:
             try:
@@ -405,6 +425,16 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     correct = int(round(accuracy * len(x_test)))
     out.write(f"test accuracy {accuracy:.2%} ({correct}/{len(x_test)}) after {trainer.steps} steps\n")
     return EXIT_OK
+
+
+def _check_digits_model(spec: str, graph: Any) -> None:
+    """train --model trains on the digits: one (N, 1, 32, 32) input, a softmax over 10 classes."""
+    inputs = [op.shape for op in graph.ops if op.kind == "input"]
+    last = graph.ops[-1]
+    if len(inputs) != 1 or inputs[0][1:] != (1, 32, 32) or last.kind != "softmax" or last.shape[1:] != (10,):
+        gives = f"a {last.kind} of shape {last.shape}" if last.kind != "softmax" else f"{last.shape[1]} classes"
+        raise ShardwiseError(f"{spec} cannot be trained on the digits: train takes a model of one (N, 1, 32, 32) "
+                             f"input and 10 classes; this one takes {', '.join(map(str, inputs))} and gives {gives}")
 
 
 def _train_epochs(trainer: Any, images: np.ndarray, labels: np.ndarray, epochs: int, per_epoch: int,
@@ -490,14 +520,7 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_models(args: argparse.Namespace, out: TextIO) -> int:
-    head = f"{'model':<14} {'parameters':>13} {'ops':>5} {'batch':>6}  {'input':<20} {'GFLOP fwd':>10}"
-    lines = [head, "-" * len(head)]
-    for name in models.names():
-        g = models.get(name)
-        inp = g.ops[0].shape
-        lines.append(f"{name:<14} {g.num_parameters():>13,} {len(g):>5} {inp[0]:>6}  "
-                     f"{str(tuple(inp[1:])):<20} {g.flops() / 1e9:>10.1f}")
-    out.write("\n".join(lines) + "\n")
+    out.write(listing())
     return EXIT_OK
 
 

@@ -36,6 +36,7 @@ class SearchWarning(UserWarning):
 
 
 class ModelImportError(GraphError):
-    """A model that :func:`shardwise.from_torch` cannot import: an op or an argument shardwise
-    does not support, or a model torch.fx cannot trace.  The message names the module path
-    (and, for function calls, the source line)."""
+    """A model that :func:`shardwise.from_torch` or :func:`shardwise.from_onnx` cannot import:
+    an op or an argument shardwise does not support, a model torch.fx cannot trace, a file that
+    is not an ONNX model.  The message names the module path (and, for function calls, the
+    source line), or the ONNX node and its op type."""

@@ -62,6 +62,7 @@ class Op:
 
 _ACTIVATIONS = (None, "relu")
 MAX_RANK = 5
+BN_MOMENTUM = 0.1      # batchnorm2d's default momentum of the running statistics, torch.nn.BatchNorm2d's
 MAX_ELEMENTS = 2**48   # keeps every derived size and FLOP count far inside int64
 _FLOAT32_MAX = 3.4028234663852886e38   # the largest float32: a leaky_relu slope reaches C as one
 MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
@@ -266,10 +267,19 @@ class Graph:
         a, b = self._tensor(a, "first input"), self._tensor(b, "second input")
         return self._add("add", [a, b], ops.elementwise([a.shape, b.shape], "add"), name)
 
-    def batchnorm2d(self, x: Tensor, name: str | None = None) -> Tensor:
-        """Batch normalization over (N, H, W) per channel, with weight and bias."""
+    def batchnorm2d(self, x: Tensor, name: str | None = None, momentum: float = BN_MOMENTUM) -> Tensor:
+        """Batch normalization over (N, H, W) per channel, with weight and bias (``torch.nn.BatchNorm2d``).
+
+        Training normalizes with the minibatch's statistics and updates running statistics,
+        ``running = (1 - momentum) * running + momentum * statistic`` (the variance unbiased);
+        a Trainer in eval mode normalizes with the running statistics instead."""
         x = self._tensor(x)
-        return self._add("batchnorm2d", [x], ops.batchnorm2d(x.shape), name)
+        if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0:
+            raise GraphError(f"batchnorm2d momentum must be a number in [0, 1], got {momentum!r}")
+        # the default is left out of the attributes: graphs built before momentum existed keep
+        # their fingerprints (and their saved plans)
+        attrs = {} if momentum == BN_MOMENTUM else {"momentum": float(momentum)}
+        return self._add("batchnorm2d", [x], ops.batchnorm2d(x.shape), name, **attrs)
 
     def concat(self, xs: Sequence[Tensor], axis: int = 1, name: str | None = None) -> Tensor:
         """Concatenate along ``axis`` (channels by default)."""

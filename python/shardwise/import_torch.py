@@ -57,7 +57,8 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
     after their enclosing module and the function (``"layer1.0.add"``), so the weights dict,
     ``{"<op>.weight": array, "<op>.bias": array}`` in PyTorch's layouts (the form
     :meth:`~shardwise.Trainer.set_weights` takes), has the keys of the model's
-    ``state_dict()`` for module weights.  ``F.linear`` and ``F.conv2d`` ops are named after
+    ``state_dict()`` for module weights; batch norms add ``"<op>.running_mean"``,
+    ``"<op>.running_var"`` and ``"<op>.num_batches_tracked"`` and keep their momentum.  ``F.linear`` and ``F.conv2d`` ops are named after
     their weight's owner (``F.linear(x, self.fc.weight, self.fc.bias)`` is op ``"fc"``).  A
     parameter read directly in ``forward`` as a matrix (``x @ self.w``) becomes a ``parameter``
     op named after it, with the weight ``"<name>.weight"``.  A ReLU that is the only user of a
@@ -262,6 +263,7 @@ class _Importer:
         self.view_of: dict[Tensor, Tensor] = {}    # a flatten's output -> its input (PyTorch: a view of it)
         self.fused: set[Any] = set()               # ReLU nodes fused into their producer
         self.params: dict[str, dict[str, Any]] = {}
+        self.state: dict[str, dict[str, Any]] = {}   # batch norms' running statistics
         self.parameter_ops: dict[str, Tensor] = {}
         self.module_calls: dict[str, int] = {}
         # names that modules and attributes own: a function's op never takes one of them
@@ -317,7 +319,7 @@ class _Importer:
                                        f"which is not supported")
         call = Call(self.g, self._op_name(node, entry, inputs), where, module, inputs, attrs,
                     activation=self._fuse_relu(node, entry), is_output=self._is_output(node),
-                    weights=self.params, parameter_op=self._parameter_op)
+                    weights=self.params, parameter_op=self._parameter_op, state=self.state)
         try:
             value = entry.convert(call)
         except ModelImportError:
@@ -370,6 +372,11 @@ class _Importer:
         got = {k: v.shape for k, v in out.items()}
         if got != want:   # a converter that recorded weights other than its op's
             raise ModelImportError(f"internal error: imported weights {got} differ from the graph's {want}")
+        for op_name, buffers in self.state.items():   # running statistics (float32) and the count (int64)
+            for bname, t in buffers.items():
+                a = t.detach().cpu().numpy()
+                out[f"{op_name}.{bname}"] = np.array(a, dtype=np.int64 if bname == "num_batches_tracked"
+                                                     else np.float32)
         return out
 
     def _parameter_op(self, attr: Attr, where: str) -> Tensor:

@@ -6,11 +6,11 @@ arguments of the functional form (after the data inputs) have the same names as 
 attributes of the module form (``F.max_pool2d(x, kernel_size, stride, ...)`` and
 ``nn.MaxPool2d.kernel_size``, ``.stride``, ...), so a converter reads ``call.attrs`` whatever
 the spelling.  Adding an operation is one entry of :data:`TORCH_OPS` (and a row of the table
-in docs/importing.md, which a test checks); for example, once the graph builder has a sigmoid
-op (it does not yet), ``g.sigmoid``::
+in docs/importing.md, which a test checks); the sigmoid, for example, is::
 
-    TorchOp("sigmoid", lambda c: c.graph.sigmoid(c.tensor(0), name=c.name), modules=("Sigmoid",),
-            functions=("torch.sigmoid", "torch.nn.functional.sigmoid"), methods=("sigmoid", "sigmoid_")),
+    TorchOp("sigmoid", _activation("sigmoid"), modules=("Sigmoid",),
+            functions=("torch.sigmoid", "torch.sigmoid_", "torch.nn.functional.sigmoid", ...),
+            methods=("sigmoid", "sigmoid_")),
 
 Nothing here imports torch: module classes and functions are named by strings, resolved when
 a model is imported (:func:`shardwise.import_torch.resolve`); converters only read attributes
@@ -55,6 +55,8 @@ class Call:
     is_output: bool = False          # the op's result is what the model returns
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)   # op name -> {param: torch tensor}
     parameter_op: Callable[[Attr, str], Tensor] | None = None         # an Attr as a parameter op (Attr, where)
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)    # op name -> {buffer: torch tensor}:
+                                                                       # batch norms' running statistics
 
     def error(self, message: str) -> ModelImportError:
         return ModelImportError(f"{self.where}: {message}")
@@ -251,19 +253,44 @@ def _batchnorm2d(c: Call) -> Tensor:
         raise c.error(f"eps={m.eps} is not supported (shardwise's batch norm uses eps={BN_EPS})")
     if x.shape[1] != m.num_features:
         raise ShapeError(f"{c.where}: num_features={m.num_features} but the input has shape {x.shape}")
-    if not m.training and m.track_running_stats:
-        import warnings
-
-        warnings.warn(f"{c.where}: the model is in eval mode, but shardwise's batch norm always normalizes with "
-                      f"the minibatch's statistics (PyTorch's training mode); running statistics are not "
-                      f"imported", stacklevel=5)   # the caller of from_torch
-    y = c.graph.batchnorm2d(x, name=c.name)
+    if m.track_running_stats and m.momentum is None:
+        raise c.error("momentum=None (a cumulative average of the statistics) is not supported; give a momentum")
+    momentum = m.momentum if m.track_running_stats else 0.0   # no running statistics: never updated
+    y = c.graph.batchnorm2d(x, name=c.name, momentum=float(momentum))
     c.set_weights(weight=m.weight, bias=m.bias)
+    if m.track_running_stats:   # the model's running statistics, as its state_dict holds them
+        c.state[c.name] = {"running_mean": m.running_mean, "running_var": m.running_var,
+                           "num_batches_tracked": m.num_batches_tracked}
     return y
 
 
 def _relu(c: Call) -> Tensor:
     return c.graph.relu(c.tensor(0), name=c.name)
+
+
+def _activation(kind: str) -> Callable[[Call], Tensor]:
+    """A point-wise activation without arguments of its own (sigmoid, tanh, SiLU): the builder
+    ``g.<kind>``; ``inplace`` needs nothing here (the importer routes in-place writes)."""
+    def convert(c: Call) -> Tensor:
+        return getattr(c.graph, kind)(c.tensor(0), name=c.name)
+    return convert
+
+
+def _gelu(c: Call) -> Tensor:
+    """GELU in its exact form, x * Phi(x) with Phi from erf: the only one shardwise's kernels
+    compute.  The tanh approximation differs by up to ~5e-4, too much to pass off as equal."""
+    approximate = c.attrs["approximate"]
+    if approximate != "none":
+        raise c.error(f"approximate={approximate!r} (GELU's tanh approximation) is not supported; shardwise's "
+                      f"gelu is the exact erf form, approximate='none'")
+    return c.graph.gelu(c.tensor(0), name=c.name)
+
+
+def _leaky_relu(c: Call) -> Tensor:
+    slope = c.attrs["negative_slope"]
+    if isinstance(slope, bool) or not isinstance(slope, (int, float)):
+        raise c.error(f"negative_slope={slope!r} is not supported (a number)")
+    return c.graph.leaky_relu(c.tensor(0), negative_slope=float(slope), name=c.name)
 
 
 def _add(c: Call) -> Tensor:
@@ -476,6 +503,15 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("bn", _batchnorm2d, modules=("BatchNorm2d",)),
     TorchOp("relu", _relu, params=(("inplace", False),), modules=("ReLU",),
             functions=("torch.relu", "torch.relu_", _F + "relu", _F + "relu_"), methods=("relu", "relu_")),
+    TorchOp("sigmoid", _activation("sigmoid"), modules=("Sigmoid",),
+            functions=("torch.sigmoid", "torch.sigmoid_", _F + "sigmoid", "torch.special.expit"),
+            methods=("sigmoid", "sigmoid_")),
+    TorchOp("tanh", _activation("tanh"), modules=("Tanh",), functions=("torch.tanh", "torch.tanh_", _F + "tanh"),
+            methods=("tanh", "tanh_")),
+    TorchOp("gelu", _gelu, params=(("approximate", "none"),), modules=("GELU",), functions=(_F + "gelu",)),
+    TorchOp("silu", _activation("silu"), params=(("inplace", False),), modules=("SiLU",), functions=(_F + "silu",)),
+    TorchOp("leaky_relu", _leaky_relu, params=(("negative_slope", 0.01), ("inplace", False)),
+            modules=("LeakyReLU",), functions=(_F + "leaky_relu", _F + "leaky_relu_")),
     TorchOp("add", _add, inputs=2, params=(("alpha", 1),), functions=("operator.add", "operator.iadd", "torch.add"),
             methods=("add", "add_")),
     TorchOp("cat", _concat, params=(("dim", 0),), functions=("torch.cat", "torch.concat", "torch.concatenate")),

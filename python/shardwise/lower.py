@@ -16,7 +16,8 @@ forward
     producer's workers that own its pieces, with a ``join`` when there are
     several (no copy when the region is exactly a shard already on the device:
     the buffer is shared); a ``forward`` task (batchnorm: ``bn_stats`` ->
-    statistics reduced among the workers of the same channels -> ``bn_apply``;
+    statistics reduced among the workers of the same channels -> ``bn_apply``,
+    which also updates the worker's ``running_stats`` in place in a training step;
     softmax: ``loss``; a split reduction: ``forward_partial`` on every worker,
     the partial outputs copied to the block's owner and summed by
     ``sum_partials``).
@@ -30,12 +31,14 @@ backward (ops in reverse order)
 synchronization and update
     workers reading the same weight box are replicas; with the parameter
     server model the first replica's device sums the gradients (``copy`` +
-    ``reduce``), applies ``update`` and sends the parameters back.
+    ``reduce``), applies ``update`` (reading the parameter, its gradient and the
+    optimizer's state buffers, kind ``momentum``: SGD's momentum, or Adam's first and
+    second moments) and sends the parameters back.
 
 Every task lists the buffers it reads and writes in the order its kernel takes
 them; a task updating a buffer in place (``reduce``, ``stats_reduce``,
-``update``, ``accumulate``) names it among its writes (and its reads where it
-reads the old value).  Tasks come in a topological order (every dependency has
+``update``, ``accumulate``, ``bn_apply``'s running statistics) names it among
+its writes (and its reads where it reads the old value).  Tasks come in a topological order (every dependency has
 a smaller id).  Each device runs its own tasks in program order (one stream):
 dependencies are recorded where that order does not give them already, and
 devices meet only through copies, which run on the destination device.
@@ -61,8 +64,8 @@ class Buffer:
 
     id: int
     device: int
-    kind: str      # activation, region, grad, partial_grad, param, param_grad, momentum, stats, recv,
-                   # partial, grad_pre
+    kind: str      # activation, region, grad, partial_grad, param, param_grad, momentum (optimizer state),
+                   # stats, recv, partial, grad_pre, running_stats (batchnorm: running mean and variance, kept)
     op: str        # the op whose tensor (output, gradient, weight, statistics) this is a piece of
     box: Box
     worker: int | None = None   # params, their gradients and momentum: the worker holding them
@@ -155,12 +158,14 @@ def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     return kinds, degrees, dev_ptr, np.asarray(devs, np.int32)
 
 
-def lower_arrays(plan: Plan) -> dict[str, np.ndarray]:
+def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
     """The C lowering's arrays of ``plan`` (one entry per task, buffer or device; see
-    csrc/py/simulate_py.c)."""
+    csrc/py/simulate_py.c); ``optimizer_state`` as for :func:`lower`."""
     from .problem import make_problem
 
-    return make_problem(plan.graph, plan.devices, plan.options).lower(*plan_arrays(plan))
+    problem = make_problem(plan.graph, plan.devices, plan.options)
+    problem.set_optimizer_state(optimizer_state)
+    return problem.lower(*plan_arrays(plan))
 
 
 def _box(row: np.ndarray) -> Box | None:
@@ -182,13 +187,15 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
     return out
 
 
-def lower(plan: Plan) -> TaskGraph:
+def lower(plan: Plan, optimizer_state: int = 1) -> TaskGraph:
     """The task graph of one training iteration of ``plan`` (parameter-server synchronization),
-    built by the C lowering."""
+    built by the C lowering.  ``optimizer_state``: the optimizer's state buffers per parameter
+    slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and AdamW,
+    whose update reads (param, grad, exp_avg, exp_avg_sq)."""
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
-    r = lower_arrays(plan)
+    r = lower_arrays(plan, optimizer_state)
     names = [op.name for op in plan.graph.ops]
     kinds, phases, buffer_kinds = _core.TASK_KINDS, _core.PHASES, _core.BUFFER_KINDS
     weight_names = _weight_names(plan.graph)

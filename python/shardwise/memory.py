@@ -39,7 +39,7 @@ class DeviceMemory:
     peak_bytes: int           # the most bytes live at once
     sum_of_buffers: int       # every buffer of the iteration counted apart (no reuse): the old measure
     parameters: int           # parameter slices (live throughout)
-    optimizer_state: int      # momentum buffers (live throughout)
+    optimizer_state: int      # optimizer state buffers, kind momentum (live throughout)
     activations_kept: int     # bytes written in the forward pass and still live when the backward starts
     staging: int              # staging regions and received pieces live at the peak
     gradients: int            # gradients (of activations and of parameters) live at the peak
@@ -54,6 +54,7 @@ class MemoryPlan:
     devices: dict[int, DeviceMemory]
     align: int
     arrays: dict[str, np.ndarray] = field(repr=False)
+    optimizer_state: int = 1   # the optimizer's state buffers per parameter slice (1 SGD, 2 Adam)
     schedule: Any = field(default=None, repr=False)   # the Schedule whose streams the tasks run on (None: fifo)
 
     @property
@@ -79,8 +80,9 @@ class MemoryPlan:
         """Prove the plan safe from the task graph alone (csrc/memplan_check.c): buffers sharing
         bytes are touched by tasks all ordered one buffer's before the other's; raises ValueError."""
         a = self.arrays
-        _problem(self.plan).check_memory_plan(*plan_arrays(self.plan), a["offset"], a["arena"], a["reuse_from"],
-                                              a["reuse_to"], self.align, _streams(self.plan, self.schedule))
+        _problem(self.plan, self.optimizer_state).check_memory_plan(
+            *plan_arrays(self.plan), a["offset"], a["arena"], a["reuse_from"], a["reuse_to"], self.align,
+            _streams(self.plan, self.schedule))
 
     def summary(self) -> str:
         rows = [f"memory plan of {self.plan.name!r} ({len(self.devices)} devices, {self.align}-byte alignment):",
@@ -93,10 +95,12 @@ class MemoryPlan:
         return "\n".join(rows)
 
 
-def _problem(plan: Plan):
+def _problem(plan: Plan, optimizer_state: int = 1):
     from .problem import make_problem
 
-    return make_problem(plan.graph, plan.devices, plan.options)
+    problem = make_problem(plan.graph, plan.devices, plan.options)
+    problem.set_optimizer_state(optimizer_state)
+    return problem
 
 
 def _streams(plan: Plan, schedule: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -111,11 +115,14 @@ def _streams(plan: Plan, schedule: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     return schedule.stream_arrays()
 
 
-def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False, schedule: Any = None) -> MemoryPlan:
+def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
+                optimizer_state: int = 1, schedule: Any = None) -> MemoryPlan:
     """The planned memory of one training iteration of ``plan`` on each of its devices.
 
     ``align``: every buffer's offset is a multiple of it (a power of two, in bytes).
     ``check``: also prove the offsets safe (:meth:`MemoryPlan.validate`; slower on large plans).
+    ``optimizer_state``: the optimizer's state buffers per parameter slice (1: SGD's momentum,
+    the default; 2: Adam's and AdamW's moments: ``optimizer.state_buffers``).
     ``schedule``: a :class:`~shardwise.schedule.Schedule` of ``plan`` whose streams the tasks
     run on; with several streams on a device the reuse edges order every task of the bytes'
     previous occupant, on whatever stream, before a buffer takes them over."""
@@ -125,7 +132,7 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
     streams = _streams(plan, schedule)
-    r = _problem(plan).memory_plan(*plan_arrays(plan), align=align, check=check, streams=streams)
+    r = _problem(plan, optimizer_state).memory_plan(*plan_arrays(plan), align=align, check=check, streams=streams)
     kinds = _core.BUFFER_KINDS
     ndev = len(plan.devices)
     devices = {}
@@ -137,4 +144,4 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
             activations_kept=int(r["kept"][d]), staging=at_peak.get("region", 0) + at_peak.get("recv", 0),
             gradients=sum(at_peak.get(k, 0) for k in ("grad", "partial_grad", "param_grad", "grad_pre")),
             at_peak=at_peak)
-    return MemoryPlan(plan, devices, align, r, schedule)
+    return MemoryPlan(plan, devices, align, r, optimizer_state, schedule)

@@ -23,7 +23,8 @@ Semantics other parts of the project must reproduce:
   minibatch, biased variance, ``eps = 1e-5``; no running statistics.
 * softmax: over axis 1, max-subtracted.  The loss of a graph is the sum over
   its softmax ops of the mean over the N rows of ``-log p[n, label[n]]``.
-* sgd_step: exactly ``torch.optim.SGD``.
+* sgd_step: exactly ``torch.optim.SGD``; adam_step (:mod:`shardwise.reference_optim`):
+  ``torch.optim.Adam`` and ``AdamW``.
 * parameter: its output is its weight ``"<op>.weight"`` (any shape); the gradients
   of all its readers are summed into that weight.
 * matmul: (M, K) @ (K, N), both operands data tensors (gradients flow to both).
@@ -47,6 +48,7 @@ import numpy as np
 from . import reference_activations as _act
 from .reference_activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
                                     sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
+from .reference_optim import adam_step
 
 __all__ = [
     "conv2d_forward", "conv2d_backward", "pool2d_forward", "pool2d_backward",
@@ -58,7 +60,7 @@ __all__ = [
     "lstm_hidden_forward", "lstm_hidden_backward",
     "sigmoid_backward", "tanh_forward", "tanh_backward", "gelu_forward", "gelu_backward", "silu_forward",
     "silu_backward", "leaky_relu_forward", "leaky_relu_backward",
-    "forward", "loss_and_grads", "sgd_step", "BN_EPS",
+    "forward", "loss_and_grads", "sgd_step", "adam_step", "BN_EPS",
 ]
 
 BN_EPS = 1e-5

@@ -2,7 +2,8 @@
 
     ex = NativeExecutor(graph, plan, tg)     # tg = sw.lower(plan)
     loss = ex.run(images, labels, optimizer=sw.SGD(lr=0.1))     # one call into C per step
-    ex.persistent[b]                          # parameter and momentum buffers: views into the arenas
+    ex.persistent[b]                          # parameter, optimizer state and running-statistics buffers:
+                                              # views into the arenas
 
 The runtime (csrc/exec/executor.c) runs every task on its stream in program
 order (one stream per device, or a schedule's prioritized streams), on the CPU
@@ -19,14 +20,19 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import _core
-from .graph import Graph, Op
+from .graph import BN_MOMENTUM, Graph, Op
+from .errors import ConfigError
 from .lower import TaskGraph, plan_arrays
 from .memory import _streams
 from .plan import Plan
 from .problem import make_problem
 
-# type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, then leaky ReLU's negative
-# slope as the bits of a float32 (one int32 array carries every attribute)
+# buffers the runtime keeps across steps (the rest live within one step)
+PERSISTENT_KINDS = ("param", "momentum", "running_stats")
+
+# type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, then the op's real parameter
+# (leaky ReLU's negative slope, batch norm's momentum) as the bits of a float32 (one int32
+# array carries every attribute)
 ATTR_COLUMNS = 11
 
 
@@ -66,32 +72,40 @@ def op_attrs(graph: Graph) -> np.ndarray:
         if op.kind in ("conv2d", "pool2d"):
             (kh, kw), (sh, sw), (ph, pw) = window(op)
             row[4:10] = (kh, kw, sh, sw, ph, pw)
-        row[10] = np.float32(op.attrs.get("negative_slope", 0.0)).view(np.int32)
+        if op.kind == "batchnorm2d":
+            real = op.attrs.get("momentum", BN_MOMENTUM)
+        else:
+            real = op.attrs.get("negative_slope", 0.0)
+        row[10] = np.float32(real).view(np.int32)
     return out
 
 
 class NativeExecutor:
-    """Runs the task graph of ``plan`` on the native runtime; parameters and momentum persist."""
+    """Runs the task graph of ``plan`` on the native runtime; parameters and optimizer state persist."""
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
-                 reuse: bool = True, schedule: Any = None) -> None:
+                 reuse: bool = True, optimizer_state: int = 1, schedule: Any = None) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
-        buffers share arena memory by lifetime (False: each keeps its own bytes); ``schedule``:
+        buffers share arena memory by lifetime (False: each keeps its own bytes);
+        ``optimizer_state``: state buffers per parameter slice, as ``tg`` was lowered with
+        (``sw.lower(plan, optimizer_state)``; 1 for SGD, 2 for Adam and AdamW); ``schedule``:
         a :class:`~shardwise.schedule.Schedule` of ``plan`` whose prioritized streams the tasks
         run on (None: one stream per device, program order)."""
         self.graph = graph
         self.tg = tg
+        self.optimizer_state = optimizer_state
         devices = plan.devices
         if threads is None:
             threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
         problem = make_problem(graph, devices, plan.options)
+        problem.set_optimizer_state(optimizer_state)
         self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
                                  reuse=reuse, streams=_streams(plan, schedule))
         self.schedule = schedule
         self.threads = threads
         self.persistent: dict[int, np.ndarray] = {b.id: self._rt.buffer(b.id) for b in tg.buffers
-                                                  if b.kind in ("param", "momentum")}
+                                                  if b.kind in PERSISTENT_KINDS}
         self._inputs = [op for op in graph.ops if op.kind == "input"]
 
     @property
@@ -111,18 +125,27 @@ class NativeExecutor:
         return out
 
     def run(self, images: Any, labels: np.ndarray, phases: tuple[str, ...] = ("forward", "backward", "sync", "update"),
-            optimizer: Any = None) -> float:
+            optimizer: Any = None, running: bool = False) -> float:
         """One step (all phases) or the forward pass alone; the mean cross-entropy.
 
         Inputs are floating-point arrays of their ops' exact shapes without NaN or infinity,
-        labels N integers in range; the runtime checks them (ValueError) before any task runs."""
+        labels N integers in range; the runtime checks them (ValueError) before any task runs.
+        A step updates the batch norms' running statistics; the forward pass alone leaves them
+        as they are and normalizes with them when ``running`` (eval mode), else with the
+        minibatch's statistics."""
         inputs = self._input_list(images)
         if tuple(phases) == ("forward",):
-            return self._rt.forward(inputs, labels)
+            return self._rt.forward(inputs, labels, running)
+        if running:
+            raise ValueError("a training step normalizes with the minibatch's statistics, not the running ones")
         if set(phases) != {"forward", "backward", "sync", "update"}:
             raise ValueError(f"a step runs the forward pass alone or every phase, not {phases}")
-        o = optimizer
-        return self._rt.step(inputs, labels, o.lr, o.momentum, o.weight_decay, o.dampening, o.nesterov)
+        if optimizer.state_buffers != self.optimizer_state:
+            raise ConfigError(f"{type(optimizer).__name__} keeps {optimizer.state_buffers} state buffer(s) per "
+                              f"parameter, but this trainer was built for an optimizer with {self.optimizer_state}: "
+                              "make a new Trainer with this optimizer")
+        # the schedule's value for this step (0: the first) travels with the step: no rebuild
+        return self._rt.step(inputs, labels, *optimizer.runtime_args(self._rt.steps))
 
     def probabilities(self, op_name: str) -> np.ndarray:
         """The softmax output of the last run, assembled from its workers' shards."""
@@ -135,12 +158,18 @@ class NativeExecutor:
         return out
 
     # ---- optimizer state
-    def started_buffers(self) -> set[int]:
-        """Momentum buffers updated at least once (their next update uses the momentum)."""
-        return set(self._rt.started())
+    def updates(self) -> dict[int, int]:
+        """{state buffer: updates applied} of every counted one (each parameter slice's first
+        state buffer, once updated): SGD's started momentum, Adam's step count."""
+        return dict(self._rt.updates())
 
-    def set_started(self, buffers: set[int]) -> None:
-        self._rt.set_started(sorted(buffers))
+    def set_updates(self, counts: Mapping[int, int]) -> None:
+        """Every parameter slice's update count at once (absent ones 0), e.g. from a checkpoint."""
+        self._rt.set_updates(sorted(counts.items()))
+
+    def started_buffers(self) -> set[int]:
+        """Momentum buffers updated at least once (their next SGD update uses the momentum)."""
+        return set(self.updates())
 
     # ---- memory
     def arena_bytes(self) -> dict[int, int]:

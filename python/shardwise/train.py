@@ -1,45 +1,50 @@
 """Training a plan: ``Trainer`` runs the task graph of every iteration on a backend.
 
     t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), seed=0)
+    t = sw.Trainer(g, plan, optimizer=sw.AdamW(lr=sw.lr_schedules.cosine(3e-4, 1000), weight_decay=0.01))
     loss = t.step(images, labels)
     loss = t.step({"x0": x0, "x1": x1, "h0": h0, "c0": c0}, labels)   # a graph with several input ops
+    probs = t.eval().predict(x_test)     # eval mode: batch norms use running statistics; any sample count
+    t.train()                            # back to train mode before further steps
 
 Numerics do not depend on the plan: every plan computes the same network with
 the same initialization (a function of the seed and the op names only); only
-the order of floating-point sums differs between plans.
+the order of floating-point sums differs between plans.  Optimizers (SGD, Adam, AdamW)
+live in :mod:`shardwise.optim`, learning-rate schedules in :mod:`shardwise.lr_schedules`,
+checkpoints in :mod:`shardwise.checkpoint`.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
-import dataclasses
-import hashlib
-import io
-import json
 import math
 import os
 import sys
 import threading
 import time
-import zipfile
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 import numpy as np
 
-from .atomic import write_atomically
+from . import _core
+from .checkpoint import CheckpointError, checkpoint_payload, read_checkpoint, write_checkpoint
 from .errors import ConfigError, ShapeError, ShardwiseError
 from .graph import Graph
 from .init import init_params
 from .lower import lower
+from .optim import SGD, Adam, AdamW, Optimizer
 from .plan import Plan
 from .runtime import NativeExecutor
+from .running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
+from . import inference
 from .schedule import as_schedule
-from . import _core
 
 if TYPE_CHECKING:
     from .memory import MemoryPlan
     from .schedule import Schedule
+
+# the optimizers and CheckpointError are re-exported: shardwise.train was their home before
+__all__ = ["Trainer", "TrainingError", "TrainerInUseError", "CheckpointError", "Batch", "CPU_KINDS",
+           "SGD", "Adam", "AdamW", "Optimizer"]
 
 
 # Op kinds the CPU backend has kernels for (the op table, csrc/ops.def).
@@ -53,54 +58,8 @@ class TrainingError(ShardwiseError, RuntimeError):
     """Training cannot go on: a diverging loss, non-finite values."""
 
 
-class CheckpointError(ShardwiseError, ValueError):
-    """A checkpoint file that is corrupt or was written for another graph."""
-
-
 class TrainerInUseError(ShardwiseError, RuntimeError):
     """A Trainer was called while another thread was using it: a Trainer is not thread-safe."""
-
-
-CHECKPOINT_FORMAT = "shardwise-checkpoint"
-CHECKPOINT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class SGD:
-    """Stochastic gradient descent with momentum and weight decay, exactly as torch.optim.SGD."""
-
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    dampening: float = 0.0
-    nesterov: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("lr", "momentum", "weight_decay", "dampening"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ConfigError(f"SGD {name} must be a finite number >= 0, got {v!r}")
-        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ConfigError("Nesterov momentum needs momentum > 0 and dampening 0")
-
-    def apply(self, param: np.ndarray, grad: np.ndarray, buf: np.ndarray, started: set[int]) -> None:
-        """One update of ``param`` in place; ``buf`` is its momentum buffer."""
-        g = grad + self.weight_decay * param if self.weight_decay else grad
-        if self.momentum:
-            key = id(buf)
-            if key not in started:
-                buf[...] = g
-                started.add(key)
-            else:
-                buf *= self.momentum
-                buf += (1.0 - self.dampening) * g
-            g = g + self.momentum * buf if self.nesterov else buf
-        param -= np.float32(self.lr) * g
-
-
-def _plan_fingerprint(plan: Plan) -> str:
-    rows = sorted((n, list(c.degrees), list(c.devices)) for n, c in plan.configs.items())
-    return hashlib.sha256(json.dumps([plan.devices.fingerprint(), rows]).encode()).hexdigest()[:16]
 
 
 class Trainer:
@@ -119,8 +78,15 @@ class Trainer:
     the default until critical_path is measured to help on the CPU (docs/scheduling.md).
     """
 
-    def __init__(self, graph: Graph, plan: Plan, optimizer: SGD | None = None, backend: str = "cpu",
+    def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
                  seed: int = 0, schedule: "str | Schedule" = "fifo") -> None:
+        """``optimizer``: :class:`~shardwise.optim.SGD` (the default, lr 0.01),
+        :class:`~shardwise.optim.Adam` or :class:`~shardwise.optim.AdamW`.  Its kind fixes the
+        optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
+        trainer's task graph is built for it; its settings (lr or schedule, decay) may change
+        between steps by assigning another optimizer of the same kind to :attr:`optimizer`."""
+        if optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise ConfigError(f"optimizer must be sw.SGD, sw.Adam or sw.AdamW, got {type(optimizer).__name__}")
         if not isinstance(plan, Plan):
             raise ConfigError(f"Trainer needs a Plan, got {type(plan).__name__}")
         if plan.graph is not graph and plan.graph.fingerprint() != graph.fingerprint():
@@ -148,10 +114,14 @@ class Trainer:
         self.input = inputs[0]
         self.batch = inputs[0].shape[0]
         self.loss_ops = losses
-        self.task_graph = lower(plan)
+        nstate = self.optimizer.state_buffers
+        self.task_graph = lower(plan, optimizer_state=nstate)
         self.schedule = as_schedule(plan, schedule)   # None: fifo
-        self.executor = NativeExecutor(graph, plan, self.task_graph, schedule=self.schedule)
-        self.set_weights(init_params(graph, seed))
+        self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
+                                       schedule=self.schedule)
+        self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
+        self._running = RunningStats(graph, self.task_graph)
+        self.set_weights({**init_params(graph, seed), **running_defaults(graph)})
 
     @property
     def steps(self) -> int:
@@ -163,6 +133,23 @@ class Trainer:
     @steps.setter
     def steps(self, value: int) -> None:
         self.executor.steps = value
+
+    # ---- modes, as torch.nn.Module's
+    def train(self, mode: bool = True) -> "Trainer":
+        """Train mode (``mode`` True; a new trainer's mode) or eval mode; returns the trainer.
+
+        In train mode batch norms normalize with the minibatch's statistics, and training
+        steps update their running statistics.  In eval mode they normalize with the running
+        statistics, :meth:`predict` and :meth:`evaluate` take any number of samples, and
+        :meth:`step` refuses to run (call ``train()`` first)."""
+        if not isinstance(mode, bool):
+            raise ConfigError(f"train() takes True or False, got {mode!r}")
+        self.training = mode
+        return self
+
+    def eval(self) -> "Trainer":
+        """Eval mode (``train(False)``), as PyTorch's ``model.eval()`` before inference; returns the trainer."""
+        return self.train(False)
 
     # ---- one thread at a time
     def _lock(self) -> threading.Lock:
@@ -264,6 +251,9 @@ class Trainer:
         # A one-input graph given arrays goes straight to C, which checks the minibatch in one
         # pass (shape, dtype, finite values, label range) before any task runs; only when it
         # refuses does _check_batch run, to name what is wrong.  Other forms are checked first.
+        if not self.training:
+            raise TrainingError("this trainer is in eval mode (Trainer.eval()): call Trainer.train() before "
+                                "training steps")
         direct = type(images) is np.ndarray and type(labels) is np.ndarray and len(self.inputs) == 1
         if not direct:
             images, labels = self._check_batch(images, labels)
@@ -285,19 +275,21 @@ class Trainer:
         return loss
 
     def loss(self, images: Batch, labels: np.ndarray) -> float:
-        """The loss of a minibatch without changing any weight (TrainerInUseError if another
-        thread is using this trainer)."""
+        """The loss of a minibatch in the current mode, without changing any weight or running
+        statistic (TrainerInUseError if another thread is using this trainer)."""
         images, labels = self._check_batch(images, labels)
         with self._exclusive("compute a loss"):
-            return float(self.executor.run(images, labels, phases=("forward",)))
+            return float(self.executor.run(images, labels, phases=("forward",), running=not self.training))
 
     def predict(self, images: Batch) -> np.ndarray:
-        """Class probabilities of the last softmax op for a minibatch (an array or a dict as in
-        :meth:`step`); TrainerInUseError if another thread is using this trainer."""
-        images, _ = self._check_batch(images, np.zeros(self.batch, np.int64))
+        """Class probabilities (samples, classes) of the last softmax op, in the current mode
+        (as a torch module: call :meth:`eval` first for inference).  ``images``: an array, or a
+        dict as in :meth:`step`, of any number of samples in eval mode, and in train mode too
+        when no op mixes the samples of a minibatch; a graph with batch norm in train mode
+        takes exactly the graph's minibatch (ShapeError otherwise).  Nothing is updated, not
+        even running statistics.  TrainerInUseError if another thread is using this trainer."""
         with self._exclusive("predict"):
-            self.executor.run(images, np.zeros(self.batch, np.int32), phases=("forward",))
-            return self.executor.probabilities(self.loss_ops[-1].name)
+            return inference.probabilities(self, images)
 
     # ---- epochs
     def fit(self, images: Batch, labels: np.ndarray, epochs: int = 1, progress: bool = False,
@@ -348,72 +340,54 @@ class Trainer:
 
     def evaluate(self, images: Batch, labels: np.ndarray) -> float:
         """Accuracy (fraction of argmax predictions equal to the label) over a data set
-        (an array, or a dict of arrays as for :meth:`fit`).  The last partial minibatch is
-        padded with the first samples (repeated if the data set is smaller), not counted."""
-        as_dict = isinstance(images, Mapping)
-        data, count = self._samples(images)
-        labels = np.asarray(labels)
-        if labels.ndim != 1 or count != len(labels) or count == 0:
-            raise ShapeError(f"need as many labels as samples (and at least one), got {count}, {labels.shape}")
-        n = self.batch
-        correct = 0
-        for start in range(0, count, n):
-            real = min(n, count - start)
-            idx = np.concatenate([np.arange(start, start + real), np.arange(n - real) % count])
-            pred = self.predict(self._take(data, idx, as_dict))[:real].argmax(axis=1)
-            correct += int((pred == labels[start:start + real]).sum())
-        return correct / count
+        (an array, or a dict of arrays as for :meth:`fit`), in the current mode, in minibatches
+        of the graph's N (the last one padded).  A graph with batch norm in train mode
+        normalizes each minibatch with its own statistics and needs a multiple of N samples;
+        call :meth:`eval` first to use the running statistics and any number."""
+        with self._exclusive("evaluate"):
+            return inference.accuracy(self, images, labels)
 
     # ---- checkpoints
-    def _state(self) -> dict[str, np.ndarray]:
-        state = {f"weight/{k}": v for k, v in self.get_weights().items()}
-        for b in self.task_graph.buffers:
-            if b.kind == "momentum":
-                state[f"momentum/{b.id}"] = self.executor.persistent[b.id]
-        return state
-
     def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Weights, optimizer state and step count, written atomically (temporary file, fsync, rename).
-        TrainerInUseError if another thread is using this trainer."""
+        """Weights, optimizer state (SGD's momentum; Adam's moments and step counts) and step
+        count, written atomically (temporary file, fsync, rename); the format is described in
+        :mod:`shardwise.checkpoint`.  TrainerInUseError if another thread is using this trainer."""
         with self._exclusive("save a checkpoint"):
-            meta = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "graph": self.graph.fingerprint(),
-                    "plan": _plan_fingerprint(self.plan), "steps": self.steps, "seed": int(self.seed),
-                    "optimizer": asdict(self.optimizer),
-                    "momentum_started": sorted(self._started_buffers())}
-            arrays = self._state()
-            buf = io.BytesIO()
-            np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-        payload = buf.getvalue()
-        digest = hashlib.sha256(payload).hexdigest().encode()
-        write_atomically(path, b"SWCKPT1\n" + digest + b"\n" + payload)
+            payload = checkpoint_payload(self)
+        write_checkpoint(path, payload)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Restore a checkpoint written by :meth:`save_checkpoint` for the same graph and plan.
+        """Restore a checkpoint written by :meth:`save_checkpoint` for the same graph and plan
+        and the same kind of optimizer (a checkpoint of SGD does not load into an Adam trainer).
 
         A corrupt or foreign file raises CheckpointError and leaves the trainer as it was.
         Everything is checked before anything changes, and the archive's members (names,
         dtypes, shapes, declared sizes) before any of them is decompressed, so a small file
-        declaring a huge member is refused at once.  TrainerInUseError if another thread is
-        using this trainer."""
-        steps, started, weights, momentum = _read_checkpoint(self, path)
+        declaring a huge member is refused at once.  The trainer keeps its optimizer's
+        settings (learning rate, schedule); the schedule goes on from the restored step count.
+        TrainerInUseError if another thread is using this trainer."""
+        ckpt = read_checkpoint(self, path)
         with self._exclusive("load a checkpoint"):
-            before = self.get_weights()
+            before, steps_before = self.get_weights(), self.steps
+            self.steps = ckpt.steps   # first: num_batches_tracked is kept relative to it
             try:
-                self.set_weights(weights)  # validates every array before writing any
+                self.set_weights(ckpt.weights)  # validates every array before writing any
             except ShardwiseError as exc:
+                self.steps = steps_before
                 self.set_weights(before)
                 raise CheckpointError(f"{path}: {exc}") from None
-            for bid, v in momentum.items():
+            for bid, v in ckpt.state.items():
                 self.executor.persistent[bid][...] = v
-            self.executor.set_started(set(started))
-            self.steps = steps
+            self.executor.set_updates(ckpt.updates)
 
     def _started_buffers(self) -> set[int]:
         return self.executor.started_buffers()
 
     # ---- weights
     def get_weights(self) -> dict[str, np.ndarray]:
-        """``"op.weight"`` / ``"op.bias"`` -> full arrays in PyTorch layouts."""
+        """``"op.weight"`` / ``"op.bias"`` -> full arrays in PyTorch layouts, and for every batch
+        norm its ``"op.running_mean"``, ``"op.running_var"`` (float32) and ``"op.num_batches_tracked"``
+        (an int64 0-d array): the entries of PyTorch's ``state_dict()``."""
         out: dict[str, np.ndarray] = {}
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
@@ -423,6 +397,7 @@ class Trainer:
                 slot = [k for k, i in enumerate(op.desc.inputs) if i.role == 1][("weight", "bias").index(pname)]
                 out[key] = np.zeros(op.desc.inputs[slot].shape, np.float32)
             out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = self.executor.persistent[buf]
+        out.update(self._running.get(self.executor.persistent, self.steps))
         return out
 
     def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -431,20 +406,28 @@ class Trainer:
             weights = [i for i in op.desc.inputs if i.role == 1]
             for pname, inp in zip(("weight", "bias"), weights):
                 shapes[f"{op.name}.{pname}"] = tuple(inp.shape)
+        shapes.update(running_shapes(self.graph))
         return shapes
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         """Load full weight arrays (as :meth:`get_weights` returns them) into every worker's slices.
-        Every array is checked (name, exact shape, finite values) before anything changes."""
+        Every array is checked (name, exact shape, finite values) before anything changes.
+        Batch norms' running statistics and ``num_batches_tracked`` may be left out (they keep
+        their values), so a PyTorch ``state_dict()`` loads with or without them."""
         shapes = self._weight_shapes()
-        missing = set(shapes) - set(weights)
+        running = running_shapes(self.graph)
+        missing = set(shapes) - set(weights) - set(running)
         if missing:
             raise ShapeError(f"weights are missing {sorted(missing)[:5]}")
         unknown = set(weights) - set(shapes)
         if unknown:
             raise ShapeError(f"unknown weights {sorted(unknown)[:5]}")
         arrays = {}
+        given_running = {key: check_running(key, weights[key], shape) for key, shape in running.items()
+                         if key in weights}
         for key, shape in shapes.items():
+            if key in running:
+                continue
             try:
                 a = np.asarray(weights[key], dtype=np.float32)
             except (TypeError, ValueError) as exc:
@@ -457,11 +440,12 @@ class Trainer:
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
             self.executor.persistent[buf][...] = arrays[f"{op_name}.{pname}"][tuple(slice(lo, hi) for lo, hi in b.box)]
+        self._running.set(self.executor.persistent, given_running, self.steps)
 
     # ---- memory
     def memory_per_worker(self) -> dict[int, int]:
         """Bytes each worker (device) holds: its one arena, allocated when the trainer was
-        built (parameters, momentum, activations kept for the backward pass, staging regions
+        built (parameters, optimizer state, activations kept for the backward pass, staging regions
         and gradients at their planned offsets: :attr:`memory_plan`)."""
         return self.executor.arena_bytes()
 
@@ -479,223 +463,10 @@ class Trainer:
         if mp is None:
             from .memory import memory_plan
 
-            mp = self._memory_plan = memory_plan(self.plan, schedule=self.schedule)
+            mp = self._memory_plan = memory_plan(self.plan, optimizer_state=self.optimizer.state_buffers,
+                                                 schedule=self.schedule)
         return mp
 
     def planned_memory_per_worker(self) -> dict[int, int]:
         """The planner's estimate of the same: the sizes of the task graph's buffers per device."""
         return self.task_graph.memory_per_device()
-
-
-# ---------------------------------------------------------------------------------------------
-# reading checkpoints
-# ---------------------------------------------------------------------------------------------
-_META_MEMBER = "__meta__"
-_META_LIMIT = 1 << 20          # bytes of the JSON meta document
-_MEMBER_SLACK = 1 << 18        # bytes per archive member for zip and .npy headers, names, comments
-_NPY_HEADER_LIMIT = 10000      # numpy's own default limit on .npy header sizes
-_META_KEYS = frozenset({"format", "version", "graph", "plan", "steps", "seed", "optimizer", "momentum_started"})
-
-
-def _strict_int(value: Any, lo: int = 0, hi: int = 2 ** 63 - 1) -> bool:
-    """An int (not a bool, not a float with an integral value) in [lo, hi]."""
-    return type(value) is int and lo <= value <= hi
-
-
-def _strict_number(value: Any) -> bool:
-    """A finite int or float (not a bool), as JSON numbers load."""
-    return type(value) in (int, float) and math.isfinite(value)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _checkpoint_layout(t: "Trainer") -> dict[str, tuple[int, ...] | None]:
-    """Archive member name -> the exact array shape a checkpoint of ``t`` holds there
-    (None for the meta document, a 1-D uint8 array of at most _META_LIMIT bytes)."""
-    layout: dict[str, tuple[int, ...] | None] = {_META_MEMBER + ".npy": None}
-    for key, shape in t._weight_shapes().items():
-        layout[f"weight/{key}.npy"] = tuple(shape)
-    for b in t.task_graph.buffers:
-        if b.kind == "momentum":
-            layout[f"momentum/{b.id}.npy"] = tuple(t.executor.persistent[b.id].shape)
-    return layout
-
-
-def _dtype_problem(dtype: np.dtype) -> str | None:
-    """Why an array of ``dtype`` cannot hold weights or momentum (None if it can): only real
-    numbers that float32 can take (floats of at most 64 bits, integers), not bools, strings,
-    complex numbers, objects or records."""
-    if dtype.names is not None or dtype.subdtype is not None or dtype.hasobject:
-        return f"dtype {dtype} is not a plain numeric type"
-    if dtype.kind not in "fiu" or dtype.itemsize > 8:
-        return f"dtype {dtype} is not a real number type (float or integer)"
-    return None
-
-
-def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype, int]:
-    """(shape, dtype, header bytes) of a .npy member, reading only its header."""
-    with zf.open(info) as m:
-        version = np.lib.format.read_magic(m)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(m, max_header_size=_NPY_HEADER_LIMIT)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(m, max_header_size=_NPY_HEADER_LIMIT)
-        else:
-            raise CheckpointError(f"member {info.filename!r}: .npy format version {version} is not supported")
-        return tuple(shape), dtype, m.tell()
-
-
-def _check_names(zf: zipfile.ZipFile, layout: Mapping[str, tuple[int, ...] | None], where: str) -> None:
-    """Every member of ``layout`` exactly once and nothing else (from the zip directory)."""
-    counts = collections.Counter(i.filename for i in zf.infolist())
-    duplicated = sorted(n for n, k in counts.items() if k > 1)
-    unknown = sorted(set(counts) - set(layout))
-    missing = sorted(set(layout) - set(counts))
-    if duplicated or unknown or missing:
-        parts = ([f"duplicated members {duplicated[:5]}"] if duplicated else []) + \
-                ([f"unknown members {unknown[:5]}"] if unknown else []) + \
-                ([f"missing {[m[:-4] for m in missing][:5]}"] if missing else [])
-        raise CheckpointError(f"{where}: does not match this trainer's graph and plan: " + "; ".join(parts))
-
-
-def _check_member(zf: zipfile.ZipFile, name: str, want: tuple[int, ...] | None, where: str) -> None:
-    """The dtype, shape and declared size of one .npy member against what this trainer expects
-    (``want``; None for the meta document), from the zip directory and the member's .npy header
-    alone: nothing past the header (at most _NPY_HEADER_LIMIT bytes) is decompressed."""
-    info = zf.getinfo(name)
-    if info.flag_bits & 0x1:
-        raise CheckpointError(f"{where}: member {name!r} is encrypted")
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise CheckpointError(f"{where}: member {name!r} uses an unsupported compression")
-    try:
-        shape, dtype, header = _member_header(zf, info)
-    except CheckpointError as exc:
-        raise CheckpointError(f"{where}: {exc}") from None
-    if want is None:
-        if dtype != np.uint8 or len(shape) != 1 or shape[0] > _META_LIMIT:
-            raise CheckpointError(f"{where}: the meta document must be at most {_META_LIMIT} bytes (uint8), "
-                                  f"got {dtype} {shape}")
-    else:
-        problem = _dtype_problem(dtype)
-        if problem:
-            raise CheckpointError(f"{where}: member {name!r}: {problem}")
-        if shape != want:
-            raise CheckpointError(f"{where}: member {name!r} has shape {shape}, expected {want}")
-    # the size the zip directory declares must be exactly what the header describes: reading
-    # the member then inflates no more than the arrays this trainer has
-    expected_size = header + math.prod(shape) * dtype.itemsize
-    if info.file_size != expected_size:
-        raise CheckpointError(f"{where}: member {name!r} declares {info.file_size} bytes, but its header "
-                              f"describes {expected_size}")
-
-
-def _read_member(zf: zipfile.ZipFile, name: str) -> np.ndarray:
-    with zf.open(name) as m:
-        return np.lib.format.read_array(m, allow_pickle=False, max_header_size=_NPY_HEADER_LIMIT)
-
-
-def _check_meta(meta: Any, t: "Trainer", momentum_ids: set[int], where: str) -> tuple[int, set[int]]:
-    """Every field of the meta document, strictly typed; returns (steps, started momentum buffers)."""
-    if not isinstance(meta, dict):
-        kind = {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
-                type(None): "null"}.get(type(meta), type(meta).__name__)
-        raise CheckpointError(f"{where}: malformed checkpoint: the meta document is a JSON {kind}, not an object")
-    if meta.get("format") != CHECKPOINT_FORMAT or not _strict_int(meta.get("version")) \
-            or meta["version"] != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{where}: unknown checkpoint format {meta.get('format')!r} {meta.get('version')!r}")
-    missing, unknown = sorted(_META_KEYS - set(meta)), sorted(set(meta) - _META_KEYS)
-    if missing or unknown:
-        raise CheckpointError(f"{where}: malformed checkpoint fields: "
-                              + "; ".join(([f"missing {missing}"] if missing else [])
-                                          + ([f"unknown {unknown}"] if unknown else [])))
-    if meta["graph"] != t.graph.fingerprint():
-        raise CheckpointError(f"{where}: written for another graph")
-    if meta["plan"] != _plan_fingerprint(t.plan):
-        raise CheckpointError(f"{where}: written for another plan of this graph")
-
-    def bad(field: str, want: str) -> CheckpointError:
-        return CheckpointError(f"{where}: malformed checkpoint field {field!r}: expected {want}, "
-                               f"got {meta[field]!r}"[:500])
-
-    if not _strict_int(meta["steps"]):
-        raise bad("steps", "an int >= 0")
-    if not _strict_int(meta["seed"]):
-        raise bad("seed", "an int >= 0")
-    opt = meta["optimizer"]
-    fields = {f.name for f in dataclasses.fields(SGD)}
-    if not isinstance(opt, dict) or set(opt) != fields:
-        raise bad("optimizer", f"an object with exactly the fields {sorted(fields)}")
-    for k in sorted(fields):
-        ok = type(opt[k]) is bool if k == "nesterov" else _strict_number(opt[k]) and opt[k] >= 0
-        if not ok:
-            raise CheckpointError(f"{where}: malformed checkpoint field 'optimizer': {k} must be "
-                                  + ("true or false" if k == "nesterov" else "a finite number >= 0")
-                                  + f", got {opt[k]!r}"[:200])
-    try:
-        SGD(**opt)
-    except ConfigError as exc:
-        raise CheckpointError(f"{where}: malformed checkpoint field 'optimizer': {exc}") from None
-    started = meta["momentum_started"]
-    if not isinstance(started, list) or not all(_strict_int(b) for b in started):
-        raise bad("momentum_started", "a list of momentum buffer ids")
-    if not set(started) <= momentum_ids:
-        raise CheckpointError(f"{where}: optimizer state does not match this plan (unknown momentum buffers "
-                              f"{sorted(set(started) - momentum_ids)[:5]})")
-    return meta["steps"], set(started)
-
-
-def _read_checkpoint(t: "Trainer", path: str | os.PathLike
-                     ) -> tuple[int, set[int], dict[str, np.ndarray], dict[int, np.ndarray]]:
-    """(steps, started momentum buffers, weights, momentum) of a checkpoint for trainer ``t``,
-    every part checked; CheckpointError otherwise.  Reads at most the size a checkpoint of
-    ``t`` can have, and decompresses nothing but the meta document (at most _META_LIMIT
-    bytes, checked first so that a foreign graph or plan is named as such) until every
-    member's name, declared size, dtype and shape have passed."""
-    layout = _checkpoint_layout(t)
-    arrays_max = sum(math.prod(s) * 8 for s in layout.values() if s is not None)
-    size_limit = arrays_max + _META_LIMIT + (len(layout) + 1) * _MEMBER_SLACK
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(size_limit + 1)
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read checkpoint ({exc})") from None
-    if len(raw) > size_limit:
-        raise CheckpointError(f"{path}: larger than any checkpoint of this trainer can be ({size_limit} bytes)")
-    head, _, rest = raw.partition(b"\n")
-    digest, _, payload = rest.partition(b"\n")
-    if head != b"SWCKPT1" or hashlib.sha256(payload).hexdigest().encode() != digest:
-        raise CheckpointError(f"{path}: not a shardwise checkpoint, or corrupt (checksum mismatch)")
-    momentum_ids = {b.id for b in t.task_graph.buffers if b.kind == "momentum"}
-    try:
-        with zipfile.ZipFile(io.BytesIO(payload)) as zf:
-            # the meta document first, so that a checkpoint of another graph or plan says so
-            meta_name = _META_MEMBER + ".npy"
-            if sum(i.filename == meta_name for i in zf.infolist()) != 1:
-                raise CheckpointError(f"{path}: malformed checkpoint: it needs exactly one {_META_MEMBER} member")
-            _check_member(zf, meta_name, None, str(path))
-            text = bytes(_read_member(zf, meta_name)).decode("utf-8")
-            meta = json.loads(text, parse_constant=_reject_constant)
-            steps, started = _check_meta(meta, t, momentum_ids, str(path))
-            _check_names(zf, layout, str(path))
-            for name, want in layout.items():
-                _check_member(zf, name, want, str(path))
-            arrays = {name[:-4]: _read_member(zf, name) for name in layout if layout[name] is not None}
-    except CheckpointError:
-        raise
-    except Exception as exc:  # a checksum-valid file that zipfile, numpy or json cannot read is still corrupt
-        raise CheckpointError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {str(exc)[:300]})") from None
-    weights: dict[str, np.ndarray] = {}
-    momentum: dict[int, np.ndarray] = {}
-    with np.errstate(over="ignore", invalid="ignore"):  # float64 beyond float32 becomes inf: refused below
-        for key, a in arrays.items():
-            kind, name = key.split("/", 1)
-            a = np.asarray(a, dtype=np.float32)
-            if not np.isfinite(a).all():
-                raise CheckpointError(f"{path}: {key} contains NaN or infinity (or values beyond float32)")
-            if kind == "weight":
-                weights[name] = a
-            else:
-                momentum[int(name)] = a
-    return steps, started, weights, momentum

@@ -1,0 +1,91 @@
+/* optim.c -- the update task on the CPU: one parameter slice stepped by SGD, Adam or AdamW.
+ *
+ * The formulas are torch.optim's, element by element in float32, with the scalars of a
+ * step (bias corrections, step size) computed once in double, as PyTorch computes them
+ * in Python floats, and rounded to float where PyTorch's kernels round them.  The task
+ * reads (param, grad, state...) and writes (param, state...), every buffer the slice's
+ * box of n elements (csrc/lower.c, sync_group):
+ *
+ *   SGD    state: buf (n), momentum; started once rt->updates[buf] > 0
+ *   Adam   state: m (n) exp_avg, v (n) exp_avg_sq; the step t = rt->updates[m] + 1
+ *   AdamW  as Adam, the weight decay applied to p before the moments (decoupled)
+ *
+ * Each update task owns its slice's state buffers and counter, so tasks on different
+ * threads never touch the same memory.
+ */
+#include <math.h>    /* pow, sqrt, sqrtf */
+
+#include "optim.h"
+#include "task_env.h"
+
+/* torch.optim.SGD: g = grad + wd p; buf = g (first step) or momentum buf + (1 - dampening) g;
+ * g = g + momentum buf (Nesterov) or buf; p -= lr g.  p, grad, buf: (n). */
+static void sgd(const sw_optimizer *o, int started, float *p, const float *grad, float *buf, int64_t n) {
+    const float lr = (float)o->lr, wd = (float)o->weight_decay, mu = (float)o->momentum;
+    const float damp = 1.0f - (float)o->dampening;
+    for (int64_t i = 0; i < n; i++) {
+        float g = wd != 0.0f ? grad[i] + wd * p[i] : grad[i];
+        if (mu != 0.0f) {
+            buf[i] = started ? buf[i] * mu + damp * g : g;
+            g = o->nesterov ? g + mu * buf[i] : buf[i];
+        }
+        p[i] -= lr * g;
+    }
+}
+
+/* torch.optim.Adam / AdamW at step t (>= 1), torch's single-tensor path:
+ *   Adam:  g = grad + wd p          AdamW: p *= 1 - lr wd
+ *   m = lerp(m, g, 1 - beta1);  v = beta2 v + (1 - beta2) g g
+ *   p += -(lr / (1 - beta1^t)) m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * (eps added after the square root of the bias-corrected second moment).  p, grad, m, v: (n). */
+static void adam(const sw_optimizer *o, int64_t t, float *p, const float *grad, float *m, float *v, int64_t n) {
+    const double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+    const float neg_step = (float)(-(o->lr / bc1)), bc2_sqrt = (float)sqrt(bc2), eps = (float)o->eps;
+    const float w1 = (float)(1.0 - o->beta1), beta2 = (float)o->beta2, w2 = (float)(1.0 - o->beta2);
+    const int decoupled = o->kind == SW_OPTIM_ADAMW;
+    const float wd = (float)o->weight_decay, decay = (float)(1.0 - o->lr * o->weight_decay);
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i];
+        if (wd != 0.0f) {
+            if (decoupled) {
+                p[i] *= decay;
+            } else {
+                g += wd * p[i];
+            }
+        }
+        /* torch's lerp: the form that is exact at its nearer end */
+        m[i] = w1 < 0.5f ? m[i] + w1 * (g - m[i]) : g - (g - m[i]) * (1.0f - w1);
+        v[i] = v[i] * beta2 + w2 * g * g;
+        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        p[i] = p[i] + neg_step * m[i] / denom;
+    }
+}
+
+void sw_optim_update(const sw_optimizer *o, int64_t t, float *p, const float *grad, float *s0, float *s1,
+                     int64_t n) {
+    if (o->kind == SW_OPTIM_SGD) {
+        sgd(o, t > 1, p, grad, s0, n);
+    } else {
+        adam(o, t, p, grad, s0, s1, n);
+    }
+}
+
+sw_status sw_cpu_update(const sw_task_env *e) {
+    const sw_optimizer *o = &e->ctx->args->opt;
+    int nstate = sw_optim_state_buffers(o->kind);
+    if (e->nreads != 2 + nstate || e->nwrites != 1 + nstate) {   /* sw_optim_check ran at the step's start */
+        return SW_FAIL(SW_ERR_INTERNAL, "update task %d has %d reads for an optimizer of %d state buffers", e->id,
+                       e->nreads, nstate);
+    }
+    float *p = sw_runtime_buffer(e->rt, e->reads[0]);
+    const float *grad = sw_runtime_buffer(e->rt, e->reads[1]);
+    float *s0 = sw_runtime_buffer(e->rt, e->reads[2]);
+    float *s1 = nstate > 1 ? sw_runtime_buffer(e->rt, e->reads[3]) : NULL;
+    int64_t n = sw_box_volume(&e->rt->g.buffers[e->reads[0]].box);
+    int64_t *updates = &e->rt->updates[e->reads[2]];
+    sw_optim_update(o, *updates + 1, p, grad, s0, s1, n);
+    if (o->kind != SW_OPTIM_SGD || o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */
+        ++*updates;
+    }
+    return SW_OK;
+}

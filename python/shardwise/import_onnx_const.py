@@ -1,0 +1,181 @@
+"""Constant folding for :func:`shardwise.from_onnx`: the shape arithmetic ONNX exporters write.
+
+An exported model computes more than its layers: ``x.view(x.size(0), -1)`` becomes
+``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``, a convolution without bias may get a
+zero bias from ``Constant -> CastLike -> Expand``, reduction axes come from ``Constant ->
+Reshape``.  shardwise's shapes are all known during the import, so these nodes are evaluated
+here with NumPy and never become ops of the graph.  A node is folded when every input it reads
+is a constant (or, for ``Shape``, when it reads the shape of a graph tensor).
+
+Nothing here imports onnx: attributes arrive already decoded (``{name: value}``), and the
+element types of ``Cast`` are mapped by :data:`ONNX_DTYPES`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["Const", "FOLDERS", "ONNX_DTYPES", "fold"]
+
+ONNX_DTYPES: dict[int, Any] = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
+                               7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32,
+                               13: np.uint64}
+"""ONNX's ``TensorProto.DataType`` codes of the element types shape arithmetic uses."""
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A constant value of the ONNX graph.
+
+    ``source`` is the initializer's name for a tensor stored in the model (a weight the import
+    may make trainable) and None for one computed by the graph (folded here).  Identity is by
+    object: one initializer is one :class:`Const`, which is how a weight read by two layers is
+    recognized (``eq=False``)."""
+
+    value: np.ndarray
+    source: str | None = None
+
+    def __repr__(self) -> str:   # messages show where it comes from, not its values
+        what = f"initializer {self.source!r}" if self.source else "a computed constant"
+        return f"<{what} of shape {tuple(self.value.shape)}>"
+
+
+class FoldError(ValueError):
+    """A constant node whose inputs or attributes this folder cannot evaluate."""
+
+
+def _int_list(value: Any, what: str) -> list[int]:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu" or arr.ndim > 1:
+        raise FoldError(f"{what} must be integers, got {arr!r}")
+    return [int(v) for v in arr.reshape(-1)]
+
+
+def _axes(attrs: dict[str, Any], inputs: Sequence[np.ndarray | None], index: int) -> list[int] | None:
+    """Axes given as an attribute (older opsets) or as input ``index`` (opset 13 and later)."""
+    if "axes" in attrs:
+        return _int_list(attrs["axes"], "axes")
+    if len(inputs) > index and inputs[index] is not None:
+        return _int_list(inputs[index], "axes")
+    return None
+
+
+def _constant(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    for key, dtype in (("value", None), ("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    raise FoldError(f"a Constant with the attributes {sorted(attrs)} is not supported")
+
+
+def _shape(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    shape = list(inputs[0])   # the importer passes the shape tuple of the tensor
+    start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _gather(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    return np.take(inputs[0], inputs[1].astype(np.int64), axis=attrs.get("axis", 0))
+
+
+def _unsqueeze(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    axes = _axes(attrs, inputs, 1)
+    if axes is None:
+        raise FoldError("Unsqueeze without axes")
+    out = inputs[0]
+    rank = out.ndim + len(axes)
+    for a in sorted(a % rank for a in axes):
+        out = np.expand_dims(out, a)
+    return out
+
+
+def _squeeze(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    axes = _axes(attrs, inputs, 1)
+    x = inputs[0]
+    return np.squeeze(x) if axes is None else np.squeeze(x, axis=tuple(a % x.ndim for a in axes))
+
+
+def reshape_target(shape: Sequence[int], target: Sequence[int], allowzero: bool = False) -> tuple[int, ...]:
+    """ONNX Reshape's output shape: ``0`` copies the input's dimension (unless ``allowzero``),
+    one ``-1`` takes what is left.  Raises FoldError when the sizes do not fit."""
+    out = [shape[k] if t == 0 and not allowzero and k < len(shape) else t for k, t in enumerate(target)]
+    total = int(np.prod(shape, dtype=np.int64))
+    known = int(np.prod([s for s in out if s != -1], dtype=np.int64))
+    if out.count(-1) > 1 or any(s < -1 for s in out) or (known == 0 and -1 in out):
+        raise FoldError(f"cannot reshape {tuple(shape)} to {tuple(target)}")
+    if -1 in out:
+        if total % known:
+            raise FoldError(f"cannot reshape {tuple(shape)} to {tuple(target)}")
+        out[out.index(-1)] = total // known
+    if int(np.prod(out, dtype=np.int64)) != total:
+        raise FoldError(f"cannot reshape {tuple(shape)} to {tuple(target)}")
+    return tuple(int(s) for s in out)
+
+
+def _reshape(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    target = _int_list(inputs[1], "the shape")
+    return inputs[0].reshape(reshape_target(inputs[0].shape, target, bool(attrs.get("allowzero", 0))))
+
+
+def _cast(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    to = attrs.get("to")
+    if to not in ONNX_DTYPES:
+        raise FoldError(f"Cast to the ONNX element type {to!r} is not supported")
+    return inputs[0].astype(ONNX_DTYPES[to])
+
+
+def _slice(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    x = inputs[0]
+    if "starts" in attrs:   # opset 1-9: attributes
+        starts, ends, axes, steps = attrs["starts"], attrs["ends"], attrs.get("axes"), None
+    else:
+        starts, ends = _int_list(inputs[1], "starts"), _int_list(inputs[2], "ends")
+        axes = _int_list(inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else None
+        steps = _int_list(inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else None
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * x.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        index[a % x.ndim] = slice(s, e, st)
+    return x[tuple(index)]
+
+
+def _div(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    a, b = inputs
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":   # ONNX integer division truncates toward zero
+        return (np.trunc(a / b)).astype(np.result_type(a, b))
+    return a / b
+
+
+FOLDERS: dict[str, Callable[[dict[str, Any], Sequence[Any]], np.ndarray]] = {
+    "Constant": _constant,
+    "Identity": lambda attrs, ins: ins[0],
+    "Shape": _shape,
+    "Gather": _gather,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Concat": lambda attrs, ins: np.concatenate([np.atleast_1d(v) for v in ins], axis=attrs.get("axis", 0)),
+    "Reshape": _reshape,
+    "Cast": _cast,
+    "CastLike": lambda attrs, ins: ins[0].astype(ins[1].dtype),
+    "Expand": lambda attrs, ins: ins[0] * np.ones(_int_list(ins[1], "the shape"), dtype=ins[0].dtype),
+    "Slice": _slice,
+    "Add": lambda attrs, ins: ins[0] + ins[1],
+    "Sub": lambda attrs, ins: ins[0] - ins[1],
+    "Mul": lambda attrs, ins: ins[0] * ins[1],
+    "Div": _div,
+    "Transpose": lambda attrs, ins: np.transpose(ins[0], attrs.get("perm")),
+}
+"""ONNX ops evaluated on constants, by op type: ``fold(attrs, input values) -> value``."""
+
+
+def fold(op_type: str, attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    """The value of a constant node (``inputs``: NumPy arrays, or for Shape the tensor's shape)."""
+    try:
+        return np.asarray(FOLDERS[op_type](attrs, inputs))
+    except FoldError:
+        raise
+    except (ValueError, IndexError, TypeError) as exc:   # NumPy's complaint about the values
+        raise FoldError(f"{op_type} on constants failed: {exc}") from None
