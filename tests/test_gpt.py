@@ -179,3 +179,14 @@ def test_runtime_refuses_bad_sequence_attributes_ids_and_labels():
     with pytest.raises(ValueError, match="labels must lie in 0..63"):
         rt.forward([ids] + rest, labels - 1)
     assert rt.forward([ids] + rest, labels) > 0
+
+
+def test_megatron_plan_on_prioritized_streams_is_bitwise_the_fifo_run():
+    g = sw.models.gpt_tiny(batch=N)
+    ids, labels = data(2)
+    p = plans(g)["megatron"]
+    fifo = sw.Trainer(g, p, optimizer=sw.SGD(lr=0.5))
+    crit = sw.Trainer(g, p, optimizer=sw.SGD(lr=0.5), schedule="critical_path")
+    assert [fifo.step(ids, labels) for _ in range(2)] == [crit.step(ids, labels) for _ in range(2)]
+    for k, v in fifo.get_weights().items():
+        np.testing.assert_array_equal(crit.get_weights()[k], v)
