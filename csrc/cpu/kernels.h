@@ -175,9 +175,10 @@ sw_status sw_embedding_backward_weight(const sw_view *ids, const sw_view *dy, sw
  * lines along it; causal (axis the last): key j > query i (dimension rank-2) gets 0. */
 sw_status sw_softmax_dim_forward(const sw_view *x, int axis, float scale, int causal, sw_view *y);
 /* dx (whole lines) = scale * p * (dy - sum(dy p)) with the sums over dy's part of each line
- * (a partial gradient), p recomputed from x */
-sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *dy, int axis, float scale, int causal,
-                                  sw_view *dx);
+ * (a partial gradient); p: the forward's output holding dx's whole lines, or NULL to
+ * recompute it from x */
+sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *p, const sw_view *dy, int axis, float scale,
+                                  int causal, sw_view *dx);
 
 /* matmul.c: batched products over the leading dimensions, transposes by flag, OpenBLAS:
  * y (.., M_b, N_b) = op(a) (.., M_b, K) op(b) (.., K, N_b), K the views' k range */

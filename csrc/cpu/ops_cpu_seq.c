@@ -156,7 +156,13 @@ static sw_status softmax_dim_backward_data(const sw_task_env *e) {
     SW_TRY(need(e, r.region[0], "its input"));
     sw_env_view(e, r.region[0], &x);
     sw_env_view(e, e->writes[0], &dx);
-    return sw_softmax_dim_backward(&x, &dy, e->attrs->axis, e->attrs->alpha, e->attrs->causal, &dx);
+    sw_view p;   /* the output, when this worker holds whole lines of it (its box is dx's) */
+    int whole = r.y >= 0 && sw_box_equal(&e->rt->g.buffers[r.y].box, &e->rt->g.buffers[e->writes[0]].box);
+    if (whole) {
+        sw_env_view(e, r.y, &p);
+    }
+    return sw_softmax_dim_backward(&x, whole ? &p : NULL, &dy, e->attrs->axis, e->attrs->alpha, e->attrs->causal,
+                                   &dx);
 }
 
 /* ------------------------------------------------------------------ reshape, permute */

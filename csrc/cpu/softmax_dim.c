@@ -4,6 +4,7 @@
  *   p[.., j, ..] = exp(s x[j] - max) / sum_k exp(s x[k] - max)   over the line along `axis`
  *   causal (axis = rank-1, scores (.., T_q, T_k)): keys k > query q are left out (p = 0)
  *   dx[k] = s p[k] (dy[k] - sum_j dy[j] p[j])                     j over dy's part of the line
+ *   (p: the forward's output when the worker holds whole lines of it, else recomputed from x)
  *
  * x holds whole lines along the axis; y and dy may be a part of them (a split of the
  * softmax's own dimension: every worker recomputes the line's max and sum in the same
@@ -113,6 +114,24 @@ sw_status sw_softmax_dim_forward(const sw_view *x, int axis, float scale, int ca
         const float *xl = x->data + sw_view_offset(x, at);
         float *yl = y->data + sw_view_offset(y, idx);
         int64_t end = keys_end(causal, idx, y->rank, ls.len);
+        if (lo[axis] == 0 && hi[axis] == ls.len) {   /* the whole line: one exp per element, kept in y */
+            float mx = -INFINITY;
+            for (int64_t k = 0; k < end; k++) {
+                float v = scale * xl[k * ls.stride];
+                mx = v > mx ? v : mx;
+            }
+            double sum = 0.0;
+            for (int64_t k = 0; k < end; k++) {
+                float e = expf(scale * xl[k * ls.stride] - mx);
+                yl[k * ys[axis]] = e;
+                sum += (double)e;
+            }
+            double inv = 1.0 / sum;   /* the same bits as line_stats' */
+            for (int64_t k = 0; k < ls.len; k++) {
+                yl[k * ys[axis]] = k < end ? (float)((double)yl[k * ys[axis]] * inv) : 0.0f;
+            }
+            continue;
+        }
         float mx;
         double inv;
         line_stats(xl, &ls, end, scale, &mx, &inv);
@@ -123,14 +142,17 @@ sw_status sw_softmax_dim_forward(const sw_view *x, int axis, float scale, int ca
     return SW_OK;
 }
 
-sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *dy, int axis, float scale, int causal,
-                                  sw_view *dx) {
+sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *p, const sw_view *dy, int axis, float scale,
+                                  int causal, sw_view *dx) {
     sw_status s = check_views(x, dy, axis, "softmax_dim_backward: x", "softmax_dim_backward: dy");
     if (s == SW_OK) {
         s = check_views(x, dx, axis, "softmax_dim_backward: x", "softmax_dim_backward: dx");
     }
     if (s == SW_OK) {
         s = sw_view_check_range(dx, axis, 0, x->shape[axis], "softmax_dim_backward: dx", "softmax (whole lines)");
+    }
+    if (s == SW_OK && p) {
+        s = check_views(p, dx, axis, "softmax_dim_backward: p", "softmax_dim_backward: dx");
     }
     if (s != SW_OK) {
         return s;
@@ -142,8 +164,12 @@ sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *dy, int axis,
         return SW_OK;
     }
     int64_t lo[SW_MAX_RANK], hi[SW_MAX_RANK], idx[SW_MAX_RANK], ds[SW_MAX_RANK], xs[SW_MAX_RANK], gs[SW_MAX_RANK];
+    int64_t ps[SW_MAX_RANK];
     box_of(dx, lo, hi);
     sw_view_strides(dx, gs);
+    if (p) {
+        sw_view_strides(p, ps);
+    }
     sw_view_strides(dy, ds);
     sw_view_strides(x, xs);
     line_shape ls = {x->shape[axis], xs[axis]};
@@ -169,6 +195,18 @@ sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *dy, int axis,
         at[axis] = 0;
         const float *xl = x->data + sw_view_offset(x, at);
         int64_t end = keys_end(causal, idx, dx->rank, ls.len);
+        if (p) {   /* the forward's probabilities of the whole line: no exp */
+            const float *pl = p->data + sw_view_offset(p, at);
+            double dot = 0.0;
+            for (int64_t j = j0; j < j1; j++) {
+                dot += (double)dl[(j - j0) * ds[axis]] * pl[j * ps[axis]];
+            }
+            for (int64_t k = 0; k < ls.len; k++) {
+                double g = k >= j0 && k < j1 ? (double)dl[(k - j0) * ds[axis]] : 0.0;
+                gl[k * gs[axis]] = (float)((double)scale * pl[k * ps[axis]] * (g - dot));
+            }
+            continue;
+        }
         float mx;
         double inv, dot = 0.0;
         line_stats(xl, &ls, end, scale, &mx, &inv);
