@@ -35,7 +35,8 @@ typedef struct {
     int8_t axis;       /* concat: the axis */
     float alpha;       /* the op's real parameter: leaky_relu's negative slope, batchnorm2d's momentum
                           (running = (1 - momentum) * running + momentum * the minibatch's statistic) */
-    sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
+    sw_window win;     /* conv2d, pool2d: kernel, stride, padding; conv2d: dilation, groups */
+    uint64_t seed;     /* dropout: the seed its masks are a function of (with the step, each element's index) */
 } sw_op_attrs;
 
 /* csrc/exec/optimizer.c: state buffers each kind's update reads after (param, grad): 1 for

@@ -22,7 +22,10 @@
 #include "kernel_args.h"  /* sw_py_all_finite */
 #include "pyerr.h"  /* sw_py_raise */
 
-#define ATTR_COLUMNS 11
+/* type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, the op's real parameter (a
+ * float32's bits), dh, dw, conv2d's output channels per group (0: dense), dropout's seed
+ * (low and high 32 bits): shardwise/runtime.py op_attrs writes them */
+#define ATTR_COLUMNS 16
 
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
@@ -72,9 +75,13 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
         }
         float alpha;
         memcpy(&alpha, &row[10], sizeof alpha);   /* the float32's bits, as op_attrs wrote them */
+        uint64_t seed = (uint64_t)(uint32_t)row[14] | (uint64_t)(uint32_t)row[15] << 32;
         attrs[i] = (sw_op_attrs){.type = (int8_t)row[0], .relu = (int8_t)(row[1] != 0),
                                  .pool_max = (int8_t)(row[2] != 0), .axis = (int8_t)row[3], .alpha = alpha,
-                                 .win = {row[4], row[5], row[6], row[7], row[8], row[9], 0}};
+                                 .win = {.kh = row[4], .kw = row[5], .sh = row[6], .sw = row[7], .ph = row[8],
+                                         .pw = row[9], .relu = 0, .dh = row[11], .dw = row[12],
+                                         .group_co = row[13]},
+                                 .seed = seed};
     }
     Py_DECREF(a);
     *out = attrs;

@@ -208,14 +208,26 @@ class Graph:
 
     def conv2d(self, x: Tensor, out_channels: int, kernel: int | Sequence[int] = 3,
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-               activation: str | None = None, bias: bool = True, name: str | None = None) -> Tensor:
-        """2-D convolution, weight (C_out, C_in, kH, kW); optional fused ReLU."""
+               activation: str | None = None, bias: bool = True, name: str | None = None,
+               dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+        """2-D convolution, weight (C_out, C_in / groups, kH, kW); optional fused ReLU.
+
+        ``dilation`` spaces the kernel's taps (``torch.nn.Conv2d``'s); ``groups`` splits the
+        channels into that many independent convolutions (it must divide C_in and C_out;
+        ``groups=C_in`` is a depthwise convolution), as PyTorch's."""
         x = self._tensor(x)
         _check_positive_int(out_channels, "conv2d out_channels")
         self._check_activation(activation)
-        desc = ops.conv2d(x.shape, out_channels, kernel, stride, padding, bias)
+        desc = ops.conv2d(x.shape, out_channels, kernel, stride, padding, bias, dilation, groups)
+        # the defaults are left out of the attributes: graphs built before dilation and groups
+        # existed keep their fingerprints (and their saved plans)
+        extra: dict[str, Any] = {}
+        if ops._pair(dilation, "dilation") != (1, 1):
+            extra["dilation"] = dilation
+        if groups != 1:
+            extra["groups"] = groups
         t = self._add("conv2d", [x], desc, name, out_channels=out_channels, kernel=kernel,
-                      stride=stride, padding=padding, bias=bias, activation=None)
+                      stride=stride, padding=padding, bias=bias, activation=None, **extra)
         return self._activate(t, activation, name)
 
     def pool2d(self, x: Tensor, kernel: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,

@@ -29,9 +29,10 @@ from .problem import make_problem
 PERSISTENT_KINDS = ("param", "momentum", "running_stats")
 
 # type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, then the op's real parameter
-# (leaky ReLU's negative slope, batch norm's momentum) as the bits of a float32 (one int32
-# array carries every attribute)
-ATTR_COLUMNS = 11
+# (leaky ReLU's negative slope, batch norm's momentum, dropout's probability) as the bits of a
+# float32, conv2d's dilation (dh, dw) and output channels per group (0: dense), dropout's seed
+# as two 32-bit halves (one int32 array carries every attribute)
+ATTR_COLUMNS = 16
 
 
 def backends() -> list[str]:
@@ -45,6 +46,12 @@ def executor_threads(devices: int, shared_cores: int | None) -> int:
     devices c, c + threads, ... in program order).  Four workers on two cores as four
     threads only made the operating system interleave them."""
     return max(1, min(devices, shared_cores or devices))
+
+
+def dilation(op: Op) -> tuple[int, int]:
+    """A conv2d op's dilation (rows, columns); (1, 1) when it has none."""
+    d = op.attrs.get("dilation", 1)
+    return (d, d) if isinstance(d, int) else (int(d[0]), int(d[1]))
 
 
 def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
@@ -70,6 +77,10 @@ def op_attrs(graph: Graph) -> np.ndarray:
         if op.kind in ("conv2d", "pool2d"):
             (kh, kw), (sh, sw), (ph, pw) = window(op)
             row[4:10] = (kh, kw, sh, sw, ph, pw)
+        if op.kind == "conv2d":
+            row[11:13] = dilation(op)
+            groups = op.attrs.get("groups", 1)
+            row[13] = op.attrs["out_channels"] // groups if groups > 1 else 0
         if op.kind == "batchnorm2d":
             real = op.attrs.get("momentum", BN_MOMENTUM)
         else:
