@@ -118,6 +118,15 @@ sw_status sw_activation_forward(sw_activation f, float alpha, const sw_view *x, 
 /* dx = dy * f'(.) over dx's box; `from` is y or x as sw_activation_grad_from_output says */
 sw_status sw_activation_backward(sw_activation f, float alpha, const sw_view *from, const sw_view *dy, sw_view *dx);
 
+/* ---- dropout (dropout.c): a mask that is a function of (seed, step, element index) only ----
+ * Element i (row-major in the op's whole output `shape`) is kept when sw_dropout_keeps; kept
+ * values are scaled by 1 / (1 - p).  Forward: y = dropout(x); backward: dx = dropout(dy), the
+ * same mask and scale.  x covers y's box; p in [0, 1), else SW_ERR_VALUE. */
+int sw_dropout_keeps(uint64_t seed, int64_t step, int64_t index, float p);
+sw_status sw_dropout_check(float p, const char *name);
+sw_status sw_dropout_apply(const sw_view *x, sw_view *y, const int64_t *shape, float p, uint64_t seed, int64_t step,
+                           const char *name);
+
 /* ---- LSTM element-wise (lstm.c); every input view covers the output's box ---- */
 /* c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g) over c's box; in = {i, f, g, c_prev} */
 sw_status sw_lstm_cell_forward(const sw_view *const in[4], sw_view *c);

@@ -62,7 +62,8 @@ typedef struct {
     const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
     const int32_t *labels;       /* the minibatch's labels (N) */
     sw_optimizer opt;            /* the update tasks' optimizer and its values for this step */
-    int bn_mode;                 /* sw_bn_mode */
+    int bn_mode;                 /* sw_bn_mode; SW_BN_RUNNING is eval mode, where dropout is the identity */
+    int64_t step;                /* training steps completed before this one: dropout's masks depend on it */
 } sw_step_args;
 
 /* A grow-only workspace of one stream: kernels borrow scratch from it within a task. */

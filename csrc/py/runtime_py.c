@@ -277,7 +277,7 @@ static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *
         inputs_free(&in);
         return NULL;
     }
-    sw_step_args args = {in.inputs, in.labels, opt, bn_mode};
+    sw_step_args args = {in.inputs, in.labels, opt, bn_mode, self->steps};
     double loss = 0.0;
     sw_status s;
     self->busy = 1;

@@ -155,6 +155,18 @@ def activation(x: tuple[int, ...], kind: str) -> OpDesc:
     return replace(elementwise([x], kind), flops_per_output=ACTIVATION_FLOPS[kind])
 
 
+# Dropout's FLOPs per output element: the mask's hash (two splitmix64 rounds, counted as one
+# operation, as the activations count an exp as one), the comparison and the scaling.
+DROPOUT_FLOPS = 3.0
+
+
+def dropout(x: tuple[int, ...]) -> OpDesc:
+    """out[i] = in[i] * mask(seed, step, i) / (1 - p): relu's index map (any split, each worker
+    reads its own block) with the mask's FLOPs per output; the mask is a function of the
+    element's global index, so it needs nothing from other workers."""
+    return replace(elementwise([x], "dropout"), flops_per_output=DROPOUT_FLOPS)
+
+
 def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
     """out[n,c,h,w] = (in[n,c,h,w] - mean[c]) * gamma[c] / std[c] + beta[c].
 
@@ -276,7 +288,7 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "input": input_op, "conv2d": conv2d, "pool2d": pool2d, "relu": elementwise, "add": elementwise,
     "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
-    **{kind: activation for kind in ACTIVATION_FLOPS},
+    **{kind: activation for kind in ACTIVATION_FLOPS}, "dropout": dropout,
 }
 
 

@@ -33,6 +33,9 @@ Semantics other parts of the project must reproduce:
   h = sigmoid(o) * tanh(c), all (B, H) (the gate order of ``torch.nn.LSTM``'s equations).
 * sigmoid, tanh, gelu (exact erf form), silu, leaky_relu: PyTorch's definitions, in
   :mod:`shardwise.reference_activations` (re-exported here).
+* dropout: inverted dropout with the counter-based mask of :mod:`shardwise.reference_dropout`
+  (a function of the op's seed, the training step and the element's index); the identity in
+  eval mode.
 
 Whole graphs: :func:`forward` runs a :class:`~shardwise.graph.Graph` op by op
 in its (topological) order, :func:`loss_and_grads` adds the backward pass in
@@ -47,6 +50,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import reference_activations as _act
+from . import reference_dropout as _drop
 from .reference_activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
                                     sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
 from .reference_conv import _out_size, _pad, _pair, _unpad, _window, conv2d_backward, conv2d_forward
@@ -388,9 +392,10 @@ def _check_inputs(graph: Any, x: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
+def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, step: int = 0, training: bool = True
              ) -> tuple[dict[str, np.ndarray], dict[str, tuple]]:
-    """Run the graph; returns the activations and, per batchnorm op, (mean, invstd)."""
+    """Run the graph; returns the activations and, per batchnorm op, (mean, invstd).  Dropout
+    draws the masks of training step ``step`` in train mode and is the identity otherwise."""
     xs = _check_inputs(graph, x)
     dtype = next(iter(xs.values())).dtype
     acts: dict[str, np.ndarray] = {}
@@ -433,6 +438,8 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
             y = softmax_forward(ins[0])
         elif op.kind in _act.ACTIVATION_KINDS:
             y = _act.activation_forward(op.kind, ins[0], a)
+        elif op.kind == "dropout":
+            y = _drop.dropout_forward(ins[0], a["p"], a["seed"], step, training)
         else:
             raise NotImplementedError(f"reference: no kernel for op kind {op.kind!r} (op {op.name!r})")
         if _fused_relu(op):
@@ -441,26 +448,29 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
     return acts, saved
 
 
-def forward(graph: Any, params: Mapping[str, np.ndarray], x: Any) -> dict[str, np.ndarray]:
+def forward(graph: Any, params: Mapping[str, np.ndarray], x: Any, step: int = 0, training: bool = True
+            ) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``x``: op name -> output activation (after a fused ReLU).
 
     A graph with one input op takes an array ``x``; any graph takes a dict
     {input op name: array} naming every input.  The batch size may differ from
-    the graph's N.  Computation is in the inputs' dtype (parameters are cast to it).
+    the graph's N.  Computation is in the inputs' dtype (parameters are cast to it).  Dropout
+    uses the masks of step ``step`` when ``training``, else is the identity.
     """
-    return _forward(graph, params, x)[0]
+    return _forward(graph, params, x, step, training)[0]
 
 
-def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels: np.ndarray
+def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels: np.ndarray, step: int = 0
                    ) -> tuple[float, dict[str, np.ndarray]]:
     """Loss and parameter gradients of one minibatch.
 
     loss = sum over every softmax op of the mean (over N) cross-entropy against
     ``labels``; grads has the keys and shapes of ``params`` (each in its
     parameter's dtype; zeros for a parameter the loss does not depend on).
-    ``x`` is as for :func:`forward`; inputs get no gradient.
+    ``x`` is as for :func:`forward`; inputs get no gradient.  ``step``: the training step
+    (steps completed before it), whose masks every dropout draws.
     """
-    acts, saved = _forward(graph, params, x)
+    acts, saved = _forward(graph, params, x, step)
     dtype = next(acts[op.name] for op in graph.ops if op.kind == "input").dtype
     names = {op.index: op.name for op in graph.ops}
     loss = 0.0
@@ -506,6 +516,8 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
             send(op.inputs[0], relu_backward(y, dy))
         elif op.kind in _act.ACTIVATION_KINDS:
             send(op.inputs[0], _act.activation_backward(op.kind, ins[0], y, dy, a))
+        elif op.kind == "dropout":
+            send(op.inputs[0], _drop.dropout_backward(dy, a["p"], a["seed"], step))
         elif op.kind == "add":
             da, db_ = add_backward(dy)
             send(op.inputs[0], da)

@@ -83,6 +83,10 @@ def op_attrs(graph: Graph) -> np.ndarray:
             row[13] = op.attrs["out_channels"] // groups if groups > 1 else 0
         if op.kind == "batchnorm2d":
             real = op.attrs.get("momentum", BN_MOMENTUM)
+        elif op.kind == "dropout":
+            real = op.attrs["p"]
+            seed = op.attrs["seed"]
+            row[14:16] = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32).view(np.int32)
         else:
             real = op.attrs.get("negative_slope", 0.0)
         row[10] = np.float32(real).view(np.int32)
