@@ -17,25 +17,96 @@
  * Reads outside x's view are zero (padding); contributions outside dx's view
  * are dropped (a partial gradient over dx's box), as kernels.h says.  Sums run
  * in a fixed order (samples, taps, rows), so a call's result does not depend on
- * timing; the weight gradient sums each row in float and the rows in double.
+ * timing (nor on the CPU: the loops' AVX2 and baseline builds give the same bits); the weight
+ * gradient sums each row in eight float lanes and the rows in double.
  */
 #include <string.h>  /* memset */
 
 #include "conv_internal.h"
+#include "simd.h"  /* SW_CLONES */
 #include "view.h"  /* sw_view_hi */
+
+/* out[r * ldo + c] += w * in[r * ldi + c * stride] for r < rows, c < n: one tap over the rows
+ * it reads (compiled for AVX2 and the baseline; no FMA contraction: the clones give the same
+ * bits). */
+SW_CLONES static void tap_gather(float *restrict out, int64_t ldo, const float *restrict in, int64_t ldi,
+                                 int64_t rows, int64_t n, int64_t stride, float w) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = out + r * ldo;
+        const float *s = in + r * ldi;
+        if (stride == 1) {
+            for (int64_t c = 0; c < n; c++) {
+                o[c] += w * s[c];
+            }
+        } else {
+            for (int64_t c = 0; c < n; c++) {
+                o[c] += w * s[c * stride];
+            }
+        }
+    }
+}
+
+/* out[r * ldo + c * stride] += w * in[r * ldi + c]: the data gradient's scatter of one tap. */
+SW_CLONES static void tap_scatter(float *restrict out, int64_t ldo, const float *restrict in, int64_t ldi,
+                                  int64_t rows, int64_t n, int64_t stride, float w) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = out + r * ldo;
+        const float *s = in + r * ldi;
+        if (stride == 1) {
+            for (int64_t c = 0; c < n; c++) {
+                o[c] += w * s[c];
+            }
+        } else {
+            for (int64_t c = 0; c < n; c++) {
+                o[c * stride] += w * s[c];
+            }
+        }
+    }
+}
+
+/* sum over r < rows of sum_c a[r * lda + c] * b[r * ldb + c * stride]: each row in eight float
+ * lanes, the rows in double (a fixed order: the same bits on every CPU). */
+SW_CLONES static double tap_dot(const float *restrict a, int64_t lda, const float *restrict b, int64_t ldb,
+                                int64_t rows, int64_t n, int64_t stride) {
+    double acc = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = a + r * lda, *y = b + r * ldb;
+        float lane[8] = {0};
+        int64_t c = 0;
+        for (; c + 8 <= n; c += 8) {
+            for (int k = 0; k < 8; k++) {
+                lane[k] += x[c + k] * y[(c + k) * stride];
+            }
+        }
+        for (; c < n; c++) {
+            lane[c % 8] += x[c] * y[c * stride];
+        }
+        acc += (double)(((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])));
+    }
+    return acc;
+}
+
+/* The part of an output box (first pixel (r0, c0), ho x wo) whose tap (ky, kx) reads inside
+ * view v: rows [ra, ra + rows) and columns [ca, ca + n) of the box, and `base`, the local
+ * offset in v's plane of the input pixel the first of them reads (rows step sh * v's width). */
+typedef struct {
+    int64_t ra, rows, ca, n, base;
+} tap_span;
+
+static tap_span tap_span_of(const sw_window *p, int64_t ky, int64_t kx, int64_t r0, int64_t c0, int64_t ho, int64_t wo,
+                            const sw_view *v) {
+    int64_t offy = ky * p->dh - p->ph, offx = kx * p->dw - p->pw;   /* output (r, c) reads (r*sh + offy, c*sw + offx) */
+    tap_span t;
+    t.ra = conv_max(0, conv_ceil_div(v->lo[2] - offy, p->sh) - r0);
+    t.ca = conv_max(0, conv_ceil_div(v->lo[3] - offx, p->sw) - c0);
+    t.rows = conv_max(0, conv_min(ho, conv_floor_div(sw_view_hi(v, 2) - 1 - offy, p->sh) + 1 - r0) - t.ra);
+    t.n = conv_max(0, conv_min(wo, conv_floor_div(sw_view_hi(v, 3) - 1 - offx, p->sw) + 1 - c0) - t.ca);
+    t.base = ((r0 + t.ra) * p->sh + offy - v->lo[2]) * v->shape[3] + (c0 + t.ca) * p->sw + offx - v->lo[3];
+    return t;
+}
 
 int conv_depthwise_takes(const sw_window *p, int64_t ci) {
     return p->group_co > 0 && ci == 1 && sw_conv_get_algorithm() != SW_CONV_IM2COL;
-}
-
-/* Output columns [*ca, *cb) of [0, wo) (the box's columns from c0) whose tap column
- * c*sw + off lies in [lo, hi) (the other view's columns, global). */
-static void tap_columns(int64_t c0, int64_t wo, int64_t sw, int64_t off, int64_t lo, int64_t hi, int64_t *ca,
-                        int64_t *cb) {
-    int64_t a = conv_max(0, conv_ceil_div(lo - off, sw) - c0);
-    int64_t b = conv_min(wo, conv_floor_div(hi - 1 - off, sw) + 1 - c0);
-    *ca = a;
-    *cb = conv_max(a, b);
 }
 
 /* A plane of a rank-4 view: sample n, channel c (global). */
@@ -45,7 +116,7 @@ static float *plane_of(const sw_view *v, int64_t n, int64_t c) {
 
 sw_status conv_depthwise_forward(const sw_view *x, const float *wsub, const float *bias, sw_view *y,
                                  const sw_window *p) {
-    int64_t taps = p->kh * p->kw, ho = y->shape[2], wo = y->shape[3], xw = x->shape[3];
+    int64_t taps = p->kh * p->kw, ho = y->shape[2], wo = y->shape[3], ldi = p->sh * x->shape[3];
     for (int64_t n = y->lo[0]; n < sw_view_hi(y, 0); n++) {
         for (int64_t co = y->lo[1]; co < sw_view_hi(y, 1); co++) {
             float *out = plane_of(y, n, co);
@@ -55,30 +126,10 @@ sw_status conv_depthwise_forward(const sw_view *x, const float *wsub, const floa
             for (int64_t i = 0; i < ho * wo; i++) {
                 out[i] = b;
             }
-            for (int64_t ky = 0; ky < p->kh; ky++) {
-                for (int64_t kx = 0; kx < p->kw; kx++) {
-                    float wv = wt[ky * p->kw + kx];
-                    int64_t ca, cb;   /* output columns whose input column lies in x's view */
-                    tap_columns(y->lo[3], wo, p->sw, kx * p->dw - p->pw, x->lo[3], sw_view_hi(x, 3), &ca, &cb);
-                    for (int64_t r = 0; r < ho && cb > ca; r++) {
-                        int64_t iy = (y->lo[2] + r) * p->sh + ky * p->dh - p->ph;
-                        if (iy < x->lo[2] || iy >= sw_view_hi(x, 2)) {
-                            continue;
-                        }
-                        /* local input offset of output column c: base + c * sw (>= 0 for c >= ca) */
-                        int64_t base = (iy - x->lo[2]) * xw + y->lo[3] * p->sw + kx * p->dw - p->pw - x->lo[3];
-                        float *o = out + r * wo;
-                        if (p->sw == 1) {
-                            const float *row = src + base + ca;
-                            for (int64_t c = ca; c < cb; c++) {
-                                o[c] += wv * row[c - ca];
-                            }
-                        } else {
-                            for (int64_t c = ca; c < cb; c++) {
-                                o[c] += wv * src[base + c * p->sw];
-                            }
-                        }
-                    }
+            for (int64_t k = 0; k < taps; k++) {
+                tap_span t = tap_span_of(p, k / p->kw, k % p->kw, y->lo[2], y->lo[3], ho, wo, x);
+                if (t.rows > 0 && t.n > 0) {
+                    tap_gather(out + t.ra * wo + t.ca, wo, src + t.base, ldi, t.rows, t.n, p->sw, wt[k]);
                 }
             }
             if (p->relu) {
@@ -92,7 +143,7 @@ sw_status conv_depthwise_forward(const sw_view *x, const float *wsub, const floa
 }
 
 sw_status conv_depthwise_backward_data(const float *wsub, const sw_view *dy, sw_view *dx, const sw_window *p) {
-    int64_t taps = p->kh * p->kw, ho = dy->shape[2], wo = dy->shape[3], xw = dx->shape[3];
+    int64_t taps = p->kh * p->kw, ho = dy->shape[2], wo = dy->shape[3], ldd = p->sh * dx->shape[3];
     memset(dx->data, 0, sizeof(float) * (size_t)sw_view_volume(dx));
     for (int64_t n = dx->lo[0]; n < sw_view_hi(dx, 0); n++) {
         for (int64_t co = dy->lo[1]; co < sw_view_hi(dy, 1); co++) {
@@ -103,29 +154,10 @@ sw_status conv_depthwise_backward_data(const float *wsub, const sw_view *dy, sw_
             const float *g = plane_of(dy, n, co);
             float *dst = plane_of(dx, n, ci);
             const float *wt = wsub + (co - dy->lo[1]) * taps;
-            for (int64_t ky = 0; ky < p->kh; ky++) {
-                for (int64_t kx = 0; kx < p->kw; kx++) {
-                    float wv = wt[ky * p->kw + kx];
-                    int64_t ca, cb;   /* dy columns whose input column lies in dx's view */
-                    tap_columns(dy->lo[3], wo, p->sw, kx * p->dw - p->pw, dx->lo[3], sw_view_hi(dx, 3), &ca, &cb);
-                    for (int64_t r = 0; r < ho && cb > ca; r++) {
-                        int64_t iy = (dy->lo[2] + r) * p->sh + ky * p->dh - p->ph;
-                        if (iy < dx->lo[2] || iy >= sw_view_hi(dx, 2)) {
-                            continue;
-                        }
-                        int64_t base = (iy - dx->lo[2]) * xw + dy->lo[3] * p->sw + kx * p->dw - p->pw - dx->lo[3];
-                        const float *gr = g + r * wo;
-                        if (p->sw == 1) {
-                            float *row = dst + base + ca;
-                            for (int64_t c = ca; c < cb; c++) {
-                                row[c - ca] += wv * gr[c];
-                            }
-                        } else {
-                            for (int64_t c = ca; c < cb; c++) {
-                                dst[base + c * p->sw] += wv * gr[c];
-                            }
-                        }
-                    }
+            for (int64_t k = 0; k < taps; k++) {   /* taps in order: the sums into dx do not depend on the plan */
+                tap_span t = tap_span_of(p, k / p->kw, k % p->kw, dy->lo[2], dy->lo[3], ho, wo, dx);
+                if (t.rows > 0 && t.n > 0) {
+                    tap_scatter(dst + t.base, ldd, g + t.ra * wo + t.ca, wo, t.rows, t.n, p->sw, wt[k]);
                 }
             }
         }
@@ -134,32 +166,16 @@ sw_status conv_depthwise_backward_data(const float *wsub, const sw_view *dy, sw_
 }
 
 sw_status conv_depthwise_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p) {
-    int64_t taps = p->kh * p->kw, ho = dy->shape[2], wo = dy->shape[3], xw = x->shape[3];
+    int64_t taps = p->kh * p->kw, ho = dy->shape[2], wo = dy->shape[3], ldb = p->sh * x->shape[3];
     for (int64_t co = dy->lo[1]; co < sw_view_hi(dy, 1); co++) {
-        for (int64_t ky = 0; ky < p->kh; ky++) {
-            for (int64_t kx = 0; kx < p->kw; kx++) {
-                int64_t ca, cb;
-                tap_columns(dy->lo[3], wo, p->sw, kx * p->dw - p->pw, x->lo[3], sw_view_hi(x, 3), &ca, &cb);
-                double acc = 0.0;
-                for (int64_t n = dy->lo[0]; n < sw_view_hi(dy, 0) && cb > ca; n++) {
-                    const float *g = plane_of(dy, n, co);
-                    const float *src = plane_of(x, n, co / p->group_co);
-                    for (int64_t r = 0; r < ho; r++) {
-                        int64_t iy = (dy->lo[2] + r) * p->sh + ky * p->dh - p->ph;
-                        if (iy < x->lo[2] || iy >= sw_view_hi(x, 2)) {
-                            continue;
-                        }
-                        int64_t base = (iy - x->lo[2]) * xw + dy->lo[3] * p->sw + kx * p->dw - p->pw - x->lo[3];
-                        const float *gr = g + r * wo;
-                        float part = 0.0f;
-                        for (int64_t c = ca; c < cb; c++) {
-                            part += gr[c] * src[base + c * p->sw];
-                        }
-                        acc += (double)part;
-                    }
-                }
-                dw[(co - dy->lo[1]) * taps + ky * p->kw + kx] = (float)acc;
+        for (int64_t k = 0; k < taps; k++) {
+            tap_span t = tap_span_of(p, k / p->kw, k % p->kw, dy->lo[2], dy->lo[3], ho, wo, x);
+            double acc = 0.0;
+            for (int64_t n = dy->lo[0]; n < sw_view_hi(dy, 0) && t.rows > 0 && t.n > 0; n++) {
+                acc += tap_dot(plane_of(dy, n, co) + t.ra * wo + t.ca, wo, plane_of(x, n, co / p->group_co) + t.base,
+                               ldb, t.rows, t.n, p->sw);
             }
+            dw[(co - dy->lo[1]) * taps + k] = (float)acc;
         }
     }
     return SW_OK;
