@@ -5,10 +5,11 @@
     ex.persistent[b]                          # parameter, optimizer state and running-statistics buffers:
                                               # views into the arenas
 
-The runtime (csrc/exec/executor.c) runs every device's tasks on its stream in
-program order, on the CPU backend (csrc/cpu/backend_cpu.c): worker threads, one
-per device but no more than the cores the device graph says its CPU workers
-share.  The GIL is released once for the whole step; nothing is allocated
+The runtime (csrc/exec/executor.c) runs every task on its stream in program
+order (one stream per device, or a schedule's prioritized streams), on the CPU
+backend (csrc/cpu/backend_cpu.c): worker threads, one per device but no more
+than the cores the device graph says its CPU workers share, each taking the
+most urgent of its streams whose next task may start.  The GIL is released once for the whole step; nothing is allocated
 during a step (buffers live at planned offsets in one arena per device).
 :class:`~shardwise.train.Trainer` is the user-facing API.
 """
@@ -22,6 +23,7 @@ from . import _core
 from .graph import BN_MOMENTUM, Graph, Op
 from .errors import ConfigError
 from .lower import TaskGraph, plan_arrays
+from .memory import _streams
 from .plan import Plan
 from .problem import make_problem
 
@@ -97,12 +99,14 @@ class NativeExecutor:
     """Runs the task graph of ``plan`` on the native runtime; parameters and optimizer state persist."""
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
-                 reuse: bool = True, optimizer_state: int = 1) -> None:
+                 reuse: bool = True, optimizer_state: int = 1, schedule: Any = None) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
         buffers share arena memory by lifetime (False: each keeps its own bytes);
         ``optimizer_state``: state buffers per parameter slice, as ``tg`` was lowered with
-        (``sw.lower(plan, optimizer_state)``; 1 for SGD, 2 for Adam and AdamW)."""
+        (``sw.lower(plan, optimizer_state)``; 1 for SGD, 2 for Adam and AdamW); ``schedule``:
+        a :class:`~shardwise.schedule.Schedule` of ``plan`` whose prioritized streams the tasks
+        run on (None: one stream per device, program order)."""
         self.graph = graph
         self.tg = tg
         self.optimizer_state = optimizer_state
@@ -112,7 +116,8 @@ class NativeExecutor:
         problem = make_problem(graph, devices, plan.options)
         problem.set_optimizer_state(optimizer_state)
         self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
-                                 reuse=reuse)
+                                 reuse=reuse, streams=_streams(plan, schedule))
+        self.schedule = schedule
         self.threads = threads
         self.persistent: dict[int, np.ndarray] = {b.id: self._rt.buffer(b.id) for b in tg.buffers
                                                   if b.kind in PERSISTENT_KINDS}
