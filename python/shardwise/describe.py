@@ -596,11 +596,8 @@ def _out_names(definition: OpDefinition, shapes: dict[str, Sequence[int]]) -> li
 
 
 def _expr_text(e: IndexExpr, names: Sequence[str]) -> str:
-    def term(u: int, c: int) -> str:
-        v = names[u] if e.vdiv(u) == 1 else f"({names[u]} // {e.vdiv(u)})"
-        return f"{c}*{v}" if c != 1 else v
-
-    parts = [term(u, c) for u, c in enumerate(e.coefs) if c and u < len(names)]
+    parts = [(f"{c}*" if c != 1 else "") + (names[u] if e.vdiv(u) == 1 else f"({names[u]} // {e.vdiv(u)})")
+             for u, c in enumerate(e.coefs) if c and u < len(names)]
     text = " + ".join(parts) or "0"
     if e.offset:
         text += f" + {e.offset}"
