@@ -251,7 +251,7 @@ static int same_input(const sw_op *oa, const sw_input *a, const sw_op *ob, const
             return 0;
         }
         for (int v = 0; v < oa->nvars; v++) {
-            if (x->coef[v] != y->coef[v]) {
+            if (x->coef[v] != y->coef[v] || x->vdiv[v] != y->vdiv[v]) {
                 return 0;
             }
         }

@@ -6,7 +6,7 @@
  *   per op: nvars out_rank extent[nvars] granule[out_rank] additive[nvars - out_rank] ninputs
  *     per input: role producer rank shape[rank]      (role 0 data, 1 weight, 2 stat, 3 a weight
  *                                                   that is a bias: sw_input.bias)
- *                per input dim: coef[nvars] offset div mod
+ *                per input dim: coef[nvars] vdiv[nvars] offset div mod
  *                has_window [win_lo win_hi] * out_rank   (only if has_window)
  *
  * Decoding checks every field, so a malformed blob is a ValueError, never a
@@ -73,6 +73,9 @@ static sw_status decode_input(reader *r, sw_problem *p, int opi, sw_op *op, sw_i
         sw_index_expr *e = &in->expr[d];
         for (int k = 0; k < op->nvars; k++) {
             SW_TRY(take_range(r, &e->coef[k], -(1 << 20), 1 << 20, "index coefficient"));
+        }
+        for (int k = 0; k < op->nvars; k++) {
+            SW_TRY(take_range(r, &e->vdiv[k], 1, INT64_C(1) << 40, "index variable divisor"));
         }
         SW_TRY(take_range(r, &e->offset, -(INT64_C(1) << 40), INT64_C(1) << 40, "index offset"));
         SW_TRY(take_range(r, &e->div, 1, INT64_C(1) << 40, "index divisor"));

@@ -46,18 +46,26 @@ static int64_t floor_div(int64_t a, int64_t b) {
     return q;
 }
 
+/* The ends [*pa, *pb] of the term coef[v] * (iter[v] div vdiv[v]) of e while iter[v]
+ * ranges over [lo, hi) (hi > lo): floor division is monotone, so the ends come from the
+ * range's ends. */
+static void term_ends(const sw_index_expr *e, int v, int64_t lo, int64_t hi, int64_t *pa, int64_t *pb) {
+    int64_t c = e->coef[v], q = e->vdiv[v];
+    int64_t a = q > 1 ? floor_div(lo, q) : lo, b = q > 1 ? floor_div(hi - 1, q) : hi - 1;
+    *pa = c > 0 ? c * a : c < 0 ? c * b : 0;
+    *pb = c > 0 ? c * b : c < 0 ? c * a : 0;
+}
+
 /* Interval [lo, hi] (inclusive) of one index expression over an iteration box. */
 static void expr_interval(const sw_index_expr *e, int nvars, const int64_t *vlo, const int64_t *vhi,
                           int64_t *lo, int64_t *hi) {
     int64_t a = e->offset, b = e->offset;
     for (int v = 0; v < nvars; v++) {
-        int64_t c = e->coef[v];
-        if (c > 0) {
-            a += c * vlo[v];
-            b += c * (vhi[v] - 1);
-        } else if (c < 0) {
-            a += c * (vhi[v] - 1);
-            b += c * vlo[v];
+        if (e->coef[v] != 0) {
+            int64_t pa, pb;
+            term_ends(e, v, vlo[v], vhi[v], &pa, &pb);
+            a += pa;
+            b += pb;
         }
     }
     sw_expr_finish(e, &a, &b);
@@ -88,8 +96,10 @@ void sw_expr_finish(const sw_index_expr *e, int64_t *lo, int64_t *hi) {
 /* Is the image of expression e over the box [vlo, vhi) every integer of its interval?
  * Sorting the terms whose variable takes more than one value by |coef|, each
  * coefficient may be at most one more than the span the smaller terms cover;
- * a larger one leaves holes (strided reads).  Floor division and modulo are
- * not analysed: they count as not exact. */
+ * a larger one leaves holes (strided reads).  A variable's own divisor keeps its
+ * values consecutive (iter div vdiv over a range is a range), so its term counts
+ * the values of the quotient.  Floor division and modulo of the whole expression
+ * are not analysed: they count as not exact. */
 static int expr_image_is_box(const sw_index_expr *e, int nvars, const int64_t *vlo, const int64_t *vhi) {
     if (e->div != 1 || e->mod != 0) {
         return 0;
@@ -97,9 +107,11 @@ static int expr_image_is_box(const sw_index_expr *e, int nvars, const int64_t *v
     int64_t coef[SW_MAX_VARS], count[SW_MAX_VARS];
     int n = 0;
     for (int v = 0; v < nvars; v++) {
-        if (e->coef[v] != 0 && vhi[v] - vlo[v] > 1) {
+        int64_t q = e->vdiv[v];
+        int64_t values = q > 1 ? floor_div(vhi[v] - 1, q) - floor_div(vlo[v], q) + 1 : vhi[v] - vlo[v];
+        if (e->coef[v] != 0 && values > 1) {
             coef[n] = e->coef[v] < 0 ? -e->coef[v] : e->coef[v];
-            count[n] = vhi[v] - vlo[v];
+            count[n] = values;
             n++;
         }
     }
@@ -273,8 +285,8 @@ int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, in
 
 /* ---- the regions of every worker of a configuration at once ----
  * sw_worker_region for w = 0 .. k-1, without redoing per worker what depends on
- * one coordinate only.  An index expression is linear in the iteration
- * variables, so the ends of its interval over a box are a constant (from the
+ * one coordinate only.  An index expression is a sum of one term per iteration
+ * variable, so the ends of its interval over a box are a constant (from the
  * variables that are not split) plus one term per split variable, looked up by
  * that variable's coordinate; division, modulo and clipping to the input then
  * run per worker exactly as sw_iteration_region does, so the boxes are the same.
@@ -343,9 +355,8 @@ static sw_status prepare(const sw_op *op, const sw_config *c, int slot, prepared
                 continue;
             }
             for (int d = 0; d < rank; d++) {   /* this variable's part of both interval ends */
-                int64_t cf = in->expr[d].coef[v];
-                int64_t pa = cf > 0 ? cf * lo : cf < 0 ? cf * (hi - 1) : 0;
-                int64_t pb = cf > 0 ? cf * (hi - 1) : cf < 0 ? cf * lo : 0;
+                int64_t pa, pb;
+                term_ends(&in->expr[d], v, lo, hi, &pa, &pb);
                 if (q < 0) {
                     pr->ca[d] += pa;
                     pr->cb[d] += pb;

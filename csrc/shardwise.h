@@ -88,9 +88,13 @@ typedef struct {
 int64_t sw_box_volume(const sw_box *b);
 int sw_box_equal(const sw_box *a, const sw_box *b);
 
-/* ((sum_v coef[v] * iter[v] + offset) div div) mod mod   (mod == 0: none) */
+/* ((sum_v coef[v] * (iter[v] div vdiv[v]) + offset) div div) mod mod   (mod == 0: none)
+ * vdiv[v] >= 1 divides one variable before its coefficient: a grouped convolution reads
+ * input channel cig * (co div cog) + ci, the first input channel of output channel co's
+ * group plus ci (plain affine maps have every vdiv 1). */
 typedef struct {
     int64_t coef[SW_MAX_VARS];
+    int64_t vdiv[SW_MAX_VARS];
     int64_t offset;
     int64_t div;
     int64_t mod;

@@ -1,7 +1,8 @@
 """sw.from_onnx on PyTorch models exported to ONNX, checked against PyTorch and against from_torch.
 
 The models are those of tests/test_import_torch.py (ResNet-18, an Inception block, a VGG, the
-activations, functional calls, bare parameters), exported by both of PyTorch's exporters:
+activations, functional calls, bare parameters, MobileNet-style depthwise, grouped and dilated
+convolutions), exported by both of PyTorch's exporters:
 
 * ``torchscript`` (``dynamo=False``) in training mode, so batch norm stays a
   BatchNormalization node that normalizes with the batch's statistics, as shardwise's does;
@@ -33,7 +34,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 EXPORTERS = ("torchscript", "dynamo")
-NAMES = ("resnet18", "inception", "vgg", "functional", "params", "activations")
+NAMES = ("resnet18", "inception", "vgg", "functional", "params", "activations", "mobilenet")
 
 
 def export(model, x: np.ndarray, path: str, exporter: str, **options) -> str:
@@ -140,6 +141,7 @@ def test_names_follow_the_modules(exported):
 @pytest.mark.parametrize("name,plan_kind,exporter", [
     ("resnet18", "data", "torchscript"), ("resnet18", "model", "dynamo"),
     ("activations", "data", "dynamo"), ("params", "model", "torchscript"),
+    ("mobilenet", "model", "torchscript"), ("mobilenet", "data", "dynamo"),
 ])
 def test_three_sgd_steps_equal_pytorch(exported, name, plan_kind, exporter):
     model, x, y = make(name)

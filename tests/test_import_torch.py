@@ -258,6 +258,49 @@ class Activations(nn.Module):
         return self.fc3(torch.cat([self.tanh(h), self.sig(h)], 1))
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: a 1x1 expansion, a 3x3 depthwise convolution (the stride), a 1x1
+    linear projection, each with batch norm; a residual connection where the shapes allow."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = cin * expand
+        self.expand = nn.Sequential(nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU(inplace=True))
+        self.dw = nn.Sequential(nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+                                nn.BatchNorm2d(hidden), nn.ReLU(inplace=True))
+        self.project = nn.Sequential(nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        h = self.project(self.dw(self.expand(x)))
+        return x + h if self.residual else h
+
+
+class MobileNet(nn.Module):
+    """MobileNet-style depthwise-separable blocks (ReLU for ReLU6): v1's depthwise + pointwise
+    pair, v2's inverted residuals, then a grouped dilated convolution through F.conv2d on a bare
+    parameter and a depthwise convolution with a channel multiplier of 2 and a bias."""
+
+    renamed = {"gw": "gw.weight"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True))
+        self.separable = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False), nn.BatchNorm2d(8),
+                                       nn.ReLU(inplace=True), nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16),
+                                       nn.ReLU(inplace=True))
+        self.blocks = nn.Sequential(InvertedResidual(16, 16, 1, 2), InvertedResidual(16, 24, 2, 2))
+        self.gw = nn.Parameter(torch.randn(24, 8, 3, 3) * 0.2)
+        self.multiplier = nn.Conv2d(24, 48, 3, padding=2, dilation=(2, 1), groups=24)
+        self.fc = nn.Linear(48, 5)
+
+    def forward(self, x):
+        h = self.blocks(self.separable(self.stem(x)))
+        h = F.relu(F.conv2d(h, self.gw, None, padding=2, dilation=2, groups=3))
+        h = F.adaptive_avg_pool2d(self.multiplier(h), 1)
+        return self.fc(torch.flatten(h, 1))
+
+
 MODELS = {
     "resnet18": (lambda: ResNet(BasicBlock, [2, 2, 2, 2]), (8, 3, 16, 16)),
     "resnet50": (lambda: ResNet(Bottleneck, [3, 4, 6, 3], width=2), (8, 3, 32, 32)),
@@ -272,6 +315,7 @@ MODELS = {
     "functional": (Functional, (8, 3, 16, 16)),
     "params": (ParamNet, (8, 3, 16, 16)),
     "activations": (Activations, (8, 3, 16, 16)),
+    "mobilenet": (MobileNet, (8, 3, 16, 16)),
 }
 
 
@@ -359,6 +403,7 @@ def train_both(name: str, plan_kind: str, steps: int = 3):
     ("functional", "data"), ("functional", "model"),
     ("params", "data"), ("params", "model"),
     ("activations", "data"), ("activations", "model"),
+    ("mobilenet", "data"), ("mobilenet", "model"), ("mobilenet", "search"),
 ])
 def test_three_sgd_steps_equal_pytorch(name, plan_kind):
     got, want, got_w, want_w = train_both(name, plan_kind)

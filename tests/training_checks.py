@@ -11,12 +11,13 @@ RTOL = 1e-4   # losses and weights of any plan match one worker and the referenc
 
 def reference_run(g, inputs, labels, steps, opt):
     """Losses and parameters after ``steps`` SGD steps of the NumPy reference, from the same
-    seed-0 initialization the trainer uses."""
+    seed-0 initialization the trainer uses (step k draws dropout's masks of step k, as a new
+    trainer's k-th step does)."""
     params = init_params(g, 0)
     buffers: dict = {}
     losses = []
-    for _ in range(steps):
-        loss, grads = ref.loss_and_grads(g, params, inputs, labels)
+    for step in range(steps):
+        loss, grads = ref.loss_and_grads(g, params, inputs, labels, step=step)
         losses.append(loss)
         ref.sgd_step(params, grads, buffers, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
     return losses, params

@@ -21,8 +21,15 @@
  *   dcol   (K, cols)        = w^T (K, Co_b) x dy (Co_b, cols)    data gradient, then col2im
  *
  * Coordinates are global (kernels.h): input row of output row r and kernel row
- * ky is r*sh + ky - ph; a read outside x's view is zero (padding), a
+ * ky is r*sh + ky*dh - ph; a read outside x's view is zero (padding), a
  * data-gradient contribution outside dx's view is dropped.
+ *
+ * Grouped convolutions (p->group_co = cog output channels per group) run the same
+ * GEMMs once per group the output box's channels meet (a segment: the box's
+ * channels of one group, which read that group's Cig input channels), with
+ * K = Cig*kh*kw; depthwise ones (Cig = 1), whose per-group GEMMs would be a few
+ * rows deep, take the direct loops of conv_depthwise.c.  Dilated and grouped
+ * calls never take conv_direct.c's loops, which assume neither.
  */
 #include <string.h>  /* memset, memcpy */
 
@@ -46,6 +53,45 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a
     }
     sw_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
+
+/* The output channels [co0, co1) of one group within a box's range, and the group's first
+ * input channel c0 (a dense convolution: the whole range, c0 = 0). */
+typedef struct {
+    int64_t co0, co1, c0;
+} conv_seg;
+
+/* The segment starting at output channel co of a box ending at hi; ci: Cig. */
+static conv_seg seg_at(const sw_window *p, int64_t ci, int64_t co, int64_t hi) {
+    conv_seg sg = {co, hi, 0};
+    if (p->group_co > 0) {
+        int64_t g = co / p->group_co;
+        sg.co1 = conv_min(hi, (g + 1) * p->group_co);
+        sg.c0 = g * ci;
+    }
+    return sg;
+}
+
+/* x (or dx) holds the input channels that output channels [lo, hi) read: exactly all Ci
+ * of a dense convolution, at least those of every group met by a grouped one. */
+static sw_status check_channels(const sw_view *x, const sw_window *p, int64_t ci, int64_t lo, int64_t hi,
+                                const char *name) {
+    if (p->group_co == 0) {
+        return sw_view_check_range(x, 1, 0, ci, name, "channel (all of w's Ci)");
+    }
+    if (hi <= lo) {
+        return SW_OK;
+    }
+    int64_t a = lo / p->group_co * ci, b = ((hi - 1) / p->group_co + 1) * ci;
+    if (!sw_view_covers(x, 1, a, b)) {
+        return SW_FAIL(SW_ERR_VALUE, "%s does not cover the input channels [%lld, %lld) of the groups of output "
+                       "channels [%lld, %lld) (it has [%lld, %lld))", name, (long long)a, (long long)b, (long long)lo,
+                       (long long)hi, (long long)x->lo[1], (long long)sw_view_hi(x, 1));
+    }
+    return SW_OK;
+}
+
+/* Dense and without dilation: the only calls conv_direct.c's loops may take. */
+static int plain_window(const sw_window *p) { return p->group_co == 0 && p->dh == 1 && p->dw == 1; }
 
 /* Is the 1x1, stride-1, unpadded case where x's pixel box equals the output's:
  * then im2col is the identity and GEMMs read x (or write dx) in place. */
@@ -125,16 +171,20 @@ static sw_status scratch_alloc(conv_scratch_set *sc, const conv_geom *g, const s
 
 /* ------------------------------------------------------------------ forward */
 
-/* y (N_b, Co_b, Ho_b, Wo_b) = conv(x (N_x, Ci, H_x, W_x), w (Co_w, Ci, kh, kw)) + b (Co_b), optional ReLU. */
-sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y, const sw_window *p) {
+/* y (N_b, Co_b, Ho_b, Wo_b) = conv(x (N_x, Ci, H_x, W_x), w (Co_w, Cig, kh, kw)) + b (Co_b), optional ReLU. */
+sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y, const sw_window *pin) {
     const char *fn = "conv2d_forward";
     sw_status s;
     int64_t ci;
-    if ((s = sw_window_check(p, fn)) != SW_OK || (s = sw_view_check(y, 4, "conv2d_forward: y")) != SW_OK ||
+    if ((s = sw_window_check(pin, fn)) != SW_OK) {
+        return s;
+    }
+    const sw_window win = conv_window(pin), *p = &win;
+    if ((s = sw_view_check(y, 4, "conv2d_forward: y")) != SW_OK ||
         (s = sw_view_check(x, 4, "conv2d_forward: x")) != SW_OK ||
         (s = conv_check_weight(w, p, "conv2d_forward: w", &ci)) != SW_OK ||
         (b && (s = sw_view_check(b, 1, "conv2d_forward: b")) != SW_OK) ||
-        (s = sw_view_check_range(x, 1, 0, ci, "conv2d_forward: x", "channel (all of w's Ci)")) != SW_OK ||
+        (s = check_channels(x, p, ci, y->lo[1], sw_view_hi(y, 1), "conv2d_forward: x")) != SW_OK ||
         (s = sw_view_check_covers(x, 0, "conv2d_forward: x", y, 0, "y", "sample")) != SW_OK ||
         (s = sw_view_check_covers(w, 0, "conv2d_forward: w", y, 1, "y", "output-channel")) != SW_OK ||
         (b && (s = sw_view_check_covers(b, 0, "conv2d_forward: b", y, 1, "y", "output-channel")) != SW_OK)) {
@@ -153,11 +203,14 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
     }
     const float *wsub = w->data + (y->lo[1] - w->lo[0]) * g.k;        /* (Co_b, K) */
     const float *bias = b ? b->data + (y->lo[1] - b->lo[0]) : NULL;  /* (Co_b) */
-    if (conv_direct_forward(x, wsub, bias, y, p, ci, &s)) {
+    if (conv_depthwise_takes(p, ci)) {
+        return conv_depthwise_forward(x, wsub, bias, y, p);
+    }
+    if (plain_window(p) && conv_direct_forward(x, wsub, bias, y, p, ci, &s)) {
         return s;
     }
     int pointwise = is_pointwise(p, x, &g);
-    int64_t ntiles = conv_geom_ntiles(&g);
+    int64_t ntiles = conv_geom_ntiles(&g), yhi = sw_view_hi(y, 1);
     conv_scratch_set sc;
     if ((s = scratch_alloc(&sc, &g, p, x, pointwise, fn)) != SW_OK) {
         return s;
@@ -166,27 +219,26 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
     for (int64_t i = 0; i < ntiles; i++) {
         conv_tile t = conv_geom_tile(&g, i);
         int64_t len = t.q1 - t.q0, cols = t.nb * len;
-        const float *bmat;
-        int64_t ldb;
-        if (pointwise && t.nb == 1) {
-            bmat = x->data + (t.n - x->lo[0]) * ci * g.plane + t.q0;
-            ldb = g.plane;
-        } else {
-            for (int64_t j = 0; j < t.nb; j++) {
-                conv_im2col(x, p, &g, t.n + j, t.q0, t.q1, col + j * len, cols, sc.pad);
+        /* the GEMMs write y's plane in place (one sample) or the staging buffer (several) */
+        float *dst = t.nb == 1 ? y->data + (t.n - g.nlo) * g.co * g.plane + t.q0 : tmp;
+        int64_t ldd = t.nb == 1 ? g.plane : cols;
+        for (conv_seg sg = seg_at(p, ci, y->lo[1], yhi); sg.co0 < yhi; sg = seg_at(p, ci, sg.co1, yhi)) {
+            const float *bmat;
+            int64_t ldb, r = sg.co0 - y->lo[1];
+            if (pointwise && t.nb == 1) {
+                bmat = x->data + ((t.n - x->lo[0]) * x->shape[1] + sg.c0 - x->lo[1]) * g.plane + t.q0;
+                ldb = g.plane;
+            } else {
+                for (int64_t j = 0; j < t.nb; j++) {
+                    conv_im2col(x, sg.c0, ci, p, &g, t.n + j, t.q0, t.q1, col + j * len, cols, sc.pad);
+                }
+                bmat = col;
+                ldb = cols;
             }
-            bmat = col;
-            ldb = cols;
+            gemm(0, 0, sg.co1 - sg.co0, cols, g.k, wsub + r * g.k, g.k, bmat, ldb, 0.0f, dst + r * ldd, ldd);
         }
-        if (t.nb == 1) {
-            float *c = y->data + (t.n - g.nlo) * g.co * g.plane + t.q0;
-            gemm(0, 0, g.co, cols, g.k, wsub, g.k, bmat, ldb, 0.0f, c, g.plane);
-            if (bias || p->relu) {
-                epilogue(c, g.plane, bias, p->relu, &g, &t, y->data);
-            }
-        } else {
-            gemm(0, 0, g.co, cols, g.k, wsub, g.k, bmat, ldb, 0.0f, tmp, cols);
-            epilogue(tmp, cols, bias, p->relu, &g, &t, y->data);
+        if (t.nb > 1 || bias || p->relu) {
+            epilogue(dst, ldd, bias, p->relu, &g, &t, y->data);
         }
     }
     return SW_OK;
@@ -194,15 +246,19 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
 
 /* ------------------------------------------------------------------ data gradient */
 
-/* dx (N_b, Ci, H_b, W_b) = the part of conv^T(w (Co_w, Ci, kh, kw), dy (N_y, Co_b, Ho_b, Wo_b)) inside dx's box. */
-sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx, const sw_window *p) {
+/* dx (N_b, Ci, H_b, W_b) = the part of conv^T(w (Co_w, Cig, kh, kw), dy (N_y, Co_b, Ho_b, Wo_b)) inside dx's box. */
+sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx, const sw_window *pin) {
     const char *fn = "conv2d_backward_data";
     sw_status s;
     int64_t ci;
-    if ((s = sw_window_check(p, fn)) != SW_OK || (s = sw_view_check(dy, 4, "conv2d_backward_data: dy")) != SW_OK ||
+    if ((s = sw_window_check(pin, fn)) != SW_OK) {
+        return s;
+    }
+    const sw_window win = conv_window(pin), *p = &win;
+    if ((s = sw_view_check(dy, 4, "conv2d_backward_data: dy")) != SW_OK ||
         (s = sw_view_check(dx, 4, "conv2d_backward_data: dx")) != SW_OK ||
         (s = conv_check_weight(w, p, "conv2d_backward_data: w", &ci)) != SW_OK ||
-        (s = sw_view_check_range(dx, 1, 0, ci, "conv2d_backward_data: dx", "channel (all of w's Ci)")) != SW_OK ||
+        (s = check_channels(dx, p, ci, dy->lo[1], sw_view_hi(dy, 1), "conv2d_backward_data: dx")) != SW_OK ||
         (s = sw_view_check_covers(dy, 0, "conv2d_backward_data: dy", dx, 0, "dx", "sample")) != SW_OK ||
         (s = sw_view_check_covers(w, 0, "conv2d_backward_data: w", dy, 1, "dy", "output-channel")) != SW_OK) {
         return s;
@@ -219,8 +275,11 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
     if (nvol == 0) {
         return SW_OK;
     }
-    if (sw_view_volume(dy) > 0 &&
-        conv_direct_backward_data(w->data + (dy->lo[1] - w->lo[0]) * g.k, dy, dx, p, ci, &s)) {
+    const float *wsub = w->data + (dy->lo[1] - w->lo[0]) * g.k;  /* (Co_b, K) */
+    if (sw_view_volume(dy) > 0 && conv_depthwise_takes(p, ci)) {
+        return conv_depthwise_backward_data(wsub, dy, dx, p);
+    }
+    if (sw_view_volume(dy) > 0 && plain_window(p) && conv_direct_backward_data(wsub, dy, dx, p, ci, &s)) {
         return s;
     }
     memset(dx->data, 0, (size_t)nvol * sizeof(float));
@@ -228,8 +287,8 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
         return SW_OK;
     }
     /* Only the dy rows whose window touches dx's rows contribute:
-     * r*sh - ph + kh - 1 >= dx row lo and r*sh - ph <= dx row hi - 1. */
-    int64_t rlo = conv_max(dy->lo[2], conv_ceil_div(dx->lo[2] + p->ph - p->kh + 1, p->sh));
+     * r*sh - ph + ext_h - 1 >= dx row lo and r*sh - ph <= dx row hi - 1. */
+    int64_t rlo = conv_max(dy->lo[2], conv_ceil_div(dx->lo[2] + p->ph - conv_ext_h(p) + 1, p->sh));
     int64_t rhi = conv_min(sw_view_hi(dy, 2), conv_floor_div(sw_view_hi(dx, 2) - 1 + p->ph, p->sh) + 1);
     if (rhi <= rlo) {
         return SW_OK;
@@ -237,9 +296,8 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
     g.qa = (rlo - dy->lo[2]) * g.wo;
     g.qb = (rhi - dy->lo[2]) * g.wo;
     conv_geom_tiles(&g);
-    const float *wsub = w->data + (dy->lo[1] - w->lo[0]) * g.k;  /* (Co_b, K) */
     int pointwise = is_pointwise(p, dx, &g);
-    int64_t ntiles = conv_geom_ntiles(&g);
+    int64_t ntiles = conv_geom_ntiles(&g), yhi = sw_view_hi(dy, 1);
     conv_scratch_set sc;
     if ((s = scratch_alloc(&sc, &g, p, dx, pointwise, fn)) != SW_OK) {
         return s;
@@ -258,13 +316,16 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
             bmat = tmp;
             ldb = cols;
         }
-        if (pointwise && t.nb == 1) {
-            float *c = dx->data + (t.n - dx->lo[0]) * ci * g.plane + t.q0;
-            gemm(1, 0, g.k, cols, g.co, wsub, g.k, bmat, ldb, 0.0f, c, g.plane);
-        } else {
-            gemm(1, 0, g.k, cols, g.co, wsub, g.k, bmat, ldb, 0.0f, dcol, cols);
-            for (int64_t j = 0; j < t.nb; j++) {
-                conv_col2im(dcol + j * len, cols, p, &g, t.n + j, t.q0, t.q1, dx, sc.pad);
+        for (conv_seg sg = seg_at(p, ci, dy->lo[1], yhi); sg.co0 < yhi; sg = seg_at(p, ci, sg.co1, yhi)) {
+            int64_t r = sg.co0 - dy->lo[1], rows = sg.co1 - sg.co0;
+            if (pointwise && t.nb == 1) {   /* distinct groups write distinct channels: no sums across them */
+                float *c = dx->data + ((t.n - dx->lo[0]) * dx->shape[1] + sg.c0 - dx->lo[1]) * g.plane + t.q0;
+                gemm(1, 0, g.k, cols, rows, wsub + r * g.k, g.k, bmat + r * ldb, ldb, 0.0f, c, g.plane);
+            } else {
+                gemm(1, 0, g.k, cols, rows, wsub + r * g.k, g.k, bmat + r * ldb, ldb, 0.0f, dcol, cols);
+                for (int64_t j = 0; j < t.nb; j++) {
+                    conv_col2im(dcol + j * len, cols, p, &g, t.n + j, t.q0, t.q1, dx, sg.c0, ci, sc.pad);
+                }
             }
         }
     }
@@ -273,11 +334,11 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
 
 /* ------------------------------------------------------------------ weight gradient */
 
-/* dw (Co_b, K) = sum over the tiles of g of dy (Co_b, cols) x col (K, cols)^T. */
-static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p,
+/* dw (Co_b, K) = sum over the tiles of g of dy (Co_b, cols) x col (K, cols)^T, per group segment. */
+static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p, int64_t ci,
                               const conv_geom *g, const char *fn) {
     int pointwise = is_pointwise(p, x, g);
-    int64_t ntiles = conv_geom_ntiles(g);
+    int64_t ntiles = conv_geom_ntiles(g), yhi = sw_view_hi(dy, 1);
     conv_scratch_set sc;
     sw_status s = scratch_alloc(&sc, g, p, x, pointwise, fn);
     if (s != SW_OK) {
@@ -286,18 +347,8 @@ static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, co
     for (int64_t i = 0; i < ntiles; i++) {
         conv_tile t = conv_geom_tile(g, i);
         int64_t len = t.q1 - t.q0, cols = t.nb * len;
-        const float *bmat, *amat;
-        int64_t ldb, lda;
-        if (pointwise && t.nb == 1) {
-            bmat = x->data + (t.n - x->lo[0]) * x->shape[1] * g->plane + t.q0;
-            ldb = g->plane;
-        } else {
-            for (int64_t j = 0; j < t.nb; j++) {
-                conv_im2col(x, p, g, t.n + j, t.q0, t.q1, sc.col + j * len, cols, sc.pad);
-            }
-            bmat = sc.col;
-            ldb = cols;
-        }
+        const float *amat;
+        int64_t lda;
         if (t.nb == 1) {
             amat = dy->data + (t.n - g->nlo) * g->co * g->plane + t.q0;
             lda = g->plane;
@@ -306,20 +357,38 @@ static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, co
             amat = sc.tmp;
             lda = cols;
         }
-        gemm(0, 1, g->co, g->k, cols, amat, lda, bmat, ldb, i == 0 ? 0.0f : 1.0f, dw, g->k);
+        for (conv_seg sg = seg_at(p, ci, dy->lo[1], yhi); sg.co0 < yhi; sg = seg_at(p, ci, sg.co1, yhi)) {
+            const float *bmat;
+            int64_t ldb, r = sg.co0 - dy->lo[1];
+            if (pointwise && t.nb == 1) {
+                bmat = x->data + ((t.n - x->lo[0]) * x->shape[1] + sg.c0 - x->lo[1]) * g->plane + t.q0;
+                ldb = g->plane;
+            } else {
+                for (int64_t j = 0; j < t.nb; j++) {
+                    conv_im2col(x, sg.c0, ci, p, g, t.n + j, t.q0, t.q1, sc.col + j * len, cols, sc.pad);
+                }
+                bmat = sc.col;
+                ldb = cols;
+            }
+            gemm(0, 1, sg.co1 - sg.co0, g->k, cols, amat + r * lda, lda, bmat, ldb, i == 0 ? 0.0f : 1.0f,
+                 dw + r * g->k, g->k);
+        }
     }
     return SW_OK;
 }
 
-/* dw (Co_b, Ci, kh, kw) = sum over dy's box of dy (N_b, Co_b, Ho_b, Wo_b) x conv_im2col(x (N_x, Ci, H_x, W_x))^T;
+/* dw (Co_b, Cig, kh, kw) = sum over dy's box of dy (N_b, Co_b, Ho_b, Wo_b) x conv_im2col(x (N_x, Ci, H_x, W_x))^T;
  * db (Co_b) = sum of dy over samples and pixels. */
 sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
-                                    const sw_window *p) {
+                                    const sw_window *pin) {
     const char *fn = "conv2d_backward_weight";
     sw_status s;
     int64_t ci;
-    if ((s = sw_window_check(p, fn)) != SW_OK ||
-        (s = sw_view_check(dy, 4, "conv2d_backward_weight: dy")) != SW_OK ||
+    if ((s = sw_window_check(pin, fn)) != SW_OK) {
+        return s;
+    }
+    const sw_window win = conv_window(pin), *p = &win;
+    if ((s = sw_view_check(dy, 4, "conv2d_backward_weight: dy")) != SW_OK ||
         (s = sw_view_check(x, 4, "conv2d_backward_weight: x")) != SW_OK ||
         (s = conv_check_weight(dw, p, "conv2d_backward_weight: dw", &ci)) != SW_OK ||
         (db && (s = sw_view_check(db, 1, "conv2d_backward_weight: db")) != SW_OK) ||
@@ -327,7 +396,7 @@ sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view
                                  "output-channel (dy's)")) != SW_OK ||
         (db && (s = sw_view_check_range(db, 0, dy->lo[1], dy->shape[1], "conv2d_backward_weight: db",
                                         "output-channel (dy's)")) != SW_OK) ||
-        (s = sw_view_check_range(x, 1, 0, ci, "conv2d_backward_weight: x", "channel (all of dw's Ci)")) != SW_OK ||
+        (s = check_channels(x, p, ci, dy->lo[1], sw_view_hi(dy, 1), "conv2d_backward_weight: x")) != SW_OK ||
         (s = sw_view_check_covers(x, 0, "conv2d_backward_weight: x", dy, 0, "dy", "sample")) != SW_OK) {
         return s;
     }
@@ -339,10 +408,12 @@ sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view
     }
     int64_t wvol = sw_view_volume(dw);
     if (wvol > 0) {
-        int direct = sw_view_volume(dy) > 0 && conv_direct_backward_weight(x, dy, dw->data, p, ci, &s);
-        if (!direct) {
+        int nonempty = sw_view_volume(dy) > 0;
+        if (nonempty && conv_depthwise_takes(p, ci)) {
+            s = conv_depthwise_backward_weight(x, dy, dw->data, p);
+        } else if (!(nonempty && plain_window(p) && conv_direct_backward_weight(x, dy, dw->data, p, ci, &s))) {
             memset(dw->data, 0, (size_t)wvol * sizeof(float));
-            s = sw_view_volume(dy) > 0 ? weight_gemms(x, dy, dw->data, p, &g, fn) : SW_OK;
+            s = nonempty ? weight_gemms(x, dy, dw->data, p, ci, &g, fn) : SW_OK;
         }
         if (s != SW_OK) {
             return s;

@@ -1,8 +1,11 @@
 /* conv_im2col.c -- im2col and col2im for the GEMM path of the convolution (conv.c).
  *
- *   col (K, cols): col[(ci, ky, kx), q] = x[n, ci, r*sh + ky - ph, c*sw + kx - pw]
- *   for output pixel q = (r, c) of the tile, zero outside x's view; col2im adds
- *   such a matrix back into dx, dropping what falls outside dx's view.
+ *   col (K, cols): col[(ci, ky, kx), q] = x[n, c0 + ci, r*sh + ky*dh - ph, c*sw + kx*dw - pw]
+ *   for output pixel q = (r, c) of the tile and the cn channels from c0 (all of them
+ *   for a dense convolution, one group's for a grouped one), zero outside x's view;
+ *   col2im adds such a matrix back into dx, dropping what falls outside dx's view.
+ *   The window spans ext_h = (kh - 1) * dh + 1 rows (ext_w columns): a dilated
+ *   kernel's taps are dh rows apart.
  *
  * Both go through a zero-padded copy of one input channel (`pad`, rows x cols
  * floats): the input rows and columns that the tile's output pixels read, with
@@ -12,9 +15,10 @@
  * 4x4..16x16 planes of a small ResNet that clipping cost more than the GEMM.
  *
  * For output box rows [ra, rb] (local to the box) of the tile:
- *   pad row i    = local input row  (r0 + ra) * sh - ph - x.lo[2] + i,   i in [0, (rb - ra) * sh + kh)
- *   pad column j = local input col  c0 * sw - pw - x.lo[3] + j,          j in [0, (wo - 1) * sw + kw)
- * so output pixel (rr, c) of tap (ky, kx) reads pad[(rr - ra) * sh + ky][c * sw + kx].
+ *   pad row i    = local input row  (r0 + ra) * sh - ph - x.lo[2] + i,   i in [0, (rb - ra) * sh + ext_h)
+ *   pad column j = local input col  c0 * sw - pw - x.lo[3] + j,          j in [0, (wo - 1) * sw + ext_w)
+ * so output pixel (rr, c) of tap (ky, kx) reads pad[(rr - ra) * sh + ky * dh][c * sw + kx * dw].
+ * The window p is normalized (conv_window): dh, dw >= 1.
  */
 #include <string.h>  /* memset, memcpy */
 
@@ -32,8 +36,8 @@ static pad_geom pad_for(const sw_window *p, const conv_geom *g, const sw_view *x
     int64_t rb = (q1 - 1) / g->wo;
     pg.iy0 = (g->r0 + pg.ra) * p->sh - p->ph - x->lo[2];
     pg.ix0 = g->c0 * p->sw - p->pw - x->lo[3];
-    pg.rows = (rb - pg.ra) * p->sh + p->kh;
-    pg.cols = (g->wo - 1) * p->sw + p->kw;
+    pg.rows = (rb - pg.ra) * p->sh + conv_ext_h(p);
+    pg.cols = (g->wo - 1) * p->sw + conv_ext_w(p);
     return pg;
 }
 
@@ -41,8 +45,8 @@ static pad_geom pad_for(const sw_window *p, const conv_geom *g, const sw_view *x
  * saturated at INT64_MAX: with strides up to 2^24 the product can exceed int64. */
 int64_t conv_pad_floats(const sw_window *p, const conv_geom *g) {
     int64_t box_rows = g->wo > 0 ? conv_ceil_div(g->plane, g->wo) : 1;
-    int64_t rows = (conv_max(box_rows, 1) - 1) * p->sh + p->kh;
-    int64_t cols = (conv_max(g->wo, 1) - 1) * p->sw + p->kw;
+    int64_t rows = (conv_max(box_rows, 1) - 1) * p->sh + conv_ext_h(p);
+    int64_t cols = (conv_max(g->wo, 1) - 1) * p->sw + conv_ext_w(p);
     if (rows > INT64_MAX / cols) {
         return INT64_MAX;
     }
@@ -57,7 +61,7 @@ int64_t conv_pad_floats(const sw_window *p, const conv_geom *g) {
  * plane would be much larger than that, the kernels read x (write dx) directly,
  * clipping every row segment to the view instead (direct_* below). */
 int conv_use_pad_plane(const sw_window *p, const conv_geom *g, const sw_view *x) {
-    int64_t covered = (x->shape[2] + 2 * p->kh) * (x->shape[3] + 2 * p->kw);
+    int64_t covered = (x->shape[2] + 2 * conv_ext_h(p)) * (x->shape[3] + 2 * conv_ext_w(p));
     return conv_pad_floats(p, g) <= conv_max(CONV_COL_BUDGET, 4 * covered);
 }
 
@@ -171,11 +175,11 @@ static void direct_im2col(const float *xs, int64_t ci_n, int64_t h, int64_t w, c
         for (int64_t ky = 0; ky < p->kh; ky++) {
             for (int64_t kx = 0; kx < p->kw; kx++) {
                 float *out = col + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
-                int64_t base = pg->ix0 + kx;
+                int64_t base = pg->ix0 + kx * p->dw;
                 int64_t rr = q0 / g->wo, cs = q0 % g->wo;
                 for (int64_t q = q0; q < q1; rr++) {
                     int64_t ce = conv_min(g->wo, cs + (q1 - q));
-                    int64_t iy = pg->iy0 + (rr - pg->ra) * p->sh + ky;
+                    int64_t iy = pg->iy0 + (rr - pg->ra) * p->sh + ky * p->dh;
                     int64_t ca = ce, cb = ce;
                     if (iy >= 0 && iy < h) {
                         clip_columns(base, p->sw, w, cs, ce, &ca, &cb);
@@ -209,11 +213,11 @@ static void direct_col2im(const float *dcol, int64_t ldcol, const sw_window *p, 
         for (int64_t ky = 0; ky < p->kh; ky++) {
             for (int64_t kx = 0; kx < p->kw; kx++) {
                 const float *in = dcol + ((ci * p->kh + ky) * p->kw + kx) * ldcol;
-                int64_t base = pg->ix0 + kx;
+                int64_t base = pg->ix0 + kx * p->dw;
                 int64_t rr = q0 / g->wo, cs = q0 % g->wo;
                 for (int64_t q = q0; q < q1; rr++) {
                     int64_t ce = conv_min(g->wo, cs + (q1 - q));
-                    int64_t iy = pg->iy0 + (rr - pg->ra) * p->sh + ky;
+                    int64_t iy = pg->iy0 + (rr - pg->ra) * p->sh + ky * p->dh;
                     if (iy >= 0 && iy < h) {
                         int64_t ca, cb;
                         clip_columns(base, p->sw, w, cs, ce, &ca, &cb);
@@ -231,12 +235,12 @@ static void direct_col2im(const float *dcol, int64_t ldcol, const sw_window *p, 
 }
 
 /* col (K, q1-q0) at leading dimension ldcol, for sample n and pixels [q0, q1)
- * of the output box g: col[(ci, ky, kx), q] = x[n, ci, r*sh+ky-ph, c*sw+kx-pw]
- * with (r, c) the pixel q, zero outside x's view.  pad: conv_pad_floats(p, g) floats,
- * or NULL to read x directly (use_pad_plane). */
-void conv_im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0, int64_t q1,
-                   float *col, int64_t ldcol, float *pad) {
-    int64_t ci_n = x->shape[1], h = x->shape[2], w = x->shape[3];
+ * of the output box g: col[(ci, ky, kx), q] = x[n, c0 + ci, r*sh+ky*dh-ph, c*sw+kx*dw-pw]
+ * for ci < cn, with (r, c) the pixel q, zero outside x's view.  pad: conv_pad_floats(p, g)
+ * floats, or NULL to read x directly (use_pad_plane). */
+void conv_im2col(const sw_view *x, int64_t c0, int64_t cn, const sw_window *p, const conv_geom *g, int64_t n,
+                 int64_t q0, int64_t q1, float *col, int64_t ldcol, float *pad) {
+    int64_t ci_n = cn, h = x->shape[2], w = x->shape[3];
     if (h == 0 || w == 0) {  /* an empty region: every read is padding (and x->data may be NULL) */
         for (int64_t k = 0; k < ci_n * p->kh * p->kw; k++) {
             memset(col + k * ldcol, 0, (size_t)(q1 - q0) * sizeof(float));
@@ -244,7 +248,7 @@ void conv_im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64
         return;
     }
     pad_geom pg = pad_for(p, g, x, q0, q1);
-    const float *xs = x->data + (n - x->lo[0]) * ci_n * h * w;
+    const float *xs = x->data + ((n - x->lo[0]) * x->shape[1] + (c0 - x->lo[1])) * h * w;
     if (!pad) {
         direct_im2col(xs, ci_n, h, w, p, g, &pg, q0, q1, col, ldcol);
         return;
@@ -257,7 +261,7 @@ void conv_im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64
                 int64_t rr = q0 / g->wo, cs = q0 % g->wo;
                 for (int64_t q = q0; q < q1; rr++) {
                     int64_t ce = conv_min(g->wo, cs + (q1 - q));  /* this row segment: box columns [cs, ce) */
-                    const float *src = pad + ((rr - pg.ra) * p->sh + ky) * pg.cols + kx + cs * p->sw;
+                    const float *src = pad + ((rr - pg.ra) * p->sh + ky * p->dh) * pg.cols + kx * p->dw + cs * p->sw;
                     gather_row(out, src, ce - cs, p->sw);
                     out += ce - cs;
                     q += ce - cs;
@@ -268,14 +272,14 @@ void conv_im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64
     }
 }
 
-/* dx[n, ci, r*sh+ky-ph, c*sw+kx-pw] += dcol[(ci, ky, kx), q] for the pixels
- * [q0, q1) of sample n, dropping what falls outside dx's view.  pad: conv_pad_floats(p, g)
- * floats, or NULL to write dx directly (use_pad_plane). */
+/* dx[n, c0 + ci, r*sh+ky*dh-ph, c*sw+kx*dw-pw] += dcol[(ci, ky, kx), q] for ci < cn and the
+ * pixels [q0, q1) of sample n, dropping what falls outside dx's view.  pad:
+ * conv_pad_floats(p, g) floats, or NULL to write dx directly (use_pad_plane). */
 void conv_col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0,
-                   int64_t q1, sw_view *dx, float *pad) {
-    int64_t ci_n = dx->shape[1], h = dx->shape[2], w = dx->shape[3];
+                 int64_t q1, sw_view *dx, int64_t c0, int64_t cn, float *pad) {
+    int64_t ci_n = cn, h = dx->shape[2], w = dx->shape[3];
     pad_geom pg = pad_for(p, g, dx, q0, q1);
-    float *xs = dx->data + (n - dx->lo[0]) * ci_n * h * w;
+    float *xs = dx->data + ((n - dx->lo[0]) * dx->shape[1] + (c0 - dx->lo[1])) * h * w;
     if (!pad) {
         direct_col2im(dcol, ldcol, p, g, &pg, q0, q1, ci_n, h, w, xs);
         return;
@@ -288,7 +292,7 @@ void conv_col2im(const float *dcol, int64_t ldcol, const sw_window *p, const con
                 int64_t rr = q0 / g->wo, cs = q0 % g->wo;
                 for (int64_t q = q0; q < q1; rr++) {
                     int64_t ce = conv_min(g->wo, cs + (q1 - q));
-                    float *dst = pad + ((rr - pg.ra) * p->sh + ky) * pg.cols + kx + cs * p->sw;
+                    float *dst = pad + ((rr - pg.ra) * p->sh + ky * p->dh) * pg.cols + kx * p->dw + cs * p->sw;
                     scatter_row(dst, in, ce - cs, p->sw);
                     in += ce - cs;
                     q += ce - cs;

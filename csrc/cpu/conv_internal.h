@@ -9,6 +9,7 @@
  *   conv_direct.c       the direct path: padded source regions, packed weights and
  *                       index tables for the AVX2 loops
  *   conv_direct_avx2.c  those loops (AVX2 + FMA, chosen at run time)
+ *   conv_depthwise.c    depthwise convolutions (one input channel per group): direct loops
  *
  * Shapes: N samples, Ci / Co channels (Co_b: the output box's), kh x kw kernel,
  * K = Ci * kh * kw, P pixels of an output plane.
@@ -33,6 +34,19 @@ static inline int64_t conv_floor_div(int64_t a, int64_t b) {  /* b > 0 */
 }
 
 static inline int64_t conv_ceil_div(int64_t a, int64_t b) { return -conv_floor_div(-a, b); }  /* b > 0 */
+
+/* p with its dilation made explicit (0 reads as 1: kernels.h): every file below reads
+ * dh and dw of a window normalized here. */
+static inline sw_window conv_window(const sw_window *p) {
+    sw_window q = *p;
+    q.dh = q.dh > 1 ? q.dh : 1;
+    q.dw = q.dw > 1 ? q.dw : 1;
+    return q;
+}
+
+/* Input rows (columns) one output pixel's window spans: (k - 1) * d + 1. */
+static inline int64_t conv_ext_h(const sw_window *p) { return (p->kh - 1) * p->dh + 1; }
+static inline int64_t conv_ext_w(const sw_window *p) { return (p->kw - 1) * p->dw + 1; }
 
 /* ------------------------------------------------------------------ GEMM tiles (conv_geom.c) */
 
@@ -106,13 +120,15 @@ void *conv_scratch(int kind, size_t bytes);
 int64_t conv_pad_floats(const sw_window *p, const conv_geom *g);
 /* Whether im2col / col2im go through the padded plane (else they clip every row segment). */
 int conv_use_pad_plane(const sw_window *p, const conv_geom *g, const sw_view *x);
-/* col (K, q1-q0) at leading dimension ldcol = im2col of sample n, pixels [q0, q1) of g's box;
- * pad: conv_pad_floats(p, g) floats, or NULL to read x directly. */
-void conv_im2col(const sw_view *x, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0, int64_t q1,
-                 float *col, int64_t ldcol, float *pad);
-/* dx += col2im(dcol) for sample n, pixels [q0, q1), dropping what falls outside dx's view. */
+/* col (K, q1-q0) at leading dimension ldcol = im2col of sample n, pixels [q0, q1) of g's box,
+ * over the cn channels of x from global channel c0 (K = cn * kh * kw); p normalized
+ * (conv_window); pad: conv_pad_floats(p, g) floats, or NULL to read x directly. */
+void conv_im2col(const sw_view *x, int64_t c0, int64_t cn, const sw_window *p, const conv_geom *g, int64_t n,
+                 int64_t q0, int64_t q1, float *col, int64_t ldcol, float *pad);
+/* dx += col2im(dcol) for sample n, pixels [q0, q1), into the cn channels of dx from c0,
+ * dropping what falls outside dx's view. */
 void conv_col2im(const float *dcol, int64_t ldcol, const sw_window *p, const conv_geom *g, int64_t n, int64_t q0,
-                 int64_t q1, sw_view *dx, float *pad);
+                 int64_t q1, sw_view *dx, int64_t c0, int64_t cn, float *pad);
 
 /* ------------------------------------------------------------------ the direct path (conv_direct.c) */
 
@@ -125,6 +141,18 @@ int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx,
                               sw_status *s);
 int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p, int64_t ci,
                                 sw_status *s);
+
+/* ------------------------------------------------------------------ depthwise (conv_depthwise.c) */
+
+/* Whether the depthwise loops take a call: a grouped window with one input channel per
+ * group (Cig = ci == 1), unless the algorithm is SW_CONV_IM2COL. */
+int conv_depthwise_takes(const sw_window *p, int64_t ci);
+/* The three kernels for such calls (views checked by conv.c; p normalized); wsub, bias: the
+ * rows of w and b for y's (dy's) channels. */
+sw_status conv_depthwise_forward(const sw_view *x, const float *wsub, const float *bias, sw_view *y,
+                                 const sw_window *p);
+sw_status conv_depthwise_backward_data(const float *wsub, const sw_view *dy, sw_view *dx, const sw_window *p);
+sw_status conv_depthwise_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p);
 
 /* ------------------------------------------------------------------ AVX2 loops (conv_direct_avx2.c) */
 

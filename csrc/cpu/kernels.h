@@ -42,6 +42,9 @@ typedef struct {
     int64_t sh, sw;   /* stride */
     int64_t ph, pw;   /* padding */
     int relu;         /* fuse a ReLU into the forward output */
+    int64_t dh, dw;   /* conv2d: dilation, the distance between taps; 0 reads as 1, so a window
+                         initialized without them is a plain one */
+    int64_t group_co; /* conv2d: output channels per group (cog); 0: one group, a dense convolution */
 } sw_window;
 
 /* ---- GEMM (gemm.c): C = alpha * op(A) op(B) + beta * C, row-major ---- */
@@ -50,9 +53,13 @@ void sw_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
 /* Make OpenBLAS run every call on the calling thread (workers are the parallelism). */
 void sw_blas_single_thread(void);
 
-/* ---- convolution (conv.c): direct loops (conv_direct.c) or im2col + GEMM ----
+/* ---- convolution (conv.c): direct loops (conv_direct.c, conv_depthwise.c) or im2col + GEMM ----
  * x (N, Ci, H, W) view with all Ci; w (Co, Ci, kh, kw) view covering y's Co range;
- * b (Co) view covering y's Co range or NULL; y (N, Co, Ho, Wo) view = the box to compute. */
+ * b (Co) view covering y's Co range or NULL; y (N, Co, Ho, Wo) view = the box to compute.
+ * Dilated (p->dh, p->dw): input row r*sh + ky*dh - ph.  Grouped (p->group_co = cog > 0):
+ * w is (Co, Cig, kh, kw) and output channel co reads input channels
+ * [cig * (co / cog), cig * (co / cog + 1)); x (dx) must then cover the input channels of
+ * every group y's (dy's) channels meet, and w's Cig replaces "all Ci" above. */
 sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y, const sw_window *p);
 /* dx over dx's box (a partial gradient: only the contributions of dy's box) */
 sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx, const sw_window *p);
@@ -112,6 +119,15 @@ int sw_activation_grad_from_output(sw_activation f);
 sw_status sw_activation_forward(sw_activation f, float alpha, const sw_view *x, sw_view *y);
 /* dx = dy * f'(.) over dx's box; `from` is y or x as sw_activation_grad_from_output says */
 sw_status sw_activation_backward(sw_activation f, float alpha, const sw_view *from, const sw_view *dy, sw_view *dx);
+
+/* ---- dropout (dropout.c): a mask that is a function of (seed, step, element index) only ----
+ * Element i (row-major in the op's whole output `shape`) is kept when sw_dropout_keeps; kept
+ * values are scaled by 1 / (1 - p).  Forward: y = dropout(x); backward: dx = dropout(dy), the
+ * same mask and scale.  x covers y's box; p in [0, 1), else SW_ERR_VALUE. */
+int sw_dropout_keeps(uint64_t seed, int64_t step, int64_t index, float p);
+sw_status sw_dropout_check(float p, const char *name);
+sw_status sw_dropout_apply(const sw_view *x, sw_view *y, const int64_t *shape, float p, uint64_t seed, int64_t step,
+                           const char *name);
 
 /* ---- LSTM element-wise (lstm.c); every input view covers the output's box ---- */
 /* c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g) over c's box; in = {i, f, g, c_prev} */

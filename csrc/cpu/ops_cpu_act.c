@@ -1,5 +1,6 @@
 /* ops_cpu_act.c -- CPU tasks of the point-wise activation ops: sigmoid, tanh,
- * gelu, silu and leaky_relu (activation.c has the kernels and the formulas).
+ * gelu, silu and leaky_relu (activation.c has the kernels and the formulas), and
+ * dropout (dropout.c).
  *
  * A forward task reads the worker's region of x (its own output box: the index
  * map is the identity) and writes y; a backward_data task reads [dy] y and the
@@ -53,3 +54,32 @@ const sw_cpu_op sw_cpu_tanh = {activation_forward, activation_backward_data, NUL
 const sw_cpu_op sw_cpu_gelu = {activation_forward, activation_backward_data, NULL};
 const sw_cpu_op sw_cpu_silu = {activation_forward, activation_backward_data, NULL};
 const sw_cpu_op sw_cpu_leaky_relu = {activation_forward, activation_backward_data, NULL};
+
+/* dropout: y = x through the mask of (seed, step, element) in train mode, y = x in eval mode
+ * (the step's SW_BN_RUNNING); the probability is the op's real parameter. */
+static int dropout_active(const sw_task_env *e) { return e->ctx->args->bn_mode != SW_BN_RUNNING; }
+
+static sw_status dropout_forward(const sw_task_env *e) {
+    sw_view x, y;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &y);
+    float p = dropout_active(e) ? e->attrs->alpha : 0.0f;   /* p = 0 keeps every element, unscaled */
+    return sw_dropout_apply(&x, &y, e->op->shape, p, e->attrs->seed, e->ctx->args->step, "dropout forward");
+}
+
+/* dx = dy through the forward's mask and scale (a training step's backward: train mode). */
+static sw_status dropout_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_env_backward_reads(e, &r);
+    sw_view dy, dx;
+    sw_env_view(e, e->writes[0], &dx);
+    if (r.dy < 0) {
+        sw_view_zero(&dx);
+        return SW_OK;
+    }
+    sw_env_view(e, r.dy, &dy);
+    return sw_dropout_apply(&dy, &dx, e->op->shape, e->attrs->alpha, e->attrs->seed, e->ctx->args->step,
+                            "dropout backward");
+}
+
+const sw_cpu_op sw_cpu_dropout = {dropout_forward, dropout_backward_data, NULL};

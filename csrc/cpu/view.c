@@ -124,8 +124,14 @@ sw_status sw_window_check(const sw_window *p, const char *name) {
                        name, (long long)p->kh, (long long)p->kw, (long long)p->sh, (long long)p->sw,
                        (long long)p->ph, (long long)p->pw);
     }
+    if (p->dh < 0 || p->dw < 0 || p->group_co < 0) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: dilation and channels per group must be >= 0 (dilation %lldx%lld, "
+                       "%lld output channels per group)", name, (long long)p->dh, (long long)p->dw,
+                       (long long)p->group_co);
+    }
     const int64_t lim = SW_WINDOW_PARAM_LIMIT;
-    if (p->kh > lim || p->kw > lim || p->sh > lim || p->sw > lim || p->ph > lim || p->pw > lim) {
+    if (p->kh > lim || p->kw > lim || p->sh > lim || p->sw > lim || p->ph > lim || p->pw > lim || p->dh > lim ||
+        p->dw > lim || p->group_co > ((int64_t)1 << 36)) {
         return SW_FAIL(SW_ERR_VALUE, "%s: window parameters too large", name);
     }
     return SW_OK;

@@ -78,7 +78,8 @@ sw_status sw_view_check_covers(const sw_view *outer, int od, const char *oname, 
 sw_status sw_view_check_range(const sw_view *v, int d, int64_t lo, int64_t extent, const char *name,
                               const char *what);
 
-/* Kernel and stride >= 1, padding >= 0, all below 2^24. */
+/* Kernel and stride >= 1, padding, dilation and channels per group >= 0, all below 2^24
+ * (channels per group below 2^36). */
 sw_status sw_window_check(const sw_window *p, const char *name);
 
 /* Every value fits the 32-bit integers of the BLAS interface (scipy-openblas32). */

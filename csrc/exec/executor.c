@@ -100,6 +100,9 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
         if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);
         }
+        if (a->type == SW_OP_DROPOUT && sw_dropout_check(a->alpha, "dropout") != SW_OK) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: dropout's probability %g is not in [0, 1)", i, (double)a->alpha);
+        }
         if (a->type == SW_OP_BATCHNORM2D && !(a->alpha >= 0.0f && a->alpha <= 1.0f)) {   /* NaN fails too */
             return SW_FAIL(SW_ERR_VALUE, "op %d: batchnorm2d's momentum %g is not in [0, 1]", i, (double)a->alpha);
         }

@@ -36,10 +36,11 @@ typedef struct {
     int8_t axis;       /* concat: the axis */
     float alpha;       /* the op's real parameter: leaky_relu's negative slope, batchnorm2d's momentum
                           (running = (1 - momentum) * running + momentum * the minibatch's statistic) */
-    sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
+    sw_window win;     /* conv2d, pool2d: kernel, stride, padding; conv2d: dilation, groups */
     int8_t causal;     /* softmax_dim: mask key j > query i (the last two dimensions) */
     int32_t ids;       /* input ops: 0 for float data, else the minibatch holds integer ids below this
                           bound (the smallest vocabulary of the embeddings reading it), stored as floats */
+    uint64_t seed;     /* dropout: the seed its masks are a function of (with the step, each element's index) */
 } sw_op_attrs;
 
 /* csrc/exec/optimizer.c: state buffers each kind's update reads after (param, grad): 1 for
@@ -65,7 +66,8 @@ typedef struct {
     const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
     const int32_t *labels;       /* the loss's labels: (N), or (N, T) row-major for (N, T, C) logits */
     sw_optimizer opt;            /* the update tasks' optimizer and its values for this step */
-    int bn_mode;                 /* sw_bn_mode */
+    int bn_mode;                 /* sw_bn_mode; SW_BN_RUNNING is eval mode, where dropout is the identity */
+    int64_t step;                /* training steps completed before this one: dropout's masks depend on it */
 } sw_step_args;
 
 /* A grow-only workspace of one worker thread: kernels borrow scratch from it within a task. */

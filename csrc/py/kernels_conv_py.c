@@ -101,14 +101,23 @@ static PyObject *finish(held *h, sw_status s, PyArrayObject *out) {
 
 /* ------------------------------------------------------------------ convolution */
 
+/* The optional dilation (an int or a pair, default 1) and output channels per group (default
+ * 0: dense) of a convolution call into p.  Returns 0 on error. */
+static int conv_extras(PyObject *dilation, long long group_co, sw_window *p) {
+    p->dh = p->dw = 1;
+    p->group_co = group_co;
+    return !dilation || sw_py_pair(dilation, 1, 1 << 20, "dilation", &p->dh, &p->dw) >= 0;
+}
+
 static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwds) {
     (void)self;
     static char *kwlist[] = {"x", "x_lo", "w", "w_lo", "b", "b_lo", "y_lo", "y_shape", "stride", "padding",
-                             "relu", NULL};
-    PyObject *xo, *xlo, *wo, *wlo, *bo, *blo, *ylo, *yshape, *stride = NULL, *padding = NULL;
+                             "relu", "dilation", "group_co", NULL};
+    PyObject *xo, *xlo, *wo, *wlo, *bo, *blo, *ylo, *yshape, *stride = NULL, *padding = NULL, *dilation = NULL;
     int relu = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|OOp", kwlist, &xo, &xlo, &wo, &wlo, &bo, &blo, &ylo,
-                                     &yshape, &stride, &padding, &relu)) {
+    long long group_co = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOO|OOpOL", kwlist, &xo, &xlo, &wo, &wlo, &bo, &blo, &ylo,
+                                     &yshape, &stride, &padding, &relu, &dilation, &group_co)) {
         return NULL;
     }
     held h = {.n = 0};
@@ -116,7 +125,7 @@ static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwd
     int has_b;
     sw_window p = {.sh = 1, .sw = 1, .relu = relu};
     if (!required_view(&h, xo, xlo, 4, &x, "x", "x_lo") || !required_view(&h, wo, wlo, 4, &w, "w", "w_lo") ||
-        !optional_view(&h, bo, blo, 1, &b, &has_b, "b", "b_lo") ||
+        !optional_view(&h, bo, blo, 1, &b, &has_b, "b", "b_lo") || !conv_extras(dilation, group_co, &p) ||
         (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
         (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0)) {
         release(&h);
@@ -138,17 +147,19 @@ static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwd
 
 static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObject *kwds) {
     (void)self;
-    static char *kwlist[] = {"w", "w_lo", "dy", "dy_lo", "dx_lo", "dx_shape", "kernel", "stride", "padding", NULL};
-    PyObject *wo, *wlo, *dyo, *dylo, *dxlo, *dxshape, *kernel, *stride = NULL, *padding = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OO", kwlist, &wo, &wlo, &dyo, &dylo, &dxlo, &dxshape,
-                                     &kernel, &stride, &padding)) {
+    static char *kwlist[] = {"w", "w_lo", "dy", "dy_lo", "dx_lo", "dx_shape", "kernel", "stride", "padding",
+                             "dilation", "group_co", NULL};
+    PyObject *wo, *wlo, *dyo, *dylo, *dxlo, *dxshape, *kernel, *stride = NULL, *padding = NULL, *dilation = NULL;
+    long long group_co = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OOOL", kwlist, &wo, &wlo, &dyo, &dylo, &dxlo, &dxshape,
+                                     &kernel, &stride, &padding, &dilation, &group_co)) {
         return NULL;
     }
     held h = {.n = 0};
     sw_view w, dy, dx;
     sw_window p = {.sh = 1, .sw = 1};
     if (!required_view(&h, wo, wlo, 4, &w, "w", "w_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
-        sw_py_pair(kernel, 1, 1 << 20, "kernel", &p.kh, &p.kw) < 0 ||
+        sw_py_pair(kernel, 1, 1 << 20, "kernel", &p.kh, &p.kw) < 0 || !conv_extras(dilation, group_co, &p) ||
         (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
         (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0)) {
         release(&h);
@@ -212,11 +223,13 @@ static int weight_grad_views(held *h, const int64_t *w_shape, int rank, int64_t 
 
 static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObject *kwds) {
     (void)self;
-    static char *kwlist[] = {"x", "x_lo", "dy", "dy_lo", "w_shape", "stride", "padding", "with_bias", NULL};
-    PyObject *xo, *xlo, *dyo, *dylo, *wshape, *stride = NULL, *padding = NULL;
+    static char *kwlist[] = {"x", "x_lo", "dy", "dy_lo", "w_shape", "stride", "padding", "with_bias", "dilation",
+                             "group_co", NULL};
+    PyObject *xo, *xlo, *dyo, *dylo, *wshape, *stride = NULL, *padding = NULL, *dilation = NULL;
     int with_bias = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOp", kwlist, &xo, &xlo, &dyo, &dylo, &wshape, &stride,
-                                     &padding, &with_bias)) {
+    long long group_co = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOpOL", kwlist, &xo, &xlo, &dyo, &dylo, &wshape, &stride,
+                                     &padding, &with_bias, &dilation, &group_co)) {
         return NULL;
     }
     held h = {.n = 0};
@@ -225,7 +238,7 @@ static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObj
     sw_window p = {.sh = 1, .sw = 1};
     PyArrayObject *dwa, *dba;
     if (!required_view(&h, xo, xlo, 4, &x, "x", "x_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
-        sw_py_ints(wshape, 4, ws, SW_PY_NONNEG, "w_shape") < 0 ||
+        sw_py_ints(wshape, 4, ws, SW_PY_NONNEG, "w_shape") < 0 || !conv_extras(dilation, group_co, &p) ||
         (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
         (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0) ||
         !weight_grad_views(&h, ws, 4, dy.lo[1], dy.shape[1], with_bias, &dw, &db, &dwa, &dba)) {
@@ -362,14 +375,18 @@ static PyObject *py_conv_algorithm(PyObject *Py_UNUSED(m), PyObject *args, PyObj
 
 static PyMethodDef methods[] = {
     {"conv2d_forward", FN(py_conv2d_forward), KW,
-     "conv2d_forward(x, x_lo, w, w_lo, b, b_lo, y_lo, y_shape, stride=1, padding=0, relu=False) -> y\n"
+     "conv2d_forward(x, x_lo, w, w_lo, b, b_lo, y_lo, y_shape, stride=1, padding=0, relu=False, dilation=1,\n"
+     "               group_co=0) -> y\n"
      "y's box (global lo, shape) of conv2d(x, w) + b; x and w are views (array, global lo); b may be None.\n"
-     "Reads of x outside its view are zero padding."},
+     "Reads of x outside its view are zero padding.  group_co > 0: a grouped convolution with that many\n"
+     "output channels per group (w (Co, Cig, kh, kw))."},
     {"conv2d_backward_data", FN(py_conv2d_backward_data), KW,
-     "conv2d_backward_data(w, w_lo, dy, dy_lo, dx_lo, dx_shape, kernel, stride=1, padding=0) -> dx\n"
+     "conv2d_backward_data(w, w_lo, dy, dy_lo, dx_lo, dx_shape, kernel, stride=1, padding=0, dilation=1,\n"
+     "                     group_co=0) -> dx\n"
      "The partial input gradient over dx's box from dy's box only (contributions outside dx's box dropped)."},
     {"conv2d_backward_weight", FN(py_conv2d_backward_weight), KW,
-     "conv2d_backward_weight(x, x_lo, dy, dy_lo, w_shape, stride=1, padding=0, with_bias=True) -> (dw, db)\n"
+     "conv2d_backward_weight(x, x_lo, dy, dy_lo, w_shape, stride=1, padding=0, with_bias=True, dilation=1,\n"
+     "                       group_co=0) -> (dw, db)\n"
      "dw (dy's Co range, Ci, kh, kw) and db (dy's Co range, or None) summed over dy's box."},
     {"conv_algorithm", FN(py_conv_algorithm), KW,
      "conv_algorithm(name=None) -> str\n"

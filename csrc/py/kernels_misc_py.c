@@ -142,7 +142,7 @@ static PyArrayObject *get_labels(PyObject *obj, int64_t len) {
 }
 
 static int get_window(PyObject *kernel, PyObject *stride, PyObject *padding, sw_window *w) {
-    w->relu = 0;
+    *w = (sw_window){.relu = 0};   /* every field: a pooling window has no dilation or groups */
     if (sw_py_pair(kernel, 1, 1 << 20, "kernel", &w->kh, &w->kw) < 0 ||
         sw_py_pair(stride, 1, 1 << 20, "stride", &w->sh, &w->sw) < 0 ||
         sw_py_pair(padding, 0, 1 << 20, "padding", &w->ph, &w->pw) < 0) {

@@ -26,7 +26,11 @@
 #include "pyerr.h"  /* sw_py_raise */
 #include "step_inputs.h"  /* step_inputs, parse_inputs, inputs_free, SW_MAX_ID_BOUND */
 
-#define ATTR_COLUMNS 13
+/* type, relu, max pooling, concat axis (softmax_dim's dim), kh, kw, sh, sw, ph, pw, the op's real
+ * parameter (a float32's bits), an integer input's id bound, softmax_dim's causal flag, dh, dw,
+ * conv2d's output channels per group (0: dense), dropout's seed (low and high 32 bits):
+ * shardwise/runtime.py op_attrs writes them */
+#define ATTR_COLUMNS 18
 
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
@@ -78,10 +82,13 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
         }
         float alpha;
         memcpy(&alpha, &row[10], sizeof alpha);   /* the float32's bits, as op_attrs wrote them */
+        uint64_t seed = (uint64_t)(uint32_t)row[16] | (uint64_t)(uint32_t)row[17] << 32;
         attrs[i] = (sw_op_attrs){.type = (int8_t)row[0], .relu = (int8_t)(row[1] != 0),
                                  .pool_max = (int8_t)(row[2] != 0), .axis = (int8_t)row[3], .alpha = alpha,
-                                 .win = {row[4], row[5], row[6], row[7], row[8], row[9], 0},
-                                 .ids = row[11], .causal = (int8_t)(row[12] != 0)};
+                                 .win = {.kh = row[4], .kw = row[5], .sh = row[6], .sw = row[7], .ph = row[8],
+                                         .pw = row[9], .relu = 0, .dh = row[13], .dw = row[14],
+                                         .group_co = row[15]},
+                                 .ids = row[11], .causal = (int8_t)(row[12] != 0), .seed = seed};
     }
     Py_DECREF(a);
     *out = attrs;
@@ -155,7 +162,7 @@ static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *
         inputs_free(&in);
         return NULL;
     }
-    sw_step_args args = {in.inputs, in.labels, opt, bn_mode};
+    sw_step_args args = {in.inputs, in.labels, opt, bn_mode, self->steps};
     double loss = 0.0;
     sw_status s;
     self->busy = 1;

@@ -57,30 +57,32 @@ _COMPILED: dict[tuple[int, int], tuple] = {}
 
 def _compiled(desc: OpDesc, slot: int) -> tuple:
     """The index expressions of one input in a form cheap to evaluate: per input dimension
-    (nonzero (variable, coefficient) pairs, offset, div, mod, size).  Cached per description."""
+    (nonzero (variable, coefficient, variable divisor) triples, offset, div, mod, size).  Cached
+    per description."""
     key = (id(desc), slot)
     hit = _COMPILED.get(key)
     if hit is not None and hit[0] is desc:
         return hit[1]
     inp = desc.inputs[slot]
-    dims = tuple((tuple((v, c) for v, c in enumerate(e.coefs) if c), e.offset, e.div, e.mod, size)
+    dims = tuple((tuple((v, c, e.vdiv(v)) for v, c in enumerate(e.coefs) if c), e.offset, e.div, e.mod, size)
                  for e, size in zip(inp.exprs, inp.shape))
     _COMPILED[key] = (desc, (dims, inp.window))
     return dims, inp.window
 
 
-def expr_interval(terms: Sequence[tuple[int, int]], offset: int, div: int, mod: int,
+def expr_interval(terms: Sequence[tuple[int, int, int]], offset: int, div: int, mod: int,
                   lo_v: Sequence[int], hi_v: Sequence[int]) -> tuple[int, int]:
-    """Inclusive interval of ((sum coef * v + offset) // div) % mod when each variable v
-    ranges over [lo_v[v], hi_v[v]] (inclusive); ``terms`` lists the nonzero (v, coef)."""
+    """Inclusive interval of ((sum coef * (v // q) + offset) // div) % mod when each variable v
+    ranges over [lo_v[v], hi_v[v]] (inclusive); ``terms`` lists the nonzero (v, coef, q)."""
     a = b = offset
-    for v, c in terms:
+    for v, c, q in terms:
+        lo, hi = lo_v[v] // q, hi_v[v] // q   # floor division is monotone: the ends map to the ends
         if c > 0:
-            a += c * lo_v[v]
-            b += c * hi_v[v]
+            a += c * lo
+            b += c * hi
         else:
-            a += c * hi_v[v]
-            b += c * lo_v[v]
+            a += c * hi
+            b += c * lo
     if div != 1:
         a, b = a // div, b // div
     if mod:

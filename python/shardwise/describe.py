@@ -596,7 +596,8 @@ def _out_names(definition: OpDefinition, shapes: dict[str, Sequence[int]]) -> li
 
 
 def _expr_text(e: IndexExpr, names: Sequence[str]) -> str:
-    parts = [(f"{c}*{names[u]}" if c != 1 else names[u]) for u, c in enumerate(e.coefs) if c and u < len(names)]
+    parts = [(f"{c}*" if c != 1 else "") + (names[u] if e.vdiv(u) == 1 else f"({names[u]} // {e.vdiv(u)})")
+             for u, c in enumerate(e.coefs) if c and u < len(names)]
     text = " + ".join(parts) or "0"
     if e.offset:
         text += f" + {e.offset}"

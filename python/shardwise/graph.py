@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, Iterator, Sequence
 
+import numpy as np
+
 from . import ops
 from .errors import GraphError, ShapeError
 from .graph_seq import INPUT_DTYPES, SequenceBuilders
@@ -67,6 +69,11 @@ BN_MOMENTUM = 0.1      # batchnorm2d's default momentum of the running statistic
 MAX_ELEMENTS = 2**48   # keeps every derived size and FLOP count far inside int64
 _FLOAT32_MAX = 3.4028234663852886e38   # the largest float32: a leaky_relu slope reaches C as one
 MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
+
+
+def _name_seed(name: str) -> int:
+    """A 64-bit seed from an op's name (SHA-256: stable across processes, unlike hash())."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
 
 
 def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
@@ -216,14 +223,26 @@ class Graph(SequenceBuilders):
 
     def conv2d(self, x: Tensor, out_channels: int, kernel: int | Sequence[int] = 3,
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-               activation: str | None = None, bias: bool = True, name: str | None = None) -> Tensor:
-        """2-D convolution, weight (C_out, C_in, kH, kW); optional fused ReLU."""
+               activation: str | None = None, bias: bool = True, name: str | None = None,
+               dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+        """2-D convolution, weight (C_out, C_in / groups, kH, kW); optional fused ReLU.
+
+        ``dilation`` spaces the kernel's taps (``torch.nn.Conv2d``'s); ``groups`` splits the
+        channels into that many independent convolutions (it must divide C_in and C_out;
+        ``groups=C_in`` is a depthwise convolution), as PyTorch's."""
         x = self._tensor(x)
         _check_positive_int(out_channels, "conv2d out_channels")
         self._check_activation(activation)
-        desc = ops.conv2d(x.shape, out_channels, kernel, stride, padding, bias)
+        desc = ops.conv2d(x.shape, out_channels, kernel, stride, padding, bias, dilation, groups)
+        # the defaults are left out of the attributes: graphs built before dilation and groups
+        # existed keep their fingerprints (and their saved plans)
+        extra: dict[str, Any] = {}
+        if ops._pair(dilation, "dilation") != (1, 1):
+            extra["dilation"] = dilation
+        if groups != 1:
+            extra["groups"] = groups
         t = self._add("conv2d", [x], desc, name, out_channels=out_channels, kernel=kernel,
-                      stride=stride, padding=padding, bias=bias, activation=None)
+                      stride=stride, padding=padding, bias=bias, activation=None, **extra)
         return self._activate(t, activation, name)
 
     def pool2d(self, x: Tensor, kernel: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
@@ -264,6 +283,26 @@ class Graph(SequenceBuilders):
                 or not math.isfinite(negative_slope) or abs(negative_slope) > _FLOAT32_MAX:
             raise GraphError(f"leaky_relu negative_slope must be a finite float32, got {negative_slope!r}")
         return self._activation("leaky_relu", x, name, negative_slope=float(negative_slope))
+
+    def dropout(self, x: Tensor, p: float = 0.5, seed: int | None = None, name: str | None = None) -> Tensor:
+        """Inverted dropout (``torch.nn.Dropout``): in train mode each element is zeroed with
+        probability ``p`` and the others scaled by 1 / (1 - p); in eval mode (``Trainer.eval()``)
+        the identity.  The mask is a function of ``seed``, the training step and the element's
+        index in the whole tensor only, so every plan draws the same mask (a different one each
+        step).  ``seed`` defaults to one derived from the op's name (SHA-256), so two dropouts
+        of one graph draw different masks; it is an int in [0, 2**64)."""
+        x = self._tensor(x)
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
+            raise GraphError(f"dropout p must be a number in [0, 1), got {p!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+                                 or not 0 <= seed < 2**64):
+            raise GraphError(f"dropout seed must be an int in [0, 2**64), got {seed!r}")
+        if np.float32(p) >= 1.0:   # the kernels read p as a float32
+            raise GraphError(f"dropout p={p!r} rounds to 1 in float32")
+        t = self._add("dropout", [x], ops.dropout(x.shape), name, p=float(p))
+        op = self.ops[t.op]
+        op.attrs["seed"] = int(seed) if seed is not None else _name_seed(op.name)
+        return t
 
     def _activation(self, kind: str, x: Tensor, name: str | None, **attrs: Any) -> Tensor:
         """A point-wise activation op (ops.activation): one input, the output of its shape."""

@@ -166,20 +166,22 @@ def _conv(c: OnnxCall) -> Tensor:
     if w.value.ndim != 4 or len(x.shape) != 4:
         raise c.error(f"a {w.value.ndim - 2}-D convolution (weight {tuple(w.value.shape)}) is not supported; "
                       f"only 2-D")
-    if c.attrs.get("group", 1) != 1:
-        raise c.error(f"group={c.attrs['group']} is not supported (grouped and depthwise convolutions are not yet)")
-    if _pair_attr(c, "dilations", (1, 1)) != (1, 1):
-        raise c.error(f"dilations={list(c.attrs['dilations'])} is not supported")
+    groups = int(c.attrs.get("group", 1))
+    dilation = _pair_attr(c, "dilations", (1, 1))
     kernel = (int(w.value.shape[2]), int(w.value.shape[3]))
     if _pair_attr(c, "kernel_shape", kernel) != kernel:
         raise c.error(f"kernel_shape={list(c.attrs['kernel_shape'])} differs from the weight's {kernel}")
     stride = _pair_attr(c, "strides", (1, 1))
-    if x.shape[1] != w.value.shape[1]:
-        raise ShapeError(f"{c.where}: the weight {tuple(w.value.shape)} takes {w.value.shape[1]} input channels "
-                         f"but the input has shape {x.shape}")
+    if x.shape[1] != w.value.shape[1] * groups:
+        per_group = f" per group x {groups} groups" if groups > 1 else ""
+        raise ShapeError(f"{c.where}: the weight {tuple(w.value.shape)} takes {w.value.shape[1]} input channels"
+                         f"{per_group} but the input has shape {x.shape}")
     bias = _no_bias_or(c, 2, int(w.value.shape[0]))
-    y = c.graph.conv2d(x, int(w.value.shape[0]), kernel=kernel, stride=stride, padding=_pads(c, kernel, stride),
-                       bias=bias is not None, activation=c.activation, name=c.name)
+    # a dilated kernel spans d * (k - 1) + 1 pixels: that is the window SAME padding centres
+    span = tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))
+    y = c.graph.conv2d(x, int(w.value.shape[0]), kernel=kernel, stride=stride, padding=_pads(c, span, stride),
+                       bias=bias is not None, activation=c.activation, name=c.name, dilation=dilation,
+                       groups=groups)
     c.set_weights(weight=(w, w.value), bias=bias)
     return y
 
@@ -407,14 +409,21 @@ def _identity(c: OnnxCall) -> Any:
 
 def _dropout(c: OnnxCall) -> Any:
     """Dropout at inference (no ``training_mode``, or a false one) is the identity in ONNX; in
-    training mode it drops, which shardwise has no op for (as from_torch refuses nn.Dropout)."""
+    training mode it drops with probability ``ratio`` (0.5 when absent): shardwise's dropout op,
+    whose masks are a function of the seed, the step and the element's index (not the
+    exporter's random stream), the identity in the Trainer's eval mode."""
     training = c.const(2, "training_mode") if len(c.inputs) > 2 else None
-    if training is not None and bool(np.asarray(training).reshape(-1)[0]):
-        ratio = c.const(1, "ratio") if len(c.inputs) > 1 else None
-        if ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
-            raise c.error("Dropout in training mode is not supported yet (shardwise has no dropout op); export "
-                          "the model in eval mode")
-    return c.tensor(0)
+    if training is None or not bool(np.asarray(training).reshape(-1)[0]):
+        return c.tensor(0)
+    ratio = c.const(1, "ratio") if len(c.inputs) > 1 and c.inputs[1] is not None else None
+    # the float32 ratio as its shortest decimal (0.3, not 0.30000001): the same float32, and the
+    # probability PyTorch's module had, so the graph is the one from_torch builds
+    p = 0.5 if ratio is None else float(str(np.asarray(ratio, np.float32).reshape(-1)[0]))
+    if not 0.0 <= p < 1.0:
+        raise c.error(f"Dropout ratio={p} is not supported (a number in [0, 1))")
+    if p == 0.0:
+        return c.tensor(0)
+    return c.graph.dropout(c.tensor(0), p, name=c.name)
 
 
 ONNX_OPS: dict[str, Callable[[OnnxCall], Any]] = {

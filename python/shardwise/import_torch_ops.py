@@ -179,30 +179,35 @@ def _check_ceil_mode(c: Call, shape: tuple[int, ...], kernel: tuple[int, int], s
 # ----------------------------------------------------------------------------- converters
 def _conv(c: Call, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int,
           padding_mode: str = "zeros") -> Tensor:
-    """A convolution of weight (C_out, C_in, kH, kW), from nn.Conv2d or F.conv2d."""
+    """A convolution of weight (C_out, C_in / groups, kH, kW), from nn.Conv2d or F.conv2d;
+    grouped, depthwise and dilated ones included."""
     x = c.tensor(0, rank=4)
-    if groups != 1:
-        raise c.error(f"groups={groups} is not supported (grouped and depthwise convolutions are not yet)")
-    if _pair(c, dilation, "dilation") != (1, 1):
-        raise c.error(f"dilation={dilation!r} is not supported")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise c.error(f"groups={groups!r} is not supported (a positive int)")
+    dilation = _pair(c, dilation, "dilation")
     if padding_mode != "zeros":
         raise c.error(f"padding_mode={padding_mode!r} is not supported (zero padding only)")
     kernel = (int(weight.shape[2]), int(weight.shape[3]))
     if padding == "valid":
         padding = (0, 0)
     elif padding == "same":
-        if any(k % 2 == 0 for k in kernel):
-            raise c.error(f"padding='same' with the even kernel {kernel} pads unevenly; it is not supported")
-        padding = (kernel[0] // 2, kernel[1] // 2)
+        # PyTorch pads d * (k - 1) in all, the odd one at the end: symmetric only when even
+        total = tuple(d * (k - 1) for d, k in zip(dilation, kernel))
+        if any(t % 2 for t in total):
+            raise c.error(f"padding='same' with kernel {kernel} and dilation {dilation} pads unevenly; it is not "
+                          f"supported")
+        padding = (total[0] // 2, total[1] // 2)
     else:
         padding = _pair(c, padding, "padding")
-    if x.shape[1] != weight.shape[1]:
-        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} input channels "
-                         f"but the input has shape {x.shape}")
+    if x.shape[1] != weight.shape[1] * groups:
+        per_group = f" per group x {groups} groups" if groups > 1 else ""
+        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} input channels"
+                         f"{per_group} but the input has shape {x.shape}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output channels")
     y = c.graph.conv2d(x, int(weight.shape[0]), kernel=kernel, stride=_pair(c, stride, "stride"), padding=padding,
-                       bias=bias is not None, activation=c.activation, name=c.name)
+                       bias=bias is not None, activation=c.activation, name=c.name, dilation=dilation,
+                       groups=groups)
     c.set_weights(weight=weight, bias=bias)
     return y
 
@@ -462,13 +467,18 @@ def _identity(c: Call) -> Any:
 
 
 def _dropout(c: Call) -> Any:
-    """Dropout with p=0 (or F.dropout with training=False): the identity.  shardwise has no
-    dropout op yet; silently leaving it out would train a different model than PyTorch's."""
+    """nn.Dropout / F.dropout: shardwise's dropout op (the identity in eval mode), or nothing
+    when it never drops (p=0, or F.dropout's training=False).  Its masks are a function of the
+    seed, the step and the element's index, not PyTorch's random stream: training equals
+    PyTorch's in expectation, eval mode exactly."""
     p = c.attrs["p"]
-    if p == 0 or (c.module is None and c.attrs["training"] is False):
+    if c.module is None and c.attrs["training"] is False:
         return c.tensor(0)
-    raise c.error(f"dropout with p={p} is not supported yet (shardwise has no dropout op); "
-                  f"remove it or set p=0 to import the model without it")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise c.error(f"dropout with p={p!r} is not supported (a number in [0, 1))")
+    if p == 0:
+        return c.tensor(0)
+    return c.graph.dropout(c.tensor(0), float(p), name=c.name)
 
 
 def _size(c: Call) -> Any:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def _is_sample_index(e: IndexExpr) -> bool:
     """The expression is exactly iteration variable 0 (the output's sample index)."""
-    return e.coefs[:1] == (1,) and not any(e.coefs[1:]) and e.offset == 0 and e.div == 1 and e.mod == 0
+    return e.coefs[:1] == (1,) and not any(e.coefs[1:]) and e.offset == 0 and e.affine
 
 
 def sample_mixing_ops(graph: Graph, training: bool) -> list[str]:

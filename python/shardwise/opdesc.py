@@ -14,9 +14,10 @@ region a worker needs for its output box (convolution halos included),
 transfer volumes between two configurations, parameter replicas, FLOPs and
 parameter counts.  No op has hand-written cost code.
 
-An index expression is ``((sum_v coef[v] * iter[v] + offset) // div) % mod``
-(``mod == 0`` means no modulo).  Plain affine maps have ``div == 1`` and
-``mod == 0``; the quasi-affine form is needed only to describe ``flatten``.
+An index expression is ``((sum_v coef[v] * (iter[v] // vdiv[v]) + offset) // div) % mod``
+(``mod == 0`` means no modulo).  Plain affine maps have every ``vdiv`` 1, ``div == 1``
+and ``mod == 0``; the quasi-affine forms describe ``flatten`` (``div``, ``mod``) and a
+grouped convolution's input channel ``cig * (co // cog) + ci`` (``vdiv``).
 """
 from __future__ import annotations
 
@@ -42,18 +43,31 @@ MAX_INDEX_PERIOD = 2**40   # div and mod: flatten's strides and sizes
 
 @dataclass(frozen=True)
 class IndexExpr:
-    """``((sum_v coefs[v] * iter[v] + offset) // div) % mod`` over the iteration variables."""
+    """``((sum_v coefs[v] * (iter[v] // vdivs[v]) + offset) // div) % mod`` over the iteration
+    variables; ``vdivs`` empty means every variable's divisor is 1 (a plain affine sum)."""
 
     coefs: tuple[int, ...]
     offset: int = 0
     div: int = 1
     mod: int = 0
+    vdivs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.div < 1:
             raise ValueError(f"index expression divisor must be >= 1, got {self.div}")
         if self.mod < 0:
             raise ValueError(f"index expression modulus must be >= 0, got {self.mod}")
+        if self.vdivs and (len(self.vdivs) != len(self.coefs) or min(self.vdivs) < 1):
+            raise ValueError(f"index expression variable divisors {self.vdivs} must be >= 1, one per variable")
+
+    def vdiv(self, v: int) -> int:
+        """The divisor of variable ``v`` (1 unless a ``vdivs`` entry says otherwise)."""
+        return self.vdivs[v] if self.vdivs else 1
+
+    @property
+    def affine(self) -> bool:
+        """A plain affine map: no divisor anywhere, no modulo."""
+        return self.div == 1 and self.mod == 0 and not any(q != 1 for q in self.vdivs)
 
     def variables(self) -> list[int]:
         """Indices of the iteration variables this expression depends on."""

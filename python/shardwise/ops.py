@@ -59,26 +59,55 @@ def input_op(shape: tuple[int, ...]) -> OpDesc:
     return OpDesc(extents=shape, out_rank=len(shape), inputs=())
 
 
-def conv2d(x: tuple[int, ...], out_channels: int, kernel, stride, padding, bias: bool) -> OpDesc:
-    """out[n, co, y, x] = Sum(ci, dy, dx) in[n, ci, y*s+dy-p, x*s+dx-p] * w[co, ci, dy, dx] + b[co]."""
+def conv2d(x: tuple[int, ...], out_channels: int, kernel, stride, padding, bias: bool, dilation=1,
+           groups: int = 1) -> OpDesc:
+    """out[n, co, y, x] = Sum(ci, dy, dx) in[n, cig*(co // cog) + ci, y*s + dy*d - p, x*s + dx*d - p]
+    * w[co, ci, dy, dx] + b[co], with cig = C_in / groups and cog = C_out / groups input and
+    output channels per group (groups=1: a dense convolution, cig = C_in; groups = C_in: depthwise).
+
+    The reduction ``ci`` runs over the cig channels of one group, so the FLOPs are the dense
+    convolution's divided by ``groups``; a box of output channels reads the input channels of
+    the groups it meets (the variable divisor ``co // cog``), and a box of rows reads its rows'
+    dilated windows (the halo is ``d * (k - 1)`` rows)."""
     _require_rank(x, 4, "conv2d")
     n, ci, h, w = x
     if out_channels <= 0:
         raise ShapeError(f"conv2d: out_channels must be positive, got {out_channels}")
     (kh, kw), (sh, sw), (ph, pw) = _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(padding, "padding")
-    ho = _window_out(h, kh, sh, ph, "conv2d", "height")
-    wo = _window_out(w, kw, sw, pw, "conv2d", "width")
-    # iteration variables: 0 n, 1 co, 2 y, 3 x | 4 ci, 5 dy, 6 dx
+    dh, dw = _pair(dilation, "dilation")
+    if min(dh, dw) < 1 or max(dh, dw) > MAX_WINDOW:
+        raise ShapeError(f"conv2d: dilation must be in 1..{MAX_WINDOW:,}, got {(dh, dw)}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ShapeError(f"conv2d: groups must be a positive int, got {groups!r}")
+    if ci % groups or out_channels % groups:
+        raise ShapeError(f"conv2d: groups={groups} must divide the input channels ({ci}) and the output "
+                         f"channels ({out_channels})")
+    cig, cog = ci // groups, out_channels // groups
+    # the window spans d * (k - 1) + 1 input pixels along each axis
+    ho = _window_out(h, dh * (kh - 1) + 1, sh, ph, "conv2d", "height (dilated kernel)" if dh > 1 else "height")
+    wo = _window_out(w, dw * (kw - 1) + 1, sw, pw, "conv2d", "width (dilated kernel)" if dw > 1 else "width")
+    # iteration variables: 0 n, 1 co, 2 y, 3 x | 4 ci (within the group), 5 dy, 6 dx
     nv = 7
-    data = InputDesc(DATA, x, (var(nv, 0), var(nv, 4),
-                               affine(nv, {2: sh, 5: 1}, -ph), affine(nv, {3: sw, 6: 1}, -pw)))
-    weight = InputDesc(WEIGHT, (out_channels, ci, kh, kw), (var(nv, 1), var(nv, 4), var(nv, 5), var(nv, 6)))
+    if groups == 1:
+        channel = var(nv, 4)
+    else:   # cig * (co // cog) + ci: the group's first input channel, then ci
+        coefs = [0] * nv
+        coefs[1], coefs[4] = cig, 1
+        vdivs = [1] * nv
+        vdivs[1] = cog
+        channel = IndexExpr(tuple(coefs), vdivs=tuple(vdivs) if cog > 1 else ())
+    data = InputDesc(DATA, x, (var(nv, 0), channel,
+                               affine(nv, {2: sh, 5: dh}, -ph), affine(nv, {3: sw, 6: dw}, -pw)))
+    weight = InputDesc(WEIGHT, (out_channels, cig, kh, kw), (var(nv, 1), var(nv, 4), var(nv, 5), var(nv, 6)))
     inputs = [data, weight]
     if bias:
         inputs.append(InputDesc(WEIGHT, (out_channels,), (var(nv, 1),), bias=True))
-    return OpDesc(extents=(n, out_channels, ho, wo, ci, kh, kw), out_rank=4, inputs=tuple(inputs),
+    # partition-n-reduce over ci only when dense: a worker's part of ci is then one channel
+    # range of the input, which its kernels see as the whole (grouped, the parts of several
+    # groups are not one range)
+    return OpDesc(extents=(n, out_channels, ho, wo, cig, kh, kw), out_rank=4, inputs=tuple(inputs),
                   flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0,
-                  reductions=("ci", "dy", "dx"), additive=(4,))
+                  reductions=("ci", "dy", "dx"), additive=(4,) if groups == 1 else ())
 
 
 def pool2d(x: tuple[int, ...], kernel, stride, padding) -> OpDesc:
@@ -125,6 +154,18 @@ def activation(x: tuple[int, ...], kind: str) -> OpDesc:
     if kind not in ACTIVATION_FLOPS:
         raise ShapeError(f"unknown activation {kind!r}; expected one of {sorted(ACTIVATION_FLOPS)}")
     return replace(elementwise([x], kind), flops_per_output=ACTIVATION_FLOPS[kind])
+
+
+# Dropout's FLOPs per output element: the mask's hash (two splitmix64 rounds, counted as one
+# operation, as the activations count an exp as one), the comparison and the scaling.
+DROPOUT_FLOPS = 3.0
+
+
+def dropout(x: tuple[int, ...]) -> OpDesc:
+    """out[i] = in[i] * mask(seed, step, i) / (1 - p): relu's index map (any split, each worker
+    reads its own block) with the mask's FLOPs per output; the mask is a function of the
+    element's global index, so it needs nothing from other workers."""
+    return replace(elementwise([x], "dropout"), flops_per_output=DROPOUT_FLOPS)
 
 
 def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
@@ -247,7 +288,7 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "input": input_op, "conv2d": conv2d, "pool2d": pool2d, "relu": elementwise, "add": elementwise,
     "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
-    **{kind: activation for kind in ACTIVATION_FLOPS},
+    **{kind: activation for kind in ACTIVATION_FLOPS}, "dropout": dropout,
     "layer_norm": ops_seq.layer_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,
     "reshape": ops_seq.reshape, "permute": ops_seq.permute,
 }

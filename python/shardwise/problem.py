@@ -73,7 +73,7 @@ def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
         producer = next(data_inputs) if inp.role == DATA else -1
         out += [ROLE_BIAS if inp.bias else inp.role, producer, len(inp.shape), *inp.shape]
         for e in inp.exprs:
-            out += [*e.coefs, e.offset, e.div, e.mod]
+            out += [*e.coefs, *(e.vdivs or (1,) * len(e.coefs)), e.offset, e.div, e.mod]
         if inp.window is None:
             out.append(0)
         else:

@@ -14,7 +14,8 @@ C kernels sees float32 rounding on both sides.
 
 Semantics other parts of the project must reproduce:
 
-* conv2d / linear: PyTorch layouts, weight (C_out, C_in, kH, kW) / (O, I).
+* conv2d / linear: PyTorch layouts, weight (C_out, C_in / groups, kH, kW) / (O, I); conv2d's
+  dilation and groups as PyTorch's, in :mod:`shardwise.reference_conv` (re-exported here).
 * pool2d max: padding is -inf; the gradient of a window goes entirely to the
   FIRST maximal element in row-major (dy, dx) window order (ties never split).
   pool2d avg: padded zeros count in the divisor, always kH * kW
@@ -32,6 +33,9 @@ Semantics other parts of the project must reproduce:
   h = sigmoid(o) * tanh(c), all (B, H) (the gate order of ``torch.nn.LSTM``'s equations).
 * sigmoid, tanh, gelu (exact erf form), silu, leaky_relu: PyTorch's definitions, in
   :mod:`shardwise.reference_activations` (re-exported here).
+* dropout: inverted dropout with the counter-based mask of :mod:`shardwise.reference_dropout`
+  (a function of the op's seed, the training step and the element's index); the identity in
+  eval mode.
 
 Whole graphs: :func:`forward` runs a :class:`~shardwise.graph.Graph` op by op
 in its (topological) order, :func:`loss_and_grads` adds the backward pass in
@@ -46,9 +50,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import reference_activations as _act
+from . import reference_dropout as _drop
 from . import reference_seq as _seq
 from .reference_activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
                                     sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
+from .reference_conv import _out_size, _pad, _pair, _unpad, _window, conv2d_backward, conv2d_forward
 from .reference_inputs import check_inputs as _check_inputs, compute_dtype as _dtype
 from .reference_optim import adam_step, sgd_step
 from .reference_seq import matmul_backward, matmul_forward
@@ -68,92 +74,6 @@ __all__ = [
 
 BN_EPS = 1e-5
 """Batch-normalization epsilon (PyTorch's default), added to the biased variance."""
-
-
-# ----------------------------------------------------------------------------------------------
-# helpers
-# ----------------------------------------------------------------------------------------------
-def _pair(value: int | Sequence[int]) -> tuple[int, int]:
-    """An int or a pair of ints -> a pair (the graph builder accepts both)."""
-    if isinstance(value, (int, np.integer)):
-        return (int(value), int(value))
-    a, b = value
-    return (int(a), int(b))
-
-
-def _out_size(size: int, kernel: int, stride: int, pad: int) -> int:
-    return (size + 2 * pad - kernel) // stride + 1
-
-
-def _window(xp: np.ndarray, i: int, j: int, ho: int, wo: int, sh: int, sw: int) -> np.ndarray:
-    """The (N, C, Ho, Wo) view of the padded input read at window offset (i, j).
-
-    Output pixel (y, x) reads padded input pixel (y*sh + i, x*sw + j).
-    """
-    return xp[:, :, i: i + sh * (ho - 1) + 1: sh, j: j + sw * (wo - 1) + 1: sw]
-
-
-def _pad(x: np.ndarray, ph: int, pw: int, value: float = 0.0) -> np.ndarray:
-    """(N, C, H, W) -> (N, C, H + 2ph, W + 2pw), padded with ``value``."""
-    if ph == 0 and pw == 0:
-        return x
-    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
-
-
-def _unpad(xp: np.ndarray, ph: int, pw: int) -> np.ndarray:
-    """The inverse of :func:`_pad` (a view)."""
-    h, w = xp.shape[2] - 2 * ph, xp.shape[3] - 2 * pw
-    return xp[:, :, ph: ph + h, pw: pw + w]
-
-
-# ----------------------------------------------------------------------------------------------
-# conv2d
-# ----------------------------------------------------------------------------------------------
-def conv2d_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
-                   stride: Sequence[int], padding: Sequence[int]) -> np.ndarray:
-    """y[n, co, y, x] = sum(ci, i, j) xpad[n, ci, y*sh + i, x*sw + j] * w[co, ci, i, j] + b[co].
-
-    x (N, Ci, H, W), w (Co, Ci, kh, kw), b (Co,) or None -> y (N, Co, Ho, Wo).
-    """
-    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
-    n, ci, h, wd = x.shape
-    co, ci_w, kh, kw = w.shape
-    assert ci == ci_w, f"conv2d: input has {ci} channels, weight expects {ci_w}"
-    ho, wo = _out_size(h, kh, sh, ph), _out_size(wd, kw, sw, pw)
-    xp = _pad(x, ph, pw)
-    y = np.zeros((n, co, ho, wo), dtype=x.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            # (N, Ci, Ho, Wo) x (Co, Ci) -> (N, Co, Ho, Wo)
-            y += np.einsum("nchw,oc->nohw", _window(xp, i, j, ho, wo, sh, sw), w[:, :, i, j])
-    if b is not None:
-        y += b.reshape(1, co, 1, 1)
-    return y
-
-
-def conv2d_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, stride: Sequence[int],
-                    padding: Sequence[int], bias: bool = True
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Gradients of conv2d: dx (N, Ci, H, W), dw (Co, Ci, kh, kw), db (Co,) or None.
-
-    Each window offset (i, j) of the forward contributed ``window(i, j) @ w[:, :, i, j]``;
-    its backward scatters ``dy @ w[:, :, i, j]`` back onto the same window of the
-    padded input and correlates ``dy`` with that window for ``dw[:, :, i, j]``.
-    """
-    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
-    co, ci, kh, kw = w.shape
-    ho, wo = dy.shape[2], dy.shape[3]
-    xp = _pad(x, ph, pw)
-    dxp = np.zeros_like(xp)
-    dw = np.zeros_like(w)
-    for i in range(kh):
-        for j in range(kw):
-            # dw[:, :, i, j]: (N, Co, Ho, Wo) x (N, Ci, Ho, Wo) -> (Co, Ci)
-            dw[:, :, i, j] = np.einsum("nohw,nchw->oc", dy, _window(xp, i, j, ho, wo, sh, sw))
-            # dx window: (N, Co, Ho, Wo) x (Co, Ci) -> (N, Ci, Ho, Wo)
-            _window(dxp, i, j, ho, wo, sh, sw)[...] += np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])
-    db = dy.sum(axis=(0, 2, 3)) if bias else None
-    return np.ascontiguousarray(_unpad(dxp, ph, pw)), dw, db
 
 
 # ----------------------------------------------------------------------------------------------
@@ -426,9 +346,10 @@ def _fused_relu(op: Any) -> bool:
     return op.attrs.get("activation") == "relu"
 
 
-def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
+def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, step: int = 0, training: bool = True
              ) -> tuple[dict[str, np.ndarray], dict[str, tuple]]:
-    """Run the graph; returns the activations and, per batchnorm op, (mean, invstd)."""
+    """Run the graph; returns the activations and, per batchnorm op, (mean, invstd).  Dropout
+    draws the masks of training step ``step`` in train mode and is the identity otherwise."""
     xs = _check_inputs(graph, x)
     dtype = _dtype(graph, xs)
     acts: dict[str, np.ndarray] = {}
@@ -450,8 +371,8 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
             y = lstm_hidden_forward(*ins)
         elif op.kind == "conv2d":
             b = _param(params, f"{op.name}.bias", dtype) if _has_bias(op) else None
-            y = conv2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype), b,
-                               _pair(a["stride"]), _pair(a["padding"]))
+            y = conv2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype), b, _pair(a["stride"]),
+                               _pair(a["padding"]), a.get("dilation", 1), a.get("groups", 1))
         elif op.kind == "pool2d":
             y = pool2d_forward(ins[0], _pair(a["kernel"]), _pair(a["stride"]), _pair(a["padding"]), a["kind"])
         elif op.kind == "relu":
@@ -473,6 +394,8 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
             y = softmax_forward(ins[0])
         elif op.kind in _act.ACTIVATION_KINDS:
             y = _act.activation_forward(op.kind, ins[0], a)
+        elif op.kind == "dropout":
+            y = _drop.dropout_forward(ins[0], a["p"], a["seed"], step, training)
         else:
             raise NotImplementedError(f"reference: no kernel for op kind {op.kind!r} (op {op.name!r})")
         if _fused_relu(op):
@@ -481,26 +404,29 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
     return acts, saved
 
 
-def forward(graph: Any, params: Mapping[str, np.ndarray], x: Any) -> dict[str, np.ndarray]:
+def forward(graph: Any, params: Mapping[str, np.ndarray], x: Any, step: int = 0, training: bool = True
+            ) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``x``: op name -> output activation (after a fused ReLU).
 
     A graph with one input op takes an array ``x``; any graph takes a dict
     {input op name: array} naming every input.  The batch size may differ from
-    the graph's N.  Computation is in the inputs' dtype (parameters are cast to it).
+    the graph's N.  Computation is in the inputs' dtype (parameters are cast to it).  Dropout
+    uses the masks of step ``step`` when ``training``, else is the identity.
     """
-    return _forward(graph, params, x)[0]
+    return _forward(graph, params, x, step, training)[0]
 
 
-def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels: np.ndarray
+def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels: np.ndarray, step: int = 0
                    ) -> tuple[float, dict[str, np.ndarray]]:
     """Loss and parameter gradients of one minibatch.
 
     loss = sum over every softmax op of the mean (over N) cross-entropy against
     ``labels``; grads has the keys and shapes of ``params`` (each in its
     parameter's dtype; zeros for a parameter the loss does not depend on).
-    ``x`` is as for :func:`forward`; inputs get no gradient.
+    ``x`` is as for :func:`forward`; inputs get no gradient.  ``step``: the training step
+    (steps completed before it), whose masks every dropout draws.
     """
-    acts, saved = _forward(graph, params, x)
+    acts, saved = _forward(graph, params, x, step)
     dtype = _dtype(graph, {op.name: acts[op.name] for op in graph.ops if op.kind == "input"})
     names = {op.index: op.name for op in graph.ops}
     loss = 0.0
@@ -538,7 +464,8 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
         a = op.attrs
         if op.kind == "conv2d":
             dx, dw, db = conv2d_backward(ins[0], _param(params, f"{op.name}.weight", dtype), dy,
-                                         _pair(a["stride"]), _pair(a["padding"]), bias=_has_bias(op))
+                                         _pair(a["stride"]), _pair(a["padding"]), bias=_has_bias(op),
+                                         dilation=a.get("dilation", 1), groups=a.get("groups", 1))
             grad_param(f"{op.name}.weight", dw)
             grad_param(f"{op.name}.bias", db)
             send(op.inputs[0], dx)
@@ -549,6 +476,8 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
             send(op.inputs[0], relu_backward(y, dy))
         elif op.kind in _act.ACTIVATION_KINDS:
             send(op.inputs[0], _act.activation_backward(op.kind, ins[0], y, dy, a))
+        elif op.kind == "dropout":
+            send(op.inputs[0], _drop.dropout_backward(dy, a["p"], a["seed"], step))
         elif op.kind == "add":
             da, db_ = _seq.add_backward(dy, ins[1].shape)
             send(op.inputs[0], da)

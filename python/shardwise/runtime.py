@@ -32,9 +32,10 @@ PERSISTENT_KINDS = ("param", "momentum", "running_stats")
 
 # type, relu, max pooling, concat axis (softmax_dim's dim), kh, kw, sh, sw, ph, pw, then the
 # op's real parameter (leaky ReLU's negative slope, batch norm's momentum, layer norm's eps,
-# softmax_dim's scale) as the bits of a float32, an integer input's id bound (0: float data),
-# softmax_dim's causal flag (one int32 array carries every attribute)
-ATTR_COLUMNS = 13
+# softmax_dim's scale, dropout's probability) as the bits of a float32, an integer input's id
+# bound (0: float data), softmax_dim's causal flag, conv2d's dilation (dh, dw) and output channels
+# per group (0: dense), dropout's seed as two 32-bit halves (one int32 array carries every attribute)
+ATTR_COLUMNS = 18
 
 
 def backends() -> list[str]:
@@ -48,6 +49,12 @@ def executor_threads(devices: int, shared_cores: int | None) -> int:
     devices c, c + threads, ... in program order).  Four workers on two cores as four
     threads only made the operating system interleave them."""
     return max(1, min(devices, shared_cores or devices))
+
+
+def dilation(op: Op) -> tuple[int, int]:
+    """A conv2d op's dilation (rows, columns); (1, 1) when it has none."""
+    d = op.attrs.get("dilation", 1)
+    return (d, d) if isinstance(d, int) else (int(d[0]), int(d[1]))
 
 
 def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
@@ -74,8 +81,16 @@ def op_attrs(graph: Graph) -> np.ndarray:
         if op.kind in ("conv2d", "pool2d"):
             (kh, kw), (sh, sw), (ph, pw) = window(op)
             row[4:10] = (kh, kw, sh, sw, ph, pw)
+        if op.kind == "conv2d":
+            row[13:15] = dilation(op)
+            groups = op.attrs.get("groups", 1)
+            row[15] = op.attrs["out_channels"] // groups if groups > 1 else 0
         if op.kind == "batchnorm2d":
             real = op.attrs.get("momentum", BN_MOMENTUM)
+        elif op.kind == "dropout":
+            real = op.attrs["p"]
+            seed = op.attrs["seed"]
+            row[16:18] = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32).view(np.int32)
         else:
             real = op.attrs.get("negative_slope", op.attrs.get("eps", op.attrs.get("scale", 0.0)))
         row[10] = np.float32(real).view(np.int32)

@@ -41,7 +41,7 @@ def is_elementwise(op: Op) -> bool:
         if inp.role != DATA or inp.shape != d.out_shape or inp.window is not None:
             return False
         for axis, e in enumerate(inp.exprs):
-            if e.offset or e.div != 1 or e.mod or [c for c in e.coefs] != [int(v == axis) for v in range(d.nvars)]:
+            if e.offset or not e.affine or [c for c in e.coefs] != [int(v == axis) for v in range(d.nvars)]:
                 return False
     return True
 

@@ -105,7 +105,7 @@ def reducible_variables(op: Op) -> list[int]:
                 if e.coefs[v] == 0:
                     continue
                 others = [u for u, c in enumerate(e.coefs) if c and u != v and desc.extents[u] > 1]
-                if others or e.div != 1 or e.mod:
+                if others or not e.affine:
                     ok = False
         if ok:
             out.append(v)

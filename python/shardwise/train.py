@@ -4,7 +4,7 @@
     t = sw.Trainer(g, plan, optimizer=sw.AdamW(lr=sw.lr_schedules.cosine(3e-4, 1000), weight_decay=0.01))
     loss = t.step(images, labels)
     loss = t.step({"x0": x0, "x1": x1, "h0": h0, "c0": c0}, labels)   # a graph with several input ops
-    probs = t.eval().predict(x_test)     # eval mode: batch norms use running statistics; any sample count
+    probs = t.eval().predict(x_test)     # eval mode: batch norms use running statistics, no dropout; any sample count
     t.train()                            # back to train mode before further steps
 
 Numerics do not depend on the plan: every plan computes the same network with
@@ -139,9 +139,10 @@ class Trainer:
         """Train mode (``mode`` True; a new trainer's mode) or eval mode; returns the trainer.
 
         In train mode batch norms normalize with the minibatch's statistics, and training
-        steps update their running statistics.  In eval mode they normalize with the running
-        statistics, :meth:`predict` and :meth:`evaluate` take any number of samples, and
-        :meth:`step` refuses to run (call ``train()`` first)."""
+        steps update their running statistics; dropouts zero elements with the masks of the
+        current step (:attr:`steps`).  In eval mode batch norms normalize with the running
+        statistics, dropouts are the identity, :meth:`predict` and :meth:`evaluate` take any
+        number of samples, and :meth:`step` refuses to run (call ``train()`` first)."""
         if not isinstance(mode, bool):
             raise ConfigError(f"train() takes True or False, got {mode!r}")
         self.training = mode
