@@ -93,7 +93,21 @@ __global__ void add_doubles_kernel(double *total, const double *x, int64_t n) {
     }
 }
 
+__global__ void fill_kernel(float *p, int64_t n, float value) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        p[i] = value;
+    }
+}
+
 }  // namespace
+
+extern "C" cudaError_t swk_fill(float *p, int64_t n, float value, cudaStream_t stream) {
+    if (n == 0) {
+        return cudaSuccess;
+    }
+    fill_kernel<<<swk_blocks(n, 256), 256, 0, stream>>>(p, n, value);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t swk_map_run(swk_op op, float a, const swk_map *m, float *dst, const float *const *src,
                                    cudaStream_t stream) {

@@ -60,6 +60,9 @@ typedef enum {
 cudaError_t swk_map_run(swk_op op, float a, const swk_map *m, float *dst, const float *const *src,
                         cudaStream_t stream);
 
+/* p[i] = value, i < n (eltwise.cu): -inf around a max pooling's padded input. */
+cudaError_t swk_fill(float *p, int64_t n, float value, cudaStream_t stream);
+
 /* total[i] += x[i], i < n, doubles (batch-norm statistics reduced across workers; eltwise.cu). */
 cudaError_t swk_add_doubles(double *total, const double *x, int64_t n, cudaStream_t stream);
 
