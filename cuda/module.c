@@ -3,7 +3,8 @@
  *   _backend               capsule (SW_EXT_BACKEND_CAPSULE): the constructor the core calls
  *   versions()             {"cuda_build", "driver", "cudnn", "cudnn_build", "cublas"}: what
  *                          this module was built with and what it loaded (no GPU needed)
- *   gpus()                 [(name, compute capability, memory bytes, multiprocessors, MHz)],
+ *   gpus()                 [(name, (major, minor), memory bytes, multiprocessors, core MHz,
+ *                           memory bytes/s)],
  *                          or RuntimeError naming what is missing (no driver, no GPU)
  *   has_kernels(op_type)   whether the backend has kernels for an op kind (_core.OP_KINDS)
  *
@@ -62,16 +63,20 @@ static PyObject *gpus(PyObject *self, PyObject *unused) {
     PyObject *l = PyList_New(0);
     for (int g = 0; l && g < n; g++) {
         struct cudaDeviceProp p;
-        int mhz = 0;
+        int khz = 0, mem_khz = 0, bus_bits = 0;
         if (cudaGetDeviceProperties(&p, g) != cudaSuccess) {
             (void)cudaGetLastError();
             continue;
         }
-        if (cudaDeviceGetAttribute(&mhz, cudaDevAttrClockRate, g) != cudaSuccess) {
+        if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, g) != cudaSuccess ||
+            cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, g) != cudaSuccess ||
+            cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, g) != cudaSuccess) {
             (void)cudaGetLastError();
         }
-        PyObject *x = Py_BuildValue("(s(ii)nii)", p.name, p.major, p.minor, (Py_ssize_t)p.totalGlobalMem,
-                                    p.multiProcessorCount, mhz / 1000);
+        /* double data rate: two transfers per memory clock, bus_bits / 8 bytes each */
+        double bandwidth = 2.0 * (double)mem_khz * 1e3 * (double)bus_bits / 8.0;
+        PyObject *x = Py_BuildValue("(s(ii)niid)", p.name, p.major, p.minor, (Py_ssize_t)p.totalGlobalMem,
+                                    p.multiProcessorCount, khz / 1000, bandwidth);
         if (!x || PyList_Append(l, x) < 0) {
             Py_XDECREF(x);
             Py_CLEAR(l);
@@ -93,7 +98,8 @@ static PyObject *has_kernels(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"versions", versions, METH_NOARGS, "versions() -> what the CUDA backend was built with and loaded"},
-    {"gpus", gpus, METH_NOARGS, "gpus() -> [(name, (major, minor), memory, SMs, MHz)]; RuntimeError without GPUs"},
+    {"gpus", gpus, METH_NOARGS,
+     "gpus() -> [(name, (major, minor), memory, SMs, MHz, memory bytes/s)]; RuntimeError without GPUs"},
     {"has_kernels", has_kernels, METH_O, "has_kernels(op_type) -> whether the CUDA backend runs that op kind"},
     {NULL, NULL, 0, NULL},
 };

@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--png", metavar="PATH", help="write the plan's timeline (Gantt chart) as a PNG (needs matplotlib)")
     m.add_argument("--strategy-png", metavar="PATH", help="write the plan's strategy picture as a PNG")
     m.add_argument("--quiet", action="store_true", help="no progress lines or notes on stderr")
+    sub.add_parser("info", help="version, backends built, CUDA libraries and GPUs (or why none)",
+                   description="Print the version, the backends this installation has and, for CUDA, the toolkit, "
+                   "driver, cuDNN, cuBLAS and NCCL versions found and the GPUs seen (or why none).")
     sub.add_parser("models", help="list what --model accepts: the zoo models with their sizes, and the other forms",
                    description="List what --model accepts: the models of the zoo at their default minibatch, an "
                    "ONNX file and module:function.")
@@ -524,8 +527,15 @@ def cmd_models(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
+    from .cli_info import info_text
+
+    out.write(info_text())
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
-    "plan": cmd_plan, "train": cmd_train, "simulate": cmd_simulate, "models": cmd_models}
+    "plan": cmd_plan, "train": cmd_train, "simulate": cmd_simulate, "models": cmd_models, "info": cmd_info}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
