@@ -91,15 +91,15 @@ __global__ void xent_grad(const float *p, int64_t ldp, int64_t rows, int64_t c0,
 extern "C" cudaError_t swk_softmax_xent(const float *x, int64_t ldx, int64_t rows, int64_t classes, int64_t c0,
                                         int64_t cols, float *p, int64_t ldp, const int32_t *labels, double *scratch,
                                         double *loss_sum, cudaStream_t stream) {
-    if (rows == 0) {
-        return cudaMemsetAsync(loss_sum, 0, sizeof(double), stream);
+    if (rows > 0) {
+        const unsigned blocks = (unsigned)(rows > 65535 ? 65535 : rows);
+        softmax_rows<<<blocks, kThreads, 0, stream>>>(x, ldx, rows, classes, c0, cols, p, ldp, labels, scratch);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            return e;
+        }
     }
-    const unsigned blocks = (unsigned)(rows > 65535 ? 65535 : rows);
-    softmax_rows<<<blocks, kThreads, 0, stream>>>(x, ldx, rows, classes, c0, cols, p, ldp, labels, scratch);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        return e;
-    }
+    // also for no rows: writes 0 (loss_sum may be mapped host memory, which cudaMemset cannot take)
     sum_rows<<<1, kThreads, 0, stream>>>(scratch, rows, loss_sum);
     return cudaGetLastError();
 }
