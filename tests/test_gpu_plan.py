@@ -358,3 +358,16 @@ def test_build_with_nvcc_but_no_cudnn_names_the_wheels(build_cuda, monkeypatch, 
     monkeypatch.setattr(build_cuda, "_find_lib", lambda *a: None)
     found = build_cuda.find("auto")
     assert found.ok is False and "not cuDNN" in found.reason and "shardwise[cuda]" in found.reason
+
+
+def test_command_line_training_on_cuda_names_what_is_missing(capsys):
+    from shardwise.cli import main
+
+    if sw.cuda.status()[0]:
+        pytest.skip("a GPU is visible")
+    pytest.importorskip("sklearn", reason="scikit-learn not installed (it bundles the digits): pip install scikit-learn")
+    assert main(["train", "--backend", "cuda", "--devices", "gpu:4", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and sw.cuda.status()[1] in err
+    assert main(["train", "--devices", "gpu:2", "--epochs", "1", "--quiet"]) == 2
+    assert "add --backend cuda" in capsys.readouterr().err
