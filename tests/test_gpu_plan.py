@@ -371,3 +371,26 @@ def test_command_line_training_on_cuda_names_what_is_missing(capsys):
     assert err.startswith("error: ") and sw.cuda.status()[1] in err
     assert main(["train", "--devices", "gpu:2", "--epochs", "1", "--quiet"]) == 2
     assert "add --backend cuda" in capsys.readouterr().err
+
+
+def test_the_cuda_extra_and_the_build_requirements_name_the_same_wheels(monkeypatch):
+    import re
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "tools"))
+    import build_backend
+
+    text = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
+    extra = re.search(r'^cuda = \[(.*)\]$', text, re.M).group(1)
+    assert sorted(re.findall(r'"([^"]+)"', extra)) == sorted(build_backend.CUDA_WHEELS)
+    monkeypatch.setattr(build_backend._orig, "get_requires_for_build_wheel", lambda cs=None: ["wheel"])
+    monkeypatch.setenv("SHARDWISE_CUDA", "1")
+    assert build_backend.get_requires_for_build_wheel() == ["wheel"] + build_backend.CUDA_WHEELS
+    monkeypatch.setenv("SHARDWISE_CUDA", "auto")   # auto never downloads the wheels for the build
+    assert build_backend.get_requires_for_build_wheel() == ["wheel"]
+
+
+def test_the_cuda_backend_has_kernels_for_every_trainable_op_kind():
+    if not sw.cuda.built():
+        assert sw.cuda.op_kinds() == frozenset()
+        return
+    assert sw.cuda.op_kinds() == frozenset(_core.CPU_OP_KINDS)
