@@ -20,7 +20,9 @@
  * later ones follow its first task on the device's stream (Inception-v3 on 16
  * devices: 3,437 edges instead of 97,666).  Those edges come with the plan
  * (reuse_from -> reuse_to) and the executor and the simulator add them to the
- * dependencies.
+ * dependencies.  When a schedule gives a device several streams, its own tasks
+ * are no longer in program order either, and memplan_streams.c makes the edges
+ * instead (from every previous occupant of B's bytes, on whatever stream).
  *
  * sw_memory_plan_check proves a plan safe without trusting its lifetimes: any
  * two buffers of a device whose address ranges overlap must be touched by
@@ -131,7 +133,7 @@ static void peak_of(const sw_memory_plan *mp, const int32_t *mine, int32_t n, me
 }
 
 /* ------------------------------------------------------------------ reuse edges */
-static sw_status add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t *cap) {
+sw_status sw_memplan_add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t *cap) {
     if (mp->nreuse == *cap) {
         int64_t n = *cap ? *cap * 2 : 64;
         int32_t *f = realloc(mp->reuse_from, sizeof *f * (size_t)n);
@@ -199,7 +201,7 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
             }
         }
         for (int32_t r = remote_ptr[a]; next != NONE && r < remote_ptr[a + 1]; r++) {
-            SW_TRY(add_edge(mp, remote[r], mp->first[next], cap));
+            SW_TRY(sw_memplan_add_edge(mp, remote[r], mp->first[next], cap));
         }
     }
     return SW_OK;
@@ -344,11 +346,19 @@ static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const i
 }
 
 sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp) {
+    return sw_memory_plan_build_on(g, ndev, align, reuse, NULL, mp);
+}
+
+sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
+                                  sw_memory_plan *mp) {
     memset(mp, 0, sizeof *mp);
     if (ndev < 1 || align < 1 || (align & (align - 1)) != 0) {
         return SW_FAIL(SW_ERR_VALUE, "a memory plan needs >= 1 device and a power-of-two alignment, got %d, %lld",
                        ndev, (long long)align);
     }
+    SW_TRY(sw_streams_check(g, ndev, st));
+    int several = sw_streams_several(st, ndev);
+    sw_memplan_ends ends = {0};
     size_t nb = (size_t)g->nbuffers + 1, nd = (size_t)ndev;
     mp->nbuffers = g->nbuffers;
     mp->ndev = ndev;
@@ -382,7 +392,8 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
         mp->total[g->buffers[b].device] += mp->bytes[b];
     }
     if ((s = sw_tg_host_reads(g, &host)) != SW_OK || (s = by_device(g, mp, ndev, &dev_ptr, &ids)) != SW_OK ||
-        (s = remote_touchers(g, &remote_ptr, &remote)) != SW_OK) {
+        (s = remote_touchers(g, &remote_ptr, &remote)) != SW_OK ||
+        (several && (s = sw_memplan_ends_build(g, &ends)) != SW_OK)) {
         goto done;
     }
     lifetimes(g, host, reuse, mp->first, mp->last);
@@ -413,12 +424,14 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
         }
         peak_of(mp, mine, n, ev, &mp->peak[d], &at_peak);
         breakdown(g, mp, d, mine, n, at_peak, backward_start);
-        s = reuse_edges(g, mp, mine, n, remote_ptr, remote, by_off, &cap);
+        s = several ? sw_memplan_stream_edges(g, mp, st, &ends, mine, n, &cap)
+                    : reuse_edges(g, mp, mine, n, remote_ptr, remote, by_off, &cap);
     }
     if (s == SW_OK) {
         s = unique_edges(mp);
     }
 done:
+    sw_memplan_ends_free(&ends);
     sw_place_cache_free(cache);
     free(host);
     free(dev_ptr);

@@ -2,12 +2,15 @@
  *
  * The check trusts nothing the planner computed but the offsets and the reuse
  * edges.  Task t happens before task u when a chain of the runtime's order
- * (sw_task_order: dependencies, reuse edges and steps from a task to the next
- * one of the same device's stream) leads from t to u.  Two
- * buffers of a device whose byte ranges overlap are safe when every task
- * touching one of them happens before every task touching the other; a buffer
- * that lives across iterations (parameters, momentum) or that the host reads
- * after the step (loss outputs) must overlap nothing.
+ * (sw_task_order: dependencies, reuse edges, buffer hazards when a device has
+ * several streams, and steps from a task to the next one of its stream) leads
+ * from t to u.  Two buffers of a device whose byte ranges overlap are safe
+ * when every task touching one of them happens before every task touching the
+ * other; a buffer that lives across iterations (parameters, momentum) or that
+ * the host reads after the step (loss outputs) must overlap nothing.  And as
+ * the streams no longer keep a device's tasks in program order when there are
+ * several, the check also proves every buffer's own conflicting accesses (a
+ * write, and a read or write of the same buffer) ordered as in program order.
  */
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 
@@ -15,6 +18,7 @@
 
 typedef struct {
     const sw_task_graph *g;
+    const sw_streams *st;         /* the streams the order is for (NULL: one per device) */
     sw_task_order order;          /* what each task runs after on the runtime */
     int32_t *touch_ptr, *touch;   /* tasks touching each buffer (CSR) */
     int32_t *stamp, *stack;       /* search scratch */
@@ -26,6 +30,9 @@ typedef struct {
 static int happens_before(checker *c, int32_t t, int32_t u) {
     if (t >= u) {
         return 0;
+    }
+    if (sw_stream_of(c->g, c->st, t) == sw_stream_of(c->g, c->st, u)) {
+        return 1;   /* a stream runs its tasks in program order */
     }
     c->round++;
     int32_t top = 0;
@@ -47,15 +54,16 @@ static int happens_before(checker *c, int32_t t, int32_t u) {
     return 0;
 }
 
-static sw_status setup(checker *c, const sw_task_graph *g, const sw_memory_plan *mp) {
+static sw_status setup(checker *c, const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st) {
     c->g = g;
+    c->st = st;
     size_t nt = (size_t)g->ntasks + 1;
     c->stamp = calloc(nt, sizeof *c->stamp);
     c->stack = malloc(sizeof *c->stack * nt);
     if (!c->stamp || !c->stack) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan check");
     }
-    SW_TRY(sw_task_order_build(g, mp, &c->order));
+    SW_TRY(sw_task_order_build_on(g, mp, st, &c->order));
     c->touch_ptr = calloc((size_t)g->nbuffers + 2, sizeof *c->touch_ptr);
     c->touch = malloc(sizeof *c->touch * ((size_t)g->nio + 1));
     if (!c->touch_ptr || !c->touch) {
@@ -119,6 +127,45 @@ static sw_status check_pair(checker *c, int32_t a, int32_t b, const char *host_r
     return SW_OK;
 }
 
+/* A buffer both tasks touch (for the message). */
+static int32_t shared_buffer(const sw_task_graph *g, int32_t t, int32_t u) {
+    for (int32_t i = g->io_ptr[t]; i < g->io_ptr[t + 1]; i++) {
+        for (int32_t j = g->io_ptr[u]; j < g->io_ptr[u + 1]; j++) {
+            if (g->io[i] == g->io[j]) {
+                return g->io[i];
+            }
+        }
+    }
+    return -1;
+}
+
+/* Every pair of consecutive conflicting accesses to a buffer (hazards.c with every task on a
+ * stream of its own, so none is skipped) keeps its program order in the runtime's order. */
+static sw_status check_hazards(checker *c) {
+    const sw_task_graph *g = c->g;
+    int32_t *own = malloc(sizeof *own * ((size_t)g->ntasks + 1)), *ptr = NULL, *ids = NULL;
+    if (!own) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan check");
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        own[t] = t;
+    }
+    sw_streams each = {.ntasks = g->ntasks, .nstreams = g->ntasks, .stream = own};
+    sw_status s = sw_tg_hazards(g, &each, &ptr, &ids);
+    for (int32_t u = 0; u < g->ntasks && s == SW_OK; u++) {
+        for (int32_t k = ptr[u]; k < ptr[u + 1] && s == SW_OK; k++) {
+            if (!happens_before(c, ids[k], u)) {
+                s = SW_FAIL(SW_ERR_VALUE, "tasks %d and %d conflict over buffer %d, but task %d does not happen "
+                            "before task %d", ids[k], u, shared_buffer(g, ids[k], u), ids[k], u);
+            }
+        }
+    }
+    free(own);
+    free(ptr);
+    free(ids);
+    return s;
+}
+
 typedef struct {
     int64_t offset;
     int32_t id;
@@ -133,6 +180,10 @@ static int by_offset(const void *pa, const void *pb) {
 }
 
 sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp) {
+    return sw_memory_plan_check_on(g, mp, NULL);
+}
+
+sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st) {
     if (mp->nbuffers != g->nbuffers) {
         return SW_FAIL(SW_ERR_VALUE, "a memory plan of %d buffers for a graph of %d", mp->nbuffers, g->nbuffers);
     }
@@ -147,7 +198,10 @@ sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp)
     checker c = {0};
     sw_status s = order ? sw_tg_host_reads(g, &host_read) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     if (s == SW_OK) {
-        s = setup(&c, g, mp);
+        s = setup(&c, g, mp, st);
+    }
+    if (s == SW_OK) {
+        s = check_hazards(&c);
     }
     for (int d = 0; d < mp->ndev && s == SW_OK; d++) {
         int32_t n = 0;

@@ -1,4 +1,4 @@
-/* memplan_internal.h -- what memplan.c takes from memplan_place.c. */
+/* memplan_internal.h -- what memplan.c shares with memplan_place.c and memplan_streams.c. */
 #ifndef SHARDWISE_MEMPLAN_INTERNAL_H
 #define SHARDWISE_MEMPLAN_INTERNAL_H
 
@@ -20,5 +20,25 @@ void sw_place_cache_free(sw_place_cache *c);
 sw_status sw_memplan_place_cached(sw_place_cache *c, const int64_t *bytes, const int32_t *first, const int32_t *last,
                                   const int32_t *ids, int32_t n, int64_t align, int32_t npos, int64_t *offset,
                                   int64_t *arena);
+
+/* Append reuse edge from -> to to mp (*cap: the room its arrays have). */
+sw_status sw_memplan_add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t *cap);
+
+/* The tasks at either end of every buffer's use, in program order (memplan_streams.c):
+ * its entry (the tasks up to its first writer: that writer and any reads before it) and its
+ * exit (its last writer and the readers after it); a buffer nobody writes has all its tasks
+ * in both.  Entries of b: touch[ptr[b] .. entry_end[b]); exits: touch[exit_begin[b] .. ptr[b + 1]). */
+typedef struct {
+    int32_t *ptr, *touch, *entry_end, *exit_begin;
+} sw_memplan_ends;
+
+sw_status sw_memplan_ends_build(const sw_task_graph *g, sw_memplan_ends *e);
+void sw_memplan_ends_free(sw_memplan_ends *e);
+
+/* Reuse edges of one device's buffers mine[0 .. n) when tasks run on several streams per
+ * device: for each buffer, from the exit of the previous occupant of each of its bytes to its
+ * entry, where the two lie on different streams. */
+sw_status sw_memplan_stream_edges(const sw_task_graph *g, sw_memory_plan *mp, const sw_streams *st,
+                                  const sw_memplan_ends *e, const int32_t *mine, int32_t n, int64_t *cap);
 
 #endif

@@ -1,19 +1,27 @@
 /* order.c -- the order the runtime keeps between the tasks of a graph.
  *
- * The runtime (csrc/exec/executor.c) records every device's tasks on that
- * device's stream in program order (task id order) and, before a task, a wait
- * for each task of another stream it must follow.  So task t runs after
+ * The runtime (csrc/exec/executor.c) records every task on its stream in
+ * program order (task id order) and, before a task, a wait for each task of
+ * another stream it must follow.  So task t runs after
  *
- *   the task before it on its device's stream     (program order)
- *   its dependencies                              (g->deps: data flow)
- *   the memory plan's reuse edges into it         (a copy on another stream
- *                                                  still reading bytes that a
- *                                                  buffer t starts takes over)
+ *   the task before it on its stream       (program order; one stream per
+ *                                           device unless a schedule gives
+ *                                           more: sw_streams)
+ *   its dependencies                       (g->deps: data flow)
+ *   the memory plan's reuse edges into it  (a task on another stream still
+ *                                           touching bytes that a buffer t
+ *                                           starts takes over)
+ *   the hazards into it, when a device     (hazards.c: conflicting accesses
+ *   has several streams                     to a buffer that the device's one
+ *                                           stream used to keep in order)
  *
- * sw_task_order_build lists exactly those per task.  The executor records its
- * event waits from the list (the entries on other streams), the simulator
- * replays it, and memplan_check.c proves memory plans safe by it: one list, so
- * what is run, what is simulated and what is proved cannot drift apart.
+ * sw_task_order_build lists exactly those per task.  With one stream per
+ * device (NULL streams, or a FIFO schedule's) there are no hazard entries, so
+ * the order is the one the lowering's dependencies were made for, entry for
+ * entry.  The executor records its event waits from the list (the entries on
+ * other streams), the simulator replays it, and memplan_check.c proves memory
+ * plans safe by it: one list, so what is run, what is simulated and what is
+ * proved cannot drift apart.
  */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset */
@@ -68,6 +76,11 @@ static sw_status reuse_in(const sw_memory_plan *mp, int32_t ntasks, int32_t **pt
 }
 
 sw_status sw_task_order_build(const sw_task_graph *g, const sw_memory_plan *mp, sw_task_order *o) {
+    return sw_task_order_build_on(g, mp, NULL, o);
+}
+
+sw_status sw_task_order_build_on(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st,
+                                 sw_task_order *o) {
     memset(o, 0, sizeof *o);
     int32_t n = g->ntasks, ndev = mp->ndev;
     for (int32_t t = 0; t < n; t++) {
@@ -75,33 +88,44 @@ sw_status sw_task_order_build(const sw_task_graph *g, const sw_memory_plan *mp, 
             return SW_FAIL(SW_ERR_VALUE, "task %d runs on device %d of %d", t, g->tasks[t].device, ndev);
         }
     }
-    int32_t *rptr = NULL, *rids = NULL;
+    SW_TRY(sw_streams_check(g, ndev, st));
+    int32_t nstreams = st ? st->nstreams : ndev;
+    int32_t *rptr = NULL, *rids = NULL, *hptr = NULL, *hids = NULL;
     SW_TRY(reuse_in(mp, n, &rptr, &rids));
+    sw_status s = SW_OK;
+    if (sw_streams_several(st, ndev) && (s = sw_tg_hazards(g, st, &hptr, &hids)) != SW_OK) {
+        free(rptr);
+        free(rids);
+        return s;
+    }
+    int64_t nhazards = hptr ? hptr[n] : 0;
     o->ntasks = n;
     o->ptr = malloc(sizeof *o->ptr * ((size_t)n + 1));
-    o->ids = malloc(sizeof *o->ids * ((size_t)n + (size_t)g->ndeps + (size_t)mp->nreuse + 1));
-    int32_t *last = malloc(sizeof *last * ((size_t)ndev + 1));   /* per device: its latest task so far */
-    sw_status s = SW_OK;
+    o->ids = malloc(sizeof *o->ids * ((size_t)n + (size_t)g->ndeps + (size_t)mp->nreuse + (size_t)nhazards + 1));
+    int32_t *last = malloc(sizeof *last * ((size_t)nstreams + 1));   /* per stream: its latest task so far */
     if (!o->ptr || !o->ids || !last) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for the order of %d tasks", n);
         goto done;
     }
-    for (int d = 0; d < ndev; d++) {
-        last[d] = -1;
+    for (int32_t k = 0; k < nstreams; k++) {
+        last[k] = -1;
     }
     int32_t k = 0;
     o->ptr[0] = 0;
     for (int32_t t = 0; t < n; t++) {
-        int32_t start = k, dev = g->tasks[t].device;
-        if (last[dev] >= 0) {
-            o->ids[k++] = last[dev];
+        int32_t start = k, stream = sw_stream_of(g, st, t);
+        if (last[stream] >= 0) {
+            o->ids[k++] = last[stream];
         }
-        last[dev] = t;
+        last[stream] = t;
         for (int32_t i = g->dep_ptr[t]; i < g->dep_ptr[t + 1]; i++) {
             o->ids[k++] = g->deps[i];
         }
         for (int32_t i = rptr[t]; i < rptr[t + 1]; i++) {
             o->ids[k++] = rids[i];
+        }
+        for (int32_t i = hptr ? hptr[t] : 0; hptr && i < hptr[t + 1]; i++) {
+            o->ids[k++] = hids[i];
         }
         k = start + sort_distinct(o->ids + start, k - start);
         o->ptr[t + 1] = k;
@@ -110,6 +134,8 @@ done:
     free(last);
     free(rptr);
     free(rids);
+    free(hptr);
+    free(hids);
     if (s != SW_OK) {
         sw_task_order_free(o);
     }

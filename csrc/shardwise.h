@@ -25,6 +25,9 @@
  *   order.c    what each task runs after on the runtime (its stream's program
  *              order, dependencies, reuse edges): executor, simulator and
  *              validator read the one list
+ *   streams.c, hazards.c, memplan_streams.c  several prioritized streams per
+ *              device: the stream map, and the orderings one stream per device
+ *              gave for free (buffer hazards, arena reuse) as explicit edges
  *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
  *              the runtime's order and resources of every task, the event-driven replay
  *   schedule_paths.c, schedule.c  critical-path schedules (TurboDL): layer blocks and
@@ -330,7 +333,8 @@ int sw_same_partition(const sw_config *a, const sw_config *b);
  * describes every kind.  Contract with the runtime: each device runs its own
  * tasks in program order (one stream), so dependencies are recorded only where
  * that order does not already give them (devices meet only through copies,
- * which run on the destination and depend on the source's writer). */
+ * which run on the destination and depend on the source's writer).  Where a
+ * device runs several streams, order.c adds what that order gave (hazards.c). */
 typedef enum {
     SW_TASK_LOAD_INPUT = 0, SW_TASK_COPY, SW_TASK_JOIN, SW_TASK_FORWARD, SW_TASK_LOSS, SW_TASK_BN_STATS,
     SW_TASK_STATS_REDUCE, SW_TASK_BN_APPLY, SW_TASK_BN_BACKWARD_STATS, SW_TASK_BACKWARD_DATA,
@@ -513,6 +517,40 @@ sw_status sw_schedule_build(const sw_problem *p, const sw_task_graph *g, const d
                             sw_sched_policy policy, int32_t alpha, int32_t beta, sw_schedule *s);
 void sw_schedule_free(sw_schedule *s);
 
+/* ---------------------------------------------------------------- streams */
+/* The streams a task graph runs on (streams.c): task t on stream stream[t].  A stream
+ * belongs to one device (stream_device: its tasks' device), runs its tasks in task-id
+ * order, and has a priority (stream_priority: among the ready heads of one device's
+ * streams, the highest runs first).  Wherever a function takes a `const sw_streams *`,
+ * NULL means one stream per device (stream d on device d, priority 0): the order the
+ * lowering records its dependencies for (FIFO). */
+typedef struct {
+    int32_t ntasks, nstreams;
+    const int32_t *stream;           /* ntasks */
+    const int32_t *stream_device;    /* nstreams */
+    const int32_t *stream_priority;  /* nstreams */
+} sw_streams;
+
+/* A schedule's streams (borrowed: valid while s is). */
+sw_streams sw_schedule_streams(const sw_schedule *s);
+/* SW_ERR_VALUE unless st fits g on ndev devices: one stream per task, stream ids in range,
+ * every task on a stream of its own device. */
+sw_status sw_streams_check(const sw_task_graph *g, int ndev, const sw_streams *st);
+/* 1 when some device has more than one stream (0 for NULL): then the orderings that one
+ * stream per device gave for free must be explicit edges (hazards.c, memplan_streams.c). */
+int sw_streams_several(const sw_streams *st, int ndev);
+/* The stream of task t (its device's under NULL). */
+static inline int32_t sw_stream_of(const sw_task_graph *g, const sw_streams *st, int32_t t) {
+    return st ? st->stream[t] : g->tasks[t].device;
+}
+
+/* hazards.c: per task t, the earlier tasks on other streams that conflict with it over a
+ * buffer (one of the two writes it), as CSR *ptr (ntasks + 1) / *ids (free() both): for
+ * every buffer in program order, its last writer before a read (read after write) or a
+ * write (write after write), and the readers since that writer before a write (write
+ * after read).  Consecutive conflicts are enough: the rest follow by transitivity. */
+sw_status sw_tg_hazards(const sw_task_graph *g, const sw_streams *st, int32_t **ptr, int32_t **ids);
+
 /* ---------------------------------------------------------------- memory plans */
 /* One arena per device (memplan.c): every buffer's byte offset in its device's
  * arena, from lifetimes over the program order of the tasks, and the edges that
@@ -541,6 +579,11 @@ typedef struct {
 
 /* reuse 0: every buffer keeps its own bytes (a check, and the baseline the plan saves against). */
 sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp);
+/* The same for tasks run on streams `st` (NULL: one per device, as sw_memory_plan_build):
+ * with several streams on a device, the reuse edges order the tasks of a buffer's bytes'
+ * previous occupant before the buffer's first tasks on whatever stream (memplan_streams.c). */
+sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
+                                  sw_memory_plan *mp);
 void sw_memory_plan_free(sw_memory_plan *mp);
 /* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
@@ -553,12 +596,16 @@ int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *ho
  * nothing, and every buffer lies inside its arena at an aligned offset;
  * otherwise SW_ERR_VALUE naming the first conflict. */
 sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp);
+/* The same judged by the order on streams `st` (NULL: one per device); it also proves that
+ * every buffer's conflicting accesses (a write and another access) keep program order. */
+sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st);
 
 /* ---------------------------------------------------------------- the runtime's order */
-/* What each task runs after on the runtime (order.c): the task before it on its device's
- * stream (program order), its dependencies and the memory plan's reuse edges into it, as CSR,
- * sorted and distinct (all < t).  The executor waits for the entries on other streams, the
- * simulator replays them all, memplan_check.c proves memory plans safe by them. */
+/* What each task runs after on the runtime (order.c): the task before it on its stream, its
+ * dependencies, the memory plan's reuse edges into it and, when a device has several streams,
+ * the buffer hazards across streams (hazards.c), as CSR, sorted and distinct (all < t).  The
+ * executor waits for the entries on other streams, the simulator replays them all,
+ * memplan_check.c proves memory plans safe by them. */
 typedef struct {
     int32_t ntasks;
     int32_t *ptr;   /* ntasks + 1 */
@@ -567,6 +614,9 @@ typedef struct {
 
 /* SW_ERR_VALUE for reuse edges that do not go forward between tasks of g. */
 sw_status sw_task_order_build(const sw_task_graph *g, const sw_memory_plan *mp, sw_task_order *o);
+/* The same on streams `st` (NULL: one per device, exactly sw_task_order_build's order). */
+sw_status sw_task_order_build_on(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st,
+                                 sw_task_order *o);
 void sw_task_order_free(sw_task_order *o);
 
 /* ---------------------------------------------------------------- durations */
@@ -585,9 +635,9 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
 /* ---------------------------------------------------------------- simulating a plan */
 /* The machine a task graph runs on, as resource ids: device d is resource d;
  * with cores > 0 (CPU workers sharing this machine's cores: the CPU backend's
- * threads), compute also holds core (d mod cores) = resource ndev + core, and
- * the tasks of one core run one after another in program order (thread
- * d mod cores runs device d's stream); a transfer a -> b holds
+ * threads), compute also holds core (d mod cores) = resource ndev + core, so
+ * the tasks of one core run one at a time (thread d mod cores runs device d's
+ * streams, the most urgent ready task first); a transfer a -> b holds
  * route_res[route_ptr[a*ndev+b] .. route_ptr[a*ndev+b+1]) (links or network
  * adapters, ids chosen by the caller) and, with cores > 0, b's core. */
 typedef struct {
@@ -606,10 +656,18 @@ typedef struct {
 
 /* Replay g as the runtime runs it: every task after what it runs after there (the order from
  * sw_task_order_build over the runtime's memory plan: stream program order, dependencies,
- * reuse edges), with `durations` (from sw_task_durations) on machine m; the result's arrays are
- * allocated here and freed with sw_sim_result_free. */
+ * reuse edges), with `durations` (from sw_task_durations) on machine m; ready tasks waiting
+ * for a resource start lowest id first.  The result's arrays are allocated here and freed
+ * with sw_sim_result_free. */
 sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                             const double *durations, const sw_machine *m, sw_sim_result *r);
+/* The same for tasks on streams `st` (the streams o was built for; NULL: one per device):
+ * wherever ready tasks wait for one resource, the one of the higher stream priority starts
+ * first, then the lower id, as the CPU backend's threads choose.  A device still runs one
+ * task at a time: kernels of several streams sharing a device's compute are not modelled. */
+sw_status sw_simulate_graph_on(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
+                               const sw_streams *st, const double *durations, const sw_machine *m,
+                               sw_sim_result *r);
 void sw_sim_result_free(sw_sim_result *r);
 
 /* ---------------------------------------------------------------- simulation */

@@ -4,19 +4,26 @@
  * durations (sim_durations.c) into the flat arrays of the event loop
  * (simulate.c) and reads the result back:
  *
- *   order       every task runs after what it runs after on the runtime: the
- *               task before it on its device's stream (program order), its
- *               dependencies and the memory plan's reuse edges into it; on
- *               shared cores (cores > 0) the CPU backend runs the streams of
- *               devices c, c + cores, ... on one thread in program order, so a
- *               task also runs after the task before it on its thread
+ *   order       every task runs after what it runs after on the runtime (the
+ *               task before it on its stream, its dependencies, the memory
+ *               plan's reuse edges into it, buffer hazards across streams)
+ *   ranks       a resource free to take work starts the ready task that ranks
+ *               first: the highest priority of its stream, then the lowest id
+ *               (sw_simulate_graph_on; without streams every priority is 0, so
+ *               program order).  That is the CPU backend's rule: on shared cores
+ *               (cores > 0) thread c runs the streams of devices c, c + cores,
+ *               ..., whenever free the most urgent task that may start.  The
+ *               event loop queues by task id, so ranks are replayed by
+ *               renumbering the tasks in rank order
  *   resources   compute and bookkeeping tasks hold their device (and, on shared
  *               cores, core device mod cores); a transfer a -> b holds the
  *               resources of its route (links along DeviceGraph.route, or the
  *               two nodes' network adapters), which the caller numbers, and on
  *               shared cores the receiving core (its thread copies); load_input
  *               and join hold nothing.  Links and adapters are what tasks of
- *               different streams contend for: lowest task id first.
+ *               different streams contend for, in rank order too (one total
+ *               order on every resource: no two tasks each first in line on
+ *               one of two resources they both need).
  *   transfers   take bytes / bandwidth on top of their modelled duration (the
  *               route's bandwidth, or a measured copy bandwidth)
  *   summary     makespan = latest end; busy[d] = seconds of the tasks holding
@@ -114,24 +121,10 @@ static void replay_free(replay *rp) {
     free(rp->res);
 }
 
-/* Task i's dependencies into deps[nd..]: the runtime's order, and on shared cores the task
- * before it on its core's thread (previous[core], updated) unless the order has it already. */
-static int32_t add_deps(const sw_task_graph *g, const sw_task_order *o, int32_t i, int32_t *previous,
-                        const sw_machine *m, int32_t *deps, int32_t nd) {
-    int32_t start = nd;
+/* Task i's dependencies into deps[nd..]: what it runs after on the runtime. */
+static int32_t add_deps(const sw_task_order *o, int32_t i, int32_t *deps, int32_t nd) {
     for (int32_t k = o->ptr[i]; k < o->ptr[i + 1]; k++) {
         deps[nd++] = o->ids[k];
-    }
-    if (previous) {
-        int core = g->tasks[i].device % m->cores;
-        int32_t before = previous[core];
-        for (int32_t k = start; k < nd && before >= 0; k++) {
-            before = deps[k] == before ? -1 : before;
-        }
-        if (before >= 0) {
-            deps[nd++] = before;
-        }
-        previous[core] = i;
     }
     return nd;
 }
@@ -147,17 +140,11 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
     rp->duration = malloc(sizeof *rp->duration * ((size_t)n + 1));
     rp->start = calloc((size_t)n + 1, sizeof *rp->start);
     rp->dep_ptr = malloc(sizeof *rp->dep_ptr * ((size_t)n + 1));
-    rp->deps = malloc(sizeof *rp->deps * ((size_t)o->ptr[n] + (size_t)n + 1));
+    rp->deps = malloc(sizeof *rp->deps * ((size_t)o->ptr[n] + 1));
     rp->res_ptr = malloc(sizeof *rp->res_ptr * ((size_t)n + 1));
     rp->res = malloc(sizeof *rp->res * ((size_t)n * (size_t)(longest + 1 > 2 ? longest + 1 : 2) + 1));
-    int32_t *previous = m->cores > 0 ? malloc(sizeof *previous * (size_t)m->cores) : NULL;
-    if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res ||
-        (m->cores > 0 && !previous)) {
-        free(previous);
+    if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
-    }
-    for (int c = 0; c < m->cores; c++) {
-        previous[c] = -1;
     }
     int32_t nres = 0, nd = 0;
     rp->res_ptr[0] = rp->dep_ptr[0] = 0;
@@ -166,10 +153,9 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         nres += task_resources(t, m, rp->res + nres);
         rp->res_ptr[i + 1] = nres;
         rp->duration[i] = task_seconds(p, t, durations[i], m);
-        nd = add_deps(g, o, i, previous, m, rp->deps, nd);
+        nd = add_deps(o, i, rp->deps, nd);
         rp->dep_ptr[i + 1] = nd;
     }
-    free(previous);
     return SW_OK;
 }
 
@@ -195,15 +181,84 @@ static sw_status summarize(const sw_task_graph *g, const sw_machine *m, replay *
     return SW_OK;
 }
 
+typedef struct {
+    int32_t priority, task;
+} ranked;
+
+static int by_rank(const void *pa, const void *pb) {
+    const ranked *a = pa, *b = pb;
+    if (a->priority != b->priority) {
+        return a->priority > b->priority ? -1 : 1;
+    }
+    return (a->task > b->task) - (a->task < b->task);
+}
+
+/* Replay rp's tasks with the ones of higher stream priority first in every line: renumbered in
+ * rank order (pos[t]: t's new id), replayed, and their start times read back. */
+static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, int32_t nres, replay *rp,
+                               double *makespan) {
+    int32_t n = g->ntasks;
+    ranked *order = malloc(sizeof *order * ((size_t)n + 1));
+    int32_t *pos = malloc(sizeof *pos * ((size_t)n + 1));
+    replay q = {.duration = malloc(sizeof(double) * ((size_t)n + 1)), .start = malloc(sizeof(double) * ((size_t)n + 1)),
+                .dep_ptr = malloc(sizeof(int32_t) * ((size_t)n + 1)),
+                .deps = malloc(sizeof(int32_t) * ((size_t)rp->dep_ptr[n] + 1)),
+                .res_ptr = malloc(sizeof(int32_t) * ((size_t)n + 1)),
+                .res = malloc(sizeof(int32_t) * ((size_t)rp->res_ptr[n] + 1))};
+    sw_status s = SW_OK;
+    if (!order || !pos || !q.duration || !q.start || !q.dep_ptr || !q.deps || !q.res_ptr || !q.res) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
+        goto done;
+    }
+    for (int32_t t = 0; t < n; t++) {
+        order[t] = (ranked){st->stream_priority[st->stream[t]], t};
+    }
+    qsort(order, (size_t)n, sizeof *order, by_rank);
+    for (int32_t j = 0; j < n; j++) {
+        pos[order[j].task] = j;
+    }
+    q.dep_ptr[0] = q.res_ptr[0] = 0;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t t = order[j].task, nd = q.dep_ptr[j], nr = q.res_ptr[j];
+        q.duration[j] = rp->duration[t];
+        for (int32_t k = rp->dep_ptr[t]; k < rp->dep_ptr[t + 1]; k++) {
+            q.deps[nd++] = pos[rp->deps[k]];
+        }
+        for (int32_t k = rp->res_ptr[t]; k < rp->res_ptr[t + 1]; k++) {
+            q.res[nr++] = rp->res[k];
+        }
+        q.dep_ptr[j + 1] = nd;
+        q.res_ptr[j + 1] = nr;
+    }
+    s = sw_simulate_tasks(n, q.duration, q.dep_ptr, q.deps, q.res_ptr, q.res, nres, q.start, makespan);
+    for (int32_t t = 0; t < n && s == SW_OK; t++) {
+        rp->start[t] = q.start[pos[t]];
+    }
+done:
+    replay_free(&q);
+    free(order);
+    free(pos);
+    return s;
+}
+
 sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                             const double *durations, const sw_machine *m, sw_sim_result *r) {
+    return sw_simulate_graph_on(p, g, o, NULL, durations, m, r);
+}
+
+sw_status sw_simulate_graph_on(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
+                               const sw_streams *st, const double *durations, const sw_machine *m,
+                               sw_sim_result *r) {
     memset(r, 0, sizeof *r);
     SW_TRY(check_machine(p, g, o, m));
+    SW_TRY(sw_streams_check(g, p->ndev, st));
     replay rp;
     memset(&rp, 0, sizeof rp);
     double makespan = 0.0;
     sw_status s = build_replay(p, g, o, durations, m, &rp);
-    if (s == SW_OK) {
+    if (s == SW_OK && st) {
+        s = replay_ranked(g, st, m->nres, &rp, &makespan);
+    } else if (s == SW_OK) {
         s = sw_simulate_tasks(g->ntasks, rp.duration, rp.dep_ptr, rp.deps, rp.res_ptr, rp.res, m->nres, rp.start,
                               &makespan);
     }

@@ -11,10 +11,11 @@ dependencies, reads and writes) and the memory plan's reuse edges ``sw.memory_pl
   element of the output gradient it sums); bookkeeping tasks their memory traffic, or a profile's fixed + per-element
   seconds; transfers bytes over the route's (or the profile's copy) bandwidth;
 * order, as the runtime keeps it: each device's tasks in program order (one stream each), every
-  task after its dependencies and after the reuse edges into it; on CPU workers sharing this
-  machine's cores, the streams of devices c, c + threads, ... in program order on thread c;
-* resources: a device (and its core), the links of a transfer's route or the two nodes'
-  network adapters (and the receiving core); lowest task id first on every resource;
+  task after its dependencies and after the reuse edges into it;
+* resources: a device (and its core: on CPU workers sharing this machine's cores, thread c runs
+  the streams of devices c, c + threads, ..., one task at a time), the links of a transfer's
+  route or the two nodes' network adapters (and the receiving core); among the ready tasks, the
+  lowest task id first on every resource (a free thread takes its earliest ready task);
 * an event loop over a heap of finishing times.
 """
 from __future__ import annotations
@@ -132,34 +133,31 @@ def resources_of(t, devices: sw.DeviceGraph, threads: int) -> tuple[str, ...]:
     return (f"device {t.device}",) + ((f"core {t.device % threads}",) if threads else ())
 
 
-def runtime_order(tg, reuse_edges, threads: int) -> list[tuple[int, ...]]:
-    """What every task runs after: the task before it on its device's stream, its
-    dependencies, the reuse edges into it, and on shared cores the task before it on its thread."""
+def runtime_order(tg, reuse_edges, threads: int = 0) -> list[tuple[int, ...]]:
+    """What every task runs after: the task before it on its device's stream, its dependencies
+    and the reuse edges into it (a thread's core orders nothing more: it is a resource, taken
+    by the earliest ready task; ``threads`` is kept for callers that pass it)."""
     reuse_in: dict[int, list[int]] = {}
     for a, b in reuse_edges:
         reuse_in.setdefault(b, []).append(a)
     last_on_device: dict[int, int] = {}
-    last_on_thread: dict[int, int] = {}
     out = []
     for t in tg.tasks:
         after = set(t.deps) | set(reuse_in.get(t.id, ()))
         if t.device in last_on_device:
             after.add(last_on_device[t.device])
         last_on_device[t.device] = t.id
-        if threads:
-            thread = t.device % threads
-            if thread in last_on_thread:
-                after.add(last_on_thread[thread])
-            last_on_thread[thread] = t.id
         out.append(tuple(sorted(after)))
     return out
 
 
-def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]]) -> list[float]:
+def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: list[tuple[str, ...]],
+               rank: list[tuple[int, int]] | None = None) -> list[float]:
     """Start times: a task starts when its dependencies are done and it is first in line (lowest
-    id among the ready) on every resource it needs, all of them free; tasks that need nothing
-    start when ready; everything that ends at one instant releases its resources before
-    anything new starts."""
+    id among the ready, or lowest ``rank``) on every resource it needs, all of them free; tasks
+    that need nothing start when ready; everything that ends at one instant releases its
+    resources before anything new starts."""
+    key = rank if rank is not None else list(range(len(deps)))
     n = len(deps)
     dependents: list[list[int]] = [[] for _ in range(n)]
     missing = [len(d) for d in deps]
@@ -177,7 +175,7 @@ def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: l
             heapq.heappush(running, (now + durations[tid], tid))
             return
         for r in resources[tid]:
-            heapq.heappush(lines.setdefault(r, []), tid)
+            heapq.heappush(lines.setdefault(r, []), (key[tid], tid))
 
     def start_what_can(now: float) -> None:
         progress = True
@@ -186,8 +184,8 @@ def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: l
             for r, line in lines.items():
                 if r in busy or not line:
                     continue
-                tid = line[0]
-                if all(q not in busy and lines[q][0] == tid for q in resources[tid]):
+                tid = line[0][1]
+                if all(q not in busy and lines[q][0][1] == tid for q in resources[tid]):
                     for q in resources[tid]:
                         heapq.heappop(lines[q])
                         busy.add(q)
@@ -216,9 +214,11 @@ def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: l
     return start
 
 
-def replay(plan, costs=None, reuse_edges=None) -> Replay:
+def replay(plan, costs=None, reuse_edges=None, order=None, rank=None) -> Replay:
     """One iteration of ``plan`` as the runtime runs it.  ``reuse_edges``: (from, to) pairs
-    (default: the memory plan's, ``sw.memory_plan(plan).reuse_edges``; () to leave them out)."""
+    (default: the memory plan's, ``sw.memory_plan(plan).reuse_edges``; () to leave them out).
+    ``order`` (what each task runs after) and ``rank`` (per task, the key of its place in every
+    line: (-priority, id) under a schedule) replace the one-stream order and program order."""
     tg = sw.lower(plan)
     devices = plan.devices
     if reuse_edges is None:
@@ -231,7 +231,9 @@ def replay(plan, costs=None, reuse_edges=None) -> Replay:
         if t.kind == "copy" and t.src_device != t.device:
             durations[t.id] += t.nbytes / (copy_bw or route_bw[t.src_device, t.device])
     resources = [resources_of(t, devices, threads) for t in tg.tasks]
-    start = event_loop(runtime_order(tg, reuse_edges, threads), durations, resources)
+    if order is None:
+        order = runtime_order(tg, reuse_edges, threads)
+    start = event_loop(order, durations, resources, rank)
     end = [s + d for s, d in zip(start, durations)]
     busy = {d: 0.0 for d in range(len(devices))}
     for t, r in zip(tg.tasks, resources):

@@ -249,6 +249,34 @@ def test_real_plans_record_every_wait_after_its_record(seed):
             assert cross > 0 or waits == 0
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_scheduled_streams_record_every_wait_after_its_record_and_rank_priorities(seed):
+    """A critical-path schedule puts a device's tasks on several prioritized streams: the
+    recorded list still issues every wait after its record, and each GPU's CUDA priorities
+    keep the schedule's order."""
+    from test_train import mixed_graph
+
+    g = mixed_graph()
+    rng = np.random.default_rng(50 + seed)
+    ndev = int(rng.integers(2, 5))
+    plan = random_plan(g, sw.DeviceGraph.cpu(ndev), rng)
+    sched = sw.schedule(plan, "critical_path")
+    problem = make_problem(g, plan.devices, plan.options)
+    rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(g), 1, backend="record", streams=sched.stream_arrays())
+    ops, streams, ids, stream_device, priority = rt.recorded(0)
+    assert len(stream_device) > ndev                       # several streams on some device
+    gpu_of = _core.gpu_map(ndev, 1)
+    stream_gpu = [gpu_of[d] for d in stream_device]
+    ntasks = len(sw.lower(plan).tasks)
+    slots, events, waits, cross = _core.gpu_event_plan(ops, streams, ids, ntasks, stream_gpu)
+    assert waits == ops.count(WAIT) and cross == 0
+    cuda = _core.gpu_priorities(stream_gpu, priority, 0, -5)
+    for i in range(len(priority)):
+        for j in range(len(priority)):
+            if priority[i] > priority[j]:
+                assert cuda[i] <= cuda[j]
+
+
 def test_the_record_backend_runs_nothing():
     g = sw.models.lenet5(batch=4)
     plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))

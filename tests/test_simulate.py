@@ -9,7 +9,8 @@ import pytest
 
 import shardwise as sw
 from shardwise.boxes import volume
-from shardwise.lower import lower
+from shardwise.lower import lower, plan_arrays
+from shardwise.memory import _problem
 from shardwise.simulate import COMPUTE_KINDS, MemoryOverflow, simulate
 
 import sim_oracle
@@ -217,22 +218,36 @@ def test_plan_plot_draws_every_op(tmp_path):
     assert all(plan[op.name].split_dims() in text for op, text in zip(g.ops, texts))
 
 
-def test_cpu_workers_on_shared_cores_run_each_cores_tasks_in_program_order():
-    """The CPU backend's thread c runs devices c, c + cores, ... in program order, transfers too."""
+def test_cpu_workers_on_shared_cores_run_one_task_at_a_time_earliest_ready_first():
+    """The CPU backend's thread c runs the streams of devices c, c + cores, ...: one task at a time
+    (transfers into them too), and whenever it is free the earliest ready task in program order,
+    never blocking on one device's stream while another's task could start."""
     g = sw.models.lenet5(batch=8)
     d = sw.DeviceGraph.cpu(4)
     d.shared_cores = 2
-    for plan in (sw.strategies.data_parallel(g, d), sw.search(g, d)):
+    overtaken = 0
+    for plan in (sw.strategies.data_parallel(g, d), sw.search(g, d), sw.strategies.model_parallel(g, d)):
         sim = simulate(plan)
         tasks = lower(plan).tasks
+        r = _problem(plan).task_order(*plan_arrays(plan))
+        after = [r["ids"][r["ptr"][t]:r["ptr"][t + 1]].tolist() for t in range(len(tasks))]
+        by_task = {e.task: e for e in sim.events}
         for core in range(2):
-            mine = [e for e in sim.events if tasks[e.task].device % 2 == core]
-            assert [e.task for e in mine] == sorted(e.task for e in mine)
-            for before, after in zip(mine, mine[1:]):
-                assert after.start >= before.end - 1e-15, (before, after)
+            mine = sorted((e for e in sim.events if tasks[e.task].device % 2 == core and e.resources),
+                          key=lambda e: (e.start, e.task))
+            for before, nxt in zip(mine, mine[1:]):
+                assert nxt.start >= before.end - 1e-15, (before, nxt)
+                overtaken += nxt.task < before.task   # a later task went first: the earlier was not ready
             transfers = [e for e in mine if e.kind == "copy" and tasks[e.task].src_device != tasks[e.task].device]
             assert all(f"core {core}" in e.resources for e in transfers)
+            for e in mine:   # no earlier compute task of this core was ready and left waiting
+                for u in mine:
+                    if u.task < e.task and u.start > e.start and u.resources == (f"device {tasks[u.task].device}",
+                                                                                 f"core {core}"):
+                        ready = max((by_task[p].end for p in after[u.task]), default=0.0)
+                        assert ready > e.start + 1e-15, (u, e)
         assert any(e.kind == "copy" for e in sim.events)
+    assert overtaken > 0, "model parallelism leaves a thread's earlier task waiting for another device"
 
 
 @pytest.mark.parametrize("model,nodes,per", [("lenet5", 1, 4), ("alexnet", 2, 2)])

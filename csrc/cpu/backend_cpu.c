@@ -1,19 +1,34 @@
-/* backend_cpu.c -- the CPU backend: streams as worker threads, events as per-task epochs.
+/* backend_cpu.c -- the CPU backend: streams run by worker threads, events as per-task epochs.
  *
- * Each device's stream belongs to one worker thread (thread d % threads: four
- * workers on two cores run as two threads, each taking its devices' tasks in
- * program order).  Worker 0 is the calling thread itself (a step on one worker
- * never changes threads); workers 1.. are threads of their own.  Work is
- * recorded once into each worker's command list (run a task, wait for an event,
- * record an event); a step hands every thread the list to run, runs worker 0's,
- * and waits for the others.  Between steps the threads spin for a short while
- * (SPIN_BETWEEN_STEPS_NS) before they sleep, so back-to-back steps do not pay a
- * wake-up each; the caller spins as briefly for the others to finish.  An event is a task's completion in the
- * current step: recording stores the step's epoch, waiting spins briefly and
- * then sleeps on a condition variable until the epoch is there.  A failing task
- * stops every thread (waiters see the failure) and its message comes back to
- * the caller.  OpenBLAS runs one thread per worker (the workers are the
- * parallelism).
+ * Every stream of a device belongs to one worker thread (thread d % threads:
+ * four workers on two cores run as two threads).  Worker 0 is the calling
+ * thread itself (a step on one worker never changes threads); workers 1.. are
+ * threads of their own.  Work is recorded once into each stream's command list
+ * (run a task, wait for an event, record an event); a step hands every thread
+ * the list to run, runs worker 0's, and waits for the others.
+ *
+ * A thread runs its streams as one scheduler: each stream in its recorded
+ * order, and whenever it is free, the stream whose next command is a task that
+ * may start (every wait before it satisfied) with the highest priority, so a
+ * ready dA on the critical path is always taken before a ready dW.  Among
+ * equal priorities (streams of different devices on one thread: a device has
+ * one stream per priority) the task first in program order goes first: under
+ * FIFO a thread keeps program order wherever it may, and the simulator's
+ * queues rank every task by one total order, (priority, task id).  Records right after a task are made at once (another
+ * thread may wait for them).  Only when no stream of the thread can go on does
+ * it wait, and then for any of its streams' awaited events, never for one
+ * stream while another could progress: every edge of the order points to an
+ * earlier task, so the lowest unfinished task is always ready and no step can
+ * deadlock.
+ *
+ * Between steps the threads spin for a short while (SPIN_BETWEEN_STEPS_NS)
+ * before they sleep, so back-to-back steps do not pay a wake-up each; the
+ * caller spins as briefly for the others to finish.  An event is a task's
+ * completion in the current step: recording stores the step's epoch, waiting
+ * spins briefly and then sleeps on a condition variable until an awaited epoch
+ * is there.  A failing task stops every thread (waiters see the failure) and
+ * its message comes back to the caller.  OpenBLAS runs one thread per worker
+ * (the workers are the parallelism).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>    /* pthread_create, mutexes, condition variables */
@@ -39,10 +54,17 @@ typedef struct {
 typedef struct cpu_backend cpu_backend;
 
 typedef struct {
+    int device, priority;
+    command_list lists[SW_NLISTS];
+} cpu_stream;
+
+typedef struct {
     cpu_backend *be;
     int index;
     pthread_t thread;
-    command_list lists[SW_NLISTS];
+    int *streams;     /* its streams, most urgent first: priority descending, then id ascending */
+    int32_t *cursor;  /* per stream of `streams`: its next command in the current step */
+    int nstreams, cap;
     sw_scratch scratch;
     unsigned seed;    /* jitter */
     int64_t wait_ns;  /* the last step's time waiting for other streams' tasks (at its end too) */
@@ -53,7 +75,8 @@ struct cpu_backend {
     sw_backend base;
     int ndev, nthreads, jitter_us, started_threads;
     worker *workers;
-    int *stream_thread;             /* stream (= device) -> worker */
+    cpu_stream *streams;            /* nstreams, each on thread device % nthreads */
+    int nstreams, stream_cap;
     _Atomic int64_t *event_epoch;   /* ntasks, allocated at the first recorded event */
     int32_t nevents;
     /* a step: the list to run, its epoch, its arguments */
@@ -90,18 +113,57 @@ static void arena_free(sw_backend *b, int device, void *base) {
     free(base);
 }
 
+/* Is stream a scanned before stream b: higher priority first, then lower id. */
+static int more_urgent(const cpu_backend *be, int a, int b) {
+    int pa = be->streams[a].priority, pb = be->streams[b].priority;
+    return pa != pb ? pa > pb : a < b;
+}
+
 static sw_status stream_new(sw_backend *b, int device, int priority, int *stream) {
     cpu_backend *be = (cpu_backend *)b;
-    (void)priority;   /* one stream per device: nothing to order it against on its thread */
     if (device < 0 || device >= be->ndev) {
         return SW_FAIL(SW_ERR_VALUE, "no device %d on a CPU backend of %d", device, be->ndev);
     }
-    *stream = device;
+    worker *w = &be->workers[device % be->nthreads];
+    if (be->nstreams == be->stream_cap) {
+        int cap = be->stream_cap ? 2 * be->stream_cap : 8;
+        cpu_stream *grown = realloc(be->streams, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for a stream");
+        }
+        be->streams = grown;
+        be->stream_cap = cap;
+    }
+    if (w->nstreams == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 4;
+        int *ids = realloc(w->streams, sizeof *ids * (size_t)cap);
+        if (ids) {
+            w->streams = ids;
+        }
+        int32_t *cursor = ids ? realloc(w->cursor, sizeof *cursor * (size_t)cap) : NULL;
+        if (!cursor) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for a stream");
+        }
+        w->cursor = cursor;
+        w->cap = cap;
+    }
+    int id = be->nstreams++;
+    be->streams[id] = (cpu_stream){.device = device, .priority = priority};
+    int at = w->nstreams++;   /* keep the thread's streams most urgent first */
+    while (at > 0 && more_urgent(be, id, w->streams[at - 1])) {
+        w->streams[at] = w->streams[at - 1];
+        at--;
+    }
+    w->streams[at] = id;
+    *stream = id;
     return SW_OK;
 }
 
 static sw_status push(cpu_backend *be, int list, int stream, int op, int32_t id) {
-    command_list *l = &be->workers[be->stream_thread[stream]].lists[list];
+    if (stream < 0 || stream >= be->nstreams || list < 0 || list >= SW_NLISTS) {
+        return SW_FAIL(SW_ERR_VALUE, "no stream %d (of %d) or list %d on this CPU backend", stream, be->nstreams, list);
+    }
+    command_list *l = &be->streams[stream].lists[list];
     if (l->n == l->cap) {
         int32_t cap = l->cap ? l->cap * 2 : 256;
         command *grown = realloc(l->cmd, sizeof *grown * (size_t)cap);
@@ -150,10 +212,57 @@ static void fail(cpu_backend *be, sw_status s) {
     pthread_mutex_unlock(&be->lock);
 }
 
-/* 0 once event e is recorded in this step, 1 if the step failed meanwhile. */
-static int wait_event(cpu_backend *be, int32_t e, int64_t epoch) {
+static int recorded(cpu_backend *be, int32_t e, int64_t epoch) {
+    return atomic_load_explicit(&be->event_epoch[e], memory_order_acquire) == epoch;
+}
+
+static void record_event(cpu_backend *be, int32_t e, int64_t epoch) {
+    /* sequentially consistent, as the waiter's sleepers increment and epoch loads: one of the
+     * two sides sees the other (a release store could pass the sleepers load: a lost wake-up) */
+    atomic_store(&be->event_epoch[e], epoch);
+    if (atomic_load(&be->sleepers) > 0) {
+        pthread_mutex_lock(&be->lock);
+        pthread_cond_broadcast(&be->event);
+        pthread_mutex_unlock(&be->lock);
+    }
+}
+
+/* Move stream k of worker w past the records and the satisfied waits at its cursor; returns
+ * the command it stops at (a task, a wait not yet satisfied) or NULL at the end of its list. */
+static const command *advance(worker *w, int k, int list, int64_t epoch) {
+    cpu_backend *be = w->be;
+    const command_list *l = &be->streams[w->streams[k]].lists[list];
+    int32_t *c = &w->cursor[k];
+    for (; *c < l->n; ++*c) {
+        const command *cmd = &l->cmd[*c];
+        if (cmd->op == CMD_RECORD) {
+            record_event(be, cmd->id, epoch);
+        } else if (cmd->op == CMD_RUN || !recorded(be, cmd->id, epoch)) {
+            return cmd;
+        }
+    }
+    return NULL;
+}
+
+/* Has an event that one of w's streams waits for at its cursor been recorded? */
+static int any_wait_over(worker *w, int list, int64_t epoch) {
+    cpu_backend *be = w->be;
+    for (int k = 0; k < w->nstreams; k++) {
+        const command_list *l = &be->streams[w->streams[k]].lists[list];
+        int32_t c = w->cursor[k];
+        if (c < l->n && l->cmd[c].op == CMD_WAIT && recorded(be, l->cmd[c].id, epoch)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Every stream of w waits for an event: 0 once one of them is recorded, 1 if the step
+ * failed meanwhile. */
+static int wait_any(worker *w, int list, int64_t epoch) {
+    cpu_backend *be = w->be;
     for (int spin = 0; spin < 4000; spin++) {   /* most waits are short: a kernel on another thread */
-        if (atomic_load_explicit(&be->event_epoch[e], memory_order_acquire) == epoch) {
+        if (any_wait_over(w, list, epoch)) {
             return 0;
         }
         if (atomic_load_explicit(&be->failed, memory_order_relaxed)) {
@@ -162,23 +271,12 @@ static int wait_event(cpu_backend *be, int32_t e, int64_t epoch) {
     }
     pthread_mutex_lock(&be->lock);
     atomic_fetch_add(&be->sleepers, 1);
-    while (atomic_load(&be->event_epoch[e]) != epoch && !atomic_load(&be->failed)) {
+    while (!any_wait_over(w, list, epoch) && !atomic_load(&be->failed)) {
         pthread_cond_wait(&be->event, &be->lock);
     }
     atomic_fetch_sub(&be->sleepers, 1);
     pthread_mutex_unlock(&be->lock);
     return atomic_load(&be->failed) ? 1 : 0;
-}
-
-static void record_event(cpu_backend *be, int32_t e, int64_t epoch) {
-    /* sequentially consistent, as the waiter's sleepers increment and epoch load: one of the
-     * two sides sees the other (a release store could pass the sleepers load: a lost wake-up) */
-    atomic_store(&be->event_epoch[e], epoch);
-    if (atomic_load(&be->sleepers) > 0) {
-        pthread_mutex_lock(&be->lock);
-        pthread_cond_broadcast(&be->event);
-        pthread_mutex_unlock(&be->lock);
-    }
 }
 
 static void jitter(worker *w) {
@@ -190,38 +288,59 @@ static void jitter(worker *w) {
     }
 }
 
+/* The thread's streams for one step: always the most urgent stream whose next task may start
+ * (equal priorities: the earlier task); a wait only when none can. */
 static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args *args) {
     cpu_backend *be = w->be;
-    const command_list *l = &w->lists[list];
     size_t before = w->scratch.bytes;
     w->wait_ns = 0;
     sw_task_ctx ctx = {be->base.rt, args, &w->scratch, NULL};
-    for (int32_t i = 0; i < l->n; i++) {
-        const command *c = &l->cmd[i];
+    for (int k = 0; k < w->nstreams; k++) {
+        w->cursor[k] = 0;
+    }
+    for (;;) {
         if (atomic_load_explicit(&be->failed, memory_order_relaxed)) {
             return;
         }
-        if (c->op == CMD_WAIT) {
-            if (atomic_load(&be->event_epoch[c->id]) != epoch) {   /* not there yet: time the wait */
-                int64_t t0 = sw_now_ns();
-                int failed = wait_event(be, c->id, epoch);
-                w->wait_ns += sw_now_ns() - t0;
-                if (failed) {
-                    return;
-                }
+        int pick = -1, blocked = 0;
+        int32_t first = 0;   /* the picked stream's task: among equal priorities, program order */
+        for (int k = 0; k < w->nstreams; k++) {   /* most urgent first */
+            if (pick >= 0 && be->streams[w->streams[k]].priority < be->streams[w->streams[pick]].priority) {
+                break;
             }
-        } else if (c->op == CMD_RECORD) {
-            record_event(be, c->id, epoch);
-        } else {
+            const command *c = advance(w, k, list, epoch);
+            if (c && c->op == CMD_RUN && (pick < 0 || c->id < first)) {
+                pick = k;
+                first = c->id;
+            } else if (c && c->op == CMD_WAIT) {
+                blocked = 1;
+            }
+        }
+        if (pick >= 0) {
+            const command_list *l = &be->streams[w->streams[pick]].lists[list];
+            int32_t task = l->cmd[w->cursor[pick]++].id;
             jitter(w);
-            int64_t *ns = &be->base.rt->task_ns[2 * (int64_t)c->id];
+            int64_t *ns = &be->base.rt->task_ns[2 * (int64_t)task];
             ns[0] = sw_now_ns();
-            sw_status s = sw_cpu_run_task(&ctx, c->id);
+            sw_status s = sw_cpu_run_task(&ctx, task);
             ns[1] = sw_now_ns();
             if (s != SW_OK) {
                 fail(be, s);
                 return;
             }
+            while (w->cursor[pick] < l->n && l->cmd[w->cursor[pick]].op == CMD_RECORD) {   /* others may wait */
+                record_event(be, l->cmd[w->cursor[pick]++].id, epoch);
+            }
+            continue;
+        }
+        if (!blocked) {
+            break;   /* every stream at its end */
+        }
+        int64_t t0 = sw_now_ns();
+        int failed = wait_any(w, list, epoch);
+        w->wait_ns += sw_now_ns() - t0;
+        if (failed) {
+            return;
         }
     }
     if (w->scratch.bytes != before) {
@@ -356,17 +475,21 @@ static void destroy(sw_backend *b) {
         pthread_join(be->workers[k].thread, NULL);
     }
     for (int k = 0; k < be->nthreads && be->workers; k++) {
-        for (int l = 0; l < SW_NLISTS; l++) {
-            free(be->workers[k].lists[l].cmd);
-        }
+        free(be->workers[k].streams);
+        free(be->workers[k].cursor);
         free(be->workers[k].scratch.data);
     }
+    for (int k = 0; k < be->nstreams; k++) {
+        for (int l = 0; l < SW_NLISTS; l++) {
+            free(be->streams[k].lists[l].cmd);
+        }
+    }
+    free(be->streams);
     pthread_mutex_destroy(&be->lock);
     pthread_cond_destroy(&be->start);
     pthread_cond_destroy(&be->done);
     pthread_cond_destroy(&be->event);
     free(be->workers);
-    free(be->stream_thread);
     free(be->event_epoch);
     free(be);
 }
@@ -407,13 +530,9 @@ sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **
     pthread_cond_init(&be->done, NULL);
     pthread_cond_init(&be->event, NULL);
     be->workers = calloc((size_t)threads, sizeof *be->workers);
-    be->stream_thread = malloc(sizeof *be->stream_thread * (size_t)ndev);
-    if (!be->workers || !be->stream_thread) {
+    if (!be->workers) {
         destroy(&be->base);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a CPU backend");
-    }
-    for (int d = 0; d < ndev; d++) {
-        be->stream_thread[d] = d % threads;
     }
     unsigned seed = (unsigned)time(NULL);
     for (int k = 0; k < threads; k++) {

@@ -1,12 +1,13 @@
 /* executor.c -- a plan's task graph recorded onto a backend's streams, and steps run.
  *
  * Build (once): lower the plan, plan its memory, one arena per device from the
- * backend, every buffer's address, one stream per device, and for each of the
- * two lists (a training step; the forward pass alone) every task recorded on
- * its device's stream in program order, preceded by a wait for each task of
- * another stream it runs after (sw_task_order: dependencies and the memory
- * plan's reuse edges; the simulator replays the same list) and followed by a
- * record when another stream waits for it.
+ * backend, every buffer's address, the streams (one per device, or a
+ * schedule's, each with its priority), and for each of the two lists (a
+ * training step; the forward pass alone) every task recorded on its stream in
+ * program order, preceded by a wait for each task of another stream it runs
+ * after (sw_task_order: dependencies, the memory plan's reuse edges, and buffer
+ * hazards where a device has several streams; the simulator replays the same
+ * list) and followed by a record when another stream waits for it.
  *
  * Step: the backend runs the lists; the loss is the sum of the loss tasks'
  * sums of -log p, in task order (the same sum whatever the timing), over N.
@@ -97,16 +98,51 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
 }
 
 /* ------------------------------------------------------------------ recording */
+sw_streams sw_runtime_streams(const sw_runtime *rt) {
+    return (sw_streams){.ntasks = rt->g.ntasks, .nstreams = rt->nstreams, .stream = rt->stream,
+                        .stream_device = rt->stream_device, .stream_priority = rt->stream_priority};
+}
+
+/* The runtime's streams as the passes take them: NULL for one per device, so that the
+ * order and the memory plan are exactly those the lowering was made for. */
+static const sw_streams *streams_or_null(const sw_runtime *rt, sw_streams *view) {
+    *view = sw_runtime_streams(rt);
+    return rt->several_streams ? view : NULL;
+}
+
+/* Copy the streams (or make one per device, priority 0) once the graph is lowered. */
+static sw_status take_streams(sw_runtime *rt, const sw_streams *st) {
+    SW_TRY(sw_streams_check(&rt->g, rt->ndev, st));
+    int32_t n = rt->g.ntasks, ns = st ? st->nstreams : rt->ndev;
+    rt->nstreams = ns;
+    rt->stream = malloc(sizeof *rt->stream * ((size_t)n + 1));
+    rt->stream_device = malloc(sizeof *rt->stream_device * ((size_t)ns + 1));
+    rt->stream_priority = malloc(sizeof *rt->stream_priority * ((size_t)ns + 1));
+    if (!rt->stream || !rt->stream_device || !rt->stream_priority) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for the streams");
+    }
+    for (int32_t t = 0; t < n; t++) {
+        rt->stream[t] = sw_stream_of(&rt->g, st, t);
+    }
+    for (int32_t k = 0; k < ns; k++) {
+        rt->stream_device[k] = st ? st->stream_device[k] : k;
+        rt->stream_priority[k] = st ? st->stream_priority[k] : 0;
+    }
+    rt->several_streams = sw_streams_several(st, rt->ndev);
+    return SW_OK;
+}
+
 /* Is task d, which task t runs after (sw_task_order), a wait of t's in list l: in the list,
  * on another stream?  (The task before t on its own stream is ordered by the stream.) */
 static int waits_for(const sw_runtime *rt, int l, int32_t t, int32_t d) {
-    return rt->in_list[l][d] && rt->g.tasks[d].device != rt->g.tasks[t].device;
+    return rt->in_list[l][d] && rt->stream[d] != rt->stream[t];
 }
 
 static sw_status record_lists(sw_runtime *rt, const int *stream) {
     int32_t n = rt->g.ntasks;
     sw_task_order order;
-    SW_TRY(sw_task_order_build(&rt->g, &rt->mp, &order));
+    sw_streams view;
+    SW_TRY(sw_task_order_build_on(&rt->g, &rt->mp, streams_or_null(rt, &view), &order));
     uint8_t *recorded = malloc((size_t)n + 1);
     sw_status s = recorded ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory recording the streams");
     const sw_backend_i *bi = rt->backend->i;
@@ -121,7 +157,7 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
             if (!rt->in_list[l][t]) {
                 continue;
             }
-            int st = stream[rt->g.tasks[t].device];
+            int st = stream[rt->stream[t]];
             for (int32_t k = order.ptr[t]; k < order.ptr[t + 1] && s == SW_OK; k++) {
                 if (waits_for(rt, l, t, order.ids[k])) {
                     s = bi->enqueue_wait(rt->backend, l, st, order.ids[k]);
@@ -141,10 +177,14 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
 }
 
 /* ------------------------------------------------------------------ build */
-static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs) {
+static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
+                       const sw_streams *streams) {
     SW_TRY(check_attrs(p, attrs));
     SW_TRY(sw_lower(p, plan, &rt->g));
-    SW_TRY(sw_memory_plan_build(&rt->g, p->ndev, SW_ARENA_ALIGN, rt->reuse_memory, &rt->mp));
+    SW_TRY(take_streams(rt, streams));
+    sw_streams view;
+    SW_TRY(sw_memory_plan_build_on(&rt->g, p->ndev, SW_ARENA_ALIGN, rt->reuse_memory, streams_or_null(rt, &view),
+                                   &rt->mp));
     const sw_task_graph *g = &rt->g;
     size_t nt = (size_t)g->ntasks + 1, nb = (size_t)g->nbuffers + 1, nd = (size_t)p->ndev;
     rt->ops = calloc((size_t)p->nops, sizeof *rt->ops);
@@ -158,7 +198,7 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     rt->optimizer_state = p->optimizer_state;
     rt->loss_sums = calloc(nt, sizeof *rt->loss_sums);
     rt->task_ns = calloc(2 * nt, sizeof *rt->task_ns);
-    int *stream = calloc(nd, sizeof *stream);
+    int *stream = calloc((size_t)rt->nstreams + 1, sizeof *stream);   /* the backend's id of each stream */
     uint8_t *grad_seen = calloc(nb, 1);
     if (!rt->ops || !rt->attrs || !rt->arena || !rt->ptr || !rt->first_accumulate || !rt->in_list[0] ||
         !rt->in_list[1] || !rt->updates || !rt->loss_sums || !rt->task_ns || !stream || !grad_seen) {
@@ -198,8 +238,8 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
             memset(rt->ptr[b], 0, (size_t)rt->mp.bytes[b]);
         }
     }
-    for (int d = 0; d < p->ndev && s == SW_OK; d++) {
-        s = rt->backend->i->stream_new(rt->backend, d, 0, &stream[d]);
+    for (int32_t k = 0; k < rt->nstreams && s == SW_OK; k++) {
+        s = rt->backend->i->stream_new(rt->backend, rt->stream_device[k], rt->stream_priority[k], &stream[k]);
     }
     if (s == SW_OK) {
         s = record_lists(rt, stream);
@@ -210,6 +250,11 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
 
 sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
                          sw_backend *backend, sw_runtime **out) {
+    return sw_runtime_new_on(p, plan, attrs, reuse_memory, NULL, backend, out);
+}
+
+sw_status sw_runtime_new_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
+                            const sw_streams *streams, sw_backend *backend, sw_runtime **out) {
     *out = NULL;
     sw_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) {
@@ -222,7 +267,7 @@ sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_a
     rt->ndev = p->ndev;
     rt->nops = p->nops;
     rt->batch = p->nops > 0 ? p->ops[0].extent[0] : 1;
-    sw_status s = build(rt, p, plan, attrs);
+    sw_status s = build(rt, p, plan, attrs, streams);
     if (s != SW_OK) {
         sw_runtime_free(rt);
         return s;
@@ -255,6 +300,9 @@ void sw_runtime_free(sw_runtime *rt) {
     free(rt->updates);
     free(rt->loss_sums);
     free(rt->task_ns);
+    free(rt->stream);
+    free(rt->stream_device);
+    free(rt->stream_priority);
     free(rt);
 }
 

@@ -1,13 +1,14 @@
 /* runtime.h -- the native runtime: one training iteration's task graph run on a backend.
  *
  * sw_runtime_new lowers a plan (lower.c), plans its memory (memplan.c), asks
- * the backend for one arena per device and records every device's tasks, in
- * program order, onto that device's stream, with an event wait before a task
- * that depends on another stream's task and an event record after a task
- * another stream waits for (reuse edges of the memory plan included).  A step
+ * the backend for one arena per device and records every task, in program
+ * order, onto its stream (one per device, or a schedule's: sw_runtime_new_on),
+ * with an event wait before a task that must follow another stream's task and
+ * an event record after a task another stream waits for (sw_task_order:
+ * dependencies, reuse edges of the memory plan, buffer hazards).  A step
  * is one call: the backend runs every stream's work and returns when all is
  * done.  Nothing is allocated during a step: buffers live at planned offsets in
- * the arenas, and kernels take their scratch from a per-stream workspace that
+ * the arenas, and kernels take their scratch from a per-thread workspace that
  * only grows (so only the first steps may grow it).
  *
  *   sw_runtime *rt;
@@ -64,7 +65,7 @@ typedef struct {
     int bn_mode;                 /* sw_bn_mode */
 } sw_step_args;
 
-/* A grow-only workspace of one stream: kernels borrow scratch from it within a task. */
+/* A grow-only workspace of one worker thread: kernels borrow scratch from it within a task. */
 typedef struct {
     void *data;
     size_t bytes;
@@ -94,7 +95,7 @@ typedef struct {
 
 typedef struct sw_runtime sw_runtime;
 
-/* Per task, what a kernel call gets: the runtime, the step's arguments, its stream's scratch. */
+/* Per task, what a kernel call gets: the runtime, the step's arguments, its thread's scratch. */
 typedef struct {
     const sw_runtime *rt;
     const sw_step_args *args;
@@ -136,7 +137,8 @@ struct sw_backend {
 };
 
 /* The CPU backend (csrc/cpu/backend_cpu.c): `threads` worker threads, thread k running the
- * streams of devices k, k + threads, ... in program order; one OpenBLAS thread each.
+ * streams of devices k, k + threads, ...: each stream in program order, and among its streams
+ * whose next task may start, the one of the highest priority first; one OpenBLAS thread each.
  * jitter_us > 0 (tests only): every task starts after a random pause of up to that many
  * microseconds, to shake thread timing. */
 sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **out);
@@ -161,6 +163,11 @@ struct sw_runtime {
     int64_t *task_ns;             /* 2 ntasks: each task's start and end in the last step (ns, monotonic clock) */
     int64_t step_ns[2];           /* the last step's start and end (ns, same clock) */
     sw_backend *backend;
+    int32_t nstreams;             /* the streams tasks run on: a schedule's, or one per device */
+    int32_t *stream;              /* ntasks: each task's stream */
+    int32_t *stream_device;       /* nstreams */
+    int32_t *stream_priority;     /* nstreams: higher runs first among a device's ready streams */
+    int several_streams;          /* some device has more than one stream */
     int64_t arena_allocations;    /* arenas allocated (once, at creation) */
     int reuse_memory;             /* buffers share memory by lifetime (0: each has its own) */
 };
@@ -168,6 +175,12 @@ struct sw_runtime {
 /* rt takes ownership of the backend; reuse_memory 0 gives every buffer its own bytes. */
 sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
                          sw_backend *backend, sw_runtime **out);
+/* The same with the tasks on `streams` (a schedule's, sw_schedule_streams, for the graph
+ * this plan lowers to; copied), or NULL: one stream per device, as sw_runtime_new. */
+sw_status sw_runtime_new_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
+                            const sw_streams *streams, sw_backend *backend, sw_runtime **out);
+/* The streams the runtime's tasks run on (a view of its copy). */
+sw_streams sw_runtime_streams(const sw_runtime *rt);
 void sw_runtime_free(sw_runtime *rt);
 /* Nanoseconds of the monotonic clock (the clock of task_ns and step_ns). */
 int64_t sw_now_ns(void);

@@ -1,17 +1,55 @@
-/* memplan_py.c -- Problem.memory_plan and Problem.check_memory_plan.
+/* memplan_py.c -- Problem.memory_plan, Problem.check_memory_plan and Problem.task_order.
  *
- * Both take a plan as simulate_py.c's four arrays and lower it in C (GIL
- * released).  memory_plan returns the planned arena as a dict of NumPy arrays
- * (per buffer: offset, bytes, first, last; per device: arena, peak, total, kept,
- * peak_kinds (ndev, len(BUFFER_KINDS)); reuse_from, reuse_to), validated by
- * sw_memory_plan_check when check=True.  check_memory_plan validates offsets
- * and reuse edges given from Python (tests hand it broken ones).
+ * All take a plan as simulate_py.c's four arrays and lower it in C (GIL
+ * released), and an optional `streams`: None (one stream per device) or a
+ * schedule's (stream, stream_device, stream_priority) int32 arrays
+ * (sw_py_parse_streams, shared with runtime_py.c).  memory_plan returns the
+ * planned arena as a dict of NumPy arrays (per buffer: offset, bytes, first,
+ * last; per device: arena, peak, total, kept, peak_kinds (ndev,
+ * len(BUFFER_KINDS)); reuse_from, reuse_to), validated by
+ * sw_memory_plan_check_on when check=True.  check_memory_plan validates offsets
+ * and reuse edges given from Python (tests hand it broken ones).  task_order
+ * returns what every task runs after on the runtime (order.c) as {ptr, ids}.
  */
 #include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
 
 #include <string.h>  /* memset */
 
 #include "pyerr.h"  /* sw_py_raise */
+
+int sw_py_parse_streams(PyObject *obj, PyArrayObject **arr, sw_streams *view, const sw_streams **out) {
+    *out = NULL;
+    if (obj == Py_None) {
+        return 0;
+    }
+    static const char *const names[3] = {"stream", "stream_device", "stream_priority"};
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 3) {
+        PyErr_SetString(PyExc_ValueError, "streams must be None or (stream, stream_device, stream_priority)");
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        arr[i] = sw_py_array(PyTuple_GET_ITEM(obj, i), NPY_INT32, 1, names[i]);
+        if (!arr[i]) {
+            return -1;
+        }
+    }
+    if (PyArray_DIM(arr[1], 0) != PyArray_DIM(arr[2], 0) || PyArray_DIM(arr[0], 0) > INT32_MAX ||
+        PyArray_DIM(arr[1], 0) > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "streams: stream_device and stream_priority need one entry per stream");
+        return -1;
+    }
+    *view = (sw_streams){.ntasks = (int32_t)PyArray_DIM(arr[0], 0), .nstreams = (int32_t)PyArray_DIM(arr[1], 0),
+                         .stream = PyArray_DATA(arr[0]), .stream_device = PyArray_DATA(arr[1]),
+                         .stream_priority = PyArray_DATA(arr[2])};
+    *out = view;
+    return 0;
+}
+
+void sw_py_streams_free(PyArrayObject **arr) {
+    for (int i = 0; i < 3; i++) {
+        Py_CLEAR(arr[i]);
+    }
+}
 
 static PyObject *put_plan(const sw_memory_plan *mp) {
     PyObject *d = PyDict_New();
@@ -39,13 +77,14 @@ static PyObject *put_plan(const sw_memory_plan *mp) {
     return d;
 }
 
-/* memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False) -> dict */
+/* memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False, streams=None) -> dict */
 PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "align", "check", NULL};
-    PyObject *k, *dg, *ptr, *dv;
+    static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "align", "check", "streams", NULL};
+    PyObject *k, *dg, *ptr, *dv, *streams_obj = Py_None;
     long long align = SW_ARENA_ALIGN;
     int check = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|Lp", kwlist, &k, &dg, &ptr, &dv, &align, &check) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|LpO", kwlist, &k, &dg, &ptr, &dv, &align, &check,
+                                     &streams_obj) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
@@ -54,17 +93,20 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
     sw_task_graph g = {0};
     sw_memory_plan mp = {0};
     PyObject *d = NULL;
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0) {
+    PyArrayObject *sa[3] = {NULL, NULL, NULL};
+    sw_streams view;
+    const sw_streams *st = NULL;
+    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || sw_py_parse_streams(streams_obj, sa, &view, &st) < 0) {
         goto done;
     }
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
     s = sw_lower(self->p, &a.plan, &g);
     if (s == SW_OK) {
-        s = sw_memory_plan_build(&g, self->p->ndev, (int64_t)align, 1, &mp);
+        s = sw_memory_plan_build_on(&g, self->p->ndev, (int64_t)align, 1, st, &mp);
     }
     if (s == SW_OK && check) {
-        s = sw_memory_plan_check(&g, &mp);
+        s = sw_memory_plan_check_on(&g, &mp, st);
     }
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
@@ -74,17 +116,69 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
     d = put_plan(&mp);
 done:
     self->busy = 0;
+    sw_py_streams_free(sa);
     sw_memory_plan_free(&mp);
     sw_task_graph_free(&g);
     sw_py_plan_args_free(&a);
     return d;
 }
 
-/* check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align) -> None */
+/* task_order(kinds, degrees, dev_ptr, devices, streams=None) -> {ptr, ids}: the runtime's order
+ * over its memory plan (reuse on, the arena alignment). */
+PyObject *sw_py_problem_task_order(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "streams", NULL};
+    PyObject *k, *dg, *ptr, *dv, *streams_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|O", kwlist, &k, &dg, &ptr, &dv, &streams_obj) ||
+        !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    self->busy = 1;
+    plan_args a;
+    sw_task_graph g = {0};
+    sw_memory_plan mp = {0};
+    sw_task_order order = {0};
+    PyObject *d = NULL;
+    PyArrayObject *sa[3] = {NULL, NULL, NULL};
+    sw_streams view;
+    const sw_streams *st = NULL;
+    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || sw_py_parse_streams(streams_obj, sa, &view, &st) < 0) {
+        goto done;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_lower(self->p, &a.plan, &g);
+    if (s == SW_OK) {
+        s = sw_memory_plan_build_on(&g, self->p->ndev, SW_ARENA_ALIGN, 1, st, &mp);
+    }
+    if (s == SW_OK) {
+        s = sw_task_order_build_on(&g, &mp, st, &order);
+    }
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        sw_py_raise(s);
+        goto done;
+    }
+    d = PyDict_New();
+    if (!d || sw_py_put(d, "ptr", sw_py_contiguous(order.ptr, (npy_intp)order.ntasks + 1, NPY_INT32)) < 0 ||
+        sw_py_put(d, "ids", sw_py_contiguous(order.ids, order.ptr[order.ntasks], NPY_INT32)) < 0) {
+        Py_CLEAR(d);
+    }
+done:
+    self->busy = 0;
+    sw_py_streams_free(sa);
+    sw_task_order_free(&order);
+    sw_memory_plan_free(&mp);
+    sw_task_graph_free(&g);
+    sw_py_plan_args_free(&a);
+    return d;
+}
+
+/* check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align,
+ *                   streams=None) -> None */
 PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
-    PyObject *k, *dg, *ptr, *dv, *off, *ar, *rf, *rt;
+    PyObject *k, *dg, *ptr, *dv, *off, *ar, *rf, *rt, *streams_obj = Py_None;
     long long align;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOL", &k, &dg, &ptr, &dv, &off, &ar, &rf, &rt, &align) ||
+    if (!PyArg_ParseTuple(args, "OOOOOOOOL|O", &k, &dg, &ptr, &dv, &off, &ar, &rf, &rt, &align, &streams_obj) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
@@ -93,7 +187,10 @@ PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
     sw_task_graph g = {0};
     PyArrayObject *offset = NULL, *arena = NULL, *from = NULL, *to = NULL;
     PyObject *result = NULL;
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
+    PyArrayObject *sa[3] = {NULL, NULL, NULL};
+    sw_streams view;
+    const sw_streams *st = NULL;
+    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || sw_py_parse_streams(streams_obj, sa, &view, &st) < 0 ||
         !(offset = sw_py_array(off, NPY_INT64, 1, "offset")) || !(arena = sw_py_array(ar, NPY_INT64, 1, "arena")) ||
         !(from = sw_py_array(rf, NPY_INT32, 1, "reuse_from")) || !(to = sw_py_array(rt, NPY_INT32, 1, "reuse_to"))) {
         goto done;
@@ -116,7 +213,7 @@ PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
                              .offset = PyArray_DATA(offset), .arena = PyArray_DATA(arena),
                              .nreuse = (int32_t)PyArray_DIM(from, 0), .reuse_from = PyArray_DATA(from),
                              .reuse_to = PyArray_DATA(to)};
-        s = sw_memory_plan_check(&g, &mp);
+        s = sw_memory_plan_check_on(&g, &mp, st);
     }
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
@@ -126,6 +223,7 @@ PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
     result = Py_NewRef(Py_None);
 done:
     self->busy = 0;
+    sw_py_streams_free(sa);
     Py_XDECREF(offset);
     Py_XDECREF(arena);
     Py_XDECREF(from);

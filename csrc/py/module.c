@@ -642,10 +642,13 @@ static PyMethodDef Problem_methods[] = {
     {"worker_times", (PyCFunction)sw_py_problem_worker_times, METH_VARARGS,
      "worker_times(op, degrees, devices) -> roofline seconds of one forward pass of every worker"},
     {"memory_plan", (PyCFunction)(void (*)(void))sw_py_problem_memory_plan, METH_VARARGS | METH_KEYWORDS,
-     "memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False) -> dict: one arena per device"},
+     "memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False, streams=None) -> dict: one "
+     "arena per device"},
     {"check_memory_plan", (PyCFunction)sw_py_problem_check_memory_plan, METH_VARARGS,
-     "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align): "
-     "ValueError unless the offsets are safe"},
+     "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align, "
+     "streams=None): ValueError unless the offsets are safe"},
+    {"task_order", (PyCFunction)(void (*)(void))sw_py_problem_task_order, METH_VARARGS | METH_KEYWORDS,
+     "task_order(kinds, degrees, dev_ptr, devices, streams=None) -> {ptr, ids}: what each task runs after"},
     {"lower", (PyCFunction)sw_py_problem_lower, METH_VARARGS,
      "lower(kinds, degrees, dev_ptr, devices) -> dict of task and buffer arrays (one iteration of a plan)"},
     {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,

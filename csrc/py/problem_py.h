@@ -53,9 +53,15 @@ PyObject *sw_py_contiguous(const void *src, npy_intp n, int type);
 /* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
 int sw_py_put(PyObject *d, const char *key, PyObject *value);
 
-/* memplan_py.c: its NumPy API table, Problem.memory_plan and Problem.check_memory_plan */
+/* memplan_py.c: its NumPy API table, Problem.memory_plan, Problem.check_memory_plan, Problem.task_order */
 PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_task_order(ProblemObject *self, PyObject *args, PyObject *kwds);
+/* A streams argument: None (*out NULL) or (stream, stream_device, stream_priority) int32 arrays,
+ * held in arr[3] (release with sw_py_streams_free either way) and viewed as *view; -1 with an
+ * exception.  The arrays' fit to a graph is checked where they are used (sw_streams_check). */
+int sw_py_parse_streams(PyObject *obj, PyArrayObject **arr, sw_streams *view, const sw_streams **out);
+void sw_py_streams_free(PyArrayObject **arr);
 int sw_py_register_memplan(PyObject *module);
 /* schedule_py.c: its NumPy API table and names (SCHED_POLICIES, SUBTASKS), Problem.schedule, layer_paths */
 int sw_py_register_schedule(PyObject *module);

@@ -1,6 +1,7 @@
 /* runtime_py.c -- the Python Runtime type: one native runtime (csrc/exec/) per object.
  *
- *   rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devices, attrs, threads, jitter_us=0)
+ *   rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devices, attrs, threads, jitter_us=0, reuse=True,
+ *                      streams=None)
  *   loss = rt.step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps)
  *   loss = rt.forward(inputs, labels, running=False)   # the forward pass alone (loss, predict);
  *                                              # running: batchnorms use running statistics (eval)
@@ -15,6 +16,9 @@
  * the bits of a float32 (np.float32(s).view(np.int32): one array carries every attribute).  inputs is a list with one entry per
  * op: the minibatch of an input op (a floating-point array of the op's shape, finite),
  * None otherwise; labels N integers in range.  Anything else is a ValueError.
+ * streams: None (one stream per device) or a schedule's (stream, stream_device,
+ * stream_priority) int32 arrays: per task its stream, per stream its device and priority
+ * (a ValueError unless they fit the plan's task graph).
  * A step releases the GIL once for the whole step; a runtime used by two threads at
  * once raises RuntimeError in the second.
  */
@@ -82,13 +86,13 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
 
 static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "attrs", "threads", "jitter_us",
-                             "reuse", "backend", "gpus", "workspace", NULL};
-    PyObject *prob, *k, *dg, *ptr, *dv, *at, *gpus = Py_None;
+                             "reuse", "streams", "backend", "gpus", "workspace", NULL};
+    PyObject *prob, *k, *dg, *ptr, *dv, *at, *streams_obj = Py_None, *gpus = Py_None;
     int threads, jitter = 0, reuse = 1;
     const char *backend_name = "cpu";
     long long workspace = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|ipsOL", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
-                                     &jitter, &reuse, &backend_name, &gpus, &workspace)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|ipOsOL", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
+                                     &jitter, &reuse, &streams_obj, &backend_name, &gpus, &workspace)) {
         return NULL;
     }
     ProblemObject *problem = (ProblemObject *)prob;
@@ -105,7 +109,11 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     RuntimeObject *self = NULL;
     sw_py_backend spec = {0};
     memset(&a, 0, sizeof a);
+    PyArrayObject *stream_arrays[3] = {NULL, NULL, NULL};
+    sw_streams view;
+    const sw_streams *streams = NULL;
     if (sw_py_parse_plan(problem->p, k, dg, ptr, dv, &a) < 0 || parse_attrs(problem->p, at, &attrs) < 0 ||
+        sw_py_parse_streams(streams_obj, stream_arrays, &view, &streams) < 0 ||
         sw_py_backend_spec(backend_name, problem->p->ndev, gpus, workspace, &spec) < 0) {
         goto done;
     }
@@ -118,7 +126,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_BEGIN_ALLOW_THREADS
     s = sw_py_backend_make(&spec, threads, jitter, &backend);
     if (s == SW_OK) {
-        s = sw_runtime_new(problem->p, &a.plan, attrs, reuse, backend, &self->rt);
+        s = sw_runtime_new_on(problem->p, &a.plan, attrs, reuse, streams, backend, &self->rt);
     }
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
@@ -127,6 +135,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
 done:
     problem->busy = 0;
+    sw_py_streams_free(stream_arrays);
     PyMem_Free(attrs);
     sw_py_backend_spec_free(&spec);
     sw_py_plan_args_free(&a);

@@ -307,14 +307,14 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
 
 /* Lower, plan memory and order the tasks as the runtime does (its alignment, reuse on), time
  * and replay, with the GIL released; everything is freed on failure. */
-static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, sw_task_graph *g,
-                          double **modelled, sw_sim_result *r) {
+static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
+                          sw_task_graph *g, double **modelled, sw_sim_result *r) {
     SW_TRY(sw_lower(p, &a->plan, g));
     sw_memory_plan mp;
     sw_task_order order = {0};
-    sw_status st = sw_memory_plan_build(g, p->ndev, SW_ARENA_ALIGN, 1, &mp);
+    sw_status st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
     if (st == SW_OK) {
-        st = sw_task_order_build(g, &mp, &order);
+        st = sw_task_order_build_on(g, &mp, streams, &order);
         sw_memory_plan_free(&mp);
     }
     if (st == SW_OK) {
@@ -323,7 +323,7 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
                        : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     if (st == SW_OK) {
-        st = sw_simulate_graph(p, g, &order, *modelled, &s->machine, r);
+        st = sw_simulate_graph_on(p, g, &order, streams, *modelled, &s->machine, r);
     }
     sw_task_order_free(&order);
     return st;
@@ -342,15 +342,19 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
-                             "split", "element_seconds", "copy_bandwidth", "element_fixed", NULL};
+                             "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
+    PyObject *streams_obj = Py_None;
     int nres, cores = 0;
     double copy_bw = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdO", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &split, &rates, &copy_bw, &fixed) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOO", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    PyArrayObject *sa[3] = {NULL, NULL, NULL};
+    sw_streams view;
+    const sw_streams *streams = NULL;
     self->busy = 1;   /* from the conversions on: they read the problem */
     plan_args a;
     sim_args s;
@@ -360,12 +364,13 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
     if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
-        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, &s) < 0) {
+        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, &s) < 0 ||
+        sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0) {
         goto done;
     }
     sw_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, &g, &modelled, &r);
+    st = run_plan(self->p, &a, &s, streams, &g, &modelled, &r);
     Py_END_ALLOW_THREADS
     if (st != SW_OK) {
         sw_py_raise(st);
@@ -378,6 +383,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     }
 done:
     self->busy = 0;
+    sw_py_streams_free(sa);
     free(modelled);
     sw_sim_result_free(&r);
     sw_task_graph_free(&g);

@@ -19,6 +19,7 @@ the task graph alone (:meth:`MemoryPlan.validate`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class MemoryPlan:
     align: int
     arrays: dict[str, np.ndarray] = field(repr=False)
     optimizer_state: int = 1   # the optimizer's state buffers per parameter slice (1 SGD, 2 Adam)
+    schedule: Any = field(default=None, repr=False)   # the Schedule whose streams the tasks run on (None: fifo)
 
     @property
     def peak_bytes(self) -> int:
@@ -79,7 +81,8 @@ class MemoryPlan:
         bytes are touched by tasks all ordered one buffer's before the other's; raises ValueError."""
         a = self.arrays
         _problem(self.plan, self.optimizer_state).check_memory_plan(
-            *plan_arrays(self.plan), a["offset"], a["arena"], a["reuse_from"], a["reuse_to"], self.align)
+            *plan_arrays(self.plan), a["offset"], a["arena"], a["reuse_from"], a["reuse_to"], self.align,
+            _streams(self.plan, self.schedule))
 
     def summary(self) -> str:
         rows = [f"memory plan of {self.plan.name!r} ({len(self.devices)} devices, {self.align}-byte alignment):",
@@ -100,20 +103,36 @@ def _problem(plan: Plan, optimizer_state: int = 1):
     return problem
 
 
+def _streams(plan: Plan, schedule: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The streams argument of the core's bindings for a Schedule of ``plan`` (None: one per device)."""
+    if schedule is None:
+        return None
+    from .schedule import Schedule
+
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule (sw.schedule(plan)) or None, got {type(schedule).__name__}")
+    schedule.check(plan)
+    return schedule.stream_arrays()
+
+
 def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
-                optimizer_state: int = 1) -> MemoryPlan:
+                optimizer_state: int = 1, schedule: Any = None) -> MemoryPlan:
     """The planned memory of one training iteration of ``plan`` on each of its devices.
 
     ``align``: every buffer's offset is a multiple of it (a power of two, in bytes).
     ``check``: also prove the offsets safe (:meth:`MemoryPlan.validate`; slower on large plans).
     ``optimizer_state``: the optimizer's state buffers per parameter slice (1: SGD's momentum,
-    the default; 2: Adam's and AdamW's moments: ``optimizer.state_buffers``)."""
+    the default; 2: Adam's and AdamW's moments: ``optimizer.state_buffers``).
+    ``schedule``: a :class:`~shardwise.schedule.Schedule` of ``plan`` whose streams the tasks
+    run on; with several streams on a device the reuse edges order every task of the bytes'
+    previous occupant, on whatever stream, before a buffer takes them over."""
     if isinstance(align, bool) or not isinstance(align, int) or align < 1 or align & (align - 1):
         raise ValueError(f"align must be a power of two (bytes), got {align!r}")
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
-    r = _problem(plan, optimizer_state).memory_plan(*plan_arrays(plan), align=align, check=check)
+    streams = _streams(plan, schedule)
+    r = _problem(plan, optimizer_state).memory_plan(*plan_arrays(plan), align=align, check=check, streams=streams)
     kinds = _core.BUFFER_KINDS
     ndev = len(plan.devices)
     devices = {}
@@ -125,4 +144,4 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
             activations_kept=int(r["kept"][d]), staging=at_peak.get("region", 0) + at_peak.get("recv", 0),
             gradients=sum(at_peak.get(k, 0) for k in ("grad", "partial_grad", "param_grad", "grad_pre")),
             at_peak=at_peak)
-    return MemoryPlan(plan, devices, align, r, optimizer_state)
+    return MemoryPlan(plan, devices, align, r, optimizer_state, schedule)

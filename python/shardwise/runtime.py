@@ -5,11 +5,13 @@
     ex.persistent[b]                          # parameter, optimizer state and running-statistics buffers:
                                               # views into the arenas
 
-The runtime (csrc/exec/executor.c) runs every device's tasks on its stream in
-program order, on the CPU backend (csrc/cpu/backend_cpu.c): worker threads, one
-per device but no more than the cores the device graph says its CPU workers
-share; or, with ``backend="cuda"``, on GPUs (cuda/, docs/gpu.md), where
-``persistent`` holds host copies kept in step with the arenas (_DeviceBuffers).  The GIL is released once for the whole step; nothing is allocated
+The runtime (csrc/exec/executor.c) runs every task on its stream in program
+order (one stream per device, or a schedule's prioritized streams), on the CPU
+backend (csrc/cpu/backend_cpu.c): worker threads, one per device but no more
+than the cores the device graph says its CPU workers share, each taking the
+most urgent of its streams whose next task may start; or, with ``backend="cuda"``,
+on GPUs (cuda/, docs/gpu.md), where ``persistent`` holds host copies kept in step
+with the arenas (_DeviceBuffers).  The GIL is released once for the whole step; nothing is allocated
 during a step (buffers live at planned offsets in one arena per device).
 :class:`~shardwise.train.Trainer` is the user-facing API.
 """
@@ -23,6 +25,7 @@ from . import _core
 from .graph import BN_MOMENTUM, Graph, Op
 from .errors import ConfigError
 from .lower import TaskGraph, plan_arrays
+from .memory import _streams
 from .plan import Plan
 from .problem import make_problem
 
@@ -125,16 +128,18 @@ class NativeExecutor:
     """Runs the task graph of ``plan`` on the native runtime; parameters and optimizer state persist."""
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
-                 reuse: bool = True, optimizer_state: int = 1, backend: str = "cpu", gpus: list[int] | None = None,
-                 workspace_mb: int | None = None) -> None:
+                 reuse: bool = True, optimizer_state: int = 1, schedule: Any = None, backend: str = "cpu",
+                 gpus: list[int] | None = None, workspace_mb: int | None = None) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
         buffers share arena memory by lifetime (False: each keeps its own bytes);
         ``optimizer_state``: state buffers per parameter slice, as ``tg`` was lowered with
-        (``sw.lower(plan, optimizer_state)``; 1 for SGD, 2 for Adam and AdamW).  ``backend``:
-        "cpu" or "cuda"; for "cuda", ``gpus`` gives each logical device's GPU (default: the
-        plan's device graph's ``gpu_of``, else blocks over every GPU) and ``workspace_mb`` each
-        stream's workspace (default 64)."""
+        (``sw.lower(plan, optimizer_state)``; 1 for SGD, 2 for Adam and AdamW); ``schedule``:
+        a :class:`~shardwise.schedule.Schedule` of ``plan`` whose prioritized streams the tasks
+        run on (None: one stream per device, program order).  ``backend``: "cpu" or "cuda"; for
+        "cuda", ``gpus`` gives each logical device's GPU (default: the plan's device graph's
+        ``gpu_of``, else blocks over every GPU) and ``workspace_mb`` each stream's workspace
+        (default 64)."""
         self.graph = graph
         self.tg = tg
         self.optimizer_state = optimizer_state
@@ -148,8 +153,9 @@ class NativeExecutor:
         workspace = int(workspace_mb) << 20 if workspace_mb else 0
         self.backend = backend
         self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
-                                 reuse=reuse, backend=backend, gpus=gpus if backend == "cuda" else None,
-                                 workspace=workspace)
+                                 reuse=reuse, streams=_streams(plan, schedule), backend=backend,
+                                 gpus=gpus if backend == "cuda" else None, workspace=workspace)
+        self.schedule = schedule
         self.threads = threads
         ids = [b.id for b in tg.buffers if b.kind in PERSISTENT_KINDS]
         self._device: _DeviceBuffers | None = None

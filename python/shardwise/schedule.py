@@ -17,7 +17,9 @@ every task gets its layer path's priority (``-rank``: 0 on the critical path)
 less ``alpha`` for a weight's gradient (dW) or ``beta`` for a bias's (dB) and
 what follows them; a device gets one stream per distinct priority of its tasks.
 docs/scheduling.md describes how it maps onto the task graph and how the
-simulator and the backends will read it.  Higher priorities run first.
+runtime reads it (``sw.Trainer(g, plan, schedule=...)``: every task on its
+stream, the CPU backend taking the most urgent ready stream first).  Higher
+priorities run first.
 """
 from __future__ import annotations
 
@@ -134,6 +136,12 @@ class Schedule:
             raise ConfigError(f"the schedule was made for plan {self.plan.name!r}, whose configurations of "
                               f"{differ[:3]} differ from plan {plan.name!r}'s")
 
+    def stream_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(stream per task, device per stream, priority per stream) as int32 arrays: what the
+        runtime, its order and its memory plan take (``streams=`` of the core's bindings)."""
+        a = self.arrays
+        return tuple(np.ascontiguousarray(a[k], np.int32) for k in ("stream", "stream_device", "stream_priority"))
+
     def summary(self) -> str:
         """Blocks, paths and streams in a few lines."""
         lines = [f"{self.policy} schedule of {self.plan.name!r}: {len(self.priorities)} tasks, "
@@ -208,6 +216,19 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
     dA = {op.name: float(t) for op, t in zip(graph.ops, r["op_da"].tolist())}
     return Schedule(plan, policy, int(r["alpha"]), int(r["beta"]), int(r["levels"]), priorities, streams, paths,
                     blocks, dA, r)
+
+
+def as_schedule(plan: Plan, value: object, costs: object = None) -> Schedule | None:
+    """What a ``schedule=`` argument (of the Trainer, the simulator) means for ``plan``: None for
+    "fifo" (one stream per device, program order), ``schedule(plan, costs=costs)`` for
+    "critical_path", a Schedule itself once :meth:`Schedule.check` accepts it."""
+    if isinstance(value, Schedule):
+        value.check(plan)
+        return value
+    if isinstance(value, str) and value in POLICIES:
+        return None if value == "fifo" else schedule(plan, policy=value, costs=costs)
+    raise ConfigError(f"schedule must be one of {', '.join(map(repr, POLICIES))} or a Schedule "
+                      f"(sw.schedule(plan)), got {value!r}")
 
 
 def layer_paths(graph: Graph, dA: dict[str, float]) -> tuple[list[LayerBlock], list[LayerPath]]:

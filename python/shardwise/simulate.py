@@ -12,17 +12,20 @@ section 5) with computation.  The simulator replays the task graph the native ru
 drift apart:
 
 * each device's tasks run in program order on its stream, copies into it
-  included; a task also runs after its dependencies and after the memory plan's
-  reuse edges into it (a copy on another stream still reading bytes that a
-  buffer the task starts takes over), the memory plan being the runtime's
-  (:func:`shardwise.memory_plan`, the runtime's alignment);
+  included (or on a schedule's streams, ``schedule=``); a task also runs after
+  its dependencies and after the memory plan's reuse edges into it (a copy on
+  another stream still reading bytes that a buffer the task starts takes over),
+  the memory plan being the runtime's (:func:`shardwise.memory_plan`, the
+  runtime's alignment);
 * on CPU workers sharing a machine's cores (``DeviceGraph.cpu``), the CPU
-  backend runs the streams of devices c, c + threads, ... on thread c in program
-  order, so the simulator runs them one after another on core c, transfers
-  included;
+  backend runs the streams of devices c, c + threads, ... on thread c, one task
+  at a time, whenever free the most urgent ready one (the earliest in program
+  order under fifo), so the simulator makes core c a resource of their tasks,
+  transfers included;
 * one queue per link direction; a transfer holds every link of its route
   (:meth:`DeviceGraph.route`) for bytes / (slowest link on the route), so
-  transfers that share a link wait for each other (lowest task id first);
+  transfers that share a link wait for each other (lowest task id first, or
+  the higher stream priority under a schedule);
   between the nodes of a cluster, traffic goes through each node's one network
   adapter (send side of the source node, receive side of the destination),
   shared by its devices;
@@ -52,6 +55,7 @@ from .lower import plan_arrays
 from .plan import Plan
 from .problem import make_problem
 from .runtime import executor_threads
+from .schedule import as_schedule
 
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats", "forward_partial"}
@@ -152,7 +156,8 @@ def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | No
     return split(op_name, plan.configs[op_name].degrees)
 
 
-def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None) -> SimResult:
+def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
+             schedule: Any = "fifo") -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose buffers exceed its memory when
     ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -160,7 +165,11 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     bookkeeping rates and copy bandwidth) instead of the roofline model; its per-step overhead
     is added to the iteration time.  By default the costs the plan was searched with
     (``plan.costs``, None for the roofline model); ``costs="roofline"`` forces the model.
-    ``SimResult.costs_used`` says which were used."""
+    ``SimResult.costs_used`` says which were used.  ``schedule``: "fifo" (one stream per
+    device), "critical_path" (``sw.schedule(plan)`` with the same costs) or a Schedule: tasks on
+    its streams, and wherever ready tasks wait for one resource (a device, a thread's core, a
+    link) the one of the higher stream priority first.  A device runs one task at a time: the
+    share of compute that concurrent kernels of several streams get is not modelled yet."""
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -172,9 +181,11 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     devices = plan.devices
     problem = make_problem(plan.graph, devices, plan.options)
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
+    sched = as_schedule(plan, schedule, costs)
     m = _machine(devices)
     r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
-                              element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed)
+                              element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed,
+                              streams=sched.stream_arrays() if sched is not None else None)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)

@@ -37,9 +37,11 @@ from .runtime import NativeExecutor, backends
 from . import cuda
 from .running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
 from . import inference
+from .schedule import as_schedule
 
 if TYPE_CHECKING:
     from .memory import MemoryPlan
+    from .schedule import Schedule
 
 # the optimizers and CheckpointError are re-exported: shardwise.train was their home before
 __all__ = ["Trainer", "TrainingError", "TrainerInUseError", "CheckpointError", "Batch", "CPU_KINDS",
@@ -69,10 +71,16 @@ class Trainer:
     :meth:`evaluate`), :meth:`save_checkpoint` or :meth:`load_checkpoint` while another
     thread is inside one of them raises :class:`TrainerInUseError` at once and changes
     nothing; it neither waits nor computes a wrong result.  Use one Trainer per thread.
+
+    ``schedule``: "fifo" (the default: one stream per device, tasks in program order),
+    "critical_path" (``sw.schedule(plan)``: TurboDL's prioritized streams, the CPU backend
+    taking the most urgent ready task first), or a :class:`~shardwise.schedule.Schedule` of
+    this plan.  Weights and gradients are bitwise the same under every schedule; fifo stays
+    the default until critical_path is measured to help on the CPU (docs/scheduling.md).
     """
 
     def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
-                 seed: int = 0, workspace_mb: int | None = None) -> None:
+                 seed: int = 0, schedule: "str | Schedule" = "fifo", workspace_mb: int | None = None) -> None:
         """``optimizer``: :class:`~shardwise.optim.SGD` (the default, lr 0.01),
         :class:`~shardwise.optim.Adam` or :class:`~shardwise.optim.AdamW`.  Its kind fixes the
         optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
@@ -117,8 +125,9 @@ class Trainer:
         self.loss_ops = losses
         nstate = self.optimizer.state_buffers
         self.task_graph = lower(plan, optimizer_state=nstate)
-        self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate, backend=backend,
-                                       workspace_mb=workspace_mb)
+        self.schedule = as_schedule(plan, schedule)   # None: fifo
+        self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
+                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb)
         self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
         self._running = RunningStats(graph, self.task_graph)
         self.set_weights({**init_params(graph, seed), **running_defaults(graph)})
@@ -463,7 +472,8 @@ class Trainer:
         if mp is None:
             from .memory import memory_plan
 
-            mp = self._memory_plan = memory_plan(self.plan, optimizer_state=self.optimizer.state_buffers)
+            mp = self._memory_plan = memory_plan(self.plan, optimizer_state=self.optimizer.state_buffers,
+                                                 schedule=self.schedule)
         return mp
 
     def planned_memory_per_worker(self) -> dict[int, int]:
