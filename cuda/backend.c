@@ -80,8 +80,16 @@ static sw_status arena_new(sw_backend *b, int device, size_t bytes, void **base)
     if (device < 0 || device >= be->ndev) {
         return SW_FAIL(SW_ERR_VALUE, "no logical device %d on a CUDA backend of %d", device, be->ndev);
     }
+    /* the runtime knows its streams before it asks for arenas: one workspace for each of the
+     * device's (at least streams_per_device when that option is given) */
+    const sw_runtime *rt = be->base.rt;
+    int streams = 0;
+    for (int32_t k = 0; rt && k < rt->nstreams; k++) {
+        streams += rt->stream_device[k] == device;
+    }
+    streams = streams > be->streams_per_device ? streams : be->streams_per_device;
     sw_gpu_arena *a = &be->layout[device];
-    SW_TRY(sw_gpu_arena_layout((int64_t)bytes, be->streams_per_device, be->workspace, a));
+    SW_TRY(sw_gpu_arena_layout((int64_t)bytes, streams, be->workspace, a));
     CU_TRY(cudaSetDevice(be->gpu_of[device]));
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, (size_t)a->total);
@@ -120,9 +128,8 @@ static sw_status stream_new(sw_backend *b, int device, int priority, int *stream
     for (int k = 0; k < be->nstreams; k++) {
         index += be->streams[k].device == device;
     }
-    if (index >= be->streams_per_device) {
-        return SW_FAIL(SW_ERR_VALUE, "logical device %d needs more than the %d streams whose workspaces its arena "
-                       "holds: raise streams_per_device", device, be->streams_per_device);
+    if (!be->arena[device] || index >= be->layout[device].streams) {
+        return SW_FAIL(SW_ERR_INTERNAL, "logical device %d: stream %d has no workspace in its arena", device, index);
     }
     if (be->nstreams == be->cap) {
         int cap = be->cap ? 2 * be->cap : 8;
@@ -469,7 +476,7 @@ sw_status cu_backend_new(const sw_core_api *core, const sw_ext_options *opt, sw_
     if (be->workspace < (int64_t)CU_BLAS_WORKSPACE * 2) {
         be->workspace = (int64_t)CU_BLAS_WORKSPACE * 2;   /* cuBLAS's part and at least as much scratch */
     }
-    be->streams_per_device = opt->streams_per_device > 0 ? opt->streams_per_device : CU_DEFAULT_STREAMS;
+    be->streams_per_device = opt->streams_per_device > 0 ? opt->streams_per_device : 1;
     const char *tf32 = getenv("SHARDWISE_CUDA_TF32");
     be->tf32 = tf32 && tf32[0] == '1';
     be->gpu_of = malloc(sizeof *be->gpu_of * (size_t)opt->ndev);

@@ -37,7 +37,6 @@
  * rest holds padded window inputs (a chunk of samples at a time) and small scratch. */
 #define CU_DEFAULT_WORKSPACE ((int64_t)64 << 20)
 #define CU_BLAS_WORKSPACE ((size_t)4 << 20)   /* the first part of each workspace: cuBLAS's own */
-#define CU_DEFAULT_STREAMS 4                  /* workspaces reserved per logical device */
 
 typedef struct {
     int device, gpu;          /* logical device, and the GPU it runs on */
@@ -69,7 +68,7 @@ typedef struct cuda_backend {
     int *least, *greatest;    /* per GPU: CUDA's priority range */
     int tf32;                 /* SHARDWISE_CUDA_TF32=1: tensor-core float32 (not bitwise to the CPU) */
     int64_t workspace;
-    int streams_per_device;
+    int streams_per_device;   /* workspaces at least reserved per logical device (the runtime's streams decide) */
     sw_gpu_arena *layout;     /* ndev */
     char **arena;             /* ndev: each arena's base (device memory) */
     cu_stream *streams;

@@ -43,7 +43,7 @@ typedef struct {
     int ndev;                 /* the plan's logical devices */
     const int *gpu;           /* ndev: the GPU of each (NULL: sw_gpu_map's blocks over every GPU seen) */
     int64_t workspace_bytes;  /* per stream (0: the backend's default) */
-    int streams_per_device;   /* workspaces reserved per logical device (0: the backend's default) */
+    int streams_per_device;   /* workspaces at least reserved per logical device (0: one per stream it has) */
 } sw_ext_options;
 
 typedef struct {
