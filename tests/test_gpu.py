@@ -154,8 +154,9 @@ def test_lenet5_learns_the_digits_on_4_logical_devices():
     x_train, y_train, x_test, y_test = load_digits()
     g = sw.models.lenet5(batch=64)
     plan = sw.search(g, sw.DeviceGraph.cpu(4))
-    t = Trainer(g, plan, optimizer=SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), seed=0, backend="cuda")
-    t.fit(x_train, y_train, epochs=8)
+    # the command line's settings: 98.0% on the CPU backend with this plan
+    t = Trainer(g, plan, optimizer=SGD(lr=0.02, momentum=0.9, weight_decay=1e-4), seed=0, backend="cuda")
+    t.fit(x_train, y_train, epochs=20)
     assert t.evaluate(x_test, y_test) >= 0.95
 
 
