@@ -64,7 +64,8 @@ class TrainerInUseError(ShardwiseError, RuntimeError):
 
 
 class Trainer:
-    """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory).
+    """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory),
+    or with ``backend="cuda"`` on GPUs (compiled, never run on a GPU yet: docs/gpu.md).
 
     A Trainer is not thread-safe: its workers share one set of weights, activations and
     gradients.  A call of :meth:`step`, :meth:`loss`, :meth:`predict` (so also :meth:`fit`,
