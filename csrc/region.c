@@ -214,7 +214,10 @@ void sw_worker_iteration_box(const sw_op *op, const sw_config *c, int w, int64_t
 int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_box *region) {
     const sw_input *in = &op->inputs[slot];
     if (c->rvar >= 0 && !sw_is_owner(c, w)) {
-        int uses = 0;
+        /* an input the split reduction does not index is read by the owner alone when it is
+         * added once to the sum (a bias); a data input feeds every part (the ids of an
+         * embedding split over its vocabulary) */
+        int uses = in->role == SW_ROLE_DATA;
         for (int d = 0; d < in->rank; d++) {
             uses |= in->expr[d].coef[c->rvar] != 0;
         }
@@ -353,7 +356,7 @@ static sw_status prepare(const sw_op *op, const sw_config *c, int slot, prepared
             }
         }
     }
-    pr->uses_rvar = 0;
+    pr->uses_rvar = in->role == SW_ROLE_DATA;   /* as sw_worker_region: data feeds every part */
     for (int d = 0; c->rvar >= 0 && d < rank; d++) {
         pr->uses_rvar |= in->expr[d].coef[c->rvar] != 0;
     }

@@ -2,7 +2,8 @@
  *
  *   linear  y (N_b, O_b) = x (N_b, I) w (O_b, I)^T + b     dx (N_b, I) = dy (N_b, O_b) w (O_b, I)
  *           dw (O_b, I) = dy^T x
- *   matmul  y (M_b, N_b) = a (M_b, K) b (K, N_b)           da = dy b^T      db = a^T dy
+ *   matmul  y (.., M_b, N_b) = op(a) (.., M_b, K) op(b) (.., K, N_b), one product per batch index,
+ *           op a transpose when the op says (attention's q k^T); da and db as csrc/cpu/matmul.c
  *
  * cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T,
  * so gemm() swaps the operands and passes the row strides as leading dimensions.  Each
@@ -78,36 +79,109 @@ sw_status cu_linear_backward_weight(const cu_task *t, const sw_view *x, const sw
     return gemm(t, 1, 0, ob, in, nb, dy->data, ob, x->data + (dy->lo[0] - x->lo[0]) * in, in, dw->data, in);
 }
 
-/* Global element (r, c) of a 2-D view. */
-static const float *at2(const sw_view *v, int64_t r, int64_t c) {
-    return v->data + (r - v->lo[0]) * v->shape[1] + (c - v->lo[1]);
+/* ---- matmul: batched over the leading dimensions, transposes by flag (csrc/cpu/matmul.c) ---- */
+/* v's element (batch.., r, c) and its row stride. */
+static const float *at(const sw_view *v, const int64_t *batch, int64_t r, int64_t c) {
+    int64_t off = 0, stride = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        int64_t i = d == v->rank - 1 ? c : d == v->rank - 2 ? r : batch[d];
+        off += (i - v->lo[d]) * stride;
+        stride *= v->shape[d];
+    }
+    return v->data + off;
 }
 
-static int covers2(const sw_view *v, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
-    return v->rank == 2 && covers(v, 0, r0, nr) && covers(v, 1, c0, nc);
+static int64_t ld(const sw_view *v) { return v->shape[v->rank - 1]; }
+
+/* v holds rows [r0, r0 + nr), columns [c0, c0 + nc) and out's batch range. */
+static int holds(const sw_view *v, const sw_view *out, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+    int n = v->rank;
+    if (n != out->rank || n < 2) {
+        return 0;
+    }
+    for (int d = 0; d < n - 2; d++) {
+        if (!covers(v, d, out->lo[d], out->shape[d])) {
+            return 0;
+        }
+    }
+    return covers(v, n - 2, r0, nr) && covers(v, n - 1, c0, nc);
 }
 
-sw_status cu_matmul_forward(const cu_task *t, const sw_view *a, const sw_view *b, sw_view *y) {
-    int64_t m = y->shape[0], n = y->shape[1], k = a->shape[1];
-    if (!covers2(a, y->lo[0], m, 0, k) || !covers2(b, 0, k, y->lo[1], n)) {
+/* The next batch index of out's box (dimensions 0 .. rank-3); 0 after the last. */
+static int next_batch(const sw_view *out, int64_t *batch) {
+    for (int d = out->rank - 3; d >= 0; d--) {
+        if (++batch[d] < out->lo[d] + out->shape[d]) {
+            return 1;
+        }
+        batch[d] = out->lo[d];
+    }
+    return 0;
+}
+
+sw_status cu_matmul_forward(const cu_task *t, const sw_view *a, const sw_view *b, int ta, int tb, sw_view *y) {
+    int r = y->rank;
+    if (r < 2 || sw_view_volume(y) == 0) {
+        return r < 2 ? SW_FAIL(SW_ERR_INTERNAL, "task %d: matmul output of rank %d", t->e.id, r) : SW_OK;
+    }
+    int64_t m = y->shape[r - 2], n = y->shape[r - 1], m0 = y->lo[r - 2], n0 = y->lo[r - 1];
+    int64_t k = a->shape[ta ? r - 2 : r - 1], k0 = a->lo[ta ? r - 2 : r - 1];
+    if (!(ta ? holds(a, y, k0, k, m0, m) : holds(a, y, m0, m, k0, k)) ||
+        !(tb ? holds(b, y, n0, n, k0, k) : holds(b, y, k0, k, n0, n))) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: matmul operands do not cover the output", t->e.id);
     }
-    return gemm(t, 0, 0, m, n, k, at2(a, y->lo[0], 0), a->shape[1], at2(b, 0, y->lo[1]), b->shape[1], y->data, n);
+    int64_t batch[SW_MAX_RANK] = {0};
+    for (int d = 0; d < r - 2; d++) {
+        batch[d] = y->lo[d];
+    }
+    do {   /* y (M, N) = op(a) (M, K) op(b) (K, N), one product per batch index */
+        const float *pa = ta ? at(a, batch, k0, m0) : at(a, batch, m0, k0);
+        const float *pb = tb ? at(b, batch, n0, k0) : at(b, batch, k0, n0);
+        SW_TRY(gemm(t, ta, tb, m, n, k, pa, ld(a), pb, ld(b), (float *)at(y, batch, m0, n0), ld(y)));
+    } while (next_batch(y, batch));
+    return SW_OK;
 }
 
-sw_status cu_matmul_backward(const cu_task *t, int slot, const sw_view *a, const sw_view *b, const sw_view *dy,
-                             sw_view *dx) {
-    int64_t m = dy->shape[0], n = dy->shape[1];
-    if (slot == 0) {   /* da over dx's box: rows of dy, this worker's k */
-        int64_t k = dx->shape[1];
-        if (!covers2(b, dx->lo[1], k, dy->lo[1], n) || dx->shape[0] != m || dx->lo[0] != dy->lo[0]) {
-            return SW_FAIL(SW_ERR_INTERNAL, "task %d: matmul da's boxes disagree", t->e.id);
+sw_status cu_matmul_backward(const cu_task *t, int slot, int ta, int tb, const sw_view *a, const sw_view *b,
+                             const sw_view *dy, sw_view *dx) {
+    int r = dy->rank;
+    if (r < 2 || dx->rank != r || (slot != 0 && slot != 1)) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: matmul gradient of rank %d, slot %d", t->e.id, r, slot);
+    }
+    int64_t m = dy->shape[r - 2], n = dy->shape[r - 1], m0 = dy->lo[r - 2], n0 = dy->lo[r - 1];
+    int kd = slot == 0 ? (ta ? r - 2 : r - 1) : (tb ? r - 1 : r - 2);   /* the part of k dx holds */
+    int64_t k = dx->shape[kd], k0 = dx->lo[kd];
+    int ok = slot == 0 ? (ta ? holds(dx, dy, k0, k, m0, m) && dx->shape[r - 1] == m
+                             : holds(dx, dy, m0, m, k0, k) && dx->shape[r - 2] == m) &&
+                             (tb ? holds(b, dy, n0, n, k0, k) : holds(b, dy, k0, k, n0, n))
+                       : (tb ? holds(dx, dy, n0, n, k0, k) && dx->shape[r - 2] == n
+                             : holds(dx, dy, k0, k, n0, n) && dx->shape[r - 1] == n) &&
+                             (ta ? holds(a, dy, k0, k, m0, m) : holds(a, dy, m0, m, k0, k));
+    for (int d = 0; ok && d < r - 2; d++) {
+        ok = dx->lo[d] == dy->lo[d] && dx->shape[d] == dy->shape[d];
+    }
+    if (!ok) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: the boxes of dy, dx and the other matmul operand disagree", t->e.id);
+    }
+    if (sw_view_volume(dx) == 0) {
+        return SW_OK;
+    }
+    int64_t batch[SW_MAX_RANK] = {0};
+    for (int d = 0; d < r - 2; d++) {
+        batch[d] = dy->lo[d];
+    }
+    do {
+        const float *g = at(dy, batch, m0, n0);
+        const float *pa = ta ? at(a, batch, k0, m0) : at(a, batch, m0, k0);
+        const float *pb = tb ? at(b, batch, n0, k0) : at(b, batch, k0, n0);
+        if (slot == 0 && !ta) {          /* da (M, K) = dy (M, N) op(b)^T */
+            SW_TRY(gemm(t, 0, !tb, m, k, n, g, ld(dy), pb, ld(b), (float *)at(dx, batch, m0, k0), ld(dx)));
+        } else if (slot == 0) {          /* da (K, M) = op(b) (K, N) dy^T */
+            SW_TRY(gemm(t, tb, 1, k, m, n, pb, ld(b), g, ld(dy), (float *)at(dx, batch, k0, m0), ld(dx)));
+        } else if (!tb) {                /* db (K, N) = op(a)^T (K, M) dy */
+            SW_TRY(gemm(t, !ta, 0, k, n, m, pa, ld(a), g, ld(dy), (float *)at(dx, batch, k0, n0), ld(dx)));
+        } else {                         /* db (N, K) = dy^T op(a) (M, K) */
+            SW_TRY(gemm(t, 1, ta, n, k, m, g, ld(dy), pa, ld(a), (float *)at(dx, batch, n0, k0), ld(dx)));
         }
-        return gemm(t, 0, 1, m, k, n, dy->data, n, at2(b, dx->lo[1], dy->lo[1]), b->shape[1], dx->data, k);
-    }
-    int64_t k = dx->shape[0];   /* db over dx's box: this worker's k, columns of dy */
-    if (!covers2(a, dy->lo[0], m, dx->lo[0], k) || dx->shape[1] != n || dx->lo[1] != dy->lo[1]) {
-        return SW_FAIL(SW_ERR_INTERNAL, "task %d: matmul db's boxes disagree", t->e.id);
-    }
-    return gemm(t, 1, 0, k, n, m, at2(a, dy->lo[0], dx->lo[0]), a->shape[1], dy->data, n, dx->data, n);
+    } while (next_batch(dy, batch));
+    return SW_OK;
 }

@@ -20,7 +20,7 @@
  *   host/        the host-side planning, pure C (host/gpu_plan.h), also built into the core
  *
  * Shapes: views are boxes of global tensors stored row-major (csrc/cpu/kernels.h): conv
- * x (N, Ci, H, W), w (Co, Ci, kh, kw); linear x (N, I), w (O, I); matmul a (M, K) b (K, N).
+ * x (N, Ci, H, W), w (Co, Ci, kh, kw); linear x (N, I), w (O, I); matmul a (.., M, K) b (.., K, N).
  */
 #ifndef SHARDWISE_CUDA_BACKEND_H
 #define SHARDWISE_CUDA_BACKEND_H
@@ -152,9 +152,10 @@ sw_status cu_linear_forward(const cu_task *t, const sw_view *x, const sw_view *w
                             int relu);
 sw_status cu_linear_backward_data(const cu_task *t, const sw_view *w, const sw_view *dy, sw_view *dx);
 sw_status cu_linear_backward_weight(const cu_task *t, const sw_view *x, const sw_view *dy, sw_view *dw);
-sw_status cu_matmul_forward(const cu_task *t, const sw_view *a, const sw_view *b, sw_view *y);
-sw_status cu_matmul_backward(const cu_task *t, int slot, const sw_view *a, const sw_view *b, const sw_view *dy,
-                             sw_view *dx);
+/* ta, tb: read a, b with their last two dimensions swapped */
+sw_status cu_matmul_forward(const cu_task *t, const sw_view *a, const sw_view *b, int ta, int tb, sw_view *y);
+sw_status cu_matmul_backward(const cu_task *t, int slot, int ta, int tb, const sw_view *a, const sw_view *b,
+                             const sw_view *dy, sw_view *dx);
 
 /* ---- backend.c: the constructor behind shardwise._cuda's capsule ---- */
 sw_status cu_backend_new(const sw_core_api *core, const sw_ext_options *opt, sw_backend **out);

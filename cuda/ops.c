@@ -397,14 +397,23 @@ static sw_status batchnorm_backward_weight(const cu_task *t) {
 }
 
 /* ------------------------------------------------------------------ matmul, LSTM */
+/* An operand is transposed when its index map swaps the last two dimensions (ops.py). */
+static void transposes(const cu_task *t, int *ta, int *tb) {
+    int r = t->e.op->out_rank;
+    *ta = t->e.op->map[0][r - 2].coef[r] != 0;
+    *tb = t->e.op->map[1][r - 1].coef[r] != 0;
+}
+
 static sw_status matmul_forward(const cu_task *t) {
     sw_view a, b, y;
+    int ta, tb;
+    transposes(t, &ta, &tb);
     view(t, t->e.reads[0], &a);
     view(t, t->e.reads[1], &b);
     sw_env_rebase(&t->e, 0, &a);
     sw_env_rebase(&t->e, 1, &b);
     view(t, t->e.writes[0], &y);
-    return cu_matmul_forward(t, &a, &b, &y);
+    return cu_matmul_forward(t, &a, &b, ta, tb, &y);
 }
 
 static sw_status matmul_backward_data(const cu_task *t) {
@@ -424,7 +433,9 @@ static sw_status matmul_backward_data(const cu_task *t) {
     sw_env_rebase(&t->e, 0, &a);
     sw_env_rebase(&t->e, 1, &b);
     sw_env_rebase(&t->e, t->e.task->slot, &dx);
-    return cu_matmul_backward(t, t->e.task->slot, &a, &b, &dy, &dx);
+    int ta, tb;
+    transposes(t, &ta, &tb);
+    return cu_matmul_backward(t, t->e.task->slot, ta, tb, &a, &b, &dy, &dx);
 }
 
 /* LSTM gates: the data regions in slot order, each covering the output's box. */
@@ -501,7 +512,10 @@ static const cu_op OPS[SW_OP_COUNT] = {
     [SW_OP_CUSTOM] = {NULL, NULL, NULL},
 };
 
-int cu_has_kernels(int type) { return type >= 0 && type < SW_OP_COUNT && type != SW_OP_CUSTOM; }
+/* Kinds whose table row names kernels: a row left out (a kind added to ops.def since) has none. */
+int cu_has_kernels(int type) {
+    return type >= 0 && type < SW_OP_COUNT && (OPS[type].forward || OPS[type].backward_data);
+}
 
 static const char *const OP_NAMES[] = {
 #define SW_OP(id, name, role, cpu) [SW_OP_##id] = name,

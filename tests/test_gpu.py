@@ -112,6 +112,18 @@ def test_matmul_and_parameter_match_the_cpu_backend():
     assert_close_weights(gpu.get_weights(), cpu.get_weights())
 
 
+def test_batched_matmul_with_transposes_matches_the_cpu_backend():
+    g = sw.Graph("bmm")
+    x = g.input("x", (4, 3, 6))
+    w = g.parameter((4, 5, 6), name="w")
+    y = g.matmul(x, w, transpose_b=True, name="op")              # (4, 3, 5) = x @ w^T per sample
+    z = g.matmul(y, g.parameter((4, 3, 2), name="v"), transpose_a=True, name="op2")   # (4, 5, 2)
+    g.softmax(g.linear(g.flatten(z, name="fl"), 5, name="fc"), name="prob")
+    want, cpu, got, gpu = train_both(g, one_device(g), steps=2, seed=6)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    assert_close_weights(gpu.get_weights(), cpu.get_weights())
+
+
 def test_lstm_cells_match_the_cpu_backend():
     g = sw.models.rnn(layers=1, hidden=8, steps=2, batch=4, input_size=6, num_classes=5)
     want, cpu, got, gpu = train_both(g, one_device(g), steps=2, seed=4)

@@ -417,8 +417,26 @@ def test_the_cuda_extra_and_the_build_requirements_name_the_same_wheels(monkeypa
     assert build_backend.get_requires_for_build_wheel() == ["wheel"]
 
 
-def test_the_cuda_backend_has_kernels_for_every_trainable_op_kind():
+CUDA_KINDS = {"input", "conv2d", "pool2d", "relu", "add", "batchnorm2d", "concat", "flatten", "linear", "softmax",
+              "parameter", "matmul", "lstm_cell", "lstm_hidden", "sigmoid", "tanh", "gelu", "silu", "leaky_relu"}
+
+
+def test_the_cuda_backend_names_the_op_kinds_it_has_kernels_for():
     if not sw.cuda.built():
         assert sw.cuda.op_kinds() == frozenset()
         return
-    assert sw.cuda.op_kinds() == frozenset(_core.CPU_OP_KINDS)
+    assert sw.cuda.op_kinds() == CUDA_KINDS <= set(_core.CPU_OP_KINDS)
+
+
+def test_a_graph_the_cuda_backend_cannot_run_is_refused_before_looking_for_a_gpu():
+    if not sw.cuda.built():
+        pytest.skip("the CUDA backend is not built here")
+    missing = sorted(set(_core.CPU_OP_KINDS) - CUDA_KINDS)
+    if "layer_norm" not in missing:
+        pytest.skip("every CPU op kind runs on CUDA")
+    g = sw.Graph("ln")
+    x = g.input("x", (4, 6))
+    g.softmax(g.linear(g.layer_norm(x, name="ln"), 3, name="fc"), name="prob")
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
+    with pytest.raises(sw.ConfigError, match="CUDA backend has no kernels for op kind 'layer_norm'"):
+        sw.Trainer(g, plan, backend="cuda")

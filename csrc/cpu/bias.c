@@ -1,5 +1,5 @@
 /* bias.c -- the gradient of a bias: the output's gradient summed over every dimension
- * but the channel (dimension 1).
+ * but the channel (dimension 1; the last for a linear or layer norm on (N, T, D)).
  *
  *   db (C_b) = sum over n and the trailing dimensions of dy (N_b, C_b, ...)
  *
@@ -11,9 +11,8 @@
 #include "kernels.h"
 #include "view.h"  /* sw_view_check, sw_view_check_range */
 
-/* (N_b, C_b) rows: column sums, 256 columns at a time, row by row (dy is row-major). */
-static void column_sums(const sw_view *dy, float *db) {
-    int64_t nb = dy->shape[0], cb = dy->shape[1];
+/* (outer, C_b) rows: column sums, 256 columns at a time, row by row (dy is row-major). */
+static void column_sums(const float *dy, int64_t nb, int64_t cb, float *db) {
     double acc[256];
     for (int64_t c0 = 0; c0 < cb; c0 += 256) {
         int64_t c1 = cb - c0 < 256 ? cb : c0 + 256;
@@ -21,7 +20,7 @@ static void column_sums(const sw_view *dy, float *db) {
             acc[c - c0] = 0.0;
         }
         for (int64_t n = 0; n < nb; n++) {
-            const float *row = dy->data + n * cb;
+            const float *row = dy + n * cb;
             for (int64_t c = c0; c < c1; c++) {
                 acc[c - c0] += row[c];
             }
@@ -32,13 +31,12 @@ static void column_sums(const sw_view *dy, float *db) {
     }
 }
 
-/* (N_b, C_b, plane): per channel, its planes of every sample in turn. */
-static void plane_sums(const sw_view *dy, int64_t plane, float *db) {
-    int64_t cb = dy->shape[1];
+/* (outer, C_b, plane): per channel, its planes of every outer index in turn. */
+static void plane_sums(const float *dy, int64_t outer, int64_t cb, int64_t plane, float *db) {
     for (int64_t c = 0; c < cb; c++) {
         double acc = 0.0;
-        for (int64_t n = 0; n < dy->shape[0]; n++) {
-            const float *d = dy->data + (n * cb + c) * plane;
+        for (int64_t n = 0; n < outer; n++) {
+            const float *d = dy + (n * cb + c) * plane;
             for (int64_t q = 0; q < plane; q++) {
                 acc += d[q];
             }
@@ -47,24 +45,31 @@ static void plane_sums(const sw_view *dy, int64_t plane, float *db) {
     }
 }
 
-sw_status sw_bias_backward(const sw_view *dy, sw_view *db) {
+sw_status sw_bias_backward_axis(const sw_view *dy, int axis, sw_view *db) {
     sw_status s;
-    if (!dy || dy->rank < 2 || dy->rank > SW_MAX_RANK) {
-        return SW_FAIL(SW_ERR_VALUE, "bias_backward: dy must have 2..%d dimensions (N, C, ...)", SW_MAX_RANK);
+    if (!dy || dy->rank < 2 || dy->rank > SW_MAX_RANK || axis < 1 || axis >= dy->rank) {
+        return SW_FAIL(SW_ERR_VALUE, "bias_backward: dy must have 2..%d dimensions (N, ..., C, ...) and the "
+                       "bias a dimension after the first", SW_MAX_RANK);
     }
     if ((s = sw_view_check(dy, dy->rank, "bias_backward: dy")) != SW_OK ||
         (s = sw_view_check(db, 1, "bias_backward: db")) != SW_OK ||
-        (s = sw_view_check_range(db, 0, dy->lo[1], dy->shape[1], "bias_backward: db", "channel (dy's)")) != SW_OK) {
+        (s = sw_view_check_range(db, 0, dy->lo[axis], dy->shape[axis], "bias_backward: db",
+                                 "channel (dy's)")) != SW_OK) {
         return s;
     }
-    int64_t plane = 1;
-    for (int d = 2; d < dy->rank; d++) {
+    int64_t outer = 1, plane = 1;
+    for (int d = 0; d < axis; d++) {
+        outer *= dy->shape[d];
+    }
+    for (int d = axis + 1; d < dy->rank; d++) {
         plane *= dy->shape[d];
     }
     if (plane == 1) {
-        column_sums(dy, db->data);
+        column_sums(dy->data, outer, dy->shape[axis], db->data);
     } else {
-        plane_sums(dy, plane, db->data);
+        plane_sums(dy->data, outer, dy->shape[axis], plane, db->data);
     }
     return SW_OK;
 }
+
+sw_status sw_bias_backward(const sw_view *dy, sw_view *db) { return sw_bias_backward_axis(dy, 1, db); }

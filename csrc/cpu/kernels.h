@@ -87,6 +87,8 @@ sw_status sw_linear_backward_weight(const sw_view *x, const sw_view *dy, sw_view
 /* ---- bias gradient (bias.c): db (C_b) = dy (N_b, C_b, ...) summed over all but dimension 1,
  * db's range being dy's channels; a conv's or linear's bias, a batchnorm's beta ---- */
 sw_status sw_bias_backward(const sw_view *dy, sw_view *db);
+/* the same with the bias along dimension `axis` of dy (a linear's on (N, T, D): the last) */
+sw_status sw_bias_backward_axis(const sw_view *dy, int axis, sw_view *db);
 
 /* ---- element-wise (eltwise.c) ---- */
 sw_status sw_relu_forward(const sw_view *x, sw_view *y);
@@ -149,6 +151,53 @@ void sw_bn_running_moments(const float *running, int64_t channels, double eps, f
 sw_status sw_softmax_xent_forward(const sw_view *x, const int32_t *labels, sw_view *p, double *loss_sum);
 /* dx = (p - onehot(label)) / n_total over p's box */
 sw_status sw_softmax_xent_backward(const sw_view *p, const int32_t *labels, int64_t n_total, sw_view *dx);
+
+/* ---- sequence-model ops (transformers).  Row kernels take (rows, D) views whose rows are
+ * the flattened leading dimensions of (N, T, D) tensors; every view of one call holds the
+ * same rows (the glue in ops_cpu_seq.c checks it and flattens). ---- */
+/* layernorm.c: y (rows, d-range) = (x - mean) * invstd * w + b over whole rows of x (biased
+ * variance, as torch.nn.LayerNorm); w and b cover y's d-range (b may be NULL). */
+sw_status sw_layer_norm_forward(const sw_view *x, const sw_view *w, const sw_view *b, float eps, sw_view *y);
+/* dx (rows, D): the partial gradient from dy's d-range alone (the contributions add up over
+ * d-ranges): invstd * (w dy - sum(w dy) / D - xhat sum(w dy xhat) / D) */
+sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const sw_view *dy, float eps, sw_view *dx);
+/* dw (d-range) = sum over rows of dy * xhat */
+sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, float eps, sw_view *dw);
+
+/* embedding.c: ids (rows) holds integer-valued floats; w (v-range, d-range) a slice of the
+ * (vocab, D) table at its global coordinates.  y (rows, d-range) = w[id] for ids in the
+ * slice's v-range, zeros for the others (partial outputs of a vocabulary split). */
+sw_status sw_embedding_forward(const sw_view *ids, const sw_view *w, sw_view *y);
+/* dw (v-range, d-range) = sum of dy's rows by id, the rows in order (deterministic) */
+sw_status sw_embedding_backward_weight(const sw_view *ids, const sw_view *dy, sw_view *dw);
+
+/* softmax_dim.c: y = softmax(scale * x) along dimension `axis` (any rank), x holding whole
+ * lines along it; causal (axis the last): key j > query i (dimension rank-2) gets 0. */
+sw_status sw_softmax_dim_forward(const sw_view *x, int axis, float scale, int causal, sw_view *y);
+/* dx (whole lines) = scale * p * (dy - sum(dy p)) with the sums over dy's part of each line
+ * (a partial gradient); p: the forward's output holding dx's whole lines, or NULL to
+ * recompute it from x */
+sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *p, const sw_view *dy, int axis, float scale,
+                                  int causal, sw_view *dx);
+
+/* matmul.c: batched products over the leading dimensions, transposes by flag, OpenBLAS:
+ * y (.., M_b, N_b) = op(a) (.., M_b, K) op(b) (.., K, N_b), K the views' k range */
+sw_status sw_matmul_forward(const sw_view *a, const sw_view *b, int ta, int tb, sw_view *y);
+/* the gradient of operand `slot` (0 a, 1 b) over dx's box, in that operand's layout */
+sw_status sw_matmul_backward(const sw_view *a, const sw_view *b, const sw_view *dy, int ta, int tb, int slot,
+                             sw_view *dx);
+
+/* indexmap.c: y[o] = x[map(o)] over y's box, map one index expression per dimension of x over
+ * y's coordinates (reshape, permute: the op description's map, evaluated) */
+sw_status sw_index_map_forward(const sw_view *x, const sw_index_expr *map, sw_view *y);
+/* dx[map(o)] = dy[o] for o in dy's box, zeros elsewhere in dx's box (map is one-to-one) */
+sw_status sw_index_map_backward(const sw_index_expr *map, const sw_view *dy, sw_view *dx);
+
+/* broadcast.c: y = a + b with b's dimensions the trailing ones of a's (a learned position
+ * table (T, D) added to (N, T, D)) */
+sw_status sw_add_broadcast_forward(const sw_view *a, const sw_view *b, sw_view *y);
+/* db (b's box) = dy summed over its leading dimensions (the ones b lacks), in row order */
+sw_status sw_sum_leading(const sw_view *dy, sw_view *db);
 
 /* ---- moving data (copy.c): transfers, concat, flatten, gradient sums ---- */
 /* dst[i] = src[i] for every global index i in both boxes (same rank) */

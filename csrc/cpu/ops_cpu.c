@@ -6,7 +6,7 @@
  * slices).  A worker of a split reduction runs the same kernels with its part's
  * coordinates shifted down (sw_env_rebase).  A backward task with no gradient
  * flowing back writes zeros.  Shapes: conv x (N, Ci, H, W), w (Co, Ci, kh, kw);
- * linear x (N, I), w (O, I); matmul a (M, K) @ b (K, N).
+ * linear x (N, I) or (N, T, I), w (O, I); the loss's logits (N, C) or (N, T, C).
  */
 #include <string.h>  /* memcpy */
 
@@ -72,6 +72,17 @@ static sw_status conv2d_forward(const sw_task_env *e) {
     return sw_conv2d_forward(&x, &w, has_bias ? &b : NULL, &y, &win);
 }
 
+/* A linear on (N, T, D) views: the leading dimensions flattened into rows (x, y: same rows). */
+static sw_status linear_rows(sw_view *v, const sw_view *ref) {
+    if (v->rank <= 2) {
+        return SW_OK;
+    }
+    sw_view flat;
+    SW_TRY(sw_view_rows(v, 1, ref, &flat));
+    *v = flat;
+    return SW_OK;
+}
+
 static sw_status linear_forward(const sw_task_env *e) {
     sw_view x, w, b, y;
     int has_bias;
@@ -79,6 +90,8 @@ static sw_status linear_forward(const sw_task_env *e) {
     sw_env_rebase(e, 0, &x);
     weights_of(e, 1, &w, &b, &has_bias);
     sw_env_view(e, e->writes[0], &y);
+    SW_TRY(linear_rows(&x, &y));
+    SW_TRY(linear_rows(&y, NULL));
     return sw_linear_forward(&x, &w, has_bias ? &b : NULL, &y, relu_here(e));
 }
 
@@ -109,7 +122,12 @@ static sw_status linear_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view w, dz, dx;
     SW_TRY(dx_setup(e, &r, &w, &dz, &dx));
-    return r.dy < 0 ? zero_writes(e) : sw_linear_backward_data(&w, &dz, &dx);
+    if (r.dy < 0) {
+        return zero_writes(e);
+    }
+    SW_TRY(linear_rows(&dx, &dz));
+    SW_TRY(linear_rows(&dz, NULL));
+    return sw_linear_backward_data(&w, &dz, &dx);
 }
 
 /* One weight slot's gradient over the worker's slice (the task's slot): a bias's is dz's
@@ -126,8 +144,8 @@ static sw_status weight_or_bias_grad(const sw_task_env *e, weight_grad_fn grad) 
     sw_view dz, dw;
     SW_TRY(sw_env_dz(e, &r, &dz));
     sw_env_view(e, e->writes[0], &dw);
-    if (e->op->bias[e->task->slot]) {
-        return sw_bias_backward(&dz, &dw);
+    if (e->op->bias[e->task->slot]) {   /* a linear's bias is along the last dimension, a conv's the channel */
+        return sw_bias_backward_axis(&dz, e->attrs->type == SW_OP_LINEAR ? dz.rank - 1 : 1, &dw);
     }
     if (r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", e->id);
@@ -145,7 +163,10 @@ static sw_status conv2d_dw(const sw_task_env *e, const sw_view *x, const sw_view
 
 static sw_status linear_dw(const sw_task_env *e, const sw_view *x, const sw_view *dz, sw_view *dw) {
     (void)e;
-    return sw_linear_backward_weight(x, dz, dw, NULL);
+    sw_view xr = *x, dzr = *dz;
+    SW_TRY(linear_rows(&xr, dz));
+    SW_TRY(linear_rows(&dzr, NULL));
+    return sw_linear_backward_weight(&xr, &dzr, dw, NULL);
 }
 
 static sw_status conv2d_backward_weight(const sw_task_env *e) {
@@ -202,7 +223,7 @@ static sw_status add_forward(const sw_task_env *e) {
     sw_env_view(e, e->reads[0], &a);
     sw_env_view(e, e->reads[1], &b);
     sw_env_view(e, e->writes[0], &y);
-    return sw_add_forward(&a, &b, &y);
+    return b.rank < y.rank ? sw_add_broadcast_forward(&a, &b, &y) : sw_add_forward(&a, &b, &y);
 }
 
 /* add and concat: dx is dy over the region's part (concat: shifted back along its axis). */
@@ -216,6 +237,9 @@ static sw_status pass_backward_data(const sw_task_env *e) {
         return SW_OK;
     }
     sw_env_view(e, r.dy, &dy);
+    if (dx.rank < dy.rank) {   /* add: an operand broadcast over the leading dimensions */
+        return sw_sum_leading(&dy, &dx);
+    }
     if (e->attrs->type == SW_OP_CONCAT) {   /* input k feeds output positions [offset, offset + size) */
         int axis = e->attrs->axis;
         int64_t offset = 0;
@@ -279,11 +303,102 @@ static sw_status flatten_backward_data(const sw_task_env *e) {
 }
 
 /* ------------------------------------------------------------------ softmax + cross-entropy (the loss) */
+/* The loss's logits are (N, C) or (N, T.., C): the kernels see one (rows, C) slab per index
+ * of the dimensions before the rows (R = the second-to-last), the labels of the slab's rows
+ * starting at their row-major position among the loss's N*T.. labels.  The mean is over
+ * every label: each row's -log p is divided by the rows per sample here, the executor
+ * divides the step's sum by N. */
+typedef struct {
+    int rank;
+    int64_t outer[SW_MAX_RANK];   /* the current index of dimensions 0 .. rank-3 */
+} loss_slabs;
+
+/* v's slab at s's current outer index, as a 2-D (R, C) view at global row coordinates. */
+static void slab_of(const sw_view *v, const loss_slabs *s, sw_view *out) {
+    int64_t idx[SW_MAX_RANK];
+    for (int d = 0; d < s->rank - 2; d++) {
+        idx[d] = s->outer[d];
+    }
+    idx[s->rank - 2] = v->lo[s->rank - 2];
+    idx[s->rank - 1] = v->lo[s->rank - 1];
+    out->data = v->data + sw_view_offset(v, idx);
+    out->rank = 2;
+    for (int d = 0; d < 2; d++) {
+        out->lo[d] = v->lo[s->rank - 2 + d];
+        out->shape[d] = v->shape[s->rank - 2 + d];
+    }
+}
+
+/* The labels of the slab's rows from row `row0`: the row-major label index of (outer.., row0). */
+static const int32_t *slab_labels(const sw_task_env *e, const loss_slabs *s, int64_t row0) {
+    int64_t at = 0;
+    for (int d = 0; d < s->rank - 2; d++) {
+        at = at * e->op->shape[d] + s->outer[d];
+    }
+    return e->ctx->args->labels + at * e->op->shape[s->rank - 2] + row0;
+}
+
+static int next_slab(const sw_view *box, loss_slabs *s) {
+    for (int d = s->rank - 3; d >= 0; d--) {
+        if (++s->outer[d] < sw_view_hi(box, d)) {
+            return 1;
+        }
+        s->outer[d] = box->lo[d];
+    }
+    return 0;
+}
+
+static void first_slab(const sw_view *box, loss_slabs *s) {
+    s->rank = box->rank;
+    for (int d = 0; d < box->rank - 2; d++) {
+        s->outer[d] = box->lo[d];
+    }
+}
+
+/* Rows of the loss per sample (T.. of (N, T.., C)) and all its rows (N T..). */
+static int64_t loss_rows(const sw_task_env *e, int from) {
+    int64_t rows = 1;
+    for (int d = from; d < e->op->out_rank - 1; d++) {
+        rows *= e->op->shape[d];
+    }
+    return rows;
+}
+
 static sw_status softmax_forward(const sw_task_env *e) {
-    sw_view x, p;
+    sw_view x, p, xs, ps;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &p);
-    return sw_softmax_xent_forward(&x, e->ctx->args->labels + x.lo[0], &p, &e->rt->loss_sums[e->id]);
+    if (x.rank != p.rank || p.rank < 2) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: the loss's logits and output differ in rank", e->id);
+    }
+    loss_slabs s;
+    double sum = 0.0;
+    first_slab(&p, &s);
+    if (sw_view_volume(&p) > 0) {
+        do {
+            slab_of(&x, &s, &xs);
+            slab_of(&p, &s, &ps);
+            SW_TRY(sw_softmax_xent_forward(&xs, slab_labels(e, &s, xs.lo[0]), &ps, &sum));
+        } while (next_slab(&p, &s));
+    }
+    e->rt->loss_sums[e->id] += sum / (double)loss_rows(e, 1);
+    return SW_OK;
+}
+
+/* (p - onehot) / rows over p's box, into `out` (p's box). */
+static sw_status loss_grad(const sw_task_env *e, const sw_view *p, sw_view *out) {
+    loss_slabs s;
+    sw_view ps, os;
+    first_slab(p, &s);
+    if (sw_view_volume(p) == 0) {
+        return SW_OK;
+    }
+    do {
+        slab_of(p, &s, &ps);
+        slab_of(out, &s, &os);
+        SW_TRY(sw_softmax_xent_backward(&ps, slab_labels(e, &s, ps.lo[0]), loss_rows(e, 0), &os));
+    } while (next_slab(p, &s));
+    return SW_OK;
 }
 
 /* dx over the worker's classes of its rows; zero elsewhere in its region. */
@@ -294,13 +409,13 @@ static sw_status softmax_backward_data(const sw_task_env *e) {
     sw_env_view(e, r.y, &p);
     sw_env_view(e, e->writes[0], &dx);
     if (sw_box_equal(&e->rt->g.buffers[r.y].box, &e->rt->g.buffers[e->writes[0]].box)) {
-        return sw_softmax_xent_backward(&p, e->ctx->args->labels + p.lo[0], e->op->shape[0], &dx);
+        return loss_grad(e, &p, &dx);
     }
     sw_status s = SW_OK;
     part = p;
     part.data = sw_env_scratch(e, sizeof(float) * (size_t)sw_view_volume(&p), &s);
     SW_TRY(s);
-    SW_TRY(sw_softmax_xent_backward(&p, e->ctx->args->labels + p.lo[0], e->op->shape[0], &part));
+    SW_TRY(loss_grad(e, &p, &part));
     sw_view_zero(&dx);
     return sw_copy_box(&part, &dx);
 }
@@ -380,7 +495,7 @@ const sw_cpu_op sw_cpu_flatten = {flatten_forward, flatten_backward_data, NULL};
 const sw_cpu_op sw_cpu_linear = {linear_forward, linear_backward_data, linear_backward_weight};
 const sw_cpu_op sw_cpu_softmax = {softmax_forward, softmax_backward_data, NULL};
 const sw_cpu_op sw_cpu_parameter = {parameter_forward, NULL, parameter_backward_weight};
-/* matmul and the LSTM ops: ops_cpu_rnn.c */
+/* the LSTM ops: ops_cpu_rnn.c; matmul and the sequence-model ops: ops_cpu_seq.c */
 
 const sw_cpu_op *const sw_cpu_ops[] = {
 #define SW_OP(id, name, role, cpu) [SW_OP_##id] = &cpu,

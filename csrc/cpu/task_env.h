@@ -63,6 +63,10 @@ void sw_env_backward_reads(const sw_task_env *e, sw_backward_reads *r);
 sw_status sw_env_dz(const sw_task_env *e, const sw_backward_reads *r, sw_view *dz);
 /* optim.c: an update task (SGD, Adam or AdamW per the step's optimizer). */
 sw_status sw_cpu_update(const sw_task_env *e);
+/* v with its leading dimensions (all but the last `keep`) flattened into local rows from 0:
+ * (N, T, D) -> (N*T, D) for keep 1, (N, T) -> (N*T) for keep 0.  When ref is given its
+ * leading box must be v's (SW_ERR_INTERNAL otherwise): views of one task then agree on rows. */
+sw_status sw_view_rows(const sw_view *v, int keep, const sw_view *ref, sw_view *out);
 /* Fill every float of a view with zeros. */
 void sw_view_zero(sw_view *v);
 /* Batchnorm moments from double sums (2, C) over m elements: mean and 1/sqrt(var + eps) per channel. */

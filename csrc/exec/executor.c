@@ -63,6 +63,9 @@ static void copy_op(const sw_problem *p, const sw_plan *plan, int i, sw_rt_op *o
         o->in_rank[k] = in->rank;
         for (int d = 0; d < in->rank; d++) {
             o->in_shape[k][d] = in->shape[d];
+            if (k < 2) {
+                o->map[k][d] = in->expr[d];
+            }
             if (c->rvar >= 0 && in->expr[d].coef[c->rvar] != 0) {
                 o->rdims[k] |= (uint8_t)(1u << d);
             }
@@ -86,6 +89,13 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
         }
         if (a->type == SW_OP_CONCAT && (a->axis < 0 || a->axis >= p->ops[i].out_rank)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: concat axis %d out of range", i, a->axis);
+        }
+        if (a->type == SW_OP_SOFTMAX_DIM && (a->axis < 0 || a->axis >= p->ops[i].out_rank || !isfinite(a->alpha))) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: softmax_dim's dim %d or scale %g is out of range", i, a->axis,
+                           (double)a->alpha);
+        }
+        if (a->type == SW_OP_LAYER_NORM && !(a->alpha > 0.0f && isfinite(a->alpha))) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: layer_norm's eps %g is not a positive number", i, (double)a->alpha);
         }
         if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);

@@ -37,6 +37,9 @@ typedef struct {
     float alpha;       /* the op's real parameter: leaky_relu's negative slope, batchnorm2d's momentum
                           (running = (1 - momentum) * running + momentum * the minibatch's statistic) */
     sw_window win;     /* conv2d, pool2d: kernel, stride, padding */
+    int8_t causal;     /* softmax_dim: mask key j > query i (the last two dimensions) */
+    int32_t ids;       /* input ops: 0 for float data, else the minibatch holds integer ids below this
+                          bound (the smallest vocabulary of the embeddings reading it), stored as floats */
 } sw_op_attrs;
 
 /* csrc/exec/optimizer.c: state buffers each kind's update reads after (param, grad): 1 for
@@ -60,7 +63,7 @@ typedef enum {
 /* One step's inputs from the caller (host memory). */
 typedef struct {
     const float *const *inputs;  /* per op: an input op's whole minibatch (row-major, its shape), else NULL */
-    const int32_t *labels;       /* the minibatch's labels (N) */
+    const int32_t *labels;       /* the loss's labels: (N), or (N, T) row-major for (N, T, C) logits */
     sw_optimizer opt;            /* the update tasks' optimizer and its values for this step */
     int bn_mode;                 /* sw_bn_mode */
 } sw_step_args;
@@ -91,6 +94,9 @@ typedef struct {
     uint8_t rdims[64];
     int64_t in_shape[64][SW_MAX_RANK];   /* each input's shape (the weight's, for rebasing) */
     int in_rank[64];
+    /* the index maps of input slots 0 and 1 (the op description's): reshape and permute
+     * evaluate them, matmul reads its transposes from them */
+    sw_index_expr map[2][SW_MAX_RANK];
 } sw_rt_op;
 
 typedef struct sw_runtime sw_runtime;

@@ -29,10 +29,10 @@
 
 #include "../exec/runtime.h"
 #include "backend_py.h"   /* sw_py_backend_spec, sw_py_backend_make */
-#include "kernel_args.h"  /* sw_py_all_finite */
 #include "pyerr.h"  /* sw_py_raise */
+#include "step_inputs.h"  /* step_inputs, parse_inputs, inputs_free, SW_MAX_ID_BOUND */
 
-#define ATTR_COLUMNS 11
+#define ATTR_COLUMNS 13
 
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
@@ -67,8 +67,10 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
     }
     const int32_t *row = PyArray_DATA(a);
     for (int i = 0; i < p->nops; i++, row += ATTR_COLUMNS) {
-        if (row[0] < 0 || row[0] >= SW_OP_COUNT || row[3] < 0 || row[3] >= SW_MAX_RANK) {
-            PyErr_Format(PyExc_ValueError, "op %d: bad op type %d or axis %d", i, row[0], row[3]);
+        if (row[0] < 0 || row[0] >= SW_OP_COUNT || row[3] < 0 || row[3] >= SW_MAX_RANK || row[11] < 0 ||
+            row[11] > SW_MAX_ID_BOUND) {
+            PyErr_Format(PyExc_ValueError, "op %d: bad op type %d, axis %d or id bound %d", i, row[0], row[3],
+                         row[11]);
             PyMem_Free(attrs);
             Py_DECREF(a);
             return -1;
@@ -77,7 +79,8 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
         memcpy(&alpha, &row[10], sizeof alpha);   /* the float32's bits, as op_attrs wrote them */
         attrs[i] = (sw_op_attrs){.type = (int8_t)row[0], .relu = (int8_t)(row[1] != 0),
                                  .pool_max = (int8_t)(row[2] != 0), .axis = (int8_t)row[3], .alpha = alpha,
-                                 .win = {row[4], row[5], row[6], row[7], row[8], row[9], 0}};
+                                 .win = {row[4], row[5], row[6], row[7], row[8], row[9], 0},
+                                 .ids = row[11], .causal = (int8_t)(row[12] != 0)};
     }
     Py_DECREF(a);
     *out = attrs;
@@ -148,133 +151,6 @@ static void Runtime_dealloc(RuntimeObject *self) {
 }
 
 /* ------------------------------------------------------------------ steps */
-typedef struct {
-    const float **inputs;
-    PyObject **held;
-    int n;
-    int32_t *labels;   /* N, checked to lie in 0..classes-1 */
-} step_inputs;
-
-static void inputs_free(step_inputs *in) {
-    for (int i = 0; i < in->n && in->held; i++) {
-        Py_XDECREF(in->held[i]);
-    }
-    PyMem_Free(in->held);
-    PyMem_Free(in->inputs);
-    PyMem_Free(in->labels);
-}
-
-/* The minibatch of input op i: a floating-point array of exactly the op's shape, with no
- * NaN or infinity; returned as a float32 C-contiguous array (a new reference; the same
- * array when it already is one). */
-static PyArrayObject *input_array(const sw_runtime *rt, int i, PyObject *item) {
-    const sw_rt_op *op = &rt->ops[i];
-    if (!PyArray_Check(item) || !PyArray_ISFLOAT((PyArrayObject *)item)) {
-        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch must be a floating-point array", i);
-        return NULL;
-    }
-    PyArrayObject *given = (PyArrayObject *)item;
-    if (PyArray_NDIM(given) != op->out_rank) {
-        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch has %d dimensions, expected %d", i,
-                     PyArray_NDIM(given), op->out_rank);
-        return NULL;
-    }
-    for (int d = 0; d < op->out_rank; d++) {
-        if (PyArray_DIM(given, d) != op->shape[d]) {
-            PyErr_Format(PyExc_ValueError, "input op %d: dimension %d is %zd, expected %lld", i, d,
-                         (Py_ssize_t)PyArray_DIM(given, d), (long long)op->shape[d]);
-            return NULL;
-        }
-    }
-    PyArrayObject *arr = (PyArrayObject *)PyArray_FROMANY(item, NPY_FLOAT32, 0, 0, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
-    if (arr && !sw_py_all_finite(arr)) {
-        PyErr_Format(PyExc_ValueError, "input op %d: the minibatch contains NaN or infinity", i);
-        Py_DECREF(arr);
-        return NULL;
-    }
-    return arr;
-}
-
-/* The smallest class count of the loss (softmax) ops: every label must be below it. */
-static int64_t label_classes(const sw_runtime *rt) {
-    int64_t classes = INT32_MAX;
-    for (int i = 0; i < rt->nops; i++) {
-        if (rt->attrs[i].type == SW_OP_SOFTMAX && rt->ops[i].out_rank == 2 && rt->ops[i].shape[1] < classes) {
-            classes = rt->ops[i].shape[1];
-        }
-    }
-    return classes;
-}
-
-/* N integer labels in 0..classes-1, as int32 (PyMem_Malloc'd into *out). */
-static int parse_labels(const sw_runtime *rt, PyObject *labels, int32_t **out) {
-    if (!PyArray_Check(labels) || !PyArray_ISINTEGER((PyArrayObject *)labels) ||
-        PyArray_NDIM((PyArrayObject *)labels) != 1 || PyArray_DIM((PyArrayObject *)labels, 0) != rt->batch) {
-        PyErr_Format(PyExc_ValueError, "labels must be a 1-D integer array of %lld entries", (long long)rt->batch);
-        return -1;
-    }
-    /* int64 holds every integer dtype's values except uint64's top half, which wraps negative
-     * and is refused below like any other label out of range */
-    PyArrayObject *wide = (PyArrayObject *)PyArray_FROMANY(labels, NPY_INT64, 1, 1, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
-    if (!wide) {
-        return -1;
-    }
-    const int64_t classes = label_classes(rt), *v = PyArray_DATA(wide);
-    *out = PyMem_Malloc((size_t)rt->batch * sizeof **out);
-    int bad = !*out;
-    for (int64_t n = 0; !bad && n < rt->batch; n++) {
-        bad = v[n] < 0 || v[n] >= classes;
-        (*out)[n] = (int32_t)v[n];
-    }
-    Py_DECREF(wide);
-    if (!*out) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (bad) {
-        PyErr_Format(PyExc_ValueError, "labels must lie in 0..%lld", (long long)classes - 1);
-        return -1;
-    }
-    return 0;
-}
-
-/* One floating-point, finite array of the op's exact shape per input op, None for the other
- * ops; N integer labels in range.  These checks are the Trainer's: it validates a minibatch
- * here, in one pass right after the previous step, and only on an error asks Python for a
- * message naming the inputs. */
-static int parse_inputs(const sw_runtime *rt, PyObject *list, PyObject *labels, step_inputs *in) {
-    memset(in, 0, sizeof *in);
-    if (!PyList_Check(list) || PyList_GET_SIZE(list) != rt->nops) {
-        PyErr_Format(PyExc_ValueError, "inputs must be a list of %d entries (one per op)", rt->nops);
-        return -1;
-    }
-    in->n = rt->nops;
-    in->inputs = PyMem_Calloc((size_t)rt->nops, sizeof *in->inputs);
-    in->held = PyMem_Calloc((size_t)rt->nops, sizeof *in->held);
-    if (!in->inputs || !in->held) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (int i = 0; i < rt->nops; i++) {
-        PyObject *item = PyList_GET_ITEM(list, i);
-        int is_input = rt->attrs[i].type == SW_OP_INPUT;
-        if (item == Py_None || !is_input) {
-            if (is_input || item != Py_None) {
-                PyErr_Format(PyExc_ValueError, is_input ? "input op %d has no data" : "op %d is not an input op", i);
-                return -1;
-            }
-            continue;
-        }
-        PyArrayObject *arr = input_array(rt, i, item);
-        if (!arr) {
-            return -1;
-        }
-        in->held[i] = (PyObject *)arr;
-        in->inputs[i] = PyArray_DATA(arr);
-    }
-    return parse_labels(rt, labels, &in->labels);
-}
-
 static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_optimizer opt, int bn_mode) {
     if (!sw_py_runtime_ready(self)) {
         return NULL;
@@ -542,7 +418,7 @@ static PyTypeObject RuntimeType = {
 
 int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type) {
     import_array1(-1);  /* this file's own NumPy API table */
-    if (sw_py_register_runtime_buffers() < 0) {
+    if (sw_py_step_inputs_init() < 0 || sw_py_register_runtime_buffers() < 0) {
         return -1;
     }
     problem_type_ = problem_type;

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 
 from . import ops
 from .errors import GraphError, ShapeError
+from .graph_seq import INPUT_DTYPES, SequenceBuilders
 from .opdesc import DATA, MAX_INDEX_COEF, MAX_INDEX_OFFSET, MAX_INDEX_PERIOD, WEIGHT, OpDesc
 
 
@@ -119,8 +120,9 @@ def _check_positive_int(value: Any, what: str) -> int:
     return value
 
 
-class Graph:
-    """A computation graph: a DAG of ops built in topological order."""
+class Graph(SequenceBuilders):
+    """A computation graph: a DAG of ops built in topological order (the builders of
+    sequence models, layer_norm to attention, are in :mod:`shardwise.graph_seq`)."""
 
     def __init__(self, name: str = "graph") -> None:
         self.name = name
@@ -201,10 +203,16 @@ class Graph:
             self._step = []
 
     # ----- builders ----------------------------------------------------------
-    def input(self, name: str, shape: Sequence[int]) -> Tensor:
-        """The graph's input, (N, C, H, W) or (N, F) float32; N is the minibatch."""
+    def input(self, name: str, shape: Sequence[int], dtype: str = "float32") -> Tensor:
+        """The graph's input, (N, C, H, W), (N, F) or (N, T, D) float32; N is the minibatch.
+        ``dtype="int64"`` makes it integer token ids (N, T) for :meth:`embedding` (any integer
+        array is accepted; the runtime carries ids below 2**24 exactly)."""
+        if dtype not in INPUT_DTYPES:
+            raise GraphError(f"input dtype must be one of {INPUT_DTYPES}, got {dtype!r}")
         dims = _check_shape(shape, f"input {name!r} shape")
-        return self._add("input", [], ops.input_op(dims), name)
+        # float inputs keep no dtype attribute: their graphs' fingerprints stay as they were
+        attrs = {} if dtype == "float32" else {"dtype": dtype}
+        return self._add("input", [], ops.input_op(dims), name, **attrs)
 
     def conv2d(self, x: Tensor, out_channels: int, kernel: int | Sequence[int] = 3,
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
@@ -263,9 +271,11 @@ class Graph:
         return self._add(kind, [x], ops.activation(x.shape, kind), name, **attrs)
 
     def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
-        """Element-wise sum of two tensors of the same shape (residual connections)."""
+        """Element-wise sum of two tensors of the same shape (residual connections), or of
+        ``a`` and a ``b`` whose shape is a trailing part of a's, broadcast over a's leading
+        dimensions (a position table (T, D) added to (N, T, D) token embeddings)."""
         a, b = self._tensor(a, "first input"), self._tensor(b, "second input")
-        return self._add("add", [a, b], ops.elementwise([a.shape, b.shape], "add"), name)
+        return self._add("add", [a, b], ops.add(a.shape, b.shape), name)
 
     def batchnorm2d(self, x: Tensor, name: str | None = None, momentum: float = BN_MOMENTUM) -> Tensor:
         """Batch normalization over (N, H, W) per channel, with weight and bias (``torch.nn.BatchNorm2d``).
@@ -297,7 +307,8 @@ class Graph:
 
     def linear(self, x: Tensor, out_features: int, activation: str | None = None, bias: bool = True,
                name: str | None = None) -> Tensor:
-        """Fully-connected layer, weight (out, in); optional fused ReLU."""
+        """Fully-connected layer over the last dimension of (N, in) or (N, T, in), weight
+        (out, in) (``torch.nn.Linear``); optional fused ReLU."""
         x = self._tensor(x)
         _check_positive_int(out_features, "linear out_features")
         self._check_activation(activation)
@@ -337,10 +348,18 @@ class Graph:
         dims = _check_shape(shape, "parameter shape")
         return self._add("parameter", [], ops.parameter(dims), name)
 
-    def matmul(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
-        """Matrix product (M, K) @ (K, N) -> (M, N) of two data tensors (e.g. x @ parameter)."""
+    def matmul(self, a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False,
+               name: str | None = None) -> Tensor:
+        """Matrix product (.., M, K) @ (.., K, N) -> (.., M, N) of two data tensors over equal
+        leading batch dimensions (``torch.matmul``); ``transpose_a`` / ``transpose_b`` read
+        an operand as its last two dimensions swapped (attention's q @ k^T)."""
         a, b = self._tensor(a, "first input"), self._tensor(b, "second input")
-        return self._add("matmul", [a, b], ops.matmul(a.shape, b.shape), name)
+        for flag, what in ((transpose_a, "transpose_a"), (transpose_b, "transpose_b")):
+            if not isinstance(flag, bool):
+                raise GraphError(f"matmul {what} must be True or False, got {flag!r}")
+        # untransposed products keep no attributes: their graphs' fingerprints stay as they were
+        attrs = {k: True for k, v in (("transpose_a", transpose_a), ("transpose_b", transpose_b)) if v}
+        return self._add("matmul", [a, b], ops.matmul(a.shape, b.shape, transpose_a, transpose_b), name, **attrs)
 
     def lstm_cell(self, i: Tensor, f: Tensor, gate: Tensor, c_prev: Tensor, name: str | None = None) -> Tensor:
         """LSTM cell state: sigmoid(f) * c_prev + sigmoid(i) * tanh(gate), all (B, H)."""
@@ -353,7 +372,9 @@ class Graph:
         return self._add("lstm_hidden", ts, ops.lstm_hidden([t.shape for t in ts]), name)
 
     def softmax(self, x: Tensor, name: str | None = None) -> Tensor:
-        """Softmax over the feature dimension; the last op, trained with cross-entropy."""
+        """The loss: softmax over the last dimension of (N, C) or (N, T, C) logits, trained with
+        cross-entropy against (N) or (N, T) labels (the mean over every label, as
+        ``torch.nn.functional.cross_entropy``).  A softmax inside a network is :meth:`softmax_dim`."""
         x = self._tensor(x)
         return self._add("softmax", [x], ops.softmax(x.shape), name)
 

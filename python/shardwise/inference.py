@@ -97,14 +97,14 @@ def _check_count(t: "Trainer", count: int, what: str, multiple: bool) -> None:
 
 
 def probabilities(t: "Trainer", images: "Batch", what: str = "predict", multiple: bool = False) -> np.ndarray:
-    """(samples, classes) probabilities of the trainer's last softmax op for any number of
+    """(samples, [T,] classes) probabilities of the trainer's last softmax op for any number of
     samples, in graph-sized chunks (the last one padded with zeros), in the trainer's mode.
     The caller holds the trainer (``Trainer._exclusive``)."""
     data, count = _samples(t, images)
     as_dict = isinstance(images, Mapping)
     _check_count(t, count, what, multiple)
     n = t.batch
-    labels = np.zeros(n, np.int32)
+    labels = np.zeros(t.loss_ops[-1].shape[:-1], np.int32)   # (N) or (N, T): any valid labels
     out: list[np.ndarray] = []
     for start in range(0, count, n):
         real = min(n, count - start)
@@ -121,10 +121,13 @@ def probabilities(t: "Trainer", images: "Batch", what: str = "predict", multiple
 
 
 def accuracy(t: "Trainer", images: "Batch", labels: np.ndarray) -> float:
-    """Fraction of the samples whose most probable class is their label (``Trainer.evaluate``)."""
+    """Fraction of the labels equal to the most probable class (``Trainer.evaluate``): one label
+    per sample, or per position (N, T) of a sequence loss."""
     _, count = _samples(t, images)
     labels = np.asarray(labels)
-    if labels.ndim != 1 or count != len(labels) or count == 0:
-        raise ShapeError(f"need as many labels as samples (and at least one), got {count}, {labels.shape}")
-    pred = probabilities(t, images, "evaluate", multiple=True).argmax(axis=1)
-    return int((pred == labels).sum()) / count
+    want = (count,) + tuple(t.loss_ops[-1].shape[1:-1])
+    if labels.shape != want or count == 0:
+        raise ShapeError(f"need as many labels as samples (and at least one): labels of shape {want}, one per "
+                         f"sample{' and position' if len(want) > 1 else ''}, got {labels.shape}")
+    pred = probabilities(t, images, "evaluate", multiple=True).argmax(axis=-1)
+    return int((pred == labels).sum()) / labels.size

@@ -8,7 +8,8 @@ the same model in PyTorch:
 * conv2d and linear weights: ``kaiming_uniform_(a=sqrt(5))``, which works out
   to U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = C_in * kH * kW (conv) or
   the input features I (linear); their biases: the same bound.
-* batchnorm2d: weight (gamma) 1, bias (beta) 0.
+* batchnorm2d and layer_norm: weight (gamma) 1, bias (beta) 0.
+* embedding: N(0, 1), as ``torch.nn.Embedding``.
 * parameter (shape (..., H)): U(-1/sqrt(H), 1/sqrt(H)) with H its last dimension,
   as ``torch.nn.LSTM`` initializes its weights with its hidden size (the models
   read a parameter (E + H, H) as ``z @ W``, so H is the number of gate units).
@@ -40,6 +41,8 @@ _PARAM_NAMES = {
     "linear": ("weight", "bias"),
     "batchnorm2d": ("weight", "bias"),
     "parameter": ("weight",),
+    "layer_norm": ("weight", "bias"),
+    "embedding": ("weight",),
 }
 
 
@@ -95,8 +98,11 @@ def init_params(graph: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str,
     for name, shape in parameter_shapes(graph).items():
         op_name, pname = name.rsplit(".", 1)
         kind = graph[op_name].kind
-        if kind == "batchnorm2d":
+        if kind in ("batchnorm2d", "layer_norm"):
             params[name] = np.full(shape, 1.0 if pname == "weight" else 0.0, dtype=dtype)
+            continue
+        if kind == "embedding":   # torch.nn.Embedding: N(0, 1)
+            params[name] = parameter_rng(int(seed), op_name, pname).standard_normal(shape).astype(dtype)
             continue
         if kind == "parameter":
             fan_in[op_name] = int(shape[-1])   # nn.LSTM's 1/sqrt(hidden): see the module docstring

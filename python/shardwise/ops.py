@@ -1,8 +1,8 @@
 """The built-in operators, each described once as an :class:`~shardwise.opdesc.OpDesc`.
 
 A builder takes the input shapes and the op's attributes, validates them and
-returns the description.  Shapes are (N, C, H, W) for images and (N, F) for
-features; weights use PyTorch's layouts (conv weight (C_out, C_in, kH, kW),
+returns the description.  Shapes are (N, C, H, W) for images, (N, F) for
+features and (N, T, D) for sequences (:mod:`shardwise.ops_seq`: the transformer ops); weights use PyTorch's layouts (conv weight (C_out, C_in, kH, kW),
 linear weight (out, in)).  Adding an op means adding one builder here and its
 kernels (a later issue); the planner needs nothing else.
 """
@@ -12,6 +12,7 @@ from dataclasses import replace
 from math import prod
 from typing import Callable, Sequence
 
+from . import ops_seq
 from .errors import ShapeError
 from .opdesc import DATA, MAX_INDEX_COEF, STAT, WEIGHT, InputDesc, OpDesc, affine, identity_exprs, var, IndexExpr
 
@@ -181,27 +182,28 @@ def flatten(x: tuple[int, ...]) -> OpDesc:
 
 
 def linear(x: tuple[int, ...], out_features: int, bias: bool) -> OpDesc:
-    """out[n, o] = Sum(i) in[n, i] * w[o, i] + b[o]."""
-    _require_rank(x, 2, "linear")
+    """out[.., o] = Sum(i) in[.., i] * w[o, i] + b[o], over the last dimension of (N, I) or
+    (N, T, I) inputs (``torch.nn.Linear``): iteration (leading.., o | i)."""
+    if len(x) < 2:
+        raise ShapeError(f"linear expects a rank >= 2 input (N, ..., features), got shape {x}")
     if out_features <= 0:
         raise ShapeError(f"linear: out_features must be positive, got {out_features}")
-    n, fin = x
-    nv = 3  # 0 n, 1 o | 2 i
-    inputs = [InputDesc(DATA, x, (var(nv, 0), var(nv, 2))),
-              InputDesc(WEIGHT, (out_features, fin), (var(nv, 1), var(nv, 2)))]
+    r = len(x)
+    fin = x[-1]
+    nv = r + 1  # leading.., o (r-1) | i (r)
+    lead = tuple(var(nv, d) for d in range(r - 1))
+    inputs = [InputDesc(DATA, x, lead + (var(nv, r),)),
+              InputDesc(WEIGHT, (out_features, fin), (var(nv, r - 1), var(nv, r)))]
     if bias:
-        inputs.append(InputDesc(WEIGHT, (out_features,), (var(nv, 1),), bias=True))
-    return OpDesc(extents=(n, out_features, fin), out_rank=2, inputs=tuple(inputs),
-                  flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0, reductions=("i",), additive=(2,))
+        inputs.append(InputDesc(WEIGHT, (out_features,), (var(nv, r - 1),), bias=True))
+    return OpDesc(extents=x[:-1] + (out_features, fin), out_rank=r, inputs=tuple(inputs),
+                  flops_per_point=2.0, flops_per_output=1.0 if bias else 0.0, reductions=("i",), additive=(r,))
 
 
 def softmax(x: tuple[int, ...]) -> OpDesc:
-    """out[n, c] = exp(in[n, c]) / Sum(k) exp(in[n, k]): every output reads its whole row."""
-    _require_rank(x, 2, "softmax")
-    n, c = x
-    nv = 3  # 0 n, 1 c | 2 k
-    data = InputDesc(DATA, x, (var(nv, 0), var(nv, 2)))
-    return OpDesc(extents=(n, c, c), out_rank=2, inputs=(data,), flops_per_output=5.0, reductions=("k",))
+    """The loss op: out[.., c] = exp(in[.., c]) / Sum(k) exp(in[.., k]) over the last dimension
+    of (N, C) or (N, T, C) logits; every output reads its whole row (ops_seq.softmax_loss)."""
+    return ops_seq.softmax_loss(x)
 
 
 def parameter(shape: tuple[int, ...]) -> OpDesc:
@@ -212,18 +214,16 @@ def parameter(shape: tuple[int, ...]) -> OpDesc:
     return OpDesc(extents=shape, out_rank=nv, inputs=(InputDesc(WEIGHT, shape, identity_exprs(nv, nv)),))
 
 
-def matmul(a: tuple[int, ...], b: tuple[int, ...]) -> OpDesc:
-    """out[m, n] = Sum(k) a[m, k] * b[k, n], both operands data tensors."""
-    _require_rank(a, 2, "matmul")
-    _require_rank(b, 2, "matmul")
-    m, k = a
-    if b[0] != k:
-        raise ShapeError(f"matmul: inner dimensions differ: {a} @ {b}")
-    n = b[1]
-    nv = 3  # 0 m, 1 n | 2 k
-    inputs = (InputDesc(DATA, a, (var(nv, 0), var(nv, 2))), InputDesc(DATA, b, (var(nv, 2), var(nv, 1))))
-    return OpDesc(extents=(m, n, k), out_rank=2, inputs=inputs, flops_per_point=2.0, reductions=("k",),
-                  additive=(2,))
+def matmul(a: tuple[int, ...], b: tuple[int, ...], transpose_a: bool = False, transpose_b: bool = False) -> OpDesc:
+    """out[.., m, n] = Sum(k) a[.., m, k] * b[.., k, n], both operands data tensors, with
+    optional transposes and leading batch dimensions (ops_seq.matmul)."""
+    return ops_seq.matmul(a, b, transpose_a, transpose_b)
+
+
+def add(a: tuple[int, ...], b: tuple[int, ...]) -> OpDesc:
+    """a + b: equal shapes (relu's map per input), or b a trailing part of a's shape,
+    broadcast over a's leading dimensions (ops_seq.add)."""
+    return elementwise([a, b], "add") if a == b else ops_seq.add(a, b)
 
 
 def lstm_cell(shapes: Sequence[tuple[int, ...]]) -> OpDesc:
@@ -248,6 +248,8 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
     **{kind: activation for kind in ACTIVATION_FLOPS},
+    "layer_norm": ops_seq.layer_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,
+    "reshape": ops_seq.reshape, "permute": ops_seq.permute,
 }
 
 

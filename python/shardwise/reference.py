@@ -46,9 +46,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import reference_activations as _act
+from . import reference_seq as _seq
 from .reference_activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
                                     sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
-from .reference_optim import adam_step
+from .reference_inputs import check_inputs as _check_inputs, compute_dtype as _dtype
+from .reference_optim import adam_step, sgd_step
+from .reference_seq import matmul_backward, matmul_forward
 
 __all__ = [
     "conv2d_forward", "conv2d_backward", "pool2d_forward", "pool2d_backward",
@@ -316,17 +319,19 @@ def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.nda
 
 def linear_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, bias: bool = True
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """dx = dy @ w (N, I), dw = dy.T @ x (O, I), db = sum_n dy (O,) or None."""
-    return dy @ w, dy.T @ x, (dy.sum(axis=0) if bias else None)
+    """dx = dy @ w (N, I), dw = dy.T @ x (O, I), db = sum_n dy (O,) or None; (N, T, I) inputs
+    flatten their leading dimensions into rows."""
+    x2, dy2 = x.reshape(-1, x.shape[-1]), dy.reshape(-1, dy.shape[-1])
+    return dy @ w, dy2.T @ x2, (dy2.sum(axis=0) if bias else None)
 
 
 # ----------------------------------------------------------------------------------------------
 # softmax and cross-entropy
 # ----------------------------------------------------------------------------------------------
 def softmax_forward(x: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of (N, C) over axis 1; the row max is subtracted first."""
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    """Row-wise softmax of (N, C) (or (N, T, C)) over the last axis; the row max is subtracted first."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def softmax_backward(p: np.ndarray, dp: np.ndarray) -> np.ndarray:
@@ -369,19 +374,8 @@ def softmax_cross_entropy_backward(p: np.ndarray, labels: np.ndarray) -> np.ndar
 
 
 # ----------------------------------------------------------------------------------------------
-# matmul and the LSTM element-wise ops
+# the LSTM element-wise ops (matmul, batched and with transposes: reference_seq)
 # ----------------------------------------------------------------------------------------------
-def matmul_forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """y = a @ b: a (M, K), b (K, N) -> y (M, N)."""
-    assert a.ndim == b.ndim == 2 and a.shape[1] == b.shape[0], f"matmul: {a.shape} @ {b.shape}"
-    return a @ b
-
-
-def matmul_backward(a: np.ndarray, b: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """da = dy @ b.T (M, K), db = a.T @ dy (K, N), from dy (M, N)."""
-    return dy @ b.T, a.T @ dy
-
-
 def lstm_cell_forward(i: np.ndarray, f: np.ndarray, g: np.ndarray, c_prev: np.ndarray) -> np.ndarray:
     """c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g), all (B, H)."""
     assert i.shape == f.shape == g.shape == c_prev.shape, "lstm_cell: input shapes differ"
@@ -432,51 +426,11 @@ def _fused_relu(op: Any) -> bool:
     return op.attrs.get("activation") == "relu"
 
 
-def _check_inputs(graph: Any, x: Any) -> dict[str, np.ndarray]:
-    """The graph's inputs as {input op name: array}, checked.
-
-    ``x`` is one array for a graph with a single input op, or a mapping from
-    every input op's name to its array (any number of inputs).  All arrays share
-    one dtype (float32 or float64) and one batch size N, which may differ from
-    the graph's; their other dimensions are the graph's.
-    """
-    inputs = [op for op in graph.ops if op.kind == "input"]
-    if not inputs:
-        raise ValueError(f"graph {graph.name!r} has no input op")
-    if isinstance(x, Mapping):
-        names = [op.name for op in inputs]
-        missing = [n for n in names if n not in x]
-        extra = sorted(set(x) - set(names), key=str)
-        if missing or extra:
-            raise ValueError(f"graph {graph.name!r} has inputs {names}; missing {missing}, unknown {extra}")
-        given = dict(x)
-    elif len(inputs) == 1:
-        given = {inputs[0].name: x}
-    else:
-        raise ValueError(f"graph {graph.name!r} has {len(inputs)} input ops; pass a dict "
-                         f"{{input name: array}} for {[op.name for op in inputs]}")
-    out: dict[str, np.ndarray] = {}
-    for op in inputs:
-        a = np.asarray(given[op.name])
-        if a.dtype not in (np.float32, np.float64):
-            raise TypeError(f"input {op.name!r} must be float32 or float64, got {a.dtype}")
-        want = op.shape
-        if a.ndim != len(want) or a.shape[1:] != tuple(want[1:]):
-            raise ValueError(f"input {op.name!r} must have shape (N, {', '.join(map(str, want[1:]))}), "
-                             f"got {a.shape}")
-        out[op.name] = a
-    first = next(iter(out.values()))
-    if any(a.dtype != first.dtype or a.shape[0] != first.shape[0] for a in out.values()):
-        raise ValueError("all inputs must share one dtype and one batch size, got "
-                         + ", ".join(f"{k}: {a.dtype} {a.shape}" for k, a in out.items()))
-    return out
-
-
 def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
              ) -> tuple[dict[str, np.ndarray], dict[str, tuple]]:
     """Run the graph; returns the activations and, per batchnorm op, (mean, invstd)."""
     xs = _check_inputs(graph, x)
-    dtype = next(iter(xs.values())).dtype
+    dtype = _dtype(graph, xs)
     acts: dict[str, np.ndarray] = {}
     saved: dict[str, tuple] = {}
     for op in graph.ops:
@@ -487,7 +441,9 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
         elif op.kind == "parameter":
             y = _param(params, f"{op.name}.weight", dtype)      # the weight itself, any shape
         elif op.kind == "matmul":
-            y = matmul_forward(ins[0], ins[1])
+            y = _seq.matmul_forward(ins[0], ins[1], a.get("transpose_a", False), a.get("transpose_b", False))
+        elif op.kind in _seq.SEQ_KINDS:
+            y = _seq.op_forward(op, ins, params, dtype)
         elif op.kind == "lstm_cell":
             y = lstm_cell_forward(*ins)
         elif op.kind == "lstm_hidden":
@@ -501,7 +457,7 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray
         elif op.kind == "relu":
             y = relu_forward(ins[0])
         elif op.kind == "add":
-            y = add_forward(ins[0], ins[1])
+            y = ins[0] + ins[1]   # the second may be broadcast over the first's leading dimensions
         elif op.kind == "batchnorm2d":
             y, mean, invstd = batchnorm2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype),
                                                   _param(params, f"{op.name}.bias", dtype))
@@ -545,7 +501,7 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
     ``x`` is as for :func:`forward`; inputs get no gradient.
     """
     acts, saved = _forward(graph, params, x)
-    dtype = next(acts[op.name] for op in graph.ops if op.kind == "input").dtype
+    dtype = _dtype(graph, {op.name: acts[op.name] for op in graph.ops if op.kind == "input"})
     names = {op.index: op.name for op in graph.ops}
     loss = 0.0
     grads = {k: np.zeros(np.shape(v), dtype=dtype) for k, v in params.items()}
@@ -564,8 +520,12 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
         dy = dacts.pop(op.name, None)
         if op.kind == "softmax":
             # The loss term of this softmax, plus whatever its consumers sent back (normally nothing).
-            loss += cross_entropy(y, labels)
-            dx = softmax_cross_entropy_backward(y, labels)
+            if y.ndim > 2:   # (N, T, C) logits: the mean over every (N, T) label
+                loss += _seq.sequence_cross_entropy(y, labels)
+                dx = _seq.sequence_cross_entropy_backward(y, labels)
+            else:
+                loss += cross_entropy(y, labels)
+                dx = softmax_cross_entropy_backward(y, labels)
             if dy is not None:
                 dx = dx + softmax_backward(y, dy)
             send(op.inputs[0], dx)
@@ -590,9 +550,16 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
         elif op.kind in _act.ACTIVATION_KINDS:
             send(op.inputs[0], _act.activation_backward(op.kind, ins[0], y, dy, a))
         elif op.kind == "add":
-            da, db_ = add_backward(dy)
+            da, db_ = _seq.add_backward(dy, ins[1].shape)
             send(op.inputs[0], da)
             send(op.inputs[1], db_)
+        elif op.kind in _seq.SEQ_KINDS:
+            dins, pgrads = _seq.op_backward(op, ins, y, dy, params, dtype)
+            for src, g in zip(op.inputs, dins):
+                if g is not None:
+                    send(src, g)
+            for k, g in pgrads.items():
+                grad_param(k, g)
         elif op.kind == "batchnorm2d":
             mean, invstd = saved[op.name]
             dx, dgamma, dbeta = batchnorm2d_backward(ins[0], _param(params, f"{op.name}.weight", dtype),
@@ -615,7 +582,8 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
         elif op.kind == "parameter":
             grad_param(f"{op.name}.weight", dy)   # the sum over all its readers, gathered by send()
         elif op.kind == "matmul":
-            for src, g in zip(op.inputs, matmul_backward(ins[0], ins[1], dy)):
+            for src, g in zip(op.inputs, _seq.matmul_backward(ins[0], ins[1], dy, a.get("transpose_a", False),
+                                                              a.get("transpose_b", False))):
                 send(src, g)
         elif op.kind in ("lstm_cell", "lstm_hidden"):
             back = lstm_cell_backward if op.kind == "lstm_cell" else lstm_hidden_backward
@@ -625,34 +593,3 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
             raise NotImplementedError(f"reference: no backward for op kind {op.kind!r} (op {op.name!r})")
     grads = {k: np.asarray(g, dtype=np.asarray(params[k]).dtype) for k, g in grads.items()}
     return loss, grads
-
-
-def sgd_step(params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
-             momentum_buffers: dict[str, np.ndarray], lr: float, momentum: float = 0.0,
-             weight_decay: float = 0.0, dampening: float = 0.0, nesterov: bool = False) -> None:
-    """One step of ``torch.optim.SGD``, in place on ``params`` (and ``momentum_buffers``).
-
-    For each parameter p with gradient g:
-        g = g + weight_decay * p
-        if momentum: buf = g (first step) else momentum * buf + (1 - dampening) * g
-                     g = g + momentum * buf if nesterov else buf
-        p -= lr * g
-    ``momentum_buffers`` starts empty and is filled on first use, exactly as
-    PyTorch's optimizer state (so the first step ignores ``dampening``).
-    """
-    if nesterov and (momentum <= 0 or dampening != 0):
-        raise ValueError("Nesterov momentum requires a momentum and zero dampening (as torch.optim.SGD)")
-    for name, p in params.items():
-        g = np.asarray(grads[name], dtype=p.dtype)
-        if weight_decay != 0:
-            g = g + p.dtype.type(weight_decay) * p
-        if momentum != 0:
-            buf = momentum_buffers.get(name)
-            if buf is None:
-                buf = g.copy()
-                momentum_buffers[name] = buf
-            else:
-                buf *= p.dtype.type(momentum)
-                buf += p.dtype.type(1 - dampening) * g
-            g = g + p.dtype.type(momentum) * buf if nesterov else buf
-        p -= p.dtype.type(lr) * g

@@ -1,4 +1,4 @@
-"""NumPy reference of Adam and AdamW (``torch.optim.Adam`` / ``AdamW``), the oracle of the
+"""NumPy reference of SGD, Adam and AdamW (``torch.optim``), the oracles of the
 runtime's update kernels (csrc/cpu/optim.c); re-exported by :mod:`shardwise.reference`.
 
     state: dict = {}
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["adam_step"]
+__all__ = ["adam_step", "sgd_step"]
 
 
 def adam_step(params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray], state: dict[str, Any],
@@ -51,3 +51,34 @@ def adam_step(params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray], st
         denom = np.sqrt(v) / f(math.sqrt(1 - beta2 ** step)) + f(eps)
         p += f(-step_size) * m / denom
         state[name] = (step, m, v)
+
+
+def sgd_step(params: dict[str, np.ndarray], grads: Mapping[str, np.ndarray],
+             momentum_buffers: dict[str, np.ndarray], lr: float, momentum: float = 0.0,
+             weight_decay: float = 0.0, dampening: float = 0.0, nesterov: bool = False) -> None:
+    """One step of ``torch.optim.SGD``, in place on ``params`` (and ``momentum_buffers``).
+
+    For each parameter p with gradient g:
+        g = g + weight_decay * p
+        if momentum: buf = g (first step) else momentum * buf + (1 - dampening) * g
+                     g = g + momentum * buf if nesterov else buf
+        p -= lr * g
+    ``momentum_buffers`` starts empty and is filled on first use, exactly as
+    PyTorch's optimizer state (so the first step ignores ``dampening``).
+    """
+    if nesterov and (momentum <= 0 or dampening != 0):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening (as torch.optim.SGD)")
+    for name, p in params.items():
+        g = np.asarray(grads[name], dtype=p.dtype)
+        if weight_decay != 0:
+            g = g + p.dtype.type(weight_decay) * p
+        if momentum != 0:
+            buf = momentum_buffers.get(name)
+            if buf is None:
+                buf = g.copy()
+                momentum_buffers[name] = buf
+            else:
+                buf *= p.dtype.type(momentum)
+                buf += p.dtype.type(1 - dampening) * g
+            g = g + p.dtype.type(momentum) * buf if nesterov else buf
+        p -= p.dtype.type(lr) * g

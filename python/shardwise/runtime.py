@@ -32,10 +32,11 @@ from .problem import make_problem
 # buffers the runtime keeps across steps (the rest live within one step)
 PERSISTENT_KINDS = ("param", "momentum", "running_stats")
 
-# type, relu, max pooling, concat axis, kh, kw, sh, sw, ph, pw, then the op's real parameter
-# (leaky ReLU's negative slope, batch norm's momentum) as the bits of a float32 (one int32
-# array carries every attribute)
-ATTR_COLUMNS = 11
+# type, relu, max pooling, concat axis (softmax_dim's dim), kh, kw, sh, sw, ph, pw, then the
+# op's real parameter (leaky ReLU's negative slope, batch norm's momentum, layer norm's eps,
+# softmax_dim's scale) as the bits of a float32, an integer input's id bound (0: float data),
+# softmax_dim's causal flag (one int32 array carries every attribute)
+ATTR_COLUMNS = 13
 
 
 def backends() -> list[str]:
@@ -112,16 +113,27 @@ def op_attrs(graph: Graph) -> np.ndarray:
         row[0] = _core.OP_KINDS.index(op.kind)
         row[1] = op.attrs.get("activation") == "relu"
         row[2] = op.attrs.get("kind") == "max"
-        row[3] = op.attrs.get("axis", 0) if op.kind == "concat" else 0
+        row[3] = op.attrs.get("axis", 0) if op.kind == "concat" else op.attrs.get("dim", 0) \
+            if op.kind == "softmax_dim" else 0
         if op.kind in ("conv2d", "pool2d"):
             (kh, kw), (sh, sw), (ph, pw) = window(op)
             row[4:10] = (kh, kw, sh, sw, ph, pw)
         if op.kind == "batchnorm2d":
             real = op.attrs.get("momentum", BN_MOMENTUM)
         else:
-            real = op.attrs.get("negative_slope", 0.0)
+            real = op.attrs.get("negative_slope", op.attrs.get("eps", op.attrs.get("scale", 0.0)))
         row[10] = np.float32(real).view(np.int32)
+        if op.kind == "input" and op.attrs.get("dtype") == "int64":
+            row[11] = id_bound(graph, op)
+        row[12] = bool(op.attrs.get("causal", False))
     return out
+
+
+def id_bound(graph: Graph, op: Op) -> int:
+    """The ids an integer input op may hold lie below this: the smallest vocabulary of the
+    embeddings reading it (2**24, the float32-exact limit, when none does)."""
+    vocabs = [c.attrs["vocab"] for c in graph.ops if c.kind == "embedding" and op.index in c.inputs]
+    return min(vocabs, default=2**24)
 
 
 class NativeExecutor:

@@ -33,7 +33,7 @@ from .init import init_params
 from .lower import lower
 from .optim import SGD, Adam, AdamW, Optimizer
 from .plan import Plan
-from .runtime import NativeExecutor, backends
+from .runtime import NativeExecutor, backends, id_bound
 from . import cuda
 from .running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
 from . import inference
@@ -100,14 +100,19 @@ class Trainer:
             raise ConfigError(f"unknown backend {backend!r}; this installation has: "
                               f"{', '.join(map(repr, backends()))}")
         kinds = CPU_KINDS
-        if backend == "cuda":   # built, loadable, a driver and a GPU: else the reason
-            cuda.require()
+        if backend == "cuda":   # built and loadable (else the reason); the graph's kinds before the GPU
+            cuda.load()
             kinds = cuda.op_kinds()
         for op in graph.ops:
             if op.kind not in kinds:
                 raise ConfigError(f"the {backend.upper()} backend has no kernels for op kind {op.kind!r} (op "
                                   f"{op.name!r}); it trains {sorted(kinds)}. Graphs with other ops can be planned "
                                   "(sw.search, sw.tofu.partition) but not trained yet")
+            if backend == "cuda" and op.kind == "softmax" and len(op.shape) != 2:
+                raise ConfigError(f"the CUDA backend's loss takes (N, C) logits, not {op.shape} (op {op.name!r}): "
+                                  "sequence losses train on the CPU backend")
+        if backend == "cuda":
+            cuda.require()   # a driver and a GPU, else BackendUnavailableError naming what is missing
         inputs = [op for op in graph.ops if op.kind == "input"]
         losses = [op for op in graph.ops if op.kind == "softmax"]
         if not inputs or not losses:
@@ -219,6 +224,13 @@ class Trainer:
             a = np.asarray(data)
             if a.shape != op.shape:
                 raise ShapeError(f"{what} must have shape {op.shape} (the graph's minibatch), got {a.shape}")
+            if op.attrs.get("dtype") == "int64":   # token ids: the runtime converts them after its range check
+                bound = id_bound(self.graph, op)
+                if a.dtype.kind not in "iu" or (a.size and (a.min() < 0 or a.max() >= bound)):
+                    raise ShapeError(f"{what} must be integer token ids in 0..{bound - 1}, got {a.dtype} "
+                                     + (f"{a.min()}..{a.max()}" if a.size and a.dtype.kind in "iuf" else ""))
+                checked[op.name] = a
+                continue
             if a.dtype.kind != "f":
                 raise ShapeError(f"{what} must be floating point, got {a.dtype}")
             a = np.ascontiguousarray(a, dtype=np.float32)
@@ -226,9 +238,11 @@ class Trainer:
                 raise ShapeError(f"{what} contain NaN or infinity")
             checked[op.name] = a
         labels = np.asarray(labels)
-        if labels.shape != (self.batch,) or labels.dtype.kind not in "iu":
-            raise ShapeError(f"labels must be {self.batch} integers, got {labels.dtype} {labels.shape}")
-        classes = self.loss_ops[-1].shape[1]
+        want = self.loss_ops[-1].shape[:-1]   # (N) for (N, C) logits, (N, T) for (N, T, C)
+        if labels.shape != want or labels.dtype.kind not in "iu":
+            what = f"{self.batch} integers" if len(want) == 1 else f"integers of shape {want}"
+            raise ShapeError(f"labels must be {what}, got {labels.dtype} {labels.shape}")
+        classes = self.loss_ops[-1].shape[-1]
         if labels.min() < 0 or labels.max() >= classes:
             raise ShapeError(f"labels must lie in 0..{classes - 1}, got {labels.min()}..{labels.max()}")
         out: Batch = checked if given_dict else checked[self.input.name]
@@ -317,7 +331,7 @@ class Trainer:
         data, count = self._samples(images)
         labels = np.asarray(labels)
         n = self.batch
-        if labels.ndim != 1 or count != len(labels):
+        if labels.ndim != len(self.loss_ops[-1].shape) - 1 or count != len(labels):
             raise ShapeError(f"{count} samples but labels of shape {labels.shape}")
         if count < n:
             raise ShapeError(f"the data set has {count} samples, fewer than one minibatch of {n}")

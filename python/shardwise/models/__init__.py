@@ -5,9 +5,10 @@
     g = sw.models.get("vgg16", batch=512)
     sw.models.names()   # ['alexnet', 'inception_v3', 'lenet5', ...]
 
-Every builder takes ``batch`` (the minibatch N) and ``num_classes`` and returns
+Every image builder takes ``batch`` (the minibatch N) and ``num_classes`` and returns
 a :class:`~shardwise.graph.Graph` whose last op is the softmax over
-(N, num_classes).  Layouts follow torchvision; parameter counts match
+(N, num_classes); the language model :func:`gpt` ends with the softmax over
+(N, T, vocab).  Layouts follow torchvision; parameter counts match
 torchvision's exactly (dropout, which has no parameters, is omitted).
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..errors import GraphError
 from ..graph import Graph
 from .alexnet import alexnet
 from .inception import inception_v3
+from .gpt import gpt, gpt_tiny
 from .lenet import lenet5
 from .rnn import rnn
 from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
@@ -42,6 +44,7 @@ SMALL: dict[str, Callable[..., Graph]] = {
     "vgg_small": vgg_small,
     "resnet18_small": resnet18_small,
     "inception_small": inception_small,
+    "gpt_tiny": gpt_tiny,
 }
 """Scaled-down variants for training on CPU workers (not in :func:`names`)."""
 
@@ -49,6 +52,7 @@ SMALL: dict[str, Callable[..., Graph]] = {
 LARGE: dict[str, Callable[..., Graph]] = {
     "wide_resnet": wide_resnet,
     "rnn": rnn,
+    "gpt": gpt,
 }
 """Seed 004's very large models (WResNet-<depth>-<width>, RNN-<layers>-<hidden>), built with
 their own size arguments; not in :func:`names` (the zoo tests search every zoo model)."""
@@ -75,4 +79,4 @@ def get(name: str, **kwargs: Any) -> Graph:
 
 __all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
            "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "SMALL", "alexnet_small", "vgg_small",
-           "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn"]
+           "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn", "gpt", "gpt_tiny"]

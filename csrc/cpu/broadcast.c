@@ -1,0 +1,79 @@
+/* broadcast.c -- adding a tensor over the leading dimensions it lacks, and its gradient.
+ *
+ *   y[l.., t..] = a[l.., t..] + b[t..]        b's dimensions are a's trailing ones
+ *   db[t..]     = sum over l.. of dy[l.., t..] (leading indices in row order)
+ *
+ * A learned position table (T, D) added to token embeddings (N, T, D) is the case in
+ * view.  Coordinates are global (kernels.h); a and dy hold y's / db's box.
+ */
+#include <string.h>  /* memset */
+
+#include "kernels.h"
+#include "view.h"  /* sw_view_check, sw_view_contains, sw_view_offset */
+
+/* The next point of v's box in row-major order; 0 after the last. */
+static int next_point(const sw_view *v, int64_t *o) {
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (++o[d] < sw_view_hi(v, d)) {
+            return 1;
+        }
+        o[d] = v->lo[d];
+    }
+    return 0;
+}
+
+static sw_status check_trailing(const sw_view *big, const sw_view *small, const char *name) {
+    sw_status s;
+    if ((s = sw_view_check(big, big ? big->rank : 0, name)) != SW_OK ||
+        (s = sw_view_check(small, small ? small->rank : 0, name)) != SW_OK) {
+        return s;
+    }
+    if (small->rank > big->rank) {
+        return SW_FAIL(SW_ERR_VALUE, "%s: rank %d cannot broadcast to rank %d", name, small->rank, big->rank);
+    }
+    return SW_OK;
+}
+
+sw_status sw_add_broadcast_forward(const sw_view *a, const sw_view *b, sw_view *y) {
+    const char *name = "add_broadcast_forward";
+    SW_TRY(check_trailing(y, b, name));
+    SW_TRY(sw_view_check_elementwise_in(a, "add_broadcast_forward: a", y, "y"));
+    if (sw_view_volume(y) == 0) {
+        return SW_OK;
+    }
+    int lead = y->rank - b->rank;
+    int64_t o[SW_MAX_RANK];
+    for (int d = 0; d < y->rank; d++) {
+        o[d] = y->lo[d];
+        if (d >= lead && !sw_view_covers(b, d - lead, y->lo[d], sw_view_hi(y, d))) {
+            return SW_FAIL(SW_ERR_VALUE, "%s: b does not cover y's box", name);
+        }
+    }
+    float *out = y->data;
+    do {
+        *out++ = a->data[sw_view_offset(a, o)] + b->data[sw_view_offset(b, o + lead)];
+    } while (next_point(y, o));
+    return SW_OK;
+}
+
+sw_status sw_sum_leading(const sw_view *dy, sw_view *db) {
+    const char *name = "sum_leading";
+    SW_TRY(check_trailing(dy, db, name));
+    memset(db->data, 0, sizeof(float) * (size_t)sw_view_volume(db));
+    if (sw_view_volume(dy) == 0) {
+        return SW_OK;
+    }
+    int lead = dy->rank - db->rank;
+    int64_t o[SW_MAX_RANK];
+    for (int d = 0; d < dy->rank; d++) {
+        o[d] = dy->lo[d];
+    }
+    const float *g = dy->data;
+    do {
+        if (sw_view_contains(db, o + lead)) {
+            db->data[sw_view_offset(db, o + lead)] += *g;
+        }
+        g++;
+    } while (next_point(dy, o));
+    return SW_OK;
+}

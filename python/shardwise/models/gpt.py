@@ -1,0 +1,83 @@
+"""A GPT-2 style decoder (pre-norm transformer blocks, learned positions, causal attention).
+
+    g = sw.models.gpt(layers=12, d_model=768, heads=12, seq=1024, vocab=50257, batch=8)  # GPT-2 small
+    g = sw.models.gpt_tiny(batch=4)       # 2 layers, d_model 32, 4 heads, seq 8, vocab 64: trains on CPU
+
+Shapes for batch N, sequence T, width D, H heads of Dh = D / H:
+
+    ids (N, T) int64  -> wte: embedding (N, T, D) + wpe: parameter (T, D), broadcast over N
+    per layer l, with p = "h.<l>":
+        a = p.ln_1(x); q, k, v = p.attn.q(a), p.attn.k(a), p.attn.v(a)        linear (N, T, D) each
+        q -> reshape (N, T, H, Dh) -> transpose (N, H, T, Dh)   (k, v alike)
+        o = p.attn: matmul(q, k^T) (N, H, T, T), softmax_dim(scale 1/sqrt(Dh), causal), matmul(., v)
+        x = x + p.attn.proj(o -> transpose (N, T, H, Dh) -> reshape (N, T, D))
+        x = x + p.mlp.proj(gelu(p.mlp.fc(p.ln_2(x))))                           fc: (N, T, 4D)
+    logits = lm_head(ln_f(x)) (N, T, vocab), no bias; the loss: softmax + cross-entropy over
+    (N, T) next-token labels, the mean over all N*T of them.
+
+Differences from OpenAI's GPT-2: q, k and v are three linears (GPT-2 packs them in one
+``c_attn`` of width 3D: split its weight in three to load it); GELU is the exact
+erf form (``torch.nn.GELU()``), not the tanh approximation; dropout is left out; and the
+output projection ``lm_head`` has its own weight: **tied embeddings are not supported**
+(one weight read by two ops would need a shared parameter that an op's weight slot
+cannot name yet), so copy ``wte.weight`` into ``lm_head.weight`` to start from tied
+weights.  Parameter names equal a torch module with the same attribute names
+(``wte``, ``wpe``, ``h[l].ln_1``, ``h[l].attn.q`` ..., ``ln_f``, ``lm_head``), so
+``Trainer.set_weights(model.state_dict())`` loads such a model directly.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import ShapeError
+from ..graph import Graph, Tensor
+
+
+def _positive(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ShapeError(f"gpt: {what} must be a positive int, got {value!r}")
+    return value
+
+
+def _heads(g: Graph, t: Tensor, heads: int, name: str) -> Tensor:
+    """(N, T, D) -> (N, H, T, Dh)."""
+    n, s, d = t.shape
+    return g.transpose(g.reshape(t, (n, s, heads, d // heads), name=f"{name}.split"), 1, 2, name=f"{name}.heads")
+
+
+def block(g: Graph, x: Tensor, heads: int, prefix: str) -> Tensor:
+    """One pre-norm transformer block on x (N, T, D): attention then the MLP, each residual."""
+    n, s, d = x.shape
+    a = g.layer_norm(x, name=f"{prefix}.ln_1")
+    q, k, v = (_heads(g, g.linear(a, d, name=f"{prefix}.attn.{w}"), heads, f"{prefix}.attn.{w}") for w in "qkv")
+    o = g.attention(q, k, v, causal=True, scale=1.0 / math.sqrt(d // heads), name=f"{prefix}.attn")
+    o = g.reshape(g.transpose(o, 1, 2, name=f"{prefix}.attn.merge"), (n, s, d), name=f"{prefix}.attn.concat")
+    x = g.add(x, g.linear(o, d, name=f"{prefix}.attn.proj"), name=f"{prefix}.attn.residual")
+    m = g.linear(g.layer_norm(x, name=f"{prefix}.ln_2"), 4 * d, name=f"{prefix}.mlp.fc")
+    m = g.linear(g.gelu(m, name=f"{prefix}.mlp.gelu"), d, name=f"{prefix}.mlp.proj")
+    return g.add(x, m, name=f"{prefix}.mlp.residual")
+
+
+def gpt(layers: int = 12, d_model: int = 768, heads: int = 12, seq: int = 1024, vocab: int = 50257,
+        batch: int = 8, name: str = "gpt") -> Graph:
+    """A GPT-2 style language model as a graph (see the module docstring); the defaults are
+    GPT-2 small (124M parameters with tied embeddings; 163M here, lm_head having its own)."""
+    layers, d_model, heads = _positive(layers, "layers"), _positive(d_model, "d_model"), _positive(heads, "heads")
+    seq, vocab, batch = _positive(seq, "seq"), _positive(vocab, "vocab"), _positive(batch, "batch")
+    if d_model % heads:
+        raise ShapeError(f"gpt: d_model {d_model} is not a multiple of heads {heads}")
+    g = Graph(name)
+    ids = g.input("ids", (batch, seq), dtype="int64")
+    x = g.add(g.embedding(ids, vocab, d_model, name="wte"), g.parameter((seq, d_model), name="wpe"), name="embed")
+    for layer in range(layers):
+        x = block(g, x, heads, f"h.{layer}")
+    logits = g.linear(g.layer_norm(x, name="ln_f"), vocab, bias=False, name="lm_head")
+    g.softmax(logits, name="loss")
+    return g
+
+
+def gpt_tiny(batch: int = 4, layers: int = 2, d_model: int = 32, heads: int = 4, seq: int = 8,
+             vocab: int = 64) -> Graph:
+    """A GPT small enough to train on CPU workers in tests: 2 layers, d_model 32, 4 heads,
+    sequences of 8 tokens over a vocabulary of 64."""
+    return gpt(layers=layers, d_model=d_model, heads=heads, seq=seq, vocab=vocab, batch=batch, name="gpt_tiny")

@@ -1,0 +1,168 @@
+"""NumPy reference of the sequence-model ops (transformers): forward and backward passes.
+
+Plain NumPy in the inputs' dtype (float64 for the finite-difference checks), written
+from the definitions, with no shardwise code in the loop: the tests hold the C kernels
+and whole-graph training against these, and these against PyTorch.
+
+    layer_norm   y = (x - mean) / sqrt(var + eps) * w + b over the last axis (biased var)
+    embedding    y[..., :] = W[ids[...]]
+    softmax_dim  p = softmax(scale * x, dim), causal: key j > query i masked out
+    matmul       y = op(a) @ op(b) over leading batch dimensions
+    reshape, permute: NumPy's, and their inverses for the gradient
+    add          a + b, b broadcast over a's leading dimensions
+    loss         mean over all N*T rows of -log softmax(logits)[label]
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+
+def layer_norm_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def layer_norm_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float = 1e-5
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dx, dw, db) of :func:`layer_norm_forward`."""
+    d = x.shape[-1]
+    mean = x.mean(axis=-1, keepdims=True)
+    inv = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
+    xhat = (x - mean) * inv
+    g = dy * w
+    dx = inv * (g - g.sum(axis=-1, keepdims=True) / d - xhat * (g * xhat).sum(axis=-1, keepdims=True) / d)
+    lead = tuple(range(x.ndim - 1))
+    return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+
+
+def embedding_forward(ids: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return w[np.asarray(ids, dtype=np.int64)]
+
+
+def embedding_backward(ids: np.ndarray, w_shape: tuple[int, ...], dy: np.ndarray) -> np.ndarray:
+    """dW: every row of dy added to its id's row."""
+    dw = np.zeros(w_shape, dtype=dy.dtype)
+    np.add.at(dw, np.asarray(ids, dtype=np.int64).reshape(-1), dy.reshape(-1, w_shape[1]))
+    return dw
+
+
+def _causal_mask(shape: tuple[int, ...]) -> np.ndarray:
+    """True where key j > query i over the last two dimensions."""
+    tq, tk = shape[-2], shape[-1]
+    return np.arange(tk)[None, :] > np.arange(tq)[:, None]
+
+
+def softmax_dim_forward(x: np.ndarray, dim: int, scale: float = 1.0, causal: bool = False) -> np.ndarray:
+    z = scale * x
+    if causal:
+        z = np.where(_causal_mask(x.shape), -np.inf, z)
+    z = z - z.max(axis=dim, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=dim, keepdims=True)
+
+
+def softmax_dim_backward(p: np.ndarray, dy: np.ndarray, dim: int, scale: float = 1.0) -> np.ndarray:
+    """dx = scale * p * (dy - sum(dy * p)) along ``dim`` (masked entries have p = 0)."""
+    return scale * p * (dy - (dy * p).sum(axis=dim, keepdims=True))
+
+
+def _op(a: np.ndarray, transpose: bool) -> np.ndarray:
+    return np.swapaxes(a, -1, -2) if transpose else a
+
+
+def matmul_forward(a: np.ndarray, b: np.ndarray, transpose_a: bool = False, transpose_b: bool = False
+                   ) -> np.ndarray:
+    return _op(a, transpose_a) @ _op(b, transpose_b)
+
+
+def matmul_backward(a: np.ndarray, b: np.ndarray, dy: np.ndarray, transpose_a: bool = False,
+                    transpose_b: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(da, db) in the operands' own layouts."""
+    da = dy @ np.swapaxes(_op(b, transpose_b), -1, -2)
+    db = np.swapaxes(_op(a, transpose_a), -1, -2) @ dy
+    return _op(da, transpose_a), _op(db, transpose_b)
+
+
+def add_forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+def add_backward(dy: np.ndarray, b_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(da, db): db summed over the leading dimensions b lacks."""
+    lead = dy.ndim - len(b_shape)
+    return dy, dy.sum(axis=tuple(range(lead))) if lead else dy
+
+
+def sequence_cross_entropy(p: np.ndarray, labels: np.ndarray) -> float:
+    """Mean over every row (N, or N*T) of -log p[row, label]: torch.nn.functional.cross_entropy."""
+    c = p.shape[-1]
+    rows = p.reshape(-1, c)
+    lab = np.asarray(labels, dtype=np.int64).reshape(-1)
+    if rows.shape[0] != lab.size or lab.min() < 0 or lab.max() >= c:
+        raise ValueError(f"labels {np.shape(labels)} do not fit logits {p.shape}")
+    return float(-np.log(rows[np.arange(lab.size), lab]).mean())
+
+
+def sequence_cross_entropy_backward(p: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """d loss / d logits = (p - onehot) / rows."""
+    c = p.shape[-1]
+    rows = p.reshape(-1, c).copy()
+    lab = np.asarray(labels, dtype=np.int64).reshape(-1)
+    rows[np.arange(lab.size), lab] -= 1.0
+    return (rows / lab.size).reshape(p.shape)
+
+
+# ---- whole-graph hooks (reference.py): op kind -> forward(op, inputs, params) and
+# backward(op, inputs, output, dy, params) -> (input gradients, {parameter name: gradient})
+Params = Mapping[str, np.ndarray]
+
+
+def _forward(op: Any, ins: list[np.ndarray], param: Callable[[str], np.ndarray]) -> np.ndarray:
+    a = op.attrs
+    if op.kind == "layer_norm":
+        return layer_norm_forward(ins[0], param("weight"), param("bias"), a["eps"])
+    if op.kind == "embedding":
+        return embedding_forward(ins[0], param("weight"))
+    if op.kind == "softmax_dim":
+        return softmax_dim_forward(ins[0], a["dim"], a["scale"], a["causal"])
+    if op.kind == "reshape":
+        return ins[0].reshape((ins[0].shape[0],) + tuple(a["shape"][1:]))
+    if op.kind == "permute":
+        return np.transpose(ins[0], a["dims"])
+    raise NotImplementedError(op.kind)
+
+
+def _backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, param: Callable[[str], np.ndarray]
+              ) -> tuple[list[np.ndarray | None], dict[str, np.ndarray]]:
+    a = op.attrs
+    if op.kind == "layer_norm":
+        dx, dw, db = layer_norm_backward(ins[0], param("weight"), dy, a["eps"])
+        return [dx], {"weight": dw, "bias": db}
+    if op.kind == "embedding":
+        return [None], {"weight": embedding_backward(ins[0], param("weight").shape, dy)}
+    if op.kind == "softmax_dim":
+        return [softmax_dim_backward(y, dy, a["dim"], a["scale"])], {}
+    if op.kind == "reshape":
+        return [dy.reshape(ins[0].shape)], {}
+    if op.kind == "permute":
+        return [np.transpose(dy, np.argsort(a["dims"]))], {}
+    raise NotImplementedError(op.kind)
+
+
+SEQ_KINDS = frozenset({"layer_norm", "embedding", "softmax_dim", "reshape", "permute"})
+"""The graph op kinds whose whole-graph forward and backward this module computes."""
+
+
+def op_forward(op: Any, ins: list[np.ndarray], params: Params, dtype: np.dtype) -> np.ndarray:
+    """The output of graph op ``op`` (a kind in :data:`SEQ_KINDS`) from its inputs."""
+    return _forward(op, ins, lambda p: np.asarray(params[f"{op.name}.{p}"], dtype=dtype))
+
+
+def op_backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, params: Params, dtype: np.dtype
+                ) -> tuple[list[np.ndarray | None], dict[str, np.ndarray]]:
+    """(gradient per data input (None: none flows), {"<op>.<param>": gradient})."""
+    grads, pgrads = _backward(op, ins, y, dy, lambda p: np.asarray(params[f"{op.name}.{p}"], dtype=dtype))
+    return grads, {f"{op.name}.{k}": v for k, v in pgrads.items()}
