@@ -5,10 +5,16 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build test test-all asan tsan valgrind bench clean
+.PHONY: build cuda test test-all test-gpu asan tsan valgrind bench clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
+
+cuda:             ## compile the C core and the CUDA backend in place (fails naming what is missing)
+	SHARDWISE_CUDA=1 $(PY) setup.py build_ext --inplace
+
+test-gpu: cuda    ## the GPU tests (skipped with the reason where no GPU is usable; docs/gpu.md)
+	$(PY) -m pytest -q -rs -m gpu tests/test_gpu.py
 
 test: build       ## the default (fast) test run
 	$(PY) -m pytest -q
@@ -43,4 +49,4 @@ bench:            ## issue 2's benchmark
 	$(PY) benchmarks/search_time.py
 
 clean:
-	rm -rf build python/shardwise/*.so
+	rm -rf build python/shardwise/*.so   # _core and, where built, _cuda

@@ -1,12 +1,17 @@
-"""Build of the C extension shardwise._core (CPython C API + NumPy C API + OpenBLAS).
+"""Build of the C extension shardwise._core (CPython C API + NumPy C API + OpenBLAS), and of the
+CUDA backend shardwise._cuda when nvcc and the CUDA libraries are found.
 
 GEMM comes from OpenBLAS as NumPy and SciPy ship it: the scipy-openblas32
 wheel (a build and runtime dependency), whose symbols carry a ``scipy_``
 prefix.  The extension finds the library through an rpath next to itself in
 site-packages (and the build-time location for in-place builds).
 
-CUDA sources (a later issue) are compiled only when nvcc is found; set
-SHARDWISE_CUDA=0 to skip them or SHARDWISE_CUDA=1 to require them.
+The CUDA backend (cuda/) is a second extension module, so that ``import shardwise`` never
+needs a CUDA library: SHARDWISE_CUDA=auto (the default) builds it when nvcc and the cuDNN
+and cuBLAS headers and libraries are found and otherwise prints why it skipped it;
+SHARDWISE_CUDA=1 requires it (the build fails naming what is missing); SHARDWISE_CUDA=0
+never builds it.  tools/build_cuda.py finds the toolkit and libraries and compiles the .cu
+files.
 """
 import os
 import sys
@@ -16,8 +21,15 @@ import numpy
 import scipy_openblas32
 from setuptools import Extension, setup
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+import build_cuda  # noqa: E402  (tools/build_cuda.py: finding CUDA, compiling .cu files)
+
+# cuda/host/*.c: the CUDA backend's pure host-side planning (device map, stream priorities,
+# events, arena layout, convolution geometry), plain C without CUDA headers: built into the
+# core too, so that it is unit-tested on every machine, with or without CUDA.
+CUDA_HOST = sorted(glob("cuda/host/*.c"))
 SOURCES = (sorted(glob("csrc/*.c")) + sorted(glob("csrc/exec/*.c")) + sorted(glob("csrc/cpu/*.c"))
-           + sorted(glob("csrc/py/*.c")))
+           + sorted(glob("csrc/py/*.c")) + CUDA_HOST)
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
 EXTRA = ["-std=c11", "-O3", "-pthread", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
 # SHARDWISE_SANITIZE=1: AddressSanitizer + UBSan (make asan); =thread: ThreadSanitizer (make tsan)
@@ -25,18 +37,27 @@ SANITIZE = {"": [], "thread": ["-fsanitize=thread"]}.get(os.environ.get("SHARDWI
                                                          ["-fsanitize=address,undefined"])
 if SANITIZE:
     EXTRA += ["-O1", "-g", "-fno-omit-frame-pointer"] + SANITIZE
+HEADERS = (glob("csrc/*.h") + glob("csrc/*.def") + glob("csrc/exec/*.h") + glob("csrc/cpu/*.h") + glob("csrc/py/*.h")
+           + glob("cuda/host/*.h"))
 
 core = Extension(
     "shardwise._core",
     sources=SOURCES,
-    include_dirs=["csrc", numpy.get_include(), scipy_openblas32.get_include_dir()],
+    include_dirs=["csrc", "cuda/host", numpy.get_include(), scipy_openblas32.get_include_dir()],
     library_dirs=[BLAS_LIB_DIR],
     libraries=[scipy_openblas32.get_library()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=EXTRA,
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib", f"-Wl,-rpath,{BLAS_LIB_DIR}"] + SANITIZE,
-    depends=glob("csrc/*.h") + glob("csrc/*.def") + glob("csrc/exec/*.h") + glob("csrc/cpu/*.h") + glob("csrc/py/*.h"),
+    depends=HEADERS,
 )
 
 print(f"shardwise: building the C core from {len(SOURCES)} sources", file=sys.stderr)
-setup(ext_modules=[core])
+found = build_cuda.find(os.environ.get("SHARDWISE_CUDA", "auto"))
+modules = [core]
+if found.ok:
+    modules.append(build_cuda.extension(found, EXTRA, HEADERS, numpy.get_include()))
+    print(f"shardwise: building the CUDA backend shardwise._cuda ({found.summary()})", file=sys.stderr)
+else:
+    print(f"shardwise: CUDA backend not built: {found.reason}", file=sys.stderr)
+setup(ext_modules=modules, cmdclass={"build_ext": build_cuda.BuildExt})

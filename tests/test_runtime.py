@@ -114,9 +114,9 @@ def test_a_failing_kernel_leaves_the_last_completed_step():
 
 
 def test_backends_lists_the_cpu_backend_and_unknown_ones_are_refused():
-    assert sw.backends() == ["cpu"]
+    assert sw.backends()[0] == "cpu" and set(sw.backends()) <= {"cpu", "cuda"}   # cuda where built (test_gpu_plan)
     g = sw.models.lenet5(batch=8)
-    with pytest.raises(sw.ConfigError, match="unknown backend 'tpu'; available: 'cpu'"):
+    with pytest.raises(sw.ConfigError, match="unknown backend 'tpu'; this installation has: 'cpu'"):
         Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)), backend="tpu")
 
 

@@ -11,6 +11,7 @@
 
 #include "../cpu/kernels.h"
 #include "../shardwise.h"
+#include "backend_py.h"  /* sw_py_register_gpu_plan */
 #include "pyerr.h"  /* sw_py_raise */
 
 /* test entry points of the CPU kernels, one file per kernel family */
@@ -765,7 +766,7 @@ static int module_exec(PyObject *m) {
         sw_py_register_search(m) < 0) {
         return -1;
     }
-    if (sw_py_register_schedule(m) < 0) {
+    if (sw_py_register_schedule(m) < 0 || sw_py_register_gpu_plan(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();

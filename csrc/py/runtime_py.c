@@ -5,7 +5,11 @@
  *   loss = rt.step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps)
  *   loss = rt.forward(inputs, labels, running=False)   # the forward pass alone (loss, predict);
  *                                              # running: batchnorms use running statistics (eval)
- *   a = rt.buffer(b)                           # a NumPy view of buffer b in its arena
+ *   a = rt.buffer(b)                           # a NumPy view of buffer b in its arena (a copy on a GPU)
+ *   rt.write(b, a)                             # buffer b = a (same shape)
+ *
+ * backend="cpu" (the default), "cuda" (shardwise._cuda; gpus: one GPU per logical device or
+ * None, workspace: bytes per stream or 0) or "record" (tests: records the work, runs none).
  *
  * attrs is an int32 array (nops, 11): op type (_core.OP_KINDS index), fused ReLU, max
  * pooling, concat axis, then kh, kw, sh, sw, ph, pw, then leaky ReLU's negative slope as
@@ -19,10 +23,12 @@
  * once raises RuntimeError in the second.
  */
 #include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
+#include "runtime_py.h"  /* RuntimeObject; buffer, write, recorded (runtime_buffers_py.c) */
 
 #include <string.h>  /* memset, memcpy */
 
 #include "../exec/runtime.h"
+#include "backend_py.h"   /* sw_py_backend_spec, sw_py_backend_make */
 #include "pyerr.h"  /* sw_py_raise */
 #include "step_inputs.h"  /* step_inputs, parse_inputs, inputs_free, SW_MAX_ID_BOUND */
 
@@ -34,15 +40,8 @@
 
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
-typedef struct {
-    PyObject_HEAD
-    sw_runtime *rt;
-    int busy;
-    long long steps;   /* training steps completed (counted here, so an interrupt after a step
-                        * returns cannot separate the count from the weights) */
-} RuntimeObject;
 
-static int ready(RuntimeObject *self) {
+int sw_py_runtime_ready(RuntimeObject *self) {
     if (!self->rt) {
         PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
         return 0;
@@ -97,11 +96,13 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
 
 static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "attrs", "threads", "jitter_us",
-                             "reuse", "streams", NULL};
-    PyObject *prob, *k, *dg, *ptr, *dv, *at, *streams_obj = Py_None;
+                             "reuse", "streams", "backend", "gpus", "workspace", NULL};
+    PyObject *prob, *k, *dg, *ptr, *dv, *at, *streams_obj = Py_None, *gpus = Py_None;
     int threads, jitter = 0, reuse = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|ipO", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
-                                     &jitter, &reuse, &streams_obj)) {
+    const char *backend_name = "cpu";
+    long long workspace = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|ipOsOL", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
+                                     &jitter, &reuse, &streams_obj, &backend_name, &gpus, &workspace)) {
         return NULL;
     }
     ProblemObject *problem = (ProblemObject *)prob;
@@ -116,11 +117,14 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     plan_args a;
     sw_op_attrs *attrs = NULL;
     RuntimeObject *self = NULL;
+    sw_py_backend spec = {0};
+    memset(&a, 0, sizeof a);
     PyArrayObject *stream_arrays[3] = {NULL, NULL, NULL};
     sw_streams view;
     const sw_streams *streams = NULL;
     if (sw_py_parse_plan(problem->p, k, dg, ptr, dv, &a) < 0 || parse_attrs(problem->p, at, &attrs) < 0 ||
-        sw_py_parse_streams(streams_obj, stream_arrays, &view, &streams) < 0) {
+        sw_py_parse_streams(streams_obj, stream_arrays, &view, &streams) < 0 ||
+        sw_py_backend_spec(backend_name, problem->p->ndev, gpus, workspace, &spec) < 0) {
         goto done;
     }
     self = (RuntimeObject *)type->tp_alloc(type, 0);
@@ -130,7 +134,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     sw_backend *backend = NULL;
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = sw_backend_cpu_new(problem->p->ndev, threads, jitter, &backend);
+    s = sw_py_backend_make(&spec, threads, jitter, &backend);
     if (s == SW_OK) {
         s = sw_runtime_new_on(problem->p, &a.plan, attrs, reuse, streams, backend, &self->rt);
     }
@@ -143,6 +147,7 @@ done:
     problem->busy = 0;
     sw_py_streams_free(stream_arrays);
     PyMem_Free(attrs);
+    sw_py_backend_spec_free(&spec);
     sw_py_plan_args_free(&a);
     return (PyObject *)self;
 }
@@ -154,7 +159,7 @@ static void Runtime_dealloc(RuntimeObject *self) {
 
 /* ------------------------------------------------------------------ steps */
 static PyObject *run(RuntimeObject *self, int list, PyObject *inputs, PyObject *labels, sw_optimizer opt, int bn_mode) {
-    if (!ready(self)) {
+    if (!sw_py_runtime_ready(self)) {
         return NULL;
     }
     step_inputs in;
@@ -205,33 +210,6 @@ static PyObject *Runtime_forward(RuntimeObject *self, PyObject *args, PyObject *
 }
 
 /* ------------------------------------------------------------------ buffers and memory */
-static PyObject *Runtime_buffer(RuntimeObject *self, PyObject *arg) {
-    if (!self->rt) {
-        PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
-        return NULL;
-    }
-    long b = PyLong_AsLong(arg);
-    if (b == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (b < 0 || b >= self->rt->g.nbuffers) {
-        PyErr_Format(PyExc_IndexError, "no buffer %ld (the graph has %d)", b, self->rt->g.nbuffers);
-        return NULL;
-    }
-    const sw_buffer *buf = &self->rt->g.buffers[b];
-    npy_intp dims[SW_MAX_RANK];
-    for (int d = 0; d < buf->box.rank; d++) {
-        dims[d] = buf->box.hi[d] - buf->box.lo[d];
-    }
-    int type = buf->kind == SW_BUF_STATS ? NPY_FLOAT64 : NPY_FLOAT32;
-    PyObject *a = PyArray_SimpleNewFromData(buf->box.rank, dims, type, sw_runtime_buffer(self->rt, (int32_t)b));
-    if (a && PyArray_SetBaseObject((PyArrayObject *)a, Py_NewRef((PyObject *)self)) < 0) {
-        Py_DECREF(a);
-        return NULL;
-    }
-    return a;
-}
-
 static PyObject *int64_list(const int64_t *v, int n) {
     PyObject *l = PyList_New(n);
     for (int i = 0; l && i < n; i++) {
@@ -254,7 +232,7 @@ static PyObject *Runtime_arena_bytes(RuntimeObject *self, PyObject *Py_UNUSED(ig
 }
 
 static PyObject *Runtime_arena_high_water(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
-    if (!ready(self)) {
+    if (!sw_py_runtime_ready(self)) {
         return NULL;
     }
     int64_t *hw = PyMem_Calloc((size_t)self->rt->ndev, sizeof *hw);
@@ -283,7 +261,7 @@ static PyObject *Runtime_allocations(RuntimeObject *self, PyObject *Py_UNUSED(ig
 /* [(buffer, updates)] of every state buffer with a count (> 0): SGD's started momentum
  * buffers, Adam's step count per parameter slice. */
 static PyObject *Runtime_updates(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
-    if (!ready(self)) {
+    if (!sw_py_runtime_ready(self)) {
         return NULL;
     }
     PyObject *l = PyList_New(0);
@@ -304,7 +282,7 @@ static PyObject *Runtime_updates(RuntimeObject *self, PyObject *Py_UNUSED(ignore
 /* set_updates([(buffer, count)]): every count at once (the others 0), e.g. from a checkpoint;
  * checked in full before anything changes. */
 static PyObject *Runtime_set_updates(RuntimeObject *self, PyObject *arg) {
-    if (!ready(self)) {
+    if (!sw_py_runtime_ready(self)) {
         return NULL;
     }
     PyObject *seq = PySequence_Fast(arg, "set_updates takes a sequence of (state buffer id, count) pairs");
@@ -345,7 +323,7 @@ fail:
 
 /* (task starts, task ends, step start, step end) of the last step: ns of the monotonic clock */
 static PyObject *Runtime_task_times(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
-    if (!ready(self)) {
+    if (!sw_py_runtime_ready(self)) {
         return NULL;
     }
     npy_intp dims[2] = {self->rt->g.ntasks, 2};
@@ -359,7 +337,7 @@ static PyObject *Runtime_task_times(RuntimeObject *self, PyObject *Py_UNUSED(ign
 
 /* The last step's nanoseconds each worker thread waited for other streams' tasks. */
 static PyObject *Runtime_wait_times(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
-    if (!ready(self)) {
+    if (!sw_py_runtime_ready(self)) {
         return NULL;
     }
     int64_t ns[256];
@@ -390,9 +368,19 @@ static int Runtime_set_steps(RuntimeObject *self, PyObject *value, void *closure
     return 0;
 }
 
+static PyObject *Runtime_get_backend(RuntimeObject *self, void *closure) {
+    (void)closure;
+    if (!self->rt) {
+        PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
+        return NULL;
+    }
+    return PyUnicode_FromString(self->rt->backend->i->name);
+}
+
 static PyGetSetDef Runtime_getset[] = {
     {"steps", (getter)Runtime_get_steps, (setter)Runtime_set_steps,
      "training steps completed (step() adds one when it returns; settable, e.g. from a checkpoint)", NULL},
+    {"backend", (getter)Runtime_get_backend, NULL, "the backend's name (cpu, cuda, record)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -406,7 +394,11 @@ static PyMethodDef Runtime_methods[] = {
      "(kind: 0 SGD, 1 Adam, 2 AdamW)"},
     {"forward", (PyCFunction)(void (*)(void))Runtime_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(inputs, labels, running=False) -> mean loss (running: batchnorms use their running statistics)"},
-    {"buffer", (PyCFunction)Runtime_buffer, METH_O, "buffer(b) -> NumPy view of buffer b in its arena"},
+    {"buffer", (PyCFunction)Runtime_buffer, METH_O,
+     "buffer(b) -> NumPy view of buffer b in its arena (a copy where the arena is device memory)"},
+    {"write", (PyCFunction)Runtime_write, METH_VARARGS, "write(b, array): buffer b = array (its shape)"},
+    {"recorded", (PyCFunction)Runtime_recorded, METH_O,
+     "recorded(list) -> (ops, streams, ids, stream_device, stream_priority) of the record backend"},
     {"arena_bytes", (PyCFunction)Runtime_arena_bytes, METH_NOARGS, "arena_bytes() -> [bytes per device]"},
     {"arena_high_water", (PyCFunction)Runtime_arena_high_water, METH_NOARGS,
      "arena_high_water() -> [highest byte written per device, rounded up to the alignment]"},
@@ -433,7 +425,7 @@ static PyTypeObject RuntimeType = {
 
 int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type) {
     import_array1(-1);  /* this file's own NumPy API table */
-    if (sw_py_step_inputs_init() < 0) {
+    if (sw_py_step_inputs_init() < 0 || sw_py_register_runtime_buffers() < 0) {
         return -1;
     }
     problem_type_ = problem_type;

@@ -32,6 +32,7 @@ from . import data
 from .lower import TaskGraph, lower
 from .memory import DeviceMemory, MemoryPlan, memory_plan
 from .runtime import backends
+from . import cuda
 from .simulate import MemoryOverflow, SimResult, simulate
 from .schedule import Schedule, schedule
 from .profile import Profile, ProfileMismatch, profile
@@ -43,7 +44,7 @@ __all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Pl
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
             "CheckpointError", "TrainerInUseError", "data"]
 __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "DeviceMemory", "MemoryPlan",
-            "memory_plan", "backends", "Schedule", "schedule"]
+            "memory_plan", "backends", "cuda", "Schedule", "schedule"]
 __all__ += ["Profile", "ProfileMismatch", "profile"]
 __all__ += ["from_torch", "from_onnx"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]

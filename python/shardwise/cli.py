@@ -138,8 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model to train on the digits: lenet5 of the zoo, or an .onnx file or module:function "
                    "whose model takes (N, 1, 32, 32) images and gives 10 classes (default: lenet5)")
     t.add_argument("--devices", default="4", metavar="N",
-                   help="number of CPU workers (default: 4), or a machine file (*.json, docs/machines.md) whose "
-                   "devices the plan is made for, each run as a CPU worker")
+                   help="number of CPU workers (default: 4), a machine file (*.json, docs/machines.md) whose "
+                   "devices the plan is made for, each run as a CPU worker, or gpu:N: this machine's GPUs as N "
+                   "logical devices (with --backend cuda)")
+    t.add_argument("--backend", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu (threads, default) or cuda (the plan's devices on this machine's GPUs; docs/gpu.md)")
     t.add_argument("--plan", default="search", metavar="PLAN",
                    help="search (the searched plan, default), data, model, owt, or the path of a plan file "
                    "saved by `plan --device-type cpu --devices N --model lenet5 --batch B --save PATH`")
@@ -168,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--png", metavar="PATH", help="write the plan's timeline (Gantt chart) as a PNG (needs matplotlib)")
     m.add_argument("--strategy-png", metavar="PATH", help="write the plan's strategy picture as a PNG")
     m.add_argument("--quiet", action="store_true", help="no progress lines or notes on stderr")
+    sub.add_parser("info", help="version, backends built, CUDA libraries and GPUs (or why none)",
+                   description="Print the version, the backends this installation has and, for CUDA, the toolkit, "
+                   "driver, cuDNN, cuBLAS and NCCL versions found and the GPUs seen (or why none).")
     sub.add_parser("models", help="list what --model accepts: the zoo models with their sizes, and the other forms",
                    description="List what --model accepts: the models of the zoo at their default minibatch, an "
                    "ONNX file and module:function.")
@@ -370,8 +376,13 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
             raise ShardwiseError(f"cannot write the checkpoint to {args.checkpoint!r}: not a file in a "
                                  f"writable folder")
     optimizer = SGD(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    devices = _machine(args.devices, "cpu") if is_machine_file(args.devices) else DeviceGraph.cpu(
-        _worker_count(args.devices))
+    if args.devices.strip().lower().startswith("gpu:"):   # the GPUs here, as N logical devices
+        if args.backend != "cuda":
+            raise ShardwiseError("--devices gpu:N trains on GPUs: add --backend cuda")
+        devices = DeviceGraph.local_gpus(logical=_worker_count(args.devices.strip()[4:]))
+    else:
+        devices = _machine(args.devices, "cpu") if is_machine_file(args.devices) else DeviceGraph.cpu(
+            _worker_count(args.devices))
     loaded = _load_model(args, args.batch)
     graph = loaded.graph
     _check_digits_model(args.model, graph)
@@ -386,7 +397,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         raise ShardwiseError(f"--batch {args.batch} is larger than the {len(x_train)} training samples")
     plan = _train_plan(args.plan, graph, devices, args.quiet)
     try:
-        trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed)
+        trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed, backend=args.backend)
     except NotImplementedError as exc:  # e.g. a plan file made with --sync ring
         raise ShardwiseError(f"this plan cannot be trained yet: {exc}") from None
     if loaded.weights is not None:   # an ONNX file's or a function's weights: start from them
@@ -524,8 +535,15 @@ def cmd_models(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_info(args: argparse.Namespace, out: TextIO) -> int:
+    from .cli_info import info_text
+
+    out.write(info_text())
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO], int]] = {
-    "plan": cmd_plan, "train": cmd_train, "simulate": cmd_simulate, "models": cmd_models}
+    "plan": cmd_plan, "train": cmd_train, "simulate": cmd_simulate, "models": cmd_models, "info": cmd_info}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -240,6 +240,18 @@ class DeviceGraph:
         return g
 
     @classmethod
+    def local_gpus(cls, logical: int | None = None) -> "DeviceGraph":
+        """This machine's GPUs as ``logical`` devices (default: one per GPU), several sharing a
+        GPU when there are more devices than GPUs; their FLOP/s, memory and memory bandwidth
+        come from the driver (divided among the devices sharing a GPU), links between GPUs are
+        nominal.  ``gpu_of`` lists each device's GPU, which ``sw.Trainer(..., backend="cuda")``
+        follows.  Raises BackendUnavailableError naming what is missing where no GPU can be
+        used (the CUDA backend not built, its libraries, the driver, a GPU)."""
+        from .cuda import local_gpus
+
+        return local_gpus(logical)
+
+    @classmethod
     def parse(cls, text: str, device: str = "P100") -> "DeviceGraph":
         """``"16"`` (one node) or ``"4x4"`` (nodes x devices per node), as the CLI takes them."""
         text = str(text).strip().lower()

@@ -9,13 +9,15 @@ The runtime (csrc/exec/executor.c) runs every task on its stream in program
 order (one stream per device, or a schedule's prioritized streams), on the CPU
 backend (csrc/cpu/backend_cpu.c): worker threads, one per device but no more
 than the cores the device graph says its CPU workers share, each taking the
-most urgent of its streams whose next task may start.  The GIL is released once for the whole step; nothing is allocated
+most urgent of its streams whose next task may start; or, with ``backend="cuda"``,
+on GPUs (cuda/, docs/gpu.md), where ``persistent`` holds host copies kept in step
+with the arenas (_DeviceBuffers).  The GIL is released once for the whole step; nothing is allocated
 during a step (buffers live at planned offsets in one arena per device).
 :class:`~shardwise.train.Trainer` is the user-facing API.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -39,9 +41,51 @@ ATTR_COLUMNS = 18
 
 
 def backends() -> list[str]:
-    """The backends this build of shardwise can train on: ``["cpu"]`` (``"cuda"`` too once the
-    CUDA backend is built in)."""
-    return list(_core.BACKENDS)
+    """The backends this installation of shardwise has: ``["cpu"]``, and ``"cuda"`` where the
+    CUDA backend was built in (whether a GPU is present is :func:`shardwise.cuda.status`'s
+    question)."""
+    from . import cuda
+
+    return list(_core.BACKENDS) + (["cuda"] if cuda.built() else [])
+
+
+class _DeviceBuffers(Mapping):
+    """The persistent buffers of a device backend as host arrays, in step with the arenas.
+
+    Reading an entry copies every persistent buffer from the device when a step has run since
+    the last copy; handing out an array counts as a write (the caller may change it in place,
+    as it does the CPU backend's views), so the next step first copies them all back."""
+
+    def __init__(self, rt: Any, ids: list[int]) -> None:
+        self._rt = rt
+        self._ids = ids
+        self._host: dict[int, np.ndarray] = {}
+        self._stale = True     # the device holds newer values than _host
+        self._dirty = False    # _host may hold newer values than the device
+
+    def __getitem__(self, b: int) -> np.ndarray:
+        if b not in self._ids:
+            raise KeyError(b)
+        if self._stale:
+            self._host = {i: self._rt.buffer(i) for i in self._ids}
+            self._stale = False
+        self._dirty = True
+        return self._host[b]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def before_step(self) -> None:
+        if self._dirty:
+            for b, a in self._host.items():
+                self._rt.write(b, a)
+            self._dirty = False
+
+    def after_step(self) -> None:
+        self._stale = True
 
 
 def executor_threads(devices: int, shared_cores: int | None) -> int:
@@ -111,14 +155,18 @@ class NativeExecutor:
     """Runs the task graph of ``plan`` on the native runtime; parameters and optimizer state persist."""
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
-                 reuse: bool = True, optimizer_state: int = 1, schedule: Any = None) -> None:
+                 reuse: bool = True, optimizer_state: int = 1, schedule: Any = None, backend: str = "cpu",
+                 gpus: list[int] | None = None, workspace_mb: int | None = None) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
         buffers share arena memory by lifetime (False: each keeps its own bytes);
         ``optimizer_state``: state buffers per parameter slice, as ``tg`` was lowered with
         (``sw.lower(plan, optimizer_state)``; 1 for SGD, 2 for Adam and AdamW); ``schedule``:
         a :class:`~shardwise.schedule.Schedule` of ``plan`` whose prioritized streams the tasks
-        run on (None: one stream per device, program order)."""
+        run on (None: one stream per device, program order).  ``backend``: "cpu" or "cuda"; for
+        "cuda", ``gpus`` gives each logical device's GPU (default: the plan's device graph's
+        ``gpu_of``, else blocks over every GPU) and ``workspace_mb`` each stream's workspace
+        (default 64)."""
         self.graph = graph
         self.tg = tg
         self.optimizer_state = optimizer_state
@@ -127,12 +175,22 @@ class NativeExecutor:
             threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
         problem = make_problem(graph, devices, plan.options)
         problem.set_optimizer_state(optimizer_state)
+        if gpus is None:
+            gpus = getattr(devices, "gpu_of", None)
+        workspace = int(workspace_mb) << 20 if workspace_mb else 0
+        self.backend = backend
         self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
-                                 reuse=reuse, streams=_streams(plan, schedule))
+                                 reuse=reuse, streams=_streams(plan, schedule), backend=backend,
+                                 gpus=gpus if backend == "cuda" else None, workspace=workspace)
         self.schedule = schedule
         self.threads = threads
-        self.persistent: dict[int, np.ndarray] = {b.id: self._rt.buffer(b.id) for b in tg.buffers
-                                                  if b.kind in PERSISTENT_KINDS}
+        ids = [b.id for b in tg.buffers if b.kind in PERSISTENT_KINDS]
+        self._device: _DeviceBuffers | None = None
+        self.persistent: Mapping[int, np.ndarray]
+        if backend == "cpu":
+            self.persistent = {b: self._rt.buffer(b) for b in ids}
+        else:
+            self._device = self.persistent = _DeviceBuffers(self._rt, ids)
         self._inputs = [op for op in graph.ops if op.kind == "input"]
 
     @property
@@ -161,6 +219,16 @@ class NativeExecutor:
         as they are and normalizes with them when ``running`` (eval mode), else with the
         minibatch's statistics."""
         inputs = self._input_list(images)
+        if self._device is not None:
+            self._device.before_step()
+            try:
+                return self._run(inputs, labels, phases, optimizer, running)
+            finally:
+                self._device.after_step()
+        return self._run(inputs, labels, phases, optimizer, running)
+
+    def _run(self, inputs: list[Any], labels: np.ndarray, phases: tuple[str, ...], optimizer: Any,
+             running: bool) -> float:
         if tuple(phases) == ("forward",):
             return self._rt.forward(inputs, labels, running)
         if running:

@@ -33,7 +33,8 @@ from .init import init_params
 from .lower import lower
 from .optim import SGD, Adam, AdamW, Optimizer
 from .plan import Plan
-from .runtime import NativeExecutor, id_bound
+from .runtime import NativeExecutor, backends, id_bound
+from . import cuda
 from .running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
 from . import inference
 from .schedule import as_schedule
@@ -63,7 +64,8 @@ class TrainerInUseError(ShardwiseError, RuntimeError):
 
 
 class Trainer:
-    """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory).
+    """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory),
+    or with ``backend="cuda"`` on GPUs (compiled, never run on a GPU yet: docs/gpu.md).
 
     A Trainer is not thread-safe: its workers share one set of weights, activations and
     gradients.  A call of :meth:`step`, :meth:`loss`, :meth:`predict` (so also :meth:`fit`,
@@ -79,25 +81,42 @@ class Trainer:
     """
 
     def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
-                 seed: int = 0, schedule: "str | Schedule" = "fifo") -> None:
+                 seed: int = 0, schedule: "str | Schedule" = "fifo", workspace_mb: int | None = None) -> None:
         """``optimizer``: :class:`~shardwise.optim.SGD` (the default, lr 0.01),
         :class:`~shardwise.optim.Adam` or :class:`~shardwise.optim.AdamW`.  Its kind fixes the
         optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
         trainer's task graph is built for it; its settings (lr or schedule, decay) may change
-        between steps by assigning another optimizer of the same kind to :attr:`optimizer`."""
+        between steps by assigning another optimizer of the same kind to :attr:`optimizer`.
+        ``backend``: "cpu" (threads, one per device) or "cuda" (the plan's devices on this
+        machine's GPUs, docs/gpu.md; BackendUnavailableError naming what is missing where it
+        cannot run); ``workspace_mb``: each CUDA stream's workspace (default 64)."""
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ConfigError(f"optimizer must be sw.SGD, sw.Adam or sw.AdamW, got {type(optimizer).__name__}")
         if not isinstance(plan, Plan):
             raise ConfigError(f"Trainer needs a Plan, got {type(plan).__name__}")
         if plan.graph is not graph and plan.graph.fingerprint() != graph.fingerprint():
             raise ConfigError(f"the plan was made for graph {plan.graph.name!r}, not {graph.name!r}")
-        if backend not in _core.BACKENDS:
-            raise ConfigError(f"unknown backend {backend!r}; available: {', '.join(map(repr, _core.BACKENDS))}")
+        if backend not in ("cpu", "cuda"):
+            raise ConfigError(f"unknown backend {backend!r}; this installation has: "
+                              f"{', '.join(map(repr, backends()))}")
+        kinds = CPU_KINDS
+        if backend == "cuda":   # built and loadable (else the reason); the graph's kinds before the GPU
+            cuda.load()
+            kinds = cuda.op_kinds()
         for op in graph.ops:
-            if op.kind not in CPU_KINDS:
-                raise ConfigError(f"the CPU backend has no kernels for op kind {op.kind!r} (op {op.name!r}); "
-                                  f"it trains {sorted(CPU_KINDS)}. Graphs with other ops can be planned "
+            if op.kind not in kinds:
+                raise ConfigError(f"the {backend.upper()} backend has no kernels for op kind {op.kind!r} (op "
+                                  f"{op.name!r}); it trains {sorted(kinds)}. Graphs with other ops can be planned "
                                   "(sw.search, sw.tofu.partition) but not trained yet")
+            if backend == "cuda" and op.kind == "softmax" and len(op.shape) != 2:
+                raise ConfigError(f"the CUDA backend's loss takes (N, C) logits, not {op.shape} (op {op.name!r}): "
+                                  "sequence losses train on the CPU backend")
+            if backend == "cuda" and op.kind == "conv2d" and (op.attrs.get("groups", 1) != 1 or
+                                                              op.attrs.get("dilation", 1) not in (1, (1, 1))):
+                raise ConfigError(f"the CUDA backend has no grouped or dilated convolution yet (op {op.name!r}): "
+                                  "such graphs train on the CPU backend")
+        if backend == "cuda":
+            cuda.require()   # a driver and a GPU, else BackendUnavailableError naming what is missing
         inputs = [op for op in graph.ops if op.kind == "input"]
         losses = [op for op in graph.ops if op.kind == "softmax"]
         if not inputs or not losses:
@@ -118,7 +137,7 @@ class Trainer:
         self.task_graph = lower(plan, optimizer_state=nstate)
         self.schedule = as_schedule(plan, schedule)   # None: fifo
         self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
-                                       schedule=self.schedule)
+                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb)
         self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
         self._running = RunningStats(graph, self.task_graph)
         self.set_weights({**init_params(graph, seed), **running_defaults(graph)})

@@ -1,0 +1,282 @@
+/* tasks.c -- one task of the graph issued on its stream: the kinds that do not depend on
+ * the op (copies, sums, inputs, batch-norm statistics, updates), and forward and backward
+ * tasks handed to ops.c.  The CUDA twin of csrc/cpu/tasks.c and csrc/cpu/optim.c, reading
+ * the same buffers in the same order (csrc/cpu/task_env.h); every call here only enqueues
+ * work on the task's stream.  Batch-norm statistics are double sums (2, C): row 0 sums of
+ * x (or dy), row 1 sums of x^2 (or dy * xhat).
+ */
+#include <math.h>    /* pow, sqrt */
+#include <string.h>  /* memset */
+
+#include "cuda_backend.h"
+
+#define BN_EPS 1e-5   /* as csrc/cpu/tasks.c and PyTorch's default */
+
+static int kind_of(const cu_task *t, int32_t b) { return t->e.rt->g.buffers[b].kind; }
+static int device_of(const cu_task *t, int32_t b) { return t->e.rt->g.buffers[b].device; }
+static void *ptr(const cu_task *t, int32_t b) { return t->e.rt->ptr[b]; }
+
+static sw_status view_zero(const cu_task *t, int32_t b) {
+    sw_view v;
+    sw_env_view(&t->e, b, &v);
+    return cu_zero(t, &v);
+}
+
+/* ------------------------------------------------------------------ moving data */
+static sw_status run_copy(const cu_task *t) {
+    int32_t src = t->e.reads[0], dst = t->e.writes[0];
+    const sw_buffer *bs = &t->e.rt->g.buffers[src], *bd = &t->e.rt->g.buffers[dst];
+    if (bs->kind == SW_BUF_STATS || bd->kind == SW_BUF_STATS) {   /* statistics: equal boxes, doubles */
+        if (!sw_box_equal(&bs->box, &bd->box)) {
+            return SW_FAIL(SW_ERR_INTERNAL, "task %d copies statistics between different boxes", t->e.id);
+        }
+        /* cudaMemcpyDefault: the driver sees both GPUs' addresses (unified addressing) */
+        return cu_check(cudaMemcpyAsync(ptr(t, dst), ptr(t, src), (size_t)sw_buffer_bytes(bs), cudaMemcpyDefault,
+                                        t->st->s), "copy statistics");
+    }
+    sw_view s, d;
+    sw_env_view(&t->e, src, &s);
+    sw_env_view(&t->e, dst, &d);
+    return cu_copy_between(t, bs->device, &s, &d);
+}
+
+/* The first piece into a gradient copies (or zeroes the rest and adds); later ones add. */
+static sw_status run_accumulate(const cu_task *t) {
+    sw_view s, d;
+    sw_env_view(&t->e, t->e.reads[0], &s);
+    sw_env_view(&t->e, t->e.writes[0], &d);
+    if (device_of(t, t->e.reads[0]) != t->st->device &&
+        sw_gpu_route_of(t->be->gpu_of, device_of(t, t->e.reads[0]), t->st->device, t->be->peer, t->be->ngpus) ==
+            SW_ROUTE_STAGED) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d adds another GPU's buffer without peer access", t->e.id);
+    }
+    if (!t->e.rt->first_accumulate[t->e.id]) {
+        return cu_copy_box(t, &s, &d, 1);
+    }
+    if (!sw_box_equal(&t->e.task->box, &t->e.rt->g.buffers[t->e.writes[0]].box)) {
+        SW_TRY(cu_zero(t, &d));
+    }
+    return cu_copy_box(t, &s, &d, 0);
+}
+
+/* load_input: the worker's box of the input op's minibatch, read from mapped host memory. */
+static sw_status run_load_input(const cu_task *t, const sw_step_args *args) {
+    int op = t->e.task->op;
+    if (!args->inputs || !args->inputs[op] || !t->be->input[op]) {
+        return SW_FAIL(SW_ERR_VALUE, "no data for input op %d", op);
+    }
+    sw_view host = {t->be->input[op], t->e.op->out_rank, {0}, {0}}, y;
+    for (int d = 0; d < t->e.op->out_rank; d++) {
+        host.shape[d] = t->e.op->shape[d];
+    }
+    sw_env_view(&t->e, t->e.writes[0], &y);
+    return cu_copy_box(t, &host, &y, 0);
+}
+
+/* reduce, stats_reduce: the first read (= the write) += the others, in order. */
+static sw_status run_sum(const cu_task *t) {
+    const sw_buffer *b = &t->e.rt->g.buffers[t->e.writes[0]];
+    int64_t n = sw_box_volume(&b->box);
+    for (int k = 1; k < t->e.nreads; k++) {
+        if (b->kind == SW_BUF_STATS) {
+            CU_TRY(swk_add_doubles(ptr(t, t->e.writes[0]), ptr(t, t->e.reads[k]), n, t->st->s));
+        } else {
+            swk_map m = {.rank = 1, .ext = {n}, .dst_stride = {1}, .nsrc = 1, .src_stride = {{1}}};
+            const float *src[SWK_MAX_SRC] = {ptr(t, t->e.reads[k])};
+            CU_TRY(swk_map_run(SWK_ACCUMULATE, 0.0f, &m, ptr(t, t->e.writes[0]), src, t->st->s));
+        }
+    }
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ partition-n-reduce */
+static sw_status run_sum_partials(const cu_task *t) {
+    sw_view y, part;
+    sw_env_view(&t->e, t->e.writes[0], &y);
+    sw_env_view(&t->e, t->e.reads[0], &part);
+    SW_TRY(cu_copy_box(t, &part, &y, 0));
+    for (int k = 1; k < t->e.nreads; k++) {
+        sw_env_view(&t->e, t->e.reads[k], &part);
+        SW_TRY(cu_copy_box(t, &part, &y, 1));
+    }
+    const sw_view *src[1] = {&y};
+    return t->e.attrs->relu ? cu_eltwise(t, SWK_RELU, 0.0f, &y, src, 1) : SW_OK;
+}
+
+static sw_status run_activation_grad(const cu_task *t) {
+    sw_view out, dy, y;
+    sw_env_view(&t->e, t->e.writes[0], &out);
+    if (t->e.nreads < 2) {
+        return cu_zero(t, &out);
+    }
+    sw_env_view(&t->e, t->e.reads[0], &dy);
+    if (!t->e.attrs->relu) {
+        return cu_copy_box(t, &dy, &out, 0);
+    }
+    sw_env_view(&t->e, t->e.reads[1], &y);
+    const sw_view *src[2] = {&dy, &y};
+    return cu_eltwise(t, SWK_RELU_GRAD, 0.0f, &out, src, 2);
+}
+
+/* ------------------------------------------------------------------ batchnorm */
+/* Elements per channel in the minibatch: N * H * W of the op's output. */
+static int64_t bn_count(const cu_task *t) { return t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3]; }
+
+static int64_t channels_of(const cu_task *t, int32_t b) {
+    const sw_box *box = &t->e.rt->g.buffers[b].box;
+    return box->hi[1] - box->lo[1];
+}
+
+/* Mean and 1/std (2C floats of scratch) from the reduced sums in buffer `stats`. */
+static sw_status moments_of(const cu_task *t, int32_t stats, float **mean, float **invstd) {
+    int64_t c = channels_of(t, stats);
+    sw_status s = SW_OK;
+    float *m = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
+    SW_TRY(s);
+    CU_TRY(swk_bn_moments(ptr(t, stats), c, bn_count(t), BN_EPS, m, m + c, t->st->s));
+    *mean = m;
+    *invstd = m + c;
+    return SW_OK;
+}
+
+static sw_status run_bn_stats(const cu_task *t) {
+    sw_view x;
+    sw_env_view(&t->e, t->e.reads[0], &x);
+    const sw_view *src[1] = {&x};
+    swk_map m;
+    float *d;
+    const float *s[SWK_MAX_SRC];
+    SW_TRY(cu_map_over(&x, src, 1, &m, &d, s));
+    return cu_check(swk_bn_sums(&m, s[0], ptr(t, t->e.writes[0]), t->st->s), "batch-norm sums");
+}
+
+/* bn_apply reads x, the statistics, gamma, beta, the running statistics (2, C); writes y and
+ * the running statistics in place (the step's sw_bn_mode says which it uses and updates). */
+static sw_status run_bn_apply(const cu_task *t, const sw_step_args *args) {
+    if (t->e.nreads < 5 || t->e.nwrites < 2 || kind_of(t, t->e.reads[4]) != SW_BUF_RUNNING) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: bn_apply without its running statistics", t->e.id);
+    }
+    float *mean, *invstd, *running = ptr(t, t->e.reads[4]);
+    if (args->bn_mode == SW_BN_RUNNING) {
+        int64_t c = channels_of(t, t->e.reads[4]);
+        sw_status s = SW_OK;
+        mean = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
+        SW_TRY(s);
+        invstd = mean + c;
+        CU_TRY(swk_bn_running_moments(running, c, BN_EPS, mean, invstd, t->st->s));
+    } else {
+        SW_TRY(moments_of(t, t->e.reads[1], &mean, &invstd));
+    }
+    if (args->bn_mode == SW_BN_UPDATE) {
+        CU_TRY(swk_bn_running_update(ptr(t, t->e.reads[1]), channels_of(t, t->e.reads[1]), bn_count(t),
+                                     t->e.attrs->alpha, running, t->st->s));
+    }
+    sw_view x, y;
+    sw_env_view(&t->e, t->e.reads[0], &x);
+    sw_env_view(&t->e, t->e.writes[0], &y);
+    const sw_view *src[1] = {&x};
+    swk_map m;
+    float *d;
+    const float *s[SWK_MAX_SRC];
+    SW_TRY(cu_map_over(&y, src, 1, &m, &d, s));
+    return cu_check(swk_bn_apply(&m, s[0], mean, invstd, ptr(t, t->e.reads[2]), ptr(t, t->e.reads[3]), d, t->st->s),
+                    "batch-norm apply");
+}
+
+/* bn_backward_stats reads dy, the x region, the statistics of x. */
+static sw_status run_bn_backward_stats(const cu_task *t) {
+    if (t->e.nreads < 3) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm's gradient statistics need dy", t->e.id);
+    }
+    float *mean, *invstd;
+    SW_TRY(moments_of(t, t->e.reads[2], &mean, &invstd));
+    sw_view dy, x;
+    sw_env_view(&t->e, t->e.reads[0], &dy);
+    sw_env_view(&t->e, t->e.reads[1], &x);
+    const sw_view *src[2] = {&x, &dy};
+    swk_map m;
+    float *d;
+    const float *s[SWK_MAX_SRC];
+    SW_TRY(cu_map_over(&dy, src, 2, &m, &d, s));
+    return cu_check(swk_bn_backward_sums(&m, s[0], s[1], mean, invstd, ptr(t, t->e.writes[0]), t->st->s),
+                    "batch-norm backward sums");
+}
+
+/* ------------------------------------------------------------------ updates */
+/* The step's scalars in double, rounded where torch rounds them (csrc/cpu/optim.c). */
+static sw_status run_update(const cu_task *t, const sw_step_args *args) {
+    const sw_optimizer *o = &args->opt;
+    int nstate = sw_optim_state_buffers(o->kind);
+    if (t->e.nreads != 2 + nstate || t->e.nwrites != 1 + nstate) {
+        return SW_FAIL(SW_ERR_INTERNAL, "update task %d has %d reads for an optimizer of %d state buffers", t->e.id,
+                       t->e.nreads, nstate);
+    }
+    int64_t *updates = &t->e.rt->updates[t->e.reads[2]];
+    int64_t step = *updates + 1;
+    swk_optim k = {.kind = o->kind, .lr = (float)o->lr, .weight_decay = (float)o->weight_decay,
+                   .momentum = (float)o->momentum, .dampening = (float)o->dampening, .nesterov = o->nesterov,
+                   .started = step > 1, .beta1 = (float)o->beta1, .beta2 = (float)o->beta2, .eps = (float)o->eps};
+    if (o->kind != SW_OPTIM_SGD) {
+        const double bc1 = 1.0 - pow(o->beta1, (double)step), bc2 = 1.0 - pow(o->beta2, (double)step);
+        k.neg_step = (float)(-(o->lr / bc1));
+        k.bc2_sqrt = (float)sqrt(bc2);
+        k.decay = (float)(1.0 - o->lr * o->weight_decay);
+    }
+    int64_t n = sw_box_volume(&t->e.rt->g.buffers[t->e.reads[0]].box);
+    CU_TRY(swk_optim_update(&k, ptr(t, t->e.reads[0]), ptr(t, t->e.reads[1]), ptr(t, t->e.reads[2]),
+                            nstate > 1 ? ptr(t, t->e.reads[3]) : NULL, n, t->st->s));
+    if (o->kind != SW_OPTIM_SGD || o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */
+        ++*updates;
+    }
+    return SW_OK;
+}
+
+/* ------------------------------------------------------------------ dispatch */
+sw_status cu_run_task(cuda_backend *be, cu_stream *st, int32_t id, const sw_step_args *args) {
+    const sw_runtime *rt = be->base.rt;
+    const sw_task_ctx ctx = {rt, args, NULL, NULL};
+    const sw_task *task = &rt->g.tasks[id];
+    cu_task t = {.e = {&ctx, rt, id, task, NULL, NULL, 0, 0, task->op, &rt->ops[task->op], &rt->attrs[task->op]},
+                 .be = be, .st = st};
+    t.e.nreads = sw_tg_reads(&rt->g, id, &t.e.reads);
+    t.e.nwrites = sw_tg_writes(&rt->g, id, &t.e.writes);
+    st->used = CU_BLAS_WORKSPACE;   /* the task's scratch starts after cuBLAS's part */
+    switch ((sw_task_kind)task->kind) {
+    case SW_TASK_JOIN:
+        return SW_OK;
+    case SW_TASK_LOAD_INPUT:
+        return run_load_input(&t, args);
+    case SW_TASK_COPY:
+        return run_copy(&t);
+    case SW_TASK_ACCUMULATE:
+        return run_accumulate(&t);
+    case SW_TASK_REDUCE:
+    case SW_TASK_STATS_REDUCE:
+        return run_sum(&t);
+    case SW_TASK_UPDATE:
+        return run_update(&t, args);
+    case SW_TASK_SUM_PARTIALS:
+        return run_sum_partials(&t);
+    case SW_TASK_ACTIVATION_GRAD:
+        return run_activation_grad(&t);
+    case SW_TASK_ZERO_GRAD:
+        return view_zero(&t, t.e.writes[0]);
+    case SW_TASK_BN_STATS:
+        return run_bn_stats(&t);
+    case SW_TASK_BN_APPLY:
+        return run_bn_apply(&t, args);
+    case SW_TASK_BN_BACKWARD_STATS:
+        return run_bn_backward_stats(&t);
+    case SW_TASK_FORWARD:
+    case SW_TASK_FORWARD_PARTIAL:
+    case SW_TASK_LOSS:
+        return cu_op_forward(&t);
+    case SW_TASK_BACKWARD_DATA:
+        return cu_op_backward_data(&t);
+    case SW_TASK_BACKWARD_WEIGHT:
+        return cu_op_backward_weight(&t);
+    case SW_TASK_NKINDS:
+        break;
+    }
+    return SW_FAIL(SW_ERR_INTERNAL, "task %d has unknown kind %d", id, task->kind);
+}
