@@ -218,6 +218,34 @@ static sw_status chunk_x(const cu_task *t, const conv_call *c, int64_t n, int64_
     return cu_window_fill(t, &c->g, n, k, 0.0f, c->pad);
 }
 
+/* One chunk's descriptors, its pass's algorithm and workspace (cuDNN's scratch on the stream);
+ * chunk_end gives both back, whatever chunk_begin returned. */
+typedef struct {
+    conv_desc d;
+    int algo;
+    size_t bytes;
+    void *ws;
+} conv_chunk;
+
+static sw_status chunk_begin(const cu_task *t, const conv_call *c, int64_t k, int pass, conv_chunk *ch) {
+    ch->algo = 0;
+    ch->bytes = 0;
+    ch->ws = NULL;
+    sw_status s = chunk_desc(t, c, k, &ch->d);
+    if (s == SW_OK) {
+        s = choose(t, pass, &ch->d, left(t), &ch->algo, &ch->bytes);
+    }
+    if (s == SW_OK && ch->bytes > 0) {
+        ch->ws = cu_scratch(t, ch->bytes, &s);
+    }
+    return s;
+}
+
+static void chunk_end(const cu_task *t, conv_chunk *ch) {
+    t->st->used -= ch->ws ? ch->bytes : 0;   /* the next chunk reuses it (same stream, in order) */
+    desc_free(&ch->d);
+}
+
 sw_status cu_conv_forward(const cu_task *t, const sw_view *x, const sw_view *w, const sw_view *b, sw_view *y,
                           const sw_window *win, int relu) {
     if (sw_view_volume(y) == 0) {
@@ -231,24 +259,14 @@ sw_status cu_conv_forward(const cu_task *t, const sw_view *x, const sw_view *w, 
         int64_t k = c.g.n0 + c.g.nb - n < c.chunk ? c.g.n0 + c.g.nb - n : c.chunk;
         const float *xp;
         SW_TRY(chunk_x(t, &c, n, k, &xp));
-        conv_desc d;
-        sw_status s = chunk_desc(t, &c, k, &d);
-        int algo = 0;
-        size_t bytes = 0;
-        void *ws = NULL;
+        conv_chunk ch;
+        sw_status s = chunk_begin(t, &c, k, FWD, &ch);
         if (s == SW_OK) {
-            s = choose(t, FWD, &d, left(t), &algo, &bytes);
-        }
-        if (s == SW_OK && bytes > 0) {
-            ws = cu_scratch(t, bytes, &s);
-        }
-        if (s == SW_OK) {
-            s = cu_check_dnn(cudnnConvolutionForward(t->st->dnn, &one, d.x, xp, d.w, c.w, d.cv,
-                                                     (cudnnConvolutionFwdAlgo_t)algo, ws, bytes, &zero, d.y,
+            s = cu_check_dnn(cudnnConvolutionForward(t->st->dnn, &one, ch.d.x, xp, ch.d.w, c.w, ch.d.cv,
+                                                     (cudnnConvolutionFwdAlgo_t)ch.algo, ch.ws, ch.bytes, &zero, ch.d.y,
                                                      y->data + (n - c.g.n0) * per_y), "cudnnConvolutionForward");
         }
-        t->st->used -= ws ? bytes : 0;   /* the next chunk reuses it (same stream, in order) */
-        desc_free(&d);
+        chunk_end(t, &ch);
         SW_TRY(s);
     }
     cudnnTensorDescriptor_t yd = NULL, bd = NULL;
@@ -301,24 +319,14 @@ sw_status cu_conv_backward_data(const cu_task *t, const sw_view *w, const sw_vie
     for (int64_t n = c.g.n0; n < c.g.n0 + c.g.nb; n += c.chunk) {
         int64_t k = c.g.n0 + c.g.nb - n < c.chunk ? c.g.n0 + c.g.nb - n : c.chunk;
         float *dxp = c.g.direct ? c.g.xp + (n - c.g.n0) * c.g.strides[0] : c.pad;
-        conv_desc d;
-        sw_status s = chunk_desc(t, &c, k, &d);
-        int algo = 0;
-        size_t bytes = 0;
-        void *ws = NULL;
+        conv_chunk ch;
+        sw_status s = chunk_begin(t, &c, k, BWD_DATA, &ch);
         if (s == SW_OK) {
-            s = choose(t, BWD_DATA, &d, left(t), &algo, &bytes);
+            s = cu_check_dnn(cudnnConvolutionBackwardData(t->st->dnn, &one, ch.d.w, c.w, ch.d.y, dy->data + (n - c.g.n0) * per_y,
+                                                          ch.d.cv, (cudnnConvolutionBwdDataAlgo_t)ch.algo, ch.ws, ch.bytes,
+                                                          &zero, ch.d.x, dxp), "cudnnConvolutionBackwardData");
         }
-        if (s == SW_OK && bytes > 0) {
-            ws = cu_scratch(t, bytes, &s);
-        }
-        if (s == SW_OK) {
-            s = cu_check_dnn(cudnnConvolutionBackwardData(t->st->dnn, &one, d.w, c.w, d.y, dy->data + (n - c.g.n0) * per_y,
-                                                          d.cv, (cudnnConvolutionBwdDataAlgo_t)algo, ws, bytes, &zero,
-                                                          d.x, dxp), "cudnnConvolutionBackwardData");
-        }
-        t->st->used -= ws ? bytes : 0;
-        desc_free(&d);
+        chunk_end(t, &ch);
         SW_TRY(s);
         if (!c.g.direct) {   /* the padded gradient's part inside dx's view */
             sw_view p;
@@ -343,26 +351,16 @@ sw_status cu_conv_backward_filter(const cu_task *t, const sw_view *x, const sw_v
         int64_t k = c.g.n0 + c.g.nb - n < c.chunk ? c.g.n0 + c.g.nb - n : c.chunk;
         const float *xp;
         SW_TRY(chunk_x(t, &c, n, k, &xp));
-        conv_desc d;
-        sw_status s = chunk_desc(t, &c, k, &d);
-        int algo = 0;
-        size_t bytes = 0;
-        void *ws = NULL;
-        if (s == SW_OK) {
-            s = choose(t, BWD_FILTER, &d, left(t), &algo, &bytes);
-        }
-        if (s == SW_OK && bytes > 0) {
-            ws = cu_scratch(t, bytes, &s);
-        }
+        conv_chunk ch;
+        sw_status s = chunk_begin(t, &c, k, BWD_FILTER, &ch);
         if (s == SW_OK) {   /* the first chunk overwrites, later ones add, in sample order */
-            s = cu_check_dnn(cudnnConvolutionBackwardFilter(t->st->dnn, &one, d.x, xp, d.y,
-                                                            dy->data + (n - c.g.n0) * per_y, d.cv,
-                                                            (cudnnConvolutionBwdFilterAlgo_t)algo, ws, bytes,
-                                                            n == c.g.n0 ? &zero : &one, d.w, dwp),
+            s = cu_check_dnn(cudnnConvolutionBackwardFilter(t->st->dnn, &one, ch.d.x, xp, ch.d.y,
+                                                            dy->data + (n - c.g.n0) * per_y, ch.d.cv,
+                                                            (cudnnConvolutionBwdFilterAlgo_t)ch.algo, ch.ws, ch.bytes,
+                                                            n == c.g.n0 ? &zero : &one, ch.d.w, dwp),
                              "cudnnConvolutionBackwardFilter");
         }
-        t->st->used -= ws ? bytes : 0;
-        desc_free(&d);
+        chunk_end(t, &ch);
         SW_TRY(s);
     }
     return SW_OK;
