@@ -27,7 +27,8 @@ from shardwise.boxes import input_region
 from shardwise.errors import GraphError, ShapeError
 from shardwise.train import SGD, Trainer
 from strategies_random import random_plan
-from training_checks import RTOL, assert_close_weights, reference_run
+from training_checks import (RTOL, assert_close_weights, assert_plan_trains_like_reference,
+                             assert_split_plan_trains_like_one_worker, one_worker_run)
 
 KINDS = ("sigmoid", "tanh", "gelu", "silu", "leaky_relu")
 FROM_OUTPUT = {"sigmoid", "tanh"}   # kinds whose gradient the kernels take from y (the others from x)
@@ -255,11 +256,6 @@ def test_graph_trains_like_pytorch():
 
 
 # ------------------------------------------------------------------------------------ 4. plans
-def one_worker_run(g, x, y, opt):
-    t = Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {}), optimizer=opt)
-    return [t.step(x, y) for _ in range(3)], t.get_weights()
-
-
 @pytest.mark.parametrize("ndev, spec", [
     (2, {"gelu": {"n": 2}, "silu": {"c": 2}, "lrelu": {"h": 2}, "tanh": {"c": 2}, "sig": {"n": 2}}),
     (3, {"gelu": {"w": 3}, "silu": {"h": 3}, "lrelu": {"c": 2}, "tanh": {"n": 2}, "sig": {"c": 2}}),
@@ -271,13 +267,7 @@ def test_split_activations_train_like_one_worker(ndev, spec):
     regions move between workers in both directions); devices in reverse order."""
     g = activation_graph()
     x, y = batch(g, 1)
-    opt = SGD(lr=0.1, momentum=0.9)
-    spec = {k: {**v, "devices": list(range(ndev))[::-1][: math.prod(v.values())]} for k, v in spec.items()}
-    t = Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(ndev), spec), optimizer=opt)
-    losses = [t.step(x, y) for _ in range(3)]
-    want_losses, want_weights = one_worker_run(g, x, y, opt)
-    np.testing.assert_allclose(losses, want_losses, rtol=RTOL)
-    assert_close_weights(t.get_weights(), want_weights)
+    assert_split_plan_trains_like_one_worker(g, x, y, SGD(lr=0.1, momentum=0.9), ndev, spec)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -285,11 +275,8 @@ def test_random_plans_match_reference(seed):
     g = activation_graph()
     x, y = batch(g, 10 + seed)
     rng = np.random.default_rng(seed)
-    opt = SGD(lr=0.1, momentum=0.9, weight_decay=1e-4)
-    want_losses, want_params = reference_run(g, x, y, 3, opt)
-    t = Trainer(g, random_plan(g, sw.DeviceGraph.cpu(int(rng.integers(2, 5))), rng), optimizer=opt)
-    np.testing.assert_allclose([t.step(x, y) for _ in range(3)], want_losses, rtol=RTOL)
-    assert_close_weights(t.get_weights(), want_params)
+    plan = random_plan(g, sw.DeviceGraph.cpu(int(rng.integers(2, 5))), rng)
+    assert_plan_trains_like_reference(g, plan, x, y, SGD(lr=0.1, momentum=0.9, weight_decay=1e-4))
 
 
 def test_searched_plan_trains_like_one_worker():

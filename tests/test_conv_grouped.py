@@ -28,7 +28,8 @@ from shardwise.init import init_params
 from shardwise.problem import CostOptions, make_problem
 from shardwise.train import SGD, Trainer
 from strategies_random import random_plan
-from training_checks import RTOL, assert_close_weights, reference_run
+from training_checks import (RTOL, assert_close_weights, assert_plan_trains_like_reference,
+                             assert_split_plan_trains_like_one_worker, one_worker_run)
 
 # (N, Ci, Co, H, W, kernel, stride, padding, dilation, groups)
 CASES = [
@@ -320,11 +321,6 @@ def batch_of(g: sw.Graph, seed: int):
     return rng.standard_normal(shape).astype(np.float32), rng.integers(0, 5, shape[0])
 
 
-def one_worker_run(g, x, y, opt):
-    t = Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {}), optimizer=opt)
-    return [t.step(x, y) for _ in range(3)], t.get_weights()
-
-
 @pytest.mark.parametrize("ndev, spec", [
     (2, {"g1": {"c": 2}, "dw": {"c": 2}, "pw": {"n": 2}, "dil": {"h": 2}}),          # whole groups
     (4, {"g1": {"c": 4}, "dw": {"h": 2, "w": 2}, "pw": {"c": 4}, "dil": {"c": 2}}),  # g1, pw: half groups
@@ -336,13 +332,7 @@ def test_split_convolutions_train_like_one_worker(ndev, spec):
     columns with dilated halos, a dense conv's reduction); devices in reverse order."""
     g = conv_graph()
     x, y = batch_of(g, 1)
-    opt = SGD(lr=0.1, momentum=0.9)
-    spec = {k: {**v, "devices": list(range(ndev))[::-1][: math.prod(v.values())]} for k, v in spec.items()}
-    t = Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(ndev), spec), optimizer=opt)
-    losses = [t.step(x, y) for _ in range(3)]
-    want_losses, want_weights = one_worker_run(g, x, y, opt)
-    np.testing.assert_allclose(losses, want_losses, rtol=RTOL)
-    assert_close_weights(t.get_weights(), want_weights)
+    assert_split_plan_trains_like_one_worker(g, x, y, SGD(lr=0.1, momentum=0.9), ndev, spec)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -350,12 +340,8 @@ def test_random_plans_match_reference(seed):
     g = conv_graph()
     x, y = batch_of(g, 10 + seed)
     rng = np.random.default_rng(seed)
-    opt = SGD(lr=0.1, momentum=0.9, weight_decay=1e-4)
-    want_losses, want_params = reference_run(g, x, y, 3, opt)
     plan = random_plan(g, sw.DeviceGraph.cpu(int(rng.integers(2, 5))), rng, reductions=True)
-    t = Trainer(g, plan, optimizer=opt)
-    np.testing.assert_allclose([t.step(x, y) for _ in range(3)], want_losses, rtol=RTOL)
-    assert_close_weights(t.get_weights(), want_params)
+    assert_plan_trains_like_reference(g, plan, x, y, SGD(lr=0.1, momentum=0.9, weight_decay=1e-4))
 
 
 def test_searched_plan_trains_like_one_worker():

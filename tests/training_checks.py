@@ -1,10 +1,15 @@
-"""Shared checks of the training tests: the NumPy reference run and the weight comparison."""
+"""Shared checks of the training tests: the NumPy reference run, the weight comparison, and
+plans trained against one worker and against the reference."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
+import shardwise as sw
 from shardwise import reference as ref
 from shardwise.init import init_params
+from shardwise.train import Trainer
 
 RTOL = 1e-4   # losses and weights of any plan match one worker and the reference this closely
 
@@ -36,3 +41,28 @@ def assert_close_weights(got, want, rtol=RTOL):
         scale = max(float(np.abs(want[k]).max()), 1e-3)
         err = float(np.abs(got[k] - want[k]).max())
         assert err <= rtol * scale, f"{k}: |diff| {err:.3g} > {rtol} * {scale:.3g}"
+
+
+def one_worker_run(g, x, y, opt, steps: int = 3):
+    """Losses and weights after ``steps`` steps on one CPU worker."""
+    t = Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {}), optimizer=opt)
+    return [t.step(x, y) for _ in range(steps)], t.get_weights()
+
+
+def assert_split_plan_trains_like_one_worker(g, x, y, opt, ndev: int, spec: dict, steps: int = 3) -> None:
+    """``spec`` (op -> degrees) on ``ndev`` CPU workers, each op on the first workers of the
+    devices in reverse order, trains like one worker."""
+    spec = {k: {**v, "devices": list(range(ndev))[::-1][: math.prod(v.values())]} for k, v in spec.items()}
+    t = Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(ndev), spec), optimizer=opt)
+    losses = [t.step(x, y) for _ in range(steps)]
+    want_losses, want_weights = one_worker_run(g, x, y, opt, steps)
+    np.testing.assert_allclose(losses, want_losses, rtol=RTOL)
+    assert_close_weights(t.get_weights(), want_weights)
+
+
+def assert_plan_trains_like_reference(g, plan, x, y, opt, steps: int = 3) -> None:
+    """``plan`` trains ``steps`` steps like the NumPy reference: losses and weights."""
+    want_losses, want_params = reference_run(g, x, y, steps, opt)
+    t = Trainer(g, plan, optimizer=opt)
+    np.testing.assert_allclose([t.step(x, y) for _ in range(steps)], want_losses, rtol=RTOL)
+    assert_close_weights(t.get_weights(), want_params)
