@@ -330,7 +330,7 @@ def test_import_shardwise_loads_no_cuda_library():
             "assert not any(n in maps for n in ('libcudart', 'libcudnn', 'libcublas', 'libcuda.so')), 'loaded'\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
