@@ -673,6 +673,10 @@ sw_status sw_simulate_graph_on(const sw_problem *p, const sw_task_graph *g, cons
                                const sw_streams *st, const double *durations, const sw_machine *m,
                                sw_sim_result *r);
 void sw_sim_result_free(sw_sim_result *r);
+/* A lower bound of every replay's makespan from g alone (no memory plan, no order): the most
+ * seconds any resource is held, and the longest path over g's dependencies. */
+sw_status sw_simulate_lower_bound(const sw_problem *p, const sw_task_graph *g, const double *durations,
+                                  const sw_machine *m, double *bound);
 
 /* ---------------------------------------------------------------- simulation */
 /* Replay tasks with the given durations; a task holds its resources (CSR

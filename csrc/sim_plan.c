@@ -38,6 +38,7 @@ static int holds_device(const sw_task *t) {
     return !sw_is_transfer(t) && t->kind != SW_TASK_JOIN && t->kind != SW_TASK_LOAD_INPUT;
 }
 
+/* m fits p and g (o: the order to replay, NULL when there is none yet). */
 static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                                const sw_machine *m) {
     int64_t pairs = (int64_t)m->ndev * m->ndev;
@@ -48,7 +49,7 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
     if (!(m->copy_bandwidth >= 0)) {
         return SW_FAIL(SW_ERR_VALUE, "machine: the copy bandwidth must be >= 0");
     }
-    if (o->ntasks != g->ntasks) {
+    if (o && o->ntasks != g->ntasks) {
         return SW_FAIL(SW_ERR_VALUE, "an order of %d tasks for a graph of %d", o->ntasks, g->ntasks);
     }
     if (m->route_ptr[0] != 0) {
@@ -239,6 +240,50 @@ done:
     free(order);
     free(pos);
     return s;
+}
+
+/* A lower bound of the makespan any replay of g can reach, before its memory plan and order
+ * exist: every resource runs one task at a time (so it is busy at least the seconds of the tasks
+ * that hold it), and every task starts after its dependencies (the longest path over the task
+ * graph's own dependencies; the runtime's order adds edges, never removes one). */
+sw_status sw_simulate_lower_bound(const sw_problem *p, const sw_task_graph *g, const double *durations,
+                                  const sw_machine *m, double *bound) {
+    *bound = 0.0;
+    SW_TRY(check_machine(p, g, NULL, m));
+    int64_t longest = 0;
+    for (int64_t q = 0; q < (int64_t)m->ndev * m->ndev; q++) {
+        int64_t len = m->route_ptr[q + 1] - m->route_ptr[q];
+        longest = len > longest ? len : longest;
+    }
+    double *load = calloc((size_t)m->nres + 1, sizeof *load);
+    double *finish = malloc(sizeof *finish * ((size_t)g->ntasks + 1));
+    int32_t *res = malloc(sizeof *res * (size_t)(longest + 2));
+    if (!load || !finish || !res) {
+        free(load);
+        free(finish);
+        free(res);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a bound of %d tasks", g->ntasks);
+    }
+    double best = 0.0;
+    for (int32_t i = 0; i < g->ntasks; i++) {
+        const sw_task *t = &g->tasks[i];
+        double secs = task_seconds(p, t, durations[i], m), ready = 0.0;
+        int n = task_resources(t, m, res);
+        for (int k = 0; k < n; k++) {
+            load[res[k]] += secs;
+            best = load[res[k]] > best ? load[res[k]] : best;
+        }
+        for (int32_t k = g->dep_ptr[i]; k < g->dep_ptr[i + 1]; k++) {
+            ready = finish[g->deps[k]] > ready ? finish[g->deps[k]] : ready;
+        }
+        finish[i] = ready + secs;
+        best = finish[i] > best ? finish[i] : best;
+    }
+    free(load);
+    free(finish);
+    free(res);
+    *bound = best;
+    return SW_OK;
 }
 
 sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,

@@ -652,8 +652,11 @@ static PyMethodDef Problem_methods[] = {
     {"lower", (PyCFunction)sw_py_problem_lower, METH_VARARGS,
      "lower(kinds, degrees, dev_ptr, devices) -> dict of task and buffer arrays (one iteration of a plan)"},
     {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,
-     "simulate_plan(kinds, degrees, dev_ptr, devices, route_ptr, route_res, nres, cores=0, ...) -> dict\n"
-     "Lower, time and replay one iteration of a plan (GIL released)."},
+     "simulate_plan(kinds, degrees, dev_ptr, devices, route_ptr, route_res, nres, cores=0, ..., bound=inf,\n"
+     "              brief=False) -> dict\n"
+     "Lower, time and replay one iteration of a plan (GIL released).  When the graph's lower bound\n"
+     "reaches `bound` the replay is skipped (bounded=True, iteration_time = the bound); `brief`\n"
+     "returns only iteration_time, ntasks and bounded."},
     {"schedule", (PyCFunction)(void (*)(void))sw_py_problem_schedule, METH_VARARGS | METH_KEYWORDS,
      "schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) -> dict\n"
      "Lower and time one iteration of a plan, then its priorities and streams (csrc/schedule.c)."},

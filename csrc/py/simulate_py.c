@@ -305,22 +305,35 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
     return 0;
 }
 
-/* Lower, plan memory and order the tasks as the runtime does (its alignment, reuse on), time
- * and replay, with the GIL released; everything is freed on failure. */
+/* Lower, time, plan memory and order the tasks as the runtime does (its alignment, reuse on)
+ * and replay, with the GIL released; everything is freed on failure.  When the lower bound of
+ * the lowered graph (sw_simulate_lower_bound) reaches `bound`, the replay is skipped: r holds
+ * only that bound as its makespan and *bounded is set (a search discarding plans no faster than
+ * its best needs no more). */
 static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
-                          sw_task_graph *g, double **modelled, sw_sim_result *r) {
+                          double bound, sw_task_graph *g, double **modelled, sw_sim_result *r, int *bounded) {
+    *bounded = 0;
     SW_TRY(sw_lower(p, &a->plan, g));
+    *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
+    if (!*modelled) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    SW_TRY(sw_task_durations(p, &a->plan, g, &s->measured, *modelled));
+    if (isfinite(bound)) {
+        double lower;
+        SW_TRY(sw_simulate_lower_bound(p, g, *modelled, &s->machine, &lower));
+        if (lower >= bound) {
+            r->makespan = lower;
+            *bounded = 1;
+            return SW_OK;
+        }
+    }
     sw_memory_plan mp;
     sw_task_order order = {0};
     sw_status st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
     if (st == SW_OK) {
         st = sw_task_order_build_on(g, &mp, streams, &order);
         sw_memory_plan_free(&mp);
-    }
-    if (st == SW_OK) {
-        *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
-        st = *modelled ? sw_task_durations(p, &a->plan, g, &s->measured, *modelled)
-                       : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     if (st == SW_OK) {
         st = sw_simulate_graph_on(p, g, &order, streams, *modelled, &s->machine, r);
@@ -342,13 +355,14 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
-                             "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams", NULL};
+                             "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams", "bound",
+                             "brief", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
     PyObject *streams_obj = Py_None;
-    int nres, cores = 0;
-    double copy_bw = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOO", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj) ||
+    int nres, cores = 0, brief = 0, bounded = 0;
+    double copy_bw = 0.0, bound = INFINITY;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOdp", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &bound, &brief) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
@@ -370,15 +384,19 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     }
     sw_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, streams, &g, &modelled, &r);
+    st = run_plan(self->p, &a, &s, streams, bound, &g, &modelled, &r, &bounded);
     Py_END_ALLOW_THREADS
     if (st != SW_OK) {
         sw_py_raise(st);
         goto done;
     }
     d = PyDict_New();
-    if (!d || put_tasks(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0 ||
-        put_replay(d, &g, modelled, &r, self->p->ndev) < 0) {
+    if (!d || sw_py_put(d, "iteration_time", PyFloat_FromDouble(r.makespan)) ||
+        sw_py_put(d, "ntasks", PyLong_FromLong(g.ntasks)) || sw_py_put(d, "bounded", PyBool_FromLong(bounded))) {
+        Py_CLEAR(d);
+    } else if (!brief && !bounded &&
+               (put_tasks(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0 ||
+                put_replay(d, &g, modelled, &r, self->p->ndev) < 0)) {
         Py_CLEAR(d);
     }
 done:

@@ -228,6 +228,10 @@ def simulated_line(plan: Plan) -> str:
     others = ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in times.items())
     skipped = plan.search_stats.get("skipped_baselines") or {}
     extra = f"; not replayed (Eq. 1 far slower): {', '.join(skipped)}" if skipped else ""
+    bounded = plan.search_stats.get("bounded_baselines") or {}
+    if bounded:
+        extra += "; not replayed (lower bound no faster): " + ", ".join(
+            f"{name} >= {t * 1e3:.3f} ms" for name, t in bounded.items())
     return (f"simulated: searched plan {plan.search_stats['simulated_time'] * 1e3:.3f} ms per iteration; "
             f"{others}{extra} (costs: {describe_costs(plan.costs)})")
 

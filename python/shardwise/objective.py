@@ -12,13 +12,17 @@ search under the simulated objective therefore goes in three steps:
    Eq. 1 cost is more than :data:`BASELINE_EQ1_FACTOR` times the best simulated time so
    far is not replayed (its replay would take seconds to minutes: model parallelism
    over 1,024 devices lowers to tens of millions of copies); ``search_stats`` lists
-   which were skipped;
+   which were skipped.  There, too, a baseline whose lower bound (the busiest device or link,
+   the longest dependency path of its task graph: :func:`shardwise.simulate.iteration_time`)
+   already reaches the best simulated time is not replayed (``bounded_baselines``);
 3. local search under the simulator, from the fastest candidate: a move gives the ops
    from some op on (or up to it, or that op alone; ops in topological order) the
    configurations another candidate has for them; the first move that
    simulates faster is taken, until no move helps or the replays reach
    :data:`TASK_BUDGET` tasks in all (a deterministic budget: the same inputs give the
-   same plan on any machine).
+   same plan on any machine).  A proposal whose lower bound already reaches the current
+   time is rejected without its replay (``local_search_bounded``); its tasks still count
+   against the budget, so the bound changes the time taken, never the plan.
 
 Eq. 1 stays available as ``objective="eq1"`` and stays exact for Eq. 1.
 """
@@ -43,12 +47,13 @@ TASK_BUDGET = 300_000
 Configs = dict[str, OpConfig]
 
 
-def simulated_time(plan: Plan, costs: Any) -> tuple[float, int]:
-    """(iteration seconds, tasks replayed) of ``plan`` under the simulator, memory unchecked."""
-    from .simulate import simulate
+def simulated_time(plan: Plan, costs: Any, bound: float = float("inf")) -> tuple[float, int, bool]:
+    """(iteration seconds, tasks lowered, bounded) of ``plan`` under the simulator, memory
+    unchecked; bounded: the plan's lower bound reached ``bound``, so it was not replayed and
+    the seconds are that bound (the plan is no faster than ``bound``)."""
+    from .simulate import iteration_time
 
-    r = simulate(plan, check_memory=False, costs=costs)
-    return r.iteration_time, r.tasks
+    return iteration_time(plan, costs, bound)
 
 
 def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None = None) -> Plan:
@@ -57,9 +62,10 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
 
     graph, devices, options = seed.graph, seed.devices, seed.options
     t0 = time.perf_counter()
-    seed_time, seed_tasks = simulated_time(seed, costs)
+    seed_time, seed_tasks, _ = simulated_time(seed, costs)
     simulated = {"eq1 optimum": seed_time}
     skipped: dict[str, float] = {}
+    bounded: dict[str, float] = {}
     pool: list[tuple[str, Configs, float]] = [("eq1 optimum", dict(seed.configs), seed_time)]
     for b in sorted(baselines(graph, devices, options), key=lambda p: p.cost):
         b.costs = costs
@@ -67,14 +73,18 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
         if len(devices) > SIMULATE_ALL_UP_TO and b.cost > BASELINE_EQ1_FACTOR * best:
             skipped[b.name] = b.cost
             continue
-        t, _ = simulated_time(b, costs)
-        simulated[b.name] = t
+        large = len(devices) > SIMULATE_ALL_UP_TO
+        t, _, no_faster = simulated_time(b, costs, bound=best if large else float("inf"))
+        if no_faster:   # its lower bound reaches the best: it cannot be kept (ties keep the earlier),
+            bounded[b.name] = t   # but its configurations still seed the local search's moves
+        else:
+            simulated[b.name] = t
         pool.append((b.name, dict(b.configs), t))
     if report:
         report("simulate the Eq. 1 optimum and the baselines", time.perf_counter() - t0)
     start_name, current, current_time = min(pool, key=lambda c: c[2])
     t1 = time.perf_counter()
-    tried = accepted = 0
+    tried = accepted = pruned = 0
     replayed = 0
     seen = {_key(graph, current)}
     improved = True
@@ -88,10 +98,12 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                 continue
             seen.add(key)
             plan = Plan(graph, devices, proposal, options, name="proposal", costs=costs)
-            t, tasks = simulated_time(plan, costs)
+            need = current_time * (1 - 1e-9)   # a proposal is taken only when faster than this
+            t, tasks, no_faster = simulated_time(plan, costs, bound=need)
             tried += 1
-            replayed += tasks
-            if t < current_time * (1 - 1e-9):
+            pruned += no_faster
+            replayed += tasks   # lowered tasks, replayed or not: the same budget, the same plan
+            if not no_faster and t < need:
                 current, current_time = proposal, t
                 accepted += 1
                 improved = True
@@ -99,8 +111,9 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     if report:
         report(f"local search under the simulator ({tried} replays)", time.perf_counter() - t1)
     stats = dict(seed.search_stats, objective="simulate", simulated=simulated, simulated_time=current_time,
-                 simulated_eq1_optimum=seed_time, skipped_baselines=skipped, start=start_name,
-                 local_search_tried=tried, local_search_accepted=accepted, local_search_tasks=replayed,
+                 simulated_eq1_optimum=seed_time, skipped_baselines=skipped, bounded_baselines=bounded,
+                 start=start_name, local_search_tried=tried, local_search_accepted=accepted,
+                 local_search_bounded=pruned, local_search_tasks=replayed,
                  gain_over_eq1_optimum=seed_time / current_time if current_time > 0 else 1.0)
     return Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs)
 

@@ -178,14 +178,9 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
     costs = resolve_costs(plan, costs)
-    devices = plan.devices
-    problem = make_problem(plan.graph, devices, plan.options)
-    split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
     sched = as_schedule(plan, schedule, costs)
-    m = _machine(devices)
-    r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
-                              element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed,
-                              streams=sched.stream_arrays() if sched is not None else None)
+    m = _machine(plan.devices)
+    r = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
@@ -193,6 +188,30 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
     return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, m.name), memory,
                      tasks=len(r["kind"]), costs_used=describe_costs(costs))
+
+
+def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -> tuple[float, int, bool]:
+    """(seconds, tasks, bounded): the iteration time :func:`simulate` gives ``plan`` (fifo, memory
+    unchecked), without building its result.  When a lower bound of the lowered task graph (the
+    most seconds any device or link is held, the longest path over the data dependencies) already
+    reaches ``bound``, the replay is skipped and (that bound, tasks, True) returned: the plan
+    simulates no faster than ``bound``.  A search comparing plans with its best so far needs
+    no more."""
+    if plan.options.sync != "parameter_server":
+        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
+                                  "use CostOptions(sync='parameter_server')")
+    costs = resolve_costs(plan, costs)
+    overhead = _measured(costs, "step_overhead")
+    r = _replay(plan, costs, _machine(plan.devices), bound=bound - overhead, brief=True)
+    return float(r["iteration_time"]) + overhead, int(r["ntasks"]), bool(r["bounded"])
+
+
+def _replay(plan: Plan, costs: Any, m: "_Machine", **options: Any) -> dict:
+    """One call of the C engine (Problem.simulate_plan) on ``plan`` with ``costs`` (resolved)."""
+    problem = make_problem(plan.graph, plan.devices, plan.options)
+    split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
+    return problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
+                                 element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed, **options)
 
 
 def resolve_costs(plan: Plan, costs: Any) -> Any:
