@@ -45,25 +45,7 @@ def test_embedding_needs_integer_id_inputs():
 
 
 def megatron_spec(g: sw.Graph, k: int = 2) -> dict:
-    """Megatron-LM's layout on k workers: columns, heads, rows (split reductions), vocabulary."""
-    spec: dict = {}
-    for op in g.ops:
-        name = op.name
-        if name.endswith((".attn.q", ".attn.k", ".attn.v", ".mlp.fc", ".mlp.gelu", ".attn.concat")):
-            spec[name] = {"l": k}                     # (N, T, features): the feature columns
-        elif name.endswith((".split", ".attn.merge")):
-            spec[name] = {"h": k}                     # (N, T, H, Dh): the heads
-        elif name.endswith((".heads", ".attn.scores", ".attn.probs")) or op.kind == "matmul":
-            spec[name] = {"c": k}                     # (N, H, T, *): the heads
-        elif name.endswith((".attn.proj", ".mlp.proj")):
-            spec[name] = {"i": k}                     # rows: partial sums added on the owner
-        elif name == "wte":
-            spec[name] = {"v": k}                     # vocabulary-parallel embedding
-        elif name in ("lm_head", "loss"):
-            spec[name] = {"l": k}                     # vocabulary columns of the logits
-        else:
-            spec[name] = {"n": k}                     # the rest: data parallel
-    return spec
+    return sw.models.megatron_spec(g, k)
 
 
 def plans(g: sw.Graph) -> dict[str, sw.Plan]:

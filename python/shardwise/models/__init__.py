@@ -19,7 +19,7 @@ from ..errors import GraphError
 from ..graph import Graph
 from .alexnet import alexnet
 from .inception import inception_v3
-from .gpt import gpt, gpt_tiny
+from .gpt import gpt, gpt_tiny, megatron_spec
 from .lenet import lenet5
 from .rnn import rnn
 from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
@@ -79,4 +79,4 @@ def get(name: str, **kwargs: Any) -> Graph:
 
 __all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
            "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "SMALL", "alexnet_small", "vgg_small",
-           "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn", "gpt", "gpt_tiny"]
+           "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn", "gpt", "gpt_tiny", "megatron_spec"]

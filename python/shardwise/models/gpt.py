@@ -76,6 +76,36 @@ def gpt(layers: int = 12, d_model: int = 768, heads: int = 12, seq: int = 1024, 
     return g
 
 
+def megatron_spec(g: Graph, k: int) -> dict[str, dict[str, int]]:
+    """Megatron-LM's tensor-parallel layout of a :func:`gpt` graph over ``k`` devices, as a
+    spec for ``Plan.from_dict(g, devices, spec, options=CostOptions(reduction_splits=True))``:
+    q, k, v and ``mlp.fc`` (and GELU) split by output columns (``l``), the attention ops by
+    heads, ``attn.proj`` and ``mlp.proj`` by rows (the split reduction ``i``: partial outputs
+    summed), the token embedding by vocabulary rows (``v``), ``lm_head`` and the loss by
+    vocabulary columns.  Megatron-LM replicates layer norms and residual adds on every device
+    of the group; a plan partitions every op, so those are split by samples (``n``) here, which
+    needs the batch to be a multiple of ``k``."""
+    k = _positive(k, "k")
+    spec: dict[str, dict[str, int]] = {}
+    for op in g.ops:
+        name = op.name
+        if name.endswith((".attn.q", ".attn.k", ".attn.v", ".mlp.fc", ".mlp.gelu", ".attn.concat")):
+            spec[name] = {"l": k}                     # (N, T, features): the feature columns
+        elif name.endswith((".split", ".attn.merge")):
+            spec[name] = {"h": k}                     # (N, T, H, Dh): the heads
+        elif name.endswith((".heads", ".attn.scores", ".attn.probs")) or op.kind == "matmul":
+            spec[name] = {"c": k}                     # (N, H, T, *): the heads
+        elif name.endswith((".attn.proj", ".mlp.proj")):
+            spec[name] = {"i": k}                     # rows: partial sums added on the owner
+        elif name == "wte":
+            spec[name] = {"v": k}                     # vocabulary-parallel embedding
+        elif name in ("lm_head", "loss"):
+            spec[name] = {"l": k}                     # vocabulary columns of the logits
+        else:
+            spec[name] = {"n": k}                     # layer norms, residual adds: by samples
+    return spec
+
+
 def gpt_tiny(batch: int = 4, layers: int = 2, d_model: int = 32, heads: int = 4, seq: int = 8,
              vocab: int = 64) -> Graph:
     """A GPT small enough to train on CPU workers in tests: 2 layers, d_model 32, 4 heads,
