@@ -214,8 +214,12 @@ def test_plan_plot_draws_every_op(tmp_path):
     fig = plan.plot(str(path))
     assert path.read_bytes()[:4] == b"\x89PNG"
     texts = [t.get_text() for t in fig.axes[0].texts]
-    assert len(texts) == len(g.ops)
-    assert all(plan[op.name].split_dims() in text for op, text in zip(g.ops, texts))
+    from shardwise.viz import plan_boxes
+
+    boxes = plan_boxes(plan)   # one box per chain of ops split alike (tests/test_pictures.py)
+    assert len(texts) == len(boxes)
+    for box, text in zip(boxes, texts):
+        assert all(f"{plan[g.ops[i].name].split_dims()} on {plan[g.ops[i].name].device_text()}" in text for i in box)
 
 
 def test_cpu_workers_on_shared_cores_run_one_task_at_a_time_earliest_ready_first():

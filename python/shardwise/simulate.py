@@ -43,7 +43,6 @@ event loop over ``sw.lower(plan)`` (tests/sim_oracle.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -56,22 +55,13 @@ from .plan import Plan
 from .problem import make_problem
 from .runtime import executor_threads
 from .schedule import as_schedule
+from .trace import TaskEvent, save_trace
 
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats", "forward_partial"}
 
 
-@dataclass(frozen=True)
-class SimEvent:
-    """One task as it ran in the simulation."""
-
-    task: int
-    kind: str
-    phase: str
-    op: str | None
-    resources: tuple[str, ...]   # "device 3" or "link 0->1"
-    start: float
-    end: float
+SimEvent = TaskEvent   # one task as it ran in the simulation (the name simulations have used)
 
 
 class SimResult:
@@ -103,19 +93,18 @@ class SimResult:
     def plot_timeline(self, path: str | None = None, max_tasks: int = 20000):
         """A Gantt chart: one row per device and per link direction, forward / backward /
         synchronization / update coloured.  Saves to ``path`` (atomically) if given and
-        returns the matplotlib figure.  Needs matplotlib (``pip install matplotlib``)."""
+        returns the matplotlib figure (a plain ``Figure``: pyplot and the backend are left
+        alone, so a notebook shows it once).  Needs matplotlib (``pip install matplotlib``)."""
         try:
-            import matplotlib
-            if path is not None:
-                matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
+            from matplotlib.figure import Figure
         except ImportError:
             raise ImportError("plot_timeline needs matplotlib: pip install matplotlib") from None
         colors = {"forward": "tab:blue", "backward": "tab:orange", "sync": "tab:green", "update": "tab:red"}
         rows = sorted({r for e in self.events for r in e.resources},
                       key=lambda r: (r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")], r))
         index = {r: k for k, r in enumerate(rows)}
-        fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.5))
+        fig = Figure(figsize=(12, 0.35 * len(rows) + 1.5))   # not pyplot's: the backend is left alone
+        ax = fig.subplots()
         shown = sorted(self.events, key=lambda e: e.end - e.start, reverse=True)[:max_tasks]
         for phase, color in colors.items():
             bars: dict[int, list[tuple[float, float]]] = {}
@@ -137,6 +126,11 @@ class SimResult:
 
             save_figure(fig, path)
         return fig
+
+    def save_trace(self, path: str) -> None:
+        """The simulated iteration as a Chrome trace / Perfetto JSON file, one lane per device
+        and per link or adapter used (:mod:`shardwise.trace`); written atomically."""
+        save_trace(self.events, path, f"{self.plan.name}: simulated")
 
     def summary(self) -> str:
         busy = ", ".join(f"{d}: {b:.0%}" for d, b in sorted(self.device_busy.items()))

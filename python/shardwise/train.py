@@ -42,6 +42,7 @@ from .schedule import as_schedule
 if TYPE_CHECKING:
     from .memory import MemoryPlan
     from .schedule import Schedule
+    from .trace import Timeline
 
 # the optimizers and CheckpointError are re-exported: shardwise.train was their home before
 __all__ = ["Trainer", "TrainingError", "TrainerInUseError", "CheckpointError", "Batch", "CPU_KINDS",
@@ -170,6 +171,25 @@ class Trainer:
     def eval(self) -> "Trainer":
         """Eval mode (``train(False)``), as PyTorch's ``model.eval()`` before inference; returns the trainer."""
         return self.train(False)
+
+    # ---- what the last step did
+    def timeline(self) -> "Timeline":
+        """The last training step as the runtime ran it: every task's start and end (seconds
+        from the step's start), one lane per device (per device and stream under a schedule).
+        ``timeline().save_trace("step.json")`` writes it for chrome://tracing or Perfetto, beside
+        ``sw.simulate(plan).save_trace(...)`` for the simulated one.  Raises TrainingError
+        before the first step."""
+        from .trace import TaskEvent, Timeline
+
+        ns, t0, t1 = self.executor.task_times()
+        if self.steps == 0 or t1 <= t0:
+            raise TrainingError("no training step has run yet: call step() or fit() first")
+        stream = self.schedule.stream_arrays()[0].tolist() if self.schedule is not None else None
+        events = []
+        for t, (start, end) in zip(self.task_graph.tasks, ns.tolist()):
+            lane = f"device {t.device}" if stream is None else f"device {t.device} stream {stream[t.id]}"
+            events.append(TaskEvent(t.id, t.kind, t.phase, t.op, (lane,), (start - t0) * 1e-9, (end - t0) * 1e-9))
+        return Timeline(f"{self.plan.name} step {self.steps}", events, (t1 - t0) * 1e-9)
 
     # ---- one thread at a time
     def _lock(self) -> threading.Lock:

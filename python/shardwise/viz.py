@@ -2,10 +2,11 @@
 
     plan.plot("p.png")
 
-Ops are placed by depth (longest path from an input) from left to right, the
-ops of one depth stacked vertically; each box shows the op's name, its split
-(``n=4 c=2``) and devices, and is coloured by its worker count.  matplotlib is
-imported only here (``pip install matplotlib``).
+Ops are placed by depth (longest path from an input) from top to bottom, the
+boxes of one depth side by side; each box shows an op's (or a chain of ops split
+alike) name, its split (``n=4 c=2``) and devices, and is coloured by its worker
+count.  matplotlib is imported only here (``pip install matplotlib``), and only
+as ``matplotlib.figure.Figure``: pyplot and the backend are left alone.
 """
 from __future__ import annotations
 
@@ -31,50 +32,98 @@ def save_figure(fig: Any, path: str) -> None:
     write_atomically(path, buffer.getvalue())
 
 
-def plot_plan(plan, path: str | None = None, max_label: int = 18, wrap: int = 10):
+def plan_boxes(plan) -> list[list[int]]:
+    """The boxes :func:`plot_plan` draws: op indices, in topological order.  A chain of ops
+    (each the only consumer of the one before, which is its only data input) that share one
+    configuration, e.g. convolution, batch norm and ReLU split alike, is one box."""
+    graph = plan.graph
+    consumers = [0] * len(graph.ops)
+    for op in graph.ops:
+        for i in op.inputs:
+            consumers[i] += 1
+    box_of: list[int] = []
+    boxes: list[list[int]] = []
+    for op in graph.ops:
+        if len(op.inputs) == 1:
+            prev = op.inputs[0]
+            same = str(plan.configs[graph.ops[prev].name]) == str(plan.configs[op.name])
+            if consumers[prev] == 1 and same and boxes[box_of[prev]][-1] == prev:
+                box_of.append(box_of[prev])
+                boxes[box_of[prev]].append(op.index)
+                continue
+        box_of.append(len(boxes))
+        boxes.append([op.index])
+    return boxes
+
+
+def _box_text(plan, ops: list[int], max_label: int) -> str:
+    graph = plan.graph
+
+    def short(name: str) -> str:
+        return name if len(name) <= max_label else name[: max_label - 1] + "~"
+
+    first, last = graph.ops[ops[0]], graph.ops[ops[-1]]
+    cfg = plan.configs[first.name]
+    where = f"{cfg.split_dims()} on {cfg.device_text()}"
+    if len(ops) == 1:
+        return f"{short(first.name)}\n{first.kind}\n{where}"
+    kinds = " > ".join(dict.fromkeys(graph.ops[i].kind for i in ops))
+    common = os.path.commonprefix([first.name, last.name])
+    common = common[: common.rfind(".") + 1]   # a shared module path ("Mixed_5b.") is said once
+    return f"{short(first.name)} .. {short(last.name[len(common):])}\n{len(ops)} ops: {kinds}\n{where}"
+
+
+def plot_plan(plan, path: str | None = None, max_label: int = 24):
     """Draw ``plan``'s graph with every op's configuration; returns the figure (saved if ``path``).
-    Deep networks are folded into bands of ``wrap`` depth levels."""
+
+    The network runs top to bottom, one row per depth, branches side by side; chains of ops
+    split alike share a box (:func:`plan_boxes`), so Inception-v3's 315 ops fit in about 120
+    boxes and no row wraps.  The figure is a plain matplotlib ``Figure``: making it never
+    touches pyplot or the backend, so in a notebook it shows once (as the cell's value) and
+    later plots still show."""
     try:
         import matplotlib
-        if path is not None:
-            matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
         from matplotlib import cm, colors
+        from matplotlib.figure import Figure
     except ImportError:
         raise ImportError("plotting needs matplotlib: pip install matplotlib") from None
     graph = plan.graph
-    level = depths(graph)
-    rows: dict[int, int] = {}
+    boxes = plan_boxes(plan)
+    box_of = {i: b for b, ops in enumerate(boxes) for i in ops}
+    level: list[int] = []
+    for ops in boxes:
+        inputs = {box_of[i] for k in ops for i in graph.ops[k].inputs} - {len(level)}
+        level.append(1 + max((level[b] for b in inputs), default=-1))
+    per_row: dict[int, int] = {}
     slot = []
-    for op, d in zip(graph.ops, level):
-        slot.append(rows.get(d, 0))
-        rows[d] = rows.get(d, 0) + 1
-    band_height = max(rows.values()) + 1
-    pos = [(d % wrap, r + (d // wrap) * band_height) for d, r in zip(level, slot)]
-    width = min(max(level) + 1, wrap)
-    used = max(y for _, y in pos) + 1
-    fig, ax = plt.subplots(figsize=(min(4 + 1.6 * width, 60), min(1.5 + 0.8 * used, 40)))
+    for d in level:
+        slot.append(per_row.get(d, 0))
+        per_row[d] = per_row.get(d, 0) + 1
+    widest = max(per_row.values())
+    pos = [(s - (per_row[d] - 1) / 2, d) for s, d in zip(slot, level)]
+    rows = max(level) + 1
+    fig = Figure(figsize=(min(3 + 2.4 * widest, 40), 1.5 + 0.9 * rows))
+    ax = fig.subplots()
     most = max(c.workers for c in plan.configs.values())
     norm = colors.LogNorm(vmin=1, vmax=max(most, 2))
     cmap = matplotlib.colormaps["viridis"]
-    for op in graph.ops:
-        x1, y1 = pos[op.index]
-        for i in op.inputs:
-            x0, y0 = pos[i]
+    for b, ops in enumerate(boxes):
+        x1, y1 = pos[b]
+        for src in sorted({box_of[i] for k in ops for i in graph.ops[k].inputs} - {b}):
+            x0, y0 = pos[src]
             ax.plot([x0, x1], [-y0, -y1], color="0.7", lw=0.8, zorder=1)
-    for op in graph.ops:
-        x, y = pos[op.index]
-        cfg = plan.configs[op.name]
-        name = op.name if len(op.name) <= max_label else op.name[: max_label - 1] + "~"
-        text = f"{name}\n{op.kind}\n{cfg.split_dims()} on {cfg.device_text()}"
-        color = cmap(norm(cfg.workers))
-        ax.text(x, -y, text, ha="center", va="center", fontsize=7, zorder=2,
+    for b, ops in enumerate(boxes):
+        x, y = pos[b]
+        color = cmap(norm(plan.configs[graph.ops[ops[0]].name].workers))
+        ax.text(x, -y, _box_text(plan, ops, max_label), ha="center", va="center", fontsize=7, zorder=2,
                 bbox=dict(boxstyle="round,pad=0.3", fc=color, ec="0.3", alpha=0.85))
-    ax.set_xlim(-0.7, width - 0.3)
-    ax.set_ylim(-max(y for _, y in pos) - 0.7, 0.7)
+    ax.set_xlim(-(widest - 1) / 2 - 0.7, (widest - 1) / 2 + 0.7)
+    ax.set_ylim(-rows + 0.3, 0.7)
     ax.axis("off")
-    sm = cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(sm, ax=ax, fraction=0.02, pad=0.01, label="workers")
+    bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.02, pad=0.01, label="workers")
+    counts = sorted({c.workers for c in plan.configs.values()})
+    bar.ax.minorticks_off()
+    bar.set_ticks(counts, labels=[str(c) for c in counts])
     ax.set_title(f"{plan.name} plan for {graph.name} on {plan.devices.name}: "
                  f"{plan.cost * 1e3:.2f} ms/iteration (Eq. 1)")
     fig.tight_layout()
