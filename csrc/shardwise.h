@@ -649,6 +649,9 @@ typedef struct {
     const int32_t *route_ptr;      /* ndev * ndev + 1 */
     const int32_t *route_res;
     double copy_bandwidth;         /* > 0: every transfer runs at this (measured) bytes/s */
+    /* Shared compute (sim_share.c): dev_fill[d] > 0 makes device d a pool that the kernels of
+     * its streams share, each filling sw_task_share of it; NULL or 0: one task at a time. */
+    const double *dev_fill;        /* ndev, or NULL: output elements a kernel needs to fill device d */
 } sw_machine;
 
 typedef struct {
@@ -667,8 +670,9 @@ sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const s
                             const double *durations, const sw_machine *m, sw_sim_result *r);
 /* The same for tasks on streams `st` (the streams o was built for; NULL: one per device):
  * wherever ready tasks wait for one resource, the one of the higher stream priority starts
- * first, then the lower id, as the CPU backend's threads choose.  A device still runs one
- * task at a time: kernels of several streams sharing a device's compute are not modelled. */
+ * first, then the lower id, as the CPU backend's threads choose.  A device with
+ * m->dev_fill[d] > 0 runs the ready tasks of its streams at once, sharing its compute
+ * (sw_simulate_shared); otherwise one task at a time. */
 sw_status sw_simulate_graph_on(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                                const sw_streams *st, const double *durations, const sw_machine *m,
                                sw_sim_result *r);
@@ -682,5 +686,17 @@ void sw_sim_result_free(sw_sim_result *r);
 sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
                             const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
                             double *makespan);
+
+/* sim_share.c: the same with shared compute.  pool[t] >= 0: t runs on pool (a device) of
+ * capacity 1 filling at most share[t] in (0, 1] of it; whenever the running set changes the
+ * pools are handed out again by id (lowest first), min(share, what is left) each, and a task
+ * given g progresses at g / share[t] of its alone speed.  pool[t] = -1: only its exclusive
+ * resources (res).  Writes every task's start (first progress) and end. */
+sw_status sw_simulate_shared(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
+                             const int32_t *res_ptr, const int32_t *res, int32_t nres, const int32_t *pool,
+                             const double *share, int32_t npools, double *start, double *end, double *makespan);
+/* The fraction of its device task t's kernel fills: its output elements over the device's
+ * dev_fill, at most 1 (1 where the device is not shared). */
+double sw_task_share(const sw_task *t, const sw_machine *m);
 
 #endif /* SHARDWISE_H */

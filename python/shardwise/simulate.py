@@ -156,8 +156,17 @@ def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | No
     return split(op_name, plan.configs[op_name].degrees)
 
 
+def device_fill(devices: DeviceGraph) -> np.ndarray:
+    """Output elements a kernel needs to fill each device (its preset's ``fill_outputs``; 0
+    where kernels run one at a time: CPU workers, devices without a preset kind)."""
+    from .devices import DEVICE_PRESETS
+
+    return np.array([DEVICE_PRESETS[d.kind].fill_outputs if d.kind in DEVICE_PRESETS else 0.0
+                     for d in devices.devices], np.float64)
+
+
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
-             schedule: Any = "fifo") -> SimResult:
+             schedule: Any = "fifo", fill_outputs: float | None = None) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose buffers exceed its memory when
     ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -168,8 +177,12 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     ``SimResult.costs_used`` says which were used.  ``schedule``: "fifo" (one stream per
     device), "critical_path" (``sw.schedule(plan)`` with the same costs) or a Schedule: tasks on
     its streams, and wherever ready tasks wait for one resource (a device, a thread's core, a
-    link) the one of the higher stream priority first.  A device runs one task at a time: the
-    share of compute that concurrent kernels of several streams get is not modelled yet."""
+    link) the one of the higher stream priority first.  On a GPU (a preset with
+    ``fill_outputs``) the ready kernels of its streams run at once, sharing its compute: each
+    fills (output elements / ``fill_outputs``) of it at most, handed out by stream priority, and
+    runs slower where it gets less; ``fill_outputs`` overrides the presets' (a sensitivity
+    knob).  With one stream per device (fifo) nothing changes.  CPU workers run one task at a
+    time, as the CPU backend's threads do."""
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -183,9 +196,16 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
     sched = as_schedule(plan, schedule, costs)
     m = _machine(devices)
+    fill = device_fill(devices)
+    if fill_outputs is not None:
+        if isinstance(fill_outputs, bool) or not isinstance(fill_outputs, (int, float)) or \
+                not (np.isfinite(fill_outputs) and fill_outputs > 0):
+            raise ConfigError(f"fill_outputs must be a positive number, got {fill_outputs!r}")
+        fill = np.where(fill > 0, float(fill_outputs), 0.0)
     r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
                               element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed,
-                              streams=sched.stream_arrays() if sched is not None else None)
+                              streams=sched.stream_arrays() if sched is not None else None,
+                              dev_fill=fill if fill.any() else None)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
