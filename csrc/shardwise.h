@@ -489,18 +489,25 @@ typedef enum { SW_SCHED_FIFO = 0, SW_SCHED_CRITICAL_PATH = 1 } sw_sched_policy;
 
 /* What a task is to Algorithm 1: forward work; dA: the activation-gradient chain (its output
  * is needed within the iteration, dependency distance 1); dW / dB: a weight's or a bias's
- * gradient and what follows it (sums, synchronization, update: needed next iteration). */
-typedef enum { SW_SUB_FORWARD = 0, SW_SUB_DA, SW_SUB_DW, SW_SUB_DB, SW_SUB_NKINDS } sw_subtask;
+ * gradient (needed next iteration); sync: its synchronization and update (the sync and update
+ * phases: copies to the replica group's first, reduce, update, copies back). */
+typedef enum { SW_SUB_FORWARD = 0, SW_SUB_DA, SW_SUB_DW, SW_SUB_DB, SW_SUB_SYNC, SW_SUB_NKINDS } sw_subtask;
 
 /* Per task: its priority (higher runs first among the ready tasks of a device) and its
  * stream; per device: streams, one per distinct priority of its tasks, most urgent
  * first.  A stream runs its tasks in task-id order (a topological order), so stream order
  * and dependencies never wait on each other in a cycle.  Critical path: priority =
  * path priority (-rank of the op's layer path; 0 on the critical path) minus alpha for a
- * dW, beta for a dB sub-task.  FIFO (the baseline): priority 0, one stream per device. */
+ * dW, beta for a dB sub-task; a sync task of a layer's weights gets sync_floor - (the
+ * number of layers with weights before it in the forward pass): below every compute class,
+ * by reuse distance (the layer the next forward needs first goes first), one stream per
+ * layer, so a layer's synchronization starts as soon as its dW is done (TurboDL's
+ * multi-GPU extension; DeePa, section 5).  FIFO (the baseline): priority 0, one stream per
+ * device. */
 typedef struct {
     sw_sched_policy policy;
     int32_t alpha, beta;       /* the offsets used (defaults: levels and 2 x levels) */
+    int32_t sync_floor;        /* the sync priority of the first layer with weights: -(levels + max(alpha, beta)) */
     sw_layer_paths paths;      /* the analysis (also made for FIFO; paths.op_da points at op_da) */
     double *op_da;             /* nops: dA seconds of every op: its slowest worker's backward_data sum */
     int32_t ntasks;
