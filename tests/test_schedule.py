@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardwise as sw
+from shardwise import _core
 from shardwise.errors import ConfigError
 from shardwise.profile import Profile, ProfileMismatch
 from shardwise.problem import make_problem
@@ -563,3 +564,89 @@ def test_sync_priorities_follow_reuse_distance_on_a_chain():
     fifo = sw.schedule(plan, policy="fifo")
     assert {a.priority for a in fifo.priorities} == {0} and all(len(s) == 1 for s in fifo.streams.values())
 
+
+
+# ----------------------------------------------------------------------------- the simulator (point 5)
+def _shared(durations, share, deps=None):
+    """sw_simulate_shared on tasks that all share pool 0 and hold nothing else."""
+    n = len(durations)
+    deps = deps or [[] for _ in range(n)]
+    dep_ptr = np.cumsum([0] + [len(d) for d in deps]).astype(np.int32)
+    flat = np.array([x for d in deps for x in d], np.int32)
+    start, end, makespan = _core.simulate_shared(np.array(durations, float), dep_ptr, flat, np.zeros(n + 1, np.int32),
+                                                 np.zeros(0, np.int32), 0, np.zeros(n, np.int32),
+                                                 np.array(share, float), 1)
+    return start.tolist(), end.tolist(), makespan
+
+
+def test_shared_compute_on_hand_made_kernels():
+    """Two kernels each filling half the device run in the time of one; two full ones take twice
+    as long (the first in rank order first); 3/4 + 1/2: the second runs at (1/4)/(1/2) of its speed
+    until the first ends at 1, then alone: 1 + 0.5 = 1.5; a dependency still waits."""
+    assert _shared([1, 1], [0.5, 0.5]) == ([0, 0], [1, 1], 1)
+    assert _shared([1, 1], [1, 1]) == ([0, 1], [1, 2], 2)
+    assert _shared([1, 1], [0.75, 0.5]) == ([0, 0], [1, 1.5], 1.5)
+    assert _shared([1, 2, 1], [0.5, 0.5, 0.5], deps=[[], [], [0]]) == ([0, 0, 1], [1, 2, 2], 2)
+    # three half kernels: the third waits for room (no share left at 0), then shares
+    assert _shared([1, 1, 1], [0.5, 0.5, 0.5]) == ([0, 0, 1], [1, 1, 2], 2)
+    with pytest.raises(ValueError, match="share"):
+        _shared([1], [0.0])
+
+
+def test_fifo_replay_is_unchanged_by_shared_compute_and_critical_path_gains():
+    """With one stream per device nothing runs side by side, so a GPU's shared compute changes no
+    time; under critical_path, kernels too small to fill the device overlap (dW beside dA)."""
+    g = sw.models.resnet18_small(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(nodes=1, devices_per_node=1))
+    small = sw.simulate(plan, check_memory=False, fill_outputs=1.0)   # every kernel fills the device
+    for fill in (1e3, 1e6, 1e9):
+        fifo = sw.simulate(plan, check_memory=False, fill_outputs=fill)
+        assert fifo.iteration_time == pytest.approx(small.iteration_time, rel=1e-12)
+    full = sw.simulate(plan, schedule="critical_path", check_memory=False, fill_outputs=1.0)
+    shared = sw.simulate(plan, schedule="critical_path", check_memory=False, fill_outputs=1e9)
+    assert shared.iteration_time < full.iteration_time
+
+
+def _critical_path_by_hand(plan, sched, events) -> list[int]:
+    """From the last task to end back through the latest-ending of its dependencies and the task
+    before it on its stream (from sw.lower and the schedule, not the simulator's arrays)."""
+    tg = sw.lower(plan)
+    stream = [a.stream for a in sched.priorities]
+    before = {}
+    for t in range(len(tg.tasks)):
+        prev = [u for u in range(t) if stream[u] == stream[t]]
+        before[t] = list(tg.tasks[t].deps) + ([prev[-1]] if prev else [])
+    end = {e.task: e.end for e in events}
+    t = max(end, key=lambda i: (end[i], -i))
+    path = [t]
+    while before[t]:
+        t = max(before[t], key=lambda i: (end[i], i))
+        path.append(t)
+    return path[::-1]
+
+
+def test_plot_timeline_has_a_lane_per_stream_and_outlines_the_critical_path(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    g = chain_graph()
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(nodes=1, devices_per_node=2))
+    sched = sw.schedule(plan)
+    sim = sw.simulate(plan, schedule=sched, check_memory=False)
+    assert sim.critical_path == _critical_path_by_hand(plan, sched, sim.events)
+    fig = sim.plot_timeline(str(tmp_path / "t.png"))
+    assert (tmp_path / "t.png").stat().st_size > 0
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    nstreams = sum(len(s) for s in sched.streams.values())
+    assert len([x for x in labels if " stream " in x]) == nstreams
+    assert all(x.startswith("link") for x in labels if " stream " not in x)
+    # the outlined bars are exactly the critical path's tasks of nonzero length, in their lanes
+    outlined = sorted((round(p.vertices[:, 0].min(), 9), round(np.ptp(p.vertices[:, 0]), 9))
+                      for c in ax.collections if c.get_gid() == "critical path" for p in c.get_paths())
+    want = []
+    for t in sim.critical_path:
+        e = sim.events[t]
+        if e.end > e.start:
+            lanes = {r if r.startswith("link") else "stream" for r in e.resources}
+            want += [(round(e.start * 1e3, 9), round((e.end - e.start) * 1e3, 9))] * len(lanes)
+    assert outlined == sorted(want) and want

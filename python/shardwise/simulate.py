@@ -80,8 +80,12 @@ class SimResult:
 
     def __init__(self, plan: Plan, iteration_time: float, bytes_moved: int, device_busy: dict[int, float],
                  events: list[SimEvent] | Callable[[], list[SimEvent]] | None = None,
-                 memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model") -> None:
+                 memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model",
+                 lanes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         self.plan = plan
+        # (stream per task, device per stream, priority per stream, dep_ptr, deps): what
+        # plot_timeline and critical_path read; None for results made without them
+        self._lanes = lanes
         self.tasks = tasks                        # tasks replayed
         self.costs_used = costs_used              # "the roofline model" or "measured: <what>"
         self.iteration_time = iteration_time
@@ -100,10 +104,34 @@ class SimResult:
         return (f"SimResult({self.plan.name!r}, iteration_time={self.iteration_time!r}, "
                 f"bytes_moved={self.bytes_moved!r})")
 
+    @property
+    def critical_path(self) -> list[int]:
+        """The simulated iteration's critical path, first task first: from the task that ends
+        last, back through whichever of its dependencies and the task before it on its stream
+        ended last, to a task that waited for neither."""
+        if self._lanes is None:
+            raise ConfigError("this result was made without the task graph: no critical path")
+        stream, _, _, dep_ptr, deps = self._lanes
+        ev = self.events
+        prev = np.full(len(ev), -1)
+        last: dict[int, int] = {}
+        for t, s in enumerate(stream.tolist()):   # the task before each on its stream
+            prev[t] = last.get(s, -1)
+            last[s] = t
+        t = max(range(len(ev)), key=lambda i: (ev[i].end, -i)) if ev else -1
+        path = []
+        while t >= 0:
+            path.append(t)
+            before = [int(d) for d in deps[dep_ptr[t]:dep_ptr[t + 1]]] + ([int(prev[t])] if prev[t] >= 0 else [])
+            t = max(before, key=lambda i: (ev[i].end, i)) if before else -1
+        return path[::-1]
+
     def plot_timeline(self, path: str | None = None, max_tasks: int = 20000):
-        """A Gantt chart: one row per device and per link direction, forward / backward /
-        synchronization / update coloured.  Saves to ``path`` (atomically) if given and
-        returns the matplotlib figure.  Needs matplotlib (``pip install matplotlib``)."""
+        """A Gantt chart: one lane per stream (device d's streams most urgent first; without a
+        schedule, one per device) and one per link direction, forward / backward /
+        synchronization / update coloured, the :attr:`critical_path` outlined in black (its
+        bars: the collection labelled "critical path").  Saves to ``path`` (atomically) if given
+        and returns the matplotlib figure.  Needs matplotlib (``pip install matplotlib``)."""
         try:
             import matplotlib
             if path is not None:
@@ -112,8 +140,20 @@ class SimResult:
         except ImportError:
             raise ImportError("plot_timeline needs matplotlib: pip install matplotlib") from None
         colors = {"forward": "tab:blue", "backward": "tab:orange", "sync": "tab:green", "update": "tab:red"}
-        rows = sorted({r for e in self.events for r in e.resources},
-                      key=lambda r: (r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")], r))
+        if self._lanes is not None:   # compute on its stream's lane, transfers on their links'
+            stream, sdev, sprio = self._lanes[:3]
+            lane_of = {e.task: [f"device {sdev[stream[e.task]]} stream {stream[e.task]} ({sprio[stream[e.task]]})"
+                                if r.startswith(("device", "core")) else r for r in e.resources]
+                       for e in self.events}
+            lane_of = {t: list(dict.fromkeys(rs)) for t, rs in lane_of.items()}
+            # every stream gets a lane, even one whose tasks hold nothing (joins, loads)
+            names = {f"device {sdev[k]} stream {k} ({sprio[k]})" for k in range(len(sdev))}
+        else:
+            lane_of = {e.task: list(e.resources) for e in self.events}
+            names = set()
+        rows = sorted({r for rs in lane_of.values() for r in rs} | names, key=lambda r: (
+            r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")],
+            int(r.split()[3]) if " stream " in r else -1, r))
         index = {r: k for k, r in enumerate(rows)}
         fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.5))
         shown = sorted(self.events, key=lambda e: e.end - e.start, reverse=True)[:max_tasks]
@@ -121,10 +161,16 @@ class SimResult:
             bars: dict[int, list[tuple[float, float]]] = {}
             for e in shown:
                 if e.phase == phase and e.end > e.start:
-                    for r in e.resources:
+                    for r in lane_of[e.task]:
                         bars.setdefault(index[r], []).append((e.start * 1e3, (e.end - e.start) * 1e3))
             for row, spans in bars.items():
                 ax.broken_barh(spans, (row - 0.4, 0.8), color=color, label=phase if row == min(bars) else None)
+        if self._lanes is not None:   # the critical path on top: outlined bars in the lanes of its tasks
+            spans = [(index[r], e.start * 1e3, (e.end - e.start) * 1e3)
+                     for e in (self.events[t] for t in self.critical_path) if e.end > e.start for r in lane_of[e.task]]
+            for k, (row, x, w) in enumerate(spans):
+                ax.broken_barh([(x, w)], (row - 0.45, 0.9), facecolor="none", edgecolor="black", linewidth=1.5,
+                               label="critical path" if k == 0 else None, gid="critical path")
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels(rows)
         ax.invert_yaxis()
@@ -211,8 +257,14 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
+    if sched is not None:
+        stream, sdev, sprio = sched.stream_arrays()
+    else:   # one stream per device
+        stream = r["device"].astype(np.int32)
+        sdev, sprio = np.arange(len(devices), dtype=np.int32), np.zeros(len(devices), np.int32)
     return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, m.name), memory,
-                     tasks=len(r["kind"]), costs_used=describe_costs(costs))
+                     tasks=len(r["kind"]), costs_used=describe_costs(costs),
+                     lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]))
 
 
 def resolve_costs(plan: Plan, costs: Any) -> Any:
