@@ -227,7 +227,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     ``fill_outputs``) the ready kernels of its streams run at once, sharing its compute: each
     fills (output elements / ``fill_outputs``) of it at most, handed out by stream priority, and
     runs slower where it gets less; ``fill_outputs`` overrides the presets' (a sensitivity
-    knob).  With one stream per device (fifo) nothing changes.  CPU workers run one task at a
+    knob; 0: every device runs one kernel at a time).  With one stream per device (fifo)
+    nothing changes.  CPU workers run one task at a
     time, as the CPU backend's threads do."""
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
@@ -245,8 +246,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     fill = device_fill(devices)
     if fill_outputs is not None:
         if isinstance(fill_outputs, bool) or not isinstance(fill_outputs, (int, float)) or \
-                not (np.isfinite(fill_outputs) and fill_outputs > 0):
-            raise ConfigError(f"fill_outputs must be a positive number, got {fill_outputs!r}")
+                not (np.isfinite(fill_outputs) and fill_outputs >= 0):
+            raise ConfigError(f"fill_outputs must be a number >= 0 (0: one kernel at a time), got {fill_outputs!r}")
         fill = np.where(fill > 0, float(fill_outputs), 0.0)
     r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
                               element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed,
