@@ -31,6 +31,14 @@
  *                   The lowering gives every weight slot its own backward_weight
  *                   task, so dW and dB are separate tasks, a bias's reading only
  *                   the output's gradient.
+ *   sync            the sync and update phases of a layer's weights (copies to the
+ *                   replica group's first, reduce, update, copies back) depend only
+ *                   on the layer's dW / dB (lower.c); they rank below every compute
+ *                   class by reuse distance: sync_floor - the number of layers with
+ *                   weights before the layer, so the layer the next forward needs
+ *                   first goes first, each layer on a stream of its own (a shared
+ *                   stream would hold a ready layer's sync behind one whose dW is not
+ *                   done).
  *   streams         per device, one per distinct priority among its tasks, most
  *                   urgent first; a stream runs its tasks in task-id order.
  */
@@ -133,7 +141,21 @@ typedef struct {
     const sw_task_graph *g;
     const sw_schedule *s;
     const int32_t *rptr, *rids;   /* readers of every buffer */
+    int32_t *reuse;               /* per op: layers with weights before it in the forward pass */
 } annotating;
+
+/* reuse[op]: how many ops with weights come before op (ops are in forward order). */
+static void reuse_ranks(const sw_problem *p, int32_t *reuse) {
+    int32_t n = 0;
+    for (int op = 0; op < p->nops; op++) {
+        reuse[op] = n;
+        int weighted = 0;
+        for (int k = 0; k < p->ops[op].ninputs; k++) {
+            weighted |= p->ops[op].inputs[k].role == SW_ROLE_WEIGHT;
+        }
+        n += weighted;
+    }
+}
 
 /* Priority of a sub-task of op's layer path: Algorithm 1's path priority less the offset. */
 static int32_t path_priority(const annotating *a, int32_t op) {
@@ -177,6 +199,9 @@ static void classify(const annotating *a, sw_schedule *s) {
         if (t->phase == SW_PHASE_FORWARD || t->kind == SW_TASK_BACKWARD_DATA) {
             sub = t->phase == SW_PHASE_FORWARD ? SW_SUB_FORWARD : SW_SUB_DA;
             prio = path_priority(a, t->op);
+        } else if (t->phase == SW_PHASE_SYNC || t->phase == SW_PHASE_UPDATE) {   /* by reuse distance */
+            sub = SW_SUB_SYNC;
+            prio = s->policy == SW_SCHED_FIFO ? 0 : s->sync_floor - a->reuse[t->op];
         } else if (weight_work(a, i, &dw, &db, &wop)) {
             int32_t base = path_priority(a, wop), pw = base - alpha, pb = base - beta;
             sub = dw ? SW_SUB_DW : SW_SUB_DB;
@@ -315,14 +340,18 @@ sw_status sw_schedule_build(const sw_problem *p, const sw_task_graph *g, const d
     if (st == SW_OK) {   /* Algorithm 1 leaves alpha, beta open: below every dA level, dB below dW */
         s->alpha = policy == SW_SCHED_FIFO ? 0 : alpha >= 0 ? alpha : s->paths.levels;
         s->beta = policy == SW_SCHED_FIFO ? 0 : beta >= 0 ? beta : 2 * s->paths.levels;
-        st = readers_of(g, &rptr, &rids);
+        s->sync_floor = policy == SW_SCHED_FIFO ? 0 : -(s->paths.levels + (s->alpha > s->beta ? s->alpha : s->beta));
+        a.reuse = malloc(sizeof *a.reuse * ((size_t)p->nops + 1));
+        st = a.reuse ? readers_of(g, &rptr, &rids) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     if (st == SW_OK) {
         a.rptr = rptr;
         a.rids = rids;
+        reuse_ranks(p, a.reuse);
         classify(&a, s);
         st = make_streams(g, s);
     }
+    free(a.reuse);
     free(rptr);
     free(rids);
     if (st != SW_OK) {

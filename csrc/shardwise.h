@@ -489,18 +489,25 @@ typedef enum { SW_SCHED_FIFO = 0, SW_SCHED_CRITICAL_PATH = 1 } sw_sched_policy;
 
 /* What a task is to Algorithm 1: forward work; dA: the activation-gradient chain (its output
  * is needed within the iteration, dependency distance 1); dW / dB: a weight's or a bias's
- * gradient and what follows it (sums, synchronization, update: needed next iteration). */
-typedef enum { SW_SUB_FORWARD = 0, SW_SUB_DA, SW_SUB_DW, SW_SUB_DB, SW_SUB_NKINDS } sw_subtask;
+ * gradient (needed next iteration); sync: its synchronization and update (the sync and update
+ * phases: copies to the replica group's first, reduce, update, copies back). */
+typedef enum { SW_SUB_FORWARD = 0, SW_SUB_DA, SW_SUB_DW, SW_SUB_DB, SW_SUB_SYNC, SW_SUB_NKINDS } sw_subtask;
 
 /* Per task: its priority (higher runs first among the ready tasks of a device) and its
  * stream; per device: streams, one per distinct priority of its tasks, most urgent
  * first.  A stream runs its tasks in task-id order (a topological order), so stream order
  * and dependencies never wait on each other in a cycle.  Critical path: priority =
  * path priority (-rank of the op's layer path; 0 on the critical path) minus alpha for a
- * dW, beta for a dB sub-task.  FIFO (the baseline): priority 0, one stream per device. */
+ * dW, beta for a dB sub-task; a sync task of a layer's weights gets sync_floor - (the
+ * number of layers with weights before it in the forward pass): below every compute class,
+ * by reuse distance (the layer the next forward needs first goes first), one stream per
+ * layer, so a layer's synchronization starts as soon as its dW is done (TurboDL's
+ * multi-GPU extension; DeePa, section 5).  FIFO (the baseline): priority 0, one stream per
+ * device. */
 typedef struct {
     sw_sched_policy policy;
     int32_t alpha, beta;       /* the offsets used (defaults: levels and 2 x levels) */
+    int32_t sync_floor;        /* the sync priority of the first layer with weights: -(levels + max(alpha, beta)) */
     sw_layer_paths paths;      /* the analysis (also made for FIFO; paths.op_da points at op_da) */
     double *op_da;             /* nops: dA seconds of every op: its slowest worker's backward_data sum */
     int32_t ntasks;
@@ -649,6 +656,9 @@ typedef struct {
     const int32_t *route_ptr;      /* ndev * ndev + 1 */
     const int32_t *route_res;
     double copy_bandwidth;         /* > 0: every transfer runs at this (measured) bytes/s */
+    /* Shared compute (sim_share.c): dev_fill[d] > 0 makes device d a pool that the kernels of
+     * its streams share, each filling sw_task_share of it; NULL or 0: one task at a time. */
+    const double *dev_fill;        /* ndev, or NULL: output elements a kernel needs to fill device d */
 } sw_machine;
 
 typedef struct {
@@ -667,8 +677,9 @@ sw_status sw_simulate_graph(const sw_problem *p, const sw_task_graph *g, const s
                             const double *durations, const sw_machine *m, sw_sim_result *r);
 /* The same for tasks on streams `st` (the streams o was built for; NULL: one per device):
  * wherever ready tasks wait for one resource, the one of the higher stream priority starts
- * first, then the lower id, as the CPU backend's threads choose.  A device still runs one
- * task at a time: kernels of several streams sharing a device's compute are not modelled. */
+ * first, then the lower id, as the CPU backend's threads choose.  A device with
+ * m->dev_fill[d] > 0 runs the ready tasks of its streams at once, sharing its compute
+ * (sw_simulate_shared); otherwise one task at a time. */
 sw_status sw_simulate_graph_on(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                                const sw_streams *st, const double *durations, const sw_machine *m,
                                sw_sim_result *r);
@@ -686,5 +697,17 @@ sw_status sw_simulate_lower_bound(const sw_problem *p, const sw_task_graph *g, c
 sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
                             const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
                             double *makespan);
+
+/* sim_share.c: the same with shared compute.  pool[t] >= 0: t runs on pool (a device) of
+ * capacity 1 filling at most share[t] in (0, 1] of it; whenever the running set changes the
+ * pools are handed out again by id (lowest first), min(share, what is left) each, and a task
+ * given g progresses at g / share[t] of its alone speed.  pool[t] = -1: only its exclusive
+ * resources (res).  Writes every task's start (first progress) and end. */
+sw_status sw_simulate_shared(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
+                             const int32_t *res_ptr, const int32_t *res, int32_t nres, const int32_t *pool,
+                             const double *share, int32_t npools, double *start, double *end, double *makespan);
+/* The fraction of its device task t's kernel fills: its output elements over the device's
+ * dev_fill, at most 1 (1 where the device is not shared). */
+double sw_task_share(const sw_task *t, const sw_machine *m);
 
 #endif /* SHARDWISE_H */

@@ -26,6 +26,10 @@
  *               one of two resources they both need).
  *   transfers   take bytes / bandwidth on top of their modelled duration (the
  *               route's bandwidth, or a measured copy bandwidth)
+ *   sharing     a device with a fill (m->dev_fill[d] > 0: a GPU) is a
+ *               pool its streams' kernels share instead of a resource held by one
+ *               task: each takes sw_task_share of it, in rank order
+ *               (sim_share.c); with one stream per device nothing changes
  *   summary     makespan = latest end; busy[d] = seconds of the tasks holding
  *               device d, summed in task order
  */
@@ -48,6 +52,12 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
     }
     if (!(m->copy_bandwidth >= 0)) {
         return SW_FAIL(SW_ERR_VALUE, "machine: the copy bandwidth must be >= 0");
+    }
+    for (int32_t d = 0; m->dev_fill && d < m->ndev; d++) {
+        if (!(m->dev_fill[d] >= 0 && m->dev_fill[d] < 1e18)) {
+            return SW_FAIL(SW_ERR_VALUE, "machine: device %d's fill (outputs) %g must be finite and >= 0", d,
+                           m->dev_fill[d]);
+        }
     }
     if (o && o->ntasks != g->ntasks) {
         return SW_FAIL(SW_ERR_VALUE, "an order of %d tasks for a graph of %d", o->ntasks, g->ntasks);
@@ -75,6 +85,11 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
     return SW_OK;
 }
 
+/* Is task t's device a pool its kernels share (sim_share.c)? */
+static int shares_device(const sw_task *t, const sw_machine *m) {
+    return m->dev_fill && holds_device(t) && m->dev_fill[t->device] > 0;
+}
+
 /* Resources of task t (at most 1 + the longest route) into out; returns how many. */
 static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
     if (sw_is_transfer(t)) {
@@ -91,7 +106,7 @@ static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
     if (!holds_device(t)) {
         return 0;
     }
-    out[0] = t->device;
+    out[0] = t->device;   /* a shared device too: the replay leaves it out of the exclusive ones */
     if (m->cores > 0) {
         out[1] = m->ndev + t->device % m->cores;
         return 2;
@@ -111,11 +126,15 @@ static double task_seconds(const sw_problem *p, const sw_task *t, double modelle
 typedef struct {
     double *duration, *start;
     int32_t *dep_ptr, *deps, *res_ptr, *res;
+    int32_t *pool;    /* NULL, or per task the device whose compute it shares (-1: none) */
+    double *share;    /* with pool: the fraction of that device it fills */
 } replay;
 
 static void replay_free(replay *rp) {
     free(rp->duration);
     free(rp->start);
+    free(rp->pool);
+    free(rp->share);
     free(rp->dep_ptr);
     free(rp->deps);
     free(rp->res_ptr);
@@ -147,10 +166,21 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
     if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
     }
+    if (m->dev_fill) {
+        rp->pool = malloc(sizeof *rp->pool * ((size_t)n + 1));
+        rp->share = malloc(sizeof *rp->share * ((size_t)n + 1));
+        if (!rp->pool || !rp->share) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
+        }
+    }
     int32_t nres = 0, nd = 0;
     rp->res_ptr[0] = rp->dep_ptr[0] = 0;
     for (int32_t i = 0; i < n; i++) {
         const sw_task *t = &g->tasks[i];
+        if (rp->pool) {
+            rp->pool[i] = shares_device(t, m) ? t->device : -1;
+            rp->share[i] = sw_task_share(t, m);
+        }
         nres += task_resources(t, m, rp->res + nres);
         rp->res_ptr[i + 1] = nres;
         rp->duration[i] = task_seconds(p, t, durations[i], m);
@@ -159,6 +189,8 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
     }
     return SW_OK;
 }
+
+static sw_status busy_shared(const sw_task_graph *g, const int32_t *pool, sw_sim_result *r);
 
 /* Hand the replay's arrays over to the result, and add up the summary. */
 static sw_status summarize(const sw_task_graph *g, const sw_machine *m, replay *rp, double makespan,
@@ -175,10 +207,45 @@ static sw_status summarize(const sw_task_graph *g, const sw_machine *m, replay *
     rp->res_ptr = rp->res = NULL;
     r->makespan = makespan;
     for (int32_t i = 0; i < g->ntasks; i++) {
-        if (holds_device(&g->tasks[i])) {
+        if (holds_device(&g->tasks[i]) && !(rp->pool && rp->pool[i] >= 0)) {
             r->busy[g->tasks[i].device] += (r->start[i] + r->duration[i]) - r->start[i];
         }
     }
+    return rp->pool ? busy_shared(g, rp->pool, r) : SW_OK;
+}
+
+static int by_device_then_start(const void *pa, const void *pb) {
+    const double *a = pa, *b = pb;   /* (device, start, end) triples */
+    return a[0] != b[0] ? (a[0] > b[0]) - (a[0] < b[0]) : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* busy[d] of a shared device: the time at least one of its kernels ran (the union of their
+ * spans; with one stream per device, the sum of their durations). */
+static sw_status busy_shared(const sw_task_graph *g, const int32_t *pool, sw_sim_result *r) {
+    double *span = malloc(sizeof *span * 3 * ((size_t)g->ntasks + 1));
+    if (!span) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i < g->ntasks; i++) {
+        if (pool[i] >= 0) {
+            span[3 * n] = pool[i];
+            span[3 * n + 1] = r->start[i];
+            span[3 * n + 2] = r->start[i] + r->duration[i];
+            n++;
+        }
+    }
+    qsort(span, (size_t)n, 3 * sizeof *span, by_device_then_start);
+    for (int32_t k = 0; k < n;) {
+        int32_t d = (int32_t)span[3 * k];
+        double lo = span[3 * k + 1], hi = span[3 * k + 2];
+        for (k++; k < n && (int32_t)span[3 * k] == d && span[3 * k + 1] <= hi; k++) {
+            hi = span[3 * k + 2] > hi ? span[3 * k + 2] : hi;
+        }
+        r->busy[d] += hi - lo;
+    }
+    free(span);
+    return SW_OK;
     return SW_OK;
 }
 
@@ -196,8 +263,9 @@ static int by_rank(const void *pa, const void *pb) {
 
 /* Replay rp's tasks with the ones of higher stream priority first in every line: renumbered in
  * rank order (pos[t]: t's new id), replayed, and their start times read back. */
-static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, int32_t nres, replay *rp,
+static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, const sw_machine *m, replay *rp,
                                double *makespan) {
+    int32_t nres = m->nres;
     int32_t n = g->ntasks;
     ranked *order = malloc(sizeof *order * ((size_t)n + 1));
     int32_t *pos = malloc(sizeof *pos * ((size_t)n + 1));
@@ -205,14 +273,18 @@ static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, int
                 .dep_ptr = malloc(sizeof(int32_t) * ((size_t)n + 1)),
                 .deps = malloc(sizeof(int32_t) * ((size_t)rp->dep_ptr[n] + 1)),
                 .res_ptr = malloc(sizeof(int32_t) * ((size_t)n + 1)),
-                .res = malloc(sizeof(int32_t) * ((size_t)rp->res_ptr[n] + 1))};
+                .res = malloc(sizeof(int32_t) * ((size_t)rp->res_ptr[n] + 1)),
+                .pool = rp->pool ? malloc(sizeof(int32_t) * ((size_t)n + 1)) : NULL,
+                .share = rp->pool ? malloc(sizeof(double) * ((size_t)n + 1)) : NULL};
+    double *end = rp->pool ? malloc(sizeof(double) * ((size_t)n + 1)) : NULL;
     sw_status s = SW_OK;
-    if (!order || !pos || !q.duration || !q.start || !q.dep_ptr || !q.deps || !q.res_ptr || !q.res) {
+    if (!order || !pos || !q.duration || !q.start || !q.dep_ptr || !q.deps || !q.res_ptr || !q.res ||
+        (rp->pool && (!q.pool || !q.share || !end))) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
         goto done;
     }
     for (int32_t t = 0; t < n; t++) {
-        order[t] = (ranked){st->stream_priority[st->stream[t]], t};
+        order[t] = (ranked){st ? st->stream_priority[st->stream[t]] : 0, t};
     }
     qsort(order, (size_t)n, sizeof *order, by_rank);
     for (int32_t j = 0; j < n; j++) {
@@ -222,20 +294,35 @@ static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, int
     for (int32_t j = 0; j < n; j++) {
         int32_t t = order[j].task, nd = q.dep_ptr[j], nr = q.res_ptr[j];
         q.duration[j] = rp->duration[t];
+        if (rp->pool) {
+            q.pool[j] = rp->pool[t];
+            q.share[j] = rp->share[t];
+        }
         for (int32_t k = rp->dep_ptr[t]; k < rp->dep_ptr[t + 1]; k++) {
             q.deps[nd++] = pos[rp->deps[k]];
         }
         for (int32_t k = rp->res_ptr[t]; k < rp->res_ptr[t + 1]; k++) {
-            q.res[nr++] = rp->res[k];
+            if (!rp->pool || rp->res[k] != rp->pool[t]) {   /* a shared device is a pool, not held */
+                q.res[nr++] = rp->res[k];
+            }
         }
         q.dep_ptr[j + 1] = nd;
         q.res_ptr[j + 1] = nr;
     }
-    s = sw_simulate_tasks(n, q.duration, q.dep_ptr, q.deps, q.res_ptr, q.res, nres, q.start, makespan);
+    if (rp->pool) {   /* a task's duration becomes its span: stretched where it shared its device */
+        s = sw_simulate_shared(n, q.duration, q.dep_ptr, q.deps, q.res_ptr, q.res, nres, q.pool, q.share, m->ndev,
+                               q.start, end, makespan);
+        for (int32_t t = 0; t < n && s == SW_OK; t++) {
+            rp->duration[t] = end[pos[t]] - q.start[pos[t]];
+        }
+    } else {
+        s = sw_simulate_tasks(n, q.duration, q.dep_ptr, q.deps, q.res_ptr, q.res, nres, q.start, makespan);
+    }
     for (int32_t t = 0; t < n && s == SW_OK; t++) {
         rp->start[t] = q.start[pos[t]];
     }
 done:
+    free(end);
     replay_free(&q);
     free(order);
     free(pos);
@@ -301,8 +388,8 @@ sw_status sw_simulate_graph_on(const sw_problem *p, const sw_task_graph *g, cons
     memset(&rp, 0, sizeof rp);
     double makespan = 0.0;
     sw_status s = build_replay(p, g, o, durations, m, &rp);
-    if (s == SW_OK && st) {
-        s = replay_ranked(g, st, m->nres, &rp, &makespan);
+    if (s == SW_OK && (st || rp.pool)) {
+        s = replay_ranked(g, st, m, &rp, &makespan);
     } else if (s == SW_OK) {
         s = sw_simulate_tasks(g->ntasks, rp.duration, rp.dep_ptr, rp.deps, rp.res_ptr, rp.res, m->nres, rp.start,
                               &makespan);

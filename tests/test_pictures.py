@@ -129,3 +129,21 @@ def test_the_measured_timeline_is_the_last_step_in_dependency_order(tmp_path):
     tl.save_trace(path)
     lanes, xs = _x_events(json.loads(path.read_text()))
     assert sorted(lanes.values()) == ["device 0", "device 1"] and len(xs) == len(tasks)
+
+
+def test_timeline_labels_wide_bars_with_their_op_and_keeps_the_legend_beside_the_lanes():
+    g = sw.models.alexnet()
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(1, 2))
+    sim = sw.simulate(plan, check_memory=False)
+    fig = sim.plot_timeline()
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if t.get_gid() == "op label"]
+    assert labels
+    for t in labels:   # each label sits at the middle of a bar of the op it names
+        x, _ = t.get_position()
+        assert any(e.op == t.get_text() and abs((e.start + e.end) / 2 * 1e3 - x) < 1e-9 for e in sim.events)
+    names = {t.get_text() for t in labels}
+    assert "conv1" in names or "fc6" in names   # the widest compute is labelled
+    fig.canvas.draw()
+    legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes.x1   # off the bars

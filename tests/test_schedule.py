@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardwise as sw
+from shardwise import _core
 from shardwise.errors import ConfigError
 from shardwise.profile import Profile, ProfileMismatch
 from shardwise.problem import make_problem
@@ -199,17 +200,20 @@ def test_residual_priorities_of_every_task_from_a_profile():
     for t, a in zip(tg.tasks, sched.priorities):
         if t.phase == "forward" or t.kind == "backward_data":
             want = (prio[t.op], "forward" if t.phase == "forward" else "dA")
-        elif t.kind == "backward_weight" or t.kind == "update":   # dW or dB: a task per weight slot
+        elif t.kind == "backward_weight":   # dW or dB: a task per weight slot
             kind = weight_slot_kind(tg, t)
             want = (prio[t.op] - 2, "dW") if kind == {"weight"} else (prio[t.op] - 4, "dB")
+        elif t.kind == "update":   # by reuse distance below every compute class: -(2 + 4) - k
+            want = (-6 - {"stem": 0, "a1": 1, "a2": 2, "s": 3, "fc": 4}[t.op], "sync")
         elif t.kind == "accumulate":         # a gradient summed in: for its op's dA, but the stem has none
             want = (-2, "dW") if t.op == "stem" else (prio[t.op], "dA")
         else:
             raise AssertionError(f"unexpected task {t}")
         assert (a.priority, a.subtask) == want, t
         assert a.layer_path == path[t.op] and a.path_priority == prio[t.op], t
-    # one device, one stream per priority: 0, -1 (s), -2 / -3 (dW), -4 / -5 (dB)
-    assert [s.priority for s in sched.streams[0]] == [0, -1, -2, -3, -4, -5]
+    # one device, one stream per priority: 0, -1 (s), -2 / -3 (dW), -4 / -5 (dB), -6 .. -10 (sync)
+    assert sched.sync_floor == -6
+    assert [s.priority for s in sched.streams[0]] == list(range(0, -11, -1))
     assert sum(s.tasks for s in sched.streams[0]) == len(tg.tasks)
 
     # a slow shortcut (its dA 12 ms: 13 > 8) turns the priorities round
@@ -229,17 +233,20 @@ def test_chain_priorities_give_three_streams_like_vgg():
     assert (sched.levels, sched.alpha, sched.beta) == (1, 1, 2)
     tg = sw.lower(plan)
     for t, a in zip(tg.tasks, sched.priorities):
-        if t.kind in ("update", "backward_weight"):
+        if t.kind == "backward_weight":
             want = -1 if weight_slot_kind(tg, t) == {"weight"} else -2
+        elif t.kind == "update":   # sync_floor -(1 + 2), less the layer's place among conv1, conv2, fc
+            want = -3 - {"conv1": 0, "conv2": 1, "fc": 2}[t.op]
         elif t.kind == "accumulate" and t.op == "conv1":   # read by conv1's dW (most urgent) and dB alone
             want = -1
         else:
             want = 0
         assert a.priority == want, t
-    assert [s.priority for s in sched.streams[0]] == [0, -1, -2]
+    assert [s.priority for s in sched.streams[0]] == [0, -1, -2, -3, -4, -5]
     # custom offsets: dW and dB on one stream with the dA
     flat = sw.schedule(plan, alpha=0, beta=0)
-    assert {a.priority for a in flat.priorities} == {0} and len(flat.streams[0]) == 1
+    assert {a.priority for a in flat.priorities if a.subtask != "sync"} == {0}
+    assert [s.priority for s in flat.streams[0]] == [0, -1, -2, -3]
 
 
 def test_inception_offsets_and_streams_from_hand_made_ranks():
@@ -269,8 +276,12 @@ def test_inception_offsets_and_streams_from_hand_made_ranks():
             assert (a.priority, c.priority) == (-rank.get(t.op, 0) - 8, -rank.get(t.op, 0) - 5), t
         if t.kind == "backward_data":
             assert a.priority == c.priority == -rank.get(t.op, 0), t
-    # streams: dA 0..-3; dW -4..-7; dB (conv biases) -8..-11
-    assert [s.priority for s in sched.streams[0]] == list(range(0, -12, -1))
+    # streams: dA 0..-3; dW -4..-7; dB (conv biases) -8..-11; sync -12 - k for the k-th layer with weights
+    weighted = ["stem", "b1", "b2a", "b2b", "b3a", "b3b", "b3c", "b3d", "b4", "fc"]
+    for t, a, c in zip(tg.tasks, sched.priorities, custom.priorities):
+        if t.kind == "update":
+            assert (a.priority, c.priority) == (-12 - weighted.index(t.op), -9 - weighted.index(t.op)), t
+    assert [s.priority for s in sched.streams[0]] == list(range(0, -12 - len(weighted), -1))
     assert [s.priority for s in custom.streams[0]] == sorted({a.priority for a in custom.priorities}, reverse=True)
 
 
@@ -475,9 +486,167 @@ def test_the_core_refuses_bad_arrays(small_plan):
 
 
 def test_every_zoo_network_gets_few_streams():
-    """Streams per device stay few: 2 x levels + levels (dA, dW, dB classes) at most."""
+    """Compute streams per device stay few: 2 x levels + levels (dA, dW, dB classes) at most; sync
+    streams are one per layer with weights."""
     for g in (sw.models.vgg_small(batch=4), sw.models.resnet18_small(batch=4, width=4)):
         sched = sw.schedule(sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)))
-        assert len(sched.streams[0]) <= 3 * sched.levels
+        weighted = sum(op.has_weights for op in g.ops)
+        assert len([s for s in sched.streams[0] if s.priority > sched.sync_floor]) <= 3 * sched.levels
+        assert len([s for s in sched.streams[0] if s.priority <= sched.sync_floor]) == weighted
     vgg = sw.schedule(sw.strategies.data_parallel(sw.models.vgg_small(batch=4), sw.DeviceGraph.cpu(1)))
-    assert vgg.blocks == [] and [s.priority for s in vgg.streams[0]] == [0, -1, -2]
+    assert vgg.blocks == [] and [s.priority for s in vgg.streams[0]][:3] == [0, -1, -2]
+
+
+# ----------------------------------------------------------------------------- gradient synchronization (point 3)
+def _weight_slot_of(tg, t) -> int:
+    """The weight slot a sync / update task works on: the slot of the parameter (gradient) it touches."""
+    slots = {tg.buffers[b].slot for b in t.reads + t.writes
+             if tg.buffers[b].kind in ("param", "param_grad", "momentum", "recv") and tg.buffers[b].slot is not None}
+    assert len(slots) <= 1, t
+    return slots.pop() if slots else None
+
+
+@pytest.mark.parametrize("ndev", [2, 4])
+def test_sync_tasks_depend_only_on_their_layers_weight_gradients(ndev):
+    """Every task of the sync and update phases waits, through other sync tasks of its weight,
+    for nothing but that weight's backward_weight tasks (one per replica): a layer's
+    synchronization can start as soon as its dW is done, whatever the rest of the backward."""
+    g = chain_graph()
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(ndev))
+    tg = sw.lower(plan)
+    tasks = tg.tasks
+    slot_of = {}
+    for t in tasks:   # the weight slot of every sync task: from its buffers, else from what it waits for
+        if t.phase in ("sync", "update"):
+            slot = _weight_slot_of(tg, t)
+            slot_of[t.id] = slot if slot is not None else next(slot_of[d] for d in t.deps if d in slot_of)
+    checked = 0
+    for t in tasks:
+        if t.phase not in ("sync", "update"):
+            continue
+        outside, stack, seen = set(), list(t.deps), set()
+        while stack:
+            d = stack.pop()
+            if d in seen:
+                continue
+            seen.add(d)
+            if tasks[d].phase in ("sync", "update"):
+                assert tasks[d].op == t.op and slot_of[d] == slot_of[t.id], (t, tasks[d])
+                stack.extend(tasks[d].deps)
+            else:
+                outside.add(d)
+        want = {u.id for u in tasks if u.kind == "backward_weight" and u.op == t.op and u.slot == slot_of[t.id]}
+        assert outside and outside <= want, t
+        if t.kind == "update":   # the update waits for every replica's gradient
+            assert outside == want and len(want) > 1, t
+        checked += 1
+    assert checked > 0
+
+
+def test_sync_priorities_follow_reuse_distance_on_a_chain():
+    """On a chain the next forward needs conv1 first, then conv2, then fc: their sync tasks rank
+    in that order (hand-computed: sync_floor = -(levels + beta) = -3, then -4, -5), below every
+    compute class, each layer on a stream of its own on every device; fifo keeps one stream."""
+    g = chain_graph()
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    sched = sw.schedule(plan)
+    tg = sw.lower(plan)
+    want = {"conv1": -3, "conv2": -4, "fc": -5}
+    compute = [a.priority for a in sched.priorities if a.subtask != "sync"]
+    streams_of = {}
+    for t, a in zip(tg.tasks, sched.priorities):
+        if t.phase in ("sync", "update"):
+            assert (a.subtask, a.priority) == ("sync", want[t.op]), t
+            assert a.priority < min(compute)
+            streams_of.setdefault(a.stream, set()).add(t.op)
+    assert all(len(ops) == 1 for ops in streams_of.values())
+    assert sorted(want, key=want.get, reverse=True) == ["conv1", "conv2", "fc"]
+    fifo = sw.schedule(plan, policy="fifo")
+    assert {a.priority for a in fifo.priorities} == {0} and all(len(s) == 1 for s in fifo.streams.values())
+
+
+
+# ----------------------------------------------------------------------------- the simulator (point 5)
+def _shared(durations, share, deps=None):
+    """sw_simulate_shared on tasks that all share pool 0 and hold nothing else."""
+    n = len(durations)
+    deps = deps or [[] for _ in range(n)]
+    dep_ptr = np.cumsum([0] + [len(d) for d in deps]).astype(np.int32)
+    flat = np.array([x for d in deps for x in d], np.int32)
+    start, end, makespan = _core.simulate_shared(np.array(durations, float), dep_ptr, flat, np.zeros(n + 1, np.int32),
+                                                 np.zeros(0, np.int32), 0, np.zeros(n, np.int32),
+                                                 np.array(share, float), 1)
+    return start.tolist(), end.tolist(), makespan
+
+
+def test_shared_compute_on_hand_made_kernels():
+    """Two kernels each filling half the device run in the time of one; two full ones take twice
+    as long (the first in rank order first); 3/4 + 1/2: the second runs at (1/4)/(1/2) of its speed
+    until the first ends at 1, then alone: 1 + 0.5 = 1.5; a dependency still waits."""
+    assert _shared([1, 1], [0.5, 0.5]) == ([0, 0], [1, 1], 1)
+    assert _shared([1, 1], [1, 1]) == ([0, 1], [1, 2], 2)
+    assert _shared([1, 1], [0.75, 0.5]) == ([0, 0], [1, 1.5], 1.5)
+    assert _shared([1, 2, 1], [0.5, 0.5, 0.5], deps=[[], [], [0]]) == ([0, 0, 1], [1, 2, 2], 2)
+    # three half kernels: the third waits for room (no share left at 0), then shares
+    assert _shared([1, 1, 1], [0.5, 0.5, 0.5]) == ([0, 0, 1], [1, 1, 2], 2)
+    with pytest.raises(ValueError, match="share"):
+        _shared([1], [0.0])
+
+
+def test_fifo_replay_is_unchanged_by_shared_compute_and_critical_path_gains():
+    """With one stream per device nothing runs side by side, so a GPU's shared compute changes no
+    time; under critical_path, kernels too small to fill the device overlap (dW beside dA)."""
+    g = sw.models.resnet18_small(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(nodes=1, devices_per_node=1))
+    small = sw.simulate(plan, check_memory=False, fill_outputs=1.0)   # every kernel fills the device
+    for fill in (1e3, 1e6, 1e9):
+        fifo = sw.simulate(plan, check_memory=False, fill_outputs=fill)
+        assert fifo.iteration_time == pytest.approx(small.iteration_time, rel=1e-12)
+    full = sw.simulate(plan, schedule="critical_path", check_memory=False, fill_outputs=1.0)
+    shared = sw.simulate(plan, schedule="critical_path", check_memory=False, fill_outputs=1e9)
+    assert shared.iteration_time < full.iteration_time
+
+
+def _critical_path_by_hand(plan, sched, events) -> list[int]:
+    """From the last task to end back through the latest-ending of its dependencies and the task
+    before it on its stream (from sw.lower and the schedule, not the simulator's arrays)."""
+    tg = sw.lower(plan)
+    stream = [a.stream for a in sched.priorities]
+    before = {}
+    for t in range(len(tg.tasks)):
+        prev = [u for u in range(t) if stream[u] == stream[t]]
+        before[t] = list(tg.tasks[t].deps) + ([prev[-1]] if prev else [])
+    end = {e.task: e.end for e in events}
+    t = max(end, key=lambda i: (end[i], -i))
+    path = [t]
+    while before[t]:
+        t = max(before[t], key=lambda i: (end[i], i))
+        path.append(t)
+    return path[::-1]
+
+
+def test_plot_timeline_has_a_lane_per_stream_and_outlines_the_critical_path(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    g = chain_graph()
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(nodes=1, devices_per_node=2))
+    sched = sw.schedule(plan)
+    sim = sw.simulate(plan, schedule=sched, check_memory=False)
+    assert sim.critical_path == _critical_path_by_hand(plan, sched, sim.events)
+    fig = sim.plot_timeline(str(tmp_path / "t.png"))
+    assert (tmp_path / "t.png").stat().st_size > 0
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    nstreams = sum(len(s) for s in sched.streams.values())
+    assert len([x for x in labels if " stream " in x]) == nstreams
+    assert all(x.startswith("link") for x in labels if " stream " not in x)
+    # the outlined bars are exactly the critical path's tasks of nonzero length, in their lanes
+    outlined = sorted((round(p.vertices[:, 0].min(), 9), round(np.ptp(p.vertices[:, 0]), 9))
+                      for c in ax.collections if c.get_gid() == "critical path" for p in c.get_paths())
+    want = []
+    for t in sim.critical_path:
+        e = sim.events[t]
+        if e.end > e.start:
+            lanes = {r if r.startswith("link") else "stream" for r in e.resources}
+            want += [(round(e.start * 1e3, 9), round((e.end - e.start) * 1e3, 9))] * len(lanes)
+    assert outlined == sorted(want) and want

@@ -130,7 +130,7 @@ def test_plot_timeline_writes_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["t.png"]   # no temporary file left behind
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert "device 0" in labels and "device 1" in labels
+    assert "device 0 stream 0 (0)" in labels and "device 1 stream 1 (0)" in labels   # fifo: a stream per device
 
 
 @pytest.mark.parametrize("model,ndev", [("lenet5", 2), ("resnet18", 4), ("inception_v3", 4), ("alexnet", 16)])

@@ -749,6 +749,9 @@ static PyMethodDef module_methods[] = {
     {"simulate_tasks", (PyCFunction)simulate_tasks, METH_VARARGS,
      "simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan)\n"
      "Event-driven replay: each task holds its resources for its duration, lowest id first."},
+    {"simulate_shared", (PyCFunction)sw_py_simulate_shared, METH_VARARGS,
+     "simulate_shared(duration, dep_ptr, deps, res_ptr, res, nres, pool, share, npools) -> (start, end, makespan)\n"
+     "The same with shared compute: tasks of a pool share it, share[t] at most each, lowest id first."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -74,6 +74,7 @@ int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type);
 int sw_py_register_simulate(PyObject *module);
 PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_simulate_shared(PyObject *module, PyObject *args);
 PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args);
 
 /* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.worker_regions */

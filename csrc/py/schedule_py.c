@@ -15,7 +15,7 @@
 #include "pyerr.h"  /* sw_py_raise */
 
 static const char *const POLICY_NAMES[] = {"fifo", "critical_path"};
-static const char *const SUBTASK_NAMES[SW_SUB_NKINDS] = {"forward", "dA", "dW", "dB"};
+static const char *const SUBTASK_NAMES[SW_SUB_NKINDS] = {"forward", "dA", "dW", "dB", "sync"};
 
 static int put_paths(PyObject *d, const sw_layer_paths *lp) {
     return sw_py_put(d, "op_block", sw_py_contiguous(lp->op_block, lp->nops, NPY_INT32)) ||
@@ -40,7 +40,8 @@ static int put_schedule(PyObject *d, const sw_schedule *s) {
            sw_py_put(d, "stream_ptr", sw_py_contiguous(s->stream_ptr, (npy_intp)s->ndev + 1, NPY_INT32)) ||
            sw_py_put(d, "stream_device", sw_py_contiguous(s->stream_device, s->nstreams, NPY_INT32)) ||
            sw_py_put(d, "stream_priority", sw_py_contiguous(s->stream_priority, s->nstreams, NPY_INT32)) ||
-           sw_py_put(d, "alpha", PyLong_FromLong(s->alpha)) || sw_py_put(d, "beta", PyLong_FromLong(s->beta))
+           sw_py_put(d, "alpha", PyLong_FromLong(s->alpha)) || sw_py_put(d, "beta", PyLong_FromLong(s->beta)) ||
+           sw_py_put(d, "sync_floor", PyLong_FromLong(s->sync_floor))
                ? -1
                : 0;
 }
@@ -165,8 +166,8 @@ PyObject *sw_py_problem_layer_paths(ProblemObject *self, PyObject *args) {
 int sw_py_register_schedule(PyObject *module) {
     import_array1(-1);
     PyObject *policies = Py_BuildValue("(ss)", POLICY_NAMES[0], POLICY_NAMES[1]);
-    PyObject *subtasks = Py_BuildValue("(ssss)", SUBTASK_NAMES[0], SUBTASK_NAMES[1], SUBTASK_NAMES[2],
-                                       SUBTASK_NAMES[3]);
+    PyObject *subtasks = Py_BuildValue("(sssss)", SUBTASK_NAMES[0], SUBTASK_NAMES[1], SUBTASK_NAMES[2],
+                                       SUBTASK_NAMES[3], SUBTASK_NAMES[4]);
     int rc = policies && subtasks && PyModule_AddObjectRef(module, "SCHED_POLICIES", policies) == 0 &&
                      PyModule_AddObjectRef(module, "SUBTASKS", subtasks) == 0
                  ? 0

@@ -222,7 +222,7 @@ done:
 
 /* ------------------------------------------------------------------ Problem.simulate_plan */
 typedef struct {
-    PyArrayObject *route_ptr, *route_res, *split, *rates, *fixed;
+    PyArrayObject *route_ptr, *route_res, *split, *rates, *fixed, *fill;
     sw_machine machine;
     sw_measured measured;
 } sim_args;
@@ -233,6 +233,7 @@ static void sim_args_free(sim_args *s) {
     Py_XDECREF(s->split);
     Py_XDECREF(s->rates);
     Py_XDECREF(s->fixed);
+    Py_XDECREF(s->fill);
 }
 
 /* NaN (no measurement) or a finite value >= 0 in every entry. */
@@ -264,7 +265,8 @@ static int per_kind(PyObject *obj, const char *name, const char *what, PyArrayOb
 }
 
 static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *route_res, int nres, int cores,
-                         PyObject *split, PyObject *rates, PyObject *fixed, double copy_bw, sim_args *s) {
+                         PyObject *split, PyObject *rates, PyObject *fixed, double copy_bw, PyObject *fill,
+                         sim_args *s) {
     memset(s, 0, sizeof *s);
     s->route_ptr = sw_py_array(route_ptr, NPY_INT32, 1, "route_ptr");
     s->route_res = s->route_ptr ? sw_py_array(route_res, NPY_INT32, 1, "route_res") : NULL;
@@ -299,7 +301,18 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
         per_kind(fixed, "element_fixed", "measured fixed seconds per task", &s->fixed) < 0) {
         return -1;
     }
-    s->machine = (sw_machine){p->ndev, cores, nres, ptr, PyArray_DATA(s->route_res), copy_bw};
+    if (fill != Py_None) {   /* shared compute: output elements that fill each device (0: not shared) */
+        s->fill = sw_py_array(fill, NPY_FLOAT64, 1, "dev_fill");
+        if (!s->fill) {
+            return -1;
+        }
+        if (PyArray_DIM(s->fill, 0) != p->ndev) {
+            PyErr_Format(PyExc_ValueError, "dev_fill must have one entry per device (%d)", p->ndev);
+            return -1;
+        }
+    }
+    s->machine = (sw_machine){p->ndev, cores, nres, ptr, PyArray_DATA(s->route_res), copy_bw,
+                              s->fill ? PyArray_DATA(s->fill) : NULL};
     s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
                                 s->fixed ? PyArray_DATA(s->fixed) : NULL};
     return 0;
@@ -319,7 +332,9 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     SW_TRY(sw_task_durations(p, &a->plan, g, &s->measured, *modelled));
-    if (isfinite(bound)) {
+    /* the bound holds while every device runs one task at a time: one stream per device, or
+     * no shared compute (with several streams sharing a device, two kernels may overlap) */
+    if (isfinite(bound) && !(streams && s->machine.dev_fill)) {
         double lower;
         SW_TRY(sw_simulate_lower_bound(p, g, *modelled, &s->machine, &lower));
         if (lower >= bound) {
@@ -355,14 +370,15 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
-                             "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams", "bound",
-                             "brief", NULL};
+                             "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams",
+                             "dev_fill", "bound", "brief", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
-    PyObject *streams_obj = Py_None;
+    PyObject *streams_obj = Py_None, *fill = Py_None;
     int nres, cores = 0, brief = 0, bounded = 0;
     double copy_bw = 0.0, bound = INFINITY;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOdp", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &bound, &brief) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOdp", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill, &bound,
+                                     &brief) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
@@ -378,7 +394,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
     if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
-        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, &s) < 0 ||
+        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, &s) < 0 ||
         sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0) {
         goto done;
     }
@@ -500,4 +516,65 @@ int sw_py_register_simulate(PyObject *module) {
     Py_XDECREF(phases);
     Py_XDECREF(bufs);
     return rc;
+}
+
+/* ------------------------------------------------------------------ simulate_shared */
+/* simulate_shared(duration, dep_ptr, deps, res_ptr, res, nres, pool, share, npools) -> (start, end, makespan):
+ * sw_simulate_shared on hand-made tasks (tests of the sharing rule). */
+PyObject *sw_py_simulate_shared(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *objs[7] = {NULL};
+    int nres, npools;
+    if (!PyArg_ParseTuple(args, "OOOOOiOOi", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &nres, &objs[5],
+                          &objs[6], &npools)) {
+        return NULL;
+    }
+    static const char *names[7] = {"duration", "dep_ptr", "deps", "res_ptr", "res", "pool", "share"};
+    static const int types[7] = {NPY_FLOAT64, NPY_INT32, NPY_INT32, NPY_INT32, NPY_INT32, NPY_INT32, NPY_FLOAT64};
+    PyArrayObject *a[7] = {NULL}, *start = NULL, *end = NULL;
+    PyObject *result = NULL;
+    for (int k = 0; k < 7; k++) {
+        a[k] = sw_py_array(objs[k], types[k], 1, names[k]);
+        if (!a[k]) {
+            goto done;
+        }
+    }
+    npy_intp n = PyArray_DIM(a[0], 0);
+    const int32_t *dp = PyArray_DATA(a[1]), *rp = PyArray_DATA(a[3]);
+    if (n >= INT32_MAX || nres < 0 || npools < 0 || PyArray_DIM(a[1], 0) != n + 1 || PyArray_DIM(a[3], 0) != n + 1 ||
+        PyArray_DIM(a[5], 0) != n || PyArray_DIM(a[6], 0) != n || dp[0] != 0 || rp[0] != 0 ||
+        dp[n] != PyArray_DIM(a[2], 0) || rp[n] != PyArray_DIM(a[4], 0)) {
+        PyErr_SetString(PyExc_ValueError, "simulate_shared: pointer arrays must have n + 1 entries from 0 to len, "
+                                          "pool and share n entries");
+        goto done;
+    }
+    for (npy_intp t = 0; t < n; t++) {
+        if (dp[t + 1] < dp[t] || rp[t + 1] < rp[t]) {
+            PyErr_SetString(PyExc_ValueError, "simulate_shared: pointer arrays must not decrease");
+            goto done;
+        }
+    }
+    start = (PyArrayObject *)PyArray_ZEROS(1, &n, NPY_FLOAT64, 0);
+    end = start ? (PyArrayObject *)PyArray_ZEROS(1, &n, NPY_FLOAT64, 0) : NULL;
+    if (!end) {
+        goto done;
+    }
+    double makespan = 0;
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_simulate_shared((int32_t)n, PyArray_DATA(a[0]), dp, PyArray_DATA(a[2]), rp, PyArray_DATA(a[4]), nres,
+                           PyArray_DATA(a[5]), PyArray_DATA(a[6]), npools, PyArray_DATA(start), PyArray_DATA(end),
+                           &makespan);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        sw_py_raise(s);
+        goto done;
+    }
+    result = Py_BuildValue("(OOd)", start, end, makespan);
+done:
+    Py_XDECREF(start);
+    Py_XDECREF(end);
+    for (int k = 0; k < 7; k++) {
+        Py_XDECREF(a[k]);
+    }
+    return result;
 }

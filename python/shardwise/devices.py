@@ -42,16 +42,21 @@ class DeviceSpec:
     memory: float         # bytes of device memory
     mem_bandwidth: float  # bytes/s of device memory
     intra_bandwidth: float  # bytes/s between two devices of one node
+    # Output elements a kernel needs to fill the device (0: it runs one kernel at a time).  A GPU
+    # runs kernels of several streams at once; the simulator gives each the fraction its outputs
+    # fill.  GPUs: SMs x 2 resident blocks x a 128 x 128 output tile (cuDNN's and cuBLAS's large
+    # SGEMM tiles, 256 threads a block, two blocks an SM at their register use).
+    fill_outputs: float = 0.0
 
 
 # Figures from the vendors' data sheets; links as in the papers' machines.
 DEVICE_PRESETS: dict[str, DeviceSpec] = {
     # Tesla P100 SXM2: 10.6 TFLOP/s boost (9.3 base), 16 GB HBM2 at 732 GB/s, NVLink 20 GB/s per link.
-    "P100": DeviceSpec(9.3e12, 16e9, 732e9, 20e9),
+    "P100": DeviceSpec(9.3e12, 16e9, 732e9, 20e9, fill_outputs=56 * 2 * 128 * 128),   # 56 SMs
     # One GK210 of a Tesla K80: 4.37 TFLOP/s boost, 12 GB at 240 GB/s, PCIe 3.0 x16 shared per card (~10 GB/s).
-    "K80": DeviceSpec(4.37e12, 12e9, 240e9, 10e9),
+    "K80": DeviceSpec(4.37e12, 12e9, 240e9, 10e9, fill_outputs=13 * 2 * 128 * 128),   # 13 SMXs
     # Tesla V100 SXM2: 15.7 TFLOP/s, 16 GB at 900 GB/s, NVLink 2 (25 GB/s per link).
-    "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9),
+    "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9, fill_outputs=80 * 2 * 128 * 128),   # 80 SMs
     # One CPU worker of this kind of machine: one core with AVX2 FMA, a share of DRAM bandwidth,
     # and copies between workers through shared memory.  Nominal; profiles replace it.
     "cpu": DeviceSpec(50e9, 4e9, 10e9, 5e9),

@@ -14,8 +14,10 @@ merge layer; the layer paths inside a block are ranked by their distance, the
 summed dA (``backward_data``) time of their layers from the cost model (the
 roofline, or a profile's measured times with ``costs=``), the longest first;
 every task gets its layer path's priority (``-rank``: 0 on the critical path)
-less ``alpha`` for a weight's gradient (dW) or ``beta`` for a bias's (dB) and
-what follows them; a device gets one stream per distinct priority of its tasks.
+less ``alpha`` for a weight's gradient (dW) or ``beta`` for a bias's (dB); a
+layer's gradient synchronization and update rank below all of them by reuse
+distance (the layer the next forward needs first goes first); a device gets one
+stream per distinct priority of its tasks.
 docs/scheduling.md describes how it maps onto the task graph and how the
 runtime reads it (``sw.Trainer(g, plan, schedule=...)``: every task on its
 stream, the CPU backend taking the most urgent ready stream first).  Higher
@@ -35,7 +37,7 @@ from .plan import Plan
 from .problem import make_problem
 
 POLICIES = tuple(_core.SCHED_POLICIES)    # ("fifo", "critical_path")
-SUBTASKS = tuple(_core.SUBTASKS)          # ("forward", "dA", "dW", "dB")
+SUBTASKS = tuple(_core.SUBTASKS)          # ("forward", "dA", "dW", "dB", "sync")
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,9 @@ class TaskPriority:
     task: int
     layer_path: int        # LayerPath id of the task's op; -1 for sources (inputs, parameters)
     path_priority: int     # its layer path's priority: -rank (0: a longest path); 0 under fifo
-    subtask: str           # "forward", "dA", "dW" or "dB" (Algorithm 1's sub-task type)
-    priority: int          # path priority less alpha (dW) or beta (dB); higher runs first
+    subtask: str           # "forward", "dA", "dW", "dB" (Algorithm 1's sub-task type) or "sync"
+    priority: int          # path priority less alpha (dW) or beta (dB); sync: sync_floor - reuse rank;
+                           # higher runs first
     stream: int            # Stream id (Schedule.streams)
 
 
@@ -112,6 +115,7 @@ class Schedule:
     alpha: int               # the offsets used (0 under fifo)
     beta: int
     levels: int              # path priority levels: 1 + the highest rank of any path
+    sync_floor: int          # sync priority of the first layer with weights (layer k's: sync_floor - k)
     priorities: list[TaskPriority]
     streams: dict[int, list[Stream]]
     paths: list[LayerPath]
@@ -192,7 +196,10 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
     :class:`~shardwise.profile.Profile` whose measured backward times give the dA
     durations instead of the roofline.  ``alpha`` / ``beta``: Algorithm 1's offsets of dW
     and dB below their path's priority; by default ``levels`` and ``2 * levels``, so every
-    parameter gradient ranks below every dA and dB below dW."""
+    parameter gradient ranks below every dA and dB below dW.  A layer's gradient
+    synchronization and update ("sync" sub-tasks) rank below all of them, by reuse distance:
+    the k-th layer with weights in the forward pass at ``sync_floor - k``, each layer on a
+    stream of its own, so it starts once that layer's dW / dB is done."""
     if not isinstance(plan, Plan):
         raise TypeError(f"schedule needs a Plan, got {type(plan).__name__}")
     if policy not in POLICIES:
@@ -214,8 +221,8 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
         streams[dev].append(Stream(s, dev, prio, counts[s]))
     blocks, paths = _layers(graph, r)
     dA = {op.name: float(t) for op, t in zip(graph.ops, r["op_da"].tolist())}
-    return Schedule(plan, policy, int(r["alpha"]), int(r["beta"]), int(r["levels"]), priorities, streams, paths,
-                    blocks, dA, r)
+    return Schedule(plan, policy, int(r["alpha"]), int(r["beta"]), int(r["levels"]), int(r["sync_floor"]),
+                    priorities, streams, paths, blocks, dA, r)
 
 
 def as_schedule(plan: Plan, value: object, costs: object = None) -> Schedule | None:

@@ -70,8 +70,12 @@ class SimResult:
 
     def __init__(self, plan: Plan, iteration_time: float, bytes_moved: int, device_busy: dict[int, float],
                  events: list[SimEvent] | Callable[[], list[SimEvent]] | None = None,
-                 memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model") -> None:
+                 memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model",
+                 lanes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         self.plan = plan
+        # (stream per task, device per stream, priority per stream, dep_ptr, deps): what
+        # plot_timeline and critical_path read; None for results made without them
+        self._lanes = lanes
         self.tasks = tasks                        # tasks replayed
         self.costs_used = costs_used              # "the roofline model" or "measured: <what>"
         self.iteration_time = iteration_time
@@ -90,18 +94,54 @@ class SimResult:
         return (f"SimResult({self.plan.name!r}, iteration_time={self.iteration_time!r}, "
                 f"bytes_moved={self.bytes_moved!r})")
 
+    @property
+    def critical_path(self) -> list[int]:
+        """The simulated iteration's critical path, first task first: from the task that ends
+        last, back through whichever of its dependencies and the task before it on its stream
+        ended last, to a task that waited for neither."""
+        if self._lanes is None:
+            raise ConfigError("this result was made without the task graph: no critical path")
+        stream, _, _, dep_ptr, deps = self._lanes
+        ev = self.events
+        prev = np.full(len(ev), -1)
+        last: dict[int, int] = {}
+        for t, s in enumerate(stream.tolist()):   # the task before each on its stream
+            prev[t] = last.get(s, -1)
+            last[s] = t
+        t = max(range(len(ev)), key=lambda i: (ev[i].end, -i)) if ev else -1
+        path = []
+        while t >= 0:
+            path.append(t)
+            before = [int(d) for d in deps[dep_ptr[t]:dep_ptr[t + 1]]] + ([int(prev[t])] if prev[t] >= 0 else [])
+            t = max(before, key=lambda i: (ev[i].end, i)) if before else -1
+        return path[::-1]
+
     def plot_timeline(self, path: str | None = None, max_tasks: int = 20000):
-        """A Gantt chart: one row per device and per link direction, forward / backward /
-        synchronization / update coloured.  Saves to ``path`` (atomically) if given and
-        returns the matplotlib figure (a plain ``Figure``: pyplot and the backend are left
+        """A Gantt chart: one lane per stream (device d's streams most urgent first; without a
+        schedule, one per device) and one per link direction, forward / backward /
+        synchronization / update coloured, the :attr:`critical_path` outlined in black (its
+        bars: the collection labelled "critical path").  Saves to ``path`` (atomically) if given
+        and returns the matplotlib figure (a plain ``Figure``: pyplot and the backend are left
         alone, so a notebook shows it once).  Needs matplotlib (``pip install matplotlib``)."""
         try:
             from matplotlib.figure import Figure
         except ImportError:
             raise ImportError("plot_timeline needs matplotlib: pip install matplotlib") from None
         colors = {"forward": "tab:blue", "backward": "tab:orange", "sync": "tab:green", "update": "tab:red"}
-        rows = sorted({r for e in self.events for r in e.resources},
-                      key=lambda r: (r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")], r))
+        if self._lanes is not None:   # compute on its stream's lane, transfers on their links'
+            stream, sdev, sprio = self._lanes[:3]
+            lane_of = {e.task: [f"device {sdev[stream[e.task]]} stream {stream[e.task]} ({sprio[stream[e.task]]})"
+                                if r.startswith(("device", "core")) else r for r in e.resources]
+                       for e in self.events}
+            lane_of = {t: list(dict.fromkeys(rs)) for t, rs in lane_of.items()}
+            # every stream gets a lane, even one whose tasks hold nothing (joins, loads)
+            names = {f"device {sdev[k]} stream {k} ({sprio[k]})" for k in range(len(sdev))}
+        else:
+            lane_of = {e.task: list(e.resources) for e in self.events}
+            names = set()
+        rows = sorted({r for rs in lane_of.values() for r in rs} | names, key=lambda r: (
+            r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")],
+            int(r.split()[3]) if " stream " in r else -1, r))
         index = {r: k for k, r in enumerate(rows)}
         fig = Figure(figsize=(12, 0.35 * len(rows) + 1.5))   # not pyplot's: the backend is left alone
         ax = fig.subplots()
@@ -110,16 +150,30 @@ class SimResult:
             bars: dict[int, list[tuple[float, float]]] = {}
             for e in shown:
                 if e.phase == phase and e.end > e.start:
-                    for r in e.resources:
+                    for r in lane_of[e.task]:
                         bars.setdefault(index[r], []).append((e.start * 1e3, (e.end - e.start) * 1e3))
             for row, spans in bars.items():
                 ax.broken_barh(spans, (row - 0.4, 0.8), color=color, label=phase if row == min(bars) else None)
+        if self._lanes is not None:   # the critical path on top: outlined bars in the lanes of its tasks
+            spans = [(index[r], e.start * 1e3, (e.end - e.start) * 1e3)
+                     for e in (self.events[t] for t in self.critical_path) if e.end > e.start for r in lane_of[e.task]]
+            for k, (row, x, w) in enumerate(spans):
+                ax.broken_barh([(x, w)], (row - 0.45, 0.9), facecolor="none", edgecolor="black", linewidth=1.5,
+                               label="critical path" if k == 0 else None, gid="critical path")
+        # op names on the bars wide enough to hold them (a 12-inch axis holds ~110 characters)
+        span = max(self.iteration_time, 1e-12) * 1e3
+        for e in shown:
+            width = (e.end - e.start) * 1e3
+            if e.op and width / span * 110 >= len(e.op) + 1:
+                for r in lane_of[e.task]:
+                    ax.text(e.start * 1e3 + width / 2, index[r], e.op, ha="center", va="center", fontsize=6,
+                            clip_on=True, gid="op label")
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels(rows)
         ax.invert_yaxis()
         ax.set_xlabel("ms")
         ax.set_title(f"{self.plan.name}: simulated iteration {self.iteration_time * 1e3:.2f} ms")
-        ax.legend(loc="upper right")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)   # beside the lanes, off the bars
         fig.tight_layout()
         if path is not None:
             from .viz import save_figure
@@ -150,8 +204,17 @@ def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | No
     return split(op_name, plan.configs[op_name].degrees)
 
 
+def device_fill(devices: DeviceGraph) -> np.ndarray:
+    """Output elements a kernel needs to fill each device (its preset's ``fill_outputs``; 0
+    where kernels run one at a time: CPU workers, devices without a preset kind)."""
+    from .devices import DEVICE_PRESETS
+
+    return np.array([DEVICE_PRESETS[d.kind].fill_outputs if d.kind in DEVICE_PRESETS else 0.0
+                     for d in devices.devices], np.float64)
+
+
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
-             schedule: Any = "fifo") -> SimResult:
+             schedule: Any = "fifo", fill_outputs: float | None = None) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose buffers exceed its memory when
     ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -162,8 +225,13 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     ``SimResult.costs_used`` says which were used.  ``schedule``: "fifo" (one stream per
     device), "critical_path" (``sw.schedule(plan)`` with the same costs) or a Schedule: tasks on
     its streams, and wherever ready tasks wait for one resource (a device, a thread's core, a
-    link) the one of the higher stream priority first.  A device runs one task at a time: the
-    share of compute that concurrent kernels of several streams get is not modelled yet."""
+    link) the one of the higher stream priority first.  On a GPU (a preset with
+    ``fill_outputs``) the ready kernels of its streams run at once, sharing its compute: each
+    fills (output elements / ``fill_outputs``) of it at most, handed out by stream priority, and
+    runs slower where it gets less; ``fill_outputs`` overrides the presets' (a sensitivity
+    knob; 0: every device runs one kernel at a time).  With one stream per device (fifo)
+    nothing changes.  CPU workers run one task at a
+    time, as the CPU backend's threads do."""
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -173,15 +241,29 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
                                   "use CostOptions(sync='parameter_server')")
     costs = resolve_costs(plan, costs)
     sched = as_schedule(plan, schedule, costs)
-    m = _machine(plan.devices)
-    r = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None)
+    devices = plan.devices
+    m = _machine(devices)
+    fill = device_fill(devices)
+    if fill_outputs is not None:
+        if isinstance(fill_outputs, bool) or not isinstance(fill_outputs, (int, float)) or \
+                not (np.isfinite(fill_outputs) and fill_outputs >= 0):
+            raise ConfigError(f"fill_outputs must be a number >= 0 (0: one kernel at a time), got {fill_outputs!r}")
+        fill = np.where(fill > 0, float(fill_outputs), 0.0)
+    r = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None,
+                dev_fill=fill if fill.any() else None)
     memory = {d: int(m) for d, m in enumerate(r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
+    if sched is not None:
+        stream, sdev, sprio = sched.stream_arrays()
+    else:   # one stream per device
+        stream = r["device"].astype(np.int32)
+        sdev, sprio = np.arange(len(devices), dtype=np.int32), np.zeros(len(devices), np.int32)
     return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, m.name), memory,
-                     tasks=len(r["kind"]), costs_used=describe_costs(costs))
+                     tasks=len(r["kind"]), costs_used=describe_costs(costs),
+                     lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]))
 
 
 def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -> tuple[float, int, bool]:
