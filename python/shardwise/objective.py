@@ -21,6 +21,10 @@ search under the simulated objective therefore goes in three steps:
    same plan on any machine).
 
 Eq. 1 stays available as ``objective="eq1"`` and stays exact for Eq. 1.
+
+Under a memory constraint (``sw.search``'s ``memory``) the seed is the optimum that fits, and
+a baseline or a move that would be taken is first checked with its memory plan: one that does
+not fit is passed over (``search_stats["rejected_for_memory"]``).
 """
 from __future__ import annotations
 
@@ -51,8 +55,11 @@ def simulated_time(plan: Plan, costs: Any) -> tuple[float, int]:
     return r.iteration_time, r.tasks
 
 
-def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None = None) -> Plan:
-    """The plan of the simulated objective, from ``seed`` (the Eq. 1 optimum)."""
+def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None = None,
+           fits: Callable[[Plan], bool] | None = None) -> Plan:
+    """The plan of the simulated objective, from ``seed`` (the Eq. 1 optimum, or the optimum
+    under the memory constraint).  ``fits``: when given, a baseline or a move is kept only if
+    its memory plan fits (checked when it would be taken: it simulates faster); ``seed`` must fit."""
     import time
 
     graph, devices, options = seed.graph, seed.devices, seed.options
@@ -60,6 +67,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     seed_time, seed_tasks = simulated_time(seed, costs)
     simulated = {"eq1 optimum": seed_time}
     skipped: dict[str, float] = {}
+    rejected: dict[str, float] = {}   # candidates that would have been taken but do not fit in memory
     pool: list[tuple[str, Configs, float]] = [("eq1 optimum", dict(seed.configs), seed_time)]
     for b in sorted(baselines(graph, devices, options), key=lambda p: p.cost):
         b.costs = costs
@@ -69,12 +77,15 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
             continue
         t, _ = simulated_time(b, costs)
         simulated[b.name] = t
+        if fits is not None and t < best * (1 - 1e-9) and not fits(b):
+            rejected[b.name] = t   # faster than every candidate so far, but does not fit
+            continue
         pool.append((b.name, dict(b.configs), t))
     if report:
         report("simulate the Eq. 1 optimum and the baselines", time.perf_counter() - t0)
     start_name, current, current_time = min(pool, key=lambda c: c[2])
     t1 = time.perf_counter()
-    tried = accepted = 0
+    tried = accepted = rejected_moves = 0
     replayed = 0
     seen = {_key(graph, current)}
     improved = True
@@ -92,6 +103,9 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
             tried += 1
             replayed += tasks
             if t < current_time * (1 - 1e-9):
+                if fits is not None and not fits(plan):
+                    rejected_moves += 1
+                    continue
                 current, current_time = proposal, t
                 accepted += 1
                 improved = True
@@ -101,6 +115,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     stats = dict(seed.search_stats, objective="simulate", simulated=simulated, simulated_time=current_time,
                  simulated_eq1_optimum=seed_time, skipped_baselines=skipped, start=start_name,
                  local_search_tried=tried, local_search_accepted=accepted, local_search_tasks=replayed,
+                 rejected_for_memory=rejected, local_search_rejected_for_memory=rejected_moves,
                  gain_over_eq1_optimum=seed_time / current_time if current_time > 0 else 1.0)
     return Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs)
 
