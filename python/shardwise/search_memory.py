@@ -409,6 +409,15 @@ def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: fl
         budget = np.where(over, np.minimum(budget, limit - extra) - 1, budget)
         if (budget <= 0).any():
             break
+    for x in sorted((list(x) for x in starts), key=tables.eq1):   # last: the baselines, by their memory plans
+        if (tables.footprint(x) <= limit).all():
+            plan = to_plan(x)
+            arena = arenas(plan)
+            if (arena <= limit).all():
+                return plan, {"exact": False, "lower_bound": first.lower_bound, "cost": tables.eq1(x),
+                              "tightened": TIGHTEN_ROUNDS, "solves": first.solves, "branch_nodes": first.nodes,
+                              "footprint": tables.footprint(x).tolist(), "arena": arena.tolist(),
+                              "limit": limit.tolist()}
     raise SearchError(f"the memory-constrained search found plans whose footprint fits but not one whose memory "
                       f"plan fits (after {TIGHTEN_ROUNDS} rounds of lowering the budgets by the gradients' bytes); "
                       f"the best lower bound of the optimum is {first.lower_bound:.6g} s.  Swap activations "
