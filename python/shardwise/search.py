@@ -160,7 +160,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     constraint (:mod:`shardwise.search_memory`, docs/memory.md), checked with its memory plan;
     ``search_stats["memory"]`` says how it was found.  When no plan fits:
     :class:`~shardwise.search_memory.PlanDoesNotFitError` (a ValueError) naming the smallest
-    shortfall.  The simulated objective and ``refine`` keep only candidates that fit.
+    shortfall.  The simulated objective and ``refine`` keep only candidates that fit.  With
+    ``sync="ring"`` (no memory plan yet) the default does not check memory.
 
     ``pareto=True``: instead of one plan, the time / peak-memory Pareto front: a list of
     :class:`~shardwise.search_memory.FrontPlan` (``plan``, ``time`` (Eq. 1 s), ``peak_bytes``
@@ -191,8 +192,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"pareto must be True or False, got {pareto!r}")
     mem_limit = search_memory.budgets(devices, memory)
     if mem_limit is not None and options.sync != "parameter_server":
-        raise ConfigError("memory-constrained search needs sync='parameter_server' (the memory plan lowers only "
-                          "that); pass memory=False to search ring synchronization without memory")
+        if memory is not True or pareto:
+            raise ConfigError("memory budgets and pareto=True need sync='parameter_server' (the memory plan lowers "
+                              "only that); pass memory=False to search ring synchronization without memory")
+        mem_limit = None   # ring all-reduce has no memory plan yet: memory is not checked (search_stats says so)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
     if objective is None:
         objective = "simulate" if algorithm == "elimination" and options.sync == "parameter_server" else "eq1"
@@ -345,7 +348,7 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
     if limit is not None and not search_memory.fits(plan, limit):
         found = search_memory.fitting(tables, limit, to_plan, max_evaluations, starts=starts)
         if found is None:
-            raise search_memory.does_not_fit(devices, tables, limit, max_evaluations, "")
+            raise search_memory.does_not_fit(devices, tables, limit, max_evaluations, "", starts)
         plan, info = found
         plan.search_stats["memory"] = dict(info, constrained=True)
         plan.search_stats["searched_cost"] = plan.cost

@@ -52,8 +52,8 @@ DEBUG = False
 
 class PlanDoesNotFitError(ShardwiseError, ValueError):
     """No plan of the search space fits every device's memory.  ``device``, ``needed`` and
-    ``available`` (bytes) name the smallest shortfall the search saw: the device short of the
-    most memory in the plan that needs least memory in all."""
+    ``available`` (bytes) name the smallest shortfall the search saw: the most overfull device
+    of the plan closest to fitting among the plan of least memory in all and the baselines."""
 
     def __init__(self, message: str, device: int = -1, needed: int = 0, available: int = 0) -> None:
         super().__init__(message)
@@ -365,16 +365,22 @@ def least_memory(tables: Tables, limit: np.ndarray, max_evaluations: float) -> t
 
 
 def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_evaluations: float,
-                 where: str) -> PlanDoesNotFitError:
-    """The error when no plan fits: the smallest shortfall seen, and what to do."""
+                 where: str, starts: Sequence[Sequence[int]] = ()) -> PlanDoesNotFitError:
+    """The error when no plan fits: the smallest shortfall seen (over the plan of least memory
+    in all and ``starts``, the baselines: the one whose most overfull device lacks least), and
+    what to do."""
     y, a, total_min = least_memory(tables, limit, max_evaluations)
+    for x in starts:
+        b = tables.footprint(list(x))
+        if (b - limit).max() < (a - limit).max():
+            a = b
     d = int(np.argmax(a - limit))
     name = devices.devices[d].name
     budget_note = "" if (limit >= np.array([dev.memory for dev in devices.devices])).all() else " (the budget)"
     total = float(limit.sum())
     why = (f"; every plan needs at least {total_min / 1e9:.2f} GB in all on the {len(limit)} devices, which have "
            f"{total / 1e9:.2f} GB" if total_min > total else "")
-    msg = (f"no plan fits in memory{where}: the plan needing least memory needs {a[d] / 1e9:.2f} GB on device {d} "
+    msg = (f"no plan fits in memory{where}: the plan closest to fitting needs {a[d] / 1e9:.2f} GB on device {d} "
            f"({name}), which has {limit[d] / 1e9:.2f} GB{budget_note}, counting only parameters, optimizer state "
            f"and the activations kept for the backward pass{why}.  Swap activations to host memory "
            f"(sw.swap_plan), use more devices or a smaller minibatch, or pass memory=False to plan anyway")
