@@ -331,7 +331,7 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
     """The Eq. 1 optimum if its memory plan fits ``limit``, else the optimum under the memory
     constraint (search_memory); with ``pareto``, the front in ``search_stats["front"]``."""
     if limit is not None and search_memory.fits(plan, limit) and not pareto:
-        plan.search_stats["memory"] = {"exact": True, "constrained": False, "limit": limit.tolist()}
+        plan.search_stats["memory"] = {"exact": True, "constrained": False, "least_budget": float(limit.min())}
         return plan
     if scale:
         raise SearchError(f"the Eq. 1 optimum on {len(devices)} devices does not fit every device's memory "
@@ -356,7 +356,7 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
             _warn_memory(info, plan.cost)
     else:
         plan.search_stats["memory"] = {"exact": True, "constrained": False,
-                                       "limit": None if limit is None else limit.tolist()}
+                                       "least_budget": None if limit is None else float(limit.min())}
     if pareto:
         plan.search_stats["front"] = search_memory.front(tables, limit, plan, to_plan, max_evaluations,
                                                          starts=starts)

@@ -47,7 +47,7 @@ LAGRANGE_STEPS = 4    # at every other node (from the parent's multipliers)
 PENALTY_ROUNDS = 8    # doublings of the price of overfull devices' bytes while looking for a first plan
 TIGHTEN_ROUNDS = 3    # re-solves with budgets lowered by what the memory plan needed beyond the footprint
 REL_TOL = 1e-9
-DEBUG = False
+DEBUG = False         # print every Lagrangian step (development)
 
 
 class PlanDoesNotFitError(ShardwiseError, ValueError):
@@ -115,7 +115,19 @@ def arenas(plan: Any) -> np.ndarray:
 
 
 def fits(plan: Any, limit: np.ndarray | None) -> bool:
-    return limit is None or bool((arenas(plan) <= limit).all())
+    """Does every device's memory plan (its arena) fit ``limit``?  First the cheap sufficient test
+    (the lowering's buffers added up, each rounded up to the arena alignment: greedy placement
+    never puts a buffer's end above that sum), then the memory plan itself."""
+    if limit is None:
+        return True
+    from .lower import plan_arrays
+    from .memory import DEFAULT_ALIGNMENT, _problem
+
+    r = _problem(plan).lower(*plan_arrays(plan))
+    slack = np.bincount(r["buffer_device"], minlength=len(limit)) * DEFAULT_ALIGNMENT
+    if (r["memory"] + slack <= limit).all():
+        return True
+    return bool((arenas(plan) <= limit).all())
 
 
 def op_kinds(graph: Graph) -> np.ndarray:
