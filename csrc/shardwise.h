@@ -562,6 +562,33 @@ static inline int32_t sw_stream_of(const sw_task_graph *g, const sw_streams *st,
  * after read).  Consecutive conflicts are enough: the rest follow by transitivity. */
 sw_status sw_tg_hazards(const sw_task_graph *g, const sw_streams *st, int32_t **ptr, int32_t **ids);
 
+/* ---------------------------------------------------------------- memory footprints */
+/* Per device, the bytes a plan's memory plan holds live when the backward pass starts
+ * (parameters, optimizer state, running statistics, and the forward buffers the backward
+ * reads again), as node terms (one op's configuration) plus edge terms (a producer's and
+ * a consumer's): what the memory-constrained search adds up (cost_memory.c).  A lower
+ * bound of the memory plan's peak. */
+typedef struct {
+    int32_t ci, cj;   /* producer, consumer configuration */
+    int32_t dev;
+    double bytes;     /* the consumer's staging region there is the producer's shard: not needed */
+} sw_memory_saving;
+
+typedef struct {
+    int ndev, nops;
+    double **node;            /* per op: ncfg x ndev bytes */
+    int nedges;               /* one per (consumer, data slot), consumers in order */
+    int *edge_src, *edge_dst, *edge_slot;
+    double **edge_base;       /* per edge: ncfg[dst] x ndev, the consumer's kept staging regions */
+    int64_t *shared_ptr;      /* nedges + 1: edge e's savings are shared[shared_ptr[e] .. shared_ptr[e+1]) */
+    sw_memory_saving *shared;
+    int64_t nshared;
+} sw_memory_tables;
+
+/* kind: per op, its sw_op_kind.  The configurations must be enumerated. */
+sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt);
+void sw_memory_tables_free(sw_memory_tables *mt);
+
 /* ---------------------------------------------------------------- memory plans */
 /* One arena per device (memplan.c): every buffer's byte offset in its device's
  * arena, from lifetimes over the program order of the tasks, and the edges that

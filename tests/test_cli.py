@@ -320,6 +320,22 @@ def test_readme_vgg16_numbers(capsys):
     assert simulated["eq1 optimum"] == pytest.approx(0.443, abs=0.0005)
     assert simulated["owt"] == pytest.approx(0.506, abs=0.0005)
     assert simulated["data"] == pytest.approx(1.362, abs=0.0005)
+    peaks = [d["peak_bytes"] for d in doc["memory"]]
+    assert max(peaks) == pytest.approx(2.99e9, abs=0.005e9)
+    assert sum(peaks) == pytest.approx(37e9, abs=0.5e9)
+    assert all(d["peak_bytes"] <= d["memory_bytes"] == 16e9 for d in doc["memory"])
+
+
+def test_plan_prints_memory_and_refuses_when_nothing_fits(capsys):
+    code, out, _ = run_cli(capsys, "plan", "--model", "alexnet", "--devices", "4", "--quiet")
+    assert code == 0
+    (line,) = [x for x in out.splitlines() if x.startswith("memory")]
+    assert line.count("/16 GB") == 4
+    # Inception-v3 at batch 512 keeps about 67 GB of activations for the backward pass: 4 K80s have 48 GB
+    code, out, err = run_cli(capsys, "plan", "--model", "inception_v3", "--devices", "4", "--device-type", "K80",
+                             "--quiet")
+    assert code == 2 and out == ""
+    assert "no plan fits" in err and "12.00 GB" in err and "swap_plan" in err
 
 
 def test_plan_objective_eq1_prints_the_eq1_optimum(capsys):

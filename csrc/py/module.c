@@ -644,6 +644,9 @@ static PyMethodDef Problem_methods[] = {
     {"memory_plan", (PyCFunction)(void (*)(void))sw_py_problem_memory_plan, METH_VARARGS | METH_KEYWORDS,
      "memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False, streams=None) -> dict: one "
      "arena per device"},
+    {"memory_tables", (PyCFunction)sw_py_problem_memory_tables, METH_O,
+     "memory_tables(kinds) -> (node, edges): per configuration and device, the bytes live when the backward pass "
+     "starts (csrc/cost_memory.c)"},
     {"check_memory_plan", (PyCFunction)sw_py_problem_check_memory_plan, METH_VARARGS,
      "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align, "
      "streams=None): ValueError unless the offsets are safe"},
@@ -769,7 +772,7 @@ static int module_exec(PyObject *m) {
     if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 ||
         sw_py_register_activation_kernels(m) < 0 || sw_py_register_optim_kernels(m) < 0 ||
         sw_py_register_simulate(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
-        sw_py_register_search(m) < 0) {
+        sw_py_register_search(m) < 0 || sw_py_register_memory_tables(m) < 0) {
         return -1;
     }
     if (sw_py_register_schedule(m) < 0 || sw_py_register_gpu_plan(m) < 0) {

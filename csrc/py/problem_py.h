@@ -53,6 +53,10 @@ PyObject *sw_py_contiguous(const void *src, npy_intp n, int type);
 /* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
 int sw_py_put(PyObject *d, const char *key, PyObject *value);
 
+/* memory_tables_py.c: Problem.memory_tables (the memory-constrained search's footprints) */
+PyObject *sw_py_problem_memory_tables(ProblemObject *self, PyObject *arg);
+int sw_py_register_memory_tables(PyObject *module);
+
 /* memplan_py.c: its NumPy API table, Problem.memory_plan, Problem.check_memory_plan, Problem.task_order */
 PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args);

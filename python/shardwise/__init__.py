@@ -26,6 +26,7 @@ from .plan import LayerCost, OpConfig, Plan, compare_text
 from .problem import CostOptions, worker_counts
 from .costs import ProfileTable
 from .search import search
+from .search_memory import FrontPlan, PlanDoesNotFitError
 from . import strategies
 from .train import CheckpointError, SGD, Trainer, TrainerInUseError, TrainingError
 from . import data
@@ -56,3 +57,4 @@ from .optim import Adam, AdamW, Optimizer
 from . import lr_schedules
 
 __all__ += ["Adam", "AdamW", "Optimizer", "lr_schedules"]
+__all__ += ["FrontPlan", "PlanDoesNotFitError"]

@@ -32,6 +32,7 @@ import numpy as np
 from . import __version__, models, strategies
 from .devices import DEVICE_PRESETS, DeviceGraph
 from .model_spec import LoadedModel, listing, load_model
+from .search_memory import PlanDoesNotFitError
 from .errors import ConfigError, SearchError, SearchWarning, ShardwiseError
 from .plan import Plan
 from .problem import CostOptions, SYNC_MODELS
@@ -279,6 +280,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         raise type(exc)(_cli_spelling(str(exc))) from None
     for w in caught:
         print(f"warning: {_cli_spelling(str(w.message))}", file=sys.stderr, flush=True)
+    memory = memory_lines(plan) if options.sync == "parameter_server" else {"text": "", "devices": None, "over": ""}
     baselines = strategies.baselines(graph, devices, options)
     if args.save:
         try:
@@ -287,7 +289,9 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
             raise ShardwiseError(f"cannot write the plan to {args.save!r}: {exc.strerror or exc}") from None
         _note(args, f"shardwise: plan saved to {args.save}")
     if args.json:
-        json.dump(plan_document(plan, baselines, args.model, batch), out, indent=1)
+        doc = plan_document(plan, baselines, args.model, batch)
+        doc["memory"] = memory["devices"]
+        json.dump(doc, out, indent=1)
         out.write("\n")
     else:
         out.write(plan.summary(baselines) + "\n\n")
@@ -295,7 +299,32 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         simulated = simulated_line(plan)
         if simulated:
             out.write(simulated + "\n")
+        if memory["text"]:
+            out.write(memory["text"] + "\n")
+    if memory["over"]:
+        raise PlanDoesNotFitError("the plan does not fit: " + memory["over"])
     return EXIT_OK
+
+
+def memory_lines(plan: Plan) -> dict[str, Any]:
+    """Each device's memory plan (arena) beside its memory: text, a JSON list, and the devices over."""
+    from .memory import memory_plan
+
+    mp = memory_plan(plan)
+    rows, over = [], []
+    for d, dev in enumerate(plan.devices.devices):
+        need = mp.devices[d].arena_bytes
+        rows.append({"device": d, "name": dev.name, "peak_bytes": need, "memory_bytes": dev.memory})
+        if need > dev.memory:
+            over.append(f"device {d} ({dev.name}) needs {need / 1e9:.2f} GB of its {dev.memory / 1e9:.2f} GB")
+    peaks = [r["peak_bytes"] for r in rows]
+    head = (f"memory (each device's memory plan, the arena the runtime allocates, beside its memory): "
+            f"peak {max(peaks) / 1e9:.2f} GB")
+    if len(rows) <= 16:
+        body = ", ".join(f"{r['device']}: {r['peak_bytes'] / 1e9:.2f}/{r['memory_bytes'] / 1e9:.0f} GB" for r in rows)
+    else:
+        body = f"least {min(peaks) / 1e9:.2f} GB; every device has {min(r['memory_bytes'] for r in rows) / 1e9:.0f} GB or more"
+    return {"text": f"{head}; {body}", "devices": rows, "over": "; ".join(over)}
 
 
 def _train_plan(spec: str, graph: Any, devices: DeviceGraph, quiet: bool) -> Plan:

@@ -25,6 +25,10 @@ search under the simulated objective therefore goes in three steps:
    against the budget, so the bound changes the time taken, never the plan.
 
 Eq. 1 stays available as ``objective="eq1"`` and stays exact for Eq. 1.
+
+Under a memory constraint (``sw.search``'s ``memory``) the seed is the optimum that fits, and
+a baseline or a move that would be taken is first checked with its memory plan: one that does
+not fit is passed over (``search_stats["rejected_for_memory"]``).
 """
 from __future__ import annotations
 
@@ -56,8 +60,11 @@ def simulated_time(plan: Plan, costs: Any, bound: float = float("inf")) -> tuple
     return iteration_time(plan, costs, bound)
 
 
-def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None = None) -> Plan:
-    """The plan of the simulated objective, from ``seed`` (the Eq. 1 optimum)."""
+def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None = None,
+           fits: Callable[[Plan], bool] | None = None) -> Plan:
+    """The plan of the simulated objective, from ``seed`` (the Eq. 1 optimum, or the optimum
+    under the memory constraint).  ``fits``: when given, a baseline or a move is kept only if
+    its memory plan fits (checked when it would be taken: it simulates faster); ``seed`` must fit."""
     import time
 
     graph, devices, options = seed.graph, seed.devices, seed.options
@@ -66,6 +73,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     simulated = {"eq1 optimum": seed_time}
     skipped: dict[str, float] = {}
     bounded: dict[str, float] = {}
+    rejected: dict[str, float] = {}   # candidates that would have been taken but do not fit in memory
     pool: list[tuple[str, Configs, float]] = [("eq1 optimum", dict(seed.configs), seed_time)]
     for b in sorted(baselines(graph, devices, options), key=lambda p: p.cost):
         b.costs = costs
@@ -79,12 +87,15 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
             bounded[b.name] = t   # but its configurations still seed the local search's moves
         else:
             simulated[b.name] = t
+            if fits is not None and t < best * (1 - 1e-9) and not fits(b):
+                rejected[b.name] = t   # faster than every candidate so far, but does not fit
+                continue
         pool.append((b.name, dict(b.configs), t))
     if report:
         report("simulate the Eq. 1 optimum and the baselines", time.perf_counter() - t0)
     start_name, current, current_time = min(pool, key=lambda c: c[2])
     t1 = time.perf_counter()
-    tried = accepted = pruned = 0
+    tried = accepted = pruned = rejected_moves = 0
     replayed = 0
     seen = {_key(graph, current)}
     improved = True
@@ -104,6 +115,9 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
             pruned += no_faster
             replayed += tasks   # lowered tasks, replayed or not: the same budget, the same plan
             if not no_faster and t < need:
+                if fits is not None and not fits(plan):
+                    rejected_moves += 1
+                    continue
                 current, current_time = proposal, t
                 accepted += 1
                 improved = True
@@ -114,6 +128,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                  simulated_eq1_optimum=seed_time, skipped_baselines=skipped, bounded_baselines=bounded,
                  start=start_name, local_search_tried=tried, local_search_accepted=accepted,
                  local_search_bounded=pruned, local_search_tasks=replayed,
+                 rejected_for_memory=rejected, local_search_rejected_for_memory=rejected_moves,
                  gain_over_eq1_optimum=seed_time / current_time if current_time > 0 else 1.0)
     return Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs)
 

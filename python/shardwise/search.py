@@ -27,6 +27,8 @@ from .plan import OpConfig, Plan, reduction_config
 from .problem import CostOptions, dim_names, make_problem, worker_counts
 from . import objective as objective_module
 from . import search_scale
+from . import search_memory
+from .strategies import baselines
 
 # above this many configurations on every aligned block, or about this many min-plus steps to
 # eliminate them (the cube of the configuration counts), a machine of identical devices is
@@ -102,7 +104,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
            worker_counts_: Sequence[int] | None = None,
            progress: bool | Progress = False, refine: str | None = None, refine_steps: int = 200,
-           refine_seed: int = 0, time_limit: float | None = None, objective: str | None = None) -> Plan:
+           refine_seed: int = 0, time_limit: float | None = None, objective: str | None = None,
+           memory: bool | float | str = True, pareto: bool = False) -> Plan | list[search_memory.FrontPlan]:
     """Find the fastest strategy: by default the one with the fastest simulated iteration
     among the Eq. 1 optimum, the baselines and their combinations; with ``objective="eq1"``
     the exact optimum of Eq. 1 of "Exploring Hidden Dimensions in Parallelizing
@@ -149,6 +152,22 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     devices only, with a :class:`SearchWarning`.  ``time_limit``: seconds after which
     a staged search stops between stages with the best plan found so far, its lower
     bound and a :class:`SearchWarning`.
+
+    ``memory``: True (the default): every device's memory plan (:func:`shardwise.memory_plan`)
+    fits its ``memory``; a number of bytes or a string such as ``"8GB"``: that budget on every
+    device (at most its memory); False: memory is not looked at.  When the Eq. 1 optimum fits
+    it is returned as before; otherwise the exact optimum under the per-device footprint
+    constraint (:mod:`shardwise.search_memory`, docs/memory.md), checked with its memory plan;
+    ``search_stats["memory"]`` says how it was found.  When no plan fits:
+    :class:`~shardwise.search_memory.PlanDoesNotFitError` (a ValueError) naming the smallest
+    shortfall.  The simulated objective and ``refine`` keep only candidates that fit.  With
+    ``sync="ring"`` (no memory plan yet) the default does not check memory.
+
+    ``pareto=True``: instead of one plan, the time / peak-memory Pareto front: a list of
+    :class:`~shardwise.search_memory.FrontPlan` (``plan``, ``time`` (Eq. 1 s), ``peak_bytes``
+    (the largest arena), ``memory`` (its MemoryPlan)), fastest first, each needing less memory
+    than the one before; every plan fits ``memory``.  Times are Eq. 1's (the objective the
+    search is exact for), whatever ``objective`` says.
     """
     if not isinstance(graph, Graph):
         raise ConfigError(f"search needs a Graph, got {type(graph).__name__}")
@@ -169,12 +188,29 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
                                    or not 0 < time_limit < float("inf")):
         raise ConfigError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
     options = options or CostOptions(sync=sync)
+    if not isinstance(pareto, bool):
+        raise ConfigError(f"pareto must be True or False, got {pareto!r}")
+    mem_limit = search_memory.budgets(devices, memory)
+    if mem_limit is not None and options.sync != "parameter_server":
+        if memory is not True or pareto:
+            raise ConfigError("memory budgets and pareto=True need sync='parameter_server' (the memory plan lowers "
+                              "only that); pass memory=False to search ring synchronization without memory")
+        mem_limit = None   # ring all-reduce has no memory plan yet: memory is not checked (search_stats says so)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
     if objective is None:
         objective = "simulate" if algorithm == "elimination" and options.sync == "parameter_server" else "eq1"
+    fits = None if mem_limit is None else (lambda p: search_memory.fits(p, mem_limit))
     if algorithm == "tofu":
+        if pareto:
+            raise ConfigError("pareto=True needs algorithm='elimination' or 'exhaustive'")
         plan = _search_tofu(graph, devices, options, costs, refine, report)
-        return objective_module.choose(plan, costs, report) if objective == "simulate" else plan
+        if fits is not None and not fits(plan):
+            raise search_memory.PlanDoesNotFitError(
+                "Tofu's partition does not fit every device's memory (its memory plan: "
+                + ", ".join(f"device {d}: {a / 1e9:.2f} GB of {m / 1e9:.2f} GB" for d, (a, m) in
+                            enumerate(zip(search_memory.arenas(plan), mem_limit)) if a > m)
+                + "); use algorithm='elimination', which searches under the memory constraint, or memory=False")
+        return objective_module.choose(plan, costs, report, fits=fits) if objective == "simulate" else plan
     limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else max_evaluations
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (1 <= limit < float("inf")):
         raise ConfigError(f"max_evaluations must be a finite number >= 1, got {max_evaluations!r}")
@@ -259,16 +295,101 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
     plan = Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats, objective="eq1"),
                 costs=costs)
+    if mem_limit is not None or pareto:
+        t = time.perf_counter()
+        plan = _fit_memory(plan, problem, graph, devices, options, costs, mem_limit, limit, scale, pareto)
+        stage("memory: check the plan's memory plan" if not plan.search_stats.get("memory", {}).get("solves")
+              else "memory-constrained search", t)
+        if pareto:
+            return plan.search_stats.pop("front")
     if objective == "simulate":
         t = time.perf_counter()
-        plan = objective_module.choose(plan, costs, report)
+        plan = objective_module.choose(plan, costs, report, fits=fits)
         timings["simulated objective"] = time.perf_counter() - t
     if refine == "simulate":
         t = time.perf_counter()
-        plan = _refine_by_simulation(plan, problem, refine_steps, refine_seed, costs)
+        plan = _refine_by_simulation(plan, problem, refine_steps, refine_seed, costs, fits)
         stage(f"refine under the simulator ({refine_steps} proposals)", t)
         plan.search_stats["timings"] = timings
     return plan
+
+
+def _plan_of(problem, graph: Graph, devices: DeviceGraph, options: CostOptions, costs, choice, stats) -> Plan:
+    """The Plan giving every op the configuration ``choice[op.index]`` of the problem's enumeration."""
+    configs = {}
+    for op in graph.ops:
+        deg, dev = problem.configs(op.index)
+        k = int(choice[op.index])
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]),
+                                    tuple(int(x) for x in dev[k] if x >= 0),
+                                    reduction_config(op, problem.reductions(op.index)[k]))
+    return Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats), costs=costs)
+
+
+def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options: CostOptions, costs, limit,
+                max_evaluations: float, scale: bool, pareto: bool) -> Plan:
+    """The Eq. 1 optimum if its memory plan fits ``limit``, else the optimum under the memory
+    constraint (search_memory); with ``pareto``, the front in ``search_stats["front"]``."""
+    if limit is not None and search_memory.fits(plan, limit) and not pareto:
+        plan.search_stats["memory"] = {"exact": True, "constrained": False, "least_budget": float(limit.min())}
+        return plan
+    if scale:
+        raise SearchError(f"the Eq. 1 optimum on {len(devices)} devices does not fit every device's memory "
+                          f"(or pareto=True was asked), and the staged search of machines this large does not "
+                          f"search under memory; pass worker_counts_ with fewer counts, memory=False, or swap "
+                          f"activations (sw.swap_plan)")
+    tables = search_memory.Tables(problem, graph)
+    base = dict(plan.search_stats)
+
+    def to_plan(choice):
+        return _plan_of(problem, graph, devices, options, costs, choice, base)
+
+    starts = [c for c in (_choice_of(problem, graph, b) for b in baselines(graph, devices, options)) if c]
+    if limit is not None and not search_memory.fits(plan, limit):
+        found = search_memory.fitting(tables, limit, to_plan, max_evaluations, starts=starts)
+        if found is None:
+            raise search_memory.does_not_fit(devices, tables, limit, max_evaluations, "", starts)
+        plan, info = found
+        plan.search_stats["memory"] = dict(info, constrained=True)
+        plan.search_stats["searched_cost"] = plan.cost
+        if not info["exact"]:
+            _warn_memory(info, plan.cost)
+    else:
+        plan.search_stats["memory"] = {"exact": True, "constrained": False,
+                                       "least_budget": None if limit is None else float(limit.min())}
+    if pareto:
+        plan.search_stats["front"] = search_memory.front(tables, limit, plan, to_plan, max_evaluations,
+                                                         starts=starts)
+    return plan
+
+
+def _choice_of(problem, graph: Graph, plan: Plan) -> list[int] | None:
+    """The enumeration index of every op's configuration in ``plan`` (None if one is not enumerated)."""
+    choice = []
+    for op in graph.ops:
+        cfg = plan.configs[op.name]
+        deg, dev = problem.configs(op.index)
+        red = problem.reductions(op.index)
+        want = np.ones(deg.shape[1], dtype=deg.dtype)
+        want[:len(cfg.degrees)] = cfg.degrees
+        hits = [k for k in range(len(deg)) if (deg[k] == want).all()
+                and tuple(int(x) for x in dev[k] if x >= 0) == tuple(cfg.devices)
+                and reduction_config(op, red[k]) == cfg.reduction]
+        if not hits:
+            return None
+        choice.append(hits[0])
+    return choice
+
+
+def _warn_memory(info: dict, cost: float) -> None:
+    import warnings
+
+    bound = info["lower_bound"]
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    why = ("its memory plan needed more than the footprint the search constrains, so the budgets were lowered"
+           if info["tightened"] else f"{info['solves']} elimination searches did not prove it optimal")
+    warnings.warn(f"memory-constrained search: the plan returned fits every device, but {why}; it is {above} "
+                  f"(lower bound {bound:.6g} s, plan {cost:.6g} s)", SearchWarning, stacklevel=4)
 
 
 def _configurations(problem, graph: Graph) -> list[int]:
@@ -338,7 +459,7 @@ def _search_tofu(graph: Graph, devices: DeviceGraph, options: CostOptions, costs
     return plan
 
 
-def _refine_by_simulation(seed_plan: Plan, problem, steps: int, seed: int, costs) -> Plan:
+def _refine_by_simulation(seed_plan: Plan, problem, steps: int, seed: int, costs, fits=None) -> Plan:
     """Local search over configurations under the simulator, from the Eq. 1 optimum.
 
     A proposal changes one op to another of its enumerated configurations; it is
@@ -377,7 +498,7 @@ def _refine_by_simulation(seed_plan: Plan, problem, steps: int, seed: int, costs
         if t < current_time or rng.random() < math.exp(-beta * (t - current_time) / current_time):
             current, current_time = proposal, t
             accepted += 1
-            if t < best_time:
+            if t < best_time and (fits is None or fits(Plan(graph, devices, proposal, seed_plan.options))):
                 best, best_time = dict(proposal), t
     stats = dict(seed_plan.search_stats, refine="simulate", refine_steps=steps, refine_accepted=accepted,
                  simulated_seed=start_time, simulated_refined=best_time,

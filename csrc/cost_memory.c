@@ -1,0 +1,243 @@
+/* cost_memory.c -- per-configuration memory footprints for the memory-constrained search.
+ *
+ * What the search constrains: per device, the bytes the memory plan (memplan.c) holds
+ * live when the backward pass starts: parameters, optimizer state and batchnorm running
+ * statistics (live throughout), and every forward buffer the backward pass reads again
+ * (activations, staging regions, batchnorm statistics of x).  That is a sum over ops
+ * and edges of terms that depend on one op's configuration (node terms) or on a
+ * producer's and a consumer's (edge terms: a staging region is not made when the
+ * producer's shard on the consumer's device is exactly that region), so the search can
+ * carry it like Eq. 1.  It is a lower bound of the memory plan's peak (those bytes are
+ * all live at one moment), not the peak itself: the backward pass adds gradients while
+ * freeing activations.  The search checks every plan it returns with the memory plan.
+ *
+ * The rules follow lower.c, buffer by buffer (tests compare the sums with the memory
+ * plan's `kept` plus persistent bytes on random plans):
+ *   param        every worker, every weight slot it reads: its region (float32)
+ *   momentum     per replica group of a weight slot (workers reading one box), on the
+ *                group's first worker: the box times optimizer_state
+ *   running      batchnorm, every worker: the statistics box (2, C) (float32)
+ *   stats        batchnorm, every worker that has a backward task: the (2, C) sums of x
+ *                (float64)
+ *   activation   every worker (a split reduction: the owner of each block), except an
+ *                input op's, which is kept only as the staging buffer a consumer shares
+ *   region       per consumer worker and data slot read: kept when the worker has a
+ *                backward task (any, when a producer is not an input op: backward_data
+ *                of that slot reads it; for an input op's data, backward_weight of a
+ *                non-bias weight, or backward_data of another slot); the edge's base
+ *                counts it, and `shared` lists the (producer config, consumer config,
+ *                device) where it is the producer's own shard instead (no bytes of its
+ *                own; not for input producers, whose activation it then is).
+ * An input op's shard shared by two consumers on one device is counted twice (the
+ * additive model cannot see the sharing across two edges); the zoo has none.
+ */
+#include <stdlib.h>  /* calloc, malloc, realloc, free */
+#include <string.h>  /* memset */
+
+#include "shardwise.h"
+
+#define F32 4.0
+#define F64 8.0
+
+static int role_slot(const sw_op *o, sw_role role) {
+    for (int k = 0; k < o->ninputs; k++) {
+        if (o->inputs[k].role == role) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Does worker w of op v (configuration c) run a backward task that reads its data regions? */
+static int keeps_regions(const sw_problem *p, const int8_t *kind, int v, const sw_config *c, int w) {
+    const sw_op *o = &p->ops[v];
+    if (kind[v] == SW_OPKIND_INPUT) {
+        return 0;
+    }
+    sw_box reg;
+    for (int k = 0; k < o->ninputs; k++) {
+        if (!sw_worker_region(o, c, w, k, &reg)) {
+            continue;
+        }
+        if (o->inputs[k].role == SW_ROLE_DATA && kind[o->inputs[k].producer] != SW_OPKIND_INPUT) {
+            return 1;   /* backward_data of this slot */
+        }
+        if (o->inputs[k].role == SW_ROLE_WEIGHT && !o->inputs[k].bias) {
+            return 1;   /* backward_weight of a weight (not of a bias alone) */
+        }
+    }
+    return 0;
+}
+
+/* Node term of op v under configuration ci: row[ndev]. */
+static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, double *row) {
+    const sw_op *o = &p->ops[v];
+    const sw_config *c = &o->cfgs[ci];
+    const int32_t *devs = p->dev_pool + c->dev_offset;
+    sw_box box, reg, other;
+    int stat = role_slot(o, SW_ROLE_STAT);
+    for (int w = 0; w < c->nworkers; w++) {
+        int32_t d = devs[w];
+        if (kind[v] != SW_OPKIND_INPUT && (kind[v] == SW_OPKIND_BATCHNORM || sw_is_owner(c, w))) {
+            sw_worker_box(o, c, w, &box);
+            row[d] += F32 * (double)sw_box_volume(&box);
+        }
+        if (kind[v] == SW_OPKIND_BATCHNORM && stat >= 0 && sw_worker_region(o, c, w, stat, &reg)) {
+            double n = (double)sw_box_volume(&reg);
+            row[d] += F32 * n + (keeps_regions(p, kind, v, c, w) ? F64 * n : 0.0);
+        }
+        for (int k = 0; k < o->ninputs; k++) {
+            if (o->inputs[k].role != SW_ROLE_WEIGHT || !sw_worker_region(o, c, w, k, &reg)) {
+                continue;
+            }
+            row[d] += F32 * (double)sw_box_volume(&reg);
+            int lead = 1;   /* the first worker reading this box keeps the optimizer state */
+            for (int u = 0; u < w && lead; u++) {
+                lead = !(sw_worker_region(o, c, u, k, &other) && sw_box_equal(&other, &reg));
+            }
+            if (lead) {
+                row[d] += F32 * (double)p->optimizer_state * (double)sw_box_volume(&reg);
+            }
+        }
+    }
+}
+
+static sw_status push_saving(sw_memory_tables *mt, int64_t *cap, int32_t ci, int32_t cj, int32_t dev, double bytes) {
+    if (mt->nshared == *cap) {
+        int64_t n = *cap ? *cap * 2 : 256;
+        sw_memory_saving *s = realloc(mt->shared, sizeof *s * (size_t)n);
+        if (!s) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+        }
+        mt->shared = s;
+        *cap = n;
+    }
+    mt->shared[mt->nshared++] = (sw_memory_saving){ci, cj, dev, bytes};
+    return SW_OK;
+}
+
+/* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
+ * the (cu, cv, device) where a region is the producer's shard instead. */
+static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap,
+                            int32_t *owner_on) {
+    int u = mt->edge_src[e], v = mt->edge_dst[e], slot = mt->edge_slot[e], ndev = mt->ndev;
+    const sw_op *ou = &p->ops[u], *ov = &p->ops[v];
+    int from_input = kind[u] == SW_OPKIND_INPUT;
+    sw_box reg, pbox;
+    for (int cj = 0; cj < ov->ncfg; cj++) {
+        const sw_config *c = &ov->cfgs[cj];
+        double *row = mt->edge_base[e] + (size_t)cj * ndev;
+        for (int w = 0; w < c->nworkers; w++) {
+            if (sw_worker_region(ov, c, w, slot, &reg) && keeps_regions(p, kind, v, c, w)) {
+                row[p->dev_pool[c->dev_offset + w]] += F32 * (double)sw_box_volume(&reg);
+            }
+        }
+    }
+    if (from_input) {
+        return SW_OK;
+    }
+    for (int ci = 0; ci < ou->ncfg; ci++) {
+        const sw_config *cu = &ou->cfgs[ci];
+        for (int d = 0; d < ndev; d++) {
+            owner_on[d] = -1;
+        }
+        for (int s = 0; s < cu->nworkers; s += cu->rdeg) {   /* owners of output blocks (one per device) */
+            owner_on[p->dev_pool[cu->dev_offset + s]] = s;
+        }
+        for (int cj = 0; cj < ov->ncfg; cj++) {
+            const sw_config *c = &ov->cfgs[cj];
+            for (int w = 0; w < c->nworkers; w++) {
+                int32_t d = p->dev_pool[c->dev_offset + w];
+                if (owner_on[d] < 0 || !sw_worker_region(ov, c, w, slot, &reg) ||
+                    !keeps_regions(p, kind, v, c, w)) {
+                    continue;
+                }
+                sw_worker_box(ou, cu, owner_on[d], &pbox);
+                if (sw_box_equal(&pbox, &reg)) {
+                    SW_TRY(push_saving(mt, cap, ci, cj, d, F32 * (double)sw_box_volume(&reg)));
+                }
+            }
+        }
+    }
+    return SW_OK;
+}
+
+sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt) {
+    memset(mt, 0, sizeof *mt);
+    mt->ndev = p->ndev;
+    mt->nops = p->nops;
+    int ndata = 0;
+    for (int v = 0; v < p->nops; v++) {
+        if (p->ops[v].ncfg < 1) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d has no configurations: enumerate them first", v);
+        }
+        for (int k = 0; k < p->ops[v].ninputs; k++) {
+            ndata += p->ops[v].inputs[k].role == SW_ROLE_DATA;
+        }
+    }
+    size_t nops = (size_t)p->nops, ne = (size_t)ndata + 1;
+    mt->node = calloc(nops, sizeof *mt->node);
+    mt->edge_src = calloc(ne, sizeof *mt->edge_src);
+    mt->edge_dst = calloc(ne, sizeof *mt->edge_dst);
+    mt->edge_slot = calloc(ne, sizeof *mt->edge_slot);
+    mt->edge_base = calloc(ne, sizeof *mt->edge_base);
+    mt->shared_ptr = calloc(ne + 1, sizeof *mt->shared_ptr);
+    int32_t *owner_on = malloc(sizeof *owner_on * ((size_t)p->ndev + 1));
+    sw_status s = SW_OK;
+    if (!mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr ||
+        !owner_on) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+        goto done;
+    }
+    for (int v = 0; v < p->nops && s == SW_OK; v++) {
+        mt->node[v] = calloc((size_t)p->ops[v].ncfg * (size_t)p->ndev, sizeof **mt->node);
+        if (!mt->node[v]) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+            break;
+        }
+        for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
+            node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev);
+        }
+        for (int k = 0; k < p->ops[v].ninputs; k++) {
+            if (p->ops[v].inputs[k].role == SW_ROLE_DATA) {
+                int e = mt->nedges++;
+                mt->edge_src[e] = p->ops[v].inputs[k].producer;
+                mt->edge_dst[e] = v;
+                mt->edge_slot[e] = k;
+            }
+        }
+    }
+    int64_t cap = 0;
+    for (int e = 0; e < mt->nedges && s == SW_OK; e++) {
+        mt->edge_base[e] = calloc((size_t)p->ops[mt->edge_dst[e]].ncfg * (size_t)p->ndev, sizeof **mt->edge_base);
+        if (!mt->edge_base[e]) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+            break;
+        }
+        s = edge_terms(p, kind, e, mt, &cap, owner_on);
+        mt->shared_ptr[e + 1] = mt->nshared;
+    }
+done:
+    free(owner_on);
+    if (s != SW_OK) {
+        sw_memory_tables_free(mt);
+    }
+    return s;
+}
+
+void sw_memory_tables_free(sw_memory_tables *mt) {
+    for (int v = 0; mt->node && v < mt->nops; v++) {
+        free(mt->node[v]);
+    }
+    for (int e = 0; mt->edge_base && e < mt->nedges; e++) {
+        free(mt->edge_base[e]);
+    }
+    free(mt->node);
+    free(mt->edge_base);
+    free(mt->edge_src);
+    free(mt->edge_dst);
+    free(mt->edge_slot);
+    free(mt->shared_ptr);
+    free(mt->shared);
+    memset(mt, 0, sizeof *mt);
+}
