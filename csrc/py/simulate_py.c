@@ -324,7 +324,8 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
  * only that bound as its makespan and *bounded is set (a search discarding plans no faster than
  * its best needs no more). */
 static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
-                          double bound, sw_task_graph *g, double **modelled, sw_sim_result *r, int *bounded) {
+                          double bound, sw_task_graph *g, double **modelled, sw_sim_result *r, int *bounded,
+                          int64_t *arena) {
     *bounded = 0;
     SW_TRY(sw_lower(p, &a->plan, g));
     *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
@@ -347,6 +348,7 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
     sw_task_order order = {0};
     sw_status st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
     if (st == SW_OK) {
+        memcpy(arena, mp.arena, sizeof *arena * (size_t)p->ndev);   /* what each device allocates */
         st = sw_task_order_build_on(g, &mp, streams, &order);
         sw_memory_plan_free(&mp);
     }
@@ -391,6 +393,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     sw_task_graph g = {0};
     sw_sim_result r = {0};
     double *modelled = NULL;
+    int64_t *arena = NULL;   /* ndev: each device's arena in the memory plan the replay used */
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
     if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
@@ -398,9 +401,14 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
         sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0) {
         goto done;
     }
+    arena = PyMem_Calloc((size_t)self->p->ndev, sizeof *arena);
+    if (!arena) {
+        PyErr_NoMemory();
+        goto done;
+    }
     sw_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, streams, bound, &g, &modelled, &r, &bounded);
+    st = run_plan(self->p, &a, &s, streams, bound, &g, &modelled, &r, &bounded, arena);
     Py_END_ALLOW_THREADS
     if (st != SW_OK) {
         sw_py_raise(st);
@@ -412,6 +420,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
         Py_CLEAR(d);
     } else if (!brief && !bounded &&
                (put_tasks(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0 ||
+                sw_py_put(d, "arena", sw_py_contiguous(arena, self->p->ndev, NPY_INT64)) ||
                 put_replay(d, &g, modelled, &r, self->p->ndev) < 0)) {
         Py_CLEAR(d);
     }
@@ -419,6 +428,7 @@ done:
     self->busy = 0;
     sw_py_streams_free(sa);
     free(modelled);
+    PyMem_Free(arena);
     sw_sim_result_free(&r);
     sw_task_graph_free(&g);
     sim_args_free(&s);

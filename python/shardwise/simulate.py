@@ -81,7 +81,7 @@ class SimResult:
         self.iteration_time = iteration_time
         self.bytes_moved = bytes_moved
         self.device_busy = device_busy            # fraction of the iteration each device computed
-        self.memory = memory if memory is not None else {}
+        self.memory = memory if memory is not None else {}   # device -> bytes of its arena (the memory plan's)
         self._events = events if events is not None else []
 
     @property
@@ -216,8 +216,8 @@ def device_fill(devices: DeviceGraph) -> np.ndarray:
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
              schedule: Any = "fifo", fill_outputs: float | None = None) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
-    :class:`MemoryOverflow` naming every device whose buffers exceed its memory when
-    ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
+    :class:`MemoryOverflow` naming every device whose arena (the memory plan the runtime
+    allocates, :func:`shardwise.memory_plan`) exceeds its memory when ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
     name it).  ``costs``: a :class:`~shardwise.profile.Profile` of measured times (compute,
     bookkeeping rates and copy bandwidth) instead of the roofline model; its per-step overhead
     is added to the iteration time.  By default the costs the plan was searched with
@@ -251,7 +251,7 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         fill = np.where(fill > 0, float(fill_outputs), 0.0)
     r = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None,
                 dev_fill=fill if fill.any() else None)
-    memory = {d: int(m) for d, m in enumerate(r["memory"])}
+    memory = {d: int(m) for d, m in enumerate(r["arena"])}   # the memory plan's arenas: what the runtime allocates
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
