@@ -41,6 +41,16 @@ class Attr:
         return f"<the model's tensor {self.target!r}>"
 
 
+class Lazy:
+    """A value of the trace that is not (yet) one graph tensor: attention scores waiting for
+    their scale and causal mask to reach a softmax, an LSTM's output sequence kept as its
+    steps (:mod:`shardwise.import_torch_seq`)."""
+
+    def tensor(self, g: Graph, where: str, what: str) -> Tensor:
+        """The value as one graph tensor (building ops if need be), or a ModelImportError."""
+        raise NotImplementedError
+
+
 @dataclass
 class Call:
     """One call of a supported operation, as its converter sees it."""
@@ -57,16 +67,20 @@ class Call:
     parameter_op: Callable[[Attr, str], Tensor] | None = None         # an Attr as a parameter op (Attr, where)
     state: dict[str, dict[str, Any]] = field(default_factory=dict)    # op name -> {buffer: torch tensor}:
                                                                        # batch norms' running statistics
+    op: str = ""                     # what the call calls, as a user writes it ("operator.mul (x * y)")
 
     def error(self, message: str) -> ModelImportError:
         return ModelImportError(f"{self.where}: {message}")
 
-    def tensor(self, index: int, rank: int | None = None) -> Tensor:
-        """Data input ``index`` as a graph tensor (of ``rank`` dimensions when given)."""
-        return self.as_tensor(self.inputs[index], f"argument {index}", rank)
+    def tensor(self, index: int, rank: int | None = None, ids_ok: bool = False) -> Tensor:
+        """Data input ``index`` as a graph tensor (of ``rank`` dimensions when given); an
+        integer input (token ids) only when ``ids_ok`` (shape queries, embeddings)."""
+        return self.as_tensor(self.inputs[index], f"argument {index}", rank, ids_ok)
 
-    def as_tensor(self, value: Any, what: str, rank: int | None = None) -> Tensor:
+    def as_tensor(self, value: Any, what: str, rank: int | None = None, ids_ok: bool = False) -> Tensor:
         """``value`` (``what`` of the call) as a graph tensor, or a ModelImportError saying what it is."""
+        if isinstance(value, Lazy):
+            value = value.tensor(self.graph, self.where, what)
         if isinstance(value, Attr):
             raise self.error(f"reads the tensor attribute {value.target!r} as data; a parameter is supported "
                              f"only as an operand of a matrix product (x @ W)")
@@ -75,6 +89,10 @@ class Call:
                              f"(operations with constants are not supported)")
         if rank is not None and len(value.shape) != rank:
             raise self.error(f"expects a rank-{rank} tensor as {what}, got shape {value.shape}")
+        src = self.graph.ops[value.op]
+        if not ids_ok and src.kind == "input" and src.attrs.get("dtype") == "int64":
+            raise self.error(f"reads the integer input {src.name!r} (token ids, torch.int64) as {what}; only "
+                             f"nn.Embedding may read integer inputs")
         return value
 
     def parameter(self, value: Any, what: str, rank: int) -> Any:
@@ -116,7 +134,16 @@ def _show(value: Any) -> str:
         return f"the model's tensor {value.target!r}"
     if isinstance(value, Tensor):
         return f"a tensor of shape {value.shape}"
+    if isinstance(value, Lazy):
+        return repr(value)
+    if is_torch_tensor(value):
+        return f"a constant tensor of shape {tuple(value.shape)}"
     return f"the constant {value!r}"
+
+
+def is_torch_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch.Tensor (a constant the import evaluated), without importing torch."""
+    return any(c.__name__ == "Tensor" and c.__module__.startswith("torch") for c in type(value).__mro__)
 
 
 @dataclass(frozen=True)
@@ -226,11 +253,12 @@ def _conv2d_fn(c: Call) -> Tensor:
 
 
 def _linear_with(c: Call, weight: Any, bias: Any) -> Tensor:
-    """y = x W^T + b with W (out, in), from nn.Linear or F.linear."""
+    """y = x W^T + b with W (out, in), from nn.Linear or F.linear, on (N, in) or (N, T, in)."""
     x = c.tensor(0)
-    if len(x.shape) != 2:
-        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features))")
-    if x.shape[1] != weight.shape[1]:
+    if len(x.shape) not in (2, 3):
+        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features) "
+                      f"or (N, T, features))")
+    if x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} features but the "
                          f"input has shape {x.shape}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
@@ -299,7 +327,9 @@ def _leaky_relu(c: Call) -> Tensor:
 
 
 def _add(c: Call) -> Tensor:
-    a, b = c.inputs[0], c.inputs[1]
+    """a + b of two computed tensors of one shape, or (N, T, D) + (T, D): a position table
+    broadcast over the samples (the builder's broadcast add)."""
+    a, b = (v.tensor(c.graph, c.where, "an operand") if isinstance(v, Lazy) else v for v in c.inputs[:2])
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         other = b if isinstance(a, Tensor) else a
         raise c.error(f"adding {_show(other)} is not supported (add takes two tensors of one shape, "
@@ -307,8 +337,12 @@ def _add(c: Call) -> Tensor:
     if c.attrs["alpha"] != 1:
         raise c.error(f"alpha={c.attrs['alpha']!r} is not supported")
     if a.shape != b.shape:
-        raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported")
-    return c.graph.add(a, b, name=c.name)
+        big, small = (a, b) if len(a.shape) > len(b.shape) else (b, a)
+        if len(small.shape) < 2 or len(big.shape) != len(small.shape) + 1 or big.shape[1:] != small.shape:
+            raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported; only equal "
+                          f"shapes, or (N, T, D) and (T, D) (a position table added to every sample)")
+        a, b = big, small
+    return c.graph.add(c.as_tensor(a, "operand 0"), c.as_tensor(b, "operand 1"), name=c.name)
 
 
 def _concat(c: Call) -> Tensor:
@@ -323,13 +357,20 @@ def _concat(c: Call) -> Tensor:
 
 
 def _flatten_to_2d(c: Call, x: Tensor, shape: tuple[int, ...], what: str) -> Tensor:
-    """``x`` reshaped to ``shape``: itself, or a flatten to (N, features)."""
+    """``x`` reshaped to ``shape``: itself, a flatten to (N, features), or (the batch
+    dimension kept) a reshape op that splits or merges the other dimensions ((N, T, D) <->
+    (N, T, H, Dh): attention's heads)."""
     if tuple(shape) == x.shape:
         return x
     if len(shape) == 2 and len(x.shape) > 2 and shape[0] == x.shape[0]:
         return c.graph.flatten(x, name=c.name)
-    raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported; only flattening to "
-                  f"(N, features) is")
+    if len(shape) >= 2 and shape[0] == x.shape[0]:
+        try:
+            return c.graph.reshape(x, tuple(shape), name=c.name)
+        except ShapeError as exc:
+            raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported ({exc})") from None
+    raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported; only reshapes that keep the batch "
+                  f"dimension (flattening to (N, features), splitting or merging the others)")
 
 
 def _flatten(c: Call) -> Tensor:
