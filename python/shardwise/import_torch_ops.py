@@ -478,7 +478,10 @@ def _mean(c: Call) -> Tensor:
 
 
 def _matmul(c: Call) -> Tensor:
-    """a @ b of two rank-2 operands, each a tensor or a parameter of the model (``x @ self.w``)."""
+    """a @ b: of two rank-2 operands, each a tensor or a parameter of the model (``x @ self.w``);
+    or a batched product of two computed tensors of one rank (attention's ``q @ k.transpose(-2,
+    -1)``: an operand that is a transpose of its last two dimensions is read transposed, so the
+    transpose builds no op)."""
     ab = []
     for k in range(2):
         v = c.inputs[k]
@@ -487,19 +490,57 @@ def _matmul(c: Call) -> Tensor:
             if c.parameter_op is None:
                 raise c.error(f"cannot read {v.target!r}")
             v = c.parameter_op(v, c.where)
-        ab.append(c.as_tensor(v, f"operand {k}", rank=2))
-    return c.graph.matmul(ab[0], ab[1], name=c.name)
+        ab.append(c.as_tensor(v, f"operand {k}"))
+    a, b = ab
+    if len(a.shape) == 2 and len(b.shape) == 2:
+        return c.graph.matmul(a, b, name=c.name)
+    if len(a.shape) != len(b.shape) or len(a.shape) < 3:
+        raise c.error(f"a matrix product of shapes {a.shape} and {b.shape} is not supported (two rank-2 operands, "
+                      f"or two of one rank with equal batch dimensions)")
+    (a, ta), (b, tb) = _untransposed(c.graph, a), _untransposed(c.graph, b)
+    return c.graph.matmul(a, b, transpose_a=ta, transpose_b=tb, name=c.name)
+
+
+def _untransposed(g: Graph, t: Tensor) -> tuple[Tensor, bool]:
+    """(x, True) when ``t`` is a permute op swapping x's last two dimensions, else (t, False)."""
+    op = g.ops[t.op]
+    r = len(t.shape)
+    if op.kind == "permute" and tuple(op.attrs["dims"]) == tuple(range(r - 2)) + (r - 1, r - 2):
+        src = g.ops[op.inputs[0]]
+        return Tensor(g, src.index, src.shape), True
+    return t, False
 
 
 def _softmax(c: Call) -> Tensor:
-    """softmax / log_softmax over the classes as the model's last op: it becomes the loss op."""
-    x = c.tensor(0, rank=2)
+    """softmax over the classes as the model's last op: the loss op; anywhere else a
+    ``softmax_dim`` op over ``dim`` (attention scores with their scale and causal mask:
+    :mod:`shardwise.import_torch_seq`)."""
+    from .import_torch_seq import Scores
+
+    x = c.inputs[0]
+    if c.attrs["dtype"] is not None:
+        raise c.error(f"softmax(dtype={c.attrs['dtype']!r}) is not supported")
+    dim = c.attrs["dim"]
+    if isinstance(x, Scores):
+        return x.softmax(c, dim)
+    x = c.tensor(0)
+    if c.is_output and len(x.shape) in (2, 3) and dim in (None, -1, len(x.shape) - 1):
+        return c.graph.softmax(x, name=c.name)
+    if dim is None:
+        raise c.error("softmax without dim is not supported; give the dimension")
+    return c.graph.softmax_dim(x, _dim(c, dim, len(x.shape)), name=c.name)
+
+
+def _log_softmax(c: Call) -> Tensor:
+    """log_softmax over the classes as the model's last op: the loss op (with ``F.nll_loss``,
+    PyTorch's loss is the same); shardwise has no log-softmax inside a network."""
+    x = c.tensor(0)
     if not c.is_output:
-        raise c.error("softmax is supported only as the model's output, where it becomes shardwise's "
+        raise c.error("log_softmax is supported only as the model's output, where it becomes shardwise's "
                       "softmax cross-entropy loss")
-    if c.attrs["dim"] not in (None, 1, -1) or c.attrs["dtype"] is not None:
-        raise c.error(f"softmax(dim={c.attrs['dim']!r}, dtype={c.attrs['dtype']!r}) is not supported; "
-                      f"only over the classes (dim=1)")
+    if c.attrs["dim"] not in (None, -1, len(x.shape) - 1) or c.attrs["dtype"] is not None or len(x.shape) not in (2, 3):
+        raise c.error(f"log_softmax(dim={c.attrs['dim']!r}, dtype={c.attrs['dtype']!r}) of shape {x.shape} is not "
+                      f"supported; only over the classes (the last dimension of (N, C) or (N, T, C) logits)")
     return c.graph.softmax(x, name=c.name)
 
 
@@ -523,21 +564,25 @@ def _dropout(c: Call) -> Any:
 
 
 def _size(c: Call) -> Any:
-    shape = c.tensor(0).shape
+    shape = c.tensor(0, ids_ok=True).shape
     d = c.attrs["dim"]
     return tuple(shape) if d is None else shape[_dim(c, d, len(shape))]
 
 
 def _ndim(c: Call) -> int:
-    return len(c.tensor(0).shape)
+    return len(c.tensor(0, ids_ok=True).shape)
 
 
 def _getattr(c: Call) -> Any:
     name = c.attrs["attr"]
+    x = c.tensor(0, ids_ok=True)
     if name == "shape":
-        return tuple(c.tensor(0).shape)
+        return tuple(x.shape)
     if name == "ndim":
-        return len(c.tensor(0).shape)
+        return len(x.shape)
+    if name == "device":   # torch.arange(T, device=x.device): the constants are evaluated on the CPU
+        import torch
+        return torch.device("cpu")
     raise c.error(f"reading the tensor attribute {name!r} is not supported")
 
 
@@ -587,9 +632,9 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("matmul", _matmul, inputs=2, functions=("operator.matmul", "torch.matmul", "torch.mm"),
             methods=("matmul", "mm")),
     TorchOp("softmax", _softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
-            modules=("Softmax", "LogSoftmax"),
-            functions=("torch.softmax", "torch.log_softmax", _F + "softmax", _F + "log_softmax"),
-            methods=("softmax", "log_softmax")),
+            modules=("Softmax",), functions=("torch.softmax", _F + "softmax"), methods=("softmax",)),
+    TorchOp("softmax", _log_softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
+            modules=("LogSoftmax",), functions=("torch.log_softmax", _F + "log_softmax"), methods=("log_softmax",)),
     TorchOp("dropout", _dropout, params=(("p", 0.5), ("training", True), ("inplace", False)),
             modules=("Dropout",), functions=(_F + "dropout",)),
     TorchOp("identity", _identity, params=(("memory_format", None),), modules=("Identity",), methods=("contiguous",)),
@@ -598,8 +643,13 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("ndim", _ndim, methods=("dim", "ndimension")),
     TorchOp("getattr", _getattr, params=(("attr", REQUIRED),), functions=("builtins.getattr",)),
 )
-"""Every PyTorch operation :func:`shardwise.from_torch` imports."""
+"""Every PyTorch operation :func:`shardwise.from_torch` imports (the sequence-model ones, from
+:mod:`shardwise.import_torch_seq`, appended below)."""
 
+
+from .import_torch_seq import TORCH_SEQ_OPS  # noqa: E402  (it builds on the helpers above)
+
+TORCH_OPS = TORCH_OPS + TORCH_SEQ_OPS
 
 VIEW_OPS = ("flatten", "reshape", "squeeze")
 """Operations whose result is a view of their input in PyTorch (an in-place op on the result
