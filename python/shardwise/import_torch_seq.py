@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import ModelImportError
 from .graph import Graph, Tensor
-from .import_torch_ops import REQUIRED, Call, Lazy, TorchOp, _dim, _show, is_torch_tensor, record_weights
+from .import_torch_ops import REQUIRED, Attr, Call, Lazy, TorchOp, _dim, _show, is_torch_tensor, record_weights
 
 MASK_FILL_MAX = -1e9
 """The largest fill value of a causal mask taken for -inf: after the softmax, exp(-1e9 - max)
@@ -194,6 +194,8 @@ def _masked_fill(c: Call) -> Scores:
     after query i), evaluated from the model's constants (``torch.triu(ones, 1)``, a buffer
     ``tril(ones)[:, :, :T, :T] == 0``, ...); the softmax reading it applies the mask."""
     s, mask, value = _scores(c, c.inputs[0]), c.inputs[1], _number(c, c.attrs["value"], infinite=True)
+    if isinstance(mask, Attr) and not mask.value.requires_grad:   # a buffer, or a tensor made while tracing
+        mask = mask.value
     if s is None:
         raise c.error(f"masked_fill of {_show(c.inputs[0])} is not supported; only of attention scores "
                       f"(q @ k.transpose(-2, -1)) with a causal mask")
