@@ -108,7 +108,7 @@ def _prune(g: Graph, live: set[int]) -> Graph:
             continue
         ins = [new[i] for i in op.inputs]
         if op.kind == "input":
-            t = out.input(op.name, op.shape)
+            t = out.input(op.name, op.shape, dtype=op.attrs.get("dtype", "float32"))
         elif op.kind == "parameter":
             t = out.parameter(op.shape, name=op.name)
         elif op.kind == "concat":
