@@ -74,6 +74,16 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     return g, weights
 
 
+def _array(onnx: Any, t: Any) -> np.ndarray:
+    """An initializer's values: float32 raw data as a read-only array over the bytes protobuf
+    hands out (its own copy: GPT-2 small's 623 MB are not copied a second time), anything else
+    by onnx's numpy_helper."""
+    if t.data_type == onnx.TensorProto.FLOAT and t.HasField("raw_data") and np.little_endian \
+            and t.data_location != onnx.TensorProto.EXTERNAL:
+        return np.frombuffer(t.raw_data, dtype=np.float32).reshape(tuple(t.dims))
+    return onnx.numpy_helper.to_array(t)
+
+
 def _owner_name(initializer: str) -> str | None:
     """The op a weight initializer names: ``"layer1.0.conv1"`` for ``"layer1.0.conv1.weight"``,
     ``"w1"`` for a bare parameter ``"w1"`` (as from_torch names ``F.conv2d(x, self.w1)``); None
@@ -133,6 +143,7 @@ class _OnnxImporter:
         # as in from_torch; and how many ops each TorchScript-export scope holds (see _scope)
         self.reserved = {_owner_name(t.name) for t in self.gp.initializer if _owner_name(t.name)}
         self.scope_ops: dict[str, int] = {}
+        self.parsed_scopes: dict[tuple[str, str], Any] = {}
         for node in self.gp.node:
             path, _ = self._scope(node, counted=False)
             if path:
@@ -147,7 +158,7 @@ class _OnnxImporter:
             raise ModelImportError("sparse initializers are not supported")
         for t in self.gp.initializer:
             try:
-                self.env[t.name] = Const(self.onnx.numpy_helper.to_array(t), source=t.name)
+                self.env[t.name] = Const(_array(self.onnx, t), source=t.name)
             except Exception as exc:   # external data not found, unknown element type
                 raise ModelImportError(f"cannot read the initializer {t.name!r} ({type(exc).__name__}: {exc})") from None
         for vi in self.gp.input:
@@ -361,7 +372,8 @@ class _OnnxImporter:
 
     # ----- weights
     def weights(self) -> dict[str, np.ndarray]:
-        out = {f"{op}.{p}": np.array(v, dtype=np.float32, order="C") for op, ps in self.weights_.items()
+        # the initializers' arrays are the import's own copies: no second copy unless transposed or converted
+        out = {f"{op}.{p}": np.ascontiguousarray(v, dtype=np.float32) for op, ps in self.weights_.items()
                for p, v in ps.items()}
         want = parameter_shapes(self.g)
         got = {k: v.shape for k, v in out.items()}
@@ -393,11 +405,15 @@ class _OnnxImporter:
         (``counted``: once :attr:`scope_ops` is known)."""
         meta = {p.key: p.value for p in getattr(node, "metadata_props", [])}
         if "pkg.torch.onnx.name_scopes" in meta:
-            try:
-                scopes = ast.literal_eval(meta["pkg.torch.onnx.name_scopes"])
-                classes = ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
-            except (ValueError, SyntaxError):
+            key = (meta["pkg.torch.onnx.name_scopes"], meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
+            if key not in self.parsed_scopes:   # parsed once: every node is asked about several times
+                try:
+                    self.parsed_scopes[key] = (ast.literal_eval(key[0]), ast.literal_eval(key[1]))
+                except (ValueError, SyntaxError):
+                    self.parsed_scopes[key] = None
+            if self.parsed_scopes[key] is None:
                 return None, False
+            scopes, classes = self.parsed_scopes[key]
             if len(scopes) < 3:
                 return "", False
             leaf = len(classes) == len(scopes) and str(classes[-2]).startswith("torch.nn.modules.")

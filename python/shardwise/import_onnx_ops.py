@@ -68,6 +68,10 @@ class OnnxCall:
                              f"(operations on constants are not supported)")
         if rank is not None and len(value.shape) != rank:
             raise self.error(f"expects a rank-{rank} tensor as input {index}, got shape {value.shape}")
+        src = self.graph.ops[value.op]
+        if src.kind == "input" and src.attrs.get("dtype") == "int64":
+            raise self.error(f"reads the integer input {src.name!r} (token ids, INT64 or INT32) as input {index}; only "
+                             f"a Gather of a table (an embedding) may read integer inputs, the others must be float32")
         return value
 
     def weight(self, index: int, what: str, rank: int | None = None) -> Const:

@@ -45,10 +45,15 @@ class View:
     base: Tensor
     origin: np.ndarray
     arr: np.ndarray
+    where: str = ""
 
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.arr.shape)
+
+    def __repr__(self) -> str:
+        return (f"the view of a tensor of shape {self.base.shape} as {self.shape} (from {self.where}), which moves "
+                f"the batch dimension (supported only around the transpose of attention's keys)")
 
 
 @dataclass(eq=False)
@@ -84,7 +89,7 @@ def _view(c: OnnxCall, x: Any, make: Callable[[np.ndarray], np.ndarray], what: s
     out = make(arr)
     if out.size and not np.may_share_memory(out, origin):   # NumPy had to copy: not a view of x
         raise c.error(f"{what} of {_show(x)} is not supported (it is not a view of a graph tensor)")
-    return View(x if isinstance(x, Tensor) else x.base, origin, out)
+    return View(x if isinstance(x, Tensor) else x.base, origin, out, x.where if isinstance(x, View) else c.where)
 
 
 def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
@@ -192,9 +197,8 @@ def _add(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
                 mask = np.broadcast_to(m.value, m.value.shape) if m.value.ndim >= 2 else None
                 if mask is None or mask.shape[-2:] != (tq, tk):
                     break
-                above = np.triu(np.ones((tq, tk), dtype=bool), 1)
-                flat = mask.reshape(-1, tq, tk)
-                if not (np.all(flat[:, ~above] == 0) and np.all(flat[:, above] <= MASK_FILL_MAX)):
+                above = np.broadcast_to(np.triu(np.ones((tq, tk), dtype=bool), 1), mask.shape)
+                if not (np.array_equal(mask <= MASK_FILL_MAX, above) and np.array_equal(mask == 0, ~above)):
                     raise c.error("adding a mask to attention scores that is not the causal mask (0 on and below the "
                                   "diagonal, -inf above) is not supported")
                 return Scores(s.t, s.scale, True)
