@@ -115,12 +115,40 @@ class ViewWrite(nn.Module):
 
 
 class SeqLSTM(nn.Module):
-    def __init__(self) -> None:
+    """An LSTM with the batch second (PyTorch's default), which from_torch refuses."""
+
+    def __init__(self, **kw) -> None:
         super().__init__()
-        self.rnn, self.fc = nn.LSTM(4, 8), nn.Linear(8, 3)
+        self.rnn, self.fc = nn.LSTM(4, 8, **kw), nn.Linear(8, 3)
 
     def forward(self, x):
         return self.fc(self.rnn(x)[0][-1])
+
+
+class LSTMWithState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn, self.fc = nn.LSTM(4, 8, batch_first=True), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.zeros(1, x.shape[0], 8)
+        return self.fc(self.rnn(x, (h, h))[0][:, -1])
+
+
+class LSTMState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn, self.fc = nn.LSTM(4, 8, batch_first=True), nn.Linear(2 * 8, 3)
+
+    def forward(self, x):
+        _, (h, _) = self.rnn(x)
+        return self.fc(h.reshape(x.shape[0], 16))
+
+
+class NotCausal(nn.Module):
+    def forward(self, x):
+        s = x @ x.transpose(-2, -1)
+        return torch.softmax(s.masked_fill(torch.eye(4, dtype=torch.bool), float("-inf")), -1).flatten(1)
 
 
 IMG = (2, 4, 4, 4)
@@ -153,9 +181,19 @@ REFUSED = [
     ("indexing", lambda: Fn(lambda m, x: x[:, :2], 2), VEC, ["operator.getitem (x[...])", "'inner'", HERE]),
     ("buffer as a matrix", lambda: Fn(lambda m, x: x @ m.buf, 4), VEC, ["'inner.buf'", "buffer", "'inner'", HERE]),
     ("broadcasting add", lambda: Fn(lambda m, x: x + m.p, 4), VEC, ["'inner.p'", "'inner'", HERE]),
-    ("softmax inside", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.Softmax(1)), 4), VEC,
+    ("log_softmax inside", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.LogSoftmax(1)), 4), VEC,
      ["only as the model's output", "'body.1'"]),
-    ("reshape", lambda: Fn(lambda m, x: x.view(2, 2, 2), 8), VEC, ["(2, 4) to (2, 2, 2)", "'inner'", HERE]),
+    ("reshape of the batch", lambda: Fn(lambda m, x: x.view(4, 2), 2), VEC, ["(2, 4) to (4, 2)", "'inner'", HERE]),
+    ("bidirectional lstm", lambda: SeqLSTM(bidirectional=True, batch_first=True), (2, 3, 4),
+     ["bidirectional=True", "nn.LSTM", "'rnn'"]),
+    ("lstm states given", LSTMWithState, (2, 3, 4), ["nn.LSTM", "'rnn'", "2 positional"]),
+    ("lstm state whole", LSTMState, (2, 3, 4), ["h_n[-1]", "'rnn.h_n'"]),
+    ("attention mask", lambda: Fn(lambda m, x: F.scaled_dot_product_attention(x, x, x, attn_mask=x[:, 0]), 4),
+     (2, 3, 4), ["attn_mask", "'inner'", HERE]),
+    ("non-causal masked_fill", NotCausal, (2, 2, 4, 4), ["not the causal mask", "NotCausal.forward"]),
+    ("scaled activations", lambda: Fn(lambda m, x: torch.relu(x) / 2.0, 4), VEC,
+     ["operator.truediv (x / y)", "'inner'", HERE, "attention scores"]),
+    ("integer input read by a linear", lambda: nn.Linear(4, 3), None, ["'input'", "torch.int64", "nn.Embedding"]),
     ("module called twice", Twice, VEC, ["'fc'", "more than once"]),
     ("tied weights", Tied, VEC, ["'b'", "'a'", "tied"]),
     ("in-place on a view", ViewWrite, (2, 4, 2, 2), ["y.relu_()", "in-place", "view"]),
@@ -172,8 +210,9 @@ REFUSED = [
 @pytest.mark.parametrize("factory,shape,fragments", [pytest.param(*c[1:], id=c[0]) for c in REFUSED])
 def test_refused_with_the_op_and_where(factory, shape, fragments):
     model = factory()
+    x = torch.randn(*shape) if shape is not None else torch.zeros(*VEC, dtype=torch.long)
     with pytest.raises(sw.ModelImportError) as info:
-        sw.from_torch(model, (torch.randn(*shape),))
+        sw.from_torch(model, (x,))
     for fragment in fragments:
         assert fragment in str(info.value), f"{fragment!r} not in: {info.value}"
 
@@ -185,7 +224,7 @@ def test_model_import_error_is_a_graph_error():
 
 @pytest.mark.parametrize("model,inputs,fragment", [
     (lambda x: x, (torch.zeros(2, 4),), "takes a torch.nn.Module"),
-    (nn.Linear(4, 3), (torch.zeros(2, 4, dtype=torch.long),), "torch.int64"),
+    (nn.Linear(4, 3), (torch.zeros(2, 4, dtype=torch.bool),), "torch.bool"),
     (nn.Linear(4, 3), (), "example_inputs"),
     (nn.Linear(4, 3), (torch.zeros(2, 4), torch.zeros(2, 4)), "example_inputs has 2"),
     (nn.Linear(4, 3), ([1.0, 2.0],), "not a tensor"),

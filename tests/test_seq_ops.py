@@ -154,13 +154,16 @@ def one_op_graph(kind: str) -> sw.Graph:
         y = g.reshape(g.transpose(y, 1, 2), (N, D // H, H * T))
     elif kind == "broadcast_add":
         y = g.add(g.parameter((N, T, D), name="p"), g.parameter((T, D), name="q"))
+    elif kind == "select":   # two steps of one sequence: their gradients add up in p, zero elsewhere
+        p = g.parameter((N, T, D), name="p")
+        y = g.add(g.select(p, 1, 2, name="sel"), g.select(p, 1, T - 1, name="sel2"))
     else:
         raise ValueError(kind)
     g.softmax(y, name="loss")
     return g
 
 
-KINDS = ["layer_norm", "softmax_dim", "matmul", "reshape_permute", "broadcast_add", "embedding"]
+KINDS = ["layer_norm", "softmax_dim", "matmul", "reshape_permute", "broadcast_add", "embedding", "select"]
 
 
 def batch_of(g: sw.Graph, seed: int):
@@ -217,6 +220,7 @@ def test_kernels_equal_reference_on_random_plans(kind, seed):
     ("embedding", "e", {"v": 2}),                         # the vocabulary
     ("embedding", "e", {"l": 2}),                         # the features
     ("broadcast_add", "add_0", {"c": 2, "l": 2}),         # the broadcast operand split too
+    ("select", "sel", {"n": 2, "c": 2}),                  # samples and features of one step
 ])
 def test_kernels_equal_reference_when_their_own_dims_split(kind, op, spec):
     g = one_op_graph(kind)
@@ -255,6 +259,12 @@ def test_builders_refuse_bad_arguments():
         g.add(x, g.input("y", (T, D + 1)))
     with pytest.raises(GraphError, match="dtype"):
         g.input("z", (N, T), dtype="int32")
+    with pytest.raises(ShapeError, match="batch dimension"):
+        g.select(x, 0, 1)
+    with pytest.raises(ShapeError, match="out of range"):
+        g.select(x, 1, T)
+    with pytest.raises(ShapeError, match="int"):
+        g.select(x, 1, 1.5)
 
 
 def test_flops_follow_the_descriptions():

@@ -165,7 +165,7 @@ static sw_status softmax_dim_backward_data(const sw_task_env *e) {
                                    &dx);
 }
 
-/* ------------------------------------------------------------------ reshape, permute */
+/* ------------------------------------------------------------------ reshape, permute, select */
 static sw_status index_map_forward(const sw_task_env *e) {
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
@@ -228,4 +228,6 @@ const sw_cpu_op sw_cpu_embedding = {embedding_forward, NULL, embedding_backward_
 const sw_cpu_op sw_cpu_softmax_dim = {softmax_dim_forward, softmax_dim_backward_data, NULL};
 const sw_cpu_op sw_cpu_reshape = {index_map_forward, index_map_backward_data, NULL};
 const sw_cpu_op sw_cpu_permute = {index_map_forward, index_map_backward_data, NULL};
+/* select (x[:, t]): its map reads one index of a dimension; the gradient elsewhere is zero */
+const sw_cpu_op sw_cpu_select = {index_map_forward, index_map_backward_data, NULL};
 const sw_cpu_op sw_cpu_matmul = {matmul_forward, matmul_backward_data, NULL};

@@ -46,7 +46,7 @@ def _int(value: Any, what: str) -> int:
 
 class SequenceBuilders:
     """The builders of layer norm, embedding, softmax over a dimension, reshape, permute,
-    transpose and attention (a composition of matmul, softmax_dim and matmul)."""
+    transpose, select and attention (a composition of matmul, softmax_dim and matmul)."""
 
     ops: list["Op"]
 
@@ -141,6 +141,14 @@ class SequenceBuilders:
         perm = list(range(r))
         perm[a % r], perm[b % r] = perm[b % r], perm[a % r]
         return self.permute(x, perm, name=name)
+
+    def select(self, x: "Tensor", dim: int, index: int, name: str | None = None) -> "Tensor":
+        """``x.select(dim, index)``: x without dimension ``dim`` (not the batch), at ``index``
+        (``x[:, t]`` of an (N, T, E) sequence is ``select(x, 1, t)``, an (N, E) step)."""
+        x = self._tensor(x)
+        dim, index = _int(dim, "select dim"), _int(index, "select index")
+        desc = ops_seq.select(x.shape, dim, index)
+        return self._add("select", [x], desc, name, dim=dim % len(x.shape), index=index)
 
     def attention(self, q: "Tensor", k: "Tensor", v: "Tensor", causal: bool = True, scale: float | None = None,
                   name: str | None = None) -> "Tensor":

@@ -19,12 +19,14 @@ from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
 from .import_onnx_const import FOLDERS, Const, FoldError, fold
 from .import_onnx_ops import FUSES_RELU, HINTS, KIND_NAMES, ONNX_OPS, OnnxCall, SiluOf
+from . import import_onnx_seq  # noqa: F401  (adds the sequence ops to ONNX_OPS)
 from .import_torch import _live_ops, _prune   # the same pruning as from_torch: ops the loss does not read
 from .init import parameter_shapes
 
 __all__ = ["from_onnx"]
 
 _FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
+_INT_TYPES = {6: "int32", 7: "int64"}   # token ids, which only embeddings (Gather of a table) read
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -70,6 +72,16 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
         g = _prune(g, live)
         weights = {k: v for k, v in weights.items() if k.rsplit(".", 1)[0] in g}
     return g, weights
+
+
+def _array(onnx: Any, t: Any) -> np.ndarray:
+    """An initializer's values: float32 raw data as a read-only array over the bytes protobuf
+    hands out (its own copy: GPT-2 small's 623 MB are not copied a second time), anything else
+    by onnx's numpy_helper."""
+    if t.data_type == onnx.TensorProto.FLOAT and t.HasField("raw_data") and np.little_endian \
+            and t.data_location != onnx.TensorProto.EXTERNAL:
+        return np.frombuffer(t.raw_data, dtype=np.float32).reshape(tuple(t.dims))
+    return onnx.numpy_helper.to_array(t)
 
 
 def _owner_name(initializer: str) -> str | None:
@@ -131,6 +143,7 @@ class _OnnxImporter:
         # as in from_torch; and how many ops each TorchScript-export scope holds (see _scope)
         self.reserved = {_owner_name(t.name) for t in self.gp.initializer if _owner_name(t.name)}
         self.scope_ops: dict[str, int] = {}
+        self.parsed_scopes: dict[tuple[str, str], Any] = {}
         for node in self.gp.node:
             path, _ = self._scope(node, counted=False)
             if path:
@@ -145,12 +158,14 @@ class _OnnxImporter:
             raise ModelImportError("sparse initializers are not supported")
         for t in self.gp.initializer:
             try:
-                self.env[t.name] = Const(self.onnx.numpy_helper.to_array(t), source=t.name)
+                self.env[t.name] = Const(_array(self.onnx, t), source=t.name)
             except Exception as exc:   # external data not found, unknown element type
                 raise ModelImportError(f"cannot read the initializer {t.name!r} ({type(exc).__name__}: {exc})") from None
         for vi in self.gp.input:
             if vi.name not in self.env:   # old exports list the initializers among the inputs too
-                self.env[vi.name] = self.g.input(self._unique(vi.name, owner=True), self._input_shape(vi))
+                integer = vi.type.tensor_type.elem_type in _INT_TYPES
+                self.env[vi.name] = self.g.input(self._unique(vi.name, owner=True), self._input_shape(vi),
+                                                 dtype="int64" if integer else "float32")
         for index, node in enumerate(self.gp.node):
             if not (node.output and node.output[0] in self.fused):
                 self._node(node, index)
@@ -162,7 +177,7 @@ class _OnnxImporter:
         if not vi.type.HasField("tensor_type"):
             raise ModelImportError(f"{where} is not a tensor")
         tt = vi.type.tensor_type
-        if tt.elem_type not in _FLOAT_TYPES:
+        if tt.elem_type not in _FLOAT_TYPES and tt.elem_type not in _INT_TYPES:
             kind = self.onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type else "unknown"
             raise ModelImportError(f"{where} has element type {kind}; shardwise's inputs are float32")
         if not tt.HasField("shape"):
@@ -231,7 +246,9 @@ class _OnnxImporter:
         last = bias_add or node   # the node whose output the op's result is
         relu = self._relu_reader(last) if node.op_type in FUSES_RELU and (node.op_type != "MatMul" or bias_add) \
             else None
-        call = OnnxCall(self.g, self._op_name(node, values, bias_add is not None), where, node.op_type, values, attrs,
+        linear = bias_add is not None or (node.op_type == "MatMul" and len(values) == 2
+                                          and isinstance(values[1], Const) and values[1].transposed)
+        call = OnnxCall(self.g, self._op_name(node, values, linear), where, node.op_type, values, attrs,
                         activation="relu" if relu is not None else None,
                         is_output=self._only_output(node.output[0]),
                         bias_add=self.env[self._other_input(bias_add, node.output[0])] if bias_add else None,
@@ -259,6 +276,13 @@ class _OnnxImporter:
             if op == "Identity":   # the same initializer under another name: keep it one Const
                 self.env[node.output[0]] = values[0]
                 return True
+            w = values[0] if values else None
+            if op == "Gather" and w is not None and w.source is not None and w.value.dtype.kind == "f":
+                return False   # a table of the model read by constant indices: positions (import_onnx_seq)
+            if op == "Transpose" and w is not None and w.source is not None and w.value.ndim == 2:
+                # a linear layer's weight (out, in) transposed for a MatMul: still that initializer
+                self.env[node.output[0]] = Const(w.value.T, source=w.source, transposed=True)
+                return True
             args = [None if v is None else v.value for v in values]
         else:
             return False
@@ -276,9 +300,9 @@ class _OnnxImporter:
         value = self.env.get(outs[0].name)
         if not isinstance(value, Tensor):
             raise ModelImportError(f"the model's output {outs[0].name!r} is not computed from its inputs")
-        if len(value.shape) != 2:
+        if len(value.shape) not in (2, 3):
             raise ModelImportError(f"the model's output {outs[0].name!r} has shape {value.shape}; from_onnx takes a "
-                                   f"model whose output is (N, classes) logits")
+                                   f"model whose output is (N, classes) or (N, T, classes) logits")
         if self.g.ops[value.op].kind != "softmax":
             self.g.softmax(value, name=self._unique("softmax"))
 
@@ -348,7 +372,8 @@ class _OnnxImporter:
 
     # ----- weights
     def weights(self) -> dict[str, np.ndarray]:
-        out = {f"{op}.{p}": np.array(v, dtype=np.float32, order="C") for op, ps in self.weights_.items()
+        # the initializers' arrays are the import's own copies: no second copy unless transposed or converted
+        out = {f"{op}.{p}": np.ascontiguousarray(v, dtype=np.float32) for op, ps in self.weights_.items()
                for p, v in ps.items()}
         want = parameter_shapes(self.g)
         got = {k: v.shape for k, v in out.items()}
@@ -380,11 +405,15 @@ class _OnnxImporter:
         (``counted``: once :attr:`scope_ops` is known)."""
         meta = {p.key: p.value for p in getattr(node, "metadata_props", [])}
         if "pkg.torch.onnx.name_scopes" in meta:
-            try:
-                scopes = ast.literal_eval(meta["pkg.torch.onnx.name_scopes"])
-                classes = ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
-            except (ValueError, SyntaxError):
+            key = (meta["pkg.torch.onnx.name_scopes"], meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
+            if key not in self.parsed_scopes:   # parsed once: every node is asked about several times
+                try:
+                    self.parsed_scopes[key] = (ast.literal_eval(key[0]), ast.literal_eval(key[1]))
+                except (ValueError, SyntaxError):
+                    self.parsed_scopes[key] = None
+            if self.parsed_scopes[key] is None:
                 return None, False
+            scopes, classes = self.parsed_scopes[key]
             if len(scopes) < 3:
                 return "", False
             leaf = len(classes) == len(scopes) and str(classes[-2]).startswith("torch.nn.modules.")
@@ -399,8 +428,8 @@ class _OnnxImporter:
     def _op_name(self, node: Any, values: list[Any], linear: bool) -> str:
         """The op's name by docs/importing.md's rules: the weight's owner, else the module path."""
         kind = "linear" if linear else KIND_NAMES.get(node.op_type, node.op_type.lower())
-        weighted = node.op_type in ("Conv", "Gemm", "BatchNormalization") or linear
-        w = values[1] if weighted and len(values) > 1 else None
+        weighted = node.op_type in ("Conv", "Gemm", "BatchNormalization", "LayerNormalization", "Gather") or linear
+        w = values[0 if node.op_type == "Gather" else 1] if weighted and len(values) > 1 else None
         if isinstance(w, Const) and w.source is not None and _owner_name(w.source):
             return self._unique(_owner_name(w.source), owner=True)
         path, leaf = self._scope(node)

@@ -36,6 +36,7 @@ class Const:
 
     value: np.ndarray
     source: str | None = None
+    transposed: bool = False   # the initializer ``source`` transposed (a linear layer's (in, out) weight)
 
     def __repr__(self) -> str:   # messages show where it comes from, not its values
         what = f"initializer {self.source!r}" if self.source else "a computed constant"
@@ -167,6 +168,13 @@ FOLDERS: dict[str, Callable[[dict[str, Any], Sequence[Any]], np.ndarray]] = {
     "Mul": lambda attrs, ins: ins[0] * ins[1],
     "Div": _div,
     "Transpose": lambda attrs, ins: np.transpose(ins[0], attrs.get("perm")),
+    # the causal mask and the scale of scaled dot-product attention, as the dynamo exporter writes them
+    "Range": lambda attrs, ins: np.arange(ins[0], ins[1], ins[2]),
+    "Sqrt": lambda attrs, ins: np.sqrt(ins[0]),
+    "Trilu": lambda attrs, ins: (np.triu if attrs.get("upper", 1) else np.tril)(
+        ins[0], int(ins[1]) if len(ins) > 1 and ins[1] is not None else 0),
+    "Equal": lambda attrs, ins: np.equal(ins[0], ins[1]),
+    "Where": lambda attrs, ins: np.where(ins[0], ins[1], ins[2]),
 }
 """ONNX ops evaluated on constants, by op type: ``fold(attrs, input values) -> value``."""
 

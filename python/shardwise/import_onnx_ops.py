@@ -68,6 +68,10 @@ class OnnxCall:
                              f"(operations on constants are not supported)")
         if rank is not None and len(value.shape) != rank:
             raise self.error(f"expects a rank-{rank} tensor as input {index}, got shape {value.shape}")
+        src = self.graph.ops[value.op]
+        if src.kind == "input" and src.attrs.get("dtype") == "int64":
+            raise self.error(f"reads the integer input {src.name!r} (token ids, INT64 or INT32) as input {index}; only "
+                             f"a Gather of a table (an embedding) may read integer inputs, the others must be float32")
         return value
 
     def weight(self, index: int, what: str, rank: int | None = None) -> Const:
@@ -189,10 +193,10 @@ def _conv(c: OnnxCall) -> Tensor:
 def _linear(c: OnnxCall, x: Tensor, weight: Weight, bias: Weight | None) -> Tensor:
     """y = x W^T + b, ``weight`` in PyTorch's layout (out, in)."""
     w = weight[1]
-    if len(x.shape) != 2:
+    if len(x.shape) not in (2, 3):
         raise c.error(f"a matrix product of a rank-{len(x.shape)} tensor {x.shape} with a weight is not supported "
-                      f"(it takes (N, features))")
-    if x.shape[1] != w.shape[1]:
+                      f"(it takes (N, features) or (N, T, features))")
+    if x.shape[-1] != w.shape[1]:
         raise ShapeError(f"{c.where}: the weight (out, in) = {tuple(w.shape)} takes {w.shape[1]} features but the "
                          f"input has shape {x.shape}")
     y = c.graph.linear(x, int(w.shape[0]), activation=c.activation, bias=bias is not None, name=c.name)
@@ -466,7 +470,8 @@ KIND_NAMES: dict[str, str] = {
     "Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu", "LeakyRelu": "leaky_relu", "Mul": "silu", "Add": "add",
     "Concat": "cat", "Flatten": "flatten", "Reshape": "reshape", "Squeeze": "squeeze", "MaxPool": "maxpool",
     "AveragePool": "avgpool", "GlobalAveragePool": "avgpool", "GlobalMaxPool": "maxpool", "ReduceMean": "mean",
-    "Softmax": "softmax", "LogSoftmax": "softmax",
+    "Softmax": "softmax", "LogSoftmax": "softmax", "Gather": "embedding", "LayerNormalization": "layer_norm",
+    "Transpose": "transpose",
 }
 """The operation's name in op names made from a scope (``"layer1.0.add"``): from_torch's names."""
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
-from .import_torch_ops import REQUIRED, TORCH_OPS, VIEW_OPS, Attr, Call, TorchOp, record_weights
+from .import_torch_ops import REQUIRED, TORCH_OPS, VIEW_OPS, Attr, Call, Lazy, TorchOp, is_torch_tensor, record_weights
 from .init import parameter_shapes
 
 __all__ = ["from_torch"]
@@ -108,7 +108,7 @@ def _prune(g: Graph, live: set[int]) -> Graph:
             continue
         ins = [new[i] for i in op.inputs]
         if op.kind == "input":
-            t = out.input(op.name, op.shape)
+            t = out.input(op.name, op.shape, dtype=op.attrs.get("dtype", "float32"))
         elif op.kind == "parameter":
             t = out.parameter(op.shape, name=op.name)
         elif op.kind == "concat":
@@ -119,7 +119,7 @@ def _prune(g: Graph, live: set[int]) -> Graph:
     return out
 
 
-def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[int, ...]]:
+def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[tuple[int, ...], str]]:
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
@@ -128,15 +128,18 @@ def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[int, ...]]:
     for k, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             raise ModelImportError(f"example input {k} is a {type(x).__name__}, not a tensor")
-        if not x.dtype.is_floating_point:
-            raise ModelImportError(f"example input {k} has dtype {x.dtype}; shardwise's inputs are float32")
-        shapes.append(tuple(int(s) for s in x.shape))
+        if x.dtype.is_complex or x.dtype == torch.bool:
+            raise ModelImportError(f"example input {k} has dtype {x.dtype}; shardwise's inputs are float32 (or "
+                                   f"integer token ids for nn.Embedding)")
+        dtype = "float32" if x.dtype.is_floating_point else "int64"   # integers: token ids (embeddings read them)
+        shapes.append((tuple(int(s) for s in x.shape), dtype))
     return shapes
 
 
 def _trace(torch: Any, model: Any) -> Any:
     tracer = torch.fx.Tracer()
     tracer.record_stack_traces = True   # source lines for messages
+    tracer.proxy_buffer_attributes = True   # buffers as get_attr nodes: a causal mask `self.bias[:, :, :T, :T]`
     try:
         return tracer.trace(model)
     except Exception as exc:   # TraceError, or whatever forward raises on proxies
@@ -271,7 +274,7 @@ class _Importer:
         self.torch_dir = os.path.dirname(torch.__file__)
 
     # ----- the pass
-    def run(self, shapes: list[tuple[int, ...]]) -> Graph:
+    def run(self, shapes: list[tuple[tuple[int, ...], str]]) -> Graph:
         placeholders = [n for n in self.fx.nodes if n.op == "placeholder"]
         if len(placeholders) != len(shapes):
             raise ModelImportError(f"{type(self.model).__name__}.forward takes {len(placeholders)} tensor(s) "
@@ -279,7 +282,8 @@ class _Importer:
         shape_of = dict(zip(placeholders, shapes))
         for node in self.fx.nodes:
             if node.op == "placeholder":
-                self.env[node] = self.g.input(self._unique(node.target.lstrip("*"), owner=True), shape_of[node])
+                shape, dtype = shape_of[node]
+                self.env[node] = self.g.input(self._unique(node.target.lstrip("*"), owner=True), shape, dtype=dtype)
             elif node.op == "get_attr":
                 self.env[node] = Attr(node.target, self._fetch(node.target))
             elif node.op == "output":
@@ -302,6 +306,9 @@ class _Importer:
         if node.op == "call_function" and self._foldable(node.target, args, kwargs):
             self.env[node] = node.target(*args, **kwargs)   # shape arithmetic on constants
             return
+        if node.op in ("call_function", "call_method") and self._constant(node, args, kwargs):
+            self.env[node] = self._evaluate(node, args, kwargs)   # torch.arange(T), a causal mask from a buffer
+            return
         entry, module = self._entry(node)
         where = self._where(node, module)
         if entry is None:
@@ -319,7 +326,8 @@ class _Importer:
                                        f"which is not supported")
         call = Call(self.g, self._op_name(node, entry, inputs), where, module, inputs, attrs,
                     activation=self._fuse_relu(node, entry), is_output=self._is_output(node),
-                    weights=self.params, parameter_op=self._parameter_op, state=self.state)
+                    weights=self.params, parameter_op=self._parameter_op, state=self.state,
+                    op=self._describe(node, module))
         try:
             value = entry.convert(call)
         except ModelImportError:
@@ -353,12 +361,14 @@ class _Importer:
         out = node.args[0]
         value = self.env.get(out) if isinstance(out, self.torch.fx.Node) else out
         where = f"{type(self.model).__name__}.forward"
+        if isinstance(value, Lazy):
+            value = value.tensor(self.g, where, "the output")
         if not isinstance(value, Tensor):
             raise ModelImportError(f"{where} returns {type(value).__name__}; from_torch takes a model that returns "
-                                   f"one (N, classes) tensor of logits")
-        if len(value.shape) != 2:
+                                   f"one (N, classes) or (N, T, classes) tensor of logits")
+        if len(value.shape) not in (2, 3):
             raise ModelImportError(f"{where} returns shape {value.shape}; from_torch takes a model that returns "
-                                   f"(N, classes) logits")
+                                   f"(N, classes) or (N, T, classes) logits")
         if self.g.ops[value.op].kind != "softmax":
             self.g.softmax(value, name=self._unique("softmax"))
 
@@ -404,8 +414,35 @@ class _Importer:
         if getattr(target, "__module__", None) not in FOLDABLE_MODULES:
             return False
         found: list[bool] = []
-        self.torch.fx.node.map_aggregate((args, kwargs), lambda v: found.append(isinstance(v, (Tensor, Attr))))
+        self.torch.fx.node.map_aggregate((args, kwargs), lambda v: found.append(isinstance(v, (Tensor, Attr, Lazy))
+                                                                                 or is_torch_tensor(v)))
         return not any(found)
+
+    def _constant(self, node: Any, args: Any, kwargs: Any) -> bool:
+        """Whether a call of a torch function or Tensor method reads constants only: numbers,
+        tensors it made (``torch.ones``), the model's buffers; never graph values or trainable
+        parameters, whose values change in training."""
+        if node.op == "call_function" and not str(getattr(node.target, "__module__", "") or "").startswith("torch") \
+                and getattr(node.target, "__module__", None) not in FOLDABLE_MODULES:
+            return False
+        found: list[bool] = []
+
+        def visit(v: Any) -> None:
+            found.append(isinstance(v, (Tensor, Lazy)) or (isinstance(v, Attr) and bool(v.value.requires_grad)))
+        self.torch.fx.node.map_aggregate((args, kwargs), visit)
+        return not any(found)
+
+    def _evaluate(self, node: Any, args: Any, kwargs: Any) -> Any:
+        """The call run by torch on its constant arguments (buffers as their tensors)."""
+        args, kwargs = self.torch.fx.node.map_aggregate((args, kwargs), lambda v: v.value if isinstance(v, Attr) else v)
+        try:
+            with self.torch.no_grad():
+                if node.op == "call_method":
+                    return getattr(args[0], node.target)(*args[1:], **kwargs)
+                return node.target(*args, **kwargs)
+        except Exception as exc:
+            raise ModelImportError(f"{self._where(node)}: {self._describe(node, None)} on constants failed "
+                                   f"({type(exc).__name__}: {exc})") from None
 
     def _fuse_relu(self, node: Any, entry: TorchOp) -> str | None:
         """"relu" when ``node``'s only user is a ReLU of it, which is then fused into ``node``'s op."""

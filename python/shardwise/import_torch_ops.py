@@ -41,6 +41,16 @@ class Attr:
         return f"<the model's tensor {self.target!r}>"
 
 
+class Lazy:
+    """A value of the trace that is not (yet) one graph tensor: attention scores waiting for
+    their scale and causal mask to reach a softmax, an LSTM's output sequence kept as its
+    steps (:mod:`shardwise.import_torch_seq`)."""
+
+    def tensor(self, g: Graph, where: str, what: str) -> Tensor:
+        """The value as one graph tensor (building ops if need be), or a ModelImportError."""
+        raise NotImplementedError
+
+
 @dataclass
 class Call:
     """One call of a supported operation, as its converter sees it."""
@@ -57,16 +67,20 @@ class Call:
     parameter_op: Callable[[Attr, str], Tensor] | None = None         # an Attr as a parameter op (Attr, where)
     state: dict[str, dict[str, Any]] = field(default_factory=dict)    # op name -> {buffer: torch tensor}:
                                                                        # batch norms' running statistics
+    op: str = ""                     # what the call calls, as a user writes it ("operator.mul (x * y)")
 
     def error(self, message: str) -> ModelImportError:
         return ModelImportError(f"{self.where}: {message}")
 
-    def tensor(self, index: int, rank: int | None = None) -> Tensor:
-        """Data input ``index`` as a graph tensor (of ``rank`` dimensions when given)."""
-        return self.as_tensor(self.inputs[index], f"argument {index}", rank)
+    def tensor(self, index: int, rank: int | None = None, ids_ok: bool = False) -> Tensor:
+        """Data input ``index`` as a graph tensor (of ``rank`` dimensions when given); an
+        integer input (token ids) only when ``ids_ok`` (shape queries, embeddings)."""
+        return self.as_tensor(self.inputs[index], f"argument {index}", rank, ids_ok)
 
-    def as_tensor(self, value: Any, what: str, rank: int | None = None) -> Tensor:
+    def as_tensor(self, value: Any, what: str, rank: int | None = None, ids_ok: bool = False) -> Tensor:
         """``value`` (``what`` of the call) as a graph tensor, or a ModelImportError saying what it is."""
+        if isinstance(value, Lazy):
+            value = value.tensor(self.graph, self.where, what)
         if isinstance(value, Attr):
             raise self.error(f"reads the tensor attribute {value.target!r} as data; a parameter is supported "
                              f"only as an operand of a matrix product (x @ W)")
@@ -75,6 +89,10 @@ class Call:
                              f"(operations with constants are not supported)")
         if rank is not None and len(value.shape) != rank:
             raise self.error(f"expects a rank-{rank} tensor as {what}, got shape {value.shape}")
+        src = self.graph.ops[value.op]
+        if not ids_ok and src.kind == "input" and src.attrs.get("dtype") == "int64":
+            raise self.error(f"reads the integer input {src.name!r} (token ids, torch.int64) as {what}; only "
+                             f"nn.Embedding may read integer inputs")
         return value
 
     def parameter(self, value: Any, what: str, rank: int) -> Any:
@@ -116,7 +134,16 @@ def _show(value: Any) -> str:
         return f"the model's tensor {value.target!r}"
     if isinstance(value, Tensor):
         return f"a tensor of shape {value.shape}"
+    if isinstance(value, Lazy):
+        return repr(value)
+    if is_torch_tensor(value):
+        return f"a constant tensor of shape {tuple(value.shape)}"
     return f"the constant {value!r}"
+
+
+def is_torch_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch.Tensor (a constant the import evaluated), without importing torch."""
+    return any(c.__name__ == "Tensor" and c.__module__.startswith("torch") for c in type(value).__mro__)
 
 
 @dataclass(frozen=True)
@@ -226,11 +253,12 @@ def _conv2d_fn(c: Call) -> Tensor:
 
 
 def _linear_with(c: Call, weight: Any, bias: Any) -> Tensor:
-    """y = x W^T + b with W (out, in), from nn.Linear or F.linear."""
+    """y = x W^T + b with W (out, in), from nn.Linear or F.linear, on (N, in) or (N, T, in)."""
     x = c.tensor(0)
-    if len(x.shape) != 2:
-        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features))")
-    if x.shape[1] != weight.shape[1]:
+    if len(x.shape) not in (2, 3):
+        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features) "
+                      f"or (N, T, features))")
+    if x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} features but the "
                          f"input has shape {x.shape}")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
@@ -299,7 +327,9 @@ def _leaky_relu(c: Call) -> Tensor:
 
 
 def _add(c: Call) -> Tensor:
-    a, b = c.inputs[0], c.inputs[1]
+    """a + b of two computed tensors of one shape, or (N, T, D) + (T, D): a position table
+    broadcast over the samples (the builder's broadcast add)."""
+    a, b = (v.tensor(c.graph, c.where, "an operand") if isinstance(v, Lazy) else v for v in c.inputs[:2])
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         other = b if isinstance(a, Tensor) else a
         raise c.error(f"adding {_show(other)} is not supported (add takes two tensors of one shape, "
@@ -307,8 +337,12 @@ def _add(c: Call) -> Tensor:
     if c.attrs["alpha"] != 1:
         raise c.error(f"alpha={c.attrs['alpha']!r} is not supported")
     if a.shape != b.shape:
-        raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported")
-    return c.graph.add(a, b, name=c.name)
+        big, small = (a, b) if len(a.shape) > len(b.shape) else (b, a)
+        if len(small.shape) < 2 or len(big.shape) != len(small.shape) + 1 or big.shape[1:] != small.shape:
+            raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported; only equal "
+                          f"shapes, or (N, T, D) and (T, D) (a position table added to every sample)")
+        a, b = big, small
+    return c.graph.add(c.as_tensor(a, "operand 0"), c.as_tensor(b, "operand 1"), name=c.name)
 
 
 def _concat(c: Call) -> Tensor:
@@ -323,13 +357,20 @@ def _concat(c: Call) -> Tensor:
 
 
 def _flatten_to_2d(c: Call, x: Tensor, shape: tuple[int, ...], what: str) -> Tensor:
-    """``x`` reshaped to ``shape``: itself, or a flatten to (N, features)."""
+    """``x`` reshaped to ``shape``: itself, a flatten to (N, features), or (the batch
+    dimension kept) a reshape op that splits or merges the other dimensions ((N, T, D) <->
+    (N, T, H, Dh): attention's heads)."""
     if tuple(shape) == x.shape:
         return x
     if len(shape) == 2 and len(x.shape) > 2 and shape[0] == x.shape[0]:
         return c.graph.flatten(x, name=c.name)
-    raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported; only flattening to "
-                  f"(N, features) is")
+    if len(shape) >= 2 and shape[0] == x.shape[0]:
+        try:
+            return c.graph.reshape(x, tuple(shape), name=c.name)
+        except ShapeError as exc:
+            raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported ({exc})") from None
+    raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported; only reshapes that keep the batch "
+                  f"dimension (flattening to (N, features), splitting or merging the others)")
 
 
 def _flatten(c: Call) -> Tensor:
@@ -437,7 +478,10 @@ def _mean(c: Call) -> Tensor:
 
 
 def _matmul(c: Call) -> Tensor:
-    """a @ b of two rank-2 operands, each a tensor or a parameter of the model (``x @ self.w``)."""
+    """a @ b: of two rank-2 operands, each a tensor or a parameter of the model (``x @ self.w``);
+    or a batched product of two computed tensors of one rank (attention's ``q @ k.transpose(-2,
+    -1)``: an operand that is a transpose of its last two dimensions is read transposed, so the
+    transpose builds no op)."""
     ab = []
     for k in range(2):
         v = c.inputs[k]
@@ -446,19 +490,57 @@ def _matmul(c: Call) -> Tensor:
             if c.parameter_op is None:
                 raise c.error(f"cannot read {v.target!r}")
             v = c.parameter_op(v, c.where)
-        ab.append(c.as_tensor(v, f"operand {k}", rank=2))
-    return c.graph.matmul(ab[0], ab[1], name=c.name)
+        ab.append(c.as_tensor(v, f"operand {k}"))
+    a, b = ab
+    if len(a.shape) == 2 and len(b.shape) == 2:
+        return c.graph.matmul(a, b, name=c.name)
+    if len(a.shape) != len(b.shape) or len(a.shape) < 3:
+        raise c.error(f"a matrix product of shapes {a.shape} and {b.shape} is not supported (two rank-2 operands, "
+                      f"or two of one rank with equal batch dimensions)")
+    (a, ta), (b, tb) = _untransposed(c.graph, a), _untransposed(c.graph, b)
+    return c.graph.matmul(a, b, transpose_a=ta, transpose_b=tb, name=c.name)
+
+
+def _untransposed(g: Graph, t: Tensor) -> tuple[Tensor, bool]:
+    """(x, True) when ``t`` is a permute op swapping x's last two dimensions, else (t, False)."""
+    op = g.ops[t.op]
+    r = len(t.shape)
+    if op.kind == "permute" and tuple(op.attrs["dims"]) == tuple(range(r - 2)) + (r - 1, r - 2):
+        src = g.ops[op.inputs[0]]
+        return Tensor(g, src.index, src.shape), True
+    return t, False
 
 
 def _softmax(c: Call) -> Tensor:
-    """softmax / log_softmax over the classes as the model's last op: it becomes the loss op."""
-    x = c.tensor(0, rank=2)
+    """softmax over the classes as the model's last op: the loss op; anywhere else a
+    ``softmax_dim`` op over ``dim`` (attention scores with their scale and causal mask:
+    :mod:`shardwise.import_torch_seq`)."""
+    from .import_torch_seq import Scores
+
+    x = c.inputs[0]
+    if c.attrs["dtype"] is not None:
+        raise c.error(f"softmax(dtype={c.attrs['dtype']!r}) is not supported")
+    dim = c.attrs["dim"]
+    if isinstance(x, Scores):
+        return x.softmax(c, dim)
+    x = c.tensor(0)
+    if c.is_output and len(x.shape) in (2, 3) and dim in (None, -1, len(x.shape) - 1):
+        return c.graph.softmax(x, name=c.name)
+    if dim is None:
+        raise c.error("softmax without dim is not supported; give the dimension")
+    return c.graph.softmax_dim(x, _dim(c, dim, len(x.shape)), name=c.name)
+
+
+def _log_softmax(c: Call) -> Tensor:
+    """log_softmax over the classes as the model's last op: the loss op (with ``F.nll_loss``,
+    PyTorch's loss is the same); shardwise has no log-softmax inside a network."""
+    x = c.tensor(0)
     if not c.is_output:
-        raise c.error("softmax is supported only as the model's output, where it becomes shardwise's "
+        raise c.error("log_softmax is supported only as the model's output, where it becomes shardwise's "
                       "softmax cross-entropy loss")
-    if c.attrs["dim"] not in (None, 1, -1) or c.attrs["dtype"] is not None:
-        raise c.error(f"softmax(dim={c.attrs['dim']!r}, dtype={c.attrs['dtype']!r}) is not supported; "
-                      f"only over the classes (dim=1)")
+    if c.attrs["dim"] not in (None, -1, len(x.shape) - 1) or c.attrs["dtype"] is not None or len(x.shape) not in (2, 3):
+        raise c.error(f"log_softmax(dim={c.attrs['dim']!r}, dtype={c.attrs['dtype']!r}) of shape {x.shape} is not "
+                      f"supported; only over the classes (the last dimension of (N, C) or (N, T, C) logits)")
     return c.graph.softmax(x, name=c.name)
 
 
@@ -482,21 +564,25 @@ def _dropout(c: Call) -> Any:
 
 
 def _size(c: Call) -> Any:
-    shape = c.tensor(0).shape
+    shape = c.tensor(0, ids_ok=True).shape
     d = c.attrs["dim"]
     return tuple(shape) if d is None else shape[_dim(c, d, len(shape))]
 
 
 def _ndim(c: Call) -> int:
-    return len(c.tensor(0).shape)
+    return len(c.tensor(0, ids_ok=True).shape)
 
 
 def _getattr(c: Call) -> Any:
     name = c.attrs["attr"]
+    x = c.tensor(0, ids_ok=True)
     if name == "shape":
-        return tuple(c.tensor(0).shape)
+        return tuple(x.shape)
     if name == "ndim":
-        return len(c.tensor(0).shape)
+        return len(x.shape)
+    if name == "device":   # torch.arange(T, device=x.device): the constants are evaluated on the CPU
+        import torch
+        return torch.device("cpu")
     raise c.error(f"reading the tensor attribute {name!r} is not supported")
 
 
@@ -546,9 +632,9 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("matmul", _matmul, inputs=2, functions=("operator.matmul", "torch.matmul", "torch.mm"),
             methods=("matmul", "mm")),
     TorchOp("softmax", _softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
-            modules=("Softmax", "LogSoftmax"),
-            functions=("torch.softmax", "torch.log_softmax", _F + "softmax", _F + "log_softmax"),
-            methods=("softmax", "log_softmax")),
+            modules=("Softmax",), functions=("torch.softmax", _F + "softmax"), methods=("softmax",)),
+    TorchOp("softmax", _log_softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
+            modules=("LogSoftmax",), functions=("torch.log_softmax", _F + "log_softmax"), methods=("log_softmax",)),
     TorchOp("dropout", _dropout, params=(("p", 0.5), ("training", True), ("inplace", False)),
             modules=("Dropout",), functions=(_F + "dropout",)),
     TorchOp("identity", _identity, params=(("memory_format", None),), modules=("Identity",), methods=("contiguous",)),
@@ -557,8 +643,13 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("ndim", _ndim, methods=("dim", "ndimension")),
     TorchOp("getattr", _getattr, params=(("attr", REQUIRED),), functions=("builtins.getattr",)),
 )
-"""Every PyTorch operation :func:`shardwise.from_torch` imports."""
+"""Every PyTorch operation :func:`shardwise.from_torch` imports (the sequence-model ones, from
+:mod:`shardwise.import_torch_seq`, appended below)."""
 
+
+from .import_torch_seq import TORCH_SEQ_OPS  # noqa: E402  (it builds on the helpers above)
+
+TORCH_OPS = TORCH_OPS + TORCH_SEQ_OPS
 
 VIEW_OPS = ("flatten", "reshape", "squeeze")
 """Operations whose result is a view of their input in PyTorch (an in-place op on the result

@@ -290,7 +290,7 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
     **{kind: activation for kind in ACTIVATION_FLOPS}, "dropout": dropout,
     "layer_norm": ops_seq.layer_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,
-    "reshape": ops_seq.reshape, "permute": ops_seq.permute,
+    "reshape": ops_seq.reshape, "permute": ops_seq.permute, "select": ops_seq.select,
 }
 
 

@@ -188,6 +188,22 @@ def permute(x: tuple[int, ...], dims: Sequence[int]) -> OpDesc:
     return OpDesc(extents=tuple(x[d] for d in dims), out_rank=r, inputs=(InputDesc(DATA, x, tuple(exprs)),))
 
 
+def select(x: tuple[int, ...], dim: int, index: int) -> OpDesc:
+    """``x.select(dim, index)`` (``x[:, index]`` for dim 1): x without dimension ``dim``, read at
+    ``index`` (an RNN's timestep t of an (N, T, E) sequence).  x's dimension ``dim`` is the
+    constant ``index`` (an offset without variables), the others follow the output's in order;
+    the kernels are reshape's (they evaluate this map), the gradient is zero elsewhere."""
+    r = len(x)
+    a = _axis(dim, r, "select")
+    if a == 0:
+        raise ShapeError(f"select: dim 0 is the batch dimension of {x}; select another")
+    if r < 2 or isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < x[a]:
+        raise ShapeError(f"select: index {index!r} is out of range for dimension {dim} of {x}")
+    ro = r - 1
+    exprs = tuple(IndexExpr((0,) * ro, index) if d == a else var(ro, d if d < a else d - 1) for d in range(r))
+    return OpDesc(extents=x[:a] + x[a + 1:], out_rank=ro, inputs=(InputDesc(DATA, x, exprs),))
+
+
 def add(a: tuple[int, ...], b: tuple[int, ...]) -> OpDesc:
     """a + b where b's shape is a's or a trailing part of it (broadcast over a's leading
     dimensions, as a learned position table (T, D) added to (N, T, D) tokens)."""

@@ -8,7 +8,7 @@ and whole-graph training against these, and these against PyTorch.
     embedding    y[..., :] = W[ids[...]]
     softmax_dim  p = softmax(scale * x, dim), causal: key j > query i masked out
     matmul       y = op(a) @ op(b) over leading batch dimensions
-    reshape, permute: NumPy's, and their inverses for the gradient
+    reshape, permute, select: NumPy's, and their inverses for the gradient
     add          a + b, b broadcast over a's leading dimensions
     loss         mean over all N*T rows of -log softmax(logits)[label]
 """
@@ -132,6 +132,8 @@ def _forward(op: Any, ins: list[np.ndarray], param: Callable[[str], np.ndarray])
         return ins[0].reshape((ins[0].shape[0],) + tuple(a["shape"][1:]))
     if op.kind == "permute":
         return np.transpose(ins[0], a["dims"])
+    if op.kind == "select":
+        return np.take(ins[0], a["index"], axis=a["dim"])
     raise NotImplementedError(op.kind)
 
 
@@ -149,10 +151,16 @@ def _backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, par
         return [dy.reshape(ins[0].shape)], {}
     if op.kind == "permute":
         return [np.transpose(dy, np.argsort(a["dims"]))], {}
+    if op.kind == "select":
+        dx = np.zeros(ins[0].shape, dtype=dy.dtype)
+        index: list = [slice(None)] * dx.ndim
+        index[a["dim"]] = a["index"]
+        dx[tuple(index)] = dy
+        return [dx], {}
     raise NotImplementedError(op.kind)
 
 
-SEQ_KINDS = frozenset({"layer_norm", "embedding", "softmax_dim", "reshape", "permute"})
+SEQ_KINDS = frozenset({"layer_norm", "embedding", "softmax_dim", "reshape", "permute", "select"})
 """The graph op kinds whose whole-graph forward and backward this module computes."""
 
 
