@@ -25,9 +25,9 @@
  * constant in between): O(E x A) for E events and A tasks running at once.
  */
 #include <math.h>    /* INFINITY */
-#include <stdint.h>  /* INT32_MAX */
 #include <stdlib.h>  /* malloc, calloc, free */
 
+#include "id_heap.h"
 #include "shardwise.h"
 
 double sw_task_share(const sw_task *t, const sw_machine *m) {
@@ -36,53 +36,6 @@ double sw_task_share(const sw_task *t, const sw_machine *m) {
     }
     double f = (double)(t->elements > 0 ? t->elements : 1) / m->dev_fill[t->device];
     return f < 1.0 ? f : 1.0;
-}
-
-/* A min-heap of task ids: the line of ready tasks waiting for one exclusive resource. */
-typedef struct {
-    int32_t *items;
-    int32_t len, cap;
-} line_heap;
-
-static int line_push(line_heap *h, int32_t v) {
-    if (h->len == h->cap) {
-        int64_t wide = h->cap ? (int64_t)h->cap * 2 : 8;
-        int32_t cap = wide > INT32_MAX ? INT32_MAX : (int32_t)wide;
-        int32_t *n = cap > h->len ? realloc(h->items, sizeof *n * (size_t)cap) : NULL;
-        if (!n) {
-            return -1;
-        }
-        h->items = n;
-        h->cap = cap;
-    }
-    int32_t i = h->len++;
-    while (i > 0 && h->items[(i - 1) / 2] > v) {
-        h->items[i] = h->items[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->items[i] = v;
-    return 0;
-}
-
-static void line_pop(line_heap *h) {
-    int32_t v = h->items[--h->len], i = 0;
-    for (;;) {
-        int32_t c = 2 * i + 1;
-        if (c >= h->len) {
-            break;
-        }
-        if (c + 1 < h->len && h->items[c + 1] < h->items[c]) {
-            c++;
-        }
-        if (h->items[c] >= v) {
-            break;
-        }
-        h->items[i] = h->items[c];
-        i = c;
-    }
-    if (h->len > 0) {
-        h->items[i] = v;
-    }
 }
 
 typedef struct {
@@ -94,7 +47,7 @@ typedef struct {
     double *rate;          /* per task: its speed now (1: alone; 0 before it runs) */
     double *next_rate;     /* per task: scratch of assign_rates */
     double *fin;           /* per running task: when it ends at its current rate */
-    line_heap *line;       /* per exclusive resource */
+    sw_id_heap *line;       /* per exclusive resource */
     char *busy;            /* per exclusive resource */
     int32_t *running;      /* tasks running now (holding their resources), any order */
     int32_t nrunning;
@@ -151,7 +104,7 @@ static int try_start(loop *s, int32_t t) {
         }
     }
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        line_pop(&s->line[s->res[k]]);
+        sw_id_heap_pop(&s->line[s->res[k]]);
         s->busy[s->res[k]] = 1;
     }
     return run(s, t);
@@ -162,7 +115,7 @@ static int make_ready(loop *s, int32_t t) {
         return run(s, t);
     }
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        if (line_push(&s->line[s->res[k]], t) < 0) {
+        if (sw_id_heap_push(&s->line[s->res[k]], t) < 0) {
             return -1;
         }
         look_at(s, s->res[k]);

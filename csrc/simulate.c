@@ -11,62 +11,10 @@
  * Inputs are flat arrays (CSR for dependencies and resources); the output is
  * every task's start time.  O((T + R + E) log T) for T tasks, E dependencies.
  */
-#include <stdint.h>  /* INT32_MAX */
 #include <stdlib.h>  /* malloc, calloc, free */
 
+#include "id_heap.h"
 #include "shardwise.h"
-
-/* ---- binary min-heaps: of task ids (per resource) and of (time, id) events ---- */
-typedef struct {
-    int32_t *items;
-    int32_t len, cap;
-} id_heap;
-
-static int id_push(id_heap *h, int32_t v) {
-    if (h->len == h->cap) {
-        /* doubled in 64 bits and capped: a line holds at most one entry per task (< 2^31) */
-        int64_t wide = h->cap ? (int64_t)h->cap * 2 : 8;
-        int32_t cap = wide > INT32_MAX ? INT32_MAX : (int32_t)wide;
-        if (cap == h->len) {
-            return -1;
-        }
-        int32_t *n = realloc(h->items, sizeof *n * (size_t)cap);
-        if (!n) {
-            return -1;
-        }
-        h->items = n;
-        h->cap = cap;
-    }
-    int32_t i = h->len++;
-    while (i > 0 && h->items[(i - 1) / 2] > v) {
-        h->items[i] = h->items[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->items[i] = v;
-    return 0;
-}
-
-static void id_pop(id_heap *h) {
-    int32_t v = h->items[--h->len];
-    int32_t i = 0;
-    for (;;) {
-        int32_t c = 2 * i + 1;
-        if (c >= h->len) {
-            break;
-        }
-        if (c + 1 < h->len && h->items[c + 1] < h->items[c]) {
-            c++;
-        }
-        if (h->items[c] >= v) {
-            break;
-        }
-        h->items[i] = h->items[c];
-        i = c;
-    }
-    if (h->len > 0) {
-        h->items[i] = v;
-    }
-}
 
 typedef struct {
     double time;
@@ -111,7 +59,7 @@ typedef struct {
     int32_t ntasks, nres;
     const double *duration;
     const int32_t *res_ptr, *res;
-    id_heap *line;        /* per resource: ready tasks waiting for it, by id */
+    sw_id_heap *line;        /* per resource: ready tasks waiting for it, by id */
     char *busy;           /* per resource: a task holds it now */
     event *events;
     int32_t nevents;
@@ -138,7 +86,7 @@ static int try_task(sim *s, int32_t t, double now) {
     }
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
         int32_t r = s->res[k];
-        id_pop(&s->line[r]);
+        sw_id_heap_pop(&s->line[r]);
         s->busy[r] = 1;
     }
     s->start[t] = now;
@@ -153,7 +101,7 @@ static int make_ready(sim *s, int32_t t, double now) {
         return 0;
     }
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        if (id_push(&s->line[s->res[k]], t) < 0) {
+        if (sw_id_heap_push(&s->line[s->res[k]], t) < 0) {
             return -1;
         }
         look_at(s, s->res[k]);
