@@ -20,11 +20,11 @@
 static const char *const TASK_KIND_NAMES[SW_TASK_NKINDS] = {
     "load_input", "copy", "join", "forward", "loss", "bn_stats", "stats_reduce", "bn_apply",
     "bn_backward_stats", "backward_data", "accumulate", "backward_weight", "reduce", "update",
-    "forward_partial", "sum_partials", "activation_grad", "zero_grad"};
+    "forward_partial", "sum_partials", "activation_grad", "zero_grad", "swap_out", "swap_in"};
 static const char *const PHASE_NAMES[] = {"forward", "backward", "sync", "update"};
 static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
     "activation", "region", "grad", "partial_grad", "param", "param_grad", "momentum", "stats", "recv",
-    "partial", "grad_pre", "running_stats"};
+    "partial", "grad_pre", "running_stats", "host"};
 
 /* ------------------------------------------------------------------ arguments */
 void sw_py_plan_args_free(plan_args *a) {
@@ -305,15 +305,34 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
     return 0;
 }
 
-/* Lower, plan memory and order the tasks as the runtime does (its alignment, reuse on), time
- * and replay, with the GIL released; everything is freed on failure. */
+/* Lower (and swap: swap.c, on the swapped graph's streams), plan memory and order the tasks as the
+ * runtime does (its alignment, reuse on), time and replay, with the GIL released; everything is
+ * freed on failure.  arena and host (ndev each) get the memory plan's arenas and host regions. */
 static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
-                          sw_task_graph *g, double **modelled, sw_sim_result *r) {
+                          const sw_swap_spec *swap, sw_task_graph *g, double **modelled, sw_sim_result *r,
+                          int64_t *arena, int64_t *host) {
     SW_TRY(sw_lower(p, &a->plan, g));
+    sw_swap_streams swapped = {0};
+    sw_streams swap_view;
+    if (swap && swap->n > 0) {
+        if (streams) {
+            sw_task_graph_free(g);
+            return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
+        }
+        sw_task_graph sg;
+        sw_status st = sw_swap_apply(g, p->ndev, swap, &sg, &swapped);
+        sw_task_graph_free(g);
+        SW_TRY(st);
+        *g = sg;
+        swap_view = sw_swap_streams_view(&swapped);
+        streams = &swap_view;
+    }
     sw_memory_plan mp;
     sw_task_order order = {0};
     sw_status st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
     if (st == SW_OK) {
+        memcpy(arena, mp.arena, sizeof *arena * (size_t)p->ndev);
+        memcpy(host, mp.host_arena, sizeof *host * (size_t)p->ndev);
         st = sw_task_order_build_on(g, &mp, streams, &order);
         sw_memory_plan_free(&mp);
     }
@@ -326,6 +345,7 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
         st = sw_simulate_graph_on(p, g, &order, streams, *modelled, &s->machine, r);
     }
     sw_task_order_free(&order);
+    sw_swap_streams_free(&swapped);
     return st;
 }
 
@@ -342,16 +362,22 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
-                             "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams", NULL};
+                             "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams", "swap",
+                             "host_bw", "host_res", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
-    PyObject *streams_obj = Py_None;
-    int nres, cores = 0;
+    PyObject *streams_obj = Py_None, *swap_obj = Py_None, *host_bw_obj = Py_None;
+    int nres, cores = 0, host_res = -1;
     double copy_bw = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOO", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOi", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &swap_obj,
+                                     &host_bw_obj, &host_res) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    PyArrayObject *swap_arr[3] = {NULL, NULL, NULL}, *host_bw = NULL;
+    sw_swap_spec swap;
+    int64_t *arena = PyMem_Calloc((size_t)self->p->ndev + 1, sizeof *arena);
+    int64_t *host = PyMem_Calloc((size_t)self->p->ndev + 1, sizeof *host);
     PyArrayObject *sa[3] = {NULL, NULL, NULL};
     sw_streams view;
     const sw_streams *streams = NULL;
@@ -363,14 +389,30 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     double *modelled = NULL;
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
+    if (!arena || !host) {
+        PyErr_NoMemory();
+        goto done;
+    }
     if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
         parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, &s) < 0 ||
-        sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0) {
+        sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0 || sw_py_parse_swap(swap_obj, swap_arr, &swap) < 0) {
         goto done;
+    }
+    if (host_bw_obj != Py_None) {   /* each device's host links: device-to-host, host-to-device bytes/s */
+        host_bw = sw_py_array(host_bw_obj, NPY_FLOAT64, 1, "host_bw");
+        if (!host_bw) {
+            goto done;
+        }
+        if (PyArray_DIM(host_bw, 0) != 2 * (npy_intp)self->p->ndev) {
+            PyErr_Format(PyExc_ValueError, "host_bw must have 2 entries per device (%d)", 2 * self->p->ndev);
+            goto done;
+        }
+        s.machine.host_bw = PyArray_DATA(host_bw);
+        s.machine.host_res = host_res;
     }
     sw_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, streams, &g, &modelled, &r);
+    st = run_plan(self->p, &a, &s, streams, &swap, &g, &modelled, &r, arena, host);
     Py_END_ALLOW_THREADS
     if (st != SW_OK) {
         sw_py_raise(st);
@@ -378,11 +420,19 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     }
     d = PyDict_New();
     if (!d || put_tasks(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0 ||
-        put_replay(d, &g, modelled, &r, self->p->ndev) < 0) {
+        put_replay(d, &g, modelled, &r, self->p->ndev) < 0 ||
+        sw_py_put(d, "arena", sw_py_contiguous(arena, self->p->ndev, NPY_INT64)) < 0 ||
+        sw_py_put(d, "host_arena", sw_py_contiguous(host, self->p->ndev, NPY_INT64)) < 0) {
         Py_CLEAR(d);
     }
 done:
     self->busy = 0;
+    PyMem_Free(arena);
+    PyMem_Free(host);
+    Py_XDECREF(host_bw);
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(swap_arr[i]);
+    }
     sw_py_streams_free(sa);
     free(modelled);
     sw_sim_result_free(&r);

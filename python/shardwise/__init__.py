@@ -56,3 +56,6 @@ from .optim import Adam, AdamW, Optimizer
 from . import lr_schedules
 
 __all__ += ["Adam", "AdamW", "Optimizer", "lr_schedules"]
+from .swap import SwapEntry, SwapPlan, parse_budget, swap_plan
+
+__all__ += ["SwapEntry", "SwapPlan", "parse_budget", "swap_plan"]

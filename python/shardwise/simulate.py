@@ -157,7 +157,7 @@ def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | No
 
 
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
-             schedule: Any = "fifo") -> SimResult:
+             schedule: Any = "fifo", swap: Any = None) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose buffers exceed its memory when
     ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -169,7 +169,11 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     device), "critical_path" (``sw.schedule(plan)`` with the same costs) or a Schedule: tasks on
     its streams, and wherever ready tasks wait for one resource (a device, a thread's core, a
     link) the one of the higher stream priority first.  A device runs one task at a time: the
-    share of compute that concurrent kernels of several streams get is not modelled yet."""
+    share of compute that concurrent kernels of several streams get is not modelled yet.
+    ``swap``: a :class:`~shardwise.swap.SwapPlan` of ``plan``: its swap tasks replayed too, each
+    holding its device's host copy engine of its direction (a device-to-host and a host-to-device
+    one per device) for bytes / ``Device.host_bandwidth``; memory is then checked against the
+    swapped arenas."""
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -183,15 +187,32 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
     sched = as_schedule(plan, schedule, costs)
     m = _machine(devices)
-    r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
-                              element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed,
-                              streams=sched.stream_arrays() if sched is not None else None)
-    memory = {d: int(m) for d, m in enumerate(r["memory"])}
+    extra: dict[str, Any] = {}
+    if swap is not None:
+        from .swap import SwapPlan, host_bandwidths
+
+        if not isinstance(swap, SwapPlan):
+            raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
+        swap.check(plan)
+        if sched is not None:
+            raise ConfigError("a swap plan runs on one compute stream per device: simulate it with schedule='fifo'")
+        problem.set_optimizer_state(swap.optimizer_state)
+        extra = {"swap": swap.spec(), "host_bw": host_bandwidths(plan), "host_res": m.nres}
+    r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres + 2 * len(devices), cores=m.cores,
+                              split=split, element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed,
+                              streams=sched.stream_arrays() if sched is not None else None, **extra)
+    memory = {d: int(x) for d, x in enumerate(r["arena"] if swap is not None else r["memory"])}
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
-    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, m.name), memory,
+    def name(res: int) -> str:   # after the machine's resources: each device's host copy engines
+        if res < m.nres:
+            return m.name(res)
+        d, into = divmod(res - m.nres, 2)
+        return f"host {d} {'in' if into else 'out'}"
+
+    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, name), memory,
                      tasks=len(r["kind"]), costs_used=describe_costs(costs))
 
 
