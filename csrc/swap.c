@@ -78,8 +78,9 @@ void sw_touches_free(sw_touches *tl) {
 
 int sw_swap_candidate(const sw_task_graph *g, const sw_touches *tl, int32_t b, const char *host_read,
                       sw_swap_span *span) {
-    int kind = g->buffers[b].kind;
-    if (kind == SW_BUF_HOST || sw_buffer_lives_throughout(g, b, host_read)) {
+    int kind = g->buffers[b].kind;   /* float32 feature maps (a host copy is float32): not statistics */
+    if ((kind != SW_BUF_ACTIVATION && kind != SW_BUF_REGION && kind != SW_BUF_RECV && kind != SW_BUF_PARTIAL) ||
+        sw_buffer_lives_throughout(g, b, host_read)) {
         return 0;
     }
     int32_t lo = tl->ptr[b], hi = tl->ptr[b + 1];

@@ -21,7 +21,8 @@ typedef struct {
     int32_t last_write, last_fwd, first_bwd, last_touch;
 } sw_swap_span;
 
-/* Can buffer b be offloaded: not persistent, not read by the host, not a host buffer, written
+/* Can buffer b be offloaded: a float32 feature map (activation, staging region, received or partial
+ * output), not persistent, not read by the host, written
  * first in the forward phase, and after its last forward touch only read, by tasks after the
  * forward phase?  Fills *span when it can. */
 int sw_swap_candidate(const sw_task_graph *g, const sw_touches *tl, int32_t b, const char *host_read,
