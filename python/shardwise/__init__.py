@@ -59,3 +59,6 @@ __all__ += ["Adam", "AdamW", "Optimizer", "lr_schedules"]
 from .swap import SwapEntry, SwapPlan, parse_budget, swap_plan
 
 __all__ += ["SwapEntry", "SwapPlan", "parse_budget", "swap_plan"]
+from .tune import Candidate, TuneResult, adapted_lr, tune_minibatch
+
+__all__ += ["Candidate", "TuneResult", "adapted_lr", "tune_minibatch"]
