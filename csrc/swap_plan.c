@@ -205,6 +205,7 @@ static double place_offloads(device_plan *D, int timed) {
                 c->out_at = c->span.last_fwd + 1;
                 double waits = c->out_end - (D->sufmin[c->out_at] + stall);
                 stall += waits > 0 ? waits : 0.0;   /* the computation after it shifts by the wait */
+                c->late = waits > 0;                /* a stall of its own: pinning it would help */
             }
         }
     }
@@ -235,11 +236,11 @@ static void place_prefetches(device_plan *D, double shift) {
         issue = issue > prev_end ? issue : prev_end;
         c->ready = prev_end = issue + (double)c->bytes / D->bw_in;
         c->needed = in->start[c->span.first_bwd];
-        c->late = late_by(c->ready, c->needed + shift);
-        if (c->late) {
+        if (late_by(c->ready, c->needed + shift)) {
             shift += c->ready - (c->needed + shift);
-            D->stalled++;
+            c->late = 1;
         }
+        D->stalled += c->late;
         D->offloaded += sw_buffer_bytes(&D->g->buffers[c->b]);
     }
     D->stall = shift;
