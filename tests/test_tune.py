@@ -89,8 +89,11 @@ def test_chosen_batch_is_the_most_efficient_candidate(tuned):
 
 def test_candidates_run_down_from_k_max_to_the_base_batch(tuned):
     batches = [c.batch for c in tuned.candidates]
-    assert batches == sorted(batches, reverse=True) and batches[-1] == 8
+    assert batches == sorted(batches, reverse=True) and batches[0] == tuned.k_max and batches[-1] == 8
     assert all(a - b <= 3 for a, b in zip(batches, batches[1:]))
+    # the largest stall-free minibatch is found exactly: the one above it stalls or does not fit
+    top = max(c.batch for c in tuned.candidates if c.no_stall)
+    assert top == tuned.k_max or not independent(top + 1)[0]
 
 
 def test_budget_too_small_for_any_minibatch():

@@ -174,8 +174,9 @@ def tune_minibatch(g_builder: Callable[[int], Graph], d: DeviceGraph, budget: An
     ``g_builder(batch)`` builds the graph at a minibatch (the zoo's models take ``batch=``);
     ``plan_fn(graph, d)`` its plan (default: the one-device plan, or data parallelism over
     ``d``).  Candidates run from the largest trainable minibatch down to ``smallest`` (default:
-    ``base_batch`` or k_max, the smaller) in steps of ``step`` (default: about 16 candidates);
-    each is swap-planned and simulated with its swap tasks.  Among those that fit with no stall
+    ``base_batch`` or k_max, the smaller) in steps of ``step`` (default: about 16 candidates),
+    then one at a time (bisection) between the largest stall-free candidate and the one above
+    it, as Algorithm 2 steps down by one; each is swap-planned and simulated with its swap tasks.  Among those that fit with no stall
     the one with the most images/s (the least training time, Eq. 3) wins; when none is free of
     stalls, the fastest that fits (``meets_no_stall`` False).  ``c``: Eq. 9's convexity constant.
     ``epochs`` and ``samples`` give :attr:`TuneResult.training_time`."""
@@ -196,7 +197,15 @@ def tune_minibatch(g_builder: Callable[[int], Graph], d: DeviceGraph, budget: An
     low = min(smallest or base_batch, k_max)
     stride = step or max(1, (k_max - low) // 16)
     batches = sorted(set(range(k_max, low - 1, -stride)) | {low}, reverse=True)
-    candidates = [ev(k)[0] for k in batches]
+    scanned = [ev(k)[0] for k in batches]
+    good = [c_ for c_ in scanned if c_.no_stall]
+    if good:   # Algorithm 2 steps down by one: find the largest stall-free minibatch between two candidates
+        ok = max(c_.batch for c_ in good)
+        bad = min((c_.batch for c_ in scanned if c_.batch > ok), default=ok + 1)
+        while bad - ok > 1:
+            mid = (ok + bad) // 2
+            ok, bad = (mid, bad) if ev(mid)[0].no_stall else (ok, mid)
+    candidates = sorted((ev.seen[k][0] for k in ev.seen if low <= k <= k_max), key=lambda c_: -c_.batch)
     fitting = [c_ for c_ in candidates if c_.fits]
     free = [c_ for c_ in fitting if c_.no_stall]
     pool = free or fitting
