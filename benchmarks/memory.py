@@ -118,19 +118,16 @@ def measured_cpu(batch: int, steps: int) -> list[str]:
     x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
     y = rng.integers(0, 10, batch)
 
-    def step_times(swap):
-        t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.01, momentum=0.9), swap=swap)
-        for _ in range(2):
-            t.step(x, y)
-        times = []
-        for _ in range(steps):
+    trainers = [sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.01, momentum=0.9), swap=swap) for swap in (None, sp)]
+    times: list[list[float]] = [[], []]
+    for k in range(steps + 2):   # interleaved, so that other load on the machine hits both alike
+        for i, t in enumerate(trainers):
             t0 = time.perf_counter()
             t.step(x, y)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times), t
-
-    plain, _ = step_times(None)
-    swapped, t = step_times(sp)
+            if k >= 2:
+                times[i].append(time.perf_counter() - t0)
+    plain, swapped = statistics.median(times[0]), statistics.median(times[1])
+    t = trainers[1]
     sim0 = sw.simulate(plan).iteration_time
     sim1 = sw.simulate(plan, swap=sp).iteration_time
     return [f"scaled ResNet-18 (width 16, 32x32), batch {batch}, one CPU worker: arena {peak / 1e6:.1f} MB "
