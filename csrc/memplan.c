@@ -283,12 +283,17 @@ static sw_status remote_touchers(const sw_task_graph *g, int32_t **ptr_out, int3
 }
 
 /* ------------------------------------------------------------------ driver */
-/* Buffer ids grouped by device (CSR over devices), each group largest first. */
+static int group_of(const sw_task_graph *g, int32_t b, int ndev) {
+    return g->buffers[b].device + (g->buffers[b].kind == SW_BUF_HOST ? ndev : 0);
+}
+
+/* Buffer ids grouped by device (CSR over devices), each group largest first; a device's host
+ * buffers (SW_BUF_HOST) form group ndev + device: its host region, planned like its arena. */
 static sw_status by_device(const sw_task_graph *g, const sw_memory_plan *mp, int ndev, int32_t **ptr_out,
                            int32_t **ids_out) {
-    int32_t *ptr = calloc((size_t)ndev + 1, sizeof *ptr);
+    int32_t *ptr = calloc(2 * (size_t)ndev + 1, sizeof *ptr);
     int32_t *ids = malloc(sizeof *ids * ((size_t)g->nbuffers + 1));
-    int32_t *fill = malloc(sizeof *fill * ((size_t)ndev + 1));
+    int32_t *fill = malloc(sizeof *fill * (2 * (size_t)ndev + 1));
     if (!ptr || !ids || !fill) {
         free(ptr);
         free(ids);
@@ -296,14 +301,14 @@ static sw_status by_device(const sw_task_graph *g, const sw_memory_plan *mp, int
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
     }
     for (int32_t b = 0; b < g->nbuffers; b++) {
-        ptr[g->buffers[b].device + 1]++;
+        ptr[group_of(g, b, ndev) + 1]++;
     }
-    for (int d = 0; d < ndev; d++) {
+    for (int d = 0; d < 2 * ndev; d++) {
         ptr[d + 1] += ptr[d];
     }
-    memcpy(fill, ptr, sizeof *fill * (size_t)ndev);
+    memcpy(fill, ptr, sizeof *fill * 2 * (size_t)ndev);
     for (int32_t b = 0; b < g->nbuffers; b++) {
-        ids[fill[g->buffers[b].device]++] = b;
+        ids[fill[group_of(g, b, ndev)]++] = b;
     }
     free(fill);
     sized_buffer *order = malloc(sizeof *order * ((size_t)g->nbuffers + 1));
@@ -315,7 +320,7 @@ static sw_status by_device(const sw_task_graph *g, const sw_memory_plan *mp, int
     for (int32_t i = 0; i < g->nbuffers; i++) {
         order[i] = (sized_buffer){mp->bytes[ids[i]], ids[i]};
     }
-    for (int d = 0; d < ndev; d++) {
+    for (int d = 0; d < 2 * ndev; d++) {
         qsort(order + ptr[d], (size_t)(ptr[d + 1] - ptr[d]), sizeof *order, larger_first);
     }
     for (int32_t i = 0; i < g->nbuffers; i++) {
@@ -372,6 +377,7 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
     mp->total = calloc(nd, sizeof *mp->total);
     mp->kept = calloc(nd, sizeof *mp->kept);
     mp->peak_kinds = calloc(nd * SW_BUF_NKINDS, sizeof *mp->peak_kinds);
+    mp->host_arena = calloc(nd, sizeof *mp->host_arena);
     char *host = NULL;
     int32_t *dev_ptr = NULL, *ids = NULL, *remote_ptr = NULL, *remote = NULL;
     sized_buffer *by_off = NULL;
@@ -379,7 +385,7 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
     sw_place_cache *cache = NULL;
     sw_status s = SW_OK;
     if (!mp->offset || !mp->bytes || !mp->first || !mp->last || !mp->arena || !mp->peak || !mp->total || !mp->kept ||
-        !mp->peak_kinds) {
+        !mp->peak_kinds || !mp->host_arena) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
         goto done;
     }
@@ -389,7 +395,9 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
             goto done;
         }
         mp->bytes[b] = sw_buffer_bytes(&g->buffers[b]);
-        mp->total[g->buffers[b].device] += mp->bytes[b];
+        if (g->buffers[b].kind != SW_BUF_HOST) {
+            mp->total[g->buffers[b].device] += mp->bytes[b];
+        }
     }
     if ((s = sw_tg_host_reads(g, &host)) != SW_OK || (s = by_device(g, mp, ndev, &dev_ptr, &ids)) != SW_OK ||
         (s = remote_touchers(g, &remote_ptr, &remote)) != SW_OK ||
@@ -426,6 +434,15 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
         breakdown(g, mp, d, mine, n, at_peak, backward_start);
         s = several ? sw_memplan_stream_edges(g, mp, st, &ends, mine, n, &cap)
                     : reuse_edges(g, mp, mine, n, remote_ptr, remote, by_off, &cap);
+        int32_t *hosted = ids + dev_ptr[ndev + d], nh = dev_ptr[ndev + d + 1] - dev_ptr[ndev + d];
+        if (s == SW_OK && nh > 0) {   /* the host region: only swap tasks touch it, on the swap streams */
+            s = sw_memplan_place(mp->bytes, mp->first, mp->last, hosted, nh, align, g->ntasks + 1, mp->offset,
+                                 &mp->host_arena[d]);
+            if (s == SW_OK) {
+                s = several ? sw_memplan_stream_edges(g, mp, st, &ends, hosted, nh, &cap)
+                            : reuse_edges(g, mp, hosted, nh, remote_ptr, remote, by_off, &cap);
+            }
+        }
     }
     if (s == SW_OK) {
         s = unique_edges(mp);
@@ -458,5 +475,6 @@ void sw_memory_plan_free(sw_memory_plan *mp) {
     free(mp->peak_kinds);
     free(mp->reuse_from);
     free(mp->reuse_to);
+    free(mp->host_arena);
     memset(mp, 0, sizeof *mp);
 }

@@ -203,17 +203,19 @@ sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *
     if (s == SW_OK) {
         s = check_hazards(&c);
     }
-    for (int d = 0; d < mp->ndev && s == SW_OK; d++) {
+    for (int r = 0; r < 2 * mp->ndev && s == SW_OK; r++) {   /* each device's arena, then its host region */
+        int d = r % mp->ndev, hosted = r >= mp->ndev;
+        int64_t arena = hosted ? (mp->host_arena ? mp->host_arena[d] : 0) : mp->arena[d];
         int32_t n = 0;
         for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
-            if (g->buffers[b].device != d) {
+            if (g->buffers[b].device != d || (g->buffers[b].kind == SW_BUF_HOST) != hosted) {
                 continue;
             }
             int64_t bytes = sw_buffer_bytes(&g->buffers[b]);
-            if (mp->offset[b] < 0 || mp->offset[b] % mp->align != 0 || mp->offset[b] + bytes > mp->arena[d]) {
-                s = SW_FAIL(SW_ERR_VALUE, "buffer %d (%lld bytes at %lld) lies outside device %d's arena of %lld "
+            if (mp->offset[b] < 0 || mp->offset[b] % mp->align != 0 || mp->offset[b] + bytes > arena) {
+                s = SW_FAIL(SW_ERR_VALUE, "buffer %d (%lld bytes at %lld) lies outside device %d's %s of %lld "
                             "bytes or off its %lld-byte alignment", b, (long long)bytes, (long long)mp->offset[b],
-                            d, (long long)mp->arena[d], (long long)mp->align);
+                            d, hosted ? "host region" : "arena", (long long)arena, (long long)mp->align);
             } else if (bytes > 0) {
                 order[n++] = (placed_buffer){mp->offset[b], b};
             }

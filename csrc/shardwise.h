@@ -345,6 +345,7 @@ typedef enum {
     SW_TASK_ACCUMULATE, SW_TASK_BACKWARD_WEIGHT, SW_TASK_REDUCE, SW_TASK_UPDATE,
     SW_TASK_FORWARD_PARTIAL, SW_TASK_SUM_PARTIALS, SW_TASK_ACTIVATION_GRAD,   /* partition-n-reduce */
     SW_TASK_ZERO_GRAD,   /* a worker's gradient no consumer adds to (its box is read by none): zeros */
+    SW_TASK_SWAP_OUT, SW_TASK_SWAP_IN,   /* swap.c: a feature map offloaded to host memory, prefetched back */
     SW_TASK_NKINDS
 } sw_task_kind;
 
@@ -355,6 +356,7 @@ typedef enum {
     SW_BUF_MOMENTUM, SW_BUF_STATS, SW_BUF_RECV, SW_BUF_PARTIAL, SW_BUF_GRAD_PRE,
     SW_BUF_RUNNING,   /* batchnorm: running mean (row 0) and variance (row 1) of the worker's channels, (2, C)
                          float32, kept across steps like parameters */
+    SW_BUF_HOST,      /* swap.c: a feature map's copy in host memory (the device's host region, not its arena) */
     SW_BUF_NKINDS
 } sw_buffer_kind;
 
@@ -382,6 +384,9 @@ typedef struct {
     int64_t nbytes;            /* bytes crossing between devices (copies only) */
     sw_box box;                /* copies, accumulates: the global box moved; rank 0: none */
 } sw_task;
+
+/* A swap task: a copy between a device and its host region (swap.c), timed by the host link. */
+static inline int sw_is_swap(const sw_task *t) { return t->kind == SW_TASK_SWAP_OUT || t->kind == SW_TASK_SWAP_IN; }
 
 /* A copy between two devices (timed by its route), as opposed to a local copy. */
 static inline int sw_is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
@@ -609,6 +614,8 @@ typedef struct {
     int64_t *peak_kinds;   /* ndev x SW_BUF_NKINDS: bytes live at the peak, per buffer kind */
     int32_t nreuse;
     int32_t *reuse_from, *reuse_to;
+    int64_t *host_arena;   /* ndev: bytes of each device's host region, where its host buffers (SW_BUF_HOST,
+                              swap.c) lie at their offsets, planned by lifetimes as the arena is */
 } sw_memory_plan;
 
 /* The alignment of every buffer in the runtime's arenas (a cache line; the widest loads of the
@@ -686,6 +693,11 @@ typedef struct {
     /* Shared compute (sim_share.c): dev_fill[d] > 0 makes device d a pool that the kernels of
      * its streams share, each filling sw_task_share of it; NULL or 0: one task at a time. */
     const double *dev_fill;        /* ndev, or NULL: output elements a kernel needs to fill device d */
+    /* swap tasks (swap.c): device d's offloads hold resource host_res + 2d (its device-to-host copy engine)
+     * and its prefetches host_res + 2d + 1 (host-to-device), for bytes / host_bw[2d] (resp. [2d + 1])
+     * seconds; host_bw NULL: a graph without swap tasks */
+    const double *host_bw;
+    int32_t host_res;
 } sw_machine;
 
 typedef struct {
@@ -736,5 +748,82 @@ sw_status sw_simulate_shared(int32_t ntasks, const double *duration, const int32
 /* The fraction of its device task t's kernel fills: its output elements over the device's
  * dev_fill, at most 1 (1 where the device is not shared). */
 double sw_task_share(const sw_task *t, const sw_machine *m);
+/* ---------------------------------------------------------------- swapping (AccUDNN) */
+/* Offloading feature maps to host memory between their forward writes and backward reads, as
+ * "AccUDNN: A GPU Memory Efficient Accelerator for Training Ultra-deep Deep Neural Networks"
+ * (Guo et al.) does; docs/memory.md tells the story.  swap.c rewrites a lowered graph: each
+ * offloaded buffer A (device d) gets a host copy H (SW_BUF_HOST, d's host region), a swap_out
+ * task (reads A, writes H) on d's swap-out stream and a swap_in task (reads H, writes A', a new
+ * buffer like A) on d's swap-in stream; the backward tasks read A' instead of A.  Where the two
+ * go in program order is the plan: A's memory is free after the swap_out's position, A' is
+ * taken from the swap_in's (the memory plan sees the shorter lifetimes).  swap_plan.c chooses. */
+typedef struct {
+    int32_t n;               /* feature maps offloaded */
+    const int32_t *buffer;   /* n: buffer ids of the lowered graph */
+    const int32_t *out_at;   /* n: the swap_out goes right before original task out_at[i] (after the buffer's
+                                last forward write; <= ntasks) */
+    const int32_t *in_at;    /* n: the swap_in goes right before original task in_at[i] (after out_at[i], at
+                                most the buffer's first backward read) */
+} sw_swap_spec;
+
+/* The streams of a swapped graph: original tasks on stream d of their device d (priority 0),
+ * device d's offloads on stream ndev + 2d and prefetches on ndev + 2d + 1 (priority 1: a
+ * ready copy goes first); origin[t]: the original task id of new task t, -1 for swap tasks. */
+typedef struct {
+    int32_t ntasks, nstreams;
+    int32_t *stream, *stream_device, *stream_priority, *origin;
+} sw_swap_streams;
+
+/* Rewrite g (lowered, one stream per device) by spec into *out (zeroed first) and *st; SW_ERR_VALUE
+ * naming the entry when a buffer cannot be swapped as asked.  Buffer ids of g keep their meaning
+ * in *out (new buffers come after them). */
+sw_status sw_swap_apply(const sw_task_graph *g, int ndev, const sw_swap_spec *spec, sw_task_graph *out,
+                        sw_swap_streams *st);
+void sw_swap_streams_free(sw_swap_streams *st);
+/* The streams view of st (borrowed). */
+sw_streams sw_swap_streams_view(const sw_swap_streams *st);
+
+/* What swap_plan.c needs: the unswapped timeline and the machine's figures. */
+typedef struct {
+    const double *start, *end;     /* ntasks each: the unswapped iteration as simulated */
+    const int64_t *budget;         /* ndev: bytes each device's arena may take */
+    const int64_t *pinned;         /* ndev: bytes each device's host region may take (< 0: unlimited) */
+    const double *host_bw;         /* 2 ndev: device-to-host, host-to-device bytes/s of each device */
+    int64_t align;
+    int max_rounds;                /* of pinning stalled feature maps (0: the default) */
+    int check;                     /* sw_swap_plan_fit: prove each swapped memory plan safe (tests) */
+} sw_swap_inputs;
+
+/* The plan and what the model predicts (arrays malloc'd here, sw_swap_plan_free frees them). */
+typedef struct {
+    int32_t n, cap;
+    int32_t *buffer, *out_at, *in_at;
+    double *ready;            /* n: t_ready of the prefetch (Algorithm 1), seconds into the iteration */
+    double *needed;           /* n: when its first backward reader starts without stalls (Eq. 6's right side) */
+    int ndev;
+    double *stall;            /* ndev: predicted stall seconds (0 when Eq. 6 holds for every prefetch) */
+    int64_t *peak;            /* ndev: the most live bytes the model counts (aligned) */
+    int64_t *offloaded;       /* ndev: bytes of feature maps offloaded */
+    int64_t *host_peak;       /* ndev: the most bytes live in the host region */
+    int64_t *min_peak;        /* ndev: the smallest peak swapping can reach (every candidate offloaded, prefetched
+                                 just in time) */
+    int32_t *stalled;         /* ndev: prefetches predicted late */
+    int fits;                 /* every device within its budget (and pinned host budget) */
+    int32_t pinned_overflow;  /* feature maps kept on a device because its pinned host budget was spent */
+} sw_swap_result;
+
+/* Choose which feature maps to offload and where their swap tasks go (swap_plan.c): start with
+ * every candidate offloaded (the smallest footprint), then keep on the device (pin) those whose
+ * prefetch would stall the computation while memory allows (Algorithm 2's inner loop).  A device
+ * that cannot fit even so gets fits = 0 (r->min_peak says how close it gets). */
+sw_status sw_swap_plan(const sw_task_graph *g, int ndev, const sw_swap_inputs *in, sw_swap_result *r);
+void sw_swap_result_free(sw_swap_result *r);
+/* The spec view of a result (borrowed). */
+sw_swap_spec sw_swap_result_spec(const sw_swap_result *r);
+/* sw_swap_plan until the memory plan of the swapped graph (its arena, not only the live bytes the
+ * model counts) fits every budget (swap_fit.c): arena and host (ndev each) get its arenas and host
+ * regions; r->fits = 0 when a device stays over. */
+sw_status sw_swap_plan_fit(const sw_task_graph *g, int ndev, const sw_swap_inputs *in, sw_swap_result *r,
+                           int64_t *arena, int64_t *host);
 
 #endif /* SHARDWISE_H */

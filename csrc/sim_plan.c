@@ -30,6 +30,10 @@
  *               pool its streams' kernels share instead of a resource held by one
  *               task: each takes sw_task_share of it, in rank order
  *               (sim_share.c); with one stream per device nothing changes
+ *   swaps       (swap.c) hold their device's host copy engine of their direction
+ *               (resource host_res + 2 device, + 1 for prefetches) for bytes / its
+ *               host-link bandwidth, not the device's compute; on shared cores the
+ *               device's core too (the CPU backend's thread does the memcpy)
  *   summary     makespan = latest end; busy[d] = seconds of the tasks holding
  *               device d, summed in task order
  */
@@ -39,7 +43,7 @@
 #include "shardwise.h"
 
 static int holds_device(const sw_task *t) {
-    return !sw_is_transfer(t) && t->kind != SW_TASK_JOIN && t->kind != SW_TASK_LOAD_INPUT;
+    return !sw_is_transfer(t) && !sw_is_swap(t) && t->kind != SW_TASK_JOIN && t->kind != SW_TASK_LOAD_INPUT;
 }
 
 /* m fits p and g (o: the order to replay, NULL when there is none yet). */
@@ -81,6 +85,11 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
         if (sw_is_transfer(t) && m->copy_bandwidth <= 0 && !(p->bw[(size_t)t->src_device * p->ndev + t->device] > 0)) {
             return SW_FAIL(SW_ERR_VALUE, "no route from device %d to device %d", t->src_device, t->device);
         }
+        if (sw_is_swap(t) && (!m->host_bw || m->host_res < m->ndev + m->cores || m->host_res + 2 * m->ndev > m->nres ||
+                              !(m->host_bw[2 * t->device] > 0) || !(m->host_bw[2 * t->device + 1] > 0))) {
+            return SW_FAIL(SW_ERR_VALUE, "task %d swaps with the host, but the machine has no host links for "
+                           "device %d", i, t->device);
+        }
     }
     return SW_OK;
 }
@@ -92,6 +101,14 @@ static int shares_device(const sw_task *t, const sw_machine *m) {
 
 /* Resources of task t (at most 1 + the longest route) into out; returns how many. */
 static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
+    if (sw_is_swap(t)) {   /* the device's copy engine of that direction; on shared cores, the thread copies */
+        out[0] = m->host_res + 2 * t->device + (t->kind == SW_TASK_SWAP_IN);
+        if (m->cores > 0) {
+            out[1] = m->ndev + t->device % m->cores;
+            return 2;
+        }
+        return 1;
+    }
     if (sw_is_transfer(t)) {
         int64_t q = (int64_t)t->src_device * m->ndev + t->device;
         int n = 0;
@@ -115,6 +132,10 @@ static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
 }
 
 static double task_seconds(const sw_problem *p, const sw_task *t, double modelled, const sw_machine *m) {
+    if (sw_is_swap(t)) {
+        double bw = m->host_bw[2 * t->device + (t->kind == SW_TASK_SWAP_IN)];
+        return modelled + (double)(t->elements * SW_TASK_BYTES_PER_ELEMENT) / bw;
+    }
     if (!sw_is_transfer(t)) {
         return modelled;
     }

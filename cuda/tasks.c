@@ -261,6 +261,9 @@ sw_status cu_run_task(cuda_backend *be, cu_stream *st, int32_t id, const sw_step
         return run_activation_grad(&t);
     case SW_TASK_ZERO_GRAD:
         return view_zero(&t, t.e.writes[0]);
+    case SW_TASK_SWAP_OUT:
+    case SW_TASK_SWAP_IN:
+        return SW_FAIL(SW_ERR_VALUE, "swap plans run on the CPU backend only so far (task %d)", id);
     case SW_TASK_BN_STATS:
         return run_bn_stats(&t);
     case SW_TASK_BN_APPLY:

@@ -312,6 +312,10 @@ sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t t) {
         return run_sum_partials(&e);
     case SW_TASK_ACTIVATION_GRAD:
         return run_activation_grad(&e);
+    case SW_TASK_SWAP_OUT:   /* device arena <-> host region: the same box, one memcpy (swap.c) */
+    case SW_TASK_SWAP_IN:
+        memcpy(rt->ptr[e.writes[0]], rt->ptr[e.reads[0]], (size_t)sw_buffer_bytes(&rt->g.buffers[e.reads[0]]));
+        return SW_OK;
     case SW_TASK_ZERO_GRAD: {
         sw_view v;
         sw_env_view(&e, e.writes[0], &v);

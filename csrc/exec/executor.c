@@ -194,7 +194,22 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
                        const sw_streams *streams) {
     SW_TRY(check_attrs(p, attrs));
     SW_TRY(sw_lower(p, plan, &rt->g));
-    SW_TRY(take_streams(rt, streams));
+    sw_swap_streams swapped = {0};
+    sw_streams swap_view;
+    if (rt->swap && rt->swap->n > 0) {   /* the lowered graph with its swap tasks (swap.c), on their streams */
+        if (streams || rt->backend->i->to_host) {
+            return SW_FAIL(SW_ERR_VALUE, "swap plans run on the CPU backend with one compute stream per device");
+        }
+        sw_task_graph sg;
+        SW_TRY(sw_swap_apply(&rt->g, p->ndev, rt->swap, &sg, &swapped));
+        sw_task_graph_free(&rt->g);
+        rt->g = sg;
+        swap_view = sw_swap_streams_view(&swapped);
+        streams = &swap_view;
+    }
+    sw_status taken = take_streams(rt, streams);
+    sw_swap_streams_free(&swapped);
+    SW_TRY(taken);
     sw_streams view;
     SW_TRY(sw_memory_plan_build_on(&rt->g, p->ndev, SW_ARENA_ALIGN, rt->reuse_memory, streams_or_null(rt, &view),
                                    &rt->mp));
@@ -203,6 +218,7 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     rt->ops = calloc((size_t)p->nops, sizeof *rt->ops);
     rt->attrs = malloc(sizeof *rt->attrs * (size_t)p->nops);
     rt->arena = calloc(nd, sizeof *rt->arena);
+    rt->host_region = calloc(nd, sizeof *rt->host_region);
     rt->ptr = calloc(nb, sizeof *rt->ptr);
     rt->first_accumulate = calloc(nt, 1);
     rt->in_list[SW_LIST_TRAIN] = calloc(nt, 1);
@@ -213,7 +229,7 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     rt->task_ns = calloc(2 * nt, sizeof *rt->task_ns);
     int *stream = calloc((size_t)rt->nstreams + 1, sizeof *stream);   /* the backend's id of each stream */
     uint8_t *grad_seen = calloc(nb, 1);
-    if (!rt->ops || !rt->attrs || !rt->arena || !rt->ptr || !rt->first_accumulate || !rt->in_list[0] ||
+    if (!rt->ops || !rt->attrs || !rt->arena || !rt->host_region || !rt->ptr || !rt->first_accumulate || !rt->in_list[0] ||
         !rt->in_list[1] || !rt->updates || !rt->loss_sums || !rt->task_ns || !stream || !grad_seen) {
         free(stream);
         free(grad_seen);
@@ -245,8 +261,17 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
             }
         }
     }
+    for (int d = 0; d < p->ndev && s == SW_OK; d++) {   /* host memory, apart from the arena it does not count in */
+        if (rt->mp.host_arena[d] > 0 && posix_memalign(&rt->host_region[d], SW_ARENA_ALIGN,
+                                                        (size_t)rt->mp.host_arena[d]) != 0) {
+            rt->host_region[d] = NULL;
+            s = SW_FAIL(SW_ERR_NOMEM, "cannot allocate a host region of %lld bytes for device %d",
+                        (long long)rt->mp.host_arena[d], d);
+        }
+    }
     for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
-        rt->ptr[b] = (char *)rt->arena[g->buffers[b].device] + rt->mp.offset[b];
+        int hosted = g->buffers[b].kind == SW_BUF_HOST;
+        rt->ptr[b] = (char *)(hosted ? rt->host_region : rt->arena)[g->buffers[b].device] + rt->mp.offset[b];
         if (g->buffers[b].kind == SW_BUF_MOMENTUM && !rt->backend->i->to_host) {   /* optimizer state starts at 0 */
             memset(rt->ptr[b], 0, (size_t)rt->mp.bytes[b]);
         }
@@ -261,6 +286,10 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     return s;
 }
 
+static sw_status sw_runtime_new_swapped_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
+                                           int reuse_memory, const sw_streams *streams, const sw_swap_spec *swap,
+                                           sw_backend *backend, sw_runtime **out);
+
 sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
                          sw_backend *backend, sw_runtime **out) {
     return sw_runtime_new_on(p, plan, attrs, reuse_memory, NULL, backend, out);
@@ -268,6 +297,17 @@ sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_a
 
 sw_status sw_runtime_new_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
                             const sw_streams *streams, sw_backend *backend, sw_runtime **out) {
+    return sw_runtime_new_swapped_on(p, plan, attrs, reuse_memory, streams, NULL, backend, out);
+}
+
+sw_status sw_runtime_new_swapped(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
+                                 int reuse_memory, const sw_swap_spec *swap, sw_backend *backend, sw_runtime **out) {
+    return sw_runtime_new_swapped_on(p, plan, attrs, reuse_memory, NULL, swap, backend, out);
+}
+
+static sw_status sw_runtime_new_swapped_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
+                                           int reuse_memory, const sw_streams *streams, const sw_swap_spec *swap,
+                                           sw_backend *backend, sw_runtime **out) {
     *out = NULL;
     sw_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) {
@@ -276,11 +316,13 @@ sw_status sw_runtime_new_on(const sw_problem *p, const sw_plan *plan, const sw_o
     }
     rt->backend = backend;
     rt->reuse_memory = reuse_memory;
+    rt->swap = swap;
     backend->rt = rt;
     rt->ndev = p->ndev;
     rt->nops = p->nops;
     rt->batch = p->nops > 0 ? p->ops[0].extent[0] : 1;
     sw_status s = build(rt, p, plan, attrs, streams);
+    rt->swap = NULL;   /* borrowed for the build only */
     if (s != SW_OK) {
         sw_runtime_free(rt);
         return s;
@@ -301,6 +343,10 @@ void sw_runtime_free(sw_runtime *rt) {
         }
         rt->backend->i->destroy(rt->backend);
     }
+    for (int d = 0; d < rt->ndev && rt->host_region; d++) {
+        free(rt->host_region[d]);
+    }
+    free(rt->host_region);
     sw_task_graph_free(&rt->g);
     sw_memory_plan_free(&rt->mp);
     free(rt->ops);

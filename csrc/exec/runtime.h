@@ -178,6 +178,8 @@ struct sw_runtime {
     int several_streams;          /* some device has more than one stream */
     int64_t arena_allocations;    /* arenas allocated (once, at creation) */
     int reuse_memory;             /* buffers share memory by lifetime (0: each has its own) */
+    const sw_swap_spec *swap;     /* while building: feature maps to offload (swap.c), or NULL */
+    void **host_region;           /* ndev: each device's host region (its offloaded feature maps), or NULL */
 };
 
 /* rt takes ownership of the backend; reuse_memory 0 gives every buffer its own bytes. */
@@ -187,6 +189,11 @@ sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_a
  * this plan lowers to; copied), or NULL: one stream per device, as sw_runtime_new. */
 sw_status sw_runtime_new_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
                             const sw_streams *streams, sw_backend *backend, sw_runtime **out);
+/* The same with feature maps offloaded to host memory as `swap` says (swap.c: the lowered graph
+ * rewritten with swap tasks on each device's swap-out and swap-in streams; host memory a region
+ * of its own beside each device's arena).  CPU backend only; one compute stream per device. */
+sw_status sw_runtime_new_swapped(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
+                                 int reuse_memory, const sw_swap_spec *swap, sw_backend *backend, sw_runtime **out);
 /* The streams the runtime's tasks run on (a view of its copy). */
 sw_streams sw_runtime_streams(const sw_runtime *rt);
 void sw_runtime_free(sw_runtime *rt);

@@ -660,6 +660,9 @@ static PyMethodDef Problem_methods[] = {
      "Lower, time and replay one iteration of a plan (GIL released).  When the graph's lower bound\n"
      "reaches `bound` the replay is skipped (bounded=True, iteration_time = the bound); `brief`\n"
      "returns only iteration_time, ntasks and bounded."},
+    {"swap_plan", (PyCFunction)(void (*)(void))sw_py_problem_swap_plan, METH_VARARGS | METH_KEYWORDS,
+     "swap_plan(kinds, degrees, dev_ptr, devices, start, end, budget, pinned, host_bw, max_rounds=0) -> dict\n"
+     "Which feature maps to offload and where their swap tasks go (csrc/swap_plan.c, swap_fit.c)."},
     {"schedule", (PyCFunction)(void (*)(void))sw_py_problem_schedule, METH_VARARGS | METH_KEYWORDS,
      "schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) -> dict\n"
      "Lower and time one iteration of a plan, then its priorities and streams (csrc/schedule.c)."},
@@ -775,7 +778,7 @@ static int module_exec(PyObject *m) {
         sw_py_register_search(m) < 0 || sw_py_register_memory_tables(m) < 0) {
         return -1;
     }
-    if (sw_py_register_schedule(m) < 0 || sw_py_register_gpu_plan(m) < 0) {
+    if (sw_py_register_schedule(m) < 0 || sw_py_register_gpu_plan(m) < 0 || sw_py_register_swap(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();

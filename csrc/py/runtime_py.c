@@ -94,15 +94,21 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
     return 0;
 }
 
+static int swap_with_streams(void) {
+    PyErr_SetString(PyExc_ValueError, "a swap plan runs on one compute stream per device, not a schedule's streams");
+    return 1;
+}
+
 static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "attrs", "threads", "jitter_us",
-                             "reuse", "streams", "backend", "gpus", "workspace", NULL};
-    PyObject *prob, *k, *dg, *ptr, *dv, *at, *streams_obj = Py_None, *gpus = Py_None;
+                             "reuse", "streams", "backend", "gpus", "workspace", "swap", NULL};
+    PyObject *prob, *k, *dg, *ptr, *dv, *at, *streams_obj = Py_None, *gpus = Py_None, *swap_obj = Py_None;
     int threads, jitter = 0, reuse = 1;
     const char *backend_name = "cpu";
     long long workspace = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|ipOsOL", kwlist, &prob, &k, &dg, &ptr, &dv, &at, &threads,
-                                     &jitter, &reuse, &streams_obj, &backend_name, &gpus, &workspace)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|ipOsOLO", kwlist, &prob, &k, &dg, &ptr, &dv, &at,
+                                     &threads, &jitter, &reuse, &streams_obj, &backend_name, &gpus, &workspace,
+                                     &swap_obj)) {
         return NULL;
     }
     ProblemObject *problem = (ProblemObject *)prob;
@@ -119,11 +125,13 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     RuntimeObject *self = NULL;
     sw_py_backend spec = {0};
     memset(&a, 0, sizeof a);
-    PyArrayObject *stream_arrays[3] = {NULL, NULL, NULL};
+    PyArrayObject *stream_arrays[3] = {NULL, NULL, NULL}, *swap_arrays[3] = {NULL, NULL, NULL};
     sw_streams view;
     const sw_streams *streams = NULL;
+    sw_swap_spec swap;
     if (sw_py_parse_plan(problem->p, k, dg, ptr, dv, &a) < 0 || parse_attrs(problem->p, at, &attrs) < 0 ||
         sw_py_parse_streams(streams_obj, stream_arrays, &view, &streams) < 0 ||
+        sw_py_parse_swap(swap_obj, swap_arrays, &swap) < 0 || (swap.n > 0 && streams && swap_with_streams()) ||
         sw_py_backend_spec(backend_name, problem->p->ndev, gpus, workspace, &spec) < 0) {
         goto done;
     }
@@ -136,7 +144,8 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_BEGIN_ALLOW_THREADS
     s = sw_py_backend_make(&spec, threads, jitter, &backend);
     if (s == SW_OK) {
-        s = sw_runtime_new_on(problem->p, &a.plan, attrs, reuse, streams, backend, &self->rt);
+        s = swap.n > 0 ? sw_runtime_new_swapped(problem->p, &a.plan, attrs, reuse, &swap, backend, &self->rt)
+                       : sw_runtime_new_on(problem->p, &a.plan, attrs, reuse, streams, backend, &self->rt);
     }
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
@@ -146,6 +155,9 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 done:
     problem->busy = 0;
     sw_py_streams_free(stream_arrays);
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(swap_arrays[i]);
+    }
     PyMem_Free(attrs);
     sw_py_backend_spec_free(&spec);
     sw_py_plan_args_free(&a);

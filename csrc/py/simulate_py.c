@@ -20,11 +20,11 @@
 static const char *const TASK_KIND_NAMES[SW_TASK_NKINDS] = {
     "load_input", "copy", "join", "forward", "loss", "bn_stats", "stats_reduce", "bn_apply",
     "bn_backward_stats", "backward_data", "accumulate", "backward_weight", "reduce", "update",
-    "forward_partial", "sum_partials", "activation_grad", "zero_grad"};
+    "forward_partial", "sum_partials", "activation_grad", "zero_grad", "swap_out", "swap_in"};
 static const char *const PHASE_NAMES[] = {"forward", "backward", "sync", "update"};
 static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
     "activation", "region", "grad", "partial_grad", "param", "param_grad", "momentum", "stats", "recv",
-    "partial", "grad_pre", "running_stats"};
+    "partial", "grad_pre", "running_stats", "host"};
 
 /* ------------------------------------------------------------------ arguments */
 void sw_py_plan_args_free(plan_args *a) {
@@ -318,37 +318,57 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
     return 0;
 }
 
-/* Lower, time, plan memory and order the tasks as the runtime does (its alignment, reuse on)
- * and replay, with the GIL released; everything is freed on failure.  When the lower bound of
- * the lowered graph (sw_simulate_lower_bound) reaches `bound`, the replay is skipped: r holds
- * only that bound as its makespan and *bounded is set (a search discarding plans no faster than
- * its best needs no more). */
+/* Lower (and swap: swap.c, on the swapped graph's streams), time, plan memory and order the
+ * tasks as the runtime does (its alignment, reuse on) and replay, with the GIL released;
+ * everything is freed on failure.  arena and host (ndev each) get the memory plan's arenas and
+ * host regions.  When the lower bound of the lowered graph (sw_simulate_lower_bound) reaches
+ * `bound`, the replay is skipped: r holds only that bound as its makespan and *bounded is set
+ * (a search discarding plans no faster than its best needs no more). */
 static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
-                          double bound, sw_task_graph *g, double **modelled, sw_sim_result *r, int *bounded,
-                          int64_t *arena) {
+                          const sw_swap_spec *swap, double bound, sw_task_graph *g, double **modelled,
+                          sw_sim_result *r, int *bounded, int64_t *arena, int64_t *host) {
     *bounded = 0;
     SW_TRY(sw_lower(p, &a->plan, g));
-    *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
-    if (!*modelled) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    sw_swap_streams swapped = {0};
+    sw_streams swap_view;
+    if (swap && swap->n > 0) {
+        if (streams) {
+            sw_task_graph_free(g);
+            return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
+        }
+        sw_task_graph sg;
+        sw_status st = sw_swap_apply(g, p->ndev, swap, &sg, &swapped);
+        sw_task_graph_free(g);
+        SW_TRY(st);
+        *g = sg;
+        swap_view = sw_swap_streams_view(&swapped);
+        streams = &swap_view;
     }
-    SW_TRY(sw_task_durations(p, &a->plan, g, &s->measured, *modelled));
+    *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
+    sw_status st = *modelled ? sw_task_durations(p, &a->plan, g, &s->measured, *modelled)
+                             : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     /* the bound holds while every device runs one task at a time: one stream per device, or
      * no shared compute (with several streams sharing a device, two kernels may overlap) */
-    if (isfinite(bound) && !(streams && s->machine.dev_fill)) {
+    if (st == SW_OK && isfinite(bound) && !(streams && s->machine.dev_fill)) {
         double lower;
-        SW_TRY(sw_simulate_lower_bound(p, g, *modelled, &s->machine, &lower));
-        if (lower >= bound) {
+        st = sw_simulate_lower_bound(p, g, *modelled, &s->machine, &lower);
+        if (st == SW_OK && lower >= bound) {
             r->makespan = lower;
             *bounded = 1;
+            sw_swap_streams_free(&swapped);
             return SW_OK;
         }
     }
+    if (st != SW_OK) {
+        sw_swap_streams_free(&swapped);
+        return st;
+    }
     sw_memory_plan mp;
     sw_task_order order = {0};
-    sw_status st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
+    st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
     if (st == SW_OK) {
         memcpy(arena, mp.arena, sizeof *arena * (size_t)p->ndev);   /* what each device allocates */
+        memcpy(host, mp.host_arena, sizeof *host * (size_t)p->ndev);
         st = sw_task_order_build_on(g, &mp, streams, &order);
         sw_memory_plan_free(&mp);
     }
@@ -356,6 +376,7 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
         st = sw_simulate_graph_on(p, g, &order, streams, *modelled, &s->machine, r);
     }
     sw_task_order_free(&order);
+    sw_swap_streams_free(&swapped);
     return st;
 }
 
@@ -373,17 +394,21 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
                              "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams",
-                             "dev_fill", "bound", "brief", NULL};
+                             "dev_fill", "swap", "host_bw", "host_res", "bound", "brief", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
-    PyObject *streams_obj = Py_None, *fill = Py_None;
-    int nres, cores = 0, brief = 0, bounded = 0;
+    PyObject *streams_obj = Py_None, *fill = Py_None, *swap_obj = Py_None, *host_bw_obj = Py_None;
+    int nres, cores = 0, host_res = -1, brief = 0, bounded = 0;
     double copy_bw = 0.0, bound = INFINITY;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOdp", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
-                                     &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill, &bound,
-                                     &brief) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOOidp", kwlist, &k, &dg, &ptr, &dv, &rp, &rr,
+                                     &nres, &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill,
+                                     &swap_obj, &host_bw_obj, &host_res, &bound, &brief) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    PyArrayObject *swap_arr[3] = {NULL, NULL, NULL}, *host_bw = NULL;
+    sw_swap_spec swap;
+    int64_t *arena = PyMem_Calloc((size_t)self->p->ndev + 1, sizeof *arena);
+    int64_t *host = PyMem_Calloc((size_t)self->p->ndev + 1, sizeof *host);
     PyArrayObject *sa[3] = {NULL, NULL, NULL};
     sw_streams view;
     const sw_streams *streams = NULL;
@@ -393,22 +418,32 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     sw_task_graph g = {0};
     sw_sim_result r = {0};
     double *modelled = NULL;
-    int64_t *arena = NULL;   /* ndev: each device's arena in the memory plan the replay used */
     PyObject *d = NULL;
     memset(&s, 0, sizeof s);
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
-        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, &s) < 0 ||
-        sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0) {
-        goto done;
-    }
-    arena = PyMem_Calloc((size_t)self->p->ndev, sizeof *arena);
-    if (!arena) {
+    if (!arena || !host) {
         PyErr_NoMemory();
         goto done;
     }
+    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
+        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, &s) < 0 ||
+        sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0 || sw_py_parse_swap(swap_obj, swap_arr, &swap) < 0) {
+        goto done;
+    }
+    if (host_bw_obj != Py_None) {   /* each device's host links: device-to-host, host-to-device bytes/s */
+        host_bw = sw_py_array(host_bw_obj, NPY_FLOAT64, 1, "host_bw");
+        if (!host_bw) {
+            goto done;
+        }
+        if (PyArray_DIM(host_bw, 0) != 2 * (npy_intp)self->p->ndev) {
+            PyErr_Format(PyExc_ValueError, "host_bw must have 2 entries per device (%d)", 2 * self->p->ndev);
+            goto done;
+        }
+        s.machine.host_bw = PyArray_DATA(host_bw);
+        s.machine.host_res = host_res;
+    }
     sw_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, streams, bound, &g, &modelled, &r, &bounded, arena);
+    st = run_plan(self->p, &a, &s, streams, &swap, bound, &g, &modelled, &r, &bounded, arena, host);
     Py_END_ALLOW_THREADS
     if (st != SW_OK) {
         sw_py_raise(st);
@@ -420,15 +455,21 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
         Py_CLEAR(d);
     } else if (!brief && !bounded &&
                (put_tasks(d, &g) < 0 || put_memory(d, &g, self->p->ndev) < 0 ||
-                sw_py_put(d, "arena", sw_py_contiguous(arena, self->p->ndev, NPY_INT64)) ||
-                put_replay(d, &g, modelled, &r, self->p->ndev) < 0)) {
+                put_replay(d, &g, modelled, &r, self->p->ndev) < 0 ||
+                sw_py_put(d, "arena", sw_py_contiguous(arena, self->p->ndev, NPY_INT64)) < 0 ||
+                sw_py_put(d, "host_arena", sw_py_contiguous(host, self->p->ndev, NPY_INT64)) < 0)) {
         Py_CLEAR(d);
     }
 done:
     self->busy = 0;
+    PyMem_Free(arena);
+    PyMem_Free(host);
+    Py_XDECREF(host_bw);
+    for (int i = 0; i < 3; i++) {
+        Py_XDECREF(swap_arr[i]);
+    }
     sw_py_streams_free(sa);
     free(modelled);
-    PyMem_Free(arena);
     sw_sim_result_free(&r);
     sw_task_graph_free(&g);
     sim_args_free(&s);

@@ -58,3 +58,9 @@ from . import lr_schedules
 
 __all__ += ["Adam", "AdamW", "Optimizer", "lr_schedules"]
 __all__ += ["FrontPlan", "PlanDoesNotFitError"]
+from .swap import SwapEntry, SwapPlan, parse_budget, swap_plan
+
+__all__ += ["SwapEntry", "SwapPlan", "parse_budget", "swap_plan"]
+from .tune import Candidate, TuneResult, adapted_lr, tune_minibatch
+
+__all__ += ["Candidate", "TuneResult", "adapted_lr", "tune_minibatch"]

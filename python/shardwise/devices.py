@@ -42,6 +42,7 @@ class DeviceSpec:
     memory: float         # bytes of device memory
     mem_bandwidth: float  # bytes/s of device memory
     intra_bandwidth: float  # bytes/s between two devices of one node
+    host_bandwidth: float = 16e9   # bytes/s each way between the device and pinned host memory
     # Output elements a kernel needs to fill the device (0: it runs one kernel at a time).  A GPU
     # runs kernels of several streams at once; the simulator gives each the fraction its outputs
     # fill.  GPUs: SMs x 2 resident blocks x a 128 x 128 output tile (cuDNN's and cuBLAS's large
@@ -49,17 +50,24 @@ class DeviceSpec:
     fill_outputs: float = 0.0
 
 
+# PCIe 3.0 x16: 16 GB/s each way, the nominal host link of the GPUs below (AccUDNN section 3.3.3
+# uses the same figure; measured copies reach 11-13 GB/s, which a profile or machine file can give).
+PCIE3_X16 = 16e9
+
 # Figures from the vendors' data sheets; links as in the papers' machines.
 DEVICE_PRESETS: dict[str, DeviceSpec] = {
-    # Tesla P100 SXM2: 10.6 TFLOP/s boost (9.3 base), 16 GB HBM2 at 732 GB/s, NVLink 20 GB/s per link.
-    "P100": DeviceSpec(9.3e12, 16e9, 732e9, 20e9, fill_outputs=56 * 2 * 128 * 128),   # 56 SMs
-    # One GK210 of a Tesla K80: 4.37 TFLOP/s boost, 12 GB at 240 GB/s, PCIe 3.0 x16 shared per card (~10 GB/s).
-    "K80": DeviceSpec(4.37e12, 12e9, 240e9, 10e9, fill_outputs=13 * 2 * 128 * 128),   # 13 SMXs
-    # Tesla V100 SXM2: 15.7 TFLOP/s, 16 GB at 900 GB/s, NVLink 2 (25 GB/s per link).
-    "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9, fill_outputs=80 * 2 * 128 * 128),   # 80 SMs
+    # Tesla P100 SXM2: 10.6 TFLOP/s boost (9.3 base), 16 GB HBM2 at 732 GB/s, NVLink 20 GB/s per link,
+    # PCIe 3.0 x16 to the host.
+    "P100": DeviceSpec(9.3e12, 16e9, 732e9, 20e9, PCIE3_X16, fill_outputs=56 * 2 * 128 * 128),   # 56 SMs
+    # One GK210 of a Tesla K80: 4.37 TFLOP/s boost, 12 GB at 240 GB/s, PCIe 3.0 x16 shared per card (~10 GB/s);
+    # the card's one x16 host link is shared by its two GPUs: 8 GB/s each.
+    "K80": DeviceSpec(4.37e12, 12e9, 240e9, 10e9, PCIE3_X16 / 2, fill_outputs=13 * 2 * 128 * 128),   # 13 SMXs
+    # Tesla V100 SXM2: 15.7 TFLOP/s, 16 GB at 900 GB/s, NVLink 2 (25 GB/s per link), PCIe 3.0 x16 to the host.
+    "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9, PCIE3_X16, fill_outputs=80 * 2 * 128 * 128),   # 80 SMs
     # One CPU worker of this kind of machine: one core with AVX2 FMA, a share of DRAM bandwidth,
-    # and copies between workers through shared memory.  Nominal; profiles replace it.
-    "cpu": DeviceSpec(50e9, 4e9, 10e9, 5e9),
+    # and copies between workers through shared memory; its "host" memory is the same DRAM, so a
+    # swap is a memcpy (read and write: half the bandwidth).  Nominal; profiles replace it.
+    "cpu": DeviceSpec(50e9, 4e9, 10e9, 5e9, 5e9),
 }
 
 # 100 Gb/s EDR InfiniBand between nodes (seed 003, section 6).
@@ -77,6 +85,7 @@ class Device:
     mem_bandwidth: float
     node: int = 0
     kind: str | None = None   # a label for devices of one kind ("P100", "cpu"); the figures are what counts
+    host_bandwidth: float = PCIE3_X16   # bytes/s each way to pinned host memory (swapping feature maps)
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r})"
@@ -135,8 +144,10 @@ class DeviceGraph:
 
     # ----- building ----------------------------------------------------------
     def add_device(self, name: str, flops: float, memory: float, mem_bandwidth: float | None = None,
-                   node: int = 0, kind: str | None = None) -> Device:
-        """Add a device; ``mem_bandwidth`` defaults to 80 bytes per 1000 FLOPs (a GPU-like ratio).
+                   node: int = 0, kind: str | None = None, host_bandwidth: float | None = None) -> Device:
+        """Add a device; ``mem_bandwidth`` defaults to 80 bytes per 1000 FLOPs (a GPU-like ratio),
+        ``host_bandwidth`` (bytes/s each way to pinned host memory, what swapping feature maps
+        uses) to its ``kind``'s preset, else PCIe 3.0 x16's nominal 16 GB/s.
         ``kind`` labels devices of one kind (the presets use their names); it is kept in machine
         files but the planner reads only the figures."""
         if not isinstance(name, str) or not name:
@@ -151,7 +162,11 @@ class DeviceGraph:
         bw = _positive(mem_bandwidth, f"device {name!r} mem_bandwidth") if mem_bandwidth is not None else f * 0.08
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or node < 0:
             raise DeviceGraphError(f"device {name!r}: node must be a non-negative int, got {node!r}")
-        dev = Device(len(self.devices), name, f, m, bw, int(node), kind)
+        if host_bandwidth is None:
+            preset = DEVICE_PRESETS.get(kind) if kind is not None else None
+            host_bandwidth = preset.host_bandwidth if preset is not None else PCIE3_X16
+        hb = _positive(host_bandwidth, f"device {name!r} host_bandwidth")
+        dev = Device(len(self.devices), name, f, m, bw, int(node), kind, hb)
         self._drop_structure()
         self.devices.append(dev)
         self._by_name[name] = dev.index

@@ -8,7 +8,7 @@ The schema (version 1, documented in docs/machines.md)::
 
     {"format": "shardwise-machine", "version": 1, "name": "two GPUs",
      "devices": [{"name": "gpu0", "kind": "V100", "flops": 1.57e13, "memory": 1.6e10,
-                  "mem_bandwidth": 9e11, "node": 0}, ...],
+                  "mem_bandwidth": 9e11, "node": 0, "host_bandwidth": 1.6e10}, ...],
      "links": [{"from": 0, "to": 1, "bandwidth": 2.5e10, "bidirectional": true}, ...],
      "all_to_all": {"devices_per_node": 4, "intra_bandwidth": 2e10, "inter_bandwidth": 1.25e10},
      "shared_cores": null, "shared_nics": false}
@@ -38,7 +38,7 @@ MACHINE_FORMAT = "shardwise-machine"
 MACHINE_VERSION = 1
 
 _TOP = ("format", "version", "name", "devices", "links", "all_to_all", "shared_cores", "shared_nics")
-_DEVICE = ("name", "kind", "flops", "memory", "mem_bandwidth", "node")
+_DEVICE = ("name", "kind", "flops", "memory", "mem_bandwidth", "node", "host_bandwidth")
 _LINK = ("from", "to", "bandwidth", "bidirectional")
 _ALL_TO_ALL = ("devices_per_node", "intra_bandwidth", "inter_bandwidth")
 _MAX_INT = 2**31 - 1   # nodes, cores and devices per node: far beyond any machine, inside a C int
@@ -52,7 +52,8 @@ def machine_to_dict(d: DeviceGraph) -> dict[str, Any]:
         row: dict[str, Any] = {"name": dev.name}
         if dev.kind is not None:
             row["kind"] = dev.kind
-        row.update(flops=dev.flops, memory=dev.memory, mem_bandwidth=dev.mem_bandwidth, node=dev.node)
+        row.update(flops=dev.flops, memory=dev.memory, mem_bandwidth=dev.mem_bandwidth, node=dev.node,
+                   host_bandwidth=dev.host_bandwidth)
         devices.append(row)
     out: dict[str, Any] = {"format": MACHINE_FORMAT, "version": MACHINE_VERSION, "name": d.name, "devices": devices}
     uniform = d._uniform
@@ -185,6 +186,8 @@ def _device_row(r: _Reader, row: Any, k: int) -> dict[str, Any]:
             raise r.fail(field, f"missing field {key!r} (or a preset kind: {', '.join(sorted(DEVICE_PRESETS))})")
     out["node"] = r.integer(row.get("node", 0), f"{field}.node", 0)
     out["kind"] = kind
+    if "host_bandwidth" in row:   # else add_device's default: the preset's, or PCIe 3.0 x16's
+        out["host_bandwidth"] = r.number(row["host_bandwidth"], f"{field}.host_bandwidth", "bytes/s")
     return out
 
 

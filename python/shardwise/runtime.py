@@ -156,7 +156,7 @@ class NativeExecutor:
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
                  reuse: bool = True, optimizer_state: int = 1, schedule: Any = None, backend: str = "cpu",
-                 gpus: list[int] | None = None, workspace_mb: int | None = None) -> None:
+                 gpus: list[int] | None = None, workspace_mb: int | None = None, swap: Any = None) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
         buffers share arena memory by lifetime (False: each keeps its own bytes);
@@ -166,7 +166,8 @@ class NativeExecutor:
         run on (None: one stream per device, program order).  ``backend``: "cpu" or "cuda"; for
         "cuda", ``gpus`` gives each logical device's GPU (default: the plan's device graph's
         ``gpu_of``, else blocks over every GPU) and ``workspace_mb`` each stream's workspace
-        (default 64)."""
+        (default 64).  ``swap``: (buffer, out_at, in_at) int32 arrays of a swap plan
+        (:meth:`shardwise.swap.SwapPlan.spec`), or None."""
         self.graph = graph
         self.tg = tg
         self.optimizer_state = optimizer_state
@@ -181,7 +182,7 @@ class NativeExecutor:
         self.backend = backend
         self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
                                  reuse=reuse, streams=_streams(plan, schedule), backend=backend,
-                                 gpus=gpus if backend == "cuda" else None, workspace=workspace)
+                                 gpus=gpus if backend == "cuda" else None, workspace=workspace, swap=swap)
         self.schedule = schedule
         self.threads = threads
         ids = [b.id for b in tg.buffers if b.kind in PERSISTENT_KINDS]

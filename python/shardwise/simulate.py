@@ -214,7 +214,7 @@ def device_fill(devices: DeviceGraph) -> np.ndarray:
 
 
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
-             schedule: Any = "fifo", fill_outputs: float | None = None) -> SimResult:
+             schedule: Any = "fifo", fill_outputs: float | None = None, swap: Any = None) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose arena (the memory plan the runtime
     allocates, :func:`shardwise.memory_plan`) exceeds its memory when ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -230,8 +230,11 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     fills (output elements / ``fill_outputs``) of it at most, handed out by stream priority, and
     runs slower where it gets less; ``fill_outputs`` overrides the presets' (a sensitivity
     knob; 0: every device runs one kernel at a time).  With one stream per device (fifo)
-    nothing changes.  CPU workers run one task at a
-    time, as the CPU backend's threads do."""
+    nothing changes.  CPU workers run one task at a time, as the CPU backend's threads do.
+    ``swap``: a :class:`~shardwise.swap.SwapPlan` of ``plan``: its swap tasks replayed too, each
+    holding its device's host copy engine of its direction (a device-to-host and a host-to-device
+    one per device) for bytes / ``Device.host_bandwidth``; memory is then checked against the
+    swapped arenas."""
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -249,9 +252,22 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
                 not (np.isfinite(fill_outputs) and fill_outputs >= 0):
             raise ConfigError(f"fill_outputs must be a number >= 0 (0: one kernel at a time), got {fill_outputs!r}")
         fill = np.where(fill > 0, float(fill_outputs), 0.0)
-    r = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None,
-                dev_fill=fill if fill.any() else None)
-    memory = {d: int(m) for d, m in enumerate(r["arena"])}   # the memory plan's arenas: what the runtime allocates
+    extra: dict[str, Any] = {}
+    state = None
+    if swap is not None:
+        from .swap import SwapPlan, host_bandwidths
+
+        if not isinstance(swap, SwapPlan):
+            raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
+        swap.check(plan)
+        if sched is not None:
+            raise ConfigError("a swap plan runs on one compute stream per device: simulate it with schedule='fifo'")
+        state = swap.optimizer_state
+        extra = {"swap": swap.spec(), "host_bw": host_bandwidths(plan), "host_res": m.nres}
+    r = _replay(plan, costs, m, optimizer_state=state, nres=m.nres + 2 * len(devices),
+                streams=sched.stream_arrays() if sched is not None else None,
+                dev_fill=fill if fill.any() else None, **extra)
+    memory = {d: int(x) for d, x in enumerate(r["arena"])}   # the memory plan's arenas: what the runtime allocates
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
@@ -261,7 +277,14 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     else:   # one stream per device
         stream = r["device"].astype(np.int32)
         sdev, sprio = np.arange(len(devices), dtype=np.int32), np.zeros(len(devices), np.int32)
-    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, m.name), memory,
+
+    def name(res: int) -> str:   # after the machine's resources: each device's host copy engines
+        if res < m.nres:
+            return m.name(res)
+        d, into = divmod(res - m.nres, 2)
+        return f"host {d} {'in' if into else 'out'}"
+
+    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, name), memory,
                      tasks=len(r["kind"]), costs_used=describe_costs(costs),
                      lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]))
 
@@ -282,12 +305,17 @@ def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -
     return float(r["iteration_time"]) + overhead, int(r["ntasks"]), bool(r["bounded"])
 
 
-def _replay(plan: Plan, costs: Any, m: "_Machine", **options: Any) -> dict:
-    """One call of the C engine (Problem.simulate_plan) on ``plan`` with ``costs`` (resolved)."""
+def _replay(plan: Plan, costs: Any, m: "_Machine", optimizer_state: int | None = None, nres: int | None = None,
+            **options: Any) -> dict:
+    """One call of the C engine (Problem.simulate_plan) on ``plan`` with ``costs`` (resolved);
+    ``nres``: the resources numbered (the machine's, or more: swap's host copy engines)."""
     problem = make_problem(plan.graph, plan.devices, plan.options)
+    if optimizer_state is not None:
+        problem.set_optimizer_state(optimizer_state)
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
-    return problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
-                                 element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed, **options)
+    return problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres if nres is None else nres,
+                                 cores=m.cores, split=split, element_seconds=rates, copy_bandwidth=copy_bw,
+                                 element_fixed=fixed, **options)
 
 
 def resolve_costs(plan: Plan, costs: Any) -> Any:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .memory import MemoryPlan
     from .schedule import Schedule
     from .trace import Timeline
+    from .swap import SwapPlan
 
 # the optimizers and CheckpointError are re-exported: shardwise.train was their home before
 __all__ = ["Trainer", "TrainingError", "TrainerInUseError", "CheckpointError", "Batch", "CPU_KINDS",
@@ -82,7 +83,8 @@ class Trainer:
     """
 
     def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
-                 seed: int = 0, schedule: "str | Schedule" = "fifo", workspace_mb: int | None = None) -> None:
+                 seed: int = 0, schedule: "str | Schedule" = "fifo", workspace_mb: int | None = None,
+                 swap: "SwapPlan | None" = None) -> None:
         """``optimizer``: :class:`~shardwise.optim.SGD` (the default, lr 0.01),
         :class:`~shardwise.optim.Adam` or :class:`~shardwise.optim.AdamW`.  Its kind fixes the
         optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
@@ -90,7 +92,11 @@ class Trainer:
         between steps by assigning another optimizer of the same kind to :attr:`optimizer`.
         ``backend``: "cpu" (threads, one per device) or "cuda" (the plan's devices on this
         machine's GPUs, docs/gpu.md; BackendUnavailableError naming what is missing where it
-        cannot run); ``workspace_mb``: each CUDA stream's workspace (default 64)."""
+        cannot run); ``workspace_mb``: each CUDA stream's workspace (default 64).
+        ``swap``: a :class:`~shardwise.swap.SwapPlan` of this plan (``sw.swap_plan(plan, budget)``):
+        its feature maps go to a host region of their own and back on each device's swap-out and
+        swap-in streams, real copies, and each device's arena is the swap plan's, within its budget;
+        the numerics are those of training without it (CPU backend, fifo schedule)."""
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ConfigError(f"optimizer must be sw.SGD, sw.Adam or sw.AdamW, got {type(optimizer).__name__}")
         if not isinstance(plan, Plan):
@@ -135,10 +141,25 @@ class Trainer:
         self.batch = inputs[0].shape[0]
         self.loss_ops = losses
         nstate = self.optimizer.state_buffers
+        if swap is not None:
+            from .swap import SwapPlan
+
+            if not isinstance(swap, SwapPlan):
+                raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got "
+                                f"{type(swap).__name__}")
+            swap.check(plan, optimizer_state=nstate)
+            if backend != "cpu" or schedule != "fifo":
+                raise ConfigError("a swap plan trains on the CPU backend with the fifo schedule so far")
+        self.swap = swap
         self.task_graph = lower(plan, optimizer_state=nstate)
         self.schedule = as_schedule(plan, schedule)   # None: fifo
         self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
-                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb)
+                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb,
+                                       swap=swap.spec() if swap is not None else None)
+        if swap is not None:   # the budget holds for what the runtime allocated, not only for the plan
+            over = {d: b for d, b in self.executor.arena_bytes().items() if b > swap.budget[d]}
+            if over:
+                raise TrainingError(f"the runtime's arenas {over} exceed the swap plan's budgets {swap.budget}")
         self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
         self._running = RunningStats(graph, self.task_graph)
         self.set_weights({**init_params(graph, seed), **running_defaults(graph)})
@@ -501,7 +522,8 @@ class Trainer:
     def arena_high_water(self) -> dict[int, int]:
         """{device: bytes} measured by the runtime: the highest byte of each device's arena
         any step has written so far (rounded up to the arena's alignment).  After a step it
-        equals the planned arena, :attr:`memory_plan`'s ``arena_bytes``."""
+        equals the planned arena, :attr:`memory_plan`'s ``arena_bytes`` (with ``swap``, the swap
+        plan's ``peak_bytes``: offloaded feature maps live in a host region apart)."""
         return self.executor.arena_high_water()
 
     @property
