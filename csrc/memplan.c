@@ -22,7 +22,9 @@
  * (reuse_from -> reuse_to) and the executor and the simulator add them to the
  * dependencies.  When a schedule gives a device several streams, its own tasks
  * are no longer in program order either, and memplan_streams.c makes the edges
- * instead (from every previous occupant of B's bytes, on whatever stream).
+ * instead (from every previous occupant of B's bytes, on whatever stream),
+ * and the gradients synchronization receives get bytes of their own above the
+ * rest (place_apart), so that no transfer waits for the backward pass's buffers.
  *
  * sw_memory_plan_check proves a plan safe without trusting its lifetimes: any
  * two buffers of a device whose address ranges overlap must be touched by
@@ -345,6 +347,49 @@ static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const i
     }
 }
 
+/* ------------------------------------------------------------------ synchronization apart */
+/* With several streams per device, the buffers that synchronization brings in (the
+ * gradients received from the other replicas: first touched in the sync or update phase)
+ * get bytes of their own, above everything else.  In program order every synchronization
+ * comes after the whole backward pass, so sharing bytes with the backward's buffers would
+ * hold each transfer (by a reuse edge) until the backward buffer under it is done, and a
+ * backward buffer taking over a received gradient's bytes would tie the dA chain to a
+ * low-priority synchronization.  Kept apart, a layer's synchronization waits only for its
+ * dW / dB and for the synchronization lowered before it (the layer after it in the forward
+ * pass, done earlier in the backward: the received buffers share bytes among themselves in
+ * program order).  The cost: the arena grows by the peak of those buffers, one layer's
+ * gradients times the replicas sending them.  `mine` (largest first) is reordered, the
+ * others first; `scratch` holds n entries. */
+static int sync_born(const sw_task_graph *g, const sw_memory_plan *mp, int32_t b) {
+    return !(mp->first[b] == 0 && mp->last[b] == g->ntasks) && g->tasks[mp->first[b]].phase >= SW_PHASE_SYNC;
+}
+
+static sw_status place_apart(const sw_task_graph *g, sw_place_cache *cache, sw_memory_plan *mp, int32_t *mine,
+                             int32_t n, sized_buffer *scratch, int64_t *arena) {
+    int32_t nrest = 0, npool = 0;
+    for (int32_t i = 0; i < n; i++) {   /* stable split: the rest, then the pool, each still largest first */
+        if (!sync_born(g, mp, mine[i])) {
+            mine[nrest++] = mine[i];
+        } else {
+            scratch[npool++].id = mine[i];
+        }
+    }
+    for (int32_t i = 0; i < npool; i++) {
+        mine[nrest + i] = scratch[i].id;
+    }
+    int64_t base = 0, top = 0;
+    SW_TRY(sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, nrest, mp->align, g->ntasks + 1,
+                                   mp->offset, &base));
+    SW_TRY(sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine + nrest, npool, mp->align,
+                                   g->ntasks + 1, mp->offset, &top));
+    base = (base + mp->align - 1) / mp->align * mp->align;
+    for (int32_t i = nrest; i < n; i++) {
+        mp->offset[mine[i]] += base;
+    }
+    *arena = base + top;
+    return SW_OK;
+}
+
 sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp) {
     return sw_memory_plan_build_on(g, ndev, align, reuse, NULL, mp);
 }
@@ -417,8 +462,9 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
     }
     for (int d = 0; d < ndev && s == SW_OK; d++) {
         int32_t *mine = ids + dev_ptr[d], n = dev_ptr[d + 1] - dev_ptr[d], at_peak;
-        s = sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, n, align, g->ntasks + 1, mp->offset,
-                                    &mp->arena[d]);
+        s = several ? place_apart(g, cache, mp, mine, n, by_off, &mp->arena[d])
+                    : sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, n, align, g->ntasks + 1,
+                                              mp->offset, &mp->arena[d]);
         if (s != SW_OK) {
             break;
         }
