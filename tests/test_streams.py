@@ -192,35 +192,33 @@ def test_the_validator_needs_the_multi_stream_reuse_edges():
             problem.check_memory_plan(*plan_arrays(plan), a["offset"], a["arena"], f, t, 64, streams)
 
 
-def test_streams_keep_offsets_and_set_received_gradients_apart():
-    """Placement is by lifetimes over program order, whatever the streams (a device without
-    received gradients keeps its offsets); with several streams per device, the buffers
-    synchronization brings in (first touched in the sync phase) get bytes above every other
-    buffer of their device, so no reuse edge holds a transfer behind the backward pass, and
-    they share bytes only among themselves."""
+def test_synchronization_buffers_lie_apart_under_several_streams():
+    """Under fifo, placement is by lifetimes over program order.  With several streams per
+    device, the buffers synchronization touches (weight gradients and the gradients received
+    from other replicas: their last task is in the sync or update phase) get bytes above every
+    other buffer of their device, so no reuse edge holds a transfer behind the backward pass
+    or the next forward behind an update, and they share bytes only among themselves."""
     g = sw.models.get("inception_small", batch=4)
-    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(3))
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
     tg = lower(plan)
     a = sw.memory_plan(plan).arrays
     b = sw.memory_plan(plan, schedule=sw.schedule(plan)).arrays
-    first = {}
+    last = {}
     for t in tg.tasks:
         for x in t.reads + t.writes:
-            first.setdefault(x, t)
-    pooled = {x for x, t in first.items() if t.phase == "sync" and b["last"][x] < len(tg.tasks)}
-    assert pooled and all(tg.buffers[x].kind == "recv" for x in pooled)
+            last[x] = t
+    pooled = {x for x, t in last.items() if t.phase in ("sync", "update") and b["last"][x] < len(tg.tasks)}
+    assert {tg.buffers[x].kind for x in pooled} == {"recv", "param_grad"}
     rest = [x.id for x in tg.buffers if x.id not in pooled]
     for d in range(len(plan.devices)):
         mine = [x for x in rest if tg.buffers[x].device == d]
         top = max((int(b["offset"][x] + b["bytes"][x]) for x in mine), default=0)
         pool = [x for x in pooled if tg.buffers[x].device == d]
-        assert all(b["offset"][x] >= top for x in pool)
-        assert b["arena"][d] >= max((int(b["offset"][x] + b["bytes"][x]) for x in pool), default=0)
-        if not pool:
-            np.testing.assert_array_equal(a["offset"][mine], b["offset"][mine])
-            assert b["arena"][d] == a["arena"][d]
+        assert pool and all(b["offset"][x] >= top for x in pool)
+        assert b["arena"][d] >= max(int(b["offset"][x] + b["bytes"][x]) for x in pool)
     assert b["arena"][0] > a["arena"][0]   # the lead replica receives: its arena grows
-    assert b["arena"][0] - a["arena"][0] < sum(int(b["bytes"][x]) for x in pooled)   # they share bytes
+    lead = [x for x in pooled if tg.buffers[x].device == 0]
+    assert b["arena"][0] - a["arena"][0] < sum(int(b["bytes"][x]) for x in lead)   # they share bytes
 
 
 @pytest.mark.parametrize("ndev", [1, 2])

@@ -323,8 +323,34 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
  * the lowered graph (sw_simulate_lower_bound) reaches `bound`, the replay is skipped: r holds
  * only that bound as its makespan and *bounded is set (a search discarding plans no faster than
  * its best needs no more). */
+/* `iterations` copies of the iteration back to back, with no barrier between them (iterations.c):
+ * r holds the replay of the concatenated graph (iterations x g's tasks). */
+static sw_status run_back_to_back(const sw_problem *p, const sim_args *s, const sw_streams *streams,
+                                  const sw_task_graph *g, const sw_memory_plan *mp, const double *modelled,
+                                  int iterations, sw_sim_result *r) {
+    sw_iterations it;
+    sw_task_order order = {0};
+    SW_TRY(sw_iterations_build(g, mp, streams, iterations, &it));
+    double *durations = malloc(sizeof *durations * ((size_t)it.g.ntasks + 1));
+    sw_status st = durations ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    for (int32_t t = 0; st == SW_OK && t < it.g.ntasks; t++) {
+        durations[t] = modelled[t % g->ntasks];
+    }
+    if (st == SW_OK) {
+        st = sw_task_order_build_on(&it.g, &it.mp, sw_iterations_streams(&it), &order);
+    }
+    if (st == SW_OK) {
+        st = sw_simulate_graph_on(p, &it.g, &order, sw_iterations_streams(&it), durations, &s->machine, r);
+    }
+    free(durations);
+    sw_task_order_free(&order);
+    sw_iterations_free(&it);
+    return st;
+}
+
 static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
-                          double bound, sw_task_graph *g, double **modelled, sw_sim_result *r, int *bounded) {
+                          double bound, int iterations, sw_task_graph *g, double **modelled, sw_sim_result *r,
+                          int *bounded) {
     *bounded = 0;
     SW_TRY(sw_lower(p, &a->plan, g));
     *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
@@ -334,7 +360,7 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
     SW_TRY(sw_task_durations(p, &a->plan, g, &s->measured, *modelled));
     /* the bound holds while every device runs one task at a time: one stream per device, or
      * no shared compute (with several streams sharing a device, two kernels may overlap) */
-    if (isfinite(bound) && !(streams && s->machine.dev_fill)) {
+    if (isfinite(bound) && iterations == 1 && !(streams && s->machine.dev_fill)) {
         double lower;
         SW_TRY(sw_simulate_lower_bound(p, g, *modelled, &s->machine, &lower));
         if (lower >= bound) {
@@ -346,6 +372,11 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
     sw_memory_plan mp;
     sw_task_order order = {0};
     sw_status st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
+    if (st == SW_OK && iterations > 1) {
+        st = run_back_to_back(p, s, streams, g, &mp, *modelled, iterations, r);
+        sw_memory_plan_free(&mp);
+        return st;
+    }
     if (st == SW_OK) {
         st = sw_task_order_build_on(g, &mp, streams, &order);
         sw_memory_plan_free(&mp);
@@ -371,17 +402,22 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
                              "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams",
-                             "dev_fill", "bound", "brief", NULL};
+                             "dev_fill", "bound", "brief", "iterations", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
     PyObject *streams_obj = Py_None, *fill = Py_None;
-    int nres, cores = 0, brief = 0, bounded = 0;
+    int nres, cores = 0, brief = 0, bounded = 0, iterations = 1;
     double copy_bw = 0.0, bound = INFINITY;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOdp", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOdpi", kwlist, &k, &dg, &ptr, &dv, &rp, &rr, &nres,
                                      &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill, &bound,
-                                     &brief) ||
+                                     &brief, &iterations) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    if (iterations < 1 || iterations > 8) {
+        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
+        return NULL;
+    }
+    brief = brief || iterations > 1;   /* back to back: the time only */
     PyArrayObject *sa[3] = {NULL, NULL, NULL};
     sw_streams view;
     const sw_streams *streams = NULL;
@@ -400,7 +436,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     }
     sw_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, streams, bound, &g, &modelled, &r, &bounded);
+    st = run_plan(self->p, &a, &s, streams, bound, iterations, &g, &modelled, &r, &bounded);
     Py_END_ALLOW_THREADS
     if (st != SW_OK) {
         sw_py_raise(st);

@@ -214,7 +214,7 @@ def device_fill(devices: DeviceGraph) -> np.ndarray:
 
 
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
-             schedule: Any = "fifo", fill_outputs: float | None = None) -> SimResult:
+             schedule: Any = "fifo", fill_outputs: float | None = None, iterations: int = 1) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose buffers exceed its memory when
     ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -231,7 +231,14 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     runs slower where it gets less; ``fill_outputs`` overrides the presets' (a sensitivity
     knob; 0: every device runs one kernel at a time).  With one stream per device (fifo)
     nothing changes.  CPU workers run one task at a
-    time, as the CPU backend's threads do."""
+    time, as the CPU backend's threads do.  ``iterations`` (1 .. 8): with more than one, that
+    many iterations also run back to back with no barrier between them (layer i of the next
+    forward waits for layer i's update and for the bytes it takes over, not for the whole
+    step: docs/scheduling.md), and ``iteration_time`` is the time each iteration after the
+    first adds, (makespan of them all - one iteration's) / (iterations - 1); the events, the
+    memory and the rest are those of one iteration."""
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= 8:
+        raise ConfigError(f"iterations must be an int in 1 .. 8, got {iterations!r}")
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -255,6 +262,11 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
+    if iterations > 1:
+        many = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None,
+                       dev_fill=fill if fill.any() else None, iterations=iterations)
+        total = (float(many["iteration_time"]) - float(r["iteration_time"])) / (iterations - 1) + \
+            _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
     if sched is not None:
         stream, sdev, sprio = sched.stream_arrays()
