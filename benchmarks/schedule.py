@@ -10,7 +10,9 @@ batch 32, VGG-16 1.27x at batch 100, GoogLeNet 1.30x, on one P100):
   ready kernels of its streams at once, each filling (output elements / 1.8M) of it at most
   (56 SMs x 2 blocks x a 128 x 128 tile: shardwise.devices.DEVICE_PRESETS); ``x0.25`` and
   ``x4`` columns show the ratio with that fill divided / multiplied by four (kernels filling
-  four times more / less of the device);
+  four times more / less of the device); ``b2b``: fifo over critical_path with iterations back
+  to back, no barrier between them (``simulate(..., iterations=3)``: the time each iteration
+  after the first adds);
 * the ceiling of hiding every dW / dB behind the dA chain on one device: the fifo iteration's
   summed task time over the same without the dW and dB tasks;
 * measured on the CPU backend: the scaled ResNet-18 and Inception at batch 16, fifo against
@@ -56,7 +58,7 @@ def ceiling(plan: sw.Plan) -> float:
 def simulated(out: list[str], counts: list[int]) -> None:
     out.append("Simulated (roofline model, P100 presets), data parallel; ratio = fifo / critical_path")
     out.append(f"{'network':<13} {'batch':>5} {'P100s':>5} {'fifo ms':>9} {'crit ms':>9} {'ratio':>6} "
-               f"{'x0.25':>6} {'x4':>6} {'ceiling':>8}   TurboDL")
+               f"{'x0.25':>6} {'x4':>6} {'b2b':>6} {'ceiling':>8}   TurboDL")
     for name, batch in NETS:
         g = sw.models.get(name, batch=batch)
         for n in counts:
@@ -67,9 +69,11 @@ def simulated(out: list[str], counts: list[int]) -> None:
                                  fill_outputs=P100_FILL / 4).iteration_time
             hi = f / sw.simulate(plan, schedule="critical_path", check_memory=False,
                                  fill_outputs=P100_FILL * 4).iteration_time
+            b2b = (sw.simulate(plan, check_memory=False, iterations=3).iteration_time /
+                   sw.simulate(plan, schedule="critical_path", check_memory=False, iterations=3).iteration_time)
             ceil = f"{ceiling(plan):>8.3f}" if n == 1 else f"{'':>8}"
             out.append(f"{name:<13} {batch:>5} {n:>5} {f * 1e3:>9.2f} {c * 1e3:>9.2f} {f / c:>6.3f} {lo:>6.3f} "
-                       f"{hi:>6.3f} {ceil}   {PAPER[name] if n == 1 else ''}")
+                       f"{hi:>6.3f} {b2b:>6.3f} {ceil}   {PAPER[name] if n == 1 else ''}")
             print(out[-1], flush=True)
 
 

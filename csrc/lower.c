@@ -21,8 +21,14 @@
  *                               of the gradient reduced first; a split
  *                               reduction: activation_grad on the owner, copied
  *                               to the group first
- *   sync (ops in order)         per weight and replica group: copies to the
- *                               first replica, reduce, update, copies back
+ *   sync (reverse order)        per weight and replica group: copies to the
+ *                               first replica, reduce, update, copies back;
+ *                               last layer first, the order its dW / dB are
+ *                               done in the backward, so that program order
+ *                               (the memory plan's lifetimes, hence its reuse
+ *                               edges between synchronizations) never holds a
+ *                               layer's synchronization behind one whose
+ *                               gradient comes later
  *
  * State is kept in flat arrays: per worker of every op at wbase[op] + w, per
  * (op, input slot, worker) at sbase[op] + slot * nworkers + w.
@@ -816,7 +822,7 @@ static sw_status run(lowering *L) {
     for (int op = L->p->nops - 1; op >= 0; op--) {
         SW_TRY(lower_backward(L, op));
     }
-    for (int op = 0; op < L->p->nops; op++) {
+    for (int op = L->p->nops - 1; op >= 0; op--) {
         if (has_weights(op_at(L, op))) {
             SW_TRY(lower_sync(L, op));
         }

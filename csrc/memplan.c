@@ -22,7 +22,9 @@
  * (reuse_from -> reuse_to) and the executor and the simulator add them to the
  * dependencies.  When a schedule gives a device several streams, its own tasks
  * are no longer in program order either, and memplan_streams.c makes the edges
- * instead (from every previous occupant of B's bytes, on whatever stream).
+ * instead (from every previous occupant of B's bytes, on whatever stream),
+ * and the gradients synchronization receives get bytes of their own above the
+ * rest (place_apart), so that no transfer waits for the backward pass's buffers.
  *
  * sw_memory_plan_check proves a plan safe without trusting its lifetimes: any
  * two buffers of a device whose address ranges overlap must be touched by
@@ -350,12 +352,82 @@ static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const i
     }
 }
 
+/* ------------------------------------------------------------------ synchronization apart */
+/* With several streams per device, the buffers synchronization touches (the weight
+ * gradients, and those received from the other replicas: buffers whose last task is in
+ * the sync or update phase) get bytes of their own, above everything else.  In program
+ * order every synchronization comes after the whole backward pass, so a received gradient
+ * sharing bytes with the backward's buffers would hold its transfer (by a reuse edge) until
+ * the backward buffer under it is done; and a buffer taking over the bytes of a gradient,
+ * which lives until its layer's update, would tie the dA chain (or, with iterations back to
+ * back, the next forward pass) to a low-priority synchronization.  Kept apart, a layer's
+ * synchronization waits only for its dW / dB and for the synchronization lowered before it
+ * (the layer after it in the forward pass, done earlier in the backward: these buffers share
+ * bytes among themselves in program order).  The cost: the arena grows by the peak of those
+ * buffers less what they shared with the others (ResNet-50 data parallel on 4 P100s: 1.5%).
+ * `mine` (largest first) is reordered, the others first; `scratch` holds n entries. */
+static int sync_touched(const sw_task_graph *g, const sw_memory_plan *mp, int32_t b) {
+    return !(mp->first[b] == 0 && mp->last[b] == g->ntasks) && g->tasks[mp->last[b]].phase >= SW_PHASE_SYNC;
+}
+
+static sw_status place_apart(const sw_task_graph *g, sw_place_cache *cache, sw_memory_plan *mp, int32_t *mine,
+                             int32_t n, sized_buffer *scratch, int64_t *arena) {
+    int32_t nrest = 0, npool = 0;
+    for (int32_t i = 0; i < n; i++) {   /* stable split: the rest, then the pool, each still largest first */
+        if (!sync_touched(g, mp, mine[i])) {
+            mine[nrest++] = mine[i];
+        } else {
+            scratch[npool++].id = mine[i];
+        }
+    }
+    for (int32_t i = 0; i < npool; i++) {
+        mine[nrest + i] = scratch[i].id;
+    }
+    int64_t base = 0, top = 0;
+    SW_TRY(sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, nrest, mp->align, g->ntasks + 1,
+                                   mp->offset, &base));
+    SW_TRY(sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine + nrest, npool, mp->align,
+                                   g->ntasks + 1, mp->offset, &top));
+    base = (base + mp->align - 1) / mp->align * mp->align;
+    for (int32_t i = nrest; i < n; i++) {
+        mp->offset[mine[i]] += base;
+    }
+    *arena = base + top;
+    return SW_OK;
+}
+
 sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, int reuse, sw_memory_plan *mp) {
     return sw_memory_plan_build_on(g, ndev, align, reuse, NULL, mp);
 }
 
+/* Offsets given (`fixed`, e.g. a plan of one iteration repeated over several): only the
+ * lifetimes, the arenas (the highest aligned end) and the reuse edges are computed. */
+static void place_at(const sw_memory_plan *mp, const int64_t *fixed, const int32_t *mine, int32_t n, int64_t *arena) {
+    int64_t top = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t b = mine[i];
+        mp->offset[b] = fixed[b];
+        int64_t end = (fixed[b] + mp->bytes[b] + mp->align - 1) / mp->align * mp->align;
+        top = end > top ? end : top;
+    }
+    *arena = top;
+}
+
+static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
+                       const int64_t *fixed, sw_memory_plan *mp);
+
 sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
                                   sw_memory_plan *mp) {
+    return build(g, ndev, align, reuse, st, NULL, mp);
+}
+
+sw_status sw_memory_plan_build_at(const sw_task_graph *g, int ndev, int64_t align, const sw_streams *st,
+                                  const int64_t *offset, sw_memory_plan *mp) {
+    return build(g, ndev, align, 1, st, offset, mp);
+}
+
+static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
+                       const int64_t *fixed, sw_memory_plan *mp) {
     memset(mp, 0, sizeof *mp);
     if (ndev < 1 || align < 1 || (align & (align - 1)) != 0) {
         return SW_FAIL(SW_ERR_VALUE, "a memory plan needs >= 1 device and a power-of-two alignment, got %d, %lld",
@@ -425,8 +497,13 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
     }
     for (int d = 0; d < ndev && s == SW_OK; d++) {
         int32_t *mine = ids + dev_ptr[d], n = dev_ptr[d + 1] - dev_ptr[d], at_peak;
-        s = sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, n, align, g->ntasks + 1, mp->offset,
-                                    &mp->arena[d]);
+        if (fixed) {
+            place_at(mp, fixed, mine, n, &mp->arena[d]);
+        } else {
+            s = several ? place_apart(g, cache, mp, mine, n, by_off, &mp->arena[d])
+                        : sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, n, align,
+                                                  g->ntasks + 1, mp->offset, &mp->arena[d]);
+        }
         if (s != SW_OK) {
             break;
         }

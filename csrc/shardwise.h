@@ -629,6 +629,10 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
  * previous occupant before the buffer's first tasks on whatever stream (memplan_streams.c). */
 sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
                                   sw_memory_plan *mp);
+/* The same with every buffer's offset given (offset[b], nbuffers entries: a plan of one
+ * iteration repeated over several, iterations.c): lifetimes, arenas and reuse edges only. */
+sw_status sw_memory_plan_build_at(const sw_task_graph *g, int ndev, int64_t align, const sw_streams *st,
+                                  const int64_t *offset, sw_memory_plan *mp);
 void sw_memory_plan_free(sw_memory_plan *mp);
 /* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
@@ -644,6 +648,29 @@ sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp)
 /* The same judged by the order on streams `st` (NULL: one per device); it also proves that
  * every buffer's conflicting accesses (a write and another access) keep program order. */
 sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st);
+
+/* ---------------------------------------------------------------- iterations back to back */
+/* `copies` iterations of g concatenated, with no barrier between them (iterations.c):
+ * iteration i's task t is i * ntasks + t on t's stream; buffers living across steps are
+ * shared by all iterations, every other buffer is a new one per iteration at its offset in
+ * mp; the memory plan has mp's offsets and the reuse edges of the concatenated graph.  Its
+ * sw_task_order (on `streams()`) is the order of the iterations back to back;
+ * sw_memory_plan_check_on proves it safe. */
+typedef struct {
+    int copies;
+    int32_t ntasks;          /* tasks of one iteration */
+    sw_task_graph g;
+    sw_memory_plan mp;
+    int32_t *buffer_of;      /* g.nbuffers: the buffer of one iteration each one repeats */
+    int32_t *stream;         /* g.ntasks, NULL without streams */
+    sw_streams st;           /* over `stream`, borrowing the rest of the given streams */
+} sw_iterations;
+
+sw_status sw_iterations_build(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st, int copies,
+                              sw_iterations *it);
+/* The streams of the concatenated graph (NULL when built without streams). */
+static inline const sw_streams *sw_iterations_streams(const sw_iterations *it) { return it->stream ? &it->st : NULL; }
+void sw_iterations_free(sw_iterations *it);
 
 /* ---------------------------------------------------------------- the runtime's order */
 /* What each task runs after on the runtime (order.c): the task before it on its stream, its

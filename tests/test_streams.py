@@ -192,14 +192,68 @@ def test_the_validator_needs_the_multi_stream_reuse_edges():
             problem.check_memory_plan(*plan_arrays(plan), a["offset"], a["arena"], f, t, 64, streams)
 
 
-def test_streams_change_no_offset():
-    """Placement is by lifetimes over program order, whatever the streams."""
+def test_synchronization_buffers_lie_apart_under_several_streams():
+    """Under fifo, placement is by lifetimes over program order.  With several streams per
+    device, the buffers synchronization touches (weight gradients and the gradients received
+    from other replicas: their last task is in the sync or update phase) get bytes above every
+    other buffer of their device, so no reuse edge holds a transfer behind the backward pass
+    or the next forward behind an update, and they share bytes only among themselves."""
     g = sw.models.get("inception_small", batch=4)
-    plan = sw.search(g, sw.DeviceGraph.cpu(2))
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    tg = lower(plan)
     a = sw.memory_plan(plan).arrays
     b = sw.memory_plan(plan, schedule=sw.schedule(plan)).arrays
-    np.testing.assert_array_equal(a["offset"], b["offset"])
-    np.testing.assert_array_equal(a["arena"], b["arena"])
+    last = {}
+    for t in tg.tasks:
+        for x in t.reads + t.writes:
+            last[x] = t
+    pooled = {x for x, t in last.items() if t.phase in ("sync", "update") and b["last"][x] < len(tg.tasks)}
+    assert {tg.buffers[x].kind for x in pooled} == {"recv", "param_grad"}
+    rest = [x.id for x in tg.buffers if x.id not in pooled]
+    for d in range(len(plan.devices)):
+        mine = [x for x in rest if tg.buffers[x].device == d]
+        top = max((int(b["offset"][x] + b["bytes"][x]) for x in mine), default=0)
+        pool = [x for x in pooled if tg.buffers[x].device == d]
+        assert pool and all(b["offset"][x] >= top for x in pool)
+        assert b["arena"][d] >= max(int(b["offset"][x] + b["bytes"][x]) for x in pool)
+    assert b["arena"][0] > a["arena"][0]   # the lead replica receives: its arena grows
+    lead = [x for x in pooled if tg.buffers[x].device == 0]
+    assert b["arena"][0] - a["arena"][0] < sum(int(b["bytes"][x]) for x in lead)   # they share bytes
+
+
+@pytest.mark.parametrize("ndev", [1, 2])
+def test_synchronization_waits_for_its_layer_not_for_the_backward(ndev):
+    """Under critical_path, the last layer's synchronization and update run after its own
+    dW / dB, not after the rest of the backward pass: none of the first layer's backward
+    tasks happens before them.  Under fifo (program order on one stream) all of them do."""
+    g = sw.models.get("resnet18_small", batch=4)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(ndev))
+    tg = lower(plan)
+    weighted = [t.op for t in tg.tasks if t.kind == "backward_weight"]
+    first_op, last_op = weighted[-1], weighted[0]   # the backward runs the ops in reverse
+    first_bwd = [t.id for t in tg.tasks if t.phase == "backward" and t.op == first_op]
+    last_sync = [t.id for t in tg.tasks if t.phase in ("sync", "update") and t.op == last_op]
+    assert first_bwd and last_sync
+    for policy, waits in (("fifo", True), ("critical_path", False)):
+        anc = ancestors(order_of(plan, sw.schedule(plan, policy=policy)))
+        for u in last_sync:
+            assert any(anc[u] >> x & 1 for x in first_bwd) == waits, (policy, tg.tasks[u])
+
+
+def test_simulated_synchronization_overlaps_the_backward():
+    """The simulator replays the same order: under critical_path on GPUs, transfers of
+    gradients start while the backward pass of the device receiving them still runs; under
+    fifo after it."""
+    g = sw.models.get("resnet18_small", batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(nodes=1, devices_per_node=2))
+    tg = lower(plan)
+    for policy in ("fifo", "critical_path"):
+        ev = sw.simulate(plan, schedule=policy, check_memory=False).events
+        sync = [e for e in ev if tg.tasks[e.task].phase == "sync"]
+        sync_start = min(e.start for e in sync)
+        lead = tg.tasks[sync[0].task].device
+        bwd_end = max(e.end for e in ev if tg.tasks[e.task].phase == "backward" and tg.tasks[e.task].device == lead)
+        assert (sync_start < bwd_end) == (policy == "critical_path")
 
 
 def test_streams_that_do_not_fit_the_plan_are_refused():

@@ -123,15 +123,25 @@ done:
     return d;
 }
 
-/* task_order(kinds, degrees, dev_ptr, devices, streams=None) -> {ptr, ids}: the runtime's order
- * over its memory plan (reuse on, the arena alignment). */
+/* task_order(kinds, degrees, dev_ptr, devices, streams=None, iterations=1, check=False) -> {ptr,
+ * ids}: the runtime's order over its memory plan (reuse on, the arena alignment); with
+ * iterations > 1, of that many iterations back to back (iterations.c: task t of iteration i is
+ * i * ntasks + t), and with check the plan of the concatenated graph proved safe by it
+ * (sw_memory_plan_check_on; ValueError naming the conflict otherwise). */
 PyObject *sw_py_problem_task_order(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "streams", NULL};
+    static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "streams", "iterations", "check", NULL};
     PyObject *k, *dg, *ptr, *dv, *streams_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|O", kwlist, &k, &dg, &ptr, &dv, &streams_obj) ||
+    int iterations = 1, check = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|Oip", kwlist, &k, &dg, &ptr, &dv, &streams_obj, &iterations,
+                                     &check) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    if (iterations < 1 || iterations > 8) {
+        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
+        return NULL;
+    }
+    sw_iterations it = {0};
     self->busy = 1;
     plan_args a;
     sw_task_graph g = {0};
@@ -150,8 +160,16 @@ PyObject *sw_py_problem_task_order(ProblemObject *self, PyObject *args, PyObject
     if (s == SW_OK) {
         s = sw_memory_plan_build_on(&g, self->p->ndev, SW_ARENA_ALIGN, 1, st, &mp);
     }
+    if (s == SW_OK && iterations > 1) {
+        s = sw_iterations_build(&g, &mp, st, iterations, &it);
+    }
+    if (s == SW_OK && check) {
+        s = iterations > 1 ? sw_memory_plan_check_on(&it.g, &it.mp, sw_iterations_streams(&it))
+                           : sw_memory_plan_check_on(&g, &mp, st);
+    }
     if (s == SW_OK) {
-        s = sw_task_order_build_on(&g, &mp, st, &order);
+        s = iterations > 1 ? sw_task_order_build_on(&it.g, &it.mp, sw_iterations_streams(&it), &order)
+                           : sw_task_order_build_on(&g, &mp, st, &order);
     }
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
@@ -167,6 +185,7 @@ done:
     self->busy = 0;
     sw_py_streams_free(sa);
     sw_task_order_free(&order);
+    sw_iterations_free(&it);
     sw_memory_plan_free(&mp);
     sw_task_graph_free(&g);
     sw_py_plan_args_free(&a);

@@ -651,7 +651,8 @@ static PyMethodDef Problem_methods[] = {
      "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align, "
      "streams=None): ValueError unless the offsets are safe"},
     {"task_order", (PyCFunction)(void (*)(void))sw_py_problem_task_order, METH_VARARGS | METH_KEYWORDS,
-     "task_order(kinds, degrees, dev_ptr, devices, streams=None) -> {ptr, ids}: what each task runs after"},
+     "task_order(kinds, degrees, dev_ptr, devices, streams=None, iterations=1, check=False) -> {ptr, ids}: "
+     "what each task runs after (of iterations back to back)"},
     {"lower", (PyCFunction)sw_py_problem_lower, METH_VARARGS,
      "lower(kinds, degrees, dev_ptr, devices) -> dict of task and buffer arrays (one iteration of a plan)"},
     {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,

@@ -318,6 +318,31 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
     return 0;
 }
 
+/* `iterations` copies of the iteration back to back, with no barrier between them (iterations.c):
+ * r holds the replay of the concatenated graph (iterations x g's tasks). */
+static sw_status run_back_to_back(const sw_problem *p, const sim_args *s, const sw_streams *streams,
+                                  const sw_task_graph *g, const sw_memory_plan *mp, const double *modelled,
+                                  int iterations, sw_sim_result *r) {
+    sw_iterations it;
+    sw_task_order order = {0};
+    SW_TRY(sw_iterations_build(g, mp, streams, iterations, &it));
+    double *durations = malloc(sizeof *durations * ((size_t)it.g.ntasks + 1));
+    sw_status st = durations ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    for (int32_t t = 0; st == SW_OK && t < it.g.ntasks; t++) {
+        durations[t] = modelled[t % g->ntasks];
+    }
+    if (st == SW_OK) {
+        st = sw_task_order_build_on(&it.g, &it.mp, sw_iterations_streams(&it), &order);
+    }
+    if (st == SW_OK) {
+        st = sw_simulate_graph_on(p, &it.g, &order, sw_iterations_streams(&it), durations, &s->machine, r);
+    }
+    free(durations);
+    sw_task_order_free(&order);
+    sw_iterations_free(&it);
+    return st;
+}
+
 /* Lower (and swap: swap.c, on the swapped graph's streams), time, plan memory and order the
  * tasks as the runtime does (its alignment, reuse on) and replay, with the GIL released;
  * everything is freed on failure.  arena and host (ndev each) get the memory plan's arenas and
@@ -325,7 +350,7 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
  * `bound`, the replay is skipped: r holds only that bound as its makespan and *bounded is set
  * (a search discarding plans no faster than its best needs no more). */
 static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
-                          const sw_swap_spec *swap, double bound, sw_task_graph *g, double **modelled,
+                          const sw_swap_spec *swap, double bound, int iterations, sw_task_graph *g, double **modelled,
                           sw_sim_result *r, int *bounded, int64_t *arena, int64_t *host) {
     *bounded = 0;
     SW_TRY(sw_lower(p, &a->plan, g));
@@ -349,7 +374,7 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
                              : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     /* the bound holds while every device runs one task at a time: one stream per device, or
      * no shared compute (with several streams sharing a device, two kernels may overlap) */
-    if (st == SW_OK && isfinite(bound) && !(streams && s->machine.dev_fill)) {
+    if (st == SW_OK && isfinite(bound) && iterations == 1 && !(streams && s->machine.dev_fill)) {
         double lower;
         st = sw_simulate_lower_bound(p, g, *modelled, &s->machine, &lower);
         if (st == SW_OK && lower >= bound) {
@@ -366,6 +391,14 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
     sw_memory_plan mp;
     sw_task_order order = {0};
     st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
+    if (st == SW_OK && iterations > 1) {
+        st = swap && swap->n > 0
+                 ? SW_FAIL(SW_ERR_VALUE, "iterations back to back are not simulated with a swap plan")
+                 : run_back_to_back(p, s, streams, g, &mp, *modelled, iterations, r);
+        sw_memory_plan_free(&mp);
+        sw_swap_streams_free(&swapped);
+        return st;
+    }
     if (st == SW_OK) {
         memcpy(arena, mp.arena, sizeof *arena * (size_t)p->ndev);   /* what each device allocates */
         memcpy(host, mp.host_arena, sizeof *host * (size_t)p->ndev);
@@ -394,17 +427,22 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
                              "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams",
-                             "dev_fill", "swap", "host_bw", "host_res", "bound", "brief", NULL};
+                             "dev_fill", "swap", "host_bw", "host_res", "bound", "brief", "iterations", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
     PyObject *streams_obj = Py_None, *fill = Py_None, *swap_obj = Py_None, *host_bw_obj = Py_None;
-    int nres, cores = 0, host_res = -1, brief = 0, bounded = 0;
+    int nres, cores = 0, host_res = -1, brief = 0, bounded = 0, iterations = 1;
     double copy_bw = 0.0, bound = INFINITY;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOOidp", kwlist, &k, &dg, &ptr, &dv, &rp, &rr,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOOidpi", kwlist, &k, &dg, &ptr, &dv, &rp, &rr,
                                      &nres, &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill,
-                                     &swap_obj, &host_bw_obj, &host_res, &bound, &brief) ||
+                                     &swap_obj, &host_bw_obj, &host_res, &bound, &brief, &iterations) ||
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    if (iterations < 1 || iterations > 8) {
+        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
+        return NULL;
+    }
+    brief = brief || iterations > 1;   /* back to back: the time only */
     PyArrayObject *swap_arr[3] = {NULL, NULL, NULL}, *host_bw = NULL;
     sw_swap_spec swap;
     int64_t *arena = PyMem_Calloc((size_t)self->p->ndev + 1, sizeof *arena);
@@ -443,7 +481,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     }
     sw_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, streams, &swap, bound, &g, &modelled, &r, &bounded, arena, host);
+    st = run_plan(self->p, &a, &s, streams, &swap, bound, iterations, &g, &modelled, &r, &bounded, arena, host);
     Py_END_ALLOW_THREADS
     if (st != SW_OK) {
         sw_py_raise(st);

@@ -214,7 +214,8 @@ def device_fill(devices: DeviceGraph) -> np.ndarray:
 
 
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
-             schedule: Any = "fifo", fill_outputs: float | None = None, swap: Any = None) -> SimResult:
+             schedule: Any = "fifo", fill_outputs: float | None = None, swap: Any = None,
+             iterations: int = 1) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose arena (the memory plan the runtime
     allocates, :func:`shardwise.memory_plan`) exceeds its memory when ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -234,7 +235,16 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     ``swap``: a :class:`~shardwise.swap.SwapPlan` of ``plan``: its swap tasks replayed too, each
     holding its device's host copy engine of its direction (a device-to-host and a host-to-device
     one per device) for bytes / ``Device.host_bandwidth``; memory is then checked against the
-    swapped arenas."""
+    swapped arenas.  ``iterations`` (1 .. 8): with more than one, that many iterations also run
+    back to back with no barrier between them (layer i of the next forward waits for layer i's
+    update and for the bytes it takes over, not for the whole step: docs/scheduling.md), and
+    ``iteration_time`` is the time each iteration after the first adds, (makespan of them all -
+    one iteration's) / (iterations - 1); the events, the memory and the rest are those of one
+    iteration (not combined with ``swap``)."""
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= 8:
+        raise ConfigError(f"iterations must be an int in 1 .. 8, got {iterations!r}")
+    if iterations > 1 and swap is not None:
+        raise ConfigError("iterations back to back are not simulated with a swap plan: pass one of them")
     if engine != "c":
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
@@ -271,6 +281,11 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
+    if iterations > 1:
+        many = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None,
+                       dev_fill=fill if fill.any() else None, iterations=iterations)
+        total = (float(many["iteration_time"]) - float(r["iteration_time"])) / (iterations - 1) + \
+            _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
     if sched is not None:
         stream, sdev, sprio = sched.stream_arrays()
