@@ -18,8 +18,11 @@ import numpy as np
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
 from .import_onnx_const import FOLDERS, Const, FoldError, fold
-from .import_onnx_ops import FUSES_RELU, HINTS, KIND_NAMES, ONNX_OPS, OnnxCall, SiluOf
+from .import_onnx_ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall,
+                               Outputs, SiluOf)
 from . import import_onnx_seq  # noqa: F401  (adds the sequence ops to ONNX_OPS)
+from . import import_onnx_rnn  # noqa: F401  (adds LSTM)
+from .import_torch_ops import Lazy
 from .import_torch import _live_ops, _prune   # the same pruning as from_torch: ops the loss does not read
 from .init import parameter_shapes
 
@@ -225,6 +228,10 @@ class _OnnxImporter:
         attrs = self._attrs(node)
         if self._fold(node, values, attrs, where):
             return
+        if node.op_type not in LAZY_READERS:   # an LSTM's output steps read whole: build the sequence
+            for k, v in enumerate(values):
+                if isinstance(v, Lazy):
+                    values[k] = self.env[node.input[k]] = v.tensor(self.g, where, f"its input {k}")
         if node.op_type == "Sigmoid" and self._silu_sigmoid(node):
             self.sigmoid_of[node.output[0]] = node.input[0]
             if not self._other_readers(node):   # read by its SiLU Muls only: no sigmoid op
@@ -240,7 +247,7 @@ class _OnnxImporter:
             raise ModelImportError(f"{where}: the ONNX op {node.op_type} is not supported (the supported ops are "
                                    f"listed in docs/importing.md){hint}")
         for k, extra in enumerate(node.output[1:], 1):   # BN's running statistics, MaxPool's indices, masks
-            if extra and (self.consumers.get(extra) or extra in self.outputs):
+            if extra and node.op_type not in MULTI_OUTPUT and (self.consumers.get(extra) or extra in self.outputs):
                 raise ModelImportError(f"{where}: reading its output {k} ({extra!r}) is not supported")
         bias_add = self._bias_add(node) if node.op_type == "MatMul" else None
         last = bias_add or node   # the node whose output the op's result is
@@ -260,6 +267,11 @@ class _OnnxImporter:
             raise
         except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say which node
             raise type(exc)(f"{where}: {exc}") from None
+        if isinstance(value, Outputs):   # an LSTM's Y, Y_h, Y_c
+            for out, v in zip(node.output, value):
+                if out:
+                    self.env[out] = v
+            return
         for n in (node, bias_add, relu):
             if n is not None:
                 self.env[n.output[0]] = value
@@ -268,8 +280,10 @@ class _OnnxImporter:
     def _fold(self, node: Any, values: list[Any], attrs: dict[str, Any], where: str) -> bool:
         """Evaluate a node of constants (and Shape of a tensor); True when it was one."""
         op = node.op_type
-        if op == "Shape" and values and isinstance(values[0], (Tensor, Const)):   # of a weight too
-            args: list[Any] = [values[0].shape if isinstance(values[0], Tensor) else values[0].value.shape]
+        if op == "Shape" and values and isinstance(values[0], Const):   # of a weight
+            args: list[Any] = [values[0].value.shape]
+        elif op == "Shape" and values and isinstance(getattr(values[0], "shape", None), tuple):
+            args = [values[0].shape]   # of a tensor, or a lazy value (a view, an LSTM's steps)
         elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and isinstance(values[1], Tensor):
             args = [values[0].value, np.zeros(0, np.float32)]   # graph tensors are float32
         elif op in FOLDERS and all(v is None or isinstance(v, Const) for v in values):
@@ -298,6 +312,8 @@ class _OnnxImporter:
             raise ModelImportError(f"the model has {len(outs)} outputs ({', '.join(o.name for o in outs)}); from_onnx "
                                    f"takes a model with one (N, classes) output of logits")
         value = self.env.get(outs[0].name)
+        if isinstance(value, Lazy):
+            value = value.tensor(self.g, f"the model's output {outs[0].name!r}", "the output")
         if not isinstance(value, Tensor):
             raise ModelImportError(f"the model's output {outs[0].name!r} is not computed from its inputs")
         if len(value.shape) not in (2, 3):
@@ -427,6 +443,9 @@ class _OnnxImporter:
 
     def _op_name(self, node: Any, values: list[Any], linear: bool) -> str:
         """The op's name by docs/importing.md's rules: the weight's owner, else the module path."""
+        if node.op_type == "LSTM":   # the prefix of its ops' names: the module (each layer a node), or the node
+            path, _ = self._scope(node)
+            return path or node.name or "lstm"
         kind = "linear" if linear else KIND_NAMES.get(node.op_type, node.op_type.lower())
         weighted = node.op_type in ("Conv", "Gemm", "BatchNormalization", "LayerNormalization", "Gather") or linear
         w = values[0 if node.op_type == "Gather" else 1] if weighted and len(values) > 1 else None
