@@ -265,8 +265,8 @@ class _OnnxImporter:
             value = convert(call)
         except ModelImportError:
             raise
-        except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say which node
-            raise type(exc)(f"{where}: {exc}") from None
+        except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say which node (once)
+            raise (exc if str(exc).startswith(where) else type(exc)(f"{where}: {exc}")) from None
         if isinstance(value, Outputs):   # an LSTM's Y, Y_h, Y_c
             for out, v in zip(node.output, value):
                 if out:

@@ -55,6 +55,14 @@ class LayerSteps(Steps):
     layer_name: str = ""
 
 
+@dataclass(eq=False)
+class StateLayers(Layers):
+    """An LSTM's final states over its layers, concatenated along ``axis`` (0 for layout 0,
+    1 for layout 1)."""
+
+    axis: int = 0
+
+
 def torch_order(w: np.ndarray, hid: int) -> np.ndarray:
     """(4H, ...) gate blocks in ONNX's order i, o, f, c -> PyTorch's i, f, g, o."""
     blocks = {k: w[q * hid:(q + 1) * hid] for q, k in enumerate(ONNX_GATES)}
@@ -77,8 +85,9 @@ def _zero_state(c: OnnxCall, index: int, what: str, shape: tuple[int, ...]) -> N
         return
     if not isinstance(v, Const):
         raise c.error(f"{what} {_show(v)} is not supported; only zero initial states (absent, or constant zeros)")
-    if tuple(v.value.shape) != shape:
-        raise ShapeError(f"{c.where}: {what} has shape {tuple(v.value.shape)}, expected {shape}")
+    if tuple(v.value.shape) != shape:   # PyTorch's dynamo exporter writes proj_size so: a wider initial_c
+        raise c.error(f"{what} has shape {tuple(v.value.shape)}, expected {shape} (N samples, the hidden size of R); "
+                      f"an LSTM with projections (PyTorch's proj_size) is not supported")
     if np.any(v.value != 0):
         raise c.error(f"a nonzero {what} is not supported; only zero initial states (absent, or constant zeros)")
 
@@ -110,13 +119,14 @@ def _input(c: OnnxCall, layout: int) -> Tensor:
         ok = isinstance(x, View) and x.origin.ndim == 3 and same_layout(x.arr, x.origin.transpose(1, 0, 2))
         if not ok:
             raise c.error(f"its input X, {_show(x)}, is not supported: with layout=0, X (T, N, input) must be the "
-                          f"transpose of a batch-first (N, T, input) tensor (an nn.LSTM with batch_first=True)")
+                          f"transpose of a batch-first (N, T, input) tensor (an nn.LSTM with batch_first=True); a time-major "
+                          f"LSTM (batch_first=False) reading the model's input is not supported")
         x = x.base
-        if isinstance(x, LayerSteps) and x.built is None:   # the previous layer's steps, read by this layer
-            x.name = x.layer_name
-        if isinstance(x, Lazy):
-            x = x.tensor(c.graph, c.where, "its input X")
-        c.inputs[0] = x
+    if isinstance(x, LayerSteps) and x.built is None:   # the previous layer's steps, read by this layer
+        x.name = x.layer_name
+    if isinstance(x, Lazy):
+        x = x.tensor(c.graph, c.where, "its input X")
+    c.inputs[0] = x
     return c.tensor(0, rank=3)
 
 
@@ -133,6 +143,10 @@ def _lstm(c: OnnxCall) -> Outputs:
     n, steps, e = x.shape
     r = c.inputs[2] if len(c.inputs) > 2 else None
     hid = int(r.value.shape[-1]) if isinstance(r, Const) and r.value.ndim == 3 else int(c.attrs.get("hidden_size", 0))
+    if isinstance(r, Const) and r.value.ndim == 3 and r.value.shape[1] != 4 * hid:
+        # PyTorch's dynamo exporter writes an nn.LSTM with proj_size so: R (1, 4 hidden, proj), no projection
+        raise c.error(f"its R has shape {tuple(r.value.shape)}, not (1, 4 hidden, hidden): an LSTM with projections "
+                      f"(PyTorch's proj_size) is not supported")
     if "hidden_size" in c.attrs and int(c.attrs["hidden_size"]) != hid:
         raise ShapeError(f"{c.where}: hidden_size={c.attrs['hidden_size']} but R has shape {_show(r)}")
     w = _weight(c, 1, "W", (1, 4 * hid, e))
@@ -190,8 +204,9 @@ def _gather(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
         if not isinstance(x, (Layers, Steps, View, Tensor)):
             return previous(c)
         if isinstance(x, Layers):
-            if axis != 0 or not -len(x.layers) <= i < len(x.layers):
-                raise c.error(f"Gather(axis={axis}) of {x!r} by {i} is not supported (one layer: axis 0)")
+            layer_axis = x.axis if isinstance(x, StateLayers) else 0
+            if axis != layer_axis or not -len(x.layers) <= i < len(x.layers):
+                raise c.error(f"Gather(axis={axis}) of {x!r} by {i} is not supported (one layer: axis {layer_axis})")
             return x.layers[i]
         rank = len(x.shape)
         if not -rank <= axis < rank or not -x.shape[axis] <= i < x.shape[axis]:
@@ -209,20 +224,22 @@ def _gather(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
 
 
 def _concat(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
-    """Concat over axis 0 of LSTM states (1, N, H): the states of the layers (h_n), kept as
-    their (N, H) tensors; anything else as before."""
+    """Concat of LSTM states (1, N, H) over axis 0 ((N, 1, H) over axis 1 for layout 1): the
+    states of the layers (h_n), kept as their (N, H) tensors; anything else as before."""
     def convert(c: OnnxCall) -> Any:
         if not any(isinstance(v, View) for v in c.inputs):
             return previous(c)
+        axis = int(c.attrs.get("axis", 0))
         layers = []
         for v in c.inputs:
-            one = resolve(View(v.base, v.origin, v.arr[0], v.where)) \
-                if isinstance(v, View) and v.arr.ndim == 3 and v.arr.shape[0] == 1 else None
-            if int(c.attrs.get("axis", 0)) != 0 or not isinstance(one, Tensor):
-                raise c.error(f"Concat(axis={c.attrs.get('axis')}) of {_show(v)} is not supported (views of a tensor "
-                              f"are concatenated only as an LSTM's final states over its layers, axis 0)")
+            one = None
+            if isinstance(v, View) and v.arr.ndim == 3 and -3 <= axis < 3 and v.arr.shape[axis] == 1:
+                one = resolve(View(v.base, v.origin, v.arr[(slice(None),) * (axis % 3) + (0,)], v.where))
+            if not isinstance(one, Tensor):
+                raise c.error(f"Concat(axis={axis}) of {_show(v)} is not supported (views of a tensor are "
+                              f"concatenated only as an LSTM's final states over its layers)")
             layers.append(one)
-        return Layers(layers, c.name)
+        return StateLayers(layers, c.name, axis=axis % 3)
     return convert
 
 
@@ -242,9 +259,18 @@ def _squeeze(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
     return convert
 
 
+def _identity(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """Identity of a lazy value (an LSTM's steps, a view of them, its states over the layers):
+    the value itself, still lazy; anything else as before."""
+    def convert(c: OnnxCall) -> Any:
+        x = c.inputs[0]
+        return x if isinstance(x, (Lazy, View, Layers)) else previous(c)
+    return convert
+
+
 def register() -> None:
-    """Add LSTM to :data:`~shardwise.import_onnx_ops.ONNX_OPS` (wrapping Gather, Concat and
-    Squeeze, which keep their other uses)."""
+    """Add LSTM to :data:`~shardwise.import_onnx_ops.ONNX_OPS` (wrapping Gather, Concat,
+    Squeeze and Identity, which keep their other uses)."""
     if "LSTM" in ONNX_OPS:
         return
     ONNX_OPS.update({
@@ -252,9 +278,10 @@ def register() -> None:
         "Gather": _gather(ONNX_OPS["Gather"]),
         "Concat": _concat(ONNX_OPS["Concat"]),
         "Squeeze": _squeeze(ONNX_OPS["Squeeze"]),
+        "Identity": _identity(ONNX_OPS["Identity"]),
     })
     MULTI_OUTPUT.add("LSTM")
-    LAZY_READERS.add("Gather")
+    LAZY_READERS.update(("Gather", "LSTM", "Identity"))
 
 
 register()
