@@ -18,6 +18,7 @@ import numpy as np
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
 from .import_onnx_const import FOLDERS, Const, FoldError, fold
+from .import_onnx_data import initializer_array
 from .import_onnx_ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall,
                                Outputs, SiluOf)
 from . import import_onnx_seq  # noqa: F401  (adds the sequence ops to ONNX_OPS)
@@ -64,10 +65,10 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     are listed in docs/importing.md) or a file that is not an ONNX model.
     """
     onnx = _import_onnx()
-    proto, default_name = _load(onnx, model)
+    proto, default_name, base_dir = _load(onnx, model)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ModelImportError(f"batch must be a positive int, got {batch!r}")
-    importer = _OnnxImporter(onnx, proto, batch, name or default_name)
+    importer = _OnnxImporter(onnx, proto, batch, name or default_name, base_dir)
     g = importer.run()
     weights = importer.weights()
     live = _live_ops(g)
@@ -77,14 +78,25 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     return g, weights
 
 
-def _array(onnx: Any, t: Any) -> np.ndarray:
-    """An initializer's values: float32 raw data as a read-only array over the bytes protobuf
-    hands out (its own copy: GPT-2 small's 623 MB are not copied a second time), anything else
-    by onnx's numpy_helper."""
-    if t.data_type == onnx.TensorProto.FLOAT and t.HasField("raw_data") and np.little_endian \
-            and t.data_location != onnx.TensorProto.EXTERNAL:
-        return np.frombuffer(t.raw_data, dtype=np.float32).reshape(tuple(t.dims))
-    return onnx.numpy_helper.to_array(t)
+def _fold_key(op: str, attrs: dict[str, Any], args: list[Any]) -> tuple | None:
+    """What a folded value depends on, so that a constant every layer computes again (the
+    dynamo exporter's causal mask: Expand, Trilu, Equal, Where on (T, T), in each of GPT-2
+    small's 12 layers) is computed once: small inputs by value, large ones by identity (a
+    value folded once is the same array for every reader).  None when not worth a key."""
+    if op == "Constant":
+        return None
+    a = repr(sorted(attrs.items()))
+    if len(a) > 200:
+        return None
+    parts: list[Any] = [op, a]
+    for v in args:
+        if isinstance(v, np.ndarray):
+            parts.append((v.dtype.str, v.shape, v.tobytes()) if v.size <= 64 else ("id", id(v)))
+        elif v is None or isinstance(v, tuple):   # an absent input, a Shape's tensor shape
+            parts.append(v)
+        else:
+            return None
+    return tuple(parts)
 
 
 def _owner_name(initializer: str) -> str | None:
@@ -96,26 +108,27 @@ def _owner_name(initializer: str) -> str | None:
     return initializer[:-len(".weight")] if initializer.endswith(".weight") else initializer
 
 
-def _load(onnx: Any, model: Any) -> tuple[Any, str]:
-    """The ModelProto and a default graph name."""
+def _load(onnx: Any, model: Any) -> tuple[Any, str, str | None]:
+    """The ModelProto, a default graph name and, for a file, its folder, where its external
+    data lies (read by :func:`~shardwise.import_onnx_data.initializer_array`, not by onnx.load)."""
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
-            proto = onnx.load(path)
+            proto = onnx.load(path, load_external_data=False)
         except OSError as exc:
             raise ModelImportError(f"cannot read the ONNX file {path!r}: {exc.strerror or exc}") from None
         except Exception as exc:   # protobuf's DecodeError, onnx's own: not an ONNX file
             raise ModelImportError(f"{path!r} is not an ONNX model ({type(exc).__name__}: {exc})") from None
         stem = os.path.basename(path)
-        return proto, stem[:-5] if stem.lower().endswith(".onnx") else stem
+        return proto, stem[:-5] if stem.lower().endswith(".onnx") else stem, os.path.dirname(path) or "."
     if isinstance(model, (bytes, bytearray)):
         try:
             proto = onnx.load_from_string(bytes(model))
         except Exception as exc:
             raise ModelImportError(f"the bytes are not an ONNX model ({type(exc).__name__}: {exc})") from None
-        return proto, proto.graph.name or "onnx"
+        return proto, proto.graph.name or "onnx", None
     if isinstance(model, onnx.ModelProto):
-        return model, model.graph.name or "onnx"
+        return model, model.graph.name or "onnx", None
     raise ModelImportError(f"from_onnx takes the path of an .onnx file, its bytes or an onnx.ModelProto, got "
                            f"{type(model).__name__}")
 
@@ -126,8 +139,8 @@ class _OnnxImporter:
     ``env`` maps every ONNX value name to its value: a graph :class:`Tensor`, a :class:`Const`
     (an initializer or a folded constant), or a :class:`SiluOf` marker."""
 
-    def __init__(self, onnx: Any, proto: Any, batch: int | None, name: str) -> None:
-        self.onnx, self.proto, self.batch = onnx, proto, batch
+    def __init__(self, onnx: Any, proto: Any, batch: int | None, name: str, base_dir: str | None = None) -> None:
+        self.onnx, self.proto, self.batch, self.base_dir = onnx, proto, batch, base_dir
         self.gp = proto.graph
         self.g = Graph(name)
         self.env: dict[str, Any] = {}
@@ -147,6 +160,7 @@ class _OnnxImporter:
         self.reserved = {_owner_name(t.name) for t in self.gp.initializer if _owner_name(t.name)}
         self.scope_ops: dict[str, int] = {}
         self.parsed_scopes: dict[tuple[str, str], Any] = {}
+        self.folded: dict[tuple, tuple[np.ndarray, list[Any]]] = {}   # see _fold_key
         for node in self.gp.node:
             path, _ = self._scope(node, counted=False)
             if path:
@@ -159,11 +173,19 @@ class _OnnxImporter:
     def run(self) -> Graph:
         if len(self.gp.sparse_initializer):
             raise ModelImportError("sparse initializers are not supported")
-        for t in self.gp.initializer:
-            try:
-                self.env[t.name] = Const(_array(self.onnx, t), source=t.name)
-            except Exception as exc:   # external data not found, unknown element type
-                raise ModelImportError(f"cannot read the initializer {t.name!r} ({type(exc).__name__}: {exc})") from None
+        files: dict[str, Any] = {}   # external data files, open while the initializers are read
+        try:
+            for t in self.gp.initializer:
+                try:
+                    self.env[t.name] = Const(initializer_array(self.onnx, t, self.base_dir, files), source=t.name)
+                except ModelImportError:
+                    raise
+                except Exception as exc:   # external data not found, unknown element type
+                    raise ModelImportError(f"cannot read the initializer {t.name!r} ({type(exc).__name__}: {exc})") \
+                        from None
+        finally:
+            for f in files.values():
+                f.close()
         for vi in self.gp.input:
             if vi.name not in self.env:   # old exports list the initializers among the inputs too
                 integer = vi.type.tensor_type.elem_type in _INT_TYPES
@@ -300,10 +322,17 @@ class _OnnxImporter:
             args = [None if v is None else v.value for v in values]
         else:
             return False
-        try:
-            self.env[node.output[0]] = Const(fold(op, attrs, args))
-        except FoldError as exc:
-            raise ModelImportError(f"{where}: {exc}") from None
+        key = _fold_key(op, attrs, args)
+        done = self.folded.get(key) if key is not None else None
+        if done is None:
+            try:
+                done = (fold(op, attrs, args), args)   # args kept alive: their ids are in the key
+            except FoldError as exc:
+                raise ModelImportError(f"{where}: {exc}") from None
+            if key is not None:
+                done[0].flags.writeable = False   # shared by every node that computes it
+                self.folded[key] = done
+        self.env[node.output[0]] = Const(done[0])
         return True
 
     def _output(self) -> None:
