@@ -18,8 +18,12 @@ import numpy as np
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
 from .import_onnx_const import FOLDERS, Const, FoldError, fold
-from .import_onnx_ops import FUSES_RELU, HINTS, KIND_NAMES, ONNX_OPS, OnnxCall, SiluOf
+from .import_onnx_data import initializer_array
+from .import_onnx_ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall,
+                               Outputs, SiluOf)
 from . import import_onnx_seq  # noqa: F401  (adds the sequence ops to ONNX_OPS)
+from . import import_onnx_rnn  # noqa: F401  (adds LSTM)
+from .import_torch_ops import Lazy
 from .import_torch import _live_ops, _prune   # the same pruning as from_torch: ops the loss does not read
 from .init import parameter_shapes
 
@@ -61,10 +65,10 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     are listed in docs/importing.md) or a file that is not an ONNX model.
     """
     onnx = _import_onnx()
-    proto, default_name = _load(onnx, model)
+    proto, default_name, base_dir = _load(onnx, model)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ModelImportError(f"batch must be a positive int, got {batch!r}")
-    importer = _OnnxImporter(onnx, proto, batch, name or default_name)
+    importer = _OnnxImporter(onnx, proto, batch, name or default_name, base_dir)
     g = importer.run()
     weights = importer.weights()
     live = _live_ops(g)
@@ -74,14 +78,25 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     return g, weights
 
 
-def _array(onnx: Any, t: Any) -> np.ndarray:
-    """An initializer's values: float32 raw data as a read-only array over the bytes protobuf
-    hands out (its own copy: GPT-2 small's 623 MB are not copied a second time), anything else
-    by onnx's numpy_helper."""
-    if t.data_type == onnx.TensorProto.FLOAT and t.HasField("raw_data") and np.little_endian \
-            and t.data_location != onnx.TensorProto.EXTERNAL:
-        return np.frombuffer(t.raw_data, dtype=np.float32).reshape(tuple(t.dims))
-    return onnx.numpy_helper.to_array(t)
+def _fold_key(op: str, attrs: dict[str, Any], args: list[Any]) -> tuple | None:
+    """What a folded value depends on, so that a constant every layer computes again (the
+    dynamo exporter's causal mask: Expand, Trilu, Equal, Where on (T, T), in each of GPT-2
+    small's 12 layers) is computed once: small inputs by value, large ones by identity (a
+    value folded once is the same array for every reader).  None when not worth a key."""
+    if op == "Constant":
+        return None
+    a = repr(sorted(attrs.items()))
+    if len(a) > 200:
+        return None
+    parts: list[Any] = [op, a]
+    for v in args:
+        if isinstance(v, np.ndarray):
+            parts.append((v.dtype.str, v.shape, v.tobytes()) if v.size <= 64 else ("id", id(v)))
+        elif v is None or isinstance(v, tuple):   # an absent input, a Shape's tensor shape
+            parts.append(v)
+        else:
+            return None
+    return tuple(parts)
 
 
 def _owner_name(initializer: str) -> str | None:
@@ -93,26 +108,27 @@ def _owner_name(initializer: str) -> str | None:
     return initializer[:-len(".weight")] if initializer.endswith(".weight") else initializer
 
 
-def _load(onnx: Any, model: Any) -> tuple[Any, str]:
-    """The ModelProto and a default graph name."""
+def _load(onnx: Any, model: Any) -> tuple[Any, str, str | None]:
+    """The ModelProto, a default graph name and, for a file, its folder, where its external
+    data lies (read by :func:`~shardwise.import_onnx_data.initializer_array`, not by onnx.load)."""
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
-            proto = onnx.load(path)
+            proto = onnx.load(path, load_external_data=False)
         except OSError as exc:
             raise ModelImportError(f"cannot read the ONNX file {path!r}: {exc.strerror or exc}") from None
         except Exception as exc:   # protobuf's DecodeError, onnx's own: not an ONNX file
             raise ModelImportError(f"{path!r} is not an ONNX model ({type(exc).__name__}: {exc})") from None
         stem = os.path.basename(path)
-        return proto, stem[:-5] if stem.lower().endswith(".onnx") else stem
+        return proto, stem[:-5] if stem.lower().endswith(".onnx") else stem, os.path.dirname(path) or "."
     if isinstance(model, (bytes, bytearray)):
         try:
             proto = onnx.load_from_string(bytes(model))
         except Exception as exc:
             raise ModelImportError(f"the bytes are not an ONNX model ({type(exc).__name__}: {exc})") from None
-        return proto, proto.graph.name or "onnx"
+        return proto, proto.graph.name or "onnx", None
     if isinstance(model, onnx.ModelProto):
-        return model, model.graph.name or "onnx"
+        return model, model.graph.name or "onnx", None
     raise ModelImportError(f"from_onnx takes the path of an .onnx file, its bytes or an onnx.ModelProto, got "
                            f"{type(model).__name__}")
 
@@ -123,8 +139,8 @@ class _OnnxImporter:
     ``env`` maps every ONNX value name to its value: a graph :class:`Tensor`, a :class:`Const`
     (an initializer or a folded constant), or a :class:`SiluOf` marker."""
 
-    def __init__(self, onnx: Any, proto: Any, batch: int | None, name: str) -> None:
-        self.onnx, self.proto, self.batch = onnx, proto, batch
+    def __init__(self, onnx: Any, proto: Any, batch: int | None, name: str, base_dir: str | None = None) -> None:
+        self.onnx, self.proto, self.batch, self.base_dir = onnx, proto, batch, base_dir
         self.gp = proto.graph
         self.g = Graph(name)
         self.env: dict[str, Any] = {}
@@ -144,6 +160,7 @@ class _OnnxImporter:
         self.reserved = {_owner_name(t.name) for t in self.gp.initializer if _owner_name(t.name)}
         self.scope_ops: dict[str, int] = {}
         self.parsed_scopes: dict[tuple[str, str], Any] = {}
+        self.folded: dict[tuple, tuple[np.ndarray, list[Any]]] = {}   # see _fold_key
         for node in self.gp.node:
             path, _ = self._scope(node, counted=False)
             if path:
@@ -156,11 +173,19 @@ class _OnnxImporter:
     def run(self) -> Graph:
         if len(self.gp.sparse_initializer):
             raise ModelImportError("sparse initializers are not supported")
-        for t in self.gp.initializer:
-            try:
-                self.env[t.name] = Const(_array(self.onnx, t), source=t.name)
-            except Exception as exc:   # external data not found, unknown element type
-                raise ModelImportError(f"cannot read the initializer {t.name!r} ({type(exc).__name__}: {exc})") from None
+        files: dict[str, Any] = {}   # external data files, open while the initializers are read
+        try:
+            for t in self.gp.initializer:
+                try:
+                    self.env[t.name] = Const(initializer_array(self.onnx, t, self.base_dir, files), source=t.name)
+                except ModelImportError:
+                    raise
+                except Exception as exc:   # external data not found, unknown element type
+                    raise ModelImportError(f"cannot read the initializer {t.name!r} ({type(exc).__name__}: {exc})") \
+                        from None
+        finally:
+            for f in files.values():
+                f.close()
         for vi in self.gp.input:
             if vi.name not in self.env:   # old exports list the initializers among the inputs too
                 integer = vi.type.tensor_type.elem_type in _INT_TYPES
@@ -225,6 +250,10 @@ class _OnnxImporter:
         attrs = self._attrs(node)
         if self._fold(node, values, attrs, where):
             return
+        if node.op_type not in LAZY_READERS:   # an LSTM's output steps read whole: build the sequence
+            for k, v in enumerate(values):
+                if isinstance(v, Lazy):
+                    values[k] = self.env[node.input[k]] = v.tensor(self.g, where, f"its input {k}")
         if node.op_type == "Sigmoid" and self._silu_sigmoid(node):
             self.sigmoid_of[node.output[0]] = node.input[0]
             if not self._other_readers(node):   # read by its SiLU Muls only: no sigmoid op
@@ -240,7 +269,7 @@ class _OnnxImporter:
             raise ModelImportError(f"{where}: the ONNX op {node.op_type} is not supported (the supported ops are "
                                    f"listed in docs/importing.md){hint}")
         for k, extra in enumerate(node.output[1:], 1):   # BN's running statistics, MaxPool's indices, masks
-            if extra and (self.consumers.get(extra) or extra in self.outputs):
+            if extra and node.op_type not in MULTI_OUTPUT and (self.consumers.get(extra) or extra in self.outputs):
                 raise ModelImportError(f"{where}: reading its output {k} ({extra!r}) is not supported")
         bias_add = self._bias_add(node) if node.op_type == "MatMul" else None
         last = bias_add or node   # the node whose output the op's result is
@@ -258,8 +287,13 @@ class _OnnxImporter:
             value = convert(call)
         except ModelImportError:
             raise
-        except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say which node
-            raise type(exc)(f"{where}: {exc}") from None
+        except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say which node (once)
+            raise (exc if str(exc).startswith(where) else type(exc)(f"{where}: {exc}")) from None
+        if isinstance(value, Outputs):   # an LSTM's Y, Y_h, Y_c
+            for out, v in zip(node.output, value):
+                if out:
+                    self.env[out] = v
+            return
         for n in (node, bias_add, relu):
             if n is not None:
                 self.env[n.output[0]] = value
@@ -268,8 +302,10 @@ class _OnnxImporter:
     def _fold(self, node: Any, values: list[Any], attrs: dict[str, Any], where: str) -> bool:
         """Evaluate a node of constants (and Shape of a tensor); True when it was one."""
         op = node.op_type
-        if op == "Shape" and values and isinstance(values[0], (Tensor, Const)):   # of a weight too
-            args: list[Any] = [values[0].shape if isinstance(values[0], Tensor) else values[0].value.shape]
+        if op == "Shape" and values and isinstance(values[0], Const):   # of a weight
+            args: list[Any] = [values[0].value.shape]
+        elif op == "Shape" and values and isinstance(getattr(values[0], "shape", None), tuple):
+            args = [values[0].shape]   # of a tensor, or a lazy value (a view, an LSTM's steps)
         elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and isinstance(values[1], Tensor):
             args = [values[0].value, np.zeros(0, np.float32)]   # graph tensors are float32
         elif op in FOLDERS and all(v is None or isinstance(v, Const) for v in values):
@@ -286,10 +322,17 @@ class _OnnxImporter:
             args = [None if v is None else v.value for v in values]
         else:
             return False
-        try:
-            self.env[node.output[0]] = Const(fold(op, attrs, args))
-        except FoldError as exc:
-            raise ModelImportError(f"{where}: {exc}") from None
+        key = _fold_key(op, attrs, args)
+        done = self.folded.get(key) if key is not None else None
+        if done is None:
+            try:
+                done = (fold(op, attrs, args), args)   # args kept alive: their ids are in the key
+            except FoldError as exc:
+                raise ModelImportError(f"{where}: {exc}") from None
+            if key is not None:
+                done[0].flags.writeable = False   # shared by every node that computes it
+                self.folded[key] = done
+        self.env[node.output[0]] = Const(done[0])
         return True
 
     def _output(self) -> None:
@@ -298,6 +341,8 @@ class _OnnxImporter:
             raise ModelImportError(f"the model has {len(outs)} outputs ({', '.join(o.name for o in outs)}); from_onnx "
                                    f"takes a model with one (N, classes) output of logits")
         value = self.env.get(outs[0].name)
+        if isinstance(value, Lazy):
+            value = value.tensor(self.g, f"the model's output {outs[0].name!r}", "the output")
         if not isinstance(value, Tensor):
             raise ModelImportError(f"the model's output {outs[0].name!r} is not computed from its inputs")
         if len(value.shape) not in (2, 3):
@@ -427,6 +472,9 @@ class _OnnxImporter:
 
     def _op_name(self, node: Any, values: list[Any], linear: bool) -> str:
         """The op's name by docs/importing.md's rules: the weight's owner, else the module path."""
+        if node.op_type == "LSTM":   # the prefix of its ops' names: the module (each layer a node), or the node
+            path, _ = self._scope(node)
+            return path or node.name or "lstm"
         kind = "linear" if linear else KIND_NAMES.get(node.op_type, node.op_type.lower())
         weighted = node.op_type in ("Conv", "Gemm", "BatchNormalization", "LayerNormalization", "Gather") or linear
         w = values[0 if node.op_type == "Gather" else 1] if weighted and len(values) > 1 else None

@@ -111,6 +111,11 @@ class OnnxCall:
         self.weights[self.name] = {k: v[1] for k, v in params.items() if v is not None}
 
 
+class Outputs(tuple):
+    """What a converter of an op with several outputs read by the model returns (an LSTM's
+    ``Y``, ``Y_h``, ``Y_c``): the value of each output, in the node's order."""
+
+
 def _show(value: Any) -> str:
     if isinstance(value, Tensor):
         return f"a tensor of shape {value.shape}"
@@ -474,6 +479,14 @@ KIND_NAMES: dict[str, str] = {
     "Transpose": "transpose",
 }
 """The operation's name in op names made from a scope (``"layer1.0.add"``): from_torch's names."""
+
+MULTI_OUTPUT: set[str] = set()
+"""Ops whose converters return :class:`Outputs`: every output may be read (of other ops, only
+the first)."""
+
+LAZY_READERS: set[str] = set()
+"""Ops whose converters take lazy values (an LSTM's steps or states) as they are; for the
+others the importer builds them as one tensor first."""
 
 FUSES_RELU = ("Conv", "Gemm", "MatMul")
 """Ops a Relu that is the only reader of their output is fused into (a MatMul only as a linear layer)."""

@@ -31,6 +31,7 @@ import numpy as np
 from .graph import Tensor
 from .import_onnx_const import Const, FoldError, reshape_target
 from .import_onnx_ops import ONNX_OPS, OnnxCall, _linear, _show
+from .import_torch_ops import Lazy
 
 MASK_FILL_MAX = -1e9   # as import_torch_seq: an additive mask value taken for -inf
 
@@ -42,7 +43,7 @@ class View:
     address space only), whose strides and offset say which element of ``base`` each element
     of the view reads."""
 
-    base: Tensor
+    base: Any         # a Tensor, or a lazy value (an LSTM's output steps, import_onnx_rnn)
     origin: np.ndarray
     arr: np.ndarray
     where: str = ""
@@ -83,13 +84,27 @@ def _transposed_of(v: Any) -> Tensor | None:
     return v.base if same else None
 
 
-def _view(c: OnnxCall, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str) -> View:
-    origin = np.empty(x.shape, dtype=np.int8) if isinstance(x, Tensor) else x.origin
-    arr = origin if isinstance(x, Tensor) else x.arr
+def same_layout(a: np.ndarray, b: np.ndarray) -> bool:
+    """Do the arrays read the same elements in the same order (strides of length-1 axes aside)?"""
+    return a.shape == b.shape and a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and all(
+        s == t for s, t, n in zip(a.strides, b.strides, a.shape) if n > 1)
+
+
+def resolve(v: View) -> Any:
+    """``v``'s base when the view reads it unchanged (transposes undone: an LSTM's time-major
+    output turned back to batch-first), else ``v``."""
+    return v.base if same_layout(v.arr, v.origin) else v
+
+
+def _view(c: OnnxCall, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str) -> Any:
+    """The view ``make`` takes of ``x`` (a graph tensor, a view, or a lazy value with a shape:
+    an LSTM's output steps), or its base when it reads that unchanged."""
+    origin = x.origin if isinstance(x, View) else np.empty(x.shape, dtype=np.int8)
+    arr = x.arr if isinstance(x, View) else origin
     out = make(arr)
     if out.size and not np.may_share_memory(out, origin):   # NumPy had to copy: not a view of x
         raise c.error(f"{what} of {_show(x)} is not supported (it is not a view of a graph tensor)")
-    return View(x if isinstance(x, Tensor) else x.base, origin, out, x.where if isinstance(x, View) else c.where)
+    return resolve(View(x.base if isinstance(x, View) else x, origin, out, x.where if isinstance(x, View) else c.where))
 
 
 def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
@@ -176,6 +191,8 @@ def _matmul(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
 
 def _operand(c: OnnxCall, v: Any) -> tuple[Tensor, bool]:
     t = _transposed_of(v)
+    if isinstance(t, Lazy):   # a transposed LSTM output: the whole sequence, read transposed
+        t = t.tensor(c.graph, c.where, "a MatMul operand")
     if t is not None:
         return t, True
     if isinstance(v, View):

@@ -66,6 +66,11 @@ class Steps(Lazy):
     name: str
     built: Tensor | None = None
 
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        n, h = self.steps[0].shape
+        return (n, len(self.steps), h)
+
     def __repr__(self) -> str:
         n, h = self.steps[0].shape
         return f"the LSTM output sequence {self.name!r} of shape {(n, len(self.steps), h)}"
@@ -267,21 +272,76 @@ GATES = "ifgo"
 the input, forget, cell (g) and output gates' blocks of ``hidden_size`` rows, in this order."""
 
 
-def _lstm(c: Call) -> tuple[Steps, tuple[Layers, Layers]]:
-    """nn.LSTM(batch_first=True) over (N, T, E) from zero states, unrolled.
+def lstm_layer(g: Graph, seq: Tensor, p: str, layer: int, hid: int, bias: bool) -> tuple[list[Tensor], Tensor]:
+    """One layer of an LSTM over the (N, T, in) sequence ``seq``, from zero states, unrolled;
+    returns its T hidden states (N, H) and its last cell state (N, H).  Both importers build
+    LSTMs with it (from_torch from nn.LSTM, from_onnx from the ONNX LSTM node), so the graphs
+    are the same.
 
-    Per layer l and gate k (i, f, g, o), with hidden size H and p the module's path:
+    Per gate k (i, f, g, o), with hidden size H and p the module's path:
 
-        p.l<l>.<k>.ih       linear (N, T, in) -> (N, T, H): rows of weight_ih_l<l>, bias_ih_l<l>
-        p.l<l>.<k>.hh       parameter (H, H): rows of weight_hh_l<l>
-        p.l<l>.<k>.hh_bias  parameter (H,): rows of bias_hh_l<l>
+        p.l<l>.<k>.ih       linear (N, T, in) -> (N, T, H)
+        p.l<l>.<k>.hh       parameter (H, H)
+        p.l<l>.<k>.hh_bias  parameter (H,) (when ``bias``)
         step t: pre_k = select(ih, 1, t) + h_{t-1} @ hh^T + hh_bias         (N, H)
                 c_t = lstm_cell(pre_i, pre_f, pre_g, c_{t-1}); h_t = lstm_hidden(pre_o, c_t)
 
     At t = 0 the states are zero: no h @ hh^T, and c_0 = sigmoid(pre_i) * tanh(pre_g), the
-    product of an (N, H, 1, 1) batched matmul (the graph has no element-wise product).  Layer
-    l > 0 reads layer l - 1's steps as one (N, T, H) sequence.  Every parameter is a slice of
-    PyTorch's, so SGD (momentum, weight decay) updates them as PyTorch updates its tensors."""
+    product of an (N, H, 1, 1) batched matmul (the graph has no element-wise product).
+    :func:`lstm_weights` gives the ops' weights."""
+    n, steps = seq.shape[0], seq.shape[1]
+    ih, hh, hb = {}, {}, {}
+    for k in GATES:
+        base = f"{p}.l{layer}.{k}"
+        ih[k] = g.linear(seq, hid, bias=bias, name=f"{base}.ih")
+        hh[k] = g.parameter((hid, hid), name=f"{base}.hh")
+        if bias:
+            hb[k] = g.parameter((hid,), name=f"{base}.hh_bias")
+    h = cell = None
+    out = []
+    for t in range(steps):
+        s = f"{p}.l{layer}.t{t}"
+        pre = {}
+        for k in (GATES if t else "igo"):   # at t = 0 the forget gate multiplies c = 0
+            y = g.select(ih[k], 1, t, name=f"{s}.{k}")
+            if h is not None:
+                y = g.add(y, g.matmul(h, hh[k], transpose_b=True, name=f"{s}.{k}.hh"), name=f"{s}.{k}.sum")
+            if bias:
+                y = g.add(y, hb[k], name=f"{s}.{k}.bias")
+            pre[k] = y
+        if cell is None:
+            si = g.reshape(g.sigmoid(pre["i"], name=f"{s}.sig_i"), (n, hid, 1, 1), name=f"{s}.sig_i4")
+            tg = g.reshape(g.tanh(pre["g"], name=f"{s}.tanh_g"), (n, hid, 1, 1), name=f"{s}.tanh_g4")
+            cell = g.reshape(g.matmul(si, tg, name=f"{s}.c4"), (n, hid), name=f"{s}.c")
+        else:
+            cell = g.lstm_cell(pre["i"], pre["f"], pre["g"], cell, name=f"{s}.c")
+        h = g.lstm_hidden(pre["o"], cell, name=f"{s}.h")
+        out.append(h)
+    assert cell is not None
+    return out, cell
+
+
+def lstm_weights(p: str, layer: int, hid: int, w_ih: Any, w_hh: Any, b_ih: Any = None,
+                 b_hh: Any = None) -> dict[str, dict[str, Any]]:
+    """The weights of :func:`lstm_layer`'s ops, ``{op: {param: rows}}``: row blocks of PyTorch's
+    tensors (``weight_ih_l<l>`` (4H, in), ``weight_hh_l<l>`` (4H, H), ``bias_ih_l<l>``,
+    ``bias_hh_l<l>`` (4H,), gates in the order i, f, g, o; biases None for an LSTM without)."""
+    out: dict[str, dict[str, Any]] = {}
+    for q, k in enumerate(GATES):
+        rows = slice(q * hid, (q + 1) * hid)
+        base = f"{p}.l{layer}.{k}"
+        out[f"{base}.ih"] = {"weight": w_ih[rows], **({"bias": b_ih[rows]} if b_ih is not None else {})}
+        out[f"{base}.hh"] = {"weight": w_hh[rows]}
+        if b_hh is not None:
+            out[f"{base}.hh_bias"] = {"weight": b_hh[rows]}
+    return out
+
+
+def _lstm(c: Call) -> tuple[Steps, tuple[Layers, Layers]]:
+    """nn.LSTM(batch_first=True) over (N, T, E) from zero states, unrolled: :func:`lstm_layer`
+    per layer, layer l > 0 reading layer l - 1's steps as one (N, T, H) sequence.  Every
+    parameter is a slice of PyTorch's (:func:`lstm_weights`), so SGD (momentum, weight decay)
+    updates them as PyTorch updates its tensors."""
     m, g, p = c.module, c.graph, c.name
     if m.bidirectional or getattr(m, "proj_size", 0) or not m.batch_first:
         raise c.error(f"bidirectional={m.bidirectional}, proj_size={getattr(m, 'proj_size', 0)}, batch_first="
@@ -292,47 +352,16 @@ def _lstm(c: Call) -> tuple[Steps, tuple[Layers, Layers]]:
     x: Any = c.tensor(0, rank=3)
     if x.shape[2] != m.input_size:
         raise c.error(f"input_size={m.input_size} but the input has shape {x.shape}")
-    n, steps, hid = x.shape[0], x.shape[1], m.hidden_size
     seq, hs, cs = x, [], []
     for layer in range(m.num_layers):
-        w_ih, w_hh = getattr(m, f"weight_ih_l{layer}"), getattr(m, f"weight_hh_l{layer}")
-        b_ih = getattr(m, f"bias_ih_l{layer}") if m.bias else None
-        b_hh = getattr(m, f"bias_hh_l{layer}") if m.bias else None
         if not isinstance(seq, Tensor):
             seq = seq.tensor(g, c.where, "input")
-        ih, hh, hb = {}, {}, {}
-        for q, k in enumerate(GATES):
-            rows = slice(q * hid, (q + 1) * hid)
-            base = f"{p}.l{layer}.{k}"
-            ih[k] = g.linear(seq, hid, bias=m.bias, name=f"{base}.ih")
-            record_weights(c.weights, f"{base}.ih", {"weight": w_ih[rows], **({"bias": b_ih[rows]} if m.bias else {})},
-                           c.where)
-            hh[k] = g.parameter((hid, hid), name=f"{base}.hh")
-            record_weights(c.weights, f"{base}.hh", {"weight": w_hh[rows]}, c.where)
-            if m.bias:
-                hb[k] = g.parameter((hid,), name=f"{base}.hh_bias")
-                record_weights(c.weights, f"{base}.hh_bias", {"weight": b_hh[rows]}, c.where)
-        h = cell = None
-        out = []
-        for t in range(steps):
-            s = f"{p}.l{layer}.t{t}"
-            pre = {}
-            for k in (GATES if t else "igo"):   # at t = 0 the forget gate multiplies c = 0
-                y = g.select(ih[k], 1, t, name=f"{s}.{k}")
-                if h is not None:
-                    y = g.add(y, g.matmul(h, hh[k], transpose_b=True, name=f"{s}.{k}.hh"), name=f"{s}.{k}.sum")
-                if m.bias:
-                    y = g.add(y, hb[k], name=f"{s}.{k}.bias")
-                pre[k] = y
-            if cell is None:
-                si = g.reshape(g.sigmoid(pre["i"], name=f"{s}.sig_i"), (n, hid, 1, 1), name=f"{s}.sig_i4")
-                tg = g.reshape(g.tanh(pre["g"], name=f"{s}.tanh_g"), (n, hid, 1, 1), name=f"{s}.tanh_g4")
-                cell = g.reshape(g.matmul(si, tg, name=f"{s}.c4"), (n, hid), name=f"{s}.c")
-            else:
-                cell = g.lstm_cell(pre["i"], pre["f"], pre["g"], cell, name=f"{s}.c")
-            h = g.lstm_hidden(pre["o"], cell, name=f"{s}.h")
-            out.append(h)
-        hs.append(h)
+        out, cell = lstm_layer(g, seq, p, layer, m.hidden_size, bool(m.bias))
+        biases = [getattr(m, f"bias_{w}_l{layer}") for w in ("ih", "hh")] if m.bias else [None, None]
+        for op, ps in lstm_weights(p, layer, m.hidden_size, getattr(m, f"weight_ih_l{layer}"),
+                                   getattr(m, f"weight_hh_l{layer}"), *biases).items():
+            record_weights(c.weights, op, ps, c.where)
+        hs.append(out[-1])
         cs.append(cell)
         seq = Steps(out, f"{p}.l{layer}.out")
     seq.name = f"{p}.out"
