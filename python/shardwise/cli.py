@@ -32,6 +32,7 @@ import numpy as np
 from . import __version__, models, strategies
 from .devices import DEVICE_PRESETS, DeviceGraph
 from .model_spec import LoadedModel, listing, load_model
+from .cli_budget import budget_bytes, plan_within_budget, swap_report
 from .search_memory import PlanDoesNotFitError
 from .errors import ConfigError, SearchError, SearchWarning, ShardwiseError
 from .plan import Plan
@@ -125,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="stop a large search after about S seconds with the best plan found so far "
                    "(a warning gives how far from the optimum it can be); default: no limit")
+    p.add_argument("--memory-budget", type=budget_bytes, default=None, metavar="SIZE",
+                   help="bytes each device may use, at most its memory ('8GB', '512MiB'); when no plan fits, "
+                   "the fastest plan with activation swapping to host memory (docs/memory.md)")
     p.add_argument("--save", metavar="PATH", help="write the plan as JSON (docs/plan-format.md)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON document (plan, baselines, search statistics) instead of tables")
@@ -273,14 +277,20 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SearchWarning)
-            plan = search(graph, devices, args.algorithm, options=options, progress=not args.quiet,
-                          max_evaluations=args.max_evaluations, time_limit=args.time_limit,
-                          objective=args.objective)
+            def run(memory: Any = True) -> Plan:
+                return search(graph, devices, args.algorithm, options=options, progress=not args.quiet,
+                              max_evaluations=args.max_evaluations, time_limit=args.time_limit,
+                              objective=args.objective, memory=memory)
+
+            plan, swapped = (run(), None) if args.memory_budget is None else \
+                plan_within_budget(run, args.memory_budget, lambda text: _note(args, text))
     except (SearchError, ConfigError) as exc:   # name the options as this command spells them
         raise type(exc)(_cli_spelling(str(exc))) from None
     for w in caught:
         print(f"warning: {_cli_spelling(str(w.message))}", file=sys.stderr, flush=True)
-    memory = memory_lines(plan) if options.sync == "parameter_server" else {"text": "", "devices": None, "over": ""}
+    memory = memory_lines(plan, args.memory_budget) if options.sync == "parameter_server" and swapped is None \
+        else {"text": "", "devices": None, "over": ""}
+    swap = swap_report(plan, swapped) if swapped is not None else None
     baselines = strategies.baselines(graph, devices, options)
     if args.save:
         try:
@@ -291,6 +301,9 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         doc = plan_document(plan, baselines, args.model, batch)
         doc["memory"] = memory["devices"]
+        if args.memory_budget is not None:
+            doc["memory_budget"] = args.memory_budget
+            doc["swap"] = swap["doc"] if swap else None
         json.dump(doc, out, indent=1)
         out.write("\n")
     else:
@@ -301,13 +314,16 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
             out.write(simulated + "\n")
         if memory["text"]:
             out.write(memory["text"] + "\n")
+        if swap:
+            out.write(swap["text"] + "\n")
     if memory["over"]:
         raise PlanDoesNotFitError("the plan does not fit: " + memory["over"])
     return EXIT_OK
 
 
-def memory_lines(plan: Plan) -> dict[str, Any]:
-    """Each device's memory plan (arena) beside its memory: text, a JSON list, and the devices over."""
+def memory_lines(plan: Plan, budget: int | None = None) -> dict[str, Any]:
+    """Each device's memory plan (arena) beside its memory: text, a JSON list, and the devices over
+    their memory (or over ``budget`` bytes, where that is less)."""
     from .memory import memory_plan
 
     mp = memory_plan(plan)
@@ -315,11 +331,13 @@ def memory_lines(plan: Plan) -> dict[str, Any]:
     for d, dev in enumerate(plan.devices.devices):
         need = mp.devices[d].arena_bytes
         rows.append({"device": d, "name": dev.name, "peak_bytes": need, "memory_bytes": dev.memory})
-        if need > dev.memory:
-            over.append(f"device {d} ({dev.name}) needs {need / 1e9:.2f} GB of its {dev.memory / 1e9:.2f} GB")
+        limit = dev.memory if budget is None else min(dev.memory, budget)
+        if need > limit:
+            over.append(f"device {d} ({dev.name}) needs {need / 1e9:.2f} GB of its {limit / 1e9:.2f} GB"
+                        + (" (the memory budget)" if limit < dev.memory else ""))
     peaks = [r["peak_bytes"] for r in rows]
     head = (f"memory (each device's memory plan, the arena the runtime allocates, beside its memory): "
-            f"peak {max(peaks) / 1e9:.2f} GB")
+            f"peak {max(peaks) / 1e9:.2f} GB" + (f" (budget {budget / 1e9:.2f} GB)" if budget is not None else ""))
     if len(rows) <= 16:
         body = ", ".join(f"{r['device']}: {r['peak_bytes'] / 1e9:.2f}/{r['memory_bytes'] / 1e9:.0f} GB" for r in rows)
     else:
