@@ -235,6 +235,9 @@ done:
 sw_status sw_residual_improve(int k, const int *nodes, const int *ncfg, double *const *node_cost, int ne,
                               const sw_live_edge *edges, const sw_residual_limits *lim, const double *score,
                               int *choice, double *cost) {
+    if (k < 0 || ne < 0) {
+        return SW_FAIL(SW_ERR_VALUE, "a residual graph with %d nodes and %d edges", k, ne);
+    }
     residual r = {k, ne, nodes, ncfg, node_cost, edges, NULL, NULL, NULL};
     int max_node = 0;
     for (int i = 0; i < k; i++) {
