@@ -37,7 +37,7 @@ tsan:             ## the runtime's tests against a copy built with ThreadSanitiz
 	cd $(TSAN_DIR) && SHARDWISE_SANITIZE=thread $(PY) setup.py build_ext --inplace
 	cd $(TSAN_DIR) && LD_PRELOAD="$(shell gcc -print-file-name=libtsan.so)" \
 		TSAN_OPTIONS="halt_on_error=1" PYTHONPATH=python \
-		$(PY_EXE) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_streams.py tests/test_train.py \
+		$(PY_EXE) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_streams.py tests/test_train.py tests/test_pipeline.py \
 		tests/test_rnn_train.py -k "not torch"
 
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code

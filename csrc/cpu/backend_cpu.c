@@ -23,7 +23,9 @@
  *
  * Between steps the threads spin for a short while (SPIN_BETWEEN_STEPS_NS)
  * before they sleep, so back-to-back steps do not pay a wake-up each; the
- * caller spins as briefly for the others to finish.  An event is a task's
+ * caller spins as briefly for the others to finish.  Steps back to back (pipeline.c) are one
+ * list whose task T is task T % ntasks of iteration T / ntasks, run with that iteration's
+ * arguments; nothing else changes: the order between iterations is the recorded waits'.  An event is a task's
  * completion in the current step: recording stores the step's epoch, waiting
  * spins briefly and then sleeps on a condition variable until an awaited epoch
  * is there.  A failing task stops every thread (waiters see the failure) and
@@ -177,13 +179,24 @@ static sw_status push(cpu_backend *be, int list, int stream, int op, int32_t id)
     return SW_OK;
 }
 
+/* One event per task of the longest list: ntasks, or pipeline x ntasks once the steps back to
+ * back are recorded (pipeline.c; recording happens between steps, no thread reads the epochs). */
 static sw_status ensure_events(cpu_backend *be) {
-    if (be->event_epoch) {
+    const sw_runtime *rt = be->base.rt;
+    int32_t want = rt->g.ntasks * (rt->pipeline > 1 ? rt->pipeline : 1);
+    if (be->event_epoch && be->nevents >= want) {
         return SW_OK;
     }
-    be->nevents = be->base.rt->g.ntasks;
-    be->event_epoch = calloc((size_t)be->nevents + 1, sizeof *be->event_epoch);
-    return be->event_epoch ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for events");
+    _Atomic int64_t *grown = realloc(be->event_epoch, sizeof *grown * ((size_t)want + 1));
+    if (!grown) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for events");
+    }
+    for (int32_t e = be->event_epoch ? be->nevents : 0; e <= want; e++) {
+        atomic_init(&grown[e], 0);
+    }
+    be->event_epoch = grown;
+    be->nevents = want;
+    return SW_OK;
 }
 
 static sw_status enqueue_task(sw_backend *b, int list, int stream, int32_t task) {
@@ -295,6 +308,7 @@ static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args 
     size_t before = w->scratch.bytes;
     w->wait_ns = 0;
     sw_task_ctx ctx = {be->base.rt, args, &w->scratch, NULL};
+    const int32_t period = be->base.rt->g.ntasks;   /* tasks per iteration */
     for (int k = 0; k < w->nstreams; k++) {
         w->cursor[k] = 0;
     }
@@ -319,10 +333,13 @@ static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args 
         if (pick >= 0) {
             const command_list *l = &be->streams[w->streams[pick]].lists[list];
             int32_t task = l->cmd[w->cursor[pick]++].id;
+            int32_t it = task / period;   /* its iteration: 0 but in SW_LIST_PIPELINE */
+            ctx.args = args + it;
+            ctx.loss_sum = be->base.rt->loss_sums + (int64_t)it * period;
             jitter(w);
             int64_t *ns = &be->base.rt->task_ns[2 * (int64_t)task];
             ns[0] = sw_now_ns();
-            sw_status s = sw_cpu_run_task(&ctx, task);
+            sw_status s = sw_cpu_run_task(&ctx, task - it * period);
             ns[1] = sw_now_ns();
             if (s != SW_OK) {
                 fail(be, s);

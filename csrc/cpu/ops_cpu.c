@@ -381,7 +381,8 @@ static sw_status softmax_forward(const sw_task_env *e) {
             SW_TRY(sw_softmax_xent_forward(&xs, slab_labels(e, &s, xs.lo[0]), &ps, &sum));
         } while (next_slab(&p, &s));
     }
-    e->rt->loss_sums[e->id] += sum / (double)loss_rows(e, 1);
+    double *sums = e->ctx->loss_sum ? e->ctx->loss_sum : e->rt->loss_sums;   /* the iteration's (pipeline.c) */
+    sums[e->id] += sum / (double)loss_rows(e, 1);
     return SW_OK;
 }
 

@@ -159,7 +159,7 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
     uint8_t *recorded = malloc((size_t)n + 1);
     sw_status s = recorded ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory recording the streams");
     const sw_backend_i *bi = rt->backend->i;
-    for (int l = 0; l < SW_NLISTS && s == SW_OK; l++) {
+    for (int l = 0; l < SW_LIST_PIPELINE && s == SW_OK; l++) {   /* the one-step lists */
         memset(recorded, 0, (size_t)n + 1);
         for (int32_t t = 0; t < n; t++) {   /* which tasks another stream waits for */
             for (int32_t k = order.ptr[t]; rt->in_list[l][t] && k < order.ptr[t + 1]; k++) {
@@ -279,10 +279,10 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     for (int32_t k = 0; k < rt->nstreams && s == SW_OK; k++) {
         s = rt->backend->i->stream_new(rt->backend, rt->stream_device[k], rt->stream_priority[k], &stream[k]);
     }
+    rt->backend_stream = stream;   /* kept: pipeline.c records onto the same streams */
     if (s == SW_OK) {
         s = record_lists(rt, stream);
     }
-    free(stream);
     return s;
 }
 
@@ -362,6 +362,7 @@ void sw_runtime_free(sw_runtime *rt) {
     free(rt->stream);
     free(rt->stream_device);
     free(rt->stream_priority);
+    free(rt->backend_stream);
     free(rt);
 }
 

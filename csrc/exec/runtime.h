@@ -50,8 +50,9 @@ int sw_optim_state_buffers(int kind);
  * parameter slice, or its numbers are out of range (the Python layer checks them first). */
 sw_status sw_optim_check(const sw_optimizer *o, int state);
 
-/* The two recorded work lists: a training step, and the forward pass alone (loss, predict). */
-enum { SW_LIST_TRAIN = 0, SW_LIST_FORWARD = 1, SW_NLISTS = 2 };
+/* The recorded work lists: a training step, the forward pass alone (loss, predict), and
+ * rt->pipeline training steps back to back (pipeline.c; recorded on request only). */
+enum { SW_LIST_TRAIN = 0, SW_LIST_FORWARD = 1, SW_LIST_PIPELINE = 2, SW_NLISTS = 3 };
 
 /* What a batchnorm normalizes with, and whether it updates its running statistics (as PyTorch's
  * training mode, minus the update, for SW_BN_BATCH; as its eval mode for SW_BN_RUNNING). */
@@ -108,7 +109,8 @@ typedef struct {
     const sw_runtime *rt;
     const sw_step_args *args;
     sw_scratch *scratch;
-    double *loss_sum;            /* loss tasks: where their sum of -log p goes */
+    double *loss_sum;            /* loss tasks: loss_sum[task] += their sum of -log p (per task of the
+                                    task's iteration; NULL: rt->loss_sums) */
 } sw_task_ctx;
 
 /* ------------------------------------------------------------------ backends */
@@ -126,7 +128,9 @@ typedef struct {
     sw_status (*enqueue_task)(sw_backend *b, int list, int stream, int32_t task);
     sw_status (*enqueue_wait)(sw_backend *b, int list, int stream, int32_t event);   /* until recorded */
     sw_status (*enqueue_record)(sw_backend *b, int list, int stream, int32_t event);
-    /* run every stream's list once and return when all of it is done (synchronize) */
+    /* run every stream's list once and return when all of it is done (synchronize); args holds
+     * one entry per iteration of the list: task T of SW_LIST_PIPELINE is task T % ntasks of
+     * iteration T / ntasks (rt->pipeline entries), the other lists have one iteration */
     sw_status (*launch)(sw_backend *b, int list, const sw_step_args *args);
     /* host <-> device copies; NULL where device memory is host memory */
     sw_status (*to_host)(sw_backend *b, int device, void *host, const void *dev, size_t bytes);
@@ -167,8 +171,12 @@ struct sw_runtime {
      * SGD's momentum is started when > 0, and it is Adam's step count (torch's state['step']) */
     int64_t *updates;
     int optimizer_state;          /* state buffers per parameter slice (the problem's at lowering) */
-    double *loss_sums;            /* ntasks: per loss task, its sum of -log p this step */
-    int64_t *task_ns;             /* 2 ntasks: each task's start and end in the last step (ns, monotonic clock) */
+    double *loss_sums;            /* ntasks (pipeline x ntasks once pipelined): per loss task of each iteration,
+                                     its sum of -log p this step */
+    int64_t *task_ns;             /* 2 ntasks (2 pipeline x ntasks once pipelined): each task's start and end
+                                     in the last launch (ns, monotonic clock); task T is iteration T / ntasks's */
+    int pipeline;                 /* steps SW_LIST_PIPELINE runs back to back (0: not recorded; pipeline.c) */
+    int *backend_stream;          /* nstreams: the backend's id of each stream */
     int64_t step_ns[2];           /* the last step's start and end (ns, same clock) */
     sw_backend *backend;
     int32_t nstreams;             /* the streams tasks run on: a schedule's, or one per device */
@@ -201,6 +209,16 @@ void sw_runtime_free(sw_runtime *rt);
 int64_t sw_now_ns(void);
 /* One step of list `list`; *loss = the mean cross-entropy over the minibatch. */
 sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, double *loss);
+/* csrc/exec/pipeline.c: record SW_LIST_PIPELINE, `copies` (2 .. SW_MAX_PIPELINE) training steps
+ * back to back with no barrier between them (iterations.c's graph: layer i of the next forward
+ * waits only for what it needs of the last iteration, its update).  Once per runtime (again
+ * with the same copies: nothing to do); host-memory backends, no swap plan. */
+#define SW_MAX_PIPELINE 8
+sw_status sw_runtime_pipeline(sw_runtime *rt, int copies);
+/* Run the `copies` (= rt->pipeline) steps of SW_LIST_PIPELINE: args[i] is step i's (its inputs,
+ * labels, optimizer values, step count), loss[i] its mean cross-entropy.  Every argument is
+ * checked before any task runs; each step computes exactly what sw_runtime_step would. */
+sw_status sw_runtime_steps(sw_runtime *rt, int copies, const sw_step_args *args, double *loss);
 /* A buffer's memory (host-addressable on the CPU backend). */
 void *sw_runtime_buffer(const sw_runtime *rt, int32_t b);
 /* Per device, the highest byte of its arena any step has written, rounded up to the

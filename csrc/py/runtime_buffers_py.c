@@ -122,7 +122,7 @@ PyObject *Runtime_recorded(RuntimeObject *self, PyObject *arg) {
         return NULL;
     }
     if (strcmp(self->rt->backend->i->name, "record") != 0 || list < 0 || list >= SW_NLISTS) {
-        return PyErr_Format(PyExc_ValueError, "recorded(list): a runtime on the record backend, list 0 or 1");
+        return PyErr_Format(PyExc_ValueError, "recorded(list): a runtime on the record backend, list 0, 1 or 2");
     }
     int32_t n;
     const sw_gpu_cmd *c = sw_backend_record_list(self->rt->backend, (int)list, &n);

@@ -404,6 +404,10 @@ static PyMethodDef Runtime_methods[] = {
     {"step", (PyCFunction)Runtime_step, METH_VARARGS,
      "step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps) -> mean loss "
      "(kind: 0 SGD, 1 Adam, 2 AdamW)"},
+    {"pipeline", (PyCFunction)Runtime_pipeline, METH_O,
+     "pipeline(k): record k (2 .. 8) training steps back to back, no barrier between them (once per runtime)"},
+    {"steps_back_to_back", (PyCFunction)Runtime_steps_back_to_back, METH_O,
+     "steps_back_to_back([step's arguments as for step(), one tuple per step]) -> [mean loss per step]"},
     {"forward", (PyCFunction)(void (*)(void))Runtime_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(inputs, labels, running=False) -> mean loss (running: batchnorms use their running statistics)"},
     {"buffer", (PyCFunction)Runtime_buffer, METH_O,

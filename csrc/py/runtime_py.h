@@ -21,6 +21,9 @@ int sw_py_runtime_ready(RuntimeObject *self);
 PyObject *Runtime_buffer(RuntimeObject *self, PyObject *arg);
 PyObject *Runtime_write(RuntimeObject *self, PyObject *args);
 PyObject *Runtime_recorded(RuntimeObject *self, PyObject *arg);
+/* runtime_steps_py.c: steps back to back (csrc/exec/pipeline.c) */
+PyObject *Runtime_pipeline(RuntimeObject *self, PyObject *arg);
+PyObject *Runtime_steps_back_to_back(RuntimeObject *self, PyObject *arg);
 /* Called once at module init: the file's NumPy API table. */
 int sw_py_register_runtime_buffers(void);
 

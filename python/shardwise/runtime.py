@@ -243,6 +243,26 @@ class NativeExecutor:
         # the schedule's value for this step (0: the first) travels with the step: no rebuild
         return self._rt.step(inputs, labels, *optimizer.runtime_args(self._rt.steps))
 
+    def pipeline(self, steps: int) -> None:
+        """Record ``steps`` (2 .. 8) training steps back to back, with no barrier between them
+        (csrc/exec/pipeline.c; once per executor, CPU backend, no swap plan): :meth:`run_steps`."""
+        if self.backend != "cpu":
+            raise ConfigError(f"steps back to back run on the CPU backend so far, not {self.backend!r}")
+        self._rt.pipeline(steps)
+
+    def run_steps(self, batches: list[tuple[Any, np.ndarray]], optimizer: Any) -> list[float]:
+        """As many training steps as :meth:`pipeline` recorded, in one call into C: step i on
+        ``batches[i]`` (images, labels) with the optimizer's values for its own step; the mean
+        cross-entropy of each.  Every minibatch is checked (ValueError) before any task runs.
+        The numbers are those of :meth:`run` called once per batch, bit for bit."""
+        if optimizer.state_buffers != self.optimizer_state:
+            raise ConfigError(f"{type(optimizer).__name__} keeps {optimizer.state_buffers} state buffer(s) per "
+                              f"parameter, but this trainer was built for an optimizer with {self.optimizer_state}: "
+                              "make a new Trainer with this optimizer")
+        first = self._rt.steps
+        return self._rt.steps_back_to_back([(self._input_list(images), labels, *optimizer.runtime_args(first + i))
+                                            for i, (images, labels) in enumerate(batches)])
+
     def probabilities(self, op_name: str) -> np.ndarray:
         """The softmax output of the last run, assembled from its workers' shards."""
         op = self.graph[op_name]

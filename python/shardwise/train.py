@@ -16,6 +16,7 @@ checkpoints in :mod:`shardwise.checkpoint`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import sys
@@ -84,7 +85,7 @@ class Trainer:
 
     def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
                  seed: int = 0, schedule: "str | Schedule" = "fifo", workspace_mb: int | None = None,
-                 swap: "SwapPlan | None" = None) -> None:
+                 swap: "SwapPlan | None" = None, steps_in_flight: int = 1) -> None:
         """``optimizer``: :class:`~shardwise.optim.SGD` (the default, lr 0.01),
         :class:`~shardwise.optim.Adam` or :class:`~shardwise.optim.AdamW`.  Its kind fixes the
         optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
@@ -96,7 +97,14 @@ class Trainer:
         ``swap``: a :class:`~shardwise.swap.SwapPlan` of this plan (``sw.swap_plan(plan, budget)``):
         its feature maps go to a host region of their own and back on each device's swap-out and
         swap-in streams, real copies, and each device's arena is the swap plan's, within its budget;
-        the numerics are those of training without it (CPU backend, fifo schedule)."""
+        the numerics are those of training without it (CPU backend, fifo schedule).
+        ``steps_in_flight`` (1 .. 8): :meth:`fit` runs that many consecutive steps in one launch
+        with no barrier between them: layer j of a step's forward starts as soon as layer j's
+        update of the step before is done, while the rest of that step still runs.  Weights and
+        losses are bitwise those of the steps one at a time (each parameter's updates and each
+        step's sums keep their order); CPU backend, no swap plan (ConfigError otherwise), any
+        schedule.  :meth:`step` always runs one step; see :meth:`fit` for what falls back to
+        one step at a time."""
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ConfigError(f"optimizer must be sw.SGD, sw.Adam or sw.AdamW, got {type(optimizer).__name__}")
         if not isinstance(plan, Plan):
@@ -151,6 +159,14 @@ class Trainer:
             if backend != "cpu" or schedule != "fifo":
                 raise ConfigError("a swap plan trains on the CPU backend with the fifo schedule so far")
         self.swap = swap
+        if isinstance(steps_in_flight, bool) or not isinstance(steps_in_flight, int) or \
+                not 1 <= steps_in_flight <= 8:
+            raise ConfigError(f"steps_in_flight must be an int in 1 .. 8, got {steps_in_flight!r}")
+        if steps_in_flight > 1 and (backend != "cpu" or swap is not None):
+            raise ConfigError("steps in flight (steps_in_flight > 1) run on the CPU backend without a swap plan so "
+                              "far; use steps_in_flight=1")
+        self.steps_in_flight = steps_in_flight
+        self._pipelined = False          # the runtime records its steps back to back at the first fit
         self.task_graph = lower(plan, optimizer_state=nstate)
         self.schedule = as_schedule(plan, schedule)   # None: fifo
         self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
@@ -344,6 +360,41 @@ class Trainer:
             raise TrainingError(f"the loss is {loss} at step {self.steps}: training diverged")
         return loss
 
+    def _steps(self, batches: list[tuple[Batch, np.ndarray]]) -> list[float]:
+        """:attr:`steps_in_flight` steps back to back in one call into C, each on its own
+        (images, labels); their losses.  Every minibatch is checked before any task runs; when
+        one is refused the steps run one at a time instead, so the ones before it are trained
+        and the bad one raises ShapeError naming the problem, as :meth:`step` would."""
+        if not self.training:
+            raise TrainingError("this trainer is in eval mode (Trainer.eval()): call Trainer.train() before "
+                                "training steps")
+        if len(batches) != self.steps_in_flight or self.steps_in_flight < 2:
+            raise ConfigError(f"{len(batches)} steps back to back; this trainer runs {self.steps_in_flight}")
+        direct = len(self.inputs) == 1 and all(type(x) is np.ndarray and type(y) is np.ndarray for x, y in batches)
+        if not direct:
+            try:
+                batches = [self._check_batch(x, y) for x, y in batches]
+            except ShapeError:
+                return [self.step(x, y) for x, y in batches]   # the good ones train, the bad one raises
+        with self._exclusive("step"):
+            if not self._pipelined:
+                self.executor.pipeline(self.steps_in_flight)
+                self._pipelined = True
+            first = self.steps
+            try:
+                losses = self.executor.run_steps(batches, self.optimizer)
+                refused = False
+            except ValueError:
+                refused = True   # nothing ran: every minibatch is checked first
+        if refused:
+            return [self.step(x, y) for x, y in batches]
+        for i, loss in enumerate(losses):
+            if not math.isfinite(loss):
+                raise TrainingError(f"the loss is {loss} at step {first + i}: training diverged (it ran back to back "
+                                    f"with steps {first}..{first + len(losses) - 1}; the weights are those after "
+                                    f"step {first + len(losses) - 1})")
+        return losses
+
     def loss(self, images: Batch, labels: np.ndarray) -> float:
         """The loss of a minibatch in the current mode, without changing any weight or running
         statistic (TrainerInUseError if another thread is using this trainer)."""
@@ -372,6 +423,14 @@ class Trainer:
         weights are those after the last complete step, and the epoch losses so
         far are returned.  A graph with several input ops takes a dict
         {input op name: array of samples}, all with the same number of samples.
+
+        With ``steps_in_flight`` k > 1 (see the constructor) the steps run k at a time, back
+        to back in one launch (across epoch boundaries too; the last fewer than k one at a
+        time), with the same batches, weights and losses as one at a time.  Then: Ctrl-C stops
+        at the boundary of such a group; a diverging loss raises TrainingError once its group
+        is done (the weights are those after the group); a bad minibatch raises ShapeError
+        after the steps before it, as one at a time.  A ``callback`` needs the weights after
+        every step, so with one the steps run one at a time.
         """
         as_dict = isinstance(images, Mapping)
         data, count = self._samples(images)
@@ -385,14 +444,25 @@ class Trainer:
             raise ConfigError(f"epochs must be a positive int, got {epochs!r}")
         rng = np.random.default_rng(self.seed if shuffle_seed is None else shuffle_seed)
         batches = count // n
-        history: list[float] = []
-        try:
+        k = self.steps_in_flight if callback is None else 1
+
+        def minibatches() -> Any:   # (epoch, index in the epoch, samples), epoch after epoch
             for epoch in range(epochs):
                 order = rng.permutation(count)
-                total, start = 0.0, time.perf_counter()
                 for b in range(batches):
-                    idx = order[b * n:(b + 1) * n]
-                    loss = self.step(self._take(data, idx, as_dict), labels[idx])
+                    yield epoch, b, order[b * n:(b + 1) * n]
+
+        history: list[float] = []
+        total, start = 0.0, time.perf_counter()
+        pending = minibatches()
+        try:
+            while True:
+                group = list(itertools.islice(pending, k))
+                if not group:
+                    break
+                pairs = [(self._take(data, idx, as_dict), labels[idx]) for _, _, idx in group]
+                losses = self._steps(pairs) if len(group) == k > 1 else [self.step(*p) for p in pairs]
+                for (epoch, b, _), loss in zip(group, losses):
                     total += loss
                     if callback:
                         callback(epoch, b, loss)
@@ -400,9 +470,11 @@ class Trainer:
                         rate = (b + 1) * n / max(time.perf_counter() - start, 1e-9)
                         print(f"\repoch {epoch + 1}/{epochs} [{b + 1}/{batches}] loss {total / (b + 1):.4f} "
                               f"{rate:8.1f} images/s", end="", file=sys.stderr, flush=True)
-                history.append(total / batches)
-                if progress:
-                    print(file=sys.stderr)
+                    if b == batches - 1:
+                        history.append(total / batches)
+                        total, start = 0.0, time.perf_counter()
+                        if progress:
+                            print(file=sys.stderr)
         except KeyboardInterrupt:
             if progress:
                 print(f"\ninterrupted after step {self.steps}; weights are those of that step", file=sys.stderr)
