@@ -638,6 +638,10 @@ void sw_memory_plan_free(sw_memory_plan *mp);
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
 /* Does buffer b live through every step and across steps (parameters, momentum, host reads)? */
 int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read);
+/* Each buffer's lifetime in program order: first[b] / last[b] = the first / last task touching it
+ * (nbuffers entries each); [0, ntasks] for a buffer living throughout, one no task touches, or
+ * every buffer when !reuse (the memory plan and the swap plan both measure live bytes by these). */
+void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last);
 /* memplan_check.c: SW_OK when offsets (and the reuse edges) are safe for g, judged
  * from the graph alone: buffers of one device whose bytes overlap are touched by
  * tasks all ordered one buffer's before the other's (dependencies, reuse edges,
@@ -763,6 +767,10 @@ sw_status sw_simulate_lower_bound(const sw_problem *p, const sw_task_graph *g, c
 sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
                             const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
                             double *makespan);
+/* SW_OK when task t's dependencies name other tasks in [0, ntasks) and its resources lie in
+ * [0, nres); otherwise SW_ERR_VALUE naming the first bad one (both event loops' input check). */
+sw_status sw_sim_check_task(int32_t t, int32_t ntasks, const int32_t *dep_ptr, const int32_t *deps,
+                            const int32_t *res_ptr, const int32_t *res, int32_t nres);
 
 /* sim_share.c: the same with shared compute.  pool[t] >= 0: t runs on pool (a device) of
  * capacity 1 filling at most share[t] in (0, 1] of it; whenever the running set changes the

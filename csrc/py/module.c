@@ -698,70 +698,7 @@ static PyType_Spec Problem_spec = {
     .slots = Problem_slots,
 };
 
-/* ------------------------------------------------------------------ simulation */
-/* simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan) */
-static PyObject *simulate_tasks(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *objs[5] = {NULL};
-    int nres;
-    if (!PyArg_ParseTuple(args, "OOOOOi", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &nres)) {
-        return NULL;
-    }
-    static const char *names[5] = {"duration", "dep_ptr", "deps", "res_ptr", "res"};
-    PyArrayObject *a[5] = {NULL};
-    PyObject *result = NULL;
-    for (int k = 0; k < 5; k++) {
-        a[k] = sw_py_array(objs[k], k == 0 ? NPY_FLOAT64 : NPY_INT32, 1, names[k]);
-        if (!a[k]) {
-            goto done;
-        }
-    }
-    npy_intp n = PyArray_DIM(a[0], 0);
-    const int32_t *dp = PyArray_DATA(a[1]), *rp = PyArray_DATA(a[3]);
-    if (n >= INT32_MAX || nres < 0 || PyArray_DIM(a[1], 0) != n + 1 || PyArray_DIM(a[3], 0) != n + 1 ||
-        dp[0] != 0 || rp[0] != 0 || dp[n] != PyArray_DIM(a[2], 0) || rp[n] != PyArray_DIM(a[4], 0)) {
-        PyErr_SetString(PyExc_ValueError, "simulate_tasks: pointer arrays must have n + 1 entries from 0 to len");
-        goto done;
-    }
-    for (npy_intp t = 0; t < n; t++) {
-        if (dp[t + 1] < dp[t] || rp[t + 1] < rp[t]) {
-            PyErr_SetString(PyExc_ValueError, "simulate_tasks: pointer arrays must not decrease");
-            goto done;
-        }
-    }
-    PyArrayObject *start = (PyArrayObject *)PyArray_ZEROS(1, &n, NPY_FLOAT64, 0);
-    if (!start) {
-        goto done;
-    }
-    double makespan = 0;
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_simulate_tasks((int32_t)n, PyArray_DATA(a[0]), dp, PyArray_DATA(a[2]), rp, PyArray_DATA(a[4]), nres,
-                          PyArray_DATA(start), &makespan);
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        Py_DECREF(start);
-        sw_py_raise(s);
-        goto done;
-    }
-    result = Py_BuildValue("(Nd)", start, makespan);
-done:
-    for (int k = 0; k < 5; k++) {
-        Py_XDECREF(a[k]);
-    }
-    return result;
-}
-
 /* ------------------------------------------------------------------ module */
-static PyMethodDef module_methods[] = {
-    {"simulate_tasks", (PyCFunction)simulate_tasks, METH_VARARGS,
-     "simulate_tasks(duration, dep_ptr, deps, res_ptr, res, nres) -> (start, makespan)\n"
-     "Event-driven replay: each task holds its resources for its duration, lowest id first."},
-    {"simulate_shared", (PyCFunction)sw_py_simulate_shared, METH_VARARGS,
-     "simulate_shared(duration, dep_ptr, deps, res_ptr, res, nres, pool, share, npools) -> (start, end, makespan)\n"
-     "The same with shared compute: tasks of a pool share it, share[t] at most each, lowest id first."},
-    {NULL, NULL, 0, NULL},
-};
-
 static int module_exec(PyObject *m) {
     import_array1(-1);
     PyObject *type = PyType_FromModuleAndSpec(m, &Problem_spec, NULL);
@@ -775,7 +712,7 @@ static int module_exec(PyObject *m) {
     }
     if (sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 ||
         sw_py_register_activation_kernels(m) < 0 || sw_py_register_optim_kernels(m) < 0 ||
-        sw_py_register_simulate(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
+        sw_py_register_simulate(m) < 0 || sw_py_register_sim_tasks(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
         sw_py_register_search(m) < 0 || sw_py_register_memory_tables(m) < 0) {
         return -1;
     }
@@ -803,7 +740,7 @@ static struct PyModuleDef module_def = {
     .m_name = "shardwise._core",
     .m_doc = "C core of shardwise: cost tables and the elimination search.",
     .m_size = 0,
-    .m_methods = module_methods,
+    .m_methods = NULL,   /* module functions come from the files' register functions */
     .m_slots = module_slots,
 };
 

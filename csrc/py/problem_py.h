@@ -6,18 +6,6 @@
 #include <Python.h>  /* PyObject */
 #ifndef NPY_NO_DEPRECATED_API
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-/* swap_py.c: Problem.swap_plan; a swap argument: None (spec->n = 0) or (buffer, out_at, in_at) int32
- * arrays of one length, held in arr[3] (Py_XDECREF them either way); -1 with an exception. */
-int sw_py_register_swap(PyObject *module);
-PyObject *sw_py_problem_swap_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
-int sw_py_parse_swap(PyObject *obj, PyArrayObject **arr, sw_swap_spec *spec);
-
-/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.worker_regions */
-int sw_py_register_search(PyObject *module);
-PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds);
-PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args);
-PyObject *sw_py_problem_worker_regions(ProblemObject *self, PyObject *args);
-
 #endif
 #include <numpy/arrayobject.h>  /* PyArrayObject; each file imports its own API table */
 
@@ -84,8 +72,9 @@ int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type);
 int sw_py_register_simulate(PyObject *module);
 PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
-PyObject *sw_py_simulate_shared(PyObject *module, PyObject *args);
 PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args);
+/* sim_tasks_py.c: its NumPy API table, the module functions simulate_tasks and simulate_shared */
+int sw_py_register_sim_tasks(PyObject *module);
 
 /* swap_py.c: Problem.swap_plan; a swap argument: None (spec->n = 0) or (buffer, out_at, in_at) int32
  * arrays of one length, held in arr[3] (Py_XDECREF them either way); -1 with an exception. */

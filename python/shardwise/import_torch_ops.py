@@ -189,6 +189,12 @@ def _dim(c: Call, dim: Any, rank: int, what: str = "dim") -> int:
     return dim % rank
 
 
+def _dim_attr(c: Call, name: str, rank: int) -> int:
+    """The dimension attribute ``name`` of the call (e.g. ``dim0``, ``start_dim``), checked and made
+    non-negative for a rank-``rank`` tensor; the error names the attribute."""
+    return _dim(c, c.attrs[name], rank, name)
+
+
 def _check_ceil_mode(c: Call, shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
                      padding: tuple[int, int]) -> None:
     """ceil_mode=True is accepted where it gives the windows of floor mode (PyTorch's rule:
@@ -350,7 +356,7 @@ def _concat(c: Call) -> Tensor:
     if not isinstance(xs, (list, tuple)) or not xs:
         raise c.error(f"expects a list of tensors, got {xs!r}")
     ts = [c.as_tensor(t, f"tensor {k} of the list") for k, t in enumerate(xs)]
-    axis = _dim(c, c.attrs["dim"], len(ts[0].shape))
+    axis = _dim_attr(c, "dim", len(ts[0].shape))
     if axis == 0:
         raise c.error("concatenating along the batch dimension (dim=0) is not supported")
     return c.graph.concat(ts, axis=axis, name=c.name)
@@ -376,7 +382,7 @@ def _flatten_to_2d(c: Call, x: Tensor, shape: tuple[int, ...], what: str) -> Ten
 def _flatten(c: Call) -> Tensor:
     x = c.tensor(0)
     rank = len(x.shape)
-    start, end = _dim(c, c.attrs["start_dim"], rank, "start_dim"), _dim(c, c.attrs["end_dim"], rank, "end_dim")
+    start, end = _dim_attr(c, "start_dim", rank), _dim_attr(c, "end_dim", rank)
     if start == end:
         return x
     if start != 1 or end != rank - 1:
