@@ -30,158 +30,16 @@
  *                               layer's synchronization behind one whose
  *                               gradient comes later
  *
+ * This file lowers the forward pass and drives the whole; lower_backward.c lowers the
+ * backward pass and the synchronization; lower_internal.h holds the state they share.
+ *
  * State is kept in flat arrays: per worker of every op at wbase[op] + w, per
  * (op, input slot, worker) at sbase[op] + slot * nworkers + w.
  */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset */
 
-#include "shardwise.h"
-
-#define NONE (-1)
-
-typedef struct {
-    const sw_problem *p;
-    const sw_plan *plan;
-    sw_task_graph *g;
-    /* per worker of every op: [wbase[op] + w] */
-    int32_t *wbase;
-    sw_box *box;                 /* output box */
-    int32_t *act, *act_task;     /* activation buffer and the task writing it */
-    int32_t *grad, *grad_last;   /* gradient buffer (NONE until a consumer sends one), last accumulate */
-    int32_t *stats_fwd, *stats_bwd;   /* batchnorm: the worker's reduced statistics of x and of the gradient */
-    /* per (op, input slot, worker): [sbase[op] + slot * nworkers + w] */
-    int32_t *sbase;
-    int32_t *in_buf, *in_task;   /* data slots: staging region (or shared shard) and the task completing it,
-                                    NONE when not read; weight slots: the parameter buffer */
-    int32_t *wgrad_buf, *wgrad_task;  /* weight slots: gradient buffer, backward_weight task */
-    /* scratch, maxk (the most workers of any op) entries each */
-    int32_t maxk;
-    int32_t *piece_w;            /* overlapping source workers of a region ... */
-    sw_box *piece_box;           /* ... and the piece each one holds */
-    int32_t npieces;
-    int32_t *deps;               /* maxk + 8: dependencies being collected */
-    int32_t *io;                 /* maxk + 72: buffers a task being built reads */
-    int32_t *members;            /* a replica group */
-    char *grouped;               /* worker already in a group */
-    sw_box *rbox;                /* per worker: the region grouped on */
-    int32_t *bufs, *ready;       /* per worker: buffers to reduce, task after which each is ready */
-} lowering;
-
-/* ------------------------------------------------------------------ small helpers */
-static const sw_op *op_at(const lowering *L, int op) { return &L->p->ops[op]; }
-static const sw_config *cfg_of(const lowering *L, int op) { return &L->plan->cfg[op]; }
-static int32_t dev_of(const lowering *L, int op, int w) { return L->plan->devs[cfg_of(L, op)->dev_offset + w]; }
-static int32_t widx(const lowering *L, int op, int w) { return L->wbase[op] + w; }
-static int32_t sidx(const lowering *L, int op, int slot, int w) {
-    return L->sbase[op] + slot * cfg_of(L, op)->nworkers + w;
-}
-static int has_weights(const sw_op *op) {
-    for (int k = 0; k < op->ninputs; k++) {
-        if (op->inputs[k].role == SW_ROLE_WEIGHT) {
-            return 1;
-        }
-    }
-    return 0;
-}
-static int first_slot(const sw_op *op, sw_role role) {
-    for (int k = 0; k < op->ninputs; k++) {
-        if (op->inputs[k].role == role) {
-            return k;
-        }
-    }
-    return NONE;
-}
-
-/* The region of input `slot` worker w reads (sw_worker_region: its output block,
- * over its part of a split reduction); an input not read gets the empty box (all
- * zeros) and 0. */
-static int region(const lowering *L, int op, int slot, int w, sw_box *out) {
-    if (sw_worker_region(op_at(L, op), cfg_of(L, op), w, slot, out)) {
-        return 1;
-    }
-    for (int d = 0; d < out->rank; d++) {
-        out->lo[d] = out->hi[d] = 0;
-    }
-    return 0;
-}
-
-static sw_task task_of(sw_task_kind kind, sw_phase phase, int32_t device, int32_t op, int32_t worker) {
-    sw_task t;
-    memset(&t, 0, sizeof t);
-    t.kind = (int8_t)kind;
-    t.phase = (int8_t)phase;
-    t.device = device;
-    t.src_device = NONE;
-    t.op = op;
-    t.worker = worker;
-    t.slot = NONE;
-    return t;
-}
-
-/* A copy of `box` from src to dst device: the bytes count only across devices. */
-static sw_task copy_of(sw_phase phase, int32_t dst, int32_t src, int32_t op, int32_t worker, int32_t slot,
-                       const sw_box *box) {
-    sw_task t = task_of(SW_TASK_COPY, phase, dst, op, worker);
-    t.slot = slot;
-    t.src_device = src;
-    t.box = *box;
-    t.elements = sw_box_volume(box);
-    t.nbytes = src != dst ? t.elements * SW_TASK_BYTES_PER_ELEMENT : 0;
-    return t;
-}
-
-/* Append task t with its dependencies and the buffers it reads and writes. */
-static sw_status add_task(lowering *L, const sw_task *t, const int32_t *deps, int ndeps, const int32_t *reads,
-                          int nreads, const int32_t *writes, int nwrites, int32_t *id) {
-    sw_task_io io = {reads, nreads, writes, nwrites};
-    return sw_tg_task(L->g, t, deps, ndeps, &io, id);
-}
-
-/* A copy task reading buffer `from` and writing buffer `to`. */
-static sw_status add_copy(lowering *L, const sw_task *t, int32_t dep, int32_t from, int32_t to, int32_t *id) {
-    return add_task(L, t, &dep, 1, &from, 1, &to, 1, id);
-}
-
-/* The workers of op `src` whose boxes meet `region`, row-major (the last
- * dimension fastest), with their pieces: the
- * owner of each output block (with a split reduction, worker block * rdeg). */
-static void find_pieces(lowering *L, int src, const sw_box *reg) {
-    const sw_config *c = cfg_of(L, src);
-    L->npieces = sw_blocks_meeting(op_at(L, src), c, reg, L->piece_w, L->piece_box);
-    for (int q = 0; q < L->npieces; q++) {
-        L->piece_w[q] *= c->rdeg;   /* the block's owner */
-    }
-}
-
-/* Replica groups of input `slot` of op: workers reading the same box, in worker
- * order (workers that do not read it are in none).  start_groups computes the
- * boxes; next_group fills L->members and returns its size, 0 when every worker
- * is in a group. */
-static void start_groups(lowering *L, int op, int slot) {
-    int k = cfg_of(L, op)->nworkers;
-    for (int w = 0; w < k; w++) {
-        L->grouped[w] = (char)!region(L, op, slot, w, &L->rbox[w]);
-    }
-}
-
-static int next_group(lowering *L, int op, int *from) {
-    int k = cfg_of(L, op)->nworkers;
-    while (*from < k && L->grouped[*from]) {
-        (*from)++;
-    }
-    if (*from >= k) {
-        return 0;
-    }
-    int r = 0;
-    for (int v = *from; v < k; v++) {
-        if (!L->grouped[v] && sw_box_equal(&L->rbox[*from], &L->rbox[v])) {
-            L->grouped[v] = 1;
-            L->members[r++] = v;
-        }
-    }
-    return r;
-}
+#include "lower_internal.h"  /* lowering, its helpers, the backward pass */
 
 /* ------------------------------------------------------------------ forward */
 /* Bring the region of input `slot` that worker w of op reads onto its device:
@@ -245,7 +103,7 @@ static sw_status param_buffers(lowering *L, int op, int w, int32_t *reads, int *
 
 /* Sum bufs[] over each replica group of `slot` at its first worker and send the
  * sum back; ready[w] becomes the task after which worker w's buffer holds it. */
-static sw_status reduce_among(lowering *L, int op, int slot, sw_phase phase, sw_task_kind kind) {
+sw_status sw_lower_reduce_among(lowering *L, int op, int slot, sw_phase phase, sw_task_kind kind) {
     int from = 0, r;
     start_groups(L, op, slot);
     while ((r = next_group(L, op, &from)) > 0) {
@@ -297,7 +155,7 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
         int at = sidx(L, op, data, w);
         SW_TRY(add_task(L, &t, &L->in_task[at], 1, &L->in_buf[at], 1, &L->bufs[w], 1, &L->ready[w]));
     }
-    SW_TRY(reduce_among(L, op, stat, SW_PHASE_FORWARD, SW_TASK_STATS_REDUCE));
+    SW_TRY(sw_lower_reduce_among(L, op, stat, SW_PHASE_FORWARD, SW_TASK_STATS_REDUCE));
     for (int w = 0; w < k; w++) {
         int nreads = 2, wi = widx(L, op, w);
         int32_t dev = dev_of(L, op, w), writes[2];
@@ -392,292 +250,6 @@ static sw_status lower_forward(lowering *L, int op) {
     for (int w = 0; w < c->nworkers; w++) {
         int wi = widx(L, op, w);
         SW_TRY(worker_forward(L, op, w, SW_BUF_ACTIVATION, task_kind, &L->act[wi], &L->act_task[wi]));
-    }
-    return SW_OK;
-}
-
-/* ------------------------------------------------------------------ backward */
-/* Send the pieces of a partial gradient (buffer pbuf on `dev`, written by task
- * `ptask`, over `reg`) to the owners in op `src` and add them up there, in order. */
-static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t dev, int32_t pbuf, int32_t ptask,
-                              int consumer, int w, int slot) {
-    int ks = cfg_of(L, src)->nworkers;
-    if (L->grad[widx(L, src, 0)] == NONE) {
-        for (int s = 0; s < ks; s += cfg_of(L, src)->rdeg) {   /* the owners of the output blocks */
-            int wi = widx(L, src, s);
-            SW_TRY(sw_tg_buffer(L->g, dev_of(L, src, s), SW_BUF_GRAD, src, &L->box[wi], &L->grad[wi]));
-        }
-    }
-    find_pieces(L, src, reg);
-    for (int q = 0; q < L->npieces; q++) {
-        int s = L->piece_w[q];
-        int32_t sdev = dev_of(L, src, s), dep = ptask, read = pbuf;
-        const sw_box *piece = &L->piece_box[q];
-        if (sdev != dev) {
-            SW_TRY(sw_tg_buffer(L->g, sdev, SW_BUF_RECV, src, piece, &read));
-            sw_task t = copy_of(SW_PHASE_BACKWARD, sdev, dev, consumer, w, slot, piece);
-            SW_TRY(add_copy(L, &t, ptask, pbuf, read, &dep));
-        }
-        sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_BACKWARD, sdev, src, s);
-        t.box = *piece;
-        t.elements = sw_box_volume(piece);
-        int wi = widx(L, src, s);
-        int32_t deps[2] = {dep, L->grad_last[wi]};
-        SW_TRY(add_task(L, &t, deps, 2, &read, 1, &L->grad[wi], 1, &L->grad_last[wi]));
-    }
-    return SW_OK;
-}
-
-/* Batchnorm: sums of the gradient per worker, reduced among replicas; ready[w]. */
-static sw_status lower_batchnorm_backward_sums(lowering *L, int op) {
-    int stat = first_slot(op_at(L, op), SW_ROLE_STAT), k = cfg_of(L, op)->nworkers;
-    int has_grad = L->grad[widx(L, op, 0)] != NONE;
-    for (int w = 0; w < k; w++) {
-        int wi = widx(L, op, w);
-        int32_t dev = dev_of(L, op, w);
-        sw_box sbox;
-        region(L, op, stat, w, &sbox);
-        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_STATS, op, &sbox, &L->bufs[w]));
-        sw_task t = task_of(SW_TASK_BN_BACKWARD_STATS, SW_PHASE_BACKWARD, dev, op, w);
-        t.elements = sw_box_volume(&sbox);
-        int32_t deps[2] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi]};
-        /* dy (if any), the x region, the statistics of x */
-        int32_t reads[3] = {L->grad[wi], L->in_buf[sidx(L, op, first_slot(op_at(L, op), SW_ROLE_DATA), w)],
-                            L->stats_fwd[wi]};
-        L->stats_bwd[wi] = L->bufs[w];
-        SW_TRY(add_task(L, &t, deps, 2, reads + !has_grad, has_grad + 2, &L->bufs[w], 1, &L->ready[w]));
-    }
-    return reduce_among(L, op, stat, SW_PHASE_BACKWARD, SW_TASK_STATS_REDUCE);
-}
-
-/* The gradients of the weight slices worker w reads, one backward_weight task per
- * weight slot (TurboDL's dW and dB sub-tasks, launched independently).  Each reads
- * lead[0 .. nlead) (the output's gradient and output, or the gradient before the
- * activation); a weight's task also reads the regions of the data inputs (and a
- * batchnorm's statistics of x), a bias's nothing more (sw_input.bias). */
-static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdeps, int ngdeps, const int32_t *lead,
-                                 int nlead) {
-    const sw_op *o = op_at(L, op);
-    int32_t dev = dev_of(L, op, w), reads[67];   /* at most 64 inputs (problem.c) */
-    for (int slot = 0; slot < o->ninputs; slot++) {
-        sw_box reg;
-        if (o->inputs[slot].role != SW_ROLE_WEIGHT || !region(L, op, slot, w, &reg)) {
-            continue;
-        }
-        int nreads = 0;
-        for (int k = 0; k < nlead; k++) {
-            reads[nreads++] = lead[k];
-        }
-        for (int k = 0; k < o->ninputs && !o->inputs[slot].bias; k++) {
-            if (o->inputs[k].role == SW_ROLE_DATA && L->in_buf[sidx(L, op, k, w)] != NONE) {
-                reads[nreads++] = L->in_buf[sidx(L, op, k, w)];
-            }
-        }
-        if (!o->inputs[slot].bias && L->stats_fwd[widx(L, op, w)] != NONE) {   /* batchnorm: statistics of x */
-            reads[nreads++] = L->stats_fwd[widx(L, op, w)];
-        }
-        int at = sidx(L, op, slot, w);
-        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARAM_GRAD, op, &reg, &L->wgrad_buf[at]));
-        L->g->buffers[L->wgrad_buf[at]].worker = w;
-        L->g->buffers[L->wgrad_buf[at]].slot = (int16_t)slot;
-        sw_task t = task_of(SW_TASK_BACKWARD_WEIGHT, SW_PHASE_BACKWARD, dev, op, w);
-        t.slot = slot;
-        t.elements = sw_box_volume(&reg);
-        SW_TRY(add_task(L, &t, gdeps, ngdeps, reads, nreads, &L->wgrad_buf[at], 1, &L->wgrad_task[at]));
-    }
-    return SW_OK;
-}
-
-/* The partial gradient of data input `slot` over worker w's region, sent to its
- * owners.  It reads lead[0 .. nlead) (as backward_weight), the region, then what
- * kernels of some ops also need: the regions of the other data inputs (matmul,
- * LSTM ops), the worker's parameters (conv, linear: the weight; batchnorm:
- * gamma) and a batchnorm's statistics of x and of the gradient. */
-static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *deps, int ndeps, const int32_t *lead,
-                               int nlead) {
-    const sw_op *o = op_at(L, op);
-    int at = sidx(L, op, slot, w), src = o->inputs[slot].producer, wi = widx(L, op, w);
-    int32_t dev = dev_of(L, op, w), pbuf, t_id, reads[68];   /* at most 64 inputs (problem.c) */
-    sw_box reg = L->g->buffers[L->in_buf[at]].box;
-    SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARTIAL_GRAD, src, &reg, &pbuf));
-    sw_task t = task_of(SW_TASK_BACKWARD_DATA, SW_PHASE_BACKWARD, dev, op, w);
-    t.slot = slot;
-    t.elements = sw_box_volume(&reg);
-    for (int k = 0; k < nlead; k++) {
-        reads[k] = lead[k];
-    }
-    int nreads = nlead;
-    reads[nreads++] = L->in_buf[at];
-    for (int k = 0; k < o->ninputs; k++) {
-        int32_t b = L->in_buf[sidx(L, op, k, w)];
-        if (k != slot && b != NONE && o->inputs[k].role != SW_ROLE_STAT) {
-            reads[nreads++] = b;
-        }
-    }
-    if (L->stats_fwd[wi] != NONE) {
-        reads[nreads++] = L->stats_fwd[wi];
-        reads[nreads++] = L->stats_bwd[wi];
-    }
-    deps[ndeps] = L->in_task[at];
-    SW_TRY(add_task(L, &t, deps, ndeps + 1, reads, nreads, &pbuf, 1, &t_id));
-    return scatter_grad(L, src, &reg, dev, pbuf, t_id, op, w, slot);
-}
-
-/* Partition-n-reduce backward: each owner takes its block's gradient through the
- * activation (activation_grad) and sends it to the rest of its group; then every
- * worker computes the gradients of its inputs' regions and weight slices. */
-static sw_status lower_reduction_backward(lowering *L, int op) {
-    const sw_op *o = op_at(L, op);
-    const sw_config *c = cfg_of(L, op);
-    int has_grad = L->grad[widx(L, op, 0)] != NONE;
-    for (int owner = 0; owner < c->nworkers; owner += c->rdeg) {
-        int wi = widx(L, op, owner);
-        int32_t odev = dev_of(L, op, owner);
-        SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[owner]));
-        sw_task t = task_of(SW_TASK_ACTIVATION_GRAD, SW_PHASE_BACKWARD, odev, op, owner);
-        t.elements = sw_box_volume(&L->box[wi]);
-        int32_t deps[2] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi]};
-        int32_t reads[2] = {L->grad[wi], L->act[wi]};   /* the output's gradient (if any), the output */
-        SW_TRY(add_task(L, &t, deps, 2, reads + !has_grad, has_grad + 1, &L->bufs[owner], 1, &L->ready[owner]));
-        for (int m = owner + 1; m < owner + c->rdeg; m++) {
-            SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, m), SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[m]));
-            sw_task cp = copy_of(SW_PHASE_BACKWARD, dev_of(L, op, m), odev, op, m, NONE, &L->box[wi]);
-            SW_TRY(add_copy(L, &cp, L->ready[owner], L->bufs[owner], L->bufs[m], &L->ready[m]));
-        }
-    }
-    for (int w = 0; w < c->nworkers; w++) {
-        int32_t gdeps[2] = {L->ready[w], NONE};
-        for (int slot = 0; slot < o->ninputs; slot++) {
-            if (o->inputs[slot].role != SW_ROLE_DATA || L->in_buf[sidx(L, op, slot, w)] == NONE ||
-                (sw_op_kind)L->plan->kind[o->inputs[slot].producer] == SW_OPKIND_INPUT) {
-                continue;
-            }
-            SW_TRY(backward_data(L, op, w, slot, gdeps, 1, &L->bufs[w], 1));
-        }
-        if (has_weights(o)) {
-            SW_TRY(backward_weight(L, op, w, gdeps, 1, &L->bufs[w], 1));
-        }
-    }
-    return SW_OK;
-}
-
-/* A gradient block no consumer adds a piece to (consumers read none of its box) is
- * zeros: a zero_grad task writes them, so that every read follows a write. */
-static sw_status zero_untouched_grads(lowering *L, int op) {
-    const sw_config *c = cfg_of(L, op);
-    for (int w = 0; w < c->nworkers; w += c->rdeg) {
-        int wi = widx(L, op, w);
-        if (L->grad[wi] == NONE || L->grad_last[wi] != NONE) {
-            continue;
-        }
-        sw_task t = task_of(SW_TASK_ZERO_GRAD, SW_PHASE_BACKWARD, dev_of(L, op, w), op, w);
-        t.elements = sw_box_volume(&L->box[wi]);
-        SW_TRY(add_task(L, &t, NULL, 0, NULL, 0, &L->grad[wi], 1, &L->grad_last[wi]));
-    }
-    return SW_OK;
-}
-
-static sw_status lower_backward(lowering *L, int op) {
-    const sw_op *o = op_at(L, op);
-    sw_op_kind kind = (sw_op_kind)L->plan->kind[op];
-    if (kind == SW_OPKIND_INPUT) {
-        return SW_OK;
-    }
-    SW_TRY(zero_untouched_grads(L, op));
-    if (cfg_of(L, op)->rdeg > 1) {
-        return lower_reduction_backward(L, op);
-    }
-    int has_grad = L->grad[widx(L, op, 0)] != NONE;  /* the softmax's comes from the loss */
-    if (kind == SW_OPKIND_BATCHNORM) {
-        SW_TRY(lower_batchnorm_backward_sums(L, op));
-    }
-    for (int w = 0; w < cfg_of(L, op)->nworkers; w++) {
-        int wi = widx(L, op, w);
-        int32_t gdeps[4] = {has_grad ? L->grad_last[wi] : NONE, L->act_task[wi], NONE, NONE};
-        int32_t lead[2] = {L->grad[wi], L->act[wi]};   /* the output's gradient (if any), the output */
-        int ng = 2;
-        if (kind == SW_OPKIND_BATCHNORM) {
-            gdeps[ng++] = L->ready[w];
-        }
-        for (int slot = 0; slot < o->ninputs; slot++) {
-            int at = sidx(L, op, slot, w);
-            if (o->inputs[slot].role != SW_ROLE_DATA || L->in_buf[at] == NONE) {
-                continue;
-            }
-            if ((sw_op_kind)L->plan->kind[o->inputs[slot].producer] == SW_OPKIND_INPUT) {
-                continue;  /* no gradient flows into the graph's inputs */
-            }
-            SW_TRY(backward_data(L, op, w, slot, gdeps, ng, lead + !has_grad, has_grad + 1));
-        }
-        if (has_weights(o)) {   /* dW and dB wait for dy and y only (not a batchnorm's dy sums) */
-            SW_TRY(backward_weight(L, op, w, gdeps, 2, lead + !has_grad, has_grad + 1));
-        }
-    }
-    return SW_OK;
-}
-
-/* ------------------------------------------------------------------ synchronization */
-/* Parameter server per replica group of weight `slot`: gradients to the first
- * replica, summed, the update applied there, parameters sent back. */
-static sw_status sync_group(lowering *L, int op, int slot, int r) {
-    int lead = L->members[0];
-    int32_t lead_dev = dev_of(L, op, lead), lead_grad = L->wgrad_buf[sidx(L, op, slot, lead)];
-    sw_box box = L->g->buffers[lead_grad].box;
-    int nd = 0;
-    L->deps[nd++] = L->wgrad_task[sidx(L, op, slot, lead)];
-    for (int q = 1; q < r; q++) {
-        int m = L->members[q];
-        int32_t recv;
-        SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
-        sw_task t = copy_of(SW_PHASE_SYNC, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
-        L->io[q] = recv;
-        SW_TRY(add_copy(L, &t, L->wgrad_task[sidx(L, op, slot, m)], L->wgrad_buf[sidx(L, op, slot, m)], recv,
-                        &L->deps[nd++]));
-    }
-    int32_t red = L->deps[0], mom, upd;
-    if (r > 1) {   /* summed in place into the lead's gradient */
-        sw_task t = task_of(SW_TASK_REDUCE, SW_PHASE_SYNC, lead_dev, op, lead);
-        t.elements = sw_box_volume(&box);
-        L->io[0] = lead_grad;
-        SW_TRY(add_task(L, &t, L->deps, nd, L->io, r, &lead_grad, 1, &red));
-    }
-    /* the update reads (param, grad, state...) and writes (param, state...): the optimizer's
-     * state buffers (SGD: momentum; Adam: first, second moment), each the parameter's box */
-    int nstate = L->p->optimizer_state;
-    if (nstate < 1 || nstate > SW_MAX_OPTIMIZER_STATE) {
-        return SW_FAIL(SW_ERR_VALUE, "optimizer_state must be 1..%d, got %d", SW_MAX_OPTIMIZER_STATE, nstate);
-    }
-    int32_t param = L->in_buf[sidx(L, op, slot, lead)];
-    int32_t reads[2 + SW_MAX_OPTIMIZER_STATE] = {param, lead_grad}, writes[1 + SW_MAX_OPTIMIZER_STATE] = {param};
-    for (int k = 0; k < nstate; k++) {
-        SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
-        L->g->buffers[mom].worker = lead;
-        L->g->buffers[mom].slot = (int16_t)slot;
-        reads[2 + k] = writes[1 + k] = mom;
-    }
-    sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, lead_dev, op, lead);
-    u.elements = sw_box_volume(&L->g->buffers[param].box);
-    SW_TRY(add_task(L, &u, &red, 1, reads, 2 + nstate, writes, 1 + nstate, &upd));
-    for (int q = 1; q < r; q++) {
-        int m = L->members[q];
-        int32_t id;
-        sw_task t = copy_of(SW_PHASE_UPDATE, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
-        SW_TRY(add_copy(L, &t, upd, param, L->in_buf[sidx(L, op, slot, m)], &id));
-    }
-    return SW_OK;
-}
-
-static sw_status lower_sync(lowering *L, int op) {
-    const sw_op *o = op_at(L, op);
-    for (int slot = 0; slot < o->ninputs; slot++) {
-        if (o->inputs[slot].role != SW_ROLE_WEIGHT) {
-            continue;
-        }
-        int from = 0, r;
-        start_groups(L, op, slot);
-        while ((r = next_group(L, op, &from)) > 0) {
-            SW_TRY(sync_group(L, op, slot, r));
-        }
     }
     return SW_OK;
 }
@@ -820,11 +392,11 @@ static sw_status run(lowering *L) {
         SW_TRY(lower_forward(L, op));
     }
     for (int op = L->p->nops - 1; op >= 0; op--) {
-        SW_TRY(lower_backward(L, op));
+        SW_TRY(sw_lower_backward(L, op));
     }
     for (int op = L->p->nops - 1; op >= 0; op--) {
         if (has_weights(op_at(L, op))) {
-            SW_TRY(lower_sync(L, op));
+            SW_TRY(sw_lower_sync(L, op));
         }
     }
     return SW_OK;

@@ -36,6 +36,7 @@
 #include <string.h>  /* memset, memcpy, memmove */
 
 #include "memplan_internal.h"  /* sw_memplan_place */
+#include "sort_keys.h"
 
 #define NONE (-1)
 
@@ -63,7 +64,7 @@ sw_status sw_tg_host_reads(const sw_task_graph *g, char **out) {
 }
 
 /* ------------------------------------------------------------------ lifetimes */
-static void lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last) {
+void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last) {
     for (int32_t b = 0; b < g->nbuffers; b++) {
         first[b] = NONE;
         last[b] = NONE;
@@ -156,14 +157,6 @@ sw_status sw_memplan_add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int6
     return SW_OK;
 }
 
-static int by_offset(const void *pa, const void *pb) {
-    const sized_buffer *a = pa, *b = pb;   /* .bytes holds the offset here */
-    if (a->bytes != b->bytes) {
-        return a->bytes < b->bytes ? -1 : 1;
-    }
-    return (a->id > b->id) - (a->id < b->id);
-}
-
 /* For every buffer A of a device that copies on other devices' streams read: the buffer B
  * that takes over A's bytes first after A's last task (the lowest first task among those
  * overlapping A); each of those copies gets an edge to B's first task.  Later buffers over
@@ -171,13 +164,13 @@ static int by_offset(const void *pa, const void *pb) {
  * `by_off` (n entries, scratch) lists the device's buffers by offset, so that only those
  * within `widest` bytes below A's end are looked at. */
 static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const int32_t *mine, int32_t n,
-                             const int32_t *remote_ptr, const int32_t *remote, sized_buffer *by_off, int64_t *cap) {
+                             const int32_t *remote_ptr, const int32_t *remote, sw_keyed *by_off, int64_t *cap) {
     int64_t widest = 0;
     for (int32_t i = 0; i < n; i++) {
-        by_off[i] = (sized_buffer){mp->offset[mine[i]], mine[i]};
+        by_off[i] = (sw_keyed){mp->offset[mine[i]], 0, mine[i]};
         widest = mp->bytes[mine[i]] > widest ? mp->bytes[mine[i]] : widest;
     }
-    qsort(by_off, (size_t)n, sizeof *by_off, by_offset);
+    qsort(by_off, (size_t)n, sizeof *by_off, sw_by_keys);
     for (int32_t i = 0; i < n; i++) {
         int32_t a = mine[i];
         if (remote_ptr[a] == remote_ptr[a + 1] || mp->bytes[a] == 0 ||
@@ -188,14 +181,14 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
         int32_t j = 0, k = n;   /* the first buffer at an offset above lo - widest: below, none reaches lo */
         while (j < k) {
             int32_t mid = j + (k - j) / 2;
-            if (by_off[mid].bytes <= lo - widest) {
+            if (by_off[mid].key <= lo - widest) {
                 j = mid + 1;
             } else {
                 k = mid;
             }
         }
         int32_t next = NONE;
-        for (; j < n && by_off[j].bytes < hi; j++) {
+        for (; j < n && by_off[j].key < hi; j++) {
             int32_t b = by_off[j].id;
             if (mp->first[b] > mp->last[a] && mp->bytes[b] > 0 && mp->offset[b] + mp->bytes[b] > lo &&
                 (next == NONE || mp->first[b] < mp->first[next])) {
@@ -209,34 +202,22 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
     return SW_OK;
 }
 
-typedef struct {
-    int32_t from, to;
-} edge;
-
-static int by_edge(const void *pa, const void *pb) {
-    const edge *a = pa, *b = pb;
-    if (a->to != b->to) {
-        return a->to < b->to ? -1 : 1;
-    }
-    return (a->from > b->from) - (a->from < b->from);
-}
-
 /* Sort the reuse edges by target and drop repeats (one copy often frees memory
  * that several later buffers take over in turn). */
 static sw_status unique_edges(sw_memory_plan *mp) {
-    edge *e = malloc(sizeof *e * ((size_t)mp->nreuse + 1));
+    sw_keyed *e = malloc(sizeof *e * ((size_t)mp->nreuse + 1));   /* key: to, key2: from */
     if (!e) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
     }
     for (int32_t i = 0; i < mp->nreuse; i++) {
-        e[i] = (edge){mp->reuse_from[i], mp->reuse_to[i]};
+        e[i] = (sw_keyed){mp->reuse_to[i], mp->reuse_from[i], 0};
     }
-    qsort(e, (size_t)mp->nreuse, sizeof *e, by_edge);
+    qsort(e, (size_t)mp->nreuse, sizeof *e, sw_by_keys);
     int32_t n = 0;
     for (int32_t i = 0; i < mp->nreuse; i++) {
-        if (n == 0 || e[i].from != mp->reuse_from[n - 1] || e[i].to != mp->reuse_to[n - 1]) {
-            mp->reuse_from[n] = e[i].from;
-            mp->reuse_to[n] = e[i].to;
+        if (n == 0 || e[i].key2 != mp->reuse_from[n - 1] || e[i].key != mp->reuse_to[n - 1]) {
+            mp->reuse_from[n] = e[i].key2;
+            mp->reuse_to[n] = (int32_t)e[i].key;
             n++;
         }
     }
@@ -371,7 +352,7 @@ static int sync_touched(const sw_task_graph *g, const sw_memory_plan *mp, int32_
 }
 
 static sw_status place_apart(const sw_task_graph *g, sw_place_cache *cache, sw_memory_plan *mp, int32_t *mine,
-                             int32_t n, sized_buffer *scratch, int64_t *arena) {
+                             int32_t n, sw_keyed *scratch, int64_t *arena) {
     int32_t nrest = 0, npool = 0;
     for (int32_t i = 0; i < n; i++) {   /* stable split: the rest, then the pool, each still largest first */
         if (!sync_touched(g, mp, mine[i])) {
@@ -452,7 +433,7 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
     mp->host_arena = calloc(nd, sizeof *mp->host_arena);
     char *host = NULL;
     int32_t *dev_ptr = NULL, *ids = NULL, *remote_ptr = NULL, *remote = NULL;
-    sized_buffer *by_off = NULL;
+    sw_keyed *by_off = NULL;
     mem_event *ev = NULL;
     sw_place_cache *cache = NULL;
     sw_status s = SW_OK;
@@ -476,7 +457,7 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
         (several && (s = sw_memplan_ends_build(g, &ends)) != SW_OK)) {
         goto done;
     }
-    lifetimes(g, host, reuse, mp->first, mp->last);
+    sw_buffer_lifetimes(g, host, reuse, mp->first, mp->last);
     ev = malloc(sizeof *ev * 2 * nb);
     by_off = malloc(sizeof *by_off * nb);
     if (!ev || !by_off) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 
 #include "shardwise.h"
+#include "sort_keys.h"
 
 typedef struct {
     const sw_task_graph *g;
@@ -166,19 +167,6 @@ static sw_status check_hazards(checker *c) {
     return s;
 }
 
-typedef struct {
-    int64_t offset;
-    int32_t id;
-} placed_buffer;
-
-static int by_offset(const void *pa, const void *pb) {
-    const placed_buffer *a = pa, *b = pb;
-    if (a->offset != b->offset) {
-        return a->offset < b->offset ? -1 : 1;
-    }
-    return (a->id > b->id) - (a->id < b->id);
-}
-
 sw_status sw_memory_plan_check(const sw_task_graph *g, const sw_memory_plan *mp) {
     return sw_memory_plan_check_on(g, mp, NULL);
 }
@@ -193,7 +181,7 @@ sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *
                            mp->reuse_from[e], mp->reuse_to[e]);
         }
     }
-    placed_buffer *order = malloc(sizeof *order * ((size_t)g->nbuffers + 1));
+    sw_keyed *order = malloc(sizeof *order * ((size_t)g->nbuffers + 1));
     char *host_read = NULL;
     checker c = {0};
     sw_status s = order ? sw_tg_host_reads(g, &host_read) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
@@ -217,13 +205,13 @@ sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *
                             "bytes or off its %lld-byte alignment", b, (long long)bytes, (long long)mp->offset[b],
                             d, hosted ? "host region" : "arena", (long long)arena, (long long)mp->align);
             } else if (bytes > 0) {
-                order[n++] = (placed_buffer){mp->offset[b], b};
+                order[n++] = (sw_keyed){mp->offset[b], 0, b};
             }
         }
-        qsort(order, (size_t)n, sizeof *order, by_offset);
+        qsort(order, (size_t)n, sizeof *order, sw_by_keys);
         for (int32_t i = 0; i < n && s == SW_OK; i++) {
-            int64_t end = order[i].offset + sw_buffer_bytes(&g->buffers[order[i].id]);
-            for (int32_t j = i + 1; j < n && order[j].offset < end && s == SW_OK; j++) {
+            int64_t end = order[i].key + sw_buffer_bytes(&g->buffers[order[i].id]);
+            for (int32_t j = i + 1; j < n && order[j].key < end && s == SW_OK; j++) {
                 s = check_pair(&c, order[i].id, order[j].id, host_read);
             }
         }

@@ -25,6 +25,7 @@
 #include <stdlib.h>  /* malloc, calloc, realloc, free, qsort */
 
 #include "memplan_internal.h"
+#include "sort_keys.h"
 
 /* ------------------------------------------------------------------ entries and exits */
 /* Per buffer, the distinct tasks touching it in program order (CSR) and whether each writes it. */
@@ -169,19 +170,6 @@ static sw_status cover(coverage *c, int64_t lo, int64_t hi) {
 }
 
 typedef struct {
-    int64_t offset;
-    int32_t id;
-} placed;
-
-static int by_offset(const void *pa, const void *pb) {
-    const placed *a = pa, *b = pb;
-    if (a->offset != b->offset) {
-        return a->offset < b->offset ? -1 : 1;
-    }
-    return (a->id > b->id) - (a->id < b->id);
-}
-
-typedef struct {
     int32_t last, id;   /* a candidate previous occupant and the end of its lifetime */
 } candidate;
 
@@ -209,7 +197,7 @@ static sw_status link(const sw_task_graph *g, sw_memory_plan *mp, const sw_strea
 
 sw_status sw_memplan_stream_edges(const sw_task_graph *g, sw_memory_plan *mp, const sw_streams *st,
                                   const sw_memplan_ends *e, const int32_t *mine, int32_t n, int64_t *cap) {
-    placed *by_off = malloc(sizeof *by_off * ((size_t)n + 1));
+    sw_keyed *by_off = malloc(sizeof *by_off * ((size_t)n + 1));
     candidate *cand = malloc(sizeof *cand * ((size_t)n + 1));
     coverage cov = {0};
     if (!by_off || !cand) {
@@ -222,11 +210,11 @@ sw_status sw_memplan_stream_edges(const sw_task_graph *g, sw_memory_plan *mp, co
     for (int32_t i = 0; i < n; i++) {   /* buffers that take part in reuse: bytes, a lifetime within the step */
         int32_t b = mine[i];
         if (mp->bytes[b] > 0 && !(mp->first[b] == 0 && mp->last[b] == g->ntasks)) {
-            by_off[m++] = (placed){mp->offset[b], b};
+            by_off[m++] = (sw_keyed){mp->offset[b], 0, b};
             widest = mp->bytes[b] > widest ? mp->bytes[b] : widest;
         }
     }
-    qsort(by_off, (size_t)m, sizeof *by_off, by_offset);
+    qsort(by_off, (size_t)m, sizeof *by_off, sw_by_keys);
     sw_status s = SW_OK;
     for (int32_t i = 0; i < m && s == SW_OK; i++) {
         int32_t b = by_off[i].id, nc = 0;
@@ -234,13 +222,13 @@ sw_status sw_memplan_stream_edges(const sw_task_graph *g, sw_memory_plan *mp, co
         int32_t j = 0, k = m;   /* the first buffer above lo - widest: below it none reaches lo */
         while (j < k) {
             int32_t mid = j + (k - j) / 2;
-            if (by_off[mid].offset <= lo - widest) {
+            if (by_off[mid].key <= lo - widest) {
                 j = mid + 1;
             } else {
                 k = mid;
             }
         }
-        for (; j < m && by_off[j].offset < hi; j++) {
+        for (; j < m && by_off[j].key < hi; j++) {
             int32_t a = by_off[j].id;
             if (a != b && mp->last[a] < mp->first[b] && mp->offset[a] + mp->bytes[a] > lo) {
                 cand[nc++] = (candidate){mp->last[a], a};

@@ -210,16 +210,7 @@ static sw_status check_inputs(int32_t ntasks, const double *duration, const int3
             return SW_FAIL(SW_ERR_VALUE, "task %d: duration %g, pool %d (of %d) or share %g out of range", t,
                            duration[t], pool[t], npools, pool[t] >= 0 ? share[t] : 1.0);
         }
-        for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
-            if (deps[k] < 0 || deps[k] >= ntasks || deps[k] == t) {
-                return SW_FAIL(SW_ERR_VALUE, "task %d depends on task %d, which does not exist", t, deps[k]);
-            }
-        }
-        for (int32_t k = res_ptr[t]; k < res_ptr[t + 1]; k++) {
-            if (res[k] < 0 || res[k] >= nres) {
-                return SW_FAIL(SW_ERR_VALUE, "task %d needs resource %d of %d", t, res[k], nres);
-            }
-        }
+        SW_TRY(sw_sim_check_task(t, ntasks, dep_ptr, deps, res_ptr, res, nres));
     }
     return SW_OK;
 }

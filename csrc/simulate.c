@@ -119,6 +119,21 @@ static void drain_worklist(sim *s, double now) {
     }
 }
 
+sw_status sw_sim_check_task(int32_t t, int32_t ntasks, const int32_t *dep_ptr, const int32_t *deps,
+                            const int32_t *res_ptr, const int32_t *res, int32_t nres) {
+    for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
+        if (deps[k] < 0 || deps[k] >= ntasks || deps[k] == t) {
+            return SW_FAIL(SW_ERR_VALUE, "task %d depends on task %d, which does not exist", t, deps[k]);
+        }
+    }
+    for (int32_t k = res_ptr[t]; k < res_ptr[t + 1]; k++) {
+        if (res[k] < 0 || res[k] >= nres) {
+            return SW_FAIL(SW_ERR_VALUE, "task %d needs resource %d of %d", t, res[k], nres);
+        }
+    }
+    return SW_OK;
+}
+
 sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_t *dep_ptr, const int32_t *deps,
                             const int32_t *res_ptr, const int32_t *res, int32_t nres, double *start,
                             double *makespan) {
@@ -130,16 +145,7 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
         if (!(duration[t] >= 0)) {
             return SW_FAIL(SW_ERR_VALUE, "task %d has a negative or NaN duration", t);
         }
-        for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
-            if (deps[k] < 0 || deps[k] >= ntasks || deps[k] == t) {
-                return SW_FAIL(SW_ERR_VALUE, "task %d depends on task %d, which does not exist", t, deps[k]);
-            }
-        }
-        for (int32_t k = res_ptr[t]; k < res_ptr[t + 1]; k++) {
-            if (res[k] < 0 || res[k] >= nres) {
-                return SW_FAIL(SW_ERR_VALUE, "task %d needs resource %d of %d", t, res[k], nres);
-            }
-        }
+        SW_TRY(sw_sim_check_task(t, ntasks, dep_ptr, deps, res_ptr, res, nres));
     }
     /* Sizes below are "count + 1" (so that zero tasks or resources still allocate) computed
      * in size_t: in int32 they overflow for counts of INT32_MAX. */

@@ -25,6 +25,7 @@
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 #include <string.h>  /* memset */
 
+#include "sort_keys.h"
 #include "swap_internal.h"
 
 #define NONE (-1)
@@ -111,21 +112,6 @@ int sw_swap_candidate(const sw_task_graph *g, const sw_touches *tl, int32_t b, c
 }
 
 /* ------------------------------------------------------------------ the rewrite */
-typedef struct {
-    int32_t at, kind, index;   /* kind 0: swap_out, 1: swap_in */
-} insertion;
-
-static int by_position(const void *pa, const void *pb) {
-    const insertion *a = pa, *b = pb;
-    if (a->at != b->at) {
-        return a->at < b->at ? -1 : 1;
-    }
-    if (a->kind != b->kind) {
-        return a->kind < b->kind ? -1 : 1;
-    }
-    return (a->index > b->index) - (a->index < b->index);
-}
-
 void sw_swap_streams_free(sw_swap_streams *st) {
     free(st->stream);
     free(st->stream_device);
@@ -182,14 +168,16 @@ static int8_t phase_at(const sw_task_graph *g, int32_t at) {
     return g->tasks[at < g->ntasks ? at : g->ntasks - 1].phase;
 }
 
-static sw_status emit_swap(rewrite *R, const insertion *ins) {
-    int32_t i = ins->index, b = R->spec->buffer[i];
+/* A swap task to insert: sw_keyed {key: the original task it goes before, key2: 0 swap_out or
+ * 1 swap_in, id: the spec entry}, sorted by sw_by_keys (position, then swap_outs first). */
+static sw_status emit_swap(rewrite *R, const sw_keyed *ins) {
+    int32_t at = (int32_t)ins->key, kind = ins->key2, i = ins->id, b = R->spec->buffer[i];
     const sw_buffer *buf = &R->g->buffers[b];
     const sw_task *writer = &R->g->tasks[R->span[i].last_write];
     sw_task t;
     memset(&t, 0, sizeof t);
-    t.kind = (int8_t)(ins->kind == 0 ? SW_TASK_SWAP_OUT : SW_TASK_SWAP_IN);
-    t.phase = phase_at(R->g, ins->at);
+    t.kind = (int8_t)(kind == 0 ? SW_TASK_SWAP_OUT : SW_TASK_SWAP_IN);
+    t.phase = phase_at(R->g, at);
     t.device = buf->device;
     t.src_device = NONE;
     t.op = buf->op;
@@ -198,10 +186,10 @@ static sw_status emit_swap(rewrite *R, const insertion *ins) {
     t.box = buf->box;
     t.elements = sw_box_volume(&buf->box);
     int32_t host = R->nb0 + 2 * i, copy = host + 1;
-    int32_t from = ins->kind == 0 ? b : host, to = ins->kind == 0 ? host : copy;
-    int32_t dep = ins->kind == 0 ? R->map[R->span[i].last_write] : R->out_task[i];
+    int32_t from = kind == 0 ? b : host, to = kind == 0 ? host : copy;
+    int32_t dep = kind == 0 ? R->map[R->span[i].last_write] : R->out_task[i];
     sw_task_io io = {&from, 1, &to, 1};
-    return sw_tg_task(R->out, &t, &dep, 1, &io, ins->kind == 0 ? &R->out_task[i] : &R->in_task[i]);
+    return sw_tg_task(R->out, &t, &dep, 1, &io, kind == 0 ? &R->out_task[i] : &R->in_task[i]);
 }
 
 static sw_status emit_task(rewrite *R, int32_t t) {
@@ -260,7 +248,7 @@ sw_status sw_swap_apply(const sw_task_graph *g, int ndev, const sw_swap_spec *sp
     sw_touches tl = {0};
     char *host_read = NULL, *seen = calloc((size_t)g->nbuffers + 1, 1);
     sw_swap_span *span = malloc(sizeof *span * nn);
-    insertion *ins = malloc(sizeof *ins * 2 * nn);
+    sw_keyed *ins = malloc(sizeof *ins * 2 * nn);
     rewrite R = {.g = g, .out = out, .spec = spec, .span = span, .nb0 = g->nbuffers};
     R.map = malloc(sizeof *R.map * ((size_t)g->ntasks + 1));
     R.swapped = malloc(sizeof *R.swapped * ((size_t)g->nbuffers + 1));
@@ -299,17 +287,17 @@ sw_status sw_swap_apply(const sw_task_graph *g, int ndev, const sw_swap_spec *sp
             out->buffers[id] = *buf;
         }
         R.swapped[spec->buffer[i]] = i;
-        ins[2 * i] = (insertion){spec->out_at[i], 0, i};
-        ins[2 * i + 1] = (insertion){spec->in_at[i], 1, i};
+        ins[2 * i] = (sw_keyed){spec->out_at[i], 0, i};
+        ins[2 * i + 1] = (sw_keyed){spec->in_at[i], 1, i};
     }
-    qsort(ins, 2 * (size_t)n, sizeof *ins, by_position);
+    qsort(ins, 2 * (size_t)n, sizeof *ins, sw_by_keys);
     origin = malloc(sizeof *origin * ((size_t)g->ntasks + 2 * nn));
     if (s == SW_OK && !origin) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory swapping %d buffers", n);
     }
     int32_t next = 0;
     for (int32_t t = 0; t <= g->ntasks && s == SW_OK; t++) {
-        for (; next < 2 * n && ins[next].at == t && s == SW_OK; next++) {
+        for (; next < 2 * n && ins[next].key == t && s == SW_OK; next++) {
             s = emit_swap(&R, &ins[next]);
             if (s == SW_OK) {
                 origin[out->ntasks - 1] = NONE;

@@ -35,6 +35,7 @@
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 #include <string.h>  /* memset, memcpy */
 
+#include "sort_keys.h"
 #include "swap_internal.h"
 
 #define NONE (-1)
@@ -372,22 +373,6 @@ static void plan_device(device_plan *D, int32_t *overflow) {
 }
 
 /* ------------------------------------------------------------------ the whole graph */
-typedef struct {
-    int64_t bytes;
-    int32_t key2, id;
-} keyed;
-
-static int by_keys(const void *pa, const void *pb) {
-    const keyed *a = pa, *b = pb;
-    if (a->bytes != b->bytes) {
-        return a->bytes < b->bytes ? -1 : 1;
-    }
-    if (a->key2 != b->key2) {
-        return a->key2 < b->key2 ? -1 : 1;
-    }
-    return (a->id > b->id) - (a->id < b->id);
-}
-
 void sw_swap_result_free(sw_swap_result *r) {
     free(r->buffer);
     free(r->out_at);
@@ -463,7 +448,7 @@ static sw_status collect(const device_plan *D, sw_swap_result *r) {
 
 /* Device d's candidates (by last write; by_use by first backward read), base live bytes and sufmin. */
 static sw_status setup_device(device_plan *D, int d, const sw_touches *tl, const char *host_read,
-                              const int32_t *first, const int32_t *last, keyed *scratch) {
+                              const int32_t *first, const int32_t *last, sw_keyed *scratch) {
     const sw_task_graph *g = D->g;
     memset(D->base, 0, sizeof *D->base * (size_t)D->npos);
     D->nc = 0;
@@ -486,9 +471,9 @@ static sw_status setup_device(device_plan *D, int d, const sw_touches *tl, const
         D->base[p] += D->base[p - 1];
     }
     for (int32_t i = 0; i < D->nc; i++) {
-        scratch[i] = (keyed){D->c[i].span.last_write, D->c[i].b, i};
+        scratch[i] = (sw_keyed){D->c[i].span.last_write, D->c[i].b, i};
     }
-    qsort(scratch, (size_t)D->nc, sizeof *scratch, by_keys);
+    qsort(scratch, (size_t)D->nc, sizeof *scratch, sw_by_keys);
     candidate *sorted = malloc(sizeof *sorted * ((size_t)D->nc + 1));
     if (!sorted) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a swap plan");
@@ -499,9 +484,9 @@ static sw_status setup_device(device_plan *D, int d, const sw_touches *tl, const
     memcpy(D->c, sorted, sizeof *sorted * (size_t)D->nc);
     free(sorted);
     for (int32_t i = 0; i < D->nc; i++) {
-        scratch[i] = (keyed){D->c[i].span.first_bwd, D->c[i].b, i};
+        scratch[i] = (sw_keyed){D->c[i].span.first_bwd, D->c[i].b, i};
     }
-    qsort(scratch, (size_t)D->nc, sizeof *scratch, by_keys);
+    qsort(scratch, (size_t)D->nc, sizeof *scratch, sw_by_keys);
     for (int32_t i = 0; i < D->nc; i++) {
         D->by_use[i] = scratch[i].id;
     }
@@ -523,7 +508,7 @@ sw_status sw_swap_plan(const sw_task_graph *g, int ndev, const sw_swap_inputs *i
     device_plan D = {.g = g, .in = in, .npos = npos};
     double *reach = malloc(sizeof *reach * np);
     int32_t *first = malloc(sizeof *first * nb), *last = malloc(sizeof *last * nb);
-    keyed *scratch = malloc(sizeof *scratch * nb);
+    sw_keyed *scratch = malloc(sizeof *scratch * nb);
     D.reach = reach;
     D.sufmin = malloc(sizeof *D.sufmin * np);
     D.base = malloc(sizeof *D.base * np);
@@ -551,15 +536,7 @@ sw_status sw_swap_plan(const sw_task_graph *g, int ndev, const sw_swap_inputs *i
     for (int32_t p = 1; p < npos; p++) {
         reach[p] = in->end[p - 1] > reach[p - 1] ? in->end[p - 1] : reach[p - 1];
     }
-    for (int32_t b = 0; b < g->nbuffers; b++) {   /* lifetimes as memplan.c's */
-        int32_t lo = tl.ptr[b], hi = tl.ptr[b + 1];
-        while (hi > lo && tl.ids[hi - 1] == NONE) {
-            hi--;
-        }
-        int whole = hi == lo || sw_buffer_lives_throughout(g, b, host_read);
-        first[b] = whole ? 0 : tl.ids[lo];
-        last[b] = whole ? g->ntasks : tl.ids[hi - 1];
-    }
+    sw_buffer_lifetimes(g, host_read, 1, first, last);   /* as the memory plan's */
     r->fits = 1;
     for (int d = 0; d < ndev && s == SW_OK; d++) {
         D.budget = in->budget[d];

@@ -216,10 +216,6 @@ def test_reading_all_layers_states_whole_is_refused():
 
 
 # ----------------------------------------------------------------------------- PyTorch's exports
-def structure(g):
-    return [(op.kind, op.shape, op.inputs, op.attrs) for op in g.ops]
-
-
 def export(model, x, path: str, exporter: str) -> str:
     """``model`` exported to ``path`` by one of PyTorch's exporters, as tests/test_import_seq.py
     exports the GPT (dynamo, without the graph optimizer) and tests/test_import_onnx.py the CNNs."""
@@ -255,15 +251,12 @@ def exported(tmp_path_factory):
 def check_export(exported, name: str, exporter: str) -> None:
     """The export imports as from_torch's graph (op kinds, shapes, inputs, attributes; the same
     weights under the same names) and predicts PyTorch's forward within 1e-5."""
-    from test_import_seq import torch_forward
+    from test_import_seq import assert_imports_alike, torch_forward
 
     model, x, _, path = exported(name, exporter)
     g, w = sw.from_onnx(path)
     gt, wt = sw.from_torch(model, (x,))
-    assert structure(g) == structure(gt)
-    assert sorted(w) == sorted(wt)
-    for k in wt:
-        np.testing.assert_array_equal(w[k], wt[k])
+    assert_imports_alike(g, w, gt, wt)
     if exporter == "dynamo":   # the TorchScript exporter names the input after its own counter ("input.1")
         assert [op.name for op in g.ops] == [op.name for op in gt.ops]
     np.testing.assert_allclose(predict(g, w, x.numpy()), torch_forward(model, x), atol=1e-5, rtol=0)
@@ -272,18 +265,11 @@ def check_export(exported, name: str, exporter: str) -> None:
 def check_training(exported, name: str, exporter: str, plan: str) -> None:
     """Three SGD steps (momentum, weight decay) of the imported graph under a plan: PyTorch's
     losses and weights within 1e-4 (the LSTM's through its PyTorch tensors)."""
-    from test_import_seq import params, plans, torch_weights, train_torch
-    from training_checks import RTOL, assert_close_weights
+    from test_import_seq import assert_trains_like_pytorch
 
     model, x, y, path = exported(name, exporter)
-    model = copy.deepcopy(model)   # the cached one stays untrained
     g, w = sw.from_onnx(path)
-    t = sw.Trainer(g, plans(g, plan), optimizer=sw.SGD(lr=0.1, momentum=0.9, weight_decay=1e-3))
-    t.set_weights(w)
-    got = [t.step(x.numpy(), y) for _ in range(3)]
-    want = train_torch(model, x, y)
-    np.testing.assert_allclose(got, want, rtol=RTOL)
-    assert_close_weights(torch_weights(model, t.get_weights()), params(model))
+    assert_trains_like_pytorch(g, w, plan, copy.deepcopy(model), x, y)   # the cached model stays untrained
 
 
 # lstm: 2 layers with biases, the head on the last step; lstm_every: 1 layer, the head on every

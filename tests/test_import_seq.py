@@ -143,6 +143,15 @@ def structure(g):
     return [(op.kind, op.shape, op.inputs, op.attrs) for op in g.ops]
 
 
+def assert_imports_alike(g, weights, gt, weights_t) -> None:
+    """An ONNX export's import (g, weights) is from_torch's (gt, weights_t): the same ops (kinds,
+    shapes, inputs, attributes) and the same weights under the same names."""
+    assert structure(g) == structure(gt)
+    assert sorted(weights) == sorted(weights_t)
+    for k in weights_t:
+        np.testing.assert_array_equal(weights[k], weights_t[k])
+
+
 @pytest.mark.parametrize("name", ["gpt", "gpt_masked"])
 def test_gpt_imports_as_sw_models_gpt(name):
     """Both spellings of attention become the builder's composition: the graph of sw.models.gpt,
@@ -179,6 +188,12 @@ def train_torch(model, x, y, steps: int = 3):
 def test_three_steps_equal_pytorch(name, plan):
     model, x, y = make(name)
     g, weights = sw.from_torch(model, (x,))
+    assert_trains_like_pytorch(g, weights, plan, model, x, y)
+
+
+def assert_trains_like_pytorch(g, weights, plan: str, model, x, y) -> None:
+    """Three SGD steps (momentum, weight decay) of g from ``weights`` under a plan (``plans``):
+    the losses and weights of three steps of ``model`` (trained in place) within RTOL."""
     t = sw.Trainer(g, plans(g, plan), optimizer=sw.SGD(lr=0.1, momentum=0.9, weight_decay=1e-3))
     t.set_weights(weights)
     got = [t.step(x.numpy(), y) for _ in range(3)]
@@ -206,10 +221,7 @@ def test_gpt_from_the_dynamo_onnx_export_is_from_torchs_graph(tmp_path):
         torch.onnx.export(copy.deepcopy(model), (ids,), path, dynamo=True, optimize=False, verbose=False)
     g, weights = sw.from_onnx(path)
     gt, weights_t = sw.from_torch(model, (ids,))
-    assert structure(g) == structure(gt)
-    assert sorted(weights) == sorted(weights_t)
-    for k in weights_t:
-        np.testing.assert_array_equal(weights[k], weights_t[k])
+    assert_imports_alike(g, weights, gt, weights_t)
     t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
     t.set_weights(weights)
     np.testing.assert_allclose(t.predict(ids.numpy()), torch_forward(model, ids), atol=1e-5, rtol=0)

@@ -1,4 +1,4 @@
-/* problem_py.h -- the Python Problem object, shared by module.c and simulate_py.c. */
+/* problem_py.h -- the Python Problem object and the bindings' shared helpers, one block per file of csrc/py. */
 #ifndef SHARDWISE_PROBLEM_PY_H
 #define SHARDWISE_PROBLEM_PY_H
 
@@ -6,18 +6,6 @@
 #include <Python.h>  /* PyObject */
 #ifndef NPY_NO_DEPRECATED_API
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-/* swap_py.c: Problem.swap_plan; a swap argument: None (spec->n = 0) or (buffer, out_at, in_at) int32
- * arrays of one length, held in arr[3] (Py_XDECREF them either way); -1 with an exception. */
-int sw_py_register_swap(PyObject *module);
-PyObject *sw_py_problem_swap_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
-int sw_py_parse_swap(PyObject *obj, PyArrayObject **arr, sw_swap_spec *spec);
-
-/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.worker_regions */
-int sw_py_register_search(PyObject *module);
-PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds);
-PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args);
-PyObject *sw_py_problem_worker_regions(ProblemObject *self, PyObject *args);
-
 #endif
 #include <numpy/arrayobject.h>  /* PyArrayObject; each file imports its own API table */
 
@@ -40,7 +28,7 @@ PyObject *sw_py_copy_doubles(const double *src, int ndim, npy_intp *dims);
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
 PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what);
 
-/* A plan as four arrays over the problem's ops (simulate_py.c's header comment), converted. */
+/* A plan as four arrays over the problem's ops (lower_py.c's header comment), converted. */
 typedef struct {
     PyArrayObject *kinds, *degrees, *dev_ptr, *devs;
     sw_config *cfg;
@@ -58,6 +46,25 @@ void sw_py_plan_args_free(plan_args *a);
 PyObject *sw_py_contiguous(const void *src, npy_intp n, int type);
 /* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
 int sw_py_put(PyObject *d, const char *key, PyObject *value);
+
+/* problem_configs_py.c: its NumPy API table; Problem methods for options and configurations */
+int sw_py_register_problem_configs(PyObject *module);
+PyObject *sw_py_problem_set_options(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_set_optimizer_state(ProblemObject *self, PyObject *arg);
+PyObject *sw_py_problem_enumerate(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_enumerate_sets(ProblemObject *self, PyObject *arg);
+PyObject *sw_py_problem_set_configs(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_reductions(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_configs(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_iteration_region(ProblemObject *self, PyObject *args);
+
+/* problem_tables_py.c: its NumPy API table; Problem methods over the cost tables */
+int sw_py_register_problem_tables(PyObject *module);
+PyObject *sw_py_problem_build_tables(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_node_costs(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_set_compute_times(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_edges(ProblemObject *self, PyObject *ignored);
+PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args);
 
 /* memory_tables_py.c: Problem.memory_tables (the memory-constrained search's footprints) */
 PyObject *sw_py_problem_memory_tables(ProblemObject *self, PyObject *arg);
@@ -80,12 +87,19 @@ PyObject *sw_py_problem_layer_paths(ProblemObject *self, PyObject *args);
 /* runtime_py.c: the Runtime type and the op table's names (OP_KINDS, OP_ROLES, CPU_OP_KINDS) */
 int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type);
 
+/* lower_py.c: its NumPy API table, Problem.lower; a lowered graph's tasks (kinds, phases, devices, ...,
+ * dependencies and reads / writes in CSR) and per-device memory put into dict d (0, or -1 with an exception) */
+int sw_py_register_lower(PyObject *module);
+PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);
+int sw_py_put_tasks(PyObject *d, const sw_task_graph *t);
+int sw_py_put_memory(PyObject *d, const sw_task_graph *g, int ndev);
+
 /* simulate_py.c: its NumPy API table and constants (TASK_KINDS, PHASES, BUFFER_KINDS), Problem methods */
 int sw_py_register_simulate(PyObject *module);
-PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
-PyObject *sw_py_simulate_shared(PyObject *module, PyObject *args);
 PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args);
+/* sim_tasks_py.c: its NumPy API table, the module functions simulate_tasks and simulate_shared */
+int sw_py_register_sim_tasks(PyObject *module);
 
 /* swap_py.c: Problem.swap_plan; a swap argument: None (spec->n = 0) or (buffer, out_at, in_at) int32
  * arrays of one length, held in arr[3] (Py_XDECREF them either way); -1 with an exception. */

@@ -39,7 +39,8 @@ from .schedule import Schedule, schedule
 from .profile import Profile, ProfileMismatch, profile
 from .import_torch import from_torch
 from .import_onnx import from_onnx
-from .describe import DescriptionError, Max, Min, Opaque, Prod, Strategy, Sum, op, strategies_of
+from .describe import DescriptionError, Max, Min, Opaque, Prod, Sum, op
+from .describe_strategies import Strategy, strategies_of
 
 __all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",

@@ -23,7 +23,7 @@ from .import_onnx_ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_READERS, MULTI
                                Outputs, SiluOf)
 from . import import_onnx_seq  # noqa: F401  (adds the sequence ops to ONNX_OPS)
 from . import import_onnx_rnn  # noqa: F401  (adds LSTM)
-from .import_torch_ops import Lazy
+from .import_torch_call import Lazy
 from .import_torch import _live_ops, _prune   # the same pruning as from_torch: ops the loss does not read
 from .init import parameter_shapes
 

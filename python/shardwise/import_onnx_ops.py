@@ -21,7 +21,7 @@ import numpy as np
 from .errors import ModelImportError, ShapeError
 from .graph import Graph, Tensor
 from .import_onnx_const import Const, FoldError, reshape_target
-from .import_torch_ops import _check_ceil_mode
+from .import_torch_call import _check_ceil_mode
 from .reference import BN_EPS
 
 

@@ -37,7 +37,7 @@ from .graph import Tensor
 from .import_onnx_const import Const
 from .import_onnx_ops import LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall, Outputs, _show
 from .import_onnx_seq import View, _view, resolve, same_layout
-from .import_torch_ops import Lazy
+from .import_torch_call import Lazy
 from .import_torch_seq import GATES, Layers, Steps, lstm_layer, lstm_weights
 
 ONNX_GATES = "iofg"

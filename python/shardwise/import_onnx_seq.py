@@ -31,7 +31,7 @@ import numpy as np
 from .graph import Tensor
 from .import_onnx_const import Const, FoldError, reshape_target
 from .import_onnx_ops import ONNX_OPS, OnnxCall, _linear, _show
-from .import_torch_ops import Lazy
+from .import_torch_call import Lazy
 
 MASK_FILL_MAX = -1e9   # as import_torch_seq: an additive mask value taken for -inf
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from .errors import ModelImportError, ShardwiseError
 from .graph import Graph, Tensor
-from .import_torch_ops import REQUIRED, TORCH_OPS, VIEW_OPS, Attr, Call, Lazy, TorchOp, is_torch_tensor, record_weights
+from .import_torch_call import REQUIRED, Attr, Call, Lazy, TorchOp, is_torch_tensor, record_weights
+from .import_torch_ops import TORCH_OPS, VIEW_OPS
 from .init import parameter_shapes
 
 __all__ = ["from_torch"]

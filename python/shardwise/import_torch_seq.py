@@ -3,7 +3,7 @@ transpose and permute, attention (``F.scaled_dot_product_attention``, or its com
 ``softmax((q @ k.transpose(-2, -1)) * scale).masked_fill(causal mask, -inf) @ v``), indexing one
 step of a sequence, and ``nn.LSTM`` unrolled over time.
 
-Two kinds of values of the trace are kept lazy (:class:`~shardwise.import_torch_ops.Lazy`) until
+Two kinds of values of the trace are kept lazy (:class:`~shardwise.import_torch_call.Lazy`) until
 a reader decides what they become:
 
 * :class:`Scores`: attention scores (the result of a batched matmul) times a constant and with a
@@ -24,7 +24,8 @@ from typing import Any
 
 from .errors import ModelImportError
 from .graph import Graph, Tensor
-from .import_torch_ops import REQUIRED, Attr, Call, Lazy, TorchOp, _dim, _show, is_torch_tensor, record_weights
+from .import_torch_call import (REQUIRED, Attr, Call, Lazy, TorchOp, _dim, _dim_attr, _show, is_torch_tensor,
+                                record_weights)
 
 MASK_FILL_MAX = -1e9
 """The largest fill value of a causal mask taken for -inf: after the softmax, exp(-1e9 - max)
@@ -139,7 +140,7 @@ def _embedding(c: Call) -> Tensor:
 def _transpose(c: Call) -> Tensor:
     x = c.tensor(0)
     r = len(x.shape)
-    a, b = _dim(c, c.attrs["dim0"], r, "dim0"), _dim(c, c.attrs["dim1"], r, "dim1")
+    a, b = _dim_attr(c, "dim0", r), _dim_attr(c, "dim1", r)
     if a == b:
         return x
     if 0 in (a, b):
@@ -370,7 +371,7 @@ def _lstm(c: Call) -> tuple[Steps, tuple[Layers, Layers]]:
 
 def _select(c: Call) -> Tensor:
     x = c.tensor(0)
-    dim = _dim(c, c.attrs["dim"], len(x.shape))
+    dim = _dim_attr(c, "dim", len(x.shape))
     index = c.attrs["index"]
     if dim == 0 or isinstance(index, bool) or not isinstance(index, int) or not -x.shape[dim] <= index < x.shape[dim]:
         raise c.error(f"select(dim={c.attrs['dim']!r}, index={index!r}) of shape {x.shape} is not supported (one "

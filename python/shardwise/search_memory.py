@@ -29,7 +29,6 @@ arena, so:
 from __future__ import annotations
 
 import heapq
-import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -39,6 +38,7 @@ from . import _core
 from .devices import DeviceGraph
 from .errors import ConfigError, SearchError, ShardwiseError
 from .graph import Graph
+from .sizes import read_bytes
 
 BIG = 1e20            # node cost of a configuration the branch forbids (seconds; any plan costs far less)
 MAX_SOLVES = 120      # elimination searches one constrained search may run (then: best plan and a bound)
@@ -73,26 +73,13 @@ class FrontPlan:
     memory: Any = field(repr=False)
 
 
-_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-          "tib": 2**40}
-
-
 def parse_bytes(value: Any, what: str = "memory") -> float:
-    """Bytes from a number or a string such as ``"12GB"``, ``"8 GiB"``, ``"1.5e9"``; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{what} must be a number of bytes or a string such as '12GB', got {value!r}")
-    if isinstance(value, (int, float)):
-        n = float(value)
-    elif isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", value)
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ConfigError(f"{what}: cannot read {value!r} as bytes; write e.g. '12GB', '8GiB' or 1.2e10")
-        n = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    else:
-        raise ConfigError(f"{what} must be a number of bytes or a string such as '12GB', got {type(value).__name__}")
-    if not np.isfinite(n) or n <= 0:
-        raise ConfigError(f"{what} must be a positive number of bytes, got {value!r}")
-    return n
+    """Bytes from a number or a string such as ``"12GB"``, ``"8 GiB"``, ``"1.5e9"`` (as
+    :func:`shardwise.parse_budget` reads them, floats allowed); ConfigError (a ValueError) otherwise."""
+    try:
+        return float(read_bytes(value, what, floats=True))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def budgets(devices: DeviceGraph, memory: Any) -> np.ndarray | None:

@@ -18,7 +18,6 @@ runtime allocates) fits the budget.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,33 +27,12 @@ from . import _core
 from .lower import plan_arrays
 from .plan import Plan
 from .problem import make_problem
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_BUDGET = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
-
+from .sizes import read_bytes
 
 def parse_budget(budget: Any, what: str = "budget") -> int:
     """Bytes from an int (bytes) or a string with a unit: "8GB" (10^9), "512MiB" (2^20), "1.5 GiB".
     Raises ValueError for anything malformed, zero or negative, TypeError for other types."""
-    if isinstance(budget, bool):
-        raise TypeError(f"{what} must be bytes (an int) or a string like '8GB' or '512MiB', got {budget!r}")
-    if isinstance(budget, (int, np.integer)):
-        value = int(budget)
-    elif isinstance(budget, str):
-        m = _BUDGET.match(budget)
-        unit = m.group(3).lower() if m else None
-        if not m or unit not in _UNITS:
-            raise ValueError(f"{what} {budget!r} is not a size: give bytes or a number with a unit "
-                             f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), as '8GB' or '512MiB'")
-        mantissa = float(m.group(1)) * 10.0 ** int(m.group(2) or 0)
-        value = int(mantissa * _UNITS[unit])
-    else:
-        raise TypeError(f"{what} must be bytes (an int) or a string like '8GB' or '512MiB', "
-                        f"got {type(budget).__name__}")
-    if value <= 0:
-        raise ValueError(f"{what} must be positive, got {budget!r}")
-    return value
+    return int(read_bytes(budget, what))
 
 
 def _per_device(value: Any, ndev: int, what: str, allow_none: bool = False) -> list[int]:

@@ -1,0 +1,148 @@
+/* problem_tables_py.c -- the Problem methods over the cost tables of Eq. 1: build_tables (GIL
+ * released), node_costs, set_compute_times (measured t_c), edges and edge_table, and the helpers
+ * other bindings share (sw_py_tables_ready, sw_py_copy_doubles).
+ *
+ * Apart from module.c (the Problem type) and problem_configs_py.c (what the search may choose
+ * from) because these read and change the tables the search runs over.
+ */
+#include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
+
+#include <math.h>  /* isfinite */
+
+#include "pyerr.h"  /* sw_py_raise */
+
+int sw_py_tables_ready(ProblemObject *self) {
+    if (!sw_py_problem_ready(self)) {
+        return 0;
+    }
+    if (!self->p->tables_built) {
+        PyErr_SetString(PyExc_RuntimeError, "cost tables are not built: call build_tables first");
+        return 0;
+    }
+    return 1;
+}
+
+PyObject *sw_py_copy_doubles(const double *src, int ndim, npy_intp *dims) {
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(ndim, dims, NPY_FLOAT64);
+    if (a) {
+        memcpy(PyArray_DATA(a), src, (size_t)PyArray_NBYTES(a));
+    }
+    return (PyObject *)a;
+}
+
+PyObject *sw_py_problem_build_tables(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"with_bytes", "bounds", NULL};
+    int with_bytes = 0, bounds = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp", kwlist, &with_bytes, &bounds) ||
+        !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    if (bounds && with_bytes) {
+        PyErr_SetString(PyExc_ValueError, "bound tables have no bytes");
+        return NULL;
+    }
+    self->p->bound_tables = bounds;
+    for (int i = 0; i < self->p->nops; i++) {
+        if (self->p->ops[i].ncfg < 1) {
+            PyErr_Format(PyExc_ValueError, "op %d has no configurations: call enumerate or set_configs first", i);
+            return NULL;
+        }
+    }
+    sw_status s;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_problem_build_tables(self->p, with_bytes);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *sw_py_problem_node_costs(ProblemObject *self, PyObject *args) {
+    int op;
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_tables_ready(self) || !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    npy_intp n = self->p->ops[op].ncfg;
+    return Py_BuildValue("(NNN)", sw_py_copy_doubles(self->p->tc[op], 1, &n), sw_py_copy_doubles(self->p->ts[op], 1, &n),
+                         sw_py_copy_doubles(self->p->sync_bytes[op], 1, &n));
+}
+
+/* Replace t_c of every configuration of one op (a measured profile); node costs follow. */
+PyObject *sw_py_problem_set_compute_times(ProblemObject *self, PyObject *args) {
+    int op;
+    PyObject *tc_o;
+    if (!PyArg_ParseTuple(args, "iO", &op, &tc_o) || !sw_py_tables_ready(self) || !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    self->busy = 1;  /* see CONVERTING */
+    PyArrayObject *tc = sw_py_array(tc_o, NPY_FLOAT64, 1, "compute times");
+    self->busy = 0;
+    if (!tc) {
+        return NULL;
+    }
+    int n = self->p->ops[op].ncfg;
+    const double *v = PyArray_DATA(tc);
+    if (PyArray_DIM(tc, 0) != n) {
+        Py_DECREF(tc);
+        PyErr_Format(PyExc_ValueError, "op %d has %d configurations, got %zd compute times", op, n,
+                     (Py_ssize_t)PyArray_DIM(tc, 0));
+        return NULL;
+    }
+    for (int k = 0; k < n; k++) {
+        if (!(v[k] >= 0) || !isfinite(v[k])) {
+            Py_DECREF(tc);
+            PyErr_Format(PyExc_ValueError, "compute time %g of op %d must be finite and non-negative", v[k], op);
+            return NULL;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        self->p->tc[op][k] = v[k];
+        self->p->tables.node_cost[op][k] = v[k] + self->p->ts[op][k];
+    }
+    Py_DECREF(tc);
+    Py_RETURN_NONE;
+}
+
+PyObject *sw_py_problem_edges(ProblemObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    PyObject *list = PyList_New(t->nedges);
+    for (int e = 0; list && e < t->nedges; e++) {
+        PyObject *item = Py_BuildValue("(iii)", t->edges[e].src, t->edges[e].dst, self->p->edge_consumer_slot[e]);
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, e, item);
+    }
+    return list;
+}
+
+PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args) {
+    int e;
+    if (!PyArg_ParseTuple(args, "i", &e) || !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    if (e < 0 || e >= t->nedges) {
+        PyErr_Format(PyExc_IndexError, "edge index %d out of range", e);
+        return NULL;
+    }
+    npy_intp dims[2] = {t->ncfg[t->edges[e].src], t->ncfg[t->edges[e].dst]};
+    PyObject *time = sw_py_copy_doubles(t->edges[e].time, 2, dims);
+    if (!time) {
+        return NULL;
+    }
+    PyObject *bytes = t->edges[e].bytes ? sw_py_copy_doubles(t->edges[e].bytes, 2, dims) : Py_NewRef(Py_None);
+    return Py_BuildValue("(NN)", time, bytes);
+}
+
+int sw_py_register_problem_tables(PyObject *Py_UNUSED(module)) {
+    import_array1(-1);  /* this file's own NumPy API table */
+    return 0;
+}

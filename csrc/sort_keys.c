@@ -1,0 +1,13 @@
+/* sort_keys.c -- the comparator of sort_keys.h (one implementation for the memory and swap plans' sorts). */
+#include "sort_keys.h"
+
+int sw_by_keys(const void *pa, const void *pb) {
+    const sw_keyed *a = pa, *b = pb;
+    if (a->key != b->key) {
+        return a->key < b->key ? -1 : 1;
+    }
+    if (a->key2 != b->key2) {
+        return a->key2 < b->key2 ? -1 : 1;
+    }
+    return (a->id > b->id) - (a->id < b->id);
+}
