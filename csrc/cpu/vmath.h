@@ -17,7 +17,8 @@
 #ifndef SHARDWISE_CPU_VMATH_H
 #define SHARDWISE_CPU_VMATH_H
 
-#include <stdint.h>  /* int32_t, uint32_t */
+#include <math.h>    /* INFINITY */
+#include <stdint.h>  /* int32_t, uint32_t, int64_t */
 #include <string.h>  /* memcpy: the bit casts */
 
 /* exp(x): x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (Cody and Waite's two-part
@@ -77,6 +78,92 @@ static inline float sw_verff(float x) {
     const float big = 1.0f - sw_vexpf(q);
     const float signed_big = x < 0.0f ? -big : big;
     return a >= 0.921875f ? signed_big : small;   /* NaN: small, NaN */
+}
+
+/* ------------------------------------------------------------------ softmax lines
+ * The softmaxes (softmax.c: the loss over classes; softmax_dim.c: any axis, attention) take a
+ * line's max and its sum of exp in these two, so that every worker holding a part of a line
+ * recomputes the same bits.  Lanes: element k of the line goes to lane k mod SW_LANES, the
+ * lanes are combined in one fixed order at the end, so the result depends on the line alone
+ * (not on a split, a stride or a clone) and the loops vectorize without reassociating
+ * anything.  `stride` is the elements' distance (1: contiguous; a constant 1 after inlining
+ * lets the loops vectorize). */
+#define SW_LANES 8
+
+/* max over k < n of scale * x[k stride]; -inf for n = 0 (a NaN element is passed over). */
+static inline float sw_line_max(const float *x, int64_t stride, int64_t n, float scale) {
+    float m[SW_LANES];
+    for (int j = 0; j < SW_LANES; j++) {
+        m[j] = -INFINITY;
+    }
+    int64_t k = 0;
+    for (; k + SW_LANES <= n; k += SW_LANES) {
+        for (int j = 0; j < SW_LANES; j++) {
+            const float v = scale * x[(k + j) * stride];
+            m[j] = v > m[j] ? v : m[j];
+        }
+    }
+    for (int j = 0; k < n; k++, j++) {
+        const float v = scale * x[k * stride];
+        m[j] = v > m[j] ? v : m[j];
+    }
+    float r = m[0];
+    for (int j = 1; j < SW_LANES; j++) {
+        r = m[j] > r ? m[j] : r;
+    }
+    return r;
+}
+
+/* e_k = exp(scale * x[k stride] - mx) for k < n, stored at out[k ostride] when out is not NULL;
+ * returns the sum of the e_k in double (per lane, then the lanes pairwise). */
+static inline double sw_line_exp_sum(const float *x, int64_t stride, int64_t n, float scale, float mx, float *out,
+                                     int64_t ostride) {
+    double acc[SW_LANES];
+    for (int j = 0; j < SW_LANES; j++) {
+        acc[j] = 0.0;
+    }
+    int64_t k = 0;
+    if (out) {
+        for (; k + SW_LANES <= n; k += SW_LANES) {
+            for (int j = 0; j < SW_LANES; j++) {
+                const float e = sw_vexpf(scale * x[(k + j) * stride] - mx);
+                out[(k + j) * ostride] = e;
+                acc[j] += (double)e;
+            }
+        }
+    } else {
+        for (; k + SW_LANES <= n; k += SW_LANES) {
+            for (int j = 0; j < SW_LANES; j++) {
+                acc[j] += (double)sw_vexpf(scale * x[(k + j) * stride] - mx);
+            }
+        }
+    }
+    for (int j = 0; k < n; k++, j++) {
+        const float e = sw_vexpf(scale * x[k * stride] - mx);
+        if (out) {
+            out[k * ostride] = e;
+        }
+        acc[j] += (double)e;
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* sum over k < n of (double)a[k astride] * b[k bstride], in lanes as above. */
+static inline double sw_line_dot(const float *a, int64_t astride, const float *b, int64_t bstride, int64_t n) {
+    double acc[SW_LANES];
+    for (int j = 0; j < SW_LANES; j++) {
+        acc[j] = 0.0;
+    }
+    int64_t k = 0;
+    for (; k + SW_LANES <= n; k += SW_LANES) {
+        for (int j = 0; j < SW_LANES; j++) {
+            acc[j] += (double)a[(k + j) * astride] * (double)b[(k + j) * bstride];
+        }
+    }
+    for (int j = 0; k < n; k++, j++) {
+        acc[j] += (double)a[k * astride] * (double)b[k * bstride];
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 #endif /* SHARDWISE_CPU_VMATH_H */
