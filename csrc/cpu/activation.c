@@ -18,17 +18,17 @@
  * box computed, every input view covers it, and the loops run over the box's
  * contiguous runs (view.h).  The loops are branch-free and built for AVX2 and
  * the baseline (SW_CLONES); GELU's erf and exp are vmath.h's inline ones, so its
- * loops vectorize (within 1.4 ulp of libm's); the others call libm per element.
+ * loops vectorize (within 1.4 ulp of libm's; one exp, exp(-x^2 / 2), serves erf's
+ * tail and the gradient's density); the others call libm per element.
  */
 #include <math.h>    /* expf, tanhf */
 #include <stddef.h>  /* NULL */
 
 #include "kernels.h"  /* sw_view, sw_activation, sw_activation_* */
 #include "simd.h"     /* SW_CLONES */
-#include "vmath.h"    /* sw_verff, sw_vexpf */
+#include "vmath.h"    /* sw_verf_sqrt1_2, sw_vexpf */
 #include "view.h"     /* sw_view_check_elementwise_*, sw_runs, sw_view_offset */
 
-#define SQRT1_2 0.70710678118654752440f       /* 1 / sqrt(2) */
 #define INV_SQRT_2PI 0.39894228040143267794f  /* 1 / sqrt(2 pi) */
 
 const char *const sw_activation_names[SW_ACT_COUNT] = {
@@ -53,7 +53,8 @@ SW_CLONES static void tanh_run(const float *x, float *y, int64_t n) {
 
 SW_CLONES static void gelu_run(const float *restrict x, float *restrict y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        y[i] = x[i] * 0.5f * (1.0f + sw_verff(x[i] * SQRT1_2));
+        const float v = x[i];
+        y[i] = v * 0.5f * (1.0f + sw_verf_sqrt1_2(v, sw_vexpf(-0.5f * v * v)));
     }
 }
 
@@ -88,8 +89,9 @@ SW_CLONES static void gelu_grad_run(const float *restrict x, const float *restri
                                     int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
-        const float cdf = 0.5f * (1.0f + sw_verff(v * SQRT1_2));
-        const float pdf = INV_SQRT_2PI * sw_vexpf(-0.5f * v * v);
+        const float e = sw_vexpf(-0.5f * v * v);   /* sqrt(2 pi) phi(v), in erf's tail too */
+        const float cdf = 0.5f * (1.0f + sw_verf_sqrt1_2(v, e));
+        const float pdf = INV_SQRT_2PI * e;
         dx[i] = dy[i] * (cdf + v * pdf);
     }
 }

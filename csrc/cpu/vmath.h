@@ -1,12 +1,11 @@
 /*
  * vmath.h -- exp and erf for float as branch-free inline code, so that a loop calling them
  * vectorizes (a libm call per element does not: without -ffast-math GCC has no vector expf
- * or erff to call).  The point-wise activations (activation.c: GELU) and the softmaxes use
- * them.
+ * or erff to call).  GELU (activation.c) and the softmaxes (softmax.c, softmax_dim.c) use them.
  *
- * Accuracy, measured against double-precision exp / erf over every float of dense grids:
- *   sw_vexpf  within 1 ulp on [-87.3, 88.3]; 0 below -87.34 (where exp is subnormal or 0)
- *   sw_verff  within 1.4 ulp everywhere; +-1 exactly for |x| >= 4 (and for +-inf); NaN for NaN
+ * Accuracy, measured against double precision over dense grids of floats:
+ *   sw_vexpf         within 1 ulp on [-87.3, 88.3]; 0 below -87.34 (where exp is subnormal or 0)
+ *   sw_verf_sqrt1_2  erf(x / sqrt 2) within 1.4 ulp; +-1 for |x| >= 5.66 and +-inf; NaN for NaN
  * libm's expf and erff are within 1 ulp, so results may differ from them in the last bit or
  * two, never more; PyTorch's own vectorized GELU uses a coarser erf (absolute error 1.5e-7).
  *
@@ -51,32 +50,38 @@ static inline float sw_vexpf(float x) {
     return x < lo ? 0.0f : e;
 }
 
-/* erf(x), both branches computed and one selected (a vector select, no branch):
- *   |x| < 0.921875:  x + x P(x^2), P of degree 5 (erf(x) / x - 1 is even);
- *   otherwise:       sign(x) (1 - exp(Q(t))), t = min(|x|, 4), Q of degree 6 ~ log erfc(t).
+/* erf(x / sqrt 2), the heart of GELU's Phi(x) = (1 + erf(x / sqrt 2)) / 2, given
+ * e = sw_vexpf(-0.5f * x * x): e / sqrt(2 pi) is the density phi(x) that GELU's gradient needs
+ * too, so one exp serves both.  With z = x / sqrt 2, both branches computed, one selected:
+ *   |z| < 0.921875:  z + z P(z^2), P of degree 5 (erf(z) / z - 1 is even);
+ *   otherwise:       sign(z) (1 - e R(u)), u = 1 / (1 + min(|z|, 4)), R of degree 7 ~ the scaled
+ *                    complement erfc(t) exp(t^2), smooth in u; beyond |z| = 4 erf rounds to +-1.
  * The coefficients are least-squares fits refined toward minimax error (Lawson's iteration),
- * rounded to float; beyond t = 4, 1 - erfc(t) rounds to 1 in float. */
-static inline float sw_verff(float x) {
-    const float s = x * x;
+ * rounded to float. */
+static inline float sw_verf_sqrt1_2(float x, float e) {
+    const float z = x * 0.70710678118654752440f;
+    const float s = z * z;
     float p = -0x1.3b4666p-11f;
     p = p * s + 0x1.478c8ap-8f;
     p = p * s + -0x1.b69a7ep-6f;
     p = p * s + 0x1.ce1b94p-4f;
     p = p * s + -0x1.8126eep-2f;
     p = p * s + 0x1.06eba6p-3f;
-    const float small = p * x + x;
+    const float small = p * z + z;
 
-    const float a = x < 0.0f ? -x : x;
+    const float a = z < 0.0f ? -z : z;
     const float t = a < 4.0f ? a : 4.0f;
-    float q = 0x1.98635ap-13f;
-    q = q * t + -0x1.8d5bacp-9f;
-    q = q * t + 0x1.6b6b8cp-6f;
-    q = q * t + -0x1.a952fep-4f;
-    q = q * t + -0x1.464a52p-1f;
-    q = q * t + -0x1.20ab68p+0f;
-    q = q * t + -0x1.b83876p-13f;
-    const float big = 1.0f - sw_vexpf(q);
-    const float signed_big = x < 0.0f ? -big : big;
+    const float u = 1.0f / (1.0f + t);
+    float r = -0x1.034ac4p-3f;
+    r = r * u + 0x1.9a3326p-7f;
+    r = r * u + 0x1.bd6a9ap-1f;
+    r = r * u + -0x1.939bb0p+0f;
+    r = r * u + 0x1.927ad0p-1f;
+    r = r * u + 0x1.d0cd6ep-2f;
+    r = r * u + 0x1.2794bap-1f;
+    r = r * u + -0x1.5c159cp-11f;
+    const float big = 1.0f - e * r;
+    const float signed_big = z < 0.0f ? -big : big;
     return a >= 0.921875f ? signed_big : small;   /* NaN: small, NaN */
 }
 
