@@ -22,11 +22,9 @@
 #include "vmath.h"  /* SW_LANES */
 #include "view.h"   /* sw_view_check, sw_view_check_range, sw_view_check_covers */
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
 /* Sum over k < n of f(x[k]) in double, element k in lane k mod SW_LANES (vmath.h), the lanes
  * added in one fixed order: vectorizes, and a row's statistics are the same bits on every worker. */
-static ALWAYS_INLINE double lane_sum(const float *restrict x, int64_t n, double shift, int squares) {
+static SW_INLINE double lane_sum(const float *restrict x, int64_t n, double shift, int squares) {
     double acc[SW_LANES];
     for (int j = 0; j < SW_LANES; j++) {
         acc[j] = 0.0;
@@ -46,7 +44,7 @@ static ALWAYS_INLINE double lane_sum(const float *restrict x, int64_t n, double 
 }
 
 /* Mean and 1 / sqrt(var + eps) of one row of n floats. */
-static ALWAYS_INLINE void row_moments(const float *restrict x, int64_t n, float eps, double *mean, double *invstd) {
+static SW_INLINE void row_moments(const float *restrict x, int64_t n, float eps, double *mean, double *invstd) {
     const double mu = lane_sum(x, n, 0.0, 0) / (double)n;
     const double v = lane_sum(x, n, mu, 1);
     *mean = mu;

@@ -40,10 +40,9 @@ static void line_stats(const float *xl, const line_shape *ls, int64_t end, float
 }
 
 /* One whole line of the forward: p = exp(s x - max) / sum over the first `end` keys, 0 after.
- * Strides xs, ys; always_inline so that the contiguous call below specializes to stride 1. */
-static inline __attribute__((always_inline)) void forward_line(const float *restrict xl, int64_t xs,
-                                                                float *restrict yl, int64_t ys, int64_t len,
-                                                                int64_t end, float scale) {
+ * Strides xs, ys; SW_INLINE, so that the contiguous call below specializes to stride 1. */
+static SW_INLINE void forward_line(const float *restrict xl, int64_t xs, float *restrict yl, int64_t ys, int64_t len,
+                                   int64_t end, float scale) {
     const float mx = sw_line_max(xl, xs, end, scale);
     const double inv = 1.0 / sw_line_exp_sum(xl, xs, end, scale, mx, yl, ys);   /* line_stats' bits */
     for (int64_t k = 0; k < end; k++) {
@@ -65,10 +64,8 @@ SW_CLONES static void forward_whole_line(const float *xl, int64_t xs, float *yl,
 
 /* One whole line of the backward from the forward's p: dx = s p (dy - dot), dot = sum dy p over
  * dy's keys [j0, j1) (dy's part of the line, dl its first element). */
-static inline __attribute__((always_inline)) void backward_line(const float *restrict pl, int64_t ps,
-                                                                 const float *restrict dl, int64_t ds,
-                                                                 float *restrict gl, int64_t gs, int64_t len,
-                                                                 int64_t j0, int64_t j1, float scale) {
+static SW_INLINE void backward_line(const float *restrict pl, int64_t ps, const float *restrict dl, int64_t ds,
+                                    float *restrict gl, int64_t gs, int64_t len, int64_t j0, int64_t j1, float scale) {
     const double dot = sw_line_dot(dl, ds, pl + j0 * ps, ps, j1 - j0);
     for (int64_t k = 0; k < j0; k++) {
         gl[k * gs] = (float)((double)scale * pl[k * ps] * -dot);

@@ -20,12 +20,14 @@
 #include <stdint.h>  /* int32_t, uint32_t, int64_t */
 #include <string.h>  /* memcpy: the bit casts */
 
+#include "simd.h"    /* SW_INLINE: compiled into each clone that calls them */
+
 /* exp(x): x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (Cody and Waite's two-part
  * ln2), exp(r) by Cephes' degree-7 minimax polynomial, times 2^n built in the exponent bits.
  * x is clamped to [-87.33, 88.37] so that 2^n stays a normal float; below -87.34 the result
  * is 0 (a select), above 88.37 it is the largest value the clamp allows, not infinity: callers
  * here only take exp of arguments <= 0. */
-static inline float sw_vexpf(float x) {
+static SW_INLINE float sw_vexpf(float x) {
     const float lo = -87.33654f, hi = 88.37626f;
     /* one compare per select, each done unconditionally: GCC will not speculate a compare
      * (it may raise an FP exception) into a vector select, so nested ?: would not vectorize */
@@ -58,7 +60,7 @@ static inline float sw_vexpf(float x) {
  *                    complement erfc(t) exp(t^2), smooth in u; beyond |z| = 4 erf rounds to +-1.
  * The coefficients are least-squares fits refined toward minimax error (Lawson's iteration),
  * rounded to float. */
-static inline float sw_verf_sqrt1_2(float x, float e) {
+static SW_INLINE float sw_verf_sqrt1_2(float x, float e) {
     const float z = x * 0.70710678118654752440f;
     const float s = z * z;
     float p = -0x1.3b4666p-11f;
@@ -96,7 +98,7 @@ static inline float sw_verf_sqrt1_2(float x, float e) {
 #define SW_LANES 8
 
 /* max over k < n of scale * x[k stride]; -inf for n = 0 (a NaN element is passed over). */
-static inline float sw_line_max(const float *x, int64_t stride, int64_t n, float scale) {
+static SW_INLINE float sw_line_max(const float *x, int64_t stride, int64_t n, float scale) {
     float m[SW_LANES];
     for (int j = 0; j < SW_LANES; j++) {
         m[j] = -INFINITY;
@@ -121,7 +123,7 @@ static inline float sw_line_max(const float *x, int64_t stride, int64_t n, float
 
 /* e_k = exp(scale * x[k stride] - mx) for k < n, stored at out[k ostride] when out is not NULL;
  * returns the sum of the e_k in double (per lane, then the lanes pairwise). */
-static inline double sw_line_exp_sum(const float *x, int64_t stride, int64_t n, float scale, float mx, float *out,
+static SW_INLINE double sw_line_exp_sum(const float *x, int64_t stride, int64_t n, float scale, float mx, float *out,
                                      int64_t ostride) {
     double acc[SW_LANES];
     for (int j = 0; j < SW_LANES; j++) {
@@ -154,7 +156,7 @@ static inline double sw_line_exp_sum(const float *x, int64_t stride, int64_t n, 
 }
 
 /* sum over k < n of (double)a[k astride] * b[k bstride], in lanes as above. */
-static inline double sw_line_dot(const float *a, int64_t astride, const float *b, int64_t bstride, int64_t n) {
+static SW_INLINE double sw_line_dot(const float *a, int64_t astride, const float *b, int64_t bstride, int64_t n) {
     double acc[SW_LANES];
     for (int j = 0; j < SW_LANES; j++) {
         acc[j] = 0.0;
