@@ -31,7 +31,10 @@ CUDA_HOST = sorted(glob("cuda/host/*.c"))
 SOURCES = (sorted(glob("csrc/*.c")) + sorted(glob("csrc/exec/*.c")) + sorted(glob("csrc/cpu/*.c"))
            + sorted(glob("csrc/py/*.c")) + CUDA_HOST)
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
-EXTRA = ["-std=c11", "-O3", "-pthread", "-Wall", "-Wextra", "-Wno-missing-field-initializers"]
+# -fno-trapping-math -fno-math-errno (as PyTorch builds): no value changes (no reassociation, no
+# contraction), but loops with float selects vectorize (csrc/cpu/vmath.h) and sqrtf is an instruction.
+EXTRA = ["-std=c11", "-O3", "-fno-trapping-math", "-fno-math-errno", "-pthread", "-Wall", "-Wextra",
+         "-Wno-missing-field-initializers"]
 # SHARDWISE_SANITIZE=1: AddressSanitizer + UBSan (make asan); =thread: ThreadSanitizer (make tsan)
 SANITIZE = {"": [], "thread": ["-fsanitize=thread"]}.get(os.environ.get("SHARDWISE_SANITIZE", ""),
                                                          ["-fsanitize=address,undefined"])

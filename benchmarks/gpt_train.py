@@ -3,9 +3,11 @@ batch 8) on one worker beside PyTorch CPU with the same thread count (issue 17's
 goal: at least 1.0x), and where the step's time goes by op kind and task kind.
 
 The two take their steps in turn (rounds of `--steps` steps each, medians over the rounds),
-so a slower stretch of this shared machine slows both alike.
+so a slower stretch of this shared machine slows both alike.  Then the time by kind: shardwise's
+task times (median over the steps of one more round) beside PyTorch's own per-operator times
+(torch.profiler, self time per step), to see which kernels lose.
 
-    python benchmarks/gpt_train.py [--steps 3] [--rounds 3]
+    python benchmarks/gpt_train.py [--steps 3] [--rounds 3] > benchmarks/results/gpt_train.txt
 """
 from __future__ import annotations
 
@@ -68,13 +70,29 @@ def main() -> None:
         print(f"  {k:<10} {v * 1e3:7.1f} ms/step  {tokens / v:9.0f} tokens/s")
     if "pytorch" in med:
         print(f"  shardwise / PyTorch throughput: {med['pytorch'] / med['shardwise']:.2f}x")
-    ns = t.executor.task_times()[0]
-    share: Counter = Counter()
-    for task in t.task_graph.tasks:
-        share[(g[task.op].kind, task.kind)] += float(ns[task.id, 1] - ns[task.id, 0])
-    print("  where a shardwise step goes (last step):")
-    for (kind, task), v in share.most_common(10):
-        print(f"    {kind:<12} {task:<16} {v / 1e6:6.1f} ms")
+    per_step: dict[tuple[str, str], list[float]] = {}
+    for _ in range(max(args.steps, 3)):
+        t.step(ids, labels)
+        ns = t.executor.task_times()[0]
+        share: Counter = Counter()
+        for task in t.task_graph.tasks:
+            share[(g[task.op].kind, task.kind)] += float(ns[task.id, 1] - ns[task.id, 0])
+        for k, v in share.items():
+            per_step.setdefault(k, []).append(v)
+    kinds = sorted(per_step.items(), key=lambda kv: -statistics.median(kv[1]))
+    print("  where a shardwise step goes (task time by op and task kind, median of steps):")
+    for (kind, task), v in kinds[:14]:
+        print(f"    {kind:<12} {task:<16} {statistics.median(v) / 1e6:6.1f} ms")
+    if "pytorch" in steps:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(args.steps):
+                steps["pytorch"]()
+        ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+        print("  where a PyTorch step goes (operator self time, torch.profiler, mean of steps):")
+        for e in ops[:10]:
+            print(f"    {e.key[:44]:<44} {e.self_cpu_time_total / 1e3 / args.steps:6.1f} ms")
+    print(f"  load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

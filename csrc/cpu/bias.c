@@ -9,10 +9,11 @@
  * result does not depend on how the work is scheduled.
  */
 #include "kernels.h"
+#include "simd.h"  /* SW_CLONES */
 #include "view.h"  /* sw_view_check, sw_view_check_range */
 
 /* (outer, C_b) rows: column sums, 256 columns at a time, row by row (dy is row-major). */
-static void column_sums(const float *dy, int64_t nb, int64_t cb, float *db) {
+SW_CLONES static void column_sums(const float *dy, int64_t nb, int64_t cb, float *db) {
     double acc[256];
     for (int64_t c0 = 0; c0 < cb; c0 += 256) {
         int64_t c1 = cb - c0 < 256 ? cb : c0 + 256;

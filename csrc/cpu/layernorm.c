@@ -11,26 +11,109 @@
  * dimension recomputes the row's statistics on every worker, in the same order, so every
  * worker's statistics are the same bits).  The data gradient is linear in dy, so each
  * worker's partial gradient over its d-range adds up to the whole.  Rows are local: the
- * caller gives every view the same rows.  Statistics in double.
+ * caller gives every view the same rows.  Statistics in double, summed in vmath.h's fixed
+ * lanes (vectorized; the same bits on every worker); the row loops are built for AVX2 and the
+ * baseline (simd.h).
  */
 #include <math.h>  /* sqrt */
 
 #include "kernels.h"
-#include "view.h"  /* sw_view_check, sw_view_check_range, sw_view_check_covers */
+#include "simd.h"   /* SW_CLONES */
+#include "vmath.h"  /* SW_LANES */
+#include "view.h"   /* sw_view_check, sw_view_check_range, sw_view_check_covers */
+
+/* Sum over k < n of f(x[k]) in double, element k in lane k mod SW_LANES (vmath.h), the lanes
+ * added in one fixed order: vectorizes, and a row's statistics are the same bits on every worker. */
+static SW_INLINE double lane_sum(const float *restrict x, int64_t n, double shift, int squares) {
+    double acc[SW_LANES];
+    for (int j = 0; j < SW_LANES; j++) {
+        acc[j] = 0.0;
+    }
+    int64_t k = 0;
+    for (; k + SW_LANES <= n; k += SW_LANES) {
+        for (int j = 0; j < SW_LANES; j++) {
+            const double c = (double)x[k + j] - shift;
+            acc[j] += squares ? c * c : c;
+        }
+    }
+    for (int j = 0; k < n; k++, j++) {
+        const double c = (double)x[k] - shift;
+        acc[j] += squares ? c * c : c;
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
 
 /* Mean and 1 / sqrt(var + eps) of one row of n floats. */
-static void row_moments(const float *x, int64_t n, float eps, double *mean, double *invstd) {
-    double s = 0.0;
-    for (int64_t k = 0; k < n; k++) {
-        s += x[k];
-    }
-    double mu = s / (double)n, v = 0.0;
-    for (int64_t k = 0; k < n; k++) {
-        double c = x[k] - mu;
-        v += c * c;
-    }
+static SW_INLINE void row_moments(const float *restrict x, int64_t n, float eps, double *mean, double *invstd) {
+    const double mu = lane_sum(x, n, 0.0, 0) / (double)n;
+    const double v = lane_sum(x, n, mu, 1);
     *mean = mu;
     *invstd = 1.0 / sqrt(v / (double)n + (double)eps);
+}
+
+/* y[d] = xhat[d0 + d] w[d] + b[d] for d < db, of the row xr (n features). */
+SW_CLONES static void forward_row(const float *restrict xr, int64_t n, float eps, int64_t d0, int64_t db,
+                                  const float *restrict ws, const float *restrict bs, float *restrict yr) {
+    double mu, inv;
+    row_moments(xr, n, eps, &mu, &inv);
+    const float *xs = xr + d0;
+    if (bs) {
+        for (int64_t d = 0; d < db; d++) {
+            yr[d] = (float)((xs[d] - mu) * inv) * ws[d] + bs[d];
+        }
+    } else {
+        for (int64_t d = 0; d < db; d++) {
+            yr[d] = (float)((xs[d] - mu) * inv) * ws[d] + 0.0f;
+        }
+    }
+}
+
+/* gr (n) = the row's data gradient from dr (db features from d0). */
+SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, float eps, int64_t d0, int64_t db,
+                                        const float *restrict ws, const float *restrict dr, float *restrict gr) {
+    double mu, inv;
+    row_moments(xr, n, eps, &mu, &inv);
+    const float *xs = xr + d0;
+    double a1[SW_LANES], a2[SW_LANES];   /* S1, S2 in lanes as lane_sum's */
+    for (int j = 0; j < SW_LANES; j++) {
+        a1[j] = a2[j] = 0.0;
+    }
+    int64_t d = 0;
+    for (; d + SW_LANES <= db; d += SW_LANES) {
+        for (int j = 0; j < SW_LANES; j++) {
+            const double g = (double)ws[d + j] * dr[d + j];
+            a1[j] += g;
+            a2[j] += g * (xs[d + j] - mu) * inv;
+        }
+    }
+    for (int j = 0; d < db; d++, j++) {
+        const double g = (double)ws[d] * dr[d];
+        a1[j] += g;
+        a2[j] += g * (xs[d] - mu) * inv;
+    }
+    const double s1 = (((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]))) / (double)n;
+    const double s2 = (((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]))) / (double)n;
+    for (int64_t k = 0; k < d0; k++) {                 /* features outside dy's range: g = 0 */
+        gr[k] = (float)(inv * (0.0 - s1 - (xr[k] - mu) * inv * s2));
+    }
+    for (int64_t k = d0; k < d0 + db; k++) {
+        const double g = (double)ws[k - d0] * dr[k - d0];
+        gr[k] = (float)(inv * (g - s1 - (xr[k] - mu) * inv * s2));
+    }
+    for (int64_t k = d0 + db; k < n; k++) {
+        gr[k] = (float)(inv * (0.0 - s1 - (xr[k] - mu) * inv * s2));
+    }
+}
+
+/* dw[d] += dr[d] xhat[d0 + d] for d < db, of the row xr. */
+SW_CLONES static void backward_weight_row(const float *restrict xr, int64_t n, float eps, int64_t d0, int64_t db,
+                                          const float *restrict dr, float *restrict dw) {
+    double mu, inv;
+    row_moments(xr, n, eps, &mu, &inv);
+    const float *xs = xr + d0;
+    for (int64_t d = 0; d < db; d++) {
+        dw[d] += dr[d] * (float)((xs[d] - mu) * inv);
+    }
 }
 
 /* x (rows, D) with whole rows; `other` (rows, d-range) inside them. */
@@ -60,13 +143,7 @@ sw_status sw_layer_norm_forward(const sw_view *x, const sw_view *w, const sw_vie
     const int64_t n = x->shape[1], d0 = y->lo[1], db = y->shape[1];
     const float *ws = w->data + (d0 - w->lo[0]), *bs = b ? b->data + (d0 - b->lo[0]) : NULL;
     for (int64_t r = y->lo[0]; r < sw_view_hi(y, 0); r++) {
-        const float *xr = x->data + (r - x->lo[0]) * n;
-        float *yr = y->data + (r - y->lo[0]) * db;
-        double mu, inv;
-        row_moments(xr, n, eps, &mu, &inv);
-        for (int64_t d = 0; d < db; d++) {
-            yr[d] = (float)((xr[d0 + d] - mu) * inv) * ws[d] + (bs ? bs[d] : 0.0f);
-        }
+        forward_row(x->data + (r - x->lo[0]) * n, n, eps, d0, db, ws, bs, y->data + (r - y->lo[0]) * db);
     }
     return SW_OK;
 }
@@ -95,21 +172,7 @@ sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const 
             }
             continue;
         }
-        const float *xr = x->data + (r - x->lo[0]) * n, *dr = dy->data + (r - dy->lo[0]) * db;
-        double mu, inv, s1 = 0.0, s2 = 0.0;
-        row_moments(xr, n, eps, &mu, &inv);
-        for (int64_t d = 0; d < db; d++) {
-            double g = (double)ws[d] * dr[d];
-            s1 += g;
-            s2 += g * (xr[d0 + d] - mu) * inv;
-        }
-        s1 /= (double)n;
-        s2 /= (double)n;
-        for (int64_t k = 0; k < n; k++) {
-            double xh = (xr[k] - mu) * inv;
-            double g = k >= d0 && k < d0 + db ? (double)ws[k - d0] * dr[k - d0] : 0.0;
-            gr[k] = (float)(inv * (g - s1 - xh * s2));
-        }
+        backward_data_row(x->data + (r - x->lo[0]) * n, n, eps, d0, db, ws, dy->data + (r - dy->lo[0]) * db, gr);
     }
     return SW_OK;
 }
@@ -130,12 +193,7 @@ sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, flo
         dw->data[d] = 0.0f;
     }
     for (int64_t r = dy->lo[0]; r < sw_view_hi(dy, 0); r++) {   /* rows in order: one fixed sum order */
-        const float *xr = x->data + (r - x->lo[0]) * n, *dr = dy->data + (r - dy->lo[0]) * db;
-        double mu, inv;
-        row_moments(xr, n, eps, &mu, &inv);
-        for (int64_t d = 0; d < db; d++) {
-            dw->data[d] += dr[d] * (float)((xr[d0 + d] - mu) * inv);
-        }
+        backward_weight_row(x->data + (r - x->lo[0]) * n, n, eps, d0, db, dy->data + (r - dy->lo[0]) * db, dw->data);
     }
     return SW_OK;
 }

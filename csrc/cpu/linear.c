@@ -10,14 +10,23 @@
  * x, w, b and dy may cover more rows / output features than the box computed.
  */
 #include <stdint.h>  /* int64_t */
-#include <string.h>  /* memset */
+#include <string.h>  /* memset, memcpy */
 
 #include "kernels.h"
+#include "simd.h"  /* SW_CLONES */
 #include "view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range, sw_check_blas_dims */
 
 /* The in-features of a (rows, I) view that must hold all of them: [0, I). */
 static sw_status check_all_features(const sw_view *v, int64_t in_features, const char *name) {
     return sw_view_check_range(v, 1, 0, in_features, name, "input-feature");
+}
+
+/* y = max(y, 0) over n floats (NaN stays NaN, as PyTorch's ReLU). */
+SW_CLONES static void relu_rows(float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = y[i];
+        y[i] = v < 0.0f ? 0.0f : v;
+    }
 }
 
 /* y (N_b, O_b) = x (N_x, I) rows of y . w (O_w, I) rows of y's O range ^T + b, ReLU if relu. */
@@ -42,22 +51,25 @@ sw_status sw_linear_forward(const sw_view *x, const sw_view *w, const sw_view *b
     if (nb == 0 || ob == 0) {
         return SW_OK;
     }
-    if (in == 0) {
+    /* The bias goes in first and the SGEMM adds to it (beta 1), as PyTorch's addmm: no second
+     * pass over y.  While the reduction fits one of OpenBLAS's K blocks every element is
+     * bias + dot, the same bits as adding the bias after; beyond, the bias joins the first
+     * block's partial sum (a different rounding, well within float tolerances). */
+    const float *bias = b ? b->data + (y->lo[1] - b->lo[0]) : NULL;  /* (O_b) */
+    if (bias) {
+        for (int64_t n = 0; n < nb; n++) {
+            memcpy(y->data + n * ob, bias, (size_t)ob * sizeof(float));
+        }
+    } else if (in == 0) {
         memset(y->data, 0, (size_t)(nb * ob) * sizeof(float));
-    } else {
+    }
+    if (in > 0) {
         const float *xs = x->data + (y->lo[0] - x->lo[0]) * in;  /* (N_b, I) */
         const float *ws = w->data + (y->lo[1] - w->lo[0]) * in;  /* (O_b, I) */
-        sw_sgemm(0, 1, nb, ob, in, 1.0f, xs, in, ws, in, 0.0f, y->data, ob);
+        sw_sgemm(0, 1, nb, ob, in, 1.0f, xs, in, ws, in, bias ? 1.0f : 0.0f, y->data, ob);
     }
-    const float *bias = b ? b->data + (y->lo[1] - b->lo[0]) : NULL;  /* (O_b) */
-    if (bias || relu) {
-        for (int64_t n = 0; n < nb; n++) {
-            float *row = y->data + n * ob;
-            for (int64_t o = 0; o < ob; o++) {
-                float v = row[o] + (bias ? bias[o] : 0.0f);
-                row[o] = relu && v < 0.0f ? 0.0f : v;
-            }
-        }
+    if (relu) {
+        relu_rows(y->data, nb * ob);
     }
     return SW_OK;
 }

@@ -19,4 +19,12 @@
 #define SW_CLONES
 #endif
 
+/* SW_INLINE: a helper inlined into each clone that calls it, so it is compiled for that clone's
+ * target (and specialized for constant arguments, e.g. a stride of 1). */
+#if defined(__GNUC__) || defined(__clang__)
+#define SW_INLINE inline __attribute__((always_inline))
+#else
+#define SW_INLINE inline
+#endif
+
 #endif /* SHARDWISE_CPU_SIMD_H */

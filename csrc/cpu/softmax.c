@@ -18,9 +18,11 @@
  * outside [0, K) (forward) or negative (backward, where K is not known) is
  * SW_ERR_VALUE, checked before anything is written.
  */
-#include <math.h>  /* expf, log */
+#include <math.h>  /* log */
 
 #include "kernels.h"  /* sw_view, sw_softmax_xent_* */
+#include "simd.h"     /* SW_CLONES */
+#include "vmath.h"    /* sw_vexpf, sw_line_max, sw_line_exp_sum */
 #include "view.h"     /* sw_view_check, sw_view_check_covers */
 
 enum { N_, K_ };  /* dimensions of (N, classes) views */
@@ -39,6 +41,29 @@ static sw_status check_labels(const int32_t *labels, int64_t base, int64_t n0, i
         }
     }
     return SW_OK;
+}
+
+/* p[k - k0] for k in [k0, k1) of one row xr of nk classes; returns the row's sum of exp(x - max),
+ * the max in *max.
+ * Max and sum over the whole row in vmath.h's lanes, so every class split gets the same bits;
+ * a p holding the whole row keeps each exp (one per element), a part recomputes its own. */
+SW_CLONES static double row_softmax(const float *restrict xr, int64_t nk, float *restrict pr, int64_t k0, int64_t k1,
+                                    float *max) {
+    const float mx = sw_line_max(xr, 1, nk, 1.0f);
+    *max = mx;
+    const int whole = k0 == 0 && k1 == nk;
+    const double sum = sw_line_exp_sum(xr, 1, nk, 1.0f, mx, whole ? pr : NULL, 1);
+    const double inv = 1.0 / sum;
+    if (whole) {
+        for (int64_t k = 0; k < nk; k++) {
+            pr[k] = (float)((double)pr[k] * inv);
+        }
+    } else {
+        for (int64_t k = k0; k < k1; k++) {
+            pr[k - k0] = (float)((double)sw_vexpf(xr[k] - mx) * inv);
+        }
+    }
+    return sum;
 }
 
 /* x (N, K) view with all K classes, labels from x's sample start; p (N, k) = the box to compute. */
@@ -73,17 +98,8 @@ sw_status sw_softmax_xent_forward(const sw_view *x, const int32_t *labels, sw_vi
     for (int64_t n = p->lo[N_]; n < sw_view_hi(p, N_); n++) {
         const float *xr = x->data + (n - x->lo[N_]) * nk;  /* the whole row, classes 0..K-1 */
         float *pr = p->data + (n - p->lo[N_]) * p->shape[K_];  /* p's classes k0..k1-1 */
-        float mx = xr[0];
-        for (int64_t k = 1; k < nk; k++) {
-            mx = xr[k] > mx ? xr[k] : mx;
-        }
-        double sum = 0.0;
-        for (int64_t k = 0; k < nk; k++) {
-            sum += (double)expf(xr[k] - mx);
-        }
-        for (int64_t k = k0; k < k1; k++) {
-            pr[k - k0] = (float)((double)expf(xr[k] - mx) / sum);
-        }
+        float mx;
+        const double sum = row_softmax(xr, nk, pr, k0, k1, &mx);
         const int32_t l = labels[n - x->lo[N_]];
         if (l >= k0 && l < k1) {
             loss += log(sum) - (double)(xr[l] - mx);
@@ -91,6 +107,13 @@ sw_status sw_softmax_xent_forward(const sw_view *x, const int32_t *labels, sw_vi
     }
     *loss_sum += loss;
     return SW_OK;
+}
+
+/* dr[k] = (pr[k] - [k == l]) / nt for k < n (l: the label's index in this part of the row). */
+SW_CLONES static void row_grad(const float *restrict pr, float *restrict dr, int64_t n, int64_t l, float nt) {
+    for (int64_t k = 0; k < n; k++) {
+        dr[k] = (pr[k] - (k == l ? 1.0f : 0.0f)) / nt;
+    }
 }
 
 /* p (N, k) view, labels from p's sample start; dx = (p - onehot(label)) / n_total over dx's box,
@@ -121,10 +144,8 @@ sw_status sw_softmax_xent_backward(const sw_view *p, const int32_t *labels, int6
     float *dp = dx->data;
     for (int64_t n = dx->lo[N_]; n < sw_view_hi(dx, N_); n++) {
         const float *pr = p->data + (n - p->lo[N_]) * p->shape[K_];  /* p's classes from p->lo[1] */
-        const int32_t l = labels[n - p->lo[N_]];
-        for (int64_t k = k0; k < k1; k++) {
-            *dp++ = (pr[k - p->lo[K_]] - (k == l ? 1.0f : 0.0f)) / nt;
-        }
+        row_grad(pr + (k0 - p->lo[K_]), dp, k1 - k0, labels[n - p->lo[N_]] - k0, nt);
+        dp += k1 - k0;
     }
     return SW_OK;
 }

@@ -10,11 +10,12 @@
  * softmax's own dimension: every worker recomputes the line's max and sum in the same
  * order, so the parts are the same bits; the gradient is linear in dy, so the partial
  * gradients of the parts add up).  The other dimensions are at global coordinates and
- * every view holds the output box's range of them.  Sums in double.
+ * every view holds the output box's range of them.  Sums in double, in vmath.h's fixed lanes;
+ * exp is vmath.h's (vectorizes), and contiguous lines (the last axis) take vectorized loops.
  */
-#include <math.h>  /* expf, INFINITY */
-
 #include "kernels.h"
+#include "simd.h"   /* SW_CLONES */
+#include "vmath.h"  /* sw_vexpf, sw_line_max, sw_line_exp_sum, sw_line_dot */
 #include "view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range, sw_view_offset */
 
 typedef struct {
@@ -31,19 +32,59 @@ static int64_t keys_end(int causal, const int64_t *idx, int rank, int64_t len) {
     return q < len ? q : len;
 }
 
-/* Max and 1 / sum of exp over the line's first `end` keys starting at xl. */
+/* Max and 1 / sum of exp over the line's first `end` keys starting at xl (vmath.h's lanes:
+ * the same bits wherever the line is computed, whole or in parts). */
 static void line_stats(const float *xl, const line_shape *ls, int64_t end, float scale, float *mx, double *inv) {
-    float m = -INFINITY;
+    *mx = sw_line_max(xl, ls->stride, end, scale);
+    *inv = 1.0 / sw_line_exp_sum(xl, ls->stride, end, scale, *mx, NULL, 0);
+}
+
+/* One whole line of the forward: p = exp(s x - max) / sum over the first `end` keys, 0 after.
+ * Strides xs, ys; SW_INLINE, so that the contiguous call below specializes to stride 1. */
+static SW_INLINE void forward_line(const float *restrict xl, int64_t xs, float *restrict yl, int64_t ys, int64_t len,
+                                   int64_t end, float scale) {
+    const float mx = sw_line_max(xl, xs, end, scale);
+    const double inv = 1.0 / sw_line_exp_sum(xl, xs, end, scale, mx, yl, ys);   /* line_stats' bits */
     for (int64_t k = 0; k < end; k++) {
-        float v = scale * xl[k * ls->stride];
-        m = v > m ? v : m;
+        yl[k * ys] = (float)((double)yl[k * ys] * inv);
     }
-    double sum = 0.0;
-    for (int64_t k = 0; k < end; k++) {
-        sum += (double)expf(scale * xl[k * ls->stride] - m);
+    for (int64_t k = end; k < len; k++) {
+        yl[k * ys] = 0.0f;
     }
-    *mx = m;
-    *inv = 1.0 / sum;
+}
+
+SW_CLONES static void forward_whole_line(const float *xl, int64_t xs, float *yl, int64_t ys, int64_t len, int64_t end,
+                                         float scale) {
+    if (xs == 1 && ys == 1) {
+        forward_line(xl, 1, yl, 1, len, end, scale);
+    } else {
+        forward_line(xl, xs, yl, ys, len, end, scale);
+    }
+}
+
+/* One whole line of the backward from the forward's p: dx = s p (dy - dot), dot = sum dy p over
+ * dy's keys [j0, j1) (dy's part of the line, dl its first element). */
+static SW_INLINE void backward_line(const float *restrict pl, int64_t ps, const float *restrict dl, int64_t ds,
+                                    float *restrict gl, int64_t gs, int64_t len, int64_t j0, int64_t j1, float scale) {
+    const double dot = sw_line_dot(dl, ds, pl + j0 * ps, ps, j1 - j0);
+    for (int64_t k = 0; k < j0; k++) {
+        gl[k * gs] = (float)((double)scale * pl[k * ps] * -dot);
+    }
+    for (int64_t k = j0; k < j1; k++) {
+        gl[k * gs] = (float)((double)scale * pl[k * ps] * ((double)dl[(k - j0) * ds] - dot));
+    }
+    for (int64_t k = j1; k < len; k++) {
+        gl[k * gs] = (float)((double)scale * pl[k * ps] * -dot);
+    }
+}
+
+SW_CLONES static void backward_whole_line(const float *pl, int64_t ps, const float *dl, int64_t ds, float *gl,
+                                          int64_t gs, int64_t len, int64_t j0, int64_t j1, float scale) {
+    if (ps == 1 && ds == 1 && gs == 1) {
+        backward_line(pl, 1, dl, 1, gl, 1, len, j0, j1, scale);
+    } else {
+        backward_line(pl, ps, dl, ds, gl, gs, len, j0, j1, scale);
+    }
 }
 
 static sw_status check_views(const sw_view *x, const sw_view *y, int axis, const char *name, const char *yname) {
@@ -115,28 +156,15 @@ sw_status sw_softmax_dim_forward(const sw_view *x, int axis, float scale, int ca
         float *yl = y->data + sw_view_offset(y, idx);
         int64_t end = keys_end(causal, idx, y->rank, ls.len);
         if (lo[axis] == 0 && hi[axis] == ls.len) {   /* the whole line: one exp per element, kept in y */
-            float mx = -INFINITY;
-            for (int64_t k = 0; k < end; k++) {
-                float v = scale * xl[k * ls.stride];
-                mx = v > mx ? v : mx;
-            }
-            double sum = 0.0;
-            for (int64_t k = 0; k < end; k++) {
-                float e = expf(scale * xl[k * ls.stride] - mx);
-                yl[k * ys[axis]] = e;
-                sum += (double)e;
-            }
-            double inv = 1.0 / sum;   /* the same bits as line_stats' */
-            for (int64_t k = 0; k < ls.len; k++) {
-                yl[k * ys[axis]] = k < end ? (float)((double)yl[k * ys[axis]] * inv) : 0.0f;
-            }
+            forward_whole_line(xl, ls.stride, yl, ys[axis], ls.len, end, scale);
             continue;
         }
         float mx;
         double inv;
         line_stats(xl, &ls, end, scale, &mx, &inv);
         for (int64_t j = lo[axis]; j < hi[axis]; j++) {
-            yl[(j - lo[axis]) * ys[axis]] = j < end ? (float)((double)expf(scale * xl[j * ls.stride] - mx) * inv) : 0.0f;
+            yl[(j - lo[axis]) * ys[axis]] = j < end ? (float)((double)sw_vexpf(scale * xl[j * ls.stride] - mx) * inv)
+                                                    : 0.0f;
         }
     } while (next_index(idx, lo, hi, y->rank, axis));
     return SW_OK;
@@ -196,25 +224,18 @@ sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *p, const sw_v
         const float *xl = x->data + sw_view_offset(x, at);
         int64_t end = keys_end(causal, idx, dx->rank, ls.len);
         if (p) {   /* the forward's probabilities of the whole line: no exp */
-            const float *pl = p->data + sw_view_offset(p, at);
-            double dot = 0.0;
-            for (int64_t j = j0; j < j1; j++) {
-                dot += (double)dl[(j - j0) * ds[axis]] * pl[j * ps[axis]];
-            }
-            for (int64_t k = 0; k < ls.len; k++) {
-                double g = k >= j0 && k < j1 ? (double)dl[(k - j0) * ds[axis]] : 0.0;
-                gl[k * gs[axis]] = (float)((double)scale * pl[k * ps[axis]] * (g - dot));
-            }
+            backward_whole_line(p->data + sw_view_offset(p, at), ps[axis], dl, ds[axis], gl, gs[axis], ls.len, j0, j1,
+                                scale);
             continue;
         }
         float mx;
         double inv, dot = 0.0;
         line_stats(xl, &ls, end, scale, &mx, &inv);
         for (int64_t j = j0; j < j1 && j < end; j++) {
-            dot += (double)dl[(j - j0) * ds[axis]] * ((double)expf(scale * xl[j * ls.stride] - mx) * inv);
+            dot += (double)dl[(j - j0) * ds[axis]] * ((double)sw_vexpf(scale * xl[j * ls.stride] - mx) * inv);
         }
         for (int64_t k = 0; k < ls.len; k++) {
-            double p = k < end ? (double)expf(scale * xl[k * ls.stride] - mx) * inv : 0.0;
+            double p = k < end ? (double)sw_vexpf(scale * xl[k * ls.stride] - mx) * inv : 0.0;
             double g = k >= j0 && k < j1 ? (double)dl[(k - j0) * ds[axis]] : 0.0;
             gl[k * gs[axis]] = (float)((double)scale * p * (g - dot));
         }
