@@ -2,9 +2,11 @@
  * has the forward pass, the checks and the driver).
  *
  *   backward (reverse order)    per worker: backward_data per data input, its pieces sent to the
- *                               owners and accumulated in order; backward_weight; batchnorm:
- *                               statistics of the gradient reduced first; a split reduction:
- *                               activation_grad on the owner, copied to the group first
+ *                               owners and accumulated in order (the first term of a whole
+ *                               block on the owner's device written in place); backward_weight;
+ *                               batchnorm: statistics of the gradient reduced first; a split
+ *                               reduction: activation_grad on the owner, copied to the group
+ *                               first
  *   sync (reverse order)        per weight and replica group: copies to the first replica,
  *                               reduce, update, copies back; last layer first (lower.c's header
  *                               comment says why)
@@ -12,17 +14,39 @@
 #include "lower_internal.h"
 
 /* ------------------------------------------------------------------ backward */
+/* The gradient buffers of op src's block owners, made when the first consumer sends one. */
+static sw_status make_grads(lowering *L, int src) {
+    if (L->grad[widx(L, src, 0)] != NONE) {
+        return SW_OK;
+    }
+    for (int s = 0; s < cfg_of(L, src)->nworkers; s += cfg_of(L, src)->rdeg) {   /* the owners of the output blocks */
+        int wi = widx(L, src, s);
+        SW_TRY(sw_tg_buffer(L->g, dev_of(L, src, s), SW_BUF_GRAD, src, &L->box[wi], &L->grad[wi]));
+    }
+    return SW_OK;
+}
+
+/* The owner's gradient index (widx) when the partial gradient over `reg` on `dev` may be written
+ * straight into it: reg is exactly one owner's whole block on the same device and nothing has
+ * been summed into it yet.  Its first accumulate would copy the piece unchanged (the executor's
+ * first_accumulate), so skipping that copy leaves every sum bitwise the same: later terms are
+ * added in the same order.  NONE otherwise (a piece of a block, another device, a later term). */
+static int direct_grad(lowering *L, int src, const sw_box *reg, int32_t dev) {
+    find_pieces(L, src, reg);
+    if (L->npieces != 1) {
+        return NONE;
+    }
+    int s = L->piece_w[0], wi = widx(L, src, s);
+    if (dev_of(L, src, s) != dev || L->grad_last[wi] != NONE || !sw_box_equal(&L->box[wi], reg)) {
+        return NONE;
+    }
+    return wi;
+}
+
 /* Send the pieces of a partial gradient (buffer pbuf on `dev`, written by task
  * `ptask`, over `reg`) to the owners in op `src` and add them up there, in order. */
 static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t dev, int32_t pbuf, int32_t ptask,
                               int consumer, int w, int slot) {
-    int ks = cfg_of(L, src)->nworkers;
-    if (L->grad[widx(L, src, 0)] == NONE) {
-        for (int s = 0; s < ks; s += cfg_of(L, src)->rdeg) {   /* the owners of the output blocks */
-            int wi = widx(L, src, s);
-            SW_TRY(sw_tg_buffer(L->g, dev_of(L, src, s), SW_BUF_GRAD, src, &L->box[wi], &L->grad[wi]));
-        }
-    }
     find_pieces(L, src, reg);
     for (int q = 0; q < L->npieces; q++) {
         int s = L->piece_w[q];
@@ -104,17 +128,25 @@ static sw_status backward_weight(lowering *L, int op, int w, const int32_t *gdep
 }
 
 /* The partial gradient of data input `slot` over worker w's region, sent to its
- * owners.  It reads lead[0 .. nlead) (as backward_weight), the region, then what
- * kernels of some ops also need: the regions of the other data inputs (matmul,
- * LSTM ops), the worker's parameters (conv, linear: the weight; batchnorm:
- * gamma) and a batchnorm's statistics of x and of the gradient. */
+ * owners (or, the first term of a whole block on this device, written straight into
+ * the owner's gradient: direct_grad).  It reads lead[0 .. nlead) (as
+ * backward_weight), the region, then what kernels of some ops also need: the
+ * regions of the other data inputs (matmul, LSTM ops), the worker's parameters
+ * (conv, linear: the weight; batchnorm: gamma) and a batchnorm's statistics of x
+ * and of the gradient. */
 static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *deps, int ndeps, const int32_t *lead,
                                int nlead) {
     const sw_op *o = op_at(L, op);
     int at = sidx(L, op, slot, w), src = o->inputs[slot].producer, wi = widx(L, op, w);
     int32_t dev = dev_of(L, op, w), pbuf, t_id, reads[68];   /* at most 64 inputs (problem.c) */
     sw_box reg = L->g->buffers[L->in_buf[at]].box;
-    SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARTIAL_GRAD, src, &reg, &pbuf));
+    SW_TRY(make_grads(L, src));
+    int direct = direct_grad(L, src, &reg, dev);   /* the first term, already in place: no accumulate */
+    if (direct != NONE) {
+        pbuf = L->grad[direct];
+    } else {
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_PARTIAL_GRAD, src, &reg, &pbuf));
+    }
     sw_task t = task_of(SW_TASK_BACKWARD_DATA, SW_PHASE_BACKWARD, dev, op, w);
     t.slot = slot;
     t.elements = sw_box_volume(&reg);
@@ -135,6 +167,10 @@ static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *de
     }
     deps[ndeps] = L->in_task[at];
     SW_TRY(add_task(L, &t, deps, ndeps + 1, reads, nreads, &pbuf, 1, &t_id));
+    if (direct != NONE) {
+        L->grad_last[direct] = t_id;
+        return SW_OK;
+    }
     return scatter_grad(L, src, &reg, dev, pbuf, t_id, op, w, slot);
 }
 

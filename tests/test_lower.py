@@ -96,12 +96,26 @@ def check_task_graph(plan):
         assert sum(volume(b) for b in boxes) == volume(buffers[buf].box)
         for a, b in itertools.combinations(boxes, 2):
             assert intersect(a, b) is None
-    # 5. every accumulate adds a piece of a partial gradient into the owner's gradient shard
+    # 5. every accumulate adds a piece of a partial gradient into the owner's gradient shard; a
+    #    backward_data writes a partial gradient, or the first term of a gradient shard on its own
+    #    device in place (then every later writer of that shard is an accumulate)
+    grad_writers: dict[int, list] = {}
     for t in tg.tasks:
         if t.kind == "accumulate":
             (src,), (dst,) = t.reads, t.writes
             assert buffers[dst].kind == "grad" and buffers[dst].device == t.device
             assert intersect(buffers[dst].box, t.box) == t.box
+        if t.kind == "backward_data":
+            (dst,) = t.writes
+            assert buffers[dst].kind in ("partial_grad", "grad"), t
+            assert buffers[dst].device == t.device
+        for b in t.writes:
+            if buffers[b].kind == "grad":
+                grad_writers.setdefault(b, []).append(t)
+    for b, ws in grad_writers.items():
+        kinds = [t.kind for t in ws]
+        assert kinds.count("backward_data") <= 1 and "backward_data" not in kinds[1:], (buffers[b], kinds)
+        assert kinds == ["zero_grad"] or set(kinds[1:]) <= {"accumulate"}, (buffers[b], kinds)
     return tg
 
 
@@ -149,8 +163,9 @@ def test_zoo_plans_and_baselines_lower_consistently(model, ndev):
 
 def test_gradient_pieces_cover_every_read():
     """Each element of a producer's output receives one gradient piece per consumer
-    worker that read it: the accumulate boxes, counted per element, equal the
-    number of consumer regions covering that element."""
+    worker that read it: the accumulate boxes and the shards a backward_data writes
+    in place, counted per element, equal the number of consumer regions covering
+    that element."""
     g = sw.Graph("fan")
     x = g.input("x", (4, 2, 6, 6))
     a = g.relu(x, name="a")
@@ -163,6 +178,9 @@ def test_gradient_pieces_cover_every_read():
     for t in tg.tasks:
         if t.kind == "accumulate" and t.op == "a":
             counts[tuple(slice(lo, hi) for lo, hi in t.box)] += 1
+        if t.kind == "backward_data" and tg.buffers[t.writes[0]].kind == "grad":
+            assert tg.buffers[t.writes[0]].op == "a"
+            counts[tuple(slice(lo, hi) for lo, hi in tg.buffers[t.writes[0]].box)] += 1
     expected = np.zeros(g["a"].shape, int)
     for consumer in ("b", "c"):
         op = g[consumer]
@@ -170,6 +188,60 @@ def test_gradient_pieces_cover_every_read():
             r = input_region(op.desc, 0, box)
             expected[tuple(slice(lo, hi) for lo, hi in r)] += 1
     assert (counts == expected).all()
+
+
+def _gradient_terms(g) -> dict[str, int]:
+    """Per op with a gradient (not a graph input): how many (consumer, data slot) pairs read it,
+    from the graph alone -- the terms its gradient sums."""
+    terms = {op.name: 0 for op in g.ops if op.kind != "input"}
+    for op in g.ops:
+        for producer in op.inputs:
+            if g.ops[producer].kind != "input":
+                terms[g.ops[producer].name] += 1
+    return terms
+
+
+@pytest.mark.parametrize("model,ndev", [("gpt", 1), ("lenet5", 1), ("lenet5", 2), ("resnet18", 2)])
+def test_first_gradient_term_is_written_in_place(model, ndev):
+    """Unsplit on one device, or data parallel (every op's worker w on device w reads the batch
+    slice its producer's worker w owns): every consumer's region of a gradient shard is the whole
+    shard on its device, so the first term is written by backward_data in place and only the
+    other terms are accumulated -- per worker, one accumulate fewer than the op's consumers."""
+    g = (sw.models.gpt(layers=1, d_model=32, heads=2, seq=8, vocab=16, batch=2) if model == "gpt"
+         else sw.models.get(model, batch=4))
+    d = sw.DeviceGraph.cpu(ndev)
+    plan = sw.Plan.from_dict(g, d, {}) if ndev == 1 else sw.strategies.data_parallel(g, d)
+    tg = check_task_graph(plan)
+    terms = {name: n for name, n in _gradient_terms(g).items() if n > 0}
+    accumulates, in_place = {}, {}
+    for t in tg.tasks:
+        if t.kind == "accumulate":
+            accumulates[t.op] = accumulates.get(t.op, 0) + 1
+        if t.kind == "backward_data" and tg.buffers[t.writes[0]].kind == "grad":
+            name = tg.buffers[t.writes[0]].op
+            in_place[name] = in_place.get(name, 0) + 1
+    assert in_place == {name: ndev for name in terms}
+    assert accumulates == {name: ndev * (n - 1) for name, n in terms.items() if n > 1}
+
+
+@pytest.mark.parametrize("devices,direct", [([0, 1], True), ([1, 0], False)])
+def test_gradient_on_another_device_is_still_sent_and_accumulated(devices, direct):
+    """b reads a's shards whole; in place only where b's worker sits on the shard's device."""
+    g = sw.Graph("chain")
+    x = g.input("x", (4, 3, 4, 4))
+    a = g.relu(x, name="a")
+    b = g.relu(a, name="b")
+    g.conv2d(b, 2, kernel=1, name="c")
+    plan = sw.Plan.from_dict(g, sw.DeviceGraph.cpu(2), {"a": {"n": 2}, "b": {"n": 2, "devices": devices},
+                                                       "c": {"n": 2, "devices": devices}})
+    tg = check_task_graph(plan)
+    to_a = [t for t in tg.tasks if t.op == "b" and t.kind == "backward_data"]
+    assert len(to_a) == 2
+    assert all((tg.buffers[t.writes[0]].kind == "grad") == direct for t in to_a)
+    kinds = [t.kind for t in tg.tasks if t.op == "a" and t.phase == "backward"]
+    assert kinds.count("accumulate") == (0 if direct else 2)
+    copies = [t for t in tg.tasks if t.kind == "copy" and t.phase == "backward" and t.op == "b"]
+    assert len(copies) == (0 if direct else 2)
 
 
 def test_region_matches_core_halo():

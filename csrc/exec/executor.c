@@ -228,11 +228,11 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     rt->loss_sums = calloc(nt, sizeof *rt->loss_sums);
     rt->task_ns = calloc(2 * nt, sizeof *rt->task_ns);
     int *stream = calloc((size_t)rt->nstreams + 1, sizeof *stream);   /* the backend's id of each stream */
-    uint8_t *grad_seen = calloc(nb, 1);
+    uint8_t *written = calloc(nb, 1);
     if (!rt->ops || !rt->attrs || !rt->arena || !rt->host_region || !rt->ptr || !rt->first_accumulate || !rt->in_list[0] ||
-        !rt->in_list[1] || !rt->updates || !rt->loss_sums || !rt->task_ns || !stream || !grad_seen) {
+        !rt->in_list[1] || !rt->updates || !rt->loss_sums || !rt->task_ns || !stream || !written) {
         free(stream);
-        free(grad_seen);
+        free(written);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory building the runtime");
     }
     memcpy(rt->attrs, attrs, sizeof *rt->attrs * (size_t)p->nops);
@@ -243,14 +243,18 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
         const sw_task *task = &g->tasks[t];
         rt->in_list[SW_LIST_TRAIN][t] = 1;
         rt->in_list[SW_LIST_FORWARD][t] = task->phase == SW_PHASE_FORWARD;
-        if (task->kind == SW_TASK_ACCUMULATE) {   /* accumulates into one gradient are chained in order */
-            const int32_t *w;
-            sw_tg_writes(g, t, &w);
-            rt->first_accumulate[t] = !grad_seen[w[0]];
-            grad_seen[w[0]] = 1;
+        /* accumulates into one gradient are chained in order after the task writing its first
+         * term in place, if any (a backward_data: lower_backward.c's direct_grad) */
+        const int32_t *w;
+        int nw = sw_tg_writes(g, t, &w);
+        if (task->kind == SW_TASK_ACCUMULATE) {
+            rt->first_accumulate[t] = !written[w[0]];
+        }
+        for (int k = 0; k < nw; k++) {
+            written[w[k]] = 1;
         }
     }
-    free(grad_seen);
+    free(written);
     sw_status s = SW_OK;
     for (int d = 0; d < p->ndev && s == SW_OK; d++) {
         s = rt->backend->i->arena_new(rt->backend, d, (size_t)rt->mp.arena[d], &rt->arena[d]);

@@ -24,8 +24,11 @@ forward
 backward (ops in reverse order)
     ``backward_data`` per data input: a partial gradient over the same region,
     sent back to the owners and summed there by ``accumulate`` tasks in a
-    fixed order (so sums do not depend on timing), or ``zero_grad`` for a block
-    of the output's gradient no consumer reads; ``backward_weight`` per weight
+    fixed order (so sums do not depend on timing); the first term of a gradient
+    shard, when the region is that whole shard on the same device, is written
+    in place into the ``grad`` buffer instead (no ``accumulate``: the first one
+    would only copy it); ``zero_grad`` for a block of the output's gradient no
+    consumer reads; ``backward_weight`` per weight
     slot: the gradient of the worker's slice of that weight (TurboDL's dW), or
     of a bias (dB: ``InputDesc.bias``), which reads the output's gradient alone.
 synchronization and update
