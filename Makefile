@@ -5,7 +5,7 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build cuda test test-all test-gpu asan tsan valgrind bench clean
+.PHONY: build cuda test test-all test-gpu calibration asan tsan valgrind bench clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
@@ -14,13 +14,16 @@ cuda:             ## compile the C core and the CUDA backend in place (fails nam
 	SHARDWISE_CUDA=1 $(PY) setup.py build_ext --inplace
 
 test-gpu: cuda    ## the GPU tests (skipped with the reason where no GPU is usable; docs/gpu.md)
-	$(PY) -m pytest -q -rs -m gpu tests/test_gpu.py
+	$(PY) -m pytest -q -rs -m gpu tests/gpu/test_gpu.py
 
 test: build       ## the default (fast) test run
 	$(PY) -m pytest -q
 
-test-all: build   ## including tests marked slow
-	$(PY) -m pytest -q -m ""
+test-all: build   ## including tests marked slow (not calibration: timings)
+	$(PY) -m pytest -q -m "not calibration"
+
+calibration: build   ## the tests that compare times (run on a quiet machine; never in the default run)
+	$(PY) -m pytest -q -rs -m calibration
 
 asan:             ## run the tests against a copy built with AddressSanitizer + UBSan
 	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
@@ -37,13 +40,13 @@ tsan:             ## the runtime's tests against a copy built with ThreadSanitiz
 	cd $(TSAN_DIR) && SHARDWISE_SANITIZE=thread $(PY) setup.py build_ext --inplace
 	cd $(TSAN_DIR) && LD_PRELOAD="$(shell gcc -print-file-name=libtsan.so)" \
 		TSAN_OPTIONS="halt_on_error=1" PYTHONPATH=python \
-		$(PY_EXE) -m pytest -q -p no:cacheprovider tests/test_runtime.py tests/test_streams.py tests/test_train.py tests/test_pipeline.py \
-		tests/test_rnn_train.py -k "not torch"
+		$(PY_EXE) -m pytest -q -p no:cacheprovider tests/train/test_runtime.py tests/iteration/test_streams.py tests/train/test_train.py tests/train/test_pipeline.py \
+		tests/train/test_rnn_train.py -k "not torch"
 
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code
 	$(PY_EXE) tools/valgrind_check.py $(PY_EXE) -m pytest -q -p no:cacheprovider \
-		tests/test_cost_model.py tests/test_api.py tests/test_search.py tests/test_kernels_conv.py \
-		tests/test_kernels_misc.py tests/test_lower.py tests/test_simulate_c.py -k "not gil"
+		tests/planning/test_cost_model.py tests/core/test_api.py tests/planning/test_search.py tests/ops/test_kernels_conv.py \
+		tests/ops/test_kernels_misc.py tests/iteration/test_lower.py tests/iteration/test_simulate_c.py -k "not gil"
 
 bench:            ## issue 2's benchmark
 	$(PY) benchmarks/search_time.py

@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 
 import shardwise as sw
-from shardwise import search_memory as sm
+from shardwise.planning import search_memory as sm
 
 CASES = [("vgg16", "4x4", "P100"), ("vgg16", "4", "K80"), ("inception_v3", "4x4", "P100"),
          ("inception_v3", "4", "K80")]

@@ -14,7 +14,7 @@ docs/paper-reproductions.md explains where and why the two differ.
     python benchmarks/paper_tables.py            # everything (about 15 s on 2 cores)
     python benchmarks/paper_tables.py --quick    # without the simulations (Eq. 1 only)
 
-The functions return plain data so that tests/test_paper_tables.py can check the
+The functions return plain data so that tests/planning/test_paper_tables.py can check the
 qualitative facts the tables show.
 """
 from __future__ import annotations

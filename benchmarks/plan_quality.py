@@ -21,7 +21,7 @@ from datetime import date
 from pathlib import Path
 
 import shardwise as sw
-from shardwise.strategies import baselines
+from shardwise.planning.strategies import baselines
 
 
 MACHINE_FILES = Path(__file__).resolve().parent.parent / "examples" / "machines"
@@ -55,7 +55,7 @@ def main() -> int:
         for name in args.machines.split(","):
             g, d = sw.models.get(model), ms[name]()
             t0 = time.perf_counter()
-            plan = sw.search(g, d, memory=False)   # the objective's promise, memory aside (as tests/test_objective.py)
+            plan = sw.search(g, d, memory=False)   # the objective's promise, memory aside (as tests/planning/test_objective.py)
             seconds = time.perf_counter() - t0
             mine = sw.simulate(plan, check_memory=False).iteration_time
             eq1 = sw.simulate(sw.search(g, d, objective="eq1", memory=False), check_memory=False).iteration_time

@@ -8,7 +8,7 @@ batch 32, VGG-16 1.27x at batch 100, GoogLeNet 1.30x, on one P100):
   streams ranked by reuse distance), their ratio, for ResNet-50 (batch 32), VGG-16 (100),
   Inception-v3 (32) and AlexNet (128), data parallel on 1, 4 and 16 P100s.  A P100 runs the
   ready kernels of its streams at once, each filling (output elements / 1.8M) of it at most
-  (56 SMs x 2 blocks x a 128 x 128 tile: shardwise.devices.DEVICE_PRESETS); ``x0.25`` and
+  (56 SMs x 2 blocks x a 128 x 128 tile: shardwise.machine.devices.DEVICE_PRESETS); ``x0.25`` and
   ``x4`` columns show the ratio with that fill divided / multiplied by four (kernels filling
   four times more / less of the device); ``b2b``: fifo over critical_path with iterations back
   to back, no barrier between them (``simulate(..., iterations=3)``: the time each iteration
@@ -33,12 +33,12 @@ import time
 import numpy as np
 
 import shardwise as sw
-from shardwise.train import SGD, Trainer
+from shardwise.train.trainer import SGD, Trainer
 
 NETS = [("resnet50", 32), ("vgg16", 100), ("inception_v3", 32), ("alexnet", 128)]
 PAPER = {"resnet50": "1.35 (ResNet, b32)", "vgg16": "1.27 (b100)", "inception_v3": "1.30 (GoogLeNet, b32)",
          "alexnet": "1.21 (b128)"}
-P100_FILL = sw.devices.DEVICE_PRESETS["P100"].fill_outputs
+P100_FILL = sw.machine.devices.DEVICE_PRESETS["P100"].fill_outputs
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "schedule.txt")
 
 

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 import shardwise as sw
-from shardwise.train import SGD, Trainer
+from shardwise.train.trainer import SGD, Trainer
 
 BATCH = 16
 

@@ -28,9 +28,9 @@ import time
 import numpy as np
 
 import shardwise as sw
-from shardwise.devices import DEVICE_PRESETS
+from shardwise.machine.devices import DEVICE_PRESETS
 from shardwise.plan import OpConfig, Plan, reduction_config
-from shardwise.problem import dim_names, make_problem, worker_counts
+from shardwise.planning.problem import dim_names, make_problem, worker_counts
 
 KINDS = ("P100", "K80", "V100")
 

@@ -30,8 +30,8 @@ import tempfile
 import time
 
 import shardwise as sw
-from shardwise.profile import _random_batch, measured_step_time
-from shardwise.train import Trainer
+from shardwise.planning.profile import _random_batch, measured_step_time
+from shardwise.train.trainer import Trainer
 
 
 def warm_up(seconds: float = 3.0) -> None:

@@ -24,8 +24,8 @@ from datetime import date
 
 import numpy as np
 import shardwise as sw
-from shardwise.problem import make_problem
-from shardwise.simulate import MemoryOverflow, _machine, plan_arrays
+from shardwise.planning.problem import make_problem
+from shardwise.iteration.simulate import MemoryOverflow, _machine, plan_arrays
 
 
 def median_ms(fn, repeat: int) -> float:

@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 
 import shardwise as sw
-from shardwise.train import SGD, Trainer
+from shardwise.train.trainer import SGD, Trainer
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from train_throughput import BATCH, batch_for  # noqa: E402

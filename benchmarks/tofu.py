@@ -22,7 +22,7 @@ import sys
 import time
 
 import shardwise as sw
-from shardwise import tofu
+from shardwise.planning import tofu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GB = 1e9

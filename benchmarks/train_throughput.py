@@ -30,7 +30,7 @@ import numpy as np
 
 import shardwise as sw
 from shardwise import _core
-from shardwise.train import SGD, Trainer
+from shardwise.train.trainer import SGD, Trainer
 
 BATCH = {"lenet5": 64, "alexnet_small": 64, "resnet18_small": 64, "vgg_small": 64, "inception_small": 32}
 

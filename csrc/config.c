@@ -8,7 +8,7 @@
  * first_block_only: each partition once, on devices [0, k) (machines of identical
  * devices, where the blocks of one size are interchangeable).  On machines whose structure
  * makes other groups distinct (nodes, device kinds, link speeds), the caller passes its own
- * device sets (sw_problem_enumerate_sets; python/shardwise/device_sets.py chooses them).
+ * device sets (sw_problem_enumerate_sets; python/shardwise/machine/device_sets.py chooses them).
  */
 #include <stdlib.h>  /* realloc, free */
 #include <string.h>  /* memset */

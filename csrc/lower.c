@@ -1,7 +1,7 @@
 /* lower.c -- one training iteration of a plan as a task graph, in C.
  *
  * The only lowering: the executor runs this graph and the simulator replays
- * it (python/shardwise/lower.py reads it and describes every task kind).
+ * it (python/shardwise/iteration/lower.py reads it and describes every task kind).
  * Every task records the buffers it reads and writes, in the order its kernel
  * takes them; tests check the data flow (every read after a write it depends
  * on, no unordered tasks touching overlapping parts of a buffer) and that the

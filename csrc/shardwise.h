@@ -5,7 +5,7 @@
  * Overview
  * --------
  * A *problem* is a computation graph plus a device graph.  Each op is given by
- * its description (see python/shardwise/opdesc.py): an iteration space (output
+ * its description (see python/shardwise/ops/desc.py): an iteration space (output
  * dimensions, then reduction dimensions) and, per input, one quasi-affine
  * index expression per input dimension.  From that one description the core
  * derives everything the planner needs:
@@ -33,7 +33,7 @@
  *   schedule_paths.c, schedule.c  critical-path schedules (TurboDL): layer blocks and
  *              paths, then every task's sub-task (dA, dW, dB), priority and stream
  *
- * Example (what python/shardwise/search.py does through the module):
+ * Example (what python/shardwise/planning/search.py does through the module):
  *
  *   sw_problem *p;
  *   sw_problem_new(&p, blob, blob_len, flops, ndev, dev_flops, dev_membw, bw);
@@ -292,7 +292,7 @@ int sw_same_partition(const sw_config *a, const sw_config *b);
 
 /* ---------------------------------------------------------------- task graphs */
 /* One training iteration of a plan as tasks (in a topological order), their
- * dependencies and the buffers each reads and writes; python/shardwise/lower.py
+ * dependencies and the buffers each reads and writes; python/shardwise/iteration/lower.py
  * describes every kind.  Contract with the runtime: each device runs its own
  * tasks in program order (one stream), so dependencies are recorded only where
  * that order does not already give them (devices meet only through copies,

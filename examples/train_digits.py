@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import shardwise as sw
-from shardwise.data import load_digits
+from shardwise.train.data import load_digits
 
 EPOCHS = 20
 LR = 0.02  # with momentum 0.9; 0.05 also trains but is less reliable (one seed in eight stalls)

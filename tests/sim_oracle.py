@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 import shardwise as sw
-from shardwise.boxes import volume
+from shardwise.ops.boxes import volume
 from shardwise.plan import reduction_pair
-from shardwise.problem import make_problem
+from shardwise.planning.problem import make_problem
 
 COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
                  "bn_backward_stats", "forward_partial"}

@@ -1,6 +1,6 @@
 """Random problems for the search tests: cost-table DAGs, small real graphs, device graphs.
 
-Two kinds of random input feed ``tests/test_search.py``:
+Two kinds of random input feed ``tests/planning/test_search.py``:
 
 * plain cost tables for ``shardwise._core.search_tables`` (``table_problems``):
   node cost vectors and ``(src, dst, table)`` edges over DAG shapes that
@@ -25,7 +25,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import shardwise as sw
-from shardwise.problem import dim_names
+from shardwise.planning.problem import dim_names
 
 
 def examples(n: int) -> int:

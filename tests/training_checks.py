@@ -8,8 +8,8 @@ import numpy as np
 
 import shardwise as sw
 from shardwise import reference as ref
-from shardwise.init import init_params
-from shardwise.train import Trainer
+from shardwise.train.init import init_params
+from shardwise.train.trainer import Trainer
 
 RTOL = 1e-4   # losses and weights of any plan match one worker and the reference this closely
 

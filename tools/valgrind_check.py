@@ -4,7 +4,7 @@ CPython itself reports many benign "uninitialised value" and "possibly lost"
 records under memcheck; what we must keep clean is every record whose stack
 passes through our extension (csrc/*.c, the _core shared object).
 
-    python tools/valgrind_check.py python -m pytest -q tests/test_cost_model.py
+    python tools/valgrind_check.py python -m pytest -q tests/planning/test_cost_model.py
 """
 from __future__ import annotations
 

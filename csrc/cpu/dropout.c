@@ -14,7 +14,7 @@
  * nothing but the seed, the step and i: the same bits for one worker or many.
  * Kept values are scaled by 1 / (1 - p) (inverted dropout, as PyTorch), so the
  * expectation is the input; the gradient is dy through the same mask and scale.
- * python/shardwise/reference_dropout.py computes the same mask in NumPy.
+ * python/shardwise/reference/dropout.py computes the same mask in NumPy.
  */
 #include <math.h>  /* llround */
 

@@ -2,7 +2,7 @@
  *
  *   y[o] = x[map(o)],  map_d(o) = ((sum_v coef[v] o[v] + offset) / div) % mod   (mod 0: none)
  *
- * reshape and permute are described by such maps (python/shardwise/ops_seq.py); the
+ * reshape and permute are described by such maps (python/shardwise/ops/seq.py); the
  * kernels evaluate the very same expressions, so a kernel cannot disagree with the
  * regions the planner derived from them.  The maps are one-to-one, so the gradient is
  * the inverse move: dx[map(o)] = dy[o], zeros where dy sends nothing.  Coordinates are

@@ -12,7 +12,7 @@
 
 #include "task_env.h"
 
-#define BN_EPS 1e-5   /* as python/shardwise/reference.py and PyTorch's default */
+#define BN_EPS 1e-5   /* as python/shardwise/reference/__init__.py and PyTorch's default */
 
 /* ------------------------------------------------------------------ environment */
 void sw_env_view(const sw_task_env *e, int32_t b, sw_view *v) { sw_rt_view(e->rt, b, v); }

@@ -1,7 +1,7 @@
 /*
  * kernels_conv_py.c -- test entry points of the convolution and linear CPU
  * kernels (csrc/cpu/conv*.c, linear.c), so tests can compare them with
- * python/shardwise/reference.py on full tensors and on sharded views.
+ * python/shardwise/reference/__init__.py on full tensors and on sharded views.
  *
  * Every array is a float32 NumPy array (any other dtype is a ValueError, never
  * a silent cast); non-contiguous arrays are copied.  A view is an array plus

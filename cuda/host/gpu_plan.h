@@ -2,7 +2,7 @@
  *
  * Everything the CUDA backend decides before a GPU runs anything lives here, as pure
  * functions of numbers, so that it is unit-tested on machines without a GPU (these files are
- * built into shardwise._core as well as shardwise._cuda; tests/test_gpu_plan.py):
+ * built into shardwise._core as well as shardwise._cuda; tests/gpu/test_gpu_plan.py):
  *
  *   device_map.c     which GPU each logical device of a plan runs on, and how a box moves
  *                    between two logical devices (same GPU, peer access, staged by the driver)

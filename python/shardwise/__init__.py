@@ -6,14 +6,14 @@
     plan = sw.search(g, d)
     print(plan.summary())
 """
-from ._blas import preload_openblas
+from shardwise._blas import preload_openblas
 
 preload_openblas()
 
-from .errors import (ConfigError, DeviceGraphError, GraphError, ModelImportError, PlanFileError, SearchError,
+from shardwise.errors import (ConfigError, DeviceGraphError, GraphError, ModelImportError, PlanFileError, SearchError,
                      SearchWarning, ShapeError, ShardwiseError)
-from .graph import Graph, Op, Tensor
-from . import models
+from shardwise.graph import Graph, Op, Tensor
+from shardwise import models
 
 __version__ = "0.1.0"
 
@@ -21,26 +21,26 @@ __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "G
            "DeviceGraphError", "ConfigError", "SearchError", "SearchWarning", "PlanFileError",
            "ModelImportError", "__version__"]
 
-from .devices import MAX_DEVICES, Device, DeviceGraph
-from .plan import LayerCost, OpConfig, Plan, compare_text
-from .problem import CostOptions, worker_counts
-from .costs import ProfileTable
-from .search import search
-from .search_memory import FrontPlan, PlanDoesNotFitError
-from . import strategies
-from .train import CheckpointError, SGD, Trainer, TrainerInUseError, TrainingError
-from . import data
-from .lower import TaskGraph, lower
-from .memory import DeviceMemory, MemoryPlan, memory_plan
-from .runtime import backends
-from . import cuda
-from .simulate import MemoryOverflow, SimResult, simulate
-from .schedule import Schedule, schedule
-from .profile import Profile, ProfileMismatch, profile
-from .import_torch import from_torch
-from .import_onnx import from_onnx
-from .describe import DescriptionError, Max, Min, Opaque, Prod, Sum, op
-from .describe_strategies import Strategy, strategies_of
+from shardwise.machine.devices import MAX_DEVICES, Device, DeviceGraph
+from shardwise.plan import LayerCost, OpConfig, Plan, compare_text
+from shardwise.planning.problem import CostOptions, worker_counts
+from shardwise.planning.costs import ProfileTable
+from shardwise.planning.search import search
+from shardwise.planning.search_memory import FrontPlan, PlanDoesNotFitError
+from shardwise.planning import strategies
+from shardwise.train.trainer import CheckpointError, SGD, Trainer, TrainerInUseError, TrainingError
+from shardwise.train import data
+from shardwise.iteration.lower import TaskGraph, lower
+from shardwise.iteration.memory import DeviceMemory, MemoryPlan, memory_plan
+from shardwise.train.runtime import backends
+from shardwise.machine import cuda
+from shardwise.iteration.simulate import MemoryOverflow, SimResult, simulate
+from shardwise.iteration.schedule import Schedule, schedule
+from shardwise.planning.profile import Profile, ProfileMismatch, profile
+from shardwise.importers.torch.convert import from_torch
+from shardwise.importers.onnx.convert import from_onnx
+from shardwise.ops.describe import DescriptionError, Max, Min, Opaque, Prod, Sum, op
+from shardwise.planning.describe_strategies import Strategy, strategies_of
 
 __all__ += ["MAX_DEVICES", "Device", "DeviceGraph", "LayerCost", "OpConfig", "Plan", "compare_text", "CostOptions",
             "worker_counts", "ProfileTable", "search", "strategies", "Trainer", "SGD", "TrainingError",
@@ -50,18 +50,18 @@ __all__ += ["TaskGraph", "lower", "MemoryOverflow", "SimResult", "simulate", "De
 __all__ += ["Profile", "ProfileMismatch", "profile"]
 __all__ += ["from_torch", "from_onnx"]
 __all__ += ["DescriptionError", "Max", "Min", "Opaque", "Prod", "Strategy", "Sum", "op", "strategies_of"]
-from . import tofu
-from .tofu import TofuResult
+from shardwise.planning import tofu
+from shardwise.planning.tofu import TofuResult
 
 __all__ += ["tofu", "TofuResult"]
-from .optim import Adam, AdamW, Optimizer
-from . import lr_schedules
+from shardwise.train.optim import Adam, AdamW, Optimizer
+from shardwise.train import lr_schedules
 
 __all__ += ["Adam", "AdamW", "Optimizer", "lr_schedules"]
 __all__ += ["FrontPlan", "PlanDoesNotFitError"]
-from .swap import SwapEntry, SwapPlan, parse_budget, swap_plan
+from shardwise.iteration.swap import SwapEntry, SwapPlan, parse_budget, swap_plan
 
 __all__ += ["SwapEntry", "SwapPlan", "parse_budget", "swap_plan"]
-from .tune import Candidate, TuneResult, adapted_lr, tune_minibatch
+from shardwise.planning.tune import Candidate, TuneResult, adapted_lr, tune_minibatch
 
 __all__ += ["Candidate", "TuneResult", "adapted_lr", "tune_minibatch"]

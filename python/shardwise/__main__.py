@@ -1,10 +1,10 @@
-"""``python -m shardwise`` and the ``shardwise`` console script (see :mod:`shardwise.cli`)."""
+"""``python -m shardwise`` and the ``shardwise`` console script (see :mod:`shardwise.cli.main`)."""
 from __future__ import annotations
 
 import sys
 from typing import Sequence
 
-from .cli import main as _cli_main
+from shardwise.cli.main import main as _cli_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:

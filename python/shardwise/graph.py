@@ -5,7 +5,7 @@
     x = g.conv2d(x, 16, kernel=3, padding=1, activation="relu", name="conv1")
 
 Each builder call validates its inputs, derives the op's description
-(:mod:`shardwise.ops`) and returns a :class:`Tensor` handle carrying the output
+(:mod:`shardwise.ops.builtin`) and returns a :class:`Tensor` handle carrying the output
 shape.  Every op produces exactly one tensor, so op names double as tensor names.
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import ops
-from .errors import GraphError, ShapeError
-from .graph_seq import INPUT_DTYPES, SequenceBuilders
-from .opdesc import DATA, MAX_INDEX_COEF, MAX_INDEX_OFFSET, MAX_INDEX_PERIOD, WEIGHT, OpDesc
+from shardwise.ops import builtin as ops
+from shardwise.errors import GraphError, ShapeError
+from shardwise.graph_seq import INPUT_DTYPES, SequenceBuilders
+from shardwise.ops.desc import DATA, MAX_INDEX_COEF, MAX_INDEX_OFFSET, MAX_INDEX_PERIOD, WEIGHT, OpDesc
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,7 +196,7 @@ class Graph(SequenceBuilders):
         """Mark the ops built inside as one unrolled step of the recurrent cell ``cell``.
 
         The n-th op built in every ``with g.timestep("layer0"):`` block gets the attribute
-        ``timestep="layer0#n"``; Tofu's coarsening (:mod:`shardwise.tofu_coarsen`) gives
+        ``timestep="layer0#n"``; Tofu's coarsening (:mod:`shardwise.planning.tofu.coarsen`) gives
         all ops with the same key one partition strategy, as they share weights and logic.
         """
         if not isinstance(cell, str) or not cell:
@@ -362,7 +362,7 @@ class Graph(SequenceBuilders):
         the parameters that are trainable weights.  Planned like a built-in op (the core
         derives its regions and costs); training it needs kernels, which described ops do not
         have yet."""
-        from .describe import OpDefinition
+        from shardwise.ops.describe import OpDefinition
 
         if not isinstance(definition, OpDefinition):
             raise GraphError(f"custom needs an operator described with @sw.op, got {type(definition).__name__}")

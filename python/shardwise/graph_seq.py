@@ -8,7 +8,7 @@
     o = g.attention(q, k, v, causal=True, name="attn")          # (N, H, T, Dh)
 
 Each builder validates its inputs, derives the op's description
-(:mod:`shardwise.ops_seq`) and adds the op; names and arguments follow PyTorch's
+(:mod:`shardwise.ops.seq`) and adds the op; names and arguments follow PyTorch's
 (``torch.nn.LayerNorm``, ``torch.nn.Embedding``, ``torch.softmax``, ``Tensor.reshape``,
 ``Tensor.permute``, ``Tensor.transpose``) so that importers can map them one to one.
 """
@@ -18,12 +18,12 @@ import math
 import numbers
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import ops_seq
-from .errors import GraphError, ShapeError
+from shardwise.ops import seq as ops_seq
+from shardwise.errors import GraphError, ShapeError
 
 if TYPE_CHECKING:
-    from .graph import Op, Tensor
-    from .opdesc import OpDesc
+    from shardwise.graph import Op, Tensor
+    from shardwise.ops.desc import OpDesc
 
 # What an input op may hold: float32 data, or integer token ids (carried as exact float32s).
 INPUT_DTYPES = ("float32", "int64")
@@ -99,7 +99,7 @@ class SequenceBuilders:
         dimensions must split one dimension ((N, T, D) -> (N, T, H, Dh)) or merge several into
         one ((N, T, H, Dh) -> (N, T, D)), so that splits of the result keep to contiguous
         blocks of x."""
-        from .graph import _check_shape
+        from shardwise.graph import _check_shape
 
         x = self._tensor(x)
         try:

@@ -17,12 +17,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .atomic import write_atomically
-from .costs import ComputeCosts, apply_profile
-from .devices import DeviceGraph
-from .errors import ConfigError, PlanFileError
-from .graph import Graph, Op
-from .problem import CostOptions, config_arrays, dim_names, make_problem
+from shardwise.atomic import write_atomically
+from shardwise.planning.costs import ComputeCosts, apply_profile
+from shardwise.machine.devices import DeviceGraph
+from shardwise.errors import ConfigError, PlanFileError
+from shardwise.graph import Graph, Op
+from shardwise.planning.problem import CostOptions, config_arrays, dim_names, make_problem
 
 PLAN_FORMAT = "shardwise-plan"
 PLAN_VERSION = 1
@@ -297,7 +297,7 @@ class Plan:
         iteration, Eq. 1 cost and its terms, and why the plan wins or loses; with the plan's
         costs unless ``costs`` is given.  Returns a :class:`shardwise.plan_compare.Comparison`
         (``print`` it; ``.speedup`` is the fastest baseline's simulated time over the plan's)."""
-        from .plan_compare import compare
+        from shardwise.plan_compare import compare
 
         return compare(self, baselines, costs)
 
@@ -305,7 +305,7 @@ class Plan:
         """The op's configuration beside the ``top`` cheapest others the search could give it,
         each costed by Eq. 1 with the rest of the plan fixed (compute, transfers on the op's
         edges, sync).  Returns a :class:`shardwise.plan_explain.Explanation`; ``print`` it."""
-        from .plan_explain import explain
+        from shardwise.plan_explain import explain
 
         return explain(self, op_name, top)
 
@@ -330,7 +330,7 @@ class Plan:
 
     def plot(self, path: str | None = None):
         """Draw the network with each op's configuration (matplotlib); see shardwise.viz."""
-        from .viz import plot_plan
+        from shardwise.viz import plot_plan
 
         return plot_plan(self, path)
 

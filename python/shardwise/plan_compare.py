@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from .plan import Plan
+    from shardwise.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class Comparison:
 def compare(plan: "Plan", baselines: Sequence["Plan"] | None = None, costs: Any = None) -> Comparison:
     """Simulate ``plan`` and ``baselines`` (default: data, model and OWT parallelism on the
     plan's devices) with the plan's costs (or ``costs``), memory unchecked."""
-    from .simulate import describe_costs, resolve_costs, simulate
-    from .strategies import baselines as default_baselines
+    from shardwise.iteration.simulate import describe_costs, resolve_costs, simulate
+    from shardwise.planning.strategies import baselines as default_baselines
 
     costs = resolve_costs(plan, costs)
     if baselines is None:

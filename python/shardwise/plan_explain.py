@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ConfigError
-from .problem import config_arrays, dim_names, make_problem, worker_counts
+from shardwise.errors import ConfigError
+from shardwise.planning.problem import config_arrays, dim_names, make_problem, worker_counts
 
 if TYPE_CHECKING:
-    from .plan import OpConfig, Plan
+    from shardwise.plan import OpConfig, Plan
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,9 @@ class Explanation:
 
 
 def explain(plan: "Plan", op_name: str, top: int = 5) -> Explanation:
-    from .costs import apply_profile
-    from .plan import OpConfig, reduction_config, reduction_pair
-    from .search import _enumerate
+    from shardwise.planning.costs import apply_profile
+    from shardwise.plan import OpConfig, reduction_config, reduction_pair
+    from shardwise.planning.search import _enumerate
 
     if op_name not in plan.configs:
         raise ConfigError(f"no op named {op_name!r} in this plan")
@@ -110,6 +110,6 @@ def explain(plan: "Plan", op_name: str, top: int = 5) -> Explanation:
                        float(transfer[k]), float(ts[k]), c == chosen) for k, c in enumerate(options)]
     first = next(r for r in rows if r.chosen)
     others = sorted((r for r in rows if not r.chosen), key=lambda r: r.total)[:top]
-    from .simulate import describe_costs
+    from shardwise.iteration.simulate import describe_costs
 
     return Explanation(op_name, target.kind, [first] + others, len(rows), describe_costs(plan.costs))

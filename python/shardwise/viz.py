@@ -14,7 +14,7 @@ import io
 import os
 from typing import Any
 
-from .atomic import write_atomically
+from shardwise.atomic import write_atomically
 
 
 def depths(graph) -> list[int]:

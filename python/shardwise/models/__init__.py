@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import GraphError
-from ..graph import Graph
-from .alexnet import alexnet
-from .inception import inception_v3
-from .gpt import gpt, gpt_tiny, megatron_spec
-from .lenet import lenet5
-from .rnn import rnn
-from .resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
-from .small import alexnet_small, inception_small, resnet18_small, vgg_small
-from .vgg import vgg16
+from shardwise.errors import GraphError
+from shardwise.graph import Graph
+from shardwise.models.alexnet import alexnet
+from shardwise.models.inception import inception_v3
+from shardwise.models.gpt import gpt, gpt_tiny, megatron_spec
+from shardwise.models.lenet import lenet5
+from shardwise.models.rnn import rnn
+from shardwise.models.resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
+from shardwise.models.small import alexnet_small, inception_small, resnet18_small, vgg_small
+from shardwise.models.vgg import vgg16
 
 ZOO: dict[str, Callable[..., Graph]] = {
     "lenet5": lenet5,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ShapeError
+from shardwise.errors import ShapeError
 
 
 def check_args(model: str, batch: Any, num_classes: Any) -> None:

@@ -1,8 +1,8 @@
 """AlexNet in torchvision's single-tower layout (Krizhevsky, 2014, "One weird trick")."""
 from __future__ import annotations
 
-from ._common import check_args
-from ..graph import Graph
+from shardwise.models._common import check_args
+from shardwise.graph import Graph
 
 
 def alexnet(batch: int = 512, num_classes: int = 1000) -> Graph:

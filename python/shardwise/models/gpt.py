@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ShapeError
-from ..graph import Graph, Tensor
+from shardwise.errors import ShapeError
+from shardwise.graph import Graph, Tensor
 
 
 def _positive(value: object, what: str) -> int:

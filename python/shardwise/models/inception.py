@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import GraphError
-from ._common import check_args
-from ..graph import Graph, Tensor
+from shardwise.errors import GraphError
+from shardwise.models._common import check_args
+from shardwise.graph import Graph, Tensor
 
 
 def _basic_conv(g: Graph, x: Tensor, out_channels: int, name: str, kernel: int | Sequence[int] = 1,

@@ -1,8 +1,8 @@
 """LeNet-5 (LeCun et al., 1998), the classic small convolutional network on 32x32 images."""
 from __future__ import annotations
 
-from ._common import check_args
-from ..graph import Graph
+from shardwise.models._common import check_args
+from shardwise.graph import Graph
 
 
 def lenet5(batch: int = 64, num_classes: int = 10) -> Graph:

@@ -8,9 +8,9 @@ as functions are named ``<block>.relu1``, ``<block>.relu2``, ``<block>.add`` and
 """
 from __future__ import annotations
 
-from ._common import check_args
-from ..errors import ShapeError
-from ..graph import Graph, Tensor
+from shardwise.models._common import check_args
+from shardwise.errors import ShapeError
+from shardwise.graph import Graph, Tensor
 
 
 def _conv_bn(g: Graph, x: Tensor, out_channels: int, kernel: int, stride: int, padding: int,

@@ -18,8 +18,8 @@ layer's last hidden state.  The CPU backend trains it: ``Trainer.step`` takes a 
 """
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..graph import Graph, Tensor
+from shardwise.errors import ShapeError
+from shardwise.graph import Graph, Tensor
 
 
 def _positive(value: object, what: str) -> int:

@@ -7,8 +7,8 @@ channels.  Used by the numerics tests and benchmarks/train_throughput.py.
 """
 from __future__ import annotations
 
-from ._common import check_args
-from ..graph import Graph, Tensor
+from shardwise.models._common import check_args
+from shardwise.graph import Graph, Tensor
 
 
 def alexnet_small(batch: int = 64, num_classes: int = 10) -> Graph:

@@ -1,8 +1,8 @@
 """VGG-16 (Simonyan & Zisserman, 2014), configuration D, without batch normalization."""
 from __future__ import annotations
 
-from ._common import check_args
-from ..graph import Graph
+from shardwise.models._common import check_args
+from shardwise.graph import Graph
 
 
 # Configuration D: output channels of the convolutions of each of the five stages.

@@ -1,0 +1,31 @@
+"""`python -m shardwise info`: the version, the backends built, and for CUDA the versions found
+and the GPUs seen, or why none (docs/gpu.md)."""
+from __future__ import annotations
+
+import platform
+
+from shardwise import __version__
+from shardwise.machine import cuda
+from shardwise.train.runtime import backends
+
+
+def info_text() -> str:
+    lines = [f"shardwise {__version__} (Python {platform.python_version()})",
+             f"backends built: {', '.join(backends())}"]
+    c = cuda.info()
+    if not c["built"]:
+        lines.append(f"cuda: {c['reason']}")
+    elif "cuda_build" not in c:
+        lines.append(f"cuda: built, but it cannot be loaded: {c['reason']}")
+    else:
+        lines.append(f"cuda: built with CUDA {c['cuda_build']}; cuDNN {c['cudnn']}, cuBLAS {c['cublas']} loaded")
+        lines.append(f"  driver: {c['driver'] or 'none (libcuda.so.1 not found)'}")
+    lines.append(f"  NCCL: {c['nccl'] + ' found (not used yet)' if c['nccl'] else 'not found (not used yet)'}")
+    if c.get("gpus"):
+        for g in c["gpus"]:
+            lines.append(f"  GPU {g.index}: {g.name}, compute {g.capability[0]}.{g.capability[1]}, "
+                         f"{g.memory / 2**30:.1f} GiB, {g.multiprocessors} SMs, {g.flops / 1e12:.1f} TFLOP/s FP32")
+    elif c["built"] and "cuda_build" in c:
+        lines.append(f"  GPUs: none ({c.get('reason', 'none seen')})")
+    lines.append("  (the CUDA backend has been compiled but never run on a GPU: docs/gpu.md)")
+    return "\n".join(lines) + "\n"

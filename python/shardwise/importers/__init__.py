@@ -1,0 +1,1 @@
+"""Importers: PyTorch modules (torch/) and ONNX files (onnx/) into shardwise graphs."""

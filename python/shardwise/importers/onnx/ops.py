@@ -1,0 +1,492 @@
+"""The table of ONNX ops :func:`shardwise.from_onnx` imports: op type -> converter.
+
+A converter gets one :class:`OnnxCall` (the node's input values, its decoded attributes, the
+name of the op it builds) and returns the value of the node's first output: a graph
+:class:`~shardwise.graph.Tensor` built with the builders, or an input passed through
+(``Identity``, a reshape to the same shape).  Weights are read from the model's initializers
+and recorded in PyTorch's layouts (convolution ``(C_out, C_in, kH, kW)``, linear ``(out, in)``)
+under ``"<op>.weight"`` and ``"<op>.bias"``, as :func:`shardwise.from_torch` does.
+
+The ops are those :func:`~shardwise.from_torch` imports, in their ONNX spelling (docs/importing.md
+lists them).  Shape arithmetic on constants never reaches this table: the importer folds it
+(:mod:`shardwise.importers.onnx.const`).  Nothing here imports onnx.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from shardwise.errors import ModelImportError, ShapeError
+from shardwise.graph import Graph, Tensor
+from shardwise.importers.onnx.const import Const, FoldError, reshape_target
+from shardwise.importers.torch.call import _check_ceil_mode
+from shardwise.reference import BN_EPS
+
+
+Weight = tuple[Const, np.ndarray]
+"""A weight of an op: the initializer it comes from and its values in PyTorch's layout."""
+
+
+@dataclass(frozen=True)
+class SiluOf:
+    """The output of a ``Sigmoid`` whose every reader is ``Mul(x, Sigmoid(x))``: exporters write
+    SiLU that way (ONNX has no SiLU op), and the ``Mul`` builds one silu op from it."""
+
+    x: Tensor
+
+
+@dataclass
+class OnnxCall:
+    """One ONNX node, as its converter sees it."""
+
+    graph: Graph
+    name: str                                  # the name of the op the converter builds
+    where: str                                 # the node, for messages
+    op_type: str
+    inputs: list[Any]                          # Tensor, Const, SiluOf, or None for an omitted optional input
+    attrs: dict[str, Any]
+    activation: str | None = None              # "relu": the ReLU reading this op's output is fused into it
+    is_output: bool = False                    # the node's output is the model's output
+    bias_add: Const | None = None              # MatMul: the bias of the Add that reads it, fused into a linear op
+    weights: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # op name -> {param: values}
+    owners: dict[str | None, tuple[str, str]] = field(default_factory=dict)   # initializer -> (op, param)
+    parameter_op: Callable[[Const, str], Tensor] | None = None        # a weight read as data (MatMul operand)
+    state: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # op -> batch norm's running statistics
+
+    def error(self, message: str) -> ModelImportError:
+        return ModelImportError(f"{self.where}: {message}")
+
+    def tensor(self, index: int, rank: int | None = None) -> Tensor:
+        """Input ``index`` as a graph tensor (of ``rank`` dimensions when given)."""
+        value = self.inputs[index] if index < len(self.inputs) else None
+        if isinstance(value, SiluOf):   # a Sigmoid read by something other than its SiLU Mul
+            raise self.error("internal error: a SiLU sigmoid read elsewhere")
+        if not isinstance(value, Tensor):
+            raise self.error(f"expects a tensor computed by the model as input {index}, got {_show(value)} "
+                             f"(operations on constants are not supported)")
+        if rank is not None and len(value.shape) != rank:
+            raise self.error(f"expects a rank-{rank} tensor as input {index}, got shape {value.shape}")
+        src = self.graph.ops[value.op]
+        if src.kind == "input" and src.attrs.get("dtype") == "int64":
+            raise self.error(f"reads the integer input {src.name!r} (token ids, INT64 or INT32) as input {index}; only "
+                             f"a Gather of a table (an embedding) may read integer inputs, the others must be float32")
+        return value
+
+    def weight(self, index: int, what: str, rank: int | None = None) -> Const:
+        """Input ``index``, a tensor stored in the model (an initializer): a trainable weight."""
+        value = self.inputs[index] if index < len(self.inputs) else None
+        if not isinstance(value, Const) or value.source is None:
+            raise self.error(f"expects an initializer of the model as its {what}, got {_show(value)} "
+                             f"(computed weights are not supported)")
+        if rank is not None and value.value.ndim != rank:
+            raise self.error(f"expects a rank-{rank} {what}, got initializer {value.source!r} of shape "
+                             f"{tuple(value.value.shape)}")
+        return value
+
+    def const(self, index: int, what: str) -> np.ndarray | None:
+        """Input ``index`` as a constant's value (None when the optional input is omitted)."""
+        value = self.inputs[index] if index < len(self.inputs) else None
+        if value is None:
+            return None
+        if not isinstance(value, Const):
+            raise self.error(f"expects a constant as its {what}, got {_show(value)}")
+        return value.value
+
+    def set_weights(self, shared_ok: bool = False, **params: Weight | None) -> None:
+        """Record the op's parameters, each an initializer and its values in PyTorch's layout.
+
+        Every shardwise op owns its weights: an initializer another op already took (tied
+        weights) is refused, as :func:`~shardwise.from_torch` refuses a parameter read by two
+        layers, since the two copies would drift apart in training.  ``shared_ok``: the op takes
+        its own copy of an initializer others read too (batch norm's: exporters merge equal
+        constant tensors, such as a fresh model's scales of ones, into one initializer)."""
+        for pname, (init, _) in ((k, v) for k, v in params.items() if v is not None and not shared_ok):
+            owner = self.owners.get(init.source)
+            if owner is not None:
+                raise self.error(f"its {pname} is the initializer {init.source!r}, which is also the {owner[1]} of op "
+                                 f"{owner[0]!r}; shared (tied) weights are not supported")
+            self.owners[init.source] = (self.name, pname)
+        self.weights[self.name] = {k: v[1] for k, v in params.items() if v is not None}
+
+
+class Outputs(tuple):
+    """What a converter of an op with several outputs read by the model returns (an LSTM's
+    ``Y``, ``Y_h``, ``Y_c``): the value of each output, in the node's order."""
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {value.shape}"
+    if isinstance(value, Const):
+        return repr(value)
+    return "nothing" if value is None else repr(value)
+
+
+def _pads(c: OnnxCall, kernel: tuple[int, int], stride: tuple[int, int]) -> tuple[int, int]:
+    """ONNX padding (``pads`` = [top, left, bottom, right] or ``auto_pad``) as shardwise's
+    symmetric (ph, pw); uneven padding has no shardwise equivalent."""
+    auto = c.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto == "VALID":
+        return (0, 0)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        if stride != (1, 1) or any(k % 2 == 0 for k in kernel):
+            raise c.error(f"auto_pad={auto} with kernel {kernel} and stride {stride} pads unevenly; it is not "
+                          f"supported")
+        return (kernel[0] // 2, kernel[1] // 2)
+    if auto != "NOTSET":
+        raise c.error(f"auto_pad={auto!r} is not supported")
+    pads = [int(p) for p in c.attrs.get("pads", [0, 0, 0, 0])]
+    if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:
+        raise c.error(f"pads={pads} is not supported (equal padding on both sides of each spatial dimension)")
+    return (pads[0], pads[1])
+
+
+def _pair_attr(c: OnnxCall, key: str, default: tuple[int, int]) -> tuple[int, int]:
+    value = c.attrs.get(key)
+    if value is None:
+        return default
+    value = [int(v) for v in value]
+    if len(value) != 2:
+        raise c.error(f"{key}={value} is not supported (2-D ops only)")
+    return (value[0], value[1])
+
+
+def _no_bias_or(c: OnnxCall, index: int, out: int) -> Weight | None:
+    """The optional bias input ``index``: an initializer of ``out`` values, or None when omitted
+    or a computed all-zero constant (what exporters write for a layer without bias)."""
+    value = c.inputs[index] if index < len(c.inputs) else None
+    if value is None:
+        return None
+    if isinstance(value, Const) and value.source is None and not np.any(value.value):
+        return None
+    bias = c.weight(index, "bias")
+    if bias.value.size != out or bias.value.ndim > 2:
+        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.value.shape)} for {out} outputs")
+    return bias, bias.value.reshape(out)
+
+
+# ----------------------------------------------------------------------------- converters
+def _conv(c: OnnxCall) -> Tensor:
+    x = c.tensor(0)
+    w = c.weight(1, "weight")
+    if w.value.ndim != 4 or len(x.shape) != 4:
+        raise c.error(f"a {w.value.ndim - 2}-D convolution (weight {tuple(w.value.shape)}) is not supported; "
+                      f"only 2-D")
+    groups = int(c.attrs.get("group", 1))
+    dilation = _pair_attr(c, "dilations", (1, 1))
+    kernel = (int(w.value.shape[2]), int(w.value.shape[3]))
+    if _pair_attr(c, "kernel_shape", kernel) != kernel:
+        raise c.error(f"kernel_shape={list(c.attrs['kernel_shape'])} differs from the weight's {kernel}")
+    stride = _pair_attr(c, "strides", (1, 1))
+    if x.shape[1] != w.value.shape[1] * groups:
+        per_group = f" per group x {groups} groups" if groups > 1 else ""
+        raise ShapeError(f"{c.where}: the weight {tuple(w.value.shape)} takes {w.value.shape[1]} input channels"
+                         f"{per_group} but the input has shape {x.shape}")
+    bias = _no_bias_or(c, 2, int(w.value.shape[0]))
+    # a dilated kernel spans d * (k - 1) + 1 pixels: that is the window SAME padding centres
+    span = tuple(d * (k - 1) + 1 for d, k in zip(dilation, kernel))
+    y = c.graph.conv2d(x, int(w.value.shape[0]), kernel=kernel, stride=stride, padding=_pads(c, span, stride),
+                       bias=bias is not None, activation=c.activation, name=c.name, dilation=dilation,
+                       groups=groups)
+    c.set_weights(weight=(w, w.value), bias=bias)
+    return y
+
+
+def _linear(c: OnnxCall, x: Tensor, weight: Weight, bias: Weight | None) -> Tensor:
+    """y = x W^T + b, ``weight`` in PyTorch's layout (out, in)."""
+    w = weight[1]
+    if len(x.shape) not in (2, 3):
+        raise c.error(f"a matrix product of a rank-{len(x.shape)} tensor {x.shape} with a weight is not supported "
+                      f"(it takes (N, features) or (N, T, features))")
+    if x.shape[-1] != w.shape[1]:
+        raise ShapeError(f"{c.where}: the weight (out, in) = {tuple(w.shape)} takes {w.shape[1]} features but the "
+                         f"input has shape {x.shape}")
+    y = c.graph.linear(x, int(w.shape[0]), activation=c.activation, bias=bias is not None, name=c.name)
+    c.set_weights(weight=weight, bias=bias)
+    return y
+
+
+def _gemm(c: OnnxCall) -> Tensor:
+    """Gemm(A, B, C) = alpha A' B' + beta C: a linear layer when B is an initializer."""
+    a = c.attrs
+    if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or (len(c.inputs) > 2 and a.get("beta", 1.0) != 1.0):
+        raise c.error(f"Gemm with transA={a.get('transA', 0)}, alpha={a.get('alpha', 1.0)}, beta={a.get('beta', 1.0)} "
+                      f"is not supported (transA=0, alpha=beta=1: a linear layer)")
+    w = c.weight(1, "weight", rank=2)
+    weight = (w, w.value if a.get("transB", 0) else w.value.T)   # PyTorch's (out, in)
+    return _linear(c, c.tensor(0), weight, _no_bias_or(c, 2, int(weight[1].shape[0])))
+
+
+def _matmul(c: OnnxCall) -> Tensor:
+    """MatMul(x, W): a linear layer when an Add of a bias initializer reads it (``bias_add``),
+    else a matrix product; an initializer operand is then a ``parameter`` op, as
+    ``x @ self.w`` is in :func:`~shardwise.from_torch`."""
+    if c.bias_add is not None:
+        w, b = c.weight(1, "weight", rank=2), c.bias_add
+        if b.value.size != w.value.shape[1]:
+            raise ShapeError(f"{c.where}: bias of shape {tuple(b.value.shape)} for {w.value.shape[1]} outputs")
+        return _linear(c, c.tensor(0), (w, w.value.T), (b, b.value.reshape(-1)))
+    ab = []
+    for k in range(2):
+        v = c.inputs[k]
+        if isinstance(v, Const):
+            c.weight(k, f"operand {k}", rank=2)
+            assert c.parameter_op is not None
+            v = c.parameter_op(v, c.where)
+            c.inputs[k] = v
+        ab.append(c.tensor(k, rank=2))
+    return c.graph.matmul(ab[0], ab[1], name=c.name)
+
+
+def _batchnorm(c: OnnxCall) -> Tensor:
+    x = c.tensor(0, rank=4)
+    scale, bias = c.weight(1, "scale", rank=1), c.weight(2, "bias", rank=1)
+    mean, var = c.weight(3, "running mean", rank=1), c.weight(4, "running variance", rank=1)
+    eps = float(c.attrs.get("epsilon", 1e-5))
+    if np.float32(eps) != np.float32(BN_EPS):   # stored as float32: compare in float32
+        raise c.error(f"epsilon={eps:g} is not supported (shardwise's batch norm uses eps={BN_EPS})")
+    for what, w in (("scale", scale), ("bias", bias), ("running mean", mean), ("running variance", var)):
+        if w.value.shape != (x.shape[1],):
+            raise ShapeError(f"{c.where}: {what} of shape {tuple(w.value.shape)} for input {x.shape}")
+    # ONNX keeps running = momentum * running + (1 - momentum) * statistic: PyTorch's momentum is 1 - it
+    # (six decimals: the attribute is a float32, and 1 - float32(0.9) is 0.10000002)
+    momentum = round(1.0 - float(c.attrs.get("momentum", 0.9)), 6)
+    if not 0.0 <= momentum <= 1.0:
+        raise c.error(f"momentum={c.attrs.get('momentum')!r} is outside [0, 1]")
+    y = c.graph.batchnorm2d(x, name=c.name, momentum=momentum)
+    c.set_weights(shared_ok=True, weight=(scale, scale.value.copy()), bias=(bias, bias.value.copy()))
+    c.state[c.name] = {"running_mean": mean.value, "running_var": var.value}
+    return y
+
+
+def _activation(kind: str) -> Callable[[OnnxCall], Tensor]:
+    def convert(c: OnnxCall) -> Tensor:
+        return getattr(c.graph, kind)(c.tensor(0), name=c.name)
+    return convert
+
+
+def _gelu(c: OnnxCall) -> Tensor:
+    approximate = c.attrs.get("approximate", "none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    if approximate != "none":
+        raise c.error(f"approximate={approximate!r} (GELU's tanh approximation) is not supported; shardwise's "
+                      f"gelu is the exact erf form")
+    return c.graph.gelu(c.tensor(0), name=c.name)
+
+
+def _leaky_relu(c: OnnxCall) -> Tensor:
+    # ONNX stores alpha as float32: 0.2 arrives as 0.20000000298...; its shortest float32
+    # spelling gives back the slope the model was written with (the kernels compute in
+    # float32, so either value gives the same results)
+    alpha = float(str(np.float32(c.attrs.get("alpha", 0.01))))
+    return c.graph.leaky_relu(c.tensor(0), negative_slope=alpha, name=c.name)
+
+
+def _mul(c: OnnxCall) -> Tensor:
+    """Mul(x, Sigmoid(x)): SiLU.  Any other product is refused."""
+    a, b = c.inputs[0], c.inputs[1]
+    for s, other in ((a, b), (b, a)):
+        if isinstance(s, SiluOf) and other is s.x:
+            return c.graph.silu(s.x, name=c.name)
+    raise c.error(f"the ONNX op Mul is not supported (only x * Sigmoid(x), SiLU); it multiplies {_show(a)} by "
+                  f"{_show(b)}")
+
+
+def _add(c: OnnxCall) -> Tensor:
+    a, b = c.inputs[0], c.inputs[1]
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        other = b if isinstance(a, Tensor) else a
+        raise c.error(f"adding {_show(other)} is not supported (Add takes two tensors of one shape computed by "
+                      f"the model; a bias is supported after a MatMul with an initializer)")
+    if a.shape != b.shape:
+        raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported")
+    return c.graph.add(a, b, name=c.name)
+
+
+def _concat(c: OnnxCall) -> Tensor:
+    ts = [c.tensor(k) for k in range(len(c.inputs))]
+    rank = len(ts[0].shape)
+    axis = c.attrs.get("axis")
+    if not isinstance(axis, int) or not -rank <= axis < rank:
+        raise c.error(f"axis={axis!r} is out of range for rank {rank}")
+    if axis % rank == 0:
+        raise c.error("concatenating along the batch dimension (axis=0) is not supported")
+    return c.graph.concat(ts, axis=axis % rank, name=c.name)
+
+
+def _to_2d(c: OnnxCall, x: Tensor, shape: tuple[int, ...], what: str) -> Tensor:
+    """``x`` reshaped to ``shape``: itself, or a flatten to (N, features)."""
+    if tuple(shape) == x.shape:
+        return x
+    if len(shape) == 2 and len(x.shape) > 2 and shape[0] == x.shape[0]:
+        return c.graph.flatten(x, name=c.name)
+    raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported; only flattening to (N, features) is")
+
+
+def _flatten(c: OnnxCall) -> Tensor:
+    x = c.tensor(0)
+    axis = c.attrs.get("axis", 1)
+    if axis % max(len(x.shape), 1) != 1:
+        raise c.error(f"Flatten(axis={axis}) of shape {x.shape} is not supported; only axis=1 (everything after "
+                      f"the batch dimension)")
+    return _to_2d(c, x, (x.shape[0], int(np.prod(x.shape[1:]))), "flattening")
+
+
+def _reshape(c: OnnxCall) -> Tensor:
+    x = c.tensor(0)
+    target = c.const(1, "shape")
+    try:
+        shape = reshape_target(x.shape, [int(v) for v in np.asarray(target).reshape(-1)],
+                               bool(c.attrs.get("allowzero", 0)))
+    except FoldError as exc:
+        raise c.error(str(exc)) from None
+    return _to_2d(c, x, shape, "reshaping")
+
+
+def _squeeze(c: OnnxCall) -> Tensor:
+    x = c.tensor(0)
+    axes = c.attrs.get("axes")
+    if axes is None and len(c.inputs) > 1:
+        axes = c.const(1, "axes")
+    drop = ({d for d, s in enumerate(x.shape) if s == 1} if axes is None
+            else {int(a) % len(x.shape) for a in np.asarray(axes).reshape(-1)})
+    if 0 in drop:
+        raise c.error("squeezing the batch dimension is not supported")
+    return _to_2d(c, x, tuple(s for d, s in enumerate(x.shape) if d not in drop), "squeezing")
+
+
+def _pool(kind: str) -> Callable[[OnnxCall], Tensor]:
+    def convert(c: OnnxCall) -> Tensor:
+        x = c.tensor(0, rank=4)
+        kernel = _pair_attr(c, "kernel_shape", (0, 0))
+        if kernel == (0, 0):
+            raise c.error("kernel_shape is missing")
+        stride = _pair_attr(c, "strides", (1, 1))   # ONNX's default stride is 1, not the kernel
+        if _pair_attr(c, "dilations", (1, 1)) != (1, 1):
+            raise c.error(f"dilations={list(c.attrs['dilations'])} is not supported")
+        padding = _pads(c, kernel, stride)
+        if kind == "avg" and padding != (0, 0) and not c.attrs.get("count_include_pad", 0):
+            raise c.error("count_include_pad=0 with padding is not supported (padded zeros count in the divisor)")
+        if c.attrs.get("ceil_mode", 0):
+            _check_ceil_mode(c, x.shape, kernel, stride, padding)
+        return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
+    return convert
+
+
+def _global_pool(kind: str) -> Callable[[OnnxCall], Tensor]:
+    def convert(c: OnnxCall) -> Tensor:
+        x = c.tensor(0, rank=4)
+        if x.shape[2:] == (1, 1):   # pooling one value is the identity (from_torch's adaptive pooling skips it too)
+            return x
+        return c.graph.pool2d(x, kernel=x.shape[2:], stride=x.shape[2:], kind=kind, name=c.name)
+    return convert
+
+
+def _reduce_mean(c: OnnxCall) -> Tensor:
+    """The mean over (H, W) of an (N, C, H, W) tensor: global average pooling (then a flatten
+    unless ``keepdims``)."""
+    x = c.tensor(0)
+    axes = c.attrs.get("axes")
+    if axes is None and len(c.inputs) > 1:
+        axes = c.const(1, "axes")
+    axes = None if axes is None else sorted(int(a) % max(len(x.shape), 1) for a in np.asarray(axes).reshape(-1))
+    if len(x.shape) != 4 or axes != [2, 3]:
+        raise c.error(f"ReduceMean over axes {axes} of shape {x.shape} is not supported; only over (H, W) of an "
+                      f"(N, C, H, W) tensor (global average pooling)")
+    if x.shape[2:] == (1, 1):   # the mean of one value: no pool (PyTorch exports AdaptiveAvgPool2d(1) this way)
+        return x if c.attrs.get("keepdims", 1) else c.graph.flatten(x, name=c.name)
+    y = c.graph.pool2d(x, kernel=x.shape[2:], stride=x.shape[2:], kind="avg", name=c.name)
+    return y if c.attrs.get("keepdims", 1) else c.graph.flatten(y, name=f"{c.name}.flatten")
+
+
+def _softmax(c: OnnxCall) -> Tensor:
+    x = c.tensor(0, rank=2)
+    if not c.is_output:
+        raise c.error(f"{c.op_type} is supported only as the model's output, where it becomes shardwise's softmax "
+                      f"cross-entropy loss")
+    if c.attrs.get("axis", -1) not in (1, -1):
+        raise c.error(f"{c.op_type}(axis={c.attrs['axis']}) is not supported; only over the classes (axis=1)")
+    return c.graph.softmax(x, name=c.name)
+
+
+def _identity(c: OnnxCall) -> Any:
+    return c.tensor(0)
+
+
+def _dropout(c: OnnxCall) -> Any:
+    """Dropout at inference (no ``training_mode``, or a false one) is the identity in ONNX; in
+    training mode it drops with probability ``ratio`` (0.5 when absent): shardwise's dropout op,
+    whose masks are a function of the seed, the step and the element's index (not the
+    exporter's random stream), the identity in the Trainer's eval mode."""
+    training = c.const(2, "training_mode") if len(c.inputs) > 2 else None
+    if training is None or not bool(np.asarray(training).reshape(-1)[0]):
+        return c.tensor(0)
+    ratio = c.const(1, "ratio") if len(c.inputs) > 1 and c.inputs[1] is not None else None
+    # the float32 ratio as its shortest decimal (0.3, not 0.30000001): the same float32, and the
+    # probability PyTorch's module had, so the graph is the one from_torch builds
+    p = 0.5 if ratio is None else float(str(np.asarray(ratio, np.float32).reshape(-1)[0]))
+    if not 0.0 <= p < 1.0:
+        raise c.error(f"Dropout ratio={p} is not supported (a number in [0, 1))")
+    if p == 0.0:
+        return c.tensor(0)
+    return c.graph.dropout(c.tensor(0), p, name=c.name)
+
+
+ONNX_OPS: dict[str, Callable[[OnnxCall], Any]] = {
+    "Conv": _conv,
+    "Gemm": _gemm,
+    "MatMul": _matmul,
+    "BatchNormalization": _batchnorm,
+    "Relu": _activation("relu"),
+    "Sigmoid": _activation("sigmoid"),
+    "Tanh": _activation("tanh"),
+    "Gelu": _gelu,
+    "LeakyRelu": _leaky_relu,
+    "Mul": _mul,
+    "Add": _add,
+    "Concat": _concat,
+    "Flatten": _flatten,
+    "Reshape": _reshape,
+    "Squeeze": _squeeze,
+    "MaxPool": _pool("max"),
+    "AveragePool": _pool("avg"),
+    "GlobalAveragePool": _global_pool("avg"),
+    "GlobalMaxPool": _global_pool("max"),
+    "ReduceMean": _reduce_mean,
+    "Softmax": _softmax,
+    "LogSoftmax": _softmax,
+    "Identity": _identity,
+    "Dropout": _dropout,
+}
+"""Every ONNX op :func:`shardwise.from_onnx` imports (beside the constant ones it folds)."""
+
+HINTS: dict[str, str] = {
+    "Erf": "GELU exported before opset 20 is spelled with Erf, Div, Mul and Add; export with opset_version=20 or "
+           "later, where it is one Gelu node",
+    "HardSigmoid": "exporters write h-swish and hard sigmoid this way; shardwise has neither",
+}
+"""What to say about an unsupported op a model commonly has for a supported reason."""
+
+KIND_NAMES: dict[str, str] = {
+    "Conv": "conv", "Gemm": "linear", "MatMul": "matmul", "BatchNormalization": "bn", "Relu": "relu",
+    "Sigmoid": "sigmoid", "Tanh": "tanh", "Gelu": "gelu", "LeakyRelu": "leaky_relu", "Mul": "silu", "Add": "add",
+    "Concat": "cat", "Flatten": "flatten", "Reshape": "reshape", "Squeeze": "squeeze", "MaxPool": "maxpool",
+    "AveragePool": "avgpool", "GlobalAveragePool": "avgpool", "GlobalMaxPool": "maxpool", "ReduceMean": "mean",
+    "Softmax": "softmax", "LogSoftmax": "softmax", "Gather": "embedding", "LayerNormalization": "layer_norm",
+    "Transpose": "transpose",
+}
+"""The operation's name in op names made from a scope (``"layer1.0.add"``): from_torch's names."""
+
+MULTI_OUTPUT: set[str] = set()
+"""Ops whose converters return :class:`Outputs`: every output may be read (of other ops, only
+the first)."""
+
+LAZY_READERS: set[str] = set()
+"""Ops whose converters take lazy values (an LSTM's steps or states) as they are; for the
+others the importer builds them as one tensor first."""
+
+FUSES_RELU = ("Conv", "Gemm", "MatMul")
+"""Ops a Relu that is the only reader of their output is fused into (a MatMul only as a linear layer)."""

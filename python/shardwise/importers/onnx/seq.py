@@ -1,0 +1,311 @@
+"""The sequence-model ops :func:`shardwise.from_onnx` imports: ``Gather`` of a table (embeddings,
+learned positions), ``LayerNormalization``, reshapes and transposes beyond flattening, batched
+``MatMul`` and linear layers on (N, T, D), and scaled dot-product attention as PyTorch's
+(dynamo) exporter writes it::
+
+    q' = Mul(q, sqrt(s)); k' = Mul(Reshape(Transpose(Reshape(k))), sqrt(s))     k transposed
+    probs = Softmax(Add(MatMul(q', k'), mask), axis=-1)                         mask: 0 / -inf causal
+    out = MatMul(probs, v)
+
+which becomes the composition :meth:`~shardwise.Graph.attention` builds (``matmul(q, k,
+transpose_b=True)``, ``softmax_dim(scale, causal)``, ``matmul``), the graph ``from_torch`` builds
+from the same model.  As in :mod:`shardwise.importers.torch.seq`, values on the way are lazy:
+
+* :class:`View`: reshapes and transposes of a graph tensor that leave the batch dimension
+  (the exporter's ``(N, H, T, Dh) -> (N H, T, Dh)`` around the transpose of k), kept as a NumPy
+  view of an untouched ``np.empty`` of the tensor's shape: its strides say exactly which
+  elements it reads, so a MatMul can tell the transpose of the last two dimensions;
+* :class:`Scaled`: a tensor times a positive constant, read by a MatMul;
+* :class:`Scores`: a MatMul's result with a scale and a causal mask, read by a Softmax.
+
+Nothing here imports onnx.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from shardwise.graph import Tensor
+from shardwise.importers.onnx.const import Const, FoldError, reshape_target
+from shardwise.importers.onnx.ops import ONNX_OPS, OnnxCall, _linear, _show
+from shardwise.importers.torch.call import Lazy
+
+MASK_FILL_MAX = -1e9   # as import_torch_seq: an additive mask value taken for -inf
+
+
+@dataclass(eq=False)
+class View:
+    """Reshapes and transposes of ``base`` that moved its batch dimension: ``arr`` is the same
+    chain applied to ``origin``, an ``np.empty(base.shape, int8)`` (never written: it costs
+    address space only), whose strides and offset say which element of ``base`` each element
+    of the view reads."""
+
+    base: Any         # a Tensor, or a lazy value (an LSTM's output steps, import_onnx_rnn)
+    origin: np.ndarray
+    arr: np.ndarray
+    where: str = ""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.arr.shape)
+
+    def __repr__(self) -> str:
+        return (f"the view of a tensor of shape {self.base.shape} as {self.shape} (from {self.where}), which moves "
+                f"the batch dimension (supported only around the transpose of attention's keys)")
+
+
+@dataclass(eq=False)
+class Scaled:
+    """``t`` times a positive constant ``factor`` (the exporter scales q and k before their product)."""
+
+    t: Any            # Tensor or View
+    factor: float
+
+
+@dataclass(eq=False)
+class Scores:
+    """Attention scores ``t`` (a matmul's result) times ``scale``, causally masked when ``causal``."""
+
+    t: Tensor
+    scale: float
+    causal: bool = False
+
+
+def _transposed_of(v: Any) -> Tensor | None:
+    """The tensor ``v`` reads with its last two dimensions swapped, if that is what it reads."""
+    if not isinstance(v, View):
+        return None
+    want = np.swapaxes(v.origin, -1, -2)
+    same = v.arr.shape == want.shape and v.arr.strides == want.strides and \
+        v.arr.__array_interface__["data"][0] == want.__array_interface__["data"][0]
+    return v.base if same else None
+
+
+def same_layout(a: np.ndarray, b: np.ndarray) -> bool:
+    """Do the arrays read the same elements in the same order (strides of length-1 axes aside)?"""
+    return a.shape == b.shape and a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and all(
+        s == t for s, t, n in zip(a.strides, b.strides, a.shape) if n > 1)
+
+
+def resolve(v: View) -> Any:
+    """``v``'s base when the view reads it unchanged (transposes undone: an LSTM's time-major
+    output turned back to batch-first), else ``v``."""
+    return v.base if same_layout(v.arr, v.origin) else v
+
+
+def _view(c: OnnxCall, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str) -> Any:
+    """The view ``make`` takes of ``x`` (a graph tensor, a view, or a lazy value with a shape:
+    an LSTM's output steps), or its base when it reads that unchanged."""
+    origin = x.origin if isinstance(x, View) else np.empty(x.shape, dtype=np.int8)
+    arr = x.arr if isinstance(x, View) else origin
+    out = make(arr)
+    if out.size and not np.may_share_memory(out, origin):   # NumPy had to copy: not a view of x
+        raise c.error(f"{what} of {_show(x)} is not supported (it is not a view of a graph tensor)")
+    return resolve(View(x.base if isinstance(x, View) else x, origin, out, x.where if isinstance(x, View) else c.where))
+
+
+def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    def convert(c: OnnxCall) -> Any:
+        x = c.inputs[0]
+        if isinstance(x, (Tensor, View)) and len(c.inputs) > 1 and isinstance(c.inputs[1], Const):
+            try:
+                shape = reshape_target(x.shape, [int(v) for v in np.asarray(c.inputs[1].value).reshape(-1)],
+                                       bool(c.attrs.get("allowzero", 0)))
+            except FoldError as exc:
+                raise c.error(str(exc)) from None
+            if isinstance(x, Tensor) and (shape == x.shape or (len(shape) == 2 and len(x.shape) > 2
+                                                                and shape[0] == x.shape[0])):
+                return previous(c)   # the identity, or a flatten to (N, features)
+            if isinstance(x, Tensor) and len(shape) >= 2 and shape[0] == x.shape[0]:
+                try:
+                    return c.graph.reshape(x, shape, name=c.name)
+                except Exception:   # a reshape the builder cannot describe: it may still be part of a view
+                    pass
+            return _view(c, x, lambda a: a.reshape(shape), "reshaping")
+        return previous(c)
+    return convert
+
+
+def _transpose(c: OnnxCall) -> Any:
+    x = c.inputs[0]
+    if not isinstance(x, (Tensor, View)):
+        raise c.error(f"Transpose of {_show(x)} is not supported")
+    r = len(x.shape)
+    perm = [int(p) % r for p in c.attrs.get("perm", list(range(r))[::-1])]
+    if perm == list(range(r)):
+        return x
+    if isinstance(x, Tensor) and perm[0] == 0:
+        return c.graph.permute(x, perm, name=c.name)
+    return _view(c, x, lambda a: np.transpose(a, perm), "transposing")
+
+
+def _scalar(v: Any) -> float | None:
+    if isinstance(v, Const) and v.value.size == 1 and v.value.dtype.kind == "f":
+        f = float(v.value.reshape(-1)[0])
+        return f if math.isfinite(f) and f > 0 else None
+    return None
+
+
+def _mul(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """Mul(x, constant): a :class:`Scaled` operand of a MatMul; anything else as before (SiLU)."""
+    def convert(c: OnnxCall) -> Any:
+        a, b = c.inputs[0], c.inputs[1]
+        for x, k in ((a, b), (b, a)):
+            f = _scalar(k)
+            if f is not None and isinstance(x, (Tensor, View, Scaled)) and len(getattr(x, "shape", (0, 0, 0))) >= 3:
+                return Scaled(x.t, x.factor * f) if isinstance(x, Scaled) else Scaled(x, f)
+        return previous(c)
+    return convert
+
+
+def _matmul(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """MatMul: a linear layer on (N, T, D) when its weight is a transposed initializer (the
+    dynamo exporter's nn.Linear), a batched product of two computed tensors (attention),
+    reading a transposed operand transposed; else as before."""
+    def convert(c: OnnxCall) -> Any:
+        a, b = c.inputs[0], c.inputs[1]
+        if isinstance(b, Const) and b.transposed and isinstance(a, Tensor) and c.bias_add is None:
+            w = c.weight(1, "weight", rank=2)
+            return _linear(c, a, (w, w.value.T), None)
+        if isinstance(a, Const) or isinstance(b, Const):
+            return previous(c)
+        scale = 1.0
+        ops = []
+        for v in (a, b):
+            if isinstance(v, Scaled):
+                scale *= v.factor
+                v = v.t
+            if not isinstance(v, (Tensor, View)):
+                raise c.error(f"MatMul of {_show(a)} and {_show(b)} is not supported")
+            ops.append(v)
+        (x, ta), (y, tb) = (_operand(c, v) for v in ops)
+        if len(x.shape) == 2 and scale == 1.0 and not (ta or tb):
+            return previous(c)
+        out = c.graph.matmul(x, y, transpose_a=ta, transpose_b=tb, name=c.name)
+        return out if scale == 1.0 else Scores(out, scale)
+    return convert
+
+
+def _operand(c: OnnxCall, v: Any) -> tuple[Tensor, bool]:
+    t = _transposed_of(v)
+    if isinstance(t, Lazy):   # a transposed LSTM output: the whole sequence, read transposed
+        t = t.tensor(c.graph, c.where, "a MatMul operand")
+    if t is not None:
+        return t, True
+    if isinstance(v, View):
+        raise c.error(f"MatMul of a view of shape {v.shape} of {_show(v.base)} is not supported (only the transpose "
+                      f"of its last two dimensions)")
+    return v, False
+
+
+def _add(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """Add: of a causal mask (0 on and below the diagonal, -inf above) to attention scores; of a
+    position table (T, D) to (N, T, D); else as before."""
+    def convert(c: OnnxCall) -> Any:
+        a, b = c.inputs[0], c.inputs[1]
+        for x, m in ((a, b), (b, a)):
+            if isinstance(m, Const) and isinstance(x, (Scores, Tensor)) and (isinstance(x, Scores) or (
+                    len(x.shape) >= 3 and c.graph.ops[x.op].kind == "matmul")):
+                s = x if isinstance(x, Scores) else Scores(x, 1.0)
+                tq, tk = s.t.shape[-2:]
+                mask = np.broadcast_to(m.value, m.value.shape) if m.value.ndim >= 2 else None
+                if mask is None or mask.shape[-2:] != (tq, tk):
+                    break
+                above = np.broadcast_to(np.triu(np.ones((tq, tk), dtype=bool), 1), mask.shape)
+                if not (np.array_equal(mask <= MASK_FILL_MAX, above) and np.array_equal(mask == 0, ~above)):
+                    raise c.error("adding a mask to attention scores that is not the causal mask (0 on and below the "
+                                  "diagonal, -inf above) is not supported")
+                return Scores(s.t, s.scale, True)
+        if isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape != b.shape:
+            big, small = (a, b) if len(a.shape) > len(b.shape) else (b, a)
+            if len(small.shape) >= 2 and len(big.shape) == len(small.shape) + 1 and big.shape[1:] == small.shape:
+                return c.graph.add(big, small, name=c.name)
+        return previous(c)
+    return convert
+
+
+def _softmax(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """Softmax over the keys of attention scores (their scale and mask), or over any axis inside
+    the network: a softmax_dim op; as the model's output over the classes, the loss as before."""
+    def convert(c: OnnxCall) -> Any:
+        x = c.inputs[0]
+        axis = int(c.attrs.get("axis", -1))
+        if isinstance(x, Scores) and c.op_type == "Softmax":
+            r = len(x.t.shape)
+            if axis % r != r - 1:
+                raise c.error(f"Softmax(axis={axis}) of attention scores is not supported (only over the keys, -1)")
+            # the exporter scales q and k each by sqrt(scale), float32 roundings apart from scale:
+            # the scale of the product is 1 / sqrt(Dh) when it is that within float32's precision
+            dh = c.graph.ops[x.t.op]
+            default = 1.0 / math.sqrt(c.graph.ops[dh.inputs[0]].shape[-1]) if dh.kind == "matmul" else None
+            scale = default if default is not None and abs(x.scale - default) <= 1e-6 * default else x.scale
+            return c.graph.softmax_dim(x.t, -1, scale=scale, causal=x.causal, name=c.name)
+        if c.op_type == "Softmax" and isinstance(x, Tensor) and not (c.is_output and axis % len(x.shape)
+                                                                      == len(x.shape) - 1):
+            return c.graph.softmax_dim(x, axis % len(x.shape), name=c.name)
+        if isinstance(x, Tensor) and c.is_output and len(x.shape) == 3 and axis % 3 == 2:
+            return c.graph.softmax(x, name=c.name)
+        return previous(c)
+    return convert
+
+
+def _gather(c: OnnxCall) -> Tensor:
+    """Gather(table, ids) of a float initializer (vocab, D): an embedding of token ids (an
+    integer input of the model), or with constant indices 0..vocab-1 the whole table as a
+    ``parameter`` op (learned positions)."""
+    table = c.weight(0, "table", rank=2)
+    if int(c.attrs.get("axis", 0)) != 0:
+        raise c.error(f"Gather(axis={c.attrs['axis']}) of a table is not supported (rows: axis 0)")
+    vocab, dim = table.value.shape
+    ids = c.inputs[1]
+    if isinstance(ids, Const):
+        if ids.value.ndim != 1 or not np.array_equal(ids.value, np.arange(vocab)):
+            raise c.error(f"Gather of the table {table.source!r} by constant indices other than 0..{vocab - 1} is "
+                          f"not supported (the whole table: learned positions)")
+        y = c.graph.parameter((int(vocab), int(dim)), name=c.name)
+    else:
+        if not isinstance(ids, Tensor):
+            raise c.error(f"Gather of {table.source!r} by {_show(ids)} is not supported")
+        y = c.graph.embedding(ids, int(vocab), int(dim), name=c.name)
+    c.set_weights(weight=(table, table.value))
+    return y
+
+
+def _layer_norm(c: OnnxCall) -> Tensor:
+    x = c.tensor(0)
+    if int(c.attrs.get("axis", -1)) % len(x.shape) != len(x.shape) - 1:
+        raise c.error(f"LayerNormalization(axis={c.attrs['axis']}) is not supported (the last axis only)")
+    scale = c.weight(1, "scale", rank=1)
+    if len(c.inputs) < 3 or c.inputs[2] is None:
+        raise c.error("LayerNormalization without a bias is not supported")
+    bias = c.weight(2, "bias", rank=1)
+    # epsilon is a float32 attribute: 1e-5 arrives as 9.99999974e-06; its shortest float32
+    # spelling gives back the model's value (the graph from_torch builds)
+    eps = float(str(np.float32(c.attrs.get("epsilon", 1e-5))))
+    y = c.graph.layer_norm(x, eps=eps, name=c.name)
+    c.set_weights(weight=(scale, scale.value), bias=(bias, bias.value))
+    return y
+
+
+def register() -> None:
+    """Add the sequence ops to :data:`~shardwise.importers.onnx.ops.ONNX_OPS` (wrapping the
+    converters of MatMul, Mul, Add, Reshape and Softmax, which keep their other uses)."""
+    if "Gather" in ONNX_OPS:
+        return
+    ONNX_OPS.update({
+        "Gather": _gather,
+        "LayerNormalization": _layer_norm,
+        "Transpose": _transpose,
+        "Reshape": _reshape(ONNX_OPS["Reshape"]),
+        "Mul": _mul(ONNX_OPS["Mul"]),
+        "MatMul": _matmul(ONNX_OPS["MatMul"]),
+        "Add": _add(ONNX_OPS["Add"]),
+        "Softmax": _softmax(ONNX_OPS["Softmax"]),
+        "LogSoftmax": _softmax(ONNX_OPS["LogSoftmax"]),
+    })
+
+
+register()

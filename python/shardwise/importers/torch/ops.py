@@ -1,0 +1,481 @@
+"""The table of PyTorch operations :func:`shardwise.from_torch` imports, one entry per operation.
+
+Each :class:`TorchOp` lists every spelling of one operation (the ``torch.nn`` module class, the
+functions, the ``Tensor`` methods) and one converter that builds the shardwise op.  The
+arguments of the functional form (after the data inputs) have the same names as the
+attributes of the module form (``F.max_pool2d(x, kernel_size, stride, ...)`` and
+``nn.MaxPool2d.kernel_size``, ``.stride``, ...), so a converter reads ``call.attrs`` whatever
+the spelling.  Adding an operation is one entry of :data:`TORCH_OPS` (and a row of the table
+in docs/importing.md, which a test checks); the sigmoid, for example, is::
+
+    TorchOp("sigmoid", _activation("sigmoid"), modules=("Sigmoid",),
+            functions=("torch.sigmoid", "torch.sigmoid_", "torch.nn.functional.sigmoid", ...),
+            methods=("sigmoid", "sigmoid_")),
+
+Nothing here imports torch: module classes and functions are named by strings, resolved when
+a model is imported (:func:`shardwise.importers.torch.convert.resolve`); converters only read attributes
+of torch objects.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from shardwise.errors import ShapeError
+from shardwise.graph import Graph, Tensor
+from shardwise.reference import BN_EPS
+
+from shardwise.importers.torch.call import REQUIRED, Attr, Call, Lazy, TorchOp, _check_ceil_mode, _dim, _dim_attr, _pair, _show
+
+
+# ----------------------------------------------------------------------------- converters
+def _conv(c: Call, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int,
+          padding_mode: str = "zeros") -> Tensor:
+    """A convolution of weight (C_out, C_in / groups, kH, kW), from nn.Conv2d or F.conv2d;
+    grouped, depthwise and dilated ones included."""
+    x = c.tensor(0, rank=4)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise c.error(f"groups={groups!r} is not supported (a positive int)")
+    dilation = _pair(c, dilation, "dilation")
+    if padding_mode != "zeros":
+        raise c.error(f"padding_mode={padding_mode!r} is not supported (zero padding only)")
+    kernel = (int(weight.shape[2]), int(weight.shape[3]))
+    if padding == "valid":
+        padding = (0, 0)
+    elif padding == "same":
+        # PyTorch pads d * (k - 1) in all, the odd one at the end: symmetric only when even
+        total = tuple(d * (k - 1) for d, k in zip(dilation, kernel))
+        if any(t % 2 for t in total):
+            raise c.error(f"padding='same' with kernel {kernel} and dilation {dilation} pads unevenly; it is not "
+                          f"supported")
+        padding = (total[0] // 2, total[1] // 2)
+    else:
+        padding = _pair(c, padding, "padding")
+    if x.shape[1] != weight.shape[1] * groups:
+        per_group = f" per group x {groups} groups" if groups > 1 else ""
+        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} input channels"
+                         f"{per_group} but the input has shape {x.shape}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output channels")
+    y = c.graph.conv2d(x, int(weight.shape[0]), kernel=kernel, stride=_pair(c, stride, "stride"), padding=padding,
+                       bias=bias is not None, activation=c.activation, name=c.name, dilation=dilation,
+                       groups=groups)
+    c.set_weights(weight=weight, bias=bias)
+    return y
+
+
+def _conv2d(c: Call) -> Tensor:
+    m = c.module
+    return _conv(c, m.weight, m.bias, tuple(m.stride), m.padding if isinstance(m.padding, str) else tuple(m.padding),
+                 tuple(m.dilation), m.groups, m.padding_mode)
+
+
+def _conv2d_fn(c: Call) -> Tensor:
+    a = c.attrs
+    bias = None if a["bias"] is None else c.parameter(a["bias"], "bias", rank=1)
+    return _conv(c, c.parameter(c.inputs[1], "weight", rank=4), bias, a["stride"], a["padding"], a["dilation"],
+                 a["groups"])
+
+
+def _linear_with(c: Call, weight: Any, bias: Any) -> Tensor:
+    """y = x W^T + b with W (out, in), from nn.Linear or F.linear, on (N, in) or (N, T, in)."""
+    x = c.tensor(0)
+    if len(x.shape) not in (2, 3):
+        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features) "
+                      f"or (N, T, features))")
+    if x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} features but the "
+                         f"input has shape {x.shape}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output features")
+    y = c.graph.linear(x, int(weight.shape[0]), activation=c.activation, bias=bias is not None, name=c.name)
+    c.set_weights(weight=weight, bias=bias)
+    return y
+
+
+def _linear(c: Call) -> Tensor:
+    return _linear_with(c, c.module.weight, c.module.bias)
+
+
+def _linear_fn(c: Call) -> Tensor:
+    bias = None if c.attrs["bias"] is None else c.parameter(c.attrs["bias"], "bias", rank=1)
+    return _linear_with(c, c.parameter(c.inputs[1], "weight", rank=2), bias)
+
+
+def _batchnorm2d(c: Call) -> Tensor:
+    m = c.module
+    x = c.tensor(0, rank=4)
+    if not m.affine:
+        raise c.error("affine=False is not supported (shardwise's batch norm has a weight and a bias)")
+    if m.eps != BN_EPS:
+        raise c.error(f"eps={m.eps} is not supported (shardwise's batch norm uses eps={BN_EPS})")
+    if x.shape[1] != m.num_features:
+        raise ShapeError(f"{c.where}: num_features={m.num_features} but the input has shape {x.shape}")
+    if m.track_running_stats and m.momentum is None:
+        raise c.error("momentum=None (a cumulative average of the statistics) is not supported; give a momentum")
+    momentum = m.momentum if m.track_running_stats else 0.0   # no running statistics: never updated
+    y = c.graph.batchnorm2d(x, name=c.name, momentum=float(momentum))
+    c.set_weights(weight=m.weight, bias=m.bias)
+    if m.track_running_stats:   # the model's running statistics, as its state_dict holds them
+        c.state[c.name] = {"running_mean": m.running_mean, "running_var": m.running_var,
+                           "num_batches_tracked": m.num_batches_tracked}
+    return y
+
+
+def _relu(c: Call) -> Tensor:
+    return c.graph.relu(c.tensor(0), name=c.name)
+
+
+def _activation(kind: str) -> Callable[[Call], Tensor]:
+    """A point-wise activation without arguments of its own (sigmoid, tanh, SiLU): the builder
+    ``g.<kind>``; ``inplace`` needs nothing here (the importer routes in-place writes)."""
+    def convert(c: Call) -> Tensor:
+        return getattr(c.graph, kind)(c.tensor(0), name=c.name)
+    return convert
+
+
+def _gelu(c: Call) -> Tensor:
+    """GELU in its exact form, x * Phi(x) with Phi from erf: the only one shardwise's kernels
+    compute.  The tanh approximation differs by up to ~5e-4, too much to pass off as equal."""
+    approximate = c.attrs["approximate"]
+    if approximate != "none":
+        raise c.error(f"approximate={approximate!r} (GELU's tanh approximation) is not supported; shardwise's "
+                      f"gelu is the exact erf form, approximate='none'")
+    return c.graph.gelu(c.tensor(0), name=c.name)
+
+
+def _leaky_relu(c: Call) -> Tensor:
+    slope = c.attrs["negative_slope"]
+    if isinstance(slope, bool) or not isinstance(slope, (int, float)):
+        raise c.error(f"negative_slope={slope!r} is not supported (a number)")
+    return c.graph.leaky_relu(c.tensor(0), negative_slope=float(slope), name=c.name)
+
+
+def _add(c: Call) -> Tensor:
+    """a + b of two computed tensors of one shape, or (N, T, D) + (T, D): a position table
+    broadcast over the samples (the builder's broadcast add)."""
+    a, b = (v.tensor(c.graph, c.where, "an operand") if isinstance(v, Lazy) else v for v in c.inputs[:2])
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        other = b if isinstance(a, Tensor) else a
+        raise c.error(f"adding {_show(other)} is not supported (add takes two tensors of one shape, "
+                      f"computed by the model)")
+    if c.attrs["alpha"] != 1:
+        raise c.error(f"alpha={c.attrs['alpha']!r} is not supported")
+    if a.shape != b.shape:
+        big, small = (a, b) if len(a.shape) > len(b.shape) else (b, a)
+        if len(small.shape) < 2 or len(big.shape) != len(small.shape) + 1 or big.shape[1:] != small.shape:
+            raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported; only equal "
+                          f"shapes, or (N, T, D) and (T, D) (a position table added to every sample)")
+        a, b = big, small
+    return c.graph.add(c.as_tensor(a, "operand 0"), c.as_tensor(b, "operand 1"), name=c.name)
+
+
+def _concat(c: Call) -> Tensor:
+    xs = c.inputs[0]
+    if not isinstance(xs, (list, tuple)) or not xs:
+        raise c.error(f"expects a list of tensors, got {xs!r}")
+    ts = [c.as_tensor(t, f"tensor {k} of the list") for k, t in enumerate(xs)]
+    axis = _dim_attr(c, "dim", len(ts[0].shape))
+    if axis == 0:
+        raise c.error("concatenating along the batch dimension (dim=0) is not supported")
+    return c.graph.concat(ts, axis=axis, name=c.name)
+
+
+def _flatten_to_2d(c: Call, x: Tensor, shape: tuple[int, ...], what: str) -> Tensor:
+    """``x`` reshaped to ``shape``: itself, a flatten to (N, features), or (the batch
+    dimension kept) a reshape op that splits or merges the other dimensions ((N, T, D) <->
+    (N, T, H, Dh): attention's heads)."""
+    if tuple(shape) == x.shape:
+        return x
+    if len(shape) == 2 and len(x.shape) > 2 and shape[0] == x.shape[0]:
+        return c.graph.flatten(x, name=c.name)
+    if len(shape) >= 2 and shape[0] == x.shape[0]:
+        try:
+            return c.graph.reshape(x, tuple(shape), name=c.name)
+        except ShapeError as exc:
+            raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported ({exc})") from None
+    raise c.error(f"{what} from {x.shape} to {tuple(shape)} is not supported; only reshapes that keep the batch "
+                  f"dimension (flattening to (N, features), splitting or merging the others)")
+
+
+def _flatten(c: Call) -> Tensor:
+    x = c.tensor(0)
+    rank = len(x.shape)
+    start, end = _dim_attr(c, "start_dim", rank), _dim_attr(c, "end_dim", rank)
+    if start == end:
+        return x
+    if start != 1 or end != rank - 1:
+        raise c.error(f"flatten(start_dim={c.attrs['start_dim']}, end_dim={c.attrs['end_dim']}) of shape {x.shape} "
+                      f"is not supported; only start_dim=1, end_dim=-1 (everything after the batch dimension)")
+    return c.graph.flatten(x, name=c.name)
+
+
+def _reshape(c: Call) -> Tensor:
+    x = c.tensor(0)
+    shape = c.attrs["shape"]
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                        for s in shape):
+        raise c.error(f"a shape of ints is needed, got {shape!r}")
+    total = math.prod(x.shape)
+    known = math.prod(s for s in shape if s != -1)
+    if list(shape).count(-1) > 1 or known <= 0 or (-1 not in shape and known != total) or total % known:
+        raise c.error(f"cannot view shape {x.shape} as {tuple(shape)}")
+    shape = tuple(total // known if s == -1 else s for s in shape)
+    return _flatten_to_2d(c, x, shape, "reshaping")
+
+
+def _squeeze(c: Call) -> Tensor:
+    x = c.tensor(0)
+    dims = c.attrs["dim"]
+    if dims is None:
+        dims = tuple(d for d, s in enumerate(x.shape) if s == 1)
+    elif isinstance(dims, int):
+        dims = (dims,)
+    drop = {_dim(c, d, len(x.shape)) for d in dims}
+    if 0 in drop and x.shape[0] == 1:
+        raise c.error("squeezing the batch dimension is not supported")
+    return _flatten_to_2d(c, x, tuple(s for d, s in enumerate(x.shape) if d not in drop or s != 1), "squeeze")
+
+
+def _pool(c: Call, kind: str, kernel_size: Any, stride: Any, padding: Any) -> Tensor:
+    x = c.tensor(0, rank=4)
+    kernel = _pair(c, kernel_size, "kernel_size")
+    stride = kernel if stride is None or stride == [] or stride == () else _pair(c, stride, "stride")
+    padding = _pair(c, padding, "padding")
+    if c.attrs.get("ceil_mode"):
+        _check_ceil_mode(c, x.shape, kernel, stride, padding)
+    return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
+
+
+def _max_pool2d(c: Call) -> Tensor:
+    a = c.attrs
+    if a["return_indices"]:
+        raise c.error("return_indices=True is not supported")
+    if _pair(c, a["dilation"], "dilation") != (1, 1):
+        raise c.error(f"dilation={a['dilation']!r} is not supported")
+    return _pool(c, "max", a["kernel_size"], a["stride"], a["padding"])
+
+
+def _avg_pool2d(c: Call) -> Tensor:
+    a = c.attrs
+    if a["divisor_override"] is not None:
+        raise c.error(f"divisor_override={a['divisor_override']!r} is not supported")
+    if not a["count_include_pad"] and _pair(c, a["padding"], "padding") != (0, 0):
+        raise c.error("count_include_pad=False with padding is not supported (padded zeros count in the divisor)")
+    return _pool(c, "avg", a["kernel_size"], a["stride"], a["padding"])
+
+
+def _adaptive_pool(kind: str) -> Callable[[Call], Tensor]:
+    """Adaptive pooling whose output size divides the input: the pool of kernel = stride = input / output."""
+    def convert(c: Call) -> Tensor:
+        if c.attrs.get("return_indices"):
+            raise c.error("return_indices=True is not supported")
+        x = c.tensor(0, rank=4)
+        size = c.attrs["output_size"]
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        if len(size) != 2:
+            raise c.error(f"output_size={c.attrs['output_size']!r} is not supported")
+        out = tuple(x.shape[2 + d] if s is None else s for d, s in enumerate(size))
+        if any(not isinstance(s, int) or s <= 0 or x.shape[2 + d] % s for d, s in enumerate(out)):
+            raise c.error(f"adaptive pooling of a {x.shape[2]}x{x.shape[3]} input to {out} is not supported; "
+                          f"the output size must divide the input size (then it is a {kind} pool)")
+        if out == x.shape[2:]:
+            return x
+        kernel = (x.shape[2] // out[0], x.shape[3] // out[1])
+        return c.graph.pool2d(x, kernel=kernel, stride=kernel, kind=kind, name=c.name)
+    return convert
+
+
+def _mean(c: Call) -> Tensor:
+    """x.mean((2, 3)): global average pooling (then a flatten unless keepdim)."""
+    x = c.tensor(0)
+    dims = c.attrs["dim"]
+    dims = (dims,) if isinstance(dims, int) else dims
+    if (len(x.shape) != 4 or not isinstance(dims, (tuple, list)) or c.attrs["dtype"] is not None
+            or sorted(_dim(c, d, 4) for d in dims) != [2, 3]):
+        raise c.error(f"mean(dim={c.attrs['dim']!r}) of shape {x.shape} is not supported; only the mean over "
+                      f"(H, W) of an (N, C, H, W) tensor (global average pooling)")
+    kernel = x.shape[2:]
+    if c.attrs["keepdim"]:
+        return c.graph.pool2d(x, kernel=kernel, stride=kernel, kind="avg", name=c.name)
+    y = c.graph.pool2d(x, kernel=kernel, stride=kernel, kind="avg", name=c.name)
+    return c.graph.flatten(y, name=f"{c.name}.flatten")
+
+
+def _matmul(c: Call) -> Tensor:
+    """a @ b: of two rank-2 operands, each a tensor or a parameter of the model (``x @ self.w``);
+    or a batched product of two computed tensors of one rank (attention's ``q @ k.transpose(-2,
+    -1)``: an operand that is a transpose of its last two dimensions is read transposed, so the
+    transpose builds no op)."""
+    ab = []
+    for k in range(2):
+        v = c.inputs[k]
+        if isinstance(v, Attr):
+            c.parameter(v, f"operand {k}", rank=2)   # a trainable rank-2 parameter, or a message saying where
+            if c.parameter_op is None:
+                raise c.error(f"cannot read {v.target!r}")
+            v = c.parameter_op(v, c.where)
+        ab.append(c.as_tensor(v, f"operand {k}"))
+    a, b = ab
+    if len(a.shape) == 2 and len(b.shape) == 2:
+        return c.graph.matmul(a, b, name=c.name)
+    if len(a.shape) != len(b.shape) or len(a.shape) < 3:
+        raise c.error(f"a matrix product of shapes {a.shape} and {b.shape} is not supported (two rank-2 operands, "
+                      f"or two of one rank with equal batch dimensions)")
+    (a, ta), (b, tb) = _untransposed(c.graph, a), _untransposed(c.graph, b)
+    return c.graph.matmul(a, b, transpose_a=ta, transpose_b=tb, name=c.name)
+
+
+def _untransposed(g: Graph, t: Tensor) -> tuple[Tensor, bool]:
+    """(x, True) when ``t`` is a permute op swapping x's last two dimensions, else (t, False)."""
+    op = g.ops[t.op]
+    r = len(t.shape)
+    if op.kind == "permute" and tuple(op.attrs["dims"]) == tuple(range(r - 2)) + (r - 1, r - 2):
+        src = g.ops[op.inputs[0]]
+        return Tensor(g, src.index, src.shape), True
+    return t, False
+
+
+def _softmax(c: Call) -> Tensor:
+    """softmax over the classes as the model's last op: the loss op; anywhere else a
+    ``softmax_dim`` op over ``dim`` (attention scores with their scale and causal mask:
+    :mod:`shardwise.importers.torch.seq`)."""
+    from shardwise.importers.torch.seq import Scores
+
+    x = c.inputs[0]
+    if c.attrs["dtype"] is not None:
+        raise c.error(f"softmax(dtype={c.attrs['dtype']!r}) is not supported")
+    dim = c.attrs["dim"]
+    if isinstance(x, Scores):
+        return x.softmax(c, dim)
+    x = c.tensor(0)
+    if c.is_output and len(x.shape) in (2, 3) and dim in (None, -1, len(x.shape) - 1):
+        return c.graph.softmax(x, name=c.name)
+    if dim is None:
+        raise c.error("softmax without dim is not supported; give the dimension")
+    return c.graph.softmax_dim(x, _dim(c, dim, len(x.shape)), name=c.name)
+
+
+def _log_softmax(c: Call) -> Tensor:
+    """log_softmax over the classes as the model's last op: the loss op (with ``F.nll_loss``,
+    PyTorch's loss is the same); shardwise has no log-softmax inside a network."""
+    x = c.tensor(0)
+    if not c.is_output:
+        raise c.error("log_softmax is supported only as the model's output, where it becomes shardwise's "
+                      "softmax cross-entropy loss")
+    if c.attrs["dim"] not in (None, -1, len(x.shape) - 1) or c.attrs["dtype"] is not None or len(x.shape) not in (2, 3):
+        raise c.error(f"log_softmax(dim={c.attrs['dim']!r}, dtype={c.attrs['dtype']!r}) of shape {x.shape} is not "
+                      f"supported; only over the classes (the last dimension of (N, C) or (N, T, C) logits)")
+    return c.graph.softmax(x, name=c.name)
+
+
+def _identity(c: Call) -> Any:
+    return c.tensor(0)
+
+
+def _dropout(c: Call) -> Any:
+    """nn.Dropout / F.dropout: shardwise's dropout op (the identity in eval mode), or nothing
+    when it never drops (p=0, or F.dropout's training=False).  Its masks are a function of the
+    seed, the step and the element's index, not PyTorch's random stream: training equals
+    PyTorch's in expectation, eval mode exactly."""
+    p = c.attrs["p"]
+    if c.module is None and c.attrs["training"] is False:
+        return c.tensor(0)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise c.error(f"dropout with p={p!r} is not supported (a number in [0, 1))")
+    if p == 0:
+        return c.tensor(0)
+    return c.graph.dropout(c.tensor(0), float(p), name=c.name)
+
+
+def _size(c: Call) -> Any:
+    shape = c.tensor(0, ids_ok=True).shape
+    d = c.attrs["dim"]
+    return tuple(shape) if d is None else shape[_dim(c, d, len(shape))]
+
+
+def _ndim(c: Call) -> int:
+    return len(c.tensor(0, ids_ok=True).shape)
+
+
+def _getattr(c: Call) -> Any:
+    name = c.attrs["attr"]
+    x = c.tensor(0, ids_ok=True)
+    if name == "shape":
+        return tuple(x.shape)
+    if name == "ndim":
+        return len(x.shape)
+    if name == "device":   # torch.arange(T, device=x.device): the constants are evaluated on the CPU
+        import torch
+        return torch.device("cpu")
+    raise c.error(f"reading the tensor attribute {name!r} is not supported")
+
+
+_F = "torch.nn.functional."
+
+TORCH_OPS: tuple[TorchOp, ...] = (
+    TorchOp("conv", _conv2d, modules=("Conv2d",), fuses_relu=True),
+    TorchOp("conv", _conv2d_fn, inputs=2, params=(("bias", None), ("stride", 1), ("padding", 0), ("dilation", 1),
+                                                  ("groups", 1)),
+            functions=(_F + "conv2d", "torch.conv2d"), fuses_relu=True, weight_arg=1),
+    TorchOp("linear", _linear, modules=("Linear",), fuses_relu=True),
+    TorchOp("linear", _linear_fn, inputs=2, params=(("bias", None),), functions=(_F + "linear",), fuses_relu=True,
+            weight_arg=1),
+    TorchOp("bn", _batchnorm2d, modules=("BatchNorm2d",)),
+    TorchOp("relu", _relu, params=(("inplace", False),), modules=("ReLU",),
+            functions=("torch.relu", "torch.relu_", _F + "relu", _F + "relu_"), methods=("relu", "relu_")),
+    TorchOp("sigmoid", _activation("sigmoid"), modules=("Sigmoid",),
+            functions=("torch.sigmoid", "torch.sigmoid_", _F + "sigmoid", "torch.special.expit"),
+            methods=("sigmoid", "sigmoid_")),
+    TorchOp("tanh", _activation("tanh"), modules=("Tanh",), functions=("torch.tanh", "torch.tanh_", _F + "tanh"),
+            methods=("tanh", "tanh_")),
+    TorchOp("gelu", _gelu, params=(("approximate", "none"),), modules=("GELU",), functions=(_F + "gelu",)),
+    TorchOp("silu", _activation("silu"), params=(("inplace", False),), modules=("SiLU",), functions=(_F + "silu",)),
+    TorchOp("leaky_relu", _leaky_relu, params=(("negative_slope", 0.01), ("inplace", False)),
+            modules=("LeakyReLU",), functions=(_F + "leaky_relu", _F + "leaky_relu_")),
+    TorchOp("add", _add, inputs=2, params=(("alpha", 1),), functions=("operator.add", "operator.iadd", "torch.add"),
+            methods=("add", "add_")),
+    TorchOp("cat", _concat, params=(("dim", 0),), functions=("torch.cat", "torch.concat", "torch.concatenate")),
+    TorchOp("flatten", _flatten, params=(("start_dim", 0), ("end_dim", -1)), modules=("Flatten",),
+            functions=("torch.flatten",), methods=("flatten",)),
+    TorchOp("reshape", _reshape, params=(("shape", REQUIRED),), functions=("torch.reshape",),
+            methods=("view", "reshape"), variadic=True),
+    TorchOp("squeeze", _squeeze, params=(("dim", None),), functions=("torch.squeeze",), methods=("squeeze",)),
+    TorchOp("maxpool", _max_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
+                                            ("dilation", 1), ("ceil_mode", False), ("return_indices", False)),
+            modules=("MaxPool2d",), functions=(_F + "max_pool2d", "torch.max_pool2d")),
+    TorchOp("avgpool", _avg_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
+                                            ("ceil_mode", False), ("count_include_pad", True),
+                                            ("divisor_override", None)),
+            modules=("AvgPool2d",), functions=(_F + "avg_pool2d", "torch.avg_pool2d")),
+    TorchOp("avgpool", _adaptive_pool("avg"), params=(("output_size", REQUIRED),), modules=("AdaptiveAvgPool2d",),
+            functions=(_F + "adaptive_avg_pool2d", "torch.adaptive_avg_pool2d")),
+    TorchOp("maxpool", _adaptive_pool("max"), params=(("output_size", REQUIRED), ("return_indices", False)),
+            modules=("AdaptiveMaxPool2d",), functions=(_F + "adaptive_max_pool2d",)),
+    TorchOp("mean", _mean, params=(("dim", None), ("keepdim", False), ("dtype", None)), functions=("torch.mean",),
+            methods=("mean",)),
+    TorchOp("matmul", _matmul, inputs=2, functions=("operator.matmul", "torch.matmul", "torch.mm"),
+            methods=("matmul", "mm")),
+    TorchOp("softmax", _softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
+            modules=("Softmax",), functions=("torch.softmax", _F + "softmax"), methods=("softmax",)),
+    TorchOp("softmax", _log_softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
+            modules=("LogSoftmax",), functions=("torch.log_softmax", _F + "log_softmax"), methods=("log_softmax",)),
+    TorchOp("dropout", _dropout, params=(("p", 0.5), ("training", True), ("inplace", False)),
+            modules=("Dropout",), functions=(_F + "dropout",)),
+    TorchOp("identity", _identity, params=(("memory_format", None),), modules=("Identity",), methods=("contiguous",)),
+    # shape queries: constants, since every shape is fixed by the example inputs
+    TorchOp("size", _size, params=(("dim", None),), methods=("size",)),
+    TorchOp("ndim", _ndim, methods=("dim", "ndimension")),
+    TorchOp("getattr", _getattr, params=(("attr", REQUIRED),), functions=("builtins.getattr",)),
+)
+"""Every PyTorch operation :func:`shardwise.from_torch` imports (the sequence-model ones, from
+:mod:`shardwise.importers.torch.seq`, appended below)."""
+
+
+from shardwise.importers.torch.seq import TORCH_SEQ_OPS  # noqa: E402  (it builds on the helpers above)
+
+TORCH_OPS = TORCH_OPS + TORCH_SEQ_OPS
+
+VIEW_OPS = ("flatten", "reshape", "squeeze")
+"""Operations whose result is a view of their input in PyTorch (an in-place op on the result
+writes the input too); shardwise builds a flatten, a copy."""

@@ -1,0 +1,228 @@
+"""The task graph of one training iteration of a plan: a read-only view of the C lowering.
+
+    tg = sw.lower(plan)
+    tg.tasks[i].kind / .device / .reads / .writes / .deps   # plain, frozen records
+    tg.buffers[b].device / .kind / .op / .box
+    tg.bytes_moved()              # equals plan.bytes_moved (same regions, same sync model)
+    tg.memory_per_device()        # the sum of every buffer's bytes per device
+
+csrc/lower.c is the only lowering; this module turns the arrays it returns into
+Python records for the trainer, profiles, pictures and tests (the simulator's
+test oracle among them).  What the lowering builds, per worker of every op:
+
+forward
+    for each data input: the *region* it reads (from the op description,
+    halos included) gathered into a staging buffer by ``copy`` tasks from the
+    producer's workers that own its pieces, with a ``join`` when there are
+    several (no copy when the region is exactly a shard already on the device:
+    the buffer is shared); a ``forward`` task (batchnorm: ``bn_stats`` ->
+    statistics reduced among the workers of the same channels -> ``bn_apply``,
+    which also updates the worker's ``running_stats`` in place in a training step;
+    softmax: ``loss``; a split reduction: ``forward_partial`` on every worker,
+    the partial outputs copied to the block's owner and summed by
+    ``sum_partials``).
+backward (ops in reverse order)
+    ``backward_data`` per data input: a partial gradient over the same region,
+    sent back to the owners and summed there by ``accumulate`` tasks in a
+    fixed order (so sums do not depend on timing); the first term of a gradient
+    shard, when the region is that whole shard on the same device, is written
+    in place into the ``grad`` buffer instead (no ``accumulate``: the first one
+    would only copy it); ``zero_grad`` for a block of the output's gradient no
+    consumer reads; ``backward_weight`` per weight
+    slot: the gradient of the worker's slice of that weight (TurboDL's dW), or
+    of a bias (dB: ``InputDesc.bias``), which reads the output's gradient alone.
+synchronization and update
+    workers reading the same weight box are replicas; with the parameter
+    server model the first replica's device sums the gradients (``copy`` +
+    ``reduce``), applies ``update`` (reading the parameter, its gradient and the
+    optimizer's state buffers, kind ``momentum``: SGD's momentum, or Adam's first and
+    second moments) and sends the parameters back.
+
+swapping (csrc/swap.c, only in a swap plan's graph: :func:`shardwise.swap_plan`)
+    ``swap_out`` copies an offloaded feature map into a ``host`` buffer (the device's host
+    region, apart from its arena) on the device's swap-out stream; ``swap_in`` copies it back
+    into a new buffer of the map's kind, which the backward tasks read instead.
+
+Every task lists the buffers it reads and writes in the order its kernel takes
+them; a task updating a buffer in place (``reduce``, ``stats_reduce``,
+``update``, ``accumulate``, ``bn_apply``'s running statistics) names it among
+its writes (and its reads where it reads the old value).  Tasks come in a topological order (every dependency has
+a smaller id).  Each device runs its own tasks in program order (one stream):
+dependencies are recorded where that order does not give them already, and
+devices meet only through copies, which run on the destination device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardwise import _core
+from shardwise.ops.boxes import Box, volume
+from shardwise.graph import Graph
+from shardwise.plan import Plan, reduction_pair
+
+BYTES_PER_ELEMENT = 4  # float32 activations, gradients and parameters (batchnorm statistics: float64)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A piece of a tensor living on one device for the iteration."""
+
+    id: int
+    device: int
+    kind: str      # activation, region, grad, partial_grad, param, param_grad, momentum (optimizer state),
+                   # stats, recv, partial, grad_pre, running_stats (batchnorm: running mean and variance, kept)
+    op: str        # the op whose tensor (output, gradient, weight, statistics) this is a piece of
+    box: Box
+    worker: int | None = None   # params, their gradients and momentum: the worker holding them
+    slot: int | None = None     # params, their gradients and momentum: the op's weight input slot
+    nbytes: int = 0             # its size as the core counts it (float32; statistics float64)
+
+    @property
+    def elements(self) -> int:
+        return volume(self.box)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work on one device; runs when every task in ``deps`` has finished."""
+
+    id: int
+    kind: str           # load_input, copy, join, forward, loss, bn_stats, stats_reduce, bn_apply,
+                        # bn_backward_stats, backward_data, accumulate, backward_weight, reduce, update,
+                        # forward_partial, sum_partials, activation_grad, zero_grad
+    device: int
+    phase: str          # forward, backward, sync, update
+    op: str
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    deps: tuple[int, ...]
+    worker: int
+    slot: int | None = None     # input slot for per-input tasks
+    box: Box | None = None      # copy / accumulate: the global box moved
+    src_device: int | None = None
+    nbytes: int = 0             # bytes crossing between devices (copies only)
+
+
+@dataclass
+class TaskGraph:
+    """The tasks and buffers of one training iteration of a plan (read-only: built by the C lowering)."""
+
+    plan: Plan
+    buffers: list[Buffer] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    params: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (op, "weight"/"bias", worker) -> buffer
+    arrays: dict[str, Any] = field(default_factory=dict, repr=False)   # the C lowering's arrays
+
+    def bytes_moved(self) -> int:
+        return sum(t.nbytes for t in self.tasks)
+
+    def memory_per_device(self) -> dict[int, int]:
+        """Bytes of every buffer of the iteration, summed per device (no reuse between
+        buffers: :func:`shardwise.memory_plan` gives the planned arena instead)."""
+        out: dict[int, int] = {d: 0 for d in range(len(self.plan.devices))}
+        for b in self.buffers:
+            out[b.device] += b.nbytes
+        return out
+
+    def tasks_of(self, device: int) -> list[Task]:
+        return [t for t in self.tasks if t.device == device]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tasks:
+            out[t.kind] = out.get(t.kind, 0) + 1
+        return out
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.counts().items()))
+        mem = self.memory_per_device()
+        return (f"TaskGraph of {self.plan.name!r}: {len(self.tasks)} tasks ({kinds}), {len(self.buffers)} buffers, "
+                f"{self.bytes_moved() / 1e6:.2f} MB moved, peak device memory {max(mem.values()) / 1e6:.2f} MB")
+
+    def to_dict(self) -> dict:
+        return {"buffers": [b.__dict__ for b in self.buffers], "tasks": [t.__dict__ for t in self.tasks]}
+
+
+# ----------------------------------------------------------------------------- plans as C arrays
+
+
+def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(kinds, degrees, dev_ptr, devices): the plan as ``Problem.lower`` and ``simulate_plan`` take it."""
+    ops = plan.graph.ops
+    degrees = np.ones((len(ops), _core.MAX_RANK + 2), np.int32)   # + (split reduction or -1, degree)
+    dev_ptr = np.zeros(len(ops) + 1, np.int32)
+    devs: list[int] = []
+    for op in ops:
+        cfg = plan.configs[op.name]
+        degrees[op.index, :len(cfg.degrees)] = cfg.degrees
+        degrees[op.index, _core.MAX_RANK:] = reduction_pair(op, cfg)
+        devs.extend(cfg.devices)
+        dev_ptr[op.index + 1] = len(devs)
+    # what the lowering needs to know of each op: its role in the op table (csrc/ops.def)
+    kinds = np.array([_core.OP_ROLES[_core.OP_KINDS.index(op.kind)] for op in ops], np.int32)
+    return kinds, degrees, dev_ptr, np.asarray(devs, np.int32)
+
+
+def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
+    """The C lowering's arrays of ``plan`` (one entry per task, buffer or device; see
+    csrc/py/simulate_py.c); ``optimizer_state`` as for :func:`lower`."""
+    from shardwise.planning.problem import make_problem
+
+    problem = make_problem(plan.graph, plan.devices, plan.options)
+    problem.set_optimizer_state(optimizer_state)
+    return problem.lower(*plan_arrays(plan))
+
+
+def _box(row: np.ndarray) -> Box | None:
+    """A box from the C lowering's (rank, lo[MAX_RANK], hi[MAX_RANK]) row; None for rank 0."""
+    rank = int(row[0])
+    if rank == 0:
+        return None
+    lo, hi = row[1:1 + rank].tolist(), row[1 + _core.MAX_RANK:1 + _core.MAX_RANK + rank].tolist()
+    return tuple(zip(lo, hi))
+
+
+def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
+    """(op index, weight input slot) -> "weight" / "bias" (an op's first and second weight)."""
+    out = {}
+    for op in graph.ops:
+        slots = [k for k, i in enumerate(op.desc.inputs) if i.role == 1]
+        for name, k in zip(("weight", "bias"), slots):
+            out[(op.index, k)] = name
+    return out
+
+
+def lower(plan: Plan, optimizer_state: int = 1) -> TaskGraph:
+    """The task graph of one training iteration of ``plan`` (parameter-server synchronization),
+    built by the C lowering.  ``optimizer_state``: the optimizer's state buffers per parameter
+    slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and AdamW,
+    whose update reads (param, grad, exp_avg, exp_avg_sq)."""
+    if plan.options.sync != "parameter_server":
+        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
+                                  "use CostOptions(sync='parameter_server')")
+    r = lower_arrays(plan, optimizer_state)
+    names = [op.name for op in plan.graph.ops]
+    kinds, phases, buffer_kinds = _core.TASK_KINDS, _core.PHASES, _core.BUFFER_KINDS
+    weight_names = _weight_names(plan.graph)
+    tg = TaskGraph(plan, arrays=r)
+    for b, (dev, kind, op, worker, slot, nbytes, row) in enumerate(zip(
+            r["buffer_device"].tolist(), r["buffer_kind"].tolist(), r["buffer_op"].tolist(),
+            r["buffer_worker"].tolist(), r["buffer_slot"].tolist(), r["buffer_bytes"].tolist(), r["buffer_box"])):
+        buf = Buffer(b, dev, buffer_kinds[kind], names[op], _box(row) or (),
+                     None if worker < 0 else worker, None if slot < 0 else slot, nbytes)
+        tg.buffers.append(buf)
+        if buf.kind == "param":
+            tg.params[(buf.op, weight_names[(op, slot)], worker)] = b
+    dep_ptr, deps, io_ptr, io = (r[k].tolist() for k in ("dep_ptr", "deps", "io_ptr", "io"))
+    for i, (kind, phase, dev, src, op, worker, slot, nreads, nbytes, row) in enumerate(zip(
+            r["kind"].tolist(), r["phase"].tolist(), r["device"].tolist(), r["src_device"].tolist(),
+            r["op"].tolist(), r["worker"].tolist(), r["slot"].tolist(), r["nreads"].tolist(),
+            r["nbytes"].tolist(), r["box"])):
+        rw = io[io_ptr[i]:io_ptr[i + 1]]
+        tg.tasks.append(Task(i, kinds[kind], dev, phases[phase], names[op], tuple(rw[:nreads]), tuple(rw[nreads:]),
+                             tuple(deps[dep_ptr[i]:dep_ptr[i + 1]]), worker, None if slot < 0 else slot,
+                             _box(row), None if src < 0 else src, nbytes))
+    return tg

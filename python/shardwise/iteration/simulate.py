@@ -1,0 +1,501 @@
+"""Simulating an iteration: the runtime's task graph replayed, in the runtime's order, with modelled durations.
+
+    sim = simulate(plan)
+    sim.iteration_time, sim.bytes_moved, sim.device_busy, sim.memory
+    sim.events                    # built on first access (plot_timeline uses them)
+
+Eq. 1 adds every cost up; a real iteration runs devices in parallel and
+overlaps transfers (and gradient synchronization: DeePa, Jia et al. 2018,
+section 5) with computation.  The simulator replays the task graph the native runtime runs
+(csrc/lower.c, :func:`shardwise.iteration.lower`), in the order the runtime keeps
+(csrc/order.c, read by the executor too), so estimate and execution cannot
+drift apart:
+
+* each device's tasks run in program order on its stream, copies into it
+  included (or on a schedule's streams, ``schedule=``); a task also runs after
+  its dependencies and after the memory plan's reuse edges into it (a copy on
+  another stream still reading bytes that a buffer the task starts takes over),
+  the memory plan being the runtime's (:func:`shardwise.memory_plan`, the
+  runtime's alignment);
+* on CPU workers sharing a machine's cores (``DeviceGraph.cpu``), the CPU
+  backend runs the streams of devices c, c + threads, ... on thread c, one task
+  at a time, whenever free the most urgent ready one (the earliest in program
+  order under fifo), so the simulator makes core c a resource of their tasks,
+  transfers included;
+* one queue per link direction; a transfer holds every link of its route
+  (:meth:`DeviceGraph.route`) for bytes / (slowest link on the route), so
+  transfers that share a link wait for each other (lowest task id first, or
+  the higher stream priority under a schedule);
+  between the nodes of a cluster, traffic goes through each node's one network
+  adapter (send side of the source node, receive side of the destination),
+  shared by its devices;
+* compute tasks take the roofline time of their shard (the same model as
+  ``t_c``, csrc/cost.c's ``sw_worker_time``: an op's forward is a third of its
+  t_c, its backward two thirds, split between the input and weight gradients),
+  small bookkeeping tasks (gradient sums, updates, local copies) their memory
+  traffic; with a profile (``costs``), the measured times instead.
+
+One call into C does it all without a Python object per task
+(``Problem.simulate_plan``: csrc/lower.c, memplan.c, order.c, sim_durations.c,
+sim_plan.c, simulate.c).  The tests compare it with an independent Python
+event loop over ``sw.lower(plan)`` (tests/sim_oracle.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from shardwise import _core
+from shardwise.machine.devices import DeviceGraph
+from shardwise.errors import ConfigError, ShardwiseError
+from shardwise.iteration.lower import plan_arrays
+from shardwise.plan import Plan
+from shardwise.planning.problem import make_problem
+from shardwise.train.runtime import executor_threads
+from shardwise.iteration.schedule import as_schedule
+from shardwise.iteration.trace import TaskEvent, save_trace
+
+COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
+                 "bn_backward_stats", "forward_partial"}
+
+
+SimEvent = TaskEvent   # one task as it ran in the simulation (the name simulations have used)
+
+
+class SimResult:
+    """What one simulated iteration looked like.  ``events`` (one :class:`SimEvent` per
+    task) is built on first access: searches that only need the time never pay for it."""
+
+    def __init__(self, plan: Plan, iteration_time: float, bytes_moved: int, device_busy: dict[int, float],
+                 events: list[SimEvent] | Callable[[], list[SimEvent]] | None = None,
+                 memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model",
+                 lanes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+        self.plan = plan
+        # (stream per task, device per stream, priority per stream, dep_ptr, deps): what
+        # plot_timeline and critical_path read; None for results made without them
+        self._lanes = lanes
+        self.tasks = tasks                        # tasks replayed
+        self.costs_used = costs_used              # "the roofline model" or "measured: <what>"
+        self.iteration_time = iteration_time
+        self.bytes_moved = bytes_moved
+        self.device_busy = device_busy            # fraction of the iteration each device computed
+        self.memory = memory if memory is not None else {}   # device -> bytes of its arena (the memory plan's)
+        self._events = events if events is not None else []
+
+    @property
+    def events(self) -> list[SimEvent]:
+        if callable(self._events):
+            self._events = self._events()
+        return self._events
+
+    def __repr__(self) -> str:
+        return (f"SimResult({self.plan.name!r}, iteration_time={self.iteration_time!r}, "
+                f"bytes_moved={self.bytes_moved!r})")
+
+    @property
+    def critical_path(self) -> list[int]:
+        """The simulated iteration's critical path, first task first: from the task that ends
+        last, back through whichever of its dependencies and the task before it on its stream
+        ended last, to a task that waited for neither."""
+        if self._lanes is None:
+            raise ConfigError("this result was made without the task graph: no critical path")
+        stream, _, _, dep_ptr, deps = self._lanes
+        ev = self.events
+        prev = np.full(len(ev), -1)
+        last: dict[int, int] = {}
+        for t, s in enumerate(stream.tolist()):   # the task before each on its stream
+            prev[t] = last.get(s, -1)
+            last[s] = t
+        t = max(range(len(ev)), key=lambda i: (ev[i].end, -i)) if ev else -1
+        path = []
+        while t >= 0:
+            path.append(t)
+            before = [int(d) for d in deps[dep_ptr[t]:dep_ptr[t + 1]]] + ([int(prev[t])] if prev[t] >= 0 else [])
+            t = max(before, key=lambda i: (ev[i].end, i)) if before else -1
+        return path[::-1]
+
+    def plot_timeline(self, path: str | None = None, max_tasks: int = 20000):
+        """A Gantt chart: one lane per stream (device d's streams most urgent first; without a
+        schedule, one per device) and one per link direction, forward / backward /
+        synchronization / update coloured, the :attr:`critical_path` outlined in black (its
+        bars: the collection labelled "critical path").  Saves to ``path`` (atomically) if given
+        and returns the matplotlib figure (a plain ``Figure``: pyplot and the backend are left
+        alone, so a notebook shows it once).  Needs matplotlib (``pip install matplotlib``)."""
+        try:
+            from matplotlib.figure import Figure
+        except ImportError:
+            raise ImportError("plot_timeline needs matplotlib: pip install matplotlib") from None
+        colors = {"forward": "tab:blue", "backward": "tab:orange", "sync": "tab:green", "update": "tab:red"}
+        if self._lanes is not None:   # compute on its stream's lane, transfers on their links'
+            stream, sdev, sprio = self._lanes[:3]
+            lane_of = {e.task: [f"device {sdev[stream[e.task]]} stream {stream[e.task]} ({sprio[stream[e.task]]})"
+                                if r.startswith(("device", "core")) else r for r in e.resources]
+                       for e in self.events}
+            lane_of = {t: list(dict.fromkeys(rs)) for t, rs in lane_of.items()}
+            # every stream gets a lane, even one whose tasks hold nothing (joins, loads)
+            names = {f"device {sdev[k]} stream {k} ({sprio[k]})" for k in range(len(sdev))}
+        else:
+            lane_of = {e.task: list(e.resources) for e in self.events}
+            names = set()
+        rows = sorted({r for rs in lane_of.values() for r in rs} | names, key=lambda r: (
+            r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")],
+            int(r.split()[3]) if " stream " in r else -1, r))
+        index = {r: k for k, r in enumerate(rows)}
+        fig = Figure(figsize=(12, 0.35 * len(rows) + 1.5))   # not pyplot's: the backend is left alone
+        ax = fig.subplots()
+        shown = sorted(self.events, key=lambda e: e.end - e.start, reverse=True)[:max_tasks]
+        for phase, color in colors.items():
+            bars: dict[int, list[tuple[float, float]]] = {}
+            for e in shown:
+                if e.phase == phase and e.end > e.start:
+                    for r in lane_of[e.task]:
+                        bars.setdefault(index[r], []).append((e.start * 1e3, (e.end - e.start) * 1e3))
+            for row, spans in bars.items():
+                ax.broken_barh(spans, (row - 0.4, 0.8), color=color, label=phase if row == min(bars) else None)
+        if self._lanes is not None:   # the critical path on top: outlined bars in the lanes of its tasks
+            spans = [(index[r], e.start * 1e3, (e.end - e.start) * 1e3)
+                     for e in (self.events[t] for t in self.critical_path) if e.end > e.start for r in lane_of[e.task]]
+            for k, (row, x, w) in enumerate(spans):
+                ax.broken_barh([(x, w)], (row - 0.45, 0.9), facecolor="none", edgecolor="black", linewidth=1.5,
+                               label="critical path" if k == 0 else None, gid="critical path")
+        # op names on the bars wide enough to hold them (a 12-inch axis holds ~110 characters)
+        span = max(self.iteration_time, 1e-12) * 1e3
+        for e in shown:
+            width = (e.end - e.start) * 1e3
+            if e.op and width / span * 110 >= len(e.op) + 1:
+                for r in lane_of[e.task]:
+                    ax.text(e.start * 1e3 + width / 2, index[r], e.op, ha="center", va="center", fontsize=6,
+                            clip_on=True, gid="op label")
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(rows)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms")
+        ax.set_title(f"{self.plan.name}: simulated iteration {self.iteration_time * 1e3:.2f} ms")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)   # beside the lanes, off the bars
+        fig.tight_layout()
+        if path is not None:
+            from shardwise.viz import save_figure
+
+            save_figure(fig, path)
+        return fig
+
+    def save_trace(self, path: str) -> None:
+        """The simulated iteration as a Chrome trace / Perfetto JSON file, one lane per device
+        and per link or adapter used (:mod:`shardwise.iteration.trace`); written atomically."""
+        save_trace(self.events, path, f"{self.plan.name}: simulated")
+
+    def summary(self) -> str:
+        busy = ", ".join(f"{d}: {b:.0%}" for d, b in sorted(self.device_busy.items()))
+        return (f"simulated iteration {self.iteration_time * 1e3:.3f} ms, {self.bytes_moved / 1e6:.2f} MB moved, "
+                f"device busy {busy}")
+
+
+class MemoryOverflow(ShardwiseError, RuntimeError):
+    """The plan needs more memory on some device than it has."""
+
+
+def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | None:
+    """(forward, backward) seconds of the op's partition from a profile, or None (model)."""
+    split = getattr(costs, "split", None) if costs is not None else None
+    if split is None or plan.configs[op_name].reduction is not None:
+        return None   # partial-sum shards are not profiled: the model
+    return split(op_name, plan.configs[op_name].degrees)
+
+
+def device_fill(devices: DeviceGraph) -> np.ndarray:
+    """Output elements a kernel needs to fill each device (its preset's ``fill_outputs``; 0
+    where kernels run one at a time: CPU workers, devices without a preset kind)."""
+    from shardwise.machine.devices import DEVICE_PRESETS
+
+    return np.array([DEVICE_PRESETS[d.kind].fill_outputs if d.kind in DEVICE_PRESETS else 0.0
+                     for d in devices.devices], np.float64)
+
+
+def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
+             schedule: Any = "fifo", fill_outputs: float | None = None, swap: Any = None,
+             iterations: int = 1) -> SimResult:
+    """Replay one training iteration of ``plan`` as the native runtime runs it; raises
+    :class:`MemoryOverflow` naming every device whose arena (the memory plan the runtime
+    allocates, :func:`shardwise.memory_plan`) exceeds its memory when ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
+    name it).  ``costs``: a :class:`~shardwise.planning.profile.Profile` of measured times (compute,
+    bookkeeping rates and copy bandwidth) instead of the roofline model; its per-step overhead
+    is added to the iteration time.  By default the costs the plan was searched with
+    (``plan.costs``, None for the roofline model); ``costs="roofline"`` forces the model.
+    ``SimResult.costs_used`` says which were used.  ``schedule``: "fifo" (one stream per
+    device), "critical_path" (``sw.schedule(plan)`` with the same costs) or a Schedule: tasks on
+    its streams, and wherever ready tasks wait for one resource (a device, a thread's core, a
+    link) the one of the higher stream priority first.  On a GPU (a preset with
+    ``fill_outputs``) the ready kernels of its streams run at once, sharing its compute: each
+    fills (output elements / ``fill_outputs``) of it at most, handed out by stream priority, and
+    runs slower where it gets less; ``fill_outputs`` overrides the presets' (a sensitivity
+    knob; 0: every device runs one kernel at a time).  With one stream per device (fifo)
+    nothing changes.  CPU workers run one task at a time, as the CPU backend's threads do.
+    ``swap``: a :class:`~shardwise.iteration.swap.SwapPlan` of ``plan``: its swap tasks replayed too, each
+    holding its device's host copy engine of its direction (a device-to-host and a host-to-device
+    one per device) for bytes / ``Device.host_bandwidth``; memory is then checked against the
+    swapped arenas.  ``iterations`` (1 .. 8): with more than one, that many iterations also run
+    back to back with no barrier between them (layer i of the next forward waits for layer i's
+    update and for the bytes it takes over, not for the whole step: docs/scheduling.md), and
+    ``iteration_time`` is the time each iteration after the first adds, (makespan of them all -
+    one iteration's) / (iterations - 1); the events, the memory and the rest are those of one
+    iteration (not combined with ``swap``)."""
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= 8:
+        raise ConfigError(f"iterations must be an int in 1 .. 8, got {iterations!r}")
+    if iterations > 1 and swap is not None:
+        raise ConfigError("iterations back to back are not simulated with a swap plan: pass one of them")
+    if engine != "c":
+        raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
+                          "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
+                          "holds an independent Python replay for the tests)")
+    if plan.options.sync != "parameter_server":
+        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
+                                  "use CostOptions(sync='parameter_server')")
+    costs = resolve_costs(plan, costs)
+    sched = as_schedule(plan, schedule, costs)
+    devices = plan.devices
+    m = _machine(devices)
+    fill = device_fill(devices)
+    if fill_outputs is not None:
+        if isinstance(fill_outputs, bool) or not isinstance(fill_outputs, (int, float)) or \
+                not (np.isfinite(fill_outputs) and fill_outputs >= 0):
+            raise ConfigError(f"fill_outputs must be a number >= 0 (0: one kernel at a time), got {fill_outputs!r}")
+        fill = np.where(fill > 0, float(fill_outputs), 0.0)
+    extra: dict[str, Any] = {}
+    state = None
+    if swap is not None:
+        from shardwise.iteration.swap import SwapPlan, host_bandwidths
+
+        if not isinstance(swap, SwapPlan):
+            raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
+        swap.check(plan)
+        if sched is not None:
+            raise ConfigError("a swap plan runs on one compute stream per device: simulate it with schedule='fifo'")
+        state = swap.optimizer_state
+        extra = {"swap": swap.spec(), "host_bw": host_bandwidths(plan), "host_res": m.nres}
+    r = _replay(plan, costs, m, optimizer_state=state, nres=m.nres + 2 * len(devices),
+                streams=sched.stream_arrays() if sched is not None else None,
+                dev_fill=fill if fill.any() else None, **extra)
+    memory = {d: int(x) for d, x in enumerate(r["arena"])}   # the memory plan's arenas: what the runtime allocates
+    if check_memory:
+        _check_memory(plan, memory)
+    total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
+    if iterations > 1:
+        many = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None,
+                       dev_fill=fill if fill.any() else None, iterations=iterations)
+        total = (float(many["iteration_time"]) - float(r["iteration_time"])) / (iterations - 1) + \
+            _measured(costs, "step_overhead")
+    busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
+    if sched is not None:
+        stream, sdev, sprio = sched.stream_arrays()
+    else:   # one stream per device
+        stream = r["device"].astype(np.int32)
+        sdev, sprio = np.arange(len(devices), dtype=np.int32), np.zeros(len(devices), np.int32)
+
+    def name(res: int) -> str:   # after the machine's resources: each device's host copy engines
+        if res < m.nres:
+            return m.name(res)
+        d, into = divmod(res - m.nres, 2)
+        return f"host {d} {'in' if into else 'out'}"
+
+    return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, name), memory,
+                     tasks=len(r["kind"]), costs_used=describe_costs(costs),
+                     lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]))
+
+
+def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -> tuple[float, int, bool]:
+    """(seconds, tasks, bounded): the iteration time :func:`simulate` gives ``plan`` (fifo, memory
+    unchecked), without building its result.  When a lower bound of the lowered task graph (the
+    most seconds any device or link is held, the longest path over the data dependencies) already
+    reaches ``bound``, the replay is skipped and (that bound, tasks, True) returned: the plan
+    simulates no faster than ``bound``.  A search comparing plans with its best so far needs
+    no more."""
+    if plan.options.sync != "parameter_server":
+        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
+                                  "use CostOptions(sync='parameter_server')")
+    costs = resolve_costs(plan, costs)
+    overhead = _measured(costs, "step_overhead")
+    r = _replay(plan, costs, _machine(plan.devices), bound=bound - overhead, brief=True)
+    return float(r["iteration_time"]) + overhead, int(r["ntasks"]), bool(r["bounded"])
+
+
+def _replay(plan: Plan, costs: Any, m: "_Machine", optimizer_state: int | None = None, nres: int | None = None,
+            **options: Any) -> dict:
+    """One call of the C engine (Problem.simulate_plan) on ``plan`` with ``costs`` (resolved);
+    ``nres``: the resources numbered (the machine's, or more: swap's host copy engines)."""
+    problem = make_problem(plan.graph, plan.devices, plan.options)
+    if optimizer_state is not None:
+        problem.set_optimizer_state(optimizer_state)
+    split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
+    return problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres if nres is None else nres,
+                                 cores=m.cores, split=split, element_seconds=rates, copy_bandwidth=copy_bw,
+                                 element_fixed=fixed, **options)
+
+
+def resolve_costs(plan: Plan, costs: Any) -> Any:
+    """The costs to use for ``plan``: ``costs`` if given, None for ``"roofline"``, else the
+    plan's own (those it was searched with)."""
+    if isinstance(costs, str):
+        if costs != "roofline":
+            raise ConfigError(f"costs must be a profile, None (the plan's costs) or 'roofline', got {costs!r}")
+        return None
+    return plan.costs if costs is None else costs
+
+
+def describe_costs(costs: Any) -> str:
+    """A line naming the costs a figure was computed with, for printing beside it."""
+    if costs is None:
+        return "the roofline model"
+    n = len(costs) if hasattr(costs, "__len__") else None
+    what = f"{type(costs).__name__} of {n} measured partitions" if n is not None else type(costs).__name__
+    return f"measured: {what}"
+
+
+def _check_memory(plan: Plan, memory: dict[int, int]) -> None:
+    over = {d: m for d, m in memory.items() if m > plan.devices.devices[d].memory}
+    if over:
+        text = ", ".join(f"{plan.devices.devices[d].name}: {m / 1e9:.2f} GB > "
+                         f"{plan.devices.devices[d].memory / 1e9:.2f} GB" for d, m in sorted(over.items()))
+        raise MemoryOverflow(f"plan {plan.name!r} does not fit: {text}")
+
+
+# ----------------------------------------------------------------------------- arguments of the C engine
+class _Machine(NamedTuple):
+    """The resources of a device graph as the C engine numbers them."""
+    route_ptr: np.ndarray    # (D * D + 1,) int32: pair a -> b holds route_res[ptr[a*D+b]:ptr[a*D+b+1]]
+    route_res: np.ndarray    # int32 resource ids
+    nres: int
+    cores: int
+    name: Callable[[int], str]   # resource id -> "device 3", "core 0", "link 2->5", "nic 1 out"
+
+
+def _machine(devices: DeviceGraph) -> _Machine:
+    """Resources as the C engine numbers them, cached on the device graph (a search simulates
+    many plans on one machine; at 1,024 devices the pairs number a million).
+
+    Device d is resource d; on CPU workers sharing this machine's cores, thread c of the CPU
+    backend (:func:`shardwise.train.runtime.executor_threads` of them) is resource ndev + c ("core c");
+    then the links (or network adapters) of every route a -> b, listed per pair."""
+    key = (len(devices), devices.shared_cores, devices.shared_nics)
+    cached = devices.__dict__.get("_sim_machine")   # dropped by add_device and add_link
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    n = len(devices)
+    shared = getattr(devices, "shared_cores", None)
+    cores = executor_threads(n, shared) if shared else 0
+    uniform = devices._uniform
+    if uniform is not None and uniform.direct_is_widest(n):
+        machine = _uniform_machine(n, uniform.per, cores, devices.shared_nics)
+    else:
+        machine = _routed_machine(devices, cores)
+    devices.__dict__["_sim_machine"] = (key, machine)
+    return machine
+
+
+def _uniform_machine(n: int, per: int, cores: int, shared_nics: bool) -> _Machine:
+    """A preset's resources without listing routes one pair at a time: every pair inside a
+    node holds its own link; between nodes (with ``shared_nics``) the source node's adapter,
+    send side, and the destination's, receive side.  Ids after the devices and cores: the
+    links of node k, pair (i, j) of local devices at k*per*(per-1) + i*(per-1) + j - (j > i),
+    then node k's adapter at 2k (out) and 2k + 1 (in)."""
+    base = n + cores
+    nlinks = n * (per - 1)
+    a, b = np.divmod(np.arange(n * n, dtype=np.int64), n)
+    a, b = a[a != b], b[a != b]
+    node_a, node_b = a // per, b // per
+    i, j = a % per, b % per
+    link = base + node_a * per * (per - 1) + i * (per - 1) + j - (j > i)
+    crosses = (node_a != node_b) & shared_nics
+    counts = np.where(crosses, 2, 1)
+    first = np.where(crosses, base + nlinks + 2 * node_a, link)
+    ptr = np.zeros(n * n + 1, np.int64)
+    pair_counts = np.zeros(n * n, np.int64)
+    pair_counts[a * n + b] = counts
+    np.cumsum(pair_counts, out=ptr[1:])
+    res = np.empty(int(ptr[-1]), np.int64)
+    starts = ptr[a * n + b]
+    res[starts] = first
+    second = crosses.nonzero()[0]
+    res[starts[second] + 1] = base + nlinks + 2 * node_b[second] + 1
+    nics = 2 * ((n + per - 1) // per) if shared_nics else 0
+
+    def name(r: int) -> str:
+        if r < n:
+            return f"device {r}"
+        if r < base:
+            return f"core {r - n}"
+        r -= base
+        if r < nlinks:
+            k, rest = divmod(r, per * (per - 1))
+            li, lj = divmod(rest, per - 1)
+            lj += lj >= li
+            return f"link {k * per + li}->{k * per + lj}"
+        k, side = divmod(r - nlinks, 2)
+        return f"nic {k} {'in' if side else 'out'}"
+
+    return _Machine(ptr.astype(np.int32), res.astype(np.int32), base + nlinks + nics, cores, name)
+
+
+def _routed_machine(devices: DeviceGraph, cores: int) -> _Machine:
+    """Any device graph: each pair's route (:meth:`DeviceGraph.route`), resources numbered in
+    order of first use."""
+    n = len(devices)
+    names = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
+    ids: dict[str, int] = {}
+    route_ptr = np.zeros(n * n + 1, np.int32)
+    route_res: list[int] = []
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                for r in _route_resources(devices, a, b):
+                    if r not in ids:
+                        ids[r] = len(names)
+                        names.append(r)
+                    route_res.append(ids[r])
+            route_ptr[a * n + b + 1] = len(route_res)
+    return _Machine(route_ptr, np.asarray(route_res, np.int32), len(names), cores, names.__getitem__)
+
+
+def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
+    """What a transfer from device a to device b holds: its route's links, or between the
+    nodes of a cluster the source node's adapter (send side) and the destination's (receive)."""
+    na, nb = devices.devices[a].node, devices.devices[b].node
+    if devices.shared_nics and na != nb:
+        return (f"nic {na} out", f"nic {nb} in")
+    return tuple(f"link {u}->{v}" for u, v in devices.route(a, b))
+
+
+def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, float]:
+    """(split, element_seconds, element_fixed, copy_bandwidth) of a profile for the C engine."""
+    if costs is None:
+        return None, None, None, 0.0
+    split = np.full((len(plan.graph.ops), 2), np.nan)
+    for op in plan.graph.ops:
+        measured = _measured_split(plan, costs, op.name)
+        if measured is not None:
+            split[op.index] = measured
+    rates = np.full(len(_core.TASK_KINDS), np.nan)
+    fixed = np.full(len(_core.TASK_KINDS), np.nan)
+    for kind, rate in getattr(costs, "element_seconds", {}).items():
+        if kind in _core.TASK_KINDS and kind not in COMPUTE_KINDS:
+            rates[_core.TASK_KINDS.index(kind)] = rate
+            fixed[_core.TASK_KINDS.index(kind)] = getattr(costs, "element_fixed", {}).get(kind, np.nan)
+    return split, rates, fixed, _measured(costs, "copy_bandwidth")
+
+
+def _measured(costs, name: str) -> float:
+    """One of a profile's measured figures (``copy_bandwidth``; ``step_overhead``: a step's
+    time outside its tasks, added to the replayed makespan), or 0 without costs or that figure."""
+    return float(getattr(costs, name, 0.0) or 0.0)
+
+
+def _events_from(plan: Plan, r: dict, name: Callable[[int], str]) -> list[SimEvent]:
+    """SimEvents of the C engine's arrays (only when someone asks for them)."""
+    kinds, phases = _core.TASK_KINDS, _core.PHASES
+    op_names = [op.name for op in plan.graph.ops]
+    start, end = r["start"].tolist(), (r["start"] + r["duration"]).tolist()
+    ptr, res = r["res_ptr"].tolist(), r["res"].tolist()
+    kind, phase, op = r["kind"].tolist(), r["phase"].tolist(), r["op"].tolist()
+    return [SimEvent(i, kinds[kind[i]], phases[phase[i]], op_names[op[i]],
+                     tuple(name(x) for x in res[ptr[i]:ptr[i + 1]]), start[i], end[i]) for i in range(len(start))]

@@ -1,0 +1,121 @@
+"""Turning a graph and a device graph into the C core's problem, and config helpers.
+
+The op descriptions are flattened into one int64 blob (layout in csrc/problem.c)
+so that the C core receives every index expression without per-op code.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from shardwise import _core
+from shardwise.machine.devices import DeviceGraph
+from shardwise.errors import ConfigError
+from shardwise.graph import Graph
+from shardwise.ops.desc import DATA, ROLE_BIAS, OpDesc
+
+# Dimension names per output rank: sample, channel, then spatial (seed 003 Table 1).
+DIM_NAMES: dict[int, tuple[str, ...]] = {
+    1: ("n",), 2: ("n", "c"), 3: ("n", "c", "l"), 4: ("n", "c", "h", "w"), 5: ("n", "c", "d", "h", "w"),
+}
+
+SYNC_MODELS = {"parameter_server": _core.SYNC_PARAMETER_SERVER, "ring": _core.SYNC_RING}
+
+
+def dim_names(rank: int) -> tuple[str, ...]:
+    return DIM_NAMES[rank]
+
+
+def worker_counts(ndev: int) -> list[int]:
+    """Worker counts a configuration may use on ``ndev`` devices: the divisors of
+    ``ndev`` and the powers of two up to it (so 6 devices allow 1, 2, 3, 4, 6)."""
+    counts = {k for k in range(1, ndev + 1) if ndev % k == 0}
+    k = 1
+    while k <= ndev:
+        counts.add(k)
+        k *= 2
+    return sorted(counts)
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """Knobs of the cost model (documented in docs/cost-model.md)."""
+
+    sync: str = "parameter_server"   # or "ring"
+    bytes_per_element: float = 4.0   # float32
+    backward_factor: float = 3.0     # forward + backward ~ 3x the forward compute
+    threads: int = 0                 # threads building cost tables; 0 = one per CPU (at most 8)
+    # also search splits of additive reductions (partition-n-reduce: partial outputs + a sum);
+    # off by default until the executor runs them
+    reduction_splits: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNC_MODELS:
+            raise ConfigError(f"unknown sync model {self.sync!r}; expected one of {sorted(SYNC_MODELS)}")
+        for name in ("bytes_per_element", "backward_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < 1e6):
+                raise ConfigError(f"{name} must be a positive finite number, got {value!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 0 <= self.threads <= 64:
+            raise ConfigError(f"threads must be an int in 0..64 (0: one per CPU), got {self.threads!r}")
+        if not isinstance(self.reduction_splits, bool):
+            raise ConfigError(f"reduction_splits must be True or False, got {self.reduction_splits!r}")
+
+
+def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
+    additive = [1 if v in desc.additive else 0 for v in range(desc.out_rank, desc.nvars)]
+    out += [desc.nvars, desc.out_rank, *desc.extents, *desc.split_granules(), *additive, len(desc.inputs)]
+    data_inputs = iter(producers)
+    for inp in desc.inputs:
+        producer = next(data_inputs) if inp.role == DATA else -1
+        out += [ROLE_BIAS if inp.bias else inp.role, producer, len(inp.shape), *inp.shape]
+        for e in inp.exprs:
+            out += [*e.coefs, *(e.vdivs or (1,) * len(e.coefs)), e.offset, e.div, e.mod]
+        if inp.window is None:
+            out.append(0)
+        else:
+            out.append(1)
+            for lo, hi in inp.window:
+                out += [lo, hi]
+
+
+def encode_graph(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(blob, flops) for the C core; flops rows are (per iteration point, per output)."""
+    words: list[int] = [len(graph.ops)]
+    flops = np.zeros((len(graph.ops), 2))
+    for op in graph.ops:
+        _encode_op(op.desc, op.inputs, words)
+        flops[op.index] = (op.desc.flops_per_point, op.desc.flops_per_output)
+    return np.asarray(words, dtype=np.int64), flops
+
+
+def device_arrays(devices: DeviceGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    bw = devices.route_bandwidths().copy()
+    np.fill_diagonal(bw, 0.0)  # never read: a device does not send to itself
+    return (np.array([d.flops for d in devices.devices]), np.array([d.mem_bandwidth for d in devices.devices]), bw)
+
+
+def make_problem(graph: Graph, devices: DeviceGraph, options: CostOptions) -> "_core.Problem":
+    if len(graph.ops) == 0:
+        raise ConfigError(f"graph {graph.name!r} has no ops")
+    blob, flops = encode_graph(graph)
+    problem = _core.Problem(blob, flops, *device_arrays(devices))
+    threads = options.threads or min(8, os.cpu_count() or 1)
+    problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, threads,
+                        options.reduction_splits)
+    return problem
+
+
+def config_arrays(degrees: Sequence[Sequence[int]], devices: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Pad degree rows to MAX_RANK and device rows with -1, as Problem.set_configs wants."""
+    n = len(degrees)
+    maxk = max(len(d) for d in devices)
+    deg = np.ones((n, _core.MAX_RANK), dtype=np.int32)
+    dev = np.full((n, maxk), -1, dtype=np.int32)
+    for k, (dg, dv) in enumerate(zip(degrees, devices)):
+        deg[k, : len(dg)] = dg
+        dev[k, : len(dv)] = dv
+    return deg, dev

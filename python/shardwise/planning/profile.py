@@ -1,0 +1,361 @@
+"""Measuring compute costs on this machine: ``sw.profile(g, d)``.
+
+    prof = sw.profile(g, sw.DeviceGraph.cpu(2))     # measured, cached on disk
+    plan = sw.search(g, d, costs=prof)              # t_c from measurements
+    sim = sw.simulate(plan, costs=prof)             # task durations from measurements
+
+For every op and every partition (degrees) the search may give it on the
+device graph, the forward and backward time of one shard is measured by
+running real training steps of the native runtime, its workers side by side as in
+training, each task timed by the runtime: in round r every op
+takes its r-th partition, so a handful of plans covers all of them, and the plans
+take turns step by step.  On CPU workers
+the devices are alike, so where a shard runs does not matter.
+The profile also measures the time of a step outside its tasks (checking the
+batch, waking the runtime's threads), bookkeeping seconds (fixed + per element)
+and the bandwidth of a copy between workers, which the simulator uses.
+
+Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
+stamped with the machine (CPU model, core count, OpenBLAS kernels) and the
+shardwise version: a profile from another machine or version is refused by
+:meth:`Profile.load` and re-measured by :func:`profile` with a message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardwise.atomic import write_atomically
+from shardwise.machine.devices import Device, DeviceGraph
+from shardwise.errors import ShardwiseError
+from shardwise.graph import Graph, Op
+from shardwise.plan import OpConfig, Plan
+from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
+
+PROFILE_FORMAT = "shardwise-profile"
+# 7: no per-task overhead or wake latency (the simulator's interpreter models are gone; version 6
+# files carried both, measured as 0 by the native runtime).  Other versions are refused.
+PROFILE_VERSION = 7
+COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
+                 "bn_backward_stats"}
+
+
+class ProfileMismatch(ShardwiseError, ValueError):
+    """A profile measured on another machine, version or graph."""
+
+
+def machine_fingerprint() -> dict[str, Any]:
+    """What a measurement depends on besides the graph."""
+    from shardwise import __version__
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "shardwise": __version__}
+
+
+@dataclass
+class Profile:
+    """Measured seconds per (op, degrees): forward and backward of one shard (slowest worker)."""
+
+    graph_fingerprint: str
+    machine: dict[str, Any]
+    times: dict[tuple[str, tuple[int, ...]], tuple[float, float]] = field(default_factory=dict)
+    copy_bandwidth: float = 0.0      # bytes/s of a copy between two workers' buffers
+    element_seconds: dict[str, float] = field(default_factory=dict)  # bookkeeping tasks: s per element
+    step_overhead: float = 0.0       # seconds of a step outside its tasks (threads woken, batch checked)
+    element_fixed: dict[str, float] = field(default_factory=dict)    # bookkeeping tasks: fixed s per task
+
+    # ---- the ComputeCosts protocol (search) and the simulator's split
+    def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
+        degrees = tuple(int(s) // int(h) for s, h in zip(op.shape, shard_shape))
+        fb = self.times.get((op.name, degrees))
+        return None if fb is None else fb[0] + fb[1]
+
+    def split(self, op_name: str, degrees: tuple[int, ...]) -> tuple[float, float] | None:
+        return self.times.get((op_name, tuple(degrees)))
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    # ---- files
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "graph": self.graph_fingerprint,
+                "machine": self.machine, "copy_bandwidth": self.copy_bandwidth,
+                "element_seconds": self.element_seconds, "step_overhead": self.step_overhead,
+                "element_fixed": self.element_fixed,
+                "times": [[name, list(deg), fwd, bwd] for (name, deg), (fwd, bwd) in sorted(self.times.items())]}
+
+    def save(self, path: str | os.PathLike) -> None:
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        write_atomically(path, json.dumps(self.to_dict()).encode())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, graph: Graph) -> "Profile":
+        """Read a profile; ProfileMismatch if it was measured for another graph, machine or version
+        (a file of another format version is refused, not converted: :func:`profile` measures
+        again; version 6 files held a per-task overhead and a wake latency for simulator models
+        that are gone)."""
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+                raise ProfileMismatch(f"{path}: not a shardwise profile")
+            if data.get("version") != PROFILE_VERSION:
+                raise ProfileMismatch(f"{path}: a shardwise profile of version {data.get('version')!r}; this "
+                                      f"shardwise reads version {PROFILE_VERSION} only (measure again with sw.profile)")
+            times = {(str(n), tuple(int(x) for x in deg)): (float(fw), float(bw)) for n, deg, fw, bw in data["times"]}
+            prof = cls(str(data["graph"]), dict(data["machine"]), times, float(data["copy_bandwidth"]),
+                       {str(k): float(v) for k, v in data.get("element_seconds", {}).items()},
+                       float(data["step_overhead"]),
+                       {str(k): float(v) for k, v in data["element_fixed"].items()})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, ProfileMismatch):
+                raise
+            raise ProfileMismatch(f"{path}: unreadable profile ({type(exc).__name__}: {exc})") from None
+        if prof.graph_fingerprint != graph.fingerprint():
+            raise ProfileMismatch(f"{path}: measured for another graph")
+        here = machine_fingerprint()
+        if prof.machine != here:
+            diff = {k: (prof.machine.get(k), v) for k, v in here.items() if prof.machine.get(k) != v}
+            raise ProfileMismatch(f"{path}: measured on another machine or version: {diff}")
+        return prof
+
+
+def _partitions(graph: Graph, devices: DeviceGraph) -> dict[str, list[tuple[int, ...]]]:
+    """The distinct degree vectors the search may give every op (as config.c enumerates them)."""
+    problem = make_problem(graph, devices, CostOptions())
+    problem.enumerate(np.asarray(worker_counts(len(devices)), dtype=np.int32))
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for op in graph.ops:
+        deg, _ = problem.configs(op.index)
+        seen = []
+        for row in deg:
+            t = tuple(int(x) for x in row)
+            if t not in seen:
+                seen.append(t)
+        out[op.name] = seen
+    return out
+
+
+def _copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best
+
+
+class _RoundProbe:
+    """One profiling plan (round), set up once and sampled step by step.
+
+    :func:`_measure_rounds` takes the rounds' samples in turns, one step each, so that every
+    round is measured across the whole profiling time: on the 2-core test machine the speed
+    of two threads side by side changes for seconds at a time, and a round measured in one
+    block of steps took that moment's speed with it.
+
+    Shards are timed the way training runs them: real ``Trainer.step`` calls on the native
+    runtime, whose worker threads record every task's start and end (``Runtime.task_times``).
+    A task's time keeps what running side by side costs (shared caches and memory bandwidth)
+    and what the machine takes from a core.  Per op and step the slowest worker's shard is
+    kept (a step waits for the slowest)."""
+
+    def __init__(self, graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig]) -> None:
+        from shardwise.train.trainer import SGD, Trainer
+
+        plan = Plan(graph, devices, configs, name="profile")
+        self.trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
+        self.tg = self.trainer.task_graph
+        self.fwd: dict[str, list[float]] = {}       # op -> seconds of its slowest shard, per step
+        self.bwd: dict[str, list[float]] = {}
+        self.per_element: dict[str, list[tuple[float, int]]] = {}   # kind -> (seconds, elements) per task
+        self.outside: list[float] = []                           # seconds of a step outside its tasks
+        self.images, self.labels = self.trainer._check_batch(*_random_batch(self.trainer, 0))
+        self.trainer.step(self.images, self.labels)     # warm-up: first touches, workspaces
+
+    def sample_step(self) -> None:
+        """One training step, every task timed by the runtime."""
+        t0 = time.perf_counter()
+        self.trainer.step(self.images, self.labels)
+        total = time.perf_counter() - t0
+        self._record_step(self.trainer.executor.task_times()[0], total)
+
+    def _record_step(self, ns: np.ndarray, total: float) -> None:
+        """File the samples of a step of ``total`` seconds whose tasks started and ended at
+        ``ns`` (ntasks, 2) nanoseconds."""
+        seconds = (ns[:, 1] - ns[:, 0]) * 1e-9
+        # checking the batch, waking the worker threads, collecting them
+        self.outside.append(max(0.0, total - (ns[:, 1].max() - ns[:, 0].min()) * 1e-9))
+        current: dict[tuple[str, int, str], float] = {}
+        for task, sec in zip(self.tg.tasks, seconds.tolist()):
+            if task.kind in COMPUTE_KINDS:
+                key = (task.op, task.worker, "fwd" if task.phase == "forward" else "bwd")
+                current[key] = current.get(key, 0.0) + sec
+            elif task.kind in BOOKKEEPING_KINDS:
+                elements = _task_elements(self.tg, task)
+                if elements:
+                    self.per_element.setdefault(task.kind, []).append((sec, elements))
+        # per op the slowest worker of this step: shards of one op are meant to take equally
+        # long, and a step waits for the slowest
+        slowest: dict[tuple[str, str], float] = {}
+        for (op, _worker, which), sec in current.items():
+            slowest[(op, which)] = max(slowest.get((op, which), 0.0), sec)
+        for (op, which), sec in slowest.items():
+            (self.fwd if which == "fwd" else self.bwd).setdefault(op, []).append(sec)
+
+    def result(self):
+        """(fwd, bwd, bookkeeping samples, step overhead)."""
+        return self.fwd, self.bwd, self.per_element, max(0.0, statistics.median(self.outside))
+
+
+def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, OpConfig]], repeats: int,
+                    progress: bool = False, between_steps: Callable[[], None] | None = None) -> list[tuple]:
+    """Measure every round's plan ``repeats`` times, the rounds taking turns step by step
+    (:class:`_RoundProbe`), calling ``between_steps`` after every timed step; per round the
+    tuple of :meth:`_RoundProbe.result`."""
+    probes = []
+    for r, configs in enumerate(rounds):
+        probes.append(_RoundProbe(graph, devices, configs))
+        if progress:
+            print(f"\r  [shardwise] profiling: plan {r + 1}/{len(rounds)} set up", end="", file=sys.stderr, flush=True)
+    for k in range(repeats):
+        for probe in probes:
+            probe.sample_step()
+            if between_steps is not None:
+                between_steps()
+        if progress:
+            print(f"\r  [shardwise] profiling: pass {k + 1}/{repeats}        ", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return [probe.result() for probe in probes]
+
+
+def _random_batch(trainer, seed: int):
+    """Random inputs and labels of the trainer's batch: the one input's array, or for several
+    input ops (an unrolled RNN) a dict {name: array}, as ``Trainer.step`` takes them."""
+    rng = np.random.default_rng(seed)
+    xs = {op.name: rng.standard_normal(op.shape).astype(np.float32) for op in trainer.inputs}
+    y = rng.integers(0, trainer.loss_ops[-1].shape[1], trainer.batch)
+    return (xs if len(xs) > 1 else xs[trainer.input.name]), y
+
+
+def fit_line(samples: list[tuple[float, int]]) -> tuple[float, float]:
+    """(fixed seconds, seconds per element) of ``seconds = fixed + rate * elements`` over
+    (seconds, elements) samples, least squares, neither negative.
+
+    A bookkeeping task costs a fixed time (the runtime's dispatch, the kernel's setup) plus
+    its memory traffic: one rate alone (a median of per-task ratios) let the fixed cost of
+    tiny tasks (a bias update) inflate the rate of the big ones ~30x."""
+    seconds = np.array([s for s, _ in samples], np.float64)
+    elements = np.array([e for _, e in samples], np.float64)
+    if len(samples) == 0 or not elements.any():
+        return (float(seconds.mean()) if len(samples) else 0.0), 0.0
+    if np.ptp(elements) > 0:
+        fixed, rate = np.linalg.lstsq(np.stack([np.ones_like(elements), elements], 1), seconds, rcond=None)[0]
+        if fixed >= 0 and rate >= 0:
+            return float(fixed), float(rate)
+        if rate < 0:
+            return float(seconds.mean()), 0.0
+    return 0.0, float(seconds @ elements / (elements @ elements))   # through the origin
+
+
+BOOKKEEPING_KINDS = ("copy", "accumulate", "reduce", "stats_reduce", "update")
+
+
+def _task_elements(tg, task) -> int:
+    """Elements a bookkeeping task moves: its box, or its output buffer's size."""
+    from shardwise.ops.boxes import volume
+
+    if task.box is not None:
+        return volume(task.box)
+    return tg.buffers[task.writes[0]].elements if task.writes else 0
+
+
+def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str | None = None,
+            progress: bool = False, between_steps: Callable[[], None] | None = None) -> Profile:
+    """Measure forward and backward times of every op under every partition the search
+    may choose on ``devices``, with the CPU kernels of this machine.  Cached in
+    ``cache_dir`` (default ``~/.cache/shardwise``); a cached profile from another
+    machine or version is measured again, with a message on stderr.
+
+    ``repeats``: timed steps of every profiling plan (the plans take turns, step by step).
+    ``between_steps``: called after every timed step while measuring (not for a cached
+    profile): the calibration benchmark times the executor's own steps there, so that they
+    and the profile see this machine in the same seconds."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "shardwise")
+    path = os.path.join(cache_dir, f"profile-{graph.fingerprint()}-{len(devices)}.json")
+    if os.path.exists(path):
+        try:
+            return Profile.load(path, graph)
+        except ProfileMismatch as exc:
+            print(f"shardwise: measuring again: {exc}", file=sys.stderr)
+    parts = _partitions(graph, devices)
+    rounds = max(len(v) for v in parts.values())
+    prof = Profile(graph.fingerprint(), machine_fingerprint())
+    step_overheads = []
+    samples: dict[str, list[tuple[float, int]]] = {}   # bookkeeping kind -> (seconds, elements) of all rounds
+    plans = []
+    for r in range(rounds):
+        configs = {}
+        for op in graph.ops:
+            options = parts[op.name]
+            degrees = options[r % len(options)]
+            configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
+        plans.append(configs)
+    for configs, (fwd, bwd, round_samples, outside) in zip(
+            plans, _measure_rounds(graph, devices, plans, repeats, progress, between_steps)):
+        step_overheads.append(outside)
+        for kind, pairs in round_samples.items():
+            samples.setdefault(kind, []).extend(pairs)
+        for op in graph.ops:
+            degrees = configs[op.name].degrees
+            f = statistics.median(fwd.get(op.name, [0.0]))
+            b = statistics.median(bwd.get(op.name, [0.0]))
+            prof.times.setdefault((op.name, degrees), (f, b))
+    prof.step_overhead = statistics.median(step_overheads)
+    for kind, pairs in samples.items():
+        prof.element_fixed[kind], prof.element_seconds[kind] = fit_line(pairs)
+    prof.copy_bandwidth = _copy_bandwidth()
+    prof.save(path)
+    return prof
+
+
+def measured_step_time(graph: Graph, plan: Plan, steps: int = 5, seed: int = 0) -> float:
+    """Median seconds of ``steps`` training steps of ``plan`` on the CPU executor (random
+    data, after one warm-up step): the time ``sw.simulate(plan, costs=profile)`` estimates."""
+    from shardwise.train.trainer import Trainer
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    trainer = Trainer(graph, plan)
+    x, y = _random_batch(trainer, seed)
+    trainer.step(x, y)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        trainer.step(x, y)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

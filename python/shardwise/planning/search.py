@@ -1,0 +1,506 @@
+"""The search: the Eq. 1 optimum over every op's configurations.
+
+    plan = search(g, d)                          # node/edge elimination (exact)
+    plan = search(g, d, algorithm="exhaustive")  # brute force, small graphs only
+    plan = search(g, d, algorithm="tofu")        # seed 004's recursive CriticalDP (shardwise.planning.tofu)
+
+Configurations per op come from the C core (aligned contiguous device blocks, plus the
+structure groups of heterogeneous machines from :mod:`shardwise.machine.device_sets`,
+worker counts from :func:`shardwise.planning.problem.worker_counts`); cost tables are
+built in C with the GIL released; the search itself runs in C.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from shardwise.machine.device_sets import aligned_blocks, device_sets
+from shardwise.machine.devices import DeviceGraph
+from shardwise.errors import ConfigError, SearchError, SearchWarning
+from shardwise.graph import Graph
+from shardwise.planning.costs import ComputeCosts, apply_profile
+from shardwise.plan import OpConfig, Plan, reduction_config
+from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
+from shardwise.planning import objective as objective_module
+from shardwise.planning import search_scale
+from shardwise.planning import search_memory
+from shardwise.planning.strategies import baselines
+
+# above this many configurations on every aligned block, or about this many min-plus steps to
+# eliminate them (the cube of the configuration counts), a machine of identical devices is
+# searched by search_scale (each partition once, pruning, then the placements)
+SCALE_ABOVE = 40_000
+SCALE_WORK = 2e9
+# other machines: above this much memory for the transfer tables of every aligned block, or
+# this many min-plus steps to eliminate them (about 20 s), each partition is placed on the first
+# devices only (with a warning)
+MAX_TABLE_BYTES = 2 * 2**30
+MAX_ELIMINATION_WORK = 4e10
+
+ALGORITHMS = ("elimination", "exhaustive", "tofu")
+# elimination: min-plus steps of variable elimination on the residual graph (about a second
+# per 10^9); exhaustive: strategies tried
+DEFAULT_MAX_EVALUATIONS = {"elimination": 1e9, "exhaustive": 2e7}
+
+
+Progress = Callable[[str, float], None]
+
+
+def _progress_printer(stage: str, seconds: float) -> None:
+    print(f"  [shardwise] {stage:<44} {seconds * 1e3:9.1f} ms", file=sys.stderr, flush=True)
+
+
+LIVE_AFTER = 1.0   # seconds before a running stage starts showing a live counter
+
+
+def _run_live(problem: Any, label: str, work: Callable[[], Any]) -> Any:
+    """Run ``work`` (which releases the GIL) on a thread and, if it takes longer than
+    LIVE_AFTER seconds, show the C core's (done, total) counter on stderr."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = work()
+        except BaseException as exc:  # re-raised on the calling thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"shardwise {label}", daemon=True)
+    start = time.perf_counter()
+    thread.start()
+    shown = False
+    while thread.is_alive():
+        thread.join(0.2)
+        elapsed = time.perf_counter() - start
+        if thread.is_alive() and elapsed > LIVE_AFTER:
+            done, total = problem.progress()
+            pct = 100.0 * done / total if total else 0.0
+            print(f"\r  [shardwise] {label:<44} {done}/{total} ({pct:4.0f}%) {elapsed:6.1f} s",
+                  end="", file=sys.stderr, flush=True)
+            shown = True
+    if shown:
+        print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def _enumerate(problem: Any, devices: DeviceGraph, counts: Sequence[int]) -> None:
+    """Configurations on the aligned blocks of every count, and on a machine whose structure
+    makes other groups of devices distinct (nodes, kinds, link speeds), on those groups and
+    their blocks too (:mod:`shardwise.machine.device_sets`)."""
+    sets = device_sets(devices, counts)
+    if set(sets) == set(aligned_blocks(len(devices), counts)):
+        problem.enumerate(np.asarray(counts, dtype=np.int32))
+    else:
+        problem.enumerate_sets([np.asarray(s, dtype=np.int32) for s in sets])
+
+
+def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *,
+           sync: str = "parameter_server", options: CostOptions | None = None,
+           costs: ComputeCosts | None = None, max_evaluations: float | None = None,
+           worker_counts_: Sequence[int] | None = None,
+           progress: bool | Progress = False, refine: str | None = None, refine_steps: int = 200,
+           refine_seed: int = 0, time_limit: float | None = None, objective: str | None = None,
+           memory: bool | float | str = True, pareto: bool = False) -> Plan | list[search_memory.FrontPlan]:
+    """Find the fastest strategy: by default the one with the fastest simulated iteration
+    among the Eq. 1 optimum, the baselines and their combinations; with ``objective="eq1"``
+    the exact optimum of Eq. 1 of "Exploring Hidden Dimensions in Parallelizing
+    Convolutional Neural Networks".
+
+    ``objective``: ``"simulate"`` (the default for ``algorithm="elimination"`` with
+    parameter-server synchronization) starts from the exact Eq. 1 optimum, replays it and
+    the data, model and OWT baselines in the simulator, keeps the fastest (so the plan never
+    simulates slower than a baseline) and improves it by a bounded, deterministic local
+    search under the simulator (:mod:`shardwise.planning.objective`, docs/cost-model.md);
+    ``search_stats`` records every simulated time.  ``"eq1"`` (the default for the other
+    algorithms and for ring synchronization, which the simulator does not replay) returns
+    the Eq. 1 optimum itself.
+
+    ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
+    eliminations, then variable elimination of what is left along a min-fill
+    order; exact while that takes at most ``max_evaluations`` min-plus steps
+    (default 10^9, about a second) with no table above 2^27 entries, i.e. for
+    residual graphs of small treewidth; above that bound it returns the best plan
+    it finds, with ``search_stats["exact"] = False``, the ``lower_bound`` and a
+    :class:`SearchWarning` giving the gap) or ``"exhaustive"``
+    (brute force over every strategy; refuses graphs with more than
+    ``max_evaluations`` strategies) or ``"tofu"`` (seed 004's partitioning over all of
+    ``devices``, minimizing bytes moved rather than Eq. 1: :func:`shardwise.planning.tofu.partition`
+    with reduction cuts, which become partition-n-reduce configurations; the returned Plan
+    is costed by Eq. 1 like any other, and ``max_evaluations``, ``worker_counts_`` and
+    ``refine`` do not apply).  ``sync``: ``"parameter_server"`` (default,
+    as the papers) or ``"ring"``.  ``costs``: measured compute times (a
+    :class:`ProfileTable`) replacing the roofline.  ``refine="simulate"``: start from
+    the elimination optimum and improve it under the simulator by local search
+    (``refine_steps`` proposals, Metropolis acceptance as in FlexFlow's MCMC); the
+    result never simulates slower than its seed.  ``progress``: True prints
+    each stage's time to stderr, or pass a callable ``(stage, seconds)``.
+
+    The search space: every op's partitions on aligned contiguous blocks of devices and,
+    on machines whose devices differ, on the groups their structure makes distinct (each
+    node, each device kind, each class of devices linked at a given speed, and aligned
+    blocks within them; :mod:`shardwise.machine.device_sets`, docs/cost-model.md).  A plan on
+    other device sets can be written by hand; the search does not consider it.  On machines of identical devices in uniform nodes (the
+    ``cluster`` and ``cpu`` presets) large searches go in stages that keep the
+    optimum: each partition once, pruning by a relaxation's lower bounds, then a
+    proof that no other placement does better (``search_stats["scale"]``).  On other
+    machines too large to search on every block, each partition sits on the first
+    devices only, with a :class:`SearchWarning`.  ``time_limit``: seconds after which
+    a staged search stops between stages with the best plan found so far, its lower
+    bound and a :class:`SearchWarning`.
+
+    ``memory``: True (the default): every device's memory plan (:func:`shardwise.memory_plan`)
+    fits its ``memory``; a number of bytes or a string such as ``"8GB"``: that budget on every
+    device (at most its memory); False: memory is not looked at.  When the Eq. 1 optimum fits
+    it is returned as before; otherwise the exact optimum under the per-device footprint
+    constraint (:mod:`shardwise.planning.search_memory`, docs/memory.md), checked with its memory plan;
+    ``search_stats["memory"]`` says how it was found.  When no plan fits:
+    :class:`~shardwise.planning.search_memory.PlanDoesNotFitError` (a ValueError) naming the smallest
+    shortfall.  The simulated objective and ``refine`` keep only candidates that fit.  With
+    ``sync="ring"`` (no memory plan yet) the default does not check memory.
+
+    ``pareto=True``: instead of one plan, the time / peak-memory Pareto front: a list of
+    :class:`~shardwise.planning.search_memory.FrontPlan` (``plan``, ``time`` (Eq. 1 s), ``peak_bytes``
+    (the largest arena), ``memory`` (its MemoryPlan)), fastest first, each needing less memory
+    than the one before; every plan fits ``memory``.  Times are Eq. 1's (the objective the
+    search is exact for), whatever ``objective`` says.
+    """
+    if not isinstance(graph, Graph):
+        raise ConfigError(f"search needs a Graph, got {type(graph).__name__}")
+    if not isinstance(devices, DeviceGraph):
+        raise ConfigError(f"search needs a DeviceGraph, got {type(devices).__name__}")
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"unknown search algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    if objective not in (None, "simulate", "eq1"):
+        raise ConfigError(f"unknown objective {objective!r}; expected 'simulate' or 'eq1'")
+    if objective == "simulate" and (options or CostOptions(sync=sync)).sync != "parameter_server":
+        raise ConfigError("objective='simulate' needs sync='parameter_server': the simulator does not replay "
+                          "ring all-reduce yet; use objective='eq1'")
+    if refine not in (None, "simulate"):
+        raise ConfigError(f"unknown refinement {refine!r}; expected None or 'simulate'")
+    if isinstance(refine_steps, bool) or not isinstance(refine_steps, int) or refine_steps < 0:
+        raise ConfigError(f"refine_steps must be a non-negative int, got {refine_steps!r}")
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not 0 < time_limit < float("inf")):
+        raise ConfigError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+    options = options or CostOptions(sync=sync)
+    if not isinstance(pareto, bool):
+        raise ConfigError(f"pareto must be True or False, got {pareto!r}")
+    mem_limit = search_memory.budgets(devices, memory)
+    if mem_limit is not None and options.sync != "parameter_server":
+        if memory is not True or pareto:
+            raise ConfigError("memory budgets and pareto=True need sync='parameter_server' (the memory plan lowers "
+                              "only that); pass memory=False to search ring synchronization without memory")
+        mem_limit = None   # ring all-reduce has no memory plan yet: memory is not checked (search_stats says so)
+    report: Progress | None = _progress_printer if progress is True else (progress or None)
+    if objective is None:
+        objective = "simulate" if algorithm == "elimination" and options.sync == "parameter_server" else "eq1"
+    fits = None if mem_limit is None else (lambda p: search_memory.fits(p, mem_limit))
+    if algorithm == "tofu":
+        if pareto:
+            raise ConfigError("pareto=True needs algorithm='elimination' or 'exhaustive'")
+        plan = _search_tofu(graph, devices, options, costs, refine, report)
+        if fits is not None and not fits(plan):
+            raise search_memory.PlanDoesNotFitError(
+                "Tofu's partition does not fit every device's memory (its memory plan: "
+                + ", ".join(f"device {d}: {a / 1e9:.2f} GB of {m / 1e9:.2f} GB" for d, (a, m) in
+                            enumerate(zip(search_memory.arenas(plan), mem_limit)) if a > m)
+                + "); use algorithm='elimination', which searches under the memory constraint, or memory=False")
+        return objective_module.choose(plan, costs, report, fits=fits) if objective == "simulate" else plan
+    limit = DEFAULT_MAX_EVALUATIONS[algorithm] if max_evaluations is None else max_evaluations
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (1 <= limit < float("inf")):
+        raise ConfigError(f"max_evaluations must be a finite number >= 1, got {max_evaluations!r}")
+    limit = float(limit)
+    timings: dict[str, float] = {}
+
+    def stage(name: str, start: float) -> float:
+        now = time.perf_counter()
+        timings[name] = now - start
+        if report:
+            report(name, now - start)
+        return now
+
+    t0 = time.perf_counter()
+    deadline = None if time_limit is None else t0 + time_limit
+    problem = make_problem(graph, devices, options)
+    counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
+    live = progress is True
+    scale = algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
+    if scale:   # each partition once: is every aligned block worth searching directly?
+        problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+        aligned = _aligned_configurations(problem, len(graph.ops), len(devices))
+        scale = sum(aligned) > SCALE_ABOVE or sum(float(c) ** 3 for c in aligned) > SCALE_WORK
+    profiled = 0
+    if scale:
+        stages = search_scale.Stages(report, deadline, start=t0)
+        result = search_scale.search_symmetric(
+            graph, devices, options, problem, costs, limit, stages,
+            live=lambda p, label, f: _run_live(p, label, f) if live else f())
+        timings.update(stages.timings)
+        searched_cost, stats = result.cost, result.stats
+        stats.update(exact=result.exact, lower_bound=result.lower_bound)
+        chosen = result.chosen
+        rows = [(chosen.deg[i][0], chosen.dev[i][0], chosen.red[i][0]) for i in range(len(graph.ops))]
+        ncfg = [len(problem.configs(op.index)[0]) for op in graph.ops]   # the partitions, enumerated once
+        if not result.exact:
+            _warn_scale(result, searched_cost, len(graph.ops))
+    else:
+        _enumerate(problem, devices, counts)
+        if algorithm == "elimination" and _too_large(_configurations(problem, graph), graph):
+            # devices not all interchangeable, and too many configurations to search on every
+            # block: each partition on the first devices only, with a warning
+            problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+            if _too_large(_configurations(problem, graph), graph):
+                raise SearchError(f"{len(devices)} devices: even with each partition on the first devices alone "
+                                  f"the search would need more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost "
+                                  f"tables or {MAX_ELIMINATION_WORK:.0e} min-plus steps; pass worker_counts_ with "
+                                  f"fewer worker counts")
+            _warn_first_devices(len(devices))
+        t = stage("enumerate configurations", t0)
+        if live:
+            _run_live(problem, "building cost tables", problem.build_tables)
+        else:
+            problem.build_tables()
+        t = stage("build cost tables (t_c, t_s, t_x)", t)
+        profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
+        if costs is not None:
+            t = stage(f"apply measured costs ({profiled} shards)", t)
+        try:
+            if live:
+                choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
+                                                         lambda: problem.search(algorithm, limit))
+            else:
+                choice, searched_cost, stats = problem.search(algorithm, limit)
+        except RuntimeError as exc:
+            raise SearchError(str(exc)) from None
+        stage(f"{algorithm} search", t)
+        if not stats["exact"]:
+            _warn_gap(stats, searched_cost, limit)
+        rows, ncfg = [], []
+        for op in graph.ops:
+            deg, dev = problem.configs(op.index)
+            k = int(choice[op.index])
+            rows.append((deg[k], dev[k], problem.reductions(op.index)[k]))
+            ncfg.append(len(deg))
+    configs = {}
+    for op, (deg, dev, red) in zip(graph.ops, rows):
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg),
+                                    tuple(int(x) for x in dev if x >= 0), reduction_config(op, red))
+    stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
+                 total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
+                 max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
+    plan = Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats, objective="eq1"),
+                costs=costs)
+    if mem_limit is not None or pareto:
+        t = time.perf_counter()
+        plan = _fit_memory(plan, problem, graph, devices, options, costs, mem_limit, limit, scale, pareto)
+        stage("memory: check the plan's memory plan" if not plan.search_stats.get("memory", {}).get("solves")
+              else "memory-constrained search", t)
+        if pareto:
+            return plan.search_stats.pop("front")
+    if objective == "simulate":
+        t = time.perf_counter()
+        plan = objective_module.choose(plan, costs, report, fits=fits)
+        timings["simulated objective"] = time.perf_counter() - t
+    if refine == "simulate":
+        t = time.perf_counter()
+        plan = _refine_by_simulation(plan, problem, refine_steps, refine_seed, costs, fits)
+        stage(f"refine under the simulator ({refine_steps} proposals)", t)
+        plan.search_stats["timings"] = timings
+    return plan
+
+
+def _plan_of(problem, graph: Graph, devices: DeviceGraph, options: CostOptions, costs, choice, stats) -> Plan:
+    """The Plan giving every op the configuration ``choice[op.index]`` of the problem's enumeration."""
+    configs = {}
+    for op in graph.ops:
+        deg, dev = problem.configs(op.index)
+        k = int(choice[op.index])
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]),
+                                    tuple(int(x) for x in dev[k] if x >= 0),
+                                    reduction_config(op, problem.reductions(op.index)[k]))
+    return Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats), costs=costs)
+
+
+def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options: CostOptions, costs, limit,
+                max_evaluations: float, scale: bool, pareto: bool) -> Plan:
+    """The Eq. 1 optimum if its memory plan fits ``limit``, else the optimum under the memory
+    constraint (search_memory); with ``pareto``, the front in ``search_stats["front"]``."""
+    if limit is not None and search_memory.fits(plan, limit) and not pareto:
+        plan.search_stats["memory"] = {"exact": True, "constrained": False, "least_budget": float(limit.min())}
+        return plan
+    if scale:
+        raise SearchError(f"the Eq. 1 optimum on {len(devices)} devices does not fit every device's memory "
+                          f"(or pareto=True was asked), and the staged search of machines this large does not "
+                          f"search under memory; pass worker_counts_ with fewer counts, memory=False, or swap "
+                          f"activations (sw.swap_plan)")
+    tables = search_memory.Tables(problem, graph)
+    base = dict(plan.search_stats)
+
+    def to_plan(choice):
+        return _plan_of(problem, graph, devices, options, costs, choice, base)
+
+    starts = [c for c in (_choice_of(problem, graph, b) for b in baselines(graph, devices, options)) if c]
+    if limit is not None and not search_memory.fits(plan, limit):
+        found = search_memory.fitting(tables, limit, to_plan, max_evaluations, starts=starts)
+        if found is None:
+            raise search_memory.does_not_fit(devices, tables, limit, max_evaluations, "", starts)
+        plan, info = found
+        plan.search_stats["memory"] = dict(info, constrained=True)
+        plan.search_stats["searched_cost"] = plan.cost
+        if not info["exact"]:
+            _warn_memory(info, plan.cost)
+    else:
+        plan.search_stats["memory"] = {"exact": True, "constrained": False,
+                                       "least_budget": None if limit is None else float(limit.min())}
+    if pareto:
+        plan.search_stats["front"] = search_memory.front(tables, limit, plan, to_plan, max_evaluations,
+                                                         starts=starts)
+    return plan
+
+
+def _choice_of(problem, graph: Graph, plan: Plan) -> list[int] | None:
+    """The enumeration index of every op's configuration in ``plan`` (None if one is not enumerated)."""
+    choice = []
+    for op in graph.ops:
+        cfg = plan.configs[op.name]
+        deg, dev = problem.configs(op.index)
+        red = problem.reductions(op.index)
+        want = np.ones(deg.shape[1], dtype=deg.dtype)
+        want[:len(cfg.degrees)] = cfg.degrees
+        hits = [k for k in range(len(deg)) if (deg[k] == want).all()
+                and tuple(int(x) for x in dev[k] if x >= 0) == tuple(cfg.devices)
+                and reduction_config(op, red[k]) == cfg.reduction]
+        if not hits:
+            return None
+        choice.append(hits[0])
+    return choice
+
+
+def _warn_memory(info: dict, cost: float) -> None:
+    import warnings
+
+    bound = info["lower_bound"]
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    why = ("its memory plan needed more than the footprint the search constrains, so the budgets were lowered"
+           if info["tightened"] else f"{info['solves']} elimination searches did not prove it optimal")
+    warnings.warn(f"memory-constrained search: the plan returned fits every device, but {why}; it is {above} "
+                  f"(lower bound {bound:.6g} s, plan {cost:.6g} s)", SearchWarning, stacklevel=4)
+
+
+def _configurations(problem, graph: Graph) -> list[int]:
+    return [len(problem.configs(op.index)[0]) for op in graph.ops]
+
+
+def _too_large(ncfg: list[int], graph: Graph) -> bool:
+    """Would the plain search of ncfg configurations per op take more than MAX_TABLE_BYTES of
+    transfer tables, or about MAX_ELIMINATION_WORK steps (an elimination costs about the cube of
+    the configuration counts)?"""
+    table_bytes = 8.0 * sum(ncfg[src] * ncfg[op.index] for op in graph.ops for src in op.inputs)
+    return table_bytes > MAX_TABLE_BYTES or sum(float(c) ** 3 for c in ncfg) > MAX_ELIMINATION_WORK
+
+
+def _warn_first_devices(ndev: int) -> None:
+    import warnings
+
+    warnings.warn(f"{ndev} devices that are not all interchangeable: searching every aligned block would take "
+                  f"more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost tables or about "
+                  f"{MAX_ELIMINATION_WORK:.0e} min-plus steps, so each partition is placed on the first devices of "
+                  f"the machine only, and the plan is the optimum over those placements", SearchWarning, stacklevel=3)
+
+
+def _aligned_configurations(problem, nops: int, ndev: int) -> list[int]:
+    """Configurations of each op on every aligned block, from the first-block enumeration."""
+    return [int((ndev // (problem.configs(i)[1] >= 0).sum(axis=1)).sum()) for i in range(nops)]
+
+
+def _warn_scale(result, cost: float, nops: int) -> None:
+    import warnings
+
+    bound = result.lower_bound
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    warnings.warn(f"search on {nops} ops: {result.note}; the plan returned is the best found, "
+                  f"{above} (lower bound {bound:.6g} s, plan {cost:.6g} s); a larger time_limit (or none) "
+                  f"lets the search finish", SearchWarning, stacklevel=3)
+
+
+def _warn_gap(stats: dict, cost: float, limit: float) -> None:
+    import warnings
+
+    bound = stats["lower_bound"]
+    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
+    warnings.warn(
+        f"the graph left by node, edge and leaf elimination ({stats['residual_nodes']} ops, order width "
+        f"{stats['residual_width']}) needs tables of {stats['residual_table']:.3g} entries to be solved "
+        f"exactly, beyond max_evaluations={limit:.3g} (or the 2^27-entry table bound); the plan returned is the "
+        f"best found, {above} (lower bound {bound:.6g} s, plan {cost:.6g} s); pass a larger max_evaluations "
+        f"for the exact optimum", SearchWarning, stacklevel=3)
+
+
+def _search_tofu(graph: Graph, devices: DeviceGraph, options: CostOptions, costs: ComputeCosts | None,
+                 refine: str | None, report: Progress | None) -> Plan:
+    """``algorithm="tofu"``: Tofu's partition over every device, reduction cuts included
+    (partition-n-reduce configurations)."""
+    from shardwise.planning.tofu import partition
+
+    if refine is not None:
+        raise ConfigError("refine='simulate' is not available with algorithm='tofu'")
+    start = time.perf_counter()
+    result = partition(graph, len(devices), reductions=True)
+    if report:
+        report("tofu partition (recursive CriticalDP)", time.perf_counter() - start)
+    plan = result.to_plan(devices, options)
+    plan.costs = costs
+    plan.search_stats["timings"] = {"tofu partition": result.seconds}
+    return plan
+
+
+def _refine_by_simulation(seed_plan: Plan, problem, steps: int, seed: int, costs, fits=None) -> Plan:
+    """Local search over configurations under the simulator, from the Eq. 1 optimum.
+
+    A proposal changes one op to another of its enumerated configurations; it is
+    accepted if it simulates faster, or otherwise with probability
+    exp(-beta * relative slowdown) (Metropolis, as FlexFlow's MCMC); the best
+    plan seen is returned, so the result is never slower than the seed."""
+    import math
+    import random
+
+    from shardwise.iteration.simulate import simulate
+
+    graph, devices = seed_plan.graph, seed_plan.devices
+    rng = random.Random(seed)
+    options = {op.name: (*problem.configs(op.index), problem.reductions(op.index)) for op in graph.ops}
+
+    def evaluate(configs):
+        p = Plan(graph, devices, configs, seed_plan.options, name="refined", costs=costs)
+        return simulate(p, check_memory=False, costs=costs).iteration_time
+
+    current = dict(seed_plan.configs)
+    start_time = evaluate(current)
+    current_time = best_time = start_time
+    best = dict(current)
+    beta = 20.0
+    accepted = 0
+    for _ in range(steps):
+        op = graph.ops[rng.randrange(len(graph.ops))]
+        deg, dev, red = options[op.name]
+        k = rng.randrange(len(deg))
+        proposal = dict(current)
+        proposal[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]),
+                                     tuple(int(x) for x in dev[k] if x >= 0), reduction_config(op, red[k]))
+        if proposal[op.name] == current[op.name]:
+            continue
+        t = evaluate(proposal)
+        if t < current_time or rng.random() < math.exp(-beta * (t - current_time) / current_time):
+            current, current_time = proposal, t
+            accepted += 1
+            if t < best_time and (fits is None or fits(Plan(graph, devices, proposal, seed_plan.options))):
+                best, best_time = dict(proposal), t
+    stats = dict(seed_plan.search_stats, refine="simulate", refine_steps=steps, refine_accepted=accepted,
+                 simulated_seed=start_time, simulated_refined=best_time,
+                 refine_gain=start_time / best_time if best_time > 0 else 1.0)
+    return Plan(graph, devices, best, seed_plan.options, name="refined", search_stats=stats, costs=costs)

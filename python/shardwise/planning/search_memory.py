@@ -1,0 +1,456 @@
+"""Memory in the search: plans that fit every device's memory, and the time / memory front.
+
+    plan = sw.search(g, d)                  # fits d.devices[i].memory on every device, or PlanDoesNotFitError
+    plan = sw.search(g, d, memory="8GB")    # a budget per device instead (memory=False: ignore memory)
+    front = sw.search(g, d, pareto=True)    # [FrontPlan(plan, time, peak_bytes, memory), ...]
+
+The memory a plan needs on a device is its memory plan's arena (:func:`shardwise.memory_plan`,
+the one the runtime allocates).  That arena follows buffer lifetimes, so it is not a sum over
+ops; what the search adds up instead is the part of it that is (csrc/cost_memory.c): the bytes
+live when the backward pass starts (parameters, optimizer state, running statistics, and the
+activations and staging regions kept for the backward pass), a node term per op
+configuration plus an edge term per producer / consumer pair.  It is a lower bound of the
+arena, so:
+
+1. the unconstrained optimum (the search as before) is checked with its memory plan; when it
+   fits it is the constrained optimum, and nothing else runs;
+2. otherwise the exact optimum of Eq. 1 under "footprint <= memory" on every device is found by
+   branch and bound (:func:`solve`): Lagrangian bounds (the elimination search over cost tables
+   plus multiplier-weighted memory tables, every bound exact), branching on one op's
+   configurations by their bytes on the most overfull device;
+3. that plan's memory plan is checked; when it fits it is the exact optimum of the real
+   problem (every plan that fits satisfies the footprint constraint).  When it does not, the
+   budget of each overfull device is lowered by what the memory plan needed beyond the
+   footprint (the backward pass's gradients) and step 2 runs again; the plan returned then
+   carries ``search_stats["memory"]["exact"] = False`` and the first bound.
+4. When step 2 finds no plan, none fits: :class:`PlanDoesNotFitError` names the device short of
+   the most memory in the plan needing least memory in all.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from shardwise import _core
+from shardwise.machine.devices import DeviceGraph
+from shardwise.errors import ConfigError, SearchError, ShardwiseError
+from shardwise.graph import Graph
+from shardwise.sizes import read_bytes
+
+BIG = 1e20            # node cost of a configuration the branch forbids (seconds; any plan costs far less)
+MAX_SOLVES = 120      # elimination searches one constrained search may run (then: best plan and a bound)
+ROOT_STEPS = 20       # subgradient steps at the root of the branch and bound
+LAGRANGE_STEPS = 4    # at every other node (from the parent's multipliers)
+PENALTY_ROUNDS = 8    # doublings of the price of overfull devices' bytes while looking for a first plan
+TIGHTEN_ROUNDS = 3    # re-solves with budgets lowered by what the memory plan needed beyond the footprint
+REL_TOL = 1e-9
+DEBUG = False         # print every Lagrangian step (development)
+
+
+class PlanDoesNotFitError(ShardwiseError, ValueError):
+    """No plan of the search space fits every device's memory.  ``device``, ``needed`` and
+    ``available`` (bytes) name the smallest shortfall the search saw: the most overfull device
+    of the plan closest to fitting among the plan of least memory in all and the baselines."""
+
+    def __init__(self, message: str, device: int = -1, needed: int = 0, available: int = 0) -> None:
+        super().__init__(message)
+        self.device, self.needed, self.available = device, needed, available
+
+
+@dataclass
+class FrontPlan:
+    """One plan of the time / peak-memory Pareto front (``sw.search(g, d, pareto=True)``).
+
+    ``time``: its Eq. 1 seconds per iteration; ``peak_bytes``: the largest arena of any device
+    in its memory plan; ``memory``: that :class:`~shardwise.iteration.memory.MemoryPlan`."""
+
+    plan: Any
+    time: float
+    peak_bytes: int
+    memory: Any = field(repr=False)
+
+
+def parse_bytes(value: Any, what: str = "memory") -> float:
+    """Bytes from a number or a string such as ``"12GB"``, ``"8 GiB"``, ``"1.5e9"`` (as
+    :func:`shardwise.parse_budget` reads them, floats allowed); ConfigError (a ValueError) otherwise."""
+    try:
+        return float(read_bytes(value, what, floats=True))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def budgets(devices: DeviceGraph, memory: Any) -> np.ndarray | None:
+    """Bytes each device may use: its memory (``memory=True``), none (``False``: None) or a budget
+    for every device (a number or a string such as ``"8GB"``; at most the device's memory)."""
+    if memory is False or memory is None:
+        return None
+    own = np.array([float(dev.memory) for dev in devices.devices])
+    if memory is True:
+        return own
+    return np.minimum(own, parse_bytes(memory, "memory budget"))
+
+
+def arenas(plan: Any) -> np.ndarray:
+    """Bytes each device's arena takes in ``plan``'s memory plan (what the runtime allocates)."""
+    from shardwise.iteration.memory import memory_plan
+
+    mp = memory_plan(plan)
+    return np.array([mp.devices[d].arena_bytes for d in range(len(plan.devices))], dtype=np.int64)
+
+
+def fits(plan: Any, limit: np.ndarray | None) -> bool:
+    """Does every device's memory plan (its arena) fit ``limit``?  First the cheap sufficient test
+    (the lowering's buffers added up, each rounded up to the arena alignment: greedy placement
+    never puts a buffer's end above that sum), then the memory plan itself."""
+    if limit is None:
+        return True
+    from shardwise.iteration.lower import plan_arrays
+    from shardwise.iteration.memory import DEFAULT_ALIGNMENT, _problem
+
+    r = _problem(plan).lower(*plan_arrays(plan))
+    slack = np.bincount(r["buffer_device"], minlength=len(limit)) * DEFAULT_ALIGNMENT
+    if (r["memory"] + slack <= limit).all():
+        return True
+    return bool((arenas(plan) <= limit).all())
+
+
+def op_kinds(graph: Graph) -> np.ndarray:
+    return np.array([_core.OP_ROLES[_core.OP_KINDS.index(op.kind)] for op in graph.ops], np.int32)
+
+
+class Tables:
+    """Eq. 1 (node and edge tables) and the footprint (per device) of every configuration of a
+    problem whose cost tables are built."""
+
+    def __init__(self, problem: Any, graph: Graph) -> None:
+        self.n = len(graph.ops)
+        self.time = []
+        for v in range(self.n):
+            tc, ts, _ = problem.node_costs(v)
+            self.time.append(np.asarray(tc) + np.asarray(ts))
+        self.edges = [(u, v, s, problem.edge_table(e)[0]) for e, (u, v, s) in enumerate(problem.edges())]
+        node, medges = problem.memory_tables(op_kinds(graph))
+        self.mem = node                                   # per op: (ncfg, ndev)
+        self.ndev = node[0].shape[1]
+        self.medges = medges                              # (u, v, slot, base (ncfg_v, ndev), idx (m, 3), bytes (m,))
+
+    def footprint(self, x: Sequence[int]) -> np.ndarray:
+        """Bytes per device of the strategy x (one configuration index per op)."""
+        a = np.zeros(self.ndev)
+        for v in range(self.n):
+            a += self.mem[v][x[v]]
+        for u, v, _, base, idx, nbytes in self.medges:
+            a += base[x[v]]
+            if len(idx):
+                hit = (idx[:, 0] == x[u]) & (idx[:, 1] == x[v])
+                np.subtract.at(a, idx[hit, 2], nbytes[hit])
+        return a
+
+    def eq1(self, x: Sequence[int]) -> float:
+        return float(sum(self.time[v][x[v]] for v in range(self.n)) +
+                     sum(t[x[u], x[v]] for u, v, _, t in self.edges))
+
+    def upper_bound(self) -> float:
+        """No strategy's Eq. 1 exceeds this."""
+        return float(sum(t.max() for t in self.time) + sum(t.max() for *_, t in self.edges))
+
+    def weighted(self, lam: np.ndarray, wtime: float, allowed: list[np.ndarray]) -> tuple[list, list]:
+        """Node and edge tables of wtime * Eq. 1 + lam . footprint, forbidden configurations at BIG."""
+        nodes = [np.where(allowed[v], wtime * self.time[v] + self.mem[v] @ lam, BIG) for v in range(self.n)]
+        edges = [(u, v, wtime * t) for u, v, _, t in self.edges]
+        for u, v, _, base, idx, nbytes in self.medges:
+            m = np.broadcast_to(base @ lam, (len(self.time[u]), len(self.time[v]))).copy()
+            if len(idx):
+                np.subtract.at(m, (idx[:, 0], idx[:, 1]), nbytes * lam[idx[:, 2]])
+            edges.append((u, v, m))
+        return nodes, edges
+
+
+@dataclass
+class Solution:
+    choice: list[int]
+    cost: float          # Eq. 1
+    exact: bool          # the optimum under the footprint constraint (within MAX_SOLVES)
+    lower_bound: float   # <= the optimum under it
+    solves: int
+    nodes: int
+
+
+class _Solver:
+    def __init__(self, tables: Tables, limit: np.ndarray, max_evaluations: float, max_solves: int = MAX_SOLVES) -> None:
+        self.t, self.limit, self.max_evaluations, self.max_solves = tables, limit, max_evaluations, max_solves
+        self.solves = 0
+        # a node exceeding the budget alone, whatever the rest does (every term is >= 0): never allowed
+        self.allowed0 = [(m <= limit).all(axis=1) for m in tables.mem]
+
+    def solve_tables(self, lam: np.ndarray, wtime: float, allowed: list[np.ndarray]) -> tuple[list[int], float, float]:
+        """(choice, its weighted cost, a lower bound of the weighted optimum)."""
+        nodes, edges = self.t.weighted(lam, wtime, allowed)
+        self.solves += 1
+        choice, cost, stats = _core.search_tables(nodes, edges, "elimination", self.max_evaluations)
+        return [int(c) for c in choice], float(cost), float(stats["lower_bound"]) if not stats["exact"] else float(cost)
+
+
+def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
+          max_solves: int = MAX_SOLVES, starts: Sequence[Sequence[int]] = ()) -> Solution | None:
+    """The least Eq. 1 over strategies whose footprint is at most ``limit`` on every device (branch
+    and bound with Lagrangian bounds); None when no strategy satisfies it.  Exact unless
+    ``max_solves`` elimination searches do not suffice (then ``exact`` is False and
+    ``lower_bound`` bounds the optimum).  ``starts``: strategies to try first (the baselines):
+    the best that fits prunes from the start."""
+    s = _Solver(tables, limit, max_evaluations, max_solves)
+    if not all(a.any() for a in s.allowed0) or _proven_infeasible(s):
+        return None
+    ub_all = tables.upper_bound() * (1 + 1e-6) + 1e-12
+    best, incumbent, lam0 = _penalty_start(s, ub_all)   # a plan that fits, when pricing memory finds one
+    for x in starts:
+        x = list(x)
+        if (tables.footprint(x) <= limit).all() and tables.eq1(x) < incumbent:
+            best, incumbent = x, tables.eq1(x)
+    counter = 0
+    # (bound, tie, allowed masks, multipliers, subgradient steps)
+    heap: list[tuple[float, int, list[np.ndarray], np.ndarray, int]] = [(-np.inf, 0, s.allowed0, lam0, ROOT_STEPS)]
+    nodes = 0
+    while heap:
+        bound, tie, allowed, lam, steps = heapq.heappop(heap)
+        if bound >= incumbent * (1 - REL_TOL):
+            continue
+        if s.solves >= max_solves:
+            heapq.heappush(heap, (bound, tie, allowed, lam, steps))
+            break
+        nodes += 1
+        node_lb, found, x_branch, lam = _bound_node(s, allowed, lam, incumbent, ub_all, steps)
+        if found is not None and found[1] < incumbent:
+            best, incumbent = found
+        if max(node_lb, bound) >= incumbent * (1 - REL_TOL) or x_branch is None:
+            continue
+        for child in _branch(tables, allowed, x_branch, limit):
+            counter += 1
+            heapq.heappush(heap, (max(node_lb, bound), counter, child, lam.copy(), LAGRANGE_STEPS))
+    open_bound = min((h[0] for h in heap if h[0] < incumbent * (1 - REL_TOL)), default=np.inf)
+    exact = not np.isfinite(open_bound)
+    if best is None:
+        if exact:
+            return None
+        raise SearchError(f"the memory-constrained search found no plan that fits within {max_solves} elimination "
+                          f"searches (and could not prove that none does); pass memory=False to ignore memory")
+    return Solution(best, tables.eq1(best), exact, incumbent if exact else float(open_bound), s.solves, nodes)
+
+
+def _proven_infeasible(s: _Solver) -> bool:
+    """Certificates that no strategy satisfies the limit: even the least total footprint exceeds
+    the devices' budgets together, or (up to 16 devices) the least on one device exceeds its own."""
+    t, limit = s.t, s.limit
+    x, _, lb = s.solve_tables(np.ones(t.ndev), 0.0, s.allowed0)
+    if lb > float(limit.sum()) * (1 + 1e-12):
+        return True
+    for d in range(t.ndev if t.ndev <= 16 else 0):
+        e = np.zeros(t.ndev)
+        e[d] = 1.0
+        _, _, lb = s.solve_tables(e, 0.0, s.allowed0)
+        if lb > float(limit[d]) * (1 + 1e-12):
+            return True
+    return False
+
+
+def _penalty_start(s: _Solver, ub_all: float) -> tuple[list[int] | None, float, np.ndarray]:
+    """Price the bytes of overfull devices, doubling the price until a strategy fits (a plan to
+    prune with, and multipliers to start the bounds from); (None, ub_all, zeros) if none does."""
+    t, limit = s.t, s.limit
+    lam = np.zeros(t.ndev)
+    x, _, _ = s.solve_tables(lam, 1.0, s.allowed0)
+    t0 = max(t.eq1(x), 1e-12)
+    price = t0 / np.maximum(limit, 1.0) * 1e-3   # seconds per byte: 0.1% of the iteration for a whole device
+    for _ in range(PENALTY_ROUNDS):
+        g = t.footprint(x) - limit
+        if (g <= 0).all():
+            return x, t.eq1(x), lam
+        lam = lam + price * (g > 0)
+        price = price * 2
+        x, _, _ = s.solve_tables(lam, 1.0, s.allowed0)
+    if (t.footprint(x) <= limit).all():
+        return x, t.eq1(x), lam
+    return None, ub_all, np.zeros(t.ndev)
+
+
+def _bound_node(s: _Solver, allowed: list[np.ndarray], lam: np.ndarray, incumbent: float, ub_all: float,
+                steps: int):
+    """Lagrangian bound of one node by subgradient steps: (bound, (choice, Eq. 1) of the best
+    strategy seen that fits or None, the strategy to branch on or None when the node is
+    settled, multipliers).  min_x Eq1(x) + lam . (A(x) - limit) bounds the node for every lam >= 0."""
+    t, limit = s.t, s.limit
+    best_lb, best_lam, found, x_bad, worst = -np.inf, lam, None, None, -np.inf
+    scale = 1.0 / np.maximum(limit, 1.0)
+    shrink = 1.0
+    for _ in range(steps):
+        x, _, lb_w = s.solve_tables(lam, 1.0, allowed)
+        if lb_w >= BIG / 2:
+            return np.inf, None, None, lam       # every strategy left uses a forbidden configuration
+        lb = lb_w - float(lam @ limit)
+        if lb > best_lb:
+            best_lb, best_lam = lb, lam
+        else:
+            shrink *= 0.5
+        g = t.footprint(x) - limit
+        eq1 = t.eq1(x)
+        if DEBUG:
+            print(f"solve {s.solves}: lb {lb:.6g} eq1 {eq1:.6g} over {(g * scale).max():.4f} "
+                  f"lam {np.abs(lam).sum():.3g} inc {incumbent:.6g}")
+        if (g <= 0).all():
+            if found is None or eq1 < found[1]:
+                found = (x, eq1)
+        elif float((g * scale).max()) > worst:
+            worst, x_bad = float((g * scale).max()), x
+        target = min(incumbent, found[1]) if found else incumbent
+        if best_lb >= target * (1 - REL_TOL) or s.solves >= s.max_solves:
+            break
+        if target >= ub_all * (1 - 1e-9):       # nothing fits yet: aim a little above the bound
+            target = lb + max(abs(lb), 1e-12) * 0.05
+        gg = float(g @ g)
+        if gg == 0:
+            break
+        lam = np.maximum(0.0, lam + shrink * ((target - lb) / gg) * g)
+    settled = found is not None and best_lb >= found[1] * (1 - REL_TOL)
+    branch_on = None if settled else (x_bad if x_bad is not None else found[0] if found else None)
+    return best_lb, found, branch_on, best_lam
+
+
+def _branch(t: Tables, allowed: list[np.ndarray], x: list[int], limit: np.ndarray) -> list[list[np.ndarray]]:
+    """Split the configurations of one op: those with fewer bytes than x's on the most overfull
+    device, and the rest (or, when no op can give bytes back there, x's configuration and the rest)."""
+    g = (t.footprint(x) - limit) / np.maximum(limit, 1.0)
+    d = int(np.argmax(g))
+    best_v, best_gain = -1, 0.0
+    for v in range(t.n):
+        col = t.mem[v][:, d]
+        ok = allowed[v]
+        if ok.sum() < 2:
+            continue
+        gain = col[x[v]] - col[ok].min()
+        if gain > best_gain:
+            best_v, best_gain = v, gain
+    if best_v >= 0:
+        col = t.mem[best_v][:, d]
+        less = allowed[best_v] & (col < col[x[best_v]])
+        rest = allowed[best_v] & ~less
+        return [_with(allowed, best_v, less), _with(allowed, best_v, rest)]
+    for v in range(t.n):   # no op's own bytes: split on one op's configuration (edge terms differ)
+        if allowed[v].sum() >= 2:
+            only = np.zeros_like(allowed[v])
+            only[x[v]] = True
+            return [_with(allowed, v, allowed[v] & ~only), _with(allowed, v, only)]
+    return []
+
+
+def _with(allowed: list[np.ndarray], v: int, mask: np.ndarray) -> list[np.ndarray]:
+    out = list(allowed)
+    out[v] = mask
+    return out
+
+
+def least_memory(tables: Tables, limit: np.ndarray, max_evaluations: float) -> tuple[list[int], np.ndarray, float]:
+    """The strategy of least footprint relative to the budgets in all, its footprint, and the
+    least total footprint any strategy has (a bound behind the 'no plan fits' message)."""
+    s = _Solver(tables, limit, max_evaluations)
+    everything = [np.ones(len(m), bool) for m in tables.mem]
+    x, _, _ = s.solve_tables(np.ones(tables.ndev), 0.0, everything)
+    total_min = float(tables.footprint(x).sum())
+    rel = np.where(limit > 0, 1.0 / limit, 0.0)
+    y, _, _ = s.solve_tables(rel, 0.0, everything)
+    return y, tables.footprint(y), total_min
+
+
+def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_evaluations: float,
+                 where: str, starts: Sequence[Sequence[int]] = ()) -> PlanDoesNotFitError:
+    """The error when no plan fits: the smallest shortfall seen (over the plan of least memory
+    in all and ``starts``, the baselines: the one whose most overfull device lacks least), and
+    what to do."""
+    y, a, total_min = least_memory(tables, limit, max_evaluations)
+    for x in starts:
+        b = tables.footprint(list(x))
+        if (b - limit).max() < (a - limit).max():
+            a = b
+    d = int(np.argmax(a - limit))
+    name = devices.devices[d].name
+    budget_note = "" if (limit >= np.array([dev.memory for dev in devices.devices])).all() else " (the budget)"
+    total = float(limit.sum())
+    why = (f"; every plan needs at least {total_min / 1e9:.2f} GB in all on the {len(limit)} devices, which have "
+           f"{total / 1e9:.2f} GB" if total_min > total else "")
+    msg = (f"no plan fits in memory{where}: the plan closest to fitting needs {a[d] / 1e9:.2f} GB on device {d} "
+           f"({name}), which has {limit[d] / 1e9:.2f} GB{budget_note}, counting only parameters, optimizer state "
+           f"and the activations kept for the backward pass{why}.  Swap activations to host memory "
+           f"(sw.swap_plan), use more devices or a smaller minibatch, or pass memory=False to plan anyway")
+    return PlanDoesNotFitError(msg, d, int(a[d]), int(limit[d]))
+
+
+def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: float,
+            max_solves: int = MAX_SOLVES, starts: Sequence[Sequence[int]] = ()) -> tuple[Any, dict[str, Any]] | None:
+    """The plan of least Eq. 1 whose memory plan fits ``limit`` on every device: :func:`solve`
+    under the footprint, the memory plan checked, budgets lowered by what it needed beyond the
+    footprint and solved again when it does not fit (TIGHTEN_ROUNDS times).  ``to_plan(choice)``
+    makes a Plan.  None when no strategy satisfies the footprint constraint (none fits)."""
+    budget = limit.astype(float).copy()
+    first = None
+    for round_ in range(TIGHTEN_ROUNDS + 1):
+        sol = solve(tables, budget, max_evaluations, max_solves, starts)
+        if sol is None:
+            if first is None:
+                return None
+            break
+        first = first or sol
+        plan = to_plan(sol.choice)
+        arena = arenas(plan)
+        if (arena <= limit).all():
+            exact = round_ == 0 and sol.exact
+            return plan, {"exact": exact, "lower_bound": first.lower_bound, "cost": sol.cost,
+                          "tightened": round_, "solves": sol.solves, "branch_nodes": sol.nodes,
+                          "footprint": tables.footprint(sol.choice).tolist(), "arena": arena.tolist(),
+                          "limit": limit.tolist()}
+        over = arena > limit
+        extra = arena - tables.footprint(sol.choice)   # what the backward pass adds beyond the footprint
+        budget = np.where(over, np.minimum(budget, limit - extra) - 1, budget)
+        if (budget <= 0).any():
+            break
+    for x in sorted((list(x) for x in starts), key=tables.eq1):   # last: the baselines, by their memory plans
+        if (tables.footprint(x) <= limit).all():
+            plan = to_plan(x)
+            arena = arenas(plan)
+            if (arena <= limit).all():
+                return plan, {"exact": False, "lower_bound": first.lower_bound, "cost": tables.eq1(x),
+                              "tightened": TIGHTEN_ROUNDS, "solves": first.solves, "branch_nodes": first.nodes,
+                              "footprint": tables.footprint(x).tolist(), "arena": arena.tolist(),
+                              "limit": limit.tolist()}
+    raise SearchError(f"the memory-constrained search found plans whose footprint fits but not one whose memory "
+                      f"plan fits (after {TIGHTEN_ROUNDS} rounds of lowering the budgets by the gradients' bytes); "
+                      f"the best lower bound of the optimum is {first.lower_bound:.6g} s.  Swap activations "
+                      f"(sw.swap_plan), or pass memory=False")
+
+
+def front(tables: Tables, limit: np.ndarray | None, start: Any, to_plan: Any, max_evaluations: float,
+          max_points: int = 16, starts: Sequence[Sequence[int]] = ()) -> list[FrontPlan]:
+    """The time / peak-memory front: from ``start`` (the fastest plan that fits), each next plan
+    the fastest whose largest arena is below the previous one's, until none is (or max_points)."""
+    from shardwise.iteration.memory import memory_plan
+
+    ndev = tables.ndev
+    cap = np.full(ndev, np.inf) if limit is None else limit.astype(float)
+    points: list[FrontPlan] = []
+    plan = start
+    while plan is not None and len(points) < max_points:
+        mp = memory_plan(plan)
+        peak = max(mp.devices[d].arena_bytes for d in range(ndev))
+        t = plan.cost
+        if not points or (peak < points[-1].peak_bytes and t >= points[-1].time * (1 - REL_TOL)):
+            points.append(FrontPlan(plan, t, int(peak), mp))
+        below = np.minimum(cap, float(peak) - 1.0)
+        try:
+            found = fitting(tables, below, to_plan, max_evaluations, starts=starts)
+        except SearchError:
+            break
+        plan = found[0] if found else None
+        if plan is not None:
+            plan.search_stats = dict(plan.search_stats, memory=found[1])
+    return points

@@ -1,0 +1,257 @@
+"""The search on machines of identical devices, at any scale (issue 16, point 2).
+
+On 1,024 devices an op has about 10,000 configurations (300 partitions, each on
+every aligned block of its worker count), so the cost tables of the plain search
+would hold 10^8 entries per edge.  On a machine of identical devices in uniform
+nodes (the presets) the search instead:
+
+1. enumerates each partition once, on the first devices of the machine
+   (``first_block_only``): blocks of one size are interchangeable, so a
+   partition costs the same on any of them (same t_c and t_s) and only where
+   it sits *relative* to its neighbours matters (step 6);
+2. solves a *relaxation*: exact node costs, and per edge a lower bound of t_x
+   that holds wherever the two configurations sit (csrc/cost_bounds.c), cheap
+   for every pair.  Its min-marginals (csrc/search_marginals.c) bound from below
+   the cost of any plan that uses a given configuration;
+3. finds a good plan quickly: the better of the exact search over the
+   partitions of at most one node's worth of workers (64 at most) and the
+   relaxation's own best strategy, costed exactly;
+4. drops every configuration whose min-marginal exceeds that plan's cost: no
+   optimal plan uses it, on any devices;
+5. searches the survivors exactly (the exact tables are small now): the
+   optimum over partitions placed on the first devices;
+6. proves no other placement does better: the relaxation again, now with each
+   edge's exact least t_x over the relative placements of its two
+   configurations where the relaxation's best strategy uses it, until that
+   strategy costs at least the plan.  If the proof fails, the survivors are
+   searched on every aligned block (still exact), or, when that is too large,
+   the plan is returned with a warning giving the gap.
+
+Every step but 3 keeps the optimum; the stages, their times and the counts of
+configurations kept go to ``plan.search_stats["scale"]``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from shardwise import _core
+from shardwise.planning.costs import ProfileTable, apply_profile
+from shardwise.machine.devices import DeviceGraph
+from shardwise.graph import Graph
+from shardwise.planning.problem import CostOptions, make_problem
+
+# a configuration is dropped when its min-marginal exceeds the plan's cost by more than
+# this (relative): marginals and costs are summed in different orders
+PRUNE_SLACK = 1e-9
+# full aligned-block search of the survivors when the proof fails, up to this many configurations
+FULL_SPACE_LIMIT = 60_000
+# the first plan: the exact search over partitions of at most a node's workers, and at most this many
+FIRST_PLAN_WORKERS = 64
+
+
+def symmetric(devices: DeviceGraph, problem: Any, counts: Sequence[int], costs: Any) -> bool:
+    """Are all aligned blocks of every worker count interchangeable?  Identical devices in
+    uniform nodes (``problem.node_size``), compute costs that do not depend on the device,
+    and one node, or each count dividing the node size or a multiple of it (or having a
+    single block)."""
+    per, n = problem.node_size, len(devices)
+    if per == 0 or not (costs is None or isinstance(costs, ProfileTable)):
+        return False
+    first = devices.devices[0]
+    if any(d.flops != first.flops or d.mem_bandwidth != first.mem_bandwidth for d in devices.devices):
+        return False
+    return per == n or all(n // k == 1 or per % k == 0 or k % per == 0 for k in counts)
+
+
+@dataclass
+class Configs:
+    """The configurations of every op of a problem: degrees, devices (-1 padded), reductions."""
+
+    deg: list[np.ndarray]
+    dev: list[np.ndarray]
+    red: list[np.ndarray]
+    workers: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, problem: Any, nops: int) -> "Configs":
+        deg, dev, red = [], [], []
+        for i in range(nops):
+            d, v = problem.configs(i)
+            deg.append(d)
+            dev.append(v)
+            red.append(problem.reductions(i))
+        return cls(deg, dev, red, [(v >= 0).sum(axis=1) for v in dev])
+
+    def subset(self, keep: Sequence[np.ndarray]) -> "Configs":
+        return Configs([d[k] for d, k in zip(self.deg, keep)], [v[k] for v, k in zip(self.dev, keep)],
+                       [r[k] for r, k in zip(self.red, keep)], [w[k] for w, k in zip(self.workers, keep)])
+
+
+def _set_configs(problem: Any, configs: Configs) -> None:
+    for i, (deg, dev, red) in enumerate(zip(configs.deg, configs.dev, configs.red)):
+        padded = np.ones((len(deg), _core.MAX_RANK), dtype=np.int32)
+        padded[:, : deg.shape[1]] = deg
+        maxk = max(1, int((dev >= 0).sum(axis=1).max()))
+        problem.set_configs(i, padded, np.ascontiguousarray(dev[:, :maxk]), np.ascontiguousarray(red))
+
+
+@dataclass
+class Stages:
+    """Stage timings, reported as they finish; the deadline stops the search between stages."""
+
+    report: Callable[[str, float], None] | None
+    deadline: float | None
+    timings: dict[str, float] = field(default_factory=dict)
+    start: float = field(default_factory=time.perf_counter)
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = now - self.start
+        if self.report:
+            self.report(name, now - self.start)
+        self.start = now
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+
+@dataclass
+class Result:
+    chosen: Configs       # one configuration per op: the plan
+    cost: float
+    stats: dict[str, Any]
+    exact: bool           # the optimum over every aligned block
+    lower_bound: float
+    note: str = ""        # why not exact, for the warning
+
+
+def _exact_search(work: Any, graph, devices, costs, configs: Configs, limit: float):
+    """The exact search over `configs` on problem `work` (its configurations are replaced):
+    (the chosen configuration of each op, cost, stats)."""
+    _set_configs(work, configs)
+    work.build_tables()
+    if costs is not None:
+        apply_profile(work, graph, devices, costs)
+    choice, cost, stats = work.search("elimination", limit)
+    return configs.subset([np.array([c]) for c in choice]), cost, stats
+
+
+def _full_space(canonical: Configs, keep: Sequence[np.ndarray], ndev: int) -> Configs | None:
+    """The partitions `keep` on every aligned block of their size, or None above FULL_SPACE_LIMIT."""
+    rows = [[(c, j) for c in k for j in range(ndev // int(canonical.workers[i][c]))] for i, k in enumerate(keep)]
+    if sum(len(r) for r in rows) > FULL_SPACE_LIMIT:
+        return None
+    deg, dev, red, workers = [], [], [], []
+    for i, r in enumerate(rows):
+        width = canonical.dev[i].shape[1]
+        block = np.full((len(r), width), -1, dtype=np.int32)
+        for q, (c, j) in enumerate(r):
+            k = int(canonical.workers[i][c])
+            block[q, :k] = np.arange(j * k, (j + 1) * k)
+        idx = np.array([c for c, _ in r])
+        deg.append(canonical.deg[i][idx])
+        red.append(canonical.red[i][idx])
+        workers.append(canonical.workers[i][idx])
+        dev.append(block)
+    return Configs(deg, dev, red, workers)
+
+
+def _certify(relax: Any, node, edges, keep, cost: float, limit: float, stages: Stages, threads: int,
+             rounds: int = 60):
+    """A lower bound over every aligned placement of strategies of the partitions `keep`:
+    the relaxation whose edge entries become the exact least t_x over relative placements
+    (Problem.least_transfer) wherever its best strategy uses them, until that strategy
+    costs at least `cost` (proven) or uses exact entries only (not proven)."""
+    snode = [n[k] for n, k in zip(node, keep)]
+    sedges = [(a, b, np.array(t[np.ix_(keep[a], keep[b])])) for a, b, t in edges]
+    exact = [np.zeros(t.shape, dtype=bool) for _, _, t in sedges]
+    bound = -np.inf
+    for _ in range(rounds):
+        choice, _, st = _core.search_tables(snode, sedges, "elimination", limit, False, threads)
+        bound = st["lower_bound"]
+        if bound >= cost * (1 - PRUNE_SLACK):
+            return bound, True
+        changed = False
+        for e, (a, b, t) in enumerate(sedges):
+            x, y = choice[a], choice[b]
+            if not exact[e][x, y]:
+                t[x, y] = max(t[x, y], relax.least_transfer(e, int(keep[a][x]), int(keep[b][y])))
+                exact[e][x, y] = changed = True
+        if not changed or stages.out_of_time():
+            break
+    return bound, False
+
+
+def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, relax: Any, costs: Any,
+                     limit: float, stages: Stages, live: Callable = lambda p, label, f: f()) -> Result:
+    """The search above on problem `relax`, whose configurations are the partitions on the
+    first devices (Problem.enumerate(counts, first_block_only=True))."""
+    nops = len(graph.ops)
+    live(relax, "relaxation tables", lambda: relax.build_tables(bounds=True))
+    if costs is not None:
+        apply_profile(relax, graph, devices, costs)
+    canonical = Configs.of(relax, nops)
+    node = [sum(relax.node_costs(i)[:2]) for i in range(nops)]
+    edges = [(src, dst, relax.edge_table(e)[0]) for e, (src, dst, _) in enumerate(relax.edges())]
+    stats: dict[str, Any] = {"partitions": int(sum(len(n) for n in node))}
+    stages.done(f"relaxation tables ({stats['partitions']} partitions, first devices)")
+
+    threads = options.threads or min(8, os.cpu_count() or 1)
+    rchoice, _, rstats, marg = live(relax, "relaxation (eliminations, then min-marginals)",
+                                    lambda: relax.search("elimination", limit, True))
+    lb = rstats["lower_bound"]
+    stats["relaxation_bound"] = lb
+    stages.done(f"relaxation and its min-marginals (bound {lb:.6g} s)")
+
+    # a plan: the better of the exact search over partitions of at most one node's
+    # workers and the relaxation's own best strategy, costed exactly (one more problem,
+    # whose configurations each exact search replaces: one copy of the bandwidths)
+    work = make_problem(graph, devices, options)
+    per = min(relax.node_size or len(devices), FIRST_PLAN_WORKERS)
+    small = [np.flatnonzero(w <= per) for w in canonical.workers]
+    candidates = [canonical.subset(small), canonical.subset([np.array([c]) for c in rchoice])]
+    best = None
+    for configs in candidates:
+        found = _exact_search(work, graph, devices, costs, configs, limit)
+        if best is None or found[1] < best[1]:
+            best = found
+    chosen, ub, sstats = best
+    stats["first_plan_cost"] = ub
+    stages.done(f"first plan ({ub:.6g} s)")
+    if stages.out_of_time():
+        return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
+                      note=f"the time limit ran out after the first plan (partitions of at most {per} workers)")
+
+    # drop what no optimal plan uses, search the rest exactly
+    survivors = [np.flatnonzero(m <= ub * (1 + PRUNE_SLACK)) for m in marg]
+    stats.update(survivors=int(sum(len(s) for s in survivors)), survivors_max=int(max(len(s) for s in survivors)))
+    found = _exact_search(work, graph, devices, costs, canonical.subset(survivors), limit)
+    if found[1] <= ub:
+        chosen, ub, sstats = found
+    stats["canonical_cost"] = ub
+    stages.done(f"exact search of {stats['survivors']} partitions left")
+    if stages.out_of_time():
+        return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
+                      note="the time limit ran out before other placements were checked")
+
+    # other placements: prove them no better, or search them
+    bound, proven = _certify(relax, node, edges, survivors, ub, limit, stages, threads)
+    stats.update(placement_bound=bound, placements_proven=proven)
+    stages.done("placements: " + ("proven no better" if proven else f"bound {bound:.6g} s"))
+    if proven:   # exact, unless variable elimination of the survivors gave up (its own warning case)
+        return Result(chosen, ub, dict(sstats, scale=stats), sstats["exact"], ub if sstats["exact"] else lb,
+                      note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")
+    full = _full_space(canonical, survivors, len(devices))
+    if full is None or stages.out_of_time():
+        return Result(chosen, ub, dict(sstats, scale=stats), False, max(lb, bound),
+                      note="other placements of the same partitions could lower Eq. 1 and are too many to search")
+    chosen, cost, sstats = _exact_search(work, graph, devices, costs, full, limit)
+    stats["full_space_configurations"] = int(sum(len(d) for d in full.deg))
+    stages.done(f"exact search of the partitions left on every block ({stats['full_space_configurations']})")
+    return Result(chosen, cost, dict(sstats, scale=stats), sstats["exact"], cost if sstats["exact"] else lb,
+                  note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")

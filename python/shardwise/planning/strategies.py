@@ -1,0 +1,59 @@
+"""The baselines of seed 003 section 6: data, model and OWT parallelism.
+
+Each picks, per op, the largest allowed worker count (:func:`worker_counts`)
+whose degree divides the split dimension, on devices 0..k-1, so every baseline
+lies inside the search space and the searched cost can never exceed it.
+"""
+from __future__ import annotations
+
+from shardwise.machine.devices import DeviceGraph
+from shardwise.graph import Graph, Op
+from shardwise.plan import OpConfig, Plan
+from shardwise.planning.problem import CostOptions, dim_names, worker_counts
+
+
+def _split(op: Op, dim: int, ndev: int) -> OpConfig:
+    dims = dim_names(len(op.shape))
+    granule = op.desc.split_granules()
+    best = 1
+    if dim < len(op.shape):
+        size = op.shape[dim]
+        for k in worker_counts(ndev):
+            if size % k == 0 and (size // k) % granule[dim] == 0:
+                best = k
+    degrees = tuple(best if d == dim else 1 for d in range(len(dims)))
+    return OpConfig(dims, degrees, tuple(range(best)))
+
+
+def data_parallel(graph: Graph, devices: DeviceGraph, options: CostOptions | None = None) -> Plan:
+    """Every op split over the sample dimension on as many devices as divide the minibatch."""
+    configs = {op.name: _split(op, 0, len(devices)) for op in graph.ops}
+    return Plan(graph, devices, configs, options, name="data")
+
+
+def model_parallel(graph: Graph, devices: DeviceGraph, options: CostOptions | None = None) -> Plan:
+    """Every op split over the channel dimension: parameters divided equally among devices."""
+    configs = {op.name: _split(op, 1, len(devices)) for op in graph.ops}
+    return Plan(graph, devices, configs, options, name="model")
+
+
+def _after_first_linear(graph: Graph) -> set[int]:
+    """Ops that are fully-connected layers or come after one."""
+    marked: set[int] = set()
+    for op in graph.ops:  # ops are in topological order
+        if op.kind == "linear" or any(i in marked for i in op.inputs):
+            marked.add(op.index)
+    return marked
+
+
+def owt(graph: Graph, devices: DeviceGraph, options: CostOptions | None = None) -> Plan:
+    """Krizhevsky's "one weird trick": data parallelism for convolutional and pooling
+    layers, model (channel) parallelism from the first fully-connected layer on."""
+    late = _after_first_linear(graph)
+    configs = {op.name: _split(op, 1 if op.index in late else 0, len(devices)) for op in graph.ops}
+    return Plan(graph, devices, configs, options, name="owt")
+
+
+def baselines(graph: Graph, devices: DeviceGraph, options: CostOptions | None = None) -> list[Plan]:
+    return [data_parallel(graph, devices, options), model_parallel(graph, devices, options),
+            owt(graph, devices, options)]

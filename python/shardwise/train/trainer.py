@@ -1,0 +1,615 @@
+"""Training a plan: ``Trainer`` runs the task graph of every iteration on a backend.
+
+    t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), seed=0)
+    t = sw.Trainer(g, plan, optimizer=sw.AdamW(lr=sw.lr_schedules.cosine(3e-4, 1000), weight_decay=0.01))
+    loss = t.step(images, labels)
+    loss = t.step({"x0": x0, "x1": x1, "h0": h0, "c0": c0}, labels)   # a graph with several input ops
+    probs = t.eval().predict(x_test)     # eval mode: batch norms use running statistics, no dropout; any sample count
+    t.train()                            # back to train mode before further steps
+
+Numerics do not depend on the plan: every plan computes the same network with
+the same initialization (a function of the seed and the op names only); only
+the order of floating-point sums differs between plans.  Optimizers (SGD, Adam, AdamW)
+live in :mod:`shardwise.train.optim`, learning-rate schedules in :mod:`shardwise.train.lr_schedules`,
+checkpoints in :mod:`shardwise.train.checkpoint`.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
+
+import numpy as np
+
+from shardwise import _core
+from shardwise.train.checkpoint import CheckpointError, checkpoint_payload, read_checkpoint, write_checkpoint
+from shardwise.errors import ConfigError, ShapeError, ShardwiseError
+from shardwise.graph import Graph
+from shardwise.train.init import init_params
+from shardwise.iteration.lower import lower
+from shardwise.train.optim import SGD, Adam, AdamW, Optimizer
+from shardwise.plan import Plan
+from shardwise.train.runtime import NativeExecutor, backends, id_bound
+from shardwise.machine import cuda
+from shardwise.train.running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
+from shardwise.train import inference
+from shardwise.iteration.schedule import as_schedule
+
+if TYPE_CHECKING:
+    from shardwise.iteration.memory import MemoryPlan
+    from shardwise.iteration.schedule import Schedule
+    from shardwise.iteration.trace import Timeline
+    from shardwise.iteration.swap import SwapPlan
+
+# the optimizers and CheckpointError are re-exported: shardwise.train.trainer was their home before
+__all__ = ["Trainer", "TrainingError", "TrainerInUseError", "CheckpointError", "Batch", "CPU_KINDS",
+           "SGD", "Adam", "AdamW", "Optimizer"]
+
+
+# Op kinds the CPU backend has kernels for (the op table, csrc/ops.def).
+CPU_KINDS = frozenset(_core.CPU_OP_KINDS)
+
+Batch = Union[np.ndarray, Mapping[str, np.ndarray]]
+"""The input of a step: one array for a graph with one input op, or {input op name: array}."""
+
+
+class TrainingError(ShardwiseError, RuntimeError):
+    """Training cannot go on: a diverging loss, non-finite values."""
+
+
+class TrainerInUseError(ShardwiseError, RuntimeError):
+    """A Trainer was called while another thread was using it: a Trainer is not thread-safe."""
+
+
+class Trainer:
+    """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory),
+    or with ``backend="cuda"`` on GPUs (compiled, never run on a GPU yet: docs/gpu.md).
+
+    A Trainer is not thread-safe: its workers share one set of weights, activations and
+    gradients.  A call of :meth:`step`, :meth:`loss`, :meth:`predict` (so also :meth:`fit`,
+    :meth:`evaluate`), :meth:`save_checkpoint` or :meth:`load_checkpoint` while another
+    thread is inside one of them raises :class:`TrainerInUseError` at once and changes
+    nothing; it neither waits nor computes a wrong result.  Use one Trainer per thread.
+
+    ``schedule``: "fifo" (the default: one stream per device, tasks in program order),
+    "critical_path" (``sw.schedule(plan)``: TurboDL's prioritized streams, the CPU backend
+    taking the most urgent ready task first), or a :class:`~shardwise.iteration.schedule.Schedule` of
+    this plan.  Weights and gradients are bitwise the same under every schedule; fifo stays
+    the default until critical_path is measured to help on the CPU (docs/scheduling.md).
+    """
+
+    def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
+                 seed: int = 0, schedule: "str | Schedule" = "fifo", workspace_mb: int | None = None,
+                 swap: "SwapPlan | None" = None, steps_in_flight: int = 1) -> None:
+        """``optimizer``: :class:`~shardwise.train.optim.SGD` (the default, lr 0.01),
+        :class:`~shardwise.train.optim.Adam` or :class:`~shardwise.train.optim.AdamW`.  Its kind fixes the
+        optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
+        trainer's task graph is built for it; its settings (lr or schedule, decay) may change
+        between steps by assigning another optimizer of the same kind to :attr:`optimizer`.
+        ``backend``: "cpu" (threads, one per device) or "cuda" (the plan's devices on this
+        machine's GPUs, docs/gpu.md; BackendUnavailableError naming what is missing where it
+        cannot run); ``workspace_mb``: each CUDA stream's workspace (default 64).
+        ``swap``: a :class:`~shardwise.iteration.swap.SwapPlan` of this plan (``sw.swap_plan(plan, budget)``):
+        its feature maps go to a host region of their own and back on each device's swap-out and
+        swap-in streams, real copies, and each device's arena is the swap plan's, within its budget;
+        the numerics are those of training without it (CPU backend, fifo schedule).
+        ``steps_in_flight`` (1 .. 8): :meth:`fit` runs that many consecutive steps in one launch
+        with no barrier between them: layer j of a step's forward starts as soon as layer j's
+        update of the step before is done, while the rest of that step still runs.  Weights and
+        losses are bitwise those of the steps one at a time (each parameter's updates and each
+        step's sums keep their order); CPU backend, no swap plan (ConfigError otherwise), any
+        schedule.  :meth:`step` always runs one step; see :meth:`fit` for what falls back to
+        one step at a time."""
+        if optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise ConfigError(f"optimizer must be sw.SGD, sw.Adam or sw.AdamW, got {type(optimizer).__name__}")
+        if not isinstance(plan, Plan):
+            raise ConfigError(f"Trainer needs a Plan, got {type(plan).__name__}")
+        if plan.graph is not graph and plan.graph.fingerprint() != graph.fingerprint():
+            raise ConfigError(f"the plan was made for graph {plan.graph.name!r}, not {graph.name!r}")
+        if backend not in ("cpu", "cuda"):
+            raise ConfigError(f"unknown backend {backend!r}; this installation has: "
+                              f"{', '.join(map(repr, backends()))}")
+        kinds = CPU_KINDS
+        if backend == "cuda":   # built and loadable (else the reason); the graph's kinds before the GPU
+            cuda.load()
+            kinds = cuda.op_kinds()
+        for op in graph.ops:
+            if op.kind not in kinds:
+                raise ConfigError(f"the {backend.upper()} backend has no kernels for op kind {op.kind!r} (op "
+                                  f"{op.name!r}); it trains {sorted(kinds)}. Graphs with other ops can be planned "
+                                  "(sw.search, sw.tofu.partition) but not trained yet")
+            if backend == "cuda" and op.kind == "softmax" and len(op.shape) != 2:
+                raise ConfigError(f"the CUDA backend's loss takes (N, C) logits, not {op.shape} (op {op.name!r}): "
+                                  "sequence losses train on the CPU backend")
+            if backend == "cuda" and op.kind == "conv2d" and (op.attrs.get("groups", 1) != 1 or
+                                                              op.attrs.get("dilation", 1) not in (1, (1, 1))):
+                raise ConfigError(f"the CUDA backend has no grouped or dilated convolution yet (op {op.name!r}): "
+                                  "such graphs train on the CPU backend")
+        if backend == "cuda":
+            cuda.require()   # a driver and a GPU, else BackendUnavailableError naming what is missing
+        inputs = [op for op in graph.ops if op.kind == "input"]
+        losses = [op for op in graph.ops if op.kind == "softmax"]
+        if not inputs or not losses:
+            raise ConfigError("training needs at least one input op and at least one softmax op")
+        batch = {op.shape[0] for op in inputs + losses}
+        if len(batch) != 1:
+            raise ConfigError("every input and softmax op must have the same minibatch (first dimension), got "
+                              + ", ".join(f"{op.name} {op.shape}" for op in inputs + losses))
+        self.graph = graph
+        self.plan = plan
+        self.optimizer = optimizer or SGD()
+        self.seed = seed
+        self.inputs = inputs            # every input op, in graph order
+        self.input = inputs[0]
+        self.batch = inputs[0].shape[0]
+        self.loss_ops = losses
+        nstate = self.optimizer.state_buffers
+        if swap is not None:
+            from shardwise.iteration.swap import SwapPlan
+
+            if not isinstance(swap, SwapPlan):
+                raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got "
+                                f"{type(swap).__name__}")
+            swap.check(plan, optimizer_state=nstate)
+            if backend != "cpu" or schedule != "fifo":
+                raise ConfigError("a swap plan trains on the CPU backend with the fifo schedule so far")
+        self.swap = swap
+        if isinstance(steps_in_flight, bool) or not isinstance(steps_in_flight, int) or \
+                not 1 <= steps_in_flight <= 8:
+            raise ConfigError(f"steps_in_flight must be an int in 1 .. 8, got {steps_in_flight!r}")
+        if steps_in_flight > 1 and (backend != "cpu" or swap is not None):
+            raise ConfigError("steps in flight (steps_in_flight > 1) run on the CPU backend without a swap plan so "
+                              "far; use steps_in_flight=1")
+        self.steps_in_flight = steps_in_flight
+        self._pipelined = False          # the runtime records its steps back to back at the first fit
+        self.task_graph = lower(plan, optimizer_state=nstate)
+        self.schedule = as_schedule(plan, schedule)   # None: fifo
+        self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
+                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb,
+                                       swap=swap.spec() if swap is not None else None)
+        if swap is not None:   # the budget holds for what the runtime allocated, not only for the plan
+            over = {d: b for d, b in self.executor.arena_bytes().items() if b > swap.budget[d]}
+            if over:
+                raise TrainingError(f"the runtime's arenas {over} exceed the swap plan's budgets {swap.budget}")
+        self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
+        self._running = RunningStats(graph, self.task_graph)
+        self.set_weights({**init_params(graph, seed), **running_defaults(graph)})
+
+    @property
+    def steps(self) -> int:
+        """Training steps completed.  The runtime counts them as each step returns from C, so
+        a Ctrl-C (raised once the step is complete: a step runs in C and Python handles the
+        signal after it) never separates the count from the weights."""
+        return self.executor.steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self.executor.steps = value
+
+    # ---- modes, as torch.nn.Module's
+    def train(self, mode: bool = True) -> "Trainer":
+        """Train mode (``mode`` True; a new trainer's mode) or eval mode; returns the trainer.
+
+        In train mode batch norms normalize with the minibatch's statistics, and training
+        steps update their running statistics; dropouts zero elements with the masks of the
+        current step (:attr:`steps`).  In eval mode batch norms normalize with the running
+        statistics, dropouts are the identity, :meth:`predict` and :meth:`evaluate` take any
+        number of samples, and :meth:`step` refuses to run (call ``train()`` first)."""
+        if not isinstance(mode, bool):
+            raise ConfigError(f"train() takes True or False, got {mode!r}")
+        self.training = mode
+        return self
+
+    def eval(self) -> "Trainer":
+        """Eval mode (``train(False)``), as PyTorch's ``model.eval()`` before inference; returns the trainer."""
+        return self.train(False)
+
+    # ---- what the last step did
+    def timeline(self) -> "Timeline":
+        """The last training step as the runtime ran it: every task's start and end (seconds
+        from the step's start), one lane per device (per device and stream under a schedule).
+        ``timeline().save_trace("step.json")`` writes it for chrome://tracing or Perfetto, beside
+        ``sw.simulate(plan).save_trace(...)`` for the simulated one.  Raises TrainingError
+        before the first step."""
+        from shardwise.iteration.trace import TaskEvent, Timeline
+
+        ns, t0, t1 = self.executor.task_times()
+        if self.steps == 0 or t1 <= t0:
+            raise TrainingError("no training step has run yet: call step() or fit() first")
+        stream = self.schedule.stream_arrays()[0].tolist() if self.schedule is not None else None
+        events = []
+        for t, (start, end) in zip(self.task_graph.tasks, ns.tolist()):
+            lane = f"device {t.device}" if stream is None else f"device {t.device} stream {stream[t.id]}"
+            events.append(TaskEvent(t.id, t.kind, t.phase, t.op, (lane,), (start - t0) * 1e-9, (end - t0) * 1e-9))
+        return Timeline(f"{self.plan.name} step {self.steps}", events, (t1 - t0) * 1e-9)
+
+    # ---- one thread at a time
+    def _lock(self) -> threading.Lock:
+        """This trainer's lock, made on first use (``__init__`` is left alone); dict.setdefault is
+        atomic, so two threads racing to make it end up with the same lock."""
+        lock = self.__dict__.get("_in_use")
+        return lock if lock is not None else self.__dict__.setdefault("_in_use", threading.Lock())
+
+    @staticmethod
+    def _in_use_error(what: str) -> TrainerInUseError:
+        return TrainerInUseError(f"cannot {what}: this Trainer is in use by another thread. A Trainer is not "
+                                 "thread-safe; use one Trainer per thread")
+
+    @contextlib.contextmanager
+    def _exclusive(self, what: str):
+        """Hold this trainer for ``what``; raise TrainerInUseError if another thread holds it.
+        The lock is made on first use (``__init__`` is left alone); dict.setdefault is atomic,
+        so two threads racing to make it end up with the same lock."""
+        lock = self._lock()
+        if not lock.acquire(blocking=False):
+            raise self._in_use_error(what)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # ---- inputs
+    def _input_dict(self, images: Batch) -> dict[str, Any]:
+        """{input op name: data}, from a dict naming every input op exactly, or from one
+        array when the graph has a single input op."""
+        names = [op.name for op in self.inputs]
+        if isinstance(images, Mapping):
+            missing = [n for n in names if n not in images]
+            unknown = sorted(repr(k) for k in images if k not in names)
+            problems = ([f"missing {missing}"] if missing else []) + ([f"unknown {', '.join(unknown)}"]
+                                                                     if unknown else [])
+            if problems:
+                raise ShapeError(f"the graph's inputs are {names}; " + "; ".join(problems))
+            return {n: images[n] for n in names}
+        if len(names) > 1:
+            raise ShapeError(f"the graph has {len(names)} input ops; pass a dict {{name: array}} for {names}, "
+                             f"got {type(images).__name__}")
+        return {names[0]: images}
+
+    def _check_batch(self, images: Batch, labels: np.ndarray) -> tuple[Batch, np.ndarray]:
+        """Validate one minibatch: every input's exact shape, a floating dtype and finite
+        values; N integer labels in range.  Returns float32 C-contiguous inputs (one array
+        for a one-input graph given an array, else a dict) and int32 labels."""
+        given_dict = isinstance(images, Mapping)
+        checked: dict[str, np.ndarray] = {}
+        # attribute checks and one C pass rather than np.issubdtype / np.isfinite: this runs
+        # every step, right after the previous one has left the caches cold
+        pairs = ((self.input, images),) if not given_dict and len(self.inputs) == 1 else \
+            zip(self.inputs, self._input_dict(images).values())
+        for op, data in pairs:
+            what = "images" if not given_dict else f"input {op.name!r}"
+            a = np.asarray(data)
+            if a.shape != op.shape:
+                raise ShapeError(f"{what} must have shape {op.shape} (the graph's minibatch), got {a.shape}")
+            if op.attrs.get("dtype") == "int64":   # token ids: the runtime converts them after its range check
+                bound = id_bound(self.graph, op)
+                if a.dtype.kind not in "iu" or (a.size and (a.min() < 0 or a.max() >= bound)):
+                    raise ShapeError(f"{what} must be integer token ids in 0..{bound - 1}, got {a.dtype} "
+                                     + (f"{a.min()}..{a.max()}" if a.size and a.dtype.kind in "iuf" else ""))
+                checked[op.name] = a
+                continue
+            if a.dtype.kind != "f":
+                raise ShapeError(f"{what} must be floating point, got {a.dtype}")
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            if not _core.all_finite(a):
+                raise ShapeError(f"{what} contain NaN or infinity")
+            checked[op.name] = a
+        labels = np.asarray(labels)
+        want = self.loss_ops[-1].shape[:-1]   # (N) for (N, C) logits, (N, T) for (N, T, C)
+        if labels.shape != want or labels.dtype.kind not in "iu":
+            what = f"{self.batch} integers" if len(want) == 1 else f"integers of shape {want}"
+            raise ShapeError(f"labels must be {what}, got {labels.dtype} {labels.shape}")
+        classes = self.loss_ops[-1].shape[-1]
+        if labels.min() < 0 or labels.max() >= classes:
+            raise ShapeError(f"labels must lie in 0..{classes - 1}, got {labels.min()}..{labels.max()}")
+        out: Batch = checked if given_dict else checked[self.input.name]
+        return out, np.ascontiguousarray(labels, dtype=np.int32)
+
+    def _samples(self, images: Batch) -> tuple[dict[str, np.ndarray], int]:
+        """A data set's inputs as {name: array} and its sample count (all inputs must agree)."""
+        data = {k: np.asarray(v) for k, v in self._input_dict(images).items()}
+        counts = {k: (len(v) if v.ndim else 0) for k, v in data.items()}
+        if len(set(counts.values())) != 1:
+            raise ShapeError(f"every input needs the same number of samples, got {counts}")
+        return data, next(iter(counts.values()))
+
+    def _take(self, data: dict[str, np.ndarray], idx: Any, as_dict: bool) -> Batch:
+        """The samples ``idx`` of every input (a dict, or the one array when not ``as_dict``)."""
+        out = {k: v[idx] for k, v in data.items()}
+        return out if as_dict else out[self.input.name]
+
+    # ---- training
+    def step(self, images: Batch, labels: np.ndarray) -> float:
+        """One iteration: forward, backward, parameter synchronization, update; the mean cross-entropy.
+
+        ``images`` is the minibatch of the input op, or for a graph with several input ops
+        (an unrolled RNN: one per timestep, h0, c0) a dict {input op name: array} naming
+        each exactly once; each array has its op's exact shape.
+
+        The step runs in C as one call with the interpreter lock released: a Ctrl-C meanwhile
+        raises KeyboardInterrupt once it is complete, and :attr:`steps` counts it.
+        Raises TrainerInUseError if another thread is using this trainer (see the class)."""
+        # A one-input graph given arrays goes straight to C, which checks the minibatch in one
+        # pass (shape, dtype, finite values, label range) before any task runs; only when it
+        # refuses does _check_batch run, to name what is wrong.  Other forms are checked first.
+        if not self.training:
+            raise TrainingError("this trainer is in eval mode (Trainer.eval()): call Trainer.train() before "
+                                "training steps")
+        direct = type(images) is np.ndarray and type(labels) is np.ndarray and len(self.inputs) == 1
+        if not direct:
+            images, labels = self._check_batch(images, labels)
+        lock = self._lock()   # as _exclusive, inline: a generator context costs ~25 us a step here
+        if not lock.acquire(blocking=False):
+            raise self._in_use_error("step")
+        try:
+            # one call into C with the GIL released; a Ctrl-C meanwhile is raised by Python once
+            # it returns, the step complete and counted (self.steps)
+            loss = self.executor.run(images, labels, optimizer=self.optimizer)
+        except ValueError:
+            if direct:
+                self._check_batch(images, labels)   # raises ShapeError naming the problem
+            raise
+        finally:
+            lock.release()
+        if not math.isfinite(loss):
+            raise TrainingError(f"the loss is {loss} at step {self.steps}: training diverged")
+        return loss
+
+    def _steps(self, batches: list[tuple[Batch, np.ndarray]]) -> list[float]:
+        """:attr:`steps_in_flight` steps back to back in one call into C, each on its own
+        (images, labels); their losses.  Every minibatch is checked before any task runs; when
+        one is refused the steps run one at a time instead, so the ones before it are trained
+        and the bad one raises ShapeError naming the problem, as :meth:`step` would."""
+        if not self.training:
+            raise TrainingError("this trainer is in eval mode (Trainer.eval()): call Trainer.train() before "
+                                "training steps")
+        if len(batches) != self.steps_in_flight or self.steps_in_flight < 2:
+            raise ConfigError(f"{len(batches)} steps back to back; this trainer runs {self.steps_in_flight}")
+        direct = len(self.inputs) == 1 and all(type(x) is np.ndarray and type(y) is np.ndarray for x, y in batches)
+        if not direct:
+            try:
+                batches = [self._check_batch(x, y) for x, y in batches]
+            except ShapeError:
+                return [self.step(x, y) for x, y in batches]   # the good ones train, the bad one raises
+        with self._exclusive("step"):
+            if not self._pipelined:
+                self.executor.pipeline(self.steps_in_flight)
+                self._pipelined = True
+            first = self.steps
+            try:
+                losses = self.executor.run_steps(batches, self.optimizer)
+                refused = False
+            except ValueError:
+                refused = True   # nothing ran: every minibatch is checked first
+        if refused:
+            return [self.step(x, y) for x, y in batches]
+        for i, loss in enumerate(losses):
+            if not math.isfinite(loss):
+                raise TrainingError(f"the loss is {loss} at step {first + i}: training diverged (it ran back to back "
+                                    f"with steps {first}..{first + len(losses) - 1}; the weights are those after "
+                                    f"step {first + len(losses) - 1})")
+        return losses
+
+    def loss(self, images: Batch, labels: np.ndarray) -> float:
+        """The loss of a minibatch in the current mode, without changing any weight or running
+        statistic (TrainerInUseError if another thread is using this trainer)."""
+        images, labels = self._check_batch(images, labels)
+        with self._exclusive("compute a loss"):
+            return float(self.executor.run(images, labels, phases=("forward",), running=not self.training))
+
+    def predict(self, images: Batch) -> np.ndarray:
+        """Class probabilities (samples, classes) of the last softmax op, in the current mode
+        (as a torch module: call :meth:`eval` first for inference).  ``images``: an array, or a
+        dict as in :meth:`step`, of any number of samples in eval mode, and in train mode too
+        when no op mixes the samples of a minibatch; a graph with batch norm in train mode
+        takes exactly the graph's minibatch (ShapeError otherwise).  Nothing is updated, not
+        even running statistics.  TrainerInUseError if another thread is using this trainer."""
+        with self._exclusive("predict"):
+            return inference.probabilities(self, images)
+
+    # ---- epochs
+    def fit(self, images: Batch, labels: np.ndarray, epochs: int = 1, progress: bool = False,
+            shuffle_seed: int | None = None, callback: Callable[[int, int, float], None] | None = None) -> list[float]:
+        """Train for ``epochs`` passes over a data set in minibatches of the graph's N.
+
+        Samples are shuffled every epoch (deterministically from ``shuffle_seed``,
+        default the trainer's seed); a last partial minibatch is dropped.  Returns
+        the mean loss of every epoch.  Ctrl-C stops at a step boundary: the
+        weights are those after the last complete step, and the epoch losses so
+        far are returned.  A graph with several input ops takes a dict
+        {input op name: array of samples}, all with the same number of samples.
+
+        With ``steps_in_flight`` k > 1 (see the constructor) the steps run k at a time, back
+        to back in one launch (across epoch boundaries too; the last fewer than k one at a
+        time), with the same batches, weights and losses as one at a time.  Then: Ctrl-C stops
+        at the boundary of such a group; a diverging loss raises TrainingError once its group
+        is done (the weights are those after the group); a bad minibatch raises ShapeError
+        after the steps before it, as one at a time.  A ``callback`` needs the weights after
+        every step, so with one the steps run one at a time.
+        """
+        as_dict = isinstance(images, Mapping)
+        data, count = self._samples(images)
+        labels = np.asarray(labels)
+        n = self.batch
+        if labels.ndim != len(self.loss_ops[-1].shape) - 1 or count != len(labels):
+            raise ShapeError(f"{count} samples but labels of shape {labels.shape}")
+        if count < n:
+            raise ShapeError(f"the data set has {count} samples, fewer than one minibatch of {n}")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ConfigError(f"epochs must be a positive int, got {epochs!r}")
+        rng = np.random.default_rng(self.seed if shuffle_seed is None else shuffle_seed)
+        batches = count // n
+        k = self.steps_in_flight if callback is None else 1
+
+        def minibatches() -> Any:   # (epoch, index in the epoch, samples), epoch after epoch
+            for epoch in range(epochs):
+                order = rng.permutation(count)
+                for b in range(batches):
+                    yield epoch, b, order[b * n:(b + 1) * n]
+
+        history: list[float] = []
+        total, start = 0.0, time.perf_counter()
+        pending = minibatches()
+        try:
+            while True:
+                group = list(itertools.islice(pending, k))
+                if not group:
+                    break
+                pairs = [(self._take(data, idx, as_dict), labels[idx]) for _, _, idx in group]
+                losses = self._steps(pairs) if len(group) == k > 1 else [self.step(*p) for p in pairs]
+                for (epoch, b, _), loss in zip(group, losses):
+                    total += loss
+                    if callback:
+                        callback(epoch, b, loss)
+                    if progress:
+                        rate = (b + 1) * n / max(time.perf_counter() - start, 1e-9)
+                        print(f"\repoch {epoch + 1}/{epochs} [{b + 1}/{batches}] loss {total / (b + 1):.4f} "
+                              f"{rate:8.1f} images/s", end="", file=sys.stderr, flush=True)
+                    if b == batches - 1:
+                        history.append(total / batches)
+                        total, start = 0.0, time.perf_counter()
+                        if progress:
+                            print(file=sys.stderr)
+        except KeyboardInterrupt:
+            if progress:
+                print(f"\ninterrupted after step {self.steps}; weights are those of that step", file=sys.stderr)
+        return history
+
+    def evaluate(self, images: Batch, labels: np.ndarray) -> float:
+        """Accuracy (fraction of argmax predictions equal to the label) over a data set
+        (an array, or a dict of arrays as for :meth:`fit`), in the current mode, in minibatches
+        of the graph's N (the last one padded).  A graph with batch norm in train mode
+        normalizes each minibatch with its own statistics and needs a multiple of N samples;
+        call :meth:`eval` first to use the running statistics and any number."""
+        with self._exclusive("evaluate"):
+            return inference.accuracy(self, images, labels)
+
+    # ---- checkpoints
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Weights, optimizer state (SGD's momentum; Adam's moments and step counts) and step
+        count, written atomically (temporary file, fsync, rename); the format is described in
+        :mod:`shardwise.train.checkpoint`.  TrainerInUseError if another thread is using this trainer."""
+        with self._exclusive("save a checkpoint"):
+            payload = checkpoint_payload(self)
+        write_checkpoint(path, payload)
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a checkpoint written by :meth:`save_checkpoint` for the same graph and plan
+        and the same kind of optimizer (a checkpoint of SGD does not load into an Adam trainer).
+
+        A corrupt or foreign file raises CheckpointError and leaves the trainer as it was.
+        Everything is checked before anything changes, and the archive's members (names,
+        dtypes, shapes, declared sizes) before any of them is decompressed, so a small file
+        declaring a huge member is refused at once.  The trainer keeps its optimizer's
+        settings (learning rate, schedule); the schedule goes on from the restored step count.
+        TrainerInUseError if another thread is using this trainer."""
+        ckpt = read_checkpoint(self, path)
+        with self._exclusive("load a checkpoint"):
+            before, steps_before = self.get_weights(), self.steps
+            self.steps = ckpt.steps   # first: num_batches_tracked is kept relative to it
+            try:
+                self.set_weights(ckpt.weights)  # validates every array before writing any
+            except ShardwiseError as exc:
+                self.steps = steps_before
+                self.set_weights(before)
+                raise CheckpointError(f"{path}: {exc}") from None
+            for bid, v in ckpt.state.items():
+                self.executor.persistent[bid][...] = v
+            self.executor.set_updates(ckpt.updates)
+
+    def _started_buffers(self) -> set[int]:
+        return self.executor.started_buffers()
+
+    # ---- weights
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """``"op.weight"`` / ``"op.bias"`` -> full arrays in PyTorch layouts, and for every batch
+        norm its ``"op.running_mean"``, ``"op.running_var"`` (float32) and ``"op.num_batches_tracked"``
+        (an int64 0-d array): the entries of PyTorch's ``state_dict()``."""
+        out: dict[str, np.ndarray] = {}
+        for (op_name, pname, _), buf in self.task_graph.params.items():
+            b = self.task_graph.buffers[buf]
+            key = f"{op_name}.{pname}"
+            if key not in out:
+                op = self.graph[op_name]
+                slot = [k for k, i in enumerate(op.desc.inputs) if i.role == 1][("weight", "bias").index(pname)]
+                out[key] = np.zeros(op.desc.inputs[slot].shape, np.float32)
+            out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = self.executor.persistent[buf]
+        out.update(self._running.get(self.executor.persistent, self.steps))
+        return out
+
+    def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        shapes = {}
+        for op in self.graph.ops:
+            weights = [i for i in op.desc.inputs if i.role == 1]
+            for pname, inp in zip(("weight", "bias"), weights):
+                shapes[f"{op.name}.{pname}"] = tuple(inp.shape)
+        shapes.update(running_shapes(self.graph))
+        return shapes
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load full weight arrays (as :meth:`get_weights` returns them) into every worker's slices.
+        Every array is checked (name, exact shape, finite values) before anything changes.
+        Batch norms' running statistics and ``num_batches_tracked`` may be left out (they keep
+        their values), so a PyTorch ``state_dict()`` loads with or without them."""
+        shapes = self._weight_shapes()
+        running = running_shapes(self.graph)
+        missing = set(shapes) - set(weights) - set(running)
+        if missing:
+            raise ShapeError(f"weights are missing {sorted(missing)[:5]}")
+        unknown = set(weights) - set(shapes)
+        if unknown:
+            raise ShapeError(f"unknown weights {sorted(unknown)[:5]}")
+        arrays = {}
+        given_running = {key: check_running(key, weights[key], shape) for key, shape in running.items()
+                         if key in weights}
+        for key, shape in shapes.items():
+            if key in running:
+                continue
+            try:
+                a = np.asarray(weights[key], dtype=np.float32)
+            except (TypeError, ValueError) as exc:
+                raise ShapeError(f"{key}: not a numeric array ({exc})") from None
+            if a.shape != shape:
+                raise ShapeError(f"{key}: shape {a.shape}, expected {shape}")
+            if not np.isfinite(a).all():
+                raise ShapeError(f"{key}: contains NaN or infinity")
+            arrays[key] = a
+        for (op_name, pname, _), buf in self.task_graph.params.items():
+            b = self.task_graph.buffers[buf]
+            self.executor.persistent[buf][...] = arrays[f"{op_name}.{pname}"][tuple(slice(lo, hi) for lo, hi in b.box)]
+        self._running.set(self.executor.persistent, given_running, self.steps)
+
+    # ---- memory
+    def memory_per_worker(self) -> dict[int, int]:
+        """Bytes each worker (device) holds: its one arena, allocated when the trainer was
+        built (parameters, optimizer state, activations kept for the backward pass, staging regions
+        and gradients at their planned offsets: :attr:`memory_plan`)."""
+        return self.executor.arena_bytes()
+
+    def arena_high_water(self) -> dict[int, int]:
+        """{device: bytes} measured by the runtime: the highest byte of each device's arena
+        any step has written so far (rounded up to the arena's alignment).  After a step it
+        equals the planned arena, :attr:`memory_plan`'s ``arena_bytes`` (with ``swap``, the swap
+        plan's ``peak_bytes``: offloaded feature maps live in a host region apart)."""
+        return self.executor.arena_high_water()
+
+    @property
+    def memory_plan(self) -> "MemoryPlan":
+        """The planned memory of this trainer's plan: per device one arena, its peak and the
+        offset and lifetime of every buffer (:func:`shardwise.memory_plan`; computed once)."""
+        mp = getattr(self, "_memory_plan", None)
+        if mp is None:
+            from shardwise.iteration.memory import memory_plan
+
+            mp = self._memory_plan = memory_plan(self.plan, optimizer_state=self.optimizer.state_buffers,
+                                                 schedule=self.schedule)
+        return mp
+
+    def planned_memory_per_worker(self) -> dict[int, int]:
+        """The planner's estimate of the same: the sizes of the task graph's buffers per device."""
+        return self.task_graph.memory_per_device()

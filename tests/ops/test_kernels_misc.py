@@ -1,0 +1,629 @@
+"""C kernels for pooling, ReLU, add, the LSTM cell/hidden state, batchnorm, softmax
+cross-entropy and box copies.
+
+Each kernel is checked two ways against shardwise.reference (pure NumPy, float32):
+1. on the whole tensor, within 1e-4;
+2. SHARDED: the output is split into random boxes over every dimension, each
+   box is computed from exactly the input region it needs (halos included),
+   and the assembled result equals the whole-tensor result.  Backward passes
+   produce partial gradients over input regions, summed at those regions.
+Batchnorm runs the two-phase scheme of kernels.h (partial sums per box, global
+sums, apply) across sample/channel/spatial splits.  Bad inputs raise ValueError.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from shardwise import _core
+from shardwise import reference as R
+
+TOL = 1e-4
+BN_EPS = 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+def close(got: np.ndarray, want: np.ndarray, tol: float = TOL) -> None:
+    """Within tol (absolute and relative); on failure, print the first few pairs and the worst."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    bad = ~np.isclose(got, want, rtol=tol, atol=tol)
+    if bad.any():
+        idx = np.argwhere(bad)[:5]
+        pairs = ", ".join(f"{tuple(i)}: {got[tuple(i)]:.6g} vs {want[tuple(i)]:.6g}" for i in idx)
+        worst = np.abs(got - want).max()
+        raise AssertionError(f"{bad.sum()} of {bad.size} differ (worst {worst:.3g}); {pairs}")
+
+
+def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def random_cuts(rng: np.random.Generator, extent: int, max_parts: int = 4) -> list[tuple[int, int]]:
+    """[lo, hi) pieces covering [0, extent), 1..max_parts of them, sizes random."""
+    parts = int(rng.integers(1, min(max_parts, extent) + 1))
+    cuts = sorted(rng.choice(np.arange(1, extent), size=parts - 1, replace=False).tolist()) if parts > 1 else []
+    bounds = [0] + cuts + [extent]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def random_boxes(rng: np.random.Generator, shape: tuple[int, ...]) -> list[tuple[tuple[int, int], ...]]:
+    """A random grid partition of a tensor of `shape` into boxes ((lo, hi) per dimension)."""
+    return list(itertools.product(*[random_cuts(rng, n) for n in shape]))
+
+
+def box_slice(box) -> tuple[slice, ...]:
+    return tuple(slice(lo, hi) for lo, hi in box)
+
+
+def los(box) -> tuple[int, ...]:
+    return tuple(lo for lo, _ in box)
+
+
+def extents(box) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in box)
+
+
+def pool_out(n: int, k: int, s: int, p: int) -> int:
+    return (n + 2 * p - k) // s + 1
+
+
+def pool_region(r0: int, r1: int, k: int, s: int, p: int, n: int) -> tuple[int, int]:
+    """Input rows [a, b) that output rows [r0, r1) read: [r0*s - p, (r1-1)*s - p + k - 1] clipped to [0, n)."""
+    return max(r0 * s - p, 0), min((r1 - 1) * s - p + k, n)
+
+
+def pool_input_box(box, k, s, p, h, w):
+    """The x region of an output box of pooling: same samples and channels, rows/columns with halos."""
+    (n0, n1), (c0, c1), (r0, r1), (q0, q1) = box
+    return ((n0, n1), (c0, c1), pool_region(r0, r1, k[0], s[0], p[0], h), pool_region(q0, q1, k[1], s[1], p[1], w))
+
+
+# ----------------------------------------------------------------------------------------------
+# pooling
+# ----------------------------------------------------------------------------------------------
+POOL_CASES = [
+    # (N, C, H, W), kernel, stride, padding
+    ((2, 3, 8, 8), (2, 2), (2, 2), (0, 0)),
+    ((2, 3, 9, 7), (3, 3), (2, 2), (1, 1)),
+    ((1, 2, 10, 9), (3, 2), (1, 2), (1, 0)),
+    ((3, 2, 7, 11), (5, 3), (3, 1), (2, 1)),
+    ((2, 2, 6, 6), (3, 3), (1, 1), (0, 0)),
+]
+
+
+def pool_input(rng, shape, with_ties):
+    """Random input; with ties, few distinct values so windows hold several maxima."""
+    if with_ties:
+        return rng.integers(0, 3, size=shape).astype(np.float32)
+    return rand(rng, *shape)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+@pytest.mark.parametrize("with_ties", [False, True])
+def test_pool_whole_tensor_matches_reference(kind, case, with_ties):
+    shape, k, s, p = POOL_CASES[case]
+    rng = np.random.default_rng(case)
+    x = pool_input(rng, shape, with_ties)
+    n, c, h, w = shape
+    ho, wo = pool_out(h, k[0], s[0], p[0]), pool_out(w, k[1], s[1], p[1])
+    y = _core.pool2d_forward(kind, x, (0, 0, 0, 0), (0, 0, 0, 0), (n, c, ho, wo), k, s, p)
+    close(y, R.pool2d_forward(x, k, s, p, kind))
+    dy = rand(rng, n, c, ho, wo)
+    dx = _core.pool2d_backward(kind, x, (0, 0, 0, 0), dy, (0, 0, 0, 0), (0, 0, 0, 0), shape, k, s, p)
+    close(dx, R.pool2d_backward(x, dy, k, s, p, kind))
+
+
+@pytest.mark.parametrize("k,st,pad", [((2, 2), (2, 2), (0, 0)), ((3, 3), (2, 2), (1, 1)), ((3, 2), (1, 2), (0, 1))])
+def test_max_pool_nan_and_infinity_rules_inside_and_at_the_border(k, st, pad):
+    """A NaN wins its window (the first NaN, in row-major window order), -inf and ties keep
+    the first maximum; the same in interior windows (branch-free fast path) and windows
+    clipped by padding, forward value and the position the gradient goes to."""
+    rng = np.random.default_rng(11)
+    shape = (2, 3, 9, 8)
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, 25, replace=False)] = np.nan
+    flat[rng.choice(flat.size, 25, replace=False)] = -np.inf
+    n, c, h, w = shape
+    ho, wo = pool_out(h, k[0], st[0], pad[0]), pool_out(w, k[1], st[1], pad[1])
+    y = _core.pool2d_forward("max", x, (0, 0, 0, 0), (0, 0, 0, 0), (n, c, ho, wo), k, st, pad)
+    dy = np.arange(1, n * c * ho * wo + 1, dtype=np.float32).reshape(n, c, ho, wo)
+    dx = _core.pool2d_backward("max", x, (0, 0, 0, 0), dy, (0, 0, 0, 0), (0, 0, 0, 0), shape, k, st, pad)
+    want_y = np.empty_like(y)
+    want_dx = np.zeros_like(x)
+    for b, ch, r, q in np.ndindex(n, c, ho, wo):
+        cells = [(i, j) for i in range(r * st[0] - pad[0], r * st[0] - pad[0] + k[0])
+                 for j in range(q * st[1] - pad[1], q * st[1] - pad[1] + k[1]) if 0 <= i < h and 0 <= j < w]
+        vals = [x[b, ch, i, j] for i, j in cells]
+        nans = [m for m, v in enumerate(vals) if np.isnan(v)]
+        m = nans[0] if nans else max(range(len(vals)), key=lambda m: (vals[m], -m))
+        want_y[b, ch, r, q] = vals[m]
+        want_dx[b, ch, cells[m][0], cells[m][1]] += dy[b, ch, r, q]
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(dx, want_dx)
+
+
+def test_max_pool_signed_zeros_follow_the_first_maximum():
+    """-0 and +0 compare equal: the first of them in row-major window order is the maximum
+    (its sign is the output's) and takes the gradient."""
+    rng = np.random.default_rng(4)
+    x = rng.choice(np.array([-0.0, 0.0, -1.0], np.float32), size=(2, 2, 7, 7))
+    y = _core.pool2d_forward("max", x, (0,) * 4, (0,) * 4, (2, 2, 3, 3), 3, 2, 0)
+    dy = np.arange(1, 37, dtype=np.float32).reshape(2, 2, 3, 3)
+    want_dx = np.zeros_like(x)
+    for b, ch, r, q in np.ndindex(2, 2, 3, 3):
+        vals = [(x[b, ch, 2 * r + i, 2 * q + j], i, j) for i in range(3) for j in range(3)]
+        top = max(v for v, _, _ in vals)
+        v, i, j = next(t for t in vals if t[0] == top)
+        assert np.signbit(y[b, ch, r, q]) == np.signbit(v) and y[b, ch, r, q] == v
+        want_dx[b, ch, 2 * r + i, 2 * q + j] += dy[b, ch, r, q]
+    dx = _core.pool2d_backward("max", x, (0,) * 4, dy, (0,) * 4, (0,) * 4, x.shape, 3, 2, 0)
+    np.testing.assert_array_equal(dx, want_dx)
+
+
+def test_pool_max_gradient_goes_to_first_maximum():
+    # one window, all equal: the whole gradient lands on the top-left element
+    x = np.ones((1, 1, 2, 2), np.float32)
+    dy = np.full((1, 1, 1, 1), 3.0, np.float32)
+    dx = _core.pool2d_backward("max", x, (0, 0, 0, 0), dy, (0, 0, 0, 0), (0, 0, 0, 0), (1, 1, 2, 2), 2, 2, 0)
+    np.testing.assert_array_equal(dx[0, 0], [[3, 0], [0, 0]])
+    # padding (-inf) never wins over a real element, however negative
+    x = np.full((1, 1, 1, 1), -5.0, np.float32)
+    y = _core.pool2d_forward("max", x, (0, 0, 0, 0), (0, 0, 0, 0), (1, 1, 1, 1), 3, 1, 1)
+    assert y[0, 0, 0, 0] == -5.0
+    # avg counts padding in the divisor
+    y = _core.pool2d_forward("avg", np.ones((1, 1, 1, 1), np.float32), (0, 0, 0, 0), (0, 0, 0, 0), (1, 1, 1, 1),
+                             3, 1, 1)
+    assert y[0, 0, 0, 0] == pytest.approx(1 / 9)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_pool_sharded_equals_whole(kind, case):
+    shape, k, s, p = POOL_CASES[case]
+    n, c, h, w = shape
+    ho, wo = pool_out(h, k[0], s[0], p[0]), pool_out(w, k[1], s[1], p[1])
+    rng = np.random.default_rng(100 + case)
+    for trial in range(6):
+        x = pool_input(rng, shape, with_ties=trial % 2 == 1)
+        dy = rand(rng, n, c, ho, wo)
+        y_full = _core.pool2d_forward(kind, x, (0,) * 4, (0,) * 4, (n, c, ho, wo), k, s, p)
+        dx_full = _core.pool2d_backward(kind, x, (0,) * 4, dy, (0,) * 4, (0,) * 4, shape, k, s, p)
+        y = np.full_like(y_full, np.nan)
+        dx = np.zeros_like(x)
+        for box in random_boxes(rng, (n, c, ho, wo)):
+            region = pool_input_box(box, k, s, p, h, w)
+            xr = np.ascontiguousarray(x[box_slice(region)])
+            y[box_slice(box)] = _core.pool2d_forward(kind, xr, los(region), los(box), extents(box), k, s, p)
+            # backward: the partial dx over the same region, from this dy box only
+            dyb = np.ascontiguousarray(dy[box_slice(box)])
+            part = _core.pool2d_backward(kind, xr, los(region), dyb, los(box), los(region), extents(region), k, s, p)
+            dx[box_slice(region)] += part
+        np.testing.assert_array_equal(y, y_full)  # the same window reads: bitwise equal
+        close(dx, dx_full, 1e-5)
+        close(dx, R.pool2d_backward(x, dy, k, s, p, kind))
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pool_backward_partials_over_arbitrary_dx_boxes(kind):
+    # dx boxes independent of dy boxes: every (dy box, dx box) pair contributes its part
+    shape, k, s, p = POOL_CASES[1]
+    n, c, h, w = shape
+    ho, wo = pool_out(h, k[0], s[0], p[0]), pool_out(w, k[1], s[1], p[1])
+    rng = np.random.default_rng(7)
+    x = pool_input(rng, shape, with_ties=True)
+    dy = rand(rng, n, c, ho, wo)
+    dx = np.zeros_like(x)
+    for dbox in random_boxes(rng, (n, c, ho, wo)):
+        dyb = np.ascontiguousarray(dy[box_slice(dbox)])
+        for xbox in random_boxes(rng, shape):
+            part = _core.pool2d_backward(kind, x, (0,) * 4, dyb, los(dbox), los(xbox), extents(xbox), k, s, p)
+            dx[box_slice(xbox)] += part
+    close(dx, R.pool2d_backward(x, dy, k, s, p, kind))
+
+
+def test_pool_avg_backward_needs_no_x():
+    shape, k, s, p = POOL_CASES[1]
+    rng = np.random.default_rng(3)
+    x = rand(rng, *shape)
+    ho, wo = pool_out(shape[2], 3, 2, 1), pool_out(shape[3], 3, 2, 1)
+    dy = rand(rng, shape[0], shape[1], ho, wo)
+    dx = _core.pool2d_backward("avg", None, (0,) * 4, dy, (0,) * 4, (0,) * 4, shape, k, s, p)
+    close(dx, R.pool2d_backward(x, dy, k, s, p, "avg"))
+
+
+# ----------------------------------------------------------------------------------------------
+# element-wise
+# ----------------------------------------------------------------------------------------------
+def enlarge(rng, box, shape):
+    """A random box of the tensor that contains `box` (an input view wider than the output box)."""
+    out = []
+    for (lo, hi), n in zip(box, shape):
+        out.append((int(rng.integers(0, lo + 1)), int(rng.integers(hi, n + 1))))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4), (2, 3, 4, 5), (2, 2, 3, 2, 3)])
+def test_eltwise_whole_and_sharded(shape):
+    rng = np.random.default_rng(len(shape))
+    x, b, dy = rand(rng, *shape), rand(rng, *shape), rand(rng, *shape)
+    zero = (0,) * len(shape)
+    y = _core.relu_forward(x, zero, zero, shape)
+    close(y, R.relu_forward(x))
+    close(_core.relu_backward(y, zero, dy, zero, zero, shape), R.relu_backward(y, dy))
+    close(_core.add_forward(x, zero, b, zero, zero, shape), R.add_forward(x, b))
+    ys, dxs, adds = (np.full(shape, np.nan, np.float32) for _ in range(3))
+    for box in random_boxes(rng, shape):
+        v1, v2 = enlarge(rng, box, shape), enlarge(rng, box, shape)
+        xv, yv = np.ascontiguousarray(x[box_slice(v1)]), np.ascontiguousarray(y[box_slice(v1)])
+        dyv, bv = np.ascontiguousarray(dy[box_slice(v2)]), np.ascontiguousarray(b[box_slice(v2)])
+        ys[box_slice(box)] = _core.relu_forward(xv, los(v1), los(box), extents(box))
+        dxs[box_slice(box)] = _core.relu_backward(yv, los(v1), dyv, los(v2), los(box), extents(box))
+        adds[box_slice(box)] = _core.add_forward(xv, los(v1), bv, los(v2), los(box), extents(box))
+    np.testing.assert_array_equal(ys, y)
+    close(dxs, R.relu_backward(y, dy))
+    close(adds, x + b)
+
+
+# ----------------------------------------------------------------------------------------------
+# LSTM cell and hidden state
+# ----------------------------------------------------------------------------------------------
+def lstm_inputs(rng, kind, shape):
+    """Inputs spanning the sigmoid/tanh saturation (|x| up to ~12) plus the incoming gradient."""
+    n = 4 if kind == "cell" else 2
+    return [rand(rng, *shape) * 4 for _ in range(n)], rand(rng, *shape)
+
+
+def lstm_c(kind, views, box):
+    """Forward over ``box`` from (array, lo) input views."""
+    flat = [v for pair in views for v in pair]
+    fn = _core.lstm_cell_forward if kind == "cell" else _core.lstm_hidden_forward
+    return fn(*flat, los(box), extents(box))
+
+
+def lstm_c_backward(kind, views, dy_view, slot, box):
+    flat = [v for pair in views for v in pair]
+    fn = _core.lstm_cell_backward if kind == "cell" else _core.lstm_hidden_backward
+    return fn(*flat, *dy_view, slot, los(box), extents(box))
+
+
+@pytest.mark.parametrize("kind", ["cell", "hidden"])
+@pytest.mark.parametrize("shape", [(7,), (4, 6), (2, 3, 5), (2, 2, 3, 2, 3)])
+def test_lstm_whole_and_sharded(kind, shape):
+    """Whole-tensor results equal the NumPy reference; every box computed from input views wider
+    than the box (each its own random enlargement) reassembles the same tensors."""
+    rng = np.random.default_rng(len(shape) + (10 if kind == "cell" else 0))
+    xs, dy = lstm_inputs(rng, kind, shape)
+    fwd = R.lstm_cell_forward if kind == "cell" else R.lstm_hidden_forward
+    bwd = R.lstm_cell_backward if kind == "cell" else R.lstm_hidden_backward
+    want_y, want_dx = fwd(*xs), bwd(*xs, dy)
+    zero = (0,) * len(shape)
+    whole = (tuple((0, n) for n in shape))
+    close(lstm_c(kind, [(x, zero) for x in xs], whole), want_y)
+    for slot, want in enumerate(want_dx):
+        close(lstm_c_backward(kind, [(x, zero) for x in xs], (dy, zero), slot, whole), want)
+    y = np.full(shape, np.nan, np.float32)
+    dxs = [np.full(shape, np.nan, np.float32) for _ in xs]
+    for box in random_boxes(rng, shape):
+        views = []
+        for x in xs:
+            v = enlarge(rng, box, shape)
+            views.append((np.ascontiguousarray(x[box_slice(v)]), los(v)))
+        v = enlarge(rng, box, shape)
+        dy_view = (np.ascontiguousarray(dy[box_slice(v)]), los(v))
+        y[box_slice(box)] = lstm_c(kind, views, box)
+        for slot, dx in enumerate(dxs):
+            dx[box_slice(box)] = lstm_c_backward(kind, views, dy_view, slot, box)
+    close(y, want_y)
+    for dx, want in zip(dxs, want_dx):
+        close(dx, want)
+
+
+def test_lstm_extreme_inputs_stay_finite():
+    """Huge pre-activations saturate the sigmoid and tanh instead of overflowing to NaN."""
+    big = np.array([[-1e30, -100.0, 0.0, 100.0, 1e30]], np.float32)
+    z = (0, 0)
+    c = _core.lstm_cell_forward(big, z, big, z, big, z, np.ones_like(big), z, z, big.shape)
+    # sigmoid(f) * 1 + sigmoid(i) * tanh(g) with i = f = g: 0 + 0 * -1, 0 + 0 * -1, 0.5 + 0.5 * 0, 1 + 1, 1 + 1
+    np.testing.assert_allclose(c, [[0.0, 0.0, 0.5, 2.0, 2.0]], atol=1e-6)
+    for slot in range(4):
+        assert np.isfinite(_core.lstm_cell_backward(big, z, big, z, big, z, big, z, np.ones_like(big), z, slot,
+                                                    z, big.shape)).all()
+    h = _core.lstm_hidden_forward(big, z, big, z, z, big.shape)
+    np.testing.assert_allclose(h, [[0.0, 0.0, 0.0, 1.0, 1.0]], atol=1e-6)
+
+
+@pytest.mark.calibration   # compares this thread's pauses with the work's time
+def test_lstm_kernels_release_the_gil():
+    from strategies_random import assert_other_threads_run
+
+    rng = np.random.default_rng(3)
+    shape = (256, 4096)
+    xs, dy = lstm_inputs(rng, "cell", shape)
+    z = (0, 0)
+    flat = [v for x in xs for v in (x, z)]
+    assert_other_threads_run(lambda: [_core.lstm_cell_backward(*flat, dy, z, 2, z, shape) for _ in range(8)])
+
+
+# ----------------------------------------------------------------------------------------------
+# batch normalization: the two-phase scheme
+# ----------------------------------------------------------------------------------------------
+def bn_stats(sums: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Global (sum x, sum x^2) per channel -> float32 mean and invstd (biased variance, eps 1e-5)."""
+    mean = sums[0] / m
+    var = sums[1] / m - mean * mean
+    return mean.astype(np.float32), (1.0 / np.sqrt(var + BN_EPS)).astype(np.float32)
+
+
+def bn_sharded(x, gamma, beta, dy, boxes):
+    """Forward and backward of batchnorm2d over the given output boxes, as the executor would run it."""
+    n, c, h, w = x.shape
+    m = n * h * w
+    views = [np.ascontiguousarray(x[box_slice(b)]) for b in boxes]
+    # phase 1: partial sums per box, added up per channel
+    sums = np.zeros((2, c))
+    for b, xv in zip(boxes, views):
+        sums[:, b[1][0]:b[1][1]] += _core.bn_partial_sums(xv, los(b))
+    mean, invstd = bn_stats(sums, m)
+    # phase 2: apply with global statistics
+    y = np.full(x.shape, np.nan, np.float32)
+    for b, xv in zip(boxes, views):
+        cs = slice(*b[1])
+        y[box_slice(b)] = _core.bn_apply(xv, los(b), mean[cs], invstd[cs], gamma[cs], beta[cs], los(b), extents(b))
+    # backward phase 1: (sum dy, sum dy * xhat), added up: these are dbeta and dgamma
+    gsums = np.zeros((2, c))
+    dys = [np.ascontiguousarray(dy[box_slice(b)]) for b in boxes]
+    for b, xv, dyv in zip(boxes, views, dys):
+        cs = slice(*b[1])
+        gsums[:, cs] += _core.bn_backward_sums(xv, los(b), dyv, los(b), mean[cs], invstd[cs])
+    dx = np.full(x.shape, np.nan, np.float32)
+    for b, xv, dyv in zip(boxes, views, dys):
+        cs = slice(*b[1])
+        dx[box_slice(b)] = _core.bn_backward_apply(xv, los(b), dyv, los(b), mean[cs], invstd[cs], gamma[cs],
+                                                   np.ascontiguousarray(gsums[:, cs]), m, los(b), extents(b))
+    return y, dx, gsums[1], gsums[0], mean, invstd
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batchnorm_two_phase_matches_reference(seed):
+    rng = np.random.default_rng(seed)
+    shape = (4, 3, 5, 6) if seed % 2 else (3, 5, 4, 4)
+    x = (rand(rng, *shape) * 2 + 0.5).astype(np.float32)
+    gamma, beta = rand(rng, shape[1]), rand(rng, shape[1])
+    dy = rand(rng, *shape)
+    y_ref, mean_ref, invstd_ref = R.batchnorm2d_forward(x, gamma, beta, BN_EPS)
+    dx_ref, dg_ref, db_ref = R.batchnorm2d_backward(x, gamma, dy, mean_ref, invstd_ref)
+    whole = [tuple((0, n) for n in shape)]
+    for boxes in (whole, random_boxes(rng, shape), random_boxes(rng, shape)):
+        y, dx, dgamma, dbeta, mean, invstd = bn_sharded(x, gamma, beta, dy, boxes)
+        close(mean, mean_ref)
+        close(invstd, invstd_ref)
+        close(y, y_ref)
+        close(dx, dx_ref)
+        close(dgamma, dg_ref)
+        close(dbeta, db_ref)
+
+
+def test_batchnorm_apply_with_wider_input_view_and_no_affine():
+    rng = np.random.default_rng(11)
+    x = rand(rng, 2, 4, 3, 5)
+    mean, invstd = rand(rng, 4), np.abs(rand(rng, 4)) + 0.5
+    box = ((1, 2), (1, 3), (0, 2), (2, 5))
+    y = _core.bn_apply(x, (0,) * 4, mean[1:3], invstd[1:3], None, None, los(box), extents(box))
+    want = (x[box_slice(box)] - mean[1:3, None, None]) * invstd[1:3, None, None]
+    close(y, want)
+
+
+@pytest.mark.parametrize("box", [((1, 2), (1, 3), (0, 3), (2, 5)), ((0, 2), (0, 4), (1, 2), (0, 5)),
+                                 ((0, 2), (2, 4), (0, 3), (0, 5))])
+def test_batchnorm_backward_with_wider_views(box):
+    """Views holding more rows / columns than the box (row by row) or exactly its planes (whole
+    planes at once) give the box's own sums and gradient (the sums' box is dy's, x may be wider)."""
+    rng = np.random.default_rng(12)
+    x, dy = rand(rng, 2, 4, 3, 5), rand(rng, 2, 4, 3, 5)
+    mean, invstd, gamma = rand(rng, 4), np.abs(rand(rng, 4)) + 0.5, rand(rng, 4)
+    cs = slice(*box[1])
+    xb, dyb = x[box_slice(box)], dy[box_slice(box)]
+    xhat = (xb - mean[cs, None, None]) * invstd[cs, None, None]
+    want = np.stack([dyb.sum(axis=(0, 2, 3), dtype=np.float64), (dyb * xhat).sum(axis=(0, 2, 3), dtype=np.float64)])
+    wide = tuple((0, n) for n in x.shape)
+    xb, dyb = np.ascontiguousarray(xb), np.ascontiguousarray(dyb)
+    close(_core.bn_backward_sums(x, los(wide), dyb, los(box), mean[cs], invstd[cs]), want)
+    close(_core.bn_backward_sums(xb, los(box), dyb, los(box), mean[cs], invstd[cs]), want)
+    m = 30
+    dx = _core.bn_backward_apply(x, los(wide), dy, los(wide), mean[cs], invstd[cs], gamma[cs],
+                                 np.ascontiguousarray(want), m, los(box), extents(box))
+    g = gamma[cs, None, None] * invstd[cs, None, None]
+    close(dx, g * (dyb - want[0][:, None, None] / m - xhat * want[1][:, None, None] / m))
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax cross-entropy
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(3))
+def test_softmax_xent_whole_and_class_split(seed):
+    rng = np.random.default_rng(seed)
+    n, k = 6, 7
+    x = (rand(rng, n, k) * 5).astype(np.float32)
+    x[0] += 80.0  # large logits: the row max keeps exp finite
+    labels = rng.integers(0, k, size=n).astype(np.int32)
+    p_ref = R.softmax_forward(x)
+    p, loss = _core.softmax_xent_forward(x, (0, 0), labels, (0, 0), (n, k))
+    close(p, p_ref)
+    assert loss / n == pytest.approx(R.cross_entropy(p_ref, labels), rel=1e-5)
+    dx_ref = R.softmax_cross_entropy_backward(p_ref, labels)
+    close(_core.softmax_xent_backward(p, (0, 0), labels, n), dx_ref)
+    for _ in range(3):
+        ps = np.full_like(p, np.nan)
+        dxs = np.full_like(p, np.nan)
+        total = 0.0
+        for box in random_boxes(rng, (n, k)):
+            (n0, n1), (k0, k1) = box
+            # x holds whole rows of (a superset of) the box's samples; labels follow x's rows
+            a, b = int(rng.integers(0, n0 + 1)), int(rng.integers(n1, n + 1))
+            xv = np.ascontiguousarray(x[a:b])
+            pb, lb = _core.softmax_xent_forward(xv, (a, 0), labels[a:b], los(box), extents(box))
+            ps[box_slice(box)] = pb
+            total += lb
+            # backward: labels follow p's rows
+            dxs[box_slice(box)] = _core.softmax_xent_backward(pb, los(box), labels[n0:n1], n)
+        np.testing.assert_array_equal(ps, p)  # every worker recomputes the row statistics identically
+        assert total == pytest.approx(loss, rel=1e-6)
+        close(dxs, dx_ref)
+
+
+# ----------------------------------------------------------------------------------------------
+# copy / accumulate
+# ----------------------------------------------------------------------------------------------
+def random_box(rng, shape):
+    box = []
+    for n in shape:
+        lo = int(rng.integers(0, n))
+        box.append((lo, int(rng.integers(lo, n + 1))))  # may be empty
+    return tuple(box)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4, 5])
+def test_copy_and_accumulate_boxes(rank):
+    rng = np.random.default_rng(rank)
+    for _ in range(40):
+        shape = tuple(int(v) for v in rng.integers(1, 6, size=rank))
+        g = rand(rng, *shape)
+        sbox, dbox = random_box(rng, shape), random_box(rng, shape)
+        src = np.ascontiguousarray(g[box_slice(sbox)])
+        dst0 = rand(rng, *extents(dbox))
+        inter = tuple((max(a[0], b[0]), min(a[1], b[1])) for a, b in zip(sbox, dbox))
+        want_copy, want_acc = dst0.copy(), dst0.copy()
+        if all(lo < hi for lo, hi in inter):
+            in_dst = tuple(slice(lo - d[0], hi - d[0]) for (lo, hi), d in zip(inter, dbox))
+            want_copy[in_dst] = g[box_slice(inter)]
+            want_acc[in_dst] += g[box_slice(inter)]
+        dst = dst0.copy()
+        assert _core.copy_box(src, los(sbox), dst, los(dbox)) is None
+        np.testing.assert_array_equal(dst, want_copy)
+        dst = dst0.copy()
+        _core.accumulate_box(src, los(sbox), dst, los(dbox))
+        np.testing.assert_array_equal(dst, want_acc)
+
+
+def test_copy_box_from_a_non_contiguous_source():
+    g = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    src = g[:, ::2, :]  # not contiguous: the entry point copies it first
+    dst = np.zeros((3, 2, 5), np.float32)
+    _core.copy_box(src, (0, 0, 0), dst, (0, 0, 0))
+    np.testing.assert_array_equal(dst, src)
+
+
+# ----------------------------------------------------------------------------------------------
+# bad input
+# ----------------------------------------------------------------------------------------------
+Z4 = (0, 0, 0, 0)
+X4 = np.zeros((1, 2, 4, 4), np.float32)
+P2 = np.full((2, 3), 1 / 3, np.float32)
+
+BAD_CALLS = {
+    "pool float64 x": lambda: _core.pool2d_forward("max", X4.astype(np.float64), Z4, Z4, (1, 2, 2, 2), 2, 2, 0),
+    "pool rank 3 x": lambda: _core.pool2d_forward("max", X4[0], (0, 0, 0), Z4, (1, 2, 2, 2), 2, 2, 0),
+    "pool lo length": lambda: _core.pool2d_forward("max", X4, (0, 0), Z4, (1, 2, 2, 2), 2, 2, 0),
+    "pool negative shape": lambda: _core.pool2d_forward("max", X4, Z4, Z4, (1, 2, -2, 2), 2, 2, 0),
+    "pool bad kind": lambda: _core.pool2d_forward("min", X4, Z4, Z4, (1, 2, 2, 2), 2, 2, 0),
+    "pool kernel 0": lambda: _core.pool2d_forward("max", X4, Z4, Z4, (1, 2, 2, 2), 0, 2, 0),
+    "pool stride 0": lambda: _core.pool2d_forward("avg", X4, Z4, Z4, (1, 2, 2, 2), 2, (2, 0), 0),
+    "pool negative pad": lambda: _core.pool2d_forward("avg", X4, Z4, Z4, (1, 2, 2, 2), 2, 2, -1),
+    "pool channels not covered": lambda: _core.pool2d_forward("max", X4, Z4, (0, 1, 0, 0), (1, 2, 2, 2), 2, 2, 0),
+    "pool float lo": lambda: _core.pool2d_forward("max", X4, (0, 0, 0.5, 0), Z4, (1, 2, 2, 2), 2, 2, 0),
+    "pool max backward without x": lambda: _core.pool2d_backward(
+        "max", None, Z4, np.zeros((1, 2, 2, 2), np.float32), Z4, Z4, (1, 2, 4, 4), 2, 2, 0),
+    "pool max backward x misses channels": lambda: _core.pool2d_backward(
+        "max", X4[:, :1].copy(), Z4, np.zeros((1, 2, 2, 2), np.float32), Z4, Z4, (1, 2, 4, 4), 2, 2, 0),
+    "relu box not covered": lambda: _core.relu_forward(X4, Z4, (0, 0, 1, 0), (1, 2, 4, 4)),
+    "relu rank 6": lambda: _core.relu_forward(np.zeros((1,) * 6, np.float32), (0,) * 6, (0,) * 6, (1,) * 6),
+    "relu int array": lambda: _core.relu_forward(np.zeros(3, np.int32), (0,), (0,), (3,)),
+    "relu list input": lambda: _core.relu_forward([1.0, 2.0], (0,), (0,), (2,)),
+    "relu_backward dy not covering": lambda: _core.relu_backward(X4, Z4, X4[:, :1].copy(), Z4, Z4, (1, 2, 4, 4)),
+    "add rank mismatch": lambda: _core.add_forward(X4, Z4, X4[0], (0, 0, 0), Z4, (1, 2, 4, 4)),
+    "lstm_cell input rank mismatch": lambda: _core.lstm_cell_forward(X4, Z4, X4, Z4, X4[0], (0, 0, 0), X4, Z4,
+                                                                     Z4, (1, 2, 4, 4)),
+    "lstm_cell c_prev not covering": lambda: _core.lstm_cell_forward(X4, Z4, X4, Z4, X4, Z4, X4[:, :1].copy(), Z4,
+                                                                     Z4, (1, 2, 4, 4)),
+    "lstm_cell float64 gate": lambda: _core.lstm_cell_forward(X4, Z4, X4.astype(np.float64), Z4, X4, Z4, X4, Z4,
+                                                              Z4, (1, 2, 4, 4)),
+    "lstm_cell backward slot 4": lambda: _core.lstm_cell_backward(X4, Z4, X4, Z4, X4, Z4, X4, Z4, X4, Z4, 4,
+                                                                  Z4, (1, 2, 4, 4)),
+    "lstm_cell backward dc not covering": lambda: _core.lstm_cell_backward(
+        X4, Z4, X4, Z4, X4, Z4, X4, Z4, X4, (0, 0, 1, 0), 0, Z4, (1, 2, 4, 4)),
+    "lstm_hidden box beyond c": lambda: _core.lstm_hidden_forward(X4, Z4, X4, Z4, (0, 0, 0, 1), (1, 2, 4, 4)),
+    "lstm_hidden list input": lambda: _core.lstm_hidden_forward([1.0], (0,), X4, Z4, Z4, (1, 2, 4, 4)),
+    "lstm_hidden backward slot -1": lambda: _core.lstm_hidden_backward(X4, Z4, X4, Z4, X4, Z4, -1, Z4,
+                                                                       (1, 2, 4, 4)),
+    "lstm_hidden backward lo length": lambda: _core.lstm_hidden_backward(X4, Z4, X4, Z4, X4, (0, 0), 1, Z4,
+                                                                         (1, 2, 4, 4)),
+    "bn rank 2": lambda: _core.bn_partial_sums(np.zeros((2, 3), np.float32), (0, 0)),
+    "bn mean length": lambda: _core.bn_apply(X4, Z4, np.zeros(3, np.float32), np.ones(2, np.float32), None, None,
+                                             Z4, (1, 2, 4, 4)),
+    "bn mean float64": lambda: _core.bn_apply(X4, Z4, np.zeros(2), np.ones(2, np.float32), None, None,
+                                              Z4, (1, 2, 4, 4)),
+    "bn y not covered": lambda: _core.bn_apply(X4, Z4, np.zeros(2, np.float32), np.ones(2, np.float32), None, None,
+                                               (0, 0, 2, 2), (1, 2, 4, 4)),
+    "bn sums wrong dtype": lambda: _core.bn_backward_apply(
+        X4, Z4, X4, Z4, np.zeros(2, np.float32), np.ones(2, np.float32), None, np.zeros((2, 2), np.float32), 16,
+        Z4, (1, 2, 4, 4)),
+    "bn m = 0": lambda: _core.bn_backward_apply(
+        X4, Z4, X4, Z4, np.zeros(2, np.float32), np.ones(2, np.float32), None, np.zeros((2, 2)), 0,
+        Z4, (1, 2, 4, 4)),
+    "bn backward sums dy not covered": lambda: _core.bn_backward_sums(
+        X4[:, :1].copy(), Z4, X4, Z4, np.zeros(2, np.float32), np.ones(2, np.float32)),
+    "softmax label too large": lambda: _core.softmax_xent_forward(P2, (0, 0), np.array([0, 3]), (0, 0), (2, 3)),
+    "softmax negative label": lambda: _core.softmax_xent_forward(P2, (0, 0), np.array([-1, 0]), (0, 0), (2, 3)),
+    "softmax huge label": lambda: _core.softmax_xent_forward(P2, (0, 0), np.array([2**40, 0]), (0, 0), (2, 3)),
+    "softmax float labels": lambda: _core.softmax_xent_forward(P2, (0, 0), np.array([0.0, 1.0]), (0, 0), (2, 3)),
+    "softmax labels length": lambda: _core.softmax_xent_forward(P2, (0, 0), np.array([0]), (0, 0), (1, 3)),
+    "softmax partial rows in x": lambda: _core.softmax_xent_forward(P2, (0, 1), np.array([0, 1]), (0, 1), (2, 2)),
+    "softmax p beyond classes": lambda: _core.softmax_xent_forward(P2, (0, 0), np.array([0, 1]), (0, 1), (2, 3)),
+    "softmax p rows not in x": lambda: _core.softmax_xent_forward(P2, (0, 0), np.array([0, 1]), (1, 0), (2, 3)),
+    "softmax backward negative label": lambda: _core.softmax_xent_backward(P2, (0, 0), np.array([0, -2]), 2),
+    "softmax backward n_total 0": lambda: _core.softmax_xent_backward(P2, (0, 0), np.array([0, 1]), 0),
+    "copy rank mismatch": lambda: _core.copy_box(X4, Z4, np.zeros((4, 4), np.float32), (0, 0)),
+    "copy dst float64": lambda: _core.copy_box(X4, Z4, np.zeros((1, 2, 4, 4)), Z4),
+    "copy dst not contiguous": lambda: _core.copy_box(X4[..., :2], Z4, np.zeros((1, 2, 4, 4), np.float32)[..., ::2],
+                                                      Z4),
+    "copy dst read-only": lambda: _core.copy_box(X4, Z4, np.broadcast_to(np.float32(0), (1, 2, 4, 4)), Z4),
+    "accumulate lo length": lambda: _core.accumulate_box(X4, Z4, np.zeros((1, 2, 4, 4), np.float32), (0, 0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CALLS))
+def test_bad_input_raises_value_error(name):
+    with pytest.raises(ValueError):
+        BAD_CALLS[name]()
+
+
+def test_both_kernel_families_read_their_arguments_by_the_same_rules():
+    """kernel_args.c serves the convolution/linear and the misc entry points alike: NumPy integers
+    are integers, booleans are not, coordinates beyond 2^40 and windows beyond 2^20 are refused."""
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    w = np.ones((3, 2, 1, 1), np.float32)
+    as_numpy = tuple(np.int64(v) for v in (0, 0, 0, 0))
+    relu = _core.relu_forward(x, as_numpy, as_numpy, (1, 2, 4, 4))
+    conv = _core.conv2d_forward(x, as_numpy, w, as_numpy, None, None, as_numpy, (1, 3, 4, 4),
+                                stride=np.int32(1))
+    np.testing.assert_array_equal(relu, np.maximum(x, 0))
+    np.testing.assert_allclose(conv, np.broadcast_to(x.sum(axis=1, keepdims=True), (1, 3, 4, 4)))
+    for call in (lambda lo: _core.relu_forward(x, lo, (0, 0, 0, 0), (1, 2, 4, 4)),
+                 lambda lo: _core.conv2d_forward(x, lo, w, None, None, None, None, (1, 3, 4, 4))):
+        with pytest.raises(ValueError, match=r"lo\[0\] must be an integer"):
+            call((True, 0, 0, 0))
+        with pytest.raises(ValueError, match="out of range"):
+            call((2**41, 0, 0, 0))
+    with pytest.raises(ValueError, match=r"stride is out of range \[1, 1048576\]"):
+        _core.conv2d_forward(x, None, w, None, None, None, None, (1, 3, 4, 4), stride=0)
+    with pytest.raises(ValueError, match=r"stride must be an int or a pair of ints in \[1, 1048576\]"):
+        _core.pool2d_forward("max", x, (0, 0, 0, 0), (0, 0, 0, 0), (1, 2, 2, 2), 2, (2, 0), 0)
+    with pytest.raises(ValueError, match=r"kernel is out of range \[1, 1048576\]"):
+        _core.pool2d_forward("max", x, (0, 0, 0, 0), (0, 0, 0, 0), (1, 2, 2, 2), 2**21, 2, 0)

@@ -1,0 +1,222 @@
+"""Memory in the search (shardwise.planning.search_memory, csrc/cost_memory.c).
+
+* the footprint tables add up, for random plans of small zoo models (reduction splits
+  included), to what the memory plan holds live when the backward pass starts (its
+  ``activations_kept`` plus parameters, optimizer state and running statistics), and never
+  exceed the memory plan's peak;
+* the branch and bound returns the brute-force optimum of Eq. 1 under tight per-device
+  budgets, and None exactly when brute force finds no strategy within them (random tables
+  and small real graphs);
+* sw.search respects each device's memory, raises PlanDoesNotFitError when nothing fits,
+  keeps the unconstrained optimum when it fits, and pareto=True returns a front of plans.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+from shardwise.planning import search_memory as sm
+from shardwise.machine.devices import DeviceGraph
+from shardwise.iteration.lower import plan_arrays
+from shardwise.models.spec import load_model
+from shardwise.plan import OpConfig, Plan, reduction_config
+from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
+
+
+def _problem(graph, devices, options, counts=None):
+    problem = make_problem(graph, devices, options)
+    problem.enumerate(np.asarray(counts or worker_counts(len(devices)), np.int32))
+    problem.build_tables()
+    return problem
+
+
+def _plan(problem, graph, devices, options, choice):
+    configs = {}
+    for op in graph.ops:
+        deg, dev = problem.configs(op.index)
+        k = choice[op.index]
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[k]),
+                                    tuple(int(x) for x in dev[k] if x >= 0),
+                                    reduction_config(op, problem.reductions(op.index)[k]))
+    return Plan(graph, devices, configs, options)
+
+
+@pytest.mark.parametrize("model", ["vgg_small", "resnet18_small", "inception_small", "gpt_tiny"])
+def test_footprint_is_what_the_memory_plan_keeps_for_the_backward_pass(model):
+    rng = random.Random(model)
+    graph = load_model(model, None).graph
+    for spec in ("3", "2x2"):
+        devices = DeviceGraph.parse(spec, device="P100")
+        options = CostOptions(reduction_splits=model != "gpt_tiny")
+        problem = _problem(graph, devices, options)
+        tables = sm.Tables(problem, graph)
+        for _ in range(3):
+            choice = [rng.randrange(len(t)) for t in tables.time]
+            plan = _plan(problem, graph, devices, options, choice)
+            mp = sw.memory_plan(plan)
+            kept = [mp.devices[d].activations_kept + sum(mp.devices[d].at_peak.get(k, 0) for k in
+                                                          ("param", "momentum", "running_stats"))
+                    for d in range(len(devices))]
+            got = tables.footprint(choice)
+            np.testing.assert_allclose(got, kept, rtol=0, atol=0.5)
+            assert (got <= [mp.devices[d].peak_bytes for d in range(len(devices))]).all()
+            assert tables.eq1(choice) == pytest.approx(plan.cost, rel=1e-9)
+
+
+def test_footprint_counts_adam_state_twice():
+    graph = load_model("vgg_small", None).graph
+    devices = DeviceGraph.parse("2", device="P100")
+    options = CostOptions()
+    problem = _problem(graph, devices, options)
+    one = sm.Tables(problem, graph)
+    problem.set_optimizer_state(2)
+    two = sm.Tables(problem, graph)
+    choice = [0] * len(graph.ops)
+    extra = two.footprint(choice) - one.footprint(choice)
+    mp = sw.memory_plan(_plan(problem, graph, devices, options, choice))
+    assert extra.sum() == pytest.approx(sum(d.optimizer_state for d in mp.devices.values()))
+
+
+# ------------------------------------------------------------------ the branch and bound vs brute force
+
+def _random_tables(rng: np.random.Generator, n: int, ndev: int) -> sm.Tables:
+    """Tables of a random DAG (each op reads one or two earlier ones) with random Eq. 1 and footprints."""
+    t = sm.Tables.__new__(sm.Tables)
+    t.n, t.ndev = n, ndev
+    ncfg = [int(rng.integers(1, 5)) for _ in range(n)]
+    t.time = [rng.uniform(0, 10, c) for c in ncfg]
+    t.mem = [rng.integers(0, 10, (c, ndev)).astype(float) for c in ncfg]
+    t.edges, t.medges = [], []
+    for v in range(1, n):
+        for u in sorted(set(rng.integers(0, v, int(rng.integers(1, 3))).tolist())):
+            t.edges.append((u, v, 0, rng.uniform(0, 5, (ncfg[u], ncfg[v]))))
+            base = rng.integers(0, 6, (ncfg[v], ndev)).astype(float)
+            idx, nbytes = [], []
+            for ci in range(ncfg[u]):
+                for cj in range(ncfg[v]):
+                    d = int(rng.integers(0, ndev))
+                    if base[cj, d] > 0 and rng.random() < 0.3:
+                        idx.append((ci, cj, d))
+                        nbytes.append(float(rng.integers(1, base[cj, d] + 1)))
+            t.medges.append((u, v, 0, base, np.array(idx, np.int32).reshape(-1, 3), np.array(nbytes)))
+    return t
+
+
+def _brute(t: sm.Tables, limit: np.ndarray):
+    best = None
+    for x in itertools.product(*[range(len(c)) for c in t.time]):
+        if (t.footprint(x) <= limit).all():
+            c = t.eq1(x)
+            if best is None or c < best[0]:
+                best = (c, x)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_branch_and_bound_equals_brute_force_under_tight_budgets(seed):
+    rng = np.random.default_rng(seed)
+    t = _random_tables(rng, int(rng.integers(2, 6)), int(rng.integers(1, 4)))
+    everything = [t.footprint(x) for x in itertools.product(*[range(len(c)) for c in t.time])]
+    peaks = np.array(everything)
+    # budgets from "only the leanest strategy fits" to "most fit", and one nothing meets
+    for q in (0.0, 0.1, 0.3, 0.6):
+        limit = np.quantile(peaks, q, axis=0)
+        want = _brute(t, limit)
+        got = sm.solve(t, limit, max_solves=10_000)
+        if want is None:
+            assert got is None
+            continue
+        assert got is not None and got.exact
+        assert (t.footprint(got.choice) <= limit).all()
+        assert got.cost == pytest.approx(want[0], rel=1e-9, abs=1e-9)
+        assert got.lower_bound <= got.cost * (1 + 1e-9)
+    assert sm.solve(t, peaks.min(axis=0) - 1, max_solves=10_000) is None or \
+        _brute(t, peaks.min(axis=0) - 1) is not None
+
+
+def test_branch_and_bound_on_a_real_graph_equals_brute_force():
+    graph = sw.Graph("chain")
+    x = graph.input("x", (8, 4, 4, 4))
+    y = graph.conv2d(x, 8, 3, padding=1)
+    y = graph.flatten(y)
+    y = graph.linear(y, 10)
+    graph.softmax(y)
+    devices = DeviceGraph.parse("2", device="P100")
+    options = CostOptions()
+    problem = _problem(graph, devices, options)
+    t = sm.Tables(problem, graph)
+    peaks = np.array([t.footprint(x) for x in itertools.product(*[range(len(c)) for c in t.time])])
+    for q in (0.05, 0.2, 0.5):
+        limit = np.quantile(peaks.max(axis=1), q) * np.ones(len(devices))
+        want = _brute(t, limit)
+        got = sm.solve(t, limit, max_solves=10_000)
+        assert (want is None) == (got is None)
+        if want is not None:
+            assert got.exact and got.cost == pytest.approx(want[0], rel=1e-9)
+
+
+# ------------------------------------------------------------------ sw.search with memory
+
+def _small():
+    graph = load_model("vgg_small", None).graph
+    return graph, DeviceGraph.parse("4", device="P100")
+
+
+def test_search_keeps_the_unconstrained_optimum_when_it_fits():
+    graph, devices = _small()
+    free = sw.search(graph, devices, objective="eq1", memory=False)
+    plan = sw.search(graph, devices, objective="eq1")
+    assert plan.configs == free.configs
+    assert plan.search_stats["memory"]["constrained"] is False
+
+
+def test_search_under_a_budget_fits_and_costs_at_least_the_unconstrained():
+    graph, devices = _small()
+    free = sw.search(graph, devices, objective="eq1", memory=False)
+    arena = sm.arenas(free)
+    budget = 0.95 * float(arena.max())   # below the Eq. 1 optimum, above OWT parallelism
+    plan = sw.search(graph, devices, objective="eq1", memory=budget)
+    assert (sm.arenas(plan) <= budget).all()
+    assert plan.cost >= free.cost * (1 - 1e-9)
+    info = plan.search_stats["memory"]
+    assert info["constrained"] and info["lower_bound"] <= plan.cost * (1 + 1e-9)
+    simulated = sw.search(graph, devices, memory=budget)   # the default objective keeps it too
+    assert (sm.arenas(simulated) <= budget).all()
+
+
+def test_search_raises_when_nothing_fits():
+    graph, devices = _small()
+    with pytest.raises(sm.PlanDoesNotFitError, match="no plan fits.*device.*swap_plan") as err:
+        sw.search(graph, devices, memory=1e5)
+    assert isinstance(err.value, ValueError)
+    assert err.value.needed > err.value.available == 1e5
+
+
+@pytest.mark.parametrize("bad", ["lots", -1, 0, "12 parsecs", [1]])
+def test_search_rejects_malformed_budgets(bad):
+    graph, devices = _small()
+    with pytest.raises(ValueError, match="memory"):
+        sw.search(graph, devices, memory=bad)
+
+
+def test_parse_bytes():
+    assert sm.parse_bytes("12GB") == 12e9
+    assert sm.parse_bytes("8 GiB") == 8 * 2**30
+    assert sm.parse_bytes(1.5e9) == 1.5e9
+
+
+def test_pareto_front_is_non_dominated_and_each_plan_fits_its_peak():
+    graph, devices = _small()
+    front = sw.search(graph, devices, pareto=True)
+    assert len(front) >= 1
+    free = sw.search(graph, devices, objective="eq1", memory=False)
+    assert front[0].time == pytest.approx(free.cost, rel=1e-9)
+    for a, b in zip(front, front[1:]):
+        assert b.time >= a.time * (1 - 1e-9) and b.peak_bytes < a.peak_bytes
+    for p in front:
+        assert p.peak_bytes == max(d.arena_bytes for d in p.memory.devices.values())
+        assert p.time == pytest.approx(p.plan.cost, rel=1e-9)

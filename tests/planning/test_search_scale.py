@@ -1,0 +1,439 @@
+"""The search at scale (issue 16, point 2) stays exact.
+
+Each piece the large search rests on is checked against brute force:
+
+* min-marginals of the elimination (the least Eq. 1 of any strategy giving an op one
+  configuration) equal a Python brute force when one node is left, and bound it from
+  below otherwise;
+* the transfer bounds of the relaxation are below the exact t_x for every pair of
+  configurations on every aligned block, on presets and hand-made machines, and equal
+  it for a hand-computed transition;
+* Problem.least_transfer is the least exact t_x over every pair of aligned blocks;
+* counting transfers on uniform nodes (cost_placed.c) gives the tables listing every
+  (worker, block) pair gives, and computing every worker's region at once gives the
+  boxes of the one-at-a-time reference;
+* the whole pipeline (first devices only, pruning by the relaxation's min-marginals,
+  the proof over placements, the fallback to every block) finds the plain search's
+  optimum on random graphs, on zoo models, and on a graph whose optimum puts two
+  towers on different devices (where the first devices alone lose 14%);
+* a time limit returns the best plan found with a warning, never a hang.
+"""
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+import shardwise as sw
+from shardwise import _core
+from shardwise.planning.problem import CostOptions, SYNC_MODELS, make_problem, worker_counts
+
+from strategies_random import (RESIDUAL_KINDS, build_graph, cost_scale, eq1_cost, examples, graph_recipes,
+                               table_problems)
+
+search_module = importlib.import_module("shardwise.planning.search")
+REL = 1e-9
+
+SYMMETRIC = {
+    "cpu2": lambda: sw.DeviceGraph.cpu(2),
+    "cpu3": lambda: sw.DeviceGraph.cpu(3),
+    "p100_1x4": lambda: sw.DeviceGraph.cluster(nodes=1, devices_per_node=4),
+    "p100_2x2": lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=2),
+    "k80_2x4": lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=4, device="K80"),
+    "v100_4x2": lambda: sw.DeviceGraph.cluster(nodes=4, devices_per_node=2, device="V100"),
+}
+
+
+def brute_marginals(node_costs, edges):
+    m = [np.full(len(c), np.inf) for c in node_costs]
+    for choice in itertools.product(*(range(len(c)) for c in node_costs)):
+        v = eq1_cost(node_costs, edges, choice)
+        for i, c in enumerate(choice):
+            m[i][c] = min(m[i][c], v)
+    return m
+
+
+def problem(g, devices, first_block_only=False, bounds=False, structure=True, options=CostOptions(threads=1)):
+    p = make_problem(g, devices, options)
+    p.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, 1,
+                  options.reduction_splits, structure)
+    p.enumerate(np.asarray(worker_counts(len(devices)), dtype=np.int32), first_block_only=first_block_only)
+    p.build_tables(with_bytes=not bounds, bounds=bounds)
+    return p
+
+
+def plain_path(m) -> None:
+    """sw.search searches every configuration directly, whatever the size."""
+    m.setattr(search_module, "SCALE_ABOVE", 10**12)
+    m.setattr(search_module, "SCALE_WORK", float("inf"))
+
+
+@pytest.fixture
+def pipeline(monkeypatch):
+    """sw.search takes the large-scale path whatever the size (it does above SCALE_ABOVE)."""
+    monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)
+
+
+# =========================================================================== min-marginals
+
+@settings(max_examples=examples(300))
+@given(table_problems(kinds=("chain", "diamond", "residual", "skip", "multi", "parallel", "disconnected",
+                             "random", *RESIDUAL_KINDS), max_cfg=3, max_combinations=3000))
+def test_marginals_equal_brute_force(problem):
+    kind, node_costs, edges, _ = problem
+    choice, cost, stats, marg = _core.search_tables(node_costs, edges, "elimination", 1e9, True)
+    ref = brute_marginals(node_costs, edges)
+    scale = cost_scale(node_costs, edges)
+    note(f"{kind}: {stats}")
+    for i, (m, r) in enumerate(zip(marg, ref)):
+        assert m.shape == r.shape
+        if stats["residual_nodes"] <= 1:   # exact
+            np.testing.assert_allclose(m, r, rtol=REL, atol=REL * scale, err_msg=f"node {i}")
+        else:                              # a lower bound
+            assert (m <= r + REL * scale).all(), f"node {i}: {m} above {r}"
+        assert m.min() == pytest.approx(cost, rel=REL, abs=REL * scale) or stats["residual_nodes"] > 1
+
+
+def test_marginals_hand_computed_chain():
+    """A -> B -> C, two configurations each (the chain of test_search.py): the strategies
+    cost 000: 8, 001: 9, 010: 18, 011: 7, 100: 14, 101: 15, 110: 16, 111: 5, so the least
+    with A = 0 is 7 (011) and with A = 1 is 5; B = 0: 8 (000), B = 1: 5; C = 0: 8, C = 1: 5."""
+    nodes = [np.array([1.0, 3.0]), np.array([2.0, 2.0]), np.array([5.0, 0.0])]
+    switch = lambda c: np.array([[0.0, c], [c, 0.0]])  # noqa: E731
+    edges = [(0, 1, switch(4.0)), (1, 2, switch(6.0))]
+    _, cost, _, marg = _core.search_tables(nodes, edges, "elimination", 1e9, True)
+    assert cost == 5.0
+    assert [list(m) for m in marg] == [[7.0, 5.0], [8.0, 5.0], [8.0, 5.0]]
+    with pytest.raises(ValueError, match="elimination"):
+        _core.search_tables(nodes, edges, "exhaustive", 1e9, True)
+
+
+# =========================================================================== bounds of t_x
+
+MACHINES = {**SYMMETRIC, "cluster_2x3": lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=3)}
+
+
+@pytest.mark.parametrize("machine", list(MACHINES))
+@settings(max_examples=examples(15), deadline=None)
+@given(recipe=graph_recipes(max_ops=6))
+def test_bounds_below_every_placement(machine, recipe):
+    """The relaxation's t_x bound of a pair of partitions is below the exact t_x of the
+    two on any aligned blocks (the bound tables of the same enumeration, entry by entry)."""
+    devices = MACHINES[machine]()
+    g = build_graph(recipe, max_ops=6)
+    exact, bound = problem(g, devices), problem(g, devices, bounds=True)
+    for e in range(len(exact.edges())):
+        t, _ = exact.edge_table(e)
+        b, no_bytes = bound.edge_table(e)
+        assert no_bytes is None and b.shape == t.shape
+        assert (b >= 0).all() and (b <= t * (1 + REL) + 1e-18).all(), f"edge {e}: {b.max()} vs {t.min()}"
+
+
+def test_bound_is_tight_for_a_batch_to_channel_transition():
+    """relu (n=2) -> relu (c=2) on two P100s of one node: each consumer worker reads half the
+    channels of all samples, a quarter of the tensor on its own device: half of it moves,
+    forward and backward, at 20 GB/s.  The bound gets the same figure."""
+    g = sw.Graph("t")
+    x = g.input("x", (8, 4, 6, 6))
+    a = g.relu(x, name="a")
+    g.relu(a, name="b")
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=2)
+    spec = {"x": {"n": 2}, "a": {"n": 2}, "b": {"c": 2}}
+    hand = (8 * 4 * 6 * 6) / 2 * 4 * 2 / 20e9
+    plan = sw.Plan.from_dict(g, d, spec)
+    assert [r.t_x for r in plan.layer_costs() if r.op == "b"][0] == pytest.approx(hand, rel=1e-12)
+    bound = problem(g, d, bounds=True)
+    deg_a, dev_a = bound.configs(1)
+    deg_b, dev_b = bound.configs(2)
+    ia = next(i for i in range(len(deg_a)) if list(deg_a[i]) == [2, 1, 1, 1] and dev_a[i][0] == 0)
+    ib = next(i for i in range(len(deg_b)) if list(deg_b[i]) == [1, 2, 1, 1] and dev_b[i][0] == 0)
+    e = [k for k, (src, dst, _) in enumerate(bound.edges()) if (src, dst) == (1, 2)][0]
+    assert bound.edge_table(e)[0][ia, ib] == pytest.approx(hand, rel=1e-12)
+
+
+# =========================================================================== least t_x over placements
+
+@pytest.mark.parametrize("name, machine", [("resnet18", "k80_2x4"), ("inception_v3", "v100_4x2"),
+                                           ("alexnet", "cpu6"), ("lenet5", "p100_1x8")])
+def test_least_transfer_is_the_least_over_aligned_blocks(name, machine):
+    devices = {"k80_2x4": SYMMETRIC["k80_2x4"], "v100_4x2": SYMMETRIC["v100_4x2"],
+               "cpu6": lambda: sw.DeviceGraph.cpu(6),   # 2- and 4-blocks do not nest: every pair tried
+               "p100_1x8": lambda: sw.DeviceGraph.cluster(nodes=1, devices_per_node=8)}[machine]()
+    g = sw.models.get(name, batch=48)
+    full, first = problem(g, devices), problem(g, devices, first_block_only=True)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for e, (src, dst, _) in enumerate(full.edges()):
+        t, _ = full.edge_table(e)
+        keys = []
+        for op in (src, dst):
+            deg, dev = full.configs(op)
+            fdeg, fdev = first.configs(op)
+            index = {(tuple(fdeg[i]), int((fdev[i] >= 0).sum())): i for i in range(len(fdeg))}
+            keys.append(np.array([index[(tuple(deg[i]), int((dev[i] >= 0).sum()))] for i in range(len(deg))]))
+        least = {}
+        for i, j in itertools.product(range(t.shape[0]), range(t.shape[1])):
+            k = (keys[0][i], keys[1][j])
+            least[k] = min(least.get(k, math.inf), t[i, j])
+        pairs = list(least)
+        for idx in rng.choice(len(pairs), size=min(40, len(pairs)), replace=False):
+            ci, cj = pairs[idx]
+            assert first.least_transfer(e, int(ci), int(cj)) == pytest.approx(least[(ci, cj)], rel=1e-12, abs=1e-30)
+            checked += 1
+    assert checked > 50
+
+
+def test_least_transfer_refuses_other_machines():
+    d = sw.DeviceGraph("odd")
+    for k in range(3):
+        d.add_device(f"g{k}", flops=1e12, memory=1e9)
+    d.add_link(0, 1, 5e9)
+    d.add_link(1, 2, 7e9)
+    g = sw.Graph("t")
+    g.relu(g.input("x", (6, 2)))
+    p = problem(g, d)
+    with pytest.raises(ValueError, match="uniform nodes"):
+        p.least_transfer(0, 0, 0)
+
+
+# =========================================================================== counting == listing
+
+@pytest.mark.parametrize("machine", list(SYMMETRIC) + ["cluster_2x3"])
+@settings(max_examples=examples(15), deadline=None)
+@given(recipe=graph_recipes(max_ops=7), sync=st.sampled_from(["parameter_server", "ring"]),
+       reductions=st.booleans())
+def test_counted_transfers_equal_listed(machine, recipe, sync, reductions):
+    devices = MACHINES[machine]()
+    g = build_graph(recipe, max_ops=7)
+    options = CostOptions(threads=1, sync=sync, reduction_splits=reductions)
+    counted = problem(g, devices, options=options)
+    listed = problem(g, devices, structure=False, options=options)
+    assert counted.node_size > 0 and listed.node_size == 0
+    for e in range(len(counted.edges())):
+        (t1, b1), (t2, b2) = counted.edge_table(e), listed.edge_table(e)
+        np.testing.assert_allclose(t1, t2, rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(b1, b2)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(recipe=graph_recipes(max_ops=7), ndev=st.sampled_from([2, 3, 4, 6]), reductions=st.booleans())
+def test_all_worker_regions_at_once_equal_one_at_a_time(recipe, ndev, reductions):
+    g = build_graph(recipe, max_ops=7)
+    p = make_problem(g, sw.DeviceGraph.cpu(ndev), CostOptions(threads=1, reduction_splits=reductions))
+    p.enumerate(np.asarray(worker_counts(ndev), dtype=np.int32))
+    for op in g.ops:
+        for cfg in range(len(p.configs(op.index)[0])):
+            for slot in range(len(op.desc.inputs)):
+                fast = p.worker_regions(op.index, cfg, slot)
+                ref = p.worker_regions(op.index, cfg, slot, True)
+                for a, b in zip(fast, ref):
+                    np.testing.assert_array_equal(a, b, err_msg=f"{op.name} config {cfg} slot {slot}")
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(recipe=graph_recipes(max_ops=7), ndev=st.sampled_from([2, 3, 4, 6, 8]), reductions=st.booleans())
+def test_compute_times_from_region_factors_equal_worker_by_worker(recipe, ndev, reductions):
+    """t_c of every configuration (the most elements any worker touches, from products
+    over coordinates) equals backward_factor x the slowest worker of the per-worker
+    roofline the simulator uses, bit for bit."""
+    g = build_graph(recipe, max_ops=7)
+    options = CostOptions(threads=1, reduction_splits=reductions)
+    p = make_problem(g, sw.DeviceGraph.cpu(ndev), options)
+    p.enumerate(np.asarray(worker_counts(ndev), dtype=np.int32))
+    p.build_tables()
+    for op in g.ops:
+        tc, _, _ = p.node_costs(op.index)
+        deg, dev = p.configs(op.index)
+        red = p.reductions(op.index)
+        for c in range(len(tc)):
+            devices = dev[c][dev[c] >= 0].astype(np.int32)
+            times = p.worker_times(op.index, deg[c].astype(np.int32), devices, tuple(int(x) for x in red[c]))
+            assert tc[c] == options.backward_factor * float(np.max(times)), f"{op.name} config {c}"
+
+
+# =========================================================================== the pipeline
+
+@pytest.mark.parametrize("machine", list(SYMMETRIC))
+@settings(max_examples=examples(12), deadline=None)
+@given(recipe=graph_recipes(max_ops=8))
+def test_pipeline_finds_the_plain_optimum(machine, recipe):
+    devices = SYMMETRIC[machine]()
+    g = build_graph(recipe, max_ops=8)
+    with pytest.MonkeyPatch.context() as m:
+        plain_path(m)
+        plain = sw.search(g, devices, objective="eq1")
+        m.setattr(search_module, "SCALE_ABOVE", -1)
+        scaled = sw.search(g, devices, objective="eq1")
+    s = scaled.search_stats
+    note(f"{recipe.describe()} on {devices.name}: plain {plain.cost!r}, pipeline {scaled.cost!r}, {s.get('scale')}")
+    assert "scale" in s and s["exact"]
+    assert scaled.cost == pytest.approx(plain.cost, rel=REL)
+    assert s["lower_bound"] <= scaled.cost * (1 + REL)
+
+
+@pytest.mark.parametrize("name", ["alexnet", "resnet18", "inception_v3", "vgg16"])
+def test_pipeline_zoo_on_16_devices(name, pipeline):
+    g, d = sw.models.get(name, batch=64), sw.DeviceGraph.cluster(nodes=4, devices_per_node=4)
+    scaled = sw.search(g, d, objective="eq1")
+    with pytest.MonkeyPatch.context() as m:
+        plain_path(m)
+        plain = sw.search(g, d, objective="eq1")
+    assert scaled.search_stats["exact"] and scaled.search_stats["scale"]["placements_proven"]
+    assert scaled.cost == pytest.approx(plain.cost, rel=REL)
+    assert scaled.search_stats["scale"]["survivors"] < scaled.search_stats["scale"]["partitions"]
+
+
+def towers(channels=128, batch=8, size=4) -> sw.Graph:
+    """Two wide 3x3 convolutions of one input joined by a concat: their best placement is
+    one tower per pair of devices, which the first devices alone cannot express."""
+    g = sw.Graph("towers")
+    x = g.input("x", (batch, channels, size, size))
+    a = g.conv2d(x, channels, kernel=3, padding=1, name="a")
+    b = g.conv2d(x, channels, kernel=3, padding=1, name="b")
+    g.relu(g.concat([a, b], name="c"), name="r")
+    return g
+
+
+def test_pipeline_places_towers_on_other_devices(pipeline):
+    g, d = towers(), sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
+    plan = sw.search(g, d, objective="eq1")
+    s = plan.search_stats
+    # the first devices alone cost more; the proof fails and every block is searched
+    assert s["scale"]["canonical_cost"] > plan.cost * 1.05
+    assert not s["scale"]["placements_proven"] and s["scale"]["full_space_configurations"] > 0
+    assert s["exact"]
+    with pytest.MonkeyPatch.context() as m:
+        plain_path(m)
+        assert plan.cost == pytest.approx(sw.search(g, d, objective="eq1").cost, rel=REL)
+    assert set(plan["a"].devices).isdisjoint(plan["b"].devices)
+
+
+def test_pipeline_warns_when_placements_are_too_many(pipeline, monkeypatch):
+    """Above FULL_SPACE_LIMIT the unproven placements are not searched: the plan (the
+    optimum on the first devices) comes with a warning and the bound."""
+    monkeypatch.setattr(importlib.import_module("shardwise.planning.search_scale"), "FULL_SPACE_LIMIT", 0)
+    g, d = towers(), sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
+    with pytest.warns(sw.SearchWarning, match="other placements"):
+        plan = sw.search(g, d, objective="eq1")
+    s = plan.search_stats
+    assert not s["exact"] and s["lower_bound"] <= plan.cost
+    assert plan.cost == pytest.approx(s["scale"]["canonical_cost"], rel=REL)
+
+
+def test_time_limit_returns_the_first_plan_with_a_warning(pipeline):
+    g, d = sw.models.resnet18(batch=64), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    stages = []
+    with pytest.warns(sw.SearchWarning, match="time limit") as caught:
+        plan = sw.search(g, d, time_limit=1e-9, progress=lambda name, s: stages.append(name), objective="eq1")
+    text = str(caught[0].message)
+    assert "time_limit" in text and "lower bound" in text
+    s = plan.search_stats
+    assert not s["exact"] and 0 < s["lower_bound"] <= plan.cost
+    assert any(name.startswith("first plan") for name in stages)
+    assert not any(name.startswith("exact search") for name in stages)
+    full = sw.search(g, d, objective="eq1")
+    assert full.cost <= plan.cost * (1 + REL) and full.search_stats["exact"]
+
+
+def test_bad_time_limits():
+    g, d = sw.models.lenet5(), sw.DeviceGraph.cpu(2)
+    for bad in (0, -1, math.nan, math.inf, "5", True):
+        with pytest.raises(sw.ConfigError, match="time_limit"):
+            sw.search(g, d, time_limit=bad, objective="eq1")
+
+
+def search_64_devices_both_ways():
+    """ResNet-18 on 4 nodes of 16 V100s: (the pipeline's plan, its seconds, the plain search's
+    plan over every configuration on every block)."""
+    g, d = sw.models.resnet18(), sw.DeviceGraph.cluster(nodes=4, devices_per_node=16, device="V100")
+    start = time.perf_counter()
+    plan = sw.search(g, d, objective="eq1")
+    seconds = time.perf_counter() - start
+    with pytest.MonkeyPatch.context() as m:
+        plain_path(m)
+        plain = sw.search(g, d, objective="eq1")
+    return plan, seconds, plain
+
+
+def test_64_devices_as_good_as_the_plain_search(pipeline):
+    plan, _, plain = search_64_devices_both_ways()
+    assert "scale" in plan.search_stats and plan.search_stats["exact"]
+    assert plan.cost == pytest.approx(plain.cost, rel=REL)
+
+
+@pytest.mark.calibration
+def test_64_devices_in_seconds(pipeline):
+    """The pipeline is faster than the plain search of every configuration on every block."""
+    plan, seconds, plain = search_64_devices_both_ways()
+    assert seconds < plain.search_stats["total_seconds"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "inception_v3"])
+def test_1024_devices(name):
+    """64 nodes of 16 V100s: exact, no worse than data, model or OWT parallelism on the same
+    machine, and no worse than the optimum on 4 of those nodes (a plan the search may use)."""
+    g = sw.models.get(name)
+    d = sw.DeviceGraph.cluster(nodes=64, devices_per_node=16, device="V100")
+    plan = sw.search(g, d, objective="eq1")
+    assert plan.search_stats["exact"]
+    small = sw.search(g, sw.DeviceGraph.cluster(nodes=4, devices_per_node=16, device="V100"), objective="eq1")
+    assert plan.cost <= small.cost * (1 + REL)
+    for base in sw.strategies.baselines(g, d):
+        assert plan.cost <= base.cost * (1 + REL)
+
+
+def hetero(n: int) -> sw.DeviceGraph:
+    """n devices of two speeds on a chain of links: nothing interchangeable."""
+    d = sw.DeviceGraph("chain")
+    for k in range(n):
+        d.add_device(f"g{k}", flops=(1 + k % 2) * 1e13, memory=16e9)
+    for k in range(n - 1):
+        d.add_link(k, k + 1, 1e10)
+    return d
+
+
+def test_other_machines_too_large_search_the_first_devices(monkeypatch):
+    """A machine whose devices are not interchangeable and whose every-block search would be
+    too large: each partition on the first devices, said by a warning; the result is the
+    optimum of that space (the exhaustive search of it agrees)."""
+    g, d = sw.models.lenet5(batch=8), hetero(6)
+    p = make_problem(g, d, CostOptions(threads=1))
+    p.enumerate(np.asarray(worker_counts(len(d)), dtype=np.int32), first_block_only=True)
+    first = sum(float(len(p.configs(op.index)[0])) ** 3 for op in g.ops)
+    monkeypatch.setattr(search_module, "MAX_ELIMINATION_WORK", first)   # every block is more, the first fit
+    with pytest.warns(sw.SearchWarning, match="first devices"):
+        plan = sw.search(g, d, objective="eq1")
+    assert all(min(c.devices) == 0 for _, c in plan)
+    p.build_tables()
+    _, cost, _ = p.search("exhaustive", 1e12)   # the depth-first search prunes most of them
+    assert plan.cost == pytest.approx(cost, rel=REL)
+    monkeypatch.setattr(search_module, "MAX_TABLE_BYTES", 0.0)
+    with pytest.raises(sw.SearchError, match="worker_counts_"):
+        sw.search(g, d, objective="eq1")
+
+
+def search_512_hand_made_devices() -> float:
+    """512 devices of two speeds in a chain: the search plans and says what it searched; returns
+    its seconds."""
+    start = time.perf_counter()
+    with pytest.warns(sw.SearchWarning, match="first devices"):
+        plan = sw.search(sw.models.lenet5(), hetero(512), objective="eq1")
+    assert plan.cost > 0
+    return time.perf_counter() - start
+
+
+def test_512_hand_made_devices_finish():
+    search_512_hand_made_devices()
+
+
+@pytest.mark.calibration
+def test_512_hand_made_devices_finish_quickly():
+    """It used to eliminate 2,700 configurations per op, about 90 s."""
+    assert search_512_hand_made_devices() < 30
