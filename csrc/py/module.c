@@ -220,7 +220,7 @@ static PyMethodDef Problem_methods[] = {
      "arena per device"},
     {"memory_tables", (PyCFunction)sw_py_problem_memory_tables, METH_O,
      "memory_tables(kinds) -> (node, edges): per configuration and device, the bytes live when the backward pass "
-     "starts (csrc/cost_memory.c)"},
+     "starts (csrc/cost/cost_memory.c)"},
     {"check_memory_plan", (PyCFunction)sw_py_problem_check_memory_plan, METH_VARARGS,
      "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align, "
      "streams=None): ValueError unless the offsets are safe"},
@@ -237,10 +237,10 @@ static PyMethodDef Problem_methods[] = {
      "returns only iteration_time, ntasks and bounded."},
     {"swap_plan", (PyCFunction)(void (*)(void))sw_py_problem_swap_plan, METH_VARARGS | METH_KEYWORDS,
      "swap_plan(kinds, degrees, dev_ptr, devices, start, end, budget, pinned, host_bw, max_rounds=0) -> dict\n"
-     "Which feature maps to offload and where their swap tasks go (csrc/swap_plan.c, swap_fit.c)."},
+     "Which feature maps to offload and where their swap tasks go (csrc/graph/swap_plan.c, swap_fit.c)."},
     {"schedule", (PyCFunction)(void (*)(void))sw_py_problem_schedule, METH_VARARGS | METH_KEYWORDS,
      "schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) -> dict\n"
-     "Lower and time one iteration of a plan, then its priorities and streams (csrc/schedule.c)."},
+     "Lower and time one iteration of a plan, then its priorities and streams (csrc/graph/schedule.c)."},
     {"layer_paths", (PyCFunction)sw_py_problem_layer_paths, METH_VARARGS,
      "layer_paths(op_da) -> dict: layer blocks and paths for these dA seconds per op"},
     {NULL, NULL, 0, NULL},
