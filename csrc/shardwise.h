@@ -288,7 +288,7 @@ double sw_fastest_route(const sw_problem *p);
 void sw_problem_detect_nodes(sw_problem *p);
 /* The first device of c when its devices are first, first + 1, ...; -1 otherwise. */
 int sw_config_first_device(const sw_problem *p, const sw_config *c);
-/* Same degrees and reduction split (the placement may differ). */
+/* Same degrees and reduction split (the placement may differ; core/config.c). */
 int sw_same_partition(const sw_config *a, const sw_config *b);
 
 /* ---------------------------------------------------------------- task graphs */
