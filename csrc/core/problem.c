@@ -278,4 +278,6 @@ void sw_problem_free(sw_problem *p) {
     free(p);
 }
 
+/* The tables are the problem's memory, so freeing them stays here beside sw_problem_free (which
+ * must free them too): cost/cost.c calls down into core to reset them before a rebuild. */
 void sw_problem_reset_tables(sw_problem *p) { free_tables(p); }
