@@ -28,8 +28,9 @@ import build_cuda  # noqa: E402  (tools/build_cuda.py: finding CUDA, compiling .
 # events, arena layout, convolution geometry), plain C without CUDA headers: built into the
 # core too, so that it is unit-tested on every machine, with or without CUDA.
 CUDA_HOST = sorted(glob("cuda/host/*.c"))
-SOURCES = (sorted(glob("csrc/*.c")) + sorted(glob("csrc/exec/*.c")) + sorted(glob("csrc/cpu/*.c"))
-           + sorted(glob("csrc/py/*.c")) + CUDA_HOST)
+# csrc/'s rooms, lowest first (tools/rooms.py checks that each uses only the rooms below it).
+ROOMS = ["core", "cost", "search", "graph", "mem", "sim", "exec", "cpu", "py"]
+SOURCES = [c for room in ROOMS for c in sorted(glob(f"csrc/{room}/*.c"))] + CUDA_HOST
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
 # -fno-trapping-math -fno-math-errno (as PyTorch builds): no value changes (no reassociation, no
 # contraction), but loops with float selects vectorize (csrc/cpu/vmath.h) and sqrtf is an instruction.
@@ -40,7 +41,7 @@ SANITIZE = {"": [], "thread": ["-fsanitize=thread"]}.get(os.environ.get("SHARDWI
                                                          ["-fsanitize=address,undefined"])
 if SANITIZE:
     EXTRA += ["-O1", "-g", "-fno-omit-frame-pointer"] + SANITIZE
-HEADERS = (glob("csrc/*.h") + glob("csrc/*.def") + glob("csrc/exec/*.h") + glob("csrc/cpu/*.h") + glob("csrc/py/*.h")
+HEADERS = (glob("csrc/*.h") + glob("csrc/*.def") + [h for room in ROOMS for h in glob(f"csrc/{room}/*.h")]
            + glob("cuda/host/*.h"))
 
 core = Extension(

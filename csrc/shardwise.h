@@ -8,30 +8,31 @@
  * its description (see python/shardwise/ops/desc.py): an iteration space (output
  * dimensions, then reduction dimensions) and, per input, one quasi-affine
  * index expression per input dimension.  From that one description the core
- * derives everything the planner needs:
+ * derives everything the planner needs.  The C files live in rooms, each using only the
+ * rooms below it (core <- cost <- search; core <- graph <- mem <- sim; exec over graph and
+ * mem; cpu/ and cuda/ over exec; py/ on top; tools/rooms.py checks it):
  *
- *   region.c   the box of an input a worker reads for its output box (halos)
- *   config.c   configurations: a degree per output dimension + a device list
- *   cost_node.c  t_c (roofline) and t_s (parameter server or ring all-reduce)
- *   cost.c     t_x (bytes each destination worker needs and does not hold) and
- *              the tables the search reads
- *   search_*.c node / edge elimination (Algorithm 1), variable elimination of
- *              what they leave, and a brute-force oracle, all over plain cost
- *              tables so tests can feed fake ones
- *   taskgraph.c, lower.c  one training iteration of a plan as tasks, buffers
- *              and what every task reads and writes (the only lowering)
- *   memplan.c, memplan_place.c, memplan_check.c  one arena per device:
- *              buffer offsets from lifetimes, and a validator that proves them safe
- *   order.c    what each task runs after on the runtime (its stream's program
- *              order, dependencies, reuse edges): executor, simulator and
- *              validator read the one list
- *   streams.c, hazards.c, memplan_streams.c  several prioritized streams per
- *              device: the stream map, and the orderings one stream per device
- *              gave for free (buffer hazards, arena reuse) as explicit edges
- *   sim_durations.c, sim_plan.c, simulate.c  the simulator: modelled durations,
- *              the runtime's order and resources of every task, the event-driven replay
- *   schedule_paths.c, schedule.c  critical-path schedules (TurboDL): layer blocks and
- *              paths, then every task's sub-task (dA, dW, dB), priority and stream
+ *   core/      problem.c (decoding, node detection), region.c (the box of an input a worker
+ *              reads for its output box, halos), config.c (configurations: a degree per output
+ *              dimension + a device list), status.c, parallel.c, ops.c, small utilities
+ *   cost/      cost_node.c t_c (roofline) and t_s (parameter server or ring all-reduce);
+ *              cost.c t_x (bytes each destination worker needs and does not hold) and the
+ *              tables the search reads; cost_placed.c, cost_bounds.c, cost_memory.c
+ *   search/    search_*.c node / edge elimination (Algorithm 1), variable elimination of
+ *              what they leave, and a brute-force oracle, all over plain cost tables so
+ *              tests can feed fake ones
+ *   graph/     taskgraph.c, lower.c: one training iteration of a plan as tasks, buffers and
+ *              what every task reads and writes (the only lowering), buffer lifetimes;
+ *              streams.c, hazards.c: several prioritized streams per device and the
+ *              orderings one stream per device gave for free; schedule_paths.c, schedule.c:
+ *              critical-path schedules (TurboDL); swap.c, swap_plan.c: swap tasks (AccUDNN)
+ *   mem/       memplan*.c one arena per device: buffer offsets from lifetimes, reuse across
+ *              streams, and a validator that proves them safe; order.c what each task runs
+ *              after on the runtime (executor, simulator and validator read the one list);
+ *              iterations.c, swap_fit.c
+ *   sim/       sim_durations.c, sim_plan.c, sim_share.c, simulate.c: the simulator (modelled
+ *              durations, the runtime's order and resources of every task, the event replay)
+ *   exec/, cpu/, py/  the runtime, the CPU backend and kernels, the Python module
  *
  * Example (what python/shardwise/planning/search.py does through the module):
  *
@@ -43,9 +44,9 @@
  *   sw_problem_free(p);
  *
  * Headers: this file declares status, regions, configurations, problems and task
- * graphs; each later stage has a room header that this file includes (sw_search.h,
- * sw_schedule.h, sw_memplan.h, sw_simulate.h, sw_swap.h), so a .c file includes only
- * "shardwise.h".
+ * graphs; each later stage has a room header that this file includes (search/search.h,
+ * cost/cost.h, graph/schedule.h, graph/swap.h, mem/memplan.h, sim/simulate.h), so a .c
+ * file includes only "shardwise.h" (built with -Icsrc).
  *
  * Conventions: functions return sw_status and leave a message for
  * sw_last_error(); they never exit or abort on user input.  Boxes are
@@ -195,7 +196,7 @@ int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *re
 int sw_iteration_region(const sw_op *op, int slot, const int64_t *vlo, const int64_t *vhi,
                         sw_box *region, int *exact);
 
-#include "sw_search.h"  /* cost tables, sw_search_* */
+#include "search/search.h"  /* cost tables, sw_search_* */
 
 /* ---------------------------------------------------------------- problems */
 typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1 } sw_sync_model;
@@ -283,11 +284,11 @@ sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci,
  * whatever devices they use; bw_max the fastest route (sw_fastest_route). */
 sw_status sw_transfer_bound_table(const sw_problem *p, int consumer, int slot, double bw_max, double *out);
 double sw_fastest_route(const sw_problem *p);
-/* Set node_size, bw_in, bw_out from the bandwidth matrix (node_size 0 when not uniform). */
+/* Set node_size, bw_in, bw_out from the bandwidth matrix (node_size 0 when not uniform; core/problem.c). */
 void sw_problem_detect_nodes(sw_problem *p);
 /* The first device of c when its devices are first, first + 1, ...; -1 otherwise. */
 int sw_config_first_device(const sw_problem *p, const sw_config *c);
-/* Same degrees and reduction split (the placement may differ). */
+/* Same degrees and reduction split (the placement may differ; core/config.c). */
 int sw_same_partition(const sw_config *a, const sw_config *b);
 
 /* ---------------------------------------------------------------- task graphs */
@@ -419,11 +420,21 @@ static inline int sw_tg_writes(const sw_task_graph *g, int32_t t, const int32_t 
     return g->io_ptr[t + 1] - g->io_ptr[t] - g->tasks[t].nreads;
 }
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device);  /* bytes; returns bytes moved */
+/* Lifetimes (taskgraph.c): shared by the memory plan (mem/) and the swap plan (graph/swap*.c). */
+/* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
+sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
+/* Does buffer b live through every step and across steps (parameters, momentum, host reads)? */
+int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read);
+/* Each buffer's lifetime in program order: first[b] / last[b] = the first / last task touching it
+ * (nbuffers entries each); [0, ntasks] for a buffer living throughout, one no task touches, or
+ * every buffer when !reuse (the memory plan and the swap plan both measure live bytes by these). */
+void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last);
 
 /* The later stages, one room header each (each needs the types above and the rooms before it). */
-#include "sw_schedule.h"  /* schedules, streams, hazards */
-#include "sw_memplan.h"   /* memory footprints, memory plans, iterations, the runtime's order */
-#include "sw_simulate.h"  /* durations, simulating a plan, the event loops */
-#include "sw_swap.h"      /* swapping feature maps to host memory */
+#include "cost/cost.h"        /* memory footprints per configuration (the cost model's) */
+#include "graph/schedule.h"   /* schedules, streams, hazards */
+#include "graph/swap.h"       /* swapping feature maps to host memory */
+#include "mem/memplan.h"      /* memory plans, iterations, the runtime's order, swap plans that fit */
+#include "sim/simulate.h"     /* durations, simulating a plan, the event loops */
 
 #endif /* SHARDWISE_H */

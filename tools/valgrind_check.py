@@ -2,7 +2,7 @@
 
 CPython itself reports many benign "uninitialised value" and "possibly lost"
 records under memcheck; what we must keep clean is every record whose stack
-passes through our extension (csrc/*.c, the _core shared object).
+passes through our extension (csrc/**/*.c, the _core shared object).
 
     python tools/valgrind_check.py python -m pytest -q tests/planning/test_cost_model.py
 """

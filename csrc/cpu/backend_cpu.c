@@ -569,18 +569,3 @@ sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **
     *out = &be->base;
     return SW_OK;
 }
-
-/* ------------------------------------------------------------------ scratch */
-void *sw_scratch_get(sw_scratch *s, size_t bytes) {
-    if (bytes > s->bytes) {
-        size_t want = bytes + bytes / 2 + 64;
-        void *p = NULL;
-        if (posix_memalign(&p, 64, want) != 0) {
-            return NULL;
-        }
-        free(s->data);
-        s->data = p;
-        s->bytes = want;
-    }
-    return s->data;
-}

@@ -4,7 +4,7 @@
  * step (bias corrections, step size) computed once in double, as PyTorch computes them
  * in Python floats, and rounded to float where PyTorch's kernels round them.  The task
  * reads (param, grad, state...) and writes (param, state...), every buffer the slice's
- * box of n elements (csrc/lower.c, sync_group):
+ * box of n elements (csrc/graph/lower.c, sync_group):
  *
  *   SGD    state: buf (n), momentum; started once rt->updates[buf] > 0
  *   Adam   state: m (n) exp_avg, v (n) exp_avg_sq; the step t = rt->updates[m] + 1

@@ -7,12 +7,33 @@
  * double-precision sums (2, C): row 0 sums of x (or dy), row 1 sums of x^2 (or
  * dy * xhat).
  */
+#define _POSIX_C_SOURCE 200809L  /* posix_memalign */
+
 #include <math.h>    /* sqrt */
+#include <stdlib.h>  /* posix_memalign, free */
 #include <string.h>  /* memcpy, memset */
 
 #include "task_env.h"
 
 #define BN_EPS 1e-5   /* as python/shardwise/reference/__init__.py and PyTorch's default */
+
+/* ------------------------------------------------------------------ scratch
+ * The stream's grow-only workspace lives with the tasks that borrow it, so that tasks.c does not
+ * call back into backend_cpu.c (which runs tasks.c's sw_cpu_run_task): the backend owns a
+ * worker's sw_scratch and frees its data, the tasks grow it. */
+void *sw_scratch_get(sw_scratch *s, size_t bytes) {
+    if (bytes > s->bytes) {
+        size_t want = bytes + bytes / 2 + 64;
+        void *p = NULL;
+        if (posix_memalign(&p, 64, want) != 0) {
+            return NULL;
+        }
+        free(s->data);
+        s->data = p;
+        s->bytes = want;
+    }
+    return s->data;
+}
 
 /* ------------------------------------------------------------------ environment */
 void sw_env_view(const sw_task_env *e, int32_t b, sw_view *v) { sw_rt_view(e->rt, b, v); }

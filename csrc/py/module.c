@@ -1,11 +1,12 @@
 /* module.c -- the CPython module shardwise._core: the Problem type and the module itself.
  *
- * A thin layer: it converts NumPy arrays to C arrays, calls the core, and maps
- * statuses to exceptions in one place (sw_py_raise).  One Python Problem owns one
+ * A thin layer: it converts NumPy arrays to C arrays (convert.c), calls the core, and maps
+ * statuses to exceptions in one place (sw_py_raise, pyerr.c).  One Python Problem owns one
  * sw_problem.  This file holds the type (construction, the method table, getters) and
  * module_exec, which calls every binding file's register function; the methods live by
  * concept in problem_configs_py.c, problem_tables_py.c, search_py.c (GIL released around
- * search), memplan_py.c, lower_py.c, simulate_py.c, schedule_py.c and swap_py.c.
+ * search), memplan_py.c, lower_py.c, simulate_py.c, schedule_py.c and swap_py.c.  It sits on
+ * top of csrc/py: it uses every binding file, and none of them uses it.
  */
 #include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
 
@@ -20,49 +21,6 @@ int sw_py_register_misc_kernels(PyObject *module);
 int sw_py_register_norm_kernels(PyObject *module);
 int sw_py_register_activation_kernels(PyObject *module);
 int sw_py_register_optim_kernels(PyObject *module);
-
-/* ------------------------------------------------------------------ errors */
-PyObject *sw_py_raise(sw_status s) {
-    PyObject *type = PyExc_RuntimeError;
-    if (s == SW_ERR_VALUE) {
-        type = PyExc_ValueError;
-    } else if (s == SW_ERR_NOMEM) {
-        type = PyExc_MemoryError;
-    }
-    PyErr_SetString(type, sw_last_error());
-    return NULL;
-}
-
-/* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
-PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what) {
-    PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(obj, type, ndim, ndim, NPY_ARRAY_IN_ARRAY);
-    if (!a) {
-        PyErr_Format(PyExc_ValueError, "%s must be a %d-D array of %s", what, ndim,
-                     type == NPY_INT64 ? "int64" : type == NPY_INT32 ? "int32" : "float64");
-    }
-    return a;
-}
-
-/* ------------------------------------------------------------------ Problem */
-int sw_py_problem_ready(ProblemObject *self) {
-    if (!self->p) {
-        PyErr_SetString(PyExc_RuntimeError, "Problem is not initialized");
-        return 0;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "Problem is in use by another thread");
-        return 0;
-    }
-    return 1;
-}
-
-int sw_py_check_op(ProblemObject *self, int op) {
-    if (op < 0 || op >= self->p->nops) {
-        PyErr_Format(PyExc_IndexError, "op index %d out of range 0..%d", op, self->p->nops - 1);
-        return 0;
-    }
-    return 1;
-}
 
 /* CONVERTING: methods that change self->p, or hold pointers into it, convert their
  * arguments (arrays, sequences of ints) with self->busy set.  A conversion can run Python
@@ -220,7 +178,7 @@ static PyMethodDef Problem_methods[] = {
      "arena per device"},
     {"memory_tables", (PyCFunction)sw_py_problem_memory_tables, METH_O,
      "memory_tables(kinds) -> (node, edges): per configuration and device, the bytes live when the backward pass "
-     "starts (csrc/cost_memory.c)"},
+     "starts (csrc/cost/cost_memory.c)"},
     {"check_memory_plan", (PyCFunction)sw_py_problem_check_memory_plan, METH_VARARGS,
      "check_memory_plan(kinds, degrees, dev_ptr, devices, offset, arena, reuse_from, reuse_to, align, "
      "streams=None): ValueError unless the offsets are safe"},
@@ -237,10 +195,10 @@ static PyMethodDef Problem_methods[] = {
      "returns only iteration_time, ntasks and bounded."},
     {"swap_plan", (PyCFunction)(void (*)(void))sw_py_problem_swap_plan, METH_VARARGS | METH_KEYWORDS,
      "swap_plan(kinds, degrees, dev_ptr, devices, start, end, budget, pinned, host_bw, max_rounds=0) -> dict\n"
-     "Which feature maps to offload and where their swap tasks go (csrc/swap_plan.c, swap_fit.c)."},
+     "Which feature maps to offload and where their swap tasks go (csrc/graph/swap_plan.c, swap_fit.c)."},
     {"schedule", (PyCFunction)(void (*)(void))sw_py_problem_schedule, METH_VARARGS | METH_KEYWORDS,
      "schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) -> dict\n"
-     "Lower and time one iteration of a plan, then its priorities and streams (csrc/schedule.c)."},
+     "Lower and time one iteration of a plan, then its priorities and streams (csrc/graph/schedule.c)."},
     {"layer_paths", (PyCFunction)sw_py_problem_layer_paths, METH_VARARGS,
      "layer_paths(op_da) -> dict: layer blocks and paths for these dA seconds per op"},
     {NULL, NULL, 0, NULL},
@@ -275,6 +233,9 @@ static PyType_Spec Problem_spec = {
 /* ------------------------------------------------------------------ module */
 static int module_exec(PyObject *m) {
     import_array1(-1);
+    if (sw_py_convert_init() < 0) {
+        return -1;
+    }
     PyObject *type = PyType_FromModuleAndSpec(m, &Problem_spec, NULL);
     if (!type) {
         return -1;

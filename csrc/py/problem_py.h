@@ -27,6 +27,8 @@ int sw_py_check_op(ProblemObject *self, int op);
 PyObject *sw_py_copy_doubles(const double *src, int ndim, npy_intp *dims);
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
 PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what);
+/* convert.c's NumPy API table (sw_py_array, ...); 0, or -1 with an exception (module_exec). */
+int sw_py_convert_init(void);
 
 /* A plan as four arrays over the problem's ops (lower_py.c's header comment), converted. */
 typedef struct {

@@ -1,4 +1,4 @@
-/* pyerr.h -- the one place a core status becomes a Python exception (defined in module.c). */
+/* pyerr.h -- the one place a core status becomes a Python exception (defined in pyerr.c). */
 #ifndef SHARDWISE_PYERR_H
 #define SHARDWISE_PYERR_H
 

@@ -41,18 +41,6 @@
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
 
-int sw_py_runtime_ready(RuntimeObject *self) {
-    if (!self->rt) {
-        PyErr_SetString(PyExc_RuntimeError, "Runtime is not initialized");
-        return 0;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "this runtime is in use by another thread (one trainer per thread)");
-        return 0;
-    }
-    return 1;
-}
-
 static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
     PyArrayObject *a = sw_py_array(obj, NPY_INT32, 2, "attrs");
     if (!a) {

@@ -14,7 +14,7 @@ typedef struct {
                         * returns cannot separate the count from the weights) */
 } RuntimeObject;
 
-/* 1 when the runtime exists and no other thread is inside it, else 0 with RuntimeError. */
+/* 1 when the runtime exists and no other thread is inside it, else 0 with RuntimeError (convert.c). */
 int sw_py_runtime_ready(RuntimeObject *self);
 
 /* runtime_buffers_py.c: the methods that read and write buffers, and the record backend's lists */

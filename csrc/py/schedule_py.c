@@ -1,4 +1,4 @@
-/* schedule_py.c -- Problem.schedule and Problem.layer_paths (csrc/schedule.c, schedule_paths.c).
+/* schedule_py.c -- Problem.schedule and Problem.layer_paths (csrc/graph/schedule.c, schedule_paths.c).
  *
  * schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) lowers a
  * plan (simulate_py.c's four arrays), times its tasks (sw_task_durations: the roofline, or

@@ -1,4 +1,4 @@
-/* swap_py.c -- Problem.swap_plan: which feature maps to offload (csrc/swap_plan.c, swap_fit.c).
+/* swap_py.c -- Problem.swap_plan: which feature maps to offload (csrc/graph/swap_plan.c, swap_fit.c).
  *
  *   r = problem.swap_plan(kinds, degrees, dev_ptr, devices, start, end, budget, pinned, host_bw,
  *                         max_rounds=0, check=False)

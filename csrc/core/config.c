@@ -361,3 +361,17 @@ fail:
     free(seen);
     return s;
 }
+
+/* A fact about two configurations, which the cost tables (cost/cost.c, cost_placed.c,
+ * cost_bounds.c) use to share work between placements of one partition. */
+int sw_same_partition(const sw_config *a, const sw_config *b) {
+    if (a->nworkers != b->nworkers || a->rvar != b->rvar || a->rdeg != b->rdeg) {
+        return 0;
+    }
+    for (int d = 0; d < SW_MAX_RANK; d++) {
+        if (a->deg[d] != b->deg[d]) {
+            return 0;
+        }
+    }
+    return 1;
+}

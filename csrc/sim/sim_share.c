@@ -27,7 +27,7 @@
 #include <math.h>    /* INFINITY */
 #include <stdlib.h>  /* malloc, calloc, free */
 
-#include "id_heap.h"
+#include "core/id_heap.h"
 #include "shardwise.h"
 
 double sw_task_share(const sw_task *t, const sw_machine *m) {

@@ -1,4 +1,4 @@
-/* sw_simulate.h -- the simulator: durations, replaying a plan, the event loops.
+/* sim/simulate.h -- the simulator: durations, replaying a plan, the event loops.
  *
  * sim_durations.c, sim_plan.c, simulate.c and sim_share.c: the runtime's task graph replayed in its order.
  * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
@@ -8,7 +8,7 @@
 #define SHARDWISE_SIMULATE_H
 
 #ifndef SHARDWISE_H
-#error "include shardwise.h, not sw_simulate.h alone"
+#error "include shardwise.h, not sim/simulate.h alone"
 #endif
 
 /* ---------------------------------------------------------------- durations */

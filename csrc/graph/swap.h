@@ -1,14 +1,14 @@
-/* sw_swap.h -- offloading feature maps to host memory (AccUDNN): swap.c, swap_plan.c, swap_fit.c.
+/* graph/swap.h -- offloading feature maps to host memory (AccUDNN): swap.c, swap_plan.c.
  *
  * The swap tasks as ordinary tasks of the one task graph, and the plan of which buffers go out when.
  * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
- * uses (task graphs, problems, streams).
+ * uses (task graphs, problems, streams).  sw_swap_plan_fit, which plans memory, is in mem/memplan.h.
  */
 #ifndef SHARDWISE_SWAP_H
 #define SHARDWISE_SWAP_H
 
 #ifndef SHARDWISE_H
-#error "include shardwise.h, not sw_swap.h alone"
+#error "include shardwise.h, not graph/swap.h alone"
 #endif
 
 /* ---------------------------------------------------------------- swapping (AccUDNN) */
@@ -83,10 +83,4 @@ sw_status sw_swap_plan(const sw_task_graph *g, int ndev, const sw_swap_inputs *i
 void sw_swap_result_free(sw_swap_result *r);
 /* The spec view of a result (borrowed). */
 sw_swap_spec sw_swap_result_spec(const sw_swap_result *r);
-/* sw_swap_plan until the memory plan of the swapped graph (its arena, not only the live bytes the
- * model counts) fits every budget (swap_fit.c): arena and host (ndev each) get its arenas and host
- * regions; r->fits = 0 when a device stays over. */
-sw_status sw_swap_plan_fit(const sw_task_graph *g, int ndev, const sw_swap_inputs *in, sw_swap_result *r,
-                           int64_t *arena, int64_t *host);
-
 #endif /* SHARDWISE_SWAP_H */

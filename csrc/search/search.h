@@ -1,4 +1,4 @@
-/* sw_search.h -- cost tables and the searches over them (search_*.c).
+/* search/search.h -- cost tables and the searches over them (search_*.c).
  *
  * Plain tables (node and edge costs) so that tests can feed fake ones; the problem owns one set.
  * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
@@ -8,7 +8,7 @@
 #define SHARDWISE_SEARCH_H
 
 #ifndef SHARDWISE_H
-#error "include shardwise.h, not sw_search.h alone"
+#error "include shardwise.h, not search/search.h alone"
 #endif
 
 /* ---------------------------------------------------------------- cost tables */

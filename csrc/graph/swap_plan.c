@@ -35,7 +35,7 @@
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 #include <string.h>  /* memset, memcpy */
 
-#include "sort_keys.h"
+#include "core/sort_keys.h"
 #include "swap_internal.h"
 
 #define NONE (-1)

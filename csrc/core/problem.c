@@ -193,6 +193,41 @@ sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len
     return SW_OK;
 }
 
+/* Uniform nodes (cost/cost_placed.c counts transfers on them): devices [n*P, (n+1)*P) form
+ * node n when every pair inside a node has one bandwidth and every pair across nodes another.
+ * A fact about the devices, so it is set when the problem is made. */
+void sw_problem_detect_nodes(sw_problem *p) {
+    int n = p->ndev;
+    p->node_size = 0;
+    if (n == 1) {
+        p->node_size = 1;
+        p->bw_in = p->bw_out = 1.0;   /* never used: nothing moves between devices */
+        return;
+    }
+    double in = p->bw[1];   /* device 0 -> 1 */
+    int per = n;
+    for (int j = 1; j < n; j++) {
+        if (p->bw[j] != in) {
+            per = j;
+            break;
+        }
+    }
+    if (n % per != 0) {
+        return;
+    }
+    double out = per < n ? p->bw[per] : in;
+    for (int a = 0; a < n; a++) {
+        for (int b = 0; b < n; b++) {
+            if (a != b && p->bw[(size_t)a * n + b] != (a / per == b / per ? in : out)) {
+                return;
+            }
+        }
+    }
+    p->node_size = per;
+    p->bw_in = in;
+    p->bw_out = out;
+}
+
 static void free_tables(sw_problem *p) {
     sw_tables *t = &p->tables;
     for (int e = 0; e < t->nedges; e++) {
@@ -243,4 +278,6 @@ void sw_problem_free(sw_problem *p) {
     free(p);
 }
 
+/* The tables are the problem's memory, so freeing them stays here beside sw_problem_free (which
+ * must free them too): cost/cost.c calls down into core to reset them before a rebuild. */
 void sw_problem_reset_tables(sw_problem *p) { free_tables(p); }

@@ -25,7 +25,7 @@
 #include <stdlib.h>  /* malloc, calloc, realloc, free, qsort */
 
 #include "memplan_internal.h"
-#include "sort_keys.h"
+#include "core/sort_keys.h"
 
 /* ------------------------------------------------------------------ entries and exits */
 /* Per buffer, the distinct tasks touching it in program order (CSR) and whether each writes it. */

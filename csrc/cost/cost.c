@@ -74,18 +74,6 @@ static sw_status partition_overlaps(const sw_box *regions, const char *used, int
     return SW_OK;
 }
 
-int sw_same_partition(const sw_config *a, const sw_config *b) {
-    if (a->nworkers != b->nworkers || a->rvar != b->rvar || a->rdeg != b->rdeg) {
-        return 0;
-    }
-    for (int d = 0; d < SW_MAX_RANK; d++) {
-        if (a->deg[d] != b->deg[d]) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* End (exclusive) of the run of configurations from `c` that share c's partition. */
 static int partition_end(const sw_op *op, int c) {
     int e = c + 1;

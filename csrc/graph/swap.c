@@ -25,7 +25,7 @@
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 #include <string.h>  /* memset */
 
-#include "sort_keys.h"
+#include "core/sort_keys.h"
 #include "swap_internal.h"
 
 #define NONE (-1)

@@ -36,53 +36,9 @@
 #include <string.h>  /* memset, memcpy, memmove */
 
 #include "memplan_internal.h"  /* sw_memplan_place */
-#include "sort_keys.h"
+#include "core/sort_keys.h"
 
 #define NONE (-1)
-
-int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read) {
-    int kind = g->buffers[b].kind;
-    return kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING || host_read[b];
-}
-
-sw_status sw_tg_host_reads(const sw_task_graph *g, char **out) {
-    char *r = calloc((size_t)g->nbuffers + 1, 1);
-    if (!r) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
-    }
-    for (int32_t t = 0; t < g->ntasks; t++) {
-        if (g->tasks[t].kind == SW_TASK_LOSS) {
-            const int32_t *w;
-            int nw = sw_tg_writes(g, t, &w);
-            for (int k = 0; k < nw; k++) {
-                r[w[k]] = 1;
-            }
-        }
-    }
-    *out = r;
-    return SW_OK;
-}
-
-/* ------------------------------------------------------------------ lifetimes */
-void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last) {
-    for (int32_t b = 0; b < g->nbuffers; b++) {
-        first[b] = NONE;
-        last[b] = NONE;
-    }
-    for (int32_t t = 0; t < g->ntasks; t++) {
-        for (int32_t k = g->io_ptr[t]; k < g->io_ptr[t + 1]; k++) {
-            int32_t b = g->io[k];
-            first[b] = first[b] == NONE ? t : first[b];
-            last[b] = t;
-        }
-    }
-    for (int32_t b = 0; b < g->nbuffers; b++) {
-        if (!reuse || sw_buffer_lives_throughout(g, b, host_read) || first[b] == NONE) {
-            first[b] = 0;                /* live throughout (or never touched: kept apart) */
-            last[b] = g->ntasks;
-        }
-    }
-}
 
 /* ------------------------------------------------------------------ sizes */
 typedef struct {

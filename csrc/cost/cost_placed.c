@@ -26,38 +26,6 @@
 
 #define TRANSFER_DIRECTIONS 2.0   /* activation forward + gradient backward (as cost.c) */
 
-void sw_problem_detect_nodes(sw_problem *p) {
-    int n = p->ndev;
-    p->node_size = 0;
-    if (n == 1) {
-        p->node_size = 1;
-        p->bw_in = p->bw_out = 1.0;   /* never used: nothing moves between devices */
-        return;
-    }
-    double in = p->bw[1];   /* device 0 -> 1 */
-    int per = n;
-    for (int j = 1; j < n; j++) {
-        if (p->bw[j] != in) {
-            per = j;
-            break;
-        }
-    }
-    if (n % per != 0) {
-        return;
-    }
-    double out = per < n ? p->bw[per] : in;
-    for (int a = 0; a < n; a++) {
-        for (int b = 0; b < n; b++) {
-            if (a != b && p->bw[(size_t)a * n + b] != (a / per == b / per ? in : out)) {
-                return;
-            }
-        }
-    }
-    p->node_size = per;
-    p->bw_in = in;
-    p->bw_out = out;
-}
-
 int sw_config_first_device(const sw_problem *p, const sw_config *c) {
     const int32_t *d = p->dev_pool + c->dev_offset;
     for (int w = 1; w < c->nworkers; w++) {

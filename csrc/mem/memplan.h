@@ -1,6 +1,7 @@
-/* sw_memplan.h -- memory: the search's footprints, arenas, iterations back to back, the runtime's order.
+/* mem/memplan.h -- memory: arenas, iterations back to back, the runtime's order, swap plans that fit.
  *
- * cost_memory.c, memplan*.c, iterations.c and order.c: where every buffer lives and what each task runs after.
+ * memplan*.c, iterations.c, order.c and swap_fit.c: where every buffer lives and what each task runs after
+ * (the search's footprints are cost/cost.h's).
  * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
  * uses (task graphs, problems, streams).
  */
@@ -8,35 +9,8 @@
 #define SHARDWISE_MEMPLAN_H
 
 #ifndef SHARDWISE_H
-#error "include shardwise.h, not sw_memplan.h alone"
+#error "include shardwise.h, not mem/memplan.h alone"
 #endif
-
-/* ---------------------------------------------------------------- memory footprints */
-/* Per device, the bytes a plan's memory plan holds live when the backward pass starts
- * (parameters, optimizer state, running statistics, and the forward buffers the backward
- * reads again), as node terms (one op's configuration) plus edge terms (a producer's and
- * a consumer's): what the memory-constrained search adds up (cost_memory.c).  A lower
- * bound of the memory plan's peak. */
-typedef struct {
-    int32_t ci, cj;   /* producer, consumer configuration */
-    int32_t dev;
-    double bytes;     /* the consumer's staging region there is the producer's shard: not needed */
-} sw_memory_saving;
-
-typedef struct {
-    int ndev, nops;
-    double **node;            /* per op: ncfg x ndev bytes */
-    int nedges;               /* one per (consumer, data slot), consumers in order */
-    int *edge_src, *edge_dst, *edge_slot;
-    double **edge_base;       /* per edge: ncfg[dst] x ndev, the consumer's kept staging regions */
-    int64_t *shared_ptr;      /* nedges + 1: edge e's savings are shared[shared_ptr[e] .. shared_ptr[e+1]) */
-    sw_memory_saving *shared;
-    int64_t nshared;
-} sw_memory_tables;
-
-/* kind: per op, its sw_op_kind.  The configurations must be enumerated. */
-sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt);
-void sw_memory_tables_free(sw_memory_tables *mt);
 
 /* ---------------------------------------------------------------- memory plans */
 /* One arena per device (memplan.c): every buffer's byte offset in its device's
@@ -78,14 +52,6 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
 sw_status sw_memory_plan_build_at(const sw_task_graph *g, int ndev, int64_t align, const sw_streams *st,
                                   const int64_t *offset, sw_memory_plan *mp);
 void sw_memory_plan_free(sw_memory_plan *mp);
-/* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
-sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
-/* Does buffer b live through every step and across steps (parameters, momentum, host reads)? */
-int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read);
-/* Each buffer's lifetime in program order: first[b] / last[b] = the first / last task touching it
- * (nbuffers entries each); [0, ntasks] for a buffer living throughout, one no task touches, or
- * every buffer when !reuse (the memory plan and the swap plan both measure live bytes by these). */
-void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last);
 /* memplan_check.c: SW_OK when offsets (and the reuse edges) are safe for g, judged
  * from the graph alone: buffers of one device whose bytes overlap are touched by
  * tasks all ordered one buffer's before the other's (dependencies, reuse edges,
@@ -138,5 +104,12 @@ sw_status sw_task_order_build(const sw_task_graph *g, const sw_memory_plan *mp, 
 sw_status sw_task_order_build_on(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st,
                                  sw_task_order *o);
 void sw_task_order_free(sw_task_order *o);
+
+/* ---------------------------------------------------------------- swap plans that fit */
+/* sw_swap_plan until the memory plan of the swapped graph (its arena, not only the live bytes the
+ * model counts) fits every budget (mem/swap_fit.c): arena and host (ndev each) get its arenas and host
+ * regions; r->fits = 0 when a device stays over. */
+sw_status sw_swap_plan_fit(const sw_task_graph *g, int ndev, const sw_swap_inputs *in, sw_swap_result *r,
+                           int64_t *arena, int64_t *host);
 
 #endif /* SHARDWISE_MEMPLAN_H */

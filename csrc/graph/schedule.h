@@ -1,4 +1,4 @@
-/* sw_schedule.h -- critical-path schedules (schedule_paths.c, schedule.c), streams and hazards.
+/* graph/schedule.h -- critical-path schedules (schedule_paths.c, schedule.c), streams and hazards.
  *
  * TurboDL's analysis as per-task priorities and streams; the stream map every later stage takes.
  * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
@@ -8,7 +8,7 @@
 #define SHARDWISE_SCHEDULE_H
 
 #ifndef SHARDWISE_H
-#error "include shardwise.h, not sw_schedule.h alone"
+#error "include shardwise.h, not graph/schedule.h alone"
 #endif
 
 /* ---------------------------------------------------------------- schedules */

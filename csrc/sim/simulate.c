@@ -13,7 +13,7 @@
  */
 #include <stdlib.h>  /* malloc, calloc, free */
 
-#include "id_heap.h"
+#include "core/id_heap.h"
 #include "shardwise.h"
 
 typedef struct {

@@ -15,7 +15,7 @@
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 
 #include "shardwise.h"
-#include "sort_keys.h"
+#include "core/sort_keys.h"
 
 typedef struct {
     const sw_task_graph *g;

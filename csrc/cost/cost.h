@@ -1,0 +1,43 @@
+/* cost/cost.h -- the cost model's memory footprints (cost_memory.c), the tables the
+ * memory-constrained search adds up.
+ *
+ * The time tables (sw_tables, sw_edge_table) are declared in search/search.h, which the problem's
+ * body needs early; the cost functions themselves (sw_worker_time, sw_transfer_table, ...) are in
+ * shardwise.h.  A room of shardwise.h: include "shardwise.h", which includes this file after the
+ * types it uses (problems).
+ */
+#ifndef SHARDWISE_COST_H
+#define SHARDWISE_COST_H
+
+#ifndef SHARDWISE_H
+#error "include shardwise.h, not cost/cost.h alone"
+#endif
+
+/* ---------------------------------------------------------------- memory footprints */
+/* Per device, the bytes a plan's memory plan holds live when the backward pass starts
+ * (parameters, optimizer state, running statistics, and the forward buffers the backward
+ * reads again), as node terms (one op's configuration) plus edge terms (a producer's and
+ * a consumer's): what the memory-constrained search adds up (cost/cost_memory.c).  A lower
+ * bound of the memory plan's peak. */
+typedef struct {
+    int32_t ci, cj;   /* producer, consumer configuration */
+    int32_t dev;
+    double bytes;     /* the consumer's staging region there is the producer's shard: not needed */
+} sw_memory_saving;
+
+typedef struct {
+    int ndev, nops;
+    double **node;            /* per op: ncfg x ndev bytes */
+    int nedges;               /* one per (consumer, data slot), consumers in order */
+    int *edge_src, *edge_dst, *edge_slot;
+    double **edge_base;       /* per edge: ncfg[dst] x ndev, the consumer's kept staging regions */
+    int64_t *shared_ptr;      /* nedges + 1: edge e's savings are shared[shared_ptr[e] .. shared_ptr[e+1]) */
+    sw_memory_saving *shared;
+    int64_t nshared;
+} sw_memory_tables;
+
+/* kind: per op, its sw_op_kind.  The configurations must be enumerated. */
+sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt);
+void sw_memory_tables_free(sw_memory_tables *mt);
+
+#endif /* SHARDWISE_COST_H */
