@@ -25,7 +25,8 @@ from datetime import date
 import numpy as np
 import shardwise as sw
 from shardwise.planning.problem import make_problem
-from shardwise.iteration.simulate import MemoryOverflow, _machine, plan_arrays
+from shardwise.iteration.simulate import MemoryOverflow, plan_arrays
+from shardwise.iteration.sim_costs import _machine
 
 
 def median_ms(fn, repeat: int) -> float:

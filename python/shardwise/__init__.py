@@ -15,7 +15,7 @@ from shardwise.errors import (ConfigError, DeviceGraphError, GraphError, ModelIm
 from shardwise.graph import Graph, Op, Tensor
 from shardwise import models
 
-__version__ = "0.1.0"
+from shardwise.version import __version__
 
 __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
            "DeviceGraphError", "ConfigError", "SearchError", "SearchWarning", "PlanFileError",

@@ -40,3 +40,7 @@ class ModelImportError(GraphError):
     an op or an argument shardwise does not support, a model torch.fx cannot trace, a file that
     is not an ONNX model.  The message names the module path (and, for function calls, the
     source line), or the ONNX node and its op type."""
+
+
+class ProfileMismatch(ShardwiseError, ValueError):
+    """A profile measured on another machine, version or graph."""

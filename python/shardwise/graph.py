@@ -24,6 +24,7 @@ import numpy as np
 from shardwise.ops import builtin as ops
 from shardwise.errors import GraphError, ShapeError
 from shardwise.graph_seq import INPUT_DTYPES, SequenceBuilders
+from shardwise.shapes import check_shape
 from shardwise.ops.desc import DATA, MAX_INDEX_COEF, MAX_INDEX_OFFSET, MAX_INDEX_PERIOD, WEIGHT, OpDesc
 
 
@@ -64,9 +65,7 @@ class Op:
 
 
 _ACTIVATIONS = (None, "relu")
-MAX_RANK = 5
 BN_MOMENTUM = 0.1      # batchnorm2d's default momentum of the running statistics, torch.nn.BatchNorm2d's
-MAX_ELEMENTS = 2**48   # keeps every derived size and FLOP count far inside int64
 _FLOAT32_MAX = 3.4028234663852886e38   # the largest float32: a leaky_relu slope reaches C as one
 MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
 
@@ -76,34 +75,15 @@ def _name_seed(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
 
 
-def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(shape)
-    except TypeError:
-        raise ShapeError(f"{what} must be a sequence of ints, got {shape!r}") from None
-    if not dims:
-        raise ShapeError(f"{what} must have at least one dimension")
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int):
-            raise ShapeError(f"{what} must contain ints, got {dims}")
-        if d <= 0:
-            raise ShapeError(f"{what} must have positive sizes, got {dims}")
-    if len(dims) > MAX_RANK:
-        raise ShapeError(f"{what} has rank {len(dims)}; at most {MAX_RANK} dimensions are supported")
-    if prod(dims) > MAX_ELEMENTS:
-        raise ShapeError(f"{what} {dims} has {prod(dims):,} elements, more than the {MAX_ELEMENTS:,} supported")
-    return dims
-
-
 def _check_derived(desc: OpDesc, what: str) -> None:
-    """The bounds of input shapes (:func:`_check_shape`), applied to every size a builder
+    """The bounds of input shapes (:func:`shardwise.shapes.check_shape`), applied to every size a builder
     derives: the output shape, the weights' shapes, the iteration space, and the index
     arithmetic (strides, paddings, offsets) within what the C core decodes.  Without this a
     huge out_channels or padding built fine and failed at search time with OverflowError."""
-    _check_shape(desc.out_shape, f"{what}: output shape")
+    check_shape(desc.out_shape, f"{what}: output shape")
     for inp in desc.inputs:
         if inp.role != DATA:  # data inputs are earlier ops' outputs, already checked
-            _check_shape(inp.shape, f"{what}: {'weight' if inp.role == WEIGHT else 'statistics'} shape")
+            check_shape(inp.shape, f"{what}: {'weight' if inp.role == WEIGHT else 'statistics'} shape")
     points = prod(desc.extents)
     if points > MAX_ITERATIONS:
         raise ShapeError(f"{what}: {points:,} iteration points (outputs x reduction sizes "
@@ -216,7 +196,7 @@ class Graph(SequenceBuilders):
         array is accepted; the runtime carries ids below 2**24 exactly)."""
         if dtype not in INPUT_DTYPES:
             raise GraphError(f"input dtype must be one of {INPUT_DTYPES}, got {dtype!r}")
-        dims = _check_shape(shape, f"input {name!r} shape")
+        dims = check_shape(shape, f"input {name!r} shape")
         # float inputs keep no dtype attribute: their graphs' fingerprints stay as they were
         attrs = {} if dtype == "float32" else {"dtype": dtype}
         return self._add("input", [], ops.input_op(dims), name, **attrs)
@@ -376,7 +356,7 @@ class Graph(SequenceBuilders):
             raise GraphError(f"{definition.name} takes {len(data_params)} tensor input(s) {data_params}, "
                              f"got {len(ts)}")
         shapes = {p: t.shape for p, t in zip(data_params, ts)}
-        shapes.update({p: _check_shape(s, f"{definition.name} weight {p!r} shape") for p, s in weights.items()})
+        shapes.update({p: check_shape(s, f"{definition.name} weight {p!r} shape") for p, s in weights.items()})
         desc = definition.describe(shapes, weights=list(weights))
         return self._add("custom", ts, desc, name or definition.name, definition=definition.name)
 
@@ -384,7 +364,7 @@ class Graph(SequenceBuilders):
         """A trainable tensor of ``shape`` that any number of ops may read as a data input
         (weights shared across RNN timesteps).  The op owns the weight; its output is the
         weight's value, and the gradients of all readers are summed into it."""
-        dims = _check_shape(shape, "parameter shape")
+        dims = check_shape(shape, "parameter shape")
         return self._add("parameter", [], ops.parameter(dims), name)
 
     def matmul(self, a: Tensor, b: Tensor, transpose_a: bool = False, transpose_b: bool = False,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from shardwise.ops import seq as ops_seq
 from shardwise.errors import GraphError, ShapeError
+from shardwise.shapes import check_shape
 
 if TYPE_CHECKING:
     from shardwise.graph import Op, Tensor
@@ -99,8 +100,6 @@ class SequenceBuilders:
         dimensions must split one dimension ((N, T, D) -> (N, T, H, Dh)) or merge several into
         one ((N, T, H, Dh) -> (N, T, D)), so that splits of the result keep to contiguous
         blocks of x."""
-        from shardwise.graph import _check_shape
-
         x = self._tensor(x)
         try:
             dims = [_int(d, "reshape size") for d in shape]
@@ -114,7 +113,7 @@ class SequenceBuilders:
             if known <= 0 or total % known:
                 raise ShapeError(f"reshape: cannot reshape {x.shape} to {tuple(dims)}")
             dims[dims.index(-1)] = total // known
-        out = _check_shape(dims, "reshape shape")
+        out = check_shape(dims, "reshape shape")
         return self._add("reshape", [x], ops_seq.reshape(x.shape, out), name, shape=out)
 
     def permute(self, x: "Tensor", dims: Sequence[int], name: str | None = None) -> "Tensor":

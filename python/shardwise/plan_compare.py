@@ -70,7 +70,8 @@ class Comparison:
 def compare(plan: "Plan", baselines: Sequence["Plan"] | None = None, costs: Any = None) -> Comparison:
     """Simulate ``plan`` and ``baselines`` (default: data, model and OWT parallelism on the
     plan's devices) with the plan's costs (or ``costs``), memory unchecked."""
-    from shardwise.iteration.simulate import describe_costs, resolve_costs, simulate
+    from shardwise.iteration.simulate import simulate
+    from shardwise.iteration.sim_costs import describe_costs, resolve_costs
     from shardwise.planning.strategies import baselines as default_baselines
 
     costs = resolve_costs(plan, costs)

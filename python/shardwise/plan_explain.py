@@ -110,6 +110,6 @@ def explain(plan: "Plan", op_name: str, top: int = 5) -> Explanation:
                        float(transfer[k]), float(ts[k]), c == chosen) for k, c in enumerate(options)]
     first = next(r for r in rows if r.chosen)
     others = sorted((r for r in rows if not r.chosen), key=lambda r: r.total)[:top]
-    from shardwise.iteration.simulate import describe_costs
+    from shardwise.iteration.sim_costs import describe_costs
 
     return Explanation(op_name, target.kind, [first] + others, len(rows), describe_costs(plan.costs))

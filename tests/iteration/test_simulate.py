@@ -11,7 +11,8 @@ import shardwise as sw
 from shardwise.ops.boxes import volume
 from shardwise.iteration.lower import lower, plan_arrays
 from shardwise.iteration.memory import _problem
-from shardwise.iteration.simulate import COMPUTE_KINDS, MemoryOverflow, simulate
+from shardwise.iteration.simulate import MemoryOverflow, simulate
+from shardwise.iteration.sim_costs import COMPUTE_KINDS
 
 import sim_oracle
 

@@ -261,7 +261,7 @@ def test_task_and_buffer_kind_names_cover_the_lowering():
 def test_preset_resources_equal_the_routes_pair_by_pair(make):
     """A preset's resource table, built without listing routes, names the same resources
     for every pair as the general one that walks each route."""
-    from shardwise.iteration.simulate import _machine, _routed_machine
+    from shardwise.iteration.sim_costs import _machine, _routed_machine
 
     d = make()
     fast = _machine(d)
@@ -278,7 +278,7 @@ def test_preset_resources_equal_the_routes_pair_by_pair(make):
 
 
 def test_machine_table_follows_changes_to_the_device_graph():
-    from shardwise.iteration.simulate import _machine
+    from shardwise.iteration.sim_costs import _machine
 
     d = sw.DeviceGraph.cluster(1, 2)
     first = _machine(d)

@@ -79,7 +79,7 @@ def test_every_prefetch_ends_before_its_first_reader_in_the_replay(net):
     assert sp.stall_time[0] == 0.0
     problem = sw.planning.problem.make_problem(plan.graph, plan.devices, plan.options)
     from shardwise.iteration.lower import plan_arrays
-    from shardwise.iteration.simulate import _machine
+    from shardwise.iteration.sim_costs import _machine
     from shardwise.iteration.swap import host_bandwidths
 
     m = _machine(plan.devices)

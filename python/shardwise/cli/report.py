@@ -54,7 +54,7 @@ def simulated_line(plan: Plan) -> str:
     times = plan.search_stats.get("simulated")
     if not times:
         return ""
-    from shardwise.iteration.simulate import describe_costs
+    from shardwise.iteration.sim_costs import describe_costs
 
     others = ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in times.items())
     skipped = plan.search_stats.get("skipped_baselines") or {}

@@ -25,6 +25,7 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.schedule import Schedule
 from shardwise.plan import Plan
 
 DEFAULT_ALIGNMENT = _core.ARENA_ALIGN   # bytes, the runtime's (a cache line, the widest loads of the CPU kernels)
@@ -107,8 +108,6 @@ def _streams(plan: Plan, schedule: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     """The streams argument of the core's bindings for a Schedule of ``plan`` (None: one per device)."""
     if schedule is None:
         return None
-    from shardwise.iteration.schedule import Schedule
-
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a Schedule (sw.schedule(plan)) or None, got {type(schedule).__name__}")
     schedule.check(plan)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardwise import _core
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, ProfileMismatch
+from shardwise.iteration.sim_costs import _measured_split
 from shardwise.graph import Graph
 from shardwise.iteration.lower import plan_arrays
 from shardwise.plan import Plan
@@ -162,9 +163,6 @@ def _split(plan: Plan, costs: object) -> np.ndarray | None:
     """The measured (forward, backward) seconds per op of a profile, NaN where not measured."""
     if costs is None:
         return None
-    from shardwise.planning.profile import ProfileMismatch
-    from shardwise.iteration.simulate import _measured_split
-
     fingerprint = getattr(costs, "graph_fingerprint", None)
     if fingerprint is not None and fingerprint != plan.graph.fingerprint():
         raise ProfileMismatch(f"the costs were measured for another graph, not {plan.graph.name!r}")

@@ -25,6 +25,7 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.sim_costs import _cost_arrays, _machine, resolve_costs
 from shardwise.plan import Plan
 from shardwise.planning.problem import make_problem
 from shardwise.sizes import read_bytes
@@ -134,8 +135,6 @@ def host_bandwidths(plan: Plan) -> np.ndarray:
 
 def _timeline(plan: Plan, problem: Any, costs: Any) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """Start and end of every task of the unswapped iteration as simulated, its time and arenas."""
-    from shardwise.iteration.simulate import _cost_arrays, _machine, resolve_costs
-
     costs = resolve_costs(plan, costs)
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
     m = _machine(plan.devices)

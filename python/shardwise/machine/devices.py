@@ -461,3 +461,10 @@ def _widest_directed(n: int, links: dict[tuple[int, int], float]) -> np.ndarray:
     for k in range(n):
         bw = np.maximum(bw, np.minimum(bw[:, k:k + 1], bw[k:k + 1, :]))
     return bw
+
+
+def executor_threads(devices: int, shared_cores: int | None) -> int:
+    """Threads a step runs on: one per device, at most ``shared_cores`` (thread c runs the
+    devices c, c + threads, ... in program order).  Four workers on two cores as four
+    threads only made the operating system interleave them."""
+    return max(1, min(devices, shared_cores or devices))

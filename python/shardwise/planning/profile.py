@@ -36,7 +36,8 @@ import numpy as np
 
 from shardwise.atomic import write_atomically
 from shardwise.machine.devices import Device, DeviceGraph
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ProfileMismatch
+from shardwise.version import __version__
 from shardwise.graph import Graph, Op
 from shardwise.plan import OpConfig, Plan
 from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
@@ -49,14 +50,8 @@ COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stat
                  "bn_backward_stats"}
 
 
-class ProfileMismatch(ShardwiseError, ValueError):
-    """A profile measured on another machine, version or graph."""
-
-
 def machine_fingerprint() -> dict[str, Any]:
     """What a measurement depends on besides the graph."""
-    from shardwise import __version__
-
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

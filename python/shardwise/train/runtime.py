@@ -26,6 +26,7 @@ from shardwise.graph import BN_MOMENTUM, Graph, Op
 from shardwise.errors import ConfigError
 from shardwise.iteration.lower import TaskGraph, plan_arrays
 from shardwise.iteration.memory import _streams
+from shardwise.machine.devices import executor_threads
 from shardwise.plan import Plan
 from shardwise.planning.problem import make_problem
 
@@ -86,13 +87,6 @@ class _DeviceBuffers(Mapping):
 
     def after_step(self) -> None:
         self._stale = True
-
-
-def executor_threads(devices: int, shared_cores: int | None) -> int:
-    """Threads a step runs on: one per device, at most ``shared_cores`` (thread c runs the
-    devices c, c + threads, ... in program order).  Four workers on two cores as four
-    threads only made the operating system interleave them."""
-    return max(1, min(devices, shared_cores or devices))
 
 
 def dilation(op: Op) -> tuple[int, int]:

@@ -1,0 +1,185 @@
+"""What the C simulator replays with: each task's duration (the roofline model, or the measured
+costs of a profile) and the machine's resources (devices, links, network cards, shared CPU cores),
+numbered as the C engine numbers them.  Both the simulator and the swap planner's timeline read
+them."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from shardwise import _core
+from shardwise.errors import ConfigError
+from shardwise.machine.devices import DeviceGraph, executor_threads
+from shardwise.plan import Plan
+
+# the task kinds that run a kernel (their durations come from compute costs, not from bytes moved)
+COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stats", "bn_apply",
+                 "bn_backward_stats", "forward_partial"}
+
+
+def _measured_split(plan: Plan, costs, op_name: str) -> tuple[float, float] | None:
+    """(forward, backward) seconds of the op's partition from a profile, or None (model)."""
+    split = getattr(costs, "split", None) if costs is not None else None
+    if split is None or plan.configs[op_name].reduction is not None:
+        return None   # partial-sum shards are not profiled: the model
+    return split(op_name, plan.configs[op_name].degrees)
+
+
+def device_fill(devices: DeviceGraph) -> np.ndarray:
+    """Output elements a kernel needs to fill each device (its preset's ``fill_outputs``; 0
+    where kernels run one at a time: CPU workers, devices without a preset kind)."""
+    from shardwise.machine.devices import DEVICE_PRESETS
+
+    return np.array([DEVICE_PRESETS[d.kind].fill_outputs if d.kind in DEVICE_PRESETS else 0.0
+                     for d in devices.devices], np.float64)
+
+
+def resolve_costs(plan: Plan, costs: Any) -> Any:
+    """The costs to use for ``plan``: ``costs`` if given, None for ``"roofline"``, else the
+    plan's own (those it was searched with)."""
+    if isinstance(costs, str):
+        if costs != "roofline":
+            raise ConfigError(f"costs must be a profile, None (the plan's costs) or 'roofline', got {costs!r}")
+        return None
+    return plan.costs if costs is None else costs
+
+
+def describe_costs(costs: Any) -> str:
+    """A line naming the costs a figure was computed with, for printing beside it."""
+    if costs is None:
+        return "the roofline model"
+    n = len(costs) if hasattr(costs, "__len__") else None
+    what = f"{type(costs).__name__} of {n} measured partitions" if n is not None else type(costs).__name__
+    return f"measured: {what}"
+
+
+# ----------------------------------------------------------------------------- arguments of the C engine
+class _Machine(NamedTuple):
+    """The resources of a device graph as the C engine numbers them."""
+    route_ptr: np.ndarray    # (D * D + 1,) int32: pair a -> b holds route_res[ptr[a*D+b]:ptr[a*D+b+1]]
+    route_res: np.ndarray    # int32 resource ids
+    nres: int
+    cores: int
+    name: Callable[[int], str]   # resource id -> "device 3", "core 0", "link 2->5", "nic 1 out"
+
+
+def _machine(devices: DeviceGraph) -> _Machine:
+    """Resources as the C engine numbers them, cached on the device graph (a search simulates
+    many plans on one machine; at 1,024 devices the pairs number a million).
+
+    Device d is resource d; on CPU workers sharing this machine's cores, thread c of the CPU
+    backend (:func:`shardwise.train.runtime.executor_threads` of them) is resource ndev + c ("core c");
+    then the links (or network adapters) of every route a -> b, listed per pair."""
+    key = (len(devices), devices.shared_cores, devices.shared_nics)
+    cached = devices.__dict__.get("_sim_machine")   # dropped by add_device and add_link
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    n = len(devices)
+    shared = getattr(devices, "shared_cores", None)
+    cores = executor_threads(n, shared) if shared else 0
+    uniform = devices._uniform
+    if uniform is not None and uniform.direct_is_widest(n):
+        machine = _uniform_machine(n, uniform.per, cores, devices.shared_nics)
+    else:
+        machine = _routed_machine(devices, cores)
+    devices.__dict__["_sim_machine"] = (key, machine)
+    return machine
+
+
+def _uniform_machine(n: int, per: int, cores: int, shared_nics: bool) -> _Machine:
+    """A preset's resources without listing routes one pair at a time: every pair inside a
+    node holds its own link; between nodes (with ``shared_nics``) the source node's adapter,
+    send side, and the destination's, receive side.  Ids after the devices and cores: the
+    links of node k, pair (i, j) of local devices at k*per*(per-1) + i*(per-1) + j - (j > i),
+    then node k's adapter at 2k (out) and 2k + 1 (in)."""
+    base = n + cores
+    nlinks = n * (per - 1)
+    a, b = np.divmod(np.arange(n * n, dtype=np.int64), n)
+    a, b = a[a != b], b[a != b]
+    node_a, node_b = a // per, b // per
+    i, j = a % per, b % per
+    link = base + node_a * per * (per - 1) + i * (per - 1) + j - (j > i)
+    crosses = (node_a != node_b) & shared_nics
+    counts = np.where(crosses, 2, 1)
+    first = np.where(crosses, base + nlinks + 2 * node_a, link)
+    ptr = np.zeros(n * n + 1, np.int64)
+    pair_counts = np.zeros(n * n, np.int64)
+    pair_counts[a * n + b] = counts
+    np.cumsum(pair_counts, out=ptr[1:])
+    res = np.empty(int(ptr[-1]), np.int64)
+    starts = ptr[a * n + b]
+    res[starts] = first
+    second = crosses.nonzero()[0]
+    res[starts[second] + 1] = base + nlinks + 2 * node_b[second] + 1
+    nics = 2 * ((n + per - 1) // per) if shared_nics else 0
+
+    def name(r: int) -> str:
+        if r < n:
+            return f"device {r}"
+        if r < base:
+            return f"core {r - n}"
+        r -= base
+        if r < nlinks:
+            k, rest = divmod(r, per * (per - 1))
+            li, lj = divmod(rest, per - 1)
+            lj += lj >= li
+            return f"link {k * per + li}->{k * per + lj}"
+        k, side = divmod(r - nlinks, 2)
+        return f"nic {k} {'in' if side else 'out'}"
+
+    return _Machine(ptr.astype(np.int32), res.astype(np.int32), base + nlinks + nics, cores, name)
+
+
+def _routed_machine(devices: DeviceGraph, cores: int) -> _Machine:
+    """Any device graph: each pair's route (:meth:`DeviceGraph.route`), resources numbered in
+    order of first use."""
+    n = len(devices)
+    names = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
+    ids: dict[str, int] = {}
+    route_ptr = np.zeros(n * n + 1, np.int32)
+    route_res: list[int] = []
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                for r in _route_resources(devices, a, b):
+                    if r not in ids:
+                        ids[r] = len(names)
+                        names.append(r)
+                    route_res.append(ids[r])
+            route_ptr[a * n + b + 1] = len(route_res)
+    return _Machine(route_ptr, np.asarray(route_res, np.int32), len(names), cores, names.__getitem__)
+
+
+def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
+    """What a transfer from device a to device b holds: its route's links, or between the
+    nodes of a cluster the source node's adapter (send side) and the destination's (receive)."""
+    na, nb = devices.devices[a].node, devices.devices[b].node
+    if devices.shared_nics and na != nb:
+        return (f"nic {na} out", f"nic {nb} in")
+    return tuple(f"link {u}->{v}" for u, v in devices.route(a, b))
+
+
+def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, float]:
+    """(split, element_seconds, element_fixed, copy_bandwidth) of a profile for the C engine."""
+    if costs is None:
+        return None, None, None, 0.0
+    split = np.full((len(plan.graph.ops), 2), np.nan)
+    for op in plan.graph.ops:
+        measured = _measured_split(plan, costs, op.name)
+        if measured is not None:
+            split[op.index] = measured
+    rates = np.full(len(_core.TASK_KINDS), np.nan)
+    fixed = np.full(len(_core.TASK_KINDS), np.nan)
+    for kind, rate in getattr(costs, "element_seconds", {}).items():
+        if kind in _core.TASK_KINDS and kind not in COMPUTE_KINDS:
+            rates[_core.TASK_KINDS.index(kind)] = rate
+            fixed[_core.TASK_KINDS.index(kind)] = getattr(costs, "element_fixed", {}).get(kind, np.nan)
+    return split, rates, fixed, _measured(costs, "copy_bandwidth")
+
+
+def _measured(costs, name: str) -> float:
+    """One of a profile's measured figures (``copy_bandwidth``; ``step_overhead``: a step's
+    time outside its tasks, added to the replayed makespan), or 0 without costs or that figure."""
+    return float(getattr(costs, name, 0.0) or 0.0)
