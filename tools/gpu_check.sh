@@ -148,9 +148,13 @@ run_step wheels 90 "$OUT/install.log" "" wheels
 run_step build 240 "$OUT/build.log" "" build
 run_step info 60 "$OUT/info.txt" "" info
 # tests: by marker over tests/ (they may move into folders); a module that fails to import elsewhere
-# must not stop the GPU tests
-run_step tests 240 "$OUT/tests.log" "" $PY -m pytest -m gpu -rA -p no:cacheprovider \
-    --continue-on-collection-errors --durations=10 tests
+# must not stop the GPU tests; -v names each test as it starts, so a hang shows where; where
+# pytest-timeout is installed (the device machine has it), a test over 120 s ends the run with
+# every thread's stack in the log
+TIMEOUT_ARGS=""
+$PY -c "import pytest_timeout" 2>/dev/null && TIMEOUT_ARGS="--timeout=120 --timeout_method=thread"
+run_step tests 240 "$OUT/tests.log" "" $PY -m pytest -m gpu -v -rA -p no:cacheprovider \
+    --continue-on-collection-errors --durations=10 $TIMEOUT_ARGS tests
 run_step throughput 130 "$OUT/gpu_throughput.txt" "2" $PY benchmarks/gpu_throughput.py --quick
 run_step schedule 100 "$OUT/schedule_gpu.txt" "2" $PY benchmarks/schedule.py --backend cuda --quick
 echo "total: $((SECONDS - START)) s; $([ "$failed" = 0 ] && echo 'every step passed' || echo 'some step FAILED')" \
