@@ -224,7 +224,9 @@ def extension(found: Found, c_flags: list[str], depends: list[str], numpy_includ
         extra_link_args=[found.libraries["cudnn"], found.libraries["cublas"], found.libraries["cudart_static"],
                          "-lrt", "-ldl", "-lpthread", "-Wl,--exclude-libs,ALL"]
         + [f"-Wl,-rpath,{p}" for p in _rpaths(found)],
-        depends=depends + glob("cuda/*.h") + glob("cuda/kernels/*.h") + glob("cuda/kernels/*.cuh"),
+        # the .cu files too: setuptools relinks (and BuildExt recompiles) only where something is newer
+        depends=depends + glob("cuda/*.h") + glob("cuda/kernels/*.h") + glob("cuda/kernels/*.cuh")
+        + sorted(glob("cuda/kernels/*.cu")),
     )
     ext.cu_sources = sorted(glob("cuda/kernels/*.cu"))
     ext.nvcc = found.nvcc
