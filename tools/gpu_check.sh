@@ -27,10 +27,12 @@
 # SHARDWISE_CUDA_WHEELS (a `pip install --target` folder of nvidia wheels, where they are not installed
 # beside python3: CI's build check).
 set -u
-cd "$(dirname "$0")/.."
-
 PY=${PYTHON:-python3}
-OUT=${OUT:-./gpu_out}
+OUT=${OUT:-gpu_out}
+# relative paths given by the caller are the caller's; the script runs from the repository root
+case "$PY" in /*) ;; */*) PY="$PWD/$PY" ;; esac
+case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac
+cd "$(dirname "$0")/.." || exit 1
 WHEELS=build/gpu_wheels
 WORK=${GPU_CHECK_WORK:-build/gpu_check}
 BUDGET=${GPU_CHECK_BUDGET:-500}
