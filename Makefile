@@ -5,7 +5,7 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build cuda test test-all test-gpu calibration asan tsan valgrind bench clean
+.PHONY: build cuda test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
@@ -14,7 +14,13 @@ cuda:             ## compile the C core and the CUDA backend in place (fails nam
 	SHARDWISE_CUDA=1 $(PY) setup.py build_ext --inplace
 
 test-gpu: cuda    ## the GPU tests (skipped with the reason where no GPU is usable; docs/gpu.md)
-	$(PY) -m pytest -q -rs -m gpu tests/gpu/test_gpu.py
+	PYTHONPATH=python $(PY) -m pytest -q -rs -m gpu tests
+
+gpu-prepare:      ## before a device run, here with network: the wheels the GPU machine lacks -> build/gpu_wheels
+	PYTHON=$(PY) bash tools/gpu_check.sh --prepare
+
+gpu-check:        ## the whole device check (install offline, build sm_90, info, GPU tests, benchmarks) -> $$OUT
+	bash tools/gpu_check.sh
 
 test: build       ## the default (fast) test run
 	$(PY) -m pytest -q

@@ -57,11 +57,16 @@ core = Extension(
 )
 
 print(f"shardwise: building the C core from {len(SOURCES)} sources", file=sys.stderr)
-found = build_cuda.find(os.environ.get("SHARDWISE_CUDA", "auto"))
+# strict=False: SHARDWISE_CUDA=1 is enforced when build_ext runs, not when pip only asks setup.py
+# for build requirements or metadata (it asks before installing the nvidia wheels the build needs)
+found = build_cuda.find(os.environ.get("SHARDWISE_CUDA", "auto"), strict=False)
 modules = [core]
 if found.ok:
     modules.append(build_cuda.extension(found, EXTRA, HEADERS, numpy.get_include()))
     print(f"shardwise: building the CUDA backend shardwise._cuda ({found.summary()})", file=sys.stderr)
+elif found.required:
+    print(f"shardwise: CUDA backend not found (yet): {found.reason}; SHARDWISE_CUDA=1 fails the build "
+          "if it is still missing when the extensions are compiled", file=sys.stderr)
 else:
     print(f"shardwise: CUDA backend not built: {found.reason}", file=sys.stderr)
-setup(ext_modules=modules, cmdclass={"build_ext": build_cuda.BuildExt})
+setup(ext_modules=modules, cmdclass={"build_ext": build_cuda.BuildExt.with_cuda(found)})

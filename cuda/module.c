@@ -1,8 +1,10 @@
 /* module.c -- shardwise._cuda: the CUDA backend as a Python extension module.
  *
  *   _backend               capsule (SW_EXT_BACKEND_CAPSULE): the constructor the core calls
- *   versions()             {"cuda_build", "driver", "cudnn", "cudnn_build", "cublas"}: what
- *                          this module was built with and what it loaded (no GPU needed)
+ *   versions()             {"cuda_build", "driver", "cudnn", "cudnn_build", "cublas",
+ *                          "cublas_build", "nccl_build"}: what this module was built with (the
+ *                          headers' versions; nccl_build is NCCL_VERSION_CODE, 0 where the build
+ *                          found no nccl.h) and what it loaded (no GPU needed)
  *   gpus()                 [(name, (major, minor), memory bytes, multiprocessors, core MHz,
  *                           memory bytes/s)],
  *                          or RuntimeError naming what is missing (no driver, no GPU)
@@ -16,6 +18,10 @@
 #include <Python.h>
 
 #include "cuda_backend.h"
+
+#ifndef SW_NCCL_BUILD_VERSION   /* set by tools/build_cuda.py from the nccl.h it found (NCCL is not linked) */
+#define SW_NCCL_BUILD_VERSION 0
+#endif
 
 static const sw_ext_backend TABLE = {
     .version = SW_EXT_ABI_VERSION,
@@ -36,8 +42,10 @@ static PyObject *versions(PyObject *self, PyObject *unused) {
     cublasGetProperty(MAJOR_VERSION, &major);
     cublasGetProperty(MINOR_VERSION, &minor);
     cublasGetProperty(PATCH_LEVEL, &patch);
-    return Py_BuildValue("{s:i,s:i,s:n,s:i,s:(iii)}", "cuda_build", CUDART_VERSION, "driver", driver, "cudnn",
-                         (Py_ssize_t)cudnnGetVersion(), "cudnn_build", CUDNN_VERSION, "cublas", major, minor, patch);
+    return Py_BuildValue("{s:i,s:i,s:n,s:i,s:(iii),s:(iii),s:i}", "cuda_build", CUDART_VERSION, "driver", driver,
+                         "cudnn", (Py_ssize_t)cudnnGetVersion(), "cudnn_build", CUDNN_VERSION, "cublas", major, minor,
+                         patch, "cublas_build", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH, "nccl_build",
+                         SW_NCCL_BUILD_VERSION);
 }
 
 static PyObject *gpus(PyObject *self, PyObject *unused) {

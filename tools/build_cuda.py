@@ -2,12 +2,18 @@
 
 What the CUDA backend (cuda/, the extension module shardwise._cuda) needs at build time:
   nvcc and the toolkit's CUDA runtime (its static library, so no libcudart is needed at run
-  time), cuDNN (cudnn.h, libcudnn.so.9) and cuBLAS (cublas_v2.h, libcublas.so.13).
+  time), cuDNN (cudnn.h, libcudnn.so.9) and cuBLAS (cublas_v2.h, libcublas.so.13); NCCL's
+  nccl.h where found (nvidia-nccl-cu13), only for the version recorded (NCCL is not linked).
 Where they are looked for, first found wins:
   CUDA_HOME (or CUDA_PATH), then nvcc on PATH (its toolkit), then /usr/local/cuda;
-  the nvidia wheels (nvidia-cudnn-cu13, nvidia-cublas: site-packages/nvidia/{cudnn,cu13}) of
+  the nvidia wheels (nvidia-cudnn-cu13, nvidia-cublas, nvidia-nccl-cu13:
+  site-packages/nvidia/{cudnn,cu13,nccl}) under the folders of SHARDWISE_CUDA_WHEELS (a
+  `pip install --target` folder, as tests/gpu/test_cuda_build.py and tools/gpu_check.sh use), of
   this interpreter, also those of the environment being installed into when pip builds in
   an isolated environment; then CUDA_HOME and the system's include and library folders.
+SHARDWISE_CUDA=1 is enforced when build_ext runs (BuildExt.run), not when setup.py is only
+asked for metadata or build requirements: pip asks for those before it has installed the
+nvidia wheels that the build requires (tools/build_backend.py).
 The module's rpath names both the wheels' place relative to the installed module
 ($ORIGIN/../nvidia/...) and the folders found at build time, so no LD_LIBRARY_PATH is needed.
 """
@@ -19,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from glob import glob
 
@@ -40,6 +47,8 @@ class Found:
     include_dirs: list[str] = field(default_factory=list)
     libraries: dict[str, str] = field(default_factory=dict)   # name -> the shared library's path
     versions: dict[str, str] = field(default_factory=dict)
+    required: bool = False       # SHARDWISE_CUDA=1: build_ext fails with `reason` when not ok
+    nccl_code: int = 0           # NCCL_VERSION_CODE of the nccl.h found (0: none found)
 
     def summary(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.versions.items())
@@ -48,7 +57,8 @@ class Found:
 def _site_roots() -> list[str]:
     """site-packages folders that may hold the nvidia wheels: this interpreter's path, and
     (under pip's build isolation) those of the environment the package is installed into."""
-    roots = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    roots = [os.path.abspath(p) for p in os.environ.get("SHARDWISE_CUDA_WHEELS", "").split(os.pathsep) if p]
+    roots += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
     for base in (sys.prefix, sys.base_prefix):
         paths = sysconfig.get_paths(vars={"base": base, "platbase": base})
         roots += [paths["purelib"], paths["platlib"]]
@@ -106,6 +116,19 @@ def _define(path: str, name: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _find_nccl() -> tuple[str, int] | None:
+    """(version, NCCL_VERSION_CODE) of the first nccl.h of the wheels or the system, or None."""
+    places = [os.path.join(r, "nvidia", "nccl", "include") for r in _site_roots()]
+    places += ["/usr/include", "/usr/local/include"]
+    for inc in places:
+        h = os.path.join(inc, "nccl.h")
+        if os.path.isfile(h):
+            v = [_define(h, k) for k in ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH")]
+            code = _define(h, "NCCL_VERSION_CODE")
+            return ".".join(x or "?" for x in v), int(code) if code else 0
+    return None
+
+
 def _versions(nvcc: str, cudnn_inc: str, cublas_inc: str) -> dict[str, str]:
     out = {}
     try:
@@ -122,18 +145,25 @@ def _versions(nvcc: str, cudnn_inc: str, cublas_inc: str) -> dict[str, str]:
     return out
 
 
-def find(mode: str) -> Found:
+def find(mode: str, strict: bool = True) -> Found:
     """What SHARDWISE_CUDA=`mode` builds: Found(ok=True, ...) or the reason it skips.  Mode 1
-    with something missing stops the build with that reason."""
+    with something missing stops with that reason (SystemExit), at once when `strict`, else
+    when build_ext runs (setup.py: pip runs setup.py for build requirements and metadata before
+    it installs the wheels the build needs)."""
     mode = (mode or "auto").strip().lower()
     if mode not in MODES:
         raise SystemExit(f"shardwise: SHARDWISE_CUDA must be auto, 0 or 1, not {mode!r}")
     if mode == "0":
         return Found(False, "SHARDWISE_CUDA=0")
     found = _search()
-    if not found.ok and mode == "1":
-        raise SystemExit(f"shardwise: SHARDWISE_CUDA=1 but the CUDA backend cannot be built: {found.reason}")
+    found.required = mode == "1"
+    if not found.ok and found.required and strict:
+        raise SystemExit(missing_message(found))
     return found
+
+
+def missing_message(found: Found) -> str:
+    return f"shardwise: SHARDWISE_CUDA=1 but the CUDA backend cannot be built: {found.reason}"
 
 
 def _search() -> Found:
@@ -159,9 +189,12 @@ def _search() -> Found:
     for inc in (cudnn[0], cublas[0]):
         if inc not in includes:
             includes.append(inc)
+    versions = _versions(nvcc, cudnn[0], cublas[0])
+    nccl = _find_nccl()
+    versions["NCCL"] = nccl[0] if nccl else "not found"
     return Found(True, nvcc=nvcc, toolkit=toolkit, include_dirs=includes,
                  libraries={"cudnn": cudnn[1], "cublas": cublas[1], "cudart_static": _cudart_static(toolkit)},
-                 versions=_versions(nvcc, cudnn[0], cublas[0]))
+                 versions=versions, nccl_code=nccl[1] if nccl else 0)
 
 
 def _rpaths(found: Found) -> list[str]:
@@ -184,12 +217,16 @@ def extension(found: Found, c_flags: list[str], depends: list[str], numpy_includ
         "shardwise._cuda",
         sources=sorted(glob("cuda/*.c")) + sorted(glob("cuda/host/*.c")) + ["csrc/cpu/view.c"],
         include_dirs=["csrc", "cuda", "cuda/host", numpy_include] + found.include_dirs,
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        # SW_NCCL_BUILD_VERSION: NCCL_VERSION_CODE of the nccl.h found (0: none), for versions()
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
+                       ("SW_NCCL_BUILD_VERSION", str(found.nccl_code))],
         extra_compile_args=c_flags + ["-fvisibility=hidden"],
         extra_link_args=[found.libraries["cudnn"], found.libraries["cublas"], found.libraries["cudart_static"],
                          "-lrt", "-ldl", "-lpthread", "-Wl,--exclude-libs,ALL"]
         + [f"-Wl,-rpath,{p}" for p in _rpaths(found)],
-        depends=depends + glob("cuda/*.h") + glob("cuda/kernels/*.h") + glob("cuda/kernels/*.cuh"),
+        # the .cu files too: setuptools relinks (and BuildExt recompiles) only where something is newer
+        depends=depends + glob("cuda/*.h") + glob("cuda/kernels/*.h") + glob("cuda/kernels/*.cuh")
+        + sorted(glob("cuda/kernels/*.cu")),
     )
     ext.cu_sources = sorted(glob("cuda/kernels/*.cu"))
     ext.nvcc = found.nvcc
@@ -208,25 +245,52 @@ def _arch_flags() -> list[str]:
 
 
 class BuildExt(build_ext):
-    """build_ext that compiles an extension's .cu files with nvcc first (skipping objects newer
-    than their source and headers) and links their objects in."""
+    """build_ext that compiles an extension's .cu files with nvcc first (in parallel, skipping
+    objects newer than their source and headers) and links their objects in; the extensions
+    themselves build in parallel (the core and shardwise._cuda at once) unless -j says
+    otherwise.  `cuda` (setup.py sets it through `with_cuda`): what build_cuda.find found;
+    SHARDWISE_CUDA=1 with the backend missing fails here, when something is built."""
+
+    cuda: Found | None = None
+
+    @classmethod
+    def with_cuda(cls, found: Found) -> type:
+        return type(cls.__name__, (cls,), {"cuda": found})
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel and len(self.extensions or []) > 1:
+            self.parallel = min(len(self.extensions), os.cpu_count() or 1)
+
+    def run(self) -> None:
+        if self.cuda is not None and self.cuda.required and not self.cuda.ok:
+            raise SystemExit(missing_message(self.cuda))
+        super().run()
 
     def build_extension(self, ext: Extension) -> None:
         cu = getattr(ext, "cu_sources", None)
         if cu:
             headers = glob("cuda/kernels/*.h") + glob("cuda/kernels/*.cuh")
             newest_header = max((os.path.getmtime(h) for h in headers), default=0.0)
-            objects = []
+            objects, commands = [], []
             for src in cu:
                 obj = os.path.join(self.build_temp, src + ".o")
                 os.makedirs(os.path.dirname(obj), exist_ok=True)
                 if (self.force or not os.path.exists(obj)
                         or os.path.getmtime(obj) < max(os.path.getmtime(src), newest_header)):
-                    cmd = ([ext.nvcc, "-c", src, "-o", obj, "-std=c++17", "-O3", "-Icuda/kernels",
-                            "-Xcompiler=-fPIC,-fvisibility=hidden,-Wall,-Wextra"]
-                           + [f"-I{d}" for d in ext.nvcc_includes] + _arch_flags())
-                    print(" ".join(cmd), file=sys.stderr)
-                    subprocess.run(cmd, check=True)
+                    commands.append([ext.nvcc, "-c", src, "-o", obj, "-std=c++17", "-O3", "-Icuda/kernels",
+                                     "-Xcompiler=-fPIC,-fvisibility=hidden,-Wall,-Wextra"]
+                                    + [f"-I{d}" for d in ext.nvcc_includes] + _arch_flags())
                 objects.append(obj)
+            for cmd in commands:
+                print(" ".join(cmd), file=sys.stderr)
+            jobs = max(1, min(len(commands), os.cpu_count() or 1))
+            with ThreadPoolExecutor(jobs) as pool:
+                results = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), commands))
+            for cmd, r in zip(commands, results):
+                sys.stderr.write(r.stdout + r.stderr)
+            for cmd, r in zip(commands, results):
+                if r.returncode:
+                    raise subprocess.CalledProcessError(r.returncode, cmd, r.stdout, r.stderr)
             ext.extra_objects = list(ext.extra_objects or []) + objects
         super().build_extension(ext)

@@ -18,9 +18,11 @@ def info_text() -> str:
     elif "cuda_build" not in c:
         lines.append(f"cuda: built, but it cannot be loaded: {c['reason']}")
     else:
-        lines.append(f"cuda: built with CUDA {c['cuda_build']}; cuDNN {c['cudnn']}, cuBLAS {c['cublas']} loaded")
+        b = c["build"]
+        lines.append(f"cuda: built with CUDA {c['cuda_build']}, cuDNN {b['cuDNN']}, cuBLAS {b['cuBLAS']}, "
+                     f"NCCL {b['NCCL']} (headers); cuDNN {c['cudnn']}, cuBLAS {c['cublas']} loaded")
         lines.append(f"  driver: {c['driver'] or 'none (libcuda.so.1 not found)'}")
-    lines.append(f"  NCCL: {c['nccl'] + ' found (not used yet)' if c['nccl'] else 'not found (not used yet)'}")
+    lines.append(f"  NCCL: {c['nccl'] + ' loadable' if c['nccl'] else 'no libnccl found'} (not used yet)")
     if c.get("gpus"):
         for g in c["gpus"]:
             lines.append(f"  GPU {g.index}: {g.name}, compute {g.capability[0]}.{g.capability[1]}, "

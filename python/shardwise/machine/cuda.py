@@ -177,6 +177,11 @@ def info() -> dict[str, Any]:
     out["driver"] = f"{v['driver'] // 1000}.{v['driver'] % 1000 // 10}" if v["driver"] else None
     out["cudnn"] = _cudnn_version(v["cudnn"])
     out["cublas"] = ".".join(map(str, v["cublas"]))
+    # what it was built with, from the headers (NCCL: the nccl.h the build found; it is not linked)
+    nccl = v.get("nccl_build", 0)
+    out["build"] = {"cuDNN": _cudnn_version(v["cudnn_build"]),
+                    "cuBLAS": ".".join(map(str, v["cublas_build"])) if "cublas_build" in v else "?",
+                    "NCCL": f"{nccl // 10000}.{nccl // 100 % 100}.{nccl % 100}" if nccl else "no nccl.h found"}
     try:
         out["gpus"] = gpus()
     except BackendUnavailableError as exc:
