@@ -18,7 +18,9 @@ trial's error are printed.
 Anchor: Table 4 of the layer-wise parallelism paper (Jia et al., ICML 2018) reports estimates
 within 10% of measurements on GPUs.
 
-    python benchmarks/simulate_calibration.py [--steps 10] [--trials 5] [--profile-repeats 5] [--models ...] [--workers 1,2,4] [--batch 64]
+    python benchmarks/simulate_calibration.py [--steps 10] [--trials 5] [--profile-repeats 5] [--models ...] [--workers 1,2,4] [--batch 64] [--tests]
+
+``--tests`` then runs the tests marked ``calibration`` (as ``make calibration`` does).
 """
 from __future__ import annotations
 
@@ -86,6 +88,8 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=5, help="profile + measure + simulate rounds (medians)")
     ap.add_argument("--profile-repeats", type=int, default=5, help="timed steps per profile round")
     ap.add_argument("--batch", type=int, default=64, help="samples per step (every model)")
+    ap.add_argument("--tests", action="store_true",
+                    help="afterwards, run the tests marked calibration (timings kept out of the default test run)")
     args = ap.parse_args()
     print(f"# simulated vs measured iteration time; {os.cpu_count()} cores; {args.trials} trials of a fresh "
           f"profile ({args.profile_repeats} steps a round, rounds in turns), each plan's steps timed between the "
@@ -110,7 +114,19 @@ def main() -> int:
                 # the error between the median simulated and the median measured step
                 print(f"{name:<16} {n:>7} {plan_name:<9} {measured * 1e3:12.1f} {simulated * 1e3:13.1f} "
                       f"{(simulated - measured) / measured:+8.1%} {spread:>24}", flush=True)
+    if args.tests:
+        return calibration_tests()
     return 0
+
+
+def calibration_tests() -> int:
+    """``pytest -m calibration`` from the repository root: the tests that compare times (the
+    simulator within 15% of measured steps, search and refusal speeds, GIL release)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    print("# the tests marked calibration (pytest -m calibration)", flush=True)
+    return subprocess.call([sys.executable, "-m", "pytest", "-q", "-rs", "-m", "calibration", "tests"], cwd=root)
 
 
 if __name__ == "__main__":
