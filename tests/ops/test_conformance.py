@@ -1,0 +1,137 @@
+"""Every op kind x every backend, forward and backward, against the NumPy reference (float64)
+and finite differences, through the real runtime on 1 worker and on plans splitting the op over
+2-3 workers (the harness: tests/ops/conformance.py).  A new op kind must add a case there."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+from shardwise import _core
+
+from conformance import (CASES, N, REFUSED_CASES, Case, build_graph, case_inputs, check_case, check_tensor,
+                         compare, covered_kinds, plan_of, run_backend, run_reference, backend_skip_reason)
+
+BACKENDS = ("cpu", "cuda")   # "cuda" runs where the extension is built and a GPU is usable
+
+
+def _workers(spec: dict[str, int]) -> int:
+    return math.prod(spec.values())
+
+
+def _require(backend: str, kind: str) -> None:
+    why = backend_skip_reason(backend, kind)
+    if why:
+        pytest.skip(why)
+
+
+def _check(case: Case, backend: str, workers: int = 1, spec: dict | None = None, fd: bool = True) -> None:
+    _require(backend, case.kind)
+    try:
+        check_case(case, backend, workers, spec, fd=fd)
+    except sw.ConfigError as exc:   # a backend refusing an op variant (the CUDA backend's limits)
+        if backend == "cpu":
+            raise
+        pytest.skip(f"the {backend} backend refuses this variant: {exc}")
+
+
+def test_every_op_kind_has_a_case():
+    """A kind added to csrc/ops.def without a harness case fails here."""
+    missing = set(_core.OP_KINDS) - covered_kinds()
+    assert not missing, f"op kinds with no conformance case in tests/ops/conformance.py: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_case_builds_the_op_it_names(case):
+    g = build_graph(case)
+    assert g["op"].kind == case.kind
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_op_on_one_worker(case, backend):
+    """Output, loss and every gradient against the reference; gradients against finite differences."""
+    _check(case, backend)
+
+
+SPLITS = [(c, s) for c in CASES for s in c.splits]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case,spec", SPLITS, ids=[f"{c.id}-{'-'.join(f'{k}{v}' for k, v in s.items())}"
+                                                   for c, s in SPLITS])
+def test_op_split_over_workers(case, spec, backend):
+    """The op split over 2-3 workers (samples, channels, rows, a reduction) computes the same."""
+    _check(case, backend, _workers(spec), spec, fd=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_op_exhaustive(case, seed, monkeypatch):
+    """Other data, every split, with finite differences on every plan."""
+    import conformance
+
+    _require("cpu", case.kind)
+    real = conformance.case_inputs
+    monkeypatch.setattr(conformance, "case_inputs", lambda c, g, seed_=0: real(c, g, seed))
+    check_case(case, "cpu")
+    for spec in case.splits:
+        check_case(case, "cpu", _workers(spec), spec)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", sorted(REFUSED_CASES))
+def test_op_without_kernels_plans_but_is_refused(kind, backend):
+    """Kinds no backend trains (described ops): planned on several workers, refused by the trainer
+    naming the op and its kind."""
+    if backend not in sw.backends():
+        pytest.skip(f"the {backend} backend is not built into this installation")
+    if backend == "cuda" and not sw.machine.cuda.status()[0]:
+        pytest.skip(f"no usable GPU: {sw.machine.cuda.status()[1]}")
+    g = sw.Graph(f"refused_{kind}")
+    y = REFUSED_CASES[kind](g)
+    g.softmax(g.linear(y, 3, name="head"), name="loss")
+    assert g["op"].kind == kind
+    plan = plan_of(g, 2, {"n": 2})
+    assert plan.configs["op"].degrees[0] == 2
+    with pytest.raises(sw.ConfigError, match=f"no kernels for op kind '{kind}' \\(op 'op'\\)"):
+        sw.Trainer(g, plan, backend=backend)
+
+
+# --------------------------------------------------------------------------- the harness itself
+def test_check_tensor_reports_first_mismatches_and_the_worst():
+    want = np.arange(12, dtype=np.float64).reshape(3, 4)
+    got = want.copy()
+    assert check_tensor("t", got, want, 1e-5) is None
+    got[1, 2] += 0.5
+    got[2, 3] = np.nan
+    report = check_tensor("t", got, want, 1e-5)
+    assert report.splitlines()[0].startswith("t: 2 of 12 elements differ by more than")
+    assert "(1, 2): got 6.5, expected 6" in report
+    assert "(2, 3): got nan, expected 11" in report
+    assert "worst absolute difference nan at (2, 3)" in report
+    assert check_tensor("t", got[:2], want, 1e-5) == "t: shape (2, 4), expected (3, 4)"
+
+
+def test_harness_catches_a_wrong_gradient():
+    """Weights the runtime and the reference disagree on (by 1e-3 in one element) fail the
+    comparison, naming the tensors that differ: the harness is not vacuous."""
+    case = next(c for c in CASES if c.id == "conv2d")
+    g = build_graph(case)
+    x, labels, params = case_inputs(case, g)
+    want = run_reference(g, x, labels, params)
+    wrong = dict(params)
+    wrong["op.weight"] = params["op.weight"].copy()
+    wrong["op.weight"][1, 0, 1, 1] += 1e-3
+    got = run_backend(g, plan_of(g, 1, None), "cpu", x, labels, wrong)
+    reports = compare(got, want, case.bound, "[mutated]")
+    assert reports
+    text = "\n".join(reports)
+    assert "output of 'op'" in text and "gradient op.weight" in text and "worst absolute difference" in text
+
+
+def test_the_minibatch_splits_two_and_three_ways():
+    assert N % 2 == 0 and N % 3 == 0
