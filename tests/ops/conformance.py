@@ -24,7 +24,6 @@ first few (index, got, expected) and the worst absolute and relative difference)
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -76,6 +75,7 @@ class Case:
     slow: bool = False
     int_input: tuple[int, ...] | None = None   # an int64 input (embedding ids) instead of x + p0
     fd: bool = True                            # finite differences (off where the loss is not smooth)
+    prepare: Callable[[np.ndarray, dict[str, np.ndarray]], None] | None = None   # edits the data in place
 
 
 def build_graph(case: Case) -> sw.Graph:
@@ -126,6 +126,8 @@ def case_inputs(case: Case, g: sw.Graph, seed: int = 0) -> tuple[np.ndarray, np.
     params = {}
     for k, v in init_params(g, 0).items():   # the trainer's initialization, moved off its zeros and ones
         params[k] = (v + 0.3 * rng.standard_normal(v.shape)).astype(np.float32)
+    if case.prepare is not None:
+        case.prepare(x, params)
     return x, labels, params
 
 
@@ -335,6 +337,17 @@ def _shared(g: sw.Graph, data: Callable) -> Any:
     return g.add(g.add(data((N, 5)), p, name="first_reader"), p, name="op")
 
 
+EXTREME = np.array([-1e30, -100.0, 0.0, 100.0, 1e30], np.float32)
+
+
+def _extreme(x: np.ndarray, params: dict[str, np.ndarray], values: dict[str, Any]) -> None:
+    """The first data input (x + p0) takes EXTREME in every row, the named parameters ``values``."""
+    x[...] = EXTREME
+    params["p0.weight"][...] = 0.0
+    for k, v in values.items():
+        params[f"{k}.weight"][...] = v
+
+
 def _custom_shift() -> Any:
     @sw.op
     def shift(x):
@@ -349,6 +362,9 @@ CASES: list[Case] = [
     # a parameter read by two ops: the gradients of its readers are summed into it
     _c("parameter_shared", "add", lambda g, data: _shared(g, data)),
     _c("relu", "relu", _unary("relu"), [{"n": 2}, {"c": 2}, {"n": 3}]),
+    _c("relu_rank2", "relu", lambda g, data: g.relu(data((N, 7)), name="op"), [{"n": 3}, {"c": 7}]),
+    _c("relu_rank5", "relu", lambda g, data: g.relu(data((N, 2, 3, 2, 3)), name="op"),
+       [{"d": 3}, {"c": 2, "w": 3}, {"n": 2, "h": 2}]),
     _c("sigmoid", "sigmoid", _unary("sigmoid"), [{"n": 2}, {"l": 5}]),
     _c("tanh", "tanh", _unary("tanh"), [{"n": 3}, {"c": 2}]),
     _c("gelu", "gelu", _unary("gelu"), [{"n": 2}, {"c": 2}]),
@@ -356,6 +372,8 @@ CASES: list[Case] = [
     _c("leaky_relu", "leaky_relu", _unary("leaky_relu", negative_slope=0.2), [{"n": 2}, {"c": 2}]),
     _c("dropout", "dropout", _unary("dropout", p=0.3, seed=7), [{"n": 2}, {"c": 2, "l": 5}]),
     _c("add", "add", lambda g, data: g.add(data((N, 4, 5)), data((N, 4, 5)), name="op"), [{"n": 2}, {"c": 2}]),
+    _c("add_rank4", "add", lambda g, data: g.add(data((N, 2, 3, 4)), data((N, 2, 3, 4)), name="op"),
+       [{"h": 3}, {"c": 2, "w": 2}]),
     _c("add_broadcast", "add", lambda g, data: g.add(data((N, 4, 5)), data((5,)), name="op"),
        [{"n": 3}, {"l": 5}]),
     _c("concat", "concat", lambda g, data: g.concat([data((N, 2, 5)), data((N, 3, 5))], axis=1, name="op"),
@@ -369,6 +387,14 @@ CASES: list[Case] = [
        [{"n": 2}, {"c": 2}]),
     _c("lstm_hidden", "lstm_hidden", lambda g, data: g.lstm_hidden(data((N, 4)), data((N, 4)), name="op"),
        [{"n": 3}, {"c": 2}]),
+    # huge pre-activations saturate the sigmoid and tanh instead of overflowing to NaN: i = f = g
+    # and o = c run through -1e30, -100, 0, 100, 1e30 (c_prev 1); outputs 0, 0, 0.5, 2, 2 and 0, 0,
+    # 0, 1, 1, every gradient finite (the comparison fails on NaN)
+    _c("lstm_cell_extreme", "lstm_cell",
+       lambda g, data: g.lstm_cell(data((N, 5)), data((N, 5)), data((N, 5)), data((N, 5)), name="op"),
+       [{"c": 5}], prepare=lambda x, p: _extreme(x, p, {"p1": EXTREME, "p2": EXTREME, "p3": 1.0})),
+    _c("lstm_hidden_extreme", "lstm_hidden", lambda g, data: g.lstm_hidden(data((N, 5)), data((N, 5)), name="op"),
+       [{"n": 2}], prepare=lambda x, p: _extreme(x, p, {"p1": EXTREME})),
     # reductions
     _c("linear", "linear", lambda g, data: g.linear(data((N, 8)), 5, name="op"),
        [{"n": 2}, {"c": 5}, {"i": 2}, {"n": 3}], bound=REDUCTION),
@@ -403,8 +429,10 @@ CASES: list[Case] = [
     _c("pool2d_avg", "pool2d",
        lambda g, data: g.pool2d(data((N, 2, 5, 5)), 3, stride=1, padding=1, kind="avg", name="op"),
        [{"h": 5}, {"c": 2}], bound=REDUCTION),
+    # statistics: partial sums per worker's box (samples, channels, rows, columns), reduced
     _c("batchnorm2d", "batchnorm2d", lambda g, data: g.batchnorm2d(data((N, 3, 4, 4)), name="op"),
-       [{"n": 2}, {"c": 3}, {"n": 3}], bound=REDUCTION),
+       [{"n": 2}, {"c": 3}, {"n": 3}, {"h": 2}, {"n": 2, "w": 2}, {"c": 3, "h": 2}], bound=REDUCTION,
+       prepare=lambda x, p: x.__imul__(2).__iadd__(0.5)),
     _c("layer_norm", "layer_norm", lambda g, data: g.layer_norm(data((N, 4, 6)), name="op"),
        [{"n": 2}, {"c": 2}], bound=REDUCTION),
     _c("softmax_dim", "softmax_dim", lambda g, data: g.softmax_dim(data((N, 4, 5)), -1, scale=0.7, name="op"),
@@ -415,8 +443,11 @@ CASES: list[Case] = [
     _c("embedding", "embedding", lambda g, ids: g.embedding(ids, 7, 5, name="op"),
        [{"n": 2}, {"c": 2}], bound=REDUCTION, int_input=(N, 4)),
     # the loss itself: (N, C) and sequence (N, T, C) logits
-    _c("softmax", "softmax", lambda g, data: g.softmax(g.linear(data((N, 5)), 4, name="logits"), name="op"),
-       [{"n": 2}, {"n": 3}], bound=REDUCTION),
+    _c("softmax", "softmax", lambda g, data: g.softmax(data((N, 6)), name="op"),
+       [{"n": 2}, {"n": 3}, {"c": 3}, {"n": 2, "c": 2}], bound=REDUCTION),
+    # large logits (one row + 80): the row maximum keeps exp finite
+    _c("softmax_large_logits", "softmax", lambda g, data: g.softmax(data((N, 6)), name="op"),
+       [{"c": 2}], bound=REDUCTION, prepare=lambda x, p: x.__setitem__(0, x[0] * 5 + 80)),
     _c("softmax_seq", "softmax",
        lambda g, data: g.softmax(g.linear(data((N, 3, 5)), 4, name="logits"), name="op"),
        [{"n": 2}, {"c": 3}], bound=REDUCTION),

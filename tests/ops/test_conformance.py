@@ -135,3 +135,53 @@ def test_harness_catches_a_wrong_gradient():
 
 def test_the_minibatch_splits_two_and_three_ways():
     assert N % 2 == 0 and N % 3 == 0
+
+
+# --------------------------------------------------------------------------- named values
+def _outputs(case_id: str, workers: int = 1, spec: dict | None = None):
+    case = next(c for c in CASES if c.id == case_id)
+    g = build_graph(case)
+    x, labels, params = case_inputs(case, g)
+    return run_backend(g, plan_of(g, workers, spec), "cpu", x, labels, params)
+
+
+@pytest.mark.parametrize("workers,spec", [(1, None), (5, {"c": 5})])
+def test_lstm_extreme_inputs_saturate_instead_of_overflowing(workers, spec):
+    """Pre-activations -1e30, -100, 0, 100, 1e30: sigmoid(f) * 1 + sigmoid(i) * tanh(g) with
+    i = f = g is 0, 0, 0.5, 2, 2; sigmoid(o) * tanh(c) with o = c is 0, 0, 0, 1, 1; every
+    gradient is finite (replaces test_kernels_misc's test_lstm_extreme_inputs_stay_finite)."""
+    run = _outputs("lstm_cell_extreme", workers, spec)
+    np.testing.assert_allclose(run.acts["op"], np.tile([0.0, 0.0, 0.5, 2.0, 2.0], (N, 1)), atol=1e-6)
+    assert all(np.isfinite(gr).all() for gr in run.grads.values())
+    run = _outputs("lstm_hidden_extreme")
+    np.testing.assert_allclose(run.acts["op"], np.tile([0.0, 0.0, 0.0, 1.0, 1.0], (N, 1)), atol=1e-6)
+    assert all(np.isfinite(gr).all() for gr in run.grads.values())
+
+
+def test_large_logits_keep_the_loss_finite_and_classes_split_alike():
+    """A row of logits near 80 (exp overflows float32 beyond 88): the row maximum keeps p finite;
+    workers holding parts of the classes each compute the row statistics and get the same bits
+    (replaces test_kernels_misc's test_softmax_xent_whole_and_class_split)."""
+    whole = _outputs("softmax_large_logits")
+    assert whole.acts["x_p0"][0].min() > 60 and np.isfinite(whole.loss)
+    split = _outputs("softmax_large_logits", 2, {"c": 2})
+    np.testing.assert_array_equal(split.acts["op"], whole.acts["op"])
+    assert split.loss == pytest.approx(whole.loss, rel=1e-6)
+
+
+@pytest.mark.calibration   # compares this thread's pauses with the step's time
+def test_a_training_step_releases_the_gil():
+    """The runtime runs a whole step with the GIL released, LSTM kernels included (replaces
+    test_kernels_misc's test_lstm_kernels_release_the_gil)."""
+    from strategies_random import assert_other_threads_run
+
+    g = sw.Graph("gil")
+    shape = (64, 4096)
+    ins = [g.parameter(shape, name=f"p{k}") for k in range(3)]
+    x = g.input("x", shape)
+    c = g.lstm_cell(x, *ins, name="cell")
+    g.softmax(g.linear(c, 2, name="head"), name="loss")
+    t = sw.Trainer(g, plan_of(g, 1, None))
+    data = np.ones(shape, np.float32)
+    labels = np.zeros(shape[0], np.int64)
+    assert_other_threads_run(lambda: [t.step(data, labels) for _ in range(4)])
