@@ -56,6 +56,7 @@ FD_RTOL = 2e-2       # of the largest |gradient| of the tensor
 FD_ATOL = 3e-4
 FD_POINTS = 3        # coordinates per tensor: the largest |gradient| and two random ones
 
+ACTIVATIONS = ("sigmoid", "tanh", "gelu", "silu", "leaky_relu")
 N = 6                # the minibatch: divisible by 2 and 3, so samples split over 2 or 3 workers
 CLASSES = 3
 
@@ -76,6 +77,7 @@ class Case:
     int_input: tuple[int, ...] | None = None   # an int64 input (embedding ids) instead of x + p0
     fd: bool = True                            # finite differences (off where the loss is not smooth)
     prepare: Callable[[np.ndarray, dict[str, np.ndarray]], None] | None = None   # edits the data in place
+    step: int = 0                              # the training step run (dropout's masks are the step's)
 
 
 def build_graph(case: Case) -> sw.Graph:
@@ -152,7 +154,7 @@ def _assemble(shape: tuple[int, ...], pieces: list[tuple[Any, np.ndarray]]) -> n
 
 
 def run_backend(g: sw.Graph, plan: sw.Plan, backend: str, x: np.ndarray, labels: np.ndarray,
-                params: dict[str, np.ndarray]) -> Run:
+                params: dict[str, np.ndarray], step: int = 0) -> Run:
     """One training step of ``plan`` (SGD, lr 0) through the runtime; the loss, every op's output
     and every parameter's gradient as the runtime's buffers hold them after the step."""
     t = Trainer(g, plan, optimizer=sw.SGD(lr=0.0), backend=backend)
@@ -160,7 +162,9 @@ def run_backend(g: sw.Graph, plan: sw.Plan, backend: str, x: np.ndarray, labels:
     # the harness read intermediate outputs and gradients after the step
     t.executor = NativeExecutor(g, plan, t.task_graph, reuse=False, schedule=t.schedule, backend=backend)
     t.set_weights(params)
+    t.steps = step
     loss = t.step(x, labels)
+    t.steps = step   # finite differences draw the same masks
     tg, rt = t.task_graph, t.executor._rt
     pieces: dict[str, list] = {}
     for b in tg.buffers:
@@ -185,13 +189,14 @@ def run_backend(g: sw.Graph, plan: sw.Plan, backend: str, x: np.ndarray, labels:
     return Run(float(loss), acts, grads, t)
 
 
-def run_reference(g: sw.Graph, x: np.ndarray, labels: np.ndarray, params: dict[str, np.ndarray]) -> Run:
+def run_reference(g: sw.Graph, x: np.ndarray, labels: np.ndarray, params: dict[str, np.ndarray],
+                  step: int = 0) -> Run:
     """The NumPy oracle in float64 (embedding graphs, whose only input is token ids, in float32:
     a gather and a scatter-add, exact in either)."""
     p64 = {k: v.astype(np.float64) for k, v in params.items()}
     x64 = x if x.dtype.kind == "i" else x.astype(np.float64)
-    loss, grads = ref.loss_and_grads(g, p64, x64, labels)
-    acts = ref.forward(g, p64, x64)
+    loss, grads = ref.loss_and_grads(g, p64, x64, labels, step=step)
+    acts = ref.forward(g, p64, x64, step=step)
     return Run(float(loss), {k: np.asarray(v, np.float64) for k, v in acts.items()},
                {k: np.asarray(v, np.float64) for k, v in grads.items()})
 
@@ -259,6 +264,7 @@ def finite_differences(run: Run, g: sw.Graph, x: np.ndarray, labels: np.ndarray,
     """Central differences of the runtime's own forward loss at a few coordinates of every
     parameter (data inputs included: they are parameters here) against its backward pass."""
     t = run.trainer
+    step = t.steps
     rng = np.random.default_rng(seed)
     out = []
     for key, grad in sorted(run.grads.items()):
@@ -273,7 +279,7 @@ def finite_differences(run: Run, g: sw.Graph, x: np.ndarray, labels: np.ndarray,
                 w[key] = params[key].copy()
                 w[key][idx] += sign * FD_EPS
                 t.set_weights(w)
-                t.steps = 0   # dropout: the masks of the step the gradient was taken at
+                t.steps = step   # dropout: the masks of the step the gradient was taken at
                 losses.append(t.loss(x, labels))
             fd = (losses[0] - losses[1]) / (2 * FD_EPS)
             if not abs(fd - grad[idx]) <= FD_RTOL * scale + FD_ATOL:
@@ -306,8 +312,8 @@ def check_case(case: Case, backend: str, workers: int = 1, spec: dict[str, int] 
     Returns the largest relative error of outputs and gradients (for bound tuning)."""
     g = build_graph(case)
     x, labels, params = case_inputs(case, g)
-    want = run_reference(g, x, labels, params)
-    got = run_backend(g, plan_of(g, workers, spec), backend, x, labels, params)
+    want = run_reference(g, x, labels, params, case.step)
+    got = run_backend(g, plan_of(g, workers, spec), backend, x, labels, params, case.step)
     bound = case.bound if workers == 1 else max(case.bound, PLAN)
     where = f"[{case.id} on {backend}, {workers} worker(s){' ' + str(spec) if spec else ''}]"
     reports = compare(got, want, bound, where)
@@ -348,6 +354,13 @@ def _extreme(x: np.ndarray, params: dict[str, np.ndarray], values: dict[str, Any
         params[f"{k}.weight"][...] = v
 
 
+def spread(x: np.ndarray, params: dict[str, np.ndarray]) -> None:
+    """The first data input over the saturating range (|x| up to ~16) with a few exact zeros."""
+    x *= 4
+    x.reshape(-1)[::7] = 0.0
+    params["p0.weight"][...] = 0.0
+
+
 def _custom_shift() -> Any:
     @sw.op
     def shift(x):
@@ -370,7 +383,19 @@ CASES: list[Case] = [
     _c("gelu", "gelu", _unary("gelu"), [{"n": 2}, {"c": 2}]),
     _c("silu", "silu", _unary("silu"), [{"n": 2}, {"l": 5}]),
     _c("leaky_relu", "leaky_relu", _unary("leaky_relu", negative_slope=0.2), [{"n": 2}, {"c": 2}]),
+    # the activations over the range where they saturate, ranks 2 and 5, split over workers
+    *[_c(f"{k}_saturating", k, (lambda k: lambda g, data: getattr(g, k)(data((N, 40)), name="op"))(k),
+         [{"c": 2}, {"n": 3, "c": 4}], prepare=spread, fd=False) for k in ACTIVATIONS],   # zeros: kinks
+    *[_c(f"{k}_rank5", k, (lambda k: lambda g, data: getattr(g, k)(data((N, 2, 3, 2, 3)), name="op"))(k),
+         [{"d": 3, "c": 2}], prepare=spread, fd=False) for k in ACTIVATIONS],
     _c("dropout", "dropout", _unary("dropout", p=0.3, seed=7), [{"n": 2}, {"c": 2, "l": 5}]),
+    # masks of a later step, a 63-bit seed, ranks 2 and 4-5, p from 0.1 to 0.875 (bitwise: test_conformance)
+    _c("dropout_rank2", "dropout", lambda g, data: g.dropout(data((N, 37)), 0.1, seed=2**63 - 25, name="op"),
+       [{"c": 37}, {"n": 3}], step=917),
+    _c("dropout_rank4", "dropout", lambda g, data: g.dropout(data((N, 3, 4, 6)), 0.875, seed=12345, name="op"),
+       [{"h": 2, "w": 2}, {"c": 3}], step=5),
+    _c("dropout_rank5", "dropout", lambda g, data: g.dropout(data((N, 1, 3, 2, 5)), 0.5, seed=2**40 + 1, name="op"),
+       [{"d": 3}, {"n": 2, "w": 5}], step=1),
     _c("add", "add", lambda g, data: g.add(data((N, 4, 5)), data((N, 4, 5)), name="op"), [{"n": 2}, {"c": 2}]),
     _c("add_rank4", "add", lambda g, data: g.add(data((N, 2, 3, 4)), data((N, 2, 3, 4)), name="op"),
        [{"h": 3}, {"c": 2, "w": 2}]),
