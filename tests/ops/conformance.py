@@ -73,7 +73,6 @@ class Case:
     build: Callable[[sw.Graph, Callable[[Sequence[int]], Any]], Any]
     splits: list[dict[str, int]] = field(default_factory=list)
     bound: float = ELEMENTWISE
-    slow: bool = False
     int_input: tuple[int, ...] | None = None   # an int64 input (embedding ids) instead of x + p0
     fd: bool = True                            # finite differences (off where the loss is not smooth)
     prepare: Callable[[np.ndarray, dict[str, np.ndarray]], None] | None = None   # edits the data in place
@@ -421,8 +420,13 @@ CASES: list[Case] = [
     _c("lstm_hidden_extreme", "lstm_hidden", lambda g, data: g.lstm_hidden(data((N, 5)), data((N, 5)), name="op"),
        [{"n": 2}], prepare=lambda x, p: _extreme(x, p, {"p1": EXTREME})),
     # reductions
-    _c("linear", "linear", lambda g, data: g.linear(data((N, 8)), 5, name="op"),
-       [{"n": 2}, {"c": 5}, {"i": 2}, {"n": 3}], bound=REDUCTION),
+    _c("linear", "linear", lambda g, data: g.linear(data((N, 8)), 6, name="op"),
+       [{"n": 2}, {"c": 3}, {"i": 2}, {"n": 3}, {"n": 2, "c": 3}], bound=REDUCTION),
+    # GEMMs of (24, 300) x (300, 129) (OpenBLAS' blocked paths) and of one input feature
+    _c("linear_large", "linear", lambda g, data: g.linear(data((N, 4, 300)), 129, name="op"),
+       [{"l": 3}, {"n": 2, "l": 3}], bound=REDUCTION),
+    _c("linear_one_feature", "linear", lambda g, data: g.linear(data((N, 1)), 17, name="op"),
+       [{"n": 3}], bound=REDUCTION),
     _c("linear_relu_nobias", "linear", lambda g, data: g.linear(data((N, 4, 7)), 5, activation="relu", bias=False,
                                                                    name="op"),
        [{"n": 2}, {"l": 5}], bound=REDUCTION),
