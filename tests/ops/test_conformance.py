@@ -87,10 +87,9 @@ def test_op_exhaustive(case, seed, monkeypatch):
 def test_op_without_kernels_plans_but_is_refused(kind, backend):
     """Kinds no backend trains (described ops): planned on several workers, refused by the trainer
     naming the op and its kind."""
-    if backend not in sw.backends():
-        pytest.skip(f"the {backend} backend is not built into this installation")
-    if backend == "cuda" and not sw.machine.cuda.status()[0]:
-        pytest.skip(f"no usable GPU: {sw.machine.cuda.status()[1]}")
+    why = backend_skip_reason(backend, "input")
+    if why:
+        pytest.skip(why)
     g = sw.Graph(f"refused_{kind}")
     y = REFUSED_CASES[kind](g)
     g.softmax(g.linear(y, 3, name="head"), name="loss")
@@ -131,6 +130,21 @@ def test_harness_catches_a_wrong_gradient():
     assert reports
     text = "\n".join(reports)
     assert "output of 'op'" in text and "gradient op.weight" in text and "worst absolute difference" in text
+
+
+def test_finite_differences_catch_a_wrong_backward():
+    """Gradients 10% off the runtime's own forward fail the finite-difference check."""
+    from conformance import finite_differences
+
+    case = next(c for c in CASES if c.id == "gelu")
+    g = build_graph(case)
+    x, labels, params = case_inputs(case, g)
+    run = run_backend(g, plan_of(g, 1, None), "cpu", x, labels, params)
+    assert finite_differences(run, g, x, labels, params) == []
+    run.grads = {k: v * 1.1 for k, v in run.grads.items()}
+    reports = finite_differences(run, g, x, labels, params)
+    assert reports and all(r.startswith("finite differences of ") for r in reports)
+    assert {r.split()[3] for r in reports} == set(run.grads)
 
 
 def test_the_minibatch_splits_two_and_three_ways():
