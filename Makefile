@@ -52,7 +52,8 @@ tsan:             ## the runtime's tests against a copy built with ThreadSanitiz
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code
 	$(PY_EXE) tools/valgrind_check.py $(PY_EXE) -m pytest -q -p no:cacheprovider \
 		tests/planning/test_cost_model.py tests/core/test_api.py tests/planning/test_search.py tests/ops/test_kernels_conv.py \
-		tests/ops/test_kernels_misc.py tests/iteration/test_lower.py tests/iteration/test_simulate_c.py -k "not gil"
+		tests/ops/test_kernels_misc.py tests/ops/test_conformance.py tests/iteration/test_lower.py \
+		tests/iteration/test_simulate_c.py -k "not gil"
 
 bench:            ## issue 2's benchmark
 	$(PY) benchmarks/search_time.py

@@ -1,5 +1,5 @@
-/* kernel_views.h -- what the misc kernels' entry points share (kernels_misc_py.c and
- * kernels_norm_py.c): an array argument with its sw_view, NaN-filled outputs, pooling windows,
+/* kernel_views.h -- what the misc kernels' entry points share (kernels_misc_py.c): an array
+ * argument with its sw_view, NaN-filled outputs, pooling windows,
  * and the one way a binding finishes (release the arguments, raise or return the result).
  *
  * static inline: each including file uses its own NumPy API table (imported by its register
@@ -73,67 +73,6 @@ static inline int out_view(int rank, PyObject *lo, PyObject *shape, const char *
     }
     out->v.data = (float *)PyArray_DATA(out->arr);
     return 0;
-}
-
-/* A 1-D float32 array of exactly `len` entries (new reference), or NULL with ValueError.
- * None gives NULL without an exception when optional. */
-static inline PyArrayObject *channel_array(PyObject *obj, int64_t len, int optional, const char *what, int *failed) {
-    if (optional && obj == Py_None) {
-        return NULL;
-    }
-    if (!PyArray_Check(obj) || PyArray_TYPE((PyArrayObject *)obj) != NPY_FLOAT32 ||
-        PyArray_NDIM((PyArrayObject *)obj) != 1 || PyArray_DIM((PyArrayObject *)obj, 0) != len) {
-        PyErr_Format(PyExc_ValueError, "%s must be a 1-D float32 array of %lld entries (the box's channels)", what,
-                     (long long)len);
-        *failed = 1;
-        return NULL;
-    }
-    PyArrayObject *a = (PyArrayObject *)PyArray_FROM_OTF(obj, NPY_FLOAT32, NPY_ARRAY_IN_ARRAY);
-    if (!a) {
-        *failed = 1;
-    }
-    return a;
-}
-
-/* Labels: an integer array of `len` entries in int32 range, as a C-contiguous int32 array (new reference). */
-static inline PyArrayObject *get_labels(PyObject *obj, int64_t len) {
-    PyArrayObject *raw = (PyArrayObject *)PyArray_FROM_O(obj);
-    if (!raw) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "labels must be a 1-D integer array");
-        return NULL;
-    }
-    if (!PyArray_ISINTEGER(raw) || PyArray_NDIM(raw) != 1 || PyArray_DIM(raw, 0) != len) {
-        Py_DECREF(raw);
-        PyErr_Format(PyExc_ValueError, "labels must be a 1-D integer array of %lld entries (one per row)",
-                     (long long)len);
-        return NULL;
-    }
-    PyArrayObject *wide = (PyArrayObject *)PyArray_FROM_OTF((PyObject *)raw, NPY_INT64, NPY_ARRAY_IN_ARRAY);
-    Py_DECREF(raw);
-    if (!wide) {
-        return NULL;
-    }
-    npy_intp n = (npy_intp)len;
-    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
-    if (!out) {
-        Py_DECREF(wide);
-        return NULL;
-    }
-    const int64_t *src = (const int64_t *)PyArray_DATA(wide);
-    int32_t *dst = (int32_t *)PyArray_DATA(out);
-    for (int64_t i = 0; i < len; i++) {
-        if (src[i] < 0 || src[i] > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "label %lld at position %lld is out of range", (long long)src[i],
-                         (long long)i);
-            Py_DECREF(wide);
-            Py_DECREF(out);
-            return NULL;
-        }
-        dst[i] = (int32_t)src[i];
-    }
-    Py_DECREF(wide);
-    return out;
 }
 
 static inline int get_window(PyObject *kernel, PyObject *stride, PyObject *padding, sw_window *w) {

@@ -1,9 +1,11 @@
-/* kernels_act_py.c -- test entry points for the activation kernels (activation.c) and dropout
- * (dropout.c):
+/* kernels_act_py.c -- test entry points for the activation kernels (activation.c), for what
+ * the runtime cannot reach: NaN and infinities (the runtime refuses non-finite inputs, and a NaN
+ * makes every gradient of its row NaN), any incoming gradient (PyTorch comparisons), any slope.
+ * Dropout and the activations on finite data are checked through the runtime by the conformance
+ * harness (tests/ops/conformance.py).
  *
  *   activation_forward(kind, x, x_lo, y_lo, y_shape, negative_slope=0.01) -> y
  *   activation_backward(kind, src, src_lo, dy, dy_lo, dx_lo, dx_shape, negative_slope=0.01) -> dx
- *   dropout(x, x_lo, y_lo, y_shape, shape, p, seed, step) -> y   (also the gradient: dx = dropout(dy))
  *
  * kind is "sigmoid", "tanh", "gelu", "silu" or "leaky_relu"; src is the forward
  * output y for sigmoid and tanh, the forward input x for the others.  Arrays are
@@ -151,43 +153,6 @@ static PyObject *py_activation_backward(PyObject *Py_UNUSED(m), PyObject *args, 
     return (PyObject *)xa;
 }
 
-static PyObject *py_dropout(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"x", "x_lo", "y_lo", "y_shape", "shape", "p", "seed", "step", NULL};
-    PyObject *x_o, *x_lo, *y_lo, *y_shape, *shape_o;
-    double p;
-    unsigned long long seed;
-    long long step;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOdKL", kwlist, &x_o, &x_lo, &y_lo, &y_shape, &shape_o, &p,
-                                     &seed, &step)) {
-        return NULL;
-    }
-    if (step < 0) {
-        PyErr_Format(PyExc_ValueError, "step must be >= 0, got %lld", step);
-        return NULL;
-    }
-    sw_view x, y;
-    int64_t shape[SW_MAX_RANK];
-    PyArrayObject *xa = input(x_o, x_lo, 0, "x", &x);
-    if (xa && sw_py_ints(shape_o, x.rank, shape, SW_PY_NONNEG, "shape") < 0) {
-        Py_CLEAR(xa);
-    }
-    PyArrayObject *ya = xa ? output(x.rank, y_lo, y_shape, "y", &y) : NULL;
-    if (!ya) {
-        Py_XDECREF(xa);
-        return NULL;
-    }
-    sw_status s;
-    SW_KERNEL_BEGIN
-    s = sw_dropout_apply(&x, &y, shape, (float)p, (uint64_t)seed, (int64_t)step, "dropout");
-    SW_KERNEL_END
-    Py_DECREF(xa);
-    if (s != SW_OK) {
-        Py_DECREF(ya);
-        return sw_py_raise(s);
-    }
-    return (PyObject *)ya;
-}
-
 static PyMethodDef methods[] = {
     {"activation_forward", (PyCFunction)(void (*)(void))py_activation_forward, METH_VARARGS | METH_KEYWORDS,
      "activation_forward(kind, x, x_lo, y_lo, y_shape, negative_slope=0.01) -> y = f(x) over y's box\n"
@@ -195,9 +160,6 @@ static PyMethodDef methods[] = {
     {"activation_backward", (PyCFunction)(void (*)(void))py_activation_backward, METH_VARARGS | METH_KEYWORDS,
      "activation_backward(kind, src, src_lo, dy, dy_lo, dx_lo, dx_shape, negative_slope=0.01) -> dx\n"
      "dx = dy * f'(x) over dx's box; src is the forward output y for sigmoid and tanh, the input x otherwise."},
-    {"dropout", (PyCFunction)(void (*)(void))py_dropout, METH_VARARGS | METH_KEYWORDS,
-     "dropout(x, x_lo, y_lo, y_shape, shape, p, seed, step) -> y over y's box of the tensor of `shape`:\n"
-     "x * mask / (1 - p), the mask a function of (seed, step, row-major index in `shape`)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,11 @@
 /*
- * kernels_conv_py.c -- test entry points of the convolution and linear CPU
- * kernels (csrc/cpu/conv*.c, linear.c), so tests can compare them with
- * python/shardwise/reference/__init__.py on full tensors and on sharded views.
+ * kernels_conv_py.c -- test entry points of the convolution CPU kernels
+ * (csrc/cpu/conv*.c) and the linear forward (linear.c), so tests can compare them with
+ * python/shardwise/reference/__init__.py on full tensors and on sharded views, with
+ * either convolution algorithm forced (conv_algorithm: im2col against the direct loops,
+ * which the runtime picks by size), and benchmarks can time one GEMM (linear_forward).
+ * The linear backward passes are checked through the runtime by the conformance
+ * harness (tests/ops/conformance.py).
  *
  * Every array is a float32 NumPy array (any other dtype is a ValueError, never
  * a silent cast); non-contiguous arrays are copied.  A view is an array plus
@@ -287,58 +291,6 @@ static PyObject *py_linear_forward(PyObject *self, PyObject *args, PyObject *kwd
     return finish(&h, s, ya);
 }
 
-static PyObject *py_linear_backward_data(PyObject *self, PyObject *args, PyObject *kwds) {
-    (void)self;
-    static char *kwlist[] = {"w", "w_lo", "dy", "dy_lo", "dx_lo", "dx_shape", NULL};
-    PyObject *wo, *wlo, *dyo, *dylo, *dxlo, *dxshape;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOO", kwlist, &wo, &wlo, &dyo, &dylo, &dxlo, &dxshape)) {
-        return NULL;
-    }
-    held h = {.n = 0};
-    sw_view w, dy, dx;
-    if (!required_view(&h, wo, wlo, 2, &w, "w", "w_lo") || !required_view(&h, dyo, dylo, 2, &dy, "dy", "dy_lo")) {
-        release(&h);
-        return NULL;
-    }
-    PyArrayObject *dxa = output_view(&h, dxlo, dxshape, 2, &dx, "dx");
-    if (!dxa) {
-        release(&h);
-        return NULL;
-    }
-    sw_status s;
-    SW_KERNEL_BEGIN
-    s = sw_linear_backward_data(&w, &dy, &dx);
-    SW_KERNEL_END
-    return finish(&h, s, dxa);
-}
-
-static PyObject *py_linear_backward_weight(PyObject *self, PyObject *args, PyObject *kwds) {
-    (void)self;
-    static char *kwlist[] = {"x", "x_lo", "dy", "dy_lo", "w_shape", "with_bias", NULL};
-    PyObject *xo, *xlo, *dyo, *dylo, *wshape;
-    int with_bias = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|p", kwlist, &xo, &xlo, &dyo, &dylo, &wshape, &with_bias)) {
-        return NULL;
-    }
-    held h = {.n = 0};
-    sw_view x, dy, dw, db;
-    int64_t ws[2];
-    PyArrayObject *dwa, *dba;
-    if (!required_view(&h, xo, xlo, 2, &x, "x", "x_lo") || !required_view(&h, dyo, dylo, 2, &dy, "dy", "dy_lo") ||
-        sw_py_ints(wshape, 2, ws, SW_PY_NONNEG, "w_shape") < 0 ||
-        !weight_grad_views(&h, ws, 2, dy.lo[1], dy.shape[1], with_bias, &dw, &db, &dwa, &dba)) {
-        release(&h);
-        return NULL;
-    }
-    sw_status s;
-    SW_KERNEL_BEGIN
-    s = sw_linear_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL);
-    SW_KERNEL_END
-    PyObject *result = s == SW_OK ? weight_result(dwa, dba) : sw_py_raise(s);
-    release(&h);
-    return result;
-}
-
 /* ------------------------------------------------------------------ the algorithm */
 static const char *const algorithm_names[] = {"auto", "im2col", "direct"};
 
@@ -396,12 +348,6 @@ static PyMethodDef methods[] = {
     {"linear_forward", FN(py_linear_forward), KW,
      "linear_forward(x, x_lo, w, w_lo, b, b_lo, y_lo, y_shape, relu=False) -> y\n"
      "y's box of x w^T + b; b may be None."},
-    {"linear_backward_data", FN(py_linear_backward_data), KW,
-     "linear_backward_data(w, w_lo, dy, dy_lo, dx_lo, dx_shape) -> dx\n"
-     "dx's rows (all input features) = dy w over dy's output range only (a partial gradient)."},
-    {"linear_backward_weight", FN(py_linear_backward_weight), KW,
-     "linear_backward_weight(x, x_lo, dy, dy_lo, w_shape, with_bias=True) -> (dw, db)\n"
-     "dw (dy's output range, I) = dy^T x and db = column sums of dy (or None)."},
     {NULL, NULL, 0, NULL},
 };
 

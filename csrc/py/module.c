@@ -18,7 +18,6 @@
 /* test entry points of the CPU kernels, one file per kernel family */
 int sw_py_register_conv_kernels(PyObject *module);
 int sw_py_register_misc_kernels(PyObject *module);
-int sw_py_register_norm_kernels(PyObject *module);
 int sw_py_register_activation_kernels(PyObject *module);
 int sw_py_register_optim_kernels(PyObject *module);
 
@@ -246,7 +245,7 @@ static int module_exec(PyObject *m) {
         return -1;
     }
     if (sw_py_register_problem_configs(m) < 0 || sw_py_register_problem_tables(m) < 0 ||
-        sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 || sw_py_register_norm_kernels(m) < 0 ||
+        sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 ||
         sw_py_register_activation_kernels(m) < 0 || sw_py_register_optim_kernels(m) < 0 ||
         sw_py_register_lower(m) < 0 || sw_py_register_simulate(m) < 0 || sw_py_register_sim_tasks(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
         sw_py_register_search(m) < 0 || sw_py_register_memory_tables(m) < 0) {

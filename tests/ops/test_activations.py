@@ -3,8 +3,9 @@ leaky ReLU) up the numerics ladder:
 
 1. the NumPy reference (shardwise.reference.activations) against finite differences in
    float64 and against values known in closed form;
-2. the C kernels (csrc/cpu/activation.c) against the reference, on the whole tensor and
-   over random boxes computed from input views wider than the box;
+2. the C kernels (csrc/cpu/activation.c) against the reference: through the runtime, whole and
+   split over workers, bit for bit between splits, by tests/ops/test_conformance.py (the
+   *_saturating and *_rank5 cases); here their special values (NaN, infinities, saturation);
 3. the C kernels against PyTorch within 1e-5, forward and backward, saturation included;
    a graph using all five trains like PyTorch;
 4. plans that split every activation across 2-4 CPU workers train like one worker and
@@ -14,7 +15,6 @@ leaky ReLU) up the numerics ladder:
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -96,48 +96,6 @@ def test_reference_values_in_closed_form():
 
 
 # ------------------------------------------------------------------------------------ 2. C kernels vs the reference
-def random_boxes(rng: np.random.Generator, shape: tuple[int, ...]) -> list[tuple[tuple[int, int], ...]]:
-    """A random grid partition of the tensor into boxes ((lo, hi) per dimension)."""
-    cuts = []
-    for n in shape:
-        parts = int(rng.integers(1, min(3, n) + 1))
-        inner = sorted(rng.choice(np.arange(1, n), size=parts - 1, replace=False).tolist()) if parts > 1 else []
-        bounds = [0, *inner, n]
-        cuts.append(list(zip(bounds[:-1], bounds[1:])))
-    return list(itertools.product(*cuts))
-
-
-def enlarge(rng: np.random.Generator, box, shape) -> tuple[tuple[int, int], ...]:
-    """A random box of the tensor containing ``box``: an input view wider than the output box."""
-    return tuple((int(rng.integers(0, lo + 1)), int(rng.integers(hi, n + 1))) for (lo, hi), n in zip(box, shape))
-
-
-def cut(a: np.ndarray, box) -> np.ndarray:
-    return np.ascontiguousarray(a[tuple(slice(lo, hi) for lo, hi in box)])
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4, 5), (2, 2, 3, 2, 3)])
-def test_kernels_whole_and_sharded_match_reference(kind, shape):
-    rng = np.random.default_rng(len(shape))
-    x, dy = spread(rng, *shape), rng.standard_normal(shape).astype(np.float32)
-    y, dx = c_whole(kind, x, dy)
-    want_y, want_dx = ref_pair(kind, x, dy)
-    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-6)
-    ys, dxs = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
-    for box in random_boxes(rng, shape):
-        v1, v2 = enlarge(rng, box, shape), enlarge(rng, box, shape)
-        lo, ext = tuple(a for a, _ in box), tuple(b - a for a, b in box)
-        region = tuple(slice(a, b) for a, b in box)
-        ys[region] = _core.activation_forward(kind, cut(x, v1), [a for a, _ in v1], lo, ext, negative_slope=SLOPE)
-        src = y if kind in FROM_OUTPUT else x
-        dxs[region] = _core.activation_backward(kind, cut(src, v1), [a for a, _ in v1], cut(dy, v2),
-                                                [a for a, _ in v2], lo, ext, negative_slope=SLOPE)
-    np.testing.assert_array_equal(ys, y)     # the same arithmetic per element, whatever the box
-    np.testing.assert_array_equal(dxs, dx)
-
-
 def test_kernels_special_values():
     """Saturation gives the limits, never NaN; NaN propagates; infinities as PyTorch's."""
     x = np.array([-1e4, -100.0, -88.0, 88.0, 100.0, 1e4, np.inf, -np.inf], np.float32)

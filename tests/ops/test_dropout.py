@@ -1,7 +1,9 @@
 """Dropout whose mask depends on (seed, step, element index) only:
 
 1. the C kernel (csrc/cpu/dropout.c) equals the NumPy reference (shardwise.reference.dropout)
-   bit for bit, on whole tensors and on any box of them;
+   bit for bit, on whole tensors and on the boxes of split plans (through the runtime:
+   tests/ops/test_conformance.py::test_dropout_output_is_the_reference_bit_for_bit), so the
+   statistics below are taken of the reference's masks;
 2. the masks' statistics: the kept fraction is 1 - p, the scaled output keeps the mean, masks
    differ between steps, seeds and neighbouring elements;
 3. every plan (1-4 workers, any split) draws the same mask, bit for bit, and trains like the
@@ -16,7 +18,6 @@ import numpy as np
 import pytest
 
 import shardwise as sw
-from shardwise import _core
 from shardwise.reference import dropout as rd
 from shardwise.errors import GraphError
 from shardwise.iteration.lower import lower
@@ -27,32 +28,7 @@ from training_checks import RTOL, assert_close_weights, reference_run
 from shared_graphs import dropout_graph
 
 
-def c_dropout(x: np.ndarray, p: float, seed: int, step: int, box=None) -> np.ndarray:
-    """The kernel over `box` (default: the whole tensor), reading exactly the box of x."""
-    box = box or tuple((0, n) for n in x.shape)
-    lo = tuple(a for a, _ in box)
-    part = np.ascontiguousarray(x[tuple(slice(a, b) for a, b in box)])
-    return _core.dropout(part, lo, lo, part.shape, x.shape, p, seed, step)
-
-
-# ------------------------------------------------------------------------------------ 1. kernel = reference
-@pytest.mark.parametrize("shape", [(37,), (4, 9), (3, 5, 7), (2, 3, 4, 6), (2, 1, 3, 2, 5)])
-@pytest.mark.parametrize("p", [0.1, 0.5, 0.875])
-def test_kernel_equals_reference_bitwise_on_every_box(shape, p):
-    rng = np.random.default_rng(len(shape))
-    x = rng.standard_normal(shape).astype(np.float32)
-    seed, step = int(rng.integers(0, 2**63)), int(rng.integers(0, 1000))
-    want = rd.dropout_forward(x, p, seed, step)
-    np.testing.assert_array_equal(c_dropout(x, p, seed, step), want)
-    for _ in range(10):
-        box = []
-        for n in shape:
-            a = int(rng.integers(0, n))
-            box.append((a, int(rng.integers(a + 1, n + 1))))
-        np.testing.assert_array_equal(c_dropout(x, p, seed, step, tuple(box)),
-                                      want[tuple(slice(a, b) for a, b in box)], err_msg=str(box))
-
-
+# ------------------------------------------------------------------------------------ 1. the reference's mask
 def test_reference_mask_is_the_documented_hash():
     """Element 0 of seed 0, step 0, recomputed from the formula in plain Python integers."""
     m64 = 2**64 - 1
@@ -75,7 +51,7 @@ def test_reference_mask_is_the_documented_hash():
 def test_kept_fraction_and_mean_scaling(p):
     n = 1 << 20
     ones = np.ones(n, np.float32)
-    y = c_dropout(ones, p, seed=7, step=3)
+    y = rd.dropout_forward(ones, p, seed=7, step=3)   # the kernel's mask, bit for bit (test_conformance)
     kept = float((y != 0).mean())
     sigma = math.sqrt(p * (1 - p) / n)
     assert abs(kept - (1 - p)) < 5 * sigma
@@ -211,8 +187,6 @@ def test_p_zero_is_the_identity_in_train_mode():
     t, twin = Trainer(g, plan1(g)), Trainer(twin_without_dropout(g), plan1(twin_without_dropout(g)))
     twin.set_weights(t.get_weights())
     assert [t.step(x, y) for _ in range(2)] == [twin.step(x, y) for _ in range(2)]
-    x1 = x[:, :, :2, :2].copy()
-    np.testing.assert_array_equal(c_dropout(x1, 0.0, 5, 1), x1)
 
 
 def test_a_checkpointed_step_count_draws_that_steps_masks(tmp_path):
@@ -265,13 +239,7 @@ def test_bad_seeds_are_refused(seed):
         g.dropout(g.input("x", (2, 3)), 0.5, seed=seed)
 
 
-def test_the_kernel_and_the_runtime_refuse_a_bad_probability():
-    x = np.ones((2, 3), np.float32)
-    for p in (1.0, -0.5, float("nan")):
-        with pytest.raises(ValueError, match="not in"):
-            _core.dropout(x, (0, 0), (0, 0), x.shape, x.shape, p, 0, 0)
-    with pytest.raises(ValueError, match="outside the tensor"):
-        _core.dropout(x, (0, 0), (0, 0), x.shape, (2, 2), 0.5, 0, 0)
+def test_the_runtime_refuses_a_bad_probability():
     g = dropout_graph()
     g["d1"].attrs["p"] = 1.0   # past the builder's checks: the runtime's own
     with pytest.raises(ValueError, match="dropout"):
