@@ -22,7 +22,7 @@ from shardwise.errors import ModelImportError, ShapeError
 from shardwise.graph import Graph, Tensor
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.torch.call import _check_ceil_mode
-from shardwise.reference import BN_EPS
+from shardwise.ops.builtin import BN_EPS
 
 
 Weight = tuple[Const, np.ndarray]

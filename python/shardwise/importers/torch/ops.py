@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from shardwise.errors import ShapeError
 from shardwise.graph import Graph, Tensor
-from shardwise.reference import BN_EPS
+from shardwise.ops.builtin import BN_EPS
 
 from shardwise.importers.torch.call import REQUIRED, Attr, Call, Lazy, TorchOp, _check_ceil_mode, _dim, _dim_attr, _pair, _show
 
