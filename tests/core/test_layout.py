@@ -2,6 +2,8 @@
 
 * reference/ is the NumPy oracle for tests: no production module imports shardwise.reference,
   at the top of a file or inside a function (issue 24, point 2).
+* No Python twin of C logic: the interval arithmetic of index expressions lives in
+  csrc/core/region.c only (issue 24, point 6); ops/boxes.py, its Python copy, is gone.
 """
 from __future__ import annotations
 
@@ -57,3 +59,9 @@ def test_the_scan_catches_imports_inside_functions():
     assert "shardwise.reference" in found
     assert "shardwise.reference.conv2d_forward" in found
 
+
+def test_no_python_copy_of_the_region_arithmetic():
+    assert not (PACKAGE / "ops" / "boxes.py").exists()
+    for path, tree in _modules():
+        names = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        assert not names & {"expr_interval", "_compiled"}, path
