@@ -81,9 +81,11 @@ def _group_digits(parts: tuple[int, ...]) -> np.ndarray:
     return digits
 
 
-def nested_boxes(extents: Sequence[int], parts: Parts, digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`nested_box` of every group at once: ``digits`` (groups, levels) as
-    :func:`_group_digits`; (lo, hi) arrays of shape (groups, len(extents))."""
+@functools.lru_cache(maxsize=1 << 16)
+def nested_boxes(extents: tuple[int, ...], parts: Parts, levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`nested_box` of every group of ``levels`` (groups per level, :func:`level_groups`
+    order) at once: (lo, hi) arrays of shape (groups, len(extents)), read-only (memoized)."""
+    digits = _group_digits(levels)
     lo = np.zeros((digits.shape[0], len(extents)), dtype=np.int64)
     size = list(extents)
     for level, (d, p) in enumerate(parts[: digits.shape[1]]):
@@ -91,12 +93,15 @@ def nested_boxes(extents: Sequence[int], parts: Parts, digits: np.ndarray) -> tu
             continue
         size[d] //= p
         lo[:, d] += digits[:, level] * size[d]
-    return lo, lo + np.asarray(size, dtype=np.int64)
+    hi = lo + np.asarray(size, dtype=np.int64)
+    lo.setflags(write=False)
+    hi.setflags(write=False)
+    return lo, hi
 
 
 def _overlap(alo: np.ndarray, ahi: np.ndarray, blo: np.ndarray, bhi: np.ndarray) -> np.ndarray:
     """Per row, the volume of the intersection of box a and box b (0 when they miss)."""
-    return np.clip(np.minimum(ahi, bhi) - np.maximum(alo, blo), 0, None).prod(axis=1)
+    return np.maximum(np.minimum(ahi, bhi) - np.maximum(alo, blo), 0).prod(axis=1)
 
 
 def reducible_variables(op: Op) -> list[int]:
@@ -186,8 +191,7 @@ class CommModel:
         key = (self.sig[op.index], slot, op_parts)
         hit = self._regions.get(key)
         if hit is None:
-            digits = _group_digits(tuple(p for _, p in op_parts))
-            lo, hi = nested_boxes(op.desc.extents, op_parts, digits)
+            lo, hi = nested_boxes(tuple(op.desc.extents), op_parts, tuple(p for _, p in op_parts))
             rlo, rhi, used = self._problem.iteration_regions(self._rep[self.sig[op.index]], slot, lo, hi)
             hit = (rlo, rhi, used, np.where(used, (rhi - rlo).prod(axis=1), 0))
             self._regions[key] = hit
@@ -195,8 +199,7 @@ class CommModel:
 
     def _fetch(self, op: Op, slot: int, op_parts: Parts, tensor_parts: Parts) -> int:
         rlo, rhi, used, size = self.regions(op, slot, op_parts)
-        digits = _group_digits(tuple(p for _, p in op_parts))
-        olo, ohi = nested_boxes(op.desc.inputs[slot].shape, tensor_parts, digits)
+        olo, ohi = nested_boxes(tuple(op.desc.inputs[slot].shape), tensor_parts, tuple(p for _, p in op_parts))
         return int((size - np.where(used, _overlap(rlo, rhi, olo, ohi), 0)).sum())
 
     def output_cost(self, op: Op, op_parts: Parts, tensor_parts: Parts) -> int:
@@ -210,10 +213,10 @@ class CommModel:
         desc = op.desc
         rank = desc.out_rank
         partials = prod(p for v, p in op_parts if v >= rank)   # distinct reduction slices
-        digits = _group_digits(tuple(p for _, p in op_parts))
-        clo, chi = nested_boxes(desc.extents, op_parts, digits)
+        levels = tuple(p for _, p in op_parts)
+        clo, chi = nested_boxes(tuple(desc.extents), op_parts, levels)
         clo, chi = clo[:, :rank], chi[:, :rank]                     # the output box each group computes
-        olo, ohi = nested_boxes(desc.out_shape, tensor_parts, digits)
+        olo, ohi = nested_boxes(tuple(desc.out_shape), tensor_parts, levels)
         overlap = _overlap(clo, chi, olo, ohi)
         total = int((partials * (ohi - olo).prod(axis=1) - overlap).sum())   # forward: pieces and partials
         if self.gradient[op.index]:
