@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import shardwise as sw
-from shardwise.ops.boxes import volume
+from shardwise.ops.box import volume
 from shardwise.plan import reduction_pair
 from shardwise.planning.problem import make_problem
 

@@ -2,7 +2,7 @@
 that every read sees a write ordered before it and no two unordered tasks race on a buffer."""
 from __future__ import annotations
 
-from shardwise.ops.boxes import intersect
+from shardwise.ops.box import intersect
 
 # buffers that hold state kept across iterations (read before this iteration writes them)
 PERSISTENT = {"param", "momentum", "running_stats"}

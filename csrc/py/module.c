@@ -160,6 +160,9 @@ static PyMethodDef Problem_methods[] = {
      "worker_regions(op, config, slot, per_worker=False) -> (lo, hi, used) of every worker's region"},
     {"iteration_region", (PyCFunction)sw_py_problem_iteration_region, METH_VARARGS,
      "iteration_region(op, slot, lo, hi) -> (box, exact): input region read by the iteration box [lo, hi)"},
+    {"iteration_regions", (PyCFunction)sw_py_problem_iteration_regions, METH_VARARGS,
+     "iteration_regions(op, slot, lo, hi) -> (rlo, rhi, used): iteration_region of every row of the (n, nvars) "
+     "int64 arrays lo, hi at once; rlo, rhi (n, rank) int64, used (n,) bool"},
     {"progress", (PyCFunction)Problem_progress, METH_NOARGS,
      "progress() -> (done, total) of the table build or search running on another thread"},
     {"set_compute_times", (PyCFunction)sw_py_problem_set_compute_times, METH_VARARGS,

@@ -1,6 +1,7 @@
 /* problem_configs_py.c -- the Problem methods that set up a problem's options and configurations:
  * set_options, set_optimizer_state, enumerate, enumerate_sets, set_configs, and the read-back of
- * configurations (configs, reductions) and of the region an iteration box reads (iteration_region).
+ * configurations (configs, reductions) and of the region an iteration box reads (iteration_region,
+ * iteration_regions for many boxes at once).
  *
  * Apart from module.c (the Problem type itself) because these are the planner's inputs: what the
  * search may choose from.  Methods that change self->p convert their arguments with self->busy
@@ -304,6 +305,76 @@ PyObject *sw_py_problem_iteration_region(ProblemObject *self, PyObject *args) {
         }
     }
     return Py_BuildValue("(NN)", box, flags);
+}
+
+/* iteration_regions(op, slot, lo, hi) -> (rlo, rhi, used): iteration_region for many boxes at once
+ * (Tofu's model asks for every group of a partition): lo, hi (n, nvars) int64, one iteration box
+ * per row; rlo, rhi (n, rank) int64 the region each reads, used (n,) bool whether it reads any
+ * (sw_iteration_region's result: 0 outside a concat window or when clipping leaves nothing). */
+PyObject *sw_py_problem_iteration_regions(ProblemObject *self, PyObject *args) {
+    int op, slot;
+    PyObject *lo_o, *hi_o;
+    if (!PyArg_ParseTuple(args, "iiOO", &op, &slot, &lo_o, &hi_o) || !sw_py_problem_ready(self) ||
+        !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    const sw_op *o = &self->p->ops[op];
+    if (slot < 0 || slot >= o->ninputs) {
+        PyErr_Format(PyExc_IndexError, "input slot %d out of range 0..%d", slot, o->ninputs - 1);
+        return NULL;
+    }
+    self->busy = 1;  /* see CONVERTING: o points into self->p */
+    PyArrayObject *lo = sw_py_array(lo_o, NPY_INT64, 2, "lo");
+    PyArrayObject *hi = lo ? sw_py_array(hi_o, NPY_INT64, 2, "hi") : NULL;
+    self->busy = 0;
+    PyArrayObject *rlo = NULL, *rhi = NULL, *used = NULL;
+    if (!hi) {
+        goto fail;
+    }
+    npy_intp n = PyArray_DIM(lo, 0);
+    if (PyArray_DIM(lo, 1) != o->nvars || PyArray_DIM(hi, 0) != n || PyArray_DIM(hi, 1) != o->nvars) {
+        PyErr_Format(PyExc_ValueError, "lo and hi must both be (n, %d): one value per iteration variable", o->nvars);
+        goto fail;
+    }
+    const int64_t *pl = PyArray_DATA(lo), *ph = PyArray_DATA(hi);
+    for (npy_intp i = 0; i < n; i++) {
+        for (int v = 0; v < o->nvars; v++) {
+            int64_t a = pl[i * o->nvars + v], b = ph[i * o->nvars + v];
+            if (a < 0 || b > o->extent[v] || a >= b) {
+                PyErr_Format(PyExc_ValueError, "box %zd, variable %d: [%lld, %lld) is not a non-empty range inside "
+                             "[0, %lld)", (Py_ssize_t)i, v, (long long)a, (long long)b, (long long)o->extent[v]);
+                goto fail;
+            }
+        }
+    }
+    int rank = o->inputs[slot].rank;
+    npy_intp dims[2] = {n, rank};
+    rlo = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT64);
+    rhi = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT64);
+    used = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_BOOL);
+    if (!rlo || !rhi || !used) {
+        goto fail;
+    }
+    int64_t *ql = PyArray_DATA(rlo), *qh = PyArray_DATA(rhi);
+    npy_bool *pu = PyArray_DATA(used);
+    for (npy_intp i = 0; i < n; i++) {
+        sw_box region;
+        pu[i] = (npy_bool)(sw_iteration_region(o, slot, pl + i * o->nvars, ph + i * o->nvars, &region, NULL) != 0);
+        for (int d = 0; d < rank; d++) {
+            ql[i * rank + d] = region.lo[d];
+            qh[i * rank + d] = region.hi[d];
+        }
+    }
+    Py_DECREF(lo);
+    Py_DECREF(hi);
+    return Py_BuildValue("(NNN)", rlo, rhi, used);
+fail:
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    Py_XDECREF(rlo);
+    Py_XDECREF(rhi);
+    Py_XDECREF(used);
+    return NULL;
 }
 
 int sw_py_register_problem_configs(PyObject *Py_UNUSED(module)) {

@@ -59,6 +59,7 @@ PyObject *sw_py_problem_set_configs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_reductions(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_configs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_iteration_region(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_iteration_regions(ProblemObject *self, PyObject *args);
 
 /* problem_tables_py.c: its NumPy API table; Problem methods over the cost tables */
 int sw_py_register_problem_tables(PyObject *module);

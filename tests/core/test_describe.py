@@ -7,7 +7,8 @@ import pytest
 import shardwise as sw
 from shardwise.ops import builtin as ops
 from shardwise.ops.describe import DescriptionError
-from shardwise.ops.boxes import input_region, worker_boxes
+from shardwise.ops.box import worker_boxes
+from shardwise.planning.regions import input_region
 
 
 @sw.op
@@ -207,6 +208,7 @@ def test_core_iteration_regions_match_brute_force(builtin):
     from shardwise.planning.problem import CostOptions, make_problem
     problem = make_problem(g, sw.DeviceGraph.cpu(1), CostOptions(threads=1))
     rng = np.random.default_rng(1)
+    boxes = []
     for _ in range(25):
         lo, hi = [], []
         for extent in builtin.extents:
@@ -230,6 +232,16 @@ def test_core_iteration_regions_match_brute_force(builtin):
                 expected = input_region(builtin, slot, out_box)
                 if expected is not None:
                     assert problem.iteration_region(op.op, slot, lo, hi)[0] == expected
+        boxes.append((lo, hi))
+    # many boxes in one call (Tofu's model asks so): the same regions as one at a time
+    los, his = (np.array([b[k] for b in boxes], dtype=np.int64) for k in (0, 1))
+    for slot in range(len(builtin.inputs)):
+        rlo, rhi, used = problem.iteration_regions(op.op, slot, los, his)
+        for (lo, hi), a, b, u in zip(boxes, rlo, rhi, used):
+            box, _ = problem.iteration_region(op.op, slot, lo, hi)
+            assert bool(u) == all(h > l for l, h in box)
+            if u:
+                assert tuple(zip(a.tolist(), b.tolist())) == box
 
 
 def test_iteration_region_rejects_bad_boxes():
@@ -244,6 +256,16 @@ def test_iteration_region_rejects_bad_boxes():
         problem.iteration_region(y.op, 0, [0, 0, 6], [4, 5, 6])
     with pytest.raises(IndexError):
         problem.iteration_region(y.op, 7, [0, 0, 0], [4, 5, 12])
+    good = np.array([[0, 0, 0]]), np.array([[4, 5, 12]])
+    assert [a.tolist() for a in problem.iteration_regions(y.op, 0, *good)] == [[[0, 0]], [[4, 12]], [True]]
+    with pytest.raises(ValueError, match=r"\(n, 3\)"):
+        problem.iteration_regions(y.op, 0, np.zeros((1, 2), np.int64), np.ones((1, 2), np.int64))
+    with pytest.raises(ValueError, match="box 1, variable 2"):
+        problem.iteration_regions(y.op, 0, np.array([[0, 0, 0], [0, 0, 6]]), np.array([[4, 5, 12], [4, 5, 6]]))
+    with pytest.raises(ValueError, match="2-D array"):
+        problem.iteration_regions(y.op, 0, [0, 0, 0], [4, 5, 12])
+    with pytest.raises(IndexError):
+        problem.iteration_regions(y.op, 7, *good)
 
 
 def test_top_level_sums_are_additive():

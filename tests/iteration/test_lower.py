@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardwise as sw
-from shardwise.ops.boxes import input_region, intersect, volume, worker_boxes
+from shardwise.ops.box import intersect, volume, worker_boxes
+from shardwise.planning.regions import input_region
 from shardwise.iteration.lower import lower
 
 from strategies_random import build_graph, examples, graph_recipes, random_plan

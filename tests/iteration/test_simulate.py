@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 import shardwise as sw
-from shardwise.ops.boxes import volume
+from shardwise.ops.box import volume
 from shardwise.iteration.lower import lower, plan_arrays
 from shardwise.iteration.memory import _problem
 from shardwise.iteration.simulate import MemoryOverflow, simulate

@@ -23,7 +23,7 @@ import pytest
 import shardwise as sw
 from shardwise import _core
 from shardwise.reference import activations as act
-from shardwise.ops.boxes import input_region
+from shardwise.planning.regions import input_region
 from shardwise.errors import GraphError, ShapeError
 from shardwise.train.trainer import SGD, Trainer
 from strategies_random import random_plan

@@ -22,7 +22,7 @@ import pytest
 import shardwise as sw
 from shardwise import _core
 from shardwise.reference import conv as rc
-from shardwise.ops.boxes import input_region
+from shardwise.planning.regions import input_region
 from shardwise.errors import ShapeError
 from shardwise.train.init import init_params
 from shardwise.planning.problem import CostOptions, make_problem

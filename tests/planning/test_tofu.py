@@ -289,7 +289,7 @@ def test_plan_devices_follow_the_worker_numbering():
     assert sorted(cfg.devices) == [0, 1, 2, 3]
     # worker w's box under Tofu's nesting is the box of the grid cell holding device w
     from shardwise.planning.tofu.model import level_groups, nested_box
-    from shardwise.ops.boxes import worker_boxes
+    from shardwise.ops.box import worker_boxes
     boxes = worker_boxes(x.shape, cfg.degrees)
     for w, group in enumerate(level_groups(res.levels)):
         assert boxes[cfg.devices.index(w)] == nested_box(x.shape, res.tensor_parts["x"], group)
@@ -300,7 +300,7 @@ def test_reduction_cuts_become_partition_n_reduce_configs(k):
     """Tofu's reduction cuts map to OpConfig.reduction: every worker's iteration box under
     Tofu's nesting is the one the Plan gives the worker on the same device, and the plan
     lowers with Eq. 1's bytes."""
-    from shardwise.ops.boxes import worker_boxes
+    from shardwise.ops.box import worker_boxes
     from shardwise.iteration.lower import lower
     from shardwise.planning.tofu.model import level_groups, nested_box
 

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
-from shardwise.ops.boxes import Box, volume
+from shardwise.ops.box import Box, volume
 from shardwise.graph import Graph
 from shardwise.plan import Plan, reduction_pair
 

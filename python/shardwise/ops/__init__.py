@@ -1,2 +1,3 @@
 """Op descriptions: index maps (desc), the built-in op kinds (builtin, seq), the ``sw.op`` describer
-(describe) and box arithmetic for the views (boxes)."""
+(describe) and boxes as values (box: volume, intersection, the worker grid; the regions an
+op reads come from the C core, shardwise.planning.regions)."""

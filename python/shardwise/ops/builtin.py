@@ -168,6 +168,11 @@ def dropout(x: tuple[int, ...]) -> OpDesc:
     return replace(elementwise([x], "dropout"), flops_per_output=DROPOUT_FLOPS)
 
 
+BN_EPS = 1e-5
+"""Batch-normalization epsilon (PyTorch's default), added to the biased variance: the kernels'
+(csrc/cpu/tasks.c BN_EPS), the importers' check and the NumPy oracle's (shardwise.reference)."""
+
+
 def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
     """out[n,c,h,w] = (in[n,c,h,w] - mean[c]) * gamma[c] / std[c] + beta[c].
 

@@ -280,7 +280,7 @@ BOOKKEEPING_KINDS = ("copy", "accumulate", "reduce", "stats_reduce", "update")
 
 def _task_elements(tg, task) -> int:
     """Elements a bookkeeping task moves: its box, or its output buffer's size."""
-    from shardwise.ops.boxes import volume
+    from shardwise.ops.box import volume
 
     if task.box is not None:
         return volume(task.box)

@@ -58,6 +58,7 @@ from shardwise.reference.conv import _out_size, _pad, _pair, _unpad, _window, co
 from shardwise.reference.inputs import check_inputs as _check_inputs, compute_dtype as _dtype
 from shardwise.reference.optim import adam_step, sgd_step
 from shardwise.reference.seq import matmul_backward, matmul_forward
+from shardwise.ops.builtin import BN_EPS
 
 __all__ = [
     "conv2d_forward", "conv2d_backward", "pool2d_forward", "pool2d_backward",
@@ -72,8 +73,7 @@ __all__ = [
     "forward", "loss_and_grads", "sgd_step", "adam_step", "BN_EPS",
 ]
 
-BN_EPS = 1e-5
-"""Batch-normalization epsilon (PyTorch's default), added to the biased variance."""
+# BN_EPS: the batch-normalization epsilon of the op (shardwise.ops.builtin), imported above
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,9 +23,7 @@ from shardwise.importers.onnx.ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_RE
                                Outputs, SiluOf)
 from shardwise.importers.onnx import seq as import_onnx_seq# noqa: F401  (adds the sequence ops to ONNX_OPS)
 from shardwise.importers.onnx import rnn as import_onnx_rnn# noqa: F401  (adds LSTM)
-from shardwise.importers.torch.call import Lazy
-from shardwise.importers.torch.convert import _live_ops, _prune   # the same pruning as from_torch: ops the loss does not read
-from shardwise.train.init import parameter_shapes
+from shardwise.importers.common import Lazy, check_weight_shapes, unique_name, without_dead_ops
 
 __all__ = ["from_onnx"]
 
@@ -70,12 +68,7 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
         raise ModelImportError(f"batch must be a positive int, got {batch!r}")
     importer = _OnnxImporter(onnx, proto, batch, name or default_name, base_dir)
     g = importer.run()
-    weights = importer.weights()
-    live = _live_ops(g)
-    if len(live) < len(g.ops):
-        g = _prune(g, live)
-        weights = {k: v for k, v in weights.items() if k.rsplit(".", 1)[0] in g}
-    return g, weights
+    return without_dead_ops(g, importer.weights())   # the same pruning as from_torch: ops the loss does not read
 
 
 def _fold_key(op: str, attrs: dict[str, Any], args: list[Any]) -> tuple | None:
@@ -420,10 +413,7 @@ class _OnnxImporter:
         # the initializers' arrays are the import's own copies: no second copy unless transposed or converted
         out = {f"{op}.{p}": np.ascontiguousarray(v, dtype=np.float32) for op, ps in self.weights_.items()
                for p, v in ps.items()}
-        want = parameter_shapes(self.g)
-        got = {k: v.shape for k, v in out.items()}
-        if got != want:
-            raise ModelImportError(f"internal error: imported weights {got} differ from the graph's {want}")
+        check_weight_shapes(self.g, out)
         for op, buffers in self.state.items():   # running statistics: Trainer.set_weights takes them too
             out.update({f"{op}.{b}": np.array(v, dtype=np.float32, order="C") for b, v in buffers.items()})
         return out
@@ -431,12 +421,7 @@ class _OnnxImporter:
     # ----- names and places
     def _unique(self, base: str, owner: bool = False) -> str:
         """``base``, or ``base_1``, ...: a name no op has; a reserved name only for its owner."""
-        if base not in self.g and (owner or base not in self.reserved):
-            return base
-        k = 1
-        while f"{base}_{k}" in self.g or f"{base}_{k}" in self.reserved:
-            k += 1
-        return f"{base}_{k}"
+        return unique_name(self.g, self.reserved, base, owner)
 
     def _scope(self, node: Any, counted: bool = True) -> tuple[str | None, bool]:
         """(module path, whether the node is that module's own op) from what PyTorch's exporters

@@ -21,8 +21,8 @@ import numpy as np
 from shardwise.errors import ModelImportError, ShapeError
 from shardwise.graph import Graph, Tensor
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
-from shardwise.importers.torch.call import _check_ceil_mode
-from shardwise.reference import BN_EPS
+from shardwise.importers.common import check_ceil_mode, linear_layer
+from shardwise.ops.builtin import BN_EPS
 
 
 Weight = tuple[Const, np.ndarray]
@@ -197,14 +197,8 @@ def _conv(c: OnnxCall) -> Tensor:
 
 def _linear(c: OnnxCall, x: Tensor, weight: Weight, bias: Weight | None) -> Tensor:
     """y = x W^T + b, ``weight`` in PyTorch's layout (out, in)."""
-    w = weight[1]
-    if len(x.shape) not in (2, 3):
-        raise c.error(f"a matrix product of a rank-{len(x.shape)} tensor {x.shape} with a weight is not supported "
-                      f"(it takes (N, features) or (N, T, features))")
-    if x.shape[-1] != w.shape[1]:
-        raise ShapeError(f"{c.where}: the weight (out, in) = {tuple(w.shape)} takes {w.shape[1]} features but the "
-                         f"input has shape {x.shape}")
-    y = c.graph.linear(x, int(w.shape[0]), activation=c.activation, bias=bias is not None, name=c.name)
+    y = linear_layer(c, x, tuple(weight[1].shape), bias is not None, weight_text="(out, in) = ",
+                     unsupported_rank="a matrix product of a rank-{rank} tensor {shape} with a weight")
     c.set_weights(weight=weight, bias=bias)
     return y
 
@@ -371,7 +365,7 @@ def _pool(kind: str) -> Callable[[OnnxCall], Tensor]:
         if kind == "avg" and padding != (0, 0) and not c.attrs.get("count_include_pad", 0):
             raise c.error("count_include_pad=0 with padding is not supported (padded zeros count in the divisor)")
         if c.attrs.get("ceil_mode", 0):
-            _check_ceil_mode(c, x.shape, kernel, stride, padding)
+            check_ceil_mode(c, x.shape, kernel, stride, padding)
         return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
     return convert
 

@@ -37,7 +37,7 @@ from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const
 from shardwise.importers.onnx.ops import LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall, Outputs, _show
 from shardwise.importers.onnx.seq import View, _view, resolve, same_layout
-from shardwise.importers.torch.call import Lazy
+from shardwise.importers.common import Lazy
 from shardwise.importers.torch.seq import GATES, Layers, Steps, lstm_layer, lstm_weights
 
 ONNX_GATES = "iofg"

@@ -31,7 +31,7 @@ import numpy as np
 from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.onnx.ops import ONNX_OPS, OnnxCall, _linear, _show
-from shardwise.importers.torch.call import Lazy
+from shardwise.importers.common import Lazy
 
 MASK_FILL_MAX = -1e9   # as import_torch_seq: an additive mask value taken for -inf
 

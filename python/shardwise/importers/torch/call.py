@@ -2,8 +2,8 @@
 
 :class:`Call` is one call of the trace as a converter sees it (its inputs, its attributes under
 the module form's names, the graph being built, the weights to record); :class:`TorchOp` is one
-entry of the table (every spelling of one operation); :class:`Lazy` a value of the trace kept
-symbolic until an op reads it.  Apart from the table (import_torch_ops.py, import_torch_seq.py)
+entry of the table (every spelling of one operation).  :class:`~shardwise.importers.common.Lazy`,
+a value of the trace kept symbolic until an op reads it, is shared with the ONNX importer.  Apart from the table (import_torch_ops.py, import_torch_seq.py)
 so that the converters of both, and the ONNX importer, build on one definition.  Nothing here
 imports torch.
 """
@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from shardwise.errors import ModelImportError
 from shardwise.graph import Graph, Tensor
+from shardwise.importers.common import Lazy
 
 
 REQUIRED = object()
@@ -29,16 +30,6 @@ class Attr:
 
     def __repr__(self) -> str:   # messages show the path, not the tensor's values
         return f"<the model's tensor {self.target!r}>"
-
-
-class Lazy:
-    """A value of the trace that is not (yet) one graph tensor: attention scores waiting for
-    their scale and causal mask to reach a softmax, an LSTM's output sequence kept as its
-    steps (:mod:`shardwise.importers.torch.seq`)."""
-
-    def tensor(self, g: Graph, where: str, what: str) -> Tensor:
-        """The value as one graph tensor (building ops if need be), or a ModelImportError."""
-        raise NotImplementedError
 
 
 @dataclass
@@ -183,17 +174,3 @@ def _dim_attr(c: Call, name: str, rank: int) -> int:
     """The dimension attribute ``name`` of the call (e.g. ``dim0``, ``start_dim``), checked and made
     non-negative for a rank-``rank`` tensor; the error names the attribute."""
     return _dim(c, c.attrs[name], rank, name)
-
-
-def _check_ceil_mode(c: Call, shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
-                     padding: tuple[int, int]) -> None:
-    """ceil_mode=True is accepted where it gives the windows of floor mode (PyTorch's rule:
-    a last window must start inside the input or its left padding)."""
-    for size, k, s, p in zip(shape[2:], kernel, stride, padding):
-        floor = (size + 2 * p - k) // s + 1
-        ceil = -(-(size + 2 * p - k) // s) + 1
-        if (ceil - 1) * s >= size + p:
-            ceil -= 1
-        if ceil != floor:
-            raise c.error(f"ceil_mode=True adds a partial window on a {shape[2]}x{shape[3]} input "
-                          f"(kernel {kernel}, stride {stride}, padding {padding}); it is not supported")

@@ -20,9 +20,9 @@ import numpy as np
 
 from shardwise.errors import ModelImportError, ShardwiseError
 from shardwise.graph import Graph, Tensor
-from shardwise.importers.torch.call import REQUIRED, Attr, Call, Lazy, TorchOp, is_torch_tensor, record_weights
+from shardwise.importers.common import Lazy, check_weight_shapes, unique_name, without_dead_ops
+from shardwise.importers.torch.call import REQUIRED, Attr, Call, TorchOp, is_torch_tensor, record_weights
 from shardwise.importers.torch.ops import TORCH_OPS, VIEW_OPS
-from shardwise.train.init import parameter_shapes
 
 __all__ = ["from_torch"]
 
@@ -77,47 +77,7 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
     fx_graph = _trace(torch, model)
     importer = _Importer(torch, resolve(torch), model, fx_graph, name or type(model).__name__)
     g = importer.run(shapes)
-    weights = importer.weights()
-    live = _live_ops(g)
-    if len(live) < len(g.ops):
-        # results the loss does not depend on (an unused branch, a computed-but-ignored value)
-        # would still be planned and computed every step: leave them out
-        g = _prune(g, live)
-        weights = {k: v for k, v in weights.items() if k.rsplit(".", 1)[0] in g}
-    return g, weights
-
-
-def _live_ops(g: Graph) -> set[int]:
-    """Indices of the ops the loss (the last op) depends on."""
-    live = {len(g.ops) - 1}
-    for op in reversed(g.ops):
-        if op.index in live:
-            live.update(op.inputs)
-    return live
-
-
-def _prune(g: Graph, live: set[int]) -> Graph:
-    """A copy of ``g`` with only the ops in ``live``, same names and attributes.
-
-    Rebuilding by replaying the builders (rather than importing again without the dead
-    nodes) keeps one trace and one pass: a dead tensor may still be read by a live shape
-    query (``dead.size(0)``), which a second pass without it could not answer."""
-    out = Graph(g.name)
-    new: dict[int, Tensor] = {}
-    for op in g.ops:
-        if op.index not in live:
-            continue
-        ins = [new[i] for i in op.inputs]
-        if op.kind == "input":
-            t = out.input(op.name, op.shape, dtype=op.attrs.get("dtype", "float32"))
-        elif op.kind == "parameter":
-            t = out.parameter(op.shape, name=op.name)
-        elif op.kind == "concat":
-            t = out.concat(ins, name=op.name, **op.attrs)
-        else:   # the builder's keyword arguments are the attributes it recorded
-            t = getattr(out, op.kind)(*ins, name=op.name, **op.attrs)
-        new[op.index] = t
-    return out
+    return without_dead_ops(g, importer.weights())
 
 
 def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[tuple[int, ...], str]]:
@@ -379,10 +339,7 @@ class _Importer:
         for op_name, params in self.params.items():
             for pname, t in params.items():
                 out[f"{op_name}.{pname}"] = np.array(t.detach().cpu().float().numpy(), dtype=np.float32)
-        want = parameter_shapes(self.g)
-        got = {k: v.shape for k, v in out.items()}
-        if got != want:   # a converter that recorded weights other than its op's
-            raise ModelImportError(f"internal error: imported weights {got} differ from the graph's {want}")
+        check_weight_shapes(self.g, out)
         for op_name, buffers in self.state.items():   # running statistics (float32) and the count (int64)
             for bname, t in buffers.items():
                 a = t.detach().cpu().numpy()
@@ -462,12 +419,7 @@ class _Importer:
     def _unique(self, base: str, owner: bool = False) -> str:
         """``base``, or ``base_1``, ``base_2``, ...: a name no op has; only the owner of a reserved
         name (the module or attribute itself) gets it."""
-        if base not in self.g and (owner or base not in self.reserved):
-            return base
-        k = 1
-        while f"{base}_{k}" in self.g or f"{base}_{k}" in self.reserved:
-            k += 1
-        return f"{base}_{k}"
+        return unique_name(self.g, self.reserved, base, owner)
 
     def _op_name(self, node: Any, entry: TorchOp, inputs: list[Any]) -> str:
         """The module's path; for ``F.linear(x, self.fc.weight)``, the weight's owner (``"fc"``);

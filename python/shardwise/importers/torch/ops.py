@@ -23,9 +23,10 @@ from typing import Any, Callable
 
 from shardwise.errors import ShapeError
 from shardwise.graph import Graph, Tensor
-from shardwise.reference import BN_EPS
+from shardwise.ops.builtin import BN_EPS
 
-from shardwise.importers.torch.call import REQUIRED, Attr, Call, Lazy, TorchOp, _check_ceil_mode, _dim, _dim_attr, _pair, _show
+from shardwise.importers.common import Lazy, check_ceil_mode, linear_layer
+from shardwise.importers.torch.call import REQUIRED, Attr, Call, TorchOp, _dim, _dim_attr, _pair, _show
 
 
 # ----------------------------------------------------------------------------- converters
@@ -79,16 +80,9 @@ def _conv2d_fn(c: Call) -> Tensor:
 
 def _linear_with(c: Call, weight: Any, bias: Any) -> Tensor:
     """y = x W^T + b with W (out, in), from nn.Linear or F.linear, on (N, in) or (N, T, in)."""
-    x = c.tensor(0)
-    if len(x.shape) not in (2, 3):
-        raise c.error(f"Linear on a rank-{len(x.shape)} input {x.shape} is not supported (it takes (N, features) "
-                      f"or (N, T, features))")
-    if x.shape[-1] != weight.shape[1]:
-        raise ShapeError(f"{c.where}: the weight {tuple(weight.shape)} takes {weight.shape[1]} features but the "
-                         f"input has shape {x.shape}")
-    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ShapeError(f"{c.where}: bias of shape {tuple(bias.shape)} for {weight.shape[0]} output features")
-    y = c.graph.linear(x, int(weight.shape[0]), activation=c.activation, bias=bias is not None, name=c.name)
+    y = linear_layer(c, c.tensor(0), tuple(weight.shape), bias is not None,
+                     unsupported_rank="Linear on a rank-{rank} input {shape}",
+                     bias_shape=None if bias is None else tuple(bias.shape))
     c.set_weights(weight=weight, bias=bias)
     return y
 
@@ -243,7 +237,7 @@ def _pool(c: Call, kind: str, kernel_size: Any, stride: Any, padding: Any) -> Te
     stride = kernel if stride is None or stride == [] or stride == () else _pair(c, stride, "stride")
     padding = _pair(c, padding, "padding")
     if c.attrs.get("ceil_mode"):
-        _check_ceil_mode(c, x.shape, kernel, stride, padding)
+        check_ceil_mode(c, x.shape, kernel, stride, padding)
     return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
 
 

@@ -3,7 +3,7 @@ transpose and permute, attention (``F.scaled_dot_product_attention``, or its com
 ``softmax((q @ k.transpose(-2, -1)) * scale).masked_fill(causal mask, -inf) @ v``), indexing one
 step of a sequence, and ``nn.LSTM`` unrolled over time.
 
-Two kinds of values of the trace are kept lazy (:class:`~shardwise.importers.torch.call.Lazy`) until
+Two kinds of values of the trace are kept lazy (:class:`~shardwise.importers.common.Lazy`) until
 a reader decides what they become:
 
 * :class:`Scores`: attention scores (the result of a batched matmul) times a constant and with a
@@ -24,7 +24,8 @@ from typing import Any
 
 from shardwise.errors import ModelImportError
 from shardwise.graph import Graph, Tensor
-from shardwise.importers.torch.call import (REQUIRED, Attr, Call, Lazy, TorchOp, _dim, _dim_attr, _show, is_torch_tensor,
+from shardwise.importers.common import Lazy
+from shardwise.importers.torch.call import (REQUIRED, Attr, Call, TorchOp, _dim, _dim_attr, _show, is_torch_tensor,
                                 record_weights)
 
 MASK_FILL_MAX = -1e9

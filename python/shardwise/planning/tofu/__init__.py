@@ -26,7 +26,7 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.graph import Graph
-from shardwise.ops.boxes import volume
+from shardwise.ops.box import volume
 from shardwise.ops.desc import DATA, WEIGHT
 from shardwise.planning.tofu.coarsen import coarsen
 from shardwise.planning.tofu.level import LevelProblem, Partitions, apply_level, brute_force, build_level

@@ -14,9 +14,10 @@ cutting slice ``j_1`` at level 1, then slice ``j_2`` of that at level 2, and so 
 same nesting gives the iteration box it computes.  Communication, in elements:
 
 * an input of an op (data, weight or statistics): each group fetches the part of the
-  region it reads (:func:`iteration_region`, halos included) that it does not own; the
-  backward pass sends the same region's partial gradient back to its owners, so each
-  input costs twice its fetch (once for inputs of ``input`` ops, which get no gradient);
+  region it reads (halos included; the C core's region arithmetic, csrc/core/region.c,
+  asked for all groups in one call) that it does not own; the backward pass sends the
+  same region's partial gradient back to its owners, so each input costs twice its fetch
+  (once for inputs of ``input`` ops, which get no gradient);
 * the output of an op: each group assembles its own slice of the output tensor from the
   pieces (or partial sums, after a reduction split) the other groups computed, and in
   the backward pass fetches the output gradient over the box it computed.
@@ -28,13 +29,17 @@ optimizer state alike), and the update is local.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from math import prod
-from typing import Iterable, Sequence
+from typing import Sequence
+
+import numpy as np
 
 from shardwise.graph import Graph, Op
-from shardwise.ops.boxes import Box, _compiled, expr_interval, intersect, volume
+from shardwise.ops.box import Box
 from shardwise.ops.desc import DATA, OpDesc
+from shardwise.planning.regions import region_problem
 
 Parts = tuple[tuple[int, int], ...]   # ((dimension or variable index, parts), ...) per level
 REPLICATE = -1
@@ -67,27 +72,36 @@ def shard_sizes(extents: Sequence[int], parts: Parts) -> list[int]:
     return size
 
 
-def iteration_region(desc: OpDesc, slot: int, ibox: Box) -> Box | None:
-    """The box of input ``slot`` read by the iteration points in ``ibox`` (one range per
-    iteration variable: output dimensions *and* reduction dimensions), clipped to the
-    input; None if the input is not read there (outside its concat window)."""
-    dims, window = _compiled(desc, slot)
-    lo_v, hi_v = [], []
-    for v, (lo, hi) in enumerate(ibox):
-        if window is not None and v < desc.out_rank:
-            lo, hi = max(lo, window[v][0]), min(hi, window[v][1])
-        if hi <= lo:
-            return None
-        lo_v.append(lo)
-        hi_v.append(hi - 1)
-    region = []
-    for terms, offset, div, mod, size in dims:
-        a, b = expr_interval(terms, offset, div, mod, lo_v, hi_v)
-        a, b = max(a, 0), min(b, size - 1)
-        if b < a:
-            return None
-        region.append((a, b + 1))
-    return tuple(region)
+@functools.lru_cache(maxsize=None)
+def _group_digits(parts: tuple[int, ...]) -> np.ndarray:
+    """:func:`level_groups` as a (groups, levels) int64 array, the same order."""
+    groups = level_groups(parts)
+    digits = np.asarray(groups, dtype=np.int64).reshape(len(groups), len(parts))
+    digits.setflags(write=False)   # shared by every caller
+    return digits
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def nested_boxes(extents: tuple[int, ...], parts: Parts, levels: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`nested_box` of every group of ``levels`` (groups per level, :func:`level_groups`
+    order) at once: (lo, hi) arrays of shape (groups, len(extents)), read-only (memoized)."""
+    digits = _group_digits(levels)
+    lo = np.zeros((digits.shape[0], len(extents)), dtype=np.int64)
+    size = list(extents)
+    for level, (d, p) in enumerate(parts[: digits.shape[1]]):
+        if d == REPLICATE:
+            continue
+        size[d] //= p
+        lo[:, d] += digits[:, level] * size[d]
+    hi = lo + np.asarray(size, dtype=np.int64)
+    lo.setflags(write=False)
+    hi.setflags(write=False)
+    return lo, hi
+
+
+def _overlap(alo: np.ndarray, ahi: np.ndarray, blo: np.ndarray, bhi: np.ndarray) -> np.ndarray:
+    """Per row, the volume of the intersection of box a and box b (0 when they miss)."""
+    return np.maximum(np.minimum(ahi, bhi) - np.maximum(alo, blo), 0).prod(axis=1)
 
 
 def reducible_variables(op: Op) -> list[int]:
@@ -143,7 +157,12 @@ class CommModel:
         self.graph = graph
         signatures: dict[OpDesc, int] = {}
         self.sig = [signatures.setdefault(op.desc, len(signatures)) for op in graph.ops]
+        self._rep = [0] * len(signatures)          # an op of each signature: the one regions are asked for
+        for op in reversed(graph.ops):
+            self._rep[self.sig[op.index]] = op.index
         self._cache: dict[tuple, int] = {}
+        self._regions: dict[tuple, tuple] = {}
+        self._problem = region_problem(graph)
         self.gradient = [op.kind != "input" for op in graph.ops]   # does the op's output get a gradient?
 
     def input_fetch(self, op: Op, slot: int, op_parts: Parts, tensor_parts: Parts) -> int:
@@ -153,7 +172,7 @@ class CommModel:
         key = ("in", self.sig[op.index], slot, op_parts, tensor_parts)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._fetch(op.desc, slot, op_parts, tensor_parts)
+            hit = self._fetch(op, slot, op_parts, tensor_parts)
             self._cache[key] = hit
         inp = op.desc.inputs[slot]
         if inp.role == DATA and not self.gradient[op.inputs[self._data_position(op, slot)]]:
@@ -165,17 +184,23 @@ class CommModel:
         """Index into ``op.inputs`` (producers of DATA inputs, in order) of input ``slot``."""
         return sum(1 for s in range(slot) if op.desc.inputs[s].role == DATA)
 
-    @staticmethod
-    def _fetch(desc: OpDesc, slot: int, op_parts: Parts, tensor_parts: Parts) -> int:
-        shape = desc.inputs[slot].shape
-        total = 0
-        for group in level_groups([p for _, p in op_parts]):
-            region = iteration_region(desc, slot, nested_box(desc.extents, op_parts, group))
-            if region is None:
-                continue
-            own = nested_box(shape, tensor_parts, group)
-            total += volume(region) - volume(intersect(region, own))
-        return total
+    def regions(self, op: Op, slot: int, op_parts: Parts) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(rlo, rhi, used, volume) of the region of input ``slot`` each group of ``op_parts``
+        reads (rows in :func:`level_groups` order), from the C core in one call; memoized per
+        signature, since a level asks for it under many tensor partitions."""
+        key = (self.sig[op.index], slot, op_parts)
+        hit = self._regions.get(key)
+        if hit is None:
+            lo, hi = nested_boxes(tuple(op.desc.extents), op_parts, tuple(p for _, p in op_parts))
+            rlo, rhi, used = self._problem.iteration_regions(self._rep[self.sig[op.index]], slot, lo, hi)
+            hit = (rlo, rhi, used, np.where(used, (rhi - rlo).prod(axis=1), 0))
+            self._regions[key] = hit
+        return hit
+
+    def _fetch(self, op: Op, slot: int, op_parts: Parts, tensor_parts: Parts) -> int:
+        rlo, rhi, used, size = self.regions(op, slot, op_parts)
+        olo, ohi = nested_boxes(tuple(op.desc.inputs[slot].shape), tensor_parts, tuple(p for _, p in op_parts))
+        return int((size - np.where(used, _overlap(rlo, rhi, olo, ohi), 0)).sum())
 
     def output_cost(self, op: Op, op_parts: Parts, tensor_parts: Parts) -> int:
         """Elements moved to place the op's output in its tensor's partition (forward: each
@@ -188,13 +213,13 @@ class CommModel:
         desc = op.desc
         rank = desc.out_rank
         partials = prod(p for v, p in op_parts if v >= rank)   # distinct reduction slices
-        total = 0
-        for group in level_groups([p for _, p in op_parts]):
-            computed = nested_box(desc.extents, op_parts, group)[:rank]
-            own = nested_box(desc.out_shape, tensor_parts, group)
-            overlap = volume(intersect(computed, own))
-            total += partials * volume(own) - overlap               # forward: pieces and partials
-            if self.gradient[op.index]:
-                total += volume(computed) - overlap                 # backward: output gradient
+        levels = tuple(p for _, p in op_parts)
+        clo, chi = nested_boxes(tuple(desc.extents), op_parts, levels)
+        clo, chi = clo[:, :rank], chi[:, :rank]                     # the output box each group computes
+        olo, ohi = nested_boxes(tuple(desc.out_shape), tensor_parts, levels)
+        overlap = _overlap(clo, chi, olo, ohi)
+        total = int((partials * (ohi - olo).prod(axis=1) - overlap).sum())   # forward: pieces and partials
+        if self.gradient[op.index]:
+            total += int(((chi - clo).prod(axis=1) - overlap).sum())        # backward: output gradient
         self._cache[key] = total
         return total
