@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import sys
+from collections import defaultdict
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "shardwise"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "python" / "shardwise"
+sys.path.insert(0, str(ROOT / "tools"))
+from rooms import cycles as graph_cycles  # noqa: E402  (Tarjan's components, shared with the C rooms check)
 
 # (module, module it imports inside a method) -> why
 FACADES = {
@@ -69,42 +74,11 @@ def import_edges(root: pathlib.Path) -> dict[tuple[str, str], int]:
 
 
 def cycles(edges) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
-    graph: dict[str, list[str]] = {}
+    """The import cycles among ``edges`` ((importer, imported) pairs): components of more than one module."""
+    graph: dict[str, set[str]] = defaultdict(set)
     for a, b in edges:
-        graph.setdefault(a, []).append(b)
-        graph.setdefault(b, [])
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+        graph[a].add(b)
+    return graph_cycles(graph)
 
 
 def test_no_import_cycle():
