@@ -91,6 +91,33 @@ static sw_status apply_swap(const sw_swap_spec *swap, sw_lowering *l) {
     return s;
 }
 
+sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams) {
+    if (l->swapped) {
+        return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
+    }
+    SW_TRY(sw_streams_check(&l->g, l->ndev, streams));
+    sw_lowering old = *l;   /* the previous copies, freed once the new ones are in */
+    l->stream = l->stream_device = l->stream_priority = NULL;
+    l->has_streams = 0;
+    l->nstreams = 0;
+    sw_status s = streams ? copy_streams(streams, l) : SW_OK;
+    if (s != SW_OK) {   /* keep the previous streams */
+        free(l->stream);
+        free(l->stream_device);
+        free(l->stream_priority);
+        l->stream = old.stream;
+        l->stream_device = old.stream_device;
+        l->stream_priority = old.stream_priority;
+        l->has_streams = old.has_streams;
+        l->nstreams = old.nstreams;
+        return s;
+    }
+    free(old.stream);
+    free(old.stream_device);
+    free(old.stream_priority);
+    return SW_OK;
+}
+
 sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
                           const sw_swap_spec *swap, sw_lowering **out) {
     *out = NULL;

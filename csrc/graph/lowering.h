@@ -43,6 +43,9 @@ typedef struct {
 sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
                           const sw_swap_spec *swap, sw_lowering **out);
 void sw_lowering_free(sw_lowering *l);
+/* Put l's tasks on `streams` (checked and copied; NULL: one per device), e.g. a schedule made on l
+ * itself, without lowering again.  SW_ERR_VALUE on a swapped graph (its streams are the swap's). */
+sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams);
 /* The streams of l as the passes take them: NULL (one per device) or a view of l's copy in *view. */
 const sw_streams *sw_lowering_streams(const sw_lowering *l, sw_streams *view);
 /* How many times sw_lower has run in this process (tests: a Trainer lowers its plan once). */

@@ -2,6 +2,7 @@
  *
  *   tg = _core.TaskGraph(problem, kinds, degrees, dev_ptr, devices, streams=None, swap=None)
  *   tg.arrays()                      # tasks and buffers, as Problem.lower returns them
+ *   tg.set_streams(streams)          # a schedule made on tg itself, without lowering again
  *   tg.memory_plan(align, check)     # memplan_py.c      tg.task_order(iterations, check)
  *   tg.simulate(route_ptr, ...)      # simulate_py.c     tg.schedule(policy, ...)   schedule_py.c
  *   tg.swap_plan(start, end, ...)    # swap_py.c         _core.Runtime(tg, attrs, threads, ...)
@@ -43,10 +44,14 @@ int sw_py_tg_enter(TaskGraphObject *self) {
         return 0;
     }
     pr->readers++;
+    self->passes++;
     return 1;
 }
 
-void sw_py_tg_leave(TaskGraphObject *self) { self->problem->readers--; }
+void sw_py_tg_leave(TaskGraphObject *self) {
+    self->problem->readers--;
+    self->passes--;
+}
 
 int sw_py_lower_args(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
                      PyObject *streams, PyObject *swap, sw_lowering **out) {
@@ -134,6 +139,33 @@ static PyObject *TaskGraph_arrays(TaskGraphObject *self, PyObject *Py_UNUSED(ign
     return d;
 }
 
+/* set_streams(streams): the tasks on a schedule's (stream, stream_device, stream_priority) int32
+ * arrays, e.g. one made on this graph, or None (one stream per device); no lowering again. */
+static PyObject *TaskGraph_set_streams(TaskGraphObject *self, PyObject *arg) {
+    if (!self->l) {
+        PyErr_SetString(PyExc_RuntimeError, "TaskGraph is not initialized");
+        return NULL;
+    }
+    if (self->passes) {
+        PyErr_SetString(PyExc_RuntimeError, "TaskGraph is in use by another thread");
+        return NULL;
+    }
+    PyArrayObject *arrays[3] = {NULL, NULL, NULL};
+    sw_streams view;
+    const sw_streams *st = NULL;
+    PyObject *result = NULL;
+    if (sw_py_parse_streams(arg, arrays, &view, &st) == 0) {
+        if (self->passes) {   /* converting can run Python code: checked again */
+            PyErr_SetString(PyExc_RuntimeError, "TaskGraph is in use by another thread");
+        } else {
+            sw_status s = sw_lowering_set_streams(self->l, st);
+            result = s == SW_OK ? Py_NewRef(Py_None) : sw_py_raise(s);
+        }
+    }
+    sw_py_streams_free(arrays);
+    return result;
+}
+
 static PyObject *TaskGraph_get_int(TaskGraphObject *self, void *closure) {
     if (!self->l) {
         PyErr_SetString(PyExc_RuntimeError, "TaskGraph is not initialized");
@@ -208,6 +240,8 @@ static PyGetSetDef TaskGraph_getset[] = {
 static PyMethodDef TaskGraph_methods[] = {
     {"arrays", (PyCFunction)TaskGraph_arrays, METH_NOARGS,
      "arrays() -> dict of task and buffer arrays of the graph that runs (as Problem.lower)"},
+    {"set_streams", (PyCFunction)TaskGraph_set_streams, METH_O,
+     "set_streams(streams): the tasks on (stream, stream_device, stream_priority) int32 arrays, or None"},
     {"memory_plan", (PyCFunction)(void (*)(void))sw_py_tg_memory_plan, METH_VARARGS | METH_KEYWORDS,
      "memory_plan(align=ARENA_ALIGN, check=False) -> dict: one arena per device, on the graph's streams"},
     {"check_memory_plan", (PyCFunction)sw_py_tg_check_memory_plan, METH_VARARGS,

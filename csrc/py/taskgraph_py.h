@@ -16,6 +16,7 @@ typedef struct {
     const sw_problem *p;      /* problem->p at lowering, and problem->version then */
     unsigned long version;
     sw_lowering *l;
+    int passes;   /* passes over l running with the GIL released: l's streams may not change meanwhile */
 } TaskGraphObject;
 
 /* Is obj a shardwise._core.TaskGraph? */
