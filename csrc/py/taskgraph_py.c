@@ -98,10 +98,17 @@ static PyObject *TaskGraph_new(PyTypeObject *type, PyObject *args, PyObject *kwd
         return NULL;
     }
     ProblemObject *problem = (ProblemObject *)prob;
-    if (!sw_py_problem_ready(problem)) {
+    if (!problem->p) {
+        PyErr_SetString(PyExc_RuntimeError, "Problem is not initialized");
         return NULL;
     }
-    problem->busy = 1;   /* from the conversions on: they read the problem */
+    if (problem->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Problem is in use by another thread");
+        return NULL;
+    }
+    /* lowering only reads the problem: a reader from the conversions on, so lowerings and passes of
+     * one (a plan's kept) problem may run on several threads at once, and nothing changes it meanwhile */
+    problem->readers++;
     sw_lowering *l = NULL;
     TaskGraphObject *self = NULL;
     if (sw_py_lower_args(problem, k, dg, ptr, dv, streams, swap, &l) == 0) {
@@ -114,7 +121,7 @@ static PyObject *TaskGraph_new(PyTypeObject *type, PyObject *args, PyObject *kwd
             l = NULL;
         }
     }
-    problem->busy = 0;
+    problem->readers--;
     sw_lowering_free(l);
     return (PyObject *)self;
 }

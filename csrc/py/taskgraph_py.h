@@ -30,7 +30,8 @@ void sw_py_tg_leave(TaskGraphObject *self);
 
 /* A Problem method's plan (the four arrays), streams (None or three arrays) and swap (None or
  * three arrays) lowered once into *out, the GIL released while lowering; 0, or -1 with an
- * exception.  The caller has set self->busy and frees *out (sw_lowering_free) either way. */
+ * exception.  The caller has set self->busy (or counts itself among its readers) and frees *out
+ * (sw_lowering_free) either way. */
 int sw_py_lower_args(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
                      PyObject *streams, PyObject *swap, sw_lowering **out);
 

@@ -148,3 +148,27 @@ def test_the_runtime_of_a_task_graph_trains_as_before(lenet):
     args = (0, 0.05, 0.0, 0.9, 0.0, False, 0.9, 0.999, 1e-8)
     assert [by_arrays.step([x] + [None] * (len(g.ops) - 1), y, *args) for _ in range(2)] == \
         [by_handle.step([x] + [None] * (len(g.ops) - 1), y, *args) for _ in range(2)]
+
+
+def test_threads_share_a_plans_problem(lenet):
+    """A plan keeps one problem; lowerings and passes only read it, so threads simulating the same
+    plan at once do not find it "in use" (each used to build its own)."""
+    import threading
+
+    _, plan = lenet
+    expected = sw.simulate(plan).iteration_time
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(5):
+                results.append(sw.simulate(plan).iteration_time)
+        except Exception as exc:   # collected: the assert below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results == [expected] * 20
