@@ -65,11 +65,18 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
+from shardwise.errors import ConfigError
 from shardwise.ops.boxes import Box, volume
 from shardwise.graph import Graph
 from shardwise.plan import Plan, reduction_pair
 
 BYTES_PER_ELEMENT = 4  # float32 activations, gradients and parameters (batchnorm statistics: float64)
+
+# lower(plan, schedule=policy): policy name -> the pass that makes a Schedule on a lowered graph,
+# f(plan, handle, policy, costs), or None for one stream per device.  The schedule pass sits above
+# the lowering (iteration/schedule.py imports this module), so it fills the entry when imported
+# (shardwise/__init__.py imports it), and this module never imports it.
+SCHEDULE_PASSES: dict[str, Any] = {"fifo": None}
 
 
 @dataclass(frozen=True)
@@ -207,8 +214,6 @@ def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any
 def handle_of(tg: "TaskGraph", plan: Any = None) -> "_core.TaskGraph":
     """The C handle of a TaskGraph view; with ``plan``, ConfigError unless the view was lowered
     from that plan (the same object, or the same graph, devices and configurations)."""
-    from shardwise.errors import ConfigError
-
     if not isinstance(tg, TaskGraph) or tg.handle is None:
         raise ConfigError(f"expected a task graph made by sw.lower(plan), got {type(tg).__name__}")
     if plan is not None and plan is not tg.plan and (
@@ -253,28 +258,25 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     the swapped graph's).  Not both: a swap plan runs on one compute stream per device.  The
     result's ``handle`` is what :func:`shardwise.memory_plan`, :func:`shardwise.simulate`,
     :func:`shardwise.schedule`, :func:`shardwise.swap_plan` and the Trainer take."""
-    from shardwise.errors import ConfigError
-    from shardwise.iteration.schedule import POLICIES, Schedule, schedule_on
-
     _check_sync(plan)
     if swap is not None:
-        from shardwise.iteration.swap import SwapPlan
-
-        if not isinstance(swap, SwapPlan):
+        if not (callable(getattr(swap, "spec", None)) and callable(getattr(swap, "check", None))):
             raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
         swap.check(plan, optimizer_state=optimizer_state)
         if schedule not in (None, "fifo"):
             raise ConfigError("a swap plan runs on one compute stream per device: lower it with schedule='fifo'")
-    if isinstance(schedule, Schedule):
+    given = None   # the Schedule the tasks run on
+    if callable(getattr(schedule, "stream_arrays", None)):   # a Schedule (iteration/schedule.py, a pass above)
         schedule.check(plan)
-    elif schedule is not None and not (isinstance(schedule, str) and schedule in POLICIES):
-        raise ConfigError(f"schedule must be one of {', '.join(map(repr, POLICIES))} or a Schedule "
+        given = schedule
+    elif schedule is not None and not (isinstance(schedule, str) and schedule in SCHEDULE_PASSES):
+        raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULE_PASSES))} or a Schedule "
                           f"(sw.schedule(plan)), got {schedule!r}")
-    given = schedule if isinstance(schedule, Schedule) else None
     handle = lowered(plan, optimizer_state, streams=given.stream_arrays() if given is not None else None,
                      swap=swap.spec() if swap is not None else None)
-    if schedule == "critical_path":   # made on this graph, then its streams put on it: no lowering again
-        given = schedule_on(plan, handle, "critical_path", costs)
+    make = SCHEDULE_PASSES.get(schedule) if isinstance(schedule, str) else None
+    if make is not None:   # made on this graph, then its streams put on it: no lowering again
+        given = make(plan, handle, schedule, costs)
         handle.set_streams(given.stream_arrays())
     return _view(plan, handle, optimizer_state, given, swap)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.errors import ConfigError
-from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
 from shardwise.plan import Plan
 
 DEFAULT_ALIGNMENT = _core.ARENA_ALIGN   # bytes, the runtime's (a cache line, the widest loads of the CPU kernels)
@@ -134,8 +134,6 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
     ``schedule``: a :class:`~shardwise.iteration.schedule.Schedule` of ``plan`` whose streams the tasks
     run on; with several streams on a device the reuse edges order every task of the bytes'
     previous occupant, on whatever stream, before a buffer takes them over."""
-    from shardwise.iteration.lower import TaskGraph, handle_of, lowered
-
     if isinstance(align, bool) or not isinstance(align, int) or align < 1 or align & (align - 1):
         raise ValueError(f"align must be a power of two (bytes), got {align!r}")
     if isinstance(plan, TaskGraph):

@@ -32,6 +32,7 @@ import numpy as np
 from shardwise import _core
 from shardwise.errors import ConfigError
 from shardwise.graph import Graph
+from shardwise.iteration.lower import SCHEDULE_PASSES, TaskGraph, handle_of, lowered
 from shardwise.plan import Plan
 from shardwise.planning.problem import make_problem
 
@@ -201,8 +202,6 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
     synchronization and update ("sync" sub-tasks) rank below all of them, by reuse distance:
     the k-th layer with weights in the forward pass at ``sync_floor - k``, each layer on a
     stream of its own, so it starts once that layer's dW / dB is done."""
-    from shardwise.iteration.lower import TaskGraph, handle_of, lowered
-
     handle = None
     if isinstance(plan, TaskGraph):
         handle, plan = handle_of(plan), plan.plan
@@ -221,6 +220,9 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
 def schedule_on(plan: Plan, handle: object, policy: str, costs: object = None) -> Schedule:
     """The schedule of ``plan`` made on its C task graph ``handle`` (``lowered(plan)``), default offsets."""
     return _annotate(plan, handle, policy, -1, -1, _split(plan, costs))
+
+
+SCHEDULE_PASSES["critical_path"] = schedule_on   # sw.lower(plan, schedule="critical_path")
 
 
 def _annotate(plan: Plan, handle: object, policy: str, a: int, b: int, split: np.ndarray | None) -> Schedule:

@@ -50,7 +50,7 @@ import numpy as np
 from shardwise import _core
 from shardwise.machine.devices import DeviceGraph
 from shardwise.errors import ConfigError, ShardwiseError
-from shardwise.iteration.lower import plan_arrays  # noqa: F401  (re-exported: tests, benchmarks)
+from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays  # plan_arrays: tests, benchmarks
 from shardwise.plan import Plan
 from shardwise.train.runtime import executor_threads
 from shardwise.iteration.schedule import as_schedule
@@ -240,8 +240,6 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     ``iteration_time`` is the time each iteration after the first adds, (makespan of them all -
     one iteration's) / (iterations - 1); the events, the memory and the rest are those of one
     iteration (not combined with ``swap``)."""
-    from shardwise.iteration.lower import TaskGraph, handle_of, lowered
-
     tg = None
     if isinstance(plan, TaskGraph):   # lowered once already: its schedule and swap plan come with it
         if (schedule != "fifo" and schedule is not plan.schedule) or (swap is not None and swap is not plan.swap):
@@ -323,8 +321,6 @@ def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -
     reaches ``bound``, the replay is skipped and (that bound, tasks, True) returned: the plan
     simulates no faster than ``bound``.  A search comparing plans with its best so far needs
     no more.  ``plan`` may be a task graph of one (``sw.lower(plan)``): not lowered again."""
-    from shardwise.iteration.lower import TaskGraph, handle_of, lowered
-
     if isinstance(plan, TaskGraph):
         handle, plan = handle_of(plan), plan.plan
     else:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
-from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
 from shardwise.plan import Plan
 from shardwise.sizes import read_bytes
 
@@ -134,9 +134,13 @@ def host_bandwidths(plan: Plan) -> np.ndarray:
 def _timeline(plan: Plan, handle: Any, costs: Any) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """Start and end of every task of the unswapped iteration as simulated, its time and arenas
     (a replay of ``handle``, the plan lowered once)."""
-    from shardwise.iteration.simulate import _machine, _replay, resolve_costs
+    from shardwise.iteration.simulate import _cost_arrays, _machine, resolve_costs
 
-    r = _replay(handle, plan, resolve_costs(plan, costs), _machine(plan.devices))
+    costs = resolve_costs(plan, costs)
+    split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
+    m = _machine(plan.devices)
+    r = handle.simulate(m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split, element_seconds=rates,
+                        copy_bandwidth=copy_bw, element_fixed=fixed)
     start = np.asarray(r["start"], np.float64)
     return start, start + np.asarray(r["duration"], np.float64), float(r["iteration_time"]), r["arena"]
 
@@ -163,8 +167,6 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     Raises ValueError naming the device, the task and its bytes when a budget is below the
     largest single task's working set (its buffers with the device's parameters and optimizer
     state), and naming the smallest footprint swapping reaches when it is below that."""
-    from shardwise.iteration.lower import TaskGraph, handle_of, lowered
-
     handle = None
     if isinstance(plan, TaskGraph):   # lowered once already (without a swap plan): its optimizer state
         if plan.swap is not None:
