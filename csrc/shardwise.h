@@ -403,6 +403,8 @@ sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
 /* Lower `plan` into `g` (which must be zeroed); on failure g is freed. */
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g);
 void sw_task_graph_free(sw_task_graph *g);
+/* An exact copy of src into dst (zeroed first; freed on failure). */
+sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst);
 /* taskgraph.c: append a buffer / a task with deps (negative ids are skipped;
  * the rest are sorted and made distinct) and the buffers it reads and writes
  * (t->nreads is set from io); the new id goes to *id. */
@@ -434,6 +436,7 @@ void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reus
 #include "cost/cost.h"        /* memory footprints per configuration (the cost model's) */
 #include "graph/schedule.h"   /* schedules, streams, hazards */
 #include "graph/swap.h"       /* swapping feature maps to host memory */
+#include "graph/lowering.h"   /* a plan lowered once, with its streams and swap rewrite */
 #include "mem/memplan.h"      /* memory plans, iterations, the runtime's order, swap plans that fit */
 #include "sim/simulate.h"     /* durations, simulating a plan, the event loops */
 

@@ -1,6 +1,7 @@
 /* executor.c -- a plan's task graph recorded onto a backend's streams, and steps run.
  *
- * Build (once): lower the plan, plan its memory, one arena per device from the
+ * Build (once): copy a plan's task graph lowered once (graph/lowering.c: with its swap tasks and
+ * streams; the entry points that take a plan lower it first), plan its memory, one arena per device from the
  * backend, every buffer's address, the streams (one per device, or a
  * schedule's, each with its priority), and for each of the two lists (a
  * training step; the forward pass alone) every task recorded on its stream in
@@ -190,26 +191,15 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
 }
 
 /* ------------------------------------------------------------------ build */
-static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
-                       const sw_streams *streams) {
+static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_lowering *l, const sw_op_attrs *attrs) {
     SW_TRY(check_attrs(p, attrs));
-    SW_TRY(sw_lower(p, plan, &rt->g));
-    sw_swap_streams swapped = {0};
-    sw_streams swap_view;
-    if (rt->swap && rt->swap->n > 0) {   /* the lowered graph with its swap tasks (swap.c), on their streams */
-        if (streams || rt->backend->i->to_host) {
-            return SW_FAIL(SW_ERR_VALUE, "swap plans run on the CPU backend with one compute stream per device");
-        }
-        sw_task_graph sg;
-        SW_TRY(sw_swap_apply(&rt->g, p->ndev, rt->swap, &sg, &swapped));
-        sw_task_graph_free(&rt->g);
-        rt->g = sg;
-        swap_view = sw_swap_streams_view(&swapped);
-        streams = &swap_view;
+    if (l->swapped && rt->backend->i->to_host) {   /* swap tasks copy between host memory and the arena */
+        return SW_FAIL(SW_ERR_VALUE, "swap plans run on the CPU backend with one compute stream per device");
     }
-    sw_status taken = take_streams(rt, streams);
-    sw_swap_streams_free(&swapped);
-    SW_TRY(taken);
+    const sw_plan *plan = &l->plan;
+    SW_TRY(sw_task_graph_copy(&l->g, &rt->g));   /* the lowering's graph (with its swap tasks), copied */
+    sw_streams lowered;
+    SW_TRY(take_streams(rt, sw_lowering_streams(l, &lowered)));
     sw_streams view;
     SW_TRY(sw_memory_plan_build_on(&rt->g, p->ndev, SW_ARENA_ALIGN, rt->reuse_memory, streams_or_null(rt, &view),
                                    &rt->mp));
@@ -290,29 +280,49 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan,
     return s;
 }
 
-static sw_status sw_runtime_new_swapped_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
-                                           int reuse_memory, const sw_streams *streams, const sw_swap_spec *swap,
-                                           sw_backend *backend, sw_runtime **out);
+/* The C entry points that take a plan lower it here (one sw_lowering, dropped once the runtime
+ * has copied its graph); Python lowers once into a _core.TaskGraph and calls sw_runtime_new_lowered. */
+static sw_status new_from_plan(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
+                               const sw_streams *streams, const sw_swap_spec *swap, sw_backend *backend,
+                               sw_runtime **out) {
+    *out = NULL;
+    sw_lowering *l = NULL;
+    sw_status s = check_attrs(p, attrs);   /* before the lowering, as the runtime always checked them */
+    if (s == SW_OK) {
+        s = sw_lowering_new(p, plan, streams, swap, &l);
+    }
+    if (s != SW_OK) {
+        backend->i->destroy(backend);
+        return s;
+    }
+    s = sw_runtime_new_lowered(p, l, attrs, reuse_memory, backend, out);
+    sw_lowering_free(l);
+    return s;
+}
 
 sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
                          sw_backend *backend, sw_runtime **out) {
-    return sw_runtime_new_on(p, plan, attrs, reuse_memory, NULL, backend, out);
+    return new_from_plan(p, plan, attrs, reuse_memory, NULL, NULL, backend, out);
 }
 
 sw_status sw_runtime_new_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
                             const sw_streams *streams, sw_backend *backend, sw_runtime **out) {
-    return sw_runtime_new_swapped_on(p, plan, attrs, reuse_memory, streams, NULL, backend, out);
+    return new_from_plan(p, plan, attrs, reuse_memory, streams, NULL, backend, out);
 }
 
 sw_status sw_runtime_new_swapped(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
                                  int reuse_memory, const sw_swap_spec *swap, sw_backend *backend, sw_runtime **out) {
-    return sw_runtime_new_swapped_on(p, plan, attrs, reuse_memory, NULL, swap, backend, out);
+    return new_from_plan(p, plan, attrs, reuse_memory, NULL, swap, backend, out);
 }
 
-static sw_status sw_runtime_new_swapped_on(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
-                                           int reuse_memory, const sw_streams *streams, const sw_swap_spec *swap,
-                                           sw_backend *backend, sw_runtime **out) {
+sw_status sw_runtime_new_lowered(const sw_problem *p, const sw_lowering *l, const sw_op_attrs *attrs,
+                                 int reuse_memory, sw_backend *backend, sw_runtime **out) {
     *out = NULL;
+    if (l->ndev != p->ndev || l->nops != p->nops || l->optimizer_state != p->optimizer_state) {
+        backend->i->destroy(backend);
+        return SW_FAIL(SW_ERR_VALUE, "the task graph was lowered for another problem (%d ops on %d devices, "
+                       "%d optimizer state buffers)", l->nops, l->ndev, l->optimizer_state);
+    }
     sw_runtime *rt = calloc(1, sizeof *rt);
     if (!rt) {
         backend->i->destroy(backend);
@@ -320,13 +330,11 @@ static sw_status sw_runtime_new_swapped_on(const sw_problem *p, const sw_plan *p
     }
     rt->backend = backend;
     rt->reuse_memory = reuse_memory;
-    rt->swap = swap;
     backend->rt = rt;
     rt->ndev = p->ndev;
     rt->nops = p->nops;
     rt->batch = p->nops > 0 ? p->ops[0].extent[0] : 1;
-    sw_status s = build(rt, p, plan, attrs, streams);
-    rt->swap = NULL;   /* borrowed for the build only */
+    sw_status s = build(rt, p, l, attrs);
     if (s != SW_OK) {
         sw_runtime_free(rt);
         return s;

@@ -1,6 +1,7 @@
 /* runtime.h -- the native runtime: one training iteration's task graph run on a backend.
  *
- * sw_runtime_new lowers a plan (lower.c), plans its memory (memplan.c), asks
+ * sw_runtime_new lowers a plan (lower.c; sw_runtime_new_lowered takes a plan lowered once,
+ * graph/lowering.h), plans its memory (memplan.c), asks
  * the backend for one arena per device and records every task, in program
  * order, onto its stream (one per device, or a schedule's: sw_runtime_new_on),
  * with an event wait before a task that must follow another stream's task and
@@ -186,7 +187,6 @@ struct sw_runtime {
     int several_streams;          /* some device has more than one stream */
     int64_t arena_allocations;    /* arenas allocated (once, at creation) */
     int reuse_memory;             /* buffers share memory by lifetime (0: each has its own) */
-    const sw_swap_spec *swap;     /* while building: feature maps to offload (swap.c), or NULL */
     void **host_region;           /* ndev: each device's host region (its offloaded feature maps), or NULL */
 };
 
@@ -202,6 +202,12 @@ sw_status sw_runtime_new_on(const sw_problem *p, const sw_plan *plan, const sw_o
  * of its own beside each device's arena).  CPU backend only; one compute stream per device. */
 sw_status sw_runtime_new_swapped(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
                                  int reuse_memory, const sw_swap_spec *swap, sw_backend *backend, sw_runtime **out);
+/* The runtime of a plan lowered once (graph/lowering.h: its graph, with swap tasks when a swap plan
+ * was applied, copied; its streams): what the Python Runtime builds from a _core.TaskGraph.  The
+ * entry points above lower the plan themselves.  SW_ERR_VALUE when l was lowered for another
+ * problem (ops, devices, optimizer state), or swaps on a backend whose memory is not the host's. */
+sw_status sw_runtime_new_lowered(const sw_problem *p, const sw_lowering *l, const sw_op_attrs *attrs,
+                                 int reuse_memory, sw_backend *backend, sw_runtime **out);
 /* The streams the runtime's tasks run on (a view of its copy). */
 sw_streams sw_runtime_streams(const sw_runtime *rt);
 void sw_runtime_free(sw_runtime *rt);

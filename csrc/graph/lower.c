@@ -36,6 +36,7 @@
  * State is kept in flat arrays: per worker of every op at wbase[op] + w, per
  * (op, input slot, worker) at sbase[op] + slot * nworkers + w.
  */
+#include <stdatomic.h>  /* the lowering counter */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset */
 
@@ -402,7 +403,14 @@ static sw_status run(lowering *L) {
     return SW_OK;
 }
 
+/* Lowerings run in this process: tests read it (sw_lower_count) to see that a plan is lowered
+ * once however many passes read its graph. */
+static _Atomic int64_t lowerings;
+
+int64_t sw_lower_count(void) { return atomic_load(&lowerings); }
+
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g) {
+    atomic_fetch_add(&lowerings, 1);
     if (p->sync_model != SW_SYNC_PARAMETER_SERVER) {
         return SW_FAIL(SW_ERR_VALUE, "lowering ring all-reduce synchronization is not implemented yet; "
                                      "use the parameter server model");

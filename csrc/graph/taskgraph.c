@@ -10,8 +10,8 @@
  *                          them), then the buffers it writes
  * Arrays double when full; ids are int32 (a graph of 2^31 tasks is refused).
  */
-#include <stdlib.h>  /* realloc, calloc, free */
-#include <string.h>  /* memset */
+#include <stdlib.h>  /* realloc, calloc, malloc, free */
+#include <string.h>  /* memset, memcpy */
 
 #include "shardwise.h"
 
@@ -153,6 +153,34 @@ void sw_task_graph_free(sw_task_graph *g) {
     free(g->io_ptr);
     free(g->io);
     memset(g, 0, sizeof *g);
+}
+
+/* An exact copy (capacities = sizes; row pointers ntasks + 1), so a runtime can own the graph
+ * a lowering keeps (csrc/graph/lowering.c) while the lowering lives on for other passes. */
+sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst) {
+    memset(dst, 0, sizeof *dst);
+    size_t nt = (size_t)src->ntasks, nb = (size_t)src->nbuffers;
+    dst->tasks = malloc(sizeof *dst->tasks * (nt + 1));
+    dst->dep_ptr = malloc(sizeof *dst->dep_ptr * (nt + 1));
+    dst->io_ptr = malloc(sizeof *dst->io_ptr * (nt + 1));
+    dst->deps = malloc(sizeof *dst->deps * ((size_t)src->ndeps + 1));
+    dst->io = malloc(sizeof *dst->io * ((size_t)src->nio + 1));
+    dst->buffers = malloc(sizeof *dst->buffers * (nb + 1));
+    if (!dst->tasks || !dst->dep_ptr || !dst->io_ptr || !dst->deps || !dst->io || !dst->buffers) {
+        sw_task_graph_free(dst);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory copying a task graph of %d tasks", src->ntasks);
+    }
+    memcpy(dst->tasks, src->tasks, sizeof *dst->tasks * nt);
+    memcpy(dst->buffers, src->buffers, sizeof *dst->buffers * nb);
+    memcpy(dst->dep_ptr, src->dep_ptr, sizeof *dst->dep_ptr * (nt + 1));
+    memcpy(dst->io_ptr, src->io_ptr, sizeof *dst->io_ptr * (nt + 1));
+    memcpy(dst->deps, src->deps, sizeof *dst->deps * (size_t)src->ndeps);
+    memcpy(dst->io, src->io, sizeof *dst->io * (size_t)src->nio);
+    dst->ntasks = dst->task_cap = src->ntasks;
+    dst->nbuffers = dst->buffer_cap = src->nbuffers;
+    dst->ndeps = dst->dep_cap = src->ndeps;
+    dst->nio = dst->io_cap = src->nio;
+    return SW_OK;
 }
 
 /* ------------------------------------------------------------------ lifetimes

@@ -24,7 +24,7 @@ int sw_py_problem_ready(ProblemObject *self) {
         PyErr_SetString(PyExc_RuntimeError, "Problem is not initialized");
         return 0;
     }
-    if (self->busy) {
+    if (self->busy || self->readers) {
         PyErr_SetString(PyExc_RuntimeError, "Problem is in use by another thread");
         return 0;
     }

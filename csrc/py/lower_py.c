@@ -1,5 +1,6 @@
 /* lower_py.c -- Problem.lower, and what every binding taking a plan shares: the plan's arrays
- * in (sw_py_parse_plan) and a lowered task graph's arrays out (sw_py_put_tasks, sw_py_put_memory).
+ * in (sw_py_parse_plan) and a lowered task graph's arrays out (sw_py_put_tasks, sw_py_put_memory,
+ * sw_py_put_graph: also TaskGraph.arrays).
  *
  * A plan arrives as four arrays over the problem's ops:
  *   kinds    (nops,) int32      sw_op_kind of every op
@@ -9,9 +10,9 @@
  *   devices  (n,) int32
  * Results come back as a dict of NumPy arrays, one entry per task (or buffer, device); names of
  * the enum codes are the module's TASK_KINDS, PHASES and BUFFER_KINDS (simulate_py.c).  The GIL
- * is released while the C core lowers.
+ * is released while the C core lowers (once: sw_py_lower_args, taskgraph_py.c).
  */
-#include "problem_py.h"  /* ProblemObject, sw_py_array; CPython and NumPy C API */
+#include "taskgraph_py.h"  /* sw_py_lower_args, sw_py_put_graph; ProblemObject, CPython and NumPy C API */
 
 #include <string.h>  /* memcpy, memset */
 
@@ -178,6 +179,11 @@ int sw_py_put_memory(PyObject *d, const sw_task_graph *g, int ndev) {
     return rc;
 }
 
+int sw_py_put_graph(PyObject *d, const sw_task_graph *g, int ndev) {
+    return sw_py_put_tasks(d, g) < 0 || sw_py_put(d, "box", boxes(&g->tasks[0].box, g->ntasks, sizeof(sw_task))) < 0 ||
+           put_buffers(d, g) < 0 || sw_py_put_memory(d, g, ndev) < 0 ? -1 : 0;
+}
+
 /* ------------------------------------------------------------------ Problem.lower */
 PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
     PyObject *k, *dg, *ptr, *dv;
@@ -185,29 +191,16 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
         return NULL;
     }
     self->busy = 1;   /* from the conversions on: they read the problem */
-    plan_args a;
-    sw_task_graph g = {0};
+    sw_lowering *l = NULL;
     PyObject *d = NULL;
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0) {
-        goto done;
+    if (sw_py_lower_args(self, k, dg, ptr, dv, Py_None, Py_None, &l) == 0) {
+        d = PyDict_New();
+        if (d && sw_py_put_graph(d, &l->g, self->p->ndev) < 0) {
+            Py_CLEAR(d);
+        }
     }
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_lower(self->p, &a.plan, &g);
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        sw_py_raise(s);
-        goto done;
-    }
-    d = PyDict_New();
-    if (!d || sw_py_put_tasks(d, &g) < 0 || sw_py_put(d, "box", boxes(&g.tasks[0].box, g.ntasks, sizeof(sw_task))) < 0 ||
-        put_buffers(d, &g) < 0 || sw_py_put_memory(d, &g, self->p->ndev) < 0) {
-        Py_CLEAR(d);
-    }
-done:
     self->busy = 0;
-    sw_task_graph_free(&g);
-    sw_py_plan_args_free(&a);
+    sw_lowering_free(l);
     return d;
 }
 

@@ -1,7 +1,8 @@
-/* memplan_py.c -- Problem.memory_plan, Problem.check_memory_plan and Problem.task_order.
+/* memplan_py.c -- memory_plan, check_memory_plan and task_order of a TaskGraph and of a Problem.
  *
- * All take a plan as simulate_py.c's four arrays and lower it in C (GIL
- * released), and an optional `streams`: None (one stream per device) or a
+ * The TaskGraph methods read the graph lowered once (taskgraph_py.c) on its streams; the
+ * Problem methods take a plan as simulate_py.c's four arrays, lower it once (sw_py_lower_args,
+ * GIL released) and run the same pass, with an optional `streams`: None (one stream per device) or a
  * schedule's (stream, stream_device, stream_priority) int32 arrays
  * (sw_py_parse_streams, shared with runtime_py.c).  memory_plan returns the
  * planned arena as a dict of NumPy arrays (per buffer: offset, bytes, first,
@@ -11,7 +12,7 @@
  * and reuse edges given from Python (tests hand it broken ones).  task_order
  * returns what every task runs after on the runtime (order.c) as {ptr, ids}.
  */
-#include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
+#include "taskgraph_py.h"  /* TaskGraphObject, sw_py_lower_args; ProblemObject, sw_py_* helpers */
 
 #include <string.h>  /* memset */
 
@@ -77,6 +78,121 @@ static PyObject *put_plan(const sw_memory_plan *mp) {
     return d;
 }
 
+/* ------------------------------------------------------------------ the passes on a lowering */
+/* The memory plan of l's graph on its streams (validated when check), as a dict; the GIL is released. */
+static PyObject *memory_plan_on(const sw_lowering *l, long long align, int check) {
+    sw_memory_plan mp = {0};
+    sw_streams view;
+    const sw_streams *st = sw_lowering_streams(l, &view);
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_memory_plan_build_on(&l->g, l->ndev, (int64_t)align, 1, st, &mp);
+    if (s == SW_OK && check) {
+        s = sw_memory_plan_check_on(&l->g, &mp, st);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *d = s == SW_OK ? put_plan(&mp) : sw_py_raise(s);
+    sw_memory_plan_free(&mp);
+    return d;
+}
+
+static int iterations_ok(int iterations) {
+    if (iterations < 1 || iterations > 8) {
+        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
+        return 0;
+    }
+    return 1;
+}
+
+/* The runtime's order over l's memory plan (reuse on, the arena alignment); with iterations > 1,
+ * of that many iterations back to back (iterations.c: task t of iteration i is i * ntasks + t),
+ * and with check the plan of the concatenated graph proved safe by it (sw_memory_plan_check_on;
+ * ValueError naming the conflict otherwise).  {ptr, ids}; the GIL is released. */
+static PyObject *task_order_on(const sw_lowering *l, int iterations, int check) {
+    sw_iterations it = {0};
+    sw_memory_plan mp = {0};
+    sw_task_order order = {0};
+    sw_streams view;
+    const sw_streams *st = sw_lowering_streams(l, &view);
+    const sw_task_graph *g = &l->g;
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_memory_plan_build_on(g, l->ndev, SW_ARENA_ALIGN, 1, st, &mp);
+    if (s == SW_OK && iterations > 1) {
+        s = sw_iterations_build(g, &mp, st, iterations, &it);
+    }
+    if (s == SW_OK && check) {
+        s = iterations > 1 ? sw_memory_plan_check_on(&it.g, &it.mp, sw_iterations_streams(&it))
+                           : sw_memory_plan_check_on(g, &mp, st);
+    }
+    if (s == SW_OK) {
+        s = iterations > 1 ? sw_task_order_build_on(&it.g, &it.mp, sw_iterations_streams(&it), &order)
+                           : sw_task_order_build_on(g, &mp, st, &order);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *d = NULL;
+    if (s != SW_OK) {
+        sw_py_raise(s);
+    } else {
+        d = PyDict_New();
+        if (!d || sw_py_put(d, "ptr", sw_py_contiguous(order.ptr, (npy_intp)order.ntasks + 1, NPY_INT32)) < 0 ||
+            sw_py_put(d, "ids", sw_py_contiguous(order.ids, order.ptr[order.ntasks], NPY_INT32)) < 0) {
+            Py_CLEAR(d);
+        }
+    }
+    sw_task_order_free(&order);
+    sw_iterations_free(&it);
+    sw_memory_plan_free(&mp);
+    return d;
+}
+
+/* Validate offsets and reuse edges given from Python against l's graph and streams: None, or
+ * NULL with a ValueError naming the conflict. */
+static PyObject *check_on(const sw_lowering *l, PyObject *off, PyObject *ar, PyObject *rf, PyObject *rt,
+                          long long align) {
+    PyArrayObject *offset = NULL, *arena = NULL, *from = NULL, *to = NULL;
+    PyObject *result = NULL;
+    sw_streams view;
+    const sw_streams *st = sw_lowering_streams(l, &view);
+    if (!(offset = sw_py_array(off, NPY_INT64, 1, "offset")) || !(arena = sw_py_array(ar, NPY_INT64, 1, "arena")) ||
+        !(from = sw_py_array(rf, NPY_INT32, 1, "reuse_from")) || !(to = sw_py_array(rt, NPY_INT32, 1, "reuse_to"))) {
+        goto done;
+    }
+    if (PyArray_DIM(arena, 0) != l->ndev || PyArray_DIM(from, 0) != PyArray_DIM(to, 0) || align < 1 ||
+        (align & (align - 1)) != 0) {
+        PyErr_Format(PyExc_ValueError, "arena needs %d entries, reuse_from and reuse_to equal lengths, align a "
+                     "power of two", l->ndev);
+        goto done;
+    }
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = SW_OK;
+    if (PyArray_DIM(offset, 0) != l->g.nbuffers) {
+        s = SW_FAIL(SW_ERR_VALUE, "offset has %lld entries for %d buffers", (long long)PyArray_DIM(offset, 0),
+                    l->g.nbuffers);
+    }
+    if (s == SW_OK) {
+        sw_memory_plan mp = {.nbuffers = l->g.nbuffers, .ndev = l->ndev, .align = align,
+                             .offset = PyArray_DATA(offset), .arena = PyArray_DATA(arena),
+                             .nreuse = (int32_t)PyArray_DIM(from, 0), .reuse_from = PyArray_DATA(from),
+                             .reuse_to = PyArray_DATA(to)};
+        s = sw_memory_plan_check_on(&l->g, &mp, st);
+    }
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        sw_py_raise(s);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(offset);
+    Py_XDECREF(arena);
+    Py_XDECREF(from);
+    Py_XDECREF(to);
+    return result;
+}
+
+/* ------------------------------------------------------------------ Problem methods (a plan as arrays) */
 /* memory_plan(kinds, degrees, dev_ptr, devices, align=ARENA_ALIGN, check=False, streams=None) -> dict */
 PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "align", "check", "streams", NULL};
@@ -89,106 +205,31 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
         return NULL;
     }
     self->busy = 1;   /* from the conversions on: they read the problem */
-    plan_args a;
-    sw_task_graph g = {0};
-    sw_memory_plan mp = {0};
-    PyObject *d = NULL;
-    PyArrayObject *sa[3] = {NULL, NULL, NULL};
-    sw_streams view;
-    const sw_streams *st = NULL;
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || sw_py_parse_streams(streams_obj, sa, &view, &st) < 0) {
-        goto done;
-    }
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_lower(self->p, &a.plan, &g);
-    if (s == SW_OK) {
-        s = sw_memory_plan_build_on(&g, self->p->ndev, (int64_t)align, 1, st, &mp);
-    }
-    if (s == SW_OK && check) {
-        s = sw_memory_plan_check_on(&g, &mp, st);
-    }
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        sw_py_raise(s);
-        goto done;
-    }
-    d = put_plan(&mp);
-done:
+    sw_lowering *l = NULL;
+    PyObject *d = sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, Py_None, &l) == 0 ? memory_plan_on(l, align, check)
+                                                                                      : NULL;
     self->busy = 0;
-    sw_py_streams_free(sa);
-    sw_memory_plan_free(&mp);
-    sw_task_graph_free(&g);
-    sw_py_plan_args_free(&a);
+    sw_lowering_free(l);
     return d;
 }
 
-/* task_order(kinds, degrees, dev_ptr, devices, streams=None, iterations=1, check=False) -> {ptr,
- * ids}: the runtime's order over its memory plan (reuse on, the arena alignment); with
- * iterations > 1, of that many iterations back to back (iterations.c: task t of iteration i is
- * i * ntasks + t), and with check the plan of the concatenated graph proved safe by it
- * (sw_memory_plan_check_on; ValueError naming the conflict otherwise). */
+/* task_order(kinds, degrees, dev_ptr, devices, streams=None, iterations=1, check=False) -> {ptr, ids} */
 PyObject *sw_py_problem_task_order(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "streams", "iterations", "check", NULL};
     PyObject *k, *dg, *ptr, *dv, *streams_obj = Py_None;
     int iterations = 1, check = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|Oip", kwlist, &k, &dg, &ptr, &dv, &streams_obj, &iterations,
                                      &check) ||
-        !sw_py_problem_ready(self)) {
+        !sw_py_problem_ready(self) || !iterations_ok(iterations)) {
         return NULL;
     }
-    if (iterations < 1 || iterations > 8) {
-        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
-        return NULL;
-    }
-    sw_iterations it = {0};
     self->busy = 1;
-    plan_args a;
-    sw_task_graph g = {0};
-    sw_memory_plan mp = {0};
-    sw_task_order order = {0};
-    PyObject *d = NULL;
-    PyArrayObject *sa[3] = {NULL, NULL, NULL};
-    sw_streams view;
-    const sw_streams *st = NULL;
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || sw_py_parse_streams(streams_obj, sa, &view, &st) < 0) {
-        goto done;
-    }
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_lower(self->p, &a.plan, &g);
-    if (s == SW_OK) {
-        s = sw_memory_plan_build_on(&g, self->p->ndev, SW_ARENA_ALIGN, 1, st, &mp);
-    }
-    if (s == SW_OK && iterations > 1) {
-        s = sw_iterations_build(&g, &mp, st, iterations, &it);
-    }
-    if (s == SW_OK && check) {
-        s = iterations > 1 ? sw_memory_plan_check_on(&it.g, &it.mp, sw_iterations_streams(&it))
-                           : sw_memory_plan_check_on(&g, &mp, st);
-    }
-    if (s == SW_OK) {
-        s = iterations > 1 ? sw_task_order_build_on(&it.g, &it.mp, sw_iterations_streams(&it), &order)
-                           : sw_task_order_build_on(&g, &mp, st, &order);
-    }
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        sw_py_raise(s);
-        goto done;
-    }
-    d = PyDict_New();
-    if (!d || sw_py_put(d, "ptr", sw_py_contiguous(order.ptr, (npy_intp)order.ntasks + 1, NPY_INT32)) < 0 ||
-        sw_py_put(d, "ids", sw_py_contiguous(order.ids, order.ptr[order.ntasks], NPY_INT32)) < 0) {
-        Py_CLEAR(d);
-    }
-done:
+    sw_lowering *l = NULL;
+    PyObject *d = sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, Py_None, &l) == 0
+                      ? task_order_on(l, iterations, check)
+                      : NULL;
     self->busy = 0;
-    sw_py_streams_free(sa);
-    sw_task_order_free(&order);
-    sw_iterations_free(&it);
-    sw_memory_plan_free(&mp);
-    sw_task_graph_free(&g);
-    sw_py_plan_args_free(&a);
+    sw_lowering_free(l);
     return d;
 }
 
@@ -202,53 +243,51 @@ PyObject *sw_py_problem_check_memory_plan(ProblemObject *self, PyObject *args) {
         return NULL;
     }
     self->busy = 1;   /* from the conversions on: they read the problem */
-    plan_args a;
-    sw_task_graph g = {0};
-    PyArrayObject *offset = NULL, *arena = NULL, *from = NULL, *to = NULL;
-    PyObject *result = NULL;
-    PyArrayObject *sa[3] = {NULL, NULL, NULL};
-    sw_streams view;
-    const sw_streams *st = NULL;
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || sw_py_parse_streams(streams_obj, sa, &view, &st) < 0 ||
-        !(offset = sw_py_array(off, NPY_INT64, 1, "offset")) || !(arena = sw_py_array(ar, NPY_INT64, 1, "arena")) ||
-        !(from = sw_py_array(rf, NPY_INT32, 1, "reuse_from")) || !(to = sw_py_array(rt, NPY_INT32, 1, "reuse_to"))) {
-        goto done;
-    }
-    if (PyArray_DIM(arena, 0) != self->p->ndev || PyArray_DIM(from, 0) != PyArray_DIM(to, 0) || align < 1 ||
-        (align & (align - 1)) != 0) {
-        PyErr_Format(PyExc_ValueError, "arena needs %d entries, reuse_from and reuse_to equal lengths, align a "
-                     "power of two", self->p->ndev);
-        goto done;
-    }
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_lower(self->p, &a.plan, &g);
-    if (s == SW_OK && PyArray_DIM(offset, 0) != g.nbuffers) {
-        s = SW_FAIL(SW_ERR_VALUE, "offset has %lld entries for %d buffers", (long long)PyArray_DIM(offset, 0),
-                    g.nbuffers);
-    }
-    if (s == SW_OK) {
-        sw_memory_plan mp = {.nbuffers = g.nbuffers, .ndev = self->p->ndev, .align = align,
-                             .offset = PyArray_DATA(offset), .arena = PyArray_DATA(arena),
-                             .nreuse = (int32_t)PyArray_DIM(from, 0), .reuse_from = PyArray_DATA(from),
-                             .reuse_to = PyArray_DATA(to)};
-        s = sw_memory_plan_check_on(&g, &mp, st);
-    }
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        sw_py_raise(s);
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
-done:
+    sw_lowering *l = NULL;
+    PyObject *result = sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, Py_None, &l) == 0
+                           ? check_on(l, off, ar, rf, rt, align)
+                           : NULL;
     self->busy = 0;
-    sw_py_streams_free(sa);
-    Py_XDECREF(offset);
-    Py_XDECREF(arena);
-    Py_XDECREF(from);
-    Py_XDECREF(to);
-    sw_task_graph_free(&g);
-    sw_py_plan_args_free(&a);
+    sw_lowering_free(l);
+    return result;
+}
+
+/* ------------------------------------------------------------------ TaskGraph methods */
+/* memory_plan(align=ARENA_ALIGN, check=False) -> dict */
+PyObject *sw_py_tg_memory_plan(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"align", "check", NULL};
+    long long align = SW_ARENA_ALIGN;
+    int check = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Lp", kwlist, &align, &check) || !sw_py_tg_enter(self)) {
+        return NULL;
+    }
+    PyObject *d = memory_plan_on(self->l, align, check);
+    sw_py_tg_leave(self);
+    return d;
+}
+
+/* task_order(iterations=1, check=False) -> {ptr, ids} */
+PyObject *sw_py_tg_task_order(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"iterations", "check", NULL};
+    int iterations = 1, check = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ip", kwlist, &iterations, &check) || !iterations_ok(iterations) ||
+        !sw_py_tg_enter(self)) {
+        return NULL;
+    }
+    PyObject *d = task_order_on(self->l, iterations, check);
+    sw_py_tg_leave(self);
+    return d;
+}
+
+/* check_memory_plan(offset, arena, reuse_from, reuse_to, align) -> None */
+PyObject *sw_py_tg_check_memory_plan(TaskGraphObject *self, PyObject *args) {
+    PyObject *off, *ar, *rf, *rt;
+    long long align;
+    if (!PyArg_ParseTuple(args, "OOOOL", &off, &ar, &rf, &rt, &align) || !sw_py_tg_enter(self)) {
+        return NULL;
+    }
+    PyObject *result = check_on(self->l, off, ar, rf, rt, align);
+    sw_py_tg_leave(self);
     return result;
 }
 

@@ -5,10 +5,12 @@
  * sw_problem.  This file holds the type (construction, the method table, getters) and
  * module_exec, which calls every binding file's register function; the methods live by
  * concept in problem_configs_py.c, problem_tables_py.c, search_py.c (GIL released around
- * search), memplan_py.c, lower_py.c, simulate_py.c, schedule_py.c and swap_py.c.  It sits on
+ * search), memplan_py.c, lower_py.c, simulate_py.c, schedule_py.c and swap_py.c; the TaskGraph type
+ * (a plan lowered once, which those passes also take) is taskgraph_py.c's.  It sits on
  * top of csrc/py: it uses every binding file, and none of them uses it.
  */
 #include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
+#include "taskgraph_py.h"  /* sw_py_register_taskgraph */
 
 #include "../cpu/kernels.h"
 #include "../shardwise.h"
@@ -31,7 +33,7 @@ int sw_py_register_optim_kernels(PyObject *module);
  * Refuse to replace or change self->p while a search, table build or lowering on another
  * thread uses it (they run with the GIL released over self->p); 1 if nobody does. */
 static int not_busy(ProblemObject *self, const char *what) {
-    if (self->busy) {
+    if (self->busy || self->readers) {
         PyErr_Format(PyExc_RuntimeError, "cannot %s a Problem while another thread is using it "
                      "(a search, table build or lowering is running)", what);
         return 0;
@@ -92,6 +94,7 @@ static int Problem_init(ProblemObject *self, PyObject *args, PyObject *kwds) {
     }
     sw_problem_free(self->p);
     self->p = fresh;
+    self->version++;   /* task graphs lowered from the old problem refuse to run on this one */
     rc = 0;
 done:
     Py_XDECREF(blob);
@@ -251,6 +254,7 @@ static int module_exec(PyObject *m) {
         sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 ||
         sw_py_register_activation_kernels(m) < 0 || sw_py_register_optim_kernels(m) < 0 ||
         sw_py_register_lower(m) < 0 || sw_py_register_simulate(m) < 0 || sw_py_register_sim_tasks(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
+        sw_py_register_taskgraph(m, (PyTypeObject *)type) < 0 ||
         sw_py_register_search(m) < 0 || sw_py_register_memory_tables(m) < 0) {
         return -1;
     }

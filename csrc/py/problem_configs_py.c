@@ -45,6 +45,7 @@ PyObject *sw_py_problem_set_options(ProblemObject *self, PyObject *args, PyObjec
         !sw_py_problem_ready(self)) {
         return NULL;
     }
+    self->version++;   /* task graphs lowered before would not match the problem's new options */
     self->p->reduction_splits = reduction_splits;
     /* node_structure=False: transfers listed pair by pair even on uniform nodes (tests compare) */
     sw_problem_detect_nodes(self->p);
@@ -81,6 +82,9 @@ PyObject *sw_py_problem_set_optimizer_state(ProblemObject *self, PyObject *arg) 
         PyErr_Format(PyExc_ValueError, "optimizer state buffers per parameter must be 1..%d, got %ld",
                      SW_MAX_OPTIMIZER_STATE, n);
         return NULL;
+    }
+    if (self->p->optimizer_state != (int)n) {
+        self->version++;   /* task graphs lowered before have another number of state buffers */
     }
     self->p->optimizer_state = (int)n;
     Py_RETURN_NONE;

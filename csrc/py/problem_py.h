@@ -15,6 +15,10 @@ typedef struct {
     PyObject_HEAD
     sw_problem *p;
     int busy;   /* set while the GIL is released over p */
+    int readers;   /* passes of task graphs lowered from p running with the GIL released (taskgraph_py.c):
+                      they only read p, so several may run at once, but nothing may change p meanwhile */
+    unsigned long version;   /* bumped whenever p is replaced or its options change: a task graph lowered
+                                from an older version refuses to run (its graph would not match) */
 } ProblemObject;
 
 /* 1 if self holds a problem no other thread is using; 0 with an exception. */

@@ -1,7 +1,9 @@
 /* runtime_py.c -- the Python Runtime type: one native runtime (csrc/exec/) per object.
  *
+ *   rt = _core.Runtime(task_graph, attrs, threads, jitter_us=0, reuse=True)   # a _core.TaskGraph: the plan
+ *                                                        # lowered once, with its streams or swap plan
  *   rt = _core.Runtime(problem, kinds, degrees, dev_ptr, devices, attrs, threads, jitter_us=0, reuse=True,
- *                      streams=None)
+ *                      streams=None, swap=None)          # the same, lowering the plan's arrays first
  *   loss = rt.step(inputs, labels, kind, lr, weight_decay, momentum, dampening, nesterov, beta1, beta2, eps)
  *   loss = rt.forward(inputs, labels, running=False)   # the forward pass alone (loss, predict);
  *                                              # running: batchnorms use running statistics (eval)
@@ -24,6 +26,7 @@
  */
 #include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
 #include "runtime_py.h"  /* RuntimeObject; buffer, write, recorded (runtime_buffers_py.c) */
+#include "taskgraph_py.h"  /* TaskGraphObject, sw_py_tg_enter, sw_py_lower_args */
 
 #include <string.h>  /* memset, memcpy */
 
@@ -82,12 +85,57 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
     return 0;
 }
 
-static int swap_with_streams(void) {
-    PyErr_SetString(PyExc_ValueError, "a swap plan runs on one compute stream per device, not a schedule's streams");
-    return 1;
+/* Runtime(tg, attrs, threads, jitter_us=0, reuse=True, backend="cpu", gpus=None, workspace=0): the
+ * graph of a TaskGraph, lowered once, with its streams or swap tasks (taskgraph_py.c). */
+static PyObject *runtime_of_graph(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"task_graph", "attrs", "threads", "jitter_us", "reuse", "backend", "gpus", "workspace",
+                             NULL};
+    PyObject *tg_obj, *at, *gpus = Py_None;
+    int threads, jitter = 0, reuse = 1;
+    const char *backend_name = "cpu";
+    long long workspace = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|ipsOL", kwlist, &tg_obj, &at, &threads, &jitter, &reuse,
+                                     &backend_name, &gpus, &workspace)) {
+        return NULL;
+    }
+    TaskGraphObject *tg = (TaskGraphObject *)tg_obj;
+    sw_op_attrs *attrs = NULL;
+    RuntimeObject *self = NULL;
+    sw_py_backend spec = {0};
+    if (!sw_py_tg_enter(tg)) {
+        return NULL;
+    }
+    const sw_problem *p = tg->p;
+    if (parse_attrs(p, at, &attrs) < 0 || sw_py_backend_spec(backend_name, p->ndev, gpus, workspace, &spec) < 0) {
+        goto done;
+    }
+    self = (RuntimeObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        goto done;
+    }
+    sw_backend *backend = NULL;
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_py_backend_make(&spec, threads, jitter, &backend);
+    if (s == SW_OK) {
+        s = sw_runtime_new_lowered(p, tg->l, attrs, reuse, backend, &self->rt);
+    }
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        Py_CLEAR(self);
+        sw_py_raise(s);
+    }
+done:
+    sw_py_tg_leave(tg);
+    PyMem_Free(attrs);
+    sw_py_backend_spec_free(&spec);
+    return (PyObject *)self;
 }
 
 static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) > 0 && sw_py_is_taskgraph(PyTuple_GET_ITEM(args, 0))) {
+        return runtime_of_graph(type, args, kwds);
+    }
     static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "attrs", "threads", "jitter_us",
                              "reuse", "streams", "backend", "gpus", "workspace", "swap", NULL};
     PyObject *prob, *k, *dg, *ptr, *dv, *at, *streams_obj = Py_None, *gpus = Py_None, *swap_obj = Py_None;
@@ -101,26 +149,20 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     ProblemObject *problem = (ProblemObject *)prob;
     if (!PyObject_TypeCheck(prob, problem_type_)) {
-        PyErr_SetString(PyExc_TypeError, "Runtime needs a shardwise._core.Problem");
+        PyErr_SetString(PyExc_TypeError, "Runtime needs a shardwise._core.TaskGraph or a shardwise._core.Problem");
         return NULL;
     }
     if (!sw_py_problem_ready(problem)) {
         return NULL;
     }
     problem->busy = 1;   /* from the conversions on: they read the problem */
-    plan_args a;
     sw_op_attrs *attrs = NULL;
     RuntimeObject *self = NULL;
     sw_py_backend spec = {0};
-    memset(&a, 0, sizeof a);
-    PyArrayObject *stream_arrays[3] = {NULL, NULL, NULL}, *swap_arrays[3] = {NULL, NULL, NULL};
-    sw_streams view;
-    const sw_streams *streams = NULL;
-    sw_swap_spec swap;
-    if (sw_py_parse_plan(problem->p, k, dg, ptr, dv, &a) < 0 || parse_attrs(problem->p, at, &attrs) < 0 ||
-        sw_py_parse_streams(streams_obj, stream_arrays, &view, &streams) < 0 ||
-        sw_py_parse_swap(swap_obj, swap_arrays, &swap) < 0 || (swap.n > 0 && streams && swap_with_streams()) ||
-        sw_py_backend_spec(backend_name, problem->p->ndev, gpus, workspace, &spec) < 0) {
+    sw_lowering *l = NULL;
+    if (parse_attrs(problem->p, at, &attrs) < 0 ||
+        sw_py_backend_spec(backend_name, problem->p->ndev, gpus, workspace, &spec) < 0 ||
+        sw_py_lower_args(problem, k, dg, ptr, dv, streams_obj, swap_obj, &l) < 0) {   /* the plan lowered once */
         goto done;
     }
     self = (RuntimeObject *)type->tp_alloc(type, 0);
@@ -132,8 +174,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_BEGIN_ALLOW_THREADS
     s = sw_py_backend_make(&spec, threads, jitter, &backend);
     if (s == SW_OK) {
-        s = swap.n > 0 ? sw_runtime_new_swapped(problem->p, &a.plan, attrs, reuse, &swap, backend, &self->rt)
-                       : sw_runtime_new_on(problem->p, &a.plan, attrs, reuse, streams, backend, &self->rt);
+        s = sw_runtime_new_lowered(problem->p, l, attrs, reuse, backend, &self->rt);
     }
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
@@ -142,13 +183,9 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
 done:
     problem->busy = 0;
-    sw_py_streams_free(stream_arrays);
-    for (int i = 0; i < 3; i++) {
-        Py_XDECREF(swap_arrays[i]);
-    }
+    sw_lowering_free(l);
     PyMem_Free(attrs);
     sw_py_backend_spec_free(&spec);
-    sw_py_plan_args_free(&a);
     return (PyObject *)self;
 }
 

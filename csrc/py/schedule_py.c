@@ -1,13 +1,15 @@
-/* schedule_py.c -- Problem.schedule and Problem.layer_paths (csrc/graph/schedule.c, schedule_paths.c).
+/* schedule_py.c -- TaskGraph.schedule, Problem.schedule and Problem.layer_paths (csrc/graph/schedule.c,
+ * schedule_paths.c).
  *
- * schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) lowers a
- * plan (simulate_py.c's four arrays), times its tasks (sw_task_durations: the roofline, or
+ * TaskGraph.schedule(policy, alpha=-1, beta=-1, split=None) reads the graph lowered once;
+ * Problem.schedule(kinds, degrees, dev_ptr, devices, policy, ...) lowers a plan (simulate_py.c's
+ * four arrays) first.  Both time its tasks (sw_task_durations: the roofline, or
  * `split`, the measured (forward, backward) seconds per op, NaN where not measured) and
  * annotates them; layer_paths(op_da) runs the path analysis alone on given dA seconds per op
  * (tests feed hand-made ones).  Results are dicts of NumPy arrays named as the C fields.
  * The GIL is released while the core works.
  */
-#include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
+#include "taskgraph_py.h"  /* TaskGraphObject, sw_py_lower_args; ProblemObject, sw_py_* helpers */
 
 #include <math.h>    /* isfinite, isnan */
 #include <stdlib.h>  /* malloc, free */
@@ -71,23 +73,43 @@ static int parse_split(const sw_problem *p, PyObject *obj, PyArrayObject **out) 
     return 0;
 }
 
-/* Lower, time and annotate with the GIL released; everything is freed on failure. */
-static sw_status run_schedule(const sw_problem *p, const plan_args *a, const double *split, int policy, int alpha,
-                              int beta, sw_schedule *s) {
-    sw_task_graph g = {0};
-    SW_TRY(sw_lower(p, &a->plan, &g));
-    double *durations = malloc(sizeof *durations * ((size_t)g.ntasks + 1));
-    sw_measured m = {.split = split};
-    sw_status st = durations ? sw_task_durations(p, &a->plan, &g, split ? &m : NULL, durations)
-                             : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+/* Time l's tasks (the roofline, or the measured split) and annotate them, with the GIL released:
+ * a dict, or NULL with an exception.  A swapped graph is not scheduled: its swap tasks have their
+ * own streams already, and a swap plan runs on one compute stream per device. */
+static PyObject *schedule_on(const sw_problem *p, const sw_lowering *l, PyArrayObject *split, int policy, int alpha,
+                             int beta) {
+    if (l->swapped) {
+        PyErr_SetString(PyExc_ValueError, "a task graph with a swap plan runs on one compute stream per device: "
+                        "schedule the plan's graph without it");
+        return NULL;
+    }
+    const double *sp = split ? PyArray_DATA(split) : NULL;
+    sw_schedule s = {0};
+    sw_status st;
+    Py_BEGIN_ALLOW_THREADS
+    double *durations = malloc(sizeof *durations * ((size_t)l->g.ntasks + 1));
+    sw_measured m = {.split = sp};
+    st = durations ? sw_task_durations(p, &l->plan, &l->g, sp ? &m : NULL, durations)
+                   : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     if (st == SW_OK) {
-        st = sw_schedule_build(p, &g, durations, (sw_sched_policy)policy, alpha, beta, s);
+        st = sw_schedule_build(p, &l->g, durations, (sw_sched_policy)policy, alpha, beta, &s);
     }
     free(durations);
-    sw_task_graph_free(&g);
-    return st;
+    Py_END_ALLOW_THREADS
+    PyObject *d = NULL;
+    if (st != SW_OK) {
+        sw_py_raise(st);
+    } else {
+        d = PyDict_New();
+        if (!d || put_schedule(d, &s) < 0) {
+            Py_CLEAR(d);
+        }
+    }
+    sw_schedule_free(&s);
+    return d;
 }
 
+/* schedule(kinds, degrees, dev_ptr, devices, policy, alpha=-1, beta=-1, split=None) -> dict */
 PyObject *sw_py_problem_schedule(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "policy", "alpha", "beta", "split", NULL};
     PyObject *k, *dg, *ptr, *dv, *split_obj = Py_None;
@@ -98,31 +120,38 @@ PyObject *sw_py_problem_schedule(ProblemObject *self, PyObject *args, PyObject *
         return NULL;
     }
     self->busy = 1;   /* from the conversions on: they read the problem */
-    plan_args a;
     PyArrayObject *split = NULL;
-    sw_schedule s = {0};
+    sw_lowering *l = NULL;
     PyObject *d = NULL;
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || parse_split(self->p, split_obj, &split) < 0) {
-        goto done;
+    if (parse_split(self->p, split_obj, &split) == 0 &&
+        sw_py_lower_args(self, k, dg, ptr, dv, Py_None, Py_None, &l) == 0) {
+        d = schedule_on(self->p, l, split, policy, alpha, beta);
     }
-    const double *sp = split ? PyArray_DATA(split) : NULL;
-    sw_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = run_schedule(self->p, &a, sp, policy, alpha, beta, &s);
-    Py_END_ALLOW_THREADS
-    if (st != SW_OK) {
-        sw_py_raise(st);
-        goto done;
-    }
-    d = PyDict_New();
-    if (!d || put_schedule(d, &s) < 0) {
-        Py_CLEAR(d);
-    }
-done:
     self->busy = 0;
-    sw_schedule_free(&s);
+    sw_lowering_free(l);
     Py_XDECREF(split);
-    sw_py_plan_args_free(&a);
+    return d;
+}
+
+/* TaskGraph.schedule(policy, alpha=-1, beta=-1, split=None) -> dict */
+PyObject *sw_py_tg_schedule(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"policy", "alpha", "beta", "split", NULL};
+    PyObject *split_obj = Py_None;
+    int policy, alpha = -1, beta = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|iiO", kwlist, &policy, &alpha, &beta, &split_obj)) {
+        return NULL;
+    }
+    PyArrayObject *split = NULL;
+    if (parse_split(self->p, split_obj, &split) < 0) {
+        Py_XDECREF(split);
+        return NULL;
+    }
+    PyObject *d = NULL;
+    if (sw_py_tg_enter(self)) {
+        d = schedule_on(self->p, self->l, split, policy, alpha, beta);
+        sw_py_tg_leave(self);
+    }
+    Py_XDECREF(split);
     return d;
 }
 

@@ -1,11 +1,13 @@
-/* simulate_py.c -- Problem.simulate_plan, Problem.worker_times, and the names of the enum codes
- * (TASK_KINDS, PHASES, BUFFER_KINDS) that every task graph returned to Python uses.
+/* simulate_py.c -- TaskGraph.simulate, Problem.simulate_plan, Problem.worker_times, and the names of
+ * the enum codes (TASK_KINDS, PHASES, BUFFER_KINDS) that every task graph returned to Python uses.
  *
- * A plan arrives as lower_py.c's four arrays (sw_py_parse_plan); the replay's results come back as
+ * TaskGraph.simulate replays the graph lowered once (with its streams or swap tasks); a plan given
+ * to Problem.simulate_plan as lower_py.c's four arrays is lowered once first (sw_py_lower_args,
+ * with its streams and swap arguments) and replayed the same way.  The replay's results come back as
  * a dict of NumPy arrays, one entry per task (or buffer, device).  The GIL is released while the C
  * core works.  The event loops on hand-made task arrays are sim_tasks_py.c's.
  */
-#include "problem_py.h"  /* ProblemObject, sw_py_array; CPython and NumPy C API */
+#include "taskgraph_py.h"  /* TaskGraphObject, sw_py_lower_args; ProblemObject, sw_py_array */
 
 #include <math.h>    /* isfinite, isnan */
 #include <string.h>  /* memcpy */
@@ -23,7 +25,7 @@ static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
 
 /* ------------------------------------------------------------------ Problem.simulate_plan */
 typedef struct {
-    PyArrayObject *route_ptr, *route_res, *split, *rates, *fixed, *fill;
+    PyArrayObject *route_ptr, *route_res, *split, *rates, *fixed, *fill, *host_bw;
     sw_machine machine;
     sw_measured measured;
 } sim_args;
@@ -35,6 +37,7 @@ static void sim_args_free(sim_args *s) {
     Py_XDECREF(s->rates);
     Py_XDECREF(s->fixed);
     Py_XDECREF(s->fill);
+    Py_XDECREF(s->host_bw);
 }
 
 /* NaN (no measurement) or a finite value >= 0 in every entry. */
@@ -67,7 +70,7 @@ static int per_kind(PyObject *obj, const char *name, const char *what, PyArrayOb
 
 static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *route_res, int nres, int cores,
                          PyObject *split, PyObject *rates, PyObject *fixed, double copy_bw, PyObject *fill,
-                         sim_args *s) {
+                         PyObject *host_bw, int host_res, sim_args *s) {
     memset(s, 0, sizeof *s);
     s->route_ptr = sw_py_array(route_ptr, NPY_INT32, 1, "route_ptr");
     s->route_res = s->route_ptr ? sw_py_array(route_res, NPY_INT32, 1, "route_res") : NULL;
@@ -116,6 +119,18 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
                               s->fill ? PyArray_DATA(s->fill) : NULL};
     s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
                                 s->fixed ? PyArray_DATA(s->fixed) : NULL};
+    if (host_bw != Py_None) {   /* each device's host links: device-to-host, host-to-device bytes/s */
+        s->host_bw = sw_py_array(host_bw, NPY_FLOAT64, 1, "host_bw");
+        if (!s->host_bw) {
+            return -1;
+        }
+        if (PyArray_DIM(s->host_bw, 0) != 2 * (npy_intp)p->ndev) {
+            PyErr_Format(PyExc_ValueError, "host_bw must have 2 entries per device (%d)", 2 * p->ndev);
+            return -1;
+        }
+        s->machine.host_bw = PyArray_DATA(s->host_bw);
+        s->machine.host_res = host_res;
+    }
     return 0;
 }
 
@@ -144,34 +159,20 @@ static sw_status run_back_to_back(const sw_problem *p, const sim_args *s, const 
     return st;
 }
 
-/* Lower (and swap: swap.c, on the swapped graph's streams), time, plan memory and order the
- * tasks as the runtime does (its alignment, reuse on) and replay, with the GIL released;
- * everything is freed on failure.  arena and host (ndev each) get the memory plan's arenas and
- * host regions.  When the lower bound of the lowered graph (sw_simulate_lower_bound) reaches
- * `bound`, the replay is skipped: r holds only that bound as its makespan and *bounded is set
- * (a search discarding plans no faster than its best needs no more). */
-static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_args *s, const sw_streams *streams,
-                          const sw_swap_spec *swap, double bound, int iterations, sw_task_graph *g, double **modelled,
-                          sw_sim_result *r, int *bounded, int64_t *arena, int64_t *host) {
+/* Time l's graph (with its swap tasks, on its streams), plan memory and order the tasks as the
+ * runtime does (its alignment, reuse on) and replay, with the GIL released; everything is freed on
+ * failure.  arena and host (ndev each) get the memory plan's arenas and host regions.  When the
+ * lower bound of the graph (sw_simulate_lower_bound) reaches `bound`, the replay is skipped: r
+ * holds only that bound as its makespan and *bounded is set (a search discarding plans no faster
+ * than its best needs no more). */
+static sw_status run_plan(const sw_problem *p, const sw_lowering *l, const sim_args *s, double bound, int iterations,
+                          double **modelled, sw_sim_result *r, int *bounded, int64_t *arena, int64_t *host) {
     *bounded = 0;
-    SW_TRY(sw_lower(p, &a->plan, g));
-    sw_swap_streams swapped = {0};
-    sw_streams swap_view;
-    if (swap && swap->n > 0) {
-        if (streams) {
-            sw_task_graph_free(g);
-            return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
-        }
-        sw_task_graph sg;
-        sw_status st = sw_swap_apply(g, p->ndev, swap, &sg, &swapped);
-        sw_task_graph_free(g);
-        SW_TRY(st);
-        *g = sg;
-        swap_view = sw_swap_streams_view(&swapped);
-        streams = &swap_view;
-    }
+    const sw_task_graph *g = &l->g;
+    sw_streams view;
+    const sw_streams *streams = sw_lowering_streams(l, &view);
     *modelled = malloc(sizeof **modelled * ((size_t)g->ntasks + 1));
-    sw_status st = *modelled ? sw_task_durations(p, &a->plan, g, &s->measured, *modelled)
+    sw_status st = *modelled ? sw_task_durations(p, &l->plan, g, &s->measured, *modelled)
                              : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     /* the bound holds while every device runs one task at a time: one stream per device, or
      * no shared compute (with several streams sharing a device, two kernels may overlap) */
@@ -181,23 +182,17 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
         if (st == SW_OK && lower >= bound) {
             r->makespan = lower;
             *bounded = 1;
-            sw_swap_streams_free(&swapped);
             return SW_OK;
         }
     }
-    if (st != SW_OK) {
-        sw_swap_streams_free(&swapped);
-        return st;
-    }
+    SW_TRY(st);
     sw_memory_plan mp;
     sw_task_order order = {0};
     st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
     if (st == SW_OK && iterations > 1) {
-        st = swap && swap->n > 0
-                 ? SW_FAIL(SW_ERR_VALUE, "iterations back to back are not simulated with a swap plan")
-                 : run_back_to_back(p, s, streams, g, &mp, *modelled, iterations, r);
+        st = l->swapped ? SW_FAIL(SW_ERR_VALUE, "iterations back to back are not simulated with a swap plan")
+                        : run_back_to_back(p, s, streams, g, &mp, *modelled, iterations, r);
         sw_memory_plan_free(&mp);
-        sw_swap_streams_free(&swapped);
         return st;
     }
     if (st == SW_OK) {
@@ -210,7 +205,6 @@ static sw_status run_plan(const sw_problem *p, const plan_args *a, const sim_arg
         st = sw_simulate_graph_on(p, g, &order, streams, *modelled, &s->machine, r);
     }
     sw_task_order_free(&order);
-    sw_swap_streams_free(&swapped);
     return st;
 }
 
@@ -225,94 +219,110 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
            sw_py_put(d, "iteration_time", PyFloat_FromDouble(r->makespan)) ? -1 : 0;
 }
 
+/* Replay l's graph on the parsed machine: a dict (iteration_time, ntasks, bounded; unless brief or
+ * bounded, every task's arrays, the replay, the arenas), or NULL with an exception. */
+static PyObject *simulate_on(const sw_problem *p, const sw_lowering *l, const sim_args *s, double bound,
+                             int iterations, int brief) {
+    brief = brief || iterations > 1;   /* back to back: the time only */
+    int64_t *arena = PyMem_Calloc((size_t)p->ndev + 1, sizeof *arena);
+    int64_t *host = PyMem_Calloc((size_t)p->ndev + 1, sizeof *host);
+    sw_sim_result r = {0};
+    double *modelled = NULL;
+    int bounded = 0;
+    PyObject *d = NULL;
+    if (!arena || !host) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    sw_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = run_plan(p, l, s, bound, iterations, &modelled, &r, &bounded, arena, host);
+    Py_END_ALLOW_THREADS
+    if (st != SW_OK) {
+        sw_py_raise(st);
+        goto done;
+    }
+    const sw_task_graph *g = &l->g;
+    d = PyDict_New();
+    if (!d || sw_py_put(d, "iteration_time", PyFloat_FromDouble(r.makespan)) ||
+        sw_py_put(d, "ntasks", PyLong_FromLong(g->ntasks)) || sw_py_put(d, "bounded", PyBool_FromLong(bounded))) {
+        Py_CLEAR(d);
+    } else if (!brief && !bounded &&
+               (sw_py_put_tasks(d, g) < 0 || sw_py_put_memory(d, g, p->ndev) < 0 ||
+                put_replay(d, g, modelled, &r, p->ndev) < 0 ||
+                sw_py_put(d, "arena", sw_py_contiguous(arena, p->ndev, NPY_INT64)) < 0 ||
+                sw_py_put(d, "host_arena", sw_py_contiguous(host, p->ndev, NPY_INT64)) < 0)) {
+        Py_CLEAR(d);
+    }
+done:
+    PyMem_Free(arena);
+    PyMem_Free(host);
+    free(modelled);
+    sw_sim_result_free(&r);
+    return d;
+}
+
+static int iterations_ok(int iterations) {
+    if (iterations < 1 || iterations > 8) {
+        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
+        return 0;
+    }
+    return 1;
+}
+
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
                              "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams",
                              "dev_fill", "swap", "host_bw", "host_res", "bound", "brief", "iterations", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
     PyObject *streams_obj = Py_None, *fill = Py_None, *swap_obj = Py_None, *host_bw_obj = Py_None;
-    int nres, cores = 0, host_res = -1, brief = 0, bounded = 0, iterations = 1;
+    int nres, cores = 0, host_res = -1, brief = 0, iterations = 1;
     double copy_bw = 0.0, bound = INFINITY;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOOidpi", kwlist, &k, &dg, &ptr, &dv, &rp, &rr,
                                      &nres, &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill,
                                      &swap_obj, &host_bw_obj, &host_res, &bound, &brief, &iterations) ||
-        !sw_py_problem_ready(self)) {
+        !sw_py_problem_ready(self) || !iterations_ok(iterations)) {
         return NULL;
     }
-    if (iterations < 1 || iterations > 8) {
-        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
-        return NULL;
-    }
-    brief = brief || iterations > 1;   /* back to back: the time only */
-    PyArrayObject *swap_arr[3] = {NULL, NULL, NULL}, *host_bw = NULL;
-    sw_swap_spec swap;
-    int64_t *arena = PyMem_Calloc((size_t)self->p->ndev + 1, sizeof *arena);
-    int64_t *host = PyMem_Calloc((size_t)self->p->ndev + 1, sizeof *host);
-    PyArrayObject *sa[3] = {NULL, NULL, NULL};
-    sw_streams view;
-    const sw_streams *streams = NULL;
     self->busy = 1;   /* from the conversions on: they read the problem */
-    plan_args a;
     sim_args s;
-    sw_task_graph g = {0};
-    sw_sim_result r = {0};
-    double *modelled = NULL;
+    sw_lowering *l = NULL;
     PyObject *d = NULL;
-    memset(&s, 0, sizeof s);
-    if (!arena || !host) {
-        PyErr_NoMemory();
-        goto done;
+    if (parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, host_bw_obj, host_res, &s) ==
+            0 &&
+        sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, swap_obj, &l) == 0) {
+        d = simulate_on(self->p, l, &s, bound, iterations, brief);
     }
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 ||
-        parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, &s) < 0 ||
-        sw_py_parse_streams(streams_obj, sa, &view, &streams) < 0 || sw_py_parse_swap(swap_obj, swap_arr, &swap) < 0) {
-        goto done;
-    }
-    if (host_bw_obj != Py_None) {   /* each device's host links: device-to-host, host-to-device bytes/s */
-        host_bw = sw_py_array(host_bw_obj, NPY_FLOAT64, 1, "host_bw");
-        if (!host_bw) {
-            goto done;
-        }
-        if (PyArray_DIM(host_bw, 0) != 2 * (npy_intp)self->p->ndev) {
-            PyErr_Format(PyExc_ValueError, "host_bw must have 2 entries per device (%d)", 2 * self->p->ndev);
-            goto done;
-        }
-        s.machine.host_bw = PyArray_DATA(host_bw);
-        s.machine.host_res = host_res;
-    }
-    sw_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = run_plan(self->p, &a, &s, streams, &swap, bound, iterations, &g, &modelled, &r, &bounded, arena, host);
-    Py_END_ALLOW_THREADS
-    if (st != SW_OK) {
-        sw_py_raise(st);
-        goto done;
-    }
-    d = PyDict_New();
-    if (!d || sw_py_put(d, "iteration_time", PyFloat_FromDouble(r.makespan)) ||
-        sw_py_put(d, "ntasks", PyLong_FromLong(g.ntasks)) || sw_py_put(d, "bounded", PyBool_FromLong(bounded))) {
-        Py_CLEAR(d);
-    } else if (!brief && !bounded &&
-               (sw_py_put_tasks(d, &g) < 0 || sw_py_put_memory(d, &g, self->p->ndev) < 0 ||
-                put_replay(d, &g, modelled, &r, self->p->ndev) < 0 ||
-                sw_py_put(d, "arena", sw_py_contiguous(arena, self->p->ndev, NPY_INT64)) < 0 ||
-                sw_py_put(d, "host_arena", sw_py_contiguous(host, self->p->ndev, NPY_INT64)) < 0)) {
-        Py_CLEAR(d);
-    }
-done:
     self->busy = 0;
-    PyMem_Free(arena);
-    PyMem_Free(host);
-    Py_XDECREF(host_bw);
-    for (int i = 0; i < 3; i++) {
-        Py_XDECREF(swap_arr[i]);
-    }
-    sw_py_streams_free(sa);
-    free(modelled);
-    sw_sim_result_free(&r);
-    sw_task_graph_free(&g);
+    sw_lowering_free(l);
     sim_args_free(&s);
-    sw_py_plan_args_free(&a);
+    return d;
+}
+
+/* TaskGraph.simulate(route_ptr, route_res, nres, cores=0, split=None, element_seconds=None,
+ *                    copy_bandwidth=0.0, element_fixed=None, dev_fill=None, host_bw=None, host_res=-1,
+ *                    bound=inf, brief=False, iterations=1) -> dict, as Problem.simulate_plan */
+PyObject *sw_py_tg_simulate(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"route_ptr", "route_res", "nres", "cores", "split", "element_seconds", "copy_bandwidth",
+                             "element_fixed", "dev_fill", "host_bw", "host_res", "bound", "brief", "iterations",
+                             NULL};
+    PyObject *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None, *fill = Py_None;
+    PyObject *host_bw_obj = Py_None;
+    int nres, cores = 0, host_res = -1, brief = 0, iterations = 1;
+    double copy_bw = 0.0, bound = INFINITY;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|iOOdOOOidpi", kwlist, &rp, &rr, &nres, &cores, &split, &rates,
+                                     &copy_bw, &fixed, &fill, &host_bw_obj, &host_res, &bound, &brief, &iterations) ||
+        !iterations_ok(iterations) || !sw_py_tg_enter(self)) {
+        return NULL;
+    }
+    sim_args s;
+    PyObject *d = NULL;
+    if (parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, host_bw_obj, host_res, &s) ==
+        0) {
+        d = simulate_on(self->p, self->l, &s, bound, iterations, brief);
+    }
+    sim_args_free(&s);
+    sw_py_tg_leave(self);
     return d;
 }
 

@@ -1,9 +1,10 @@
-/* swap_py.c -- Problem.swap_plan: which feature maps to offload (csrc/graph/swap_plan.c, swap_fit.c).
+/* swap_py.c -- TaskGraph.swap_plan, Problem.swap_plan: which feature maps to offload (csrc/graph/swap_plan.c,
+ * swap_fit.c).
  *
- *   r = problem.swap_plan(kinds, degrees, dev_ptr, devices, start, end, budget, pinned, host_bw,
- *                         max_rounds=0, check=False)
+ *   r = tg.swap_plan(start, end, budget, pinned, host_bw, max_rounds=0, check=False)
+ *   r = problem.swap_plan(kinds, degrees, dev_ptr, devices, start, end, ...)   # lowers the plan first
  *
- * The plan as simulate_py.c's four arrays; start, end: float64 per task of its lowered graph
+ * The plan as simulate_py.c's four arrays (or the TaskGraph lowered once, without a swap plan); start, end: float64 per task of its lowered graph
  * (the unswapped iteration as simulated); budget, pinned: int64 per device (bytes of the arena;
  * of the host region, < 0 unlimited); host_bw: float64 (2 * ndev,), device-to-host then
  * host-to-device bytes/s of each device.  Returns a dict: per offloaded feature map buffer,
@@ -13,8 +14,9 @@
  * persistent ones, need the most bytes); fits, pinned_overflow.  check: prove every swapped memory
  * plan safe (memplan_check.c; a ValueError naming the conflict).  The GIL is released.
  */
-#include "problem_py.h"  /* ProblemObject, plan_args, sw_py_* helpers; CPython and NumPy C API */
+#include "taskgraph_py.h"  /* TaskGraphObject, sw_py_lower_args; ProblemObject, sw_py_* helpers */
 
+#include <stdlib.h>  /* calloc, free */
 #include <string.h>  /* memset */
 
 #include "pyerr.h"  /* sw_py_raise */
@@ -119,27 +121,24 @@ typedef struct {
     int32_t *ws_task;
 } swap_out;
 
-static sw_status run(const sw_problem *p, const plan_args *a, const swap_args *s, int max_rounds, int check,
-                     swap_out *o) {
-    sw_task_graph g = {0};
-    SW_TRY(sw_lower(p, &a->plan, &g));
-    sw_status st = SW_OK;
-    if (PyArray_DIM(s->start, 0) != g.ntasks) {
-        st = SW_FAIL(SW_ERR_VALUE, "a timeline of %lld tasks for a graph of %d", (long long)PyArray_DIM(s->start, 0),
-                     g.ntasks);
+static sw_status run(const sw_lowering *l, const swap_args *s, int max_rounds, int check, swap_out *o) {
+    const sw_task_graph *g = &l->g;
+    if (l->swapped) {
+        return SW_FAIL(SW_ERR_VALUE, "this task graph has a swap plan already: plan swapping on the graph without it");
+    }
+    if (PyArray_DIM(s->start, 0) != g->ntasks) {
+        return SW_FAIL(SW_ERR_VALUE, "a timeline of %lld tasks for a graph of %d", (long long)PyArray_DIM(s->start, 0),
+                       g->ntasks);
     }
     char *host_read = NULL;
+    sw_status st = sw_tg_host_reads(g, &host_read);
     if (st == SW_OK) {
-        st = sw_tg_host_reads(&g, &host_read);
-    }
-    if (st == SW_OK) {
-        working_sets(&g, p->ndev, host_read, o->ws, o->ws_task);
+        working_sets(g, l->ndev, host_read, o->ws, o->ws_task);
         sw_swap_inputs in = {PyArray_DATA(s->start), PyArray_DATA(s->end), PyArray_DATA(s->budget),
                              PyArray_DATA(s->pinned), PyArray_DATA(s->host_bw), SW_ARENA_ALIGN, max_rounds, check};
-        st = sw_swap_plan_fit(&g, p->ndev, &in, &o->r, o->arena, o->host);
+        st = sw_swap_plan_fit(g, l->ndev, &in, &o->r, o->arena, o->host);
     }
     free(host_read);
-    sw_task_graph_free(&g);
     return st;
 }
 
@@ -164,6 +163,47 @@ static int put_result(PyObject *d, const swap_out *o, int ndev) {
            sw_py_put(d, "pinned_overflow", PyLong_FromLong(r->pinned_overflow)) ? -1 : 0;
 }
 
+/* The swap plan of l's graph from the parsed arguments: a dict, or NULL with an exception. */
+static PyObject *swap_plan_on(const sw_lowering *l, PyObject *start, PyObject *end, PyObject *budget,
+                              PyObject *pinned, PyObject *host_bw, int max_rounds, int check) {
+    int ndev = l->ndev;
+    swap_args s;
+    swap_out o = {0};
+    PyObject *d = NULL;
+    memset(&s, 0, sizeof s);
+    o.arena = PyMem_Calloc((size_t)ndev + 1, sizeof *o.arena);
+    o.host = PyMem_Calloc((size_t)ndev + 1, sizeof *o.host);
+    o.ws = PyMem_Calloc((size_t)ndev + 1, sizeof *o.ws);
+    o.ws_task = PyMem_Calloc((size_t)ndev + 1, sizeof *o.ws_task);
+    if (!o.arena || !o.host || !o.ws || !o.ws_task) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (parse_args(start, end, budget, pinned, host_bw, ndev, &s) < 0) {
+        goto done;
+    }
+    sw_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = run(l, &s, max_rounds, check, &o);
+    Py_END_ALLOW_THREADS
+    if (st != SW_OK) {
+        sw_py_raise(st);
+        goto done;
+    }
+    d = PyDict_New();
+    if (!d || put_result(d, &o, ndev) < 0) {
+        Py_CLEAR(d);
+    }
+done:
+    sw_swap_result_free(&o.r);
+    PyMem_Free(o.arena);
+    PyMem_Free(o.host);
+    PyMem_Free(o.ws);
+    PyMem_Free(o.ws_task);
+    swap_args_free(&s);
+    return d;
+}
+
 PyObject *sw_py_problem_swap_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "start", "end", "budget", "pinned", "host_bw",
                              "max_rounds", "check", NULL};
@@ -175,45 +215,27 @@ PyObject *sw_py_problem_swap_plan(ProblemObject *self, PyObject *args, PyObject 
         return NULL;
     }
     self->busy = 1;   /* from the conversions on: they read the problem */
-    int ndev = self->p->ndev;
-    plan_args a;
-    swap_args s;
-    swap_out o = {0};
-    PyObject *d = NULL;
-    memset(&a, 0, sizeof a);
-    memset(&s, 0, sizeof s);
-    o.arena = PyMem_Calloc((size_t)ndev + 1, sizeof *o.arena);
-    o.host = PyMem_Calloc((size_t)ndev + 1, sizeof *o.host);
-    o.ws = PyMem_Calloc((size_t)ndev + 1, sizeof *o.ws);
-    o.ws_task = PyMem_Calloc((size_t)ndev + 1, sizeof *o.ws_task);
-    if (!o.arena || !o.host || !o.ws || !o.ws_task) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) < 0 || parse_args(start, end, budget, pinned, host_bw, ndev, &s) < 0) {
-        goto done;
-    }
-    sw_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = run(self->p, &a, &s, max_rounds, check, &o);
-    Py_END_ALLOW_THREADS
-    if (st != SW_OK) {
-        sw_py_raise(st);
-        goto done;
-    }
-    d = PyDict_New();
-    if (!d || put_result(d, &o, ndev) < 0) {
-        Py_CLEAR(d);
-    }
-done:
+    sw_lowering *l = NULL;
+    PyObject *d = sw_py_lower_args(self, k, dg, ptr, dv, Py_None, Py_None, &l) == 0
+                      ? swap_plan_on(l, start, end, budget, pinned, host_bw, max_rounds, check)
+                      : NULL;
     self->busy = 0;
-    sw_swap_result_free(&o.r);
-    PyMem_Free(o.arena);
-    PyMem_Free(o.host);
-    PyMem_Free(o.ws);
-    PyMem_Free(o.ws_task);
-    swap_args_free(&s);
-    sw_py_plan_args_free(&a);
+    sw_lowering_free(l);
+    return d;
+}
+
+/* TaskGraph.swap_plan(start, end, budget, pinned, host_bw, max_rounds=0, check=False) -> dict */
+PyObject *sw_py_tg_swap_plan(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"start", "end", "budget", "pinned", "host_bw", "max_rounds", "check", NULL};
+    PyObject *start, *end, *budget, *pinned, *host_bw;
+    int max_rounds = 0, check = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|ip", kwlist, &start, &end, &budget, &pinned, &host_bw,
+                                     &max_rounds, &check) ||
+        !sw_py_tg_enter(self)) {
+        return NULL;
+    }
+    PyObject *d = swap_plan_on(self->l, start, end, budget, pinned, host_bw, max_rounds, check);
+    sw_py_tg_leave(self);
     return d;
 }
 

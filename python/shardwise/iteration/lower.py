@@ -5,10 +5,16 @@
     tg.buffers[b].device / .kind / .op / .box
     tg.bytes_moved()              # equals plan.bytes_moved (same regions, same sync model)
     tg.memory_per_device()        # the sum of every buffer's bytes per device
+    tg = sw.lower(plan, schedule="critical_path")   # or a Schedule; swap=sw.swap_plan(plan, budget)
+    sw.memory_plan(tg), sw.simulate(tg), sw.schedule(tg), sw.swap_plan(tg, budget)   # no lowering again
 
-csrc/lower.c is the only lowering; this module turns the arrays it returns into
-Python records for the trainer, profiles, pictures and tests (the simulator's
-test oracle among them).  What the lowering builds, per worker of every op:
+csrc/graph/lower.c is the only lowering, and a plan is lowered once: ``lower`` builds one
+``_core.TaskGraph`` (csrc/py/taskgraph_py.c, csrc/graph/lowering.c), the C handle that the
+memory plan, the order, the simulator, the schedule and swap passes and the runtime all take,
+with its annotations (a schedule's streams, a swap plan's swap tasks) carried on the graph they
+were made for.  This module turns its arrays into Python records for the trainer, profiles,
+pictures and tests (the simulator's test oracle among them).  What the lowering builds, per
+worker of every op:
 
 forward
     for each data input: the *region* it reads (from the op description,
@@ -59,11 +65,18 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
+from shardwise.errors import ConfigError
 from shardwise.ops.box import Box, volume
 from shardwise.graph import Graph
 from shardwise.plan import Plan, reduction_pair
 
 BYTES_PER_ELEMENT = 4  # float32 activations, gradients and parameters (batchnorm statistics: float64)
+
+# lower(plan, schedule=policy): policy name -> the pass that makes a Schedule on a lowered graph,
+# f(plan, handle, policy, costs), or None for one stream per device.  The schedule pass sits above
+# the lowering (iteration/schedule.py imports this module), so it fills the entry when imported
+# (shardwise/__init__.py imports it), and this module never imports it.
+SCHEDULE_PASSES: dict[str, Any] = {"fifo": None}
 
 
 @dataclass(frozen=True)
@@ -108,13 +121,22 @@ class Task:
 
 @dataclass
 class TaskGraph:
-    """The tasks and buffers of one training iteration of a plan (read-only: built by the C lowering)."""
+    """The tasks and buffers of one training iteration of a plan (read-only: built by the C lowering).
+
+    ``handle`` is the C task graph (``_core.TaskGraph``) these records are read from, the one
+    the passes and the runtime take; ``schedule`` (a Schedule, None: one stream per device) and
+    ``swap`` (a SwapPlan, or None) are its annotations.  With a swap plan the tasks and buffers
+    are those of the swapped graph (its swap tasks and host buffers included: what runs)."""
 
     plan: Plan
     buffers: list[Buffer] = field(default_factory=list)
     tasks: list[Task] = field(default_factory=list)
     params: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (op, "weight"/"bias", worker) -> buffer
     arrays: dict[str, Any] = field(default_factory=dict, repr=False)   # the C lowering's arrays
+    handle: Any = field(default=None, repr=False)        # the _core.TaskGraph
+    optimizer_state: int = 1                              # state buffers per parameter slice it was lowered with
+    schedule: Any = field(default=None, repr=False)      # the Schedule whose streams the tasks run on, or None
+    swap: Any = field(default=None, repr=False)          # the SwapPlan applied to it, or None
 
     def bytes_moved(self) -> int:
         return sum(t.nbytes for t in self.tasks)
@@ -169,11 +191,38 @@ def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
     """The C lowering's arrays of ``plan`` (one entry per task, buffer or device; see
     csrc/py/simulate_py.c); ``optimizer_state`` as for :func:`lower`."""
-    from shardwise.planning.problem import make_problem
+    return lowered(plan, optimizer_state).arrays()
 
-    problem = make_problem(plan.graph, plan.devices, plan.options)
-    problem.set_optimizer_state(optimizer_state)
-    return problem.lower(*plan_arrays(plan))
+
+def _check_sync(plan: Plan) -> None:
+    if plan.options.sync != "parameter_server":
+        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
+                                  "use CostOptions(sync='parameter_server')")
+
+
+def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any = None) -> "_core.TaskGraph":
+    """``plan`` lowered once by the C core: the ``_core.TaskGraph`` handle alone, without the
+    Python records (``streams``: a schedule's (stream, stream_device, stream_priority) arrays;
+    ``swap``: a swap plan's (buffer, out_at, in_at) arrays).  The plan's problem is built once
+    and kept on the plan (:func:`shardwise.planning.problem.plan_problem`)."""
+    from shardwise.planning.problem import plan_problem
+
+    _check_sync(plan)
+    return _core.TaskGraph(plan_problem(plan, optimizer_state), *plan_arrays(plan), streams=streams, swap=swap)
+
+
+def handle_of(tg: "TaskGraph", plan: Any = None) -> "_core.TaskGraph":
+    """The C handle of a TaskGraph view; with ``plan``, ConfigError unless the view was lowered
+    from that plan (the same object, or the same graph, devices and configurations)."""
+    if not isinstance(tg, TaskGraph) or tg.handle is None:
+        raise ConfigError(f"expected a task graph made by sw.lower(plan), got {type(tg).__name__}")
+    if plan is not None and plan is not tg.plan and (
+            plan.graph.fingerprint() != tg.plan.graph.fingerprint() or
+            plan.devices.fingerprint() != tg.plan.devices.fingerprint() or
+            any(tg.plan.configs[n] != c for n, c in plan.configs.items())):
+        raise ConfigError(f"the task graph was lowered from plan {tg.plan.name!r}, not from plan {plan.name!r}: "
+                          "its tasks and buffers are another graph's (lower this plan with sw.lower(plan))")
+    return tg.handle
 
 
 def _box(row: np.ndarray) -> Box | None:
@@ -195,19 +244,50 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
     return out
 
 
-def lower(plan: Plan, optimizer_state: int = 1) -> TaskGraph:
+def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any = None,
+          costs: Any = None) -> TaskGraph:
     """The task graph of one training iteration of ``plan`` (parameter-server synchronization),
-    built by the C lowering.  ``optimizer_state``: the optimizer's state buffers per parameter
-    slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and AdamW,
-    whose update reads (param, grad, exp_avg, exp_avg_sq)."""
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
-    r = lower_arrays(plan, optimizer_state)
+    built by the C lowering, once.  ``optimizer_state``: the optimizer's state buffers per
+    parameter slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and
+    AdamW, whose update reads (param, grad, exp_avg, exp_avg_sq).
+
+    ``schedule``: None or "fifo" (one stream per device), "critical_path" (``sw.schedule`` made
+    on this very graph, with ``costs``: a profile, or None for the roofline) or a Schedule of
+    ``plan``: the tasks run on its streams.  ``swap``: a SwapPlan of ``plan`` (made for this
+    optimizer state): its swap tasks are inserted into the graph (its tasks and buffers are then
+    the swapped graph's).  Not both: a swap plan runs on one compute stream per device.  The
+    result's ``handle`` is what :func:`shardwise.memory_plan`, :func:`shardwise.simulate`,
+    :func:`shardwise.schedule`, :func:`shardwise.swap_plan` and the Trainer take."""
+    _check_sync(plan)
+    if swap is not None:
+        if not (callable(getattr(swap, "spec", None)) and callable(getattr(swap, "check", None))):
+            raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
+        swap.check(plan, optimizer_state=optimizer_state)
+        if schedule not in (None, "fifo"):
+            raise ConfigError("a swap plan runs on one compute stream per device: lower it with schedule='fifo'")
+    given = None   # the Schedule the tasks run on
+    if callable(getattr(schedule, "stream_arrays", None)):   # a Schedule (iteration/schedule.py, a pass above)
+        schedule.check(plan)
+        given = schedule
+    elif schedule is not None and not (isinstance(schedule, str) and schedule in SCHEDULE_PASSES):
+        raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULE_PASSES))} or a Schedule "
+                          f"(sw.schedule(plan)), got {schedule!r}")
+    handle = lowered(plan, optimizer_state, streams=given.stream_arrays() if given is not None else None,
+                     swap=swap.spec() if swap is not None else None)
+    make = SCHEDULE_PASSES.get(schedule) if isinstance(schedule, str) else None
+    if make is not None:   # made on this graph, then its streams put on it: no lowering again
+        given = make(plan, handle, schedule, costs)
+        handle.set_streams(given.stream_arrays())
+    return _view(plan, handle, optimizer_state, given, swap)
+
+
+def _view(plan: Plan, handle: Any, optimizer_state: int, schedule: Any, swap: Any) -> TaskGraph:
+    """The Python records of the C task graph ``handle`` of ``plan``."""
+    r = handle.arrays()
     names = [op.name for op in plan.graph.ops]
     kinds, phases, buffer_kinds = _core.TASK_KINDS, _core.PHASES, _core.BUFFER_KINDS
     weight_names = _weight_names(plan.graph)
-    tg = TaskGraph(plan, arrays=r)
+    tg = TaskGraph(plan, arrays=r, handle=handle, optimizer_state=optimizer_state, schedule=schedule, swap=swap)
     for b, (dev, kind, op, worker, slot, nbytes, row) in enumerate(zip(
             r["buffer_device"].tolist(), r["buffer_kind"].tolist(), r["buffer_op"].tolist(),
             r["buffer_worker"].tolist(), r["buffer_slot"].tolist(), r["buffer_bytes"].tolist(), r["buffer_box"])):

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
-from shardwise.iteration.lower import plan_arrays
+from shardwise.errors import ConfigError
+from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
 from shardwise.iteration.schedule import Schedule
 from shardwise.plan import Plan
 
@@ -57,6 +58,7 @@ class MemoryPlan:
     arrays: dict[str, np.ndarray] = field(repr=False)
     optimizer_state: int = 1   # the optimizer's state buffers per parameter slice (1 SGD, 2 Adam)
     schedule: Any = field(default=None, repr=False)   # the Schedule whose streams the tasks run on (None: fifo)
+    handle: Any = field(default=None, repr=False)     # the C task graph (_core.TaskGraph) it was planned on
 
     @property
     def peak_bytes(self) -> int:
@@ -81,6 +83,9 @@ class MemoryPlan:
         """Prove the plan safe from the task graph alone (csrc/memplan_check.c): buffers sharing
         bytes are touched by tasks all ordered one buffer's before the other's; raises ValueError."""
         a = self.arrays
+        if self.handle is not None:   # the graph it was planned on: no lowering again
+            self.handle.check_memory_plan(a["offset"], a["arena"], a["reuse_from"], a["reuse_to"], self.align)
+            return
         _problem(self.plan, self.optimizer_state).check_memory_plan(
             *plan_arrays(self.plan), a["offset"], a["arena"], a["reuse_from"], a["reuse_to"], self.align,
             _streams(self.plan, self.schedule))
@@ -118,6 +123,9 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
                 optimizer_state: int = 1, schedule: Any = None) -> MemoryPlan:
     """The planned memory of one training iteration of ``plan`` on each of its devices.
 
+    ``plan``: a Plan (lowered once here), or a task graph of one (``sw.lower(plan, ...)``), whose
+    C handle is planned without lowering again, on its own streams and swap tasks (its optimizer
+    state; ``optimizer_state`` and ``schedule`` are then left out).
     ``align``: every buffer's offset is a multiple of it (a power of two, in bytes).
     ``check``: also prove the offsets safe (:meth:`MemoryPlan.validate`; slower on large plans).
     ``optimizer_state``: the optimizer's state buffers per parameter slice (1: SGD's momentum,
@@ -127,11 +135,18 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
     previous occupant, on whatever stream, before a buffer takes them over."""
     if isinstance(align, bool) or not isinstance(align, int) or align < 1 or align & (align - 1):
         raise ValueError(f"align must be a power of two (bytes), got {align!r}")
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
-    streams = _streams(plan, schedule)
-    r = _problem(plan, optimizer_state).memory_plan(*plan_arrays(plan), align=align, check=check, streams=streams)
+    if isinstance(plan, TaskGraph):
+        if schedule is not None and schedule is not plan.schedule:
+            raise ConfigError("a task graph carries its own schedule: lower the plan with it "
+                              "(sw.lower(plan, schedule=...)) instead of passing one here")
+        tg = plan
+        handle, plan, optimizer_state, schedule = handle_of(tg), tg.plan, tg.optimizer_state, tg.schedule
+    else:
+        if plan.options.sync != "parameter_server":
+            raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
+                                      "use CostOptions(sync='parameter_server')")
+        handle = lowered(plan, optimizer_state, streams=_streams(plan, schedule))
+    r = handle.memory_plan(align=align, check=check)
     kinds = _core.BUFFER_KINDS
     ndev = len(plan.devices)
     devices = {}
@@ -143,4 +158,4 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
             activations_kept=int(r["kept"][d]), staging=at_peak.get("region", 0) + at_peak.get("recv", 0),
             gradients=sum(at_peak.get(k, 0) for k in ("grad", "partial_grad", "param_grad", "grad_pre")),
             at_peak=at_peak)
-    return MemoryPlan(plan, devices, align, r, optimizer_state, schedule)
+    return MemoryPlan(plan, devices, align, r, optimizer_state, schedule, handle)

@@ -33,7 +33,7 @@ from shardwise import _core
 from shardwise.errors import ConfigError, ProfileMismatch
 from shardwise.iteration.sim_costs import _measured_split
 from shardwise.graph import Graph
-from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.lower import SCHEDULE_PASSES, TaskGraph, handle_of, lowered
 from shardwise.plan import Plan
 from shardwise.planning.problem import make_problem
 
@@ -189,7 +189,9 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
              beta: int | None = None) -> Schedule:
     """Priorities and streams of every task of one training iteration of ``plan``.
 
-    ``policy``: "critical_path" (TurboDL's analysis) or "fifo" (the baseline: priority 0
+    ``plan``: a Plan (lowered once here), or a task graph of one (``sw.lower(plan)``, without a
+    swap plan), whose C handle is scheduled without lowering again.  ``policy``:
+    "critical_path" (TurboDL's analysis) or "fifo" (the baseline: priority 0
     and one stream per device, tasks in program order).  ``costs``: a
     :class:`~shardwise.planning.profile.Profile` whose measured backward times give the dA
     durations instead of the roofline.  ``alpha`` / ``beta``: Algorithm 1's offsets of dW
@@ -198,6 +200,9 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
     synchronization and update ("sync" sub-tasks) rank below all of them, by reuse distance:
     the k-th layer with weights in the forward pass at ``sync_floor - k``, each layer on a
     stream of its own, so it starts once that layer's dW / dB is done."""
+    handle = None
+    if isinstance(plan, TaskGraph):
+        handle, plan = handle_of(plan), plan.plan
     if not isinstance(plan, Plan):
         raise TypeError(f"schedule needs a Plan, got {type(plan).__name__}")
     if policy not in POLICIES:
@@ -207,8 +212,20 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
                                   "use CostOptions(sync='parameter_server')")
     a, b = _offset(alpha, "alpha"), _offset(beta, "beta")
     split = _split(plan, costs)
-    problem = make_problem(plan.graph, plan.devices, plan.options)
-    r = problem.schedule(*plan_arrays(plan), POLICIES.index(policy), a, b, split)
+    return _annotate(plan, handle if handle is not None else lowered(plan), policy, a, b, split)
+
+
+def schedule_on(plan: Plan, handle: object, policy: str, costs: object = None) -> Schedule:
+    """The schedule of ``plan`` made on its C task graph ``handle`` (``lowered(plan)``), default offsets."""
+    return _annotate(plan, handle, policy, -1, -1, _split(plan, costs))
+
+
+SCHEDULE_PASSES["critical_path"] = schedule_on   # sw.lower(plan, schedule="critical_path")
+
+
+def _annotate(plan: Plan, handle: object, policy: str, a: int, b: int, split: np.ndarray | None) -> Schedule:
+    """The C schedule pass on ``handle`` as a Schedule."""
+    r = handle.schedule(POLICIES.index(policy), a, b, split)
     graph = plan.graph
     priorities = [TaskPriority(i, lp, pp, SUBTASKS[sub], pr, st) for i, (lp, pp, sub, pr, st) in enumerate(zip(
         r["layer_path"].tolist(), r["path_priority"].tolist(), r["subtask"].tolist(), r["priority"].tolist(),

@@ -49,9 +49,8 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.errors import ConfigError, ShardwiseError
-from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays  # plan_arrays: tests, benchmarks
 from shardwise.plan import Plan
-from shardwise.planning.problem import make_problem
 from shardwise.iteration.schedule import as_schedule
 from shardwise.iteration.swap import SwapPlan, host_bandwidths
 from shardwise.iteration.sim_costs import (_cost_arrays, _Machine, _machine, _measured, describe_costs, device_fill,
@@ -221,6 +220,14 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     ``iteration_time`` is the time each iteration after the first adds, (makespan of them all -
     one iteration's) / (iterations - 1); the events, the memory and the rest are those of one
     iteration (not combined with ``swap``)."""
+    tg = None
+    if isinstance(plan, TaskGraph):   # lowered once already: its schedule and swap plan come with it
+        if (schedule != "fifo" and schedule is not plan.schedule) or (swap is not None and swap is not plan.swap):
+            raise ConfigError("a task graph carries its own schedule and swap plan: lower the plan with them "
+                              "(sw.lower(plan, schedule=..., swap=...)) instead of passing them here")
+        tg = plan
+        handle_of(tg)
+        plan, schedule, swap = tg.plan, tg.schedule or "fifo", tg.swap
     if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= 8:
         raise ConfigError(f"iterations must be an int in 1 .. 8, got {iterations!r}")
     if iterations > 1 and swap is not None:
@@ -233,7 +240,7 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
     costs = resolve_costs(plan, costs)
-    sched = as_schedule(plan, schedule, costs)
+    sched = as_schedule(plan, schedule, costs) if tg is None else tg.schedule
     devices = plan.devices
     m = _machine(devices)
     fill = device_fill(devices)
@@ -252,17 +259,20 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         if sched is not None:
             raise ConfigError("a swap plan runs on one compute stream per device: simulate it with schedule='fifo'")
         state = swap.optimizer_state
-        extra = {"swap": swap.spec(), "host_bw": host_bandwidths(plan), "host_res": m.nres}
-    r = _replay(plan, costs, m, optimizer_state=state, nres=m.nres + 2 * len(devices),
-                streams=sched.stream_arrays() if sched is not None else None,
-                dev_fill=fill if fill.any() else None, **extra)
+        extra = {"host_bw": host_bandwidths(plan), "host_res": m.nres}
+    if tg is not None:
+        handle = tg.handle
+    else:   # lowered once for both replays below
+        handle = lowered(plan, state or 1, streams=sched.stream_arrays() if sched is not None else None,
+                         swap=swap.spec() if swap is not None else None)
+    r = _replay(handle, plan, costs, m, nres=m.nres + 2 * len(devices), dev_fill=fill if fill.any() else None,
+                **extra)
     memory = {d: int(x) for d, x in enumerate(r["arena"])}   # the memory plan's arenas: what the runtime allocates
     if check_memory:
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
     if iterations > 1:
-        many = _replay(plan, costs, m, streams=sched.stream_arrays() if sched is not None else None,
-                       dev_fill=fill if fill.any() else None, iterations=iterations)
+        many = _replay(handle, plan, costs, m, dev_fill=fill if fill.any() else None, iterations=iterations)
         total = (float(many["iteration_time"]) - float(r["iteration_time"])) / (iterations - 1) + \
             _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
@@ -289,27 +299,28 @@ def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -
     most seconds any device or link is held, the longest path over the data dependencies) already
     reaches ``bound``, the replay is skipped and (that bound, tasks, True) returned: the plan
     simulates no faster than ``bound``.  A search comparing plans with its best so far needs
-    no more."""
+    no more.  ``plan`` may be a task graph of one (``sw.lower(plan)``): not lowered again."""
+    if isinstance(plan, TaskGraph):
+        handle, plan = handle_of(plan), plan.plan
+    else:
+        handle = None
     if plan.options.sync != "parameter_server":
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
     costs = resolve_costs(plan, costs)
     overhead = _measured(costs, "step_overhead")
-    r = _replay(plan, costs, _machine(plan.devices), bound=bound - overhead, brief=True)
+    r = _replay(handle if handle is not None else lowered(plan), plan, costs, _machine(plan.devices),
+                bound=bound - overhead, brief=True)
     return float(r["iteration_time"]) + overhead, int(r["ntasks"]), bool(r["bounded"])
 
 
-def _replay(plan: Plan, costs: Any, m: "_Machine", optimizer_state: int | None = None, nres: int | None = None,
-            **options: Any) -> dict:
-    """One call of the C engine (Problem.simulate_plan) on ``plan`` with ``costs`` (resolved);
-    ``nres``: the resources numbered (the machine's, or more: swap's host copy engines)."""
-    problem = make_problem(plan.graph, plan.devices, plan.options)
-    if optimizer_state is not None:
-        problem.set_optimizer_state(optimizer_state)
+def _replay(handle: Any, plan: Plan, costs: Any, m: "_Machine", nres: int | None = None, **options: Any) -> dict:
+    """One replay of the C engine (``TaskGraph.simulate``) on ``plan``'s lowered graph ``handle``
+    with ``costs`` (resolved); ``nres``: the resources numbered (the machine's, or more: swap's
+    host copy engines)."""
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
-    return problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres if nres is None else nres,
-                                 cores=m.cores, split=split, element_seconds=rates, copy_bandwidth=copy_bw,
-                                 element_fixed=fixed, **options)
+    return handle.simulate(m.route_ptr, m.route_res, m.nres if nres is None else nres, cores=m.cores, split=split,
+                           element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed, **options)
 
 
 def _check_memory(plan: Plan, memory: dict[int, int]) -> None:

@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
-from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
 from shardwise.iteration.sim_costs import _cost_arrays, _machine, resolve_costs
 from shardwise.plan import Plan
-from shardwise.planning.problem import make_problem
 from shardwise.sizes import read_bytes
 
 def parse_budget(budget: Any, what: str = "budget") -> int:
@@ -133,19 +132,19 @@ def host_bandwidths(plan: Plan) -> np.ndarray:
     return np.repeat(np.array([d.host_bandwidth for d in plan.devices.devices], np.float64), 2)
 
 
-def _timeline(plan: Plan, problem: Any, costs: Any) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
-    """Start and end of every task of the unswapped iteration as simulated, its time and arenas."""
+def _timeline(plan: Plan, handle: Any, costs: Any) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """Start and end of every task of the unswapped iteration as simulated, its time and arenas
+    (a replay of ``handle``, the plan lowered once)."""
     costs = resolve_costs(plan, costs)
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
     m = _machine(plan.devices)
-    r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split,
-                              element_seconds=rates, copy_bandwidth=copy_bw, element_fixed=fixed)
+    r = handle.simulate(m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split, element_seconds=rates,
+                        copy_bandwidth=copy_bw, element_fixed=fixed)
     start = np.asarray(r["start"], np.float64)
     return start, start + np.asarray(r["duration"], np.float64), float(r["iteration_time"]), r["arena"]
 
 
-def _task_name(plan: Plan, problem: Any, task: int) -> str:
-    tg = problem.lower(*plan_arrays(plan))
+def _task_name(plan: Plan, tg: dict, task: int) -> str:
     kind = _core.TASK_KINDS[int(tg["kind"][task])]
     return f"task {task} ({kind} of op {plan.graph.ops[int(tg['op'][task])].name!r})"
 
@@ -167,6 +166,11 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     Raises ValueError naming the device, the task and its bytes when a budget is below the
     largest single task's working set (its buffers with the device's parameters and optimizer
     state), and naming the smallest footprint swapping reaches when it is below that."""
+    handle = None
+    if isinstance(plan, TaskGraph):   # lowered once already (without a swap plan): its optimizer state
+        if plan.swap is not None:
+            raise ValueError("this task graph has a swap plan already: plan swapping on sw.lower(plan)")
+        handle, optimizer_state, plan = handle_of(plan), plan.optimizer_state, plan.plan
     if not isinstance(plan, Plan):
         raise TypeError(f"swap_plan needs a Plan, got {type(plan).__name__}")
     if plan.options.sync != "parameter_server":
@@ -177,15 +181,18 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     ndev = len(plan.devices)
     budgets = _per_device(budget, ndev, "budget")
     pinned = _per_device(pinned_budget, ndev, "pinned_budget", allow_none=True)
-    problem = make_problem(plan.graph, plan.devices, plan.options)
-    problem.set_optimizer_state(optimizer_state)
-    start, end, iteration, unswapped = _timeline(plan, problem, costs)
-    r = problem.swap_plan(*plan_arrays(plan), start, end, np.asarray(budgets, np.int64),
-                          np.asarray(pinned, np.int64), host_bandwidths(plan), check=bool(check))
+    if handle is None:
+        handle = lowered(plan, optimizer_state)   # once: the timeline, the swap pass and the entries read it
+    if handle.has_streams:   # a schedule's graph: the swap plan is made for one stream per device
+        raise ValueError("a swap plan runs on one compute stream per device: plan swapping on sw.lower(plan)")
+    start, end, iteration, unswapped = _timeline(plan, handle, costs)
+    r = handle.swap_plan(start, end, np.asarray(budgets, np.int64), np.asarray(pinned, np.int64),
+                         host_bandwidths(plan), check=bool(check))
+    tg = handle.arrays()
     for d in range(ndev):
         if r["working_set"][d] > budgets[d]:
             raise ValueError(f"budget of device {d} ({budgets[d]:,} bytes) is below the working set of "
-                             f"{_task_name(plan, problem, int(r['working_task'][d]))}: {int(r['working_set'][d]):,} "
+                             f"{_task_name(plan, tg, int(r['working_task'][d]))}: {int(r['working_set'][d]):,} "
                              "bytes with the device's parameters and optimizer state; no swapping can go below it")
     if not r["fits"]:
         over = [d for d in range(ndev) if r["arena"][d] > budgets[d] or r["min_peak"][d] > budgets[d]] or \
@@ -200,7 +207,6 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
                          f"(arena {int(r['arena'][d]):,} bytes as placed; {int(unswapped[d]):,} bytes without "
                          "swapping); raise the budget or split the model over more devices")
     names = [op.name for op in plan.graph.ops]
-    tg = problem.lower(*plan_arrays(plan))
     entries = []
     offloaded: dict[int, list[str]] = {d: [] for d in range(ndev)}
     for k, b in enumerate(r["buffer"].tolist()):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -119,3 +119,23 @@ def config_arrays(degrees: Sequence[Sequence[int]], devices: Sequence[Sequence[i
         deg[k, : len(dg)] = dg
         dev[k, : len(dv)] = dv
     return deg, dev
+
+
+def plan_problem(plan: Any, optimizer_state: int = 1) -> "_core.Problem":
+    """The C core's problem of ``plan`` (its graph on its devices with its options, lowering
+    ``optimizer_state`` state buffers per parameter slice), built once and kept on the plan.
+
+    A plan's graph, devices and options do not change once it is made; the key still holds the
+    graph's fingerprint and the device count, so a graph edited in place gets a new problem.
+    Task graphs lowered from it (``sw.lower``) keep it alive; nothing else may change it (its
+    options are set here, once)."""
+    key = (plan.graph.fingerprint(), id(plan.devices), len(plan.devices), plan.options, optimizer_state)
+    cache = plan.__dict__.setdefault("_core_problems", {})
+    problem = cache.get(key)
+    if problem is None:
+        for old in [k for k in cache if k[:4] != key[:4]]:   # made for the graph before an edit
+            del cache[old]
+        problem = make_problem(plan.graph, plan.devices, plan.options)
+        problem.set_optimizer_state(optimizer_state)
+        cache[key] = problem
+    return problem

@@ -107,14 +107,15 @@ def fits(plan: Any, limit: np.ndarray | None) -> bool:
     never puts a buffer's end above that sum), then the memory plan itself."""
     if limit is None:
         return True
-    from shardwise.iteration.lower import plan_arrays
-    from shardwise.iteration.memory import DEFAULT_ALIGNMENT, _problem
+    from shardwise.iteration.lower import lowered
+    from shardwise.iteration.memory import DEFAULT_ALIGNMENT
 
-    r = _problem(plan).lower(*plan_arrays(plan))
+    handle = lowered(plan)   # once: the sum of its buffers, then its memory plan
+    r = handle.arrays()
     slack = np.bincount(r["buffer_device"], minlength=len(limit)) * DEFAULT_ALIGNMENT
     if (r["memory"] + slack <= limit).all():
         return True
-    return bool((arenas(plan) <= limit).all())
+    return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 
 
 def op_kinds(graph: Graph) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 from shardwise import _core
 from shardwise.graph import BN_MOMENTUM, Graph, Op
 from shardwise.errors import ConfigError
-from shardwise.iteration.lower import TaskGraph, plan_arrays
+from shardwise.iteration.lower import TaskGraph, handle_of, plan_arrays
 from shardwise.iteration.memory import _streams
 from shardwise.machine.devices import executor_threads
 from shardwise.plan import Plan
@@ -161,22 +161,35 @@ class NativeExecutor:
         "cuda", ``gpus`` gives each logical device's GPU (default: the plan's device graph's
         ``gpu_of``, else blocks over every GPU) and ``workspace_mb`` each stream's workspace
         (default 64).  ``swap``: (buffer, out_at, in_at) int32 arrays of a swap plan
-        (:meth:`shardwise.iteration.swap.SwapPlan.spec`), or None."""
+        (:meth:`shardwise.iteration.swap.SwapPlan.spec`), or None.  When ``tg`` was lowered with
+        this schedule (``sw.lower(plan, schedule=..., swap=...)``; ``swap`` None here), the runtime
+        takes its C task graph, swap tasks included, and does not lower the plan again."""
         self.graph = graph
         self.tg = tg
         self.optimizer_state = optimizer_state
         devices = plan.devices
         if threads is None:
             threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
-        problem = make_problem(graph, devices, plan.options)
-        problem.set_optimizer_state(optimizer_state)
         if gpus is None:
             gpus = getattr(devices, "gpu_of", None)
         workspace = int(workspace_mb) << 20 if workspace_mb else 0
         self.backend = backend
-        self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
-                                 reuse=reuse, streams=_streams(plan, schedule), backend=backend,
-                                 gpus=gpus if backend == "cuda" else None, workspace=workspace, swap=swap)
+        gpus = gpus if backend == "cuda" else None
+        if getattr(tg, "handle", None) is not None and schedule is tg.schedule and swap is None:
+            # the task graph lowered once (sw.lower(plan, schedule=..., swap=...)): its streams and swap tasks
+            handle_of(tg, plan)   # ConfigError for a task graph of another plan
+            if tg.optimizer_state != optimizer_state:
+                raise ConfigError(f"the task graph was lowered for {tg.optimizer_state} optimizer state buffer(s) "
+                                  f"per parameter, the runtime is asked for {optimizer_state}: "
+                                  f"sw.lower(plan, optimizer_state={optimizer_state})")
+            self._rt = _core.Runtime(tg.handle, op_attrs(graph), threads, jitter_us=jitter_us, reuse=reuse,
+                                     backend=backend, gpus=gpus, workspace=workspace)
+        else:   # a schedule or swap plan the task graph was not lowered with: the runtime lowers the plan
+            problem = make_problem(graph, devices, plan.options)
+            problem.set_optimizer_state(optimizer_state)
+            self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
+                                     reuse=reuse, streams=_streams(plan, schedule), backend=backend, gpus=gpus,
+                                     workspace=workspace, swap=swap)
         self.schedule = schedule
         self.threads = threads
         ids = [b.id for b in tg.buffers if b.kind in PERSISTENT_KINDS]

@@ -38,7 +38,6 @@ from shardwise.train.runtime import NativeExecutor, backends, id_bound
 from shardwise.machine import cuda
 from shardwise.train.running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
 from shardwise.train import inference
-from shardwise.iteration.schedule import as_schedule
 
 if TYPE_CHECKING:
     from shardwise.iteration.memory import MemoryPlan
@@ -167,11 +166,15 @@ class Trainer:
                               "far; use steps_in_flight=1")
         self.steps_in_flight = steps_in_flight
         self._pipelined = False          # the runtime records its steps back to back at the first fit
-        self.task_graph = lower(plan, optimizer_state=nstate)
-        self.schedule = as_schedule(plan, schedule)   # None: fifo
+        if schedule is None:   # sw.lower takes None for fifo; a Trainer names its schedule
+            raise ConfigError("schedule must be one of 'fifo', 'critical_path' or a Schedule (sw.schedule(plan)), "
+                              "got None")
+        # the plan lowered once: the schedule is made on this graph, the swap plan applied to it, and
+        # the runtime (and memory_plan below) take its C handle
+        self.task_graph = lower(plan, optimizer_state=nstate, schedule=schedule, swap=swap)
+        self.schedule = self.task_graph.schedule   # None: fifo
         self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
-                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb,
-                                       swap=swap.spec() if swap is not None else None)
+                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb)
         if swap is not None:   # the budget holds for what the runtime allocated, not only for the plan
             over = {d: b for d, b in self.executor.arena_bytes().items() if b > swap.budget[d]}
             if over:
@@ -606,8 +609,7 @@ class Trainer:
         if mp is None:
             from shardwise.iteration.memory import memory_plan
 
-            mp = self._memory_plan = memory_plan(self.plan, optimizer_state=self.optimizer.state_buffers,
-                                                 schedule=self.schedule)
+            mp = self._memory_plan = memory_plan(self.task_graph)   # the runtime's graph, not lowered again
         return mp
 
     def planned_memory_per_worker(self) -> dict[int, int]:

@@ -1,0 +1,156 @@
+/* lowering.c -- a plan lowered once and kept: the task graph every pass and the runtime read.
+ *
+ * sw_lowering_new is the one place the bindings lower a plan (csrc/py/taskgraph_py.c): it calls
+ * sw_lower once, copies the plan (the durations and the runtime read its configurations after
+ * the caller's arrays are gone), and carries the annotations on the graph they belong to: a
+ * schedule's streams, checked against it, or a swap plan applied by swap.c, whose streams
+ * (original tasks on their device's stream, swap tasks on the swap-out and swap-in streams)
+ * replace the default.  Everything is owned, so the handle outlives its arguments.
+ */
+#include <stdlib.h>  /* calloc, malloc, free */
+#include <string.h>  /* memcpy */
+
+#include "shardwise.h"
+
+void sw_lowering_free(sw_lowering *l) {
+    if (!l) {
+        return;
+    }
+    sw_task_graph_free(&l->g);
+    free(l->cfg);
+    free(l->devs);
+    free(l->kind);
+    free(l->stream);
+    free(l->stream_device);
+    free(l->stream_priority);
+    free(l->origin);
+    free(l);
+}
+
+const sw_streams *sw_lowering_streams(const sw_lowering *l, sw_streams *view) {
+    if (!l->has_streams) {
+        return NULL;
+    }
+    *view = (sw_streams){.ntasks = l->g.ntasks, .nstreams = l->nstreams, .stream = l->stream,
+                         .stream_device = l->stream_device, .stream_priority = l->stream_priority};
+    return view;
+}
+
+/* A malloc'd copy of n items of `size` bytes (at least one item, so a NULL return means out of memory). */
+static void *copy_of(const void *src, size_t n, size_t size) {
+    void *dst = malloc(size * (n ? n : 1));
+    if (dst && n) {
+        memcpy(dst, src, size * n);
+    }
+    return dst;
+}
+
+static sw_status copy_plan(const sw_plan *plan, sw_lowering *l) {
+    size_t ndevs = 0;
+    for (int i = 0; i < plan->nops; i++) {   /* the devices the configurations index */
+        size_t end = (size_t)plan->cfg[i].dev_offset + (size_t)plan->cfg[i].nworkers;
+        ndevs = end > ndevs ? end : ndevs;
+    }
+    l->cfg = copy_of(plan->cfg, (size_t)plan->nops, sizeof *l->cfg);
+    l->devs = copy_of(plan->devs, ndevs, sizeof *l->devs);
+    l->kind = copy_of(plan->kind, (size_t)plan->nops, sizeof *l->kind);
+    if (!l->cfg || !l->devs || !l->kind) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory copying a plan of %d ops", plan->nops);
+    }
+    l->plan = (sw_plan){plan->nops, l->cfg, l->devs, l->kind};
+    return SW_OK;
+}
+
+static sw_status copy_streams(const sw_streams *st, sw_lowering *l) {
+    l->stream = copy_of(st->stream, (size_t)st->ntasks, sizeof *l->stream);
+    l->stream_device = copy_of(st->stream_device, (size_t)st->nstreams, sizeof *l->stream_device);
+    l->stream_priority = copy_of(st->stream_priority, (size_t)st->nstreams, sizeof *l->stream_priority);
+    if (!l->stream || !l->stream_device || !l->stream_priority) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory copying %d streams", st->nstreams);
+    }
+    l->nstreams = st->nstreams;
+    l->has_streams = 1;
+    return SW_OK;
+}
+
+/* Rewrite l->g by the swap spec (swap.c) and take its streams and task origins. */
+static sw_status apply_swap(const sw_swap_spec *swap, sw_lowering *l) {
+    sw_task_graph sg;
+    sw_swap_streams swapped = {0};
+    SW_TRY(sw_swap_apply(&l->g, l->ndev, swap, &sg, &swapped));
+    sw_task_graph_free(&l->g);
+    l->g = sg;
+    l->swapped = 1;
+    sw_streams view = sw_swap_streams_view(&swapped);
+    sw_status s = copy_streams(&view, l);
+    if (s == SW_OK) {
+        l->origin = copy_of(swapped.origin, (size_t)swapped.ntasks, sizeof *l->origin);
+        s = l->origin ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for the swapped tasks' origins");
+    }
+    sw_swap_streams_free(&swapped);
+    return s;
+}
+
+sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams) {
+    if (l->swapped) {
+        return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
+    }
+    SW_TRY(sw_streams_check(&l->g, l->ndev, streams));
+    sw_lowering old = *l;   /* the previous copies, freed once the new ones are in */
+    l->stream = l->stream_device = l->stream_priority = NULL;
+    l->has_streams = 0;
+    l->nstreams = 0;
+    sw_status s = streams ? copy_streams(streams, l) : SW_OK;
+    if (s != SW_OK) {   /* keep the previous streams */
+        free(l->stream);
+        free(l->stream_device);
+        free(l->stream_priority);
+        l->stream = old.stream;
+        l->stream_device = old.stream_device;
+        l->stream_priority = old.stream_priority;
+        l->has_streams = old.has_streams;
+        l->nstreams = old.nstreams;
+        return s;
+    }
+    free(old.stream);
+    free(old.stream_device);
+    free(old.stream_priority);
+    return SW_OK;
+}
+
+sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
+                          const sw_swap_spec *swap, sw_lowering **out) {
+    *out = NULL;
+    int swapping = swap && swap->n > 0;
+    if (swapping && streams) {
+        return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
+    }
+    sw_lowering *l = calloc(1, sizeof *l);
+    if (!l) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a lowering");
+    }
+    l->ndev = p->ndev;
+    l->nops = p->nops;
+    l->optimizer_state = p->optimizer_state;
+    sw_status s = sw_lower(p, plan, &l->g);
+    if (s == SW_OK) {
+        l->base_ntasks = l->g.ntasks;
+        l->base_nbuffers = l->g.nbuffers;
+        s = copy_plan(plan, l);
+    }
+    if (s == SW_OK && streams) {
+        s = sw_streams_check(&l->g, l->ndev, streams);
+        if (s == SW_OK) {
+            s = copy_streams(streams, l);
+        }
+    }
+    if (s == SW_OK && swapping) {
+        s = apply_swap(swap, l);
+    }
+    if (s != SW_OK) {
+        sw_lowering_free(l);
+        return s;
+    }
+    *out = l;
+    return SW_OK;
+}

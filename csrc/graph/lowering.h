@@ -1,0 +1,54 @@
+/* graph/lowering.h -- a plan lowered once: the one task graph of an iteration with its annotations.
+ *
+ * sw_lower builds a task graph from (problem, plan); every later pass (the memory plan, the
+ * order, the simulator, the schedule and swap passes, the runtime) reads a task graph.  An
+ * sw_lowering is that graph built once and kept, with what the passes need beside it: a copy of
+ * the plan (durations and the runtime read its configurations), the streams the tasks run on (a
+ * schedule's, or swap.c's), and the swap rewrite when a swap plan is applied.  Python's
+ * _core.TaskGraph owns exactly one (csrc/py/taskgraph_py.c), so annotations are carried on the
+ * graph they were made for instead of travelling as id arrays between separately lowered ones.
+ * A room of shardwise.h: include "shardwise.h", which includes this file.
+ */
+#ifndef SHARDWISE_LOWERING_H
+#define SHARDWISE_LOWERING_H
+
+#ifndef SHARDWISE_H
+#error "include shardwise.h, not graph/lowering.h alone"
+#endif
+
+typedef struct {
+    sw_task_graph g;            /* the graph that runs: the lowering, or swap.c's rewrite of it */
+    int ndev, nops;
+    int optimizer_state;        /* the problem's when it was lowered (state buffers per parameter slice) */
+    int32_t base_ntasks;        /* tasks of the lowering before any swap rewrite (the swap spec's ids) */
+    int32_t base_nbuffers;
+    /* the plan, copied: nops configurations, their devices, op kinds */
+    sw_config *cfg;
+    int32_t *devs;
+    int8_t *kind;
+    sw_plan plan;
+    /* the streams the tasks run on, owned: none (one per device, the lowering's order) when
+     * !has_streams; a schedule's, or the swapped graph's (sw_swap_streams) */
+    int has_streams;
+    int32_t nstreams;
+    int32_t *stream, *stream_device, *stream_priority;   /* g.ntasks, nstreams, nstreams */
+    int32_t *origin;            /* swapped: g.ntasks, the lowering's id of each task (-1: swap task); else NULL */
+    int swapped;                /* g holds swap tasks (a swap spec with n > 0 was applied) */
+} sw_lowering;
+
+/* Lower `plan` once (sw_lower) and annotate the graph: with `streams` (a schedule's for this
+ * plan's graph, checked and copied; NULL: one per device) or with `swap` (rewritten by
+ * sw_swap_apply, its tasks on the swap streams; NULL or n == 0: none).  Not both: a swap plan
+ * runs on one compute stream per device (SW_ERR_VALUE).  *out belongs to the caller. */
+sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
+                          const sw_swap_spec *swap, sw_lowering **out);
+void sw_lowering_free(sw_lowering *l);
+/* Put l's tasks on `streams` (checked and copied; NULL: one per device), e.g. a schedule made on l
+ * itself, without lowering again.  SW_ERR_VALUE on a swapped graph (its streams are the swap's). */
+sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams);
+/* The streams of l as the passes take them: NULL (one per device) or a view of l's copy in *view. */
+const sw_streams *sw_lowering_streams(const sw_lowering *l, sw_streams *view);
+/* How many times sw_lower has run in this process (tests: a Trainer lowers its plan once). */
+int64_t sw_lower_count(void);
+
+#endif /* SHARDWISE_LOWERING_H */

@@ -1,0 +1,55 @@
+/* taskgraph_py.h -- the Python TaskGraph object (taskgraph_py.c): one plan lowered once.
+ *
+ * A TaskGraph owns one sw_lowering (graph/lowering.h) and holds its Problem.  Its pass methods
+ * live with the Problem methods they replace (memplan_py.c, simulate_py.c, schedule_py.c,
+ * swap_py.c, runtime_py.c): each Problem method that takes a plan as arrays lowers it through
+ * sw_py_lower_args and runs the same pass as the TaskGraph method does on its kept lowering.
+ */
+#ifndef SHARDWISE_TASKGRAPH_PY_H
+#define SHARDWISE_TASKGRAPH_PY_H
+
+#include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
+
+typedef struct {
+    PyObject_HEAD
+    ProblemObject *problem;   /* strong reference: the problem it was lowered from */
+    const sw_problem *p;      /* problem->p at lowering, and problem->version then */
+    unsigned long version;
+    sw_lowering *l;
+    int passes;   /* passes over l running with the GIL released: l's streams may not change meanwhile */
+} TaskGraphObject;
+
+/* Is obj a shardwise._core.TaskGraph? */
+int sw_py_is_taskgraph(PyObject *obj);
+
+/* Before a pass over self's lowering: 1 when its problem is still the one it was lowered from
+ * (not re-initialised, options unchanged) and no other thread changes it; the problem then
+ * counts one more reader until sw_py_tg_leave.  0 with an exception otherwise. */
+int sw_py_tg_enter(TaskGraphObject *self);
+void sw_py_tg_leave(TaskGraphObject *self);
+
+/* A Problem method's plan (the four arrays), streams (None or three arrays) and swap (None or
+ * three arrays) lowered once into *out, the GIL released while lowering; 0, or -1 with an
+ * exception.  The caller has set self->busy (or counts itself among its readers) and frees *out
+ * (sw_lowering_free) either way. */
+int sw_py_lower_args(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
+                     PyObject *streams, PyObject *swap, sw_lowering **out);
+
+/* The pass methods of TaskGraph, one block per binding file */
+/* lower_py.c: the graph's arrays (those Problem.lower returns) into dict d */
+int sw_py_put_graph(PyObject *d, const sw_task_graph *g, int ndev);
+/* memplan_py.c */
+PyObject *sw_py_tg_memory_plan(TaskGraphObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_tg_task_order(TaskGraphObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_tg_check_memory_plan(TaskGraphObject *self, PyObject *args);
+/* simulate_py.c */
+PyObject *sw_py_tg_simulate(TaskGraphObject *self, PyObject *args, PyObject *kwds);
+/* schedule_py.c */
+PyObject *sw_py_tg_schedule(TaskGraphObject *self, PyObject *args, PyObject *kwds);
+/* swap_py.c */
+PyObject *sw_py_tg_swap_plan(TaskGraphObject *self, PyObject *args, PyObject *kwds);
+
+/* taskgraph_py.c: the TaskGraph type and the module function lowerings() */
+int sw_py_register_taskgraph(PyObject *module, PyTypeObject *problem_type);
+
+#endif /* SHARDWISE_TASKGRAPH_PY_H */

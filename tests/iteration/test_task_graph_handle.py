@@ -1,0 +1,174 @@
+"""One task graph per iteration, physically: sw.lower builds the C task graph once (a
+_core.TaskGraph), and the memory plan, the order, the simulator, the schedule and swap passes and
+the runtime take that handle instead of lowering the plan again.  _core.lowerings() counts every
+sw_lower the core has run in this process."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+from shardwise import _core
+from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.memory import memory_plan
+from shardwise.iteration.simulate import iteration_time
+from shardwise.planning.problem import make_problem
+from shardwise.train.runtime import NativeExecutor, op_attrs
+
+
+@pytest.fixture(scope="module")
+def lenet():
+    g = sw.models.lenet5(batch=8)
+    return g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    """A plan whose feature maps a swap plan can offload: one worker, half its peak as the budget."""
+    g = sw.models.resnet18_small(batch=8, width=8)
+    plan = sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {})
+    return g, plan, int(memory_plan(plan).peak_bytes * 0.5)
+
+
+def lowerings_of(f):
+    """(f's result, how many times the core lowered a plan while f ran)."""
+    before = _core.lowerings()
+    out = f()
+    return out, _core.lowerings() - before
+
+
+def test_a_trainer_lowers_its_plan_once(lenet):
+    g, plan = lenet
+    for schedule in ("fifo", "critical_path"):
+        t, n = lowerings_of(lambda: sw.Trainer(g, plan, schedule=schedule))
+        assert n == 1, schedule
+        _, n = lowerings_of(lambda: t.memory_plan)   # planned on the trainer's own graph
+        assert n == 0
+        assert t.memory_plan.devices[0].arena_bytes == t.memory_per_worker()[0]
+
+
+def test_a_trainer_with_a_swap_plan_lowers_once(resnet):
+    g, plan, budget = resnet
+    sp, n = lowerings_of(lambda: sw.swap_plan(plan, budget=budget))
+    assert n == 1 and sp.entries   # the timeline, the swap pass and the entries read one graph
+    t, n = lowerings_of(lambda: sw.Trainer(g, plan, swap=sp))
+    assert n == 1
+    assert {"swap_out", "swap_in"} <= {task.kind for task in t.task_graph.tasks}   # the graph that runs
+    # its memory plan is the runtime's: the swapped graph's, within the budget
+    assert {d: m.arena_bytes for d, m in t.memory_plan.devices.items()} == t.memory_per_worker()
+    assert max(t.memory_per_worker().values()) <= budget
+
+
+def test_passes_given_a_task_graph_do_not_lower_again(lenet):
+    _, plan = lenet
+    tg, n = lowerings_of(lambda: sw.lower(plan))
+    assert n == 1 and tg.handle.ntasks == len(tg.tasks)
+    sim, n = lowerings_of(lambda: sw.simulate(tg))
+    assert n == 0 and sim.iteration_time == sw.simulate(plan).iteration_time
+    mp, n = lowerings_of(lambda: memory_plan(tg, check=True))
+    assert n == 0
+    ref = memory_plan(plan)
+    for k in ("offset", "arena", "reuse_from", "reuse_to", "first", "last"):
+        assert np.array_equal(mp.arrays[k], ref.arrays[k]), k
+    _, n = lowerings_of(mp.validate)
+    assert n == 0
+    sched, n = lowerings_of(lambda: sw.schedule(tg))
+    assert n == 0 and sched.priorities == sw.schedule(plan).priorities
+    t, n = lowerings_of(lambda: iteration_time(tg))
+    assert n == 0 and t == iteration_time(plan)
+
+
+def test_swap_passes_given_a_task_graph_do_not_lower_again(resnet):
+    _, plan, budget = resnet
+    tg = sw.lower(plan)
+    sp, n = lowerings_of(lambda: sw.swap_plan(tg, budget=budget))
+    assert n == 0 and sp.entries == sw.swap_plan(plan, budget=budget).entries
+    swapped, n = lowerings_of(lambda: sw.lower(plan, swap=sp))
+    assert n == 1 and swapped.handle.swapped
+    assert len(swapped.tasks) == len(tg.tasks) + 2 * len(sp.entries)
+    sim, n = lowerings_of(lambda: sw.simulate(swapped))
+    assert n == 0 and sim.iteration_time == sw.simulate(plan, swap=sp).iteration_time
+    with pytest.raises(ValueError, match="swap plan"):
+        sw.schedule(swapped)
+
+
+def test_annotations_travel_with_the_graph(lenet):
+    _, plan = lenet
+    sched = sw.schedule(plan)
+    tg = sw.lower(plan, schedule=sched)
+    assert tg.schedule is sched and tg.handle.has_streams
+    assert [np.array_equal(a, b) for a, b in zip(tg.handle.streams, sched.stream_arrays())] == [True] * 3
+    assert sw.simulate(tg).iteration_time == sw.simulate(plan, schedule=sched).iteration_time
+    ref = memory_plan(plan, schedule=sched)
+    assert np.array_equal(memory_plan(tg).arrays["offset"], ref.arrays["offset"])
+    # made on the graph itself, its streams put on it without lowering again
+    cp, n = lowerings_of(lambda: sw.lower(plan, schedule="critical_path"))
+    assert n == 1 and cp.schedule.priorities == sched.priorities
+
+
+def test_a_task_graph_refuses_what_it_was_not_made_for(lenet):
+    g, plan = lenet
+    tg = sw.lower(plan)
+    other = sw.Plan.from_dict(g, sw.DeviceGraph.cpu(2), {})
+    with pytest.raises(sw.ConfigError, match="lowered from plan"):
+        NativeExecutor(g, other, tg)
+    with pytest.raises(sw.ConfigError, match="optimizer state"):
+        NativeExecutor(g, plan, tg, optimizer_state=2)
+    with pytest.raises(sw.ConfigError, match="carries its own"):
+        memory_plan(tg, schedule=sw.schedule(plan))
+    with pytest.raises(sw.ConfigError, match="carries its own"):
+        sw.simulate(tg, schedule="critical_path")
+    with pytest.raises(ValueError, match="attrs"):
+        _core.Runtime(tg.handle, op_attrs(g)[:-1], 1)
+    with pytest.raises(TypeError, match="Problem"):
+        _core.TaskGraph(object(), *plan_arrays(plan))
+    # a problem changed after lowering: the graph is no longer its graph
+    problem = make_problem(g, plan.devices, plan.options)
+    handle = _core.TaskGraph(problem, *plan_arrays(plan))
+    problem.set_optimizer_state(2)
+    with pytest.raises(RuntimeError, match="has changed"):
+        handle.memory_plan()
+    with pytest.raises(RuntimeError, match="has changed"):
+        _core.Runtime(handle, op_attrs(g), 1)
+
+
+def test_the_runtime_of_a_task_graph_trains_as_before(lenet):
+    g, plan = lenet
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(g.ops[0].shape).astype(np.float32)
+    y = rng.integers(0, 10, g.ops[0].shape[0])
+    problem = make_problem(g, plan.devices, plan.options)
+    by_arrays = _core.Runtime(problem, *plan_arrays(plan), op_attrs(g), 1)
+    by_handle = _core.Runtime(sw.lower(plan).handle, op_attrs(g), 1)
+    for rt in (by_arrays, by_handle):
+        for b in range(sw.lower(plan).handle.nbuffers):
+            a = rt.buffer(b)
+            if a.size:
+                a[...] = np.linspace(-0.1, 0.1, a.size, dtype=np.float32).reshape(a.shape)
+    args = (0, 0.05, 0.0, 0.9, 0.0, False, 0.9, 0.999, 1e-8)
+    assert [by_arrays.step([x] + [None] * (len(g.ops) - 1), y, *args) for _ in range(2)] == \
+        [by_handle.step([x] + [None] * (len(g.ops) - 1), y, *args) for _ in range(2)]
+
+
+def test_threads_share_a_plans_problem(lenet):
+    """A plan keeps one problem; lowerings and passes only read it, so threads simulating the same
+    plan at once do not find it "in use" (each used to build its own)."""
+    import threading
+
+    _, plan = lenet
+    expected = sw.simulate(plan).iteration_time
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(5):
+                results.append(sw.simulate(plan).iteration_time)
+        except Exception as exc:   # collected: the assert below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results == [expected] * 20
