@@ -110,13 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"shardwise {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("plan", help="search the best strategy for a zoo model on a device graph",
+    p = sub.add_parser("plan", help="search the best strategy for a model on a device graph",
                        description="Search the strategy with the fastest simulated iteration (or, with "
                        "--objective eq1, the exact optimum of the estimate Eq. 1) and compare it with data, "
                        "model and OWT parallelism.")
     _add_model_and_devices(p, "vgg16")
     p.add_argument("--algorithm", default="elimination", choices=ALGORITHMS,
-                   help="elimination (exact, default) or exhaustive (brute force, small problems only)")
+                   help="elimination (the exact optimum of Eq. 1, default), exhaustive (brute force, small problems "
+                   "only) or tofu (Tofu's partitioning of every op over all the devices, fewest bytes moved; "
+                   "docs/tofu.md)")
     p.add_argument("--objective", default=None, choices=("simulate", "eq1"),
                    help="simulate: the fastest simulated iteration among the Eq. 1 optimum, the baselines and "
                    "their combinations (default for elimination); eq1: the exact Eq. 1 optimum")
@@ -138,9 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a model on CPU workers, one thread per device of the plan (at most one per core)",
                        description="Train a model with a plan on N CPU workers (each device of the plan is a "
-                       "worker with its own memory) and report the test accuracy.  For now only lenet5 is "
-                       "trainable from the command line, on scikit-learn's bundled digits data set resized to "
-                       "32x32 (pip install scikit-learn); other models train from Python with sw.Trainer.")
+                       "worker with its own memory) and report the test accuracy.  The command line trains on "
+                       "scikit-learn's bundled digits data set resized to 32x32 (pip install scikit-learn): "
+                       "lenet5 of the zoo, or an .onnx file or module:function whose model takes (N, 1, 32, 32) "
+                       "images and gives 10 classes.  Other zoo models and other data train from Python "
+                       "with sw.Trainer.")
     t.add_argument("--model", default="lenet5", metavar="MODEL",
                    help="the model to train on the digits: lenet5 of the zoo, or an .onnx file or module:function "
                    "whose model takes (N, 1, 32, 32) images and gives 10 classes (default: lenet5)")

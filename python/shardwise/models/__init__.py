@@ -54,7 +54,7 @@ LARGE: dict[str, Callable[..., Graph]] = {
     "rnn": rnn,
     "gpt": gpt,
 }
-"""Seed 004's very large models (WResNet-<depth>-<width>, RNN-<layers>-<hidden>), built with
+"""The very large models of the Tofu paper (WResNet-<depth>-<width>, RNN-<layers>-<hidden>), built with
 their own size arguments; not in :func:`names` (the zoo tests search every zoo model)."""
 
 

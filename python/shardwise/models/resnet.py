@@ -54,7 +54,7 @@ def _bottleneck(g: Graph, x: Tensor, planes: int, stride: int, prefix: str) -> T
 
 def _resnet(model: str, bottleneck: bool, layers: tuple[int, int, int, int], batch: int,
             num_classes: int, width: int = 1) -> Graph:
-    """``width`` multiplies every convolution's channels (Wide ResNets as seed 004 uses them)."""
+    """``width`` multiplies every convolution's channels (Wide ResNets as the Tofu paper uses them)."""
     check_args(model, batch, num_classes)
     block = _bottleneck if bottleneck else _basic_block
     g = Graph(model)
@@ -152,10 +152,11 @@ WIDE_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 
 
 def wide_resnet(depth: int = 50, width: int = 4, batch: int = 32, num_classes: int = 1000) -> Graph:
-    """Wide ResNet as seed 004 uses it (WResNet-<depth>-<width>): the Bottleneck ResNet of
+    """Wide ResNet as the Tofu paper (Wang, Huang, Li, *Supporting Very Large Models using Automatic
+    Dataflow Graph Partitioning*) uses it (WResNet-<depth>-<width>): the Bottleneck ResNet of
     ``depth`` layers with every convolution's input and output channels multiplied by
     ``width``, so each weight tensor grows by about width^2 (section 6.1).  On 224x224 images.
-    Parameters (float32 bytes) are printed beside seed 004 Table 1 by benchmarks/tofu_models.py."""
+    Parameters (float32 bytes) are printed beside Table 1 of that paper by benchmarks/tofu_models.py."""
     if depth not in WIDE_DEPTHS:
         raise ShapeError(f"wide_resnet: depth must be one of {sorted(WIDE_DEPTHS)}, got {depth!r}")
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:

@@ -1,4 +1,4 @@
-"""A multi-layer LSTM unrolled over time, as seed 004 benchmarks (RNN-<layers>-<hidden>).
+"""A multi-layer LSTM unrolled over time, as the Tofu paper benchmarks (RNN-<layers>-<hidden>).
 
 Every layer owns four gate weights, each a ``parameter`` of shape (input + hidden, hidden)
 read by one ``matmul`` per timestep, so the weights are shared across timesteps:
@@ -40,13 +40,14 @@ def _lstm_step(g: Graph, x: Tensor, h: Tensor, c: Tensor, weights: dict[str, Ten
 
 def rnn(layers: int = 8, hidden: int = 4096, steps: int = 20, batch: int = 512,
         input_size: int | None = None, num_classes: int = 1000) -> Graph:
-    """RNN-<layers>-<hidden> of seed 004 section 6.1: a ``layers``-deep LSTM over ``steps``
+    """RNN-<layers>-<hidden> of the Tofu paper (Wang, Huang, Li, *Supporting Very Large Models
+    using Automatic Dataflow Graph Partitioning*), section 6.1: a ``layers``-deep LSTM over ``steps``
     timesteps with ``hidden`` units, unrolled, weights shared across timesteps.
 
     Parameters: ``4 * hidden * (input_size + hidden)`` for layer 0 (``input_size``
     defaults to ``hidden``), ``8 * hidden**2`` per further layer, plus the classifier
     ``(hidden + 1) * num_classes``.  benchmarks/tofu_models.py prints the weight sizes
-    beside seed 004 Table 1.
+    beside Table 1 of that paper.
     """
     layers, hidden, steps = _positive(layers, "layers"), _positive(hidden, "hidden"), _positive(steps, "steps")
     batch, classes = _positive(batch, "batch"), _positive(num_classes, "num_classes")

@@ -58,7 +58,7 @@ def strategies_of(definition: "OpDefinition | Op", analysis: str = "exact", **sh
     dimensions ``n, c, h, w`` and the description's reduction names).
 
     ``analysis="exact"`` accepts a split when every region is exactly a box (``x + dx`` in
-    a convolution gives a halo); ``analysis="tofu"`` is seed 004's symbolic interval
+    a convolution gives a halo); ``analysis="tofu"`` is the Tofu paper's symbolic interval
     analysis, which cannot add two intervals and so refuses any dimension whose variable
     appears in an index together with another variable (conv1d's ``x`` and ``dx``).
     Regions and exactness come from the C core (``sw_iteration_region`` in

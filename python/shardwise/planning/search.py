@@ -2,7 +2,7 @@
 
     plan = search(g, d)                          # node/edge elimination (exact)
     plan = search(g, d, algorithm="exhaustive")  # brute force, small graphs only
-    plan = search(g, d, algorithm="tofu")        # seed 004's recursive CriticalDP (shardwise.planning.tofu)
+    plan = search(g, d, algorithm="tofu")        # Tofu's recursive CriticalDP (shardwise.planning.tofu)
 
 Configurations per op come from the C core (aligned contiguous device blocks, plus the
 structure groups of heterogeneous machines from :mod:`shardwise.machine.device_sets`,
@@ -128,7 +128,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     it finds, with ``search_stats["exact"] = False``, the ``lower_bound`` and a
     :class:`SearchWarning` giving the gap) or ``"exhaustive"``
     (brute force over every strategy; refuses graphs with more than
-    ``max_evaluations`` strategies) or ``"tofu"`` (seed 004's partitioning over all of
+    ``max_evaluations`` strategies) or ``"tofu"`` (Tofu's partitioning over all of
     ``devices``, minimizing bytes moved rather than Eq. 1: :func:`shardwise.planning.tofu.partition`
     with reduction cuts, which become partition-n-reduce configurations; the returned Plan
     is costed by Eq. 1 like any other, and ``max_evaluations``, ``worker_counts_`` and

@@ -1,4 +1,5 @@
-"""The baselines of seed 003 section 6: data, model and OWT parallelism.
+"""The baselines of Jia et al., *Exploring Hidden Dimensions in Parallelizing Convolutional Neural
+Networks* (ICML 2018), section 6: data, model and OWT parallelism.
 
 Each picks, per op, the largest allowed worker count (:func:`worker_counts`)
 whose degree divides the split dimension, on devices 0..k-1, so every baseline

@@ -194,7 +194,7 @@ def partition(graph: Graph, workers: int, algorithm: str = "criticaldp", *, redu
     """Partition ``graph`` among ``workers`` by Tofu's recursive search.
 
     ``algorithm``: ``"criticaldp"`` (Tofu), ``"allrow_greedy"`` or ``"spartan"`` (the
-    greedy baselines of seed 004 section 6.3), ``"exhaustive"`` (every level solved by
+    greedy baselines of the Tofu paper, section 6.3), ``"exhaustive"`` (every level solved by
     brute force: tiny graphs, for tests).  ``reductions``: allow partition-n-reduce cuts
     of reduction variables.  ``coarsening``: group timesteps and element-wise chains
     (section 4.2.1); without it every op decides alone.  ``refine`` (criticaldp only):
