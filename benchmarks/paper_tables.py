@@ -4,12 +4,12 @@ Every number we compute is printed beside the number the paper published (the
 anchors below are copied from the papers and cite their table or figure).
 docs/paper-reproductions.md explains where and why the two differ.
 
- 1. seed 000 (DeePa) Table 2: configurations of AlexNet's fc6 on 16 K80s in one node, minibatch 512
- 2. seed 000 Table 3: VGG-16's last three convolutions (conv5_1..conv5_3), same machine
- 3. seed 003 (layer-wise parallelism) Table 5: the VGG-16 strategy on 4 P100s of one node
- 4. seed 003 Figure 8 / section 6.1: bytes moved per iteration on 16 P100s (4 nodes x 4)
- 5. seed 003 Figure 7 / section 6.1: throughput at 1-16 P100s, Eq. 1 and simulated
- 6. seed 000 Figures 7 and 8 / section 7.1: the same comparison on 16 K80s in one node
+ 1. DeePa Table 2: configurations of AlexNet's fc6 on 16 K80s in one node, minibatch 512
+ 2. DeePa Table 3: VGG-16's last three convolutions (conv5_1..conv5_3), same machine
+ 3. the layer-wise parallelism paper (ICML 2018) Table 5: the VGG-16 strategy on 4 P100s of one node
+ 4. ICML 2018 Figure 8 / section 6.1: bytes moved per iteration on 16 P100s (4 nodes x 4)
+ 5. ICML 2018 Figure 7 / section 6.1: throughput at 1-16 P100s, Eq. 1 and simulated
+ 6. DeePa Figures 7 and 8 / section 7.1: the same comparison on 16 K80s in one node
 
     python benchmarks/paper_tables.py            # everything (about 15 s on 2 cores)
     python benchmarks/paper_tables.py --quick    # without the simulations (Eq. 1 only)
@@ -33,12 +33,12 @@ MB = 1e-6
 STRATEGIES = ("data", "model", "owt", "searched")
 SHORT = {"data": "data", "model": "model", "owt": "owt", "searched": "srch"}
 MODELS = ("alexnet", "vgg16", "inception_v3")
-PER_GPU_BATCH = 32          # seed 003 section 6: "a per-GPU batch size of 32 for all experiments"
+PER_GPU_BATCH = 32          # ICML 2018 section 6: "a per-GPU batch size of 32 for all experiments"
 DEVICE_COUNTS = (1, 2, 4, 8, 16)
 
 # ----- anchors: the papers' published numbers ------------------------------------------------
 
-# seed 000 Table 2 (ms): transfer, compute, update, total; and the paper's label for the row.
+# DeePa Table 2 (ms): transfer, compute, update, total; and the paper's label for the row.
 TABLE2_PAPER: dict[str, tuple[float, float, float, float, str]] = {
     "n=16": (0.0, 1.28, 1075.0, 1076.0, "image parallelism"),
     "c=16": (134.4, 1.28, 0.0, 135.7, "OWT"),
@@ -49,7 +49,7 @@ TABLE2_PAPER: dict[str, tuple[float, float, float, float, str]] = {
 TABLE2_CONFIGS: dict[str, dict[str, int]] = {"n=16": {"n": 16}, "c=16": {"c": 16}, "c=4": {"c": 4},
                                              "c=2": {"c": 2}, "c=1": {}}
 
-# seed 000 Table 3 (ms), the three layers together.
+# DeePa Table 3 (ms), the three layers together.
 TABLE3_PAPER: dict[str, tuple[float, float, float, float, str]] = {
     "n=16": (0.0, 15.9, 134.4, 150.3, "image parallelism & OWT"),
     "n=8": (39.2, 31.8, 67.2, 138.2, ""),
@@ -61,7 +61,7 @@ TABLE3_CONFIGS: dict[str, dict[str, int]] = {"n=16": {"n": 16}, "n=8": {"n": 8},
                                              "h=2 w=2": {"h": 2, "w": 2}, "n=2": {"n": 2}}
 VGG_CONV5 = ("conv5_1", "conv5_2", "conv5_3")
 
-# seed 003 Table 5: layer groups of VGG-16 and the configuration the paper lists.  The table
+# ICML 2018 Table 5: layer groups of VGG-16 and the configuration the paper lists.  The table
 # leaves a cell blank when it repeats the one above (stages 2-4 share stage 1's {n=4}; the
 # second fully-connected layer's cell is blank, read here as {n=1, c=4}).
 TABLE5_PAPER: list[tuple[str, tuple[str, ...], str]] = [
@@ -77,7 +77,7 @@ TABLE5_PAPER: list[tuple[str, tuple[str, ...], str]] = [
     ("Softmax", ("prob",), "- (n=1, c=1)"),
 ]
 
-# seed 003 section 6.1 (Figures 7 and 8 give bars; the text gives these numbers).
+# ICML 2018 section 6.1 (Figures 7 and 8 give bars; the text gives these numbers).
 FIG7_PAPER = {
     # "increases the training throughput by up to 2.2x, 1.5x, and 1.4x" over the other strategies
     "gain_up_to": {"alexnet": 2.2, "vgg16": 1.5, "inception_v3": 1.4},
@@ -91,7 +91,7 @@ FIG8_PAPER = {
     "owt_vs_data_and_model": (1.1, 23.0),  # section 6.1
     "vs_owt": (1.2, 2.5),               # section 6.1: "further reducing communication overhead by 1.2-2.5x"
 }
-# seed 000 section 7.1 and 6 (16 K80, minibatch 512).
+# DeePa section 7.1 and 6 (16 K80, minibatch 512).
 SEED000_FIG7 = {
     "owt_vs_image": {"alexnet": 1.4, "vgg16": 1.2, "inception_v3": 1.07},
     # "The best configurations found by DeePa achieve 6.5x, 1.9x, and 1.5x speedup compared to
@@ -130,7 +130,7 @@ def _all(graph: sw.Graph, devices: sw.DeviceGraph) -> dict[str, sw.Plan]:
     return {s: plans[s] for s in STRATEGIES}
 
 
-# ----- 1, 2: seed 000 Tables 2 and 3 --------------------------------------------------------
+# ----- 1, 2: DeePa Tables 2 and 3 --------------------------------------------------------
 
 def _group_costs(graph: sw.Graph, devices: sw.DeviceGraph, ops: tuple[str, ...], config: dict[str, int],
                  rest: dict[str, int]) -> dict[str, float]:
@@ -187,7 +187,7 @@ def _print_cost_table(title: str, ours: dict[str, dict[str, float]],
     print(f"lowest total: ours {best}, paper {pbest}")
 
 
-# ----- 3: seed 003 Table 5 ----------------------------------------------------------------------
+# ----- 3: ICML 2018 Table 5 ----------------------------------------------------------------------
 
 def paper_table5_plan(graph: sw.Graph, devices: sw.DeviceGraph) -> sw.Plan:
     """Seed 003 Table 5's strategy written for our graph.  pool5's 7x7 output cannot be split
@@ -224,7 +224,7 @@ def table5() -> dict[str, Any]:
 
 
 def print_table5(t5: dict[str, Any]) -> None:
-    print("3. seed 003 Table 5: VGG-16 on 4 P100s of one node (NVLink), batch 128 = 4 x 32")
+    print("3. ICML 2018 Table 5: VGG-16 on 4 P100s of one node (NVLink), batch 128 = 4 x 32")
     head = f"{'layers':<34} {'ops':<30} {'searched (ours)':<22} paper"
     print(head)
     print("-" * len(head))
@@ -255,7 +255,7 @@ def bytes_moved(ndev: int = 16) -> dict[str, dict[str, float]]:
 
 
 def print_bytes(b: dict[str, dict[str, float]]) -> None:
-    print("4. seed 003 Figure 8: bytes moved per iteration, 16 P100s (4 nodes x 4), batch 512 = 16 x 32")
+    print("4. ICML 2018 Figure 8: bytes moved per iteration, 16 P100s (4 nodes x 4), batch 512 = 16 x 32")
     head = (f"{'model':<13} " + " ".join(f"{s + ' MB':>11}" for s in STRATEGIES)
             + f" {'data/srch':>9} {'model/srch':>10} {'owt/srch':>8} {'min(d,m)/srch':>13}")
     print(head)
@@ -318,7 +318,7 @@ def gains(tp: dict[int, dict[str, dict[str, float]]], key: str) -> dict[str, Any
 
 
 def print_throughput(tp: dict[str, dict[int, dict[str, dict[str, float]]]], simulated: bool) -> None:
-    print("5. seed 003 Figure 7: throughput (images/s), P100s, per-GPU batch 32; 1-4 GPUs on one node, "
+    print("5. ICML 2018 Figure 7: throughput (images/s), P100s, per-GPU batch 32; 1-4 GPUs on one node, "
           "8 on two, 16 on four")
     keys = ("eq1", "sim") if simulated else ("eq1",)
     head = f"{'model':<13} {'GPUs':>4} | " + " | ".join(
@@ -345,7 +345,7 @@ def print_throughput(tp: dict[str, dict[int, dict[str, dict[str, float]]]], simu
     print()
 
 
-# ----- 6: seed 000 on 16 K80s ----------------------------------------------------------------------
+# ----- 6: DeePa on 16 K80s ----------------------------------------------------------------------
 
 def k80_comparison(simulate: bool = True) -> dict[str, dict[str, dict[str, float]]]:
     out = {}
@@ -361,7 +361,7 @@ def k80_comparison(simulate: bool = True) -> dict[str, dict[str, dict[str, float
 
 
 def print_k80(k: dict[str, dict[str, dict[str, float]]], simulated: bool) -> None:
-    print("6. seed 000 Figures 7 and 8: 16 K80s in one node, minibatch 512 (\"image\" = data parallelism)")
+    print("6. DeePa Figures 7 and 8: 16 K80s in one node, minibatch 512 (\"image\" = data parallelism)")
     keys = ("eq1", "sim") if simulated else ("eq1",)
     head = (f"{'model':<13} " + " ".join(f"{'ms ' + SHORT[s] + ' ' + key:>14}" for key in keys for s in STRATEGIES))
     print(head)
@@ -405,12 +405,12 @@ def main(argv: list[str] | None = None) -> int:
     print("# K80 preset: 4.37 TFLOP/s, 240 GB/s, 10 GB/s between any two GPUs of the node; P100 preset: "
           "9.3 TFLOP/s, 732 GB/s, NVLink 20 GB/s, 12.5 GB/s InfiniBand between nodes; parameter server sync")
     print()
-    _print_cost_table("1. seed 000 Table 2: AlexNet fc6 (9216 -> 4096) on 16 K80s, minibatch 512; "
+    _print_cost_table("1. DeePa Table 2: AlexNet fc6 (9216 -> 4096) on 16 K80s, minibatch 512; "
                       "every other op {n=16} on all 16", table2(), TABLE2_PAPER, out_col=False)
     print("the search (whole network) picks: " + "; ".join(searched_configs("alexnet", ("fc6", "fc7", "fc8")))
           + "   paper (section 7.1.2): fc6 on 2 workers")
     print()
-    _print_cost_table("2. seed 000 Table 3: VGG-16 conv5_1..conv5_3 together on 16 K80s, minibatch 512; "
+    _print_cost_table("2. DeePa Table 3: VGG-16 conv5_1..conv5_3 together on 16 K80s, minibatch 512; "
                       "every other op {n=16}\n   transfer = pool4's edge and the edges inside the group; "
                       "(out) = the edge to pool5, not in the total", table3(), TABLE3_PAPER, out_col=True)
     print("the search (whole network) picks: " + "; ".join(searched_configs("vgg16", VGG_CONV5))
