@@ -1,6 +1,6 @@
 /* ops.c -- the forward and backward tasks of every op kind on a GPU: the CUDA column of the
  * op table (csrc/ops.def), read the way csrc/cpu/ops_cpu.c, ops_cpu_act.c and ops_cpu_rnn.c
- * read their buffers (csrc/cpu/task_env.h), with the kernels of conv.c, pool.c, blas.c and
+ * read their buffers (csrc/exec/task_env.h), with the kernels of conv.c, pool.c, blas.c and
  * kernels/.  A backward task with no gradient flowing back writes zeros; a worker of a split
  * reduction sees its part's coordinates shifted down (sw_env_rebase).
  */
@@ -22,12 +22,12 @@ static sw_status zero_writes(const cu_task *t) {
     return SW_OK;
 }
 
-static int relu_here(const cu_task *t) { return t->e.task->kind == SW_TASK_FORWARD && t->e.attrs->relu; }
+static int relu_here(const cu_task *t) { return t->e.task->kind == SW_TASK_FORWARD && sw_op_attrs_relu(t->e.attrs); }
 
 /* dy through the fused ReLU of a conv2d / linear (into scratch), or dy itself. */
 static sw_status dz_of(const cu_task *t, const sw_backward_reads *r, sw_view *dz) {
     view(t, r->dy, dz);
-    if (r->dy_pre || !t->e.attrs->relu || r->y < 0) {
+    if (r->dy_pre || !sw_op_attrs_relu(t->e.attrs) || r->y < 0) {
         return SW_OK;
     }
     sw_status s = SW_OK;
@@ -322,7 +322,7 @@ static sw_status softmax_backward_data(const cu_task *t) {
         p.lo[1] + p.shape[1] > dx.lo[1] + dx.shape[1]) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: the softmax gradient's region does not hold p's box", t->e.id);
     }
-    if (!sw_box_equal(&t->e.rt->g.buffers[r.y].box, &t->e.rt->g.buffers[t->e.writes[0]].box)) {
+    if (!sw_box_equal(&sw_env_buffer(&t->e, r.y)->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
         SW_TRY(cu_zero(t, &dx));
     }
     float *d = dx.data + (p.lo[0] - dx.lo[0]) * dx.shape[1] + (p.lo[1] - dx.lo[1]);
@@ -341,12 +341,12 @@ static sw_status batchnorm_backward_data(const cu_task *t) {
     if (r.stats_x < 0 || r.stats_dy < 0 || r.nparams < 1) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm input gradient without its statistics", t->e.id);
     }
-    const sw_box *sb = &t->e.rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3];
     sw_status s = SW_OK;
     float *mean = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
     SW_TRY(s);
-    CU_TRY(swk_bn_moments(t->e.rt->ptr[r.stats_x], c, m, 1e-5, mean, mean + c, t->st->s));
+    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, 1e-5, mean, mean + c, t->st->s));
     sw_view x, dy, dx;
     view(t, r.region[0], &x);
     view(t, r.dy, &dy);
@@ -356,8 +356,8 @@ static sw_status batchnorm_backward_data(const cu_task *t) {
     float *d;
     const float *sp[SWK_MAX_SRC];
     SW_TRY(cu_map_over(&dx, src, 2, &mp, &d, sp));
-    return cu_check(swk_bn_backward_apply(&mp, sp[0], sp[1], mean, mean + c, t->e.rt->ptr[r.params[0]],
-                                          t->e.rt->ptr[r.stats_dy], m, d, t->st->s), "batch-norm backward");
+    return cu_check(swk_bn_backward_apply(&mp, sp[0], sp[1], mean, mean + c, sw_env_ptr(&t->e, r.params[0]),
+                                          sw_env_ptr(&t->e, r.stats_dy), m, d, t->st->s), "batch-norm backward");
 }
 
 /* dgamma (the worker's own sums of dy xhat) or dbeta (dy's channel sums) of its channels. */
@@ -381,13 +381,13 @@ static sw_status batchnorm_backward_weight(const cu_task *t) {
     if (r.stats_x < 0 || r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", t->e.id);
     }
-    const sw_box *sb = &t->e.rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3];
     sw_status s = SW_OK;
     double *sums = cu_scratch(t, sizeof(double) * (size_t)(2 * c), &s);
     float *mean = s == SW_OK ? cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s) : NULL;
     SW_TRY(s);
-    CU_TRY(swk_bn_moments(t->e.rt->ptr[r.stats_x], c, m, 1e-5, mean, mean + c, t->st->s));
+    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, 1e-5, mean, mean + c, t->st->s));
     sw_view x;
     view(t, r.region[0], &x);
     const sw_view *src[2] = {&x, &dy};

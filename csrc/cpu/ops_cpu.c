@@ -22,7 +22,7 @@ static sw_status zero_writes(const sw_task_env *e) {
     return SW_OK;
 }
 
-static int relu_here(const sw_task_env *e) { return e->task->kind == SW_TASK_FORWARD && e->attrs->relu; }
+static int relu_here(const sw_task_env *e) { return e->task->kind == SW_TASK_FORWARD && sw_op_attrs_relu(e->attrs); }
 
 /* ------------------------------------------------------------------ input, parameter */
 static sw_status input_none(const sw_task_env *e) {
@@ -381,7 +381,7 @@ static sw_status softmax_forward(const sw_task_env *e) {
             SW_TRY(sw_softmax_xent_forward(&xs, slab_labels(e, &s, xs.lo[0]), &ps, &sum));
         } while (next_slab(&p, &s));
     }
-    double *sums = e->ctx->loss_sum ? e->ctx->loss_sum : e->rt->loss_sums;   /* the iteration's (pipeline.c) */
+    double *sums = e->ctx->loss_sum ? e->ctx->loss_sum : sw_runtime_loss_sums(e->rt);   /* the iteration's (pipeline.c) */
     sums[e->id] += sum / (double)loss_rows(e, 1);
     return SW_OK;
 }
@@ -409,7 +409,7 @@ static sw_status softmax_backward_data(const sw_task_env *e) {
     sw_view p, dx, part;
     sw_env_view(e, r.y, &p);
     sw_env_view(e, e->writes[0], &dx);
-    if (sw_box_equal(&e->rt->g.buffers[r.y].box, &e->rt->g.buffers[e->writes[0]].box)) {
+    if (sw_box_equal(&sw_env_buffer(e, r.y)->box, &sw_env_buffer(e, e->writes[0])->box)) {
         return loss_grad(e, &p, &dx);
     }
     sw_status s = SW_OK;
@@ -432,18 +432,18 @@ static sw_status batchnorm_backward_data(const sw_task_env *e) {
     if (r.stats_x < 0 || r.stats_dy < 0 || r.nparams < 1) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm input gradient without its statistics", e->id);
     }
-    const sw_box *sb = &e->rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
     sw_status s = SW_OK;
     float *mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
     SW_TRY(s);
-    sw_bn_moments(sw_runtime_buffer(e->rt, r.stats_x), c, m, mean, mean + c);
+    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, mean, mean + c);
     sw_view x, dy, dx;
     sw_env_view(e, r.region[0], &x);
     sw_env_view(e, r.dy, &dy);
     sw_env_view(e, e->writes[0], &dx);
-    return sw_bn_backward_apply(&x, &dy, mean, mean + c, sw_runtime_buffer(e->rt, r.params[0]),
-                                sw_runtime_buffer(e->rt, r.stats_dy), m, &dx);
+    return sw_bn_backward_apply(&x, &dy, mean, mean + c, sw_env_ptr(e, r.params[0]),
+                                sw_env_ptr(e, r.stats_dy), m, &dx);
 }
 
 /* dgamma (the weight slot: the worker's own sums of dy * xhat) or dbeta (the bias slot:
@@ -463,14 +463,14 @@ static sw_status batchnorm_backward_weight(const sw_task_env *e) {
     if (r.stats_x < 0 || r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", e->id);
     }
-    const sw_box *sb = &e->rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
     sw_status s = SW_OK;
     char *scratch = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16) + sizeof(double) * (size_t)(2 * c), &s);
     SW_TRY(s);
     double *sums = (double *)scratch;
     float *mean = (float *)(scratch + sizeof(double) * (size_t)(2 * c));
-    sw_bn_moments(sw_runtime_buffer(e->rt, r.stats_x), c, m, mean, mean + c);
+    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, mean, mean + c);
     sw_view x;
     sw_env_view(e, r.region[0], &x);
     SW_TRY(sw_bn_backward_sums(&x, &dy, mean, mean + c, sums));

@@ -19,8 +19,8 @@
 #include <string.h>  /* memset, memcpy */
 #include <time.h>    /* clock_gettime */
 
-#include "../cpu/view.h"  /* sw_window_check */
-#include "runtime.h"
+#include "../core/view.h"  /* sw_window_check */
+#include "runtime_internal.h"  /* struct sw_runtime */
 
 #define ARENA_SENTINEL 0xA5     /* bytes of an arena no task has written yet (arena_high_water) */
 
@@ -35,6 +35,27 @@ void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v) {
 }
 
 void *sw_runtime_buffer(const sw_runtime *rt, int32_t b) { return rt->ptr[b]; }
+
+/* ------------------------------------------------------------------ what a backend may ask */
+int32_t sw_runtime_ntasks(const sw_runtime *rt) { return rt->g.ntasks; }
+int sw_runtime_nops(const sw_runtime *rt) { return rt->nops; }
+int64_t sw_runtime_batch(const sw_runtime *rt) { return rt->batch; }
+int sw_runtime_pipeline_copies(const sw_runtime *rt) { return rt->pipeline; }
+int32_t sw_runtime_nstreams(const sw_runtime *rt) { return rt->nstreams; }
+int32_t sw_runtime_stream_device(const sw_runtime *rt, int32_t stream) { return rt->stream_device[stream]; }
+const sw_task *sw_runtime_task(const sw_runtime *rt, int32_t t) { return &rt->g.tasks[t]; }
+int sw_runtime_task_reads(const sw_runtime *rt, int32_t t, const int32_t **ids) { return sw_tg_reads(&rt->g, t, ids); }
+int sw_runtime_task_writes(const sw_runtime *rt, int32_t t, const int32_t **ids) {
+    return sw_tg_writes(&rt->g, t, ids);
+}
+int sw_runtime_in_list(const sw_runtime *rt, int list, int32_t t) { return rt->in_list[list][t]; }
+int sw_runtime_first_accumulate(const sw_runtime *rt, int32_t t) { return rt->first_accumulate[t]; }
+const sw_buffer *sw_runtime_buffer_info(const sw_runtime *rt, int32_t b) { return &rt->g.buffers[b]; }
+const sw_rt_op *sw_runtime_op(const sw_runtime *rt, int op) { return &rt->ops[op]; }
+const sw_op_attrs *sw_runtime_attrs(const sw_runtime *rt, int op) { return &rt->attrs[op]; }
+int64_t *sw_runtime_updates(const sw_runtime *rt, int32_t b) { return &rt->updates[b]; }
+double *sw_runtime_loss_sums(const sw_runtime *rt) { return rt->loss_sums; }
+int64_t *sw_runtime_task_ns(const sw_runtime *rt) { return rt->task_ns; }
 
 int64_t sw_now_ns(void) {
     struct timespec ts;
@@ -100,7 +121,7 @@ static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
         if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);
         }
-        if (a->type == SW_OP_DROPOUT && sw_dropout_check(a->alpha, "dropout") != SW_OK) {
+        if (a->type == SW_OP_DROPOUT && !(a->alpha >= 0.0f && a->alpha < 1.0f)) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: dropout's probability %g is not in [0, 1)", i, (double)a->alpha);
         }
         if (a->type == SW_OP_BATCHNORM2D && !(a->alpha >= 0.0f && a->alpha <= 1.0f)) {   /* NaN fails too */

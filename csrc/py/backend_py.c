@@ -17,7 +17,8 @@
 
 #include <string.h>  /* strcmp */
 
-#include "../../cuda/host/gpu_plan.h"
+#include "../exec/gpu/gpu_plan.h"
+#include "../cpu/backend_cpu.h"  /* sw_backend_cpu_new */
 #include "pyerr.h"  /* sw_py_raise */
 
 /* ------------------------------------------------------------------ choosing a backend */
@@ -87,8 +88,7 @@ static const sw_ext_backend *cuda_table(void) {
     if (!t) {
         return NULL;
     }
-    if (t->version != SW_EXT_ABI_VERSION || t->runtime_size != sizeof(sw_runtime) ||
-        t->env_size != sizeof(sw_task_env)) {
+    if (t->version != SW_EXT_ABI_VERSION || !sw_ext_sizes_equal(t->sizes, SW_EXT_SIZES(sw_ext_backend))) {
         PyErr_SetString(PyExc_RuntimeError, "shardwise._cuda was built from other sources than shardwise._core: "
                         "rebuild the package");
         return NULL;

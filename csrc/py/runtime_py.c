@@ -27,7 +27,9 @@
 
 #include <string.h>  /* memset, memcpy */
 
-#include "../exec/runtime.h"
+#include "../cpu/backend_cpu.h"  /* sw_cpu_has_kernels */
+#include "../cpu/kernels.h"      /* sw_conv_scratch_grows */
+#include "../exec/runtime_internal.h"  /* struct sw_runtime: the bindings report on its insides */
 #include "backend_py.h"   /* sw_py_backend_spec, sw_py_backend_make */
 #include "pyerr.h"  /* sw_py_raise */
 #include "step_inputs.h"  /* step_inputs, parse_inputs, inputs_free, SW_MAX_ID_BOUND */

@@ -13,6 +13,7 @@
 
 #include "kernel_args.h"  /* sw_py_all_finite */
 #include "step_inputs.h"
+#include "../exec/runtime_internal.h"  /* struct sw_runtime: the bindings report on its insides */
 
 void inputs_free(step_inputs *in) {
     for (int i = 0; i < in->n && in->held; i++) {
