@@ -455,7 +455,10 @@ static const sw_backend_i CUDA_BACKEND = {
     .workspace_stats = workspace_stats,
     .wait_times = NULL,
     .destroy = destroy,
+    .supports_op = cu_supports_op,
 };
+
+const sw_backend_i *cu_backend_iface(void) { return &CUDA_BACKEND; }
 
 sw_status cu_backend_new(const sw_core_api *core, const sw_ext_options *opt, sw_backend **out) {
     *out = NULL;

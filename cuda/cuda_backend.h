@@ -133,6 +133,10 @@ void *cu_scratch(const cu_task *t, size_t bytes, sw_status *s);
 sw_status cu_run_task(cuda_backend *be, cu_stream *st, int32_t task, const sw_step_args *args);
 /* Does the CUDA backend have kernels for op type k (ops.c)? */
 int cu_has_kernels(int type);
+/* sw_backend_i.supports_op of the CUDA backend: 1, or 0 with `why` (n bytes) saying what it lacks. */
+int cu_supports_op(int kind, const sw_op_attrs *a, int out_rank, char *why, size_t n);
+/* The CUDA backend's table (backend.c), offered through sw_ext_backend.iface. */
+const sw_backend_i *cu_backend_iface(void);
 sw_status cu_op_forward(const cu_task *t);
 sw_status cu_op_backward_data(const cu_task *t);
 sw_status cu_op_backward_weight(const cu_task *t);

@@ -22,6 +22,7 @@ static const sw_ext_backend TABLE = {
     .sizes = SW_EXT_SIZES(sw_ext_backend),
     .name = "cuda",
     .backend_new = cu_backend_new,
+    .iface = cu_backend_iface,
 };
 
 static PyObject *versions(PyObject *self, PyObject *unused) {

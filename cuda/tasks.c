@@ -174,7 +174,7 @@ static sw_status run_bn_apply(const sw_task_env *e) {
     }
     if (args->bn_mode == SW_BN_UPDATE) {
         CU_TRY(swk_bn_running_update(ptr(t, t->e.reads[1]), channels_of(t, t->e.reads[1]), bn_count(t),
-                                     t->e.attrs->alpha, running, t->st->s));
+                                     t->e.attrs->batchnorm2d.momentum, running, t->st->s));
     }
     sw_view x, y;
     sw_env_view(&t->e, t->e.reads[0], &x);

@@ -528,7 +528,10 @@ static const sw_backend_i CPU_BACKEND = {
     .workspace_stats = workspace_stats,
     .wait_times = wait_times,
     .destroy = destroy,
+    .supports_op = sw_cpu_supports_op,
 };
+
+const sw_backend_i *sw_backend_cpu_iface(void) { return &CPU_BACKEND; }
 
 sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **out) {
     *out = NULL;

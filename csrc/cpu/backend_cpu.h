@@ -26,8 +26,14 @@ void *sw_scratch_get(sw_scratch *s, size_t bytes);
  * shake thread timing. */
 sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **out);
 
+/* The CPU backend's table (its supports_op asked before any backend exists). */
+const sw_backend_i *sw_backend_cpu_iface(void);
+
 /* ops_cpu.c: does the CPU backend have kernels for op type k? */
 int sw_cpu_has_kernels(int type);
+/* ops_cpu.c: sw_backend_i.supports_op of the CPU backend: every kind with kernels (ops.def's cpu
+ * column other than sw_cpu_no_kernels), whatever its attributes. */
+int sw_cpu_supports_op(int kind, const sw_op_attrs *attrs, int out_rank, char *why, size_t n);
 
 /* tasks.c: run one task of the runtime's graph on the CPU (views into the arenas). */
 sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t task);

@@ -210,7 +210,7 @@ static sw_status run_bn_apply(const sw_task_env *e) {
     }
     if (mode == SW_BN_UPDATE) {
         SW_TRY(sw_bn_running_update(sw_env_ptr(e, e->reads[1]), sw_env_channels(e, e->reads[1]), sw_env_bn_count(e),
-                                    e->attrs->alpha, running));
+                                    e->attrs->batchnorm2d.momentum, running));
     }
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);

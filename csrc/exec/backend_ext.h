@@ -87,6 +87,7 @@ typedef struct {
     sw_ext_sizes sizes;       /* SW_EXT_SIZES(sw_ext_backend) */
     const char *name;
     sw_status (*backend_new)(const sw_core_api *core, const sw_ext_options *opt, sw_backend **out);
+    const sw_backend_i *(*iface)(void);   /* the backend's table: supports_op asked before one exists */
 } sw_ext_backend;
 
 /* ---- the record backend (csrc/exec/backend_record.c) ----

@@ -13,13 +13,11 @@
  * sums of -log p, in task order (the same sum whatever the timing), over N.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>    /* isfinite */
 #include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
 #include <time.h>    /* clock_gettime */
 
-#include "../core/view.h"  /* sw_window_check */
 #include "runtime_internal.h"  /* struct sw_runtime */
 
 #define ARENA_SENTINEL 0xA5     /* bytes of an arena no task has written yet (arena_high_water) */
@@ -96,37 +94,10 @@ static void copy_op(const sw_problem *p, const sw_plan *plan, int i, sw_rt_op *o
 
 static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
     for (int i = 0; i < p->nops; i++) {
-        const sw_op_attrs *a = &attrs[i];
-        if (a->type < 0 || a->type >= SW_OP_COUNT) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: unknown op type %d", i, a->type);
-        }
         if (p->ops[i].ninputs > 64) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: more than 64 inputs", i);
         }
-        if ((a->type == SW_OP_CONV2D || a->type == SW_OP_POOL2D) && sw_window_check(&a->win, "op window") != SW_OK) {
-            char why[256];   /* the message lives in the buffer SW_FAIL writes: copy it first */
-            snprintf(why, sizeof why, "%s", sw_last_error());
-            return SW_FAIL(SW_ERR_VALUE, "op %d: %s", i, why);
-        }
-        if (a->type == SW_OP_CONCAT && (a->axis < 0 || a->axis >= p->ops[i].out_rank)) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: concat axis %d out of range", i, a->axis);
-        }
-        if (a->type == SW_OP_SOFTMAX_DIM && (a->axis < 0 || a->axis >= p->ops[i].out_rank || !isfinite(a->alpha))) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: softmax_dim's dim %d or scale %g is out of range", i, a->axis,
-                           (double)a->alpha);
-        }
-        if (a->type == SW_OP_LAYER_NORM && !(a->alpha > 0.0f && isfinite(a->alpha))) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: layer_norm's eps %g is not a positive number", i, (double)a->alpha);
-        }
-        if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);
-        }
-        if (a->type == SW_OP_DROPOUT && !(a->alpha >= 0.0f && a->alpha < 1.0f)) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: dropout's probability %g is not in [0, 1)", i, (double)a->alpha);
-        }
-        if (a->type == SW_OP_BATCHNORM2D && !(a->alpha >= 0.0f && a->alpha <= 1.0f)) {   /* NaN fails too */
-            return SW_FAIL(SW_ERR_VALUE, "op %d: batchnorm2d's momentum %g is not in [0, 1]", i, (double)a->alpha);
-        }
+        SW_TRY(sw_op_attrs_check(&attrs[i], p->ops[i].out_rank, i));
     }
     return SW_OK;
 }

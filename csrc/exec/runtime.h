@@ -25,26 +25,11 @@
 #include <stdint.h>     /* int32_t, int64_t */
 
 #include "../core/view.h"    /* sw_view, sw_window */
+#include "op_attrs.h"        /* sw_op_attrs: one typed record per op kind */
 #include "optimizer.h"       /* sw_optimizer */
 #include "../shardwise.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
 
-/* What the kernels of an op need beyond its description (from the graph's attributes). */
-typedef struct {
-    int8_t type;       /* sw_op_type */
-    int8_t relu;       /* conv2d, linear: a fused ReLU on the output */
-    int8_t pool_max;   /* pool2d: max pooling (else average) */
-    int8_t axis;       /* concat: the axis */
-    float alpha;       /* the op's real parameter: leaky_relu's negative slope, batchnorm2d's momentum
-                          (running = (1 - momentum) * running + momentum * the minibatch's statistic) */
-    sw_window win;     /* conv2d, pool2d: kernel, stride, padding; conv2d: dilation, groups */
-    int8_t causal;     /* softmax_dim: mask key j > query i (the last two dimensions) */
-    int32_t ids;       /* input ops: 0 for float data, else the minibatch holds integer ids below this
-                          bound (the smallest vocabulary of the embeddings reading it), stored as floats */
-    uint64_t seed;     /* dropout: the seed its masks are a function of (with the step, each element's index) */
-} sw_op_attrs;
 
-/* The op's output goes through a fused ReLU (conv2d, linear). */
-static inline int sw_op_attrs_relu(const sw_op_attrs *a) { return a->relu; }
 
 /* The recorded work lists: a training step, the forward pass alone (loss, predict), and
  * rt->pipeline training steps back to back (pipeline.c; recorded on request only). */
@@ -131,6 +116,11 @@ typedef struct {
      * within the step and after its own list until the last thread finished (up to `max` threads); returns the number of threads (NULL: not measured) */
     int (*wait_times)(sw_backend *b, int64_t *ns, int max);
     void (*destroy)(sw_backend *b);
+    /* Can the backend run op kind `kind` with these attributes on an output of rank out_rank?
+     * 1, or 0 with `why` (n bytes) completing "the <name> backend ...", e.g. "has no kernels for
+     * op kind 'layer_norm'".  Asked of the table, before any backend exists (the Trainer asks
+     * through _core.supports_op); NULL: the backend runs every op. */
+    int (*supports_op)(int kind, const sw_op_attrs *attrs, int out_rank, char *why, size_t n);
 } sw_backend_i;
 
 struct sw_backend {
