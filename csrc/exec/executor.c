@@ -13,7 +13,6 @@
  * sums of -log p, in task order (the same sum whatever the timing), over N.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
 #include <time.h>    /* clock_gettime */
@@ -92,12 +91,19 @@ static void copy_op(const sw_problem *p, const sw_plan *plan, int i, sw_rt_op *o
     }
 }
 
-static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
+/* Every op's attributes well formed, and the backend able to run it (its supports_op). */
+static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs, const sw_backend *backend) {
     for (int i = 0; i < p->nops; i++) {
         if (p->ops[i].ninputs > 64) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: more than 64 inputs", i);
         }
         SW_TRY(sw_op_attrs_check(&attrs[i], p->ops[i].out_rank, i));
+        char why[256] = "";
+        const sw_backend_i *bi = backend->i;
+        if (bi->supports_op && !bi->supports_op(attrs[i].type, &attrs[i], p->ops[i].out_rank, why, sizeof why)) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d (%s): the %s backend %s", i, sw_op_names[attrs[i].type], bi->name,
+                           why);
+        }
     }
     return SW_OK;
 }
@@ -184,7 +190,7 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
 /* ------------------------------------------------------------------ build */
 static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs,
                        const sw_streams *streams) {
-    SW_TRY(check_attrs(p, attrs));
+    SW_TRY(check_attrs(p, attrs, rt->backend));
     SW_TRY(sw_lower(p, plan, &rt->g));
     sw_swap_streams swapped = {0};
     sw_streams swap_view;

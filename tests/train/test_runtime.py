@@ -141,6 +141,9 @@ def test_an_op_without_cpu_kernels_is_refused_when_the_trainer_is_built():
     plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
     with pytest.raises(sw.ConfigError, match="no kernels for op kind 'custom'"):
         Trainer(g, plan)
+    # the runtime asks the backend too (a caller may build one directly)
+    with pytest.raises(ValueError, match=r"op 1 \(custom\): the cpu backend has no kernels for op kind 'custom'"):
+        _core.Runtime(*_runtime_args(g, plan), 1)
 
 
 def test_backends_say_which_ops_they_run():
