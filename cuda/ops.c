@@ -491,12 +491,6 @@ static sw_status input_none(const cu_task *t) {
     return SW_FAIL(SW_ERR_INTERNAL, "task %d: an input op computes nothing", t->e.id);
 }
 
-static const char *const OP_NAMES[] = {
-#define SW_OP(id, name, role, attrs, cpu, cuda) [SW_OP_##id] = name,
-#include "ops.def"
-};
-_Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == SW_OP_COUNT, "one name per op kind");
-
 /* The kernel sets the op table's `cuda` column names (csrc/ops.def): a row naming a set that is
  * not defined here does not compile; cu_no_kernels marks an op kind the CUDA backend refuses
  * (cu_supports_op says so, before any GPU is touched). */
@@ -531,7 +525,7 @@ int cu_has_kernels(int type) { return type >= 0 && type < SW_OP_COUNT && OPS[typ
 
 int cu_supports_op(int kind, const sw_op_attrs *a, int out_rank, char *why, size_t n) {
     if (!cu_has_kernels(kind)) {
-        snprintf(why, n, "has no kernels for op kind '%s'", kind >= 0 && kind < SW_OP_COUNT ? OP_NAMES[kind] : "?");
+        snprintf(why, n, "has no kernels for op kind '%s'", kind >= 0 && kind < SW_OP_COUNT ? sw_op_names[kind] : "?");
         return 0;
     }
     if (kind == SW_OP_SOFTMAX && out_rank != 2) {
@@ -548,7 +542,7 @@ int cu_supports_op(int kind, const sw_op_attrs *a, int out_rank, char *why, size
 
 static sw_status by_op(const cu_task *t, cu_task_fn fn, const char *what) {
     if (!fn) {
-        return SW_FAIL(SW_ERR_INTERNAL, "op kind %s has no CUDA %s kernel (task %d)", OP_NAMES[t->e.attrs->type],
+        return SW_FAIL(SW_ERR_INTERNAL, "op kind %s has no CUDA %s kernel (task %d)", sw_op_names[t->e.attrs->type],
                        what, t->e.id);
     }
     return fn(t);

@@ -11,9 +11,9 @@
  *
  *   sw_core_api     what the core lends the backend: its error message (so a failure's
  *                   message reaches Python) and the runtime's accessors; the task
- *                   environment and dispatch (exec/task_env.c, and the view arithmetic,
- *                   core/view.c) are compiled into the backend's module from the same
- *                   sources, calling the runtime through this table
+ *                   environment and dispatch (exec/task_env.c, and the view arithmetic and
+ *                   op names, core/view.c and core/ops.c) are compiled into the backend's
+ *                   module from the same sources, calling the runtime through this table
  *   sw_ext_backend  what the backend module offers, as a PyCapsule named
  *                   SW_EXT_BACKEND_CAPSULE in its attribute `_backend`: its constructor
  */
