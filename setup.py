@@ -24,13 +24,13 @@ from setuptools import Extension, setup
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
 import build_cuda  # noqa: E402  (tools/build_cuda.py: finding CUDA, compiling .cu files)
 
-# cuda/host/*.c: the CUDA backend's pure host-side planning (device map, stream priorities,
+# csrc/exec/gpu/*.c: the GPU backends' pure host-side planning (device map, stream priorities,
 # events, arena layout, convolution geometry), plain C without CUDA headers: built into the
-# core too, so that it is unit-tested on every machine, with or without CUDA.
-CUDA_HOST = sorted(glob("cuda/host/*.c"))
+# core (the record backend and tests use it) and into shardwise._cuda.
+GPU_PLAN = sorted(glob("csrc/exec/gpu/*.c"))
 # csrc/'s rooms, lowest first (tools/rooms.py checks that each uses only the rooms below it).
 ROOMS = ["core", "cost", "search", "graph", "mem", "sim", "exec", "cpu", "py"]
-SOURCES = [c for room in ROOMS for c in sorted(glob(f"csrc/{room}/*.c"))] + CUDA_HOST
+SOURCES = [c for room in ROOMS for c in sorted(glob(f"csrc/{room}/*.c"))] + GPU_PLAN
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
 # -fno-trapping-math -fno-math-errno (as PyTorch builds): no value changes (no reassociation, no
 # contraction), but loops with float selects vectorize (csrc/cpu/vmath.h) and sqrtf is an instruction.
@@ -42,12 +42,12 @@ SANITIZE = {"": [], "thread": ["-fsanitize=thread"]}.get(os.environ.get("SHARDWI
 if SANITIZE:
     EXTRA += ["-O1", "-g", "-fno-omit-frame-pointer"] + SANITIZE
 HEADERS = (glob("csrc/*.h") + glob("csrc/*.def") + [h for room in ROOMS for h in glob(f"csrc/{room}/*.h")]
-           + glob("cuda/host/*.h"))
+           + glob("csrc/exec/gpu/*.h"))
 
 core = Extension(
     "shardwise._core",
     sources=SOURCES,
-    include_dirs=["csrc", "cuda/host", numpy.get_include(), scipy_openblas32.get_include_dir()],
+    include_dirs=["csrc", numpy.get_include(), scipy_openblas32.get_include_dir()],
     library_dirs=[BLAS_LIB_DIR],
     libraries=[scipy_openblas32.get_library()],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

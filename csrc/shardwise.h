@@ -325,7 +325,7 @@ typedef enum { SW_OPKIND_PLAIN = 0, SW_OPKIND_INPUT, SW_OPKIND_SOFTMAX, SW_OPKIN
 
 /* Op kinds (ops.def): SW_OP_INPUT, SW_OP_CONV2D, ...; sw_op_names[k] is the Python spelling. */
 typedef enum {
-#define SW_OP(id, name, role, cpu) SW_OP_##id,
+#define SW_OP(id, name, role, attrs, cpu, cuda) SW_OP_##id,
 #include "ops.def"
     SW_OP_COUNT
 } sw_op_type;

@@ -1,14 +1,14 @@
 /* backend.c -- the CUDA backend: the runtime's backend interface (csrc/exec/runtime.h) on GPUs.
  *
  * Made once per runtime:
- *   GPUs        each logical device runs on one GPU (host/device_map.c; several may share
+ *   GPUs        each logical device runs on one GPU (csrc/exec/gpu/device_map.c; several may share
  *               one), with peer access enabled between the GPUs the plan uses where possible
- *   arenas      one cudaMalloc per logical device (host/arena_layout.c): the memory plan's
+ *   arenas      one cudaMalloc per logical device (csrc/exec/gpu/arena_layout.c): the memory plan's
  *               buffers, then a workspace per stream (cuDNN, cuBLAS, scratch); zeroed once,
  *               so optimizer state starts at 0
  *   streams     the runtime's streams, created with cudaStreamCreateWithPriority at the
  *               first recorded command (when every stream is known, so each GPU's
- *               priorities are ranked together, host/priorities.c), each with its cuDNN and
+ *               priorities are ranked together, csrc/exec/gpu/priorities.c), each with its cuDNN and
  *               cuBLAS handle and its workspace
  *   events      one per task another stream waits for, created when recorded on the
  *               recording stream's GPU (cudaEventDisableTiming); waits on other GPUs' events
@@ -16,7 +16,7 @@
  *   host memory pinned and mapped (cudaHostAlloc): the inputs' minibatches, the labels and
  *               the loss sums, which the kernels read and write directly
  * A step (launch) copies the inputs and labels into that host memory, issues the list from
- * this thread in the order the runtime recorded it (host/commands.c: every wait after its
+ * this thread in the order the runtime recorded it (csrc/exec/gpu/commands.c: every wait after its
  * record), and synchronizes each stream once at the end: the only host synchronization,
  * which the loss needs.
  */
@@ -84,8 +84,8 @@ static sw_status arena_new(sw_backend *b, int device, size_t bytes, void **base)
      * device's (at least streams_per_device when that option is given) */
     const sw_runtime *rt = be->base.rt;
     int streams = 0;
-    for (int32_t k = 0; rt && k < rt->nstreams; k++) {
-        streams += rt->stream_device[k] == device;
+    for (int32_t k = 0; rt && k < sw_runtime_nstreams(rt); k++) {
+        streams += sw_runtime_stream_device(rt, k) == device;
     }
     streams = streams > be->streams_per_device ? streams : be->streams_per_device;
     sw_gpu_arena *a = &be->layout[device];
@@ -206,41 +206,45 @@ static sw_status materialize(cuda_backend *be) {
     return s;
 }
 
+/* Elements of op i's whole output (an input op's minibatch). */
+static int64_t op_elements(const sw_runtime *rt, int i) {
+    const sw_rt_op *o = sw_runtime_op(rt, i);
+    int64_t n = 1;
+    for (int d = 0; d < o->out_rank; d++) {
+        n *= o->shape[d];
+    }
+    return n;
+}
+
 /* Pinned, mapped host memory for the inputs, labels and loss sums (the runtime is built). */
 static sw_status host_memory(cuda_backend *be) {
     const sw_runtime *rt = be->base.rt;
+    const int nops = sw_runtime_nops(rt);
+    const int32_t ntasks = sw_runtime_ntasks(rt);
     size_t bytes = 0;
-    be->input = calloc((size_t)rt->nops + 1, sizeof *be->input);
-    be->slot = malloc(sizeof *be->slot * ((size_t)rt->g.ntasks + 1));
+    be->input = calloc((size_t)nops + 1, sizeof *be->input);
+    be->slot = malloc(sizeof *be->slot * ((size_t)ntasks + 1));
     if (!be->input || !be->slot) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for the CUDA backend's tables");
     }
-    for (int32_t t = 0; t < rt->g.ntasks; t++) {
+    for (int32_t t = 0; t < ntasks; t++) {
         be->slot[t] = -1;
     }
-    for (int i = 0; i < rt->nops; i++) {
-        if (rt->attrs[i].type == SW_OP_INPUT) {
-            int64_t n = 1;
-            for (int d = 0; d < rt->ops[i].out_rank; d++) {
-                n *= rt->ops[i].shape[d];
-            }
-            bytes += ((size_t)n * sizeof(float) + 255) / 256 * 256;
+    for (int i = 0; i < nops; i++) {
+        if (sw_runtime_attrs(rt, i)->type == SW_OP_INPUT) {
+            bytes += ((size_t)op_elements(rt, i) * sizeof(float) + 255) / 256 * 256;
         }
     }
-    size_t labels = ((size_t)rt->batch * sizeof(int32_t) + 255) / 256 * 256;
-    size_t total = bytes + labels + sizeof(double) * ((size_t)rt->g.ntasks + 1);
+    size_t labels = ((size_t)sw_runtime_batch(rt) * sizeof(int32_t) + 255) / 256 * 256;
+    size_t total = bytes + labels + sizeof(double) * ((size_t)ntasks + 1);
     void *p = NULL;
     CU_TRY(cudaHostAlloc(&p, total, cudaHostAllocPortable | cudaHostAllocMapped));
     be->host = p;
     char *at = p;
-    for (int i = 0; i < rt->nops; i++) {
-        if (rt->attrs[i].type == SW_OP_INPUT) {
-            int64_t n = 1;
-            for (int d = 0; d < rt->ops[i].out_rank; d++) {
-                n *= rt->ops[i].shape[d];
-            }
+    for (int i = 0; i < nops; i++) {
+        if (sw_runtime_attrs(rt, i)->type == SW_OP_INPUT) {
             be->input[i] = (float *)at;
-            at += ((size_t)n * sizeof(float) + 255) / 256 * 256;
+            at += ((size_t)op_elements(rt, i) * sizeof(float) + 255) / 256 * 256;
         }
     }
     be->labels = (int32_t *)at;
@@ -257,7 +261,7 @@ static sw_status push(sw_backend *b, int list, int stream, int op, int32_t id) {
         SW_TRY(materialize(be));
         SW_TRY(host_memory(be));
     }
-    if (id < 0 || id >= be->base.rt->g.ntasks) {
+    if (id < 0 || id >= sw_runtime_ntasks(be->base.rt)) {
         return SW_FAIL(SW_ERR_INTERNAL, "CUDA backend: task %d out of range", id);
     }
     return sw_gpu_cmds_push(&be->lists[list], op, stream, id);
@@ -294,13 +298,13 @@ static sw_status enqueue_record(sw_backend *b, int list, int stream, int32_t eve
 }
 
 /* ------------------------------------------------------------------ a step */
-/* The list's event plan, checked once: every wait after its record (host/commands.c). */
+/* The list's event plan, checked once: every wait after its record (csrc/exec/gpu/commands.c). */
 static sw_status check_list(cuda_backend *be, int list) {
     if (be->checked[list]) {
         return SW_OK;
     }
     int *gpu = calloc((size_t)be->nstreams + 1, sizeof *gpu);
-    int32_t n = be->base.rt->g.ntasks, nslots = 0;
+    int32_t n = sw_runtime_ntasks(be->base.rt), nslots = 0;
     int32_t *slot = malloc(sizeof *slot * ((size_t)n + 1));
     sw_status s = gpu && slot ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory checking events");
     for (int k = 0; k < be->nstreams && s == SW_OK; k++) {
@@ -322,24 +326,20 @@ static sw_status check_list(cuda_backend *be, int list) {
 /* Copy the step's inputs and labels into the mapped host memory the kernels read. */
 static void stage_inputs(cuda_backend *be, const sw_step_args *args) {
     const sw_runtime *rt = be->base.rt;
-    for (int i = 0; i < rt->nops; i++) {
+    for (int i = 0; i < sw_runtime_nops(rt); i++) {
         if (be->input[i] && args->inputs && args->inputs[i]) {
-            int64_t n = 1;
-            for (int d = 0; d < rt->ops[i].out_rank; d++) {
-                n *= rt->ops[i].shape[d];
-            }
-            memcpy(be->input[i], args->inputs[i], sizeof(float) * (size_t)n);
+            memcpy(be->input[i], args->inputs[i], sizeof(float) * (size_t)op_elements(rt, i));
         }
     }
     if (args->labels) {
-        memcpy(be->labels, args->labels, sizeof(int32_t) * (size_t)rt->batch);
+        memcpy(be->labels, args->labels, sizeof(int32_t) * (size_t)sw_runtime_batch(rt));
     }
-    memset(be->loss, 0, sizeof(double) * (size_t)rt->g.ntasks);
+    memset(be->loss, 0, sizeof(double) * (size_t)sw_runtime_ntasks(rt));
 }
 
 static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
     cuda_backend *be = (cuda_backend *)b;
-    sw_runtime *rt = be->base.rt;
+    const sw_runtime *rt = be->base.rt;
     if (!be->materialized) {
         return SW_OK;   /* nothing was recorded: an empty graph */
     }
@@ -374,9 +374,10 @@ static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
             s = cu_check(e, "a kernel of this step (cudaStreamSynchronize)");
         }
     }
-    for (int32_t t = 0; t < rt->g.ntasks && s == SW_OK; t++) {
-        if (rt->g.tasks[t].kind == SW_TASK_LOSS && rt->in_list[list][t]) {
-            rt->loss_sums[t] = be->loss[t];
+    double *loss_sums = sw_runtime_loss_sums(rt);
+    for (int32_t t = 0; t < sw_runtime_ntasks(rt) && s == SW_OK; t++) {
+        if (sw_runtime_task(rt, t)->kind == SW_TASK_LOSS && sw_runtime_in_list(rt, list, t)) {
+            loss_sums[t] = be->loss[t];
         }
     }
     return s;
@@ -454,7 +455,10 @@ static const sw_backend_i CUDA_BACKEND = {
     .workspace_stats = workspace_stats,
     .wait_times = NULL,
     .destroy = destroy,
+    .supports_op = cu_supports_op,
 };
+
+const sw_backend_i *cu_backend_iface(void) { return &CUDA_BACKEND; }
 
 sw_status cu_backend_new(const sw_core_api *core, const sw_ext_options *opt, sw_backend **out) {
     *out = NULL;

@@ -93,31 +93,6 @@ static const float *at(const sw_view *v, const int64_t *batch, int64_t r, int64_
 
 static int64_t ld(const sw_view *v) { return v->shape[v->rank - 1]; }
 
-/* v holds rows [r0, r0 + nr), columns [c0, c0 + nc) and out's batch range. */
-static int holds(const sw_view *v, const sw_view *out, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
-    int n = v->rank;
-    if (n != out->rank || n < 2) {
-        return 0;
-    }
-    for (int d = 0; d < n - 2; d++) {
-        if (!covers(v, d, out->lo[d], out->shape[d])) {
-            return 0;
-        }
-    }
-    return covers(v, n - 2, r0, nr) && covers(v, n - 1, c0, nc);
-}
-
-/* The next batch index of out's box (dimensions 0 .. rank-3); 0 after the last. */
-static int next_batch(const sw_view *out, int64_t *batch) {
-    for (int d = out->rank - 3; d >= 0; d--) {
-        if (++batch[d] < out->lo[d] + out->shape[d]) {
-            return 1;
-        }
-        batch[d] = out->lo[d];
-    }
-    return 0;
-}
-
 sw_status cu_matmul_forward(const cu_task *t, const sw_view *a, const sw_view *b, int ta, int tb, sw_view *y) {
     int r = y->rank;
     if (r < 2 || sw_view_volume(y) == 0) {
@@ -125,8 +100,7 @@ sw_status cu_matmul_forward(const cu_task *t, const sw_view *a, const sw_view *b
     }
     int64_t m = y->shape[r - 2], n = y->shape[r - 1], m0 = y->lo[r - 2], n0 = y->lo[r - 1];
     int64_t k = a->shape[ta ? r - 2 : r - 1], k0 = a->lo[ta ? r - 2 : r - 1];
-    if (!(ta ? holds(a, y, k0, k, m0, m) : holds(a, y, m0, m, k0, k)) ||
-        !(tb ? holds(b, y, n0, n, k0, k) : holds(b, y, k0, k, n0, n))) {
+    if (!sw_matmul_forward_boxes(a, b, ta, tb, y)) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: matmul operands do not cover the output", t->e.id);
     }
     int64_t batch[SW_MAX_RANK] = {0};
@@ -137,7 +111,7 @@ sw_status cu_matmul_forward(const cu_task *t, const sw_view *a, const sw_view *b
         const float *pa = ta ? at(a, batch, k0, m0) : at(a, batch, m0, k0);
         const float *pb = tb ? at(b, batch, n0, k0) : at(b, batch, k0, n0);
         SW_TRY(gemm(t, ta, tb, m, n, k, pa, ld(a), pb, ld(b), (float *)at(y, batch, m0, n0), ld(y)));
-    } while (next_batch(y, batch));
+    } while (sw_matmul_next_batch(y, batch));
     return SW_OK;
 }
 
@@ -150,16 +124,7 @@ sw_status cu_matmul_backward(const cu_task *t, int slot, int ta, int tb, const s
     int64_t m = dy->shape[r - 2], n = dy->shape[r - 1], m0 = dy->lo[r - 2], n0 = dy->lo[r - 1];
     int kd = slot == 0 ? (ta ? r - 2 : r - 1) : (tb ? r - 1 : r - 2);   /* the part of k dx holds */
     int64_t k = dx->shape[kd], k0 = dx->lo[kd];
-    int ok = slot == 0 ? (ta ? holds(dx, dy, k0, k, m0, m) && dx->shape[r - 1] == m
-                             : holds(dx, dy, m0, m, k0, k) && dx->shape[r - 2] == m) &&
-                             (tb ? holds(b, dy, n0, n, k0, k) : holds(b, dy, k0, k, n0, n))
-                       : (tb ? holds(dx, dy, n0, n, k0, k) && dx->shape[r - 2] == n
-                             : holds(dx, dy, k0, k, n0, n) && dx->shape[r - 1] == n) &&
-                             (ta ? holds(a, dy, k0, k, m0, m) : holds(a, dy, m0, m, k0, k));
-    for (int d = 0; ok && d < r - 2; d++) {
-        ok = dx->lo[d] == dy->lo[d] && dx->shape[d] == dy->shape[d];
-    }
-    if (!ok) {
+    if (!sw_matmul_backward_boxes(a, b, dy, dx, ta, tb, slot)) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: the boxes of dy, dx and the other matmul operand disagree", t->e.id);
     }
     if (sw_view_volume(dx) == 0) {
@@ -182,6 +147,6 @@ sw_status cu_matmul_backward(const cu_task *t, int slot, int ta, int tb, const s
         } else {                         /* db (N, K) = dy^T op(a) (M, K) */
             SW_TRY(gemm(t, 1, ta, n, k, m, g, ld(dy), pa, ld(a), (float *)at(dx, batch, n0, k0), ld(dx)));
         }
-    } while (next_batch(dy, batch));
+    } while (sw_matmul_next_batch(dy, batch));
     return SW_OK;
 }

@@ -200,12 +200,12 @@ static sw_status chunk_desc(const cu_task *t, const conv_call *c, int64_t k, con
     int yd[4] = {(int)k, c->yd[1], c->yd[2], c->yd[3]};
     if (c->g.direct) {
         int xd[4] = {(int)k, c->g.dims[1], c->g.dims[2], c->g.dims[3]};
-        return desc_make(t, d, xd, c->g.strides, c->wd, (int)c->g.h.pad_lo, (int)c->g.w.pad_lo, (int)t->e.attrs->win.sh,
-                         (int)t->e.attrs->win.sw, yd);
+        return desc_make(t, d, xd, c->g.strides, c->wd, (int)c->g.h.pad_lo, (int)c->g.w.pad_lo, (int)t->e.attrs->conv2d.win.sh,
+                         (int)t->e.attrs->conv2d.win.sw, yd);
     }
     int hp = (int)(c->g.h.need_hi - c->g.h.need_lo), wp = (int)(c->g.w.need_hi - c->g.w.need_lo), ci = c->g.dims[1];
     int xd[4] = {(int)k, ci, hp, wp}, xs[4] = {ci * hp * wp, hp * wp, wp, 1};
-    return desc_make(t, d, xd, xs, c->wd, 0, 0, (int)t->e.attrs->win.sh, (int)t->e.attrs->win.sw, yd);
+    return desc_make(t, d, xd, xs, c->wd, 0, 0, (int)t->e.attrs->conv2d.win.sh, (int)t->e.attrs->conv2d.win.sw, yd);
 }
 
 /* The x of samples [n, n + k) as cuDNN reads it. */

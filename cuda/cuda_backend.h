@@ -17,9 +17,9 @@
  *   blas.c       linear and matmul with cuBLAS
  *   module.c     the Python module shardwise._cuda: info, and the backend's constructor
  *   kernels/     our own kernels (.cu) behind C launchers (kernels/kernels.h)
- *   host/        the host-side planning, pure C (host/gpu_plan.h), also built into the core
+ *   csrc/exec/gpu/  the host-side planning, pure C (gpu_plan.h), built into the core
  *
- * Shapes: views are boxes of global tensors stored row-major (csrc/cpu/kernels.h): conv
+ * Shapes: views are boxes of global tensors stored row-major (csrc/core/view.h): conv
  * x (N, Ci, H, W), w (Co, Ci, kh, kw); linear x (N, I), w (O, I); matmul a (.., M, K) b (.., K, N).
  */
 #ifndef SHARDWISE_CUDA_BACKEND_H
@@ -30,7 +30,7 @@
 #include <cudnn.h>             /* cudnnHandle_t */
 
 #include "exec/backend_ext.h"  /* sw_backend, sw_core_api, sw_task_env */
-#include "host/gpu_plan.h"     /* sw_gpu_* */
+#include "exec/gpu/gpu_plan.h"  /* sw_gpu_* */
 #include "kernels/kernels.h"   /* swk_* */
 
 /* Default workspace per stream: cuDNN's deterministic algorithms mostly need a few MiB; the
@@ -41,7 +41,7 @@
 typedef struct {
     int device, gpu;          /* logical device, and the GPU it runs on */
     int priority;             /* the runtime's (higher first) */
-    int cuda_priority;        /* on the GPU's range (host/priorities.c) */
+    int cuda_priority;        /* on the GPU's range (csrc/exec/gpu/priorities.c) */
     int index;                /* among its device's streams: which workspace */
     cudaStream_t s;
     cudnnHandle_t dnn;
@@ -90,7 +90,7 @@ typedef struct cuda_backend {
     int64_t arena_bytes;
 } cuda_backend;
 
-/* What a task's code gets: the environment the CPU's code gets (csrc/cpu/task_env.h), its
+/* What a task's code gets: the environment of any backend (csrc/exec/task_env.h), its
  * stream, its backend. */
 typedef struct {
     sw_task_env e;
@@ -133,6 +133,10 @@ void *cu_scratch(const cu_task *t, size_t bytes, sw_status *s);
 sw_status cu_run_task(cuda_backend *be, cu_stream *st, int32_t task, const sw_step_args *args);
 /* Does the CUDA backend have kernels for op type k (ops.c)? */
 int cu_has_kernels(int type);
+/* sw_backend_i.supports_op of the CUDA backend: 1, or 0 with `why` (n bytes) saying what it lacks. */
+int cu_supports_op(int kind, const sw_op_attrs *a, int out_rank, char *why, size_t n);
+/* The CUDA backend's table (backend.c), offered through sw_ext_backend.iface. */
+const sw_backend_i *cu_backend_iface(void);
 sw_status cu_op_forward(const cu_task *t);
 sw_status cu_op_backward_data(const cu_task *t);
 sw_status cu_op_backward_weight(const cu_task *t);

@@ -25,10 +25,10 @@
 
 static const sw_ext_backend TABLE = {
     .version = SW_EXT_ABI_VERSION,
-    .runtime_size = sizeof(sw_runtime),
-    .env_size = sizeof(sw_task_env),
+    .sizes = SW_EXT_SIZES(sw_ext_backend),
     .name = "cuda",
     .backend_new = cu_backend_new,
+    .iface = cu_backend_iface,
 };
 
 static PyObject *versions(PyObject *self, PyObject *unused) {

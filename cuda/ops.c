@@ -1,9 +1,11 @@
 /* ops.c -- the forward and backward tasks of every op kind on a GPU: the CUDA column of the
  * op table (csrc/ops.def), read the way csrc/cpu/ops_cpu.c, ops_cpu_act.c and ops_cpu_rnn.c
- * read their buffers (csrc/cpu/task_env.h), with the kernels of conv.c, pool.c, blas.c and
+ * read their buffers (csrc/exec/task_env.h), with the kernels of conv.c, pool.c, blas.c and
  * kernels/.  A backward task with no gradient flowing back writes zeros; a worker of a split
  * reduction sees its part's coordinates shifted down (sw_env_rebase).
  */
+#include <stdio.h>  /* snprintf */
+
 #include "cuda_backend.h"
 
 typedef sw_status (*cu_task_fn)(const cu_task *t);
@@ -22,12 +24,12 @@ static sw_status zero_writes(const cu_task *t) {
     return SW_OK;
 }
 
-static int relu_here(const cu_task *t) { return t->e.task->kind == SW_TASK_FORWARD && t->e.attrs->relu; }
+static int relu_here(const cu_task *t) { return t->e.task->kind == SW_TASK_FORWARD && sw_op_attrs_relu(t->e.attrs); }
 
 /* dy through the fused ReLU of a conv2d / linear (into scratch), or dy itself. */
 static sw_status dz_of(const cu_task *t, const sw_backward_reads *r, sw_view *dz) {
     view(t, r->dy, dz);
-    if (r->dy_pre || !t->e.attrs->relu || r->y < 0) {
+    if (r->dy_pre || !sw_op_attrs_relu(t->e.attrs) || r->y < 0) {
         return SW_OK;
     }
     sw_status s = SW_OK;
@@ -76,7 +78,7 @@ static sw_status conv2d_forward(const cu_task *t) {
     sw_env_rebase(&t->e, 0, &x);
     weights_of(t, &w, &b, &has_bias);
     view(t, t->e.writes[0], &y);
-    return cu_conv_forward(t, &x, &w, has_bias ? &b : NULL, &y, &t->e.attrs->win, relu_here(t));
+    return cu_conv_forward(t, &x, &w, has_bias ? &b : NULL, &y, &t->e.attrs->conv2d.win, relu_here(t));
 }
 
 static sw_status linear_forward(const cu_task *t) {
@@ -111,7 +113,7 @@ static sw_status conv2d_backward_data(const cu_task *t) {
     sw_view w, dz, dx;
     int none;
     SW_TRY(dx_setup(t, &w, &dz, &dx, &none));
-    return none ? zero_writes(t) : cu_conv_backward_data(t, &w, &dz, &dx, &t->e.attrs->win);
+    return none ? zero_writes(t) : cu_conv_backward_data(t, &w, &dz, &dx, &t->e.attrs->conv2d.win);
 }
 
 static sw_status linear_backward_data(const cu_task *t) {
@@ -147,7 +149,7 @@ static sw_status weight_or_bias_grad(const cu_task *t, int conv) {
     view(t, r.region[0], &x);
     sw_env_rebase(&t->e, 0, &x);
     sw_env_rebase(&t->e, t->e.task->slot, &dw);
-    return conv ? cu_conv_backward_filter(t, &x, &dz, &dw, &t->e.attrs->win)
+    return conv ? cu_conv_backward_filter(t, &x, &dz, &dw, &t->e.attrs->conv2d.win)
                 : cu_linear_backward_weight(t, &x, &dz, &dw);
 }
 
@@ -159,7 +161,7 @@ static sw_status pool2d_forward(const cu_task *t) {
     sw_view x, y;
     view(t, t->e.reads[0], &x);
     view(t, t->e.writes[0], &y);
-    return cu_pool_forward(t, t->e.attrs->pool_max, &x, &y, &t->e.attrs->win);
+    return cu_pool_forward(t, t->e.attrs->pool2d.max, &x, &y, &t->e.attrs->pool2d.win);
 }
 
 static sw_status pool2d_backward_data(const cu_task *t) {
@@ -175,7 +177,7 @@ static sw_status pool2d_backward_data(const cu_task *t) {
     if (r.y >= 0) {
         view(t, r.y, &y);
     }
-    return cu_pool_backward(t, t->e.attrs->pool_max, &x, r.y >= 0 ? &y : NULL, &dy, &dx, &t->e.attrs->win);
+    return cu_pool_backward(t, t->e.attrs->pool2d.max, &x, r.y >= 0 ? &y : NULL, &dy, &dx, &t->e.attrs->pool2d.win);
 }
 
 /* ------------------------------------------------------------------ element-wise */
@@ -196,7 +198,7 @@ static sw_status activation_forward(const cu_task *t) {
     view(t, t->e.reads[0], &x);
     view(t, t->e.writes[0], &y);
     const sw_view *src[1] = {&x};
-    return cu_eltwise(t, activation_op(t->e.attrs->type, 0), t->e.attrs->alpha, &y, src, 1);
+    return cu_eltwise(t, activation_op(t->e.attrs->type, 0), sw_op_attrs_slope(t->e.attrs), &y, src, 1);
 }
 
 /* dx = dy * f'(.) from y (relu, sigmoid, tanh) or x (the others) */
@@ -218,7 +220,7 @@ static sw_status activation_backward_data(const cu_task *t) {
     view(t, b, &from);
     view(t, r.dy, &dy);
     const sw_view *src[2] = {&dy, &from};
-    return cu_eltwise(t, activation_op(type, 1), t->e.attrs->alpha, &dx, src, 2);
+    return cu_eltwise(t, activation_op(type, 1), sw_op_attrs_slope(t->e.attrs), &dx, src, 2);
 }
 
 static sw_status add_forward(const cu_task *t) {
@@ -241,7 +243,7 @@ static sw_status pass_backward_data(const cu_task *t) {
     }
     view(t, r.dy, &dy);
     if (t->e.attrs->type == SW_OP_CONCAT) {   /* input k feeds output positions [offset, offset + size) */
-        int axis = t->e.attrs->axis;
+        int axis = t->e.attrs->concat.axis;
         int64_t offset = 0;
         for (int k = 0; k < t->e.task->slot; k++) {
             offset += t->e.op->role[k] == SW_ROLE_DATA ? t->e.op->in_shape[k][axis] : 0;
@@ -258,7 +260,7 @@ static sw_status pass_backward_data(const cu_task *t) {
 static sw_status concat_forward(const cu_task *t) {
     sw_view y;
     view(t, t->e.writes[0], &y);
-    int axis = t->e.attrs->axis, next = 0;
+    int axis = t->e.attrs->concat.axis, next = 0;
     int64_t offset = 0;
     for (int k = 0; k < t->e.op->ninputs; k++) {
         int64_t size = t->e.op->in_shape[k][axis];
@@ -322,7 +324,7 @@ static sw_status softmax_backward_data(const cu_task *t) {
         p.lo[1] + p.shape[1] > dx.lo[1] + dx.shape[1]) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: the softmax gradient's region does not hold p's box", t->e.id);
     }
-    if (!sw_box_equal(&t->e.rt->g.buffers[r.y].box, &t->e.rt->g.buffers[t->e.writes[0]].box)) {
+    if (!sw_box_equal(&sw_env_buffer(&t->e, r.y)->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
         SW_TRY(cu_zero(t, &dx));
     }
     float *d = dx.data + (p.lo[0] - dx.lo[0]) * dx.shape[1] + (p.lo[1] - dx.lo[1]);
@@ -341,12 +343,12 @@ static sw_status batchnorm_backward_data(const cu_task *t) {
     if (r.stats_x < 0 || r.stats_dy < 0 || r.nparams < 1) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm input gradient without its statistics", t->e.id);
     }
-    const sw_box *sb = &t->e.rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3];
     sw_status s = SW_OK;
     float *mean = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
     SW_TRY(s);
-    CU_TRY(swk_bn_moments(t->e.rt->ptr[r.stats_x], c, m, 1e-5, mean, mean + c, t->st->s));
+    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, 1e-5, mean, mean + c, t->st->s));
     sw_view x, dy, dx;
     view(t, r.region[0], &x);
     view(t, r.dy, &dy);
@@ -356,8 +358,8 @@ static sw_status batchnorm_backward_data(const cu_task *t) {
     float *d;
     const float *sp[SWK_MAX_SRC];
     SW_TRY(cu_map_over(&dx, src, 2, &mp, &d, sp));
-    return cu_check(swk_bn_backward_apply(&mp, sp[0], sp[1], mean, mean + c, t->e.rt->ptr[r.params[0]],
-                                          t->e.rt->ptr[r.stats_dy], m, d, t->st->s), "batch-norm backward");
+    return cu_check(swk_bn_backward_apply(&mp, sp[0], sp[1], mean, mean + c, sw_env_ptr(&t->e, r.params[0]),
+                                          sw_env_ptr(&t->e, r.stats_dy), m, d, t->st->s), "batch-norm backward");
 }
 
 /* dgamma (the worker's own sums of dy xhat) or dbeta (dy's channel sums) of its channels. */
@@ -381,13 +383,13 @@ static sw_status batchnorm_backward_weight(const cu_task *t) {
     if (r.stats_x < 0 || r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", t->e.id);
     }
-    const sw_box *sb = &t->e.rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3];
     sw_status s = SW_OK;
     double *sums = cu_scratch(t, sizeof(double) * (size_t)(2 * c), &s);
     float *mean = s == SW_OK ? cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s) : NULL;
     SW_TRY(s);
-    CU_TRY(swk_bn_moments(t->e.rt->ptr[r.stats_x], c, m, 1e-5, mean, mean + c, t->st->s));
+    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, 1e-5, mean, mean + c, t->st->s));
     sw_view x;
     view(t, r.region[0], &x);
     const sw_view *src[2] = {&x, &dy};
@@ -489,52 +491,67 @@ static sw_status input_none(const cu_task *t) {
     return SW_FAIL(SW_ERR_INTERNAL, "task %d: an input op computes nothing", t->e.id);
 }
 
-static const cu_op OPS[SW_OP_COUNT] = {
-    [SW_OP_INPUT] = {input_none, NULL, NULL},
-    [SW_OP_CONV2D] = {conv2d_forward, conv2d_backward_data, conv2d_backward_weight},
-    [SW_OP_POOL2D] = {pool2d_forward, pool2d_backward_data, NULL},
-    [SW_OP_RELU] = {activation_forward, activation_backward_data, NULL},
-    [SW_OP_ADD] = {add_forward, pass_backward_data, NULL},
-    [SW_OP_BATCHNORM2D] = {NULL, batchnorm_backward_data, batchnorm_backward_weight},
-    [SW_OP_CONCAT] = {concat_forward, pass_backward_data, NULL},
-    [SW_OP_FLATTEN] = {flatten_forward, flatten_backward_data, NULL},
-    [SW_OP_LINEAR] = {linear_forward, linear_backward_data, linear_backward_weight},
-    [SW_OP_SOFTMAX] = {softmax_forward, softmax_backward_data, NULL},
-    [SW_OP_PARAMETER] = {parameter_forward, NULL, parameter_backward_weight},
-    [SW_OP_MATMUL] = {matmul_forward, matmul_backward_data, NULL},
-    [SW_OP_LSTM_CELL] = {lstm_forward, lstm_backward_data, NULL},
-    [SW_OP_LSTM_HIDDEN] = {lstm_forward, lstm_backward_data, NULL},
-    [SW_OP_SIGMOID] = {activation_forward, activation_backward_data, NULL},
-    [SW_OP_TANH] = {activation_forward, activation_backward_data, NULL},
-    [SW_OP_GELU] = {activation_forward, activation_backward_data, NULL},
-    [SW_OP_SILU] = {activation_forward, activation_backward_data, NULL},
-    [SW_OP_LEAKY_RELU] = {activation_forward, activation_backward_data, NULL},
-    [SW_OP_CUSTOM] = {NULL, NULL, NULL},
-};
+/* The kernel sets the op table's `cuda` column names (csrc/ops.def): a row naming a set that is
+ * not defined here does not compile; cu_no_kernels marks an op kind the CUDA backend refuses
+ * (cu_supports_op says so, before any GPU is touched). */
+static const cu_op cu_input = {input_none, NULL, NULL};
+static const cu_op cu_conv2d = {conv2d_forward, conv2d_backward_data, conv2d_backward_weight};
+static const cu_op cu_pool2d = {pool2d_forward, pool2d_backward_data, NULL};
+static const cu_op cu_relu = {activation_forward, activation_backward_data, NULL};
+static const cu_op cu_add = {add_forward, pass_backward_data, NULL};
+static const cu_op cu_batchnorm2d = {NULL, batchnorm_backward_data, batchnorm_backward_weight};
+static const cu_op cu_concat = {concat_forward, pass_backward_data, NULL};
+static const cu_op cu_flatten = {flatten_forward, flatten_backward_data, NULL};
+static const cu_op cu_linear = {linear_forward, linear_backward_data, linear_backward_weight};
+static const cu_op cu_softmax = {softmax_forward, softmax_backward_data, NULL};
+static const cu_op cu_parameter = {parameter_forward, NULL, parameter_backward_weight};
+static const cu_op cu_matmul = {matmul_forward, matmul_backward_data, NULL};
+static const cu_op cu_lstm_cell = {lstm_forward, lstm_backward_data, NULL};
+static const cu_op cu_lstm_hidden = {lstm_forward, lstm_backward_data, NULL};
+static const cu_op cu_sigmoid = {activation_forward, activation_backward_data, NULL};
+static const cu_op cu_tanh = {activation_forward, activation_backward_data, NULL};
+static const cu_op cu_gelu = {activation_forward, activation_backward_data, NULL};
+static const cu_op cu_silu = {activation_forward, activation_backward_data, NULL};
+static const cu_op cu_leaky_relu = {activation_forward, activation_backward_data, NULL};
+static const cu_op cu_no_kernels = {NULL, NULL, NULL};
 
-/* Kinds whose table row names kernels: a row left out (a kind added to ops.def since) has none. */
-int cu_has_kernels(int type) {
-    return type >= 0 && type < SW_OP_COUNT && (OPS[type].forward || OPS[type].backward_data);
-}
-
-static const char *const OP_NAMES[] = {
-#define SW_OP(id, name, role, cpu) [SW_OP_##id] = name,
+static const cu_op *const OPS[] = {
+#define SW_OP(id, name, role, attrs, cpu, cuda) [SW_OP_##id] = &cuda,
 #include "ops.def"
 };
-_Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == SW_OP_COUNT, "one name per op kind");
+_Static_assert(sizeof OPS / sizeof OPS[0] == SW_OP_COUNT, "one CUDA kernel set per op kind (ops.def)");
+
+int cu_has_kernels(int type) { return type >= 0 && type < SW_OP_COUNT && OPS[type] != &cu_no_kernels; }
+
+int cu_supports_op(int kind, const sw_op_attrs *a, int out_rank, char *why, size_t n) {
+    if (!cu_has_kernels(kind)) {
+        snprintf(why, n, "has no kernels for op kind '%s'", kind >= 0 && kind < SW_OP_COUNT ? sw_op_names[kind] : "?");
+        return 0;
+    }
+    if (kind == SW_OP_SOFTMAX && out_rank != 2) {
+        snprintf(why, n, "takes (N, C) logits for its loss, not rank %d: sequence losses train on the CPU backend",
+                 out_rank);
+        return 0;
+    }
+    if (kind == SW_OP_CONV2D && (a->conv2d.win.group_co != 0 || a->conv2d.win.dh > 1 || a->conv2d.win.dw > 1)) {
+        snprintf(why, n, "has no grouped or dilated convolution yet: such graphs train on the CPU backend");
+        return 0;
+    }
+    return 1;
+}
 
 static sw_status by_op(const cu_task *t, cu_task_fn fn, const char *what) {
     if (!fn) {
-        return SW_FAIL(SW_ERR_INTERNAL, "op kind %s has no CUDA %s kernel (task %d)", OP_NAMES[t->e.attrs->type],
+        return SW_FAIL(SW_ERR_INTERNAL, "op kind %s has no CUDA %s kernel (task %d)", sw_op_names[t->e.attrs->type],
                        what, t->e.id);
     }
     return fn(t);
 }
 
-sw_status cu_op_forward(const cu_task *t) { return by_op(t, OPS[t->e.attrs->type].forward, "forward"); }
+sw_status cu_op_forward(const cu_task *t) { return by_op(t, OPS[t->e.attrs->type]->forward, "forward"); }
 sw_status cu_op_backward_data(const cu_task *t) {
-    return by_op(t, OPS[t->e.attrs->type].backward_data, "input-gradient");
+    return by_op(t, OPS[t->e.attrs->type]->backward_data, "input-gradient");
 }
 sw_status cu_op_backward_weight(const cu_task *t) {
-    return by_op(t, OPS[t->e.attrs->type].backward_weight, "weight-gradient");
+    return by_op(t, OPS[t->e.attrs->type]->backward_weight, "weight-gradient");
 }

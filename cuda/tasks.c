@@ -1,8 +1,9 @@
 /* tasks.c -- one task of the graph issued on its stream: the kinds that do not depend on
  * the op (copies, sums, inputs, batch-norm statistics, updates), and forward and backward
- * tasks handed to ops.c.  The CUDA twin of csrc/cpu/tasks.c and csrc/cpu/optim.c, reading
- * the same buffers in the same order (csrc/cpu/task_env.h); every call here only enqueues
- * work on the task's stream.  Batch-norm statistics are double sums (2, C): row 0 sums of
+ * tasks handed to ops.c.  The CUDA runners of csrc/exec/task_env.h's one description of the
+ * task kinds (which buffers each reads and writes, checked by sw_task_dispatch before a
+ * runner runs), as csrc/cpu/tasks.c and csrc/cpu/optim.c are the CPU's; every call here only
+ * enqueues work on the task's stream.  Batch-norm statistics are double sums (2, C): row 0 sums of
  * x (or dy), row 1 sums of x^2 (or dy * xhat).
  */
 #include <math.h>    /* pow, sqrt */
@@ -12,9 +13,11 @@
 
 #define BN_EPS 1e-5   /* as csrc/cpu/tasks.c and PyTorch's default */
 
-static int kind_of(const cu_task *t, int32_t b) { return t->e.rt->g.buffers[b].kind; }
-static int device_of(const cu_task *t, int32_t b) { return t->e.rt->g.buffers[b].device; }
-static void *ptr(const cu_task *t, int32_t b) { return t->e.rt->ptr[b]; }
+static int device_of(const cu_task *t, int32_t b) { return sw_env_buffer(&t->e, b)->device; }
+static void *ptr(const cu_task *t, int32_t b) { return sw_env_ptr(&t->e, b); }
+
+/* A runner gets the environment; the CUDA task around it (the environment is its first member). */
+static const cu_task *task_of(const sw_task_env *e) { return (const cu_task *)e; }
 
 static sw_status view_zero(const cu_task *t, int32_t b) {
     sw_view v;
@@ -23,9 +26,10 @@ static sw_status view_zero(const cu_task *t, int32_t b) {
 }
 
 /* ------------------------------------------------------------------ moving data */
-static sw_status run_copy(const cu_task *t) {
+static sw_status run_copy(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
     int32_t src = t->e.reads[0], dst = t->e.writes[0];
-    const sw_buffer *bs = &t->e.rt->g.buffers[src], *bd = &t->e.rt->g.buffers[dst];
+    const sw_buffer *bs = sw_env_buffer(&t->e, src), *bd = sw_env_buffer(&t->e, dst);
     if (bs->kind == SW_BUF_STATS || bd->kind == SW_BUF_STATS) {   /* statistics: equal boxes, doubles */
         if (!sw_box_equal(&bs->box, &bd->box)) {
             return SW_FAIL(SW_ERR_INTERNAL, "task %d copies statistics between different boxes", t->e.id);
@@ -41,7 +45,8 @@ static sw_status run_copy(const cu_task *t) {
 }
 
 /* The first piece into a gradient copies (or zeroes the rest and adds); later ones add. */
-static sw_status run_accumulate(const cu_task *t) {
+static sw_status run_accumulate(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
     sw_view s, d;
     sw_env_view(&t->e, t->e.reads[0], &s);
     sw_env_view(&t->e, t->e.writes[0], &d);
@@ -50,17 +55,19 @@ static sw_status run_accumulate(const cu_task *t) {
             SW_ROUTE_STAGED) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d adds another GPU's buffer without peer access", t->e.id);
     }
-    if (!t->e.rt->first_accumulate[t->e.id]) {
+    if (!sw_env_first_accumulate(&t->e)) {
         return cu_copy_box(t, &s, &d, 1);
     }
-    if (!sw_box_equal(&t->e.task->box, &t->e.rt->g.buffers[t->e.writes[0]].box)) {
+    if (!sw_box_equal(&t->e.task->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
         SW_TRY(cu_zero(t, &d));
     }
     return cu_copy_box(t, &s, &d, 0);
 }
 
 /* load_input: the worker's box of the input op's minibatch, read from mapped host memory. */
-static sw_status run_load_input(const cu_task *t, const sw_step_args *args) {
+static sw_status run_load_input(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
+    const sw_step_args *args = e->ctx->args;
     int op = t->e.task->op;
     if (!args->inputs || !args->inputs[op] || !t->be->input[op]) {
         return SW_FAIL(SW_ERR_VALUE, "no data for input op %d", op);
@@ -74,8 +81,9 @@ static sw_status run_load_input(const cu_task *t, const sw_step_args *args) {
 }
 
 /* reduce, stats_reduce: the first read (= the write) += the others, in order. */
-static sw_status run_sum(const cu_task *t) {
-    const sw_buffer *b = &t->e.rt->g.buffers[t->e.writes[0]];
+static sw_status run_sum(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
+    const sw_buffer *b = sw_env_buffer(&t->e, t->e.writes[0]);
     int64_t n = sw_box_volume(&b->box);
     for (int k = 1; k < t->e.nreads; k++) {
         if (b->kind == SW_BUF_STATS) {
@@ -90,7 +98,8 @@ static sw_status run_sum(const cu_task *t) {
 }
 
 /* ------------------------------------------------------------------ partition-n-reduce */
-static sw_status run_sum_partials(const cu_task *t) {
+static sw_status run_sum_partials(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
     sw_view y, part;
     sw_env_view(&t->e, t->e.writes[0], &y);
     sw_env_view(&t->e, t->e.reads[0], &part);
@@ -100,17 +109,18 @@ static sw_status run_sum_partials(const cu_task *t) {
         SW_TRY(cu_copy_box(t, &part, &y, 1));
     }
     const sw_view *src[1] = {&y};
-    return t->e.attrs->relu ? cu_eltwise(t, SWK_RELU, 0.0f, &y, src, 1) : SW_OK;
+    return sw_op_attrs_relu(t->e.attrs) ? cu_eltwise(t, SWK_RELU, 0.0f, &y, src, 1) : SW_OK;
 }
 
-static sw_status run_activation_grad(const cu_task *t) {
+static sw_status run_activation_grad(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
     sw_view out, dy, y;
     sw_env_view(&t->e, t->e.writes[0], &out);
     if (t->e.nreads < 2) {
         return cu_zero(t, &out);
     }
     sw_env_view(&t->e, t->e.reads[0], &dy);
-    if (!t->e.attrs->relu) {
+    if (!sw_op_attrs_relu(t->e.attrs)) {
         return cu_copy_box(t, &dy, &out, 0);
     }
     sw_env_view(&t->e, t->e.reads[1], &y);
@@ -119,13 +129,8 @@ static sw_status run_activation_grad(const cu_task *t) {
 }
 
 /* ------------------------------------------------------------------ batchnorm */
-/* Elements per channel in the minibatch: N * H * W of the op's output. */
-static int64_t bn_count(const cu_task *t) { return t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3]; }
-
-static int64_t channels_of(const cu_task *t, int32_t b) {
-    const sw_box *box = &t->e.rt->g.buffers[b].box;
-    return box->hi[1] - box->lo[1];
-}
+static int64_t bn_count(const cu_task *t) { return sw_env_bn_count(&t->e); }
+static int64_t channels_of(const cu_task *t, int32_t b) { return sw_env_channels(&t->e, b); }
 
 /* Mean and 1/std (2C floats of scratch) from the reduced sums in buffer `stats`. */
 static sw_status moments_of(const cu_task *t, int32_t stats, float **mean, float **invstd) {
@@ -139,7 +144,8 @@ static sw_status moments_of(const cu_task *t, int32_t stats, float **mean, float
     return SW_OK;
 }
 
-static sw_status run_bn_stats(const cu_task *t) {
+static sw_status run_bn_stats(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
     sw_view x;
     sw_env_view(&t->e, t->e.reads[0], &x);
     const sw_view *src[1] = {&x};
@@ -152,10 +158,9 @@ static sw_status run_bn_stats(const cu_task *t) {
 
 /* bn_apply reads x, the statistics, gamma, beta, the running statistics (2, C); writes y and
  * the running statistics in place (the step's sw_bn_mode says which it uses and updates). */
-static sw_status run_bn_apply(const cu_task *t, const sw_step_args *args) {
-    if (t->e.nreads < 5 || t->e.nwrites < 2 || kind_of(t, t->e.reads[4]) != SW_BUF_RUNNING) {
-        return SW_FAIL(SW_ERR_INTERNAL, "task %d: bn_apply without its running statistics", t->e.id);
-    }
+static sw_status run_bn_apply(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
+    const sw_step_args *args = e->ctx->args;
     float *mean, *invstd, *running = ptr(t, t->e.reads[4]);
     if (args->bn_mode == SW_BN_RUNNING) {
         int64_t c = channels_of(t, t->e.reads[4]);
@@ -169,7 +174,7 @@ static sw_status run_bn_apply(const cu_task *t, const sw_step_args *args) {
     }
     if (args->bn_mode == SW_BN_UPDATE) {
         CU_TRY(swk_bn_running_update(ptr(t, t->e.reads[1]), channels_of(t, t->e.reads[1]), bn_count(t),
-                                     t->e.attrs->alpha, running, t->st->s));
+                                     t->e.attrs->batchnorm2d.momentum, running, t->st->s));
     }
     sw_view x, y;
     sw_env_view(&t->e, t->e.reads[0], &x);
@@ -184,10 +189,8 @@ static sw_status run_bn_apply(const cu_task *t, const sw_step_args *args) {
 }
 
 /* bn_backward_stats reads dy, the x region, the statistics of x. */
-static sw_status run_bn_backward_stats(const cu_task *t) {
-    if (t->e.nreads < 3) {
-        return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm's gradient statistics need dy", t->e.id);
-    }
+static sw_status run_bn_backward_stats(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
     float *mean, *invstd;
     SW_TRY(moments_of(t, t->e.reads[2], &mean, &invstd));
     sw_view dy, x;
@@ -204,14 +207,12 @@ static sw_status run_bn_backward_stats(const cu_task *t) {
 
 /* ------------------------------------------------------------------ updates */
 /* The step's scalars in double, rounded where torch rounds them (csrc/cpu/optim.c). */
-static sw_status run_update(const cu_task *t, const sw_step_args *args) {
+static sw_status run_update(const sw_task_env *e) {
+    const cu_task *t = task_of(e);
+    const sw_step_args *args = e->ctx->args;
     const sw_optimizer *o = &args->opt;
-    int nstate = sw_optim_state_buffers(o->kind);
-    if (t->e.nreads != 2 + nstate || t->e.nwrites != 1 + nstate) {
-        return SW_FAIL(SW_ERR_INTERNAL, "update task %d has %d reads for an optimizer of %d state buffers", t->e.id,
-                       t->e.nreads, nstate);
-    }
-    int64_t *updates = &t->e.rt->updates[t->e.reads[2]];
+    int nstate = sw_optim_state_buffers(o->kind);   /* the reads were checked (sw_task_dispatch) */
+    int64_t *updates = sw_runtime_updates(t->e.rt, t->e.reads[2]);
     int64_t step = *updates + 1;
     swk_optim k = {.kind = o->kind, .lr = (float)o->lr, .weight_decay = (float)o->weight_decay,
                    .momentum = (float)o->momentum, .dampening = (float)o->dampening, .nesterov = o->nesterov,
@@ -222,7 +223,7 @@ static sw_status run_update(const cu_task *t, const sw_step_args *args) {
         k.bc2_sqrt = (float)sqrt(bc2);
         k.decay = (float)(1.0 - o->lr * o->weight_decay);
     }
-    int64_t n = sw_box_volume(&t->e.rt->g.buffers[t->e.reads[0]].box);
+    int64_t n = sw_box_volume(&sw_env_buffer(&t->e, t->e.reads[0])->box);
     CU_TRY(swk_optim_update(&k, ptr(t, t->e.reads[0]), ptr(t, t->e.reads[1]), ptr(t, t->e.reads[2]),
                             nstate > 1 ? ptr(t, t->e.reads[3]) : NULL, n, t->st->s));
     if (o->kind != SW_OPTIM_SGD || o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */
@@ -232,54 +233,24 @@ static sw_status run_update(const cu_task *t, const sw_step_args *args) {
 }
 
 /* ------------------------------------------------------------------ dispatch */
+static sw_status run_zero_grad(const sw_task_env *e) { return view_zero(task_of(e), e->writes[0]); }
+static sw_status run_forward(const sw_task_env *e) { return cu_op_forward(task_of(e)); }
+static sw_status run_backward_data(const sw_task_env *e) { return cu_op_backward_data(task_of(e)); }
+static sw_status run_backward_weight(const sw_task_env *e) { return cu_op_backward_weight(task_of(e)); }
+
+/* No swap runner: swap plans run on the CPU backend only so far (the dispatch says so). */
+static const sw_task_runners CUDA_RUNNERS = {
+    .backend = "cuda", .load_input = run_load_input, .copy = run_copy, .accumulate = run_accumulate,
+    .sum = run_sum, .sum_partials = run_sum_partials, .activation_grad = run_activation_grad,
+    .zero_grad = run_zero_grad, .bn_stats = run_bn_stats, .bn_apply = run_bn_apply,
+    .bn_backward_stats = run_bn_backward_stats, .update = run_update, .forward = run_forward,
+    .backward_data = run_backward_data, .backward_weight = run_backward_weight,
+};
+
 sw_status cu_run_task(cuda_backend *be, cu_stream *st, int32_t id, const sw_step_args *args) {
-    const sw_runtime *rt = be->base.rt;
-    const sw_task_ctx ctx = {rt, args, NULL, NULL};
-    const sw_task *task = &rt->g.tasks[id];
-    cu_task t = {.e = {&ctx, rt, id, task, NULL, NULL, 0, 0, task->op, &rt->ops[task->op], &rt->attrs[task->op]},
-                 .be = be, .st = st};
-    t.e.nreads = sw_tg_reads(&rt->g, id, &t.e.reads);
-    t.e.nwrites = sw_tg_writes(&rt->g, id, &t.e.writes);
+    const sw_task_ctx ctx = {be->base.rt, args, NULL, NULL};
+    cu_task t = {.be = be, .st = st};
+    sw_task_env_init(&t.e, &ctx, id);
     st->used = CU_BLAS_WORKSPACE;   /* the task's scratch starts after cuBLAS's part */
-    switch ((sw_task_kind)task->kind) {
-    case SW_TASK_JOIN:
-        return SW_OK;
-    case SW_TASK_LOAD_INPUT:
-        return run_load_input(&t, args);
-    case SW_TASK_COPY:
-        return run_copy(&t);
-    case SW_TASK_ACCUMULATE:
-        return run_accumulate(&t);
-    case SW_TASK_REDUCE:
-    case SW_TASK_STATS_REDUCE:
-        return run_sum(&t);
-    case SW_TASK_UPDATE:
-        return run_update(&t, args);
-    case SW_TASK_SUM_PARTIALS:
-        return run_sum_partials(&t);
-    case SW_TASK_ACTIVATION_GRAD:
-        return run_activation_grad(&t);
-    case SW_TASK_ZERO_GRAD:
-        return view_zero(&t, t.e.writes[0]);
-    case SW_TASK_SWAP_OUT:
-    case SW_TASK_SWAP_IN:
-        return SW_FAIL(SW_ERR_VALUE, "swap plans run on the CPU backend only so far (task %d)", id);
-    case SW_TASK_BN_STATS:
-        return run_bn_stats(&t);
-    case SW_TASK_BN_APPLY:
-        return run_bn_apply(&t, args);
-    case SW_TASK_BN_BACKWARD_STATS:
-        return run_bn_backward_stats(&t);
-    case SW_TASK_FORWARD:
-    case SW_TASK_FORWARD_PARTIAL:
-    case SW_TASK_LOSS:
-        return cu_op_forward(&t);
-    case SW_TASK_BACKWARD_DATA:
-        return cu_op_backward_data(&t);
-    case SW_TASK_BACKWARD_WEIGHT:
-        return cu_op_backward_weight(&t);
-    case SW_TASK_NKINDS:
-        break;
-    }
-    return SW_FAIL(SW_ERR_INTERNAL, "task %d has unknown kind %d", id, task->kind);
+    return sw_task_dispatch(&t.e, &CUDA_RUNNERS);
 }

@@ -1,7 +1,7 @@
 /* views.c -- buffers on a GPU as the kernels see them: element maps over boxes, a stream's
  * scratch, and box copies within a GPU and between GPUs (cuda_backend.h).
  *
- * A view is a box of a global tensor stored row-major (csrc/cpu/kernels.h); a kernel walks
+ * A view is a box of a global tensor stored row-major (csrc/core/view.h); a kernel walks
  * one box and reads every view at the same global index.  The map gives the box's extents
  * and each view's row-major strides; each pointer is moved to the box's first element:
  *   x view lo (0, 0, 15, 0) shape (8, 16, 18, 32), box lo (0, 0, 16, 0) hi (8, 16, 32, 32):

@@ -1,5 +1,5 @@
 /* window.h -- a worker's convolution or pooling window as cuDNN runs it (window.c), shared by
- * conv.c and pool.c.  host/window_geom.c decides per spatial dimension; here the views. */
+ * conv.c and pool.c.  csrc/exec/gpu/window_geom.c decides per spatial dimension; here the views. */
 #ifndef SHARDWISE_CUDA_WINDOW_H
 #define SHARDWISE_CUDA_WINDOW_H
 

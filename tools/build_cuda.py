@@ -210,13 +210,14 @@ def _rpaths(found: Found) -> list[str]:
 
 def extension(found: Found, c_flags: list[str], depends: list[str], numpy_include: str) -> Extension:
     """shardwise._cuda: cuda/*.c (gcc, C11), cuda/kernels/*.cu (nvcc), and the pure host code
-    it shares with the core (cuda/host/*.c, csrc/cpu/view.c), linked with cuDNN, cuBLAS and
-    the static CUDA runtime.  Only PyInit__cuda is exported (-fvisibility=hidden): the core's
+    it shares with the core (csrc/exec/gpu/*.c, csrc/core/view.c, csrc/core/ops.c: the op names,
+    csrc/exec/task_env.c), linked with cuDNN, cuBLAS and the static CUDA runtime.  Only PyInit__cuda is exported (-fvisibility=hidden): the core's
     symbols of the same names (sw_set_error, ...) are never confused with this module's."""
     ext = Extension(
         "shardwise._cuda",
-        sources=sorted(glob("cuda/*.c")) + sorted(glob("cuda/host/*.c")) + ["csrc/cpu/view.c"],
-        include_dirs=["csrc", "cuda", "cuda/host", numpy_include] + found.include_dirs,
+        sources=sorted(glob("cuda/*.c")) + sorted(glob("csrc/exec/gpu/*.c"))
+        + ["csrc/core/view.c", "csrc/core/ops.c", "csrc/exec/task_env.c"],
+        include_dirs=["csrc", "cuda", numpy_include] + found.include_dirs,
         # SW_NCCL_BUILD_VERSION: NCCL_VERSION_CODE of the nccl.h found (0: none), for versions()
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
                        ("SW_NCCL_BUILD_VERSION", str(found.nccl_code))],

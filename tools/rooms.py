@@ -7,13 +7,13 @@ The C core lives in rooms (docs/architecture.md; shared/DESIGN.md's target tree)
     exec uses core, graph, mem               cpu and cuda use exec and everything below it
     py uses everything                       csrc/shardwise.h, csrc/ops.def: the house's front door
 
-The checker reads every .c and .h file under csrc/ and cuda/ (cuda/host/ is part of cuda), maps
+The checker reads every .c and .h file under csrc/ and cuda/, maps
 every non-static function defined in a .c file to its room, and then, for every file, finds
 
   * which functions of other rooms it names (a plain regex over identifiers, after stripping
     comments, strings and preprocessor lines; a function pointer stored in a table counts too),
   * which headers of other rooms it includes (quoted includes, resolved as the compiler does:
-    the file's own folder, then -Icsrc -Icuda -Icuda/host).
+    the file's own folder, then -Icsrc -Icuda).
 
 A use of a room that is not below the user's room fails, naming the file, the function or header,
 and both rooms -- unless it is one of KNOWN_LEAKS below. A KNOWN_LEAKS entry that no longer
@@ -55,31 +55,14 @@ ALLOWED: dict[str, set[str]] = {
 ROOMS = list(ALLOWED)
 TOP = "top"  # csrc/shardwise.h, csrc/ops.def (csrc/internal.h): usable by every room
 
-# Known upward uses, one (file, room it uses, why) per entry. They are the exec boundary that
-# DESIGN.md's change 4 removes (sw_view/sw_window to core/view.h, task_env to exec/, the record
-# backend behind exec/backend.h): delete an entry when its leak is gone. An entry whose leak is
-# gone and that is still listed fails the check.
+# Known upward uses, one (file, room it uses, why) per entry; delete an entry when its leak is
+# gone (an entry whose leak is gone and that is still listed fails the check).  Empty since the
+# exec boundary was cleaned (sw_view/sw_window in core/view.h, the task environment and the
+# optimizer description in exec/, the GPU host planning in exec/gpu/): keep it so.
 KNOWN_LEAKS: list[tuple[str, str, str]] = [
-    # exec/ reaches into cpu/ for the views, the window check, the optimizer and the task env.
-    ("csrc/exec/runtime.h", "cpu", "includes ../cpu/kernels.h (sw_view, sw_window) and ../cpu/optim.h; declares "
-     "the CPU backend's sw_backend_cpu_new, sw_cpu_run_task, sw_cpu_has_kernels, sw_scratch_get"),
-    ("csrc/exec/executor.c", "cpu", "includes ../cpu/view.h; calls sw_window_check, sw_dropout_check"),
-    ("csrc/exec/backend_ext.h", "cpu", "includes ../cpu/task_env.h (sw_task_env, sw_backward_reads)"),
-    ("csrc/exec/backend_ext.c", "cpu", "calls sw_env_rebase, sw_env_backward_reads (the task env, cpu/tasks.c)"),
-    # exec/ and py/ reach into cuda/host/ by path for the record backend's command lists.
-    ("csrc/exec/backend_record.c", "cuda", "includes ../../cuda/host/gpu_plan.h (sw_gpu_cmds)"),
-    ("csrc/py/backend_py.c", "cuda", "includes ../../cuda/host/gpu_plan.h; calls sw_gpu_map, sw_gpu_priorities, ..."),
-    ("csrc/py/runtime_buffers_py.c", "cuda", "includes ../../cuda/host/gpu_plan.h (sw_gpu_cmd)"),
-    # cuda/ takes the views' helpers from csrc/cpu/view.c (built into _cuda by tools/build_cuda.py).
-    ("cuda/blas.c", "cpu", "calls sw_view_volume (csrc/cpu/view.c)"),
-    ("cuda/conv.c", "cpu", "calls sw_view_volume (csrc/cpu/view.c)"),
-    ("cuda/ops.c", "cpu", "calls sw_view_volume, sw_view_intersect (csrc/cpu/view.c)"),
-    ("cuda/pool.c", "cpu", "calls sw_view_volume (csrc/cpu/view.c)"),
-    ("cuda/views.c", "cpu", "calls sw_view_volume, sw_view_intersect (csrc/cpu/view.c)"),
-    ("cuda/window.c", "cpu", "calls sw_view_volume (csrc/cpu/view.c)"),
 ]
 
-INCLUDE_DIRS = ["csrc", "cuda", "cuda/host"]
+INCLUDE_DIRS = ["csrc", "cuda"]
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else", "case", "goto",
             "_Alignof", "_Static_assert", "_Generic", "__attribute__", "defined"}
 
@@ -121,8 +104,8 @@ def room_of(rel: str) -> str | None:
 
 
 def in_cuda_object(rel: str) -> bool:
-    """Is this file part of the _cuda extension (cuda/, not cuda/host/) rather than _core?"""
-    return rel.startswith("cuda/") and not rel.startswith("cuda/host/")
+    """Is this file part of the _cuda extension (cuda/) rather than _core?"""
+    return rel.startswith("cuda/")
 
 
 _TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
@@ -242,8 +225,9 @@ def check(root: str, known: list[tuple[str, str, str]] | None = None) -> Report:
         room = room_of(f)
         seen = set()
         for name in sorted(set(ident.findall(code[f])) & defined.keys()):
-            # cuda/*.c is a second shared object (with cuda/host/ and csrc/cpu/view.c): a name
-            # it defines again (cuda/core_link.c) resolves inside the object that uses it.
+            # cuda/*.c is a second shared object (with csrc/exec/gpu/, csrc/exec/task_env.c,
+            # csrc/core/view.c and csrc/core/ops.c compiled in again): a name it defines again
+            # (cuda/core_link.c) resolves inside the object that uses it.
             owners = [o for o in defined[name] if in_cuda_object(o) == in_cuda_object(f)] or defined[name]
             if f in owners:
                 continue

@@ -2,11 +2,11 @@
 #include "shardwise.h"
 
 const char *const sw_op_names[SW_OP_COUNT] = {
-#define SW_OP(id, name, role, cpu) [SW_OP_##id] = name,
+#define SW_OP(id, name, role, attrs, cpu, cuda) [SW_OP_##id] = name,
 #include "ops.def"
 };
 
 const sw_op_kind sw_op_roles[SW_OP_COUNT] = {
-#define SW_OP(id, name, role, cpu) [SW_OP_##id] = role,
+#define SW_OP(id, name, role, attrs, cpu, cuda) [SW_OP_##id] = role,
 #include "ops.def"
 };

@@ -27,7 +27,7 @@
 #include "kernels.h"  /* sw_view, sw_activation, sw_activation_* */
 #include "simd.h"     /* SW_CLONES */
 #include "vmath.h"    /* sw_verf_sqrt1_2, sw_vexpf */
-#include "view.h"     /* sw_view_check_elementwise_*, sw_runs, sw_view_offset */
+#include "../core/view.h"     /* sw_view_check_elementwise_*, sw_runs, sw_view_offset */
 
 #define INV_SQRT_2PI 0.39894228040143267794f  /* 1 / sqrt(2 pi) */
 

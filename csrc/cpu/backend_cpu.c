@@ -40,6 +40,8 @@
 #include <string.h>     /* memset */
 #include <time.h>       /* nanosleep, time */
 
+#include "backend_cpu.h"  /* sw_scratch, sw_backend_cpu_new, sw_cpu_run_task */
+#include "kernels.h"      /* sw_blas_single_thread */
 #include "../exec/runtime.h"
 
 enum { CMD_RUN = 0, CMD_WAIT = 1, CMD_RECORD = 2 };
@@ -183,7 +185,8 @@ static sw_status push(cpu_backend *be, int list, int stream, int op, int32_t id)
  * back are recorded (pipeline.c; recording happens between steps, no thread reads the epochs). */
 static sw_status ensure_events(cpu_backend *be) {
     const sw_runtime *rt = be->base.rt;
-    int32_t want = rt->g.ntasks * (rt->pipeline > 1 ? rt->pipeline : 1);
+    int copies = sw_runtime_pipeline_copies(rt);
+    int32_t want = sw_runtime_ntasks(rt) * (copies > 1 ? copies : 1);
     if (be->event_epoch && be->nevents >= want) {
         return SW_OK;
     }
@@ -308,7 +311,7 @@ static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args 
     size_t before = w->scratch.bytes;
     w->wait_ns = 0;
     sw_task_ctx ctx = {be->base.rt, args, &w->scratch, NULL};
-    const int32_t period = be->base.rt->g.ntasks;   /* tasks per iteration */
+    const int32_t period = sw_runtime_ntasks(be->base.rt);   /* tasks per iteration */
     for (int k = 0; k < w->nstreams; k++) {
         w->cursor[k] = 0;
     }
@@ -335,9 +338,9 @@ static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args 
             int32_t task = l->cmd[w->cursor[pick]++].id;
             int32_t it = task / period;   /* its iteration: 0 but in SW_LIST_PIPELINE */
             ctx.args = args + it;
-            ctx.loss_sum = be->base.rt->loss_sums + (int64_t)it * period;
+            ctx.loss_sum = sw_runtime_loss_sums(be->base.rt) + (int64_t)it * period;
             jitter(w);
-            int64_t *ns = &be->base.rt->task_ns[2 * (int64_t)task];
+            int64_t *ns = &sw_runtime_task_ns(be->base.rt)[2 * (int64_t)task];
             ns[0] = sw_now_ns();
             sw_status s = sw_cpu_run_task(&ctx, task - it * period);
             ns[1] = sw_now_ns();
@@ -525,7 +528,10 @@ static const sw_backend_i CPU_BACKEND = {
     .workspace_stats = workspace_stats,
     .wait_times = wait_times,
     .destroy = destroy,
+    .supports_op = sw_cpu_supports_op,
 };
+
+const sw_backend_i *sw_backend_cpu_iface(void) { return &CPU_BACKEND; }
 
 sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **out) {
     *out = NULL;

@@ -29,7 +29,7 @@
 
 #include "kernels.h"  /* sw_view, sw_bn_* */
 #include "simd.h"     /* SW_CLONES */
-#include "view.h"     /* sw_view_check, sw_view_check_covers */
+#include "../core/view.h"     /* sw_view_check, sw_view_check_covers */
 
 enum { N_, C_, H_, W_ };  /* dimensions of (N, C, H, W) views */
 

@@ -10,7 +10,7 @@
  */
 #include "kernels.h"
 #include "simd.h"  /* SW_CLONES */
-#include "view.h"  /* sw_view_check, sw_view_check_range */
+#include "../core/view.h"  /* sw_view_check, sw_view_check_range */
 
 /* (outer, C_b) rows: column sums, 256 columns at a time, row by row (dy is row-major). */
 SW_CLONES static void column_sums(const float *dy, int64_t nb, int64_t cb, float *db) {

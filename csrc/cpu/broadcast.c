@@ -10,7 +10,7 @@
 
 #include "kernels.h"
 #include "simd.h"  /* SW_CLONES */
-#include "view.h"  /* sw_view_check, sw_view_contains, sw_view_offset */
+#include "../core/view.h"  /* sw_view_check, sw_view_contains, sw_view_offset */
 
 /* y[i] = a[i] + b[i] over one row (y may be a: the in-place sum of the gradient). */
 SW_CLONES static void add_row(const float *a, const float *b, float *y, int64_t len) {

@@ -34,7 +34,7 @@
 #include <string.h>  /* memset, memcpy */
 
 #include "conv_internal.h"
-#include "view.h"  /* sw_view_check, sw_view_check_covers, ... */
+#include "../core/view.h"  /* sw_view_check, sw_view_check_covers, ... */
 
 /* ------------------------------------------------------------------ helpers */
 /* C = alpha op(A) op(B) + beta C, also for k == 0 (C = beta C, no BLAS call). */

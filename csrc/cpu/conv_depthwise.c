@@ -24,7 +24,7 @@
 
 #include "conv_internal.h"
 #include "simd.h"  /* SW_CLONES */
-#include "view.h"  /* sw_view_hi */
+#include "../core/view.h"  /* sw_view_hi */
 
 /* out[r * ldo + c] += w * in[r * ldi + c * stride] for r < rows, c < n: one tap over the rows
  * it reads (compiled for AVX2 and the baseline; no FMA contraction: the clones give the same

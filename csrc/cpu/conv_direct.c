@@ -37,7 +37,7 @@
 #include <string.h>     /* memset, memcpy */
 
 #include "conv_internal.h"
-#include "view.h"  /* sw_view_hi */
+#include "../core/view.h"  /* sw_view_hi */
 
 /* ------------------------------------------------------------------ choosing the path */
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>     /* malloc, free */
 
 #include "conv_internal.h"
-#include "view.h"  /* sw_view_check, sw_check_blas_dims */
+#include "../core/view.h"  /* sw_view_check, sw_check_blas_dims */
 
 /* ------------------------------------------------------------------ tiles */
 void conv_geom_tiles(conv_geom *g) {

@@ -10,7 +10,7 @@
 
 #include "kernels.h"  /* sw_view, sw_copy_box, sw_accumulate_box */
 #include "simd.h"     /* SW_CLONES */
-#include "view.h"     /* sw_view_check, sw_view_intersect, sw_view_offset */
+#include "../core/view.h"     /* sw_view_check, sw_view_intersect, sw_view_offset */
 
 /* Both views valid and of the same rank 1..SW_MAX_RANK. */
 static sw_status check_pair(const sw_view *src, const sw_view *dst, const char *name, const char *src_name,

@@ -19,7 +19,7 @@
 #include <math.h>  /* llround */
 
 #include "kernels.h"
-#include "view.h"  /* sw_view_check_elementwise_*, sw_runs */
+#include "../core/view.h"  /* sw_view_check_elementwise_*, sw_runs */
 
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
 

@@ -8,7 +8,7 @@
  */
 #include "kernels.h"  /* sw_view, sw_relu_*, sw_add_forward */
 #include "simd.h"     /* SW_CLONES */
-#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_runs */
+#include "../core/view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_runs */
 
 typedef enum {
     ELT_RELU_FORWARD,   /* y = max(a, 0) (NaN propagates, as in PyTorch) */

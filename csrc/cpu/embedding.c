@@ -13,7 +13,7 @@
 #include <string.h>  /* memcpy, memset */
 
 #include "kernels.h"
-#include "view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range */
+#include "../core/view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range */
 
 /* The id of row r, or -1 when it is not a non-negative integer below 2^24. */
 static int64_t id_at(const sw_view *ids, int64_t r) {

@@ -11,7 +11,7 @@
 #include <string.h>  /* memset */
 
 #include "kernels.h"
-#include "view.h"  /* sw_view_check, sw_view_contains, sw_view_offset */
+#include "../core/view.h"  /* sw_view_check, sw_view_contains, sw_view_offset */
 
 /* x's index of output point o (rank out_rank) through map (one expression per x dim). */
 static void apply(const sw_index_expr *map, int in_rank, const int64_t *o, int out_rank, int64_t *idx) {

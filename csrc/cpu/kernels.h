@@ -28,24 +28,9 @@
 
 #include <stdint.h>  /* int64_t */
 
-#include "../shardwise.h"  /* sw_status, SW_MAX_RANK */
+#include "../core/view.h"  /* sw_view, sw_window, the view arithmetic and checks */
+#include "../shardwise.h"    /* sw_status, SW_MAX_RANK */
 
-typedef struct {
-    float *data;                 /* row-major, contiguous, prod(shape) floats */
-    int rank;
-    int64_t lo[SW_MAX_RANK];     /* global coordinates of data[0] */
-    int64_t shape[SW_MAX_RANK];  /* extent of the view per dimension */
-} sw_view;
-
-typedef struct {
-    int64_t kh, kw;   /* kernel (pooling window) */
-    int64_t sh, sw;   /* stride */
-    int64_t ph, pw;   /* padding */
-    int relu;         /* fuse a ReLU into the forward output */
-    int64_t dh, dw;   /* conv2d: dilation, the distance between taps; 0 reads as 1, so a window
-                         initialized without them is a plain one */
-    int64_t group_co; /* conv2d: output channels per group (cog); 0: one group, a dense convolution */
-} sw_window;
 
 /* ---- GEMM (gemm.c): C = alpha * op(A) op(B) + beta * C, row-major ---- */
 void sw_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,

@@ -20,7 +20,7 @@
 #include "kernels.h"
 #include "simd.h"   /* SW_CLONES */
 #include "vmath.h"  /* SW_LANES */
-#include "view.h"   /* sw_view_check, sw_view_check_range, sw_view_check_covers */
+#include "../core/view.h"   /* sw_view_check, sw_view_check_range, sw_view_check_covers */
 
 /* Sum over k < n of f(x[k]) in double, element k in lane k mod SW_LANES (vmath.h), the lanes
  * added in one fixed order: vectorizes, and a row's statistics are the same bits on every worker. */

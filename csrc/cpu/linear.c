@@ -14,7 +14,7 @@
 
 #include "kernels.h"
 #include "simd.h"  /* SW_CLONES */
-#include "view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range, sw_check_blas_dims */
+#include "../core/view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range, sw_check_blas_dims */
 
 /* The in-features of a (rows, I) view that must hold all of them: [0, I). */
 static sw_status check_all_features(const sw_view *v, int64_t in_features, const char *name) {

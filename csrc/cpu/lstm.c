@@ -17,7 +17,7 @@
 #include <math.h>  /* expf, tanhf */
 
 #include "kernels.h"  /* sw_view, sw_lstm_* */
-#include "view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_view_*_row */
+#include "../core/view.h"     /* sw_view_check, sw_view_check_covers, sw_view_offset, sw_view_*_row */
 
 #define LSTM_MAX_IN 5  /* lstm_cell backward: 4 inputs and dc */
 

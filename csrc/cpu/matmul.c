@@ -10,7 +10,7 @@
  * storage means a transposed operand is simply read with CblasTrans: no copies.
  */
 #include "kernels.h"
-#include "view.h"  /* sw_view_check, sw_view_covers, sw_view_offset, sw_check_blas_dims */
+#include "../core/view.h"  /* sw_view_check, sw_view_covers, sw_view_offset, sw_check_blas_dims */
 
 /* Pointer to v's element (batch.., r, c) and its row stride. */
 static float *at(const sw_view *v, const int64_t *batch, int64_t r, int64_t c) {
@@ -25,28 +25,6 @@ static float *at(const sw_view *v, const int64_t *batch, int64_t r, int64_t c) {
 }
 
 static int64_t ld(const sw_view *v) { return v->shape[v->rank - 1]; }
-
-/* The view holds rows [r0, r0 + nr) and columns [c0, c0 + nc) and `out`'s batch range. */
-static int holds(const sw_view *v, const sw_view *out, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
-    int n = v->rank;
-    for (int d = 0; d < n - 2; d++) {
-        if (!sw_view_covers(v, d, out->lo[d], sw_view_hi(out, d))) {
-            return 0;
-        }
-    }
-    return sw_view_covers(v, n - 2, r0, r0 + nr) && sw_view_covers(v, n - 1, c0, c0 + nc);
-}
-
-/* Next batch index of out's box (dimensions 0 .. rank-3); 0 after the last. */
-static int next_batch(const sw_view *out, int64_t *batch) {
-    for (int d = out->rank - 3; d >= 0; d--) {
-        if (++batch[d] < sw_view_hi(out, d)) {
-            return 1;
-        }
-        batch[d] = out->lo[d];
-    }
-    return 0;
-}
 
 static sw_status check_ranks(const sw_view *a, const sw_view *b, const sw_view *y, const char *name) {
     sw_status s;
@@ -67,8 +45,7 @@ sw_status sw_matmul_forward(const sw_view *a, const sw_view *b, int ta, int tb, 
     int r = y->rank;
     int64_t m = y->shape[r - 2], n = y->shape[r - 1], m0 = y->lo[r - 2], n0 = y->lo[r - 1];
     int64_t k = a->shape[ta ? r - 2 : r - 1], k0 = a->lo[ta ? r - 2 : r - 1];
-    if (!(ta ? holds(a, y, k0, k, m0, m) : holds(a, y, m0, m, k0, k)) ||
-        !(tb ? holds(b, y, n0, n, k0, k) : holds(b, y, k0, k, n0, n))) {
+    if (!sw_matmul_forward_boxes(a, b, ta, tb, y)) {
         return SW_FAIL(SW_ERR_VALUE, "%s: the operands do not cover the output's box", name);
     }
     int64_t dims[3] = {m, n, k};
@@ -84,7 +61,7 @@ sw_status sw_matmul_forward(const sw_view *a, const sw_view *b, int ta, int tb, 
         const float *pa = ta ? at(a, batch, k0, m0) : at(a, batch, m0, k0);
         const float *pb = tb ? at(b, batch, n0, k0) : at(b, batch, k0, n0);
         sw_sgemm(ta, tb, m, n, k, 1.0f, pa, ld(a), pb, ld(b), 0.0f, at(y, batch, m0, n0), ld(y));
-    } while (next_batch(y, batch));
+    } while (sw_matmul_next_batch(y, batch));
     return SW_OK;
 }
 
@@ -98,16 +75,7 @@ sw_status sw_matmul_backward(const sw_view *a, const sw_view *b, const sw_view *
     /* k: the part of the reduction dx holds (the operand being differentiated) */
     int kd = slot == 0 ? (ta ? r - 2 : r - 1) : (tb ? r - 1 : r - 2);
     int64_t k = dx->shape[kd], k0 = dx->lo[kd];
-    int ok = slot == 0 ? (ta ? holds(dx, dy, k0, k, m0, m) && dx->shape[r - 1] == m
-                             : holds(dx, dy, m0, m, k0, k) && dx->shape[r - 2] == m) &&
-                             (tb ? holds(b, dy, n0, n, k0, k) : holds(b, dy, k0, k, n0, n))
-                       : (tb ? holds(dx, dy, n0, n, k0, k) && dx->shape[r - 2] == n
-                             : holds(dx, dy, k0, k, n0, n) && dx->shape[r - 1] == n) &&
-                             (ta ? holds(a, dy, k0, k, m0, m) : holds(a, dy, m0, m, k0, k));
-    for (int d = 0; ok && d < r - 2; d++) {
-        ok = dx->lo[d] == dy->lo[d] && dx->shape[d] == dy->shape[d];
-    }
-    if (!ok || (slot != 0 && slot != 1)) {
+    if (!sw_matmul_backward_boxes(a, b, dy, dx, ta, tb, slot)) {
         return SW_FAIL(SW_ERR_VALUE, "%s: the boxes of dy, dx and the other operand disagree", name);
     }
     int64_t dims[3] = {m, n, k};
@@ -134,6 +102,6 @@ sw_status sw_matmul_backward(const sw_view *a, const sw_view *b, const sw_view *
             const float *pa = ta ? at(a, batch, k0, m0) : at(a, batch, m0, k0);
             sw_sgemm(1, ta, n, k, m, 1.0f, g, ld(dy), pa, ld(a), 0.0f, at(dx, batch, n0, k0), ld(dx));
         }
-    } while (next_batch(dy, batch));
+    } while (sw_matmul_next_batch(dy, batch));
     return SW_OK;
 }

@@ -8,6 +8,7 @@
  * flowing back writes zeros.  Shapes: conv x (N, Ci, H, W), w (Co, Ci, kh, kw);
  * linear x (N, I) or (N, T, I), w (O, I); the loss's logits (N, C) or (N, T, C).
  */
+#include <stdio.h>   /* snprintf */
 #include <string.h>  /* memcpy */
 
 #include "task_env.h"
@@ -22,7 +23,7 @@ static sw_status zero_writes(const sw_task_env *e) {
     return SW_OK;
 }
 
-static int relu_here(const sw_task_env *e) { return e->task->kind == SW_TASK_FORWARD && e->attrs->relu; }
+static int relu_here(const sw_task_env *e) { return e->task->kind == SW_TASK_FORWARD && sw_op_attrs_relu(e->attrs); }
 
 /* ------------------------------------------------------------------ input, parameter */
 static sw_status input_none(const sw_task_env *e) {
@@ -67,7 +68,7 @@ static sw_status conv2d_forward(const sw_task_env *e) {
     sw_env_rebase(e, 0, &x);
     weights_of(e, 1, &w, &b, &has_bias);
     sw_env_view(e, e->writes[0], &y);
-    sw_window win = e->attrs->win;
+    sw_window win = e->attrs->conv2d.win;
     win.relu = relu_here(e);
     return sw_conv2d_forward(&x, &w, has_bias ? &b : NULL, &y, &win);
 }
@@ -115,7 +116,7 @@ static sw_status conv2d_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view w, dz, dx;
     SW_TRY(dx_setup(e, &r, &w, &dz, &dx));
-    return r.dy < 0 ? zero_writes(e) : sw_conv2d_backward_data(&w, &dz, &dx, &e->attrs->win);
+    return r.dy < 0 ? zero_writes(e) : sw_conv2d_backward_data(&w, &dz, &dx, &e->attrs->conv2d.win);
 }
 
 static sw_status linear_backward_data(const sw_task_env *e) {
@@ -158,7 +159,7 @@ static sw_status weight_or_bias_grad(const sw_task_env *e, weight_grad_fn grad) 
 }
 
 static sw_status conv2d_dw(const sw_task_env *e, const sw_view *x, const sw_view *dz, sw_view *dw) {
-    return sw_conv2d_backward_weight(x, dz, dw, NULL, &e->attrs->win);
+    return sw_conv2d_backward_weight(x, dz, dw, NULL, &e->attrs->conv2d.win);
 }
 
 static sw_status linear_dw(const sw_task_env *e, const sw_view *x, const sw_view *dz, sw_view *dw) {
@@ -182,7 +183,7 @@ static sw_status pool2d_forward(const sw_task_env *e) {
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
-    return sw_pool2d_forward(e->attrs->pool_max, &x, &y, &e->attrs->win);
+    return sw_pool2d_forward(e->attrs->pool2d.max, &x, &y, &e->attrs->pool2d.win);
 }
 
 static sw_status pool2d_backward_data(const sw_task_env *e) {
@@ -195,7 +196,7 @@ static sw_status pool2d_backward_data(const sw_task_env *e) {
     sw_env_view(e, r.region[0], &x);
     sw_env_view(e, r.dy, &dy);
     sw_env_view(e, e->writes[0], &dx);
-    return sw_pool2d_backward(e->attrs->pool_max, &x, &dy, &dx, &e->attrs->win);
+    return sw_pool2d_backward(e->attrs->pool2d.max, &x, &dy, &dx, &e->attrs->pool2d.win);
 }
 
 static sw_status relu_forward(const sw_task_env *e) {
@@ -241,7 +242,7 @@ static sw_status pass_backward_data(const sw_task_env *e) {
         return sw_sum_leading(&dy, &dx);
     }
     if (e->attrs->type == SW_OP_CONCAT) {   /* input k feeds output positions [offset, offset + size) */
-        int axis = e->attrs->axis;
+        int axis = e->attrs->concat.axis;
         int64_t offset = 0;
         for (int k = 0; k < e->task->slot; k++) {
             offset += e->op->role[k] == SW_ROLE_DATA ? e->op->in_shape[k][axis] : 0;
@@ -259,7 +260,7 @@ static sw_status pass_backward_data(const sw_task_env *e) {
 static sw_status concat_forward(const sw_task_env *e) {
     sw_view y;
     sw_env_view(e, e->writes[0], &y);
-    int axis = e->attrs->axis, next = 0;
+    int axis = e->attrs->concat.axis, next = 0;
     int64_t offset = 0;
     for (int k = 0; k < e->op->ninputs; k++) {
         int64_t size = e->op->in_shape[k][axis];
@@ -381,7 +382,7 @@ static sw_status softmax_forward(const sw_task_env *e) {
             SW_TRY(sw_softmax_xent_forward(&xs, slab_labels(e, &s, xs.lo[0]), &ps, &sum));
         } while (next_slab(&p, &s));
     }
-    double *sums = e->ctx->loss_sum ? e->ctx->loss_sum : e->rt->loss_sums;   /* the iteration's (pipeline.c) */
+    double *sums = e->ctx->loss_sum ? e->ctx->loss_sum : sw_runtime_loss_sums(e->rt);   /* the iteration's (pipeline.c) */
     sums[e->id] += sum / (double)loss_rows(e, 1);
     return SW_OK;
 }
@@ -409,7 +410,7 @@ static sw_status softmax_backward_data(const sw_task_env *e) {
     sw_view p, dx, part;
     sw_env_view(e, r.y, &p);
     sw_env_view(e, e->writes[0], &dx);
-    if (sw_box_equal(&e->rt->g.buffers[r.y].box, &e->rt->g.buffers[e->writes[0]].box)) {
+    if (sw_box_equal(&sw_env_buffer(e, r.y)->box, &sw_env_buffer(e, e->writes[0])->box)) {
         return loss_grad(e, &p, &dx);
     }
     sw_status s = SW_OK;
@@ -432,18 +433,18 @@ static sw_status batchnorm_backward_data(const sw_task_env *e) {
     if (r.stats_x < 0 || r.stats_dy < 0 || r.nparams < 1) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm input gradient without its statistics", e->id);
     }
-    const sw_box *sb = &e->rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
     sw_status s = SW_OK;
     float *mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
     SW_TRY(s);
-    sw_bn_moments(sw_runtime_buffer(e->rt, r.stats_x), c, m, mean, mean + c);
+    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, mean, mean + c);
     sw_view x, dy, dx;
     sw_env_view(e, r.region[0], &x);
     sw_env_view(e, r.dy, &dy);
     sw_env_view(e, e->writes[0], &dx);
-    return sw_bn_backward_apply(&x, &dy, mean, mean + c, sw_runtime_buffer(e->rt, r.params[0]),
-                                sw_runtime_buffer(e->rt, r.stats_dy), m, &dx);
+    return sw_bn_backward_apply(&x, &dy, mean, mean + c, sw_env_ptr(e, r.params[0]),
+                                sw_env_ptr(e, r.stats_dy), m, &dx);
 }
 
 /* dgamma (the weight slot: the worker's own sums of dy * xhat) or dbeta (the bias slot:
@@ -463,14 +464,14 @@ static sw_status batchnorm_backward_weight(const sw_task_env *e) {
     if (r.stats_x < 0 || r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", e->id);
     }
-    const sw_box *sb = &e->rt->g.buffers[r.stats_x].box;
+    const sw_box *sb = &sw_env_buffer(e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
     sw_status s = SW_OK;
     char *scratch = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16) + sizeof(double) * (size_t)(2 * c), &s);
     SW_TRY(s);
     double *sums = (double *)scratch;
     float *mean = (float *)(scratch + sizeof(double) * (size_t)(2 * c));
-    sw_bn_moments(sw_runtime_buffer(e->rt, r.stats_x), c, m, mean, mean + c);
+    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, mean, mean + c);
     sw_view x;
     sw_env_view(e, r.region[0], &x);
     SW_TRY(sw_bn_backward_sums(&x, &dy, mean, mean + c, sums));
@@ -481,7 +482,7 @@ static sw_status batchnorm_backward_weight(const sw_task_env *e) {
 }
 
 /* ------------------------------------------------------------------ the op table */
-#define SW_OP(id, name, role, cpu) extern const sw_cpu_op cpu;
+#define SW_OP(id, name, role, attrs, cpu, cuda) extern const sw_cpu_op cpu;
 #include "../ops.def"
 
 const sw_cpu_op sw_cpu_no_kernels = {NULL, NULL, NULL};
@@ -499,9 +500,18 @@ const sw_cpu_op sw_cpu_parameter = {parameter_forward, NULL, parameter_backward_
 /* the LSTM ops: ops_cpu_rnn.c; matmul and the sequence-model ops: ops_cpu_seq.c */
 
 const sw_cpu_op *const sw_cpu_ops[] = {
-#define SW_OP(id, name, role, cpu) [SW_OP_##id] = &cpu,
+#define SW_OP(id, name, role, attrs, cpu, cuda) [SW_OP_##id] = &cpu,
 #include "../ops.def"
 };
 _Static_assert(sizeof sw_cpu_ops / sizeof sw_cpu_ops[0] == SW_OP_COUNT, "one CPU kernel set per op kind");
 
 int sw_cpu_has_kernels(int type) { return type >= 0 && type < SW_OP_COUNT && sw_cpu_ops[type] != &sw_cpu_no_kernels; }
+
+int sw_cpu_supports_op(int kind, const sw_op_attrs *attrs, int out_rank, char *why, size_t n) {
+    (void)attrs, (void)out_rank;
+    if (sw_cpu_has_kernels(kind)) {
+        return 1;
+    }
+    snprintf(why, n, "has no kernels for op kind '%s'", kind >= 0 && kind < SW_OP_COUNT ? sw_op_names[kind] : "?");
+    return 0;
+}

@@ -26,7 +26,7 @@ static sw_status activation_forward(const sw_task_env *e) {
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
-    return sw_activation_forward(f, e->attrs->alpha, &x, &y);
+    return sw_activation_forward(f, sw_op_attrs_slope(e->attrs), &x, &y);
 }
 
 static sw_status activation_backward_data(const sw_task_env *e) {
@@ -46,7 +46,7 @@ static sw_status activation_backward_data(const sw_task_env *e) {
     }
     sw_env_view(e, b, &from);
     sw_env_view(e, r.dy, &dy);
-    return sw_activation_backward(f, e->attrs->alpha, &from, &dy, &dx);
+    return sw_activation_backward(f, sw_op_attrs_slope(e->attrs), &from, &dy, &dx);
 }
 
 const sw_cpu_op sw_cpu_sigmoid = {activation_forward, activation_backward_data, NULL};
@@ -63,8 +63,8 @@ static sw_status dropout_forward(const sw_task_env *e) {
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
-    float p = dropout_active(e) ? e->attrs->alpha : 0.0f;   /* p = 0 keeps every element, unscaled */
-    return sw_dropout_apply(&x, &y, e->op->shape, p, e->attrs->seed, e->ctx->args->step, "dropout forward");
+    float p = dropout_active(e) ? e->attrs->dropout.p : 0.0f;   /* p = 0 keeps every element, unscaled */
+    return sw_dropout_apply(&x, &y, e->op->shape, p, e->attrs->dropout.seed, e->ctx->args->step, "dropout forward");
 }
 
 /* dx = dy through the forward's mask and scale (a training step's backward: train mode). */
@@ -78,7 +78,7 @@ static sw_status dropout_backward_data(const sw_task_env *e) {
         return SW_OK;
     }
     sw_env_view(e, r.dy, &dy);
-    return sw_dropout_apply(&dy, &dx, e->op->shape, e->attrs->alpha, e->attrs->seed, e->ctx->args->step,
+    return sw_dropout_apply(&dy, &dx, e->op->shape, e->attrs->dropout.p, e->attrs->dropout.seed, e->ctx->args->step,
                             "dropout backward");
 }
 

@@ -67,7 +67,7 @@ static sw_status layer_norm_forward(const sw_task_env *e) {
     sw_env_view(e, e->writes[0], &y);
     SW_TRY(sw_view_rows(&x, 1, &y, &xr));
     SW_TRY(sw_view_rows(&y, 1, NULL, &yr));
-    return sw_layer_norm_forward(&xr, &w, &b, e->attrs->alpha, &yr);
+    return sw_layer_norm_forward(&xr, &w, &b, e->attrs->layer_norm.eps, &yr);
 }
 
 static sw_status layer_norm_backward_data(const sw_task_env *e) {
@@ -86,7 +86,7 @@ static sw_status layer_norm_backward_data(const sw_task_env *e) {
     SW_TRY(sw_view_rows(&x, 1, &dy, &xr));
     SW_TRY(sw_view_rows(&dy, 1, NULL, &dyr));
     SW_TRY(sw_view_rows(&dx, 1, &dy, &dxr));
-    return sw_layer_norm_backward_data(&xr, &w, &dyr, e->attrs->alpha, &dxr);
+    return sw_layer_norm_backward_data(&xr, &w, &dyr, e->attrs->layer_norm.eps, &dxr);
 }
 
 static sw_status layer_norm_backward_weight(const sw_task_env *e) {
@@ -105,7 +105,7 @@ static sw_status layer_norm_backward_weight(const sw_task_env *e) {
     sw_env_view(e, r.region[0], &x);
     SW_TRY(sw_view_rows(&x, 1, &dy, &xr));
     SW_TRY(sw_view_rows(&dy, 1, NULL, &dyr));
-    return sw_layer_norm_backward_weight(&xr, &dyr, e->attrs->alpha, &dw);
+    return sw_layer_norm_backward_weight(&xr, &dyr, e->attrs->layer_norm.eps, &dw);
 }
 
 /* ------------------------------------------------------------------ embedding */
@@ -142,7 +142,7 @@ static sw_status softmax_dim_forward(const sw_task_env *e) {
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
-    return sw_softmax_dim_forward(&x, e->attrs->axis, e->attrs->alpha, e->attrs->causal, &y);
+    return sw_softmax_dim_forward(&x, e->attrs->softmax_dim.dim, e->attrs->softmax_dim.scale, e->attrs->softmax_dim.causal, &y);
 }
 
 static sw_status softmax_dim_backward_data(const sw_task_env *e) {
@@ -157,11 +157,11 @@ static sw_status softmax_dim_backward_data(const sw_task_env *e) {
     sw_env_view(e, r.region[0], &x);
     sw_env_view(e, e->writes[0], &dx);
     sw_view p;   /* the output, when this worker holds whole lines of it (its box is dx's) */
-    int whole = r.y >= 0 && sw_box_equal(&e->rt->g.buffers[r.y].box, &e->rt->g.buffers[e->writes[0]].box);
+    int whole = r.y >= 0 && sw_box_equal(&sw_env_buffer(e, r.y)->box, &sw_env_buffer(e, e->writes[0])->box);
     if (whole) {
         sw_env_view(e, r.y, &p);
     }
-    return sw_softmax_dim_backward(&x, whole ? &p : NULL, &dy, e->attrs->axis, e->attrs->alpha, e->attrs->causal,
+    return sw_softmax_dim_backward(&x, whole ? &p : NULL, &dy, e->attrs->softmax_dim.dim, e->attrs->softmax_dim.scale, e->attrs->softmax_dim.causal,
                                    &dx);
 }
 

@@ -6,8 +6,8 @@
  * reads (param, grad, state...) and writes (param, state...), every buffer the slice's
  * box of n elements (csrc/graph/lower.c, sync_group):
  *
- *   SGD    state: buf (n), momentum; started once rt->updates[buf] > 0
- *   Adam   state: m (n) exp_avg, v (n) exp_avg_sq; the step t = rt->updates[m] + 1
+ *   SGD    state: buf (n), momentum; started once its update count (sw_runtime_updates) > 0
+ *   Adam   state: m (n) exp_avg, v (n) exp_avg_sq; the step t = its update count + 1
  *   AdamW  as Adam, the weight decay applied to p before the moments (decoupled)
  *
  * Each update task owns its slice's state buffers and counter, so tasks on different
@@ -72,17 +72,13 @@ void sw_optim_update(const sw_optimizer *o, int64_t t, float *p, const float *gr
 
 sw_status sw_cpu_update(const sw_task_env *e) {
     const sw_optimizer *o = &e->ctx->args->opt;
-    int nstate = sw_optim_state_buffers(o->kind);
-    if (e->nreads != 2 + nstate || e->nwrites != 1 + nstate) {   /* sw_optim_check ran at the step's start */
-        return SW_FAIL(SW_ERR_INTERNAL, "update task %d has %d reads for an optimizer of %d state buffers", e->id,
-                       e->nreads, nstate);
-    }
-    float *p = sw_runtime_buffer(e->rt, e->reads[0]);
-    const float *grad = sw_runtime_buffer(e->rt, e->reads[1]);
-    float *s0 = sw_runtime_buffer(e->rt, e->reads[2]);
-    float *s1 = nstate > 1 ? sw_runtime_buffer(e->rt, e->reads[3]) : NULL;
-    int64_t n = sw_box_volume(&e->rt->g.buffers[e->reads[0]].box);
-    int64_t *updates = &e->rt->updates[e->reads[2]];
+    int nstate = sw_optim_state_buffers(o->kind);   /* the reads were checked (sw_task_dispatch) */
+    float *p = sw_env_ptr(e, e->reads[0]);
+    const float *grad = sw_env_ptr(e, e->reads[1]);
+    float *s0 = sw_env_ptr(e, e->reads[2]);
+    float *s1 = nstate > 1 ? sw_env_ptr(e, e->reads[3]) : NULL;
+    int64_t n = sw_box_volume(&sw_env_buffer(e, e->reads[0])->box);
+    int64_t *updates = sw_runtime_updates(e->rt, e->reads[2]);
     sw_optim_update(o, *updates + 1, p, grad, s0, s1, n);
     if (o->kind != SW_OPTIM_SGD || o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */
         ++*updates;

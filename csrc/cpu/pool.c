@@ -24,7 +24,7 @@
 #include <string.h>  /* memset */
 
 #include "kernels.h"  /* sw_view, sw_window, sw_pool2d_* */
-#include "view.h"     /* sw_view_check, sw_window_check, sw_view_check_covers */
+#include "../core/view.h"     /* sw_view_check, sw_window_check, sw_view_check_covers */
 
 enum { N_, C_, H_, W_ };  /* dimensions of (N, C, H, W) views */
 

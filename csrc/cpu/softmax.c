@@ -23,7 +23,7 @@
 #include "kernels.h"  /* sw_view, sw_softmax_xent_* */
 #include "simd.h"     /* SW_CLONES */
 #include "vmath.h"    /* sw_vexpf, sw_line_max, sw_line_exp_sum */
-#include "view.h"     /* sw_view_check, sw_view_check_covers */
+#include "../core/view.h"     /* sw_view_check, sw_view_check_covers */
 
 enum { N_, K_ };  /* dimensions of (N, classes) views */
 

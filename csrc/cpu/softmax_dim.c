@@ -16,7 +16,7 @@
 #include "kernels.h"
 #include "simd.h"   /* SW_CLONES */
 #include "vmath.h"  /* sw_vexpf, sw_line_max, sw_line_exp_sum, sw_line_dot */
-#include "view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range, sw_view_offset */
+#include "../core/view.h"  /* sw_view_check, sw_view_check_covers, sw_view_check_range, sw_view_offset */
 
 typedef struct {
     int64_t len;     /* the line's length (x's whole extent along the axis) */

@@ -1,46 +1,18 @@
-/* task_env.h -- what a CPU task's code sees: its task, its buffers as views, its op.
+/* task_env.h -- what a CPU task's code sees beyond any backend's task environment
+ * (exec/task_env.h: its task, its buffers as views, its op): scratch from the worker's
+ * workspace, the op table's CPU column, and small helpers the CPU runners share.
  *
  * tasks.c runs the task kinds that do not depend on the op (copies, sums,
  * batchnorm statistics; updates in optim.c) and hands forward and backward tasks to the
  * op's kernels, found in the op table (ops.def -> sw_cpu_ops, ops_cpu.c).
- *
- * The buffers of a task, in the order the lowering lists them:
- *   forward, forward_partial   data regions (slots read, in slot order), parameters
- *   loss                       the logits' region
- *   backward_data              [dy] [y] the slot's region, then the other data regions,
- *                              the parameters, a batchnorm's statistics (of x, of dy)
- *   backward_weight            [dy] [y] the data regions [a batchnorm's statistics of x]
- * where dy is the output's gradient (kind grad; grad_pre under a split reduction:
- * through the activation already) when one flows back, and y the op's output.
  */
 #ifndef SHARDWISE_CPU_TASK_ENV_H
 #define SHARDWISE_CPU_TASK_ENV_H
 
-#include "../exec/runtime.h"
-#include "view.h"  /* sw_view_volume, sw_window_check */
-
-typedef struct {
-    const sw_task_ctx *ctx;
-    const sw_runtime *rt;
-    int32_t id;
-    const sw_task *task;
-    const int32_t *reads, *writes;
-    int nreads, nwrites;
-    int op_index;
-    const sw_rt_op *op;
-    const sw_op_attrs *attrs;
-} sw_task_env;
-
-/* A backward task's reads, sorted out. */
-typedef struct {
-    int32_t dy;             /* the output's gradient, or -1 when none flows back */
-    int dy_pre;             /* dy is already through the activation (partition-n-reduce) */
-    int32_t y;              /* the op's output, or -1 */
-    int32_t region[64];     /* data regions by slot (-1: not read) */
-    int32_t params[64];     /* parameters in weight-slot order */
-    int nparams;
-    int32_t stats_x, stats_dy;   /* batchnorm: statistics of x and of dy, or -1 */
-} sw_backward_reads;
+#include "../core/view.h"        /* sw_view_volume, sw_window_check */
+#include "../exec/task_env.h"    /* sw_task_env, sw_backward_reads, sw_env_* */
+#include "backend_cpu.h"         /* sw_scratch_get */
+#include "kernels.h"             /* the CPU kernels */
 
 /* forward / backward tasks of one op kind; NULL: the op has no such task */
 typedef sw_status (*sw_task_fn)(const sw_task_env *e);
@@ -50,15 +22,8 @@ typedef struct {
 
 extern const sw_cpu_op *const sw_cpu_ops[SW_OP_COUNT];
 
-/* The view of buffer b. */
-void sw_env_view(const sw_task_env *e, int32_t b, sw_view *v);
-/* Shift v's coordinates along the dimensions of input `slot` that a split reduction
- * indexes by the start of this worker's part: its kernels see the part as the whole. */
-void sw_env_rebase(const sw_task_env *e, int slot, sw_view *v);
 /* Scratch of `bytes` for this task (NULL with an error set when out of memory). */
 void *sw_env_scratch(const sw_task_env *e, size_t bytes, sw_status *s);
-/* Sort a backward task's reads (per the table above). */
-void sw_env_backward_reads(const sw_task_env *e, sw_backward_reads *r);
 /* dy through the fused ReLU of a conv2d / linear (into scratch), or dy itself. */
 sw_status sw_env_dz(const sw_task_env *e, const sw_backward_reads *r, sw_view *dz);
 /* optim.c: an update task (SGD, Adam or AdamW per the step's optimizer). */

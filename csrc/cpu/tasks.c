@@ -36,21 +36,6 @@ void *sw_scratch_get(sw_scratch *s, size_t bytes) {
 }
 
 /* ------------------------------------------------------------------ environment */
-void sw_env_view(const sw_task_env *e, int32_t b, sw_view *v) { sw_rt_view(e->rt, b, v); }
-
-void sw_env_rebase(const sw_task_env *e, int slot, sw_view *v) {
-    const sw_rt_op *o = e->op;
-    if (o->rvar < 0) {
-        return;
-    }
-    int64_t start = (int64_t)(e->task->worker % o->rdeg) * o->rpart;
-    for (int d = 0; d < v->rank; d++) {
-        if (o->rdims[slot] & (1u << d)) {
-            v->lo[d] -= start;
-        }
-    }
-}
-
 void *sw_env_scratch(const sw_task_env *e, size_t bytes, sw_status *s) {
     void *p = sw_scratch_get(e->ctx->scratch, bytes);
     if (!p) {
@@ -71,53 +56,9 @@ void sw_bn_moments(const double *sums, int64_t channels, int64_t m, float *mean,
     }
 }
 
-static int kind_of(const sw_task_env *e, int32_t b) { return e->rt->g.buffers[b].kind; }
-static int op_of(const sw_task_env *e, int32_t b) { return e->rt->g.buffers[b].op; }
-
-void sw_env_backward_reads(const sw_task_env *e, sw_backward_reads *r) {
-    const sw_rt_op *o = e->op;
-    int i = 0;
-    r->dy = r->y = r->stats_x = r->stats_dy = -1;
-    r->dy_pre = 0;
-    r->nparams = 0;
-    for (int k = 0; k < o->ninputs; k++) {
-        r->region[k] = -1;
-    }
-    if (i < e->nreads && (kind_of(e, e->reads[i]) == SW_BUF_GRAD || kind_of(e, e->reads[i]) == SW_BUF_GRAD_PRE)) {
-        r->dy_pre = kind_of(e, e->reads[i]) == SW_BUF_GRAD_PRE;
-        r->dy = e->reads[i++];
-    }
-    if (i < e->nreads && kind_of(e, e->reads[i]) == SW_BUF_ACTIVATION && op_of(e, e->reads[i]) == e->op_index) {
-        r->y = e->reads[i++];
-    }
-    /* data regions: backward_data names its own slot's first, the others follow in slot order */
-    int own = e->task->kind == SW_TASK_BACKWARD_DATA ? e->task->slot : -1;
-    if (own >= 0 && i < e->nreads) {
-        r->region[own] = e->reads[i++];
-    }
-    for (int k = 0; k < o->ninputs; k++) {
-        if (k == own || o->role[k] != SW_ROLE_DATA || i >= e->nreads) {
-            continue;
-        }
-        int kind = kind_of(e, e->reads[i]);
-        if ((kind == SW_BUF_REGION || kind == SW_BUF_ACTIVATION) && op_of(e, e->reads[i]) == o->producer[k]) {
-            r->region[k] = e->reads[i++];
-        }
-    }
-    while (i < e->nreads && kind_of(e, e->reads[i]) == SW_BUF_PARAM) {
-        r->params[r->nparams++] = e->reads[i++];
-    }
-    if (i < e->nreads && kind_of(e, e->reads[i]) == SW_BUF_STATS) {
-        r->stats_x = e->reads[i++];
-    }
-    if (i < e->nreads && kind_of(e, e->reads[i]) == SW_BUF_STATS) {
-        r->stats_dy = e->reads[i++];
-    }
-}
-
 sw_status sw_env_dz(const sw_task_env *e, const sw_backward_reads *r, sw_view *dz) {
     sw_env_view(e, r->dy, dz);
-    if (r->dy_pre || !e->attrs->relu || r->y < 0) {
+    if (r->dy_pre || !sw_op_attrs_relu(e->attrs) || r->y < 0) {
         return SW_OK;
     }
     sw_status s = SW_OK;
@@ -130,12 +71,12 @@ sw_status sw_env_dz(const sw_task_env *e, const sw_backward_reads *r, sw_view *d
 /* ------------------------------------------------------------------ moving data */
 static sw_status run_copy(const sw_task_env *e) {
     int32_t src = e->reads[0], dst = e->writes[0];
-    const sw_buffer *bs = &e->rt->g.buffers[src], *bd = &e->rt->g.buffers[dst];
+    const sw_buffer *bs = sw_env_buffer(e, src), *bd = sw_env_buffer(e, dst);
     if (bs->kind == SW_BUF_STATS || bd->kind == SW_BUF_STATS) {   /* statistics: equal boxes, doubles */
         if (!sw_box_equal(&bs->box, &bd->box)) {
             return SW_FAIL(SW_ERR_INTERNAL, "task %d copies statistics between different boxes", e->id);
         }
-        memcpy(sw_runtime_buffer(e->rt, dst), sw_runtime_buffer(e->rt, src), (size_t)sw_buffer_bytes(bs));
+        memcpy(sw_env_ptr(e, dst), sw_env_ptr(e, src), (size_t)sw_buffer_bytes(bs));
         return SW_OK;
     }
     sw_view s, d;
@@ -149,10 +90,10 @@ static sw_status run_accumulate(const sw_task_env *e) {
     sw_view s, d;
     sw_env_view(e, e->reads[0], &s);
     sw_env_view(e, e->writes[0], &d);
-    if (!e->rt->first_accumulate[e->id]) {
+    if (!sw_env_first_accumulate(e)) {
         return sw_accumulate_box(&s, &d);
     }
-    if (!sw_box_equal(&e->task->box, &e->rt->g.buffers[e->writes[0]].box)) {
+    if (!sw_box_equal(&e->task->box, &sw_env_buffer(e, e->writes[0])->box)) {
         sw_view_zero(&d);
     }
     return sw_copy_box(&s, &d);
@@ -174,21 +115,21 @@ static sw_status run_load_input(const sw_task_env *e) {
 
 /* reduce, stats_reduce: the first read (= the write) += the others, in order. */
 static sw_status run_sum(const sw_task_env *e) {
-    const sw_buffer *b = &e->rt->g.buffers[e->writes[0]];
+    const sw_buffer *b = sw_env_buffer(e, e->writes[0]);
     int64_t n = sw_box_volume(&b->box);
     if (b->kind == SW_BUF_STATS) {
-        double *total = sw_runtime_buffer(e->rt, e->writes[0]);
+        double *total = sw_env_ptr(e, e->writes[0]);
         for (int k = 1; k < e->nreads; k++) {
-            const double *x = sw_runtime_buffer(e->rt, e->reads[k]);
+            const double *x = sw_env_ptr(e, e->reads[k]);
             for (int64_t i = 0; i < n; i++) {
                 total[i] += x[i];
             }
         }
         return SW_OK;
     }
-    float *total = sw_runtime_buffer(e->rt, e->writes[0]);
+    float *total = sw_env_ptr(e, e->writes[0]);
     for (int k = 1; k < e->nreads; k++) {
-        const float *x = sw_runtime_buffer(e->rt, e->reads[k]);
+        const float *x = sw_env_ptr(e, e->reads[k]);
         for (int64_t i = 0; i < n; i++) {
             total[i] += x[i];
         }
@@ -207,7 +148,7 @@ static sw_status run_sum_partials(const sw_task_env *e) {
         sw_env_view(e, e->reads[k], &part);
         SW_TRY(sw_accumulate_box(&part, &y));
     }
-    return e->attrs->relu ? sw_relu_forward(&y, &y) : SW_OK;
+    return sw_op_attrs_relu(e->attrs) ? sw_relu_forward(&y, &y) : SW_OK;
 }
 
 /* The block's gradient through the activation (zeros when nothing flows back). */
@@ -219,7 +160,7 @@ static sw_status run_activation_grad(const sw_task_env *e) {
         return SW_OK;
     }
     sw_env_view(e, e->reads[0], &dy);
-    if (!e->attrs->relu) {
+    if (!sw_op_attrs_relu(e->attrs)) {
         return sw_copy_box(&dy, &out);
     }
     sw_env_view(e, e->reads[1], &y);
@@ -231,20 +172,18 @@ static sw_status run_activation_grad(const sw_task_env *e) {
 static sw_status run_bn_stats(const sw_task_env *e) {
     sw_view x;
     sw_env_view(e, e->reads[0], &x);
-    return sw_bn_partial_sums(&x, sw_runtime_buffer(e->rt, e->writes[0]));
+    return sw_bn_partial_sums(&x, sw_env_ptr(e, e->writes[0]));
 }
 
 /* Mean and 1/std of the worker's channels from the reduced sums (into scratch: 2C floats). */
 static sw_status bn_moments_of(const sw_task_env *e, int32_t stats, float **mean, float **invstd) {
-    const sw_box *box = &e->rt->g.buffers[stats].box;
-    int64_t c = box->hi[1] - box->lo[1];
-    const int64_t *shape = e->op->shape;
+    int64_t c = sw_env_channels(e, stats);
     sw_status s = SW_OK;
     float *m = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
     if (!m) {
         return s;
     }
-    sw_bn_moments(sw_runtime_buffer(e->rt, stats), c, shape[0] * shape[2] * shape[3], m, m + c);
+    sw_bn_moments(sw_env_ptr(e, stats), c, sw_env_bn_count(e), m, m + c);
     *mean = m;
     *invstd = m + c;
     return SW_OK;
@@ -254,15 +193,11 @@ static sw_status bn_moments_of(const sw_task_env *e, int32_t stats, float **mean
  * writes y and (in place) the running statistics.  What it normalizes with, and whether it updates
  * the running statistics, is the step's sw_bn_mode. */
 static sw_status run_bn_apply(const sw_task_env *e) {
-    if (e->nreads < 5 || e->nwrites < 2 || kind_of(e, e->reads[4]) != SW_BUF_RUNNING) {
-        return SW_FAIL(SW_ERR_INTERNAL, "task %d: bn_apply without its running statistics", e->id);
-    }
-    float *mean, *invstd;
-    float *running = sw_runtime_buffer(e->rt, e->reads[4]);
+    float *mean = NULL, *invstd = NULL;
+    float *running = sw_env_ptr(e, e->reads[4]);
     const int mode = e->ctx->args->bn_mode;
     if (mode == SW_BN_RUNNING) {
-        const sw_box *box = &e->rt->g.buffers[e->reads[4]].box;
-        int64_t c = box->hi[1] - box->lo[1];
+        int64_t c = sw_env_channels(e, e->reads[4]);
         sw_status s = SW_OK;
         mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
         if (!mean) {
@@ -274,32 +209,40 @@ static sw_status run_bn_apply(const sw_task_env *e) {
         SW_TRY(bn_moments_of(e, e->reads[1], &mean, &invstd));
     }
     if (mode == SW_BN_UPDATE) {
-        const sw_box *box = &e->rt->g.buffers[e->reads[1]].box;
-        const int64_t *shape = e->op->shape;
-        SW_TRY(sw_bn_running_update(sw_runtime_buffer(e->rt, e->reads[1]), box->hi[1] - box->lo[1],
-                                    shape[0] * shape[2] * shape[3], e->attrs->alpha, running));
+        SW_TRY(sw_bn_running_update(sw_env_ptr(e, e->reads[1]), sw_env_channels(e, e->reads[1]), sw_env_bn_count(e),
+                                    e->attrs->batchnorm2d.momentum, running));
     }
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
-    return sw_bn_apply(&x, mean, invstd, sw_runtime_buffer(e->rt, e->reads[2]),
-                       sw_runtime_buffer(e->rt, e->reads[3]), &y);
+    return sw_bn_apply(&x, mean, invstd, sw_env_ptr(e, e->reads[2]),
+                       sw_env_ptr(e, e->reads[3]), &y);
 }
 
 /* bn_backward_stats reads dy, the x region, the statistics of x. */
 static sw_status run_bn_backward_stats(const sw_task_env *e) {
-    if (e->nreads < 3) {
-        return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm's gradient statistics need dy", e->id);
-    }
-    float *mean, *invstd;
+    float *mean = NULL, *invstd = NULL;
     SW_TRY(bn_moments_of(e, e->reads[2], &mean, &invstd));
     sw_view dy, x;
     sw_env_view(e, e->reads[0], &dy);
     sw_env_view(e, e->reads[1], &x);
-    return sw_bn_backward_sums(&x, &dy, mean, invstd, sw_runtime_buffer(e->rt, e->writes[0]));
+    return sw_bn_backward_sums(&x, &dy, mean, invstd, sw_env_ptr(e, e->writes[0]));
 }
 
 /* ------------------------------------------------------------------ dispatch */
+/* swap_out, swap_in: device arena <-> host region, the same box: one memcpy (swap.c). */
+static sw_status run_swap(const sw_task_env *e) {
+    memcpy(sw_env_ptr(e, e->writes[0]), sw_env_ptr(e, e->reads[0]), (size_t)sw_buffer_bytes(sw_env_buffer(e, e->reads[0])));
+    return SW_OK;
+}
+
+static sw_status run_zero_grad(const sw_task_env *e) {
+    sw_view v;
+    sw_env_view(e, e->writes[0], &v);
+    sw_view_zero(&v);
+    return SW_OK;
+}
+
 static sw_status by_op(const sw_task_env *e, sw_task_fn fn, const char *what) {
     if (!fn) {
         return SW_FAIL(SW_ERR_INTERNAL, "op kind %s has no CPU %s kernel (task %d)", sw_op_names[e->attrs->type],
@@ -308,57 +251,26 @@ static sw_status by_op(const sw_task_env *e, sw_task_fn fn, const char *what) {
     return fn(e);
 }
 
+static sw_status run_forward(const sw_task_env *e) { return by_op(e, sw_cpu_ops[e->attrs->type]->forward, "forward"); }
+
+static sw_status run_backward_data(const sw_task_env *e) {
+    return by_op(e, sw_cpu_ops[e->attrs->type]->backward_data, "input-gradient");
+}
+
+static sw_status run_backward_weight(const sw_task_env *e) {
+    return by_op(e, sw_cpu_ops[e->attrs->type]->backward_weight, "weight-gradient");
+}
+
+static const sw_task_runners CPU_RUNNERS = {
+    .backend = "cpu", .load_input = run_load_input, .copy = run_copy, .accumulate = run_accumulate, .sum = run_sum,
+    .sum_partials = run_sum_partials, .activation_grad = run_activation_grad, .zero_grad = run_zero_grad,
+    .swap = run_swap, .bn_stats = run_bn_stats, .bn_apply = run_bn_apply, .bn_backward_stats = run_bn_backward_stats,
+    .update = sw_cpu_update, .forward = run_forward, .backward_data = run_backward_data,
+    .backward_weight = run_backward_weight,
+};
+
 sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t t) {
-    const sw_runtime *rt = ctx->rt;
-    sw_task_env e = {ctx, rt, t, &rt->g.tasks[t], NULL, NULL, 0, 0, rt->g.tasks[t].op, &rt->ops[rt->g.tasks[t].op],
-                     &rt->attrs[rt->g.tasks[t].op]};
-    e.nreads = sw_tg_reads(&rt->g, t, &e.reads);
-    e.nwrites = sw_tg_writes(&rt->g, t, &e.writes);
-    const sw_cpu_op *kernels = sw_cpu_ops[e.attrs->type];
-    switch ((sw_task_kind)e.task->kind) {
-    case SW_TASK_JOIN:
-        return SW_OK;
-    case SW_TASK_LOAD_INPUT:
-        return run_load_input(&e);
-    case SW_TASK_COPY:
-        return run_copy(&e);
-    case SW_TASK_ACCUMULATE:
-        return run_accumulate(&e);
-    case SW_TASK_REDUCE:
-    case SW_TASK_STATS_REDUCE:
-        return run_sum(&e);
-    case SW_TASK_UPDATE:
-        return sw_cpu_update(&e);   /* optim.c */
-    case SW_TASK_SUM_PARTIALS:
-        return run_sum_partials(&e);
-    case SW_TASK_ACTIVATION_GRAD:
-        return run_activation_grad(&e);
-    case SW_TASK_SWAP_OUT:   /* device arena <-> host region: the same box, one memcpy (swap.c) */
-    case SW_TASK_SWAP_IN:
-        memcpy(rt->ptr[e.writes[0]], rt->ptr[e.reads[0]], (size_t)sw_buffer_bytes(&rt->g.buffers[e.reads[0]]));
-        return SW_OK;
-    case SW_TASK_ZERO_GRAD: {
-        sw_view v;
-        sw_env_view(&e, e.writes[0], &v);
-        sw_view_zero(&v);
-        return SW_OK;
-    }
-    case SW_TASK_BN_STATS:
-        return run_bn_stats(&e);
-    case SW_TASK_BN_APPLY:
-        return run_bn_apply(&e);
-    case SW_TASK_BN_BACKWARD_STATS:
-        return run_bn_backward_stats(&e);
-    case SW_TASK_FORWARD:
-    case SW_TASK_FORWARD_PARTIAL:
-    case SW_TASK_LOSS:
-        return by_op(&e, kernels->forward, "forward");
-    case SW_TASK_BACKWARD_DATA:
-        return by_op(&e, kernels->backward_data, "input-gradient");
-    case SW_TASK_BACKWARD_WEIGHT:
-        return by_op(&e, kernels->backward_weight, "weight-gradient");
-    case SW_TASK_NKINDS:
-        break;
-    }
-    return SW_FAIL(SW_ERR_INTERNAL, "task %d has unknown kind %d", t, e.task->kind);
+    sw_task_env e;
+    sw_task_env_init(&e, ctx, t);
+    return sw_task_dispatch(&e, &CPU_RUNNERS);
 }

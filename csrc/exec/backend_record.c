@@ -2,13 +2,13 @@
  * runs none of it (backend_ext.h).
  *
  * The CUDA backend keeps one list per work list in the runtime's recording order and issues
- * it from one thread (cuda/host/commands.c says why); this backend keeps the same lists, so
+ * it from one thread (gpu/commands.c says why); this backend keeps the same lists, so
  * that tests check the CUDA backend's stream and event plan on real plans on any machine.
  */
 #define _POSIX_C_SOURCE 200809L   /* posix_memalign */
 #include <stdlib.h>  /* calloc, free, realloc, posix_memalign */
 
-#include "../../cuda/host/gpu_plan.h"  /* sw_gpu_cmds */
+#include "gpu/gpu_plan.h"  /* sw_gpu_cmds */
 #include "backend_ext.h"
 
 typedef struct {

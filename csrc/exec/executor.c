@@ -14,14 +14,11 @@
  * sums of -log p, in task order (the same sum whatever the timing), over N.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <math.h>    /* isfinite */
-#include <stdio.h>   /* snprintf */
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
 #include <time.h>    /* clock_gettime */
 
-#include "../cpu/view.h"  /* sw_window_check */
-#include "runtime.h"
+#include "runtime_internal.h"  /* struct sw_runtime */
 
 #define ARENA_SENTINEL 0xA5     /* bytes of an arena no task has written yet (arena_high_water) */
 
@@ -36,6 +33,27 @@ void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v) {
 }
 
 void *sw_runtime_buffer(const sw_runtime *rt, int32_t b) { return rt->ptr[b]; }
+
+/* ------------------------------------------------------------------ what a backend may ask */
+int32_t sw_runtime_ntasks(const sw_runtime *rt) { return rt->g.ntasks; }
+int sw_runtime_nops(const sw_runtime *rt) { return rt->nops; }
+int64_t sw_runtime_batch(const sw_runtime *rt) { return rt->batch; }
+int sw_runtime_pipeline_copies(const sw_runtime *rt) { return rt->pipeline; }
+int32_t sw_runtime_nstreams(const sw_runtime *rt) { return rt->nstreams; }
+int32_t sw_runtime_stream_device(const sw_runtime *rt, int32_t stream) { return rt->stream_device[stream]; }
+const sw_task *sw_runtime_task(const sw_runtime *rt, int32_t t) { return &rt->g.tasks[t]; }
+int sw_runtime_task_reads(const sw_runtime *rt, int32_t t, const int32_t **ids) { return sw_tg_reads(&rt->g, t, ids); }
+int sw_runtime_task_writes(const sw_runtime *rt, int32_t t, const int32_t **ids) {
+    return sw_tg_writes(&rt->g, t, ids);
+}
+int sw_runtime_in_list(const sw_runtime *rt, int list, int32_t t) { return rt->in_list[list][t]; }
+int sw_runtime_first_accumulate(const sw_runtime *rt, int32_t t) { return rt->first_accumulate[t]; }
+const sw_buffer *sw_runtime_buffer_info(const sw_runtime *rt, int32_t b) { return &rt->g.buffers[b]; }
+const sw_rt_op *sw_runtime_op(const sw_runtime *rt, int op) { return &rt->ops[op]; }
+const sw_op_attrs *sw_runtime_attrs(const sw_runtime *rt, int op) { return &rt->attrs[op]; }
+int64_t *sw_runtime_updates(const sw_runtime *rt, int32_t b) { return &rt->updates[b]; }
+double *sw_runtime_loss_sums(const sw_runtime *rt) { return rt->loss_sums; }
+int64_t *sw_runtime_task_ns(const sw_runtime *rt) { return rt->task_ns; }
 
 int64_t sw_now_ns(void) {
     struct timespec ts;
@@ -74,38 +92,18 @@ static void copy_op(const sw_problem *p, const sw_plan *plan, int i, sw_rt_op *o
     }
 }
 
-static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs) {
+/* Every op's attributes well formed, and the backend able to run it (its supports_op). */
+static sw_status check_attrs(const sw_problem *p, const sw_op_attrs *attrs, const sw_backend *backend) {
     for (int i = 0; i < p->nops; i++) {
-        const sw_op_attrs *a = &attrs[i];
-        if (a->type < 0 || a->type >= SW_OP_COUNT) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: unknown op type %d", i, a->type);
-        }
         if (p->ops[i].ninputs > 64) {
             return SW_FAIL(SW_ERR_VALUE, "op %d: more than 64 inputs", i);
         }
-        if ((a->type == SW_OP_CONV2D || a->type == SW_OP_POOL2D) && sw_window_check(&a->win, "op window") != SW_OK) {
-            char why[256];   /* the message lives in the buffer SW_FAIL writes: copy it first */
-            snprintf(why, sizeof why, "%s", sw_last_error());
-            return SW_FAIL(SW_ERR_VALUE, "op %d: %s", i, why);
-        }
-        if (a->type == SW_OP_CONCAT && (a->axis < 0 || a->axis >= p->ops[i].out_rank)) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: concat axis %d out of range", i, a->axis);
-        }
-        if (a->type == SW_OP_SOFTMAX_DIM && (a->axis < 0 || a->axis >= p->ops[i].out_rank || !isfinite(a->alpha))) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: softmax_dim's dim %d or scale %g is out of range", i, a->axis,
-                           (double)a->alpha);
-        }
-        if (a->type == SW_OP_LAYER_NORM && !(a->alpha > 0.0f && isfinite(a->alpha))) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: layer_norm's eps %g is not a positive number", i, (double)a->alpha);
-        }
-        if (a->type == SW_OP_LEAKY_RELU && !isfinite(a->alpha)) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: leaky_relu's negative slope %g is not finite", i, (double)a->alpha);
-        }
-        if (a->type == SW_OP_DROPOUT && sw_dropout_check(a->alpha, "dropout") != SW_OK) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d: dropout's probability %g is not in [0, 1)", i, (double)a->alpha);
-        }
-        if (a->type == SW_OP_BATCHNORM2D && !(a->alpha >= 0.0f && a->alpha <= 1.0f)) {   /* NaN fails too */
-            return SW_FAIL(SW_ERR_VALUE, "op %d: batchnorm2d's momentum %g is not in [0, 1]", i, (double)a->alpha);
+        SW_TRY(sw_op_attrs_check(&attrs[i], p->ops[i].out_rank, i));
+        char why[256] = "";
+        const sw_backend_i *bi = backend->i;
+        if (bi->supports_op && !bi->supports_op(attrs[i].type, &attrs[i], p->ops[i].out_rank, why, sizeof why)) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d (%s): the %s backend %s", i, sw_op_names[attrs[i].type], bi->name,
+                           why);
         }
     }
     return SW_OK;
@@ -192,7 +190,7 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
 
 /* ------------------------------------------------------------------ build */
 static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_lowering *l, const sw_op_attrs *attrs) {
-    SW_TRY(check_attrs(p, attrs));
+    SW_TRY(check_attrs(p, attrs, rt->backend));
     if (l->swapped && rt->backend->i->to_host) {   /* swap tasks copy between host memory and the arena */
         return SW_FAIL(SW_ERR_VALUE, "swap plans run on the CPU backend with one compute stream per device");
     }
@@ -287,7 +285,7 @@ static sw_status new_from_plan(const sw_problem *p, const sw_plan *plan, const s
                                sw_runtime **out) {
     *out = NULL;
     sw_lowering *l = NULL;
-    sw_status s = check_attrs(p, attrs);   /* before the lowering, as the runtime always checked them */
+    sw_status s = check_attrs(p, attrs, backend);   /* before the lowering, as the runtime always checked them */
     if (s == SW_OK) {
         s = sw_lowering_new(p, plan, streams, swap, &l);
     }

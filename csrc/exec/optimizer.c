@@ -7,7 +7,7 @@
  */
 #include <math.h>    /* isfinite */
 
-#include "runtime.h"
+#include "optimizer.h"
 
 int sw_optim_state_buffers(int kind) { return kind == SW_OPTIM_SGD ? 1 : 2; }
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>  /* malloc, realloc, free */
 #include <string.h>  /* memset */
 
-#include "runtime.h"
+#include "runtime_internal.h"  /* struct sw_runtime */
 
 /* Per task T of the concatenated graph, the tasks another stream must record for it
  * (recorded[d] = 1) and, in record_pipeline, the waits. */

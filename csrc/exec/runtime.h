@@ -25,31 +25,12 @@
 #include <stddef.h>     /* size_t */
 #include <stdint.h>     /* int32_t, int64_t */
 
-#include "../cpu/kernels.h"  /* sw_view, sw_window */
-#include "../cpu/optim.h"    /* sw_optimizer */
+#include "../core/view.h"    /* sw_view, sw_window */
+#include "op_attrs.h"        /* sw_op_attrs: one typed record per op kind */
+#include "optimizer.h"       /* sw_optimizer */
 #include "../shardwise.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
 
-/* What the kernels of an op need beyond its description (from the graph's attributes). */
-typedef struct {
-    int8_t type;       /* sw_op_type */
-    int8_t relu;       /* conv2d, linear: a fused ReLU on the output */
-    int8_t pool_max;   /* pool2d: max pooling (else average) */
-    int8_t axis;       /* concat: the axis */
-    float alpha;       /* the op's real parameter: leaky_relu's negative slope, batchnorm2d's momentum
-                          (running = (1 - momentum) * running + momentum * the minibatch's statistic) */
-    sw_window win;     /* conv2d, pool2d: kernel, stride, padding; conv2d: dilation, groups */
-    int8_t causal;     /* softmax_dim: mask key j > query i (the last two dimensions) */
-    int32_t ids;       /* input ops: 0 for float data, else the minibatch holds integer ids below this
-                          bound (the smallest vocabulary of the embeddings reading it), stored as floats */
-    uint64_t seed;     /* dropout: the seed its masks are a function of (with the step, each element's index) */
-} sw_op_attrs;
 
-/* csrc/exec/optimizer.c: state buffers each kind's update reads after (param, grad): 1 for
- * SGD, 2 for Adam and AdamW. */
-int sw_optim_state_buffers(int kind);
-/* SW_ERR_VALUE naming the problem when `o` cannot run on a runtime with `state` buffers per
- * parameter slice, or its numbers are out of range (the Python layer checks them first). */
-sw_status sw_optim_check(const sw_optimizer *o, int state);
 
 /* The recorded work lists: a training step, the forward pass alone (loss, predict), and
  * rt->pipeline training steps back to back (pipeline.c; recorded on request only). */
@@ -72,15 +53,9 @@ typedef struct {
     int64_t step;                /* training steps completed before this one: dropout's masks depend on it */
 } sw_step_args;
 
-/* A grow-only workspace of one worker thread: kernels borrow scratch from it within a task. */
-typedef struct {
-    void *data;
-    size_t bytes;
-} sw_scratch;
-
-/* At least `bytes` of scratch (64-byte aligned), growing the workspace if needed; NULL
- * when out of memory.  One call per task: what it returns is overwritten by the next. */
-void *sw_scratch_get(sw_scratch *s, size_t bytes);
+/* A worker's scratch: defined by the backend that runs tasks on worker threads (the CPU's,
+ * csrc/cpu/backend_cpu.h); the runtime only passes it along. */
+typedef struct sw_scratch sw_scratch;
 
 /* The op facts the kernels need, copied from the problem (the runtime outlives it). */
 typedef struct {
@@ -142,6 +117,11 @@ typedef struct {
      * within the step and after its own list until the last thread finished (up to `max` threads); returns the number of threads (NULL: not measured) */
     int (*wait_times)(sw_backend *b, int64_t *ns, int max);
     void (*destroy)(sw_backend *b);
+    /* Can the backend run op kind `kind` with these attributes on an output of rank out_rank?
+     * 1, or 0 with `why` (n bytes) completing "the <name> backend ...", e.g. "has no kernels for
+     * op kind 'layer_norm'".  Asked of the table, before any backend exists (the Trainer asks
+     * through _core.supports_op); NULL: the backend runs every op. */
+    int (*supports_op)(int kind, const sw_op_attrs *attrs, int out_rank, char *why, size_t n);
 } sw_backend_i;
 
 struct sw_backend {
@@ -149,46 +129,9 @@ struct sw_backend {
     sw_runtime *rt;      /* the runtime the backend runs tasks of */
 };
 
-/* The CPU backend (csrc/cpu/backend_cpu.c): `threads` worker threads, thread k running the
- * streams of devices k, k + threads, ...: each stream in program order, and among its streams
- * whose next task may start, the one of the highest priority first; one OpenBLAS thread each.
- * jitter_us > 0 (tests only): every task starts after a random pause of up to that many
- * microseconds, to shake thread timing. */
-sw_status sw_backend_cpu_new(int ndev, int threads, int jitter_us, sw_backend **out);
-
 /* ------------------------------------------------------------------ the runtime */
-struct sw_runtime {
-    sw_task_graph g;
-    sw_memory_plan mp;
-    int ndev, nops;
-    sw_rt_op *ops;
-    sw_op_attrs *attrs;
-    int64_t batch;                /* N: the loss is the sum over loss tasks / N */
-    void **arena;                 /* ndev */
-    void **ptr;                   /* nbuffers: each buffer's address in its arena */
-    uint8_t *first_accumulate;    /* ntasks: the first accumulate into its gradient (copies or zeroes) */
-    uint8_t *in_list[SW_NLISTS];  /* ntasks: the task runs in that list */
-    /* nbuffers: updates applied to each parameter slice's first state buffer (0 elsewhere):
-     * SGD's momentum is started when > 0, and it is Adam's step count (torch's state['step']) */
-    int64_t *updates;
-    int optimizer_state;          /* state buffers per parameter slice (the problem's at lowering) */
-    double *loss_sums;            /* ntasks (pipeline x ntasks once pipelined): per loss task of each iteration,
-                                     its sum of -log p this step */
-    int64_t *task_ns;             /* 2 ntasks (2 pipeline x ntasks once pipelined): each task's start and end
-                                     in the last launch (ns, monotonic clock); task T is iteration T / ntasks's */
-    int pipeline;                 /* steps SW_LIST_PIPELINE runs back to back (0: not recorded; pipeline.c) */
-    int *backend_stream;          /* nstreams: the backend's id of each stream */
-    int64_t step_ns[2];           /* the last step's start and end (ns, same clock) */
-    sw_backend *backend;
-    int32_t nstreams;             /* the streams tasks run on: a schedule's, or one per device */
-    int32_t *stream;              /* ntasks: each task's stream */
-    int32_t *stream_device;       /* nstreams */
-    int32_t *stream_priority;     /* nstreams: higher runs first among a device's ready streams */
-    int several_streams;          /* some device has more than one stream */
-    int64_t arena_allocations;    /* arenas allocated (once, at creation) */
-    int reuse_memory;             /* buffers share memory by lifetime (0: each has its own) */
-    void **host_region;           /* ndev: each device's host region (its offloaded feature maps), or NULL */
-};
+/* Its body is the executor's (runtime_internal.h): backends and everything else reach a runtime
+ * through the functions below. */
 
 /* rt takes ownership of the backend; reuse_memory 0 gives every buffer its own bytes. */
 sw_status sw_runtime_new(const sw_problem *p, const sw_plan *plan, const sw_op_attrs *attrs, int reuse_memory,
@@ -231,13 +174,34 @@ void *sw_runtime_buffer(const sw_runtime *rt, int32_t b);
  * arena's alignment (host-memory backends: arenas start filled with a sentinel). */
 sw_status sw_runtime_high_water(const sw_runtime *rt, int64_t *out);
 
-/* csrc/cpu/ops_cpu.c: does the CPU backend have kernels for op type k? */
-int sw_cpu_has_kernels(int type);
-
-/* csrc/cpu/tasks.c: run one task of rt's graph on the CPU (views into the arenas). */
-sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t task);
-
 /* A view of buffer b (its box, its arena memory). */
 void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v);
+
+/* ------------------------------------------------------------------ what a backend may ask
+ * A backend learns what it runs through these functions, never by reading struct sw_runtime;
+ * the CUDA backend, a module of its own, calls them through the table the core lends it
+ * (sw_core_api, backend_ext.h). */
+int32_t sw_runtime_ntasks(const sw_runtime *rt);
+int sw_runtime_nops(const sw_runtime *rt);
+int64_t sw_runtime_batch(const sw_runtime *rt);          /* N, the minibatch */
+int sw_runtime_pipeline_copies(const sw_runtime *rt);    /* SW_LIST_PIPELINE's steps (0: not recorded) */
+int32_t sw_runtime_nstreams(const sw_runtime *rt);
+int32_t sw_runtime_stream_device(const sw_runtime *rt, int32_t stream);
+const sw_task *sw_runtime_task(const sw_runtime *rt, int32_t t);
+int sw_runtime_task_reads(const sw_runtime *rt, int32_t t, const int32_t **ids);
+int sw_runtime_task_writes(const sw_runtime *rt, int32_t t, const int32_t **ids);
+int sw_runtime_in_list(const sw_runtime *rt, int list, int32_t t);
+/* An accumulate task t is the first piece into its gradient: it copies (zeroing the rest). */
+int sw_runtime_first_accumulate(const sw_runtime *rt, int32_t t);
+const sw_buffer *sw_runtime_buffer_info(const sw_runtime *rt, int32_t b);
+const sw_rt_op *sw_runtime_op(const sw_runtime *rt, int op);
+const sw_op_attrs *sw_runtime_attrs(const sw_runtime *rt, int op);
+/* The updates applied to the parameter slice whose first state buffer is b (a counter the
+ * update tasks advance: SGD's momentum is started when > 0, Adam's step count). */
+int64_t *sw_runtime_updates(const sw_runtime *rt, int32_t b);
+/* Per loss task of each iteration, its sum of -log p this step (ntasks x pipeline copies). */
+double *sw_runtime_loss_sums(const sw_runtime *rt);
+/* Each task's start and end in the last launch (2 per task and iteration; ns, sw_now_ns). */
+int64_t *sw_runtime_task_ns(const sw_runtime *rt);
 
 #endif /* SHARDWISE_RUNTIME_H */

@@ -17,7 +17,9 @@
 
 #include <string.h>  /* strcmp */
 
-#include "../../cuda/host/gpu_plan.h"
+#include "../exec/gpu/gpu_plan.h"
+#include "../cpu/backend_cpu.h"  /* sw_backend_cpu_new, sw_backend_cpu_iface */
+#include "attrs_py.h"            /* sw_py_parse_op_attrs */
 #include "pyerr.h"  /* sw_py_raise */
 
 /* ------------------------------------------------------------------ choosing a backend */
@@ -87,8 +89,7 @@ static const sw_ext_backend *cuda_table(void) {
     if (!t) {
         return NULL;
     }
-    if (t->version != SW_EXT_ABI_VERSION || t->runtime_size != sizeof(sw_runtime) ||
-        t->env_size != sizeof(sw_task_env)) {
+    if (t->version != SW_EXT_ABI_VERSION || !sw_ext_sizes_equal(t->sizes, SW_EXT_SIZES(sw_ext_backend))) {
         PyErr_SetString(PyExc_RuntimeError, "shardwise._cuda was built from other sources than shardwise._core: "
                         "rebuild the package");
         return NULL;
@@ -332,7 +333,49 @@ done:
     return r;
 }
 
+/* ------------------------------------------------------------------ capability */
+/* supports_op(backend, attrs, out_rank) -> None, or why the backend cannot run the op: the
+ * backend's own sw_backend_i.supports_op, asked before any backend exists (the Trainer asks it
+ * for every op of a graph).  attrs: the op's dict (shardwise.train.runtime.op_attrs). */
+static PyObject *supports_op(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *name;
+    PyObject *dict;
+    int out_rank;
+    if (!PyArg_ParseTuple(args, "sOi", &name, &dict, &out_rank)) {
+        return NULL;
+    }
+    if (out_rank < 0 || out_rank > SW_MAX_RANK) {
+        PyErr_Format(PyExc_ValueError, "out_rank must be in [0, %d]", SW_MAX_RANK);
+        return NULL;
+    }
+    sw_op_attrs a;
+    if (sw_py_parse_op_attrs(dict, 0, out_rank, &a) < 0) {
+        return NULL;
+    }
+    const sw_backend_i *iface = NULL;
+    if (strcmp(name, "cpu") == 0) {
+        iface = sw_backend_cpu_iface();
+    } else if (strcmp(name, "cuda") == 0) {
+        const sw_ext_backend *t = cuda_table();
+        if (!t) {
+            return NULL;
+        }
+        iface = t->iface();
+    } else if (strcmp(name, "record") != 0) {
+        PyErr_Format(PyExc_ValueError, "unknown backend %s (cpu, cuda)", name);
+        return NULL;
+    }
+    char why[256] = "";
+    if (!iface || !iface->supports_op || iface->supports_op(a.type, &a, out_rank, why, sizeof why)) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(why);
+}
+
 static PyMethodDef gpu_plan_methods[] = {
+    {"supports_op", supports_op, METH_VARARGS,
+     "supports_op(backend, attrs, out_rank) -> None, or why the backend cannot run the op"},
     {"gpu_map", gpu_map, METH_VARARGS, "gpu_map(ndev, ngpus) -> [GPU of each logical device] (blocks)"},
     {"gpu_route", gpu_route, METH_VARARGS, "gpu_route(gpu_of, a, b, peer) -> 0 same GPU, 1 peer, 2 staged"},
     {"gpu_priorities", gpu_priorities, METH_VARARGS,

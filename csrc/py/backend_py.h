@@ -22,7 +22,7 @@ int sw_py_backend_spec(const char *name, int ndev, PyObject *gpus, long long wor
 /* Without the GIL: make the backend. */
 sw_status sw_py_backend_make(const sw_py_backend *spec, int threads, int jitter_us, sw_backend **out);
 void sw_py_backend_spec_free(sw_py_backend *spec);
-/* The module functions of the GPU planning (tests). */
+/* The module functions of the GPU planning (tests) and supports_op (the Trainer asks it). */
 int sw_py_register_gpu_plan(PyObject *module);
 
 #endif /* SHARDWISE_BACKEND_PY_H */

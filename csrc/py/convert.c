@@ -3,6 +3,7 @@
  * module.c, which registers the files, sits above. */
 #include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
 #include "runtime_py.h"  /* RuntimeObject */
+#include "../exec/runtime_internal.h"  /* struct sw_runtime: the bindings report on its insides */
 
 int sw_py_convert_init(void) {
     import_array1(-1);  /* this file's own NumPy API table */

@@ -14,7 +14,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>  /* NumPy C API: PyArray_* (this file imports its own API table) */
 
-#include "../exec/runtime.h"  /* sw_optimizer, sw_optim_check, sw_optim_update */
+#include "../cpu/optim.h"    /* sw_optimizer, sw_optim_check, sw_optim_update */
 #include "kernel_args.h"      /* SW_KERNEL_BEGIN / SW_KERNEL_END */
 #include "pyerr.h"            /* sw_py_raise */
 

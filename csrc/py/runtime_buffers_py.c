@@ -5,10 +5,11 @@
 
 #include <string.h>  /* memcpy, strcmp */
 
-#include "../../cuda/host/gpu_plan.h"  /* sw_gpu_cmd: the record backend's lists */
+#include "../exec/gpu/gpu_plan.h"  /* sw_gpu_cmd: the record backend's lists */
 #include "../exec/backend_ext.h"       /* sw_backend_record_list, sw_backend_record_streams */
 #include "pyerr.h"                     /* sw_py_raise */
 #include "runtime_py.h"
+#include "../exec/runtime_internal.h"  /* struct sw_runtime: the bindings report on its insides */
 
 /* Buffer b of the runtime (IndexError when there is none): its box as array dimensions. */
 static const sw_buffer *buffer_arg(RuntimeObject *self, PyObject *arg, long *b, npy_intp *dims) {

@@ -13,9 +13,9 @@
  * backend="cpu" (the default), "cuda" (shardwise._cuda; gpus: one GPU per logical device or
  * None, workspace: bytes per stream or 0) or "record" (tests: records the work, runs none).
  *
- * attrs is an int32 array (nops, 11): op type (_core.OP_KINDS index), fused ReLU, max
- * pooling, concat axis, then kh, kw, sh, sw, ph, pw, then leaky ReLU's negative slope as
- * the bits of a float32 (np.float32(s).view(np.int32): one array carries every attribute).  inputs is a list with one entry per
+ * attrs is one dict per op, by name: {"kind": its _core.OP_KINDS name, "name": the op's name,
+ * and exactly the fields of its kind's attribute record} (csrc/exec/op_attrs.h; read and checked
+ * by attrs_py.c, shardwise/train/runtime.py op_attrs writes them).  inputs is a list with one entry per
  * op: the minibatch of an input op (a floating-point array of the op's shape, finite),
  * None otherwise; labels N integers in range.  Anything else is a ValueError.
  * streams: None (one stream per device) or a schedule's (stream, stream_device,
@@ -30,59 +30,30 @@
 
 #include <string.h>  /* memset, memcpy */
 
-#include "../exec/runtime.h"
+#include "../cpu/backend_cpu.h"  /* sw_cpu_has_kernels */
+#include "../cpu/kernels.h"      /* sw_conv_scratch_grows */
+#include "../exec/runtime_internal.h"  /* struct sw_runtime: the bindings report on its insides */
+#include "attrs_py.h"     /* sw_py_parse_attrs */
 #include "backend_py.h"   /* sw_py_backend_spec, sw_py_backend_make */
 #include "pyerr.h"  /* sw_py_raise */
-#include "step_inputs.h"  /* step_inputs, parse_inputs, inputs_free, SW_MAX_ID_BOUND */
-
-/* type, relu, max pooling, concat axis (softmax_dim's dim), kh, kw, sh, sw, ph, pw, the op's real
- * parameter (a float32's bits), an integer input's id bound, softmax_dim's causal flag, dh, dw,
- * conv2d's output channels per group (0: dense), dropout's seed (low and high 32 bits):
- * shardwise/runtime.py op_attrs writes them */
-#define ATTR_COLUMNS 18
+#include "step_inputs.h"  /* step_inputs, parse_inputs, inputs_free */
 
 static PyTypeObject *problem_type_;   /* shardwise._core.Problem (module.c) */
 
 
+/* The ops' attributes: one dict per op (shardwise/train/runtime.py op_attrs), by name (attrs_py.c). */
 static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
-    PyArrayObject *a = sw_py_array(obj, NPY_INT32, 2, "attrs");
-    if (!a) {
-        return -1;
-    }
-    if (PyArray_DIM(a, 0) != p->nops || PyArray_DIM(a, 1) != ATTR_COLUMNS) {
-        PyErr_Format(PyExc_ValueError, "attrs must be (%d, %d)", p->nops, ATTR_COLUMNS);
-        Py_DECREF(a);
-        return -1;
-    }
-    sw_op_attrs *attrs = PyMem_Calloc((size_t)p->nops + 1, sizeof *attrs);
-    if (!attrs) {
-        Py_DECREF(a);
+    int *rank = PyMem_Calloc((size_t)p->nops + 1, sizeof *rank);
+    if (!rank) {
         PyErr_NoMemory();
         return -1;
     }
-    const int32_t *row = PyArray_DATA(a);
-    for (int i = 0; i < p->nops; i++, row += ATTR_COLUMNS) {
-        if (row[0] < 0 || row[0] >= SW_OP_COUNT || row[3] < 0 || row[3] >= SW_MAX_RANK || row[11] < 0 ||
-            row[11] > SW_MAX_ID_BOUND) {
-            PyErr_Format(PyExc_ValueError, "op %d: bad op type %d, axis %d or id bound %d", i, row[0], row[3],
-                         row[11]);
-            PyMem_Free(attrs);
-            Py_DECREF(a);
-            return -1;
-        }
-        float alpha;
-        memcpy(&alpha, &row[10], sizeof alpha);   /* the float32's bits, as op_attrs wrote them */
-        uint64_t seed = (uint64_t)(uint32_t)row[16] | (uint64_t)(uint32_t)row[17] << 32;
-        attrs[i] = (sw_op_attrs){.type = (int8_t)row[0], .relu = (int8_t)(row[1] != 0),
-                                 .pool_max = (int8_t)(row[2] != 0), .axis = (int8_t)row[3], .alpha = alpha,
-                                 .win = {.kh = row[4], .kw = row[5], .sh = row[6], .sw = row[7], .ph = row[8],
-                                         .pw = row[9], .relu = 0, .dh = row[13], .dw = row[14],
-                                         .group_co = row[15]},
-                                 .ids = row[11], .causal = (int8_t)(row[12] != 0), .seed = seed};
+    for (int i = 0; i < p->nops; i++) {
+        rank[i] = p->ops[i].out_rank;
     }
-    Py_DECREF(a);
-    *out = attrs;
-    return 0;
+    int rc = sw_py_parse_attrs(obj, p->nops, rank, out);
+    PyMem_Free(rank);
+    return rc;
 }
 
 /* Runtime(tg, attrs, threads, jitter_us=0, reuse=True, backend="cpu", gpus=None, workspace=0): the

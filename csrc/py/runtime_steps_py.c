@@ -13,6 +13,7 @@
 
 #include "pyerr.h"        /* sw_py_raise */
 #include "step_inputs.h"  /* parse_inputs, inputs_free */
+#include "../exec/runtime_internal.h"  /* struct sw_runtime: the bindings report on its insides */
 
 PyObject *Runtime_pipeline(RuntimeObject *self, PyObject *arg) {
     if (!sw_py_runtime_ready(self)) {

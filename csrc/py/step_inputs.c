@@ -13,6 +13,7 @@
 
 #include "kernel_args.h"  /* sw_py_all_finite */
 #include "step_inputs.h"
+#include "../exec/runtime_internal.h"  /* struct sw_runtime: the bindings report on its insides */
 
 void inputs_free(step_inputs *in) {
     for (int i = 0; i < in->n && in->held; i++) {
@@ -55,7 +56,7 @@ static PyArrayObject *id_array(int i, PyObject *item, int32_t bound) {
  * array when it already is one). */
 static PyArrayObject *input_array(const sw_runtime *rt, int i, PyObject *item) {
     const sw_rt_op *op = &rt->ops[i];
-    const int32_t ids = rt->attrs[i].ids;
+    const int32_t ids = rt->attrs[i].type == SW_OP_INPUT ? rt->attrs[i].input.id_bound : 0;
     if (!PyArray_Check(item) || !(ids ? PyArray_ISINTEGER((PyArrayObject *)item)
                                       : PyArray_ISFLOAT((PyArrayObject *)item))) {
         PyErr_Format(PyExc_ValueError, "input op %d: the minibatch must be %s array", i,

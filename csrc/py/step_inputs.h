@@ -7,8 +7,8 @@
 
 #include "../exec/runtime.h"  /* sw_runtime */
 
-/* Integer ids travel as float32, exact below 2^24 (csrc/cpu/embedding.c). */
-#define SW_MAX_ID_BOUND (1 << 24)
+/* Integer ids travel as float32, exact below 2^24 (csrc/cpu/embedding.c): SW_MAX_ID_BOUND,
+ * exec/op_attrs.h (through runtime.h). */
 
 typedef struct {
     const float **inputs;   /* per op: an input op's float32 minibatch, else NULL */

@@ -1,4 +1,4 @@
-"""The CUDA backend's host side, without a GPU (cuda/host/, built into the core on every machine):
+"""The CUDA backend's host side, without a GPU (csrc/exec/gpu/, built into the core on every machine):
 
 1. logical devices onto GPUs in blocks, and the route a box takes between two of them;
 2. a schedule's stream priorities ranked onto a GPU's range of CUDA priorities;

@@ -143,12 +143,22 @@ def test_runtime_refuses_bad_sequence_attributes_ids_and_labels():
     args = (make_problem(g, plan.devices, plan.options), *plan_arrays(plan))
     attrs = op_attrs(g)
     probs, ln = g["h.0.attn.probs"].index, g["h.0.ln_1"].index
-    for row, col, value, message in ((probs, 3, 4, "softmax_dim's dim"), (ln, 10, 0, "eps"),
-                                     (0, 11, -1, "id bound"), (0, 11, 2**24 + 1, "id bound")):
-        bad = attrs.copy()
-        bad[row, col] = value
+    for row, key, value, message in ((probs, "dim", 4, "softmax_dim's dim"), (ln, "eps", 0, "eps"),
+                                     (0, "id_bound", -1, "'id_bound'"), (0, "id_bound", 2**24 + 1, "'id_bound'")):
+        bad = [dict(a) for a in attrs]
+        bad[row][key] = value
         with pytest.raises(ValueError, match=message):
             _core.Runtime(*args, bad, 2)
+    # attributes travel by name: a forgotten or unknown one names the op and the attribute
+    bad = [dict(a) for a in attrs]
+    del bad[ln]["eps"]
+    with pytest.raises(ValueError, match=r"op \d+ 'h\.0\.ln_1' \(layer_norm\): attribute 'eps' is missing"):
+        _core.Runtime(*args, bad, 2)
+    bad = [dict(a) for a in attrs]
+    bad[probs]["axis"] = 1
+    with pytest.raises(ValueError, match=r"'h\.0\.attn\.probs' \(softmax_dim\): unknown attribute 'axis' "
+                                         r"\(softmax_dim takes dim, scale, causal\)"):
+        _core.Runtime(*args, bad, 2)
     rt = _core.Runtime(*args, attrs, 2)
     ids, labels = data()
     rest = [None] * (len(g.ops) - 1)

@@ -331,7 +331,7 @@ def test_the_runtime_refuses_a_bad_momentum_and_training_on_running_statistics()
     problem = make_problem(g, plan.devices, plan.options)
     for bad in (1.5, -0.25, float("nan")):
         attrs = op_attrs(g)
-        attrs[g["bn"].index, 10] = np.float32(bad).view(np.int32)
+        attrs[g["bn"].index]["momentum"] = bad
         with pytest.raises(ValueError, match=r"batchnorm2d's momentum .* is not in \[0, 1\]"):
             _core.Runtime(problem, *plan_arrays(plan), attrs, 1)
     ex = NativeExecutor(g, plan, lower(plan))

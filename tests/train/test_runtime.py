@@ -141,6 +141,27 @@ def test_an_op_without_cpu_kernels_is_refused_when_the_trainer_is_built():
     plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
     with pytest.raises(sw.ConfigError, match="no kernels for op kind 'custom'"):
         Trainer(g, plan)
+    # the runtime asks the backend too (a caller may build one directly)
+    with pytest.raises(ValueError, match=r"op 1 \(custom\): the cpu backend has no kernels for op kind 'custom'"):
+        _core.Runtime(*_runtime_args(g, plan), 1)
+
+
+def test_backends_say_which_ops_they_run():
+    """supports_op: the backend's own answer (sw_backend_i.supports_op), which the Trainer asks."""
+    conv = {"kind": "conv2d", "name": "c", "kernel": (3, 3), "stride": (1, 1), "padding": (1, 1),
+            "dilation": (2, 2), "group_out_channels": 4, "relu": False}
+    assert _core.supports_op("cpu", conv, 4) is None           # grouped and dilated: the CPU runs it
+    assert _core.supports_op("cpu", {"kind": "custom", "name": "s"}, 2) == "has no kernels for op kind 'custom'"
+    assert _core.supports_op("record", {"kind": "custom", "name": "s"}, 2) is None   # records anything
+    with pytest.raises(ValueError, match=r"op 0 'c' \(conv2d\): attribute 'padding' is missing"):
+        _core.supports_op("cpu", {k: v for k, v in conv.items() if k != "padding"}, 4)
+    with pytest.raises(ValueError, match="unknown backend tpu"):
+        _core.supports_op("tpu", conv, 4)
+    if "cuda" in sw.backends():   # its answer comes from the module, without a GPU
+        assert "grouped or dilated" in _core.supports_op("cuda", conv, 4)
+        assert "(N, C) logits" in _core.supports_op("cuda", {"kind": "softmax", "name": "p"}, 3)
+        assert _core.supports_op("cuda", {"kind": "layer_norm", "name": "ln", "eps": 1e-5}, 3) == \
+            "has no kernels for op kind 'layer_norm'"
 
 
 # --------------------------------------------------------------------------- bad input
@@ -156,13 +177,23 @@ def test_bad_runtime_arguments_are_refused():
         _core.Runtime(object(), kinds, degrees, dev_ptr, devs, attrs, 2)
     with pytest.raises(ValueError, match="attrs must be"):
         _core.Runtime(problem, kinds, degrees, dev_ptr, devs, attrs[:-1], 2)
-    bad = attrs.copy()
-    bad[1, 0] = 99
-    with pytest.raises(ValueError, match="bad op type"):
-        _core.Runtime(problem, kinds, degrees, dev_ptr, devs, bad, 2)
-    bad = attrs.copy()
-    bad[1, 4] = 0      # a conv kernel of 0 rows
-    with pytest.raises(ValueError, match="kernel"):
+    # attributes travel by name, one typed record per op kind (csrc/exec/op_attrs.h): a wrong one
+    # is an error naming the op and the attribute
+    conv = 1
+    assert attrs[conv]["kind"] == "conv2d"
+    for change, message in (({"kind": "conv3d"}, "unknown op kind 'conv3d'"),
+                            ({"kernel": (0, 5)}, r"\(conv2d\): attribute 'kernel' must be a pair of integers in "
+                                                 r"\[1, 16777216\]"),
+                            ({"stride": 2.5}, "attribute 'stride' must be a pair"),
+                            ({"groups": 2}, r"unknown attribute 'groups' \(conv2d takes kernel, stride, padding, "
+                                            r"dilation, group_out_channels, relu\)")):
+        bad = [dict(a) for a in attrs]
+        bad[conv].update(change)
+        with pytest.raises(ValueError, match=message):
+            _core.Runtime(problem, kinds, degrees, dev_ptr, devs, bad, 2)
+    bad = [dict(a) for a in attrs]
+    del bad[conv]["relu"]
+    with pytest.raises(ValueError, match=f"op {conv} '{g.ops[conv].name}' \\(conv2d\\): attribute 'relu' is missing"):
         _core.Runtime(problem, kinds, degrees, dev_ptr, devs, bad, 2)
     for threads, jitter in ((0, 0), (2, -1), (2, 10 ** 6)):
         with pytest.raises(ValueError, match="CPU backend"):

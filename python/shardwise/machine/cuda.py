@@ -110,7 +110,7 @@ def op_kinds() -> frozenset[str]:
 
 def gpu_map(logical: int, ngpus: int) -> list[int]:
     """The GPU of each of ``logical`` devices over ``ngpus`` GPUs: contiguous blocks
-    (cuda/host/device_map.c), so neighbouring devices share a GPU."""
+    (csrc/exec/gpu/device_map.c), so neighbouring devices share a GPU."""
     from shardwise import _core
 
     return list(_core.gpu_map(logical, ngpus))

@@ -33,13 +33,6 @@ from shardwise.planning.problem import make_problem
 # buffers the runtime keeps across steps (the rest live within one step)
 PERSISTENT_KINDS = ("param", "momentum", "running_stats")
 
-# type, relu, max pooling, concat axis (softmax_dim's dim), kh, kw, sh, sw, ph, pw, then the
-# op's real parameter (leaky ReLU's negative slope, batch norm's momentum, layer norm's eps,
-# softmax_dim's scale, dropout's probability) as the bits of a float32, an integer input's id
-# bound (0: float data), softmax_dim's causal flag, conv2d's dilation (dh, dw) and output channels
-# per group (0: dense), dropout's seed as two 32-bit halves (one int32 array carries every attribute)
-ATTR_COLUMNS = 18
-
 
 def backends() -> list[str]:
     """The backends this installation of shardwise has: ``["cpu"]``, and ``"cuda"`` where the
@@ -106,35 +99,42 @@ def window(op: Op) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
     return kernel, stride, pair(a.get("padding", 0))
 
 
-def op_attrs(graph: Graph) -> np.ndarray:
-    """(nops, ATTR_COLUMNS) int32: what the C kernels need of each op beyond its description."""
-    out = np.zeros((len(graph.ops), ATTR_COLUMNS), np.int32)
+def op_attrs(graph: Graph) -> list[dict[str, Any]]:
+    """What the C kernels need of each op beyond its description: one dict per op, by name, with
+    exactly the fields of the op kind's attribute record (csrc/exec/op_attrs.h; the record is named
+    in csrc/ops.def), plus "kind" and "name".  The runtime reads them into typed records and checks
+    them (csrc/py/attrs_py.c), naming the op and the attribute when one is missing or wrong."""
+    out = []
     for op in graph.ops:
-        row = out[op.index]
-        row[0] = _core.OP_KINDS.index(op.kind)
-        row[1] = op.attrs.get("activation") == "relu"
-        row[2] = op.attrs.get("kind") == "max"
-        row[3] = op.attrs.get("axis", 0) if op.kind == "concat" else op.attrs.get("dim", 0) \
-            if op.kind == "softmax_dim" else 0
+        a: dict[str, Any] = {"kind": op.kind, "name": op.name}
+        relu = op.attrs.get("activation") == "relu"
         if op.kind in ("conv2d", "pool2d"):
-            (kh, kw), (sh, sw), (ph, pw) = window(op)
-            row[4:10] = (kh, kw, sh, sw, ph, pw)
+            kernel, stride, padding = window(op)
+            a.update(kernel=kernel, stride=stride, padding=padding)
         if op.kind == "conv2d":
-            row[13:15] = dilation(op)
             groups = op.attrs.get("groups", 1)
-            row[15] = op.attrs["out_channels"] // groups if groups > 1 else 0
-        if op.kind == "batchnorm2d":
-            real = op.attrs.get("momentum", BN_MOMENTUM)
+            a.update(dilation=dilation(op), relu=relu,
+                     group_out_channels=op.attrs["out_channels"] // groups if groups > 1 else 0)
+        elif op.kind == "pool2d":
+            a["max"] = op.attrs.get("kind") == "max"
+        elif op.kind == "linear":
+            a["relu"] = relu
+        elif op.kind == "concat":
+            a["axis"] = op.attrs.get("axis", 0)
+        elif op.kind == "softmax_dim":
+            a.update(dim=op.attrs.get("dim", 0), scale=op.attrs.get("scale", 0.0),
+                     causal=bool(op.attrs.get("causal", False)))
+        elif op.kind == "layer_norm":
+            a["eps"] = op.attrs.get("eps", 0.0)
+        elif op.kind == "leaky_relu":
+            a["negative_slope"] = op.attrs.get("negative_slope", 0.0)
         elif op.kind == "dropout":
-            real = op.attrs["p"]
-            seed = op.attrs["seed"]
-            row[16:18] = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32).view(np.int32)
-        else:
-            real = op.attrs.get("negative_slope", op.attrs.get("eps", op.attrs.get("scale", 0.0)))
-        row[10] = np.float32(real).view(np.int32)
-        if op.kind == "input" and op.attrs.get("dtype") == "int64":
-            row[11] = id_bound(graph, op)
-        row[12] = bool(op.attrs.get("causal", False))
+            a.update(p=op.attrs["p"], seed=op.attrs["seed"])
+        elif op.kind == "batchnorm2d":
+            a["momentum"] = op.attrs.get("momentum", BN_MOMENTUM)
+        elif op.kind == "input":
+            a["id_bound"] = id_bound(graph, op) if op.attrs.get("dtype") == "int64" else 0
+        out.append(a)
     return out
 
 

@@ -34,7 +34,7 @@ from shardwise.train.init import init_params
 from shardwise.iteration.lower import lower
 from shardwise.train.optim import SGD, Adam, AdamW, Optimizer
 from shardwise.plan import Plan
-from shardwise.train.runtime import NativeExecutor, backends, id_bound
+from shardwise.train.runtime import NativeExecutor, backends, id_bound, op_attrs
 from shardwise.machine import cuda
 from shardwise.train.running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
 from shardwise.train import inference
@@ -113,22 +113,13 @@ class Trainer:
         if backend not in ("cpu", "cuda"):
             raise ConfigError(f"unknown backend {backend!r}; this installation has: "
                               f"{', '.join(map(repr, backends()))}")
-        kinds = CPU_KINDS
-        if backend == "cuda":   # built and loadable (else the reason); the graph's kinds before the GPU
+        if backend == "cuda":   # built and loadable (else the reason), before its kernels are asked about
             cuda.load()
-            kinds = cuda.op_kinds()
-        for op in graph.ops:
-            if op.kind not in kinds:
-                raise ConfigError(f"the {backend.upper()} backend has no kernels for op kind {op.kind!r} (op "
-                                  f"{op.name!r}); it trains {sorted(kinds)}. Graphs with other ops can be planned "
-                                  "(sw.search, sw.tofu.partition) but not trained yet")
-            if backend == "cuda" and op.kind == "softmax" and len(op.shape) != 2:
-                raise ConfigError(f"the CUDA backend's loss takes (N, C) logits, not {op.shape} (op {op.name!r}): "
-                                  "sequence losses train on the CPU backend")
-            if backend == "cuda" and op.kind == "conv2d" and (op.attrs.get("groups", 1) != 1 or
-                                                              op.attrs.get("dilation", 1) not in (1, (1, 1))):
-                raise ConfigError(f"the CUDA backend has no grouped or dilated convolution yet (op {op.name!r}): "
-                                  "such graphs train on the CPU backend")
+        for op, attrs in zip(graph.ops, op_attrs(graph)):   # the backend says what it runs (supports_op)
+            why = _core.supports_op(backend, attrs, len(op.shape))
+            if why is not None:
+                raise ConfigError(f"the {backend.upper()} backend {why} (op {op.name!r}); graphs it cannot run "
+                                  "can be planned (sw.search, sw.tofu.partition) and trained on another backend")
         if backend == "cuda":
             cuda.require()   # a driver and a GPU, else BackendUnavailableError naming what is missing
         inputs = [op for op in graph.ops if op.kind == "input"]

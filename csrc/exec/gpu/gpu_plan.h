@@ -1,8 +1,10 @@
-/* gpu_plan.h -- the CUDA backend's host-side planning: plain C, no CUDA headers.
+/* gpu_plan.h -- a GPU backend's host-side planning: plain C, no CUDA headers.
  *
  * Everything the CUDA backend decides before a GPU runs anything lives here, as pure
  * functions of numbers, so that it is unit-tested on machines without a GPU (these files are
- * built into shardwise._core as well as shardwise._cuda; tests/gpu/test_gpu_plan.py):
+ * built into shardwise._core as well as shardwise._cuda; tests/gpu/test_gpu_plan.py).  It sits
+ * in exec/ because the core's record backend (backend_record.c) keeps the CUDA backend's
+ * command lists with it, and the bindings report them: nothing in the core includes cuda/.
  *
  *   device_map.c     which GPU each logical device of a plan runs on, and how a box moves
  *                    between two logical devices (same GPU, peer access, staged by the driver)

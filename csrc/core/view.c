@@ -1,4 +1,4 @@
-/* view.c -- index math and validation shared by the CPU kernels (see view.h). */
+/* view.c -- index math and validation on views, shared by the kernels of every backend (see view.h). */
 #include <stddef.h>  /* NULL */
 #include <stdint.h>  /* INT64_MAX, INT32_MAX */
 
@@ -204,4 +204,57 @@ sw_status sw_view_check_elementwise_in(const sw_view *in, const char *in_name, c
         s = sw_view_check_covers(in, d, in_name, out, d, out_name, "index");
     }
     return s;
+}
+
+/* ---- matmul boxes ---- */
+int sw_matmul_holds(const sw_view *v, const sw_view *out, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+    int n = v->rank;
+    if (n != out->rank || n < 2) {
+        return 0;
+    }
+    for (int d = 0; d < n - 2; d++) {
+        if (!sw_view_covers(v, d, out->lo[d], sw_view_hi(out, d))) {
+            return 0;
+        }
+    }
+    return sw_view_covers(v, n - 2, r0, r0 + nr) && sw_view_covers(v, n - 1, c0, c0 + nc);
+}
+
+int sw_matmul_forward_boxes(const sw_view *a, const sw_view *b, int ta, int tb, const sw_view *y) {
+    int r = y->rank;
+    int64_t m = y->shape[r - 2], n = y->shape[r - 1], m0 = y->lo[r - 2], n0 = y->lo[r - 1];
+    int64_t k = a->shape[ta ? r - 2 : r - 1], k0 = a->lo[ta ? r - 2 : r - 1];
+    return (ta ? sw_matmul_holds(a, y, k0, k, m0, m) : sw_matmul_holds(a, y, m0, m, k0, k)) &&
+           (tb ? sw_matmul_holds(b, y, n0, n, k0, k) : sw_matmul_holds(b, y, k0, k, n0, n));
+}
+
+int sw_matmul_backward_boxes(const sw_view *a, const sw_view *b, const sw_view *dy, const sw_view *dx, int ta,
+                             int tb, int slot) {
+    int r = dy->rank;
+    if (r < 2 || dx->rank != r || (slot != 0 && slot != 1)) {
+        return 0;
+    }
+    int64_t m = dy->shape[r - 2], n = dy->shape[r - 1], m0 = dy->lo[r - 2], n0 = dy->lo[r - 1];
+    int kd = slot == 0 ? (ta ? r - 2 : r - 1) : (tb ? r - 1 : r - 2);   /* the part of K dx holds */
+    int64_t k = dx->shape[kd], k0 = dx->lo[kd];
+    int ok = slot == 0 ? (ta ? sw_matmul_holds(dx, dy, k0, k, m0, m) && dx->shape[r - 1] == m
+                             : sw_matmul_holds(dx, dy, m0, m, k0, k) && dx->shape[r - 2] == m) &&
+                             (tb ? sw_matmul_holds(b, dy, n0, n, k0, k) : sw_matmul_holds(b, dy, k0, k, n0, n))
+                       : (tb ? sw_matmul_holds(dx, dy, n0, n, k0, k) && dx->shape[r - 2] == n
+                             : sw_matmul_holds(dx, dy, k0, k, n0, n) && dx->shape[r - 1] == n) &&
+                             (ta ? sw_matmul_holds(a, dy, k0, k, m0, m) : sw_matmul_holds(a, dy, m0, m, k0, k));
+    for (int d = 0; ok && d < r - 2; d++) {
+        ok = dx->lo[d] == dy->lo[d] && dx->shape[d] == dy->shape[d];
+    }
+    return ok;
+}
+
+int sw_matmul_next_batch(const sw_view *out, int64_t *batch) {
+    for (int d = out->rank - 3; d >= 0; d--) {
+        if (++batch[d] < sw_view_hi(out, d)) {
+            return 1;
+        }
+        batch[d] = out->lo[d];
+    }
+    return 0;
 }

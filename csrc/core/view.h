@@ -1,19 +1,40 @@
 /*
- * view.h -- small shared helpers for the CPU kernels on sw_view (kernels.h):
- * index math between global coordinates and a view's local buffer, and the
- * validation every kernel does before touching memory.
+ * view.h -- a view of a tensor piece (sw_view), a convolution or pooling window
+ * (sw_window), and the small helpers every backend's kernels share on them: index
+ * math between global coordinates and a view's local buffer, and the validation
+ * every kernel does before touching memory.  In core/ because the runtime (exec/),
+ * the CPU kernels (cpu/) and the CUDA backend (cuda/) all speak in views.
  *
  * All checks return SW_OK or SW_ERR_VALUE with a message naming the view
  * (`name`, e.g. "conv2d_forward: x") so a bad call from the executor reads as
  * one line.  Ranges are half-open [lo, hi); an empty range is covered by any
  * view.  Nothing here allocates.
  */
-#ifndef SHARDWISE_CPU_VIEW_H
-#define SHARDWISE_CPU_VIEW_H
+#ifndef SHARDWISE_CORE_VIEW_H
+#define SHARDWISE_CORE_VIEW_H
 
 #include <stdint.h>  /* int64_t */
 
-#include "kernels.h"  /* sw_view, sw_window, sw_status */
+#include "../shardwise.h"  /* sw_status, SW_MAX_RANK */
+
+/* A piece of a tensor: a local, contiguous, row-major buffer and the global coordinates of
+ * its first element (kernels work in global coordinates; cpu/kernels.h has the picture). */
+typedef struct {
+    float *data;                 /* row-major, contiguous, prod(shape) floats */
+    int rank;
+    int64_t lo[SW_MAX_RANK];     /* global coordinates of data[0] */
+    int64_t shape[SW_MAX_RANK];  /* extent of the view per dimension */
+} sw_view;
+
+typedef struct {
+    int64_t kh, kw;   /* kernel (pooling window) */
+    int64_t sh, sw;   /* stride */
+    int64_t ph, pw;   /* padding */
+    int relu;         /* fuse a ReLU into the forward output */
+    int64_t dh, dw;   /* conv2d: dilation, the distance between taps; 0 reads as 1, so a window
+                         initialized without them is a plain one */
+    int64_t group_co; /* conv2d: output channels per group (cog); 0: one group, a dense convolution */
+} sw_window;
 
 /* ---- index math (no checks) ---- */
 
@@ -82,7 +103,23 @@ sw_status sw_view_check_range(const sw_view *v, int d, int64_t lo, int64_t exten
  * (channels per group below 2^36). */
 sw_status sw_window_check(const sw_window *p, const char *name);
 
+/* ---- matmul boxes (CPU matmul.c and CUDA blas.c check the same way) ----
+ * Views of rank r >= 2: y (.., M, N) = op(a) (.., M, K) op(b) (.., K, N), op a transpose when
+ * ta / tb; the leading r - 2 dimensions are a batch, iterated over the output's box. */
+
+/* v holds rows [r0, r0 + nr), columns [c0, c0 + nc) of its last two dimensions and out's batch range. */
+int sw_matmul_holds(const sw_view *v, const sw_view *out, int64_t r0, int64_t nr, int64_t c0, int64_t nc);
+/* 1 if a and b hold what y's box multiplies (K: a's extent along its reduction dimension). */
+int sw_matmul_forward_boxes(const sw_view *a, const sw_view *b, int ta, int tb, const sw_view *y);
+/* 1 if dx (the gradient of operand `slot`, 0: a, 1: b), dy and the other operand agree: dx holds
+ * dy's batch and its M (slot 0) or N (slot 1) range whole, and the other operand holds the part
+ * of K that dx holds. */
+int sw_matmul_backward_boxes(const sw_view *a, const sw_view *b, const sw_view *dy, const sw_view *dx, int ta,
+                             int tb, int slot);
+/* The next batch index of out's box (dimensions 0 .. rank-3); 0 after the last. */
+int sw_matmul_next_batch(const sw_view *out, int64_t *batch);
+
 /* Every value fits the 32-bit integers of the BLAS interface (scipy-openblas32). */
 sw_status sw_check_blas_dims(const char *name, int count, const int64_t *dims);
 
-#endif /* SHARDWISE_CPU_VIEW_H */
+#endif /* SHARDWISE_CORE_VIEW_H */
