@@ -157,7 +157,8 @@ def extension(found: Found, c_flags: list[str], depends: list[str]) -> Extension
     Only PyInit__mpi is exported (-fvisibility=hidden), so the core's sw_set_error and this
     module's never meet."""
     from glob import glob
-    rpaths = ["$ORIGIN/../../.."] + [d for d in found.library_dirs if d != "$ORIGIN/../../.."]
+    # a folder of pip's build environment is deleted after the build: no use at run time
+    rpaths = ["$ORIGIN/../../.."] + [d for d in found.library_dirs if "pip-build-env-" not in d]
     return Extension(
         "shardwise._mpi",
         sources=sorted(glob("csrc/mpi/*.c")) + ["csrc/core/status.c"],

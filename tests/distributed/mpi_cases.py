@@ -1,0 +1,132 @@
+"""The rank side of tests/distributed/test_comm.py: `mpiexec -n N python mpi_cases.py CASE`.
+
+Each case prints "ok <rank>" when its checks passed on that rank (the test counts them) and
+fails through an exception otherwise (sw.distributed.init's hook then aborts every rank).
+Buffers are kilobytes: these check the comm layer, not its speed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import shardwise as sw
+
+
+def basic(comm):
+    """rank, size, local_rank; isend/irecv round trips around a ring and between every pair,
+    byte counters equal to the bytes sent; allgather of fingerprints; allreduce; a receive that
+    never gets its message times out naming its peer and tag."""
+    rank, size = comm.rank, comm.size
+    assert 0 <= rank < size and size == int(os.environ["EXPECT_SIZE"]), (rank, size)
+    # one machine: the local rank is the rank
+    assert comm.local_rank == rank, (comm.local_rank, rank)
+    sw.distributed.check_world(size, comm)
+    comm.check_same(b"plan-fingerprint", "plan fingerprint", timeout=30)
+    comm.reset_counters()    # the handshake's collectives are not counted anyway; start clean
+
+    # every ordered pair (src, dst), src != dst: src sends (src * 100 + dst) * 4 + 64 bytes with tag
+    # src * size + dst; every rank posts its receives first, then its sends, then waits on all.
+    def nbytes(src, dst):
+        return (src * 100 + dst) * 4 + 64
+
+    recv_bufs, reqs = {}, []
+    for src in range(size):
+        if src != rank:
+            recv_bufs[src] = np.zeros(nbytes(src, rank), np.uint8)
+            reqs.append(comm.irecv(recv_bufs[src], src, src * size + rank))
+    sends = {dst: (np.arange(nbytes(rank, dst)) % 251).astype(np.uint8) + rank for dst in range(size) if dst != rank}
+    reqs += [comm.isend(buf, dst, rank * size + dst) for dst, buf in sends.items()]
+    for r in reqs:
+        comm.wait(r, timeout=30)
+    for src, buf in recv_bufs.items():
+        want = (np.arange(nbytes(src, rank)) % 251).astype(np.uint8) + src
+        assert np.array_equal(buf, want), f"rank {rank}: the message from {src} differs"
+    c = comm.counters()
+    assert c["sent"] == [0 if d == rank else nbytes(rank, d) for d in range(size)], c
+    assert c["received"] == [0 if s == rank else nbytes(s, rank) for s in range(size)], c
+
+    # a ring of float32 round trips: send to the right, receive from the left, 5 times (4 KB)
+    comm.reset_counters()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    x = np.full(1024, rank, np.float32)
+    for k in range(5):
+        r = comm.irecv(y := np.empty(1024, np.float32), left, 1000 + k)
+        comm.send_bytes(x, right, 1000 + k, timeout=30)
+        comm.wait(r, timeout=30)
+        assert np.all(y == (rank - 1 - k) % size), (k, y[:3])
+        x = y.copy()   # pass it on: after k + 1 hops it is the value of the rank k + 1 to the left
+    c = comm.counters()
+    assert c["sent"][right] == 5 * 4096 and c["received"][left] == 5 * 4096, c
+    assert sum(c["sent"]) == 5 * 4096 and sum(c["received"]) == 5 * 4096, c
+
+    # test() polls without blocking; a request is consumed once
+    r = comm.irecv(z := np.empty(16, np.uint8), left, 2000)
+    comm.send_bytes(np.full(16, rank, np.uint8), right, 2000, timeout=30)
+    deadline = time.monotonic() + 30
+    while not comm.test(r):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert np.all(z == left)
+    try:
+        comm.wait(r, timeout=1)
+        raise AssertionError("a consumed request was waited for again")
+    except ValueError as exc:
+        assert "not outstanding" in str(exc)
+
+    # fingerprints: every rank's 8 bytes, in rank order
+    got = comm.allgather_bytes(rank.to_bytes(8, "little"), timeout=30)
+    assert got == [r.to_bytes(8, "little") for r in range(size)], got
+    s = comm.allreduce_sum(np.full(300, rank + 1, np.float32), timeout=30)
+    assert np.all(s == size * (size + 1) / 2), s[:3]
+
+    # a receive whose message never comes: CommTimeoutError naming peer and tag, within its timeout
+    t = time.monotonic()
+    try:
+        comm.recv_bytes(32, left, 4242, timeout=0.5)
+        raise AssertionError("the receive did not time out")
+    except sw.distributed.CommTimeoutError as exc:
+        assert f"receive from rank {left}, tag 4242, 32 bytes" in str(exc), str(exc)
+        assert isinstance(exc, TimeoutError)
+    assert time.monotonic() - t < 10
+    # everyone is past its timeout before anyone closes (close cancels the receive left over)
+    comm.allgather_bytes(b"x", timeout=30)
+
+
+def peer_lost(comm, how):
+    """Rank 1 dies (`how`: raise, exit) while rank 0 waits for a message from it with a long
+    timeout: the launcher, or the abort of the exception hook, must end rank 0.  sys_exit: rank 1
+    exits cleanly with status 3, so MPI_Finalize holds it until rank 0 finalises too (MPI's
+    rule); rank 0's receive times out (3 s here), its exception aborts the job."""
+    if comm.rank == 1:
+        time.sleep(0.2)
+        if how == "raise":
+            raise RuntimeError("rank 1 fails on purpose")
+        if how == "exit":
+            os._exit(3)
+        sys.exit(3)
+    comm.recv_bytes(8, 1, 7, timeout=3 if how == "sys_exit" else 120)
+    print("rank 0 got a message that was never sent", flush=True)
+
+
+def main():
+    case = sys.argv[1]
+    if case == "singleton":
+        # started without mpiexec, with a launcher's variable saying 2: init() must refuse
+        comm = sw.distributed.init()
+        print(f"not refused: {comm}", flush=True)
+        return
+    comm = sw.distributed.init()
+    if case == "basic":
+        basic(comm)
+    elif case.startswith("lost_"):
+        peer_lost(comm, case[len("lost_"):])
+    else:
+        raise SystemExit(f"unknown case {case}")
+    print(f"ok {comm.rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
