@@ -472,6 +472,11 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
             timed_out = pthread_cond_timedwait(&c->done, &c->mu, &deadline) == ETIMEDOUT;
         }
         r = &c->reqs[req & 0xffffffff];   /* the table may have grown (moved) meanwhile */
+        if (r->gen != (uint32_t)(req >> 32) || r->state == REQ_FREE) {
+            pthread_mutex_unlock(&c->mu);   /* another thread's test or wait consumed it */
+            return SW_FAIL(SW_ERR_VALUE, "comm: request %lld was consumed by another thread while waited for",
+                           (long long)req);
+        }
     }
     sw_status s;
     if (r->state == REQ_DONE || r->state == REQ_FAILED) {

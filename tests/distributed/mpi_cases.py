@@ -118,6 +118,15 @@ def main():
         comm = sw.distributed.init()
         print(f"not refused: {comm}", flush=True)
         return
+    if case == "adopt":
+        from mpi4py import MPI   # initialises MPI first (thread level "multiple", mpi4py's default)
+        comm = sw.distributed.init()
+        assert not comm.initialized_here and comm.thread_level == "MPI_THREAD_MULTIPLE"
+        assert comm.rank == MPI.COMM_WORLD.Get_rank() and comm.size == MPI.COMM_WORLD.Get_size()
+        assert comm.allgather_bytes(bytes([comm.rank]), timeout=30) == [bytes([r]) for r in range(comm.size)]
+        assert MPI.COMM_WORLD.allgather(comm.rank) == list(range(comm.size))
+        print(f"ok {comm.rank}", flush=True)
+        return   # at exit: shardwise closes its communicator, mpi4py finalises MPI
     comm = sw.distributed.init()
     if case == "basic":
         basic(comm)

@@ -136,6 +136,16 @@ def test_one_rank_jobs_are_refused():
     assert "says 2 ranks" in out and "started 1" in out, out
 
 
+def test_adopts_an_mpi_that_mpi4py_initialised():
+    """mpi4py initialises MPI first: init() adopts it (no second MPI_Init, no MPI_Finalize of its
+    own) and both talk over the same MPI.  Skipped where mpi4py is not installed."""
+    _need_mpi()
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (not a dependency of shardwise)")
+    rc, out, _ = launch(2, "adopt")
+    assert rc == 0, out
+    assert sorted(re.findall(r"^ok (\d+)$", out, re.M)) == ["0", "1"], out
+
+
 # ---------------------------------------------------------------- without MPI
 
 
