@@ -6,6 +6,7 @@ Buffers are kilobytes: these check the comm layer, not its speed.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import time
@@ -95,6 +96,33 @@ def basic(comm):
     comm.allgather_bytes(b"x", timeout=30)
 
 
+def capsule(comm):
+    """The sw_comm_ext capsule the runtime will take (csrc/exec/comm.h), read as C would: its ABI
+    version and table size, the table's name, and its rank/size slots called on its communicator."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    cap = comm._capsule()
+    ext_ptr = api.PyCapsule_GetPointer(cap, b"shardwise.comm")
+
+    getter = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+    class Table(ctypes.Structure):   # the head of sw_comm_i
+        _fields_ = [("abi_version", ctypes.c_int), ("struct_size", ctypes.c_size_t), ("name", ctypes.c_char_p),
+                    ("rank", getter), ("size", getter), ("local_rank", getter)]
+
+    class Ext(ctypes.Structure):     # sw_comm_ext
+        _fields_ = [("abi_version", ctypes.c_int), ("table_size", ctypes.c_size_t),
+                    ("i", ctypes.POINTER(Table)), ("comm", ctypes.c_void_p)]
+
+    ext = Ext.from_address(ext_ptr)
+    table = ext.i.contents
+    assert ext.abi_version == table.abi_version == 1 and ext.table_size == table.struct_size > 100
+    assert table.name == b"mpi"
+    assert (table.rank(ext.comm), table.size(ext.comm), table.local_rank(ext.comm)) == (
+        comm.rank, comm.size, comm.local_rank)
+
+
 def peer_lost(comm, how):
     """Rank 1 dies (`how`: raise, exit) while rank 0 waits for a message from it with a long
     timeout: the launcher, or the abort of the exception hook, must end rank 0.  sys_exit: rank 1
@@ -130,6 +158,7 @@ def main():
     comm = sw.distributed.init()
     if case == "basic":
         basic(comm)
+        capsule(comm)
     elif case.startswith("lost_"):
         peer_lost(comm, case[len("lost_"):])
     else:
