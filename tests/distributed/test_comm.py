@@ -216,3 +216,26 @@ def test_info_names_the_mpi_library_or_why_none():
         assert "launcher: " in text
     else:
         assert "SHARDWISE_MPI" in line or "cannot be loaded" in line, text
+
+
+def test_required_mpi_missing_fails_the_build_naming_it(monkeypatch):
+    """SHARDWISE_MPI=1 with no mpicc anywhere: setup.py's find (strict=False, as pip asks for
+    requirements before it installs them) reports, build_ext fails naming what is missing; the
+    build backend asks for the mpich wheel only under SHARDWISE_MPI=1."""
+    build_mpi = _tool("build_mpi")
+    monkeypatch.setattr(build_mpi, "candidates", lambda: [("/nonexistent/bin/mpicc", "SHARDWISE_MPICC")])
+    found = build_mpi.find("1", strict=False)
+    assert found.required and not found.ok and "/nonexistent/bin/mpicc" in found.reason
+    with pytest.raises(SystemExit, match=r"SHARDWISE_MPI=1 but shardwise._mpi cannot be built: no MPI found"):
+        build_mpi.find("1")
+    assert not build_mpi.find("auto").required
+    from setuptools.command.build_ext import build_ext
+    from setuptools.dist import Distribution
+    cmd = build_mpi.with_mpi(build_ext, found)(Distribution())
+    with pytest.raises(SystemExit, match=r"pip install \"\.\[mpi\]\""):
+        cmd.run()
+    backend = _tool("build_backend")
+    monkeypatch.setenv("SHARDWISE_MPI", "1")
+    assert "mpich>=4.3" in backend._extra()
+    monkeypatch.setenv("SHARDWISE_MPI", "auto")
+    assert not any(w.startswith("mpich") for w in backend._extra())
