@@ -92,7 +92,8 @@ typedef struct {
 } sw_comm_i;
 
 /* What an implementation module hands out in a capsule named SW_COMM_CAPSULE: its table and one
- * communicator (owned by the module's Comm object, which must outlive the capsule's users). */
+ * communicator.  The module's Comm object owns the communicator (and frees it: the table has no
+ * free slot); whoever takes the capsule borrows it, and must keep the Comm object alive. */
 typedef struct {
     int abi_version;          /* SW_COMM_ABI_VERSION */
     size_t table_size;        /* sizeof(sw_comm_i) */

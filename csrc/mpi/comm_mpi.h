@@ -42,7 +42,7 @@ int sw_comm_mpi_initialized_here(const sw_comm *c);
 void sw_mpi_library_version(char *out, size_t cap, int *major, int *minor);
 
 /* The implementation and version of mpi.h this module was compiled against ("MPICH 5.0.2",
- * "Open MPI 5.0.11"): a build against one MPI started with the other's library is refused. */
+ * "Open MPI 5.0.11"), which `shardwise info` prints beside the library loaded at run time. */
 const char *sw_mpi_build_version(void);
 
 #endif /* SHARDWISE_COMM_MPI_H */

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -96,6 +97,36 @@ def basic(comm):
     comm.allgather_bytes(b"x", timeout=30)
 
 
+def threads(comm, nthreads=4, rounds=25):
+    """Several threads of one rank send and receive at once (each its own tags, 1 KB messages
+    around the ring): the comm thread serves all their queued requests, and the counters add up."""
+    rank, size = comm.rank, comm.size
+    right, left = (rank + 1) % size, (rank - 1) % size
+    comm.reset_counters()
+    errors = []
+
+    def worker(t):
+        try:
+            for k in range(rounds):
+                tag = 10000 + t * rounds + k
+                r = comm.irecv(got := np.empty(256, np.float32), left, tag)
+                comm.send_bytes(np.full(256, rank * 1000 + tag, np.float32), right, tag,
+                                timeout=30)
+                comm.wait(r, timeout=30)
+                assert np.all(got == left * 1000 + tag), (t, k, got[:2])
+        except Exception as exc:  # noqa: BLE001  (reported by the main thread)
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(nthreads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert not errors, errors
+    c = comm.counters()
+    assert c["sent"][right] == c["received"][left] == nthreads * rounds * 1024, c
+
+
 def capsule(comm):
     """The sw_comm_ext capsule the runtime will take (csrc/exec/comm.h), read as C would: its ABI
     version and table size, the table's name, and its rank/size slots called on its communicator."""
@@ -158,6 +189,7 @@ def main():
     comm = sw.distributed.init()
     if case == "basic":
         basic(comm)
+        threads(comm)
         capsule(comm)
     elif case.startswith("lost_"):
         peer_lost(comm, case[len("lost_"):])

@@ -95,7 +95,8 @@ def launch(n: int, case: str, **env: str) -> tuple[int, str, float]:
 def test_world_round_trips_counters_allgather_timeout(n):
     """rank/size/local_rank; isend/irecv between every pair and around a ring with the byte
     counters equal to the bytes sent; allgather of fingerprints; allreduce; a receive that
-    never gets its message times out naming peer and tag; the sw_comm_ext capsule read as C would."""
+    never gets its message times out naming peer and tag; 4 threads per rank sending and receiving
+    at once through the one comm thread; the sw_comm_ext capsule read as C would."""
     _need_mpi()
     rc, out, _ = launch(n, "basic", EXPECT_SIZE=str(n))
     assert rc == 0, out
