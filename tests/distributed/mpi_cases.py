@@ -1,6 +1,7 @@
 """The rank side of tests/distributed/test_comm.py: `mpiexec -n N python mpi_cases.py CASE`.
 
-Each case prints "ok <rank>" when its checks passed on that rank (the test counts them) and
+Each case prints "[case ok: rank R]" when its checks passed on rank R (the test counts them; the
+launcher may glue two ranks' lines together, so they are found anywhere in the output) and
 fails through an exception otherwise (sw.distributed.init's hook then aborts every rank).
 Buffers are kilobytes: these check the comm layer, not its speed.
 """
@@ -177,14 +178,26 @@ def main():
         comm = sw.distributed.init()
         print(f"not refused: {comm}", flush=True)
         return
-    if case == "adopt":
-        from mpi4py import MPI   # initialises MPI first (thread level "multiple", mpi4py's default)
+    if case.startswith("adopt_"):
+        # mpi4py initialises MPI first, at the thread level the case names: init() adopts it (no
+        # second MPI_Init, no MPI_Finalize of its own) at SERIALIZED or above, refuses FUNNELED
+        import mpi4py
+        mpi4py.rc.thread_level = level = case[len("adopt_"):]
+        from mpi4py import MPI
+        if level == "funneled":
+            try:
+                sw.distributed.init()
+                raise AssertionError("an MPI at MPI_THREAD_FUNNELED was adopted")
+            except sw.distributed.MPIUnavailableError as exc:
+                assert "MPI_THREAD_FUNNELED" in str(exc) and "MPI_THREAD_SERIALIZED" in str(exc), str(exc)
+            print(f"[case ok: rank {MPI.COMM_WORLD.Get_rank()}]", flush=True)
+            return
         comm = sw.distributed.init()
-        assert not comm.initialized_here and comm.thread_level == "MPI_THREAD_MULTIPLE"
+        assert not comm.initialized_here and comm.thread_level == f"MPI_THREAD_{level.upper()}"
         assert comm.rank == MPI.COMM_WORLD.Get_rank() and comm.size == MPI.COMM_WORLD.Get_size()
         assert comm.allgather_bytes(bytes([comm.rank]), timeout=30) == [bytes([r]) for r in range(comm.size)]
         assert MPI.COMM_WORLD.allgather(comm.rank) == list(range(comm.size))
-        print(f"ok {comm.rank}", flush=True)
+        print(f"[case ok: rank {comm.rank}]", flush=True)
         return   # at exit: shardwise closes its communicator, mpi4py finalises MPI
     comm = sw.distributed.init()
     if case == "basic":
@@ -195,7 +208,7 @@ def main():
         peer_lost(comm, case[len("lost_"):])
     else:
         raise SystemExit(f"unknown case {case}")
-    print(f"ok {comm.rank}", flush=True)
+    print(f"[case ok: rank {comm.rank}]", flush=True)
 
 
 if __name__ == "__main__":
