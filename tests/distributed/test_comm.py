@@ -81,14 +81,19 @@ def run_hard(cmd: list[str], env: dict[str, str], timeout: float = LAUNCH_TIMEOU
     return p.returncode, out, time.monotonic() - t
 
 
-def launch(n: int, case: str, **env: str) -> tuple[int, str, float]:
+def mpiexec_n(n: int) -> tuple[list[str], dict[str, str]]:
+    """The launcher's command for n ranks, and the environment it needs."""
     cmd = [dist.mpiexec(), "-n", str(n)]
     from shardwise import _mpi
     if _mpi.build_version().startswith("Open MPI"):
         # Open MPI refuses root and more ranks than cores without these (docs/distributed.md)
-        cmd += ["--oversubscribe"]
-        env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **env}
-    return run_hard(cmd + [sys.executable, CASES, case], _env(**env))
+        return cmd + ["--oversubscribe"], {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    return cmd, {}
+
+
+def launch(n: int, case: str, **env: str) -> tuple[int, str, float]:
+    cmd, extra = mpiexec_n(n)
+    return run_hard(cmd + [sys.executable, CASES, case], _env(**extra, **env))
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -124,6 +129,22 @@ def test_clean_exit_of_a_peer_times_out_instead_of_hanging():
     rc, out, took = launch(2, "lost_sys_exit")
     assert rc != 0 and took < 30, (rc, took, out)
     assert "CommTimeoutError" in out and "receive from rank 1, tag 7, 8 bytes" in out, out
+
+
+def test_a_hanging_job_is_killed_whole_and_fails():
+    """The hard timeout itself: a job whose ranks never finish (as ranks that wait on each other
+    forever would) fails the test after the timeout, and no rank is left running."""
+    _need_mpi()
+    marker = f"sw-hang-{os.getpid()}-{time.monotonic_ns()}"
+    cmd, extra = mpiexec_n(2)
+    cmd += [sys.executable, "-c", f"import time; time.sleep(300)  # {marker}"]
+    t = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match="ran past 3 s"):
+        run_hard(cmd, _env(**extra), timeout=3)
+    assert time.monotonic() - t < 20
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert marker not in ps, "a rank outlived the killed launcher"
 
 
 def test_one_rank_jobs_are_refused():
