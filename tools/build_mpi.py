@@ -35,6 +35,7 @@ import site
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from glob import glob
 
 from setuptools import Extension
 
@@ -156,7 +157,6 @@ def extension(found: Found, c_flags: list[str], depends: list[str]) -> Extension
     of its own: this module's messages stay in this module), linked with the libmpi mpicc names.
     Only PyInit__mpi is exported (-fvisibility=hidden), so the core's sw_set_error and this
     module's never meet."""
-    from glob import glob
     # a folder of pip's build environment is deleted after the build: no use at run time
     rpaths = ["$ORIGIN/../../.."] + [d for d in found.library_dirs if "pip-build-env-" not in d]
     return Extension(
