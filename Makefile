@@ -5,13 +5,19 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build cuda test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench clean
+.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
 
 cuda:             ## compile the C core and the CUDA backend in place (fails naming what is missing)
 	SHARDWISE_CUDA=1 $(PY) setup.py build_ext --inplace
+
+mpi:              ## compile the C core and shardwise._mpi in place (needs an mpicc: pip install mpich)
+	SHARDWISE_MPI=1 $(PY) setup.py build_ext --inplace
+
+test-mpi: mpi     ## the multi-process tests: mpiexec -n 2 and -n 4 on loopback (docs/distributed.md)
+	SHARDWISE_REQUIRE_MPI=1 PYTHONPATH=python $(PY) -m pytest -q -rs -p no:cacheprovider tests/distributed
 
 test-gpu: cuda    ## the GPU tests (skipped with the reason where no GPU is usable; docs/gpu.md)
 	PYTHONPATH=python $(PY) -m pytest -q -rs -m gpu tests

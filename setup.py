@@ -12,6 +12,11 @@ and cuBLAS headers and libraries are found and otherwise prints why it skipped i
 SHARDWISE_CUDA=1 requires it (the build fails naming what is missing); SHARDWISE_CUDA=0
 never builds it.  tools/build_cuda.py finds the toolkit and libraries and compiles the .cu
 files.
+
+The MPI communicator (csrc/mpi/, the extension module shardwise._mpi) is built the same way:
+SHARDWISE_MPI=auto (the default) builds it when an MPI compiler wrapper `mpicc` is found (the
+[mpi] extra's mpich wheel puts one in the environment's bin/), SHARDWISE_MPI=1 requires it,
+SHARDWISE_MPI=0 never builds it; tools/build_mpi.py finds it.  The core never links MPI.
 """
 import os
 import sys
@@ -23,6 +28,7 @@ from setuptools import Extension, setup
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
 import build_cuda  # noqa: E402  (tools/build_cuda.py: finding CUDA, compiling .cu files)
+import build_mpi  # noqa: E402  (tools/build_mpi.py: finding MPI through mpicc -show)
 
 # csrc/exec/gpu/*.c: the GPU backends' pure host-side planning (device map, stream priorities,
 # events, arena layout, convolution geometry), plain C without CUDA headers: built into the
@@ -69,4 +75,15 @@ elif found.required:
           "if it is still missing when the extensions are compiled", file=sys.stderr)
 else:
     print(f"shardwise: CUDA backend not built: {found.reason}", file=sys.stderr)
-setup(ext_modules=modules, cmdclass={"build_ext": build_cuda.BuildExt.with_cuda(found)})
+# csrc/mpi/ is not one of the core's ROOMS: only shardwise._mpi compiles it (and includes mpi.h)
+mpi = build_mpi.find(os.environ.get("SHARDWISE_MPI", "auto"), strict=False)
+if mpi.ok:
+    modules.append(build_mpi.extension(mpi, EXTRA, HEADERS))
+    print(f"shardwise: building the MPI communicator shardwise._mpi ({mpi.summary()})", file=sys.stderr)
+elif mpi.required:
+    print(f"shardwise: MPI not found (yet): {mpi.reason}; SHARDWISE_MPI=1 fails the build if it is still "
+          "missing when the extensions are compiled", file=sys.stderr)
+else:
+    print(f"shardwise: MPI communicator not built: {mpi.reason}", file=sys.stderr)
+setup(ext_modules=modules,
+      cmdclass={"build_ext": build_mpi.with_mpi(build_cuda.BuildExt.with_cuda(found), mpi)})

@@ -70,6 +70,7 @@ typedef enum {
     SW_ERR_NOMEM = 2,      /* allocation failed: MemoryError */
     SW_ERR_TOO_LARGE = 3,  /* a search space too large to enumerate: RuntimeError */
     SW_ERR_INTERNAL = 4,   /* a broken invariant: RuntimeError */
+    SW_ERR_TIMEOUT = 5,    /* a wait that ran out of time (exec/comm.h): TimeoutError */
 } sw_status;
 
 const char *sw_last_error(void);

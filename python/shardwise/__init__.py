@@ -65,3 +65,7 @@ __all__ += ["SwapEntry", "SwapPlan", "parse_budget", "swap_plan"]
 from shardwise.planning.tune import Candidate, TuneResult, adapted_lr, tune_minibatch
 
 __all__ += ["Candidate", "TuneResult", "adapted_lr", "tune_minibatch"]
+# processes of one job (MPI): shardwise._mpi is loaded only by sw.distributed.init()
+from shardwise import distributed
+
+__all__ += ["distributed"]

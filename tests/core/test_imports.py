@@ -32,7 +32,7 @@ FACADES = {
 
 def module_names(root: pathlib.Path) -> dict[str, pathlib.Path | None]:
     """Dotted name -> file of every module of the package (the C extensions as None)."""
-    mods: dict[str, pathlib.Path | None] = {"shardwise._core": None, "shardwise._cuda": None}
+    mods: dict[str, pathlib.Path | None] = {"shardwise._core": None, "shardwise._cuda": None, "shardwise._mpi": None}
     for path in root.rglob("*.py"):
         name = ".".join(("shardwise",) + path.relative_to(root).with_suffix("").parts)
         mods[name.removesuffix(".__init__")] = path

@@ -77,3 +77,35 @@ def test_upward_include_and_known_leaks(tmp_path):
     rep = rooms.check(root, known=[leak, stale])
     assert not rep.ok and rep.stale == [stale]
     assert "delete the entry" in rooms.render(rep)
+
+
+def test_mpi_room_implements_exec_and_nothing_uses_it(tmp_path):
+    """csrc/mpi/ (shardwise._mpi) may use exec/'s comm.h and the rooms below; no room may use mpi/:
+    the core never links MPI."""
+    rooms = _rooms()
+    assert rooms.ALLOWED["mpi"] == {"core", "graph", "mem", "exec"}
+    assert all("mpi" not in allowed for room, allowed in rooms.ALLOWED.items() if room != "mpi")
+    root = _tree(tmp_path, {
+        "csrc/shardwise.h": "int sw_set_error(int s);\n",
+        "csrc/core/status.c": '#include "shardwise.h"\nint sw_set_error(int s) { return s; }\n',
+        "csrc/exec/comm.h": "typedef struct sw_comm sw_comm;\n",
+        "csrc/mpi/comm_mpi.h": '#include "../exec/comm.h"\nint sw_comm_mpi_new(void);\n',
+        "csrc/mpi/comm_mpi.c": '#include "comm_mpi.h"\nint sw_comm_mpi_new(void) { return sw_set_error(1); }\n',
+    })
+    rep = rooms.check(root, known=[])
+    assert rep.ok, rooms.render(rep)
+    assert {(u.room, u.used) for u in rep.uses if u.room == "mpi"} == {("mpi", "exec"), ("mpi", "core")}
+    assert "mpi    -> core (1), exec (1)" in rooms.render(rep)
+    # the core's runtime calling into mpi/, or py/ including its header: both refused
+    root = _tree(tmp_path, {
+        "csrc/exec/executor.c": "int run(void) { return sw_comm_mpi_new(); }\n",
+        "csrc/py/module.c": '#include "../mpi/comm_mpi.h"\n',
+    })
+    rep = rooms.check(root, known=[])
+    assert sorted((u.file, u.used, u.kind) for u in rep.violations) == [
+        ("csrc/exec/executor.c", "mpi", "call"), ("csrc/py/module.c", "mpi", "include")]
+
+
+def test_this_tree_has_the_mpi_room():
+    r = subprocess.run([sys.executable, TOOL], capture_output=True, text=True)
+    assert "  mpi    -> core" in r.stdout and "mpi*" not in r.stdout, r.stdout

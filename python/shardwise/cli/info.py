@@ -1,10 +1,11 @@
 """`python -m shardwise info`: the version, the backends built, and for CUDA the versions found
-and the GPUs seen, or why none (docs/gpu.md)."""
+and the GPUs seen, or why none (docs/gpu.md); the MPI library shardwise._mpi loads, or why none
+(docs/distributed.md)."""
 from __future__ import annotations
 
 import platform
 
-from shardwise import __version__
+from shardwise import __version__, distributed
 from shardwise.machine import cuda
 from shardwise.train.runtime import backends
 
@@ -30,4 +31,15 @@ def info_text() -> str:
     elif c["built"] and "cuda_build" in c:
         lines.append(f"  GPUs: none ({c.get('reason', 'none seen')})")
     lines.append("  (the CUDA backend has been compiled but never run on a GPU: docs/gpu.md)")
+    lines += mpi_lines(distributed.info())
     return "\n".join(lines) + "\n"
+
+
+def mpi_lines(m: dict) -> list[str]:
+    """The MPI library (MPI_Get_library_version; MPI is not started) or why there is none."""
+    if "library" not in m:
+        return [f"mpi: {m['reason']}"]
+    v = m["version"]
+    out = [f"mpi: {m['library']} (MPI {v[0]}.{v[1]}), built against {m['build']}"]
+    out.append(f"  library: {m['library_path'] or '?'}; launcher: {m['mpiexec'] or 'no mpiexec found'}")
+    return out
