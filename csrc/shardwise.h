@@ -1,67 +1,80 @@
 /*
- * shardwise.h -- the C core of shardwise: regions, configurations, the cost
- * model of Eq. 1 (Jia et al., ICML 2018) and the exact elimination search.
+ * shardwise.h -- the public C interface of shardwise's core: problems (a computation graph on a
+ * device graph), the cost model of Eq. 1 (Jia et al., ICML 2018), the exact elimination search,
+ * and the task graph a plan lowers to.
  *
  * Overview
  * --------
- * A *problem* is a computation graph plus a device graph.  Each op is given by
- * its description (see python/shardwise/ops/desc.py): an iteration space (output
- * dimensions, then reduction dimensions) and, per input, one quasi-affine
- * index expression per input dimension.  From that one description the core
- * derives everything the planner needs.  The C files live in rooms, each using only the
- * rooms below it (core <- cost <- search; core <- graph <- mem <- sim; exec over graph and
- * mem; cpu/ and cuda/ over exec; py/ on top; tools/rooms.py checks it):
+ * A *problem* is a computation graph plus a device graph.  Each op is given by its description
+ * (see python/shardwise/ops/desc.py): an iteration space (output dimensions, then reduction
+ * dimensions) and, per input, one quasi-affine index expression per input dimension.  From that
+ * one description the core derives everything the planner and the runtime need, in one data flow:
  *
- *   core/      problem.c (decoding, node detection), region.c (the box of an input a worker
- *              reads for its output box, halos), config.c (configurations: a degree per output
- *              dimension + a device list), status.c, parallel.c, ops.c, small utilities
- *   cost/      cost_node.c t_c (roofline) and t_s (parameter server or ring all-reduce);
- *              cost.c t_x (bytes each destination worker needs and does not hold) and the
- *              tables the search reads; cost_placed.c, cost_bounds.c, cost_memory.c
- *   search/    search_*.c node / edge elimination (Algorithm 1), variable elimination of
- *              what they leave, and a brute-force oracle, all over plain cost tables so
- *              tests can feed fake ones
- *   graph/     taskgraph.c, lower.c: one training iteration of a plan as tasks, buffers and
- *              what every task reads and writes (the only lowering), buffer lifetimes;
- *              streams.c, hazards.c: several prioritized streams per device and the
- *              orderings one stream per device gave for free; schedule_paths.c, schedule.c:
- *              critical-path schedules (TurboDL); swap.c, swap_plan.c: swap tasks (AccUDNN)
- *   mem/       memplan*.c one arena per device: buffer offsets from lifetimes, reuse across
- *              streams, and a validator that proves them safe; order.c what each task runs
- *              after on the runtime (executor, simulator and validator read the one list);
- *              iterations.c, swap_fit.c
- *   sim/       sim_durations.c, sim_plan.c, sim_share.c, simulate.c: the simulator (modelled
- *              durations, the runtime's order and resources of every task, the event replay)
- *   exec/, cpu/, py/  the runtime, the CPU backend and kernels, the Python module
+ *   problem -> configurations -> cost tables -> search -> plan -> task graph (lowering)
+ *           -> memory plan / order / schedule / swap -> simulator | runtime -> backend
+ *
+ * The C files live in rooms, each using only the rooms below it (core <- cost <- search;
+ * core <- graph <- mem <- sim; exec over graph and mem; cpu/, cuda/ and mpi/ over exec; py/ on
+ * top; tools/rooms.py checks it):
+ *
+ *   core/      problems (decoding, node detection), regions (the box of an input a worker reads
+ *              for its output box, halos), configurations (a degree per output dimension + a
+ *              device list), status, parallel loops, the op table (ops.def), views
+ *   cost/      t_c (roofline), t_s (parameter server or ring all-reduce), t_x (bytes each
+ *              destination worker needs and does not hold): the tables the search reads;
+ *              placed transfers, lower bounds, memory footprints
+ *   search/    node / edge elimination (Algorithm 1), variable elimination of what they leave,
+ *              and a brute-force oracle, all over plain cost tables
+ *   graph/     the lowering: one training iteration of a plan as tasks, buffers and what every
+ *              task reads and writes; streams and hazards, critical-path schedules, swap tasks
+ *   mem/       memory plans (one arena per device, checked by a validator), the order the
+ *              runtime, the simulator and the validator all read, iterations, swap plans that fit
+ *   sim/       the simulator (modelled durations, the runtime's order, the event replay)
+ *   exec/      the runtime and the backend interface (exec/runtime.h: an opaque sw_runtime)
+ *   cpu/       the CPU backend and kernels;  cuda/ (outside csrc/) the CUDA backend, which meets
+ *              the core through exec/backend_ext.h's function table;  mpi/ exec/comm.h over MPI
+ *   py/        the Python module shardwise._core
  *
  * Example (what python/shardwise/planning/search.py does through the module):
  *
  *   sw_problem *p;
- *   sw_problem_new(&p, blob, blob_len, flops, ndev, dev_flops, dev_membw, bw);
- *   sw_problem_enumerate(p, counts, ncounts);     // configurations of every op
- *   sw_problem_build_tables(p, 0);                // t_c, t_s per config, t_x per edge
- *   sw_search_elimination(&p->tables, limit, choice, &cost, &stats);
- *   sw_problem_free(p);
+ *   sw_search_stats stats;
+ *   if (sw_problem_new(&p, blob, blob_len, flops, ndev, dev_flops, dev_membw, bw) != SW_OK)
+ *       fprintf(stderr, "%s\n", sw_last_error());
+ *   sw_problem_enumerate(p, counts, ncounts, 0);   // configurations of every op
+ *   sw_problem_build_tables(p, 0);                 // t_c, t_s per configuration, t_x per edge
+ *   sw_search_elimination(sw_problem_tables(p), limit, choice, &cost, &stats);
+ *   sw_problem_free(p);                            // choice[op]: the configuration of each op
  *
- * Headers: this file declares status, regions, configurations, problems and task
- * graphs; each later stage has a room header that this file includes (search/search.h,
- * cost/cost.h, graph/schedule.h, graph/swap.h, mem/memplan.h, sim/simulate.h), so a .c
- * file includes only "shardwise.h" (built with -Icsrc).
+ * What is opaque here, and why: sw_problem, sw_tables, sw_task_graph and sw_lowering are handles
+ * (their bodies are in csrc/internal.h, shared by the rooms and the bindings in csrc/py/), so
+ * that the rooms can change their layout without touching a caller; sw_runtime is opaque in
+ * exec/runtime.h in the same way.  What stays public is what is a value by nature: the status
+ * codes, the limits, a box (rank and lo/hi arrays), the search's statistics record.  The passes
+ * after the search (lowering with a plan, memory plans, schedules, swap, the simulator) fill
+ * records the caller owns; they are declared in the room headers that csrc/internal.h includes.
  *
- * Conventions: functions return sw_status and leave a message for
- * sw_last_error(); they never exit or abort on user input.  Boxes are
- * half-open [lo, hi).  Sizes and indices are int64_t.
+ * Headers: this file is the public interface; csrc/internal.h includes it and declares the
+ * struct bodies, the room headers (search/search.h, cost/cost.h, graph/schedule.h,
+ * graph/swap.h, graph/lowering.h, mem/memplan.h, sim/simulate.h) and what the rooms share.  A .c
+ * file of the core includes "internal.h" (built with -Icsrc).
+ *
+ * Conventions: functions return sw_status and leave a message for sw_last_error(); they never
+ * exit or abort on user input.  Boxes are half-open [lo, hi).  Sizes and indices are int64_t.
  */
 #ifndef SHARDWISE_H
 #define SHARDWISE_H
 
-#include <stdatomic.h>  /* _Atomic progress counters read by another thread */
 #include <stddef.h>  /* size_t */
 #include <stdint.h>  /* int64_t, int32_t */
 
+/* ---------------------------------------------------------------- limits */
 #define SW_MAX_RANK 5      /* tensor rank: (N, C, H, W) and later (N, C, D, H, W) */
 #define SW_MAX_VARS 10     /* iteration variables: output dims + reduction dims */
 #define SW_MAX_DEVICES 4096
+#define SW_MAX_OPTIMIZER_STATE 2   /* state buffers per parameter slice: Adam's two moments */
+/* The searches never build one table above this many entries (2^27 doubles: 1 GiB). */
+#define SW_MAX_TABLE_ENTRIES 134217728.0
 
 /* ---------------------------------------------------------------- status */
 typedef enum {
@@ -73,19 +86,10 @@ typedef enum {
     SW_ERR_TIMEOUT = 5,    /* a wait that ran out of time (exec/comm.h): TimeoutError */
 } sw_status;
 
+/* The message of the last failure on this thread. */
 const char *sw_last_error(void);
-sw_status sw_set_error(sw_status status, const char *file, int line, const char *fmt, ...);
-#define SW_FAIL(status, ...) sw_set_error((status), __FILE__, __LINE__, __VA_ARGS__)
-/* Return the status of `expr` from the calling function unless it is SW_OK. */
-#define SW_TRY(expr)              \
-    do {                          \
-        sw_status s_ = (expr);    \
-        if (s_ != SW_OK) {        \
-            return s_;            \
-        }                         \
-    } while (0)
 
-/* ---------------------------------------------------------------- regions */
+/* ---------------------------------------------------------------- boxes */
 typedef struct {
     int rank;
     int64_t lo[SW_MAX_RANK];
@@ -95,149 +99,13 @@ typedef struct {
 int64_t sw_box_volume(const sw_box *b);
 int sw_box_equal(const sw_box *a, const sw_box *b);
 
-/* ((sum_v coef[v] * (iter[v] div vdiv[v]) + offset) div div) mod mod   (mod == 0: none)
- * vdiv[v] >= 1 divides one variable before its coefficient: a grouped convolution reads
- * input channel cig * (co div cog) + ci, the first input channel of output channel co's
- * group plus ci (plain affine maps have every vdiv 1). */
-typedef struct {
-    int64_t coef[SW_MAX_VARS];
-    int64_t vdiv[SW_MAX_VARS];
-    int64_t offset;
-    int64_t div;
-    int64_t mod;
-} sw_index_expr;
-
-typedef enum { SW_ROLE_DATA = 0, SW_ROLE_WEIGHT = 1, SW_ROLE_STAT = 2 } sw_role;
-
-typedef struct {
-    sw_role role;
-    int bias;                      /* a WEIGHT added to the output (conv/linear bias, batchnorm beta): its
-                                    * gradient is the output's summed over the dimensions it does not
-                                    * index, so its task reads nothing else (the dB sub-task) */
-    int producer;                  /* op index for DATA inputs, -1 otherwise */
-    int rank;
-    int64_t shape[SW_MAX_RANK];
-    sw_index_expr expr[SW_MAX_RANK];
-    int has_window;                /* restrict the output points that read this input */
-    int64_t win_lo[SW_MAX_RANK], win_hi[SW_MAX_RANK];
-} sw_input;
-
-/* ---------------------------------------------------------------- configurations */
-/* Workers form a row-major grid over the output degrees, then (partition-n-reduce)
- * `rdeg` parts of reduction variable `rvar`, fastest: worker w computes output
- * block w / rdeg over reduction part w % rdeg.  The rdeg workers of one output
- * block form a reduction group whose partial outputs are summed on its first
- * worker, the owner of that block of the op's output. */
-typedef struct {
-    int32_t deg[SW_MAX_RANK];   /* degree per output dimension */
-    int32_t rvar;               /* split reduction variable, or -1 */
-    int32_t rdeg;               /* its degree (1 when rvar == -1); prod(deg) * rdeg == nworkers */
-    int32_t nworkers;
-    int64_t dev_offset;         /* the devices, in worker order, are dev_pool[dev_offset ..] */
-} sw_config;
-
-typedef struct {
-    int nvars, out_rank;
-    int64_t extent[SW_MAX_VARS];
-    int64_t granule[SW_MAX_RANK];  /* shard sizes must be multiples of these */
-    uint8_t additive[SW_MAX_VARS]; /* reduction variables whose partial results add up:
-                                      they may be split (partition-n-reduce) */
-    double flops_per_point, flops_per_output;
-    int ninputs;
-    sw_input *inputs;
-    int ncfg;
-    sw_config *cfgs;
-} sw_op;
-
-/* Output box of worker w under configuration c (the block of its reduction group). */
-void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out);
-/* Iteration box [vlo, vhi) of worker w over all op variables: its output box and,
- * for a split reduction variable, its part of that variable's range. */
-void sw_worker_iteration_box(const sw_op *op, const sw_config *c, int w, int64_t *vlo, int64_t *vhi);
-/* The output blocks of op under configuration c that meet the non-empty region reg
- * (row-major, the last dimension fastest): block[q] is the block's index in the grid
- * of output degrees, piece[q] its part of reg.  Returns their number, at most
- * prod(deg); both arrays must hold that many. */
-int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, int32_t *block, sw_box *piece);
-/* Is worker w the owner of its output block (first of its reduction group)? */
-static inline int sw_is_owner(const sw_config *c, int w) { return w % c->rdeg == 0; }
-/* Region of input `slot` that worker w reads (0 when it reads none).  In a
- * reduction group only the owner reads the inputs that do not depend on the
- * split variable (a bias: added once, to the summed output). */
-int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_box *region);
-/* sw_worker_region of every worker w of c at once (regions[w], used[w] its return value),
- * O(rank) per worker: the same boxes. */
-sw_status sw_config_regions(const sw_op *op, const sw_config *c, int slot, sw_box *regions, char *used);
-/* Region sizes of every worker of c as products over the split coordinates (output
- * dims of degree > 1 in worker order, then the reduction part): when every input
- * dimension depends on at most one of them (separable), worker w with coordinates x_q
- * reads constant * prod_q factor[first[q] + x_q] elements (0: it reads nothing), and a
- * dimension d on coordinate dim_coord[d] has extent[d * cells + first[q] + x_q] there. */
-typedef struct {
-    int nsplit, rank, separable;
-    int64_t count[SW_MAX_VARS], first[SW_MAX_VARS + 1], cells;
-    double constant;                  /* product of the dimensions on no coordinate (0: never read) */
-    int64_t const_len[SW_MAX_RANK];   /* their lengths */
-    int dim_coord[SW_MAX_RANK];       /* the coordinate each dimension depends on, or -1 */
-    double *factor;
-    int64_t *extent;
-} sw_region_factors;
-sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot, sw_region_factors *f);
-void sw_region_factors_free(sw_region_factors *f);
-/* The floor division and modulo of an index expression applied to the ends [lo, hi]
- * of the linear part's interval (inclusive), as interval arithmetic does. */
-void sw_expr_finish(const sw_index_expr *e, int64_t *lo, int64_t *hi);
-/* Box of input `slot` read by the points of `out_box` (all reductions in full);
- * returns 0 when this input is not read at all (outside its window). */
-int sw_input_region(const sw_op *op, int slot, const sw_box *out_box, sw_box *region);
-/* Box of input `slot` read by the iteration box [vlo, vhi) over all nvars
- * variables (output dimensions, then reductions); exact (may be NULL) gets, per
- * input dimension, 1 when every index of the box is read (no strided holes).
- * Returns 0 when the input is not read at all. */
-int sw_iteration_region(const sw_op *op, int slot, const int64_t *vlo, const int64_t *vhi,
-                        sw_box *region, int *exact);
-
-#include "search/search.h"  /* cost tables, sw_search_* */
+/* ---------------------------------------------------------------- handles */
+typedef struct sw_problem sw_problem;         /* ops, devices, configurations, cost tables */
+typedef struct sw_tables sw_tables;           /* node and edge costs the searches read */
+typedef struct sw_task_graph sw_task_graph;   /* one training iteration as tasks and buffers */
+typedef struct sw_lowering sw_lowering;       /* a plan lowered once, with its streams and swap rewrite */
 
 /* ---------------------------------------------------------------- problems */
-typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1 } sw_sync_model;
-
-#define SW_MAX_OPTIMIZER_STATE 2   /* state buffers per parameter slice: Adam's two moments */
-
-typedef struct {
-    int ndev;
-    double *dev_flops;    /* FLOP/s per device */
-    double *dev_membw;    /* memory bytes/s per device */
-    double *bw;           /* ndev x ndev route bandwidth, bytes/s; 0 = no route */
-    int nops;
-    sw_op *ops;
-    sw_sync_model sync_model;
-    double bytes_per_element;
-    double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
-    int threads;              /* threads that build transfer tables (default 1) */
-    int reduction_splits;     /* enumerate partition-n-reduce configurations too (default 0) */
-    /* optimizer state buffers the lowering gives every parameter slice (kind momentum, each the
-     * slice's box, on its replica group's lead device): 1 for SGD's momentum (default), 2 for
-     * Adam's first and second moments (at most SW_MAX_OPTIMIZER_STATE) */
-    int optimizer_state;
-    /* uniform nodes (sw_problem_detect_nodes): devices [n*node_size, (n+1)*node_size) form node n,
-     * bandwidth bw_in between two devices of a node and bw_out otherwise; node_size 0: not so */
-    int node_size;
-    double bw_in, bw_out;
-    /* build lower bounds of t_x valid for every placement instead (cost_bounds.c): the
-     * relaxation whose min-marginals prune large searches; bound_bw the fastest route */
-    int bound_tables;
-    double bound_bw;
-    int32_t *dev_pool;
-    int64_t pool_len, pool_cap;
-    /* filled by sw_problem_build_tables */
-    sw_tables tables;
-    double **tc, **ts, **sync_bytes;      /* per op, per config */
-    int *edge_consumer_slot;              /* per edge: input slot of the consumer */
-    int tables_built;
-    _Atomic long progress_done, progress_total;   /* of the running build or search */
-} sw_problem;
-
 sw_status sw_problem_new(sw_problem **out, const int64_t *blob, int64_t blob_len, const double *flops,
                          int ndev, const double *dev_flops, const double *dev_membw, const double *bw);
 void sw_problem_free(sw_problem *p);
@@ -256,189 +124,50 @@ sw_status sw_problem_set_configs(sw_problem *p, int op, int ncfg, const int32_t 
 sw_status sw_problem_build_tables(sw_problem *p, int with_bytes);
 /* Only the node costs (t_c + t_s per configuration): part of sw_problem_build_tables. */
 sw_status sw_problem_build_node_tables(sw_problem *p);
-/* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
-sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);
 /* Free the tables (before building them again). */
 void sw_problem_reset_tables(sw_problem *p);
-
-/* The three terms of Eq. 1 for single configurations. */
-double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
-/* Roofline seconds of one forward pass of worker w of configuration c on device `dev`:
- * its output block over its part of a split reduction (the per-worker term of t_c,
- * which is backward_factor x the slowest worker's). */
-double sw_worker_time(const sw_problem *p, int op, const sw_config *c, int w, int dev);
-/* FLOPs of that forward pass; *outputs = the elements of the worker's output block. */
-double sw_worker_flops(const sw_problem *p, int op, const sw_config *c, int w, double *outputs);
-/* Check a (split reduction variable or -1, degree) pair for op `opi` and store it in cfg. */
-sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t rvar, int32_t rdeg, sw_config *cfg);
-void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time, double *bytes);
-sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
-/* The same on a machine of uniform nodes when both ops' configurations sit on contiguous
- * device ranges: counted per consumer worker instead of listed per pair (cost_placed.c). */
-sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
-/* The least t_x of edge (consumer, slot) between producer configuration ci and consumer
- * configuration cj over their placements on aligned device blocks of their sizes (uniform
- * nodes only; by symmetry the larger block stays on the first devices, and when the sizes
- * do not divide each other every pair of blocks is tried). */
-sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out);
-/* Lower bounds of t_x for every pair of configurations (ncfg_src x ncfg_dst), valid
- * whatever devices they use; bw_max the fastest route (sw_fastest_route). */
-sw_status sw_transfer_bound_table(const sw_problem *p, int consumer, int slot, double bw_max, double *out);
-double sw_fastest_route(const sw_problem *p);
+/* The tables sw_problem_build_tables filled (owned by p). */
+const sw_tables *sw_problem_tables(const sw_problem *p);
 /* Set node_size, bw_in, bw_out from the bandwidth matrix (node_size 0 when not uniform; core/problem.c). */
 void sw_problem_detect_nodes(sw_problem *p);
-/* The first device of c when its devices are first, first + 1, ...; -1 otherwise. */
-int sw_config_first_device(const sw_problem *p, const sw_config *c);
-/* Same degrees and reduction split (the placement may differ; core/config.c). */
-int sw_same_partition(const sw_config *a, const sw_config *b);
+/* The fastest route's bandwidth, bytes/s. */
+double sw_fastest_route(const sw_problem *p);
+
+/* ---------------------------------------------------------------- search */
+typedef struct {
+    int node_eliminations, edge_eliminations, leaf_eliminations;
+    int algorithm1_residual_nodes;  /* K of seed 003 Table 2: left by node + edge eliminations */
+    int residual_nodes, residual_edges;  /* left after leaf eliminations too */
+    double residual_combinations;   /* product of configuration counts of the residual graph (may be inf) */
+    double evaluations;             /* exhaustive: strategies evaluated; elimination: min-plus steps of
+                                     * variable elimination on the residual graph */
+    int residual_width;             /* most ops in one table of exact variable elimination (0: none) */
+    double residual_table;          /* entries of its largest table */
+    int exact;                      /* 1: the optimum; 0: above the bound, best plan found + lower bound */
+    double lower_bound;             /* a lower bound of Eq. 1 (the optimum when exact) */
+} sw_search_stats;
+
+/* Algorithm 1 of seed 003 (node, edge, leaf eliminations), then variable elimination
+ * of what is left: exact while that takes at most max_evaluations min-plus steps and
+ * no table above min(max_evaluations, SW_MAX_TABLE_ENTRIES) entries; beyond, the best
+ * plan found with stats->exact = 0 and stats->lower_bound. */
+sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int *choice,
+                                double *cost, sw_search_stats *stats);
+/* The same, and marginals[v] (malloc'd, ncfg[v] entries, NULL before) the least Eq. 1 of a
+ * strategy giving node v each configuration: exact when the eliminations left one node,
+ * else lower bounds (search_marginals.c). */
+sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice,
+                                          double *cost, sw_search_stats *stats, double **marginals);
+sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *choice,
+                               double *cost, sw_search_stats *stats);
+/* Eq. 1 for one strategy. */
+double sw_strategy_cost(const sw_tables *t, const int *choice);
 
 /* ---------------------------------------------------------------- task graphs */
-/* One training iteration of a plan as tasks (in a topological order), their
- * dependencies and the buffers each reads and writes; python/shardwise/iteration/lower.py
- * describes every kind.  Contract with the runtime: each device runs its own
- * tasks in program order (one stream), so dependencies are recorded only where
- * that order does not already give them (devices meet only through copies,
- * which run on the destination and depend on the source's writer).  Where a
- * device runs several streams, order.c adds what that order gave (hazards.c). */
-typedef enum {
-    SW_TASK_LOAD_INPUT = 0, SW_TASK_COPY, SW_TASK_JOIN, SW_TASK_FORWARD, SW_TASK_LOSS, SW_TASK_BN_STATS,
-    SW_TASK_STATS_REDUCE, SW_TASK_BN_APPLY, SW_TASK_BN_BACKWARD_STATS, SW_TASK_BACKWARD_DATA,
-    SW_TASK_ACCUMULATE, SW_TASK_BACKWARD_WEIGHT, SW_TASK_REDUCE, SW_TASK_UPDATE,
-    SW_TASK_FORWARD_PARTIAL, SW_TASK_SUM_PARTIALS, SW_TASK_ACTIVATION_GRAD,   /* partition-n-reduce */
-    SW_TASK_ZERO_GRAD,   /* a worker's gradient no consumer adds to (its box is read by none): zeros */
-    SW_TASK_SWAP_OUT, SW_TASK_SWAP_IN,   /* swap.c: a feature map offloaded to host memory, prefetched back */
-    SW_TASK_NKINDS
-} sw_task_kind;
-
-typedef enum { SW_PHASE_FORWARD = 0, SW_PHASE_BACKWARD, SW_PHASE_SYNC, SW_PHASE_UPDATE } sw_phase;
-
-typedef enum {
-    SW_BUF_ACTIVATION = 0, SW_BUF_REGION, SW_BUF_GRAD, SW_BUF_PARTIAL_GRAD, SW_BUF_PARAM, SW_BUF_PARAM_GRAD,
-    SW_BUF_MOMENTUM, SW_BUF_STATS, SW_BUF_RECV, SW_BUF_PARTIAL, SW_BUF_GRAD_PRE,
-    SW_BUF_RUNNING,   /* batchnorm: running mean (row 0) and variance (row 1) of the worker's channels, (2, C)
-                         float32, kept across steps like parameters */
-    SW_BUF_HOST,      /* swap.c: a feature map's copy in host memory (the device's host region, not its arena) */
-    SW_BUF_NKINDS
-} sw_buffer_kind;
-
-/* What the lowering needs to know about an op beyond its description. */
-typedef enum { SW_OPKIND_PLAIN = 0, SW_OPKIND_INPUT, SW_OPKIND_SOFTMAX, SW_OPKIND_BATCHNORM } sw_op_kind;
-
-/* Op kinds (ops.def): SW_OP_INPUT, SW_OP_CONV2D, ...; sw_op_names[k] is the Python spelling. */
-typedef enum {
-#define SW_OP(id, name, role, attrs, cpu, cuda) SW_OP_##id,
-#include "ops.def"
-    SW_OP_COUNT
-} sw_op_type;
-extern const char *const sw_op_names[SW_OP_COUNT];
-extern const sw_op_kind sw_op_roles[SW_OP_COUNT];
-
-#define SW_TASK_BYTES_PER_ELEMENT 4   /* the executor's buffers are float32 */
-
-typedef struct {
-    int8_t kind, phase;        /* sw_task_kind, sw_phase */
-    int32_t device;            /* where it runs (a copy: the destination) */
-    int32_t src_device;        /* copies: the source device; -1 otherwise */
-    int32_t op, worker, slot;  /* slot: input slot of per-input tasks, -1 otherwise */
-    int32_t nreads;            /* buffers it reads (a reduction sums this many): the graph's io lists them */
-    int64_t elements;          /* its box's volume, else its first written buffer's (0: none) */
-    int64_t nbytes;            /* bytes crossing between devices (copies only) */
-    sw_box box;                /* copies, accumulates: the global box moved; rank 0: none */
-} sw_task;
-
-/* A swap task: a copy between a device and its host region (swap.c), timed by the host link. */
-static inline int sw_is_swap(const sw_task *t) { return t->kind == SW_TASK_SWAP_OUT || t->kind == SW_TASK_SWAP_IN; }
-
-/* A copy between two devices (timed by its route), as opposed to a local copy. */
-static inline int sw_is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
-
-typedef struct {
-    int32_t device, op;        /* op: the global tensor's op */
-    int32_t worker;            /* params and their gradients: the worker holding them; -1 otherwise */
-    int16_t slot;              /* params, their gradients and momentum: the op's weight input slot; -1 otherwise */
-    int8_t kind;               /* sw_buffer_kind */
-    sw_box box;
-} sw_buffer;
-
-/* Bytes of a buffer: batchnorm statistics are double precision sums, the rest float32. */
-static inline int64_t sw_buffer_bytes(const sw_buffer *b) {
-    return sw_box_volume(&b->box) * (b->kind == SW_BUF_STATS ? 8 : SW_TASK_BYTES_PER_ELEMENT);
-}
-
-/* The buffers a task reads and writes (ids into the graph's buffers), in the order
- * its kernel takes them: an in-place update (a reduction into its first read, the
- * SGD update of a parameter) names the buffer in both lists. */
-typedef struct {
-    const int32_t *reads;
-    int nreads;
-    const int32_t *writes;
-    int nwrites;
-} sw_task_io;
-
-typedef struct {
-    int32_t ntasks, task_cap;
-    sw_task *tasks;
-    int32_t *dep_ptr;          /* ntasks + 1: task t depends on deps[dep_ptr[t] .. dep_ptr[t+1]) */
-    int32_t *deps;             /* sorted, distinct, all < t */
-    int32_t ndeps, dep_cap;
-    int32_t nbuffers, buffer_cap;
-    sw_buffer *buffers;
-    int32_t *io_ptr;           /* ntasks + 1: task t reads io[io_ptr[t] .. + nreads) and writes the rest
-                                  of io[.. io_ptr[t+1]) */
-    int32_t *io;
-    int32_t nio, io_cap;
-} sw_task_graph;
-
-/* A plan: one configuration per op.  cfg[op].deg, cfg[op].nworkers and the
- * devices devs[cfg[op].dev_offset ..] in worker order; kind[op] a sw_op_kind. */
-typedef struct {
-    int nops;
-    const sw_config *cfg;
-    const int32_t *devs;
-    const int8_t *kind;
-} sw_plan;
-
-/* Check a plan against a problem (sizes, degrees dividing their dimensions,
- * distinct devices in range, op kinds): SW_ERR_VALUE with a message if bad. */
-sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
-/* Lower `plan` into `g` (which must be zeroed); on failure g is freed. */
-sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g);
 void sw_task_graph_free(sw_task_graph *g);
-/* An exact copy of src into dst (zeroed first; freed on failure). */
-sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst);
-/* taskgraph.c: append a buffer / a task with deps (negative ids are skipped;
- * the rest are sorted and made distinct) and the buffers it reads and writes
- * (t->nreads is set from io); the new id goes to *id. */
-sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, int32_t op, const sw_box *box,
-                       int32_t *id);
-sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, const sw_task_io *io,
-                     int32_t *id);
-/* The buffers task t reads (returns their number, *ids points into g->io) and writes. */
-static inline int sw_tg_reads(const sw_task_graph *g, int32_t t, const int32_t **ids) {
-    *ids = g->io + g->io_ptr[t];
-    return g->tasks[t].nreads;
-}
-static inline int sw_tg_writes(const sw_task_graph *g, int32_t t, const int32_t **ids) {
-    *ids = g->io + g->io_ptr[t] + g->tasks[t].nreads;
-    return g->io_ptr[t + 1] - g->io_ptr[t] - g->tasks[t].nreads;
-}
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device);  /* bytes; returns bytes moved */
-/* Lifetimes (taskgraph.c): shared by the memory plan (mem/) and the swap plan (graph/swap*.c). */
-/* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
-sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
-/* Does buffer b live through every step and across steps (parameters, momentum, host reads)? */
-int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read);
-/* Each buffer's lifetime in program order: first[b] / last[b] = the first / last task touching it
- * (nbuffers entries each); [0, ntasks] for a buffer living throughout, one no task touches, or
- * every buffer when !reuse (the memory plan and the swap plan both measure live bytes by these). */
-void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reuse, int32_t *first, int32_t *last);
-
-/* The later stages, one room header each (each needs the types above and the rooms before it). */
-#include "cost/cost.h"        /* memory footprints per configuration (the cost model's) */
-#include "graph/schedule.h"   /* schedules, streams, hazards */
-#include "graph/swap.h"       /* swapping feature maps to host memory */
-#include "graph/lowering.h"   /* a plan lowered once, with its streams and swap rewrite */
-#include "mem/memplan.h"      /* memory plans, iterations, the runtime's order, swap plans that fit */
-#include "sim/simulate.h"     /* durations, simulating a plan, the event loops */
+void sw_lowering_free(sw_lowering *l);
+/* How many times sw_lower has run in this process (tests: a Trainer lowers its plan once). */
+int64_t sw_lower_count(void);
 
 #endif /* SHARDWISE_H */

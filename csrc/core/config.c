@@ -13,7 +13,7 @@
 #include <stdlib.h>  /* realloc, free */
 #include <string.h>  /* memset */
 
-#include "shardwise.h"
+#include "internal.h"
 
 static sw_status pool_append(sw_problem *p, const int32_t *devs, int k, int64_t *offset) {
     if (p->pool_len + k > p->pool_cap) {

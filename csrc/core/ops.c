@@ -1,5 +1,5 @@
 /* ops.c -- the op table's names and lowering roles (ops.def), for the core and Python. */
-#include "shardwise.h"
+#include "internal.h"
 
 const char *const sw_op_names[SW_OP_COUNT] = {
 #define SW_OP(id, name, role, attrs, cpu, cuda) [SW_OP_##id] = name,

@@ -8,7 +8,7 @@
 #include <stdatomic.h>  /* atomic_int */
 #include <stdio.h>      /* snprintf */
 
-#include "shardwise.h"
+#include "internal.h"
 
 enum { MAX_THREADS = 64 };
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>  /* calloc, free */
 #include <string.h>  /* memcpy */
 
-#include "shardwise.h"
+#include "internal.h"
 
 typedef struct {
     const int64_t *data;
@@ -260,6 +260,8 @@ static void free_tables(sw_problem *p) {
     p->edge_consumer_slot = NULL;
     p->tables_built = 0;
 }
+
+const sw_tables *sw_problem_tables(const sw_problem *p) { return &p->tables; }
 
 void sw_problem_free(sw_problem *p) {
     if (!p) {

@@ -12,7 +12,7 @@
 #include <stdlib.h>  /* malloc, calloc, free */
 #include <string.h>  /* memset */
 
-#include "shardwise.h"
+#include "internal.h"
 
 int64_t sw_box_volume(const sw_box *b) {
     int64_t v = 1;

@@ -2,7 +2,7 @@
 #include <stdarg.h>  /* va_list */
 #include <stdio.h>   /* vsnprintf */
 
-#include "shardwise.h"
+#include "internal.h"
 
 static _Thread_local char last_error[1024];
 

@@ -15,7 +15,7 @@
 
 #include <stdint.h>  /* int64_t */
 
-#include "../shardwise.h"  /* sw_status, SW_MAX_RANK */
+#include "../internal.h"  /* sw_status, SW_MAX_RANK */
 
 /* A piece of a tensor: a local, contiguous, row-major buffer and the global coordinates of
  * its first element (kernels work in global coordinates; cpu/kernels.h has the picture). */

@@ -13,7 +13,7 @@
 #include <stdlib.h>     /* calloc, malloc, free */
 #include <string.h>     /* memset, memcmp */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define TRANSFER_DIRECTIONS 2.0   /* activation forward + gradient backward */
 

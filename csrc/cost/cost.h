@@ -3,14 +3,14 @@
  *
  * The time tables (sw_tables, sw_edge_table) are declared in search/search.h, which the problem's
  * body needs early; the cost functions themselves (sw_worker_time, sw_transfer_table, ...) are in
- * shardwise.h.  A room of shardwise.h: include "shardwise.h", which includes this file after the
+ * internal.h.  A room header: include "internal.h", which includes this file after the
  * types it uses (problems).
  */
 #ifndef SHARDWISE_COST_H
 #define SHARDWISE_COST_H
 
-#ifndef SHARDWISE_H
-#error "include shardwise.h, not cost/cost.h alone"
+#ifndef SHARDWISE_INTERNAL_H
+#error "include internal.h, not cost/cost.h alone"
 #endif
 
 /* ---------------------------------------------------------------- memory footprints */

@@ -20,7 +20,7 @@
  */
 #include <stdlib.h>  /* malloc, free */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define TRANSFER_DIRECTIONS 2.0   /* as cost.c */
 

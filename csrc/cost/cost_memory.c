@@ -34,7 +34,7 @@
 #include <stdlib.h>  /* calloc, malloc, realloc, free */
 #include <string.h>  /* memset */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define F32 4.0
 #define F64 8.0

@@ -17,7 +17,7 @@
 #include <math.h>    /* INFINITY, fmax */
 #include <stdlib.h>  /* malloc, calloc, free */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define SYNC_DIRECTIONS 2.0   /* gradient push + parameter pull */
 

@@ -22,7 +22,7 @@
 #include <math.h>    /* INFINITY */
 #include <stdlib.h>  /* malloc, calloc, free */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define TRANSFER_DIRECTIONS 2.0   /* activation forward + gradient backward (as cost.c) */
 

@@ -29,7 +29,7 @@
 #include <stdint.h>  /* int64_t */
 
 #include "../core/view.h"  /* sw_view, sw_window, the view arithmetic and checks */
-#include "../shardwise.h"    /* sw_status, SW_MAX_RANK */
+#include "../internal.h"    /* sw_status, SW_MAX_RANK */
 
 
 /* ---- GEMM (gemm.c): C = alpha * op(A) op(B) + beta * C, row-major ---- */

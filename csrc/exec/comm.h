@@ -33,7 +33,7 @@
 #include <stddef.h>  /* size_t */
 #include <stdint.h>  /* int64_t */
 
-#include "../shardwise.h"  /* sw_status, SW_ERR_TIMEOUT */
+#include "../internal.h"  /* sw_status, SW_ERR_TIMEOUT */
 
 /* Bumped when a slot is added, removed or changes meaning: a table of another version is refused. */
 #define SW_COMM_ABI_VERSION 1

@@ -24,7 +24,7 @@
 #include <stdint.h>  /* int8_t, int32_t, uint64_t */
 
 #include "../core/view.h"   /* sw_window */
-#include "../shardwise.h"   /* sw_status, SW_OP_COUNT */
+#include "../internal.h"   /* sw_status, SW_OP_COUNT */
 
 /* The largest id bound of an integer input: ids are stored as floats, exact below 2^24. */
 #define SW_MAX_ID_BOUND (1 << 24)

@@ -12,7 +12,7 @@
 #ifndef SHARDWISE_EXEC_OPTIMIZER_H
 #define SHARDWISE_EXEC_OPTIMIZER_H
 
-#include "../shardwise.h"  /* sw_status */
+#include "../internal.h"  /* sw_status */
 
 typedef enum { SW_OPTIM_SGD = 0, SW_OPTIM_ADAM = 1, SW_OPTIM_ADAMW = 2, SW_OPTIM_NKINDS } sw_optim_kind;
 

@@ -28,7 +28,7 @@
 #include "../core/view.h"    /* sw_view, sw_window */
 #include "op_attrs.h"        /* sw_op_attrs: one typed record per op kind */
 #include "optimizer.h"       /* sw_optimizer */
-#include "../shardwise.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
+#include "../internal.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
 
 
 

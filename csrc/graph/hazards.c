@@ -2,7 +2,7 @@
  *
  * With one stream per device, program order keeps a device's accesses to a
  * buffer in order, and the lowering records dependencies only where it does
- * not (shardwise.h, task graphs).  With several streams per device, two tasks
+ * not (internal.h, task graphs).  With several streams per device, two tasks
  * of one device may run in either order, so every conflict between tasks of
  * different streams must be an edge: an update writing a weight that a dA on
  * a higher-priority stream still reads (write after read), a sum after the
@@ -26,7 +26,7 @@
  */
 #include <stdlib.h>  /* malloc, free */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define NONE (-1)
 

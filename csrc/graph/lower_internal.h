@@ -10,7 +10,7 @@
 
 #include <string.h>  /* memset (task_of) */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define NONE (-1)
 

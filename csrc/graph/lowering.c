@@ -10,7 +10,7 @@
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memcpy */
 
-#include "shardwise.h"
+#include "internal.h"
 
 void sw_lowering_free(sw_lowering *l) {
     if (!l) {

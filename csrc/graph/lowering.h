@@ -7,16 +7,16 @@
  * schedule's, or swap.c's), and the swap rewrite when a swap plan is applied.  Python's
  * _core.TaskGraph owns exactly one (csrc/py/taskgraph_py.c), so annotations are carried on the
  * graph they were made for instead of travelling as id arrays between separately lowered ones.
- * A room of shardwise.h: include "shardwise.h", which includes this file.
+ * A room header: include "internal.h", which includes this file.
  */
 #ifndef SHARDWISE_LOWERING_H
 #define SHARDWISE_LOWERING_H
 
-#ifndef SHARDWISE_H
-#error "include shardwise.h, not graph/lowering.h alone"
+#ifndef SHARDWISE_INTERNAL_H
+#error "include internal.h, not graph/lowering.h alone"
 #endif
 
-typedef struct {
+struct sw_lowering {
     sw_task_graph g;            /* the graph that runs: the lowering, or swap.c's rewrite of it */
     int ndev, nops;
     int optimizer_state;        /* the problem's when it was lowered (state buffers per parameter slice) */
@@ -34,7 +34,7 @@ typedef struct {
     int32_t *stream, *stream_device, *stream_priority;   /* g.ntasks, nstreams, nstreams */
     int32_t *origin;            /* swapped: g.ntasks, the lowering's id of each task (-1: swap task); else NULL */
     int swapped;                /* g holds swap tasks (a swap spec with n > 0 was applied) */
-} sw_lowering;
+};
 
 /* Lower `plan` once (sw_lower) and annotate the graph: with `streams` (a schedule's for this
  * plan's graph, checked and copied; NULL: one per device) or with `swap` (rewritten by
@@ -42,13 +42,11 @@ typedef struct {
  * runs on one compute stream per device (SW_ERR_VALUE).  *out belongs to the caller. */
 sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
                           const sw_swap_spec *swap, sw_lowering **out);
-void sw_lowering_free(sw_lowering *l);
+/* sw_lowering_free, sw_lower_count: shardwise.h. */
 /* Put l's tasks on `streams` (checked and copied; NULL: one per device), e.g. a schedule made on l
  * itself, without lowering again.  SW_ERR_VALUE on a swapped graph (its streams are the swap's). */
 sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams);
 /* The streams of l as the passes take them: NULL (one per device) or a view of l's copy in *view. */
 const sw_streams *sw_lowering_streams(const sw_lowering *l, sw_streams *view);
-/* How many times sw_lower has run in this process (tests: a Trainer lowers its plan once). */
-int64_t sw_lower_count(void);
 
 #endif /* SHARDWISE_LOWERING_H */

@@ -45,7 +45,7 @@
 #include <math.h>    /* isfinite */
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define NONE (-1)
 

@@ -1,14 +1,14 @@
 /* graph/schedule.h -- critical-path schedules (schedule_paths.c, schedule.c), streams and hazards.
  *
  * TurboDL's analysis as per-task priorities and streams; the stream map every later stage takes.
- * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
+ * A room header: include "internal.h", which includes this file after the types it
  * uses (task graphs, problems, streams).
  */
 #ifndef SHARDWISE_SCHEDULE_H
 #define SHARDWISE_SCHEDULE_H
 
-#ifndef SHARDWISE_H
-#error "include shardwise.h, not graph/schedule.h alone"
+#ifndef SHARDWISE_INTERNAL_H
+#error "include internal.h, not graph/schedule.h alone"
 #endif
 
 /* ---------------------------------------------------------------- schedules */

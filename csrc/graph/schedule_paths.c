@@ -36,7 +36,7 @@
 #include <math.h>    /* isfinite */
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define NONE (-1)
 #define TIE 1e-9     /* relative: distances closer than this share a rank */

@@ -8,7 +8,7 @@
  */
 #include <stdlib.h>  /* calloc, free */
 
-#include "shardwise.h"
+#include "internal.h"
 
 sw_streams sw_schedule_streams(const sw_schedule *s) {
     return (sw_streams){.ntasks = s->ntasks, .nstreams = s->nstreams, .stream = s->stream,

@@ -1,14 +1,14 @@
 /* graph/swap.h -- offloading feature maps to host memory (AccUDNN): swap.c, swap_plan.c.
  *
  * The swap tasks as ordinary tasks of the one task graph, and the plan of which buffers go out when.
- * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
+ * A room header: include "internal.h", which includes this file after the types it
  * uses (task graphs, problems, streams).  sw_swap_plan_fit, which plans memory, is in mem/memplan.h.
  */
 #ifndef SHARDWISE_SWAP_H
 #define SHARDWISE_SWAP_H
 
-#ifndef SHARDWISE_H
-#error "include shardwise.h, not graph/swap.h alone"
+#ifndef SHARDWISE_INTERNAL_H
+#error "include internal.h, not graph/swap.h alone"
 #endif
 
 /* ---------------------------------------------------------------- swapping (AccUDNN) */

@@ -3,7 +3,7 @@
 #ifndef SHARDWISE_SWAP_INTERNAL_H
 #define SHARDWISE_SWAP_INTERNAL_H
 
-#include "shardwise.h"
+#include "internal.h"
 
 /* The tasks touching each buffer, in program order (CSR: buffer b's are ids[ptr[b] .. ptr[b + 1]),
  * a task once per buffer even when it names it twice), and whether each touch writes. */

@@ -1,6 +1,6 @@
 /* taskgraph.c -- growing a task graph: buffers, tasks and their dependencies.
  *
- * Storage (see sw_task_graph in shardwise.h):
+ * Storage (see struct sw_task_graph in internal.h):
  *   tasks[ntasks]          one sw_task each, in program order
  *   dep_ptr[ntasks + 1]    CSR row pointers into deps
  *   deps[ndeps]            per task: sorted, distinct ids of earlier tasks
@@ -13,7 +13,7 @@
 #include <stdlib.h>  /* realloc, calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
 
-#include "shardwise.h"
+#include "internal.h"
 
 /* Make room for `need` items in *items (capacity *cap, item size `size`). */
 static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size) {

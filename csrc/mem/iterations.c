@@ -30,7 +30,7 @@
 #include <stdlib.h>  /* malloc, free */
 #include <string.h>  /* memset */
 
-#include "shardwise.h"
+#include "internal.h"
 
 void sw_iterations_free(sw_iterations *it) {
     sw_task_graph_free(&it->g);

@@ -2,14 +2,14 @@
  *
  * memplan*.c, iterations.c, order.c and swap_fit.c: where every buffer lives and what each task runs after
  * (the search's footprints are cost/cost.h's).
- * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
+ * A room header: include "internal.h", which includes this file after the types it
  * uses (task graphs, problems, streams).
  */
 #ifndef SHARDWISE_MEMPLAN_H
 #define SHARDWISE_MEMPLAN_H
 
-#ifndef SHARDWISE_H
-#error "include shardwise.h, not mem/memplan.h alone"
+#ifndef SHARDWISE_INTERNAL_H
+#error "include internal.h, not mem/memplan.h alone"
 #endif
 
 /* ---------------------------------------------------------------- memory plans */

@@ -14,7 +14,7 @@
  */
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 
-#include "shardwise.h"
+#include "internal.h"
 #include "core/sort_keys.h"
 
 typedef struct {

@@ -2,7 +2,7 @@
 #ifndef SHARDWISE_MEMPLAN_INTERNAL_H
 #define SHARDWISE_MEMPLAN_INTERNAL_H
 
-#include "shardwise.h"
+#include "internal.h"
 
 /* First-fit placement of one device's buffers: ids[0 .. n) (largest first) get offset[id],
  * the lowest multiple of `align` where no buffer placed before them and live at the same

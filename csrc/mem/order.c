@@ -26,7 +26,7 @@
 #include <stdlib.h>  /* calloc, malloc, free */
 #include <string.h>  /* memset */
 
-#include "shardwise.h"
+#include "internal.h"
 
 /* Sort ids[0 .. n) and drop repeats; returns the new count (lists are short: insertion sort). */
 static int32_t sort_distinct(int32_t *ids, int32_t n) {

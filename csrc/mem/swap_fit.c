@@ -10,7 +10,7 @@
 #include <stdlib.h>  /* malloc, free */
 #include <string.h>  /* memcpy */
 
-#include "shardwise.h"
+#include "internal.h"
 
 #define FIT_ROUNDS 12
 

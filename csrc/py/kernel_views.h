@@ -18,7 +18,7 @@
 #include <string.h>  /* strcmp */
 
 #include "../cpu/kernels.h"  /* sw_view, sw_window, the kernels */
-#include "../shardwise.h"    /* sw_status, sw_last_error, SW_MAX_RANK */
+#include "../internal.h"    /* sw_status, sw_last_error, SW_MAX_RANK */
 #include "kernel_args.h"     /* sw_py_ints, sw_py_pair, sw_py_float32, sw_py_view, sw_py_output */
 #include "pyerr.h"           /* sw_py_raise */
 

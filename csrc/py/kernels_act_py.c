@@ -23,7 +23,7 @@
 #include <string.h>  /* strcmp */
 
 #include "../cpu/kernels.h"  /* sw_activation, sw_activation_forward / _backward */
-#include "../shardwise.h"    /* sw_status, SW_MAX_RANK */
+#include "../internal.h"    /* sw_status, SW_MAX_RANK */
 #include "kernel_args.h"     /* sw_py_ints, sw_py_float32, sw_py_view, sw_py_output, SW_KERNEL_* */
 #include "pyerr.h"           /* sw_py_raise */
 

@@ -13,7 +13,7 @@
 #include "taskgraph_py.h"  /* sw_py_register_taskgraph */
 
 #include "../cpu/kernels.h"
-#include "../shardwise.h"
+#include "../internal.h"
 #include "backend_py.h"  /* sw_py_register_gpu_plan */
 #include "pyerr.h"  /* sw_py_raise */
 

@@ -9,7 +9,7 @@
 #endif
 #include <numpy/arrayobject.h>  /* PyArrayObject; each file imports its own API table */
 
-#include "../shardwise.h"  /* sw_problem */
+#include "../internal.h"  /* sw_problem */
 
 typedef struct {
     PyObject_HEAD

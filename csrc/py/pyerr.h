@@ -4,7 +4,7 @@
 
 #include <Python.h>  /* PyObject */
 
-#include "../shardwise.h"  /* sw_status */
+#include "../internal.h"  /* sw_status */
 
 /* Set ValueError / MemoryError / RuntimeError with sw_last_error()'s message; returns NULL. */
 PyObject *sw_py_raise(sw_status s);

@@ -3,7 +3,7 @@
 #ifndef SHARDWISE_SEARCH_INTERNAL_H
 #define SHARDWISE_SEARCH_INTERNAL_H
 
-#include "shardwise.h"
+#include "internal.h"
 
 /* An edge of a (possibly reduced) graph: cost table ncfg[src] x ncfg[dst]. */
 typedef struct {

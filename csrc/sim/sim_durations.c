@@ -25,7 +25,7 @@
 #include <math.h>    /* isnan */
 #include <stdlib.h>  /* malloc, calloc, free */
 
-#include "shardwise.h"
+#include "internal.h"
 
 static int is_compute(int kind) {
     return kind == SW_TASK_FORWARD || kind == SW_TASK_LOSS || kind == SW_TASK_BACKWARD_DATA ||

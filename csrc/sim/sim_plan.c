@@ -40,7 +40,7 @@
 #include <stdlib.h>  /* malloc, calloc, free */
 #include <string.h>  /* memset */
 
-#include "shardwise.h"
+#include "internal.h"
 
 static int holds_device(const sw_task *t) {
     return !sw_is_transfer(t) && !sw_is_swap(t) && t->kind != SW_TASK_JOIN && t->kind != SW_TASK_LOAD_INPUT;

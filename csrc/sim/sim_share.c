@@ -28,7 +28,7 @@
 #include <stdlib.h>  /* malloc, calloc, free */
 
 #include "core/id_heap.h"
-#include "shardwise.h"
+#include "internal.h"
 
 double sw_task_share(const sw_task *t, const sw_machine *m) {
     if (!m->dev_fill || t->device < 0 || t->device >= m->ndev || !(m->dev_fill[t->device] > 0)) {

@@ -14,7 +14,7 @@
 #include <stdlib.h>  /* malloc, calloc, free */
 
 #include "core/id_heap.h"
-#include "shardwise.h"
+#include "internal.h"
 
 typedef struct {
     double time;

@@ -1,14 +1,14 @@
 /* sim/simulate.h -- the simulator: durations, replaying a plan, the event loops.
  *
  * sim_durations.c, sim_plan.c, simulate.c and sim_share.c: the runtime's task graph replayed in its order.
- * A room of shardwise.h: include "shardwise.h", which includes this file after the types it
+ * A room header: include "internal.h", which includes this file after the types it
  * uses (task graphs, problems, streams).
  */
 #ifndef SHARDWISE_SIMULATE_H
 #define SHARDWISE_SIMULATE_H
 
-#ifndef SHARDWISE_H
-#error "include shardwise.h, not sim/simulate.h alone"
+#ifndef SHARDWISE_INTERNAL_H
+#error "include internal.h, not sim/simulate.h alone"
 #endif
 
 /* ---------------------------------------------------------------- durations */

@@ -314,7 +314,7 @@ def read_set_iter(desc, slot, out_box, red_box):
 
 def reducing_workers(op, cfg):
     """(output box, reduction ranges, owner?) per worker: output blocks row-major, the split
-    reduction's parts fastest (csrc/shardwise.h)."""
+    reduction's parts fastest (sw_config in csrc/internal.h)."""
     desc = op.desc
     r = cfg.reduction_degree
     var = desc.out_rank + desc.reductions.index(cfg.reduction[0]) if cfg.reduction else -1

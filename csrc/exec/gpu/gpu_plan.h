@@ -23,7 +23,7 @@
 #include <stddef.h>  /* size_t */
 #include <stdint.h>  /* int32_t, int64_t, uint8_t */
 
-#include "shardwise.h"  /* sw_status, SW_FAIL */
+#include "internal.h"  /* sw_status, SW_FAIL */
 
 /* ------------------------------------------------------------------ device_map.c */
 /* Logical devices d = 0..ndev-1 onto GPUs 0..ngpus-1 in contiguous blocks: GPU
