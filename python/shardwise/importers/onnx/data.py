@@ -179,9 +179,8 @@ def _open(location: str, base_dir: str, what: str) -> BinaryIO:
     except OSError as exc:
         raise ModelImportError(f"cannot read the external data file {location!r} of {what} (in {base_dir!r}): "
                                f"{exc.strerror or exc}") from None
-    f = os.fdopen(fd, "rb")
     if not stat.S_ISREG(os.fstat(fd).st_mode):
-        f.close()
+        os.close(fd)
         raise ModelImportError(f"the external data file {location!r} of {what} (in {base_dir!r}) is not a "
                                f"regular file")
-    return f
+    return os.fdopen(fd, "rb")
