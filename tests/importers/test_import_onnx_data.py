@@ -5,6 +5,7 @@ data file outside the model's folder, missing, too short or of the wrong length 
 ModelImportError naming the initializer or the file."""
 from __future__ import annotations
 
+import builtins
 import os
 
 import numpy as np
@@ -108,3 +109,138 @@ def test_wrong_length_is_refused(tmp_path):
     with pytest.raises(sw.ModelImportError, match=r"'fc1.weight' of shape \(6, 5\) \(float32, 120 bytes\) has "
                                                   r"external data of 8 bytes"):
         sw.from_onnx(path)
+
+
+# ----------------------------------------------------------------------------- what may be read
+# External data is read only from the folder of a model given by path, and only inside it: a
+# model must never read (and hand back as weights) a file the user did not name.
+SECRET = b"API_KEY=sk-live-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n" * 2
+
+
+def _pointing_at(location: str, length: int = 120, name: str = "fc1.weight") -> onnx.ModelProto:
+    """model() with ``name`` (float32 (6, 5), 120 bytes) in the external file ``location``."""
+    m = model()
+    t = next(t for t in m.graph.initializer if t.name == name)
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    t.external_data.add(key="offset", value="0")
+    t.external_data.add(key="length", value=str(length))
+    return m
+
+
+def _record_opens(monkeypatch) -> list[str]:
+    """The paths os.open and open are asked for from now on (onnx's own reader uses open)."""
+    opened: list[str] = []
+    real_os_open, real_open = os.open, builtins.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: (opened.append(str(p)), real_os_open(p, *a, **k))[1])
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: (opened.append(str(p)), real_open(p, *a, **k))[1])
+    return opened
+
+
+def test_env_file_above_the_models_folder_is_never_read(tmp_path, monkeypatch):
+    """The exfiltration of the issue: a model in tmp_path/a/ whose weights point at tmp_path/.env,
+    by a '..' path, an absolute path, and a link inside the folder leading out."""
+    (tmp_path / ".env").write_bytes(SECRET)
+    (tmp_path / "a").mkdir()
+    opened = _record_opens(monkeypatch)
+    cases = {"../.env": "not inside", str(tmp_path / ".env"): "not inside", "link.env": "not inside",
+             "sub/../../.env": "not inside"}
+    os.symlink(tmp_path / ".env", tmp_path / "a" / "link.env")
+    for location, message in cases.items():
+        path = tmp_path / "a" / "m.onnx"
+        onnx.save_model(_pointing_at(location), str(path))
+        with pytest.raises(sw.ModelImportError, match=f"'fc1.weight'.*{message}"):
+            sw.from_onnx(str(path))
+    assert not any(p.endswith(".env") for p in opened), opened
+
+
+def test_bytes_or_a_model_proto_with_external_data_is_refused(tmp_path, monkeypatch):
+    """A model given as bytes or a ModelProto has no folder: its external data (here a file of
+    the working directory) is refused, saying why and to pass the path, and nothing is opened."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_bytes(SECRET)
+    (tmp_path / "weights.bin").write_bytes(np.zeros(30, np.float32).tobytes())
+    opened = _record_opens(monkeypatch)
+    for location in (".env", "weights.bin", str(tmp_path / ".env")):
+        m = _pointing_at(location)
+        for given, what in ((m, "a ModelProto"), (m.SerializeToString(), "bytes")):
+            with pytest.raises(sw.ModelImportError) as info:
+                sw.from_onnx(given)
+            msg = str(info.value)
+            assert "'fc1.weight'" in msg and repr(location) in msg and f"given as {what}" in msg, msg
+            assert "pass the path of the .onnx file" in msg, msg
+    assert opened == [], opened
+
+
+def test_data_inside_the_folder_and_below_it_is_read(tmp_path):
+    """A relative location in the folder, in a subfolder, or through a link that stays inside."""
+    w = VALUES["fc1.weight"]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "w.bin").write_bytes(w.tobytes())
+    os.symlink(tmp_path / "sub" / "w.bin", tmp_path / "inside.bin")
+    for location in ("sub/w.bin", "./sub/w.bin", "inside.bin"):
+        path = str(tmp_path / "m.onnx")
+        onnx.save_model(_pointing_at(location), path)
+        _, weights = sw.from_onnx(path)
+        np.testing.assert_array_equal(weights["fc1.weight"], w)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"offset": "-8"}, "offset '-8'.*non-negative integer"),
+    ({"offset": "abc"}, "offset 'abc'.*non-negative integer"),
+    ({"length": "-1"}, "length '-1'.*non-negative integer"),
+    ({"length": "1e3"}, "length '1e3'.*non-negative integer"),
+    ({"offset": "200"}, "bytes 200 to 320 .*beyond the file's"),
+    ({"offset": str(2**62)}, "beyond the file's"),
+    ({"length": "124"}, r"\(float32, 120 bytes\) has external data of 124 bytes"),
+    ({"location": ""}, "not inside"),
+    ({"location": "sub"}, "not a regular file|cannot read"),
+    ({"location": "nul\0.bin"}, "not inside"),
+])
+def test_bad_external_data_entries_are_refused(tmp_path, fields, message):
+    (tmp_path / "sub").mkdir()
+    path = save(tmp_path)
+    _set_external(path, "fc1.weight", **fields)
+    with pytest.raises(sw.ModelImportError, match=message):
+        sw.from_onnx(path)
+
+
+def test_other_element_types_are_checked_too(tmp_path):
+    """The int64 initializer 'shape' (read through onnx's decoder) obeys the same rules."""
+    path = save(tmp_path)
+    _set_external(path, "shape", length="8")
+    with pytest.raises(sw.ModelImportError, match=r"'shape' of shape \(2,\) \(int64, 16 bytes\) has external data "
+                                                  r"of 8 bytes"):
+        sw.from_onnx(path)
+    path = save(tmp_path)
+    _set_external(path, "shape", location="../x.bin")
+    with pytest.raises(sw.ModelImportError, match="'shape'.*not inside"):
+        sw.from_onnx(path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_pipe_is_not_read(tmp_path):
+    path = save(tmp_path)
+    os.mkfifo(tmp_path / "pipe")
+    _set_external(path, "fc1.weight", location="pipe")
+    with pytest.raises(sw.ModelImportError, match="'pipe'.*not a regular file"):
+        sw.from_onnx(path)
+
+
+def test_a_constant_attribute_with_external_data_obeys_the_rules(tmp_path, monkeypatch):
+    """A Constant node's tensor kept in an external file: refused for a model in memory (not
+    resolved against the working directory), read from the model's folder for a path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shape.bin").write_bytes(np.array([N, 6], np.int64).tobytes())
+    m = model()
+    del m.graph.initializer[2]   # 'shape' becomes a Constant node's external tensor
+    t = TensorProto(name="shape", data_type=TensorProto.INT64, dims=[2], data_location=TensorProto.EXTERNAL)
+    t.external_data.add(key="location", value="shape.bin")
+    m.graph.node.insert(0, helper.make_node("Constant", [], ["shape"], name="const_shape", value=t))
+    with pytest.raises(sw.ModelImportError, match="node 'const_shape'.*'value'.*given as a ModelProto.*pass the "
+                                                  "path"):
+        sw.from_onnx(m)
+    onnx.save_model(m, str(tmp_path / "m.onnx"))
+    g, _ = sw.from_onnx(str(tmp_path / "m.onnx"))
+    assert "fc2" in g

@@ -17,6 +17,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from shardwise.errors import ModelImportError
+
 __all__ = ["Const", "FOLDERS", "ONNX_DTYPES", "fold"]
 
 ONNX_DTYPES: dict[int, Any] = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32,
@@ -73,12 +75,12 @@ def _constant(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
 
 def _shape(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
     shape = list(inputs[0])   # the importer passes the shape tuple of the tensor
-    start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+    start, end = attrs.get_int("start", 0), attrs.get_int("end", len(shape))
     return np.array(shape[start:end], dtype=np.int64)
 
 
 def _gather(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
-    return np.take(inputs[0], inputs[1].astype(np.int64), axis=attrs.get("axis", 0))
+    return np.take(inputs[0], inputs[1].astype(np.int64), axis=attrs.get_int("axis", 0))
 
 
 def _unsqueeze(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
@@ -117,11 +119,11 @@ def reshape_target(shape: Sequence[int], target: Sequence[int], allowzero: bool 
 
 def _reshape(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
     target = _int_list(inputs[1], "the shape")
-    return inputs[0].reshape(reshape_target(inputs[0].shape, target, bool(attrs.get("allowzero", 0))))
+    return inputs[0].reshape(reshape_target(inputs[0].shape, target, bool(attrs.get_int("allowzero", 0))))
 
 
 def _cast(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
-    to = attrs.get("to")
+    to = attrs.get_int("to")
     if to not in ONNX_DTYPES:
         raise FoldError(f"Cast to the ONNX element type {to!r} is not supported")
     return inputs[0].astype(ONNX_DTYPES[to])
@@ -130,13 +132,15 @@ def _cast(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
 def _slice(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
     x = inputs[0]
     if "starts" in attrs:   # opset 1-9: attributes
-        starts, ends, axes, steps = attrs["starts"], attrs["ends"], attrs.get("axes"), None
+        starts, ends, axes, steps = attrs.get_ints("starts"), attrs.get_ints("ends", []), attrs.get_ints("axes"), None
     else:
         starts, ends = _int_list(inputs[1], "starts"), _int_list(inputs[2], "ends")
         axes = _int_list(inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else None
         steps = _int_list(inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else None
     axes = list(range(len(starts))) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
+    if any(not -x.ndim <= a < x.ndim for a in axes) or 0 in steps:
+        raise FoldError(f"Slice of shape {x.shape} along the axes {axes} by steps {steps}")
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
         index[a % x.ndim] = slice(s, e, st)
@@ -157,7 +161,7 @@ FOLDERS: dict[str, Callable[[dict[str, Any], Sequence[Any]], np.ndarray]] = {
     "Gather": _gather,
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
-    "Concat": lambda attrs, ins: np.concatenate([np.atleast_1d(v) for v in ins], axis=attrs.get("axis", 0)),
+    "Concat": lambda attrs, ins: np.concatenate([np.atleast_1d(v) for v in ins], axis=attrs.get_int("axis", 0)),
     "Reshape": _reshape,
     "Cast": _cast,
     "CastLike": lambda attrs, ins: ins[0].astype(ins[1].dtype),
@@ -167,11 +171,11 @@ FOLDERS: dict[str, Callable[[dict[str, Any], Sequence[Any]], np.ndarray]] = {
     "Sub": lambda attrs, ins: ins[0] - ins[1],
     "Mul": lambda attrs, ins: ins[0] * ins[1],
     "Div": _div,
-    "Transpose": lambda attrs, ins: np.transpose(ins[0], attrs.get("perm")),
+    "Transpose": lambda attrs, ins: np.transpose(ins[0], attrs.get_ints("perm")),
     # the causal mask and the scale of scaled dot-product attention, as the dynamo exporter writes them
     "Range": lambda attrs, ins: np.arange(ins[0], ins[1], ins[2]),
     "Sqrt": lambda attrs, ins: np.sqrt(ins[0]),
-    "Trilu": lambda attrs, ins: (np.triu if attrs.get("upper", 1) else np.tril)(
+    "Trilu": lambda attrs, ins: (np.triu if attrs.get_int("upper", 1) else np.tril)(
         ins[0], int(ins[1]) if len(ins) > 1 and ins[1] is not None else 0),
     "Equal": lambda attrs, ins: np.equal(ins[0], ins[1]),
     "Where": lambda attrs, ins: np.where(ins[0], ins[1], ins[2]),
@@ -183,7 +187,7 @@ def fold(op_type: str, attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarr
     """The value of a constant node (``inputs``: NumPy arrays, or for Shape the tensor's shape)."""
     try:
         return np.asarray(FOLDERS[op_type](attrs, inputs))
-    except FoldError:
+    except (FoldError, ModelImportError):   # ModelImportError: an attribute of the wrong type or range
         raise
     except (ValueError, IndexError, TypeError) as exc:   # NumPy's complaint about the values
         raise FoldError(f"{op_type} on constants failed: {exc}") from None

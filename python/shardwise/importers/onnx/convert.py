@@ -18,7 +18,8 @@ import numpy as np
 from shardwise.errors import ModelImportError, ShardwiseError
 from shardwise.graph import Graph, Tensor
 from shardwise.importers.onnx.const import FOLDERS, Const, FoldError, fold
-from shardwise.importers.onnx.data import initializer_array
+from shardwise.importers.onnx.attrs import INT_LIMIT, Attrs, check_node, opset_version
+from shardwise.importers.onnx.data import tensor_array
 from shardwise.importers.onnx.ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall,
                                Outputs, SiluOf)
 from shardwise.importers.onnx import seq as import_onnx_seq# noqa: F401  (adds the sequence ops to ONNX_OPS)
@@ -63,10 +64,10 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     are listed in docs/importing.md) or a file that is not an ONNX model.
     """
     onnx = _import_onnx()
-    proto, default_name, base_dir = _load(onnx, model)
+    proto, default_name, base_dir, given = _load(onnx, model)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ModelImportError(f"batch must be a positive int, got {batch!r}")
-    importer = _OnnxImporter(onnx, proto, batch, name or default_name, base_dir)
+    importer = _OnnxImporter(onnx, proto, batch, name or default_name, base_dir, given)
     g = importer.run()
     return without_dead_ops(g, importer.weights())   # the same pruning as from_torch: ops the loss does not read
 
@@ -101,9 +102,10 @@ def _owner_name(initializer: str) -> str | None:
     return initializer[:-len(".weight")] if initializer.endswith(".weight") else initializer
 
 
-def _load(onnx: Any, model: Any) -> tuple[Any, str, str | None]:
-    """The ModelProto, a default graph name and, for a file, its folder, where its external
-    data lies (read by :func:`~shardwise.importers.onnx.data.initializer_array`, not by onnx.load)."""
+def _load(onnx: Any, model: Any) -> tuple[Any, str, str | None, str]:
+    """The ModelProto, a default graph name, for a file its folder, where its external data
+    lies (read by :func:`~shardwise.importers.onnx.data.tensor_array`, not by onnx.load; None
+    for bytes and a ModelProto, whose external data is refused), and what the model was given as."""
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
@@ -113,15 +115,15 @@ def _load(onnx: Any, model: Any) -> tuple[Any, str, str | None]:
         except Exception as exc:   # protobuf's DecodeError, onnx's own: not an ONNX file
             raise ModelImportError(f"{path!r} is not an ONNX model ({type(exc).__name__}: {exc})") from None
         stem = os.path.basename(path)
-        return proto, stem[:-5] if stem.lower().endswith(".onnx") else stem, os.path.dirname(path) or "."
+        return proto, stem[:-5] if stem.lower().endswith(".onnx") else stem, os.path.dirname(path) or ".", "a path"
     if isinstance(model, (bytes, bytearray)):
         try:
             proto = onnx.load_from_string(bytes(model))
         except Exception as exc:
             raise ModelImportError(f"the bytes are not an ONNX model ({type(exc).__name__}: {exc})") from None
-        return proto, proto.graph.name or "onnx", None
+        return proto, proto.graph.name or "onnx", None, "bytes"
     if isinstance(model, onnx.ModelProto):
-        return model, model.graph.name or "onnx", None
+        return model, model.graph.name or "onnx", None, "a ModelProto"
     raise ModelImportError(f"from_onnx takes the path of an .onnx file, its bytes or an onnx.ModelProto, got "
                            f"{type(model).__name__}")
 
@@ -132,9 +134,12 @@ class _OnnxImporter:
     ``env`` maps every ONNX value name to its value: a graph :class:`Tensor`, a :class:`Const`
     (an initializer or a folded constant), or a :class:`SiluOf` marker."""
 
-    def __init__(self, onnx: Any, proto: Any, batch: int | None, name: str, base_dir: str | None = None) -> None:
-        self.onnx, self.proto, self.batch, self.base_dir = onnx, proto, batch, base_dir
+    def __init__(self, onnx: Any, proto: Any, batch: int | None, name: str, base_dir: str | None = None,
+                 given: str = "a ModelProto") -> None:
+        self.onnx, self.proto, self.batch, self.base_dir, self.given = onnx, proto, batch, base_dir, given
+        self.files: dict[str, Any] = {}   # external data files, open during the import
         self.gp = proto.graph
+        self.opset = opset_version(onnx, proto)
         self.g = Graph(name)
         self.env: dict[str, Any] = {}
         self.consumers: dict[str, list[Any]] = {}
@@ -164,30 +169,44 @@ class _OnnxImporter:
 
     # ----- the pass
     def run(self) -> Graph:
+        try:
+            return self._run()
+        finally:
+            for f in self.files.values():
+                f.close()
+
+    def _tensor(self, t: Any, what: str) -> np.ndarray:
+        return tensor_array(self.onnx, t, self.base_dir, self.files, what, self.given)
+
+    def _run(self) -> Graph:
         if len(self.gp.sparse_initializer):
             raise ModelImportError("sparse initializers are not supported")
-        files: dict[str, Any] = {}   # external data files, open while the initializers are read
-        try:
-            for t in self.gp.initializer:
-                try:
-                    self.env[t.name] = Const(initializer_array(self.onnx, t, self.base_dir, files), source=t.name)
-                except ModelImportError:
-                    raise
-                except Exception as exc:   # external data not found, unknown element type
-                    raise ModelImportError(f"cannot read the initializer {t.name!r} ({type(exc).__name__}: {exc})") \
-                        from None
-        finally:
-            for f in files.values():
-                f.close()
+        for t in self.gp.initializer:
+            self.env[t.name] = Const(self._tensor(t, f"the initializer {t.name!r}"), source=t.name)
         for vi in self.gp.input:
             if vi.name not in self.env:   # old exports list the initializers among the inputs too
                 integer = vi.type.tensor_type.elem_type in _INT_TYPES
-                self.env[vi.name] = self.g.input(self._unique(vi.name, owner=True), self._input_shape(vi),
-                                                 dtype="int64" if integer else "float32")
+                shape = self._input_shape(vi)
+                try:
+                    self.env[vi.name] = self.g.input(self._unique(vi.name, owner=True), shape,
+                                                     dtype="int64" if integer else "float32")
+                except ShardwiseError as exc:   # a shape the graph cannot hold
+                    raise ModelImportError(f"input {vi.name!r}: {exc}") from None
         for index, node in enumerate(self.gp.node):
             if not (node.output and node.output[0] in self.fused):
-                self._node(node, index)
-        self._output()
+                try:
+                    self._node(node, index)
+                except ModelImportError:
+                    raise
+                except ShardwiseError as exc:   # a builder's ShapeError/GraphError: the model's, naming the node
+                    where = self._where(node, index)
+                    raise ModelImportError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+        try:
+            self._output()
+        except ModelImportError:
+            raise
+        except ShardwiseError as exc:
+            raise ModelImportError(f"the model's output: {exc}") from None
         return self.g
 
     def _input_shape(self, vi: Any) -> tuple[int, ...]:
@@ -196,7 +215,9 @@ class _OnnxImporter:
             raise ModelImportError(f"{where} is not a tensor")
         tt = vi.type.tensor_type
         if tt.elem_type not in _FLOAT_TYPES and tt.elem_type not in _INT_TYPES:
-            kind = self.onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type else "unknown"
+            known = tt.elem_type in self.onnx.TensorProto.DataType.values()
+            kind = self.onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type and known else \
+                f"unknown ({tt.elem_type})"
             raise ModelImportError(f"{where} has element type {kind}; shardwise's inputs are float32")
         if not tt.HasField("shape"):
             raise ModelImportError(f"{where} has no shape")
@@ -214,22 +235,27 @@ class _OnnxImporter:
             elif not fixed:
                 raise ModelImportError(f"{where} has the symbolic dimension {d.dim_param or '?'!r} at position {k}; "
                                        f"only the batch dimension may be symbolic")
+            elif d.dim_value > INT_LIMIT:
+                raise ModelImportError(f"{where} has the dimension {d.dim_value} at position {k}, more than the "
+                                       f"{INT_LIMIT:,} supported")
             else:
                 shape.append(d.dim_value)
         return tuple(shape)
 
-    def _attrs(self, node: Any) -> dict[str, Any]:
+    def _attrs(self, node: Any, where: str) -> Attrs:
+        """The node's attributes decoded (their types checked by :func:`check_node` first)."""
         out = {}
         for a in node.attribute:
-            v = self.onnx.helper.get_attribute_value(a)
+            if a.type == self.onnx.AttributeProto.TENSOR:   # read as initializers are (external data too)
+                v = self._tensor(a.t, f"{where}: the tensor of its attribute {a.name!r}")
+            else:
+                v = self.onnx.helper.get_attribute_value(a)
             if isinstance(v, bytes):
                 v = v.decode("utf-8", "replace")
-            elif isinstance(v, self.onnx.TensorProto):
-                v = self.onnx.numpy_helper.to_array(v)
             elif isinstance(v, list) and v and isinstance(v[0], bytes):
                 v = [s.decode("utf-8", "replace") for s in v]
             out[a.name] = v
-        return out
+        return Attrs(out, where)
 
     def _node(self, node: Any, index: int) -> None:
         where = self._where(node, index)
@@ -240,7 +266,9 @@ class _OnnxImporter:
             if i and i not in self.env:
                 raise ModelImportError(f"{where}: reads {i!r}, which no node before it computes")
             values.append(self.env[i] if i else None)
-        attrs = self._attrs(node)
+        if node.op_type in ONNX_OPS or node.op_type in FOLDERS:
+            check_node(self.onnx, node, self.opset, where)
+        attrs = self._attrs(node, where)
         if self._fold(node, values, attrs, where):
             return
         if node.op_type not in LAZY_READERS:   # an LSTM's output steps read whole: build the sequence
@@ -276,12 +304,7 @@ class _OnnxImporter:
                         bias_add=self.env[self._other_input(bias_add, node.output[0])] if bias_add else None,
                         weights=self.weights_, owners=self.owners, parameter_op=self._parameter_op,
                         state=self.state)
-        try:
-            value = convert(call)
-        except ModelImportError:
-            raise
-        except ShardwiseError as exc:   # a builder's ShapeError/GraphError: say which node (once)
-            raise (exc if str(exc).startswith(where) else type(exc)(f"{where}: {exc}")) from None
+        value = convert(call)
         if isinstance(value, Outputs):   # an LSTM's Y, Y_h, Y_c
             for out, v in zip(node.output, value):
                 if out:
@@ -353,8 +376,8 @@ class _OnnxImporter:
         out = node.output[0]
         readers = self.consumers.get(out, [])
         if out in self.outputs or len(readers) != 1 or readers[0].op_type != op_type \
-                or readers[0].domain not in _DEFAULT_DOMAINS:
-            return None
+                or readers[0].domain not in _DEFAULT_DOMAINS or not readers[0].output or not readers[0].output[0]:
+            return None   # (a reader without an output is not fused: it is refused when its turn comes)
         return readers[0]
 
     def _relu_reader(self, node: Any) -> Any:
@@ -396,8 +419,8 @@ class _OnnxImporter:
     def _parameter_op(self, const: Const, where: str) -> Tensor:
         """An initializer read as a MatMul operand: one ``parameter`` op per initializer."""
         assert const.source is not None
-        if const.source not in self.parameter_ops:
-            src = const.source
+        src = const.source
+        if src not in self.parameter_ops:
             op = self._unique(_owner_name(src) or src, owner=True)
             owner = self.owners.get(src)
             if owner is not None:
@@ -483,7 +506,7 @@ class _OnnxImporter:
         lines = trace.splitlines()
         for k in range(len(lines) - 1, -1, -1):   # the innermost frame outside torch
             text = lines[k].strip()
-            if text.startswith('File "') and f"{os.sep}torch{os.sep}" not in text:
+            if text.startswith('File "') and text.find('"', 6) > 0 and f"{os.sep}torch{os.sep}" not in text:
                 file = os.path.basename(text[6:text.index('"', 6)])
                 lineno = text.split(", line ")[1].split(",")[0] if ", line " in text else "?"
                 code = lines[k + 1].strip() if k + 1 < len(lines) else ""

@@ -20,6 +20,7 @@ import numpy as np
 
 from shardwise.errors import ModelImportError, ShapeError
 from shardwise.graph import Graph, Tensor
+from shardwise.importers.onnx.attrs import INT_LIMIT, Attrs
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.common import check_ceil_mode, linear_layer
 from shardwise.ops.builtin import BN_EPS
@@ -46,7 +47,7 @@ class OnnxCall:
     where: str                                 # the node, for messages
     op_type: str
     inputs: list[Any]                          # Tensor, Const, SiluOf, or None for an omitted optional input
-    attrs: dict[str, Any]
+    attrs: Attrs                               # read by type: attrs.get_int(...), get_ints, ...
     activation: str | None = None              # "relu": the ReLU reading this op's output is fused into it
     is_output: bool = False                    # the node's output is the model's output
     bias_add: Const | None = None              # MatMul: the bias of the Add that reads it, fused into a linear op
@@ -94,6 +95,26 @@ class OnnxCall:
             raise self.error(f"expects a constant as its {what}, got {_show(value)}")
         return value.value
 
+    def const_ints(self, index: int, what: str) -> list[int] | None:
+        """Input ``index`` as a constant list of integers (a scalar or a 1-D integer tensor: axes,
+        a shape), None when the optional input is omitted."""
+        value = self.const(index, what)
+        if value is None:
+            return None
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "iu" or arr.ndim > 1 or np.any(np.abs(arr) > INT_LIMIT):
+            raise self.error(f"expects integers as its {what}, got {arr.dtype} values of shape {arr.shape}")
+        return [int(v) for v in arr.reshape(-1)]
+
+    def axes(self, key: str, index: int, rank: int) -> list[int] | None:
+        """Axes of a tensor of ``rank`` dimensions, from the attribute ``key`` (older opsets) or
+        input ``index``, each in [-rank, rank) and returned in [0, rank); None when not given."""
+        axes = self.attrs.get_ints(key) if key in self.attrs else \
+            self.const_ints(index, key) if len(self.inputs) > index else None
+        if axes is not None and any(not -rank <= a < rank for a in axes):
+            raise self.error(f"{key}={axes} is out of range for a tensor of rank {rank}")
+        return None if axes is None else [a % rank for a in axes]
+
     def set_weights(self, shared_ok: bool = False, **params: Weight | None) -> None:
         """Record the op's parameters, each an initializer and its values in PyTorch's layout.
 
@@ -127,8 +148,7 @@ def _show(value: Any) -> str:
 def _pads(c: OnnxCall, kernel: tuple[int, int], stride: tuple[int, int]) -> tuple[int, int]:
     """ONNX padding (``pads`` = [top, left, bottom, right] or ``auto_pad``) as shardwise's
     symmetric (ph, pw); uneven padding has no shardwise equivalent."""
-    auto = c.attrs.get("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = c.attrs.get_str("auto_pad", "NOTSET")
     if auto == "VALID":
         return (0, 0)
     if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -138,17 +158,16 @@ def _pads(c: OnnxCall, kernel: tuple[int, int], stride: tuple[int, int]) -> tupl
         return (kernel[0] // 2, kernel[1] // 2)
     if auto != "NOTSET":
         raise c.error(f"auto_pad={auto!r} is not supported")
-    pads = [int(p) for p in c.attrs.get("pads", [0, 0, 0, 0])]
+    pads = c.attrs.get_ints("pads", [0, 0, 0, 0], lo=0)
     if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:
         raise c.error(f"pads={pads} is not supported (equal padding on both sides of each spatial dimension)")
     return (pads[0], pads[1])
 
 
 def _pair_attr(c: OnnxCall, key: str, default: tuple[int, int]) -> tuple[int, int]:
-    value = c.attrs.get(key)
+    value = c.attrs.get_ints(key, None, lo=1)   # strides, dilations and kernels of at least 1
     if value is None:
         return default
-    value = [int(v) for v in value]
     if len(value) != 2:
         raise c.error(f"{key}={value} is not supported (2-D ops only)")
     return (value[0], value[1])
@@ -175,7 +194,7 @@ def _conv(c: OnnxCall) -> Tensor:
     if w.value.ndim != 4 or len(x.shape) != 4:
         raise c.error(f"a {w.value.ndim - 2}-D convolution (weight {tuple(w.value.shape)}) is not supported; "
                       f"only 2-D")
-    groups = int(c.attrs.get("group", 1))
+    groups = c.attrs.get_int("group", 1, lo=1)
     dilation = _pair_attr(c, "dilations", (1, 1))
     kernel = (int(w.value.shape[2]), int(w.value.shape[3]))
     if _pair_attr(c, "kernel_shape", kernel) != kernel:
@@ -206,11 +225,13 @@ def _linear(c: OnnxCall, x: Tensor, weight: Weight, bias: Weight | None) -> Tens
 def _gemm(c: OnnxCall) -> Tensor:
     """Gemm(A, B, C) = alpha A' B' + beta C: a linear layer when B is an initializer."""
     a = c.attrs
-    if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or (len(c.inputs) > 2 and a.get("beta", 1.0) != 1.0):
-        raise c.error(f"Gemm with transA={a.get('transA', 0)}, alpha={a.get('alpha', 1.0)}, beta={a.get('beta', 1.0)} "
-                      f"is not supported (transA=0, alpha=beta=1: a linear layer)")
+    trans_a, trans_b = a.get_int("transA", 0, lo=0, hi=1), a.get_int("transB", 0, lo=0, hi=1)
+    alpha, beta = a.get_float("alpha", 1.0), a.get_float("beta", 1.0)
+    if trans_a or alpha != 1.0 or (len(c.inputs) > 2 and c.inputs[2] is not None and beta != 1.0):
+        raise c.error(f"Gemm with transA={trans_a}, alpha={alpha}, beta={beta} is not supported (transA=0, "
+                      f"alpha=beta=1: a linear layer)")
     w = c.weight(1, "weight", rank=2)
-    weight = (w, w.value if a.get("transB", 0) else w.value.T)   # PyTorch's (out, in)
+    weight = (w, w.value if trans_b else w.value.T)   # PyTorch's (out, in)
     return _linear(c, c.tensor(0), weight, _no_bias_or(c, 2, int(weight[1].shape[0])))
 
 
@@ -239,7 +260,7 @@ def _batchnorm(c: OnnxCall) -> Tensor:
     x = c.tensor(0, rank=4)
     scale, bias = c.weight(1, "scale", rank=1), c.weight(2, "bias", rank=1)
     mean, var = c.weight(3, "running mean", rank=1), c.weight(4, "running variance", rank=1)
-    eps = float(c.attrs.get("epsilon", 1e-5))
+    eps = c.attrs.get_float("epsilon", 1e-5)
     if np.float32(eps) != np.float32(BN_EPS):   # stored as float32: compare in float32
         raise c.error(f"epsilon={eps:g} is not supported (shardwise's batch norm uses eps={BN_EPS})")
     for what, w in (("scale", scale), ("bias", bias), ("running mean", mean), ("running variance", var)):
@@ -247,7 +268,7 @@ def _batchnorm(c: OnnxCall) -> Tensor:
             raise ShapeError(f"{c.where}: {what} of shape {tuple(w.value.shape)} for input {x.shape}")
     # ONNX keeps running = momentum * running + (1 - momentum) * statistic: PyTorch's momentum is 1 - it
     # (six decimals: the attribute is a float32, and 1 - float32(0.9) is 0.10000002)
-    momentum = round(1.0 - float(c.attrs.get("momentum", 0.9)), 6)
+    momentum = round(1.0 - c.attrs.get_float("momentum", 0.9), 6)
     if not 0.0 <= momentum <= 1.0:
         raise c.error(f"momentum={c.attrs.get('momentum')!r} is outside [0, 1]")
     y = c.graph.batchnorm2d(x, name=c.name, momentum=momentum)
@@ -263,8 +284,7 @@ def _activation(kind: str) -> Callable[[OnnxCall], Tensor]:
 
 
 def _gelu(c: OnnxCall) -> Tensor:
-    approximate = c.attrs.get("approximate", "none")
-    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    approximate = c.attrs.get_str("approximate", "none")
     if approximate != "none":
         raise c.error(f"approximate={approximate!r} (GELU's tanh approximation) is not supported; shardwise's "
                       f"gelu is the exact erf form")
@@ -275,7 +295,7 @@ def _leaky_relu(c: OnnxCall) -> Tensor:
     # ONNX stores alpha as float32: 0.2 arrives as 0.20000000298...; its shortest float32
     # spelling gives back the slope the model was written with (the kernels compute in
     # float32, so either value gives the same results)
-    alpha = float(str(np.float32(c.attrs.get("alpha", 0.01))))
+    alpha = float(str(np.float32(c.attrs.get_float("alpha", 0.01))))
     return c.graph.leaky_relu(c.tensor(0), negative_slope=alpha, name=c.name)
 
 
@@ -303,8 +323,8 @@ def _add(c: OnnxCall) -> Tensor:
 def _concat(c: OnnxCall) -> Tensor:
     ts = [c.tensor(k) for k in range(len(c.inputs))]
     rank = len(ts[0].shape)
-    axis = c.attrs.get("axis")
-    if not isinstance(axis, int) or not -rank <= axis < rank:
+    axis = c.attrs.get_int("axis")
+    if axis is None or not -rank <= axis < rank:
         raise c.error(f"axis={axis!r} is out of range for rank {rank}")
     if axis % rank == 0:
         raise c.error("concatenating along the batch dimension (axis=0) is not supported")
@@ -322,7 +342,7 @@ def _to_2d(c: OnnxCall, x: Tensor, shape: tuple[int, ...], what: str) -> Tensor:
 
 def _flatten(c: OnnxCall) -> Tensor:
     x = c.tensor(0)
-    axis = c.attrs.get("axis", 1)
+    axis = c.attrs.get_int("axis", 1)
     if axis % max(len(x.shape), 1) != 1:
         raise c.error(f"Flatten(axis={axis}) of shape {x.shape} is not supported; only axis=1 (everything after "
                       f"the batch dimension)")
@@ -331,9 +351,11 @@ def _flatten(c: OnnxCall) -> Tensor:
 
 def _reshape(c: OnnxCall) -> Tensor:
     x = c.tensor(0)
-    target = c.const(1, "shape")
+    target = c.const_ints(1, "shape")
+    if target is None:
+        raise c.error("expects a constant as its shape, got nothing")
     try:
-        shape = reshape_target(x.shape, [int(v) for v in np.asarray(target).reshape(-1)],
+        shape = reshape_target(x.shape, target,
                                bool(c.attrs.get("allowzero", 0)))
     except FoldError as exc:
         raise c.error(str(exc)) from None
@@ -342,11 +364,10 @@ def _reshape(c: OnnxCall) -> Tensor:
 
 def _squeeze(c: OnnxCall) -> Tensor:
     x = c.tensor(0)
-    axes = c.attrs.get("axes")
-    if axes is None and len(c.inputs) > 1:
-        axes = c.const(1, "axes")
-    drop = ({d for d, s in enumerate(x.shape) if s == 1} if axes is None
-            else {int(a) % len(x.shape) for a in np.asarray(axes).reshape(-1)})
+    axes = c.axes("axes", 1, len(x.shape))
+    drop = {d for d, s in enumerate(x.shape) if s == 1} if axes is None else set(axes)
+    if any(x.shape[d] != 1 for d in drop):
+        raise c.error(f"cannot squeeze the axes {sorted(drop)} of shape {x.shape} (of size other than 1)")
     if 0 in drop:
         raise c.error("squeezing the batch dimension is not supported")
     return _to_2d(c, x, tuple(s for d, s in enumerate(x.shape) if d not in drop), "squeezing")
@@ -362,9 +383,9 @@ def _pool(kind: str) -> Callable[[OnnxCall], Tensor]:
         if _pair_attr(c, "dilations", (1, 1)) != (1, 1):
             raise c.error(f"dilations={list(c.attrs['dilations'])} is not supported")
         padding = _pads(c, kernel, stride)
-        if kind == "avg" and padding != (0, 0) and not c.attrs.get("count_include_pad", 0):
+        if kind == "avg" and padding != (0, 0) and not c.attrs.get_int("count_include_pad", 0):
             raise c.error("count_include_pad=0 with padding is not supported (padded zeros count in the divisor)")
-        if c.attrs.get("ceil_mode", 0):
+        if c.attrs.get_int("ceil_mode", 0):
             check_ceil_mode(c, x.shape, kernel, stride, padding)
         return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
     return convert
@@ -383,17 +404,15 @@ def _reduce_mean(c: OnnxCall) -> Tensor:
     """The mean over (H, W) of an (N, C, H, W) tensor: global average pooling (then a flatten
     unless ``keepdims``)."""
     x = c.tensor(0)
-    axes = c.attrs.get("axes")
-    if axes is None and len(c.inputs) > 1:
-        axes = c.const(1, "axes")
-    axes = None if axes is None else sorted(int(a) % max(len(x.shape), 1) for a in np.asarray(axes).reshape(-1))
+    axes = c.axes("axes", 1, len(x.shape))
+    axes = None if axes is None else sorted(axes)
     if len(x.shape) != 4 or axes != [2, 3]:
         raise c.error(f"ReduceMean over axes {axes} of shape {x.shape} is not supported; only over (H, W) of an "
                       f"(N, C, H, W) tensor (global average pooling)")
     if x.shape[2:] == (1, 1):   # the mean of one value: no pool (PyTorch exports AdaptiveAvgPool2d(1) this way)
-        return x if c.attrs.get("keepdims", 1) else c.graph.flatten(x, name=c.name)
+        return x if c.attrs.get_int("keepdims", 1) else c.graph.flatten(x, name=c.name)
     y = c.graph.pool2d(x, kernel=x.shape[2:], stride=x.shape[2:], kind="avg", name=c.name)
-    return y if c.attrs.get("keepdims", 1) else c.graph.flatten(y, name=f"{c.name}.flatten")
+    return y if c.attrs.get_int("keepdims", 1) else c.graph.flatten(y, name=f"{c.name}.flatten")
 
 
 def _softmax(c: OnnxCall) -> Tensor:
@@ -401,7 +420,7 @@ def _softmax(c: OnnxCall) -> Tensor:
     if not c.is_output:
         raise c.error(f"{c.op_type} is supported only as the model's output, where it becomes shardwise's softmax "
                       f"cross-entropy loss")
-    if c.attrs.get("axis", -1) not in (1, -1):
+    if c.attrs.get_int("axis", -1) not in (1, -1):
         raise c.error(f"{c.op_type}(axis={c.attrs['axis']}) is not supported; only over the classes (axis=1)")
     return c.graph.softmax(x, name=c.name)
 

@@ -46,6 +46,9 @@ blocks of H rows of W, R and each half of B."""
 
 _DEFAULT_ACTIVATIONS = ["Sigmoid", "Tanh", "Tanh"]
 
+MAX_STEPS = 10_000
+"""The most steps an LSTM node is unrolled over (each step is a few ops of the graph)."""
+
 
 @dataclass(eq=False)
 class LayerSteps(Steps):
@@ -95,18 +98,18 @@ def _zero_state(c: OnnxCall, index: int, what: str, shape: tuple[int, ...]) -> N
 def _check_attrs(c: OnnxCall) -> int:
     """Refuse what the unrolled LSTM does not compute; the layout (0 or 1)."""
     a = c.attrs
-    if a.get("direction", "forward") != "forward":
+    if a.get_str("direction", "forward") != "forward":
         raise c.error(f"direction={a['direction']!r} is not supported (a one-way LSTM, 'forward'; bidirectional and "
                       f"reverse LSTMs are refused)")
     for key in ("clip", "activation_alpha", "activation_beta"):
         if key in a:
             raise c.error(f"{key}={a[key]!r} is not supported (an LSTM without cell clipping, with sigmoid and tanh)")
-    if "activations" in a and list(a["activations"]) != _DEFAULT_ACTIVATIONS:
+    if a.get_strs("activations", _DEFAULT_ACTIVATIONS) != _DEFAULT_ACTIVATIONS:
         raise c.error(f"activations={list(a['activations'])} is not supported (only {_DEFAULT_ACTIVATIONS}, "
                       f"PyTorch's)")
-    if a.get("input_forget", 0):
+    if a.get_int("input_forget", 0):
         raise c.error("input_forget=1 (coupled input and forget gates) is not supported")
-    layout = a.get("layout", 0)
+    layout = a.get_int("layout", 0)
     if layout not in (0, 1):
         raise c.error(f"layout={layout!r} is not supported (0 or 1)")
     return int(layout)
@@ -141,13 +144,16 @@ def _lstm(c: OnnxCall) -> Outputs:
             raise c.error(f"input {index}, {what}, is not supported")
     x = _input(c, layout)
     n, steps, e = x.shape
+    if steps > MAX_STEPS:
+        raise c.error(f"an LSTM over {steps} steps is not supported (it is unrolled: at most {MAX_STEPS:,} steps)")
     r = c.inputs[2] if len(c.inputs) > 2 else None
-    hid = int(r.value.shape[-1]) if isinstance(r, Const) and r.value.ndim == 3 else int(c.attrs.get("hidden_size", 0))
+    hidden_size = c.attrs.get_int("hidden_size", None, lo=1)
+    hid = int(r.value.shape[-1]) if isinstance(r, Const) and r.value.ndim == 3 else (hidden_size or 0)
     if isinstance(r, Const) and r.value.ndim == 3 and r.value.shape[1] != 4 * hid:
         # PyTorch's dynamo exporter writes an nn.LSTM with proj_size so: R (1, 4 hidden, proj), no projection
         raise c.error(f"its R has shape {tuple(r.value.shape)}, not (1, 4 hidden, hidden): an LSTM with projections "
                       f"(PyTorch's proj_size) is not supported")
-    if "hidden_size" in c.attrs and int(c.attrs["hidden_size"]) != hid:
+    if hidden_size is not None and hidden_size != hid:
         raise ShapeError(f"{c.where}: hidden_size={c.attrs['hidden_size']} but R has shape {_show(r)}")
     w = _weight(c, 1, "W", (1, 4 * hid, e))
     r = _weight(c, 2, "R", (1, 4 * hid, hid))
@@ -188,7 +194,7 @@ def _index(c: OnnxCall) -> tuple[int, int] | None:
     """(axis, index) of a Gather by a constant scalar index, else None."""
     idx = c.inputs[1] if len(c.inputs) > 1 else None
     if isinstance(idx, Const) and idx.value.ndim == 0 and idx.value.dtype.kind in "iu":
-        return int(c.attrs.get("axis", 0)), int(idx.value)
+        return c.attrs.get_int("axis", 0), int(idx.value)
     return None
 
 
@@ -229,7 +235,7 @@ def _concat(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
     def convert(c: OnnxCall) -> Any:
         if not any(isinstance(v, View) for v in c.inputs):
             return previous(c)
-        axis = int(c.attrs.get("axis", 0))
+        axis = c.attrs.get_int("axis", 0)
         layers = []
         for v in c.inputs:
             one = None
@@ -250,11 +256,10 @@ def _squeeze(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
         x = c.inputs[0]
         if not isinstance(x, View):
             return previous(c)
-        axes = c.attrs.get("axes")
-        if axes is None and len(c.inputs) > 1:
-            axes = c.const(1, "axes")
-        drop = tuple(d for d, s in enumerate(x.shape) if s == 1) if axes is None else \
-            tuple(int(a) % len(x.shape) for a in np.asarray(axes).reshape(-1))
+        axes = c.axes("axes", 1, len(x.shape))
+        drop = tuple(d for d, s in enumerate(x.shape) if s == 1) if axes is None else tuple(sorted(set(axes)))
+        if any(x.shape[d] != 1 for d in drop):
+            raise c.error(f"cannot squeeze the axes {list(drop)} of shape {x.shape} (of size other than 1)")
         return _view(c, x, lambda a: np.squeeze(a, axis=drop), "squeezing")
     return convert
 

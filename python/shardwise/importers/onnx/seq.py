@@ -99,7 +99,10 @@ def resolve(v: View) -> Any:
 def _view(c: OnnxCall, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str) -> Any:
     """The view ``make`` takes of ``x`` (a graph tensor, a view, or a lazy value with a shape:
     an LSTM's output steps), or its base when it reads that unchanged."""
-    origin = x.origin if isinstance(x, View) else np.empty(x.shape, dtype=np.int8)
+    try:   # address space only, never written
+        origin = x.origin if isinstance(x, View) else np.empty(x.shape, dtype=np.int8)
+    except MemoryError:
+        raise c.error(f"{what} of {_show(x)} is not supported (the tensor is too large)") from None
     arr = x.arr if isinstance(x, View) else origin
     out = make(arr)
     if out.size and not np.may_share_memory(out, origin):   # NumPy had to copy: not a view of x
@@ -112,8 +115,8 @@ def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
         x = c.inputs[0]
         if isinstance(x, (Tensor, View)) and len(c.inputs) > 1 and isinstance(c.inputs[1], Const):
             try:
-                shape = reshape_target(x.shape, [int(v) for v in np.asarray(c.inputs[1].value).reshape(-1)],
-                                       bool(c.attrs.get("allowzero", 0)))
+                shape = reshape_target(x.shape, c.const_ints(1, "shape"),
+                                       bool(c.attrs.get_int("allowzero", 0)))
             except FoldError as exc:
                 raise c.error(str(exc)) from None
             if isinstance(x, Tensor) and (shape == x.shape or (len(shape) == 2 and len(x.shape) > 2
@@ -134,7 +137,10 @@ def _transpose(c: OnnxCall) -> Any:
     if not isinstance(x, (Tensor, View)):
         raise c.error(f"Transpose of {_show(x)} is not supported")
     r = len(x.shape)
-    perm = [int(p) % r for p in c.attrs.get("perm", list(range(r))[::-1])]
+    perm = c.attrs.get_ints("perm", list(range(r))[::-1])
+    if sorted(p % r for p in perm) != list(range(r)) or any(not -r <= p < r for p in perm):
+        raise c.error(f"perm={perm} is not a permutation of the {r} dimensions of {_show(x)}")
+    perm = [p % r for p in perm]
     if perm == list(range(r)):
         return x
     if isinstance(x, Tensor) and perm[0] == 0:
@@ -232,7 +238,7 @@ def _softmax(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
     the network: a softmax_dim op; as the model's output over the classes, the loss as before."""
     def convert(c: OnnxCall) -> Any:
         x = c.inputs[0]
-        axis = int(c.attrs.get("axis", -1))
+        axis = c.attrs.get_int("axis", -1)
         if isinstance(x, Scores) and c.op_type == "Softmax":
             r = len(x.t.shape)
             if axis % r != r - 1:
@@ -257,7 +263,7 @@ def _gather(c: OnnxCall) -> Tensor:
     integer input of the model), or with constant indices 0..vocab-1 the whole table as a
     ``parameter`` op (learned positions)."""
     table = c.weight(0, "table", rank=2)
-    if int(c.attrs.get("axis", 0)) != 0:
+    if c.attrs.get_int("axis", 0) != 0:
         raise c.error(f"Gather(axis={c.attrs['axis']}) of a table is not supported (rows: axis 0)")
     vocab, dim = table.value.shape
     ids = c.inputs[1]
@@ -276,15 +282,18 @@ def _gather(c: OnnxCall) -> Tensor:
 
 def _layer_norm(c: OnnxCall) -> Tensor:
     x = c.tensor(0)
-    if int(c.attrs.get("axis", -1)) % len(x.shape) != len(x.shape) - 1:
+    if c.attrs.get_int("axis", -1) % len(x.shape) != len(x.shape) - 1:
         raise c.error(f"LayerNormalization(axis={c.attrs['axis']}) is not supported (the last axis only)")
     scale = c.weight(1, "scale", rank=1)
     if len(c.inputs) < 3 or c.inputs[2] is None:
         raise c.error("LayerNormalization without a bias is not supported")
     bias = c.weight(2, "bias", rank=1)
+    for what, w in (("scale", scale), ("bias", bias)):
+        if w.value.shape != (x.shape[-1],):
+            raise c.error(f"its {what} has shape {tuple(w.value.shape)}, not ({x.shape[-1]},) for the input {x.shape}")
     # epsilon is a float32 attribute: 1e-5 arrives as 9.99999974e-06; its shortest float32
     # spelling gives back the model's value (the graph from_torch builds)
-    eps = float(str(np.float32(c.attrs.get("epsilon", 1e-5))))
+    eps = float(str(np.float32(c.attrs.get_float("epsilon", 1e-5))))
     y = c.graph.layer_norm(x, eps=eps, name=c.name)
     c.set_weights(weight=(scale, scale.value), bias=(bias, bias.value))
     return y
