@@ -466,3 +466,47 @@ def test_mutated_models_raise_only_model_import_error():
 def test_mutated_models_raise_only_model_import_error_thorough():
     counts = _run(range(3000, 33000))
     assert counts["refused"] > 15000 and counts["ok"] > 1500, counts
+
+
+def _cnn_with(change: Callable[[onnx.ModelProto], None]) -> onnx.ModelProto:
+    m = cnn()
+    change(m)
+    return m
+
+
+def _set_attr(node_name: str, attr: AttributeProto) -> Callable[[onnx.ModelProto], None]:
+    def change(m: onnx.ModelProto) -> None:
+        nd = next(nd for nd in m.graph.node if nd.name == node_name)
+        for k, a in enumerate(nd.attribute):
+            if a.name == attr.name:
+                del nd.attribute[k]
+                break
+        nd.attribute.append(attr)
+    return change
+
+
+def _matmul_with_one_input(m: onnx.ModelProto) -> None:
+    nd = next(nd for nd in m.graph.node if nd.name == "fc")
+    nd.op_type = "MatMul"
+    del nd.input[1:]
+    del nd.attribute[:]
+
+
+@pytest.mark.parametrize("change, message", [
+    (_set_attr("c1", helper.make_attribute("strides", 2)), "node 'c1' \\(Conv\\): attribute 'strides' is INT; "
+                                                           "ONNX's Conv takes INTS"),
+    (_set_attr("softmax", helper.make_attribute("axis", [1])), "node 'softmax' \\(Softmax\\): attribute 'axis' is "
+                                                               "INTS; ONNX's Softmax takes INT"),
+    (_matmul_with_one_input, "node 'fc' \\(MatMul\\): has 1 inputs; ONNX's MatMul takes 2"),
+    (_set_attr("c1", helper.make_attribute("strides", [0, 1])), "node 'c1' \\(Conv\\): attribute strides=\\[0, 1\\] "
+                                                                "is not supported"),
+    (_set_attr("c1", helper.make_attribute("group", -2)), "node 'c1' \\(Conv\\): attribute group=-2"),
+    (_set_attr("bn", helper.make_attribute("epsilon", float("nan"))), "node 'bn' .*epsilon=nan.*a finite number"),
+    (_set_attr("c1", helper.make_attribute("pads", [2**40] * 4)), "node 'c1' .*pads"),
+    (_set_attr("c1", helper.make_attribute("padding", [1, 1])), "ONNX's Conv has no attribute 'padding'"),
+])
+def test_the_issues_examples_name_the_node(change, message):
+    """The escapes the issue names (Conv strides as an int, Softmax axis as a list, a MatMul with
+    one input) and values out of range: a ModelImportError naming the node and the attribute."""
+    with pytest.raises(sw.ModelImportError, match=message):
+        sw.from_onnx(_cnn_with(change))

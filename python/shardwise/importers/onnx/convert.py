@@ -59,9 +59,16 @@ def from_onnx(model: Any, batch: int | None = None, name: str | None = None) -> 
     keys are the exported model's ``state_dict`` keys.  A Relu that alone reads a Conv, Gemm or
     linear MatMul is fused into it; ``Mul(x, Sigmoid(x))`` is one silu op.
 
-    Raises ImportError if onnx is missing and :class:`~shardwise.ModelImportError` naming the
-    node and its op type for an op or attribute shardwise does not support (the supported ops
-    are listed in docs/importing.md) or a file that is not an ONNX model.
+    External data (tensors kept in other files) is read only for a model given by path, from
+    files inside that file's folder (no absolute path, ``..`` or link leading out), at offsets
+    and lengths within the file that match the tensor's size; a model given as bytes or as a
+    ModelProto whose tensors use external data is refused (pass its path).
+
+    Raises ImportError if onnx is missing and :class:`~shardwise.ModelImportError` (never another
+    exception, for any malformed model) naming the node and its op type for an op or attribute
+    shardwise does not support (the supported ops are listed in docs/importing.md), a node that
+    does not fit ONNX's schema of its op, shapes that do not fit together, external data outside
+    those rules, or a file that is not an ONNX model.
     """
     onnx = _import_onnx()
     proto, default_name, base_dir, given = _load(onnx, model)

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from shardwise.errors import ShardwiseError
 from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.onnx.ops import ONNX_OPS, OnnxCall, _linear, _show
@@ -125,7 +126,7 @@ def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
             if isinstance(x, Tensor) and len(shape) >= 2 and shape[0] == x.shape[0]:
                 try:
                     return c.graph.reshape(x, shape, name=c.name)
-                except Exception:   # a reshape the builder cannot describe: it may still be part of a view
+                except ShardwiseError:   # a reshape the builder cannot describe: it may still be part of a view
                     pass
             return _view(c, x, lambda a: a.reshape(shape), "reshaping")
         return previous(c)
