@@ -51,3 +51,11 @@ int sw_py_runtime_ready(RuntimeObject *self) {
     }
     return 1;
 }
+
+int sw_py_iterations_ok(int iterations) {
+    if (iterations < 1 || iterations > 8) {
+        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
+        return 0;
+    }
+    return 1;
+}

@@ -96,14 +96,6 @@ static PyObject *memory_plan_on(const sw_lowering *l, long long align, int check
     return d;
 }
 
-static int iterations_ok(int iterations) {
-    if (iterations < 1 || iterations > 8) {
-        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
-        return 0;
-    }
-    return 1;
-}
-
 /* The runtime's order over l's memory plan (reuse on, the arena alignment); with iterations > 1,
  * of that many iterations back to back (iterations.c: task t of iteration i is i * ntasks + t),
  * and with check the plan of the concatenated graph proved safe by it (sw_memory_plan_check_on;
@@ -220,7 +212,7 @@ PyObject *sw_py_problem_task_order(ProblemObject *self, PyObject *args, PyObject
     int iterations = 1, check = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|Oip", kwlist, &k, &dg, &ptr, &dv, &streams_obj, &iterations,
                                      &check) ||
-        !sw_py_problem_ready(self) || !iterations_ok(iterations)) {
+        !sw_py_problem_ready(self) || !sw_py_iterations_ok(iterations)) {
         return NULL;
     }
     self->busy = 1;
@@ -270,7 +262,7 @@ PyObject *sw_py_tg_memory_plan(TaskGraphObject *self, PyObject *args, PyObject *
 PyObject *sw_py_tg_task_order(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"iterations", "check", NULL};
     int iterations = 1, check = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ip", kwlist, &iterations, &check) || !iterations_ok(iterations) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ip", kwlist, &iterations, &check) || !sw_py_iterations_ok(iterations) ||
         !sw_py_tg_enter(self)) {
         return NULL;
     }

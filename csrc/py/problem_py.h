@@ -27,6 +27,8 @@ int sw_py_problem_ready(ProblemObject *self);
 int sw_py_tables_ready(ProblemObject *self);
 /* 1 if op indexes an op of self's problem; 0 with IndexError. */
 int sw_py_check_op(ProblemObject *self, int op);
+/* 1 when `iterations` (steps back to back, simulate and memory plans) is 1 .. 8; 0 with ValueError. */
+int sw_py_iterations_ok(int iterations);
 /* A new float64 array of shape dims copied from src. */
 PyObject *sw_py_copy_doubles(const double *src, int ndim, npy_intp *dims);
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */

@@ -56,6 +56,30 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
     return rc;
 }
 
+/* A new Runtime object running lowering `l` on the backend `spec` names (the GIL released while
+ * the backend and the runtime are built), or NULL with the exception set. */
+static RuntimeObject *runtime_build(PyTypeObject *type, const sw_problem *p, const sw_lowering *l,
+                                    const sw_op_attrs *attrs, int reuse, const sw_py_backend *spec, int threads,
+                                    int jitter) {
+    RuntimeObject *self = (RuntimeObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        return NULL;
+    }
+    sw_backend *backend = NULL;
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_py_backend_make(spec, threads, jitter, &backend);
+    if (s == SW_OK) {
+        s = sw_runtime_new_lowered(p, l, attrs, reuse, backend, &self->rt);
+    }
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        Py_CLEAR(self);
+        sw_py_raise(s);
+    }
+    return self;
+}
+
 /* Runtime(tg, attrs, threads, jitter_us=0, reuse=True, backend="cpu", gpus=None, workspace=0): the
  * graph of a TaskGraph, lowered once, with its streams or swap tasks (taskgraph_py.c). */
 static PyObject *runtime_of_graph(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -80,22 +104,7 @@ static PyObject *runtime_of_graph(PyTypeObject *type, PyObject *args, PyObject *
     if (parse_attrs(p, at, &attrs) < 0 || sw_py_backend_spec(backend_name, p->ndev, gpus, workspace, &spec) < 0) {
         goto done;
     }
-    self = (RuntimeObject *)type->tp_alloc(type, 0);
-    if (!self) {
-        goto done;
-    }
-    sw_backend *backend = NULL;
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_py_backend_make(&spec, threads, jitter, &backend);
-    if (s == SW_OK) {
-        s = sw_runtime_new_lowered(p, tg->l, attrs, reuse, backend, &self->rt);
-    }
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        Py_CLEAR(self);
-        sw_py_raise(s);
-    }
+    self = runtime_build(type, p, tg->l, attrs, reuse, &spec, threads, jitter);
 done:
     sw_py_tg_leave(tg);
     PyMem_Free(attrs);
@@ -136,22 +145,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         sw_py_lower_args(problem, k, dg, ptr, dv, streams_obj, swap_obj, &l) < 0) {   /* the plan lowered once */
         goto done;
     }
-    self = (RuntimeObject *)type->tp_alloc(type, 0);
-    if (!self) {
-        goto done;
-    }
-    sw_backend *backend = NULL;
-    sw_status s;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_py_backend_make(&spec, threads, jitter, &backend);
-    if (s == SW_OK) {
-        s = sw_runtime_new_lowered(problem->p, l, attrs, reuse, backend, &self->rt);
-    }
-    Py_END_ALLOW_THREADS
-    if (s != SW_OK) {
-        Py_CLEAR(self);
-        sw_py_raise(s);
-    }
+    self = runtime_build(type, problem->p, l, attrs, reuse, &spec, threads, jitter);
 done:
     problem->busy = 0;
     sw_lowering_free(l);

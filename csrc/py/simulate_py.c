@@ -262,14 +262,6 @@ done:
     return d;
 }
 
-static int iterations_ok(int iterations) {
-    if (iterations < 1 || iterations > 8) {
-        PyErr_Format(PyExc_ValueError, "iterations must be 1 .. 8, got %d", iterations);
-        return 0;
-    }
-    return 1;
-}
-
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
                              "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams",
@@ -281,7 +273,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOOidpi", kwlist, &k, &dg, &ptr, &dv, &rp, &rr,
                                      &nres, &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill,
                                      &swap_obj, &host_bw_obj, &host_res, &bound, &brief, &iterations) ||
-        !sw_py_problem_ready(self) || !iterations_ok(iterations)) {
+        !sw_py_problem_ready(self) || !sw_py_iterations_ok(iterations)) {
         return NULL;
     }
     self->busy = 1;   /* from the conversions on: they read the problem */
@@ -312,7 +304,7 @@ PyObject *sw_py_tg_simulate(TaskGraphObject *self, PyObject *args, PyObject *kwd
     double copy_bw = 0.0, bound = INFINITY;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|iOOdOOOidpi", kwlist, &rp, &rr, &nres, &cores, &split, &rates,
                                      &copy_bw, &fixed, &fill, &host_bw_obj, &host_res, &bound, &brief, &iterations) ||
-        !iterations_ok(iterations) || !sw_py_tg_enter(self)) {
+        !sw_py_iterations_ok(iterations) || !sw_py_tg_enter(self)) {
         return NULL;
     }
     sim_args s;
