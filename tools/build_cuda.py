@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from glob import glob
 
 from setuptools import Extension
+
+import build_optional  # noqa: E402  (tools/build_optional.py: what SHARDWISE_CUDA/SHARDWISE_MPI=auto|0|1 mean)
 from setuptools.command.build_ext import build_ext
 
-MODES = ("auto", "0", "1")
 # the .cu files' GPU targets: Ampere and Hopper machine code, and Hopper PTX that newer GPUs
 # compile at load time; SHARDWISE_CUDA_ARCH="90" (a list: "80;90") builds fewer, faster
 DEFAULT_ARCHS = ("80", "90")
@@ -150,16 +151,7 @@ def find(mode: str, strict: bool = True) -> Found:
     with something missing stops with that reason (SystemExit), at once when `strict`, else
     when build_ext runs (setup.py: pip runs setup.py for build requirements and metadata before
     it installs the wheels the build needs)."""
-    mode = (mode or "auto").strip().lower()
-    if mode not in MODES:
-        raise SystemExit(f"shardwise: SHARDWISE_CUDA must be auto, 0 or 1, not {mode!r}")
-    if mode == "0":
-        return Found(False, "SHARDWISE_CUDA=0")
-    found = _search()
-    found.required = mode == "1"
-    if not found.ok and found.required and strict:
-        raise SystemExit(missing_message(found))
-    return found
+    return build_optional.find("SHARDWISE_CUDA", mode, strict, _search, lambda why: Found(False, why), missing_message)
 
 
 def missing_message(found: Found) -> str:

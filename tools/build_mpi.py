@@ -39,7 +39,8 @@ from glob import glob
 
 from setuptools import Extension
 
-MODES = ("auto", "0", "1")
+import build_optional  # noqa: E402  (tools/build_optional.py: what SHARDWISE_CUDA/SHARDWISE_MPI=auto|0|1 mean)
+
 # the [mpi] extra; keep equal to pyproject.toml's (tools/build_backend.py adds it for SHARDWISE_MPI=1)
 MPI_WHEELS = ["mpich>=4.3"]
 HINT = ('install MPI with the [mpi] extra (SHARDWISE_MPI=1 pip install ".[mpi]", or pip install mpich first), '
@@ -136,16 +137,7 @@ def _search() -> Found:
 def find(mode: str | None, strict: bool = True) -> Found:
     """What SHARDWISE_MPI=`mode` builds: Found(ok=True, ...) or the reason it skips.  Mode 1
     with MPI missing stops (SystemExit) at once when `strict`, else when build_ext runs."""
-    mode = (mode or "auto").strip().lower()
-    if mode not in MODES:
-        raise SystemExit(f"shardwise: SHARDWISE_MPI must be auto, 0 or 1, not {mode!r}")
-    if mode == "0":
-        return Found(False, "SHARDWISE_MPI=0")
-    found = _search()
-    found.required = mode == "1"
-    if not found.ok and found.required and strict:
-        raise SystemExit(missing_message(found))
-    return found
+    return build_optional.find("SHARDWISE_MPI", mode, strict, _search, lambda why: Found(False, why), missing_message)
 
 
 def missing_message(found: Found) -> str:
