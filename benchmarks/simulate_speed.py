@@ -7,7 +7,7 @@ by default) and its stages: preparing the arguments in Python (the C problem,
 plan and route arrays), the C core (lowering, durations, event loop in one
 call), the rest (memory check, result).  The C core lowers the plan, plans its
 memory as the runtime does (the reuse edges are part of the runtime's order),
-orders the tasks (csrc/order.c), times and replays them.  A plan that does not
+orders the tasks (csrc/mem/order.c), times and replays them.  A plan that does not
 fit in device memory is simulated all the same and then raises MemoryOverflow
 (marked).
 

@@ -1,6 +1,6 @@
 """An independent replay of one training iteration, to check the C simulator against.
 
-The package has one simulator (csrc/sim_durations.c, order.c, sim_plan.c, simulate.c behind
+The package has one simulator (csrc/sim/sim_durations.c, order.c, sim_plan.c, simulate.c behind
 ``sw.simulate``).  This module computes the same iteration another way, in plain Python, from
 what the package shows of a plan: the task graph ``sw.lower(plan)`` (tasks with their
 dependencies, reads and writes) and the memory plan's reuse edges ``sw.memory_plan(plan)``.

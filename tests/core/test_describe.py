@@ -303,7 +303,7 @@ def test_custom_ops_with_reduction_splits_plan_like_builtins():
 def test_strategies_of_every_builtin_op_use_the_cores_regions():
     """strategies_of on graph ops of every built-in kind: each valid split of an output
     dimension gives every input the region the lowering and the cost model use for that
-    half (input_region, csrc/region.c), and ops that split their output somewhere do."""
+    half (input_region, csrc/core/region.c), and ops that split their output somewhere do."""
     import sys
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1]))
     from shared_graphs import mixed_graph

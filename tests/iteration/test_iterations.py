@@ -1,4 +1,4 @@
-"""Iterations back to back with no barrier between them (issue 14, point 3; csrc/iterations.c).
+"""Iterations back to back with no barrier between them (issue 14, point 3; csrc/mem/iterations.c).
 
 * The order of two (three) iterations concatenated is proved safe by the C validator on random
   plans under both policies, and independently here from the task graph alone: every buffer

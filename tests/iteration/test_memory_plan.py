@@ -1,4 +1,4 @@
-"""Planned memory (csrc/memplan.c, memplan_check.c): one arena per device, offsets from lifetimes.
+"""Planned memory (csrc/mem/memplan.c, memplan_check.c): one arena per device, offsets from lifetimes.
 
 * On random plans the validator proves the offsets safe from the task graph alone, the
   peak agrees with an independent sweep over the task graph written here, and every
@@ -56,7 +56,7 @@ def reference_peaks(tg) -> dict[int, int]:
 
 
 def reference_offsets(tg, align: int = 64) -> dict[int, int]:
-    """Greedy by size, the rule csrc/memplan_place.c speeds up: per device the buffers largest
+    """Greedy by size, the rule csrc/mem/memplan_place.c speeds up: per device the buffers largest
     first (ties by id), each at the lowest aligned offset c where no placed buffer live at the
     same time meets [c, c + size), found by one pass over the placed ones in offset order."""
     life = reference_lifetimes(tg)

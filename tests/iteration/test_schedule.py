@@ -1,4 +1,4 @@
-"""Critical-path schedules (TurboDL's analysis, csrc/schedule_paths.c and csrc/schedule.c).
+"""Critical-path schedules (TurboDL's analysis, csrc/graph/schedule_paths.c and csrc/graph/schedule.c).
 
 Expected blocks, paths, distances, ranks and task priorities are worked out by hand
 in each test from the dA times it chooses; a property test checks the analysis on

@@ -33,7 +33,7 @@ OPT = SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 # --------------------------------------------------------------------------- references written here
 def order_of(plan, schedule=None) -> list[set[int]]:
-    """What every task runs after on the runtime, from the core (csrc/order.c)."""
+    """What every task runs after on the runtime, from the core (csrc/mem/order.c)."""
     streams = schedule.stream_arrays() if schedule is not None else None
     r = _problem(plan).task_order(*plan_arrays(plan), streams=streams)
     ptr, ids = r["ptr"].tolist(), r["ids"].tolist()

@@ -1,4 +1,4 @@
-"""Swap plans (csrc/swap.c, swap_plan.c, swap_fit.c): budgets, the swap tasks in the one task
+"""Swap plans (csrc/graph/swap.c, swap_plan.c, swap_fit.c): budgets, the swap tasks in the one task
 graph, their replay by the simulator and the errors of bad input."""
 from __future__ import annotations
 

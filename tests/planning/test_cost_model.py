@@ -22,7 +22,7 @@ BYTES = 4.0
 
 
 def worker_boxes(shape, degrees):
-    """Row-major worker grid, as csrc/region.c sw_worker_box."""
+    """Row-major worker grid, as csrc/core/region.c sw_worker_box."""
     boxes = []
     for coords in itertools.product(*[range(d) for d in degrees]):
         boxes.append(tuple((c * (s // d), (c + 1) * (s // d)) for c, s, d in zip(coords, shape, degrees)))

@@ -1,4 +1,4 @@
-"""Memory in the search (shardwise.planning.search_memory, csrc/cost_memory.c).
+"""Memory in the search (shardwise.planning.search_memory, csrc/cost/cost_memory.c).
 
 * the footprint tables add up, for random plans of small zoo models (reduction splits
   included), to what the memory plan holds live when the backward pass starts (its

@@ -1,7 +1,7 @@
 /* priorities.c -- a schedule's stream priorities onto each GPU's range of CUDA priorities
  * (gpu_plan.h).
  *
- * The runtime's priorities are any integers (higher first, csrc/schedule.c); CUDA offers a
+ * The runtime's priorities are any integers (higher first, csrc/graph/schedule.c); CUDA offers a
  * few levels per GPU (cudaDeviceGetStreamPriorityRange: least 0 .. greatest -5 on recent
  * GPUs).  Only the order among the streams of one GPU matters, so each GPU's distinct
  * priorities are ranked, the lowest at CUDA's default level.

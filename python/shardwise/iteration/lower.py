@@ -44,7 +44,7 @@ synchronization and update
     optimizer's state buffers, kind ``momentum``: SGD's momentum, or Adam's first and
     second moments) and sends the parameters back.
 
-swapping (csrc/swap.c, only in a swap plan's graph: :func:`shardwise.swap_plan`)
+swapping (csrc/graph/swap.c, only in a swap plan's graph: :func:`shardwise.swap_plan`)
     ``swap_out`` copies an offloaded feature map into a ``host`` buffer (the device's host
     region, apart from its arena) on the device's swap-out stream; ``swap_in`` copies it back
     into a new buffer of the map's kind, which the backward tasks read instead.

@@ -6,14 +6,14 @@
     mp.offset(buffer_id), mp.lifetime(buffer_id)
     print(mp.summary())
 
-The lowering (csrc/lower.c) lists every buffer of one training iteration and
-the tasks that read and write it; csrc/memplan.c gives each device one arena
+The lowering (csrc/graph/lower.c) lists every buffer of one training iteration and
+the tasks that read and write it; csrc/mem/memplan.c gives each device one arena
 and places every buffer in it from its lifetime over the program order of the
 tasks: a buffer is free after its last reader, so later buffers take its bytes.
 Parameters and momentum live across iterations; the loss outputs stay until the
 host has read them.  Reuse across devices' streams comes with ordering edges
 (``reuse_edges``): a copy that reads a buffer from another device must finish
-before that memory is taken over.  csrc/memplan_check.c proves a plan safe from
+before that memory is taken over.  csrc/mem/memplan_check.c proves a plan safe from
 the task graph alone (:meth:`MemoryPlan.validate`).
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ class MemoryPlan:
         return list(zip(self.arrays["reuse_from"].tolist(), self.arrays["reuse_to"].tolist()))
 
     def validate(self) -> None:
-        """Prove the plan safe from the task graph alone (csrc/memplan_check.c): buffers sharing
+        """Prove the plan safe from the task graph alone (csrc/mem/memplan_check.c): buffers sharing
         bytes are touched by tasks all ordered one buffer's before the other's; raises ValueError."""
         a = self.arrays
         if self.handle is not None:   # the graph it was planned on: no lowering again

@@ -8,8 +8,8 @@
 
 The analysis of TurboDL (Jin et al., "TurboDL: Improving the CNN Training on GPU
 With Fine-Grained Multi-Streaming Scheduling", section 2.4 and Algorithm 1), done
-in C over the one task graph of :func:`shardwise.iteration.lower` (csrc/schedule_paths.c,
-csrc/schedule.c): the network is cut into layer blocks from a fork layer to a
+in C over the one task graph of :func:`shardwise.iteration.lower` (csrc/graph/schedule_paths.c,
+csrc/graph/schedule.c): the network is cut into layer blocks from a fork layer to a
 merge layer; the layer paths inside a block are ranked by their distance, the
 summed dA (``backward_data``) time of their layers from the cost model (the
 roofline, or a profile's measured times with ``costs=``), the longest first;

@@ -7,8 +7,8 @@
 Eq. 1 adds every cost up; a real iteration runs devices in parallel and
 overlaps transfers (and gradient synchronization: DeePa, Jia et al. 2018,
 section 5) with computation.  The simulator replays the task graph the native runtime runs
-(csrc/lower.c, :func:`shardwise.iteration.lower`), in the order the runtime keeps
-(csrc/order.c, read by the executor too), so estimate and execution cannot
+(csrc/graph/lower.c, :func:`shardwise.iteration.lower`), in the order the runtime keeps
+(csrc/mem/order.c, read by the executor too), so estimate and execution cannot
 drift apart:
 
 * each device's tasks run in program order on its stream, copies into it
@@ -30,13 +30,13 @@ drift apart:
   adapter (send side of the source node, receive side of the destination),
   shared by its devices;
 * compute tasks take the roofline time of their shard (the same model as
-  ``t_c``, csrc/cost.c's ``sw_worker_time``: an op's forward is a third of its
+  ``t_c``, csrc/cost/cost.c's ``sw_worker_time``: an op's forward is a third of its
   t_c, its backward two thirds, split between the input and weight gradients),
   small bookkeeping tasks (gradient sums, updates, local copies) their memory
   traffic; with a profile (``costs``), the measured times instead.
 
 One call into C does it all without a Python object per task
-(``Problem.simulate_plan``: csrc/lower.c, memplan.c, order.c, sim_durations.c,
+(``Problem.simulate_plan``: csrc/graph/lower.c, memplan.c, order.c, sim_durations.c,
 sim_plan.c, simulate.c).  The tests compare it with an independent Python
 event loop over ``sw.lower(plan)`` (tests/sim_oracle.py).
 """

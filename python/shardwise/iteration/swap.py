@@ -7,13 +7,13 @@
 
 The memory optimizer of "AccUDNN: A GPU Memory Efficient Accelerator for Training
 Ultra-deep Deep Neural Networks" on shardwise's task graph (docs/memory.md).  The C core
-does the work: csrc/swap_plan.c chooses which feature maps to offload and where each
+does the work: csrc/graph/swap_plan.c chooses which feature maps to offload and where each
 swap-out and prefetch goes from the task graph's access pattern, the simulated iteration
 (the computation model: the plan's costs or the roofline), live bytes per task (the memory
 model) and each device's host-link bandwidth (``Device.host_bandwidth``: the preset's or the
-machine file's); csrc/swap.c turns the choice into swap tasks of the one task graph, on a
+machine file's); csrc/graph/swap.c turns the choice into swap tasks of the one task graph, on a
 swap-out and a swap-in stream per device, which the executor runs and the simulator replays;
-csrc/swap_fit.c plans again until the memory plan of the swapped graph (its arena, what the
+csrc/mem/swap_fit.c plans again until the memory plan of the swapped graph (its arena, what the
 runtime allocates) fits the budget.
 """
 from __future__ import annotations
@@ -161,7 +161,7 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     ``costs``: the computation model, as :func:`shardwise.iteration.simulate` takes it (the plan's own by
     default).  ``optimizer_state``: the optimizer's state buffers per parameter (1 SGD, 2 Adam),
     as the trainer will lower the plan.  ``check``: prove the swapped graph's memory plan safe
-    from the task graph alone (csrc/memplan_check.c; slower).
+    from the task graph alone (csrc/mem/memplan_check.c; slower).
 
     Raises ValueError naming the device, the task and its bytes when a budget is below the
     largest single task's working set (its buffers with the device's parameters and optimizer

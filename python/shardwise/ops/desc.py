@@ -33,7 +33,7 @@ ROLE_BIAS = 3   # the C core's code for a WEIGHT input with bias=True (InputDesc
 
 ROLE_NAMES = {DATA: "data", WEIGHT: "weight", STAT: "stat"}
 
-# The index arithmetic the C core accepts when it decodes a graph (csrc/problem.c): larger
+# The index arithmetic the C core accepts when it decodes a graph (csrc/core/problem.c): larger
 # strides, offsets or flatten periods are refused there as a ValueError at search time, so
 # the graph builder refuses them first (shardwise.graph).
 MAX_INDEX_COEF = 2**20     # |coefficient|: a stride

@@ -62,7 +62,7 @@ def strategies_of(definition: "OpDefinition | Op", analysis: str = "exact", **sh
     analysis, which cannot add two intervals and so refuses any dimension whose variable
     appears in an index together with another variable (conv1d's ``x`` and ``dx``).
     Regions and exactness come from the C core (``sw_iteration_region`` in
-    csrc/region.c), the same interval arithmetic the planner and the lowering use."""
+    csrc/core/region.c), the same interval arithmetic the planner and the lowering use."""
     from shardwise.graph import Op
 
     if analysis not in ("exact", "tofu"):

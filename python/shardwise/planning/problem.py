@@ -1,6 +1,6 @@
 """Turning a graph and a device graph into the C core's problem, and config helpers.
 
-The op descriptions are flattened into one int64 blob (layout in csrc/problem.c)
+The op descriptions are flattened into one int64 blob (layout in csrc/core/problem.c)
 so that the C core receives every index expression without per-op code.
 """
 from __future__ import annotations

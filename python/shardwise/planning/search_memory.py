@@ -6,7 +6,7 @@
 
 The memory a plan needs on a device is its memory plan's arena (:func:`shardwise.memory_plan`,
 the one the runtime allocates).  That arena follows buffer lifetimes, so it is not a sum over
-ops; what the search adds up instead is the part of it that is (csrc/cost_memory.c): the bytes
+ops; what the search adds up instead is the part of it that is (csrc/cost/cost_memory.c): the bytes
 live when the backward pass starts (parameters, optimizer state, running statistics, and the
 activations and staging regions kept for the backward pass), a node term per op
 configuration plus an edge term per producer / consumer pair.  It is a lower bound of the

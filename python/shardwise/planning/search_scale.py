@@ -10,8 +10,8 @@ nodes (the presets) the search instead:
    partition costs the same on any of them (same t_c and t_s) and only where
    it sits *relative* to its neighbours matters (step 6);
 2. solves a *relaxation*: exact node costs, and per edge a lower bound of t_x
-   that holds wherever the two configurations sit (csrc/cost_bounds.c), cheap
-   for every pair.  Its min-marginals (csrc/search_marginals.c) bound from below
+   that holds wherever the two configurations sit (csrc/cost/cost_bounds.c), cheap
+   for every pair.  Its min-marginals (csrc/search/search_marginals.c) bound from below
    the cost of any plan that uses a given configuration;
 3. finds a good plan quickly: the better of the exact search over the
    partitions of at most one node's worth of workers (64 at most) and the
