@@ -219,6 +219,7 @@ typedef enum {
     SW_TASK_FORWARD_PARTIAL, SW_TASK_SUM_PARTIALS, SW_TASK_ACTIVATION_GRAD,   /* partition-n-reduce */
     SW_TASK_ZERO_GRAD,   /* a worker's gradient no consumer adds to (its box is read by none): zeros */
     SW_TASK_SWAP_OUT, SW_TASK_SWAP_IN,   /* swap.c: a feature map offloaded to host memory, prefetched back */
+    SW_TASK_SEND, SW_TASK_RECV,          /* graph/ranks.c: a copy between two ranks' devices, split in halves */
     SW_TASK_NKINDS
 } sw_task_kind;
 
@@ -250,16 +251,19 @@ extern const sw_op_kind sw_op_roles[SW_OP_COUNT];
 typedef struct {
     int8_t kind, phase;        /* sw_task_kind, sw_phase */
     int32_t device;            /* where it runs (a copy: the destination) */
-    int32_t src_device;        /* copies: the source device; -1 otherwise */
+    int32_t src_device;        /* copies: the source device; send and recv: the device at the other end; -1 otherwise */
     int32_t op, worker, slot;  /* slot: input slot of per-input tasks, -1 otherwise */
     int32_t nreads;            /* buffers it reads (a reduction sums this many): the graph's io lists them */
     int64_t elements;          /* its box's volume, else its first written buffer's (0: none) */
-    int64_t nbytes;            /* bytes crossing between devices (copies only) */
+    int64_t nbytes;            /* bytes crossing between devices (copies; send and recv: the bytes on the wire) */
     sw_box box;                /* copies, accumulates: the global box moved; rank 0: none */
 } sw_task;
 
 /* A swap task: a copy between a device and its host region (swap.c), timed by the host link. */
 static inline int sw_is_swap(const sw_task *t) { return t->kind == SW_TASK_SWAP_OUT || t->kind == SW_TASK_SWAP_IN; }
+
+/* A half of a copy between two ranks (graph/ranks.c). */
+static inline int sw_is_message(const sw_task *t) { return t->kind == SW_TASK_SEND || t->kind == SW_TASK_RECV; }
 
 /* A copy between two devices (timed by its route), as opposed to a local copy. */
 static inline int sw_is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
@@ -333,6 +337,12 @@ static inline int sw_tg_writes(const sw_task_graph *g, int32_t t, const int32_t 
     *ids = g->io + g->io_ptr[t] + g->tasks[t].nreads;
     return g->io_ptr[t + 1] - g->io_ptr[t] - g->tasks[t].nreads;
 }
+/* graph/ranks.c: g split over processes, rank[d] the rank of each of ndev devices: every copy
+ * between two ranks' devices becomes a send on its source device and a recv right after it on
+ * its destination (the recv depends on the send); the rest is copied as is, buffers keep their
+ * ids.  (*origin)[t] is the task of g each task of out comes from (malloc'd; free() it). */
+sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, sw_task_graph *out,
+                         int32_t **origin);
 /* Lifetimes (taskgraph.c): shared by the memory plan (mem/) and the swap plan (graph/swap*.c). */
 /* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);

@@ -44,7 +44,9 @@
 #include "kernels.h"      /* sw_blas_single_thread */
 #include "../exec/runtime.h"
 
-enum { CMD_RUN = 0, CMD_WAIT = 1, CMD_RECORD = 2 };
+/* CMD_ARRIVE: until the message of the recv task that follows has come from another rank
+ * (sw_runtime_arrived; one rank of several processes, exec/messages.h) */
+enum { CMD_RUN = 0, CMD_WAIT = 1, CMD_RECORD = 2, CMD_ARRIVE = 3 };
 
 typedef struct {
     int32_t op, id;   /* CMD_*, task or event id */
@@ -216,6 +218,10 @@ static sw_status enqueue_record(sw_backend *b, int list, int stream, int32_t eve
     return push((cpu_backend *)b, list, stream, CMD_RECORD, event);
 }
 
+static sw_status enqueue_arrival(sw_backend *b, int list, int stream, int32_t task) {
+    return push((cpu_backend *)b, list, stream, CMD_ARRIVE, task);
+}
+
 /* ------------------------------------------------------------------ running */
 static void fail(cpu_backend *be, sw_status s) {
     pthread_mutex_lock(&be->lock);
@@ -243,6 +249,20 @@ static void record_event(cpu_backend *be, int32_t e, int64_t epoch) {
     }
 }
 
+/* Is the wait or arrival `cmd` over?  An arrival that failed fails the step (and counts as over:
+ * the caller sees the failure). */
+static int satisfied(cpu_backend *be, const command *cmd, int64_t epoch) {
+    if (cmd->op == CMD_WAIT) {
+        return recorded(be, cmd->id, epoch);
+    }
+    int r = sw_runtime_arrived(be->base.rt, cmd->id);
+    if (r < 0) {
+        fail(be, SW_ERR_VALUE);
+        return 1;
+    }
+    return r;
+}
+
 /* Move stream k of worker w past the records and the satisfied waits at its cursor; returns
  * the command it stops at (a task, a wait not yet satisfied) or NULL at the end of its list. */
 static const command *advance(worker *w, int k, int list, int64_t epoch) {
@@ -253,7 +273,7 @@ static const command *advance(worker *w, int k, int list, int64_t epoch) {
         const command *cmd = &l->cmd[*c];
         if (cmd->op == CMD_RECORD) {
             record_event(be, cmd->id, epoch);
-        } else if (cmd->op == CMD_RUN || !recorded(be, cmd->id, epoch)) {
+        } else if (cmd->op == CMD_RUN || !satisfied(be, cmd, epoch)) {
             return cmd;
         }
     }
@@ -273,10 +293,59 @@ static int any_wait_over(worker *w, int list, int64_t epoch) {
     return 0;
 }
 
+/* The first stream of w stopped at an arrival (a message from another rank), or -1. */
+static int awaiting_message(worker *w, int list) {
+    cpu_backend *be = w->be;
+    for (int k = 0; k < w->nstreams; k++) {
+        const command_list *l = &be->streams[w->streams[k]].lists[list];
+        int32_t c = w->cursor[k];
+        if (c < l->n && l->cmd[c].op == CMD_ARRIVE) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Some stream of w waits for a message: poll (the comm thread completes it; nobody signals)
+ * until a wait or an arrival is over, 1 if the step failed meanwhile or the message is overdue
+ * (the watchdog: the step fails naming the message and its peer). */
+static int poll_any(worker *w, int list, int64_t epoch, int k) {
+    cpu_backend *be = w->be;
+    const sw_runtime *rt = be->base.rt;
+    double timeout = sw_runtime_message_timeout(rt);
+    int64_t start = sw_now_ns();
+    for (long round = 0;; round++) {
+        for (int j = 0; j < w->nstreams; j++) {
+            const command_list *l = &be->streams[w->streams[j]].lists[list];
+            int32_t c = w->cursor[j];
+            if (c < l->n && (l->cmd[c].op == CMD_WAIT || l->cmd[c].op == CMD_ARRIVE) && satisfied(be, &l->cmd[c], epoch)) {
+                return atomic_load(&be->failed) ? 1 : 0;
+            }
+        }
+        if (atomic_load_explicit(&be->failed, memory_order_relaxed)) {
+            return 1;
+        }
+        double waited = (double)(sw_now_ns() - start) * 1e-9;
+        if (timeout >= 0 && waited > timeout) {
+            const command_list *l = &be->streams[w->streams[k]].lists[list];
+            fail(be, sw_runtime_overdue(rt, l->cmd[w->cursor[k]].id, waited));
+            return 1;
+        }
+        if (round > 2000) {   /* after the first few hundred microseconds, yield the core */
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 /* Every stream of w waits for an event: 0 once one of them is recorded, 1 if the step
  * failed meanwhile. */
 static int wait_any(worker *w, int list, int64_t epoch) {
     cpu_backend *be = w->be;
+    int k = awaiting_message(w, list);
+    if (k >= 0) {
+        return poll_any(w, list, epoch, k);
+    }
     for (int spin = 0; spin < 4000; spin++) {   /* most waits are short: a kernel on another thread */
         if (any_wait_over(w, list, epoch)) {
             return 0;
@@ -329,7 +398,7 @@ static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args 
             if (c && c->op == CMD_RUN && (pick < 0 || c->id < first)) {
                 pick = k;
                 first = c->id;
-            } else if (c && c->op == CMD_WAIT) {
+            } else if (c && (c->op == CMD_WAIT || c->op == CMD_ARRIVE)) {
                 blocked = 1;
             }
         }
@@ -338,6 +407,7 @@ static void run_commands(worker *w, int list, int64_t epoch, const sw_step_args 
             int32_t task = l->cmd[w->cursor[pick]++].id;
             int32_t it = task / period;   /* its iteration: 0 but in SW_LIST_PIPELINE */
             ctx.args = args + it;
+            ctx.iteration = it;
             ctx.loss_sum = sw_runtime_loss_sums(be->base.rt) + (int64_t)it * period;
             jitter(w);
             int64_t *ns = &sw_runtime_task_ns(be->base.rt)[2 * (int64_t)task];
@@ -522,6 +592,7 @@ static const sw_backend_i CPU_BACKEND = {
     .enqueue_task = enqueue_task,
     .enqueue_wait = enqueue_wait,
     .enqueue_record = enqueue_record,
+    .enqueue_arrival = enqueue_arrival,
     .launch = launch,
     .to_host = NULL,     /* arenas are host memory */
     .from_host = NULL,

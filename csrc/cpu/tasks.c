@@ -85,6 +85,38 @@ static sw_status run_copy(const sw_task_env *e) {
     return sw_copy_box(&s, &d);   /* the intersection of the boxes: the task's box */
 }
 
+/* send, recv: the task's box of a buffer packed into (unpacked from) its message's staging buffer,
+ * row-major (exec/messages.h); statistics (doubles, equal boxes) as they lie. */
+static sw_status move_message(const sw_task_env *e, int32_t b, int pack) {
+    const sw_buffer *buf = sw_env_buffer(e, b);
+    void *stage = sw_runtime_staging(e->rt, e->id, e->ctx->iteration);
+    if (!stage) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d has no staging buffer on this rank", e->id);
+    }
+    if (buf->kind == SW_BUF_STATS) {
+        if (!sw_box_equal(&buf->box, &e->task->box)) {
+            return SW_FAIL(SW_ERR_INTERNAL, "task %d moves part of a batchnorm's statistics", e->id);
+        }
+        size_t n = (size_t)sw_buffer_bytes(buf);
+        memcpy(pack ? stage : sw_env_ptr(e, b), pack ? sw_env_ptr(e, b) : stage, n);
+        return SW_OK;
+    }
+    sw_view v, m = {stage, e->task->box.rank, {0}, {0}};
+    sw_env_view(e, b, &v);
+    for (int d = 0; d < m.rank; d++) {
+        m.lo[d] = e->task->box.lo[d];
+        m.shape[d] = e->task->box.hi[d] - e->task->box.lo[d];
+    }
+    return pack ? sw_copy_box(&v, &m) : sw_copy_box(&m, &v);
+}
+
+static sw_status run_send(const sw_task_env *e) {
+    SW_TRY(move_message(e, e->reads[0], 1));
+    return sw_runtime_send(e->rt, e->id, e->ctx->iteration);
+}
+
+static sw_status run_recv(const sw_task_env *e) { return move_message(e, e->writes[0], 0); }
+
 /* The first piece into a gradient copies (or zeroes the rest and adds); later ones add. */
 static sw_status run_accumulate(const sw_task_env *e) {
     sw_view s, d;
@@ -266,7 +298,7 @@ static const sw_task_runners CPU_RUNNERS = {
     .sum_partials = run_sum_partials, .activation_grad = run_activation_grad, .zero_grad = run_zero_grad,
     .swap = run_swap, .bn_stats = run_bn_stats, .bn_apply = run_bn_apply, .bn_backward_stats = run_bn_backward_stats,
     .update = sw_cpu_update, .forward = run_forward, .backward_data = run_backward_data,
-    .backward_weight = run_backward_weight,
+    .backward_weight = run_backward_weight, .send = run_send, .recv = run_recv,
 };
 
 sw_status sw_cpu_run_task(const sw_task_ctx *ctx, int32_t t) {

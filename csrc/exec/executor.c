@@ -55,6 +55,17 @@ int64_t *sw_runtime_updates(const sw_runtime *rt, int32_t b) { return &rt->updat
 double *sw_runtime_loss_sums(const sw_runtime *rt) { return rt->loss_sums; }
 int64_t *sw_runtime_task_ns(const sw_runtime *rt) { return rt->task_ns; }
 
+int sw_runtime_rank(const sw_runtime *rt) {
+    return rt->rank_me;
+}
+
+int sw_runtime_runs_device(const sw_runtime *rt, int device) {
+    return !rt->device_rank || rt->device_rank[device] == rt->rank_me;
+}
+
+/* Does this process run task t (a task of one iteration)? */
+static int runs_task(const sw_runtime *rt, int32_t t) { return sw_runtime_runs_device(rt, rt->g.tasks[t].device); }
+
 int64_t sw_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -175,6 +186,9 @@ static sw_status record_lists(sw_runtime *rt, const int *stream) {
                     s = bi->enqueue_wait(rt->backend, l, st, order.ids[k]);
                 }
             }
+            if (s == SW_OK && rt->g.tasks[t].kind == SW_TASK_RECV) {   /* its message, from another rank */
+                s = bi->enqueue_arrival(rt->backend, l, st, t);
+            }
             if (s == SW_OK) {
                 s = bi->enqueue_task(rt->backend, l, st, t);
             }
@@ -229,8 +243,8 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_lowering *l
     }
     for (int32_t t = 0; t < g->ntasks; t++) {
         const sw_task *task = &g->tasks[t];
-        rt->in_list[SW_LIST_TRAIN][t] = 1;
-        rt->in_list[SW_LIST_FORWARD][t] = task->phase == SW_PHASE_FORWARD;
+        rt->in_list[SW_LIST_TRAIN][t] = (uint8_t)runs_task(rt, t);   /* another rank's tasks are in no list */
+        rt->in_list[SW_LIST_FORWARD][t] = (uint8_t)(runs_task(rt, t) && task->phase == SW_PHASE_FORWARD);
         /* accumulates into one gradient are chained in order after the task writing its first
          * term in place, if any (a backward_data: lower_backward.c's direct_grad) */
         const int32_t *w;
@@ -245,6 +259,9 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_lowering *l
     free(written);
     sw_status s = SW_OK;
     for (int d = 0; d < p->ndev && s == SW_OK; d++) {
+        if (!sw_runtime_runs_device(rt, d)) {   /* another rank's device: its memory is there */
+            continue;
+        }
         s = rt->backend->i->arena_new(rt->backend, d, (size_t)rt->mp.arena[d], &rt->arena[d]);
         if (s == SW_OK) {
             rt->arena_allocations++;
@@ -254,7 +271,7 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_lowering *l
         }
     }
     for (int d = 0; d < p->ndev && s == SW_OK; d++) {   /* host memory, apart from the arena it does not count in */
-        if (rt->mp.host_arena[d] > 0 && posix_memalign(&rt->host_region[d], SW_ARENA_ALIGN,
+        if (sw_runtime_runs_device(rt, d) && rt->mp.host_arena[d] > 0 && posix_memalign(&rt->host_region[d], SW_ARENA_ALIGN,
                                                         (size_t)rt->mp.host_arena[d]) != 0) {
             rt->host_region[d] = NULL;
             s = SW_FAIL(SW_ERR_NOMEM, "cannot allocate a host region of %lld bytes for device %d",
@@ -262,6 +279,9 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_lowering *l
         }
     }
     for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
+        if (!sw_runtime_runs_device(rt, g->buffers[b].device)) {
+            continue;   /* ptr[b] stays NULL */
+        }
         int hosted = g->buffers[b].kind == SW_BUF_HOST;
         rt->ptr[b] = (char *)(hosted ? rt->host_region : rt->arena)[g->buffers[b].device] + rt->mp.offset[b];
         if (g->buffers[b].kind == SW_BUF_MOMENTUM && !rt->backend->i->to_host) {   /* optimizer state starts at 0 */
@@ -315,7 +335,24 @@ sw_status sw_runtime_new_swapped(const sw_problem *p, const sw_plan *plan, const
 
 sw_status sw_runtime_new_lowered(const sw_problem *p, const sw_lowering *l, const sw_op_attrs *attrs,
                                  int reuse_memory, sw_backend *backend, sw_runtime **out) {
+    return sw_runtime_new_ranked(p, l, attrs, reuse_memory, NULL, -1.0, backend, out);
+}
+
+sw_status sw_runtime_new_ranked(const sw_problem *p, const sw_lowering *l, const sw_op_attrs *attrs,
+                                int reuse_memory, const sw_comm_ext *comm, double timeout_s, sw_backend *backend,
+                                sw_runtime **out) {
     *out = NULL;
+    if ((l->nranks > 0) != (comm != NULL)) {
+        backend->i->destroy(backend);
+        return l->nranks > 0 ? SW_FAIL(SW_ERR_VALUE, "the task graph is split over %d ranks: run it with the job's "
+                                       "communicator", l->nranks)
+                             : SW_FAIL(SW_ERR_VALUE, "a communicator was given for a task graph not split over ranks");
+    }
+    if (comm && !backend->i->enqueue_arrival) {
+        const char *name = backend->i->name;
+        backend->i->destroy(backend);
+        return SW_FAIL(SW_ERR_VALUE, "the %s backend runs one process only, not one rank of several", name);
+    }
     if (l->ndev != p->ndev || l->nops != p->nops || l->optimizer_state != p->optimizer_state) {
         backend->i->destroy(backend);
         return SW_FAIL(SW_ERR_VALUE, "the task graph was lowered for another problem (%d ops on %d devices, "
@@ -332,7 +369,21 @@ sw_status sw_runtime_new_lowered(const sw_problem *p, const sw_lowering *l, cons
     rt->ndev = p->ndev;
     rt->nops = p->nops;
     rt->batch = p->nops > 0 ? p->ops[0].extent[0] : 1;
-    sw_status s = build(rt, p, l, attrs);
+    sw_status s = SW_OK;
+    if (comm) {
+        s = sw_messages_new(&l->g, l->ndev, l->nranks, l->rank, comm, timeout_s, &rt->messages);
+        rt->device_rank = malloc(sizeof *rt->device_rank * (size_t)l->ndev);
+        if (s == SW_OK && !rt->device_rank) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for the ranks");
+        }
+        if (s == SW_OK) {
+            memcpy(rt->device_rank, l->rank, sizeof *rt->device_rank * (size_t)l->ndev);
+            rt->rank_me = comm->i->rank(comm->comm);
+        }
+    }
+    if (s == SW_OK) {
+        s = build(rt, p, l, attrs);
+    }
     if (s != SW_OK) {
         sw_runtime_free(rt);
         return s;
@@ -373,6 +424,8 @@ void sw_runtime_free(sw_runtime *rt) {
     free(rt->stream_device);
     free(rt->stream_priority);
     free(rt->backend_stream);
+    free(rt->device_rank);
+    sw_messages_free(rt->messages);
     free(rt);
 }
 
@@ -394,7 +447,15 @@ sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, do
     memset(rt->loss_sums, 0, sizeof *rt->loss_sums * (size_t)rt->g.ntasks);
     memset(rt->task_ns, 0, sizeof *rt->task_ns * 2 * (size_t)rt->g.ntasks);
     rt->step_ns[0] = sw_now_ns();
-    sw_status s = rt->backend->i->launch(rt->backend, list, args);
+    sw_status s = rt->messages ? sw_messages_post(rt->messages, rt, list, 1) : SW_OK;
+    if (s == SW_OK) {
+        s = rt->backend->i->launch(rt->backend, list, args);
+    }
+    if (s == SW_OK && rt->messages) {
+        s = sw_messages_finish(rt->messages, &rt->g, rt->loss_sums, 1);
+    } else if (s != SW_OK && rt->messages) {
+        sw_messages_broken(rt->messages);
+    }
     rt->step_ns[1] = sw_now_ns();
     SW_TRY(s);
     double total = 0.0;
@@ -415,7 +476,7 @@ sw_status sw_runtime_high_water(const sw_runtime *rt, int64_t *out) {
     }
     for (int d = 0; d < rt->ndev; d++) {
         const unsigned char *a = rt->arena[d];
-        int64_t n = rt->mp.arena[d];
+        int64_t n = a ? rt->mp.arena[d] : 0;   /* another rank's device: nothing written here */
         while (n > 0 && a[n - 1] == ARENA_SENTINEL) {
             n--;
         }

@@ -36,19 +36,27 @@ static sw_status record_pipeline(sw_runtime *rt, const sw_iterations *it, const 
     if (!recorded) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory recording %d steps back to back", it->copies);
     }
+    /* one rank of several: only its tasks, which wait for none of another rank's (in_list) */
+    const uint8_t *mine = rt->in_list[SW_LIST_TRAIN];
     for (int32_t t = 0; t < total; t++) {
-        for (int32_t k = order->ptr[t]; k < order->ptr[t + 1]; k++) {
-            recorded[order->ids[k]] |= (uint8_t)other_stream(rt, n, t, order->ids[k]);
+        for (int32_t k = order->ptr[t]; mine[t % n] && k < order->ptr[t + 1]; k++) {
+            recorded[order->ids[k]] |= (uint8_t)(mine[order->ids[k] % n] && other_stream(rt, n, t, order->ids[k]));
         }
     }
     const sw_backend_i *bi = rt->backend->i;
     sw_status s = SW_OK;
     for (int32_t t = 0; t < total && s == SW_OK; t++) {
+        if (!mine[t % n]) {
+            continue;
+        }
         int st = rt->backend_stream[rt->stream[t % n]];
         for (int32_t k = order->ptr[t]; k < order->ptr[t + 1] && s == SW_OK; k++) {
-            if (other_stream(rt, n, t, order->ids[k])) {
+            if (mine[order->ids[k] % n] && other_stream(rt, n, t, order->ids[k])) {
                 s = bi->enqueue_wait(rt->backend, SW_LIST_PIPELINE, st, order->ids[k]);
             }
+        }
+        if (s == SW_OK && rt->g.tasks[t % n].kind == SW_TASK_RECV) {   /* its message, from another rank */
+            s = bi->enqueue_arrival(rt->backend, SW_LIST_PIPELINE, st, t);
         }
         if (s == SW_OK) {
             s = bi->enqueue_task(rt->backend, SW_LIST_PIPELINE, st, t);
@@ -124,6 +132,9 @@ sw_status sw_runtime_pipeline(sw_runtime *rt, int copies) {
         rt->pipeline = copies;   /* the backend sizes its events by it */
         s = grow_per_task(rt, copies);
     }
+    if (s == SW_OK && rt->messages) {   /* a staging buffer per message and iteration */
+        s = sw_messages_reserve(rt->messages, copies);
+    }
     if (s == SW_OK) {
         s = record_pipeline(rt, &it, &order);
         rt->pipeline = s == SW_OK ? copies : -1;   /* a partly recorded list is never launched */
@@ -149,7 +160,15 @@ sw_status sw_runtime_steps(sw_runtime *rt, int copies, const sw_step_args *args,
     memset(rt->loss_sums, 0, sizeof *rt->loss_sums * n);
     memset(rt->task_ns, 0, sizeof *rt->task_ns * 2 * n);
     rt->step_ns[0] = sw_now_ns();
-    sw_status s = rt->backend->i->launch(rt->backend, SW_LIST_PIPELINE, args);
+    sw_status s = rt->messages ? sw_messages_post(rt->messages, rt, SW_LIST_PIPELINE, copies) : SW_OK;
+    if (s == SW_OK) {
+        s = rt->backend->i->launch(rt->backend, SW_LIST_PIPELINE, args);
+    }
+    if (s == SW_OK && rt->messages) {
+        s = sw_messages_finish(rt->messages, &rt->g, rt->loss_sums, copies);
+    } else if (s != SW_OK && rt->messages) {
+        sw_messages_broken(rt->messages);
+    }
     rt->step_ns[1] = sw_now_ns();
     SW_TRY(s);
     for (int i = 0; i < copies; i++) {

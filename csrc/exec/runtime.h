@@ -26,6 +26,7 @@
 #include <stdint.h>     /* int32_t, int64_t */
 
 #include "../core/view.h"    /* sw_view, sw_window */
+#include "comm.h"            /* sw_comm_ext: the job's communicator, for one rank of several */
 #include "op_attrs.h"        /* sw_op_attrs: one typed record per op kind */
 #include "optimizer.h"       /* sw_optimizer */
 #include "../internal.h"    /* sw_task_graph, sw_memory_plan, sw_problem, sw_plan */
@@ -87,6 +88,7 @@ typedef struct {
     sw_scratch *scratch;
     double *loss_sum;            /* loss tasks: loss_sum[task] += their sum of -log p (per task of the
                                     task's iteration; NULL: rt->loss_sums) */
+    int32_t iteration;           /* the task's iteration in the launch (0 but for steps back to back) */
 } sw_task_ctx;
 
 /* ------------------------------------------------------------------ backends */
@@ -122,6 +124,11 @@ typedef struct {
      * op kind 'layer_norm'".  Asked of the table, before any backend exists (the Trainer asks
      * through _core.supports_op); NULL: the backend runs every op. */
     int (*supports_op)(int kind, const sw_op_attrs *attrs, int out_rank, char *why, size_t n);
+    /* One rank of several processes (exec/messages.h): before recv task `task` (a list task id:
+     * iteration * ntasks + task), wait until sw_runtime_arrived says its message is in; a backend
+     * waiting for one gives up after sw_runtime_message_timeout seconds with sw_runtime_overdue's
+     * error.  NULL: the backend runs one process only. */
+    sw_status (*enqueue_arrival)(sw_backend *b, int list, int stream, int32_t task);
 } sw_backend_i;
 
 struct sw_backend {
@@ -168,7 +175,18 @@ sw_status sw_runtime_pipeline(sw_runtime *rt, int copies);
  * labels, optimizer values, step count), loss[i] its mean cross-entropy.  Every argument is
  * checked before any task runs; each step computes exactly what sw_runtime_step would. */
 sw_status sw_runtime_steps(sw_runtime *rt, int copies, const sw_step_args *args, double *loss);
-/* A buffer's memory (host-addressable on the CPU backend). */
+/* The same as one rank of a job of several processes: l split over the job's ranks
+ * (sw_lowering_split_ranks), comm the job's communicator (borrowed: it must outlive the runtime);
+ * only this rank's devices get arenas and run tasks (exec/messages.h).  timeout_s: how long a
+ * wait for a message or a send may take before the step fails naming it.  With comm NULL, a split
+ * lowering is refused (SW_ERR_VALUE), as is a backend without enqueue_arrival. */
+sw_status sw_runtime_new_ranked(const sw_problem *p, const sw_lowering *l, const sw_op_attrs *attrs,
+                                int reuse_memory, const sw_comm_ext *comm, double timeout_s, sw_backend *backend,
+                                sw_runtime **out);
+/* The rank this runtime runs (0 for one process) and whether it runs device d. */
+int sw_runtime_rank(const sw_runtime *rt);
+int sw_runtime_runs_device(const sw_runtime *rt, int device);
+/* A buffer's memory (host-addressable on the CPU backend); NULL on another rank's device. */
 void *sw_runtime_buffer(const sw_runtime *rt, int32_t b);
 /* Per device, the highest byte of its arena any step has written, rounded up to the
  * arena's alignment (host-memory backends: arenas start filled with a sentinel). */
@@ -203,5 +221,14 @@ int64_t *sw_runtime_updates(const sw_runtime *rt, int32_t b);
 double *sw_runtime_loss_sums(const sw_runtime *rt);
 /* Each task's start and end in the last launch (2 per task and iteration; ns, sw_now_ns). */
 int64_t *sw_runtime_task_ns(const sw_runtime *rt);
+/* One rank of several processes (exec/messages.c): the staging buffer of send or recv task t
+ * (its box, packed row-major) in `iteration`; a send task's runner packs it and calls
+ * sw_runtime_send.  sw_runtime_arrived(T) for recv task T of a list (iteration * ntasks + t): 1 once
+ * its message is in its staging buffer, 0 not yet, -1 failed (the error set). */
+void *sw_runtime_staging(const sw_runtime *rt, int32_t t, int iteration);
+sw_status sw_runtime_send(const sw_runtime *rt, int32_t t, int iteration);
+int sw_runtime_arrived(const sw_runtime *rt, int32_t T);
+double sw_runtime_message_timeout(const sw_runtime *rt);   /* seconds; < 0: no limit */
+sw_status sw_runtime_overdue(const sw_runtime *rt, int32_t T, double waited);   /* SW_ERR_TIMEOUT naming it */
 
 #endif /* SHARDWISE_RUNTIME_H */

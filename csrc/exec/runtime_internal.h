@@ -4,6 +4,7 @@
 #ifndef SHARDWISE_EXEC_RUNTIME_INTERNAL_H
 #define SHARDWISE_EXEC_RUNTIME_INTERNAL_H
 
+#include "messages.h"  /* sw_messages: one rank of several processes */
 #include "runtime.h"
 
 struct sw_runtime {
@@ -37,6 +38,9 @@ struct sw_runtime {
     int64_t arena_allocations;    /* arenas allocated (once, at creation) */
     int reuse_memory;             /* buffers share memory by lifetime (0: each has its own) */
     void **host_region;           /* ndev: each device's host region (its offloaded feature maps), or NULL */
+    sw_messages *messages;        /* one rank of several processes (a split lowering), else NULL */
+    int32_t *device_rank;         /* ndev: each device's rank (NULL: one process, every device here) */
+    int rank_me;                  /* this process's rank (0: one process) */
 };
 
 #endif /* SHARDWISE_EXEC_RUNTIME_INTERNAL_H */

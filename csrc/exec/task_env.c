@@ -102,6 +102,14 @@ static sw_status check_buffers(const sw_task_env *e) {
         return e->nreads >= 1 && e->nwrites >= 1
                    ? SW_OK
                    : SW_FAIL(SW_ERR_INTERNAL, "task %d: a sum without its operands or its total", e->id);
+    case SW_TASK_SEND:
+        return e->nreads == 1 && e->nwrites == 0
+                   ? SW_OK
+                   : SW_FAIL(SW_ERR_INTERNAL, "send task %d must read one buffer and write none", e->id);
+    case SW_TASK_RECV:
+        return e->nreads == 0 && e->nwrites == 1
+                   ? SW_OK
+                   : SW_FAIL(SW_ERR_INTERNAL, "recv task %d must write one buffer and read none", e->id);
     case SW_TASK_LOAD_INPUT:
     case SW_TASK_ZERO_GRAD:
     case SW_TASK_ACTIVATION_GRAD:
@@ -137,6 +145,7 @@ static const char *const KIND_NAMES[SW_TASK_NKINDS] = {
     [SW_TASK_UPDATE] = "update", [SW_TASK_FORWARD_PARTIAL] = "forward_partial",
     [SW_TASK_SUM_PARTIALS] = "sum_partials", [SW_TASK_ACTIVATION_GRAD] = "activation_grad",
     [SW_TASK_ZERO_GRAD] = "zero_grad", [SW_TASK_SWAP_OUT] = "swap_out", [SW_TASK_SWAP_IN] = "swap_in",
+    [SW_TASK_SEND] = "send", [SW_TASK_RECV] = "recv",
 };
 
 /* The runner of a task kind; NULL for join (nothing to do) and unknown kinds. */
@@ -153,6 +162,8 @@ static sw_task_runner runner_of(const sw_task_runners *r, int kind) {
     case SW_TASK_ZERO_GRAD: return r->zero_grad;
     case SW_TASK_SWAP_OUT:
     case SW_TASK_SWAP_IN: return r->swap;
+    case SW_TASK_SEND: return r->send;
+    case SW_TASK_RECV: return r->recv;
     case SW_TASK_BN_STATS: return r->bn_stats;
     case SW_TASK_BN_APPLY: return r->bn_apply;
     case SW_TASK_BN_BACKWARD_STATS: return r->bn_backward_stats;

@@ -19,6 +19,8 @@
  *                                                               when nothing flows back)
  *   zero_grad           -                                       zeros
  *   swap_out, swap_in   the buffer                              its copy (arena <-> host region)
+ *   send                src (its box packed into the message)   -
+ *   recv                -                                       dst (the message unpacked into its box)
  *   bn_stats            x                                       sums (2, C) of x and x^2
  *   bn_apply            x, stats, gamma, beta, running (2, C)    y, running (in place)
  *   bn_backward_stats   dy, x, stats of x                       sums (2, C) of dy and dy * xhat
@@ -91,6 +93,7 @@ typedef struct {
     sw_task_runner bn_stats, bn_apply, bn_backward_stats, update;
     sw_task_runner forward;           /* forward, forward_partial, loss */
     sw_task_runner backward_data, backward_weight;
+    sw_task_runner send, recv;        /* one rank of several processes (exec/messages.h) */
 } sw_task_runners;
 
 /* Run e's task with r: its reads and writes checked against the table above (SW_ERR_INTERNAL

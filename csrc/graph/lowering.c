@@ -24,6 +24,7 @@ void sw_lowering_free(sw_lowering *l) {
     free(l->stream_device);
     free(l->stream_priority);
     free(l->origin);
+    free(l->rank);
     free(l);
 }
 
@@ -92,6 +93,10 @@ static sw_status apply_swap(const sw_swap_spec *swap, sw_lowering *l) {
 }
 
 sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams) {
+    if (l->nranks > 0) {
+        return SW_FAIL(SW_ERR_VALUE, "this task graph is split over %d ranks: set its streams before splitting it",
+                       l->nranks);
+    }
     if (l->swapped) {
         return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
     }
@@ -152,5 +157,101 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_str
         return s;
     }
     *out = l;
+    return SW_OK;
+}
+
+/* The stream of each task of the split graph: its origin's, but a send's is on its source device:
+ * the stream of the dependency on that device that wrote the source (the last one), else the
+ * device's first stream. */
+static sw_status split_streams(sw_lowering *l, const sw_task_graph *ng, const int32_t *origin) {
+    int32_t *stream = malloc(sizeof *stream * ((size_t)ng->ntasks + 1));
+    if (!stream) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for the streams of %d tasks", ng->ntasks);
+    }
+    for (int32_t t = 0; t < ng->ntasks; t++) {
+        const sw_task *task = &ng->tasks[t];
+        stream[t] = l->stream[origin[t]];
+        if (task->kind != SW_TASK_SEND) {
+            continue;
+        }
+        stream[t] = -1;
+        for (int32_t k = ng->dep_ptr[t + 1] - 1; k >= ng->dep_ptr[t] && stream[t] < 0; k--) {
+            int32_t d = ng->deps[k];
+            if (ng->tasks[d].device == task->device) {
+                stream[t] = stream[d];
+            }
+        }
+        for (int32_t k = 0; k < l->nstreams && stream[t] < 0; k++) {
+            if (l->stream_device[k] == task->device) {
+                stream[t] = k;
+            }
+        }
+        if (stream[t] < 0) {
+            free(stream);
+            return SW_FAIL(SW_ERR_INTERNAL, "device %d has no stream for send task %d", task->device, t);
+        }
+    }
+    free(l->stream);
+    l->stream = stream;
+    return SW_OK;
+}
+
+sw_status sw_lowering_split_ranks(sw_lowering *l, int nranks, const int32_t *rank) {
+    if (l->nranks > 0) {
+        return SW_FAIL(SW_ERR_VALUE, "this task graph is split over %d ranks already", l->nranks);
+    }
+    if (nranks < 1 || nranks > l->ndev) {
+        return SW_FAIL(SW_ERR_VALUE, "%d ranks for a plan on %d devices: 1 .. %d ranks, each with a device", nranks,
+                       l->ndev, l->ndev);
+    }
+    int32_t *own = malloc(sizeof *own * (size_t)l->ndev);
+    int *used = calloc((size_t)nranks, sizeof *used);
+    if (!own || !used) {
+        free(own);
+        free(used);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for the ranks of %d devices", l->ndev);
+    }
+    sw_status s = SW_OK;
+    for (int d = 0; d < l->ndev && s == SW_OK; d++) {
+        own[d] = rank[d];
+        if (rank[d] < 0 || rank[d] >= nranks) {
+            s = SW_FAIL(SW_ERR_VALUE, "device %d is given rank %d, outside 0 .. %d", d, rank[d], nranks - 1);
+        } else {
+            used[rank[d]] = 1;
+        }
+    }
+    for (int r = 0; r < nranks && s == SW_OK; r++) {
+        if (!used[r]) {
+            s = SW_FAIL(SW_ERR_VALUE, "rank %d runs none of the %d devices: every rank needs one", r, l->ndev);
+        }
+    }
+    free(used);
+    sw_task_graph ng = {0};
+    int32_t *origin = NULL;
+    if (s == SW_OK) {
+        s = sw_split_ranks(&l->g, l->ndev, own, &ng, &origin);   /* ng and origin freed on failure */
+    }
+    if (s == SW_OK && l->has_streams) {
+        s = split_streams(l, &ng, origin);
+    }
+    if (s == SW_OK && l->origin) {   /* swapped: each task's id in the lowering, through the split */
+        for (int32_t t = 0; t < ng.ntasks; t++) {
+            origin[t] = l->origin[origin[t]];
+        }
+        free(l->origin);
+        l->origin = origin;
+        origin = NULL;
+    }
+    if (s != SW_OK) {
+        free(own);
+        free(origin);
+        sw_task_graph_free(&ng);
+        return s;
+    }
+    free(origin);
+    sw_task_graph_free(&l->g);
+    l->g = ng;
+    l->nranks = nranks;
+    l->rank = own;
     return SW_OK;
 }

@@ -34,6 +34,10 @@ struct sw_lowering {
     int32_t *stream, *stream_device, *stream_priority;   /* g.ntasks, nstreams, nstreams */
     int32_t *origin;            /* swapped: g.ntasks, the lowering's id of each task (-1: swap task); else NULL */
     int swapped;                /* g holds swap tasks (a swap spec with n > 0 was applied) */
+    /* split over processes (sw_lowering_split_ranks): nranks > 0, rank[ndev] each device's rank, and
+     * g's copies between two ranks replaced by send and recv halves; nranks 0: one process */
+    int nranks;
+    int32_t *rank;
 };
 
 /* Lower `plan` once (sw_lower) and annotate the graph: with `streams` (a schedule's for this
@@ -46,6 +50,11 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_str
 /* Put l's tasks on `streams` (checked and copied; NULL: one per device), e.g. a schedule made on l
  * itself, without lowering again.  SW_ERR_VALUE on a swapped graph (its streams are the swap's). */
 sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams);
+/* Split l's graph over `nranks` processes, rank[d] (ndev entries, each in [0, nranks)) the rank that
+ * runs device d (graph/ranks.c): copies between two ranks become send and recv halves, each on a
+ * stream of its device (the send: its source writer's stream, else the device's first).  The last
+ * annotation: once split, a graph takes no other streams.  Once per lowering (SW_ERR_VALUE again). */
+sw_status sw_lowering_split_ranks(sw_lowering *l, int nranks, const int32_t *rank);
 /* The streams of l as the passes take them: NULL (one per device) or a view of l's copy in *view. */
 const sw_streams *sw_lowering_streams(const sw_lowering *l, sw_streams *view);
 

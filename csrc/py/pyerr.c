@@ -7,6 +7,8 @@ PyObject *sw_py_raise(sw_status s) {
         type = PyExc_ValueError;
     } else if (s == SW_ERR_NOMEM) {
         type = PyExc_MemoryError;
+    } else if (s == SW_ERR_TIMEOUT) {   /* a message of another rank that never came (exec/messages.c) */
+        type = PyExc_TimeoutError;
     }
     PyErr_SetString(type, sw_last_error());
     return NULL;

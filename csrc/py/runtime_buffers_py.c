@@ -26,6 +26,11 @@ static const sw_buffer *buffer_arg(RuntimeObject *self, PyObject *arg, long *b, 
         return NULL;
     }
     const sw_buffer *buf = &self->rt->g.buffers[*b];
+    if (!sw_runtime_runs_device(self->rt, buf->device)) {
+        PyErr_Format(PyExc_ValueError, "buffer %ld lies on device %d, which rank %d does not run (its memory is in "
+                     "another process)", *b, buf->device, sw_runtime_rank(self->rt));
+        return NULL;
+    }
     for (int d = 0; d < buf->box.rank; d++) {
         dims[d] = buf->box.hi[d] - buf->box.lo[d];
     }

@@ -60,7 +60,7 @@ static int parse_attrs(const sw_problem *p, PyObject *obj, sw_op_attrs **out) {
  * the backend and the runtime are built), or NULL with the exception set. */
 static RuntimeObject *runtime_build(PyTypeObject *type, const sw_problem *p, const sw_lowering *l,
                                     const sw_op_attrs *attrs, int reuse, const sw_py_backend *spec, int threads,
-                                    int jitter) {
+                                    int jitter, const sw_comm_ext *comm, double timeout) {
     RuntimeObject *self = (RuntimeObject *)type->tp_alloc(type, 0);
     if (!self) {
         return NULL;
@@ -70,7 +70,7 @@ static RuntimeObject *runtime_build(PyTypeObject *type, const sw_problem *p, con
     Py_BEGIN_ALLOW_THREADS
     s = sw_py_backend_make(spec, threads, jitter, &backend);
     if (s == SW_OK) {
-        s = sw_runtime_new_lowered(p, l, attrs, reuse, backend, &self->rt);
+        s = sw_runtime_new_ranked(p, l, attrs, reuse, comm, timeout, backend, &self->rt);
     }
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
@@ -84,14 +84,24 @@ static RuntimeObject *runtime_build(PyTypeObject *type, const sw_problem *p, con
  * graph of a TaskGraph, lowered once, with its streams or swap tasks (taskgraph_py.c). */
 static PyObject *runtime_of_graph(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"task_graph", "attrs", "threads", "jitter_us", "reuse", "backend", "gpus", "workspace",
-                             NULL};
-    PyObject *tg_obj, *at, *gpus = Py_None;
+                             "comm", "timeout", NULL};
+    PyObject *tg_obj, *at, *gpus = Py_None, *comm_obj = Py_None;
     int threads, jitter = 0, reuse = 1;
     const char *backend_name = "cpu";
     long long workspace = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|ipsOL", kwlist, &tg_obj, &at, &threads, &jitter, &reuse,
-                                     &backend_name, &gpus, &workspace)) {
+    double timeout = -1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|ipsOLOd", kwlist, &tg_obj, &at, &threads, &jitter, &reuse,
+                                     &backend_name, &gpus, &workspace, &comm_obj, &timeout)) {
         return NULL;
+    }
+    /* comm: the capsule of the job's communicator (shardwise._mpi's Comm._capsule()); the caller keeps
+     * its Comm alive as long as the runtime */
+    const sw_comm_ext *comm = NULL;
+    if (comm_obj != Py_None) {
+        comm = PyCapsule_GetPointer(comm_obj, SW_COMM_CAPSULE);
+        if (!comm) {
+            return NULL;
+        }
     }
     TaskGraphObject *tg = (TaskGraphObject *)tg_obj;
     sw_op_attrs *attrs = NULL;
@@ -104,7 +114,7 @@ static PyObject *runtime_of_graph(PyTypeObject *type, PyObject *args, PyObject *
     if (parse_attrs(p, at, &attrs) < 0 || sw_py_backend_spec(backend_name, p->ndev, gpus, workspace, &spec) < 0) {
         goto done;
     }
-    self = runtime_build(type, p, tg->l, attrs, reuse, &spec, threads, jitter);
+    self = runtime_build(type, p, tg->l, attrs, reuse, &spec, threads, jitter, comm, timeout);
 done:
     sw_py_tg_leave(tg);
     PyMem_Free(attrs);
@@ -145,7 +155,7 @@ static PyObject *Runtime_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         sw_py_lower_args(problem, k, dg, ptr, dv, streams_obj, swap_obj, &l) < 0) {   /* the plan lowered once */
         goto done;
     }
-    self = runtime_build(type, problem->p, l, attrs, reuse, &spec, threads, jitter);
+    self = runtime_build(type, problem->p, l, attrs, reuse, &spec, threads, jitter, NULL, -1.0);
 done:
     problem->busy = 0;
     sw_lowering_free(l);

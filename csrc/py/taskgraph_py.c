@@ -173,6 +173,52 @@ static PyObject *TaskGraph_set_streams(TaskGraphObject *self, PyObject *arg) {
     return result;
 }
 
+/* split_ranks(rank): the graph split over processes, rank[d] the rank of device d (an int sequence
+ * of ndev entries covering 0 .. nranks - 1): copies between two ranks become send and recv halves
+ * (graph/ranks.c).  Once, after any streams. */
+static PyObject *TaskGraph_split_ranks(TaskGraphObject *self, PyObject *arg) {
+    if (!self->l) {
+        PyErr_SetString(PyExc_RuntimeError, "TaskGraph is not initialized");
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(arg, NPY_INT32, 1, 1, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    if (!a) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (PyArray_DIM(a, 0) != self->l->ndev) {
+        PyErr_Format(PyExc_ValueError, "split_ranks needs one rank per device (%d), got %zd", self->l->ndev,
+                     (Py_ssize_t)PyArray_DIM(a, 0));
+    } else if (self->passes) {
+        PyErr_SetString(PyExc_RuntimeError, "TaskGraph is in use by another thread");
+    } else {
+        const int32_t *rank = PyArray_DATA(a);
+        int nranks = 0;
+        for (int d = 0; d < self->l->ndev; d++) {
+            nranks = rank[d] + 1 > nranks ? rank[d] + 1 : nranks;
+        }
+        sw_status s;
+        Py_BEGIN_ALLOW_THREADS
+        s = sw_lowering_split_ranks(self->l, nranks, rank);
+        Py_END_ALLOW_THREADS
+        result = s == SW_OK ? Py_NewRef(Py_None) : sw_py_raise(s);
+    }
+    Py_DECREF(a);
+    return result;
+}
+
+/* Each device's rank (an int32 array) of a graph split over processes; None for one process. */
+static PyObject *TaskGraph_get_ranks(TaskGraphObject *self, void *Py_UNUSED(closure)) {
+    if (!self->l) {
+        PyErr_SetString(PyExc_RuntimeError, "TaskGraph is not initialized");
+        return NULL;
+    }
+    if (self->l->nranks == 0) {
+        Py_RETURN_NONE;
+    }
+    return sw_py_contiguous(self->l->rank, self->l->ndev, NPY_INT32);
+}
+
 static PyObject *TaskGraph_get_int(TaskGraphObject *self, void *closure) {
     if (!self->l) {
         PyErr_SetString(PyExc_RuntimeError, "TaskGraph is not initialized");
@@ -227,6 +273,8 @@ static PyObject *TaskGraph_get_problem(TaskGraphObject *self, void *Py_UNUSED(cl
 
 static PyGetSetDef TaskGraph_getset[] = {
     {"ntasks", (getter)TaskGraph_get_int, NULL, "tasks of the graph that runs (swap tasks included)", (void *)0},
+    {"ranks", (getter)TaskGraph_get_ranks, NULL, "split over processes: each device's rank (int32); else None",
+     NULL},
     {"nbuffers", (getter)TaskGraph_get_int, NULL, "buffers of the graph that runs", (void *)1},
     {"ndev", (getter)TaskGraph_get_int, NULL, "devices", (void *)2},
     {"nops", (getter)TaskGraph_get_int, NULL, "ops of the plan", (void *)3},
@@ -247,6 +295,8 @@ static PyGetSetDef TaskGraph_getset[] = {
 static PyMethodDef TaskGraph_methods[] = {
     {"arrays", (PyCFunction)TaskGraph_arrays, METH_NOARGS,
      "arrays() -> dict of task and buffer arrays of the graph that runs (as Problem.lower)"},
+    {"split_ranks", (PyCFunction)TaskGraph_split_ranks, METH_O,
+     "split_ranks(rank) -> None: copies between devices of two ranks become send and recv halves (once)"},
     {"set_streams", (PyCFunction)TaskGraph_set_streams, METH_O,
      "set_streams(streams): the tasks on (stream, stream_device, stream_priority) int32 arrays, or None"},
     {"memory_plan", (PyCFunction)(void (*)(void))sw_py_tg_memory_plan, METH_VARARGS | METH_KEYWORDS,

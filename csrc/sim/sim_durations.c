@@ -64,6 +64,9 @@ static double bookkeeping_time(const sw_problem *p, const sw_task *t) {
         return (double)(3 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
     case SW_TASK_ZERO_GRAD:
         return (double)(t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+    case SW_TASK_SEND:   /* packing the box into its message, unpacking it (the wire is the link's) */
+    case SW_TASK_RECV:
+        return (double)(2 * t->nbytes) / membw;
     default:
         return 0.0;
     }

@@ -20,80 +20,14 @@ import pytest
 import shardwise as sw
 from shardwise import distributed as dist
 
+from mpi_launch import LAUNCH_TIMEOUT, _env, _mpi_missing, _need_mpi, launch_script, mpiexec_n, run_hard  # noqa: F401
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_cases.py")
-LAUNCH_TIMEOUT = 60.0   # seconds per launch; the cases take 3-6 s on 2 loaded cores
-
-
-def _mpi_missing() -> str | None:
-    """Why the multi-process tests cannot run here, or None."""
-    if not dist.built():
-        return "shardwise._mpi is not built (no MPI found at build time: SHARDWISE_MPI=1 pip install \".[mpi]\")"
-    try:
-        import shardwise._mpi  # noqa: F401  (loads libmpi, so mpiexec() finds the launcher beside it)
-    except ImportError as exc:
-        return f"shardwise._mpi cannot be loaded: {exc}"
-    if not dist.mpiexec():
-        return "no mpiexec found (beside the libmpi shardwise._mpi loads, in this environment or on PATH)"
-    return None
-
-
-def _need_mpi() -> None:
-    why = _mpi_missing()
-    if why is None:
-        return
-    if os.environ.get("SHARDWISE_REQUIRE_MPI") == "1":
-        pytest.fail(f"SHARDWISE_REQUIRE_MPI=1 but {why}")
-    pytest.skip(why)
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    # the ranks import this checkout's shardwise, as the test process does
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(sw.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([pkg] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    for var, _ in dist.LAUNCHER_SIZE_VARS:   # the ranks get the launcher's, not the test process's
-        env.pop(var, None)
-    env.update(extra)
-    return env
-
-
-def run_hard(cmd: list[str], env: dict[str, str], timeout: float = LAUNCH_TIMEOUT) -> tuple[int, str, float]:
-    """(exit status, stdout + stderr, seconds) of `cmd` in its own process group, killed whole
-    (SIGTERM, then SIGKILL) and failing the test when it runs past `timeout`."""
-    t = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                         start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                out, _ = p.communicate(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        pytest.fail(f"{' '.join(cmd)} ran past {timeout:.0f} s (a lost rank?) and was killed; output:\n{out}")
-    return p.returncode, out, time.monotonic() - t
-
-
-def mpiexec_n(n: int) -> tuple[list[str], dict[str, str]]:
-    """The launcher's command for n ranks, and the environment it needs."""
-    cmd = [dist.mpiexec(), "-n", str(n)]
-    from shardwise import _mpi
-    if _mpi.build_version().startswith("Open MPI"):
-        # Open MPI refuses root and more ranks than cores without these (docs/distributed.md)
-        return cmd + ["--oversubscribe"], {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    return cmd, {}
 
 
 def launch(n: int, case: str, **env: str) -> tuple[int, str, float]:
-    cmd, extra = mpiexec_n(n)
-    return run_hard(cmd + [sys.executable, CASES, case], _env(**extra, **env))
+    return launch_script(n, CASES, case, **env)
 
 
 @pytest.mark.parametrize("n", [2, 4])

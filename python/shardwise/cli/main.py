@@ -17,6 +17,7 @@ printed as one ``error: ...`` line on stderr, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -360,9 +361,12 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
         raise ShardwiseError(f"training {args.model} uses the digits data set of scikit-learn: {exc}") from None
     if len(x_train) < args.batch:
         raise ShardwiseError(f"--batch {args.batch} is larger than the {len(x_train)} training samples")
+    comm = _job_comm()   # under mpiexec -n N (N > 1): one rank of the job; rank 0 alone prints
+    if comm is not None and comm.rank != 0:
+        out, args.quiet = io.StringIO(), True
     plan = _train_plan(args.plan, graph, devices, args.quiet)
     try:
-        trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed, backend=args.backend)
+        trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed, backend=args.backend, comm=comm)
     except NotImplementedError as exc:  # e.g. a plan file made with --sync ring
         raise ShardwiseError(f"this plan cannot be trained yet: {exc}") from None
     if loaded.weights is not None:   # an ONNX file's or a function's weights: start from them
@@ -401,6 +405,17 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     correct = int(round(accuracy * len(x_test)))
     out.write(f"test accuracy {accuracy:.2%} ({correct}/{len(x_test)}) after {trainer.steps} steps\n")
     return EXIT_OK
+
+
+def _job_comm() -> Any:
+    """The job's communicator when a launcher started this process as one of several ranks
+    (mpiexec -n N, N > 1: docs/distributed.md), else None."""
+    from shardwise import distributed
+
+    size, _ = distributed.launcher_size()
+    if size is None or size < 2:
+        return None
+    return distributed.init()
 
 
 def _check_digits_model(spec: str, graph: Any) -> None:

@@ -11,10 +11,10 @@
     x = comm.recv_bytes(np.empty(8, np.float32), peer=0, tag=3, timeout=30)
     comm.counters()                    # {"sent": [bytes per peer], "received": [...]}
 
-This is the first step of multi-process training: the communication layer (csrc/exec/comm.h's
-sw_comm_i, over MPI in csrc/mpi/) and its start-up checks.  The runtime does not use it yet:
-`Trainer(comm=...)` and the task-graph pass that turns cross-rank copies into sends and
-receives come next (docs/distributed.md says what works now).
+Training across processes: ``sw.Trainer(g, plan, comm=comm)`` runs this rank's devices of the
+plan (contiguous blocks: :func:`rank_of_device`), the copies between ranks split into sends and
+receives over this communicator (``sw.lower(plan, ranks=...)``), bitwise the numbers of one
+process; :func:`planned_bytes` says what a step sends.  docs/distributed.md tells the whole story.
 
 The communicator is the extension module ``shardwise._mpi``, built only where the build found
 MPI (`SHARDWISE_MPI=1 pip install ".[mpi]"` puts the mpich wheel in the environment and builds
@@ -35,7 +35,8 @@ from typing import Any
 from shardwise.errors import ShardwiseError
 
 __all__ = ["MPIUnavailableError", "WorldMismatchError", "CommTimeoutError", "Comm", "init", "built", "info",
-           "check_world", "launcher_size", "mpiexec", "DEFAULT_TIMEOUT"]
+           "check_world", "launcher_size", "mpiexec", "DEFAULT_TIMEOUT", "planned_bytes", "rank_of_device",
+           "devices_of_rank"]
 
 # seconds a wait of the helpers below gives a peer before CommTimeoutError (MPI never times out);
 # SHARDWISE_COMM_TIMEOUT overrides it
@@ -334,3 +335,19 @@ def check_world(expected_size: int | None = None, comm: Comm | None = None,
         raise WorldMismatchError(f"the job has {comm.size} ranks, the plan wants {expected_size}: launch it with "
                                  f"mpiexec -n {expected_size}{hint}")
     return comm
+
+
+def planned_bytes(plan: Any, ranks: "int | list[int]", schedule: Any = None, swap: Any = None,
+                  optimizer_state: int = 1) -> list[dict[str, int]]:
+    """What the task graph of ``plan`` split over ``ranks`` (an int: contiguous blocks of devices;
+    or one rank per device) sends between ranks per training step: ``[{"sent": n, "received": n}]``
+    per rank, the bytes of its messages (float32 elements; batch norms' statistics as float64).
+    A multi-process Trainer's :meth:`~shardwise.Trainer.comm_bytes` after a step equals its rank's
+    entry; with every device its own rank, the sum of "sent" is the task graph's
+    ``bytes_moved()``.  Nothing is started: this only lowers the plan."""
+    from shardwise.iteration.lower import lower
+
+    return lower(plan, optimizer_state=optimizer_state, schedule=schedule, swap=swap, ranks=ranks).rank_bytes()
+
+
+from shardwise.distributed.ranks import devices_of_rank, rank_of_device  # noqa: E402  (after the names above)

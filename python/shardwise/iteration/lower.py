@@ -105,7 +105,8 @@ class Task:
     id: int
     kind: str           # load_input, copy, join, forward, loss, bn_stats, stats_reduce, bn_apply,
                         # bn_backward_stats, backward_data, accumulate, backward_weight, reduce, update,
-                        # forward_partial, sum_partials, activation_grad, zero_grad
+                        # forward_partial, sum_partials, activation_grad, zero_grad, swap_out, swap_in,
+                        # send, recv (a copy between two ranks' devices, split: lower(plan, ranks=...))
     device: int
     phase: str          # forward, backward, sync, update
     op: str
@@ -115,8 +116,8 @@ class Task:
     worker: int
     slot: int | None = None     # input slot for per-input tasks
     box: Box | None = None      # copy / accumulate: the global box moved
-    src_device: int | None = None
-    nbytes: int = 0             # bytes crossing between devices (copies only)
+    src_device: int | None = None   # copies: the source device; send and recv: the device at the other end
+    nbytes: int = 0             # bytes crossing between devices (copies; send and recv: on the wire)
 
 
 @dataclass
@@ -137,9 +138,23 @@ class TaskGraph:
     optimizer_state: int = 1                              # state buffers per parameter slice it was lowered with
     schedule: Any = field(default=None, repr=False)      # the Schedule whose streams the tasks run on, or None
     swap: Any = field(default=None, repr=False)          # the SwapPlan applied to it, or None
+    ranks: list[int] | None = None                       # split over processes: each device's rank, else None
 
     def bytes_moved(self) -> int:
-        return sum(t.nbytes for t in self.tasks)
+        """Bytes crossing between devices per iteration (a message between ranks counted once)."""
+        return sum(t.nbytes for t in self.tasks if t.kind != "recv")
+
+    def rank_bytes(self) -> list[dict[str, int]]:
+        """Per rank, the bytes its sends and receives carry per iteration: [{"sent": n, "received": n}]
+        (a graph split over ranks; one process: [{"sent": 0, "received": 0}])."""
+        nranks = max(self.ranks) + 1 if self.ranks else 1
+        out = [{"sent": 0, "received": 0} for _ in range(nranks)]
+        for t in self.tasks:
+            if t.kind == "send":
+                out[self.ranks[t.device]]["sent"] += t.nbytes
+            elif t.kind == "recv":
+                out[self.ranks[t.device]]["received"] += t.nbytes
+        return out
 
     def memory_per_device(self) -> dict[int, int]:
         """Bytes of every buffer of the iteration, summed per device (no reuse between
@@ -245,7 +260,7 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
 
 
 def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any = None,
-          costs: Any = None) -> TaskGraph:
+          costs: Any = None, ranks: "int | list[int] | None" = None) -> TaskGraph:
     """The task graph of one training iteration of ``plan`` (parameter-server synchronization),
     built by the C lowering, once.  ``optimizer_state``: the optimizer's state buffers per
     parameter slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and
@@ -257,8 +272,15 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     optimizer state): its swap tasks are inserted into the graph (its tasks and buffers are then
     the swapped graph's).  Not both: a swap plan runs on one compute stream per device.  The
     result's ``handle`` is what :func:`shardwise.memory_plan`, :func:`shardwise.simulate`,
-    :func:`shardwise.schedule`, :func:`shardwise.swap_plan` and the Trainer take."""
+    :func:`shardwise.schedule`, :func:`shardwise.swap_plan` and the Trainer take.
+
+    ``ranks``: split the graph over processes (docs/distributed.md): an int k puts the devices in
+    k contiguous blocks (:func:`shardwise.distributed.ranks.rank_of_device`), a list gives each
+    device's rank.  Every copy between two ranks' devices becomes a ``send`` task on the source
+    device and a ``recv`` task right after it on the destination; everything else is unchanged.
+    None (the default): one process."""
     _check_sync(plan)
+    rank = _ranks(plan, ranks)
     if swap is not None:
         if not (callable(getattr(swap, "spec", None)) and callable(getattr(swap, "check", None))):
             raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
@@ -278,7 +300,33 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     if make is not None:   # made on this graph, then its streams put on it: no lowering again
         given = make(plan, handle, schedule, costs)
         handle.set_streams(given.stream_arrays())
-    return _view(plan, handle, optimizer_state, given, swap)
+    if rank is not None:   # the last annotation: the streams are carried through the split
+        handle.split_ranks(np.asarray(rank, np.int32))
+    tg = _view(plan, handle, optimizer_state, given, swap)
+    tg.ranks = rank
+    return tg
+
+
+def _ranks(plan: Plan, ranks: Any) -> list[int] | None:
+    """Each device's rank for lower(plan, ranks=...): None, an int (contiguous blocks) or a list."""
+    from shardwise.distributed.ranks import rank_of_device
+
+    ndev = len(plan.devices)
+    if ranks is None:
+        return None
+    if isinstance(ranks, (int, np.integer)) and not isinstance(ranks, bool):
+        return rank_of_device(ndev, int(ranks))
+    try:
+        rank = [int(r) for r in ranks]
+    except (TypeError, ValueError):
+        raise ConfigError(f"ranks must be None, an int or one rank per device, got {ranks!r}") from None
+    if len(rank) != ndev:
+        raise ConfigError(f"ranks lists {len(rank)} ranks for a plan on {ndev} devices (one per device)")
+    missing = sorted(set(range(max(rank) + 1)) - set(rank)) if rank else []
+    if min(rank, default=0) < 0 or missing:
+        raise ConfigError(f"ranks {rank}: every rank 0 .. {max(rank)} needs a device"
+                          + (f" (ranks {missing} have none)" if missing else ""))
+    return rank
 
 
 def _view(plan: Plan, handle: Any, optimizer_state: int, schedule: Any, swap: Any) -> TaskGraph:

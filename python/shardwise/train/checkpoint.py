@@ -89,9 +89,10 @@ def checkpoint_payload(t: "Trainer") -> bytes:
             "optimizer": t.optimizer.to_meta(),
             "state_steps": [[b, n] for b, n in sorted(t.executor.updates().items())]}
     arrays = {f"weight/{k}": v for k, v in t.get_weights().items()}
+    persistent = t.executor.gathered()   # one rank of several: every rank's (a collective)
     for b in t.task_graph.buffers:
         if b.kind == "momentum":
-            arrays[f"momentum/{b.id}"] = t.executor.persistent[b.id]
+            arrays[f"momentum/{b.id}"] = persistent[b.id]
     buf = io.BytesIO()
     np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
     return buf.getvalue()
@@ -128,7 +129,7 @@ def _layout(t: "Trainer") -> dict[str, tuple[int, ...] | None]:
         layout[f"weight/{key}.npy"] = tuple(shape)
     for b in t.task_graph.buffers:
         if b.kind == "momentum":
-            layout[f"momentum/{b.id}.npy"] = tuple(t.executor.persistent[b.id].shape)
+            layout[f"momentum/{b.id}.npy"] = tuple(hi - lo for lo, hi in b.box)
     return layout
 
 

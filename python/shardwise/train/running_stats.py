@@ -120,4 +120,5 @@ class RunningStats:
                 continue
             row = STAT_NAMES.index(stat)
             for b, lo, hi in self._pieces[name]:
-                persistent[b][row] = a[lo:hi]
+                if b in persistent:   # one rank of several holds its own workers' pieces
+                    persistent[b][row] = a[lo:hi]

@@ -150,7 +150,8 @@ class NativeExecutor:
 
     def __init__(self, graph: Graph, plan: Plan, tg: TaskGraph, threads: int | None = None, jitter_us: int = 0,
                  reuse: bool = True, optimizer_state: int = 1, schedule: Any = None, backend: str = "cpu",
-                 gpus: list[int] | None = None, workspace_mb: int | None = None, swap: Any = None) -> None:
+                 gpus: list[int] | None = None, workspace_mb: int | None = None, swap: Any = None,
+                 comm: Any = None, timeout: float | None = None) -> None:
         """``threads``: worker threads (default :func:`executor_threads`); ``jitter_us`` (tests
         only): a random pause of up to that many microseconds before every task; ``reuse``:
         buffers share arena memory by lifetime (False: each keeps its own bytes);
@@ -163,13 +164,29 @@ class NativeExecutor:
         (default 64).  ``swap``: (buffer, out_at, in_at) int32 arrays of a swap plan
         (:meth:`shardwise.iteration.swap.SwapPlan.spec`), or None.  When ``tg`` was lowered with
         this schedule (``sw.lower(plan, schedule=..., swap=...)``; ``swap`` None here), the runtime
-        takes its C task graph, swap tasks included, and does not lower the plan again."""
+        takes its C task graph, swap tasks included, and does not lower the plan again.
+
+        ``comm``: the job's :class:`~shardwise.distributed.Comm` when ``tg`` is split over its ranks
+        (``sw.lower(plan, ranks=comm.size)``): this process runs its own devices' tasks only and
+        exchanges the rest as messages (docs/distributed.md); ``persistent`` then holds this rank's
+        buffers, :meth:`gathered` every rank's.  ``timeout``: seconds a message may take before the
+        step fails naming it (default: :data:`shardwise.distributed.DEFAULT_TIMEOUT` or
+        SHARDWISE_COMM_TIMEOUT)."""
         self.graph = graph
         self.tg = tg
         self.optimizer_state = optimizer_state
         devices = plan.devices
+        ranks = getattr(tg, "ranks", None)
+        if (ranks is not None) != (comm is not None):
+            raise ConfigError("a task graph split over ranks runs with the job's communicator (comm=), and only it"
+                              if ranks is not None else "comm= needs a task graph split over its ranks "
+                              "(sw.lower(plan, ranks=comm.size))")
+        self.comm = comm
+        self.ranks = ranks
+        self.rank = comm.rank if comm is not None else 0
+        self.local_devices = [d for d in range(len(devices)) if ranks is None or ranks[d] == self.rank]
         if threads is None:
-            threads = executor_threads(len(devices), getattr(devices, "shared_cores", None))
+            threads = executor_threads(len(self.local_devices), getattr(devices, "shared_cores", None))
         if gpus is None:
             gpus = getattr(devices, "gpu_of", None)
         workspace = int(workspace_mb) << 20 if workspace_mb else 0
@@ -182,9 +199,17 @@ class NativeExecutor:
                 raise ConfigError(f"the task graph was lowered for {tg.optimizer_state} optimizer state buffer(s) "
                                   f"per parameter, the runtime is asked for {optimizer_state}: "
                                   f"sw.lower(plan, optimizer_state={optimizer_state})")
+            extra = {}
+            if comm is not None:
+                from shardwise.distributed import _timeout
+
+                extra = {"comm": comm._capsule(), "timeout": _timeout(timeout)}
             self._rt = _core.Runtime(tg.handle, op_attrs(graph), threads, jitter_us=jitter_us, reuse=reuse,
-                                     backend=backend, gpus=gpus, workspace=workspace)
-        else:   # a schedule or swap plan the task graph was not lowered with: the runtime lowers the plan
+                                     backend=backend, gpus=gpus, workspace=workspace, **extra)
+        else:
+            if comm is not None:
+                raise ConfigError("a task graph split over ranks is lowered once with its schedule "
+                                  "(sw.lower(plan, schedule=..., ranks=...)) and run as it is")   # a schedule or swap plan the task graph was not lowered with: the runtime lowers the plan
             problem = make_problem(graph, devices, plan.options)
             problem.set_optimizer_state(optimizer_state)
             self._rt = _core.Runtime(problem, *plan_arrays(plan), op_attrs(graph), threads, jitter_us=jitter_us,
@@ -192,7 +217,7 @@ class NativeExecutor:
                                      workspace=workspace, swap=swap)
         self.schedule = schedule
         self.threads = threads
-        ids = [b.id for b in tg.buffers if b.kind in PERSISTENT_KINDS]
+        ids = [b.id for b in tg.buffers if b.kind in PERSISTENT_KINDS and self.runs_device(b.device)]
         self._device: _DeviceBuffers | None = None
         self.persistent: Mapping[int, np.ndarray]
         if backend == "cpu":
@@ -200,6 +225,20 @@ class NativeExecutor:
         else:
             self._device = self.persistent = _DeviceBuffers(self._rt, ids)
         self._inputs = [op for op in graph.ops if op.kind == "input"]
+
+    def runs_device(self, device: int) -> bool:
+        """Whether this process runs ``device`` (always, but for one rank of several)."""
+        return self.ranks is None or self.ranks[device] == self.rank
+
+    def gathered(self) -> Mapping[int, np.ndarray]:
+        """Every persistent buffer (parameters, optimizer state, running statistics) of every
+        rank: ``persistent`` itself for one process; for one rank of several, a collective every
+        rank calls together, returning its own buffers and copies of the others'."""
+        if self.comm is None:
+            return self.persistent
+        from shardwise.distributed.gather import gather_buffers
+
+        return gather_buffers(self.comm, self.tg, self.ranks, self.persistent, PERSISTENT_KINDS)
 
     @property
     def steps(self) -> int:
@@ -235,8 +274,26 @@ class NativeExecutor:
                 self._device.after_step()
         return self._run(inputs, labels, phases, optimizer, running)
 
+    def _comm_error(self, exc: TimeoutError) -> Exception:
+        """A step's timeout waiting for another rank, as CommTimeoutError with the op named."""
+        import re
+
+        from shardwise.distributed import CommTimeoutError
+
+        names = [op.name for op in self.graph.ops]
+        text = re.sub(r"\bop (\d+)'s", lambda m: f"op {names[int(m.group(1))]!r}'s"
+                      if int(m.group(1)) < len(names) else m.group(0), str(exc))
+        return CommTimeoutError(text)
+
     def _run(self, inputs: list[Any], labels: np.ndarray, phases: tuple[str, ...], optimizer: Any,
              running: bool) -> float:
+        try:
+            return self._run_list(inputs, labels, phases, optimizer, running)
+        except TimeoutError as exc:
+            raise self._comm_error(exc) from None
+
+    def _run_list(self, inputs: list[Any], labels: np.ndarray, phases: tuple[str, ...], optimizer: Any,
+                  running: bool) -> float:
         if tuple(phases) == ("forward",):
             return self._rt.forward(inputs, labels, running)
         if running:
@@ -267,24 +324,39 @@ class NativeExecutor:
                               f"parameter, but this trainer was built for an optimizer with {self.optimizer_state}: "
                               "make a new Trainer with this optimizer")
         first = self._rt.steps
-        return self._rt.steps_back_to_back([(self._input_list(images), labels, *optimizer.runtime_args(first + i))
-                                            for i, (images, labels) in enumerate(batches)])
+        try:
+            return self._rt.steps_back_to_back([(self._input_list(images), labels,
+                                                 *optimizer.runtime_args(first + i))
+                                                for i, (images, labels) in enumerate(batches)])
+        except TimeoutError as exc:
+            raise self._comm_error(exc) from None
 
     def probabilities(self, op_name: str) -> np.ndarray:
         """The softmax output of the last run, assembled from its workers' shards."""
         op = self.graph[op_name]
         out = np.zeros(op.shape, np.float32)
-        for t in self.tg.tasks:
-            if t.kind == "loss" and t.op == op_name:
-                b = self.tg.buffers[t.writes[0]]
-                out[tuple(slice(lo, hi) for lo, hi in b.box)] = self._rt.buffer(b.id)
+        ids = [t.writes[0] for t in self.tg.tasks if t.kind == "loss" and t.op == op_name]
+        if self.comm is None:
+            shards = {b: self._rt.buffer(b) for b in ids}
+        else:   # every rank's shards (a collective)
+            from shardwise.distributed.gather import gather_buffers
+
+            shards = gather_buffers(self.comm, self.tg, self.ranks, self._rt.buffer, ids)
+        for b, a in shards.items():
+            out[tuple(slice(lo, hi) for lo, hi in self.tg.buffers[b].box)] = a
         return out
 
     # ---- optimizer state
     def updates(self) -> dict[int, int]:
         """{state buffer: updates applied} of every counted one (each parameter slice's first
-        state buffer, once updated): SGD's started momentum, Adam's step count."""
-        return dict(self._rt.updates())
+        state buffer, once updated): SGD's started momentum, Adam's step count.  For one rank of
+        several, every rank's (a collective every rank calls together)."""
+        own = {b: n for b, n in self._rt.updates() if self.runs_device(self.tg.buffers[b].device)}
+        if self.comm is None:
+            return own
+        from shardwise.distributed.gather import gather_counts
+
+        return gather_counts(self.comm, own)
 
     def set_updates(self, counts: Mapping[int, int]) -> None:
         """Every parameter slice's update count at once (absent ones 0), e.g. from a checkpoint."""

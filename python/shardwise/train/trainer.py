@@ -84,7 +84,7 @@ class Trainer:
 
     def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
                  seed: int = 0, schedule: "str | Schedule" = "fifo", workspace_mb: int | None = None,
-                 swap: "SwapPlan | None" = None, steps_in_flight: int = 1) -> None:
+                 swap: "SwapPlan | None" = None, steps_in_flight: int = 1, comm: Any = None) -> None:
         """``optimizer``: :class:`~shardwise.train.optim.SGD` (the default, lr 0.01),
         :class:`~shardwise.train.optim.Adam` or :class:`~shardwise.train.optim.AdamW`.  Its kind fixes the
         optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
@@ -103,7 +103,14 @@ class Trainer:
         losses are bitwise those of the steps one at a time (each parameter's updates and each
         step's sums keep their order); CPU backend, no swap plan (ConfigError otherwise), any
         schedule.  :meth:`step` always runs one step; see :meth:`fit` for what falls back to
-        one step at a time."""
+        one step at a time.
+        ``comm``: the job's communicator (``sw.distributed.init()``) to train as one rank of a
+        job of several processes (docs/distributed.md): the plan's devices go to the ranks in
+        contiguous blocks (:meth:`local_devices`), each rank runs its devices' tasks and the
+        copies between ranks travel as MPI messages; losses and weights are bitwise those of one
+        process.  Every rank builds the same Trainer (checked at start-up: WorldMismatchError on
+        every rank naming what differs) and calls the same methods in the same order (a step,
+        :meth:`get_weights`, :meth:`predict`, checkpoints are collectives).  CPU backend."""
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ConfigError(f"optimizer must be sw.SGD, sw.Adam or sw.AdamW, got {type(optimizer).__name__}")
         if not isinstance(plan, Plan):
@@ -157,15 +164,40 @@ class Trainer:
                               "far; use steps_in_flight=1")
         self.steps_in_flight = steps_in_flight
         self._pipelined = False          # the runtime records its steps back to back at the first fit
+        if comm is not None:
+            from shardwise.distributed import Comm, check_world
+
+            if not isinstance(comm, Comm):
+                raise ConfigError(f"comm must be the job's communicator (sw.distributed.init()), got "
+                                  f"{type(comm).__name__}")
+            if backend != "cpu":
+                raise ConfigError("training across processes runs on the CPU backend so far (NCCL for GPU ranks "
+                                  "is not wired into the runtime yet)")
+            check_world(None, comm)   # the launcher's size is MPI's (N one-rank jobs refused)
+            if len(plan.devices) < comm.size:
+                raise ConfigError(f"the job has {comm.size} ranks but the plan only {len(plan.devices)} devices: "
+                                  f"launch at most {len(plan.devices)} ranks (mpiexec -n {len(plan.devices)})")
+        self.comm = comm
+        ranks = comm.size if comm is not None and comm.size > 1 else None
         if schedule is None:   # sw.lower takes None for fifo; a Trainer names its schedule
             raise ConfigError("schedule must be one of 'fifo', 'critical_path' or a Schedule (sw.schedule(plan)), "
                               "got None")
         # the plan lowered once: the schedule is made on this graph, the swap plan applied to it, and
         # the runtime (and memory_plan below) take its C handle
-        self.task_graph = lower(plan, optimizer_state=nstate, schedule=schedule, swap=swap)
+        self.task_graph = lower(plan, optimizer_state=nstate, schedule=schedule, swap=swap, ranks=ranks)
         self.schedule = self.task_graph.schedule   # None: fifo
+        if ranks is not None:   # every rank runs the same thing, or none goes on
+            from shardwise.distributed.startup import check_same_job, task_graph_digest
+            from shardwise.train.checkpoint import plan_fingerprint
+            from shardwise.version import __version__
+
+            check_same_job(comm, {"shardwise version": __version__, "graph": graph.fingerprint(),
+                                  "plan": plan_fingerprint(plan), "task graph": task_graph_digest(self.task_graph.handle),
+                                  "optimizer": type(self.optimizer).__name__,
+                                  "trainer options": (seed, steps_in_flight, backend)})
         self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
-                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb)
+                                       schedule=self.schedule, backend=backend, workspace_mb=workspace_mb,
+                                       comm=comm if ranks is not None else None)
         if swap is not None:   # the budget holds for what the runtime allocated, not only for the plan
             over = {d: b for d, b in self.executor.arena_bytes().items() if b > swap.budget[d]}
             if over:
@@ -218,6 +250,8 @@ class Trainer:
         stream = self.schedule.stream_arrays()[0].tolist() if self.schedule is not None else None
         events = []
         for t, (start, end) in zip(self.task_graph.tasks, ns.tolist()):
+            if not self.executor.runs_device(t.device):   # another rank's task
+                continue
             lane = f"device {t.device}" if stream is None else f"device {t.device} stream {stream[t.id]}"
             events.append(TaskEvent(t.id, t.kind, t.phase, t.op, (lane,), (start - t0) * 1e-9, (end - t0) * 1e-9))
         return Timeline(f"{self.plan.name} step {self.steps}", events, (t1 - t0) * 1e-9)
@@ -317,8 +351,62 @@ class Trainer:
         out = {k: v[idx] for k, v in data.items()}
         return out if as_dict else out[self.input.name]
 
+    # ---- one rank of several
+    def local_devices(self) -> list[int]:
+        """The plan's devices this process runs: all of them, but for one rank of several (a
+        contiguous block: :func:`shardwise.distributed.ranks.rank_of_device`)."""
+        return list(self.executor.local_devices)
+
+    def local_samples(self) -> np.ndarray:
+        """The minibatch's sample indices this rank's devices read (sorted): what
+        ``step(x_local, y_local, local=True)`` takes, for rank-local data loading; every
+        sample for one process."""
+        rows: set[int] = set()
+        for t in self.task_graph.tasks:
+            if t.kind in ("load_input", "loss") and self.executor.runs_device(t.device):
+                (lo, hi) = self.task_graph.buffers[t.writes[0]].box[0]
+                rows.update(range(lo, hi))
+        return np.array(sorted(rows), np.int64)
+
+    def _from_local(self, images: Batch, labels: np.ndarray) -> tuple[Batch, np.ndarray]:
+        """The whole minibatch's arrays with this rank's samples in place (the rest zeros: no
+        task of this rank reads them), from arrays of the local samples alone."""
+        idx = self.local_samples()
+        data = self._input_dict(images)
+        full: dict[str, np.ndarray] = {}
+        for op in self.inputs:
+            a = np.asarray(data[op.name])
+            if a.shape != (len(idx),) + tuple(op.shape[1:]):
+                raise ShapeError(f"local=True: input {op.name!r} must hold this rank's {len(idx)} samples "
+                                 f"(local_samples()), shape {(len(idx),) + tuple(op.shape[1:])}, got {a.shape}")
+            f = np.zeros(op.shape, a.dtype if a.dtype.kind in "iu" else np.float32)
+            f[idx] = a
+            full[op.name] = f
+        labels = np.asarray(labels)
+        want = (len(idx),) + tuple(self.loss_ops[-1].shape[1:-1])
+        if labels.shape != want:
+            raise ShapeError(f"local=True: labels must hold this rank's samples, shape {want}, got {labels.shape}")
+        y = np.zeros(self.loss_ops[-1].shape[:-1], labels.dtype if labels.dtype.kind in "iu" else np.int64)
+        y[idx] = labels
+        return (full if isinstance(images, Mapping) else full[self.input.name]), y
+
+    def comm_bytes(self) -> dict[str, int]:
+        """{"sent": n, "received": n}: bytes this rank's messages carried in the last step
+        (or launch of steps back to back), counted by the communicator; zeros for one process."""
+        last = getattr(self, "_comm_last", None)
+        return dict(last) if last is not None else {"sent": 0, "received": 0}
+
+    def _count_bytes(self, before: dict[str, list[int]] | None) -> None:
+        if before is None:
+            return
+        after = self.comm.counters()
+        self._comm_last = {k: int(sum(after[k]) - sum(before[k])) for k in ("sent", "received")}
+
+    def _counters(self) -> dict[str, list[int]] | None:
+        return self.comm.counters() if self.executor.comm is not None else None
+
     # ---- training
-    def step(self, images: Batch, labels: np.ndarray) -> float:
+    def step(self, images: Batch, labels: np.ndarray, local: bool = False) -> float:
         """One iteration: forward, backward, parameter synchronization, update; the mean cross-entropy.
 
         ``images`` is the minibatch of the input op, or for a graph with several input ops
@@ -327,13 +415,19 @@ class Trainer:
 
         The step runs in C as one call with the interpreter lock released: a Ctrl-C meanwhile
         raises KeyboardInterrupt once it is complete, and :attr:`steps` counts it.
-        Raises TrainerInUseError if another thread is using this trainer (see the class)."""
+        Raises TrainerInUseError if another thread is using this trainer (see the class).
+
+        ``local`` (one rank of several): ``images`` and ``labels`` hold only the samples this
+        rank's devices read, :meth:`local_samples` in that order, for rank-local data loading;
+        the step is the same as given the whole minibatch."""
         # A one-input graph given arrays goes straight to C, which checks the minibatch in one
         # pass (shape, dtype, finite values, label range) before any task runs; only when it
         # refuses does _check_batch run, to name what is wrong.  Other forms are checked first.
         if not self.training:
             raise TrainingError("this trainer is in eval mode (Trainer.eval()): call Trainer.train() before "
                                 "training steps")
+        if local:
+            images, labels = self._from_local(images, labels)
         direct = type(images) is np.ndarray and type(labels) is np.ndarray and len(self.inputs) == 1
         if not direct:
             images, labels = self._check_batch(images, labels)
@@ -343,7 +437,9 @@ class Trainer:
         try:
             # one call into C with the GIL released; a Ctrl-C meanwhile is raised by Python once
             # it returns, the step complete and counted (self.steps)
+            before = self._counters()
             loss = self.executor.run(images, labels, optimizer=self.optimizer)
+            self._count_bytes(before)
         except ValueError:
             if direct:
                 self._check_batch(images, labels)   # raises ShapeError naming the problem
@@ -376,7 +472,9 @@ class Trainer:
                 self._pipelined = True
             first = self.steps
             try:
+                before = self._counters()
                 losses = self.executor.run_steps(batches, self.optimizer)
+                self._count_bytes(before)
                 refused = False
             except ValueError:
                 refused = True   # nothing ran: every minibatch is checked first
@@ -490,7 +588,14 @@ class Trainer:
         :mod:`shardwise.train.checkpoint`.  TrainerInUseError if another thread is using this trainer."""
         with self._exclusive("save a checkpoint"):
             payload = checkpoint_payload(self)
-        write_checkpoint(path, payload)
+        if self.executor.comm is None:
+            write_checkpoint(path, payload)
+            return
+        # one rank of several: every rank gathered the same payload; rank 0 writes it, and the
+        # others return once it is written (the file then loads on any rank, or in one process)
+        if self.comm.rank == 0:
+            write_checkpoint(path, payload)
+        self.comm.allgather_bytes(b"\0")
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint` for the same graph and plan
@@ -513,7 +618,8 @@ class Trainer:
                 self.set_weights(before)
                 raise CheckpointError(f"{path}: {exc}") from None
             for bid, v in ckpt.state.items():
-                self.executor.persistent[bid][...] = v
+                if bid in self.executor.persistent:   # one rank of several: its own buffers
+                    self.executor.persistent[bid][...] = v
             self.executor.set_updates(ckpt.updates)
 
     def _started_buffers(self) -> set[int]:
@@ -525,6 +631,7 @@ class Trainer:
         norm its ``"op.running_mean"``, ``"op.running_var"`` (float32) and ``"op.num_batches_tracked"``
         (an int64 0-d array): the entries of PyTorch's ``state_dict()``."""
         out: dict[str, np.ndarray] = {}
+        persistent = self.executor.gathered()   # one rank of several: every rank's (a collective)
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
             key = f"{op_name}.{pname}"
@@ -532,8 +639,8 @@ class Trainer:
                 op = self.graph[op_name]
                 slot = [k for k, i in enumerate(op.desc.inputs) if i.role == 1][("weight", "bias").index(pname)]
                 out[key] = np.zeros(op.desc.inputs[slot].shape, np.float32)
-            out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = self.executor.persistent[buf]
-        out.update(self._running.get(self.executor.persistent, self.steps))
+            out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = persistent[buf]
+        out.update(self._running.get(persistent, self.steps))
         return out
 
     def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -575,7 +682,9 @@ class Trainer:
             arrays[key] = a
         for (op_name, pname, _), buf in self.task_graph.params.items():
             b = self.task_graph.buffers[buf]
-            self.executor.persistent[buf][...] = arrays[f"{op_name}.{pname}"][tuple(slice(lo, hi) for lo, hi in b.box)]
+            if buf in self.executor.persistent:   # one rank of several: its own slices
+                self.executor.persistent[buf][...] = arrays[f"{op_name}.{pname}"][tuple(slice(lo, hi)
+                                                                                        for lo, hi in b.box)]
         self._running.set(self.executor.persistent, given_running, self.steps)
 
     # ---- memory
