@@ -334,3 +334,4 @@ def check_world(expected_size: int | None = None, comm: Comm | None = None,
         raise WorldMismatchError(f"the job has {comm.size} ranks, the plan wants {expected_size}: launch it with "
                                  f"mpiexec -n {expected_size}{hint}")
     return comm
+from shardwise.distributed.link import measure_link  # noqa: E402  (the rank-to-rank link, measured: link.py)
