@@ -62,7 +62,8 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
     if (!(m->copy_bandwidth >= 0)) {
         return SW_FAIL(SW_ERR_VALUE, "machine: the copy bandwidth must be >= 0");
     }
-    if (!(m->rank_bandwidth >= 0 && m->rank_bandwidth < INFINITY) || !(m->rank_latency >= 0 && m->rank_latency < INFINITY)) {
+    if (!(m->rank_bandwidth >= 0 && m->rank_bandwidth < INFINITY) ||
+        !(m->rank_latency >= 0 && m->rank_latency < INFINITY)) {
         return SW_FAIL(SW_ERR_VALUE, "machine: the rank link's bandwidth and latency must be finite and >= 0");
     }
     for (int32_t d = 0; m->rank && d < m->ndev; d++) {

@@ -39,7 +39,8 @@ def test_one_rank_is_one_process(devices):
     for plan in (sw.strategies.data_parallel(g, devices), sw.search(g, devices)):
         one, none = simulate(plan, ranks=1), simulate(plan)
         assert one.iteration_time == none.iteration_time
-        assert [(e.start, e.end, e.resources) for e in one.events] == [(e.start, e.end, e.resources) for e in none.events]
+        spans = [(e.start, e.end, e.resources) for e in none.events]
+        assert [(e.start, e.end, e.resources) for e in one.events] == spans
         assert one.rank_bytes == none.rank_bytes == {"sent": [0], "received": [0]}
         assert none.ranks is None and one.ranks == [0] * len(devices)
 
@@ -116,3 +117,26 @@ def test_back_to_back_iterations_and_the_summary_see_the_ranks():
     assert slow.iteration_time > simulate(plan, iterations=2).iteration_time
     assert "between 2 ranks" in simulate(plan, ranks=2).summary()
     assert "ranks" not in simulate(plan).summary()
+
+
+def test_the_c_engine_checks_its_rank_arguments():
+    import numpy as np
+
+    from shardwise.iteration.lower import handle_of
+    from shardwise.iteration.sim_costs import _machine
+
+    plan = sw.strategies.data_parallel(chain(), sw.DeviceGraph.cpu(2))
+    h, m = handle_of(lower(plan)), _machine(plan.devices)
+
+    def run(**kw):
+        return h.simulate(m.route_ptr, m.route_res, m.nres, cores=m.cores, **kw)
+
+    assert run(rank=np.array([0, 1], np.int32), rank_bandwidth=1e9, rank_latency=1e-5)["iteration_time"] > 0
+    with pytest.raises(ValueError, match="one entry per device"):
+        run(rank=np.array([0, 1, 1], np.int32))
+    with pytest.raises(ValueError, match="rank -1 must be >= 0"):
+        run(rank=np.array([0, -1], np.int32))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        run(rank=np.array([0, 1], np.int32), rank_bandwidth=float("nan"))
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        run(rank_latency=-1.0)
