@@ -140,3 +140,21 @@ def test_the_c_engine_checks_its_rank_arguments():
         run(rank=np.array([0, 1], np.int32), rank_bandwidth=float("nan"))
     with pytest.raises(ValueError, match="finite and >= 0"):
         run(rank_latency=-1.0)
+
+
+@pytest.mark.parametrize("devices", [sw.DeviceGraph.cpu(4), sw.DeviceGraph.cluster(2, 2)])
+def test_the_simulator_equals_the_oracle_across_ranks(devices):
+    """tests/sim_oracle.py's independent replay with the same ranks and rank link: every task's
+    start, its resources (the sending core too) and the iteration."""
+    import sim_oracle
+
+    g = chain()
+    link = (3e8, 2e-5)
+    for plan in (sw.strategies.data_parallel(g, devices), sw.search(g, devices)):
+        for ranks in (2, [0, 1, 0, 1], [0, 1, 2, 3]):
+            rank = ranks if isinstance(ranks, list) else rank_of_device(len(devices), ranks)
+            a = simulate(plan, ranks=ranks, rank_link=link, check_memory=False)
+            b = sim_oracle.replay(plan, ranks=rank, rank_link=link)
+            assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
+            assert [e.start for e in a.events] == pytest.approx(b.start, rel=1e-12, abs=1e-15)
+            assert [sorted(e.resources) for e in a.events] == [sorted(r) for r in b.resources]
