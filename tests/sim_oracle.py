@@ -16,6 +16,9 @@ dependencies, reads and writes) and the memory plan's reuse edges ``sw.memory_pl
   the streams of devices c, c + threads, ..., one task at a time), the links of a transfer's
   route or the two nodes' network adapters (and the receiving core); among the ready tasks, the
   lowest task id first on every resource (a free thread takes its earliest ready task);
+* ranks (an MPI job, ``ranks=``: the rank of each device): a copy between devices of different
+  ranks takes the rank link's latency + bytes / its bandwidth (0: the copy's bandwidth as in one
+  process) and, on shared cores, holds the sending core too;
 * an event loop over a heap of finishing times.
 """
 from __future__ import annotations
@@ -119,7 +122,7 @@ def threads_of(devices: sw.DeviceGraph) -> int:
     return min(len(devices), shared) if shared else 0
 
 
-def resources_of(t, devices: sw.DeviceGraph, threads: int) -> tuple[str, ...]:
+def resources_of(t, devices: sw.DeviceGraph, threads: int, ranks=None) -> tuple[str, ...]:
     if t.kind == "copy" and t.src_device != t.device:
         a, b = t.src_device, t.device
         na, nb = devices.devices[a].node, devices.devices[b].node
@@ -127,7 +130,10 @@ def resources_of(t, devices: sw.DeviceGraph, threads: int) -> tuple[str, ...]:
             route = (f"nic {na} out", f"nic {nb} in")
         else:
             route = tuple(f"link {u}->{v}" for u, v in devices.route(a, b))
-        return route + ((f"core {t.device % threads}",) if threads else ())   # the receiving thread copies
+        cores = (f"core {t.device % threads}",) if threads else ()   # the receiving thread copies
+        if threads and ranks is not None and ranks[a] != ranks[b] and a % threads != b % threads:
+            cores += (f"core {a % threads}",)   # a message: the sending thread packs it
+        return route + cores
     if t.kind in ("join", "load_input"):
         return ()
     return (f"device {t.device}",) + ((f"core {t.device % threads}",) if threads else ())
@@ -214,11 +220,13 @@ def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: l
     return start
 
 
-def replay(plan, costs=None, reuse_edges=None, order=None, rank=None) -> Replay:
+def replay(plan, costs=None, reuse_edges=None, order=None, rank=None, ranks=None, rank_link=(0.0, 0.0)) -> Replay:
     """One iteration of ``plan`` as the runtime runs it.  ``reuse_edges``: (from, to) pairs
     (default: the memory plan's, ``sw.memory_plan(plan).reuse_edges``; () to leave them out).
     ``order`` (what each task runs after) and ``rank`` (per task, the key of its place in every
-    line: (-priority, id) under a schedule) replace the one-stream order and program order."""
+    line: (-priority, id) under a schedule) replace the one-stream order and program order.
+    ``ranks``: the rank of each device (None: one process); ``rank_link``: (bytes/s, seconds
+    per message) of a copy between ranks."""
     tg = sw.lower(plan)
     devices = plan.devices
     if reuse_edges is None:
@@ -229,8 +237,12 @@ def replay(plan, costs=None, reuse_edges=None, order=None, rank=None) -> Replay:
     copy_bw = float(getattr(costs, "copy_bandwidth", 0.0) or 0.0) if costs is not None else 0.0
     for t in tg.tasks:
         if t.kind == "copy" and t.src_device != t.device:
-            durations[t.id] += t.nbytes / (copy_bw or route_bw[t.src_device, t.device])
-    resources = [resources_of(t, devices, threads) for t in tg.tasks]
+            bw = copy_bw or route_bw[t.src_device, t.device]
+            if ranks is not None and ranks[t.src_device] != ranks[t.device]:
+                durations[t.id] += rank_link[1] + t.nbytes / (rank_link[0] or bw)
+            else:
+                durations[t.id] += t.nbytes / bw
+    resources = [resources_of(t, devices, threads, ranks) for t in tg.tasks]
     if order is None:
         order = runtime_order(tg, reuse_edges, threads)
     start = event_loop(order, durations, resources, rank)

@@ -25,7 +25,7 @@ static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
 
 /* ------------------------------------------------------------------ Problem.simulate_plan */
 typedef struct {
-    PyArrayObject *route_ptr, *route_res, *split, *rates, *fixed, *fill, *host_bw;
+    PyArrayObject *route_ptr, *route_res, *split, *rates, *fixed, *fill, *host_bw, *rank;
     sw_machine machine;
     sw_measured measured;
 } sim_args;
@@ -38,6 +38,7 @@ static void sim_args_free(sim_args *s) {
     Py_XDECREF(s->fixed);
     Py_XDECREF(s->fill);
     Py_XDECREF(s->host_bw);
+    Py_XDECREF(s->rank);
 }
 
 /* NaN (no measurement) or a finite value >= 0 in every entry. */
@@ -131,6 +132,37 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
         s->machine.host_bw = PyArray_DATA(s->host_bw);
         s->machine.host_res = host_res;
     }
+    return 0;
+}
+
+/* The processes of an MPI job (rank: int32 per device, or None: one process) and the link between
+ * them (bytes/s, 0: as a copy inside one process; seconds per message) into s->machine. */
+static int parse_ranks(const sw_problem *p, PyObject *rank, double rank_bw, double rank_latency, sim_args *s) {
+    if (!(isfinite(rank_bw) && rank_bw >= 0) || !(isfinite(rank_latency) && rank_latency >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "rank_bandwidth and rank_latency must be finite and >= 0");
+        return -1;
+    }
+    s->machine.rank_bandwidth = rank_bw;
+    s->machine.rank_latency = rank_latency;
+    if (rank == Py_None) {
+        return 0;
+    }
+    s->rank = sw_py_array(rank, NPY_INT32, 1, "rank");
+    if (!s->rank) {
+        return -1;
+    }
+    if (PyArray_DIM(s->rank, 0) != p->ndev) {
+        PyErr_Format(PyExc_ValueError, "rank must have one entry per device (%d)", p->ndev);
+        return -1;
+    }
+    const int32_t *r = PyArray_DATA(s->rank);
+    for (int d = 0; d < p->ndev; d++) {
+        if (r[d] < 0) {
+            PyErr_Format(PyExc_ValueError, "rank: device %d's rank %d must be >= 0", d, r[d]);
+            return -1;
+        }
+    }
+    s->machine.rank = r;
     return 0;
 }
 
@@ -265,14 +297,17 @@ done:
 PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "route_ptr", "route_res", "nres", "cores",
                              "split", "element_seconds", "copy_bandwidth", "element_fixed", "streams",
-                             "dev_fill", "swap", "host_bw", "host_res", "bound", "brief", "iterations", NULL};
+                             "dev_fill", "swap", "host_bw", "host_res", "bound", "brief", "iterations", "rank",
+                             "rank_bandwidth", "rank_latency", NULL};
     PyObject *k, *dg, *ptr, *dv, *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None;
     PyObject *streams_obj = Py_None, *fill = Py_None, *swap_obj = Py_None, *host_bw_obj = Py_None;
+    PyObject *rank_obj = Py_None;
     int nres, cores = 0, host_res = -1, brief = 0, iterations = 1;
-    double copy_bw = 0.0, bound = INFINITY;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOOidpi", kwlist, &k, &dg, &ptr, &dv, &rp, &rr,
+    double copy_bw = 0.0, bound = INFINITY, rank_bw = 0.0, rank_latency = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOi|iOOdOOOOOidpiOdd", kwlist, &k, &dg, &ptr, &dv, &rp, &rr,
                                      &nres, &cores, &split, &rates, &copy_bw, &fixed, &streams_obj, &fill,
-                                     &swap_obj, &host_bw_obj, &host_res, &bound, &brief, &iterations) ||
+                                     &swap_obj, &host_bw_obj, &host_res, &bound, &brief, &iterations, &rank_obj,
+                                     &rank_bw, &rank_latency) ||
         !sw_py_problem_ready(self) || !sw_py_iterations_ok(iterations)) {
         return NULL;
     }
@@ -282,6 +317,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
     PyObject *d = NULL;
     if (parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, host_bw_obj, host_res, &s) ==
             0 &&
+        parse_ranks(self->p, rank_obj, rank_bw, rank_latency, &s) == 0 &&
         sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, swap_obj, &l) == 0) {
         d = simulate_on(self->p, l, &s, bound, iterations, brief);
     }
@@ -293,24 +329,27 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
 
 /* TaskGraph.simulate(route_ptr, route_res, nres, cores=0, split=None, element_seconds=None,
  *                    copy_bandwidth=0.0, element_fixed=None, dev_fill=None, host_bw=None, host_res=-1,
- *                    bound=inf, brief=False, iterations=1) -> dict, as Problem.simulate_plan */
+ *                    bound=inf, brief=False, iterations=1, rank=None, rank_bandwidth=0.0,
+ *                    rank_latency=0.0) -> dict, as Problem.simulate_plan */
 PyObject *sw_py_tg_simulate(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"route_ptr", "route_res", "nres", "cores", "split", "element_seconds", "copy_bandwidth",
                              "element_fixed", "dev_fill", "host_bw", "host_res", "bound", "brief", "iterations",
-                             NULL};
+                             "rank", "rank_bandwidth", "rank_latency", NULL};
     PyObject *rp, *rr, *split = Py_None, *rates = Py_None, *fixed = Py_None, *fill = Py_None;
-    PyObject *host_bw_obj = Py_None;
+    PyObject *host_bw_obj = Py_None, *rank_obj = Py_None;
     int nres, cores = 0, host_res = -1, brief = 0, iterations = 1;
-    double copy_bw = 0.0, bound = INFINITY;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|iOOdOOOidpi", kwlist, &rp, &rr, &nres, &cores, &split, &rates,
-                                     &copy_bw, &fixed, &fill, &host_bw_obj, &host_res, &bound, &brief, &iterations) ||
+    double copy_bw = 0.0, bound = INFINITY, rank_bw = 0.0, rank_latency = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|iOOdOOOidpiOdd", kwlist, &rp, &rr, &nres, &cores, &split, &rates,
+                                     &copy_bw, &fixed, &fill, &host_bw_obj, &host_res, &bound, &brief, &iterations,
+                                     &rank_obj, &rank_bw, &rank_latency) ||
         !sw_py_iterations_ok(iterations) || !sw_py_tg_enter(self)) {
         return NULL;
     }
     sim_args s;
     PyObject *d = NULL;
     if (parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, host_bw_obj, host_res, &s) ==
-        0) {
+            0 &&
+        parse_ranks(self->p, rank_obj, rank_bw, rank_latency, &s) == 0) {
         d = simulate_on(self->p, self->l, &s, bound, iterations, brief);
     }
     sim_args_free(&s);

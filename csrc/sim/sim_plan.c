@@ -26,6 +26,10 @@
  *               one of two resources they both need).
  *   transfers   take bytes / bandwidth on top of their modelled duration (the
  *               route's bandwidth, or a measured copy bandwidth)
+ *   ranks       (m->rank: an MPI job) a transfer between devices of different ranks
+ *               is a message: rank_latency + bytes / rank_bandwidth (0: as above);
+ *               on shared cores it holds the sending core too (packing and
+ *               unpacking run on both ranks' threads at once)
  *   sharing     a device with a fill (m->dev_fill[d] > 0: a GPU) is a
  *               pool its streams' kernels share instead of a resource held by one
  *               task: each takes sw_task_share of it, in rank order
@@ -37,6 +41,7 @@
  *   summary     makespan = latest end; busy[d] = seconds of the tasks holding
  *               device d, summed in task order
  */
+#include <math.h>    /* INFINITY */
 #include <stdlib.h>  /* malloc, calloc, free */
 #include <string.h>  /* memset */
 
@@ -56,6 +61,15 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
     }
     if (!(m->copy_bandwidth >= 0)) {
         return SW_FAIL(SW_ERR_VALUE, "machine: the copy bandwidth must be >= 0");
+    }
+    if (!(m->rank_bandwidth >= 0 && m->rank_bandwidth < INFINITY) ||
+        !(m->rank_latency >= 0 && m->rank_latency < INFINITY)) {
+        return SW_FAIL(SW_ERR_VALUE, "machine: the rank link's bandwidth and latency must be finite and >= 0");
+    }
+    for (int32_t d = 0; m->rank && d < m->ndev; d++) {
+        if (m->rank[d] < 0) {
+            return SW_FAIL(SW_ERR_VALUE, "machine: device %d's rank %d must be >= 0", d, m->rank[d]);
+        }
     }
     for (int32_t d = 0; m->dev_fill && d < m->ndev; d++) {
         if (!(m->dev_fill[d] >= 0 && m->dev_fill[d] < 1e18)) {
@@ -99,7 +113,12 @@ static int shares_device(const sw_task *t, const sw_machine *m) {
     return m->dev_fill && holds_device(t) && m->dev_fill[t->device] > 0;
 }
 
-/* Resources of task t (at most 1 + the longest route) into out; returns how many. */
+/* Is task t a message between the devices of two ranks? */
+static int crosses_ranks(const sw_task *t, const sw_machine *m) {
+    return m->rank && sw_is_transfer(t) && m->rank[t->src_device] != m->rank[t->device];
+}
+
+/* Resources of task t (at most 2 + the longest route) into out; returns how many. */
 static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
     if (sw_is_swap(t)) {   /* the device's copy engine of that direction; on shared cores, the thread copies */
         out[0] = m->host_res + 2 * t->device + (t->kind == SW_TASK_SWAP_IN);
@@ -117,6 +136,9 @@ static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
         }
         if (m->cores > 0) {
             out[n++] = m->ndev + t->device % m->cores;
+            if (crosses_ranks(t, m) && t->src_device % m->cores != t->device % m->cores) {
+                out[n++] = m->ndev + t->src_device % m->cores;   /* the sender packs */
+            }
         }
         return n;
     }
@@ -140,6 +162,9 @@ static double task_seconds(const sw_problem *p, const sw_task *t, double modelle
         return modelled;
     }
     double bw = m->copy_bandwidth > 0 ? m->copy_bandwidth : p->bw[(size_t)t->src_device * p->ndev + t->device];
+    if (crosses_ranks(t, m)) {   /* an MPI message */
+        return modelled + m->rank_latency + (double)t->nbytes / (m->rank_bandwidth > 0 ? m->rank_bandwidth : bw);
+    }
     return modelled + (double)t->nbytes / bw;
 }
 
@@ -183,7 +208,7 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
     rp->dep_ptr = malloc(sizeof *rp->dep_ptr * ((size_t)n + 1));
     rp->deps = malloc(sizeof *rp->deps * ((size_t)o->ptr[n] + 1));
     rp->res_ptr = malloc(sizeof *rp->res_ptr * ((size_t)n + 1));
-    rp->res = malloc(sizeof *rp->res * ((size_t)n * (size_t)(longest + 1 > 2 ? longest + 1 : 2) + 1));
+    rp->res = malloc(sizeof *rp->res * ((size_t)n * (size_t)(longest + 2 > 2 ? longest + 2 : 2) + 1));
     if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
     }
@@ -365,7 +390,7 @@ sw_status sw_simulate_lower_bound(const sw_problem *p, const sw_task_graph *g, c
     }
     double *load = calloc((size_t)m->nres + 1, sizeof *load);
     double *finish = malloc(sizeof *finish * ((size_t)g->ntasks + 1));
-    int32_t *res = malloc(sizeof *res * (size_t)(longest + 2));
+    int32_t *res = malloc(sizeof *res * (size_t)(longest + 3));
     if (!load || !finish || !res) {
         free(load);
         free(finish);

@@ -45,6 +45,13 @@ typedef struct {
      * seconds; host_bw NULL: a graph without swap tasks */
     const double *host_bw;
     int32_t host_res;
+    /* processes (an MPI job): rank[d] is the rank running device d; NULL: one process.  A transfer
+     * between devices of different ranks is a message: rank_latency + bytes / rank_bandwidth
+     * seconds (rank_bandwidth 0: as a copy inside one process, copy_bandwidth or the route's),
+     * holding its route and, with cores > 0, the sending core as well as the receiving one (the
+     * sender packs into MPI's staging buffer while the receiver copies out of it). */
+    const int32_t *rank;
+    double rank_bandwidth, rank_latency;
 } sw_machine;
 
 typedef struct {

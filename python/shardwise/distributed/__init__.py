@@ -36,7 +36,7 @@ from shardwise.errors import ShardwiseError
 
 __all__ = ["MPIUnavailableError", "WorldMismatchError", "CommTimeoutError", "Comm", "init", "built", "info",
            "check_world", "launcher_size", "mpiexec", "DEFAULT_TIMEOUT", "planned_bytes", "rank_of_device",
-           "devices_of_rank"]
+           "devices_of_rank", "measure_link"]
 
 # seconds a wait of the helpers below gives a peer before CommTimeoutError (MPI never times out);
 # SHARDWISE_COMM_TIMEOUT overrides it
@@ -351,3 +351,4 @@ def planned_bytes(plan: Any, ranks: "int | list[int]", schedule: Any = None, swa
 
 
 from shardwise.distributed.ranks import devices_of_rank, rank_of_device  # noqa: E402  (after the names above)
+from shardwise.distributed.link import measure_link  # noqa: E402  (the rank-to-rank link, measured: link.py)

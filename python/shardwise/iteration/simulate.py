@@ -3,6 +3,7 @@
     sim = simulate(plan)
     sim.iteration_time, sim.bytes_moved, sim.device_busy, sim.memory
     sim.events                    # built on first access (plot_timeline uses them)
+    sim = simulate(plan, ranks=2) # an MPI job: devices in blocks over 2 ranks, sim.rank_bytes
 
 Eq. 1 adds every cost up; a real iteration runs devices in parallel and
 overlaps transfers (and gradient synchronization: DeePa, Jia et al. 2018,
@@ -29,6 +30,15 @@ drift apart:
   between the nodes of a cluster, traffic goes through each node's one network
   adapter (send side of the source node, receive side of the destination),
   shared by its devices;
+* with ``ranks`` (an MPI job, one process per rank, :mod:`shardwise.distributed.ranks`), a
+  copy between devices of different ranks is a message: it takes the rank link's latency +
+  bytes / its bandwidth (a profile's ``rank_bandwidth`` and ``rank_latency``, measured
+  through the comm layer, or ``rank_link=``; without them, the time of the same copy inside
+  one process), holds the route's links as any copy and, on shared cores, the sending
+  thread's core as well as the receiving one's (the sender packs into MPI's staging buffer
+  while the receiver copies out of it: both memcpys are in the measured rate).  Each rank runs
+  its own threads, but on one machine they share its cores: the workers stay queued on core
+  d mod cores as in one process;
 * compute tasks take the roofline time of their shard (the same model as
   ``t_c``, csrc/cost/cost.c's ``sw_worker_time``: an op's forward is a third of its
   t_c, its backward two thirds, split between the input and weight gradients),
@@ -56,6 +66,7 @@ from shardwise.iteration.swap import SwapPlan, host_bandwidths
 from shardwise.iteration.sim_costs import (_cost_arrays, _Machine, _machine, _measured, describe_costs, device_fill,
                                           resolve_costs)
 from shardwise.iteration.trace import TaskEvent, save_trace
+from shardwise.distributed.ranks import rank_of_device
 
 SimEvent = TaskEvent   # one task as it ran in the simulation (the name simulations have used)
 
@@ -67,8 +78,14 @@ class SimResult:
     def __init__(self, plan: Plan, iteration_time: float, bytes_moved: int, device_busy: dict[int, float],
                  events: list[SimEvent] | Callable[[], list[SimEvent]] | None = None,
                  memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model",
-                 lanes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+                 lanes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+                 ranks: list[int] | None = None, rank_bytes: dict[str, list[int]] | None = None) -> None:
         self.plan = plan
+        # the rank of every device (None: one process), and the bytes of the copies between
+        # devices of different ranks, per rank: {"sent": [...], "received": [...]} (the layout
+        # of Comm.counters(); all zero in one process)
+        self.ranks = ranks
+        self.rank_bytes = rank_bytes if rank_bytes is not None else {"sent": [0], "received": [0]}
         # (stream per task, device per stream, priority per stream, dep_ptr, deps): what
         # plot_timeline and critical_path read; None for results made without them
         self._lanes = lanes
@@ -184,8 +201,10 @@ class SimResult:
 
     def summary(self) -> str:
         busy = ", ".join(f"{d}: {b:.0%}" for d, b in sorted(self.device_busy.items()))
-        return (f"simulated iteration {self.iteration_time * 1e3:.3f} ms, {self.bytes_moved / 1e6:.2f} MB moved, "
-                f"device busy {busy}")
+        across = (f" ({sum(self.rank_bytes['sent']) / 1e6:.2f} MB between {len(self.rank_bytes['sent'])} ranks)"
+                  if self.ranks is not None and len(self.rank_bytes["sent"]) > 1 else "")
+        return (f"simulated iteration {self.iteration_time * 1e3:.3f} ms, {self.bytes_moved / 1e6:.2f} MB moved"
+                f"{across}, device busy {busy}")
 
 
 class MemoryOverflow(ShardwiseError, RuntimeError):
@@ -194,7 +213,7 @@ class MemoryOverflow(ShardwiseError, RuntimeError):
 
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
              schedule: Any = "fifo", fill_outputs: float | None = None, swap: Any = None,
-             iterations: int = 1) -> SimResult:
+             iterations: int = 1, ranks: Any = None, rank_link: tuple[float, float] | None = None) -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose arena (the memory plan the runtime
     allocates, :func:`shardwise.memory_plan`) exceeds its memory when ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -219,7 +238,18 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     update and for the bytes it takes over, not for the whole step: docs/scheduling.md), and
     ``iteration_time`` is the time each iteration after the first adds, (makespan of them all -
     one iteration's) / (iterations - 1); the events, the memory and the rest are those of one
-    iteration (not combined with ``swap``)."""
+    iteration (not combined with ``swap``).
+
+    ``ranks``: the processes of an MPI job running the plan.  None: one process (as without
+    it); an int k: the devices in contiguous blocks over k ranks
+    (:func:`shardwise.distributed.rank_of_device`); or a list of one rank per device.  A copy
+    between devices of different ranks is then an MPI message, timed by the rank link:
+    ``rank_link=(bandwidth bytes/s, latency s)`` if given, else the costs' ``rank_bandwidth``
+    and ``rank_latency`` (a profile measured under MPI: ``sw.profile(..., comm=comm)``), else
+    the same copy inside one process (the costs' ``copy_bandwidth``, else the route's
+    bandwidth: for ``DeviceGraph.cpu``, memory bandwidth) with no latency.  ``SimResult.ranks``
+    and ``SimResult.rank_bytes`` ({"sent": [...], "received": [...]}: bytes per rank) report
+    them.  ConfigError for ranks that leave a rank without a device."""
     tg = None
     if isinstance(plan, TaskGraph):   # lowered once already: its schedule and swap plan come with it
         if (schedule != "fifo" and schedule is not plan.schedule) or (swap is not None and swap is not plan.swap):
@@ -240,6 +270,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
                                   "use CostOptions(sync='parameter_server')")
     costs = resolve_costs(plan, costs)
+    rank = rank_list(len(plan.devices), ranks)
+    extra: dict[str, Any] = _rank_options(rank, costs, rank_link)
     sched = as_schedule(plan, schedule, costs) if tg is None else tg.schedule
     devices = plan.devices
     m = _machine(devices)
@@ -249,7 +281,6 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
                 not (np.isfinite(fill_outputs) and fill_outputs >= 0):
             raise ConfigError(f"fill_outputs must be a number >= 0 (0: one kernel at a time), got {fill_outputs!r}")
         fill = np.where(fill > 0, float(fill_outputs), 0.0)
-    extra: dict[str, Any] = {}
     state = None
     if swap is not None:
 
@@ -259,7 +290,7 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         if sched is not None:
             raise ConfigError("a swap plan runs on one compute stream per device: simulate it with schedule='fifo'")
         state = swap.optimizer_state
-        extra = {"host_bw": host_bandwidths(plan), "host_res": m.nres}
+        extra.update(host_bw=host_bandwidths(plan), host_res=m.nres)
     if tg is not None:
         handle = tg.handle
     else:   # lowered once for both replays below
@@ -272,7 +303,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         _check_memory(plan, memory)
     total = float(r["iteration_time"]) + _measured(costs, "step_overhead")
     if iterations > 1:
-        many = _replay(handle, plan, costs, m, dev_fill=fill if fill.any() else None, iterations=iterations)
+        many = _replay(handle, plan, costs, m, dev_fill=fill if fill.any() else None, iterations=iterations,
+                       **_rank_options(rank, costs, rank_link))
         total = (float(many["iteration_time"]) - float(r["iteration_time"])) / (iterations - 1) + \
             _measured(costs, "step_overhead")
     busy = {d: (float(b) / total if total > 0 else 0.0) for d, b in enumerate(r["busy"])}
@@ -290,7 +322,65 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
 
     return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, name), memory,
                      tasks=len(r["kind"]), costs_used=describe_costs(costs),
-                     lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]))
+                     lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]), ranks=rank,
+                     rank_bytes=_rank_bytes(r, rank))
+
+
+def rank_list(ndev: int, ranks: Any) -> list[int] | None:
+    """The rank of each of ``ndev`` devices that ``ranks`` says (None: one process, None back;
+    an int: contiguous blocks; a sequence: one rank per device, every rank 0 .. max running at
+    least one device); ConfigError naming what is wrong."""
+    if ranks is None:
+        return None
+    if isinstance(ranks, (int, np.integer)) and not isinstance(ranks, bool):
+        return rank_of_device(ndev, int(ranks))
+    if isinstance(ranks, (str, bytes, bool)) or not hasattr(ranks, "__len__"):
+        raise ConfigError(f"ranks must be None, an int (devices in contiguous blocks) or one rank per device, "
+                          f"got {ranks!r}")
+    out = list(ranks)
+    if len(out) != ndev:
+        raise ConfigError(f"ranks lists {len(out)} ranks for a plan on {ndev} devices: give one rank per device")
+    for d, r in enumerate(out):
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
+            raise ConfigError(f"ranks[{d}] (device {d}'s rank) must be an int >= 0, got {r!r}")
+    out = [int(r) for r in out]
+    idle = sorted(set(range(max(out) + 1)) - set(out))
+    if idle:
+        raise ConfigError(f"rank{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))} would run no device "
+                          f"(ranks {out}): every rank 0 .. {max(out)} needs at least one of the plan's {ndev} devices")
+    return out
+
+
+def _rank_options(rank: list[int] | None, costs: Any, rank_link: tuple[float, float] | None) -> dict[str, Any]:
+    """The C engine's arguments for ranks: the rank per device and the rank link (bytes/s,
+    0: as in one process; seconds per message)."""
+    if rank_link is not None:
+        try:
+            bw, latency = (float(x) for x in rank_link)
+        except (TypeError, ValueError):
+            raise ConfigError(f"rank_link must be (bandwidth bytes/s, latency s), got {rank_link!r}") from None
+        if not (np.isfinite(bw) and bw > 0 and np.isfinite(latency) and latency >= 0):
+            raise ConfigError(f"rank_link needs a finite bandwidth > 0 and latency >= 0, got {rank_link!r}")
+    else:
+        bw, latency = _measured(costs, "rank_bandwidth"), _measured(costs, "rank_latency")
+    if rank is None or len(set(rank)) < 2:
+        return {}
+    return {"rank": np.asarray(rank, np.int32), "rank_bandwidth": bw, "rank_latency": latency}
+
+
+def _rank_bytes(r: dict, rank: list[int] | None) -> dict[str, list[int]]:
+    """Bytes of the replayed copies between devices of different ranks, per rank."""
+    nranks = max(rank) + 1 if rank is not None else 1
+    sent, received = [0] * nranks, [0] * nranks
+    if rank is not None and nranks > 1:
+        rk = np.asarray(rank, np.int64)
+        src, dst = r["src_device"].astype(np.int64), r["device"].astype(np.int64)
+        copy = (r["kind"] == _core.TASK_KINDS.index("copy")) & (src >= 0) & (src != dst)
+        src, dst, nbytes = src[copy], dst[copy], r["nbytes"][copy].astype(np.float64)
+        cross = rk[src] != rk[dst]
+        sent = np.bincount(rk[src[cross]], nbytes[cross], minlength=nranks).tolist()
+        received = np.bincount(rk[dst[cross]], nbytes[cross], minlength=nranks).tolist()
+    return {"sent": [int(x) for x in sent], "received": [int(x) for x in received]}
 
 
 def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -> tuple[float, int, bool]:

@@ -4,6 +4,10 @@
     plan = sw.search(g, d, costs=prof)              # t_c from measurements
     sim = sw.simulate(plan, costs=prof)             # task durations from measurements
 
+    # under mpiexec -n 2 (or with comm=): also the link between ranks, for sw.simulate(..., ranks=)
+    prof = sw.profile(g, sw.DeviceGraph.cpu(2), comm=sw.distributed.init())
+    prof.rank_bandwidth, prof.rank_latency
+
 For every op and every partition (degrees) the search may give it on the
 device graph, the forward and backward time of one shard is measured by
 running real training steps of the native runtime, its workers side by side as in
@@ -13,7 +17,11 @@ take turns step by step.  On CPU workers
 the devices are alike, so where a shard runs does not matter.
 The profile also measures the time of a step outside its tasks (checking the
 batch, waking the runtime's threads), bookkeeping seconds (fixed + per element)
-and the bandwidth of a copy between workers, which the simulator uses.
+and the bandwidth of a copy between workers, which the simulator uses.  In an MPI job
+(``comm=``, or run under mpiexec with 2 or more ranks) rank 0 measures the compute while the
+other ranks wait, ranks 0 and 1 measure the link between them by a ping-pong through the comm
+layer (:func:`shardwise.distributed.measure_link`: ``rank_bandwidth``, ``rank_latency``), and
+every rank returns rank 0's profile.
 
 Profiles are cached as JSON (written atomically) under ``cache_dir`` and are
 stamped with the machine (CPU model, core count, OpenBLAS kernels) and the
@@ -76,6 +84,10 @@ class Profile:
     element_seconds: dict[str, float] = field(default_factory=dict)  # bookkeeping tasks: s per element
     step_overhead: float = 0.0       # seconds of a step outside its tasks (threads woken, batch checked)
     element_fixed: dict[str, float] = field(default_factory=dict)    # bookkeeping tasks: fixed s per task
+    # the link between two ranks of an MPI job, measured through the comm layer (0: not measured):
+    # bytes/s and seconds per message of a copy between devices of different ranks (sw.simulate(ranks=))
+    rank_bandwidth: float = 0.0
+    rank_latency: float = 0.0
 
     # ---- the ComputeCosts protocol (search) and the simulator's split
     def compute_time(self, op: Op, shard_shape: tuple[int, ...], device: Device) -> float | None:
@@ -95,6 +107,7 @@ class Profile:
                 "machine": self.machine, "copy_bandwidth": self.copy_bandwidth,
                 "element_seconds": self.element_seconds, "step_overhead": self.step_overhead,
                 "element_fixed": self.element_fixed,
+                "rank_bandwidth": self.rank_bandwidth, "rank_latency": self.rank_latency,
                 "times": [[name, list(deg), fwd, bwd] for (name, deg), (fwd, bwd) in sorted(self.times.items())]}
 
     def save(self, path: str | os.PathLike) -> None:
@@ -102,6 +115,18 @@ class Profile:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         write_atomically(path, json.dumps(self.to_dict()).encode())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Profile":
+        """The profile of :meth:`to_dict`'s dict (the format and version unchecked: :meth:`load`
+        checks them, and the graph and machine).  A file without the rank link (written before
+        it was measured) reads as not measured (0)."""
+        times = {(str(n), tuple(int(x) for x in deg)): (float(fw), float(bw)) for n, deg, fw, bw in data["times"]}
+        return cls(str(data["graph"]), dict(data["machine"]), times, float(data["copy_bandwidth"]),
+                   {str(k): float(v) for k, v in data.get("element_seconds", {}).items()},
+                   float(data["step_overhead"]),
+                   {str(k): float(v) for k, v in data["element_fixed"].items()},
+                   float(data.get("rank_bandwidth", 0.0)), float(data.get("rank_latency", 0.0)))
 
     @classmethod
     def load(cls, path: str | os.PathLike, graph: Graph) -> "Profile":
@@ -117,11 +142,7 @@ class Profile:
             if data.get("version") != PROFILE_VERSION:
                 raise ProfileMismatch(f"{path}: a shardwise profile of version {data.get('version')!r}; this "
                                       f"shardwise reads version {PROFILE_VERSION} only (measure again with sw.profile)")
-            times = {(str(n), tuple(int(x) for x in deg)): (float(fw), float(bw)) for n, deg, fw, bw in data["times"]}
-            prof = cls(str(data["graph"]), dict(data["machine"]), times, float(data["copy_bandwidth"]),
-                       {str(k): float(v) for k, v in data.get("element_seconds", {}).items()},
-                       float(data["step_overhead"]),
-                       {str(k): float(v) for k, v in data["element_fixed"].items()})
+            prof = cls.from_dict(data)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, ProfileMismatch):
                 raise
@@ -288,7 +309,7 @@ def _task_elements(tg, task) -> int:
 
 
 def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str | None = None,
-            progress: bool = False, between_steps: Callable[[], None] | None = None) -> Profile:
+            progress: bool = False, between_steps: Callable[[], None] | None = None, comm: Any = None) -> Profile:
     """Measure forward and backward times of every op under every partition the search
     may choose on ``devices``, with the CPU kernels of this machine.  Cached in
     ``cache_dir`` (default ``~/.cache/shardwise``); a cached profile from another
@@ -297,11 +318,64 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     ``repeats``: timed steps of every profiling plan (the plans take turns, step by step).
     ``between_steps``: called after every timed step while measuring (not for a cached
     profile): the calibration benchmark times the executor's own steps there, so that they
-    and the profile see this machine in the same seconds."""
+    and the profile see this machine in the same seconds.
+
+    ``comm``: the job's communicator (:func:`shardwise.distributed.init`); None: the job's when
+    this process was started by mpiexec with 2 or more ranks, else none.  With 2 or more ranks,
+    ranks 0 and 1 measure the link between them (:func:`shardwise.distributed.measure_link`,
+    every time: it takes a fraction of a second) into ``rank_bandwidth`` and ``rank_latency``;
+    rank 0 measures (or reads from its cache) the rest and saves the whole, while the other
+    ranks wait for it without a time limit (an exception on rank 0 ends the job through
+    sw.distributed.init's hook); every rank returns rank 0's profile."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "shardwise")
     path = os.path.join(cache_dir, f"profile-{graph.fingerprint()}-{len(devices)}.json")
+    comm = _job_comm(comm)
+    if comm is not None and comm.size > 1:
+        return _profile_in_job(comm, path, graph, devices, repeats, progress, between_steps)
+    return _profile_here(path, graph, devices, repeats, progress, between_steps)
+
+
+def _job_comm(comm: Any) -> Any:
+    """``comm``, or the job's communicator when a launcher started this process among 2 or more
+    ranks (its environment says so: sw.distributed.launcher_size), or None."""
+    if comm is not None:
+        return comm
+    from shardwise import distributed
+
+    said, _ = distributed.launcher_size()
+    return distributed.init() if said is not None and said > 1 else None
+
+
+PROFILE_TAG = 31010   # rank 0's profile to the other ranks: its length (TAG), then its JSON (TAG + 1)
+
+
+def _profile_in_job(comm: Any, path: str, graph: Graph, devices: DeviceGraph, repeats: int, progress: bool,
+                    between_steps: Callable[[], None] | None) -> Profile:
+    """profile() on every rank of a job: the link first (ranks 0 and 1, while every rank is
+    idle), then rank 0 alone measures the rest and sends the profile to the others."""
+    from shardwise.distributed.link import measure_link
+
+    bandwidth, latency = measure_link(comm)
+    if comm.rank == 0:
+        prof = _profile_here(path, graph, devices, repeats, progress, between_steps)
+        prof.rank_bandwidth, prof.rank_latency = bandwidth, latency
+        prof.save(path)
+        payload = np.frombuffer(json.dumps(prof.to_dict()).encode(), np.uint8)
+        for r in range(1, comm.size):
+            comm.send_bytes(np.array([payload.size], np.int64), r, PROFILE_TAG)
+            comm.send_bytes(payload, r, PROFILE_TAG + 1)
+        return prof
+    n = np.zeros(1, np.int64)
+    comm.recv_bytes(n, 0, PROFILE_TAG, timeout=-1)   # as long as rank 0 measures
+    data = comm.recv_bytes(int(n[0]), 0, PROFILE_TAG + 1)
+    return Profile.from_dict(json.loads(bytes(data)))
+
+
+def _profile_here(path: str, graph: Graph, devices: DeviceGraph, repeats: int, progress: bool,
+                  between_steps: Callable[[], None] | None) -> Profile:
+    """profile() in this process: the cached profile at ``path``, or measured and saved there."""
     if os.path.exists(path):
         try:
             return Profile.load(path, graph)
