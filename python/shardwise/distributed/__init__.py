@@ -334,3 +334,6 @@ def check_world(expected_size: int | None = None, comm: Comm | None = None,
         raise WorldMismatchError(f"the job has {comm.size} ranks, the plan wants {expected_size}: launch it with "
                                  f"mpiexec -n {expected_size}{hint}")
     return comm
+
+
+from shardwise.distributed.nccl import NCCLUnavailableError, NcclComm, nccl_built, nccl_comm, nccl_info  # noqa
