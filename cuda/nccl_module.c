@@ -98,6 +98,11 @@ static PyObject *DevBuf_copy(DevBufObject *self, PyObject *obj, int upload) {
         e = upload ? cudaMemcpy(self->ptr, view.buf, (size_t)view.len, cudaMemcpyHostToDevice)
                    : cudaMemcpy(view.buf, self->ptr, (size_t)view.len, cudaMemcpyDeviceToHost);
     }
+    /* a copy from pageable memory may return before its DMA lands, and the communicator's
+     * stream does not wait for the default stream: the bytes are on the GPU when this returns */
+    if (e == cudaSuccess && upload) {
+        e = cudaDeviceSynchronize();
+    }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (e != cudaSuccess) {
@@ -252,7 +257,8 @@ static void give_back(NcclObject *self, sw_comm_req req) {
 /* A DeviceBuffer on the communicator's GPU, or NULL with TypeError / ValueError. */
 static DevBufObject *device_buffer(NcclObject *self, PyObject *obj, const char *what) {
     if (!PyObject_TypeCheck(obj, &DevBufType)) {
-        PyErr_Format(PyExc_TypeError, "%s takes a shardwise._cuda.DeviceBuffer, not %.80s", what, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s takes a shardwise._cuda.DeviceBuffer, not %.80s", what,
+                     Py_TYPE(obj)->tp_name);
         return NULL;
     }
     DevBufObject *b = (DevBufObject *)obj;
