@@ -10,9 +10,10 @@ instead of hanging the run (tests/gpu/nccl_cases.py is the rank side):
    allgather, then ncclCommInitRank);
 3. `mpiexec -n 2`: on one GPU NCCL refuses two ranks on it, and both ranks must say so and end
    (no hang); on two GPUs, the ring between the ranks.
-Without a GPU (not marked): the bootstrap fails naming the missing GPU, alone and through an MPI
-bootstrap of two ranks (no rank waits for the other), nccl_comm raises NCCLUnavailableError, and
-the build's switch: SW_HAVE_NCCL=1 links libnccl.so.2 by its path, 0 compiles without nccl.h.
+Without a GPU (not marked): comm_nccl.c's logic against a stub of CUDA and NCCL (nccl_stub/);
+the bootstrap fails naming the missing GPU, alone and through an MPI bootstrap of two ranks (no
+rank waits for the other), nccl_comm raises NCCLUnavailableError; and the build's switch:
+SW_HAVE_NCCL=1 links libnccl.so.2 by its path, 0 compiles without nccl.h.
 """
 from __future__ import annotations
 
@@ -199,9 +200,8 @@ def test_the_build_links_nccl_where_found_and_leaves_it_out_otherwise():
     assert not any("nccl" in a for a in ext.extra_link_args + ext.include_dirs)
 
 
-def test_without_nccl_the_sources_compile_without_nccl_h():
-    """SW_HAVE_NCCL=0: comm_nccl.c and nccl_module.c compile against the CUDA, cuDNN and cuBLAS
-    headers alone (gcc -fsyntax-only; nccl.h is on no include path)."""
+def _found():
+    """What the build finds (nvcc's toolkit, the nvidia wheels of WHEELS), or a skip."""
     build_cuda = _build_cuda()
     old = os.environ.get("SHARDWISE_CUDA_WHEELS")
     os.environ["SHARDWISE_CUDA_WHEELS"] = WHEELS
@@ -214,6 +214,37 @@ def test_without_nccl_the_sources_compile_without_nccl_h():
             os.environ["SHARDWISE_CUDA_WHEELS"] = old
     if not found.ok:
         pytest.skip(f"the CUDA backend's headers are not here: {found.reason}")
+    return found
+
+
+def test_comm_nccl_against_a_stub_of_cuda_and_nccl(tmp_path):
+    """cuda/comm_nccl.c's logic without a GPU: compiled with the real cuda_runtime_api.h and nccl.h
+    but linked to tests/gpu/nccl_stub/stub.c (one rank, host memory, a non-blocking communicator
+    that answers ncclInProgress every second call) and run by nccl_stub/driver.c: the bootstrap's
+    checks, sends and receives to itself grouped, the table growing, collectives, counters, stale
+    handles, a refused group, a lone receive timing out by name, free with and without requests
+    left.  Under AddressSanitizer and UBSan where gcc has them."""
+    found = _found()
+    if not found.nccl_include:
+        pytest.skip("no nccl.h and libnccl.so.2 found: the NCCL communicator is not built here")
+    exe = str(tmp_path / "nccl_stub")
+    base = ["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-missing-field-initializers",
+            "-DSW_HAVE_NCCL=1", "-Icsrc", "-Icuda", f"-I{os.path.join(found.toolkit, 'include')}",
+            f"-I{found.nccl_include}", "cuda/comm_nccl.c", "tests/gpu/nccl_stub/stub.c",
+            "tests/gpu/nccl_stub/driver.c", "-lpthread", "-o", exe]
+    sanitize = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
+    r = subprocess.run(base + sanitize, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 and "sanitize" in r.stderr:   # no libasan here: without the sanitizers
+        r = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("all ok"), r.stdout + r.stderr[-4000:]
+
+
+def test_without_nccl_the_sources_compile_without_nccl_h():
+    """SW_HAVE_NCCL=0: comm_nccl.c and nccl_module.c compile against the CUDA, cuDNN and cuBLAS
+    headers alone (gcc -fsyntax-only; nccl.h is on no include path)."""
+    found = _found()
     import numpy
     includes = ["csrc", "cuda", numpy.get_include(), sysconfig.get_paths()["include"]] + found.include_dirs
     assert not any(os.path.isfile(os.path.join(d, "nccl.h")) for d in includes), includes
