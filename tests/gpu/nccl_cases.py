@@ -123,7 +123,7 @@ def main(case: str) -> None:
         return
     comm = sw.distributed.init(abort_on_exception=False)
     try:
-        nc = sw.distributed.nccl_comm(comm, timeout=60)
+        nc = sw.distributed.nccl_comm(comm, timeout=45)
     except sw.distributed.NCCLUnavailableError as exc:
         if comm.size > 1:
             print(f"[nccl refused: rank {comm.rank}: {exc}]", flush=True)

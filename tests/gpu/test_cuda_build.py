@@ -9,9 +9,9 @@
   wheels (cuDNN, cuBLAS, NCCL: headers and libraries) in the folder SHARDWISE_CUDA_WHEELS (default
   build/cuda-wheels), which .ci/run fills with `pip install --target`; then the built module loads
   and `shardwise info` names the versions it was built with, and the NCCL communicator is in it
-  (SW_HAVE_NCCL=1, libnccl.so.2 needed, NCCL's calls imported, ncclGetVersion answers).  Skipped, with the reason, where nvcc
-  or that folder is absent; SHARDWISE_REQUIRE_CUDA_BUILD=1 (.ci/run where nvcc is present) makes
-  a missing folder a failure.  About a minute and a half on CI's 2 cores.
+  (SW_HAVE_NCCL=1, libnccl.so.2 needed, NCCL's calls imported, ncclGetVersion answers).  Skipped,
+  with the reason, where nvcc or that folder is absent; SHARDWISE_REQUIRE_CUDA_BUILD=1 (.ci/run
+  where nvcc is present) makes a missing folder a failure.  About a minute and a half on CI's 2 cores.
 """
 from __future__ import annotations
 

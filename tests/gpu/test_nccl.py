@@ -32,7 +32,7 @@ from shardwise import distributed as dist
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nccl_cases.py")
 WHEELS = os.path.abspath(os.environ.get("SHARDWISE_CUDA_WHEELS") or os.path.join(ROOT, "build", "cuda-wheels"))
-LAUNCH_TIMEOUT = 120.0
+LAUNCH_TIMEOUT = 90.0   # under the device check's pytest-timeout (120 s a test), which would end the run
 
 GPU_OK, GPU_REASON = sw.cuda.status()
 NCCL_OK = dist.nccl_built()
