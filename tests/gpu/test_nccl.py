@@ -163,15 +163,15 @@ def test_without_a_gpu_an_mpi_bootstrap_of_two_ranks_fails_on_both():
     why = _mpi_missing()
     if why:
         pytest.skip(why)
-    code = ("import shardwise as sw\nfrom shardwise import _cuda\n"
+    code = ("import shardwise as sw\n"
             "c = sw.distributed.init(abort_on_exception=False)\n"
-            "try:\n    _cuda.NcclComm(c._capsule(), c.rank, 20.0)\n"
-            "except RuntimeError as e:\n    print(f'[failed: rank {c.rank}: {e}]', flush=True)\n")
+            "try:\n    sw.distributed.nccl_comm(c, timeout=20)\n"
+            "except sw.distributed.NCCLUnavailableError as e:\n    print(f'[failed: rank {c.rank}: {e}]', flush=True)\n")
     cmd, extra = mpiexec_n(2)
     rc, out = run_hard(cmd + [sys.executable, "-c", code], {**_env(), **extra}, timeout=60)
     assert rc == 0, out
     for r in (0, 1):
-        assert f"[failed: rank {r}: nccl bootstrap: rank {r}: no usable GPU" in out, out
+        assert f"[failed: rank {r}: NCCL cannot start: nccl bootstrap: rank {r}: no usable GPU" in out, out
 
 
 def _build_cuda():

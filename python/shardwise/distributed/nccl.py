@@ -179,19 +179,25 @@ def nccl_comm(comm: Comm | None, device: int | None = None, timeout: float | Non
     (default: comm.local_rank % the GPUs this process sees).  `comm`: the MPI communicator of
     :func:`shardwise.distributed.init`, which carries rank 0's NCCL id to the others, or None for
     a one-rank communicator without MPI.  NCCLUnavailableError (a BackendUnavailableError) where the
-    CUDA backend, its NCCL or a GPU is missing; MPIUnavailableError for a closed `comm`;
+    CUDA backend, its NCCL or a GPU is missing (with several ranks, on every rank where any rank
+    lacks its GPU: the bootstrap tells them all); MPIUnavailableError for a closed `comm`;
     CommTimeoutError where a rank does not join within `timeout` seconds."""
     module = _load()
-    try:
-        gpus = cuda.gpus()
-    except BackendUnavailableError as exc:
-        raise NCCLUnavailableError(f"NCCL needs a GPU: {exc}") from None
     if comm is not None and comm.closed:
         raise MPIUnavailableError("the MPI communicator was closed: it cannot bootstrap NCCL")
+    try:
+        ngpus, why = len(cuda.gpus()), ""
+    except BackendUnavailableError as exc:
+        ngpus, why = 0, str(exc)
+    alone = comm is None or comm.size == 1
+    # with several ranks, a rank without a GPU (or given a GPU it lacks) must still join the
+    # bootstrap, which tells every rank at once; raising here would leave the others waiting
+    if alone and why:
+        raise NCCLUnavailableError(f"NCCL needs a GPU: {why}")
     if device is None:
-        device = (comm.local_rank if comm is not None else 0) % len(gpus)
-    if not 0 <= int(device) < len(gpus):
-        raise ValueError(f"GPU {device} does not exist: this process sees {len(gpus)} GPU(s)")
+        device = (comm.local_rank if comm is not None else 0) % ngpus if ngpus else 0
+    if alone and not 0 <= int(device) < ngpus:
+        raise ValueError(f"GPU {device} does not exist: this process sees {ngpus} GPU(s)")
     capsule = comm._capsule() if comm is not None else None
     try:
         impl = module.NcclComm(capsule, int(device), _timeout(timeout))
