@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # train_throughput: to_torch, batch_for
 
 import shardwise as sw  # noqa: E402
-from shardwise.train import SGD, Trainer  # noqa: E402
+from shardwise.train.trainer import SGD, Trainer  # noqa: E402
 from train_throughput import batch_for, to_torch  # noqa: E402
 
 QUICK = [("resnet18_small", 8), ("resnet18_small", 64), ("vgg_small", 8), ("vgg_small", 64)]

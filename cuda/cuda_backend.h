@@ -16,6 +16,8 @@
  *   pool.c       pooling with cuDNN
  *   blas.c       linear and matmul with cuBLAS
  *   module.c     the Python module shardwise._cuda: info, and the backend's constructor
+ *   comm_nccl.c  sw_comm_i (csrc/exec/comm.h) over NCCL, bootstrapped over MPI's (comm_nccl.h)
+ *   nccl_module.c  its Python type NcclComm, and DeviceBuffer
  *   kernels/     our own kernels (.cu) behind C launchers (kernels/kernels.h)
  *   csrc/exec/gpu/  the host-side planning, pure C (gpu_plan.h), built into the core
  *

@@ -9,6 +9,8 @@
  *                           memory bytes/s)],
  *                          or RuntimeError naming what is missing (no driver, no GPU)
  *   has_kernels(op_type)   whether the backend has kernels for an op kind (_core.OP_KINDS)
+ *   nccl_version(), HAVE_NCCL, NcclComm, DeviceBuffer   NCCL (nccl_module.c, comm_nccl.c): where
+ *                          the build found nccl.h and libnccl.so.2 (SW_HAVE_NCCL), linked to it
  *
  * Importing it loads cuDNN and cuBLAS (from the nvidia wheels, by the rpath the build set);
  * the driver is loaded at the first CUDA call.  The core imports this module only when a
@@ -17,11 +19,16 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "comm_nccl.h"
 #include "cuda_backend.h"
 
-#ifndef SW_NCCL_BUILD_VERSION   /* set by tools/build_cuda.py from the nccl.h it found (NCCL is not linked) */
+#ifndef SW_NCCL_BUILD_VERSION   /* set by tools/build_cuda.py from the nccl.h it found */
 #define SW_NCCL_BUILD_VERSION 0
 #endif
+
+/* nccl_module.c */
+PyObject *cu_nccl_version(PyObject *self, PyObject *unused);
+int cu_nccl_add_types(PyObject *m);
 
 static const sw_ext_backend TABLE = {
     .version = SW_EXT_ABI_VERSION,
@@ -109,6 +116,8 @@ static PyMethodDef methods[] = {
     {"gpus", gpus, METH_NOARGS,
      "gpus() -> [(name, (major, minor), memory, SMs, MHz, memory bytes/s)]; RuntimeError without GPUs"},
     {"has_kernels", has_kernels, METH_O, "has_kernels(op_type) -> whether the CUDA backend runs that op kind"},
+    {"nccl_version", cu_nccl_version, METH_NOARGS,
+     "nccl_version() -> ncclGetVersion of the libnccl linked (major*10000 + minor*100 + patch); None without NCCL"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -119,7 +128,7 @@ static int exec_module(PyObject *m) {
         return -1;
     }
     Py_DECREF(cap);
-    return 0;
+    return cu_nccl_add_types(m);
 }
 
 static PyModuleDef_Slot slots[] = {

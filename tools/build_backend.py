@@ -25,7 +25,7 @@ import os
 from setuptools import build_meta as _orig
 from setuptools.build_meta import *  # noqa: F401,F403  (every hook setuptools defines)
 
-# the libraries the CUDA backend links against, and NCCL whose version it records
+# the libraries the CUDA backend links against (NCCL: its communicator between GPU ranks)
 # (keep equal to pyproject.toml's [cuda] extra; tests/gpu/test_cuda_build.py checks)
 CUDA_WHEELS = ["nvidia-cudnn-cu13>=9.0,<10", "nvidia-cublas>=13.0,<14", "nvidia-nccl-cu13>=2.27,<3"]
 

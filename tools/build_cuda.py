@@ -2,8 +2,10 @@
 
 What the CUDA backend (cuda/, the extension module shardwise._cuda) needs at build time:
   nvcc and the toolkit's CUDA runtime (its static library, so no libcudart is needed at run
-  time), cuDNN (cudnn.h, libcudnn.so.9) and cuBLAS (cublas_v2.h, libcublas.so.13); NCCL's
-  nccl.h where found (nvidia-nccl-cu13), only for the version recorded (NCCL is not linked).
+  time), cuDNN (cudnn.h, libcudnn.so.9) and cuBLAS (cublas_v2.h, libcublas.so.13); NCCL
+  (nccl.h and libnccl.so.2, nvidia-nccl-cu13) where found: then the module links libnccl.so.2 by
+  its full path (the wheel ships no unversioned libnccl.so) and compiles the NCCL communicator
+  (cuda/comm_nccl.c, SW_HAVE_NCCL=1); without it the module builds with SW_HAVE_NCCL=0 and says so.
 Where they are looked for, first found wins:
   CUDA_HOME (or CUDA_PATH), then nvcc on PATH (its toolkit), then /usr/local/cuda;
   the nvidia wheels (nvidia-cudnn-cu13, nvidia-cublas, nvidia-nccl-cu13:
@@ -50,6 +52,8 @@ class Found:
     versions: dict[str, str] = field(default_factory=dict)
     required: bool = False       # SHARDWISE_CUDA=1: build_ext fails with `reason` when not ok
     nccl_code: int = 0           # NCCL_VERSION_CODE of the nccl.h found (0: none found)
+    nccl_include: str = ""       # the folder of that nccl.h, where libnccl.so.2 is beside it
+    nccl_lib: str = ""           # libnccl.so.2's path ("": no NCCL communicator in the build)
 
     def summary(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.versions.items())
@@ -117,17 +121,22 @@ def _define(path: str, name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _find_nccl() -> tuple[str, int] | None:
-    """(version, NCCL_VERSION_CODE) of the first nccl.h of the wheels or the system, or None."""
-    places = [os.path.join(r, "nvidia", "nccl", "include") for r in _site_roots()]
-    places += ["/usr/include", "/usr/local/include"]
-    for inc in places:
+def _find_nccl() -> tuple[str, int, str, str] | None:
+    """(version, NCCL_VERSION_CODE, include folder, libnccl.so.2's path or "") of the first nccl.h
+    of the wheels or the system, or None.  The library is looked for beside the header: the
+    wheel's nvidia/nccl/lib, the system's library folders for /usr/include."""
+    places = [(os.path.join(r, "nvidia", "nccl", "include"), [os.path.join(r, "nvidia", "nccl", "lib")])
+              for r in _site_roots()]
+    places += [("/usr/include", ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]),
+               ("/usr/local/include", ["/usr/local/lib"])]
+    for inc, libdirs in places:
         h = os.path.join(inc, "nccl.h")
         if os.path.isfile(h):
             v = [_define(h, k) for k in ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH")]
             code = _define(h, "NCCL_VERSION_CODE")
-            return ".".join(x or "?" for x in v), int(code) if code else 0
-    return None
+            lib = next((os.path.join(d, "libnccl.so.2") for d in libdirs
+                        if os.path.isfile(os.path.join(d, "libnccl.so.2"))), "")
+            return ".".join(x or "?" for x in v), int(code) if code else 0, inc, lib
 
 
 def _versions(nvcc: str, cudnn_inc: str, cublas_inc: str) -> dict[str, str]:
@@ -183,19 +192,23 @@ def _search() -> Found:
             includes.append(inc)
     versions = _versions(nvcc, cudnn[0], cublas[0])
     nccl = _find_nccl()
-    versions["NCCL"] = nccl[0] if nccl else "not found"
+    versions["NCCL"] = (nccl[0] if nccl[3] else f"{nccl[0]} headers without libnccl.so.2 (no NCCL communicator)") \
+        if nccl else "not found (no NCCL communicator)"
     return Found(True, nvcc=nvcc, toolkit=toolkit, include_dirs=includes,
                  libraries={"cudnn": cudnn[1], "cublas": cublas[1], "cudart_static": _cudart_static(toolkit)},
-                 versions=versions, nccl_code=nccl[1] if nccl else 0)
+                 versions=versions, nccl_code=nccl[1] if nccl else 0,
+                 nccl_include=nccl[2] if nccl and nccl[3] else "", nccl_lib=nccl[3] if nccl else "")
 
 
 def _rpaths(found: Found) -> list[str]:
     """$ORIGIN-relative places of the wheels beside the installed package, then the folders
     the libraries were found in at build time (in-place builds, CUDA_HOME installs)."""
     out = ["$ORIGIN/../nvidia/cudnn/lib", "$ORIGIN/../nvidia/cu13/lib", "$ORIGIN/../nvidia/cublas/lib"]
-    for name in ("cudnn", "cublas"):
-        d = os.path.dirname(found.libraries[name])
-        if d not in out:
+    if found.nccl_lib:
+        out.append("$ORIGIN/../nvidia/nccl/lib")
+    for path in (found.libraries["cudnn"], found.libraries["cublas"], found.nccl_lib):
+        d = os.path.dirname(path) if path else ""
+        if d and d not in out:
             out.append(d)
     return out
 
@@ -203,19 +216,25 @@ def _rpaths(found: Found) -> list[str]:
 def extension(found: Found, c_flags: list[str], depends: list[str], numpy_include: str) -> Extension:
     """shardwise._cuda: cuda/*.c (gcc, C11), cuda/kernels/*.cu (nvcc), and the pure host code
     it shares with the core (csrc/exec/gpu/*.c, csrc/core/view.c, csrc/core/ops.c: the op names,
-    csrc/exec/task_env.c), linked with cuDNN, cuBLAS and the static CUDA runtime.  Only PyInit__cuda is exported (-fvisibility=hidden): the core's
-    symbols of the same names (sw_set_error, ...) are never confused with this module's."""
+    csrc/exec/task_env.c), linked with cuDNN, cuBLAS and the static CUDA runtime, and with
+    libnccl.so.2 (by its path) where found: SW_HAVE_NCCL=1 compiles the NCCL communicator
+    (cuda/comm_nccl.c), 0 leaves it out.  Only PyInit__cuda is exported (-fvisibility=hidden): the
+    core's symbols of the same names (sw_set_error, ...) are never confused with this module's."""
+    nccl = bool(found.nccl_lib)
     ext = Extension(
         "shardwise._cuda",
         sources=sorted(glob("cuda/*.c")) + sorted(glob("csrc/exec/gpu/*.c"))
         + ["csrc/core/view.c", "csrc/core/ops.c", "csrc/exec/task_env.c"],
-        include_dirs=["csrc", "cuda", numpy_include] + found.include_dirs,
-        # SW_NCCL_BUILD_VERSION: NCCL_VERSION_CODE of the nccl.h found (0: none), for versions()
+        include_dirs=["csrc", "cuda", numpy_include] + found.include_dirs
+        + ([found.nccl_include] if nccl and found.nccl_include not in found.include_dirs else []),
+        # SW_NCCL_BUILD_VERSION: NCCL_VERSION_CODE of the nccl.h found (0: none), for versions();
+        # SW_HAVE_NCCL: the NCCL communicator is compiled and libnccl.so.2 linked
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
-                       ("SW_NCCL_BUILD_VERSION", str(found.nccl_code))],
+                       ("SW_NCCL_BUILD_VERSION", str(found.nccl_code)), ("SW_HAVE_NCCL", "1" if nccl else "0")],
         extra_compile_args=c_flags + ["-fvisibility=hidden"],
-        extra_link_args=[found.libraries["cudnn"], found.libraries["cublas"], found.libraries["cudart_static"],
-                         "-lrt", "-ldl", "-lpthread", "-Wl,--exclude-libs,ALL"]
+        extra_link_args=[found.libraries["cudnn"], found.libraries["cublas"]]
+        + ([found.nccl_lib] if nccl else []) + [found.libraries["cudart_static"],
+                                                "-lrt", "-ldl", "-lpthread", "-Wl,--exclude-libs,ALL"]
         + [f"-Wl,-rpath,{p}" for p in _rpaths(found)],
         # the .cu files too: setuptools relinks (and BuildExt recompiles) only where something is newer
         depends=depends + glob("cuda/*.h") + glob("cuda/kernels/*.h") + glob("cuda/kernels/*.cuh")

@@ -14,7 +14,9 @@
 #   build       SHARDWISE_CUDA=1 SHARDWISE_CUDA_ARCH=90 pip install --no-build-isolation --no-deps --no-index .
 #               (against the nvidia wheels installed beside python3; sm_90 only)
 #   info        python -m shardwise info, nvidia-smi, nvcc, the versions of the Python packages used
-#   tests       pytest -m gpu over tests/ (the marker, not file paths), every result listed (-rA)
+#   tests       pytest -m gpu over tests/ (the marker, not file paths), every result listed (-rA):
+#               the CUDA backend's tests and NCCL's (tests/gpu/test_nccl.py: one rank alone, one rank
+#               bootstrapped over MPI under mpiexec -n 1, two ranks under mpiexec -n 2)
 #   throughput  benchmarks/gpu_throughput.py --quick
 #   schedule    benchmarks/schedule.py --backend cuda --quick (the GPU row: fifo vs critical_path)
 # then summary.txt: each step's exit status and seconds.  $OUT holds 7 files (the device tool
@@ -37,9 +39,12 @@ WHEELS=build/gpu_wheels
 WORK=${GPU_CHECK_WORK:-build/gpu_check}
 BUDGET=${GPU_CHECK_BUDGET:-500}
 STEPS=${GPU_CHECK_STEPS:-wheels,build,info,tests,throughput,schedule}
-# what the device machine lacks (docs/gpu.md): scipy-openblas32 (our GEMM); the others are there, but
-# a bare environment (the rehearsal's) needs them too, and pip keeps a version already installed
-GPU_WHEEL_NAMES="scipy-openblas32>=0.3.27 setuptools>=64 wheel hypothesis>=6"
+# what the device machine lacks (docs/gpu.md): scipy-openblas32 (our GEMM) and mpich (the [mpi] extra:
+# its mpicc lets the build step compile shardwise._mpi, over which the NCCL tests bootstrap; its
+# mpiexec runs them); the others are there, but a bare environment (the rehearsal's) needs them
+# too, and pip keeps a version already installed.  The nvidia wheels (cuDNN, cuBLAS, NCCL) are
+# installed on the machine already, so they are not staged.
+GPU_WHEEL_NAMES="scipy-openblas32>=0.3.27 mpich>=4.3 setuptools>=64 wheel hypothesis>=6"
 export SHARDWISE_CUDA_ARCH=${SHARDWISE_CUDA_ARCH:-90}
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -136,7 +141,7 @@ info() {
     echo "python: $($PY -c 'import sys; print(sys.executable, sys.version.split()[0])')"
     echo "nvcc: $(command -v nvcc || echo 'not on PATH') $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || true)"
     (cd /tmp && $PY -m shardwise info) || echo "shardwise info: FAILED (exit $?)"
-    $PY -m pip list 2>/dev/null | grep -i -E '^(numpy|torch|pytest|hypothesis|scipy-openblas32|nvidia-(cudnn|cublas|nccl)[-a-z0-9]*|shardwise) '
+    $PY -m pip list 2>/dev/null | grep -i -E '^(numpy|torch|pytest|hypothesis|scipy-openblas32|nvidia-(cudnn|cublas|nccl)[-a-z0-9]*|mpich|shardwise) '
     if command -v nvidia-smi >/dev/null 2>&1; then
         nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv || true
         nvidia-smi || true

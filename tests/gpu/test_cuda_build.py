@@ -8,9 +8,10 @@
   folder, so the environment is not changed) in a copy of the sources, against the nvidia
   wheels (cuDNN, cuBLAS, NCCL: headers and libraries) in the folder SHARDWISE_CUDA_WHEELS (default
   build/cuda-wheels), which .ci/run fills with `pip install --target`; then the built module loads
-  and `shardwise info` names the versions it was built with.  Skipped, with the reason, where nvcc
-  or that folder is absent; SHARDWISE_REQUIRE_CUDA_BUILD=1 (.ci/run where nvcc is present) makes
-  a missing folder a failure.  About a minute and a half on CI's 2 cores.
+  and `shardwise info` names the versions it was built with, and the NCCL communicator is in it
+  (SW_HAVE_NCCL=1, libnccl.so.2 needed, NCCL's calls imported, ncclGetVersion answers).  Skipped,
+  with the reason, where nvcc or that folder is absent; SHARDWISE_REQUIRE_CUDA_BUILD=1 (.ci/run
+  where nvcc is present) makes a missing folder a failure.  About a minute and a half on CI's 2 cores.
 """
 from __future__ import annotations
 
@@ -105,3 +106,22 @@ def test_cuda_backend_builds_with_nvcc(tree, tmp_path):
                   info.stdout)
     assert m, info.stdout
     assert f"cuDNN {m.group(2)}" in log and f"NCCL {m.group(4)}" in log   # as the build found them
+
+    # the NCCL communicator (cuda/comm_nccl.c) is compiled in and libnccl.so.2 linked: the module
+    # needs it by its soname, imports NCCL's calls, and loads it (ncclGetVersion) without a GPU
+    assert "-DSW_HAVE_NCCL=1" in log and "cuda/comm_nccl.c" in log and "cuda/nccl_module.c" in log
+    so = str(next((site / "shardwise").glob("_cuda*.so")))
+    needed = subprocess.run(["readelf", "-d", so], capture_output=True, text=True, timeout=60).stdout
+    assert "[libnccl.so.2]" in needed and "nvidia/nccl/lib" in needed, needed
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", so], capture_output=True, text=True,
+                               timeout=60).stdout.split()
+    for sym in ("ncclGetUniqueId", "ncclCommInitRankConfig", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd",
+                "ncclAllReduce", "ncclAllGather", "ncclCommAbort", "ncclCommGetAsyncError", "ncclGetVersion"):
+        assert sym in undefined, f"{sym} is not imported by shardwise._cuda"
+    assert f"NCCL: {m.group(4)} linked (ncclGetVersion): the NCCL communicator is built" in info.stdout, info.stdout
+    check = ("from shardwise import _cuda; assert _cuda.HAVE_NCCL; print(_cuda.nccl_version()); "
+             "print(_cuda.NcclComm.__doc__)")
+    r = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    major, minor, patch = (int(x) for x in m.group(4).split("."))
+    assert r.stdout.split()[0] == str(major * 10000 + minor * 100 + patch)

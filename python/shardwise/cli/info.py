@@ -23,7 +23,12 @@ def info_text() -> str:
         lines.append(f"cuda: built with CUDA {c['cuda_build']}, cuDNN {b['cuDNN']}, cuBLAS {b['cuBLAS']}, "
                      f"NCCL {b['NCCL']} (headers); cuDNN {c['cudnn']}, cuBLAS {c['cublas']} loaded")
         lines.append(f"  driver: {c['driver'] or 'none (libcuda.so.1 not found)'}")
-    lines.append(f"  NCCL: {c['nccl'] + ' loadable' if c['nccl'] else 'no libnccl found'} (not used yet)")
+    if c.get("nccl_linked"):
+        lines.append(f"  NCCL: {c['nccl_linked']} linked (ncclGetVersion): the NCCL communicator is built "
+                     "(sw.distributed.nccl_comm)")
+    else:
+        absent = "absent from this build (no nccl.h and libnccl.so.2 found)" if "cuda_build" in c else "absent"
+        lines.append(f"  NCCL: {absent}; {c['nccl'] + ' loadable' if c['nccl'] else 'no libnccl found'}")
     if c.get("gpus"):
         for g in c["gpus"]:
             lines.append(f"  GPU {g.index}: {g.name}, compute {g.capability[0]}.{g.capability[1]}, "

@@ -352,3 +352,4 @@ def planned_bytes(plan: Any, ranks: "int | list[int]", schedule: Any = None, swa
 
 from shardwise.distributed.ranks import devices_of_rank, rank_of_device  # noqa: E402  (after the names above)
 from shardwise.distributed.link import measure_link  # noqa: E402  (the rank-to-rank link, measured: link.py)
+from shardwise.distributed.nccl import NCCLUnavailableError, NcclComm, nccl_built, nccl_comm, nccl_info  # noqa

@@ -147,7 +147,9 @@ def local_gpus(logical: int | None = None) -> Any:
 
 
 def nccl_version() -> str | None:
-    """NCCL's version where the nvidia-nccl wheel is installed (the backend does not use NCCL yet)."""
+    """NCCL's version where the nvidia-nccl wheel is installed (found on sys.path, loaded with
+    ctypes; the CUDA backend itself links libnccl.so.2 where its build found it: info()'s
+    "nccl_linked")."""
     for root in sys.path:
         for path in glob.glob(os.path.join(root, "nvidia", "nccl", "lib", "libnccl.so.*")):
             try:
@@ -177,7 +179,11 @@ def info() -> dict[str, Any]:
     out["driver"] = f"{v['driver'] // 1000}.{v['driver'] % 1000 // 10}" if v["driver"] else None
     out["cudnn"] = _cudnn_version(v["cudnn"])
     out["cublas"] = ".".join(map(str, v["cublas"]))
-    # what it was built with, from the headers (NCCL: the nccl.h the build found; it is not linked)
+    # the NCCL communicator (cuda/comm_nccl.c): ncclGetVersion of the libnccl.so.2 the module links,
+    # None where its build found no NCCL
+    linked = module.nccl_version() if getattr(module, "HAVE_NCCL", False) else None
+    out["nccl_linked"] = f"{linked // 10000}.{linked // 100 % 100}.{linked % 100}" if linked else None
+    # what it was built with, from the headers (NCCL: the nccl.h the build found)
     nccl = v.get("nccl_build", 0)
     out["build"] = {"cuDNN": _cudnn_version(v["cudnn_build"]),
                     "cuBLAS": ".".join(map(str, v["cublas_build"])) if "cublas_build" in v else "?",
