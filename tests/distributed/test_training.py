@@ -170,3 +170,12 @@ def test_cli_train_under_mpiexec_prints_once_the_one_process_numbers(tmp_path):
 
     assert out.count("test accuracy") == 1, out
     assert numbers(out) == numbers(one.stdout) and numbers(out)[1], (out, one.stdout)
+
+
+def test_a_split_task_graph_is_simulated_through_the_plan():
+    """A graph split over ranks has no link time on its sends and receives: simulate refuses it,
+    pointing at sw.simulate(plan, ranks=...), which times those copies on the rank link."""
+    g, plans = _plans()
+    with pytest.raises(ConfigError, match="ranks="):
+        sw.simulate(sw.lower(plans[0], ranks=2))
+    assert sw.simulate(plans[0], ranks=2).ranks == [0, 0, 1, 1]

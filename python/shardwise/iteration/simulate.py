@@ -257,6 +257,10 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
                               "(sw.lower(plan, schedule=..., swap=...)) instead of passing them here")
         tg = plan
         handle_of(tg)
+        if tg.ranks is not None:   # its sends and receives carry no link time of their own
+            raise ConfigError("this task graph is split over ranks (sw.lower(plan, ranks=...)): simulate the plan "
+                              "with sw.simulate(plan, ranks=...), which times the copies between ranks on the "
+                              "rank link")
         plan, schedule, swap = tg.plan, tg.schedule or "fifo", tg.swap
     if isinstance(iterations, bool) or not isinstance(iterations, int) or not 1 <= iterations <= 8:
         raise ConfigError(f"iterations must be an int in 1 .. 8, got {iterations!r}")
@@ -391,6 +395,8 @@ def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -
     simulates no faster than ``bound``.  A search comparing plans with its best so far needs
     no more.  ``plan`` may be a task graph of one (``sw.lower(plan)``): not lowered again."""
     if isinstance(plan, TaskGraph):
+        if plan.ranks is not None:
+            raise ConfigError("this task graph is split over ranks: simulate the plan with ranks=... instead")
         handle, plan = handle_of(plan), plan.plan
     else:
         handle = None
