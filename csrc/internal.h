@@ -344,7 +344,8 @@ static inline int sw_tg_writes(const sw_task_graph *g, int32_t t, const int32_t 
 sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, sw_task_graph *out,
                          int32_t **origin);
 /* Lifetimes (taskgraph.c): shared by the memory plan (mem/) and the swap plan (graph/swap*.c). */
-/* Buffers the host reads after the step (the loss tasks' outputs): (*out)[b] = 1; free() it. */
+/* Buffers the host reads after the step (the loss tasks' outputs, the probabilities, and their reads,
+ * the logits: Trainer.forward): (*out)[b] = 1; free() it. */
 sw_status sw_tg_host_reads(const sw_task_graph *g, char **out);
 /* Does buffer b live through every step and across steps (parameters, momentum, host reads)? */
 int sw_buffer_lives_throughout(const sw_task_graph *g, int32_t b, const char *host_read);

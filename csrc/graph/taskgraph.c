@@ -199,11 +199,14 @@ sw_status sw_tg_host_reads(const sw_task_graph *g, char **out) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
     }
     for (int32_t t = 0; t < g->ntasks; t++) {
-        if (g->tasks[t].kind == SW_TASK_LOSS) {
-            const int32_t *w;
-            int nw = sw_tg_writes(g, t, &w);
+        if (g->tasks[t].kind == SW_TASK_LOSS) {   /* its probabilities (predict) and logits (forward) */
+            const int32_t *w, *rd;
+            int nw = sw_tg_writes(g, t, &w), nr = sw_tg_reads(g, t, &rd);
             for (int k = 0; k < nw; k++) {
                 r[w[k]] = 1;
+            }
+            for (int k = 0; k < nr; k++) {
+                r[rd[k]] = 1;
             }
         }
     }

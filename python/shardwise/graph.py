@@ -65,6 +65,7 @@ class Op:
 
 
 _ACTIVATIONS = (None, "relu")
+SOFTMAX_OUTPUTS = ("logits", "probabilities", "log_probabilities")   # what a model returned (Graph.softmax)
 BN_MOMENTUM = 0.1      # batchnorm2d's default momentum of the running statistics, torch.nn.BatchNorm2d's
 _FLOAT32_MAX = 3.4028234663852886e38   # the largest float32: a leaky_relu slope reaches C as one
 MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
@@ -390,12 +391,20 @@ class Graph(SequenceBuilders):
         ts = [self._tensor(o, "lstm_hidden input 0"), self._tensor(c, "lstm_hidden input 1")]
         return self._add("lstm_hidden", ts, ops.lstm_hidden([t.shape for t in ts]), name)
 
-    def softmax(self, x: Tensor, name: str | None = None) -> Tensor:
+    def softmax(self, x: Tensor, name: str | None = None, output: str = "logits") -> Tensor:
         """The loss: softmax over the last dimension of (N, C) or (N, T, C) logits, trained with
         cross-entropy against (N) or (N, T) labels (the mean over every label, as
-        ``torch.nn.functional.cross_entropy``).  A softmax inside a network is :meth:`softmax_dim`."""
+        ``torch.nn.functional.cross_entropy``).  A softmax inside a network is :meth:`softmax_dim`.
+
+        ``output``: what the model itself returned, which ``Trainer.forward`` gives back:
+        "logits" (the softmax was appended to a model returning logits; the default),
+        "probabilities" or "log_probabilities" (the model's own last op was this softmax, or a
+        log-softmax)."""
         x = self._tensor(x)
-        return self._add("softmax", [x], ops.softmax(x.shape), name)
+        if output not in SOFTMAX_OUTPUTS:
+            raise GraphError(f"softmax output must be one of {', '.join(map(repr, SOFTMAX_OUTPUTS))}, got {output!r}")
+        attrs = {} if output == "logits" else {"output": output}   # the default keeps fingerprints as they were
+        return self._add("softmax", [x], ops.softmax(x.shape), name, **attrs)
 
     # ----- queries -------------------------------------------------------------
     def __len__(self) -> int:

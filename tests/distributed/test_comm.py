@@ -128,8 +128,10 @@ def test_check_world_compares_launcher_and_plan():
 
 
 def test_init_without_mpi_names_the_install(monkeypatch):
-    monkeypatch.setattr(dist, "built", lambda: False)
-    monkeypatch.setattr(dist, "_comm", None)
+    from shardwise.distributed import comm as comm_module
+
+    monkeypatch.setattr(comm_module, "built", lambda: False)
+    monkeypatch.setattr(comm_module, "_comm", None)
     with pytest.raises(dist.MPIUnavailableError, match=r"SHARDWISE_MPI=1 pip install \"\.\[mpi\]\"") as e:
         dist.init()
     assert isinstance(e.value, sw.ShardwiseError)

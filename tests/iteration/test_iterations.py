@@ -55,7 +55,7 @@ def test_two_iterations_are_ordered_where_they_share_memory(policy):
     tg, mp = lower(plan), sw.memory_plan(plan, schedule=schedule)
     n = len(tg.tasks)
     anc = ancestors(order_of(plan, schedule, 2))
-    host = {b for t in tg.tasks if t.kind == "loss" for b in t.writes}
+    host = {b for t in tg.tasks if t.kind == "loss" for b in t.writes + t.reads}   # probabilities, logits
     touches: dict[int, list[tuple[int, bool]]] = {}
     for t in tg.tasks:
         for b in set(t.reads) | set(t.writes):

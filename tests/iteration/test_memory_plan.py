@@ -29,7 +29,7 @@ def reference_lifetimes(tg) -> dict[int, tuple[int, int]]:
     """(first, last) task touching each buffer; buffers kept across steps, or read by the
     host after it (loss outputs), live from 0 to the number of tasks."""
     n = len(tg.tasks)
-    host = {b for t in tg.tasks if t.kind == "loss" for b in t.writes}
+    host = {b for t in tg.tasks if t.kind == "loss" for b in t.writes + t.reads}   # probabilities, logits
     span: dict[int, list[int]] = {}
     for t in tg.tasks:
         for b in t.reads + t.writes:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.distributed import Comm, CommTimeoutError, MPIUnavailableError, _timeout
+from shardwise.distributed.comm import Comm, CommTimeoutError, MPIUnavailableError, _timeout
 from shardwise.machine import cuda
 from shardwise.machine.cuda import BackendUnavailableError
 

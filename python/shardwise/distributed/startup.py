@@ -47,7 +47,7 @@ def task_graph_digest(handle: Any) -> bytes:
 def check_same_job(comm: Any, parts: Mapping[str, Any], timeout: float | None = None) -> None:
     """WorldMismatchError on every rank unless every rank passed the same ``parts`` (same names,
     in the same order; values hashed by :func:`digest`, or given as 16-byte digests)."""
-    from shardwise.distributed import WorldMismatchError
+    from shardwise.distributed.comm import WorldMismatchError
 
     names = list(parts)
     mine = b"".join(v if isinstance(v, bytes) and len(v) == DIGEST_BYTES else digest(v) for v in parts.values())

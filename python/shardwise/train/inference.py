@@ -96,9 +96,11 @@ def _check_count(t: "Trainer", count: int, what: str, multiple: bool) -> None:
                      f"minibatch, so {what} takes {wanted}")
 
 
-def probabilities(t: "Trainer", images: "Batch", what: str = "predict", multiple: bool = False) -> np.ndarray:
+def probabilities(t: "Trainer", images: "Batch", what: str = "predict", multiple: bool = False,
+                  logits: bool = False) -> np.ndarray:
     """(samples, [T,] classes) probabilities of the trainer's last softmax op for any number of
-    samples, in graph-sized chunks (the last one padded with zeros), in the trainer's mode.
+    samples, in graph-sized chunks (the last one padded with zeros), in the trainer's mode;
+    with ``logits``, that softmax's input (``Trainer.forward``).
     The caller holds the trainer (``Trainer._exclusive``)."""
     data, count = _samples(t, images)
     as_dict = isinstance(images, Mapping)
@@ -116,7 +118,7 @@ def probabilities(t: "Trainer", images: "Batch", what: str = "predict", multiple
             chunk[name] = part
         batch, _ = t._check_batch(chunk if as_dict else chunk[t.input.name], labels)
         t.executor.run(batch, labels, phases=("forward",), running=not t.training)
-        out.append(t.executor.probabilities(t.loss_ops[-1].name)[:real])
+        out.append(t.executor.probabilities(t.loss_ops[-1].name, logits)[:real])
     return out[0] if len(out) == 1 else np.concatenate(out)
 
 

@@ -201,7 +201,7 @@ class NativeExecutor:
                                   f"sw.lower(plan, optimizer_state={optimizer_state})")
             extra = {}
             if comm is not None:
-                from shardwise.distributed import _timeout
+                from shardwise.distributed.comm import _timeout
 
                 extra = {"comm": comm._capsule(), "timeout": _timeout(timeout)}
             self._rt = _core.Runtime(tg.handle, op_attrs(graph), threads, jitter_us=jitter_us, reuse=reuse,
@@ -331,11 +331,13 @@ class NativeExecutor:
         except TimeoutError as exc:
             raise self._comm_error(exc) from None
 
-    def probabilities(self, op_name: str) -> np.ndarray:
-        """The softmax output of the last run, assembled from its workers' shards."""
+    def probabilities(self, op_name: str, logits: bool = False) -> np.ndarray:
+        """The softmax output of the last run, assembled from its workers' shards; with
+        ``logits``, the softmax's input instead (the loss tasks' logits, which the memory plan
+        keeps for the host as it keeps the probabilities)."""
         op = self.graph[op_name]
         out = np.zeros(op.shape, np.float32)
-        ids = [t.writes[0] for t in self.tg.tasks if t.kind == "loss" and t.op == op_name]
+        ids = [(t.reads if logits else t.writes)[0] for t in self.tg.tasks if t.kind == "loss" and t.op == op_name]
         if self.comm is None:
             shards = {b: self._rt.buffer(b) for b in ids}
         else:   # every rank's shards (a collective)

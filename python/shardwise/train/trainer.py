@@ -494,6 +494,23 @@ class Trainer:
         with self._exclusive("compute a loss"):
             return float(self.executor.run(images, labels, phases=("forward",), running=not self.training))
 
+    def forward(self, images: Batch) -> np.ndarray:
+        """The model's own output for ``images``, as ``model(x)`` gives it for a model imported
+        from PyTorch or ONNX: the logits ((samples, [T,] classes), the input of the last softmax
+        op, which the importer appended), or, for a model whose own last op was a softmax or a
+        log-softmax, its probabilities or log-probabilities (``Graph.softmax(output=...)``).
+        Same modes and sample counts as :meth:`predict`, which keeps returning probabilities;
+        nothing is updated.  TrainerInUseError if another thread is using this trainer."""
+        with self._exclusive("forward"):
+            z = inference.probabilities(self, images, what="forward", logits=True)
+        output = self.loss_ops[-1].attrs.get("output", "logits")
+        if output == "logits":
+            return z
+        # the model's own last op was the softmax (or a log-softmax): its output, from the logits
+        shifted = z.astype(np.float64) - z.max(axis=-1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        return (logp if output == "log_probabilities" else np.exp(logp)).astype(np.float32)
+
     def predict(self, images: Batch) -> np.ndarray:
         """Class probabilities (samples, classes) of the last softmax op, in the current mode
         (as a torch module: call :meth:`eval` first for inference).  ``images``: an array, or a

@@ -422,7 +422,8 @@ def _softmax(c: OnnxCall) -> Tensor:
                       f"cross-entropy loss")
     if c.attrs.get_int("axis", -1) not in (1, -1):
         raise c.error(f"{c.op_type}(axis={c.attrs['axis']}) is not supported; only over the classes (axis=1)")
-    return c.graph.softmax(x, name=c.name)
+    return c.graph.softmax(x, name=c.name,
+                           output="log_probabilities" if c.op_type == "LogSoftmax" else "probabilities")
 
 
 def _identity(c: OnnxCall) -> Any:

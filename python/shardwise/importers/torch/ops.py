@@ -344,7 +344,7 @@ def _softmax(c: Call) -> Tensor:
         return x.softmax(c, dim)
     x = c.tensor(0)
     if c.is_output and len(x.shape) in (2, 3) and dim in (None, -1, len(x.shape) - 1):
-        return c.graph.softmax(x, name=c.name)
+        return c.graph.softmax(x, name=c.name, output="probabilities")
     if dim is None:
         raise c.error("softmax without dim is not supported; give the dimension")
     return c.graph.softmax_dim(x, _dim(c, dim, len(x.shape)), name=c.name)
@@ -360,7 +360,7 @@ def _log_softmax(c: Call) -> Tensor:
     if c.attrs["dim"] not in (None, -1, len(x.shape) - 1) or c.attrs["dtype"] is not None or len(x.shape) not in (2, 3):
         raise c.error(f"log_softmax(dim={c.attrs['dim']!r}, dtype={c.attrs['dtype']!r}) of shape {x.shape} is not "
                       f"supported; only over the classes (the last dimension of (N, C) or (N, T, C) logits)")
-    return c.graph.softmax(x, name=c.name)
+    return c.graph.softmax(x, name=c.name, output="log_probabilities")
 
 
 def _identity(c: Call) -> Any:
