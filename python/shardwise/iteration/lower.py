@@ -42,7 +42,15 @@ synchronization and update
     server model the first replica's device sums the gradients (``copy`` +
     ``reduce``), applies ``update`` (reading the parameter, its gradient and the
     optimizer's state buffers, kind ``momentum``: SGD's momentum, or Adam's first and
-    second moments) and sends the parameters back.
+    second moments) and sends the parameters back.  With the ring model
+    (``CostOptions(sync="ring")``) a group of k > 1 replicas is a ring all-reduce of
+    the gradient cut into k chunks along a dimension (csrc/graph/lower_backward.c,
+    sync_ring): k - 1 rounds of reduce-scatter (each member ``copy``-ies a chunk to
+    the next, which adds it into its ``param_grad`` with an ``accumulate``), k - 1
+    rounds of allgather (the summed chunks passed on, each ``copy``-ied into the
+    member's gradient on its own device), then every member applies ``update`` to
+    its own parameters with its own state buffers, so no parameters are sent back;
+    a gradient with fewer than k rows in every dimension uses the parameter server.
 
 swapping (csrc/graph/swap.c, only in a swap plan's graph: :func:`shardwise.swap_plan`)
     ``swap_out`` copies an offloaded feature map into a ``host`` buffer (the device's host
@@ -194,12 +202,6 @@ def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
     return lowered(plan, optimizer_state).arrays()
 
 
-def _check_sync(plan: Plan) -> None:
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
-
-
 def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any = None) -> "_core.TaskGraph":
     """``plan`` lowered once by the C core: the ``_core.TaskGraph`` handle alone, without the
     Python records (``streams``: a schedule's (stream, stream_device, stream_priority) arrays;
@@ -207,7 +209,6 @@ def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any
     and kept on the plan (:func:`shardwise.planning.problem.plan_problem`)."""
     from shardwise.planning.problem import plan_problem
 
-    _check_sync(plan)
     return _core.TaskGraph(plan_problem(plan, optimizer_state), *plan_arrays(plan), streams=streams, swap=swap)
 
 
@@ -246,8 +247,8 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
 
 def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any = None,
           costs: Any = None) -> TaskGraph:
-    """The task graph of one training iteration of ``plan`` (parameter-server synchronization),
-    built by the C lowering, once.  ``optimizer_state``: the optimizer's state buffers per
+    """The task graph of one training iteration of ``plan`` (its synchronization as its cost model
+    says: parameter server or ring all-reduce), built by the C lowering, once.  ``optimizer_state``: the optimizer's state buffers per
     parameter slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and
     AdamW, whose update reads (param, grad, exp_avg, exp_avg_sq).
 
@@ -258,7 +259,6 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     the swapped graph's).  Not both: a swap plan runs on one compute stream per device.  The
     result's ``handle`` is what :func:`shardwise.memory_plan`, :func:`shardwise.simulate`,
     :func:`shardwise.schedule`, :func:`shardwise.swap_plan` and the Trainer take."""
-    _check_sync(plan)
     if swap is not None:
         if not (callable(getattr(swap, "spec", None)) and callable(getattr(swap, "check", None))):
             raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
