@@ -332,20 +332,14 @@ static sw_status sync_parameter_server(lowering *L, int op, int slot, int r) {
 }
 
 /* The k chunks (k >= 2) of a gradient box that a ring passes around, into chunks[0 .. k): slices
- * of its outermost dimension that k divides (equal chunks: each member then sends exactly
- * 2 (k - 1) / k of the gradient, what the cost model's ring charges per member), else of its
- * outermost dimension of at least k rows (chunks differing by at most one row; a group still
- * moves 2 (k - 1) x the gradient in all, as the cost model counts).  Returns 0 when every
- * dimension has fewer than k rows (a bias of 6 on 8 replicas): no chunk may be empty. */
+ * along sw_ring_chunk_dim, its outermost dimension that k divides (equal chunks: each member then
+ * sends exactly 2 (k - 1) / k of the gradient, what the cost model's ring charges per member),
+ * else its outermost of at least k rows (chunks differing by at most one row; a group still moves
+ * 2 (k - 1) x the gradient in all, as the cost model counts).  Returns 0 when every dimension has
+ * fewer than k rows (a bias of 6 on 8 replicas): no chunk may be empty. */
 static int ring_chunks(const sw_box *box, int k, sw_box *chunks) {
-    int dim = NONE;
-    for (int d = 0; d < box->rank && dim == NONE; d++) {
-        dim = (box->hi[d] - box->lo[d]) % k == 0 ? d : NONE;
-    }
-    for (int d = 0; d < box->rank && dim == NONE; d++) {
-        dim = box->hi[d] - box->lo[d] >= k ? d : NONE;
-    }
-    if (dim == NONE) {
+    int dim = sw_ring_chunk_dim(box, k);
+    if (dim < 0) {
         return 0;
     }
     int64_t lo = box->lo[dim], extent = box->hi[dim] - lo;
