@@ -360,7 +360,8 @@ static int ring_chunks(const sw_box *box, int k, sw_box *chunks) {
  *                                         (accumulate)
  *   allgather, rounds s = 0 .. k-2        member i copies chunk (i + 1 - s) mod k, summed, to a
  *                                         recv buffer on member i + 1 (round 0 from G_i, later
- *                                         rounds forward the recv buffer of the round before),
+ *                                         rounds forward the recv buffer of the round before;
+ *                                         rounds >= 1 reuse the reduce-scatter's buffers),
  *                                         which copies it into its G on its own device
  *   update                                every member updates its own parameters from its G,
  *                                         with its own optimizer state
@@ -378,7 +379,7 @@ static int ring_chunks(const sw_box *box, int k, sw_box *chunks) {
  * reading G_i at that point from the next member's device (another chunk, but the runtime orders
  * accesses per buffer: no task writes a buffer another device may be reading). */
 static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *chunks) {
-    int32_t *scratch = malloc(sizeof *scratch * 6 * (size_t)k);
+    int32_t *scratch = malloc(sizeof *scratch * (6 + 2 * (size_t)(k - 1)) * (size_t)k);
     if (!scratch) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a ring of %d members", k);
     }
@@ -388,6 +389,12 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
     int32_t *got_task = got + k;    /* ... and the copy filling it */
     int32_t *prev = got_task + k;   /* allgather: the recv buffer of the round before, and its copy */
     int32_t *prev_task = prev + k;
+    /* [j * (k - 1) + r]: member j's recv buffer of reduce-scatter round r and the accumulate
+     * reading it.  Allgather round r >= 1 brings member j the chunk it received in reduce-scatter
+     * round r - 1 ((j - r) mod k both times), summed now: into the same buffer, once that
+     * accumulate is done (only round 0's chunk j needs a buffer of its own), so that a member holds
+     * k recv buffers per weight, not 2 (k - 1): fewer buffers for the memory plan to place. */
+    int32_t *rs_buf = prev_task + k, *rs_add = rs_buf + (size_t)k * (k - 1);
     sw_status s = SW_OK;
     for (int i = 0; i < k; i++) {
         last[i] = L->wgrad_task[sidx(L, op, slot, L->members[i])];
@@ -412,17 +419,24 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
             t.elements = sw_box_volume(&chunks[c]);
             int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = G(j);
             s = add_task(L, &t, deps, 3, &got[j], 1, &into, 1, &last[j]);
+            rs_buf[j * (k - 1) + r] = got[j];
+            rs_add[j * (k - 1) + r] = last[j];
         }
     }
     /* allgather: in round r member i sends chunk (i + 1 - r) mod k, the one it holds summed */
     for (int r = 0; r < k - 1 && s == SW_OK; r++) {
         for (int i = 0; i < k && s == SW_OK; i++) {
             int j = (i + 1) % k, c = ((i + 1 - r) % k + k) % k;
-            int32_t from = r == 0 ? G(i) : prev[i], after = r == 0 ? last[i] : prev_task[i];
-            s = sw_tg_buffer(L->g, DEV(j), SW_BUF_RECV, op, &chunks[c], &got[j]);
+            int32_t from = r == 0 ? G(i) : prev[i];
+            int32_t deps[2] = {r == 0 ? last[i] : prev_task[i], r == 0 ? NONE : rs_add[j * (k - 1) + r - 1]};
+            if (r == 0) {
+                s = sw_tg_buffer(L->g, DEV(j), SW_BUF_RECV, op, &chunks[c], &got[j]);
+            } else {
+                got[j] = rs_buf[j * (k - 1) + r - 1];
+            }
             if (s == SW_OK) {
                 sw_task t = copy_of(SW_PHASE_SYNC, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
-                s = add_copy(L, &t, after, from, got[j], &got_task[j]);
+                s = add_task(L, &t, deps, 2, &from, 1, &got[j], 1, &got_task[j]);
                 if (r == 0) {
                     sent[i] = got_task[j];
                 }

@@ -20,6 +20,7 @@ from shardwise.train.runtime import NativeExecutor
 from shardwise.train.trainer import Trainer
 
 from shared_graphs import mixed_graph
+from strategies_random import random_plan
 from task_checks import check_data_flow
 from training_checks import RTOL, assert_close_weights, one_worker_run, reference_run
 
@@ -132,6 +133,22 @@ def test_ring_training_matches_the_reference_with_sgd(k):
     assert_close_weights(t.get_weights(), want_params)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_ring_plans_match_the_reference(seed):
+    """Random plans (replica groups of any size on devices in any order, beside split weights)
+    synchronized by ring train like the NumPy reference."""
+    g = mixed_graph()
+    rng = np.random.default_rng(200 + seed)
+    x, y = batch_of(g, seed)
+    opt = sw.SGD(lr=0.1, momentum=0.9, weight_decay=1e-4)
+    want_losses, want_params = reference_run(g, x, y, 3, opt)
+    d = sw.DeviceGraph.cpu(int(rng.integers(2, 5)))
+    plan = sw.Plan(g, d, random_plan(g, d, rng).configs, RING)
+    t = Trainer(g, plan, optimizer=opt)
+    np.testing.assert_allclose([t.step(x, y) for _ in range(3)], want_losses, rtol=RTOL)
+    assert_close_weights(t.get_weights(), want_params)
+
+
 @pytest.mark.parametrize("k", [2, 4])
 def test_ring_training_equals_one_worker_with_adam(k):
     g = sw.models.lenet5(batch=8)
@@ -166,6 +183,24 @@ def test_replicas_stay_bitwise_equal_and_keep_their_own_optimizer_state():
     ring_ops = {b.op for b in state if b.device != 0}
     assert ring_ops and "fc2" in ring_ops   # every replica of a ringed weight keeps its own moments
     assert set(t.executor.updates().values()) == {3}
+
+
+def test_a_checkpoint_of_a_ring_trainer_resumes_bitwise(tmp_path):
+    """Every replica's optimizer state is saved and restored (Adam's moments and step counts)."""
+    g = mixed_graph()
+    x, y = batch_of(g)
+    plan = ring_data_parallel(g, 4)
+    a = Trainer(g, plan, optimizer=sw.Adam(lr=1e-3))
+    for _ in range(2):
+        a.step(x, y)
+    path = tmp_path / "ring.ckpt"
+    a.save_checkpoint(path)
+    b = Trainer(g, plan, optimizer=sw.Adam(lr=1e-3))
+    b.load_checkpoint(path)
+    assert [a.step(x, y) for _ in range(2)] == [b.step(x, y) for _ in range(2)]
+    wa, wb = a.get_weights(), b.get_weights()
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k], err_msg=k)
 
 
 def trained(g, plan, opt, batches, schedule="fifo", steps_in_flight=1, jitter_us=0):
