@@ -103,6 +103,11 @@ def test_a_gradient_too_small_to_cut_falls_back_to_the_parameter_server():
     assert len([t for t in tg.tasks if t.kind == "update" and t.op == "fc2"]) == 2   # weight, bias: the lead's
     kinds = [t.kind for t in sync_tasks(tg, "fc1", 1)]   # fc1's weight (6, 128): 128 rows cut in 8
     assert kinds.count("accumulate") == 8 * 7 and "reduce" not in kinds
+    # Eq. 1 charges what is lowered: fc2 as the parameter server, fc1 as a ring
+    ps = {r.op: r.t_s for r in sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(8)).layer_costs()}
+    ring = {r.op: r.t_s for r in plan.layer_costs()}
+    assert ring["fc2"] == pytest.approx(ps["fc2"], rel=1e-12) and ring["fc2"] > 0
+    assert ring["fc1"] < ps["fc1"]
 
 
 def test_uneven_chunks_cover_the_gradient_once():
