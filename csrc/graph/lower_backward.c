@@ -355,10 +355,10 @@ static int ring_chunks(const sw_box *box, int k, sw_box *chunks) {
  * form a ring, member i sending to member i + 1 (mod k), the gradient box G (every member's
  * gradient buffer, G_i on member i's device) cut into k chunks C_0 .. C_{k-1} (ring_chunks).
  *
- *   reduce-scatter, rounds s = 0 .. k-2   member i copies chunk (i - s) mod k of G_i to a recv
+ *   reduce-scatter, rounds r = 0 .. k-2   member i copies chunk (i - r) mod k of G_i to a recv
  *                                         buffer on member i + 1, which adds it into its G
  *                                         (accumulate)
- *   allgather, rounds s = 0 .. k-2        member i copies chunk (i + 1 - s) mod k, summed, to a
+ *   allgather, rounds r = 0 .. k-2        member i copies chunk (i + 1 - r) mod k, summed, to a
  *                                         recv buffer on member i + 1 (round 0 from G_i, later
  *                                         rounds forward the recv buffer of the round before;
  *                                         rounds >= 1 reuse the reduce-scatter's buffers),

@@ -111,10 +111,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     the exact optimum of Eq. 1 of "Exploring Hidden Dimensions in Parallelizing
     Convolutional Neural Networks".
 
-    ``objective``: ``"simulate"`` (the default for ``algorithm="elimination"``) starts from the exact Eq. 1 optimum, replays it and
-    the data, model and OWT baselines in the simulator, keeps the fastest (so the plan never
-    simulates slower than a baseline) and improves it by a bounded, deterministic local
-    search under the simulator (:mod:`shardwise.planning.objective`, docs/cost-model.md);
+    ``objective``: ``"simulate"`` (the default for ``algorithm="elimination"``) starts from the
+    exact Eq. 1 optimum, replays it and the data, model and OWT baselines in the simulator,
+    keeps the fastest (so the plan never simulates slower than a baseline) and improves it by a
+    bounded, deterministic local search under the simulator (:mod:`shardwise.planning.objective`, docs/cost-model.md);
     ``search_stats`` records every simulated time.  ``"eq1"`` (the default for the other
     algorithms) returns the Eq. 1 optimum itself.  Both synchronization models are lowered,
     simulated and memory-planned alike (``sync="ring"``: a ring all-reduce of gradient chunks,
