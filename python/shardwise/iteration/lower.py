@@ -248,9 +248,10 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
 def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any = None,
           costs: Any = None) -> TaskGraph:
     """The task graph of one training iteration of ``plan`` (its synchronization as its cost model
-    says: parameter server or ring all-reduce), built by the C lowering, once.  ``optimizer_state``: the optimizer's state buffers per
-    parameter slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and
-    AdamW, whose update reads (param, grad, exp_avg, exp_avg_sq).
+    says: parameter server or ring all-reduce), built by the C lowering, once.
+    ``optimizer_state``: the optimizer's state buffers per parameter slice (kind ``momentum``;
+    ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and AdamW, whose update reads (param,
+    grad, exp_avg, exp_avg_sq).
 
     ``schedule``: None or "fifo" (one stream per device), "critical_path" (``sw.schedule`` made
     on this very graph, with ``costs``: a profile, or None for the roofline) or a Schedule of
