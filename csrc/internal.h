@@ -96,6 +96,11 @@ void sw_worker_iteration_box(const sw_op *op, const sw_config *c, int w, int64_t
  * of output degrees, piece[q] its part of reg.  Returns their number, at most
  * prod(deg); both arrays must hold that many. */
 int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, int32_t *block, sw_box *piece);
+/* The dimension of a weight's box along which ring all-reduce cuts it into k >= 2 chunks
+ * (core/region.c): the outermost one k divides, else the outermost of at least k rows; -1 when
+ * every dimension has fewer than k rows (then the group synchronizes by parameter server).  The
+ * lowering (lower_backward.c) and the memory footprints (cost_memory.c) both ask it. */
+int sw_ring_chunk_dim(const sw_box *box, int k);
 /* Is worker w the owner of its output block (first of its reduction group)? */
 static inline int sw_is_owner(const sw_config *c, int w) { return w % c->rdeg == 0; }
 /* Region of input `slot` that worker w reads (0 when it reads none).  In a

@@ -38,6 +38,20 @@ int sw_box_equal(const sw_box *a, const sw_box *b) {
     return 1;
 }
 
+int sw_ring_chunk_dim(const sw_box *box, int k) {
+    for (int d = 0; k >= 2 && d < box->rank; d++) {
+        if ((box->hi[d] - box->lo[d]) % k == 0 && box->hi[d] > box->lo[d]) {
+            return d;
+        }
+    }
+    for (int d = 0; k >= 2 && d < box->rank; d++) {
+        if (box->hi[d] - box->lo[d] >= k) {
+            return d;
+        }
+    }
+    return -1;
+}
+
 static int64_t floor_div(int64_t a, int64_t b) {
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) {

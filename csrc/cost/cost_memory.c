@@ -15,7 +15,9 @@
  * plan's `kept` plus persistent bytes on random plans):
  *   param        every worker, every weight slot it reads: its region (float32)
  *   momentum     per replica group of a weight slot (workers reading one box), on the
- *                group's first worker: the box times optimizer_state
+ *                group's first worker: the box times optimizer_state; with the ring model,
+ *                on every member of a group of r > 1 whose box cuts into r chunks
+ *                (sw_ring_chunk_dim: every replica updates its own copy)
  *   running      batchnorm, every worker: the statistics box (2, C) (float32)
  *   stats        batchnorm, every worker that has a backward task: the (2, C) sums of x
  *                (float64)
@@ -91,9 +93,15 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
                 continue;
             }
             row[d] += F32 * (double)sw_box_volume(&reg);
-            int lead = 1;   /* the first worker reading this box keeps the optimizer state */
-            for (int u = 0; u < w && lead; u++) {
-                lead = !(sw_worker_region(o, c, u, k, &other) && sw_box_equal(&other, &reg));
+            int lead = 1, replicas = 1;   /* the first worker reading this box keeps the optimizer state */
+            for (int u = 0; u < c->nworkers; u++) {
+                if (u != w && sw_worker_region(o, c, u, k, &other) && sw_box_equal(&other, &reg)) {
+                    lead = lead && u > w;
+                    replicas++;
+                }
+            }
+            if (p->sync_model == SW_SYNC_RING && replicas > 1 && sw_ring_chunk_dim(&reg, replicas) >= 0) {
+                lead = 1;   /* ring all-reduce: every replica updates its own copy with its own state */
             }
             if (lead) {
                 row[d] += F32 * (double)p->optimizer_state * (double)sw_box_volume(&reg);

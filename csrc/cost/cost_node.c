@@ -189,13 +189,14 @@ double sw_compute_time(const sw_problem *p, int opi, const sw_config *c) {
 
 static double route_bw(const sw_problem *p, int from, int to) { return p->bw[(size_t)from * p->ndev + to]; }
 
-/* Time and bytes to synchronize one group of replicas holding `bytes` each. */
-static void sync_group(const sw_problem *p, const int32_t *devs, const int *members, int r, double bytes,
+/* Time and bytes to synchronize one group of replicas holding `bytes` each, by ring all-reduce
+ * (`ring`) or parameter server. */
+static void sync_group(const sw_problem *p, const int32_t *devs, const int *members, int r, double bytes, int ring,
                        double *time, double *moved) {
     if (r < 2 || bytes <= 0) {
         return;
     }
-    if (p->sync_model == SW_SYNC_RING) {
+    if (ring) {
         double slowest = INFINITY;
         for (int m = 0; m < r; m++) {
             double b = route_bw(p, devs[members[m]], devs[members[(m + 1) % r]]);
@@ -325,8 +326,14 @@ void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time
                 members[r++] = idx[q];
             }
             double slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
+            /* what the lowering does (graph/lower_backward.c): with the ring model a weight's group
+             * rings when its box cuts into r chunks; batchnorm statistics (summed on the first
+             * replica and sent back, sw_lower_reduce_among) and a weight too small to cut go
+             * through the first replica under either model */
+            int ring = p->sync_model == SW_SYNC_RING && op->inputs[slot].role == SW_ROLE_WEIGHT &&
+                       sw_ring_chunk_dim(&regions[w], r) >= 0;
             for (int round = 0; round < rounds; round++) {
-                sync_group(p, devs, members, r, slice, time, bytes);
+                sync_group(p, devs, members, r, slice, ring, time, bytes);
             }
         }
     }

@@ -22,7 +22,10 @@
  *                               reduction: activation_grad on the owner, copied
  *                               to the group first
  *   sync (reverse order)        per weight and replica group: copies to the
- *                               first replica, reduce, update, copies back;
+ *                               first replica, reduce, update, copies back
+ *                               (parameter server), or a ring all-reduce of
+ *                               gradient chunks and an update on every
+ *                               replica (the ring model; lower_backward.c);
  *                               last layer first, the order its dW / dB are
  *                               done in the backward, so that program order
  *                               (the memory plan's lifetimes, hence its reuse
@@ -411,10 +414,6 @@ int64_t sw_lower_count(void) { return atomic_load(&lowerings); }
 
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g) {
     atomic_fetch_add(&lowerings, 1);
-    if (p->sync_model != SW_SYNC_PARAMETER_SERVER) {
-        return SW_FAIL(SW_ERR_VALUE, "lowering ring all-reduce synchronization is not implemented yet; "
-                                     "use the parameter server model");
-    }
     SW_TRY(sw_plan_check(p, plan));
     lowering L;
     memset(&L, 0, sizeof L);

@@ -7,10 +7,14 @@
  *                               batchnorm: statistics of the gradient reduced first; a split
  *                               reduction: activation_grad on the owner, copied to the group
  *                               first
- *   sync (reverse order)        per weight and replica group: copies to the first replica,
- *                               reduce, update, copies back; last layer first (lower.c's header
- *                               comment says why)
+ *   sync (reverse order)        per weight and replica group, last layer first (lower.c's
+ *                               header comment says why): parameter server (copies to the first
+ *                               replica, reduce, update, copies back) or, with the ring model,
+ *                               ring all-reduce (reduce-scatter and allgather of gradient chunks,
+ *                               then an update on every replica: sync_ring)
  */
+#include <stdlib.h>  /* malloc, free (a ring's scratch) */
+
 #include "lower_internal.h"
 
 /* ------------------------------------------------------------------ backward */
@@ -268,9 +272,33 @@ sw_status sw_lower_backward(lowering *L, int op) {
 }
 
 /* ------------------------------------------------------------------ synchronization */
-/* Parameter server per replica group of weight `slot`: gradients to the first
- * replica, summed, the update applied there, parameters sent back. */
-static sw_status sync_group(lowering *L, int op, int slot, int r) {
+/* The update of worker w's slice of weight `slot` from its summed gradient `grad` (on w's
+ * device), after task `dep`.  It reads (param, grad, state...) and writes (param, state...): the
+ * optimizer's state buffers (SGD: momentum; Adam: first, second moment), each the parameter's box
+ * and on w's device, made here. */
+static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, int32_t dep, int32_t *upd) {
+    int nstate = L->p->optimizer_state;
+    if (nstate < 1 || nstate > SW_MAX_OPTIMIZER_STATE) {
+        return SW_FAIL(SW_ERR_VALUE, "optimizer_state must be 1..%d, got %d", SW_MAX_OPTIMIZER_STATE, nstate);
+    }
+    int32_t dev = dev_of(L, op, w), param = L->in_buf[sidx(L, op, slot, w)], mom;
+    sw_box box = L->g->buffers[param].box;
+    int32_t reads[2 + SW_MAX_OPTIMIZER_STATE] = {param, grad}, writes[1 + SW_MAX_OPTIMIZER_STATE] = {param};
+    for (int k = 0; k < nstate; k++) {
+        SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_MOMENTUM, op, &box, &mom));
+        L->g->buffers[mom].worker = w;
+        L->g->buffers[mom].slot = (int16_t)slot;
+        reads[2 + k] = writes[1 + k] = mom;
+    }
+    sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, dev, op, w);
+    u.elements = sw_box_volume(&box);
+    return add_task(L, &u, &dep, 1, reads, 2 + nstate, writes, 1 + nstate, upd);
+}
+
+/* Parameter server per replica group of weight `slot` (r members in L->members): gradients to
+ * the first replica, summed there in member order (one reduce), the update applied there,
+ * parameters sent back. */
+static sw_status sync_parameter_server(lowering *L, int op, int slot, int r) {
     int lead = L->members[0];
     int32_t lead_dev = dev_of(L, op, lead), lead_grad = L->wgrad_buf[sidx(L, op, slot, lead)];
     sw_box box = L->g->buffers[lead_grad].box;
@@ -285,30 +313,15 @@ static sw_status sync_group(lowering *L, int op, int slot, int r) {
         SW_TRY(add_copy(L, &t, L->wgrad_task[sidx(L, op, slot, m)], L->wgrad_buf[sidx(L, op, slot, m)], recv,
                         &L->deps[nd++]));
     }
-    int32_t red = L->deps[0], mom, upd;
+    int32_t red = L->deps[0], upd;
     if (r > 1) {   /* summed in place into the lead's gradient */
         sw_task t = task_of(SW_TASK_REDUCE, SW_PHASE_SYNC, lead_dev, op, lead);
         t.elements = sw_box_volume(&box);
         L->io[0] = lead_grad;
         SW_TRY(add_task(L, &t, L->deps, nd, L->io, r, &lead_grad, 1, &red));
     }
-    /* the update reads (param, grad, state...) and writes (param, state...): the optimizer's
-     * state buffers (SGD: momentum; Adam: first, second moment), each the parameter's box */
-    int nstate = L->p->optimizer_state;
-    if (nstate < 1 || nstate > SW_MAX_OPTIMIZER_STATE) {
-        return SW_FAIL(SW_ERR_VALUE, "optimizer_state must be 1..%d, got %d", SW_MAX_OPTIMIZER_STATE, nstate);
-    }
+    SW_TRY(add_update(L, op, slot, lead, lead_grad, red, &upd));
     int32_t param = L->in_buf[sidx(L, op, slot, lead)];
-    int32_t reads[2 + SW_MAX_OPTIMIZER_STATE] = {param, lead_grad}, writes[1 + SW_MAX_OPTIMIZER_STATE] = {param};
-    for (int k = 0; k < nstate; k++) {
-        SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_MOMENTUM, op, &box, &mom));
-        L->g->buffers[mom].worker = lead;
-        L->g->buffers[mom].slot = (int16_t)slot;
-        reads[2 + k] = writes[1 + k] = mom;
-    }
-    sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, lead_dev, op, lead);
-    u.elements = sw_box_volume(&L->g->buffers[param].box);
-    SW_TRY(add_task(L, &u, &red, 1, reads, 2 + nstate, writes, 1 + nstate, &upd));
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
         int32_t id;
@@ -316,6 +329,136 @@ static sw_status sync_group(lowering *L, int op, int slot, int r) {
         SW_TRY(add_copy(L, &t, upd, param, L->in_buf[sidx(L, op, slot, m)], &id));
     }
     return SW_OK;
+}
+
+/* The k chunks (k >= 2) of a gradient box that a ring passes around, into chunks[0 .. k): slices
+ * along sw_ring_chunk_dim, its outermost dimension that k divides (equal chunks: each member then
+ * sends exactly 2 (k - 1) / k of the gradient, what the cost model's ring charges per member),
+ * else its outermost of at least k rows (chunks differing by at most one row; a group still moves
+ * 2 (k - 1) x the gradient in all, as the cost model counts).  Returns 0 when every dimension has
+ * fewer than k rows (a bias of 6 on 8 replicas): no chunk may be empty. */
+static int ring_chunks(const sw_box *box, int k, sw_box *chunks) {
+    int dim = sw_ring_chunk_dim(box, k);
+    if (dim < 0) {
+        return 0;
+    }
+    int64_t lo = box->lo[dim], extent = box->hi[dim] - lo;
+    for (int c = 0; c < k; c++) {
+        chunks[c] = *box;
+        chunks[c].lo[dim] = lo + extent * c / k;
+        chunks[c].hi[dim] = lo + extent * (c + 1) / k;
+    }
+    return 1;
+}
+
+/* Ring all-reduce per replica group of weight `slot`: the k members (L->members, worker order)
+ * form a ring, member i sending to member i + 1 (mod k), the gradient box G (every member's
+ * gradient buffer, G_i on member i's device) cut into k chunks C_0 .. C_{k-1} (ring_chunks).
+ *
+ *   reduce-scatter, rounds r = 0 .. k-2   member i copies chunk (i - r) mod k of G_i to a recv
+ *                                         buffer on member i + 1, which adds it into its G
+ *                                         (accumulate)
+ *   allgather, rounds r = 0 .. k-2        member i copies chunk (i + 1 - r) mod k, summed, to a
+ *                                         recv buffer on member i + 1 (round 0 from G_i, later
+ *                                         rounds forward the recv buffer of the round before;
+ *                                         rounds >= 1 reuse the reduce-scatter's buffers),
+ *                                         which copies it into its G on its own device
+ *   update                                every member updates its own parameters from its G,
+ *                                         with its own optimizer state
+ *
+ * After the reduce-scatter member i holds the whole sum of chunk (i + 1) mod k; chunk c is summed
+ * in the fixed order g_c + g_{c+1} + ... + g_{c-1} (ring order from member c), so a step's bits do
+ * not depend on timing, and every member applies the same update to the same parameters with the
+ * same state: the replicas stay bitwise equal, with no parameter sent back.  (Updating only the
+ * chunk a member owns and gathering parameters would keep 1/k of the optimizer state per member,
+ * but the update kernels take whole parameter buffers.)  Each member sends 2 (k - 1) chunks,
+ * 2 (k - 1) / k of the gradient with equal chunks, as the cost model's ring (cost_node.c).
+ *
+ * Dependencies: a copy runs on its destination and waits for the writer of what it reads; a
+ * write into G_i on member i's device (an accumulate, a gathered chunk) also waits for the copy
+ * reading G_i at that point from the next member's device (another chunk, but the runtime orders
+ * accesses per buffer: no task writes a buffer another device may be reading). */
+static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *chunks) {
+    int32_t *scratch = malloc(sizeof *scratch * (6 + 2 * (size_t)(k - 1)) * (size_t)k);
+    if (!scratch) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a ring of %d members", k);
+    }
+    int32_t *last = scratch;        /* per member: the last task writing its G */
+    int32_t *sent = last + k;       /* the copy reading member i's G (this round; allgather: round 0) */
+    int32_t *got = sent + k;        /* the recv buffer member i filled this round ... */
+    int32_t *got_task = got + k;    /* ... and the copy filling it */
+    int32_t *prev = got_task + k;   /* allgather: the recv buffer of the round before, and its copy */
+    int32_t *prev_task = prev + k;
+    /* [j * (k - 1) + r]: member j's recv buffer of reduce-scatter round r and the accumulate
+     * reading it.  Allgather round r >= 1 brings member j the chunk it received in reduce-scatter
+     * round r - 1 ((j - r) mod k both times), summed now: into the same buffer, once that
+     * accumulate is done (only round 0's chunk j needs a buffer of its own), so that a member holds
+     * k recv buffers per weight, not 2 (k - 1): fewer buffers for the memory plan to place. */
+    int32_t *rs_buf = prev_task + k, *rs_add = rs_buf + (size_t)k * (k - 1);
+    sw_status s = SW_OK;
+    for (int i = 0; i < k; i++) {
+        last[i] = L->wgrad_task[sidx(L, op, slot, L->members[i])];
+    }
+#define G(i) (L->wgrad_buf[sidx(L, op, slot, L->members[(i)])])
+#define DEV(i) (dev_of(L, op, L->members[(i)]))
+    /* reduce-scatter: in round r member i sends chunk (i - r) mod k, member j adds chunk (j - 1 - r) mod k */
+    for (int r = 0; r < k - 1 && s == SW_OK; r++) {
+        for (int i = 0; i < k && s == SW_OK; i++) {
+            int j = (i + 1) % k, c = ((i - r) % k + k) % k;
+            s = sw_tg_buffer(L->g, DEV(j), SW_BUF_RECV, op, &chunks[c], &got[j]);
+            if (s == SW_OK) {
+                sw_task t = copy_of(SW_PHASE_SYNC, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
+                s = add_copy(L, &t, last[i], G(i), got[j], &got_task[j]);
+                sent[i] = got_task[j];
+            }
+        }
+        for (int j = 0; j < k && s == SW_OK; j++) {
+            int c = ((j - 1 - r) % k + k) % k;
+            sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_SYNC, DEV(j), op, L->members[j]);
+            t.box = chunks[c];
+            t.elements = sw_box_volume(&chunks[c]);
+            int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = G(j);
+            s = add_task(L, &t, deps, 3, &got[j], 1, &into, 1, &last[j]);
+            rs_buf[j * (k - 1) + r] = got[j];
+            rs_add[j * (k - 1) + r] = last[j];
+        }
+    }
+    /* allgather: in round r member i sends chunk (i + 1 - r) mod k, the one it holds summed */
+    for (int r = 0; r < k - 1 && s == SW_OK; r++) {
+        for (int i = 0; i < k && s == SW_OK; i++) {
+            int j = (i + 1) % k, c = ((i + 1 - r) % k + k) % k;
+            int32_t from = r == 0 ? G(i) : prev[i];
+            int32_t deps[2] = {r == 0 ? last[i] : prev_task[i], r == 0 ? NONE : rs_add[j * (k - 1) + r - 1]};
+            if (r == 0) {
+                s = sw_tg_buffer(L->g, DEV(j), SW_BUF_RECV, op, &chunks[c], &got[j]);
+            } else {
+                got[j] = rs_buf[j * (k - 1) + r - 1];
+            }
+            if (s == SW_OK) {
+                sw_task t = copy_of(SW_PHASE_SYNC, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
+                s = add_task(L, &t, deps, 2, &from, 1, &got[j], 1, &got_task[j]);
+                if (r == 0) {
+                    sent[i] = got_task[j];
+                }
+            }
+        }
+        for (int j = 0; j < k && s == SW_OK; j++) {   /* into G_j, on j's device (no bytes cross) */
+            int c = ((j - r) % k + k) % k;
+            sw_task t = copy_of(SW_PHASE_SYNC, DEV(j), DEV(j), op, L->members[j], NONE, &chunks[c]);
+            int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = G(j);
+            s = add_task(L, &t, deps, 3, &got[j], 1, &into, 1, &last[j]);
+            prev[j] = got[j];
+            prev_task[j] = got_task[j];
+        }
+    }
+    for (int i = 0; i < k && s == SW_OK; i++) {
+        int32_t upd;
+        s = add_update(L, op, slot, L->members[i], G(i), last[i], &upd);
+    }
+#undef G
+#undef DEV
+    free(scratch);
+    return s;
 }
 
 sw_status sw_lower_sync(lowering *L, int op) {
@@ -327,7 +470,15 @@ sw_status sw_lower_sync(lowering *L, int op) {
         int from = 0, r;
         start_groups(L, op, slot);
         while ((r = next_group(L, op, &from)) > 0) {
-            SW_TRY(sync_group(L, op, slot, r));
+            /* ring all-reduce where asked and the box cuts into r chunks (L->piece_box, free
+             * during synchronization, holds them); otherwise, or for a group of one, the
+             * parameter server (which, for r = 1, is the update alone) */
+            const sw_box *box = &L->g->buffers[L->wgrad_buf[sidx(L, op, slot, L->members[0])]].box;
+            if (L->p->sync_model == SW_SYNC_RING && r > 1 && ring_chunks(box, r, L->piece_box)) {
+                SW_TRY(sync_ring(L, op, slot, r, L->piece_box));
+            } else {
+                SW_TRY(sync_parameter_server(L, op, slot, r));
+            }
         }
     }
     return SW_OK;

@@ -110,10 +110,9 @@ def test_objective_arguments_are_checked():
     g, d = sw.models.lenet5(), sw.DeviceGraph.cpu(2)
     with pytest.raises(sw.ConfigError, match="unknown objective"):
         sw.search(g, d, objective="fastest")
-    with pytest.raises(sw.ConfigError, match="eq1"):
-        sw.search(g, d, sync="ring", objective="simulate")
-    ring = sw.search(g, d, sync="ring")            # ring: Eq. 1 by default (no replay of ring all-reduce)
-    assert ring.search_stats["objective"] == "eq1"
+    ring = sw.search(g, d, sync="ring")            # ring all-reduce is replayed too: simulated by default
+    assert ring.search_stats["objective"] == "simulate" and ring.options.sync == "ring"
+    assert sw.search(g, d, sync="ring", objective="eq1").search_stats["objective"] == "eq1"
 
 
 def test_compare_explains_the_plan_against_the_fastest_baseline():

@@ -124,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulate: the fastest simulated iteration among the Eq. 1 optimum, the baselines and "
                    "their combinations (default for elimination); eq1: the exact Eq. 1 optimum")
     p.add_argument("--sync", default="parameter_server", choices=sorted(SYNC_MODELS),
-                   help="parameter synchronization model (default: parameter_server)")
+                   help="parameter synchronization model, for the cost model, the simulation, the memory check "
+                   "and training with the saved plan: parameter_server (each replica group's gradients summed "
+                   "on its first replica, parameters sent back; the default) or ring (ring all-reduce of "
+                   "gradient chunks, every replica updating its own copy)")
     p.add_argument("--max-evaluations", type=float, default=None, metavar="N",
                    help="elimination: min-plus steps variable elimination may take on what node and edge "
                    "elimination leave (default 1e9); exhaustive: strategies it may try (default 2e7)")
@@ -227,8 +230,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         raise type(exc)(_cli_spelling(str(exc))) from None
     for w in caught:
         print(f"warning: {_cli_spelling(str(w.message))}", file=sys.stderr, flush=True)
-    memory = memory_lines(plan, args.memory_budget) if options.sync == "parameter_server" and swapped is None \
-        else {"text": "", "devices": None, "over": ""}
+    memory = memory_lines(plan, args.memory_budget) if swapped is None else {"text": "", "devices": None, "over": ""}
     swap = swap_report(plan, swapped) if swapped is not None else None
     baselines = strategies.baselines(graph, devices, options)
     if args.save:
@@ -365,10 +367,7 @@ def cmd_train(args: argparse.Namespace, out: TextIO) -> int:
     if comm is not None and comm.rank != 0:
         out, args.quiet = io.StringIO(), True
     plan = _train_plan(args.plan, graph, devices, args.quiet)
-    try:
-        trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed, backend=args.backend, comm=comm)
-    except NotImplementedError as exc:  # e.g. a plan file made with --sync ring
-        raise ShardwiseError(f"this plan cannot be trained yet: {exc}") from None
+    trainer = Trainer(graph, plan, optimizer=optimizer, seed=args.seed, backend=args.backend, comm=comm)
     if loaded.weights is not None:   # an ONNX file's or a function's weights: start from them
         try:
             trainer.set_weights(loaded.weights)

@@ -42,7 +42,15 @@ synchronization and update
     server model the first replica's device sums the gradients (``copy`` +
     ``reduce``), applies ``update`` (reading the parameter, its gradient and the
     optimizer's state buffers, kind ``momentum``: SGD's momentum, or Adam's first and
-    second moments) and sends the parameters back.
+    second moments) and sends the parameters back.  With the ring model
+    (``CostOptions(sync="ring")``) a group of k > 1 replicas is a ring all-reduce of
+    the gradient cut into k chunks along a dimension (csrc/graph/lower_backward.c,
+    sync_ring): k - 1 rounds of reduce-scatter (each member ``copy``-ies a chunk to
+    the next, which adds it into its ``param_grad`` with an ``accumulate``), k - 1
+    rounds of allgather (the summed chunks passed on, each ``copy``-ied into the
+    member's gradient on its own device), then every member applies ``update`` to
+    its own parameters with its own state buffers, so no parameters are sent back;
+    a gradient with fewer than k rows in every dimension uses the parameter server.
 
 swapping (csrc/graph/swap.c, only in a swap plan's graph: :func:`shardwise.swap_plan`)
     ``swap_out`` copies an offloaded feature map into a ``host`` buffer (the device's host
@@ -209,12 +217,6 @@ def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
     return lowered(plan, optimizer_state).arrays()
 
 
-def _check_sync(plan: Plan) -> None:
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
-
-
 def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any = None) -> "_core.TaskGraph":
     """``plan`` lowered once by the C core: the ``_core.TaskGraph`` handle alone, without the
     Python records (``streams``: a schedule's (stream, stream_device, stream_priority) arrays;
@@ -222,7 +224,6 @@ def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any
     and kept on the plan (:func:`shardwise.planning.problem.plan_problem`)."""
     from shardwise.planning.problem import plan_problem
 
-    _check_sync(plan)
     return _core.TaskGraph(plan_problem(plan, optimizer_state), *plan_arrays(plan), streams=streams, swap=swap)
 
 
@@ -261,10 +262,11 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
 
 def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any = None,
           costs: Any = None, ranks: "int | list[int] | None" = None) -> TaskGraph:
-    """The task graph of one training iteration of ``plan`` (parameter-server synchronization),
-    built by the C lowering, once.  ``optimizer_state``: the optimizer's state buffers per
-    parameter slice (kind ``momentum``; ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and
-    AdamW, whose update reads (param, grad, exp_avg, exp_avg_sq).
+    """The task graph of one training iteration of ``plan`` (its synchronization as its cost model
+    says: parameter server or ring all-reduce), built by the C lowering, once.
+    ``optimizer_state``: the optimizer's state buffers per parameter slice (kind ``momentum``;
+    ``Optimizer.state_buffers``): 1 for SGD, 2 for Adam and AdamW, whose update reads (param,
+    grad, exp_avg, exp_avg_sq).
 
     ``schedule``: None or "fifo" (one stream per device), "critical_path" (``sw.schedule`` made
     on this very graph, with ``costs``: a profile, or None for the roofline) or a Schedule of
@@ -279,7 +281,6 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     device's rank.  Every copy between two ranks' devices becomes a ``send`` task on the source
     device and a ``recv`` task right after it on the destination; everything else is unchanged.
     None (the default): one process."""
-    _check_sync(plan)
     rank = _ranks(plan, ranks)
     if swap is not None:
         if not (callable(getattr(swap, "spec", None)) and callable(getattr(swap, "check", None))):

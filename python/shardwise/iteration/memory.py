@@ -142,9 +142,6 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
         tg = plan
         handle, plan, optimizer_state, schedule = handle_of(tg), tg.plan, tg.optimizer_state, tg.schedule
     else:
-        if plan.options.sync != "parameter_server":
-            raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                      "use CostOptions(sync='parameter_server')")
         handle = lowered(plan, optimizer_state, streams=_streams(plan, schedule))
     r = handle.memory_plan(align=align, check=check)
     kinds = _core.BUFFER_KINDS

@@ -207,9 +207,6 @@ def schedule(plan: Plan, policy: str = "critical_path", costs: object = None, al
         raise TypeError(f"schedule needs a Plan, got {type(plan).__name__}")
     if policy not in POLICIES:
         raise ConfigError(f"unknown scheduling policy {policy!r}; expected one of {', '.join(map(repr, POLICIES))}")
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
     a, b = _offset(alpha, "alpha"), _offset(beta, "beta")
     split = _split(plan, costs)
     return _annotate(plan, handle if handle is not None else lowered(plan), policy, a, b, split)

@@ -270,9 +270,6 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         raise ConfigError(f"unknown simulation engine {engine!r}: the simulator has one engine, 'c' "
                           "(the Python engine was removed with the interpreter models; tests/sim_oracle.py "
                           "holds an independent Python replay for the tests)")
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
     costs = resolve_costs(plan, costs)
     rank = rank_list(len(plan.devices), ranks)
     extra: dict[str, Any] = _rank_options(rank, costs, rank_link)
@@ -400,9 +397,6 @@ def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -
         handle, plan = handle_of(plan), plan.plan
     else:
         handle = None
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
     costs = resolve_costs(plan, costs)
     overhead = _measured(costs, "step_overhead")
     r = _replay(handle if handle is not None else lowered(plan), plan, costs, _machine(plan.devices),

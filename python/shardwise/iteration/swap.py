@@ -173,9 +173,6 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
         handle, optimizer_state, plan = handle_of(plan), plan.optimizer_state, plan.plan
     if not isinstance(plan, Plan):
         raise TypeError(f"swap_plan needs a Plan, got {type(plan).__name__}")
-    if plan.options.sync != "parameter_server":
-        raise NotImplementedError("lowering ring all-reduce synchronization is not implemented yet; "
-                                  "use CostOptions(sync='parameter_server')")
     if isinstance(optimizer_state, bool) or optimizer_state not in (1, 2):
         raise ValueError(f"optimizer_state must be 1 (SGD) or 2 (Adam, AdamW), got {optimizer_state!r}")
     ndev = len(plan.devices)

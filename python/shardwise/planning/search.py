@@ -111,14 +111,14 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     the exact optimum of Eq. 1 of "Exploring Hidden Dimensions in Parallelizing
     Convolutional Neural Networks".
 
-    ``objective``: ``"simulate"`` (the default for ``algorithm="elimination"`` with
-    parameter-server synchronization) starts from the exact Eq. 1 optimum, replays it and
-    the data, model and OWT baselines in the simulator, keeps the fastest (so the plan never
-    simulates slower than a baseline) and improves it by a bounded, deterministic local
-    search under the simulator (:mod:`shardwise.planning.objective`, docs/cost-model.md);
+    ``objective``: ``"simulate"`` (the default for ``algorithm="elimination"``) starts from the
+    exact Eq. 1 optimum, replays it and the data, model and OWT baselines in the simulator,
+    keeps the fastest (so the plan never simulates slower than a baseline) and improves it by a
+    bounded, deterministic local search under the simulator (:mod:`shardwise.planning.objective`, docs/cost-model.md);
     ``search_stats`` records every simulated time.  ``"eq1"`` (the default for the other
-    algorithms and for ring synchronization, which the simulator does not replay) returns
-    the Eq. 1 optimum itself.
+    algorithms) returns the Eq. 1 optimum itself.  Both synchronization models are lowered,
+    simulated and memory-planned alike (``sync="ring"``: a ring all-reduce of gradient chunks,
+    :mod:`shardwise.iteration.lower`).
 
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
     eliminations, then variable elimination of what is left along a min-fill
@@ -160,8 +160,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     constraint (:mod:`shardwise.planning.search_memory`, docs/memory.md), checked with its memory plan;
     ``search_stats["memory"]`` says how it was found.  When no plan fits:
     :class:`~shardwise.planning.search_memory.PlanDoesNotFitError` (a ValueError) naming the smallest
-    shortfall.  The simulated objective and ``refine`` keep only candidates that fit.  With
-    ``sync="ring"`` (no memory plan yet) the default does not check memory.
+    shortfall.  The simulated objective and ``refine`` keep only candidates that fit.
 
     ``pareto=True``: instead of one plan, the time / peak-memory Pareto front: a list of
     :class:`~shardwise.planning.search_memory.FrontPlan` (``plan``, ``time`` (Eq. 1 s), ``peak_bytes``
@@ -177,9 +176,6 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         raise ConfigError(f"unknown search algorithm {algorithm!r}; expected one of {ALGORITHMS}")
     if objective not in (None, "simulate", "eq1"):
         raise ConfigError(f"unknown objective {objective!r}; expected 'simulate' or 'eq1'")
-    if objective == "simulate" and (options or CostOptions(sync=sync)).sync != "parameter_server":
-        raise ConfigError("objective='simulate' needs sync='parameter_server': the simulator does not replay "
-                          "ring all-reduce yet; use objective='eq1'")
     if refine not in (None, "simulate"):
         raise ConfigError(f"unknown refinement {refine!r}; expected None or 'simulate'")
     if isinstance(refine_steps, bool) or not isinstance(refine_steps, int) or refine_steps < 0:
@@ -191,14 +187,9 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if not isinstance(pareto, bool):
         raise ConfigError(f"pareto must be True or False, got {pareto!r}")
     mem_limit = search_memory.budgets(devices, memory)
-    if mem_limit is not None and options.sync != "parameter_server":
-        if memory is not True or pareto:
-            raise ConfigError("memory budgets and pareto=True need sync='parameter_server' (the memory plan lowers "
-                              "only that); pass memory=False to search ring synchronization without memory")
-        mem_limit = None   # ring all-reduce has no memory plan yet: memory is not checked (search_stats says so)
     report: Progress | None = _progress_printer if progress is True else (progress or None)
     if objective is None:
-        objective = "simulate" if algorithm == "elimination" and options.sync == "parameter_server" else "eq1"
+        objective = "simulate" if algorithm == "elimination" else "eq1"
     fits = None if mem_limit is None else (lambda p: search_memory.fits(p, mem_limit))
     if algorithm == "tofu":
         if pareto:
