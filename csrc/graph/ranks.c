@@ -9,7 +9,8 @@
  *
  *   send  on the source device: reads the source buffer (the copy's box of it), depends on the
  *         copy's dependencies of the source's rank; the runtime packs the box into a staging
- *         buffer and hands it to the comm layer;
+ *         buffer and hands it to the comm layer.  A task of the source's rank that depended on
+ *         the copy (a write into the buffer after the copy has read it) depends on the send;
  *   recv  on the destination device, right after it: writes the destination buffer, depends on
  *         the send (an edge between ranks: the runtime turns it into waiting for the message)
  *         and on the copy's dependencies of the destination's rank.
@@ -42,6 +43,19 @@ static void moved_box(const sw_buffer *from, const sw_buffer *to, sw_box *out) {
     }
 }
 
+/* The new id of old task d as a dependency of a task of rank `r`: d's own new id when it runs on
+ * rank r; for a split copy, its send when r is the source's rank, its recv when r is the
+ * destination's (a task of the source's rank that waits for a copy to have read its source --
+ * a ring's next write into the buffer the copy sends -- waits for the send); -1 otherwise. */
+static int32_t dep_on(const sw_task_graph *g, const int32_t *rank, const int32_t *new_id, const int32_t *send_of,
+                      int32_t d, int r) {
+    const sw_task *t = &g->tasks[d];
+    if (send_of[d] >= 0) {
+        return r == rank[t->src_device] ? send_of[d] : r == rank[t->device] ? new_id[d] : -1;
+    }
+    return rank[t->device] == r ? new_id[d] : -1;
+}
+
 sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, sw_task_graph *out,
                          int32_t **origin_out) {
     memset(out, 0, sizeof *out);
@@ -53,10 +67,11 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
     }
     int32_t n = g->ntasks;
     int32_t *new_id = malloc(sizeof *new_id * ((size_t)n + 1));   /* old task -> its new id (a split copy: the recv) */
+    int32_t *send_of = malloc(sizeof *send_of * ((size_t)n + 1));  /* old task -> its send (a split copy), else -1 */
     int32_t *origin = malloc(sizeof *origin * (2 * (size_t)n + 1));
     int32_t *deps_a = malloc(sizeof *deps_a * ((size_t)g->ndeps + 1));
     int32_t *deps_b = malloc(sizeof *deps_b * ((size_t)g->ndeps + 2));
-    sw_status s = new_id && origin && deps_a && deps_b ? SW_OK
+    sw_status s = new_id && send_of && origin && deps_a && deps_b ? SW_OK
                                                        : SW_FAIL(SW_ERR_NOMEM, "out of memory splitting %d tasks", n);
     for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {   /* the same buffers, the same ids */
         const sw_buffer *buf = &g->buffers[b];
@@ -83,10 +98,11 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
         int here = rank[task->device];
         int split = task->kind == SW_TASK_COPY && task->src_device >= 0 && task->src_device < ndev &&
                     rank[task->src_device] != here;
+        send_of[t] = -1;
         if (!split) {   /* every dependency on its own rank: devices meet only through copies */
-            for (int k = 0; k < nd; k++) {
-                deps_a[k] = new_id[d0[k]];
-                if (rank[g->tasks[d0[k]].device] != here) {
+            for (int k = 0; k < nd && s == SW_OK; k++) {
+                deps_a[k] = dep_on(g, rank, new_id, send_of, d0[k], here);
+                if (deps_a[k] < 0) {
                     s = SW_FAIL(SW_ERR_INTERNAL, "task %d (kind %d, device %d) depends on task %d of device %d, "
                                 "another rank's, and is not a copy", t, task->kind, task->device, d0[k],
                                 g->tasks[d0[k]].device);
@@ -108,14 +124,15 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
         int there = rank[task->src_device];
         int na = 0, nb = 0;
         for (int k = 0; k < nd && s == SW_OK; k++) {   /* each dependency goes with the half of its rank */
-            int r = rank[g->tasks[d0[k]].device];
-            if (r == there) {
-                deps_a[na++] = new_id[d0[k]];
-            } else if (r == here) {
-                deps_b[nb++] = new_id[d0[k]];
+            int32_t on_a = dep_on(g, rank, new_id, send_of, d0[k], there);
+            int32_t on_b = on_a < 0 ? dep_on(g, rank, new_id, send_of, d0[k], here) : -1;
+            if (on_a >= 0) {
+                deps_a[na++] = on_a;
+            } else if (on_b >= 0) {
+                deps_b[nb++] = on_b;
             } else {
-                s = SW_FAIL(SW_ERR_INTERNAL, "copy %d from rank %d to rank %d depends on task %d of rank %d", t, there,
-                            here, d0[k], r);
+                s = SW_FAIL(SW_ERR_INTERNAL, "copy %d from rank %d to rank %d depends on task %d of device %d, a "
+                            "third rank's", t, there, here, d0[k], g->tasks[d0[k]].device);
             }
         }
         if (s != SW_OK) {
@@ -136,6 +153,7 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
         s = sw_tg_task(out, &send, deps_a, na, &send_io, &send_id);
         if (s == SW_OK) {
             origin[send_id] = t;
+            send_of[t] = send_id;
             deps_b[nb++] = send_id;
             s = sw_tg_task(out, &recv, deps_b, nb, &recv_io, &new_id[t]);
         }
@@ -144,6 +162,7 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
         }
     }
     free(new_id);
+    free(send_of);
     free(deps_a);
     free(deps_b);
     if (s != SW_OK) {

@@ -86,7 +86,9 @@ def _plans():
     from strategies_random import random_plan
 
     rng = np.random.default_rng(5)
-    return g, [sw.strategies.data_parallel(g, d), sw.strategies.model_parallel(g, d), sw.search(g, d)] + \
+    ring = sw.CostOptions(sync="ring")   # its chunks travel around the ring: copies like any other
+    return g, [sw.strategies.data_parallel(g, d), sw.strategies.model_parallel(g, d), sw.search(g, d),
+               sw.strategies.data_parallel(g, d, ring)] + \
         [random_plan(g, d, rng, reductions=True) for _ in range(3)]
 
 

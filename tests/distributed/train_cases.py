@@ -41,8 +41,8 @@ def _optimizer(kind):
 def random_plans(comm):
     """Random plans (random configurations on random device subsets, partition-n-reduce too) of
     LeNet-5 and a graph with every op kind (batch norm: float64 statistics cross ranks), on 4
-    and 3 devices; SGD and Adam; one step at a time and two in flight (fit); fifo and
-    critical-path schedules: losses and weights bitwise those of one process, and each step's
+    and 3 devices; SGD and Adam, parameter server and ring all-reduce; one step at a time and
+    two in flight (fit); fifo and critical-path schedules: losses and weights bitwise those of one process, and each step's
     bytes on the wire exactly the task graph's planned bytes of this rank."""
     rng = np.random.default_rng(int(os.environ.get("SEED", "0")))
     cases = 0
@@ -52,15 +52,17 @@ def random_plans(comm):
             if ndev < comm.size:
                 continue
             d = sw.DeviceGraph.cpu(ndev)
-            for opt in ("sgd", "adam"):
-                plan = random_plan(g, d, rng, reductions=bool(rng.integers(2)))
+            for opt, sync in (("sgd", "parameter_server"), ("adam", "parameter_server"), ("sgd", "ring")):
+                plan = random_plan(g, d, rng, reductions=bool(rng.integers(2)) and sync != "ring")
+                if sync == "ring":   # the ring all-reduce's chunk copies cross ranks like any copy
+                    plan = sw.Plan(g, d, plan.configs, sw.CostOptions(sync="ring"))
                 flight = int(rng.integers(1, 3))
                 schedule = "critical_path" if rng.integers(2) else "fifo"
                 kw = dict(optimizer=_optimizer(opt), seed=3, steps_in_flight=flight, schedule=schedule)
                 t = sw.Trainer(g, plan, comm=comm, **kw)
                 ref = sw.Trainer(g, plan, **kw)
                 x, y = _batches(g, 4, 7)
-                what = f"{model} on {ndev} devices, {opt}, steps_in_flight {flight}, {schedule}"
+                what = f"{model} on {ndev} devices, {opt}, {sync}, steps_in_flight {flight}, {schedule}"
                 if flight == 1:
                     planned = sw.distributed.planned_bytes(plan, comm.size, optimizer_state=t.optimizer.state_buffers)
                     for i in range(4):
