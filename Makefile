@@ -5,7 +5,7 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench clean
+.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench docs-ops clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
@@ -63,6 +63,9 @@ valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in 
 
 bench:            ## issue 2's benchmark
 	$(PY) benchmarks/search_time.py
+
+docs-ops:         ## regenerate docs/importing.md's tables of supported ops from the importers' tables
+	$(PY) tools/ops_docs.py
 
 clean:
 	rm -rf build python/shardwise/*.so   # _core and, where built, _cuda

@@ -8,13 +8,14 @@ and recorded in PyTorch's layouts (convolution ``(C_out, C_in, kH, kW)``, linear
 under ``"<op>.weight"`` and ``"<op>.bias"``, as :func:`shardwise.from_torch` does.
 
 The ops are those :func:`~shardwise.from_torch` imports, in their ONNX spelling (docs/importing.md
-lists them).  Shape arithmetic on constants never reaches this table: the importer folds it
+lists them in a table generated from :data:`ONNX_DOC_ROWS` by tools/ops_docs.py).  Shape
+arithmetic on constants never reaches this table: the importer folds it
 (:mod:`shardwise.importers.onnx.const`).  Nothing here imports onnx.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -476,6 +477,81 @@ ONNX_OPS: dict[str, Callable[[OnnxCall], Any]] = {
     "Dropout": _dropout,
 }
 """Every ONNX op :func:`shardwise.from_onnx` imports (beside the constant ones it folds)."""
+
+
+class OnnxDocRow(NamedTuple):
+    """A row of the table of ONNX ops in docs/importing.md (markdown; tools/ops_docs.py writes it)."""
+
+    op: str     # the shardwise op(s) built: "`conv2d`", "`pool2d` (avg) (+ `flatten`)"
+    onnx: str   # the ONNX op types, each in backquotes, or the pattern of them: "`MatMul` + `Add`"
+    doc: str    # the conditions
+
+
+ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
+    OnnxDocRow("`conv2d`", "`Conv`",
+               "2-D, any `group` (grouped and depthwise) and `dilations`; padding equal on both sides (or "
+               "`auto_pad` `VALID`, or `SAME_*` with stride 1 and an odd dilated kernel span "
+               "`dilation * (kernel - 1) + 1`); weight and bias initializers (a computed all-zero bias is no bias)"),
+    OnnxDocRow("`linear`", "`Gemm`",
+               "`transA=0`, `alpha=beta=1`, `B` an initializer (`transB` either), `C` an initializer"),
+    OnnxDocRow("`linear`", "`MatMul` + `Add`",
+               "a `MatMul` by a rank-2 initializer read only by an `Add` of a bias initializer"),
+    OnnxDocRow("`linear`", "`Transpose` + `MatMul` (+ `Add`)",
+               "PyTorch's dynamo export of `nn.Linear`: a `MatMul` of `(N, in)` or `(N, T, in)` by a transposed "
+               "rank-2 initializer (and the `Add` of its bias initializer); without the `Add`, a linear layer "
+               "without bias"),
+    OnnxDocRow("`matmul` (+ `parameter`)", "`MatMul`",
+               "rank-2 operands (an initializer operand becomes a `parameter` op), or two computed tensors of one "
+               "rank (attention)"),
+    OnnxDocRow("`embedding`", "`Gather`",
+               "of a float initializer table by an integer input of the model (token ids); by the constant indices "
+               "`0..rows-1` (learned positions): the whole table as a `parameter` op"),
+    OnnxDocRow("`layer_norm`", "`LayerNormalization`", "over the last axis, scale and bias initializers"),
+    OnnxDocRow("`reshape`, `permute`", "`Reshape`, `Transpose`",
+               "of computed tensors, the batch dimension kept; the reshapes and transposes around `k` that "
+               "PyTorch's export of attention writes (`(N, H, T, Dh) -> (N H, T, Dh)`, transposed, reshaped back) "
+               "are followed as views and read by the `MatMul` as `transpose_b`"),
+    OnnxDocRow("attention: `matmul`, `softmax_dim`, `matmul`", "`Mul`, `MatMul`, `Add`, `Softmax`, `MatMul`",
+               "`Mul` of q and of k's transpose by positive constants, their `MatMul`, the `Add` of a constant "
+               "causal mask (0 on and below the diagonal, -inf or <= -1e9 above), `Softmax(axis=-1)`: `softmax_dim` "
+               "with the product of the constants (1/sqrt(Dh) when it equals that within float32 precision) and "
+               "`causal=True`"),
+    OnnxDocRow("`add` (broadcast)", "`Add`", "`(N, T, D) + (T, D)`"),
+    OnnxDocRow("`softmax_dim`", "`Softmax`", "inside the network, over any axis"),
+    OnnxDocRow("`batchnorm2d`", "`BatchNormalization`",
+               "`epsilon=1e-5`; scale, bias, running mean and variance initializers (one shared by several batch "
+               "norms, as exporters merge equal constants, is copied for each); `momentum`"),
+    OnnxDocRow("`relu`", "`Relu`", "fused into a convolution or linear layer it alone reads"),
+    OnnxDocRow("`sigmoid`, `tanh`", "`Sigmoid`, `Tanh`", "element-wise, any shape"),
+    OnnxDocRow("`gelu`", "`Gelu`",
+               '`approximate="none"` (opset 20; before it, GELU is spelled with `Erf`, which is refused)'),
+    OnnxDocRow("`silu`", "`Mul`", "only `Mul(x, Sigmoid(x))`, the way exporters write SiLU"),
+    OnnxDocRow("`leaky_relu`", "`LeakyRelu`", "any finite `alpha`"),
+    OnnxDocRow("`add`", "`Add`", "two computed tensors of one shape"),
+    OnnxDocRow("`concat`", "`Concat`", "any axis but the batch"),
+    OnnxDocRow("`flatten`", "`Flatten`, `Reshape`, `Squeeze`",
+               "to `(N, features)` (`Flatten` with `axis=1`); a reshape to the same shape is no op"),
+    OnnxDocRow("`pool2d`", "`MaxPool`, `AveragePool`",
+               "`dilations` 1, padding as for `Conv`, `count_include_pad=1` when padded, `ceil_mode` where it adds "
+               "no window, no indices output read"),
+    OnnxDocRow("`pool2d`", "`GlobalAveragePool`, `GlobalMaxPool`", "no op on a 1x1 input"),
+    OnnxDocRow("`pool2d` (avg) (+ `flatten`)", "`ReduceMean`", "over axes (2, 3) of an `(N, C, H, W)` tensor"),
+    OnnxDocRow("`softmax` (the loss)", "`Softmax`, `LogSoftmax`",
+               "as the model's output, over the classes of `(N, C)` or `(N, T, C)` (`LogSoftmax` only there)"),
+    OnnxDocRow("`dropout`", "`Dropout`",
+               "in training mode (`training_mode` true), `ratio` in [0, 1) (0.5 when absent; none for 0); masks as "
+               "for `nn.Dropout` above"),
+    OnnxDocRow("none (identity)", "`Identity`, `Dropout`",
+               "`Dropout` in inference mode (no `training_mode`, or false)"),
+    OnnxDocRow("unrolled LSTM (above)", "`LSTM`",
+               "one forward layer from zero states, `layout` 0 (input the transpose of a batch-first tensor) or 1; "
+               'see "LSTMs" above'),
+)
+"""The table of supported ONNX ops in docs/importing.md, row by row (``make docs-ops`` regenerates
+it).  Every op type :data:`ONNX_OPS` holds, with the sequence and LSTM ops that
+:mod:`~shardwise.importers.onnx.seq` and :mod:`~shardwise.importers.onnx.rnn` add, must be
+named (in backquotes) in the ``onnx`` column of some row: a test checks.  A new op: a row
+here (or its op type in an existing row), then ``make docs-ops``."""
 
 HINTS: dict[str, str] = {
     "Erf": "GELU exported before opset 20 is spelled with Erf, Div, Mul and Add; export with opset_version=20 or "

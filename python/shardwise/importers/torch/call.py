@@ -138,7 +138,14 @@ class TorchOp:
     only user of this op's result is fused into it (the graph builder's ``activation``).
     ``weight_arg``: the data input that is the op's weight (``F.linear(x, self.fc.weight)``);
     the op is named after that parameter, less a ``.weight`` suffix, so the weights dict keeps
-    the model's ``state_dict`` keys."""
+    the model's ``state_dict`` keys.
+
+    ``op`` and ``doc`` are the entry's row of the table of supported operations in
+    docs/importing.md (``tools/ops_docs.py`` generates it, with the spellings above as its
+    modules, functions and methods columns): ``op`` the shardwise op(s) it builds, as the
+    table's first column spells it (markdown: ``"`conv2d`"``, ``"`pool2d` (max)"``), ``doc``
+    the conditions column (markdown, never empty).  Consecutive entries with equal ``op`` and
+    ``doc`` share one row (``nn.Conv2d`` and ``F.conv2d``)."""
 
     name: str
     convert: Callable[[Call], Any]
@@ -150,6 +157,8 @@ class TorchOp:
     variadic: bool = False
     fuses_relu: bool = False
     weight_arg: int | None = None
+    op: str = ""
+    doc: str = ""
 
 
 # ----------------------------------------------------------------------------- helpers

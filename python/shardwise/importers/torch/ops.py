@@ -5,12 +5,17 @@ functions, the ``Tensor`` methods) and one converter that builds the shardwise o
 arguments of the functional form (after the data inputs) have the same names as the
 attributes of the module form (``F.max_pool2d(x, kernel_size, stride, ...)`` and
 ``nn.MaxPool2d.kernel_size``, ``.stride``, ...), so a converter reads ``call.attrs`` whatever
-the spelling.  Adding an operation is one entry of :data:`TORCH_OPS` (and a row of the table
-in docs/importing.md, which a test checks); the sigmoid, for example, is::
+the spelling.  Adding an operation is one entry of :data:`TORCH_OPS`, whose ``op=`` (the
+shardwise op it builds) and ``doc=`` (its conditions) are its row of the table in
+docs/importing.md; the sigmoid, for example, is::
 
     TorchOp("sigmoid", _activation("sigmoid"), modules=("Sigmoid",),
             functions=("torch.sigmoid", "torch.sigmoid_", "torch.nn.functional.sigmoid", ...),
-            methods=("sigmoid", "sigmoid_")),
+            methods=("sigmoid", "sigmoid_"), op="`sigmoid`", doc="element-wise, any shape"),
+
+then ``make docs-ops`` (tools/ops_docs.py) rewrites the table; a test fails while the page
+differs, or an entry has no ``op`` or ``doc``.  A function written as Python syntax
+(``operator.add``) shows its form from :data:`DOC_FORMS`.
 
 Nothing here imports torch: module classes and functions are named by strings, resolved when
 a model is imported (:func:`shardwise.importers.torch.convert.resolve`); converters only read attributes
@@ -407,63 +412,110 @@ def _getattr(c: Call) -> Any:
 
 _F = "torch.nn.functional."
 
+# Each entry's op= and doc= are its row of the table in docs/importing.md (tools/ops_docs.py,
+# `make docs-ops`); entries next to each other with the same op= and doc= share a row.
+_CONV_DOC = ("any `groups` (grouped and depthwise) and `dilation`; `padding_mode=\"zeros\"`; padding an int, a pair, "
+             "`\"valid\"` or `\"same\"` (where `dilation * (kernel - 1)` is even); the function's weight and bias must "
+             "be parameters of the model")
+_LINEAR_DOC = ("a `(N, features)` or `(N, T, features)` input; the function's weight and bias must be parameters of "
+               "the model")
+_CONSTANTS_DOC = "shapes are fixed by the example inputs"
+
 TORCH_OPS: tuple[TorchOp, ...] = (
-    TorchOp("conv", _conv2d, modules=("Conv2d",), fuses_relu=True),
+    TorchOp("conv", _conv2d, modules=("Conv2d",), fuses_relu=True, op="`conv2d`", doc=_CONV_DOC),
     TorchOp("conv", _conv2d_fn, inputs=2, params=(("bias", None), ("stride", 1), ("padding", 0), ("dilation", 1),
                                                   ("groups", 1)),
-            functions=(_F + "conv2d", "torch.conv2d"), fuses_relu=True, weight_arg=1),
-    TorchOp("linear", _linear, modules=("Linear",), fuses_relu=True),
+            functions=(_F + "conv2d", "torch.conv2d"), fuses_relu=True, weight_arg=1, op="`conv2d`", doc=_CONV_DOC),
+    TorchOp("linear", _linear, modules=("Linear",), fuses_relu=True, op="`linear`", doc=_LINEAR_DOC),
     TorchOp("linear", _linear_fn, inputs=2, params=(("bias", None),), functions=(_F + "linear",), fuses_relu=True,
-            weight_arg=1),
-    TorchOp("bn", _batchnorm2d, modules=("BatchNorm2d",)),
+            weight_arg=1, op="`linear`", doc=_LINEAR_DOC),
+    TorchOp("bn", _batchnorm2d, modules=("BatchNorm2d",), op="`batchnorm2d`",
+            doc="`affine=True`, `eps=1e-5`, a numeric `momentum`; running statistics imported"),
     TorchOp("relu", _relu, params=(("inplace", False),), modules=("ReLU",),
-            functions=("torch.relu", "torch.relu_", _F + "relu", _F + "relu_"), methods=("relu", "relu_")),
+            functions=("torch.relu", "torch.relu_", _F + "relu", _F + "relu_"), methods=("relu", "relu_"),
+            op="`relu`", doc="fused into a convolution or linear layer it alone reads"),
     TorchOp("sigmoid", _activation("sigmoid"), modules=("Sigmoid",),
             functions=("torch.sigmoid", "torch.sigmoid_", _F + "sigmoid", "torch.special.expit"),
-            methods=("sigmoid", "sigmoid_")),
+            methods=("sigmoid", "sigmoid_"), op="`sigmoid`", doc="element-wise, any shape"),
     TorchOp("tanh", _activation("tanh"), modules=("Tanh",), functions=("torch.tanh", "torch.tanh_", _F + "tanh"),
-            methods=("tanh", "tanh_")),
-    TorchOp("gelu", _gelu, params=(("approximate", "none"),), modules=("GELU",), functions=(_F + "gelu",)),
-    TorchOp("silu", _activation("silu"), params=(("inplace", False),), modules=("SiLU",), functions=(_F + "silu",)),
+            methods=("tanh", "tanh_"), op="`tanh`", doc="element-wise, any shape"),
+    TorchOp("gelu", _gelu, params=(("approximate", "none"),), modules=("GELU",), functions=(_F + "gelu",),
+            op="`gelu`", doc="the exact (erf) form, `approximate=\"none\"`; `approximate=\"tanh\"` is refused"),
+    TorchOp("silu", _activation("silu"), params=(("inplace", False),), modules=("SiLU",), functions=(_F + "silu",),
+            op="`silu`", doc="element-wise, any shape"),
     TorchOp("leaky_relu", _leaky_relu, params=(("negative_slope", 0.01), ("inplace", False)),
-            modules=("LeakyReLU",), functions=(_F + "leaky_relu", _F + "leaky_relu_")),
+            modules=("LeakyReLU",), functions=(_F + "leaky_relu", _F + "leaky_relu_"),
+            op="`leaky_relu`", doc="any finite `negative_slope`"),
     TorchOp("add", _add, inputs=2, params=(("alpha", 1),), functions=("operator.add", "operator.iadd", "torch.add"),
-            methods=("add", "add_")),
-    TorchOp("cat", _concat, params=(("dim", 0),), functions=("torch.cat", "torch.concat", "torch.concatenate")),
+            methods=("add", "add_"), op="`add`",
+            doc="two computed tensors of one shape, or `(N, T, D) + (T, D)` (a position table, broadcast over the "
+                "samples); no constants, `alpha=1`"),
+    TorchOp("cat", _concat, params=(("dim", 0),), functions=("torch.cat", "torch.concat", "torch.concatenate"),
+            op="`concat`", doc="any dimension but the batch"),
     TorchOp("flatten", _flatten, params=(("start_dim", 0), ("end_dim", -1)), modules=("Flatten",),
-            functions=("torch.flatten",), methods=("flatten",)),
+            functions=("torch.flatten",), methods=("flatten",),
+            op="`flatten`", doc="everything after the batch dimension (`start_dim=1`, `end_dim=-1`)"),
     TorchOp("reshape", _reshape, params=(("shape", REQUIRED),), functions=("torch.reshape",),
-            methods=("view", "reshape"), variadic=True),
-    TorchOp("squeeze", _squeeze, params=(("dim", None),), functions=("torch.squeeze",), methods=("squeeze",)),
+            methods=("view", "reshape"), variadic=True, op="`flatten`, `reshape`",
+            doc="the batch dimension kept: to `(N, features)` a `flatten`; otherwise a `reshape` that splits or merges "
+                "the other dimensions (`(N, T, D)` <-> `(N, T, H, Dh)`); a reshape to the same shape is no op"),
+    TorchOp("squeeze", _squeeze, params=(("dim", None),), functions=("torch.squeeze",), methods=("squeeze",),
+            op="`flatten`", doc="to `(N, features)`, never the batch dimension"),
     TorchOp("maxpool", _max_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
                                             ("dilation", 1), ("ceil_mode", False), ("return_indices", False)),
-            modules=("MaxPool2d",), functions=(_F + "max_pool2d", "torch.max_pool2d")),
+            modules=("MaxPool2d",), functions=(_F + "max_pool2d", "torch.max_pool2d"),
+            op="`pool2d` (max)", doc="`dilation=1`, no `return_indices`; `ceil_mode=True` where it adds no window"),
     TorchOp("avgpool", _avg_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
                                             ("ceil_mode", False), ("count_include_pad", True),
                                             ("divisor_override", None)),
-            modules=("AvgPool2d",), functions=(_F + "avg_pool2d", "torch.avg_pool2d")),
+            modules=("AvgPool2d",), functions=(_F + "avg_pool2d", "torch.avg_pool2d"),
+            op="`pool2d` (avg)",
+            doc="`count_include_pad=True` when padded, no `divisor_override`; `ceil_mode` as for max"),
     TorchOp("avgpool", _adaptive_pool("avg"), params=(("output_size", REQUIRED),), modules=("AdaptiveAvgPool2d",),
-            functions=(_F + "adaptive_avg_pool2d", "torch.adaptive_avg_pool2d")),
+            functions=(_F + "adaptive_avg_pool2d", "torch.adaptive_avg_pool2d"),
+            op="`pool2d` (avg)", doc="the output size divides the input size (`(1, 1)`: global pooling)"),
     TorchOp("maxpool", _adaptive_pool("max"), params=(("output_size", REQUIRED), ("return_indices", False)),
-            modules=("AdaptiveMaxPool2d",), functions=(_F + "adaptive_max_pool2d",)),
+            modules=("AdaptiveMaxPool2d",), functions=(_F + "adaptive_max_pool2d",),
+            op="`pool2d` (max)", doc="the output size divides the input size (`(1, 1)`: global pooling)"),
     TorchOp("mean", _mean, params=(("dim", None), ("keepdim", False), ("dtype", None)), functions=("torch.mean",),
-            methods=("mean",)),
+            methods=("mean",), op="`pool2d` (avg) + `flatten`",
+            doc="over `(2, 3)` of an `(N, C, H, W)` tensor (global average pooling)"),
     TorchOp("matmul", _matmul, inputs=2, functions=("operator.matmul", "torch.matmul", "torch.mm"),
-            methods=("matmul", "mm")),
+            methods=("matmul", "mm"), op="`matmul`",
+            doc="rank-2 operands (a parameter of the model becomes a `parameter` op), or two computed tensors of one "
+                "rank with equal batch dimensions; an operand that is `y.transpose(-2, -1)` is read transposed "
+                "(`transpose_b`)"),
     TorchOp("softmax", _softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
-            modules=("Softmax",), functions=("torch.softmax", _F + "softmax"), methods=("softmax",)),
+            modules=("Softmax",), functions=("torch.softmax", _F + "softmax"), methods=("softmax",),
+            op="`softmax` (the loss), `softmax_dim`",
+            doc="as the model's output over the classes: the loss; anywhere else a `softmax_dim` over `dim` (of "
+                "attention scores: with their scale and causal mask, below)"),
     TorchOp("softmax", _log_softmax, params=(("dim", None), ("_stacklevel", 3), ("dtype", None)),
-            modules=("LogSoftmax",), functions=("torch.log_softmax", _F + "log_softmax"), methods=("log_softmax",)),
+            modules=("LogSoftmax",), functions=("torch.log_softmax", _F + "log_softmax"), methods=("log_softmax",),
+            op="`softmax` (the loss)", doc="only as the model's output, over the classes"),
     TorchOp("dropout", _dropout, params=(("p", 0.5), ("training", True), ("inplace", False)),
-            modules=("Dropout",), functions=(_F + "dropout",)),
-    TorchOp("identity", _identity, params=(("memory_format", None),), modules=("Identity",), methods=("contiguous",)),
+            modules=("Dropout",), functions=(_F + "dropout",), op="`dropout`",
+            doc="`0 <= p < 1`; none for `p=0` or `F.dropout(..., training=False)`; masks are shardwise's, not "
+                "PyTorch's random stream (below)"),
+    TorchOp("identity", _identity, params=(("memory_format", None),), modules=("Identity",), methods=("contiguous",),
+            op="none (identity)",
+            doc="builds no op: the result is the input under another name (an in-place op on either writes both)"),
     # shape queries: constants, since every shape is fixed by the example inputs
-    TorchOp("size", _size, params=(("dim", None),), methods=("size",)),
-    TorchOp("ndim", _ndim, methods=("dim", "ndimension")),
-    TorchOp("getattr", _getattr, params=(("attr", REQUIRED),), functions=("builtins.getattr",)),
+    TorchOp("size", _size, params=(("dim", None),), methods=("size",), op="none (constants)", doc=_CONSTANTS_DOC),
+    TorchOp("ndim", _ndim, methods=("dim", "ndimension"), op="none (constants)", doc=_CONSTANTS_DOC),
+    TorchOp("getattr", _getattr, params=(("attr", REQUIRED),), functions=("builtins.getattr",),
+            op="none (constants)", doc=_CONSTANTS_DOC),
 )
 """Every PyTorch operation :func:`shardwise.from_torch` imports (the sequence-model ones, from
 :mod:`shardwise.importers.torch.seq`, appended below)."""
+
+DOC_FORMS: dict[str, str] = {
+    "operator.add": "`a + b`", "operator.iadd": "`a += b`", "operator.matmul": "`a @ b`",
+    "operator.mul": "`s * c`", "operator.truediv": "`s / c`", "operator.getitem": "`x[:, t]`",
+    "builtins.getattr": "`x.shape`, `x.ndim`, `x.device`",
+}
+"""How the table in docs/importing.md shows a function a user writes as Python syntax:
+``operator.add (`a + b`)`` (tools/ops_docs.py)."""
 
 
 from shardwise.importers.torch.seq import TORCH_SEQ_OPS  # noqa: E402  (it builds on the helpers above)

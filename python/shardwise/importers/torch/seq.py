@@ -382,24 +382,43 @@ def _select(c: Call) -> Tensor:
 
 _F = "torch.nn.functional."
 
+_PERMUTE_DOC = "the batch dimension stays first"
+_SCALE_DOC = ("a positive constant times attention scores (a batched `matmul`'s result) read by a softmax over the "
+              "keys: the softmax's `scale`")
+_SELECT_DOC = ("one index of a dimension after the batch (`x[:, -1]`, `x[:, t, :]`); `getitem` also takes the elements "
+               "of a returned tuple (`out, (h, c) = lstm(x)`) and a layer of an LSTM's state (`h_n[-1]`)")
+
 TORCH_SEQ_OPS: tuple[TorchOp, ...] = (
-    TorchOp("layer_norm", _layer_norm, modules=("LayerNorm",)),
-    TorchOp("embedding", _embedding, modules=("Embedding",)),
+    TorchOp("layer_norm", _layer_norm, modules=("LayerNorm",), op="`layer_norm`",
+            doc="over the last dimension, with weight and bias; any `eps`"),
+    TorchOp("embedding", _embedding, modules=("Embedding",), op="`embedding`",
+            doc="of an integer input (token ids); or of `torch.arange(num_embeddings)`, the whole table: a "
+                "`parameter` op `(T, D)` (learned positions, added by broadcasting); no `padding_idx`, `max_norm`, "
+                "`scale_grad_by_freq`"),
     TorchOp("transpose", _transpose, params=(("dim0", REQUIRED), ("dim1", REQUIRED)),
-            functions=("torch.transpose",), methods=("transpose",)),
+            functions=("torch.transpose",), methods=("transpose",), op="`permute`", doc=_PERMUTE_DOC),
     TorchOp("permute", _permute, params=(("dims", REQUIRED),), functions=("torch.permute",), methods=("permute",),
-            variadic=True),
-    TorchOp("mul", _scale(False), inputs=2, functions=("operator.mul", "torch.mul"), methods=("mul",)),
+            variadic=True, op="`permute`", doc=_PERMUTE_DOC),
+    TorchOp("mul", _scale(False), inputs=2, functions=("operator.mul", "torch.mul"), methods=("mul",),
+            op="(the scale of attention scores)", doc=_SCALE_DOC),
     TorchOp("div", _scale(True), inputs=2, params=(("rounding_mode", None),),
-            functions=("operator.truediv", "torch.div"), methods=("div",)),
+            functions=("operator.truediv", "torch.div"), methods=("div",),
+            op="(the scale of attention scores)", doc=_SCALE_DOC),
     TorchOp("masked_fill", _masked_fill, inputs=2, params=(("value", REQUIRED),), functions=("torch.masked_fill",),
-            methods=("masked_fill",)),
+            methods=("masked_fill",), op="(the causal mask)",
+            doc="of attention scores, with the causal mask (True exactly where the key comes after the query: "
+                "`tril(ones)[..., :T, :T] == 0` from a buffer, `torch.triu(ones, 1).bool()`, ...) and `-inf` (or a "
+                "value <= -1e9): the softmax's `causal=True`"),
     TorchOp("attn", _sdpa, inputs=3, params=(("attn_mask", None), ("dropout_p", 0.0), ("is_causal", False),
                                              ("scale", None), ("enable_gqa", False)),
-            functions=(_F + "scaled_dot_product_attention",)),
-    TorchOp("getitem", _getitem, params=(("index", REQUIRED),), functions=("operator.getitem",)),
+            functions=(_F + "scaled_dot_product_attention",), op="attention: `matmul`, `softmax_dim`, `matmul`",
+            doc="`attn_mask=None`, `dropout_p=0`, any `is_causal` and `scale`: `g.attention`'s composition"),
+    TorchOp("getitem", _getitem, params=(("index", REQUIRED),), functions=("operator.getitem",),
+            op="`select`", doc=_SELECT_DOC),
     TorchOp("select", _select, params=(("dim", REQUIRED), ("index", REQUIRED)),
-            functions=("torch.select",), methods=("select",)),
-    TorchOp("lstm", _lstm, modules=("LSTM",)),
+            functions=("torch.select",), methods=("select",), op="`select`", doc=_SELECT_DOC),
+    TorchOp("lstm", _lstm, modules=("LSTM",), op="unrolled LSTM (below)",
+            doc="`batch_first=True`, one direction, no `proj_size`, no dropout between layers in training; zero "
+                "initial states (called with one argument)"),
 )
 """The sequence-model operations, part of :data:`~shardwise.importers.torch.ops.TORCH_OPS`."""
