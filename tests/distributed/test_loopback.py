@@ -334,6 +334,6 @@ def test_a_rank_that_stops_stepping_is_named(n, monkeypatch):
     texts = [o[0] for o in out if o is not None]
     assert len(texts) == n - 1
     assert all(1.0 <= took < 120 for _, took in out[:-1]), out
-    assert all(f"for a message from rank" in s for s in texts), texts
+    assert all("for a message from rank" in s for s in texts), texts
     assert any(f"for a message from rank {lost} that never came" in s for s in texts), texts
-    assert all(f"is rank" in s and "alive and running the same plan?" in s for s in texts), texts
+    assert all("is rank" in s and "alive and running the same plan?" in s for s in texts), texts
