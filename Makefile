@@ -43,17 +43,19 @@ asan:             ## run the tests against a copy built with AddressSanitizer + 
 	cd $(SAN_DIR) && SHARDWISE_SANITIZE=1 $(PY) setup.py build_ext --inplace
 	cd $(SAN_DIR) && LD_PRELOAD="$(ASAN_PRELOAD)" ASAN_OPTIONS=detect_leaks=0 \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=python \
-		$(PY) -m pytest -q -p no:cacheprovider tests
+		$(PY) -m pytest -q --capture=sys -p no:cacheprovider tests
 
+# asan, tsan: --capture=sys so that a sanitizer's report goes to the real stderr (pytest's fd capture would swallow it
+# when the sanitizer ends the process: only the exit status, 66 for TSan, would be left)
 TSAN_DIR = build/tsan
-tsan:             ## the runtime's tests against a copy built with ThreadSanitizer
+tsan:             ## the runtime's tests against a copy built with ThreadSanitizer (multi-rank: the loopback comm)
 	rm -rf $(TSAN_DIR) && mkdir -p $(TSAN_DIR)
 	git ls-files -z | xargs -0 -I{} cp --parents {} $(TSAN_DIR)
 	cd $(TSAN_DIR) && SHARDWISE_SANITIZE=thread $(PY) setup.py build_ext --inplace
 	cd $(TSAN_DIR) && LD_PRELOAD="$(shell gcc -print-file-name=libtsan.so)" \
 		TSAN_OPTIONS="halt_on_error=1" PYTHONPATH=python \
-		$(PY_EXE) -m pytest -q -p no:cacheprovider tests/train/test_runtime.py tests/iteration/test_streams.py tests/train/test_train.py tests/train/test_pipeline.py \
-		tests/train/test_rnn_train.py -k "not torch"
+		$(PY_EXE) -m pytest -q --capture=sys -p no:cacheprovider tests/train/test_runtime.py tests/iteration/test_streams.py tests/train/test_train.py tests/train/test_pipeline.py \
+		tests/train/test_rnn_train.py tests/distributed/test_loopback.py -k "not torch"
 
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code
 	$(PY_EXE) tools/valgrind_check.py $(PY_EXE) -m pytest -q -p no:cacheprovider \

@@ -145,21 +145,22 @@ def missing_message(found: Found) -> str:
 
 
 def extension(found: Found, c_flags: list[str], depends: list[str]) -> Extension:
-    """shardwise._mpi: csrc/mpi/*.c and the core's error messages (csrc/core/status.c, a copy
-    of its own: this module's messages stay in this module), linked with the libmpi mpicc names.
+    """shardwise._mpi: csrc/mpi/*.c, the generic Python binding of a communicator
+    (csrc/py/comm_py.c) and the core's error messages (csrc/core/status.c): copies of their own, so
+    this module's messages stay in this module; linked with the libmpi mpicc names.
     Only PyInit__mpi is exported (-fvisibility=hidden), so the core's sw_set_error and this
     module's never meet."""
     # a folder of pip's build environment is deleted after the build: no use at run time
     rpaths = ["$ORIGIN/../../.."] + [d for d in found.library_dirs if "pip-build-env-" not in d]
     return Extension(
         "shardwise._mpi",
-        sources=sorted(glob("csrc/mpi/*.c")) + ["csrc/core/status.c"],
+        sources=sorted(glob("csrc/mpi/*.c")) + ["csrc/py/comm_py.c", "csrc/core/status.c"],
         include_dirs=["csrc"] + found.include_dirs,
         library_dirs=found.library_dirs,
         libraries=found.libraries,
         extra_compile_args=c_flags + ["-fvisibility=hidden"],
         extra_link_args=found.link_args + ["-pthread"] + [f"-Wl,-rpath,{p}" for p in rpaths],
-        depends=depends + glob("csrc/mpi/*.h") + ["csrc/exec/comm.h"],
+        depends=depends + glob("csrc/mpi/*.h") + ["csrc/exec/comm.h", "csrc/py/comm_py.h"],
     )
 
 

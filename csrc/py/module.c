@@ -15,6 +15,7 @@
 #include "../cpu/kernels.h"
 #include "../internal.h"
 #include "backend_py.h"  /* sw_py_register_gpu_plan */
+#include "comm_py.h"     /* sw_py_register_loopback */
 #include "pyerr.h"  /* sw_py_raise */
 
 /* test entry points of the CPU kernels, one file per kernel family */
@@ -258,7 +259,8 @@ static int module_exec(PyObject *m) {
         sw_py_register_search(m) < 0 || sw_py_register_memory_tables(m) < 0) {
         return -1;
     }
-    if (sw_py_register_schedule(m) < 0 || sw_py_register_gpu_plan(m) < 0 || sw_py_register_swap(m) < 0) {
+    if (sw_py_register_schedule(m) < 0 || sw_py_register_gpu_plan(m) < 0 || sw_py_register_swap(m) < 0 ||
+        sw_py_register_loopback(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();
