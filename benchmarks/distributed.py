@@ -300,7 +300,8 @@ def drive(args) -> int:
     print(f"# {max(ranks)} ranks of one thread each on {cores} cores oversubscribe them" if max(ranks) > cores else
           f"# at most {max(ranks)} ranks on {cores} cores")
     print(f"# per launch: {args.warmup} warm-up steps, {args.steps} timed steps (a barrier before each, the slowest "
-          f"rank's time, median); {args.rounds} rounds of launches in rotated order, the median round shown")
+          f"rank's time, median); {args.rounds} rounds of launches in rotated order, the median round shown; "
+          f"shardwise schedule {args.schedule!r}")
     ok = True
     for name in args.models.split(","):
         batch = BATCH.get(name, 64)
@@ -308,7 +309,7 @@ def drive(args) -> int:
         tmp = tempfile.mkdtemp(prefix="swbench-")
         configs: dict[tuple, list[str]] = {}
         base = [sys.executable, me, "--model", name, "--batch", str(batch), "--steps", str(args.steps),
-                "--warmup", str(args.warmup)]
+                "--warmup", str(args.warmup), "--schedule", args.schedule]
         for k in ranks:
             d = sw.DeviceGraph.cpu(k)
             for label in plans:
@@ -379,7 +380,8 @@ def report(name: str, batch: int, plans: list[str], ranks: list[int], results: d
         print(f"# {name}: batch {batch}; DDP all-reduces {ddp_payload / 1e6:.3f} MB of gradients per step "
               f"(a ring sends 2(k-1)/k of it per rank); 'MB/step sent': shardwise's bytes on the wire per step, "
               f"comm_bytes()['sent'] summed over the ranks, beside planned_bytes()")
-    print(f"# anchors at 2 ranks: ranks / DDP >= 1.0x, ranks / threads >= 0.9x: {'met' if ok else 'NOT met'}")
+    print(f"# anchors at 2 ranks: ranks / DDP >= 1.0x, ranks / threads >= 0.9x: {'met' if ok else 'NOT met'}; "
+          f"load average now {os.getloadavg()[0]:.2f}")
     return ok
 
 
