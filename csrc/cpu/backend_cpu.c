@@ -331,7 +331,9 @@ static int poll_any(worker *w, int list, int64_t epoch, int k) {
             fail(be, sw_runtime_overdue(rt, l->cmd[w->cursor[k]].id, waited));
             return 1;
         }
-        if (round > 2000) {   /* after the first few hundred microseconds, yield the core */
+        if (round > 2000 || waited > 200e-6) {   /* after the first few hundred microseconds, yield the core
+                                                  * (by time too: each round MPI_Tests the message, a few
+                                                  * hundred ns, where it was a flag and a mutex) */
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
         }
