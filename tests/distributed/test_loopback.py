@@ -337,3 +337,15 @@ def test_a_rank_that_stops_stepping_is_named(n, monkeypatch):
     assert all("for a message from rank" in s for s in texts), texts
     assert any(f"for a message from rank {lost} that never came" in s for s in texts), texts
     assert all("is rank" in s and "alive and running the same plan?" in s for s in texts), texts
+
+
+def test_the_default_schedule_is_critical_path_across_processes_fifo_in_one():
+    """schedule="auto" (the default): a rank of several runs the critical-path schedule (a rank
+    sends its gradients as they are ready instead of after the other rank's updates), one process
+    fifo; a swap plan keeps fifo (its streams are the swap's)."""
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(4))
+    assert sw.Trainer(g, plan).schedule is None
+    comms = loopback_comms(2)
+    got = in_threads(2, lambda r: sw.Trainer(g, plan, comm=comms[r]).schedule)
+    assert all(s is not None and s.policy == "critical_path" for s in got), got
