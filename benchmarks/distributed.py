@@ -1,6 +1,7 @@
 """Training across processes: shardwise ranks beside threads of one process and PyTorch DDP.
 
-For LeNet-5 and the scaled ResNet-18, data parallelism and the searched plan on
+For LeNet-5 and the scaled ResNet-18, data parallelism (parameter server, and ring all-reduce) and
+the searched plan on
 ``DeviceGraph.cpu(k)`` (one device per rank), at 1, 2 and 4 ranks, prints images/s of
 
 * **ranks**: ``mpiexec -n k``, every rank ``Trainer(g, plan, comm=sw.distributed.init())``
@@ -67,7 +68,15 @@ def _plan(args, g: sw.Graph) -> sw.Plan:
     d = sw.DeviceGraph.cpu(args.ranks)
     if args.plan_file:
         return sw.Plan.load(args.plan_file, g, d)
-    return sw.strategies.data_parallel(g, d) if args.plan == "data" else sw.search(g, d)
+    return make_plan(args.plan, g, d)
+
+
+def make_plan(label: str, g: sw.Graph, d: sw.DeviceGraph) -> sw.Plan:
+    """data: data parallelism (parameter server on the first replica); ring: the same with ring
+    all-reduce synchronization (every replica updates itself, as DDP does); searched: sw.search."""
+    if label == "ring":
+        return sw.strategies.data_parallel(g, d, sw.CostOptions(sync="ring"))
+    return sw.strategies.data_parallel(g, d) if label == "data" else sw.search(g, d)
 
 
 def _emit(result: dict) -> None:
@@ -257,7 +266,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="lenet5,resnet18_small")
     ap.add_argument("--ranks", default="1,2,4")
-    ap.add_argument("--plans", default="data,searched")
+    ap.add_argument("--plans", default="data,ring,searched")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per launch")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per launch")
     ap.add_argument("--rounds", type=int, default=3, help="launches of every configuration (medians)")
@@ -269,7 +278,8 @@ def main() -> int:
     ap.add_argument("--model")
     ap.add_argument("--plan", default="data")
     ap.add_argument("--plan-file")
-    ap.add_argument("--schedule", default="fifo", help="the shardwise trainers' schedule (fifo, critical_path)")
+    ap.add_argument("--schedule", default="auto",
+                    help="the shardwise trainers' schedule (auto: the Trainer's default; fifo, critical_path)")
     ap.add_argument("--batch", type=int)
     args = ap.parse_args()
     if args.worker:
@@ -313,7 +323,7 @@ def drive(args) -> int:
         for k in ranks:
             d = sw.DeviceGraph.cpu(k)
             for label in plans:
-                plan = sw.strategies.data_parallel(g, d) if label == "data" else sw.search(g, d)
+                plan = make_plan(label, g, d)
                 path = os.path.join(tmp, f"{label}-{k}.json")
                 plan.save(path)
                 w = base + ["--worker", "threads", "--ranks", str(k), "--plan", label, "--plan-file", path]
