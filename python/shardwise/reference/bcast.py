@@ -1,0 +1,98 @@
+"""NumPy reference of the broadcasting and slicing ops (shardwise.ops.bcast) and of max
+pooling in ceil mode: what the CPU kernels must compute, written as plainly as NumPy allows
+(broadcasting, slicing, np.repeat), independent of the ops' index maps."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from shardwise.reference.dropout import _scale, dropout_mask
+
+BCAST_KINDS = frozenset({"mul", "broadcast_add", "expand", "slice", "stochastic_depth", "upsample_nearest"})
+"""The graph op kinds whose forward and backward this module computes."""
+
+
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The gradient of a tensor of ``shape`` broadcast to g's shape: g summed over the
+    dimensions it was stretched along."""
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead else g
+    axes = tuple(d for d, s in enumerate(shape) if s == 1 and g.shape[d] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _slices(op: Any, rank: int) -> tuple[slice, ...]:
+    a = op.attrs
+    return tuple(slice(a["start"], a["stop"], a["step"]) if d == a["dim"] else slice(None) for d in range(rank))
+
+
+def stochastic_depth_factor(n: int, p: float, seed: int, step: int, row: bool, dtype: Any) -> np.ndarray:
+    """Per sample, 0 or 1 / (1 - p): dropout's draws at the sample's index (row mode) or at
+    index 0 for all (batch mode)."""
+    keep = dropout_mask((n,), p, seed, step) if row else np.repeat(dropout_mask((1,), p, seed, step), n)
+    return np.where(keep, _scale(p, dtype), np.dtype(dtype).type(0))
+
+
+def op_forward(op: Any, ins: list[np.ndarray], step: int = 0, training: bool = True) -> np.ndarray:
+    a = op.attrs
+    if op.kind == "mul":
+        return ins[0] * ins[1]
+    if op.kind == "broadcast_add":
+        return ins[0] + ins[1]
+    if op.kind == "expand":
+        return np.ascontiguousarray(np.broadcast_to(ins[0], a["shape"]))
+    if op.kind == "slice":
+        return np.ascontiguousarray(ins[0][_slices(op, ins[0].ndim)])
+    if op.kind == "stochastic_depth":
+        x = ins[0]
+        if not training:
+            return x
+        f = stochastic_depth_factor(x.shape[0], a["p"], a["seed"], step, a.get("mode", "row") == "row", x.dtype)
+        return x * f.reshape((-1,) + (1,) * (x.ndim - 1))
+    if op.kind == "upsample_nearest":
+        sh, sw = a["scale"]
+        return np.repeat(np.repeat(ins[0], sh, axis=2), sw, axis=3)
+    raise NotImplementedError(op.kind)
+
+
+def op_backward(op: Any, ins: list[np.ndarray], dy: np.ndarray, step: int = 0) -> list[np.ndarray]:
+    """The gradient of each data input."""
+    a = op.attrs
+    if op.kind == "mul":
+        return [unbroadcast(dy * ins[1], ins[0].shape), unbroadcast(dy * ins[0], ins[1].shape)]
+    if op.kind == "broadcast_add":
+        return [unbroadcast(dy, ins[0].shape), unbroadcast(dy, ins[1].shape)]
+    if op.kind == "expand":
+        return [unbroadcast(dy, ins[0].shape)]
+    if op.kind == "slice":
+        dx = np.zeros(ins[0].shape, dy.dtype)
+        dx[_slices(op, dx.ndim)] = dy
+        return [dx]
+    if op.kind == "stochastic_depth":
+        return [op_forward(op, [dy], step, training=True)]
+    if op.kind == "upsample_nearest":
+        sh, sw = a["scale"]
+        n, c, h, w = ins[0].shape
+        return [dy.reshape(n, c, h, sh, w, sw).sum(axis=(3, 5))]
+    raise NotImplementedError(op.kind)
+
+
+def _ceil_pad(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+              out: Sequence[int]) -> np.ndarray:
+    """x with -inf rows and columns appended so that floor mode gives the ceil-mode size."""
+    extra = [max(0, (o - 1) * s + k - 2 * p - size) for o, s, k, p, size in
+             zip(out, stride, kernel, padding, x.shape[2:])]
+    return np.pad(x, ((0, 0), (0, 0), (0, extra[0]), (0, extra[1])), constant_values=-np.inf)
+
+
+def max_pool_ceil_forward(x: np.ndarray, kernel, stride, padding, out: Sequence[int]) -> np.ndarray:
+    from shardwise.reference import pool2d_forward
+    return pool2d_forward(_ceil_pad(x, kernel, stride, padding, out), kernel, stride, padding, "max")
+
+
+def max_pool_ceil_backward(x: np.ndarray, dy: np.ndarray, kernel, stride, padding) -> np.ndarray:
+    from shardwise.reference import pool2d_backward
+    xe = _ceil_pad(x, kernel, stride, padding, dy.shape[2:])
+    dx = pool2d_backward(xe, dy, kernel, stride, padding, "max")
+    return np.ascontiguousarray(dx[:, :, :x.shape[2], :x.shape[3]])
