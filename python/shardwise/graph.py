@@ -23,7 +23,7 @@ import numpy as np
 
 from shardwise.ops import builtin as ops
 from shardwise.errors import GraphError, ShapeError
-from shardwise.graph_bcast import BroadcastBuilders
+from shardwise.graph_bcast import BroadcastBuilders, broadcasts
 from shardwise.graph_seq import INPUT_DTYPES, SequenceBuilders
 from shardwise.shapes import check_shape
 from shardwise.ops.desc import DATA, MAX_INDEX_COEF, MAX_INDEX_OFFSET, MAX_INDEX_PERIOD, WEIGHT, OpDesc
@@ -307,7 +307,7 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         broadcast otherwise ((N, T, D) + (1, T, D)) build a ``broadcast_add`` op."""
         a, b = self._tensor(a, "first input"), self._tensor(b, "second input")
         r, rb = len(a.shape), len(b.shape)
-        if a.shape != b.shape and not (rb <= r and a.shape[r - rb:] == b.shape):
+        if a.shape != b.shape and not (rb <= r and a.shape[r - rb:] == b.shape) and broadcasts(a.shape, b.shape):
             return self.broadcast_add(a, b, name=name)   # any other broadcast: graph_bcast
         return self._add("add", [a, b], ops.add(a.shape, b.shape), name)
 

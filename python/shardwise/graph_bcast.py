@@ -42,6 +42,15 @@ def _dim(dim: Any, rank: int, what: str) -> int:
     return d % rank
 
 
+def broadcasts(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether shapes a and b broadcast (NumPy's rule)."""
+    try:
+        ops_bcast.broadcast_shape(tuple(a), tuple(b), "broadcast")
+    except ShapeError:
+        return False
+    return True
+
+
 class BroadcastBuilders:
     """The builders of mul, broadcast_add, expand, slice (and chunk, split), stochastic_depth
     and upsample_nearest."""

@@ -74,8 +74,9 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
     if not isinstance(model, torch.nn.Module):
         raise ModelImportError(f"from_torch takes a torch.nn.Module, got {type(model).__name__}")
     shapes = _example_shapes(torch, example_inputs)
-    fx_graph = _trace(torch, model)
-    importer = _Importer(torch, resolve(torch), model, fx_graph, name or type(model).__name__)
+    index = resolve(torch)
+    fx_graph = _trace(torch, model, tuple(index.modules))
+    importer = _Importer(torch, index, model, fx_graph, name or type(model).__name__)
     g = importer.run(shapes)
     return without_dead_ops(g, importer.weights())
 
@@ -97,8 +98,14 @@ def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[tuple[int, ..
     return shapes
 
 
-def _trace(torch: Any, model: Any) -> Any:
-    tracer = torch.fx.Tracer()
+def _trace(torch: Any, model: Any, leaves: tuple = ()) -> Any:
+    """The model's fx graph; modules of the classes ``leaves`` (the import table's, those
+    outside torch.nn included: torchvision's StochasticDepth) are calls, not traced into."""
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m: Any, qualname: str) -> bool:
+            return type(m) in leaves or super().is_leaf_module(m, qualname)
+
+    tracer = Tracer()
     tracer.record_stack_traces = True   # source lines for messages
     tracer.proxy_buffer_attributes = True   # buffers as get_attr nodes: a causal mask `self.bias[:, :, :T, :T]`
     try:
@@ -140,7 +147,9 @@ def resolve(torch: Any, table: Sequence[TorchOp] = TORCH_OPS) -> Index:
 
     for entry in table:
         for cls in entry.modules:
-            put(index.modules, getattr(torch.nn, cls, None), entry, f"nn.{cls}")
+            # a dotted name is a class outside torch.nn (torchvision.ops.StochasticDepth)
+            put(index.modules, _resolve_name(cls) if "." in cls else getattr(torch.nn, cls, None), entry,
+                cls if "." in cls else f"nn.{cls}")
         for fn in entry.functions:
             put(index.functions, _resolve_name(fn), entry, fn)
         for m in entry.methods:

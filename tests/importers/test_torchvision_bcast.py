@@ -1,0 +1,153 @@
+"""torchvision models through from_torch: the broadcasting and slicing ops (mul, broadcast_add,
+expand, slice, stochastic_depth, upsample_nearest, max pooling in ceil mode) in real networks.
+
+Each model (random initialization, small images, a batch of 2) is imported, and
+``Trainer.forward`` (the model's own output) in eval mode is compared with PyTorch's float64
+run within 1e-5; models that still need ops shardwise lacks are checked to fail naming them.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import shardwise as sw
+
+torch = pytest.importorskip("torch")
+
+
+def _import_torchvision():
+    """torchvision, or None.  The wheel on this machine is a CUDA build (torchvision 0.28.0+cu130)
+    beside a CPU torch: its C extension does not load, and registering the fake kernels of its
+    detection ops (nms, roi_align, ...) raises at import.  The models are plain Python, so the
+    import goes on with those registrations skipped."""
+    import torch.library
+
+    real = torch.library.register_fake
+    torch.library.register_fake = lambda *a, **k: (lambda f: f)
+    try:
+        import torchvision
+    except ImportError:
+        return None
+    finally:
+        torch.library.register_fake = real
+    return torchvision
+
+
+tv = _import_torchvision()
+if tv is None:
+    pytest.skip("torchvision is not installed", allow_module_level=True)
+
+
+def _check_eval_forward(model, size: int, batch: int = 2, workers: int = 1, seed: int = 0):
+    torch.manual_seed(seed)
+    model = model.eval()
+    x = np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype(np.float32)
+    g, weights = sw.from_torch(model, example_inputs=(torch.tensor(x),))
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(workers)))
+    t.set_weights(weights)
+    t.train(False)
+    ref = copy.deepcopy(model).double().eval()
+    with torch.no_grad():
+        want = ref(torch.tensor(x, dtype=torch.float64)).numpy()
+    got = t.forward(x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    return g
+
+
+def test_squeeze_excitation_and_chunk_shuffle():
+    """torchvision's SqueezeExcitation (scale * input) and ShuffleNet's channel split + shuffle."""
+    from torchvision.ops import SqueezeExcitation
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.se = SqueezeExcitation(8, 4)
+            self.fc = torch.nn.Linear(8, 5)
+
+        def forward(self, x):
+            x = self.se(self.conv(x))
+            a, b = x.chunk(2, dim=1)
+            x = torch.cat((a, torch.relu(b)), dim=1)
+            n, c, h, w = x.size()
+            x = x.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+            return self.fc(x.mean((2, 3)))
+
+    g = _check_eval_forward(Net(), 8, workers=2)
+    kinds = {op.kind for op in g.ops}
+    assert {"mul", "slice"} <= kinds
+
+
+def test_vit_class_token_and_positions():
+    """ViT's input: the class token expanded over the batch, concatenated, plus a learned
+    (1, T, D) position table (broadcast_add), a slice of it, then x[:, 0]."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Conv2d(3, 16, 4, stride=4)
+            self.class_token = torch.nn.Parameter(torch.randn(1, 1, 16))
+            self.pos = torch.nn.Parameter(torch.randn(1, 20, 16))
+            self.ln = torch.nn.LayerNorm(16)
+            self.head = torch.nn.Linear(16, 5)
+
+        def forward(self, x):
+            x = self.proj(x)
+            n = x.shape[0]
+            x = x.reshape(n, 16, -1).permute(0, 2, 1)
+            x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1)
+            x = x + self.pos[:, :x.shape[1]]
+            return self.head(self.ln(x)[:, 0])
+
+    g = _check_eval_forward(Net(), 16, workers=2)
+    assert {"expand", "broadcast_add", "slice"} <= {op.kind for op in g.ops}
+
+
+def test_stochastic_depth_and_upsample():
+    from torchvision.ops import StochasticDepth
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.sd = StochasticDepth(0.3, "row")
+            self.up = torch.nn.Upsample(scale_factor=2)
+            self.pool = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
+            self.fc = torch.nn.Linear(4 * 8 * 8, 5)
+
+        def forward(self, x):
+            y = self.conv(x)
+            y = self.pool(self.up(y + self.sd(y)))
+            return self.fc(y.flatten(1))
+
+    g = _check_eval_forward(Net(), 8)
+    assert {"stochastic_depth", "upsample_nearest"} <= {op.kind for op in g.ops}
+    assert any(op.attrs.get("ceil_mode") for op in g.ops if op.kind == "pool2d")
+
+
+@pytest.mark.parametrize("name,size", [("shufflenet_v2_x0_5", 32), ("regnet_y_400mf", 32), ("alexnet", 64),
+                                       pytest.param("vgg11_bn", 32, marks=pytest.mark.slow),
+                                       pytest.param("efficientnet_b0", 32, marks=pytest.mark.slow)])
+def test_torchvision_eval_forward(name, size):
+    model = getattr(tv.models, name)(weights=None, num_classes=10)
+    _check_eval_forward(model, size)
+
+
+@pytest.mark.parametrize("name,size,why", [
+    ("googlenet", 32, "eps=0.001"),                 # batch norm eps: branch opsnorm
+    ("mobilenet_v3_small", 32, "eps=0.001"),        # batch norm eps, then hardswish/hardsigmoid: opsnorm
+    ("vit", 32, "MultiheadAttention"),              # nn.MultiheadAttention is not imported yet
+    ("vgg11_bn", 64, "adaptive pooling of a 2x2 input to \\(7, 7\\)"),   # upsampling adaptive pooling
+])
+def test_torchvision_still_refused(name, size, why):
+    """What the models not imported yet need, named by the import error."""
+    if name == "vit":
+        model = tv.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                            mlp_dim=64, num_classes=10)
+    else:
+        kw = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+        model = getattr(tv.models, name)(weights=None, num_classes=10, **kw)
+    with pytest.raises(sw.ModelImportError, match=why):
+        sw.from_torch(model.eval(), example_inputs=(torch.zeros(2, 3, size, size),))
