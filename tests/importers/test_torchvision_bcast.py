@@ -151,3 +151,43 @@ def test_torchvision_still_refused(name, size, why):
         model = getattr(tv.models, name)(weights=None, num_classes=10, **kw)
     with pytest.raises(sw.ModelImportError, match=why):
         sw.from_torch(model.eval(), example_inputs=(torch.zeros(2, 3, size, size),))
+
+
+def test_onnx_broadcast_ops():
+    """The same ops through torch.onnx.export: Mul and Add that broadcast (an initializer as a
+    parameter op), Split, Slice, Expand of a class token (ConstantOfShape folded)."""
+    import io
+
+    pytest.importorskip("onnx")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Conv2d(8, 8, 1)
+            self.table = torch.nn.Parameter(torch.randn(1, 8, 1, 1))
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 16))
+            self.lin = torch.nn.Linear(8 * 8 * 8, 5)
+            self.lin2 = torch.nn.Linear(16, 5)
+
+        def forward(self, x):
+            y = self.conv(x)
+            y = torch.sigmoid(self.fc(y.mean((2, 3), keepdim=True))) * y + self.table
+            a, b = y.chunk(2, dim=1)
+            y = torch.cat([b, a], 1)
+            z = y.reshape(y.shape[0], 8, 64)[:, :, :16]
+            z = torch.cat([self.cls.expand(y.shape[0], -1, -1), z], 1)
+            return self.lin(y.flatten(1)) + self.lin2(z[:, 0])
+
+    model = Net().eval()
+    x = torch.randn(2, 3, 8, 8)
+    f = io.BytesIO()
+    torch.onnx.export(model, (x,), f, dynamo=False, opset_version=17)
+    g, weights = sw.from_onnx(f.getvalue())
+    assert {"mul", "broadcast_add", "slice", "expand"} <= {op.kind for op in g.ops}
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    t.set_weights(weights)
+    t.train(False)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x.double()).numpy()
+    np.testing.assert_allclose(t.forward(x.numpy()), want, atol=1e-5, rtol=1e-5)
