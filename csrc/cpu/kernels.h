@@ -224,4 +224,10 @@ sw_status sw_bcast_backward(int op, const sw_index_expr *map_x, const sw_view *o
 sw_status sw_stochastic_depth_apply(const sw_view *x, sw_view *y, float p, int row, uint64_t seed, int64_t step,
                                     const char *name);
 
+/* ---- adaptive average pooling (adaptive_pool.c): PyTorch's windows, any input and output sizes ----
+ * x (N, C, h, w) -> y (N, C, oh, ow) over y's box; backward: dx (dx's box) from dy's box */
+sw_status sw_adaptive_avg_pool2d_forward(const sw_view *x, sw_view *y, int64_t h, int64_t w, int64_t oh, int64_t ow);
+sw_status sw_adaptive_avg_pool2d_backward(const sw_view *dy, sw_view *dx, int64_t h, int64_t w, int64_t oh,
+                                          int64_t ow);
+
 #endif /* SHARDWISE_CPU_KERNELS_H */

@@ -174,3 +174,13 @@ class BroadcastBuilders:
         sh, sw = _int(sh, "upsample scale"), _int(sw, "upsample scale")
         return self._add("upsample_nearest", [x], ops_bcast.upsample_nearest(x.shape, (sh, sw)), name,
                          scale=(sh, sw))
+
+    def adaptive_avg_pool2d(self, x: "Tensor", output_size: int | Sequence[int], name: str | None = None) -> "Tensor":
+        """``nn.AdaptiveAvgPool2d(output_size)`` of (N, C, H, W), any sizes: PyTorch's windows
+        [floor(i H / OH), ceil((i + 1) H / OH)), overlapping where the output is larger (alexnet's
+        and vgg's 2x2 -> 7x7 on small images).  Where OH divides H, ``pool2d`` is the same op."""
+        x = self._tensor(x)
+        oh, ow = (output_size, output_size) if isinstance(output_size, numbers.Integral) else tuple(output_size)
+        out = (_int(oh, "adaptive_avg_pool2d output size"), _int(ow, "adaptive_avg_pool2d output size"))
+        return self._add("adaptive_avg_pool2d", [x], ops_bcast.adaptive_avg_pool2d(x.shape, out), name,
+                         output_size=out)

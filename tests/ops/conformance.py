@@ -510,6 +510,13 @@ CASES: list[Case] = [
     _c("pool2d_max_ceil", "pool2d",
        lambda g, data: g.pool2d(data((N, 2, 6, 6)), 3, stride=2, kind="max", ceil_mode=True, name="op"),
        [{"h": 3}, {"n": 2, "w": 3}], bound=REDUCTION),
+    # adaptive average pooling that upsamples (2x3 -> 5x4: overlapping windows) and that shrinks
+    _c("adaptive_avg_pool2d_up", "adaptive_avg_pool2d",
+       lambda g, data: g.adaptive_avg_pool2d(data((N, 2, 2, 3)), (5, 4), name="op"),
+       [{"n": 2}, {"c": 2}, {"n": 3, "c": 2}], bound=REDUCTION),   # rows and columns: whole (the division's granule)
+    _c("adaptive_avg_pool2d_down", "adaptive_avg_pool2d",
+       lambda g, data: g.adaptive_avg_pool2d(data((N, 2, 7, 5)), (3, 2), name="op"),
+       [{"c": 2}], bound=REDUCTION),
 ]
 
 # op kinds no backend trains: the case checks that the trainer refuses them, naming the op

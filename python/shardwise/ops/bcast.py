@@ -114,3 +114,34 @@ def upsample_nearest(x: tuple[int, ...], scale: tuple[int, int]) -> OpDesc:
     exprs = (var(r, 0), var(r, 1), div(2, sh) if sh > 1 else var(r, 2), div(3, sw) if sw > 1 else var(r, 3))
     out = (x[0], x[1], x[2] * sh, x[3] * sw)
     return OpDesc(extents=out, out_rank=r, inputs=(InputDesc(DATA, x, exprs),))
+
+
+def adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
+    """PyTorch's adaptive pooling windows along one axis: [floor(i size / out), ceil((i + 1) size / out))."""
+    return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+
+def adaptive_avg_pool2d(x: tuple[int, ...], out: tuple[int, int]) -> OpDesc:
+    """Adaptive average pooling of (N, C, H, W) to (N, C, OH, OW), any sizes (``nn.AdaptiveAvgPool2d``;
+    upsampling too: 2x2 -> 7x7).  Window i starts at floor(i H / OH) = (i H + dy OH) // OH - dy,
+    so the description reads row (i H + dy OH) // OH for dy below the largest window: a superset
+    of the true window where windows differ in size (the region is then a row larger; the
+    kernels read the true windows only)."""
+    if len(x) != 4:
+        raise ShapeError(f"adaptive_avg_pool2d expects an (N, C, H, W) input, got shape {x}")
+    oh, ow = out
+    if min(oh, ow) < 1:
+        raise ShapeError(f"adaptive_avg_pool2d: output size must be positive, got {out}")
+    h, w = x[2], x[3]
+    kh = max(b - a for a, b in adaptive_windows(h, oh))
+    kw = max(b - a for a, b in adaptive_windows(w, ow))
+    nv = 6   # 0 n, 1 c, 2 i, 3 j | 4 dy, 5 dx
+
+    def axis(v: int, r: int, size: int, o: int) -> IndexExpr:
+        coefs = [0] * nv
+        coefs[v], coefs[r] = size, o
+        return IndexExpr(tuple(coefs), 0, o) if o > 1 else IndexExpr(tuple(coefs))
+
+    exprs = (var(nv, 0), var(nv, 1), axis(2, 4, h, oh), axis(3, 5, w, ow))
+    return OpDesc(extents=(x[0], x[1], oh, ow, kh, kw), out_rank=4, inputs=(InputDesc(DATA, x, exprs),),
+                  flops_per_point=1.0, reductions=("dy", "dx"))

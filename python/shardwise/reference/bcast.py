@@ -9,7 +9,8 @@ import numpy as np
 
 from shardwise.reference.dropout import _scale, dropout_mask
 
-BCAST_KINDS = frozenset({"mul", "broadcast_add", "expand", "slice", "stochastic_depth", "upsample_nearest"})
+BCAST_KINDS = frozenset({"mul", "broadcast_add", "expand", "slice", "stochastic_depth", "upsample_nearest",
+                         "adaptive_avg_pool2d"})
 """The graph op kinds whose forward and backward this module computes."""
 
 
@@ -53,7 +54,31 @@ def op_forward(op: Any, ins: list[np.ndarray], step: int = 0, training: bool = T
     if op.kind == "upsample_nearest":
         sh, sw = a["scale"]
         return np.repeat(np.repeat(ins[0], sh, axis=2), sw, axis=3)
+    if op.kind == "adaptive_avg_pool2d":
+        return adaptive_avg_pool2d_forward(ins[0], a["output_size"])
     raise NotImplementedError(op.kind)
+
+
+def _windows(size: int, out: int) -> list[tuple[int, int]]:
+    return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+
+def adaptive_avg_pool2d_forward(x: np.ndarray, out: Sequence[int]) -> np.ndarray:
+    """PyTorch's adaptive average pooling, window by window."""
+    n, c, h, w = x.shape
+    y = np.zeros((n, c, out[0], out[1]), x.dtype)
+    for i, (h0, h1) in enumerate(_windows(h, out[0])):
+        for j, (w0, w1) in enumerate(_windows(w, out[1])):
+            y[:, :, i, j] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return y
+
+
+def adaptive_avg_pool2d_backward(dy: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    dx = np.zeros(shape, dy.dtype)
+    for i, (h0, h1) in enumerate(_windows(shape[2], dy.shape[2])):
+        for j, (w0, w1) in enumerate(_windows(shape[3], dy.shape[3])):
+            dx[:, :, h0:h1, w0:w1] += (dy[:, :, i, j] / ((h1 - h0) * (w1 - w0)))[:, :, None, None]
+    return dx
 
 
 def op_backward(op: Any, ins: list[np.ndarray], dy: np.ndarray, step: int = 0) -> list[np.ndarray]:
@@ -75,6 +100,8 @@ def op_backward(op: Any, ins: list[np.ndarray], dy: np.ndarray, step: int = 0) -
         sh, sw = a["scale"]
         n, c, h, w = ins[0].shape
         return [dy.reshape(n, c, h, sh, w, sw).sum(axis=(3, 5))]
+    if op.kind == "adaptive_avg_pool2d":
+        return [adaptive_avg_pool2d_backward(dy, ins[0].shape)]
     raise NotImplementedError(op.kind)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import operator
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -134,6 +135,13 @@ def _resolve_name(dotted: str) -> Any:
         return None   # not in this version of torch: that spelling cannot occur in a trace either
 
 
+def _loaded_class(dotted: str) -> Any:
+    """The class ``dotted`` names when its package is already imported (a model built with
+    torchvision imported it), else None: from_torch never imports torchvision itself."""
+    module, _, attr = dotted.rpartition(".")
+    return getattr(sys.modules.get(module), attr, None) if module in sys.modules else None
+
+
 def resolve(torch: Any, table: Sequence[TorchOp] = TORCH_OPS) -> Index:
     """Look every spelling of ``table`` up in the installed torch; a spelling listed twice is an error."""
     index = Index({}, {}, {})
@@ -148,7 +156,7 @@ def resolve(torch: Any, table: Sequence[TorchOp] = TORCH_OPS) -> Index:
     for entry in table:
         for cls in entry.modules:
             # a dotted name is a class outside torch.nn (torchvision.ops.StochasticDepth)
-            put(index.modules, _resolve_name(cls) if "." in cls else getattr(torch.nn, cls, None), entry,
+            put(index.modules, _loaded_class(cls) if "." in cls else getattr(torch.nn, cls, None), entry,
                 cls if "." in cls else f"nn.{cls}")
         for fn in entry.functions:
             put(index.functions, _resolve_name(fn), entry, fn)

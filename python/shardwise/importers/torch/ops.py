@@ -279,6 +279,9 @@ def _adaptive_pool(kind: str) -> Callable[[Call], Tensor]:
         if x.shape[2:] == (1, 1) and all(isinstance(s, int) and s >= 1 for s in out):
             # one value per channel repeated (alexnet's and vgg's 1x1 -> 6x6 / 7x7 on small images)
             return x if out == (1, 1) else c.graph.expand(x, x.shape[:2] + out, name=c.name)
+        if kind == "avg" and all(isinstance(s, int) and s > 0 for s in out) and \
+                any(x.shape[2 + d] % s for d, s in enumerate(out)):
+            return c.graph.adaptive_avg_pool2d(x, out, name=c.name)   # PyTorch's uneven (or overlapping) windows
         if any(not isinstance(s, int) or s <= 0 or x.shape[2 + d] % s for d, s in enumerate(out)):
             raise c.error(f"adaptive pooling of a {x.shape[2]}x{x.shape[3]} input to {out} is not supported; "
                           f"the output size must divide the input size (then it is a {kind} pool)")
@@ -478,9 +481,9 @@ TORCH_OPS: tuple[TorchOp, ...] = (
             doc="`count_include_pad=True` when padded, no `divisor_override`; `ceil_mode=True` where it adds no window"),
     TorchOp("avgpool", _adaptive_pool("avg"), params=(("output_size", REQUIRED),), modules=("AdaptiveAvgPool2d",),
             functions=(_F + "adaptive_avg_pool2d", "torch.adaptive_avg_pool2d"),
-            op="`pool2d` (avg), `expand`",
-            doc="the output size divides the input size (`(1, 1)`: global pooling), or the input is `1x1` (an "
-                "`expand` to the output size)"),
+            op="`pool2d` (avg), `expand`, `adaptive_avg_pool2d`",
+            doc="any sizes: a `pool2d` where the output size divides the input size (`(1, 1)`: global pooling), an "
+                "`expand` of a `1x1` input, else `adaptive_avg_pool2d` (PyTorch's windows, upsampling too)"),
     TorchOp("maxpool", _adaptive_pool("max"), params=(("output_size", REQUIRED), ("return_indices", False)),
             modules=("AdaptiveMaxPool2d",), functions=(_F + "adaptive_max_pool2d",),
             op="`pool2d` (max), `expand`",
