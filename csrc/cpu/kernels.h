@@ -230,4 +230,9 @@ sw_status sw_adaptive_avg_pool2d_forward(const sw_view *x, sw_view *y, int64_t h
 sw_status sw_adaptive_avg_pool2d_backward(const sw_view *dy, sw_view *dx, int64_t h, int64_t w, int64_t oh,
                                           int64_t ow);
 
+/* ---- bilinear upsampling (bilinear.c): integer factors (sh, sw), align_corners=False ----
+ * x (N, C, h, w) -> y (N, C, h sh, w sw) over y's box; backward: dx (dx's box) from dy's box */
+sw_status sw_upsample_bilinear_forward(const sw_view *x, sw_view *y, int64_t h, int64_t w, int64_t sh, int64_t sw);
+sw_status sw_upsample_bilinear_backward(const sw_view *dy, sw_view *dx, int64_t h, int64_t w, int64_t sh, int64_t sw);
+
 #endif /* SHARDWISE_CPU_KERNELS_H */

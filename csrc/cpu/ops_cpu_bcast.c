@@ -1,6 +1,6 @@
 /* ops_cpu_bcast.c -- CPU tasks of the broadcasting ops (mul, broadcast_add, expand,
  * upsample_nearest: bcast.c), slice (indexmap.c, as select), stochastic_depth
- * (stochastic_depth.c) and adaptive_avg_pool2d (adaptive_pool.c).
+ * (stochastic_depth.c), adaptive_avg_pool2d (adaptive_pool.c) and upsample_bilinear (bilinear.c).
  *
  * The broadcasting kernels evaluate the op description's index maps (e->op->map: slots 0
  * and 1), so a kernel reads exactly the elements the planner's regions hold.  A backward
@@ -126,6 +126,28 @@ static sw_status adaptive_pool_backward_data(const sw_task_env *e) {
     return sw_adaptive_avg_pool2d_backward(&dy, &dx, in[2], in[3], out[2], out[3]);
 }
 
+/* ------------------------------------------------------------------ upsample_bilinear */
+static sw_status bilinear_forward(const sw_task_env *e) {
+    sw_view x, y;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &y);
+    const int64_t *in = e->op->in_shape[0], *out = e->op->shape;
+    return sw_upsample_bilinear_forward(&x, &y, in[2], in[3], out[2] / in[2], out[3] / in[3]);
+}
+
+static sw_status bilinear_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_view dy, dx;
+    int none;
+    SW_TRY(dy_or_zeros(e, &r, &dy, &none));
+    if (none) {
+        return SW_OK;
+    }
+    sw_env_view(e, e->writes[0], &dx);
+    const int64_t *in = e->op->in_shape[0], *out = e->op->shape;
+    return sw_upsample_bilinear_backward(&dy, &dx, in[2], in[3], out[2] / in[2], out[3] / in[3]);
+}
+
 const sw_cpu_op sw_cpu_mul = {bcast_forward, bcast_backward_data, NULL};
 const sw_cpu_op sw_cpu_broadcast_add = {bcast_forward, bcast_backward_data, NULL};
 const sw_cpu_op sw_cpu_expand = {bcast_forward, bcast_backward_data, NULL};
@@ -133,3 +155,4 @@ const sw_cpu_op sw_cpu_slice = {slice_forward, slice_backward_data, NULL};
 const sw_cpu_op sw_cpu_upsample_nearest = {bcast_forward, bcast_backward_data, NULL};
 const sw_cpu_op sw_cpu_stochastic_depth = {stochastic_depth_forward, stochastic_depth_backward_data, NULL};
 const sw_cpu_op sw_cpu_adaptive_avg_pool2d = {adaptive_pool_forward, adaptive_pool_backward_data, NULL};
+const sw_cpu_op sw_cpu_upsample_bilinear = {bilinear_forward, bilinear_backward_data, NULL};

@@ -184,3 +184,12 @@ class BroadcastBuilders:
         out = (_int(oh, "adaptive_avg_pool2d output size"), _int(ow, "adaptive_avg_pool2d output size"))
         return self._add("adaptive_avg_pool2d", [x], ops_bcast.adaptive_avg_pool2d(x.shape, out), name,
                          output_size=out)
+
+    def upsample_bilinear(self, x: "Tensor", scale: int | Sequence[int], name: str | None = None) -> "Tensor":
+        """Bilinear upsampling of (N, C, H, W) by integer factors with ``align_corners=False``
+        (``nn.Upsample(scale_factor=s, mode="bilinear")``, ``F.interpolate(..., mode="bilinear")``)."""
+        x = self._tensor(x)
+        sh, sw = (scale, scale) if isinstance(scale, numbers.Integral) else tuple(scale)
+        sh, sw = _int(sh, "upsample scale"), _int(sw, "upsample scale")
+        return self._add("upsample_bilinear", [x], ops_bcast.upsample_bilinear(x.shape, (sh, sw)), name,
+                         scale=(sh, sw))

@@ -114,16 +114,17 @@ def test_stochastic_depth_and_upsample():
             self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
             self.sd = StochasticDepth(0.3, "row")
             self.up = torch.nn.Upsample(scale_factor=2)
+            self.bilinear = torch.nn.Upsample(scale_factor=3, mode="bilinear", align_corners=False)
             self.pool = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
-            self.fc = torch.nn.Linear(4 * 8 * 8, 5)
+            self.fc = torch.nn.Linear(4 * 24 * 24, 5)
 
         def forward(self, x):
             y = self.conv(x)
             y = self.pool(self.up(y + self.sd(y)))
-            return self.fc(y.flatten(1))
+            return self.fc(self.bilinear(y).flatten(1))
 
     g = _check_eval_forward(Net(), 8)
-    assert {"stochastic_depth", "upsample_nearest"} <= {op.kind for op in g.ops}
+    assert {"stochastic_depth", "upsample_nearest", "upsample_bilinear"} <= {op.kind for op in g.ops}
     assert any(op.attrs.get("ceil_mode") for op in g.ops if op.kind == "pool2d")
 
 
@@ -169,6 +170,7 @@ def test_onnx_broadcast_ops():
             self.cls = torch.nn.Parameter(torch.randn(1, 1, 16))
             self.lin = torch.nn.Linear(8 * 8 * 8, 5)
             self.lin2 = torch.nn.Linear(16, 5)
+            self.lin3 = torch.nn.Linear(8 * 8 * 8, 5)
 
         def forward(self, x):
             y = self.conv(x)
@@ -177,14 +179,15 @@ def test_onnx_broadcast_ops():
             y = torch.cat([b, a], 1)
             z = y.reshape(y.shape[0], 8, 64)[:, :, :16]
             z = torch.cat([self.cls.expand(y.shape[0], -1, -1), z], 1)
-            return self.lin(y.flatten(1)) + self.lin2(z[:, 0])
+            up = torch.nn.functional.interpolate(y, scale_factor=2, mode="bilinear", align_corners=False)
+            return self.lin(y.flatten(1)) + self.lin2(z[:, 0]) + self.lin3(up[:, :, ::2, 1::2].flatten(1))
 
     model = Net().eval()
     x = torch.randn(2, 3, 8, 8)
     f = io.BytesIO()
     torch.onnx.export(model, (x,), f, dynamo=False, opset_version=17)
     g, weights = sw.from_onnx(f.getvalue())
-    assert {"mul", "broadcast_add", "slice", "expand"} <= {op.kind for op in g.ops}
+    assert {"mul", "broadcast_add", "slice", "expand", "upsample_bilinear"} <= {op.kind for op in g.ops}
     t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
     t.set_weights(weights)
     t.train(False)
@@ -222,12 +225,15 @@ class _SEToken(torch.nn.Module):
 
 
 @pytest.mark.parametrize("plan_kind", ["data", "search"])
-@pytest.mark.parametrize("name", ["se_token", pytest.param("shufflenet_v2_x0_5", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["se_token", pytest.param("shufflenet_v2_x0_5", marks=pytest.mark.slow),
+                                  pytest.param("efficientnet_b0", marks=pytest.mark.slow)])
 def test_three_sgd_steps_equal_pytorch(name, plan_kind):
     """Training (batch norm in train mode, SGD with momentum) takes the steps PyTorch takes in
     float64: the losses of three steps and the eval output after them."""
     torch.manual_seed(0)
-    model = _SEToken() if name == "se_token" else getattr(tv.models, name)(weights=None, num_classes=5)
+    # efficientnet without its dropout and stochastic depth, whose draws are not PyTorch's
+    kw = {"dropout": 0.0, "stochastic_depth_prob": 0.0} if name == "efficientnet_b0" else {}
+    model = _SEToken() if name == "se_token" else getattr(tv.models, name)(weights=None, num_classes=5, **kw)
     rng = np.random.default_rng(0)
     size = 8 if name == "se_token" else 32
     x = rng.standard_normal((4, 3, size, size)).astype(np.float32)

@@ -517,6 +517,9 @@ CASES: list[Case] = [
     _c("adaptive_avg_pool2d_down", "adaptive_avg_pool2d",
        lambda g, data: g.adaptive_avg_pool2d(data((N, 2, 7, 5)), (3, 2), name="op"),
        [{"c": 2}], bound=REDUCTION),
+    _c("upsample_bilinear", "upsample_bilinear",
+       lambda g, data: g.upsample_bilinear(data((N, 2, 3, 4)), (2, 3), name="op"), [{"n": 2}, {"c": 2}, {"h": 3}, {"w": 2}],
+       bound=REDUCTION),
 ]
 
 # op kinds no backend trains: the case checks that the trainer refuses them, naming the op

@@ -145,3 +145,28 @@ def adaptive_avg_pool2d(x: tuple[int, ...], out: tuple[int, int]) -> OpDesc:
     exprs = (var(nv, 0), var(nv, 1), axis(2, 4, h, oh), axis(3, 5, w, ow))
     return OpDesc(extents=(x[0], x[1], oh, ow, kh, kw), out_rank=4, inputs=(InputDesc(DATA, x, exprs),),
                   flops_per_point=1.0, reductions=("dy", "dx"))
+
+
+def upsample_bilinear(x: tuple[int, ...], scale: tuple[int, int]) -> OpDesc:
+    """Bilinear upsampling of (N, C, H, W) by integer factors, align_corners=False
+    (``nn.Upsample(scale_factor=s, mode="bilinear")``): output row y reads input rows y0 and
+    y0 + 1 with y0 = floor((y + 1/2) / s - 1/2), which is y // s - 1 or y // s: the description
+    reads rows (y + s dy - s) // s = y // s - 1 + dy for dy in {0, 1, 2} (clamped into the
+    input), a superset of the taps whose division's period s keeps row splits on whole
+    groups of s output rows.  FLOPs: 8 per output (two lerps per axis, roughly)."""
+    if len(x) != 4:
+        raise ShapeError(f"upsample_bilinear expects an (N, C, H, W) input, got shape {x}")
+    sh, sw = scale
+    if min(sh, sw) < 1:
+        raise ShapeError(f"upsample_bilinear: scale factors must be positive ints, got {scale}")
+    nv = 6   # 0 n, 1 c, 2 y, 3 x | 4 dy, 5 dx
+
+    def axis(v: int, r: int, s: int) -> IndexExpr:
+        coefs = [0] * nv
+        coefs[v], coefs[r] = 1, s
+        return IndexExpr(tuple(coefs), -s, s) if s > 1 else IndexExpr(tuple(coefs), -1)
+
+    exprs = (var(nv, 0), var(nv, 1), axis(2, 4, sh), axis(3, 5, sw))
+    out = (x[0], x[1], x[2] * sh, x[3] * sw)
+    return OpDesc(extents=out + (3, 3), out_rank=4, inputs=(InputDesc(DATA, x, exprs),), flops_per_output=8.0,
+                  reductions=("dy", "dx"))

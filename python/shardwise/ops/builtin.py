@@ -315,6 +315,7 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "mul": ops_bcast.mul, "broadcast_add": ops_bcast.broadcast_add, "expand": ops_bcast.expand,
     "slice": ops_bcast.slice_, "stochastic_depth": ops_bcast.stochastic_depth,
     "upsample_nearest": ops_bcast.upsample_nearest, "adaptive_avg_pool2d": ops_bcast.adaptive_avg_pool2d,
+    "upsample_bilinear": ops_bcast.upsample_bilinear,
 }
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from shardwise.reference.dropout import _scale, dropout_mask
 
 BCAST_KINDS = frozenset({"mul", "broadcast_add", "expand", "slice", "stochastic_depth", "upsample_nearest",
-                         "adaptive_avg_pool2d"})
+                         "adaptive_avg_pool2d", "upsample_bilinear"})
 """The graph op kinds whose forward and backward this module computes."""
 
 
@@ -56,7 +56,24 @@ def op_forward(op: Any, ins: list[np.ndarray], step: int = 0, training: bool = T
         return np.repeat(np.repeat(ins[0], sh, axis=2), sw, axis=3)
     if op.kind == "adaptive_avg_pool2d":
         return adaptive_avg_pool2d_forward(ins[0], a["output_size"])
+    if op.kind == "upsample_bilinear":
+        my, mx = bilinear_matrix(ins[0].shape[2], a["scale"][0]), bilinear_matrix(ins[0].shape[3], a["scale"][1])
+        return np.einsum("yh,nchw,xw->ncyx", my, ins[0], mx)
     raise NotImplementedError(op.kind)
+
+
+def bilinear_matrix(size: int, scale: int) -> np.ndarray:
+    """(size * scale, size): row y holds the weights of PyTorch's align_corners=False bilinear
+    interpolation, src = max((y + 1/2) / scale - 1/2, 0) between floor(src) and the next."""
+    m = np.zeros((size * scale, size))
+    for y in range(size * scale):
+        src = max((y + 0.5) / scale - 0.5, 0.0)
+        i0 = min(int(np.floor(src)), size - 1)
+        i1 = min(i0 + 1, size - 1)
+        lam = src - i0
+        m[y, i0] += 1.0 - lam
+        m[y, i1] += lam
+    return m
 
 
 def _windows(size: int, out: int) -> list[tuple[int, int]]:
@@ -102,6 +119,9 @@ def op_backward(op: Any, ins: list[np.ndarray], dy: np.ndarray, step: int = 0) -
         return [dy.reshape(n, c, h, sh, w, sw).sum(axis=(3, 5))]
     if op.kind == "adaptive_avg_pool2d":
         return [adaptive_avg_pool2d_backward(dy, ins[0].shape)]
+    if op.kind == "upsample_bilinear":
+        my, mx = bilinear_matrix(ins[0].shape[2], a["scale"][0]), bilinear_matrix(ins[0].shape[3], a["scale"][1])
+        return [np.einsum("yh,ncyx,xw->nchw", my, dy, mx).astype(dy.dtype)]
     raise NotImplementedError(op.kind)
 
 

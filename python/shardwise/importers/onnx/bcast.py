@@ -67,7 +67,7 @@ def _expand(c: OnnxCall) -> Tensor:
 def _slice(c: OnnxCall) -> Tensor:
     x = operand(c, c.inputs[0], "the tensor sliced")
     r = len(x.shape)
-    starts, ends = c.const_ints(1, "starts"), c.const_ints(2, "ends")
+    starts, ends = _bounds(c, 1, "starts"), _bounds(c, 2, "ends")
     if starts is None or ends is None:
         raise c.error("Slice needs constant starts and ends")
     axes = c.axes("axes", 3, r) or list(range(len(starts)))
@@ -84,6 +84,17 @@ def _slice(c: OnnxCall) -> Tensor:
             raise c.error("slicing the batch dimension is not supported")
         y = c.graph.slice(y, a, lo, hi, st, name=c.name if y is x else None)
     return y
+
+
+def _bounds(c: OnnxCall, index: int, what: str) -> list[int] | None:
+    """Slice's starts or ends: integers, INT64_MAX (to the end) and INT64_MIN clipped."""
+    value = c.const(index, what)
+    if value is None:
+        return None
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu" or arr.ndim > 1:
+        raise c.error(f"expects integers as its {what}, got {arr.dtype} values of shape {arr.shape}")
+    return [int(v) for v in np.clip(arr.reshape(-1), -2**62, 2**62)]
 
 
 def _split(c: OnnxCall) -> Outputs:
@@ -107,8 +118,17 @@ def _split(c: OnnxCall) -> Outputs:
 
 def _resize(c: OnnxCall) -> Tensor:
     x = c.tensor(0, rank=4)
-    if (c.attrs.get_str("mode", "nearest") if hasattr(c.attrs, "get_str") else "nearest") != "nearest":
-        raise c.error("only mode='nearest' is supported")
+    mode = c.attrs.get_str("mode", "nearest")
+    coords = c.attrs.get_str("coordinate_transformation_mode", "half_pixel")
+    if mode not in ("nearest", "linear"):
+        raise c.error(f"mode={mode!r} is not supported (nearest, or linear: bilinear)")
+    if mode == "linear" and coords not in ("half_pixel", "pytorch_half_pixel"):
+        raise c.error(f"linear with coordinate_transformation_mode={coords!r} is not supported (half_pixel: "
+                      f"align_corners=False)")
+    if mode == "nearest" and (coords not in ("half_pixel", "pytorch_half_pixel", "asymmetric") or (
+            coords == "asymmetric" and c.attrs.get_str("nearest_mode", "round_prefer_floor") != "floor")):
+        raise c.error(f"nearest with coordinate_transformation_mode={coords!r} is not supported (asymmetric with "
+                      f"nearest_mode floor, or half_pixel: at integer scales both read y // s)")
     scales = c.const(2, "scales") if len(c.inputs) > 2 else None
     sizes = c.const(3, "sizes") if len(c.inputs) > 3 else None
     if sizes is not None and np.size(sizes):
@@ -123,6 +143,8 @@ def _resize(c: OnnxCall) -> Tensor:
         raise c.error("Resize needs scales or sizes")
     if not ok:
         raise c.error("only integer upsampling factors of H and W are supported")
+    if mode == "linear":
+        return c.graph.upsample_bilinear(x, tuple(scale), name=c.name)
     return c.graph.upsample_nearest(x, tuple(scale), name=c.name)
 
 

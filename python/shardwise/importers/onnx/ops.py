@@ -552,7 +552,9 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`expand`", "`Expand`", "of a computed tensor or an initializer (a class token), constant shape"),
     OnnxDocRow("`slice`", "`Slice`, `Split`",
                "constant starts, ends, positive steps and split sizes (or `num_outputs`), never the batch axis"),
-    OnnxDocRow("`upsample_nearest`", "`Resize`", "`mode=\"nearest\"`, integer scales (or sizes) of H and W"),
+    OnnxDocRow("`upsample_nearest`, `upsample_bilinear`", "`Resize`",
+               "integer scales (or sizes) of H and W; `mode=\"nearest\"` (half-pixel, or asymmetric with `floor`), or "
+               "`\"linear\"` with half-pixel coordinates (`align_corners=False`)"),
 )
 """The table of supported ONNX ops in docs/importing.md, row by row (``make docs-ops`` regenerates
 it).  Every op type :data:`ONNX_OPS` holds, with the sequence and LSTM ops that

@@ -140,12 +140,14 @@ def _stochastic_depth(c: Call) -> Tensor:
 
 
 def _upsample(c: Call) -> Tensor:
-    """nn.Upsample / F.interpolate, mode "nearest" with an integer scale factor (or a size that
-    is an integer multiple of the input's)."""
+    """nn.Upsample / F.interpolate, mode "nearest" or "bilinear" (align_corners=False) with an
+    integer scale factor (or a size that is an integer multiple of the input's)."""
     x = c.tensor(0, rank=4)
     a = c.attrs
-    if a["mode"] != "nearest":
-        raise c.error(f"mode={a['mode']!r} is not supported; only mode='nearest' with integer scale factors")
+    if a["mode"] not in ("nearest", "bilinear"):
+        raise c.error(f"mode={a['mode']!r} is not supported; only 'nearest' and 'bilinear' with integer scale factors")
+    if a["mode"] == "bilinear" and a["align_corners"]:
+        raise c.error("align_corners=True is not supported (bilinear with align_corners=False only)")
     if a.get("recompute_scale_factor") or a.get("antialias"):
         raise c.error("recompute_scale_factor and antialias are not supported")
     size, scale = a["size"], a["scale_factor"]
@@ -164,6 +166,8 @@ def _upsample(c: Call) -> Tensor:
         raise c.error("give size or scale_factor")
     if scale == (1, 1):
         return x
+    if a["mode"] == "bilinear":
+        return c.graph.upsample_bilinear(x, scale, name=c.name)
     return c.graph.upsample_nearest(x, scale, name=c.name)
 
 
@@ -190,7 +194,8 @@ TORCH_BCAST_OPS: tuple[TorchOp, ...] = (
     TorchOp("upsample", _upsample, params=(("size", None), ("scale_factor", None), ("mode", "nearest"),
                                            ("align_corners", None), ("recompute_scale_factor", None),
                                            ("antialias", False)),
-            modules=("Upsample",), functions=(_F + "interpolate",), op="`upsample_nearest`",
-            doc="`mode=\"nearest\"` with integer scale factors (or sizes that are integer multiples)"),
+            modules=("Upsample",), functions=(_F + "interpolate",), op="`upsample_nearest`, `upsample_bilinear`",
+            doc="`mode=\"nearest\"`, or `\"bilinear\"` with `align_corners=False`, by integer scale factors (or sizes "
+                "that are integer multiples)"),
 )
 """The broadcasting and slicing operations, part of :data:`~shardwise.importers.torch.ops.TORCH_OPS`."""
