@@ -235,13 +235,19 @@ def test_three_sgd_steps_equal_pytorch(name, plan_kind):
     kw = {"dropout": 0.0, "stochastic_depth_prob": 0.0} if name == "efficientnet_b0" else {}
     model = _SEToken() if name == "se_token" else getattr(tv.models, name)(weights=None, num_classes=5, **kw)
     rng = np.random.default_rng(0)
-    size = 8 if name == "se_token" else 32
+    # 64 px: shufflenet's last batch norms normalize 2x2 maps, not 1x1 ones (4 values per channel at 32 px,
+    # where float32 rounding is amplified by orders of magnitude: PyTorch's own float32 gradients are 1%
+    # off its float64 ones there)
+    size = {"se_token": 8, "shufflenet_v2_x0_5": 64}.get(name, 32)
     x = rng.standard_normal((4, 3, size, size)).astype(np.float32)
     y = rng.integers(0, 5, 4)
     g, weights = sw.from_torch(model.train(), (torch.tensor(x),))
     d = sw.DeviceGraph.cpu(2)
     plan = sw.strategies.data_parallel(g, d) if plan_kind == "data" else sw.search(g, d)
-    opt = dict(lr=0.05, momentum=0.9)
+    # a gentle step: from a random initialization with a batch of 4, lr 0.05 with momentum 0.9 makes
+    # efficientnet's and shufflenet's losses climb (in PyTorch too), where float32 rounding grows
+    # without bound; with lr 0.01 the steps descend and stay within 1e-4 of PyTorch's float64 ones
+    opt = dict(lr=0.01, momentum=0.5) if name != "se_token" else dict(lr=0.05, momentum=0.9)
     t = sw.Trainer(g, plan, optimizer=sw.SGD(**opt))
     t.set_weights(weights)
     ref = copy.deepcopy(model).double().train()

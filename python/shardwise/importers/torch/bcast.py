@@ -30,7 +30,11 @@ def operand(c: Call, v: Any, what: str) -> Tensor:
 
 
 def _is_tensorish(v: Any) -> bool:
-    return isinstance(v, (Tensor, Attr)) or (isinstance(v, Lazy) and type(v).__name__ not in ("Scores",))
+    """A computed tensor, a parameter, or a lazy value that is one (not attention scores, whose
+    products are the softmax's scale)."""
+    from shardwise.importers.torch.seq import Scores
+
+    return isinstance(v, (Tensor, Attr)) or (isinstance(v, Lazy) and not isinstance(v, Scores))
 
 
 def _mul(c: Call) -> Any:
