@@ -225,29 +225,18 @@ class _SEToken(torch.nn.Module):
 
 
 @pytest.mark.parametrize("plan_kind", ["data", "search"])
-@pytest.mark.parametrize("name", ["se_token", pytest.param("shufflenet_v2_x0_5", marks=pytest.mark.slow),
-                                  pytest.param("efficientnet_b0", marks=pytest.mark.slow)])
-def test_three_sgd_steps_equal_pytorch(name, plan_kind):
+def test_three_sgd_steps_equal_pytorch(plan_kind):
     """Training (batch norm in train mode, SGD with momentum) takes the steps PyTorch takes in
     float64: the losses of three steps and the eval output after them."""
     torch.manual_seed(0)
-    # efficientnet without its dropout and stochastic depth, whose draws are not PyTorch's
-    kw = {"dropout": 0.0, "stochastic_depth_prob": 0.0} if name == "efficientnet_b0" else {}
-    model = _SEToken() if name == "se_token" else getattr(tv.models, name)(weights=None, num_classes=5, **kw)
+    model = _SEToken()
     rng = np.random.default_rng(0)
-    # 64 px: shufflenet's last batch norms normalize 2x2 maps, not 1x1 ones (4 values per channel at 32 px,
-    # where float32 rounding is amplified by orders of magnitude: PyTorch's own float32 gradients are 1%
-    # off its float64 ones there)
-    size = {"se_token": 8, "shufflenet_v2_x0_5": 64}.get(name, 32)
-    x = rng.standard_normal((4, 3, size, size)).astype(np.float32)
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
     y = rng.integers(0, 5, 4)
     g, weights = sw.from_torch(model.train(), (torch.tensor(x),))
     d = sw.DeviceGraph.cpu(2)
     plan = sw.strategies.data_parallel(g, d) if plan_kind == "data" else sw.search(g, d)
-    # a gentle step: from a random initialization with a batch of 4, lr 0.05 with momentum 0.9 makes
-    # efficientnet's and shufflenet's losses climb (in PyTorch too), where float32 rounding grows
-    # without bound; with lr 0.01 the steps descend and stay within 1e-4 of PyTorch's float64 ones
-    opt = dict(lr=0.01, momentum=0.5) if name != "se_token" else dict(lr=0.05, momentum=0.9)
+    opt = dict(lr=0.05, momentum=0.9)
     t = sw.Trainer(g, plan, optimizer=sw.SGD(**opt))
     t.set_weights(weights)
     ref = copy.deepcopy(model).double().train()
@@ -266,3 +255,38 @@ def test_three_sgd_steps_equal_pytorch(name, plan_kind):
     with torch.no_grad():
         after = ref.eval()(xt).numpy()
     np.testing.assert_allclose(t.forward(x), after, atol=1e-4, rtol=1e-4)
+
+
+def _grad_error(grads: dict, want: dict) -> float:
+    """The largest error of any parameter's gradient, relative to that gradient's largest entry."""
+    return max(float(np.abs(grads[k] - want[k]).max()) / max(float(np.abs(want[k]).max()), 1e-3) for k in want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,size", [("shufflenet_v2_x0_5", 64), ("efficientnet_b0", 64)])
+def test_training_gradients_as_accurate_as_pytorch_float32(name, size):
+    """A training step's gradients (batch norm in train mode, a plan over 2 workers) against
+    PyTorch's float64 ones, no further off than PyTorch's own float32 gradients (times 3).  Several
+    steps of these networks from a random initialization with a batch of 4 are too sensitive to
+    compare trajectories: PyTorch's float32 and float64 runs part within a few steps themselves."""
+    torch.manual_seed(0)
+    # without dropout and stochastic depth, whose draws are not PyTorch's
+    kw = {"dropout": 0.0, "stochastic_depth_prob": 0.0} if name == "efficientnet_b0" else {}
+    model = getattr(tv.models, name)(weights=None, num_classes=5, **kw).train()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, size, size)).astype(np.float32)
+    y = rng.integers(0, 5, 4)
+    g, weights = sw.from_torch(model, (torch.tensor(x),))
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), optimizer=sw.SGD(lr=1.0))
+    t.set_weights(weights)
+    t.step(x, y)
+    after = t.get_weights()
+    names = [k for k, _ in model.named_parameters()]
+    got = {k: weights[k].astype(np.float64) - after[k] for k in names}   # lr 1: w - w' is the gradient
+    grads = {}
+    for dtype in (torch.float64, torch.float32):
+        ref = copy.deepcopy(model).to(dtype)
+        torch.nn.functional.cross_entropy(ref(torch.tensor(x, dtype=dtype)), torch.tensor(y)).backward()
+        grads[dtype] = {k: p.grad.double().numpy() for k, p in ref.named_parameters()}
+    ours, theirs = _grad_error(got, grads[torch.float64]), _grad_error(grads[torch.float32], grads[torch.float64])
+    assert ours <= 3 * theirs + 1e-4, f"gradients {ours:.3g} off PyTorch's float64 ones; its float32 ones {theirs:.3g}"
