@@ -12,6 +12,7 @@ and adds the op; names and arguments follow PyTorch's (``torch.mul``, ``Tensor.e
 """
 from __future__ import annotations
 
+import hashlib
 import numbers
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -160,10 +161,10 @@ class BroadcastBuilders:
                                  or not 0 <= seed < 2**64):
             raise GraphError(f"stochastic_depth seed must be an int in [0, 2**64), got {seed!r}")
         t = self._add("stochastic_depth", [x], ops_bcast.stochastic_depth(x.shape), name, p=float(p), mode=mode)
-        from shardwise.graph import _name_seed   # dropout's default: SHA-256 of the op's name
-
         op = self.ops[t.op]
-        op.attrs["seed"] = int(seed) if seed is not None else _name_seed(op.name)
+        # dropout's default (shardwise.graph): the first 8 bytes of the SHA-256 of the op's name
+        op.attrs["seed"] = int(seed) if seed is not None else int.from_bytes(
+            hashlib.sha256(op.name.encode("utf-8")).digest()[:8], "little")
         return t
 
     def upsample_nearest(self, x: "Tensor", scale: int | Sequence[int], name: str | None = None) -> "Tensor":

@@ -290,3 +290,30 @@ def test_training_gradients_as_accurate_as_pytorch_float32(name, size):
         grads[dtype] = {k: p.grad.double().numpy() for k, p in ref.named_parameters()}
     ours, theirs = _grad_error(got, grads[torch.float64]), _grad_error(grads[torch.float32], grads[torch.float64])
     assert ours <= 3 * theirs + 1e-4, f"gradients {ours:.3g} off PyTorch's float64 ones; its float32 ones {theirs:.3g}"
+
+
+@pytest.mark.parametrize("name", ["shufflenet_v2_x0_5", "regnet_y_400mf",
+                                  pytest.param("efficientnet_b0", marks=pytest.mark.slow)])
+def test_torchvision_through_onnx(name):
+    """The models through torch.onnx.export (TorchScript, opset 17, batch norms kept: no constant
+    folding into the convolutions) and from_onnx, in eval mode, against PyTorch's float64 run."""
+    import io
+
+    pytest.importorskip("onnx")
+    torch.manual_seed(0)
+    model = getattr(tv.models, name)(weights=None, num_classes=10).eval()
+    with torch.no_grad():   # exporters merge equal initializers (efficientnet's zero biases), which
+        for k, p in model.named_parameters():   # shardwise refuses as tied weights: make them differ
+            if k.endswith("bias"):
+                p.add_(0.01 * torch.randn(p.shape))
+    x = torch.randn(2, 3, 32, 32)
+    f = io.BytesIO()
+    torch.onnx.export(model, (x,), f, dynamo=False, opset_version=17, do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.PRESERVE)
+    g, weights = sw.from_onnx(f.getvalue())
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    t.set_weights(weights)
+    t.train(False)
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(x.double()).numpy()
+    np.testing.assert_allclose(t.forward(x.numpy()), want, atol=1e-5, rtol=1e-5)

@@ -125,21 +125,39 @@ def op_backward(op: Any, ins: list[np.ndarray], dy: np.ndarray, step: int = 0) -
     raise NotImplementedError(op.kind)
 
 
-def _ceil_pad(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-              out: Sequence[int]) -> np.ndarray:
-    """x with -inf rows and columns appended so that floor mode gives the ceil-mode size."""
-    extra = [max(0, (o - 1) * s + k - 2 * p - size) for o, s, k, p, size in
-             zip(out, stride, kernel, padding, x.shape[2:])]
-    return np.pad(x, ((0, 0), (0, 0), (0, extra[0]), (0, extra[1])), constant_values=-np.inf)
+def _ceil_windows(x: np.ndarray, kernel, stride, padding, out: Sequence[int]) -> tuple[np.ndarray, list]:
+    """x padded with -inf (the padding, and the rows and columns the last partial windows reach
+    past the input) and, per window offset (i, j) in row-major order, its (N, C, Ho, Wo) view."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    ho, wo = out
+    eh = max(0, (ho - 1) * sh + kh - ph - x.shape[2])
+    ew = max(0, (wo - 1) * sw + kw - pw - x.shape[3])
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, eh), (pw, ew)), constant_values=-np.inf)
+    views = [(i, j, xp[:, :, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw])
+             for i in range(kh) for j in range(kw)]
+    return xp, views
 
 
 def max_pool_ceil_forward(x: np.ndarray, kernel, stride, padding, out: Sequence[int]) -> np.ndarray:
-    from shardwise.reference import pool2d_forward
-    return pool2d_forward(_ceil_pad(x, kernel, stride, padding, out), kernel, stride, padding, "max")
+    """Max pooling with PyTorch's ceil-mode output size ``out``: partial windows take the max
+    of what lies inside the input."""
+    _, views = _ceil_windows(x, kernel, stride, padding, out)
+    y = views[0][2].copy()
+    for _, _, v in views[1:]:
+        np.maximum(y, v, out=y)
+    return y
 
 
 def max_pool_ceil_backward(x: np.ndarray, dy: np.ndarray, kernel, stride, padding) -> np.ndarray:
-    from shardwise.reference import pool2d_backward
-    xe = _ceil_pad(x, kernel, stride, padding, dy.shape[2:])
-    dx = pool2d_backward(xe, dy, kernel, stride, padding, "max")
-    return np.ascontiguousarray(dx[:, :, :x.shape[2], :x.shape[3]])
+    """Each window's gradient to its first maximal element in row-major window order."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    ho, wo = dy.shape[2:]
+    y = max_pool_ceil_forward(x, kernel, stride, padding, (ho, wo))
+    xp, views = _ceil_windows(x, kernel, stride, padding, (ho, wo))
+    dxp = np.zeros(xp.shape, dy.dtype)
+    claimed = np.zeros(y.shape, bool)
+    for i, j, v in views:
+        hit = (v == y) & ~claimed
+        dxp[:, :, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw] += np.where(hit, dy, 0)
+        claimed |= hit
+    return np.ascontiguousarray(dxp[:, :, ph:ph + x.shape[2], pw:pw + x.shape[3]])

@@ -154,7 +154,7 @@ def _add(c: Call) -> Tensor:
     """a + b of two tensors, either a trainable parameter of the model (``x + self.pos``): equal
     shapes, ``(N, T, D) + (T, D)`` (a position table broadcast over the samples), or any shapes
     that broadcast as PyTorch's do (a ``broadcast_add`` op)."""
-    from shardwise.importers.torch.bcast import operand
+    from shardwise.importers.torch.operands import operand
 
     if c.attrs["alpha"] != 1:
         raise c.error(f"alpha={c.attrs['alpha']!r} is not supported")

@@ -254,7 +254,7 @@ def _getitem(c: Call) -> Any:
         dim = picked[0]
         if dim < len(x.shape) and -x.shape[dim] <= picked[1] < x.shape[dim]:
             return c.graph.select(c.tensor(0), dim, picked[1] % x.shape[dim], name=c.name)
-    from shardwise.importers.torch.bcast import slice_index
+    from shardwise.importers.torch.operands import slice_index
     sliced = slice_index(c, x, index)   # x[:, 1:], self.pos[:, :T]: slice ops
     if sliced is not None:
         return sliced
