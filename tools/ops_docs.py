@@ -69,7 +69,7 @@ def torch_rows() -> list[list[str]]:
         if not groups or groups[-1][:2] != (entry.op, entry.doc):
             groups.append((entry.op, entry.doc, [], [], []))
         _, _, modules, functions, methods = groups[-1]
-        modules += [f"`nn.{m}`" for m in entry.modules]
+        modules += [f"`{m}`" if "." in m else f"`nn.{m}`" for m in entry.modules]
         functions += [_function(f, DOC_FORMS) for f in entry.functions]
         methods += [f"`x.{m}()`" for m in entry.methods]
     return [[op, ", ".join(mods), ", ".join(fns), ", ".join(meths), doc] for op, doc, mods, fns, meths in groups]

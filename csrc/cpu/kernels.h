@@ -206,4 +206,33 @@ sw_status sw_copy_box(const sw_view *src, sw_view *dst);
 /* dst[i] += src[i] over the intersection */
 sw_status sw_accumulate_box(const sw_view *src, sw_view *dst);
 
+/* ---- broadcasting index maps (bcast.c): expand, mul, broadcast_add, nearest upsampling ----
+ * y[o] = f(a[map_a(o)], b[map_b(o)]) over y's box, f by op (b and map_b unused for COPY);
+ * map: the op description's expressions over y's coordinates (a broadcast dimension has no
+ * variable).  Backward: dx (dx's box) = the sum over dy's points o with map_x(o) in dx's box
+ * of dy[o] (times other[map_o(o)] for MUL; other unused otherwise). */
+enum { SW_BCAST_COPY = 0, SW_BCAST_ADD = 1, SW_BCAST_MUL = 2 };
+sw_status sw_bcast_forward(int op, const sw_view *a, const sw_index_expr *map_a, const sw_view *b,
+                           const sw_index_expr *map_b, sw_view *y);
+sw_status sw_bcast_backward(int op, const sw_index_expr *map_x, const sw_view *other, const sw_index_expr *map_o,
+                            const sw_view *dy, sw_view *dx);
+
+/* ---- stochastic depth (stochastic_depth.c): torchvision.ops.stochastic_depth ----
+ * y = x * keep(n) / (1 - p) per sample n of dimension 0 ("row" mode, row = 1; keep(n) is
+ * sw_dropout_keeps(seed, step, n, p)) or one draw for the whole minibatch (row = 0: index 0);
+ * the backward is the same function of dy. */
+sw_status sw_stochastic_depth_apply(const sw_view *x, sw_view *y, float p, int row, uint64_t seed, int64_t step,
+                                    const char *name);
+
+/* ---- adaptive average pooling (adaptive_pool.c): PyTorch's windows, any input and output sizes ----
+ * x (N, C, h, w) -> y (N, C, oh, ow) over y's box; backward: dx (dx's box) from dy's box */
+sw_status sw_adaptive_avg_pool2d_forward(const sw_view *x, sw_view *y, int64_t h, int64_t w, int64_t oh, int64_t ow);
+sw_status sw_adaptive_avg_pool2d_backward(const sw_view *dy, sw_view *dx, int64_t h, int64_t w, int64_t oh,
+                                          int64_t ow);
+
+/* ---- bilinear upsampling (bilinear.c): integer factors (sh, sw), align_corners=False ----
+ * x (N, C, h, w) -> y (N, C, h sh, w sw) over y's box; backward: dx (dx's box) from dy's box */
+sw_status sw_upsample_bilinear_forward(const sw_view *x, sw_view *y, int64_t h, int64_t w, int64_t sh, int64_t sw);
+sw_status sw_upsample_bilinear_backward(const sw_view *dy, sw_view *dx, int64_t h, int64_t w, int64_t sh, int64_t sw);
+
 #endif /* SHARDWISE_CPU_KERNELS_H */

@@ -118,12 +118,22 @@ static sw_status check_batchnorm2d(const sw_op_attrs *a, int out_rank, int op, c
     return SW_OK;
 }
 
+static sw_status check_stochastic_depth(const sw_op_attrs *a, int out_rank, int op, const char *kind) {
+    (void)out_rank;
+    if (!(a->stochastic_depth.p >= 0.0f && a->stochastic_depth.p < 1.0f)) {   /* NaN fails too */
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): stochastic depth's probability %g is not in [0, 1)", op, kind,
+                       (double)a->stochastic_depth.p);
+    }
+    return SW_OK;
+}
+
 static const attrs_check CHECKS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_none] = check_none, [SW_ATTRS_input] = check_input, [SW_ATTRS_conv2d] = check_conv2d,
     [SW_ATTRS_pool2d] = check_pool2d, [SW_ATTRS_linear] = check_linear, [SW_ATTRS_concat] = check_concat,
     [SW_ATTRS_softmax_dim] = check_softmax_dim, [SW_ATTRS_layer_norm] = check_layer_norm,
     [SW_ATTRS_leaky_relu] = check_leaky_relu, [SW_ATTRS_dropout] = check_dropout,
     [SW_ATTRS_batchnorm2d] = check_batchnorm2d,
+    [SW_ATTRS_stochastic_depth] = check_stochastic_depth,
 };
 
 sw_status sw_op_attrs_check(const sw_op_attrs *a, int out_rank, int op) {

@@ -13,6 +13,7 @@
  *   leaky_relu    negative_slope
  *   dropout       p, seed
  *   batchnorm2d   momentum
+ *   stochastic_depth  p, seed, row (1: a draw per sample, 0: one for the minibatch)
  *
  * A new op with attributes is a record here, its name in its ops.def row, a check in
  * op_attrs.c and a parser in csrc/py/attrs_py.c; the kernels read their own record
@@ -40,6 +41,8 @@ typedef struct { float negative_slope; } sw_leaky_relu_attrs;
 typedef struct { float p; uint64_t seed; } sw_dropout_attrs;      /* the masks: a function of seed, step, index */
 /* running = (1 - momentum) * running + momentum * the minibatch's statistic */
 typedef struct { float momentum; } sw_batchnorm2d_attrs;
+/* torchvision's StochasticDepth: dropout's draws (seed, step, sample) per sample (row) or one per minibatch */
+typedef struct { float p; uint64_t seed; int8_t row; } sw_stochastic_depth_attrs;
 
 /* The attributes of one op: its kind and the record the op table names for it. */
 typedef struct {
@@ -55,6 +58,7 @@ typedef struct {
         sw_leaky_relu_attrs leaky_relu;
         sw_dropout_attrs dropout;
         sw_batchnorm2d_attrs batchnorm2d;
+        sw_stochastic_depth_attrs stochastic_depth;
     };
 } sw_op_attrs;
 
@@ -62,6 +66,7 @@ typedef struct {
 typedef enum {
     SW_ATTRS_none, SW_ATTRS_input, SW_ATTRS_conv2d, SW_ATTRS_pool2d, SW_ATTRS_linear, SW_ATTRS_concat,
     SW_ATTRS_softmax_dim, SW_ATTRS_layer_norm, SW_ATTRS_leaky_relu, SW_ATTRS_dropout, SW_ATTRS_batchnorm2d,
+    SW_ATTRS_stochastic_depth,
     SW_ATTRS_COUNT
 } sw_attrs_kind;
 

@@ -222,12 +222,39 @@ static int read_batchnorm2d(PyObject *d, const who *w, sw_op_attrs *a) {
     return get_float(d, w, "momentum", &a->batchnorm2d.momentum);
 }
 
+/* seed: an integer in [0, 2^64) (dropout's and stochastic depth's) */
+static int get_seed(PyObject *d, const who *w, uint64_t *out) {
+    PyObject *v = need(d, w, "seed");
+    if (!v) {
+        return -1;
+    }
+    unsigned long long seed = 0;
+    if (!PyFloat_Check(v) && !PyBool_Check(v) && PyIndex_Check(v)) {
+        seed = PyLong_AsUnsignedLongLong(v);
+    } else {
+        PyErr_SetNone(PyExc_TypeError);
+    }
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return fail(w, "seed", "must be an integer in [0, 2^64)");
+    }
+    *out = (uint64_t)seed;
+    return 0;
+}
+
+static const char *const KEYS_stochastic_depth[] = {"p", "seed", "row", NULL};
+static int read_stochastic_depth(PyObject *d, const who *w, sw_op_attrs *a) {
+    return get_float(d, w, "p", &a->stochastic_depth.p) < 0 || get_seed(d, w, &a->stochastic_depth.seed) < 0 ||
+           get_bool(d, w, "row", &a->stochastic_depth.row) < 0 ? -1 : 0;
+}
+
 static const reader READERS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_none] = read_none, [SW_ATTRS_input] = read_input, [SW_ATTRS_conv2d] = read_conv2d,
     [SW_ATTRS_pool2d] = read_pool2d, [SW_ATTRS_linear] = read_linear, [SW_ATTRS_concat] = read_concat,
     [SW_ATTRS_softmax_dim] = read_softmax_dim, [SW_ATTRS_layer_norm] = read_layer_norm,
     [SW_ATTRS_leaky_relu] = read_leaky_relu, [SW_ATTRS_dropout] = read_dropout,
     [SW_ATTRS_batchnorm2d] = read_batchnorm2d,
+    [SW_ATTRS_stochastic_depth] = read_stochastic_depth,
 };
 
 static const char *const *const KEYS[SW_ATTRS_COUNT] = {
@@ -236,6 +263,7 @@ static const char *const *const KEYS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_softmax_dim] = KEYS_softmax_dim, [SW_ATTRS_layer_norm] = KEYS_layer_norm,
     [SW_ATTRS_leaky_relu] = KEYS_leaky_relu, [SW_ATTRS_dropout] = KEYS_dropout,
     [SW_ATTRS_batchnorm2d] = KEYS_batchnorm2d,
+    [SW_ATTRS_stochastic_depth] = KEYS_stochastic_depth,
 };
 
 /* Every key of d is "kind", "name" or one of the record's. */

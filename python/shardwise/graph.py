@@ -23,6 +23,7 @@ import numpy as np
 
 from shardwise.ops import builtin as ops
 from shardwise.errors import GraphError, ShapeError
+from shardwise.graph_bcast import BroadcastBuilders, broadcasts
 from shardwise.graph_seq import INPUT_DTYPES, SequenceBuilders
 from shardwise.shapes import check_shape
 from shardwise.ops.desc import DATA, MAX_INDEX_COEF, MAX_INDEX_OFFSET, MAX_INDEX_PERIOD, WEIGHT, OpDesc
@@ -108,7 +109,7 @@ def _check_positive_int(value: Any, what: str) -> int:
     return value
 
 
-class Graph(SequenceBuilders):
+class Graph(SequenceBuilders, BroadcastBuilders):
     """A computation graph: a DAG of ops built in topological order (the builders of
     sequence models, layer_norm to attention, are in :mod:`shardwise.graph_seq`)."""
 
@@ -227,14 +228,23 @@ class Graph(SequenceBuilders):
         return self._activate(t, activation, name)
 
     def pool2d(self, x: Tensor, kernel: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
-               padding: int | Sequence[int] = 0, kind: str = "max", name: str | None = None) -> Tensor:
-        """Max or average pooling; stride defaults to the kernel."""
+               padding: int | Sequence[int] = 0, kind: str = "max", name: str | None = None,
+               ceil_mode: bool = False) -> Tensor:
+        """Max or average pooling; stride defaults to the kernel.  ``ceil_mode=True`` (max only)
+        gives PyTorch's ceil-mode output size: a last, partial window where the input does not
+        end on a stride (GoogLeNet's pools)."""
         x = self._tensor(x)
         if kind not in ("max", "avg"):
             raise GraphError(f"unknown pool kind {kind!r}; expected 'max' or 'avg'")
+        if not isinstance(ceil_mode, bool) or (ceil_mode and kind != "max"):
+            raise GraphError(f"pool2d ceil_mode must be True or False, and True only for max pooling, got "
+                             f"{ceil_mode!r} with kind {kind!r}")
         stride = kernel if stride is None else stride
-        desc = ops.pool2d(x.shape, kernel, stride, padding)
-        return self._add("pool2d", [x], desc, name, kernel=kernel, stride=stride, padding=padding, kind=kind)
+        desc = ops.pool2d(x.shape, kernel, stride, padding, ceil_mode)
+        # floor mode keeps no attribute: the fingerprints of graphs built before stay as they were
+        extra = {"ceil_mode": True} if ceil_mode and desc.out_shape != ops.pool2d(x.shape, kernel, stride,
+                                                                                   padding).out_shape else {}
+        return self._add("pool2d", [x], desc, name, kernel=kernel, stride=stride, padding=padding, kind=kind, **extra)
 
     def relu(self, x: Tensor, name: str | None = None) -> Tensor:
         x = self._tensor(x)
@@ -293,8 +303,12 @@ class Graph(SequenceBuilders):
     def add(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """Element-wise sum of two tensors of the same shape (residual connections), or of
         ``a`` and a ``b`` whose shape is a trailing part of a's, broadcast over a's leading
-        dimensions (a position table (T, D) added to (N, T, D) token embeddings)."""
+        dimensions (a position table (T, D) added to (N, T, D) token embeddings); shapes that
+        broadcast otherwise ((N, T, D) + (1, T, D)) build a ``broadcast_add`` op."""
         a, b = self._tensor(a, "first input"), self._tensor(b, "second input")
+        r, rb = len(a.shape), len(b.shape)
+        if a.shape != b.shape and not (rb <= r and a.shape[r - rb:] == b.shape) and broadcasts(a.shape, b.shape):
+            return self.broadcast_add(a, b, name=name)   # any other broadcast: graph_bcast
         return self._add("add", [a, b], ops.add(a.shape, b.shape), name)
 
     def batchnorm2d(self, x: Tensor, name: str | None = None, momentum: float = BN_MOMENTUM) -> Tensor:

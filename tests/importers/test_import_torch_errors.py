@@ -173,14 +173,15 @@ REFUSED = [
      ["eps=0.001", "'body.1'", "nn.BatchNorm2d"]),
     ("bn without affine", lambda: Head(nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4, affine=False)), 64), IMG,
      ["affine=False", "'body.1'"]),
-    ("ceil mode window", lambda: Head(nn.MaxPool2d(3, 2, ceil_mode=True), 4 * 4), (2, 4, 6, 6),
-     ["ceil_mode=True", "'body'", "nn.MaxPool2d"]),
-    ("uneven adaptive pool", lambda: Head(nn.AdaptiveAvgPool2d(3), 4 * 9), IMG, ["output size must divide", "'body'"]),
+    # max pooling takes ceil mode's partial window, average pooling does not (its divisor differs)
+    ("ceil mode window", lambda: Head(nn.AvgPool2d(3, 2, ceil_mode=True), 4 * 4), (2, 4, 6, 6),
+     ["ceil_mode=True", "'body'", "nn.AvgPool2d"]),
+    ("uneven adaptive pool", lambda: Head(nn.AdaptiveMaxPool2d(3), 4 * 9), IMG, ["output size must divide", "'body'"]),
     ("add a constant", lambda: Fn(lambda m, x: x + 1, 4), VEC, ["adding the constant 1", "'inner'", HERE]),
     ("multiply", lambda: Fn(lambda m, x: x * 2, 4), VEC, ["operator.mul (x * y)", "'inner'", HERE]),
-    ("indexing", lambda: Fn(lambda m, x: x[:, :2], 2), VEC, ["operator.getitem (x[...])", "'inner'", HERE]),
+    ("indexing", lambda: Fn(lambda m, x: x[:, [0, 1]], 2), VEC, ["operator.getitem (x[...])", "'inner'", HERE]),
     ("buffer as a matrix", lambda: Fn(lambda m, x: x @ m.buf, 4), VEC, ["'inner.buf'", "buffer", "'inner'", HERE]),
-    ("broadcasting add", lambda: Fn(lambda m, x: x + m.p, 4), VEC, ["'inner.p'", "'inner'", HERE]),
+    ("add a buffer", lambda: Fn(lambda m, x: x + m.buf, 4), VEC, ["'inner.buf'", "constant", "'inner'", HERE]),
     ("log_softmax inside", lambda: Head(nn.Sequential(nn.Linear(4, 4), nn.LogSoftmax(1)), 4), VEC,
      ["only as the model's output", "'body.1'"]),
     ("reshape of the batch", lambda: Fn(lambda m, x: x.view(4, 2), 2), VEC, ["(2, 4) to (4, 2)", "'inner'", HERE]),
@@ -456,7 +457,7 @@ def test_the_documentation_lists_every_spelling():
     with open(DOC, encoding="utf-8") as f:
         doc = f.read()
     spellings = [s for entry in TORCH_OPS
-                 for s in (*(f"nn.{m}" for m in entry.modules), *(f.replace("torch.nn.functional.", "F.")
+                 for s in (*(m if "." in m else f"nn.{m}" for m in entry.modules), *(f.replace("torch.nn.functional.", "F.")
                                                                   for f in entry.functions),
                            *(f"x.{m}(" for m in entry.methods))]
     missing = [s for s in spellings if f"`{s}" not in doc]

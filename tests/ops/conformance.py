@@ -485,6 +485,41 @@ CASES: list[Case] = [
     _c("softmax_seq", "softmax",
        lambda g, data: g.softmax(g.linear(data((N, 3, 5)), 4, name="logits"), name="op"),
        [{"n": 2}, {"c": 3}], bound=REDUCTION),
+    # broadcasting (shardwise.ops.bcast): a squeeze-and-excitation scale first, as torchvision writes it
+    _c("mul_se", "mul", lambda g, data: g.mul(data((N, 3, 1, 1)), data((N, 3, 4, 5)), name="op"),
+       [{"n": 2}, {"c": 3}, {"h": 2}, {"w": 5}, {"n": 2, "w": 5}]),
+    _c("mul_table", "mul", lambda g, data: g.mul(data((N, 4, 5)), data((4, 1)), name="op"), [{"c": 2}, {"l": 5}]),
+    _c("broadcast_add", "broadcast_add", lambda g, data: g.add(data((N, 4, 5)), data((1, 4, 5)), name="op"),
+       [{"n": 2}, {"c": 2}, {"l": 5}]),
+    _c("broadcast_add_channels", "broadcast_add",
+       lambda g, data: g.broadcast_add(data((N, 3, 4, 5)), data((3, 1, 1)), name="op"), [{"c": 3}, {"h": 2}]),
+    _c("expand", "expand", lambda g, data: g.expand(data((N, 1, 5)), (N, 4, 5), name="op"),
+       [{"n": 2}, {"c": 2}, {"l": 5}]),
+    _c("concat_class_token", "concat",
+       lambda g, data: (lambda x, t: g.concat([g.expand(t, (N, 1, 5), name="token"), x], axis=1, name="op"))(
+           data((N, 3, 5)), data((1, 1, 5))), [{"n": 2}, {"c": 2}, {"l": 5}]),
+    _c("slice", "slice", lambda g, data: g.slice(data((N, 6, 5)), 1, 1, 5, name="op"), [{"n": 2}, {"c": 2}, {"l": 5}]),
+    _c("slice_step", "slice", lambda g, data: g.slice(data((N, 3, 7)), 2, 1, 7, 2, name="op"), [{"l": 3}]),
+    _c("stochastic_depth", "stochastic_depth",
+       lambda g, data: g.stochastic_depth(data((N, 4, 5)), 0.5, seed=7, name="op"), [{"n": 2}, {"c": 2}, {"n": 3}]),
+    _c("stochastic_depth_batch", "stochastic_depth",
+       lambda g, data: g.stochastic_depth(data((N, 2, 3, 2)), 0.3, mode="batch", seed=11, name="op"), [{"n": 2}],
+       step=1),
+    _c("upsample_nearest", "upsample_nearest", lambda g, data: g.upsample_nearest(data((N, 2, 3, 2)), 2, name="op"),
+       [{"n": 2}, {"h": 3}, {"w": 2}, {"c": 2, "h": 3}]),
+    _c("pool2d_max_ceil", "pool2d",
+       lambda g, data: g.pool2d(data((N, 2, 6, 6)), 3, stride=2, kind="max", ceil_mode=True, name="op"),
+       [{"h": 3}, {"n": 2, "w": 3}], bound=REDUCTION),
+    # adaptive average pooling that upsamples (2x3 -> 5x4: overlapping windows) and that shrinks
+    _c("adaptive_avg_pool2d_up", "adaptive_avg_pool2d",
+       lambda g, data: g.adaptive_avg_pool2d(data((N, 2, 2, 3)), (5, 4), name="op"),
+       [{"n": 2}, {"c": 2}, {"n": 3, "c": 2}], bound=REDUCTION),   # rows and columns: whole (the division's granule)
+    _c("adaptive_avg_pool2d_down", "adaptive_avg_pool2d",
+       lambda g, data: g.adaptive_avg_pool2d(data((N, 2, 7, 5)), (3, 2), name="op"),
+       [{"c": 2}], bound=REDUCTION),
+    _c("upsample_bilinear", "upsample_bilinear",
+       lambda g, data: g.upsample_bilinear(data((N, 2, 3, 4)), (2, 3), name="op"), [{"n": 2}, {"c": 2}, {"h": 3}, {"w": 2}],
+       bound=REDUCTION),
 ]
 
 # op kinds no backend trains: the case checks that the trainer refuses them, naming the op

@@ -12,6 +12,7 @@ from dataclasses import replace
 from math import prod
 from typing import Callable, Sequence
 
+from shardwise.ops import bcast as ops_bcast
 from shardwise.ops import seq as ops_seq
 from shardwise.errors import ShapeError
 from shardwise.ops.desc import DATA, MAX_INDEX_COEF, STAT, WEIGHT, InputDesc, OpDesc, affine, identity_exprs, var, IndexExpr
@@ -110,8 +111,12 @@ def conv2d(x: tuple[int, ...], out_channels: int, kernel, stride, padding, bias:
                   reductions=("ci", "dy", "dx"), additive=(4,) if groups == 1 else ())
 
 
-def pool2d(x: tuple[int, ...], kernel, stride, padding) -> OpDesc:
-    """out[n, c, y, x] = Max/Avg(dy, dx) in[n, c, y*s+dy-p, x*s+dx-p]."""
+def pool2d(x: tuple[int, ...], kernel, stride, padding, ceil_mode: bool = False) -> OpDesc:
+    """out[n, c, y, x] = Max/Avg(dy, dx) in[n, c, y*s+dy-p, x*s+dx-p].
+
+    ``ceil_mode`` (max pooling): PyTorch's output size, ceil((H + 2p - k) / s) + 1 less a last
+    window that would start in the right padding; its partial window reads what lies inside
+    the input (the kernels' reads beyond it are padding, -inf)."""
     _require_rank(x, 4, "pool2d")
     n, c, h, w = x
     (kh, kw), (sh, sw), (ph, pw) = _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(padding, "padding")
@@ -122,11 +127,22 @@ def pool2d(x: tuple[int, ...], kernel, stride, padding) -> OpDesc:
         raise ShapeError(f"pool2d: padding {(ph, pw)} must be at most half the kernel {(kh, kw)}")
     ho = _window_out(h, kh, sh, ph, "pool2d", "height")
     wo = _window_out(w, kw, sw, pw, "pool2d", "width")
+    if ceil_mode:
+        ho, wo = ceil_out(h, kh, sh, ph), ceil_out(w, kw, sw, pw)
     nv = 6  # 0 n, 1 c, 2 y, 3 x | 4 dy, 5 dx
     data = InputDesc(DATA, x, (var(nv, 0), var(nv, 1),
                                affine(nv, {2: sh, 4: 1}, -ph), affine(nv, {3: sw, 5: 1}, -pw)))
     return OpDesc(extents=(n, c, ho, wo, kh, kw), out_rank=4, inputs=(data,),
                   flops_per_point=1.0, reductions=("dy", "dx"))
+
+
+def ceil_out(size: int, kernel: int, stride: int, pad: int) -> int:
+    """PyTorch's ceil_mode output size: ceil((size + 2 pad - kernel) / stride) + 1, less one
+    when the last window would start in the right padding."""
+    out = -(-(size + 2 * pad - kernel) // stride) + 1
+    if (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
 
 
 def elementwise(shapes: Sequence[tuple[int, ...]], op: str) -> OpDesc:
@@ -296,6 +312,10 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     **{kind: activation for kind in ACTIVATION_FLOPS}, "dropout": dropout,
     "layer_norm": ops_seq.layer_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,
     "reshape": ops_seq.reshape, "permute": ops_seq.permute, "select": ops_seq.select,
+    "mul": ops_bcast.mul, "broadcast_add": ops_bcast.broadcast_add, "expand": ops_bcast.expand,
+    "slice": ops_bcast.slice_, "stochastic_depth": ops_bcast.stochastic_depth,
+    "upsample_nearest": ops_bcast.upsample_nearest, "adaptive_avg_pool2d": ops_bcast.adaptive_avg_pool2d,
+    "upsample_bilinear": ops_bcast.upsample_bilinear,
 }
 
 

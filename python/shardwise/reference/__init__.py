@@ -50,6 +50,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shardwise.reference import activations as _act
+from shardwise.reference import bcast as _bcast
 from shardwise.reference import dropout as _drop
 from shardwise.reference import seq as _seq
 from shardwise.reference.activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
@@ -373,6 +374,9 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, step: 
             b = _param(params, f"{op.name}.bias", dtype) if _has_bias(op) else None
             y = conv2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype), b, _pair(a["stride"]),
                                _pair(a["padding"]), a.get("dilation", 1), a.get("groups", 1))
+        elif op.kind == "pool2d" and a.get("ceil_mode"):
+            y = _bcast.max_pool_ceil_forward(ins[0], _pair(a["kernel"]), _pair(a["stride"]), _pair(a["padding"]),
+                                             op.shape[2:])
         elif op.kind == "pool2d":
             y = pool2d_forward(ins[0], _pair(a["kernel"]), _pair(a["stride"]), _pair(a["padding"]), a["kind"])
         elif op.kind == "relu":
@@ -396,6 +400,8 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, step: 
             y = _act.activation_forward(op.kind, ins[0], a)
         elif op.kind == "dropout":
             y = _drop.dropout_forward(ins[0], a["p"], a["seed"], step, training)
+        elif op.kind in _bcast.BCAST_KINDS:
+            y = _bcast.op_forward(op, ins, step, training)
         else:
             raise NotImplementedError(f"reference: no kernel for op kind {op.kind!r} (op {op.name!r})")
         if _fused_relu(op):
@@ -469,6 +475,9 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
             grad_param(f"{op.name}.weight", dw)
             grad_param(f"{op.name}.bias", db)
             send(op.inputs[0], dx)
+        elif op.kind == "pool2d" and a.get("ceil_mode"):
+            send(op.inputs[0], _bcast.max_pool_ceil_backward(ins[0], dy, _pair(a["kernel"]), _pair(a["stride"]),
+                                                             _pair(a["padding"])))
         elif op.kind == "pool2d":
             send(op.inputs[0], pool2d_backward(ins[0], dy, _pair(a["kernel"]), _pair(a["stride"]),
                                                _pair(a["padding"]), a["kind"]))
@@ -478,6 +487,9 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
             send(op.inputs[0], _act.activation_backward(op.kind, ins[0], y, dy, a))
         elif op.kind == "dropout":
             send(op.inputs[0], _drop.dropout_backward(dy, a["p"], a["seed"], step))
+        elif op.kind in _bcast.BCAST_KINDS:
+            for src, g in zip(op.inputs, _bcast.op_backward(op, ins, dy, step)):
+                send(src, g)
         elif op.kind == "add":
             da, db_ = _seq.add_backward(dy, ins[1].shape)
             send(op.inputs[0], da)

@@ -132,6 +132,8 @@ def op_attrs(graph: Graph) -> list[dict[str, Any]]:
             a.update(p=op.attrs["p"], seed=op.attrs["seed"])
         elif op.kind == "batchnorm2d":
             a["momentum"] = op.attrs.get("momentum", BN_MOMENTUM)
+        elif op.kind == "stochastic_depth":
+            a.update(p=op.attrs["p"], seed=op.attrs["seed"], row=op.attrs.get("mode", "row") == "row")
         elif op.kind == "input":
             a["id_bound"] = id_bound(graph, op) if op.attrs.get("dtype") == "int64" else 0
         out.append(a)

@@ -24,6 +24,7 @@ from shardwise.importers.onnx.ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_RE
                                Outputs, SiluOf)
 from shardwise.importers.onnx import seq as import_onnx_seq# noqa: F401  (adds the sequence ops to ONNX_OPS)
 from shardwise.importers.onnx import rnn as import_onnx_rnn# noqa: F401  (adds LSTM)
+from shardwise.importers.onnx import bcast as import_onnx_bcast  # noqa: F401  (adds broadcasting Mul/Add, Expand, Slice, Split, Resize)
 from shardwise.importers.common import Lazy, check_weight_shapes, unique_name, without_dead_ops
 
 __all__ = ["from_onnx"]
@@ -338,6 +339,8 @@ class _OnnxImporter:
             w = values[0] if values else None
             if op == "Gather" and w is not None and w.source is not None and w.value.dtype.kind == "f":
                 return False   # a table of the model read by constant indices: positions (import_onnx_seq)
+            if op in ("Expand", "Slice") and w is not None and w.source is not None and w.value.dtype.kind == "f":
+                return False   # a learned table expanded or sliced (a class token): a parameter op (import_onnx_bcast)
             if op == "Transpose" and w is not None and w.source is not None and w.value.ndim == 2:
                 # a linear layer's weight (out, in) transposed for a MatMul: still that initializer
                 self.env[node.output[0]] = Const(w.value.T, source=w.source, transposed=True)

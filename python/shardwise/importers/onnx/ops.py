@@ -306,18 +306,18 @@ def _mul(c: OnnxCall) -> Tensor:
     for s, other in ((a, b), (b, a)):
         if isinstance(s, SiluOf) and other is s.x:
             return c.graph.silu(s.x, name=c.name)
-    raise c.error(f"the ONNX op Mul is not supported (only x * Sigmoid(x), SiLU); it multiplies {_show(a)} by "
-                  f"{_show(b)}")
+    raise c.error(f"the ONNX op Mul is not supported here (x * Sigmoid(x) is SiLU; otherwise it takes two tensors "
+                  f"or initializers that broadcast); it multiplies {_show(a)} by {_show(b)}")
 
 
 def _add(c: OnnxCall) -> Tensor:
     a, b = c.inputs[0], c.inputs[1]
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         other = b if isinstance(a, Tensor) else a
-        raise c.error(f"adding {_show(other)} is not supported (Add takes two tensors of one shape computed by "
-                      f"the model; a bias is supported after a MatMul with an initializer)")
+        raise c.error(f"adding {_show(other)} is not supported (Add takes two tensors, or a tensor and an "
+                      f"initializer, that broadcast; a bias is supported after a MatMul with an initializer)")
     if a.shape != b.shape:
-        raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported")
+        raise c.error(f"adding shapes {a.shape} and {b.shape} is not supported: they do not broadcast")
     return c.graph.add(a, b, name=c.name)
 
 
@@ -546,6 +546,15 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("unrolled LSTM (above)", "`LSTM`",
                "one forward layer from zero states, `layout` 0 (input the transpose of a batch-first tensor) or 1; "
                'see "LSTMs" above'),
+    OnnxDocRow("`mul`, `broadcast_add`", "`Mul`, `Add`",
+               "two tensors that broadcast (squeeze-and-excitation's scale; a learned table): an initializer operand "
+               "becomes a `parameter` op; computed constants are refused"),
+    OnnxDocRow("`expand`", "`Expand`", "of a computed tensor or an initializer (a class token), constant shape"),
+    OnnxDocRow("`slice`", "`Slice`, `Split`",
+               "constant starts, ends, positive steps and split sizes (or `num_outputs`), never the batch axis"),
+    OnnxDocRow("`upsample_nearest`, `upsample_bilinear`", "`Resize`",
+               "integer scales (or sizes) of H and W; `mode=\"nearest\"` (half-pixel, or asymmetric with `floor`), or "
+               "`\"linear\"` with half-pixel coordinates (`align_corners=False`)"),
 )
 """The table of supported ONNX ops in docs/importing.md, row by row (``make docs-ops`` regenerates
 it).  Every op type :data:`ONNX_OPS` holds, with the sequence and LSTM ops that

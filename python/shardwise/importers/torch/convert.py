@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import operator
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -74,8 +75,9 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
     if not isinstance(model, torch.nn.Module):
         raise ModelImportError(f"from_torch takes a torch.nn.Module, got {type(model).__name__}")
     shapes = _example_shapes(torch, example_inputs)
-    fx_graph = _trace(torch, model)
-    importer = _Importer(torch, resolve(torch), model, fx_graph, name or type(model).__name__)
+    index = resolve(torch)
+    fx_graph = _trace(torch, model, tuple(index.modules))
+    importer = _Importer(torch, index, model, fx_graph, name or type(model).__name__)
     g = importer.run(shapes)
     return without_dead_ops(g, importer.weights())
 
@@ -97,8 +99,14 @@ def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[tuple[int, ..
     return shapes
 
 
-def _trace(torch: Any, model: Any) -> Any:
-    tracer = torch.fx.Tracer()
+def _trace(torch: Any, model: Any, leaves: tuple = ()) -> Any:
+    """The model's fx graph; modules of the classes ``leaves`` (the import table's, those
+    outside torch.nn included: torchvision's StochasticDepth) are calls, not traced into."""
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m: Any, qualname: str) -> bool:
+            return type(m) in leaves or super().is_leaf_module(m, qualname)
+
+    tracer = Tracer()
     tracer.record_stack_traces = True   # source lines for messages
     tracer.proxy_buffer_attributes = True   # buffers as get_attr nodes: a causal mask `self.bias[:, :, :T, :T]`
     try:
@@ -127,6 +135,13 @@ def _resolve_name(dotted: str) -> Any:
         return None   # not in this version of torch: that spelling cannot occur in a trace either
 
 
+def _loaded_class(dotted: str) -> Any:
+    """The class ``dotted`` names when its package is already imported (a model built with
+    torchvision imported it), else None: from_torch never imports torchvision itself."""
+    module, _, attr = dotted.rpartition(".")
+    return getattr(sys.modules.get(module), attr, None) if module in sys.modules else None
+
+
 def resolve(torch: Any, table: Sequence[TorchOp] = TORCH_OPS) -> Index:
     """Look every spelling of ``table`` up in the installed torch; a spelling listed twice is an error."""
     index = Index({}, {}, {})
@@ -140,7 +155,9 @@ def resolve(torch: Any, table: Sequence[TorchOp] = TORCH_OPS) -> Index:
 
     for entry in table:
         for cls in entry.modules:
-            put(index.modules, getattr(torch.nn, cls, None), entry, f"nn.{cls}")
+            # a dotted name is a class outside torch.nn (torchvision.ops.StochasticDepth)
+            put(index.modules, _loaded_class(cls) if "." in cls else getattr(torch.nn, cls, None), entry,
+                cls if "." in cls else f"nn.{cls}")
         for fn in entry.functions:
             put(index.functions, _resolve_name(fn), entry, fn)
         for m in entry.methods:

@@ -151,22 +151,21 @@ def _leaky_relu(c: Call) -> Tensor:
 
 
 def _add(c: Call) -> Tensor:
-    """a + b of two computed tensors of one shape, or (N, T, D) + (T, D): a position table
-    broadcast over the samples (the builder's broadcast add)."""
-    a, b = (v.tensor(c.graph, c.where, "an operand") if isinstance(v, Lazy) else v for v in c.inputs[:2])
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
-        other = b if isinstance(a, Tensor) else a
-        raise c.error(f"adding {_show(other)} is not supported (add takes two tensors of one shape, "
-                      f"computed by the model)")
+    """a + b of two tensors, either a trainable parameter of the model (``x + self.pos``): equal
+    shapes, ``(N, T, D) + (T, D)`` (a position table broadcast over the samples), or any shapes
+    that broadcast as PyTorch's do (a ``broadcast_add`` op)."""
+    from shardwise.importers.torch.operands import operand
+
     if c.attrs["alpha"] != 1:
         raise c.error(f"alpha={c.attrs['alpha']!r} is not supported")
-    if a.shape != b.shape:
-        big, small = (a, b) if len(a.shape) > len(b.shape) else (b, a)
-        if len(small.shape) < 2 or len(big.shape) != len(small.shape) + 1 or big.shape[1:] != small.shape:
-            raise c.error(f"adding shapes {a.shape} and {b.shape} (broadcasting) is not supported; only equal "
-                          f"shapes, or (N, T, D) and (T, D) (a position table added to every sample)")
-        a, b = big, small
-    return c.graph.add(c.as_tensor(a, "operand 0"), c.as_tensor(b, "operand 1"), name=c.name)
+    for v in c.inputs[:2]:
+        if not isinstance(v, (Tensor, Lazy, Attr)):
+            raise c.error(f"adding {_show(v)} is not supported (add takes two tensors, computed by the model or its "
+                          f"trainable parameters; constants are not supported)")
+    a, b = (operand(c, v, f"operand {k}") for k, v in enumerate(c.inputs[:2]))
+    if a.shape != b.shape and len(b.shape) > len(a.shape) and b.shape[len(b.shape) - len(a.shape):] == a.shape:
+        a, b = b, a   # the table second: add's broadcast over the leading dimensions
+    return c.graph.add(a, b, name=c.name)
 
 
 def _concat(c: Call) -> Tensor:
@@ -241,9 +240,11 @@ def _pool(c: Call, kind: str, kernel_size: Any, stride: Any, padding: Any) -> Te
     kernel = _pair(c, kernel_size, "kernel_size")
     stride = kernel if stride is None or stride == [] or stride == () else _pair(c, stride, "stride")
     padding = _pair(c, padding, "padding")
-    if c.attrs.get("ceil_mode"):
+    ceil = bool(c.attrs.get("ceil_mode"))
+    if ceil and kind != "max":
         check_ceil_mode(c, x.shape, kernel, stride, padding)
-    return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
+    return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name,
+                          ceil_mode=ceil and kind == "max")
 
 
 def _max_pool2d(c: Call) -> Tensor:
@@ -275,6 +276,12 @@ def _adaptive_pool(kind: str) -> Callable[[Call], Tensor]:
         if len(size) != 2:
             raise c.error(f"output_size={c.attrs['output_size']!r} is not supported")
         out = tuple(x.shape[2 + d] if s is None else s for d, s in enumerate(size))
+        if x.shape[2:] == (1, 1) and all(isinstance(s, int) and s >= 1 for s in out):
+            # one value per channel repeated (alexnet's and vgg's 1x1 -> 6x6 / 7x7 on small images)
+            return x if out == (1, 1) else c.graph.expand(x, x.shape[:2] + out, name=c.name)
+        if kind == "avg" and all(isinstance(s, int) and s > 0 for s in out) and \
+                any(x.shape[2 + d] % s for d, s in enumerate(out)):
+            return c.graph.adaptive_avg_pool2d(x, out, name=c.name)   # PyTorch's uneven (or overlapping) windows
         if any(not isinstance(s, int) or s <= 0 or x.shape[2 + d] % s for d, s in enumerate(out)):
             raise c.error(f"adaptive pooling of a {x.shape[2]}x{x.shape[3]} input to {out} is not supported; "
                           f"the output size must divide the input size (then it is a {kind} pool)")
@@ -447,9 +454,10 @@ TORCH_OPS: tuple[TorchOp, ...] = (
             modules=("LeakyReLU",), functions=(_F + "leaky_relu", _F + "leaky_relu_"),
             op="`leaky_relu`", doc="any finite `negative_slope`"),
     TorchOp("add", _add, inputs=2, params=(("alpha", 1),), functions=("operator.add", "operator.iadd", "torch.add"),
-            methods=("add", "add_"), op="`add`",
-            doc="two computed tensors of one shape, or `(N, T, D) + (T, D)` (a position table, broadcast over the "
-                "samples); no constants, `alpha=1`"),
+            methods=("add", "add_"), op="`add`, `broadcast_add`",
+            doc="two tensors of one shape, or `(N, T, D) + (T, D)` (a position table, broadcast over the "
+                "samples); other shapes that broadcast: `broadcast_add`; either operand may be a trainable parameter of "
+                "the model (`x + self.pos`: a `parameter` op); no constants, `alpha=1`"),
     TorchOp("cat", _concat, params=(("dim", 0),), functions=("torch.cat", "torch.concat", "torch.concatenate"),
             op="`concat`", doc="any dimension but the batch"),
     TorchOp("flatten", _flatten, params=(("start_dim", 0), ("end_dim", -1)), modules=("Flatten",),
@@ -464,19 +472,23 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("maxpool", _max_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
                                             ("dilation", 1), ("ceil_mode", False), ("return_indices", False)),
             modules=("MaxPool2d",), functions=(_F + "max_pool2d", "torch.max_pool2d"),
-            op="`pool2d` (max)", doc="`dilation=1`, no `return_indices`; `ceil_mode=True` where it adds no window"),
+            op="`pool2d` (max)", doc="`dilation=1`, no `return_indices`; any `ceil_mode` (a partial last window)"),
     TorchOp("avgpool", _avg_pool2d, params=(("kernel_size", REQUIRED), ("stride", None), ("padding", 0),
                                             ("ceil_mode", False), ("count_include_pad", True),
                                             ("divisor_override", None)),
             modules=("AvgPool2d",), functions=(_F + "avg_pool2d", "torch.avg_pool2d"),
             op="`pool2d` (avg)",
-            doc="`count_include_pad=True` when padded, no `divisor_override`; `ceil_mode` as for max"),
+            doc="`count_include_pad=True` when padded, no `divisor_override`; `ceil_mode=True` where it adds no window"),
     TorchOp("avgpool", _adaptive_pool("avg"), params=(("output_size", REQUIRED),), modules=("AdaptiveAvgPool2d",),
             functions=(_F + "adaptive_avg_pool2d", "torch.adaptive_avg_pool2d"),
-            op="`pool2d` (avg)", doc="the output size divides the input size (`(1, 1)`: global pooling)"),
+            op="`pool2d` (avg), `expand`, `adaptive_avg_pool2d`",
+            doc="any sizes: a `pool2d` where the output size divides the input size (`(1, 1)`: global pooling), an "
+                "`expand` of a `1x1` input, else `adaptive_avg_pool2d` (PyTorch's windows, upsampling too)"),
     TorchOp("maxpool", _adaptive_pool("max"), params=(("output_size", REQUIRED), ("return_indices", False)),
             modules=("AdaptiveMaxPool2d",), functions=(_F + "adaptive_max_pool2d",),
-            op="`pool2d` (max)", doc="the output size divides the input size (`(1, 1)`: global pooling)"),
+            op="`pool2d` (max), `expand`",
+            doc="the output size divides the input size (`(1, 1)`: global pooling), or the input is `1x1` (an "
+                "`expand` to the output size)"),
     TorchOp("mean", _mean, params=(("dim", None), ("keepdim", False), ("dtype", None)), functions=("torch.mean",),
             methods=("mean",), op="`pool2d` (avg) + `flatten`",
             doc="over `(2, 3)` of an `(N, C, H, W)` tensor (global average pooling)"),
@@ -521,6 +533,10 @@ DOC_FORMS: dict[str, str] = {
 from shardwise.importers.torch.seq import TORCH_SEQ_OPS  # noqa: E402  (it builds on the helpers above)
 
 TORCH_OPS = TORCH_OPS + TORCH_SEQ_OPS
+
+from shardwise.importers.torch.bcast import TORCH_BCAST_OPS  # noqa: E402  (appended: broadcasting, slicing)
+
+TORCH_OPS = TORCH_OPS + TORCH_BCAST_OPS
 
 VIEW_OPS = ("flatten", "reshape", "squeeze")
 """Operations whose result is a view of their input in PyTorch (an in-place op on the result

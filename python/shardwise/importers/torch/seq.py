@@ -254,8 +254,13 @@ def _getitem(c: Call) -> Any:
         dim = picked[0]
         if dim < len(x.shape) and -x.shape[dim] <= picked[1] < x.shape[dim]:
             return c.graph.select(c.tensor(0), dim, picked[1] % x.shape[dim], name=c.name)
+    from shardwise.importers.torch.operands import slice_index
+    sliced = slice_index(c, x, index)   # x[:, 1:], self.pos[:, :T]: slice ops
+    if sliced is not None:
+        return sliced
     raise c.error(f"{c.op} of {_show(x)} with the index {index!r} is not supported; only x[:, t] (one index of a "
-                  f"dimension after the batch), the elements of a returned tuple and h_n[layer] of an LSTM")
+                  f"dimension after the batch), slices (x[:, a:b]), the elements of a returned tuple and h_n[layer] "
+                  f"of an LSTM")
 
 
 def _step_index(index: Any) -> tuple[int, int] | None:
@@ -399,8 +404,7 @@ TORCH_SEQ_OPS: tuple[TorchOp, ...] = (
             functions=("torch.transpose",), methods=("transpose",), op="`permute`", doc=_PERMUTE_DOC),
     TorchOp("permute", _permute, params=(("dims", REQUIRED),), functions=("torch.permute",), methods=("permute",),
             variadic=True, op="`permute`", doc=_PERMUTE_DOC),
-    TorchOp("mul", _scale(False), inputs=2, functions=("operator.mul", "torch.mul"), methods=("mul",),
-            op="(the scale of attention scores)", doc=_SCALE_DOC),
+    # operator.mul, torch.mul and Tensor.mul: importers/torch/bcast.py (tensors broadcast, or this scale)
     TorchOp("div", _scale(True), inputs=2, params=(("rounding_mode", None),),
             functions=("operator.truediv", "torch.div"), methods=("div",),
             op="(the scale of attention scores)", doc=_SCALE_DOC),
