@@ -9,10 +9,11 @@
  *   linear        relu
  *   concat        axis
  *   softmax_dim   dim, scale, causal
- *   layer_norm    eps
+ *   layer_norm    eps (layer_norm and rms_norm)
  *   leaky_relu    negative_slope
  *   dropout       p, seed
- *   batchnorm2d   momentum
+ *   batchnorm2d   momentum, eps
+ *   clip          lo, hi
  *
  * A new op with attributes is a record here, its name in its ops.def row, a check in
  * op_attrs.c and a parser in csrc/py/attrs_py.c; the kernels read their own record
@@ -39,7 +40,9 @@ typedef struct { float eps; } sw_layer_norm_attrs;
 typedef struct { float negative_slope; } sw_leaky_relu_attrs;
 typedef struct { float p; uint64_t seed; } sw_dropout_attrs;      /* the masks: a function of seed, step, index */
 /* running = (1 - momentum) * running + momentum * the minibatch's statistic */
-typedef struct { float momentum; } sw_batchnorm2d_attrs;
+/* eps: added to the variance, a double as the kernels add it (1e-5 exactly, not float32's 9.99999975e-06) */
+typedef struct { float momentum; double eps; } sw_batchnorm2d_attrs;
+typedef struct { float lo, hi; } sw_clip_attrs;   /* y = min(max(x, lo), hi), lo <= hi */
 
 /* The attributes of one op: its kind and the record the op table names for it. */
 typedef struct {
@@ -55,6 +58,7 @@ typedef struct {
         sw_leaky_relu_attrs leaky_relu;
         sw_dropout_attrs dropout;
         sw_batchnorm2d_attrs batchnorm2d;
+        sw_clip_attrs clip;
     };
 } sw_op_attrs;
 
@@ -62,6 +66,7 @@ typedef struct {
 typedef enum {
     SW_ATTRS_none, SW_ATTRS_input, SW_ATTRS_conv2d, SW_ATTRS_pool2d, SW_ATTRS_linear, SW_ATTRS_concat,
     SW_ATTRS_softmax_dim, SW_ATTRS_layer_norm, SW_ATTRS_leaky_relu, SW_ATTRS_dropout, SW_ATTRS_batchnorm2d,
+    SW_ATTRS_clip,
     SW_ATTRS_COUNT
 } sw_attrs_kind;
 
@@ -83,6 +88,12 @@ static inline int sw_op_attrs_relu(const sw_op_attrs *a) {
 /* The negative slope of a leaky_relu; 0 for the other activations (their formula has none). */
 static inline float sw_op_attrs_slope(const sw_op_attrs *a) {
     return a->type == SW_OP_LEAKY_RELU ? a->leaky_relu.negative_slope : 0.0f;
+}
+
+/* An activation's two parameters: (negative slope, 0) of a leaky_relu, (lo, hi) of a clip, else 0. */
+static inline void sw_op_attrs_act_params(const sw_op_attrs *a, float *alpha, float *beta) {
+    *alpha = a->type == SW_OP_CLIP ? a->clip.lo : sw_op_attrs_slope(a);
+    *beta = a->type == SW_OP_CLIP ? a->clip.hi : 0.0f;
 }
 
 #endif /* SHARDWISE_EXEC_OP_ATTRS_H */
