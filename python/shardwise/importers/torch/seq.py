@@ -104,16 +104,14 @@ class Layers(Lazy):
 
 # ----------------------------------------------------------------------------- converters
 def _layer_norm(c: Call) -> Tensor:
+    """nn.LayerNorm over the last dimension, or several (a reshape merging them, the norm, a
+    reshape back: shardwise.importers.common.normalize_trailing)."""
+    from shardwise.importers.torch.ops import _norm   # ops.py imports this module at its end
+
     m = c.module
-    x = c.tensor(0)
-    if tuple(m.normalized_shape) != (x.shape[-1],):
-        raise c.error(f"normalized_shape={tuple(m.normalized_shape)} of an input {x.shape} is not supported; only "
-                      f"the last dimension")
     if not m.elementwise_affine or m.bias is None:
         raise c.error("a layer norm without weight or bias is not supported (elementwise_affine=True, bias=True)")
-    y = c.graph.layer_norm(x, eps=float(m.eps), name=c.name)
-    c.set_weights(weight=m.weight, bias=m.bias)
-    return y
+    return _norm(c, c.tensor(0), m.normalized_shape, m.weight, m.bias, float(m.eps), rms=False)
 
 
 def _embedding(c: Call) -> Tensor:
@@ -389,8 +387,9 @@ _SELECT_DOC = ("one index of a dimension after the batch (`x[:, -1]`, `x[:, t, :
                "of a returned tuple (`out, (h, c) = lstm(x)`) and a layer of an LSTM's state (`h_n[-1]`)")
 
 TORCH_SEQ_OPS: tuple[TorchOp, ...] = (
-    TorchOp("layer_norm", _layer_norm, modules=("LayerNorm",), op="`layer_norm`",
-            doc="over the last dimension, with weight and bias; any `eps`"),
+    TorchOp("layer_norm", _layer_norm, modules=("LayerNorm",), op="`layer_norm` (+ `reshape`)",
+            doc="over the last dimensions (`normalized_shape`; several: a `reshape` merging them, the norm, a "
+                "`reshape` back), with weight and bias; any `eps`"),
     TorchOp("embedding", _embedding, modules=("Embedding",), op="`embedding`",
             doc="of an integer input (token ids); or of `torch.arange(num_embeddings)`, the whole table: a "
                 "`parameter` op `(T, D)` (learned positions, added by broadcasting); no `padding_idx`, `max_norm`, "
