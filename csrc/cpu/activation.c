@@ -12,7 +12,7 @@
  *   clip        y = min(max(x, lo), hi)         dx = lo < x < hi ? dy : 0   (lo = alpha, hi = beta;
  *                                                    the boundary as torch.nn.Hardtanh's gradient)
  *   hardsigmoid y = min(max(x + 3, 0), 6) / 6   dx = -3 < x < 3 ? dy / 6 : 0
- *   hardswish   y = x min(max(x + 3, 0), 6) / 6 dx = x < -3 ? 0 : x <= 3 ? dy (x / 3 + 1/2) : dy
+ *   hardswish   y = x min(max(x + 3, 0), 6) / 6 dx = x <= -3 ? 0 : x < 3 ? dy (x / 3 + 1/2) : dy
  *
  * with Phi(x) = (1 + erf(x / sqrt 2)) / 2 and phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
  * Sigmoid and tanh take their gradient from the output y (as ReLU does), the
@@ -162,7 +162,7 @@ SW_CLONES static void hardsigmoid_grad_run(const float *x, const float *dy, floa
 SW_CLONES static void hardswish_grad_run(const float *x, const float *dy, float *dx, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i], g = dy[i];
-        dx[i] = v < -3.0f ? 0.0f : (v <= 3.0f ? g * (v / 3.0f + 0.5f) : g);
+        dx[i] = v <= -3.0f ? 0.0f : (v < 3.0f ? g * (v / 3.0f + 0.5f) : g);
     }
 }
 

@@ -495,6 +495,11 @@ CASES: list[Case] = [
        [{"n": 2}, {"c": 3}, {"h": 2}], bound=REDUCTION, prepare=lambda x, p: x.__imul__(2).__iadd__(0.5)),
     _c("rms_norm", "rms_norm", lambda g, data: g.rms_norm(data((N, 4, 6)), eps=1e-5, name="op"),
        [{"n": 2}, {"c": 2}, {"l": 2}, {"l": 3}], bound=REDUCTION),   # l: the normalized dimension
+    # a linear over channels-last (N, H, W, C) (ConvNeXt's MLP), and a layer norm there
+    _c("linear_rank4", "linear", lambda g, data: g.linear(data((N, 2, 3, 5)), 4, name="op"),
+       [{"n": 2}, {"h": 3}, {"c": 2, "w": 2}, {"i": 5}], bound=REDUCTION),
+    _c("layer_norm_rank4", "layer_norm", lambda g, data: g.layer_norm(data((N, 2, 3, 5)), eps=1e-6, name="op"),
+       [{"h": 3}, {"c": 2, "w": 5}], bound=REDUCTION),
     _c("rms_norm_rank2", "rms_norm", lambda g, data: g.rms_norm(data((N, 9)), eps=0.1, name="op"),
        [{"c": 3}], bound=REDUCTION),
 ]

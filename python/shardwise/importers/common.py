@@ -97,14 +97,15 @@ def check_weight_shapes(g: Graph, weights: dict[str, Any]) -> None:
 
 def linear_layer(c: Any, x: Tensor, weight_shape: Sequence[int], has_bias: bool, *, unsupported_rank: str,
                  weight_text: str = "", bias_shape: Sequence[int] | None = None) -> Tensor:
-    """``y = x W^T + b`` with W (out, in) on ``x`` (N, in) or (N, T, in): the checks and the
+    """``y = x W^T + b`` with W (out, in) on ``x`` (N, in), (N, T, in) or (N, ..., in) (ConvNeXt's
+    channels-last (N, H, W, C)): the checks and the
     linear op both importers build (the converter records the weights).  ``unsupported_rank``
     begins the message for another rank (``{rank}``, ``{shape}`` filled in); ``weight_text``
     comes before the weight's shape in the message for a feature count that does not match;
     ``bias_shape``, when given, must be (out,)."""
-    if len(x.shape) not in (2, 3):
+    if len(x.shape) < 2:
         raise c.error(unsupported_rank.format(rank=len(x.shape), shape=x.shape)
-                      + " is not supported (it takes (N, features) or (N, T, features))")
+                      + " is not supported (it takes (N, features), (N, T, features) or (N, ..., features))")
     if x.shape[-1] != weight_shape[1]:
         raise ShapeError(f"{c.where}: the weight {weight_text}{tuple(weight_shape)} takes {weight_shape[1]} features "
                          f"but the input has shape {x.shape}")

@@ -10,7 +10,7 @@ PyTorch's definitions, element-wise on any shape, in the dtype of the inputs:
 * leaky_relu  y = x if x > 0 else slope * x      dx = dy if x > 0 else slope * dy
 * clip        y = min(max(x, lo), hi)            dx = dy where lo < x < hi, else 0
 * hardsigmoid y = min(max(x + 3, 0), 6) / 6      dx = dy / 6 where -3 < x < 3, else 0
-* hardswish   y = x * hardsigmoid(x)             dx = 0 (x < -3), dy (x / 3 + 1/2) (x <= 3), dy
+* hardswish   y = x * hardsigmoid(x)             dx = 0 (x <= -3), dy (x / 3 + 1/2) (x < 3), dy
 
 with Phi the standard normal CDF, (1 + erf(x / sqrt 2)) / 2, the exact form of
 ``torch.nn.GELU()``, and phi its density.  NumPy has no erf, so Phi is ``math.erf`` per
@@ -121,9 +121,9 @@ def hardswish_forward(x: np.ndarray) -> np.ndarray:
 
 
 def hardswish_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    """dx = 0 for x < -3, dy (x / 3 + 1/2) for -3 <= x <= 3, dy above (PyTorch's)."""
+    """dx = 0 for x <= -3, dy (x / 3 + 1/2) for -3 < x < 3, dy from 3 on (PyTorch's)."""
     t = x.dtype.type
-    return np.where(x < t(-3), dy.dtype.type(0), np.where(x <= t(3), dy * (x / t(3) + t(0.5)), dy))
+    return np.where(x <= t(-3), dy.dtype.type(0), np.where(x < t(3), dy * (x / t(3) + t(0.5)), dy))
 
 
 # kind -> (forward(x, attrs), backward(x, y, dy, attrs)); attrs are the graph op's attributes
