@@ -1,4 +1,5 @@
-"""torchvision's models through sw.from_torch, against PyTorch's float64 run: the ones the
+"""torchvision's models through sw.from_torch (and mobilenet_v2 through both of PyTorch's ONNX
+exporters and sw.from_onnx), against PyTorch's float64 run: the ones the
 normalizations and hard activations (batch norm with eps 1e-3, ReLU6, layer norm over
 channels, hard swish and sigmoid) bring within reach.
 
@@ -161,6 +162,36 @@ def test_inception_v3_predicts_as_pytorch():
     """Batch norms with eps 1e-3 (BasicConv2d), asymmetric kernels, four-branch concats; 75 px."""
     torch.manual_seed(0)
     check_forward(calibrated(M.inception_v3(aux_logits=False, init_weights=True), 75), images(2, 75))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_mobilenet_v2_through_onnx(tmp_path, exporter):
+    """torch.onnx.export (torchscript at opset 17: batch norms folded into the convolutions;
+    dynamo at its default opset, unoptimized) and sw.from_onnx: Clip for ReLU6; 32 px, 10 classes."""
+    import warnings
+
+    pytest.importorskip("onnx", reason="onnx not installed: pip install onnx")
+    if exporter == "dynamo":
+        pytest.importorskip("onnxscript", reason="torch.onnx's dynamo exporter needs onnxscript")
+    torch.manual_seed(0)
+    model = calibrated(M.mobilenet_v2(num_classes=10), 32)
+    x = images(2, 32)
+    path = str(tmp_path / "m.onnx")
+    options = {"dynamo": True, "optimize": False} if exporter == "dynamo" else {"dynamo": False, "opset_version": 17}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(copy.deepcopy(model), (torch.tensor(x),), path, verbose=False, **options)
+    g, weights = sw.from_onnx(path)
+    assert [op.kind for op in g.ops].count("clip") == 35
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    t.set_weights(weights)
+    t.eval()
+    with torch.no_grad():
+        want = copy.deepcopy(model).double()(torch.tensor(x, dtype=torch.float64)).numpy()
+        torch32 = model(torch.tensor(x)).numpy()
+    bound = max(1e-5 * max(1.0, float(np.abs(want).max())), 2 * float(np.abs(torch32 - want).max()))
+    np.testing.assert_allclose(t.forward(x), want, atol=bound, rtol=0)
 
 
 def test_convnext_layer_norm_2d():
