@@ -96,7 +96,8 @@ SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, flo
         a1[j] += g;
         a2[j] += g * (xs[d] - mu) * inv;
     }
-    const double s1 = rms ? 0.0 : (((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]))) / (double)n;
+    const double s1 =
+        rms ? 0.0 : (((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]))) / (double)n;
     const double s2 = (((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]))) / (double)n;
     for (int64_t k = 0; k < d0; k++) {                 /* features outside dy's range: g = 0 */
         gr[k] = (float)(inv * (0.0 - s1 - (xr[k] - mu) * inv * s2));
@@ -198,7 +199,8 @@ sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, flo
         dw->data[d] = 0.0f;
     }
     for (int64_t r = dy->lo[0]; r < sw_view_hi(dy, 0); r++) {   /* rows in order: one fixed sum order */
-        backward_weight_row(x->data + (r - x->lo[0]) * n, n, eps, rms, d0, db, dy->data + (r - dy->lo[0]) * db, dw->data);
+        backward_weight_row(x->data + (r - x->lo[0]) * n, n, eps, rms, d0, db, dy->data + (r - dy->lo[0]) * db,
+                            dw->data);
     }
     return SW_OK;
 }

@@ -233,7 +233,8 @@ REFUSED = [
 
 @pytest.mark.parametrize("make, px, reason", [pytest.param(*r[1:], id=r[0]) for r in REFUSED])
 @pytest.mark.xfail(raises=sw.ModelImportError, strict=True,
-                   reason="needs ops of the opsbcast branch: MaxPool ceil_mode with partial windows, broadcast multiply")
+                   reason="needs ops of the opsbcast branch: MaxPool ceil_mode with partial windows, broadcast "
+                          "multiply")
 def test_models_waiting_for_other_ops(make, px, reason):
     """Refused today, each for the reason given (the message names it); predicting as PyTorch
     once imported."""

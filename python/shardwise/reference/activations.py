@@ -134,7 +134,8 @@ _TABLE: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] =
     "silu": (lambda x, a: silu_forward(x), lambda x, y, dy, a: silu_backward(x, dy)),
     "leaky_relu": (lambda x, a: leaky_relu_forward(x, a.get("negative_slope", 0.01)),
                    lambda x, y, dy, a: leaky_relu_backward(x, dy, a.get("negative_slope", 0.01))),
-    "clip": (lambda x, a: clip_forward(x, a["lo"], a["hi"]), lambda x, y, dy, a: clip_backward(x, dy, a["lo"], a["hi"])),
+    "clip": (lambda x, a: clip_forward(x, a["lo"], a["hi"]),
+             lambda x, y, dy, a: clip_backward(x, dy, a["lo"], a["hi"])),
     "hardsigmoid": (lambda x, a: hardsigmoid_forward(x), lambda x, y, dy, a: hardsigmoid_backward(x, dy)),
     "hardswish": (lambda x, a: hardswish_forward(x), lambda x, y, dy, a: hardswish_backward(x, dy)),
 }

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from shardwise.errors import ShapeError
 from shardwise.graph import Graph, Tensor
 
-from shardwise.importers.common import Lazy, check_ceil_mode, linear_layer, normalize_trailing
+from shardwise.importers.common import Lazy, check_ceil_mode, linear_layer
 from shardwise.importers.torch.call import REQUIRED, Attr, Call, TorchOp, _dim, _dim_attr, _pair, _show
 
 
@@ -441,28 +441,6 @@ def _relu6(c: Call) -> Tensor:
     return c.graph.relu6(c.tensor(0), name=c.name)
 
 
-def _normalized_dims(c: Call, x: Tensor, normalized_shape: Any) -> int:
-    """How many trailing dimensions of x ``normalized_shape`` names (refusing any other shape)."""
-    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    k = len(ns)
-    if not 1 <= k < len(x.shape) or tuple(x.shape[-k:]) != tuple(int(d) for d in ns):
-        raise c.error(f"normalized_shape={ns} of an input {x.shape} is not supported (the input's last dimensions, "
-                      f"not the batch)")
-    return k
-
-
-def _flat(t: Any, dims: int) -> Any:
-    """A weight of the normalized shape as the op's (D,) (a copy when it has several dimensions)."""
-    return t if t is None or dims == 1 else t.detach().reshape(-1).clone()
-
-
-def _norm(c: Call, x: Tensor, normalized_shape: Any, weight: Any, bias: Any, eps: float, rms: bool) -> Tensor:
-    k = _normalized_dims(c, x, normalized_shape)
-    y = normalize_trailing(c, x, k, float(eps), rms=rms)
-    c.set_weights(weight=_flat(weight, k), bias=_flat(bias, k))
-    return y
-
-
 def _layer_norm_fn(c: Call) -> Tensor:
     """F.layer_norm(x, normalized_shape, self.weight, self.bias, eps): ConvNeXt's LayerNorm2d (a
     permute to channels-last, this, and a permute back)."""
@@ -628,7 +606,8 @@ DOC_FORMS: dict[str, str] = {
 ``operator.add (`a + b`)`` (tools/ops_docs.py)."""
 
 
-from shardwise.importers.torch.seq import TORCH_SEQ_OPS  # noqa: E402  (it builds on the helpers above)
+# it builds on the helpers above; its norm helpers serve the functional forms above
+from shardwise.importers.torch.seq import TORCH_SEQ_OPS, _norm, _normalized_dims  # noqa: E402
 
 TORCH_OPS = TORCH_OPS + TORCH_SEQ_OPS
 

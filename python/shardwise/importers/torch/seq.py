@@ -24,7 +24,7 @@ from typing import Any
 
 from shardwise.errors import ModelImportError
 from shardwise.graph import Graph, Tensor
-from shardwise.importers.common import Lazy
+from shardwise.importers.common import Lazy, normalize_trailing
 from shardwise.importers.torch.call import (REQUIRED, Attr, Call, TorchOp, _dim, _dim_attr, _show, is_torch_tensor,
                                 record_weights)
 
@@ -103,11 +103,31 @@ class Layers(Lazy):
 
 
 # ----------------------------------------------------------------------------- converters
+def _normalized_dims(c: Call, x: Tensor, normalized_shape: Any) -> int:
+    """How many trailing dimensions of x ``normalized_shape`` names (refusing any other shape)."""
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(ns)
+    if not 1 <= k < len(x.shape) or tuple(x.shape[-k:]) != tuple(int(d) for d in ns):
+        raise c.error(f"normalized_shape={ns} of an input {x.shape} is not supported (the input's last dimensions, "
+                      f"not the batch)")
+    return k
+
+
+def _flat(t: Any, dims: int) -> Any:
+    """A weight of the normalized shape as the op's (D,) (a copy when it has several dimensions)."""
+    return t if t is None or dims == 1 else t.detach().reshape(-1).clone()
+
+
+def _norm(c: Call, x: Tensor, normalized_shape: Any, weight: Any, bias: Any, eps: float, rms: bool) -> Tensor:
+    k = _normalized_dims(c, x, normalized_shape)
+    y = normalize_trailing(c, x, k, float(eps), rms=rms)
+    c.set_weights(weight=_flat(weight, k), bias=_flat(bias, k))
+    return y
+
+
 def _layer_norm(c: Call) -> Tensor:
     """nn.LayerNorm over the last dimension, or several (a reshape merging them, the norm, a
     reshape back: shardwise.importers.common.normalize_trailing)."""
-    from shardwise.importers.torch.ops import _norm   # ops.py imports this module at its end
-
     m = c.module
     if not m.elementwise_affine or m.bias is None:
         raise c.error("a layer norm without weight or bias is not supported (elementwise_affine=True, bias=True)")
