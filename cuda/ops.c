@@ -348,7 +348,7 @@ static sw_status batchnorm_backward_data(const cu_task *t) {
     sw_status s = SW_OK;
     float *mean = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
     SW_TRY(s);
-    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, 1e-5, mean, mean + c, t->st->s));
+    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, t->e.attrs->batchnorm2d.eps, mean, mean + c, t->st->s));
     sw_view x, dy, dx;
     view(t, r.region[0], &x);
     view(t, r.dy, &dy);
@@ -389,7 +389,7 @@ static sw_status batchnorm_backward_weight(const cu_task *t) {
     double *sums = cu_scratch(t, sizeof(double) * (size_t)(2 * c), &s);
     float *mean = s == SW_OK ? cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s) : NULL;
     SW_TRY(s);
-    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, 1e-5, mean, mean + c, t->st->s));
+    CU_TRY(swk_bn_moments(sw_env_ptr(&t->e, r.stats_x), c, m, t->e.attrs->batchnorm2d.eps, mean, mean + c, t->st->s));
     sw_view x;
     view(t, r.region[0], &x);
     const sw_view *src[2] = {&x, &dy};

@@ -11,8 +11,6 @@
 
 #include "cuda_backend.h"
 
-#define BN_EPS 1e-5   /* as csrc/cpu/tasks.c and PyTorch's default */
-
 static int device_of(const cu_task *t, int32_t b) { return sw_env_buffer(&t->e, b)->device; }
 static void *ptr(const cu_task *t, int32_t b) { return sw_env_ptr(&t->e, b); }
 
@@ -138,7 +136,7 @@ static sw_status moments_of(const cu_task *t, int32_t stats, float **mean, float
     sw_status s = SW_OK;
     float *m = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
     SW_TRY(s);
-    CU_TRY(swk_bn_moments(ptr(t, stats), c, bn_count(t), BN_EPS, m, m + c, t->st->s));
+    CU_TRY(swk_bn_moments(ptr(t, stats), c, bn_count(t), t->e.attrs->batchnorm2d.eps, m, m + c, t->st->s));
     *mean = m;
     *invstd = m + c;
     return SW_OK;
@@ -168,7 +166,7 @@ static sw_status run_bn_apply(const sw_task_env *e) {
         mean = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
         SW_TRY(s);
         invstd = mean + c;
-        CU_TRY(swk_bn_running_moments(running, c, BN_EPS, mean, invstd, t->st->s));
+        CU_TRY(swk_bn_running_moments(running, c, t->e.attrs->batchnorm2d.eps, mean, invstd, t->st->s));
     } else {
         SW_TRY(moments_of(t, t->e.reads[1], &mean, &invstd));
     }

@@ -1,12 +1,18 @@
 /* activation.c -- the point-wise activations beside ReLU: sigmoid, tanh, GELU
- * (the exact erf form), SiLU and leaky ReLU, forward and backward, with
- * PyTorch's definitions (torch.nn.Sigmoid, Tanh, GELU(), SiLU, LeakyReLU):
+ * (the exact erf form), SiLU, leaky ReLU, clip, hard sigmoid and hard swish, forward
+ * and backward, with PyTorch's definitions (torch.nn.Sigmoid, Tanh, GELU(), SiLU,
+ * LeakyReLU, Hardtanh, Hardsigmoid, Hardswish; their CPU kernels' formulas and order of
+ * operations, so that results are PyTorch's bits):
  *
  *   sigmoid     y = 1 / (1 + exp(-x))           dx = dy * y * (1 - y)
  *   tanh        y = tanh(x)                     dx = dy * (1 - y^2)
  *   gelu        y = x * Phi(x)                  dx = dy * (Phi(x) + x * phi(x))
  *   silu        y = x * s(x), s = sigmoid       dx = dy * s(x) * (1 + x * (1 - s(x)))
  *   leaky_relu  y = x > 0 ? x : alpha * x       dx = x > 0 ? dy : alpha * dy
+ *   clip        y = min(max(x, lo), hi)         dx = lo < x < hi ? dy : 0   (lo = alpha, hi = beta;
+ *                                                    the boundary as torch.nn.Hardtanh's gradient)
+ *   hardsigmoid y = min(max(x + 3, 0), 6) / 6   dx = -3 < x < 3 ? dy / 6 : 0
+ *   hardswish   y = x min(max(x + 3, 0), 6) / 6 dx = x <= -3 ? 0 : x < 3 ? dy (x / 3 + 1/2) : dy
  *
  * with Phi(x) = (1 + erf(x / sqrt 2)) / 2 and phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
  * Sigmoid and tanh take their gradient from the output y (as ReLU does), the
@@ -34,6 +40,7 @@
 const char *const sw_activation_names[SW_ACT_COUNT] = {
     [SW_ACT_SIGMOID] = "sigmoid", [SW_ACT_TANH] = "tanh", [SW_ACT_GELU] = "gelu",
     [SW_ACT_SILU] = "silu",       [SW_ACT_LEAKY_RELU] = "leaky_relu",
+    [SW_ACT_CLIP] = "clip",       [SW_ACT_HARDSIGMOID] = "hardsigmoid", [SW_ACT_HARDSWISH] = "hardswish",
 };
 
 int sw_activation_grad_from_output(sw_activation f) { return f == SW_ACT_SIGMOID || f == SW_ACT_TANH; }
@@ -68,6 +75,33 @@ SW_CLONES static void leaky_relu_run(const float *x, float *y, int64_t n, float 
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
         y[i] = v > 0.0f ? v : v * alpha;   /* a select: NaN > 0 is false, NaN * alpha is NaN */
+    }
+}
+
+/* The selects below pass a NaN through (every comparison with it is false), as PyTorch's. */
+SW_CLONES static void clip_run(const float *x, float *y, int64_t n, float lo, float hi) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = v < lo ? lo : (v > hi ? hi : v);
+    }
+}
+
+/* min(max(x + 3, 0), 6): relu6(x + 3) */
+static SW_INLINE float relu6_shifted(float v) {
+    float t = v + 3.0f;
+    t = t < 0.0f ? 0.0f : t;
+    return t > 6.0f ? 6.0f : t;
+}
+
+SW_CLONES static void hardsigmoid_run(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = relu6_shifted(x[i]) / 6.0f;
+    }
+}
+
+SW_CLONES static void hardswish_run(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = x[i] * relu6_shifted(x[i]) / 6.0f;
     }
 }
 
@@ -111,8 +145,29 @@ SW_CLONES static void leaky_relu_grad_run(const float *x, const float *dy, float
     }
 }
 
+SW_CLONES static void clip_grad_run(const float *x, const float *dy, float *dx, int64_t n, float lo, float hi) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = dy[i];
+        dx[i] = (x[i] <= lo || x[i] >= hi) ? 0.0f : g;
+    }
+}
+
+SW_CLONES static void hardsigmoid_grad_run(const float *x, const float *dy, float *dx, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = dy[i];
+        dx[i] = (x[i] > -3.0f && x[i] < 3.0f) ? g * (1.0f / 6.0f) : 0.0f;
+    }
+}
+
+SW_CLONES static void hardswish_grad_run(const float *x, const float *dy, float *dx, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i], g = dy[i];
+        dx[i] = v <= -3.0f ? 0.0f : (v < 3.0f ? g * (v / 3.0f + 0.5f) : g);
+    }
+}
+
 /* One contiguous run of either direction (dy NULL: forward, out = f(a); else out = dy * f'(a)). */
-static void run(sw_activation f, float alpha, const float *a, const float *dy, float *out, int64_t n) {
+static void run(sw_activation f, float alpha, float beta, const float *a, const float *dy, float *out, int64_t n) {
     if (!dy) {
         switch (f) {
         case SW_ACT_SIGMOID: sigmoid_run(a, out, n); break;
@@ -120,6 +175,9 @@ static void run(sw_activation f, float alpha, const float *a, const float *dy, f
         case SW_ACT_GELU: gelu_run(a, out, n); break;
         case SW_ACT_SILU: silu_run(a, out, n); break;
         case SW_ACT_LEAKY_RELU: leaky_relu_run(a, out, n, alpha); break;
+        case SW_ACT_CLIP: clip_run(a, out, n, alpha, beta); break;
+        case SW_ACT_HARDSIGMOID: hardsigmoid_run(a, out, n); break;
+        case SW_ACT_HARDSWISH: hardswish_run(a, out, n); break;
         case SW_ACT_COUNT: break;
         }
         return;
@@ -130,12 +188,15 @@ static void run(sw_activation f, float alpha, const float *a, const float *dy, f
     case SW_ACT_GELU: gelu_grad_run(a, dy, out, n); break;
     case SW_ACT_SILU: silu_grad_run(a, dy, out, n); break;
     case SW_ACT_LEAKY_RELU: leaky_relu_grad_run(a, dy, out, n, alpha); break;
+    case SW_ACT_CLIP: clip_grad_run(a, dy, out, n, alpha, beta); break;
+    case SW_ACT_HARDSIGMOID: hardsigmoid_grad_run(a, dy, out, n); break;
+    case SW_ACT_HARDSWISH: hardswish_grad_run(a, dy, out, n); break;
     case SW_ACT_COUNT: break;
     }
 }
 
 /* out's box, walked in runs that are contiguous in a, dy (when not NULL) and out. */
-static void over_box(sw_activation f, float alpha, const sw_view *a, const sw_view *dy, sw_view *out) {
+static void over_box(sw_activation f, float alpha, float beta, const sw_view *a, const sw_view *dy, sw_view *out) {
     const sw_view *views[3] = {out, a, dy};
     int64_t hi[SW_MAX_RANK];
     for (int d = 0; d < out->rank; d++) {
@@ -148,7 +209,7 @@ static void over_box(sw_activation f, float alpha, const sw_view *a, const sw_vi
     do {
         const float *ap = a->data + sw_view_offset(a, r.idx);
         const float *dp = dy ? dy->data + sw_view_offset(dy, r.idx) : NULL;
-        run(f, alpha, ap, dp, out->data + sw_view_offset(out, r.idx), r.len);
+        run(f, alpha, beta, ap, dp, out->data + sw_view_offset(out, r.idx), r.len);
     } while (sw_runs_next(&r));
 }
 
@@ -160,7 +221,7 @@ static sw_status check_kind(sw_activation f, const char *name) {
 }
 
 /* x covers y's box; y = f(x) over y's box. */
-sw_status sw_activation_forward(sw_activation f, float alpha, const sw_view *x, sw_view *y) {
+sw_status sw_activation_forward(sw_activation f, float alpha, float beta, const sw_view *x, sw_view *y) {
     sw_status s = check_kind(f, "activation_forward");
     if (s == SW_OK) {
         s = sw_view_check_elementwise_out(y, "activation_forward: y");
@@ -169,13 +230,14 @@ sw_status sw_activation_forward(sw_activation f, float alpha, const sw_view *x, 
         s = sw_view_check_elementwise_in(x, "activation_forward: x", y, "y");
     }
     if (s == SW_OK) {
-        over_box(f, alpha, x, NULL, y);
+        over_box(f, alpha, beta, x, NULL, y);
     }
     return s;
 }
 
 /* from (y for sigmoid and tanh, x otherwise) and dy cover dx's box; dx = dy * f'(.) over dx's box. */
-sw_status sw_activation_backward(sw_activation f, float alpha, const sw_view *from, const sw_view *dy, sw_view *dx) {
+sw_status sw_activation_backward(sw_activation f, float alpha, float beta, const sw_view *from, const sw_view *dy,
+                                 sw_view *dx) {
     sw_status s = check_kind(f, "activation_backward");
     if (s == SW_OK) {
         s = sw_view_check_elementwise_out(dx, "activation_backward: dx");
@@ -189,7 +251,7 @@ sw_status sw_activation_backward(sw_activation f, float alpha, const sw_view *fr
         s = sw_view_check_elementwise_in(dy, "activation_backward: dy", dx, "dx");
     }
     if (s == SW_OK) {
-        over_box(f, alpha, from, dy, dx);
+        over_box(f, alpha, beta, from, dy, dx);
     }
     return s;
 }

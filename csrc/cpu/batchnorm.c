@@ -5,7 +5,7 @@
  *   1. every worker: sw_bn_partial_sums over its box -> (sum x, sum x^2) per channel
  *   2. the executor adds the partial sums of all workers holding channel c,
  *      then mean = S1 / M, var = S2 / M - mean^2 (biased), invstd = 1 / sqrt(var + eps)
- *      with M = N * H * W of the whole minibatch (eps = 1e-5 in the graph API)
+ *      with M = N * H * W of the whole minibatch (eps: the op's attribute, 1e-5 by default)
  *   3. every worker: sw_bn_apply over its box with the global mean/invstd
  * Backward, the same shape:
  *   1. sw_bn_backward_sums -> (sum dy, sum dy * xhat) per channel over the box

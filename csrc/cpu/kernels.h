@@ -95,15 +95,19 @@ typedef enum {
     SW_ACT_GELU,        /* y = x (1 + erf(x / sqrt 2)) / 2, the exact form (torch.nn.GELU()) */
     SW_ACT_SILU,        /* y = x sigmoid(x) */
     SW_ACT_LEAKY_RELU,  /* y = x > 0 ? x : alpha x (alpha: the negative slope) */
+    SW_ACT_CLIP,        /* y = min(max(x, alpha), beta) (torch.nn.Hardtanh, ReLU6, torch.clamp) */
+    SW_ACT_HARDSIGMOID, /* y = min(max(x + 3, 0), 6) / 6 (torch.nn.Hardsigmoid) */
+    SW_ACT_HARDSWISH,   /* y = x min(max(x + 3, 0), 6) / 6 (torch.nn.Hardswish) */
     SW_ACT_COUNT
 } sw_activation;
 extern const char *const sw_activation_names[SW_ACT_COUNT];   /* as the graph builder spells them */
 /* 1 when f's gradient is computed from its output y (sigmoid, tanh), 0 from its input x */
 int sw_activation_grad_from_output(sw_activation f);
-/* x covers y's box; y = f(x) over y's box (alpha is read by leaky ReLU alone) */
-sw_status sw_activation_forward(sw_activation f, float alpha, const sw_view *x, sw_view *y);
+/* x covers y's box; y = f(x) over y's box (alpha is read by leaky ReLU and clip, beta by clip) */
+sw_status sw_activation_forward(sw_activation f, float alpha, float beta, const sw_view *x, sw_view *y);
 /* dx = dy * f'(.) over dx's box; `from` is y or x as sw_activation_grad_from_output says */
-sw_status sw_activation_backward(sw_activation f, float alpha, const sw_view *from, const sw_view *dy, sw_view *dx);
+sw_status sw_activation_backward(sw_activation f, float alpha, float beta, const sw_view *from, const sw_view *dy,
+                                 sw_view *dx);
 
 /* ---- dropout (dropout.c): a mask that is a function of (seed, step, element index) only ----
  * Element i (row-major in the op's whole output `shape`) is kept when sw_dropout_keeps; kept
@@ -157,13 +161,15 @@ sw_status sw_softmax_xent_backward(const sw_view *p, const int32_t *labels, int6
  * the flattened leading dimensions of (N, T, D) tensors; every view of one call holds the
  * same rows (the glue in ops_cpu_seq.c checks it and flattens). ---- */
 /* layernorm.c: y (rows, d-range) = (x - mean) * invstd * w + b over whole rows of x (biased
- * variance, as torch.nn.LayerNorm); w and b cover y's d-range (b may be NULL). */
-sw_status sw_layer_norm_forward(const sw_view *x, const sw_view *w, const sw_view *b, float eps, sw_view *y);
+ * variance, as torch.nn.LayerNorm); w and b cover y's d-range (b may be NULL).  rms = 1: RMS
+ * normalization (torch.nn.RMSNorm), mean = 0 in all three. */
+sw_status sw_layer_norm_forward(const sw_view *x, const sw_view *w, const sw_view *b, float eps, int rms, sw_view *y);
 /* dx (rows, D): the partial gradient from dy's d-range alone (the contributions add up over
  * d-ranges): invstd * (w dy - sum(w dy) / D - xhat sum(w dy xhat) / D) */
-sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const sw_view *dy, float eps, sw_view *dx);
+sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const sw_view *dy, float eps, int rms,
+                                      sw_view *dx);
 /* dw (d-range) = sum over rows of dy * xhat */
-sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, float eps, sw_view *dw);
+sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, float eps, int rms, sw_view *dw);
 
 /* embedding.c: ids (rows) holds integer-valued floats; w (v-range, d-range) a slice of the
  * (vocab, D) table at its global coordinates.  y (rows, d-range) = w[id] for ids in the

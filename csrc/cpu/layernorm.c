@@ -7,6 +7,9 @@
  *           S2 = sum_d w[d] dy[d] xhat[d]                          sums over dy's d-range
  *   dw[d] = sum over rows of dy[d] xhat[d]
  *
+ * RMS normalization (torch.nn.RMSNorm; rms = 1) is the same with mean = 0: var = sum_k x[k]^2 / D,
+ * no bias, and S1 = 0 in the data gradient (the mean subtracted is no function of x).
+ *
  * x holds whole rows ([0, D)); y and dy may be a d sub-range (a split of the feature
  * dimension recomputes the row's statistics on every worker, in the same order, so every
  * worker's statistics are the same bits).  The data gradient is linear in dy, so each
@@ -43,19 +46,20 @@ static SW_INLINE double lane_sum(const float *restrict x, int64_t n, double shif
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-/* Mean and 1 / sqrt(var + eps) of one row of n floats. */
-static SW_INLINE void row_moments(const float *restrict x, int64_t n, float eps, double *mean, double *invstd) {
-    const double mu = lane_sum(x, n, 0.0, 0) / (double)n;
+/* Mean and 1 / sqrt(var + eps) of one row of n floats; rms: the mean taken as 0. */
+static SW_INLINE void row_moments(const float *restrict x, int64_t n, float eps, int rms, double *mean,
+                                  double *invstd) {
+    const double mu = rms ? 0.0 : lane_sum(x, n, 0.0, 0) / (double)n;
     const double v = lane_sum(x, n, mu, 1);
     *mean = mu;
     *invstd = 1.0 / sqrt(v / (double)n + (double)eps);
 }
 
 /* y[d] = xhat[d0 + d] w[d] + b[d] for d < db, of the row xr (n features). */
-SW_CLONES static void forward_row(const float *restrict xr, int64_t n, float eps, int64_t d0, int64_t db,
+SW_CLONES static void forward_row(const float *restrict xr, int64_t n, float eps, int rms, int64_t d0, int64_t db,
                                   const float *restrict ws, const float *restrict bs, float *restrict yr) {
     double mu, inv;
-    row_moments(xr, n, eps, &mu, &inv);
+    row_moments(xr, n, eps, rms, &mu, &inv);
     const float *xs = xr + d0;
     if (bs) {
         for (int64_t d = 0; d < db; d++) {
@@ -69,10 +73,11 @@ SW_CLONES static void forward_row(const float *restrict xr, int64_t n, float eps
 }
 
 /* gr (n) = the row's data gradient from dr (db features from d0). */
-SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, float eps, int64_t d0, int64_t db,
-                                        const float *restrict ws, const float *restrict dr, float *restrict gr) {
+SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, float eps, int rms, int64_t d0,
+                                        int64_t db, const float *restrict ws, const float *restrict dr,
+                                        float *restrict gr) {
     double mu, inv;
-    row_moments(xr, n, eps, &mu, &inv);
+    row_moments(xr, n, eps, rms, &mu, &inv);
     const float *xs = xr + d0;
     double a1[SW_LANES], a2[SW_LANES];   /* S1, S2 in lanes as lane_sum's */
     for (int j = 0; j < SW_LANES; j++) {
@@ -91,7 +96,8 @@ SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, flo
         a1[j] += g;
         a2[j] += g * (xs[d] - mu) * inv;
     }
-    const double s1 = (((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]))) / (double)n;
+    const double s1 =
+        rms ? 0.0 : (((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]))) / (double)n;
     const double s2 = (((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]))) / (double)n;
     for (int64_t k = 0; k < d0; k++) {                 /* features outside dy's range: g = 0 */
         gr[k] = (float)(inv * (0.0 - s1 - (xr[k] - mu) * inv * s2));
@@ -106,10 +112,10 @@ SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, flo
 }
 
 /* dw[d] += dr[d] xhat[d0 + d] for d < db, of the row xr. */
-SW_CLONES static void backward_weight_row(const float *restrict xr, int64_t n, float eps, int64_t d0, int64_t db,
-                                          const float *restrict dr, float *restrict dw) {
+SW_CLONES static void backward_weight_row(const float *restrict xr, int64_t n, float eps, int rms, int64_t d0,
+                                          int64_t db, const float *restrict dr, float *restrict dw) {
     double mu, inv;
-    row_moments(xr, n, eps, &mu, &inv);
+    row_moments(xr, n, eps, rms, &mu, &inv);
     const float *xs = xr + d0;
     for (int64_t d = 0; d < db; d++) {
         dw[d] += dr[d] * (float)((xs[d] - mu) * inv);
@@ -128,7 +134,7 @@ static sw_status check_rows(const sw_view *x, const sw_view *other, const char *
     return SW_OK;
 }
 
-sw_status sw_layer_norm_forward(const sw_view *x, const sw_view *w, const sw_view *b, float eps, sw_view *y) {
+sw_status sw_layer_norm_forward(const sw_view *x, const sw_view *w, const sw_view *b, float eps, int rms, sw_view *y) {
     sw_status s;
     if ((s = check_rows(x, y, "layer_norm_forward: x", "y")) != SW_OK ||
         (s = sw_view_check(w, 1, "layer_norm_forward: w")) != SW_OK ||
@@ -143,12 +149,12 @@ sw_status sw_layer_norm_forward(const sw_view *x, const sw_view *w, const sw_vie
     const int64_t n = x->shape[1], d0 = y->lo[1], db = y->shape[1];
     const float *ws = w->data + (d0 - w->lo[0]), *bs = b ? b->data + (d0 - b->lo[0]) : NULL;
     for (int64_t r = y->lo[0]; r < sw_view_hi(y, 0); r++) {
-        forward_row(x->data + (r - x->lo[0]) * n, n, eps, d0, db, ws, bs, y->data + (r - y->lo[0]) * db);
+        forward_row(x->data + (r - x->lo[0]) * n, n, eps, rms, d0, db, ws, bs, y->data + (r - y->lo[0]) * db);
     }
     return SW_OK;
 }
 
-sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const sw_view *dy, float eps,
+sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const sw_view *dy, float eps, int rms,
                                       sw_view *dx) {
     sw_status s;
     if ((s = check_rows(x, dy, "layer_norm_backward_data: x", "dy")) != SW_OK ||
@@ -172,12 +178,12 @@ sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const 
             }
             continue;
         }
-        backward_data_row(x->data + (r - x->lo[0]) * n, n, eps, d0, db, ws, dy->data + (r - dy->lo[0]) * db, gr);
+        backward_data_row(x->data + (r - x->lo[0]) * n, n, eps, rms, d0, db, ws, dy->data + (r - dy->lo[0]) * db, gr);
     }
     return SW_OK;
 }
 
-sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, float eps, sw_view *dw) {
+sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, float eps, int rms, sw_view *dw) {
     sw_status s;
     if ((s = check_rows(x, dy, "layer_norm_backward_weight: x", "dy")) != SW_OK ||
         (s = sw_view_check(dw, 1, "layer_norm_backward_weight: dw")) != SW_OK ||
@@ -193,7 +199,8 @@ sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, flo
         dw->data[d] = 0.0f;
     }
     for (int64_t r = dy->lo[0]; r < sw_view_hi(dy, 0); r++) {   /* rows in order: one fixed sum order */
-        backward_weight_row(x->data + (r - x->lo[0]) * n, n, eps, d0, db, dy->data + (r - dy->lo[0]) * db, dw->data);
+        backward_weight_row(x->data + (r - x->lo[0]) * n, n, eps, rms, d0, db, dy->data + (r - dy->lo[0]) * db,
+                            dw->data);
     }
     return SW_OK;
 }

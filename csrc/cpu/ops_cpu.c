@@ -438,7 +438,7 @@ static sw_status batchnorm_backward_data(const sw_task_env *e) {
     sw_status s = SW_OK;
     float *mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
     SW_TRY(s);
-    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, mean, mean + c);
+    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, e->attrs->batchnorm2d.eps, mean, mean + c);
     sw_view x, dy, dx;
     sw_env_view(e, r.region[0], &x);
     sw_env_view(e, r.dy, &dy);
@@ -471,7 +471,7 @@ static sw_status batchnorm_backward_weight(const sw_task_env *e) {
     SW_TRY(s);
     double *sums = (double *)scratch;
     float *mean = (float *)(scratch + sizeof(double) * (size_t)(2 * c));
-    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, mean, mean + c);
+    sw_bn_moments(sw_env_ptr(e, r.stats_x), c, m, e->attrs->batchnorm2d.eps, mean, mean + c);
     sw_view x;
     sw_env_view(e, r.region[0], &x);
     SW_TRY(sw_bn_backward_sums(&x, &dy, mean, mean + c, sums));

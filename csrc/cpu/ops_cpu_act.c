@@ -1,11 +1,11 @@
 /* ops_cpu_act.c -- CPU tasks of the point-wise activation ops: sigmoid, tanh,
- * gelu, silu and leaky_relu (activation.c has the kernels and the formulas), and
+ * gelu, silu, leaky_relu, clip, hardsigmoid and hardswish (activation.c has the kernels and the formulas), and
  * dropout (dropout.c).
  *
  * A forward task reads the worker's region of x (its own output box: the index
  * map is the identity) and writes y; a backward_data task reads [dy] y and the
  * region of x (task_env.h) and hands the kernel y for sigmoid and tanh, x for
- * the others.  Leaky ReLU's negative slope comes from the op's attributes.
+ * the others.  Leaky ReLU's negative slope and clip's bounds come from the op's attributes.
  */
 #include "task_env.h"
 
@@ -17,6 +17,9 @@ static sw_activation activation_of(int type) {
     case SW_OP_GELU: return SW_ACT_GELU;
     case SW_OP_SILU: return SW_ACT_SILU;
     case SW_OP_LEAKY_RELU: return SW_ACT_LEAKY_RELU;
+    case SW_OP_CLIP: return SW_ACT_CLIP;
+    case SW_OP_HARDSIGMOID: return SW_ACT_HARDSIGMOID;
+    case SW_OP_HARDSWISH: return SW_ACT_HARDSWISH;
     default: return SW_ACT_COUNT;
     }
 }
@@ -26,7 +29,9 @@ static sw_status activation_forward(const sw_task_env *e) {
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
-    return sw_activation_forward(f, sw_op_attrs_slope(e->attrs), &x, &y);
+    float alpha, beta;
+    sw_op_attrs_act_params(e->attrs, &alpha, &beta);
+    return sw_activation_forward(f, alpha, beta, &x, &y);
 }
 
 static sw_status activation_backward_data(const sw_task_env *e) {
@@ -46,7 +51,9 @@ static sw_status activation_backward_data(const sw_task_env *e) {
     }
     sw_env_view(e, b, &from);
     sw_env_view(e, r.dy, &dy);
-    return sw_activation_backward(f, sw_op_attrs_slope(e->attrs), &from, &dy, &dx);
+    float alpha, beta;
+    sw_op_attrs_act_params(e->attrs, &alpha, &beta);
+    return sw_activation_backward(f, alpha, beta, &from, &dy, &dx);
 }
 
 const sw_cpu_op sw_cpu_sigmoid = {activation_forward, activation_backward_data, NULL};
@@ -54,6 +61,9 @@ const sw_cpu_op sw_cpu_tanh = {activation_forward, activation_backward_data, NUL
 const sw_cpu_op sw_cpu_gelu = {activation_forward, activation_backward_data, NULL};
 const sw_cpu_op sw_cpu_silu = {activation_forward, activation_backward_data, NULL};
 const sw_cpu_op sw_cpu_leaky_relu = {activation_forward, activation_backward_data, NULL};
+const sw_cpu_op sw_cpu_clip = {activation_forward, activation_backward_data, NULL};
+const sw_cpu_op sw_cpu_hardsigmoid = {activation_forward, activation_backward_data, NULL};
+const sw_cpu_op sw_cpu_hardswish = {activation_forward, activation_backward_data, NULL};
 
 /* dropout: y = x through the mask of (seed, step, element) in train mode, y = x in eval mode
  * (the step's SW_BN_RUNNING); the probability is the op's real parameter. */

@@ -58,16 +58,22 @@ static sw_status need(const sw_task_env *e, int32_t b, const char *what) {
                                     what);
 }
 
-/* ------------------------------------------------------------------ layer_norm */
+/* ------------------------------------------------------------------ layer_norm, rms_norm
+ * rms_norm: layer_norm's kernels with mean 0 and no bias (its reads: x, w). */
+static int is_rms(const sw_task_env *e) { return e->attrs->type == SW_OP_RMS_NORM; }
+
 static sw_status layer_norm_forward(const sw_task_env *e) {
     sw_view x, w, b, y, xr, yr;
+    const int rms = is_rms(e);
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->reads[1], &w);
-    sw_env_view(e, e->reads[2], &b);
+    if (!rms) {
+        sw_env_view(e, e->reads[2], &b);
+    }
     sw_env_view(e, e->writes[0], &y);
     SW_TRY(sw_view_rows(&x, 1, &y, &xr));
     SW_TRY(sw_view_rows(&y, 1, NULL, &yr));
-    return sw_layer_norm_forward(&xr, &w, &b, e->attrs->layer_norm.eps, &yr);
+    return sw_layer_norm_forward(&xr, &w, rms ? NULL : &b, e->attrs->layer_norm.eps, rms, &yr);
 }
 
 static sw_status layer_norm_backward_data(const sw_task_env *e) {
@@ -86,7 +92,7 @@ static sw_status layer_norm_backward_data(const sw_task_env *e) {
     SW_TRY(sw_view_rows(&x, 1, &dy, &xr));
     SW_TRY(sw_view_rows(&dy, 1, NULL, &dyr));
     SW_TRY(sw_view_rows(&dx, 1, &dy, &dxr));
-    return sw_layer_norm_backward_data(&xr, &w, &dyr, e->attrs->layer_norm.eps, &dxr);
+    return sw_layer_norm_backward_data(&xr, &w, &dyr, e->attrs->layer_norm.eps, is_rms(e), &dxr);
 }
 
 static sw_status layer_norm_backward_weight(const sw_task_env *e) {
@@ -105,7 +111,7 @@ static sw_status layer_norm_backward_weight(const sw_task_env *e) {
     sw_env_view(e, r.region[0], &x);
     SW_TRY(sw_view_rows(&x, 1, &dy, &xr));
     SW_TRY(sw_view_rows(&dy, 1, NULL, &dyr));
-    return sw_layer_norm_backward_weight(&xr, &dyr, e->attrs->layer_norm.eps, &dw);
+    return sw_layer_norm_backward_weight(&xr, &dyr, e->attrs->layer_norm.eps, is_rms(e), &dw);
 }
 
 /* ------------------------------------------------------------------ embedding */
@@ -224,6 +230,7 @@ static sw_status matmul_backward_data(const sw_task_env *e) {
 }
 
 const sw_cpu_op sw_cpu_layer_norm = {layer_norm_forward, layer_norm_backward_data, layer_norm_backward_weight};
+const sw_cpu_op sw_cpu_rms_norm = {layer_norm_forward, layer_norm_backward_data, layer_norm_backward_weight};
 const sw_cpu_op sw_cpu_embedding = {embedding_forward, NULL, embedding_backward_weight};
 const sw_cpu_op sw_cpu_softmax_dim = {softmax_dim_forward, softmax_dim_backward_data, NULL};
 const sw_cpu_op sw_cpu_reshape = {index_map_forward, index_map_backward_data, NULL};

@@ -35,6 +35,6 @@ sw_status sw_view_rows(const sw_view *v, int keep, const sw_view *ref, sw_view *
 /* Fill every float of a view with zeros. */
 void sw_view_zero(sw_view *v);
 /* Batchnorm moments from double sums (2, C) over m elements: mean and 1/sqrt(var + eps) per channel. */
-void sw_bn_moments(const double *sums, int64_t channels, int64_t m, float *mean, float *invstd);
+void sw_bn_moments(const double *sums, int64_t channels, int64_t m, double eps, float *mean, float *invstd);
 
 #endif /* SHARDWISE_CPU_TASK_ENV_H */

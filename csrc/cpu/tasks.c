@@ -15,8 +15,6 @@
 
 #include "task_env.h"
 
-#define BN_EPS 1e-5   /* as python/shardwise/reference/__init__.py and PyTorch's default */
-
 /* ------------------------------------------------------------------ scratch
  * The stream's grow-only workspace lives with the tasks that borrow it, so that tasks.c does not
  * call back into backend_cpu.c (which runs tasks.c's sw_cpu_run_task): the backend owns a
@@ -46,13 +44,13 @@ void *sw_env_scratch(const sw_task_env *e, size_t bytes, sw_status *s) {
 
 void sw_view_zero(sw_view *v) { memset(v->data, 0, sizeof(float) * (size_t)sw_view_volume(v)); }
 
-void sw_bn_moments(const double *sums, int64_t channels, int64_t m, float *mean, float *invstd) {
+void sw_bn_moments(const double *sums, int64_t channels, int64_t m, double eps, float *mean, float *invstd) {
     for (int64_t c = 0; c < channels; c++) {
         double mu = sums[c] / (double)m;
         double var = sums[channels + c] / (double)m - mu * mu;
         var = var > 0.0 ? var : 0.0;
         mean[c] = (float)mu;
-        invstd[c] = (float)(1.0 / sqrt(var + BN_EPS));
+        invstd[c] = (float)(1.0 / sqrt(var + eps));
     }
 }
 
@@ -215,7 +213,7 @@ static sw_status bn_moments_of(const sw_task_env *e, int32_t stats, float **mean
     if (!m) {
         return s;
     }
-    sw_bn_moments(sw_env_ptr(e, stats), c, sw_env_bn_count(e), m, m + c);
+    sw_bn_moments(sw_env_ptr(e, stats), c, sw_env_bn_count(e), e->attrs->batchnorm2d.eps, m, m + c);
     *mean = m;
     *invstd = m + c;
     return SW_OK;
@@ -236,7 +234,7 @@ static sw_status run_bn_apply(const sw_task_env *e) {
             return s;
         }
         invstd = mean + c;
-        sw_bn_running_moments(running, c, BN_EPS, mean, invstd);
+        sw_bn_running_moments(running, c, e->attrs->batchnorm2d.eps, mean, invstd);
     } else {
         SW_TRY(bn_moments_of(e, e->reads[1], &mean, &invstd));
     }

@@ -115,6 +115,19 @@ static sw_status check_batchnorm2d(const sw_op_attrs *a, int out_rank, int op, c
         return SW_FAIL(SW_ERR_VALUE, "op %d (%s): batchnorm2d's momentum %g is not in [0, 1]", op, kind,
                        (double)a->batchnorm2d.momentum);
     }
+    if (!(a->batchnorm2d.eps > 0.0 && isfinite(a->batchnorm2d.eps))) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): batchnorm2d's eps %g is not a positive number", op, kind,
+                       a->batchnorm2d.eps);
+    }
+    return SW_OK;
+}
+
+static sw_status check_clip(const sw_op_attrs *a, int out_rank, int op, const char *kind) {
+    (void)out_rank;
+    if (!(a->clip.lo <= a->clip.hi)) {   /* NaN fails too */
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): clip's bounds [%g, %g] are not lo <= hi", op, kind,
+                       (double)a->clip.lo, (double)a->clip.hi);
+    }
     return SW_OK;
 }
 
@@ -134,6 +147,7 @@ static const attrs_check CHECKS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_leaky_relu] = check_leaky_relu, [SW_ATTRS_dropout] = check_dropout,
     [SW_ATTRS_batchnorm2d] = check_batchnorm2d,
     [SW_ATTRS_stochastic_depth] = check_stochastic_depth,
+    [SW_ATTRS_clip] = check_clip,
 };
 
 sw_status sw_op_attrs_check(const sw_op_attrs *a, int out_rank, int op) {

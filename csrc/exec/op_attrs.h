@@ -9,11 +9,12 @@
  *   linear        relu
  *   concat        axis
  *   softmax_dim   dim, scale, causal
- *   layer_norm    eps
+ *   layer_norm    eps (layer_norm and rms_norm)
  *   leaky_relu    negative_slope
  *   dropout       p, seed
- *   batchnorm2d   momentum
+ *   batchnorm2d   momentum, eps
  *   stochastic_depth  p, seed, row (1: a draw per sample, 0: one for the minibatch)
+ *   clip          lo, hi
  *
  * A new op with attributes is a record here, its name in its ops.def row, a check in
  * op_attrs.c and a parser in csrc/py/attrs_py.c; the kernels read their own record
@@ -40,9 +41,11 @@ typedef struct { float eps; } sw_layer_norm_attrs;
 typedef struct { float negative_slope; } sw_leaky_relu_attrs;
 typedef struct { float p; uint64_t seed; } sw_dropout_attrs;      /* the masks: a function of seed, step, index */
 /* running = (1 - momentum) * running + momentum * the minibatch's statistic */
-typedef struct { float momentum; } sw_batchnorm2d_attrs;
+/* eps: added to the variance, a double as the kernels add it (1e-5 exactly, not float32's 9.99999975e-06) */
+typedef struct { float momentum; double eps; } sw_batchnorm2d_attrs;
 /* torchvision's StochasticDepth: dropout's draws (seed, step, sample) per sample (row) or one per minibatch */
 typedef struct { float p; uint64_t seed; int8_t row; } sw_stochastic_depth_attrs;
+typedef struct { float lo, hi; } sw_clip_attrs;   /* y = min(max(x, lo), hi), lo <= hi */
 
 /* The attributes of one op: its kind and the record the op table names for it. */
 typedef struct {
@@ -59,6 +62,7 @@ typedef struct {
         sw_dropout_attrs dropout;
         sw_batchnorm2d_attrs batchnorm2d;
         sw_stochastic_depth_attrs stochastic_depth;
+        sw_clip_attrs clip;
     };
 } sw_op_attrs;
 
@@ -67,6 +71,7 @@ typedef enum {
     SW_ATTRS_none, SW_ATTRS_input, SW_ATTRS_conv2d, SW_ATTRS_pool2d, SW_ATTRS_linear, SW_ATTRS_concat,
     SW_ATTRS_softmax_dim, SW_ATTRS_layer_norm, SW_ATTRS_leaky_relu, SW_ATTRS_dropout, SW_ATTRS_batchnorm2d,
     SW_ATTRS_stochastic_depth,
+    SW_ATTRS_clip,
     SW_ATTRS_COUNT
 } sw_attrs_kind;
 
@@ -88,6 +93,12 @@ static inline int sw_op_attrs_relu(const sw_op_attrs *a) {
 /* The negative slope of a leaky_relu; 0 for the other activations (their formula has none). */
 static inline float sw_op_attrs_slope(const sw_op_attrs *a) {
     return a->type == SW_OP_LEAKY_RELU ? a->leaky_relu.negative_slope : 0.0f;
+}
+
+/* An activation's two parameters: (negative slope, 0) of a leaky_relu, (lo, hi) of a clip, else 0. */
+static inline void sw_op_attrs_act_params(const sw_op_attrs *a, float *alpha, float *beta) {
+    *alpha = a->type == SW_OP_CLIP ? a->clip.lo : sw_op_attrs_slope(a);
+    *beta = a->type == SW_OP_CLIP ? a->clip.hi : 0.0f;
 }
 
 #endif /* SHARDWISE_EXEC_OP_ATTRS_H */

@@ -93,6 +93,20 @@ static int get_float(PyObject *d, const who *w, const char *key, float *out) {
     return 0;
 }
 
+static int get_double(PyObject *d, const who *w, const char *key, double *out) {
+    PyObject *v = need(d, w, key);
+    if (!v) {
+        return -1;
+    }
+    double x = PyFloat_AsDouble(v);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return fail(w, key, "must be a number");
+    }
+    *out = x;
+    return 0;
+}
+
 /* A pair of integers (rows, columns), each in [lo, hi]. */
 static int get_pair(PyObject *d, const who *w, const char *key, int64_t lo, int64_t hi, int64_t *a, int64_t *b) {
     PyObject *v = need(d, w, key);
@@ -217,9 +231,17 @@ static int read_dropout(PyObject *d, const who *w, sw_op_attrs *a) {
     return 0;
 }
 
-static const char *const KEYS_batchnorm2d[] = {"momentum", NULL};
+static const char *const KEYS_batchnorm2d[] = {"momentum", "eps", NULL};
 static int read_batchnorm2d(PyObject *d, const who *w, sw_op_attrs *a) {
-    return get_float(d, w, "momentum", &a->batchnorm2d.momentum);
+    return get_float(d, w, "momentum", &a->batchnorm2d.momentum) < 0 ||
+                   get_double(d, w, "eps", &a->batchnorm2d.eps) < 0
+               ? -1
+               : 0;
+}
+
+static const char *const KEYS_clip[] = {"lo", "hi", NULL};
+static int read_clip(PyObject *d, const who *w, sw_op_attrs *a) {
+    return get_float(d, w, "lo", &a->clip.lo) < 0 || get_float(d, w, "hi", &a->clip.hi) < 0 ? -1 : 0;
 }
 
 /* seed: an integer in [0, 2^64) (dropout's and stochastic depth's) */
@@ -255,6 +277,7 @@ static const reader READERS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_leaky_relu] = read_leaky_relu, [SW_ATTRS_dropout] = read_dropout,
     [SW_ATTRS_batchnorm2d] = read_batchnorm2d,
     [SW_ATTRS_stochastic_depth] = read_stochastic_depth,
+    [SW_ATTRS_clip] = read_clip,
 };
 
 static const char *const *const KEYS[SW_ATTRS_COUNT] = {
@@ -264,6 +287,7 @@ static const char *const *const KEYS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_leaky_relu] = KEYS_leaky_relu, [SW_ATTRS_dropout] = KEYS_dropout,
     [SW_ATTRS_batchnorm2d] = KEYS_batchnorm2d,
     [SW_ATTRS_stochastic_depth] = KEYS_stochastic_depth,
+    [SW_ATTRS_clip] = KEYS_clip,
 };
 
 /* Every key of d is "kind", "name" or one of the record's. */

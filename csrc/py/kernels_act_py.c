@@ -4,10 +4,11 @@
  * Dropout and the activations on finite data are checked through the runtime by the conformance
  * harness (tests/ops/conformance.py).
  *
- *   activation_forward(kind, x, x_lo, y_lo, y_shape, negative_slope=0.01) -> y
- *   activation_backward(kind, src, src_lo, dy, dy_lo, dx_lo, dx_shape, negative_slope=0.01) -> dx
+ *   activation_forward(kind, x, x_lo, y_lo, y_shape, negative_slope=0.01, lo=-1, hi=1) -> y
+ *   activation_backward(kind, src, src_lo, dy, dy_lo, dx_lo, dx_shape, negative_slope=0.01, lo=-1, hi=1) -> dx
  *
- * kind is "sigmoid", "tanh", "gelu", "silu" or "leaky_relu"; src is the forward
+ * kind is "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "clip" (bounds lo, hi), "hardsigmoid"
+ * or "hardswish"; src is the forward
  * output y for sigmoid and tanh, the forward input x for the others.  Arrays are
  * float32 of any rank 1..MAX_RANK with the global coordinates of their first
  * element (`*_lo`); the output is a new array over the box (lo, shape), filled
@@ -34,7 +35,8 @@ static int activation_named(const char *name) {
             return k;
         }
     }
-    PyErr_Format(PyExc_ValueError, "unknown activation '%s'; expected sigmoid, tanh, gelu, silu or leaky_relu",
+    PyErr_Format(PyExc_ValueError, "unknown activation '%s'; expected sigmoid, tanh, gelu, silu, leaky_relu, clip, "
+                 "hardsigmoid or hardswish",
                  name);
     return -1;
 }
@@ -46,6 +48,17 @@ static int slope_arg(double s, float *out) {
         return -1;
     }
     *out = (float)s;
+    return 0;
+}
+
+/* Clip's bounds as float32s, lo <= hi, or -1 with ValueError. */
+static int bounds_arg(double lo, double hi, float *a, float *b) {
+    if (!((float)lo <= (float)hi)) {
+        PyErr_Format(PyExc_ValueError, "clip bounds must be numbers with lo <= hi, got %g, %g", lo, hi);
+        return -1;
+    }
+    *a = (float)lo;
+    *b = (float)hi;
     return 0;
 }
 
@@ -86,16 +99,17 @@ static PyArrayObject *output(int rank, PyObject *lo, PyObject *shape, const char
 }
 
 static PyObject *py_activation_forward(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"kind", "x", "x_lo", "y_lo", "y_shape", "negative_slope", NULL};
+    static char *kwlist[] = {"kind", "x", "x_lo", "y_lo", "y_shape", "negative_slope", "lo", "hi", NULL};
     const char *kind;
     PyObject *x_o, *x_lo, *y_lo, *y_shape;
-    double slope = 0.01;
-    float alpha;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOOO|d", kwlist, &kind, &x_o, &x_lo, &y_lo, &y_shape, &slope)) {
+    double slope = 0.01, lo = -1.0, hi = 1.0;
+    float alpha, beta = 0.0f;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOOO|ddd", kwlist, &kind, &x_o, &x_lo, &y_lo, &y_shape, &slope,
+                                     &lo, &hi)) {
         return NULL;
     }
     int f = activation_named(kind);
-    if (f < 0 || slope_arg(slope, &alpha) < 0) {
+    if (f < 0 || slope_arg(slope, &alpha) < 0 || (f == SW_ACT_CLIP && bounds_arg(lo, hi, &alpha, &beta) < 0)) {
         return NULL;
     }
     sw_view x, y;
@@ -107,7 +121,7 @@ static PyObject *py_activation_forward(PyObject *Py_UNUSED(m), PyObject *args, P
     }
     sw_status s;
     SW_KERNEL_BEGIN
-    s = sw_activation_forward((sw_activation)f, alpha, &x, &y);
+    s = sw_activation_forward((sw_activation)f, alpha, beta, &x, &y);
     SW_KERNEL_END
     Py_DECREF(xa);
     if (s != SW_OK) {
@@ -118,17 +132,18 @@ static PyObject *py_activation_forward(PyObject *Py_UNUSED(m), PyObject *args, P
 }
 
 static PyObject *py_activation_backward(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"kind", "src", "src_lo", "dy", "dy_lo", "dx_lo", "dx_shape", "negative_slope", NULL};
+    static char *kwlist[] = {"kind", "src", "src_lo", "dy", "dy_lo", "dx_lo", "dx_shape", "negative_slope", "lo", "hi",
+                             NULL};
     const char *kind;
     PyObject *src_o, *src_lo, *dy_o, *dy_lo, *dx_lo, *dx_shape;
-    double slope = 0.01;
-    float alpha;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOOOOO|d", kwlist, &kind, &src_o, &src_lo, &dy_o, &dy_lo, &dx_lo,
-                                     &dx_shape, &slope)) {
+    double slope = 0.01, lo = -1.0, hi = 1.0;
+    float alpha, beta = 0.0f;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOOOOO|ddd", kwlist, &kind, &src_o, &src_lo, &dy_o, &dy_lo, &dx_lo,
+                                     &dx_shape, &slope, &lo, &hi)) {
         return NULL;
     }
     int f = activation_named(kind);
-    if (f < 0 || slope_arg(slope, &alpha) < 0) {
+    if (f < 0 || slope_arg(slope, &alpha) < 0 || (f == SW_ACT_CLIP && bounds_arg(lo, hi, &alpha, &beta) < 0)) {
         return NULL;
     }
     sw_view src, dy, dx;
@@ -142,7 +157,7 @@ static PyObject *py_activation_backward(PyObject *Py_UNUSED(m), PyObject *args, 
     }
     sw_status s;
     SW_KERNEL_BEGIN
-    s = sw_activation_backward((sw_activation)f, alpha, &src, &dy, &dx);
+    s = sw_activation_backward((sw_activation)f, alpha, beta, &src, &dy, &dx);
     SW_KERNEL_END
     Py_DECREF(sa);
     Py_DECREF(da);
@@ -155,10 +170,10 @@ static PyObject *py_activation_backward(PyObject *Py_UNUSED(m), PyObject *args, 
 
 static PyMethodDef methods[] = {
     {"activation_forward", (PyCFunction)(void (*)(void))py_activation_forward, METH_VARARGS | METH_KEYWORDS,
-     "activation_forward(kind, x, x_lo, y_lo, y_shape, negative_slope=0.01) -> y = f(x) over y's box\n"
-     "kind: sigmoid, tanh, gelu (exact erf form), silu or leaky_relu."},
+     "activation_forward(kind, x, x_lo, y_lo, y_shape, negative_slope=0.01, lo=-1, hi=1) -> y = f(x) over y's box\n"
+     "kind: sigmoid, tanh, gelu (exact erf form), silu, leaky_relu, clip (to [lo, hi]), hardsigmoid or hardswish."},
     {"activation_backward", (PyCFunction)(void (*)(void))py_activation_backward, METH_VARARGS | METH_KEYWORDS,
-     "activation_backward(kind, src, src_lo, dy, dy_lo, dx_lo, dx_shape, negative_slope=0.01) -> dx\n"
+     "activation_backward(kind, src, src_lo, dy, dy_lo, dx_lo, dx_shape, negative_slope=0.01, lo=-1, hi=1) -> dx\n"
      "dx = dy * f'(x) over dx's box; src is the forward output y for sigmoid and tanh, the input x otherwise."},
     {NULL, NULL, 0, NULL},
 };

@@ -68,6 +68,7 @@ class Op:
 _ACTIVATIONS = (None, "relu")
 SOFTMAX_OUTPUTS = ("logits", "probabilities", "log_probabilities")   # what a model returned (Graph.softmax)
 BN_MOMENTUM = 0.1      # batchnorm2d's default momentum of the running statistics, torch.nn.BatchNorm2d's
+BN_EPS = ops.BN_EPS    # batchnorm2d's default epsilon, torch.nn.BatchNorm2d's
 _FLOAT32_MAX = 3.4028234663852886e38   # the largest float32: a leaky_relu slope reaches C as one
 MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
 
@@ -275,6 +276,31 @@ class Graph(SequenceBuilders, BroadcastBuilders):
             raise GraphError(f"leaky_relu negative_slope must be a finite float32, got {negative_slope!r}")
         return self._activation("leaky_relu", x, name, negative_slope=float(negative_slope))
 
+    def clip(self, x: Tensor, lo: float = -1.0, hi: float = 1.0, name: str | None = None) -> Tensor:
+        """min(max(x, lo), hi), element-wise (``torch.nn.Hardtanh(lo, hi)``, ``torch.clamp``; ReLU6 is
+        ``clip(x, 0, 6)``).  The bounds are float32s with lo <= hi; a bound at +-3.4028235e38 (the
+        largest float32) is no bound.  The gradient flows where lo < x < hi (Hardtanh's: none at
+        the bounds themselves)."""
+        for what, v in (("lo", lo), ("hi", hi)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) \
+                    or abs(v) > _FLOAT32_MAX:
+                raise GraphError(f"clip {what} must be a finite float32, got {v!r}")
+        if not np.float32(lo) <= np.float32(hi):
+            raise GraphError(f"clip needs lo <= hi, got lo={lo!r}, hi={hi!r}")
+        return self._activation("clip", x, name, lo=float(lo), hi=float(hi))
+
+    def relu6(self, x: Tensor, name: str | None = None) -> Tensor:
+        """min(max(x, 0), 6) (``torch.nn.ReLU6``): a :meth:`clip` to [0, 6]."""
+        return self.clip(x, 0.0, 6.0, name=name)
+
+    def hardsigmoid(self, x: Tensor, name: str | None = None) -> Tensor:
+        """min(max(x + 3, 0), 6) / 6, element-wise (``torch.nn.Hardsigmoid``)."""
+        return self._activation("hardsigmoid", x, name)
+
+    def hardswish(self, x: Tensor, name: str | None = None) -> Tensor:
+        """x * min(max(x + 3, 0), 6) / 6, element-wise (``torch.nn.Hardswish``)."""
+        return self._activation("hardswish", x, name)
+
     def dropout(self, x: Tensor, p: float = 0.5, seed: int | None = None, name: str | None = None) -> Tensor:
         """Inverted dropout (``torch.nn.Dropout``): in train mode each element is zeroed with
         probability ``p`` and the others scaled by 1 / (1 - p); in eval mode (``Trainer.eval()``)
@@ -311,18 +337,24 @@ class Graph(SequenceBuilders, BroadcastBuilders):
             return self.broadcast_add(a, b, name=name)   # any other broadcast: graph_bcast
         return self._add("add", [a, b], ops.add(a.shape, b.shape), name)
 
-    def batchnorm2d(self, x: Tensor, name: str | None = None, momentum: float = BN_MOMENTUM) -> Tensor:
+    def batchnorm2d(self, x: Tensor, name: str | None = None, momentum: float = BN_MOMENTUM,
+                    eps: float = BN_EPS) -> Tensor:
         """Batch normalization over (N, H, W) per channel, with weight and bias (``torch.nn.BatchNorm2d``).
 
         Training normalizes with the minibatch's statistics and updates running statistics,
         ``running = (1 - momentum) * running + momentum * statistic`` (the variance unbiased);
-        a Trainer in eval mode normalizes with the running statistics instead."""
+        a Trainer in eval mode normalizes with the running statistics instead.  ``eps`` is added
+        to the variance (any positive number; PyTorch's default 1e-5)."""
         x = self._tensor(x)
         if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0:
             raise GraphError(f"batchnorm2d momentum must be a number in [0, 1], got {momentum!r}")
-        # the default is left out of the attributes: graphs built before momentum existed keep
-        # their fingerprints (and their saved plans)
-        attrs = {} if momentum == BN_MOMENTUM else {"momentum": float(momentum)}
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or not eps > 0:
+            raise GraphError(f"batchnorm2d eps must be a positive finite number, got {eps!r}")
+        # the defaults are left out of the attributes: graphs built before momentum and eps
+        # existed keep their fingerprints (and their saved plans)
+        attrs: dict[str, Any] = {} if momentum == BN_MOMENTUM else {"momentum": float(momentum)}
+        if eps != BN_EPS:
+            attrs["eps"] = float(eps)
         return self._add("batchnorm2d", [x], ops.batchnorm2d(x.shape), name, **attrs)
 
     def concat(self, xs: Sequence[Tensor], axis: int = 1, name: str | None = None) -> Tensor:

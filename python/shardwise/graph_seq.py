@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 # What an input op may hold: float32 data, or integer token ids (carried as exact float32s).
 INPUT_DTYPES = ("float32", "int64")
 LAYER_NORM_EPS = 1e-5          # torch.nn.LayerNorm's default
+RMS_NORM_EPS = 1.1920928955078125e-07   # torch.nn.RMSNorm's eps=None: torch.finfo(float32).eps
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
@@ -65,6 +66,14 @@ class SequenceBuilders:
         x = self._tensor(x)
         eps = _positive_float(eps, "layer_norm eps")
         return self._add("layer_norm", [x], ops_seq.layer_norm(x.shape), name, eps=eps)
+
+    def rms_norm(self, x: "Tensor", eps: float = RMS_NORM_EPS, name: str | None = None) -> "Tensor":
+        """RMS normalization over the last dimension with a weight (D) and no bias
+        (``torch.nn.RMSNorm(D, eps)``): x / sqrt(mean(x^2) + eps) * w, any leading dimensions.
+        ``eps`` defaults to float32's machine epsilon, as PyTorch's ``eps=None``."""
+        x = self._tensor(x)
+        eps = _positive_float(eps, "rms_norm eps")
+        return self._add("rms_norm", [x], ops_seq.rms_norm(x.shape), name, eps=eps)
 
     def embedding(self, ids: "Tensor", vocab: int, dim: int, name: str | None = None) -> "Tensor":
         """Token embedding (``torch.nn.Embedding(vocab, dim)``): integer ids (N, T) -> (N, T, dim),

@@ -169,8 +169,8 @@ REFUSED = [
      IMG, ["padding='same'", "dilation (3, 3)", "unevenly", "'body.0'", "nn.Conv2d"]),
     ("reflect padding", lambda: Head(conv_body(padding_mode="reflect"), 64), IMG, ["padding_mode", "'body.0'"]),
     ("dropout p=1", lambda: Fn(lambda m, x: F.dropout(x, 1.0), 4), VEC, ["dropout", "p=1.0", "'inner'", HERE]),
-    ("bn eps", lambda: Head(nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4, eps=1e-3)), 64), IMG,
-     ["eps=0.001", "'body.1'", "nn.BatchNorm2d"]),
+    ("bn eps", lambda: Head(nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4, eps=0.0)), 64), IMG,
+     ["eps=0.0", "'body.1'", "nn.BatchNorm2d", "a positive number"]),
     ("bn without affine", lambda: Head(nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4, affine=False)), 64), IMG,
      ["affine=False", "'body.1'"]),
     # max pooling takes ceil mode's partial window, average pooling does not (its divisor differs)

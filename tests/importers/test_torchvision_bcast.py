@@ -138,8 +138,6 @@ def test_torchvision_eval_forward(name, size):
 
 
 @pytest.mark.parametrize("name,size,why", [
-    ("googlenet", 32, "eps=0.001"),                 # batch norm eps: branch opsnorm
-    ("mobilenet_v3_small", 32, "eps=0.001"),        # batch norm eps, then hardswish/hardsigmoid: opsnorm
     ("vit", 32, "MultiheadAttention"),              # nn.MultiheadAttention is not imported yet
 ])
 def test_torchvision_still_refused(name, size, why):

@@ -56,7 +56,7 @@ FD_RTOL = 2e-2       # of the largest |gradient| of the tensor
 FD_ATOL = 3e-4
 FD_POINTS = 3        # coordinates per tensor: the largest |gradient| and two random ones
 
-ACTIVATIONS = ("sigmoid", "tanh", "gelu", "silu", "leaky_relu")
+ACTIVATIONS = ("sigmoid", "tanh", "gelu", "silu", "leaky_relu", "clip", "hardsigmoid", "hardswish")
 N = 6                # the minibatch: divisible by 2 and 3, so samples split over 2 or 3 workers
 CLASSES = 3
 
@@ -520,6 +520,23 @@ CASES: list[Case] = [
     _c("upsample_bilinear", "upsample_bilinear",
        lambda g, data: g.upsample_bilinear(data((N, 2, 3, 4)), (2, 3), name="op"), [{"n": 2}, {"c": 2}, {"h": 3}, {"w": 2}],
        bound=REDUCTION),
+    # clip (ReLU6, Hardtanh, clamp), hard sigmoid and hard swish: kinks away from most data
+    _c("clip", "clip", _unary("clip", lo=-0.5, hi=0.7), [{"n": 2}, {"c": 2}]),
+    _c("relu6", "clip", lambda g, data: g.relu6(data((N, 4, 5)), name="op"), [{"l": 5}], prepare=spread, fd=False),
+    _c("hardsigmoid", "hardsigmoid", _unary("hardsigmoid"), [{"n": 2}, {"c": 2}]),
+    _c("hardswish", "hardswish", _unary("hardswish"), [{"n": 3}, {"l": 5}]),
+    # batch norm with another eps (MobileNet's 1e-3; a large one, so that a forgotten eps shows)
+    _c("batchnorm2d_eps", "batchnorm2d", lambda g, data: g.batchnorm2d(data((N, 3, 4, 4)), eps=0.5, name="op"),
+       [{"n": 2}, {"c": 3}, {"h": 2}], bound=REDUCTION, prepare=lambda x, p: x.__imul__(2).__iadd__(0.5)),
+    _c("rms_norm", "rms_norm", lambda g, data: g.rms_norm(data((N, 4, 6)), eps=1e-5, name="op"),
+       [{"n": 2}, {"c": 2}, {"l": 2}, {"l": 3}], bound=REDUCTION),   # l: the normalized dimension
+    # a linear over channels-last (N, H, W, C) (ConvNeXt's MLP), and a layer norm there
+    _c("linear_rank4", "linear", lambda g, data: g.linear(data((N, 2, 3, 5)), 4, name="op"),
+       [{"n": 2}, {"h": 3}, {"c": 2, "w": 2}, {"i": 5}], bound=REDUCTION),
+    _c("layer_norm_rank4", "layer_norm", lambda g, data: g.layer_norm(data((N, 2, 3, 5)), eps=1e-6, name="op"),
+       [{"h": 3}, {"c": 2, "w": 5}], bound=REDUCTION),
+    _c("rms_norm_rank2", "rms_norm", lambda g, data: g.rms_norm(data((N, 9)), eps=0.1, name="op"),
+       [{"c": 3}], bound=REDUCTION),
 ]
 
 # op kinds no backend trains: the case checks that the trainer refuses them, naming the op

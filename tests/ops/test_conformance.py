@@ -203,7 +203,8 @@ def test_a_training_step_releases_the_gil():
 
 # --------------------------------------------------------------------------- bit for bit
 ELEMENTWISE_KINDS = {"relu", "sigmoid", "tanh", "gelu", "silu", "leaky_relu", "dropout", "add", "lstm_cell",
-                     "lstm_hidden", "flatten", "reshape", "permute", "select", "concat"}
+                     "lstm_hidden", "flatten", "reshape", "permute", "select", "concat", "clip", "hardsigmoid",
+                     "hardswish"}
 BITWISE = [(c, s) for c in CASES if c.kind in ELEMENTWISE_KINDS for s in c.splits]
 
 

@@ -6,7 +6,8 @@
 * :func:`linear_layer`: ``y = x W^T + b`` on (N, in) or (N, T, in), checked;
 * :func:`check_ceil_mode`: PyTorch's ceil_mode pooling accepted where it equals floor mode;
 * :func:`unique_name`, :func:`check_weight_shapes`: op names no other op has, and the
-  imported weights checked against the parameters the graph's ops declare.
+  imported weights checked against the parameters the graph's ops declare;
+* :func:`normalize_trailing`: a layer or RMS norm over the last k dimensions.
 
 A converter here gets a call object of either importer (``torch.call.Call``, ``onnx.ops.OnnxCall``):
 both have ``graph``, ``name``, ``where``, ``activation`` and ``error(message)``.  Nothing here
@@ -96,14 +97,15 @@ def check_weight_shapes(g: Graph, weights: dict[str, Any]) -> None:
 
 def linear_layer(c: Any, x: Tensor, weight_shape: Sequence[int], has_bias: bool, *, unsupported_rank: str,
                  weight_text: str = "", bias_shape: Sequence[int] | None = None) -> Tensor:
-    """``y = x W^T + b`` with W (out, in) on ``x`` (N, in) or (N, T, in): the checks and the
+    """``y = x W^T + b`` with W (out, in) on ``x`` (N, in), (N, T, in) or (N, ..., in) (ConvNeXt's
+    channels-last (N, H, W, C)): the checks and the
     linear op both importers build (the converter records the weights).  ``unsupported_rank``
     begins the message for another rank (``{rank}``, ``{shape}`` filled in); ``weight_text``
     comes before the weight's shape in the message for a feature count that does not match;
     ``bias_shape``, when given, must be (out,)."""
-    if len(x.shape) not in (2, 3):
+    if len(x.shape) < 2:
         raise c.error(unsupported_rank.format(rank=len(x.shape), shape=x.shape)
-                      + " is not supported (it takes (N, features) or (N, T, features))")
+                      + " is not supported (it takes (N, features), (N, T, features) or (N, ..., features))")
     if x.shape[-1] != weight_shape[1]:
         raise ShapeError(f"{c.where}: the weight {weight_text}{tuple(weight_shape)} takes {weight_shape[1]} features "
                          f"but the input has shape {x.shape}")
@@ -124,3 +126,25 @@ def check_ceil_mode(c: Any, shape: tuple[int, ...], kernel: tuple[int, int], str
         if ceil != floor:
             raise c.error(f"ceil_mode=True adds a partial window on a {shape[2]}x{shape[3]} input "
                           f"(kernel {kernel}, stride {stride}, padding {padding}); it is not supported")
+
+
+def normalize_trailing(c: Any, x: Tensor, dims: int, eps: float, rms: bool = False) -> Tensor:
+    """A layer norm (or, ``rms``, an RMS norm) of ``x`` over its last ``dims`` dimensions, as
+    ``torch.nn.LayerNorm(x.shape[-dims:])`` and ONNX's ``LayerNormalization(axis=-dims)``: over
+    the last one the op itself (named ``c.name``); over several a ``reshape`` merging them into
+    one (``<name>.merge``), the op on that, and a ``reshape`` back (``<name>.split``).  The
+    caller records the weights flattened to ``(prod(x.shape[-dims:]),)``."""
+    g = c.graph
+    build = g.rms_norm if rms else g.layer_norm
+    if not 1 <= dims < len(x.shape):
+        raise c.error(f"a normalization over the last {dims} dimension(s) of an input {x.shape} is not supported "
+                      f"(never the batch dimension)")
+    if dims == 1:
+        return build(x, eps=eps, name=c.name)
+    lead = x.shape[:-dims]
+    size = 1
+    for d in x.shape[-dims:]:
+        size *= d
+    h = g.reshape(x, lead + (size,), name=f"{c.name}.merge")
+    h = build(h, eps=eps, name=c.name)
+    return g.reshape(h, x.shape, name=f"{c.name}.split")

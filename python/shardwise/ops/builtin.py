@@ -160,8 +160,10 @@ def elementwise(shapes: Sequence[tuple[int, ...]], op: str) -> OpDesc:
 # element: the forward pass's arithmetic, counting an exp, erf or tanh as one operation.
 #   sigmoid 1 / (1 + exp(-x)): negate, exp, add, divide          tanh: one
 #   gelu x * (1 + erf(x / sqrt 2)) / 2: scale, erf, add, 2 mul    silu x / (1 + exp(-x)): 4
-#   leaky_relu x > 0 ? x : a * x: compare, multiply
-ACTIVATION_FLOPS: dict[str, float] = {"sigmoid": 4.0, "tanh": 1.0, "gelu": 5.0, "silu": 4.0, "leaky_relu": 2.0}
+#   leaky_relu x > 0 ? x : a * x: compare, multiply        clip min(max(x, lo), hi): 2 compares
+#   hardsigmoid min(max(x + 3, 0), 6) / 6: add, 2 compares, divide    hardswish: and a multiply
+ACTIVATION_FLOPS: dict[str, float] = {"sigmoid": 4.0, "tanh": 1.0, "gelu": 5.0, "silu": 4.0, "leaky_relu": 2.0,
+                                      "clip": 2.0, "hardsigmoid": 4.0, "hardswish": 5.0}
 
 
 def activation(x: tuple[int, ...], kind: str) -> OpDesc:
@@ -185,8 +187,8 @@ def dropout(x: tuple[int, ...]) -> OpDesc:
 
 
 BN_EPS = 1e-5
-"""Batch-normalization epsilon (PyTorch's default), added to the biased variance: the kernels'
-(csrc/cpu/tasks.c BN_EPS), the importers' check and the NumPy oracle's (shardwise.reference)."""
+"""Batch-normalization epsilon by default (PyTorch's), added to the biased variance; a batchnorm2d
+op with another one keeps it as its ``eps`` attribute (Graph.batchnorm2d), which the kernels read."""
 
 
 def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
@@ -310,7 +312,7 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
     **{kind: activation for kind in ACTIVATION_FLOPS}, "dropout": dropout,
-    "layer_norm": ops_seq.layer_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,
+    "layer_norm": ops_seq.layer_norm, "rms_norm": ops_seq.rms_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,
     "reshape": ops_seq.reshape, "permute": ops_seq.permute, "select": ops_seq.select,
     "mul": ops_bcast.mul, "broadcast_add": ops_bcast.broadcast_add, "expand": ops_bcast.expand,
     "slice": ops_bcast.slice_, "stochastic_depth": ops_bcast.stochastic_depth,

@@ -16,6 +16,7 @@ even evaluate the same maps (csrc/cpu/indexmap.c).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from math import prod
 from typing import Sequence
 
@@ -51,6 +52,13 @@ def layer_norm(x: tuple[int, ...]) -> OpDesc:
               InputDesc(WEIGHT, (d,), (var(nv, r - 1),), bias=True))
     return OpDesc(extents=x + (d,), out_rank=r, inputs=inputs, flops_per_output=LAYER_NORM_FLOPS,
                   reductions=("k",))
+
+
+def rms_norm(x: tuple[int, ...]) -> OpDesc:
+    """RMS normalization over the last dimension with a weight and no bias (``torch.nn.RMSNorm(D)``):
+    layer_norm's description without the bias (every output reads its whole row)."""
+    desc = layer_norm(x)
+    return replace(desc, inputs=desc.inputs[:2])
 
 
 def embedding(ids: tuple[int, ...], vocab: int, dim: int) -> OpDesc:

@@ -385,7 +385,7 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, step: 
             y = ins[0] + ins[1]   # the second may be broadcast over the first's leading dimensions
         elif op.kind == "batchnorm2d":
             y, mean, invstd = batchnorm2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype),
-                                                  _param(params, f"{op.name}.bias", dtype))
+                                                  _param(params, f"{op.name}.bias", dtype), a.get("eps", BN_EPS))
             saved[op.name] = (mean, invstd)
         elif op.kind == "concat":
             y = concat_forward(ins, a.get("axis", 1))

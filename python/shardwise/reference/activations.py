@@ -8,6 +8,9 @@ PyTorch's definitions, element-wise on any shape, in the dtype of the inputs:
 * gelu        y = x * Phi(x)                     dx = dy * (Phi(x) + x * phi(x))
 * silu        y = x * sigmoid(x)                 dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)
 * leaky_relu  y = x if x > 0 else slope * x      dx = dy if x > 0 else slope * dy
+* clip        y = min(max(x, lo), hi)            dx = dy where lo < x < hi, else 0
+* hardsigmoid y = min(max(x + 3, 0), 6) / 6      dx = dy / 6 where -3 < x < 3, else 0
+* hardswish   y = x * hardsigmoid(x)             dx = 0 (x <= -3), dy (x / 3 + 1/2) (x < 3), dy
 
 with Phi the standard normal CDF, (1 + erf(x / sqrt 2)) / 2, the exact form of
 ``torch.nn.GELU()``, and phi its density.  NumPy has no erf, so Phi is ``math.erf`` per
@@ -22,6 +25,8 @@ import numpy as np
 
 __all__ = ["ACTIVATION_KINDS", "sigmoid", "sigmoid_backward", "tanh_forward", "tanh_backward", "gelu_forward",
            "gelu_backward", "silu_forward", "silu_backward", "leaky_relu_forward", "leaky_relu_backward",
+           "clip_forward", "clip_backward", "hardsigmoid_forward", "hardsigmoid_backward", "hardswish_forward",
+           "hardswish_backward",
            "activation_forward", "activation_backward"]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -86,6 +91,41 @@ def leaky_relu_backward(x: np.ndarray, dy: np.ndarray, negative_slope: float = 0
     return np.where(x > 0, dy, dy * dy.dtype.type(negative_slope))
 
 
+def clip_forward(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """min(max(x, lo), hi) (torch.nn.Hardtanh, torch.clamp)."""
+    t = x.dtype.type
+    return np.minimum(np.maximum(x, t(np.float32(lo))), t(np.float32(hi)))
+
+
+def clip_backward(x: np.ndarray, dy: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """dx = dy where lo < x < hi, else 0 (Hardtanh's gradient: none at the bounds)."""
+    t = x.dtype.type
+    return np.where((x > t(np.float32(lo))) & (x < t(np.float32(hi))), dy, dy.dtype.type(0))
+
+
+def hardsigmoid_forward(x: np.ndarray) -> np.ndarray:
+    """min(max(x + 3, 0), 6) / 6 (torch.nn.Hardsigmoid)."""
+    t = x.dtype.type
+    return np.minimum(np.maximum(x + t(3), t(0)), t(6)) / t(6)
+
+
+def hardsigmoid_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx = dy / 6 where -3 < x < 3, else 0."""
+    t = x.dtype.type
+    return np.where((x > t(-3)) & (x < t(3)), dy / t(6), dy.dtype.type(0))
+
+
+def hardswish_forward(x: np.ndarray) -> np.ndarray:
+    """x * min(max(x + 3, 0), 6) / 6 (torch.nn.Hardswish)."""
+    return x * hardsigmoid_forward(x)
+
+
+def hardswish_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx = 0 for x <= -3, dy (x / 3 + 1/2) for -3 < x < 3, dy from 3 on (PyTorch's)."""
+    t = x.dtype.type
+    return np.where(x <= t(-3), dy.dtype.type(0), np.where(x < t(3), dy * (x / t(3) + t(0.5)), dy))
+
+
 # kind -> (forward(x, attrs), backward(x, y, dy, attrs)); attrs are the graph op's attributes
 _TABLE: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] = {
     "sigmoid": (lambda x, a: sigmoid(x), lambda x, y, dy, a: sigmoid_backward(y, dy)),
@@ -94,6 +134,10 @@ _TABLE: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] =
     "silu": (lambda x, a: silu_forward(x), lambda x, y, dy, a: silu_backward(x, dy)),
     "leaky_relu": (lambda x, a: leaky_relu_forward(x, a.get("negative_slope", 0.01)),
                    lambda x, y, dy, a: leaky_relu_backward(x, dy, a.get("negative_slope", 0.01))),
+    "clip": (lambda x, a: clip_forward(x, a["lo"], a["hi"]),
+             lambda x, y, dy, a: clip_backward(x, dy, a["lo"], a["hi"])),
+    "hardsigmoid": (lambda x, a: hardsigmoid_forward(x), lambda x, y, dy, a: hardsigmoid_backward(x, dy)),
+    "hardswish": (lambda x, a: hardswish_forward(x), lambda x, y, dy, a: hardswish_backward(x, dy)),
 }
 ACTIVATION_KINDS = frozenset(_TABLE)
 """The graph op kinds this module computes."""

@@ -5,6 +5,7 @@ from the definitions, with no shardwise code in the loop: the tests hold the C k
 and whole-graph training against these, and these against PyTorch.
 
     layer_norm   y = (x - mean) / sqrt(var + eps) * w + b over the last axis (biased var)
+    rms_norm     y = x / sqrt(mean(x^2) + eps) * w over the last axis
     embedding    y[..., :] = W[ids[...]]
     softmax_dim  p = softmax(scale * x, dim), causal: key j > query i masked out
     matmul       y = op(a) @ op(b) over leading batch dimensions
@@ -36,6 +37,20 @@ def layer_norm_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float
     dx = inv * (g - g.sum(axis=-1, keepdims=True) / d - xhat * (g * xhat).sum(axis=-1, keepdims=True) / d)
     lead = tuple(range(x.ndim - 1))
     return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+
+
+def rms_norm_forward(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def rms_norm_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(dx, dw) of :func:`rms_norm_forward`: dx = inv * (g - xhat * sum(g * xhat) / D), g = dy * w."""
+    d = x.shape[-1]
+    inv = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    xhat = x * inv
+    g = dy * w
+    dx = inv * (g - xhat * (g * xhat).sum(axis=-1, keepdims=True) / d)
+    return dx, (dy * xhat).sum(axis=tuple(range(x.ndim - 1)))
 
 
 def embedding_forward(ids: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -124,6 +139,8 @@ def _forward(op: Any, ins: list[np.ndarray], param: Callable[[str], np.ndarray])
     a = op.attrs
     if op.kind == "layer_norm":
         return layer_norm_forward(ins[0], param("weight"), param("bias"), a["eps"])
+    if op.kind == "rms_norm":
+        return rms_norm_forward(ins[0], param("weight"), a["eps"])
     if op.kind == "embedding":
         return embedding_forward(ins[0], param("weight"))
     if op.kind == "softmax_dim":
@@ -143,6 +160,9 @@ def _backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, par
     if op.kind == "layer_norm":
         dx, dw, db = layer_norm_backward(ins[0], param("weight"), dy, a["eps"])
         return [dx], {"weight": dw, "bias": db}
+    if op.kind == "rms_norm":
+        dx, dw = rms_norm_backward(ins[0], param("weight"), dy, a["eps"])
+        return [dx], {"weight": dw}
     if op.kind == "embedding":
         return [None], {"weight": embedding_backward(ins[0], param("weight").shape, dy)}
     if op.kind == "softmax_dim":
@@ -160,7 +180,7 @@ def _backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, par
     raise NotImplementedError(op.kind)
 
 
-SEQ_KINDS = frozenset({"layer_norm", "embedding", "softmax_dim", "reshape", "permute", "select"})
+SEQ_KINDS = frozenset({"layer_norm", "rms_norm", "embedding", "softmax_dim", "reshape", "permute", "select"})
 """The graph op kinds whose whole-graph forward and backward this module computes."""
 
 

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from shardwise import _core
-from shardwise.graph import BN_MOMENTUM, Graph, Op
+from shardwise.graph import BN_EPS, BN_MOMENTUM, Graph, Op
 from shardwise.errors import ConfigError
 from shardwise.iteration.lower import TaskGraph, handle_of, plan_arrays
 from shardwise.iteration.memory import _streams
@@ -124,14 +124,16 @@ def op_attrs(graph: Graph) -> list[dict[str, Any]]:
         elif op.kind == "softmax_dim":
             a.update(dim=op.attrs.get("dim", 0), scale=op.attrs.get("scale", 0.0),
                      causal=bool(op.attrs.get("causal", False)))
-        elif op.kind == "layer_norm":
+        elif op.kind in ("layer_norm", "rms_norm"):
             a["eps"] = op.attrs.get("eps", 0.0)
         elif op.kind == "leaky_relu":
             a["negative_slope"] = op.attrs.get("negative_slope", 0.0)
         elif op.kind == "dropout":
             a.update(p=op.attrs["p"], seed=op.attrs["seed"])
+        elif op.kind == "clip":
+            a.update(lo=op.attrs["lo"], hi=op.attrs["hi"])
         elif op.kind == "batchnorm2d":
-            a["momentum"] = op.attrs.get("momentum", BN_MOMENTUM)
+            a.update(momentum=op.attrs.get("momentum", BN_MOMENTUM), eps=op.attrs.get("eps", BN_EPS))
         elif op.kind == "stochastic_depth":
             a.update(p=op.attrs["p"], seed=op.attrs["seed"], row=op.attrs.get("mode", "row") == "row")
         elif op.kind == "input":

@@ -24,7 +24,6 @@ from shardwise.graph import Graph, Tensor
 from shardwise.importers.onnx.attrs import INT_LIMIT, Attrs
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.common import check_ceil_mode, linear_layer
-from shardwise.ops.builtin import BN_EPS
 
 
 Weight = tuple[Const, np.ndarray]
@@ -261,9 +260,11 @@ def _batchnorm(c: OnnxCall) -> Tensor:
     x = c.tensor(0, rank=4)
     scale, bias = c.weight(1, "scale", rank=1), c.weight(2, "bias", rank=1)
     mean, var = c.weight(3, "running mean", rank=1), c.weight(4, "running variance", rank=1)
-    eps = c.attrs.get_float("epsilon", 1e-5)
-    if np.float32(eps) != np.float32(BN_EPS):   # stored as float32: compare in float32
-        raise c.error(f"epsilon={eps:g} is not supported (shardwise's batch norm uses eps={BN_EPS})")
+    # epsilon is a float32 attribute: 1e-3 arrives as 0.0010000000475; its shortest float32
+    # spelling gives back the model's value (the graph from_torch builds)
+    eps = float(str(np.float32(c.attrs.get_float("epsilon", 1e-5))))
+    if not eps > 0:
+        raise c.error(f"epsilon={eps:g} is not supported (a positive number)")
     for what, w in (("scale", scale), ("bias", bias), ("running mean", mean), ("running variance", var)):
         if w.value.shape != (x.shape[1],):
             raise ShapeError(f"{c.where}: {what} of shape {tuple(w.value.shape)} for input {x.shape}")
@@ -272,7 +273,7 @@ def _batchnorm(c: OnnxCall) -> Tensor:
     momentum = round(1.0 - c.attrs.get_float("momentum", 0.9), 6)
     if not 0.0 <= momentum <= 1.0:
         raise c.error(f"momentum={c.attrs.get('momentum')!r} is outside [0, 1]")
-    y = c.graph.batchnorm2d(x, name=c.name, momentum=momentum)
+    y = c.graph.batchnorm2d(x, name=c.name, momentum=momentum, eps=eps)
     c.set_weights(shared_ok=True, weight=(scale, scale.value.copy()), bias=(bias, bias.value.copy()))
     c.state[c.name] = {"running_mean": mean.value, "running_var": var.value}
     return y
@@ -450,6 +451,63 @@ def _dropout(c: OnnxCall) -> Any:
     return c.graph.dropout(c.tensor(0), p, name=c.name)
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)   # an absent bound of Clip: clip's bound at the largest float32
+
+
+def _shortest(v: Any) -> float:
+    """A float32 value as its shortest decimal spelling (6.0, -0.5, 0.1): the number the model was
+    written with, so the graph is the one from_torch builds."""
+    return float(str(np.float32(v)))
+
+
+def _clip(c: OnnxCall) -> Tensor:
+    """Clip(x, min, max) with constant bounds (inputs since opset 11, attributes before; either
+    may be absent): ReLU6, Hardtanh and torch.clamp as PyTorch exports them."""
+    x = c.tensor(0)
+    bounds = []
+    for k, key, none in ((1, "min", -_FLOAT32_MAX), (2, "max", _FLOAT32_MAX)):
+        if key in c.attrs:
+            bounds.append(_shortest(c.attrs.get_float(key, none)))
+            continue
+        v = c.const(k, key) if len(c.inputs) > k else None
+        if v is None:
+            bounds.append(none)
+            continue
+        arr = np.asarray(v)
+        if arr.size != 1 or arr.dtype.kind != "f" or not np.isfinite(arr).all():
+            raise c.error(f"Clip {key} must be one finite number, got {arr.dtype} values of shape {arr.shape}")
+        bounds.append(min(max(_shortest(arr.reshape(-1)[0]), -_FLOAT32_MAX), _FLOAT32_MAX))
+    if bounds[0] > bounds[1]:
+        raise c.error(f"Clip with min {bounds[0]} > max {bounds[1]} is not supported")
+    return c.graph.clip(x, bounds[0], bounds[1], name=c.name)
+
+
+def _bound(kind: str) -> Callable[[OnnxCall], Tensor]:
+    """Max (or Min) of a tensor and one constant number: a clip from below (above), as PyTorch's
+    dynamo export writes ``torch.clamp(x, min=a)``."""
+    def convert(c: OnnxCall) -> Tensor:
+        if len(c.inputs) != 2:
+            raise c.error(f"{kind} of {len(c.inputs)} inputs is not supported (a tensor and a constant)")
+        k = 1 if isinstance(c.inputs[1], Const) else 0
+        arr = np.asarray(c.const(k, "bound"))
+        if arr.size != 1 or arr.dtype.kind != "f" or not np.isfinite(arr).all():
+            raise c.error(f"{kind} with {_show(c.inputs[k])} is not supported (a tensor and one finite number)")
+        x = c.tensor(1 - k)
+        v = _shortest(arr.reshape(-1)[0])
+        lo, hi = (v, _FLOAT32_MAX) if kind == "Max" else (-_FLOAT32_MAX, v)
+        return c.graph.clip(x, lo, hi, name=c.name)
+    return convert
+
+
+def _hard_sigmoid(c: OnnxCall) -> Tensor:
+    """HardSigmoid with PyTorch's alpha = 1/6, beta = 1/2 (nn.Hardsigmoid's export; ONNX's default
+    alpha = 0.2 is another function)."""
+    alpha, beta = c.attrs.get_float("alpha", 0.2), c.attrs.get_float("beta", 0.5)
+    if np.float32(alpha) != np.float32(1.0 / 6.0) or np.float32(beta) != np.float32(0.5):
+        raise c.error(f"HardSigmoid(alpha={alpha:g}, beta={beta:g}) is not supported (PyTorch's alpha=1/6, beta=0.5)")
+    return c.graph.hardsigmoid(c.tensor(0), name=c.name)
+
+
 ONNX_OPS: dict[str, Callable[[OnnxCall], Any]] = {
     "Conv": _conv,
     "Gemm": _gemm,
@@ -475,6 +533,11 @@ ONNX_OPS: dict[str, Callable[[OnnxCall], Any]] = {
     "LogSoftmax": _softmax,
     "Identity": _identity,
     "Dropout": _dropout,
+    "Clip": _clip,
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _activation("hardswish"),
+    "Max": _bound("Max"),
+    "Min": _bound("Min"),
 }
 """Every ONNX op :func:`shardwise.from_onnx` imports (beside the constant ones it folds)."""
 
@@ -506,7 +569,10 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`embedding`", "`Gather`",
                "of a float initializer table by an integer input of the model (token ids); by the constant indices "
                "`0..rows-1` (learned positions): the whole table as a `parameter` op"),
-    OnnxDocRow("`layer_norm`", "`LayerNormalization`", "over the last axis, scale and bias initializers"),
+    OnnxDocRow("`layer_norm` (+ `reshape`)", "`LayerNormalization`",
+               "over the last axis, or any `axis` but the batch's (a `reshape` merging the axes from it, the norm, a "
+               "`reshape` back); scale and bias initializers (one shared by several norms, as exporters merge "
+               "equal constants, is copied for each); any `epsilon`"),
     OnnxDocRow("`reshape`, `permute`", "`Reshape`, `Transpose`",
                "of computed tensors, the batch dimension kept; the reshapes and transposes around `k` that "
                "PyTorch's export of attention writes (`(N, H, T, Dh) -> (N H, T, Dh)`, transposed, reshaped back) "
@@ -519,7 +585,7 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`add` (broadcast)", "`Add`", "`(N, T, D) + (T, D)`"),
     OnnxDocRow("`softmax_dim`", "`Softmax`", "inside the network, over any axis"),
     OnnxDocRow("`batchnorm2d`", "`BatchNormalization`",
-               "`epsilon=1e-5`; scale, bias, running mean and variance initializers (one shared by several batch "
+               "any `epsilon`; scale, bias, running mean and variance initializers (one shared by several batch "
                "norms, as exporters merge equal constants, is copied for each); `momentum`"),
     OnnxDocRow("`relu`", "`Relu`", "fused into a convolution or linear layer it alone reads"),
     OnnxDocRow("`sigmoid`, `tanh`", "`Sigmoid`, `Tanh`", "element-wise, any shape"),
@@ -555,6 +621,15 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`upsample_nearest`, `upsample_bilinear`", "`Resize`",
                "integer scales (or sizes) of H and W; `mode=\"nearest\"` (half-pixel, or asymmetric with `floor`), or "
                "`\"linear\"` with half-pixel coordinates (`align_corners=False`)"),
+    OnnxDocRow("`clip`", "`Clip`",
+               "constant `min` and `max` (inputs, or attributes before opset 11; either may be absent): ReLU6, "
+               "Hardtanh, `torch.clamp`; no gradient at the bounds themselves"),
+    OnnxDocRow("`clip`", "`Max`, `Min`", "of a tensor and one constant number (`torch.clamp(x, min=a)` in PyTorch's "
+               "dynamo export)"),
+    OnnxDocRow("`hardsigmoid`", "`HardSigmoid`", "PyTorch's `alpha=1/6`, `beta=0.5`"),
+    OnnxDocRow("`hardswish`", "`HardSwish`", "element-wise, any shape"),
+    OnnxDocRow("`rms_norm` (+ `reshape`)", "`RMSNormalization`",
+               "over the last axis or any `axis` but the batch's, as for `LayerNormalization`; a scale initializer"),
 )
 """The table of supported ONNX ops in docs/importing.md, row by row (``make docs-ops`` regenerates
 it).  Every op type :data:`ONNX_OPS` holds, with the sequence and LSTM ops that
@@ -565,7 +640,6 @@ here (or its op type in an existing row), then ``make docs-ops``."""
 HINTS: dict[str, str] = {
     "Erf": "GELU exported before opset 20 is spelled with Erf, Div, Mul and Add; export with opset_version=20 or "
            "later, where it is one Gelu node",
-    "HardSigmoid": "exporters write h-swish and hard sigmoid this way; shardwise has neither",
 }
 """What to say about an unsupported op a model commonly has for a supported reason."""
 
@@ -575,7 +649,8 @@ KIND_NAMES: dict[str, str] = {
     "Concat": "cat", "Flatten": "flatten", "Reshape": "reshape", "Squeeze": "squeeze", "MaxPool": "maxpool",
     "AveragePool": "avgpool", "GlobalAveragePool": "avgpool", "GlobalMaxPool": "maxpool", "ReduceMean": "mean",
     "Softmax": "softmax", "LogSoftmax": "softmax", "Gather": "embedding", "LayerNormalization": "layer_norm",
-    "Transpose": "transpose",
+    "Transpose": "transpose", "Clip": "clip", "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish",
+    "RMSNormalization": "rms_norm", "Max": "clamp", "Min": "clamp",
 }
 """The operation's name in op names made from a scope (``"layer1.0.add"``): from_torch's names."""
 

@@ -32,7 +32,7 @@ from shardwise.errors import ShardwiseError
 from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.onnx.ops import ONNX_OPS, OnnxCall, _linear, _show
-from shardwise.importers.common import Lazy
+from shardwise.importers.common import Lazy, normalize_trailing
 
 MASK_FILL_MAX = -1e9   # as import_torch_seq: an additive mask value taken for -inf
 
@@ -281,23 +281,44 @@ def _gather(c: OnnxCall) -> Tensor:
     return y
 
 
-def _layer_norm(c: OnnxCall) -> Tensor:
+def _norm(c: OnnxCall, rms: bool) -> Tensor:
+    """LayerNormalization (or RMSNormalization, ``rms``) over the axes from ``axis`` on: over the
+    last one the op itself, over several a reshape, the op and a reshape back
+    (:func:`~shardwise.importers.common.normalize_trailing`).  The scale and bias are copied for
+    this op (shared_ok): exporters merge equal initializers, such as every fresh norm's scale
+    of ones, into one read by several nodes."""
     x = c.tensor(0)
-    if c.attrs.get_int("axis", -1) % len(x.shape) != len(x.shape) - 1:
-        raise c.error(f"LayerNormalization(axis={c.attrs['axis']}) is not supported (the last axis only)")
-    scale = c.weight(1, "scale", rank=1)
-    if len(c.inputs) < 3 or c.inputs[2] is None:
-        raise c.error("LayerNormalization without a bias is not supported")
-    bias = c.weight(2, "bias", rank=1)
-    for what, w in (("scale", scale), ("bias", bias)):
-        if w.value.shape != (x.shape[-1],):
-            raise c.error(f"its {what} has shape {tuple(w.value.shape)}, not ({x.shape[-1]},) for the input {x.shape}")
+    kind = "RMSNormalization" if rms else "LayerNormalization"
+    r = len(x.shape)
+    axis = c.attrs.get_int("axis", -1)
+    if not -r <= axis < r or axis % r == 0:
+        raise c.error(f"{kind}(axis={axis}) of an input {x.shape} is not supported (axes after the batch's)")
+    dims = r - axis % r
+    want = tuple(x.shape[-dims:])
+    scale = c.weight(1, "scale")
+    weights = [("scale", scale)]
+    if not rms:
+        if len(c.inputs) < 3 or c.inputs[2] is None:
+            raise c.error("LayerNormalization without a bias is not supported")
+        weights.append(("bias", c.weight(2, "bias")))
+    for what, w in weights:
+        if w.value.shape != want:
+            raise c.error(f"its {what} has shape {tuple(w.value.shape)}, not {want} for the input {x.shape}")
     # epsilon is a float32 attribute: 1e-5 arrives as 9.99999974e-06; its shortest float32
     # spelling gives back the model's value (the graph from_torch builds)
     eps = float(str(np.float32(c.attrs.get_float("epsilon", 1e-5))))
-    y = c.graph.layer_norm(x, eps=eps, name=c.name)
-    c.set_weights(weight=(scale, scale.value), bias=(bias, bias.value))
+    y = normalize_trailing(c, x, dims, eps, rms=rms)
+    params = {"weight" if what == "scale" else what: (w, w.value.reshape(-1).copy()) for what, w in weights}
+    c.set_weights(shared_ok=True, **params)
     return y
+
+
+def _layer_norm(c: OnnxCall) -> Tensor:
+    return _norm(c, rms=False)
+
+
+def _rms_norm(c: OnnxCall) -> Tensor:
+    return _norm(c, rms=True)
 
 
 def register() -> None:
@@ -315,6 +336,7 @@ def register() -> None:
         "Add": _add(ONNX_OPS["Add"]),
         "Softmax": _softmax(ONNX_OPS["Softmax"]),
         "LogSoftmax": _softmax(ONNX_OPS["LogSoftmax"]),
+        "RMSNormalization": _rms_norm,
     })
 
 

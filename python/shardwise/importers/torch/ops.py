@@ -28,7 +28,6 @@ from typing import Any, Callable
 
 from shardwise.errors import ShapeError
 from shardwise.graph import Graph, Tensor
-from shardwise.ops.builtin import BN_EPS
 
 from shardwise.importers.common import Lazy, check_ceil_mode, linear_layer
 from shardwise.importers.torch.call import REQUIRED, Attr, Call, TorchOp, _dim, _dim_attr, _pair, _show
@@ -106,14 +105,14 @@ def _batchnorm2d(c: Call) -> Tensor:
     x = c.tensor(0, rank=4)
     if not m.affine:
         raise c.error("affine=False is not supported (shardwise's batch norm has a weight and a bias)")
-    if m.eps != BN_EPS:
-        raise c.error(f"eps={m.eps} is not supported (shardwise's batch norm uses eps={BN_EPS})")
+    if isinstance(m.eps, bool) or not isinstance(m.eps, (int, float)) or not m.eps > 0:
+        raise c.error(f"eps={m.eps!r} is not supported (a positive number)")
     if x.shape[1] != m.num_features:
         raise ShapeError(f"{c.where}: num_features={m.num_features} but the input has shape {x.shape}")
     if m.track_running_stats and m.momentum is None:
         raise c.error("momentum=None (a cumulative average of the statistics) is not supported; give a momentum")
     momentum = m.momentum if m.track_running_stats else 0.0   # no running statistics: never updated
-    y = c.graph.batchnorm2d(x, name=c.name, momentum=float(momentum))
+    y = c.graph.batchnorm2d(x, name=c.name, momentum=float(momentum), eps=float(m.eps))
     c.set_weights(weight=m.weight, bias=m.bias)
     if m.track_running_stats:   # the model's running statistics, as its state_dict holds them
         c.state[c.name] = {"running_mean": m.running_mean, "running_var": m.running_var,
@@ -417,6 +416,71 @@ def _getattr(c: Call) -> Any:
     raise c.error(f"reading the tensor attribute {name!r} is not supported")
 
 
+_FLOAT32_MAX = 3.4028234663852886e38   # a clamp without one of its bounds: clip's bound at the largest float32
+
+
+def _clip_with(c: Call, lo: Any, hi: Any, names: tuple[str, str] = ("min", "max")) -> Tensor:
+    """min(max(x, lo), hi) with constant bounds (None: no bound) as a ``clip`` op."""
+    bounds = []
+    for what, v, none in ((names[0], lo, -_FLOAT32_MAX), (names[1], hi, _FLOAT32_MAX)):
+        if v is None:
+            bounds.append(none)
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise c.error(f"{what}={_show(v)} is not supported (a finite constant number, or None)")
+        bounds.append(min(max(float(v), -_FLOAT32_MAX), _FLOAT32_MAX))
+    if lo is None and hi is None:
+        raise c.error("a clamp without min and max is not supported")
+    if bounds[0] > bounds[1]:
+        raise c.error(f"{names[0]}={lo} > {names[1]}={hi} is not supported")
+    return c.graph.clip(c.tensor(0), bounds[0], bounds[1], name=c.name)
+
+
+def _clamp(c: Call) -> Tensor:
+    return _clip_with(c, c.attrs["min"], c.attrs["max"])
+
+
+def _hardtanh(c: Call) -> Tensor:
+    return _clip_with(c, c.attrs["min_val"], c.attrs["max_val"], ("min_val", "max_val"))
+
+
+def _relu6(c: Call) -> Tensor:
+    return c.graph.relu6(c.tensor(0), name=c.name)
+
+
+def _layer_norm_fn(c: Call) -> Tensor:
+    """F.layer_norm(x, normalized_shape, self.weight, self.bias, eps): ConvNeXt's LayerNorm2d (a
+    permute to channels-last, this, and a permute back)."""
+    x = c.tensor(0)
+    a = c.attrs
+    if a["weight"] is None or a["bias"] is None:
+        raise c.error("F.layer_norm without weight or bias is not supported")
+    k = _normalized_dims(c, x, a["normalized_shape"])
+    weight, bias = c.parameter(a["weight"], "weight", rank=k), c.parameter(a["bias"], "bias", rank=k)
+    return _norm(c, x, a["normalized_shape"], weight, bias, a["eps"], rms=False)
+
+
+def _rms_eps(eps: Any) -> float:
+    return 1.1920928955078125e-07 if eps is None else float(eps)   # None: torch.finfo(torch.float32).eps
+
+
+def _rms_norm(c: Call) -> Tensor:
+    m = c.module
+    if not m.elementwise_affine or m.weight is None:
+        raise c.error("an RMS norm without weight is not supported (elementwise_affine=True)")
+    return _norm(c, c.tensor(0), m.normalized_shape, m.weight, None, _rms_eps(m.eps), rms=True)
+
+
+def _rms_norm_fn(c: Call) -> Tensor:
+    x = c.tensor(0)
+    a = c.attrs
+    if a["weight"] is None:
+        raise c.error("F.rms_norm without weight is not supported")
+    k = _normalized_dims(c, x, a["normalized_shape"])
+    weight = c.parameter(a["weight"], "weight", rank=k)
+    return _norm(c, x, a["normalized_shape"], weight, None, _rms_eps(a["eps"]), rms=True)
+
+
 _F = "torch.nn.functional."
 
 # Each entry's op= and doc= are its row of the table in docs/importing.md (tools/ops_docs.py,
@@ -437,7 +501,7 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("linear", _linear_fn, inputs=2, params=(("bias", None),), functions=(_F + "linear",), fuses_relu=True,
             weight_arg=1, op="`linear`", doc=_LINEAR_DOC),
     TorchOp("bn", _batchnorm2d, modules=("BatchNorm2d",), op="`batchnorm2d`",
-            doc="`affine=True`, `eps=1e-5`, a numeric `momentum`; running statistics imported"),
+            doc="`affine=True`, any `eps`, a numeric `momentum`; running statistics imported"),
     TorchOp("relu", _relu, params=(("inplace", False),), modules=("ReLU",),
             functions=("torch.relu", "torch.relu_", _F + "relu", _F + "relu_"), methods=("relu", "relu_"),
             op="`relu`", doc="fused into a convolution or linear layer it alone reads"),
@@ -517,6 +581,30 @@ TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("ndim", _ndim, methods=("dim", "ndimension"), op="none (constants)", doc=_CONSTANTS_DOC),
     TorchOp("getattr", _getattr, params=(("attr", REQUIRED),), functions=("builtins.getattr",),
             op="none (constants)", doc=_CONSTANTS_DOC),
+    TorchOp("relu6", _relu6, params=(("inplace", False),), modules=("ReLU6",), functions=(_F + "relu6",),
+            op="`clip`", doc="`clip(x, 0, 6)`; no gradient at the bounds themselves (as PyTorch's)"),
+    TorchOp("hardtanh", _hardtanh, params=(("min_val", -1.0), ("max_val", 1.0), ("inplace", False)),
+            modules=("Hardtanh",), functions=(_F + "hardtanh", _F + "hardtanh_"),
+            op="`clip`", doc="constant `min_val <= max_val`; no gradient at the bounds themselves"),
+    TorchOp("clamp", _clamp, params=(("min", None), ("max", None)),
+            functions=("torch.clamp", "torch.clip", "torch.clamp_", "torch.clip_"),
+            methods=("clamp", "clip", "clamp_", "clip_"), op="`clip`",
+            doc="constant numbers `min`, `max` (either may be None); no gradient at the bounds themselves (PyTorch's "
+                "`clamp` passes it there)"),
+    TorchOp("hardsigmoid", _activation("hardsigmoid"), params=(("inplace", False),), modules=("Hardsigmoid",),
+            functions=(_F + "hardsigmoid",), op="`hardsigmoid`", doc="element-wise, any shape"),
+    TorchOp("hardswish", _activation("hardswish"), params=(("inplace", False),), modules=("Hardswish",),
+            functions=(_F + "hardswish",), op="`hardswish`", doc="element-wise, any shape"),
+    TorchOp("layer_norm", _layer_norm_fn, params=(("normalized_shape", REQUIRED), ("weight", None), ("bias", None),
+                                                  ("eps", 1e-5)),
+            functions=(_F + "layer_norm",), op="`layer_norm` (+ `reshape`)",
+            doc="over the last dimensions (`normalized_shape`; several: a `reshape` merging them, the norm, a "
+                "`reshape` back), weight and bias parameters of the model; any `eps`"),
+    TorchOp("rms_norm", _rms_norm, modules=("RMSNorm",), op="`rms_norm` (+ `reshape`)",
+            doc="over the last dimensions as for `layer_norm`, with a weight; any `eps` (None: float32's epsilon)"),
+    TorchOp("rms_norm", _rms_norm_fn, params=(("normalized_shape", REQUIRED), ("weight", None), ("eps", None)),
+            functions=(_F + "rms_norm",), op="`rms_norm` (+ `reshape`)",
+            doc="over the last dimensions as for `layer_norm`, with a weight; any `eps` (None: float32's epsilon)"),
 )
 """Every PyTorch operation :func:`shardwise.from_torch` imports (the sequence-model ones, from
 :mod:`shardwise.importers.torch.seq`, appended below)."""
@@ -530,7 +618,8 @@ DOC_FORMS: dict[str, str] = {
 ``operator.add (`a + b`)`` (tools/ops_docs.py)."""
 
 
-from shardwise.importers.torch.seq import TORCH_SEQ_OPS  # noqa: E402  (it builds on the helpers above)
+# it builds on the helpers above; its norm helpers serve the functional forms above
+from shardwise.importers.torch.seq import TORCH_SEQ_OPS, _norm, _normalized_dims  # noqa: E402
 
 TORCH_OPS = TORCH_OPS + TORCH_SEQ_OPS
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from shardwise.errors import ModelImportError
 from shardwise.graph import Graph, Tensor
-from shardwise.importers.common import Lazy
+from shardwise.importers.common import Lazy, normalize_trailing
 from shardwise.importers.torch.call import (REQUIRED, Attr, Call, TorchOp, _dim, _dim_attr, _show, is_torch_tensor,
                                 record_weights)
 
@@ -103,17 +103,35 @@ class Layers(Lazy):
 
 
 # ----------------------------------------------------------------------------- converters
+def _normalized_dims(c: Call, x: Tensor, normalized_shape: Any) -> int:
+    """How many trailing dimensions of x ``normalized_shape`` names (refusing any other shape)."""
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(ns)
+    if not 1 <= k < len(x.shape) or tuple(x.shape[-k:]) != tuple(int(d) for d in ns):
+        raise c.error(f"normalized_shape={ns} of an input {x.shape} is not supported (the input's last dimensions, "
+                      f"not the batch)")
+    return k
+
+
+def _flat(t: Any, dims: int) -> Any:
+    """A weight of the normalized shape as the op's (D,) (a copy when it has several dimensions)."""
+    return t if t is None or dims == 1 else t.detach().reshape(-1).clone()
+
+
+def _norm(c: Call, x: Tensor, normalized_shape: Any, weight: Any, bias: Any, eps: float, rms: bool) -> Tensor:
+    k = _normalized_dims(c, x, normalized_shape)
+    y = normalize_trailing(c, x, k, float(eps), rms=rms)
+    c.set_weights(weight=_flat(weight, k), bias=_flat(bias, k))
+    return y
+
+
 def _layer_norm(c: Call) -> Tensor:
+    """nn.LayerNorm over the last dimension, or several (a reshape merging them, the norm, a
+    reshape back: shardwise.importers.common.normalize_trailing)."""
     m = c.module
-    x = c.tensor(0)
-    if tuple(m.normalized_shape) != (x.shape[-1],):
-        raise c.error(f"normalized_shape={tuple(m.normalized_shape)} of an input {x.shape} is not supported; only "
-                      f"the last dimension")
     if not m.elementwise_affine or m.bias is None:
         raise c.error("a layer norm without weight or bias is not supported (elementwise_affine=True, bias=True)")
-    y = c.graph.layer_norm(x, eps=float(m.eps), name=c.name)
-    c.set_weights(weight=m.weight, bias=m.bias)
-    return y
+    return _norm(c, c.tensor(0), m.normalized_shape, m.weight, m.bias, float(m.eps), rms=False)
 
 
 def _embedding(c: Call) -> Tensor:
@@ -394,8 +412,9 @@ _SELECT_DOC = ("one index of a dimension after the batch (`x[:, -1]`, `x[:, t, :
                "of a returned tuple (`out, (h, c) = lstm(x)`) and a layer of an LSTM's state (`h_n[-1]`)")
 
 TORCH_SEQ_OPS: tuple[TorchOp, ...] = (
-    TorchOp("layer_norm", _layer_norm, modules=("LayerNorm",), op="`layer_norm`",
-            doc="over the last dimension, with weight and bias; any `eps`"),
+    TorchOp("layer_norm", _layer_norm, modules=("LayerNorm",), op="`layer_norm` (+ `reshape`)",
+            doc="over the last dimensions (`normalized_shape`; several: a `reshape` merging them, the norm, a "
+                "`reshape` back), with weight and bias; any `eps`"),
     TorchOp("embedding", _embedding, modules=("Embedding",), op="`embedding`",
             doc="of an integer input (token ids); or of `torch.arange(num_embeddings)`, the whole table: a "
                 "`parameter` op `(T, D)` (learned positions, added by broadcasting); no `padding_idx`, `max_norm`, "
