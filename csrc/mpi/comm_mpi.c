@@ -465,6 +465,9 @@ static sw_status c_test(sw_comm *c, sw_comm_req req, int *done) {
     return s;
 }
 
+/* How often a waiter tests its request itself (seconds). */
+#define WAIT_POLL_S 50e-6
+
 static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
     struct timespec deadline;
     if (timeout_s >= 0) {
@@ -478,11 +481,19 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
     }
     int timed_out = 0;
     while ((r->state == REQ_QUEUED || r->state == REQ_ACTIVE) && !timed_out) {
-        if (timeout_s < 0) {
-            pthread_cond_wait(&c->done, &c->mu);
-        } else {
-            timed_out = pthread_cond_timedwait(&c->done, &c->mu, &deadline) == ETIMEDOUT;
+        /* The waiter tests a posted request itself, every WAIT_POLL_S, as test() does: the comm
+         * thread naps up to a millisecond between its passes once nothing completes, and a step's
+         * end (its sends, the loss all-gather) should not wait for its next pass. */
+        if (r->state == REQ_ACTIVE && progress(c, r)) {
+            pthread_cond_broadcast(&c->done);
+            break;
         }
+        struct timespec soon;
+        deadline_after(&soon, WAIT_POLL_S);
+        int last = timeout_s >= 0 && (soon.tv_sec > deadline.tv_sec ||
+                                      (soon.tv_sec == deadline.tv_sec && soon.tv_nsec >= deadline.tv_nsec));
+        int rc = pthread_cond_timedwait(&c->done, &c->mu, last ? &deadline : &soon);
+        timed_out = last && rc == ETIMEDOUT;
         r = &c->reqs[req & 0xffffffff];   /* the table may have grown (moved) meanwhile */
         if (r->gen != (uint32_t)(req >> 32) || r->state == REQ_FREE) {
             pthread_mutex_unlock(&c->mu);   /* another thread's test or wait consumed it */
