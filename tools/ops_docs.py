@@ -28,7 +28,10 @@ from typing import Callable, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "importing.md")
-sys.path.insert(0, os.path.join(ROOT, "python"))
+try:   # the installed package (pip install .), whose compiled core the source tree lacks
+    import shardwise  # noqa: F401
+except ImportError:   # a checkout built in place (python setup.py build_ext --inplace)
+    sys.path.insert(0, os.path.join(ROOT, "python"))
 
 _F = "torch.nn.functional."
 
