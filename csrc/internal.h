@@ -281,10 +281,12 @@ typedef struct {
     sw_box box;
 } sw_buffer;
 
-/* Bytes of a buffer: batchnorm statistics are double precision sums, the rest float32. */
-static inline int64_t sw_buffer_bytes(const sw_buffer *b) {
-    return sw_box_volume(&b->box) * (b->kind == SW_BUF_STATS ? 8 : SW_TASK_BYTES_PER_ELEMENT);
+/* Bytes of one element of a buffer: batchnorm statistics are double precision sums, the rest float32. */
+static inline int64_t sw_buffer_element_bytes(const sw_buffer *b) {
+    return b->kind == SW_BUF_STATS ? 8 : SW_TASK_BYTES_PER_ELEMENT;
 }
+/* Bytes of a buffer. */
+static inline int64_t sw_buffer_bytes(const sw_buffer *b) { return sw_box_volume(&b->box) * sw_buffer_element_bytes(b); }
 
 /* The buffers a task reads and writes (ids into the graph's buffers), in the order
  * its kernel takes them: an in-place update (a reduction into its first read, the

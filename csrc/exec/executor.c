@@ -430,6 +430,21 @@ void sw_runtime_free(sw_runtime *rt) {
 }
 
 /* ------------------------------------------------------------------ steps */
+sw_status sw_runtime_launch(sw_runtime *rt, int list, const sw_step_args *args, int copies) {
+    rt->step_ns[0] = sw_now_ns();
+    sw_status s = rt->messages ? sw_messages_post(rt->messages, rt, list, copies) : SW_OK;
+    if (s == SW_OK) {
+        s = rt->backend->i->launch(rt->backend, list, args);
+    }
+    if (s == SW_OK && rt->messages) {
+        s = sw_messages_finish(rt->messages, &rt->g, rt->loss_sums, copies);
+    } else if (s != SW_OK && rt->messages) {
+        sw_messages_broken(rt->messages);
+    }
+    rt->step_ns[1] = sw_now_ns();
+    return s;
+}
+
 sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, double *loss) {
     if (list < 0 || list >= SW_NLISTS) {
         return SW_FAIL(SW_ERR_VALUE, "unknown work list %d", list);
@@ -446,18 +461,7 @@ sw_status sw_runtime_step(sw_runtime *rt, int list, const sw_step_args *args, do
     }
     memset(rt->loss_sums, 0, sizeof *rt->loss_sums * (size_t)rt->g.ntasks);
     memset(rt->task_ns, 0, sizeof *rt->task_ns * 2 * (size_t)rt->g.ntasks);
-    rt->step_ns[0] = sw_now_ns();
-    sw_status s = rt->messages ? sw_messages_post(rt->messages, rt, list, 1) : SW_OK;
-    if (s == SW_OK) {
-        s = rt->backend->i->launch(rt->backend, list, args);
-    }
-    if (s == SW_OK && rt->messages) {
-        s = sw_messages_finish(rt->messages, &rt->g, rt->loss_sums, 1);
-    } else if (s != SW_OK && rt->messages) {
-        sw_messages_broken(rt->messages);
-    }
-    rt->step_ns[1] = sw_now_ns();
-    SW_TRY(s);
+    SW_TRY(sw_runtime_launch(rt, list, args, 1));
     double total = 0.0;
     for (int32_t t = 0; t < rt->g.ntasks; t++) {   /* in task order: the same sum whatever the timing */
         if (rt->g.tasks[t].kind == SW_TASK_LOSS) {

@@ -159,18 +159,7 @@ sw_status sw_runtime_steps(sw_runtime *rt, int copies, const sw_step_args *args,
     size_t n = (size_t)rt->g.ntasks * (size_t)copies;
     memset(rt->loss_sums, 0, sizeof *rt->loss_sums * n);
     memset(rt->task_ns, 0, sizeof *rt->task_ns * 2 * n);
-    rt->step_ns[0] = sw_now_ns();
-    sw_status s = rt->messages ? sw_messages_post(rt->messages, rt, SW_LIST_PIPELINE, copies) : SW_OK;
-    if (s == SW_OK) {
-        s = rt->backend->i->launch(rt->backend, SW_LIST_PIPELINE, args);
-    }
-    if (s == SW_OK && rt->messages) {
-        s = sw_messages_finish(rt->messages, &rt->g, rt->loss_sums, copies);
-    } else if (s != SW_OK && rt->messages) {
-        sw_messages_broken(rt->messages);
-    }
-    rt->step_ns[1] = sw_now_ns();
-    SW_TRY(s);
+    SW_TRY(sw_runtime_launch(rt, SW_LIST_PIPELINE, args, copies));
     for (int i = 0; i < copies; i++) {
         const double *sums = rt->loss_sums + (size_t)i * (size_t)rt->g.ntasks;
         double total = 0.0;

@@ -43,4 +43,9 @@ struct sw_runtime {
     int rank_me;                  /* this process's rank (0: one process) */
 };
 
+/* Launch list `list` (`copies` iterations: args has one entry each) on the backend, timed in step_ns;
+ * for one rank of several, its receives posted first and its sends and loss sums finished after
+ * (exec/messages.h).  Shared by a step (executor.c) and steps back to back (pipeline.c). */
+sw_status sw_runtime_launch(sw_runtime *rt, int list, const sw_step_args *args, int copies);
+
 #endif /* SHARDWISE_EXEC_RUNTIME_INTERNAL_H */

@@ -26,11 +26,6 @@
 
 #include "internal.h"
 
-/* The bytes of box `box` of buffer b on the wire (its element size: sw_buffer_bytes). */
-static int64_t wire_bytes(const sw_buffer *b, const sw_box *box) {
-    return sw_box_volume(box) * (b->kind == SW_BUF_STATS ? 8 : SW_TASK_BYTES_PER_ELEMENT);
-}
-
 /* The box a copy moves: the intersection of its source's and destination's boxes (the copy
  * kernels move exactly that, whatever the task's box says). */
 static void moved_box(const sw_buffer *from, const sw_buffer *to, sw_box *out) {
@@ -146,7 +141,7 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
         send.src_device = task->device;   /* the other end */
         send.box = recv.box = box;
         send.elements = recv.elements = sw_box_volume(&box);
-        send.nbytes = recv.nbytes = wire_bytes(&g->buffers[reads[0]], &box);
+        send.nbytes = recv.nbytes = sw_box_volume(&box) * sw_buffer_element_bytes(&g->buffers[reads[0]]);
         recv.kind = SW_TASK_RECV;
         sw_task_io send_io = {reads, 1, NULL, 0}, recv_io = {NULL, 0, writes, 1};
         int32_t send_id;
