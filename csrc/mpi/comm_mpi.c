@@ -32,7 +32,7 @@
 #include <stdio.h>    /* fprintf: abort's message */
 #include <stdlib.h>   /* calloc, realloc */
 #include <string.h>   /* memset, strlen */
-#include <time.h>     /* clock_gettime: deadlines on CLOCK_MONOTONIC */
+#include <time.h>     /* clock_gettime: deadlines on CLOCK_MONOTONIC; nanosleep */
 #include <unistd.h>   /* _exit */
 
 #include <mpi.h>
@@ -544,6 +544,10 @@ static void c_abort(sw_comm *c, int code, const char *why) {
     fprintf(stderr, "shardwise: rank %d of %d aborts the job (exit status %d): %s\n", c->rank, c->size, code,
             why ? why : "no reason given");
     fflush(stderr);
+    /* MPICH's launcher forwards each rank's stderr through a pipe, and an abort can reach it
+     * before the pipe's last lines do (seen: a traceback forwarded, this line lost).  A fifth of a
+     * second on a path that ends the job lets those lines through first. */
+    nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 200000000L}, NULL);
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
     _exit(code ? code : 1);
 }

@@ -158,8 +158,8 @@ def capsule(comm):
 def peer_lost(comm, how):
     """Rank 1 dies (`how`: raise, exit) while rank 0 waits for a message from it with a long
     timeout: the launcher, or the abort of the exception hook, must end rank 0.  sys_exit: rank 1
-    exits cleanly with status 3, so MPI_Finalize holds it until rank 0 finalises too (MPI's
-    rule); rank 0's receive times out (3 s here), its exception aborts the job."""
+    exits cleanly with status 3: MPI_Finalize holds it until rank 0's receive times out (3 s here)
+    and its exception aborts the job, or the launcher ends the job on seeing status 3."""
     if comm.rank == 1:
         time.sleep(0.2)
         if how == "raise":

@@ -56,13 +56,18 @@ def test_lost_rank_ends_the_job_nonzero(how):
         assert "rank 1 of 2 aborts the job" in out, out
 
 
-def test_clean_exit_of_a_peer_times_out_instead_of_hanging():
-    """Rank 1 calls sys.exit(3): MPI_Finalize (at exit) waits for rank 0, whose receive from
-    rank 1 then times out (3 s) naming peer and tag, and its exception aborts the job."""
+def test_clean_exit_of_a_peer_ends_the_job_instead_of_hanging():
+    """Rank 1 calls sys.exit(3) while rank 0 waits for its message (3 s timeout).  Which of two
+    things ends the job depends on the MPI build and the machine: rank 1 stops in MPI_Finalize and
+    rank 0's receive times out (its exception aborts the job), or the launcher sees status 3 and
+    ends the job at once (seen on CI, with no output at all).  Either way the job ends non-zero
+    within 30 s, and where rank 0 got to its timeout, the error names peer, tag and size."""
     _need_mpi()
     rc, out, took = launch(2, "lost_sys_exit")
     assert rc != 0 and took < 30, (rc, took, out)
-    assert "CommTimeoutError" in out and "receive from rank 1, tag 7, 8 bytes" in out, out
+    assert "rank 0 got a message" not in out, out
+    if "CommTimeoutError" in out:
+        assert "receive from rank 1, tag 7, 8 bytes" in out, out
 
 
 def test_a_hanging_job_is_killed_whole_and_fails():
