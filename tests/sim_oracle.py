@@ -126,7 +126,9 @@ def resources_of(t, devices: sw.DeviceGraph, threads: int, ranks=None) -> tuple[
     if t.kind == "copy" and t.src_device != t.device:
         a, b = t.src_device, t.device
         na, nb = devices.devices[a].node, devices.devices[b].node
-        if devices.shared_nics and na != nb:
+        if getattr(devices, "nic_per_device", False) and na != nb:
+            route = (f"nic device {a} out", f"nic device {b} in")
+        elif devices.shared_nics and na != nb:
             route = (f"nic {na} out", f"nic {nb} in")
         else:
             route = tuple(f"link {u}->{v}" for u, v in devices.route(a, b))

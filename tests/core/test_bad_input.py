@@ -440,7 +440,7 @@ def test_cluster_preset_of_wrong_type():
     (lambda: sw.DeviceGraph.parse("1x2x3"), "cannot read device count"),
     (lambda: sw.DeviceGraph.parse("0"), "positive"),
     (lambda: sw.DeviceGraph.parse("2x2", device="cpu"), "one machine"),
-    (lambda: sw.DeviceGraph.parse("4", device="A100"), "unknown device preset 'A100'"),
+    (lambda: sw.DeviceGraph.parse("4", device="B200"), "unknown device preset 'B200'"),
 ])
 def test_device_presets(build, word):
     with pytest.raises(DeviceGraphError) as err:

@@ -98,11 +98,12 @@ def test_random_plans_with_measured_costs_simulate_the_same_in_c(recipe, case, s
 
 
 # --------------------------------------------------------------------------- zoo models
-@pytest.mark.parametrize("model,nodes,per", [("lenet5", 1, 2), ("alexnet", 2, 2), ("resnet18", 1, 4),
-                                              ("inception_v3", 2, 2), ("vgg16", 1, 4)])
-def test_zoo_plans_lower_and_simulate_the_same_in_c(model, nodes, per):
+@pytest.mark.parametrize("model,nodes,per,device", [("lenet5", 1, 2, "P100"), ("alexnet", 2, 2, "P100"),
+                                                     ("resnet18", 1, 4, "P100"), ("inception_v3", 2, 2, "P100"),
+                                                     ("vgg16", 1, 4, "P100"), ("alexnet", 2, 2, "H100")])
+def test_zoo_plans_lower_and_simulate_the_same_in_c(model, nodes, per, device):
     g = sw.models.get(model, batch=32)
-    d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per)
+    d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per, device=device)
     for plan in [sw.search(g, d), *sw.strategies.baselines(g, d)]:
         check_task_graph(plan)
         assert_same_simulation(plan)
@@ -259,7 +260,9 @@ def test_task_and_buffer_kind_names_cover_the_lowering():
 
 
 @pytest.mark.parametrize("make", [lambda: sw.DeviceGraph.cluster(3, 4), lambda: sw.DeviceGraph.cluster(1, 5),
-                                  lambda: sw.DeviceGraph.cpu(4), lambda: sw.DeviceGraph.cluster(2, 1)])
+                                  lambda: sw.DeviceGraph.cpu(4), lambda: sw.DeviceGraph.cluster(2, 1),
+                                  lambda: sw.DeviceGraph.cluster(3, 4, device="H100"),
+                                  lambda: sw.DeviceGraph.cluster(2, 1, device="A100")])
 def test_preset_resources_equal_the_routes_pair_by_pair(make):
     """A preset's resource table, built without listing routes, names the same resources
     for every pair as the general one that walks each route."""

@@ -72,7 +72,8 @@ def _machine(devices: DeviceGraph) -> _Machine:
     Device d is resource d; on CPU workers sharing this machine's cores, thread c of the CPU
     backend (:func:`shardwise.train.runtime.executor_threads` of them) is resource ndev + c ("core c");
     then the links (or network adapters) of every route a -> b, listed per pair."""
-    key = (len(devices), devices.shared_cores, devices.shared_nics)
+    nics = _nics(devices)
+    key = (len(devices), devices.shared_cores, nics)
     cached = devices.__dict__.get("_sim_machine")   # dropped by add_device and add_link
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -81,19 +82,28 @@ def _machine(devices: DeviceGraph) -> _Machine:
     cores = executor_threads(n, shared) if shared else 0
     uniform = devices._uniform
     if uniform is not None and uniform.direct_is_widest(n):
-        machine = _uniform_machine(n, uniform.per, cores, devices.shared_nics)
+        machine = _uniform_machine(n, uniform.per, cores, nics)
     else:
         machine = _routed_machine(devices, cores)
     devices.__dict__["_sim_machine"] = (key, machine)
     return machine
 
 
-def _uniform_machine(n: int, per: int, cores: int, shared_nics: bool) -> _Machine:
+def _nics(devices: DeviceGraph) -> str | None:
+    """How traffic between nodes reaches the network: ``"node"`` (one adapter per node, shared
+    by its devices), ``"device"`` (one adapter per device), or None (each pair its own link)."""
+    if getattr(devices, "nic_per_device", False):
+        return "device"
+    return "node" if devices.shared_nics else None
+
+
+def _uniform_machine(n: int, per: int, cores: int, nics: str | None) -> _Machine:
     """A preset's resources without listing routes one pair at a time: every pair inside a
-    node holds its own link; between nodes (with ``shared_nics``) the source node's adapter,
-    send side, and the destination's, receive side.  Ids after the devices and cores: the
-    links of node k, pair (i, j) of local devices at k*per*(per-1) + i*(per-1) + j - (j > i),
-    then node k's adapter at 2k (out) and 2k + 1 (in)."""
+    node holds its own link; between nodes (``nics`` "node" or "device") the source's adapter,
+    send side, and the destination's, receive side, an adapter being a node's or a device's.
+    Ids after the devices and cores: the links of node k, pair (i, j) of local devices at
+    k*per*(per-1) + i*(per-1) + j - (j > i), then adapter m's send side at 2m and its receive
+    side at 2m + 1 (m: a node, or a device)."""
     base = n + cores
     nlinks = n * (per - 1)
     a, b = np.divmod(np.arange(n * n, dtype=np.int64), n)
@@ -101,9 +111,10 @@ def _uniform_machine(n: int, per: int, cores: int, shared_nics: bool) -> _Machin
     node_a, node_b = a // per, b // per
     i, j = a % per, b % per
     link = base + node_a * per * (per - 1) + i * (per - 1) + j - (j > i)
-    crosses = (node_a != node_b) & shared_nics
+    crosses = (node_a != node_b) & (nics is not None)
+    nic_a, nic_b = (a, b) if nics == "device" else (node_a, node_b)
     counts = np.where(crosses, 2, 1)
-    first = np.where(crosses, base + nlinks + 2 * node_a, link)
+    first = np.where(crosses, base + nlinks + 2 * nic_a, link)
     ptr = np.zeros(n * n + 1, np.int64)
     pair_counts = np.zeros(n * n, np.int64)
     pair_counts[a * n + b] = counts
@@ -112,8 +123,8 @@ def _uniform_machine(n: int, per: int, cores: int, shared_nics: bool) -> _Machin
     starts = ptr[a * n + b]
     res[starts] = first
     second = crosses.nonzero()[0]
-    res[starts[second] + 1] = base + nlinks + 2 * node_b[second] + 1
-    nics = 2 * ((n + per - 1) // per) if shared_nics else 0
+    res[starts[second] + 1] = base + nlinks + 2 * nic_b[second] + 1
+    nadapters = {"device": n, "node": (n + per - 1) // per, None: 0}[nics]
 
     def name(r: int) -> str:
         if r < n:
@@ -127,9 +138,10 @@ def _uniform_machine(n: int, per: int, cores: int, shared_nics: bool) -> _Machin
             lj += lj >= li
             return f"link {k * per + li}->{k * per + lj}"
         k, side = divmod(r - nlinks, 2)
-        return f"nic {k} {'in' if side else 'out'}"
+        owner = "device" if nics == "device" else ""
+        return f"nic {owner + ' ' if owner else ''}{k} {'in' if side else 'out'}"
 
-    return _Machine(ptr.astype(np.int32), res.astype(np.int32), base + nlinks + nics, cores, name)
+    return _Machine(ptr.astype(np.int32), res.astype(np.int32), base + nlinks + 2 * nadapters, cores, name)
 
 
 def _routed_machine(devices: DeviceGraph, cores: int) -> _Machine:
@@ -156,7 +168,10 @@ def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
     """What a transfer from device a to device b holds: its route's links, or between the
     nodes of a cluster the source node's adapter (send side) and the destination's (receive)."""
     na, nb = devices.devices[a].node, devices.devices[b].node
-    if devices.shared_nics and na != nb:
+    nics = _nics(devices)
+    if nics == "device" and na != nb:
+        return (f"nic device {a} out", f"nic device {b} in")
+    if nics == "node" and na != nb:
         return (f"nic {na} out", f"nic {nb} in")
     return tuple(f"link {u}->{v}" for u, v in devices.route(a, b))
 

@@ -34,6 +34,18 @@ from shardwise.errors import DeviceGraphError
 MAX_DEVICES: int = _core.MAX_DEVICES   # the most devices the planner takes (csrc/shardwise.h)
 
 
+# PCIe 3.0 x16: 16 GB/s each way, the nominal host link of the GPUs below (AccUDNN section 3.3.3
+# uses the same figure; measured copies reach 11-13 GB/s, which a profile or machine file can give).
+PCIE3_X16 = 16e9
+# PCIe 4.0 and 5.0 x16: 32 and 64 GB/s each way (A100; H100 and H200 SXM).
+PCIE4_X16 = 32e9
+PCIE5_X16 = 64e9
+# 100 Gb/s EDR InfiniBand between nodes (the papers' clusters: one adapter per node).
+INFINIBAND_EDR = 12.5e9
+# 400 Gb/s NDR InfiniBand: 50 GB/s each way, one adapter per GPU in today's 8-GPU servers.
+INFINIBAND_NDR = 50e9
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """Nominal figures of one kind of device (fp32)."""
@@ -48,11 +60,12 @@ class DeviceSpec:
     # fill.  GPUs: SMs x 2 resident blocks x a 128 x 128 output tile (cuDNN's and cuBLAS's large
     # SGEMM tiles, 256 threads a block, two blocks an SM at their register use).
     fill_outputs: float = 0.0
+    # Between nodes of a cluster: bytes/s each way of one network adapter, and whether every
+    # device has its own adapter (today's GPU servers: one 400 Gb/s adapter per GPU) or the
+    # node's devices share one (the papers' clusters: one 100 Gb/s adapter per node).
+    network_bandwidth: float = INFINIBAND_EDR
+    nic_per_device: bool = False
 
-
-# PCIe 3.0 x16: 16 GB/s each way, the nominal host link of the GPUs below (AccUDNN section 3.3.3
-# uses the same figure; measured copies reach 11-13 GB/s, which a profile or machine file can give).
-PCIE3_X16 = 16e9
 
 # Figures from the vendors' data sheets; links as in the papers' machines.
 DEVICE_PRESETS: dict[str, DeviceSpec] = {
@@ -64,14 +77,29 @@ DEVICE_PRESETS: dict[str, DeviceSpec] = {
     "K80": DeviceSpec(4.37e12, 12e9, 240e9, 10e9, PCIE3_X16 / 2, fill_outputs=13 * 2 * 128 * 128),   # 13 SMXs
     # Tesla V100 SXM2: 15.7 TFLOP/s, 16 GB at 900 GB/s, NVLink 2 (25 GB/s per link), PCIe 3.0 x16 to the host.
     "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9, PCIE3_X16, fill_outputs=80 * 2 * 128 * 128),   # 80 SMs
+    # Today's 8-GPU servers: every GPU reaches every other of its node through NVSwitch at its
+    # full NVLink bandwidth (half the data sheets' bidirectional total, per direction), and the
+    # other nodes through its own 400 Gb/s InfiniBand adapter.  FLOP/s are float32 (CUDA cores,
+    # no tensor cores), as every figure the planner uses today; docs/machines.md gives the
+    # tensor-core figures and the sources.
+    # A100 SXM4 40 GB: 19.5 TFLOP/s, 1,555 GB/s HBM2, NVLink 3 600 GB/s (300 each way), PCIe 4.0.
+    "A100-40GB": DeviceSpec(19.5e12, 40e9, 1555e9, 300e9, PCIE4_X16, fill_outputs=108 * 2 * 128 * 128,
+                            network_bandwidth=INFINIBAND_NDR, nic_per_device=True),   # 108 SMs
+    # A100 SXM4 80 GB: the same GPU with 2,039 GB/s HBM2e.
+    "A100-80GB": DeviceSpec(19.5e12, 80e9, 2039e9, 300e9, PCIE4_X16, fill_outputs=108 * 2 * 128 * 128,
+                            network_bandwidth=INFINIBAND_NDR, nic_per_device=True),
+    # H100 SXM5 80 GB: 67 TFLOP/s, 3.35 TB/s HBM3, NVLink 4 900 GB/s (450 each way), PCIe 5.0.
+    "H100": DeviceSpec(67e12, 80e9, 3350e9, 450e9, PCIE5_X16, fill_outputs=132 * 2 * 128 * 128,
+                       network_bandwidth=INFINIBAND_NDR, nic_per_device=True),   # 132 SMs
+    # H200 SXM 141 GB: the H100's compute with 4.8 TB/s HBM3e.
+    "H200": DeviceSpec(67e12, 141e9, 4800e9, 450e9, PCIE5_X16, fill_outputs=132 * 2 * 128 * 128,
+                       network_bandwidth=INFINIBAND_NDR, nic_per_device=True),
     # One CPU worker of this kind of machine: one core with AVX2 FMA, a share of DRAM bandwidth,
     # and copies between workers through shared memory; its "host" memory is the same DRAM, so a
     # swap is a memcpy (read and write: half the bandwidth).  Nominal; profiles replace it.
     "cpu": DeviceSpec(50e9, 4e9, 10e9, 5e9, 5e9),
 }
-
-# 100 Gb/s EDR InfiniBand between nodes (seed 003, section 6).
-INFINIBAND_EDR = 12.5e9
+DEVICE_PRESETS["A100"] = DEVICE_PRESETS["A100-80GB"]   # the A100 most clusters have today
 
 
 @dataclass(frozen=True)
@@ -141,6 +169,7 @@ class DeviceGraph:
         self._routes: np.ndarray | None = None
         self.shared_cores: int | None = None   # set for CPU workers that share a machine's cores
         self.shared_nics: bool = False          # set for clusters: one network adapter per node
+        self.nic_per_device: bool = False       # set for clusters of today's GPUs: one adapter per device
 
     # ----- building ----------------------------------------------------------
     def add_device(self, name: str, flops: float, memory: float, mem_bandwidth: float | None = None,
@@ -219,11 +248,15 @@ class DeviceGraph:
     # ----- presets -------------------------------------------------------------
     @classmethod
     def cluster(cls, nodes: int = 1, devices_per_node: int = 4, device: str = "P100",
-                intra_bandwidth: float | None = None, inter_bandwidth: float = INFINIBAND_EDR) -> "DeviceGraph":
+                intra_bandwidth: float | None = None, inter_bandwidth: float | None = None) -> "DeviceGraph":
         """``nodes`` machines of ``devices_per_node`` devices: all-to-all links inside a node
-        (NVLink for P100/V100, PCIe for K80) and ``inter_bandwidth`` between any two devices
-        of different nodes (100 Gb/s InfiniBand by default), through one network adapter
-        per node, which the simulator shares among the node's devices."""
+        (NVLink for P100/V100, PCIe for K80, NVLink through NVSwitch for A100, H100 and H200)
+        and ``inter_bandwidth`` between any two devices of different nodes.  The network is the
+        preset's: for P100, K80 and V100 100 Gb/s InfiniBand through one adapter per node, which
+        the simulator shares among the node's devices; for A100, H100 and H200 400 Gb/s
+        InfiniBand through one adapter per device.  ``device`` names a preset
+        (``DEVICE_PRESETS``: ``"P100"``, ``"K80"``, ``"V100"``, ``"A100"`` (80 GB),
+        ``"A100-40GB"``, ``"A100-80GB"``, ``"H100"`` (SXM, 80 GB), ``"H200"``, ``"cpu"``)."""
         if not isinstance(device, str) or device not in DEVICE_PRESETS:
             raise DeviceGraphError(f"unknown device preset {device!r}; known: {sorted(DEVICE_PRESETS)}")
         for value, what in ((nodes, "nodes"), (devices_per_node, "devices_per_node")):
@@ -232,16 +265,18 @@ class DeviceGraph:
         _check_count(nodes * devices_per_node, f"cluster(nodes={nodes}, devices_per_node={devices_per_node})")
         spec = DEVICE_PRESETS[device]
         intra = spec.intra_bandwidth if intra_bandwidth is None else _positive(intra_bandwidth, "intra_bandwidth")
-        inter = _positive(inter_bandwidth, "inter_bandwidth")
+        inter = spec.network_bandwidth if inter_bandwidth is None else _positive(inter_bandwidth, "inter_bandwidth")
         g = cls(f"{nodes}x{devices_per_node} {device}")
         for n in range(nodes):
             for k in range(devices_per_node):
                 g.add_device(f"n{n}.{device.lower()}-{k}", spec.flops, spec.memory, spec.mem_bandwidth, node=n,
                              kind=device)
         g._uniform = _Uniform(devices_per_node, intra, inter)   # links: all-to-all, implied
-        # every node reaches the network through one adapter: the simulator queues all
-        # traffic leaving (entering) a node on its adapter's send (receive) side
-        g.shared_nics = nodes > 1
+        # traffic between nodes goes through network adapters, which the simulator queues it on
+        # (send side at the source, receive side at the destination): one per device, or one
+        # per node shared by all of its devices
+        g.nic_per_device = nodes > 1 and spec.nic_per_device
+        g.shared_nics = nodes > 1 and not spec.nic_per_device
         return g
 
     @classmethod

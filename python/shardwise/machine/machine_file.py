@@ -11,12 +11,12 @@ The schema (version 1, documented in docs/machines.md)::
                   "mem_bandwidth": 9e11, "node": 0, "host_bandwidth": 1.6e10}, ...],
      "links": [{"from": 0, "to": 1, "bandwidth": 2.5e10, "bidirectional": true}, ...],
      "all_to_all": {"devices_per_node": 4, "intra_bandwidth": 2e10, "inter_bandwidth": 1.25e10},
-     "shared_cores": null, "shared_nics": false}
+     "shared_cores": null, "shared_nics": false, "nic_per_device": false}
 
 ``links`` and ``all_to_all`` are exclusive: the presets (``cluster``, ``cpu``) are written
 with ``all_to_all``, their structure (every pair linked, one bandwidth inside a node and one
 between nodes), so that a machine of 1,024 devices is 1,024 device rows, not a million
-links.  A device whose ``kind`` names a preset (``P100``, ``K80``, ``V100``, ``cpu``) takes
+links.  A device whose ``kind`` names a preset (``P100``, ``V100``, ``H100``, ... ``cpu``: ``DEVICE_PRESETS``) takes
 the figures it leaves out from that preset.  Every check names the file, the field (as
 ``devices[3].flops``) and the problem, as a :class:`~shardwise.errors.DeviceGraphError`;
 unknown fields are refused, so a misspelt one never goes unnoticed.
@@ -37,7 +37,8 @@ from shardwise.errors import DeviceGraphError
 MACHINE_FORMAT = "shardwise-machine"
 MACHINE_VERSION = 1
 
-_TOP = ("format", "version", "name", "devices", "links", "all_to_all", "shared_cores", "shared_nics")
+_TOP = ("format", "version", "name", "devices", "links", "all_to_all", "shared_cores", "shared_nics",
+        "nic_per_device")
 _DEVICE = ("name", "kind", "flops", "memory", "mem_bandwidth", "node", "host_bandwidth")
 _LINK = ("from", "to", "bandwidth", "bidirectional")
 _ALL_TO_ALL = ("devices_per_node", "intra_bandwidth", "inter_bandwidth")
@@ -72,6 +73,7 @@ def machine_to_dict(d: DeviceGraph) -> dict[str, Any]:
         out["links"] = rows
     out["shared_cores"] = d.shared_cores
     out["shared_nics"] = d.shared_nics
+    out["nic_per_device"] = d.nic_per_device
     return out
 
 
@@ -281,6 +283,10 @@ def machine_from_dict(data: Any, where: str = "machine") -> DeviceGraph:
     cores = data.get("shared_cores")
     g.shared_cores = None if cores is None else r.integer(cores, "shared_cores", 1)
     g.shared_nics = r.boolean(data.get("shared_nics", False), "shared_nics")
+    g.nic_per_device = r.boolean(data.get("nic_per_device", False), "nic_per_device")
+    if g.shared_nics and g.nic_per_device:
+        raise r.fail("nic_per_device", "and shared_nics are both true: a node's devices share one network adapter "
+                                       "or each has its own, not both")
     return g
 
 
