@@ -443,6 +443,7 @@ WELL_FORMED_BUT_WRONG = {
     "steps not a number": (_set("steps", "abc"), None),
     "unknown state buffer": (_set("state_steps", [[10 ** 6, 1]]), None),
     "state count 0": (lambda meta: meta["state_steps"][0].__setitem__(1, 0), None),
+    "state count beyond the steps": (lambda meta: meta["state_steps"][0].__setitem__(1, meta["steps"] + 1), None),
     "state buffer twice": (lambda meta: meta["state_steps"].append(list(meta["state_steps"][0])), None),
     "momentum_started in version 2": (_set("momentum_started", []), None),
     "optimizer of another kind": (lambda meta: meta["optimizer"].update(name="adam"), None),

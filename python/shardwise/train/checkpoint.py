@@ -84,11 +84,16 @@ def plan_fingerprint(plan: Plan) -> str:
 def checkpoint_payload(t: "Trainer") -> bytes:
     """The archive of ``t``'s weights, optimizer state and step count (call it holding the
     trainer: it reads the arenas)."""
+    updates = t.executor.updates()
+    if updates and max(updates.values()) > t.steps:   # read_checkpoint refuses such a file
+        raise CheckpointError(f"cannot save a checkpoint: the step count was set to {t.steps}, below the "
+                              f"{max(updates.values())} updates the optimizer state has seen; set "
+                              f"Trainer.steps back to at least that first")
     meta = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "graph": t.graph.fingerprint(),
             "plan": plan_fingerprint(t.plan), "steps": t.steps, "seed": int(t.seed),
             "optimizer": t.optimizer.to_meta(),
-            "state_steps": [[b, n] for b, n in sorted(t.executor.updates().items())]}
-    arrays = {f"weight/{k}": v for k, v in t.get_weights().items()}
+            "state_steps": [[b, n] for b, n in sorted(updates.items())]}
+    arrays = {f"weight/{k}": v for k, v in t._get_weights().items()}   # the caller holds the trainer
     persistent = t.executor.gathered()   # one rank of several: every rank's (a collective)
     for b in t.task_graph.buffers:
         if b.kind == "momentum":
@@ -306,7 +311,14 @@ def _check_meta(meta: Any, t: "Trainer", where: str) -> tuple[int, dict[int, int
     _check_optimizer(meta["optimizer"], t, version, where)
     momentum_ids = {b.id for b in t.task_graph.buffers if b.kind == "momentum"}
     steps_field = meta["state_steps"] if version >= 2 else meta["momentum_started"]
-    return meta["steps"], _check_state_steps(steps_field, version, counted_buffers(t), momentum_ids, where)
+    updates = _check_state_steps(steps_field, version, counted_buffers(t), momentum_ids, where)
+    # every step updates a state buffer at most once: a count beyond the steps (Adam's bias
+    # correction would then use it) comes from another tool or a hand edit, never from a save
+    beyond = sorted(b for b, n in updates.items() if n > meta["steps"])
+    if beyond:
+        raise CheckpointError(f"{where}: malformed checkpoint: state buffer {beyond[0]} counts "
+                              f"{updates[beyond[0]]} updates, more than the checkpoint's {meta['steps']} steps")
+    return meta["steps"], updates
 
 
 def read_checkpoint(t: "Trainer", path: str | os.PathLike) -> Checkpoint:

@@ -69,11 +69,18 @@ class Trainer:
     """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory),
     or with ``backend="cuda"`` on GPUs (compiled, never run on a GPU yet: docs/gpu.md).
 
-    A Trainer is not thread-safe: its workers share one set of weights, activations and
-    gradients.  A call of :meth:`step`, :meth:`loss`, :meth:`predict` (so also :meth:`fit`,
-    :meth:`evaluate`), :meth:`save_checkpoint` or :meth:`load_checkpoint` while another
-    thread is inside one of them raises :class:`TrainerInUseError` at once and changes
-    nothing; it neither waits nor computes a wrong result.  Use one Trainer per thread.
+    Threads: a Trainer's workers share one set of weights, activations and gradients, so one
+    thread at a time uses it.  Every public method holds the trainer while it runs.  Those that
+    run the model or change it (:meth:`step`, :meth:`fit`, :meth:`loss`, :meth:`forward`,
+    :meth:`predict`, :meth:`evaluate`, :meth:`set_weights`, :meth:`train` / :meth:`eval`,
+    setting :attr:`steps`, :meth:`save_checkpoint`, :meth:`load_checkpoint`) raise
+    :class:`TrainerInUseError` at once when another thread holds it, and change nothing; they
+    neither wait nor compute a wrong result.  Those that only read what a step leaves
+    (:meth:`get_weights`, :meth:`arena_high_water`, :meth:`memory_per_worker`,
+    :meth:`timeline`, :meth:`comm_bytes`) wait for the step in progress to end, so what they
+    return is always that of a step boundary (between the steps of :meth:`fit` too).  The rest
+    read only what never changes (the plan, the memory plan, :meth:`local_devices`).  Use one
+    Trainer per thread to train in parallel.
 
     ``schedule``: "fifo" (one stream per device, tasks in program order), "critical_path"
     (``sw.schedule(plan)``: TurboDL's prioritized streams, the CPU backend taking the most urgent
@@ -201,6 +208,7 @@ class Trainer:
                                   "plan": plan_fingerprint(plan), "task graph": task_graph_digest(self.task_graph.handle),
                                   "optimizer": type(self.optimizer).__name__,
                                   "trainer options": (seed, steps_in_flight, backend)})
+        self._refuse_arenas_beyond_memory()   # before a byte is allocated
         self.executor = NativeExecutor(graph, plan, self.task_graph, optimizer_state=nstate,
                                        schedule=self.schedule, backend=backend, workspace_mb=workspace_mb,
                                        comm=comm if ranks is not None else None)
@@ -210,7 +218,7 @@ class Trainer:
                 raise TrainingError(f"the runtime's arenas {over} exceed the swap plan's budgets {swap.budget}")
         self.training = True            # train mode, as a new torch.nn.Module (see train() / eval())
         self._running = RunningStats(graph, self.task_graph)
-        self.set_weights({**init_params(graph, seed), **running_defaults(graph)})
+        self._set_weights({**init_params(graph, seed), **running_defaults(graph)})
 
     @property
     def steps(self) -> int:
@@ -221,7 +229,26 @@ class Trainer:
 
     @steps.setter
     def steps(self, value: int) -> None:
-        self.executor.steps = value
+        with self._exclusive("set the step count"):
+            self.executor.steps = value
+
+    def _refuse_arenas_beyond_memory(self) -> None:
+        """MemoryOverflow, before the runtime allocates anything, when a device's planned arena
+        (:attr:`memory_plan`) is larger than the memory its device graph declares."""
+        from shardwise.iteration.simulate import MemoryOverflow
+
+        over = [(d, p.arena_bytes, self.plan.devices.devices[d].memory)
+                for d, p in sorted(self.memory_plan.devices.items())
+                if p.arena_bytes > self.plan.devices.devices[d].memory]
+        if over:
+            d, need, have = max(over, key=lambda o: o[1] - o[2])
+            name = self.plan.devices.devices[d].name
+            raise MemoryOverflow(
+                f"the plan needs a {need / 1e9:.3f} GB arena on device {d} ({name!r}), which declares "
+                f"{have / 1e9:.3f} GB of memory ({len(over)} of {len(self.plan.devices)} devices are over); "
+                "nothing was allocated. Use a smaller minibatch, a plan searched within the devices' memory "
+                "(sw.search does so by default), a swap plan (sw.swap_plan(plan, budget)), or declare "
+                "the memory the devices really have (DeviceGraph.add_device(..., memory=...), a machine file)")
 
     # ---- modes, as torch.nn.Module's
     def train(self, mode: bool = True) -> "Trainer":
@@ -231,10 +258,12 @@ class Trainer:
         steps update their running statistics; dropouts zero elements with the masks of the
         current step (:attr:`steps`).  In eval mode batch norms normalize with the running
         statistics, dropouts are the identity, :meth:`predict` and :meth:`evaluate` take any
-        number of samples, and :meth:`step` refuses to run (call ``train()`` first)."""
+        number of samples, and :meth:`step` refuses to run (call ``train()`` first).
+        TrainerInUseError if another thread is using this trainer."""
         if not isinstance(mode, bool):
             raise ConfigError(f"train() takes True or False, got {mode!r}")
-        self.training = mode
+        with self._exclusive("change the mode"):
+            self.training = mode
         return self
 
     def eval(self) -> "Trainer":
@@ -247,11 +276,13 @@ class Trainer:
         from the step's start), one lane per device (per device and stream under a schedule).
         ``timeline().save_trace("step.json")`` writes it for chrome://tracing or Perfetto, beside
         ``sw.simulate(plan).save_trace(...)`` for the simulated one.  Raises TrainingError
-        before the first step."""
+        before the first step.  Waits for a step another thread is running to end."""
         from shardwise.iteration.trace import TaskEvent, Timeline
 
-        ns, t0, t1 = self.executor.task_times()
-        if self.steps == 0 or t1 <= t0:
+        with self._between_steps():
+            ns, t0, t1 = self.executor.task_times()
+            steps = self.steps
+        if steps == 0 or t1 <= t0:
             raise TrainingError("no training step has run yet: call step() or fit() first")
         stream = self.schedule.stream_arrays()[0].tolist() if self.schedule is not None else None
         events = []
@@ -260,7 +291,7 @@ class Trainer:
                 continue
             lane = f"device {t.device}" if stream is None else f"device {t.device} stream {stream[t.id]}"
             events.append(TaskEvent(t.id, t.kind, t.phase, t.op, (lane,), (start - t0) * 1e-9, (end - t0) * 1e-9))
-        return Timeline(f"{self.plan.name} step {self.steps}", events, (t1 - t0) * 1e-9)
+        return Timeline(f"{self.plan.name} step {steps}", events, (t1 - t0) * 1e-9)
 
     # ---- one thread at a time
     def _lock(self) -> threading.Lock:
@@ -275,17 +306,44 @@ class Trainer:
                                  "thread-safe; use one Trainer per thread")
 
     @contextlib.contextmanager
-    def _exclusive(self, what: str):
-        """Hold this trainer for ``what``; raise TrainerInUseError if another thread holds it.
-        The lock is made on first use (``__init__`` is left alone); dict.setdefault is atomic,
-        so two threads racing to make it end up with the same lock."""
+    def _between_steps(self):
+        """Hold this trainer for a read that must see a step boundary: wait for the step (or
+        call) another thread is inside to end.  Internal calls that already hold it use the
+        unlocked helpers instead (the lock is not reentrant)."""
         lock = self._lock()
-        if not lock.acquire(blocking=False):
-            raise self._in_use_error(what)
+        lock.acquire()   # a read leaves _held_for None: a call that comes meanwhile waits for it (it is short)
         try:
             yield
         finally:
             lock.release()
+
+    def _acquire(self, what: str) -> threading.Lock:
+        """The trainer's lock for ``what`` (a call that runs the model or changes it): at once, or
+        after a read another thread is doing (reads are short); TrainerInUseError while another
+        thread runs or changes the model."""
+        lock = self._lock()
+        if not lock.acquire(blocking=False):
+            # _held_for names what holds the trainer, None for a read; it is None from a release
+            # until the next holder names itself, so a race errs towards waiting, never failing a read
+            if self.__dict__.get("_held_for") is not None or not lock.acquire(timeout=60):
+                raise self._in_use_error(what)
+        self._held_for = what
+        return lock
+
+    def _release(self, lock: threading.Lock) -> None:
+        self._held_for = None
+        lock.release()
+
+    @contextlib.contextmanager
+    def _exclusive(self, what: str):
+        """Hold this trainer for ``what``; raise TrainerInUseError if another thread holds it
+        for anything but a read.  The lock is made on first use (``__init__`` is left alone);
+        dict.setdefault is atomic, so two threads racing to make it end up with the same lock."""
+        lock = self._acquire(what)
+        try:
+            yield
+        finally:
+            self._release(lock)
 
     # ---- inputs
     def _input_dict(self, images: Batch) -> dict[str, Any]:
@@ -398,8 +456,10 @@ class Trainer:
 
     def comm_bytes(self) -> dict[str, int]:
         """{"sent": n, "received": n}: bytes this rank's messages carried in the last step
-        (or launch of steps back to back), counted by the communicator; zeros for one process."""
-        last = getattr(self, "_comm_last", None)
+        (or launch of steps back to back), counted by the communicator; zeros for one process.
+        Waits for a step another thread is running to end."""
+        with self._between_steps():
+            last = getattr(self, "_comm_last", None)
         return dict(last) if last is not None else {"sent": 0, "received": 0}
 
     def _count_bytes(self, before: dict[str, list[int]] | None) -> None:
@@ -437,9 +497,7 @@ class Trainer:
         direct = type(images) is np.ndarray and type(labels) is np.ndarray and len(self.inputs) == 1
         if not direct:
             images, labels = self._check_batch(images, labels)
-        lock = self._lock()   # as _exclusive, inline: a generator context costs ~25 us a step here
-        if not lock.acquire(blocking=False):
-            raise self._in_use_error("step")
+        lock = self._acquire("step")   # as _exclusive, inline: a generator context costs ~25 us a step here
         try:
             # one call into C with the GIL released; a Ctrl-C meanwhile is raised by Python once
             # it returns, the step complete and counted (self.steps)
@@ -451,7 +509,7 @@ class Trainer:
                 self._check_batch(images, labels)   # raises ShapeError naming the problem
             raise
         finally:
-            lock.release()
+            self._release(lock)
         if not math.isfinite(loss):
             raise TrainingError(f"the loss is {loss} at step {self.steps}: training diverged")
         return loss
@@ -632,13 +690,13 @@ class Trainer:
         TrainerInUseError if another thread is using this trainer."""
         ckpt = read_checkpoint(self, path)
         with self._exclusive("load a checkpoint"):
-            before, steps_before = self.get_weights(), self.steps
-            self.steps = ckpt.steps   # first: num_batches_tracked is kept relative to it
+            before, steps_before = self._get_weights(), self.steps
+            self.executor.steps = ckpt.steps   # first: num_batches_tracked is kept relative to it
             try:
-                self.set_weights(ckpt.weights)  # validates every array before writing any
+                self._set_weights(ckpt.weights)  # validates every array before writing any
             except ShardwiseError as exc:
-                self.steps = steps_before
-                self.set_weights(before)
+                self.executor.steps = steps_before
+                self._set_weights(before)
                 raise CheckpointError(f"{path}: {exc}") from None
             for bid, v in ckpt.state.items():
                 if bid in self.executor.persistent:   # one rank of several: its own buffers
@@ -652,7 +710,12 @@ class Trainer:
     def get_weights(self) -> dict[str, np.ndarray]:
         """``"op.weight"`` / ``"op.bias"`` -> full arrays in PyTorch layouts, and for every batch
         norm its ``"op.running_mean"``, ``"op.running_var"`` (float32) and ``"op.num_batches_tracked"``
-        (an int64 0-d array): the entries of PyTorch's ``state_dict()``."""
+        (an int64 0-d array): the entries of PyTorch's ``state_dict()``.  Waits for a step
+        another thread is running to end: the weights are always those of a step boundary."""
+        with self._between_steps():
+            return self._get_weights()
+
+    def _get_weights(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         persistent = self.executor.gathered()   # one rank of several: every rank's (a collective)
         for (op_name, pname, _), buf in self.task_graph.params.items():
@@ -679,7 +742,12 @@ class Trainer:
         """Load full weight arrays (as :meth:`get_weights` returns them) into every worker's slices.
         Every array is checked (name, exact shape, finite values) before anything changes.
         Batch norms' running statistics and ``num_batches_tracked`` may be left out (they keep
-        their values), so a PyTorch ``state_dict()`` loads with or without them."""
+        their values), so a PyTorch ``state_dict()`` loads with or without them.
+        TrainerInUseError if another thread is using this trainer."""
+        with self._exclusive("set the weights"):
+            self._set_weights(weights)
+
+    def _set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         shapes = self._weight_shapes()
         running = running_shapes(self.graph)
         missing = set(shapes) - set(weights) - set(running)
@@ -714,15 +782,19 @@ class Trainer:
     def memory_per_worker(self) -> dict[int, int]:
         """Bytes each worker (device) holds: its one arena, allocated when the trainer was
         built (parameters, optimizer state, activations kept for the backward pass, staging regions
-        and gradients at their planned offsets: :attr:`memory_plan`)."""
-        return self.executor.arena_bytes()
+        and gradients at their planned offsets: :attr:`memory_plan`).  Waits for a step another
+        thread is running to end."""
+        with self._between_steps():
+            return self.executor.arena_bytes()
 
     def arena_high_water(self) -> dict[int, int]:
         """{device: bytes} measured by the runtime: the highest byte of each device's arena
         any step has written so far (rounded up to the arena's alignment).  After a step it
         equals the planned arena, :attr:`memory_plan`'s ``arena_bytes`` (with ``swap``, the swap
-        plan's ``peak_bytes``: offloaded feature maps live in a host region apart)."""
-        return self.executor.arena_high_water()
+        plan's ``peak_bytes``: offloaded feature maps live in a host region apart).  Waits for a
+        step another thread is running to end."""
+        with self._between_steps():
+            return self.executor.arena_high_water()
 
     @property
     def memory_plan(self) -> "MemoryPlan":
