@@ -49,6 +49,7 @@ from shardwise.version import __version__
 from shardwise.graph import Graph, Op
 from shardwise.plan import OpConfig, Plan
 from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
+from shardwise.progress import ProgressReport, check_progress
 
 PROFILE_FORMAT = "shardwise-profile"
 # 7: no per-task overhead or wake latency (the simulator's interpreter models are gone; version 6
@@ -246,24 +247,24 @@ class _RoundProbe:
 
 
 def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, OpConfig]], repeats: int,
-                    progress: bool = False, between_steps: Callable[[], None] | None = None) -> list[tuple]:
+                    progress: bool | str = False, between_steps: Callable[[], None] | None = None) -> list[tuple]:
     """Measure every round's plan ``repeats`` times, the rounds taking turns step by step
     (:class:`_RoundProbe`), calling ``between_steps`` after every timed step; per round the
     tuple of :meth:`_RoundProbe.result`."""
-    probes = []
-    for r, configs in enumerate(rounds):
-        probes.append(_RoundProbe(graph, devices, configs))
-        if progress:
-            print(f"\r  [shardwise] profiling: plan {r + 1}/{len(rounds)} set up", end="", file=sys.stderr, flush=True)
-    for k in range(repeats):
-        for probe in probes:
-            probe.sample_step()
-            if between_steps is not None:
-                between_steps()
-        if progress:
-            print(f"\r  [shardwise] profiling: pass {k + 1}/{repeats}        ", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+    with ProgressReport("profile", progress, unit="step") as report:
+        t = time.perf_counter()
+        probes = []
+        for r, configs in enumerate(rounds):
+            probes.append(_RoundProbe(graph, devices, configs))
+            report.advance(r + 1, len(rounds), "profiling: setting up the plans")
+        t = report.stage_since(f"set up {len(rounds)} profiling plans", t)
+        for k in range(repeats):
+            for r, probe in enumerate(probes):
+                probe.sample_step()
+                if between_steps is not None:
+                    between_steps()
+                report.advance(k * len(probes) + r + 1, repeats * len(probes), "profiling: timed steps")
+        report.stage_since(f"{repeats} timed steps of each plan", t)
     return [probe.result() for probe in probes]
 
 
@@ -309,13 +310,17 @@ def _task_elements(tg, task) -> int:
 
 
 def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str | None = None,
-            progress: bool = False, between_steps: Callable[[], None] | None = None, comm: Any = None) -> Profile:
+            progress: bool | str = "auto", between_steps: Callable[[], None] | None = None,
+            comm: Any = None) -> Profile:
     """Measure forward and backward times of every op under every partition the search
     may choose on ``devices``, with the CPU kernels of this machine.  Cached in
     ``cache_dir`` (default ``~/.cache/shardwise``); a cached profile from another
     machine or version is measured again, with a message on stderr.
 
     ``repeats``: timed steps of every profiling plan (the plans take turns, step by step).
+    ``progress``: "auto" (the default) shows, once profiling has run a second, a bar with an
+    ETA (terminals, notebooks) and a line per stage (also in logs); True from the start; False
+    nothing.
     ``between_steps``: called after every timed step while measuring (not for a cached
     profile): the calibration benchmark times the executor's own steps there, so that they
     and the profile see this machine in the same seconds.
@@ -329,6 +334,7 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     sw.distributed.init's hook); every rank returns rank 0's profile."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    check_progress(progress)
     cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "shardwise")
     path = os.path.join(cache_dir, f"profile-{graph.fingerprint()}-{len(devices)}.json")
     comm = _job_comm(comm)

@@ -11,7 +11,6 @@ built in C with the GIL released; the search itself runs in C.
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -29,6 +28,7 @@ from shardwise.planning import objective as objective_module
 from shardwise.planning import search_scale
 from shardwise.planning import search_memory
 from shardwise.planning.strategies import baselines
+from shardwise.progress import ProgressReport, check_progress
 
 # above this many configurations on every aligned block, or about this many min-plus steps to
 # eliminate them (the cube of the configuration counts), a machine of identical devices is
@@ -50,16 +50,12 @@ DEFAULT_MAX_EVALUATIONS = {"elimination": 1e9, "exhaustive": 2e7}
 Progress = Callable[[str, float], None]
 
 
-def _progress_printer(stage: str, seconds: float) -> None:
-    print(f"  [shardwise] {stage:<44} {seconds * 1e3:9.1f} ms", file=sys.stderr, flush=True)
-
-
-LIVE_AFTER = 1.0   # seconds before a running stage starts showing a live counter
-
-
-def _run_live(problem: Any, label: str, work: Callable[[], Any]) -> Any:
-    """Run ``work`` (which releases the GIL) on a thread and, if it takes longer than
-    LIVE_AFTER seconds, show the C core's (done, total) counter on stderr."""
+def _run_live(problem: Any, label: str, work: Callable[[], Any], report: ProgressReport) -> Any:
+    """Run ``work`` (which releases the GIL) on a thread while ``report`` shows the C core's
+    (done, total) counter as a bar with an ETA (terminals and notebooks; "auto": once the
+    call has run a second)."""
+    if not report.bars:
+        return work()
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -69,20 +65,15 @@ def _run_live(problem: Any, label: str, work: Callable[[], Any]) -> Any:
             box["error"] = exc
 
     thread = threading.Thread(target=target, name=f"shardwise {label}", daemon=True)
-    start = time.perf_counter()
     thread.start()
-    shown = False
-    while thread.is_alive():
-        thread.join(0.2)
-        elapsed = time.perf_counter() - start
-        if thread.is_alive() and elapsed > LIVE_AFTER:
-            done, total = problem.progress()
-            pct = 100.0 * done / total if total else 0.0
-            print(f"\r  [shardwise] {label:<44} {done}/{total} ({pct:4.0f}%) {elapsed:6.1f} s",
-                  end="", file=sys.stderr, flush=True)
-            shown = True
-    if shown:
-        print("\r" + " " * 100 + "\r", end="", file=sys.stderr, flush=True)
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+            if thread.is_alive():
+                done, total = problem.progress()
+                report.advance(done, total or None, label)
+    finally:
+        report.close()
     if "error" in box:
         raise box["error"]
     return box.get("result")
@@ -103,7 +94,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            sync: str = "parameter_server", options: CostOptions | None = None,
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
            worker_counts_: Sequence[int] | None = None,
-           progress: bool | Progress = False, refine: str | None = None, refine_steps: int = 200,
+           progress: bool | str | Progress = "auto", refine: str | None = None, refine_steps: int = 200,
            refine_seed: int = 0, time_limit: float | None = None, objective: str | None = None,
            memory: bool | float | str = True, pareto: bool = False) -> Plan | list[search_memory.FrontPlan]:
     """Find the fastest strategy: by default the one with the fastest simulated iteration
@@ -137,8 +128,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     :class:`ProfileTable`) replacing the roofline.  ``refine="simulate"``: start from
     the elimination optimum and improve it under the simulator by local search
     (``refine_steps`` proposals, Metropolis acceptance as in FlexFlow's MCMC); the
-    result never simulates slower than its seed.  ``progress``: True prints
-    each stage's time to stderr, or pass a callable ``(stage, seconds)``.
+    result never simulates slower than its seed.  ``progress``: "auto" (the default) shows,
+    once the search has run a second, each stage's time on stderr and a bar with an ETA for the
+    long stages (terminals and notebooks; a log gets the stage lines); True from the start;
+    False nothing; or pass a callable ``(stage, seconds)`` that gets every stage.
 
     The search space: every op's partitions on aligned contiguous blocks of devices and,
     on machines whose devices differ, on the groups their structure makes distinct (each
@@ -187,7 +180,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if not isinstance(pareto, bool):
         raise ConfigError(f"pareto must be True or False, got {pareto!r}")
     mem_limit = search_memory.budgets(devices, memory)
-    report: Progress | None = _progress_printer if progress is True else (progress or None)
+    check_progress(progress)
+    report = ProgressReport("search", progress)
     if objective is None:
         objective = "simulate" if algorithm == "elimination" else "eq1"
     fits = None if mem_limit is None else (lambda p: search_memory.fits(p, mem_limit))
@@ -211,15 +205,13 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     def stage(name: str, start: float) -> float:
         now = time.perf_counter()
         timings[name] = now - start
-        if report:
-            report(name, now - start)
+        report(name, now - start)
         return now
 
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + time_limit
     problem = make_problem(graph, devices, options)
     counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
-    live = progress is True
     scale = algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
     if scale:   # each partition once: is every aligned block worth searching directly?
         problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
@@ -230,7 +222,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         stages = search_scale.Stages(report, deadline, start=t0)
         result = search_scale.search_symmetric(
             graph, devices, options, problem, costs, limit, stages,
-            live=lambda p, label, f: _run_live(p, label, f) if live else f())
+            live=lambda p, label, f: _run_live(p, label, f, report))
         timings.update(stages.timings)
         searched_cost, stats = result.cost, result.stats
         stats.update(exact=result.exact, lower_bound=result.lower_bound)
@@ -252,20 +244,14 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
                                   f"fewer worker counts")
             _warn_first_devices(len(devices))
         t = stage("enumerate configurations", t0)
-        if live:
-            _run_live(problem, "building cost tables", problem.build_tables)
-        else:
-            problem.build_tables()
+        _run_live(problem, "building cost tables", problem.build_tables, report)
         t = stage("build cost tables (t_c, t_s, t_x)", t)
         profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
         if costs is not None:
             t = stage(f"apply measured costs ({profiled} shards)", t)
         try:
-            if live:
-                choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
-                                                         lambda: problem.search(algorithm, limit))
-            else:
-                choice, searched_cost, stats = problem.search(algorithm, limit)
+            choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
+                                                     lambda: problem.search(algorithm, limit), report)
         except RuntimeError as exc:
             raise SearchError(str(exc)) from None
         stage(f"{algorithm} search", t)

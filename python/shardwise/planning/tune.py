@@ -17,6 +17,7 @@ Eq. 9 then adapts the learning rate to it.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,9 @@ from typing import Any
 from shardwise.machine.devices import DeviceGraph
 from shardwise.graph import Graph
 from shardwise.plan import Plan
+from shardwise.errors import ConfigError
 from shardwise.iteration.swap import SwapPlan, parse_budget, swap_plan
+from shardwise.progress import ProgressReport, check_progress
 
 
 def adapted_lr(base_lr: float, base_batch: int, batch: int, c: float = 1.0) -> float:
@@ -167,7 +170,7 @@ def _k_max(ev: _Evaluator, base_batch: int) -> int:
 def tune_minibatch(g_builder: Callable[[int], Graph], d: DeviceGraph, budget: Any, base_batch: int, base_lr: float,
                    epochs: int, samples: int, *, c: float = 1.0, smallest: int | None = None,
                    step: int | None = None, plan_fn: Callable[[Graph, DeviceGraph], Plan] | None = None,
-                   pinned_budget: Any = None, costs: Any = None) -> TuneResult:
+                   pinned_budget: Any = None, costs: Any = None, progress: bool | str = "auto") -> TuneResult:
     """The efficiency-optimal minibatch under ``budget`` per device (AccUDNN's Algorithm 2) and
     its learning rate (Eq. 9).
 
@@ -179,7 +182,9 @@ def tune_minibatch(g_builder: Callable[[int], Graph], d: DeviceGraph, budget: An
     it, as Algorithm 2 steps down by one; each is swap-planned and simulated with its swap tasks.  Among those that fit with no stall
     the one with the most images/s (the least training time, Eq. 3) wins; when none is free of
     stalls, the fastest that fits (``meets_no_stall`` False).  ``c``: Eq. 9's convexity constant.
-    ``epochs`` and ``samples`` give :attr:`TuneResult.training_time`."""
+    ``epochs`` and ``samples`` give :attr:`TuneResult.training_time`.  ``progress``: "auto" (the
+    default) shows, once tuning has run a second, a bar over the candidates with an ETA
+    (terminals, notebooks) and a line per stage (also in logs); True from the start; False nothing."""
     if not callable(g_builder):
         raise TypeError(f"g_builder must be a callable batch -> Graph, got {type(g_builder).__name__}")
     if not isinstance(d, DeviceGraph):
@@ -191,20 +196,33 @@ def tune_minibatch(g_builder: Callable[[int], Graph], d: DeviceGraph, budget: An
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{what} must be a positive int or None, got {value!r}")
     adapted_lr(base_lr, base_batch, base_batch, c)   # checks base_lr and c before any work
+    check_progress(progress)
+    if callable(progress):
+        raise ConfigError(f"progress must be True, False or 'auto', got {progress!r}")
     budget_bytes = parse_budget(budget)
     ev = _Evaluator(g_builder, d, budget_bytes, plan_fn or _default_plan, pinned_budget, costs)
-    k_max = _k_max(ev, base_batch)
-    low = min(smallest or base_batch, k_max)
-    stride = step or max(1, (k_max - low) // 16)
-    batches = sorted(set(range(k_max, low - 1, -stride)) | {low}, reverse=True)
-    scanned = [ev(k)[0] for k in batches]
-    good = [c_ for c_ in scanned if c_.no_stall]
-    if good:   # Algorithm 2 steps down by one: find the largest stall-free minibatch between two candidates
-        ok = max(c_.batch for c_ in good)
-        bad = min((c_.batch for c_ in scanned if c_.batch > ok), default=ok + 1)
-        while bad - ok > 1:
-            mid = (ok + bad) // 2
-            ok, bad = (mid, bad) if ev(mid)[0].no_stall else (ok, mid)
+    with ProgressReport("tune_minibatch", progress, unit="candidate") as report:
+        t = time.perf_counter()
+        k_max = _k_max(ev, base_batch)
+        t = report.stage_since(f"largest trainable minibatch: {k_max}", t)
+        low = min(smallest or base_batch, k_max)
+        stride = step or max(1, (k_max - low) // 16)
+        batches = sorted(set(range(k_max, low - 1, -stride)) | {low}, reverse=True)
+        scanned = []
+        for i, k in enumerate(batches):
+            scanned.append(ev(k)[0])
+            report.advance(i + 1, len(batches), "tuning the minibatch: candidates", batch=k)
+        t = report.stage_since(f"{len(batches)} candidates swap-planned and simulated", t)
+        good = [c_ for c_ in scanned if c_.no_stall]
+        if good:   # Algorithm 2 steps down by one: find the largest stall-free minibatch between two candidates
+            ok = max(c_.batch for c_ in good)
+            bad = min((c_.batch for c_ in scanned if c_.batch > ok), default=ok + 1)
+            tried = 0
+            while bad - ok > 1:
+                mid = (ok + bad) // 2
+                ok, bad = (mid, bad) if ev(mid)[0].no_stall else (ok, mid)
+                tried += 1
+            report.stage_since(f"bisection between candidates ({tried} more)", t)
     candidates = sorted((ev.seen[k][0] for k in ev.seen if low <= k <= k_max), key=lambda c_: -c_.batch)
     fitting = [c_ for c_ in candidates if c_.fits]
     free = [c_ for c_ in fitting if c_.no_stall]

@@ -19,7 +19,6 @@ import contextlib
 import itertools
 import math
 import os
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
@@ -37,6 +36,7 @@ from shardwise.plan import Plan
 from shardwise.train.runtime import NativeExecutor, backends, id_bound, op_attrs
 from shardwise.machine import cuda
 from shardwise.train.running_stats import RunningStats, check_running, defaults as running_defaults, running_shapes
+from shardwise.progress import ProgressReport, check_progress
 from shardwise.train import inference
 
 if TYPE_CHECKING:
@@ -586,7 +586,7 @@ class Trainer:
             return inference.probabilities(self, images)
 
     # ---- epochs
-    def fit(self, images: Batch, labels: np.ndarray, epochs: int = 1, progress: bool = False,
+    def fit(self, images: Batch, labels: np.ndarray, epochs: int = 1, progress: bool | str = "auto",
             shuffle_seed: int | None = None, callback: Callable[[int, int, float], None] | None = None) -> list[float]:
         """Train for ``epochs`` passes over a data set in minibatches of the graph's N.
 
@@ -604,6 +604,10 @@ class Trainer:
         is done (the weights are those after the group); a bad minibatch raises ShapeError
         after the steps before it, as one at a time.  A ``callback`` needs the weights after
         every step, so with one the steps run one at a time.
+
+        ``progress``: "auto" (the default) shows, once training has run a second, a bar over the
+        steps with an ETA, the running loss and images/s (terminals, notebooks) and a line per
+        epoch (also in logs); True from the start; False nothing.
         """
         as_dict = isinstance(images, Mapping)
         data, count = self._samples(images)
@@ -615,6 +619,9 @@ class Trainer:
             raise ShapeError(f"the data set has {count} samples, fewer than one minibatch of {n}")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ConfigError(f"epochs must be a positive int, got {epochs!r}")
+        if callable(progress):
+            raise ConfigError(f"progress must be True, False or 'auto', got {progress!r}")
+        check_progress(progress)
         rng = np.random.default_rng(self.seed if shuffle_seed is None else shuffle_seed)
         batches = count // n
         k = self.steps_in_flight if callback is None else 1
@@ -628,6 +635,8 @@ class Trainer:
         history: list[float] = []
         total, start = 0.0, time.perf_counter()
         pending = minibatches()
+        report = ProgressReport("fit", progress, unit="step")
+        done = 0
         try:
             while True:
                 group = list(itertools.islice(pending, k))
@@ -637,20 +646,22 @@ class Trainer:
                 losses = self._steps(pairs) if len(group) == k > 1 else [self.step(*p) for p in pairs]
                 for (epoch, b, _), loss in zip(group, losses):
                     total += loss
+                    done += 1
                     if callback:
                         callback(epoch, b, loss)
-                    if progress:
-                        rate = (b + 1) * n / max(time.perf_counter() - start, 1e-9)
-                        print(f"\repoch {epoch + 1}/{epochs} [{b + 1}/{batches}] loss {total / (b + 1):.4f} "
-                              f"{rate:8.1f} images/s", end="", file=sys.stderr, flush=True)
+                    rate = (b + 1) * n / max(time.perf_counter() - start, 1e-9)
+                    report.advance(done, epochs * batches, "training",
+                                   epoch=f"{epoch + 1}/{epochs}", loss=f"{total / (b + 1):.4f}",
+                                   images_per_s=f"{rate:.1f}")
                     if b == batches - 1:
                         history.append(total / batches)
+                        report.line(f"epoch {epoch + 1}/{epochs}: loss {history[-1]:.4f}, {rate:.1f} images/s")
                         total, start = 0.0, time.perf_counter()
-                        if progress:
-                            print(file=sys.stderr)
         except KeyboardInterrupt:
-            if progress:
-                print(f"\ninterrupted after step {self.steps}; weights are those of that step", file=sys.stderr)
+            report.close()
+            report.line(f"interrupted after step {self.steps}; the weights are those of that step")
+        finally:
+            report.close()
         return history
 
     def evaluate(self, images: Batch, labels: np.ndarray) -> float:
