@@ -102,7 +102,11 @@ def plot_plan(plan, path: str | None = None, max_label: int = 24):
     widest = max(per_row.values())
     pos = [(s - (per_row[d] - 1) / 2, d) for s, d in zip(slot, level)]
     rows = max(level) + 1
-    fig = Figure(figsize=(min(3 + 2.4 * widest, 40), 1.5 + 0.9 * rows))
+    title = (f"{plan.name} plan for {graph.name} on {plan.devices.name}\n"
+             f"{plan.cost * 1e3:.2f} ms/iteration (Eq. 1)")
+    # wide enough for the boxes and for the title's longer line (about 0.1 inch a character at 12 pt)
+    width = max(min(3 + 2.4 * widest, 40), 1.0 + 0.1 * max(len(line) for line in title.splitlines()))
+    fig = Figure(figsize=(width, 1.5 + 0.9 * rows))
     ax = fig.subplots()
     most = max(c.workers for c in plan.configs.values())
     norm = colors.LogNorm(vmin=1, vmax=max(most, 2))
@@ -124,8 +128,7 @@ def plot_plan(plan, path: str | None = None, max_label: int = 24):
     counts = sorted({c.workers for c in plan.configs.values()})
     bar.ax.minorticks_off()
     bar.set_ticks(counts, labels=[str(c) for c in counts])
-    ax.set_title(f"{plan.name} plan for {graph.name} on {plan.devices.name}: "
-                 f"{plan.cost * 1e3:.2f} ms/iteration (Eq. 1)")
+    ax.set_title(title)
     fig.tight_layout()
     if path is not None:
         save_figure(fig, path)

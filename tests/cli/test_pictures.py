@@ -147,3 +147,50 @@ def test_timeline_labels_wide_bars_with_their_op_and_keeps_the_legend_beside_the
     fig.canvas.draw()
     legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
     assert legend.x0 >= axes.x1   # off the bars
+
+
+def test_trace_transfers_carry_their_bytes_and_ends(tmp_path):
+    """Every transfer of the simulated trace names its bytes and devices, as the task graph
+    has them; their sum over the copy tasks is the simulation's bytes moved."""
+    g = sw.models.lenet5(batch=16)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(1, 2))
+    sim = sw.simulate(plan, check_memory=False)
+    path = tmp_path / "t.json"
+    sim.save_trace(str(path))
+    tasks = sw.lower(plan).tasks
+    seen = {}
+    for e in _x_events(json.loads(path.read_text()))[1]:
+        t = tasks[e["args"]["task"]]
+        if t.kind == "copy":
+            assert e["args"]["bytes"] == t.nbytes > 0
+            assert (e["args"]["from_device"], e["args"]["to_device"]) == (t.src_device, t.device)
+            seen[t.id] = (t.nbytes, t.src_device != t.device)
+        else:
+            assert "bytes" not in e["args"]
+    assert seen and sum(b for b, between in seen.values() if between) == sim.bytes_moved
+
+
+def test_a_large_timeline_marks_the_critical_path_by_lane_and_labels_what_fits():
+    """Inception-v3 on 4 GPUs: one collection of critical-path strips per lane (not one per
+    task, which drew for 40 s and blacked the lanes out), strips under the bars."""
+    g = sw.models.get("inception_v3", batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(1, 4))
+    sim = sw.simulate(plan, schedule=sw.schedule(plan), check_memory=False)
+    ax = sim.plot_timeline().axes[0]
+    strips = [c for c in ax.collections if c.get_gid() == "critical path"]
+    lanes = len(ax.get_yticklabels())
+    assert 0 < len(strips) <= lanes
+    for c in strips:   # below each lane's bars (y grows downwards: the lane's centre is its row)
+        ys = np.concatenate([p.vertices[:, 1] for p in c.get_paths()])
+        row = round(ys.min())
+        assert ys.min() >= row + 0.29 and ys.max() <= row + 0.43
+
+
+@pytest.mark.parametrize("model", ["alexnet", "vgg16"])
+def test_the_strategy_pictures_title_fits_the_figure(model):
+    g = sw.models.get(model)
+    fig = sw.search(g, sw.DeviceGraph.cluster(1, 4), progress=False).plot()
+    fig.canvas.draw()
+    title = fig.axes[0].title.get_window_extent()
+    frame = fig.bbox
+    assert frame.x0 <= title.x0 and title.x1 <= frame.x1 and title.y1 <= frame.y1

@@ -70,6 +70,9 @@ from shardwise.distributed.ranks import rank_of_device
 
 SimEvent = TaskEvent   # one task as it ran in the simulation (the name simulations have used)
 
+# plot_timeline draws a lane per stream up to this many streams, a lane per device beyond
+MAX_STREAM_LANES = 48
+
 
 class SimResult:
     """What one simulated iteration looked like.  ``events`` (one :class:`SimEvent` per
@@ -131,9 +134,11 @@ class SimResult:
 
     def plot_timeline(self, path: str | None = None, max_tasks: int = 20000):
         """A Gantt chart: one lane per stream (device d's streams most urgent first; without a
-        schedule, one per device) and one per link direction, forward / backward /
-        synchronization / update coloured, the :attr:`critical_path` outlined in black (its
-        bars: the collection labelled "critical path").  Saves to ``path`` (atomically) if given
+        schedule, or with more than MAX_STREAM_LANES streams in all, one per device) and one per
+        link direction, forward / backward /
+        synchronization / update coloured, the :attr:`critical_path` marked by a black strip
+        under its tasks' bars (the collections labelled "critical path"), op names on the bars
+        wide enough to hold them.  Saves to ``path`` (atomically) if given
         and returns the matplotlib figure (a plain ``Figure``: pyplot and the backend are left
         alone, so a notebook shows it once).  Needs matplotlib (``pip install matplotlib``)."""
         try:
@@ -143,41 +148,59 @@ class SimResult:
         colors = {"forward": "tab:blue", "backward": "tab:orange", "sync": "tab:green", "update": "tab:red"}
         if self._lanes is not None:   # compute on its stream's lane, transfers on their links'
             stream, sdev, sprio = self._lanes[:3]
-            lane_of = {e.task: [f"device {sdev[stream[e.task]]} stream {stream[e.task]} ({sprio[stream[e.task]]})"
-                                if r.startswith(("device", "core")) else r for r in e.resources]
+            if len(sdev) <= MAX_STREAM_LANES:
+                lane = [f"device {sdev[k]} stream {k} ({sprio[k]})" for k in range(len(sdev))]
+            else:   # hundreds of streams (a critical-path schedule of a large net): a lane per device
+                count = np.bincount(np.asarray(sdev, dtype=np.int64))
+                lane = [f"device {sdev[k]} ({count[sdev[k]]} streams)" for k in range(len(sdev))]
+            lane_of = {e.task: [lane[stream[e.task]] if r.startswith(("device", "core")) else r for r in e.resources]
                        for e in self.events}
             lane_of = {t: list(dict.fromkeys(rs)) for t, rs in lane_of.items()}
             # every stream gets a lane, even one whose tasks hold nothing (joins, loads)
-            names = {f"device {sdev[k]} stream {k} ({sprio[k]})" for k in range(len(sdev))}
+            names = set(lane)
         else:
             lane_of = {e.task: list(e.resources) for e in self.events}
             names = set()
         rows = sorted({r for rs in lane_of.values() for r in rs} | names, key=lambda r: (
-            r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->")],
+            r.split()[0] != "device", r.split()[0], [int(x) for x in r.split()[1].split("->") if x.isdigit()],
             int(r.split()[3]) if " stream " in r else -1, r))
         index = {r: k for k, r in enumerate(rows)}
         fig = Figure(figsize=(12, 0.35 * len(rows) + 1.5))   # not pyplot's: the backend is left alone
         ax = fig.subplots()
         shown = sorted(self.events, key=lambda e: e.end - e.start, reverse=True)[:max_tasks]
+        from matplotlib.colors import to_rgb
+
         for phase, color in colors.items():
-            bars: dict[int, list[tuple[float, float]]] = {}
+            # consecutive tasks of a lane alternate between the phase's colour and a darker shade,
+            # so that back-to-back ops stay apart where their bars touch
+            shades = (to_rgb(color), tuple(0.7 * c for c in to_rgb(color)))
+            bars: dict[tuple[int, int], list[tuple[float, float]]] = {}
             for e in shown:
                 if e.phase == phase and e.end > e.start:
                     for r in lane_of[e.task]:
-                        bars.setdefault(index[r], []).append((e.start * 1e3, (e.end - e.start) * 1e3))
-            for row, spans in bars.items():
-                ax.broken_barh(spans, (row - 0.4, 0.8), color=color, label=phase if row == min(bars) else None)
-        if self._lanes is not None:   # the critical path on top: outlined bars in the lanes of its tasks
-            spans = [(index[r], e.start * 1e3, (e.end - e.start) * 1e3)
-                     for e in (self.events[t] for t in self.critical_path) if e.end > e.start for r in lane_of[e.task]]
-            for k, (row, x, w) in enumerate(spans):
-                ax.broken_barh([(x, w)], (row - 0.45, 0.9), facecolor="none", edgecolor="black", linewidth=1.5,
+                        bars.setdefault((index[r], 0), []).append((e.start * 1e3, (e.end - e.start) * 1e3))
+            for row in sorted({row for row, _ in bars}):
+                spans = sorted(bars.pop((row, 0)))
+                bars[row, 0], bars[row, 1] = spans[0::2], spans[1::2]
+            first = min((row for row, _ in bars), default=None)
+            for (row, shade), spans in bars.items():
+                if spans:   # an edge of the bar's own colour keeps bars thinner than a pixel visible
+                    ax.broken_barh(spans, (row - 0.4, 0.7), facecolor=shades[shade], edgecolor=shades[shade],
+                                   linewidth=0.3, label=phase if (row, shade) == (first, 0) else None)
+        if self._lanes is not None:   # the critical path: a black strip under its tasks' bars, one collection a lane
+            strips: dict[int, list[tuple[float, float]]] = {}
+            for e in (self.events[t] for t in self.critical_path):
+                if e.end > e.start:
+                    for r in lane_of[e.task]:
+                        strips.setdefault(index[r], []).append((e.start * 1e3, (e.end - e.start) * 1e3))
+            for k, (row, spans) in enumerate(sorted(strips.items())):
+                ax.broken_barh(spans, (row + 0.3, 0.12), facecolor="black", edgecolor="black", linewidth=0.3,
                                label="critical path" if k == 0 else None, gid="critical path")
-        # op names on the bars wide enough to hold them (a 12-inch axis holds ~110 characters)
+        # op names on the bars wide enough to hold them (a 12-inch axis holds ~200 characters of 6 pt)
         span = max(self.iteration_time, 1e-12) * 1e3
         for e in shown:
             width = (e.end - e.start) * 1e3
-            if e.op and width / span * 110 >= len(e.op) + 1:
+            if e.op and width / span * 200 >= len(e.op) + 1:
                 for r in lane_of[e.task]:
                     ax.text(e.start * 1e3 + width / 2, index[r], e.op, ha="center", va="center", fontsize=6,
                             clip_on=True, gid="op label")
@@ -428,5 +451,13 @@ def _events_from(plan: Plan, r: dict, name: Callable[[int], str]) -> list[SimEve
     start, end = r["start"].tolist(), (r["start"] + r["duration"]).tolist()
     ptr, res = r["res_ptr"].tolist(), r["res"].tolist()
     kind, phase, op = r["kind"].tolist(), r["phase"].tolist(), r["op"].tolist()
+    nbytes, src, dev = r["nbytes"].tolist(), r["src_device"].tolist(), r["device"].tolist()
+    moves = {k for k, name_ in enumerate(kinds) if name_ in _TRANSFER_KINDS}
     return [SimEvent(i, kinds[kind[i]], phases[phase[i]], op_names[op[i]],
-                     tuple(name(x) for x in res[ptr[i]:ptr[i + 1]]), start[i], end[i]) for i in range(len(start))]
+                     tuple(name(x) for x in res[ptr[i]:ptr[i + 1]]), start[i], end[i],
+                     int(nbytes[i]) if kind[i] in moves else 0, int(src[i]) if kind[i] in moves else None, int(dev[i]))
+            for i in range(len(start))]
+
+
+# the task kinds that move bytes between devices, or between a device and host memory
+_TRANSFER_KINDS = frozenset({"copy", "send", "recv", "swap_out", "swap_in"})

@@ -6,7 +6,8 @@
 One lane (a trace "thread") per resource: "device 3" for the tasks a device runs, "link 0->1"
 or "nic 1 out" for transfers holding them; a transfer over several links shows on each.  Each
 task is a complete event ("ph": "X") named after its op and kind, with its phase (forward,
-backward, sync, update) as the category and its task id, op and kind in ``args``; times are in
+backward, sync, update) as the category and its task id, op and kind in ``args`` (a transfer's
+also its ``bytes``, ``from_device`` and ``to_device``); times are in
 microseconds from the start of the iteration.  The format is the Trace Event Format's JSON
 object form ({"traceEvents": [...]}), which both viewers read.
 """
@@ -31,6 +32,11 @@ class TaskEvent:
     resources: tuple[str, ...]   # lanes: "device 3", "link 0->1", "nic 1 out", "core 0"
     start: float                 # seconds from the start of the iteration
     end: float
+    # a transfer (copy, message, swap): the bytes it moves and between which devices; a
+    # compute task runs on ``device`` and moves nothing
+    nbytes: int = 0
+    src_device: int | None = None
+    device: int | None = None
 
 
 def _lane_key(name: str) -> tuple:
@@ -52,10 +58,13 @@ def chrome_trace(events: Iterable[Any], name: str = "shardwise") -> dict[str, An
             for k in tid.values()]
     for e in events:
         label = f"{e.op} {e.kind}" if e.op else e.kind
+        args: dict[str, Any] = {"task": e.task, "op": e.op, "kind": e.kind}
+        moved = getattr(e, "nbytes", 0)
+        if moved:   # a transfer: its size and ends
+            args.update(bytes=int(moved), from_device=e.src_device, to_device=e.device)
         for lane in e.resources:
             out.append({"name": label, "cat": e.phase, "ph": "X", "pid": 0, "tid": tid[lane],
-                        "ts": e.start * 1e6, "dur": max(e.end - e.start, 0.0) * 1e6,
-                        "args": {"task": e.task, "op": e.op, "kind": e.kind}})
+                        "ts": e.start * 1e6, "dur": max(e.end - e.start, 0.0) * 1e6, "args": args})
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 

@@ -290,7 +290,9 @@ class Trainer:
             if not self.executor.runs_device(t.device):   # another rank's task
                 continue
             lane = f"device {t.device}" if stream is None else f"device {t.device} stream {stream[t.id]}"
-            events.append(TaskEvent(t.id, t.kind, t.phase, t.op, (lane,), (start - t0) * 1e-9, (end - t0) * 1e-9))
+            moves = t.kind in ("copy", "send", "recv", "swap_out", "swap_in")
+            events.append(TaskEvent(t.id, t.kind, t.phase, t.op, (lane,), (start - t0) * 1e-9, (end - t0) * 1e-9,
+                                    int(t.nbytes) if moves else 0, t.src_device if moves else None, t.device))
         return Timeline(f"{self.plan.name} step {steps}", events, (t1 - t0) * 1e-9)
 
     # ---- one thread at a time
