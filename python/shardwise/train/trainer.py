@@ -664,7 +664,7 @@ class Trainer:
                 out[key] = np.zeros(op.desc.inputs[slot].shape, np.float32)
             out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = persistent[buf]
         out.update(self._running.get(persistent, self.steps))
-        return out
+        return self.graph.model_weights(out)   # an imported model's own names (nn.MultiheadAttention's)
 
     def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
         shapes = {}
@@ -680,11 +680,12 @@ class Trainer:
         Every array is checked (name, exact shape, finite values) before anything changes.
         Batch norms' running statistics and ``num_batches_tracked`` may be left out (they keep
         their values), so a PyTorch ``state_dict()`` loads with or without them."""
+        weights = self.graph.graph_weights(weights)   # an imported model's own names, as get_weights gives them
         shapes = self._weight_shapes()
         running = running_shapes(self.graph)
         missing = set(shapes) - set(weights) - set(running)
         if missing:
-            raise ShapeError(f"weights are missing {sorted(missing)[:5]}")
+            raise ShapeError(f"weights are missing {sorted(self.graph.model_weights(dict.fromkeys(missing)))[:5]}")
         unknown = set(weights) - set(shapes)
         if unknown:
             raise ShapeError(f"unknown weights {sorted(unknown)[:5]}")
