@@ -118,6 +118,25 @@ def test_multihead_attention_module(batch_first, kw):
     assert ("mha.attn.dropout" in g) == ("dropout" in kw)   # dropped in training, the identity here
 
 
+def test_checkpoint_keeps_the_pytorch_names(tmp_path):
+    """A checkpoint holds the weights under get_weights' names (in_proj_weight) and loads back."""
+    torch.manual_seed(2)
+    model = _Attend(True).train()
+    x = np.random.default_rng(2).standard_normal((4, 5, 12)).astype(np.float32)
+    y = np.random.default_rng(3).integers(0, 5, (4, 5))
+    g, weights = sw.from_torch(model, (torch.tensor(x),))
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)), optimizer=sw.SGD(lr=0.1))
+    t.set_weights(weights)
+    t.step(x, y)
+    t.save_checkpoint(tmp_path / "ckpt")
+    saved = t.get_weights()
+    t.step(x, y)
+    assert not np.array_equal(t.get_weights()["mha.in_proj_weight"], saved["mha.in_proj_weight"])
+    t.load_checkpoint(tmp_path / "ckpt")
+    for key, value in saved.items():
+        np.testing.assert_array_equal(t.get_weights()[key], value)
+
+
 def _train_like_pytorch(model, opt_ours, opt_torch, steps: int = 3, key_bias_atol: float = 0.0):
     """``steps`` steps of ``model`` (train mode) on a searched plan over 2 workers against PyTorch's
     float64 ones: the losses and every parameter after them.
