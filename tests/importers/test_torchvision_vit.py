@@ -118,6 +118,28 @@ def test_multihead_attention_module(batch_first, kw):
     assert ("mha.attn.dropout" in g) == ("dropout" in kw)   # dropped in training, the identity here
 
 
+def test_attention_dropout_trains_alike_under_any_plan():
+    """dropout > 0 drops attention probabilities in training (shardwise's masks, not PyTorch's
+    stream): a function of the op and the step only, so one worker and a searched plan over two
+    take the same steps, and the loss differs from the run without dropout."""
+    torch.manual_seed(3)
+    model = _Attend(True, dropout=0.3).train()
+    x = np.random.default_rng(4).standard_normal((4, 6, 12)).astype(np.float32)
+    y = np.random.default_rng(5).integers(0, 5, (4, 6))
+    g, weights = sw.from_torch(model, (torch.tensor(x),))
+    assert g["mha.attn.dropout"].attrs["p"] == pytest.approx(0.3)
+    losses = []
+    for plan in (sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)), sw.search(g, sw.DeviceGraph.cpu(2))):
+        t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.1))
+        t.set_weights(weights)
+        losses.append([t.step(x, y) for _ in range(3)])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    with torch.no_grad():   # the first step's loss without dropout (eval mode: PyTorch's float64 run)
+        plain = torch.nn.functional.cross_entropy(copy.deepcopy(model).double().eval()(
+            torch.tensor(x, dtype=torch.float64)).reshape(-1, 5), torch.tensor(y).reshape(-1)).item()
+    assert abs(losses[0][0] - plain) > 1e-4
+
+
 def test_checkpoint_keeps_the_pytorch_names(tmp_path):
     """A checkpoint holds the weights under get_weights' names (in_proj_weight) and loads back."""
     torch.manual_seed(2)
