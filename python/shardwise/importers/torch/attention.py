@@ -25,7 +25,6 @@ softmax: equal up to rounding.  The call returns (output, the attention weights)
 """
 from __future__ import annotations
 
-
 from shardwise.errors import ShapeError
 from shardwise.graph import Tensor
 from shardwise.importers.torch.call import Call, TorchOp, record_weights
