@@ -118,6 +118,35 @@ def test_multihead_attention_module(batch_first, kw):
     assert ("mha.attn.dropout" in g) == ("dropout" in kw)   # dropped in training, the identity here
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_trains_as_pytorch(batch_first):
+    """Three SGD steps of one attention layer on a searched plan over 2 workers, against PyTorch
+    in float64; with batch_first=False the graph's first dimension is the tokens', permuted."""
+    torch.manual_seed(4)
+    model = _Attend(batch_first).train()
+    shape = (4, 6, 12) if batch_first else (6, 4, 12)
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    y = np.random.default_rng(7).integers(0, 5, shape[:2])
+    g, weights = sw.from_torch(model, (torch.tensor(x),))
+    t = sw.Trainer(g, sw.search(g, sw.DeviceGraph.cpu(2)), optimizer=sw.SGD(lr=0.2, momentum=0.9))
+    t.set_weights(weights)
+    ref = copy.deepcopy(model).double()
+    topt = torch.optim.SGD(ref.parameters(), lr=0.2, momentum=0.9)
+    xt, yt = torch.tensor(x, dtype=torch.float64), torch.tensor(y)
+    got, want = [], []
+    for _ in range(3):
+        loss = torch.nn.functional.cross_entropy(ref(xt).reshape(-1, 5), yt.reshape(-1))
+        topt.zero_grad()
+        loss.backward()
+        topt.step()
+        want.append(loss.item())
+        got.append(t.step(x, y))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    after = t.get_weights()
+    for name, p in ref.named_parameters():
+        np.testing.assert_allclose(after[name], p.detach().numpy(), atol=1e-5, rtol=1e-4, err_msg=name)
+
+
 def test_attention_dropout_trains_alike_under_any_plan():
     """dropout > 0 drops attention probabilities in training (shardwise's masks, not PyTorch's
     stream): a function of the op and the step only, so one worker and a searched plan over two
