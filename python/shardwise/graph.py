@@ -123,7 +123,7 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         # An imported model's own names for parameters whose key here ("<op>.weight", "<op>.bias")
         # differs from it: nn.MultiheadAttention's packed "<m>.in_proj_weight" is the weight of the
         # linear op "<m>.in_proj".  Key -> the model's name; Trainer.get_weights and set_weights
-        # speak the model's names (model_weight_names, graph_weight_names).
+        # speak the model's names (model_weights, graph_weights).
         self.weight_names: dict[str, str] = {}
 
     # ----- internals -------------------------------------------------------
