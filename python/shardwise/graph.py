@@ -120,6 +120,11 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         self._by_name: dict[str, int] = {}
         self._counters: dict[str, int] = {}
         self._step: list = []   # [cell name, position] while inside timestep()
+        # An imported model's own names for parameters whose key here ("<op>.weight", "<op>.bias")
+        # differs from it: nn.MultiheadAttention's packed "<m>.in_proj_weight" is the weight of the
+        # linear op "<m>.in_proj".  Key -> the model's name; Trainer.get_weights and set_weights
+        # speak the model's names (model_weights, graph_weights).
+        self.weight_names: dict[str, str] = {}
 
     # ----- internals -------------------------------------------------------
     def _tensor(self, t: Any, what: str = "input") -> Tensor:
@@ -470,6 +475,17 @@ class Graph(SequenceBuilders, BroadcastBuilders):
 
     def op_names(self) -> list[str]:
         return [op.name for op in self.ops]
+
+    def model_weights(self, weights: dict[str, Any]) -> dict[str, Any]:
+        """``weights`` keyed "<op>.weight" / "<op>.bias" under the model's names where
+        :attr:`weight_names` gives one (what Trainer.get_weights returns)."""
+        return {self.weight_names.get(k, k): v for k, v in weights.items()}
+
+    def graph_weights(self, weights: Any) -> dict[str, Any]:
+        """``weights`` under the model's names (or the keys themselves) keyed "<op>.weight" /
+        "<op>.bias" (what Trainer.set_weights takes in)."""
+        key_of = {name: key for key, name in self.weight_names.items()}
+        return {key_of.get(k, k): v for k, v in weights.items()}
 
     def num_parameters(self) -> int:
         """Trainable parameters, derived from the op descriptions."""

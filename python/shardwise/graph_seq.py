@@ -159,17 +159,20 @@ class SequenceBuilders:
         return self._add("select", [x], desc, name, dim=dim % len(x.shape), index=index)
 
     def attention(self, q: "Tensor", k: "Tensor", v: "Tensor", causal: bool = True, scale: float | None = None,
-                  name: str | None = None) -> "Tensor":
+                  name: str | None = None, dropout: float = 0.0) -> "Tensor":
         """Scaled dot-product attention over (N, H, T, Dh) queries, keys and values
         (``torch.nn.functional.scaled_dot_product_attention``), as a composition the planner
         sees op by op:
 
             scores = matmul(q, k, transpose_b=True)                 "<name>.scores"  (N, H, T, T)
             probs  = softmax_dim(scores, -1, scale, causal)         "<name>.probs"
+            probs  = dropout(probs, dropout)                        "<name>.dropout" (when dropout > 0)
             out    = matmul(probs, v)                               "<name>"         (N, H, T, Dh)
 
-        ``scale`` defaults to 1 / sqrt(Dh).  Splits of N, H and the query rows T propagate
-        through all three (Megatron-LM's head split is a split of H)."""
+        ``scale`` defaults to 1 / sqrt(Dh).  ``dropout`` drops attention probabilities in
+        training (``nn.MultiheadAttention(dropout=p)``, ``dropout_p``), the identity in eval
+        mode.  Splits of N, H and the query rows T propagate through all of them (Megatron-LM's
+        head split is a split of H)."""
         q, k, v = self._tensor(q, "attention q"), self._tensor(k, "attention k"), self._tensor(v, "attention v")
         if len(q.shape) < 2 or q.shape != k.shape or k.shape[:-1] != v.shape[:-1]:
             raise ShapeError(f"attention expects q and k of one shape (.., T, Dh) and v (.., T, Dv), got "
@@ -178,4 +181,6 @@ class SequenceBuilders:
         scores = self.matmul(q, k, transpose_b=True,  # type: ignore[attr-defined]
                              name=f"{name}.scores" if name else None)
         probs = self.softmax_dim(scores, -1, scale, causal, name=f"{name}.probs" if name else None)
+        if dropout:
+            probs = self.dropout(probs, dropout, name=f"{name}.dropout" if name else None)  # type: ignore[attr-defined]
         return self.matmul(probs, v, name=name)  # type: ignore[attr-defined]

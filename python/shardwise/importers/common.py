@@ -62,17 +62,19 @@ def prune(g: Graph, live: set[int]) -> Graph:
         else:   # the builder's keyword arguments are the attributes it recorded
             t = getattr(out, op.kind)(*ins, name=op.name, **op.attrs)
         new[op.index] = t
+    out.weight_names = {k: v for k, v in g.weight_names.items() if k.rsplit(".", 1)[0] in out}
     return out
 
 
 def without_dead_ops(g: Graph, weights: dict[str, Any]) -> tuple[Graph, dict[str, Any]]:
     """The imported graph and weights without the ops the loss does not depend on (an unused
-    branch, a computed-but-ignored value), which would still be planned and computed every step."""
+    branch, a computed-but-ignored value), which would still be planned and computed every step;
+    the weights under the model's own names where the graph records one (``Graph.weight_names``)."""
     live = live_ops(g)
     if len(live) < len(g.ops):
         g = prune(g, live)
         weights = {k: v for k, v in weights.items() if k.rsplit(".", 1)[0] in g}
-    return g, weights
+    return g, g.model_weights(weights)
 
 
 def unique_name(g: Graph, reserved: Any, base: str, owner: bool = False) -> str:

@@ -13,7 +13,8 @@ payload: a NumPy ``.npz`` archive with
     ``[state buffer id, updates]`` pairs of every parameter slice updated so far (SGD: its
     momentum is started; Adam: its step count ``t``);
 ``weight/<op>.<weight|bias>``
-    every full weight in PyTorch's layout;
+    every full weight in PyTorch's layout, under the name ``Trainer.get_weights`` gives it (an
+    imported model's own where the graph records one: ``<m>.in_proj_weight``);
 ``momentum/<buffer id>``
     every optimizer state buffer of the trainer's task graph (SGD's momentum, Adam's
     ``exp_avg`` and ``exp_avg_sq``), each a slice sharded like its weight.
@@ -130,7 +131,7 @@ def _layout(t: "Trainer") -> dict[str, tuple[int, ...] | None]:
     """Archive member name -> the exact array shape a checkpoint of ``t`` holds there
     (None for the meta document, a 1-D uint8 array of at most _META_LIMIT bytes)."""
     layout: dict[str, tuple[int, ...] | None] = {_META_MEMBER + ".npy": None}
-    for key, shape in t._weight_shapes().items():
+    for key, shape in t.graph.model_weights(t._weight_shapes()).items():   # as get_weights names them
         layout[f"weight/{key}.npy"] = tuple(shape)
     for b in t.task_graph.buffers:
         if b.kind == "momentum":

@@ -740,7 +740,7 @@ class Trainer:
                 out[key] = np.zeros(op.desc.inputs[slot].shape, np.float32)
             out[key][tuple(slice(lo, hi) for lo, hi in b.box)] = persistent[buf]
         out.update(self._running.get(persistent, self.steps))
-        return out
+        return self.graph.model_weights(out)   # an imported model's own names (nn.MultiheadAttention's)
 
     def _weight_shapes(self) -> dict[str, tuple[int, ...]]:
         shapes = {}
@@ -761,11 +761,12 @@ class Trainer:
             self._set_weights(weights)
 
     def _set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        weights = self.graph.graph_weights(weights)   # an imported model's own names, as get_weights gives them
         shapes = self._weight_shapes()
         running = running_shapes(self.graph)
         missing = set(shapes) - set(weights) - set(running)
         if missing:
-            raise ShapeError(f"weights are missing {sorted(missing)[:5]}")
+            raise ShapeError(f"weights are missing {sorted(self.graph.model_weights(dict.fromkeys(missing)))[:5]}")
         unknown = set(weights) - set(shapes)
         if unknown:
             raise ShapeError(f"unknown weights {sorted(unknown)[:5]}")

@@ -138,7 +138,9 @@ class TorchOp:
     only user of this op's result is fused into it (the graph builder's ``activation``).
     ``weight_arg``: the data input that is the op's weight (``F.linear(x, self.fc.weight)``);
     the op is named after that parameter, less a ``.weight`` suffix, so the weights dict keeps
-    the model's ``state_dict`` keys.
+    the model's ``state_dict`` keys.  ``call_params`` are the arguments a module call may pass
+    after its data inputs (``mha(x, x, x, need_weights=False)``), as (name, default), bound
+    into ``attrs`` beside the module's attributes.
 
     ``op`` and ``doc`` are the entry's row of the table of supported operations in
     docs/importing.md (``tools/ops_docs.py`` generates it, with the spellings above as its
@@ -157,6 +159,7 @@ class TorchOp:
     variadic: bool = False
     fuses_relu: bool = False
     weight_arg: int | None = None
+    call_params: tuple[tuple[str, Any], ...] = ()
     op: str = ""
     doc: str = ""
 

@@ -171,10 +171,15 @@ def bind(entry: TorchOp, module: Any, args: Sequence[Any], kwargs: dict[str, Any
     ``module`` is given: its attributes are the named arguments)."""
     names = [p for p, _ in entry.params]
     if module is not None:
-        if kwargs or len(args) != entry.inputs:
+        call_names = [p for p, _ in entry.call_params]
+        extra = dict(zip(call_names, args[entry.inputs:]))
+        if (len(args) < entry.inputs or len(args) > entry.inputs + len(call_names)
+                or any(k not in call_names or k in extra for k in kwargs)):
             raise ModelImportError(f"{where}: a call with {len(args)} positional argument(s) and keyword(s) "
                                    f"{sorted(kwargs)} is not supported")
-        return list(args), {p: getattr(module, p, d) for p, d in entry.params}
+        attrs = {p: getattr(module, p, d) for p, d in entry.params}
+        attrs.update({p: kwargs.get(p, extra.get(p, d)) for p, d in entry.call_params})
+        return list(args[:entry.inputs]), attrs
     kwargs = dict(kwargs)
     inputs = list(args[:entry.inputs])
     names_in = ("input", "other", "tensors", "self", "mat2", "weight")

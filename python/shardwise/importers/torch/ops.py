@@ -627,6 +627,10 @@ from shardwise.importers.torch.bcast import TORCH_BCAST_OPS  # noqa: E402  (appe
 
 TORCH_OPS = TORCH_OPS + TORCH_BCAST_OPS
 
+from shardwise.importers.torch.attention import TORCH_ATTENTION_OPS  # noqa: E402  (nn.MultiheadAttention)
+
+TORCH_OPS = TORCH_OPS + TORCH_ATTENTION_OPS
+
 VIEW_OPS = ("flatten", "reshape", "squeeze")
 """Operations whose result is a view of their input in PyTorch (an in-place op on the result
 writes the input too); shardwise builds a flatten, a copy."""
