@@ -177,8 +177,6 @@ class VGG(nn.Module):
 
 
 class Functional(nn.Module):
-    renamed = {"w": "w.weight"}   # a parameter read as data is a parameter op of that name
-
     """Functional calls and methods: F.relu, x.relu_(), +=, torch.cat, F.max_pool2d, x.mean,
     x.view(N, -1), torch.flatten, a parameter read as data (x @ self.w), log_softmax.
 

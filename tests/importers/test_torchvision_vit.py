@@ -81,6 +81,12 @@ def test_small_vit_predicts_as_pytorch_with_its_parameter_names():
     changed[key] = weights[key] * 0.5
     t.set_weights(changed)
     np.testing.assert_array_equal(t.get_weights()[key], changed[key])
+    # every weight, the class token and position table too, under its state_dict key: the
+    # model's state_dict loads as it is
+    assert set(weights) == set(state)
+    t.set_weights({k: v.numpy() for k, v in state.items()})
+    for k, v in t.get_weights().items():
+        np.testing.assert_array_equal(v, state[k].numpy())
 
 
 @pytest.mark.slow

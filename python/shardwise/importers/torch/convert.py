@@ -376,6 +376,8 @@ class _Importer:
             op = self._unique(attr.target, owner=True)
             record_weights(self.params, op, {"weight": attr.value}, where, what=f"the parameter {attr.target!r}")
             self.parameter_ops[attr.target] = self.g.parameter(tuple(attr.value.shape), name=op)
+            # get_weights and set_weights under the model's own name (a state_dict loads as it is)
+            self.g.weight_names[f"{op}.weight"] = attr.target
         return self.parameter_ops[attr.target]
 
     # ----- lookups and names
