@@ -650,7 +650,7 @@ KIND_NAMES: dict[str, str] = {
     "AveragePool": "avgpool", "GlobalAveragePool": "avgpool", "GlobalMaxPool": "maxpool", "ReduceMean": "mean",
     "Softmax": "softmax", "LogSoftmax": "softmax", "Gather": "embedding", "LayerNormalization": "layer_norm",
     "Transpose": "transpose", "Clip": "clip", "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish",
-    "RMSNormalization": "rms_norm", "Max": "clamp", "Min": "clamp",
+    "RMSNormalization": "rms_norm", "Max": "clamp", "Min": "clamp", "InstanceNormalization": "group_norm",
 }
 """The operation's name in op names made from a scope (``"layer1.0.add"``): from_torch's names."""
 
