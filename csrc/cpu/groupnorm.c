@@ -57,16 +57,16 @@ static sw_status check_param(const sw_view *p, const sw_view *box, const char *n
     return SW_OK;
 }
 
-/* The first float of sample n, channel c of x (global coordinates; x has all rows and columns). */
-static const float *at(const sw_view *x, int64_t n, int64_t c) {
-    const int64_t hw = x->shape[2] * x->shape[3];
-    return x->data + ((n - x->lo[0]) * x->shape[1] + (c - x->lo[1])) * hw;
+/* The index of the first float of sample n, channel c in v (global coordinates; v has all rows
+ * and columns). */
+static int64_t at(const sw_view *v, int64_t n, int64_t c) {
+    return ((n - v->lo[0]) * v->shape[1] + (c - v->lo[1])) * v->shape[2] * v->shape[3];
 }
 
 /* Mean and invstd of sample n's group starting at channel gc. */
 static void group_moments(const sw_view *x, int64_t n, int64_t gc, int64_t cg, double eps, double *mu,
                           double *inv) {
-    sw_row_moments(at(x, n, gc), cg * x->shape[2] * x->shape[3], eps, 0, mu, inv);
+    sw_row_moments(x->data + at(x, n, gc), cg * x->shape[2] * x->shape[3], eps, 0, mu, inv);
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -90,7 +90,7 @@ sw_status sw_group_norm_forward(const sw_view *x, const sw_view *w, const sw_vie
             for (int64_t c = max64(gc, c0); c < min64(gc + cg, c1); c++) {
                 const double wc = w ? (double)w->data[c - w->lo[0]] : 1.0;
                 const double bc = b ? (double)b->data[c - b->lo[0]] : 0.0;
-                const float *xc = at(x, n, c);
+                const float *xc = x->data + at(x, n, c);
                 for (int64_t h = h0; h < h0 + hb; h++) {
                     const float *xr = xc + h * width + w0;
                     for (int64_t k = 0; k < wb; k++) {
@@ -113,13 +113,18 @@ sw_status sw_group_norm_backward_data(const sw_view *x, const sw_view *w, const 
         (s = sw_view_check_covers(x, 0, "group_norm_backward_data: x", dx, 0, "dx", "sample")) != SW_OK) {
         return s;
     }
+    if (dx->shape[2] != x->shape[2] || dx->shape[3] != x->shape[3]) {
+        return SW_FAIL(SW_ERR_VALUE, "group_norm_backward_data: dx has %lldx%lld rows and columns, x %lldx%lld",
+                       (long long)dx->shape[2], (long long)dx->shape[3], (long long)x->shape[2],
+                       (long long)x->shape[3]);
+    }
     const int64_t height = x->shape[2], width = x->shape[3], m = cg * height * width;
     const int64_t c0 = dy->lo[1], c1 = sw_view_hi(dy, 1), h0 = dy->lo[2], h1 = sw_view_hi(dy, 2);
     const int64_t w0 = dy->lo[3], w1 = sw_view_hi(dy, 3), hb = dy->shape[2], wb = dy->shape[3];
     for (int64_t n = dx->lo[0]; n < sw_view_hi(dx, 0); n++) {
         const int in_n = n >= dy->lo[0] && n < sw_view_hi(dy, 0);
         for (int64_t gc = dx->lo[1]; gc < sw_view_hi(dx, 1); gc += cg) {
-            float *dg = (float *)at(dx, n, gc);
+            float *dg = dx->data + at(dx, n, gc);
             const int64_t lo = max64(gc, c0), hi = min64(gc + cg, c1);
             if (!in_n || lo >= hi) {   /* no gradient reaches this group from dy's box */
                 for (int64_t k = 0; k < m; k++) {
@@ -133,7 +138,7 @@ sw_status sw_group_norm_backward_data(const sw_view *x, const sw_view *w, const 
             double s1 = 0.0, s2 = 0.0;
             for (int64_t c = lo; c < hi; c++) {
                 const double wc = w ? (double)w->data[c - w->lo[0]] : 1.0;
-                const float *xc = at(x, n, c);
+                const float *xc = x->data + at(x, n, c);
                 const float *dr = dy->data + (((n - dy->lo[0]) * dy->shape[1] + (c - c0)) * hb) * wb;
                 for (int64_t h = 0; h < hb; h++) {
                     const float *xr = xc + (h0 + h) * width + w0;
@@ -150,7 +155,7 @@ sw_status sw_group_norm_backward_data(const sw_view *x, const sw_view *w, const 
             for (int64_t c = gc; c < gc + cg; c++) {
                 const int in_c = c >= lo && c < hi;
                 const double wc = w && in_c ? (double)w->data[c - w->lo[0]] : 1.0;
-                const float *xc = at(x, n, c);
+                const float *xc = x->data + at(x, n, c);
                 float *dc = dg + (c - gc) * height * width;
                 const float *dr = in_c ? dy->data + (((n - dy->lo[0]) * dy->shape[1] + (c - c0)) * hb) * wb : NULL;
                 for (int64_t h = 0; h < height; h++) {
@@ -187,7 +192,7 @@ sw_status sw_group_norm_backward_weight(const sw_view *x, const sw_view *dy, int
             double mu, inv;
             group_moments(x, n, gc, cg, eps, &mu, &inv);
             for (int64_t c = max64(gc, c0); c < min64(gc + cg, c1); c++) {
-                const float *xc = at(x, n, c);
+                const float *xc = x->data + at(x, n, c);
                 double sum = 0.0;
                 for (int64_t h = h0; h < h0 + hb; h++) {
                     const float *xr = xc + h * width + w0;

@@ -243,3 +243,51 @@ def test_the_runtime_checks_attributes():
     g["op"].attrs["eps"] = -1.0   # behind the builder's back
     with pytest.raises(ValueError, match="group_norm's eps"):
         sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1)))
+
+
+def _grouped_instance_norm_model(scale: np.ndarray, after: str):
+    """x (2, 4, 3, 3) -> Reshape (2, 2, 18) -> InstanceNormalization(scale, zeros) -> Reshape back
+    -> ``after`` ("Relu": no Mul, no Add) -> Flatten -> Gemm; written with onnx.helper."""
+    onnx = pytest.importorskip("onnx", reason="onnx not installed: pip install onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(np.array([0, 2, -1], np.int64), "grouped"),
+             numpy_helper.from_array(np.array([2, 4, 3, 3], np.int64), "back"),
+             numpy_helper.from_array(scale.astype(np.float32), "scale"),
+             numpy_helper.from_array(np.zeros(2, np.float32), "zero"),
+             numpy_helper.from_array(rng.standard_normal((3, 36)).astype(np.float32), "fc.weight"),
+             numpy_helper.from_array(np.zeros(3, np.float32), "fc.bias")]
+    nodes = [helper.make_node("Reshape", ["x", "grouped"], ["g"]),
+             helper.make_node("InstanceNormalization", ["g", "scale", "zero"], ["n"], epsilon=0.25),
+             helper.make_node("Reshape", ["n", "back"], ["r"]),
+             helper.make_node(after, ["r"], ["a"]),
+             helper.make_node("Flatten", ["a"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "gn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model, numpy_helper.to_array(inits[4]).astype(np.float64)
+
+
+def test_onnx_group_norm_without_its_scale_and_bias():
+    """The pattern cut short (a Relu reads the reshape back): a group norm without affine."""
+    model, fc = _grouped_instance_norm_model(np.ones(2), "Relu")
+    g, _ = sw.from_onnx(model)
+    assert [op.kind for op in g.ops if op.kind not in ("input", "softmax")] == ["group_norm", "relu", "flatten",
+                                                                                 "linear"]
+    assert g.ops[1].attrs == {"groups": 2, "eps": 0.25, "affine": False}
+    x = np.random.default_rng(4).standard_normal((2, 4, 3, 3)).astype(np.float32)
+    t = sw.Trainer(g, sw.search(g, sw.DeviceGraph.cpu(2)))
+    t.set_weights({"fc.weight": fc.astype(np.float32), "fc.bias": np.zeros(3, np.float32)})
+    with torch.no_grad():
+        h = F.relu(F.group_norm(torch.tensor(x, dtype=torch.float64), 2, eps=0.25)).flatten(1)
+        want = (h @ torch.tensor(fc).T).numpy()
+    np.testing.assert_allclose(t.forward(x), want, atol=1e-5, rtol=1e-5)
+
+
+def test_onnx_instance_norm_of_groups_with_a_scale_is_refused():
+    model, _ = _grouped_instance_norm_model(np.array([1.0, 2.0]), "Relu")
+    with pytest.raises(ModelImportError, match="scale 1 and bias 0"):
+        sw.from_onnx(model)

@@ -51,7 +51,7 @@ class Grouped(Lazy):
 
     def tensor(self, g: Graph, where: str, what: str) -> Tensor:
         y = g.group_norm(self.x, self.groups, eps=self.eps, affine=False, name=self.name)
-        return g.reshape(y, self.shape, name=f"{self.name}.grouped")
+        return g.reshape(y, self.shape, name=unique_name(g, (), f"{self.name}.grouped"))
 
 
 @dataclass(eq=False)
