@@ -169,7 +169,8 @@ def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
         if isinstance(v, Grouped):
             try:
                 target = c.const_ints(1, "shape")
-                shape = None if target is None else reshape_target(v.shape, target, bool(c.attrs.get_int("allowzero", 0)))
+                allowzero = bool(c.attrs.get_int("allowzero", 0))
+                shape = None if target is None else reshape_target(v.shape, target, allowzero)
             except FoldError as exc:
                 raise c.error(str(exc)) from None
             if shape == v.x.shape:
