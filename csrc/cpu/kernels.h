@@ -171,6 +171,21 @@ sw_status sw_layer_norm_backward_data(const sw_view *x, const sw_view *w, const 
 /* dw (d-range) = sum over rows of dy * xhat */
 sw_status sw_layer_norm_backward_weight(const sw_view *x, const sw_view *dy, float eps, int rms, sw_view *dw);
 
+/* groupnorm.c: group normalization (torch.nn.GroupNorm) of (N, C, H, W) views over groups of cg
+ * consecutive channels.  x holds whole groups (its channel range on group boundaries, every row
+ * and column); y (any box inside x) = (x - mean) * invstd * w + b per sample and group (biased
+ * variance); w and b (C) cover y's channels, both NULL without affine. */
+sw_status sw_group_norm_forward(const sw_view *x, const sw_view *w, const sw_view *b, int64_t cg, double eps,
+                                sw_view *y);
+/* dx (x's box of whole groups): the partial gradient from dy's box alone (the contributions add
+ * up over boxes): invstd * (g - sum(g) / M - xhat sum(g xhat) / M), g = dy w (dy: no w) */
+sw_status sw_group_norm_backward_data(const sw_view *x, const sw_view *w, const sw_view *dy, int64_t cg,
+                                      double eps, sw_view *dx);
+/* dw (dy's channels) = sum over dy's samples, rows and columns of dy * xhat; acc: dy's channel
+ * count of doubles of workspace */
+sw_status sw_group_norm_backward_weight(const sw_view *x, const sw_view *dy, int64_t cg, double eps, double *acc,
+                                        sw_view *dw);
+
 /* embedding.c: ids (rows) holds integer-valued floats; w (v-range, d-range) a slice of the
  * (vocab, D) table at its global coordinates.  y (rows, d-range) = w[id] for ids in the
  * slice's v-range, zeros for the others (partial outputs of a vocabulary split). */

@@ -22,44 +22,14 @@
 
 #include "kernels.h"
 #include "simd.h"   /* SW_CLONES */
-#include "vmath.h"  /* SW_LANES */
+#include "vmath.h"  /* SW_LANES, sw_row_moments */
 #include "../core/view.h"   /* sw_view_check, sw_view_check_range, sw_view_check_covers */
-
-/* Sum over k < n of f(x[k]) in double, element k in lane k mod SW_LANES (vmath.h), the lanes
- * added in one fixed order: vectorizes, and a row's statistics are the same bits on every worker. */
-static SW_INLINE double lane_sum(const float *restrict x, int64_t n, double shift, int squares) {
-    double acc[SW_LANES];
-    for (int j = 0; j < SW_LANES; j++) {
-        acc[j] = 0.0;
-    }
-    int64_t k = 0;
-    for (; k + SW_LANES <= n; k += SW_LANES) {
-        for (int j = 0; j < SW_LANES; j++) {
-            const double c = (double)x[k + j] - shift;
-            acc[j] += squares ? c * c : c;
-        }
-    }
-    for (int j = 0; k < n; k++, j++) {
-        const double c = (double)x[k] - shift;
-        acc[j] += squares ? c * c : c;
-    }
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* Mean and 1 / sqrt(var + eps) of one row of n floats; rms: the mean taken as 0. */
-static SW_INLINE void row_moments(const float *restrict x, int64_t n, float eps, int rms, double *mean,
-                                  double *invstd) {
-    const double mu = rms ? 0.0 : lane_sum(x, n, 0.0, 0) / (double)n;
-    const double v = lane_sum(x, n, mu, 1);
-    *mean = mu;
-    *invstd = 1.0 / sqrt(v / (double)n + (double)eps);
-}
 
 /* y[d] = xhat[d0 + d] w[d] + b[d] for d < db, of the row xr (n features). */
 SW_CLONES static void forward_row(const float *restrict xr, int64_t n, float eps, int rms, int64_t d0, int64_t db,
                                   const float *restrict ws, const float *restrict bs, float *restrict yr) {
     double mu, inv;
-    row_moments(xr, n, eps, rms, &mu, &inv);
+    sw_row_moments(xr, n, eps, rms, &mu, &inv);
     const float *xs = xr + d0;
     if (bs) {
         for (int64_t d = 0; d < db; d++) {
@@ -77,9 +47,9 @@ SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, flo
                                         int64_t db, const float *restrict ws, const float *restrict dr,
                                         float *restrict gr) {
     double mu, inv;
-    row_moments(xr, n, eps, rms, &mu, &inv);
+    sw_row_moments(xr, n, eps, rms, &mu, &inv);
     const float *xs = xr + d0;
-    double a1[SW_LANES], a2[SW_LANES];   /* S1, S2 in lanes as lane_sum's */
+    double a1[SW_LANES], a2[SW_LANES];   /* S1, S2 in lanes as sw_lane_sum's */
     for (int j = 0; j < SW_LANES; j++) {
         a1[j] = a2[j] = 0.0;
     }
@@ -115,7 +85,7 @@ SW_CLONES static void backward_data_row(const float *restrict xr, int64_t n, flo
 SW_CLONES static void backward_weight_row(const float *restrict xr, int64_t n, float eps, int rms, int64_t d0,
                                           int64_t db, const float *restrict dr, float *restrict dw) {
     double mu, inv;
-    row_moments(xr, n, eps, rms, &mu, &inv);
+    sw_row_moments(xr, n, eps, rms, &mu, &inv);
     const float *xs = xr + d0;
     for (int64_t d = 0; d < db; d++) {
         dw[d] += dr[d] * (float)((xs[d] - mu) * inv);

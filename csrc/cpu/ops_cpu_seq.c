@@ -37,22 +37,6 @@ sw_status sw_view_rows(const sw_view *v, int keep, const sw_view *ref, sw_view *
     return SW_OK;
 }
 
-/* The output's gradient, or zeros written into every output when none flows back (*none). */
-static sw_status grad_or_zeros(const sw_task_env *e, sw_backward_reads *r, sw_view *dy, int *none) {
-    sw_env_backward_reads(e, r);
-    *none = r->dy < 0;
-    if (*none) {
-        for (int k = 0; k < e->nwrites; k++) {
-            sw_view v;
-            sw_env_view(e, e->writes[k], &v);
-            sw_view_zero(&v);
-        }
-        return SW_OK;
-    }
-    sw_env_view(e, r->dy, dy);
-    return SW_OK;
-}
-
 static sw_status need(const sw_task_env *e, int32_t b, const char *what) {
     return b >= 0 ? SW_OK : SW_FAIL(SW_ERR_INTERNAL, "task %d: %s without %s", e->id, sw_op_names[e->attrs->type],
                                     what);
@@ -80,7 +64,7 @@ static sw_status layer_norm_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, x, w, dx, xr, dyr, dxr;
     int none;
-    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -99,7 +83,7 @@ static sw_status layer_norm_backward_weight(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, x, dw, xr, dyr;
     int none;
-    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -131,7 +115,7 @@ static sw_status embedding_backward_weight(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, ids, dw, idr, dyr;
     int none;
-    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -155,7 +139,7 @@ static sw_status softmax_dim_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, x, dx;
     int none;
-    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -183,7 +167,7 @@ static sw_status index_map_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, dx;
     int none;
-    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -214,7 +198,7 @@ static sw_status matmul_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, a, b, dx;
     int none, ta, tb;
-    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }

@@ -34,6 +34,9 @@ sw_status sw_cpu_update(const sw_task_env *e);
 sw_status sw_view_rows(const sw_view *v, int keep, const sw_view *ref, sw_view *out);
 /* Fill every float of a view with zeros. */
 void sw_view_zero(sw_view *v);
+/* A backward task's reads sorted out (*r) and the output's gradient (*dy); when none flows back
+ * (*none = 1), zeros written into every output of the task instead. */
+sw_status sw_env_grad_or_zeros(const sw_task_env *e, sw_backward_reads *r, sw_view *dy, int *none);
 /* Batchnorm moments from double sums (2, C) over m elements: mean and 1/sqrt(var + eps) per channel. */
 void sw_bn_moments(const double *sums, int64_t channels, int64_t m, double eps, float *mean, float *invstd);
 

@@ -44,6 +44,22 @@ void *sw_env_scratch(const sw_task_env *e, size_t bytes, sw_status *s) {
 
 void sw_view_zero(sw_view *v) { memset(v->data, 0, sizeof(float) * (size_t)sw_view_volume(v)); }
 
+/* The output's gradient, or zeros written into every output when none flows back (*none). */
+sw_status sw_env_grad_or_zeros(const sw_task_env *e, sw_backward_reads *r, sw_view *dy, int *none) {
+    sw_env_backward_reads(e, r);
+    *none = r->dy < 0;
+    if (*none) {
+        for (int k = 0; k < e->nwrites; k++) {
+            sw_view v;
+            sw_env_view(e, e->writes[k], &v);
+            sw_view_zero(&v);
+        }
+        return SW_OK;
+    }
+    sw_env_view(e, r->dy, dy);
+    return SW_OK;
+}
+
 void sw_bn_moments(const double *sums, int64_t channels, int64_t m, double eps, float *mean, float *invstd) {
     for (int64_t c = 0; c < channels; c++) {
         double mu = sums[c] / (double)m;

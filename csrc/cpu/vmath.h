@@ -173,4 +173,36 @@ static SW_INLINE double sw_line_dot(const float *a, int64_t astride, const float
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+/* Sum over k < n of f(x[k]) = x[k] - shift (or its square: squares) in double, element k in lane
+ * k mod SW_LANES, the lanes added in one fixed order: vectorizes, and a line's statistics are
+ * the same bits on every worker that computes them (layer norm's rows, group norm's groups). */
+static SW_INLINE double sw_lane_sum(const float *restrict x, int64_t n, double shift, int squares) {
+    double acc[SW_LANES];
+    for (int j = 0; j < SW_LANES; j++) {
+        acc[j] = 0.0;
+    }
+    int64_t k = 0;
+    for (; k + SW_LANES <= n; k += SW_LANES) {
+        for (int j = 0; j < SW_LANES; j++) {
+            const double c = (double)x[k + j] - shift;
+            acc[j] += squares ? c * c : c;
+        }
+    }
+    for (int j = 0; k < n; k++, j++) {
+        const double c = (double)x[k] - shift;
+        acc[j] += squares ? c * c : c;
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* Mean and 1 / sqrt(var + eps) of one line of n contiguous floats (the biased variance, two
+ * passes: the mean, then the squares about it); rms: the mean taken as 0 (RMS normalization). */
+static SW_INLINE void sw_row_moments(const float *restrict x, int64_t n, double eps, int rms, double *mean,
+                                     double *invstd) {
+    const double mu = rms ? 0.0 : sw_lane_sum(x, n, 0.0, 0) / (double)n;
+    const double v = sw_lane_sum(x, n, mu, 1);
+    *mean = mu;
+    *invstd = 1.0 / sqrt(v / (double)n + eps);
+}
+
 #endif /* SHARDWISE_CPU_VMATH_H */

@@ -91,6 +91,22 @@ static sw_status check_layer_norm(const sw_op_attrs *a, int out_rank, int op, co
     return SW_OK;
 }
 
+static sw_status check_group_norm(const sw_op_attrs *a, int out_rank, int op, const char *kind) {
+    if (out_rank != 4) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): group_norm takes (N, C, H, W), not an output of rank %d", op, kind,
+                       out_rank);
+    }
+    if (a->group_norm.groups < 1) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): group_norm's groups %d is not positive", op, kind,
+                       (int)a->group_norm.groups);
+    }
+    if (!(a->group_norm.eps > 0.0 && isfinite(a->group_norm.eps))) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): group_norm's eps %g is not a positive number", op, kind,
+                       a->group_norm.eps);
+    }
+    return SW_OK;
+}
+
 static sw_status check_leaky_relu(const sw_op_attrs *a, int out_rank, int op, const char *kind) {
     (void)out_rank;
     if (!isfinite(a->leaky_relu.negative_slope)) {
@@ -148,6 +164,7 @@ static const attrs_check CHECKS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_batchnorm2d] = check_batchnorm2d,
     [SW_ATTRS_stochastic_depth] = check_stochastic_depth,
     [SW_ATTRS_clip] = check_clip,
+    [SW_ATTRS_group_norm] = check_group_norm,
 };
 
 sw_status sw_op_attrs_check(const sw_op_attrs *a, int out_rank, int op) {

@@ -203,6 +203,16 @@ static int read_layer_norm(PyObject *d, const who *w, sw_op_attrs *a) {
     return get_float(d, w, "eps", &a->layer_norm.eps);
 }
 
+static const char *const KEYS_group_norm[] = {"groups", "eps", NULL};
+static int read_group_norm(PyObject *d, const who *w, sw_op_attrs *a) {
+    int64_t g;
+    if (get_int(d, w, "groups", 1, INT32_MAX, &g) < 0 || get_double(d, w, "eps", &a->group_norm.eps) < 0) {
+        return -1;
+    }
+    a->group_norm.groups = (int32_t)g;
+    return 0;
+}
+
 static const char *const KEYS_leaky_relu[] = {"negative_slope", NULL};
 static int read_leaky_relu(PyObject *d, const who *w, sw_op_attrs *a) {
     return get_float(d, w, "negative_slope", &a->leaky_relu.negative_slope);
@@ -278,6 +288,7 @@ static const reader READERS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_batchnorm2d] = read_batchnorm2d,
     [SW_ATTRS_stochastic_depth] = read_stochastic_depth,
     [SW_ATTRS_clip] = read_clip,
+    [SW_ATTRS_group_norm] = read_group_norm,
 };
 
 static const char *const *const KEYS[SW_ATTRS_COUNT] = {
@@ -288,6 +299,7 @@ static const char *const *const KEYS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_batchnorm2d] = KEYS_batchnorm2d,
     [SW_ATTRS_stochastic_depth] = KEYS_stochastic_depth,
     [SW_ATTRS_clip] = KEYS_clip,
+    [SW_ATTRS_group_norm] = KEYS_group_norm,
 };
 
 /* Every key of d is "kind", "name" or one of the record's. */

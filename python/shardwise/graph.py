@@ -69,6 +69,7 @@ _ACTIVATIONS = (None, "relu")
 SOFTMAX_OUTPUTS = ("logits", "probabilities", "log_probabilities")   # what a model returned (Graph.softmax)
 BN_MOMENTUM = 0.1      # batchnorm2d's default momentum of the running statistics, torch.nn.BatchNorm2d's
 BN_EPS = ops.BN_EPS    # batchnorm2d's default epsilon, torch.nn.BatchNorm2d's
+GROUP_NORM_EPS = 1e-5  # group_norm's default epsilon, torch.nn.GroupNorm's
 _FLOAT32_MAX = 3.4028234663852886e38   # the largest float32: a leaky_relu slope reaches C as one
 MAX_ITERATIONS = 2**56  # points of one op's iteration space (outputs x reductions): FLOPs stay in int64
 
@@ -361,6 +362,30 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         if eps != BN_EPS:
             attrs["eps"] = float(eps)
         return self._add("batchnorm2d", [x], ops.batchnorm2d(x.shape), name, **attrs)
+
+    def group_norm(self, x: Tensor, groups: int, eps: float = GROUP_NORM_EPS, affine: bool = True,
+                   name: str | None = None) -> Tensor:
+        """Group normalization of (N, C, H, W) (``torch.nn.GroupNorm(groups, C, eps, affine)``): per
+        sample, each group of C / groups consecutive channels is normalized over its channels,
+        rows and columns (biased variance, ``eps`` added to it), then scaled and shifted per
+        channel by a weight and a bias (``"<name>.weight"``, ``"<name>.bias"``, shape (C,)) when
+        ``affine``.  The statistics are the sample's own: no state, the same in train and eval
+        mode.  ``groups`` must divide C; groups=1 normalizes each sample as a whole, groups=C each
+        channel (instance norm)."""
+        x = self._tensor(x)
+        if len(x.shape) != 4:
+            raise GraphError(f"group_norm takes an (N, C, H, W) input, got shape {x.shape}")
+        if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
+            raise GraphError(f"group_norm groups must be a positive int, got {groups!r}")
+        if x.shape[1] % int(groups):
+            raise GraphError(f"group_norm: {groups} groups do not divide the {x.shape[1]} channels of the input "
+                             f"{x.shape} (C must be a multiple of groups)")
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or not eps > 0:
+            raise GraphError(f"group_norm eps must be a positive finite number, got {eps!r}")
+        if not isinstance(affine, (bool, np.bool_)):
+            raise GraphError(f"group_norm affine must be a bool, got {affine!r}")
+        return self._add("group_norm", [x], ops.group_norm(x.shape, int(groups), bool(affine)), name,
+                         groups=int(groups), eps=float(eps), affine=bool(affine))
 
     def concat(self, xs: Sequence[Tensor], axis: int = 1, name: str | None = None) -> Tensor:
         """Concatenate along ``axis`` (channels by default)."""

@@ -185,7 +185,7 @@ def _brute_force_region(desc, slot, lo, hi):
         if inp.window is not None and any(not (wl <= point[v] < wh) for v, (wl, wh) in enumerate(inp.window)):
             continue
         for d, e in enumerate(inp.exprs):
-            ix = (sum(c * p for c, p in zip(e.coefs, point)) + e.offset) // e.div
+            ix = (sum(c * (p // e.vdiv(v)) for v, (c, p) in enumerate(zip(e.coefs, point))) + e.offset) // e.div
             if e.mod:
                 ix %= e.mod
             if 0 <= ix < inp.shape[d]:
@@ -196,6 +196,7 @@ def _brute_force_region(desc, slot, lo, hi):
 @pytest.mark.parametrize("builtin", [
     ops.conv2d((2, 4, 7, 7), 3, 3, 2, 1, False), ops.conv2d((2, 4, 6, 6), 2, 3, 1, 1, True),
     ops.pool2d((2, 3, 8, 8), 2, 2, 0), ops.linear((4, 12), 5, True), ops.flatten((2, 3, 2, 2)),
+    ops.group_norm((2, 6, 2, 3), 2), ops.group_norm((2, 4, 3, 2), 1, affine=False), ops.group_norm((1, 3, 2, 2), 3),
 ])
 def test_core_iteration_regions_match_brute_force(builtin):
     """sw_iteration_region (C) on random boxes of the whole iteration space, reductions split

@@ -537,6 +537,17 @@ CASES: list[Case] = [
        [{"h": 3}, {"c": 2, "w": 5}], bound=REDUCTION),
     _c("rms_norm_rank2", "rms_norm", lambda g, data: g.rms_norm(data((N, 9)), eps=0.1, name="op"),
        [{"c": 3}], bound=REDUCTION),
+    # group norm: splits of samples, of channels on group boundaries (c: 2 of 2 groups) and inside
+    # groups (c: 4 of 2 groups, 3 of 1 group), of rows and columns (every worker reads whole groups)
+    _c("group_norm", "group_norm", lambda g, data: g.group_norm(data((N, 4, 3, 5)), 2, name="op"),
+       [{"n": 2}, {"c": 2}, {"c": 4}, {"h": 3}, {"w": 5}, {"n": 3, "c": 2}, {"c": 2, "h": 3}], bound=REDUCTION,
+       prepare=lambda x, p: x.__imul__(2).__iadd__(0.5)),
+    _c("group_norm_one_group", "group_norm",
+       lambda g, data: g.group_norm(data((N, 6, 2, 3)), 1, eps=0.5, affine=False, name="op"),
+       [{"c": 3}, {"n": 2, "w": 3}], bound=REDUCTION),   # a large eps, so that a forgotten one shows
+    _c("group_norm_instance", "group_norm",
+       lambda g, data: g.group_norm(data((N, 3, 4, 2)), 3, eps=1e-3, name="op"), [{"c": 3}, {"h": 2}],
+       bound=REDUCTION),
 ]
 
 # op kinds no backend trains: the case checks that the trainer refuses them, naming the op

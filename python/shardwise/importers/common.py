@@ -27,6 +27,11 @@ class Lazy:
     their scale and causal mask to reach a softmax, an LSTM's output sequence kept as its
     steps (:mod:`shardwise.importers.torch.seq`, :mod:`shardwise.importers.onnx.seq`)."""
 
+    folds_into: tuple[str, ...] = ()
+    """ONNX op types that take the value as it is when they alone read it (the next step of a
+    pattern: a group norm's reshape back, scale and bias, :mod:`shardwise.importers.onnx.groupnorm`);
+    any other reader gets :meth:`tensor`."""
+
     def tensor(self, g: Graph, where: str, what: str) -> Tensor:
         """The value as one graph tensor (building ops if need be), or a ModelImportError."""
         raise NotImplementedError

@@ -208,6 +208,47 @@ def batchnorm2d(x: tuple[int, ...]) -> OpDesc:
     return OpDesc(extents=x + (2,), out_rank=4, inputs=inputs, flops_per_output=4.0, reductions=("s",))
 
 
+GROUP_NORM_FLOPS = 8.0
+"""FLOPs per output element group_norm is charged (forward): layer norm's (subtract the mean,
+scale by the inverse deviation, the weight and bias, its share of the two sums)."""
+
+
+def group_norm(x: tuple[int, ...], groups: int, affine: bool = True) -> OpDesc:
+    """Group normalization (``torch.nn.GroupNorm(groups, C)``): per sample, the C channels form
+    ``groups`` groups of cg = C / groups consecutive channels, normalized over the group's
+    cg * H * W elements; then a weight and a bias per channel (``affine``):
+
+        out[n, c, h, w] = (in[n, c, h, w] - mean_g) / std_g * w[c] + b[c],   g = c // cg
+
+    Iteration (n, c, h, w | j, kh, kw): every output reads its group's whole block
+    ``in[n, cg * (c // cg) + j, kh, kw]``, as a layer norm's output reads its whole row.  So the
+    samples split freely; a split of the channels on group boundaries reads only the worker's
+    groups, one inside a group reads the whole group; a split of the rows or columns reads every
+    row and column of the groups: each worker recomputes its groups' statistics (in one order,
+    the same bits)."""
+    _require_rank(x, 4, "group_norm")
+    n, c, h, w = x
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ShapeError(f"group_norm: groups must be a positive int, got {groups!r}")
+    if c % groups:
+        raise ShapeError(f"group_norm: {groups} groups must divide the {c} channels of the input {x}")
+    cg = c // groups
+    nv = 7  # 0 n, 1 c, 2 h, 3 w | 4 j (channel within the group), 5 kh, 6 kw
+    if cg == 1:   # a group per channel (instance norm): the channel itself
+        channel = var(nv, 1)
+    else:         # cg * (c // cg) + j: the group's first channel, then j
+        coefs = [0] * nv
+        coefs[1], coefs[4] = cg, 1
+        vdivs = [1] * nv
+        vdivs[1] = cg
+        channel = IndexExpr(tuple(coefs), vdivs=tuple(vdivs))
+    inputs = [InputDesc(DATA, x, (var(nv, 0), channel, var(nv, 5), var(nv, 6)))]
+    if affine:
+        inputs += [InputDesc(WEIGHT, (c,), (var(nv, 1),)), InputDesc(WEIGHT, (c,), (var(nv, 1),), bias=True)]
+    return OpDesc(extents=x + (cg, h, w), out_rank=4, inputs=tuple(inputs), flops_per_output=GROUP_NORM_FLOPS,
+                  reductions=("j", "kh", "kw"))
+
+
 def concat(shapes: Sequence[tuple[int, ...]], axis: int) -> OpDesc:
     """out = the inputs laid side by side along ``axis``; input k feeds only its own window."""
     first = shapes[0]
@@ -309,7 +350,7 @@ def lstm_hidden(shapes: Sequence[tuple[int, ...]]) -> OpDesc:
 # Op kinds known to the graph builder; used for validation and messages.
 KINDS: dict[str, Callable[..., OpDesc]] = {
     "input": input_op, "conv2d": conv2d, "pool2d": pool2d, "relu": elementwise, "add": elementwise,
-    "batchnorm2d": batchnorm2d, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
+    "batchnorm2d": batchnorm2d, "group_norm": group_norm, "concat": concat, "flatten": flatten, "linear": linear, "softmax": softmax,
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
     **{kind: activation for kind in ACTIVATION_FLOPS}, "dropout": dropout,
     "layer_norm": ops_seq.layer_norm, "rms_norm": ops_seq.rms_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,

@@ -22,6 +22,9 @@ Semantics other parts of the project must reproduce:
   (PyTorch's ``count_include_pad=True``).
 * batchnorm2d: training mode only, statistics over (N, H, W) of the whole
   minibatch, biased variance, ``eps = 1e-5``; no running statistics.
+* group_norm: per sample and group of C / groups channels, over the group's channels, rows and
+  columns (biased variance, the op's ``eps``), then the per-channel weight and bias when affine,
+  in :mod:`shardwise.reference.groupnorm`.
 * softmax: over axis 1, max-subtracted.  The loss of a graph is the sum over
   its softmax ops of the mean over the N rows of ``-log p[n, label[n]]``.
 * sgd_step: exactly ``torch.optim.SGD``; adam_step (:mod:`shardwise.reference.optim`):
@@ -55,6 +58,7 @@ from shardwise.reference import dropout as _drop
 from shardwise.reference import seq as _seq
 from shardwise.reference.activations import (gelu_backward, gelu_forward, leaky_relu_backward, leaky_relu_forward, sigmoid,
                                     sigmoid_backward, silu_backward, silu_forward, tanh_backward, tanh_forward)
+from shardwise.reference.groupnorm import group_norm_backward, group_norm_forward
 from shardwise.reference.conv import _out_size, _pad, _pair, _unpad, _window, conv2d_backward, conv2d_forward
 from shardwise.reference.inputs import check_inputs as _check_inputs, compute_dtype as _dtype
 from shardwise.reference.optim import adam_step, sgd_step
@@ -387,6 +391,11 @@ def _forward(graph: Any, params: Mapping[str, np.ndarray], x: np.ndarray, step: 
             y, mean, invstd = batchnorm2d_forward(ins[0], _param(params, f"{op.name}.weight", dtype),
                                                   _param(params, f"{op.name}.bias", dtype), a.get("eps", BN_EPS))
             saved[op.name] = (mean, invstd)
+        elif op.kind == "group_norm":
+            affine = a.get("affine", True)
+            y = group_norm_forward(ins[0], a["groups"], a["eps"],
+                                   _param(params, f"{op.name}.weight", dtype) if affine else None,
+                                   _param(params, f"{op.name}.bias", dtype) if affine else None)
         elif op.kind == "concat":
             y = concat_forward(ins, a.get("axis", 1))
         elif op.kind == "flatten":
@@ -507,6 +516,14 @@ def loss_and_grads(graph: Any, params: Mapping[str, np.ndarray], x: Any, labels:
                                                      dy, mean, invstd)
             grad_param(f"{op.name}.weight", dgamma)
             grad_param(f"{op.name}.bias", dbeta)
+            send(op.inputs[0], dx)
+        elif op.kind == "group_norm":
+            affine = a.get("affine", True)
+            dx, dw, db = group_norm_backward(ins[0], dy, a["groups"], a["eps"],
+                                             _param(params, f"{op.name}.weight", dtype) if affine else None)
+            if affine:
+                grad_param(f"{op.name}.weight", dw)
+                grad_param(f"{op.name}.bias", db)
             send(op.inputs[0], dx)
         elif op.kind == "concat":
             axis = a.get("axis", 1)

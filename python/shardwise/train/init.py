@@ -8,7 +8,7 @@ the same model in PyTorch:
 * conv2d and linear weights: ``kaiming_uniform_(a=sqrt(5))``, which works out
   to U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = C_in * kH * kW (conv) or
   the input features I (linear); their biases: the same bound.
-* batchnorm2d, layer_norm and rms_norm: weight (gamma) 1, bias (beta) 0.
+* batchnorm2d, layer_norm, rms_norm and group_norm: weight (gamma) 1, bias (beta) 0.
 * embedding: N(0, 1), as ``torch.nn.Embedding``.
 * parameter (shape (..., H)): U(-1/sqrt(H), 1/sqrt(H)) with H its last dimension,
   as ``torch.nn.LSTM`` initializes its weights with its hidden size (the models
@@ -44,6 +44,7 @@ _PARAM_NAMES = {
     "layer_norm": ("weight", "bias"),
     "embedding": ("weight",),
     "rms_norm": ("weight",),
+    "group_norm": ("weight", "bias"),   # with affine=True; none without
 }
 
 
@@ -99,7 +100,7 @@ def init_params(graph: Any, seed: int = 0, dtype: Any = np.float32) -> dict[str,
     for name, shape in parameter_shapes(graph).items():
         op_name, pname = name.rsplit(".", 1)
         kind = graph[op_name].kind
-        if kind in ("batchnorm2d", "layer_norm", "rms_norm"):
+        if kind in ("batchnorm2d", "layer_norm", "rms_norm", "group_norm"):
             params[name] = np.full(shape, 1.0 if pname == "weight" else 0.0, dtype=dtype)
             continue
         if kind == "embedding":   # torch.nn.Embedding: N(0, 1)

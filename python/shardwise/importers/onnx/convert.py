@@ -25,6 +25,7 @@ from shardwise.importers.onnx.ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_RE
 from shardwise.importers.onnx import seq as import_onnx_seq# noqa: F401  (adds the sequence ops to ONNX_OPS)
 from shardwise.importers.onnx import rnn as import_onnx_rnn# noqa: F401  (adds LSTM)
 from shardwise.importers.onnx import bcast as import_onnx_bcast  # noqa: F401  (adds broadcasting Mul/Add, Expand, Slice, Split, Resize)
+from shardwise.importers.onnx import groupnorm as import_onnx_groupnorm  # noqa: F401  (adds InstanceNormalization: group norm)
 from shardwise.importers.common import Lazy, check_weight_shapes, unique_name, without_dead_ops
 
 __all__ = ["from_onnx"]
@@ -281,7 +282,7 @@ class _OnnxImporter:
             return
         if node.op_type not in LAZY_READERS:   # an LSTM's output steps read whole: build the sequence
             for k, v in enumerate(values):
-                if isinstance(v, Lazy):
+                if isinstance(v, Lazy) and not self._folds(v, node, k):
                     values[k] = self.env[node.input[k]] = v.tensor(self.g, where, f"its input {k}")
         if node.op_type == "Sigmoid" and self._silu_sigmoid(node):
             self.sigmoid_of[node.output[0]] = node.input[0]
@@ -390,6 +391,12 @@ class _OnnxImporter:
             return None   # (a reader without an output is not fused: it is refused when its turn comes)
         return readers[0]
 
+    def _folds(self, v: Lazy, node: Any, k: int) -> bool:
+        """Does ``node`` take the lazy value ``v``, its input ``k``, as it is: an op type ``v`` folds
+        into, its only reader (a group norm's pattern, :mod:`.groupnorm`)?"""
+        name = node.input[k]
+        return node.op_type in v.folds_into and name not in self.outputs and len(self.consumers.get(name, [])) == 1
+
     def _relu_reader(self, node: Any) -> Any:
         relu = self._single_reader(node, "Relu")
         return relu if relu is not None and relu.input[0] == node.output[0] else None
@@ -494,7 +501,8 @@ class _OnnxImporter:
             path, _ = self._scope(node)
             return path or node.name or "lstm"
         kind = "linear" if linear else KIND_NAMES.get(node.op_type, node.op_type.lower())
-        weighted = node.op_type in ("Conv", "Gemm", "BatchNormalization", "LayerNormalization", "Gather") or linear
+        weighted = node.op_type in ("Conv", "Gemm", "BatchNormalization", "LayerNormalization", "Gather",
+                                    "InstanceNormalization") or linear
         w = values[0 if node.op_type == "Gather" else 1] if weighted and len(values) > 1 else None
         if isinstance(w, Const) and w.source is not None and _owner_name(w.source):
             return self._unique(_owner_name(w.source), owner=True)

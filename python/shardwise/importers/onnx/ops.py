@@ -587,6 +587,15 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`batchnorm2d`", "`BatchNormalization`",
                "any `epsilon`; scale, bias, running mean and variance initializers (one shared by several batch "
                "norms, as exporters merge equal constants, is copied for each); `momentum`"),
+    OnnxDocRow("`group_norm`", "`Reshape` + `InstanceNormalization` + `Reshape` + `Mul` + `Add`",
+               "PyTorch's TorchScript export of `nn.GroupNorm` (any opset): the reshape of `(N, C, H, W)` to "
+               "`(N, G, C/G * H * W)`, its instance norm with scale 1 and bias 0 (any `epsilon`), the reshape back, "
+               "the `Mul` by the weight and the `Add` of the bias (initializers `(C, 1, 1)`; constants 1 and 0 "
+               "without affine), each read by the next alone: one op, named for the module, its weights "
+               "`<module>.weight`, `.bias`"),
+    OnnxDocRow("`group_norm`", "`InstanceNormalization`",
+               "of an `(N, C, H, W)` tensor (`nn.InstanceNorm2d`): a group per channel; scale and bias initializers, "
+               "or constants 1 and 0 (no affine); any `epsilon`"),
     OnnxDocRow("`relu`", "`Relu`", "fused into a convolution or linear layer it alone reads"),
     OnnxDocRow("`sigmoid`, `tanh`", "`Sigmoid`, `Tanh`", "element-wise, any shape"),
     OnnxDocRow("`gelu`", "`Gelu`",
@@ -650,7 +659,7 @@ KIND_NAMES: dict[str, str] = {
     "AveragePool": "avgpool", "GlobalAveragePool": "avgpool", "GlobalMaxPool": "maxpool", "ReduceMean": "mean",
     "Softmax": "softmax", "LogSoftmax": "softmax", "Gather": "embedding", "LayerNormalization": "layer_norm",
     "Transpose": "transpose", "Clip": "clip", "HardSigmoid": "hardsigmoid", "HardSwish": "hardswish",
-    "RMSNormalization": "rms_norm", "Max": "clamp", "Min": "clamp",
+    "RMSNormalization": "rms_norm", "Max": "clamp", "Min": "clamp", "InstanceNormalization": "group_norm",
 }
 """The operation's name in op names made from a scope (``"layer1.0.add"``): from_torch's names."""
 

@@ -120,6 +120,44 @@ def _batchnorm2d(c: Call) -> Tensor:
     return y
 
 
+def _group_norm_with(c: Call, groups: Any, eps: Any, weight: Any, bias: Any) -> Tensor:
+    """A group_norm op of the call's (N, C, H, W) input; weight and bias (C,) both or neither."""
+    x = c.tensor(0, rank=4)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise c.error(f"num_groups={groups!r} is not supported (a positive int)")
+    if x.shape[1] % groups:
+        raise c.error(f"num_groups={groups} does not divide the {x.shape[1]} channels of the input {x.shape}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or not eps > 0:
+        raise c.error(f"eps={eps!r} is not supported (a positive number)")
+    if (weight is None) != (bias is None):
+        raise c.error("a group norm with a weight and no bias (or a bias and no weight) is not supported")
+    for what, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != (x.shape[1],):
+            raise ShapeError(f"{c.where}: the {what} of shape {tuple(t.shape)} does not fit the {x.shape[1]} channels "
+                             f"of the input {x.shape}")
+    y = c.graph.group_norm(x, groups, eps=float(eps), affine=weight is not None, name=c.name)
+    c.set_weights(weight=weight, bias=bias)
+    return y
+
+
+def _group_norm(c: Call) -> Tensor:
+    m = c.module
+    if m.affine and (m.weight is None or m.bias is None):
+        raise c.error("a group norm with affine=True but no weight or bias is not supported")
+    if c.tensor(0).shape[1:2] != (m.num_channels,):
+        raise ShapeError(f"{c.where}: num_channels={m.num_channels} but the input has shape {c.tensor(0).shape}")
+    return _group_norm_with(c, m.num_groups, m.eps, m.weight if m.affine else None, m.bias if m.affine else None)
+
+
+def _group_norm_fn(c: Call) -> Tensor:
+    """F.group_norm(x, num_groups, weight, bias, eps): weight and bias parameters of the model (or
+    neither: no affine)."""
+    a = c.attrs
+    weight = None if a["weight"] is None else c.parameter(a["weight"], "weight", rank=1)
+    bias = None if a["bias"] is None else c.parameter(a["bias"], "bias", rank=1)
+    return _group_norm_with(c, a["num_groups"], a["eps"], weight, bias)
+
+
 def _relu(c: Call) -> Tensor:
     return c.graph.relu(c.tensor(0), name=c.name)
 
@@ -491,6 +529,8 @@ _CONV_DOC = ("any `groups` (grouped and depthwise) and `dilation`; `padding_mode
 _LINEAR_DOC = ("a `(N, features)` or `(N, T, features)` input; the function's weight and bias must be parameters of "
                "the model")
 _CONSTANTS_DOC = "shapes are fixed by the example inputs"
+_GROUP_NORM_DOC = ("of an `(N, C, H, W)` input, `num_groups` dividing C, any `eps`; `affine` (the function: weight and "
+                   "bias parameters of the model) or not (neither)")
 
 TORCH_OPS: tuple[TorchOp, ...] = (
     TorchOp("conv", _conv2d, modules=("Conv2d",), fuses_relu=True, op="`conv2d`", doc=_CONV_DOC),
@@ -600,6 +640,10 @@ TORCH_OPS: tuple[TorchOp, ...] = (
             functions=(_F + "layer_norm",), op="`layer_norm` (+ `reshape`)",
             doc="over the last dimensions (`normalized_shape`; several: a `reshape` merging them, the norm, a "
                 "`reshape` back), weight and bias parameters of the model; any `eps`"),
+    TorchOp("group_norm", _group_norm, modules=("GroupNorm",), op="`group_norm`", doc=_GROUP_NORM_DOC),
+    TorchOp("group_norm", _group_norm_fn, params=(("num_groups", REQUIRED), ("weight", None), ("bias", None),
+                                                  ("eps", 1e-5)),
+            functions=(_F + "group_norm",), op="`group_norm`", doc=_GROUP_NORM_DOC),
     TorchOp("rms_norm", _rms_norm, modules=("RMSNorm",), op="`rms_norm` (+ `reshape`)",
             doc="over the last dimensions as for `layer_norm`, with a weight; any `eps` (None: float32's epsilon)"),
     TorchOp("rms_norm", _rms_norm_fn, params=(("normalized_shape", REQUIRED), ("weight", None), ("eps", None)),
