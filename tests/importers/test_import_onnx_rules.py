@@ -234,8 +234,8 @@ def test_silu_parameters_and_identities():
         ("x", "input"), ("P", "parameter"), ("mm", "matmul"), ("sig", "sigmoid"), ("swish", "silu"),
         ("cat", "concat"), ("fc", "linear"), ("softmax", "softmax")]
     assert g["swish"].inputs == (g["mm"].index,)
-    np.testing.assert_array_equal(weights["P.weight"], inits["P"])
-    assert set(weights) == {"P.weight", "fc.weight"}
+    np.testing.assert_array_equal(weights["P"], inits["P"])
+    assert set(weights) == {"P", "fc.weight"}
 
 
 def test_pools_and_squeeze():

@@ -446,6 +446,8 @@ class _OnnxImporter:
             self.owners[src] = (op, "weight")
             self.weights_[op] = {"weight": const.value}
             self.parameter_ops[src] = self.g.parameter(tuple(const.value.shape), name=op)
+            if "::" not in src:   # the model's own name (not an exporter's "onnx::MatMul_12"): the weights keep it
+                self.g.weight_names[f"{op}.weight"] = src
         return self.parameter_ops[src]
 
     # ----- weights
