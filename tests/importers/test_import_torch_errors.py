@@ -371,7 +371,7 @@ def test_a_parameter_read_twice_trains_like_pytorch():
         loss.backward()
         opt.step()
         assert t.step(x, y) == pytest.approx(loss.item(), rel=1e-4)
-    np.testing.assert_allclose(t.get_weights()["w.weight"], model.w.detach().numpy(), atol=1e-4)
+    np.testing.assert_allclose(t.get_weights()["w"], model.w.detach().numpy(), atol=1e-4)
 
 
 def test_relu_after_conv_or_linear_is_fused():
