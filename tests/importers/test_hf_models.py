@@ -1,0 +1,172 @@
+"""Hugging Face transformers models imported with ``sw.from_torch`` (torch.fx cannot trace them:
+the import goes through torch.export, shardwise.importers.torch.export), built from tiny random
+configs (no download).
+
+Forward: ``Trainer.forward`` on a 2-worker plan equals the model's logits computed by a float64
+copy within 1e-5.  Training: three steps of SGD (momentum, weight decay) and of AdamW on 2
+workers give the losses and weights of the float64 copy trained alike within RTOL.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+try:
+    from torchvision_compat import import_torchvision
+
+    import_torchvision()   # transformers imports torchvision when present: the CPU-torch workaround first
+except ImportError:
+    pass
+transformers = pytest.importorskip("transformers", reason="transformers not installed: pip install transformers")
+
+import torch.nn.functional as F  # noqa: E402
+
+import shardwise as sw  # noqa: E402
+from strategies_random import random_plan  # noqa: E402
+from training_checks import RTOL, assert_close_weights  # noqa: E402
+
+N, T, V = 2, 8, 64
+
+
+def gpt2(**overrides):
+    cfg = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=16, activation_function="gelu",
+               tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg)).eval()
+
+
+def token_ids(seed: int = 0, vocab: int = V, n: int = N, t: int = T):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n, t + 1), generator=g)
+
+
+def conv1d_names(model) -> set[str]:
+    """Weights of Hugging Face's Conv1D layers (stored (in, out), imported transposed)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, Conv1D)}
+
+
+def state_dict_layout(model, weights: dict) -> dict[str, np.ndarray]:
+    """Imported (or trained) weights in the model's state_dict layout: Conv1D weights transposed back."""
+    conv = conv1d_names(model)
+    return {k: (v.T if k in conv else v) for k, v in weights.items()}
+
+
+def params(model) -> dict[str, np.ndarray]:
+    return {k: v.detach().double().numpy().copy() for k, v in model.named_parameters()}
+
+
+def logits64(model, ids) -> np.ndarray:
+    out = copy.deepcopy(model).double()(ids)
+    return (out.logits if hasattr(out, "logits") else out[0]).detach().numpy()
+
+
+def check_forward(model, ids, plan: str = "data") -> float:
+    """Import, Trainer.forward on 2 workers against the float64 model; the max error."""
+    g, weights = sw.from_torch(model, (ids,))
+    assert set(weights) == set(model.state_dict())
+    for k, v in state_dict_layout(model, weights).items():
+        np.testing.assert_array_equal(v, model.state_dict()[k].numpy())
+    t = sw.Trainer(g, make_plan(g, plan))
+    t.set_weights(weights)
+    err = float(np.abs(t.forward(ids.numpy()) - logits64(model, ids)).max())
+    assert err <= 1e-5
+    return err
+
+
+def make_plan(g, kind: str) -> sw.Plan:
+    if kind == "data":
+        return sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    return random_plan(g, sw.DeviceGraph.cpu(2), np.random.default_rng(3), reductions=True)
+
+
+OPTIMIZERS = {
+    "sgd": (lambda: sw.SGD(lr=0.1, momentum=0.9, weight_decay=1e-3),
+            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-3)),
+    "adamw": (lambda: sw.AdamW(lr=1e-2, weight_decay=1e-2),
+              lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=1e-2)),
+}
+
+
+def train_torch64(model, x, y, opt: str, steps: int = 3):
+    """``steps`` steps of the float64 copy of ``model``: its losses and weights."""
+    m = copy.deepcopy(model).double()
+    optimizer = OPTIMIZERS[opt][1](m.parameters())
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        out = m(x)
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, params(m)
+
+
+def check_training(model, x, y, opt: str, plan: str, noise: dict | None = None) -> None:
+    """Three steps on 2 workers against the float64 copy.  ``noise``: weight name -> a slice of
+    its last dimension whose gradient is zero in exact arithmetic (a key bias: adding it to every
+    key adds q.b to every score of a row, which the softmax ignores), so that only rounding noise
+    reaches it; Adam divides that noise by its own magnitude, so those entries are compared
+    only by their bound (lr per step), the rest of the weight as usual."""
+    g, weights = sw.from_torch(model, (x,))
+    t = sw.Trainer(g, make_plan(g, plan), optimizer=OPTIMIZERS[opt][0]())
+    t.set_weights(weights)
+    got = [t.step(x.numpy(), y.numpy()) for _ in range(3)]
+    want, want_weights = train_torch64(model, x, y, opt)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    got_weights = state_dict_layout(model, t.get_weights())
+    for k, cols in (noise or {}).items():
+        assert np.abs(got_weights[k][..., cols] - weights[k][..., cols]).max() <= 3 * 1e-2 * 1.01
+        got_weights[k] = got_weights[k].copy()
+        got_weights[k][..., cols] = want_weights[k][..., cols]
+    assert_close_weights(got_weights, want_weights)
+
+
+# ----------------------------------------------------------------------------- GPT-2
+def test_gpt2_predicts_like_pytorch():
+    ids = token_ids()[:, :-1]
+    check_forward(gpt2(), ids)
+
+
+def test_gpt2_graph_is_a_gpt():
+    """The structure the planner sees: one linear per Conv1D (q, k, v sliced from c_attn),
+    g.attention's composition with the causal mask, the first T rows of wpe."""
+    g, _ = sw.from_torch(gpt2(), (token_ids()[:, :-1],))
+    kinds = [op.kind for op in g.ops]
+    assert kinds.count("linear") == 2 * 4 + 1
+    assert kinds.count("slice") == 2 * 3 + 1          # q, k, v per layer; wpe's first T rows
+    probs = [op for op in g.ops if op.kind == "softmax_dim"]
+    assert len(probs) == 2 and all(op.attrs.get("causal") for op in probs)
+    assert g.ops[g.op_names().index("transformer.wpe")].kind == "parameter"
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+@pytest.mark.parametrize("plan", ["data", "random"])
+def test_gpt2_trains_like_pytorch(opt, plan):
+    ids = token_ids(1)
+    key_bias = {f"transformer.h.{k}.attn.c_attn.bias": slice(32, 64) for k in range(2)}
+    check_training(gpt2(), ids[:, :-1], ids[:, 1:], opt, plan, noise=key_bias if opt == "adamw" else None)
+
+
+def test_gpt2_tied_embeddings_are_refused():
+    model = gpt2(tie_word_embeddings=True)
+    with pytest.raises(sw.ModelImportError, match="tied weights.*tie_word_embeddings=False"):
+        sw.from_torch(model, (token_ids()[:, :-1],))
+
+
+def test_gpt2_tanh_gelu_is_refused():
+    model = gpt2(activation_function="gelu_new")
+    with pytest.raises(sw.ModelImportError, match="NewGELUActivation is the tanh approximation of GELU.*activation_function='gelu'"):
+        sw.from_torch(model, (token_ids()[:, :-1],))
+
+
+def test_fx_only_keeps_the_fx_error():
+    with pytest.raises(sw.ModelImportError, match="torch.fx could not trace GPT2LMHeadModel"):
+        sw.from_torch(gpt2(), (token_ids()[:, :-1],), method="fx")
