@@ -170,3 +170,48 @@ def test_gpt2_tanh_gelu_is_refused():
 def test_fx_only_keeps_the_fx_error():
     with pytest.raises(sw.ModelImportError, match="torch.fx could not trace GPT2LMHeadModel"):
         sw.from_torch(gpt2(), (token_ids()[:, :-1],), method="fx")
+
+
+# ----------------------------------------------------------------------------- BERT
+def bert(**overrides):
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+               max_position_embeddings=16, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+               pad_token_id=None)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    return transformers.BertForSequenceClassification(transformers.BertConfig(**cfg)).eval()
+
+
+def test_bert_predicts_like_pytorch():
+    """Sequence classification logits (N, 3); no attention mask (every position attended)."""
+    check_forward(bert(), token_ids()[:, :-1])
+
+
+def test_bert_graph():
+    """Token types (all 0 without token_type_ids) read row 0 of their table; positions its first
+    T rows; attention without a mask; the pooler reads position 0."""
+    g, _ = sw.from_torch(bert(), (token_ids()[:, :-1],))
+    assert g.ops[0].name == "input_ids"
+    by_name = {op.name: op for op in g.ops}
+    row = by_name["bert.embeddings.token_type_embeddings.row"]
+    assert (row.kind, row.shape, row.attrs["start"], row.attrs["stop"]) == ("slice", (1, 32), 0, 1)
+    assert by_name["bert.embeddings.position_embeddings.positions"].shape == (T, 32)
+    probs = [op for op in g.ops if op.kind == "softmax_dim"]
+    assert len(probs) == 2 and not any(op.attrs.get("causal") for op in probs)
+    assert g.ops[-1].shape == (N, 3)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_bert_trains_like_pytorch(opt):
+    ids = token_ids(2)[:, :-1]
+    labels = torch.tensor([0, 2])
+    key_bias = {f"bert.encoder.layer.{k}.attention.self.key.bias": slice(None) for k in range(2)}
+    check_training(bert(), ids, labels, opt, "random", noise=key_bias if opt == "adamw" else None)
+
+
+def test_bert_attention_mask_input_and_padding_idx_are_refused():
+    ids = token_ids()[:, :-1]
+    with pytest.raises(sw.ModelImportError, match="input 'attention_mask'.*call without it"):
+        sw.from_torch(bert(), (ids, torch.ones_like(ids)))
+    with pytest.raises(sw.ModelImportError, match="padding_idx=0 is not supported.*pad_token_id=None"):
+        sw.from_torch(bert(pad_token_id=0), (ids,))

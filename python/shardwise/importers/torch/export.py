@@ -36,6 +36,11 @@ def from_torch_export(torch: Any, model: Any, shapes: list[tuple[tuple[int, ...]
     """The graph and weights of ``model`` exported with ``torch.export`` at ``example_inputs``."""
     from shardwise.importers.torch.export_ops import ExportImporter
 
+    names = _argument_names(model, len(example_inputs))
+    if "attention_mask" in names:
+        raise ModelImportError("input 'attention_mask': a mask given as an input is not supported (the masks "
+                               "computed from it would depend on the input); call without it: a Hugging Face "
+                               "model then attends to every position, as with a mask of all ones")
     wrapper = _first_output_module(torch, model)
     try:
         with torch.no_grad():
@@ -44,10 +49,21 @@ def from_torch_export(torch: Any, model: Any, shapes: list[tuple[tuple[int, ...]
         raise ModelImportError(f"torch.export could not export {type(model).__name__}.forward "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
     importer = ExportImporter(torch, model, program, name, _aliases(model), os.path.dirname(torch.__file__))
-    g = importer.run(shapes)
+    g = importer.run(shapes, names)
     weights = importer.weights()
     check_weight_shapes(g, weights)
     return without_dead_ops(g, weights)
+
+
+def _argument_names(model: Any, count: int) -> list[str]:
+    """The names of ``forward``'s first ``count`` arguments (the graph's input ops)."""
+    try:
+        params = [p for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params[:count]]
+    return names + [f"input_{k}" for k in range(len(names), count)]
 
 
 def _first_output_module(torch: Any, model: Any) -> Any:

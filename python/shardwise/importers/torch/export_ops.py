@@ -68,9 +68,9 @@ class ExportImporter:
         self.reserved = {_owner_name(strip_prefix(t)) for t in program.state_dict}
 
     # ----- the pass
-    def run(self, shapes: list[tuple[tuple[int, ...], str]]) -> Graph:
+    def run(self, shapes: list[tuple[tuple[int, ...], str]], names: list[str]) -> Graph:
         specs = self.program.graph_signature.input_specs
-        user = iter(shapes)
+        user = iter(zip(shapes, names))
         by_arg = {}
         for spec in specs:
             kind = spec.kind.name
@@ -80,8 +80,8 @@ class ExportImporter:
                 store = self.program.state_dict if spec.target in self.program.state_dict else self.program.constants
                 by_arg[spec.arg.name] = Const(store[spec.target])
             elif kind == "USER_INPUT":
-                shape, dtype = next(user)
-                by_arg[spec.arg.name] = self.g.input(unique_name(self.g, self.reserved, spec.arg.name, True),
+                (shape, dtype), arg_name = next(user)
+                by_arg[spec.arg.name] = self.g.input(unique_name(self.g, self.reserved, arg_name, True),
                                                      shape, dtype=dtype)
             else:
                 raise ModelImportError(f"the exported program's input {spec.arg.name!r} of kind {kind} is not "
