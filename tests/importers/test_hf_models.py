@@ -215,3 +215,47 @@ def test_bert_attention_mask_input_and_padding_idx_are_refused():
         sw.from_torch(bert(), (ids, torch.ones_like(ids)))
     with pytest.raises(sw.ModelImportError, match="padding_idx=0 is not supported.*pad_token_id=None"):
         sw.from_torch(bert(pad_token_id=0), (ids,))
+
+
+# ----------------------------------------------------------------------------- Llama
+def llama(**overrides):
+    cfg = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=16, tie_word_embeddings=False, use_cache=False)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).eval()
+
+
+def test_llama_predicts_like_pytorch():
+    """RMS norms, rotary embeddings, SwiGLU and grouped-query attention (4 query heads, 2 key and
+    value heads), against the float64 model."""
+    check_forward(llama(), token_ids()[:, :-1])
+
+
+def test_llama_graph():
+    """Each composition is one op: rms_norm, rotary (base from the tables: Llama's 10000) on q
+    and k, repeat_kv as reshape + expand + reshape, causal attention; no slice or neg is left."""
+    g, _ = sw.from_torch(llama(), (token_ids()[:, :-1],))
+    kinds = [op.kind for op in g.ops]
+    assert kinds.count("rms_norm") == 2 * 2 + 1 and kinds.count("rotary") == 2 * 2
+    assert "slice" not in kinds and kinds.count("expand") == 2 * 2
+    assert all(op.attrs["base"] == 10000.0 for op in g.ops if op.kind == "rotary")
+    assert [op.shape for op in g.ops if op.kind == "rotary"][:2] == [(N, 4, T, 8), (N, 2, T, 8)]
+    assert all(op.attrs.get("causal") for op in g.ops if op.kind == "softmax_dim")
+
+
+def test_llama_rope_theta_is_read_from_the_tables():
+    g, _ = sw.from_torch(llama(rope_theta=500000.0), (token_ids()[:, :-1],))
+    assert {op.attrs["base"] for op in g.ops if op.kind == "rotary"} == {500000.0}
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_llama_trains_like_pytorch(opt):
+    ids = token_ids(3)
+    check_training(llama(), ids[:, :-1], ids[:, 1:], opt, "random")
+
+
+def test_llama_scaled_rope_is_refused():
+    model = llama(rope_scaling={"rope_type": "linear", "factor": 2.0})
+    with pytest.raises(sw.ModelImportError, match="rotary tables other than RoPE's"):
+        sw.from_torch(model, (token_ids()[:, :-1],))

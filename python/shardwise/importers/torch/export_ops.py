@@ -10,6 +10,9 @@ Values of the pass:
   an op; only patterns below give one a meaning;
 * :class:`Flat`: a tensor (N, T, D) seen as (N T, D): ``view(x, [-1, D])`` before an ``addmm``
   (Hugging Face's ``Conv1D``, GPT-2's linears), undone by the ``view`` after it;
+* a :class:`Pattern`: part of a composition that becomes one op when complete (an RMS norm
+  spelled ``x * rsqrt(mean(x ** 2) + eps) * w``; a rotary embedding spelled
+  ``x * cos + rotate_half(x) * sin``), refused if read any other way;
 * plain Python values (sizes, lists of tensors from ``split``).
 """
 from __future__ import annotations
@@ -47,6 +50,33 @@ class Const:
 @dataclass(eq=False)
 class Flat:
     x: Tensor    # (lead.., D), seen as (prod(lead), D)
+
+
+class Pattern:
+    """Part of a composition recognized as one op (see the converters below); ``what``: the
+    composition, for messages when the part is read in any other way."""
+
+    what = ""
+
+
+@dataclass(eq=False)
+class RmsPart(Pattern):
+    """Steps of ``x * rsqrt(mean(x ** 2, -1, keepdim) + eps)``: ``stage`` "square", "mean",
+    "mean+eps", "rsqrt" or "normalized" (then times the weight: ``rms_norm``)."""
+    x: Tensor
+    stage: str
+    eps: float = 0.0
+    what = "an RMS norm (x * rsqrt(mean(x ** 2, -1, keepdim=True) + eps) * weight)"
+
+
+@dataclass(eq=False)
+class RotaryPart(Pattern):
+    """Steps of ``x * cos + rotate_half(x) * sin``: ``stage`` "neg" (of x's upper half, ``half``
+    the slice op), "rotated" (``rotate_half(x)``), "cos" or "sin" (times the constant ``table``)."""
+    x: Tensor
+    stage: str
+    table: Any = None
+    what = "a rotary position embedding (x * cos + rotate_half(x) * sin)"
 
 
 def _owner_name(param_name: str) -> str:
@@ -184,7 +214,7 @@ def aten_name(target: Any) -> str:
 
 def _reads_graph_values(value: Any, fx: Any) -> bool:
     found: list[bool] = []
-    fx.node.map_aggregate(value, lambda v: found.append(isinstance(v, (Tensor, Param, Flat))))
+    fx.node.map_aggregate(value, lambda v: found.append(isinstance(v, (Tensor, Param, Flat, Pattern))))
     return any(found)
 
 
@@ -253,6 +283,9 @@ class ExportCall:
             return v
         if isinstance(v, Param):
             return self.imp.parameter_op(self, v)
+        if isinstance(v, Pattern):
+            raise self.error(f"{what} is part of {v.what}, read by {self.op}; only the rest of that "
+                             f"composition may read it")
         if isinstance(v, Flat):
             raise self.error(f"{what} is a (N T, D) view of an (N, T, D) tensor, read by {self.op}; only a "
                              f"linear layer (addmm, mm) may read it")
@@ -501,13 +534,159 @@ def _binary(c: ExportCall, build: Callable[..., Tensor], kind: str) -> Tensor:
 
 
 @converts("aten.add")
-def _add(c: ExportCall) -> Tensor:
+def _add(c: ExportCall) -> Any:
+    a, b = c.arg(0, "self"), c.arg(1, "other")
+    if isinstance(a, RmsPart) and a.stage == "mean" and isinstance(b, (int, float)) and c.kwargs.get("alpha", 1) == 1:
+        return RmsPart(a.x, "mean+eps", float(b))
+    if isinstance(a, RotaryPart) and isinstance(b, RotaryPart):
+        return _rotary(c, a, b)
     return _binary(c, c.g.add, "add")
 
 
 @converts("aten.mul")
-def _mul(c: ExportCall) -> Tensor:
+def _mul(c: ExportCall) -> Any:
+    a, b = c.arg(0, "self"), c.arg(1, "other")
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Tensor) and isinstance(y, RmsPart) and y.stage == "rsqrt" and y.x is x:
+            return RmsPart(x, "normalized", y.eps)
+        if isinstance(x, Param) and isinstance(y, RmsPart) and y.stage == "normalized":
+            return _rms_norm(c, y, x)
+        if isinstance(y, Const) and isinstance(x, Tensor):
+            return RotaryPart(x, "cos", y.value)
+        if isinstance(y, Const) and isinstance(x, RotaryPart) and x.stage == "rotated":
+            return RotaryPart(x.x, "sin", y.value)
     return _binary(c, c.g.mul, "mul")
+
+
+# ----- RMS norm, as Llama's LlamaRMSNorm spells it
+@converts("aten.pow")
+def _pow(c: ExportCall) -> RmsPart:
+    x = c.tensor(c.arg(0, "self"), "the base")
+    if c.arg(1, "exponent") != 2:
+        raise c.error(f"x ** {c.arg(1, 'exponent')} is not supported (only the square of an RMS norm)")
+    return RmsPart(x, "square")
+
+
+@converts("aten.mean")
+def _mean(c: ExportCall) -> RmsPart:
+    x, dims, keep = c.arg(0, "self"), c.arg(1, "dim"), c.arg(2, "keepdim", False)
+    if not (isinstance(x, RmsPart) and x.stage == "square" and dims is not None and list(dims) in ([-1],
+            [len(x.x.shape) - 1]) and keep):
+        raise c.error("a mean is supported only as the mean square over the last dimension of an RMS norm")
+    return RmsPart(x.x, "mean")
+
+
+@converts("aten.rsqrt")
+def _rsqrt(c: ExportCall) -> RmsPart:
+    x = c.arg(0, "self")
+    if not (isinstance(x, RmsPart) and x.stage == "mean+eps"):
+        raise c.error("rsqrt is supported only as 1 / sqrt(mean(x ** 2) + eps) of an RMS norm")
+    return RmsPart(x.x, "rsqrt", x.eps)
+
+
+def _rms_norm(c: ExportCall, part: RmsPart, w: Param) -> Tensor:
+    if tuple(w.value.shape) != (part.x.shape[-1],):
+        raise c.error(f"an RMS norm of {part.x.shape} with a weight of shape {tuple(w.value.shape)} is not supported")
+    if not part.eps > 0:
+        raise c.error(f"an RMS norm with eps {part.eps} is not supported (a positive eps)")
+    name = c.owned_name(w)
+    c.imp.claim(c, w, f"the RMS norm {name!r}")
+    out = c.g.rms_norm(part.x, eps=part.eps, name=name)
+    c.imp.record(name, {"weight": w.value})
+    return out
+
+
+# ----- rotary position embedding, as Llama's apply_rotary_pos_emb spells it
+@converts("aten.neg")
+def _neg(c: ExportCall) -> RotaryPart:
+    x = c.tensor(c.arg(0, "self"), "the input")
+    src = c.g.ops[x.op]
+    if src.kind == "slice" and src.attrs["dim"] == len(x.shape) - 1:
+        return RotaryPart(x, "neg")
+    raise c.error("a negation is supported only of the upper half of a rotary embedding's input (rotate_half)")
+
+
+def _half_of(c: ExportCall, t: Tensor, upper: bool) -> Tensor | None:
+    """The tensor whose lower or upper half of the last dimension ``t`` is (a slice op), or None."""
+    op = c.g.ops[t.op]
+    if op.kind != "slice" or op.attrs["dim"] != len(t.shape) - 1 or op.attrs.get("step", 1) != 1:
+        return None
+    src = c.g.ops[op.inputs[0]]
+    dh = src.shape[-1]
+    want = (dh // 2, dh) if upper else (0, dh // 2)
+    if dh % 2 or (op.attrs["start"], op.attrs["stop"]) != want:
+        return None
+    return Tensor(c.g, src.index, src.shape)
+
+
+@converts("aten.cat")
+def _cat(c: ExportCall) -> Any:
+    xs = list(c.arg(0, "tensors"))
+    if any(isinstance(x, RotaryPart) for x in xs):
+        # rotate_half(x) = cat([-x[..., h:], x[..., :h]], -1)
+        ok = len(xs) == 2 and isinstance(xs[0], RotaryPart) and xs[0].stage == "neg" and isinstance(xs[1], Tensor)
+        upper = _half_of(c, xs[0].x, upper=True) if ok else None
+        lower = _half_of(c, xs[1], upper=False) if ok else None
+        if upper is None or lower is None or upper.op != lower.op:
+            raise c.error("a concatenation with a negated half is supported only as rotate_half(x) = "
+                          "cat([-x[..., h:], x[..., :h]], -1)")
+        return RotaryPart(upper, "rotated")
+    ts = [c.tensor(x, f"tensor {k}") for k, x in enumerate(xs)]
+    return c.g.concat(ts, axis=c.arg(1, "dim", 0) % len(ts[0].shape), name=c.name("cat"))
+
+
+def _rotary(c: ExportCall, a: RotaryPart, b: RotaryPart) -> Tensor:
+    """``x * cos + rotate_half(x) * sin`` with constant tables: a ``rotary`` op when the tables
+    are RoPE's for some base (checked entry by entry), refused otherwise (scaled RoPE variants)."""
+    torch = c.imp.torch
+    cos, sin = (a, b) if a.stage == "cos" else (b, a)
+    if not (cos.stage == "cos" and sin.stage == "sin" and cos.x.op == sin.x.op):
+        raise c.error("a sum of products by constants is supported only as x * cos + rotate_half(x) * sin "
+                      "(a rotary position embedding)")
+    x = cos.x
+    t, dh = x.shape[-2], x.shape[-1]
+    tables = []
+    for table in (cos.table, sin.table):
+        table = table.to(torch.float64)
+        if table.dim() > len(x.shape) or tuple(table.shape[-2:]) != (t, dh):
+            raise c.error(f"rotary tables of shape {tuple(table.shape)} for an input {x.shape} are not supported "
+                          f"(one (T, Dh) table for every sample and head)")
+        flat = table.reshape(-1, t, dh)
+        if not bool((flat == flat[0]).all()):
+            raise c.error("rotary tables that differ between samples or heads (position ids other than 0..T-1) "
+                          "are not supported")
+        tables.append(flat[0])
+    base = _rope_base(torch, tables[0], tables[1], t, dh)
+    want = torch.arange(t, dtype=torch.float64)[:, None] * (base ** (-2.0 * (torch.arange(dh) % (dh // 2)) / dh))
+    tol = 1e-6 + 2e-7 * t   # float32 tables: the angle t f rounded to float32 before cos and sin
+    if base is None or not (torch.allclose(tables[0], torch.cos(want), rtol=0, atol=tol)
+                            and torch.allclose(tables[1], torch.sin(want), rtol=0, atol=tol)):
+        raise c.error("rotary tables other than RoPE's (cos and sin of t base^(-2i/Dh), positions 0..T-1, no "
+                      "scaling) are not supported: a Hugging Face config without rope_scaling")
+    return c.g.rotary(x, base=base, name=c.name("rotary"))
+
+
+def _rope_base(torch: Any, cos: Any, sin: Any, t: int, dh: int) -> float | None:
+    """The base of RoPE's frequencies from the tables' angles at position 1 (f_1 = base^(-2/Dh)),
+    rounded to 6 significant digits (the configs' thetas: 10000, 500000); None when T < 2."""
+    if t < 2:
+        return None
+    if dh == 2:
+        return 10000.0   # one frequency, 1: every base gives the same tables
+    f1 = float(torch.atan2(sin[1, 1], cos[1, 1]))
+    if not f1 > 0:
+        return None
+    return float(f"{f1 ** (-dh / 2):.6g}")
+
+
+@converts("aten.unsqueeze")
+def _unsqueeze(c: ExportCall) -> Tensor:
+    """A dimension of 1 inserted after the batch (Llama's repeat_kv: unsqueeze, expand, reshape)."""
+    x = c.tensor(c.arg(0, "self"), "the input")
+    d = c.arg(1, "dim") % (len(x.shape) + 1)
+    if d == 0:
+        raise c.error("a new leading (batch) dimension is not supported")
+    return c.g.reshape(x, x.shape[:d] + (1,) + x.shape[d:], name=c.name("unsqueeze"))
 
 
 @converts("aten.gelu")
@@ -568,7 +747,3 @@ def _expand(c: ExportCall) -> Tensor:
     return c.g.expand(x, list(c.arg(1, "size")), name=c.name("expand"))
 
 
-@converts("aten.cat")
-def _cat(c: ExportCall) -> Tensor:
-    xs = [c.tensor(x, f"tensor {k}") for k, x in enumerate(c.arg(0, "tensors"))]
-    return c.g.concat(xs, axis=c.arg(1, "dim", 0) % len(xs[0].shape), name=c.name("cat"))
