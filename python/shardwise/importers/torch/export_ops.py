@@ -21,7 +21,7 @@ import math
 import operator
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -370,8 +370,8 @@ def _addmm(c: ExportCall) -> Any:
         raise c.error(f"a product of {x.shape} by a weight of shape {tuple(w.value.shape)} is not supported")
     if bias is not None and not (isinstance(bias, Param) and tuple(bias.value.shape) == (w.value.shape[1],)):
         raise c.error("the added term must be a bias parameter of the model, one per output feature")
+    c.imp.claim(c, w, f"the linear layer {_owner_name(w.name)!r}")
     name = c.owned_name(w)
-    c.imp.claim(c, w, f"the linear layer {name!r}")
     if bias is not None:
         c.imp.claim(c, bias, f"the linear layer {name!r}")
     y = c.g.linear(x, int(w.value.shape[1]), bias=bias is not None, name=name)
@@ -388,8 +388,8 @@ def _linear(c: ExportCall) -> Tensor:
     w = _linear_weight(c, w, "the weight")
     if bias is not None and not isinstance(bias, Param):
         raise c.error("the bias must be a parameter of the model")
+    c.imp.claim(c, w, f"the linear layer {_owner_name(w.name)!r}")
     name = c.owned_name(w)
-    c.imp.claim(c, w, f"the linear layer {name!r}")
     if bias is not None:
         c.imp.claim(c, bias, f"the linear layer {name!r}")
     y = c.g.linear(x, int(w.value.shape[0]), bias=bias is not None, name=name)
@@ -413,8 +413,8 @@ def _embedding(c: ExportCall) -> Tensor:
         return _constant_rows(c, weight, ids.value)
     if not isinstance(ids, Tensor):
         raise c.error("the indices must be token ids, an integer input of the model")
+    c.imp.claim(c, weight, f"the embedding {_owner_name(weight.name)!r}")
     name = c.owned_name(weight)
-    c.imp.claim(c, weight, f"the embedding {name!r}")
     out = c.g.embedding(ids, vocab, dim, name=name)
     c.imp.record(name, {"weight": weight.value})
     return out
@@ -447,8 +447,8 @@ def _layer_norm(c: ExportCall) -> Tensor:
         raise c.error(f"a layer norm over {list(shape)} of {x.shape} is not supported (the last dimension only)")
     if not isinstance(w, Param) or not isinstance(b, Param):
         raise c.error("a layer norm needs a weight and a bias, parameters of the model")
+    c.imp.claim(c, w, f"the layer norm {_owner_name(w.name)!r}")
     name = c.owned_name(w)
-    c.imp.claim(c, w, f"the layer norm {name!r}")
     c.imp.claim(c, b, f"the layer norm {name!r}")
     out = c.g.layer_norm(x, eps=float(eps), name=name)
     c.imp.record(name, {"weight": w.value, "bias": b.value})
@@ -589,8 +589,8 @@ def _rms_norm(c: ExportCall, part: RmsPart, w: Param) -> Tensor:
         raise c.error(f"an RMS norm of {part.x.shape} with a weight of shape {tuple(w.value.shape)} is not supported")
     if not part.eps > 0:
         raise c.error(f"an RMS norm with eps {part.eps} is not supported (a positive eps)")
+    c.imp.claim(c, w, f"the RMS norm {_owner_name(w.name)!r}")
     name = c.owned_name(w)
-    c.imp.claim(c, w, f"the RMS norm {name!r}")
     out = c.g.rms_norm(part.x, eps=part.eps, name=name)
     c.imp.record(name, {"weight": w.value})
     return out
@@ -747,3 +747,55 @@ def _expand(c: ExportCall) -> Tensor:
     return c.g.expand(x, list(c.arg(1, "size")), name=c.name("expand"))
 
 
+
+
+# ----------------------------------------------------------------------------- the docs' table
+class ExportDocRow(NamedTuple):
+    """A row of the table of ATen ops in docs/importing.md (markdown; tools/ops_docs.py writes it)."""
+
+    op: str     # the shardwise op(s) built
+    aten: str   # the ATen ops, each in backquotes, or the pattern of them
+    doc: str    # the conditions
+
+
+EXPORT_DOC_ROWS: tuple[ExportDocRow, ...] = (
+    ExportDocRow("`linear`", "`aten.linear`", "weight (and bias) parameters of the model (`nn.Linear`)"),
+    ExportDocRow("`linear`", "`aten.view` + `aten.addmm` (or `aten.mm`) + `aten.view`",
+                 "`x @ W + b` on the rows of (N, T, D) with W (in, out) and b parameters (Hugging Face's `Conv1D`, "
+                 "GPT-2's linears): the imported weight is W transposed to (out, in), under W's `state_dict` name"),
+    ExportDocRow("`embedding`", "`aten.embedding`",
+                 "a table parameter read by token ids (an integer input); no `padding_idx`"),
+    ExportDocRow("`parameter` + `slice`", "`aten.embedding`",
+                 "of constant indices: 0..T-1 at every position (learned positions: the table's first T rows) or "
+                 "one index everywhere (BERT's token types without `token_type_ids`: that row), added by broadcasting"),
+    ExportDocRow("`layer_norm`", "`aten.layer_norm`", "over the last dimension, weight and bias parameters; any eps"),
+    ExportDocRow("`rms_norm`", "`aten.pow`, `aten.mean`, `aten.add`, `aten.rsqrt`, `aten.mul`",
+                 "only `x * rsqrt(mean(x ** 2, -1, keepdim=True) + eps) * w` (Llama's RMS norm), w a parameter"),
+    ExportDocRow("`rotary`", "`aten.mul`, `aten.slice`, `aten.neg`, `aten.cat`, `aten.add`",
+                 "only `x * cos + cat(-x[..., h:], x[..., :h]) * sin` (Llama's rotary embedding) with constant "
+                 "tables equal to RoPE's for positions 0..T-1 without scaling; the base is read from the tables"),
+    ExportDocRow("attention: `matmul`, `softmax_dim`, `matmul`", "`aten.scaled_dot_product_attention`",
+                 "no mask, or a constant mask that is all True or the causal one (boolean, or additive 0 and "
+                 "-inf): `causal=True`; `dropout_p=0`; grouped-query attention through `repeat_kv` (below), not "
+                 "`enable_gqa`"),
+    ExportDocRow("`reshape`", "`aten.view`, `aten.reshape`, `aten._unsafe_view`, `aten.unsqueeze`",
+                 "the batch dimension kept: split or merge dimensions, insert one of size 1 (`repeat_kv`: "
+                 "`unsqueeze`, `expand`, `reshape`); a reshape to the same shape is no op"),
+    ExportDocRow("`permute`", "`aten.transpose`, `aten.permute`", "any dimensions"),
+    ExportDocRow("`slice` per piece", "`aten.split`, `aten.split_with_sizes`", "any dimension but the batch"),
+    ExportDocRow("`slice`", "`aten.slice`", "any dimension but the batch; positive steps"),
+    ExportDocRow("`select`", "`aten.select`", "one index of a dimension after the batch (BERT's pooler)"),
+    ExportDocRow("`expand`", "`aten.expand`", "constant sizes"),
+    ExportDocRow("`concat`", "`aten.cat`", "any dimension but the batch"),
+    ExportDocRow("`add`, `broadcast_add`", "`aten.add`",
+                 "two tensors (a parameter operand: a `parameter` op), `alpha=1`; no constants"),
+    ExportDocRow("`mul`", "`aten.mul`", "two tensors that broadcast (SwiGLU's gate); no constants"),
+    ExportDocRow("`gelu`", "`aten.gelu`", "exact GELU; the tanh approximation (GPT-2's `gelu_new`) is refused"),
+    ExportDocRow("`silu`, `tanh`, `sigmoid`, `relu`", "`aten.silu`, `aten.tanh`, `aten.sigmoid`, `aten.relu`",
+                 "element-wise, any shape"),
+    ExportDocRow("`dropout`", "`aten.dropout`", "in train mode with `p > 0`; none otherwise"),
+    ExportDocRow("none (identity)", "`aten.alias`, `aten.clone`, `aten.contiguous`, `aten.detach`, "
+                 "`aten.lift_fresh_copy`, `aten.to`, `aten._to_copy`, `aten._assert_tensor_metadata`",
+                 "conversions to float32 only"),
+)
+"""What the export path imports: every key of :data:`CONVERTERS` is named in a row (a test checks)."""
