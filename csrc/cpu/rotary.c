@@ -9,8 +9,10 @@
  * The op's description reads whole rows of x (as layer_norm's), so x holds every column of
  * y's rows.  The backward is linear in dy: a worker holding part of a row's dy writes the
  * whole row of dx from it (its partial gradient; the parts of a split add up).  Angles and
- * products in double; the frequencies are computed here from base, never stored. */
+ * products in double; the frequencies are computed here from base, never stored: a call
+ * computes the cos and sin of its positions once (a table (positions, Dh) of doubles). */
 #include <math.h>
+#include <stdlib.h>   /* malloc, free */
 
 #include "task_env.h"
 
@@ -52,11 +54,24 @@ static sw_status check_views(const sw_view *rows, const sw_view *box, const char
     return SW_OK;
 }
 
-static void angle(int64_t t, int64_t j, int64_t dh, double base, double *c, double *s) {
-    double f = pow(base, -2.0 * (double)(j % (dh / 2)) / (double)dh);
-    double a = (double)t * f;
-    *c = cos(a);
-    *s = sin(a);
+/* cos and sin of t f_j for the positions t in [t0, t0 + nt) and every column j: cs[2 (i dh + j)] and
+ * cs[2 (i dh + j) + 1] for t = t0 + i (NULL with an error set when out of memory) */
+static double *angle_table(int64_t t0, int64_t nt, int64_t dh, double base, sw_status *st) {
+    double *cs = malloc((size_t)(nt * dh * 2) * sizeof(double));
+    if (!cs) {
+        *st = SW_FAIL(SW_ERR_NOMEM, "rotary: no memory for a table of %lld x %lld angles", (long long)nt, (long long)dh);
+        return NULL;
+    }
+    for (int64_t j = 0; j < dh; j++) {
+        double f = pow(base, -2.0 * (double)(j % (dh / 2)) / (double)dh);
+        for (int64_t i = 0; i < nt; i++) {
+            double a = (double)(t0 + i) * f;
+            cs[2 * (i * dh + j)] = cos(a);
+            cs[2 * (i * dh + j) + 1] = sin(a);
+        }
+    }
+    *st = SW_OK;
+    return cs;
 }
 
 sw_status sw_rotary_forward(const sw_view *x, double base, sw_view *y) {
@@ -75,17 +90,22 @@ sw_status sw_rotary_forward(const sw_view *x, double base, sw_view *y) {
         return SW_OK;
     }
     const int64_t dh = x->shape[r - 1], h = dh / 2, j0 = y->lo[r - 1], nj = y->shape[r - 1];
+    sw_status st;
+    double *cs = angle_table(y->lo[r - 2], y->shape[r - 2], dh, base, &st);
+    if (!cs) {
+        return st;
+    }
     do {
         const float *xr = x->data + row_offset(x, idx);
         float *yr = y->data + row_offset(y, idx);
+        const double *ct = cs + 2 * (idx[r - 2] - y->lo[r - 2]) * dh;
         for (int64_t k = 0; k < nj; k++) {
             int64_t j = j0 + k;
-            double c, s;
-            angle(idx[r - 2], j, dh, base, &c, &s);
             double rot = j < h ? -(double)xr[j + h] : (double)xr[j - h];
-            yr[k] = (float)((double)xr[j] * c + rot * s);
+            yr[k] = (float)((double)xr[j] * ct[2 * j] + rot * ct[2 * j + 1]);
         }
     } while (next_row(y, idx));
+    free(cs);
     return SW_OK;
 }
 
@@ -100,6 +120,11 @@ sw_status sw_rotary_backward(const sw_view *dy, double base, sw_view *dx) {
     for (int d = 0; d < r - 1; d++) {
         idx[d] = dx->lo[d];
     }
+    sw_status st;
+    double *cs = angle_table(dx->lo[r - 2], dx->shape[r - 2], dh, base, &st);
+    if (!cs) {
+        return st;
+    }
     do {
         float *g = dx->data + row_offset(dx, idx);
         int inside = 1;   /* rows dy does not hold get nothing */
@@ -113,12 +138,12 @@ sw_status sw_rotary_backward(const sw_view *dy, double base, sw_view *dx) {
             continue;
         }
         const float *gy = dy->data + row_offset(dy, idx);
+        const double *ct = cs + 2 * (idx[r - 2] - dx->lo[r - 2]) * dh;
         /* dx[i] = dy[i] c_i + (i >= h: -dy[i - h] s_{i - h};  i < h: dy[i + h] s_{i + h}),
          * summed over this worker's columns of dy */
         for (int64_t k = 0; k < nj; k++) {
             int64_t j = j0 + k;
-            double c, s;
-            angle(idx[r - 2], j, dh, base, &c, &s);
+            double c = ct[2 * j], s = ct[2 * j + 1];
             g[j] = (float)((double)g[j] + (double)gy[k] * c);
             if (j < h) {
                 g[j + h] = (float)((double)g[j + h] - (double)gy[k] * s);
@@ -127,5 +152,6 @@ sw_status sw_rotary_backward(const sw_view *dy, double base, sw_view *dx) {
             }
         }
     } while (next_row(dx, idx));
+    free(cs);
     return SW_OK;
 }
