@@ -43,8 +43,8 @@ def from_torch_export(torch: Any, model: Any, shapes: list[tuple[tuple[int, ...]
                                "model then attends to every position, as with a mask of all ones")
     wrapper = _first_output_module(torch, model)
     try:
-        with torch.no_grad():
-            program = torch.export.export(wrapper, tuple(example_inputs), strict=False)
+        # not under no_grad: a failing export then prints its partial graph
+        program = torch.export.export(wrapper, tuple(example_inputs), strict=False)
     except Exception as exc:   # whatever forward raises under export
         raise ModelImportError(f"torch.export could not export {type(model).__name__}.forward "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
