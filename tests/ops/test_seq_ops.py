@@ -298,3 +298,22 @@ def test_flops_follow_the_descriptions():
     assert g[s.name].desc.forward_flops() == 2 * N * H * T * T * 3
     e = g.embedding(g.input("ids", (N, T), dtype="int64"), 50, D)
     assert g[e.name].desc.forward_flops() == N * T * D          # a copy per output, not the one-hot product
+
+
+def test_rotary_reads_whole_rows_of_its_positions():
+    """A split of heads or positions reads only those rows (no transfer between them); a split
+    of Dh reads whole rows (the rotation pairs j with j +- Dh/2).  Builder checks."""
+    from shardwise.planning.regions import input_region
+
+    g = sw.Graph("r")
+    x = g.input("x", (N, H, T, 6))
+    desc = g[g.rotary(x, name="rot").name].desc
+    assert input_region(desc, 0, ((0, N), (0, H), (1, 3), (0, 6))) == ((0, N), (0, H), (1, 3), (0, 6))
+    assert input_region(desc, 0, ((0, 1), (1, 2), (0, T), (0, 3))) == ((0, 1), (1, 2), (0, T), (0, 6))
+    assert desc.num_parameters() == 0 and g["rot"].attrs == {"base": 10000.0}
+    with pytest.raises(ShapeError, match="even Dh"):
+        g.rotary(g.input("odd", (N, T, 5)))
+    with pytest.raises(ShapeError, match=r"\(N, \.\., T, Dh\)"):
+        g.rotary(g.input("flat", (N, 6)))
+    with pytest.raises(GraphError, match="base must be a finite number > 1"):
+        g.rotary(x, base=1.0)
