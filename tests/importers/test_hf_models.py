@@ -74,6 +74,8 @@ def check_forward(model, ids, plan: str = "data") -> float:
         np.testing.assert_array_equal(v, model.state_dict()[k].numpy())
     t = sw.Trainer(g, make_plan(g, plan))
     t.set_weights(weights)
+    back = t.get_weights()   # state_dict names both ways
+    assert set(back) == set(weights) and all(np.array_equal(back[k], weights[k]) for k in weights)
     err = float(np.abs(t.forward(ids.numpy()) - logits64(model, ids)).max())
     assert err <= 1e-5
     return err
