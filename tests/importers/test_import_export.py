@@ -105,3 +105,16 @@ def test_shared_weights_are_refused():
 def test_method_is_checked():
     with pytest.raises(sw.ModelImportError, match="method must be 'auto', 'fx' or 'export'"):
         sw.from_torch(Branchy(), (ids(),), method="trace")
+
+
+def test_a_conversion_to_float64_is_refused():
+    class Double(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x).to(torch.float64)
+
+    with pytest.raises(sw.ModelImportError, match=r"aten\.to.*a conversion to torch\.float64 is not supported"):
+        sw.from_torch(Double(), (torch.randn(2, 4),), method="export")

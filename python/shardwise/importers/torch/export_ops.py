@@ -714,8 +714,10 @@ def _identity(c: ExportCall) -> Any:
 @converts("aten.to", "aten._to_copy")
 def _to(c: ExportCall) -> Any:
     x = c.arg(0, "self")
-    dtype = c.kwargs.get("dtype")
-    if dtype is not None and dtype != c.imp.torch.float32 and not isinstance(x, Const):
+    torch = c.imp.torch
+    dtypes = [v for v in (*c.args[1:], *c.kwargs.values()) if isinstance(v, torch.dtype)]   # to.dtype: positional
+    dtype = dtypes[0] if dtypes else None
+    if dtype is not None and dtype != torch.float32:
         raise c.error(f"a conversion to {dtype} is not supported (shardwise computes in float32)")
     return x
 
