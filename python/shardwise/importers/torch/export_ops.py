@@ -163,11 +163,16 @@ class ExportImporter:
 
     def _output(self, node: Any) -> None:
         outs = node.args[0]
-        value = self.env[outs[0]] if isinstance(outs, (tuple, list)) else self.env[outs]
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        kinds = [spec.kind.name for spec in self.program.graph_signature.output_specs]
+        # the first of the model's own outputs (buffer updates, such as batch norms' statistics, come first)
+        first = kinds.index("USER_OUTPUT") if "USER_OUTPUT" in kinds else 0
+        value = self.env[outs[first]] if isinstance(outs[first], self.torch.fx.Node) else outs[first]
         where = f"{type(self.model).__name__}.forward"
         if not isinstance(value, Tensor):
-            raise ModelImportError(f"{where} returns {type(value).__name__} (a value that does not depend on the "
-                                   f"inputs and weights); from_torch takes a model that returns one (N, classes) "
+            what = value.what if isinstance(value, Pattern) else "a constant" if isinstance(value, Const) else \
+                f"the parameter {value.name!r}" if isinstance(value, Param) else type(value).__name__
+            raise ModelImportError(f"{where} returns {what}; from_torch takes a model that returns one (N, classes) "
                                    f"or (N, T, classes) tensor of logits")
         if len(value.shape) not in (2, 3):
             raise ModelImportError(f"{where} returns shape {value.shape}; from_torch takes a model that returns "
