@@ -788,7 +788,7 @@ EXPORT_DOC_ROWS: tuple[ExportDocRow, ...] = (
     ExportDocRow("`reshape`", "`aten.view`, `aten.reshape`, `aten._unsafe_view`, `aten.unsqueeze`",
                  "the batch dimension kept: split or merge dimensions, insert one of size 1 (`repeat_kv`: "
                  "`unsqueeze`, `expand`, `reshape`); a reshape to the same shape is no op"),
-    ExportDocRow("`permute`", "`aten.transpose`, `aten.permute`", "any dimensions"),
+    ExportDocRow("`permute`", "`aten.transpose`, `aten.permute`", "the batch dimension stays first"),
     ExportDocRow("`slice` per piece", "`aten.split`, `aten.split_with_sizes`", "any dimension but the batch"),
     ExportDocRow("`slice`", "`aten.slice`", "any dimension but the batch; positive steps"),
     ExportDocRow("`select`", "`aten.select`", "one index of a dimension after the batch (BERT's pooler)"),
