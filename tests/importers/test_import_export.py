@@ -118,3 +118,16 @@ def test_a_conversion_to_float64_is_refused():
 
     with pytest.raises(sw.ModelImportError, match=r"aten\.to.*a conversion to torch\.float64 is not supported"):
         sw.from_torch(Double(), (torch.randn(2, 4),), method="export")
+
+
+def test_moving_the_batch_dimension_is_refused():
+    class Swap(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x.transpose(0, 1))
+
+    with pytest.raises(sw.ModelImportError, match=r"aten\.transpose.*a transpose of the batch dimension \(0\)"):
+        sw.from_torch(Swap(), (torch.randn(2, 5, 4),), method="export")

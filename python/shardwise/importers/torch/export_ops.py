@@ -460,9 +460,17 @@ def _layer_norm(c: ExportCall) -> Tensor:
     return out
 
 
+def _keeps_batch(c: ExportCall, x: Tensor, moved: bool, what: str) -> None:
+    """Refuse ``what`` where it moves, slices or joins the batch (dimension 0 of a tensor that has
+    samples: not a parameter op's), as the fx importer does: every worker's samples are rows of it."""
+    if moved and c.g.ops[x.op].kind != "parameter":
+        raise c.error(f"{what} of the batch dimension (0) of {x.shape} is not supported")
+
+
 @converts("aten.split", "aten.split_with_sizes")
 def _split(c: ExportCall) -> list:
     x = c.tensor(c.arg(0, "self"), "the input")
+    _keeps_batch(c, x, c.arg(2, "dim", 0) % len(x.shape) == 0, "a split")
     return c.g.split(x, c.arg(1, "split_size"), dim=c.arg(2, "dim", 0), name=c.name("split"))
 
 
@@ -473,13 +481,16 @@ def _transpose(c: ExportCall) -> Tensor:
     a, b = c.arg(1, "dim0") % r, c.arg(2, "dim1") % r
     dims = list(range(r))
     dims[a], dims[b] = dims[b], dims[a]
+    _keeps_batch(c, x, dims[0] != 0, "a transpose")
     return c.g.permute(x, dims, name=c.name("transpose"))
 
 
 @converts("aten.permute")
 def _permute(c: ExportCall) -> Tensor:
     x = c.tensor(c.arg(0, "self"), "the input")
-    return c.g.permute(x, [d % len(x.shape) for d in c.arg(1, "dims")], name=c.name("permute"))
+    dims = [d % len(x.shape) for d in c.arg(1, "dims")]
+    _keeps_batch(c, x, dims[0] != 0, "a permutation")
+    return c.g.permute(x, dims, name=c.name("permute"))
 
 
 def _mask_is(torch: Any, mask: Any, causal: bool) -> bool:
@@ -637,7 +648,9 @@ def _cat(c: ExportCall) -> Any:
                           "cat([-x[..., h:], x[..., :h]], -1)")
         return RotaryPart(upper, "rotated")
     ts = [c.tensor(x, f"tensor {k}") for k, x in enumerate(xs)]
-    return c.g.concat(ts, axis=c.arg(1, "dim", 0) % len(ts[0].shape), name=c.name("cat"))
+    axis = c.arg(1, "dim", 0) % len(ts[0].shape)
+    _keeps_batch(c, ts[0], axis == 0, "a concatenation")
+    return c.g.concat(ts, axis=axis, name=c.name("cat"))
 
 
 def _rotary(c: ExportCall, a: RotaryPart, b: RotaryPart) -> Tensor:
@@ -735,6 +748,7 @@ def _assert(c: ExportCall) -> None:
 @converts("aten.select")
 def _select(c: ExportCall) -> Tensor:
     x = c.tensor(c.arg(0, "self"), "the input")
+    _keeps_batch(c, x, c.arg(1, "dim") % len(x.shape) == 0, "a select")
     return c.g.select(x, c.arg(1, "dim"), c.arg(2, "index"), name=c.name("select"))
 
 
