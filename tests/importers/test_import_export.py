@@ -131,3 +131,18 @@ def test_moving_the_batch_dimension_is_refused():
 
     with pytest.raises(sw.ModelImportError, match=r"aten\.transpose.*a transpose of the batch dimension \(0\)"):
         sw.from_torch(Swap(), (torch.randn(2, 5, 4),), method="export")
+
+
+def test_a_constant_table_outside_a_rotary_embedding_is_refused():
+    class Table(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.register_buffer("table", torch.linspace(0, 1, 4))
+
+        def forward(self, x):
+            return torch.tanh(self.fc(x) * self.table)
+
+    with pytest.raises(sw.ModelImportError, match=r"aten\.tanh.*a product by a constant tensor, accepted only as part "
+                                                  r"of a rotary position embedding"):
+        sw.from_torch(Table(), (torch.randn(2, 4),), method="export")

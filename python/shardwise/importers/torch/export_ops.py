@@ -56,7 +56,7 @@ class Pattern:
     """Part of a composition recognized as one op (see the converters below); ``what``: the
     composition, for messages when the part is read in any other way."""
 
-    what = ""
+    what = ""   # what the part is, for messages
 
 
 @dataclass(eq=False)
@@ -66,7 +66,11 @@ class RmsPart(Pattern):
     x: Tensor
     stage: str
     eps: float = 0.0
-    what = "an RMS norm (x * rsqrt(mean(x ** 2, -1, keepdim=True) + eps) * weight)"
+
+    @property
+    def what(self) -> str:
+        return (f"the {self.stage} step of an RMS norm (x * rsqrt(mean(x ** 2, -1, keepdim=True) + eps) * weight, "
+                f"the only composition that may read it)")
 
 
 @dataclass(eq=False)
@@ -76,7 +80,13 @@ class RotaryPart(Pattern):
     x: Tensor
     stage: str
     table: Any = None
-    what = "a rotary position embedding (x * cos + rotate_half(x) * sin)"
+
+    @property
+    def what(self) -> str:
+        step = {"cos": "a product by a constant tensor", "sin": "a product by a constant tensor",
+                "neg": "a negation", "rotated": "a concatenation with a negated half"}[self.stage]
+        return (f"{step}, accepted only as part of a rotary position embedding (x * cos + rotate_half(x) * sin "
+                f"with constant tables)")
 
 
 def _owner_name(param_name: str) -> str:
@@ -289,8 +299,7 @@ class ExportCall:
         if isinstance(v, Param):
             return self.imp.parameter_op(self, v)
         if isinstance(v, Pattern):
-            raise self.error(f"{what} is part of {v.what}, read by {self.op}; only the rest of that "
-                             f"composition may read it")
+            raise self.error(f"{what} is {v.what}, not read that way here")
         if isinstance(v, Flat):
             raise self.error(f"{what} is a (N T, D) view of an (N, T, D) tensor, read by {self.op}; only a "
                              f"linear layer (addmm, mm) may read it")
