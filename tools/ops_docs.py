@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ops_docs.py -- write the tables of supported operations in docs/importing.md from the importers' tables.
 
-docs/importing.md has two generated tables, each between a pair of marker comments:
+docs/importing.md has three generated tables, each between a pair of marker comments:
 
 * the PyTorch ops, from :data:`shardwise.importers.torch.ops.TORCH_OPS` (with the sequence-model
   entries of ``importers/torch/seq.py``): one row per :class:`TorchOp`, its ``op=`` and ``doc=``
@@ -9,7 +9,9 @@ docs/importing.md has two generated tables, each between a pair of marker commen
   others (``nn.Conv2d``, ``F.conv2d``, ``torch.add``, ``x.relu()``; a function written as Python
   syntax with its form from ``DOC_FORMS``: ``operator.add`` (`a + b`)).  Entries next to each
   other with equal ``op`` and ``doc`` share one row.
-* the ONNX ops, from :data:`shardwise.importers.onnx.ops.ONNX_DOC_ROWS`, row by row.
+* the ONNX ops, from :data:`shardwise.importers.onnx.ops.ONNX_DOC_ROWS`, row by row;
+* the ATen ops of the torch.export path, from
+  :data:`shardwise.importers.torch.export_ops.EXPORT_DOC_ROWS`, row by row.
 
     python tools/ops_docs.py           # rewrite the tables in docs/importing.md (atomically)
     python tools/ops_docs.py --check   # exit status 1, naming each table, when the page differs
@@ -88,7 +90,13 @@ def onnx_table() -> list[str]:
     return _table(("shardwise op", "ONNX ops", "conditions"), [(r.op, r.onnx, r.doc) for r in ONNX_DOC_ROWS])
 
 
-TABLES: dict[str, Callable[[], list[str]]] = {"torch": torch_table, "onnx": onnx_table}
+def export_table() -> list[str]:
+    from shardwise.importers.torch.export_ops import EXPORT_DOC_ROWS
+
+    return _table(("shardwise op", "ATen ops", "conditions"), [(r.op, r.aten, r.doc) for r in EXPORT_DOC_ROWS])
+
+
+TABLES: dict[str, Callable[[], list[str]]] = {"torch": torch_table, "onnx": onnx_table, "export": export_table}
 """The generated tables, by the name their markers carry."""
 
 

@@ -202,6 +202,13 @@ sw_status sw_softmax_dim_forward(const sw_view *x, int axis, float scale, int ca
 sw_status sw_softmax_dim_backward(const sw_view *x, const sw_view *p, const sw_view *dy, int axis, float scale,
                                   int causal, sw_view *dx);
 
+/* rotary.c: rotary position embedding along the last dimension (Dh, even) of (.., T, Dh) at
+ * position t = the global index of dimension rank-2, frequencies base^(-2 (j mod Dh/2) / Dh);
+ * x holds y's rows whole */
+sw_status sw_rotary_forward(const sw_view *x, double base, sw_view *y);
+/* dx (whole rows) from dy's part of each row (a partial gradient: the parts add up) */
+sw_status sw_rotary_backward(const sw_view *dy, double base, sw_view *dx);
+
 /* matmul.c: batched products over the leading dimensions, transposes by flag, OpenBLAS:
  * y (.., M_b, N_b) = op(a) (.., M_b, K) op(b) (.., K, N_b), K the views' k range */
 sw_status sw_matmul_forward(const sw_view *a, const sw_view *b, int ta, int tb, sw_view *y);

@@ -213,10 +213,31 @@ static sw_status matmul_backward_data(const sw_task_env *e) {
     return sw_matmul_backward(&a, &b, &dy, ta, tb, e->task->slot, &dx);
 }
 
+/* ------------------------------------------------------------------ rotary */
+static sw_status rotary_forward(const sw_task_env *e) {
+    sw_view x, y;
+    sw_env_view(e, e->reads[0], &x);
+    sw_env_view(e, e->writes[0], &y);
+    return sw_rotary_forward(&x, e->attrs->rotary.base, &y);
+}
+
+static sw_status rotary_backward_data(const sw_task_env *e) {
+    sw_backward_reads r;
+    sw_view dy, dx;
+    int none;
+    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    if (none) {
+        return SW_OK;
+    }
+    sw_env_view(e, e->writes[0], &dx);
+    return sw_rotary_backward(&dy, e->attrs->rotary.base, &dx);
+}
+
 const sw_cpu_op sw_cpu_layer_norm = {layer_norm_forward, layer_norm_backward_data, layer_norm_backward_weight};
 const sw_cpu_op sw_cpu_rms_norm = {layer_norm_forward, layer_norm_backward_data, layer_norm_backward_weight};
 const sw_cpu_op sw_cpu_embedding = {embedding_forward, NULL, embedding_backward_weight};
 const sw_cpu_op sw_cpu_softmax_dim = {softmax_dim_forward, softmax_dim_backward_data, NULL};
+const sw_cpu_op sw_cpu_rotary = {rotary_forward, rotary_backward_data, NULL};
 const sw_cpu_op sw_cpu_reshape = {index_map_forward, index_map_backward_data, NULL};
 const sw_cpu_op sw_cpu_permute = {index_map_forward, index_map_backward_data, NULL};
 /* select (x[:, t]): its map reads one index of a dimension; the gradient elsewhere is zero */

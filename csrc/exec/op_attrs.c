@@ -156,6 +156,14 @@ static sw_status check_stochastic_depth(const sw_op_attrs *a, int out_rank, int 
     return SW_OK;
 }
 
+static sw_status check_rotary(const sw_op_attrs *a, int out_rank, int op, const char *kind) {
+    if (out_rank < 3 || !(a->rotary.base > 1.0 && isfinite(a->rotary.base))) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): rotary needs rank >= 3 and a finite base > 1, got rank %d, base %g",
+                       op, kind, out_rank, a->rotary.base);
+    }
+    return SW_OK;
+}
+
 static const attrs_check CHECKS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_none] = check_none, [SW_ATTRS_input] = check_input, [SW_ATTRS_conv2d] = check_conv2d,
     [SW_ATTRS_pool2d] = check_pool2d, [SW_ATTRS_linear] = check_linear, [SW_ATTRS_concat] = check_concat,
@@ -165,6 +173,7 @@ static const attrs_check CHECKS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_stochastic_depth] = check_stochastic_depth,
     [SW_ATTRS_clip] = check_clip,
     [SW_ATTRS_group_norm] = check_group_norm,
+    [SW_ATTRS_rotary] = check_rotary,
 };
 
 sw_status sw_op_attrs_check(const sw_op_attrs *a, int out_rank, int op) {

@@ -16,6 +16,7 @@
  *   stochastic_depth  p, seed, row (1: a draw per sample, 0: one for the minibatch)
  *   clip          lo, hi
  *   group_norm    groups, eps
+ *   rotary        base (the frequencies' base, RoPE's theta)
  *
  * A new op with attributes is a record here, its name in its ops.def row, a check in
  * op_attrs.c and a parser in csrc/py/attrs_py.c; the kernels read their own record
@@ -49,6 +50,7 @@ typedef struct { float p; uint64_t seed; int8_t row; } sw_stochastic_depth_attrs
 typedef struct { float lo, hi; } sw_clip_attrs;   /* y = min(max(x, lo), hi), lo <= hi */
 /* groups: of C / groups consecutive channels; eps: added to the variance, a double as batchnorm2d's */
 typedef struct { int32_t groups; double eps; } sw_group_norm_attrs;
+typedef struct { double base; } sw_rotary_attrs;   /* frequencies base^(-2i / Dh), a double as the kernels use it */
 
 /* The attributes of one op: its kind and the record the op table names for it. */
 typedef struct {
@@ -67,6 +69,7 @@ typedef struct {
         sw_stochastic_depth_attrs stochastic_depth;
         sw_clip_attrs clip;
         sw_group_norm_attrs group_norm;
+        sw_rotary_attrs rotary;
     };
 } sw_op_attrs;
 
@@ -76,6 +79,7 @@ typedef enum {
     SW_ATTRS_softmax_dim, SW_ATTRS_layer_norm, SW_ATTRS_leaky_relu, SW_ATTRS_dropout, SW_ATTRS_batchnorm2d,
     SW_ATTRS_stochastic_depth,
     SW_ATTRS_clip, SW_ATTRS_group_norm,
+    SW_ATTRS_rotary,
     SW_ATTRS_COUNT
 } sw_attrs_kind;
 

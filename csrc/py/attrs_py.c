@@ -280,6 +280,9 @@ static int read_stochastic_depth(PyObject *d, const who *w, sw_op_attrs *a) {
            get_bool(d, w, "row", &a->stochastic_depth.row) < 0 ? -1 : 0;
 }
 
+static const char *const KEYS_rotary[] = {"base", NULL};
+static int read_rotary(PyObject *d, const who *w, sw_op_attrs *a) { return get_double(d, w, "base", &a->rotary.base); }
+
 static const reader READERS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_none] = read_none, [SW_ATTRS_input] = read_input, [SW_ATTRS_conv2d] = read_conv2d,
     [SW_ATTRS_pool2d] = read_pool2d, [SW_ATTRS_linear] = read_linear, [SW_ATTRS_concat] = read_concat,
@@ -289,6 +292,7 @@ static const reader READERS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_stochastic_depth] = read_stochastic_depth,
     [SW_ATTRS_clip] = read_clip,
     [SW_ATTRS_group_norm] = read_group_norm,
+    [SW_ATTRS_rotary] = read_rotary,
 };
 
 static const char *const *const KEYS[SW_ATTRS_COUNT] = {
@@ -300,6 +304,7 @@ static const char *const *const KEYS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_stochastic_depth] = KEYS_stochastic_depth,
     [SW_ATTRS_clip] = KEYS_clip,
     [SW_ATTRS_group_norm] = KEYS_group_norm,
+    [SW_ATTRS_rotary] = KEYS_rotary,
 };
 
 /* Every key of d is "kind", "name" or one of the record's. */

@@ -96,12 +96,13 @@ class BroadcastBuilders:
 
     def slice(self, x: "Tensor", dim: int, start: int, stop: int | None = None, step: int = 1,
               name: str | None = None) -> "Tensor":
-        """``x[.., start:stop:step, ..]`` along ``dim`` (not the batch), Python's rules for
+        """``x[.., start:stop:step, ..]`` along ``dim`` (not the batch, except of a ``parameter``
+        op's output: the first T rows of a table of learned positions), Python's rules for
         negative and too large bounds; the result must not be empty."""
         x = self._tensor(x)
         r = len(x.shape)
         d = _dim(dim, r, "slice")
-        if d == 0:
+        if d == 0 and self.ops[x.op].kind != "parameter":   # a parameter's rows are no samples
             raise ShapeError(f"slice: dim 0 is the batch dimension of {x.shape}; slice another")
         step = _int(step, "slice step")
         if step < 1:

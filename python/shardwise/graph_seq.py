@@ -75,6 +75,17 @@ class SequenceBuilders:
         eps = _positive_float(eps, "rms_norm eps")
         return self._add("rms_norm", [x], ops_seq.rms_norm(x.shape), name, eps=eps)
 
+    def rotary(self, x: "Tensor", base: float = 10000.0, name: str | None = None) -> "Tensor":
+        """Rotary position embedding (RoPE, "RoFormer: Enhanced Transformer with Rotary Position
+        Embedding") of queries or keys (N, H, T, Dh), in the rotate-half layout of Llama:
+        ``x * cos(t f) + rotate_half(x) * sin(t f)`` with t the position (dimension -2, from 0),
+        f_j = base^(-2 (j mod Dh/2) / Dh) and rotate_half(x) = (-x2, x1) of the halves of Dh.
+        No weights; the tables are computed by the kernels (in double)."""
+        x = self._tensor(x)
+        if isinstance(base, bool) or not isinstance(base, numbers.Real) or not (math.isfinite(base) and base > 1):
+            raise GraphError(f"rotary base must be a finite number > 1, got {base!r}")
+        return self._add("rotary", [x], ops_seq.rotary(x.shape), name, base=float(base))
+
     def embedding(self, ids: "Tensor", vocab: int, dim: int, name: str | None = None) -> "Tensor":
         """Token embedding (``torch.nn.Embedding(vocab, dim)``): integer ids (N, T) -> (N, T, dim),
         weight (vocab, dim).  ``ids`` must be an input op built with ``dtype="int64"``: the

@@ -77,9 +77,19 @@ def test_every_onnx_op_is_in_a_row():
     assert all(r.op.strip() and r.doc.strip() for r in ONNX_DOC_ROWS)
 
 
+def test_every_export_converter_is_in_a_row():
+    from shardwise.importers.torch.export_ops import CONVERTERS, EXPORT_DOC_ROWS
+
+    named = set().union(*(re.findall(r"`(aten\.\w+)`", r.aten) for r in EXPORT_DOC_ROWS))
+    assert not sorted(set(CONVERTERS) - named), "ATen ops the export path converts but no row names"
+    assert not sorted(named - set(CONVERTERS)), "EXPORT_DOC_ROWS names ATen ops the export path does not convert"
+    assert all(r.op.strip() and r.doc.strip() for r in EXPORT_DOC_ROWS)
+
+
 @pytest.mark.parametrize("table, old, new", [
     ("torch", "| `nn.BatchNorm2d` |", "| `nn.BatchNorm3d` |"),
     ("onnx", "| `LayerNormalization` |", "| `GroupNormalization` |"),
+    ("export", "| `aten.layer_norm` |", "| `aten.group_norm` |"),
 ])
 def test_check_names_the_table_and_regenerating_restores_it(tmp_path, table, old, new):
     page = tmp_path / "importing.md"
@@ -89,8 +99,8 @@ def test_check_names_the_table_and_regenerating_restores_it(tmp_path, table, old
     done = run_tool("--check", "--doc", str(page))
     assert done.returncode == 1
     assert f"table of {table} ops differs" in done.stderr and "make docs-ops" in done.stderr
-    other = "onnx" if table == "torch" else "torch"
-    assert f"{other} ops" not in done.stderr
+    for other in {"torch", "onnx", "export"} - {table}:
+        assert f"{other} ops" not in done.stderr
     assert new in page.read_text(encoding="utf-8")   # --check changes nothing
     done = run_tool("--doc", str(page))
     assert done.returncode == 0, done.stderr

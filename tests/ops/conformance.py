@@ -548,6 +548,11 @@ CASES: list[Case] = [
     _c("group_norm_instance", "group_norm",
        lambda g, data: g.group_norm(data((N, 3, 4, 2)), 3, eps=1e-3, name="op"), [{"c": 3}, {"h": 2}],
        bound=REDUCTION),
+    # rotary position embedding of (N, H, T, Dh): base 10 turns the angles of every column a lot
+    # over 4 positions; h: positions split (each worker's t is global), w: Dh (whole rows read)
+    _c("rotary", "rotary", lambda g, data: g.rotary(data((N, 2, 4, 6)), base=10.0, name="op"),
+       [{"n": 2}, {"c": 2}, {"h": 2}, {"w": 2}, {"h": 2, "w": 3}]),
+    _c("rotary_rank3", "rotary", lambda g, data: g.rotary(data((N, 5, 4)), base=3.0, name="op"), [{"c": 5}]),
 ]
 
 # op kinds no backend trains: the case checks that the trainer refuses them, naming the op

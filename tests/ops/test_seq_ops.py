@@ -93,6 +93,24 @@ def test_embedding_and_sequence_cross_entropy_equal_torch():
 
 
 # ------------------------------------------------------------------ finite differences
+@pytest.mark.parametrize("base", [10000.0, 3.0])
+def test_rotary_reference_equals_torch(base):
+    """RoPE in the rotate-half layout spelled in torch (float64): the tables from positions and
+    frequencies, x * cos + cat(-x2, x1) * sin, and its autograd gradient."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    dh = 6
+    x, dy = rng.standard_normal((N, H, T, dh)), rng.standard_normal((N, H, T, dh))
+    xt = _t(x)
+    freqs = 1.0 / base ** (torch.arange(0, dh, 2, dtype=torch.float64) / dh)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * torch.cat([freqs, freqs])[None, :]
+    halves = torch.cat([-xt[..., dh // 2:], xt[..., :dh // 2]], dim=-1)
+    y = xt * torch.cos(angles) + halves * torch.sin(angles)
+    y.backward(torch.tensor(dy))
+    np.testing.assert_allclose(rs.rotary_forward(x, base), y.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rs.rotary_backward(dy, base), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
 def _fd(f, x, eps=1e-6):
     """Central differences of the scalar f at x."""
     g = np.zeros_like(x)
@@ -124,6 +142,9 @@ def test_reference_gradients_equal_finite_differences():
     da, dbb = rs.matmul_backward(a, bb, cm, False, True)
     np.testing.assert_allclose(da, _fd(fm, a), rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(dbb, _fd(fm, bb), rtol=1e-6, atol=1e-8)
+    r, cr = rng.standard_normal((N, H, T, 4)), rng.standard_normal((N, H, T, 4))
+    np.testing.assert_allclose(rs.rotary_backward(cr, 7.0), _fd(lambda: float((cr * rs.rotary_forward(r, 7.0)).sum()), r),
+                               rtol=1e-6, atol=1e-8)
     logits, labels = rng.standard_normal((N, T, 5)), rng.integers(0, 5, (N, T))
     fl = lambda: rs.sequence_cross_entropy(ref.softmax_forward(logits), labels)
     np.testing.assert_allclose(rs.sequence_cross_entropy_backward(ref.softmax_forward(logits), labels),
@@ -154,6 +175,8 @@ def one_op_graph(kind: str) -> sw.Graph:
         y = g.reshape(g.transpose(y, 1, 2), (N, D // H, H * T))
     elif kind == "broadcast_add":
         y = g.add(g.parameter((N, T, D), name="p"), g.parameter((T, D), name="q"))
+    elif kind == "rotary":   # queries (N, H, T, Dh), base 10: angles turn a lot over T positions
+        y = g.rotary(g.parameter((N, H, T, D), name="p"), base=10.0, name="rot")
     elif kind == "select":   # two steps of one sequence: their gradients add up in p, zero elsewhere
         p = g.parameter((N, T, D), name="p")
         y = g.add(g.select(p, 1, 2, name="sel"), g.select(p, 1, T - 1, name="sel2"))
@@ -163,7 +186,7 @@ def one_op_graph(kind: str) -> sw.Graph:
     return g
 
 
-KINDS = ["layer_norm", "softmax_dim", "matmul", "reshape_permute", "broadcast_add", "embedding", "select"]
+KINDS = ["layer_norm", "softmax_dim", "matmul", "reshape_permute", "broadcast_add", "embedding", "select", "rotary"]
 
 
 def batch_of(g: sw.Graph, seed: int):
@@ -221,6 +244,7 @@ def test_kernels_equal_reference_on_random_plans(kind, seed):
     ("embedding", "e", {"l": 2}),                         # the features
     ("broadcast_add", "add_0", {"c": 2, "l": 2}),         # the broadcast operand split too
     ("select", "sel", {"n": 2, "c": 2}),                  # samples and features of one step
+    ("rotary", "rot", {"h": 2, "w": 2}),                  # positions (t is global) and Dh (whole rows read)
 ])
 def test_kernels_equal_reference_when_their_own_dims_split(kind, op, spec):
     g = one_op_graph(kind)
@@ -274,3 +298,22 @@ def test_flops_follow_the_descriptions():
     assert g[s.name].desc.forward_flops() == 2 * N * H * T * T * 3
     e = g.embedding(g.input("ids", (N, T), dtype="int64"), 50, D)
     assert g[e.name].desc.forward_flops() == N * T * D          # a copy per output, not the one-hot product
+
+
+def test_rotary_reads_whole_rows_of_its_positions():
+    """A split of heads or positions reads only those rows (no transfer between them); a split
+    of Dh reads whole rows (the rotation pairs j with j +- Dh/2).  Builder checks."""
+    from shardwise.planning.regions import input_region
+
+    g = sw.Graph("r")
+    x = g.input("x", (N, H, T, 6))
+    desc = g[g.rotary(x, name="rot").name].desc
+    assert input_region(desc, 0, ((0, N), (0, H), (1, 3), (0, 6))) == ((0, N), (0, H), (1, 3), (0, 6))
+    assert input_region(desc, 0, ((0, 1), (1, 2), (0, T), (0, 3))) == ((0, 1), (1, 2), (0, T), (0, 6))
+    assert desc.num_parameters() == 0 and g["rot"].attrs == {"base": 10000.0}
+    with pytest.raises(ShapeError, match="even Dh"):
+        g.rotary(g.input("odd", (N, T, 5)))
+    with pytest.raises(ShapeError, match=r"\(N, \.\., T, Dh\)"):
+        g.rotary(g.input("flat", (N, 6)))
+    with pytest.raises(GraphError, match="base must be a finite number > 1"):
+        g.rotary(x, base=1.0)

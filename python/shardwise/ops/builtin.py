@@ -354,7 +354,7 @@ KINDS: dict[str, Callable[..., OpDesc]] = {
     "parameter": parameter, "matmul": matmul, "lstm_cell": lstm_cell, "lstm_hidden": lstm_hidden,
     **{kind: activation for kind in ACTIVATION_FLOPS}, "dropout": dropout,
     "layer_norm": ops_seq.layer_norm, "rms_norm": ops_seq.rms_norm, "embedding": ops_seq.embedding, "softmax_dim": ops_seq.softmax_dim,
-    "reshape": ops_seq.reshape, "permute": ops_seq.permute, "select": ops_seq.select,
+    "reshape": ops_seq.reshape, "permute": ops_seq.permute, "select": ops_seq.select, "rotary": ops_seq.rotary,
     "mul": ops_bcast.mul, "broadcast_add": ops_bcast.broadcast_add, "expand": ops_bcast.expand,
     "slice": ops_bcast.slice_, "stochastic_depth": ops_bcast.stochastic_depth,
     "upsample_nearest": ops_bcast.upsample_nearest, "adaptive_avg_pool2d": ops_bcast.adaptive_avg_pool2d,

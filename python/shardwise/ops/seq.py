@@ -13,6 +13,7 @@ even evaluate the same maps (csrc/cpu/indexmap.c).
     matmul       out[b.., m, n] = Sum(k) op(a)[b.., m, k] * op(b)[b.., k, n]          (op: optional transpose)
     reshape      out[o..]       = x[in(o..)]    (row-major order kept; groups of dimensions split or merged)
     permute      out[o..]       = x[o[inverse(dims)]]
+    rotary       out[.., t, j]  = x[.., t, j] cos(t f_j) + rotate_half(x)[.., t, j] sin(t f_j)   (reads the row)
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from shardwise.ops.desc import DATA, WEIGHT, IndexExpr, InputDesc, OpDesc, affin
 # a softmax element costs an exp, a subtraction, a division and its share of the sums.
 LAYER_NORM_FLOPS = 8.0
 SOFTMAX_FLOPS = 5.0
+# a rotary element: two products and a sum (the angle's cos and sin counted as two more)
+ROTARY_FLOPS = 5.0
 
 
 def _axis(axis: int, rank: int, what: str) -> int:
@@ -59,6 +62,22 @@ def rms_norm(x: tuple[int, ...]) -> OpDesc:
     layer_norm's description without the bias (every output reads its whole row)."""
     desc = layer_norm(x)
     return replace(desc, inputs=desc.inputs[:2])
+
+
+def rotary(x: tuple[int, ...]) -> OpDesc:
+    """Rotary position embedding of (N, .., T, Dh) along Dh (even), at the position t of
+    dimension -2 (RoPE in the rotate-half layout: Llama's).
+
+    Iteration (x's dims | k): every output reads its whole row ``x[..., k]`` (the rotation
+    pairs column j with j +- Dh/2), as layer_norm's, so the leading dimensions (heads,
+    positions) split freely and a split of Dh reads whole rows."""
+    r = len(x)
+    if r < 3 or x[-1] % 2:
+        raise ShapeError(f"rotary expects (N, .., T, Dh) with an even Dh, got shape {x}")
+    nv = r + 1
+    row = tuple(var(nv, i) for i in range(r - 1)) + (var(nv, r),)
+    return OpDesc(extents=x + (x[-1],), out_rank=r, inputs=(InputDesc(DATA, x, row),),
+                  flops_per_output=ROTARY_FLOPS, reductions=("k",))
 
 
 def embedding(ids: tuple[int, ...], vocab: int, dim: int) -> OpDesc:

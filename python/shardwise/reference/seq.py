@@ -8,6 +8,7 @@ and whole-graph training against these, and these against PyTorch.
     rms_norm     y = x / sqrt(mean(x^2) + eps) * w over the last axis
     embedding    y[..., :] = W[ids[...]]
     softmax_dim  p = softmax(scale * x, dim), causal: key j > query i masked out
+    rotary       y = x cos(t f) + rotate_half(x) sin(t f) along the last axis, t the position (axis -2)
     matmul       y = op(a) @ op(b) over leading batch dimensions
     reshape, permute, select: NumPy's, and their inverses for the gradient
     add          a + b, b broadcast over a's leading dimensions
@@ -51,6 +52,29 @@ def rms_norm_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float) 
     g = dy * w
     dx = inv * (g - xhat * (g * xhat).sum(axis=-1, keepdims=True) / d)
     return dx, (dy * xhat).sum(axis=tuple(range(x.ndim - 1)))
+
+
+def rotary_angles(t: int, dh: int, base: float) -> np.ndarray:
+    """(T, Dh) angles t f_j with f_j = base^(-2 (j mod Dh/2) / Dh) (RoPE, rotate-half layout)."""
+    f = base ** (-2.0 * (np.arange(dh) % (dh // 2)) / dh)
+    return np.arange(t)[:, None] * f[None, :]
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """(-x2, x1) of the halves (x1, x2) of the last axis."""
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def rotary_forward(x: np.ndarray, base: float) -> np.ndarray:
+    a = rotary_angles(x.shape[-2], x.shape[-1], base)
+    return x * np.cos(a) + rotate_half(x) * np.sin(a)
+
+
+def rotary_backward(dy: np.ndarray, base: float) -> np.ndarray:
+    """dx of :func:`rotary_forward`: the transpose of rotate_half is -rotate_half."""
+    a = rotary_angles(dy.shape[-2], dy.shape[-1], base)
+    return dy * np.cos(a) - rotate_half(dy * np.sin(a))
 
 
 def embedding_forward(ids: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -151,6 +175,8 @@ def _forward(op: Any, ins: list[np.ndarray], param: Callable[[str], np.ndarray])
         return np.transpose(ins[0], a["dims"])
     if op.kind == "select":
         return np.take(ins[0], a["index"], axis=a["dim"])
+    if op.kind == "rotary":
+        return rotary_forward(ins[0], a["base"])
     raise NotImplementedError(op.kind)
 
 
@@ -177,10 +203,13 @@ def _backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, par
         index[a["dim"]] = a["index"]
         dx[tuple(index)] = dy
         return [dx], {}
+    if op.kind == "rotary":
+        return [rotary_backward(dy, a["base"])], {}
     raise NotImplementedError(op.kind)
 
 
-SEQ_KINDS = frozenset({"layer_norm", "rms_norm", "embedding", "softmax_dim", "reshape", "permute", "select"})
+SEQ_KINDS = frozenset({"layer_norm", "rms_norm", "embedding", "softmax_dim", "reshape", "permute", "select",
+                       "rotary"})
 """The graph op kinds whose whole-graph forward and backward this module computes."""
 
 

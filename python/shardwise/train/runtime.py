@@ -124,6 +124,8 @@ def op_attrs(graph: Graph) -> list[dict[str, Any]]:
         elif op.kind == "softmax_dim":
             a.update(dim=op.attrs.get("dim", 0), scale=op.attrs.get("scale", 0.0),
                      causal=bool(op.attrs.get("causal", False)))
+        elif op.kind == "rotary":
+            a["base"] = op.attrs["base"]
         elif op.kind in ("layer_norm", "rms_norm"):
             a["eps"] = op.attrs.get("eps", 0.0)
         elif op.kind == "group_norm":

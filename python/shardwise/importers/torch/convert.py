@@ -42,7 +42,8 @@ def _import_torch() -> Any:
     return torch
 
 
-def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
+def from_torch(model: Any, example_inputs: Any, name: str | None = None,
+               method: str = "auto") -> tuple[Graph, dict[str, np.ndarray]]:
     """Import ``model`` (a ``torch.nn.Module``) as a shardwise graph and its weights.
 
     ``example_inputs`` is a tuple with one tensor per argument of ``model.forward`` (a single
@@ -70,16 +71,50 @@ def from_torch(model: Any, example_inputs: Any, name: str | None = None) -> tupl
     :class:`~shardwise.GraphError`) naming the module path, the op and, for function calls,
     the source line, for an unsupported op or argument or a model torch.fx cannot trace.
     The supported ops are the table in docs/importing.md.
+
+    ``method``: ``"fx"`` traces with torch.fx; ``"export"`` records the ATen graph of
+    ``torch.export`` (models with control flow: Hugging Face transformers;
+    :mod:`shardwise.importers.torch.export`); ``"auto"`` (the default) traces with torch.fx and
+    falls back to torch.export where torch.fx cannot trace the model.
     """
     torch = _import_torch()
     if not isinstance(model, torch.nn.Module):
         raise ModelImportError(f"from_torch takes a torch.nn.Module, got {type(model).__name__}")
+    if method not in ("auto", "fx", "export"):
+        raise ModelImportError(f"from_torch method must be 'auto', 'fx' or 'export', got {method!r}")
     shapes = _example_shapes(torch, example_inputs)
+    if method == "export":
+        return _from_export(torch, model, shapes, example_inputs, name)
     index = resolve(torch)
-    fx_graph = _trace(torch, model, tuple(index.modules))
+    try:
+        fx_graph = _trace(torch, model, tuple(index.modules))
+    except _TraceFailed as failed:
+        if method == "fx":
+            raise failed.error from None
+        try:
+            return _from_export(torch, model, shapes, example_inputs, name)
+        except ModelImportError as exc:
+            raise ModelImportError(f"{exc} (imported with torch.export, as torch.fx could not trace "
+                                   f"{type(model).__name__}.forward: {failed.error.__cause__})") from exc
     importer = _Importer(torch, index, model, fx_graph, name or type(model).__name__)
     g = importer.run(shapes)
     return without_dead_ops(g, importer.weights())
+
+
+def _from_export(torch: Any, model: Any, shapes: list, example_inputs: Any,
+                 name: str | None) -> tuple[Graph, dict[str, np.ndarray]]:
+    from shardwise.importers.torch.export import from_torch_export
+
+    xs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    return from_torch_export(torch, model, shapes, xs, name or type(model).__name__)
+
+
+class _TraceFailed(Exception):
+    """torch.fx could not trace the model; ``error`` says why (a ModelImportError)."""
+
+    def __init__(self, error: ModelImportError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _example_shapes(torch: Any, example_inputs: Any) -> list[tuple[tuple[int, ...], str]]:
@@ -112,9 +147,11 @@ def _trace(torch: Any, model: Any, leaves: tuple = ()) -> Any:
     try:
         return tracer.trace(model)
     except Exception as exc:   # TraceError, or whatever forward raises on proxies
-        raise ModelImportError(f"torch.fx could not trace {type(model).__name__}.forward ({type(exc).__name__}: "
-                               f"{exc}); from_torch needs a forward without control flow that depends on "
-                               f"tensor values") from exc
+        error = ModelImportError(f"torch.fx could not trace {type(model).__name__}.forward ({type(exc).__name__}: "
+                                 f"{exc}); from_torch needs a forward without control flow that depends on "
+                                 f"tensor values")
+        error.__cause__ = exc
+        raise _TraceFailed(error) from exc
 
 
 # ----------------------------------------------------------------------------- the table, resolved and bound

@@ -1,0 +1,258 @@
+"""Hugging Face transformers models imported with ``sw.from_torch`` (torch.fx cannot trace them:
+the import goes through torch.export, shardwise.importers.torch.export), built from tiny random
+configs (no download).
+
+Forward: ``Trainer.forward`` on a 2-worker plan equals the model's logits computed by a float64
+copy within 1e-5.  Training: three steps of SGD (momentum, weight decay) and of AdamW on 2
+workers give the losses and weights of the float64 copy trained alike within RTOL.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+try:
+    from torchvision_compat import import_torchvision
+
+    import_torchvision()   # transformers imports torchvision when present: the CPU-torch workaround first
+except ImportError:
+    pass
+transformers = pytest.importorskip("transformers", reason="transformers not installed: pip install transformers")
+
+import torch.nn.functional as F  # noqa: E402
+
+import shardwise as sw  # noqa: E402
+from strategies_random import random_plan  # noqa: E402
+from training_checks import RTOL, assert_close_weights  # noqa: E402
+
+N, T, V = 2, 8, 64
+
+
+def gpt2(**overrides):
+    cfg = dict(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=16, activation_function="gelu",
+               tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg)).eval()
+
+
+def token_ids(seed: int = 0, vocab: int = V, n: int = N, t: int = T):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n, t + 1), generator=g)
+
+
+def conv1d_names(model) -> set[str]:
+    """Weights of Hugging Face's Conv1D layers (stored (in, out), imported transposed)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, Conv1D)}
+
+
+def state_dict_layout(model, weights: dict) -> dict[str, np.ndarray]:
+    """Imported (or trained) weights in the model's state_dict layout: Conv1D weights transposed back."""
+    conv = conv1d_names(model)
+    return {k: (v.T if k in conv else v) for k, v in weights.items()}
+
+
+def params(model) -> dict[str, np.ndarray]:
+    return {k: v.detach().double().numpy().copy() for k, v in model.named_parameters()}
+
+
+def logits64(model, ids) -> np.ndarray:
+    out = copy.deepcopy(model).double()(ids)
+    return (out.logits if hasattr(out, "logits") else out[0]).detach().numpy()
+
+
+def check_forward(model, ids, plan: str = "data") -> float:
+    """Import, Trainer.forward on 2 workers against the float64 model; the max error."""
+    g, weights = sw.from_torch(model, (ids,))
+    assert set(weights) == set(model.state_dict())
+    for k, v in state_dict_layout(model, weights).items():
+        np.testing.assert_array_equal(v, model.state_dict()[k].numpy())
+    t = sw.Trainer(g, make_plan(g, plan))
+    t.set_weights(weights)
+    back = t.get_weights()   # state_dict names both ways
+    assert set(back) == set(weights) and all(np.array_equal(back[k], weights[k]) for k in weights)
+    err = float(np.abs(t.forward(ids.numpy()) - logits64(model, ids)).max())
+    assert err <= 1e-5
+    return err
+
+
+def make_plan(g, kind: str) -> sw.Plan:
+    if kind == "data":
+        return sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    return random_plan(g, sw.DeviceGraph.cpu(2), np.random.default_rng(3), reductions=True)
+
+
+OPTIMIZERS = {
+    "sgd": (lambda: sw.SGD(lr=0.1, momentum=0.9, weight_decay=1e-3),
+            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-3)),
+    # eps 1e-3: Adam's step lr g / (|g| + eps) amplifies the float32 rounding of a gradient element
+    # near zero by up to lr / eps.  Such elements are sums of products that cancel (a wpe entry:
+    # terms of 0.2 summing to 2.5e-7, 1e-8 off in float32; a key bias: exactly 0 in exact
+    # arithmetic, as the softmax ignores q.b added to every score of a row, so pure rounding), and
+    # with PyTorch's eps 1e-8 (or 1e-6) they move weights by 1e-4 to 1e-3 of their tensor's scale,
+    # float32 against float64 alike (PyTorch's float32 run too).  At 1e-3 that is below 1e-6.
+    "adamw": (lambda: sw.AdamW(lr=1e-2, weight_decay=1e-2, eps=1e-3),
+              lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=1e-2, eps=1e-3)),
+}
+
+
+def train_torch64(model, x, y, opt: str, steps: int = 3):
+    """``steps`` steps of the float64 copy of ``model``: its losses and weights."""
+    m = copy.deepcopy(model).double()
+    optimizer = OPTIMIZERS[opt][1](m.parameters())
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        out = m(x)
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, params(m)
+
+
+def check_training(model, x, y, opt: str, plan: str) -> None:
+    """Three steps on 2 workers: the losses and weights of the float64 copy trained alike."""
+    g, weights = sw.from_torch(model, (x,))
+    t = sw.Trainer(g, make_plan(g, plan), optimizer=OPTIMIZERS[opt][0]())
+    t.set_weights(weights)
+    got = [t.step(x.numpy(), y.numpy()) for _ in range(3)]
+    want, want_weights = train_torch64(model, x, y, opt)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    assert_close_weights(state_dict_layout(model, t.get_weights()), want_weights)
+
+
+# ----------------------------------------------------------------------------- GPT-2
+def test_gpt2_predicts_like_pytorch():
+    ids = token_ids()[:, :-1]
+    check_forward(gpt2(), ids)
+
+
+def test_gpt2_graph_is_a_gpt():
+    """The structure the planner sees: one linear per Conv1D (q, k, v sliced from c_attn),
+    g.attention's composition with the causal mask, the first T rows of wpe."""
+    g, _ = sw.from_torch(gpt2(), (token_ids()[:, :-1],))
+    kinds = [op.kind for op in g.ops]
+    assert kinds.count("linear") == 2 * 4 + 1
+    assert kinds.count("slice") == 2 * 3 + 1          # q, k, v per layer; wpe's first T rows
+    probs = [op for op in g.ops if op.kind == "softmax_dim"]
+    assert len(probs) == 2 and all(op.attrs.get("causal") for op in probs)
+    assert g.ops[g.op_names().index("transformer.wpe")].kind == "parameter"
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+@pytest.mark.parametrize("plan", ["data", "random"])
+def test_gpt2_trains_like_pytorch(opt, plan):
+    ids = token_ids(1)
+    check_training(gpt2(), ids[:, :-1], ids[:, 1:], opt, plan)
+
+
+def test_gpt2_tied_embeddings_are_refused():
+    model = gpt2(tie_word_embeddings=True)
+    with pytest.raises(sw.ModelImportError, match="tied weights.*tie_word_embeddings=False"):
+        sw.from_torch(model, (token_ids()[:, :-1],))
+
+
+def test_gpt2_tanh_gelu_is_refused():
+    model = gpt2(activation_function="gelu_new")
+    with pytest.raises(sw.ModelImportError, match="NewGELUActivation is the tanh approximation of GELU.*activation_function='gelu'"):
+        sw.from_torch(model, (token_ids()[:, :-1],))
+
+
+def test_fx_only_keeps_the_fx_error():
+    with pytest.raises(sw.ModelImportError, match="torch.fx could not trace GPT2LMHeadModel"):
+        sw.from_torch(gpt2(), (token_ids()[:, :-1],), method="fx")
+
+
+# ----------------------------------------------------------------------------- BERT
+def bert(**overrides):
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+               max_position_embeddings=16, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+               pad_token_id=None)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    return transformers.BertForSequenceClassification(transformers.BertConfig(**cfg)).eval()
+
+
+def test_bert_predicts_like_pytorch():
+    """Sequence classification logits (N, 3); no attention mask (every position attended)."""
+    check_forward(bert(), token_ids()[:, :-1])
+
+
+def test_bert_graph():
+    """Token types (all 0 without token_type_ids) read row 0 of their table; positions its first
+    T rows; attention without a mask; the pooler reads position 0."""
+    g, _ = sw.from_torch(bert(), (token_ids()[:, :-1],))
+    assert g.ops[0].name == "input_ids"
+    by_name = {op.name: op for op in g.ops}
+    row = by_name["bert.embeddings.token_type_embeddings.row"]
+    assert (row.kind, row.shape, row.attrs["start"], row.attrs["stop"]) == ("slice", (1, 32), 0, 1)
+    assert by_name["bert.embeddings.position_embeddings.positions"].shape == (T, 32)
+    probs = [op for op in g.ops if op.kind == "softmax_dim"]
+    assert len(probs) == 2 and not any(op.attrs.get("causal") for op in probs)
+    assert g.ops[-1].shape == (N, 3)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_bert_trains_like_pytorch(opt):
+    ids = token_ids(2)[:, :-1]
+    labels = torch.tensor([0, 2])
+    check_training(bert(), ids, labels, opt, "random")
+
+
+def test_bert_attention_mask_input_and_padding_idx_are_refused():
+    ids = token_ids()[:, :-1]
+    with pytest.raises(sw.ModelImportError, match="input 'attention_mask'.*call without it"):
+        sw.from_torch(bert(), (ids, torch.ones_like(ids)))
+    with pytest.raises(sw.ModelImportError, match="padding_idx=0 is not supported.*pad_token_id=None"):
+        sw.from_torch(bert(pad_token_id=0), (ids,))
+
+
+# ----------------------------------------------------------------------------- Llama
+def llama(**overrides):
+    cfg = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=16, tie_word_embeddings=False, use_cache=False)
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).eval()
+
+
+def test_llama_predicts_like_pytorch():
+    """RMS norms, rotary embeddings, SwiGLU and grouped-query attention (4 query heads, 2 key and
+    value heads), against the float64 model."""
+    check_forward(llama(), token_ids()[:, :-1])
+
+
+def test_llama_graph():
+    """Each composition is one op: rms_norm, rotary (base from the tables: Llama's 10000) on q
+    and k, repeat_kv as reshape + expand + reshape, causal attention; no slice or neg is left."""
+    g, _ = sw.from_torch(llama(), (token_ids()[:, :-1],))
+    kinds = [op.kind for op in g.ops]
+    assert kinds.count("rms_norm") == 2 * 2 + 1 and kinds.count("rotary") == 2 * 2
+    assert "slice" not in kinds and kinds.count("expand") == 2 * 2
+    assert all(op.attrs["base"] == 10000.0 for op in g.ops if op.kind == "rotary")
+    assert [op.shape for op in g.ops if op.kind == "rotary"][:2] == [(N, 4, T, 8), (N, 2, T, 8)]
+    assert all(op.attrs.get("causal") for op in g.ops if op.kind == "softmax_dim")
+
+
+def test_llama_rope_theta_is_read_from_the_tables():
+    g, _ = sw.from_torch(llama(rope_theta=500000.0), (token_ids()[:, :-1],))
+    assert {op.attrs["base"] for op in g.ops if op.kind == "rotary"} == {500000.0}
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_llama_trains_like_pytorch(opt):
+    ids = token_ids(3)
+    check_training(llama(), ids[:, :-1], ids[:, 1:], opt, "random")
+
+
+def test_llama_scaled_rope_is_refused():
+    model = llama(rope_scaling={"rope_type": "linear", "factor": 2.0})
+    with pytest.raises(sw.ModelImportError, match="rotary tables other than RoPE's"):
+        sw.from_torch(model, (token_ids()[:, :-1],))
