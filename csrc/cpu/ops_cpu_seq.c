@@ -225,7 +225,7 @@ static sw_status rotary_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, dx;
     int none;
-    SW_TRY(grad_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
