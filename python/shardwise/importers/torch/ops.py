@@ -679,6 +679,10 @@ from shardwise.importers.torch.windows import TORCH_WINDOW_OPS  # noqa: E402  (a
 
 TORCH_OPS = TORCH_OPS + TORCH_WINDOW_OPS
 
+from shardwise.importers.torch.maxvit import TORCH_MAXVIT_OPS  # noqa: E402  (appended: MaxViT's partitions)
+
+TORCH_OPS = TORCH_OPS + TORCH_MAXVIT_OPS
+
 VIEW_OPS = ("flatten", "reshape", "squeeze")
 """Operations whose result is a view of their input in PyTorch (an in-place op on the result
 writes the input too); shardwise builds a flatten, a copy."""
