@@ -126,7 +126,7 @@ TORCH_MAXVIT_OPS: tuple[TorchOp, ...] = (
             op="`reshape`, `permute`", doc="its inverse, back to `(B, C, H, W)`"),
     TorchOp("swapaxes", _swapaxes, params=(("axis0", REQUIRED), ("axis1", REQUIRED)),
             functions=("torch.swapaxes", "torch.swapdims"), methods=("swapaxes", "swapdims"),
-            op="`permute`", doc="the batch dimension stays first"),
+            op="`permute`", doc="two dimensions swapped (as `transpose`), the batch dimension stays first"),
     TorchOp("relative_attention", _relative_attention,
             modules=(_MAXVIT + "RelativePositionalMultiHeadAttention",),
             op="`linear`, `matmul`, `softmax_dim`, `slice`, `concat`, `reshape`, `permute`, `mul`, `add`, `clip`",
