@@ -183,7 +183,8 @@ def _check_eval(model: torch.nn.Module, size: int, workers: int = 1, search: boo
     got = t.forward(x)
     scale = float(np.abs(want).max())
     err = float(np.abs(got - want).max()) / scale
-    assert got.shape == want.shape and err <= 1e-5, f"forward {err:.3g} off PyTorch's float64 logits (scale {scale:.3g})"
+    assert got.shape == want.shape
+    assert err <= 1e-5, f"forward {err:.3g} off PyTorch's float64 logits (scale {scale:.3g})"
     probs = torch.softmax(torch.tensor(want), 1).numpy()
     np.testing.assert_allclose(t.predict(x), probs, atol=1e-5)
     return err

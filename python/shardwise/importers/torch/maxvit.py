@@ -17,7 +17,6 @@ G groups (windows), P = p * p tokens per group, nH heads of Dh features.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -131,6 +130,7 @@ TORCH_MAXVIT_OPS: tuple[TorchOp, ...] = (
             modules=(_MAXVIT + "RelativePositionalMultiHeadAttention",),
             op="`linear`, `matmul`, `softmax_dim`, `slice`, `concat`, `reshape`, `permute`, `mul`, `add`, `clip`",
             doc="MaxViT's attention with a relative position bias (torchvision's index, checked; the table gathered "
-                "as Swin's), an exact composition; the table's weight is `<module>.relative_position_bias_table.weight`"),
+                "as Swin's), an exact composition; the table's weight is "
+                "`<module>.relative_position_bias_table.weight`"),
 )
 """MaxViT's modules, part of :data:`~shardwise.importers.torch.ops.TORCH_OPS`."""

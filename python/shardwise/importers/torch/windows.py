@@ -194,10 +194,9 @@ def _get_relative_position_bias(c: Call) -> Tensor:
             or not np.array_equal(index.detach().cpu().numpy(), want):
         raise c.error(f"the relative position index {_show(index)} is not torchvision's for a {wh}x{ww} window; "
                       f"only that index is supported")
-    param = c.parameter_op(table, c.where) if c.parameter_op is not None else None
-    if param is None or not getattr(table.value, "requires_grad", False):
+    if c.parameter_op is None or not getattr(table.value, "requires_grad", False):
         raise c.error(f"the relative position table {table.target!r} must be a trainable parameter")
-    return relative_position_bias(c.graph, param, wh, ww, c.name)
+    return relative_position_bias(c.graph, c.parameter_op(table, c.where), wh, ww, c.name)
 
 
 def _linear_weights(c: Call, weight: Any, bias: Any, what: str) -> tuple[str, Any, Any]:
