@@ -91,6 +91,8 @@ def pad_end(g: Graph, x: Tensor, dim: int, pad: int, name: str) -> Tensor:
 def reverse(g: Graph, x: Tensor, dim: int, name: str) -> Tensor:
     """``x`` flipped along ``dim`` (``torch.flip``): one-entry slices concatenated backwards."""
     n = x.shape[dim]
+    if n == 1:
+        return x
     parts = [g.slice(x, dim, i, i + 1, name=f"{name}.{i}") for i in range(n - 1, -1, -1)]
     return g.concat(parts, axis=dim, name=name)
 
