@@ -269,4 +269,4 @@ def test_maxvit_t_predicts_as_pytorch():
 
 @pytest.mark.slow
 def test_maxvit_t_gradients_as_accurate_as_pytorch_float32():
-    _check_gradients(tv.models.maxvit_t(weights=None, num_classes=10), 224, search=False)
+    _check_gradients(tv.models.maxvit_t(weights=None, num_classes=10), 224)
