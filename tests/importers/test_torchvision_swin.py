@@ -67,7 +67,7 @@ def _without_random_drops(model: torch.nn.Module) -> torch.nn.Module:
 
 def _run(g: sw.Graph, weights: dict, x: np.ndarray) -> np.ndarray:
     """The graph's last op before its softmax, run by the NumPy reference in float64."""
-    acts = reference.forward(g, weights, x.astype(np.float64), training=False)
+    acts = reference.forward(g, g.graph_weights(weights), x.astype(np.float64), training=False)
     return acts[g.ops[g.ops[-1].inputs[0]].name]
 
 
@@ -224,9 +224,9 @@ def _check_gradients(model: torch.nn.Module, size: int, search: bool = True) -> 
     t.set_weights(weights)
     t.step(x, y)
     after = t.get_weights()
-    # a parameter read as data (the relative position tables) is the weight of a parameter op: "<name>.weight"
-    key = {k: k if k in weights else f"{k}.weight" for k, _ in model.named_parameters()}
-    got = {k: (weights[w].astype(np.float64) - after[w]) / LR for k, w in key.items()}
+    names = [k for k, _ in model.named_parameters()]
+    assert set(names) <= set(weights)   # the model's own names, the relative position tables' included
+    got = {k: (weights[k].astype(np.float64) - after[k]) / LR for k in names}
     grads = {}
     for dtype in (torch.float64, torch.float32):
         ref = copy.deepcopy(model).to(dtype)

@@ -113,6 +113,8 @@ def _relative_attention(c: Call) -> Tensor:
     for op, lin in ((f"{name}.to_qkv", m.to_qkv), (f"{name}.merge", m.merge)):
         record_weights(c.weights, op, {"weight": lin.weight, "bias": lin.bias}, c.where)
     record_weights(c.weights, f"{name}.relative_position_bias_table", {"weight": table}, c.where)
+    # the parameter op's weight under the module's state_dict name (what get_weights and set_weights use)
+    g.weight_names[f"{name}.relative_position_bias_table.weight"] = f"{name}.relative_position_bias_table"
     return y
 
 
@@ -130,7 +132,6 @@ TORCH_MAXVIT_OPS: tuple[TorchOp, ...] = (
             modules=(_MAXVIT + "RelativePositionalMultiHeadAttention",),
             op="`linear`, `matmul`, `softmax_dim`, `slice`, `concat`, `reshape`, `permute`, `mul`, `add`, `clip`",
             doc="MaxViT's attention with a relative position bias (torchvision's index, checked; the table gathered "
-                "as Swin's), an exact composition; the table's weight is "
-                "`<module>.relative_position_bias_table.weight`"),
+                "as Swin's), an exact composition; weights under the module's `state_dict` names"),
 )
 """MaxViT's modules, part of :data:`~shardwise.importers.torch.ops.TORCH_OPS`."""
