@@ -170,7 +170,9 @@ def _forward(op: Any, ins: list[np.ndarray], param: Callable[[str], np.ndarray])
     if op.kind == "softmax_dim":
         return softmax_dim_forward(ins[0], a["dim"], a["scale"], a["causal"])
     if op.kind == "reshape":
-        return ins[0].reshape((ins[0].shape[0],) + tuple(a["shape"][1:]))
+        if ins[0].shape == tuple(op.desc.inputs[0].shape):   # the graph's own shapes: a parameter's too,
+            return ins[0].reshape(a["shape"])                # whose first dimension is no batch
+        return ins[0].reshape((ins[0].shape[0],) + tuple(a["shape"][1:]))   # another batch size
     if op.kind == "permute":
         return np.transpose(ins[0], a["dims"])
     if op.kind == "select":

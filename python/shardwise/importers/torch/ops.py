@@ -675,6 +675,14 @@ from shardwise.importers.torch.attention import TORCH_ATTENTION_OPS  # noqa: E40
 
 TORCH_OPS = TORCH_OPS + TORCH_ATTENTION_OPS
 
+from shardwise.importers.torch.windows import TORCH_WINDOW_OPS  # noqa: E402  (appended: Swin's window attention)
+
+TORCH_OPS = TORCH_OPS + TORCH_WINDOW_OPS
+
+from shardwise.importers.torch.maxvit import TORCH_MAXVIT_OPS  # noqa: E402  (appended: MaxViT's partitions)
+
+TORCH_OPS = TORCH_OPS + TORCH_MAXVIT_OPS
+
 VIEW_OPS = ("flatten", "reshape", "squeeze")
 """Operations whose result is a view of their input in PyTorch (an in-place op on the result
 writes the input too); shardwise builds a flatten, a copy."""
