@@ -4,6 +4,7 @@ The config is one sw.models.gpt expresses: exact GELU (activation_function="gelu
 default tanh approximation), an untied lm_head, no dropout, n_positions equal to the sequence
 length (gpt's wpe is (T, D)).  HF's Conv1D layers store W as (in, out) and pack q, k and v into
 one c_attn of width 3D: the state_dict is renamed, transposed and split for Trainer.set_weights.
+Weights are drawn with std 0.2 (HF's 0.02 gives logits of 0.4): logits of size 4, 1e-6 off.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def hf_gpt2():
     transformers = pytest.importorskip("transformers", reason="transformers not installed: pip install transformers")
     cfg = transformers.GPT2Config(n_layer=L, n_embd=D, n_head=H, vocab_size=V, n_positions=T, activation_function="gelu",
                                   tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                  use_cache=False)
+                                  use_cache=False, initializer_range=0.2,
+                                  bos_token_id=0, eos_token_id=0)   # GPT-2's 50256 lies outside the tiny vocabulary
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(cfg).eval()
 
