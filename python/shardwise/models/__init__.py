@@ -7,8 +7,8 @@
 
 Every image builder takes ``batch`` (the minibatch N) and ``num_classes`` and returns
 a :class:`~shardwise.graph.Graph` whose last op is the softmax over
-(N, num_classes); the language model :func:`gpt` ends with the softmax over
-(N, T, vocab).  Layouts follow torchvision; parameter counts match
+(N, num_classes); the language models :func:`gpt` and :func:`llama` end with the
+softmax over (N, T, vocab).  Layouts follow torchvision; parameter counts match
 torchvision's exactly (dropout, which has no parameters, is omitted).
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from shardwise.models.alexnet import alexnet
 from shardwise.models.inception import inception_v3
 from shardwise.models.gpt import gpt, gpt_tiny, megatron_spec
 from shardwise.models.lenet import lenet5
+from shardwise.models.llama import llama, llama_ffn, llama_tiny
 from shardwise.models.rnn import rnn
 from shardwise.models.resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
 from shardwise.models.small import alexnet_small, inception_small, resnet18_small, vgg_small
@@ -45,6 +46,7 @@ SMALL: dict[str, Callable[..., Graph]] = {
     "resnet18_small": resnet18_small,
     "inception_small": inception_small,
     "gpt_tiny": gpt_tiny,
+    "llama_tiny": llama_tiny,
 }
 """Scaled-down variants for training on CPU workers (not in :func:`names`)."""
 
@@ -53,9 +55,10 @@ LARGE: dict[str, Callable[..., Graph]] = {
     "wide_resnet": wide_resnet,
     "rnn": rnn,
     "gpt": gpt,
+    "llama": llama,
 }
-"""The very large models of the Tofu paper (WResNet-<depth>-<width>, RNN-<layers>-<hidden>), built with
-their own size arguments; not in :func:`names` (the zoo tests search every zoo model)."""
+"""The very large models of the Tofu paper (WResNet-<depth>-<width>, RNN-<layers>-<hidden>) and the
+transformers (GPT, Llama; Llama-2-7B's sizes by default), built with their own size arguments; not in :func:`names` (the zoo tests search every zoo model)."""
 
 
 def names() -> list[str]:
@@ -79,4 +82,5 @@ def get(name: str, **kwargs: Any) -> Graph:
 
 __all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
            "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "SMALL", "alexnet_small", "vgg_small",
-           "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn", "gpt", "gpt_tiny", "megatron_spec"]
+           "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn", "gpt", "gpt_tiny", "megatron_spec",
+           "llama", "llama_tiny", "llama_ffn"]

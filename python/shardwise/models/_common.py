@@ -11,3 +11,10 @@ def check_args(model: str, batch: Any, num_classes: Any) -> None:
     for what, value in (("batch", batch), ("num_classes", num_classes)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
+
+
+def positive_int(model: str, value: Any, what: str) -> int:
+    """``value`` if it is a positive int (not a bool); else a ShapeError naming the model and the argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ShapeError(f"{model}: {what} must be a positive int, got {value!r}")
+    return value

@@ -31,12 +31,11 @@ import math
 
 from shardwise.errors import ShapeError
 from shardwise.graph import Graph, Tensor
+from shardwise.models._common import positive_int
 
 
 def _positive(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ShapeError(f"gpt: {what} must be a positive int, got {value!r}")
-    return value
+    return positive_int("gpt", value, what)
 
 
 def _heads(g: Graph, t: Tensor, heads: int, name: str) -> Tensor:
