@@ -323,10 +323,22 @@ class Plan:
         lines.append(f"estimated iteration: {self.cost * 1e3:.3f} ms  (compute {b['compute'] * 1e3:.3f}, "
                      f"transfer {b['transfer'] * 1e3:.3f}, sync {b['sync'] * 1e3:.3f})  "
                      f"bytes moved: {self.bytes_moved / 1e6:.2f} MB")
+        idle = self.idle_devices()
+        if idle:
+            lines.append(f"note: {len(idle)} of {len(self.devices)} devices get no work from this plan "
+                         f"({_device_ranges(idle)}): no split over them pays for its transfers at this "
+                         f"minibatch ({self.graph.ops[0].shape[0]}); a larger minibatch, or fewer devices, "
+                         f"would use them")
         if baselines:
             lines.append("")
             lines.append(compare_text([self, *baselines]))
         return "\n".join(lines)
+
+    def idle_devices(self) -> list[int]:
+        """The devices no op of this plan runs on (a plan may leave devices idle when splitting
+        over them costs more in transfers than it saves)."""
+        used = {d for c in self.configs.values() for d in c.devices}
+        return [d for d in range(len(self.devices)) if d not in used]
 
     def plot(self, path: str | None = None):
         """Draw the network with each op's configuration (matplotlib); see shardwise.viz."""
@@ -412,3 +424,14 @@ def compare_text(plans: Sequence[Plan]) -> str:
         lines.append(f"{p.name:<16} {p.cost * 1e3:10.3f} {b['compute'] * 1e3:9.3f} {b['transfer'] * 1e3:9.3f} "
                      f"{b['sync'] * 1e3:9.3f} {p.bytes_moved / 1e6:10.2f} {ratio:11.2f}x")
     return "\n".join(lines)
+
+
+def _device_ranges(devices: Sequence[int]) -> str:
+    """"devices 1, 4-7" of sorted device indices."""
+    runs: list[list[int]] = []
+    for d in devices:
+        if runs and d == runs[-1][1] + 1:
+            runs[-1][1] = d
+        else:
+            runs.append([d, d])
+    return "devices " + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)

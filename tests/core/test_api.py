@@ -137,3 +137,16 @@ def test_the_package_never_imports_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_summary_says_when_devices_stay_idle():
+    """A plan that leaves devices without work says which, in the summary; one that uses
+    every device says nothing of it."""
+    g = sw.models.lenet5(batch=8)
+    d = sw.DeviceGraph.cluster(1, 8)
+    dp = sw.strategies.data_parallel(g, d)
+    assert dp.idle_devices() == [] and "get no work" not in dp.summary()
+    half = sw.strategies.data_parallel(g, sw.DeviceGraph.cluster(1, 4))
+    lopsided = sw.Plan(g, d, {name: c for name, c in half.configs.items()}, name="on 4 of 8")
+    assert lopsided.idle_devices() == [4, 5, 6, 7]
+    assert "note: 4 of 8 devices get no work from this plan (devices 4-7)" in lopsided.summary()
