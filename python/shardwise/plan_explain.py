@@ -1,4 +1,5 @@
-"""``plan.explain("fc6")``: an op's chosen configuration beside its runners-up, by Eq. 1.
+"""``plan.explain("fc6")``: an op's chosen configuration beside its runners-up (the cheapest
+placement of each other split), by Eq. 1, and a sentence on why it wins.
 
 Every configuration the search could give the op is costed with the rest of the plan held
 fixed: the op's own compute and synchronization, and the transfers on its in- and out-edges
@@ -37,9 +38,33 @@ class ConfigCost:
 class Explanation:
     op: str
     kind: str
-    rows: list[ConfigCost]     # the chosen configuration first, then the cheapest others
+    rows: list[ConfigCost]     # the chosen configuration first, then the cheapest other splits
     considered: int            # configurations costed
     costs_used: str
+    placements_merged: int = 0   # runners-up left out: the same split as a shown one on other devices
+
+    @property
+    def reason(self) -> str:
+        """One sentence: why the chosen configuration beats the best other split, by the terms
+        of Eq. 1 that differ (its compute, the transfers on its edges, its synchronization)."""
+        chosen = self.rows[0]
+        others = [r for r in self.rows[1:] if not _same_split(r.config, chosen.config)]
+        if not others:
+            return f"{self.op} has no other split to compare with."
+        best = others[0]
+        terms = [(name, (getattr(chosen, name) - getattr(best, name)) * 1e3)
+                 for name in ("compute", "transfer", "sync")]
+        lower = [f"{_TERM[n]} {-d:.3f} ms lower" for n, d in terms if d < -1e-9]
+        higher = [f"{_TERM[n]} {d:.3f} ms higher" for n, d in terms if d > 1e-9]
+        gap = (best.total - chosen.total) * 1e3
+        if gap < 0:
+            return (f"{chosen.config} costs {-gap:.3f} ms more under Eq. 1 than {best.config}; the plan was chosen "
+                    "by another objective (the simulated iteration) or written by hand.")
+        if not lower and not higher:
+            return f"{chosen.config} and {best.config} cost the same under Eq. 1; the search kept the first."
+        body = "; ".join(x for x in (", ".join(lower), ", ".join(higher)) if x)
+        return (f"{chosen.config} wins over the best other split, {best.config}, by {gap:.3f} ms: "
+                f"{body}.")
 
     def __str__(self) -> str:
         chosen = self.rows[0]
@@ -52,10 +77,9 @@ class Explanation:
             delta = (r.total - chosen.total) * 1e3
             lines.append(f"{'*' if r.chosen else ' ':2}{str(r.config):<34} {r.total * 1e3:13.3f} {delta:+10.3f} "
                          f"{r.compute * 1e3:9.3f} {r.transfer * 1e3:9.3f} {r.sync * 1e3:9.3f}")
-        cheaper = [r for r in self.rows[1:] if r.total < chosen.total * (1 - 1e-12)]
-        if cheaper:
-            lines.append(f"{len(cheaper)} shown configuration(s) cost less under Eq. 1 with the rest fixed: the plan "
-                         "was chosen by another objective (the simulated iteration) or written by hand")
+        if self.placements_merged:
+            lines.append(f"({self.placements_merged} more placements of the shown splits on other devices left out)")
+        lines.append(self.reason)
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:   # IPython / Jupyter
@@ -109,7 +133,26 @@ def explain(plan: "Plan", op_name: str, top: int = 5) -> Explanation:
     rows = [ConfigCost(c, fixed + float(tc[k]) + float(ts[k]) + float(transfer[k]), float(tc[k]),
                        float(transfer[k]), float(ts[k]), c == chosen) for k, c in enumerate(options)]
     first = next(r for r in rows if r.chosen)
-    others = sorted((r for r in rows if not r.chosen), key=lambda r: r.total)[:top]
+    # runners-up: the cheapest placement of each other split (the same split on other devices
+    # costs alike on a uniform machine and says nothing new)
+    best_of: dict[Any, ConfigCost] = {}
+    for r in sorted((r for r in rows if not r.chosen), key=lambda r: r.total):
+        key = _split_key(r.config)
+        if key != _split_key(first.config) and key not in best_of:
+            best_of[key] = r
+    others = list(best_of.values())[:top]
+    merged = len(rows) - 1 - len(best_of)
     from shardwise.iteration.sim_costs import describe_costs
 
-    return Explanation(op_name, target.kind, [first] + others, len(rows), describe_costs(plan.costs))
+    return Explanation(op_name, target.kind, [first] + others, len(rows), describe_costs(plan.costs), merged)
+
+
+_TERM = {"compute": "compute", "transfer": "transfers on its edges", "sync": "synchronization"}
+
+
+def _split_key(c: "OpConfig") -> tuple:
+    return (c.degrees, c.reduction)
+
+
+def _same_split(a: "OpConfig", b: "OpConfig") -> bool:
+    return _split_key(a) == _split_key(b)

@@ -140,13 +140,27 @@ def test_explain_costs_every_alternative_as_the_whole_plan_would(model, machine,
     e = plan.explain(op, top=4)
     assert e.rows[0].chosen and e.rows[0].config == plan[op]
     assert e.rows[0].total == pytest.approx(plan.cost, rel=1e-9)
-    assert len(e.rows) == 5 and e.considered > 5
+    assert 2 <= len(e.rows) <= 5 and e.considered >= len(e.rows) + e.placements_merged
     for r in e.rows[1:]:
         # the Eq. 1 optimum: no single op does better with the rest fixed
         assert r.total >= plan.cost * (1 - 1e-9)
         other = sw.Plan(g, d, dict(plan.configs, **{op: r.config}))   # costed independently, whole plan
         assert r.total == pytest.approx(other.cost, rel=1e-9)
     assert [r.total for r in e.rows[1:]] == sorted(r.total for r in e.rows[1:])
+    # one row per split: another placement of a shown split is left out, and said so
+    splits = [(r.config.degrees, r.config.reduction) for r in e.rows]
+    assert len(set(splits)) == len(splits)
+    assert e.placements_merged >= 0 and (f"{e.placements_merged} more placements" in str(e)) == (e.placements_merged > 0)
+    # the sentence names the best other split and the terms in which the chosen one differs
+    best, chosen = e.rows[1], e.rows[0]
+    assert e.reason in str(e) and f"the best other split, {best.config}" in e.reason
+    assert f"by {(best.total - chosen.total) * 1e3:.3f} ms" in e.reason
+    for term, name in (("compute", "compute"), ("transfer", "transfers on its edges"), ("sync", "synchronization")):
+        d = (getattr(chosen, term) - getattr(best, term)) * 1e3
+        if abs(d) > 1e-9:
+            assert f"{name} {abs(d):.3f} ms {'lower' if d < 0 else 'higher'}" in e.reason
+        else:
+            assert f"{name} " not in e.reason.split(": ", 1)[1]
     assert op in str(e) and "roofline" in str(e)
     with pytest.raises(sw.ConfigError, match="no op named"):
         plan.explain("nonexistent")
