@@ -43,3 +43,16 @@ def read_bytes(value: Any, what: str, floats: bool = False) -> int | float:
     if not size > 0 or (isinstance(size, float) and not math.isfinite(size)):
         raise ValueError(f"{what} must be a positive, finite number of bytes, got {value!r}")
     return size
+
+
+def format_bytes(n: float) -> str:
+    """A size for people: "1 byte", "512 bytes", "2.00 MB", "1.50 GB" (decimal units, as the
+    devices' memories are given), never "0.00 GB" for a size that is not zero."""
+    n = float(n)
+    if abs(n) < 1000:
+        whole = int(round(n))
+        return f"{whole} byte" + ("" if whole == 1 else "s")
+    for unit, size in (("KB", 1e3), ("MB", 1e6), ("GB", 1e9)):
+        if abs(n) < size * 1000:
+            return f"{n / size:.2f} {unit}"
+    return f"{n / 1e12:.2f} TB"

@@ -370,6 +370,9 @@ def test_simulate_prints_plan_and_baselines_and_draws(capsys, tmp_path):
 def test_simulate_bad_input_exits_2(capsys, tmp_path):
     code, _, err = run_cli(capsys, "simulate", "--model", "alexnet", "--devices", "4", "--plan", "nonsense")
     assert code == 2 and "unknown plan" in err
+    missing = str(tmp_path / "missing.json")
+    code, _, err = run_cli(capsys, "simulate", "--model", "lenet5", "--devices", "2", "--quiet", "--plan", missing)
+    assert code == 2 and f"the plan file {missing!r} does not exist" in err
     code, _, err = run_cli(capsys, "simulate", "--model", "lenet5", "--devices", "2", "--quiet", "--png",
                            str(tmp_path / "missing" / "dir" / "t.png"))
     assert code == 2 and "error:" in err

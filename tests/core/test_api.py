@@ -150,3 +150,10 @@ def test_summary_says_when_devices_stay_idle():
     lopsided = sw.Plan(g, d, {name: c for name, c in half.configs.items()}, name="on 4 of 8")
     assert lopsided.idle_devices() == [4, 5, 6, 7]
     assert "note: 4 of 8 devices get no work from this plan (devices 4-7)" in lopsided.summary()
+
+
+def test_sizes_for_people():
+    from shardwise.sizes import format_bytes
+
+    assert [format_bytes(n) for n in (0, 1, 2, 999, 1000, 2_004_048, 1.5e9, 2.91e12)] == [
+        "0 bytes", "1 byte", "2 bytes", "999 bytes", "1.00 KB", "2.00 MB", "1.50 GB", "2.91 TB"]

@@ -14,6 +14,7 @@ import argparse
 from typing import Any, Callable
 
 from shardwise.plan import Plan
+from shardwise.sizes import format_bytes
 from shardwise.planning.search_memory import PlanDoesNotFitError
 from shardwise.iteration.swap import SwapPlan, parse_budget, swap_plan
 
@@ -27,15 +28,18 @@ def plan_within_budget(run_search: Callable[..., Plan], budget: int,
     try:
         return run_search(memory=budget), None
     except PlanDoesNotFitError as refused:
-        note(f"shardwise: no plan fits {budget / 1e9:.2f} GB per device without swapping ({refused}); "
+        note(f"shardwise: no plan fits {format_bytes(budget)} per device without swapping ({refused}); "
              "planning activation swapping to host memory")
         plan = run_search(memory=False)
         try:
             return plan, swap_plan(plan, budget)
         except ValueError as exc:
-            raise PlanDoesNotFitError(f"no plan fits {budget / 1e9:.2f} GB per device: {refused}; "
-                                      f"and with swapping: {exc}", refused.device, refused.needed,
-                                      refused.available) from None
+            raise PlanDoesNotFitError(
+                f"no plan fits {format_bytes(budget)} per device: the plan closest to fitting needs "
+                f"{format_bytes(refused.needed)} on device {refused.device}, and swapping activations to host "
+                f"memory cannot reach the budget either: {exc}. Raise --memory-budget, use more devices "
+                f"(--devices) or a smaller minibatch (--batch)", refused.device, refused.needed,
+                refused.available) from None
 
 
 def swap_report(plan: Plan, sp: SwapPlan) -> dict[str, Any]:

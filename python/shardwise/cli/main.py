@@ -274,6 +274,9 @@ def _train_plan(spec: str, graph: Any, devices: DeviceGraph, quiet: bool) -> Pla
             return Plan.load(spec, graph, devices)
         except OSError as exc:
             raise ShardwiseError(f"cannot read the plan file {spec!r}: {exc.strerror or exc}") from None
+    if spec.lower().endswith(".json") or os.sep in spec or (os.altsep and os.altsep in spec):
+        raise ShardwiseError(f"the plan file {spec!r} does not exist" +
+                             (" (it is a folder)" if os.path.isdir(spec) else ""))
     raise ShardwiseError(f"unknown plan {spec!r}: use one of {', '.join(PLAN_NAMES)}, or the path of a plan file")
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
+from shardwise.sizes import format_bytes
 from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
 from shardwise.iteration.sim_costs import _cost_arrays, _machine, resolve_costs
 from shardwise.plan import Plan
@@ -144,11 +145,6 @@ def _timeline(plan: Plan, handle: Any, costs: Any) -> tuple[np.ndarray, np.ndarr
     return start, start + np.asarray(r["duration"], np.float64), float(r["iteration_time"]), r["arena"]
 
 
-def _task_name(plan: Plan, tg: dict, task: int) -> str:
-    kind = _core.TASK_KINDS[int(tg["kind"][task])]
-    return f"task {task} ({kind} of op {plan.graph.ops[int(tg['op'][task])].name!r})"
-
-
 def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = None,
               optimizer_state: int = 1, check: bool = False) -> SwapPlan:
     """Offload feature maps of ``plan`` to host memory so that every device's arena fits ``budget``.
@@ -188,9 +184,12 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     tg = handle.arrays()
     for d in range(ndev):
         if r["working_set"][d] > budgets[d]:
-            raise ValueError(f"budget of device {d} ({budgets[d]:,} bytes) is below the working set of "
-                             f"{_task_name(plan, tg, int(r['working_task'][d]))}: {int(r['working_set'][d]):,} "
-                             "bytes with the device's parameters and optimizer state; no swapping can go below it")
+            task = int(r["working_task"][d])
+            raise ValueError(f"the budget of device {d} ({format_bytes(budgets[d])}) is below what op "
+                             f"{plan.graph.ops[int(tg['op'][task])].name!r} needs at once "
+                             f"({_core.TASK_KINDS[int(tg['kind'][task])].replace('_', ' ')}): "
+                             f"{format_bytes(r['working_set'][d])} with the device's parameters and optimizer "
+                             "state; no swapping can go below it")
     if not r["fits"]:
         over = [d for d in range(ndev) if r["arena"][d] > budgets[d] or r["min_peak"][d] > budgets[d]] or \
             list(range(ndev))

@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from shardwise import _core
+from shardwise.sizes import format_bytes
 from shardwise.machine.devices import DeviceGraph
 from shardwise.errors import ConfigError, SearchError, ShardwiseError
 from shardwise.graph import Graph
@@ -378,10 +379,10 @@ def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_ev
     name = devices.devices[d].name
     budget_note = "" if (limit >= np.array([dev.memory for dev in devices.devices])).all() else " (the budget)"
     total = float(limit.sum())
-    why = (f"; every plan needs at least {total_min / 1e9:.2f} GB in all on the {len(limit)} devices, which have "
-           f"{total / 1e9:.2f} GB" if total_min > total else "")
-    msg = (f"no plan fits in memory{where}: the plan closest to fitting needs {a[d] / 1e9:.2f} GB on device {d} "
-           f"({name}), which has {limit[d] / 1e9:.2f} GB{budget_note}, counting only parameters, optimizer state "
+    why = (f"; every plan needs at least {format_bytes(total_min)} in all on the {len(limit)} devices, which have "
+           f"{format_bytes(total)}" if total_min > total else "")
+    msg = (f"no plan fits in memory{where}: the plan closest to fitting needs {format_bytes(a[d])} on device {d} "
+           f"({name}), which has {format_bytes(limit[d])}{budget_note}, counting only parameters, optimizer state "
            f"and the activations kept for the backward pass{why}.  Swap activations to host memory "
            f"(sw.swap_plan), use more devices or a smaller minibatch, or pass memory=False to plan anyway")
     return PlanDoesNotFitError(msg, d, int(a[d]), int(limit[d]))
