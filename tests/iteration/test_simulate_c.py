@@ -292,3 +292,49 @@ def test_machine_table_follows_changes_to_the_device_graph():
     d.add_link(0, 2, bandwidth=1e9)
     second = _machine(d)
     assert len(second.route_ptr) == 3 * 3 + 1
+
+
+def _chain(n: int) -> sw.DeviceGraph:
+    d = sw.DeviceGraph(f"chain of {n}")
+    for k in range(n):
+        d.add_device(f"g{k}", flops=1e13, memory=16e9)
+    for k in range(n - 1):
+        d.add_link(k, k + 1, bandwidth=2e10 if k % 2 else 1e10)
+    return d
+
+
+def test_routed_machines_list_only_the_pairs_a_task_graph_uses():
+    """On a machine without a preset's structure, the simulator lists the routes of the pairs
+    the plan's transfers use, each as the all-pairs table lists it, and no other."""
+    from shardwise.iteration.lower import lowered
+    from shardwise.iteration.sim_costs import _machine, _routed_machine, _transfer_pairs
+
+    d = _chain(6)
+    plan = sw.strategies.data_parallel(sw.models.lenet5(batch=12), d)
+    handle = lowered(plan)
+    used = set(_transfer_pairs(handle))
+    assert used and used < {(a, b) for a in range(6) for b in range(6) if a != b}   # not every pair
+    some, every = _machine(d, handle), _routed_machine(d, 0)
+    for a in range(6):
+        for b in range(6):
+            k = a * 6 + b
+            got = [some.name(int(r)) for r in some.route_res[some.route_ptr[k]:some.route_ptr[k + 1]]]
+            want = [every.name(int(r)) for r in every.route_res[every.route_ptr[k]:every.route_ptr[k + 1]]]
+            assert got == (want if (a, b) in used else []), (a, b)
+    assert_same_simulation(plan)
+
+
+def test_a_chain_of_1024_devices_lists_its_transfers_routes_only():
+    """Data parallelism over a chain of 1,024 devices: the routes listed are those of its
+    transfers, |a - b| links each (about a million entries, where every pair's would be 358
+    million), and the simulation runs."""
+    from shardwise.iteration.lower import lowered
+    from shardwise.iteration.sim_costs import _machine, _transfer_pairs
+
+    d = _chain(1024)
+    plan = sw.strategies.data_parallel(sw.models.lenet5(batch=1024), d)
+    handle = lowered(plan)
+    pairs = _transfer_pairs(handle)
+    m = _machine(d, handle)
+    assert len(m.route_res) == sum(abs(a - b) for a, b in pairs) < 2_000_000
+    assert sw.simulate(plan, check_memory=False).iteration_time > 0

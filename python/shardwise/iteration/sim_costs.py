@@ -65,13 +65,17 @@ class _Machine(NamedTuple):
     name: Callable[[int], str]   # resource id -> "device 3", "core 0", "link 2->5", "nic 1 out"
 
 
-def _machine(devices: DeviceGraph) -> _Machine:
+def _machine(devices: DeviceGraph, handle: Any = None) -> _Machine:
     """Resources as the C engine numbers them, cached on the device graph (a search simulates
     many plans on one machine; at 1,024 devices the pairs number a million).
 
     Device d is resource d; on CPU workers sharing this machine's cores, thread c of the CPU
     backend (:func:`shardwise.train.runtime.executor_threads` of them) is resource ndev + c ("core c");
-    then the links (or network adapters) of every route a -> b, listed per pair."""
+    then the links (or network adapters) of every route a -> b, listed per pair.
+
+    On a machine without a preset's structure, ``handle`` (a lowered task graph) limits the
+    routes listed to the pairs its transfers use: walking every pair's route of a chain of
+    D devices is D^3 / 3 steps (minutes at 256), its transfers' routes far fewer."""
     nics = _nics(devices)
     key = (len(devices), devices.shared_cores, nics)
     cached = devices.__dict__.get("_sim_machine")   # dropped by add_device and add_link
@@ -83,10 +87,21 @@ def _machine(devices: DeviceGraph) -> _Machine:
     uniform = devices._uniform
     if uniform is not None and uniform.direct_is_widest(n):
         machine = _uniform_machine(n, uniform.per, cores, nics)
+    elif handle is not None:
+        return _routed_machine(devices, cores, _transfer_pairs(handle))   # for this task graph only
     else:
         machine = _routed_machine(devices, cores)
     devices.__dict__["_sim_machine"] = (key, machine)
     return machine
+
+
+def _transfer_pairs(handle: Any) -> list[tuple[int, int]]:
+    """The (source, destination) device pairs the transfers of a lowered task graph use."""
+    a = handle.arrays()
+    src, dst = np.asarray(a["src_device"], np.int64), np.asarray(a["device"], np.int64)
+    moving = (src >= 0) & (src != dst)
+    pairs = np.unique(np.stack([src[moving], dst[moving]], axis=1), axis=0) if moving.any() else np.zeros((0, 2))
+    return [(int(x), int(y)) for x, y in pairs]
 
 
 def _nics(devices: DeviceGraph) -> str | None:
@@ -144,24 +159,33 @@ def _uniform_machine(n: int, per: int, cores: int, nics: str | None) -> _Machine
     return _Machine(ptr.astype(np.int32), res.astype(np.int32), base + nlinks + 2 * nadapters, cores, name)
 
 
-def _routed_machine(devices: DeviceGraph, cores: int) -> _Machine:
+def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Machine:
     """Any device graph: each pair's route (:meth:`DeviceGraph.route`), resources numbered in
-    order of first use."""
+    order of first use; only ``pairs`` (every pair when None) are listed, the others empty."""
     n = len(devices)
     names = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
     ids: dict[str, int] = {}
-    route_ptr = np.zeros(n * n + 1, np.int32)
-    route_res: list[int] = []
-    for a in range(n):
-        for b in range(n):
-            if a != b:
-                for r in _route_resources(devices, a, b):
-                    if r not in ids:
-                        ids[r] = len(names)
-                        names.append(r)
-                    route_res.append(ids[r])
-            route_ptr[a * n + b + 1] = len(route_res)
-    return _Machine(route_ptr, np.asarray(route_res, np.int32), len(names), cores, names.__getitem__)
+    if pairs is None:
+        pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    route_of = devices.__dict__.setdefault("_route_names", {})   # pair -> resource names, kept
+    counts = np.zeros(n * n, np.int64)
+    listed: list[list[int]] = []
+    for a, b in sorted(pairs):
+        names_ab = route_of.get((a, b))
+        if names_ab is None:
+            names_ab = route_of[(a, b)] = _route_resources(devices, a, b)
+        row = []
+        for r in names_ab:
+            if r not in ids:
+                ids[r] = len(names)
+                names.append(r)
+            row.append(ids[r])
+        counts[a * n + b] = len(row)
+        listed.append(row)
+    route_ptr = np.zeros(n * n + 1, np.int64)
+    np.cumsum(counts, out=route_ptr[1:])
+    route_res = np.asarray([r for row in listed for r in row], np.int32)
+    return _Machine(route_ptr.astype(np.int32), route_res, len(names), cores, names.__getitem__)
 
 
 def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:

@@ -298,7 +298,6 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     extra: dict[str, Any] = _rank_options(rank, costs, rank_link)
     sched = as_schedule(plan, schedule, costs) if tg is None else tg.schedule
     devices = plan.devices
-    m = _machine(devices)
     fill = device_fill(devices)
     if fill_outputs is not None:
         if isinstance(fill_outputs, bool) or not isinstance(fill_outputs, (int, float)) or \
@@ -314,12 +313,14 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         if sched is not None:
             raise ConfigError("a swap plan runs on one compute stream per device: simulate it with schedule='fifo'")
         state = swap.optimizer_state
-        extra.update(host_bw=host_bandwidths(plan), host_res=m.nres)
     if tg is not None:
         handle = tg.handle
     else:   # lowered once for both replays below
         handle = lowered(plan, state or 1, streams=sched.stream_arrays() if sched is not None else None,
                          swap=swap.spec() if swap is not None else None)
+    m = _machine(devices, handle)
+    if swap is not None:
+        extra.update(host_bw=host_bandwidths(plan), host_res=m.nres)
     r = _replay(handle, plan, costs, m, nres=m.nres + 2 * len(devices), dev_fill=fill if fill.any() else None,
                 **extra)
     memory = {d: int(x) for d, x in enumerate(r["arena"])}   # the memory plan's arenas: what the runtime allocates
@@ -422,8 +423,8 @@ def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -
         handle = None
     costs = resolve_costs(plan, costs)
     overhead = _measured(costs, "step_overhead")
-    r = _replay(handle if handle is not None else lowered(plan), plan, costs, _machine(plan.devices),
-                bound=bound - overhead, brief=True)
+    handle = handle if handle is not None else lowered(plan)
+    r = _replay(handle, plan, costs, _machine(plan.devices, handle), bound=bound - overhead, brief=True)
     return float(r["iteration_time"]) + overhead, int(r["ntasks"]), bool(r["bounded"])
 
 

@@ -138,7 +138,7 @@ def _timeline(plan: Plan, handle: Any, costs: Any) -> tuple[np.ndarray, np.ndarr
     (a replay of ``handle``, the plan lowered once)."""
     costs = resolve_costs(plan, costs)
     split, rates, fixed, copy_bw = _cost_arrays(plan, costs)
-    m = _machine(plan.devices)
+    m = _machine(plan.devices, handle)
     r = handle.simulate(m.route_ptr, m.route_res, m.nres, cores=m.cores, split=split, element_seconds=rates,
                         copy_bandwidth=copy_bw, element_fixed=fixed)
     start = np.asarray(r["start"], np.float64)

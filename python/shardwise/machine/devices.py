@@ -201,6 +201,8 @@ class DeviceGraph:
         self._by_name[name] = dev.index
         self._routes = None
         self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
+        for cache in ("_paths", "_adjacency", "_route_names"):
+            self.__dict__.pop(cache, None)
         return dev
 
     def _index(self, d: Device | str | int) -> int:
@@ -229,7 +231,8 @@ class DeviceGraph:
             self._link_dict[(j, i)] = bw
         self._routes = None
         self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
-        self.__dict__.pop("_paths", None)
+        for cache in ("_paths", "_adjacency", "_route_names"):
+            self.__dict__.pop(cache, None)
 
     @property
     def _links(self) -> dict[tuple[int, int], float]:
@@ -398,19 +401,34 @@ class DeviceGraph:
         """The links (u, v) of the widest route from device ``a`` to ``b`` (fewest hops among
         the widest); its bandwidth is :meth:`route_bandwidths`'s.  The simulator queues a
         transfer on every link of its route, so routes that share a link contend."""
-        import heapq
-
         self.route_bandwidths()  # raises if some pair has no route
-        cache = self.__dict__.setdefault("_paths", {})
-        if (a, b) in cache:
-            return cache[(a, b)]
         if a == b:
             return []
         if self._uniform is not None and self._uniform.direct_is_widest(len(self.devices)):
             return [(a, b)]   # every pair is linked and no detour is wider
-        adjacency: dict[int, list[tuple[int, float]]] = {}
-        for (u, v), bw in self._links.items():
-            adjacency.setdefault(u, []).append((v, bw))
+        parent = self._route_tree(a)
+        path, v = [], b
+        while v != a:
+            path.append((parent[v], v))
+            v = parent[v]
+        path.reverse()
+        return path
+
+    def _route_tree(self, a: int) -> dict[int, int]:
+        """The widest routes (fewest hops among the widest) from device ``a`` to every device, as
+        each device's predecessor: one search per source, kept, so that the routes of all pairs
+        from ``a`` cost one search and no list of every pair's links is stored."""
+        import heapq
+
+        trees = self.__dict__.setdefault("_paths", {})
+        if a in trees:
+            return trees[a]
+        adjacency = self.__dict__.get("_adjacency")
+        if adjacency is None:
+            adjacency = {}
+            for (u, v), bw in self._links.items():
+                adjacency.setdefault(u, []).append((v, bw))
+            self.__dict__["_adjacency"] = adjacency
         best = {a: (float("inf"), 0)}
         parent: dict[int, int] = {}
         heap = [(-float("inf"), 0, a)]
@@ -425,13 +443,8 @@ class DeviceGraph:
                     best[v] = cand
                     parent[v] = u
                     heapq.heappush(heap, (-cand[0], cand[1], v))
-        path, v = [], b
-        while v != a:
-            path.append((parent[v], v))
-            v = parent[v]
-        path.reverse()
-        cache[(a, b)] = path
-        return path
+        trees[a] = parent
+        return parent
 
     def fingerprint(self) -> str:
         """A hash of devices and links, stamped into plan files: the SHA-256 of
