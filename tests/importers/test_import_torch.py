@@ -214,8 +214,6 @@ class ParamNet(nn.Module):
     torch.relu, x.flatten(1).  Ops are named after the weight's owner: ``fc_w`` for
     F.linear(h, self.fc_w, self.fc_b), ``conv`` for the subclass's parameters."""
 
-    renamed = {"w1": "w1.weight", "b1": "w1.bias", "fc_w": "fc_w.weight", "fc_b": "fc_w.bias"}
-
     def __init__(self) -> None:
         super().__init__()
         self.w1 = nn.Parameter(torch.randn(6, 3, 3, 3) * 0.3)
@@ -278,8 +276,6 @@ class MobileNet(nn.Module):
     """MobileNet-style depthwise-separable blocks (ReLU for ReLU6): v1's depthwise + pointwise
     pair, v2's inverted residuals, then a grouped dilated convolution through F.conv2d on a bare
     parameter and a depthwise convolution with a channel multiplier of 2 and a bias."""
-
-    renamed = {"gw": "gw.weight"}
 
     def __init__(self) -> None:
         super().__init__()

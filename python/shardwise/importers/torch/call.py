@@ -49,6 +49,7 @@ class Call:
     state: dict[str, dict[str, Any]] = field(default_factory=dict)    # op name -> {buffer: torch tensor}:
                                                                        # batch norms' running statistics
     op: str = ""                     # what the call calls, as a user writes it ("operator.mul (x * y)")
+    model_names: dict[int, str] = field(default_factory=dict)   # id(parameter) -> its state_dict name
 
     def error(self, message: str) -> ModelImportError:
         return ModelImportError(f"{self.where}: {message}")
@@ -90,8 +91,15 @@ class Call:
         return value.value
 
     def set_weights(self, **params: Any) -> None:
-        """Record the op's parameters (torch tensors; None for an absent bias)."""
-        record_weights(self.weights, self.name, {k: v for k, v in params.items() if v is not None}, self.where)
+        """Record the op's parameters (torch tensors; None for an absent bias), each under the
+        model's name for it where that is not ``<op>.<param>`` (``F.layer_norm(x, s, self.weight)``
+        in a module ``norm``: ``norm.weight``; ``F.linear(x, self.w1)``: ``w1``)."""
+        given = {k: v for k, v in params.items() if v is not None}
+        record_weights(self.weights, self.name, given, self.where)
+        for k, v in given.items():
+            name = self.model_names.get(id(v))
+            if name is not None and name != f"{self.name}.{k}":
+                self.graph.weight_names[f"{self.name}.{k}"] = name
 
 
 def record_weights(weights: dict[str, dict[str, Any]], op: str, params: dict[str, Any], where: str,

@@ -288,6 +288,8 @@ class _Importer:
         self.view_of: dict[Tensor, Tensor] = {}    # a flatten's output -> its input (PyTorch: a view of it)
         self.fused: set[Any] = set()               # ReLU nodes fused into their producer
         self.params: dict[str, dict[str, Any]] = {}
+        # every parameter's state_dict name, by identity: a weight an op reads keeps the model's name
+        self.model_names = {id(p): n for n, p in model.named_parameters()}
         self.state: dict[str, dict[str, Any]] = {}   # batch norms' running statistics
         self.parameter_ops: dict[str, Tensor] = {}
         self.module_calls: dict[str, int] = {}
@@ -349,7 +351,7 @@ class _Importer:
         call = Call(self.g, self._op_name(node, entry, inputs), where, module, inputs, attrs,
                     activation=self._fuse_relu(node, entry), is_output=self._is_output(node),
                     weights=self.params, parameter_op=self._parameter_op, state=self.state,
-                    op=self._describe(node, module))
+                    op=self._describe(node, module), model_names=self.model_names)
         try:
             value = entry.convert(call)
         except ModelImportError:
