@@ -32,7 +32,8 @@ no further from it than three times PyTorch's float32 run is (plus a small absol
   loss is finite.  Nets without batch norm (alexnet, squeezenet1_1, convnext_tiny): losses and
   weights against PyTorch's float64 trajectory, with the same bound.
 - **16 workers**: the searched plan on 16 CPU workers (which must split more than the 4 samples)
-  takes the one-worker data-parallel step's gradient within float32's distance.
+  takes a step whose gradient meets the same bound, and so is within twice that bound of the
+  one-worker data-parallel step's.
 
 The vision transformers (vit_b_16, swin_t, maxvit_t) are not imported yet: their test checks
 that the import still fails and names what it waits for.
@@ -243,15 +244,21 @@ def test_three_steps_on_searched_plans(net, optimizer):
 @pytest.mark.parametrize("net", models("16"), indirect=True)
 def test_sixteen_worker_plans_train(net):
     """The searched plan on 16 workers (4 samples: it splits more than the batch) takes the
-    one-worker step: its gradient within float32's distance of the one-worker data-parallel
-    trainer's."""
+    one-worker step: its gradient as close to PyTorch's float64 one as the 2- and 4-worker plans
+    must be, and so within twice that of the one-worker data-parallel trainer's.  (Float32 noise
+    of 1.2e-7 on gradients that are 0 in exact arithmetic -- a batch norm's bias feeding another
+    batch norm through a linear convolution -- reads as 1.2e-4 against _grad_error's 1e-3 floor:
+    mobilenet_v3_small, every split.)"""
     plan = net.plan(16)
     assert len(plan.devices.devices) == 16
     exact = torch_gradients(net, torch.float64)
-    theirs = float32_gradient_error(net, exact)
+    bound = 3 * float32_gradient_error(net, exact) + 1e-4
+    ours = shardwise_gradient(net, plan)
+    assert _grad_error(ours, exact) <= bound, \
+        f"16 workers: gradient {_grad_error(ours, exact):.3g} off PyTorch's float64 one; bound {bound:.3g}"
     one = shardwise_gradient(net, sw.strategies.data_parallel(net.graph, sw.DeviceGraph.cpu(1)))
-    ours = _grad_error(shardwise_gradient(net, plan), one)
-    assert ours <= 3 * theirs + 1e-4, f"16 workers: gradient {ours:.3g} off one worker's; float32's distance {theirs:.3g}"
+    assert _grad_error(ours, one) <= 2 * bound, \
+        f"16 workers: gradient {_grad_error(ours, one):.3g} off one worker's; bound {2 * bound:.3g}"
 
 
 @pytest.mark.parametrize("name, kwargs, px, waits_for", [
