@@ -242,9 +242,9 @@ def torchvision_import_times(names: list[str]) -> None:
         try:
             seconds = best_of(lambda: sw.from_torch(model, (x,)))
         except sw.ModelImportError as e:
-            print(f"{name:<32} {'from_torch':<11}  refused: {str(e).splitlines()[0][:150]}")
+            print(f"{name:<38} {'from_torch':<11}  refused: {str(e).splitlines()[0][:150]}")
             continue
-        print(f"{name + ' (batch 8, 224x224)':<32} {'from_torch':<11} {seconds:8.2f} s   goal < 1 s")
+        print(f"{name + ' (batch 8, 224x224)':<38} {'from_torch':<11} {seconds:8.2f} s   goal < 1 s")
 
 
 class TorchvisionTrainer:
