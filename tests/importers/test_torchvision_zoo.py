@@ -136,6 +136,8 @@ def net(request) -> Net:
     x = rng.standard_normal((BATCH, 3, px, px)).astype(np.float32)
     y = rng.integers(0, 10, BATCH)
     g, weights = sw.from_torch(model, (torch.tensor(x),))
+    missing = sorted({k for k, _ in model.named_parameters()} - set(weights))
+    assert not missing, f"from_torch's weights lack {len(missing)} of state_dict()'s keys: {missing[:4]}, ..."
     return Net(name, model, x, y, g, weights)
 
 
