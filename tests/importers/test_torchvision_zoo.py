@@ -28,8 +28,8 @@ no further from it than three times PyTorch's float32 run is (plus a small absol
   falls in one split and not another (mobilenet_v3_small, SGD: every 2-worker split, data
   parallel included, parts from one worker by 3e-4 at the second step, spread over the early
   layers' gradients, while PyTorch's float32 run is 8e-5 from float64's).  The first step's loss
-  (same weights, same minibatch) equals the one worker's within float32 rounding, and every
-  loss is finite.  Nets without batch norm (alexnet, squeezenet1_1, convnext_tiny): losses and
+  (same weights, same minibatch) is within three times float32's own error of the one worker's
+  (inception_v3 at 75 px: 1.1e-4 relative apart), and every loss is finite.  Nets without batch norm (alexnet, squeezenet1_1, convnext_tiny): losses and
   weights against PyTorch's float64 trajectory, with the same bound.
 - **16 workers**: the searched plan on 16 CPU workers (which must split more than the 4 samples)
   takes a step whose gradient meets the same bound, and so is within twice that bound of the
@@ -223,7 +223,9 @@ def distances(run: tuple[list[float], dict], reference: tuple[list[float], dict]
                                             for n in ZOO for o in OPTIMIZERS], indirect=["net"])
 def test_three_steps_on_searched_plans(net, optimizer):
     exact = torch_steps(net, optimizer, torch.float64)
-    loss32, weights32 = distances(torch_steps(net, optimizer, torch.float32), exact)
+    run32 = torch_steps(net, optimizer, torch.float32)
+    loss32, weights32 = distances(run32, exact)
+    first32 = abs(run32[0][0] - exact[0][0])   # the first forward's own float32 error
     batch_norm = net.name not in WITHOUT_BATCH_NORM
     if batch_norm:
         reference = shardwise_steps(net, sw.strategies.data_parallel(net.graph, sw.DeviceGraph.cpu(1)), optimizer)
@@ -233,8 +235,9 @@ def test_three_steps_on_searched_plans(net, optimizer):
     for workers in (2, 4):
         run = shardwise_steps(net, net.plan(workers), optimizer)
         assert np.isfinite(run[0]).all(), f"{workers} workers: losses {run[0]}"
-        if batch_norm:   # the same weights and minibatch: the first loss within float32 rounding
-            np.testing.assert_allclose(run[0][0], reference[0][0], rtol=1e-5)
+        if batch_norm:   # the same weights and minibatch: the first loss within float32's error
+            assert abs(run[0][0] - reference[0][0]) <= 3 * first32 + 1e-5 * abs(exact[0][0]), \
+                f"{workers} workers: first loss {run[0][0]} against one worker's {reference[0][0]}; float32's error {first32:.3g}"
         loss, weights = distances(run, reference)
         against = "one worker's" if batch_norm else "PyTorch's float64"
         assert loss <= 3 * loss32 + 1e-5 * abs(exact[0][0]), \
