@@ -10,11 +10,21 @@ sequences of 1024 tokens, vocabulary 50257, batch 8: tests/torch_gpt.py's model,
 with its own lm_head), exported with PyTorch's default (dynamo) exporter; the export's own time
 is printed beside it, untimed in the goal.
 
-    python benchmarks/import.py [--steps 8]
+torchvision's classification models (the list of tests/importers/test_torchvision_zoo.py, plus
+the vision transformers, which print why they are refused): the time of ``sw.from_torch`` on
+each at 224 x 224, batch 8, 1000 classes, beside the goal of under 1 s; then the CPU training
+throughput (images/s, SGD with momentum, 64 x 64 images, batch 32, 10 classes, no dropout or
+stochastic depth) of imported resnet50, mobilenet_v2 and efficientnet_b0 on a one-worker plan
+and a 2-worker data-parallel plan, beside PyTorch training the same torchvision model with as
+many threads (goal: at least 1.0x), each with the CPU and the kernels that ran.
+
+    python benchmarks/import.py [--steps 8] [--parts import,throughput,torchvision]
+                                [--models resnet18,mobilenet_v2]
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import statistics
@@ -29,6 +39,7 @@ import numpy as np
 import shardwise as sw
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "importers"))
 
 try:
     import torch
@@ -189,14 +200,131 @@ def throughput(steps: int) -> None:
               f"{ours / theirs:5.2f}x   goal >= 1.0x")
 
 
+TORCHVISION = ["resnet18", "resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", "mobilenet_v2",
+               "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_v2_s", "googlenet",
+               "inception_v3", "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "squeezenet1_1", "regnet_x_400mf",
+               "regnet_y_400mf", "mnasnet0_5", "convnext_tiny", "alexnet", "vgg11_bn",
+               "vit_b_16", "swin_t", "maxvit_t"]
+TRAINED = ["resnet50", "mobilenet_v2", "efficientnet_b0"]
+NO_DRAWS = {"mobilenet_v2": {"dropout": 0.0}, "efficientnet_b0": {"dropout": 0.0, "stochastic_depth_prob": 0.0}}
+
+
+def torchvision_models():
+    from test_torchvision_norm import _torchvision   # a CUDA torchvision wheel beside a CPU torch
+
+    return _torchvision().models
+
+
+def kernels() -> str:
+    """The CPU and the kernels our workers run: OpenBLAS's kernel set for the GEMMs, and whether
+    the direct convolution loops (AVX2 + FMA, chosen at run time) are available."""
+    from distributed import cpu_model
+    from train_throughput import openblas_core
+
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        pass
+    direct = "AVX2+FMA direct convolution" if {"avx2", "fma"} <= flags else "no direct convolution (no AVX2+FMA)"
+    return (f"{cpu_model()}; OpenBLAS {openblas_core()} kernels "
+            f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {direct}")
+
+
+def torchvision_import_times(names: list[str]) -> None:
+    M = torchvision_models()
+    x = torch.randn(8, 3, 224, 224)
+    for name in names:
+        kwargs = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
+        torch.manual_seed(0)
+        model = getattr(M, name)(weights=None, **kwargs).eval()
+        try:
+            seconds = best_of(lambda: sw.from_torch(model, (x,)))
+        except sw.ModelImportError as e:
+            print(f"{name:<38} {'from_torch':<11}  refused: {str(e).splitlines()[0][:150]}")
+            continue
+        print(f"{name + ' (batch 8, 224x224)':<38} {'from_torch':<11} {seconds:8.2f} s   goal < 1 s")
+
+
+class TorchvisionTrainer:
+    """One of the runners ``interleaved`` takes turns with: ``step()`` returns its seconds."""
+
+    def __init__(self, step) -> None:
+        self._step = step
+
+    def step(self) -> float:
+        t0 = time.perf_counter()
+        self._step()
+        return time.perf_counter() - t0
+
+
+def torchvision_throughput(names: list[str], steps: int) -> None:
+    from train_throughput import interleaved
+
+    M = torchvision_models()
+    batch, px = 32, 64
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, 3, px, px)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    where = kernels()
+    for name in names:
+        torch.manual_seed(0)
+        model = getattr(M, name)(weights=None, num_classes=10, **NO_DRAWS.get(name, {})).train()
+        g, weights = sw.from_torch(model, (torch.tensor(x),))
+        ours = {}
+        for workers in (1, 2):
+            t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(workers)),
+                           optimizer=sw.SGD(lr=0.01, momentum=0.9))
+            t.set_weights(weights)
+            ours[workers] = TorchvisionTrainer(lambda t=t: t.step(x, y))
+        seconds = interleaved({f"ours {w}": r for w, r in ours.items()}, steps)
+        theirs = {}   # PyTorch in rounds of its own: its spinning threads slow our workers down
+        xt, yt = torch.tensor(x), torch.tensor(y)
+        for threads in (1, 2):
+            m = copy.deepcopy(model)
+            opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+            def torch_step(m=m, opt=opt, threads=threads):
+                torch.set_num_threads(threads)
+                opt.zero_grad()
+                nn.functional.cross_entropy(m(xt), yt).backward()
+                opt.step()
+
+            theirs[threads] = TorchvisionTrainer(torch_step)
+        seconds.update(interleaved({f"torch {w}": r for w, r in theirs.items()}, steps))
+        for workers in (1, 2):
+            rate, torch_rate = batch / seconds[f"ours {workers}"], batch / seconds[f"torch {workers}"]
+            label = f"imported {name} (64x64, b32)"
+            print(f"{label:<36} {workers} worker{'s' if workers > 1 else ' '}  {rate:8.1f} img/s  "
+                  f"PyTorch {workers} thread{'s' if workers > 1 else ' '} {torch_rate:8.1f} img/s  "
+                  f"{rate / torch_rate:5.2f}x   goal >= 1.0x   [{where}]", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--parts", default="import,throughput,torchvision",
+                    help="comma-separated: import (ResNet-50, GPT-2), throughput (scaled ResNet-18), "
+                         "torchvision (the torchvision list)")
+    ap.add_argument("--models", default=",".join(TORCHVISION),
+                    help="comma-separated torchvision models for the torchvision part (import times of each; "
+                         f"training throughput of those among {', '.join(TRAINED)})")
     args = ap.parse_args()
+    parts, names = args.parts.split(","), args.models.split(",")
+    unknown = [n for n in names if n not in TORCHVISION] + [p for p in parts if p not in ("import", "throughput",
+                                                                                           "torchvision")]
+    if unknown:
+        raise SystemExit(f"unknown model or part: {', '.join(unknown)}")
     print(f"# shardwise {sw.__version__}, torch {torch.__version__}; {platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.2f}")
-    import_times()
-    throughput(args.steps)
+    if "import" in parts:
+        import_times()
+    if "throughput" in parts:
+        throughput(args.steps)
+    if "torchvision" in parts:
+        torchvision_import_times(names)
+        torchvision_throughput([n for n in TRAINED if n in names], args.steps)
 
 
 if __name__ == "__main__":
