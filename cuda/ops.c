@@ -192,8 +192,18 @@ static swk_op activation_op(int type, int grad) {
     }
 }
 
+/* The CUDA kernels have GELU's exact form only: the tanh approximation is refused, not computed wrong. */
+static sw_status check_gelu_form(const cu_task *t) {
+    if (t->e.attrs->type == SW_OP_GELU && t->e.attrs->gelu.tanh) {
+        return SW_FAIL(SW_ERR_VALUE, "task %d: the CUDA backend has no kernels for gelu(approximate='tanh'); "
+                       "train this graph on the CPU backend", t->e.id);
+    }
+    return SW_OK;
+}
+
 /* relu and the activations: y = f(x) over y's box */
 static sw_status activation_forward(const cu_task *t) {
+    SW_TRY(check_gelu_form(t));
     sw_view x, y;
     view(t, t->e.reads[0], &x);
     view(t, t->e.writes[0], &y);
@@ -203,6 +213,7 @@ static sw_status activation_forward(const cu_task *t) {
 
 /* dx = dy * f'(.) from y (relu, sigmoid, tanh) or x (the others) */
 static sw_status activation_backward_data(const cu_task *t) {
+    SW_TRY(check_gelu_form(t));
     sw_backward_reads r;
     sw_env_backward_reads(&t->e, &r);
     sw_view from, dy, dx;

@@ -265,10 +265,16 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         """tanh(x), element-wise, any shape (``torch.tanh``)."""
         return self._activation("tanh", x, name)
 
-    def gelu(self, x: Tensor, name: str | None = None) -> Tensor:
-        """x * Phi(x) = x * (1 + erf(x / sqrt 2)) / 2, element-wise: the exact form, as
-        ``torch.nn.GELU()`` (``approximate="none"``)."""
-        return self._activation("gelu", x, name)
+    def gelu(self, x: Tensor, approximate: str = "none", name: str | None = None) -> Tensor:
+        """GELU, element-wise, as ``torch.nn.GELU(approximate=...)``: ``"none"``, the exact form
+        x * Phi(x) = x * (1 + erf(x / sqrt 2)) / 2; ``"tanh"``, the approximation
+        x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x**3))) / 2 of *Gaussian Error Linear Units
+        (GELUs)* (Hendrycks and Gimpel), GPT-2's ``gelu_new``."""
+        if approximate not in ("none", "tanh"):
+            raise GraphError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+        # the exact form keeps no attribute: graphs built before the tanh form keep their fingerprints
+        extra = {"approximate": "tanh"} if approximate == "tanh" else {}
+        return self._activation("gelu", x, name, **extra)
 
     def silu(self, x: Tensor, name: str | None = None) -> Tensor:
         """x * sigmoid(x), element-wise (``torch.nn.SiLU``, also called swish)."""

@@ -165,8 +165,8 @@ def _forward(op: Any, ins: list[np.ndarray], param: Callable[[str], np.ndarray])
         return layer_norm_forward(ins[0], param("weight"), param("bias"), a["eps"])
     if op.kind == "rms_norm":
         return rms_norm_forward(ins[0], param("weight"), a["eps"])
-    if op.kind == "embedding":
-        return embedding_forward(ins[0], param("weight"))
+    if op.kind == "embedding":   # the table: a data input (a shared parameter op's) or the op's weight
+        return embedding_forward(ins[0], ins[1] if len(ins) > 1 else param("weight"))
     if op.kind == "softmax_dim":
         return softmax_dim_forward(ins[0], a["dim"], a["scale"], a["causal"])
     if op.kind == "reshape":
@@ -192,6 +192,8 @@ def _backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, par
         dx, dw = rms_norm_backward(ins[0], param("weight"), dy, a["eps"])
         return [dx], {"weight": dw}
     if op.kind == "embedding":
+        if len(ins) > 1:   # the table's gradient flows to the parameter op that produced it
+            return [None, embedding_backward(ins[0], ins[1].shape, dy)], {}
         return [None], {"weight": embedding_backward(ins[0], param("weight").shape, dy)}
     if op.kind == "softmax_dim":
         return [softmax_dim_backward(y, dy, a["dim"], a["scale"])], {}
