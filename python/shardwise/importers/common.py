@@ -68,6 +68,7 @@ def prune(g: Graph, live: set[int]) -> Graph:
             t = getattr(out, op.kind)(*ins, name=op.name, **op.attrs)
         new[op.index] = t
     out.weight_names = {k: v for k, v in g.weight_names.items() if k.rsplit(".", 1)[0] in out}
+    out.weight_aliases = {k: v for k, v in g.weight_aliases.items() if v.rsplit(".", 1)[0] in out}
     return out
 
 
