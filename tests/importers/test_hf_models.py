@@ -222,6 +222,34 @@ def test_gpt2_default_config_trains_like_pytorch(opt):
     check_training(gpt2_default(), ids[:, :-1], ids[:, 1:], opt, "search")
 
 
+def check_tied_forward(model, aliases: dict) -> None:
+    """Tied weights imported once (the other names aliases), the logits of the float64 model within
+    1e-5 of their scale on a searched 2-worker plan."""
+    ids = token_ids()[:, :-1]
+    g, weights = sw.from_torch(model, (ids,))
+    assert g.weight_aliases == aliases and set(weights) == set(model.state_dict()) - set(aliases)
+    t = sw.Trainer(g, make_plan(g, "search"))
+    t.set_weights(weights)
+    want = logits64(model, ids)
+    assert float(np.abs(t.forward(ids.numpy()) - want).max()) <= 1e-5 * float(np.abs(want).max())
+
+
+def test_llama_tied_embeddings_predict_like_pytorch():
+    check_tied_forward(llama(tie_word_embeddings=True), {"lm_head.weight": "model.embed_tokens.weight"})
+
+
+def test_bert_masked_lm_tied_decoder_predicts_like_pytorch():
+    """BERT's masked-LM decoder reads the word embeddings (a linear with a bias of its own, itself
+    held under two names)."""
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+               max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+               pad_token_id=None)
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**cfg)).eval()
+    check_tied_forward(model, {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+                               "cls.predictions.decoder.bias": "cls.predictions.bias"})
+
+
 def test_shared_weight_the_new_path_cannot_take_is_refused():
     """A weight read by two ops that own their weights (two layer norms): still refused."""
     class TwoNorms(torch.nn.Module):

@@ -87,19 +87,46 @@ def test_an_unsupported_op_is_named():
         sw.from_torch(Exp(), (torch.randn(2, 4),), method="export")
 
 
-def test_shared_weights_are_refused():
-    class Tied(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = nn.Embedding(V, D)
-            self.head = nn.Linear(D, V, bias=False)
-            self.head.weight = self.emb.weight
+class TiedHead(nn.Module):
+    """An embedding whose table is also the output layer's weight (tied, with a bias of its own),
+    a tanh GELU between them; the module names the head's weight first."""
 
-        def forward(self, ids):
-            return self.head(self.emb(ids))
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(D, V)
+        self.emb = nn.Embedding(V, D)
+        self.emb.weight = self.head.weight
 
-    with pytest.raises(sw.ModelImportError, match=r"'head.weight' \(also named 'emb.weight': tied weights\) is read by the embedding"):
-        sw.from_torch(Tied(), (ids(),), method="export")
+    def forward(self, ids):
+        return self.head(F.gelu(self.emb(ids), approximate="tanh"))
+
+
+def test_tied_weights_train_like_pytorch():
+    """A weight read by an embedding and a linear: one parameter op under the first name in
+    named_parameters order (the other an alias); three SGD steps on 2 workers give PyTorch
+    float64's losses and weights, the table's gradient summed over both readers."""
+    torch.manual_seed(0)
+    model, x = TiedHead(), ids()
+    y = torch.randint(0, V, (N, T), generator=torch.Generator().manual_seed(2))
+    g, weights = sw.from_torch(model, (x,), method="export")
+    assert set(weights) == {"head.weight", "head.bias"} and g.weight_aliases == {"emb.weight": "head.weight"}
+    assert g["head"].kind == "parameter" and [op.kind for op in g.ops].count("embedding") == 1
+    t = sw.Trainer(g, sw.search(g, sw.DeviceGraph.cpu(2)), optimizer=sw.SGD(lr=0.5, momentum=0.9))
+    t.set_weights(weights)
+    got = [t.step(x.numpy(), y.numpy()) for _ in range(3)]
+    m = copy.deepcopy(model).double()
+    opt = torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)
+    want = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x).reshape(-1, V), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    trained = t.get_weights()
+    for k, v in m.named_parameters():
+        np.testing.assert_allclose(trained[k], v.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 def test_method_is_checked():

@@ -230,9 +230,10 @@ class ExportImporter:
         if param.name not in self.parameter_ops:
             names = self.aliases.get(param.name, [param.name])
             name = unique_name(self.g, self.reserved, _owner_name(names[0]), owner=True)
-            for alias in names:
-                if alias != f"{name}.weight":
-                    self.g.weight_aliases[alias] = f"{name}.weight"
+            if f"{name}.weight" != names[0]:   # a bias read as data: "<m>.bias" is the op "<m>.bias"'s weight
+                self.g.weight_names[f"{name}.weight"] = names[0]
+            for alias in names[1:]:
+                self.g.weight_aliases[alias] = names[0]
             self.claim(call, param, f"the parameter op {name!r}")
             self.record(name, {"weight": param.value})
             self.parameter_ops[param.name] = self.g.parameter(tuple(param.value.shape), name=name)
