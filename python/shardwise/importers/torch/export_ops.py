@@ -214,9 +214,10 @@ class ExportImporter:
             others = [n for n in self.aliases.get(param.name, []) if n != param.name]
             also = f" (also named {', '.join(map(repr, others))}: tied weights)" if others else ""
             raise call.error(f"the parameter {param.name!r}{also} is read by {self.owners[param.name]} and by "
-                             f"{what}; every shardwise op owns its weights, so shared weights are not supported "
-                             f"(untie them: a Hugging Face model built with tie_word_embeddings=False)")
-        self.owners[param.name] = what
+                             f"{what} (node {call.node.name!r}); an embedding's table and a linear layer's weight "
+                             f"(aten.embedding, aten.linear) may be shared, but this op owns its weights, so shared "
+                             f"weights are not supported here (untie them)")
+        self.owners[param.name] = f"{what} (node {call.node.name!r})"
 
     def record(self, op_name: str, weights: dict[str, Any]) -> None:
         self.params[op_name] = {k: np.array(v.detach().cpu().double().numpy(), dtype=np.float32)
@@ -850,6 +851,11 @@ EXPORT_DOC_ROWS: tuple[ExportDocRow, ...] = (
                  "GPT-2's linears): the imported weight is W transposed to (out, in), under W's `state_dict` name"),
     ExportDocRow("`embedding`", "`aten.embedding`",
                  "a table parameter read by token ids (an integer input); no `padding_idx`"),
+    ExportDocRow("`parameter` + `embedding`; `parameter` + `expand` + `matmul` (+ `add`)",
+                 "`aten.embedding` and `aten.linear` of one parameter",
+                 "tied weights (an output layer reading the token embedding's table): one `parameter` op read by "
+                 "an `embedding` with a table input and by `matmul(x, table, transpose_b=True)` over the table "
+                 "broadcast to the samples; the parameter op sums both gradients"),
     ExportDocRow("`parameter` + `slice`", "`aten.embedding`",
                  "of constant indices: 0..T-1 at every position (learned positions: the table's first T rows) or "
                  "one index everywhere (BERT's token types without `token_type_ids`: that row), added by broadcasting"),
@@ -875,7 +881,11 @@ EXPORT_DOC_ROWS: tuple[ExportDocRow, ...] = (
     ExportDocRow("`add`, `broadcast_add`", "`aten.add`",
                  "two tensors (a parameter operand: a `parameter` op), `alpha=1`; no constants"),
     ExportDocRow("`mul`", "`aten.mul`", "two tensors that broadcast (SwiGLU's gate); no constants"),
-    ExportDocRow("`gelu`", "`aten.gelu`", "exact GELU; the tanh approximation (GPT-2's `gelu_new`) is refused"),
+    ExportDocRow("`gelu`", "`aten.gelu`", "`approximate=\"none\"` or `\"tanh\"`"),
+    ExportDocRow("`gelu` (`approximate=\"tanh\"`)",
+                 "`aten.mul`, `aten.pow`, `aten.add`, `aten.tanh`",
+                 "exactly `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))` (Hugging Face's "
+                 "`NewGELUActivation`, GPT-2's `gelu_new`), each intermediate read by the formula only"),
     ExportDocRow("`silu`, `tanh`, `sigmoid`, `relu`", "`aten.silu`, `aten.tanh`, `aten.sigmoid`, `aten.relu`",
                  "element-wise, any shape"),
     ExportDocRow("`dropout`", "`aten.dropout`", "in train mode with `p > 0`; none otherwise"),
