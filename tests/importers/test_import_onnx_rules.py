@@ -68,6 +68,8 @@ REFUSED = [
     ("custom domain", lambda: vec(helper.make_node("Swoosh", ["x"], ["h"], name="sw1", domain="com.acme")),
      ["com.acme.Swoosh", "'sw1'"]),
     ("erf has a hint", lambda: vec(node("Erf", ["x"], ["h"], "erf1")), ["Erf", "'erf1'", "opset_version=20"]),
+    ("pow has a hint", lambda: vec(const("three", 3.0, np.float32), node("Pow", ["x", "three"], ["h"], "pow1")),
+     ["Pow", "'pow1'", "opset_version=20", "approximate='tanh'"]),
     ("dilated SAME with a stride", lambda: img(node("Conv", ["x", "w"], ["h"], "dc", dilations=[2, 2], strides=[2, 2],
                                                     auto_pad="SAME_UPPER"), inits=W3, features=16),
      ["auto_pad=SAME_UPPER", "(5, 5)", "'dc'"]),

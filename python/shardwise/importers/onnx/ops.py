@@ -649,6 +649,8 @@ here (or its op type in an existing row), then ``make docs-ops``."""
 HINTS: dict[str, str] = {
     "Erf": "GELU exported before opset 20 is spelled with Erf, Div, Mul and Add; export with opset_version=20 or "
            "later, where it is one Gelu node",
+    "Pow": "GELU's tanh approximation exported before opset 20 is spelled with Pow, Mul, Add and Tanh; export with "
+           "opset_version=20 or later, where it is one Gelu node (approximate='tanh')",
 }
 """What to say about an unsupported op a model commonly has for a supported reason."""
 
