@@ -6,7 +6,7 @@ and whole-graph training against these, and these against PyTorch.
 
     layer_norm   y = (x - mean) / sqrt(var + eps) * w + b over the last axis (biased var)
     rms_norm     y = x / sqrt(mean(x^2) + eps) * w over the last axis
-    embedding    y[..., :] = W[ids[...]]
+    embedding    y[..., :] = W[ids[...]]   (W the op's weight, or its second input: a shared parameter op's table)
     softmax_dim  p = softmax(scale * x, dim), causal: key j > query i masked out
     rotary       y = x cos(t f) + rotate_half(x) sin(t f) along the last axis, t the position (axis -2)
     matmul       y = op(a) @ op(b) over leading batch dimensions
