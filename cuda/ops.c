@@ -181,8 +181,11 @@ static sw_status pool2d_backward_data(const cu_task *t) {
 }
 
 /* ------------------------------------------------------------------ element-wise */
-static swk_op activation_op(int type, int grad) {
-    switch (type) {
+static swk_op activation_op(const sw_op_attrs *attrs, int grad) {
+    if (attrs->type == SW_OP_GELU && attrs->gelu.tanh) {
+        return grad ? SWK_GELU_TANH_GRAD : SWK_GELU_TANH;
+    }
+    switch (attrs->type) {
     case SW_OP_SIGMOID: return grad ? SWK_SIGMOID_GRAD : SWK_SIGMOID;
     case SW_OP_TANH: return grad ? SWK_TANH_GRAD : SWK_TANH;
     case SW_OP_GELU: return grad ? SWK_GELU_GRAD : SWK_GELU;
@@ -198,7 +201,7 @@ static sw_status activation_forward(const cu_task *t) {
     view(t, t->e.reads[0], &x);
     view(t, t->e.writes[0], &y);
     const sw_view *src[1] = {&x};
-    return cu_eltwise(t, activation_op(t->e.attrs->type, 0), sw_op_attrs_slope(t->e.attrs), &y, src, 1);
+    return cu_eltwise(t, activation_op(t->e.attrs, 0), sw_op_attrs_slope(t->e.attrs), &y, src, 1);
 }
 
 /* dx = dy * f'(.) from y (relu, sigmoid, tanh) or x (the others) */
@@ -220,7 +223,7 @@ static sw_status activation_backward_data(const cu_task *t) {
     view(t, b, &from);
     view(t, r.dy, &dy);
     const sw_view *src[2] = {&dy, &from};
-    return cu_eltwise(t, activation_op(type, 1), sw_op_attrs_slope(t->e.attrs), &dx, src, 2);
+    return cu_eltwise(t, activation_op(t->e.attrs, 1), sw_op_attrs_slope(t->e.attrs), &dx, src, 2);
 }
 
 static sw_status add_forward(const cu_task *t) {

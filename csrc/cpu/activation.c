@@ -1,5 +1,5 @@
 /* activation.c -- the point-wise activations beside ReLU: sigmoid, tanh, GELU
- * (the exact erf form), SiLU, leaky ReLU, clip, hard sigmoid and hard swish, forward
+ * (the exact erf form and the tanh approximation), SiLU, leaky ReLU, clip, hard sigmoid and hard swish, forward
  * and backward, with PyTorch's definitions (torch.nn.Sigmoid, Tanh, GELU(), SiLU,
  * LeakyReLU, Hardtanh, Hardsigmoid, Hardswish; their CPU kernels' formulas and order of
  * operations, so that results are PyTorch's bits):
@@ -7,6 +7,9 @@
  *   sigmoid     y = 1 / (1 + exp(-x))           dx = dy * y * (1 - y)
  *   tanh        y = tanh(x)                     dx = dy * (1 - y^2)
  *   gelu        y = x * Phi(x)                  dx = dy * (Phi(x) + x * phi(x))
+ *   gelu_tanh   y = x (1 + t) / 2, t = tanh(u)  dx = dy * ((1 + t) / 2 + x (1 - t^2) u' / 2)
+ *               u = b (x + k x^3), u' = b (1 + 3 k x^2), b = sqrt(2 / pi), k = 0.044715
+ *               (GELU(approximate="tanh"), GPT-2's gelu_new; PyTorch's order of operations)
  *   silu        y = x * s(x), s = sigmoid       dx = dy * s(x) * (1 + x * (1 - s(x)))
  *   leaky_relu  y = x > 0 ? x : alpha * x       dx = x > 0 ? dy : alpha * dy
  *   clip        y = min(max(x, lo), hi)         dx = lo < x < hi ? dy : 0   (lo = alpha, hi = beta;
@@ -36,11 +39,14 @@
 #include "../core/view.h"     /* sw_view_check_elementwise_*, sw_runs, sw_view_offset */
 
 #define INV_SQRT_2PI 0.39894228040143267794f  /* 1 / sqrt(2 pi) */
+#define SQRT_2_OVER_PI 0.79788456080286535588f  /* sqrt(2 / pi): the tanh approximation's b */
+#define GELU_TANH_K 0.044715f
 
 const char *const sw_activation_names[SW_ACT_COUNT] = {
     [SW_ACT_SIGMOID] = "sigmoid", [SW_ACT_TANH] = "tanh", [SW_ACT_GELU] = "gelu",
     [SW_ACT_SILU] = "silu",       [SW_ACT_LEAKY_RELU] = "leaky_relu",
     [SW_ACT_CLIP] = "clip",       [SW_ACT_HARDSIGMOID] = "hardsigmoid", [SW_ACT_HARDSWISH] = "hardswish",
+    [SW_ACT_GELU_TANH] = "gelu_tanh",
 };
 
 int sw_activation_grad_from_output(sw_activation f) { return f == SW_ACT_SIGMOID || f == SW_ACT_TANH; }
@@ -62,6 +68,14 @@ SW_CLONES static void gelu_run(const float *restrict x, float *restrict y, int64
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
         y[i] = v * 0.5f * (1.0f + sw_verf_sqrt1_2(v, sw_vexpf(-0.5f * v * v)));
+    }
+}
+
+SW_CLONES static void gelu_tanh_run(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        const float inner = SQRT_2_OVER_PI * (v + GELU_TANH_K * (v * v * v));
+        y[i] = 0.5f * v * (1.0f + tanhf(inner));
     }
 }
 
@@ -130,6 +144,16 @@ SW_CLONES static void gelu_grad_run(const float *restrict x, const float *restri
     }
 }
 
+SW_CLONES static void gelu_tanh_grad_run(const float *x, const float *dy, float *dx, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i], v2 = v * v;
+        const float t = tanhf(SQRT_2_OVER_PI * (v + GELU_TANH_K * (v2 * v)));
+        const float left = 0.5f * v, right = 1.0f + t;
+        const float d_right = left * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_K * v2);
+        dx[i] = dy[i] * (0.5f * right + d_right);
+    }
+}
+
 SW_CLONES static void silu_grad_run(const float *x, const float *dy, float *dx, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
@@ -178,6 +202,7 @@ static void run(sw_activation f, float alpha, float beta, const float *a, const 
         case SW_ACT_CLIP: clip_run(a, out, n, alpha, beta); break;
         case SW_ACT_HARDSIGMOID: hardsigmoid_run(a, out, n); break;
         case SW_ACT_HARDSWISH: hardswish_run(a, out, n); break;
+        case SW_ACT_GELU_TANH: gelu_tanh_run(a, out, n); break;
         case SW_ACT_COUNT: break;
         }
         return;
@@ -191,6 +216,7 @@ static void run(sw_activation f, float alpha, float beta, const float *a, const 
     case SW_ACT_CLIP: clip_grad_run(a, dy, out, n, alpha, beta); break;
     case SW_ACT_HARDSIGMOID: hardsigmoid_grad_run(a, dy, out, n); break;
     case SW_ACT_HARDSWISH: hardswish_grad_run(a, dy, out, n); break;
+    case SW_ACT_GELU_TANH: gelu_tanh_grad_run(a, dy, out, n); break;
     case SW_ACT_COUNT: break;
     }
 }

@@ -98,6 +98,7 @@ typedef enum {
     SW_ACT_CLIP,        /* y = min(max(x, alpha), beta) (torch.nn.Hardtanh, ReLU6, torch.clamp) */
     SW_ACT_HARDSIGMOID, /* y = min(max(x + 3, 0), 6) / 6 (torch.nn.Hardsigmoid) */
     SW_ACT_HARDSWISH,   /* y = x min(max(x + 3, 0), 6) / 6 (torch.nn.Hardswish) */
+    SW_ACT_GELU_TANH,   /* y = x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2 (GELU(approximate="tanh")) */
     SW_ACT_COUNT
 } sw_activation;
 extern const char *const sw_activation_names[SW_ACT_COUNT];   /* as the graph builder spells them */

@@ -9,12 +9,13 @@
  */
 #include "task_env.h"
 
-/* The kernel's activation of an op type; SW_ACT_COUNT for a type that is not one. */
-static sw_activation activation_of(int type) {
-    switch (type) {
+/* The kernel's activation of an op; SW_ACT_COUNT for a type that is not one (gelu: its attribute picks
+ * the exact form or the tanh approximation). */
+static sw_activation activation_of(const sw_op_attrs *a) {
+    switch (a->type) {
     case SW_OP_SIGMOID: return SW_ACT_SIGMOID;
     case SW_OP_TANH: return SW_ACT_TANH;
-    case SW_OP_GELU: return SW_ACT_GELU;
+    case SW_OP_GELU: return a->gelu.tanh ? SW_ACT_GELU_TANH : SW_ACT_GELU;
     case SW_OP_SILU: return SW_ACT_SILU;
     case SW_OP_LEAKY_RELU: return SW_ACT_LEAKY_RELU;
     case SW_OP_CLIP: return SW_ACT_CLIP;
@@ -25,7 +26,7 @@ static sw_activation activation_of(int type) {
 }
 
 static sw_status activation_forward(const sw_task_env *e) {
-    sw_activation f = activation_of(e->attrs->type);
+    sw_activation f = activation_of(e->attrs);
     sw_view x, y;
     sw_env_view(e, e->reads[0], &x);
     sw_env_view(e, e->writes[0], &y);
@@ -35,7 +36,7 @@ static sw_status activation_forward(const sw_task_env *e) {
 }
 
 static sw_status activation_backward_data(const sw_task_env *e) {
-    sw_activation f = activation_of(e->attrs->type);
+    sw_activation f = activation_of(e->attrs);
     sw_backward_reads r;
     sw_env_backward_reads(e, &r);
     sw_view from, dy, dx;

@@ -127,6 +127,29 @@ static sw_status embedding_backward_weight(const sw_task_env *e) {
     return sw_embedding_backward_weight(&idr, &dyr, &dw);
 }
 
+/* The table read as a data input (a parameter op's output shared with other readers: tied
+ * embeddings): its gradient is the weight gradient's scatter-add, written into the partial
+ * gradient of the table's region (global coordinates, as the weight's), which the lowering
+ * sends to the parameter op and adds to its other readers'.  No gradient flows into the ids. */
+static sw_status embedding_backward_data(const sw_task_env *e) {
+    if (e->task->slot != 1) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task %d: an embedding passes no gradient to its ids", e->id);
+    }
+    sw_backward_reads r;
+    sw_view dy, ids, dw, idr, dyr;
+    int none;
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
+    if (none) {
+        return SW_OK;
+    }
+    SW_TRY(need(e, r.region[0], "its ids"));
+    sw_env_view(e, r.region[0], &ids);
+    sw_env_view(e, e->writes[0], &dw);
+    SW_TRY(sw_view_rows(&ids, 0, &dy, &idr));
+    SW_TRY(sw_view_rows(&dy, 1, NULL, &dyr));
+    return sw_embedding_backward_weight(&idr, &dyr, &dw);
+}
+
 /* ------------------------------------------------------------------ softmax_dim */
 static sw_status softmax_dim_forward(const sw_task_env *e) {
     sw_view x, y;
@@ -235,7 +258,7 @@ static sw_status rotary_backward_data(const sw_task_env *e) {
 
 const sw_cpu_op sw_cpu_layer_norm = {layer_norm_forward, layer_norm_backward_data, layer_norm_backward_weight};
 const sw_cpu_op sw_cpu_rms_norm = {layer_norm_forward, layer_norm_backward_data, layer_norm_backward_weight};
-const sw_cpu_op sw_cpu_embedding = {embedding_forward, NULL, embedding_backward_weight};
+const sw_cpu_op sw_cpu_embedding = {embedding_forward, embedding_backward_data, embedding_backward_weight};
 const sw_cpu_op sw_cpu_softmax_dim = {softmax_dim_forward, softmax_dim_backward_data, NULL};
 const sw_cpu_op sw_cpu_rotary = {rotary_forward, rotary_backward_data, NULL};
 const sw_cpu_op sw_cpu_reshape = {index_map_forward, index_map_backward_data, NULL};

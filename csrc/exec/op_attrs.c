@@ -164,6 +164,14 @@ static sw_status check_rotary(const sw_op_attrs *a, int out_rank, int op, const 
     return SW_OK;
 }
 
+static sw_status check_gelu(const sw_op_attrs *a, int out_rank, int op, const char *kind) {
+    (void)out_rank;
+    if (a->gelu.tanh != 0 && a->gelu.tanh != 1) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d (%s): gelu's tanh flag %d is not 0 or 1", op, kind, (int)a->gelu.tanh);
+    }
+    return SW_OK;
+}
+
 static const attrs_check CHECKS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_none] = check_none, [SW_ATTRS_input] = check_input, [SW_ATTRS_conv2d] = check_conv2d,
     [SW_ATTRS_pool2d] = check_pool2d, [SW_ATTRS_linear] = check_linear, [SW_ATTRS_concat] = check_concat,
@@ -174,6 +182,7 @@ static const attrs_check CHECKS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_clip] = check_clip,
     [SW_ATTRS_group_norm] = check_group_norm,
     [SW_ATTRS_rotary] = check_rotary,
+    [SW_ATTRS_gelu] = check_gelu,
 };
 
 sw_status sw_op_attrs_check(const sw_op_attrs *a, int out_rank, int op) {

@@ -10,6 +10,7 @@
  *   concat        axis
  *   softmax_dim   dim, scale, causal
  *   layer_norm    eps (layer_norm and rms_norm)
+ *   gelu          tanh (1: the tanh approximation, 0: the exact erf form)
  *   leaky_relu    negative_slope
  *   dropout       p, seed
  *   batchnorm2d   momentum, eps
@@ -41,6 +42,7 @@ typedef struct { int8_t axis; } sw_concat_attrs;
 typedef struct { int8_t dim, causal; float scale; } sw_softmax_dim_attrs;   /* causal: mask key j > query i */
 typedef struct { float eps; } sw_layer_norm_attrs;
 typedef struct { float negative_slope; } sw_leaky_relu_attrs;
+typedef struct { int8_t tanh; } sw_gelu_attrs;   /* 1: GELU(approximate="tanh") */
 typedef struct { float p; uint64_t seed; } sw_dropout_attrs;      /* the masks: a function of seed, step, index */
 /* running = (1 - momentum) * running + momentum * the minibatch's statistic */
 /* eps: added to the variance, a double as the kernels add it (1e-5 exactly, not float32's 9.99999975e-06) */
@@ -64,6 +66,7 @@ typedef struct {
         sw_softmax_dim_attrs softmax_dim;
         sw_layer_norm_attrs layer_norm;
         sw_leaky_relu_attrs leaky_relu;
+        sw_gelu_attrs gelu;
         sw_dropout_attrs dropout;
         sw_batchnorm2d_attrs batchnorm2d;
         sw_stochastic_depth_attrs stochastic_depth;
@@ -79,7 +82,7 @@ typedef enum {
     SW_ATTRS_softmax_dim, SW_ATTRS_layer_norm, SW_ATTRS_leaky_relu, SW_ATTRS_dropout, SW_ATTRS_batchnorm2d,
     SW_ATTRS_stochastic_depth,
     SW_ATTRS_clip, SW_ATTRS_group_norm,
-    SW_ATTRS_rotary,
+    SW_ATTRS_rotary, SW_ATTRS_gelu,
     SW_ATTRS_COUNT
 } sw_attrs_kind;
 

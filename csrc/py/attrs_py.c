@@ -218,6 +218,9 @@ static int read_leaky_relu(PyObject *d, const who *w, sw_op_attrs *a) {
     return get_float(d, w, "negative_slope", &a->leaky_relu.negative_slope);
 }
 
+static const char *const KEYS_gelu[] = {"tanh", NULL};
+static int read_gelu(PyObject *d, const who *w, sw_op_attrs *a) { return get_bool(d, w, "tanh", &a->gelu.tanh); }
+
 static const char *const KEYS_dropout[] = {"p", "seed", NULL};
 static int read_dropout(PyObject *d, const who *w, sw_op_attrs *a) {
     if (get_float(d, w, "p", &a->dropout.p) < 0) {
@@ -293,6 +296,7 @@ static const reader READERS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_clip] = read_clip,
     [SW_ATTRS_group_norm] = read_group_norm,
     [SW_ATTRS_rotary] = read_rotary,
+    [SW_ATTRS_gelu] = read_gelu,
 };
 
 static const char *const *const KEYS[SW_ATTRS_COUNT] = {
@@ -305,6 +309,7 @@ static const char *const *const KEYS[SW_ATTRS_COUNT] = {
     [SW_ATTRS_clip] = KEYS_clip,
     [SW_ATTRS_group_norm] = KEYS_group_norm,
     [SW_ATTRS_rotary] = KEYS_rotary,
+    [SW_ATTRS_gelu] = KEYS_gelu,
 };
 
 /* Every key of d is "kind", "name" or one of the record's. */

@@ -12,6 +12,8 @@ namespace {
 
 constexpr float kSqrt1_2 = 0.70710678118654752440f;     // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1 / sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286535588f; // sqrt(2 / pi): GELU's tanh approximation
+constexpr float kGeluTanhK = 0.044715f;
 
 // 1 / (1 + exp(-x)) without overflow: exp of a non-positive number only
 __device__ inline float sigmoidf(float x) {
@@ -46,6 +48,13 @@ __device__ inline float apply(swk_op op, float a, float d, float s0, float s1, f
         return s0 * s * (1.0f + s1 * (1.0f - s));
     }
     case SWK_LEAKY_RELU_GRAD: return s1 > 0.0f ? s0 : s0 * a;         // s1 = x
+    case SWK_GELU_TANH: return 0.5f * s0 * (1.0f + tanhf(kSqrt2OverPi * (s0 + kGeluTanhK * (s0 * s0 * s0))));
+    case SWK_GELU_TANH_GRAD: {                                        // s1 = x
+        const float x2 = s1 * s1;
+        const float t = tanhf(kSqrt2OverPi * (s1 + kGeluTanhK * (x2 * s1)));
+        const float d_right = 0.5f * s1 * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhK * x2);
+        return s0 * (0.5f * (1.0f + t) + d_right);
+    }
     // LSTM cell, s = (i, f, g, c_prev): c = sigmoid(f) c_prev + sigmoid(i) tanh(g)
     case SWK_LSTM_CELL: return sigmoidf(s1) * s3 + sigmoidf(s0) * tanhf(s2);
     case SWK_LSTM_CELL_GRAD_I: {                                      // s0 = dc, s1 = i, s2 = g

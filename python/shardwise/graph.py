@@ -126,6 +126,10 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         # linear op "<m>.in_proj".  Key -> the model's name; Trainer.get_weights and set_weights
         # speak the model's names (model_weights, graph_weights).
         self.weight_names: dict[str, str] = {}
+        # Other names of one parameter (tied weights: a Hugging Face model's "lm_head.weight" is
+        # its "transformer.wte.weight"): alias -> the name get_weights gives it.  set_weights
+        # takes either name, or both holding equal arrays.
+        self.weight_aliases: dict[str, str] = {}
 
     # ----- internals -------------------------------------------------------
     def _tensor(self, t: Any, what: str = "input") -> Tensor:
@@ -265,10 +269,16 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         """tanh(x), element-wise, any shape (``torch.tanh``)."""
         return self._activation("tanh", x, name)
 
-    def gelu(self, x: Tensor, name: str | None = None) -> Tensor:
-        """x * Phi(x) = x * (1 + erf(x / sqrt 2)) / 2, element-wise: the exact form, as
-        ``torch.nn.GELU()`` (``approximate="none"``)."""
-        return self._activation("gelu", x, name)
+    def gelu(self, x: Tensor, approximate: str = "none", name: str | None = None) -> Tensor:
+        """GELU, element-wise, as ``torch.nn.GELU(approximate=...)``: ``"none"``, the exact form
+        x * Phi(x) = x * (1 + erf(x / sqrt 2)) / 2; ``"tanh"``, the approximation
+        x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x**3))) / 2 of *Gaussian Error Linear Units
+        (GELUs)* (Hendrycks and Gimpel), GPT-2's ``gelu_new``."""
+        if approximate not in ("none", "tanh"):
+            raise GraphError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+        # the exact form keeps no attribute: graphs built before the tanh form keep their fingerprints
+        extra = {"approximate": "tanh"} if approximate == "tanh" else {}
+        return self._activation("gelu", x, name, **extra)
 
     def silu(self, x: Tensor, name: str | None = None) -> Tensor:
         """x * sigmoid(x), element-wise (``torch.nn.SiLU``, also called swish)."""
@@ -508,9 +518,18 @@ class Graph(SequenceBuilders, BroadcastBuilders):
 
     def graph_weights(self, weights: Any) -> dict[str, Any]:
         """``weights`` under the model's names (or the keys themselves) keyed "<op>.weight" /
-        "<op>.bias" (what Trainer.set_weights takes in)."""
+        "<op>.bias" (what Trainer.set_weights takes in).  A tied weight may come under any of its
+        names (:attr:`weight_aliases`); under several, the arrays must be equal."""
         key_of = {name: key for key, name in self.weight_names.items()}
-        return {key_of.get(k, k): v for k, v in weights.items()}
+        out: dict[str, Any] = {}
+        for k, v in weights.items():
+            name = self.weight_aliases.get(k, k)
+            key = key_of.get(name, name)
+            if key in out and not np.array_equal(np.asarray(out[key]), np.asarray(v)):
+                others = sorted(n for n in weights if self.weight_aliases.get(n, n) == name)
+                raise ShapeError(f"the tied weights {others} are one parameter, but the arrays given differ")
+            out[key] = v
+        return out
 
     def num_parameters(self) -> int:
         """Trainable parameters, derived from the op descriptions."""

@@ -86,12 +86,29 @@ class SequenceBuilders:
             raise GraphError(f"rotary base must be a finite number > 1, got {base!r}")
         return self._add("rotary", [x], ops_seq.rotary(x.shape), name, base=float(base))
 
-    def embedding(self, ids: "Tensor", vocab: int, dim: int, name: str | None = None) -> "Tensor":
+    def embedding(self, ids: "Tensor", vocab: int | None = None, dim: int | None = None, name: str | None = None,
+                  table: "Tensor | None" = None) -> "Tensor":
         """Token embedding (``torch.nn.Embedding(vocab, dim)``): integer ids (N, T) -> (N, T, dim),
         weight (vocab, dim).  ``ids`` must be an input op built with ``dtype="int64"``: the
         runtime checks every id against the vocabulary before a step, and no gradient flows
-        into ids.  Its weight gradient is a scatter-add in row order (deterministic)."""
+        into ids.  Its weight gradient is a scatter-add in row order (deterministic).
+
+        ``table``: the (vocab, dim) table read as a data input instead of a weight of the op's
+        own, the output of a :meth:`parameter` op that other ops read too (tied embeddings: a
+        language model's output layer ``matmul(h, table, transpose_b=True)``).  The table's
+        gradient then flows to the parameter op, which sums it with its other readers'.
+        ``vocab`` and ``dim`` default to the table's shape."""
         ids = self._tensor(ids, "embedding ids")
+        if table is not None:
+            table = self._tensor(table, "embedding table")
+            if len(table.shape) != 2:
+                raise ShapeError(f"embedding table must be (vocab, dim), got shape {table.shape}")
+            vocab = table.shape[0] if vocab is None else vocab
+            dim = table.shape[1] if dim is None else dim
+            if (vocab, dim) != table.shape:
+                raise ShapeError(f"embedding table of shape {table.shape} for vocab {vocab}, dim {dim}")
+        elif vocab is None or dim is None:
+            raise GraphError("embedding needs vocab and dim (or a table)")
         src = self.ops[ids.op]
         if src.kind != "input" or src.attrs.get("dtype") != "int64":
             raise GraphError(f"embedding ids must be an input op built with dtype='int64', got {src.kind} "
@@ -99,6 +116,9 @@ class SequenceBuilders:
         vocab, dim = _int(vocab, "embedding vocab"), _int(dim, "embedding dim")
         if vocab > 2**24:
             raise ShapeError(f"embedding vocab {vocab:,} is more than the 2**24 ids the runtime carries exactly")
+        if table is not None:
+            return self._add("embedding", [ids, table], ops_seq.embedding(ids.shape, vocab, dim, table_input=True),
+                             name, vocab=vocab, dim=dim)
         return self._add("embedding", [ids], ops_seq.embedding(ids.shape, vocab, dim), name,
                          vocab=vocab, dim=dim)
 

@@ -84,6 +84,8 @@ def check_forward(model, ids, plan: str = "data") -> float:
 def make_plan(g, kind: str) -> sw.Plan:
     if kind == "data":
         return sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    if kind == "search":
+        return sw.search(g, sw.DeviceGraph.cpu(2))
     return random_plan(g, sw.DeviceGraph.cpu(2), np.random.default_rng(3), reductions=True)
 
 
@@ -153,16 +155,115 @@ def test_gpt2_trains_like_pytorch(opt, plan):
     check_training(gpt2(), ids[:, :-1], ids[:, 1:], opt, plan)
 
 
-def test_gpt2_tied_embeddings_are_refused():
-    model = gpt2(tie_word_embeddings=True)
-    with pytest.raises(sw.ModelImportError, match="tied weights.*tie_word_embeddings=False"):
-        sw.from_torch(model, (token_ids()[:, :-1],))
+# GPT-2's default configuration (tiny sizes): gelu_new, the tanh approximation of GELU written as
+# its formula, and the output layer tied to the token embedding (tie_word_embeddings=True)
+def gpt2_default():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=16,
+                                  bos_token_id=0, eos_token_id=0)   # inside the tiny vocabulary
+    assert cfg.activation_function == "gelu_new" and cfg.tie_word_embeddings
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    return model
 
 
-def test_gpt2_tanh_gelu_is_refused():
-    model = gpt2(activation_function="gelu_new")
-    with pytest.raises(sw.ModelImportError, match="NewGELUActivation is the tanh approximation of GELU.*activation_function='gelu'"):
-        sw.from_torch(model, (token_ids()[:, :-1],))
+def test_gpt2_default_config_predicts_like_pytorch():
+    """One key for the tied tensor (the embedding's), the other name its alias; the logits of the
+    float64 model within 1e-5 of their scale."""
+    model, ids = gpt2_default(), token_ids()[:, :-1]
+    g, weights = sw.from_torch(model, (ids,))
+    assert set(weights) == set(model.state_dict()) - {"lm_head.weight"}
+    assert g.weight_aliases == {"lm_head.weight": "transformer.wte.weight"}
+    for k, v in state_dict_layout(model, weights).items():
+        np.testing.assert_array_equal(v, model.state_dict()[k].numpy())
+    t = sw.Trainer(g, make_plan(g, "search"))
+    t.set_weights(weights)
+    assert set(t.get_weights()) == set(weights)
+    want = logits64(model, ids)
+    err = float(np.abs(t.forward(ids.numpy()) - want).max())
+    assert err <= 1e-5 * float(np.abs(want).max())
+
+
+def test_gpt2_default_config_graph():
+    """gelu_new is one gelu op (approximate="tanh") per layer; wte is one parameter op read by the
+    look-up and by the output product (through its broadcast over the samples)."""
+    g, _ = sw.from_torch(gpt2_default(), (token_ids()[:, :-1],))
+    gelus = [op for op in g.ops if op.kind == "gelu"]
+    assert len(gelus) == 2 and all(op.attrs == {"approximate": "tanh"} for op in gelus)
+    wte = g["transformer.wte"]
+    assert wte.kind == "parameter" and wte.shape == (V, 32)
+    readers = sorted(g.ops[k].kind for k in g.consumers(wte.index))
+    assert readers == ["embedding", "expand"]
+    head = g.ops[g.consumers(g.consumers(wte.index)[-1])[0]]
+    assert head.kind == "matmul" and head.attrs == {"transpose_b": True} and head.shape == (N, T, V)
+
+
+def test_gpt2_tied_weights_load_under_either_name():
+    """set_weights takes a state_dict with both names of the tied tensor, or either alone; two
+    different arrays under the two names are refused."""
+    model, ids = gpt2_default(), token_ids()[:, :-1]
+    g, weights = sw.from_torch(model, (ids,))
+    t = sw.Trainer(g, make_plan(g, "data"))
+    full = state_dict_layout(model, {k: v.numpy() for k, v in model.state_dict().items()})
+    t.set_weights(full)   # both names
+    np.testing.assert_array_equal(t.get_weights()["transformer.wte.weight"], weights["transformer.wte.weight"])
+    other = weights["transformer.wte.weight"] * 2
+    t.set_weights({**{k: v for k, v in weights.items() if k != "transformer.wte.weight"}, "lm_head.weight": other})
+    np.testing.assert_array_equal(t.get_weights()["transformer.wte.weight"], other)
+    with pytest.raises(sw.ShapeError, match=r"tied weights \['lm_head.weight', 'transformer.wte.weight'\].*differ"):
+        t.set_weights({**weights, "lm_head.weight": other})
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_gpt2_default_config_trains_like_pytorch(opt):
+    """Three steps on a searched 2-worker plan: the tied table's gradient is the sum of the
+    look-up's and the output product's, as PyTorch's."""
+    ids = token_ids(1)
+    check_training(gpt2_default(), ids[:, :-1], ids[:, 1:], opt, "search")
+
+
+def check_tied_forward(model, aliases: dict) -> None:
+    """Tied weights imported once (the other names aliases), the logits of the float64 model within
+    1e-5 of their scale on a searched 2-worker plan."""
+    ids = token_ids()[:, :-1]
+    g, weights = sw.from_torch(model, (ids,))
+    assert g.weight_aliases == aliases and set(weights) == set(model.state_dict()) - set(aliases)
+    t = sw.Trainer(g, make_plan(g, "search"))
+    t.set_weights(weights)
+    want = logits64(model, ids)
+    assert float(np.abs(t.forward(ids.numpy()) - want).max()) <= 1e-5 * float(np.abs(want).max())
+
+
+def test_llama_tied_embeddings_predict_like_pytorch():
+    check_tied_forward(llama(tie_word_embeddings=True), {"lm_head.weight": "model.embed_tokens.weight"})
+
+
+def test_bert_masked_lm_tied_decoder_predicts_like_pytorch():
+    """BERT's masked-LM decoder reads the word embeddings (a linear with a bias of its own, itself
+    held under two names)."""
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+               max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+               pad_token_id=None)
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**cfg)).eval()
+    check_tied_forward(model, {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+                               "cls.predictions.decoder.bias": "cls.predictions.bias"})
+
+
+def test_shared_weight_the_new_path_cannot_take_is_refused():
+    """A weight read by two ops that own their weights (two layer norms): still refused."""
+    class TwoNorms(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.LayerNorm(4), torch.nn.LayerNorm(4)
+            self.b.weight = self.a.weight
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(self.b(self.a(x)))
+
+    with pytest.raises(sw.ModelImportError, match="'a.weight'.*tied weights.*shared weights are not supported"):
+        sw.from_torch(TwoNorms(), (torch.randn(2, 5, 4),), method="export")
 
 
 def test_fx_only_keeps_the_fx_error():

@@ -5,6 +5,7 @@ refuses raises ModelImportError naming the node, the ATen op and the module."""
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -87,19 +88,92 @@ def test_an_unsupported_op_is_named():
         sw.from_torch(Exp(), (torch.randn(2, 4),), method="export")
 
 
-def test_shared_weights_are_refused():
-    class Tied(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = nn.Embedding(V, D)
-            self.head = nn.Linear(D, V, bias=False)
-            self.head.weight = self.emb.weight
+class TiedHead(nn.Module):
+    """An embedding whose table is also the output layer's weight (tied, with a bias of its own),
+    a tanh GELU between them; the module names the head's weight first."""
 
-        def forward(self, ids):
-            return self.head(self.emb(ids))
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(D, V)
+        self.emb = nn.Embedding(V, D)
+        self.emb.weight = self.head.weight
 
-    with pytest.raises(sw.ModelImportError, match=r"'head.weight' \(also named 'emb.weight': tied weights\) is read by the embedding"):
-        sw.from_torch(Tied(), (ids(),), method="export")
+    def forward(self, ids):
+        return self.head(F.gelu(self.emb(ids), approximate="tanh"))
+
+
+def test_tied_weights_train_like_pytorch():
+    """A weight read by an embedding and a linear: one parameter op under the first name in
+    named_parameters order (the other an alias); three SGD steps on 2 workers give PyTorch
+    float64's losses and weights, the table's gradient summed over both readers."""
+    torch.manual_seed(0)
+    model, x = TiedHead(), ids()
+    y = torch.randint(0, V, (N, T), generator=torch.Generator().manual_seed(2))
+    g, weights = sw.from_torch(model, (x,), method="export")
+    assert set(weights) == {"head.weight", "head.bias"} and g.weight_aliases == {"emb.weight": "head.weight"}
+    assert g["head"].kind == "parameter" and [op.kind for op in g.ops].count("embedding") == 1
+    t = sw.Trainer(g, sw.search(g, sw.DeviceGraph.cpu(2)), optimizer=sw.SGD(lr=0.5, momentum=0.9))
+    t.set_weights(weights)
+    got = [t.step(x.numpy(), y.numpy()) for _ in range(3)]
+    m = copy.deepcopy(model).double()
+    opt = torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)
+    want = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x).reshape(-1, V), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    trained = t.get_weights()
+    for k, v in m.named_parameters():
+        np.testing.assert_allclose(trained[k], v.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+class FormulaGELU(nn.Module):
+    """GELU's tanh approximation written out, as Hugging Face's NewGELUActivation writes it
+    (``k`` other than 0.044715: another function, which must not pass for it)."""
+
+    def __init__(self, k: float = 0.044715) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + self.k * torch.pow(x, 3.0))))
+
+
+class FormulaNet(nn.Module):
+    def __init__(self, k: float = 0.044715) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(D, 16), FormulaGELU(k), nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_tanh_gelu_formula_is_one_gelu_op():
+    """The eight ATen calls of the formula become one gelu(approximate="tanh"); the logits equal the
+    float64 model's within 1e-5 (scaled weights: the exact form would be 1e-3 off)."""
+    torch.manual_seed(0)
+    model = FormulaNet()
+    with torch.no_grad():
+        model.fc1.weight.mul_(4.0)
+    x = torch.randn(N, T, D)
+    g, weights = sw.from_torch(model, (x,), method="export")
+    assert [op.kind for op in g.ops] == ["input", "linear", "gelu", "linear", "softmax"]
+    assert g.ops[2].attrs == {"approximate": "tanh"}
+    t = sw.Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2)))
+    t.set_weights(weights)
+    want = copy.deepcopy(model).double()(x.double()).detach().numpy()
+    assert np.abs(t.forward(x.numpy()) - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
+
+
+def test_tanh_gelu_formula_with_other_constants_is_refused():
+    with pytest.raises(sw.ModelImportError, match=r"module 'act'.*a constant number in the computation is not "
+                                                  r"supported \(FormulaGELU: GELU's tanh approximation is imported from "
+                                                  r"F\.gelu\(x, approximate='tanh'\) or from exactly .* this one is "
+                                                  r"written otherwise"):
+        sw.from_torch(FormulaNet(k=0.05), (torch.randn(N, T, D),), method="export")
 
 
 def test_method_is_checked():

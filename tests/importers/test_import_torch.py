@@ -230,8 +230,9 @@ class ParamNet(nn.Module):
 
 
 class Activations(nn.Module):
-    """The activations beside ReLU, in each kind of spelling: modules (nn.GELU, nn.LeakyReLU,
-    nn.SiLU, nn.Tanh, nn.Sigmoid), functions (F.gelu, torch.sigmoid, F.silu, F.leaky_relu) and
+    """The activations beside ReLU, in each kind of spelling: modules (nn.GELU in its tanh
+    approximation, nn.LeakyReLU, nn.SiLU, nn.Tanh, nn.Sigmoid), functions (F.gelu in its exact
+    form, torch.sigmoid, F.silu, F.leaky_relu) and
     methods (x.tanh()), on convolution and linear outputs.  The weights are scaled up so that
     the activations see values over their whole range and the logits are far apart: a wrong
     slope or a swapped activation moves the probabilities by far more than 1e-5."""
@@ -241,7 +242,8 @@ class Activations(nn.Module):
         self.conv1, self.conv2 = nn.Conv2d(3, 6, 3, padding=1), nn.Conv2d(6, 6, 3, padding=1)
         self.lrelu = nn.LeakyReLU(0.2)
         self.fc1 = nn.Linear(4 * 6 * 2 * 2, 16)
-        self.gelu, self.silu, self.tanh, self.sig = nn.GELU(), nn.SiLU(), nn.Tanh(), nn.Sigmoid()
+        self.gelu, self.silu, self.tanh = nn.GELU(approximate="tanh"), nn.SiLU(), nn.Tanh()
+        self.sig = nn.Sigmoid()
         self.fc2, self.fc3 = nn.Linear(16, 8), nn.Linear(16, 5)
         with torch.no_grad():
             for m in (self.conv1, self.conv2, self.fc1, self.fc2, self.fc3):

@@ -340,6 +340,13 @@ def _shared(g: sw.Graph, data: Callable) -> Any:
     return g.add(g.add(data((N, 5)), p, name="first_reader"), p, name="op")
 
 
+def _tied(g: sw.Graph, ids: Any) -> Any:
+    """embedding(ids, table) -> matmul(h, table^T), the table (7, 6) broadcast over the samples."""
+    table = g.parameter((7, 6), name="table")
+    h = g.embedding(ids, table=table, name="lookup")
+    return g.matmul(h, g.expand(table, (N, 7, 6), name="table_rows"), transpose_b=True, name="op")
+
+
 EXTREME = np.array([-1e30, -100.0, 0.0, 100.0, 1e30], np.float32)
 
 
@@ -379,6 +386,7 @@ CASES: list[Case] = [
     _c("sigmoid", "sigmoid", _unary("sigmoid"), [{"n": 2}, {"l": 5}]),
     _c("tanh", "tanh", _unary("tanh"), [{"n": 3}, {"c": 2}]),
     _c("gelu", "gelu", _unary("gelu"), [{"n": 2}, {"c": 2}]),
+    _c("gelu_tanh", "gelu", _unary("gelu", approximate="tanh"), [{"n": 2}, {"c": 2}]),
     _c("silu", "silu", _unary("silu"), [{"n": 2}, {"l": 5}]),
     _c("leaky_relu", "leaky_relu", _unary("leaky_relu", negative_slope=0.2), [{"n": 2}, {"c": 2}]),
     # the activations over the range where they saturate, ranks 2 and 5, split over workers
@@ -476,6 +484,14 @@ CASES: list[Case] = [
        [{"n": 3}, {"c": 2}], bound=REDUCTION),
     _c("embedding", "embedding", lambda g, ids: g.embedding(ids, 7, 6, name="op"),
        [{"n": 2}, {"c": 2}, {"l": 3}, {"n": 2, "c": 2}], bound=REDUCTION, int_input=(N, 4)),
+    # the table a data input, a parameter op's: its gradient flows to the parameter op
+    _c("embedding_table", "embedding",
+       lambda g, ids: g.embedding(ids, table=g.parameter((7, 6), name="table"), name="op"),
+       [{"n": 2}, {"c": 2}, {"l": 3}, {"n": 2, "c": 2}], bound=REDUCTION, int_input=(N, 4)),
+    # tied embeddings: the table read by the look-up and by the output product (a language
+    # model's head), so the parameter op sums two gradients
+    _c("embedding_tied", "matmul", lambda g, ids: _tied(g, ids),
+       [{"n": 2}, {"c": 2}, {"k": 2}], bound=REDUCTION, int_input=(N, 4)),
     # the loss itself: (N, C) and sequence (N, T, C) logits
     _c("softmax", "softmax", lambda g, data: g.softmax(data((N, 6)), name="op"),
        [{"n": 2}, {"n": 3}, {"c": 3}, {"n": 2, "c": 2}], bound=REDUCTION),

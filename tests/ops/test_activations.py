@@ -147,6 +147,74 @@ def test_kernels_match_pytorch(kind):
     np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_gelu_tanh_matches_pytorch_float64():
+    """GELU's tanh approximation (GPT-2's gelu_new): the C kernels (float32) against
+    ``F.gelu(x, approximate="tanh")`` in float64, forward and gradient, saturation included; the
+    NumPy reference matches PyTorch's float64 to rounding."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(5)
+    x = np.concatenate([spread(rng, 5000), np.linspace(-20, 20, 2001, dtype=np.float32)])
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    tx = torch.tensor(x.astype(np.float64), requires_grad=True)
+    ty = torch.nn.functional.gelu(tx, approximate="tanh")
+    ty.backward(torch.tensor(dy.astype(np.float64)))
+    want_y, want_dx = ty.detach().numpy(), tx.grad.numpy()
+    zero = (0,)
+    y = _core.activation_forward("gelu_tanh", x, zero, zero, x.shape)
+    dx = _core.activation_backward("gelu_tanh", x, zero, dy, zero, zero, x.shape)
+    # 1 + tanh(u) cancels in float32 for x < -3 (tanh near -1): absolute errors of a few 1e-7 in y
+    # and up to 1e-6 in dx, PyTorch's own float32 kernel's too (1.0e-6 in dx over [-6, -3])
+    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=2e-6)
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    tanh_attrs = {"approximate": "tanh"}
+    np.testing.assert_allclose(act.activation_forward("gelu", x64, tanh_attrs), want_y, rtol=1e-13, atol=1e-15)
+    y64 = act.activation_forward("gelu", x64, tanh_attrs)
+    np.testing.assert_allclose(act.activation_backward("gelu", x64, y64, dy64, tanh_attrs), want_dx,
+                               rtol=1e-12, atol=1e-14)
+    # not the exact form: at x = 2 the two differ by 1e-4
+    assert abs(float(y[np.argmin(abs(x - 2.0))]) - 2 * 0.9772498680518208) > 5e-5
+
+
+def test_gelu_tanh_graph_trains_like_pytorch():
+    """g.gelu(x, approximate="tanh") between two linears on a 2-worker plan: three SGD steps give
+    the losses and weights of the same model in PyTorch float64."""
+    torch = torch_or_skip()
+    F = torch.nn.functional
+    g = sw.Graph("gelu_tanh")
+    x = g.input("x", (8, 6))
+    h = g.gelu(g.linear(x, 12, name="fc1"), approximate="tanh", name="act")
+    g.softmax(g.linear(h, 4, name="fc2"), name="loss")
+    assert g["act"].attrs == {"approximate": "tanh"}
+    rng = np.random.default_rng(6)
+    xs = rng.standard_normal((8, 6)).astype(np.float32)
+    ys = rng.integers(0, 4, 8)
+    plan = random_plan(g, sw.DeviceGraph.cpu(2), np.random.default_rng(1))
+    t = Trainer(g, plan, optimizer=SGD(lr=0.5))
+    w0 = t.get_weights()
+    got = [t.step(xs, ys) for _ in range(3)]
+    p = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in w0.items()}
+    opt = torch.optim.SGD(list(p.values()), lr=0.5)
+    want = []
+    for _ in range(3):
+        opt.zero_grad()
+        hh = F.gelu(F.linear(torch.tensor(xs.astype(np.float64)), p["fc1.weight"], p["fc1.bias"]), approximate="tanh")
+        loss = F.cross_entropy(F.linear(hh, p["fc2.weight"], p["fc2.bias"]), torch.tensor(ys))
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    assert_close_weights(t.get_weights(), {k: v.detach().numpy() for k, v in p.items()})
+
+
+def test_gelu_approximate_must_be_none_or_tanh():
+    g = sw.Graph("g")
+    x = g.input("x", (2, 3))
+    with pytest.raises(GraphError, match="gelu approximate must be 'none' or 'tanh', got 'fast'"):
+        g.gelu(x, approximate="fast")
+    assert g.gelu(x).op is not None and "approximate" not in g.ops[-1].attrs   # fingerprints kept
+
+
 def test_leaky_relu_negative_slope_matches_pytorch():
     """A negative slope (PyTorch allows any): the gradient is taken from x, so it stays right."""
     torch = torch_or_skip()

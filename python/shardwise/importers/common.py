@@ -64,10 +64,14 @@ def prune(g: Graph, live: set[int]) -> Graph:
             t = out.parameter(op.shape, name=op.name)
         elif op.kind == "concat":
             t = out.concat(ins, name=op.name, **op.attrs)
+        elif op.kind == "embedding" and len(ins) == 2:   # the table a data input (tied weights)
+            t = out.embedding(ins[0], table=ins[1], name=op.name)
         else:   # the builder's keyword arguments are the attributes it recorded
             t = getattr(out, op.kind)(*ins, name=op.name, **op.attrs)
         new[op.index] = t
     out.weight_names = {k: v for k, v in g.weight_names.items() if k.rsplit(".", 1)[0] in out}
+    live_names = set(out.model_weights(dict.fromkeys(parameter_shapes(out))))
+    out.weight_aliases = {k: v for k, v in g.weight_aliases.items() if v in live_names}
     return out
 
 

@@ -80,18 +80,19 @@ def rotary(x: tuple[int, ...]) -> OpDesc:
                   flops_per_output=ROTARY_FLOPS, reductions=("k",))
 
 
-def embedding(ids: tuple[int, ...], vocab: int, dim: int) -> OpDesc:
+def embedding(ids: tuple[int, ...], vocab: int, dim: int, table_input: bool = False) -> OpDesc:
     """out[..., d] = W[ids[...], d] (``torch.nn.Embedding(vocab, dim)``), described as the
     product of a one-hot row and W over the additive vocabulary variable ``v``: a split of
     ``v`` is Megatron's vocabulary-parallel embedding (each worker looks up the ids in its
     rows, zeros elsewhere, and the partial outputs add up).  The FLOPs are a copy per
-    output, not the product's."""
+    output, not the product's.  ``table_input``: W is a data input (a ``parameter`` op's output,
+    shared with other readers: tied embeddings), not the op's own weight; the index maps are the same."""
     if vocab <= 0 or dim <= 0:
         raise ShapeError(f"embedding: vocab and dim must be positive, got {vocab}, {dim}")
     r = len(ids) + 1
     nv = r + 1
     inputs = (InputDesc(DATA, ids, tuple(var(nv, i) for i in range(r - 1))),
-              InputDesc(WEIGHT, (vocab, dim), (var(nv, r), var(nv, r - 1))))
+              InputDesc(DATA if table_input else WEIGHT, (vocab, dim), (var(nv, r), var(nv, r - 1))))
     return OpDesc(extents=ids + (dim, vocab), out_rank=r, inputs=inputs, flops_per_output=1.0,
                   reductions=("v",), additive=(r,))
 

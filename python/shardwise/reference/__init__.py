@@ -34,7 +34,7 @@ Semantics other parts of the project must reproduce:
 * matmul: (M, K) @ (K, N), both operands data tensors (gradients flow to both).
 * lstm_cell: c = sigmoid(f) * c_prev + sigmoid(i) * tanh(g); lstm_hidden:
   h = sigmoid(o) * tanh(c), all (B, H) (the gate order of ``torch.nn.LSTM``'s equations).
-* sigmoid, tanh, gelu (exact erf form), silu, leaky_relu: PyTorch's definitions, in
+* sigmoid, tanh, gelu (exact erf form, or the tanh approximation), silu, leaky_relu: PyTorch's definitions, in
   :mod:`shardwise.reference.activations` (re-exported here).
 * dropout: inverted dropout with the counter-based mask of :mod:`shardwise.reference.dropout`
   (a function of the op's seed, the training step and the element's index); the identity in

@@ -6,6 +6,7 @@ PyTorch's definitions, element-wise on any shape, in the dtype of the inputs:
 * sigmoid     y = 1 / (1 + exp(-x))              dx = dy * y * (1 - y)        (from the output)
 * tanh        y = tanh(x)                        dx = dy * (1 - y**2)          (from the output)
 * gelu        y = x * Phi(x)                     dx = dy * (Phi(x) + x * phi(x))
+* gelu (approximate="tanh")  y = x (1 + tanh(u)) / 2, u = sqrt(2 / pi) (x + 0.044715 x**3)
 * silu        y = x * sigmoid(x)                 dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)
 * leaky_relu  y = x if x > 0 else slope * x      dx = dy if x > 0 else slope * dy
 * clip        y = min(max(x, lo), hi)            dx = dy where lo < x < hi, else 0
@@ -24,7 +25,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 __all__ = ["ACTIVATION_KINDS", "sigmoid", "sigmoid_backward", "tanh_forward", "tanh_backward", "gelu_forward",
-           "gelu_backward", "silu_forward", "silu_backward", "leaky_relu_forward", "leaky_relu_backward",
+           "gelu_backward", "gelu_tanh_forward", "gelu_tanh_backward", "silu_forward", "silu_backward", "leaky_relu_forward", "leaky_relu_backward",
            "clip_forward", "clip_backward", "hardsigmoid_forward", "hardsigmoid_backward", "hardswish_forward",
            "hardswish_backward",
            "activation_forward", "activation_backward"]
@@ -67,6 +68,26 @@ def gelu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """dx = dy * (Phi(x) + x * phi(x)), phi(x) = exp(-x**2 / 2) / sqrt(2 pi), from the INPUT x."""
     pdf = (np.exp(-0.5 * x.astype(np.float64) ** 2) / math.sqrt(2.0 * math.pi)).astype(x.dtype)
     return dy * (_normal_cdf(x) + x * pdf)
+
+
+_GELU_TANH_B = math.sqrt(2.0 / math.pi)
+_GELU_TANH_K = 0.044715
+
+
+def gelu_tanh_forward(x: np.ndarray) -> np.ndarray:
+    """x * (1 + tanh(u)) / 2 with u = sqrt(2 / pi) * (x + 0.044715 x**3): GELU's tanh
+    approximation (``approximate="tanh"``), computed in float64, returned in x's dtype."""
+    v = x.astype(np.float64)
+    return (0.5 * v * (1.0 + np.tanh(_GELU_TANH_B * (v + _GELU_TANH_K * v ** 3)))).astype(x.dtype)
+
+
+def gelu_tanh_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx = dy * ((1 + t) / 2 + x (1 - t**2) u' / 2), t = tanh(u), u' = sqrt(2 / pi) (1 + 3 * 0.044715 x**2),
+    from the INPUT x (float64 inside)."""
+    v = x.astype(np.float64)
+    t = np.tanh(_GELU_TANH_B * (v + _GELU_TANH_K * v ** 3))
+    slope = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * _GELU_TANH_B * (1.0 + 3.0 * _GELU_TANH_K * v * v)
+    return (dy.astype(np.float64) * slope).astype(dy.dtype)
 
 
 def silu_forward(x: np.ndarray) -> np.ndarray:
@@ -130,7 +151,8 @@ def hardswish_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
 _TABLE: dict[str, tuple[Callable[..., np.ndarray], Callable[..., np.ndarray]]] = {
     "sigmoid": (lambda x, a: sigmoid(x), lambda x, y, dy, a: sigmoid_backward(y, dy)),
     "tanh": (lambda x, a: tanh_forward(x), lambda x, y, dy, a: tanh_backward(y, dy)),
-    "gelu": (lambda x, a: gelu_forward(x), lambda x, y, dy, a: gelu_backward(x, dy)),
+    "gelu": (lambda x, a: gelu_tanh_forward(x) if a.get("approximate") == "tanh" else gelu_forward(x),
+             lambda x, y, dy, a: gelu_tanh_backward(x, dy) if a.get("approximate") == "tanh" else gelu_backward(x, dy)),
     "silu": (lambda x, a: silu_forward(x), lambda x, y, dy, a: silu_backward(x, dy)),
     "leaky_relu": (lambda x, a: leaky_relu_forward(x, a.get("negative_slope", 0.01)),
                    lambda x, y, dy, a: leaky_relu_backward(x, dy, a.get("negative_slope", 0.01))),

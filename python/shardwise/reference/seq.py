@@ -6,7 +6,7 @@ and whole-graph training against these, and these against PyTorch.
 
     layer_norm   y = (x - mean) / sqrt(var + eps) * w + b over the last axis (biased var)
     rms_norm     y = x / sqrt(mean(x^2) + eps) * w over the last axis
-    embedding    y[..., :] = W[ids[...]]
+    embedding    y[..., :] = W[ids[...]]   (W the op's weight, or its second input: a shared parameter op's table)
     softmax_dim  p = softmax(scale * x, dim), causal: key j > query i masked out
     rotary       y = x cos(t f) + rotate_half(x) sin(t f) along the last axis, t the position (axis -2)
     matmul       y = op(a) @ op(b) over leading batch dimensions
@@ -165,8 +165,8 @@ def _forward(op: Any, ins: list[np.ndarray], param: Callable[[str], np.ndarray])
         return layer_norm_forward(ins[0], param("weight"), param("bias"), a["eps"])
     if op.kind == "rms_norm":
         return rms_norm_forward(ins[0], param("weight"), a["eps"])
-    if op.kind == "embedding":
-        return embedding_forward(ins[0], param("weight"))
+    if op.kind == "embedding":   # the table: a data input (a shared parameter op's) or the op's weight
+        return embedding_forward(ins[0], ins[1] if len(ins) > 1 else param("weight"))
     if op.kind == "softmax_dim":
         return softmax_dim_forward(ins[0], a["dim"], a["scale"], a["causal"])
     if op.kind == "reshape":
@@ -192,6 +192,8 @@ def _backward(op: Any, ins: list[np.ndarray], y: np.ndarray, dy: np.ndarray, par
         dx, dw = rms_norm_backward(ins[0], param("weight"), dy, a["eps"])
         return [dx], {"weight": dw}
     if op.kind == "embedding":
+        if len(ins) > 1:   # the table's gradient flows to the parameter op that produced it
+            return [None, embedding_backward(ins[0], ins[1].shape, dy)], {}
         return [None], {"weight": embedding_backward(ins[0], param("weight").shape, dy)}
     if op.kind == "softmax_dim":
         return [softmax_dim_backward(y, dy, a["dim"], a["scale"])], {}

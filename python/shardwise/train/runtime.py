@@ -130,6 +130,8 @@ def op_attrs(graph: Graph) -> list[dict[str, Any]]:
             a["eps"] = op.attrs.get("eps", 0.0)
         elif op.kind == "group_norm":
             a.update(groups=op.attrs["groups"], eps=op.attrs["eps"])
+        elif op.kind == "gelu":
+            a["tanh"] = op.attrs.get("approximate", "none") == "tanh"
         elif op.kind == "leaky_relu":
             a["negative_slope"] = op.attrs.get("negative_slope", 0.0)
         elif op.kind == "dropout":

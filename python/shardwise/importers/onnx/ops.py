@@ -287,10 +287,9 @@ def _activation(kind: str) -> Callable[[OnnxCall], Tensor]:
 
 def _gelu(c: OnnxCall) -> Tensor:
     approximate = c.attrs.get_str("approximate", "none")
-    if approximate != "none":
-        raise c.error(f"approximate={approximate!r} (GELU's tanh approximation) is not supported; shardwise's "
-                      f"gelu is the exact erf form")
-    return c.graph.gelu(c.tensor(0), name=c.name)
+    if approximate not in ("none", "tanh"):
+        raise c.error(f"approximate={approximate!r} is not a GELU form; ONNX's are 'none' and 'tanh'")
+    return c.graph.gelu(c.tensor(0), approximate=approximate, name=c.name)
 
 
 def _leaky_relu(c: OnnxCall) -> Tensor:
@@ -599,7 +598,8 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`relu`", "`Relu`", "fused into a convolution or linear layer it alone reads"),
     OnnxDocRow("`sigmoid`, `tanh`", "`Sigmoid`, `Tanh`", "element-wise, any shape"),
     OnnxDocRow("`gelu`", "`Gelu`",
-               '`approximate="none"` (opset 20; before it, GELU is spelled with `Erf`, which is refused)'),
+               '`approximate="none"` and `"tanh"` (opset 20; before it, GELU is spelled with `Erf` or `Tanh` '
+               'and `Pow`, which is refused)'),
     OnnxDocRow("`silu`", "`Mul`", "only `Mul(x, Sigmoid(x))`, the way exporters write SiLU"),
     OnnxDocRow("`leaky_relu`", "`LeakyRelu`", "any finite `alpha`"),
     OnnxDocRow("`add`", "`Add`", "two computed tensors of one shape"),
@@ -649,6 +649,8 @@ here (or its op type in an existing row), then ``make docs-ops``."""
 HINTS: dict[str, str] = {
     "Erf": "GELU exported before opset 20 is spelled with Erf, Div, Mul and Add; export with opset_version=20 or "
            "later, where it is one Gelu node",
+    "Pow": "GELU's tanh approximation exported before opset 20 is spelled with Pow, Mul, Add and Tanh; export with "
+           "opset_version=20 or later, where it is one Gelu node (approximate='tanh')",
 }
 """What to say about an unsupported op a model commonly has for a supported reason."""
 

@@ -11,8 +11,10 @@ to the same graph builder calls the fx importer makes:
   rotary tables) are computed here with torch, never become ops, and are accepted only where
   a pattern gives them a meaning (:mod:`shardwise.importers.torch.export_ops`);
 * weights keep their ``state_dict`` names; a parameter is owned by one op (a linear, an
-  embedding, a norm) or read as data through one ``parameter`` op, never both (tied weights are
-  refused);
+  embedding, a norm) or read as data through one ``parameter`` op, never both; one read by
+  several ops (tied weights: an embedding table and an output layer) is a ``parameter`` op they
+  all read, under its first name (the others: ``Graph.weight_aliases``), and it is refused where
+  a reader owns its weights (a norm, a ``Conv1D``);
 * the model's output is the first tensor it returns (a Hugging Face model's ``logits``); the
   loss ``softmax`` is appended as ``from_torch`` does.
 """

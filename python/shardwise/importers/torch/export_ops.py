@@ -28,6 +28,7 @@ import numpy as np
 from shardwise.errors import ModelImportError, ShardwiseError
 from shardwise.graph import Graph, Tensor
 from shardwise.importers.common import unique_name
+from shardwise.importers.torch.export_gelu import tanh_gelus
 
 WRAPPER_PREFIX = "model."   # export.py's wrapper module holds the model under this attribute
 
@@ -106,16 +107,22 @@ class ExportImporter:
         self.owners: dict[str, str] = {}            # parameter name -> what owns it (for the tied-weights message)
         self.parameter_ops: dict[str, Tensor] = {}
         self.reserved = {_owner_name(strip_prefix(t)) for t in program.state_dict}
+        self.shared: set[str] = set()   # parameters read by more than one op (tied weights): parameter ops
+        # GELU's tanh approximation written as its formula (NewGELUActivation): its last node -> x
+        self.tanh_gelus, self.gelu_inner = tanh_gelus(program.graph, aten_name)
 
     # ----- the pass
     def run(self, shapes: list[tuple[tuple[int, ...], str]], names: list[str]) -> Graph:
         specs = self.program.graph_signature.input_specs
         user = iter(zip(shapes, names))
         by_arg = {}
+        placeholders = {n.name: n for n in self.program.graph.nodes if n.op == "placeholder"}
         for spec in specs:
             kind = spec.kind.name
             if kind == "PARAMETER":
                 by_arg[spec.arg.name] = Param(strip_prefix(spec.target), self.program.state_dict[spec.target])
+                if len(_reading_ops(placeholders[spec.arg.name])) > 1:
+                    self.shared.add(by_arg[spec.arg.name].name)
             elif kind in ("BUFFER", "CONSTANT_TENSOR"):
                 store = self.program.state_dict if spec.target in self.program.state_dict else self.program.constants
                 by_arg[spec.arg.name] = Const(store[spec.target])
@@ -138,6 +145,13 @@ class ExportImporter:
         return self.g
 
     def _call(self, node: Any) -> None:
+        if node in self.gelu_inner:   # a step of a tanh GELU's formula: built at its last node
+            return
+        if node in self.tanh_gelus:
+            x = self.env[self.tanh_gelus[node]]
+            call = ExportCall(self, node, "aten.mul", node.args, node.kwargs)
+            self.env[node] = self.g.gelu(call.tensor(x, "the input"), approximate="tanh", name=call.name("gelu"))
+            return
         fx = self.torch.fx
         args = fx.node.map_arg(node.args, self.env.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, self.env.__getitem__)
@@ -200,9 +214,10 @@ class ExportImporter:
             others = [n for n in self.aliases.get(param.name, []) if n != param.name]
             also = f" (also named {', '.join(map(repr, others))}: tied weights)" if others else ""
             raise call.error(f"the parameter {param.name!r}{also} is read by {self.owners[param.name]} and by "
-                             f"{what}; every shardwise op owns its weights, so shared weights are not supported "
-                             f"(untie them: a Hugging Face model built with tie_word_embeddings=False)")
-        self.owners[param.name] = what
+                             f"{what} (node {call.node.name!r}); an embedding's table and a linear layer's weight "
+                             f"(aten.embedding, aten.linear) may be shared, but this op owns its weights, so shared "
+                             f"weights are not supported here (untie them)")
+        self.owners[param.name] = f"{what} (node {call.node.name!r})"
 
     def record(self, op_name: str, weights: dict[str, Any]) -> None:
         self.params[op_name] = {k: np.array(v.detach().cpu().double().numpy(), dtype=np.float32)
@@ -210,13 +225,31 @@ class ExportImporter:
                                 for k, v in weights.items()}
 
     def parameter_op(self, call: "ExportCall", param: Param) -> Tensor:
-        """``param`` read as data: one ``parameter`` op, shared by its readers."""
+        """``param`` read as data: one ``parameter`` op, shared by its readers.  A parameter held
+        under several names (tied weights) is named by the first in ``named_parameters`` order
+        (a Hugging Face model's input embedding); the others become the graph's weight aliases."""
         if param.name not in self.parameter_ops:
-            name = unique_name(self.g, self.reserved, _owner_name(param.name), owner=True)
+            names = self.aliases.get(param.name, [param.name])
+            name = unique_name(self.g, self.reserved, _owner_name(names[0]), owner=True)
+            if f"{name}.weight" != names[0]:   # a bias read as data: "<m>.bias" is the op "<m>.bias"'s weight
+                self.g.weight_names[f"{name}.weight"] = names[0]
+            for alias in names[1:]:
+                self.g.weight_aliases[alias] = names[0]
             self.claim(call, param, f"the parameter op {name!r}")
             self.record(name, {"weight": param.value})
             self.parameter_ops[param.name] = self.g.parameter(tuple(param.value.shape), name=name)
         return self.parameter_ops[param.name]
+
+
+def _reading_ops(node: Any) -> list[Any]:
+    """The ops that read ``node``'s value, through views that only pass it on (``alias``)."""
+    out = []
+    for user in node.users:
+        if user.op == "call_function" and aten_name(user.target) in ("aten.alias", "aten.detach"):
+            out.extend(_reading_ops(user))
+        elif not (user.op == "call_function" and aten_name(user.target).startswith("aten._assert")):
+            out.append(user)
+    return out
 
 
 def aten_name(target: Any) -> str:
@@ -274,9 +307,11 @@ class ExportCall:
 
     def error(self, message: str) -> ModelImportError:
         cls = self.module_class
-        if "gelu" in cls.lower() and ("new" in cls.lower() or "tanh" in cls.lower() or "fast" in cls.lower()):
-            message += (f" ({cls} is the tanh approximation of GELU, which shardwise does not have; build the "
-                        f"model with exact GELU: a Hugging Face config with activation_function='gelu')")
+        if "gelu" in cls.lower():
+            message += (f" ({cls}: GELU's tanh approximation is imported from F.gelu(x, approximate='tanh') or "
+                        f"from exactly 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))), as "
+                        f"NewGELUActivation writes it; this one is written otherwise: a Hugging Face config with "
+                        f"activation_function='gelu_new', 'gelu_pytorch_tanh' or 'gelu' imports)")
         return ModelImportError(f"{self.where}: {message}")
 
     @property
@@ -402,12 +437,30 @@ def _linear(c: ExportCall) -> Tensor:
     w = _linear_weight(c, w, "the weight")
     if bias is not None and not isinstance(bias, Param):
         raise c.error("the bias must be a parameter of the model")
+    if w.name in c.imp.shared:
+        return _shared_linear(c, x, w, bias)
     c.imp.claim(c, w, f"the linear layer {_owner_name(w.name)!r}")
     name = c.owned_name(w)
     if bias is not None:
         c.imp.claim(c, bias, f"the linear layer {name!r}")
     y = c.g.linear(x, int(w.value.shape[0]), bias=bias is not None, name=name)
     c.imp.record(name, {"weight": w.value, **({"bias": bias.value} if bias is not None else {})})
+    return y
+
+
+def _shared_linear(c: ExportCall, x: Tensor, w: Param, bias: Param | None) -> Tensor:
+    """``x @ W^T (+ b)`` with W (out, in) a parameter other ops read too (a language model's head
+    tied to its input embedding): W's parameter op broadcast over the samples, (N, out, in), and a
+    ``matmul`` with ``transpose_b``.  The broadcast holds N copies of W's rows of each worker's
+    block (fewer bytes than the (N, T, out) logits whenever T > in)."""
+    table = c.imp.parameter_op(c, w)
+    if len(x.shape) == 2:
+        y = c.g.matmul(x, table, transpose_b=True, name=c.name("linear"))
+    else:
+        rows = c.g.expand(table, x.shape[:-2] + table.shape, name=c.name("weight_rows"))
+        y = c.g.matmul(x, rows, transpose_b=True, name=c.name("linear"))
+    if bias is not None:
+        y = c.g.add(y, c.imp.parameter_op(c, bias), name=c.name("bias"))
     return y
 
 
@@ -427,6 +480,8 @@ def _embedding(c: ExportCall) -> Tensor:
         return _constant_rows(c, weight, ids.value)
     if not isinstance(ids, Tensor):
         raise c.error("the indices must be token ids, an integer input of the model")
+    if weight.name in c.imp.shared:   # tied: the table is a parameter op's, read by this op and others
+        return c.g.embedding(ids, table=c.imp.parameter_op(c, weight), name=c.name("embedding"))
     c.imp.claim(c, weight, f"the embedding {_owner_name(weight.name)!r}")
     name = c.owned_name(weight)
     out = c.g.embedding(ids, vocab, dim, name=name)
@@ -718,9 +773,10 @@ def _unsqueeze(c: ExportCall) -> Tensor:
 
 @converts("aten.gelu")
 def _gelu(c: ExportCall) -> Tensor:
-    if c.kwargs.get("approximate", c.arg(1, "approximate", "none")) != "none":
-        raise c.error("the tanh approximation of GELU is not supported (exact GELU only)")
-    return c.g.gelu(c.tensor(c.arg(0, "self"), "the input"), name=c.name("gelu"))
+    approximate = c.kwargs.get("approximate", c.arg(1, "approximate", "none"))
+    if approximate not in ("none", "tanh"):
+        raise c.error(f"approximate={approximate!r} is not a GELU form; PyTorch's are 'none' and 'tanh'")
+    return c.g.gelu(c.tensor(c.arg(0, "self"), "the input"), approximate=approximate, name=c.name("gelu"))
 
 
 def _unary(kind: str) -> Callable[[ExportCall], Tensor]:
@@ -795,6 +851,11 @@ EXPORT_DOC_ROWS: tuple[ExportDocRow, ...] = (
                  "GPT-2's linears): the imported weight is W transposed to (out, in), under W's `state_dict` name"),
     ExportDocRow("`embedding`", "`aten.embedding`",
                  "a table parameter read by token ids (an integer input); no `padding_idx`"),
+    ExportDocRow("`parameter` + `embedding`; `parameter` + `expand` + `matmul` (+ `add`)",
+                 "`aten.embedding` and `aten.linear` of one parameter",
+                 "tied weights (an output layer reading the token embedding's table): one `parameter` op read by "
+                 "an `embedding` with a table input and by `matmul(x, table, transpose_b=True)` over the table "
+                 "broadcast to the samples; the parameter op sums both gradients"),
     ExportDocRow("`parameter` + `slice`", "`aten.embedding`",
                  "of constant indices: 0..T-1 at every position (learned positions: the table's first T rows) or "
                  "one index everywhere (BERT's token types without `token_type_ids`: that row), added by broadcasting"),
@@ -820,7 +881,11 @@ EXPORT_DOC_ROWS: tuple[ExportDocRow, ...] = (
     ExportDocRow("`add`, `broadcast_add`", "`aten.add`",
                  "two tensors (a parameter operand: a `parameter` op), `alpha=1`; no constants"),
     ExportDocRow("`mul`", "`aten.mul`", "two tensors that broadcast (SwiGLU's gate); no constants"),
-    ExportDocRow("`gelu`", "`aten.gelu`", "exact GELU; the tanh approximation (GPT-2's `gelu_new`) is refused"),
+    ExportDocRow("`gelu`", "`aten.gelu`", "`approximate=\"none\"` or `\"tanh\"`"),
+    ExportDocRow("`gelu` (`approximate=\"tanh\"`)",
+                 "`aten.mul`, `aten.pow`, `aten.add`, `aten.tanh`",
+                 "exactly `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))` (Hugging Face's "
+                 "`NewGELUActivation`, GPT-2's `gelu_new`), each intermediate read by the formula only"),
     ExportDocRow("`silu`, `tanh`, `sigmoid`, `relu`", "`aten.silu`, `aten.tanh`, `aten.sigmoid`, `aten.relu`",
                  "element-wise, any shape"),
     ExportDocRow("`dropout`", "`aten.dropout`", "in train mode with `p > 0`; none otherwise"),
