@@ -130,6 +130,14 @@ class OnnxCall:
                                  f"{owner[0]!r}; shared (tied) weights are not supported")
             self.owners[init.source] = (self.name, pname)
         self.weights[self.name] = {k: v[1] for k, v in params.items() if v is not None}
+        for pname, (init, value) in ((k, v) for k, v in params.items() if v is not None and not shared_ok):
+            # the model's own name for a weight the op takes as it is (F.conv2d(x, self.w1) exports
+            # "w1"); not for one the exporter named ("onnx::Conv_12") or one in another layout
+            # (a MatMul's (in, out) initializer becomes a linear's (out, in) weight)
+            source = getattr(init, "source", None)
+            if source and "::" not in source and source != f"{self.name}.{pname}" and \
+                    np.shape(init.value) == np.shape(value) and np.array_equal(init.value, value):
+                self.graph.weight_names[f"{self.name}.{pname}"] = source
 
 
 class Outputs(tuple):
