@@ -75,11 +75,12 @@ def test_data_parallel_stall_per_device_and_in_total():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["resnet152", "resnet50", "vgg16"])
-def test_zoo_models_on_a_p100_report_the_simulated_stall(model):
+@pytest.mark.parametrize("model, batch", [("resnet152", 32), ("resnet50", 32), ("vgg16", 128)])
+def test_zoo_models_on_a_p100_report_the_simulated_stall(model, batch):
     """The disagreement this replaced: ResNet-152 at batch 32 under 90% of its arena, the
-    planner's model said 95.6 ms, the simulator replays 6.4 ms."""
-    plan = sw.Plan.from_dict(sw.models.get(model, batch=32), sw.DeviceGraph.cluster(1, 1, "P100"), {})
+    planner's model said 95.6 ms, the simulator replays 6.4 ms.  (VGG-16 at batch 128: at 32 its
+    weights leave swapping nothing below 95%.)"""
+    plan = sw.Plan.from_dict(sw.models.get(model, batch=batch), sw.DeviceGraph.cluster(1, 1, "P100"), {})
     peak = memory_plan(plan).peak_bytes
     seen = []
     for f in (0.95, 0.9, 0.8, 0.7):
