@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
-from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
+from shardwise.iteration.lower import TaskGraph, _view, handle_of, lowered, plan_arrays
 from shardwise.iteration.sim_costs import _cost_arrays, _machine, resolve_costs
 from shardwise.plan import Plan
 from shardwise.sizes import read_bytes
@@ -149,16 +149,20 @@ def _finish_per_device(result: Any, ndev: int) -> list[float]:
     return finish
 
 
-def simulated_stall(sp: SwapPlan, costs: Any = None) -> tuple[dict[int, float], float, float]:
+def simulated_stall(sp: SwapPlan, costs: Any = None, unswapped: TaskGraph | None = None
+                    ) -> tuple[dict[int, float], float, float]:
     """The stall of ``sp`` as the simulator replays it: (per device, how much later it ends its
     last task with the swap tasks than without; the unswapped iteration; the swapped iteration),
     seconds, both iterations as ``sw.simulate`` gives them with ``costs`` and the swap plan's
-    optimizer state.  The one stall figure swap plans report (SwapPlan.stall_time, total_stall)."""
+    optimizer state.  The one stall figure swap plans report (SwapPlan.stall_time, total_stall).
+    ``unswapped``: the plan lowered already with that optimizer state (else lowered here); the
+    swapped graph is lowered once for its replay."""
     from shardwise.iteration.lower import lower
     from shardwise.iteration.simulate import simulate
 
     plan = sp.plan
-    plain = simulate(lower(plan, sp.optimizer_state), check_memory=False, costs=costs)
+    plain = simulate(unswapped if unswapped is not None else lower(plan, sp.optimizer_state),
+                     check_memory=False, costs=costs)
     swapped = simulate(plan, check_memory=False, costs=costs, swap=sp)
     ndev = len(plan.devices)
     before, after = _finish_per_device(plain, ndev), _finish_per_device(swapped, ndev)
@@ -211,10 +215,11 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     Raises ValueError naming the device, the task and its bytes when a budget is below the
     largest single task's working set (its buffers with the device's parameters and optimizer
     state), and naming the smallest footprint swapping reaches when it is below that."""
-    handle = None
+    handle = given = None
     if isinstance(plan, TaskGraph):   # lowered once already (without a swap plan): its optimizer state
         if plan.swap is not None:
             raise ValueError("this task graph has a swap plan already: plan swapping on sw.lower(plan)")
+        given = plan
         handle, optimizer_state, plan = handle_of(plan), plan.optimizer_state, plan.plan
     if not isinstance(plan, Plan):
         raise TypeError(f"swap_plan needs a Plan, got {type(plan).__name__}")
@@ -268,5 +273,6 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
         pinned_budget=None if pinned_budget is None else dict(enumerate(pinned)),
         kept_for_pinned=int(r["pinned_overflow"]), arrays=r, _key=_plan_key(plan))
     # the stall users see is the simulator's (r["stall"], the planner's own estimate, only steered the choice)
-    sp.stall_time, sp.iteration_time, sp.swapped_iteration_time = simulated_stall(sp, costs)
+    unswapped_graph = given if given is not None else _view(plan, handle, optimizer_state, None, None)
+    sp.stall_time, sp.iteration_time, sp.swapped_iteration_time = simulated_stall(sp, costs, unswapped_graph)
     return sp
