@@ -90,3 +90,10 @@ def test_zoo_models_on_a_p100_report_the_simulated_stall(model, batch):
             continue
         seen.append(check_one_estimate(plan, sp))
     assert len(seen) >= 2 and max(seen) > 0
+
+
+def test_a_graph_split_over_ranks_is_refused_with_a_clear_error():
+    g = sw.models.resnet18_small(batch=8, width=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    with pytest.raises(ValueError, match="split over ranks"):
+        sw.swap_plan(sw.lower(plan, ranks=2), int(memory_plan(plan).peak_bytes * 0.7))

@@ -219,6 +219,8 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     if isinstance(plan, TaskGraph):   # lowered once already (without a swap plan): its optimizer state
         if plan.swap is not None:
             raise ValueError("this task graph has a swap plan already: plan swapping on sw.lower(plan)")
+        if plan.ranks is not None:   # its sends and receives: the swap tasks go into the whole graph
+            raise ValueError("this task graph is split over ranks: plan swapping on sw.lower(plan) without ranks")
         given = plan
         handle, optimizer_state, plan = handle_of(plan), plan.optimizer_state, plan.plan
     if not isinstance(plan, Plan):
