@@ -11,9 +11,9 @@ k_max comes from the smallest footprint swapping reaches at the base minibatch (
 optimizer state stay; the feature maps in the peak's working set grow with the minibatch), made
 exact by asking the swap planner; from there down, each candidate minibatch gets its swap plan
 (constraint (4): every arena within the budget) and its simulated iteration with the swap tasks
-(constraint (6): no prefetch late, read as the simulator losing no time to them), and the candidate minimizing the whole training time of
-Eq. 3, epochs x samples / images per second, among those meeting both constraints is chosen.
-Eq. 9 then adapts the learning rate to it.
+(constraint (6): no prefetch late, read as the simulator losing no time to them), and the
+candidate minimizing the whole training time of Eq. 3, epochs x samples / images per second,
+among those meeting both constraints is chosen.  Eq. 9 then adapts the learning rate to it.
 """
 from __future__ import annotations
 
