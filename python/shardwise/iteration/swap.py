@@ -2,8 +2,9 @@
 
     sp = sw.swap_plan(plan, budget="8GB")
     sp.peak_bytes, sp.stall_time, sp.offloaded      # per device
+    sp.total_stall                                  # the simulator's: the swapped iteration minus the unswapped
     t = sw.Trainer(g, plan, swap=sp)                # trains within the budget, numerics unchanged
-    sw.simulate(plan, swap=sp).iteration_time       # the swap tasks replayed
+    sw.simulate(plan, swap=sp).iteration_time       # the swap tasks replayed (= sp.swapped_iteration_time)
 
 The memory optimizer of "AccUDNN: A GPU Memory Efficient Accelerator for Training
 Ultra-deep Deep Neural Networks" on shardwise's task graph (docs/memory.md).  The C core
@@ -15,6 +16,12 @@ machine file's); csrc/graph/swap.c turns the choice into swap tasks of the one t
 swap-out and a swap-in stream per device, which the executor runs and the simulator replays;
 csrc/mem/swap_fit.c plans again until the memory plan of the swapped graph (its arena, what the
 runtime allocates) fits the budget.
+
+The stall a swap plan reports is the simulator's: the plan's task graph with its swap tasks
+replayed against the graph without them (:func:`simulated_stall`).  The planner's own timing
+model only chooses what to offload; it charges every swap-out it cannot hide to the computation,
+while the runtime waits only where a later buffer takes the offloaded bytes, and it was off by
+up to 15 times (docs/memory.md, "How much a swap plan stalls").
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.sizes import format_bytes
-from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
+from shardwise.iteration.lower import TaskGraph, _view, handle_of, lowered, plan_arrays
 from shardwise.iteration.sim_costs import _cost_arrays, _machine, resolve_costs
 from shardwise.plan import Plan
 from shardwise.sizes import read_bytes
@@ -57,6 +64,7 @@ class SwapEntry:
     nbytes: int
     out_before: int    # task of ``sw.lower(plan)`` the swap-out goes right before
     in_before: int     # task the prefetch goes right before
+    # the planner's timing model (what it chose by; the stall reported is the simulator's):
     ready: float       # t_ready (Algorithm 1): when the prefetch ends, seconds into the iteration
     needed: float      # when its first backward reader starts without stalls (Eq. 6's right side)
 
@@ -66,11 +74,14 @@ class SwapPlan:
     """Which feature maps a plan offloads to host memory under a budget, and what that costs.
 
     Per device: ``peak_bytes`` the arena the runtime allocates (the memory plan of the swapped
-    task graph: at most the budget), ``stall_time`` the predicted stall in seconds (0 when
-    AccUDNN's no-stall constraint, Eq. 6, holds for every prefetch), ``offloaded`` the ops whose
+    task graph: at most the budget), ``stall_time`` how much later (seconds) the device ends its
+    last task when the simulator replays the swap tasks than without them (0: the copies hide
+    behind the computation), ``offloaded`` the ops whose
     feature maps go to host memory, ``offloaded_bytes`` their bytes, ``host_bytes`` the host
     region they take (pinned memory), ``unswapped_peak`` the arena without swapping and
-    ``min_peak`` the smallest the model reaches with every feature map offloaded."""
+    ``min_peak`` the smallest the model reaches with every feature map offloaded.
+    ``iteration_time`` and ``swapped_iteration_time``: the iteration as ``sw.simulate`` replays
+    it without and with the swap tasks (the same costs); ``total_stall`` their difference."""
 
     plan: Plan
     budget: dict[int, int]
@@ -82,6 +93,7 @@ class SwapPlan:
     unswapped_peak: dict[int, int]
     min_peak: dict[int, int]
     iteration_time: float             # the unswapped iteration as simulated (the computation model)
+    swapped_iteration_time: float     # the same iteration with the swap tasks replayed
     entries: list[SwapEntry]
     optimizer_state: int = 1
     pinned_budget: dict[int, int] | None = None
@@ -91,7 +103,8 @@ class SwapPlan:
 
     @property
     def total_stall(self) -> float:
-        return max(self.stall_time.values(), default=0.0)
+        """Seconds the iteration loses to swapping in the simulator (0 when every copy hides)."""
+        return _lost(self.swapped_iteration_time, self.iteration_time)
 
     def spec(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(buffer, out_at, in_at) int32 arrays: what the C core's ``swap=`` arguments take."""
@@ -120,6 +133,42 @@ class SwapPlan:
                         f"{self.unswapped_peak[d] / 1e9:>13.3f} {self.offloaded_bytes[d] / 1e9:>13.3f} "
                         f"{self.host_bytes[d] / 1e9:>8.3f} {self.stall_time[d] * 1e3:>9.3f}")
         return "\n".join(rows)
+
+
+def _lost(after: float, before: float) -> float:
+    """Seconds ``after`` is later than ``before``; 0 within rounding (1e-9 of ``before``: the
+    replays sum the same durations along paths of other lengths), never below 0."""
+    lost = after - before
+    return lost if lost > 1e-9 * max(abs(before), 1e-12) else 0.0
+
+
+def _finish_per_device(result: Any, ndev: int) -> list[float]:
+    """When each device's last task (its compute, its copies, its swap tasks) ends in a replay."""
+    finish = [0.0] * ndev
+    for e in result.events:
+        finish[e.device] = max(finish[e.device], e.end)
+    return finish
+
+
+def simulated_stall(sp: SwapPlan, costs: Any = None, unswapped: TaskGraph | None = None
+                    ) -> tuple[dict[int, float], float, float]:
+    """The stall of ``sp`` as the simulator replays it: (per device, how much later it ends its
+    last task with the swap tasks than without; the unswapped iteration; the swapped iteration),
+    seconds, both iterations as ``sw.simulate`` gives them with ``costs`` and the swap plan's
+    optimizer state.  The one stall figure swap plans report (SwapPlan.stall_time, total_stall).
+    ``unswapped``: the plan lowered already with that optimizer state (else lowered here); the
+    swapped graph is lowered once for its replay."""
+    from shardwise.iteration.lower import lower
+    from shardwise.iteration.simulate import simulate
+
+    plan = sp.plan
+    plain = simulate(unswapped if unswapped is not None else lower(plan, sp.optimizer_state),
+                     check_memory=False, costs=costs)
+    swapped = simulate(plan, check_memory=False, costs=costs, swap=sp)
+    ndev = len(plan.devices)
+    before, after = _finish_per_device(plain, ndev), _finish_per_device(swapped, ndev)
+    per_device = {d: _lost(after[d], before[d]) for d in range(ndev)}
+    return per_device, plain.iteration_time, swapped.iteration_time
 
 
 def _plan_key(plan: Plan) -> tuple:
@@ -162,10 +211,13 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     Raises ValueError naming the device, the task and its bytes when a budget is below the
     largest single task's working set (its buffers with the device's parameters and optimizer
     state), and naming the smallest footprint swapping reaches when it is below that."""
-    handle = None
+    handle = given = None
     if isinstance(plan, TaskGraph):   # lowered once already (without a swap plan): its optimizer state
         if plan.swap is not None:
             raise ValueError("this task graph has a swap plan already: plan swapping on sw.lower(plan)")
+        if plan.ranks is not None:   # its sends and receives: the swap tasks go into the whole graph
+            raise ValueError("this task graph is split over ranks: plan swapping on sw.lower(plan) without ranks")
+        given = plan
         handle, optimizer_state, plan = handle_of(plan), plan.optimizer_state, plan.plan
     if not isinstance(plan, Plan):
         raise TypeError(f"swap_plan needs a Plan, got {type(plan).__name__}")
@@ -178,7 +230,7 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
         handle = lowered(plan, optimizer_state)   # once: the timeline, the swap pass and the entries read it
     if handle.has_streams:   # a schedule's graph: the swap plan is made for one stream per device
         raise ValueError("a swap plan runs on one compute stream per device: plan swapping on sw.lower(plan)")
-    start, end, iteration, unswapped = _timeline(plan, handle, costs)
+    start, end, _, unswapped = _timeline(plan, handle, costs)
     r = handle.swap_plan(start, end, np.asarray(budgets, np.int64), np.asarray(pinned, np.int64),
                          host_bandwidths(plan), check=bool(check))
     tg = handle.arrays()
@@ -211,12 +263,17 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
         entries.append(SwapEntry(b, dev, op, int(tg["buffer_bytes"][b]), int(r["out_at"][k]), int(r["in_at"][k]),
                                  float(r["ready"][k]), float(r["needed"][k])))
         offloaded[dev].append(op)
-    return SwapPlan(
+    sp = SwapPlan(
         plan=plan, budget=dict(enumerate(budgets)), peak_bytes={d: int(r["arena"][d]) for d in range(ndev)},
-        stall_time={d: float(r["stall"][d]) for d in range(ndev)}, offloaded=offloaded,
+        stall_time={}, offloaded=offloaded,
         offloaded_bytes={d: int(r["offloaded"][d]) for d in range(ndev)},
         host_bytes={d: int(r["host_arena"][d]) for d in range(ndev)},
         unswapped_peak={d: int(unswapped[d]) for d in range(ndev)},
-        min_peak={d: int(r["min_peak"][d]) for d in range(ndev)}, iteration_time=iteration, entries=entries,
-        optimizer_state=optimizer_state, pinned_budget=None if pinned_budget is None else dict(enumerate(pinned)),
+        min_peak={d: int(r["min_peak"][d]) for d in range(ndev)}, iteration_time=0.0, swapped_iteration_time=0.0,
+        entries=entries, optimizer_state=optimizer_state,
+        pinned_budget=None if pinned_budget is None else dict(enumerate(pinned)),
         kept_for_pinned=int(r["pinned_overflow"]), arrays=r, _key=_plan_key(plan))
+    # the stall users see is the simulator's (r["stall"], the planner's own estimate, only steered the choice)
+    unswapped_graph = given if given is not None else _view(plan, handle, optimizer_state, None, None)
+    sp.stall_time, sp.iteration_time, sp.swapped_iteration_time = simulated_stall(sp, costs, unswapped_graph)
+    return sp

@@ -11,9 +11,9 @@ k_max comes from the smallest footprint swapping reaches at the base minibatch (
 optimizer state stay; the feature maps in the peak's working set grow with the minibatch), made
 exact by asking the swap planner; from there down, each candidate minibatch gets its swap plan
 (constraint (4): every arena within the budget) and its simulated iteration with the swap tasks
-(constraint (6): no prefetch late), and the candidate minimizing the whole training time of
-Eq. 3, epochs x samples / images per second, among those meeting both constraints is chosen.
-Eq. 9 then adapts the learning rate to it.
+(constraint (6): no prefetch late, read as the simulator losing no time to them), and the
+candidate minimizing the whole training time of Eq. 3, epochs x samples / images per second,
+among those meeting both constraints is chosen.  Eq. 9 then adapts the learning rate to it.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class Candidate:
 
     batch: int
     fits: bool                       # constraint (4): a swap plan whose arenas are within the budget
-    stall_time: float                # predicted (0: constraint (6) holds)
+    stall_time: float                # simulated: what the swap tasks add to the iteration (0: no prefetch late)
     iteration_time: float            # simulated, swap tasks included (inf when it does not fit)
     images_per_second: float         # batch / iteration_time (0 when it does not fit)
     peak_bytes: int                  # the largest arena of the swap plan (0 when it does not fit)
@@ -126,15 +126,13 @@ class _Evaluator:
     def __call__(self, batch: int) -> tuple[Candidate, SwapPlan | None, Plan | None]:
         if batch in self.seen:
             return self.seen[batch]
-        from shardwise.iteration.simulate import simulate
-
         try:
             plan = self.plan(batch)
             sp = swap_plan(plan, self.budget, pinned_budget=self.pinned_budget, costs=self.costs)
         except ValueError as e:   # over the budget, or a minibatch the graph or plan cannot take
             out = (Candidate(batch, False, 0.0, float("inf"), 0.0, 0, 0, str(e).split(";")[0]), None, None)
         else:
-            t = simulate(plan, check_memory=False, costs=self.costs, swap=sp).iteration_time
+            t = sp.swapped_iteration_time   # sw.simulate(plan, swap=sp, costs=...) as the swap plan ran it
             out = (Candidate(batch, True, sp.total_stall, t, batch / t, max(sp.peak_bytes.values()),
                              sum(sp.offloaded_bytes.values())), sp, plan)
         self.seen[batch] = out
