@@ -24,3 +24,16 @@ def import_torchvision():
         finally:
             torch.library.register_fake = register
         return torchvision
+
+
+def import_transformers():
+    """transformers (the test is skipped where it or torch is missing), with torchvision's
+    workaround first: its model classes import torchvision when it is installed."""
+    import pytest
+
+    pytest.importorskip("torch", reason="PyTorch not installed: pip install torch==2.13.0")
+    try:
+        import_torchvision()
+    except ImportError:
+        pass
+    return pytest.importorskip("transformers", reason="transformers not installed: pip install transformers")

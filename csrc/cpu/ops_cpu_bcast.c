@@ -8,22 +8,6 @@
  */
 #include "task_env.h"
 
-/* The output's gradient in *dy, or zeros written into every output (*none) when none flows back. */
-static sw_status dy_or_zeros(const sw_task_env *e, sw_backward_reads *r, sw_view *dy, int *none) {
-    sw_env_backward_reads(e, r);
-    *none = r->dy < 0;
-    if (*none) {
-        for (int k = 0; k < e->nwrites; k++) {
-            sw_view v;
-            sw_env_view(e, e->writes[k], &v);
-            sw_view_zero(&v);
-        }
-        return SW_OK;
-    }
-    sw_env_view(e, r->dy, dy);
-    return SW_OK;
-}
-
 static int bcast_kind(const sw_task_env *e) {
     int t = e->attrs->type;
     return t == SW_OP_MUL ? SW_BCAST_MUL : t == SW_OP_BROADCAST_ADD ? SW_BCAST_ADD : SW_BCAST_COPY;
@@ -45,7 +29,7 @@ static sw_status bcast_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, dx, other;
     int none, op = bcast_kind(e), slot = e->task->slot;
-    SW_TRY(dy_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -72,7 +56,7 @@ static sw_status slice_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, dx;
     int none;
-    SW_TRY(dy_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -95,7 +79,7 @@ static sw_status stochastic_depth_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, dx;
     int none;
-    SW_TRY(dy_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -117,7 +101,7 @@ static sw_status adaptive_pool_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, dx;
     int none;
-    SW_TRY(dy_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }
@@ -139,7 +123,7 @@ static sw_status bilinear_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
     sw_view dy, dx;
     int none;
-    SW_TRY(dy_or_zeros(e, &r, &dy, &none));
+    SW_TRY(sw_env_grad_or_zeros(e, &r, &dy, &none));
     if (none) {
         return SW_OK;
     }

@@ -13,14 +13,10 @@ import copy
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-try:
-    from torchvision_compat import import_torchvision
+from torchvision_compat import import_transformers  # noqa: E402
 
-    import_torchvision()   # transformers imports torchvision when present: the CPU-torch workaround first
-except ImportError:
-    pass
-transformers = pytest.importorskip("transformers", reason="transformers not installed: pip install transformers")
+torch = pytest.importorskip("torch")
+transformers = import_transformers()
 
 import torch.nn.functional as F  # noqa: E402
 

@@ -17,26 +17,11 @@ import shardwise as sw
 torch = pytest.importorskip("torch")
 
 
-def _import_torchvision():
-    """torchvision, or None.  The wheel on this machine is a CUDA build (torchvision 0.28.0+cu130)
-    beside a CPU torch: its C extension does not load, and registering the fake kernels of its
-    detection ops (nms, roi_align, ...) raises at import.  The models are plain Python, so the
-    import goes on with those registrations skipped."""
-    import torch.library
+from torchvision_compat import import_torchvision  # noqa: E402  (after torch's check)
 
-    real = torch.library.register_fake
-    torch.library.register_fake = lambda *a, **k: (lambda f: f)
-    try:
-        import torchvision
-    except ImportError:
-        return None
-    finally:
-        torch.library.register_fake = real
-    return torchvision
-
-
-tv = _import_torchvision()
-if tv is None:
+try:
+    tv = import_torchvision()
+except ImportError:
     pytest.skip("torchvision is not installed", allow_module_level=True)
 
 

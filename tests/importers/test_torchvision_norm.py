@@ -32,27 +32,7 @@ from shardwise.train.trainer import SGD
 torch = pytest.importorskip("torch", reason="PyTorch not installed: pip install torch==2.13.0")
 
 
-def _torchvision():
-    """torchvision, also where its compiled ops do not match the installed torch (a CUDA wheel of
-    torchvision beside a CPU torch: registering the fake kernels of its detection ops fails at
-    import).  The models need none of those ops, so their registration is skipped then."""
-    try:
-        import torchvision
-        return torchvision
-    except RuntimeError:
-        import sys
-
-        import torch.library
-
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
-        register = torch.library.register_fake
-        torch.library.register_fake = lambda *args, **kwargs: (lambda f: f)
-        try:
-            import torchvision
-        finally:
-            torch.library.register_fake = register
-        return torchvision
+from torchvision_compat import import_torchvision as _torchvision  # noqa: E402  (after torch's check)
 
 
 try:

@@ -80,7 +80,7 @@ def test_every_prefetch_ends_before_its_first_reader_in_the_replay(net):
     problem = sw.planning.problem.make_problem(plan.graph, plan.devices, plan.options)
     from shardwise.iteration.lower import plan_arrays
     from shardwise.iteration.sim_costs import _machine
-    from shardwise.iteration.swap import host_bandwidths
+    from shardwise.iteration.sim_costs import host_bandwidths
 
     m = _machine(plan.devices)
     r = problem.simulate_plan(*plan_arrays(plan), m.route_ptr, m.route_res, m.nres + 2, swap=sp.spec(),

@@ -20,13 +20,9 @@ N, T, V, D, H, L = 2, 8, 64, 32, 4, 2
 
 def hf_gpt2():
     torch = pytest.importorskip("torch")
-    try:
-        from torchvision_compat import import_torchvision
+    from torchvision_compat import import_transformers
 
-        import_torchvision()   # transformers imports torchvision when present: the CPU-torch workaround first
-    except ImportError:
-        pass
-    transformers = pytest.importorskip("transformers", reason="transformers not installed: pip install transformers")
+    transformers = import_transformers()
     cfg = transformers.GPT2Config(n_layer=L, n_embd=D, n_head=H, vocab_size=V, n_positions=T, activation_function="gelu",
                                   tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                   use_cache=False, initializer_range=0.2,

@@ -26,13 +26,9 @@ def hf_llama(rope_base: float = 10000.0, eps: float = 1e-5):
     Weights drawn with std 0.2, not HF's 0.02: logits of size 4 rather than 0.4, so that the 1e-5
     bound on them says more (the error measured is about 2e-6)."""
     torch = pytest.importorskip("torch")
-    try:
-        from torchvision_compat import import_torchvision
+    from torchvision_compat import import_transformers
 
-        import_torchvision()   # transformers imports torchvision when present: the CPU-torch workaround first
-    except ImportError:
-        pass
-    transformers = pytest.importorskip("transformers", reason="transformers not installed: pip install transformers")
+    transformers = import_transformers()
     cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=L,
                                    num_attention_heads=H, num_key_value_heads=KV, max_position_embeddings=16,
                                    rope_theta=rope_base, rms_norm_eps=eps, attention_dropout=0.0,

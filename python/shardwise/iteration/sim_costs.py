@@ -222,3 +222,9 @@ def _measured(costs, name: str) -> float:
     """One of a profile's measured figures (``copy_bandwidth``; ``step_overhead``: a step's
     time outside its tasks, added to the replayed makespan), or 0 without costs or that figure."""
     return float(getattr(costs, name, 0.0) or 0.0)
+
+
+def host_bandwidths(plan: Plan) -> np.ndarray:
+    """(2 * ndev,) float64: device-to-host and host-to-device bytes/s of every device (what swap
+    tasks are timed with)."""
+    return np.repeat(np.array([d.host_bandwidth for d in plan.devices.devices], np.float64), 2)

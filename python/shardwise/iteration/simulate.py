@@ -62,9 +62,8 @@ from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays  # plan_arrays: tests, benchmarks
 from shardwise.plan import Plan
 from shardwise.iteration.schedule import as_schedule
-from shardwise.iteration.swap import SwapPlan, host_bandwidths
 from shardwise.iteration.sim_costs import (_cost_arrays, _Machine, _machine, _measured, describe_costs, device_fill,
-                                          resolve_costs)
+                                          host_bandwidths, resolve_costs)
 from shardwise.iteration.trace import TaskEvent, save_trace
 from shardwise.distributed.ranks import rank_of_device
 
@@ -307,7 +306,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     state = None
     if swap is not None:
 
-        if not isinstance(swap, SwapPlan):
+        # a SwapPlan (shardwise.iteration.swap, which uses this module: its class is not imported here)
+        if type(swap).__name__ != "SwapPlan" or not callable(getattr(swap, "spec", None)):
             raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
         swap.check(plan)
         if sched is not None:

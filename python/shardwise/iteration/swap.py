@@ -33,7 +33,7 @@ import numpy as np
 from shardwise import _core
 from shardwise.sizes import format_bytes
 from shardwise.iteration.lower import TaskGraph, _view, handle_of, lowered, plan_arrays
-from shardwise.iteration.sim_costs import _cost_arrays, _machine, resolve_costs
+from shardwise.iteration.sim_costs import _cost_arrays, _machine, host_bandwidths, resolve_costs
 from shardwise.plan import Plan
 from shardwise.sizes import read_bytes
 
@@ -175,11 +175,6 @@ def _plan_key(plan: Plan) -> tuple:
     kinds, degrees, dev_ptr, devs = plan_arrays(plan)
     return (plan.graph.fingerprint(), plan.devices.fingerprint(), degrees.tobytes(), dev_ptr.tobytes(),
             devs.tobytes(), plan.options.sync)
-
-
-def host_bandwidths(plan: Plan) -> np.ndarray:
-    """(2 * ndev,) float64: device-to-host and host-to-device bytes/s of every device."""
-    return np.repeat(np.array([d.host_bandwidth for d in plan.devices.devices], np.float64), 2)
 
 
 def _timeline(plan: Plan, handle: Any, costs: Any) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
