@@ -11,7 +11,7 @@ orders the tasks (csrc/mem/order.c), times and replays them.  A plan that does n
 fit in device memory is simulated all the same and then raises MemoryOverflow
 (marked).
 
-    python benchmarks/simulate_speed.py [--repeat 5]
+    python benchmarks/simulate_speed.py [--repeat 5] [--chains 128 512 4096]
 """
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ def row(name: str, nodes: int, per: int, repeat: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--chains", type=int, nargs="*", default=[128, 512, 4096],
+                    help="device counts of the many-hop chains to simulate (none: skip)")
     args = ap.parse_args()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"# {date.today().isoformat()}, {os.cpu_count()} cores shared (load average {load}), Python "
@@ -86,7 +88,33 @@ def main() -> int:
     print("-" * len(head))
     for name, nodes, per in (("resnet18", 1, 4), ("vgg16", 4, 4), ("resnet50", 4, 4), ("inception_v3", 4, 4)):
         print(row(name, nodes, per, args.repeat), flush=True)
+    if args.chains:
+        print()
+        print("machines of many hops: LeNet-5's data parallelism over a chain of D devices (a machine file's "
+              "graph, routes listed for the transfers only), first simulation, peak memory of a fresh process")
+        for n in args.chains:
+            print(chain_row(n), flush=True)
     return 0
+
+
+def chain_row(n: int) -> str:
+    """A fresh process simulates LeNet-5's data parallelism over a chain of ``n`` devices."""
+    import subprocess
+
+    code = f"""
+import resource, time, shardwise as sw
+d = sw.DeviceGraph("chain")
+for k in range({n}):
+    d.add_device(f"g{{k}}", flops=1e13, memory=16e9)
+for k in range({n} - 1):
+    d.add_link(k, k + 1, bandwidth=2e10)
+plan = sw.strategies.data_parallel(sw.models.lenet5(batch=64), d)
+t = time.perf_counter()
+sw.simulate(plan)
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return f"chain of {n:>5} devices: simulate {float(out[0]):7.2f} s, peak {float(out[1]):7.0f} MB  (anchor: seconds)"
 
 
 if __name__ == "__main__":
