@@ -155,7 +155,7 @@ static int put_buffers(PyObject *d, const sw_task_graph *g) {
     npy_intp n = g->nbuffers;
     PyArrayObject *bytes = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
     for (npy_intp i = 0; bytes && i < n; i++) {
-        ((int64_t *)PyArray_DATA(bytes))[i] = sw_buffer_bytes(&b[i]);
+        ((int64_t *)PyArray_DATA(bytes))[i] = sw_graph_buffer_bytes(g, (int32_t)i);
     }
     return sw_py_put(d, "buffer_device", strided(&b[0].device, n, sizeof(sw_buffer), NPY_INT32)) ||
            sw_py_put(d, "buffer_op", strided(&b[0].op, n, sizeof(sw_buffer), NPY_INT32)) ||
