@@ -163,7 +163,8 @@ static double task_seconds(const sw_problem *p, const sw_task *t, double modelle
     }
     double bw = m->copy_bandwidth > 0 ? m->copy_bandwidth : p->bw[(size_t)t->src_device * p->ndev + t->device];
     if (crosses_ranks(t, m)) {   /* an MPI message */
-        return modelled + m->rank_latency + sw_wire_bytes(p->bytes_per_element, t) / (m->rank_bandwidth > 0 ? m->rank_bandwidth : bw);
+        double rank_bw = m->rank_bandwidth > 0 ? m->rank_bandwidth : bw;
+        return modelled + m->rank_latency + sw_wire_bytes(p->bytes_per_element, t) / rank_bw;
     }
     return modelled + sw_wire_bytes(p->bytes_per_element, t) / bw;
 }

@@ -78,7 +78,8 @@ from shardwise.ops.box import Box, volume
 from shardwise.graph import Graph
 from shardwise.plan import Plan, reduction_pair
 
-BYTES_PER_ELEMENT = 4  # float32 activations, gradients and parameters (batchnorm statistics: float64)
+BYTES_PER_ELEMENT = 4  # the executor: float32 activations, gradients, parameters (batchnorm statistics: float64);
+# a plan costed in bf16 / fp16 counts its buffers at its precision's sizes (Buffer.bytes, csrc/core/precision.c)
 
 # lower(plan, schedule=policy): policy name -> the pass that makes a Schedule on a lowered graph,
 # f(plan, handle, policy, costs), or None for one stream per device.  The schedule pass sits above
