@@ -822,7 +822,9 @@ class Trainer:
     @property
     def memory_plan(self) -> "MemoryPlan":
         """The planned memory of this trainer's plan: per device one arena, its peak and the
-        offset and lifetime of every buffer (:func:`shardwise.memory_plan`; computed once)."""
+        offset and lifetime of every buffer (:func:`shardwise.memory_plan`; computed once).  For a
+        plan costed in bf16 or fp16 these are the plan's figures, at its precision's element sizes;
+        the runtime trains in float32 (:meth:`memory_per_worker` gives its arenas)."""
         mp = getattr(self, "_memory_plan", None)
         if mp is None:
             from shardwise.iteration.memory import memory_plan
