@@ -137,8 +137,13 @@ def test_data_parallel_all_reduce_moves_half_the_bytes_in_bf16():
         assert plan.breakdown["sync"] == pytest.approx(2 * params * each / bw, rel=1e-9)
         sim = sw.simulate(plan)
         assert sim.bytes_moved == 2 * params * each
-        link = sum(e.end - e.start for e in sim.events if e.kind == "copy" and e.src_device != e.device)
-        assert link == pytest.approx(2 * params * each / bw, rel=1e-9)
+        copies = [e for e in sim.events if e.kind == "copy" and e.src_device != e.device]
+        assert sum(e.end - e.start for e in copies) == pytest.approx(2 * params * each / bw, rel=1e-9)
+        assert sum(e.nbytes for e in copies) == 2 * params * each
+        tg = sw.lower(plan)
+        assert tg.bytes_moved() == 2 * params * each
+        # what the runtime sends stays float32
+        assert sum(t.nbytes for t in tg.tasks if t.kind == "copy") == 2 * params * 4
 
 
 # ------------------------------------------------------------------ memory
@@ -156,6 +161,11 @@ def test_memory_of_a_two_layer_mlp_follows_the_convention():
         assert mem.activations_kept == kept * value
         total = params * weight + params * 4 + params * value + kept * value + act_grads * value
         assert mem.sum_of_buffers == total            # + weight gradients and activation gradients
+        tg = sw.lower(strategies.data_parallel(g, d, CostOptions(precision=p)))
+        assert sum(tg.memory_per_device().values()) == total
+        for b in tg.buffers:                          # the runtime's buffers stay float32
+            assert b.nbytes == 4 * b.elements
+            assert b.plan_bytes == b.elements * {"param": weight, "momentum": 4}.get(b.kind, value)
 
 
 @pytest.mark.parametrize("model", ["resnet18_small", "gpt_tiny"])
