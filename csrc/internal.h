@@ -143,6 +143,9 @@ int sw_iteration_region(const sw_op *op, int slot, const int64_t *vlo, const int
 
 /* ---------------------------------------------------------------- problems */
 typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1 } sw_sync_model;
+/* The number format a plan is costed in (core/precision.c): float32, or mixed precision with
+ * bfloat16 or float16 values (float32 master weights and optimizer state). */
+typedef enum { SW_PRECISION_FP32 = 0, SW_PRECISION_BF16 = 1, SW_PRECISION_FP16 = 2 } sw_precision;
 
 struct sw_problem {
     int ndev;
@@ -152,7 +155,14 @@ struct sw_problem {
     int nops;
     sw_op *ops;
     sw_sync_model sync_model;
-    double bytes_per_element;
+    double bytes_per_element;   /* of the values the roofline reads and the messages carry */
+    /* the number format (sw_problem_set_precision): the memory model's element sizes
+     * (sw_precision_element_bytes) and, for ops marked dense (matrix products and
+     * convolutions, op_dense[op] = 1), the peak FLOP/s dev_flops_dense[dev] at that format;
+     * fp32 and no dense peaks (NULL): dev_flops for every op */
+    sw_precision precision;
+    double *dev_flops_dense;
+    int8_t *op_dense;
     double backward_factor;   /* t_c multiplier for forward + backward (default 3) */
     int threads;              /* threads that build transfer tables (default 1) */
     int reduction_splits;     /* enumerate partition-n-reduce configurations too (default 0) */
@@ -180,6 +190,18 @@ struct sw_problem {
 
 /* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
 sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);
+
+/* core/precision.c: the plan's number format.  Set it (and the dense ops' peaks, ndev entries,
+ * and which ops are dense, nops entries; both NULL: every op at dev_flops) before building
+ * tables; SW_ERR_VALUE for an unknown format or a peak that is not positive. */
+sw_status sw_problem_set_precision(sw_problem *p, int precision, const double *dense_flops, const int8_t *op_dense);
+/* Bytes of one element of a buffer of kind `kind` (sw_buffer_kind) in a plan of format
+ * `precision`: the memory plan's and the memory model's one rule (core/precision.c). */
+int64_t sw_precision_element_bytes(sw_precision precision, int kind);
+/* The peak FLOP/s op `op` runs at on device `dev` in the problem's format. */
+static inline double sw_peak_flops(const sw_problem *p, int op, int dev) {
+    return p->op_dense && p->op_dense[op] ? p->dev_flops_dense[dev] : p->dev_flops[dev];
+}
 
 /* The three terms of Eq. 1 for single configurations. */
 double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
@@ -310,7 +332,28 @@ struct sw_task_graph {
                                   of io[.. io_ptr[t+1]) */
     int32_t *io;
     int32_t nio, io_cap;
+    /* bytes of one element per buffer kind as the plan counts them (the lowering fills it from
+     * the problem's precision, sw_precision_element_bytes); all 0: the executor's own sizes
+     * (sw_buffer_element_bytes), which a graph the runtime runs keeps */
+    int64_t element_bytes[SW_BUF_NKINDS];
+    double value_bytes;   /* the problem's bytes_per_element when lowered (sw_wire_bytes); 0: the executor's */
 };
+
+/* Bytes a copy or message task t puts on the wire as a plan counts them: the executor's
+ * t->nbytes (float32) at `value_bytes` a value (the problem's bytes_per_element; 0: the
+ * executor's own).  The simulator's transfers and a task graph's bytes moved; the search's
+ * transfer tables count elements x bytes_per_element the same way. */
+static inline double sw_wire_bytes(double value_bytes, const sw_task *t) {
+    return value_bytes > 0 ? (double)t->nbytes * value_bytes / (double)SW_TASK_BYTES_PER_ELEMENT
+                           : (double)t->nbytes;
+}
+/* Bytes of buffer b as graph g counts them: the plan's element sizes where the lowering set
+ * them (memory plans, the memory model's checks, swap plans), else the executor's. */
+static inline int64_t sw_graph_buffer_bytes(const sw_task_graph *g, int32_t b) {
+    const sw_buffer *buf = &g->buffers[b];
+    int64_t each = g->element_bytes[buf->kind];
+    return each > 0 ? sw_box_volume(&buf->box) * each : sw_buffer_bytes(buf);
+}
 
 /* A plan: one configuration per op.  cfg[op].deg, cfg[op].nworkers and the
  * devices devs[cfg[op].dev_offset ..] in worker order; kind[op] a sw_op_kind. */

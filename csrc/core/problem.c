@@ -274,6 +274,8 @@ void sw_problem_free(sw_problem *p) {
     }
     free(p->ops);
     free(p->dev_flops);
+    free(p->dev_flops_dense);
+    free(p->op_dense);
     free(p->dev_membw);
     free(p->bw);
     free(p->dev_pool);

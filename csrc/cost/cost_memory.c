@@ -12,7 +12,9 @@
  * freeing activations.  The search checks every plan it returns with the memory plan.
  *
  * The rules follow lower.c, buffer by buffer (tests compare the sums with the memory
- * plan's `kept` plus persistent bytes on random plans):
+ * plan's `kept` plus persistent bytes on random plans), each buffer at its kind's element size
+ * in the problem's precision (sw_precision_element_bytes, the memory plan's sizes too; below,
+ * as in float32):
  *   param        every worker, every weight slot it reads: its region (float32)
  *   momentum     per replica group of a weight slot (workers reading one box), on the
  *                group's first worker: the box times optimizer_state; with the ring model,
@@ -38,8 +40,10 @@
 
 #include "internal.h"
 
-#define F32 4.0
-#define F64 8.0
+/* Bytes of one element of a buffer of kind `kind` in p's precision. */
+static double elem(const sw_problem *p, sw_buffer_kind kind) {
+    return (double)sw_precision_element_bytes(p->precision, kind);
+}
 
 static int role_slot(const sw_op *o, sw_role role) {
     for (int k = 0; k < o->ninputs; k++) {
@@ -82,17 +86,18 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
         int32_t d = devs[w];
         if (kind[v] != SW_OPKIND_INPUT && (kind[v] == SW_OPKIND_BATCHNORM || sw_is_owner(c, w))) {
             sw_worker_box(o, c, w, &box);
-            row[d] += F32 * (double)sw_box_volume(&box);
+            row[d] += elem(p, SW_BUF_ACTIVATION) * (double)sw_box_volume(&box);
         }
         if (kind[v] == SW_OPKIND_BATCHNORM && stat >= 0 && sw_worker_region(o, c, w, stat, &reg)) {
             double n = (double)sw_box_volume(&reg);
-            row[d] += F32 * n + (keeps_regions(p, kind, v, c, w) ? F64 * n : 0.0);
+            row[d] += elem(p, SW_BUF_RUNNING) * n;
+            row[d] += keeps_regions(p, kind, v, c, w) ? elem(p, SW_BUF_STATS) * n : 0.0;
         }
         for (int k = 0; k < o->ninputs; k++) {
             if (o->inputs[k].role != SW_ROLE_WEIGHT || !sw_worker_region(o, c, w, k, &reg)) {
                 continue;
             }
-            row[d] += F32 * (double)sw_box_volume(&reg);
+            row[d] += elem(p, SW_BUF_PARAM) * (double)sw_box_volume(&reg);
             int lead = 1, replicas = 1;   /* the first worker reading this box keeps the optimizer state */
             for (int u = 0; u < c->nworkers; u++) {
                 if (u != w && sw_worker_region(o, c, u, k, &other) && sw_box_equal(&other, &reg)) {
@@ -104,7 +109,7 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
                 lead = 1;   /* ring all-reduce: every replica updates its own copy with its own state */
             }
             if (lead) {
-                row[d] += F32 * (double)p->optimizer_state * (double)sw_box_volume(&reg);
+                row[d] += elem(p, SW_BUF_MOMENTUM) * (double)p->optimizer_state * (double)sw_box_volume(&reg);
             }
         }
     }
@@ -137,7 +142,7 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
         double *row = mt->edge_base[e] + (size_t)cj * ndev;
         for (int w = 0; w < c->nworkers; w++) {
             if (sw_worker_region(ov, c, w, slot, &reg) && keeps_regions(p, kind, v, c, w)) {
-                row[p->dev_pool[c->dev_offset + w]] += F32 * (double)sw_box_volume(&reg);
+                row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&reg);
             }
         }
     }
@@ -162,7 +167,7 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
                 }
                 sw_worker_box(ou, cu, owner_on[d], &pbox);
                 if (sw_box_equal(&pbox, &reg)) {
-                    SW_TRY(push_saving(mt, cap, ci, cj, d, F32 * (double)sw_box_volume(&reg)));
+                    SW_TRY(push_saving(mt, cap, ci, cj, d, elem(p, SW_BUF_REGION) * (double)sw_box_volume(&reg)));
                 }
             }
         }

@@ -56,7 +56,7 @@ double sw_worker_time(const sw_problem *p, int opi, const sw_config *c, int w, i
             elements += (double)sw_box_volume(&region);
         }
     }
-    return fmax(flops / p->dev_flops[dev], elements * p->bytes_per_element / p->dev_membw[dev]);
+    return fmax(flops / sw_peak_flops(p, opi, dev), elements * p->bytes_per_element / p->dev_membw[dev]);
 }
 
 enum { MAX_CLASSES = 64, MAX_COMBOS = 4096 };
@@ -141,11 +141,11 @@ static int compute_time_fast(const sw_problem *p, int opi, const sw_config *c, d
     double flops = points * op->flops_per_point + outputs * op->flops_per_output;
     int alike = 1;   /* the same device kind everywhere: the most elements set the time */
     for (int w = 1; w < k && alike; w++) {
-        alike = p->dev_flops[devs[w]] == p->dev_flops[devs[0]] && p->dev_membw[devs[w]] == p->dev_membw[devs[0]];
+        alike = sw_peak_flops(p, opi, devs[w]) == sw_peak_flops(p, opi, devs[0]) && p->dev_membw[devs[w]] == p->dev_membw[devs[0]];
     }
     double most;
     if (alike && most_elements(op, c, outputs, &most)) {
-        *worst = fmax(flops / p->dev_flops[devs[0]], most * p->bytes_per_element / p->dev_membw[devs[0]]);
+        *worst = fmax(flops / sw_peak_flops(p, opi, devs[0]), most * p->bytes_per_element / p->dev_membw[devs[0]]);
         free(elements);
         free(regions);
         free(used);
@@ -162,7 +162,7 @@ static int compute_time_fast(const sw_problem *p, int opi, const sw_config *c, d
     }
     *worst = 0.0;
     for (int w = 0; ok && w < k; w++) {
-        double t = fmax(flops / p->dev_flops[devs[w]], elements[w] * p->bytes_per_element / p->dev_membw[devs[w]]);
+        double t = fmax(flops / sw_peak_flops(p, opi, devs[w]), elements[w] * p->bytes_per_element / p->dev_membw[devs[w]]);
         *worst = t > *worst ? t : *worst;
     }
     free(elements);

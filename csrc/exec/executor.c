@@ -210,6 +210,10 @@ static sw_status build(sw_runtime *rt, const sw_problem *p, const sw_lowering *l
     }
     const sw_plan *plan = &l->plan;
     SW_TRY(sw_task_graph_copy(&l->g, &rt->g));   /* the lowering's graph (with its swap tasks), copied */
+    /* the runtime runs float32 whatever precision the plan was costed in: its arenas hold the
+     * executor's element sizes (sw_buffer_element_bytes), not the plan's */
+    memset(rt->g.element_bytes, 0, sizeof rt->g.element_bytes);
+    rt->g.value_bytes = 0;
     sw_streams lowered;
     SW_TRY(take_streams(rt, sw_lowering_streams(l, &lowered)));
     sw_streams view;

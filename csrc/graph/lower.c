@@ -420,6 +420,10 @@ sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g) {
     L.p = p;
     L.plan = plan;
     L.g = g;
+    for (int k = 0; k < SW_BUF_NKINDS; k++) {   /* sizes as the plan counts them: its precision's */
+        g->element_bytes[k] = sw_precision_element_bytes(p->precision, k);
+    }
+    g->value_bytes = p->bytes_per_element;
     sw_status s = run(&L);
     free_state(&L);
     if (s != SW_OK) {

@@ -242,7 +242,7 @@ static void place_prefetches(device_plan *D, double shift) {
             c->late = 1;
         }
         D->stalled += c->late;
-        D->offloaded += sw_buffer_bytes(&D->g->buffers[c->b]);
+        D->offloaded += sw_graph_buffer_bytes(D->g, c->b);
     }
     D->stall = shift;
 }
@@ -456,7 +456,7 @@ static sw_status setup_device(device_plan *D, int d, const sw_touches *tl, const
         if (g->buffers[b].device != d) {
             continue;
         }
-        int64_t bytes = aligned(sw_buffer_bytes(&g->buffers[b]), D->in->align);
+        int64_t bytes = aligned(sw_graph_buffer_bytes(g, b), D->in->align);
         sw_swap_span span;
         if (bytes > 0 && sw_swap_candidate(g, tl, b, host_read, &span)) {
             D->c[D->nc++] = (candidate){.b = b, .first = first[b], .span = span, .bytes = bytes};

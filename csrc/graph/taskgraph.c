@@ -10,6 +10,7 @@
  *                          them), then the buffers it writes
  * Arrays double when full; ids are int32 (a graph of 2^31 tasks is refused).
  */
+#include <math.h>    /* llround */
 #include <stdlib.h>  /* realloc, calloc, malloc, free */
 #include <string.h>  /* memset, memcpy */
 
@@ -136,13 +137,13 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device) {
     memset(per_device, 0, sizeof *per_device * (size_t)ndev);
     for (int32_t b = 0; b < g->nbuffers; b++) {
-        per_device[g->buffers[b].device] += sw_buffer_bytes(&g->buffers[b]);
+        per_device[g->buffers[b].device] += sw_graph_buffer_bytes(g, b);
     }
-    int64_t moved = 0;
+    double moved = 0;   /* as the plan counts them (its precision's bytes a value) */
     for (int32_t t = 0; t < g->ntasks; t++) {
-        moved += g->tasks[t].nbytes;
+        moved += sw_wire_bytes(g->value_bytes, &g->tasks[t]);
     }
-    return moved;
+    return (int64_t)llround(moved);
 }
 
 void sw_task_graph_free(sw_task_graph *g) {
@@ -180,6 +181,8 @@ sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst) {
     dst->nbuffers = dst->buffer_cap = src->nbuffers;
     dst->ndeps = dst->dep_cap = src->ndeps;
     dst->nio = dst->io_cap = src->nio;
+    memcpy(dst->element_bytes, src->element_bytes, sizeof dst->element_bytes);
+    dst->value_bytes = src->value_bytes;
     return SW_OK;
 }
 

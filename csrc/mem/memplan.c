@@ -403,7 +403,7 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
             s = SW_FAIL(SW_ERR_VALUE, "buffer %d lies on device %d of %d", b, g->buffers[b].device, ndev);
             goto done;
         }
-        mp->bytes[b] = sw_buffer_bytes(&g->buffers[b]);
+        mp->bytes[b] = sw_graph_buffer_bytes(g, b);
         if (g->buffers[b].kind != SW_BUF_HOST) {
             mp->total[g->buffers[b].device] += mp->bytes[b];
         }

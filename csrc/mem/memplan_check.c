@@ -199,7 +199,7 @@ sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *
             if (g->buffers[b].device != d || (g->buffers[b].kind == SW_BUF_HOST) != hosted) {
                 continue;
             }
-            int64_t bytes = sw_buffer_bytes(&g->buffers[b]);
+            int64_t bytes = sw_graph_buffer_bytes(g, b);
             if (mp->offset[b] < 0 || mp->offset[b] % mp->align != 0 || mp->offset[b] + bytes > arena) {
                 s = SW_FAIL(SW_ERR_VALUE, "buffer %d (%lld bytes at %lld) lies outside device %d's %s of %lld "
                             "bytes or off its %lld-byte alignment", b, (long long)bytes, (long long)mp->offset[b],
@@ -210,7 +210,7 @@ sw_status sw_memory_plan_check_on(const sw_task_graph *g, const sw_memory_plan *
         }
         qsort(order, (size_t)n, sizeof *order, sw_by_keys);
         for (int32_t i = 0; i < n && s == SW_OK; i++) {
-            int64_t end = order[i].key + sw_buffer_bytes(&g->buffers[order[i].id]);
+            int64_t end = order[i].key + sw_graph_buffer_bytes(g, order[i].id);
             for (int32_t j = i + 1; j < n && order[j].key < end && s == SW_OK; j++) {
                 s = check_pair(&c, order[i].id, order[j].id, host_read);
             }

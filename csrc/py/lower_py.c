@@ -14,6 +14,7 @@
  */
 #include "taskgraph_py.h"  /* sw_py_lower_args, sw_py_put_graph; ProblemObject, CPython and NumPy C API */
 
+#include <math.h>    /* llround */
 #include <string.h>  /* memcpy, memset */
 
 #include "pyerr.h"  /* sw_py_raise */
@@ -135,6 +136,16 @@ int sw_py_put(PyObject *d, const char *key, PyObject *value) {
 
 #define TASK_FIELD(g, field, type) strided(&(g)->tasks[0].field, (g)->ntasks, sizeof(sw_task), (type))
 
+/* Per task, the bytes on the wire as the plan counts them (sw_wire_bytes at the graph's value_bytes). */
+static PyObject *plan_nbytes(const sw_task_graph *t) {
+    npy_intp n = t->ntasks;
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
+    for (npy_intp i = 0; a && i < n; i++) {
+        ((int64_t *)PyArray_DATA(a))[i] = (int64_t)llround(sw_wire_bytes(t->value_bytes, &t->tasks[i]));
+    }
+    return (PyObject *)a;
+}
+
 /* A lowered graph is never empty: every op has a worker with a task and an activation. */
 int sw_py_put_tasks(PyObject *d, const sw_task_graph *t) {
     return sw_py_put(d, "kind", TASK_FIELD(t, kind, NPY_INT8)) || sw_py_put(d, "phase", TASK_FIELD(t, phase, NPY_INT8)) ||
@@ -143,19 +154,27 @@ int sw_py_put_tasks(PyObject *d, const sw_task_graph *t) {
            sw_py_put(d, "op", TASK_FIELD(t, op, NPY_INT32)) || sw_py_put(d, "worker", TASK_FIELD(t, worker, NPY_INT32)) ||
            sw_py_put(d, "slot", TASK_FIELD(t, slot, NPY_INT32)) || sw_py_put(d, "nreads", TASK_FIELD(t, nreads, NPY_INT32)) ||
            sw_py_put(d, "elements", TASK_FIELD(t, elements, NPY_INT64)) ||
-           sw_py_put(d, "nbytes", TASK_FIELD(t, nbytes, NPY_INT64)) ||
+           sw_py_put(d, "nbytes", TASK_FIELD(t, nbytes, NPY_INT64)) || sw_py_put(d, "plan_nbytes", plan_nbytes(t)) ||
            sw_py_put(d, "dep_ptr", sw_py_contiguous(t->dep_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
            sw_py_put(d, "deps", sw_py_contiguous(t->deps, t->ndeps, NPY_INT32)) ||
            sw_py_put(d, "io_ptr", sw_py_contiguous(t->io_ptr, (npy_intp)t->ntasks + 1, NPY_INT32)) ||
            sw_py_put(d, "io", sw_py_contiguous(t->io, t->nio, NPY_INT32)) ? -1 : 0;
 }
 
+/* Per buffer, bytes as the runtime holds it (buffer_bytes: float32, statistics float64) and as
+ * the plan counts it (buffer_plan_bytes: its precision's element sizes, sw_graph_buffer_bytes). */
 static int put_buffers(PyObject *d, const sw_task_graph *g) {
     const sw_buffer *b = g->buffers;
     npy_intp n = g->nbuffers;
     PyArrayObject *bytes = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
-    for (npy_intp i = 0; bytes && i < n; i++) {
+    PyArrayObject *plan_bytes = bytes ? (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64) : NULL;
+    for (npy_intp i = 0; plan_bytes && i < n; i++) {
         ((int64_t *)PyArray_DATA(bytes))[i] = sw_buffer_bytes(&b[i]);
+        ((int64_t *)PyArray_DATA(plan_bytes))[i] = sw_graph_buffer_bytes(g, (int32_t)i);
+    }
+    if (bytes && (!plan_bytes || sw_py_put(d, "buffer_plan_bytes", (PyObject *)plan_bytes))) {
+        Py_DECREF(bytes);
+        return -1;
     }
     return sw_py_put(d, "buffer_device", strided(&b[0].device, n, sizeof(sw_buffer), NPY_INT32)) ||
            sw_py_put(d, "buffer_op", strided(&b[0].op, n, sizeof(sw_buffer), NPY_INT32)) ||

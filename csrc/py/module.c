@@ -145,6 +145,8 @@ static PyObject *Problem_get_ndev(ProblemObject *self, void *Py_UNUSED(closure))
 static PyMethodDef Problem_methods[] = {
     {"set_options", (PyCFunction)(void (*)(void))sw_py_problem_set_options, METH_VARARGS | METH_KEYWORDS,
      "set_options(sync_model=0, bytes_per_element=4.0, backward_factor=3.0, threads=1, reduction_splits=False)"},
+    {"set_precision", (PyCFunction)(void (*)(void))sw_py_problem_set_precision, METH_VARARGS | METH_KEYWORDS,
+     "set_precision(precision, dense_flops=None, op_dense=None): 0 fp32, 1 bf16, 2 fp16; the dense ops' peaks"},
     {"set_optimizer_state", (PyCFunction)sw_py_problem_set_optimizer_state, METH_O,
      "set_optimizer_state(n): optimizer state buffers per parameter slice in the lowering (1 SGD, 2 Adam)"},
     {"enumerate", (PyCFunction)(void (*)(void))sw_py_problem_enumerate, METH_VARARGS | METH_KEYWORDS,

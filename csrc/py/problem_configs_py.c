@@ -90,6 +90,48 @@ PyObject *sw_py_problem_set_optimizer_state(ProblemObject *self, PyObject *arg) 
     Py_RETURN_NONE;
 }
 
+/* set_precision(precision, dense_flops=None, op_dense=None): the number format (0 fp32, 1 bf16,
+ * 2 fp16: core/precision.c) and, for the ops marked in op_dense (nops int8), the peak FLOP/s of
+ * every device in it (ndev float64); set before building tables. */
+PyObject *sw_py_problem_set_precision(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"precision", "dense_flops", "op_dense", NULL};
+    int precision = 0;
+    PyObject *df_o = Py_None, *od_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|OO", kwlist, &precision, &df_o, &od_o) ||
+        !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    if ((df_o == Py_None) != (od_o == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "dense_flops and op_dense come together");
+        return NULL;
+    }
+    PyArrayObject *df = NULL, *od = NULL;
+    if (df_o != Py_None) {
+        df = sw_py_array(df_o, NPY_FLOAT64, 1, "dense_flops");
+        od = df ? sw_py_array(od_o, NPY_INT8, 1, "op_dense") : NULL;
+        if (!od) {
+            Py_XDECREF(df);
+            return NULL;
+        }
+        if (PyArray_DIM(df, 0) != self->p->ndev || PyArray_DIM(od, 0) != self->p->nops) {
+            PyErr_Format(PyExc_ValueError, "dense_flops needs %d entries (one per device) and op_dense %d (one per "
+                         "op)", self->p->ndev, self->p->nops);
+            Py_DECREF(df);
+            Py_DECREF(od);
+            return NULL;
+        }
+    }
+    sw_status s = sw_problem_set_precision(self->p, precision, df ? PyArray_DATA(df) : NULL,
+                                           od ? PyArray_DATA(od) : NULL);
+    Py_XDECREF(df);
+    Py_XDECREF(od);
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    self->version++;   /* task graphs lowered before count other element sizes */
+    Py_RETURN_NONE;
+}
+
 PyObject *sw_py_problem_enumerate(ProblemObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"counts", "first_block_only", NULL};
     PyObject *arg;

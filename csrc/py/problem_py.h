@@ -59,6 +59,7 @@ int sw_py_put(PyObject *d, const char *key, PyObject *value);
 int sw_py_register_problem_configs(PyObject *module);
 PyObject *sw_py_problem_set_options(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_set_optimizer_state(ProblemObject *self, PyObject *arg);
+PyObject *sw_py_problem_set_precision(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_enumerate(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_enumerate_sets(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_set_configs(ProblemObject *self, PyObject *args);

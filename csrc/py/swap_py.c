@@ -59,7 +59,7 @@ static void working_sets(const sw_task_graph *g, int ndev, const char *host_read
     }
     for (int32_t b = 0; b < g->nbuffers; b++) {
         if (sw_buffer_lives_throughout(g, b, host_read)) {
-            persistent[g->buffers[b].device] += sw_buffer_bytes(&g->buffers[b]);
+            persistent[g->buffers[b].device] += sw_graph_buffer_bytes(g, b);
         }
     }
     for (int32_t t = 0; t < g->ntasks; t++) {
@@ -72,7 +72,7 @@ static void working_sets(const sw_task_graph *g, int ndev, const char *host_read
                 again |= g->io[j] == b;
             }
             if (!again && g->buffers[b].device == d && !sw_buffer_lives_throughout(g, b, host_read)) {
-                sum += sw_buffer_bytes(&g->buffers[b]);
+                sum += sw_graph_buffer_bytes(g, b);
             }
         }
         if (sum > bytes[d]) {

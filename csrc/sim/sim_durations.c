@@ -13,11 +13,14 @@
  *                   forward / backward instead, shared the same way
  *   measured rate   other kinds with a measured seconds-per-element (except
  *                   transfers): fixed + rate x elements
+ *   (bytes: elements x the problem's bytes_per_element, the precision's unless given)
  *   local copy      2 x bytes over the device's memory bandwidth
  *   accumulate, reduce, stats_reduce, sum_partials   3 x bytes of all the summed operands
  *   activation_grad 3 x bytes of the block (read the gradient and the output, write)
  *   zero_grad       1 x bytes of the gradient (written)
- *   update          5 x bytes of the parameter (read w, g, m; write w, m)
+ *   update          5 x 4 bytes per parameter element (read w, g, m; write w, m: float32; in
+ *                   mixed precision the same 20: master w, m at 4 read and written, g and
+ *                   the compute copy at 2)
  *   otherwise       0 (load_input, join; transfers are timed by their links)
  * The runtime runs every task in C, so nothing comes on top of a task's time (a
  * profile's tasks are timed by the runtime's own clock, around the whole task).
@@ -47,26 +50,26 @@ static double compute_weight(const sw_problem *p, const sw_plan *plan, const sw_
 
 /* Seconds of a task that is neither compute nor measured. */
 static double bookkeeping_time(const sw_problem *p, const sw_task *t) {
-    double membw = p->dev_membw[t->device];
+    double membw = p->dev_membw[t->device], each = p->bytes_per_element;
     switch (t->kind) {
     case SW_TASK_COPY:  /* local: a memcpy reads and writes */
-        return sw_is_transfer(t) ? 0.0 : (double)(2 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+        return sw_is_transfer(t) ? 0.0 : 2.0 * (double)t->elements * each / membw;
     case SW_TASK_ACCUMULATE:
     case SW_TASK_REDUCE:
     case SW_TASK_SUM_PARTIALS:
     case SW_TASK_STATS_REDUCE: {  /* a piece added in (its box), or nreads operands summed */
         int64_t elements = t->box.rank > 0 ? t->elements : t->elements * t->nreads;
-        return (double)(3 * elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+        return 3.0 * (double)elements * each / membw;
     }
     case SW_TASK_UPDATE:
         return (double)(5 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
     case SW_TASK_ACTIVATION_GRAD:
-        return (double)(3 * t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+        return 3.0 * (double)t->elements * each / membw;
     case SW_TASK_ZERO_GRAD:
-        return (double)(t->elements * SW_TASK_BYTES_PER_ELEMENT) / membw;
+        return (double)t->elements * each / membw;
     case SW_TASK_SEND:   /* packing the box into its message, unpacking it (the wire is the link's) */
     case SW_TASK_RECV:
-        return (double)(2 * t->nbytes) / membw;
+        return 2.0 * sw_wire_bytes(p->bytes_per_element, t) / membw;
     default:
         return 0.0;
     }

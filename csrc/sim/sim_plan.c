@@ -156,16 +156,17 @@ static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
 static double task_seconds(const sw_problem *p, const sw_task *t, double modelled, const sw_machine *m) {
     if (sw_is_swap(t)) {
         double bw = m->host_bw[2 * t->device + (t->kind == SW_TASK_SWAP_IN)];
-        return modelled + (double)(t->elements * SW_TASK_BYTES_PER_ELEMENT) / bw;
+        return modelled + (double)t->elements * p->bytes_per_element / bw;
     }
     if (!sw_is_transfer(t)) {
         return modelled;
     }
     double bw = m->copy_bandwidth > 0 ? m->copy_bandwidth : p->bw[(size_t)t->src_device * p->ndev + t->device];
     if (crosses_ranks(t, m)) {   /* an MPI message */
-        return modelled + m->rank_latency + (double)t->nbytes / (m->rank_bandwidth > 0 ? m->rank_bandwidth : bw);
+        double rank_bw = m->rank_bandwidth > 0 ? m->rank_bandwidth : bw;
+        return modelled + m->rank_latency + sw_wire_bytes(p->bytes_per_element, t) / rank_bw;
     }
-    return modelled + (double)t->nbytes / bw;
+    return modelled + sw_wire_bytes(p->bytes_per_element, t) / bw;
 }
 
 /* The event loop's arrays (CSR dependencies and resources over the graph's tasks). */

@@ -10,15 +10,15 @@ from shardwise._blas import preload_openblas
 
 preload_openblas()
 
-from shardwise.errors import (ConfigError, DeviceGraphError, GraphError, ModelImportError, PlanFileError, SearchError,
-                     SearchWarning, ShapeError, ShardwiseError)
+from shardwise.errors import (ConfigError, DeviceGraphError, GraphError, ModelImportError, PlanFileError,
+                              PrecisionWarning, SearchError, SearchWarning, ShapeError, ShardwiseError)
 from shardwise.graph import Graph, Op, Tensor
 from shardwise import models
 
 from shardwise.version import __version__
 
 __all__ = ["Graph", "Op", "Tensor", "models", "ShardwiseError", "ShapeError", "GraphError",
-           "DeviceGraphError", "ConfigError", "SearchError", "SearchWarning", "PlanFileError",
+           "DeviceGraphError", "ConfigError", "SearchError", "SearchWarning", "PrecisionWarning", "PlanFileError",
            "ModelImportError", "__version__"]
 
 from shardwise.machine.devices import MAX_DEVICES, Device, DeviceGraph

@@ -35,6 +35,11 @@ class SearchWarning(UserWarning):
     to a lower bound and the option that buys the exact optimum."""
 
 
+class PrecisionWarning(UserWarning):
+    """A plan costed in bf16 or fp16 (``CostOptions.precision``) is trained in float32: the runtime
+    executes float32 whatever precision a plan was costed in."""
+
+
 class ModelImportError(GraphError):
     """A model that :func:`shardwise.from_torch` or :func:`shardwise.from_onnx` cannot import:
     an op or an argument shardwise does not support, a model torch.fx cannot trace, a file that

@@ -314,7 +314,8 @@ class Plan:
         rows = self.layer_costs()
         head = f"{'op':<28} {'kind':<11} {'split':<16} {'devices':<10} {'t_c ms':>9} {'t_x ms':>9} {'t_s ms':>9}"
         lines = [f"Plan {self.name!r} for {self.graph.name!r} on {self.devices.name!r} "
-                 f"({len(self.devices)} devices, sync={self.options.sync})", head, "-" * len(head)]
+                 f"({len(self.devices)} devices, sync={self.options.sync}, precision={self.options.precision})",
+                 head, "-" * len(head)]
         for r in rows:
             lines.append(f"{r.op[:28]:<28} {r.kind:<11} {r.config.split_dims():<16} "
                          f"{r.config.device_text():<10} {r.t_c * 1e3:9.3f} {r.t_x * 1e3:9.3f} {r.t_s * 1e3:9.3f}")
@@ -329,6 +330,10 @@ class Plan:
                          f"({_device_ranges(idle)}): no split over them pays for its transfers at this "
                          f"minibatch ({self.graph.ops[0].shape[0]}); a larger minibatch, or fewer devices, "
                          f"would use them")
+        if self.options.precision != "fp32":
+            lines.append(f"note: costed in {self.options.precision} (mixed precision: 2-byte activations, "
+                         f"gradients and messages, float32 master weights and optimizer state, dense peaks for "
+                         f"matrix products and convolutions); the CPU runtime trains it in float32")
         if baselines:
             lines.append("")
             lines.append(compare_text([self, *baselines]))
@@ -353,7 +358,7 @@ class Plan:
             "devices": {"name": self.devices.name, "fingerprint": self.devices.fingerprint(),
                         "count": len(self.devices)},
             "cost_model": {"sync": self.options.sync, "bytes_per_element": self.options.bytes_per_element,
-                           "backward_factor": self.options.backward_factor},
+                           "backward_factor": self.options.backward_factor, "precision": self.options.precision},
             "ops": {n: {**c.as_dict(), "devices": list(c.devices)} for n, c in self.configs.items()},
             "estimate": {"cost": self.cost, "breakdown": self.breakdown, "bytes_moved": self.bytes_moved},
         }
@@ -388,7 +393,10 @@ class Plan:
                 raise TypeError(f"cost_model must be an object, got {type(model).__name__}")
             # the numbers as they are: CostOptions refuses bools, strings and non-finite values
             # (float() would have read true as 1.0 and "4" as 4.0)
-            options = CostOptions(model["sync"], model["bytes_per_element"], model["backward_factor"])
+            if model["bytes_per_element"] is None:   # CostOptions would read None as "the precision's"
+                raise TypeError("bytes_per_element must be a number, got None")
+            options = CostOptions(model["sync"], model["bytes_per_element"], model["backward_factor"],
+                                  precision=model.get("precision", "fp32"))   # files before precision: fp32
             for key, value in (("graph fingerprint", g_fp), ("devices fingerprint", d_fp),
                                ("name", data.get("name", "plan"))):
                 if not isinstance(value, str):

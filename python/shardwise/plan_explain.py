@@ -42,6 +42,7 @@ class Explanation:
     considered: int            # configurations costed
     costs_used: str
     placements_merged: int = 0   # runners-up left out: the same split as a shown one on other devices
+    precision: str = "fp32"      # the number format the plan is costed in (CostOptions.precision)
 
     @property
     def reason(self) -> str:
@@ -71,7 +72,8 @@ class Explanation:
         head = (f"{'':2}{'configuration':<34} {'plan Eq. 1 ms':>13} {'vs chosen':>10} {'compute':>9} "
                 f"{'transfer':>9} {'sync':>9}")
         lines = [f"{self.op} ({self.kind}): {self.considered} configurations costed with the rest of the plan "
-                 f"fixed (costs: {self.costs_used}); transfer: the op's in- and out-edges, ms", head,
+                 f"fixed (costs: {self.costs_used}, precision {self.precision}); transfer: the op's in- and "
+                 f"out-edges, ms", head,
                  "-" * len(head)]
         for r in self.rows:
             delta = (r.total - chosen.total) * 1e3
@@ -144,7 +146,8 @@ def explain(plan: "Plan", op_name: str, top: int = 5) -> Explanation:
     merged = len(rows) - 1 - len(best_of)
     from shardwise.iteration.sim_costs import describe_costs
 
-    return Explanation(op_name, target.kind, [first] + others, len(rows), describe_costs(plan.costs), merged)
+    return Explanation(op_name, target.kind, [first] + others, len(rows), describe_costs(plan.costs), merged,
+                       plan.options.precision)
 
 
 _TERM = {"compute": "compute", "transfer": "transfers on its edges", "sync": "synchronization"}

@@ -38,6 +38,7 @@ from shardwise.cli.budget import budget_bytes, plan_within_budget, swap_report
 from shardwise.planning.search_memory import PlanDoesNotFitError
 from shardwise.errors import ConfigError, SearchError, SearchWarning, ShardwiseError
 from shardwise.plan import Plan
+from shardwise.planning.precision import PRECISIONS
 from shardwise.planning.problem import CostOptions, SYNC_MODELS
 from shardwise.planning.search import ALGORITHMS, search
 from shardwise.cli.report import comparison_line, memory_lines, plan_document, simulated_line
@@ -74,6 +75,11 @@ def _add_model_and_devices(p: argparse.ArgumentParser, default_model: str) -> No
                    "file (*.json, docs/machines.md); default 4x4")
     p.add_argument("--device-type", default="P100", choices=sorted(DEVICE_PRESETS),
                    help="device preset of N and NODESxPER (default: P100; a machine file has its own)")
+    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
+                   help="the number format the plan is costed in: fp32 (default), or mixed precision bf16 / fp16 "
+                   "(2-byte activations, gradients and messages, float32 master weights and optimizer state, "
+                   "the devices' tensor-core peaks for matrix products and convolutions; docs/cost-model.md). "
+                   "Training stays float32")
 
 
 def _load_model(args: argparse.Namespace, batch: int | None) -> LoadedModel:
@@ -213,7 +219,7 @@ def _cli_spelling(text: str) -> str:
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     graph, devices = _model_and_devices(args)
     batch = graph.ops[0].shape[0]
-    options = CostOptions(sync=args.sync)
+    options = CostOptions(sync=args.sync, precision=args.precision)
     _note(args, f"shardwise: {args.model} (batch {batch}, {graph.num_parameters():,} parameters, "
                 f"{len(graph)} ops) on {devices.name} ({len(devices)} devices), {args.algorithm} search")
     try:
@@ -262,13 +268,13 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _train_plan(spec: str, graph: Any, devices: DeviceGraph, quiet: bool) -> Plan:
-    """The plan named on the command line: search, a baseline, or a plan file."""
+def _train_plan(spec: str, graph: Any, devices: DeviceGraph, quiet: bool, options: CostOptions | None = None) -> Plan:
+    """The plan named on the command line: search, a baseline (costed with ``options``), or a plan file."""
     if spec == "search":
-        return search(graph, devices, progress=not quiet)
+        return search(graph, devices, progress=not quiet, options=options)
     if spec in ("data", "model", "owt"):
         return {"data": strategies.data_parallel, "model": strategies.model_parallel,
-                "owt": strategies.owt}[spec](graph, devices)
+                "owt": strategies.owt}[spec](graph, devices, options)
     if os.path.isfile(spec):
         try:
             return Plan.load(spec, graph, devices)
@@ -477,8 +483,12 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO) -> int:
     graph, devices = _model_and_devices(args)
     _note(args, f"shardwise: simulating {args.model} (batch {graph.ops[0].shape[0]}) on {devices.name} "
                 f"({len(devices)} devices), plan {args.plan}")
-    plan = _train_plan(args.plan, graph, devices, args.quiet)
-    rows = [(f"{plan.name} (the plan)", plan)] + [(b.name, b) for b in strategies.baselines(graph, devices)]
+    options = CostOptions(precision=args.precision)
+    plan = _train_plan(args.plan, graph, devices, args.quiet, options)
+    if plan.options.precision != args.precision:   # a plan file keeps the precision it was costed in
+        _note(args, f"shardwise: the plan file is costed in {plan.options.precision}; --precision {args.precision} "
+                    f"applies to the baselines")
+    rows = [(f"{plan.name} (the plan)", plan)] + [(b.name, b) for b in strategies.baselines(graph, devices, options)]
     head = f"{'plan':<22} {'simulated ms':>13} {'Eq. 1 ms':>10} {'GB moved':>10} {'busiest':>8} {'idlest':>8}"
     lines = [head, "-" * len(head)]
     result = None

@@ -78,7 +78,8 @@ from shardwise.ops.box import Box, volume
 from shardwise.graph import Graph
 from shardwise.plan import Plan, reduction_pair
 
-BYTES_PER_ELEMENT = 4  # float32 activations, gradients and parameters (batchnorm statistics: float64)
+BYTES_PER_ELEMENT = 4  # the executor: float32 activations, gradients, parameters (batchnorm statistics: float64);
+# a plan costed in bf16 / fp16 counts its buffers at its precision's sizes (Buffer.bytes, csrc/core/precision.c)
 
 # lower(plan, schedule=policy): policy name -> the pass that makes a Schedule on a lowered graph,
 # f(plan, handle, policy, costs), or None for one stream per device.  The schedule pass sits above
@@ -99,7 +100,8 @@ class Buffer:
     box: Box
     worker: int | None = None   # params, their gradients and momentum: the worker holding them
     slot: int | None = None     # params, their gradients and momentum: the op's weight input slot
-    nbytes: int = 0             # its size as the core counts it (float32; statistics float64)
+    nbytes: int = 0             # its size as the runtime holds it (float32; statistics float64)
+    plan_bytes: int = 0         # its size as the plan counts it: the plan's precision's (= nbytes in fp32)
 
     @property
     def elements(self) -> int:
@@ -125,7 +127,8 @@ class Task:
     slot: int | None = None     # input slot for per-input tasks
     box: Box | None = None      # copy / accumulate: the global box moved
     src_device: int | None = None   # copies: the source device; send and recv: the device at the other end
-    nbytes: int = 0             # bytes crossing between devices (copies; send and recv: on the wire)
+    nbytes: int = 0             # bytes crossing between devices (copies; send and recv: on the wire, float32)
+    plan_bytes: int = 0         # the same as the plan counts them: at its precision (= nbytes in fp32)
 
 
 @dataclass
@@ -149,8 +152,9 @@ class TaskGraph:
     ranks: list[int] | None = None                       # split over processes: each device's rank, else None
 
     def bytes_moved(self) -> int:
-        """Bytes crossing between devices per iteration (a message between ranks counted once)."""
-        return sum(t.nbytes for t in self.tasks if t.kind != "recv")
+        """Bytes crossing between devices per iteration (a message between ranks counted once), as
+        the plan counts them (its precision's: ``plan.bytes_moved``'s; the runtime moves float32)."""
+        return sum(t.plan_bytes for t in self.tasks if t.kind != "recv")
 
     def rank_bytes(self) -> list[dict[str, int]]:
         """Per rank, the bytes its sends and receives carry per iteration: [{"sent": n, "received": n}]
@@ -165,11 +169,11 @@ class TaskGraph:
         return out
 
     def memory_per_device(self) -> dict[int, int]:
-        """Bytes of every buffer of the iteration, summed per device (no reuse between
-        buffers: :func:`shardwise.memory_plan` gives the planned arena instead)."""
+        """Bytes of every buffer of the iteration, summed per device, as the plan counts them (no
+        reuse between buffers: :func:`shardwise.memory_plan` gives the planned arena instead)."""
         out: dict[int, int] = {d: 0 for d in range(len(self.plan.devices))}
         for b in self.buffers:
-            out[b.device] += b.nbytes
+            out[b.device] += b.plan_bytes
         return out
 
     def tasks_of(self, device: int) -> list[Task]:
@@ -337,21 +341,22 @@ def _view(plan: Plan, handle: Any, optimizer_state: int, schedule: Any, swap: An
     kinds, phases, buffer_kinds = _core.TASK_KINDS, _core.PHASES, _core.BUFFER_KINDS
     weight_names = _weight_names(plan.graph)
     tg = TaskGraph(plan, arrays=r, handle=handle, optimizer_state=optimizer_state, schedule=schedule, swap=swap)
-    for b, (dev, kind, op, worker, slot, nbytes, row) in enumerate(zip(
+    for b, (dev, kind, op, worker, slot, nbytes, plan_bytes, row) in enumerate(zip(
             r["buffer_device"].tolist(), r["buffer_kind"].tolist(), r["buffer_op"].tolist(),
-            r["buffer_worker"].tolist(), r["buffer_slot"].tolist(), r["buffer_bytes"].tolist(), r["buffer_box"])):
+            r["buffer_worker"].tolist(), r["buffer_slot"].tolist(), r["buffer_bytes"].tolist(),
+            r["buffer_plan_bytes"].tolist(), r["buffer_box"])):
         buf = Buffer(b, dev, buffer_kinds[kind], names[op], _box(row) or (),
-                     None if worker < 0 else worker, None if slot < 0 else slot, nbytes)
+                     None if worker < 0 else worker, None if slot < 0 else slot, nbytes, plan_bytes)
         tg.buffers.append(buf)
         if buf.kind == "param":
             tg.params[(buf.op, weight_names[(op, slot)], worker)] = b
     dep_ptr, deps, io_ptr, io = (r[k].tolist() for k in ("dep_ptr", "deps", "io_ptr", "io"))
-    for i, (kind, phase, dev, src, op, worker, slot, nreads, nbytes, row) in enumerate(zip(
+    for i, (kind, phase, dev, src, op, worker, slot, nreads, nbytes, plan_bytes, row) in enumerate(zip(
             r["kind"].tolist(), r["phase"].tolist(), r["device"].tolist(), r["src_device"].tolist(),
             r["op"].tolist(), r["worker"].tolist(), r["slot"].tolist(), r["nreads"].tolist(),
-            r["nbytes"].tolist(), r["box"])):
+            r["nbytes"].tolist(), r["plan_nbytes"].tolist(), r["box"])):
         rw = io[io_ptr[i]:io_ptr[i + 1]]
         tg.tasks.append(Task(i, kinds[kind], dev, phases[phase], names[op], tuple(rw[:nreads]), tuple(rw[nreads:]),
                              tuple(deps[dep_ptr[i]:dep_ptr[i + 1]]), worker, None if slot < 0 else slot,
-                             _box(row), None if src < 0 else src, nbytes))
+                             _box(row), None if src < 0 else src, nbytes, plan_bytes))
     return tg

@@ -401,7 +401,7 @@ def _rank_bytes(r: dict, rank: list[int] | None) -> dict[str, list[int]]:
         rk = np.asarray(rank, np.int64)
         src, dst = r["src_device"].astype(np.int64), r["device"].astype(np.int64)
         copy = (r["kind"] == _core.TASK_KINDS.index("copy")) & (src >= 0) & (src != dst)
-        src, dst, nbytes = src[copy], dst[copy], r["nbytes"][copy].astype(np.float64)
+        src, dst, nbytes = src[copy], dst[copy], r["plan_nbytes"][copy].astype(np.float64)   # the plan's bytes
         cross = rk[src] != rk[dst]
         sent = np.bincount(rk[src[cross]], nbytes[cross], minlength=nranks).tolist()
         received = np.bincount(rk[dst[cross]], nbytes[cross], minlength=nranks).tolist()
@@ -452,7 +452,8 @@ def _events_from(plan: Plan, r: dict, name: Callable[[int], str]) -> list[SimEve
     start, end = r["start"].tolist(), (r["start"] + r["duration"]).tolist()
     ptr, res = r["res_ptr"].tolist(), r["res"].tolist()
     kind, phase, op = r["kind"].tolist(), r["phase"].tolist(), r["op"].tolist()
-    nbytes, src, dev = r["nbytes"].tolist(), r["src_device"].tolist(), r["device"].tolist()
+    # bytes as the plan counts them (its precision's; the runtime's are float32)
+    nbytes, src, dev = r["plan_nbytes"].tolist(), r["src_device"].tolist(), r["device"].tolist()
     moves = {k for k, name_ in enumerate(kinds) if name_ in _TRANSFER_KINDS}
     return [SimEvent(i, kinds[kind[i]], phases[phase[i]], op_names[op[i]],
                      tuple(name(x) for x in res[ptr[i]:ptr[i + 1]]), start[i], end[i],

@@ -255,7 +255,7 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     for k, b in enumerate(r["buffer"].tolist()):
         dev = int(tg["buffer_device"][b])
         op = names[int(tg["buffer_op"][b])]
-        entries.append(SwapEntry(b, dev, op, int(tg["buffer_bytes"][b]), int(r["out_at"][k]), int(r["in_at"][k]),
+        entries.append(SwapEntry(b, dev, op, int(tg["buffer_plan_bytes"][b]), int(r["out_at"][k]), int(r["in_at"][k]),
                                  float(r["ready"][k]), float(r["needed"][k])))
         offloaded[dev].append(op)
     sp = SwapPlan(

@@ -62,7 +62,7 @@ def structure_groups(devices: DeviceGraph) -> list[Group]:
     """The groups of devices the machine's structure makes distinct (the whole machine first)."""
     n = len(devices)
     nodes = [d.node for d in devices.devices]
-    kinds = [(d.flops, d.mem_bandwidth, d.memory) for d in devices.devices]
+    kinds = [(d.flops, d.mem_bandwidth, d.memory, d.flops_bf16, d.flops_fp16) for d in devices.devices]
     groups = [tuple(range(n))]
     kind_classes = _classes(kinds)
     groups += _classes(nodes) + kind_classes + _classes(list(zip(nodes, kinds)))

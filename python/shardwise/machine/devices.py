@@ -48,9 +48,9 @@ INFINIBAND_NDR = 50e9
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """Nominal figures of one kind of device (fp32)."""
+    """Nominal figures of one kind of device (fp32, and the dense peaks in bf16 and fp16)."""
 
-    flops: float          # peak FLOP/s
+    flops: float          # peak FLOP/s, float32
     memory: float         # bytes of device memory
     mem_bandwidth: float  # bytes/s of device memory
     intra_bandwidth: float  # bytes/s between two devices of one node
@@ -65,35 +65,50 @@ class DeviceSpec:
     # node's devices share one (the papers' clusters: one 100 Gb/s adapter per node).
     network_bandwidth: float = INFINIBAND_EDR
     nic_per_device: bool = False
+    # Dense peak FLOP/s of matrix products and convolutions in bfloat16 and float16 (the tensor
+    # cores', without sparsity), what a plan with precision="bf16" / "fp16" uses for them;
+    # None: the device has no faster path in that format, and such a plan uses ``flops``.
+    flops_bf16: float | None = None
+    flops_fp16: float | None = None
 
 
 # Figures from the vendors' data sheets; links as in the papers' machines.
 DEVICE_PRESETS: dict[str, DeviceSpec] = {
     # Tesla P100 SXM2: 10.6 TFLOP/s boost (9.3 base), 16 GB HBM2 at 732 GB/s, NVLink 20 GB/s per link,
     # PCIe 3.0 x16 to the host.
-    "P100": DeviceSpec(9.3e12, 16e9, 732e9, 20e9, PCIE3_X16, fill_outputs=56 * 2 * 128 * 128),   # 56 SMs
+    # Half precision at twice the float32 rate (the data sheet: 21.2 TFLOP/s at boost); no bfloat16.
+    "P100": DeviceSpec(9.3e12, 16e9, 732e9, 20e9, PCIE3_X16, fill_outputs=56 * 2 * 128 * 128,   # 56 SMs
+                       flops_fp16=2 * 9.3e12),
     # One GK210 of a Tesla K80: 4.37 TFLOP/s boost, 12 GB at 240 GB/s, PCIe 3.0 x16 shared per card (~10 GB/s);
     # the card's one x16 host link is shared by its two GPUs: 8 GB/s each.
     "K80": DeviceSpec(4.37e12, 12e9, 240e9, 10e9, PCIE3_X16 / 2, fill_outputs=13 * 2 * 128 * 128),   # 13 SMXs
-    # Tesla V100 SXM2: 15.7 TFLOP/s, 16 GB at 900 GB/s, NVLink 2 (25 GB/s per link), PCIe 3.0 x16 to the host.
-    "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9, PCIE3_X16, fill_outputs=80 * 2 * 128 * 128),   # 80 SMs
+    # Tesla V100 SXM2: 15.7 TFLOP/s, 16 GB at 900 GB/s, NVLink 2 (25 GB/s per link), PCIe 3.0 x16 to the host;
+    # tensor cores 125 TFLOP/s float16 (no bfloat16).
+    "V100": DeviceSpec(15.7e12, 16e9, 900e9, 25e9, PCIE3_X16, fill_outputs=80 * 2 * 128 * 128,   # 80 SMs
+                       flops_fp16=125e12),
     # Today's 8-GPU servers: every GPU reaches every other of its node through NVSwitch at its
     # full NVLink bandwidth (half the data sheets' bidirectional total, per direction), and the
-    # other nodes through its own 400 Gb/s InfiniBand adapter.  FLOP/s are float32 (CUDA cores,
-    # no tensor cores), as every figure the planner uses today; docs/machines.md gives the
-    # tensor-core figures and the sources.
-    # A100 SXM4 40 GB: 19.5 TFLOP/s, 1,555 GB/s HBM2, NVLink 3 600 GB/s (300 each way), PCIe 4.0.
+    # other nodes through its own 400 Gb/s InfiniBand adapter.  ``flops`` is float32 (CUDA cores);
+    # the bf16 / fp16 figures are the tensor cores' dense peaks, which plans costed in those
+    # formats use for matrix products and convolutions (docs/machines.md gives the sources).
+    # A100 SXM4 40 GB: 19.5 TFLOP/s, 1,555 GB/s HBM2, NVLink 3 600 GB/s (300 each way), PCIe 4.0;
+    # tensor cores 312 TFLOP/s BF16 / FP16 dense.
     "A100-40GB": DeviceSpec(19.5e12, 40e9, 1555e9, 300e9, PCIE4_X16, fill_outputs=108 * 2 * 128 * 128,
-                            network_bandwidth=INFINIBAND_NDR, nic_per_device=True),   # 108 SMs
+                            network_bandwidth=INFINIBAND_NDR, nic_per_device=True,   # 108 SMs
+                            flops_bf16=312e12, flops_fp16=312e12),
     # A100 SXM4 80 GB: the same GPU with 2,039 GB/s HBM2e.
     "A100-80GB": DeviceSpec(19.5e12, 80e9, 2039e9, 300e9, PCIE4_X16, fill_outputs=108 * 2 * 128 * 128,
-                            network_bandwidth=INFINIBAND_NDR, nic_per_device=True),
-    # H100 SXM5 80 GB: 67 TFLOP/s, 3.35 TB/s HBM3, NVLink 4 900 GB/s (450 each way), PCIe 5.0.
+                            network_bandwidth=INFINIBAND_NDR, nic_per_device=True,
+                            flops_bf16=312e12, flops_fp16=312e12),
+    # H100 SXM5 80 GB: 67 TFLOP/s, 3.35 TB/s HBM3, NVLink 4 900 GB/s (450 each way), PCIe 5.0;
+    # tensor cores 989 TFLOP/s BF16 / FP16 dense.
     "H100": DeviceSpec(67e12, 80e9, 3350e9, 450e9, PCIE5_X16, fill_outputs=132 * 2 * 128 * 128,
-                       network_bandwidth=INFINIBAND_NDR, nic_per_device=True),   # 132 SMs
+                       network_bandwidth=INFINIBAND_NDR, nic_per_device=True,   # 132 SMs
+                       flops_bf16=989e12, flops_fp16=989e12),
     # H200 SXM 141 GB: the H100's compute with 4.8 TB/s HBM3e.
     "H200": DeviceSpec(67e12, 141e9, 4800e9, 450e9, PCIE5_X16, fill_outputs=132 * 2 * 128 * 128,
-                       network_bandwidth=INFINIBAND_NDR, nic_per_device=True),
+                       network_bandwidth=INFINIBAND_NDR, nic_per_device=True,
+                       flops_bf16=989e12, flops_fp16=989e12),
     # One CPU worker of this kind of machine: one core with AVX2 FMA, a share of DRAM bandwidth,
     # and copies between workers through shared memory; its "host" memory is the same DRAM, so a
     # swap is a memcpy (read and write: half the bandwidth).  Nominal; profiles replace it.
@@ -114,6 +129,18 @@ class Device:
     node: int = 0
     kind: str | None = None   # a label for devices of one kind ("P100", "cpu"); the figures are what counts
     host_bandwidth: float = PCIE3_X16   # bytes/s each way to pinned host memory (swapping feature maps)
+    # dense peak FLOP/s of matrix products and convolutions in bfloat16 / float16; None: ``flops``
+    flops_bf16: float | None = None
+    flops_fp16: float | None = None
+
+    def peak_flops(self, precision: str = "fp32") -> float:
+        """Peak FLOP/s of a matrix product or convolution in ``precision`` ("fp32", "bf16",
+        "fp16"): ``flops`` for fp32 and where the device states no faster figure."""
+        from shardwise.planning.precision import check_precision
+
+        check_precision(precision)
+        half = {"fp32": None, "bf16": self.flops_bf16, "fp16": self.flops_fp16}[precision]
+        return self.flops if half is None else half
 
     def __repr__(self) -> str:
         return f"Device({self.index}, {self.name!r})"
@@ -173,10 +200,14 @@ class DeviceGraph:
 
     # ----- building ----------------------------------------------------------
     def add_device(self, name: str, flops: float, memory: float, mem_bandwidth: float | None = None,
-                   node: int = 0, kind: str | None = None, host_bandwidth: float | None = None) -> Device:
+                   node: int = 0, kind: str | None = None, host_bandwidth: float | None = None,
+                   flops_bf16: float | None = None, flops_fp16: float | None = None) -> Device:
         """Add a device; ``mem_bandwidth`` defaults to 80 bytes per 1000 FLOPs (a GPU-like ratio),
         ``host_bandwidth`` (bytes/s each way to pinned host memory, what swapping feature maps
-        uses) to its ``kind``'s preset, else PCIe 3.0 x16's nominal 16 GB/s.
+        uses) to its ``kind``'s preset, else PCIe 3.0 x16's nominal 16 GB/s.  ``flops`` is the
+        float32 peak; ``flops_bf16`` and ``flops_fp16`` the dense peaks of matrix products and
+        convolutions in those formats (plans with ``precision="bf16"`` / ``"fp16"``), by default
+        its ``kind``'s preset's, else none (such plans use ``flops``).
         ``kind`` labels devices of one kind (the presets use their names); it is kept in machine
         files but the planner reads only the figures."""
         if not isinstance(name, str) or not name:
@@ -191,11 +222,17 @@ class DeviceGraph:
         bw = _positive(mem_bandwidth, f"device {name!r} mem_bandwidth") if mem_bandwidth is not None else f * 0.08
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or node < 0:
             raise DeviceGraphError(f"device {name!r}: node must be a non-negative int, got {node!r}")
+        preset = DEVICE_PRESETS.get(kind) if kind is not None else None
         if host_bandwidth is None:
-            preset = DEVICE_PRESETS.get(kind) if kind is not None else None
             host_bandwidth = preset.host_bandwidth if preset is not None else PCIE3_X16
         hb = _positive(host_bandwidth, f"device {name!r} host_bandwidth")
-        dev = Device(len(self.devices), name, f, m, bw, int(node), kind, hb)
+        if flops_bf16 is None and preset is not None:
+            flops_bf16 = preset.flops_bf16
+        if flops_fp16 is None and preset is not None:
+            flops_fp16 = preset.flops_fp16
+        bf16 = None if flops_bf16 is None else _positive(flops_bf16, f"device {name!r} flops_bf16")
+        fp16 = None if flops_fp16 is None else _positive(flops_fp16, f"device {name!r} flops_fp16")
+        dev = Device(len(self.devices), name, f, m, bw, int(node), kind, hb, bf16, fp16)
         self._drop_structure()
         self.devices.append(dev)
         self._by_name[name] = dev.index

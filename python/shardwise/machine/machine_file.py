@@ -8,7 +8,7 @@ The schema (version 1, documented in docs/machines.md)::
 
     {"format": "shardwise-machine", "version": 1, "name": "two GPUs",
      "devices": [{"name": "gpu0", "kind": "V100", "flops": 1.57e13, "memory": 1.6e10,
-                  "mem_bandwidth": 9e11, "node": 0, "host_bandwidth": 1.6e10}, ...],
+                  "mem_bandwidth": 9e11, "node": 0, "host_bandwidth": 1.6e10, "flops_fp16": 1.25e14}, ...],
      "links": [{"from": 0, "to": 1, "bandwidth": 2.5e10, "bidirectional": true}, ...],
      "all_to_all": {"devices_per_node": 4, "intra_bandwidth": 2e10, "inter_bandwidth": 1.25e10},
      "shared_cores": null, "shared_nics": false, "nic_per_device": false}
@@ -39,7 +39,8 @@ MACHINE_VERSION = 1
 
 _TOP = ("format", "version", "name", "devices", "links", "all_to_all", "shared_cores", "shared_nics",
         "nic_per_device")
-_DEVICE = ("name", "kind", "flops", "memory", "mem_bandwidth", "node", "host_bandwidth")
+_DEVICE = ("name", "kind", "flops", "memory", "mem_bandwidth", "node", "host_bandwidth", "flops_bf16", "flops_fp16")
+_HALF_PEAKS = ("flops_bf16", "flops_fp16")   # optional: written when the device has them
 _LINK = ("from", "to", "bandwidth", "bidirectional")
 _ALL_TO_ALL = ("devices_per_node", "intra_bandwidth", "inter_bandwidth")
 _MAX_INT = 2**31 - 1   # nodes, cores and devices per node: far beyond any machine, inside a C int
@@ -55,6 +56,7 @@ def machine_to_dict(d: DeviceGraph) -> dict[str, Any]:
             row["kind"] = dev.kind
         row.update(flops=dev.flops, memory=dev.memory, mem_bandwidth=dev.mem_bandwidth, node=dev.node,
                    host_bandwidth=dev.host_bandwidth)
+        row.update({key: getattr(dev, key) for key in _HALF_PEAKS if getattr(dev, key) is not None})
         devices.append(row)
     out: dict[str, Any] = {"format": MACHINE_FORMAT, "version": MACHINE_VERSION, "name": d.name, "devices": devices}
     uniform = d._uniform
@@ -190,6 +192,9 @@ def _device_row(r: _Reader, row: Any, k: int) -> dict[str, Any]:
     out["kind"] = kind
     if "host_bandwidth" in row:   # else add_device's default: the preset's, or PCIe 3.0 x16's
         out["host_bandwidth"] = r.number(row["host_bandwidth"], f"{field}.host_bandwidth", "bytes/s")
+    for key in _HALF_PEAKS:   # else add_device's default: the preset's, or none (the float32 peak)
+        if key in row:
+            out[key] = r.number(row[key], f"{field}.{key}", "FLOP/s")
     return out
 
 

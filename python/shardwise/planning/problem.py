@@ -16,6 +16,7 @@ from shardwise.machine.devices import DeviceGraph
 from shardwise.errors import ConfigError
 from shardwise.graph import Graph
 from shardwise.ops.desc import DATA, ROLE_BIAS, OpDesc
+from shardwise.planning.precision import DENSE_OP_KINDS, PRECISIONS, VALUE_BYTES, check_precision
 
 # Dimension names per output rank: sample, channel, then spatial (seed 003 Table 1).
 DIM_NAMES: dict[int, tuple[str, ...]] = {
@@ -45,14 +46,21 @@ class CostOptions:
     """Knobs of the cost model (documented in docs/cost-model.md)."""
 
     sync: str = "parameter_server"   # or "ring"
-    bytes_per_element: float = 4.0   # float32
+    # bytes of a value the roofline reads and a message carries; None: the precision's (4 or 2)
+    bytes_per_element: float | None = None
     backward_factor: float = 3.0     # forward + backward ~ 3x the forward compute
     threads: int = 0                 # threads building cost tables; 0 = one per CPU (at most 8)
     # also search splits of additive reductions (partition-n-reduce: partial outputs + a sum);
     # off by default until the executor runs them
     reduction_splits: bool = False
+    # the number format the plan is costed in: "fp32", or mixed precision "bf16" / "fp16"
+    # (planning/precision.py: element sizes, dense peaks); execution stays float32
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        check_precision(self.precision)
+        if self.bytes_per_element is None:
+            object.__setattr__(self, "bytes_per_element", VALUE_BYTES[self.precision])
         if self.sync not in SYNC_MODELS:
             raise ConfigError(f"unknown sync model {self.sync!r}; expected one of {sorted(SYNC_MODELS)}")
         for name in ("bytes_per_element", "backward_factor"):
@@ -92,6 +100,14 @@ def encode_graph(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(words, dtype=np.int64), flops
 
 
+def dense_arrays(graph: Graph, devices: DeviceGraph, precision: str) -> tuple[np.ndarray, np.ndarray]:
+    """(each device's peak FLOP/s for dense ops in ``precision``, which ops are dense) for
+    Problem.set_precision."""
+    peaks = np.array([d.peak_flops(precision) for d in devices.devices])
+    dense = np.array([op.kind in DENSE_OP_KINDS for op in graph.ops], dtype=np.int8)
+    return peaks, dense
+
+
 def device_arrays(devices: DeviceGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     bw = devices.route_bandwidths().copy()
     np.fill_diagonal(bw, 0.0)  # never read: a device does not send to itself
@@ -106,6 +122,7 @@ def make_problem(graph: Graph, devices: DeviceGraph, options: CostOptions) -> "_
     threads = options.threads or min(8, os.cpu_count() or 1)
     problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, threads,
                         options.reduction_splits)
+    problem.set_precision(PRECISIONS[options.precision], *dense_arrays(graph, devices, options.precision))
     return problem
 
 

@@ -23,6 +23,7 @@ from shardwise.errors import ConfigError, SearchError, SearchWarning
 from shardwise.graph import Graph
 from shardwise.planning.costs import ComputeCosts, apply_profile
 from shardwise.plan import OpConfig, Plan, reduction_config
+from shardwise.planning.precision import check_precision
 from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
 from shardwise.planning import objective as objective_module
 from shardwise.planning import search_scale
@@ -96,7 +97,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            worker_counts_: Sequence[int] | None = None,
            progress: bool | str | Progress = "auto", refine: str | None = None, refine_steps: int = 200,
            refine_seed: int = 0, time_limit: float | None = None, objective: str | None = None,
-           memory: bool | float | str = True, pareto: bool = False) -> Plan | list[search_memory.FrontPlan]:
+           memory: bool | float | str = True, pareto: bool = False,
+           precision: str | None = None) -> Plan | list[search_memory.FrontPlan]:
     """Find the fastest strategy: by default the one with the fastest simulated iteration
     among the Eq. 1 optimum, the baselines and their combinations; with ``objective="eq1"``
     the exact optimum of Eq. 1 of "Exploring Hidden Dimensions in Parallelizing
@@ -155,6 +157,12 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     :class:`~shardwise.planning.search_memory.PlanDoesNotFitError` (a ValueError) naming the smallest
     shortfall.  The simulated objective and ``refine`` keep only candidates that fit.
 
+    ``precision``: the number format the plan is costed in, ``"fp32"`` (the default),
+    ``"bf16"`` or ``"fp16"`` (mixed precision: 2-byte activations, gradients and messages,
+    float32 master weights and optimizer state, the devices' dense peaks for matrix products and
+    convolutions; :mod:`shardwise.planning.precision`, docs/cost-model.md); the same as
+    ``options=CostOptions(precision=...)``.  Execution stays float32.
+
     ``pareto=True``: instead of one plan, the time / peak-memory Pareto front: a list of
     :class:`~shardwise.planning.search_memory.FrontPlan` (``plan``, ``time`` (Eq. 1 s), ``peak_bytes``
     (the largest arena), ``memory`` (its MemoryPlan)), fastest first, each needing less memory
@@ -176,7 +184,12 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
                                    or not 0 < time_limit < float("inf")):
         raise ConfigError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
-    options = options or CostOptions(sync=sync)
+    if precision is not None:
+        check_precision(precision)
+        if options is not None and options.precision != precision:
+            raise ConfigError(f"precision={precision!r} disagrees with options.precision={options.precision!r}; "
+                              f"give it once")
+    options = options or CostOptions(sync=sync, precision=precision or "fp32")
     if not isinstance(pareto, bool):
         raise ConfigError(f"pareto must be True or False, got {pareto!r}")
     mem_limit = search_memory.budgets(devices, memory)

@@ -63,7 +63,8 @@ def symmetric(devices: DeviceGraph, problem: Any, counts: Sequence[int], costs: 
     if per == 0 or not (costs is None or isinstance(costs, ProfileTable)):
         return False
     first = devices.devices[0]
-    if any(d.flops != first.flops or d.mem_bandwidth != first.mem_bandwidth for d in devices.devices):
+    if any(d.flops != first.flops or d.mem_bandwidth != first.mem_bandwidth or d.flops_bf16 != first.flops_bf16
+           or d.flops_fp16 != first.flops_fp16 for d in devices.devices):   # the half peaks: bf16 / fp16 plans
         return False
     return per == n or all(n // k == 1 or per % k == 0 or k % per == 0 for k in counts)
 

@@ -150,7 +150,7 @@ def _k_max(ev: _Evaluator, base_batch: int) -> int:
     fixed = {d: 0 for d in range(len(ev.d))}
     for b in tg.buffers:
         if b.kind in ("param", "momentum", "running_stats"):
-            fixed[b.device] += b.nbytes
+            fixed[b.device] += b.plan_bytes
     k = min(int(base_batch * (ev.budget - fixed[d]) / max(sp.min_peak[d] - fixed[d], 1)) for d in fixed)
     k = max(k, 1)
     if ev(k)[0].fits:

@@ -21,13 +21,14 @@ import math
 import os
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 import numpy as np
 
 from shardwise import _core
 from shardwise.train.checkpoint import CheckpointError, checkpoint_payload, read_checkpoint, write_checkpoint
-from shardwise.errors import ConfigError, ShapeError, ShardwiseError
+from shardwise.errors import ConfigError, PrecisionWarning, ShapeError, ShardwiseError
 from shardwise.graph import Graph
 from shardwise.train.init import init_params
 from shardwise.iteration.lower import lower
@@ -147,6 +148,10 @@ class Trainer:
         if len(batch) != 1:
             raise ConfigError("every input and softmax op must have the same minibatch (first dimension), got "
                               + ", ".join(f"{op.name} {op.shape}" for op in inputs + losses))
+        if plan.options.precision != "fp32":   # execution is float32 whatever the plan was costed in
+            warnings.warn(f"plan {plan.name!r} is costed in {plan.options.precision} (mixed precision); the "
+                          f"runtime trains it in float32: the same partitions, float32 arithmetic, about twice "
+                          f"the activation and message bytes the plan counts", PrecisionWarning, stacklevel=2)
         self.graph = graph
         self.plan = plan
         self.optimizer = optimizer or SGD()
@@ -166,6 +171,10 @@ class Trainer:
                 raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got "
                                 f"{type(swap).__name__}")
             swap.check(plan, optimizer_state=nstate)
+            if plan.options.precision != "fp32":
+                raise ConfigError(f"a swap plan of a plan costed in {plan.options.precision} offloads 2-byte feature "
+                                  f"maps, but training runs in float32: swap a float32 plan "
+                                  f"(CostOptions(precision='fp32'))")
             if backend != "cpu" or schedule != "fifo":
                 raise ConfigError("a swap plan trains on the CPU backend with the fifo schedule so far")
         self.swap = swap
@@ -813,7 +822,9 @@ class Trainer:
     @property
     def memory_plan(self) -> "MemoryPlan":
         """The planned memory of this trainer's plan: per device one arena, its peak and the
-        offset and lifetime of every buffer (:func:`shardwise.memory_plan`; computed once)."""
+        offset and lifetime of every buffer (:func:`shardwise.memory_plan`; computed once).  For a
+        plan costed in bf16 or fp16 these are the plan's figures, at its precision's element sizes;
+        the runtime trains in float32 (:meth:`memory_per_worker` gives its arenas)."""
         mp = getattr(self, "_memory_plan", None)
         if mp is None:
             from shardwise.iteration.memory import memory_plan
