@@ -1,0 +1,124 @@
+"""Recomputation in the task graph (sw.lower(plan, recompute=...), csrc/graph/recompute.c): where
+the recompute tasks go, what the memory plan makes of the shorter lifetimes (figures computed by
+hand from tensor sizes), and what the simulator charges for them."""
+from __future__ import annotations
+
+import pytest
+
+import shardwise as sw
+from shardwise.errors import ConfigError
+from shardwise.iteration.memory import memory_plan
+
+N, F, H, C = 256, 8, 32, 4   # a batch large enough that feature maps, not weights, set the peak
+MAP = N * H * 4               # bytes of one hidden feature map (float32)
+
+
+def chain():
+    """x (N, F) -> fc1 -> relu1 -> fc2 -> relu2 -> fc3 -> relu3 -> head (N, C) -> loss."""
+    g = sw.Graph("chain")
+    h = g.input("x", (N, F))
+    for i in (1, 2, 3):
+        h = g.relu(g.linear(h, H, name=f"fc{i}"), name=f"relu{i}")
+    g.softmax(g.linear(h, C, name="head"), name="loss")
+    return g
+
+
+@pytest.fixture(scope="module")
+def plan():
+    g = chain()
+    return sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {})
+
+
+PARAMS = 4 * (F * H + H + 2 * (H * H + H) + H * C + C)   # every weight and bias, bytes
+INPUTS = 4 * N * F                                       # x
+OUTPUTS = 2 * 4 * N * C                                   # logits and probabilities (read by the host: kept)
+HEAD_GRADS = 4 * (H * C + C)
+FC3_GRADS = 4 * (H * H + H)
+
+
+def test_kept_activations_drop_by_each_recomputed_map(plan):
+    """What is live when the backward pass starts: x, the six hidden maps, logits and probabilities;
+    each recomputed map is no longer among them."""
+    full = INPUTS + 6 * MAP + OUTPUTS
+    for chosen, dropped in ((None, 0), ({"relu1"}, 1), ({"relu1", "relu2"}, 2), ({"relu1", "relu2", "relu3"}, 3),
+                            ("all", 6)):
+        d = memory_plan(sw.lower(plan, recompute=chosen)).devices[0]
+        assert d.activations_kept == full - dropped * MAP, chosen
+
+
+def test_peak_drops_when_the_relus_are_recomputed(plan):
+    """Keeping everything, the most bytes are live at relu3's backward: parameters and SGD's
+    momentum, x, the six hidden maps, logits and probabilities, the gradients of relu3 and fc3's
+    output, and the head's weight gradients.  Recomputing the three relus (from the linear
+    outputs, which the backward keeps anyway), the most is at fc3's bias gradient: four maps
+    (fc1, fc2, fc3's outputs and relu2's recomputed map), two gradient maps, and the head's and
+    fc3's weight gradients."""
+    plain = memory_plan(sw.lower(plan)).devices[0]
+    assert plain.peak_bytes == 2 * PARAMS + INPUTS + OUTPUTS + 6 * MAP + 2 * MAP + HEAD_GRADS
+    tg = sw.lower(plan, recompute={"relu1", "relu2", "relu3"})
+    assert tg.recomputed == ("relu1", "relu2", "relu3")
+    mp = memory_plan(tg, check=True)
+    mp.validate()
+    d = mp.devices[0]
+    assert d.peak_bytes == 2 * PARAMS + INPUTS + OUTPUTS + 4 * MAP + 2 * MAP + HEAD_GRADS + FC3_GRADS
+    assert d.arena_bytes < plain.arena_bytes
+
+
+def test_recompute_tasks_replace_the_backward_reads(plan):
+    base = sw.lower(plan)
+    tg = sw.lower(plan, recompute={"relu2"})
+    assert tg.counts()["recompute"] == 1 and len(tg.tasks) == len(base.tasks) + 1
+    assert len(tg.buffers) == len(base.buffers) + 1
+    (rc,) = [t for t in tg.tasks if t.kind == "recompute"]
+    fwd = next(t for t in tg.tasks if t.kind == "forward" and t.op == "relu2")
+    assert rc.phase == "backward" and rc.reads == fwd.reads and rc.writes != fwd.writes
+    (kept,), (again,) = fwd.writes, rc.writes
+    assert tg.buffers[again].op == "relu2" and tg.buffers[again].kind == "activation"
+    # every task after the forward phase reads the recomputed copy, and the next task is the first
+    assert not [t for t in tg.tasks if t.phase != "forward" and kept in t.reads]
+    readers = [t for t in tg.tasks if again in t.reads]
+    assert readers and readers[0].id == rc.id + 1 and all(rc.id in t.deps for t in readers)
+    mp = memory_plan(tg)
+    assert tg.tasks[mp.lifetime(kept)[1]].phase == "forward"   # the kept map ends in the forward pass
+
+
+def test_a_recomputed_input_is_recomputed_first(plan):
+    """fc2 and relu2 recomputed: relu2's recompute reads fc2's recomputed map, so fc2's goes first,
+    right before it (a segment's forward re-run before its backward)."""
+    tg = sw.lower(plan, recompute={"fc2", "relu2"})
+    rcs = [t for t in tg.tasks if t.kind == "recompute"]
+    assert [t.op for t in rcs] == ["fc2", "relu2"] and rcs[1].id == rcs[0].id + 1
+    assert rcs[0].writes[0] in rcs[1].reads and rcs[0].id in rcs[1].deps
+
+
+def test_batchnorm_and_losses_are_kept():
+    g = sw.Graph("bn")
+    x = g.input("x", (8, 3, 6, 6))
+    h = g.relu(g.batchnorm2d(g.conv2d(x, 4, 3, padding=1, name="conv"), name="bn"), name="relu")
+    g.softmax(g.linear(g.flatten(h, name="flat"), 5, name="fc"), name="loss")
+    plan = sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {})
+    tg = sw.lower(plan, recompute="all")
+    assert "bn" not in tg.recomputed and "loss" not in tg.recomputed and "conv" in tg.recomputed
+    assert sw.lower(plan, recompute={"bn"}).recomputed == ()
+
+
+def test_simulator_charges_each_recompute_its_forward_time(plan):
+    plain = sw.simulate(sw.lower(plan), check_memory=False)
+    tg = sw.lower(plan, recompute={"fc2", "relu2", "relu3"})
+    r = sw.simulate(tg, check_memory=False)
+    forward = {e.op: e.end - e.start for e in plain.events if e.kind == "forward"}
+    extra = [e for e in r.events if e.kind == "recompute"]
+    assert sorted(e.op for e in extra) == ["fc2", "relu2", "relu3"]
+    for e in extra:
+        assert e.end - e.start == pytest.approx(forward[e.op], rel=1e-12) and forward[e.op] > 0
+    # one device running one task at a time: the iteration is longer by exactly the recomputes
+    assert r.iteration_time - plain.iteration_time == pytest.approx(sum(forward[e.op] for e in extra), rel=1e-9)
+
+
+def test_recompute_does_not_combine_with_a_schedule_or_swap_plan(plan):
+    with pytest.raises(ConfigError, match="one compute stream"):
+        sw.lower(plan, recompute="all", schedule="critical_path")
+    with pytest.raises(ConfigError, match="does not have"):
+        sw.lower(plan, recompute=["relu9"])
+    with pytest.raises(ConfigError, match="set of op names"):
+        sw.lower(plan, recompute=3)
