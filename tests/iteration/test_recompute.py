@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import shardwise as sw
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, SearchError
 from shardwise.iteration.memory import memory_plan
 
 N, F, H, C = 256, 8, 32, 4   # a batch large enough that feature maps, not weights, set the peak
@@ -122,3 +122,50 @@ def test_recompute_does_not_combine_with_a_schedule_or_swap_plan(plan):
         sw.lower(plan, recompute=["relu9"])
     with pytest.raises(ConfigError, match="set of op names"):
         sw.lower(plan, recompute=3)
+
+
+# ----------------------------------------------------------------------------- the greedy choice
+
+
+def test_recompute_plan_fits_a_budget_between_the_extremes(plan):
+    """A budget between the arena with the three relus recomputed and the full arena: the greedy
+    (relus first: their maps are as large as the linear outputs and cost less to recompute)
+    fits it with a recomputation, and the memory plan of that graph is what it reports."""
+    full = memory_plan(sw.lower(plan)).devices[0].arena_bytes
+    budget = full - MAP   # one feature map less than keeping everything
+    rp = sw.recompute_plan(plan, budget)
+    assert rp.fits and rp.ops and rp.unrecomputed_peak == {0: full}
+    assert rp.peak_bytes[0] <= budget
+    tg = sw.lower(plan, recompute=rp)
+    assert tg.recomputed == rp.ops
+    assert memory_plan(tg).devices[0].arena_bytes == rp.peak_bytes[0]
+    assert rp.added_time > 0 and "greedy" in rp.method
+
+
+def test_recompute_plan_keeps_everything_when_the_plan_fits(plan):
+    full = memory_plan(sw.lower(plan)).devices[0].arena_bytes
+    rp = sw.recompute_plan(plan, full)
+    assert rp.fits and rp.ops == () and rp.added_time == 0
+
+
+def test_recompute_plan_says_when_nothing_fits(plan):
+    rp = sw.recompute_plan(plan, 1024)
+    assert not rp.fits and rp.peak_bytes[0] > 1024
+
+
+def test_search_fits_with_recomputation_where_nothing_fits_without():
+    """One device, so every plan is the same one: under a budget only recomputation reaches, the
+    search without it finds none, and with it returns the plan and its recomputation, which
+    the Trainer then trains with."""
+    g = chain()
+    d = sw.DeviceGraph.cpu(1)
+    full = memory_plan(sw.Plan.from_dict(g, d, {})).devices[0].arena_bytes
+    budget = full - MAP
+    with pytest.raises((sw.PlanDoesNotFitError, SearchError)):
+        sw.search(g, d, memory=budget)
+    p = sw.search(g, d, memory=budget, recompute=True)
+    r = p.search_stats["memory"]["recompute"]
+    assert r["ops"] and "greedy" in r["method"] and r["peak_bytes"][0] <= budget
+    t = sw.Trainer(g, p)
+    assert t.task_graph.recomputed == tuple(r["ops"])
+    assert t.memory_plan.devices[0].arena_bytes <= budget

@@ -113,7 +113,7 @@ def test_recompute_refuses_what_it_does_not_combine_with():
     plan = plans(g, 1)
     with pytest.raises(ConfigError, match="does not have"):
         sw.Trainer(g, plan, recompute={"nope"})
-    with pytest.raises(ConfigError, match="'all' or a set of op names"):
+    with pytest.raises(ConfigError, match="'attention' or a set of op names"):
         sw.lower(plan, recompute="some")
     with pytest.raises(ConfigError, match="steps_in_flight=1"):
         sw.Trainer(g, plan, recompute="all", steps_in_flight=2)

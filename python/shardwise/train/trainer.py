@@ -110,8 +110,10 @@ class Trainer:
         the numerics are those of training without it (CPU backend, fifo schedule).
         ``recompute``: None, "all" or a set of op names (:func:`shardwise.lower`'s ``recompute``):
         those ops' feature maps are dropped after their forward use and recomputed right before
-        the backward pass reads them (docs/memory.md, "Recomputation"); the weights are bitwise
-        those of training without it (one step at a time, no swap plan, fifo schedule).
+        the backward pass reads them (docs/memory.md, "Recomputation"), or a RecomputePlan
+        (``sw.recompute_plan(plan, budget)``); None: the recomputation ``sw.search(...,
+        recompute=True)`` chose for this plan, if any.  The weights are bitwise those of training
+        without it (one step at a time, no swap plan, fifo schedule).
         ``steps_in_flight`` (1 .. 8): :meth:`fit` runs that many consecutive steps in one launch
         with no barrier between them: layer j of a step's forward starts as soon as layer j's
         update of the step before is done, while the rest of that step still runs.  Weights and
@@ -180,6 +182,8 @@ class Trainer:
         if steps_in_flight > 1 and (backend != "cpu" or swap is not None):
             raise ConfigError("steps in flight (steps_in_flight > 1) run on the CPU backend without a swap plan so "
                               "far; use steps_in_flight=1")
+        if recompute is None:   # a plan searched with recompute=True fits with the recomputation it was found with
+            recompute = (plan.search_stats or {}).get("memory", {}).get("recompute", {}).get("ops") or None
         if recompute is not None and (steps_in_flight > 1 or swap is not None or schedule != "fifo"):
             raise ConfigError("recomputation trains one step at a time (steps_in_flight=1), without a swap plan, "
                               "with the fifo schedule so far")
