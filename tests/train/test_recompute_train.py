@@ -119,3 +119,18 @@ def test_recompute_refuses_what_it_does_not_combine_with():
         sw.Trainer(g, plan, recompute="all", steps_in_flight=2)
     with pytest.raises(ConfigError, match="one compute stream"):
         sw.lower(plan, recompute="all", schedule="critical_path")
+
+
+def test_tiny_gpt_attention_recomputed_trains_bitwise_and_keeps_less():
+    """recompute="attention": every attention's (N, H, T, T) scores and probabilities are
+    recomputed in the backward pass, as memory-efficient attention does, and no longer kept."""
+    g = sw.models.gpt_tiny(batch=4)
+    plan = plans(g, 2)
+    _, losses0, w0 = train(g, plan)
+    t, losses1, w1 = train(g, plan, recompute="attention")
+    assert t.task_graph.recomputed == ("h.0.attn.scores", "h.0.attn.probs", "h.1.attn.scores", "h.1.attn.probs")
+    assert losses1 == losses0 and all(np.array_equal(w1[k], w0[k]) for k in w0)
+    n, heads, tokens = 4 // 2, 4, 8                 # a worker's samples; heads and tokens of gpt_tiny
+    maps = 2 * 2 * n * heads * tokens * tokens * 4  # scores and probabilities of both layers, float32
+    kept = memory_plan(sw.lower(plan)).devices[0].activations_kept
+    assert memory_plan(t.task_graph).devices[0].activations_kept == kept - maps

@@ -113,7 +113,7 @@ class Trainer:
         the backward pass reads them (docs/memory.md, "Recomputation"), or a RecomputePlan
         (``sw.recompute_plan(plan, budget)``); None: the recomputation ``sw.search(...,
         recompute=True)`` chose for this plan, if any.  The weights are bitwise those of training
-        without it (one step at a time, no swap plan, fifo schedule).
+        without it (one step at a time, no swap plan, fifo schedule, CPU backend).
         ``steps_in_flight`` (1 .. 8): :meth:`fit` runs that many consecutive steps in one launch
         with no barrier between them: layer j of a step's forward starts as soon as layer j's
         update of the step before is done, while the rest of that step still runs.  Weights and
@@ -184,9 +184,10 @@ class Trainer:
                               "far; use steps_in_flight=1")
         if recompute is None:   # a plan searched with recompute=True fits with the recomputation it was found with
             recompute = (plan.search_stats or {}).get("memory", {}).get("recompute", {}).get("ops") or None
-        if recompute is not None and (steps_in_flight > 1 or swap is not None or schedule != "fifo"):
+        if recompute is not None and (steps_in_flight > 1 or swap is not None or schedule != "fifo" or
+                                      backend != "cpu"):
             raise ConfigError("recomputation trains one step at a time (steps_in_flight=1), without a swap plan, "
-                              "with the fifo schedule so far")
+                              "with the fifo schedule, on the CPU backend so far")
         self.steps_in_flight = steps_in_flight
         self._pipelined = False          # the runtime records its steps back to back at the first fit
         if comm is not None:
