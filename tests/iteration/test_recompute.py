@@ -169,3 +169,20 @@ def test_search_fits_with_recomputation_where_nothing_fits_without():
     t = sw.Trainer(g, p)
     assert t.task_graph.recomputed == tuple(r["ops"])
     assert t.memory_plan.devices[0].arena_bytes <= budget
+
+
+@pytest.mark.parametrize("model,ndev", [("lenet5", 2), ("resnet18_small", 4), ("gpt_tiny", 4)])
+def test_the_simulator_equals_the_oracle_with_recompute_tasks(model, ndev):
+    """tests/sim_oracle.py replays the recomputed graph independently (a recompute timed as its
+    forward task, the memory plan's reuse edges of the recomputed graph)."""
+    import sim_oracle
+
+    g = sw.models.get(model, batch=8) if model != "gpt_tiny" else sw.models.gpt_tiny(batch=8)
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=ndev)
+    for plan in [sw.search(g, d, progress=False), sw.strategies.data_parallel(g, d)]:
+        tg = sw.lower(plan, recompute="all")
+        assert tg.counts()["recompute"] > 0
+        a = sw.simulate(tg, check_memory=False)
+        b = sim_oracle.replay(plan, recompute="all")
+        assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
+        assert [e.start for e in a.events] == pytest.approx(b.start, rel=1e-12, abs=1e-15)
