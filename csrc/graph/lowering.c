@@ -86,7 +86,8 @@ static sw_status apply_recompute(const sw_recompute_spec *recompute, sw_lowering
     return SW_OK;
 }
 
-/* Rewrite l->g by the swap spec (swap.c) and take its streams and task origins. */
+/* Rewrite l->g (the lowering, or its recompute rewrite) by the swap spec (swap.c) and take its
+ * streams and task origins. */
 static sw_status apply_swap(const sw_swap_spec *swap, sw_lowering *l) {
     sw_task_graph sg;
     sw_swap_streams swapped = {0};
@@ -96,9 +97,14 @@ static sw_status apply_swap(const sw_swap_spec *swap, sw_lowering *l) {
     l->swapped = 1;
     sw_streams view = sw_swap_streams_view(&swapped);
     sw_status s = copy_streams(&view, l);
-    if (s == SW_OK) {
-        l->origin = copy_of(swapped.origin, (size_t)swapped.ntasks, sizeof *l->origin);
-        s = l->origin ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for the swapped tasks' origins");
+    if (s == SW_OK) {   /* each task's id in the lowering: through the recompute rewrite, if any */
+        int32_t *origin = copy_of(swapped.origin, (size_t)swapped.ntasks, sizeof *origin);
+        s = origin ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for the swapped tasks' origins");
+        for (int32_t t = 0; s == SW_OK && l->origin && t < swapped.ntasks; t++) {
+            origin[t] = origin[t] < 0 ? origin[t] : l->origin[origin[t]];
+        }
+        free(l->origin);
+        l->origin = origin;
     }
     sw_swap_streams_free(&swapped);
     return s;
@@ -146,9 +152,8 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_str
     if (swapping && streams) {
         return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
     }
-    if (recomputing && (streams || swapping)) {
-        return SW_FAIL(SW_ERR_VALUE, "recomputation runs on one compute stream per device, without a swap plan so "
-                       "far: not with a %s", streams ? "schedule" : "swap plan");
+    if (recomputing && streams) {
+        return SW_FAIL(SW_ERR_VALUE, "recomputation runs on one compute stream per device so far, not a schedule's");
     }
     sw_lowering *l = calloc(1, sizeof *l);
     if (!l) {
@@ -169,11 +174,11 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_str
             s = copy_streams(streams, l);
         }
     }
+    if (s == SW_OK && recomputing) {   /* first: a swap plan with it was made on the recomputed graph */
+        s = apply_recompute(recompute, l);
+    }
     if (s == SW_OK && swapping) {
         s = apply_swap(swap, l);
-    }
-    if (s == SW_OK && recomputing) {
-        s = apply_recompute(recompute, l);
     }
     if (s != SW_OK) {
         sw_lowering_free(l);

@@ -20,7 +20,7 @@ struct sw_lowering {
     sw_task_graph g;            /* the graph that runs: the lowering, or swap.c's rewrite of it */
     int ndev, nops;
     int optimizer_state;        /* the problem's when it was lowered (state buffers per parameter slice) */
-    int32_t base_ntasks;        /* tasks of the lowering before any swap rewrite (the swap spec's ids) */
+    int32_t base_ntasks;        /* tasks of the plain lowering, before any recompute or swap rewrite */
     int32_t base_nbuffers;
     /* the plan, copied: nops configurations, their devices, op kinds */
     sw_config *cfg;
@@ -43,11 +43,11 @@ struct sw_lowering {
 };
 
 /* Lower `plan` once (sw_lower) and annotate the graph: with `streams` (a schedule's for this
- * plan's graph, checked and copied; NULL: one per device), with `swap` (rewritten by
- * sw_swap_apply, its tasks on the swap streams; NULL or n == 0: none) or with `recompute`
- * (rewritten by sw_recompute_apply, one stream per device; NULL or n == 0: none).  One of the
- * three at most: swap and recompute plans run on one compute stream per device, and a swap plan's
- * task ids are the plain lowering's (SW_ERR_VALUE).  *out belongs to the caller. */
+ * plan's graph, checked and copied; NULL: one per device), with `recompute` (rewritten by
+ * sw_recompute_apply, one stream per device; NULL or n == 0: none) and with `swap` (rewritten
+ * by sw_swap_apply after the recompute rewrite, whose graph its ids then refer to; its tasks on
+ * the swap streams; NULL or n == 0: none).  Streams go with neither: swap and recompute plans run
+ * on one compute stream per device (SW_ERR_VALUE).  *out belongs to the caller. */
 sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
                           const sw_swap_spec *swap, const sw_recompute_spec *recompute, sw_lowering **out);
 /* sw_lowering_free, sw_lower_count: shardwise.h. */

@@ -126,10 +126,6 @@ static sw_status run(const sw_lowering *l, const swap_args *s, int max_rounds, i
     if (l->swapped) {
         return SW_FAIL(SW_ERR_VALUE, "this task graph has a swap plan already: plan swapping on the graph without it");
     }
-    if (l->recomputed) {
-        return SW_FAIL(SW_ERR_VALUE, "this task graph recomputes feature maps: swapping and recomputation are not "
-                       "combined in one graph so far; plan swapping on the graph without recomputation");
-    }
     if (PyArray_DIM(s->start, 0) != g->ntasks) {
         return SW_FAIL(SW_ERR_VALUE, "a timeline of %lld tasks for a graph of %d", (long long)PyArray_DIM(s->start, 0),
                        g->ntasks);

@@ -134,3 +134,33 @@ def test_tiny_gpt_attention_recomputed_trains_bitwise_and_keeps_less():
     maps = 2 * 2 * n * heads * tokens * tokens * 4  # scores and probabilities of both layers, float32
     kept = memory_plan(sw.lower(plan)).devices[0].activations_kept
     assert memory_plan(t.task_graph).devices[0].activations_kept == kept - maps
+
+
+def test_keep_recompute_and_swap_in_one_graph_train_bitwise():
+    """Per feature map one of three: the relus recomputed, then a swap plan made on that graph
+    offloads some of the maps still kept, under a budget below what recomputation alone reaches;
+    the Trainer lowers the swap plan with its recomputation first, stays within the budget, and
+    trains bitwise as keeping everything."""
+    g = sw.Graph("chain")
+    h = g.input("x", (256, 8))
+    for i in (1, 2, 3):
+        h = g.relu(g.linear(h, 32, name=f"fc{i}"), name=f"relu{i}")
+    g.softmax(g.linear(h, 10, name="head"), name="loss")
+    plan = plans(g, 1)
+    recomputed = sw.lower(plan, recompute={"relu1", "relu2", "relu3"})
+    arena = memory_plan(recomputed).devices[0].arena_bytes
+    assert arena < memory_plan(sw.lower(plan)).devices[0].arena_bytes
+    budget = arena - 256 * 32 * 4   # one hidden map less
+    sp = sw.swap_plan(recomputed, budget=budget)
+    assert sp.recompute == ("relu1", "relu2", "relu3") and sp.entries
+    assert not set(sp.offloaded[0]) & set(sp.recompute)   # a map is recomputed or swapped, not both
+    _, losses0, w0 = train(g, plan)
+    t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), swap=sp)
+    x, y = data(g)
+    losses1 = [t.step(x, y) for _ in range(STEPS)]
+    counts = t.task_graph.counts()
+    assert counts["recompute"] == 3 and counts["swap_out"] == len(sp.entries)
+    assert losses1 == losses0 and all(np.array_equal(t.get_weights()[k], w0[k]) for k in w0)
+    assert t.memory_plan.devices[0].arena_bytes <= budget and max(t.arena_high_water().values()) <= budget
+    with pytest.raises(ConfigError, match="swap plan was made on a graph recomputing"):
+        sw.lower(plan, swap=sp, recompute={"relu1"})

@@ -292,7 +292,9 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     names: those ops' feature maps are dropped after their last forward use and recomputed by
     ``recompute`` tasks right before the backward pass reads them (docs/memory.md,
     "Recomputation"); ``tg.recomputed`` names the ops that got one (batch norms, losses and split
-    reductions are kept).  One compute stream per device and no swap plan with it, so far.
+    reductions are kept).  One compute stream per device so far.  With ``swap``, the
+    recomputation the swap plan was made on (its ``recompute``) unless given, and then it must be
+    the same.
 
     ``ranks``: split the graph over processes (docs/distributed.md): an int k puts the devices in
     k contiguous blocks (:func:`shardwise.distributed.ranks.rank_of_device`), a list gives each
@@ -301,9 +303,15 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     None (the default): one process."""
     rank = _ranks(plan, ranks)
     chosen = recompute_ops(plan, recompute)
-    if chosen is not None and (swap is not None or schedule not in (None, "fifo")):
-        raise ConfigError("recomputation runs on one compute stream per device without a swap plan so far: "
-                          "lower it with schedule='fifo' and swap=None")
+    if swap is not None:   # the recomputation the swap plan was made on, applied first
+        made_on = recompute_ops(plan, getattr(swap, "recompute", ()) or None)
+        if chosen is not None and (made_on is None or set(chosen.tolist()) != set(made_on.tolist())):
+            raise ConfigError(f"the swap plan was made on a graph recomputing {list(swap.recompute)}, not the "
+                              f"recomputation asked for here: its buffers and tasks are another graph's (lower "
+                              "with the swap plan's recomputation: recompute=None)")
+        chosen = made_on
+    if chosen is not None and schedule not in (None, "fifo"):
+        raise ConfigError("recomputation runs on one compute stream per device so far: lower it with schedule='fifo'")
     if swap is not None:
         if not (callable(getattr(swap, "spec", None)) and callable(getattr(swap, "check", None))):
             raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")

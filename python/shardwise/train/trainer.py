@@ -113,7 +113,8 @@ class Trainer:
         the backward pass reads them (docs/memory.md, "Recomputation"), or a RecomputePlan
         (``sw.recompute_plan(plan, budget)``); None: the recomputation ``sw.search(...,
         recompute=True)`` chose for this plan, if any.  The weights are bitwise those of training
-        without it (one step at a time, no swap plan, fifo schedule, CPU backend).
+        without it (one step at a time, fifo schedule, CPU backend).  With ``swap``: None takes the
+        swap plan's own recomputation (a swap plan made on ``sw.lower(plan, recompute=...)``).
         ``steps_in_flight`` (1 .. 8): :meth:`fit` runs that many consecutive steps in one launch
         with no barrier between them: layer j of a step's forward starts as soon as layer j's
         update of the step before is done, while the rest of that step still runs.  Weights and
@@ -182,12 +183,11 @@ class Trainer:
         if steps_in_flight > 1 and (backend != "cpu" or swap is not None):
             raise ConfigError("steps in flight (steps_in_flight > 1) run on the CPU backend without a swap plan so "
                               "far; use steps_in_flight=1")
-        if recompute is None:   # a plan searched with recompute=True fits with the recomputation it was found with
+        if recompute is None and swap is None:   # a plan searched with recompute=True: the recomputation it fits with
             recompute = (plan.search_stats or {}).get("memory", {}).get("recompute", {}).get("ops") or None
-        if recompute is not None and (steps_in_flight > 1 or swap is not None or schedule != "fifo" or
-                                      backend != "cpu"):
-            raise ConfigError("recomputation trains one step at a time (steps_in_flight=1), without a swap plan, "
-                              "with the fifo schedule, on the CPU backend so far")
+        if recompute is not None and (steps_in_flight > 1 or schedule != "fifo" or backend != "cpu"):
+            raise ConfigError("recomputation trains one step at a time (steps_in_flight=1), with the fifo "
+                              "schedule, on the CPU backend so far")
         self.steps_in_flight = steps_in_flight
         self._pipelined = False          # the runtime records its steps back to back at the first fit
         if comm is not None:
