@@ -35,6 +35,17 @@ def cnn(batch=8):
     return g
 
 
+def relu_chain(batch=256):
+    """Three linear + relu layers of 32 features: a batch large enough that feature maps, not
+    weights, set the arena."""
+    g = sw.Graph("chain")
+    h = g.input("x", (batch, 8))
+    for i in (1, 2, 3):
+        h = g.relu(g.linear(h, 32, name=f"fc{i}"), name=f"relu{i}")
+    g.softmax(g.linear(h, 10, name="head"), name="loss")
+    return g
+
+
 def data(g, seed=0):
     rng = np.random.default_rng(seed)
     first = g.ops[0]
@@ -141,11 +152,7 @@ def test_keep_recompute_and_swap_in_one_graph_train_bitwise():
     offloads some of the maps still kept, under a budget below what recomputation alone reaches;
     the Trainer lowers the swap plan with its recomputation first, stays within the budget, and
     trains bitwise as keeping everything."""
-    g = sw.Graph("chain")
-    h = g.input("x", (256, 8))
-    for i in (1, 2, 3):
-        h = g.relu(g.linear(h, 32, name=f"fc{i}"), name=f"relu{i}")
-    g.softmax(g.linear(h, 10, name="head"), name="loss")
+    g = relu_chain()
     plan = plans(g, 1)
     recomputed = sw.lower(plan, recompute={"relu1", "relu2", "relu3"})
     arena = memory_plan(recomputed).devices[0].arena_bytes
@@ -164,3 +171,23 @@ def test_keep_recompute_and_swap_in_one_graph_train_bitwise():
     assert t.memory_plan.devices[0].arena_bytes <= budget and max(t.arena_high_water().values()) <= budget
     with pytest.raises(ConfigError, match="swap plan was made on a graph recomputing"):
         sw.lower(plan, swap=sp, recompute={"relu1"})
+
+
+def test_recompute_plan_with_swap_fits_where_recomputation_alone_does_not():
+    """recompute_plan(..., swap=True) under a budget three hidden maps below the full arena:
+    recomputation alone does not reach it, a recomputation with a swap plan does; the Trainer
+    given the recompute plan trains with both, within the budget, bitwise as keeping everything."""
+    g = relu_chain()
+    plan = plans(g, 1)
+    budget = memory_plan(sw.lower(plan)).devices[0].arena_bytes - 3 * 256 * 32 * 4
+    assert not sw.recompute_plan(plan, budget).fits
+    rp = sw.recompute_plan(plan, budget, swap=True)
+    assert rp.fits and rp.swap is not None and rp.swap.recompute == rp.ops and rp.peak_bytes[0] <= budget
+    assert "swapping" in rp.method
+    _, losses0, w0 = train(g, plan)
+    t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), recompute=rp)
+    x, y = data(g)
+    assert [t.step(x, y) for _ in range(STEPS)] == losses0
+    assert all(np.array_equal(t.get_weights()[k], w0[k]) for k in w0)
+    assert t.task_graph.recomputed == rp.ops and t.task_graph.counts()["swap_out"] == len(rp.swap.entries)
+    assert max(t.arena_high_water().values()) <= budget

@@ -4,6 +4,7 @@
     rp.ops, rp.fits, rp.peak_bytes, rp.unrecomputed_peak    # what it chose, and the arenas
     rp.added_time                                            # simulated seconds the recomputes add
     sw.Trainer(g, plan, recompute=rp)                        # trains on that graph
+    rp = sw.recompute_plan(plan, budget="16GB", swap=True)   # keep, recompute or swap: rp.swap
 
 "Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization" (Jain et al.)
 solves the choice (keep or recompute every tensor) as an integer program.  This is the first
@@ -26,7 +27,7 @@ import numpy as np
 
 from shardwise.iteration.lower import TaskGraph, lower
 from shardwise.iteration.memory import memory_plan
-from shardwise.iteration.swap import _per_device
+from shardwise.iteration.swap import _per_device, swap_plan
 from shardwise.plan import Plan
 
 METHOD = "greedy: feature maps by bytes kept per recompute second, segments of at most {} ops, shortest fitting prefix"
@@ -41,8 +42,9 @@ class RecomputePlan:
     ``fits``: every arena within its budget (else ``ops`` is every op ranked and ``peak_bytes``
     the least the greedy reached).  ``iteration_time`` and ``recomputed_iteration_time``: the
     iteration as ``sw.simulate`` replays it without and with the recompute tasks (the same
-    costs); ``added_time`` their difference.  ``method`` names the greedy; ``evaluations`` the
-    memory plans it made."""
+    costs; with ``swap``, its swap tasks too); ``added_time`` their difference.  ``method`` names
+    the greedy; ``evaluations`` the memory plans (and swap plans) it made; ``swap``: the SwapPlan
+    taken by ``recompute_plan(..., swap=True)``, or None."""
 
     plan: Plan
     budget: dict[int, int]
@@ -56,6 +58,7 @@ class RecomputePlan:
     evaluations: int
     optimizer_state: int = 1
     ranked: tuple[str, ...] = field(default=(), repr=False)   # every candidate, best first
+    swap: Any = field(default=None, repr=False)   # recompute_plan(swap=True): the SwapPlan taken (carries ``ops``)
 
     @property
     def added_time(self) -> float:
@@ -127,12 +130,20 @@ def _ranked(plan: Plan, candidates: tuple[str, ...], kept: dict[str, int], secon
 
 
 def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: int = 1,
-                   max_segment: int = 2) -> RecomputePlan:
+                   max_segment: int = 2, swap: bool = False) -> RecomputePlan:
     """Recompute feature maps of ``plan`` so that every device's arena fits ``budget`` (bytes, a
     size string such as "16GB", or a dict {device: budget}), greedily (the module's docstring).
     ``costs``: the computation model, as :func:`shardwise.simulate` takes it; ``optimizer_state``:
     as the trainer will lower the plan (1 SGD, 2 Adam); ``max_segment``: the longest chain of
-    recomputed ops.  ``fits`` is False when even every candidate does not fit."""
+    recomputed ops.  ``fits`` is False when even every candidate does not fit.
+
+    ``swap=True``: keep, recompute or swap per feature map.  Besides recomputation alone (the
+    shortest fitting prefix k of the ranking), swap plans (:func:`shardwise.swap_plan`) are made
+    on the graphs recomputing none, half and all of that prefix (or of the whole ranking, when
+    recomputation alone does not fit), and the one of these that fits with the least simulated
+    iteration is taken: ``swap`` holds its SwapPlan (None: recomputation alone), which carries
+    the recomputation (``sw.Trainer(g, plan, swap=rp.swap)``).  Still a greedy over a few
+    candidates, not an optimum."""
     if not isinstance(plan, Plan):
         raise TypeError(f"recompute_plan needs a Plan, got {type(plan).__name__}")
     if isinstance(max_segment, bool) or not isinstance(max_segment, int) or max_segment < 1:
@@ -173,7 +184,24 @@ def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: 
     base_time = simulate(plain, check_memory=False, costs=costs).iteration_time
     time = simulate(lower(plan, optimizer_state, recompute=ops), check_memory=False, costs=costs).iteration_time \
         if ops else base_time
+    method, chosen_swap = METHOD.format(max_segment), None
+    if swap and over:
+        prefix = len(best) if fits else len(ranked)
+        options = [(time, ops, None, best_arena)] if fits else []
+        for k in sorted({0, prefix // 2, prefix} - ({prefix} if fits else set())):
+            ops_k = tuple(sorted(ranked[:k], key=index.__getitem__))
+            try:
+                sp = swap_plan(lower(plan, optimizer_state, recompute=ops_k or None), budgets, costs=costs)
+            except ValueError:   # below what swapping reaches on this graph
+                continue
+            evaluations += 1
+            options.append((sp.swapped_iteration_time, ops_k, sp, sp.peak_bytes))
+        if options:
+            time, ops, chosen_swap, best_arena = min(options, key=lambda o: (o[0], len(o[1])))
+            fits = True
+        method += (f"; then swapping on {len(options) - (chosen_swap is None and fits)} recomputed graphs "
+                   "(none, half, all of that prefix), the fastest simulated that fits")
     return RecomputePlan(plan=plan, budget=budgets, ops=ops, fits=fits, peak_bytes=best_arena,
                          unrecomputed_peak=before, iteration_time=base_time, recomputed_iteration_time=time,
-                         method=METHOD.format(max_segment), evaluations=evaluations,
-                         optimizer_state=optimizer_state, ranked=tuple(ranked))
+                         method=method, evaluations=evaluations, optimizer_state=optimizer_state,
+                         ranked=tuple(ranked), swap=chosen_swap)

@@ -164,6 +164,8 @@ class Trainer:
         self.batch = inputs[0].shape[0]
         self.loss_ops = losses
         nstate = self.optimizer.state_buffers
+        if swap is None and getattr(recompute, "swap", None) is not None:   # recompute_plan(..., swap=True)
+            swap, recompute = recompute.swap, None   # the swap plan carries the recomputation
         if isinstance(schedule, str) and schedule == "auto":   # critical_path for one rank of several
             schedule = "critical_path" if comm is not None and comm.size > 1 and swap is None and \
                 recompute is None and backend == "cpu" else "fifo"
