@@ -186,3 +186,15 @@ def test_the_simulator_equals_the_oracle_with_recompute_tasks(model, ndev):
         b = sim_oracle.replay(plan, recompute="all")
         assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
         assert [e.start for e in a.events] == pytest.approx(b.start, rel=1e-12, abs=1e-15)
+
+
+def test_the_core_refuses_bad_recompute_arrays(plan):
+    import numpy as np
+
+    from shardwise.iteration.lower import lowered
+
+    with pytest.raises(ValueError, match="no op 99"):
+        lowered(plan, recompute=np.array([99], np.int32))
+    with pytest.raises((TypeError, ValueError)):
+        lowered(plan, recompute=np.zeros((2, 2), np.int32))
+    assert lowered(plan, recompute=np.zeros(0, np.int32)).recomputed == 0
