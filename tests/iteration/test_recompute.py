@@ -198,3 +198,25 @@ def test_the_core_refuses_bad_recompute_arrays(plan):
     with pytest.raises((TypeError, ValueError)):
         lowered(plan, recompute=np.zeros((2, 2), np.int32))
     assert lowered(plan, recompute=np.zeros(0, np.int32)).recomputed == 0
+
+
+@pytest.mark.parametrize("fraction", [0.95, 0.85])
+def test_search_with_recompute_takes_the_faster_of_the_two_ways_to_fit(fraction):
+    """A tiny GPT on 4 workers under a budget below the unconstrained optimum's arena: with
+    recompute=True the search returns a plan that fits (with its recomputation, if any), and
+    never one slower (Eq. 1 plus the recomputes' simulated time) than the constrained optimum."""
+    g = sw.models.gpt_tiny(batch=8)
+    d = sw.DeviceGraph.cpu(4)
+    budget = int(memory_plan(sw.search(g, d, memory=False, progress=False)).peak_bytes * fraction)
+    try:
+        constrained = sw.search(g, d, memory=budget, progress=False).cost
+    except (sw.PlanDoesNotFitError, SearchError):
+        constrained = float("inf")
+    p = sw.search(g, d, memory=budget, progress=False, recompute=True)
+    r = p.search_stats["memory"].get("recompute")
+    ops = r["ops"] if r else None
+    assert memory_plan(sw.lower(p, recompute=ops)).peak_bytes <= budget
+    if r:
+        assert p.cost + r["added_seconds"] <= constrained
+    else:
+        assert p.cost == constrained
