@@ -247,6 +247,7 @@ typedef enum {
     SW_TASK_ZERO_GRAD,   /* a worker's gradient no consumer adds to (its box is read by none): zeros */
     SW_TASK_SWAP_OUT, SW_TASK_SWAP_IN,   /* swap.c: a feature map offloaded to host memory, prefetched back */
     SW_TASK_SEND, SW_TASK_RECV,          /* graph/ranks.c: a copy between two ranks' devices, split in halves */
+    SW_TASK_RECOMPUTE,   /* recompute.c: a forward task run again before the backward reads its output */
     SW_TASK_NKINDS
 } sw_task_kind;
 
@@ -408,6 +409,7 @@ void sw_buffer_lifetimes(const sw_task_graph *g, const char *host_read, int reus
 #include "cost/cost.h"        /* memory footprints per configuration (the cost model's) */
 #include "graph/schedule.h"   /* schedules, streams, hazards */
 #include "graph/swap.h"       /* swapping feature maps to host memory */
+#include "graph/recompute.h"  /* recomputing feature maps in the backward pass */
 #include "graph/lowering.h"   /* a plan lowered once, with its streams and swap rewrite */
 #include "mem/memplan.h"      /* memory plans, iterations, the runtime's order, swap plans that fit */
 #include "sim/simulate.h"     /* durations, simulating a plan, the event loops */

@@ -24,7 +24,11 @@ static sw_status zero_writes(const cu_task *t) {
     return SW_OK;
 }
 
-static int relu_here(const cu_task *t) { return t->e.task->kind == SW_TASK_FORWARD && sw_op_attrs_relu(t->e.attrs); }
+/* the fused relu of a forward task, also when it runs again (a recompute) */
+static int relu_here(const cu_task *t) {
+    int kind = t->e.task->kind;
+    return (kind == SW_TASK_FORWARD || kind == SW_TASK_RECOMPUTE) && sw_op_attrs_relu(t->e.attrs);
+}
 
 /* dy through the fused ReLU of a conv2d / linear (into scratch), or dy itself. */
 static sw_status dz_of(const cu_task *t, const sw_backward_reads *r, sw_view *dz) {

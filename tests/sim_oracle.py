@@ -8,7 +8,8 @@ dependencies, reads and writes) and the memory plan's reuse edges ``sw.memory_pl
 * durations: compute tasks share their worker's roofline forward time (``Problem.worker_times``,
   the per-worker term of t_c) x1 forward and x2 backward, or a profile's measured forward /
   backward split, in proportion to their FLOPs (each the forward's, a bias's gradient one per
-  element of the output gradient it sums); bookkeeping tasks their memory traffic, or a profile's fixed + per-element
+  element of the output gradient it sums); a recompute its forward task's time, outside the
+  sharing (it runs the forward again); bookkeeping tasks their memory traffic, or a profile's fixed + per-element
   seconds; transfers bytes over the route's (or the profile's copy) bandwidth;
 * order, as the runtime keeps it: each device's tasks in program order (one stream each), every
   task after its dependencies and after the reuse edges into it;
@@ -72,7 +73,7 @@ def task_durations(tg, costs=None) -> list[float]:
     devices = plan.devices.devices
     problem = make_problem(graph, plan.devices, plan.options)
     shares: dict[tuple[str, int, bool], float] = {}
-    weights = [_flop_weight(tg, t) if t.kind in COMPUTE_KINDS else 0.0 for t in tg.tasks]
+    weights = [_flop_weight(tg, t) if t.kind in COMPUTE_KINDS or t.kind == "recompute" else 0.0 for t in tg.tasks]
     for t, weight in zip(tg.tasks, weights):
         if t.kind in COMPUTE_KINDS:
             key = (t.op, t.worker, t.phase == "forward")
@@ -84,8 +85,8 @@ def task_durations(tg, costs=None) -> list[float]:
     for t in tg.tasks:
         membw = devices[t.device].mem_bandwidth
         transfer = t.kind == "copy" and t.src_device != t.device
-        if t.kind in COMPUTE_KINDS:
-            forward = t.phase == "forward"
+        if t.kind in COMPUTE_KINDS or t.kind == "recompute":
+            forward = t.phase == "forward" or t.kind == "recompute"
             share = weights[t.id] / shares[(t.op, t.worker, forward)]
             measured = _measured_split(plan, costs, t.op)
             if measured is not None:
@@ -222,17 +223,18 @@ def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: l
     return start
 
 
-def replay(plan, costs=None, reuse_edges=None, order=None, rank=None, ranks=None, rank_link=(0.0, 0.0)) -> Replay:
+def replay(plan, costs=None, reuse_edges=None, order=None, rank=None, ranks=None, rank_link=(0.0, 0.0),
+           recompute=None) -> Replay:
     """One iteration of ``plan`` as the runtime runs it.  ``reuse_edges``: (from, to) pairs
     (default: the memory plan's, ``sw.memory_plan(plan).reuse_edges``; () to leave them out).
     ``order`` (what each task runs after) and ``rank`` (per task, the key of its place in every
     line: (-priority, id) under a schedule) replace the one-stream order and program order.
     ``ranks``: the rank of each device (None: one process); ``rank_link``: (bytes/s, seconds
-    per message) of a copy between ranks."""
-    tg = sw.lower(plan)
+    per message) of a copy between ranks.  ``recompute``: as ``sw.lower`` takes it."""
+    tg = sw.lower(plan, recompute=recompute)
     devices = plan.devices
     if reuse_edges is None:
-        reuse_edges = sw.memory_plan(plan).reuse_edges
+        reuse_edges = sw.memory_plan(tg).reuse_edges
     threads = threads_of(devices)
     durations = task_durations(tg, costs)
     route_bw = devices.route_bandwidths()

@@ -23,7 +23,11 @@ static sw_status zero_writes(const sw_task_env *e) {
     return SW_OK;
 }
 
-static int relu_here(const sw_task_env *e) { return e->task->kind == SW_TASK_FORWARD && sw_op_attrs_relu(e->attrs); }
+/* the fused relu of a forward task, also when it runs again (a recompute) */
+static int relu_here(const sw_task_env *e) {
+    int kind = e->task->kind;
+    return (kind == SW_TASK_FORWARD || kind == SW_TASK_RECOMPUTE) && sw_op_attrs_relu(e->attrs);
+}
 
 /* ------------------------------------------------------------------ input, parameter */
 static sw_status input_none(const sw_task_env *e) {

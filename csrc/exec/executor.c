@@ -311,7 +311,7 @@ static sw_status new_from_plan(const sw_problem *p, const sw_plan *plan, const s
     sw_lowering *l = NULL;
     sw_status s = check_attrs(p, attrs, backend);   /* before the lowering, as the runtime always checked them */
     if (s == SW_OK) {
-        s = sw_lowering_new(p, plan, streams, swap, &l);
+        s = sw_lowering_new(p, plan, streams, swap, NULL, &l);
     }
     if (s != SW_OK) {
         backend->i->destroy(backend);

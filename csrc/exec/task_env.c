@@ -145,7 +145,7 @@ static const char *const KIND_NAMES[SW_TASK_NKINDS] = {
     [SW_TASK_UPDATE] = "update", [SW_TASK_FORWARD_PARTIAL] = "forward_partial",
     [SW_TASK_SUM_PARTIALS] = "sum_partials", [SW_TASK_ACTIVATION_GRAD] = "activation_grad",
     [SW_TASK_ZERO_GRAD] = "zero_grad", [SW_TASK_SWAP_OUT] = "swap_out", [SW_TASK_SWAP_IN] = "swap_in",
-    [SW_TASK_SEND] = "send", [SW_TASK_RECV] = "recv",
+    [SW_TASK_SEND] = "send", [SW_TASK_RECV] = "recv", [SW_TASK_RECOMPUTE] = "recompute",
 };
 
 /* The runner of a task kind; NULL for join (nothing to do) and unknown kinds. */
@@ -168,6 +168,7 @@ static sw_task_runner runner_of(const sw_task_runners *r, int kind) {
     case SW_TASK_BN_APPLY: return r->bn_apply;
     case SW_TASK_BN_BACKWARD_STATS: return r->bn_backward_stats;
     case SW_TASK_FORWARD:
+    case SW_TASK_RECOMPUTE:   /* the forward kernel again, on the same inputs (graph/recompute.c) */
     case SW_TASK_FORWARD_PARTIAL:
     case SW_TASK_LOSS: return r->forward;
     case SW_TASK_BACKWARD_DATA: return r->backward_data;

@@ -74,7 +74,20 @@ static sw_status copy_streams(const sw_streams *st, sw_lowering *l) {
     return SW_OK;
 }
 
-/* Rewrite l->g by the swap spec (swap.c) and take its streams and task origins. */
+/* Rewrite l->g by the recompute spec (recompute.c) and take its task origins. */
+static sw_status apply_recompute(const sw_recompute_spec *recompute, sw_lowering *l) {
+    sw_task_graph rg;
+    int32_t *origin = NULL, n = 0;
+    SW_TRY(sw_recompute_apply(&l->g, l->nops, recompute, &rg, &origin, &n));
+    sw_task_graph_free(&l->g);
+    l->g = rg;
+    l->origin = origin;
+    l->recomputed = n;
+    return SW_OK;
+}
+
+/* Rewrite l->g (the lowering, or its recompute rewrite) by the swap spec (swap.c) and take its
+ * streams and task origins. */
 static sw_status apply_swap(const sw_swap_spec *swap, sw_lowering *l) {
     sw_task_graph sg;
     sw_swap_streams swapped = {0};
@@ -84,9 +97,14 @@ static sw_status apply_swap(const sw_swap_spec *swap, sw_lowering *l) {
     l->swapped = 1;
     sw_streams view = sw_swap_streams_view(&swapped);
     sw_status s = copy_streams(&view, l);
-    if (s == SW_OK) {
-        l->origin = copy_of(swapped.origin, (size_t)swapped.ntasks, sizeof *l->origin);
-        s = l->origin ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for the swapped tasks' origins");
+    if (s == SW_OK) {   /* each task's id in the lowering: through the recompute rewrite, if any */
+        int32_t *origin = copy_of(swapped.origin, (size_t)swapped.ntasks, sizeof *origin);
+        s = origin ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for the swapped tasks' origins");
+        for (int32_t t = 0; s == SW_OK && l->origin && t < swapped.ntasks; t++) {
+            origin[t] = origin[t] < 0 ? origin[t] : l->origin[origin[t]];
+        }
+        free(l->origin);
+        l->origin = origin;
     }
     sw_swap_streams_free(&swapped);
     return s;
@@ -99,6 +117,10 @@ sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams) {
     }
     if (l->swapped) {
         return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
+    }
+    if (l->recomputed) {
+        return SW_FAIL(SW_ERR_VALUE, "a graph with recompute tasks runs on one compute stream per device so far, "
+                       "not a schedule's");
     }
     SW_TRY(sw_streams_check(&l->g, l->ndev, streams));
     sw_lowering old = *l;   /* the previous copies, freed once the new ones are in */
@@ -124,11 +146,14 @@ sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams) {
 }
 
 sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
-                          const sw_swap_spec *swap, sw_lowering **out) {
+                          const sw_swap_spec *swap, const sw_recompute_spec *recompute, sw_lowering **out) {
     *out = NULL;
-    int swapping = swap && swap->n > 0;
+    int swapping = swap && swap->n > 0, recomputing = recompute && recompute->n > 0;
     if (swapping && streams) {
         return SW_FAIL(SW_ERR_VALUE, "a swap plan runs on one compute stream per device, not a schedule's");
+    }
+    if (recomputing && streams) {
+        return SW_FAIL(SW_ERR_VALUE, "recomputation runs on one compute stream per device so far, not a schedule's");
     }
     sw_lowering *l = calloc(1, sizeof *l);
     if (!l) {
@@ -148,6 +173,9 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_str
         if (s == SW_OK) {
             s = copy_streams(streams, l);
         }
+    }
+    if (s == SW_OK && recomputing) {   /* first: a swap plan with it was made on the recomputed graph */
+        s = apply_recompute(recompute, l);
     }
     if (s == SW_OK && swapping) {
         s = apply_swap(swap, l);
@@ -234,7 +262,7 @@ sw_status sw_lowering_split_ranks(sw_lowering *l, int nranks, const int32_t *ran
     if (s == SW_OK && l->has_streams) {
         s = split_streams(l, &ng, origin);
     }
-    if (s == SW_OK && l->origin) {   /* swapped: each task's id in the lowering, through the split */
+    if (s == SW_OK && l->origin) {   /* swapped or recomputed: each task's id in the lowering, through the split */
         for (int32_t t = 0; t < ng.ntasks; t++) {
             origin[t] = l->origin[origin[t]];
         }

@@ -20,7 +20,7 @@ struct sw_lowering {
     sw_task_graph g;            /* the graph that runs: the lowering, or swap.c's rewrite of it */
     int ndev, nops;
     int optimizer_state;        /* the problem's when it was lowered (state buffers per parameter slice) */
-    int32_t base_ntasks;        /* tasks of the lowering before any swap rewrite (the swap spec's ids) */
+    int32_t base_ntasks;        /* tasks of the plain lowering, before any recompute or swap rewrite */
     int32_t base_nbuffers;
     /* the plan, copied: nops configurations, their devices, op kinds */
     sw_config *cfg;
@@ -32,8 +32,10 @@ struct sw_lowering {
     int has_streams;
     int32_t nstreams;
     int32_t *stream, *stream_device, *stream_priority;   /* g.ntasks, nstreams, nstreams */
-    int32_t *origin;            /* swapped: g.ntasks, the lowering's id of each task (-1: swap task); else NULL */
+    int32_t *origin;            /* swapped or recomputed: g.ntasks, the lowering's id of each task (-1: a swap or
+                                   recompute task); else NULL */
     int swapped;                /* g holds swap tasks (a swap spec with n > 0 was applied) */
+    int32_t recomputed;         /* feature maps g recomputes (recompute.c's rewrite; 0: none) */
     /* split over processes (sw_lowering_split_ranks): nranks > 0, rank[ndev] each device's rank, and
      * g's copies between two ranks replaced by send and recv halves; nranks 0: one process */
     int nranks;
@@ -41,14 +43,17 @@ struct sw_lowering {
 };
 
 /* Lower `plan` once (sw_lower) and annotate the graph: with `streams` (a schedule's for this
- * plan's graph, checked and copied; NULL: one per device) or with `swap` (rewritten by
- * sw_swap_apply, its tasks on the swap streams; NULL or n == 0: none).  Not both: a swap plan
- * runs on one compute stream per device (SW_ERR_VALUE).  *out belongs to the caller. */
+ * plan's graph, checked and copied; NULL: one per device), with `recompute` (rewritten by
+ * sw_recompute_apply, one stream per device; NULL or n == 0: none) and with `swap` (rewritten
+ * by sw_swap_apply after the recompute rewrite, whose graph its ids then refer to; its tasks on
+ * the swap streams; NULL or n == 0: none).  Streams go with neither: swap and recompute plans run
+ * on one compute stream per device (SW_ERR_VALUE).  *out belongs to the caller. */
 sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
-                          const sw_swap_spec *swap, sw_lowering **out);
+                          const sw_swap_spec *swap, const sw_recompute_spec *recompute, sw_lowering **out);
 /* sw_lowering_free, sw_lower_count: shardwise.h. */
 /* Put l's tasks on `streams` (checked and copied; NULL: one per device), e.g. a schedule made on l
- * itself, without lowering again.  SW_ERR_VALUE on a swapped graph (its streams are the swap's). */
+ * itself, without lowering again.  SW_ERR_VALUE on a swapped graph (its streams are the swap's) and
+ * on a recomputed one (one stream per device so far). */
 sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams);
 /* Split l's graph over `nranks` processes, rank[d] (ndev entries, each in [0, nranks)) the rank that
  * runs device d (graph/ranks.c): copies between two ranks become send and recv halves, each on a

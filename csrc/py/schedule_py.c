@@ -83,6 +83,11 @@ static PyObject *schedule_on(const sw_problem *p, const sw_lowering *l, PyArrayO
                         "schedule the plan's graph without it");
         return NULL;
     }
+    if (l->recomputed) {
+        PyErr_SetString(PyExc_ValueError, "a task graph with recompute tasks runs on one compute stream per device so "
+                        "far: schedule the plan's graph without recomputation");
+        return NULL;
+    }
     const double *sp = split ? PyArray_DATA(split) : NULL;
     sw_schedule s = {0};
     sw_status st;

@@ -1,6 +1,6 @@
 /* taskgraph_py.c -- the Python TaskGraph type: a plan lowered once, the handle every pass takes.
  *
- *   tg = _core.TaskGraph(problem, kinds, degrees, dev_ptr, devices, streams=None, swap=None)
+ *   tg = _core.TaskGraph(problem, kinds, degrees, dev_ptr, devices, streams=None, swap=None, recompute=None)
  *   tg.arrays()                      # tasks and buffers, as Problem.lower returns them
  *   tg.set_streams(streams)          # a schedule made on tg itself, without lowering again
  *   tg.memory_plan(align, check)     # memplan_py.c      tg.task_order(iterations, check)
@@ -9,7 +9,8 @@
  *   _core.lowerings()                # how many times the core has lowered a plan in this process
  *
  * The plan arrives as lower_py.c's four arrays; streams as a schedule's (stream, stream_device,
- * stream_priority) int32 arrays, swap as a swap plan's (buffer, out_at, in_at): the graph is
+ * stream_priority) int32 arrays, swap as a swap plan's (buffer, out_at, in_at), recompute as the
+ * int32 ids of the ops whose feature maps are recomputed (graph/recompute.c): the graph is
  * lowered once (csrc/graph/lowering.c), and a swap plan rewrites it there, so every pass reads
  * the same graph with the annotations made for it.  The object keeps its Problem; a pass on a
  * TaskGraph whose Problem was re-initialised or had its options changed since is a
@@ -55,7 +56,22 @@ void sw_py_tg_leave(TaskGraphObject *self) {
 
 int sw_py_lower_args(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
                      PyObject *streams, PyObject *swap, sw_lowering **out) {
+    return sw_py_lower_args_recompute(self, kinds, degrees, dev_ptr, devs, streams, swap, Py_None, out);
+}
+
+int sw_py_lower_args_recompute(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr,
+                               PyObject *devs, PyObject *streams, PyObject *swap, PyObject *recompute,
+                               sw_lowering **out) {
     *out = NULL;
+    PyArrayObject *recompute_ops = NULL;
+    sw_recompute_spec rspec = {0, NULL};
+    if (recompute != Py_None) {   /* op ids whose feature maps are recomputed */
+        recompute_ops = sw_py_array(recompute, NPY_INT32, 1, "recompute");
+        if (!recompute_ops) {
+            return -1;
+        }
+        rspec = (sw_recompute_spec){(int32_t)PyArray_DIM(recompute_ops, 0), PyArray_DATA(recompute_ops)};
+    }
     plan_args a;
     PyArrayObject *stream_arrays[3] = {NULL, NULL, NULL}, *swap_arrays[3] = {NULL, NULL, NULL};
     sw_streams view;
@@ -70,7 +86,7 @@ int sw_py_lower_args(ProblemObject *self, PyObject *kinds, PyObject *degrees, Py
     }
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = sw_lowering_new(self->p, &a.plan, st, &spec, out);
+    s = sw_lowering_new(self->p, &a.plan, st, &spec, &rspec, out);
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         sw_py_raise(s);
@@ -82,15 +98,17 @@ done:
     for (int i = 0; i < 3; i++) {
         Py_XDECREF(swap_arrays[i]);
     }
+    Py_XDECREF(recompute_ops);
     sw_py_plan_args_free(&a);
     return rc;
 }
 
 /* ------------------------------------------------------------------ the type */
 static PyObject *TaskGraph_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "streams", "swap", NULL};
-    PyObject *prob, *k, *dg, *ptr, *dv, *streams = Py_None, *swap = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OO", kwlist, &prob, &k, &dg, &ptr, &dv, &streams, &swap)) {
+    static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "streams", "swap", "recompute", NULL};
+    PyObject *prob, *k, *dg, *ptr, *dv, *streams = Py_None, *swap = Py_None, *recompute = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOO", kwlist, &prob, &k, &dg, &ptr, &dv, &streams, &swap,
+                                     &recompute)) {
         return NULL;
     }
     if (!PyObject_TypeCheck(prob, problem_type_)) {
@@ -111,7 +129,7 @@ static PyObject *TaskGraph_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     problem->readers++;
     sw_lowering *l = NULL;
     TaskGraphObject *self = NULL;
-    if (sw_py_lower_args(problem, k, dg, ptr, dv, streams, swap, &l) == 0) {
+    if (sw_py_lower_args_recompute(problem, k, dg, ptr, dv, streams, swap, recompute, &l) == 0) {
         self = (TaskGraphObject *)type->tp_alloc(type, 0);
         if (self) {
             self->problem = (ProblemObject *)Py_NewRef(prob);
@@ -232,6 +250,7 @@ static PyObject *TaskGraph_get_int(TaskGraphObject *self, void *closure) {
     case 3: return PyLong_FromLong(l->nops);
     case 4: return PyLong_FromLong(l->optimizer_state);
     case 5: return PyBool_FromLong(l->swapped);
+    case 7: return PyLong_FromLong(l->recomputed);
     default: return PyBool_FromLong(l->has_streams);
     }
 }
@@ -251,7 +270,8 @@ static PyObject *TaskGraph_get_streams(TaskGraphObject *self, void *Py_UNUSED(cl
                          sw_py_contiguous(l->stream_priority, l->nstreams, NPY_INT32));
 }
 
-/* Per task of a swapped graph, its id in the lowering (-1: a swap task); None without a swap plan. */
+/* Per task of a swapped or recomputed graph, its id in the lowering (-1: a swap or recompute task);
+ * None without either. */
 static PyObject *TaskGraph_get_origin(TaskGraphObject *self, void *Py_UNUSED(closure)) {
     if (!self->l) {
         PyErr_SetString(PyExc_RuntimeError, "TaskGraph is not initialized");
@@ -284,9 +304,12 @@ static PyGetSetDef TaskGraph_getset[] = {
      (void *)5},
     {"has_streams", (getter)TaskGraph_get_int, NULL, "the tasks run on given streams (a schedule's, a swap plan's)",
      (void *)6},
+    {"recomputed", (getter)TaskGraph_get_int, NULL, "feature maps recomputed in the backward pass (recompute tasks)",
+     (void *)7},
     {"streams", (getter)TaskGraph_get_streams, NULL,
      "(stream, stream_device, stream_priority) int32 arrays, or None: one stream per device", NULL},
-    {"origin", (getter)TaskGraph_get_origin, NULL, "swapped graphs: each task's id in the lowering (-1: swap task)",
+    {"origin", (getter)TaskGraph_get_origin, NULL,
+     "swapped or recomputed graphs: each task's id in the lowering (-1: a swap or recompute task)",
      NULL},
     {"problem", (getter)TaskGraph_get_problem, NULL, "the Problem it was lowered from", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -321,7 +344,8 @@ static PyTypeObject TaskGraphType = {
     .tp_name = "shardwise._core.TaskGraph",
     .tp_basicsize = sizeof(TaskGraphObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "TaskGraph(problem, kinds, degrees, dev_ptr, devices, streams=None, swap=None): a plan lowered once, "
+    .tp_doc = "TaskGraph(problem, kinds, degrees, dev_ptr, devices, streams=None, swap=None, recompute=None): a plan "
+              "lowered once, "
               "with its streams or swap rewrite; every pass and the Runtime take it.",
     .tp_new = TaskGraph_new,
     .tp_dealloc = (destructor)TaskGraph_dealloc,

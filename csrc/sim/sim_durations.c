@@ -3,7 +3,9 @@
  * The model (tests/sim_oracle.py computes it independently, in Python):
  *
  *   compute tasks   (forward, forward_partial, loss, bn_stats, bn_apply: the forward phase;
- *                   backward_data, backward_weight, bn_backward_stats: backward)
+ *                   backward_data, backward_weight, bn_backward_stats: backward; a recompute
+ *                   runs in the backward phase but costs what its forward task costs, and is
+ *                   not counted in the sharing: graph/recompute.c)
  *                   the worker's forward roofline time (sw_worker_time, the
  *                   per-worker term of t_c), x1 forward and x2 backward, shared
  *                   among that worker's compute tasks of the phase by their FLOPs:
@@ -31,7 +33,8 @@
 #include "internal.h"
 
 static int is_compute(int kind) {
-    return kind == SW_TASK_FORWARD || kind == SW_TASK_LOSS || kind == SW_TASK_BACKWARD_DATA ||
+    return kind == SW_TASK_FORWARD || kind == SW_TASK_RECOMPUTE || kind == SW_TASK_LOSS ||
+           kind == SW_TASK_BACKWARD_DATA ||
            kind == SW_TASK_BACKWARD_WEIGHT || kind == SW_TASK_BN_STATS || kind == SW_TASK_BN_APPLY ||
            kind == SW_TASK_BN_BACKWARD_STATS || kind == SW_TASK_FORWARD_PARTIAL;
 }
@@ -107,14 +110,14 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
     worker_times(p, plan, wbase, fwd);
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
-        if (is_compute(t->kind)) {
+        if (is_compute(t->kind) && t->kind != SW_TASK_RECOMPUTE) {   /* a recompute repeats its forward's share */
             share[2 * (wbase[t->op] + t->worker) + (t->phase != SW_PHASE_FORWARD)] += compute_weight(p, plan, t);
         }
     }
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
         if (is_compute(t->kind)) {
-            int backward = t->phase != SW_PHASE_FORWARD;
+            int backward = t->phase != SW_PHASE_FORWARD && t->kind != SW_TASK_RECOMPUTE;
             double part = compute_weight(p, plan, t) / share[2 * (wbase[t->op] + t->worker) + backward];
             const double *split = m && m->split ? &m->split[2 * t->op] : NULL;
             if (split && !isnan(split[0])) {

@@ -62,6 +62,8 @@ __all__ += ["FrontPlan", "PlanDoesNotFitError"]
 from shardwise.iteration.swap import SwapEntry, SwapPlan, parse_budget, swap_plan
 
 __all__ += ["SwapEntry", "SwapPlan", "parse_budget", "swap_plan"]
+from shardwise.iteration.recompute_plan import RecomputePlan, recompute_plan
+__all__ += ["RecomputePlan", "recompute_plan"]
 from shardwise.planning.tune import Candidate, TuneResult, adapted_lr, tune_minibatch
 
 __all__ += ["Candidate", "TuneResult", "adapted_lr", "tune_minibatch"]

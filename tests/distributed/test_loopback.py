@@ -349,3 +349,22 @@ def test_the_default_schedule_is_critical_path_across_processes_fifo_in_one():
     comms = loopback_comms(2)
     got = in_threads(2, lambda r: sw.Trainer(g, plan, comm=comms[r]).schedule)
     assert all(s is not None and s.policy == "critical_path" for s in got), got
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_recomputation_across_ranks_trains_bitwise_as_one_process_keeping_everything(n, monkeypatch):
+    """Recompute tasks in a graph split over ranks (each rank runs its devices' recomputes): the
+    weights and losses are bitwise those of one process keeping every feature map."""
+    monkeypatch.setenv("SHARDWISE_COMM_TIMEOUT", "300")
+    g = sw.models.lenet5(batch=8)
+    plan = random_plan(g, sw.DeviceGraph.cpu(4), np.random.default_rng(n))
+    kw = dict(optimizer=_optimizer("sgd"), seed=3, recompute="all")
+    assert sw.lower(plan, recompute="all", ranks=n).counts()["recompute"] > 0
+    x, y = _batches(g, 3, 5)
+    comms = loopback_comms(n)
+    ranks = in_threads(n, lambda r: _train(r, comms, g, plan, dict(kw, optimizer=_optimizer("sgd")), x, y, 1))
+    ref = sw.Trainer(g, plan, optimizer=_optimizer("sgd"), seed=3)
+    want = [ref.step(x[i], y[i]) for i in range(3)]
+    for r, (losses, _, weights, _, steps) in enumerate(ranks):
+        assert losses == want and steps == 3, r
+        _same_weights(weights, ref.get_weights(), f"rank {r}")

@@ -6,6 +6,7 @@
     tg.bytes_moved()              # equals plan.bytes_moved (same regions, same sync model)
     tg.memory_per_device()        # the sum of every buffer's bytes per device
     tg = sw.lower(plan, schedule="critical_path")   # or a Schedule; swap=sw.swap_plan(plan, budget)
+    tg = sw.lower(plan, recompute="all")            # or a set of op names: feature maps recomputed
     sw.memory_plan(tg), sw.simulate(tg), sw.schedule(tg), sw.swap_plan(tg, budget)   # no lowering again
 
 csrc/graph/lower.c is the only lowering, and a plan is lowered once: ``lower`` builds one
@@ -52,6 +53,11 @@ synchronization and update
     its own parameters with its own state buffers, so no parameters are sent back;
     a gradient with fewer than k rows in every dimension uses the parameter server.
 
+recomputation (csrc/graph/recompute.c, only with ``lower(plan, recompute=...)``)
+    ``recompute`` runs a forward task again (its op's forward kernel on the same inputs) right
+    before the first backward task reading its feature map, into a new buffer of the map's kind,
+    which the backward tasks read instead; the map itself ends after its last forward use.
+
 swapping (csrc/graph/swap.c, only in a swap plan's graph: :func:`shardwise.swap_plan`)
     ``swap_out`` copies an offloaded feature map into a ``host`` buffer (the device's host
     region, apart from its arena) on the device's swap-out stream; ``swap_in`` copies it back
@@ -76,6 +82,7 @@ from shardwise import _core
 from shardwise.errors import ConfigError
 from shardwise.ops.box import Box, volume
 from shardwise.graph import Graph
+from shardwise.iteration.recompute import recompute_ops
 from shardwise.plan import Plan, reduction_pair
 
 BYTES_PER_ELEMENT = 4  # the executor: float32 activations, gradients, parameters (batchnorm statistics: float64);
@@ -116,7 +123,8 @@ class Task:
     kind: str           # load_input, copy, join, forward, loss, bn_stats, stats_reduce, bn_apply,
                         # bn_backward_stats, backward_data, accumulate, backward_weight, reduce, update,
                         # forward_partial, sum_partials, activation_grad, zero_grad, swap_out, swap_in,
-                        # send, recv (a copy between two ranks' devices, split: lower(plan, ranks=...))
+                        # send, recv (a copy between two ranks' devices, split: lower(plan, ranks=...)),
+                        # recompute (a forward task run again in the backward phase: lower(plan, recompute=...))
     device: int
     phase: str          # forward, backward, sync, update
     op: str
@@ -150,6 +158,7 @@ class TaskGraph:
     schedule: Any = field(default=None, repr=False)      # the Schedule whose streams the tasks run on, or None
     swap: Any = field(default=None, repr=False)          # the SwapPlan applied to it, or None
     ranks: list[int] | None = None                       # split over processes: each device's rank, else None
+    recomputed: tuple[str, ...] = ()                     # ops whose feature maps it recomputes (graph order)
 
     def bytes_moved(self) -> int:
         """Bytes crossing between devices per iteration (a message between ranks counted once), as
@@ -221,14 +230,17 @@ def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
     return lowered(plan, optimizer_state).arrays()
 
 
-def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any = None) -> "_core.TaskGraph":
+def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any = None,
+            recompute: Any = None) -> "_core.TaskGraph":
     """``plan`` lowered once by the C core: the ``_core.TaskGraph`` handle alone, without the
     Python records (``streams``: a schedule's (stream, stream_device, stream_priority) arrays;
-    ``swap``: a swap plan's (buffer, out_at, in_at) arrays).  The plan's problem is built once
-    and kept on the plan (:func:`shardwise.planning.problem.plan_problem`)."""
+    ``swap``: a swap plan's (buffer, out_at, in_at) arrays; ``recompute``: int32 ids of the ops
+    whose feature maps are recomputed).  The plan's problem is built once and kept on the plan
+    (:func:`shardwise.planning.problem.plan_problem`)."""
     from shardwise.planning.problem import plan_problem
 
-    return _core.TaskGraph(plan_problem(plan, optimizer_state), *plan_arrays(plan), streams=streams, swap=swap)
+    return _core.TaskGraph(plan_problem(plan, optimizer_state), *plan_arrays(plan), streams=streams, swap=swap,
+                           recompute=recompute)
 
 
 def handle_of(tg: "TaskGraph", plan: Any = None) -> "_core.TaskGraph":
@@ -265,7 +277,7 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
 
 
 def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any = None,
-          costs: Any = None, ranks: "int | list[int] | None" = None) -> TaskGraph:
+          costs: Any = None, ranks: "int | list[int] | None" = None, recompute: Any = None) -> TaskGraph:
     """The task graph of one training iteration of ``plan`` (its synchronization as its cost model
     says: parameter server or ring all-reduce), built by the C lowering, once.
     ``optimizer_state``: the optimizer's state buffers per parameter slice (kind ``momentum``;
@@ -280,12 +292,30 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     result's ``handle`` is what :func:`shardwise.memory_plan`, :func:`shardwise.simulate`,
     :func:`shardwise.schedule`, :func:`shardwise.swap_plan` and the Trainer take.
 
+    ``recompute``: None (keep every feature map for the backward pass), "all", or a set of op
+    names: those ops' feature maps are dropped after their last forward use and recomputed by
+    ``recompute`` tasks right before the backward pass reads them (docs/memory.md,
+    "Recomputation"); ``tg.recomputed`` names the ops that got one (batch norms, losses and split
+    reductions are kept).  One compute stream per device so far.  With ``swap``, the
+    recomputation the swap plan was made on (its ``recompute``) unless given, and then it must be
+    the same.
+
     ``ranks``: split the graph over processes (docs/distributed.md): an int k puts the devices in
     k contiguous blocks (:func:`shardwise.distributed.ranks.rank_of_device`), a list gives each
     device's rank.  Every copy between two ranks' devices becomes a ``send`` task on the source
     device and a ``recv`` task right after it on the destination; everything else is unchanged.
     None (the default): one process."""
     rank = _ranks(plan, ranks)
+    chosen = recompute_ops(plan, recompute)
+    if swap is not None:   # the recomputation the swap plan was made on, applied first
+        made_on = recompute_ops(plan, getattr(swap, "recompute", ()) or None)
+        if chosen is not None and (made_on is None or set(chosen.tolist()) != set(made_on.tolist())):
+            raise ConfigError(f"the swap plan was made on a graph recomputing {list(swap.recompute)}, not the "
+                              f"recomputation asked for here: its buffers and tasks are another graph's (lower "
+                              "with the swap plan's recomputation: recompute=None)")
+        chosen = made_on
+    if chosen is not None and schedule not in (None, "fifo"):
+        raise ConfigError("recomputation runs on one compute stream per device so far: lower it with schedule='fifo'")
     if swap is not None:
         if not (callable(getattr(swap, "spec", None)) and callable(getattr(swap, "check", None))):
             raise TypeError(f"swap must be a SwapPlan (sw.swap_plan(plan, budget)) or None, got {type(swap).__name__}")
@@ -300,7 +330,7 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
         raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULE_PASSES))} or a Schedule "
                           f"(sw.schedule(plan)), got {schedule!r}")
     handle = lowered(plan, optimizer_state, streams=given.stream_arrays() if given is not None else None,
-                     swap=swap.spec() if swap is not None else None)
+                     swap=swap.spec() if swap is not None else None, recompute=chosen)
     make = SCHEDULE_PASSES.get(schedule) if isinstance(schedule, str) else None
     if make is not None:   # made on this graph, then its streams put on it: no lowering again
         given = make(plan, handle, schedule, costs)
@@ -309,6 +339,9 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
         handle.split_ranks(np.asarray(rank, np.int32))
     tg = _view(plan, handle, optimizer_state, given, swap)
     tg.ranks = rank
+    if handle.recomputed:
+        index = {op.name: op.index for op in plan.graph.ops}
+        tg.recomputed = tuple(sorted({t.op for t in tg.tasks if t.kind == "recompute"}, key=index.__getitem__))
     return tg
 
 

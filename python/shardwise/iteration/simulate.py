@@ -60,6 +60,7 @@ import numpy as np
 from shardwise import _core
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays  # plan_arrays: tests, benchmarks
+from shardwise.iteration.recompute import recompute_ops
 from shardwise.plan import Plan
 from shardwise.iteration.schedule import as_schedule
 from shardwise.iteration.sim_costs import (_cost_arrays, _Machine, _machine, _measured, describe_costs, device_fill,
@@ -317,7 +318,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         handle = tg.handle
     else:   # lowered once for both replays below
         handle = lowered(plan, state or 1, streams=sched.stream_arrays() if sched is not None else None,
-                         swap=swap.spec() if swap is not None else None)
+                         swap=swap.spec() if swap is not None else None,
+                         recompute=recompute_ops(plan, swap.recompute or None) if swap is not None else None)
     m = _machine(devices, handle)
     if swap is not None:
         extra.update(host_bw=host_bandwidths(plan), host_res=m.nres)

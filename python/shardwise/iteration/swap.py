@@ -98,6 +98,8 @@ class SwapPlan:
     optimizer_state: int = 1
     pinned_budget: dict[int, int] | None = None
     kept_for_pinned: int = 0          # feature maps kept on a device because the pinned budget ran out
+    recompute: tuple[str, ...] = ()   # ops whose maps the graph it was planned on recomputes (sw.lower(plan,
+                                      # recompute=...)): lowered with the same recomputation, before the swaps
     arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _key: tuple = field(default=(), repr=False)
 
@@ -162,8 +164,8 @@ def simulated_stall(sp: SwapPlan, costs: Any = None, unswapped: TaskGraph | None
     from shardwise.iteration.simulate import simulate
 
     plan = sp.plan
-    plain = simulate(unswapped if unswapped is not None else lower(plan, sp.optimizer_state),
-                     check_memory=False, costs=costs)
+    plain = simulate(unswapped if unswapped is not None else
+                     lower(plan, sp.optimizer_state, recompute=sp.recompute or None), check_memory=False, costs=costs)
     swapped = simulate(plan, check_memory=False, costs=costs, swap=sp)
     ndev = len(plan.devices)
     before, after = _finish_per_device(plain, ndev), _finish_per_device(swapped, ndev)
@@ -201,7 +203,10 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
     ``costs``: the computation model, as :func:`shardwise.iteration.simulate` takes it (the plan's own by
     default).  ``optimizer_state``: the optimizer's state buffers per parameter (1 SGD, 2 Adam),
     as the trainer will lower the plan.  ``check``: prove the swapped graph's memory plan safe
-    from the task graph alone (csrc/mem/memplan_check.c; slower).
+    from the task graph alone (csrc/mem/memplan_check.c; slower).  ``plan`` may be a task graph
+    lowered with a recomputation (``sw.lower(plan, recompute=...)``): the maps it still keeps
+    are the candidates, and the swap plan carries that recomputation (``recompute``), which every
+    lowering with the swap plan applies first (keep, recompute or swap per feature map).
 
     Raises ValueError naming the device, the task and its bytes when a budget is below the
     largest single task's working set (its buffers with the device's parameters and optimizer
@@ -214,6 +219,7 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
             raise ValueError("this task graph is split over ranks: plan swapping on sw.lower(plan) without ranks")
         given = plan
         handle, optimizer_state, plan = handle_of(plan), plan.optimizer_state, plan.plan
+    recomputed = given.recomputed if given is not None else ()
     if not isinstance(plan, Plan):
         raise TypeError(f"swap_plan needs a Plan, got {type(plan).__name__}")
     if isinstance(optimizer_state, bool) or optimizer_state not in (1, 2):
@@ -267,7 +273,7 @@ def swap_plan(plan: Plan, budget: Any, pinned_budget: Any = None, costs: Any = N
         min_peak={d: int(r["min_peak"][d]) for d in range(ndev)}, iteration_time=0.0, swapped_iteration_time=0.0,
         entries=entries, optimizer_state=optimizer_state,
         pinned_budget=None if pinned_budget is None else dict(enumerate(pinned)),
-        kept_for_pinned=int(r["pinned_overflow"]), arrays=r, _key=_plan_key(plan))
+        kept_for_pinned=int(r["pinned_overflow"]), arrays=r, _key=_plan_key(plan), recompute=recomputed)
     # the stall users see is the simulator's (r["stall"], the planner's own estimate, only steered the choice)
     unswapped_graph = given if given is not None else _view(plan, handle, optimizer_state, None, None)
     sp.stall_time, sp.iteration_time, sp.swapped_iteration_time = simulated_stall(sp, costs, unswapped_graph)

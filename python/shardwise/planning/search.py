@@ -98,7 +98,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
            progress: bool | str | Progress = "auto", refine: str | None = None, refine_steps: int = 200,
            refine_seed: int = 0, time_limit: float | None = None, objective: str | None = None,
            memory: bool | float | str = True, pareto: bool = False,
-           precision: str | None = None) -> Plan | list[search_memory.FrontPlan]:
+           precision: str | None = None, recompute: bool = False) -> Plan | list[search_memory.FrontPlan]:
     """Find the fastest strategy: by default the one with the fastest simulated iteration
     among the Eq. 1 optimum, the baselines and their combinations; with ``objective="eq1"``
     the exact optimum of Eq. 1 of "Exploring Hidden Dimensions in Parallelizing
@@ -163,6 +163,15 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     convolutions; :mod:`shardwise.planning.precision`, docs/cost-model.md); the same as
     ``options=CostOptions(precision=...)``.  Execution stays float32.
 
+    ``recompute=True``: when the Eq. 1 optimum does not fit, recomputation may make it (or one of
+    the two cheapest baselines) fit: :func:`shardwise.recompute_plan` chooses which feature maps
+    to recompute in the backward pass, greedily (bytes kept per recompute second; not an
+    optimum).  That plan is returned instead of the constrained optimum when nothing fits without
+    recomputation or when its Eq. 1 time plus the simulated time of its recomputes is less;
+    ``search_stats["memory"]["recompute"]`` then names the ops, the method (greedy), the added
+    seconds and the arenas, the simulated objective and ``refine`` do not move it, and
+    ``sw.Trainer(graph, plan)`` trains with that recomputation.
+
     ``pareto=True``: instead of one plan, the time / peak-memory Pareto front: a list of
     :class:`~shardwise.planning.search_memory.FrontPlan` (``plan``, ``time`` (Eq. 1 s), ``peak_bytes``
     (the largest arena), ``memory`` (its MemoryPlan)), fastest first, each needing less memory
@@ -192,6 +201,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     options = options or CostOptions(sync=sync, precision=precision or "fp32")
     if not isinstance(pareto, bool):
         raise ConfigError(f"pareto must be True or False, got {pareto!r}")
+    if not isinstance(recompute, bool) or (recompute and pareto):
+        raise ConfigError(f"recompute must be True or False (and not with pareto=True), got {recompute!r}")
     mem_limit = search_memory.budgets(devices, memory)
     check_progress(progress)
     report = ProgressReport("search", progress)
@@ -287,11 +298,14 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
                 costs=costs)
     if mem_limit is not None or pareto:
         t = time.perf_counter()
-        plan = _fit_memory(plan, problem, graph, devices, options, costs, mem_limit, limit, scale, pareto)
+        plan = _fit_memory(plan, problem, graph, devices, options, costs, mem_limit, limit, scale, pareto,
+                           recompute)
         stage("memory: check the plan's memory plan" if not plan.search_stats.get("memory", {}).get("solves")
               else "memory-constrained search", t)
         if pareto:
             return plan.search_stats.pop("front")
+        if plan.search_stats["memory"].get("recompute"):   # the plan its recomputation was chosen for, as it is
+            return plan
     if objective == "simulate":
         t = time.perf_counter()
         plan = objective_module.choose(plan, costs, report, fits=fits)
@@ -316,10 +330,38 @@ def _plan_of(problem, graph: Graph, devices: DeviceGraph, options: CostOptions, 
     return Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats), costs=costs)
 
 
+RECOMPUTE_BASELINES = 2   # baselines tried with recomputation after the Eq. 1 optimum (each: a few lowerings)
+
+
+def _recompute_to_fit(plan: Plan, graph: Graph, devices: DeviceGraph, options: CostOptions, costs,
+                      limit: np.ndarray) -> Plan | None:
+    """The first of the Eq. 1 optimum and the RECOMPUTE_BASELINES cheapest baselines that fits
+    ``limit`` with recomputation (sw.recompute_plan, a greedy), with its choice in
+    ``search_stats["memory"]["recompute"]``; None when none does."""
+    from shardwise.iteration.recompute_plan import recompute_plan
+
+    budget = {d: int(b) for d, b in enumerate(limit)}
+    others = sorted(baselines(graph, devices, options), key=lambda p: p.cost)[:RECOMPUTE_BASELINES]
+    for candidate in [plan] + others:
+        candidate.costs = costs
+        rp = recompute_plan(candidate, budget, costs=costs)
+        if rp.fits:
+            candidate.search_stats = dict(plan.search_stats, searched_cost=candidate.cost)
+            candidate.search_stats["memory"] = {
+                "exact": False, "constrained": False, "least_budget": float(limit.min()),
+                "recompute": {"plan": candidate.name, "ops": list(rp.ops), "method": rp.method,
+                              "added_seconds": rp.added_time, "evaluations": rp.evaluations,
+                              "peak_bytes": rp.peak_bytes, "unrecomputed_peak": rp.unrecomputed_peak}}
+            return candidate
+    return None
+
+
 def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options: CostOptions, costs, limit,
-                max_evaluations: float, scale: bool, pareto: bool) -> Plan:
+                max_evaluations: float, scale: bool, pareto: bool, recompute: bool = False) -> Plan:
     """The Eq. 1 optimum if its memory plan fits ``limit``, else the optimum under the memory
-    constraint (search_memory); with ``pareto``, the front in ``search_stats["front"]``."""
+    constraint (search_memory), or with ``recompute`` a plan that fits with recomputation
+    (_recompute_to_fit) where none fits without or where its Eq. 1 time plus the simulated
+    recomputes' is less; with ``pareto``, the front in ``search_stats["front"]``."""
     if limit is not None and search_memory.fits(plan, limit) and not pareto:
         plan.search_stats["memory"] = {"exact": True, "constrained": False, "least_budget": float(limit.min())}
         return plan
@@ -336,9 +378,20 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
 
     starts = [c for c in (_choice_of(problem, graph, b) for b in baselines(graph, devices, options)) if c]
     if limit is not None and not search_memory.fits(plan, limit):
-        found = search_memory.fitting(tables, limit, to_plan, max_evaluations, starts=starts)
+        recomputed = _recompute_to_fit(plan, graph, devices, options, costs, limit) if recompute else None
+        try:
+            found = search_memory.fitting(tables, limit, to_plan, max_evaluations, starts=starts)
+        except SearchError:   # footprints fit, memory plans do not: recomputation may still
+            if recomputed is None:
+                raise
+            found = None
         if found is None:
+            if recomputed is not None:
+                return recomputed
             raise search_memory.does_not_fit(devices, tables, limit, max_evaluations, "", starts)
+        if recomputed is not None and \
+                recomputed.cost + recomputed.search_stats["memory"]["recompute"]["added_seconds"] < found[0].cost:
+            return recomputed
         plan, info = found
         plan.search_stats["memory"] = dict(info, constrained=True)
         plan.search_stats["searched_cost"] = plan.cost

@@ -384,7 +384,7 @@ def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_ev
     msg = (f"no plan fits in memory{where}: the plan closest to fitting needs {format_bytes(a[d])} on device {d} "
            f"({name}), which has {format_bytes(limit[d])}{budget_note}, counting only parameters, optimizer state "
            f"and the activations kept for the backward pass{why}.  Swap activations to host memory "
-           f"(sw.swap_plan), use more devices or a smaller minibatch, or pass memory=False to plan anyway")
+           f"(sw.swap_plan), recompute them (sw.search(..., recompute=True)), use more devices or a smaller minibatch, or pass memory=False to plan anyway")
     return PlanDoesNotFitError(msg, d, int(a[d]), int(limit[d]))
 
 
@@ -428,7 +428,7 @@ def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: fl
     raise SearchError(f"the memory-constrained search found plans whose footprint fits but not one whose memory "
                       f"plan fits (after {TIGHTEN_ROUNDS} rounds of lowering the budgets by the gradients' bytes); "
                       f"the best lower bound of the optimum is {first.lower_bound:.6g} s.  Swap activations "
-                      f"(sw.swap_plan), or pass memory=False")
+                      f"(sw.swap_plan), recompute them (sw.search(..., recompute=True)), or pass memory=False")
 
 
 def front(tables: Tables, limit: np.ndarray | None, start: Any, to_plan: Any, max_evaluations: float,

@@ -95,7 +95,8 @@ class Trainer:
 
     def __init__(self, graph: Graph, plan: Plan, optimizer: Optimizer | None = None, backend: str = "cpu",
                  seed: int = 0, schedule: "str | Schedule" = "auto", workspace_mb: int | None = None,
-                 swap: "SwapPlan | None" = None, steps_in_flight: int = 1, comm: Any = None) -> None:
+                 swap: "SwapPlan | None" = None, steps_in_flight: int = 1, comm: Any = None,
+                 recompute: Any = None) -> None:
         """``optimizer``: :class:`~shardwise.train.optim.SGD` (the default, lr 0.01),
         :class:`~shardwise.train.optim.Adam` or :class:`~shardwise.train.optim.AdamW`.  Its kind fixes the
         optimizer state every parameter slice keeps (one buffer for SGD, two for Adam), so the
@@ -108,6 +109,13 @@ class Trainer:
         its feature maps go to a host region of their own and back on each device's swap-out and
         swap-in streams, real copies, and each device's arena is the swap plan's, within its budget;
         the numerics are those of training without it (CPU backend, fifo schedule).
+        ``recompute``: None, "all" or a set of op names (:func:`shardwise.lower`'s ``recompute``):
+        those ops' feature maps are dropped after their forward use and recomputed right before
+        the backward pass reads them (docs/memory.md, "Recomputation"), or a RecomputePlan
+        (``sw.recompute_plan(plan, budget)``); None: the recomputation ``sw.search(...,
+        recompute=True)`` chose for this plan, if any.  The weights are bitwise those of training
+        without it (one step at a time, fifo schedule, CPU backend).  With ``swap``: None takes the
+        swap plan's own recomputation (a swap plan made on ``sw.lower(plan, recompute=...)``).
         ``steps_in_flight`` (1 .. 8): :meth:`fit` runs that many consecutive steps in one launch
         with no barrier between them: layer j of a step's forward starts as soon as layer j's
         update of the step before is done, while the rest of that step still runs.  Weights and
@@ -161,9 +169,11 @@ class Trainer:
         self.batch = inputs[0].shape[0]
         self.loss_ops = losses
         nstate = self.optimizer.state_buffers
+        if swap is None and getattr(recompute, "swap", None) is not None:   # recompute_plan(..., swap=True)
+            swap, recompute = recompute.swap, None   # the swap plan carries the recomputation
         if isinstance(schedule, str) and schedule == "auto":   # critical_path for one rank of several
             schedule = "critical_path" if comm is not None and comm.size > 1 and swap is None and \
-                backend == "cpu" else "fifo"
+                recompute is None and backend == "cpu" else "fifo"
         if swap is not None:
             from shardwise.iteration.swap import SwapPlan
 
@@ -184,6 +194,11 @@ class Trainer:
         if steps_in_flight > 1 and (backend != "cpu" or swap is not None):
             raise ConfigError("steps in flight (steps_in_flight > 1) run on the CPU backend without a swap plan so "
                               "far; use steps_in_flight=1")
+        if recompute is None and swap is None:   # a plan searched with recompute=True: the recomputation it fits with
+            recompute = (plan.search_stats or {}).get("memory", {}).get("recompute", {}).get("ops") or None
+        if recompute is not None and (steps_in_flight > 1 or schedule != "fifo" or backend != "cpu"):
+            raise ConfigError("recomputation trains one step at a time (steps_in_flight=1), with the fifo "
+                              "schedule, on the CPU backend so far")
         self.steps_in_flight = steps_in_flight
         self._pipelined = False          # the runtime records its steps back to back at the first fit
         if comm is not None:
@@ -206,7 +221,8 @@ class Trainer:
                               "got None")
         # the plan lowered once: the schedule is made on this graph, the swap plan applied to it, and
         # the runtime (and memory_plan below) take its C handle
-        self.task_graph = lower(plan, optimizer_state=nstate, schedule=schedule, swap=swap, ranks=ranks)
+        self.task_graph = lower(plan, optimizer_state=nstate, schedule=schedule, swap=swap, ranks=ranks,
+                                recompute=recompute)
         self.schedule = self.task_graph.schedule   # None: fifo
         if ranks is not None:   # every rank runs the same thing, or none goes on
             from shardwise.distributed.startup import check_same_job, task_graph_digest

@@ -1,0 +1,269 @@
+/* recompute.c -- recomputing feature maps in the backward pass: recompute tasks as ordinary tasks.
+ *
+ * A pass over a lowered task graph, the same shape as swap.c's.  For every recomputed buffer A
+ * (device d, written by forward task F, first read after the forward phase by task B):
+ *
+ *   A'          = a new buffer like A (kind, op, box, worker): the recomputed copy
+ *   recompute   = F's task record with kind SW_TASK_RECOMPUTE, reading F's reads and writing A',
+ *                 inserted right before B (or before the recompute of a map that reads A, if that
+ *                 comes first: the recompute of A's consumer reads A'); depends on F's dependencies
+ *                 and on the recomputes of its inputs
+ *   every touch of A after its last forward touch (reads by construction) reads A' instead and
+ *   depends on the recompute.
+ *
+ * Recomputes of one insertion point go in forward order (a producer's before its consumer's).
+ * A's lifetime in program order now ends at its last forward touch, A' lives from the recompute to
+ * A's last backward read, and F's non-recomputed inputs live until the recompute reads them:
+ * the memory plan (memplan.c) sees exactly that.  The runtime runs a recompute with the forward
+ * kernel of its op (the same worker, box and step, so dropout draws the same mask: csrc/cpu/dropout.c
+ * draws it from (seed, step, element)), and the simulator times it as its forward task.
+ * Buffer ids of the original graph keep their meaning; tasks are renumbered (origin[] maps them back).
+ */
+#include <stdlib.h>  /* calloc, malloc, free, qsort */
+#include <string.h>  /* memset */
+
+#include "core/sort_keys.h"
+#include "swap_internal.h"   /* sw_touches, sw_swap_candidate: the touches of each buffer */
+
+#define NONE (-1)
+
+/* Is any touch of buffer r by a task in (after, before) a write? */
+static int written_between(const sw_touches *tl, int32_t r, int32_t after, int32_t before) {
+    for (int32_t k = tl->ptr[r]; k < tl->ptr[r + 1] && tl->ids[k] != NONE; k++) {
+        if (tl->ids[k] > after && tl->ids[k] < before && tl->writes[k]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Can buffer b be recomputed (recompute.h)?  *span gets its uses. */
+static int candidate(const sw_task_graph *g, const sw_touches *tl, int32_t b, const char *host_read,
+                     sw_swap_span *span) {
+    if (g->buffers[b].kind != SW_BUF_ACTIVATION || !sw_swap_candidate(g, tl, b, host_read, span)) {
+        return 0;
+    }
+    int32_t f = span->last_write;
+    const int32_t *w, *r;
+    if (g->tasks[f].kind != SW_TASK_FORWARD || sw_tg_writes(g, f, &w) != 1 || w[0] != b) {
+        return 0;
+    }
+    for (int32_t k = tl->ptr[b]; k < tl->ptr[b + 1] && tl->ids[k] != NONE; k++) {
+        if (tl->writes[k] && tl->ids[k] != f) {   /* written by another task too (a join, a sum) */
+            return 0;
+        }
+    }
+    int nr = sw_tg_reads(g, f, &r);
+    for (int k = 0; k < nr; k++) {
+        int kind = g->buffers[r[k]].kind;
+        if (kind == SW_BUF_STATS || kind == SW_BUF_RUNNING || written_between(tl, r[k], f, span->first_bwd)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+typedef struct {
+    const sw_task_graph *g;
+    sw_task_graph *out;
+    int32_t n;             /* buffers recomputed */
+    int32_t *buffer;       /* entry -> its buffer */
+    sw_swap_span *span;    /* entry -> its buffer's uses */
+    int32_t *entry;        /* original buffer -> entry, or NONE */
+    int32_t *task;         /* entry -> its recompute's new id */
+    int32_t *map;          /* original task -> new id */
+    int32_t nb0;           /* buffers of the original graph: A' of entry i is nb0 + i */
+    int32_t *io, *deps;    /* scratch */
+} rewrite;
+
+/* Buffer b as task t reads it: A' where b is recomputed and t comes after its forward use (a
+ * recompute, given t = its insertion point, or a backward task); adds the dependency. */
+static int32_t as_read(rewrite *R, int32_t b, int32_t t, int32_t *nd) {
+    int32_t i = R->entry[b];
+    if (i == NONE || t <= R->span[i].last_fwd) {
+        return b;
+    }
+    R->deps[(*nd)++] = R->task[i];
+    return R->nb0 + i;
+}
+
+static sw_status emit_recompute(rewrite *R, int32_t i, int32_t at) {
+    const sw_task_graph *g = R->g;
+    int32_t f = R->span[i].last_write, nd = 0, n = 0;
+    for (int32_t k = g->dep_ptr[f]; k < g->dep_ptr[f + 1]; k++) {
+        R->deps[nd++] = R->map[g->deps[k]];
+    }
+    const int32_t *r;
+    int nr = sw_tg_reads(g, f, &r);
+    for (int k = 0; k < nr; k++) {
+        R->io[n++] = as_read(R, r[k], at, &nd);
+    }
+    R->io[n++] = R->nb0 + i;
+    sw_task t = g->tasks[f];
+    t.kind = SW_TASK_RECOMPUTE;
+    t.phase = g->tasks[at < g->ntasks ? at : g->ntasks - 1].phase;
+    sw_task_io io = {R->io, nr, R->io + nr, 1};
+    return sw_tg_task(R->out, &t, R->deps, (int)nd, &io, &R->task[i]);
+}
+
+static sw_status emit_task(rewrite *R, int32_t t) {
+    const sw_task_graph *g = R->g;
+    int32_t nd = 0, n = 0;
+    for (int32_t k = g->dep_ptr[t]; k < g->dep_ptr[t + 1]; k++) {
+        R->deps[nd++] = R->map[g->deps[k]];
+    }
+    for (int32_t k = g->io_ptr[t]; k < g->io_ptr[t + 1]; k++) {
+        R->io[n++] = as_read(R, g->io[k], t, &nd);
+    }
+    int nreads = g->tasks[t].nreads;
+    sw_task_io io = {R->io, nreads, R->io + nreads, n - nreads};
+    return sw_tg_task(R->out, &g->tasks[t], R->deps, (int)nd, &io, &R->map[t]);
+}
+
+/* Choose the entries (the candidates of the chosen ops) and where each recompute goes: sorted
+ * (insertion point, forward task, entry) in ins. */
+static sw_status choose(rewrite *R, int nops, const sw_recompute_spec *spec, const sw_touches *tl,
+                        const char *host_read, sw_keyed *ins) {
+    const sw_task_graph *g = R->g;
+    char *chosen = calloc((size_t)nops + 1, 1);
+    if (!chosen) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory choosing what to recompute");
+    }
+    for (int32_t k = 0; k < spec->n; k++) {
+        if (spec->op[k] < 0 || spec->op[k] >= nops) {
+            free(chosen);
+            return SW_FAIL(SW_ERR_VALUE, "recompute entry %d: no op %d in a graph of %d ops", k, spec->op[k], nops);
+        }
+        chosen[spec->op[k]] = 1;
+    }
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        R->entry[b] = NONE;
+        sw_swap_span s;
+        if (g->buffers[b].op >= 0 && g->buffers[b].op < nops && chosen[g->buffers[b].op] &&
+            candidate(g, tl, b, host_read, &s)) {
+            R->entry[b] = R->n;
+            R->buffer[R->n] = b;
+            R->span[R->n] = s;
+            ins[R->n] = (sw_keyed){s.last_write, 0, R->n};
+            R->n++;
+        }
+    }
+    free(chosen);
+    qsort(ins, (size_t)R->n, sizeof *ins, sw_by_keys);   /* by forward task */
+    int64_t *at = malloc(sizeof *at * ((size_t)R->n + 1));
+    if (!at) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory choosing what to recompute");
+    }
+    for (int32_t i = 0; i < R->n; i++) {
+        at[i] = R->span[i].first_bwd;
+    }
+    /* a recompute reading a recomputed map pulls that map's recompute to its own point: consumers
+     * first (a consumer's forward task comes after its producer's), so each point is final when read */
+    for (int32_t a = R->n - 1; a >= 0; a--) {
+        int32_t i = ins[a].id;
+        const int32_t *r;
+        int nr = sw_tg_reads(g, R->span[i].last_write, &r);
+        for (int k = 0; k < nr; k++) {
+            int32_t j = R->entry[r[k]];
+            if (j != NONE && at[i] < at[j]) {
+                at[j] = at[i];
+            }
+        }
+    }
+    for (int32_t a = 0; a < R->n; a++) {
+        int32_t i = ins[a].id;
+        ins[a] = (sw_keyed){at[i], R->span[i].last_write, i};
+    }
+    free(at);
+    qsort(ins, (size_t)R->n, sizeof *ins, sw_by_keys);
+    return SW_OK;
+}
+
+sw_status sw_recompute_apply(const sw_task_graph *g, int nops, const sw_recompute_spec *spec, sw_task_graph *out,
+                             int32_t **origin_out, int32_t *nrecomputed) {
+    memset(out, 0, sizeof *out);
+    *origin_out = NULL;
+    *nrecomputed = 0;
+    if (spec->n < 0) {
+        return SW_FAIL(SW_ERR_VALUE, "a recompute spec needs >= 0 ops");
+    }
+    size_t nb = (size_t)g->nbuffers + 1;
+    sw_touches tl = {0};
+    char *host_read = NULL;
+    sw_keyed *ins = malloc(sizeof *ins * nb);
+    rewrite R = {.g = g, .out = out, .nb0 = g->nbuffers};
+    R.buffer = malloc(sizeof *R.buffer * nb);
+    R.span = malloc(sizeof *R.span * nb);
+    R.entry = malloc(sizeof *R.entry * nb);
+    R.task = malloc(sizeof *R.task * nb);
+    R.map = malloc(sizeof *R.map * ((size_t)g->ntasks + 1));
+    R.io = malloc(sizeof *R.io * ((size_t)g->nio + 1));
+    R.deps = malloc(sizeof *R.deps * ((size_t)g->ndeps + (size_t)g->nio + 1));
+    int32_t *origin = NULL;
+    sw_status s = SW_OK;
+    if (!ins || !R.buffer || !R.span || !R.entry || !R.task || !R.map || !R.io || !R.deps) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory recomputing feature maps");
+        goto done;
+    }
+    if ((s = sw_touches_build(g, &tl)) != SW_OK || (s = sw_tg_host_reads(g, &host_read)) != SW_OK ||
+        (s = choose(&R, nops, spec, &tl, host_read, ins)) != SW_OK) {
+        goto done;
+    }
+    /* the original buffers, then a recomputed copy per entry */
+    for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
+        int32_t id;
+        const sw_buffer *buf = &g->buffers[b];
+        s = sw_tg_buffer(out, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, &id);
+        if (s == SW_OK) {
+            out->buffers[id] = *buf;
+        }
+    }
+    for (int32_t i = 0; i < R.n && s == SW_OK; i++) {
+        const sw_buffer *buf = &g->buffers[R.buffer[i]];
+        int32_t id;
+        s = sw_tg_buffer(out, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, &id);
+        if (s == SW_OK) {
+            out->buffers[id] = *buf;
+        }
+    }
+    origin = malloc(sizeof *origin * ((size_t)g->ntasks + (size_t)R.n + 1));
+    if (s == SW_OK && !origin) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory recomputing %d feature maps", R.n);
+    }
+    int32_t next = 0;
+    for (int32_t t = 0; t < g->ntasks && s == SW_OK; t++) {
+        for (; next < R.n && ins[next].key == t && s == SW_OK; next++) {
+            s = emit_recompute(&R, ins[next].id, t);
+            if (s == SW_OK) {
+                origin[out->ntasks - 1] = NONE;
+            }
+        }
+        if (s == SW_OK) {
+            s = emit_task(&R, t);
+        }
+        if (s == SW_OK) {
+            origin[out->ntasks - 1] = t;
+        }
+    }
+    if (s == SW_OK) {
+        *origin_out = origin;
+        origin = NULL;
+        *nrecomputed = R.n;
+    }
+done:
+    sw_touches_free(&tl);
+    free(host_read);
+    free(ins);
+    free(R.buffer);
+    free(R.span);
+    free(R.entry);
+    free(R.task);
+    free(R.map);
+    free(R.io);
+    free(R.deps);
+    free(origin);
+    if (s != SW_OK) {
+        sw_task_graph_free(out);
+    }
+    return s;
+}

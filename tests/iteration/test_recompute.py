@@ -1,0 +1,222 @@
+"""Recomputation in the task graph (sw.lower(plan, recompute=...), csrc/graph/recompute.c): where
+the recompute tasks go, what the memory plan makes of the shorter lifetimes (figures computed by
+hand from tensor sizes), and what the simulator charges for them."""
+from __future__ import annotations
+
+import pytest
+
+import shardwise as sw
+from shardwise.errors import ConfigError, SearchError
+from shardwise.iteration.memory import memory_plan
+
+N, F, H, C = 256, 8, 32, 4   # a batch large enough that feature maps, not weights, set the peak
+MAP = N * H * 4               # bytes of one hidden feature map (float32)
+
+
+def chain():
+    """x (N, F) -> fc1 -> relu1 -> fc2 -> relu2 -> fc3 -> relu3 -> head (N, C) -> loss."""
+    g = sw.Graph("chain")
+    h = g.input("x", (N, F))
+    for i in (1, 2, 3):
+        h = g.relu(g.linear(h, H, name=f"fc{i}"), name=f"relu{i}")
+    g.softmax(g.linear(h, C, name="head"), name="loss")
+    return g
+
+
+@pytest.fixture(scope="module")
+def plan():
+    g = chain()
+    return sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {})
+
+
+PARAMS = 4 * (F * H + H + 2 * (H * H + H) + H * C + C)   # every weight and bias, bytes
+INPUTS = 4 * N * F                                       # x
+OUTPUTS = 2 * 4 * N * C                                   # logits and probabilities (read by the host: kept)
+HEAD_GRADS = 4 * (H * C + C)
+FC3_GRADS = 4 * (H * H + H)
+
+
+def test_kept_activations_drop_by_each_recomputed_map(plan):
+    """What is live when the backward pass starts: x, the six hidden maps, logits and probabilities;
+    each recomputed map is no longer among them."""
+    full = INPUTS + 6 * MAP + OUTPUTS
+    for chosen, dropped in ((None, 0), ({"relu1"}, 1), ({"relu1", "relu2"}, 2), ({"relu1", "relu2", "relu3"}, 3),
+                            ("all", 6)):
+        d = memory_plan(sw.lower(plan, recompute=chosen)).devices[0]
+        assert d.activations_kept == full - dropped * MAP, chosen
+
+
+def test_peak_drops_when_the_relus_are_recomputed(plan):
+    """Keeping everything, the most bytes are live at relu3's backward: parameters and SGD's
+    momentum, x, the six hidden maps, logits and probabilities, the gradients of relu3 and fc3's
+    output, and the head's weight gradients.  Recomputing the three relus (from the linear
+    outputs, which the backward keeps anyway), the most is at fc3's bias gradient: four maps
+    (fc1, fc2, fc3's outputs and relu2's recomputed map), two gradient maps, and the head's and
+    fc3's weight gradients."""
+    plain = memory_plan(sw.lower(plan)).devices[0]
+    assert plain.peak_bytes == 2 * PARAMS + INPUTS + OUTPUTS + 6 * MAP + 2 * MAP + HEAD_GRADS
+    tg = sw.lower(plan, recompute={"relu1", "relu2", "relu3"})
+    assert tg.recomputed == ("relu1", "relu2", "relu3")
+    mp = memory_plan(tg, check=True)
+    mp.validate()
+    d = mp.devices[0]
+    assert d.peak_bytes == 2 * PARAMS + INPUTS + OUTPUTS + 4 * MAP + 2 * MAP + HEAD_GRADS + FC3_GRADS
+    assert d.arena_bytes < plain.arena_bytes
+
+
+def test_recompute_tasks_replace_the_backward_reads(plan):
+    base = sw.lower(plan)
+    tg = sw.lower(plan, recompute={"relu2"})
+    assert tg.counts()["recompute"] == 1 and len(tg.tasks) == len(base.tasks) + 1
+    assert len(tg.buffers) == len(base.buffers) + 1
+    (rc,) = [t for t in tg.tasks if t.kind == "recompute"]
+    fwd = next(t for t in tg.tasks if t.kind == "forward" and t.op == "relu2")
+    assert rc.phase == "backward" and rc.reads == fwd.reads and rc.writes != fwd.writes
+    (kept,), (again,) = fwd.writes, rc.writes
+    assert tg.buffers[again].op == "relu2" and tg.buffers[again].kind == "activation"
+    # every task after the forward phase reads the recomputed copy, and the next task is the first
+    assert not [t for t in tg.tasks if t.phase != "forward" and kept in t.reads]
+    readers = [t for t in tg.tasks if again in t.reads]
+    assert readers and readers[0].id == rc.id + 1 and all(rc.id in t.deps for t in readers)
+    mp = memory_plan(tg)
+    assert tg.tasks[mp.lifetime(kept)[1]].phase == "forward"   # the kept map ends in the forward pass
+
+
+def test_a_recomputed_input_is_recomputed_first(plan):
+    """fc2 and relu2 recomputed: relu2's recompute reads fc2's recomputed map, so fc2's goes first,
+    right before it (a segment's forward re-run before its backward)."""
+    tg = sw.lower(plan, recompute={"fc2", "relu2"})
+    rcs = [t for t in tg.tasks if t.kind == "recompute"]
+    assert [t.op for t in rcs] == ["fc2", "relu2"] and rcs[1].id == rcs[0].id + 1
+    assert rcs[0].writes[0] in rcs[1].reads and rcs[0].id in rcs[1].deps
+
+
+def test_batchnorm_and_losses_are_kept():
+    g = sw.Graph("bn")
+    x = g.input("x", (8, 3, 6, 6))
+    h = g.relu(g.batchnorm2d(g.conv2d(x, 4, 3, padding=1, name="conv"), name="bn"), name="relu")
+    g.softmax(g.linear(g.flatten(h, name="flat"), 5, name="fc"), name="loss")
+    plan = sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {})
+    tg = sw.lower(plan, recompute="all")
+    assert "bn" not in tg.recomputed and "loss" not in tg.recomputed and "conv" in tg.recomputed
+    assert sw.lower(plan, recompute={"bn"}).recomputed == ()
+
+
+def test_simulator_charges_each_recompute_its_forward_time(plan):
+    plain = sw.simulate(sw.lower(plan), check_memory=False)
+    tg = sw.lower(plan, recompute={"fc2", "relu2", "relu3"})
+    r = sw.simulate(tg, check_memory=False)
+    forward = {e.op: e.end - e.start for e in plain.events if e.kind == "forward"}
+    extra = [e for e in r.events if e.kind == "recompute"]
+    assert sorted(e.op for e in extra) == ["fc2", "relu2", "relu3"]
+    for e in extra:
+        assert e.end - e.start == pytest.approx(forward[e.op], rel=1e-12) and forward[e.op] > 0
+    # one device running one task at a time: the iteration is longer by exactly the recomputes
+    assert r.iteration_time - plain.iteration_time == pytest.approx(sum(forward[e.op] for e in extra), rel=1e-9)
+
+
+def test_recompute_does_not_combine_with_a_schedule_or_swap_plan(plan):
+    with pytest.raises(ConfigError, match="one compute stream"):
+        sw.lower(plan, recompute="all", schedule="critical_path")
+    with pytest.raises(ConfigError, match="does not have"):
+        sw.lower(plan, recompute=["relu9"])
+    with pytest.raises(ConfigError, match="set of op names"):
+        sw.lower(plan, recompute=3)
+
+
+# ----------------------------------------------------------------------------- the greedy choice
+
+
+def test_recompute_plan_fits_a_budget_between_the_extremes(plan):
+    """A budget between the arena with the three relus recomputed and the full arena: the greedy
+    (relus first: their maps are as large as the linear outputs and cost less to recompute)
+    fits it with a recomputation, and the memory plan of that graph is what it reports."""
+    full = memory_plan(sw.lower(plan)).devices[0].arena_bytes
+    budget = full - MAP   # one feature map less than keeping everything
+    rp = sw.recompute_plan(plan, budget)
+    assert rp.fits and rp.ops and rp.unrecomputed_peak == {0: full}
+    assert rp.peak_bytes[0] <= budget
+    tg = sw.lower(plan, recompute=rp)
+    assert tg.recomputed == rp.ops
+    assert memory_plan(tg).devices[0].arena_bytes == rp.peak_bytes[0]
+    assert rp.added_time > 0 and "greedy" in rp.method
+
+
+def test_recompute_plan_keeps_everything_when_the_plan_fits(plan):
+    full = memory_plan(sw.lower(plan)).devices[0].arena_bytes
+    rp = sw.recompute_plan(plan, full)
+    assert rp.fits and rp.ops == () and rp.added_time == 0
+
+
+def test_recompute_plan_says_when_nothing_fits(plan):
+    rp = sw.recompute_plan(plan, 1024)
+    assert not rp.fits and rp.peak_bytes[0] > 1024
+
+
+def test_search_fits_with_recomputation_where_nothing_fits_without():
+    """One device, so every plan is the same one: under a budget only recomputation reaches, the
+    search without it finds none, and with it returns the plan and its recomputation, which
+    the Trainer then trains with."""
+    g = chain()
+    d = sw.DeviceGraph.cpu(1)
+    full = memory_plan(sw.Plan.from_dict(g, d, {})).devices[0].arena_bytes
+    budget = full - MAP
+    with pytest.raises((sw.PlanDoesNotFitError, SearchError)):
+        sw.search(g, d, memory=budget)
+    p = sw.search(g, d, memory=budget, recompute=True)
+    r = p.search_stats["memory"]["recompute"]
+    assert r["ops"] and "greedy" in r["method"] and r["peak_bytes"][0] <= budget
+    t = sw.Trainer(g, p)
+    assert t.task_graph.recomputed == tuple(r["ops"])
+    assert t.memory_plan.devices[0].arena_bytes <= budget
+
+
+@pytest.mark.parametrize("model,ndev", [("lenet5", 2), ("resnet18_small", 4), ("gpt_tiny", 4)])
+def test_the_simulator_equals_the_oracle_with_recompute_tasks(model, ndev):
+    """tests/sim_oracle.py replays the recomputed graph independently (a recompute timed as its
+    forward task, the memory plan's reuse edges of the recomputed graph)."""
+    import sim_oracle
+
+    g = sw.models.get(model, batch=8) if model != "gpt_tiny" else sw.models.gpt_tiny(batch=8)
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=ndev)
+    for plan in [sw.search(g, d, progress=False), sw.strategies.data_parallel(g, d)]:
+        tg = sw.lower(plan, recompute="all")
+        assert tg.counts()["recompute"] > 0
+        a = sw.simulate(tg, check_memory=False)
+        b = sim_oracle.replay(plan, recompute="all")
+        assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
+        assert [e.start for e in a.events] == pytest.approx(b.start, rel=1e-12, abs=1e-15)
+
+
+def test_the_core_refuses_bad_recompute_arrays(plan):
+    import numpy as np
+
+    from shardwise.iteration.lower import lowered
+
+    with pytest.raises(ValueError, match="no op 99"):
+        lowered(plan, recompute=np.array([99], np.int32))
+    with pytest.raises((TypeError, ValueError)):
+        lowered(plan, recompute=np.zeros((2, 2), np.int32))
+    assert lowered(plan, recompute=np.zeros(0, np.int32)).recomputed == 0
+
+
+@pytest.mark.parametrize("fraction", [0.95, 0.85])
+def test_search_with_recompute_takes_the_faster_of_the_two_ways_to_fit(fraction):
+    """A tiny GPT on 4 workers under a budget below the unconstrained optimum's arena: with
+    recompute=True the search returns a plan that fits (with its recomputation, if any), and
+    never one slower (Eq. 1 plus the recomputes' simulated time) than the constrained optimum."""
+    g = sw.models.gpt_tiny(batch=8)
+    d = sw.DeviceGraph.cpu(4)
+    budget = int(memory_plan(sw.search(g, d, memory=False, progress=False)).peak_bytes * fraction)
+    try:
+        constrained = sw.search(g, d, memory=budget, progress=False).cost
+    except (sw.PlanDoesNotFitError, SearchError):
+        constrained = float("inf")
+    p = sw.search(g, d, memory=budget, progress=False, recompute=True)
+    r = p.search_stats["memory"].get("recompute")
+    ops = r["ops"] if r else None
+    assert memory_plan(sw.lower(p, recompute=ops)).peak_bytes <= budget
+    if r:
+        assert p.cost + r["added_seconds"] <= constrained
+    else:
+        assert p.cost == constrained
