@@ -149,7 +149,7 @@ Measured = "float | tuple[float, float]"
 
 
 def extract(figure: Figure, output: str) -> Measured:
-    """The figure in the command's output, in the doc's unit: the regex's first group or the function's
+    """The figure in the command's output, in the doc's unit: the regex's group (figure.group) or the function's
     value (a number, or (low, high) for a range), times figure.scale."""
     if callable(figure.extract):
         value = figure.extract(output)
@@ -157,7 +157,8 @@ def extract(figure: Figure, output: str) -> Measured:
         m = re.search(figure.extract, output, re.MULTILINE)
         if not m:
             raise LookupError(f"pattern {figure.extract!r} not found in the output")
-        value = _number(m.group(1))
+        g = figure.group
+        value = (_number(m.group(g[0])), _number(m.group(g[1]))) if isinstance(g, tuple) else _number(m.group(g))
     if isinstance(value, tuple):
         return float(value[0]) * figure.scale, float(value[1]) * figure.scale
     return float(value) * figure.scale

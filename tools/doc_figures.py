@@ -22,6 +22,7 @@ prefer a cheap command; run ``python tools/check_docs.py --only "<a word of the 
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Callable, Union
@@ -45,6 +46,24 @@ class Figure:
     kind: str = "exact"            # "exact" or "timing"
     tolerance: float | None = None  # relative; exact figures without one: the doc's rounding
     scale: float = 1.0             # measured x scale = the doc's unit (ms -> s: 1e-3)
+    group: int | tuple[int, int] = 1   # the regex's group; two groups: a measured range (low, high)
+
+
+def figures(doc: str, quote: str, command: str, pattern: str, groups: tuple[int, ...] | None = None,
+            **kw) -> list[Figure]:
+    """One Figure per [[mark]] of quote (a table row, a list "a / b / c"), the i-th taking the regex's
+    group groups[i] (by default i + 1): the row's figures and the output's in one line each."""
+    marks = list(re.finditer(r"\[\[(.*?)\]\]", quote))
+    groups = groups or tuple(range(1, len(marks) + 1))
+    if len(groups) != len(marks):
+        raise ValueError(f"{quote!r}: {len(marks)} marks, {len(groups)} groups")
+    return [Figure(doc, _keep_mark(quote, i), command, pattern, group=group, **kw) for i, group in enumerate(groups)]
+
+
+def _keep_mark(quote: str, keep: int) -> str:
+    """quote with only its keep-th [[mark]] left (the others unmarked)."""
+    seen = itertools.count()
+    return re.sub(r"\[\[(.*?)\]\]", lambda m: m.group(0) if next(seen) == keep else m.group(1), quote)
 
 
 PY = "{python}"
@@ -194,4 +213,170 @@ FIGURES: list[Figure] = [
            _search_time("resnet50", 1024, 1), kind="timing", tolerance=0.5, scale=1e-3),
     Figure(R, "2.6 s and [[3.8]] s on 1,024", "search_time 64 1024",
            _search_time("inception_v3", 1024, 1), kind="timing", tolerance=0.5, scale=1e-3),
+]
+
+# ----- docs/paper-reproductions.md: python benchmarks/paper_tables.py (Eq. 1 and simulated: deterministic)
+
+P, PT = "docs/paper-reproductions.md", "paper_tables"
+_COSTS = r"\s+\d+ \|\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"      # transfer, compute, update, total
+
+
+def _cost_row(section: str, config: str) -> str:
+    return rf"(?s){section}.*?^{re.escape(config)}{_COSTS}"
+
+
+def _bytes_row(model: str) -> str:
+    """Section 4's row: data, model, owt, searched MB, data/srch, model/srch, owt/srch, min(d,m)/srch."""
+    return (rf"(?s)4\. ICML 2018 Figure 8.*?^{model}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x"
+            rf"\s+([\d.]+)x\s+([\d.]+)x\s+([\d.]+)x")
+
+
+def _throughput_row(model: str, gpus: int) -> str:
+    """Section 5's row: data, model, owt, searched under Eq. 1 (groups 1-4), simulated (5-8)."""
+    return rf"^{model}\s+{gpus} \|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) \|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)"
+
+
+def _scaling_row(model: str, kind: str) -> str:
+    """Section 5's gains: gain@16, gain max, scaling of data, model, owt, searched (groups 1-6)."""
+    return rf"^{model}\s+{kind}\s+([\d.]+)x\s+([\d.]+)x \|\s+([\d.]+)x\s+([\d.]+)x\s+([\d.]+)x\s+([\d.]+)x"
+
+
+def _gain_at_16(model: str, simulated: bool) -> Callable[[str], float]:
+    """searched / best other at 16 GPUs from the throughputs themselves (the table prints 2 decimals)."""
+    def gain(out: str) -> float:
+        m = re.search(_throughput_row(model, 16), out, re.MULTILINE)
+        data, mp, owt, searched = (float(m[i + (5 if simulated else 1)]) for i in range(4))
+        return searched / max(data, mp, owt)
+    return gain
+
+
+def _best_other_scaling(model: str, kind: str) -> Callable[[str], float]:
+    def scaling(out: str) -> float:
+        m = re.search(_scaling_row(model, kind), out, re.MULTILINE)
+        return max(float(m[3]), float(m[4]), float(m[5]))
+    return scaling
+
+
+def _model_vs_searched_bytes(out: str) -> tuple[float, float]:
+    return _span(float(re.search(_bytes_row(m), out, re.MULTILINE)[6]) for m in ("alexnet", "vgg16", "inception_v3"))
+
+
+_K80 = r"(?s)speedups \(time ratios\).*?"
+_K80_ROWS = {m: (rf"{_K80}^{m}\s+eq1\s+([\d.]+)x\s+([\d.]+)x\s+([\d.]+)x.*?\n{m}\s+sim\s+([\d.]+)x\s+([\d.]+)x\s+([\d.]+)x")
+             for m in ("alexnet", "vgg16", "inception_v3")}     # owt/image, srch/image, srch/owt: eq1 1-3, sim 4-6
+_K80_BYTES = {m: rf"^\s+{m}\s+data.*?image/owt\s+([\d.]+)x\s+owt/searched\s+([\d.]+)x" for m in _K80_ROWS}
+
+T2, T3 = r"1\. DeePa Table 2", r"2\. DeePa Table 3"
+FIGURES += [
+    Figure(P, "(about [[12]] s on a 2-core machine; `--quick` skips the", PT, r"^# ([\d.]+) s$",
+           kind="timing", tolerance=1.0),
+    # 1. DeePa Table 2
+    *figures(P, "| n=16 (image) | [[0]] / [[1.9]] / [[453.0]] / **[[454.9]]** |", PT, _cost_row(T2, "n=16")),
+    *figures(P, "| c=16 (OWT) | [[56.6]] / [[1.7]] / [[0]] / **[[58.3]]** |", PT, _cost_row(T2, "c=16")),
+    *figures(P, "| c=4 | [[14.2]] / [[6.6]] / [[0]] / **[[20.8]]** |", PT, _cost_row(T2, "c=4")),
+    *figures(P, "| c=2 | [[7.1]] / [[13.3]] / [[0]] / **[[20.3]]** |", PT, _cost_row(T2, "c=2")),
+    *figures(P, "| c=1 | [[3.5]] / [[26.5]] / [[0]] / **[[30.1]]** |", PT, _cost_row(T2, "c=1")),
+    *figures(P, "our model gives **[[134.4]] / [[33.6]] / [[16.8]] / [[8.4]]** ms of transfer and **[[1075.1]]** ms of update",
+             PT, r"with 4\.214 GB/s between K80s: n=16 [\d.]+ / ([\d.]+) .*?c=16 ([\d.]+) .*?c=4 ([\d.]+) .*?c=2 ([\d.]+)"
+                 r" .*?c=1 ([\d.]+) ", groups=(2, 3, 4, 5, 1)),
+    *figures(P, "our totals become [[1077.0]] / [[136.0]] / [[40.2]] / [[30.1]] / [[34.9]] ms", PT,
+             r"with 4\.214 GB/s between K80s: n=16 [\d.]+ / [\d.]+ / ([\d.]+), c=16 [\d.]+ / [\d.]+ / ([\d.]+), "
+             r"c=4 [\d.]+ / [\d.]+ / ([\d.]+), c=2 [\d.]+ / [\d.]+ / ([\d.]+), c=1 [\d.]+ / [\d.]+ / ([\d.]+) ms"),
+    # 2. DeePa Table 3
+    *figures(P, "| n=16 | [[0]] / [[61.0]] / [[85.0]] / **[[145.9]]** |", PT, _cost_row(T3, "n=16")),
+    *figures(P, "| n=8 | [[38.5]] / [[121.9]] / [[39.6]] / **[[200.1]]** |", PT, _cost_row(T3, "n=8")),
+    *figures(P, "| n=4 | [[38.5]] / [[243.8]] / [[17.0]] / **[[299.4]]** |", PT, _cost_row(T3, "n=4")),
+    *figures(P, "| h=2 w=2 | [[75.5]] / [[243.8]] / [[17.0]] / **[[336.3]]** |", PT, _cost_row(T3, "h=2 w=2")),
+    *figures(P, "| n=2 | [[38.5]] / [[487.7]] / [[5.7]] / **[[531.9]]** |", PT, _cost_row(T3, "n=2")),
+    # 3. ICML 2018 Table 5
+    Figure(P, "written for our graph, costs [[358.2]] ms against the searched 346.1", PT, r"^\s+paper Table 5\s+([\d.]+) ms"),
+    Figure(P, "costs 358.2 ms against the searched [[346.1]] (1.03x)", PT, r"^\s+searched\s+([\d.]+) ms"),
+    Figure(P, "against the searched 346.1 ([[1.03]]x)", PT, r"^\s+paper Table 5\s.*?([\d.]+)x the searched"),
+    Figure(P, "(1.03x), data [[489.6]], model 1712.4", PT, r"^\s+data\s+([\d.]+) ms/iter"),
+    Figure(P, "data 489.6, model [[1712.4]]", PT, r"^\s+model\s+([\d.]+) ms/iter"),
+    Figure(P, "OWT costs [[346.5]] ms here", PT, r"^\s+owt\s+([\d.]+) ms/iter"),
+    # 4. ICML 2018 Figure 8: bytes
+    *figures(P, "| AlexNet | [[7,332]] MB | [[17,102]] MB | [[1,269]] MB | [[405]] MB | [[18.1]]x | [[3.13]]x |", PT,
+             _bytes_row("alexnet"), groups=(1, 2, 3, 4, 8, 7)),
+    *figures(P, "| VGG-16 | [[16,603]] MB | [[555,313]] MB | [[3,713]] MB | [[2,000]] MB | [[8.3]]x | [[1.86]]x |", PT,
+             _bytes_row("vgg16"), groups=(1, 2, 3, 4, 8, 7)),
+    *figures(P, "| Inception-v3 | [[2,868]] MB | [[870,951]] MB | [[2,714]] MB | [[2,231]] MB | [[1.29]]x | [[1.22]]x |",
+             PT, _bytes_row("inception_v3"), groups=(1, 2, 3, 4, 8, 7)),
+    Figure(P, "it moves **[[1.29-18.1]]x** less (paper:", PT,
+           r"searched vs the better of data and model: ours ([\d.]+)-([\d.]+)x", group=(1, 2)),
+    Figure(P, "against OWT **[[1.22-3.13]]x** less (paper: 1.2-2.5x", PT, r"searched vs OWT:\s+ours ([\d.]+)-([\d.]+)x",
+           group=(1, 2)),
+    Figure(P, "OWT against the better of data and model moves [[1.06-5.8]]x less", PT,
+           r"OWT vs the better of data and model:\s+ours ([\d.]+)-([\d.]+)x", group=(1, 2)),
+    Figure(P, "our model parallelism moves [[42-390]]x more than the searched plan", PT, _model_vs_searched_bytes),
+    Figure(P, "that is [[871]] GB per step", PT, _bytes_row("inception_v3"), group=2, scale=1e-3),
+    # 5. ICML 2018 Figure 7: throughput on 1-16 P100s
+    Figure(P, "(AlexNet [[6,583]] vs 6,791 images/s at 4,", PT, _throughput_row("alexnet", 4), group=8),
+    Figure(P, "(AlexNet 6,583 vs [[6,791]] images/s at 4,", PT, _throughput_row("alexnet", 4), group=7),
+    Figure(P, "Inception-v3 [[1,262]] vs 1,319 at 8 and", PT, _throughput_row("inception_v3", 8), group=8),
+    Figure(P, "Inception-v3 1,262 vs [[1,319]] at 8 and", PT, _throughput_row("inception_v3", 8), group=7),
+    Figure(P, "at 8 and [[1,983]] vs 1,987 at 16", PT, _throughput_row("inception_v3", 16), group=8),
+    Figure(P, "at 8 and 1,983 vs [[1,987]] at 16", PT, _throughput_row("inception_v3", 16), group=7),
+    Figure(P, "at 8 AlexNet's is faster, [[9,101]] vs 8,853)", PT, _throughput_row("alexnet", 8), group=8),
+    Figure(P, "at 8 AlexNet's is faster, 9,101 vs [[8,853]])", PT, _throughput_row("alexnet", 8), group=7),
+    Figure(P, "ties with OWT for Inception-v3 ([[0.998]]x)", PT, _gain_at_16("inception_v3", simulated=True)),
+    *figures(P, "One P100 runs AlexNet at [[2,133]] images/s under Eq. 1 ([[1,919]] simulated), VGG-16 at 99 (98)", PT,
+             _throughput_row("alexnet", 1), groups=(4, 8)),
+    *figures(P, "VGG-16 at [[99]] ([[98]]), Inception-v3", PT, _throughput_row("vgg16", 1), groups=(4, 8)),
+    *figures(P, "Inception-v3 at [[223]] ([[216]]).", PT, _throughput_row("inception_v3", 1), groups=(4, 8)),
+]
+# section 5's table at 16 GPUs: four throughputs, the gain over the best other, the scaling of the
+# searched plan and of the best other
+for _model, _name, _kind, _row in (
+        ("alexnet", "AlexNet", "eq1", "[[918]] | [[400]] | [[4,706]] | [[9,890]] | 2.10x | 4.6x, 2.2x"),
+        ("alexnet", "AlexNet", "sim", "[[1,146]] | [[555]] | [[6,825]] | [[11,422]] | 1.67x | 6.0x, 3.6x"),
+        ("vgg16", "VGG-16", "eq1", "[[330]] | [[12]] | [[856]] | [[1,053]] | 1.23x | 10.6x, 8.7x"),
+        ("vgg16", "VGG-16", "sim", "[[377]] | [[19]] | [[1,039]] | [[1,180]] | 1.14x | 12.1x, 10.6x"),
+        ("inception_v3", "Inception-v3", "eq1", "[[1,438]] | [[8]] | [[1,486]] | [[1,592]] | 1.07x | 7.2x, 6.7x"),
+        ("inception_v3", "Inception-v3", "sim", "[[1,942]] | [[12]] | [[1,987]] | [[1,983]] | 0.998x | 9.2x, 9.2x")):
+    _head = f"| {_name}, {'Eq. 1' if _kind == 'eq1' else 'simulated'} | "
+    _plain = re.sub(r"\[\[(.*?)\]\]", r"\1", _row)
+    _cells = [c.strip() for c in _plain.split("|")]
+    _scal = [c.strip().rstrip("x") for c in _cells[5].split(",")]
+    FIGURES += figures(P, _head + _row, PT, _throughput_row(_model, 16),
+                       groups=(1, 2, 3, 4) if _kind == "eq1" else (5, 6, 7, 8))
+    FIGURES += [
+        Figure(P, _head + _plain.replace(f"| {_cells[4]} |", f"| [[{_cells[4].rstrip('x')}]]x |"), PT,
+               _gain_at_16(_model, simulated=_kind == "sim")),
+        Figure(P, _head + _plain.replace(f"| {_cells[5]}", f"| [[{_scal[0]}]]x, {_scal[1]}x"), PT,
+               _scaling_row(_model, _kind), group=6),
+        Figure(P, _head + _plain.replace(f"| {_cells[5]}", f"| {_scal[0]}x, [[{_scal[1]}]]x"), PT,
+               _best_other_scaling(_model, _kind)),
+    ]
+
+FIGURES += [
+    Figure(P, "simulated (6.0x / 12.1x / [[9.2]]x against 3.6x / 10.6x / 9.2x for the best other)", PT,
+           _scaling_row("inception_v3", "sim"), group=6),
+    Figure(P, "simulated (6.0x / 12.1x / 9.2x against [[3.6]]x / 10.6x / 9.2x for the best other)", PT,
+           _best_other_scaling("alexnet", "sim")),
+    Figure(P, "at 16 GPUs the searched plan is [[1.67]]x / 1.14x faster than the best other strategy", PT,
+           _gain_at_16("alexnet", simulated=True)),
+    Figure(P, "(AlexNet at 4: [[6,583]] vs 6,791 images/s; Inception-v3 at 8: 1,262 vs 1,319)", PT,
+           _throughput_row("alexnet", 4), group=8),
+    Figure(P, "(AlexNet at 4: 6,583 vs 6,791 images/s; Inception-v3 at 8: [[1,262]] vs 1,319)", PT,
+           _throughput_row("inception_v3", 8), group=8),
+    # 6. DeePa Figures 7 and 8 on 16 K80s
+    *figures(P, "| AlexNet | [[4.81]]x | [[6.56]]x | [[8.46]]x | [[6.07]]x |", PT, _K80_ROWS["alexnet"], groups=(1, 4, 2, 5)),
+    *figures(P, "| VGG-16 | [[2.21]]x | [[1.97]]x | [[2.53]]x | [[1.94]]x |", PT, _K80_ROWS["vgg16"], groups=(1, 4, 2, 5)),
+    *figures(P, "| Inception-v3 | [[1.03]]x | [[1.03]]x | [[1.04]]x | [[1.01]]x |", PT, _K80_ROWS["inception_v3"],
+             groups=(1, 4, 2, 5)),
+    *[f for i, m in enumerate(_K80_ROWS) for f in figures(
+        P, "Bytes: OWT moves " + "x / ".join(f"[[{v}]]" if j == i else v for j, v in enumerate(("5.78", "4.47", "1.06")))
+        + "x less than image parallelism", PT, _K80_BYTES[m])],
+    *[f for i, m in enumerate(_K80_ROWS) for f in figures(
+        P, "plan " + "x / ".join(f"[[{v}]]" if j == i else v for j, v in enumerate(("3.15", "1.86", "1.22")))
+        + "x less than OWT (paper: 1.2-2.7x", PT, _K80_BYTES[m], groups=(2,))],
+    Figure(P, "OWT on its K80 machine, ours [[3.15]]x there)", PT, _K80_BYTES["alexnet"], group=2),
+    Figure(P, "simulated too (Inception-v3 [[1.03]]x against the paper's 1.07x)", PT, _K80_ROWS["inception_v3"], group=4),
+    Figure(P, "under Eq. 1 for all three (AlexNet [[1.76]]x; the paper 2.3x)", PT, _K80_ROWS["alexnet"], group=3),
+    Figure(P, "(OWT's simulated gain [[6.56]]x / 1.97x against 1.4x / 1.2x", PT, _K80_ROWS["alexnet"], group=4),
+    Figure(P, "(OWT's simulated gain 6.56x / [[1.97]]x against 1.4x / 1.2x", PT, _K80_ROWS["vgg16"], group=4),
+    *[f for i, m in enumerate(_K80_ROWS) for f in figures(
+        P, "slightly slower than OWT (" + "x / ".join(f"[[{v}]]" if j == i else v for j, v in enumerate(("0.92", "0.99", "0.99")))
+        + "x)", PT, _K80_ROWS[m], groups=(6,))],
 ]
