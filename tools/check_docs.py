@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from doc_figures import COMMANDS, FIGURES, Command, Figure  # noqa: E402
 
 _MARK = re.compile(r"\[\[(.*?)\]\]")
-_NUMBER = r"-?\d[\d,]*(?:\.\d+)?"
-_RANGE = re.compile(rf"^\s*({_NUMBER})\s*[%x]?\s*(?:-|to|–)\s*({_NUMBER})\s*$")   # "1.2-3", "96.9% to 99.1"
+_NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?"
+_RANGE = re.compile(rf"^\s*({_NUMBER})\s*[%x]?\s*(?:-|to|–|\.\.)\s*({_NUMBER})\s*$")   # "1.2-3", "96.9% to 99.1", "-2.3..+0.6"
 
 
 # ----- the doc side: where a quote is, and the figure it marks ------------------------------------
@@ -225,7 +225,7 @@ def _fmt(v) -> str:
     if v is None:
         return "-"
     if isinstance(v, tuple):
-        return f"{v[0]:.4g}-{v[1]:.4g}"
+        return f"{v[0]:.4g}..{v[1]:.4g}"
     return f"{v:.6g}"
 
 

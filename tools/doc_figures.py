@@ -81,6 +81,8 @@ COMMANDS: dict[str, Command] = {
                                      "--profile-repeats", "3", "--steps", "8"), cheap=False, timeout_s=3600),
     "search_space seeds 0 1": Command(("bash", "-c", "\"$0\" benchmarks/search_space.py --seed 0 && "
                                        "\"$0\" benchmarks/search_space.py --seed 1", PY), cheap=False, timeout_s=1800),
+    "simulate_ranks mpiexec 2": Command(("bash", "-c", "exec \"$(dirname \"$0\")/mpiexec\" -n 2 \"$0\" "
+                                         "benchmarks/simulate_ranks.py", PY), cheap=False, timeout_s=900),
     "search_time 64 1024": Command((PY, "benchmarks/search_time.py", "--models", "resnet50,inception_v3",
                                     "--devices", "64,1024"), cheap=False, timeout_s=900),
 }
@@ -118,6 +120,21 @@ def throughput_vs_torch(out: str) -> tuple[float, float]:
 def runtime_share(out: str) -> tuple[float, float]:
     """The runtime's own time in a step, data-parallel rows: the span."""
     return _span(float(m["rt"]) for m in _rows(out, _THROUGHPUT) if m["plan"] == "data")
+
+
+_CALIBRATION = (r"^(?P<model>lenet5|alexnet_small|resnet18_small)\s+(?P<w>\d+)\s+(?:data|searched)\s+[\d.]+\s+[\d.]+"
+                r"\s+(?P<err>[-+][\d.]+)%(?P<trials>(?:\s+[-+]\d+%)+)")
+
+
+def calibration_span(model: str) -> Callable[[str], tuple[float, float]]:
+    """The span of one model's errors (median simulated against median measured), every worker count."""
+    return lambda out: _span(float(m["err"]) for m in _rows(out, _CALIBRATION) if m["model"] == model)
+
+
+def calibration_trials(model: str, workers: str) -> Callable[[str], tuple[float, float]]:
+    """The span of the single trials' errors of one model and worker count."""
+    return lambda out: _span(float(t) for m in _rows(out, _CALIBRATION) if m["model"] == model and m["w"] == workers
+                             for t in re.findall(r"[-+]\d+", m["trials"]))
 
 
 def calibration_worst(out: str) -> float:
@@ -379,4 +396,33 @@ FIGURES += [
     *[f for i, m in enumerate(_K80_ROWS) for f in figures(
         P, "slightly slower than OWT (" + "x / ".join(f"[[{v}]]" if j == i else v for j, v in enumerate(("0.92", "0.99", "0.99")))
         + "x)", PT, _K80_ROWS[m], groups=(6,))],
+]
+
+# ----- docs/simulator.md ---------------------------------------------------------------------------
+
+S = "docs/simulator.md"
+_CHAIN = r"^chain of\s+{}\s+devices: simulate\s+([\d.]+) s, peak\s+(\d+) MB"
+FIGURES += [
+    Figure(S, "over a chain of 4,096 devices simulates in [[1.9]] s with a 519 MB peak", "simulate_speed",
+           _CHAIN.format(4096), kind="timing", tolerance=1.0),
+    Figure(S, "simulates in 1.9 s with a [[519]] MB peak", "simulate_speed", _CHAIN.format(4096), group=2,
+           kind="timing", tolerance=0.25),
+    Figure(S, "(`benchmarks/simulate_speed.py`; 128 devices: [[0.03]] s)", "simulate_speed", _CHAIN.format(128),
+           kind="timing", tolerance=2.0),
+    Figure(S, "2 ranks measured [[5.9-8.2]] GB/s and 18-50 us per message", "simulate_ranks mpiexec 2",
+           r"rank link ([\d.]+) GB/s", kind="timing", tolerance=1.0),
+    Figure(S, "2 ranks measured 5.9-8.2 GB/s and [[18-50]] us per message", "simulate_ranks mpiexec 2",
+           r"rank link [\d.]+ GB/s, ([\d.]+) us per message", kind="timing", tolerance=1.0),
+    Figure(S, "LeNet-5 within [[-2.3..+0.6]]%", "simulate_calibration", calibration_span("lenet5"),
+           kind="timing", tolerance=3.0),
+    Figure(S, "the scaled AlexNet within [[-0.1..+2.9]]%", "simulate_calibration", calibration_span("alexnet_small"),
+           kind="timing", tolerance=3.0),
+    Figure(S, "the scaled ResNet-18 within [[-0.1..+7.4]]% on 1, 2 and 4", "simulate_calibration",
+           calibration_span("resnet18_small"), kind="timing", tolerance=3.0),
+    Figure(S, "varies from trial to trial ([[+4..+12]]%)", "simulate_calibration", calibration_trials("resnet18_small", "4"),
+           kind="timing", tolerance=3.0),
+    Figure(S, "measured medians of [[9.7]] ms for ResNet-18 on 4 devices", "simulate_speed",
+           r"^resnet18\s+4\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", kind="timing", tolerance=1.0),
+    Figure(S, "and [[172]] ms for Inception-v3 on 16 on 2026-11-28", "simulate_speed",
+           r"^inception_v3\s+16\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", kind="timing", tolerance=1.0),
 ]
