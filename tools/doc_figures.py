@@ -74,6 +74,11 @@ COMMANDS: dict[str, Command] = {
                                       "--plan", "search"), cheap=True),
     "train lenet5 seeds 1-5": Command(("bash", "-c", "for s in 1 2 3 4 5; do \"$0\" -m shardwise train --model lenet5 "
                                        "--devices 4 --plan search --quiet --seed $s; done", PY), cheap=False, timeout_s=900),
+    "example train_digits": Command((PY, "examples/train_digits.py"), cheap=True),
+    "example train_digits seeds 0-11": Command((PY, "-c", "import sys; sys.path.insert(0, 'examples'); import train_digits; "
+                                                "[train_digits.main(seed=s, progress=False) for s in range(12)]"),
+                                               cheap=False, timeout_s=1200),
+    "memory_plan": Command((PY, "benchmarks/memory_plan.py"), cheap=False, timeout_s=600),
     "paper_tables": Command((PY, "benchmarks/paper_tables.py"), cheap=True, timeout_s=300),
     "train_throughput": Command((PY, "benchmarks/train_throughput.py"), cheap=False, timeout_s=1800),
     "simulate_speed": Command((PY, "benchmarks/simulate_speed.py"), cheap=False, timeout_s=900),
@@ -91,7 +96,7 @@ COMMANDS: dict[str, Command] = {
 # ----- extraction helpers: parse the benchmarks' tables -------------------------------------------
 
 def _rows(output: str, pattern: str) -> list[re.Match]:
-    """The lines of the first table whose line matches pattern (a run prints one table per part)."""
+    """The lines of the output that match pattern (one table: the command prints one run)."""
     return [m for m in re.finditer(pattern, output, re.MULTILINE)]
 
 
@@ -425,4 +430,23 @@ FIGURES += [
            r"^resnet18\s+4\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", kind="timing", tolerance=1.0),
     Figure(S, "and [[172]] ms for Inception-v3 on 16 on 2026-11-28", "simulate_speed",
            r"^inception_v3\s+16\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", kind="timing", tolerance=1.0),
+]
+
+# ----- docs/training.md ------------------------------------------------------------------------------
+
+TR = "docs/training.md"
+FIGURES += [
+    Figure(TR, "Planned arenas are [[1.32-2.69]]x smaller than the sum of all buffers", "memory_plan",
+           lambda out: _span(float(v) for v in re.findall(r"^\S+\s+\d+\s+\d+\s+\S+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x",
+                                                          out, re.MULTILINE))),
+    Figure(TR, "it reaches [[97.33]]% test accuracy (seed 0;", "train lenet5 4 search", r"test accuracy ([\d.]+)%"),
+    Figure(TR, "(seed 0; [[96.9% to 99.1]]% for seeds 1-5)", "train lenet5 seeds 1-5", accuracies),
+    Figure(TR, "| test accuracy (seed 0) | **[[98.0]]%** |", "example train_digits", r"test accuracy ([\d.]+)%"),
+    Figure(TR, "| test accuracy, seeds 0-11 | [[96.4% to 99.1]]% |", "example train_digits seeds 0-11", accuracies),
+    Figure(TR, "2-core machine shared at load 8-9 | [[7.7-15.5]] s |", "example train_digits seeds 0-11",
+           lambda out: _span(float(v) for v in re.findall(r"epochs in ([\d.]+) s", out)), kind="timing", tolerance=1.0),
+    Figure(TR, "one worker trained at [[1.14-1.67]]x PyTorch's throughput", "train_throughput", throughput_vs_torch,
+           kind="timing", tolerance=0.3),
+    Figure(TR, "two data-parallel workers at [[1.89-1.92]]x one worker", "train_throughput", throughput_two_workers,
+           kind="timing", tolerance=0.1),
 ]
