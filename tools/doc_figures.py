@@ -79,6 +79,13 @@ COMMANDS: dict[str, Command] = {
                                                 "[train_digits.main(seed=s, progress=False) for s in range(12)]"),
                                                cheap=False, timeout_s=1200),
     "memory_plan": Command((PY, "benchmarks/memory_plan.py"), cheap=False, timeout_s=600),
+    "llama sizes": Command((PY, "-c", "import time, shardwise as sw; t = time.perf_counter(); g = sw.models.llama(); "
+                                   "print('build', time.perf_counter() - t, 's'); print('gqa', g.num_parameters(), "
+                                   "'parameters', len(g.op_names()), 'ops'); "
+                                   "print('mha', sw.models.llama(kv_heads=32).num_parameters(), 'parameters')"), cheap=True),
+    "gpt_plans": Command((PY, "benchmarks/gpt_plans.py"), cheap=True, timeout_s=300),
+    "gpt_train": Command((PY, "benchmarks/gpt_train.py"), cheap=False, timeout_s=900),
+    "import": Command((PY, "benchmarks/import.py", "--parts", "import"), cheap=False, timeout_s=900),
     "paper_tables": Command((PY, "benchmarks/paper_tables.py"), cheap=True, timeout_s=300),
     "train_throughput": Command((PY, "benchmarks/train_throughput.py"), cheap=False, timeout_s=1800),
     "simulate_speed": Command((PY, "benchmarks/simulate_speed.py"), cheap=False, timeout_s=900),
@@ -450,3 +457,35 @@ FIGURES += [
     Figure(TR, "two data-parallel workers at [[1.89-1.92]]x one worker", "train_throughput", throughput_two_workers,
            kind="timing", tolerance=0.1),
 ]
+
+# ----- docs/transformers.md ----------------------------------------------------------------------------
+
+TF = "docs/transformers.md"
+
+
+def _gpt_plan(section: str, devices: int, plan: str) -> str:
+    """gpt_plans.py's row: Eq. 1 ms, simulated ms (group 1) of one plan in the wide or narrow section."""
+    return rf"(?s)## {section} GPT.*?^\s+{devices}\s+{plan}\s+[\d.]+\s+([\d.]+)"
+
+
+FIGURES += [
+    Figure(TF, "loaded one; about [[200]] ms a step each)", "gpt_train", r"^\s+shardwise\s+([\d.]+) ms/step",
+           kind="timing", tolerance=1.0),
+    Figure(TF, "([[1.00x-1.12]]x in six runs on a quiet 2-core machine", "gpt_train",
+           r"shardwise / PyTorch throughput: ([\d.]+)x", kind="timing", tolerance=0.25),
+    Figure(TF, "8 key/value heads ([[5,933,109,248]] parameters: k_proj", "llama sizes", r"^gqa (\d+) parameters"),
+    Figure(TF, "`kv_heads=32` is Llama-2-7B itself, [[6,738,415,616]] parameters", "llama sizes", r"^mha (\d+) parameters"),
+    Figure(TF, "([[1,029]] ops for 32 layers with GQA)", "llama sizes", r"^gqa \d+ parameters (\d+) ops"),
+    Figure(TF, "GPT-2 small imports in [[0.3]] s from torch", "import",
+           r"^GPT-2 small \(batch 8, seq 1024\)\s+from_torch\s+([\d.]+) s", kind="timing", tolerance=1.0),
+    Figure(TF, "[[0.4 to 0.8]] s from its 623 MiB ONNX file", "import",
+           r"^GPT-2 small \(batch 8, seq 1024\)\s+from_onnx\s+([\d.]+) s", kind="timing", tolerance=1.0),
+    Figure(TF, "from its [[623]] MiB ONNX file", "import", r"from_onnx.*?the export itself: [\d.]+ s, (\d+) MiB"),
+]
+for _section, _label, _rows in (("wide", "wide: d_model 4096, 2,048 tokens a step", ((4, "612", "295", "222"), (8, "1115", "285", "196"))),
+                                ("narrow", "narrow: d_model 1024, 8,192 tokens a step", ((4, "151", "314", "114"), (8, "205", "345", "114")))):
+    for _i, (_dev, *_ms) in enumerate(_rows):
+        _head = f"| {_label} | {_dev} | " if _i == 0 else f"| | {_dev} | "
+        for _k, _plan in enumerate(("data", "megatron", "searched")):
+            _cells = " | ".join(f"[[{m}]] ms" if k == _k else f"{m} ms" for k, m in enumerate(_ms))
+            FIGURES.append(Figure(TF, _head + _cells + " |", "gpt_plans", _gpt_plan(_section, _dev, _plan)))
