@@ -86,6 +86,9 @@ COMMANDS: dict[str, Command] = {
     "gpt_plans": Command((PY, "benchmarks/gpt_plans.py"), cheap=True, timeout_s=300),
     "gpt_train": Command((PY, "benchmarks/gpt_train.py"), cheap=False, timeout_s=900),
     "import": Command((PY, "benchmarks/import.py", "--parts", "import"), cheap=False, timeout_s=900),
+    "plan resnet152 swap 8GB": Command((PY, "-m", "shardwise", "plan", "--model", "resnet152", "--batch", "32", "--devices",
+                                        "1", "--device-type", "P100", "--memory-budget", "8GB"), cheap=True),
+    "memory_search": Command((PY, "benchmarks/memory_search.py"), cheap=False, timeout_s=900),
     "paper_tables": Command((PY, "benchmarks/paper_tables.py"), cheap=True, timeout_s=300),
     "train_throughput": Command((PY, "benchmarks/train_throughput.py"), cheap=False, timeout_s=1800),
     "simulate_speed": Command((PY, "benchmarks/simulate_speed.py"), cheap=False, timeout_s=900),
@@ -489,3 +492,15 @@ for _section, _label, _rows in (("wide", "wide: d_model 4096, 2,048 tokens a ste
         for _k, _plan in enumerate(("data", "megatron", "searched")):
             _cells = " | ".join(f"[[{m}]] ms" if k == _k else f"{m} ms" for k, m in enumerate(_ms))
             FIGURES.append(Figure(TF, _head + _cells + " |", "gpt_plans", _gpt_plan(_section, _dev, _plan)))
+
+# ----- docs/memory.md ----------------------------------------------------------------------------------
+
+M, SWAP = "docs/memory.md", "plan resnet152 swap 8GB"
+_SWAP_ROW = r"^\s+0\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$"  # budget, peak, unswapped, offloaded, host, stall
+FIGURES += [
+    Figure(M, "under 8 GB: [[124]] feature maps, 4.3 GB, offloaded", SWAP, r"swap plan of '\w+': (\d+) feature maps"),
+    Figure(M, "124 feature maps, [[4.3]] GB, offloaded", SWAP, _SWAP_ROW, group=4),
+    Figure(M, "offloaded; [[7.7]] GB arena;", SWAP, _SWAP_ROW, group=2),
+    Figure(M, "GB arena; [[547]] ms against 314 ms simulated", SWAP, r"^swap: simulated iteration ([\d.]+) ms with swapping"),
+    Figure(M, "GB arena; 547 ms against [[314]] ms simulated", SWAP, r"with swapping, ([\d.]+) ms without"),
+]
