@@ -89,6 +89,16 @@ COMMANDS: dict[str, Command] = {
     "plan resnet152 swap 8GB": Command((PY, "-m", "shardwise", "plan", "--model", "resnet152", "--batch", "32", "--devices",
                                         "1", "--device-type", "P100", "--memory-budget", "8GB"), cheap=True),
     "memory_search": Command((PY, "benchmarks/memory_search.py"), cheap=False, timeout_s=900),
+    "plan vgg16 4x4 eq1": Command((PY, "-m", "shardwise", "plan", "--model", "vgg16", "--devices", "4x4",
+                                   "--objective", "eq1"), cheap=True),
+    "plan alexnet 16": Command((PY, "-m", "shardwise", "plan", "--model", "alexnet", "--devices", "16"), cheap=True),
+    "alexnet reduction splits": Command((PY, "-c", "import shardwise as sw\n"
+                                         "g = sw.models.alexnet(); d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)\n"
+                                         "a = sw.search(g, d, objective='eq1', progress=False)\n"
+                                         "b = sw.search(g, d, objective='eq1', progress=False,\n"
+                                         "              options=sw.CostOptions(reduction_splits=True))\n"
+                                         "print('fc6', b['fc6'].split_dims(), 'cheaper by', 100 * (1 - b.cost / a.cost), '%')"),
+                                        cheap=True),
     "paper_tables": Command((PY, "benchmarks/paper_tables.py"), cheap=True, timeout_s=300),
     "train_throughput": Command((PY, "benchmarks/train_throughput.py"), cheap=False, timeout_s=1800),
     "simulate_speed": Command((PY, "benchmarks/simulate_speed.py"), cheap=False, timeout_s=900),
@@ -503,4 +513,18 @@ FIGURES += [
     Figure(M, "offloaded; [[7.7]] GB arena;", SWAP, _SWAP_ROW, group=2),
     Figure(M, "GB arena; [[547]] ms against 314 ms simulated", SWAP, r"^swap: simulated iteration ([\d.]+) ms with swapping"),
     Figure(M, "GB arena; 547 ms against [[314]] ms simulated", SWAP, r"with swapping, ([\d.]+) ms without"),
+]
+
+# ----- docs/cost-model.md ------------------------------------------------------------------------------
+
+C = "docs/cost-model.md"
+FIGURES += [
+    Figure(C, "the AlexNet optimum simulates at [[34.9]] ms and OWT at 32.5 ms", "plan alexnet 16",
+           r"eq1 optimum ([\d.]+) ms"),
+    Figure(C, "the AlexNet optimum simulates at 34.9 ms and OWT at [[32.5]] ms", "plan alexnet 16",
+           r"^simulated: .*?owt ([\d.]+) ms"),
+    Figure(C, "finds a plan [[3.8]]% cheaper under Eq. 1", "alexnet reduction splits", r"cheaper by ([\d.]+) %"),
+    Figure(C, "with channel parallelism ([[486]] ms against 598 ms for OWT)", "plan vgg16 4x4 eq1",
+           r"^estimated iteration: ([\d.]+) ms"),
+    Figure(C, "with channel parallelism (486 ms against [[598]] ms for OWT)", "plan vgg16 4x4 eq1", r"^owt\s+([\d.]+)"),
 ]
