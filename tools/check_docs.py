@@ -139,9 +139,9 @@ def run_command(command: Command) -> tuple[str, str]:
     except subprocess.TimeoutExpired:
         return "", f"timed out after {command.timeout_s} s"
     output = done.stdout + "\n" + done.stderr
-    if done.returncode != 0:
+    if done.returncode != command.status:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        return output, f"exit status {done.returncode}: {tail}"
+        return output, f"exit status {done.returncode} (expected {command.status}): {tail}"
     return output, ""
 
 
@@ -213,8 +213,8 @@ def evaluate(figures: Sequence[Figure], outputs: dict[str, tuple[str, str]], roo
             try:
                 out.measured = extract(figure, output)
                 out.drift, out.ok = compare(figure, out.measured)
-            except (LookupError, ValueError, ArithmeticError) as e:
-                out.problem = str(e)
+            except Exception as e:   # a pattern that no longer matches, an extractor that breaks on new output
+                out.problem = f"{type(e).__name__}: {e}"
         outcomes.append(out)
     return outcomes
 

@@ -35,6 +35,7 @@ class Command:
     argv: tuple[str, ...]          # "{python}" is the running interpreter; run from the repository root
     cheap: bool                    # part of --quick (about 20 s at most on a 2-core machine)
     timeout_s: int = 600
+    status: int = 0                # its exit status when it works (2: a command that reports an error)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ COMMANDS: dict[str, Command] = {
     "import": Command((PY, "benchmarks/import.py", "--parts", "import"), cheap=False, timeout_s=900),
     "plan resnet152 swap 8GB": Command((PY, "-m", "shardwise", "plan", "--model", "resnet152", "--batch", "32", "--devices",
                                         "1", "--device-type", "P100", "--memory-budget", "8GB"), cheap=True),
+    "plan inception_v3 4 K80": Command((PY, "-m", "shardwise", "plan", "--model", "inception_v3", "--devices", "4",
+                                        "--device-type", "K80", "--quiet"), cheap=True, status=2),
+    "memory stall rows": Command((PY, "-c", "import sys; sys.path.insert(0, 'benchmarks'); import memory; "
+                                  "print(*memory.stall_rows(), sep='\\n')"), cheap=False, timeout_s=900),
     "memory_search": Command((PY, "benchmarks/memory_search.py"), cheap=False, timeout_s=900),
     "plan vgg16 4x4 eq1": Command((PY, "-m", "shardwise", "plan", "--model", "vgg16", "--devices", "4x4",
                                    "--objective", "eq1"), cheap=True),
@@ -527,4 +532,60 @@ FIGURES += [
     Figure(C, "with channel parallelism ([[486]] ms against 598 ms for OWT)", "plan vgg16 4x4 eq1",
            r"^estimated iteration: ([\d.]+) ms"),
     Figure(C, "with channel parallelism (486 ms against [[598]] ms for OWT)", "plan vgg16 4x4 eq1", r"^owt\s+([\d.]+)"),
+]
+
+_MS = r"^{}\s+{}\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s+yes\s+([-\d.]+)%\s+([-\d.]+)%\s+(?:gap ([\d.]+)%|exact)\s+([\d.]+) s"
+# free GB, budget, plan GB, Eq.1 lost %, sim lost %, gap %, search s
+_MS_LOOSE = (_MS.format("vgg16", "4x4 P100"), _MS.format("vgg16", "4 K80"), _MS.format("inception_v3", "4x4 P100"))
+
+
+def _memory_search_tight(model: str) -> str:
+    """The row of the tighter budget (after the line that announces them)."""
+    return r"(?s)tighter budgets.*?" + _MS.format(model, "4x4 P100")
+
+
+FIGURES += [
+    Figure(M, "unconstrained ([[2.95]] GB per P100 of 4 x 4", "memory_search", _MS_LOOSE[0], group=3),
+    Figure(M, "[[8.59]] GB per K80 of 4)", "memory_search", _MS_LOOSE[1], group=3),
+    Figure(M, "Inception-v3 fits 4 x 4 P100s ([[4.72]] GB)", "memory_search", _MS_LOOSE[2], group=3),
+    Figure(M, "every plan keeps at least [[66.9]] GB of activations", "plan inception_v3 4 K80",
+           r"every plan needs at least ([\d.]+) GB in all"),
+    Figure(M, "(the search says so in [[0.4]] s)", "memory_search",
+           r"^inception_v3\s+4 K80\s.*?no plan fits: .*?\(([\d.]+) s\)", kind="timing", tolerance=2.0),
+    Figure(M, "VGG-16 on 4 x 4 P100s at [[2.51]] GB per device", "memory_search", _memory_search_tight("vgg16"), group=2),
+    Figure(M, "per device costs [[23]]% more under Eq. 1", "memory_search", _memory_search_tight("vgg16"), group=4),
+    Figure(M, "more under Eq. 1 ([[14]]% simulated; the OWT plan)", "memory_search", _memory_search_tight("vgg16"), group=5),
+    Figure(M, "Inception-v3 at [[4.48]] GB 7.1%", "memory_search", _memory_search_tight("inception_v3"), group=2),
+    Figure(M, "Inception-v3 at 4.48 GB [[7.1]]%", "memory_search", _memory_search_tight("inception_v3"), group=4),
+    Figure(M, "7.1% ([[-0.2]]% simulated)", "memory_search", _memory_search_tight("inception_v3"), group=5),
+    Figure(M, "(gaps [[23]]% and 7%)", "memory_search", _memory_search_tight("vgg16"), group=6),
+    Figure(M, "(gaps 23% and [[7]]%)", "memory_search", _memory_search_tight("inception_v3"), group=6),
+    Figure(M, "and those searches take [[13-35]] s.", "memory_search",
+           lambda out: _span(float(re.search(_memory_search_tight(m), out, re.MULTILINE)[7])
+                             for m in ("vgg16", "inception_v3")),
+           kind="timing", tolerance=2.0),
+]
+
+
+def _stall(model: str, budget: int) -> str:
+    """benchmarks/memory.py's part 4 row: offloaded, planner model ms, reported ms, simulated ms, iteration ms."""
+    return rf"^{model}\s+\d+\s+\S+\s+{budget}%\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+
+
+FIGURES += [
+    Figure(M, "because it disagreed with the replay by up to [[15]] times", "memory stall rows",
+           lambda out: max(float(m[2]) / float(m[3]) for m in re.finditer(_stall(r"\S+", r"\d+"), out, re.MULTILINE)
+                           if float(m[3]) > 0)),
+    *figures(M, "32 on a P100 under 90% of its arena: [[95.6]] ms by the model, [[6.4]] ms replayed", "memory stall rows",
+             _stall("resnet152", 90), groups=(2, 3)),
+    *figures(M, "ResNet-50 under 90%: [[50.2]] against [[23.1]] ms.", "memory stall rows", _stall("resnet50", 90),
+             groups=(2, 3)),
+    *figures(M, "VGG-16 at batch 128 under 90%, [[102.8]] ms by the model against [[159.0]] ms", "memory stall rows",
+             _stall("vgg16", 90), groups=(2, 3)),
+    Figure(M, "the replay [[5-35]] ms on a 340 ms iteration", "memory stall rows",
+           lambda out: _span(float(m[3]) for m in re.finditer(_stall("resnet18_small", r"\d+"), out, re.MULTILINE)
+                             if float(m[3]) > 0)),
+    Figure(M, "the replay 5-35 ms on a [[340]] ms iteration", "memory stall rows", _stall("resnet18_small", 90), group=5),
+    *figures(M, "(ResNet-152 under 70%: [[292]] against [[303]] ms;", "memory stall rows", _stall("resnet152", 70),
+             groups=(2, 3)),
 ]
