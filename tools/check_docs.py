@@ -133,11 +133,19 @@ def run_command(command: Command) -> tuple[str, str]:
     """(output, problem): stdout and stderr together, and "" or why the command failed."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python")]
                                                         + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    kept = {}   # the files the command rewrites (a benchmark's results file): put back as they were
+    for path in command.rewrites:
+        with open(os.path.join(ROOT, path), "rb") as f:
+            kept[path] = f.read()
     try:
         done = subprocess.run(command_argv(command), cwd=ROOT, capture_output=True, text=True,
                               timeout=command.timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return "", f"timed out after {command.timeout_s} s"
+    finally:
+        for path, content in kept.items():
+            with open(os.path.join(ROOT, path), "wb") as f:
+                f.write(content)
     output = done.stdout + "\n" + done.stderr
     if done.returncode != command.status:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])

@@ -36,6 +36,7 @@ class Command:
     cheap: bool                    # part of --quick (about 20 s at most on a 2-core machine)
     timeout_s: int = 600
     status: int = 0                # its exit status when it works (2: a command that reports an error)
+    rewrites: tuple[str, ...] = ()  # files it writes (a benchmark's results): check_docs puts them back afterwards
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,9 @@ COMMANDS: dict[str, Command] = {
                                         "--device-type", "K80", "--quiet"), cheap=True, status=2),
     "memory stall rows": Command((PY, "-c", "import sys; sys.path.insert(0, 'benchmarks'); import memory; "
                                   "print(*memory.stall_rows(), sep='\\n')"), cheap=False, timeout_s=900),
-    "memory_search": Command((PY, "benchmarks/memory_search.py"), cheap=False, timeout_s=900),
+    "memory_search": Command((PY, "benchmarks/memory_search.py"), cheap=False, timeout_s=900,
+                             rewrites=("benchmarks/results/memory_search.txt",)),
+    "tofu": Command((PY, "benchmarks/tofu.py"), cheap=False, timeout_s=900, rewrites=("benchmarks/results/tofu.txt",)),
     "plan vgg16 4x4 eq1": Command((PY, "-m", "shardwise", "plan", "--model", "vgg16", "--devices", "4x4",
                                    "--objective", "eq1"), cheap=True),
     "plan alexnet 16": Command((PY, "-m", "shardwise", "plan", "--model", "alexnet", "--devices", "16"), cheap=True),
@@ -588,4 +591,26 @@ FIGURES += [
     Figure(M, "the replay 5-35 ms on a [[340]] ms iteration", "memory stall rows", _stall("resnet18_small", 90), group=5),
     *figures(M, "(ResNet-152 under 70%: [[292]] against [[303]] ms;", "memory stall rows", _stall("resnet152", 70),
              groups=(2, 3)),
+]
+
+# ----- docs/tofu.md ------------------------------------------------------------------------------------
+
+TO = "docs/tofu.md"
+_TOFU_ROW = r"^{}\s+(\d+)\s+(\d+)\s+{}\s+yes\s+([\d.]+)"     # model, algorithm -> ops, coarse nodes, GB moved
+_TOFU_RNN10 = _TOFU_ROW.replace("{}", "RNN-10-8K", 1)
+
+
+def _refined_below_allrow(out: str) -> tuple[float, float]:
+    """How far (%) Tofu's refined partitions of the unrolled LSTMs move fewer bytes than AllRow-Greedy's."""
+    def below(model: str) -> float:
+        refined = float(re.search(_TOFU_ROW.format(model, r"tofu \(CriticalDP\+refine\)"), out, re.MULTILINE)[3])
+        allrow = float(re.search(_TOFU_ROW.format(model, "AllRow-Greedy"), out, re.MULTILINE)[3])
+        return 100 * (1 - refined / allrow)
+    return _span(below(m) for m in ("RNN-10-8K", "RNN-4-8K"))
+
+
+FIGURES += [
+    Figure(TO, "edges); refined, it is [[19-20]]% below", "tofu", _refined_below_allrow),
+    *figures(TO, "Tofu's search handles RNN-10-8K ([[1464]] ops, [[134]]\ncoarse nodes)", "tofu",
+             _TOFU_RNN10.format("AllRow-Greedy"), groups=(1, 2)),
 ]
