@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from doc_figures import COMMANDS, FIGURES, Command, Figure  # noqa: E402
 
 _MARK = re.compile(r"\[\[(.*?)\]\]")
-_NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?"
+_NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
 _RANGE = re.compile(rf"^\s*({_NUMBER})\s*[%x]?\s*(?:-|to|–|\.\.)\s*({_NUMBER})\s*$")   # "1.2-3", "96.9% to 99.1", "-2.3..+0.6"
 
 
@@ -65,8 +65,10 @@ def _number(text: str) -> float:
 
 
 def _decimals(text: str) -> int:
-    text = text.strip()
-    return len(text.split(".", 1)[1]) if "." in text else 0
+    """Digits after the point ("2.91": 2; "5.12e-06": 8; "1,359": 0)."""
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    digits = len(mantissa.split(".", 1)[1]) if "." in mantissa else 0
+    return digits - int(exponent or 0)
 
 
 def doc_value(figure: Figure) -> tuple[float, float]:

@@ -107,6 +107,8 @@ COMMANDS: dict[str, Command] = {
                                          "              options=sw.CostOptions(reduction_splits=True))\n"
                                          "print('fc6', b['fc6'].split_dims(), 'cheaper by', 100 * (1 - b.cost / a.cost), '%')"),
                                         cheap=True),
+    "plan lenet5 2 json": Command((PY, "-m", "shardwise", "plan", "--model", "lenet5", "--devices", "2", "--json",
+                                   "--quiet"), cheap=True),
     "paper_tables": Command((PY, "benchmarks/paper_tables.py"), cheap=True, timeout_s=300),
     "train_throughput": Command((PY, "benchmarks/train_throughput.py"), cheap=False, timeout_s=1800),
     "simulate_speed": Command((PY, "benchmarks/simulate_speed.py"), cheap=False, timeout_s=900),
@@ -613,4 +615,16 @@ FIGURES += [
     Figure(TO, "edges); refined, it is [[19-20]]% below", "tofu", _refined_below_allrow),
     *figures(TO, "Tofu's search handles RNN-10-8K ([[1464]] ops, [[134]]\ncoarse nodes)", "tofu",
              _TOFU_RNN10.format("AllRow-Greedy"), groups=(1, 2)),
+]
+
+# ----- docs/plan-format.md: the example plan file (its estimate, to the last digit) ----------------------
+
+PF, LENET2 = "docs/plan-format.md", "plan lenet5 2 json"
+_E = r"([-+\d.eE]+)"
+FIGURES += [
+    Figure(PF, '"estimate": {"cost": [[2.1216901829719722e-05]],', LENET2, rf'(?s)"estimate": {{\s*"cost": {_E}', tolerance=1e-12),
+    Figure(PF, '"compute": [[1.5068101829719724e-05]], "transfer"', LENET2, rf'(?s)"estimate": {{.*?"compute": {_E}', tolerance=1e-12),
+    Figure(PF, '"transfer": [[5.12e-06]], "sync"', LENET2, rf'(?s)"estimate": {{.*?"transfer": {_E}', tolerance=1e-12),
+    Figure(PF, '"sync": [[1.0288e-06]]}', LENET2, rf'(?s)"estimate": {{.*?"sync": {_E}', tolerance=1e-12),
+    Figure(PF, '"bytes_moved": [[122976.0]]}', LENET2, rf'(?s)"estimate": {{.*?"bytes_moved": {_E}'),
 ]
