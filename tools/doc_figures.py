@@ -109,6 +109,12 @@ COMMANDS: dict[str, Command] = {
                                         cheap=True),
     "plan lenet5 2 json": Command((PY, "-m", "shardwise", "plan", "--model", "lenet5", "--devices", "2", "--json",
                                    "--quiet"), cheap=True),
+    "schedule simulated": Command((PY, "benchmarks/schedule.py", "--no-cpu"), cheap=True, timeout_s=300,
+                                  rewrites=("benchmarks/results/schedule.txt",)),
+    "resnet50 arenas fifo vs critical_path": Command((PY, "-c", 'import shardwise as sw\nfor n in (4, 16):\n    g = sw.models.resnet50(batch=32); d = sw.DeviceGraph.cluster(nodes=n // 4, devices_per_node=4, device=\'P100\')\n    p = sw.strategies.data_parallel(g, d)\n    fifo = [x.arena_bytes / 2**20 for x in sw.memory_plan(p).devices.values()]\n    crit = [x.arena_bytes / 2**20 for x in sw.memory_plan(p, schedule=sw.schedule(p)).devices.values()]\n    print(f"{n} P100s: receiving device {fifo[0]:.1f} -> {crit[0]:.1f} MiB; another replica {fifo[1]:.1f} -> {crit[1]:.1f} MiB")\n'), cheap=True),
+    "schedule_cpu back to back": Command((PY, "benchmarks/schedule_cpu.py", "--back-to-back"), cheap=False,
+                                         timeout_s=1200, rewrites=("benchmarks/results/schedule_cpu_back_to_back.txt",)),
+    "schedule cpu rows": Command((PY, "benchmarks/schedule.py", "--cpu-only"), cheap=False, timeout_s=900),
     "paper_tables": Command((PY, "benchmarks/paper_tables.py"), cheap=True, timeout_s=300),
     "train_throughput": Command((PY, "benchmarks/train_throughput.py"), cheap=False, timeout_s=1800),
     "simulate_speed": Command((PY, "benchmarks/simulate_speed.py"), cheap=False, timeout_s=900),
@@ -627,4 +633,69 @@ FIGURES += [
     Figure(PF, '"transfer": [[5.12e-06]], "sync"', LENET2, rf'(?s)"estimate": {{.*?"transfer": {_E}', tolerance=1e-12),
     Figure(PF, '"sync": [[1.0288e-06]]}', LENET2, rf'(?s)"estimate": {{.*?"sync": {_E}', tolerance=1e-12),
     Figure(PF, '"bytes_moved": [[122976.0]]}', LENET2, rf'(?s)"estimate": {{.*?"bytes_moved": {_E}'),
+]
+
+# ----- docs/scheduling.md (for contributors): benchmarks/schedule.py's simulated rows ---------------------
+
+SC, SCH = "docs/scheduling.md", "schedule simulated"
+
+
+def _sched(network: str, p100s: int) -> str:
+    """schedule.py's row: fifo ms, crit ms, ratio, x0.25, x4, b2b (groups 1-6), ceiling (7, first row only)."""
+    return (rf"^{network}\s+\d+\s+{p100s}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+            rf"(?:\s+([\d.]+))?")
+
+
+_ARENA = r"^{} P100s: receiving device ([\d.]+) -> ([\d.]+) MiB; another replica ([\d.]+) -> ([\d.]+) MiB"
+FIGURES += [
+    *figures(SC, "ResNet-50 data parallel, [[1,406]] to [[1,519]] MiB on four P100s", "resnet50 arenas fifo vs critical_path",
+             _ARENA.format(4), groups=(1, 2)),
+    *figures(SC, "[[548]] to [[716]] MiB on sixteen", "resnet50 arenas fifo vs critical_path", _ARENA.format(16),
+             groups=(1, 2)),
+    *figures(SC, "arenas grow by their gradients ([[1,309]] to [[1,394]] MiB on four)", "resnet50 arenas fifo vs critical_path",
+             _ARENA.format(4), groups=(3, 4)),
+    *figures(SC, "ResNet-50 (batch 32) [[1.10]], [[1.37]], [[1.04]];", SCH, _sched("resnet50", 1) + r"(?s:.*?)"
+             + _sched("resnet50", 4) + r"(?s:.*?)" + _sched("resnet50", 16), groups=(3, 10, 17)),
+    *figures(SC, "Inception-v3 (32) [[1.15]], [[1.40]], [[1.06]];", SCH, _sched("inception_v3", 1) + r"(?s:.*?)"
+             + _sched("inception_v3", 4) + r"(?s:.*?)" + _sched("inception_v3", 16), groups=(3, 10, 17)),
+    *figures(SC, "VGG-16 (100) [[1.00]], [[1.34]], [[1.34]];", SCH, _sched("vgg16", 1) + r"(?s:.*?)"
+             + _sched("vgg16", 4) + r"(?s:.*?)" + _sched("vgg16", 16), groups=(3, 10, 17)),
+    *figures(SC, "AlexNet (128) [[1.04]], [[1.18]], [[1.01]].", SCH, _sched("alexnet", 1) + r"(?s:.*?)"
+             + _sched("alexnet", 4) + r"(?s:.*?)" + _sched("alexnet", 16), groups=(3, 10, 17)),
+    *figures(SC, "(now fifo [[120]] ms, critical_path [[109]] ms)", SCH, _sched("resnet50", 1), groups=(1, 2)),
+    Figure(SC, "completely would now give [[1.37]]x for ResNet-50", SCH, _sched("resnet50", 1), group=7),
+    Figure(SC, "([[1.40]]x Inception-v3, 1.49x VGG-16", SCH, _sched("inception_v3", 1), group=7),
+    Figure(SC, "1.40x Inception-v3, [[1.49]]x VGG-16", SCH, _sched("vgg16", 1), group=7),
+    Figure(SC, "1.49x VGG-16, [[1.54]]x\n  AlexNet)", SCH, _sched("alexnet", 1), group=7),
+    Figure(SC, "the ratios are [[1.32]]\n(ResNet-50) and 1.46 (Inception-v3)", SCH, _sched("resnet50", 1), group=5),
+    Figure(SC, "(ResNet-50) and [[1.46]] (Inception-v3); VGG-16's kernels", SCH, _sched("inception_v3", 1), group=5),
+    Figure(SC, "VGG-16's kernels fill the device even then ([[1.00]])", SCH, _sched("vgg16", 1), group=5),
+    Figure(SC, "so hiding it gives [[1.04]] (ResNet-50) and 1.06 (Inception-v3)", SCH, _sched("resnet50", 16), group=3),
+    Figure(SC, "so hiding it gives 1.04 (ResNet-50) and [[1.06]] (Inception-v3)", SCH, _sched("inception_v3", 16), group=3),
+    Figure(SC, "on AlexNet on four P100s ([[63.67]] ms:", SCH, _sched("alexnet", 4), group=1),
+    Figure(SC, "On sixteen it gives [[1.048]] (ResNet-50) and 1.069", SCH, _sched("resnet50", 16), group=6),
+    Figure(SC, "(ResNet-50) and [[1.069]]\n(Inception-v3) against 1.044 and 1.060", SCH, _sched("inception_v3", 16), group=6),
+    Figure(SC, "(Inception-v3) against [[1.044]] and 1.060", SCH, _sched("resnet50", 16), group=3),
+    Figure(SC, "(Inception-v3) against 1.044 and [[1.060]]", SCH, _sched("inception_v3", 16), group=3),
+    Figure(SC, "on AlexNet on four it is lower ([[1.078]] against 1.176:", SCH, _sched("alexnet", 4), group=6),
+    Figure(SC, "on AlexNet on four it is lower (1.078 against [[1.176]]:", SCH, _sched("alexnet", 4), group=3),
+]
+
+_B2B = (r"^(?:resnet18_small|lenet5)\s+.*?(?:fifo|critical_path)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+([\d.]+)"
+        r"\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+([\d.]+)$")   # measured 1/2, 1/4; simulated 1/2, 1/4
+
+
+def _b2b_span(first_group: int) -> Callable[[str], tuple[float, float]]:
+    return lambda out: _span(float(m[g]) for m in re.finditer(_B2B, out, re.MULTILINE)
+                             for g in (first_group, first_group + 1))
+
+
+FIGURES += [
+    Figure(SC, "in flight measured [[0.93x to 1.07]]x on a quiet machine", "schedule_cpu back to back", _b2b_span(1),
+           kind="timing", tolerance=0.15),
+    Figure(SC, "against [[1.00x to 1.02]]x simulated", "schedule_cpu back to back", _b2b_span(3),
+           kind="timing", tolerance=0.1),
+    Figure(SC, "the ratios measured ([[1.00-1.01]]) are the shared", "schedule cpu rows",
+           lambda out: _span(float(m[1]) for m in re.finditer(r"^\w+_small\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+1\.000$",
+                                                              out, re.MULTILINE)), kind="timing", tolerance=0.1),
 ]
