@@ -131,6 +131,12 @@ def command_argv(command: Command) -> list[str]:
     return [sys.executable if a == "{python}" else a for a in command.argv]
 
 
+def describe(command: Command, width: int = 110) -> str:
+    """The command as one short line (a python -c script by its first line)."""
+    text = " ".join(("python" if a == "{python}" else a).replace("\n", "; ") for a in command.argv)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def run_command(command: Command) -> tuple[str, str]:
     """(output, problem): stdout and stderr together, and "" or why the command failed."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python")]
@@ -337,13 +343,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             line = find_quote(f)
             c = COMMANDS[f.command]
             print(f"{f.doc}:{line if line else '? (quote missing)'}  [{f.kind}]  {_short(plain_quote(f), 90)}\n"
-                  f"    figure {marked_text(f)}  <- {' '.join(c.argv).replace('{python}', 'python')}"
+                  f"    figure {marked_text(f)}  <- {describe(c)}"
                   f"{'' if c.cheap else '  (slow)'}")
         return 0
     outputs: dict[str, tuple[str, str]] = {}
     for name in dict.fromkeys(f.command for f in figures):   # one run per command, in registry order
         c = COMMANDS[name]
-        print(f"running {name}: {' '.join(c.argv).replace('{python}', 'python')}", file=sys.stderr, flush=True)
+        print(f"running {name}: {describe(c)}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         outputs[name] = run_command(c)
         print(f"  {time.perf_counter() - t0:.1f} s{'; ' + outputs[name][1] if outputs[name][1] else ''}",

@@ -70,63 +70,70 @@ def _keep_mark(quote: str, keep: int) -> str:
 
 PY = "{python}"
 
+
+def cli(*args: str, **kw) -> Command:
+    """python -m shardwise ARGS."""
+    return Command((PY, "-m", "shardwise", *args), **kw)
+
+
+def bench(script: str, *args: str, **kw) -> Command:
+    """python benchmarks/SCRIPT.py ARGS."""
+    return Command((PY, f"benchmarks/{script}.py", *args), **kw)
+
+
+def measure(name: str, **kw) -> Command:
+    """python tools/doc_measures.py NAME: a few lines of the API for figures no benchmark prints."""
+    return Command((PY, "tools/doc_measures.py", name), **kw)
+
+
+def results(script: str) -> tuple[str, ...]:
+    return (f"benchmarks/results/{script}.txt",)
+
+
 COMMANDS: dict[str, Command] = {
-    "plan vgg16 4x4": Command((PY, "-m", "shardwise", "plan", "--model", "vgg16", "--devices", "4x4"), cheap=True),
-    "train lenet5 4 search": Command((PY, "-m", "shardwise", "train", "--model", "lenet5", "--devices", "4",
-                                      "--plan", "search"), cheap=True),
+    # the command line: seconds each, deterministic
+    "plan vgg16 4x4": cli("plan", "--model", "vgg16", "--devices", "4x4", cheap=True),
+    "plan vgg16 4x4 eq1": cli("plan", "--model", "vgg16", "--devices", "4x4", "--objective", "eq1", cheap=True),
+    "plan alexnet 16": cli("plan", "--model", "alexnet", "--devices", "16", cheap=True),
+    "plan lenet5 2 json": cli("plan", "--model", "lenet5", "--devices", "2", "--json", "--quiet", cheap=True),
+    "plan resnet152 swap 8GB": cli("plan", "--model", "resnet152", "--batch", "32", "--devices", "1", "--device-type",
+                                   "P100", "--memory-budget", "8GB", cheap=True),
+    "plan inception_v3 4 K80": cli("plan", "--model", "inception_v3", "--devices", "4", "--device-type", "K80",
+                                   "--quiet", cheap=True, status=2),        # no plan fits: the message is the figure
+    "train lenet5 4 search": cli("train", "--model", "lenet5", "--devices", "4", "--plan", "search", cheap=True),
     "train lenet5 seeds 1-5": Command(("bash", "-c", "for s in 1 2 3 4 5; do \"$0\" -m shardwise train --model lenet5 "
                                        "--devices 4 --plan search --quiet --seed $s; done", PY), cheap=False, timeout_s=900),
     "example train_digits": Command((PY, "examples/train_digits.py"), cheap=True),
-    "example train_digits seeds 0-11": Command((PY, "-c", "import sys; sys.path.insert(0, 'examples'); import train_digits; "
-                                                "[train_digits.main(seed=s, progress=False) for s in range(12)]"),
-                                               cheap=False, timeout_s=1200),
-    "memory_plan": Command((PY, "benchmarks/memory_plan.py"), cheap=False, timeout_s=600),
-    "llama sizes": Command((PY, "-c", "import time, shardwise as sw; t = time.perf_counter(); g = sw.models.llama(); "
-                                   "print('build', time.perf_counter() - t, 's'); print('gqa', g.num_parameters(), "
-                                   "'parameters', len(g.op_names()), 'ops'); "
-                                   "print('mha', sw.models.llama(kv_heads=32).num_parameters(), 'parameters')"), cheap=True),
-    "gpt_plans": Command((PY, "benchmarks/gpt_plans.py"), cheap=True, timeout_s=300),
-    "gpt_train": Command((PY, "benchmarks/gpt_train.py"), cheap=False, timeout_s=900),
-    "import": Command((PY, "benchmarks/import.py", "--parts", "import"), cheap=False, timeout_s=900),
-    "plan resnet152 swap 8GB": Command((PY, "-m", "shardwise", "plan", "--model", "resnet152", "--batch", "32", "--devices",
-                                        "1", "--device-type", "P100", "--memory-budget", "8GB"), cheap=True),
-    "plan inception_v3 4 K80": Command((PY, "-m", "shardwise", "plan", "--model", "inception_v3", "--devices", "4",
-                                        "--device-type", "K80", "--quiet"), cheap=True, status=2),
-    "memory stall rows": Command((PY, "-c", "import sys; sys.path.insert(0, 'benchmarks'); import memory; "
-                                  "print(*memory.stall_rows(), sep='\\n')"), cheap=False, timeout_s=900),
-    "memory_search": Command((PY, "benchmarks/memory_search.py"), cheap=False, timeout_s=900,
-                             rewrites=("benchmarks/results/memory_search.txt",)),
-    "tofu": Command((PY, "benchmarks/tofu.py"), cheap=False, timeout_s=900, rewrites=("benchmarks/results/tofu.txt",)),
-    "plan vgg16 4x4 eq1": Command((PY, "-m", "shardwise", "plan", "--model", "vgg16", "--devices", "4x4",
-                                   "--objective", "eq1"), cheap=True),
-    "plan alexnet 16": Command((PY, "-m", "shardwise", "plan", "--model", "alexnet", "--devices", "16"), cheap=True),
-    "alexnet reduction splits": Command((PY, "-c", "import shardwise as sw\n"
-                                         "g = sw.models.alexnet(); d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)\n"
-                                         "a = sw.search(g, d, objective='eq1', progress=False)\n"
-                                         "b = sw.search(g, d, objective='eq1', progress=False,\n"
-                                         "              options=sw.CostOptions(reduction_splits=True))\n"
-                                         "print('fc6', b['fc6'].split_dims(), 'cheaper by', 100 * (1 - b.cost / a.cost), '%')"),
-                                        cheap=True),
-    "plan lenet5 2 json": Command((PY, "-m", "shardwise", "plan", "--model", "lenet5", "--devices", "2", "--json",
-                                   "--quiet"), cheap=True),
-    "schedule simulated": Command((PY, "benchmarks/schedule.py", "--no-cpu"), cheap=True, timeout_s=300,
-                                  rewrites=("benchmarks/results/schedule.txt",)),
-    "resnet50 arenas fifo vs critical_path": Command((PY, "-c", 'import shardwise as sw\nfor n in (4, 16):\n    g = sw.models.resnet50(batch=32); d = sw.DeviceGraph.cluster(nodes=n // 4, devices_per_node=4, device=\'P100\')\n    p = sw.strategies.data_parallel(g, d)\n    fifo = [x.arena_bytes / 2**20 for x in sw.memory_plan(p).devices.values()]\n    crit = [x.arena_bytes / 2**20 for x in sw.memory_plan(p, schedule=sw.schedule(p)).devices.values()]\n    print(f"{n} P100s: receiving device {fifo[0]:.1f} -> {crit[0]:.1f} MiB; another replica {fifo[1]:.1f} -> {crit[1]:.1f} MiB")\n'), cheap=True),
-    "schedule_cpu back to back": Command((PY, "benchmarks/schedule_cpu.py", "--back-to-back"), cheap=False,
-                                         timeout_s=1200, rewrites=("benchmarks/results/schedule_cpu_back_to_back.txt",)),
-    "schedule cpu rows": Command((PY, "benchmarks/schedule.py", "--cpu-only"), cheap=False, timeout_s=900),
-    "step_breakdown": Command((PY, "benchmarks/step_breakdown.py"), cheap=False, timeout_s=900),
-    "paper_tables": Command((PY, "benchmarks/paper_tables.py"), cheap=True, timeout_s=300),
-    "train_throughput": Command((PY, "benchmarks/train_throughput.py"), cheap=False, timeout_s=1800),
-    "simulate_speed": Command((PY, "benchmarks/simulate_speed.py"), cheap=False, timeout_s=900),
-    "simulate_calibration": Command((PY, "benchmarks/simulate_calibration.py", "--trials", "3",
-                                     "--profile-repeats", "3", "--steps", "8"), cheap=False, timeout_s=3600),
+    # tools/doc_measures.py
+    "llama sizes": measure("llama-sizes", cheap=True),
+    "alexnet reduction splits": measure("reduction-splits", cheap=True),
+    "resnet50 arenas fifo vs critical_path": measure("resnet50-arenas", cheap=True),
+    "memory stall rows": measure("swap-stalls", cheap=False, timeout_s=900),
+    "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
+    # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
+    "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
+    "gpt_plans": bench("gpt_plans", cheap=True, timeout_s=300),
+    "schedule simulated": bench("schedule", "--no-cpu", cheap=True, timeout_s=300, rewrites=results("schedule")),
+    "memory_plan": bench("memory_plan", cheap=False, timeout_s=600),
+    "memory_search": bench("memory_search", cheap=False, timeout_s=900, rewrites=results("memory_search")),
+    "tofu": bench("tofu", cheap=False, timeout_s=900, rewrites=results("tofu")),
     "search_space seeds 0 1": Command(("bash", "-c", "\"$0\" benchmarks/search_space.py --seed 0 && "
                                        "\"$0\" benchmarks/search_space.py --seed 1", PY), cheap=False, timeout_s=1800),
+    # benchmarks that time things (minutes; the figures are timings)
+    "train_throughput": bench("train_throughput", cheap=False, timeout_s=1800),
+    "step_breakdown": bench("step_breakdown", cheap=False, timeout_s=900),
+    "simulate_speed": bench("simulate_speed", cheap=False, timeout_s=900),
+    "simulate_calibration": bench("simulate_calibration", "--trials", "3", "--profile-repeats", "3", "--steps", "8",
+                                  cheap=False, timeout_s=3600),
     "simulate_ranks mpiexec 2": Command(("bash", "-c", "exec \"$(dirname \"$0\")/mpiexec\" -n 2 \"$0\" "
                                          "benchmarks/simulate_ranks.py", PY), cheap=False, timeout_s=900),
-    "search_time 64 1024": Command((PY, "benchmarks/search_time.py", "--models", "resnet50,inception_v3",
-                                    "--devices", "64,1024"), cheap=False, timeout_s=900),
+    "search_time 64 1024": bench("search_time", "--models", "resnet50,inception_v3", "--devices", "64,1024",
+                                 cheap=False, timeout_s=900),
+    "schedule cpu rows": bench("schedule", "--cpu-only", cheap=False, timeout_s=900),
+    "schedule_cpu back to back": bench("schedule_cpu", "--back-to-back", cheap=False, timeout_s=1200,
+                                       rewrites=results("schedule_cpu_back_to_back")),
+    "gpt_train": bench("gpt_train", cheap=False, timeout_s=900),
+    "import": bench("import", "--parts", "import", cheap=False, timeout_s=900),
 }
 
 
@@ -384,30 +391,34 @@ FIGURES += [
     *figures(P, "VGG-16 at [[99]] ([[98]]), Inception-v3", PT, _throughput_row("vgg16", 1), groups=(4, 8)),
     *figures(P, "Inception-v3 at [[223]] ([[216]]).", PT, _throughput_row("inception_v3", 1), groups=(4, 8)),
 ]
-# section 5's table at 16 GPUs: four throughputs, the gain over the best other, the scaling of the
-# searched plan and of the best other
-for _model, _name, _kind, _row in (
-        ("alexnet", "AlexNet", "eq1", "[[918]] | [[400]] | [[4,706]] | [[9,890]] | 2.10x | 4.6x, 2.2x"),
-        ("alexnet", "AlexNet", "sim", "[[1,146]] | [[555]] | [[6,825]] | [[11,422]] | 1.67x | 6.0x, 3.6x"),
-        ("vgg16", "VGG-16", "eq1", "[[330]] | [[12]] | [[856]] | [[1,053]] | 1.23x | 10.6x, 8.7x"),
-        ("vgg16", "VGG-16", "sim", "[[377]] | [[19]] | [[1,039]] | [[1,180]] | 1.14x | 12.1x, 10.6x"),
-        ("inception_v3", "Inception-v3", "eq1", "[[1,438]] | [[8]] | [[1,486]] | [[1,592]] | 1.07x | 7.2x, 6.7x"),
-        ("inception_v3", "Inception-v3", "sim", "[[1,942]] | [[12]] | [[1,987]] | [[1,983]] | 0.998x | 9.2x, 9.2x")):
-    _head = f"| {_name}, {'Eq. 1' if _kind == 'eq1' else 'simulated'} | "
-    _plain = re.sub(r"\[\[(.*?)\]\]", r"\1", _row)
-    _cells = [c.strip() for c in _plain.split("|")]
-    _scal = [c.strip().rstrip("x") for c in _cells[5].split(",")]
-    FIGURES += figures(P, _head + _row, PT, _throughput_row(_model, 16),
-                       groups=(1, 2, 3, 4) if _kind == "eq1" else (5, 6, 7, 8))
-    FIGURES += [
-        Figure(P, _head + _plain.replace(f"| {_cells[4]} |", f"| [[{_cells[4].rstrip('x')}]]x |"), PT,
-               _gain_at_16(_model, simulated=_kind == "sim")),
-        Figure(P, _head + _plain.replace(f"| {_cells[5]}", f"| [[{_scal[0]}]]x, {_scal[1]}x"), PT,
-               _scaling_row(_model, _kind), group=6),
-        Figure(P, _head + _plain.replace(f"| {_cells[5]}", f"| {_scal[0]}x, [[{_scal[1]}]]x"), PT,
-               _best_other_scaling(_model, _kind)),
-    ]
+def _throughput_table() -> list[Figure]:
+    """Section 5's table at 16 GPUs: per row four throughputs, the gain over the best other, the
+    scaling of the searched plan and of the best other."""
+    out = []
+    for model, name, kind, row in (
+            ("alexnet", "AlexNet", "eq1", "[[918]] | [[400]] | [[4,706]] | [[9,890]] | 2.10x | 4.6x, 2.2x"),
+            ("alexnet", "AlexNet", "sim", "[[1,146]] | [[555]] | [[6,825]] | [[11,422]] | 1.67x | 6.0x, 3.6x"),
+            ("vgg16", "VGG-16", "eq1", "[[330]] | [[12]] | [[856]] | [[1,053]] | 1.23x | 10.6x, 8.7x"),
+            ("vgg16", "VGG-16", "sim", "[[377]] | [[19]] | [[1,039]] | [[1,180]] | 1.14x | 12.1x, 10.6x"),
+            ("inception_v3", "Inception-v3", "eq1", "[[1,438]] | [[8]] | [[1,486]] | [[1,592]] | 1.07x | 7.2x, 6.7x"),
+            ("inception_v3", "Inception-v3", "sim", "[[1,942]] | [[12]] | [[1,987]] | [[1,983]] | 0.998x | 9.2x, 9.2x")):
+        head = f"| {name}, {'Eq. 1' if kind == 'eq1' else 'simulated'} | "
+        plain = re.sub(r"\[\[(.*?)\]\]", r"\1", row)
+        cells = [c.strip() for c in plain.split("|")]
+        searched, other = (c.strip().rstrip("x") for c in cells[5].split(","))
+        out += figures(P, head + row, PT, _throughput_row(model, 16), groups=(1, 2, 3, 4) if kind == "eq1" else (5, 6, 7, 8))
+        out += [
+            Figure(P, head + plain.replace(f"| {cells[4]} |", f"| [[{cells[4].rstrip('x')}]]x |"), PT,
+                   _gain_at_16(model, simulated=kind == "sim")),
+            Figure(P, head + plain.replace(f"| {cells[5]}", f"| [[{searched}]]x, {other}x"), PT,
+                   _scaling_row(model, kind), group=6),
+            Figure(P, head + plain.replace(f"| {cells[5]}", f"| {searched}x, [[{other}]]x"), PT,
+                   _best_other_scaling(model, kind)),
+        ]
+    return out
 
+
+FIGURES += _throughput_table()
 FIGURES += [
     Figure(P, "simulated (6.0x / 12.1x / [[9.2]]x against 3.6x / 10.6x / 9.2x for the best other)", PT,
            _scaling_row("inception_v3", "sim"), group=6),
@@ -512,13 +523,21 @@ FIGURES += [
            r"^GPT-2 small \(batch 8, seq 1024\)\s+from_onnx\s+([\d.]+) s", kind="timing", tolerance=1.0),
     Figure(TF, "from its [[623]] MiB ONNX file", "import", r"from_onnx.*?the export itself: [\d.]+ s, (\d+) MiB"),
 ]
-for _section, _label, _rows in (("wide", "wide: d_model 4096, 2,048 tokens a step", ((4, "612", "295", "222"), (8, "1115", "285", "196"))),
-                                ("narrow", "narrow: d_model 1024, 8,192 tokens a step", ((4, "151", "314", "114"), (8, "205", "345", "114")))):
-    for _i, (_dev, *_ms) in enumerate(_rows):
-        _head = f"| {_label} | {_dev} | " if _i == 0 else f"| | {_dev} | "
-        for _k, _plan in enumerate(("data", "megatron", "searched")):
-            _cells = " | ".join(f"[[{m}]] ms" if k == _k else f"{m} ms" for k, m in enumerate(_ms))
-            FIGURES.append(Figure(TF, _head + _cells + " |", "gpt_plans", _gpt_plan(_section, _dev, _plan)))
+def _gpt_plans_table() -> list[Figure]:
+    """The table of simulated GPT plans: data parallel, Megatron layout, searched, per model and device count."""
+    out = []
+    for section, label, table in (
+            ("wide", "wide: d_model 4096, 2,048 tokens a step", ((4, "612", "295", "222"), (8, "1115", "285", "196"))),
+            ("narrow", "narrow: d_model 1024, 8,192 tokens a step", ((4, "151", "314", "114"), (8, "205", "345", "114")))):
+        for i, (devices, *ms) in enumerate(table):
+            head = f"| {label} | {devices} | " if i == 0 else f"| | {devices} | "
+            for k, plan in enumerate(("data", "megatron", "searched")):
+                cells = " | ".join(f"[[{m}]] ms" if j == k else f"{m} ms" for j, m in enumerate(ms))
+                out.append(Figure(TF, head + cells + " |", "gpt_plans", _gpt_plan(section, devices, plan)))
+    return out
+
+
+FIGURES += _gpt_plans_table()
 
 # ----- docs/memory.md ----------------------------------------------------------------------------------
 
