@@ -250,48 +250,38 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def verdict(o: Outcome) -> str:
+    """ok; DRIFT / NO RUN (a deterministic figure: a failure); drift / no run (a timing: reported); MISSING."""
+    if o.line is None:
+        return "MISSING"
+    if o.problem:
+        return "NO RUN" if o.figure.kind == "exact" else "no run"
+    if o.ok:
+        return "ok"
+    return "DRIFT" if o.figure.kind == "exact" else "drift"
+
+
 def report(outcomes: Sequence[Outcome], stream=sys.stdout) -> int:
-    """Print the drift table; return the exit status (1: a deterministic figure drifted or went unmeasured; 2: a quote is gone)."""
-    status = 0
+    """Print the drift table; return the exit status: 2 when a quote is gone from its doc, else 1 when a
+    deterministic figure drifted or could not be measured, else 0."""
     print(f"{'':9} {'where':28} {'kind':6} {'doc':>12} {'measured':>12} {'drift':>8}  quote", file=stream)
-    for o in outcomes:
+    verdicts = [verdict(o) for o in outcomes]
+    for o, v in zip(outcomes, verdicts):
         f = o.figure
-        where = f"{f.doc}:{o.line}" if o.line else f"{f.doc}:?"
-        if o.line is None:
-            verdict = "MISSING"
-            status = 2
-        elif o.problem:
-            verdict = "NO RUN" if f.kind == "exact" else "no run"
-            if f.kind == "exact":
-                status = max(status, 1)
-        elif o.ok:
-            verdict = "ok"
-        else:
-            verdict = "DRIFT" if f.kind == "exact" else "drift"
-            if f.kind == "exact":
-                status = max(status, 1)
         drift = "-" if o.drift is None else f"{100 * o.drift:+.1f}%"
-        print(f"{verdict:9} {where:28} {f.kind:6} {marked_text(f):>12} {_fmt(o.measured):>12} {drift:>8}  "
-              f"{_short(plain_quote(f), 70)}", file=stream)
+        print(f"{v:9} {f.doc + ':' + str(o.line or '?'):28} {f.kind:6} {marked_text(f):>12} {_fmt(o.measured):>12} "
+              f"{drift:>8}  {_short(plain_quote(f), 70)}", file=stream)
         if o.line is None:
             print(f"{'':9}   the quote is no longer in {f.doc}: update the entry in tools/doc_figures.py", file=stream)
         if o.problem:
             print(f"{'':9}   {f.command}: {o.problem}", file=stream)
-    counts = {v: sum(1 for o in outcomes if _verdict(o) == v) for v in ("ok", "drift", "DRIFT", "missing", "no run")}
-    print(f"\n{len(outcomes)} figures: {counts['ok']} ok, {counts['DRIFT']} deterministic drifted, "
-          f"{counts['drift']} timings outside their tolerance (not a failure), {counts['no run']} not measured, "
-          f"{counts['missing']} quotes missing from their doc", file=stream)
-    return status
-
-
-def _verdict(o: Outcome) -> str:
-    if o.line is None:
-        return "missing"
-    if o.problem:
-        return "no run"
-    if o.ok:
-        return "ok"
-    return "DRIFT" if o.figure.kind == "exact" else "drift"
+    n = {v: verdicts.count(v) for v in ("ok", "DRIFT", "NO RUN", "drift", "no run", "MISSING")}
+    print(f"\n{len(outcomes)} figures: {n['ok']} ok, {n['DRIFT']} deterministic drifted, {n['NO RUN']} deterministic "
+          f"not measured, {n['drift']} timings outside their tolerance and {n['no run']} not measured (neither a "
+          f"failure), {n['MISSING']} quotes missing from their doc", file=stream)
+    if n["MISSING"]:
+        return 2
+    return 1 if n["DRIFT"] or n["NO RUN"] else 0
 
 
 def select(figures: Sequence[Figure], only: str | None, quick: bool) -> list[Figure]:
