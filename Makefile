@@ -70,7 +70,7 @@ docs-ops:         ## regenerate docs/importing.md's tables of supported ops from
 	$(PY) tools/ops_docs.py
 
 check-docs:       ## re-run the cheap deterministic commands behind the docs' figures; fails on drift (tools/check_docs.py)
-	PYTHONPATH=python $(PY) tools/check_docs.py --quick
+	$(PY) tools/check_docs.py --quick
 
 clean:
 	rm -rf build python/shardwise/*.so   # _core and, where built, _cuda

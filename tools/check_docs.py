@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -137,10 +137,17 @@ def describe(command: Command, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _python_path() -> list[str]:
+    """PYTHONPATH for the commands: this checkout's python/ when its C core is built in place (else the
+    installed package), then whatever PYTHONPATH already holds."""
+    here = os.path.join(ROOT, "python")
+    built = any(n.startswith("_core") and n.endswith((".so", ".pyd")) for n in os.listdir(os.path.join(here, "shardwise")))
+    return ([here] if built else []) + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def run_command(command: Command) -> tuple[str, str]:
     """(output, problem): stdout and stderr together, and "" or why the command failed."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python")]
-                                                        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(_python_path())}
     kept = {}   # the files the command rewrites (a benchmark's results file): put back as they were
     for path in command.rewrites:
         with open(os.path.join(ROOT, path), "rb") as f:
