@@ -141,7 +141,9 @@ def _python_path() -> list[str]:
     """PYTHONPATH for the commands: this checkout's python/ when its C core is built in place (else the
     installed package), then whatever PYTHONPATH already holds."""
     here = os.path.join(ROOT, "python")
-    built = any(n.startswith("_core") and n.endswith((".so", ".pyd")) for n in os.listdir(os.path.join(here, "shardwise")))
+    package = os.path.join(here, "shardwise")
+    built = os.path.isdir(package) and any(n.startswith("_core") and n.endswith((".so", ".pyd"))
+                                           for n in os.listdir(package))
     return ([here] if built else []) + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 

@@ -116,3 +116,21 @@ def test_readme_plan_of_vgg16_has_no_drift():
     outcomes = cd.evaluate(figures, outputs)
     bad = [(cd.plain_quote(o.figure), o.measured, o.problem) for o in outcomes if not o.ok]
     assert not bad, bad
+
+
+def test_list_prints_the_registry_and_runs_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(cd, "run_command", lambda command: pytest.fail("--list ran a command"))
+    assert cd.main(["--list", "--only", "P100's 16 GB"]) == 0
+    out = capsys.readouterr().out
+    assert "README.md:" in out and "figure 2.91" in out and "python -m shardwise plan --model vgg16" in out
+
+
+def test_commands_that_rewrite_results_files_put_them_back(tmp_path, monkeypatch):
+    results = tmp_path / "results.txt"
+    results.write_text("recorded\n")
+    monkeypatch.setattr(cd, "ROOT", str(tmp_path))
+    command = cd.Command(("bash", "-c", "echo overwritten > results.txt; echo measured 42"), cheap=True,
+                         rewrites=("results.txt",))
+    output, problem = cd.run_command(command)
+    assert problem == "" and "measured 42" in output
+    assert results.read_text() == "recorded\n"
