@@ -5,7 +5,7 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench docs-ops clean
+.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench docs-ops check-docs clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
@@ -63,11 +63,14 @@ valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in 
 		tests/ops/test_kernels_misc.py tests/ops/test_conformance.py tests/iteration/test_lower.py \
 		tests/iteration/test_simulate_c.py -k "not gil"
 
-bench:            ## issue 2's benchmark
+bench:            ## the search-time benchmark (benchmarks/results/search_time.txt)
 	$(PY) benchmarks/search_time.py
 
 docs-ops:         ## regenerate docs/importing.md's tables of supported ops from the importers' tables
 	$(PY) tools/ops_docs.py
+
+check-docs:       ## re-run the cheap deterministic commands behind the docs' figures; fails on drift (tools/check_docs.py)
+	$(PY) tools/check_docs.py --quick
 
 clean:
 	rm -rf build python/shardwise/*.so   # _core and, where built, _cuda

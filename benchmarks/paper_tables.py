@@ -108,9 +108,12 @@ SEED000_FIG8 = {
 
 # ----- machines ---------------------------------------------------------------------------------
 
-def k80_node() -> sw.DeviceGraph:
-    """Seed 000 section 7.1: 16 K80 GPUs (8 cards of 2) in one machine."""
-    return sw.DeviceGraph.cluster(nodes=1, devices_per_node=16, device="K80")
+def k80_node(intra_bandwidth: float | None = None) -> sw.DeviceGraph:
+    """Seed 000 section 7.1: 16 K80 GPUs (8 cards of 2) in one machine (the preset's link between
+    two GPUs, or intra_bandwidth bytes/s)."""
+    if intra_bandwidth is None:
+        return sw.DeviceGraph.cluster(nodes=1, devices_per_node=16, device="K80")
+    return sw.DeviceGraph.cluster(nodes=1, devices_per_node=16, device="K80", intra_bandwidth=intra_bandwidth)
 
 
 def p100_cluster(ndev: int) -> sw.DeviceGraph:
@@ -150,9 +153,13 @@ def _group_costs(graph: sw.Graph, devices: sw.DeviceGraph, ops: tuple[str, ...],
     return out
 
 
-def table2() -> dict[str, dict[str, float]]:
+# the link between two K80s at which our transfer and update columns of Table 2 equal the paper's
+PAPER_K80_LINK = 4.214e9
+
+
+def table2(intra_bandwidth: float | None = None) -> dict[str, dict[str, float]]:
     """Seed 000 Table 2: fc6 of AlexNet (minibatch 512) on 16 K80s, every other op {n=16}."""
-    g, d = sw.models.alexnet(batch=512), k80_node()
+    g, d = sw.models.alexnet(batch=512), k80_node(intra_bandwidth)
     return {k: _group_costs(g, d, ("fc6",), cfg, {"n": 16}) for k, cfg in TABLE2_CONFIGS.items()}
 
 
@@ -409,6 +416,12 @@ def main(argv: list[str] | None = None) -> int:
                       "every other op {n=16} on all 16", table2(), TABLE2_PAPER, out_col=False)
     print("the search (whole network) picks: " + "; ".join(searched_configs("alexnet", ("fc6", "fc7", "fc8")))
           + "   paper (section 7.1.2): fc6 on 2 workers")
+    at_paper_link = table2(PAPER_K80_LINK)
+    print(f"with {PAPER_K80_LINK / 1e9:.3f} GB/s between K80s: "
+          + ", ".join(f"{k} {r['t_x'] * MS:.1f} / {r['t_s'] * MS:.1f} / {r['total'] * MS:.1f}"
+                      for k, r in at_paper_link.items())
+          + " ms (transfer / update / total); lowest total first: "
+          + " < ".join(sorted(at_paper_link, key=lambda k: at_paper_link[k]["total"])))
     print()
     _print_cost_table("2. DeePa Table 3: VGG-16 conv5_1..conv5_3 together on 16 K80s, minibatch 512; "
                       "every other op {n=16}\n   transfer = pool4's edge and the edges inside the group; "

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""doc_measures.py -- small measurements behind figures the docs quote that no benchmark prints.
+
+Each subcommand prints a few labelled lines that tools/check_docs.py reads (its registry,
+tools/doc_figures.py, names the subcommand as the command of those figures):
+
+    python tools/doc_measures.py llama-sizes          # docs/transformers.md: sw.models.llama's parameters and ops
+    python tools/doc_measures.py reduction-splits     # docs/cost-model.md: AlexNet on 4 P100s with reduction splits
+    python tools/doc_measures.py resnet50-arenas      # docs/scheduling.md: arenas under fifo and critical_path
+    python tools/doc_measures.py swap-stalls          # docs/memory.md: benchmarks/memory.py's stall rows (nothing written)
+    python tools/doc_measures.py digits-seeds         # docs/training.md: examples/train_digits.py for seeds 0-11
+
+Deterministic except digits-seeds' seconds; the package must be importable.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+try:   # the installed package, or a checkout built in place
+    import shardwise as sw
+except ImportError:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import shardwise as sw
+
+
+def llama_sizes() -> None:
+    """sw.models.llama's defaults (8 key/value heads) and Llama-2-7B itself (32)."""
+    t0 = time.perf_counter()
+    g = sw.models.llama()
+    print(f"build {time.perf_counter() - t0:.3f} s")
+    print(f"gqa {g.num_parameters()} parameters {len(g.op_names())} ops")
+    print(f"mha {sw.models.llama(kv_heads=32).num_parameters()} parameters")
+
+
+def reduction_splits() -> None:
+    """AlexNet on 4 P100s of one node: the Eq. 1 optimum with and without reduction splits."""
+    g = sw.models.alexnet()
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=4, device="P100")
+    plain = sw.search(g, d, objective="eq1", progress=False)
+    wider = sw.search(g, d, objective="eq1", progress=False, options=sw.CostOptions(reduction_splits=True))
+    print(f"fc6 {wider['fc6'].split_dims()}; cheaper by {100 * (1 - wider.cost / plain.cost):.4f} %")
+
+
+def resnet50_arenas() -> None:
+    """ResNet-50 (batch 32) data parallel on 4 and 16 P100s: the arenas of the gradients' receiving
+    device (device 0) and of another replica, under fifo (program order) and critical_path."""
+    for n in (4, 16):
+        g = sw.models.resnet50(batch=32)
+        d = sw.DeviceGraph.cluster(nodes=n // 4, devices_per_node=4, device="P100")
+        p = sw.strategies.data_parallel(g, d)
+        fifo = [x.arena_bytes / 2**20 for x in sw.memory_plan(p).devices.values()]
+        crit = [x.arena_bytes / 2**20 for x in sw.memory_plan(p, schedule=sw.schedule(p)).devices.values()]
+        print(f"{n} P100s: receiving device {fifo[0]:.1f} -> {crit[0]:.1f} MiB; "
+              f"another replica {fifo[1]:.1f} -> {crit[1]:.1f} MiB")
+
+
+def swap_stalls() -> None:
+    """benchmarks/memory.py's part 4 (the stall a swap plan reports), printed, its results file untouched."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import memory   # benchmarks/memory.py
+    for line in memory.stall_rows():
+        print(line, flush=True)
+
+
+def digits_seeds() -> None:
+    """examples/train_digits.py's main for seeds 0-11 (each prints its accuracy and seconds)."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import train_digits
+    for seed in range(12):
+        train_digits.main(seed=seed, progress=False)
+
+
+MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
+            "swap-stalls": swap_stalls, "digits-seeds": digits_seeds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("measure", choices=sorted(MEASURES))
+    MEASURES[ap.parse_args(argv).measure]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
