@@ -20,6 +20,7 @@ from shardwise.graph import Graph, Tensor
 from shardwise.importers.onnx.const import FOLDERS, Const, FoldError, fold
 from shardwise.importers.onnx.attrs import INT_LIMIT, Attrs, check_node, opset_version
 from shardwise.importers.onnx.data import tensor_array
+from shardwise.importers.onnx.views import View
 from shardwise.importers.onnx.ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall,
                                Outputs, SiluOf)
 from shardwise.importers.onnx import seq as import_onnx_seq# noqa: F401  (adds the sequence ops to ONNX_OPS)
@@ -331,7 +332,7 @@ class _OnnxImporter:
             args: list[Any] = [values[0].value.shape]
         elif op == "Shape" and values and isinstance(getattr(values[0], "shape", None), tuple):
             args = [values[0].shape]   # of a tensor, or a lazy value (a view, an LSTM's steps)
-        elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and isinstance(values[1], Tensor):
+        elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and isinstance(values[1], (Tensor, View)):
             args = [values[0].value, np.zeros(0, np.float32)]   # graph tensors are float32
         elif op in FOLDERS and all(v is None or isinstance(v, Const) for v in values):
             if op == "Identity":   # the same initializer under another name: keep it one Const
@@ -408,7 +409,7 @@ class _OnnxImporter:
     def _bias_add(self, node: Any) -> Any:
         """The Add of a bias initializer that alone reads a MatMul by a weight initializer: the
         two are one linear layer (exporters other than PyTorch's write Linear that way)."""
-        if len(node.input) != 2 or not isinstance(self.env.get(node.input[0]), Tensor):
+        if len(node.input) != 2 or not isinstance(self.env.get(node.input[0]), (Tensor, View)):
             return None
         w = self.env.get(node.input[1])
         if not (isinstance(w, Const) and w.source is not None and w.value.ndim == 2):
