@@ -116,6 +116,47 @@ def _split(c: OnnxCall) -> Outputs:
     return Outputs(tuple(c.graph.split(x, sizes, axis, name=c.name)))
 
 
+class Pieces(tuple):
+    """The output of ``SplitToSequence`` (PyTorch's dynamo export of ``x.chunk(n, dim)``): its
+    pieces, each a ``slice`` op of the split, read one by one by ``SequenceAt``."""
+
+
+def _split_to_sequence(c: OnnxCall) -> Pieces:
+    """SplitToSequence(x, split): pieces of a constant size (a scalar ``split``; the last one
+    smaller), of constant sizes (a 1-D ``split``), or of size 1 (no ``split``, ``keepdims`` 1)."""
+    x = c.tensor(0)
+    r = len(x.shape)
+    axis = c.attrs.get_int("axis", 0)
+    if not -r <= axis < r or axis % r == 0:
+        raise c.error(f"axis={axis} is not supported (any axis but the batch)")
+    axis %= r
+    n = x.shape[axis]
+    split = c.const(1, "split") if len(c.inputs) > 1 else None
+    if split is None:
+        if not c.attrs.get_int("keepdims", 1, lo=0, hi=1):
+            raise c.error("SplitToSequence without split and with keepdims=0 is not supported")
+        sizes = [1] * n
+    elif np.ndim(split) == 0:
+        size = c.const_ints(1, "split")[0]
+        if size < 1:
+            raise c.error(f"split={size} is not a positive size")
+        sizes = [min(size, n - s) for s in range(0, n, size)]
+    else:
+        sizes = c.const_ints(1, "split")
+    return Pieces(c.graph.split(x, sizes, axis, name=c.name))
+
+
+def _sequence_at(c: OnnxCall) -> Tensor:
+    """SequenceAt(pieces, position) of a SplitToSequence by a constant position."""
+    pieces = c.inputs[0]
+    if not isinstance(pieces, Pieces):
+        raise c.error(f"SequenceAt of {_show(pieces)} is not supported (only of a SplitToSequence)")
+    position = c.const_ints(1, "position")
+    if position is None or len(position) != 1 or not -len(pieces) <= position[0] < len(pieces):
+        raise c.error(f"position {position} is not one of the {len(pieces)} pieces")
+    return pieces[position[0]]
+
+
 def _resize(c: OnnxCall) -> Tensor:
     x = c.tensor(0, rank=4)
     mode = c.attrs.get_str("mode", "nearest")
@@ -158,6 +199,8 @@ def register() -> None:
         "Expand": _expand,
         "Slice": _slice,
         "Split": _split,
+        "SplitToSequence": _split_to_sequence,
+        "SequenceAt": _sequence_at,
         "Resize": _resize,
     })
     MULTI_OUTPUT.add("Split")

@@ -407,9 +407,11 @@ def _pool(kind: str) -> Callable[[OnnxCall], Tensor]:
         padding = _pads(c, kernel, stride)
         if kind == "avg" and padding != (0, 0) and not c.attrs.get_int("count_include_pad", 0):
             raise c.error("count_include_pad=0 with padding is not supported (padded zeros count in the divisor)")
-        if c.attrs.get_int("ceil_mode", 0):
+        ceil = bool(c.attrs.get_int("ceil_mode", 0, lo=0, hi=1))
+        if ceil and kind != "max":   # a partial window of an average pool: not supported
             check_ceil_mode(c, x.shape, kernel, stride, padding)
-        return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
+        return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name,
+                              ceil_mode=ceil and kind == "max")
     return convert
 
 
@@ -636,8 +638,8 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`flatten`", "`Flatten`, `Reshape`, `Squeeze`",
                "to `(N, features)` (`Flatten` with `axis=1`); a reshape to the same shape is no op"),
     OnnxDocRow("`pool2d`", "`MaxPool`, `AveragePool`",
-               "`dilations` 1, padding as for `Conv`, `count_include_pad=1` when padded, `ceil_mode` where it adds "
-               "no window, no indices output read"),
+               "`dilations` 1, padding as for `Conv`, `count_include_pad=1` when padded, no indices output read; "
+               "`ceil_mode` (`MaxPool`: any, a partial last window; `AveragePool`: where it adds no window)"),
     OnnxDocRow("`pool2d`", "`GlobalAveragePool`, `GlobalMaxPool`", "no op on a 1x1 input"),
     OnnxDocRow("`pool2d` (avg) (+ `flatten`)", "`ReduceMean`", "over axes (2, 3) of an `(N, C, H, W)` tensor"),
     OnnxDocRow("`softmax` (the loss)", "`Softmax`, `LogSoftmax`",
@@ -656,6 +658,9 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`expand`", "`Expand`", "of a computed tensor or an initializer (a class token), constant shape"),
     OnnxDocRow("`slice`", "`Slice`, `Split`",
                "constant starts, ends, positive steps and split sizes (or `num_outputs`), never the batch axis"),
+    OnnxDocRow("`slice`", "`SplitToSequence` + `SequenceAt`",
+               "PyTorch's dynamo export of `x.chunk(n, dim)`: a constant `split` (a size, or sizes), never the "
+               "batch axis, each piece read by a `SequenceAt` of a constant position"),
     OnnxDocRow("`upsample_nearest`, `upsample_bilinear`", "`Resize`",
                "integer scales (or sizes) of H and W; `mode=\"nearest\"` (half-pixel, or asymmetric with `floor`), or "
                "`\"linear\"` with half-pixel coordinates (`align_corners=False`)"),

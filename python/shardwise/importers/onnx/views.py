@@ -219,7 +219,12 @@ def materialize(g: Graph, v: View, name: str, where: str) -> Tensor:
     offset, axes = found
     if batch > 1 and (not axes or axes[0] != (batch, sample) or offset >= sample):
         raise refuse
-    inner = axes[1:] if batch > 1 else axes
+    inner: list[tuple[int, int]] = []
+    for n, s in (axes[1:] if batch > 1 else axes):   # axes the view reads as one (fewer dimensions: ranks <= 5)
+        if inner and inner[-1][1] == n * s:
+            inner[-1] = (inner[-1][0] * n, s)
+        else:
+            inner.append((n, s))
     if offset >= sample:
         raise refuse
     # the container: the view's axes by decreasing stride (the base's order), each a dimension of
