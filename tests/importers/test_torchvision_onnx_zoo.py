@@ -37,6 +37,10 @@ pytest.importorskip("onnxscript", reason="torch.onnx's dynamo exporter needs onn
 from test_torchvision_norm import M, calibrated  # noqa: E402  (skips the module without torchvision)
 from test_torchvision_zoo import ZOO  # noqa: E402
 
+# at 64 px the adaptive average pools of alexnet and vgg11_bn (to 6x6 and 7x7) upsample a 1x1 and a
+# 2x2 map, which the exporter spells with index arithmetic and GatherND (refused: Abs is the first op
+# from_onnx names); at their own 224 px the pools are identities
+IMAGE_SIZE = {"alexnet": 224, "vgg11_bn": 224}
 TRANSFORMERS = {
     "vit_b_16": ({"image_size": 32, "dropout": 0.0}, 32),
     "swin_t": ({"dropout": 0.0}, 64),
@@ -57,6 +61,7 @@ def make(name: str):
         model, px = small_vit(), 32
     else:
         kwargs, px = {**ZOO, **TRANSFORMERS}[name]
+        px = IMAGE_SIZE.get(name, px)
         model = getattr(M, name)(weights=None, num_classes=10, **kwargs)
     heads = getattr(model, "heads", None)
     if heads is not None:   # torchvision's zero ViT head would make every logit 0

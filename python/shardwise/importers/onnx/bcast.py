@@ -11,6 +11,7 @@ import numpy as np
 
 from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const
+from shardwise.importers.onnx.views import View, materialize
 from shardwise.importers.onnx.ops import MULTI_OUTPUT, ONNX_OPS, OnnxCall, Outputs, _show
 
 
@@ -19,6 +20,8 @@ def operand(c: OnnxCall, v: Any, what: str) -> Tensor:
     if isinstance(v, Const) and v.source is not None and not v.transposed and c.parameter_op is not None \
             and np.asarray(v.value).dtype.kind == "f" and np.ndim(v.value) > 0:
         return c.parameter_op(v, c.where)
+    if isinstance(v, View):   # reshapes and transposes that moved the batch: built as ops where they can be
+        v = materialize(c.graph, v, c.name, c.where)
     if not isinstance(v, Tensor):
         raise c.error(f"expects a tensor or an initializer as {what}, got {_show(v)} (computed constants are not "
                       f"supported)")
@@ -29,9 +32,9 @@ def _operands(c: OnnxCall) -> tuple[Tensor, Tensor] | None:
     """Both operands as tensors when each is a computed tensor or an initializer (and one is
     computed); None otherwise (the wrapped converter decides)."""
     a, b = c.inputs[0], c.inputs[1]
-    ok = [isinstance(v, Tensor) or (isinstance(v, Const) and v.source is not None and np.ndim(v.value) > 0)
+    ok = [isinstance(v, (Tensor, View)) or (isinstance(v, Const) and v.source is not None and np.ndim(v.value) > 0)
           for v in (a, b)]
-    if not all(ok) or not any(isinstance(v, Tensor) for v in (a, b)):
+    if not all(ok) or not any(isinstance(v, (Tensor, View)) for v in (a, b)):
         return None
     return operand(c, a, "operand 0"), operand(c, b, "operand 1")
 

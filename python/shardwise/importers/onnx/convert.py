@@ -27,6 +27,7 @@ from shardwise.importers.onnx import seq as import_onnx_seq# noqa: F401  (adds t
 from shardwise.importers.onnx import rnn as import_onnx_rnn# noqa: F401  (adds LSTM)
 from shardwise.importers.onnx import bcast as import_onnx_bcast  # noqa: F401  (adds broadcasting Mul/Add, Expand, Slice, Split, Resize)
 from shardwise.importers.onnx import groupnorm as import_onnx_groupnorm  # noqa: F401  (adds InstanceNormalization: group norm)
+from shardwise.importers.onnx import windows as import_onnx_windows  # noqa: F401  (adds GatherND, Pad: Swin's windows)
 from shardwise.importers.common import Lazy, check_weight_shapes, unique_name, without_dead_ops
 
 __all__ = ["from_onnx"]
@@ -344,6 +345,9 @@ class _OnnxImporter:
             if op in ("Expand", "Slice") and w is not None and w.source is not None and w.value.dtype.kind == "f":
                 return False   # a learned table expanded or sliced (a class token): a parameter op (import_onnx_bcast)
             if op == "Transpose" and w is not None and w.source is not None and w.value.ndim == 2:
+                if list(attrs.get_ints("perm", [1, 0])) == [0, 1]:   # the identity (Swin's table)
+                    self.env[node.output[0]] = w
+                    return True
                 # a linear layer's weight (out, in) transposed for a MatMul: still that initializer
                 self.env[node.output[0]] = Const(w.value.T, source=w.source, transposed=True)
                 return True

@@ -34,7 +34,9 @@ from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.onnx.ops import ONNX_OPS, OnnxCall, _linear, _show
 from shardwise.importers.common import Lazy, normalize_trailing
-from shardwise.importers.onnx.views import View, flat_index, materialize, resolve, same_layout, take_view, transposed_of
+from shardwise.importers.onnx.views import (View, flat_index, materialize, resolve, same_layout, split_batch, take_view,
+                                            transposed_of)
+from shardwise.importers.windows import constant
 
 __all__ = ["View", "resolve", "same_layout"]   # where import_onnx_rnn and groupnorm take them from
 
@@ -53,7 +55,7 @@ class Scaled:
 class Scores:
     """Attention scores ``t`` (a matmul's result) times ``scale``, causally masked when ``causal``."""
 
-    t: Tensor
+    t: Any            # Tensor, or a View of one whose batch is merged with other dimensions
     scale: float
     causal: bool = False
 
@@ -140,10 +142,23 @@ def _matmul(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
             if not isinstance(v, (Tensor, View)):
                 raise c.error(f"MatMul of {_show(a)} and {_show(b)} is not supported")
             ops.append(v)
+        merge = None
+        merged = [v for v in ops if isinstance(v, View) and v.shape and v.shape[0] != v.base.shape[0]]
+        if merged:   # the batch merged with other dimensions (Swin's windows): the product on (N, k, ...)
+            batch = merged[0].base.shape[0]
+            k = merged[0].shape[0] // batch
+            if any(v.shape[0] != batch * k for v in ops):
+                raise c.error(f"MatMul of {_show(a)} and {_show(b)} is not supported (first dimensions that are not "
+                              f"the same multiple of the batch)")
+            ops = [_view(c, v, lambda arr: arr.reshape((batch, k) + arr.shape[1:]), "splitting the batch") for v in ops]
+            merge = lambda t: _view(c, t, lambda arr: arr.reshape((batch * k,) + arr.shape[2:]),  # noqa: E731
+                                    "merging the batch")
         (x, ta), (y, tb) = (_operand(c, v, k) for k, v in enumerate(ops))
         if len(x.shape) == 2 and scale == 1.0 and not (ta or tb):
             return previous(c)
         out = c.graph.matmul(x, y, transpose_a=ta, transpose_b=tb, name=c.name)
+        if merge is not None:
+            out = merge(out)
         return out if scale == 1.0 else Scores(out, scale)
     return convert
 
@@ -188,6 +203,15 @@ def _add(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
                     raise c.error("adding a mask to attention scores that is not the causal mask (0 on and below the "
                                   "diagonal, -inf above) is not supported")
                 return Scores(s.t, s.scale, True)
+        for x, m in ((a, b), (b, a)):
+            if isinstance(x, Scores) and not x.causal and isinstance(m, Tensor) and m.shape[:1] == (1,) \
+                    and len(m.shape) == len(x.t.shape):
+                # scores plus a bias of the model (Swin's relative positions, (1, H, T, T)): the scores
+                # times their scale (a constant made from the bias), then the sum, on (N, k, H, T, T)
+                t, merge = split_batch(c.graph, x.t, c.name, c.where)
+                if x.scale != 1.0:
+                    t = c.graph.mul(t, constant(c.graph, m, x.scale, f"{c.name}.scale"), name=f"{c.name}.scaled")
+                return merge(c.graph.add(t, m, name=c.name))
         if isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape != b.shape:
             big, small = (a, b) if len(a.shape) > len(b.shape) else (b, a)
             if len(small.shape) >= 2 and len(big.shape) == len(small.shape) + 1 and big.shape[1:] == small.shape:
@@ -206,12 +230,19 @@ def _softmax(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
             r = len(x.t.shape)
             if axis % r != r - 1:
                 raise c.error(f"Softmax(axis={axis}) of attention scores is not supported (only over the keys, -1)")
+            t, merge = split_batch(c.graph, x.t, c.name, c.where)
             # the exporter scales q and k each by sqrt(scale), float32 roundings apart from scale:
             # the scale of the product is 1 / sqrt(Dh) when it is that within float32's precision
-            dh = c.graph.ops[x.t.op]
+            dh = c.graph.ops[t.op]
             default = 1.0 / math.sqrt(c.graph.ops[dh.inputs[0]].shape[-1]) if dh.kind == "matmul" else None
             scale = default if default is not None and abs(x.scale - default) <= 1e-6 * default else x.scale
-            return c.graph.softmax_dim(x.t, -1, scale=scale, causal=x.causal, name=c.name)
+            return merge(c.graph.softmax_dim(t, -1, scale=scale, causal=x.causal, name=c.name))
+        if isinstance(x, View) and c.op_type == "Softmax" and x.shape and x.shape[0] != x.base.shape[0]:
+            r = len(x.shape)
+            if axis % r == 0:
+                raise c.error(f"Softmax(axis={axis}) over the batch is not supported")
+            t, merge = split_batch(c.graph, x, c.name, c.where)   # (N, k, ...): one axis more
+            return merge(c.graph.softmax_dim(t, axis % r + 1, name=c.name))
         if c.op_type == "Softmax" and isinstance(x, Tensor) and not (c.is_output and axis % len(x.shape)
                                                                       == len(x.shape) - 1):
             return c.graph.softmax_dim(x, axis % len(x.shape), name=c.name)

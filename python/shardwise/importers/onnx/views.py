@@ -293,3 +293,23 @@ def linear_of_view(g: Graph, v: View, name: str, where: str, linear: Callable[[T
     position[order] = np.arange(len(order))
     index = (position[:, None] * out + np.arange(out)).reshape(v.shape[:-1] + (out,))
     return from_index(y, np.empty(y.shape, dtype=np.int8), index, v.where)
+
+
+def split_batch(g: Graph, v: Any, name: str, where: str) -> tuple[Tensor, Callable[[Tensor], Any]]:
+    """A tensor or view whose first dimension is the batch merged with k others (Swin's windows
+    of every sample, (N nW, H, T, Dh)) as the tensor (N, k, ...) a batched op (a matmul, a
+    softmax, a broadcast add) runs on, and how to merge its result back into a view (N k, ...)
+    of it; for a tensor or view with the batch alone in front, the tensor and the identity."""
+    if isinstance(v, Tensor):
+        return v, lambda t: t
+    base = v.base
+    batch = base.shape[0]
+    if v.shape and v.shape[0] == batch:
+        return materialize(g, v, name, where), lambda t: t
+    if not v.shape or v.shape[0] % batch:
+        raise ModelImportError(f"{where}: {v!r} is not supported here (its first dimension is not a multiple of "
+                               f"the batch)")
+    k = v.shape[0] // batch
+    split = take_view(where, v, lambda a: a.reshape((batch, k) + a.shape[1:]), "splitting the batch")
+    t = split if isinstance(split, Tensor) else materialize(g, split, name, where)
+    return t, lambda r: take_view(where, r, lambda a: a.reshape((batch * k,) + a.shape[2:]), "merging the batch")
