@@ -613,6 +613,22 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
                "with the product of the constants (1/sqrt(Dh) when it equals that within float32 precision) and "
                "`causal=True`"),
     OnnxDocRow("`add` (broadcast)", "`Add`", "`(N, T, D) + (T, D)`"),
+    OnnxDocRow("`matmul`", "`Einsum`",
+               "a batched matrix product `...ik,...kj->...ij`, either operand's last two letters swapped (MaxViT's "
+               "`q k^T`): a `matmul` with `transpose_b`"),
+    OnnxDocRow("relative position bias: `parameter`, `slice`, `concat`, `reshape`, `permute`",
+               "`GatherND`, `Gather`",
+               "of a table initializer `((2 wh - 1)(2 ww - 1), H)` by torchvision's relative position index (Swin "
+               "Transformer, MaxViT; checked): the bias `(1, H, T, T)` built of slices of the table, as from_torch "
+               "builds it, an exact composition"),
+    OnnxDocRow("`mul`, `add` (+ `clip`)", "`Add`",
+               "attention scores plus a bias of the model `(1, H, T, T)` (the scores' scale a `mul` by a constant); "
+               "scores `(N, nW, H, T, T)` plus torchvision's shifted-window mask, a constant `(1, nW, 1, T, T)` of 0 "
+               "and -100 (its geometry found and checked), built of `clip`ped constants, `matmul` and `add` as "
+               "from_torch builds it"),
+    OnnxDocRow("`concat` (+ `clip`, `expand`)", "`Pad`",
+               "constant mode with zeros, never the batch dimension (Swin's padding to whole windows): zeros made "
+               "by `clip` of a slice, concatenated"),
     OnnxDocRow("`softmax_dim`", "`Softmax`", "inside the network, over any axis"),
     OnnxDocRow("`batchnorm2d`", "`BatchNormalization`",
                "any `epsilon`; scale, bias, running mean and variance initializers (one shared by several batch "

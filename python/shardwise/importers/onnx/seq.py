@@ -62,7 +62,7 @@ class Scores:
 
 def _view(c: OnnxCall, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str) -> Any:
     """The view ``make`` takes of ``x`` (:func:`~shardwise.importers.onnx.views.take_view`)."""
-    return take_view(c.where, x, make, what)
+    return take_view(c.where, x, make, what, c.graph, c.name)
 
 
 def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
@@ -163,6 +163,36 @@ def _matmul(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
     return convert
 
 
+def _einsum(matmul: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """Einsum of a batched matrix product, ``"...ik,...kj->...ij"`` with either operand's last two
+    letters swapped (MaxViT's ``"BGHID,BGHJD->BGHIJ"``, q k^T): the MatMul of the operands (a
+    swapped one read as a transposed view)."""
+    def convert(c: OnnxCall) -> Any:
+        eq = c.attrs.get_str("equation", "").replace(" ", "")
+        terms = eq.split("->")
+        ins = terms[0].split(",") if len(terms) == 2 else []
+        ok = len(ins) == 2 == len(c.inputs) and all(t.isalpha() and len(set(t)) == len(t) for t in ins + terms[1:])
+        if ok:
+            (a, b), out = ins, terms[1]
+            lead = out[:-2]
+            i, j = out[-2:] if len(out) >= 2 else ("", "")
+            k = (set(a[-2:]) - {i}).pop() if len(a) >= 2 and i in a[-2:] and len(set(a[-2:]) - {i}) == 1 else ""
+            ok = (len(out) >= 2 and a[:-2] == b[:-2] == lead and sorted(a[-2:]) == sorted(i + k)
+                  and sorted(b[-2:]) == sorted(k + j) and k not in (i, j) and i != j)
+        if not ok:
+            raise c.error(f"Einsum {eq!r} is not supported (a batched matrix product '...ik,...kj->...ij', either "
+                          f"operand's last two letters swapped)")
+        swap = lambda v: v if v is None else _view(c, v, lambda arr: np.swapaxes(arr, -1, -2), "transposing")  # noqa: E731
+        values = list(c.inputs)
+        for n, (term, want) in enumerate(((a, i + k), (b, k + j))):
+            if term[-2:] != want:
+                v = values[n]
+                values[n] = Scaled(swap(v.t), v.factor) if isinstance(v, Scaled) else swap(v)
+        c.inputs = values
+        return matmul(c)
+    return convert
+
+
 def _operand(c: OnnxCall, v: Any, k: int) -> tuple[Tensor, bool]:
     """MatMul operand ``k`` as (tensor, read transposed): a view of the transpose of a tensor's
     last two dimensions reads that tensor transposed; another view is built as a tensor
@@ -205,9 +235,10 @@ def _add(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
                 return Scores(s.t, s.scale, True)
         for x, m in ((a, b), (b, a)):
             if isinstance(x, Scores) and not x.causal and isinstance(m, Tensor) and m.shape[:1] == (1,) \
-                    and len(m.shape) == len(x.t.shape):
-                # scores plus a bias of the model (Swin's relative positions, (1, H, T, T)): the scores
-                # times their scale (a constant made from the bias), then the sum, on (N, k, H, T, T)
+                    and 2 <= len(m.shape) <= len(x.t.shape):
+                # scores plus a bias of the model (Swin's and MaxViT's relative positions, (1, H, T, T)):
+                # the scores times their scale (a constant made from the bias), then the sum, on
+                # (N, k, H, T, T) where the batch was merged with the windows
                 t, merge = split_batch(c.graph, x.t, c.name, c.where)
                 if x.scale != 1.0:
                     t = c.graph.mul(t, constant(c.graph, m, x.scale, f"{c.name}.scale"), name=f"{c.name}.scaled")
@@ -370,6 +401,7 @@ def register() -> None:
         "RMSNormalization": _rms_norm,
         "Unsqueeze": _unsqueeze,
     })
+    ONNX_OPS["Einsum"] = _einsum(ONNX_OPS["MatMul"])
 
 
 register()

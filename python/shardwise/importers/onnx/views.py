@@ -25,6 +25,7 @@ Nothing here imports onnx.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -131,10 +132,13 @@ def from_index(base: Any, origin: np.ndarray, index: np.ndarray, where: str) -> 
     return View(base, origin, placeholder, where, index.astype(np.int64, copy=False))
 
 
-def take_view(where: str, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str) -> Any:
+def take_view(where: str, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str, g: Graph | None = None,
+              name: str = "") -> Any:
     """The view ``make`` (reshapes, transposes, indexing) takes of ``x`` (a graph tensor, a view,
     or a lazy value with a shape: an LSTM's output steps), or its base when it reads that
-    unchanged."""
+    unchanged.  Where no strides describe the result, it is an indexed view, or, given the graph
+    ``g``, the tensor :func:`materialize` builds of it where it can (MaxViT's windows regrouped
+    as the image, whose grid partition is then a view of that tensor)."""
     base = x.base if isinstance(x, View) else x
     try:   # address space only, never written
         origin = x.origin if isinstance(x, View) else np.empty(x.shape, dtype=np.int8)
@@ -150,7 +154,14 @@ def take_view(where: str, x: Any, make: Callable[[np.ndarray], np.ndarray], what
             raise ModelImportError(f"{where}: {what} of {_show(x)} is not supported (no strides describe it and "
                                    f"the tensor has more than {INDEX_LIMIT:,} elements)")
         x = View(base, origin, arr, src, flat_index(View(base, origin, arr, src)))
-    return from_index(base, origin, make(x.index), src)
+    out = from_index(base, origin, make(x.index), src)
+    if g is not None and isinstance(out, View) and out.index is not None and isinstance(base, Tensor) \
+            and len(out.shape) <= MAX_RANK and out.shape[:1] == base.shape[:1]:
+        try:   # no strides describe it: the tensor, if one can be built (MaxViT's windows regrouped as its grid)
+            return materialize(g, out, name, where)
+        except (ModelImportError, ShardwiseError):
+            pass
+    return out
 
 
 # ----------------------------------------------------------------------------- graph tensors of views
@@ -199,10 +210,63 @@ def _factor(line: np.ndarray) -> list[tuple[int, int]] | None:
     return None
 
 
+MAX_RANK = 5
+"""The most dimensions a tensor of the runtime has."""
+
+
+@dataclass
+class _Container:
+    """How a view reads its base: the base reshaped to (N, *dims), ``cuts`` [lo, hi) of each of
+    those dimensions, and ``order``: the view's axes (``inner``, (size, stride)) by decreasing stride."""
+
+    dims: list[int]
+    cuts: list[tuple[int, int]]
+    order: list[int]
+    inner: list[tuple[int, int]]
+
+
+def _container(index: np.ndarray, batch: int, sample: int) -> _Container | None:
+    """The container of a view with these flat indices into a base of ``batch`` samples of
+    ``sample`` elements, or None when the view does not keep the batch in dimension 0 and read
+    each element once."""
+    found = _axes(index)
+    if found is None or not index.ndim or index.shape[0] != batch:
+        return None
+    offset, axes = found
+    if offset >= sample or batch > 1 and (not axes or axes[0] != (batch, sample)):
+        return None
+    inner: list[tuple[int, int]] = []
+    for n, s in (axes[1:] if batch > 1 else axes):   # axes the view reads as one (fewer dimensions)
+        if inner and inner[-1][1] == n * s:
+            inner[-1] = (inner[-1][0] * n, s)
+        else:
+            inner.append((n, s))
+    # the view's axes by decreasing stride (the base's order), each a dimension of size (the next
+    # larger stride) / stride, of which the view reads [digit, digit + size)
+    order = sorted(range(len(inner)), key=lambda k: -inner[k][1])
+    dims, cuts, above = [], [], sample
+    for k in order:
+        n, s = inner[k]
+        if s < 1 or above % s:
+            return None
+        digit = offset % above // s
+        if digit + n > above // s:
+            return None
+        dims.append(above // s)
+        cuts.append((digit, digit + n))
+        above = s
+    if above > 1:   # below the smallest stride: one element of each run
+        dims.append(above)
+        cuts.append((offset % above, offset % above + 1))
+    return _Container(dims, cuts, order, inner)
+
+
 def materialize(g: Graph, v: View, name: str, where: str) -> Tensor:
     """``v`` as a graph tensor: a ``reshape`` of its base into a container whose dimensions are
     the view's axes in the base's order (each a whole dimension or a ``slice`` of one), the
-    ``permute`` to the view's order and a ``reshape`` to its shape.  The view must keep the
+    ``permute`` to the view's order and a ``reshape`` to its shape.  Where the container would
+    have more dimensions than the runtime's 5 (MaxViT's window partition of (N, C, H, W) reads
+    C innermost), the base is first permuted (the fewest dimensions).  The view must keep the
     batch in dimension 0 and read no element twice (else a ModelImportError)."""
     base = v.base
     if isinstance(base, Lazy):
@@ -211,47 +275,30 @@ def materialize(g: Graph, v: View, name: str, where: str) -> Tensor:
         raise ModelImportError(f"{where}: {v!r} cannot be read as a tensor")
     batch = base.shape[0]
     sample = int(np.prod(base.shape[1:], dtype=np.int64))
-    found = _axes(flat_index(v))
-    refuse = ModelImportError(f"{where}: reading {v!r} as a tensor is not supported (only views that keep the batch "
-                              f"in dimension 0 and read each element once)")
-    if found is None or not v.shape or v.shape[0] != batch:
-        raise refuse
-    offset, axes = found
-    if batch > 1 and (not axes or axes[0] != (batch, sample) or offset >= sample):
-        raise refuse
-    inner: list[tuple[int, int]] = []
-    for n, s in (axes[1:] if batch > 1 else axes):   # axes the view reads as one (fewer dimensions: ranks <= 5)
-        if inner and inner[-1][1] == n * s:
-            inner[-1] = (inner[-1][0] * n, s)
-        else:
-            inner.append((n, s))
-    if offset >= sample:
-        raise refuse
-    # the container: the view's axes by decreasing stride (the base's order), each a dimension of
-    # size (the next larger stride) / stride, of which the view reads [digit, digit + size)
-    order = sorted(range(len(inner)), key=lambda k: -inner[k][1])
-    dims, cuts, above = [], [], sample
-    for k in order:
-        n, s = inner[k]
-        if s < 1 or above % s:
-            raise refuse
-        digit = offset % above // s
-        if digit + n > above // s:
-            raise refuse
-        dims.append(above // s)
-        cuts.append((digit, digit + n))
-        above = s
-    if above > 1:   # below the smallest stride: one element of each run
-        dims.append(above)
-        cuts.append((offset % above, offset % above + 1))
+    index = flat_index(v)
+    box = _container(index, batch, sample)
+    if box is None:
+        raise ModelImportError(f"{where}: reading {v!r} as a tensor is not supported (only views that keep the batch "
+                               f"in dimension 0 and read each element once)")
     unique = lambda label: unique_name(g, (), f"{name}.{label}")   # noqa: E731
-    t = _reshape(g, base, (batch, *dims), unique("split"))
-    for d, (lo, hi) in enumerate(cuts, 1):
-        if (lo, hi) != (0, dims[d - 1]):
+    if len(box.dims) + 1 > MAX_RANK:
+        best = None
+        for perm in itertools.permutations(range(1, len(base.shape))):
+            shape = (batch,) + tuple(base.shape[p] for p in perm)
+            coords = np.unravel_index(index, base.shape)
+            moved = np.ravel_multi_index(tuple(coords[p] for p in (0, *perm)), shape)
+            other = _container(moved, batch, sample)
+            if other is not None and (best is None or len(other.dims) < len(best[1].dims)):
+                best = ((0, *perm), other)
+        if best is not None and len(best[1].dims) < len(box.dims):
+            base, box = g.permute(base, best[0], name=unique("base")), best[1]
+    t = _reshape(g, base, (batch, *box.dims), unique("split"))
+    for d, (lo, hi) in enumerate(box.cuts, 1):
+        if (lo, hi) != (0, box.dims[d - 1]):
             t = g.slice(t, d, lo, hi, name=unique(f"slice{d}"))
-    kept = (batch, *(hi - lo for lo, hi in cuts[:len(order)]))
+    kept = (batch, *(hi - lo for lo, hi in box.cuts[:len(box.order)]))
     t = _reshape(g, t, kept, unique("axes"))   # drops the run dimension below the smallest stride
-    perm = [0] + [1 + order.index(k) for k in range(len(inner))]
+    perm = [0] + [1 + box.order.index(k) for k in range(len(box.inner))]
     if perm != list(range(len(perm))):
         t = g.permute(t, perm, name=unique("order"))
     return _reshape(g, t, v.shape, unique("view"))

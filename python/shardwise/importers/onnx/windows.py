@@ -46,19 +46,43 @@ def _window_of(rows: int, size: int) -> tuple[int, int] | None:
     return None
 
 
-def _gather_nd(c: OnnxCall) -> Any:
+def _relative_table(c: OnnxCall) -> bool:
+    """Is the node's input 0 a table (rows, heads) of the model and input 1 constant indices?"""
     table, ids = c.inputs[0], c.inputs[1]
-    if not (isinstance(table, Const) and table.source is not None and table.value.ndim == 2
-            and isinstance(ids, Const) and ids.value.dtype.kind in "iu"):
-        raise c.error(f"GatherND of {_show(table)} by {_show(ids)} is not supported (only a relative position table "
-                      f"by torchvision's constant index)")
+    return isinstance(table, Const) and table.source is not None and table.value.ndim == 2 and \
+        table.value.dtype.kind == "f" and isinstance(ids, Const) and ids.value.dtype.kind in "iu"
+
+
+def _gather_nd(c: OnnxCall) -> Any:
+    """GatherND(table, index (T T, 1)): Swin's relative position bias."""
+    if not _relative_table(c):
+        raise c.error(f"GatherND of {_show(c.inputs[0])} by {_show(c.inputs[1])} is not supported (only a relative "
+                      f"position table by torchvision's constant index)")
     if c.attrs.get_int("batch_dims", 0) != 0:
         raise c.error("GatherND with batch_dims is not supported")
+    ids = c.inputs[1].value
+    return _relative_bias(c, ids.reshape(-1) if ids.ndim == 2 and ids.shape[1] == 1 else None)
+
+
+def _gather(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """Gather(table, index (T T,)) of a table by torchvision's relative position index (MaxViT's
+    ``table[index]``): the relative position bias; anything else as before."""
+    def convert(c: OnnxCall) -> Any:
+        if len(c.inputs) == 2 and _relative_table(c) and c.inputs[1].value.ndim == 1 and \
+                c.attrs.get_int("axis", 0) == 0 and _window_of(c.inputs[0].value.shape[0], c.inputs[1].value.size):
+            return _relative_bias(c, c.inputs[1].value)
+        return previous(c)
+    return convert
+
+
+def _relative_bias(c: OnnxCall, index: np.ndarray | None) -> Any:
+    """The relative position bias (1, H, T, T) of the table, input 0, gathered by ``index`` (it
+    must be torchvision's), seen as the (T T, H) the node computes."""
+    table = c.inputs[0]
     rows, heads = table.value.shape
-    index = ids.value.reshape(-1) if ids.value.ndim == 2 and ids.value.shape[1] == 1 else None
     window = _window_of(rows, index.size) if index is not None else None
     if window is None or not np.array_equal(index, relative_position_index(*window)):
-        raise c.error(f"GatherND of the table {table.source!r} by indices that are not torchvision's relative "
+        raise c.error(f"{c.op_type} of the table {table.source!r} by indices that are not torchvision's relative "
                       f"position index is not supported")
     assert c.parameter_op is not None
     bias = relative_position_bias(c.graph, c.parameter_op(table, c.where), *window, c.name)   # (1, H, T, T)
@@ -129,10 +153,12 @@ def _add(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
 
 
 def register() -> None:
-    """Add GatherND and Pad to :data:`~shardwise.importers.onnx.ops.ONNX_OPS`, and the mask to Add."""
+    """Add GatherND and Pad to :data:`~shardwise.importers.onnx.ops.ONNX_OPS`, the mask to Add and
+    the relative position table to Gather."""
     if "GatherND" in ONNX_OPS:
         return
-    ONNX_OPS.update({"GatherND": _gather_nd, "Pad": _pad, "Add": _add(ONNX_OPS["Add"])})
+    ONNX_OPS.update({"GatherND": _gather_nd, "Pad": _pad, "Add": _add(ONNX_OPS["Add"]),
+                     "Gather": _gather(ONNX_OPS["Gather"])})
 
 
 register()
