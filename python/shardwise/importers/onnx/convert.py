@@ -203,6 +203,7 @@ class _OnnxImporter:
                                                      dtype="int64" if integer else "float32")
                 except ShardwiseError as exc:   # a shape the graph cannot hold
                     raise ModelImportError(f"input {vi.name!r}: {exc}") from None
+        unread = {name: len(readers) for name, readers in self.consumers.items()}
         for index, node in enumerate(self.gp.node):
             if not (node.output and node.output[0] in self.fused):
                 try:
@@ -212,6 +213,11 @@ class _OnnxImporter:
                 except ShardwiseError as exc:   # a builder's ShapeError/GraphError: the model's, naming the node
                     where = self._where(node, index)
                     raise ModelImportError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+            for name in node.input:   # an indexed view's index (4 or 8 bytes an element) goes with its last reader
+                unread[name] -= 1
+                value = self.env.get(name)
+                if not unread[name] and isinstance(value, View) and value.index is not None and name not in self.outputs:
+                    del self.env[name]
         try:
             self._output()
         except ModelImportError:
@@ -333,7 +339,8 @@ class _OnnxImporter:
             args: list[Any] = [values[0].value.shape]
         elif op == "Shape" and values and isinstance(getattr(values[0], "shape", None), tuple):
             args = [values[0].shape]   # of a tensor, or a lazy value (a view, an LSTM's steps)
-        elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and isinstance(values[1], (Tensor, View)):
+        elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and \
+                isinstance(values[1], (Tensor, View)):
             args = [values[0].value, np.zeros(0, np.float32)]   # graph tensors are float32
         elif op in FOLDERS and all(v is None or isinstance(v, Const) for v in values):
             if op == "Identity":   # the same initializer under another name: keep it one Const

@@ -138,7 +138,8 @@ class OnnxCall:
             # "w1"); not for one the exporter named ("onnx::Conv_12") or one in another layout
             # (a MatMul's (in, out) initializer becomes a linear's (out, in) weight)
             source = getattr(init, "source", None)
-            stored = init.value.T if getattr(init, "transposed", False) else init.value   # a Linear's weight for a MatMul
+            # a Linear's weight transposed for a MatMul: the initializer is its transpose
+            stored = init.value.T if getattr(init, "transposed", False) else init.value
             if source and "::" not in source and source != f"{self.name}.{pname}" and \
                     np.shape(stored) == np.shape(value) and np.array_equal(stored, value):
                 self.graph.weight_names[f"{self.name}.{pname}"] = source

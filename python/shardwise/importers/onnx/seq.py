@@ -182,7 +182,9 @@ def _einsum(matmul: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
         if not ok:
             raise c.error(f"Einsum {eq!r} is not supported (a batched matrix product '...ik,...kj->...ij', either "
                           f"operand's last two letters swapped)")
-        swap = lambda v: v if v is None else _view(c, v, lambda arr: np.swapaxes(arr, -1, -2), "transposing")  # noqa: E731
+        def swap(v: Any) -> Any:
+            return _view(c, v, lambda arr: np.swapaxes(arr, -1, -2), "transposing")
+
         values = list(c.inputs)
         for n, (term, want) in enumerate(((a, i + k), (b, k + j))):
             if term[-2:] != want:

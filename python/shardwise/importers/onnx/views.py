@@ -12,7 +12,8 @@ between reshapes, an LSTM's time-major output.  A :class:`View` records which el
   strides and offset say which element of ``base`` each element reads;
 * indexed: where no strides can say it (a merge of the batch with the heads, ``(N, H, ..) ->
   (N H, ..)`` after a transpose), ``index`` holds the flat index into ``base`` of each
-  element (int64), until a later reshape makes it strided again.
+  element (int32 where that holds them), until a later reshape makes it strided again; the
+  import drops it after its last reader.
 
 A reader that needs a graph tensor gets one built from exact ops (:func:`materialize`): a
 ``reshape`` of the base exposing the view's axes, ``slice`` where it reads part of one, a
@@ -36,7 +37,7 @@ from shardwise.graph import Graph, Tensor
 from shardwise.importers.common import Lazy, unique_name
 
 INDEX_LIMIT = 1 << 26
-"""The most elements an indexed view may have (its index costs 8 bytes an element)."""
+"""The most elements an indexed view may have (its index costs 4 or 8 bytes an element)."""
 
 
 @dataclass(eq=False)
@@ -129,7 +130,8 @@ def from_index(base: Any, origin: np.ndarray, index: np.ndarray, where: str) -> 
         raise ModelImportError(f"{where}: a view of {index.size:,} elements that no strides describe is not "
                                f"supported (at most {INDEX_LIMIT:,})")
     placeholder = np.broadcast_to(np.zeros((), np.int8), index.shape)
-    return View(base, origin, placeholder, where, index.astype(np.int64, copy=False))
+    small = origin.size < 2 ** 31   # 4 bytes an element where they hold every index
+    return View(base, origin, placeholder, where, index.astype(np.int32 if small else np.int64, copy=False))
 
 
 def take_view(where: str, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str, g: Graph | None = None,
