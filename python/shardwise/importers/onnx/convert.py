@@ -216,7 +216,8 @@ class _OnnxImporter:
             for name in node.input:   # an indexed view's index (4 or 8 bytes an element) goes with its last reader
                 unread[name] -= 1
                 value = self.env.get(name)
-                if not unread[name] and isinstance(value, View) and value.index is not None and name not in self.outputs:
+                if not unread[name] and isinstance(value, View) and value.index is not None \
+                        and name not in self.outputs:
                     del self.env[name]
         try:
             self._output()
