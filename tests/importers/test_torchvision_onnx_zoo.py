@@ -44,7 +44,7 @@ IMAGE_SIZE = {"alexnet": 224, "vgg11_bn": 224}
 TRANSFORMERS = {
     "vit_b_16": ({"image_size": 32, "dropout": 0.0}, 32),
     "swin_t": ({"dropout": 0.0}, 64),
-    "maxvit_t": ({"stochastic_depth_prob": 0.0}, 224),   # its 7x7 partitions need 224 px
+    "maxvit_t": ({}, 224),   # its 7x7 partitions need 224 px (maxvit_t sets its own stochastic depth: eval mode)
 }
 QUICK = {"squeezenet1_1", "small_vit"}
 
