@@ -32,7 +32,7 @@ except ImportError:
 from torchvision.models import maxvit as tv_maxvit  # noqa: E402
 from torchvision.models import swin_transformer as tv_swin  # noqa: E402
 
-from shardwise.importers.torch.windows import relative_position_bias, relative_position_index, roll  # noqa: E402
+from shardwise.importers.windows import relative_position_bias, relative_position_index, roll  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")

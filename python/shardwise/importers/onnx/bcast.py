@@ -11,6 +11,7 @@ import numpy as np
 
 from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const
+from shardwise.importers.onnx.views import View, materialize
 from shardwise.importers.onnx.ops import MULTI_OUTPUT, ONNX_OPS, OnnxCall, Outputs, _show
 
 
@@ -19,6 +20,8 @@ def operand(c: OnnxCall, v: Any, what: str) -> Tensor:
     if isinstance(v, Const) and v.source is not None and not v.transposed and c.parameter_op is not None \
             and np.asarray(v.value).dtype.kind == "f" and np.ndim(v.value) > 0:
         return c.parameter_op(v, c.where)
+    if isinstance(v, View):   # reshapes and transposes that moved the batch: built as ops where they can be
+        v = materialize(c.graph, v, c.name, c.where)
     if not isinstance(v, Tensor):
         raise c.error(f"expects a tensor or an initializer as {what}, got {_show(v)} (computed constants are not "
                       f"supported)")
@@ -29,9 +32,9 @@ def _operands(c: OnnxCall) -> tuple[Tensor, Tensor] | None:
     """Both operands as tensors when each is a computed tensor or an initializer (and one is
     computed); None otherwise (the wrapped converter decides)."""
     a, b = c.inputs[0], c.inputs[1]
-    ok = [isinstance(v, Tensor) or (isinstance(v, Const) and v.source is not None and np.ndim(v.value) > 0)
+    ok = [isinstance(v, (Tensor, View)) or (isinstance(v, Const) and v.source is not None and np.ndim(v.value) > 0)
           for v in (a, b)]
-    if not all(ok) or not any(isinstance(v, Tensor) for v in (a, b)):
+    if not all(ok) or not any(isinstance(v, (Tensor, View)) for v in (a, b)):
         return None
     return operand(c, a, "operand 0"), operand(c, b, "operand 1")
 
@@ -116,6 +119,47 @@ def _split(c: OnnxCall) -> Outputs:
     return Outputs(tuple(c.graph.split(x, sizes, axis, name=c.name)))
 
 
+class Pieces(tuple):
+    """The output of ``SplitToSequence`` (PyTorch's dynamo export of ``x.chunk(n, dim)``): its
+    pieces, each a ``slice`` op of the split, read one by one by ``SequenceAt``."""
+
+
+def _split_to_sequence(c: OnnxCall) -> Pieces:
+    """SplitToSequence(x, split): pieces of a constant size (a scalar ``split``; the last one
+    smaller), of constant sizes (a 1-D ``split``), or of size 1 (no ``split``, ``keepdims`` 1)."""
+    x = c.tensor(0)
+    r = len(x.shape)
+    axis = c.attrs.get_int("axis", 0)
+    if not -r <= axis < r or axis % r == 0:
+        raise c.error(f"axis={axis} is not supported (any axis but the batch)")
+    axis %= r
+    n = x.shape[axis]
+    split = c.const(1, "split") if len(c.inputs) > 1 else None
+    if split is None:
+        if not c.attrs.get_int("keepdims", 1, lo=0, hi=1):
+            raise c.error("SplitToSequence without split and with keepdims=0 is not supported")
+        sizes = [1] * n
+    elif np.ndim(split) == 0:
+        size = c.const_ints(1, "split")[0]
+        if size < 1:
+            raise c.error(f"split={size} is not a positive size")
+        sizes = [min(size, n - s) for s in range(0, n, size)]
+    else:
+        sizes = c.const_ints(1, "split")
+    return Pieces(c.graph.split(x, sizes, axis, name=c.name))
+
+
+def _sequence_at(c: OnnxCall) -> Tensor:
+    """SequenceAt(pieces, position) of a SplitToSequence by a constant position."""
+    pieces = c.inputs[0]
+    if not isinstance(pieces, Pieces):
+        raise c.error(f"SequenceAt of {_show(pieces)} is not supported (only of a SplitToSequence)")
+    position = c.const_ints(1, "position")
+    if position is None or len(position) != 1 or not -len(pieces) <= position[0] < len(pieces):
+        raise c.error(f"position {position} is not one of the {len(pieces)} pieces")
+    return pieces[position[0]]
+
+
 def _resize(c: OnnxCall) -> Tensor:
     x = c.tensor(0, rank=4)
     mode = c.attrs.get_str("mode", "nearest")
@@ -158,6 +202,8 @@ def register() -> None:
         "Expand": _expand,
         "Slice": _slice,
         "Split": _split,
+        "SplitToSequence": _split_to_sequence,
+        "SequenceAt": _sequence_at,
         "Resize": _resize,
     })
     MULTI_OUTPUT.add("Split")

@@ -12,6 +12,7 @@ element types of ``Cast`` are mapped by :data:`ONNX_DTYPES`.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -154,6 +155,31 @@ def _div(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
     return a / b
 
 
+def _mod(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    a, b = inputs
+    if np.any(b == 0):
+        raise FoldError("Mod by zero")
+    fmod = attrs.get_int("fmod", 0)
+    if not fmod and (a.dtype.kind == "f" or b.dtype.kind == "f"):
+        raise FoldError("Mod of floats needs fmod=1")
+    return np.fmod(a, b) if fmod else np.mod(a, b)   # fmod=0: the sign of the divisor, as Python's %
+
+
+def _scatter_nd(attrs: dict[str, Any], inputs: Sequence[Any]) -> np.ndarray:
+    """ScatterND(data, indices, updates) without reduction: ``data`` with the entries (or
+    slices) at ``indices`` (..., k) replaced by ``updates``."""
+    data, indices, updates = inputs
+    if attrs.get_str("reduction", "none") != "none":
+        raise FoldError(f"ScatterND with reduction={attrs.get_str('reduction')!r} is not supported")
+    k = indices.shape[-1] if indices.ndim else 0
+    if indices.dtype.kind not in "iu" or not 0 < k <= data.ndim or \
+            updates.shape != indices.shape[:-1] + data.shape[k:]:
+        raise FoldError(f"ScatterND of {data.shape} by indices {indices.shape} and updates {updates.shape}")
+    out = np.array(data, copy=True)
+    out[tuple(indices[..., i].astype(np.int64) for i in range(k))] = updates
+    return out
+
+
 FOLDERS: dict[str, Callable[[dict[str, Any], Sequence[Any]], np.ndarray]] = {
     "Constant": _constant,
     "Identity": lambda attrs, ins: ins[0],
@@ -168,6 +194,11 @@ FOLDERS: dict[str, Callable[[dict[str, Any], Sequence[Any]], np.ndarray]] = {
     "Expand": lambda attrs, ins: ins[0] * np.ones(_int_list(ins[1], "the shape"), dtype=ins[0].dtype),
     "Slice": _slice,
     "Add": lambda attrs, ins: ins[0] + ins[1],
+    "Max": lambda attrs, ins: functools.reduce(np.maximum, ins),
+    "Min": lambda attrs, ins: functools.reduce(np.minimum, ins),
+    "Mod": _mod,
+    "Not": lambda attrs, ins: np.logical_not(ins[0]),
+    "ScatterND": _scatter_nd,
     "Sub": lambda attrs, ins: ins[0] - ins[1],
     "Mul": lambda attrs, ins: ins[0] * ins[1],
     "Div": _div,

@@ -20,12 +20,14 @@ from shardwise.graph import Graph, Tensor
 from shardwise.importers.onnx.const import FOLDERS, Const, FoldError, fold
 from shardwise.importers.onnx.attrs import INT_LIMIT, Attrs, check_node, opset_version
 from shardwise.importers.onnx.data import tensor_array
+from shardwise.importers.onnx.views import View
 from shardwise.importers.onnx.ops import (FUSES_RELU, HINTS, KIND_NAMES, LAZY_READERS, MULTI_OUTPUT, ONNX_OPS, OnnxCall,
                                Outputs, SiluOf)
 from shardwise.importers.onnx import seq as import_onnx_seq# noqa: F401  (adds the sequence ops to ONNX_OPS)
 from shardwise.importers.onnx import rnn as import_onnx_rnn# noqa: F401  (adds LSTM)
 from shardwise.importers.onnx import bcast as import_onnx_bcast  # noqa: F401  (adds broadcasting Mul/Add, Expand, Slice, Split, Resize)
 from shardwise.importers.onnx import groupnorm as import_onnx_groupnorm  # noqa: F401  (adds InstanceNormalization: group norm)
+from shardwise.importers.onnx import windows as import_onnx_windows  # noqa: F401  (adds GatherND, Pad: Swin's windows)
 from shardwise.importers.common import Lazy, check_weight_shapes, unique_name, without_dead_ops
 
 __all__ = ["from_onnx"]
@@ -201,6 +203,7 @@ class _OnnxImporter:
                                                      dtype="int64" if integer else "float32")
                 except ShardwiseError as exc:   # a shape the graph cannot hold
                     raise ModelImportError(f"input {vi.name!r}: {exc}") from None
+        unread = {name: len(readers) for name, readers in self.consumers.items()}
         for index, node in enumerate(self.gp.node):
             if not (node.output and node.output[0] in self.fused):
                 try:
@@ -210,6 +213,12 @@ class _OnnxImporter:
                 except ShardwiseError as exc:   # a builder's ShapeError/GraphError: the model's, naming the node
                     where = self._where(node, index)
                     raise ModelImportError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+            for name in node.input:   # an indexed view's index (4 or 8 bytes an element) goes with its last reader
+                unread[name] -= 1
+                value = self.env.get(name)
+                if not unread[name] and isinstance(value, View) and value.index is not None \
+                        and name not in self.outputs:
+                    del self.env[name]
         try:
             self._output()
         except ModelImportError:
@@ -331,7 +340,8 @@ class _OnnxImporter:
             args: list[Any] = [values[0].value.shape]
         elif op == "Shape" and values and isinstance(getattr(values[0], "shape", None), tuple):
             args = [values[0].shape]   # of a tensor, or a lazy value (a view, an LSTM's steps)
-        elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and isinstance(values[1], Tensor):
+        elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and \
+                isinstance(values[1], (Tensor, View)):
             args = [values[0].value, np.zeros(0, np.float32)]   # graph tensors are float32
         elif op in FOLDERS and all(v is None or isinstance(v, Const) for v in values):
             if op == "Identity":   # the same initializer under another name: keep it one Const
@@ -343,6 +353,9 @@ class _OnnxImporter:
             if op in ("Expand", "Slice") and w is not None and w.source is not None and w.value.dtype.kind == "f":
                 return False   # a learned table expanded or sliced (a class token): a parameter op (import_onnx_bcast)
             if op == "Transpose" and w is not None and w.source is not None and w.value.ndim == 2:
+                if list(attrs.get_ints("perm", [1, 0])) == [0, 1]:   # the identity (Swin's table)
+                    self.env[node.output[0]] = w
+                    return True
                 # a linear layer's weight (out, in) transposed for a MatMul: still that initializer
                 self.env[node.output[0]] = Const(w.value.T, source=w.source, transposed=True)
                 return True
@@ -408,7 +421,7 @@ class _OnnxImporter:
     def _bias_add(self, node: Any) -> Any:
         """The Add of a bias initializer that alone reads a MatMul by a weight initializer: the
         two are one linear layer (exporters other than PyTorch's write Linear that way)."""
-        if len(node.input) != 2 or not isinstance(self.env.get(node.input[0]), Tensor):
+        if len(node.input) != 2 or not isinstance(self.env.get(node.input[0]), (Tensor, View)):
             return None
         w = self.env.get(node.input[1])
         if not (isinstance(w, Const) and w.source is not None and w.value.ndim == 2):

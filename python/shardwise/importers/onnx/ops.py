@@ -24,6 +24,7 @@ from shardwise.graph import Graph, Tensor
 from shardwise.importers.onnx.attrs import INT_LIMIT, Attrs
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.common import check_ceil_mode, linear_layer
+from shardwise.importers.onnx.views import View, linear_of_view, materialize
 
 
 Weight = tuple[Const, np.ndarray]
@@ -64,6 +65,8 @@ class OnnxCall:
         value = self.inputs[index] if index < len(self.inputs) else None
         if isinstance(value, SiluOf):   # a Sigmoid read by something other than its SiLU Mul
             raise self.error("internal error: a SiLU sigmoid read elsewhere")
+        if isinstance(value, View):   # reshapes and transposes that moved the batch: built as ops
+            value = materialize(self.graph, value, f"{self.name}.in{index}", self.where)
         if not isinstance(value, Tensor):
             raise self.error(f"expects a tensor computed by the model as input {index}, got {_show(value)} "
                              f"(operations on constants are not supported)")
@@ -135,8 +138,10 @@ class OnnxCall:
             # "w1"); not for one the exporter named ("onnx::Conv_12") or one in another layout
             # (a MatMul's (in, out) initializer becomes a linear's (out, in) weight)
             source = getattr(init, "source", None)
+            # a Linear's weight transposed for a MatMul: the initializer is its transpose
+            stored = init.value.T if getattr(init, "transposed", False) else init.value
             if source and "::" not in source and source != f"{self.name}.{pname}" and \
-                    np.shape(init.value) == np.shape(value) and np.array_equal(init.value, value):
+                    np.shape(stored) == np.shape(value) and np.array_equal(stored, value):
                 self.graph.weight_names[f"{self.name}.{pname}"] = source
 
 
@@ -222,12 +227,21 @@ def _conv(c: OnnxCall) -> Tensor:
     return y
 
 
-def _linear(c: OnnxCall, x: Tensor, weight: Weight, bias: Weight | None) -> Tensor:
+def _linear(c: OnnxCall, x: Any, weight: Weight, bias: Weight | None) -> Any:
     """y = x W^T + b, ``weight`` in PyTorch's layout (out, in)."""
-    y = linear_layer(c, x, tuple(weight[1].shape), bias is not None, weight_text="(out, in) = ",
-                     unsupported_rank="a matrix product of a rank-{rank} tensor {shape} with a weight")
+    def layer(t: Tensor) -> Tensor:
+        return linear_layer(c, t, tuple(weight[1].shape), bias is not None, weight_text="(out, in) = ",
+                            unsupported_rank="a matrix product of a rank-{rank} tensor {shape} with a weight")
+    # on a view that moved the batch (attention spelled sequence-first): on its rows, the same view of the result
+    y = linear_of_view(c.graph, x, c.name, c.where, layer) if isinstance(x, View) else layer(x)
     c.set_weights(weight=weight, bias=bias)
     return y
+
+
+def _rows(c: OnnxCall, index: int) -> Any:
+    """A linear layer's input: a graph tensor, or a view whose rows it reads (:func:`_linear`)."""
+    value = c.inputs[index] if index < len(c.inputs) else None
+    return value if isinstance(value, View) else c.tensor(index)
 
 
 def _gemm(c: OnnxCall) -> Tensor:
@@ -240,7 +254,7 @@ def _gemm(c: OnnxCall) -> Tensor:
                       f"alpha=beta=1: a linear layer)")
     w = c.weight(1, "weight", rank=2)
     weight = (w, w.value if trans_b else w.value.T)   # PyTorch's (out, in)
-    return _linear(c, c.tensor(0), weight, _no_bias_or(c, 2, int(weight[1].shape[0])))
+    return _linear(c, _rows(c, 0), weight, _no_bias_or(c, 2, int(weight[1].shape[0])))
 
 
 def _matmul(c: OnnxCall) -> Tensor:
@@ -251,7 +265,7 @@ def _matmul(c: OnnxCall) -> Tensor:
         w, b = c.weight(1, "weight", rank=2), c.bias_add
         if b.value.size != w.value.shape[1]:
             raise ShapeError(f"{c.where}: bias of shape {tuple(b.value.shape)} for {w.value.shape[1]} outputs")
-        return _linear(c, c.tensor(0), (w, w.value.T), (b, b.value.reshape(-1)))
+        return _linear(c, _rows(c, 0), (w, w.value.T), (b, b.value.reshape(-1)))
     ab = []
     for k in range(2):
         v = c.inputs[k]
@@ -394,9 +408,11 @@ def _pool(kind: str) -> Callable[[OnnxCall], Tensor]:
         padding = _pads(c, kernel, stride)
         if kind == "avg" and padding != (0, 0) and not c.attrs.get_int("count_include_pad", 0):
             raise c.error("count_include_pad=0 with padding is not supported (padded zeros count in the divisor)")
-        if c.attrs.get_int("ceil_mode", 0):
+        ceil = bool(c.attrs.get_int("ceil_mode", 0, lo=0, hi=1))
+        if ceil and kind != "max":   # a partial window of an average pool: not supported
             check_ceil_mode(c, x.shape, kernel, stride, padding)
-        return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name)
+        return c.graph.pool2d(x, kernel=kernel, stride=stride, padding=padding, kind=kind, name=c.name,
+                              ceil_mode=ceil and kind == "max")
     return convert
 
 
@@ -584,12 +600,36 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
                "of computed tensors, the batch dimension kept; the reshapes and transposes around `k` that "
                "PyTorch's export of attention writes (`(N, H, T, Dh) -> (N H, T, Dh)`, transposed, reshaped back) "
                "are followed as views and read by the `MatMul` as `transpose_b`"),
+    OnnxDocRow("`reshape`, `slice`, `permute` (+ `linear`)",
+               "`Reshape`, `Transpose`, `Unsqueeze`, `Squeeze`, `Gather`",
+               "reshapes, transposes and constant indices that move the batch dimension (`nn.MultiheadAttention` "
+               "spelled sequence-first: `(T, N, D)`, the batch merged with the heads `(T, N H, Dh)`) are followed "
+               "as views of a tensor; a reader gets the view built as a `reshape` of the tensor, `slice`s, a "
+               "`permute` and a `reshape` where it keeps the batch in dimension 0 and reads each element once "
+               "(else it is refused); a linear layer (`MatMul`, `Gemm`) on a view runs on its rows gathered "
+               "batch-first; `Gather` of a computed tensor by constant indices (an `as_strided`) is such a view"),
     OnnxDocRow("attention: `matmul`, `softmax_dim`, `matmul`", "`Mul`, `MatMul`, `Add`, `Softmax`, `MatMul`",
                "`Mul` of q and of k's transpose by positive constants, their `MatMul`, the `Add` of a constant "
                "causal mask (0 on and below the diagonal, -inf or <= -1e9 above), `Softmax(axis=-1)`: `softmax_dim` "
                "with the product of the constants (1/sqrt(Dh) when it equals that within float32 precision) and "
                "`causal=True`"),
     OnnxDocRow("`add` (broadcast)", "`Add`", "`(N, T, D) + (T, D)`"),
+    OnnxDocRow("`matmul`", "`Einsum`",
+               "a batched matrix product `...ik,...kj->...ij`, either operand's last two letters swapped (MaxViT's "
+               "`q k^T`): a `matmul` with `transpose_b`"),
+    OnnxDocRow("relative position bias: `parameter`, `slice`, `concat`, `reshape`, `permute`",
+               "`GatherND`, `Gather`",
+               "of a table initializer `((2 wh - 1)(2 ww - 1), H)` by torchvision's relative position index (Swin "
+               "Transformer, MaxViT; checked): the bias `(1, H, T, T)` built of slices of the table, as from_torch "
+               "builds it, an exact composition"),
+    OnnxDocRow("`mul`, `add` (+ `clip`)", "`Add`",
+               "attention scores plus a bias of the model `(1, H, T, T)` (the scores' scale a `mul` by a constant); "
+               "scores `(N, nW, H, T, T)` plus torchvision's shifted-window mask, a constant `(1, nW, 1, T, T)` of 0 "
+               "and -100 (its geometry found and checked), built of `clip`ped constants, `matmul` and `add` as "
+               "from_torch builds it"),
+    OnnxDocRow("`concat` (+ `clip`, `expand`)", "`Pad`",
+               "constant mode with zeros, never the batch dimension (Swin's padding to whole windows): zeros made "
+               "by `clip` of a slice, concatenated"),
     OnnxDocRow("`softmax_dim`", "`Softmax`", "inside the network, over any axis"),
     OnnxDocRow("`batchnorm2d`", "`BatchNormalization`",
                "any `epsilon`; scale, bias, running mean and variance initializers (one shared by several batch "
@@ -615,8 +655,8 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`flatten`", "`Flatten`, `Reshape`, `Squeeze`",
                "to `(N, features)` (`Flatten` with `axis=1`); a reshape to the same shape is no op"),
     OnnxDocRow("`pool2d`", "`MaxPool`, `AveragePool`",
-               "`dilations` 1, padding as for `Conv`, `count_include_pad=1` when padded, `ceil_mode` where it adds "
-               "no window, no indices output read"),
+               "`dilations` 1, padding as for `Conv`, `count_include_pad=1` when padded, no indices output read; "
+               "`ceil_mode` (`MaxPool`: any, a partial last window; `AveragePool`: where it adds no window)"),
     OnnxDocRow("`pool2d`", "`GlobalAveragePool`, `GlobalMaxPool`", "no op on a 1x1 input"),
     OnnxDocRow("`pool2d` (avg) (+ `flatten`)", "`ReduceMean`", "over axes (2, 3) of an `(N, C, H, W)` tensor"),
     OnnxDocRow("`softmax` (the loss)", "`Softmax`, `LogSoftmax`",
@@ -635,6 +675,9 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
     OnnxDocRow("`expand`", "`Expand`", "of a computed tensor or an initializer (a class token), constant shape"),
     OnnxDocRow("`slice`", "`Slice`, `Split`",
                "constant starts, ends, positive steps and split sizes (or `num_outputs`), never the batch axis"),
+    OnnxDocRow("`slice`", "`SplitToSequence` + `SequenceAt`",
+               "PyTorch's dynamo export of `x.chunk(n, dim)`: a constant `split` (a size, or sizes), never the "
+               "batch axis, each piece read by a `SequenceAt` of a constant position"),
     OnnxDocRow("`upsample_nearest`, `upsample_bilinear`", "`Resize`",
                "integer scales (or sizes) of H and W; `mode=\"nearest\"` (half-pixel, or asymmetric with `floor`), or "
                "`\"linear\"` with half-pixel coordinates (`align_corners=False`)"),

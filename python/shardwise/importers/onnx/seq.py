@@ -11,10 +11,11 @@ which becomes the composition :meth:`~shardwise.Graph.attention` builds (``matmu
 transpose_b=True)``, ``softmax_dim(scale, causal)``, ``matmul``), the graph ``from_torch`` builds
 from the same model.  As in :mod:`shardwise.importers.torch.seq`, values on the way are lazy:
 
-* :class:`View`: reshapes and transposes of a graph tensor that leave the batch dimension
-  (the exporter's ``(N, H, T, Dh) -> (N H, T, Dh)`` around the transpose of k), kept as a NumPy
-  view of an untouched ``np.empty`` of the tensor's shape: its strides say exactly which
-  elements it reads, so a MatMul can tell the transpose of the last two dimensions;
+* :class:`~shardwise.importers.onnx.views.View`: reshapes and transposes of a graph tensor
+  that move the batch dimension (the exporter's ``(N, H, T, Dh) -> (N H, T, Dh)`` around the
+  transpose of k; attention spelled sequence-first), which say exactly which elements they
+  read, so a MatMul can tell the transpose of the last two dimensions, and a reader that needs
+  a tensor gets one built of exact ops (:mod:`~shardwise.importers.onnx.views`);
 * :class:`Scaled`: a tensor times a positive constant, read by a MatMul;
 * :class:`Scores`: a MatMul's result with a scale and a causal mask, read by a Softmax.
 
@@ -33,29 +34,13 @@ from shardwise.graph import Tensor
 from shardwise.importers.onnx.const import Const, FoldError, reshape_target
 from shardwise.importers.onnx.ops import ONNX_OPS, OnnxCall, _linear, _show
 from shardwise.importers.common import Lazy, normalize_trailing
+from shardwise.importers.onnx.views import (View, flat_index, materialize, resolve, same_layout, split_batch, take_view,
+                                            transposed_of)
+from shardwise.importers.windows import constant
+
+__all__ = ["View", "resolve", "same_layout"]   # where import_onnx_rnn and groupnorm take them from
 
 MASK_FILL_MAX = -1e9   # as import_torch_seq: an additive mask value taken for -inf
-
-
-@dataclass(eq=False)
-class View:
-    """Reshapes and transposes of ``base`` that moved its batch dimension: ``arr`` is the same
-    chain applied to ``origin``, an ``np.empty(base.shape, int8)`` (never written: it costs
-    address space only), whose strides and offset say which element of ``base`` each element
-    of the view reads."""
-
-    base: Any         # a Tensor, or a lazy value (an LSTM's output steps, import_onnx_rnn)
-    origin: np.ndarray
-    arr: np.ndarray
-    where: str = ""
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.arr.shape)
-
-    def __repr__(self) -> str:
-        return (f"the view of a tensor of shape {self.base.shape} as {self.shape} (from {self.where}), which moves "
-                f"the batch dimension (supported only around the transpose of attention's keys)")
 
 
 @dataclass(eq=False)
@@ -70,45 +55,14 @@ class Scaled:
 class Scores:
     """Attention scores ``t`` (a matmul's result) times ``scale``, causally masked when ``causal``."""
 
-    t: Tensor
+    t: Any            # Tensor, or a View of one whose batch is merged with other dimensions
     scale: float
     causal: bool = False
 
 
-def _transposed_of(v: Any) -> Tensor | None:
-    """The tensor ``v`` reads with its last two dimensions swapped, if that is what it reads."""
-    if not isinstance(v, View):
-        return None
-    want = np.swapaxes(v.origin, -1, -2)
-    same = v.arr.shape == want.shape and v.arr.strides == want.strides and \
-        v.arr.__array_interface__["data"][0] == want.__array_interface__["data"][0]
-    return v.base if same else None
-
-
-def same_layout(a: np.ndarray, b: np.ndarray) -> bool:
-    """Do the arrays read the same elements in the same order (strides of length-1 axes aside)?"""
-    return a.shape == b.shape and a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and all(
-        s == t for s, t, n in zip(a.strides, b.strides, a.shape) if n > 1)
-
-
-def resolve(v: View) -> Any:
-    """``v``'s base when the view reads it unchanged (transposes undone: an LSTM's time-major
-    output turned back to batch-first), else ``v``."""
-    return v.base if same_layout(v.arr, v.origin) else v
-
-
 def _view(c: OnnxCall, x: Any, make: Callable[[np.ndarray], np.ndarray], what: str) -> Any:
-    """The view ``make`` takes of ``x`` (a graph tensor, a view, or a lazy value with a shape:
-    an LSTM's output steps), or its base when it reads that unchanged."""
-    try:   # address space only, never written
-        origin = x.origin if isinstance(x, View) else np.empty(x.shape, dtype=np.int8)
-    except MemoryError:
-        raise c.error(f"{what} of {_show(x)} is not supported (the tensor is too large)") from None
-    arr = x.arr if isinstance(x, View) else origin
-    out = make(arr)
-    if out.size and not np.may_share_memory(out, origin):   # NumPy had to copy: not a view of x
-        raise c.error(f"{what} of {_show(x)} is not supported (it is not a view of a graph tensor)")
-    return resolve(View(x.base if isinstance(x, View) else x, origin, out, x.where if isinstance(x, View) else c.where))
+    """The view ``make`` takes of ``x`` (:func:`~shardwise.importers.onnx.views.take_view`)."""
+    return take_view(c.where, x, make, what, c.graph, c.name)
 
 
 def _reshape(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
@@ -174,7 +128,7 @@ def _matmul(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
     reading a transposed operand transposed; else as before."""
     def convert(c: OnnxCall) -> Any:
         a, b = c.inputs[0], c.inputs[1]
-        if isinstance(b, Const) and b.transposed and isinstance(a, Tensor) and c.bias_add is None:
+        if isinstance(b, Const) and b.transposed and isinstance(a, (Tensor, View)) and c.bias_add is None:
             w = c.weight(1, "weight", rank=2)
             return _linear(c, a, (w, w.value.T), None)
         if isinstance(a, Const) or isinstance(b, Const):
@@ -188,24 +142,79 @@ def _matmul(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
             if not isinstance(v, (Tensor, View)):
                 raise c.error(f"MatMul of {_show(a)} and {_show(b)} is not supported")
             ops.append(v)
-        (x, ta), (y, tb) = (_operand(c, v) for v in ops)
+        merge = None
+        merged = [v for v in ops if isinstance(v, View) and v.shape and v.shape[0] != v.base.shape[0]]
+        if merged:   # the batch merged with other dimensions (Swin's windows): the product on (N, k, ...)
+            batch = merged[0].base.shape[0]
+            k = merged[0].shape[0] // batch
+            if any(v.shape[0] != batch * k for v in ops):
+                raise c.error(f"MatMul of {_show(a)} and {_show(b)} is not supported (first dimensions that are not "
+                              f"the same multiple of the batch)")
+            ops = [_view(c, v, lambda arr: arr.reshape((batch, k) + arr.shape[1:]), "splitting the batch") for v in ops]
+            merge = lambda t: _view(c, t, lambda arr: arr.reshape((batch * k,) + arr.shape[2:]),  # noqa: E731
+                                    "merging the batch")
+        (x, ta), (y, tb) = (_operand(c, v, k) for k, v in enumerate(ops))
         if len(x.shape) == 2 and scale == 1.0 and not (ta or tb):
             return previous(c)
         out = c.graph.matmul(x, y, transpose_a=ta, transpose_b=tb, name=c.name)
+        if merge is not None:
+            out = merge(out)
         return out if scale == 1.0 else Scores(out, scale)
     return convert
 
 
-def _operand(c: OnnxCall, v: Any) -> tuple[Tensor, bool]:
-    t = _transposed_of(v)
+def _einsum(matmul: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
+    """Einsum of a batched matrix product, ``"...ik,...kj->...ij"`` with either operand's last two
+    letters swapped (MaxViT's ``"BGHID,BGHJD->BGHIJ"``, q k^T): the MatMul of the operands (a
+    swapped one read as a transposed view)."""
+    def convert(c: OnnxCall) -> Any:
+        eq = c.attrs.get_str("equation", "").replace(" ", "")
+        terms = eq.split("->")
+        ins = terms[0].split(",") if len(terms) == 2 else []
+        ok = len(ins) == 2 == len(c.inputs) and all(t.isalpha() and len(set(t)) == len(t) for t in ins + terms[1:])
+        if ok:
+            (a, b), out = ins, terms[1]
+            lead = out[:-2]
+            i, j = out[-2:] if len(out) >= 2 else ("", "")
+            k = (set(a[-2:]) - {i}).pop() if len(a) >= 2 and i in a[-2:] and len(set(a[-2:]) - {i}) == 1 else ""
+            ok = (len(out) >= 2 and a[:-2] == b[:-2] == lead and sorted(a[-2:]) == sorted(i + k)
+                  and sorted(b[-2:]) == sorted(k + j) and k not in (i, j) and i != j)
+        if not ok:
+            raise c.error(f"Einsum {eq!r} is not supported (a batched matrix product '...ik,...kj->...ij', either "
+                          f"operand's last two letters swapped)")
+        def swap(v: Any) -> Any:
+            return _view(c, v, lambda arr: np.swapaxes(arr, -1, -2), "transposing")
+
+        values = list(c.inputs)
+        for n, (term, want) in enumerate(((a, i + k), (b, k + j))):
+            if term[-2:] != want:
+                v = values[n]
+                values[n] = Scaled(swap(v.t), v.factor) if isinstance(v, Scaled) else swap(v)
+        c.inputs = values
+        return matmul(c)
+    return convert
+
+
+def _operand(c: OnnxCall, v: Any, k: int) -> tuple[Tensor, bool]:
+    """MatMul operand ``k`` as (tensor, read transposed): a view of the transpose of a tensor's
+    last two dimensions reads that tensor transposed; another view is built as a tensor
+    (:func:`~shardwise.importers.onnx.views.materialize`), transposed where its last axis steps
+    further through the base than the one before it does (k^T, whose tensor is k)."""
+    t = transposed_of(v)
     if isinstance(t, Lazy):   # a transposed LSTM output: the whole sequence, read transposed
         t = t.tensor(c.graph, c.where, "a MatMul operand")
     if t is not None:
         return t, True
-    if isinstance(v, View):
-        raise c.error(f"MatMul of a view of shape {v.shape} of {_show(v.base)} is not supported (only the transpose "
-                      f"of its last two dimensions)")
-    return v, False
+    if not isinstance(v, View):
+        return v, False
+    if len(v.shape) >= 2 and min(v.shape[-2:]) > 1:
+        index = flat_index(v)
+        if index[..., 0, 1].flat[0] - index[..., 0, 0].flat[0] > index[..., 1, 0].flat[0] - index[..., 0, 0].flat[0]:
+            swapped = _view(c, v, lambda a: np.swapaxes(a, -1, -2), "transposing")
+            if isinstance(swapped, Tensor):
+                return swapped, True
+            return materialize(c.graph, swapped, f"{c.name}.in{k}", c.where), True
+    return materialize(c.graph, v, f"{c.name}.in{k}", c.where), False
 
 
 def _add(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
@@ -226,6 +235,16 @@ def _add(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
                     raise c.error("adding a mask to attention scores that is not the causal mask (0 on and below the "
                                   "diagonal, -inf above) is not supported")
                 return Scores(s.t, s.scale, True)
+        for x, m in ((a, b), (b, a)):
+            if isinstance(x, Scores) and not x.causal and isinstance(m, Tensor) and m.shape[:1] == (1,) \
+                    and 2 <= len(m.shape) <= len(x.t.shape):
+                # scores plus a bias of the model (Swin's and MaxViT's relative positions, (1, H, T, T)):
+                # the scores times their scale (a constant made from the bias), then the sum, on
+                # (N, k, H, T, T) where the batch was merged with the windows
+                t, merge = split_batch(c.graph, x.t, c.name, c.where)
+                if x.scale != 1.0:
+                    t = c.graph.mul(t, constant(c.graph, m, x.scale, f"{c.name}.scale"), name=f"{c.name}.scaled")
+                return merge(c.graph.add(t, m, name=c.name))
         if isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape != b.shape:
             big, small = (a, b) if len(a.shape) > len(b.shape) else (b, a)
             if len(small.shape) >= 2 and len(big.shape) == len(small.shape) + 1 and big.shape[1:] == small.shape:
@@ -244,12 +263,19 @@ def _softmax(previous: Callable[[OnnxCall], Any]) -> Callable[[OnnxCall], Any]:
             r = len(x.t.shape)
             if axis % r != r - 1:
                 raise c.error(f"Softmax(axis={axis}) of attention scores is not supported (only over the keys, -1)")
+            t, merge = split_batch(c.graph, x.t, c.name, c.where)
             # the exporter scales q and k each by sqrt(scale), float32 roundings apart from scale:
             # the scale of the product is 1 / sqrt(Dh) when it is that within float32's precision
-            dh = c.graph.ops[x.t.op]
+            dh = c.graph.ops[t.op]
             default = 1.0 / math.sqrt(c.graph.ops[dh.inputs[0]].shape[-1]) if dh.kind == "matmul" else None
             scale = default if default is not None and abs(x.scale - default) <= 1e-6 * default else x.scale
-            return c.graph.softmax_dim(x.t, -1, scale=scale, causal=x.causal, name=c.name)
+            return merge(c.graph.softmax_dim(t, -1, scale=scale, causal=x.causal, name=c.name))
+        if isinstance(x, View) and c.op_type == "Softmax" and x.shape and x.shape[0] != x.base.shape[0]:
+            r = len(x.shape)
+            if axis % r == 0:
+                raise c.error(f"Softmax(axis={axis}) over the batch is not supported")
+            t, merge = split_batch(c.graph, x, c.name, c.where)   # (N, k, ...): one axis more
+            return merge(c.graph.softmax_dim(t, axis % r + 1, name=c.name))
         if c.op_type == "Softmax" and isinstance(x, Tensor) and not (c.is_output and axis % len(x.shape)
                                                                       == len(x.shape) - 1):
             return c.graph.softmax_dim(x, axis % len(x.shape), name=c.name)
@@ -263,6 +289,9 @@ def _gather(c: OnnxCall) -> Tensor:
     """Gather(table, ids) of a float initializer (vocab, D): an embedding of token ids (an
     integer input of the model), or with constant indices 0..vocab-1 the whole table as a
     ``parameter`` op (learned positions)."""
+    x, ids = c.inputs[0], c.inputs[1]
+    if isinstance(x, (Tensor, View)) and isinstance(ids, Const) and ids.value.dtype.kind in "iu":
+        return _take(c, x, ids.value)
     table = c.weight(0, "table", rank=2)
     if c.attrs.get_int("axis", 0) != 0:
         raise c.error(f"Gather(axis={c.attrs['axis']}) of a table is not supported (rows: axis 0)")
@@ -279,6 +308,41 @@ def _gather(c: OnnxCall) -> Tensor:
         y = c.graph.embedding(ids, int(vocab), int(dim), name=c.name)
     c.set_weights(weight=(table, table.value))
     return y
+
+
+def _take(c: OnnxCall, x: Any, ids: np.ndarray) -> Any:
+    """Gather of a computed tensor (or a view) by constant indices (the dynamo exporter's
+    ``as_strided``: a flat view gathered back into a shape): the view they pick, which a
+    reader gets as a tensor where it keeps the batch in dimension 0."""
+    rank = len(x.shape)
+    axis = c.attrs.get_int("axis", 0)
+    if not -rank <= axis < rank:
+        raise c.error(f"Gather(axis={axis}) is out of range for {_show(x)}")
+    n = x.shape[axis % rank]
+    if ids.size and (ids.min() < -n or ids.max() >= n):
+        raise c.error(f"Gather(axis={axis}) by indices out of range for {_show(x)}")
+    return _view(c, x, lambda a: np.take(a, ids.astype(np.int64), axis=axis % rank), "gathering")
+
+
+def _unsqueeze(c: OnnxCall) -> Any:
+    """Unsqueeze of a computed tensor (or a view): a reshape adding the dimensions of size 1,
+    a view where one comes before the batch."""
+    x = c.inputs[0]
+    if not isinstance(x, (Tensor, View)):
+        raise c.error(f"Unsqueeze of {_show(x)} is not supported")
+    raw = c.attrs.get_ints("axes") if "axes" in c.attrs else c.const_ints(1, "axes")
+    if not raw:
+        raise c.error("Unsqueeze without axes is not supported")
+    r = len(x.shape) + len(raw)
+    if any(not -r <= a < r for a in raw) or len({a % r for a in raw}) != len(raw):
+        raise c.error(f"axes={raw} are not distinct axes of the rank-{r} result")
+    axes = sorted(a % r for a in raw)
+    if isinstance(x, Tensor) and axes[0] > 0:
+        shape = list(x.shape)
+        for a in axes:
+            shape.insert(a, 1)
+        return c.graph.reshape(x, tuple(shape), name=c.name)
+    return _view(c, x, lambda a: np.expand_dims(a, tuple(axes)), "unsqueezing")
 
 
 def _norm(c: OnnxCall, rms: bool) -> Tensor:
@@ -337,7 +401,9 @@ def register() -> None:
         "Softmax": _softmax(ONNX_OPS["Softmax"]),
         "LogSoftmax": _softmax(ONNX_OPS["LogSoftmax"]),
         "RMSNormalization": _rms_norm,
+        "Unsqueeze": _unsqueeze,
     })
+    ONNX_OPS["Einsum"] = _einsum(ONNX_OPS["MatMul"])
 
 
 register()

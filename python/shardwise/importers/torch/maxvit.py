@@ -23,7 +23,7 @@ import numpy as np
 
 from shardwise.graph import Tensor
 from shardwise.importers.torch.call import REQUIRED, Call, TorchOp, _dim_attr, record_weights
-from shardwise.importers.torch.windows import constant, relative_position_bias, relative_position_index
+from shardwise.importers.windows import constant, relative_position_bias, relative_position_index
 
 
 def _positive(c: Call, value: Any, what: str) -> int:
