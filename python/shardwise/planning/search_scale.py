@@ -176,6 +176,12 @@ def _certify(relax: Any, node, edges, keep, cost: float, limit: float, stages: S
         bound = st["lower_bound"]
         if bound >= cost * (1 - PRUNE_SLACK):
             return bound, True
+        if not st["exact"]:
+            # the relaxation's residual graph is above the exact bound, so its bound is
+            # mini-bucket elimination's, which tightened entries along one strategy raise by
+            # little per round (DenseNet-121 on 16 devices: 1e-4 of a 17% gap per round of a
+            # second or more): stop with the bound found, not proven
+            break
         changed = False
         for e, (a, b, t) in enumerate(sedges):
             x, y = choice[a], choice[b]
