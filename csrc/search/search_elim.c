@@ -164,8 +164,10 @@ static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, i
             s = eliminate_leaf(st, j, ein >= 0 ? ein : eout);
             stats->leaf_eliminations++;
         } else {
+            int made = st->nproducts;
             s = eliminate_node(st, j, ein, eout);
             stats->node_eliminations++;
+            stats->reused_products += s == SW_OK && st->nproducts == made;
         }
         if (s != SW_OK) {
             return s;
