@@ -181,8 +181,9 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
  * or two), the producer's output extents and configurations (degrees, reduction split,
  * devices), and per consumer configuration its devices and the region each worker
  * reads on that input slot; nothing else of the two ops.  Two edges with equal data
- * share one table.  The data of an edge (about ncfg x workers x rank numbers) is hashed
- * for all edges; where two hashes agree both are rebuilt and compared in full. */
+ * share one table.  The data of an edge (about ncfg x workers x rank numbers, less than
+ * its table where ncfg passes a few dozen) is kept for each distinct table, hashed, and
+ * compared in full where hashes agree. */
 
 typedef struct {
     int64_t *v;
@@ -259,6 +260,7 @@ static uint64_t key_hash(const key_buf *k) {
 typedef struct {
     uint64_t hash;
     int edge;
+    key_buf data;   /* the edge's data, compared in full where hashes agree */
 } signature;
 
 /* ---- filling the distinct tables on several threads (parallel.c) ----
@@ -296,7 +298,7 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
     signature *seen = calloc(cap, sizeof *seen);
     sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
     char *used = malloc((size_t)maxk);
-    key_buf key = {0}, other = {0};
+    key_buf key = {0};
     sw_status s = SW_OK;
     int nseen = 0;
     if (!t->edges || !p->edge_consumer_slot || !seen || !regions || !used) {
@@ -323,9 +325,8 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
                 if (seen[q].hash != h) {
                     continue;
                 }
-                const sw_edge_table *o = &t->edges[seen[q].edge];
-                s = table_data(p, o->dst, p->edge_consumer_slot[seen[q].edge], &other, regions, used);
-                if (s == SW_OK && other.len == key.len && !memcmp(other.v, key.v, sizeof *key.v * key.len)) {
+                const key_buf *other = &seen[q].data;
+                if (other->len == key.len && !memcmp(other->v, key.v, sizeof *key.v * key.len)) {
                     twin = seen[q].edge;
                 }
             }
@@ -347,7 +348,8 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
                 s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
                 break;
             }
-            seen[nseen++] = (signature){h, t->nedges - 1};
+            seen[nseen++] = (signature){h, t->nedges - 1, key};
+            key = (key_buf){0};
         }
     }
     if (s == SW_OK) {
@@ -366,11 +368,13 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
         free(todo);
     }
 done:
+    for (int q = 0; seen && q < nseen; q++) {
+        free(seen[q].data.v);
+    }
     free(seen);
     free(regions);
     free(used);
     free(key.v);
-    free(other.v);
     return s;
 }
 
