@@ -23,7 +23,8 @@ nodes (the presets) the search instead:
 6. proves no other placement does better: the relaxation again, now with each
    edge's exact least t_x over the relative placements of its two
    configurations where the relaxation's best strategy uses it, until that
-   strategy costs at least the plan.  If the proof fails, the survivors are
+   strategy costs at least the plan (one round only when the relaxation is above the
+   exact bound: its bound is then mini-bucket's).  If the proof fails, the survivors are
    searched on every aligned block (still exact), or, when that is too large,
    the plan is returned with a warning giving the gap.
 
