@@ -82,13 +82,13 @@ def run(model: str, ndev: int, repeat: int, torchvision: bool = False) -> dict:
     best = None
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        plan = sw.search(g, d, objective="eq1")
+        plan = sw.search(g, d, objective="eq1", progress=False)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
         if best is None or total < best[0]:
             best = (total, plan, cpu)
     total, plan, cpu = best
     t0 = time.perf_counter()
-    simulated = sw.search(g, d).search_stats     # the default objective: the simulated iteration
+    simulated = sw.search(g, d, progress=False).search_stats   # the default objective: the simulated iteration
     sim_total = time.perf_counter() - t0
     s = plan.search_stats
     scale = s.get("scale")
