@@ -3,7 +3,7 @@
 * Node eliminations whose two tables are the same arrays and whose node costs are equal
   reuse an earlier product (csrc/search/search_elim.c): on graphs of repeated blocks the
   elimination still finds the exhaustive optimum, also when one block's node cost differs
-  by a hair (which must not reuse);
+  (which must not reuse), and the min-marginals of its reverse pass equal brute force;
 * edges whose transfer tables are a function of the same data share one table, and the
   placements of two partitions on a machine of uniform nodes are counted once per class
   (csrc/cost/cost.c, cost_placed.c): every entry of the search's tables, at random
@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -29,7 +30,7 @@ REL = 1e-9
 def repeated_blocks(rng, blocks: int, ncfg: int, perturb: bool, crossing: bool):
     """Node costs and edges of `blocks` identical diamonds x_b -> m1 -> m2 -> x_{b+1} plus a skip
     x_b -> x_{b+1}, the repeated tables being the same arrays; `perturb`: the last block's m1
-    cost differs by 1e-12 in one entry; `crossing`: an edge x_0 -> x_2 that leaves a residual graph."""
+    cost differs by 0.25 in one entry; `crossing`: an edge x_0 -> x_2 that leaves a residual graph."""
     def table():
         return rng.uniform(0.0, 1.0, (ncfg, ncfg))
 
@@ -40,7 +41,7 @@ def repeated_blocks(rng, blocks: int, ncfg: int, perturb: bool, crossing: bool):
         x = len(nodes) - 1
         m1 = c1.copy()
         if perturb and b == blocks - 1:
-            m1[rng.integers(ncfg)] += 1e-12
+            m1[rng.integers(ncfg)] += 0.25
         nodes += [m1, c2.copy(), rng.uniform(0.0, 1.0, ncfg)]
         i1, i2, xn = len(nodes) - 3, len(nodes) - 2, len(nodes) - 1
         edges += [(x, i1, t1), (i1, i2, t2), (i2, xn, t3), (x, xn, skip)]
@@ -53,7 +54,7 @@ def eq1(nodes, edges, choice) -> float:
     return sum(float(n[c]) for n, c in zip(nodes, choice)) + sum(float(t[choice[a], choice[b]]) for a, b, t in edges)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(24))
 def test_reused_products_keep_the_exhaustive_optimum(seed):
     rng = np.random.default_rng(seed)
     perturb, crossing = seed % 3 == 1, seed % 2 == 1
@@ -67,14 +68,31 @@ def test_reused_products_keep_the_exhaustive_optimum(seed):
     assert e_stats["exact"]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_min_marginals_with_reused_products_equal_brute_force(seed):
+    """The reverse pass (search_marginals.c) reads a reused product like any made table."""
+    rng = np.random.default_rng(100 + seed)
+    nodes, edges = repeated_blocks(rng, blocks=2, ncfg=3, perturb=False, crossing=False)
+    choice, cost, stats, marg = _core.search_tables(nodes, edges, "elimination", 1e9, True)
+    assert stats["reused_products"] >= 1 and stats["residual_nodes"] == 1
+    best = [np.full(len(n), np.inf) for n in nodes]
+    for ch in itertools.product(*(range(len(n)) for n in nodes)):
+        v = eq1(nodes, edges, ch)
+        for i, c in enumerate(ch):
+            best[i][c] = min(best[i][c], v)
+    for m, b in zip(marg, best):
+        np.testing.assert_allclose(m, b, rtol=REL)
+
+
 def test_a_perturbed_node_cost_is_not_reused():
-    """Two identical chains but for one node cost: the second chain's product must be computed
-    afresh, so the optimum moves with the perturbation."""
+    """Two chains of the same tables but for one node cost: the second chain's product must be
+    computed afresh, or the search picks the root's configuration from a wrong table."""
     t = np.array([[0.0, 5.0], [5.0, 0.0]])
     a, b = np.array([0.0, 3.0]), np.array([3.0, 0.0])   # the middle node prefers config 0, or 1
-    # 0 -> 1 -> 2 and 0 -> 3 -> 4 (leaves 2 and 4): the two middles differ
-    for mid2, want in ((a, 0.0), (b, 3.0)):
-        nodes = [np.zeros(2), a.copy(), np.zeros(2), mid2.copy(), np.zeros(2)]
+    # 0 -> 1 -> 2 and 0 -> 3 -> 4 (leaves 2 and 4): with b the root's config 1 is best (3, not
+    # 1 + 0 + 3); reusing chain 1's product for chain 2 would pick config 0 (true cost 4)
+    for mid2, want in ((a, 1.0), (b, 3.0)):
+        nodes = [np.array([1.0, 0.0]), a.copy(), np.zeros(2), mid2.copy(), np.zeros(2)]
         edges = [(0, 1, t), (1, 2, t), (0, 3, t), (3, 4, t)]
         _, cost, stats = _core.search_tables(nodes, edges, "elimination", 1e9)
         _, brute, _ = _core.search_tables(nodes, edges, "exhaustive", 1e9)
