@@ -181,9 +181,8 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
  * or two), the producer's output extents and configurations (degrees, reduction split,
  * devices), and per consumer configuration its devices and the region each worker
  * reads on that input slot; nothing else of the two ops.  Two edges with equal data
- * share one table.  The data of an edge (about ncfg x workers x rank numbers, less than
- * its table where ncfg passes a few dozen) is kept for each distinct table, hashed, and
- * compared in full where hashes agree. */
+ * share one table.  The data of an edge (table_data: at most a few times its table's
+ * entries) is kept for each distinct table, hashed, and compared in full where hashes agree. */
 
 typedef struct {
     int64_t *v;
@@ -204,10 +203,42 @@ static int key_push(key_buf *k, int64_t x) {
     return 1;
 }
 
-/* The data the table of input `slot` of op `consumer` is a function of, into k (emptied). */
+/* A configuration's devices: its first (as -1 - first) where they are contiguous, as every
+ * enumerated block is, else the list (non-negative ids): O(1) for blocks of 1,024 devices. */
+static int push_devices(key_buf *k, const sw_problem *p, const sw_config *cf) {
+    int first = sw_config_first_device(p, cf);
+    if (first >= 0) {
+        return key_push(k, -1 - (int64_t)first);
+    }
+    int ok = 1;
+    for (int w = 0; w < cf->nworkers; w++) {
+        ok &= key_push(k, p->dev_pool[cf->dev_offset + w]);
+    }
+    return ok;
+}
+
+/* Entries the read regions of every consumer partition add to the data (1 + 2 rank per worker). */
+static double region_entries(const sw_op *dst, int slot) {
+    double n = 0;
+    for (int c = 0; c < dst->ncfg; c++) {
+        if (c == 0 || !sw_same_partition(&dst->cfgs[c - 1], &dst->cfgs[c])) {
+            n += (double)dst->cfgs[c].nworkers * (1 + 2 * dst->inputs[slot].rank);
+        }
+    }
+    return n;
+}
+
+/* The data the table of input `slot` of op `consumer` is a function of, into k (emptied).
+ * The consumer's part is the region each worker of each partition reads where those are at
+ * most REGION_KEY_CELLS times the table's entries (Inception on 16 devices: all edges), else
+ * what determines them: the consumer's iteration extents, the slot's index map and the
+ * partitions (the large searches: 1,024 workers per partition, ~300 partitions). */
+#define REGION_KEY_CELLS 4.0
 static sw_status table_data(const sw_problem *p, int consumer, int slot, key_buf *k, sw_box *regions, char *used) {
     const sw_op *dst = &p->ops[consumer];
     const sw_op *src = &p->ops[dst->inputs[slot].producer];
+    const sw_input *in = &dst->inputs[slot];
+    int by_regions = region_entries(dst, slot) <= REGION_KEY_CELLS * (double)src->ncfg * (double)dst->ncfg;
     int ok = 1;
     k->len = 0;
     ok &= key_push(k, src->ninputs == 0) && key_push(k, src->out_rank) && key_push(k, src->ncfg);
@@ -219,21 +250,42 @@ static sw_status table_data(const sw_problem *p, int consumer, int slot, key_buf
         for (int d = 0; d < src->out_rank; d++) {
             ok &= key_push(k, cf->deg[d]);
         }
-        ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg) && key_push(k, cf->nworkers);
-        for (int w = 0; w < cf->nworkers; w++) {
-            ok &= key_push(k, p->dev_pool[cf->dev_offset + w]);
+        ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg) && key_push(k, cf->nworkers) && push_devices(k, p, cf);
+    }
+    ok &= key_push(k, by_regions) && key_push(k, dst->ncfg);
+    if (!by_regions) {   /* what the regions are a function of (core/region.c) */
+        ok &= key_push(k, dst->nvars) && key_push(k, dst->out_rank) && key_push(k, in->rank) &&
+              key_push(k, in->has_window);
+        for (int v = 0; v < dst->nvars; v++) {
+            ok &= key_push(k, dst->extent[v]);
+        }
+        for (int d = 0; ok && d < in->rank; d++) {
+            const sw_index_expr *e = &in->expr[d];
+            ok &= key_push(k, in->shape[d]) && key_push(k, e->offset) && key_push(k, e->div) && key_push(k, e->mod);
+            for (int v = 0; v < dst->nvars; v++) {
+                ok &= key_push(k, e->coef[v]) && key_push(k, e->vdiv[v]);
+            }
+        }
+        for (int d = 0; in->has_window && d < dst->out_rank; d++) {
+            ok &= key_push(k, in->win_lo[d]) && key_push(k, in->win_hi[d]);
         }
     }
-    ok &= key_push(k, dst->ncfg);
     for (int c = 0; ok && c < dst->ncfg; c++) {
         const sw_config *cf = &dst->cfgs[c];
-        ok &= key_push(k, cf->nworkers);
-        for (int w = 0; w < cf->nworkers; w++) {
-            ok &= key_push(k, p->dev_pool[cf->dev_offset + w]);
+        ok &= key_push(k, cf->nworkers) && push_devices(k, p, cf);
+        if (!by_regions) {
+            for (int d = 0; d < dst->out_rank; d++) {
+                ok &= key_push(k, cf->deg[d]);
+            }
+            ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg);
+            continue;
         }
-        if (c == 0 || !sw_same_partition(&dst->cfgs[c - 1], cf)) {   /* placements of one partition read alike */
-            SW_TRY(sw_config_regions(dst, cf, slot, regions, used));
+        int starts = c == 0 || !sw_same_partition(&dst->cfgs[c - 1], cf);   /* placements of one partition read alike */
+        ok &= key_push(k, starts);
+        if (!starts) {
+            continue;
         }
+        SW_TRY(sw_config_regions(dst, cf, slot, regions, used));
         for (int w = 0; ok && w < cf->nworkers; w++) {
             ok &= key_push(k, used[w]);
             for (int d = 0; used[w] && d < regions[w].rank; d++) {
