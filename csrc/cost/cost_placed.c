@@ -200,8 +200,10 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
  * [s0, s0 + ks) sit only up to a shift of both by whole nodes (every step of count_placed
  * reads differences), and are 0 when the two ranges share no node.  So for one pair of
  * partitions on P-device nodes, the (d0, s0) pairs fall into few classes: on 16 devices
- * of 4 per node, 16 of the 256 pairs of single-device blocks count anything, and those
- * 16 are 4 classes.  Each class is counted once; the table is then bit for bit as before. */
+ * of 4 per node, 64 of the 256 pairs of single-device blocks share a node, and those 64
+ * fall into 16 classes.  Each class is counted once; the table is bit for bit as before.
+ * Within a run of configurations of one partition (enumerated together), all contiguous,
+ * a configuration is its first device. */
 typedef struct {
     int64_t key;   /* (d0 - t) * ndev + (s0 - t) for the shift t; -1: empty */
     double same, local;
