@@ -173,88 +173,146 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
     return s;
 }
 
-/* ---- sharing tables between edges with the same signature ----
- * Networks repeat themselves (conv -> batchnorm -> relu, identical Inception
- * modules): two edges whose producers have the same output shape and
- * configurations, whose consumers have the same iteration space and
- * configurations, and whose input index maps agree have identical tables. */
+/* ---- sharing tables between edges that read the same data ----
+ * Networks repeat themselves (conv -> batchnorm -> relu, identical Inception modules),
+ * and ops of different kinds often read their input alike (a 1x1 convolution and a
+ * batch norm split the same way read the same rows).  A table (t_x, its bytes, or its
+ * lower bound) is a function of: whether the producer is a graph input (one direction
+ * or two), the producer's output extents and configurations (degrees, reduction split,
+ * devices), and per consumer configuration its devices and the region each worker
+ * reads on that input slot; nothing else of the two ops.  Two edges with equal data
+ * share one table.  The data of an edge (table_data: at most a few times its table's
+ * entries) is kept for each distinct table, hashed, and compared in full where hashes agree. */
+
+typedef struct {
+    int64_t *v;
+    size_t len, cap;
+} key_buf;
+
+static int key_push(key_buf *k, int64_t x) {
+    if (k->len == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 1024;
+        int64_t *n = realloc(k->v, sizeof *n * cap);
+        if (!n) {
+            return 0;
+        }
+        k->v = n;
+        k->cap = cap;
+    }
+    k->v[k->len++] = x;
+    return 1;
+}
+
+/* A configuration's devices: its first (as -1 - first) where they are contiguous, as every
+ * enumerated block is, else the list (non-negative ids): O(1) for blocks of 1,024 devices. */
+static int push_devices(key_buf *k, const sw_problem *p, const sw_config *cf) {
+    int first = sw_config_first_device(p, cf);
+    if (first >= 0) {
+        return key_push(k, -1 - (int64_t)first);
+    }
+    int ok = 1;
+    for (int w = 0; w < cf->nworkers; w++) {
+        ok &= key_push(k, p->dev_pool[cf->dev_offset + w]);
+    }
+    return ok;
+}
+
+/* Entries the read regions of every consumer partition add to the data (1 + 2 rank per worker). */
+static double region_entries(const sw_op *dst, int slot) {
+    double n = 0;
+    for (int c = 0; c < dst->ncfg; c++) {
+        if (c == 0 || !sw_same_partition(&dst->cfgs[c - 1], &dst->cfgs[c])) {
+            n += (double)dst->cfgs[c].nworkers * (1 + 2 * dst->inputs[slot].rank);
+        }
+    }
+    return n;
+}
+
+/* The data the table of input `slot` of op `consumer` is a function of, into k (emptied).
+ * The consumer's part is the region each worker of each partition reads where those are at
+ * most REGION_KEY_CELLS times the table's entries (Inception on 16 devices: all edges), else
+ * what determines them: the consumer's iteration extents, the slot's index map and the
+ * partitions (the large searches: 1,024 workers per partition, ~300 partitions). */
+#define REGION_KEY_CELLS 4.0
+static sw_status table_data(const sw_problem *p, int consumer, int slot, key_buf *k, sw_box *regions, char *used) {
+    const sw_op *dst = &p->ops[consumer];
+    const sw_op *src = &p->ops[dst->inputs[slot].producer];
+    const sw_input *in = &dst->inputs[slot];
+    int by_regions = region_entries(dst, slot) <= REGION_KEY_CELLS * (double)src->ncfg * (double)dst->ncfg;
+    int ok = 1;
+    k->len = 0;
+    ok &= key_push(k, src->ninputs == 0) && key_push(k, src->out_rank) && key_push(k, src->ncfg);
+    for (int d = 0; d < src->out_rank; d++) {
+        ok &= key_push(k, src->extent[d]);
+    }
+    for (int c = 0; ok && c < src->ncfg; c++) {
+        const sw_config *cf = &src->cfgs[c];
+        for (int d = 0; d < src->out_rank; d++) {
+            ok &= key_push(k, cf->deg[d]);
+        }
+        ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg) && key_push(k, cf->nworkers) && push_devices(k, p, cf);
+    }
+    ok &= key_push(k, by_regions) && key_push(k, dst->ncfg);
+    if (!by_regions) {   /* what the regions are a function of (core/region.c) */
+        ok &= key_push(k, dst->nvars) && key_push(k, dst->out_rank) && key_push(k, in->rank) &&
+              key_push(k, in->has_window);
+        for (int v = 0; v < dst->nvars; v++) {
+            ok &= key_push(k, dst->extent[v]);
+        }
+        for (int d = 0; ok && d < in->rank; d++) {
+            const sw_index_expr *e = &in->expr[d];
+            ok &= key_push(k, in->shape[d]) && key_push(k, e->offset) && key_push(k, e->div) && key_push(k, e->mod);
+            for (int v = 0; v < dst->nvars; v++) {
+                ok &= key_push(k, e->coef[v]) && key_push(k, e->vdiv[v]);
+            }
+        }
+        for (int d = 0; in->has_window && d < dst->out_rank; d++) {
+            ok &= key_push(k, in->win_lo[d]) && key_push(k, in->win_hi[d]);
+        }
+    }
+    for (int c = 0; ok && c < dst->ncfg; c++) {
+        const sw_config *cf = &dst->cfgs[c];
+        ok &= key_push(k, cf->nworkers) && push_devices(k, p, cf);
+        if (!by_regions) {
+            for (int d = 0; d < dst->out_rank; d++) {
+                ok &= key_push(k, cf->deg[d]);
+            }
+            ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg);
+            continue;
+        }
+        int starts = c == 0 || !sw_same_partition(&dst->cfgs[c - 1], cf);   /* placements of one partition read alike */
+        ok &= key_push(k, starts);
+        if (!starts) {
+            continue;
+        }
+        SW_TRY(sw_config_regions(dst, cf, slot, regions, used));
+        for (int w = 0; ok && w < cf->nworkers; w++) {
+            ok &= key_push(k, used[w]);
+            for (int d = 0; used[w] && d < regions[w].rank; d++) {
+                ok &= key_push(k, regions[w].lo[d]) && key_push(k, regions[w].hi[d]);
+            }
+        }
+    }
+    return ok ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+}
 
 static uint64_t mix(uint64_t h, uint64_t v) {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     return h;
 }
 
-static uint64_t config_hash(const sw_problem *p, const sw_op *op) {
-    uint64_t h = mix(0, (uint64_t)op->ncfg);
-    for (int d = 0; d < op->nvars; d++) {
-        h = mix(h, (uint64_t)op->extent[d]);
-    }
-    for (int c = 0; c < op->ncfg; c++) {
-        const sw_config *cf = &op->cfgs[c];
-        for (int d = 0; d < op->out_rank; d++) {
-            h = mix(h, (uint64_t)cf->deg[d]);
-        }
-        h = mix(mix(h, (uint64_t)(cf->rvar + 1)), (uint64_t)cf->rdeg);
-        for (int w = 0; w < cf->nworkers; w++) {
-            h = mix(h, (uint64_t)p->dev_pool[cf->dev_offset + w]);
-        }
+static uint64_t key_hash(const key_buf *k) {
+    uint64_t h = mix(0, k->len);
+    for (size_t q = 0; q < k->len; q++) {
+        h = mix(h, (uint64_t)k->v[q]);
     }
     return h;
-}
-
-static int same_configs(const sw_problem *p, const sw_op *a, const sw_op *b) {
-    if (a->nvars != b->nvars || a->out_rank != b->out_rank || a->ncfg != b->ncfg) {
-        return 0;
-    }
-    for (int d = 0; d < a->nvars; d++) {
-        if (a->extent[d] != b->extent[d]) {
-            return 0;
-        }
-    }
-    for (int c = 0; c < a->ncfg; c++) {
-        const sw_config *x = &a->cfgs[c], *y = &b->cfgs[c];
-        if (x->nworkers != y->nworkers || x->rvar != y->rvar || x->rdeg != y->rdeg) {
-            return 0;
-        }
-        for (int d = 0; d < a->out_rank; d++) {
-            if (x->deg[d] != y->deg[d]) {
-                return 0;
-            }
-        }
-        if (x->dev_offset != y->dev_offset &&
-            memcmp(p->dev_pool + x->dev_offset, p->dev_pool + y->dev_offset, sizeof(int32_t) * (size_t)x->nworkers)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static int same_input(const sw_op *oa, const sw_input *a, const sw_op *ob, const sw_input *b) {
-    if (a->rank != b->rank || a->has_window != b->has_window || oa->nvars != ob->nvars) {
-        return 0;
-    }
-    for (int d = 0; d < a->rank; d++) {
-        const sw_index_expr *x = &a->expr[d], *y = &b->expr[d];
-        if (a->shape[d] != b->shape[d] || x->offset != y->offset || x->div != y->div || x->mod != y->mod) {
-            return 0;
-        }
-        for (int v = 0; v < oa->nvars; v++) {
-            if (x->coef[v] != y->coef[v] || x->vdiv[v] != y->vdiv[v]) {
-                return 0;
-            }
-        }
-    }
-    for (int d = 0; a->has_window && d < oa->out_rank; d++) {
-        if (a->win_lo[d] != b->win_lo[d] || a->win_hi[d] != b->win_hi[d]) {
-            return 0;
-        }
-    }
-    return 1;
 }
 
 typedef struct {
     uint64_t hash;
     int edge;
+    key_buf data;   /* the edge's data, compared in full where hashes agree */
 } signature;
 
 /* ---- filling the distinct tables on several threads (parallel.c) ----
@@ -277,28 +335,30 @@ static sw_status fill_one(void *ctx, int q) {
 
 static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
     sw_tables *t = &p->tables;
-    int ne = 0;
+    int ne = 0, maxk = 1;
     for (int i = 0; i < p->nops; i++) {
         for (int k = 0; k < p->ops[i].ninputs; k++) {
             ne += p->ops[i].inputs[k].role == SW_ROLE_DATA;
+        }
+        for (int c = 0; c < p->ops[i].ncfg; c++) {
+            maxk = p->ops[i].cfgs[c].nworkers > maxk ? p->ops[i].cfgs[c].nworkers : maxk;
         }
     }
     size_t cap = (size_t)(ne > 0 ? ne : 1);
     t->edges = calloc(cap, sizeof *t->edges);
     p->edge_consumer_slot = calloc(cap, sizeof *p->edge_consumer_slot);
-    uint64_t *op_hash = calloc((size_t)p->nops, sizeof *op_hash);
     signature *seen = calloc(cap, sizeof *seen);
+    sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
+    char *used = malloc((size_t)maxk);
+    key_buf key = {0};
     sw_status s = SW_OK;
     int nseen = 0;
-    if (!t->edges || !p->edge_consumer_slot || !op_hash || !seen) {
+    if (!t->edges || !p->edge_consumer_slot || !seen || !regions || !used) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
-    for (int i = 0; i < p->nops; i++) {
-        op_hash[i] = config_hash(p, &p->ops[i]);
-    }
     for (int i = 0; i < p->nops && s == SW_OK; i++) {
-        for (int k = 0; k < p->ops[i].ninputs; k++) {
+        for (int k = 0; k < p->ops[i].ninputs && s == SW_OK; k++) {
             const sw_input *in = &p->ops[i].inputs[k];
             if (in->role != SW_ROLE_DATA) {
                 continue;
@@ -307,18 +367,23 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             e->src = in->producer;
             e->dst = i;
             p->edge_consumer_slot[t->nedges] = k;
-            uint64_t h = mix(mix(op_hash[in->producer], op_hash[i]), (uint64_t)k);
+            s = table_data(p, i, k, &key, regions, used);
+            if (s != SW_OK) {
+                break;
+            }
+            uint64_t h = key_hash(&key);
             int twin = -1;
-            for (int q = 0; q < nseen && twin < 0; q++) {
-                const sw_edge_table *o = &t->edges[seen[q].edge];
-                int oslot = p->edge_consumer_slot[seen[q].edge];
-                /* edges out of a graph input count one direction, others two */
-                int same_directions = (p->ops[o->src].ninputs == 0) == (p->ops[e->src].ninputs == 0);
-                if (seen[q].hash == h && same_directions && same_configs(p, &p->ops[o->src], &p->ops[e->src]) &&
-                    same_configs(p, &p->ops[o->dst], &p->ops[i]) &&
-                    same_input(&p->ops[o->dst], &p->ops[o->dst].inputs[oslot], &p->ops[i], in)) {
+            for (int q = 0; q < nseen && twin < 0 && s == SW_OK; q++) {
+                if (seen[q].hash != h) {
+                    continue;
+                }
+                const key_buf *other = &seen[q].data;
+                if (other->len == key.len && !memcmp(other->v, key.v, sizeof *key.v * key.len)) {
                     twin = seen[q].edge;
                 }
+            }
+            if (s != SW_OK) {
+                break;
             }
             if (twin >= 0) {
                 e->time = t->edges[twin].time;
@@ -335,7 +400,8 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
                 s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
                 break;
             }
-            seen[nseen++] = (signature){h, t->nedges - 1};
+            seen[nseen++] = (signature){h, t->nedges - 1, key};
+            key = (key_buf){0};
         }
     }
     if (s == SW_OK) {
@@ -354,8 +420,13 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
         free(todo);
     }
 done:
-    free(op_hash);
+    for (int q = 0; seen && q < nseen; q++) {
+        free(seen[q].data.v);
+    }
     free(seen);
+    free(regions);
+    free(used);
+    free(key.v);
     return s;
 }
 

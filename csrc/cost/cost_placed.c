@@ -195,6 +195,70 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     }
 }
 
+/* ---- the counts of one pair of partitions, memoized over placements ----
+ * The counts depend on where the consumer workers [d0, d0 + kd) and the producer devices
+ * [s0, s0 + ks) sit only up to a shift of both by whole nodes (every step of count_placed
+ * reads differences), and are 0 when the two ranges share no node.  So for one pair of
+ * partitions on P-device nodes, the (d0, s0) pairs fall into few classes: on 16 devices
+ * of 4 per node, 64 of the 256 pairs of single-device blocks share a node, and those 64
+ * fall into 16 classes.  Each class is counted once; the table is bit for bit as before.
+ * Within a run of configurations of one partition (enumerated together), all contiguous,
+ * a configuration is its first device. */
+typedef struct {
+    int64_t key;   /* (d0 - t) * ndev + (s0 - t) for the shift t; -1: empty */
+    double same, local;
+} memo_slot;
+
+typedef struct {
+    memo_slot *slot;
+    size_t mask;   /* slots - 1 for this pair of partitions (a power of two) */
+} placed_memo;
+
+static void memo_reset(placed_memo *m, size_t pairs) {
+    size_t cap = 4;
+    while (cap < 2 * pairs) {
+        cap *= 2;
+    }
+    m->mask = cap - 1;
+    for (size_t q = 0; q < cap; q++) {
+        m->slot[q].key = -1;
+    }
+}
+
+/* same and local for consumer reads rd on [d0, d0 + rd->k), producer configuration cs
+ * (grid g) on [s0, s0 + cs->nworkers): from the memo, else counted and kept. */
+static void memo_counts(const sw_problem *p, placed_memo *m, const reads *rd, int64_t d0, const grid *g,
+                        const sw_config *cs, int64_t s0, double *same, double *local) {
+    int64_t per = p->node_size;
+    int64_t dn0 = d0 / per, dn1 = (d0 + rd->k - 1) / per, sn0 = s0 / per, sn1 = (s0 + cs->nworkers - 1) / per;
+    if (dn1 < sn0 || sn1 < dn0) {   /* no node in common: nothing read on the same node */
+        *same = 0;
+        *local = 0;
+        return;
+    }
+    int64_t t = (dn0 < sn0 ? dn0 : sn0) * per;
+    int64_t key = (d0 - t) * p->ndev + (s0 - t);
+    size_t q = (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >> 32) & m->mask;
+    while (m->slot[q].key >= 0 && m->slot[q].key != key) {
+        q = (q + 1) & m->mask;
+    }
+    if (m->slot[q].key != key) {   /* shifted by t: the same counts, read from the first nodes */
+        count_placed(p, rd, d0 - t, g, cs->rdeg, s0 - t, &m->slot[q].same, &m->slot[q].local);
+        m->slot[q].key = key;
+    }
+    *same = m->slot[q].same;
+    *local = m->slot[q].local;
+}
+
+/* End (exclusive) of the run of configurations from c that share c's partition. */
+static int run_end(const sw_op *op, int c) {
+    int e = c + 1;
+    while (e < op->ncfg && sw_same_partition(&op->cfgs[c], &op->cfgs[e])) {
+        e++;
+    }
+    return e;
+}
+
 sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
     const sw_op *dst = &p->ops[consumer];
     const sw_op *src = &p->ops[dst->inputs[slot].producer];
@@ -203,9 +267,23 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     double per_elem = p->bytes_per_element * (src->ninputs == 0 ? 1.0 : TRANSFER_DIRECTIONS);
     int *src_first = malloc(sizeof *src_first * (size_t)src->ncfg);
     grid *grids = malloc(sizeof *grids * (size_t)src->ncfg);
-    if (!src_first || !grids) {
+    /* the memo holds twice the placement pairs of the largest pair of partition runs */
+    size_t most_d = 1, most_s = 1;
+    for (int c = 0; c < nj; c = run_end(dst, c)) {
+        most_d = (size_t)(run_end(dst, c) - c) > most_d ? (size_t)(run_end(dst, c) - c) : most_d;
+    }
+    for (int c = 0; c < src->ncfg; c = run_end(src, c)) {
+        most_s = (size_t)(run_end(src, c) - c) > most_s ? (size_t)(run_end(src, c) - c) : most_s;
+    }
+    size_t cap = 4;
+    while (cap < 2 * most_d * most_s) {
+        cap *= 2;
+    }
+    placed_memo memo = {malloc(sizeof(memo_slot) * cap), 0};
+    if (!src_first || !grids || !memo.slot) {
         free(src_first);
         free(grids);
+        free(memo.slot);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     for (int ci = 0; ci < src->ncfg; ci++) {
@@ -213,30 +291,32 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         make_grid(src, &src->cfgs[ci], &grids[ci]);
     }
     sw_status s = SW_OK;
-    reads rd = {0};
-    const sw_config *cached = NULL;   /* rd holds the reads of this consumer partition */
-    for (int cj = 0; cj < nj && s == SW_OK; cj++) {
-        const sw_config *c = &dst->cfgs[cj];
-        if (!cached || !sw_same_partition(cached, c)) {
-            free_reads(&rd);
-            s = reads_of(dst, c, slot, &rd);
-            cached = c;
-            if (s != SW_OK) {
-                break;
+    for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = run_end(dst, cj0)) {
+        int cj1 = run_end(dst, cj0);
+        reads rd = {0};
+        s = reads_of(dst, &dst->cfgs[cj0], slot, &rd);   /* the same regions on any devices */
+        if (s != SW_OK) {
+            break;
+        }
+        double total = rd.volume_sum;
+        for (int ci0 = 0; ci0 < src->ncfg; ci0 = run_end(src, ci0)) {
+            int ci1 = run_end(src, ci0);
+            memo_reset(&memo, (size_t)(cj1 - cj0) * (size_t)(ci1 - ci0));
+            for (int cj = cj0; cj < cj1; cj++) {
+                int d0 = sw_config_first_device(p, &dst->cfgs[cj]);
+                for (int ci = ci0; ci < ci1; ci++) {
+                    double same, local;
+                    memo_counts(p, &memo, &rd, d0, &grids[ci], &src->cfgs[ci], src_first[ci], &same, &local);
+                    time[(size_t)ci * nj + cj] = per_elem * ((total - same) / p->bw_out + (same - local) / p->bw_in);
+                    if (bytes) {
+                        bytes[(size_t)ci * nj + cj] = per_elem * (total - local);
+                    }
+                }
             }
         }
-        int d0 = sw_config_first_device(p, c);
-        for (int ci = 0; ci < src->ncfg; ci++) {
-            double same, local;
-            count_placed(p, &rd, d0, &grids[ci], src->cfgs[ci].rdeg, src_first[ci], &same, &local);
-            double total = rd.volume_sum;
-            time[(size_t)ci * nj + cj] = per_elem * ((total - same) / p->bw_out + (same - local) / p->bw_in);
-            if (bytes) {
-                bytes[(size_t)ci * nj + cj] = per_elem * (total - local);
-            }
-        }
+        free_reads(&rd);
     }
-    free_reads(&rd);
+    free(memo.slot);
     free(src_first);
     free(grids);
     return s;

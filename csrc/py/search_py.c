@@ -15,8 +15,9 @@
 
 /* ------------------------------------------------------------------ stats */
 static PyObject *stats_dict(const sw_search_stats *st) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d}", "node_eliminations",
-                         st->node_eliminations, "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d}", "node_eliminations",
+                         st->node_eliminations, "reused_products", st->reused_products,
+                         "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
                          "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
                          "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
                          "residual_combinations", st->residual_combinations, "evaluations", st->evaluations,

@@ -31,7 +31,7 @@ static sw_status push_edge(state *st, int src, int dst, double *t) {
         st->edges = n;
         st->cap = cap;
     }
-    st->edges[st->ne++] = (work_edge){src, dst, t, 1, 1};
+    st->edges[st->ne++] = (work_edge){src, dst, t, 1, 0, 1};
     return SW_OK;
 }
 
@@ -41,26 +41,53 @@ static void kill_edge(state *st, int e) {
     st->indeg[st->edges[e].dst]--;
 }
 
+/* A table an earlier node elimination made from the same inputs: the tables i -> j and
+ * j -> k (shared between edges that read the same data, cost.c) and an equal node cost
+ * of j.  Repeated blocks (the modules of Inception, the layers of a ResNet stage) give
+ * the same chains, so their products are computed once: the result is the same table,
+ * bit for bit.  NULL if none. */
+static double *earlier_product(const state *st, const double *a, const double *b, int j, int ci_n, int ck_n) {
+    const int *nc = st->t->ncfg;
+    for (int q = 0; q < st->nproducts; q++) {
+        const record *r = &st->recs[st->products[q]];
+        if (r->a == a && r->b == b && nc[r->j] == nc[j] && nc[r->i] == ci_n && nc[r->k] == ck_n &&
+            !memcmp(st->node[r->j], st->node[j], sizeof(double) * (size_t)nc[j])) {
+            return st->edges[r->made].t;
+        }
+    }
+    return NULL;
+}
+
 static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     const int *nc = st->t->ncfg;
     int i = st->edges[e1].src, k = st->edges[e2].dst;
     int ci_n = nc[i], cj_n = nc[j], ck_n = nc[k];
-    double *table = malloc(sizeof(double) * (size_t)ci_n * (size_t)ck_n);
-    if (!table) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
-    }
     const double *a = st->edges[e1].t, *b = st->edges[e2].t, *nj = st->node[j];
-    sw_minplus(a, nj, b, table, ci_n, cj_n, ck_n, st->t->threads);
+    double *table = earlier_product(st, a, b, j, ci_n, ck_n);
+    int owned = table == NULL;
+    if (owned) {
+        table = malloc(sizeof(double) * (size_t)ci_n * (size_t)ck_n);
+        if (!table) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        sw_minplus(a, nj, b, table, ci_n, cj_n, ck_n, st->t->threads);
+    }
     kill_edge(st, e1);
     kill_edge(st, e2);
     st->alive[j] = 0;
     sw_status s = push_edge(st, i, k, table);
     if (s != SW_OK) {
-        free(table);
+        if (owned) {
+            free(table);
+        }
         return s;
     }
+    st->edges[st->ne - 1].borrowed = !owned;   /* a reused table belongs to the edge that made it */
     st->outdeg[i]++;
     st->indeg[k]++;
+    if (owned) {
+        st->products[st->nproducts++] = st->nrec;
+    }
     st->recs[st->nrec++] = (record){REC_NODE, j, i, k, a, b, e1, e2, st->ne - 1};
     return SW_OK;
 }
@@ -137,8 +164,10 @@ static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, i
             s = eliminate_leaf(st, j, ein >= 0 ? ein : eout);
             stats->leaf_eliminations++;
         } else {
+            int made = st->nproducts;
             s = eliminate_node(st, j, ein, eout);
             stats->node_eliminations++;
+            stats->reused_products += s == SW_OK && st->nproducts == made;
         }
         if (s != SW_OK) {
             return s;
@@ -250,12 +279,13 @@ static void free_state(state *st) {
     }
     free(st->node);
     for (int e = 0; e < st->ne; e++) {
-        if (st->edges[e].owned) {
+        if (st->edges[e].owned && !st->edges[e].borrowed) {
             free(st->edges[e].t);
         }
     }
     free(st->edges);
     free(st->recs);
+    free(st->products);
     free(st->alive);
     free(st->indeg);
     free(st->outdeg);
@@ -271,7 +301,8 @@ static sw_status init_state(state *st, const sw_tables *t) {
     st->outdeg = calloc(n, sizeof *st->outdeg);
     /* each elimination removes a node, each merge an edge: records <= nodes + edges */
     st->recs = calloc(n + (size_t)t->nedges, sizeof *st->recs);
-    if (!st->node || !st->alive || !st->indeg || !st->outdeg || !st->recs) {
+    st->products = calloc(n, sizeof *st->products);
+    if (!st->node || !st->alive || !st->indeg || !st->outdeg || !st->recs || !st->products) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < t->nnodes; i++) {

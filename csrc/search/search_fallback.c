@@ -49,50 +49,76 @@ static double eq1(const residual *r, const int *choice) {
     return c;
 }
 
-/* Node cost of op g plus its edges; with h >= 0 also h's, the edges between them once. */
-static double local_cost(const residual *r, int g, int h, const int *choice) {
-    double c = r->node_cost[g][choice[g]];
-    int i = r->local[g];
-    for (int q = r->first[i]; q < r->first[i + 1]; q++) {
-        c += edge_at(r, r->incident[q], choice);
+/* u[c] = op g's node cost at configuration c plus its edges to every op but h (h < 0: all
+ * of them), the other ends at their chosen configurations: O(deg C) for C = ncfg[g]. */
+static void unary_except(const residual *r, int g, int h, const int *choice, double *u) {
+    int ng = r->ncfg[g], i = r->local[g];
+    for (int c = 0; c < ng; c++) {
+        u[c] = r->node_cost[g][c];
     }
-    if (h >= 0) {
-        c += r->node_cost[h][choice[h]];
-        int j = r->local[h];
-        for (int q = r->first[j]; q < r->first[j + 1]; q++) {
-            const sw_live_edge *ed = &r->edges[r->incident[q]];
-            c += ed->src == g || ed->dst == g ? 0 : edge_at(r, r->incident[q], choice);
+    for (int q = r->first[i]; q < r->first[i + 1]; q++) {
+        const sw_live_edge *ed = &r->edges[r->incident[q]];
+        if (ed->src == h || ed->dst == h) {
+            continue;
         }
+        if (ed->src == g) {   /* row c of the table, column of the consumer's choice */
+            const double *t = ed->t + choice[ed->dst];
+            int stride = r->ncfg[ed->dst];
+            for (int c = 0; c < ng; c++) {
+                u[c] += t[(size_t)c * stride];
+            }
+        } else {              /* row of the producer's choice, column c */
+            const double *t = ed->t + (size_t)choice[ed->src] * ng;
+            for (int c = 0; c < ng; c++) {
+                u[c] += t[c];
+            }
+        }
+    }
+}
+
+/* Sum of the tables between ops g and h at (a, b); `between` lists their edges. */
+static double between_at(const residual *r, const int *between, int nb, int g, int a, int b) {
+    double c = 0;
+    for (int q = 0; q < nb; q++) {
+        const sw_live_edge *ed = &r->edges[between[q]];
+        c += ed->src == g ? ed->t[(size_t)a * r->ncfg[ed->dst] + b] : ed->t[(size_t)b * r->ncfg[ed->dst] + a];
     }
     return c;
 }
 
-static void local_search(const residual *r, int *choice) {
+/* Iterated conditional modes: each op in turn takes its best configuration given its
+ * neighbours; when none moves, the two ends of each edge are re-chosen together.  The
+ * part of Eq. 1 that depends on a pair (g, h) separates as ug[a] + uh[b] + (the tables
+ * between g and h at (a, b)), so a pair costs O(C^2 + deg C), not O(C^2 deg).
+ * ug, uh: scratch of the most configurations of any op; between: of 2 ne ints. */
+static void local_search(const residual *r, int *choice, double *ug, double *uh, int *between) {
     for (int sweep = 0; sweep < LOCAL_SWEEPS; sweep++) {
         int changed = 0;
         for (int i = 0; i < r->k; i++) {   /* one op at a time */
             int g = r->nodes[i], keep = choice[g], arg = keep;
-            double best = local_cost(r, g, -1, choice);
+            unary_except(r, g, -1, choice, ug);
             for (int c = 0; c < r->ncfg[g]; c++) {
-                choice[g] = c;
-                double v = local_cost(r, g, -1, choice);
-                if (v < best) {
-                    best = v;
-                    arg = c;
-                }
+                arg = ug[c] < ug[arg] ? c : arg;
             }
             choice[g] = arg;
             changed |= arg != keep;
         }
         for (int e = 0; !changed && e < r->ne; e++) {   /* both ends of an edge together */
-            int g = r->edges[e].src, h = r->edges[e].dst;
+            int g = r->edges[e].src, h = r->edges[e].dst, i = r->local[g];
+            int nb = 0;
+            for (int q = r->first[i]; q < r->first[i + 1]; q++) {
+                const sw_live_edge *ed = &r->edges[r->incident[q]];
+                if (ed->src == h || ed->dst == h) {
+                    between[nb++] = r->incident[q];
+                }
+            }
+            unary_except(r, g, h, choice, ug);
+            unary_except(r, h, g, choice, uh);
             int kg = choice[g], kh = choice[h], ag = kg, ah = kh;
-            double best = local_cost(r, g, h, choice);
+            double best = ug[kg] + uh[kh] + between_at(r, between, nb, g, kg, kh);
             for (int a = 0; a < r->ncfg[g]; a++) {
                 for (int b = 0; b < r->ncfg[h]; b++) {
-                    choice[g] = a;
-                    choice[h] = b;
-                    double v = local_cost(r, g, h, choice);
+                    double v = ug[a] + uh[b] + between_at(r, between, nb, g, a, b);
                     if (v < best) {
                         best = v;
                         ag = a;
@@ -247,8 +273,14 @@ sw_status sw_residual_improve(int k, const int *nodes, const int *ncfg, double *
     r.first = calloc((size_t)k + 1, sizeof *r.first);
     r.incident = malloc(sizeof *r.incident * ((size_t)ne * 2 + 1));
     int *fill = calloc((size_t)k, sizeof *fill);
+    int most = 1;
+    for (int i = 0; i < k; i++) {
+        most = ncfg[nodes[i]] > most ? ncfg[nodes[i]] : most;
+    }
+    double *ug = malloc(sizeof *ug * (size_t)most), *uh = malloc(sizeof *uh * (size_t)most);
+    int *between = malloc(sizeof *between * ((size_t)ne * 2 + 1));
     sw_status st = SW_OK;
-    if (!r.local || !r.first || !r.incident || !fill) {
+    if (!r.local || !r.first || !r.incident || !fill || !ug || !uh || !between) {
         st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -267,13 +299,13 @@ sw_status sw_residual_improve(int k, const int *nodes, const int *ncfg, double *
         r.incident[r.first[a] + fill[a]++] = e;
         r.incident[r.first[b] + fill[b]++] = e;
     }
-    local_search(&r, choice);
+    local_search(&r, choice, ug, uh, between);
     *cost = eq1(&r, choice);
     for (int m = 64, fitted = 0; m >= 2 && !fitted && st == SW_OK; m /= 2) {
         st = restricted(&r, lim, score, m, choice, cost, &fitted);
     }
     if (st == SW_OK) {
-        local_search(&r, choice);
+        local_search(&r, choice, ug, uh, between);
         *cost = eq1(&r, choice);
     }
 done:
@@ -281,5 +313,8 @@ done:
     free(r.first);
     free(r.incident);
     free(fill);
+    free(ug);
+    free(uh);
+    free(between);
     return st;
 }

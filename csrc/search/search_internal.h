@@ -15,7 +15,8 @@ typedef struct {
 typedef struct {
     int src, dst;
     double *t;     /* table ncfg[src] x ncfg[dst] */
-    int owned;     /* made by an elimination: freed here */
+    int owned;     /* made by an elimination: freed here unless borrowed */
+    int borrowed;  /* the table of an earlier edge made from the same inputs (search_elim.c) */
     int alive;
 } work_edge;
 
@@ -44,6 +45,8 @@ typedef struct {
     int ne, cap;
     record *recs;
     int nrec;
+    int *products;          /* records of node eliminations whose tables may be reused (search_elim.c) */
+    int nproducts;
 } state;
 
 /* out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck] (Eq. 2's min-plus product),

@@ -326,6 +326,30 @@ def test_pipeline_warns_when_placements_are_too_many(pipeline, monkeypatch):
     assert plan.cost == pytest.approx(s["scale"]["canonical_cost"], rel=REL)
 
 
+def test_proof_stops_when_the_relaxation_is_above_the_exact_bound(pipeline, monkeypatch):
+    """A relaxation solved above the exact bound gives mini-bucket bounds, which tightening
+    entries along one strategy barely raises: the proof stops after that round (not
+    proven), and the placements are searched instead, still to the plain optimum."""
+    scale_module = importlib.import_module("shardwise.planning.search_scale")
+    real, calls = _core.search_tables, []
+
+    def above_the_bound(*args, **kwargs):
+        choice, cost, stats = real(*args, **kwargs)
+        calls.append(stats["lower_bound"])
+        return choice, cost, dict(stats, exact=False)
+
+    g, d = towers(), sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
+    monkeypatch.setattr(scale_module._core, "search_tables", above_the_bound)
+    plan = sw.search(g, d, objective="eq1")
+    monkeypatch.setattr(scale_module._core, "search_tables", real)
+    s = plan.search_stats
+    assert len(calls) == 1 and not s["scale"]["placements_proven"]
+    assert s["scale"]["placement_bound"] == calls[0]
+    with pytest.MonkeyPatch.context() as m:
+        plain_path(m)
+        assert plan.cost == pytest.approx(sw.search(g, d, objective="eq1").cost, rel=REL)
+
+
 def test_time_limit_returns_the_first_plan_with_a_warning(pipeline):
     g, d = sw.models.resnet18(batch=64), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
     stages = []
