@@ -243,7 +243,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     def constrained() -> Result:
         from shardwise.planning.search_scale_memory import Staged
 
-        mchosen, mcost, mstats, mexact, mbound = memory.search(Staged(work, canonical, marg, per, stats))
+        mchosen, mcost, mstats, mexact, mbound = memory.search(Staged(work, canonical, marg, per, stats, stages))
         info = mstats.pop("memory")
         stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))
         return Result(mchosen, mcost, {"exact": mexact, "scale": mstats}, mexact, mbound,

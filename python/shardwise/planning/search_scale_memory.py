@@ -9,8 +9,9 @@ optimum on the first devices does not fit (its memory plan is checked), this mod
 
 1. finds plans that fit on the first devices: the baselines (data, model, OWT parallelism)
    whose memory plan fits, and the memory-constrained search
-   (:mod:`shardwise.planning.search_memory`) over the partitions of at most one node's workers;
-   the cheapest is the threshold.  When none fits nothing is pruned;
+   (:mod:`shardwise.planning.search_memory`) over two small sets: the partitions of at most
+   one node's workers, and each op's partitions over the most devices it can use; the
+   cheapest is the threshold.  When none fits nothing is pruned;
 2. drops every configuration whose min-marginal exceeds that threshold;
 3. runs the memory-constrained search over the survivors, each partition on the first devices:
    exact over those placements (branch and bound, then the memory plan checked), and the
@@ -51,6 +52,7 @@ class Staged:
     marginals: list       # per op, the relaxation's min-marginal of each canonical partition
     node_workers: int     # the first plan's partitions use at most this many workers
     stats: dict           # the staged search's statistics so far
+    stages: Any = None    # search_scale.Stages: each step's time is reported
 
 
 class MemoryStage:
@@ -115,16 +117,23 @@ class MemoryStage:
                 plan = self.plan_of(canonical.subset([np.array([c]) for c in choice]))
                 if search_memory.fits(plan, self.budget):
                     fitting_plans.append((plan.cost, choice, base.name))
-        small = [np.flatnonzero(w <= s.node_workers) for w in canonical.workers]
-        sub = canonical.subset(small)
-        try:
-            found = self._fitting(self._tables(s.work, sub), sub, [])
-        except SearchError:   # footprints fit but no memory plan did: no threshold from here
-            found = None
-        if found is not None:
-            fitting_plans.append((found[0].cost, [int(small[i][c]) for i, c in enumerate(found[2])],
-                                  f"memory-constrained search over partitions of at most {s.node_workers} workers"))
+        # two restricted memory-constrained searches: the partitions of at most a node's workers
+        # (fast links), and each op's partitions over the most devices it can use (least memory)
+        restricted = [([np.flatnonzero(w <= s.node_workers) for w in canonical.workers],
+                       f"memory-constrained search over partitions of at most {s.node_workers} workers"),
+                      ([np.flatnonzero(w == w.max()) for w in canonical.workers],
+                       "memory-constrained search over partitions on the most devices each op can use")]
+        for keep, what in restricted:
+            sub = canonical.subset(keep)
+            try:
+                found = self._fitting(self._tables(s.work, sub), sub, [])
+            except SearchError:   # footprints fit but no memory plan did: no threshold from here
+                found = None
+            if found is not None:
+                fitting_plans.append((found[0].cost, [int(keep[i][c]) for i, c in enumerate(found[2])], what))
         threshold = min((f[0] for f in fitting_plans), default=np.inf)
+        s.stages and s.stages.done(f"memory: plans that fit on the first devices ({len(fitting_plans)}, "
+                                   f"cheapest {threshold:.6g} s)")
         info_first = {"first_fitting": min(fitting_plans)[2] if fitting_plans else None,
                       "first_fitting_cost": threshold}
 
@@ -139,6 +148,8 @@ class MemoryStage:
         if found is None:
             raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, starts)
         plan, info, choice = found
+        s.stages and s.stages.done(f"memory: constrained search of {sum(len(k) for k in survivors)} partitions "
+                                   f"left on the first devices ({info['solves']} eliminations)")
         chosen = kept.subset([np.array([c]) for c in choice])
         cost = float(tables.eq1(choice))
         canonical_choice = [int(survivors[i][c]) for i, c in enumerate(choice)]
@@ -160,6 +171,8 @@ class MemoryStage:
                 info = dict(finfo, survivors=info["survivors"], **info_first,
                             full_space_configurations=int(sum(len(d) for d in full.deg)))
                 placements = "every aligned block"
+            s.stages and s.stages.done(f"memory: constrained search of the partitions left on every block "
+                                       f"({sum(len(d) for d in full.deg)})")
         info.update(placements=placements, constrained=True)
         stats["memory"] = info
         return chosen, cost, stats, bool(info["exact"]), float(info["lower_bound"])
