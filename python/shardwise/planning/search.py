@@ -152,7 +152,11 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     device (at most its memory); False: memory is not looked at.  When the Eq. 1 optimum fits
     it is returned as before; otherwise the exact optimum under the per-device footprint
     constraint (:mod:`shardwise.planning.search_memory`, docs/memory.md), checked with its memory plan;
-    ``search_stats["memory"]`` says how it was found.  When no plan fits:
+    ``search_stats["memory"]`` says how it was found.  On machines searched in stages the
+    constrained search prunes with the cost of a plan that fits and searches what is left, each
+    partition on the first devices, then on every aligned block when few enough
+    (:mod:`shardwise.planning.search_scale_memory`); ``search_stats["memory"]["placements"]``
+    says which of the two spaces the plan is the optimum of.  When no plan fits:
     :class:`~shardwise.planning.search_memory.PlanDoesNotFitError` (a ValueError) naming the smallest
     shortfall.  The simulated objective and ``refine`` keep only candidates that fit.
 

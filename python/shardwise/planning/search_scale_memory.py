@@ -42,6 +42,10 @@ from shardwise.planning.costs import apply_profile
 from shardwise.planning.problem import CostOptions, dim_names
 from shardwise.planning.strategies import baselines
 
+# step 1 wants a plan that fits, not a proof: each restricted search stops after this many
+# elimination searches (the priced-memory start takes up to search_memory.PENALTY_ROUNDS)
+FIRST_FIT_SOLVES = 40
+
 
 @dataclass
 class Staged:
@@ -86,7 +90,8 @@ class MemoryStage:
             apply_profile(work, self.graph, self.devices, self.costs)
         return search_memory.Tables(work, self.graph)
 
-    def _fitting(self, tables: search_memory.Tables, configs: Any, starts: Sequence[Sequence[int]]):
+    def _fitting(self, tables: search_memory.Tables, configs: Any, starts: Sequence[Sequence[int]],
+                 max_solves: int | None = None):
         """search_memory.fitting over ``configs``: (plan, info, choice) or None when none fits."""
         made: dict[tuple, Any] = {}
 
@@ -96,7 +101,7 @@ class MemoryStage:
             made[id(plan)] = [int(c) for c in choice]
             return plan
 
-        found = search_memory.fitting(tables, self.budget, to_plan, self.max_evaluations, starts=starts)
+        found = search_memory.fitting(tables, self.budget, to_plan, self.max_evaluations, max_solves, starts=starts)
         if found is None:
             return None
         plan, info = found
@@ -126,7 +131,7 @@ class MemoryStage:
         for keep, what in restricted:
             sub = canonical.subset(keep)
             try:
-                found = self._fitting(self._tables(s.work, sub), sub, [])
+                found = self._fitting(self._tables(s.work, sub), sub, [], max_solves=FIRST_FIT_SOLVES)
             except SearchError:   # footprints fit but no memory plan did: no threshold from here
                 found = None
             if found is not None:
