@@ -12,7 +12,9 @@ optimum on the first devices does not fit (its memory plan is checked), this mod
    (:mod:`shardwise.planning.search_memory`) over two small sets: the partitions of at most
    one node's workers, and each op's partitions over the most devices it can use; the
    cheapest is the threshold.  When none fits nothing is pruned;
-2. drops every configuration whose min-marginal exceeds that threshold;
+2. drops every configuration whose min-marginal exceeds that threshold, and every one whose
+   Lagrangian min-marginal (Eq. 1 plus priced bytes above the budget, a lower bound of the
+   cost of every plan within the budget using it, on the first devices) does;
 3. runs the memory-constrained search over the survivors, each partition on the first devices:
    exact over those placements (branch and bound, then the memory plan checked), and the
    survivors are pruned again at the cost it finds;
@@ -144,9 +146,16 @@ class MemoryStage:
 
         # 2. drop what no plan that fits and costs at most the threshold uses
         survivors = _survivors(s.marginals, threshold, PRUNE_SLACK)
-        # 3. the constrained optimum over the survivors on the first devices
+        # 3. the constrained optimum over the survivors on the first devices, after dropping
+        # what priced memory shows no plan that fits and costs at most the threshold uses
         kept = canonical.subset(survivors)
         tables = self._tables(s.work, kept)
+        if np.isfinite(threshold):
+            priced = _priced_survivors(tables, self.budget, threshold, PRUNE_SLACK, self.max_evaluations)
+            if sum(len(k) for k in priced) < sum(len(k) for k in survivors):
+                survivors = [k[p] for k, p in zip(survivors, priced)]
+                kept = canonical.subset(survivors)
+                tables = self._tables(s.work, kept)
         starts = [_reindex(survivors, f[1]) for f in fitting_plans]
         starts = [x for x in starts if x is not None]
         found = self._fitting(tables, kept, starts)
@@ -181,6 +190,29 @@ class MemoryStage:
         info.update(placements=placements, constrained=True)
         stats["memory"] = info
         return chosen, cost, stats, bool(info["exact"]), float(info["lower_bound"])
+
+
+def _priced_survivors(tables: search_memory.Tables, budget: np.ndarray, threshold: float, slack: float,
+                      max_evaluations: float) -> list[np.ndarray]:
+    """Per op, the configurations (indices into ``tables``) that a plan within ``budget`` and at
+    most ``threshold`` seconds may use, by Lagrangian min-marginals: for prices lam >= 0 per
+    byte, a plan x within the budget has Eq1(x) >= Eq1(x) + lam . (footprint(x) - budget), so a
+    configuration whose least such value over every strategy using it (a lower bound of it,
+    from the elimination's min-marginals) exceeds the threshold is in no such plan.  Prices:
+    the whole budget of a device worth 1/1000 to 10 times the threshold (each valid; what
+    any of them drops goes)."""
+    from shardwise import _core
+
+    keep = [np.ones(len(t), bool) for t in tables.time]
+    everything = [np.ones(len(t), bool) for t in tables.time]
+    for worth in (1e-3, 1e-2, 1e-1, 1.0, 10.0):
+        lam = worth * threshold / np.maximum(budget, 1.0)
+        nodes, edges = tables.weighted(lam, 1.0, everything)
+        _, _, _, marg = _core.search_tables(nodes, edges, "elimination", max_evaluations, True)
+        offset = float(lam @ budget)
+        for k, m in zip(keep, marg):
+            k &= np.asarray(m) - offset <= threshold * (1 + slack) + 1e-12
+    return [np.flatnonzero(k) for k in keep]
 
 
 def _survivors(marginals: list, threshold: float, slack: float) -> list[np.ndarray]:
