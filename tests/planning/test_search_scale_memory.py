@@ -156,3 +156,54 @@ def test_staged_equals_the_exact_memory_search_on_a_chain():
     assert info["placements"] == "every aligned block"
     assert staged.cost == pytest.approx(plain.cost, rel=REL)
     assert (sm.arenas(staged) <= budget).all()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_priced_pruning_keeps_every_configuration_of_a_plan_that_fits(seed):
+    """Brute force over random tables: every configuration used by some strategy within the
+    budget and at most the threshold survives the Lagrangian pruning (and it does drop some:
+    (test_priced_pruning_drops_something: so the test could fail)."""
+    import itertools
+
+    from shardwise.planning.search_scale_memory import _priced_survivors
+    from test_search_memory import _random_tables
+
+    rng = np.random.default_rng(seed)
+    t = _random_tables(rng, int(rng.integers(3, 6)), int(rng.integers(1, 4)))
+    strategies = list(itertools.product(*[range(len(c)) for c in t.time]))
+    peaks = np.array([t.footprint(x) for x in strategies])
+    costs = np.array([t.eq1(x) for x in strategies])
+    limit = np.quantile(peaks, 0.4, axis=0)
+    fits = (peaks <= limit).all(axis=1)
+    if not fits.any():
+        return
+    threshold = float(np.quantile(costs[fits], 0.5))
+    keep = _priced_survivors(t, limit, threshold, 1e-9, 1e9)
+    used = [set() for _ in t.time]
+    for x, ok, c in zip(strategies, fits, costs):
+        if ok and c <= threshold:
+            for v, k in enumerate(x):
+                used[v].add(k)
+    for v in range(t.n):
+        assert used[v] <= set(keep[v].tolist()), f"op {v}: dropped {used[v] - set(keep[v].tolist())}"
+
+
+def test_priced_pruning_drops_something():
+    import itertools
+
+    from shardwise.planning.search_scale_memory import _priced_survivors
+    from test_search_memory import _random_tables
+
+    dropped = 0
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        t = _random_tables(rng, int(rng.integers(3, 6)), int(rng.integers(1, 4)))
+        strategies = list(itertools.product(*[range(len(c)) for c in t.time]))
+        peaks = np.array([t.footprint(x) for x in strategies])
+        costs = np.array([t.eq1(x) for x in strategies])
+        limit = np.quantile(peaks, 0.4, axis=0)
+        fits = (peaks <= limit).all(axis=1)
+        if fits.any():
+            keep = _priced_survivors(t, limit, float(np.quantile(costs[fits], 0.5)), 1e-9, 1e9)
+            dropped += sum(len(c) for c in t.time) - sum(len(k) for k in keep)
+    assert dropped > 0
