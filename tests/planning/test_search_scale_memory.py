@@ -161,8 +161,8 @@ def test_staged_equals_the_exact_memory_search_on_a_chain():
 @pytest.mark.parametrize("seed", range(10))
 def test_priced_pruning_keeps_every_configuration_of_a_plan_that_fits(seed):
     """Brute force over random tables: every configuration used by some strategy within the
-    budget and at most the threshold survives the Lagrangian pruning (and it does drop some:
-    (test_priced_pruning_drops_something: so the test could fail)."""
+    budget and at most the threshold survives the Lagrangian pruning (that it drops some,
+    so that this could fail, is test_priced_pruning_drops_something)."""
     import itertools
 
     from shardwise.planning.search_scale_memory import _priced_survivors
