@@ -125,49 +125,72 @@ static sw_status push_saving(sw_memory_tables *mt, int64_t *cap, int32_t ci, int
 }
 
 /* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
- * the (cu, cv, device) where a region is the producer's shard instead. */
+ * the (cu, cv, device) where a region is the producer's shard instead.  Each consumer worker's
+ * region and whether it is kept do not depend on the producer's configuration, so they are
+ * computed once per edge (kept[q] for the q-th (configuration, worker) pair, its region in
+ * regs[q]) rather than once per producer configuration, and each producer configuration's
+ * output block per device once (obox). */
 static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap,
                             int32_t *owner_on) {
     int u = mt->edge_src[e], v = mt->edge_dst[e], slot = mt->edge_slot[e], ndev = mt->ndev;
     const sw_op *ou = &p->ops[u], *ov = &p->ops[v];
     int from_input = kind[u] == SW_OPKIND_INPUT;
-    sw_box reg, pbox;
+    size_t npairs = 0;
+    for (int cj = 0; cj < ov->ncfg; cj++) {
+        npairs += (size_t)ov->cfgs[cj].nworkers;
+    }
+    sw_box *regs = malloc(sizeof *regs * (npairs + 1));
+    sw_box *obox = malloc(sizeof *obox * ((size_t)ndev + 1));   /* each device's producer output block */
+    char *kept = malloc(npairs + 1);
+    if (!regs || !kept || !obox) {
+        free(regs);
+        free(obox);
+        free(kept);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
+    size_t q = 0;
     for (int cj = 0; cj < ov->ncfg; cj++) {
         const sw_config *c = &ov->cfgs[cj];
         double *row = mt->edge_base[e] + (size_t)cj * ndev;
-        for (int w = 0; w < c->nworkers; w++) {
-            if (sw_worker_region(ov, c, w, slot, &reg) && keeps_regions(p, kind, v, c, w)) {
-                row[p->dev_pool[c->dev_offset + w]] += F32 * (double)sw_box_volume(&reg);
+        for (int w = 0; w < c->nworkers; w++, q++) {
+            kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && keeps_regions(p, kind, v, c, w));
+            if (kept[q]) {
+                row[p->dev_pool[c->dev_offset + w]] += F32 * (double)sw_box_volume(&regs[q]);
             }
         }
     }
-    if (from_input) {
-        return SW_OK;
-    }
-    for (int ci = 0; ci < ou->ncfg; ci++) {
+    sw_status s = SW_OK;
+    for (int ci = 0; !from_input && ci < ou->ncfg && s == SW_OK; ci++) {
         const sw_config *cu = &ou->cfgs[ci];
         for (int d = 0; d < ndev; d++) {
             owner_on[d] = -1;
         }
-        for (int s = 0; s < cu->nworkers; s += cu->rdeg) {   /* owners of output blocks (one per device) */
-            owner_on[p->dev_pool[cu->dev_offset + s]] = s;
+        for (int w = 0; w < cu->nworkers; w += cu->rdeg) {   /* owners of output blocks (one per device) */
+            int32_t d = p->dev_pool[cu->dev_offset + w];
+            owner_on[d] = w;
+            sw_worker_box(ou, cu, w, &obox[d]);
         }
-        for (int cj = 0; cj < ov->ncfg; cj++) {
+        q = 0;
+        for (int cj = 0; cj < ov->ncfg && s == SW_OK; cj++) {
             const sw_config *c = &ov->cfgs[cj];
-            for (int w = 0; w < c->nworkers; w++) {
+            for (int w = 0; w < c->nworkers; w++, q++) {
                 int32_t d = p->dev_pool[c->dev_offset + w];
-                if (owner_on[d] < 0 || !sw_worker_region(ov, c, w, slot, &reg) ||
-                    !keeps_regions(p, kind, v, c, w)) {
+                if (owner_on[d] < 0 || !kept[q]) {
                     continue;
                 }
-                sw_worker_box(ou, cu, owner_on[d], &pbox);
-                if (sw_box_equal(&pbox, &reg)) {
-                    SW_TRY(push_saving(mt, cap, ci, cj, d, F32 * (double)sw_box_volume(&reg)));
+                if (sw_box_equal(&obox[d], &regs[q])) {
+                    s = push_saving(mt, cap, ci, cj, d, F32 * (double)sw_box_volume(&regs[q]));
+                    if (s != SW_OK) {
+                        break;
+                    }
                 }
             }
         }
     }
-    return SW_OK;
+    free(regs);
+    free(obox);
+    free(kept);
+    return s;
 }
 
 sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt) {
