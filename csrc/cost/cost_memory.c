@@ -71,12 +71,35 @@ static int keeps_regions(const sw_problem *p, const int8_t *kind, int v, const s
     return 0;
 }
 
-/* Node term of op v under configuration ci: row[ndev]. */
-static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, double *row) {
+/* A worker's region of one weight slot, tagged with the worker: sorting them groups the
+ * replicas of each box (workers reading the same box), lowest worker first. */
+typedef struct {
+    sw_box box;
+    int w;
+} tagged_box;
+
+static int tagged_cmp(const void *a, const void *b) {
+    const tagged_box *x = a, *y = b;
+    if (x->box.rank != y->box.rank) {
+        return x->box.rank < y->box.rank ? -1 : 1;
+    }
+    for (int i = 0; i < x->box.rank; i++) {
+        if (x->box.lo[i] != y->box.lo[i]) {
+            return x->box.lo[i] < y->box.lo[i] ? -1 : 1;
+        }
+        if (x->box.hi[i] != y->box.hi[i]) {
+            return x->box.hi[i] < y->box.hi[i] ? -1 : 1;
+        }
+    }
+    return (x->w > y->w) - (x->w < y->w);
+}
+
+/* Node term of op v under configuration ci: row[ndev].  `scratch` holds nworkers tagged boxes. */
+static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, double *row, tagged_box *scratch) {
     const sw_op *o = &p->ops[v];
     const sw_config *c = &o->cfgs[ci];
     const int32_t *devs = p->dev_pool + c->dev_offset;
-    sw_box box, reg, other;
+    sw_box box, reg;
     int stat = role_slot(o, SW_ROLE_STAT);
     for (int w = 0; w < c->nworkers; w++) {
         int32_t d = devs[w];
@@ -88,24 +111,37 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
             double n = (double)sw_box_volume(&reg);
             row[d] += F32 * n + (keeps_regions(p, kind, v, c, w) ? F64 * n : 0.0);
         }
-        for (int k = 0; k < o->ninputs; k++) {
-            if (o->inputs[k].role != SW_ROLE_WEIGHT || !sw_worker_region(o, c, w, k, &reg)) {
-                continue;
+    }
+    for (int k = 0; k < o->ninputs; k++) {
+        if (o->inputs[k].role != SW_ROLE_WEIGHT) {
+            continue;
+        }
+        int n = 0;
+        for (int w = 0; w < c->nworkers; w++) {
+            if (sw_worker_region(o, c, w, k, &scratch[n].box)) {
+                scratch[n++].w = w;
             }
-            row[d] += F32 * (double)sw_box_volume(&reg);
-            int lead = 1, replicas = 1;   /* the first worker reading this box keeps the optimizer state */
-            for (int u = 0; u < c->nworkers; u++) {
-                if (u != w && sw_worker_region(o, c, u, k, &other) && sw_box_equal(&other, &reg)) {
-                    lead = lead && u > w;
-                    replicas++;
+        }
+        qsort(scratch, (size_t)n, sizeof *scratch, tagged_cmp);
+        for (int g = 0; g < n;) {   /* one group of replicas: scratch[g .. end) */
+            int end = g + 1;
+            while (end < n && sw_box_equal(&scratch[end].box, &scratch[g].box)) {
+                end++;
+            }
+            int replicas = end - g;
+            double vol = (double)sw_box_volume(&scratch[g].box);
+            /* the first worker reading this box keeps the optimizer state; with the ring
+             * all-reduce every replica updates its own copy with its own state */
+            int all_lead = p->sync_model == SW_SYNC_RING && replicas > 1 &&
+                           sw_ring_chunk_dim(&scratch[g].box, replicas) >= 0;
+            for (int i = g; i < end; i++) {
+                int32_t d = devs[scratch[i].w];
+                row[d] += F32 * vol;
+                if (i == g || all_lead) {
+                    row[d] += F32 * (double)p->optimizer_state * vol;
                 }
             }
-            if (p->sync_model == SW_SYNC_RING && replicas > 1 && sw_ring_chunk_dim(&reg, replicas) >= 0) {
-                lead = 1;   /* ring all-reduce: every replica updates its own copy with its own state */
-            }
-            if (lead) {
-                row[d] += F32 * (double)p->optimizer_state * (double)sw_box_volume(&reg);
-            }
+            g = end;
         }
     }
 }
@@ -226,9 +262,19 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
         }
+        int most = 1;
         for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
-            node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev);
+            most = p->ops[v].cfgs[ci].nworkers > most ? p->ops[v].cfgs[ci].nworkers : most;
         }
+        tagged_box *scratch = malloc(sizeof *scratch * (size_t)most);
+        if (!scratch) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+            break;
+        }
+        for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
+            node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev, scratch);
+        }
+        free(scratch);
         for (int k = 0; k < p->ops[v].ninputs; k++) {
             if (p->ops[v].inputs[k].role == SW_ROLE_DATA) {
                 int e = mt->nedges++;
