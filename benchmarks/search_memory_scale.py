@@ -73,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50,llama")
     ap.add_argument("--devices", default="64,256,1024")
-    ap.add_argument("--llama-batch", type=int, default=64)
+    ap.add_argument("--llama-batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--resnet-batch", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per search before it is stopped")
