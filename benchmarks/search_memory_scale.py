@@ -10,7 +10,9 @@ checked, the default), so the peak resident memory (``resource.getrusage``) is t
 it records the path (plain or staged), whether the memory constraint bound (the Eq. 1 optimum
 did not fit), which placements the plan is the optimum of and whether that is proven, the
 largest arena of the plan's memory plan against the 80 GB, the search time and the peak
-memory.  The aim (not a test): under 10 s and 2 GB each.  The CPU model is printed beside.
+memory, the plan's Eq. 1 seconds per iteration, the lower bound the search proved, and the
+Eq. 1 of the first plan found to fit (the pruning threshold; blank when the Eq. 1 optimum
+fits).  The aim (not a test): under 10 s and 2 GB each.  The CPU model is printed beside.
 
     python benchmarks/search_memory_scale.py [--models resnet50,llama] [--devices 64,256,1024]
 """
@@ -61,6 +63,7 @@ def run(model: str, ndev: int, args: argparse.Namespace, out: "multiprocessing.Q
         row.update(path="staged" if "scale" in s else "plain", bound=m.get("constrained", False),
                    placements=m.get("placements", "every aligned block" if "scale" not in s else "proven"),
                    exact=s["exact"] and m["exact"], cost=plan.cost,
+                   bound_s=s.get("lower_bound", plan.cost), first_fit=m.get("first_fitting_cost"),
                    arena_gb=float(search_memory.arenas(plan).max()) / 1e9,
                    warned=len([w for w in caught if issubclass(w.category, sw.SearchWarning)]))
     except (sw.PlanDoesNotFitError, sw.SearchError) as exc:
@@ -84,7 +87,7 @@ def main() -> None:
           f"{platform.python_version()}; llama: 32 layers, 7B widths, {args.llama_batch} x {args.seq} tokens; "
           f"resnet50: minibatch {args.resnet_batch}")
     head = (f"{'model':9} {'dev':>5} {'ops':>5} {'path':>6} {'bound':>5} {'placements':>20} {'exact':>5} "
-            f"{'arena GB':>8} {'seconds':>8} {'peak MB':>8}  load")
+            f"{'arena GB':>8} {'Eq.1 s':>8} {'bound s':>8} {'1st fit':>8} {'seconds':>8} {'peak MB':>8}  load")
     print(head)
     print("-" * len(head))
     ctx = multiprocessing.get_context("fork")
@@ -107,6 +110,7 @@ def main() -> None:
                 continue
             print(f"{model:9} {ndev:5d} {r['ops']:5d} {r['path']:>6} {'yes' if r['bound'] else 'no':>5} "
                   f"{r['placements']:>20} {'yes' if r['exact'] else 'no':>5} {r['arena_gb']:8.1f} "
+                  f"{r['cost']:8.4g} {r['bound_s']:8.4g} {r['first_fit'] or float('nan'):8.4g} "
                   f"{r['seconds']:8.1f} {r['peak_mb']:8.0f}  {load:.2f}", flush=True)
     sys.stdout.flush()
 
