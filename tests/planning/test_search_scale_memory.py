@@ -207,3 +207,39 @@ def test_priced_pruning_drops_something():
             keep = _priced_survivors(t, limit, float(np.quantile(costs[fits], 0.5)), 1e-9, 1e9)
             dropped += sum(len(c) for c in t.time) - sum(len(k) for k in keep)
     assert dropped > 0
+
+
+def first_devices_optimum(g, d, budget):
+    """The memory-constrained search (search_memory.fitting) over every partition on the first
+    devices, built directly: (its Eq. 1, exact?)."""
+    from shardwise.planning.problem import CostOptions, make_problem, worker_counts
+    from shardwise.planning.search import _plan_of
+
+    problem = make_problem(g, d, CostOptions())
+    problem.enumerate(np.asarray(worker_counts(len(d)), np.int32), first_block_only=True)
+    problem.build_tables()
+    tables = sm.Tables(problem, g)
+    limit = np.full(len(d), float(budget))
+    found = sm.fitting(tables, limit, lambda x: _plan_of(problem, g, d, CostOptions(), None, x, {}), 1e9,
+                       max_solves=3000)
+    return found[0].cost, found[1]["exact"]
+
+
+@pytest.mark.parametrize("graph", ["chain", "towers"])
+def test_first_devices_result_is_the_optimum_there(graph, monkeypatch):
+    """When the partitions left are too many to search on every block (FULL_SPACE_LIMIT forced
+    to 0), the plan is the optimum with every partition on the first devices: equal to the
+    memory-constrained search over that space built directly; search_stats says which space,
+    and a SearchWarning that other placements were not searched."""
+    monkeypatch.setattr(importlib.import_module("shardwise.planning.search_scale"), "FULL_SPACE_LIMIT", 0)
+    g, d = GRAPHS[graph](), MACHINES["2x4"]()
+    budget = budgets(g, d)[1]
+    with pytest.warns(sw.SearchWarning, match="first devices"):
+        plan = searched(g, d, budget, staged=True)
+    info = plan.search_stats["memory"]
+    assert info["placements"] == "first devices" and info["exact"] and not plan.search_stats["exact"]
+    assert (sm.arenas(plan) <= budget).all()
+    assert all(min(c.devices) == 0 for _, c in plan)
+    want, exact = first_devices_optimum(g, d, budget)
+    assert exact
+    assert plan.cost == pytest.approx(want, rel=REL)

@@ -238,8 +238,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         chosen = result.chosen
         rows = [(chosen.deg[i][0], chosen.dev[i][0], chosen.red[i][0]) for i in range(len(graph.ops))]
         ncfg = [len(problem.configs(op.index)[0]) for op in graph.ops]   # the partitions, enumerated once
-        if result.memory is not None and not result.exact:
+        if result.memory is not None and not result.memory["exact"]:
             _warn_memory(result.memory, searched_cost)
+        elif result.memory is not None and not result.exact:
+            _warn_first_devices_memory(len(devices))
         elif not result.exact:
             _warn_scale(result, searched_cost, len(graph.ops))
     else:
@@ -382,6 +384,15 @@ def _warn_memory(info: dict, cost: float) -> None:
            if info["tightened"] else f"{info['solves']} elimination searches did not prove it optimal")
     warnings.warn(f"memory-constrained search: the plan returned fits every device, but {why}; it is {above} "
                   f"(lower bound {bound:.6g} s, plan {cost:.6g} s)", SearchWarning, stacklevel=4)
+
+
+def _warn_first_devices_memory(ndev: int) -> None:
+    import warnings
+
+    warnings.warn(f"memory-constrained search on {ndev} devices: the plan returned fits every device and is the "
+                  f"fastest with each partition on the first devices of the machine; placing partitions on other "
+                  f"devices (as pipeline stages do) could need less memory and was not searched",
+                  SearchWarning, stacklevel=3)
 
 
 def _configurations(problem, graph: Graph) -> list[int]:

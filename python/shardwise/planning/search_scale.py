@@ -246,7 +246,8 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         mchosen, mcost, mstats, mexact, mbound = memory.search(Staged(work, canonical, marg, per, stats, stages))
         info = mstats.pop("memory")
         stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))
-        return Result(mchosen, mcost, {"exact": mexact, "scale": mstats}, mexact, mbound,
+        everywhere = mexact and info["placements"] == "every aligned block"   # exact: over every block
+        return Result(mchosen, mcost, {"exact": everywhere, "scale": mstats}, everywhere, mbound,
                       note="" if mexact else "the memory-constrained search did not prove its plan optimal",
                       memory=info)
 
