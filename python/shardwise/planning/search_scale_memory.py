@@ -177,7 +177,10 @@ class MemoryStage:
         if full is not None and sum(len(d) for d in full.deg) <= FULL_SPACE_LIMIT:
             ftables = self._tables(s.work, full)
             start = _first_block_rows(canonical, survivors, canonical_choice, ndev)
-            found = self._fitting(ftables, full, [start])
+            try:
+                found = self._fitting(ftables, full, [start])
+            except SearchError:   # no plan whose memory plan fits found there: keep step 3's
+                found = None
             if found is not None and found[1]["cost"] <= cost * (1 + PRUNE_SLACK):
                 plan, finfo, fchoice = found
                 chosen = full.subset([np.array([c]) for c in fchoice])
