@@ -75,12 +75,35 @@ static int keeps_regions(const sw_problem *p, const int8_t *kind, int v, const s
     return 0;
 }
 
-/* Node term of op v under configuration ci: row[ndev]. */
-static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, double *row) {
+/* A worker's region of one weight slot, tagged with the worker: sorting them groups the
+ * replicas of each box (workers reading the same box), lowest worker first. */
+typedef struct {
+    sw_box box;
+    int w;
+} tagged_box;
+
+static int tagged_cmp(const void *a, const void *b) {
+    const tagged_box *x = a, *y = b;
+    if (x->box.rank != y->box.rank) {
+        return x->box.rank < y->box.rank ? -1 : 1;
+    }
+    for (int i = 0; i < x->box.rank; i++) {
+        if (x->box.lo[i] != y->box.lo[i]) {
+            return x->box.lo[i] < y->box.lo[i] ? -1 : 1;
+        }
+        if (x->box.hi[i] != y->box.hi[i]) {
+            return x->box.hi[i] < y->box.hi[i] ? -1 : 1;
+        }
+    }
+    return (x->w > y->w) - (x->w < y->w);
+}
+
+/* Node term of op v under configuration ci: row[ndev].  `scratch` holds nworkers tagged boxes. */
+static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, double *row, tagged_box *scratch) {
     const sw_op *o = &p->ops[v];
     const sw_config *c = &o->cfgs[ci];
     const int32_t *devs = p->dev_pool + c->dev_offset;
-    sw_box box, reg, other;
+    sw_box box, reg;
     int stat = role_slot(o, SW_ROLE_STAT);
     for (int w = 0; w < c->nworkers; w++) {
         int32_t d = devs[w];
@@ -93,24 +116,37 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
             row[d] += elem(p, SW_BUF_RUNNING) * n;
             row[d] += keeps_regions(p, kind, v, c, w) ? elem(p, SW_BUF_STATS) * n : 0.0;
         }
-        for (int k = 0; k < o->ninputs; k++) {
-            if (o->inputs[k].role != SW_ROLE_WEIGHT || !sw_worker_region(o, c, w, k, &reg)) {
-                continue;
+    }
+    for (int k = 0; k < o->ninputs; k++) {
+        if (o->inputs[k].role != SW_ROLE_WEIGHT) {
+            continue;
+        }
+        int n = 0;
+        for (int w = 0; w < c->nworkers; w++) {
+            if (sw_worker_region(o, c, w, k, &scratch[n].box)) {
+                scratch[n++].w = w;
             }
-            row[d] += elem(p, SW_BUF_PARAM) * (double)sw_box_volume(&reg);
-            int lead = 1, replicas = 1;   /* the first worker reading this box keeps the optimizer state */
-            for (int u = 0; u < c->nworkers; u++) {
-                if (u != w && sw_worker_region(o, c, u, k, &other) && sw_box_equal(&other, &reg)) {
-                    lead = lead && u > w;
-                    replicas++;
+        }
+        qsort(scratch, (size_t)n, sizeof *scratch, tagged_cmp);
+        for (int g = 0; g < n;) {   /* one group of replicas: scratch[g .. end) */
+            int end = g + 1;
+            while (end < n && sw_box_equal(&scratch[end].box, &scratch[g].box)) {
+                end++;
+            }
+            int replicas = end - g;
+            double vol = (double)sw_box_volume(&scratch[g].box);
+            /* the first worker reading this box keeps the optimizer state; with the ring
+             * all-reduce every replica updates its own copy with its own state */
+            int all_lead = p->sync_model == SW_SYNC_RING && replicas > 1 &&
+                           sw_ring_chunk_dim(&scratch[g].box, replicas) >= 0;
+            for (int i = g; i < end; i++) {
+                int32_t d = devs[scratch[i].w];
+                row[d] += elem(p, SW_BUF_PARAM) * vol;
+                if (i == g || all_lead) {
+                    row[d] += elem(p, SW_BUF_MOMENTUM) * (double)p->optimizer_state * vol;
                 }
             }
-            if (p->sync_model == SW_SYNC_RING && replicas > 1 && sw_ring_chunk_dim(&reg, replicas) >= 0) {
-                lead = 1;   /* ring all-reduce: every replica updates its own copy with its own state */
-            }
-            if (lead) {
-                row[d] += elem(p, SW_BUF_MOMENTUM) * (double)p->optimizer_state * (double)sw_box_volume(&reg);
-            }
+            g = end;
         }
     }
 }
@@ -130,49 +166,72 @@ static sw_status push_saving(sw_memory_tables *mt, int64_t *cap, int32_t ci, int
 }
 
 /* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
- * the (cu, cv, device) where a region is the producer's shard instead. */
+ * the (cu, cv, device) where a region is the producer's shard instead.  Each consumer worker's
+ * region and whether it is kept do not depend on the producer's configuration, so they are
+ * computed once per edge (kept[q] for the q-th (configuration, worker) pair, its region in
+ * regs[q]) rather than once per producer configuration, and each producer configuration's
+ * output block per device once (obox). */
 static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap,
                             int32_t *owner_on) {
     int u = mt->edge_src[e], v = mt->edge_dst[e], slot = mt->edge_slot[e], ndev = mt->ndev;
     const sw_op *ou = &p->ops[u], *ov = &p->ops[v];
     int from_input = kind[u] == SW_OPKIND_INPUT;
-    sw_box reg, pbox;
+    size_t npairs = 0;
+    for (int cj = 0; cj < ov->ncfg; cj++) {
+        npairs += (size_t)ov->cfgs[cj].nworkers;
+    }
+    sw_box *regs = malloc(sizeof *regs * (npairs + 1));
+    sw_box *obox = malloc(sizeof *obox * ((size_t)ndev + 1));   /* each device's producer output block */
+    char *kept = malloc(npairs + 1);
+    if (!regs || !kept || !obox) {
+        free(regs);
+        free(obox);
+        free(kept);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
+    size_t q = 0;
     for (int cj = 0; cj < ov->ncfg; cj++) {
         const sw_config *c = &ov->cfgs[cj];
         double *row = mt->edge_base[e] + (size_t)cj * ndev;
-        for (int w = 0; w < c->nworkers; w++) {
-            if (sw_worker_region(ov, c, w, slot, &reg) && keeps_regions(p, kind, v, c, w)) {
-                row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&reg);
+        for (int w = 0; w < c->nworkers; w++, q++) {
+            kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && keeps_regions(p, kind, v, c, w));
+            if (kept[q]) {
+                row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
             }
         }
     }
-    if (from_input) {
-        return SW_OK;
-    }
-    for (int ci = 0; ci < ou->ncfg; ci++) {
+    sw_status s = SW_OK;
+    for (int ci = 0; !from_input && ci < ou->ncfg && s == SW_OK; ci++) {
         const sw_config *cu = &ou->cfgs[ci];
         for (int d = 0; d < ndev; d++) {
             owner_on[d] = -1;
         }
-        for (int s = 0; s < cu->nworkers; s += cu->rdeg) {   /* owners of output blocks (one per device) */
-            owner_on[p->dev_pool[cu->dev_offset + s]] = s;
+        for (int w = 0; w < cu->nworkers; w += cu->rdeg) {   /* owners of output blocks (one per device) */
+            int32_t d = p->dev_pool[cu->dev_offset + w];
+            owner_on[d] = w;
+            sw_worker_box(ou, cu, w, &obox[d]);
         }
-        for (int cj = 0; cj < ov->ncfg; cj++) {
+        q = 0;
+        for (int cj = 0; cj < ov->ncfg && s == SW_OK; cj++) {
             const sw_config *c = &ov->cfgs[cj];
-            for (int w = 0; w < c->nworkers; w++) {
+            for (int w = 0; w < c->nworkers; w++, q++) {
                 int32_t d = p->dev_pool[c->dev_offset + w];
-                if (owner_on[d] < 0 || !sw_worker_region(ov, c, w, slot, &reg) ||
-                    !keeps_regions(p, kind, v, c, w)) {
+                if (owner_on[d] < 0 || !kept[q]) {
                     continue;
                 }
-                sw_worker_box(ou, cu, owner_on[d], &pbox);
-                if (sw_box_equal(&pbox, &reg)) {
-                    SW_TRY(push_saving(mt, cap, ci, cj, d, elem(p, SW_BUF_REGION) * (double)sw_box_volume(&reg)));
+                if (sw_box_equal(&obox[d], &regs[q])) {
+                    s = push_saving(mt, cap, ci, cj, d, elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]));
+                    if (s != SW_OK) {
+                        break;
+                    }
                 }
             }
         }
     }
-    return SW_OK;
+    free(regs);
+    free(obox);
+    free(kept);
+    return s;
 }
 
 sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt) {
@@ -208,9 +267,19 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
         }
+        int most = 1;
         for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
-            node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev);
+            most = p->ops[v].cfgs[ci].nworkers > most ? p->ops[v].cfgs[ci].nworkers : most;
         }
+        tagged_box *scratch = malloc(sizeof *scratch * (size_t)most);
+        if (!scratch) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+            break;
+        }
+        for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
+            node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev, scratch);
+        }
+        free(scratch);
         for (int k = 0; k < p->ops[v].ninputs; k++) {
             if (p->ops[v].inputs[k].role == SW_ROLE_DATA) {
                 int e = mt->nedges++;

@@ -45,13 +45,14 @@ def _plan(problem, graph, devices, options, choice):
     return Plan(graph, devices, configs, options)
 
 
+@pytest.mark.parametrize("sync", ["parameter_server", "ring"])
 @pytest.mark.parametrize("model", ["vgg_small", "resnet18_small", "inception_small", "gpt_tiny"])
-def test_footprint_is_what_the_memory_plan_keeps_for_the_backward_pass(model):
+def test_footprint_is_what_the_memory_plan_keeps_for_the_backward_pass(model, sync):
     rng = random.Random(model)
     graph = load_model(model, None).graph
     for spec in ("3", "2x2"):
         devices = DeviceGraph.parse(spec, device="P100")
-        options = CostOptions(reduction_splits=model != "gpt_tiny")
+        options = CostOptions(reduction_splits=model != "gpt_tiny", sync=sync)
         problem = _problem(graph, devices, options)
         tables = sm.Tables(problem, graph)
         for _ in range(3):

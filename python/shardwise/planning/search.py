@@ -28,6 +28,7 @@ from shardwise.planning.problem import CostOptions, dim_names, make_problem, wor
 from shardwise.planning import objective as objective_module
 from shardwise.planning import search_scale
 from shardwise.planning import search_memory
+from shardwise.planning.search_scale_memory import MemoryStage
 from shardwise.planning.strategies import baselines
 from shardwise.progress import ProgressReport, check_progress
 
@@ -153,7 +154,11 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     device (at most its memory); False: memory is not looked at.  When the Eq. 1 optimum fits
     it is returned as before; otherwise the exact optimum under the per-device footprint
     constraint (:mod:`shardwise.planning.search_memory`, docs/memory.md), checked with its memory plan;
-    ``search_stats["memory"]`` says how it was found.  When no plan fits:
+    ``search_stats["memory"]`` says how it was found.  On machines searched in stages the
+    constrained search prunes with the cost of a plan that fits and searches what is left, each
+    partition on the first devices, then on every aligned block when few enough
+    (:mod:`shardwise.planning.search_scale_memory`); ``search_stats["memory"]["placements"]``
+    says which of the two spaces the plan is the optimum of.  When no plan fits:
     :class:`~shardwise.planning.search_memory.PlanDoesNotFitError` (a ValueError) naming the smallest
     shortfall.  The simulated objective and ``refine`` keep only candidates that fit.
 
@@ -244,16 +249,24 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     profiled = 0
     if scale:
         stages = search_scale.Stages(report, deadline, start=t0)
+        memory_stage = None if mem_limit is None or pareto else MemoryStage(graph, devices, options, costs,
+                                                                            mem_limit, limit)
         result = search_scale.search_symmetric(
             graph, devices, options, problem, costs, limit, stages,
-            live=lambda p, label, f: _run_live(p, label, f, report))
+            live=lambda p, label, f: _run_live(p, label, f, report), memory=memory_stage)
         timings.update(stages.timings)
         searched_cost, stats = result.cost, result.stats
         stats.update(exact=result.exact, lower_bound=result.lower_bound)
+        if result.memory is not None:
+            stats["memory"] = result.memory
         chosen = result.chosen
         rows = [(chosen.deg[i][0], chosen.dev[i][0], chosen.red[i][0]) for i in range(len(graph.ops))]
         ncfg = [len(problem.configs(op.index)[0]) for op in graph.ops]   # the partitions, enumerated once
-        if not result.exact:
+        if result.memory is not None and not result.memory["exact"]:
+            _warn_memory(result.memory, searched_cost)
+        elif result.memory is not None and not result.exact:
+            _warn_first_devices_memory(len(devices))
+        elif not result.exact:
             _warn_scale(result, searched_cost, len(graph.ops))
     else:
         _enumerate(problem, devices, counts)
@@ -362,14 +375,18 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
     constraint (search_memory), or with ``recompute`` a plan that fits with recomputation
     (_recompute_to_fit) where none fits without or where its Eq. 1 time plus the simulated
     recomputes' is less; with ``pareto``, the front in ``search_stats["front"]``."""
+    if scale and "memory" in plan.search_stats and not pareto:   # the staged search found it under memory
+        return plan
     if limit is not None and search_memory.fits(plan, limit) and not pareto:
         plan.search_stats["memory"] = {"exact": True, "constrained": False, "least_budget": float(limit.min())}
         return plan
-    if scale:
-        raise SearchError(f"the Eq. 1 optimum on {len(devices)} devices does not fit every device's memory "
-                          f"(or pareto=True was asked), and the staged search of machines this large does not "
-                          f"search under memory; pass worker_counts_ with fewer counts, memory=False, or swap "
-                          f"activations (sw.swap_plan)")
+    if scale and pareto:
+        raise SearchError(f"pareto=True is not available on {len(devices)} devices, where the search goes in "
+                          f"stages; ask for one plan (pareto=False), which fits every device's memory")
+    if scale:   # the time limit stopped the staged search before it could search under memory
+        raise SearchError(f"the plan found on {len(devices)} devices before the time limit ran out does not fit "
+                          f"every device's memory; a larger time_limit (or none) lets the search find one that "
+                          f"fits")
     tables = search_memory.Tables(problem, graph)
     base = dict(plan.search_stats)
 
@@ -433,6 +450,15 @@ def _warn_memory(info: dict, cost: float) -> None:
            if info["tightened"] else f"{info['solves']} elimination searches did not prove it optimal")
     warnings.warn(f"memory-constrained search: the plan returned fits every device, but {why}; it is {above} "
                   f"(lower bound {bound:.6g} s, plan {cost:.6g} s)", SearchWarning, stacklevel=4)
+
+
+def _warn_first_devices_memory(ndev: int) -> None:
+    import warnings
+
+    warnings.warn(f"memory-constrained search on {ndev} devices: the plan returned fits every device and is the "
+                  f"fastest with each partition on the first devices of the machine; placing partitions on other "
+                  f"devices (as pipeline stages do) could need less memory and was not searched",
+                  SearchWarning, stacklevel=3)
 
 
 def _configurations(problem, graph: Graph) -> list[int]:

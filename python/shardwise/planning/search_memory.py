@@ -45,7 +45,7 @@ BIG = 1e20            # node cost of a configuration the branch forbids (seconds
 MAX_SOLVES = 120      # elimination searches one constrained search may run (then: best plan and a bound)
 ROOT_STEPS = 20       # subgradient steps at the root of the branch and bound
 LAGRANGE_STEPS = 4    # at every other node (from the parent's multipliers)
-PENALTY_ROUNDS = 8    # doublings of the price of overfull devices' bytes while looking for a first plan
+PENALTY_ROUNDS = 20   # doublings of the price of overfull devices' bytes while looking for a first plan
 TIGHTEN_ROUNDS = 3    # re-solves with budgets lowered by what the memory plan needed beyond the footprint
 REL_TOL = 1e-9
 DEBUG = False         # print every Lagrangian step (development)
@@ -182,8 +182,9 @@ class Solution:
 
 
 class _Solver:
-    def __init__(self, tables: Tables, limit: np.ndarray, max_evaluations: float, max_solves: int = MAX_SOLVES) -> None:
-        self.t, self.limit, self.max_evaluations, self.max_solves = tables, limit, max_evaluations, max_solves
+    def __init__(self, tables: Tables, limit: np.ndarray, max_evaluations: float, max_solves: int | None = None) -> None:
+        self.t, self.limit, self.max_evaluations = tables, limit, max_evaluations
+        self.max_solves = MAX_SOLVES if max_solves is None else max_solves
         self.solves = 0
         # a node exceeding the budget alone, whatever the rest does (every term is >= 0): never allowed
         self.allowed0 = [(m <= limit).all(axis=1) for m in tables.mem]
@@ -197,13 +198,14 @@ class _Solver:
 
 
 def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
-          max_solves: int = MAX_SOLVES, starts: Sequence[Sequence[int]] = ()) -> Solution | None:
+          max_solves: int | None = None, starts: Sequence[Sequence[int]] = ()) -> Solution | None:
     """The least Eq. 1 over strategies whose footprint is at most ``limit`` on every device (branch
     and bound with Lagrangian bounds); None when no strategy satisfies it.  Exact unless
     ``max_solves`` elimination searches do not suffice (then ``exact`` is False and
     ``lower_bound`` bounds the optimum).  ``starts``: strategies to try first (the baselines):
     the best that fits prunes from the start."""
     s = _Solver(tables, limit, max_evaluations, max_solves)
+    max_solves = s.max_solves
     if not all(a.any() for a in s.allowed0) or _proven_infeasible(s):
         return None
     ub_all = tables.upper_bound() * (1 + 1e-6) + 1e-12
@@ -389,7 +391,7 @@ def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_ev
 
 
 def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: float,
-            max_solves: int = MAX_SOLVES, starts: Sequence[Sequence[int]] = ()) -> tuple[Any, dict[str, Any]] | None:
+            max_solves: int | None = None, starts: Sequence[Sequence[int]] = ()) -> tuple[Any, dict[str, Any]] | None:
     """The plan of least Eq. 1 whose memory plan fits ``limit`` on every device: :func:`solve`
     under the footprint, the memory plan checked, budgets lowered by what it needed beyond the
     footprint and solved again when it does not fit (TIGHTEN_ROUNDS times).  ``to_plan(choice)``
@@ -397,7 +399,12 @@ def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: fl
     budget = limit.astype(float).copy()
     first = None
     for round_ in range(TIGHTEN_ROUNDS + 1):
-        sol = solve(tables, budget, max_evaluations, max_solves, starts)
+        try:
+            sol = solve(tables, budget, max_evaluations, max_solves, starts)
+        except SearchError:   # budgets lowered below every plan seen: on to the baselines
+            if first is None:
+                raise
+            break
         if sol is None:
             if first is None:
                 return None

@@ -130,6 +130,7 @@ class Result:
     exact: bool           # the optimum over every aligned block
     lower_bound: float
     note: str = ""        # why not exact, for the warning
+    memory: dict[str, Any] | None = None   # how the memory-constrained steps found it (search_scale_memory)
 
 
 def _exact_search(work: Any, graph, devices, costs, configs: Configs, limit: float):
@@ -196,9 +197,12 @@ def _certify(relax: Any, node, edges, keep, cost: float, limit: float, stages: S
 
 
 def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, relax: Any, costs: Any,
-                     limit: float, stages: Stages, live: Callable = lambda p, label, f: f()) -> Result:
+                     limit: float, stages: Stages, live: Callable = lambda p, label, f: f(),
+                     memory: Any = None) -> Result:
     """The search above on problem `relax`, whose configurations are the partitions on the
-    first devices (Problem.enumerate(counts, first_block_only=True))."""
+    first devices (Problem.enumerate(counts, first_block_only=True)).  ``memory``: a
+    search_scale_memory.MemoryStage; when the optimum found does not fit its budget, the
+    fastest plan that fits instead (search_scale_memory)."""
     nops = len(graph.ops)
     live(relax, "relaxation tables", lambda: relax.build_tables(bounds=True))
     if costs is not None:
@@ -243,6 +247,20 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         chosen, ub, sstats = found
     stats["canonical_cost"] = ub
     stages.done(f"exact search of {stats['survivors']} partitions left")
+
+    def constrained() -> Result:
+        from shardwise.planning.search_scale_memory import Staged
+
+        mchosen, mcost, mstats, mexact, mbound = memory.search(Staged(work, canonical, marg, per, stats, stages))
+        info = mstats.pop("memory")
+        stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))
+        everywhere = mexact and info["placements"] == "every aligned block"   # exact: over every block
+        return Result(mchosen, mcost, {"exact": everywhere, "scale": mstats}, everywhere, mbound,
+                      note="" if mexact else "the memory-constrained search did not prove its plan optimal",
+                      memory=info)
+
+    if memory is not None and not memory.fits(chosen):   # the Eq. 1 optimum does not fit: search under memory
+        return constrained()
     if stages.out_of_time():
         return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
                       note="the time limit ran out before other placements were checked")
@@ -261,5 +279,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     chosen, cost, sstats = _exact_search(work, graph, devices, costs, full, limit)
     stats["full_space_configurations"] = int(sum(len(d) for d in full.deg))
     stages.done(f"exact search of the partitions left on every block ({stats['full_space_configurations']})")
+    if memory is not None and not memory.fits(chosen):
+        return constrained()
     return Result(chosen, cost, dict(sstats, scale=stats), sstats["exact"], cost if sstats["exact"] else lb,
                   note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")

@@ -1,0 +1,271 @@
+"""The staged search of large machines under memory: the fastest plan that fits every device.
+
+The staged search (:mod:`shardwise.planning.search_scale`) finds the Eq. 1 optimum of a large
+machine of identical devices by pruning configurations whose min-marginal (a lower bound of
+every plan using them, over every placement) exceeds the cost of a plan in hand.  That pruning
+stays valid under a memory constraint when the plan in hand *fits*: the fastest plan that
+fits costs no more than it, so it uses no configuration pruned at its cost.  When the Eq. 1
+optimum on the first devices does not fit (its memory plan is checked), this module:
+
+1. finds plans that fit on the first devices: the baselines (data, model, OWT parallelism)
+   whose memory plan fits, and the memory-constrained search
+   (:mod:`shardwise.planning.search_memory`) over two small sets: the partitions of at most
+   one node's workers, and each op's partitions over the most devices it can use; the
+   cheapest is the threshold.  When none fits nothing is pruned;
+2. drops every configuration whose min-marginal exceeds that threshold, and every one whose
+   Lagrangian min-marginal (Eq. 1 plus priced bytes above the budget, a lower bound of the
+   cost of every plan within the budget using it, on the first devices) does;
+3. runs the memory-constrained search over the survivors, each partition on the first devices:
+   exact over those placements (branch and bound, then the memory plan checked), and the
+   survivors are pruned again at the cost it finds;
+4. when the survivors on every aligned block are few enough (``search_scale.FULL_SPACE_LIMIT``
+   configurations), runs the memory-constrained search over them too, seeded with step 3's
+   plan: exact over every aligned block, the space the search of smaller machines covers.
+   Otherwise the plan is the optimum over partitions on the first devices, and
+   ``search_stats["memory"]["placements"]`` says so.  (Placing partitions elsewhere can only
+   help memory by spreading ops over devices, as pipeline stages do.)
+
+When step 3 finds no plan, none fits on the first devices, and :class:`PlanDoesNotFitError`
+names the smallest shortfall seen (device, bytes needed and available) and what would help.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from shardwise.errors import SearchError
+from shardwise.graph import Graph
+from shardwise.machine.devices import DeviceGraph
+from shardwise.plan import OpConfig, Plan, reduction_config
+from shardwise.planning import search_memory
+from shardwise.planning.costs import apply_profile
+from shardwise.planning.problem import CostOptions, dim_names
+from shardwise.planning.strategies import baselines
+
+# step 1 wants a plan that fits, not a proof: each restricted search stops after this many
+# elimination searches (the priced-memory start takes up to search_memory.PENALTY_ROUNDS)
+FIRST_FIT_SOLVES = 40
+
+
+@dataclass
+class Staged:
+    """What the staged search has when its optimum on the first devices does not fit."""
+
+    work: Any             # a Problem whose configurations each search replaces
+    canonical: Any        # search_scale.Configs: every partition on the first devices
+    marginals: list       # per op, the relaxation's min-marginal of each canonical partition
+    node_workers: int     # the first plan's partitions use at most this many workers
+    stats: dict           # the staged search's statistics so far
+    stages: Any = None    # search_scale.Stages: each step's time is reported
+
+
+class MemoryStage:
+    """The memory-constrained steps of the staged search on one graph, machine and budget."""
+
+    def __init__(self, graph: Graph, devices: DeviceGraph, options: CostOptions, costs: Any,
+                 budget: np.ndarray, max_evaluations: float) -> None:
+        self.graph, self.devices, self.options, self.costs = graph, devices, options, costs
+        self.budget, self.max_evaluations = budget, max_evaluations
+
+    def plan_of(self, chosen: Any) -> Plan:
+        """The Plan of a Configs holding one configuration per op."""
+        configs = {}
+        for op in self.graph.ops:
+            i = op.index
+            configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in chosen.deg[i][0]),
+                                        tuple(int(x) for x in chosen.dev[i][0] if x >= 0),
+                                        reduction_config(op, chosen.red[i][0]))
+        return Plan(self.graph, self.devices, configs, self.options, name="searched", costs=self.costs)
+
+    def fits(self, chosen: Any) -> bool:
+        return search_memory.fits(self.plan_of(chosen), self.budget)
+
+    def _tables(self, work: Any, configs: Any) -> search_memory.Tables:
+        """Exact Eq. 1 and footprint tables of ``configs`` (set on ``work``)."""
+        from shardwise.planning.search_scale import _set_configs
+
+        _set_configs(work, configs)
+        work.build_tables()
+        if self.costs is not None:
+            apply_profile(work, self.graph, self.devices, self.costs)
+        return search_memory.Tables(work, self.graph)
+
+    def _fitting(self, tables: search_memory.Tables, configs: Any, starts: Sequence[Sequence[int]],
+                 max_solves: int | None = None):
+        """search_memory.fitting over ``configs``: (plan, info, choice) or None when none fits."""
+        made: dict[tuple, Any] = {}
+
+        def to_plan(choice):
+            chosen = configs.subset([np.array([c]) for c in choice])
+            plan = self.plan_of(chosen)
+            made[id(plan)] = [int(c) for c in choice]
+            return plan
+
+        found = search_memory.fitting(tables, self.budget, to_plan, self.max_evaluations, max_solves, starts=starts)
+        if found is None:
+            return None
+        plan, info = found
+        return plan, info, made[id(plan)]
+
+    def search(self, s: Staged) -> tuple[Any, float, dict, bool, float]:
+        """Steps 1-4: (the chosen Configs, its Eq. 1, stats, exact over the placements searched,
+        a lower bound of the optimum over them)."""
+        from shardwise.planning.search_scale import FULL_SPACE_LIMIT, PRUNE_SLACK, _full_space
+
+        canonical, ndev = s.canonical, len(self.devices)
+        stats = dict(s.stats)
+        # 1. plans that fit on the first devices: the cheapest gives the threshold
+        fitting_plans: list[tuple[float, list[int], str]] = []   # (Eq. 1, canonical choice, what)
+        for base in baselines(self.graph, self.devices, self.options):
+            choice = _canonical_choice(canonical, self.graph, base)
+            if choice is not None:
+                plan = self.plan_of(canonical.subset([np.array([c]) for c in choice]))
+                if search_memory.fits(plan, self.budget):
+                    fitting_plans.append((plan.cost, choice, base.name))
+        # two restricted memory-constrained searches: the partitions of at most a node's workers
+        # (fast links), and each op's partitions over the most devices it can use (least memory)
+        restricted = [([np.flatnonzero(w <= s.node_workers) for w in canonical.workers],
+                       f"memory-constrained search over partitions of at most {s.node_workers} workers"),
+                      ([np.flatnonzero(w == w.max()) for w in canonical.workers],
+                       "memory-constrained search over partitions on the most devices each op can use")]
+        for keep, what in restricted:
+            sub = canonical.subset(keep)
+            try:
+                found = self._fitting(self._tables(s.work, sub), sub, [], max_solves=FIRST_FIT_SOLVES)
+            except SearchError:   # footprints fit but no memory plan did: no threshold from here
+                found = None
+            if found is not None:
+                fitting_plans.append((found[0].cost, [int(keep[i][c]) for i, c in enumerate(found[2])], what))
+        threshold = min((f[0] for f in fitting_plans), default=np.inf)
+        s.stages and s.stages.done(f"memory: plans that fit on the first devices ({len(fitting_plans)}, "
+                                   f"cheapest {threshold:.6g} s)")
+        info_first = {"first_fitting": min(fitting_plans)[2] if fitting_plans else None,
+                      "first_fitting_cost": threshold}
+
+        # 2. drop what no plan that fits and costs at most the threshold uses
+        survivors = _survivors(s.marginals, threshold, PRUNE_SLACK)
+        # 3. the constrained optimum over the survivors on the first devices, after dropping
+        # what priced memory shows no plan that fits and costs at most the threshold uses
+        kept = canonical.subset(survivors)
+        tables = self._tables(s.work, kept)
+        if np.isfinite(threshold):
+            priced = _priced_survivors(tables, self.budget, threshold, PRUNE_SLACK, self.max_evaluations)
+            if sum(len(k) for k in priced) < sum(len(k) for k in survivors):
+                survivors = [k[p] for k, p in zip(survivors, priced)]
+                kept = canonical.subset(survivors)
+                tables = self._tables(s.work, kept)
+        starts = [_reindex(survivors, f[1]) for f in fitting_plans]
+        starts = [x for x in starts if x is not None]
+        found = self._fitting(tables, kept, starts)
+        if found is None:
+            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, starts)
+        plan, info, choice = found
+        s.stages and s.stages.done(f"memory: constrained search of {sum(len(k) for k in survivors)} partitions "
+                                   f"left on the first devices ({info['solves']} eliminations)")
+        chosen = kept.subset([np.array([c]) for c in choice])
+        cost = float(tables.eq1(choice))
+        canonical_choice = [int(survivors[i][c]) for i, c in enumerate(choice)]
+        placements = "first devices"
+        info = dict(info, survivors=int(sum(len(k) for k in survivors)), **info_first)
+
+        # 4. every aligned block of the partitions left at that cost, when few enough
+        survivors = _survivors(s.marginals, min(cost, threshold), PRUNE_SLACK)
+        survivors = [np.union1d(k, [c]) for k, c in zip(survivors, canonical_choice)]   # the plan in hand stays
+        full = _full_space(canonical, survivors, ndev)
+        if full is not None and sum(len(d) for d in full.deg) <= FULL_SPACE_LIMIT:
+            ftables = self._tables(s.work, full)
+            start = _first_block_rows(canonical, survivors, canonical_choice, ndev)
+            try:
+                found = self._fitting(ftables, full, [start])
+            except SearchError:   # no plan whose memory plan fits found there: keep step 3's
+                found = None
+            if found is not None and found[1]["cost"] <= cost * (1 + PRUNE_SLACK):
+                plan, finfo, fchoice = found
+                chosen = full.subset([np.array([c]) for c in fchoice])
+                cost = float(ftables.eq1(fchoice))
+                info = dict(finfo, survivors=info["survivors"], **info_first,
+                            full_space_configurations=int(sum(len(d) for d in full.deg)))
+                placements = "every aligned block"
+            s.stages and s.stages.done(f"memory: constrained search of the partitions left on every block "
+                                       f"({sum(len(d) for d in full.deg)})")
+        info.update(placements=placements, constrained=True)
+        stats["memory"] = info
+        return chosen, cost, stats, bool(info["exact"]), float(info["lower_bound"])
+
+
+def _priced_survivors(tables: search_memory.Tables, budget: np.ndarray, threshold: float, slack: float,
+                      max_evaluations: float) -> list[np.ndarray]:
+    """Per op, the configurations (indices into ``tables``) that a plan within ``budget`` and at
+    most ``threshold`` seconds may use, by Lagrangian min-marginals: for prices lam >= 0 per
+    byte, a plan x within the budget has Eq1(x) >= Eq1(x) + lam . (footprint(x) - budget), so a
+    configuration whose least such value over every strategy using it (a lower bound of it,
+    from the elimination's min-marginals) exceeds the threshold is in no such plan.  Prices:
+    the whole budget of a device worth 1/1000 to 10 times the threshold (each valid; what
+    any of them drops goes)."""
+    from shardwise import _core
+
+    keep = [np.ones(len(t), bool) for t in tables.time]
+    everything = [np.ones(len(t), bool) for t in tables.time]
+    for worth in (1e-3, 1e-2, 1e-1, 1.0, 10.0):
+        lam = worth * threshold / np.maximum(budget, 1.0)
+        nodes, edges = tables.weighted(lam, 1.0, everything)
+        _, _, _, marg = _core.search_tables(nodes, edges, "elimination", max_evaluations, True)
+        offset = float(lam @ budget)
+        for k, m in zip(keep, marg):
+            k &= np.asarray(m) - offset <= threshold * (1 + slack) + 1e-12
+    return [np.flatnonzero(k) for k in keep]
+
+
+def _survivors(marginals: list, threshold: float, slack: float) -> list[np.ndarray]:
+    if not np.isfinite(threshold):
+        return [np.arange(len(m)) for m in marginals]
+    return [np.flatnonzero(m <= threshold * (1 + slack)) for m in marginals]
+
+
+def _reindex(survivors: list[np.ndarray], choice: Sequence[int]) -> list[int] | None:
+    """``choice`` (canonical indices) as indices into the survivors, or None if one was dropped."""
+    out = []
+    for keep, c in zip(survivors, choice):
+        hit = np.flatnonzero(keep == c)
+        if not len(hit):
+            return None
+        out.append(int(hit[0]))
+    return out
+
+
+def _first_block_rows(canonical: Any, keep: list[np.ndarray], choice: Sequence[int], ndev: int) -> list[int]:
+    """The rows of search_scale._full_space(canonical, keep, ndev) holding ``choice`` (canonical
+    indices) on the first block."""
+    rows = []
+    for i, (k, c) in enumerate(zip(keep, choice)):
+        before = sum(ndev // int(canonical.workers[i][x]) for x in k if x < c)   # k is sorted
+        rows.append(int(before))
+    return rows
+
+
+def _canonical_choice(canonical: Any, graph: Graph, plan: Plan) -> list[int] | None:
+    """The canonical index of every op's configuration in ``plan`` (None when one is not there)."""
+    choice = []
+    for op in graph.ops:
+        cfg = plan.configs[op.name]
+        deg, dev, red = canonical.deg[op.index], canonical.dev[op.index], canonical.red[op.index]
+        want = np.ones(deg.shape[1], dtype=deg.dtype)
+        want[:len(cfg.degrees)] = cfg.degrees
+        hit = None
+        for k in np.flatnonzero((deg == want).all(axis=1)):
+            if (tuple(int(x) for x in dev[k] if x >= 0) == tuple(cfg.devices)
+                    and reduction_config(op, red[k]) == cfg.reduction):
+                hit = int(k)
+                break
+        if hit is None:
+            return None
+        choice.append(hit)
+    return choice
+
+
+def _does_not_fit(devices: DeviceGraph, tables: search_memory.Tables, budget: np.ndarray,
+                  max_evaluations: float, starts: Sequence[Sequence[int]]) -> search_memory.PlanDoesNotFitError:
+    return search_memory.does_not_fit(devices, tables, budget, max_evaluations,
+                                      " with each partition on the first devices of the machine", starts)
