@@ -19,7 +19,9 @@
  *   momentum     per replica group of a weight slot (workers reading one box), on the
  *                group's first worker: the box times optimizer_state; with the ring model,
  *                on every member of a group of r > 1 whose box cuts into r chunks
- *                (sw_ring_chunk_dim: every replica updates its own copy)
+ *                (sw_ring_chunk_dim: every replica updates its own copy); with zero, on every
+ *                such member only the chunk it owns (sw_ring_owned_chunk of its rank among the
+ *                group's workers, sw_ring_chunk's box) times optimizer_state
  *   running      batchnorm, every worker: the statistics box (2, C) (float32)
  *   stats        batchnorm, every worker that has a backward task: the (2, C) sums of x
  *                (float64)
@@ -98,18 +100,23 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
                 continue;
             }
             row[d] += elem(p, SW_BUF_PARAM) * (double)sw_box_volume(&reg);
-            int lead = 1, replicas = 1;   /* the first worker reading this box keeps the optimizer state */
+            int lead = 1, replicas = 1, rank = 0;   /* the first worker reading this box keeps the optimizer state */
             for (int u = 0; u < c->nworkers; u++) {
                 if (u != w && sw_worker_region(o, c, u, k, &other) && sw_box_equal(&other, &reg)) {
                     lead = lead && u > w;
+                    rank += u < w;   /* w's place in its ring (the lowering's members, in worker order) */
                     replicas++;
                 }
             }
-            if (p->sync_model == SW_SYNC_RING && replicas > 1 && sw_ring_chunk_dim(&reg, replicas) >= 0) {
+            sw_box state = reg;   /* the box of this worker's optimizer state */
+            if (sw_sync_rings(p->sync_model) && replicas > 1 && sw_ring_chunk_dim(&reg, replicas) >= 0) {
                 lead = 1;   /* ring all-reduce: every replica updates its own copy with its own state */
+                if (p->sync_model == SW_SYNC_ZERO) {   /* zero: only the chunk it owns */
+                    sw_ring_chunk(&reg, replicas, sw_ring_owned_chunk(rank, replicas), &state);
+                }
             }
             if (lead) {
-                row[d] += elem(p, SW_BUF_MOMENTUM) * (double)p->optimizer_state * (double)sw_box_volume(&reg);
+                row[d] += elem(p, SW_BUF_MOMENTUM) * (double)p->optimizer_state * (double)sw_box_volume(&state);
             }
         }
     }
