@@ -138,7 +138,7 @@ class Task:
     deps: tuple[int, ...]
     worker: int
     slot: int | None = None     # input slot for per-input tasks
-    box: Box | None = None      # copy / accumulate: the global box moved
+    box: Box | None = None      # copy / accumulate: the global box moved; update under sync zero: the chunk
     src_device: int | None = None   # copies: the source device; send and recv: the device at the other end
     nbytes: int = 0             # bytes crossing between devices (copies; send and recv: on the wire, float32)
     plan_bytes: int = 0         # the same as the plan counts them: at its precision (= nbytes in fp32)
