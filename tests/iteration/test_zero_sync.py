@@ -331,3 +331,9 @@ def test_cli_plan_with_zero(capsys):
 def test_unknown_sync_is_refused():
     with pytest.raises(sw.ConfigError, match="zero"):
         sw.CostOptions(sync="zero3")
+
+
+def test_the_cuda_backend_refuses_zero():
+    g = mixed_graph()
+    with pytest.raises(sw.ConfigError, match="sync='zero'"):
+        Trainer(g, sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2), ZERO), backend="cuda")
