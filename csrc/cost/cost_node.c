@@ -326,8 +326,9 @@ void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time
                 members[r++] = idx[q];
             }
             double slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
-            /* what the lowering does (graph/lower_backward.c): with the ring model a weight's group
-             * rings when its box cuts into r chunks; batchnorm statistics (summed on the first
+            /* what the lowering does (graph/lower_backward.c): with the ring model (or zero, whose
+             * allgather moves weight chunks of the same boxes) a weight's group rings when its box
+             * cuts into r chunks; batchnorm statistics (summed on the first
              * replica and sent back, sw_lower_reduce_among) and a weight too small to cut go
              * through the first replica under either model */
             int ring = sw_sync_rings(p->sync_model) && op->inputs[slot].role == SW_ROLE_WEIGHT &&
