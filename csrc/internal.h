@@ -101,6 +101,13 @@ int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, in
  * every dimension has fewer than k rows (then the group synchronizes by parameter server).  The
  * lowering (lower_backward.c) and the memory footprints (cost_memory.c) both ask it. */
 int sw_ring_chunk_dim(const sw_box *box, int k);
+/* Chunk c (0 <= c < k) of that cut into *out: rows [extent c / k, extent (c + 1) / k) of
+ * dimension sw_ring_chunk_dim, the rest of the box whole.  0 when the box does not cut. */
+int sw_ring_chunk(const sw_box *box, int k, int c, sw_box *out);
+/* The member of a ring of k that owns chunk c once the reduce-scatter is done (the member
+ * holding its whole sum: c - 1 mod k), and the chunk member i owns ((i + 1) mod k).  With
+ * sync_model zero the owner alone updates that chunk and keeps its optimizer state. */
+static inline int sw_ring_owned_chunk(int i, int k) { return (i + 1) % k; }
 /* Is worker w the owner of its output block (first of its reduction group)? */
 static inline int sw_is_owner(const sw_config *c, int w) { return w % c->rdeg == 0; }
 /* Region of input `slot` that worker w reads (0 when it reads none).  In a
@@ -142,7 +149,12 @@ int sw_iteration_region(const sw_op *op, int slot, const int64_t *vlo, const int
 #include "search/search.h"  /* cost tables, sw_search_* */
 
 /* ---------------------------------------------------------------- problems */
-typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1 } sw_sync_model;
+/* parameter server; ring all-reduce (reduce-scatter, allgather of gradient chunks, an update on
+ * every replica); zero: the ring's reduce-scatter, the update of each chunk by its owner alone
+ * (1/r of the optimizer state per replica), then an allgather of the updated weight chunks
+ * (lower_backward.c, sync_ring).  sw_sync_rings says whether a model rings. */
+typedef enum { SW_SYNC_PARAMETER_SERVER = 0, SW_SYNC_RING = 1, SW_SYNC_ZERO = 2 } sw_sync_model;
+static inline int sw_sync_rings(sw_sync_model m) { return m == SW_SYNC_RING || m == SW_SYNC_ZERO; }
 /* The number format a plan is costed in (core/precision.c): float32, or mixed precision with
  * bfloat16 or float16 values (float32 master weights and optimizer state). */
 typedef enum { SW_PRECISION_FP32 = 0, SW_PRECISION_BF16 = 1, SW_PRECISION_FP16 = 2 } sw_precision;

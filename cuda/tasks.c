@@ -222,6 +222,11 @@ static sw_status run_update(const sw_task_env *e) {
         k.decay = (float)(1.0 - o->lr * o->weight_decay);
     }
     int64_t n = sw_box_volume(&sw_env_buffer(&t->e, t->e.reads[0])->box);
+    if (!sw_box_equal(&sw_env_buffer(&t->e, t->e.reads[0])->box, &sw_env_buffer(&t->e, t->e.reads[2])->box)) {
+        /* sync zero: the update of one chunk of the slice (csrc/cpu/optim.c has it) */
+        return SW_FAIL(SW_ERR_VALUE, "the CUDA backend cannot run sync='zero' yet (an update of a chunk of a "
+                                     "weight); use the CPU backend or sync='ring'");
+    }
     CU_TRY(swk_optim_update(&k, ptr(t, t->e.reads[0]), ptr(t, t->e.reads[1]), ptr(t, t->e.reads[2]),
                             nstate > 1 ? ptr(t, t->e.reads[3]) : NULL, n, t->st->s));
     if (o->kind != SW_OPTIM_SGD || o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */

@@ -113,6 +113,7 @@ COMMANDS: dict[str, Command] = {
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
     "gpt_plans": bench("gpt_plans", cheap=True, timeout_s=300),
+    "zero_state": bench("zero_state", cheap=True, timeout_s=300),
     "schedule simulated": bench("schedule", "--no-cpu", cheap=True, timeout_s=300, rewrites=results("schedule")),
     "memory_plan": bench("memory_plan", cheap=False, timeout_s=600),
     "memory_search": bench("memory_search", cheap=False, timeout_s=900, rewrites=results("memory_search")),
@@ -595,6 +596,19 @@ FIGURES += [
     Figure(C, "with channel parallelism ([[486]] ms against 598 ms for OWT)", "plan vgg16 4x4 eq1",
            r"^estimated iteration: ([\d.]+) ms"),
     Figure(C, "with channel parallelism (486 ms against [[598]] ms for OWT)", "plan vgg16 4x4 eq1", r"^owt\s+([\d.]+)"),
+]
+
+# benchmarks/zero_state.py's 8-device rows: simulated ms, GB moved, optimizer state MB, peak GB
+_ZERO_ROW = r"(?ms)^## 8 devices.*?^{}\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+_RING_ROW = _ZERO_ROW.format(r"data \(ring\)")
+FIGURES += [
+    Figure(C, "holds [[1,299.4]] MB of optimizer\nstate per device with `ring`", "zero_state", _RING_ROW, group=3),
+    Figure(C, "and [[163.1]] MB with `zero`", "zero_state", _ZERO_ROW.format("zero"), group=3),
+    Figure(C, "the largest peak falls\nfrom [[4.93]] to 3.79 GB", "zero_state", _RING_ROW, group=4),
+    Figure(C, "from 4.93 to [[3.79]] GB and the simulated", "zero_state", _ZERO_ROW.format("zero"), group=4),
+    Figure(C, "iteration from [[119.13]] to 115.98 ms", "zero_state", _RING_ROW, group=1),
+    Figure(C, "from 119.13 to [[115.98]] ms", "zero_state", _ZERO_ROW.format("zero"), group=1),
+    Figure(C, "with the same [[9.13]] GB\nmoved", "zero_state", _ZERO_ROW.format("zero"), group=2),
 ]
 
 _MS = r"^{}\s+{}\s+([\d.]+)\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s+yes\s+([-\d.]+)%\s+([-\d.]+)%\s+(?:gap ([\d.]+)%|exact)\s+([\d.]+) s"

@@ -52,6 +52,18 @@ int sw_ring_chunk_dim(const sw_box *box, int k) {
     return -1;
 }
 
+int sw_ring_chunk(const sw_box *box, int k, int c, sw_box *out) {
+    int dim = sw_ring_chunk_dim(box, k);
+    if (dim < 0 || c < 0 || c >= k) {
+        return 0;
+    }
+    int64_t lo = box->lo[dim], extent = box->hi[dim] - lo;
+    *out = *box;
+    out->lo[dim] = lo + extent * c / k;
+    out->hi[dim] = lo + extent * (c + 1) / k;
+    return 1;
+}
+
 static int64_t floor_div(int64_t a, int64_t b) {
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) {

@@ -19,7 +19,9 @@
  *   momentum     per replica group of a weight slot (workers reading one box), on the
  *                group's first worker: the box times optimizer_state; with the ring model,
  *                on every member of a group of r > 1 whose box cuts into r chunks
- *                (sw_ring_chunk_dim: every replica updates its own copy)
+ *                (sw_ring_chunk_dim: every replica updates its own copy); with zero, on every
+ *                such member only the chunk it owns (sw_ring_owned_chunk of its rank among the
+ *                group's workers, sw_ring_chunk's box) times optimizer_state
  *   running      batchnorm, every worker: the statistics box (2, C) (float32)
  *   stats        batchnorm, every worker that has a backward task: the (2, C) sums of x
  *                (float64)
@@ -128,7 +130,7 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
             }
         }
         qsort(scratch, (size_t)n, sizeof *scratch, tagged_cmp);
-        for (int g = 0; g < n;) {   /* one group of replicas: scratch[g .. end) */
+        for (int g = 0; g < n;) {   /* one group of replicas: scratch[g .. end), in worker order */
             int end = g + 1;
             while (end < n && sw_box_equal(&scratch[end].box, &scratch[g].box)) {
                 end++;
@@ -136,14 +138,21 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
             int replicas = end - g;
             double vol = (double)sw_box_volume(&scratch[g].box);
             /* the first worker reading this box keeps the optimizer state; with the ring
-             * all-reduce every replica updates its own copy with its own state */
-            int all_lead = p->sync_model == SW_SYNC_RING && replicas > 1 &&
-                           sw_ring_chunk_dim(&scratch[g].box, replicas) >= 0;
+             * all-reduce every replica updates its own copy with its own state, and with zero
+             * only the chunk it owns (its place in the ring: the lowering's members, in worker order) */
+            int rings = sw_sync_rings(p->sync_model) && replicas > 1 &&
+                        sw_ring_chunk_dim(&scratch[g].box, replicas) >= 0;
             for (int i = g; i < end; i++) {
                 int32_t d = devs[scratch[i].w];
                 row[d] += elem(p, SW_BUF_PARAM) * vol;
-                if (i == g || all_lead) {
-                    row[d] += elem(p, SW_BUF_MOMENTUM) * (double)p->optimizer_state * vol;
+                double state = vol;
+                if (rings && p->sync_model == SW_SYNC_ZERO) {
+                    sw_box chunk;
+                    sw_ring_chunk(&scratch[g].box, replicas, sw_ring_owned_chunk(i - g, replicas), &chunk);
+                    state = (double)sw_box_volume(&chunk);
+                }
+                if (i == g || rings) {
+                    row[d] += elem(p, SW_BUF_MOMENTUM) * (double)p->optimizer_state * state;
                 }
             }
             g = end;

@@ -326,11 +326,12 @@ void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time
                 members[r++] = idx[q];
             }
             double slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
-            /* what the lowering does (graph/lower_backward.c): with the ring model a weight's group
-             * rings when its box cuts into r chunks; batchnorm statistics (summed on the first
+            /* what the lowering does (graph/lower_backward.c): with the ring model (or zero, whose
+             * allgather moves weight chunks of the same boxes) a weight's group rings when its box
+             * cuts into r chunks; batchnorm statistics (summed on the first
              * replica and sent back, sw_lower_reduce_among) and a weight too small to cut go
              * through the first replica under either model */
-            int ring = p->sync_model == SW_SYNC_RING && op->inputs[slot].role == SW_ROLE_WEIGHT &&
+            int ring = sw_sync_rings(p->sync_model) && op->inputs[slot].role == SW_ROLE_WEIGHT &&
                        sw_ring_chunk_dim(&regions[w], r) >= 0;
             for (int round = 0; round < rounds; round++) {
                 sync_group(p, devs, members, r, slice, ring, time, bytes);

@@ -12,10 +12,16 @@
  *
  * Each update task owns its slice's state buffers and counter, so tasks on different
  * threads never touch the same memory.
+ *
+ * With sync zero an update owns a chunk of its slice (graph/lower_backward.c, sync_ring): the state
+ * buffers hold that chunk's box, and the kernel steps only that chunk of param and grad (copied
+ * into contiguous scratch and the parameter's chunk copied back: the formulas are element by
+ * element, so the values are those of the whole-slice update).
  */
 #include <math.h>    /* pow, sqrt, sqrtf */
 
 #include "optim.h"
+#include "kernels.h"   /* sw_copy_box */
 #include "task_env.h"
 
 /* torch.optim.SGD: g = grad + wd p; buf = g (first step) or momentum buf + (1 - dampening) g;
@@ -77,9 +83,29 @@ sw_status sw_cpu_update(const sw_task_env *e) {
     const float *grad = sw_env_ptr(e, e->reads[1]);
     float *s0 = sw_env_ptr(e, e->reads[2]);
     float *s1 = nstate > 1 ? sw_env_ptr(e, e->reads[3]) : NULL;
-    int64_t n = sw_box_volume(&sw_env_buffer(e, e->reads[0])->box);
+    const sw_box *whole = &sw_env_buffer(e, e->reads[0])->box, *part = &sw_env_buffer(e, e->reads[2])->box;
+    int64_t n = sw_box_volume(part);
     int64_t *updates = sw_runtime_updates(e->rt, e->reads[2]);
-    sw_optim_update(o, *updates + 1, p, grad, s0, s1, n);
+    if (sw_box_equal(whole, part)) {
+        sw_optim_update(o, *updates + 1, p, grad, s0, s1, n);
+    } else {   /* zero: the chunk `part` of param and grad, gathered (p_c, g_c: n floats each) */
+        sw_status s = SW_OK;
+        float *p_c = sw_env_scratch(e, sizeof(float) * 2 * (size_t)n, &s);
+        if (s != SW_OK) {
+            return s;
+        }
+        sw_view param, gradient, p_chunk = {p_c, part->rank, {0}, {0}}, g_chunk = {p_c + n, part->rank, {0}, {0}};
+        for (int d = 0; d < part->rank; d++) {
+            p_chunk.lo[d] = g_chunk.lo[d] = part->lo[d];
+            p_chunk.shape[d] = g_chunk.shape[d] = part->hi[d] - part->lo[d];
+        }
+        sw_env_view(e, e->reads[0], &param);
+        sw_env_view(e, e->reads[1], &gradient);
+        SW_TRY(sw_copy_box(&param, &p_chunk));
+        SW_TRY(sw_copy_box(&gradient, &g_chunk));
+        sw_optim_update(o, *updates + 1, p_c, p_c + n, s0, s1, n);
+        SW_TRY(sw_copy_box(&p_chunk, &param));
+    }
     if (o->kind != SW_OPTIM_SGD || o->momentum != 0.0) {   /* torch keeps no momentum buffer without momentum */
         ++*updates;
     }

@@ -11,7 +11,9 @@
  *                               header comment says why): parameter server (copies to the first
  *                               replica, reduce, update, copies back) or, with the ring model,
  *                               ring all-reduce (reduce-scatter and allgather of gradient chunks,
- *                               then an update on every replica: sync_ring)
+ *                               then an update on every replica: sync_ring) or, with zero, the
+ *                               ring's reduce-scatter, each chunk updated by its owner alone and
+ *                               an allgather of the updated weight chunks (sync_ring too)
  */
 #include <stdlib.h>  /* malloc, free (a ring's scratch) */
 
@@ -274,15 +276,18 @@ sw_status sw_lower_backward(lowering *L, int op) {
 /* ------------------------------------------------------------------ synchronization */
 /* The update of worker w's slice of weight `slot` from its summed gradient `grad` (on w's
  * device), after task `dep`.  It reads (param, grad, state...) and writes (param, state...): the
- * optimizer's state buffers (SGD: momentum; Adam: first, second moment), each the parameter's box
- * and on w's device, made here. */
-static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, int32_t dep, int32_t *upd) {
+ * optimizer's state buffers (SGD: momentum; Adam: first, second moment), on w's device, made
+ * here.  `part` NULL: the whole parameter box (the state buffers that box too); else a chunk of
+ * it (zero: the chunk this member owns): the task's box and its state buffers' box is the chunk,
+ * and the update touches only the chunk of the parameter (the state box tells the kernels). */
+static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, int32_t dep, const sw_box *part,
+                            int32_t *upd) {
     int nstate = L->p->optimizer_state;
     if (nstate < 1 || nstate > SW_MAX_OPTIMIZER_STATE) {
         return SW_FAIL(SW_ERR_VALUE, "optimizer_state must be 1..%d, got %d", SW_MAX_OPTIMIZER_STATE, nstate);
     }
     int32_t dev = dev_of(L, op, w), param = L->in_buf[sidx(L, op, slot, w)], mom;
-    sw_box box = L->g->buffers[param].box;
+    sw_box box = part ? *part : L->g->buffers[param].box;
     int32_t reads[2 + SW_MAX_OPTIMIZER_STATE] = {param, grad}, writes[1 + SW_MAX_OPTIMIZER_STATE] = {param};
     for (int k = 0; k < nstate; k++) {
         SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_MOMENTUM, op, &box, &mom));
@@ -291,6 +296,9 @@ static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, 
         reads[2 + k] = writes[1 + k] = mom;
     }
     sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, dev, op, w);
+    if (part) {
+        u.box = box;
+    }
     u.elements = sw_box_volume(&box);
     return add_task(L, &u, &dep, 1, reads, 2 + nstate, writes, 1 + nstate, upd);
 }
@@ -320,7 +328,7 @@ static sw_status sync_parameter_server(lowering *L, int op, int slot, int r) {
         L->io[0] = lead_grad;
         SW_TRY(add_task(L, &t, L->deps, nd, L->io, r, &lead_grad, 1, &red));
     }
-    SW_TRY(add_update(L, op, slot, lead, lead_grad, red, &upd));
+    SW_TRY(add_update(L, op, slot, lead, lead_grad, red, NULL, &upd));
     int32_t param = L->in_buf[sidx(L, op, slot, lead)];
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
@@ -338,15 +346,10 @@ static sw_status sync_parameter_server(lowering *L, int op, int slot, int r) {
  * 2 (k - 1) x the gradient in all, as the cost model counts).  Returns 0 when every dimension has
  * fewer than k rows (a bias of 6 on 8 replicas): no chunk may be empty. */
 static int ring_chunks(const sw_box *box, int k, sw_box *chunks) {
-    int dim = sw_ring_chunk_dim(box, k);
-    if (dim < 0) {
-        return 0;
-    }
-    int64_t lo = box->lo[dim], extent = box->hi[dim] - lo;
     for (int c = 0; c < k; c++) {
-        chunks[c] = *box;
-        chunks[c].lo[dim] = lo + extent * c / k;
-        chunks[c].hi[dim] = lo + extent * (c + 1) / k;
+        if (!sw_ring_chunk(box, k, c, &chunks[c])) {
+            return 0;
+        }
     }
     return 1;
 }
@@ -366,19 +369,25 @@ static int ring_chunks(const sw_box *box, int k, sw_box *chunks) {
  *   update                                every member updates its own parameters from its G,
  *                                         with its own optimizer state
  *
+ * With sync_model zero (ZeRO stage 1, after "ZeRO: Memory Optimizations Toward Training Trillion
+ * Parameter Models") the reduce-scatter is the same; then member i updates only the chunk it holds
+ * summed, (i + 1) mod k (sw_ring_owned_chunk), of its parameters P_i, with optimizer state of that
+ * chunk's box (1/k of the weight's); the allgather then passes chunks of P instead of G (round 0
+ * from P_i after that update, each chunk received copied into P_j).  The same bytes cross the
+ * ring; the update's work and state are 1/k of the ring's.  The chunk sums are the ring's (same
+ * order), the update is element by element: a member's parameters are bitwise the ring's.
+ *
  * After the reduce-scatter member i holds the whole sum of chunk (i + 1) mod k; chunk c is summed
  * in the fixed order g_c + g_{c+1} + ... + g_{c-1} (ring order from member c), so a step's bits do
  * not depend on timing, and every member applies the same update to the same parameters with the
- * same state: the replicas stay bitwise equal, with no parameter sent back.  (Updating only the
- * chunk a member owns and gathering parameters would keep 1/k of the optimizer state per member,
- * but the update kernels take whole parameter buffers.)  Each member sends 2 (k - 1) chunks,
+ * same state: the replicas stay bitwise equal, with no parameter sent back.  Each member sends 2 (k - 1) chunks,
  * 2 (k - 1) / k of the gradient with equal chunks, as the cost model's ring (cost_node.c).
  *
  * Dependencies: a copy runs on its destination and waits for the writer of what it reads; a
  * write into G_i on member i's device (an accumulate, a gathered chunk) also waits for the copy
  * reading G_i at that point from the next member's device (another chunk, but the runtime orders
  * accesses per buffer: no task writes a buffer another device may be reading). */
-static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *chunks) {
+static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *chunks, int zero) {
     int32_t *scratch = malloc(sizeof *scratch * (6 + 2 * (size_t)(k - 1)) * (size_t)k);
     if (!scratch) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a ring of %d members", k);
@@ -400,7 +409,9 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
         last[i] = L->wgrad_task[sidx(L, op, slot, L->members[i])];
     }
 #define G(i) (L->wgrad_buf[sidx(L, op, slot, L->members[(i)])])
+#define P(i) (L->in_buf[sidx(L, op, slot, L->members[(i)])])
 #define DEV(i) (dev_of(L, op, L->members[(i)]))
+#define GATHERED(i) (zero ? P(i) : G(i))   /* what the allgather fills: weights (zero) or gradients */
     /* reduce-scatter: in round r member i sends chunk (i - r) mod k, member j adds chunk (j - 1 - r) mod k */
     for (int r = 0; r < k - 1 && s == SW_OK; r++) {
         for (int i = 0; i < k && s == SW_OK; i++) {
@@ -423,11 +434,17 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
             rs_add[j * (k - 1) + r] = last[j];
         }
     }
+    /* zero: member i updates the chunk it holds summed; `last` becomes the last writer of P_i */
+    for (int i = 0; i < k && zero && s == SW_OK; i++) {
+        int c = sw_ring_owned_chunk(i, k);
+        s = add_update(L, op, slot, L->members[i], G(i), last[i], &chunks[c], &last[i]);
+    }
+    sw_phase gather_phase = zero ? SW_PHASE_UPDATE : SW_PHASE_SYNC;
     /* allgather: in round r member i sends chunk (i + 1 - r) mod k, the one it holds summed */
     for (int r = 0; r < k - 1 && s == SW_OK; r++) {
         for (int i = 0; i < k && s == SW_OK; i++) {
             int j = (i + 1) % k, c = ((i + 1 - r) % k + k) % k;
-            int32_t from = r == 0 ? G(i) : prev[i];
+            int32_t from = r == 0 ? GATHERED(i) : prev[i];
             int32_t deps[2] = {r == 0 ? last[i] : prev_task[i], r == 0 ? NONE : rs_add[j * (k - 1) + r - 1]};
             if (r == 0) {
                 s = sw_tg_buffer(L->g, DEV(j), SW_BUF_RECV, op, &chunks[c], &got[j]);
@@ -435,28 +452,30 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
                 got[j] = rs_buf[j * (k - 1) + r - 1];
             }
             if (s == SW_OK) {
-                sw_task t = copy_of(SW_PHASE_SYNC, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
+                sw_task t = copy_of(gather_phase, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
                 s = add_task(L, &t, deps, 2, &from, 1, &got[j], 1, &got_task[j]);
                 if (r == 0) {
                     sent[i] = got_task[j];
                 }
             }
         }
-        for (int j = 0; j < k && s == SW_OK; j++) {   /* into G_j, on j's device (no bytes cross) */
+        for (int j = 0; j < k && s == SW_OK; j++) {   /* into G_j (P_j), on j's device (no bytes cross) */
             int c = ((j - r) % k + k) % k;
-            sw_task t = copy_of(SW_PHASE_SYNC, DEV(j), DEV(j), op, L->members[j], NONE, &chunks[c]);
-            int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = G(j);
+            sw_task t = copy_of(gather_phase, DEV(j), DEV(j), op, L->members[j], NONE, &chunks[c]);
+            int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = GATHERED(j);
             s = add_task(L, &t, deps, 3, &got[j], 1, &into, 1, &last[j]);
             prev[j] = got[j];
             prev_task[j] = got_task[j];
         }
     }
-    for (int i = 0; i < k && s == SW_OK; i++) {
+    for (int i = 0; i < k && !zero && s == SW_OK; i++) {
         int32_t upd;
-        s = add_update(L, op, slot, L->members[i], G(i), last[i], &upd);
+        s = add_update(L, op, slot, L->members[i], G(i), last[i], NULL, &upd);
     }
 #undef G
+#undef P
 #undef DEV
+#undef GATHERED
     free(scratch);
     return s;
 }
@@ -470,12 +489,12 @@ sw_status sw_lower_sync(lowering *L, int op) {
         int from = 0, r;
         start_groups(L, op, slot);
         while ((r = next_group(L, op, &from)) > 0) {
-            /* ring all-reduce where asked and the box cuts into r chunks (L->piece_box, free
-             * during synchronization, holds them); otherwise, or for a group of one, the
-             * parameter server (which, for r = 1, is the update alone) */
+            /* ring all-reduce (or zero) where asked and the box cuts into r chunks
+             * (L->piece_box, free during synchronization, holds them); otherwise, or for a group
+             * of one, the parameter server (which, for r = 1, is the update alone) */
             const sw_box *box = &L->g->buffers[L->wgrad_buf[sidx(L, op, slot, L->members[0])]].box;
-            if (L->p->sync_model == SW_SYNC_RING && r > 1 && ring_chunks(box, r, L->piece_box)) {
-                SW_TRY(sync_ring(L, op, slot, r, L->piece_box));
+            if (sw_sync_rings(L->p->sync_model) && r > 1 && ring_chunks(box, r, L->piece_box)) {
+                SW_TRY(sync_ring(L, op, slot, r, L->piece_box, L->p->sync_model == SW_SYNC_ZERO));
             } else {
                 SW_TRY(sync_parameter_server(L, op, slot, r));
             }

@@ -270,7 +270,8 @@ static int module_exec(PyObject *m) {
         PyModule_AddIntConstant(m, "MAX_DEVICES", SW_MAX_DEVICES) < 0 ||
         PyModule_AddIntConstant(m, "ARENA_ALIGN", SW_ARENA_ALIGN) < 0 ||
         PyModule_AddIntConstant(m, "SYNC_PARAMETER_SERVER", SW_SYNC_PARAMETER_SERVER) < 0 ||
-        PyModule_AddIntConstant(m, "SYNC_RING", SW_SYNC_RING) < 0) {
+        PyModule_AddIntConstant(m, "SYNC_RING", SW_SYNC_RING) < 0 ||
+        PyModule_AddIntConstant(m, "SYNC_ZERO", SW_SYNC_ZERO) < 0) {
         return -1;
     }
     return 0;

@@ -57,7 +57,7 @@ PyObject *sw_py_problem_set_options(ProblemObject *self, PyObject *args, PyObjec
         return NULL;
     }
     self->p->threads = threads;
-    if (sync != SW_SYNC_PARAMETER_SERVER && sync != SW_SYNC_RING) {
+    if (sync != SW_SYNC_PARAMETER_SERVER && sync != SW_SYNC_RING && sync != SW_SYNC_ZERO) {
         PyErr_Format(PyExc_ValueError, "unknown sync model %d", sync);
         return NULL;
     }

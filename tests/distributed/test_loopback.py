@@ -304,6 +304,34 @@ def test_random_plans_train_bitwise_as_one_process(n, seed, monkeypatch):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+def test_zero_trains_bitwise_as_one_process(n, monkeypatch):
+    """sync zero across ranks: the allgather's weight chunks cross ranks like the ring's gradient
+    chunks, the updates of chunks run on their owners' ranks.  Data parallel and a random plan on
+    4 devices, Adam and SGD with momentum: losses, weights and update counts bitwise the
+    one-process Trainer's (itself the ring's: tests/iteration/test_zero_sync.py), the bytes of
+    each step the plan's."""
+    monkeypatch.setenv("SHARDWISE_COMM_TIMEOUT", "300")
+    g = mixed_graph(8)
+    d = sw.DeviceGraph.cpu(4)
+    zero = sw.CostOptions(sync="zero")
+    rng = np.random.default_rng(n)
+    for plan, opt in ((sw.strategies.data_parallel(g, d, zero), "adam"),
+                      (sw.Plan(g, d, random_plan(g, d, rng).configs, zero), "sgd")):
+        kw = dict(optimizer=_optimizer(opt), seed=3)
+        x, y = _batches(g, 3, 5)
+        comms = loopback_comms(n)
+        ranks = in_threads(n, lambda r: _train(r, comms, g, plan, dict(kw, optimizer=_optimizer(opt)), x, y, 1))
+        ref = sw.Trainer(g, plan, **kw)
+        want = [ref.step(x[i], y[i]) for i in range(3)]
+        planned = sw.distributed.planned_bytes(plan, n, optimizer_state=ref.optimizer.state_buffers)
+        for r, (losses, counts, weights, updates, steps) in enumerate(ranks):
+            assert losses == want, (opt, r)
+            _same_weights(weights, ref.get_weights(), f"zero, {opt}, rank {r} of {n}")
+            assert updates == ref.executor.updates(), (opt, r)
+            assert counts == [planned[r]] * 3, (opt, r)
+
+
+@pytest.mark.parametrize("n", [2, 4])
 def test_a_rank_that_stops_stepping_is_named(n, monkeypatch):
     """The last thread builds its Trainer and never steps: every other thread's step fails with
     CommTimeoutError after SHARDWISE_COMM_TIMEOUT (1 s), naming the message it waited for and the

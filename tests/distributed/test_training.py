@@ -36,6 +36,14 @@ def test_random_plans_train_bitwise_as_one_process(n, seed):
     assert rc == 0 and _ok(out, n), out
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_zero_trains_bitwise_as_one_process(n):
+    """sync zero (sharded optimizer state) across processes: bitwise the one-process numbers."""
+    _need_mpi()
+    rc, out, _ = launch_script(n, CASES, "zero_plans", timeout=120)
+    assert rc == 0 and _ok(out, n), out
+
+
 def test_swap_plan_across_processes():
     _need_mpi()
     rc, out, _ = launch_script(2, CASES, "swapped")

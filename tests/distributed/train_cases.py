@@ -81,6 +81,28 @@ def random_plans(comm):
     print(f"[case ok: rank {comm.rank}] {cases} plans", flush=True)
 
 
+def zero_plans(comm):
+    """Sharded optimizer state (sync zero) on 4 devices: data parallel with Adam, a random plan with
+    SGD and momentum; the allgather's weight chunks cross ranks as copies: losses, weights and update
+    counts bitwise those of one process, each step's bytes the rank's planned bytes."""
+    g, d = mixed_graph(8), sw.DeviceGraph.cpu(4)
+    zero = sw.CostOptions(sync="zero")
+    rng = np.random.default_rng(4)
+    for plan, opt in ((sw.strategies.data_parallel(g, d, zero), "adam"),
+                      (sw.Plan(g, d, random_plan(g, d, rng).configs, zero), "sgd")):
+        t = sw.Trainer(g, plan, comm=comm, optimizer=_optimizer(opt), seed=3)
+        ref = sw.Trainer(g, plan, optimizer=_optimizer(opt), seed=3)
+        x, y = _batches(g, 3, 5)
+        planned = sw.distributed.planned_bytes(plan, comm.size, optimizer_state=t.optimizer.state_buffers)
+        for i in range(3):
+            a, b = t.step(x[i], y[i]), ref.step(x[i], y[i])
+            assert a == b, f"zero, {opt}: step {i} loss {a} != {b}"
+            assert t.comm_bytes() == planned[comm.rank], (opt, t.comm_bytes(), planned[comm.rank])
+        _same_weights(t.get_weights(), ref.get_weights(), f"zero, {opt}")
+        assert t.executor.updates() == ref.executor.updates(), opt
+    print(f"[case ok: rank {comm.rank}]", flush=True)
+
+
 def swapped(comm):
     """A swap plan (feature maps to host memory and back on their own streams): the same numbers
     as one process with the same swap plan."""

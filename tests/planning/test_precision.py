@@ -168,17 +168,19 @@ def test_memory_of_a_two_layer_mlp_follows_the_convention():
             assert b.plan_bytes == b.elements * {"param": weight, "momentum": 4}.get(b.kind, value)
 
 
+@pytest.mark.parametrize("sync", ["parameter_server", "zero"])
 @pytest.mark.parametrize("model", ["resnet18_small", "gpt_tiny"])
-def test_footprint_is_what_the_memory_plan_keeps_in_bf16(model):
+def test_footprint_is_what_the_memory_plan_keeps_in_bf16(model, sync):
     """The search's memory model and the memory plan read one rule: byte for byte in bf16 too,
-    batchnorm (float32 running statistics, float64 batch sums) included."""
+    batchnorm (float32 running statistics, float64 batch sums) and sharded optimizer state
+    (sync zero: float32 chunks) included."""
     from shardwise.models.spec import load_model
     from test_search_memory import _plan, _problem
 
     rng = random.Random(model)
     graph = load_model(model, None).graph
     devices = sw.DeviceGraph.parse("3", device="A100")
-    options = CostOptions(precision="bf16", reduction_splits=model != "gpt_tiny")
+    options = CostOptions(precision="bf16", reduction_splits=model != "gpt_tiny", sync=sync)
     problem = _problem(graph, devices, options)
     tables = sm.Tables(problem, graph)
     for _ in range(3):

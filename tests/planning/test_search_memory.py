@@ -45,9 +45,10 @@ def _plan(problem, graph, devices, options, choice):
     return Plan(graph, devices, configs, options)
 
 
-@pytest.mark.parametrize("sync", ["parameter_server", "ring"])
+@pytest.mark.parametrize("sync", ["parameter_server", "ring", "zero"])
 @pytest.mark.parametrize("model", ["vgg_small", "resnet18_small", "inception_small", "gpt_tiny"])
 def test_footprint_is_what_the_memory_plan_keeps_for_the_backward_pass(model, sync):
+    """sync zero: each ring member keeps the optimizer state of its own chunk alone."""
     rng = random.Random(model)
     graph = load_model(model, None).graph
     for spec in ("3", "2x2"):
@@ -68,18 +69,23 @@ def test_footprint_is_what_the_memory_plan_keeps_for_the_backward_pass(model, sy
             assert tables.eq1(choice) == pytest.approx(plan.cost, rel=1e-9)
 
 
-def test_footprint_counts_adam_state_twice():
+@pytest.mark.parametrize("sync", ["parameter_server", "zero"])
+def test_footprint_counts_adam_state_twice(sync):
     graph = load_model("vgg_small", None).graph
     devices = DeviceGraph.parse("2", device="P100")
-    options = CostOptions()
+    options = CostOptions(sync=sync)
     problem = _problem(graph, devices, options)
     one = sm.Tables(problem, graph)
     problem.set_optimizer_state(2)
     two = sm.Tables(problem, graph)
-    choice = [0] * len(graph.ops)
-    extra = two.footprint(choice) - one.footprint(choice)
-    mp = sw.memory_plan(_plan(problem, graph, devices, options, choice))
-    assert extra.sum() == pytest.approx(sum(d.optimizer_state for d in mp.devices.values()))
+    rng = random.Random(sync)
+    for choice in ([0] * len(graph.ops), [rng.randrange(len(t)) for t in one.time]):
+        extra = two.footprint(choice) - one.footprint(choice)
+        plan = _plan(problem, graph, devices, options, choice)
+        mp, adam = sw.memory_plan(plan), sw.memory_plan(plan, optimizer_state=2)
+        assert extra.sum() == pytest.approx(sum(d.optimizer_state for d in mp.devices.values()))
+        np.testing.assert_allclose(extra, [adam.devices[d].optimizer_state - mp.devices[d].optimizer_state
+                                           for d in range(len(devices))], rtol=0, atol=0.5)
 
 
 # ------------------------------------------------------------------ the branch and bound vs brute force

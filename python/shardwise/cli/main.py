@@ -133,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parameter synchronization model, for the cost model, the simulation, the memory check "
                    "and training with the saved plan: parameter_server (each replica group's gradients summed "
                    "on its first replica, parameters sent back; the default) or ring (ring all-reduce of "
-                   "gradient chunks, every replica updating its own copy)")
+                   "gradient chunks, every replica updating its own copy) or zero (the ring's reduce-scatter, each "
+                   "gradient chunk's update applied by one replica holding 1/r of the optimizer state, then an "
+                   "allgather of the updated weight chunks)")
     p.add_argument("--max-evaluations", type=float, default=None, metavar="N",
                    help="elimination: min-plus steps variable elimination may take on what node and edge "
                    "elimination leave (default 1e9); exhaustive: strategies it may try (default 2e7)")

@@ -52,6 +52,11 @@ synchronization and update
     member's gradient on its own device), then every member applies ``update`` to
     its own parameters with its own state buffers, so no parameters are sent back;
     a gradient with fewer than k rows in every dimension uses the parameter server.
+    With ``sync="zero"`` (ZeRO stage 1: the optimizer state sharded) the reduce-scatter is
+    the same, then member i alone applies ``update`` to the chunk it holds summed (the
+    task's box; its ``momentum`` buffers hold that chunk only, 1/k of the ring's), and
+    the allgather passes the updated parameter chunks, ``copy``-ied into each member's
+    ``param``: the same bytes as the ring, parameters bitwise the ring's.
 
 recomputation (csrc/graph/recompute.c, only with ``lower(plan, recompute=...)``)
     ``recompute`` runs a forward task again (its op's forward kernel on the same inputs) right
@@ -133,7 +138,7 @@ class Task:
     deps: tuple[int, ...]
     worker: int
     slot: int | None = None     # input slot for per-input tasks
-    box: Box | None = None      # copy / accumulate: the global box moved
+    box: Box | None = None      # copy / accumulate: the global box moved; update under sync zero: the chunk
     src_device: int | None = None   # copies: the source device; send and recv: the device at the other end
     nbytes: int = 0             # bytes crossing between devices (copies; send and recv: on the wire, float32)
     plan_bytes: int = 0         # the same as the plan counts them: at its precision (= nbytes in fp32)

@@ -23,7 +23,7 @@ DIM_NAMES: dict[int, tuple[str, ...]] = {
     1: ("n",), 2: ("n", "c"), 3: ("n", "c", "l"), 4: ("n", "c", "h", "w"), 5: ("n", "c", "d", "h", "w"),
 }
 
-SYNC_MODELS = {"parameter_server": _core.SYNC_PARAMETER_SERVER, "ring": _core.SYNC_RING}
+SYNC_MODELS = {"parameter_server": _core.SYNC_PARAMETER_SERVER, "ring": _core.SYNC_RING, "zero": _core.SYNC_ZERO}
 
 
 def dim_names(rank: int) -> tuple[str, ...]:
@@ -45,7 +45,7 @@ def worker_counts(ndev: int) -> list[int]:
 class CostOptions:
     """Knobs of the cost model (documented in docs/cost-model.md)."""
 
-    sync: str = "parameter_server"   # or "ring"
+    sync: str = "parameter_server"   # or "ring", or "zero" (ring, with the optimizer state sharded)
     # bytes of a value the roofline reads and a message carries; None: the precision's (4 or 2)
     bytes_per_element: float | None = None
     backward_factor: float = 3.0     # forward + backward ~ 3x the forward compute

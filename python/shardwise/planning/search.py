@@ -111,8 +111,9 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     bounded, deterministic local search under the simulator (:mod:`shardwise.planning.objective`, docs/cost-model.md);
     ``search_stats`` records every simulated time.  ``"eq1"`` (the default for the other
     algorithms) returns the Eq. 1 optimum itself.  Both synchronization models are lowered,
-    simulated and memory-planned alike (``sync="ring"``: a ring all-reduce of gradient chunks,
-    :mod:`shardwise.iteration.lower`).
+    simulated and memory-planned alike (``sync="ring"``: a ring all-reduce of gradient chunks;
+    ``sync="zero"``: the same ring with each chunk updated by one replica and the optimizer
+    state sharded, :mod:`shardwise.iteration.lower`).
 
     ``algorithm``: ``"elimination"`` (Algorithm 1: node, edge and leaf
     eliminations, then variable elimination of what is left along a min-fill
@@ -127,7 +128,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     with reduction cuts, which become partition-n-reduce configurations; the returned Plan
     is costed by Eq. 1 like any other, and ``max_evaluations``, ``worker_counts_`` and
     ``refine`` do not apply).  ``sync``: ``"parameter_server"`` (default,
-    as the papers) or ``"ring"``.  ``costs``: measured compute times (a
+    as the papers), ``"ring"`` or ``"zero"``.  ``costs``: measured compute times (a
     :class:`ProfileTable`) replacing the roofline.  ``refine="simulate"``: start from
     the elimination optimum and improve it under the simulator by local search
     (``refine_steps`` proposals, Metropolis acceptance as in FlexFlow's MCMC); the

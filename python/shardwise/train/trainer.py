@@ -139,6 +139,9 @@ class Trainer:
         if backend not in ("cpu", "cuda"):
             raise ConfigError(f"unknown backend {backend!r}; this installation has: "
                               f"{', '.join(map(repr, backends()))}")
+        if backend == "cuda" and plan.options.sync == "zero":   # its update kernel takes whole slices
+            raise ConfigError("the CUDA backend cannot train a plan with sync='zero' (sharded optimizer state) "
+                              "yet; train it on the CPU backend, or with sync='ring' (the same weights)")
         if backend == "cuda":   # built and loadable (else the reason), before its kernels are asked about
             cuda.load()
         for op, attrs in zip(graph.ops, op_attrs(graph)):   # the backend says what it runs (supports_op)
