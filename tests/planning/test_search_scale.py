@@ -317,7 +317,7 @@ def test_pipeline_places_towers_on_other_devices(pipeline):
 def test_pipeline_warns_when_placements_are_too_many(pipeline, monkeypatch):
     """Above FULL_SPACE_LIMIT the unproven placements are not searched: the plan (the
     optimum on the first devices) comes with a warning and the bound."""
-    monkeypatch.setattr(importlib.import_module("shardwise.planning.search_scale"), "FULL_SPACE_LIMIT", 0)
+    monkeypatch.setattr(importlib.import_module("shardwise.planning.scale_space"), "FULL_SPACE_LIMIT", 0)
     g, d = towers(), sw.DeviceGraph.cluster(nodes=1, devices_per_node=4)
     with pytest.warns(sw.SearchWarning, match="other placements"):
         plan = sw.search(g, d, objective="eq1")

@@ -231,7 +231,7 @@ def test_first_devices_result_is_the_optimum_there(graph, monkeypatch):
     to 0), the plan is the optimum with every partition on the first devices: equal to the
     memory-constrained search over that space built directly; search_stats says which space,
     and a SearchWarning that other placements were not searched."""
-    monkeypatch.setattr(importlib.import_module("shardwise.planning.search_scale"), "FULL_SPACE_LIMIT", 0)
+    monkeypatch.setattr(importlib.import_module("shardwise.planning.scale_space"), "FULL_SPACE_LIMIT", 0)
     g, d = GRAPHS[graph](), MACHINES["2x4"]()
     budget = budgets(g, d)[1]
     with pytest.warns(sw.SearchWarning, match="first devices"):

@@ -45,12 +45,8 @@ from shardwise.planning.costs import ProfileTable, apply_profile
 from shardwise.machine.devices import DeviceGraph
 from shardwise.graph import Graph
 from shardwise.planning.problem import CostOptions, make_problem
+from shardwise.planning.scale_space import PRUNE_SLACK, Configs, full_space, set_configs
 
-# a configuration is dropped when its min-marginal exceeds the plan's cost by more than
-# this (relative): marginals and costs are summed in different orders
-PRUNE_SLACK = 1e-9
-# full aligned-block search of the survivors when the proof fails, up to this many configurations
-FULL_SPACE_LIMIT = 60_000
 # the first plan: the exact search over partitions of at most a node's workers, and at most this many
 FIRST_PLAN_WORKERS = 64
 
@@ -68,38 +64,6 @@ def symmetric(devices: DeviceGraph, problem: Any, counts: Sequence[int], costs: 
            or d.flops_fp16 != first.flops_fp16 for d in devices.devices):   # the half peaks: bf16 / fp16 plans
         return False
     return per == n or all(n // k == 1 or per % k == 0 or k % per == 0 for k in counts)
-
-
-@dataclass
-class Configs:
-    """The configurations of every op of a problem: degrees, devices (-1 padded), reductions."""
-
-    deg: list[np.ndarray]
-    dev: list[np.ndarray]
-    red: list[np.ndarray]
-    workers: list[np.ndarray] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, problem: Any, nops: int) -> "Configs":
-        deg, dev, red = [], [], []
-        for i in range(nops):
-            d, v = problem.configs(i)
-            deg.append(d)
-            dev.append(v)
-            red.append(problem.reductions(i))
-        return cls(deg, dev, red, [(v >= 0).sum(axis=1) for v in dev])
-
-    def subset(self, keep: Sequence[np.ndarray]) -> "Configs":
-        return Configs([d[k] for d, k in zip(self.deg, keep)], [v[k] for v, k in zip(self.dev, keep)],
-                       [r[k] for r, k in zip(self.red, keep)], [w[k] for w, k in zip(self.workers, keep)])
-
-
-def _set_configs(problem: Any, configs: Configs) -> None:
-    for i, (deg, dev, red) in enumerate(zip(configs.deg, configs.dev, configs.red)):
-        padded = np.ones((len(deg), _core.MAX_RANK), dtype=np.int32)
-        padded[:, : deg.shape[1]] = deg
-        maxk = max(1, int((dev >= 0).sum(axis=1).max()))
-        problem.set_configs(i, padded, np.ascontiguousarray(dev[:, :maxk]), np.ascontiguousarray(red))
 
 
 @dataclass
@@ -136,32 +100,12 @@ class Result:
 def _exact_search(work: Any, graph, devices, costs, configs: Configs, limit: float):
     """The exact search over `configs` on problem `work` (its configurations are replaced):
     (the chosen configuration of each op, cost, stats)."""
-    _set_configs(work, configs)
+    set_configs(work, configs)
     work.build_tables()
     if costs is not None:
         apply_profile(work, graph, devices, costs)
     choice, cost, stats = work.search("elimination", limit)
     return configs.subset([np.array([c]) for c in choice]), cost, stats
-
-
-def _full_space(canonical: Configs, keep: Sequence[np.ndarray], ndev: int) -> Configs | None:
-    """The partitions `keep` on every aligned block of their size, or None above FULL_SPACE_LIMIT."""
-    rows = [[(c, j) for c in k for j in range(ndev // int(canonical.workers[i][c]))] for i, k in enumerate(keep)]
-    if sum(len(r) for r in rows) > FULL_SPACE_LIMIT:
-        return None
-    deg, dev, red, workers = [], [], [], []
-    for i, r in enumerate(rows):
-        width = canonical.dev[i].shape[1]
-        block = np.full((len(r), width), -1, dtype=np.int32)
-        for q, (c, j) in enumerate(r):
-            k = int(canonical.workers[i][c])
-            block[q, :k] = np.arange(j * k, (j + 1) * k)
-        idx = np.array([c for c, _ in r])
-        deg.append(canonical.deg[i][idx])
-        red.append(canonical.red[i][idx])
-        workers.append(canonical.workers[i][idx])
-        dev.append(block)
-    return Configs(deg, dev, red, workers)
 
 
 def _certify(relax: Any, node, edges, keep, cost: float, limit: float, stages: Stages, threads: int,
@@ -272,7 +216,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     if proven:   # exact, unless variable elimination of the survivors gave up (its own warning case)
         return Result(chosen, ub, dict(sstats, scale=stats), sstats["exact"], ub if sstats["exact"] else lb,
                       note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")
-    full = _full_space(canonical, survivors, len(devices))
+    full = full_space(canonical, survivors, len(devices))
     if full is None or stages.out_of_time():
         return Result(chosen, ub, dict(sstats, scale=stats), False, max(lb, bound),
                       note="other placements of the same partitions could lower Eq. 1 and are too many to search")

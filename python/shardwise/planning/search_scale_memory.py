@@ -18,7 +18,7 @@ optimum on the first devices does not fit (its memory plan is checked), this mod
 3. runs the memory-constrained search over the survivors, each partition on the first devices:
    exact over those placements (branch and bound, then the memory plan checked), and the
    survivors are pruned again at the cost it finds;
-4. when the survivors on every aligned block are few enough (``search_scale.FULL_SPACE_LIMIT``
+4. when the survivors on every aligned block are few enough (``scale_space.FULL_SPACE_LIMIT``
    configurations), runs the memory-constrained search over them too, seeded with step 3's
    plan: exact over every aligned block, the space the search of smaller machines covers.
    Otherwise the plan is the optimum over partitions on the first devices, and
@@ -42,6 +42,7 @@ from shardwise.plan import OpConfig, Plan, reduction_config
 from shardwise.planning import search_memory
 from shardwise.planning.costs import apply_profile
 from shardwise.planning.problem import CostOptions, dim_names
+from shardwise.planning.scale_space import PRUNE_SLACK, full_space, set_configs
 from shardwise.planning.strategies import baselines
 
 # step 1 wants a plan that fits, not a proof: each restricted search stops after this many
@@ -54,7 +55,7 @@ class Staged:
     """What the staged search has when its optimum on the first devices does not fit."""
 
     work: Any             # a Problem whose configurations each search replaces
-    canonical: Any        # search_scale.Configs: every partition on the first devices
+    canonical: Any        # scale_space.Configs: every partition on the first devices
     marginals: list       # per op, the relaxation's min-marginal of each canonical partition
     node_workers: int     # the first plan's partitions use at most this many workers
     stats: dict           # the staged search's statistics so far
@@ -84,9 +85,7 @@ class MemoryStage:
 
     def _tables(self, work: Any, configs: Any) -> search_memory.Tables:
         """Exact Eq. 1 and footprint tables of ``configs`` (set on ``work``)."""
-        from shardwise.planning.search_scale import _set_configs
-
-        _set_configs(work, configs)
+        set_configs(work, configs)
         work.build_tables()
         if self.costs is not None:
             apply_profile(work, self.graph, self.devices, self.costs)
@@ -112,7 +111,6 @@ class MemoryStage:
     def search(self, s: Staged) -> tuple[Any, float, dict, bool, float]:
         """Steps 1-4: (the chosen Configs, its Eq. 1, stats, exact over the placements searched,
         a lower bound of the optimum over them)."""
-        from shardwise.planning.search_scale import FULL_SPACE_LIMIT, PRUNE_SLACK, _full_space
 
         canonical, ndev = s.canonical, len(self.devices)
         stats = dict(s.stats)
@@ -173,8 +171,8 @@ class MemoryStage:
         # 4. every aligned block of the partitions left at that cost, when few enough
         survivors = _survivors(s.marginals, min(cost, threshold), PRUNE_SLACK)
         survivors = [np.union1d(k, [c]) for k, c in zip(survivors, canonical_choice)]   # the plan in hand stays
-        full = _full_space(canonical, survivors, ndev)
-        if full is not None and sum(len(d) for d in full.deg) <= FULL_SPACE_LIMIT:
+        full = full_space(canonical, survivors, ndev)
+        if full is not None:   # None above scale_space.FULL_SPACE_LIMIT
             ftables = self._tables(s.work, full)
             start = _first_block_rows(canonical, survivors, canonical_choice, ndev)
             try:
@@ -236,7 +234,7 @@ def _reindex(survivors: list[np.ndarray], choice: Sequence[int]) -> list[int] | 
 
 
 def _first_block_rows(canonical: Any, keep: list[np.ndarray], choice: Sequence[int], ndev: int) -> list[int]:
-    """The rows of search_scale._full_space(canonical, keep, ndev) holding ``choice`` (canonical
+    """The rows of search_scale.full_space(canonical, keep, ndev) holding ``choice`` (canonical
     indices) on the first block."""
     rows = []
     for i, (k, c) in enumerate(zip(keep, choice)):
