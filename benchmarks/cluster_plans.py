@@ -19,9 +19,11 @@ Columns: the simulated step time, the largest arena of any device (its memory pl
 runtime allocates; "does not fit" above the device's memory) and the search time.  After each
 (model, machine), the check: the searched plan's step time is at most every baseline's that fits
 (PASS / FAIL; printed, not asserted).  Costs in bf16 mixed precision (2-byte activations,
-gradients and messages; float32 master weights and optimizer state).  GPT-2s with the vocabulary padded to 50,304 (as Megatron-LM pads it). Batches: 32 images a GPU for
-ResNet-50; 8 sequences a GPU of 1,024 tokens (GPT-2) or 2,048 (Llama), i.e. a global batch of
-8 x devices sequences.  Llama 7B: 32 layers, d_model 4096, 32 heads (multi-head attention, as
+gradients and messages; float32 master weights and optimizer state).  The memory plan is the
+simulator's and the search's: one optimizer state buffer per parameter (SGD with momentum; Adam's
+two would add a float32 copy of each device's parameters).  The GPT-2s' vocabulary is padded to
+50,304, as Megatron-LM pads it.  Batches: 32 images a GPU for ResNet-50; 8 sequences a GPU of
+1,024 tokens (GPT-2) or 2,048 (Llama), i.e. a global batch of 8 x devices sequences.  Llama 7B: 32 layers, d_model 4096, 32 heads (multi-head attention, as
 Llama-2-7B), MLP 11008; 13B: 40 layers, 5120, 40 heads, MLP 13824; vocabulary 32000.
 
     python benchmarks/cluster_plans.py [--quick] [--only MODEL] [--time-limit SECONDS]
@@ -168,7 +170,8 @@ def check(rows: list[Row]) -> str:
     if not fitting:
         return "PASS (no baseline fits)"
     best = min(fitting, key=lambda r: r.time)
-    return f"PASS: searched {searched.time * 1e3:.2f} ms <= fastest fitting baseline {best.kind} {best.time * 1e3:.2f} ms"
+    return (f"PASS: searched {searched.time * 1e3:.2f} ms <= fastest fitting baseline {best.kind} "
+            f"{best.time * 1e3:.2f} ms")
 
 
 def format_rows(rows: list[Row]) -> list[str]:
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [args.only] if args.only else [n for n, m in MODELS.items() if m.small or not args.quick]
     print(f"# shardwise {sw.__version__}: plans on H100 clusters; {cpu_model()}, {os.cpu_count()} cores, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; roofline costs, bf16, ring sync")
-    print(f"# search time limit {args.time_limit:.0f} s; ZeRO: "
+    print(f"# search time limit {args.time_limit:.0f} s; memory: one optimizer state buffer a parameter; ZeRO: "
           f"{'sync=zero' if zero_available() else 'n/a (CostOptions has no sync=zero here)'}")
     options = sw.CostOptions(sync="ring", precision="bf16", reduction_splits=True)
     for name in names:
