@@ -24,7 +24,8 @@ simulator's and the search's: one optimizer state buffer per parameter (SGD with
 two would add a float32 copy of each device's parameters).  The GPT-2s' vocabulary is padded to
 50,304, as Megatron-LM pads it.  Batches: 32 images a GPU for ResNet-50; 8 sequences a GPU of
 1,024 tokens (GPT-2) or 2,048 (Llama), i.e. a global batch of 8 x devices sequences.  Llama 7B:
-32 layers, d_model 4096, 32 heads (multi-head attention, as Llama-2-7B), MLP 11008; 13B: 40 layers, 5120, 40 heads, MLP 13824; vocabulary 32000.
+32 layers, d_model 4096, 32 heads (multi-head attention, as Llama-2-7B), MLP 11008; 13B: 40 layers,
+5120, 40 heads, MLP 13824; vocabulary 32000.
 
     python benchmarks/cluster_plans.py [--quick] [--only MODEL] [--time-limit SECONDS]
         > benchmarks/results/cluster_plans.txt
