@@ -22,8 +22,10 @@ runtime allocates; "does not fit" above the device's memory) and the search time
 gradients and messages; float32 master weights and optimizer state).  The memory plan is the
 simulator's and the search's: one optimizer state buffer per parameter (SGD with momentum; Adam's
 two would add a float32 copy of each device's parameters).  The GPT-2s' vocabulary is padded to
-50,304, as Megatron-LM pads it.  Batches: 32 images a GPU for ResNet-50; 8 sequences a GPU of
-1,024 tokens (GPT-2) or 2,048 (Llama), i.e. a global batch of 8 x devices sequences.  Llama 7B:
+50,304, as Megatron-LM pads it.  Batches: 32 images a GPU for ResNet-50; 8 sequences of 1,024
+tokens a GPU for GPT-2 (a global batch of 8 x devices sequences); one sequence of 2,048 tokens a
+GPU for Llama (2M tokens a step on 1,024 GPUs, Llama-2 trained with 4M), since nothing here
+accumulates gradients over micro-batches and 8 sequences a GPU do not fit a 7B model.  Llama 7B:
 32 layers, d_model 4096, 32 heads (multi-head attention, as Llama-2-7B), MLP 11008; 13B: 40 layers,
 5120, 40 heads, MLP 13824; vocabulary 32000.
 
@@ -74,10 +76,10 @@ MODELS = {
     "gpt2-medium": Model(lambda k: sw.models.gpt(layers=24, d_model=1024, heads=16, vocab=50304,
                                                    batch=8 * k), 16,
                          sw.models.megatron_dp_spec, small=True),
-    "llama-7b": Model(lambda k: sw.models.llama(kv_heads=32, ffn=11008, seq=2048, batch=8 * k), 32,
+    "llama-7b": Model(lambda k: sw.models.llama(kv_heads=32, ffn=11008, seq=2048, batch=k), 32,
                       sw.models.llama_megatron_dp_spec),
     "llama-13b": Model(lambda k: sw.models.llama(layers=40, d_model=5120, heads=40, kv_heads=40, ffn=13824,
-                                                 seq=2048, batch=8 * k), 40, sw.models.llama_megatron_dp_spec),
+                                                 seq=2048, batch=k), 40, sw.models.llama_megatron_dp_spec),
 }
 
 
@@ -176,14 +178,14 @@ def check(rows: list[Row]) -> str:
 
 
 def format_rows(rows: list[Row]) -> list[str]:
-    lines = [f"  {'plan':<22}{'step ms':>12}{'GB/device':>14}{'search s':>10}"]
+    lines = [f"  {'plan':<22}{'step ms':>12}{'GB/device':>18}{'search s':>10}"]
     for r in rows:
         search = f"{r.search_s:10.1f}" if r.search_s is not None else f"{'':>10}"
         if r.time is None:
-            lines.append(f"  {r.kind:<22}{'-':>12}{'-':>14}{search}  {r.note}")
+            lines.append(f"  {r.kind:<22}{'-':>12}{'-':>18}{search}  {r.note}")
             continue
         memory = f"{r.arena / 1e9:.1f}" if r.fits else f"{r.arena / 1e9:.0f} does not fit"
-        lines.append(f"  {r.kind:<22}{r.time * 1e3:>12.2f}{memory:>14}{search}")
+        lines.append(f"  {r.kind:<22}{r.time * 1e3:>12.2f}{memory:>18}{search}")
     lines.append(f"  check: {check(rows)}")
     return lines
 
