@@ -19,9 +19,9 @@ from shardwise.errors import GraphError
 from shardwise.graph import Graph
 from shardwise.models.alexnet import alexnet
 from shardwise.models.inception import inception_v3
-from shardwise.models.gpt import gpt, gpt_tiny, megatron_spec
+from shardwise.models.gpt import gpt, gpt_tiny, megatron_dp_spec, megatron_spec
 from shardwise.models.lenet import lenet5
-from shardwise.models.llama import llama, llama_ffn, llama_tiny
+from shardwise.models.llama import llama, llama_ffn, llama_megatron_dp_spec, llama_tiny
 from shardwise.models.rnn import rnn
 from shardwise.models.resnet import resnet18, resnet34, resnet50, resnet101, resnet152, wide_resnet
 from shardwise.models.small import alexnet_small, inception_small, resnet18_small, vgg_small
@@ -83,4 +83,4 @@ def get(name: str, **kwargs: Any) -> Graph:
 __all__ = ["ZOO", "names", "get", "lenet5", "alexnet", "vgg16", "inception_v3",
            "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "SMALL", "alexnet_small", "vgg_small",
            "resnet18_small", "inception_small", "wide_resnet", "LARGE", "rnn", "gpt", "gpt_tiny", "megatron_spec",
-           "llama", "llama_tiny", "llama_ffn"]
+           "megatron_dp_spec", "llama", "llama_tiny", "llama_ffn", "llama_megatron_dp_spec"]

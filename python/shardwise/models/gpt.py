@@ -84,24 +84,44 @@ def megatron_spec(g: Graph, k: int) -> dict[str, dict[str, int]]:
     vocabulary columns.  Megatron-LM replicates layer norms and residual adds on every device
     of the group; a plan partitions every op, so those are split by samples (``n``) here, which
     needs the batch to be a multiple of ``k``."""
-    k = _positive(k, "k")
+    return megatron_dp_spec(g, k, 1)
+
+
+def megatron_dp_spec(g: Graph, tp: int, dp: int) -> dict[str, dict[str, int]]:
+    """Megatron-LM's tensor parallelism over groups of ``tp`` devices (:func:`megatron_spec`'s
+    layout in each group) with data parallelism over ``dp`` such groups: every op is also split
+    ``n=dp`` by samples, so each group trains on its own slice of the batch, and ops Megatron
+    replicates in a group (layer norms, residual adds) are split ``n=dp*tp``.
+
+    Workers are numbered row-major over an op's split dimensions, the sample dimension ``n``
+    (the first) slowest and a split reduction fastest, so the ``tp`` workers of one group are
+    consecutive: devices ``[j*tp, (j+1)*tp)`` for group j.  On ``DeviceGraph.cluster(nodes,
+    tp)`` each group is one node (tensor parallelism over NVLink / NVSwitch, data parallelism
+    across nodes).  The batch must be a multiple of ``dp * tp``."""
+    tp, dp = _positive(tp, "tp"), _positive(dp, "dp")
+
+    def split(**degrees: int) -> dict[str, int]:
+        return {dim: degree for dim, degree in degrees.items() if degree > 1}
+
     spec: dict[str, dict[str, int]] = {}
     for op in g.ops:
         name = op.name
         if name.endswith((".attn.q", ".attn.k", ".attn.v", ".mlp.fc", ".mlp.gelu", ".attn.concat")):
-            spec[name] = {"l": k}                     # (N, T, features): the feature columns
+            spec[name] = split(n=dp, l=tp)            # (N, T, features): the feature columns
         elif name.endswith((".split", ".attn.merge")):
-            spec[name] = {"h": k}                     # (N, T, H, Dh): the heads
+            spec[name] = split(n=dp, h=tp)            # (N, T, H, Dh): the heads
         elif name.endswith((".heads", ".attn.scores", ".attn.probs")) or op.kind == "matmul":
-            spec[name] = {"c": k}                     # (N, H, T, *): the heads
+            spec[name] = split(n=dp, c=tp)            # (N, H, T, *): the heads
         elif name.endswith((".attn.proj", ".mlp.proj")):
-            spec[name] = {"i": k}                     # rows: partial sums added on the owner
+            spec[name] = split(n=dp, i=tp)            # rows: partial sums added on the owner
         elif name == "wte":
-            spec[name] = {"v": k}                     # vocabulary-parallel embedding
+            spec[name] = split(n=dp, v=tp)            # vocabulary-parallel embedding
         elif name in ("lm_head", "loss"):
-            spec[name] = {"l": k}                     # vocabulary columns of the logits
+            spec[name] = split(n=dp, l=tp)            # vocabulary columns of the logits
+        elif op.kind == "parameter":
+            spec[name] = split(n=math.gcd(op.shape[0], dp * tp))   # wpe (T, D): by positions, as they divide
         else:
-            spec[name] = {"n": k}                     # layer norms, residual adds: by samples
+            spec[name] = split(n=dp * tp)             # layer norms, residual adds: by samples
     return spec
 
 

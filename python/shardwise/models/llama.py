@@ -113,6 +113,48 @@ def llama(layers: int = 32, d_model: int = 4096, heads: int = 32, kv_heads: int 
     return g
 
 
+def llama_megatron_dp_spec(g: Graph, tp: int, dp: int = 1) -> dict[str, dict[str, int]]:
+    """Megatron-LM's tensor parallelism over groups of ``tp`` devices with data parallelism over
+    ``dp`` groups, for a :func:`llama` graph, as a spec for ``Plan.from_dict(g, devices, spec,
+    options=CostOptions(reduction_splits=True))`` (the layout of ``sw.models.megatron_dp_spec``
+    for GPT graphs, with Llama's op names): q, k, v, ``gate_proj`` and ``up_proj`` (and SiLU, the
+    gating product) by output columns (``l``); every op between them and ``o_proj`` by heads
+    (query heads, and key/value heads before they are repeated, so query head h and its
+    key/value head h // (H/G) sit on the same worker); ``o_proj`` and ``down_proj`` by rows (the
+    split reduction ``i``: partial outputs summed); the token embedding by vocabulary rows,
+    ``lm_head`` and the loss by vocabulary columns; RMS norms and residual adds, which Megatron
+    replicates in a group, by samples ``n=dp*tp``.  Every op is also split ``n=dp``.
+
+    Workers are numbered row-major over an op's split dimensions, samples slowest and a split
+    reduction fastest, so group j is devices ``[j*tp, (j+1)*tp)``: one node of
+    ``DeviceGraph.cluster(nodes, tp)``.  Needs ``tp`` to divide the key/value heads and the
+    batch to be a multiple of ``dp * tp``."""
+    tp, dp = positive_int("llama_megatron_dp_spec", tp, "tp"), positive_int("llama_megatron_dp_spec", dp, "dp")
+
+    def split(**degrees: int) -> dict[str, int]:
+        return {dim: degree for dim, degree in degrees.items() if degree > 1}
+
+    spec: dict[str, dict[str, int]] = {}
+    for op in g.ops:
+        name = op.name
+        if name.endswith(("_proj.split", ".merge")):
+            spec[name] = split(n=dp, h=tp)            # (N, T, heads, Dh): the heads
+        elif name.endswith((".unsqueeze", ".expand")) or op.kind in ("permute", "rotary", "matmul", "softmax_dim") \
+                or name.endswith(".repeat"):
+            spec[name] = split(n=dp, c=tp)            # (N, heads, ...): the (key/value) heads
+        elif name.endswith((".o_proj", ".down_proj")):
+            spec[name] = split(n=dp, i=tp)            # rows: partial sums added on the owner
+        elif name.endswith(("_proj", ".concat", ".mlp.silu", ".mlp.gated")):
+            spec[name] = split(n=dp, l=tp)            # (N, T, features): the feature columns
+        elif name == "model.embed_tokens":
+            spec[name] = split(n=dp, v=tp)            # vocabulary-parallel embedding
+        elif name in ("lm_head", "loss"):
+            spec[name] = split(n=dp, l=tp)            # vocabulary columns of the logits
+        else:
+            spec[name] = split(n=dp * tp)             # RMS norms, residual adds: by samples
+    return spec
+
+
 def llama_tiny(batch: int = 4, layers: int = 2, d_model: int = 32, heads: int = 4, kv_heads: int = 2, seq: int = 8,
                vocab: int = 64, ffn: int = 64) -> Graph:
     """A Llama small enough to train on CPU workers in tests: 2 layers, d_model 32, 4 query heads
