@@ -389,6 +389,8 @@ sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst);
  * (t->nreads is set from io); the new id goes to *id. */
 sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, int32_t op, const sw_box *box,
                        int32_t *id);
+/* append an exact copy of *buf (worker and slot too) */
+sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id);
 sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, const sw_task_io *io,
                      int32_t *id);
 /* The buffers task t reads (returns their number, *ids points into g->io) and writes. */

@@ -75,10 +75,7 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
             s = SW_FAIL(SW_ERR_VALUE, "buffer %d lies on device %d of %d", b, buf->device, ndev);
             break;
         }
-        s = sw_tg_buffer(out, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, &id);
-        if (s == SW_OK) {
-            out->buffers[id] = *buf;
-        }
+        s = sw_tg_buffer_copy(out, buf, &id);
     }
     for (int32_t t = 0; t < n && s == SW_OK; t++) {
         const sw_task *task = &g->tasks[t];

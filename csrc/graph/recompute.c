@@ -213,18 +213,12 @@ sw_status sw_recompute_apply(const sw_task_graph *g, int nops, const sw_recomput
     for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
         int32_t id;
         const sw_buffer *buf = &g->buffers[b];
-        s = sw_tg_buffer(out, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, &id);
-        if (s == SW_OK) {
-            out->buffers[id] = *buf;
-        }
+        s = sw_tg_buffer_copy(out, buf, &id);
     }
     for (int32_t i = 0; i < R.n && s == SW_OK; i++) {
         const sw_buffer *buf = &g->buffers[R.buffer[i]];
         int32_t id;
-        s = sw_tg_buffer(out, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, &id);
-        if (s == SW_OK) {
-            out->buffers[id] = *buf;
-        }
+        s = sw_tg_buffer_copy(out, buf, &id);
     }
     origin = malloc(sizeof *origin * ((size_t)g->ntasks + (size_t)R.n + 1));
     if (s == SW_OK && !origin) {

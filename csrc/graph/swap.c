@@ -270,10 +270,7 @@ sw_status sw_swap_apply(const sw_task_graph *g, int ndev, const sw_swap_spec *sp
     for (int32_t b = 0; b < g->nbuffers && s == SW_OK; b++) {
         int32_t id;
         const sw_buffer *buf = &g->buffers[b];
-        s = sw_tg_buffer(out, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, &id);
-        if (s == SW_OK) {
-            out->buffers[id] = *buf;
-        }
+        s = sw_tg_buffer_copy(out, buf, &id);
         R.swapped[b] = NONE;
     }
     for (int32_t i = 0; i < n && s == SW_OK; i++) {
@@ -281,10 +278,7 @@ sw_status sw_swap_apply(const sw_task_graph *g, int ndev, const sw_swap_spec *sp
         int32_t id;
         s = sw_tg_buffer(out, buf->device, SW_BUF_HOST, buf->op, &buf->box, &id);
         if (s == SW_OK) {
-            s = sw_tg_buffer(out, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, &id);
-        }
-        if (s == SW_OK) {
-            out->buffers[id] = *buf;
+            s = sw_tg_buffer_copy(out, buf, &id);
         }
         R.swapped[spec->buffer[i]] = i;
         ins[2 * i] = (sw_keyed){spec->out_at[i], 0, i};

@@ -54,6 +54,16 @@ sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, in
     return SW_OK;
 }
 
+/* Append an exact copy of *buf (worker and slot too) to g: the passes that rewrite a task graph
+ * into a new one (swap, recompute, ranks) keep every buffer as it was. */
+sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id) {
+    sw_status s = sw_tg_buffer(g, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, id);
+    if (s == SW_OK) {
+        g->buffers[*id] = *buf;
+    }
+    return s;
+}
+
 static void sort_ids(int32_t *a, int n) {  /* insertion sort: dependency lists are short */
     for (int i = 1; i < n; i++) {
         int32_t v = a[i];
