@@ -29,16 +29,8 @@ import warnings
 
 import shardwise as sw
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distributed import cpu_model  # noqa: E402  (the one CPU description of the benchmarks)
 
 
 def graph(model: str, args: argparse.Namespace) -> sw.Graph:
