@@ -70,7 +70,8 @@ def ours(g: sw.Graph, tf32: bool, steps: int, rounds: int, torch) -> dict:
     else:
         os.environ.pop("SHARDWISE_CUDA_TF32", None)
     free0 = torch.cuda.mem_get_info()[0] if torch else None
-    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
+    # the GPU as the plan's one device: its memory (not a CPU preset's 4 GB) bounds the arena
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.local_gpus(logical=1))
     t = Trainer(g, plan, optimizer=SGD(lr=0.01, momentum=0.9), backend="cuda")
     x, y = batch_for(g)
     sec = timed(lambda: t.step(x, y), steps, rounds)

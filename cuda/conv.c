@@ -4,13 +4,14 @@
  *   dx over dx's view          = the contributions of dy's box                      backward data
  *   dw (Co_b, Ci, kh, kw)      = from the x region and dy                           backward filter
  *
- * The window runs on x's view in place when its padding is symmetric, else on a padded
- * copy, a chunk of samples at a time (window.c); the filter gradient of later chunks adds
- * to the first (beta = 1), in sample order.  Algorithms: cuDNN's heuristic list for the
- * shapes (cudnnGet*Algorithm_v7, which runs nothing), the first deterministic one whose
- * workspace fits the stream's scratch, cached per shape and GPU; TF32 stays off (FMA math)
- * unless SHARDWISE_CUDA_TF32=1.  This is cuDNN's legacy convolution API, deprecated in
- * cuDNN 9 in favour of the graph API but still shipped.
+ * The window runs on x's view in place when cuDNN's symmetric padding gives its outputs
+ * exactly (window_geom.c), else on a padded copy, a chunk of samples at a time (window.c);
+ * the filter gradient of later chunks adds to the first (beta = 1), in sample order.
+ * Algorithms: cuDNN's heuristic list for the shapes (cudnnGet*Algorithm_v7, which runs
+ * nothing), the first deterministic one whose workspace fits the stream's scratch, cached per
+ * shape and GPU; TF32 stays off (FMA math) unless SHARDWISE_CUDA_TF32=1, and then FMA math
+ * where no deterministic tensor-op algorithm fits.  This is cuDNN's legacy convolution API,
+ * deprecated in cuDNN 9 in favour of the graph API but still shipped.
  */
 #include <stdlib.h>  /* realloc, free */
 #include <string.h>  /* memcmp, memcpy */
@@ -90,31 +91,51 @@ static const cu_algo *cached(const cuda_backend *be, int pass, int gpu, const in
         }                                                                                                     \
     }
 
+/* cuDNN's ranked candidates for one pass under the descriptor's math type: the first PICK takes. */
+static sw_status query(const cu_task *t, int pass, const conv_desc *d, size_t limit, int tf32, int *algo,
+                       size_t *bytes, int *n) {
+    cudnnHandle_t h = t->st->dnn;
+    *algo = -1;
+    *n = 0;
+    if (pass == FWD) {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        DNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->cv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n,
+                                                       perf));
+        PICK(perf, *n, limit, tf32, algo, bytes)
+    } else if (pass == BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        DNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->cv, d->x,
+                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perf));
+        PICK(perf, *n, limit, tf32, algo, bytes)
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        DNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->cv, d->w,
+                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, perf));
+        PICK(perf, *n, limit, tf32, algo, bytes)
+    }
+    return SW_OK;
+}
+
+/* The pass's algorithm for d, cached per shape: with TF32 allowed, tensor-op math first, and
+ * plain FMA math where cuDNN offers no deterministic tensor-op candidate within `limit` (TF32
+ * is a permission, not a requirement); the descriptor takes the math type chosen. */
 static sw_status choose(const cu_task *t, int pass, const conv_desc *d, size_t limit, int *algo, size_t *bytes) {
     cuda_backend *be = t->be;
     const cu_algo *hit = cached(be, pass, t->st->gpu, d->key);
+    int fma = !be->tf32;
     if (hit) {
         *algo = hit->algo;
         *bytes = hit->bytes;
+        fma = hit->fma;
     } else {
         int n = 0;
-        *algo = -1;
-        cudnnHandle_t h = t->st->dnn;
-        if (pass == FWD) {
-            cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-            DNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->cv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                           &n, perf));
-            PICK(perf, n, limit, be->tf32, algo, bytes)
-        } else if (pass == BWD_DATA) {
-            cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-            DNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->cv, d->x,
-                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-            PICK(perf, n, limit, be->tf32, algo, bytes)
-        } else {
-            cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-            DNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->cv, d->w,
-                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-            PICK(perf, n, limit, be->tf32, algo, bytes)
+        SW_TRY(query(t, pass, d, limit, be->tf32, algo, bytes, &n));
+        if (*algo < 0 && be->tf32) {
+            DNN_TRY(cudnnSetConvolutionMathType(d->cv, CUDNN_FMA_MATH));
+            fma = 1;
+            int n_fma = 0;
+            SW_TRY(query(t, pass, d, limit, 0, algo, bytes, &n_fma));
+            n += n_fma;
         }
         if (*algo < 0) {
             return SW_FAIL(SW_ERR_NOMEM, "task %d: cuDNN offers no deterministic convolution algorithm within the %zu "
@@ -135,6 +156,10 @@ static sw_status choose(const cu_task *t, int pass, const conv_desc *d, size_t l
         memcpy(a->dims, d->key, sizeof a->dims);
         a->algo = *algo;
         a->bytes = *bytes;
+        a->fma = fma;
+    }
+    if (fma && be->tf32) {   /* a cached FMA choice: this chunk's fresh descriptor asked for tensor ops */
+        DNN_TRY(cudnnSetConvolutionMathType(d->cv, CUDNN_FMA_MATH));
     }
     if (*bytes > limit) {
         return SW_FAIL(SW_ERR_NOMEM, "task %d: the convolution's algorithm needs %zu bytes of workspace, %zu are left",

@@ -59,6 +59,7 @@ typedef struct {              /* a cached convolution algorithm (conv.c) */
     int dims[18];             /* x, w, y shapes, padding, stride */
     int algo;
     size_t bytes;
+    int fma;                  /* chosen under plain FMA math (TF32 on, but no tensor-op candidate fitted) */
 } cu_algo;
 
 typedef struct cuda_backend {

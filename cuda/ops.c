@@ -144,7 +144,10 @@ static sw_status weight_or_bias_grad(const cu_task *t, int conv) {
         float *d;
         const float *s[SWK_MAX_SRC];
         SW_TRY(cu_map_over(&dz, src, 1, &m, &d, s));
-        return cu_check(swk_channel_sums(&m, s[0], dw.data, t->st->s), "bias gradient");
+        sw_status st = SW_OK;
+        double *part = cu_scratch(t, swk_bn_sums_scratch(&m), &st);
+        SW_TRY(st);
+        return cu_check(swk_channel_sums(&m, s[0], dw.data, part, t->st->s), "bias gradient");
     }
     if (r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", t->e.id);
@@ -385,7 +388,10 @@ static sw_status batchnorm_backward_weight(const cu_task *t) {
     if (t->e.op->bias[t->e.task->slot]) {
         const sw_view *src[1] = {&dy};
         SW_TRY(cu_map_over(&dy, src, 1, &mp, &d, sp));
-        return cu_check(swk_channel_sums(&mp, sp[0], dparam.data, t->st->s), "dbeta");
+        sw_status st = SW_OK;
+        double *part = cu_scratch(t, swk_bn_sums_scratch(&mp), &st);
+        SW_TRY(st);
+        return cu_check(swk_channel_sums(&mp, sp[0], dparam.data, part, t->st->s), "dbeta");
     }
     if (r.stats_x < 0 || r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", t->e.id);
@@ -401,7 +407,9 @@ static sw_status batchnorm_backward_weight(const cu_task *t) {
     view(t, r.region[0], &x);
     const sw_view *src[2] = {&x, &dy};
     SW_TRY(cu_map_over(&dy, src, 2, &mp, &d, sp));
-    CU_TRY(swk_bn_backward_sums(&mp, sp[0], sp[1], mean, mean + c, sums, t->st->s));
+    double *part = cu_scratch(t, swk_bn_sums_scratch(&mp), &s);
+    SW_TRY(s);
+    CU_TRY(swk_bn_backward_sums(&mp, sp[0], sp[1], mean, mean + c, sums, part, t->st->s));
     return cu_check(swk_doubles_to_floats(sums + c, c, dparam.data, t->st->s), "dgamma");
 }
 

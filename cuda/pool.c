@@ -5,8 +5,8 @@
  *
  * Max pooling takes cuDNN's deterministic mode, average pooling counts the padding in the
  * divisor (PyTorch's count_include_pad=True, as csrc/cpu/pool.c).  The window runs on x's view
- * in place when its padding is symmetric, else on a padded copy filled with -inf (max) or 0
- * (average) around x (window.c).  The backward pass needs the forward output: it recomputes
+ * in place when cuDNN's symmetric padding gives its outputs exactly (window_geom.c), else on
+ * a padded copy filled with -inf (max) or 0 (average) around x (window.c).  The backward pass needs the forward output: it recomputes
  * it into scratch (pooling is cheap next to reading the task graph's y from another buffer
  * whose box might differ).
  */

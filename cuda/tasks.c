@@ -151,7 +151,10 @@ static sw_status run_bn_stats(const sw_task_env *e) {
     float *d;
     const float *s[SWK_MAX_SRC];
     SW_TRY(cu_map_over(&x, src, 1, &m, &d, s));
-    return cu_check(swk_bn_sums(&m, s[0], ptr(t, t->e.writes[0]), t->st->s), "batch-norm sums");
+    sw_status st = SW_OK;
+    double *part = cu_scratch(t, swk_bn_sums_scratch(&m), &st);
+    SW_TRY(st);
+    return cu_check(swk_bn_sums(&m, s[0], ptr(t, t->e.writes[0]), part, t->st->s), "batch-norm sums");
 }
 
 /* bn_apply reads x, the statistics, gamma, beta, the running statistics (2, C); writes y and
@@ -199,7 +202,10 @@ static sw_status run_bn_backward_stats(const sw_task_env *e) {
     float *d;
     const float *s[SWK_MAX_SRC];
     SW_TRY(cu_map_over(&dy, src, 2, &m, &d, s));
-    return cu_check(swk_bn_backward_sums(&m, s[0], s[1], mean, invstd, ptr(t, t->e.writes[0]), t->st->s),
+    sw_status st = SW_OK;
+    double *part = cu_scratch(t, swk_bn_sums_scratch(&m), &st);
+    SW_TRY(st);
+    return cu_check(swk_bn_backward_sums(&m, s[0], s[1], mean, invstd, ptr(t, t->e.writes[0]), part, t->st->s),
                     "batch-norm backward sums");
 }
 

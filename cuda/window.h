@@ -6,7 +6,7 @@
 #include "cuda_backend.h"
 
 typedef struct {
-    int direct;                  /* cuDNN reads x's view in place (symmetric padding) */
+    int direct;                  /* cuDNN reads x's view in place (sw_gpu_window_direct) */
     sw_gpu_window_dim h, w;      /* per spatial dimension */
     int64_t n0, nb;              /* the output's samples (global) */
     int64_t c0, c;               /* the input channels the window reads (global) */

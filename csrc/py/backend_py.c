@@ -6,7 +6,8 @@
  *   _core.gpu_route(gpu_of, a, b, peer) -> 0 same GPU, 1 peer, 2 staged (peer: ngpus x ngpus 0/1)
  *   _core.gpu_priorities(stream_gpu, priority, least, greatest) -> [CUDA priority per stream]
  *   _core.gpu_arena_layout(plan_bytes, streams, workspace) -> (workspace_offset, workspace_bytes, total)
- *   _core.gpu_window_dim(in_lo, in_n, out_lo, out_n, k, s, p) -> (need_lo, need_hi, skip, used, pad_lo, pad_hi)
+ *   _core.gpu_window_dim(in_lo, in_n, out_lo, out_n, k, s, p) -> (need_lo, need_hi, skip, used, pad_lo, pad_hi,
+ *                                                                  direct)
  *   _core.gpu_event_plan(ops, streams, ids, ntasks, stream_gpu) -> (slots, events, waits, cross_gpu_waits)
  *
  * "cuda" imports shardwise._cuda (the CUDA backend's own extension module, built only where
@@ -275,8 +276,8 @@ static PyObject *gpu_window_dim(PyObject *self, PyObject *args) {
     if (s != SW_OK) {
         return sw_py_raise(s);
     }
-    return Py_BuildValue("(LLLLLL)", (long long)d.need_lo, (long long)d.need_hi, (long long)d.skip,
-                         (long long)d.used, (long long)d.pad_lo, (long long)d.pad_hi);
+    return Py_BuildValue("(LLLLLLO)", (long long)d.need_lo, (long long)d.need_hi, (long long)d.skip,
+                         (long long)d.used, (long long)d.pad_lo, (long long)d.pad_hi, d.direct ? Py_True : Py_False);
 }
 
 static PyObject *gpu_event_plan(PyObject *self, PyObject *args) {

@@ -85,6 +85,7 @@ __device__ inline float apply(swk_op op, float a, float d, float s0, float s1, f
     return 0.0f;
 }
 
+// one thread per element, its offsets walked from its index (short lines)
 __global__ void map_kernel(swk_op op, float a, swk_map m, int64_t n, float *dst, const float *s0p, const float *s1p,
                            const float *s2p, const float *s3p) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -93,6 +94,40 @@ __global__ void map_kernel(swk_op op, float a, swk_map m, int64_t n, float *dst,
         const float v0 = m.nsrc > 0 ? s0p[s[0]] : 0.0f, v1 = m.nsrc > 1 ? s1p[s[1]] : 0.0f;
         const float v2 = m.nsrc > 2 ? s2p[s[2]] : 0.0f, v3 = m.nsrc > 3 ? s3p[s[3]] : 0.0f;
         dst[d] = apply(op, a, op == SWK_ACCUMULATE ? dst[d] : 0.0f, v0, v1, v2, v3);
+    }
+}
+
+// a flat box (rank 1 after swk_collapse): element i at i * stride, no division
+__global__ void map_flat_kernel(swk_op op, float a, swk_map m, int64_t n, float *dst, const float *s0p,
+                                const float *s1p, const float *s2p, const float *s3p) {
+    const int64_t ds = m.dst_stride[0], st0 = m.src_stride[0][0], st1 = m.src_stride[1][0];
+    const int64_t st2 = m.src_stride[2][0], st3 = m.src_stride[3][0];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v0 = m.nsrc > 0 ? s0p[i * st0] : 0.0f, v1 = m.nsrc > 1 ? s1p[i * st1] : 0.0f;
+        const float v2 = m.nsrc > 2 ? s2p[i * st2] : 0.0f, v3 = m.nsrc > 3 ? s3p[i * st3] : 0.0f;
+        float *o = dst + i * ds;
+        *o = apply(op, a, op == SWK_ACCUMULATE ? *o : 0.0f, v0, v1, v2, v3);
+    }
+}
+
+// one warp per line of the last dimension (lines = n / inner): one walk per line
+__global__ void map_lines_kernel(swk_op op, float a, swk_map m, int64_t lines, float *dst, const float *s0p,
+                                 const float *s1p, const float *s2p, const float *s3p) {
+    const int last = m.rank - 1;
+    const int64_t inner = m.ext[last], ds = m.dst_stride[last];
+    const int64_t st0 = m.src_stride[0][last], st1 = m.src_stride[1][last];
+    const int64_t st2 = m.src_stride[2][last], st3 = m.src_stride[3][last];
+    const int lane = (int)(threadIdx.x % SWK_WARP);
+    const int64_t warps = (int64_t)gridDim.x * blockDim.x / SWK_WARP;
+    for (int64_t L = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / SWK_WARP; L < lines; L += warps) {
+        int64_t d, s[SWK_MAX_SRC], dim1;
+        swk_line(m, L, &d, s, &dim1);
+        for (int64_t j = lane; j < inner; j += SWK_WARP) {
+            const float v0 = m.nsrc > 0 ? s0p[s[0] + j * st0] : 0.0f, v1 = m.nsrc > 1 ? s1p[s[1] + j * st1] : 0.0f;
+            const float v2 = m.nsrc > 2 ? s2p[s[2] + j * st2] : 0.0f, v3 = m.nsrc > 3 ? s3p[s[3] + j * st3] : 0.0f;
+            float *o = dst + d + j * ds;
+            *o = apply(op, a, op == SWK_ACCUMULATE ? *o : 0.0f, v0, v1, v2, v3);
+        }
     }
 }
 
@@ -128,7 +163,16 @@ extern "C" cudaError_t swk_map_run(swk_op op, float a, const swk_map *m, float *
     for (int k = 0; k < m->nsrc && k < SWK_MAX_SRC; k++) {
         s[k] = src[k];
     }
-    map_kernel<<<swk_blocks(n, 256), 256, 0, stream>>>(op, a, *m, n, dst, s[0], s[1], s[2], s[3]);
+    const swk_map c = swk_collapse(m, 0);
+    if (c.rank == 1) {
+        map_flat_kernel<<<swk_blocks(n, 256), 256, 0, stream>>>(op, a, c, n, dst, s[0], s[1], s[2], s[3]);
+    } else if (swk_by_lines(&c)) {
+        const int64_t lines = n / c.ext[c.rank - 1];
+        map_lines_kernel<<<swk_blocks(lines * SWK_WARP, 256), 256, 0, stream>>>(op, a, c, lines, dst, s[0], s[1],
+                                                                                s[2], s[3]);
+    } else {
+        map_kernel<<<swk_blocks(n, 256), 256, 0, stream>>>(op, a, c, n, dst, s[0], s[1], s[2], s[3]);
+    }
     return cudaGetLastError();
 }
 

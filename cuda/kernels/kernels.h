@@ -19,6 +19,7 @@
 #ifndef SHARDWISE_CUDA_KERNELS_H
 #define SHARDWISE_CUDA_KERNELS_H
 
+#include <stddef.h>            /* size_t */
 #include <stdint.h>            /* int64_t, int32_t */
 
 #include <cuda_runtime_api.h>  /* cudaStream_t, cudaError_t */
@@ -70,8 +71,10 @@ cudaError_t swk_add_doubles(double *total, const double *x, int64_t n, cudaStrea
 /* ---- batch norm over an (N, C, H, W) box (batchnorm.cu) ----
  * m walks the box with the channel as dimension 1; per-channel arrays start at the box's
  * first channel.  Sums are doubles [2][C]. */
+/* Bytes of device scratch the three channel sums below take for m (partial sums per slice). */
+size_t swk_bn_sums_scratch(const swk_map *m);
 /* sums[0][c] = sum x, sums[1][c] = sum x^2 (src 0 = x) */
-cudaError_t swk_bn_sums(const swk_map *m, const float *x, double *sums, cudaStream_t stream);
+cudaError_t swk_bn_sums(const swk_map *m, const float *x, double *sums, double *scratch, cudaStream_t stream);
 /* mean, invstd (C floats each) from sums (2, C) over count elements per channel, eps added */
 cudaError_t swk_bn_moments(const double *sums, int64_t channels, int64_t count, double eps, float *mean,
                            float *invstd, cudaStream_t stream);
@@ -86,7 +89,7 @@ cudaError_t swk_bn_apply(const swk_map *m, const float *x, const float *mean, co
                          const float *gamma, const float *beta, float *y, cudaStream_t stream);
 /* sums[0][c] = sum dy, sums[1][c] = sum dy xhat (src 0 = x, src 1 = dy) */
 cudaError_t swk_bn_backward_sums(const swk_map *m, const float *x, const float *dy, const float *mean,
-                                 const float *invstd, double *sums, cudaStream_t stream);
+                                 const float *invstd, double *sums, double *scratch, cudaStream_t stream);
 /* dx = gamma invstd (dy - S0 / count - xhat S1 / count) with the reduced sums S (src 0 = x, src 1 = dy) */
 cudaError_t swk_bn_backward_apply(const swk_map *m, const float *x, const float *dy, const float *mean,
                                   const float *invstd, const float *gamma, const double *sums, int64_t count,
@@ -95,7 +98,7 @@ cudaError_t swk_bn_backward_apply(const swk_map *m, const float *x, const float 
 cudaError_t swk_doubles_to_floats(const double *sums, int64_t n, float *out, cudaStream_t stream);
 
 /* ---- bias gradients (batchnorm.cu): db[c] = sum of dy over every dimension but 1 (src 0 = dy) ---- */
-cudaError_t swk_channel_sums(const swk_map *m, const float *dy, float *db, cudaStream_t stream);
+cudaError_t swk_channel_sums(const swk_map *m, const float *dy, float *db, double *scratch, cudaStream_t stream);
 
 /* ---- softmax + cross-entropy (loss.cu) ----
  * x: rows (n) of `classes` logits, row stride ldx; p: the (n, cols) box from class c0, row

@@ -145,14 +145,17 @@ def true_reads(in_lo, in_n, out_lo, out_n, k, s, p):
 
 def test_window_examples_from_the_file_comment():
     # kernel 3, stride 1, padding 1 over 32 rows: whole, top half, bottom half
-    assert _core.gpu_window_dim(0, 32, 0, 32, 3, 1, 1) == (-1, 33, 0, 32, 1, 1)
-    assert _core.gpu_window_dim(0, 17, 0, 16, 3, 1, 1) == (-1, 17, 0, 17, 1, 0)
-    assert _core.gpu_window_dim(15, 17, 16, 16, 3, 1, 1) == (15, 33, 0, 17, 0, 1)
+    assert _core.gpu_window_dim(0, 32, 0, 32, 3, 1, 1) == (-1, 33, 0, 32, 1, 1, True)
+    assert _core.gpu_window_dim(0, 17, 0, 16, 3, 1, 1) == (-1, 17, 0, 17, 1, 0, False)
+    assert _core.gpu_window_dim(15, 17, 16, 16, 3, 1, 1) == (15, 33, 0, 17, 0, 1, False)
+    # ResNet's stride-2 windows on an even size: padding 1 before, none after, and cuDNN's symmetric
+    # padding 1 gives the same 56 outputs (reads -1 .. 111; its extra padded row 112 is read by none)
+    assert _core.gpu_window_dim(0, 112, 0, 56, 3, 2, 1) == (-1, 112, 0, 112, 1, 0, True)
 
 
 def test_window_geometry_matches_a_brute_force_walk():
     rng = np.random.default_rng(1)
-    direct = padded = 0
+    direct = padded = asym = 0
     for _ in range(3000):
         k, s, p = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(0, 3))
         size = int(rng.integers(k, 40))                     # the tensor's extent
@@ -168,12 +171,17 @@ def test_window_geometry_matches_a_brute_force_walk():
         in_lo = max(0, in_lo)
         in_hi = max(in_lo, min(size, in_hi))   # all padding: an empty view
         got = _core.gpu_window_dim(in_lo, in_hi - in_lo, out_lo, out_n, k, s, p)
-        g_lo, g_hi, skip, used, pad_lo, pad_hi = got
+        g_lo, g_hi, skip, used, pad_lo, pad_hi, is_direct = got
         assert (g_lo, g_hi) == (need_lo, need_hi)
         assert used + pad_lo + pad_hi == need_hi - need_lo
         want = true_reads(in_lo, in_hi - in_lo, out_lo, out_n, k, s, p)
-        if pad_lo == pad_hi and used > 0:     # direct: cuDNN's symmetric padding reads exactly these
+        count = (used + 2 * pad_lo - k) // s + 1 if used + 2 * pad_lo >= k else 0
+        assert is_direct == (used > 0 and pad_hi <= pad_lo and count == out_n)   # cuDNN's count, from scratch
+        if pad_lo == pad_hi and used > 0:
+            assert is_direct                  # symmetric padding is always direct
+        if is_direct:                         # cuDNN's symmetric padding reads exactly these
             direct += 1
+            asym += pad_hi < pad_lo
             count, reads = cudnn_reads(in_lo, skip, used, pad_lo, out_n, k, s)
             assert count == out_n
             assert reads == want
@@ -182,7 +190,7 @@ def test_window_geometry_matches_a_brute_force_walk():
             reads = [need_lo + o * s + j if in_lo + skip <= need_lo + o * s + j < in_lo + skip + used else None
                      for o in range(out_n) for j in range(k)]
             assert reads == want
-    assert direct > 100 and padded > 100
+    assert direct > 100 and padded > 100 and asym > 20
 
 
 def test_window_bad_input():
@@ -341,7 +349,7 @@ def test_info_prints_versions_and_why_no_gpu(capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"shardwise {sw.__version__}")
     assert f"backends built: {', '.join(sw.backends())}" in out
-    assert "NCCL" in out and "never run on a GPU" in out
+    assert "NCCL" in out
     if sw.cuda.built() and not sw.cuda.status()[0]:
         assert "GPUs: none (" in out and "cuDNN 9." in out
 
@@ -440,3 +448,21 @@ def test_a_graph_the_cuda_backend_cannot_run_is_refused_before_looking_for_a_gpu
     plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
     with pytest.raises(sw.ConfigError, match="CUDA backend has no kernels for op kind 'layer_norm'"):
         sw.Trainer(g, plan, backend="cuda")
+
+
+def test_default_cuda_workspace_holds_twice_the_largest_feature_map_within_an_eighth_of_memory():
+    from shardwise.train.runtime import MIN_WORKSPACE, default_workspace_bytes
+
+    g = sw.models.get("resnet50", batch=64)
+    devices = sw.DeviceGraph()
+    devices.add_device("gpu0", flops=60e12, memory=141e9)
+    tg = sw.lower(sw.strategies.data_parallel(g, devices))
+    stem = 64 * 64 * 112 * 112 * 4          # conv1's output, ResNet-50's largest feature map
+    got = default_workspace_bytes(tg, devices)
+    assert 2 * stem <= got < 2 * stem + (1 << 20) and got % (1 << 20) == 0
+    small = sw.DeviceGraph()
+    small.add_device("gpu0", flops=60e12, memory=2e9)   # an eighth: 250 MB
+    capped = default_workspace_bytes(tg, small)
+    assert 2e9 / 8 <= capped < 2e9 / 8 + (1 << 20) and capped < 2 * stem
+    tiny = sw.lower(sw.strategies.data_parallel(sw.models.get("lenet5", batch=4), devices))
+    assert default_workspace_bytes(tiny, devices) == MIN_WORKSPACE

@@ -109,15 +109,19 @@ typedef struct {
     int64_t skip;               /* view elements before the first one used */
     int64_t used;               /* view elements used */
     int64_t pad_lo, pad_hi;     /* padding needed before and after them */
+    int direct;                 /* cuDNN's symmetric padding pad_lo over the `used` rows gives exactly
+                                 * out_n outputs reading these rows: pad_hi == pad_lo, or pad_hi < pad_lo
+                                 * where the extra padding at the end is read by no output (ResNet's
+                                 * stride-2 3x3 windows on even sizes: pad_lo 1, pad_hi 0) */
 } sw_gpu_window_dim;
 
 sw_status sw_gpu_window_dim_of(int64_t in_lo, int64_t in_n, int64_t out_lo, int64_t out_n, int64_t k, int64_t s,
                                int64_t p, sw_gpu_window_dim *out);
-/* Whether cuDNN runs the window on the view directly (both dimensions padded symmetrically:
- * padding pad_lo, input rows from `skip`, `used` of them); otherwise the input goes to a
- * padded copy of (need_hi - need_lo) rows and columns and runs with padding 0. */
+/* Whether cuDNN runs the window on the view directly (each dimension with symmetric padding
+ * pad_lo, input rows from `skip`, `used` of them: both dimensions `direct`); otherwise the input
+ * goes to a padded copy of (need_hi - need_lo) rows and columns and runs with padding 0. */
 static inline int sw_gpu_window_direct(const sw_gpu_window_dim *h, const sw_gpu_window_dim *w) {
-    return h->pad_lo == h->pad_hi && w->pad_lo == w->pad_hi && h->used > 0 && w->used > 0;
+    return h->direct && w->direct;
 }
 
 #endif /* SHARDWISE_GPU_PLAN_H */

@@ -30,5 +30,10 @@ sw_status sw_gpu_window_dim_of(int64_t in_lo, int64_t in_n, int64_t out_lo, int6
     out->used = hi - lo;
     out->pad_lo = lo - out->need_lo;
     out->pad_hi = out->need_hi - hi;
+    /* cuDNN pads both ends by pad_lo: output o reads rows o*s - pad_lo .. + k - 1 of the used ones, the
+     * last output's last read is used + pad_hi - 1 <= used + pad_lo - 1 (padding either way); its
+     * output count floor((used + 2 pad_lo - k) / s) + 1 must be out_n, not more */
+    out->direct = out->used > 0 && out->pad_hi <= out->pad_lo && out->used + 2 * out->pad_lo >= k &&
+                  (out->used + 2 * out->pad_lo - k) / s + 1 == out_n;
     return SW_OK;
 }

@@ -35,7 +35,6 @@ def info_text() -> str:
                          f"{g.memory / 2**30:.1f} GiB, {g.multiprocessors} SMs, {g.flops / 1e12:.1f} TFLOP/s FP32")
     elif c["built"] and "cuda_build" in c:
         lines.append(f"  GPUs: none ({c.get('reason', 'none seen')})")
-    lines.append("  (the CUDA backend has been compiled but never run on a GPU: docs/gpu.md)")
     lines += mpi_lines(distributed.info())
     return "\n".join(lines) + "\n"
 

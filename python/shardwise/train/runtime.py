@@ -155,6 +155,23 @@ def id_bound(graph: Graph, op: Op) -> int:
     return min(vocabs, default=2**24)
 
 
+MIN_WORKSPACE = 64 << 20     # bytes: a CUDA stream's workspace at least (cuBLAS's 4 MiB, cuDNN's algorithms)
+
+
+def default_workspace_bytes(tg: TaskGraph, devices: Any) -> int:
+    """Each CUDA stream's workspace where the user names none: twice the largest buffer of the
+    iteration on one device (a padded window copy, pooling's recomputed output and cuDNN's faster
+    convolution algorithms each want about one such tensor), at least MIN_WORKSPACE, at most an
+    eighth of the smallest device's declared memory.  ResNet-50 at batch 64 on one GPU: its
+    (64, 64, 112, 112) feature map is 196 MiB, so 392 MiB per stream."""
+    largest = max((b.nbytes for b in tg.buffers if b.device >= 0), default=0)
+    want = max(MIN_WORKSPACE, 2 * largest)
+    memories = [d.memory for d in getattr(devices, "devices", []) if getattr(d, "memory", 0) > 0]
+    if memories:
+        want = min(want, max(MIN_WORKSPACE, int(min(memories)) // 8))
+    return (want + (1 << 20) - 1) >> 20 << 20
+
+
 class NativeExecutor:
     """Runs the task graph of ``plan`` on the native runtime; parameters and optimizer state persist."""
 
@@ -171,7 +188,7 @@ class NativeExecutor:
         run on (None: one stream per device, program order).  ``backend``: "cpu" or "cuda"; for
         "cuda", ``gpus`` gives each logical device's GPU (default: the plan's device graph's
         ``gpu_of``, else blocks over every GPU) and ``workspace_mb`` each stream's workspace
-        (default 64).  ``swap``: (buffer, out_at, in_at) int32 arrays of a swap plan
+        (default :func:`default_workspace_bytes`: twice the largest buffer on a device, 64 MiB at least).  ``swap``: (buffer, out_at, in_at) int32 arrays of a swap plan
         (:meth:`shardwise.iteration.swap.SwapPlan.spec`), or None.  When ``tg`` was lowered with
         this schedule (``sw.lower(plan, schedule=..., swap=...)``; ``swap`` None here), the runtime
         takes its C task graph, swap tasks included, and does not lower the plan again.
@@ -200,6 +217,8 @@ class NativeExecutor:
         if gpus is None:
             gpus = getattr(devices, "gpu_of", None)
         workspace = int(workspace_mb) << 20 if workspace_mb else 0
+        if backend == "cuda" and not workspace_mb:
+            workspace = default_workspace_bytes(tg, devices)
         self.backend = backend
         gpus = gpus if backend == "cuda" else None
         if getattr(tg, "handle", None) is not None and schedule is tg.schedule and swap is None:

@@ -68,7 +68,7 @@ class TrainerInUseError(ShardwiseError, RuntimeError):
 
 class Trainer:
     """Trains ``graph`` with ``plan`` on the CPU backend (every device a worker with its own memory),
-    or with ``backend="cuda"`` on GPUs (compiled, never run on a GPU yet: docs/gpu.md).
+    or with ``backend="cuda"`` on GPUs (docs/gpu.md).
 
     Threads: a Trainer's workers share one set of weights, activations and gradients, so one
     thread at a time uses it.  Every public method holds the trainer while it runs.  Those that
@@ -104,7 +104,8 @@ class Trainer:
         between steps by assigning another optimizer of the same kind to :attr:`optimizer`.
         ``backend``: "cpu" (threads, one per device) or "cuda" (the plan's devices on this
         machine's GPUs, docs/gpu.md; BackendUnavailableError naming what is missing where it
-        cannot run); ``workspace_mb``: each CUDA stream's workspace (default 64).
+        cannot run); ``workspace_mb``: each CUDA stream's workspace in MiB (default: twice the largest buffer on a
+        device, 64 at least, an eighth of a device's memory at most).
         ``swap``: a :class:`~shardwise.iteration.swap.SwapPlan` of this plan (``sw.swap_plan(plan, budget)``):
         its feature maps go to a host region of their own and back on each device's swap-out and
         swap-in streams, real copies, and each device's arena is the swap plan's, within its budget;
