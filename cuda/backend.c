@@ -20,8 +20,10 @@
  * record), and synchronizes each stream once at the end: the only host synchronization,
  * which the loss needs.
  */
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime under -std=c11 */
 #include <stdlib.h>  /* calloc, free, getenv, realloc */
 #include <string.h>  /* memcpy, memset */
+#include <time.h>    /* clock_gettime: the host clock task times are placed on */
 
 #include "cuda_backend.h"
 
@@ -337,6 +339,92 @@ static void stage_inputs(cuda_backend *be, const sw_step_args *args) {
     memset(be->loss, 0, sizeof(double) * (size_t)sw_runtime_ntasks(rt));
 }
 
+/* ------------------------------------------------------------------ task timing */
+static int64_t host_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void free_timing(cuda_backend *be) {
+    for (int32_t t = 0; t < be->ntimed; t++) {
+        if (be->task_start && be->task_start[t]) {
+            cudaEventDestroy(be->task_start[t]);
+        }
+        if (be->task_end && be->task_end[t]) {
+            cudaEventDestroy(be->task_end[t]);
+        }
+    }
+    for (int g = 0; g < be->ngpus && be->gpu_zero; g++) {
+        if (be->gpu_zero[g]) {
+            cudaEventDestroy(be->gpu_zero[g]);
+        }
+    }
+    free(be->task_start);
+    free(be->task_end);
+    free(be->gpu_zero);
+    be->task_start = be->task_end = be->gpu_zero = NULL;
+    be->ntimed = 0;
+    be->timing = 0;
+}
+
+/* Timing events: each task's on its stream's GPU (an event belongs to the device current when it
+ * is created), each GPU's zero on that GPU. */
+static sw_status time_tasks(sw_backend *b, int on) {
+    cuda_backend *be = (cuda_backend *)b;
+    if (!on || be->timing) {
+        if (!on) {
+            free_timing(be);
+        }
+        return SW_OK;
+    }
+    const sw_runtime *rt = be->base.rt;
+    const int32_t n = sw_runtime_ntasks(rt);
+    be->task_start = calloc((size_t)n + 1, sizeof *be->task_start);
+    be->task_end = calloc((size_t)n + 1, sizeof *be->task_end);
+    be->gpu_zero = calloc((size_t)be->ngpus + 1, sizeof *be->gpu_zero);
+    if (!be->task_start || !be->task_end || !be->gpu_zero) {
+        free_timing(be);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for task timing");
+    }
+    be->ntimed = n;
+    sw_status s = SW_OK;
+    for (int g = 0; g < be->ngpus && s == SW_OK; g++) {
+        s = cu_check(cudaSetDevice(g), "cudaSetDevice");
+        s = s == SW_OK ? cu_check(cudaEventCreate(&be->gpu_zero[g]), "cudaEventCreate (task timing)") : s;
+    }
+    for (int32_t t = 0; t < n && s == SW_OK; t++) {
+        s = cu_check(cudaSetDevice(be->gpu_of[sw_runtime_task(rt, t)->device]), "cudaSetDevice");
+        s = s == SW_OK ? cu_check(cudaEventCreate(&be->task_start[t]), "cudaEventCreate (task timing)") : s;
+        s = s == SW_OK ? cu_check(cudaEventCreate(&be->task_end[t]), "cudaEventCreate (task timing)") : s;
+    }
+    if (s != SW_OK) {
+        free_timing(be);
+        return s;
+    }
+    be->timing = 1;
+    return SW_OK;
+}
+
+/* After the step's synchronization: each task run in list l, its start and end as ns from its
+ * GPU's zero event, placed at the host clock's reading when the launch began (zero_ns). */
+static sw_status read_task_times(cuda_backend *be, const sw_gpu_cmds *l, int64_t zero_ns) {
+    int64_t *ns = sw_runtime_task_ns(be->base.rt);
+    for (int32_t i = 0; i < l->n; i++) {
+        const sw_gpu_cmd *c = &l->cmd[i];
+        if (c->op != SW_GPU_RUN || c->id >= be->ntimed) {
+            continue;
+        }
+        const int gpu = be->streams[c->stream].gpu;
+        float start_ms = 0.0f, end_ms = 0.0f;
+        CU_TRY(cudaEventElapsedTime(&start_ms, be->gpu_zero[gpu], be->task_start[c->id]));
+        CU_TRY(cudaEventElapsedTime(&end_ms, be->gpu_zero[gpu], be->task_end[c->id]));
+        ns[2 * (int64_t)c->id] = zero_ns + (int64_t)((double)start_ms * 1e6);
+        ns[2 * (int64_t)c->id + 1] = zero_ns + (int64_t)((double)end_ms * 1e6);
+    }
+    return SW_OK;
+}
+
 static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
     cuda_backend *be = (cuda_backend *)b;
     const sw_runtime *rt = be->base.rt;
@@ -348,6 +436,11 @@ static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
     sw_status s = SW_OK;
     int current = -1;
     const sw_gpu_cmds *l = &be->lists[list];
+    const int64_t zero_ns = be->timing ? host_ns() : 0;
+    for (int g = 0; g < be->ngpus && be->timing && s == SW_OK; g++) {   /* every stream is idle here */
+        s = cu_check(cudaSetDevice(g), "cudaSetDevice");
+        s = s == SW_OK ? cu_check(cudaEventRecord(be->gpu_zero[g], 0), "cudaEventRecord (task timing)") : s;
+    }
     for (int32_t i = 0; i < l->n && s == SW_OK; i++) {
         const sw_gpu_cmd *c = &l->cmd[i];
         cu_stream *st = &be->streams[c->stream];
@@ -359,7 +452,14 @@ static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
             break;
         }
         if (c->op == SW_GPU_RUN) {
-            s = cu_run_task(be, st, c->id, args);
+            int timed = be->timing && list != SW_LIST_PIPELINE && c->id < be->ntimed;
+            if (timed) {
+                s = cu_check(cudaEventRecord(be->task_start[c->id], st->s), "cudaEventRecord (task timing)");
+            }
+            s = s == SW_OK ? cu_run_task(be, st, c->id, args) : s;
+            if (timed && s == SW_OK) {
+                s = cu_check(cudaEventRecord(be->task_end[c->id], st->s), "cudaEventRecord (task timing)");
+            }
         } else if (c->op == SW_GPU_RECORD) {
             s = cu_check(cudaEventRecord(be->events[be->slot[c->id]], st->s), "cudaEventRecord");
         } else {
@@ -373,6 +473,9 @@ static sw_status launch(sw_backend *b, int list, const sw_step_args *args) {
         if (s == SW_OK) {
             s = cu_check(e, "a kernel of this step (cudaStreamSynchronize)");
         }
+    }
+    if (s == SW_OK && be->timing && list != SW_LIST_PIPELINE) {
+        s = read_task_times(be, l, zero_ns);
     }
     double *loss_sums = sw_runtime_loss_sums(rt);
     for (int32_t t = 0; t < sw_runtime_ntasks(rt) && s == SW_OK; t++) {
@@ -421,6 +524,7 @@ static void destroy(sw_backend *b) {
     for (int32_t k = 0; k < be->nslots; k++) {
         cudaEventDestroy(be->events[k]);
     }
+    free_timing(be);
     for (int l = 0; l < SW_NLISTS; l++) {
         sw_gpu_cmds_free(&be->lists[l]);
     }
@@ -456,6 +560,7 @@ static const sw_backend_i CUDA_BACKEND = {
     .wait_times = NULL,
     .destroy = destroy,
     .supports_op = cu_supports_op,
+    .time_tasks = time_tasks,
 };
 
 const sw_backend_i *cu_backend_iface(void) { return &CUDA_BACKEND; }

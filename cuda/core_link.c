@@ -63,6 +63,7 @@ const sw_rt_op *sw_runtime_op(const sw_runtime *rt, int op) { return core_->op(r
 const sw_op_attrs *sw_runtime_attrs(const sw_runtime *rt, int op) { return core_->attrs(rt, op); }
 int64_t *sw_runtime_updates(const sw_runtime *rt, int32_t b) { return core_->updates(rt, b); }
 double *sw_runtime_loss_sums(const sw_runtime *rt) { return core_->loss_sums(rt); }
+int64_t *sw_runtime_task_ns(const sw_runtime *rt) { return core_->task_ns(rt); }
 int sw_runtime_task_reads(const sw_runtime *rt, int32_t t, const int32_t **ids) { return core_->task_reads(rt, t, ids); }
 int sw_runtime_task_writes(const sw_runtime *rt, int32_t t, const int32_t **ids) {
     return core_->task_writes(rt, t, ids);

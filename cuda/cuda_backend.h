@@ -82,6 +82,11 @@ typedef struct cuda_backend {
     int32_t *slot;            /* ntasks: each recorded task's event (-1: none) */
     cudaEvent_t *events;
     int32_t nslots, event_cap;
+    /* task timing (sw_backend_i.time_tasks): per task of the graph, events recorded on its stream
+     * before and after it; per GPU, one recorded at the launch's start, the zero of its clock */
+    int timing;
+    cudaEvent_t *task_start, *task_end, *gpu_zero;
+    int32_t ntimed;
     /* pinned, mapped host memory the kernels read and write directly: the inputs' minibatches,
      * the labels, one double per task for the loss sums */
     char *host;

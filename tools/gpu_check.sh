@@ -17,9 +17,11 @@
 #   tests       pytest -m gpu over tests/ (the marker, not file paths), every result listed (-rA):
 #               the CUDA backend's tests and NCCL's (tests/gpu/test_nccl.py: one rank alone, one rank
 #               bootstrapped over MPI under mpiexec -n 1, two ranks under mpiexec -n 2)
-#   throughput  benchmarks/gpu_throughput.py --quick
+#   throughput  benchmarks/gpu_throughput.py (the scaled ResNet-18 and VGG at batch 8 and 64, ResNet-50
+#               and VGG-16 at 64; TF32 off and on; PyTorch eager beside)
 #   schedule    benchmarks/schedule.py --backend cuda --quick (the GPU row: fifo vs critical_path)
-# then summary.txt: each step's exit status and seconds.  $OUT holds 7 files (the device tool
+#   simulate    benchmarks/gpu_simulate.py (a profile timed by CUDA events against measured steps)
+# then summary.txt: each step's exit status and seconds.  $OUT holds 8 files (the device tool
 # brings back 8 at most).  The whole run stops starting steps at GPU_CHECK_BUDGET seconds (default
 # 500) and cuts each step's limit to what is left, so it ends inside 9 minutes.
 #
@@ -38,7 +40,7 @@ cd "$(dirname "$0")/.." || exit 1
 WHEELS=build/gpu_wheels
 WORK=${GPU_CHECK_WORK:-build/gpu_check}
 BUDGET=${GPU_CHECK_BUDGET:-500}
-STEPS=${GPU_CHECK_STEPS:-wheels,build,info,tests,throughput,schedule}
+STEPS=${GPU_CHECK_STEPS:-wheels,build,info,tests,throughput,schedule,simulate}
 # what the device machine lacks (docs/gpu.md): scipy-openblas32 (our GEMM) and mpich (the [mpi] extra:
 # its mpicc lets the build step compile shardwise._mpi, over which the NCCL tests bootstrap; its
 # mpiexec runs them); the others are there, but a bare environment (the rehearsal's) needs them
@@ -162,8 +164,9 @@ TIMEOUT_ARGS=""
 $PY -c "import pytest_timeout" 2>/dev/null && TIMEOUT_ARGS="--timeout=120 --timeout_method=thread"
 run_step tests 240 "$OUT/tests.log" "" $PY -m pytest -m gpu -v -rA -p no:cacheprovider \
     --continue-on-collection-errors --durations=10 $TIMEOUT_ARGS tests
-run_step throughput 130 "$OUT/gpu_throughput.txt" "2" $PY benchmarks/gpu_throughput.py --quick
-run_step schedule 100 "$OUT/schedule_gpu.txt" "2" $PY benchmarks/schedule.py --backend cuda --quick
+run_step throughput 150 "$OUT/gpu_throughput.txt" "2" $PY benchmarks/gpu_throughput.py --steps 5 --rounds 3
+run_step schedule 60 "$OUT/schedule_gpu.txt" "2" $PY benchmarks/schedule.py --backend cuda --quick
+run_step simulate 120 "$OUT/gpu_simulate.txt" "2" $PY benchmarks/gpu_simulate.py
 echo "total: $((SECONDS - START)) s; $([ "$failed" = 0 ] && echo 'every step passed' || echo 'some step FAILED')" \
     | tee -a "$SUMMARY"
 exit "$failed"

@@ -25,6 +25,7 @@ static const sw_core_api CORE_API = {
     .attrs = sw_runtime_attrs,
     .updates = sw_runtime_updates,
     .loss_sums = sw_runtime_loss_sums,
+    .task_ns = sw_runtime_task_ns,
     .task_reads = sw_runtime_task_reads,
     .task_writes = sw_runtime_task_writes,
 };

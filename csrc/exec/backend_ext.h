@@ -23,7 +23,7 @@
 #include "task_env.h"  /* sw_task_env, sw_backward_reads */
 #include "runtime.h"          /* sw_backend, sw_runtime */
 
-#define SW_EXT_ABI_VERSION 3
+#define SW_EXT_ABI_VERSION 4
 #define SW_EXT_BACKEND_CAPSULE "shardwise._cuda._backend"
 
 /* The sizes both tables carry: the table's own, and those of the structs passed by pointer
@@ -67,6 +67,7 @@ typedef struct {
     const sw_op_attrs *(*attrs)(const sw_runtime *rt, int op);
     int64_t *(*updates)(const sw_runtime *rt, int32_t b);
     double *(*loss_sums)(const sw_runtime *rt);
+    int64_t *(*task_ns)(const sw_runtime *rt);
     int (*task_reads)(const sw_runtime *rt, int32_t t, const int32_t **ids);
     int (*task_writes)(const sw_runtime *rt, int32_t t, const int32_t **ids);
 } sw_core_api;

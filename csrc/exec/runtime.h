@@ -129,6 +129,11 @@ typedef struct {
      * waiting for one gives up after sw_runtime_message_timeout seconds with sw_runtime_overdue's
      * error.  NULL: the backend runs one process only. */
     sw_status (*enqueue_arrival)(sw_backend *b, int list, int stream, int32_t task);
+    /* From the next launch on (on = 1) or no longer (0), time every task of the one-iteration lists
+     * on the device's own clock into the runtime's task times (sw_runtime_task_ns), for a profile;
+     * it costs two timing events per task.  NULL: the backend always records its tasks' times
+     * (the CPU backend's worker threads read the host clock around each). */
+    sw_status (*time_tasks)(sw_backend *b, int on);
 } sw_backend_i;
 
 struct sw_backend {

@@ -347,6 +347,26 @@ static PyObject *Runtime_task_times(RuntimeObject *self, PyObject *Py_UNUSED(ign
     return Py_BuildValue("(NLL)", (PyObject *)a, (long long)self->rt->step_ns[0], (long long)self->rt->step_ns[1]);
 }
 
+/* time_tasks(on): the backend times every task from the next step on (a GPU's own clock) or no
+ * longer; a no-op where the backend always does (the CPU backend). */
+static PyObject *Runtime_time_tasks(RuntimeObject *self, PyObject *arg) {
+    if (!sw_py_runtime_ready(self)) {
+        return NULL;
+    }
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) {
+        return NULL;
+    }
+    sw_backend *b = self->rt->backend;
+    if (b->i->time_tasks) {
+        sw_status s = b->i->time_tasks(b, on);
+        if (s != SW_OK) {
+            return sw_py_raise(s);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 /* The last step's nanoseconds each worker thread waited for other streams' tasks. */
 static PyObject *Runtime_wait_times(RuntimeObject *self, PyObject *Py_UNUSED(ignored)) {
     if (!sw_py_runtime_ready(self)) {
@@ -399,6 +419,8 @@ static PyGetSetDef Runtime_getset[] = {
 static PyMethodDef Runtime_methods[] = {
     {"wait_times", (PyCFunction)Runtime_wait_times, METH_NOARGS,
      "wait_times() -> [ns each worker thread waited for other streams' tasks in the last step]"},
+    {"time_tasks", (PyCFunction)Runtime_time_tasks, METH_O,
+     "time_tasks(on): time every task from the next step on, on the device's clock (GPUs); CPU: always"},
     {"task_times", (PyCFunction)Runtime_task_times, METH_NOARGS,
      "task_times() -> ((ntasks, 2) start/end ns of every task of the last step, step start, step end)"},
     {"step", (PyCFunction)Runtime_step, METH_VARARGS,

@@ -180,3 +180,54 @@ def test_local_gpus_describe_this_machine_and_train_a_plan_made_for_them():
     plan = sw.search(g, d)
     want, cpu, got, gpu = train_both(g, plan, steps=2, seed=5)
     np.testing.assert_allclose(got, want, rtol=RTOL)
+
+
+def big_map_graph(batch: int = 8) -> sw.Graph:
+    """Feature maps large enough that the GPU sums a batch norm's channel in several slices:
+    (8, 4, 64, 64) is 32,768 elements per channel, 4 slices on one device."""
+    g = sw.Graph("big_maps")
+    x = g.input("x", (batch, 3, 64, 64))
+    x = g.batchnorm2d(g.conv2d(x, 4, kernel=3, padding=1, name="conv"), name="bn")
+    x = g.pool2d(g.relu(x, name="relu"), kernel=4, stride=4, kind="max", name="pool")
+    x = g.flatten(x, name="fl")
+    g.softmax(g.linear(x, 5, name="fc"), name="prob")
+    return g
+
+
+@pytest.mark.parametrize("devices", [1, 2, 3])
+def test_batch_norm_summed_in_slices_matches_the_cpu_backend(devices):
+    g = big_map_graph()
+    plan = one_device(g) if devices == 1 else random_plan(g, sw.DeviceGraph.cpu(devices),
+                                                           np.random.default_rng(40 + devices))
+    want, cpu, got, gpu = train_both(g, plan, steps=2, seed=devices)
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    assert_close_weights(gpu.get_weights(), cpu.get_weights())
+
+
+def test_profile_times_every_task_on_the_gpu_clock(tmp_path):
+    """sw.profile(backend="cuda"): every op's shard timed by CUDA events; the task times of a
+    timed step lie inside the step as the host measured it, and their sum cannot exceed it
+    (one logical device: one stream, tasks one after another)."""
+    import time
+
+    g = big_map_graph()
+    d = sw.DeviceGraph.local_gpus(logical=1)
+    prof = sw.profile(g, d, repeats=2, cache_dir=str(tmp_path), progress=False, backend="cuda")
+    assert prof.machine["backend"] == "cuda" and prof.machine["gpu"] == sw.cuda.gpus()[0].name
+    for op in g.ops:
+        if op.kind in ("conv2d", "batchnorm2d", "linear", "pool2d"):
+            fwd, bwd = prof.split(op.name, (1,) * len(op.shape))
+            assert 0 < fwd < 0.1 and 0 < bwd < 0.1, (op.name, fwd, bwd)
+    t = Trainer(g, sw.strategies.data_parallel(g, d), backend="cuda")
+    t.executor.time_tasks(True)
+    x, y = data_for(g, np.random.default_rng(0))
+    t.step(x, y)
+    t0 = time.monotonic_ns()
+    t.step(x, y)
+    t1 = time.monotonic_ns()
+    ns, _, _ = t.executor.task_times()
+    ran = ns[:, 1] > 0
+    assert ran.sum() >= len(g.ops)
+    assert (ns[ran, 1] >= ns[ran, 0]).all()
+    assert ns[ran, 0].min() >= t0 - 1_000_000 and ns[ran, 1].max() <= t1 + 1_000_000
+    assert (ns[ran, 1] - ns[ran, 0]).sum() <= t1 - t0

@@ -160,7 +160,7 @@ def test_the_rounds_are_sampled_in_turns(monkeypatch):
     order: list[tuple[str, int]] = []
 
     class FakeProbe:
-        def __init__(self, graph, devices, configs):
+        def __init__(self, graph, devices, configs, backend="cpu"):
             self.k = configs["k"]
 
         def sample_step(self):

@@ -59,8 +59,9 @@ COMPUTE_KINDS = {"forward", "loss", "backward_data", "backward_weight", "bn_stat
                  "bn_backward_stats"}
 
 
-def machine_fingerprint() -> dict[str, Any]:
-    """What a measurement depends on besides the graph."""
+def machine_fingerprint(backend: str = "cpu") -> dict[str, Any]:
+    """What a measurement depends on besides the graph: the CPU (and for the CUDA backend the GPU,
+    its driver and cuDNN, and whether TF32 is allowed)."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -70,8 +71,16 @@ def machine_fingerprint() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
-            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "shardwise": __version__}
+    out = {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(),
+           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "shardwise": __version__}
+    if backend == "cuda":
+        from shardwise.machine import cuda
+
+        info = cuda.info()
+        gpus = cuda.gpus()
+        out.update({"backend": "cuda", "gpu": gpus[0].name if gpus else "", "driver": info.get("driver") or "",
+                    "cudnn": info.get("cudnn") or "", "tf32": os.environ.get("SHARDWISE_CUDA_TF32", "") == "1"})
+    return out
 
 
 @dataclass
@@ -130,7 +139,7 @@ class Profile:
                    float(data.get("rank_bandwidth", 0.0)), float(data.get("rank_latency", 0.0)))
 
     @classmethod
-    def load(cls, path: str | os.PathLike, graph: Graph) -> "Profile":
+    def load(cls, path: str | os.PathLike, graph: Graph, backend: str = "cpu") -> "Profile":
         """Read a profile; ProfileMismatch if it was measured for another graph, machine or version
         (a file of another format version is refused, not converted: :func:`profile` measures
         again; version 6 files held a per-task overhead and a wake latency for simulator models
@@ -150,7 +159,7 @@ class Profile:
             raise ProfileMismatch(f"{path}: unreadable profile ({type(exc).__name__}: {exc})") from None
         if prof.graph_fingerprint != graph.fingerprint():
             raise ProfileMismatch(f"{path}: measured for another graph")
-        here = machine_fingerprint()
+        here = machine_fingerprint(backend)
         if prof.machine != here:
             diff = {k: (prof.machine.get(k), v) for k, v in here.items() if prof.machine.get(k) != v}
             raise ProfileMismatch(f"{path}: measured on another machine or version: {diff}")
@@ -184,6 +193,15 @@ def _copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 5) -> float:
     return nbytes / best
 
 
+def _gpu_copy_bandwidth(prof: Profile, devices: DeviceGraph) -> float:
+    """Bytes/s of a copy between two logical devices' buffers on the GPUs: from the timed copy
+    tasks (float32 elements), else (one device: no copies) the device graph's first link."""
+    rate = prof.element_seconds.get("copy", 0.0)
+    if rate > 0:
+        return 4.0 / rate
+    return float(devices.bandwidth(0, 1)) if len(devices) > 1 else float(devices.devices[0].mem_bandwidth) / 2
+
+
 class _RoundProbe:
     """One profiling plan (round), set up once and sampled step by step.
 
@@ -198,11 +216,13 @@ class _RoundProbe:
     and what the machine takes from a core.  Per op and step the slowest worker's shard is
     kept (a step waits for the slowest)."""
 
-    def __init__(self, graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig]) -> None:
+    def __init__(self, graph: Graph, devices: DeviceGraph, configs: dict[str, OpConfig],
+                 backend: str = "cpu") -> None:
         from shardwise.train.trainer import SGD, Trainer
 
         plan = Plan(graph, devices, configs, name="profile")
-        self.trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0))
+        self.trainer = Trainer(graph, plan, optimizer=SGD(lr=0.0), backend=backend)
+        self.trainer.executor.time_tasks(True)   # GPUs: two timing events per task; CPU: always timed
         self.tg = self.trainer.task_graph
         self.fwd: dict[str, list[float]] = {}       # op -> seconds of its slowest shard, per step
         self.bwd: dict[str, list[float]] = {}
@@ -247,7 +267,8 @@ class _RoundProbe:
 
 
 def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, OpConfig]], repeats: int,
-                    progress: bool | str = False, between_steps: Callable[[], None] | None = None) -> list[tuple]:
+                    progress: bool | str = False, between_steps: Callable[[], None] | None = None,
+                    backend: str = "cpu") -> list[tuple]:
     """Measure every round's plan ``repeats`` times, the rounds taking turns step by step
     (:class:`_RoundProbe`), calling ``between_steps`` after every timed step; per round the
     tuple of :meth:`_RoundProbe.result`."""
@@ -255,7 +276,7 @@ def _measure_rounds(graph: Graph, devices: DeviceGraph, rounds: list[dict[str, O
         t = time.perf_counter()
         probes = []
         for r, configs in enumerate(rounds):
-            probes.append(_RoundProbe(graph, devices, configs))
+            probes.append(_RoundProbe(graph, devices, configs, backend))
             report.advance(r + 1, len(rounds), "profiling: setting up the plans")
         t = report.stage_since(f"set up {len(rounds)} profiling plans", t)
         for k in range(repeats):
@@ -311,9 +332,12 @@ def _task_elements(tg, task) -> int:
 
 def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str | None = None,
             progress: bool | str = "auto", between_steps: Callable[[], None] | None = None,
-            comm: Any = None) -> Profile:
+            comm: Any = None, backend: str = "cpu") -> Profile:
     """Measure forward and backward times of every op under every partition the search
-    may choose on ``devices``, with the CPU kernels of this machine.  Cached in
+    may choose on ``devices``, with the kernels of ``backend``: "cpu" (this machine's CPU
+    kernels, timed by the worker threads) or "cuda" (the GPUs of this machine, each task timed
+    by CUDA events on its stream: ``devices`` is then a ``DeviceGraph.local_gpus`` graph, or
+    any graph whose devices the GPUs can hold).  Cached in
     ``cache_dir`` (default ``~/.cache/shardwise``); a cached profile from another
     machine or version is measured again, with a message on stderr.
 
@@ -334,13 +358,18 @@ def profile(graph: Graph, devices: DeviceGraph, repeats: int = 3, cache_dir: str
     sw.distributed.init's hook); every rank returns rank 0's profile."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
     check_progress(progress)
     cache_dir = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "shardwise")
-    path = os.path.join(cache_dir, f"profile-{graph.fingerprint()}-{len(devices)}.json")
+    suffix = "" if backend == "cpu" else f"-{backend}"
+    path = os.path.join(cache_dir, f"profile-{graph.fingerprint()}-{len(devices)}{suffix}.json")
     comm = _job_comm(comm)
     if comm is not None and comm.size > 1:
+        if backend != "cpu":
+            raise ValueError("sw.profile(backend='cuda') measures in one process; call it outside an MPI job")
         return _profile_in_job(comm, path, graph, devices, repeats, progress, between_steps)
-    return _profile_here(path, graph, devices, repeats, progress, between_steps)
+    return _profile_here(path, graph, devices, repeats, progress, between_steps, backend)
 
 
 def _job_comm(comm: Any) -> Any:
@@ -380,16 +409,16 @@ def _profile_in_job(comm: Any, path: str, graph: Graph, devices: DeviceGraph, re
 
 
 def _profile_here(path: str, graph: Graph, devices: DeviceGraph, repeats: int, progress: bool,
-                  between_steps: Callable[[], None] | None) -> Profile:
+                  between_steps: Callable[[], None] | None, backend: str = "cpu") -> Profile:
     """profile() in this process: the cached profile at ``path``, or measured and saved there."""
     if os.path.exists(path):
         try:
-            return Profile.load(path, graph)
+            return Profile.load(path, graph, backend)
         except ProfileMismatch as exc:
             print(f"shardwise: measuring again: {exc}", file=sys.stderr)
     parts = _partitions(graph, devices)
     rounds = max(len(v) for v in parts.values())
-    prof = Profile(graph.fingerprint(), machine_fingerprint())
+    prof = Profile(graph.fingerprint(), machine_fingerprint(backend))
     step_overheads = []
     samples: dict[str, list[tuple[float, int]]] = {}   # bookkeeping kind -> (seconds, elements) of all rounds
     plans = []
@@ -401,7 +430,7 @@ def _profile_here(path: str, graph: Graph, devices: DeviceGraph, repeats: int, p
             configs[op.name] = OpConfig(dim_names(len(op.shape)), degrees, tuple(range(int(np.prod(degrees)))))
         plans.append(configs)
     for configs, (fwd, bwd, round_samples, outside) in zip(
-            plans, _measure_rounds(graph, devices, plans, repeats, progress, between_steps)):
+            plans, _measure_rounds(graph, devices, plans, repeats, progress, between_steps, backend)):
         step_overheads.append(outside)
         for kind, pairs in round_samples.items():
             samples.setdefault(kind, []).extend(pairs)
@@ -413,19 +442,20 @@ def _profile_here(path: str, graph: Graph, devices: DeviceGraph, repeats: int, p
     prof.step_overhead = statistics.median(step_overheads)
     for kind, pairs in samples.items():
         prof.element_fixed[kind], prof.element_seconds[kind] = fit_line(pairs)
-    prof.copy_bandwidth = _copy_bandwidth()
+    prof.copy_bandwidth = _copy_bandwidth() if backend == "cpu" else _gpu_copy_bandwidth(prof, devices)
     prof.save(path)
     return prof
 
 
-def measured_step_time(graph: Graph, plan: Plan, steps: int = 5, seed: int = 0) -> float:
-    """Median seconds of ``steps`` training steps of ``plan`` on the CPU executor (random
-    data, after one warm-up step): the time ``sw.simulate(plan, costs=profile)`` estimates."""
+def measured_step_time(graph: Graph, plan: Plan, steps: int = 5, seed: int = 0, backend: str = "cpu") -> float:
+    """Median seconds of ``steps`` training steps of ``plan`` on ``backend`` ("cpu" or "cuda";
+    random data, after one warm-up step): the time ``sw.simulate(plan, costs=profile)``
+    estimates with a profile measured on the same backend."""
     from shardwise.train.trainer import Trainer
 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    trainer = Trainer(graph, plan)
+    trainer = Trainer(graph, plan, backend=backend)
     x, y = _random_batch(trainer, seed)
     trainer.step(x, y)
     times = []

@@ -404,6 +404,11 @@ class NativeExecutor:
     def arena_high_water(self) -> dict[int, int]:
         return dict(enumerate(self._rt.arena_high_water()))
 
+    def time_tasks(self, on: bool = True) -> None:
+        """Time every task of the following steps (on the CUDA backend, on the GPU's own clock
+        with two events per task; the CPU backend always times them), or no longer."""
+        self._rt.time_tasks(bool(on))
+
     def task_times(self) -> tuple[np.ndarray, int, int]:
         """((ntasks, 2) start and end of every task of the last step, step start, step end),
         in nanoseconds of the monotonic clock."""
