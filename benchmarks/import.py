@@ -216,20 +216,13 @@ def torchvision_models():
 
 
 def kernels() -> str:
-    """The CPU and the kernels our workers run: OpenBLAS's kernel set for the GEMMs, and whether
-    the direct convolution loops (AVX2 + FMA, chosen at run time) are available."""
+    """The CPU and the kernels our workers run: OpenBLAS's kernel set for the GEMMs, and the
+    direct convolution loops' instruction set (chosen at run time: AVX-512, AVX2 + FMA, or none)."""
     from distributed import cpu_model
-    from train_throughput import openblas_core
+    from train_throughput import direct_path, openblas_core
 
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
-    except (OSError, StopIteration):
-        pass
-    direct = "AVX2+FMA direct convolution" if {"avx2", "fma"} <= flags else "no direct convolution (no AVX2+FMA)"
     return (f"{cpu_model()}; OpenBLAS {openblas_core()} kernels "
-            f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {direct}")
+            f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {direct_path()}")
 
 
 def torchvision_import_times(names: list[str]) -> None:

@@ -48,6 +48,13 @@ def sgemm_peak(n: int = 1024, repeat: int = 5) -> float:
     return 2.0 * n ** 3 / best
 
 
+def direct_path() -> str:
+    """The direct convolution loops' instruction set in effect (the kernels' own answer)."""
+    isa = _core.conv_isa()
+    return {"avx512": "AVX-512 direct convolution", "avx2": "AVX2+FMA direct convolution"}.get(
+        isa, "no direct convolution (no AVX2+FMA): im2col + GEMM")
+
+
 def openblas_core() -> str:
     """The kernel set OpenBLAS chose (OPENBLAS_CORETYPE overrides its CPU detection)."""
     import ctypes
@@ -217,7 +224,7 @@ def main() -> int:
     peak = sgemm_peak()
     print(f"# shardwise {sw.__version__} training throughput; {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; OpenBLAS {openblas_core()} kernels "
-          f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), "
+          f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {direct_path()}, "
           f"SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s; load average {os.getloadavg()[0]:.2f}")
     head = (f"{'model':<16} {'plan':<10} {'workers':>7} {'images/s':>10} {'vs 1 worker':>12} "
             f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'runtime':>8} {'torch img/s':>12} {'vs torch':>9}")

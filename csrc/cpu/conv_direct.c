@@ -59,6 +59,64 @@ sw_status sw_conv_set_algorithm(sw_conv_algorithm a) {
     return SW_OK;
 }
 
+static _Atomic int isa = SW_CONV_ISA_AUTO;
+
+sw_conv_isa sw_conv_get_isa(void) {
+    if (!conv_avx2_available()) {
+        return SW_CONV_ISA_NONE;
+    }
+    int a = atomic_load_explicit(&isa, memory_order_relaxed);
+    if (a == SW_CONV_ISA_AUTO) {
+        return conv_avx512_available() ? SW_CONV_ISA_AVX512 : SW_CONV_ISA_AVX2;
+    }
+    return (sw_conv_isa)a;
+}
+
+sw_status sw_conv_set_isa(sw_conv_isa a) {
+    if (a != SW_CONV_ISA_AUTO && a != SW_CONV_ISA_AVX2 && a != SW_CONV_ISA_AVX512) {
+        return SW_FAIL(SW_ERR_VALUE, "conv instruction set: unknown value %d", (int)a);
+    }
+    if (a == SW_CONV_ISA_AVX512 && !conv_avx512_available()) {
+        return SW_FAIL(SW_ERR_VALUE, "conv instruction set: this CPU has no AVX-512F");
+    }
+    if (a == SW_CONV_ISA_AVX2 && !conv_avx2_available()) {
+        return SW_FAIL(SW_ERR_VALUE, "conv instruction set: this CPU has no AVX2 and FMA");
+    }
+    atomic_store_explicit(&isa, (int)a, memory_order_relaxed);
+    return SW_OK;
+}
+
+/* Calls of each instruction set's loops since the process started (tests check which ran). */
+static _Atomic long long loop_calls[2];
+
+void sw_conv_isa_calls(long long *avx2, long long *avx512) {
+    *avx2 = atomic_load_explicit(&loop_calls[0], memory_order_relaxed);
+    *avx512 = atomic_load_explicit(&loop_calls[1], memory_order_relaxed);
+}
+
+/* The direct loops of the instruction set in effect (the same bits either way). */
+static void gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
+                   int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo) {
+    int wide = sw_conv_get_isa() == SW_CONV_ISA_AVX512;
+    atomic_fetch_add_explicit(&loop_calls[wide], 1, memory_order_relaxed);
+    if (wide) {
+        conv_avx512_gather(src, base, orow, n, off, k, wpk, ncol, out, ldo);
+    } else {
+        conv_avx2_gather(src, base, orow, n, off, k, wpk, ncol, out, ldo);
+    }
+}
+
+static void reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
+                   const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda) {
+    int wide = sw_conv_get_isa() == SW_CONV_ISA_AVX512;
+    atomic_fetch_add_explicit(&loop_calls[wide], 1, memory_order_relaxed);
+    if (wide) {
+        conv_avx512_reduce(src, base, n, off, k, dyt, ldd, ncol, acc, lda);
+    } else {
+        conv_avx2_reduce(src, base, n, off, k, dyt, ldd, ncol, acc, lda);
+    }
+}
+
 static int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 
 /* Whether the direct path takes a call whose loops produce `cols` output columns (at
@@ -253,7 +311,7 @@ int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, 
     for (int64_t n = y->lo[0]; n < sw_view_hi(y, 0); n += o.group) {
         int64_t gn = conv_min(o.group, sw_view_hi(y, 0) - n);
         region_fill(&o.rg, x, n, gn, o.src);
-        conv_avx2_gather(o.src, o.base, NULL, gn * o.npix, o.off, o.k, o.mat, o.ncol, o.out, o.ncol);
+        gather(o.src, o.base, NULL, gn * o.npix, o.off, o.k, o.mat, o.ncol, o.out, o.ncol);
         for (int64_t g = 0; g < gn; g++) {   /* (P, ncol) -> y (Co_b, P), with the bias and ReLU */
             conv_avx2_transpose(o.out + g * o.npix * o.ncol, o.ncol, o.npix, o.co,
                                 y->data + (n + g - y->lo[0]) * o.co * o.npix, o.npix, bias, p->relu);
@@ -280,7 +338,7 @@ int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, 
             conv_avx2_transpose(dy->data + (n + g - dy->lo[0]) * o.co * o.npix, o.npix, o.co, o.npix,
                                 o.out + g * o.npix * o.ncol, o.ncol, NULL, 0);
         }
-        conv_avx2_reduce(o.src, o.base, gn * o.npix, o.off, o.k, o.out, o.ncol, o.ncol, o.mat, o.ncol);
+        reduce(o.src, o.base, gn * o.npix, o.off, o.k, o.out, o.ncol, o.ncol, o.mat, o.ncol);
     }
     conv_avx2_transpose(o.mat, o.ncol, o.k, o.co, dw, o.k, NULL, 0);   /* (K, ncol) -> dw (Co_b, K) */
     return 1;
@@ -371,7 +429,7 @@ int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx,
             int64_t ay = cl / p->sw, ax = cl % p->sw;
             int64_t kc = co * taps(ay, p->sh, p->kh) * taps(ax, p->sw, p->kw);
             int64_t per = class_count(x0, hx, p->ph, p->sh, ay) * class_count(y0, wx, p->pw, p->sw, ax);
-            conv_avx2_gather(src, base + pat, orow + pat, gn * per, off + kat, kc, wpk + kat * ncol, ncol, out,
+            gather(src, base + pat, orow + pat, gn * per, off + kat, kc, wpk + kat * ncol, ncol, out,
                              ncol);
             kat += kc;
             pat += group * per;

@@ -175,4 +175,14 @@ void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const in
 void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd,
                          const float *bias, int relu);
 
+/* ------------------------------------------------------------------ AVX-512 loops (conv_direct_avx512.c) */
+
+/* 1 when this CPU (and OS) runs AVX-512F, and AVX2 + FMA (the transposes stay AVX2's). */
+int conv_avx512_available(void);
+/* conv_avx2_gather and conv_avx2_reduce with 16-float vectors: the same arguments, the same bits. */
+void conv_avx512_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
+                        int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo);
+void conv_avx512_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
+                        const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda);
+
 #endif /* SHARDWISE_CPU_CONV_INTERNAL_H */

@@ -65,6 +65,17 @@ long long sw_conv_scratch_grows(void);
 typedef enum { SW_CONV_AUTO, SW_CONV_IM2COL, SW_CONV_DIRECT } sw_conv_algorithm;
 sw_status sw_conv_set_algorithm(sw_conv_algorithm a);
 sw_conv_algorithm sw_conv_get_algorithm(void);
+/* The vector instructions of the direct loops, process-wide (for tests and benchmarks):
+ *   AUTO    (the default) AVX-512 where the CPU has AVX-512F, else AVX2 + FMA
+ *   AVX2    8-float vectors even on an AVX-512 CPU
+ *   AVX512  16-float vectors; SW_ERR_VALUE on a CPU without AVX-512F
+ * Both give the same bits (each output adds its products in one order); get returns the set in
+ * effect (AUTO resolved), or SW_CONV_ISA_NONE where the CPU has no AVX2 + FMA (im2col only). */
+typedef enum { SW_CONV_ISA_AUTO, SW_CONV_ISA_AVX2, SW_CONV_ISA_AVX512, SW_CONV_ISA_NONE } sw_conv_isa;
+sw_status sw_conv_set_isa(sw_conv_isa isa);
+sw_conv_isa sw_conv_get_isa(void);
+/* How often each set's direct loops ran since the process started. */
+void sw_conv_isa_calls(long long *avx2, long long *avx512);
 
 /* ---- pooling (pool.c): max (first maximum in row-major window order) or average
  * (padding counted in the divisor, as PyTorch's count_include_pad=True) ---- */

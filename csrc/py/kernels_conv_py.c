@@ -320,6 +320,42 @@ static PyObject *py_conv_algorithm(PyObject *Py_UNUSED(m), PyObject *args, PyObj
     return PyUnicode_FromString(algorithm_names[sw_conv_get_algorithm()]);
 }
 
+static const char *const isa_names[] = {"auto", "avx2", "avx512", "none"};
+
+/* conv_isa(name=None) -> str: the direct loops' instruction set in effect (process-wide), set first
+ * when named ('auto', 'avx2', 'avx512'); 'none' where the CPU has no AVX2 + FMA. */
+static PyObject *py_conv_isa(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"name", NULL};
+    const char *name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|z", kwlist, &name)) {
+        return NULL;
+    }
+    if (name) {
+        int a = -1;
+        for (int k = 0; k < 3; k++) {
+            if (strcmp(name, isa_names[k]) == 0) {
+                a = k;
+            }
+        }
+        if (a < 0) {
+            return PyErr_Format(PyExc_ValueError, "conv instruction set must be 'auto', 'avx2' or 'avx512', got %R",
+                                PyTuple_GET_ITEM(args, 0));
+        }
+        sw_status s = sw_conv_set_isa((sw_conv_isa)a);
+        if (s != SW_OK) {
+            return sw_py_raise(s);
+        }
+    }
+    return PyUnicode_FromString(isa_names[sw_conv_get_isa()]);
+}
+
+/* conv_isa_calls() -> {"avx2": n, "avx512": n}: how often each set's direct loops ran. */
+static PyObject *py_conv_isa_calls(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(args)) {
+    long long a, b;
+    sw_conv_isa_calls(&a, &b);
+    return Py_BuildValue("{s:L,s:L}", "avx2", a, "avx512", b);
+}
+
 /* ------------------------------------------------------------------ registration */
 
 #define KW (METH_VARARGS | METH_KEYWORDS)
@@ -340,6 +376,13 @@ static PyMethodDef methods[] = {
      "conv2d_backward_weight(x, x_lo, dy, dy_lo, w_shape, stride=1, padding=0, with_bias=True, dilation=1,\n"
      "                       group_co=0) -> (dw, db)\n"
      "dw (dy's Co range, Ci, kh, kw) and db (dy's Co range, or None) summed over dy's box."},
+    {"conv_isa_calls", FN(py_conv_isa_calls), METH_NOARGS,
+     "conv_isa_calls() -> {'avx2': n, 'avx512': n}: how often each instruction set's direct loops ran."},
+    {"conv_isa", FN(py_conv_isa), KW,
+     "conv_isa(name=None) -> str\n"
+     "The direct convolution loops' vector instructions for the whole process, set first when name is\n"
+     "given: 'auto' (AVX-512 where the CPU has it, else AVX2), 'avx2' or 'avx512' (ValueError where the\n"
+     "CPU lacks it); returns the set in effect, 'none' on a CPU without AVX2 and FMA.  The same bits either way."},
     {"conv_algorithm", FN(py_conv_algorithm), KW,
      "conv_algorithm(name=None) -> str\n"
      "The convolutions' algorithm for the whole process, set first when name is given: 'auto' (the\n"

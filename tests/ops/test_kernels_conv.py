@@ -549,3 +549,73 @@ def test_conv2d_stride_far_larger_than_the_input_allocates_little():
 
     grown = _peak_rss_growth(run)
     assert grown < 200 << 20, f"peak resident set grew by {grown >> 20} MB"
+
+
+# ----------------------------------------------------------------------------------------------
+# the direct loops' instruction set
+# ----------------------------------------------------------------------------------------------
+def _isa_available(name: str) -> bool:
+    before = _core.conv_isa()
+    try:
+        _core.conv_isa(name)
+    except ValueError:
+        return False
+    finally:
+        _core.conv_isa("auto")
+    return True
+
+
+# column counts that take every tile of the AVX-512 loops: 32-wide pairs of blocks, a 16-wide block
+# after them (48, 80), an 8-wide one (40, 56, 24), and pixels / taps that do not fill a tile of 6
+WIDE_CONV_CASES = [
+    dict(n=2, ci=40, co=48, h=7, w=9, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
+    dict(n=1, ci=64, co=64, h=6, w=6, kernel=(3, 3), stride=(2, 2), padding=(1, 1)),
+    dict(n=2, ci=24, co=56, h=5, w=7, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
+    dict(n=1, ci=80, co=40, h=9, w=5, kernel=(5, 3), stride=(1, 2), padding=(2, 1)),
+    dict(n=3, ci=32, co=80, h=4, w=4, kernel=(2, 2), stride=(3, 3), padding=(1, 0)),
+]
+
+
+@pytest.mark.skipif(not _isa_available("avx512"), reason="this CPU has no AVX-512F")
+@pytest.mark.parametrize("spec", FIXED_CONV_CASES + WIDE_CONV_CASES + list(range(40)), ids=conv_ids)
+def test_avx512_loops_give_the_avx2_bits(spec):
+    """The direct loops with 16-float vectors add each output's products in the AVX2 loops' order:
+    forward, data gradient, weight gradient and bias gradient are bitwise the same."""
+    c = conv_case(spec)
+    runs = {}
+    for isa in ("avx2", "avx512"):
+        _core.conv_isa(isa)
+        before = _core.conv_isa_calls()
+        try:
+            runs[isa] = _with_algorithm("direct", lambda: _conv_all(c, seed=5))
+        finally:
+            _core.conv_isa("auto")
+        after = _core.conv_isa_calls()
+        other = "avx2" if isa == "avx512" else "avx512"
+        assert after[isa] > before[isa] and after[other] == before[other], (isa, before, after)
+    for what, a, b in zip(("y", "dx", "dw", "db"), runs["avx2"], runs["avx512"]):
+        np.testing.assert_array_equal(a, b, err_msg=what)
+
+
+@pytest.mark.skipif(not _isa_available("avx512"), reason="this CPU has no AVX-512F")
+def test_avx512_loops_match_the_reference():
+    for c in WIDE_CONV_CASES:
+        x, w, b, dy = make_conv_tensors(c, seed=5)
+        s, p = c["stride"], c["padding"]
+        y, dx, dw, db = _with_algorithm("direct", lambda: _conv_all(c, seed=5))
+        assert _core.conv_isa() == "avx512"
+        assert_close(y, np.maximum(ref.conv2d_forward(x, w, b, s, p), 0.0), "forward")
+        dx_ref, dw_ref, db_ref = ref.conv2d_backward(x, w, dy, s, p, bias=True)
+        assert_close(dx, dx_ref, "backward data")
+        assert_close(dw, dw_ref, "backward weight")
+        assert_close(db, db_ref, "backward bias")
+
+
+def test_conv_isa_names_and_refusals():
+    assert _core.conv_isa() in ("avx512", "avx2", "none")
+    with pytest.raises(ValueError, match="'auto', 'avx2' or 'avx512'"):
+        _core.conv_isa("neon")
+    if not _isa_available("avx512"):
+        with pytest.raises(ValueError, match="no AVX-512F"):
+            _core.conv_isa("avx512")
+    assert _core.conv_isa("auto") == _core.conv_isa()
