@@ -26,10 +26,12 @@
  * Summation order is fixed by the tables and the tile order, not by timing:
  * the same call gives the same bits.
  */
-#include <immintrin.h>
 #include <string.h>  /* memcpy */
 
 #include "conv_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 
 #define AVX2_FMA __attribute__((target("avx2,fma")))
 
@@ -207,3 +209,23 @@ AVX2_FMA void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, i
         }
     }
 }
+
+#else /* not x86-64 with GCC or Clang: no direct loops; conv_avx2_available() says so and every
+       * convolution takes im2col + GEMM, so the functions below are never called */
+int conv_avx2_available(void) { return 0; }
+
+void conv_avx2_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
+                      int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo) {
+    (void)src, (void)base, (void)orow, (void)n, (void)off, (void)k, (void)wpk, (void)ncol, (void)out, (void)ldo;
+}
+
+void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
+                      const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda) {
+    (void)src, (void)base, (void)n, (void)off, (void)k, (void)dyt, (void)ldd, (void)ncol, (void)acc, (void)lda;
+}
+
+void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd,
+                         const float *bias, int relu) {
+    (void)src, (void)lds, (void)rows, (void)cols, (void)dst, (void)ldd, (void)bias, (void)relu;
+}
+#endif

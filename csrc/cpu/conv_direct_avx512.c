@@ -12,9 +12,11 @@
  * differs.  The packed weights keep the AVX2 layout (columns in blocks of 16, conv_internal.h):
  * a 32-column tile reads two neighbouring blocks.
  */
-#include <immintrin.h>
 
 #include "conv_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
 
@@ -152,3 +154,17 @@ AVX512 void conv_avx512_reduce(const float *src, const int32_t *base, int64_t n,
         c0 += width;
     }
 }
+
+#else /* not x86-64 with GCC or Clang: no AVX-512 loops (conv_avx512_available() says so) */
+int conv_avx512_available(void) { return 0; }
+
+void conv_avx512_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
+                        int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo) {
+    (void)src, (void)base, (void)orow, (void)n, (void)off, (void)k, (void)wpk, (void)ncol, (void)out, (void)ldo;
+}
+
+void conv_avx512_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
+                        const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda) {
+    (void)src, (void)base, (void)n, (void)off, (void)k, (void)dyt, (void)ldd, (void)ncol, (void)acc, (void)lda;
+}
+#endif
