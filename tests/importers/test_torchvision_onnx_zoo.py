@@ -13,7 +13,9 @@ at opset 20 the attention's shapes with ``Mod``, which from_onnx does not import
 The batch norms' running statistics are those of 16 random images first (``calibrated``, as in
 test_torchvision_norm.py): torchvision's fresh statistics (0, 1) leave the logits of several
 nets within 1e-15 of 0, where any error passes.  torchvision's ViT head starts at zero (every
-logit 0), so it gets random weights.  The bound is test_torchvision_norm.py's: 1e-5 of the
+logit 0), so it gets random weights.  alexnet and vgg11_bn at 64 px (and vgg11_bn at 32 px) check
+the exporter's spelling of their upsampling adaptive average pools (tests/importers/test_import_onnx_adaptive.py
+checks it on small models, and its refusals).  The bound is test_torchvision_norm.py's: 1e-5 of the
 logits' scale (max(1, max |logit|)), or, where PyTorch's own float32 run is further than that
 from float64 (deep nets at random initialization, tiny images), twice PyTorch's float32 error.
 
@@ -37,10 +39,10 @@ pytest.importorskip("onnxscript", reason="torch.onnx's dynamo exporter needs onn
 from test_torchvision_norm import M, calibrated  # noqa: E402  (skips the module without torchvision)
 from test_torchvision_zoo import ZOO  # noqa: E402
 
-# at 64 px the adaptive average pools of alexnet and vgg11_bn (to 6x6 and 7x7) upsample a 1x1 and a
-# 2x2 map, which the exporter spells with index arithmetic and GatherND (refused: Abs is the first op
-# from_onnx names); at their own 224 px the pools are identities
-IMAGE_SIZE = {"alexnet": 224, "vgg11_bn": 224}
+# below 224 px the adaptive average pools of alexnet and vgg11_bn (to 6x6 and 7x7) upsample: at 64 px
+# a 1x1 and a 2x2 map (uneven windows: masks, an unrolled sum), at 32 px vgg11_bn's 1x1 map (alexnet's
+# features need more than 32 px); the exporter spells them with index arithmetic and GatherND
+SMALLER = {"vgg11_bn-32px": ("vgg11_bn", 32)}
 TRANSFORMERS = {
     "vit_b_16": ({"image_size": 32, "dropout": 0.0}, 32),
     "swin_t": ({"dropout": 0.0}, 64),
@@ -60,8 +62,9 @@ def make(name: str):
     if name == "small_vit":
         model, px = small_vit(), 32
     else:
-        kwargs, px = {**ZOO, **TRANSFORMERS}[name]
-        px = IMAGE_SIZE.get(name, px)
+        name, px = SMALLER.get(name, (name, None))
+        kwargs, default_px = {**ZOO, **TRANSFORMERS}[name]
+        px = px or default_px
         model = getattr(M, name)(weights=None, num_classes=10, **kwargs)
     heads = getattr(model, "heads", None)
     if heads is not None:   # torchvision's zero ViT head would make every logit 0
@@ -81,7 +84,7 @@ def export(model, x: np.ndarray, path: str) -> str:
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=() if n in QUICK else pytest.mark.slow)
-                                  for n in ["small_vit", *ZOO, *TRANSFORMERS]])
+                                  for n in ["small_vit", *ZOO, *SMALLER, *TRANSFORMERS]])
 def test_onnx_export_predicts_as_pytorch(tmp_path, name):
     model, x = make(name)
     g, weights = sw.from_onnx(export(model, x, str(tmp_path / f"{name}.onnx")))

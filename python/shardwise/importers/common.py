@@ -32,6 +32,12 @@ class Lazy:
     pattern: a group norm's reshape back, scale and bias, :mod:`shardwise.importers.onnx.groupnorm`);
     any other reader gets :meth:`tensor`."""
 
+    shared: bool = False
+    """True for a value that any number of readers may take as it is: its ``folds_into`` readers
+    each derive a value of their own from it, and nothing is built until a reader needs a graph
+    tensor (adaptive pooling's windows, :mod:`shardwise.importers.onnx.adaptive`: the exporter's
+    ``masked_fill`` reads a value twice, by a ``CastLike`` of its 0 and by the ``Where``)."""
+
     def tensor(self, g: Graph, where: str, what: str) -> Tensor:
         """The value as one graph tensor (building ops if need be), or a ModelImportError."""
         raise NotImplementedError

@@ -210,6 +210,12 @@ FOLDERS: dict[str, Callable[[dict[str, Any], Sequence[Any]], np.ndarray]] = {
         ins[0], int(ins[1]) if len(ins) > 1 and ins[1] is not None else 0),
     "Equal": lambda attrs, ins: np.equal(ins[0], ins[1]),
     "Where": lambda attrs, ins: np.where(ins[0], ins[1], ins[2]),
+    # the window indices of adaptive average pooling (:mod:`.adaptive`): torch.div(a, b, rounding_mode="trunc")
+    # as Div, Abs, Floor, Sign and Mul; the windows' masks as GreaterOrEqual
+    "Abs": lambda attrs, ins: np.abs(ins[0]),
+    "Floor": lambda attrs, ins: np.floor(ins[0]),
+    "Sign": lambda attrs, ins: np.sign(ins[0]),
+    "GreaterOrEqual": lambda attrs, ins: np.greater_equal(ins[0], ins[1]),
     # Tensor.expand(n, -1, -1) as the TorchScript exporter writes it (the -1s through ConstantOfShape)
     "ConstantOfShape": lambda attrs, ins: np.full(_int_list(ins[0], "the shape"),
                                                   np.asarray(attrs.get("value", np.zeros(1, np.float32))).reshape(-1)[0],

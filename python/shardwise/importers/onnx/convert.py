@@ -28,6 +28,7 @@ from shardwise.importers.onnx import rnn as import_onnx_rnn# noqa: F401  (adds L
 from shardwise.importers.onnx import bcast as import_onnx_bcast  # noqa: F401  (adds broadcasting Mul/Add, Expand, Slice, Split, Resize)
 from shardwise.importers.onnx import groupnorm as import_onnx_groupnorm  # noqa: F401  (adds InstanceNormalization: group norm)
 from shardwise.importers.onnx import windows as import_onnx_windows  # noqa: F401  (adds GatherND, Pad: Swin's windows)
+from shardwise.importers.onnx import adaptive as import_onnx_adaptive  # noqa: F401  (adds Where, Div: adaptive pooling)
 from shardwise.importers.common import Lazy, check_weight_shapes, unique_name, without_dead_ops
 
 __all__ = ["from_onnx"]
@@ -341,8 +342,8 @@ class _OnnxImporter:
         elif op == "Shape" and values and isinstance(getattr(values[0], "shape", None), tuple):
             args = [values[0].shape]   # of a tensor, or a lazy value (a view, an LSTM's steps)
         elif op == "CastLike" and len(values) == 2 and isinstance(values[0], Const) and \
-                isinstance(values[1], (Tensor, View)):
-            args = [values[0].value, np.zeros(0, np.float32)]   # graph tensors are float32
+                isinstance(values[1], (Tensor, View, Lazy)):
+            args = [values[0].value, np.zeros(0, np.float32)]   # graph tensors (and lazy values) are float32
         elif op in FOLDERS and all(v is None or isinstance(v, Const) for v in values):
             if op == "Identity":   # the same initializer under another name: keep it one Const
                 self.env[node.output[0]] = values[0]
@@ -408,7 +409,8 @@ class _OnnxImporter:
         """Does ``node`` take the lazy value ``v``, its input ``k``, as it is: an op type ``v`` folds
         into, its only reader (a group norm's pattern, :mod:`.groupnorm`)?"""
         name = node.input[k]
-        return node.op_type in v.folds_into and name not in self.outputs and len(self.consumers.get(name, [])) == 1
+        return node.op_type in v.folds_into and name not in self.outputs and \
+            (v.shared or len(self.consumers.get(name, [])) == 1)
 
     def _relu_reader(self, node: Any) -> Any:
         relu = self._single_reader(node, "Relu")

@@ -659,6 +659,15 @@ ONNX_DOC_ROWS: tuple[OnnxDocRow, ...] = (
                "`ceil_mode` (`MaxPool`: any, a partial last window; `AveragePool`: where it adds no window)"),
     OnnxDocRow("`pool2d`", "`GlobalAveragePool`, `GlobalMaxPool`", "no op on a 1x1 input"),
     OnnxDocRow("`pool2d` (avg) (+ `flatten`)", "`ReduceMean`", "over axes (2, 3) of an `(N, C, H, W)` tensor"),
+    OnnxDocRow("`pool2d` (avg), `expand`, `adaptive_avg_pool2d`",
+               "`Transpose`, `GatherND`, `ReduceMean`, `Where`, `Gather`, `Add`, `Div`",
+               "PyTorch's dynamo export of `nn.AdaptiveAvgPool2d` where the output size does not divide the input "
+               "size (alexnet and vgg below 224 px): the `GatherND` of constant window indices from the `(H, W, N, C)` "
+               "transpose of `(N, C, H, W)`, then the mean over each window, or the padding of uneven windows zeroed "
+               "(`Where` of a constant mask), the sum unrolled (`Gather`, `Add`) and the `Div` by the windows' sizes; "
+               "followed as one linear map of each channel's `H x W` values and checked against PyTorch's windows "
+               "when the pooled `(N, C, OH, OW)` is read: the ops `from_torch` builds (`expand` of a `1x1` input, "
+               "else `adaptive_avg_pool2d`)"),
     OnnxDocRow("`softmax` (the loss)", "`Softmax`, `LogSoftmax`",
                "as the model's output, over the classes of `(N, C)` or `(N, T, C)` (`LogSoftmax` only there)"),
     OnnxDocRow("`dropout`", "`Dropout`",

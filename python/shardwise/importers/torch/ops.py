@@ -29,6 +29,7 @@ from typing import Any, Callable
 from shardwise.errors import ShapeError
 from shardwise.graph import Graph, Tensor
 
+from shardwise.importers.adaptive import adaptive_pool
 from shardwise.importers.common import Lazy, check_ceil_mode, linear_layer
 from shardwise.importers.torch.call import REQUIRED, Attr, Call, TorchOp, _dim, _dim_attr, _pair, _show
 
@@ -301,7 +302,7 @@ def _avg_pool2d(c: Call) -> Tensor:
 
 
 def _adaptive_pool(kind: str) -> Callable[[Call], Tensor]:
-    """Adaptive pooling whose output size divides the input: the pool of kernel = stride = input / output."""
+    """Adaptive pooling: the ops :func:`shardwise.importers.adaptive.adaptive_pool` builds."""
     def convert(c: Call) -> Tensor:
         if c.attrs.get("return_indices"):
             raise c.error("return_indices=True is not supported")
@@ -311,19 +312,11 @@ def _adaptive_pool(kind: str) -> Callable[[Call], Tensor]:
         if len(size) != 2:
             raise c.error(f"output_size={c.attrs['output_size']!r} is not supported")
         out = tuple(x.shape[2 + d] if s is None else s for d, s in enumerate(size))
-        if x.shape[2:] == (1, 1) and all(isinstance(s, int) and s >= 1 for s in out):
-            # one value per channel repeated (alexnet's and vgg's 1x1 -> 6x6 / 7x7 on small images)
-            return x if out == (1, 1) else c.graph.expand(x, x.shape[:2] + out, name=c.name)
-        if kind == "avg" and all(isinstance(s, int) and s > 0 for s in out) and \
-                any(x.shape[2 + d] % s for d, s in enumerate(out)):
-            return c.graph.adaptive_avg_pool2d(x, out, name=c.name)   # PyTorch's uneven (or overlapping) windows
-        if any(not isinstance(s, int) or s <= 0 or x.shape[2 + d] % s for d, s in enumerate(out)):
+        y = adaptive_pool(c.graph, x, out, kind, c.name) if all(isinstance(s, int) and s > 0 for s in out) else None
+        if y is None:
             raise c.error(f"adaptive pooling of a {x.shape[2]}x{x.shape[3]} input to {out} is not supported; "
                           f"the output size must divide the input size (then it is a {kind} pool)")
-        if out == x.shape[2:]:
-            return x
-        kernel = (x.shape[2] // out[0], x.shape[3] // out[1])
-        return c.graph.pool2d(x, kernel=kernel, stride=kernel, kind=kind, name=c.name)
+        return y
     return convert
 
 
