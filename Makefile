@@ -5,7 +5,7 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench docs-ops check-docs clean
+.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench docs-ops check-docs portable clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
@@ -27,6 +27,9 @@ gpu-prepare:      ## before a device run, here with network: the wheels the GPU 
 
 gpu-check:        ## the whole device check (install offline, build sm_90, info, GPU tests, benchmarks) -> $$OUT
 	bash tools/gpu_check.sh
+
+portable:         ## every C file of the core compiled for aarch64 (needs apt's gcc-aarch64-linux-gnu)
+	PYTHON=$(PY) bash tools/portable_build.sh
 
 test: build       ## the default (fast) test run
 	$(PY) -m pytest -q
