@@ -139,16 +139,64 @@ class Tables:
         self.ndev = node[0].shape[1]
         self.medges = medges                              # (u, v, slot, base (ncfg_v, ndev), idx (m, 3), bytes (m,))
 
+    def _packed(self) -> dict[str, Any]:
+        """The tables flattened once for the vectorized footprint and weighting below (cached):
+        every op's node bytes stacked (one row per configuration, ``node_at[v]`` the first), every
+        memory edge's base bytes stacked (``base_at[e]`` the first row of edge e, rows by v's
+        configuration), and the edges' corrections (bytes freed on one device when u and v take
+        configurations ci and cj) as flat arrays, grouped per edge by position in its (ncfg_u,
+        ncfg_v) table with duplicates summed through ``starts``."""
+        cache = getattr(self, "_packed_cache", None)
+        if cache is not None:
+            return cache
+        ncfg = [len(m) for m in self.mem]
+        node_at = np.concatenate([[0], np.cumsum(ncfg)]).astype(np.int64)
+        bases = [base for _, _, _, base, _, _ in self.medges]
+        base_at = np.concatenate([[0], np.cumsum([len(b) for b in bases])]).astype(np.int64)
+        eu, ev, ci, cj, dev, nbytes, pos, eid = [], [], [], [], [], [], [], []
+        for e, (u, v, _, base, idx, nb) in enumerate(self.medges):
+            if not len(idx):
+                continue
+            idx = np.asarray(idx, np.int64)
+            k = len(idx)
+            eu.append(np.full(k, u, np.int64))
+            ev.append(np.full(k, v, np.int64))
+            ci.append(idx[:, 0])
+            cj.append(idx[:, 1])
+            dev.append(idx[:, 2])
+            nbytes.append(np.asarray(nb, float))
+            pos.append(idx[:, 0] * len(base) + idx[:, 1])
+            eid.append(np.full(k, e, np.int64))
+        cat = (lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
+        eu, ev, ci, cj, dev = (cat(a, np.int64) for a in (eu, ev, ci, cj, dev))
+        nbytes, pos, eid = cat(nbytes, float), cat(pos, np.int64), cat(eid, np.int64)
+        order = np.lexsort((pos, eid))                     # by edge, then by position in its table
+        key_e, key_p = eid[order], pos[order]
+        first = np.ones(len(order), bool)
+        first[1:] = (key_e[1:] != key_e[:-1]) | (key_p[1:] != key_p[:-1])
+        starts = np.flatnonzero(first)                     # one group per (edge, position)
+        group_edge, group_pos = key_e[starts], key_p[starts]
+        edge_groups = np.searchsorted(group_edge, np.arange(len(self.medges) + 1))   # edge e: groups [a, b)
+        cache = {"node": np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev)),
+                 "node_at": node_at,
+                 "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
+                 "base_at": base_at,
+                 "base_v": np.array([v for _, v, _, _, _, _ in self.medges], np.int64),
+                 "eu": eu, "ev": ev, "ci": ci, "cj": cj, "dev": dev, "nbytes": nbytes,
+                 "order": order, "starts": starts, "group_pos": group_pos, "edge_groups": edge_groups}
+        self._packed_cache = cache
+        return cache
+
     def footprint(self, x: Sequence[int]) -> np.ndarray:
         """Bytes per device of the strategy x (one configuration index per op)."""
-        a = np.zeros(self.ndev)
-        for v in range(self.n):
-            a += self.mem[v][x[v]]
-        for u, v, _, base, idx, nbytes in self.medges:
-            a += base[x[v]]
-            if len(idx):
-                hit = (idx[:, 0] == x[u]) & (idx[:, 1] == x[v])
-                np.subtract.at(a, idx[hit, 2], nbytes[hit])
+        p = self._packed()
+        x = np.asarray(x, np.int64)
+        a = p["node"][p["node_at"][:-1] + x].sum(axis=0) if len(x) else np.zeros(self.ndev)
+        if len(p["base_v"]):
+            a = a + p["base"][p["base_at"][:-1] + x[p["base_v"]]].sum(axis=0)
+        if len(p["ci"]):
+            hit = (p["ci"] == x[p["eu"]]) & (p["cj"] == x[p["ev"]])
+            a = a - np.bincount(p["dev"][hit], weights=p["nbytes"][hit], minlength=self.ndev)
         return a
 
     def eq1(self, x: Sequence[int]) -> float:
@@ -161,12 +209,21 @@ class Tables:
 
     def weighted(self, lam: np.ndarray, wtime: float, allowed: list[np.ndarray]) -> tuple[list, list]:
         """Node and edge tables of wtime * Eq. 1 + lam . footprint, forbidden configurations at BIG."""
-        nodes = [np.where(allowed[v], wtime * self.time[v] + self.mem[v] @ lam, BIG) for v in range(self.n)]
-        edges = [(u, v, wtime * t) for u, v, _, t in self.edges]
-        for u, v, _, base, idx, nbytes in self.medges:
-            m = np.broadcast_to(base @ lam, (len(self.time[u]), len(self.time[v]))).copy()
-            if len(idx):
-                np.subtract.at(m, (idx[:, 0], idx[:, 1]), nbytes * lam[idx[:, 2]])
+        p = self._packed()
+        node_lam = p["node"] @ lam
+        at = p["node_at"]
+        nodes = [np.where(allowed[v], wtime * self.time[v] + node_lam[at[v]:at[v + 1]], BIG) for v in range(self.n)]
+        edges = [(u, v, t if wtime == 1.0 else wtime * t) for u, v, _, t in self.edges]
+        base_lam = p["base"] @ lam
+        freed = (np.add.reduceat(p["nbytes"][p["order"]] * lam[p["dev"][p["order"]]], p["starts"])
+                 if len(p["starts"]) else np.zeros(0))
+        bat, groups = p["base_at"], p["edge_groups"]
+        for e, (u, v, _, base, _, _) in enumerate(self.medges):
+            m = np.empty((len(self.time[u]), len(base)))
+            m[:] = base_lam[bat[e]:bat[e + 1]]
+            g0, g1 = groups[e], groups[e + 1]
+            if g1 > g0:
+                m.reshape(-1)[p["group_pos"][g0:g1]] -= freed[g0:g1]
             edges.append((u, v, m))
         return nodes, edges
 
