@@ -227,3 +227,30 @@ def test_pareto_front_is_non_dominated_and_each_plan_fits_its_peak():
     for p in front:
         assert p.peak_bytes == max(d.arena_bytes for d in p.memory.devices.values())
         assert p.time == pytest.approx(p.plan.cost, rel=1e-9)
+
+
+def test_a_passed_deadline_stops_the_branch_and_bound_once_a_plan_fits(monkeypatch):
+    """solve(..., deadline=) in the past: the search returns the first plan that fits (not proven
+    unless it is), never more elimination searches than without it, and None exactly when no
+    strategy fits; on some tables it stops early."""
+    import time
+
+    monkeypatch.setattr(sm, "MAX_SOLVES", 3000)
+    stopped_early = 0
+    for seed in range(40):
+        rng = np.random.default_rng(500 + seed)
+        t = _random_tables(rng, int(rng.integers(3, 7)), int(rng.integers(1, 4)))
+        peaks = np.array([t.footprint(x) for x in itertools.product(*[range(len(c)) for c in t.time])])
+        limit = np.quantile(peaks, 0.2, axis=0)
+        full = sm.solve(t, limit)
+        quick = sm.solve(t, limit, deadline=time.perf_counter() - 1.0)
+        assert (quick is None) == (full is None)
+        if full is None:
+            continue
+        assert (t.footprint(quick.choice) <= limit).all()
+        assert quick.cost >= full.cost * (1 - 1e-9) and quick.solves <= full.solves
+        assert quick.lower_bound <= full.cost * (1 + 1e-9)
+        if quick.exact:
+            assert quick.cost == pytest.approx(full.cost, rel=1e-9)
+        stopped_early += quick.solves < full.solves
+    assert stopped_early >= 3

@@ -243,3 +243,20 @@ def test_first_devices_result_is_the_optimum_there(graph, monkeypatch):
     want, exact = first_devices_optimum(g, d, budget)
     assert exact
     assert plan.cost == pytest.approx(want, rel=REL)
+
+
+def test_a_time_limit_returns_a_plan_that_fits_and_says_so():
+    """sw.search(time_limit=) on a staged search whose Eq. 1 optimum does not fit: even when the
+    limit ran out before the memory stage, the search goes on until it holds a plan that fits,
+    returns it (its memory plan fits the budget) and warns that the time limit stopped it."""
+    g, d = chain(), MACHINES["2x4"]()
+    free = sw.search(g, d, objective="eq1", memory=False)
+    budget = 0.97 * float(sm.arenas(free).max())
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(search_module, "SCALE_ABOVE", -1)
+        with pytest.warns(sw.SearchWarning, match="time limit"):
+            plan = sw.search(g, d, objective="eq1", memory=budget, time_limit=1e-6)
+    assert "scale" in plan.search_stats
+    assert (sm.arenas(plan) <= budget).all()
+    assert plan.search_stats["memory"]["constrained"]
+    assert plan.cost >= free.cost * (1 - REL)

@@ -148,7 +148,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     machines too large to search on every block, each partition sits on the first
     devices only, with a :class:`SearchWarning`.  ``time_limit``: seconds after which
     a staged search stops between stages with the best plan found so far, its lower
-    bound and a :class:`SearchWarning`.
+    bound and a :class:`SearchWarning`; under memory, its branch and bound stops there too
+    once it holds a plan that fits (it goes on until it has one).
 
     ``memory``: True (the default): every device's memory plan (:func:`shardwise.memory_plan`)
     fits its ``memory``; a number of bytes or a string such as ``"8GB"``: that budget on every
@@ -446,11 +447,18 @@ def _warn_memory(info: dict, cost: float) -> None:
     import warnings
 
     bound = info["lower_bound"]
-    above = f"at most {100 * (cost / bound - 1):.2f}% above the optimum" if bound > 0 else "above the optimum"
-    why = ("its memory plan needed more than the footprint the search constrains, so the budgets were lowered"
-           if info["tightened"] else f"{info['solves']} elimination searches did not prove it optimal")
-    warnings.warn(f"memory-constrained search: the plan returned fits every device, but {why}; it is {above} "
-                  f"(lower bound {bound:.6g} s, plan {cost:.6g} s)", SearchWarning, stacklevel=4)
+    above = (f"it is at most {100 * (cost / bound - 1):.2f}% above the optimum (lower bound {bound:.6g} s, plan "
+             f"{cost:.6g} s)" if bound > 0 else f"it may be above the optimum (plan {cost:.6g} s, no lower bound yet)")
+    why = []
+    if info.get("timed_out"):
+        why.append(f"the time limit stopped the search after {info['solves']} elimination searches")
+    if info["tightened"]:
+        why.append("its memory plan needed more than the footprint the search constrains, so the budgets were "
+                   "lowered")
+    if not why:
+        why.append(f"{info['solves']} elimination searches did not prove it optimal")
+    warnings.warn(f"memory-constrained search: the plan returned fits every device, but {' and '.join(why)}; "
+                  f"{above}", SearchWarning, stacklevel=4)
 
 
 def _warn_first_devices_memory(ndev: int) -> None:

@@ -29,6 +29,7 @@ arena, so:
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -236,15 +237,27 @@ class Solution:
     lower_bound: float   # <= the optimum under it
     solves: int
     nodes: int
+    timed_out: bool = False   # the deadline stopped it
 
 
 class _Solver:
-    def __init__(self, tables: Tables, limit: np.ndarray, max_evaluations: float, max_solves: int | None = None) -> None:
+    def __init__(self, tables: Tables, limit: np.ndarray, max_evaluations: float, max_solves: int | None = None,
+                 deadline: float | None = None) -> None:
         self.t, self.limit, self.max_evaluations = tables, limit, max_evaluations
         self.max_solves = MAX_SOLVES if max_solves is None else max_solves
+        self.deadline = deadline   # time.perf_counter() after which the search stops, once a plan fits
+        self.timed_out = False     # it stopped there
         self.solves = 0
         # a node exceeding the budget alone, whatever the rest does (every term is >= 0): never allowed
         self.allowed0 = [(m <= limit).all(axis=1) for m in tables.mem]
+
+    def spent(self, have_plan: bool) -> bool:
+        """No more elimination searches: the count is reached, or the deadline passed and a plan
+        that fits is in hand (without one the search goes on: it has nothing to return)."""
+        if self.solves >= self.max_solves:
+            return True
+        self.timed_out = have_plan and self.deadline is not None and time.perf_counter() > self.deadline
+        return self.timed_out
 
     def solve_tables(self, lam: np.ndarray, wtime: float, allowed: list[np.ndarray]) -> tuple[list[int], float, float]:
         """(choice, its weighted cost, a lower bound of the weighted optimum)."""
@@ -255,13 +268,15 @@ class _Solver:
 
 
 def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
-          max_solves: int | None = None, starts: Sequence[Sequence[int]] = ()) -> Solution | None:
+          max_solves: int | None = None, starts: Sequence[Sequence[int]] = (),
+          deadline: float | None = None) -> Solution | None:
     """The least Eq. 1 over strategies whose footprint is at most ``limit`` on every device (branch
     and bound with Lagrangian bounds); None when no strategy satisfies it.  Exact unless
     ``max_solves`` elimination searches do not suffice (then ``exact`` is False and
     ``lower_bound`` bounds the optimum).  ``starts``: strategies to try first (the baselines):
-    the best that fits prunes from the start."""
-    s = _Solver(tables, limit, max_evaluations, max_solves)
+    the best that fits prunes from the start.  ``deadline`` (a ``time.perf_counter()`` value):
+    once a strategy that fits is in hand, the search stops there like at ``max_solves``."""
+    s = _Solver(tables, limit, max_evaluations, max_solves, deadline)
     max_solves = s.max_solves
     if not all(a.any() for a in s.allowed0) or _proven_infeasible(s):
         return None
@@ -279,7 +294,7 @@ def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
         bound, tie, allowed, lam, steps = heapq.heappop(heap)
         if bound >= incumbent * (1 - REL_TOL):
             continue
-        if s.solves >= max_solves:
+        if s.spent(best is not None):
             heapq.heappush(heap, (bound, tie, allowed, lam, steps))
             break
         nodes += 1
@@ -291,14 +306,17 @@ def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
         for child in _branch(tables, allowed, x_branch, limit):
             counter += 1
             heapq.heappush(heap, (max(node_lb, bound), counter, child, lam.copy(), LAGRANGE_STEPS))
-    open_bound = min((h[0] for h in heap if h[0] < incumbent * (1 - REL_TOL)), default=np.inf)
-    exact = not np.isfinite(open_bound)
+    open_bounds = [h[0] for h in heap if h[0] < incumbent * (1 - REL_TOL)]
+    exact = not open_bounds
+    # a node left unbounded (the root, when the deadline came first) bounds at -inf: Eq. 1 >= 0
+    open_bound = max(min(open_bounds), 0.0) if open_bounds else np.inf
     if best is None:
         if exact:
             return None
         raise SearchError(f"the memory-constrained search found no plan that fits within {max_solves} elimination "
                           f"searches (and could not prove that none does); pass memory=False to ignore memory")
-    return Solution(best, tables.eq1(best), exact, incumbent if exact else float(open_bound), s.solves, nodes)
+    return Solution(best, tables.eq1(best), exact, incumbent if exact else float(open_bound), s.solves, nodes,
+                    s.timed_out and not exact)
 
 
 def _proven_infeasible(s: _Solver) -> bool:
@@ -366,7 +384,7 @@ def _bound_node(s: _Solver, allowed: list[np.ndarray], lam: np.ndarray, incumben
         elif float((g * scale).max()) > worst:
             worst, x_bad = float((g * scale).max()), x
         target = min(incumbent, found[1]) if found else incumbent
-        if best_lb >= target * (1 - REL_TOL) or s.solves >= s.max_solves:
+        if best_lb >= target * (1 - REL_TOL) or s.spent(found is not None or target < ub_all * (1 - 1e-9)):
             break
         if target >= ub_all * (1 - 1e-9):       # nothing fits yet: aim a little above the bound
             target = lb + max(abs(lb), 1e-12) * 0.05
@@ -448,16 +466,18 @@ def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_ev
 
 
 def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: float,
-            max_solves: int | None = None, starts: Sequence[Sequence[int]] = ()) -> tuple[Any, dict[str, Any]] | None:
+            max_solves: int | None = None, starts: Sequence[Sequence[int]] = (),
+            deadline: float | None = None) -> tuple[Any, dict[str, Any]] | None:
     """The plan of least Eq. 1 whose memory plan fits ``limit`` on every device: :func:`solve`
     under the footprint, the memory plan checked, budgets lowered by what it needed beyond the
     footprint and solved again when it does not fit (TIGHTEN_ROUNDS times).  ``to_plan(choice)``
-    makes a Plan.  None when no strategy satisfies the footprint constraint (none fits)."""
+    makes a Plan.  None when no strategy satisfies the footprint constraint (none fits).
+    ``deadline``: as :func:`solve` takes it."""
     budget = limit.astype(float).copy()
     first = None
     for round_ in range(TIGHTEN_ROUNDS + 1):
         try:
-            sol = solve(tables, budget, max_evaluations, max_solves, starts)
+            sol = solve(tables, budget, max_evaluations, max_solves, starts, deadline)
         except SearchError:   # budgets lowered below every plan seen: on to the baselines
             if first is None:
                 raise
@@ -472,6 +492,7 @@ def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: fl
         if (arena <= limit).all():
             exact = round_ == 0 and sol.exact
             return plan, {"exact": exact, "lower_bound": first.lower_bound, "cost": sol.cost,
+                          "timed_out": sol.timed_out,
                           "tightened": round_, "solves": sol.solves, "branch_nodes": sol.nodes,
                           "footprint": tables.footprint(sol.choice).tolist(), "arena": arena.tolist(),
                           "limit": limit.tolist()}

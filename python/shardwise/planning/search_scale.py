@@ -177,8 +177,22 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         if best is None or found[1] < best[1]:
             best = found
     chosen, ub, sstats = best
+
+    def constrained() -> Result:
+        from shardwise.planning.search_scale_memory import Staged
+
+        mchosen, mcost, mstats, mexact, mbound = memory.search(Staged(work, canonical, marg, per, stats, stages))
+        info = mstats.pop("memory")
+        stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))
+        everywhere = mexact and info["placements"] == "every aligned block"   # exact: over every block
+        return Result(mchosen, mcost, {"exact": everywhere, "scale": mstats}, everywhere, mbound,
+                      note="" if mexact else "the memory-constrained search did not prove its plan optimal",
+                      memory=info)
+
     stats["first_plan_cost"] = ub
     stages.done(f"first plan ({ub:.6g} s)")
+    if stages.out_of_time() and memory is not None and not memory.fits(chosen):
+        return constrained()   # out of time, but a plan that fits is owed: the constrained search stops at one
     if stages.out_of_time():
         return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
                       note=f"the time limit ran out after the first plan (partitions of at most {per} workers)")
@@ -191,17 +205,6 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         chosen, ub, sstats = found
     stats["canonical_cost"] = ub
     stages.done(f"exact search of {stats['survivors']} partitions left")
-
-    def constrained() -> Result:
-        from shardwise.planning.search_scale_memory import Staged
-
-        mchosen, mcost, mstats, mexact, mbound = memory.search(Staged(work, canonical, marg, per, stats, stages))
-        info = mstats.pop("memory")
-        stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))
-        everywhere = mexact and info["placements"] == "every aligned block"   # exact: over every block
-        return Result(mchosen, mcost, {"exact": everywhere, "scale": mstats}, everywhere, mbound,
-                      note="" if mexact else "the memory-constrained search did not prove its plan optimal",
-                      memory=info)
 
     if memory is not None and not memory.fits(chosen):   # the Eq. 1 optimum does not fit: search under memory
         return constrained()

@@ -30,6 +30,7 @@ names the smallest shortfall seen (device, bytes needed and available) and what 
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -92,7 +93,7 @@ class MemoryStage:
         return search_memory.Tables(work, self.graph)
 
     def _fitting(self, tables: search_memory.Tables, configs: Any, starts: Sequence[Sequence[int]],
-                 max_solves: int | None = None):
+                 max_solves: int | None = None, deadline: float | None = None):
         """search_memory.fitting over ``configs``: (plan, info, choice) or None when none fits."""
         made: dict[tuple, Any] = {}
 
@@ -102,7 +103,8 @@ class MemoryStage:
             made[id(plan)] = [int(c) for c in choice]
             return plan
 
-        found = search_memory.fitting(tables, self.budget, to_plan, self.max_evaluations, max_solves, starts=starts)
+        found = search_memory.fitting(tables, self.budget, to_plan, self.max_evaluations, max_solves, starts=starts,
+                                      deadline=deadline)
         if found is None:
             return None
         plan, info = found
@@ -114,6 +116,7 @@ class MemoryStage:
 
         canonical, ndev = s.canonical, len(self.devices)
         stats = dict(s.stats)
+        deadline = s.stages.deadline if s.stages is not None else None   # sw.search(time_limit=)
         # 1. plans that fit on the first devices: the cheapest gives the threshold
         fitting_plans: list[tuple[float, list[int], str]] = []   # (Eq. 1, canonical choice, what)
         for base in baselines(self.graph, self.devices, self.options):
@@ -129,9 +132,11 @@ class MemoryStage:
                       ([np.flatnonzero(w == w.max()) for w in canonical.workers],
                        "memory-constrained search over partitions on the most devices each op can use")]
         for keep, what in restricted:
+            if deadline is not None and time.perf_counter() > deadline:
+                break   # the threshold only speeds step 3 up; out of time, step 3 finds a plan itself
             sub = canonical.subset(keep)
             try:
-                found = self._fitting(self._tables(s.work, sub), sub, [], max_solves=FIRST_FIT_SOLVES)
+                found = self._fitting(self._tables(s.work, sub), sub, [], max_solves=FIRST_FIT_SOLVES, deadline=deadline)
             except SearchError:   # footprints fit but no memory plan did: no threshold from here
                 found = None
             if found is not None:
@@ -156,7 +161,7 @@ class MemoryStage:
                 tables = self._tables(s.work, kept)
         starts = [_reindex(survivors, f[1]) for f in fitting_plans]
         starts = [x for x in starts if x is not None]
-        found = self._fitting(tables, kept, starts)
+        found = self._fitting(tables, kept, starts, deadline=deadline)
         if found is None:
             raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, starts)
         plan, info, choice = found
@@ -172,7 +177,7 @@ class MemoryStage:
         survivors = _survivors(s.marginals, min(cost, threshold), PRUNE_SLACK)
         survivors = [np.union1d(k, [c]) for k, c in zip(survivors, canonical_choice)]   # the plan in hand stays
         full = full_space(canonical, survivors, ndev)
-        if full is not None:   # None above scale_space.FULL_SPACE_LIMIT
+        if full is not None and not (s.stages is not None and s.stages.out_of_time()):   # None above FULL_SPACE_LIMIT
             ftables = self._tables(s.work, full)
             start = _first_block_rows(canonical, survivors, canonical_choice, ndev)
             try:
