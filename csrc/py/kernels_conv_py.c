@@ -291,11 +291,14 @@ static PyObject *py_linear_forward(PyObject *self, PyObject *args, PyObject *kwd
     return finish(&h, s, ya);
 }
 
-/* ------------------------------------------------------------------ the algorithm */
+/* ------------------------------------------------------------------ the algorithm and the instruction set */
 static const char *const algorithm_names[] = {"auto", "im2col", "direct"};
+static const char *const isa_names[] = {"auto", "avx2", "avx512", "none"};
 
-/* conv_algorithm(name=None) -> str: the convolutions' algorithm (process-wide), set first when named. */
-static PyObject *py_conv_algorithm(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
+/* The process-wide setting `what` (name=None: read it): its index among `names[0..n)` set first when
+ * named, then the setting in effect as its name; ValueError naming `choices` for another name. */
+static PyObject *named_setting(PyObject *args, PyObject *kwds, const char *what, const char *choices,
+                               const char *const *names, int n, sw_status (*set)(int), int (*get)(void)) {
     static char *kwlist[] = {"name", NULL};
     const char *name = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|z", kwlist, &name)) {
@@ -303,50 +306,38 @@ static PyObject *py_conv_algorithm(PyObject *Py_UNUSED(m), PyObject *args, PyObj
     }
     if (name) {
         int a = -1;
-        for (int k = 0; k < 3; k++) {
-            if (strcmp(name, algorithm_names[k]) == 0) {
+        for (int k = 0; k < n; k++) {
+            if (strcmp(name, names[k]) == 0) {
                 a = k;
             }
         }
         if (a < 0) {
-            return PyErr_Format(PyExc_ValueError, "conv algorithm must be 'auto', 'im2col' or 'direct', got %R",
-                                PyTuple_GET_ITEM(args, 0));
+            return PyErr_Format(PyExc_ValueError, "%s must be %s, got %R", what, choices, PyTuple_GET_ITEM(args, 0));
         }
-        sw_status s = sw_conv_set_algorithm((sw_conv_algorithm)a);
+        sw_status s = set(a);
         if (s != SW_OK) {
             return sw_py_raise(s);
         }
     }
-    return PyUnicode_FromString(algorithm_names[sw_conv_get_algorithm()]);
+    return PyUnicode_FromString(names[get()]);
 }
 
-static const char *const isa_names[] = {"auto", "avx2", "avx512", "none"};
+static sw_status set_algorithm(int a) { return sw_conv_set_algorithm((sw_conv_algorithm)a); }
+static int get_algorithm(void) { return (int)sw_conv_get_algorithm(); }
+static sw_status set_isa(int a) { return sw_conv_set_isa((sw_conv_isa)a); }
+static int get_isa(void) { return (int)sw_conv_get_isa(); }
+
+/* conv_algorithm(name=None) -> str: the convolutions' algorithm (process-wide), set first when named. */
+static PyObject *py_conv_algorithm(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
+    return named_setting(args, kwds, "conv algorithm", "'auto', 'im2col' or 'direct'", algorithm_names, 3,
+                         set_algorithm, get_algorithm);
+}
 
 /* conv_isa(name=None) -> str: the direct loops' instruction set in effect (process-wide), set first
  * when named ('auto', 'avx2', 'avx512'); 'none' where the CPU has no AVX2 + FMA. */
 static PyObject *py_conv_isa(PyObject *Py_UNUSED(m), PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"name", NULL};
-    const char *name = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|z", kwlist, &name)) {
-        return NULL;
-    }
-    if (name) {
-        int a = -1;
-        for (int k = 0; k < 3; k++) {
-            if (strcmp(name, isa_names[k]) == 0) {
-                a = k;
-            }
-        }
-        if (a < 0) {
-            return PyErr_Format(PyExc_ValueError, "conv instruction set must be 'auto', 'avx2' or 'avx512', got %R",
-                                PyTuple_GET_ITEM(args, 0));
-        }
-        sw_status s = sw_conv_set_isa((sw_conv_isa)a);
-        if (s != SW_OK) {
-            return sw_py_raise(s);
-        }
-    }
-    return PyUnicode_FromString(isa_names[sw_conv_get_isa()]);
+    return named_setting(args, kwds, "conv instruction set", "'auto', 'avx2' or 'avx512'", isa_names, 3, set_isa,
+                         get_isa);
 }
 
 /* conv_isa_calls() -> {"avx2": n, "avx512": n}: how often each set's direct loops ran. */

@@ -31,18 +31,13 @@ pytest.importorskip("onnx", reason="onnx not installed: pip install onnx")
 pytest.importorskip("onnxscript", reason="torch.onnx's dynamo exporter needs onnxscript: pip install onnxscript")
 
 from test_torchvision_onnx_zoo import export  # noqa: E402  (skips the module without torchvision)
-from test_torchvision_zoo import (BATCH, FLOAT32_RUNS, ZOO, M, Net, distances, shardwise_steps,  # noqa: E402
+from test_torchvision_zoo import (FLOAT32_RUNS, Net, distances, model_and_batch, shardwise_steps,  # noqa: E402
                                   torch_steps)
 
 
 def onnx_net(name: str, path: str) -> Net:
     """test_torchvision_zoo.py's model and minibatch, imported from its eval-mode ONNX export."""
-    kwargs, px = ZOO[name]
-    torch.manual_seed(0)
-    model = getattr(M, name)(weights=None, num_classes=10, **kwargs).train()
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((BATCH, 3, px, px)).astype(np.float32)
-    y = rng.integers(0, 10, BATCH)
+    model, x, y = model_and_batch(name)
     g, weights = sw.from_onnx(export(copy.deepcopy(model).eval(), x, path))
     state = {k for k in model.state_dict() if not k.endswith("num_batches_tracked")}
     assert set(weights) == state, sorted(set(weights) ^ state)[:4]

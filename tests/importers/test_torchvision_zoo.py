@@ -129,15 +129,20 @@ class Net:
         return [k for k, _ in self.model.named_parameters()]
 
 
-@pytest.fixture
-def net(request) -> Net:
-    name = request.param
+def model_and_batch(name: str):
+    """ZOO[name]'s model (seeded, train mode) and a random minibatch (x, y) at its image size."""
     kwargs, px = ZOO[name]
     torch.manual_seed(0)
     model = getattr(M, name)(weights=None, num_classes=10, **kwargs).train()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, 3, px, px)).astype(np.float32)
-    y = rng.integers(0, 10, BATCH)
+    return model, x, rng.integers(0, 10, BATCH)
+
+
+@pytest.fixture
+def net(request) -> Net:
+    name = request.param
+    model, x, y = model_and_batch(name)
     g, weights = sw.from_torch(model, (torch.tensor(x),))
     missing = sorted({k for k, _ in model.named_parameters()} - set(weights))
     assert not missing, f"from_torch's weights lack {len(missing)} of state_dict()'s keys: {missing[:4]}, ..."
