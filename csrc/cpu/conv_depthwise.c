@@ -20,7 +20,7 @@
  * timing (nor on the CPU: the loops' AVX2 and baseline builds give the same bits); the weight
  * gradient sums each row in eight float lanes and the rows in double.
  *
- * Narrow planes (the 32 x 32 down to 2 x 2 ones of a 64 x 64 EfficientNet or MobileNet) run eight
+ * Narrow planes (the 16 x 16 down to 2 x 2 ones of a 64 x 64 EfficientNet or MobileNet) run eight
  * channels at once: their planes interleaved pixel-major ([pixel][8 channels], in scratch),
  * each tap one 8-float vector operation per pixel, instead of loops two to four columns long
  * per channel.  Every output (input gradient, weight gradient) element sees the same
@@ -99,11 +99,15 @@ SW_CLONES static double tap_dot(const float *restrict a, int64_t lda, const floa
 /* ------------------------------------------------------------------ eight channels at once */
 #define LANES 8
 
-/* Planes below this width (of the output, or dy) run LANES channels at once: measured on the
- * layers of a 64 px EfficientNet-B0 (batch 32), the blocks were 2-3x faster than the
- * per-channel loops at 16 and 32 columns too (each row a few vectors, every tap a call);
- * wider planes, whose rows are long vectors, keep the per-channel loops (not measured). */
-#define INTERLEAVE_BELOW_WIDTH 64
+/* Planes below this width (of the output, or dy) run LANES channels at once.  Thread CPU time
+ * (fwd / dx / dw, ms, batch 32), per-channel loops against the blocks:
+ *   32 ch 32x32 3x3        2.6 / 2.7 / 3.5   against  3.3 / 3.3 / 4.1
+ *   96 ch 32x32 3x3 s2     4.7 / 8.1 / 6.8   against  3.0 / 5.5 / 4.2   (16 output columns)
+ *   144 ch 16x16 3x3       4.4 / 4.1 / 5.7   against  3.9 / 3.8 / 5.1
+ *   240 ch 8x8 5x5        16.4 / 15.7 / 16.5 against  2.8 / 2.8 / 4.4
+ *   1152 ch 2x2 5x5       19.9 / 20.0 / 4.3  against  1.2 / 1.2 / 1.8
+ * (the per-channel loops there also computed the tap spans per sample and channel). */
+#define INTERLEAVE_BELOW_WIDTH 32
 
 /* buf[i * LANES + l] = plane[l][i] for i < count (pack), or back (unpack). */
 SW_CLONES static void lanes_pack(float *restrict buf, const float *const *plane, int64_t count) {
