@@ -227,7 +227,8 @@ def kernels() -> str:
             flags = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
     except (OSError, StopIteration):
         pass
-    direct = "AVX2+FMA direct convolution (3x3 up to 64 channels)" if {"avx2", "fma"} <= flags else "no direct convolution (no AVX2+FMA)"
+    direct = ("AVX2+FMA direct convolution (3x3 up to 64 channels)" if {"avx2", "fma"} <= flags
+              else "no direct convolution (no AVX2+FMA)")
     return (f"{cpu_model()}; OpenBLAS {openblas_core()} kernels "
             f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {direct}")
 
