@@ -2,7 +2,7 @@
  * (the exact erf form and the tanh approximation), SiLU, leaky ReLU, clip, hard sigmoid and hard swish, forward
  * and backward, with PyTorch's definitions (torch.nn.Sigmoid, Tanh, GELU(), SiLU,
  * LeakyReLU, Hardtanh, Hardsigmoid, Hardswish; their CPU kernels' formulas and order of
- * operations, so that results are PyTorch's bits):
+ * operations, so that results are PyTorch's bits up to the last bit or two of exp and erf):
  *
  *   sigmoid     y = 1 / (1 + exp(-x))           dx = dy * y * (1 - y)
  *   tanh        y = tanh(x)                     dx = dy * (1 - y^2)
@@ -26,16 +26,18 @@
  * Any rank 1..SW_MAX_RANK, any boxes: as in eltwise.c, the output view is the
  * box computed, every input view covers it, and the loops run over the box's
  * contiguous runs (view.h).  The loops are branch-free and built for AVX2 and
- * the baseline (SW_CLONES); GELU's erf and exp are vmath.h's inline ones, so its
- * loops vectorize (within 1.4 ulp of libm's; one exp, exp(-x^2 / 2), serves erf's
- * tail and the gradient's density); the others call libm per element.
+ * the baseline (SW_CLONES); GELU's erf and exp and sigmoid's and SiLU's exp are
+ * vmath.h's inline ones, so their loops vectorize (within 1.4 ulp of libm's; one exp,
+ * exp(-x^2 / 2), serves erf's tail and GELU's gradient's density; PyTorch's own
+ * vectorized sigmoid and SiLU use a vector exp of their own, not libm's, either);
+ * tanh and the tanh form of GELU call libm per element.
  */
 #include <math.h>    /* expf, tanhf */
 #include <stddef.h>  /* NULL */
 
 #include "kernels.h"  /* sw_view, sw_activation, sw_activation_* */
 #include "simd.h"     /* SW_CLONES */
-#include "vmath.h"    /* sw_verf_sqrt1_2, sw_vexpf */
+#include "vmath.h"    /* sw_verf_sqrt1_2, sw_vexpf, sw_vexpf_full */
 #include "../core/view.h"     /* sw_view_check_elementwise_*, sw_runs, sw_view_offset */
 
 #define INV_SQRT_2PI 0.39894228040143267794f  /* 1 / sqrt(2 pi) */
@@ -54,7 +56,7 @@ int sw_activation_grad_from_output(sw_activation f) { return f == SW_ACT_SIGMOID
 /* ------------------------------------------------------------------ forward runs: y[i] = f(x[i]) */
 SW_CLONES static void sigmoid_run(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        y[i] = 1.0f / (1.0f + expf(-x[i]));
+        y[i] = 1.0f / (1.0f + sw_vexpf_full(-x[i]));
     }
 }
 
@@ -81,7 +83,7 @@ SW_CLONES static void gelu_tanh_run(const float *x, float *y, int64_t n) {
 
 SW_CLONES static void silu_run(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        y[i] = x[i] / (1.0f + expf(-x[i]));
+        y[i] = x[i] / (1.0f + sw_vexpf_full(-x[i]));
     }
 }
 
@@ -157,7 +159,7 @@ SW_CLONES static void gelu_tanh_grad_run(const float *x, const float *dy, float 
 SW_CLONES static void silu_grad_run(const float *x, const float *dy, float *dx, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float v = x[i];
-        const float s = 1.0f / (1.0f + expf(-v));
+        const float s = 1.0f / (1.0f + sw_vexpf_full(-v));
         dx[i] = dy[i] * s * (1.0f + v * (1.0f - s));
     }
 }

@@ -129,13 +129,36 @@ static int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
  * (input channels): with one 8-wide block every broadcast feeds one multiply-add, and
  * its GEMM is not thin (M = Co*kh*kw): LeNet-5's 6-channel input gradient ran 1.27 ms
  * direct against 0.94 with im2col, while its forward pass and weight gradient, whose
- * GEMMs have 6 rows, ran 1.4x and 2.3x faster direct (docs/cpu_kernels.md). */
+ * GEMMs have 6 rows, ran 1.4x and 2.3x faster direct (docs/cpu_kernels.md).  AUTO also
+ * leaves calls of more than DIRECT_MAX_COLS columns to im2col + GEMM, whose GEMMs are no
+ * longer thin there.  Thread CPU time of 3x3 layers (fwd / dx / dw, ms; OpenBLAS's SkylakeX
+ * kernels; direct against im2col + GEMM):
+ *   16->16 32x32 (batch 64)    5.6 / 5.7 / 4.9  against  6.8 / 7.0 / 9.1
+ *   32->32 16x16 (batch 64)    4.7 / 4.7 / 4.4  against  5.2 / 4.4 / 6.3
+ *   64->64 8x8 (batch 64)      4.5 / 4.5 / 4.2  against  4.5 / 3.5 / 4.6
+ *   96->96 8x8 (batch 32)      4.8 / 5.0 / 4.7  against  4.2 / 3.7 / 4.2
+ *   128->128 8x8 (batch 32)   10.4 / 10.6 / 10.4 against  9.2 / 8.1 / 9.1
+ *   256->256 4x4 (batch 32)    9.2 / 10.1 / 9.9  against  6.7 / 6.2 / 6.7
+ *   512->512 2x2 (batch 32)   12.9 / 16.6 / 23.9 against  7.2 / 7.3 / 7.9   (ResNet-50 at 64 px)
+ * The AVX-512 loops (twice the width) move that limit to DIRECT_MAX_COLS_AVX512; direct
+ * (AVX-512) against im2col + GEMM, the same machine, load 2:
+ *   64->64 8x8 (batch 64)      3.9 / 4.0 / 3.7   against  6.6 / 5.7 / 7.1
+ *   128->128 8x8 (batch 32)    7.3 / 7.4 / 7.2   against 10.0 / 9.0 / 10.1
+ *   128->128 16x16 (batch 32) 18.6 / 18.8 / 18.6 against 30.5 / 21.8 / 24.6
+ *   256->256 4x4 (batch 32)    7.7 / 8.9 / 9.9   against  9.3 / 9.2 / 9.6
+ *   256->256 8x8 (batch 32)   19.0 / 20.4 / 23.3 against 22.7 / 21.8 / 21.1
+ *   512->512 2x2 (batch 32)   11.1 / 14.3 / 20.1 against 10.4 / 10.6 / 10.4 */
+#define DIRECT_MAX_COLS 64
+#define DIRECT_MAX_COLS_AVX512 128
+
 static int takes(int64_t cols, int64_t min_cols, const sw_window *p) {
     int a = (int)sw_conv_get_algorithm();
     if (a == SW_CONV_IM2COL || cols <= 0 || !conv_avx2_available()) {
         return 0;
     }
-    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && cols >= min_cols && 4 * cols >= 3 * round8(cols));
+    const int64_t max_cols = sw_conv_get_isa() == SW_CONV_ISA_AVX512 ? DIRECT_MAX_COLS_AVX512 : DIRECT_MAX_COLS;
+    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && cols >= min_cols && cols <= max_cols &&
+                                   4 * cols >= 3 * round8(cols));
 }
 
 /* ------------------------------------------------------------------ source regions */

@@ -1,7 +1,8 @@
 /*
  * vmath.h -- exp and erf for float as branch-free inline code, so that a loop calling them
  * vectorizes (a libm call per element does not: without -ffast-math GCC has no vector expf
- * or erff to call).  GELU (activation.c) and the softmaxes (softmax.c, softmax_dim.c) use them.
+ * or erff to call).  GELU, sigmoid and SiLU (activation.c) and the softmaxes (softmax.c,
+ * softmax_dim.c) use them.
  *
  * Accuracy, measured against double precision over dense grids of floats:
  *   sw_vexpf         within 1 ulp on [-87.3, 88.3]; 0 below -87.34 (where exp is subnormal or 0)
@@ -50,6 +51,18 @@ static SW_INLINE float sw_vexpf(float x) {
     memcpy(&scale, &bits, sizeof scale);
     const float e = p * scale;
     return x < lo ? 0.0f : e;
+}
+
+/* exp(x) for every x, overflowing to infinity as libm's expf does: sigmoid and SiLU take exp(-x),
+ * which is large for x << 0.  Above sw_vexpf's clamp (88.376, where 2^n would leave the normal
+ * range) it is 2 exp(x - ln2) (the rounding of x - ln2 costs up to ~30 ulp there, where sigmoid
+ * and SiLU are below 1e-38); above ln(FLT_MAX) = 88.7228 it is infinity.  A NaN stays NaN. */
+static SW_INLINE float sw_vexpf_full(float x) {
+    const float hi = 88.37626f;
+    const float xs = x > hi ? x - 0.693147180559945f : x;
+    const float e = sw_vexpf(xs);
+    const float e2 = x > hi ? e * 2.0f : e;
+    return x > 88.72283905f ? INFINITY : e2;
 }
 
 /* erf(x / sqrt 2), the heart of GELU's Phi(x) = (1 + erf(x / sqrt 2)) / 2, given

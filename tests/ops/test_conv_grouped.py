@@ -42,6 +42,10 @@ CASES = [
     (2, 6, 12, 11, 9, 5, 2, 3, 1, 6),             # depthwise 5x5, strided
     (1, 4, 4, 12, 10, (3, 1), (1, 2), (2, 0), (2, 1), 2),   # asymmetric kernel, stride and dilation
     (3, 6, 9, 7, 7, 3, 3, 0, 3, 3),               # a dilation as large as the input allows
+    # narrow planes: the depthwise loops take eight channels at once (and the rest one by one)
+    (2, 19, 19, 5, 4, 3, 1, 1, 1, 19),            # depthwise, two blocks of eight and three left over
+    (2, 16, 16, 7, 6, 5, 2, 2, 1, 16),            # depthwise 5x5, strided (an EfficientNet stage)
+    (2, 10, 20, 4, 4, 3, 1, 2, 2, 10),            # depthwise with a channel multiplier of 2, dilated
 ]
 
 
