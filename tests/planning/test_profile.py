@@ -258,3 +258,16 @@ def test_measured_step_time_is_the_median_of_real_steps():
     assert 0 < seconds < time.perf_counter() - t0
     with pytest.raises(ValueError, match="steps"):
         measured_step_time(g, plan, steps=0)
+
+
+def test_profile_names_its_backends(tmp_path):
+    """backend= takes 'cpu' or 'cuda'; anything else is a ValueError before anything is measured,
+    and 'cuda' without a usable GPU says what is missing (the CUDA backend's own error)."""
+    g = sw.models.lenet5(batch=4)
+    d = sw.DeviceGraph.cpu(1)
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        sw.profile(g, d, backend="tpu", cache_dir=str(tmp_path), progress=False)
+    if not sw.cuda.status()[0]:
+        with pytest.raises(sw.ConfigError, match="CUDA|cuda|GPU"):
+            sw.profile(g, d, backend="cuda", cache_dir=str(tmp_path), progress=False)
+    assert not list(tmp_path.iterdir())   # nothing measured, nothing cached
