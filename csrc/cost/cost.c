@@ -182,40 +182,7 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
  * devices), and per consumer configuration its devices and the region each worker
  * reads on that input slot; nothing else of the two ops.  Two edges with equal data
  * share one table.  The data of an edge (table_data: at most a few times its table's
- * entries) is kept for each distinct table, hashed, and compared in full where hashes agree. */
-
-typedef struct {
-    int64_t *v;
-    size_t len, cap;
-} key_buf;
-
-static int key_push(key_buf *k, int64_t x) {
-    if (k->len == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 1024;
-        int64_t *n = realloc(k->v, sizeof *n * cap);
-        if (!n) {
-            return 0;
-        }
-        k->v = n;
-        k->cap = cap;
-    }
-    k->v[k->len++] = x;
-    return 1;
-}
-
-/* A configuration's devices: its first (as -1 - first) where they are contiguous, as every
- * enumerated block is, else the list (non-negative ids): O(1) for blocks of 1,024 devices. */
-static int push_devices(key_buf *k, const sw_problem *p, const sw_config *cf) {
-    int first = sw_config_first_device(p, cf);
-    if (first >= 0) {
-        return key_push(k, -1 - (int64_t)first);
-    }
-    int ok = 1;
-    for (int w = 0; w < cf->nworkers; w++) {
-        ok &= key_push(k, p->dev_pool[cf->dev_offset + w]);
-    }
-    return ok;
-}
+ * entries) is kept for each distinct table as an sw_key (table_key.c). */
 
 /* Entries the read regions of every consumer partition add to the data (1 + 2 rank per worker). */
 static double region_entries(const sw_op *dst, int slot) {
@@ -234,86 +201,67 @@ static double region_entries(const sw_op *dst, int slot) {
  * what determines them: the consumer's iteration extents, the slot's index map and the
  * partitions (the large searches: 1,024 workers per partition, ~300 partitions). */
 #define REGION_KEY_CELLS 4.0
-static sw_status table_data(const sw_problem *p, int consumer, int slot, key_buf *k, sw_box *regions, char *used) {
+static sw_status table_data(const sw_problem *p, int consumer, int slot, sw_key *k, sw_box *regions, char *used) {
     const sw_op *dst = &p->ops[consumer];
     const sw_op *src = &p->ops[dst->inputs[slot].producer];
     const sw_input *in = &dst->inputs[slot];
     int by_regions = region_entries(dst, slot) <= REGION_KEY_CELLS * (double)src->ncfg * (double)dst->ncfg;
     int ok = 1;
     k->len = 0;
-    ok &= key_push(k, src->ninputs == 0) && key_push(k, src->out_rank) && key_push(k, src->ncfg);
+    ok &= sw_key_push(k, src->ninputs == 0) && sw_key_push(k, src->out_rank) && sw_key_push(k, src->ncfg);
     for (int d = 0; d < src->out_rank; d++) {
-        ok &= key_push(k, src->extent[d]);
+        ok &= sw_key_push(k, src->extent[d]);
     }
     for (int c = 0; ok && c < src->ncfg; c++) {
         const sw_config *cf = &src->cfgs[c];
         for (int d = 0; d < src->out_rank; d++) {
-            ok &= key_push(k, cf->deg[d]);
+            ok &= sw_key_push(k, cf->deg[d]);
         }
-        ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg) && key_push(k, cf->nworkers) && push_devices(k, p, cf);
+        ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) && sw_key_push_devices(k, p, cf);
     }
-    ok &= key_push(k, by_regions) && key_push(k, dst->ncfg);
+    ok &= sw_key_push(k, by_regions) && sw_key_push(k, dst->ncfg);
     if (!by_regions) {   /* what the regions are a function of (core/region.c) */
-        ok &= key_push(k, dst->nvars) && key_push(k, dst->out_rank) && key_push(k, in->rank) &&
-              key_push(k, in->has_window);
+        ok &= sw_key_push(k, dst->nvars) && sw_key_push(k, dst->out_rank) && sw_key_push(k, in->rank) &&
+              sw_key_push(k, in->has_window);
         for (int v = 0; v < dst->nvars; v++) {
-            ok &= key_push(k, dst->extent[v]);
+            ok &= sw_key_push(k, dst->extent[v]);
         }
         for (int d = 0; ok && d < in->rank; d++) {
             const sw_index_expr *e = &in->expr[d];
-            ok &= key_push(k, in->shape[d]) && key_push(k, e->offset) && key_push(k, e->div) && key_push(k, e->mod);
+            ok &= sw_key_push(k, in->shape[d]) && sw_key_push(k, e->offset) && sw_key_push(k, e->div) && sw_key_push(k, e->mod);
             for (int v = 0; v < dst->nvars; v++) {
-                ok &= key_push(k, e->coef[v]) && key_push(k, e->vdiv[v]);
+                ok &= sw_key_push(k, e->coef[v]) && sw_key_push(k, e->vdiv[v]);
             }
         }
         for (int d = 0; in->has_window && d < dst->out_rank; d++) {
-            ok &= key_push(k, in->win_lo[d]) && key_push(k, in->win_hi[d]);
+            ok &= sw_key_push(k, in->win_lo[d]) && sw_key_push(k, in->win_hi[d]);
         }
     }
     for (int c = 0; ok && c < dst->ncfg; c++) {
         const sw_config *cf = &dst->cfgs[c];
-        ok &= key_push(k, cf->nworkers) && push_devices(k, p, cf);
+        ok &= sw_key_push(k, cf->nworkers) && sw_key_push_devices(k, p, cf);
         if (!by_regions) {
             for (int d = 0; d < dst->out_rank; d++) {
-                ok &= key_push(k, cf->deg[d]);
+                ok &= sw_key_push(k, cf->deg[d]);
             }
-            ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg);
+            ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg);
             continue;
         }
         int starts = c == 0 || !sw_same_partition(&dst->cfgs[c - 1], cf);   /* placements of one partition read alike */
-        ok &= key_push(k, starts);
+        ok &= sw_key_push(k, starts);
         if (!starts) {
             continue;
         }
         SW_TRY(sw_config_regions(dst, cf, slot, regions, used));
         for (int w = 0; ok && w < cf->nworkers; w++) {
-            ok &= key_push(k, used[w]);
+            ok &= sw_key_push(k, used[w]);
             for (int d = 0; used[w] && d < regions[w].rank; d++) {
-                ok &= key_push(k, regions[w].lo[d]) && key_push(k, regions[w].hi[d]);
+                ok &= sw_key_push(k, regions[w].lo[d]) && sw_key_push(k, regions[w].hi[d]);
             }
         }
     }
     return ok ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
 }
-
-static uint64_t mix(uint64_t h, uint64_t v) {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h;
-}
-
-static uint64_t key_hash(const key_buf *k) {
-    uint64_t h = mix(0, k->len);
-    for (size_t q = 0; q < k->len; q++) {
-        h = mix(h, (uint64_t)k->v[q]);
-    }
-    return h;
-}
-
-typedef struct {
-    uint64_t hash;
-    int edge;
-    key_buf data;   /* the edge's data, compared in full where hashes agree */
-} signature;
 
 /* ---- filling the distinct tables on several threads (parallel.c) ----
  * Each table is written by one thread only; the problem is read-only here. */
@@ -347,13 +295,12 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
     size_t cap = (size_t)(ne > 0 ? ne : 1);
     t->edges = calloc(cap, sizeof *t->edges);
     p->edge_consumer_slot = calloc(cap, sizeof *p->edge_consumer_slot);
-    signature *seen = calloc(cap, sizeof *seen);
+    sw_key_set seen = {0, calloc(cap, sizeof(sw_key)), calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(int))};
     sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
     char *used = malloc((size_t)maxk);
-    key_buf key = {0};
+    sw_key key = {0};
     sw_status s = SW_OK;
-    int nseen = 0;
-    if (!t->edges || !p->edge_consumer_slot || !seen || !regions || !used) {
+    if (!t->edges || !p->edge_consumer_slot || !seen.key || !seen.hash || !seen.owner || !regions || !used) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -371,20 +318,8 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             if (s != SW_OK) {
                 break;
             }
-            uint64_t h = key_hash(&key);
-            int twin = -1;
-            for (int q = 0; q < nseen && twin < 0 && s == SW_OK; q++) {
-                if (seen[q].hash != h) {
-                    continue;
-                }
-                const key_buf *other = &seen[q].data;
-                if (other->len == key.len && !memcmp(other->v, key.v, sizeof *key.v * key.len)) {
-                    twin = seen[q].edge;
-                }
-            }
-            if (s != SW_OK) {
-                break;
-            }
+            uint64_t h = sw_key_hash(&key);
+            int twin = sw_key_find(&seen, &key, h);
             if (twin >= 0) {
                 e->time = t->edges[twin].time;
                 e->bytes = t->edges[twin].bytes;
@@ -400,30 +335,20 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
                 s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
                 break;
             }
-            seen[nseen++] = (signature){h, t->nedges - 1, key};
-            key = (key_buf){0};
+            seen.key[seen.n] = key;
+            seen.hash[seen.n] = h;
+            seen.owner[seen.n++] = t->nedges - 1;
+            key = (sw_key){0};
         }
     }
     if (s == SW_OK) {
-        int *todo = malloc(sizeof(int) * (size_t)(nseen > 0 ? nseen : 1));
-        if (!todo) {
-            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        for (int q = 0; q < nseen; q++) {
-            todo[q] = seen[q].edge;
-        }
         atomic_store(&p->progress_done, 0);
-        atomic_store(&p->progress_total, nseen);
-        table_work wk = {p, todo};
-        s = sw_parallel_for(nseen, p->threads, fill_one, &wk);
-        free(todo);
+        atomic_store(&p->progress_total, seen.n);
+        table_work wk = {p, seen.owner};
+        s = sw_parallel_for(seen.n, p->threads, fill_one, &wk);
     }
 done:
-    for (int q = 0; seen && q < nseen; q++) {
-        free(seen[q].data.v);
-    }
-    free(seen);
+    sw_key_set_free(&seen);
     free(regions);
     free(used);
     free(key.v);
