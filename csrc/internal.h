@@ -228,7 +228,15 @@ typedef struct {
     uint64_t *hash;
     int *owner;
 } sw_key_set;
-int sw_key_push(sw_key *k, int64_t x);
+int sw_key_grow(sw_key *k);   /* doubles the capacity; 0 when out of memory */
+/* inline: a key of Inception-v3's transfer tables takes ~10^6 pushes */
+static inline int sw_key_push(sw_key *k, int64_t x) {
+    if (k->len == k->cap && !sw_key_grow(k)) {
+        return 0;
+    }
+    k->v[k->len++] = x;
+    return 1;
+}
 int sw_key_push_double(sw_key *k, double x);   /* its bits */
 int sw_key_push_devices(sw_key *k, const sw_problem *p, const sw_config *cf);
 uint64_t sw_key_hash(const sw_key *k);

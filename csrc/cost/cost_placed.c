@@ -129,11 +129,11 @@ static void range_boxes(const grid *g, int d, int64_t s0, int64_t s1, sw_box *bo
 /* Elements of region r inside box b (both of the producer's output, rank dimensions): a
  * product of whole numbers, exact in a double. */
 static double box_overlap(const sw_box *r, const sw_box *b, int rank) {
-    double v = 1;
+    int64_t v = 1;   /* elements, in int64 as sw_box_volume counts them */
     for (int d = 0; d < rank && v > 0; d++) {
-        v *= (double)overlap(r->lo[d], r->hi[d], b->lo[d], b->hi[d]);
+        v *= overlap(r->lo[d], r->hi[d], b->lo[d], b->hi[d]);
     }
-    return v;
+    return (double)v;
 }
 
 /* The regions the workers of one consumer configuration read from input `slot`. */
@@ -195,11 +195,11 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     for (; w < k && blk < g->nb; w += rdeg, blk++) {
         if (rd->used[w]) {
             const sw_box *r = &rd->region[w];
-            double v = 1;
+            int64_t v = 1;   /* elements, in int64 as sw_box_volume counts them */
             for (int d = 0; d < g->rank && v > 0; d++) {
-                v *= (double)overlap(r->lo[d], r->hi[d], coord[d] * g->len[d], (coord[d] + 1) * g->len[d]);
+                v *= overlap(r->lo[d], r->hi[d], coord[d] * g->len[d], (coord[d] + 1) * g->len[d]);
             }
-            *local += v;
+            *local += (double)v;
         }
         for (int d = g->rank - 1; d >= 0; d--) {   /* next block */
             if (++coord[d] < g->deg[d]) {

@@ -8,17 +8,14 @@
 
 #include "internal.h"
 
-int sw_key_push(sw_key *k, int64_t x) {
-    if (k->len == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 1024;
-        int64_t *n = realloc(k->v, sizeof *n * cap);
-        if (!n) {
-            return 0;
-        }
-        k->v = n;
-        k->cap = cap;
+int sw_key_grow(sw_key *k) {
+    size_t cap = k->cap ? k->cap * 2 : 1024;
+    int64_t *n = realloc(k->v, sizeof *n * cap);
+    if (!n) {
+        return 0;
     }
-    k->v[k->len++] = x;
+    k->v = n;
+    k->cap = cap;
     return 1;
 }
 
