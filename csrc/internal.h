@@ -244,6 +244,14 @@ uint64_t sw_key_hash(const sw_key *k);
 int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash);
 void sw_key_set_free(sw_key_set *set);
 
+/* Node costs (cost_node.c) in two steps, so that the transfer tables can use the first: for
+ * every op, the first op whose node costs are a function of equal data (itself if none
+ * before it: its iteration space, FLOPs, inputs' index maps, configurations and devices),
+ * then t_c + t_s computed once per such group and copied to the rest.
+ * sw_problem_build_node_tables (shardwise.h) does both. */
+sw_status sw_node_twins(const sw_problem *p, int *from);
+sw_status sw_build_node_costs(sw_problem *p, const int *from);
+
 /* The three terms of Eq. 1 for single configurations. */
 double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
 /* Roofline seconds of one forward pass of worker w of configuration c on device `dev`:

@@ -181,8 +181,8 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
  * or two), the producer's output extents and configurations (degrees, reduction split,
  * devices), and per consumer configuration its devices and the region each worker
  * reads on that input slot; nothing else of the two ops.  Two edges with equal data
- * share one table.  The data of an edge (table_data: at most a few times its table's
- * entries) is kept for each distinct table as an sw_key (table_key.c). */
+ * share one table.  The data of an edge, in two parts (producer_data, consumer_data: at
+ * most a few times its table's entries), is kept as sw_keys (table_key.c). */
 
 /* Entries the read regions of every consumer partition add to the data (1 + 2 rank per worker). */
 static double region_entries(const sw_op *dst, int slot) {
@@ -195,17 +195,10 @@ static double region_entries(const sw_op *dst, int slot) {
     return n;
 }
 
-/* The data the table of input `slot` of op `consumer` is a function of, into k (emptied).
- * The consumer's part is the region each worker of each partition reads where those are at
- * most REGION_KEY_CELLS times the table's entries (Inception on 16 devices: all edges), else
- * what determines them: the consumer's iteration extents, the slot's index map and the
- * partitions (the large searches: 1,024 workers per partition, ~300 partitions). */
-#define REGION_KEY_CELLS 4.0
-static sw_status table_data(const sw_problem *p, int consumer, int slot, sw_key *k, sw_box *regions, char *used) {
-    const sw_op *dst = &p->ops[consumer];
-    const sw_op *src = &p->ops[dst->inputs[slot].producer];
-    const sw_input *in = &dst->inputs[slot];
-    int by_regions = region_entries(dst, slot) <= REGION_KEY_CELLS * (double)src->ncfg * (double)dst->ncfg;
+/* The producer's part of the data a table is a function of, into k (emptied): whether it is
+ * a graph input (one direction or two), its output extents and its configurations. */
+static int producer_data(const sw_problem *p, int producer, sw_key *k) {
+    const sw_op *src = &p->ops[producer];
     int ok = 1;
     k->len = 0;
     ok &= sw_key_push(k, src->ninputs == 0) && sw_key_push(k, src->out_rank) && sw_key_push(k, src->ncfg);
@@ -217,10 +210,34 @@ static sw_status table_data(const sw_problem *p, int consumer, int slot, sw_key 
         for (int d = 0; d < src->out_rank; d++) {
             ok &= sw_key_push(k, cf->deg[d]);
         }
-        ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) && sw_key_push_devices(k, p, cf);
+        ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) &&
+              sw_key_push_devices(k, p, cf);
     }
-    ok &= sw_key_push(k, by_regions) && sw_key_push(k, dst->ncfg);
-    if (!by_regions) {   /* what the regions are a function of (core/region.c) */
+    return ok;
+}
+
+/* Does the consumer's part of the data list the region each worker reads?  Where those are
+ * at most REGION_KEY_CELLS times the table's entries (Inception on 16 devices: all edges);
+ * else it lists what determines them: the consumer's iteration extents, the slot's index map
+ * and the partitions (the large searches: 1,024 workers per partition, ~300 partitions). */
+#define REGION_KEY_CELLS 4.0
+static int by_regions(const sw_problem *p, int consumer, int slot) {
+    const sw_op *dst = &p->ops[consumer];
+    const sw_op *src = &p->ops[dst->inputs[slot].producer];
+    return region_entries(dst, slot) <= REGION_KEY_CELLS * (double)src->ncfg * (double)dst->ncfg;
+}
+
+/* The consumer's part of the data the table of input `slot` of op `consumer` is a function
+ * of, into k (emptied): per configuration its devices and, by regions, the region each worker
+ * of each partition reads on that slot, else what those regions are a function of. */
+static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int regions_listed, sw_key *k,
+                               sw_box *regions, char *used) {
+    const sw_op *dst = &p->ops[consumer];
+    const sw_input *in = &dst->inputs[slot];
+    int ok = 1;
+    k->len = 0;
+    ok &= sw_key_push(k, regions_listed) && sw_key_push(k, dst->ncfg);
+    if (!regions_listed) {   /* what the regions are a function of (core/region.c) */
         ok &= sw_key_push(k, dst->nvars) && sw_key_push(k, dst->out_rank) && sw_key_push(k, in->rank) &&
               sw_key_push(k, in->has_window);
         for (int v = 0; v < dst->nvars; v++) {
@@ -228,7 +245,8 @@ static sw_status table_data(const sw_problem *p, int consumer, int slot, sw_key 
         }
         for (int d = 0; ok && d < in->rank; d++) {
             const sw_index_expr *e = &in->expr[d];
-            ok &= sw_key_push(k, in->shape[d]) && sw_key_push(k, e->offset) && sw_key_push(k, e->div) && sw_key_push(k, e->mod);
+            ok &= sw_key_push(k, in->shape[d]) && sw_key_push(k, e->offset) && sw_key_push(k, e->div) &&
+                  sw_key_push(k, e->mod);
             for (int v = 0; v < dst->nvars; v++) {
                 ok &= sw_key_push(k, e->coef[v]) && sw_key_push(k, e->vdiv[v]);
             }
@@ -240,7 +258,7 @@ static sw_status table_data(const sw_problem *p, int consumer, int slot, sw_key 
     for (int c = 0; ok && c < dst->ncfg; c++) {
         const sw_config *cf = &dst->cfgs[c];
         ok &= sw_key_push(k, cf->nworkers) && sw_key_push_devices(k, p, cf);
-        if (!by_regions) {
+        if (!regions_listed) {
             for (int d = 0; d < dst->out_rank; d++) {
                 ok &= sw_key_push(k, cf->deg[d]);
             }
@@ -263,6 +281,21 @@ static sw_status table_data(const sw_problem *p, int consumer, int slot, sw_key 
     return ok ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
 }
 
+/* The id of k in `set`: an equal key's, else k's own, added (k's buffer then belongs to the
+ * set and k is emptied); -1 when out of memory. */
+static int part_id(sw_key_set *set, int cap, sw_key *k) {
+    uint64_t h = sw_key_hash(k);
+    int id = sw_key_find(set, k, h);
+    if (id >= 0 || set->n == cap) {
+        return id;
+    }
+    set->key[set->n] = *k;
+    set->hash[set->n] = h;
+    set->owner[set->n] = set->n;
+    *k = (sw_key){0};
+    return set->n++;
+}
+
 /* ---- filling the distinct tables on several threads (parallel.c) ----
  * Each table is written by one thread only; the problem is read-only here. */
 typedef struct {
@@ -281,7 +314,12 @@ static sw_status fill_one(void *ctx, int q) {
     return s;
 }
 
-static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
+/* An edge's table is a function of its producer's part of the data and its consumer's; each
+ * part is kept once (ids into two key sets), so two edges share a table when both ids agree:
+ * exactly when the data, the parts put end to end, agree (each part's length follows from its
+ * content).  Ops with equal node data (sw_node_twins: from[i]) read their inputs alike, so a
+ * consumer's part is made once per such group, slot and listing. */
+static sw_status alloc_edge_tables(sw_problem *p, int with_bytes, const int *from) {
     sw_tables *t = &p->tables;
     int ne = 0, maxk = 1;
     for (int i = 0; i < p->nops; i++) {
@@ -292,20 +330,37 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             maxk = p->ops[i].cfgs[c].nworkers > maxk ? p->ops[i].cfgs[c].nworkers : maxk;
         }
     }
-    size_t cap = (size_t)(ne > 0 ? ne : 1);
+    size_t cap = (size_t)(ne > 0 ? ne : 1), nops = (size_t)(p->nops > 0 ? p->nops : 1);
     t->edges = calloc(cap, sizeof *t->edges);
     p->edge_consumer_slot = calloc(cap, sizeof *p->edge_consumer_slot);
-    sw_key_set seen = {0, calloc(cap, sizeof(sw_key)), calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(int))};
+    sw_key_set producers = {0, calloc(nops, sizeof(sw_key)), calloc(nops, sizeof(uint64_t)), calloc(nops, sizeof(int))};
+    sw_key_set consumers = {0, calloc(2 * cap, sizeof(sw_key)), calloc(2 * cap, sizeof(uint64_t)),
+                            calloc(2 * cap, sizeof(int))};
+    int *producer_of = malloc(sizeof(int) * nops);       /* op -> its producer part's id, -1: not yet */
+    int *first_edge = malloc(sizeof(int) * nops);        /* op -> its first data edge */
+    int *consumer_of = malloc(sizeof(int) * 2 * cap);    /* 2 edge + listing -> consumer part's id */
+    int *table_parts = malloc(sizeof(int) * 2 * cap);    /* per distinct table: its two ids */
+    int *todo = malloc(sizeof(int) * cap);               /* per distinct table: the edge that owns it */
     sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
     char *used = malloc((size_t)maxk);
     sw_key key = {0};
     sw_status s = SW_OK;
-    if (!t->edges || !p->edge_consumer_slot || !seen.key || !seen.hash || !seen.owner || !regions || !used) {
+    int ntables = 0;
+    if (!t->edges || !p->edge_consumer_slot || !producers.key || !producers.hash || !producers.owner ||
+        !consumers.key || !consumers.hash || !consumers.owner || !producer_of || !first_edge || !consumer_of ||
+        !table_parts || !todo || !regions || !used) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
+    for (int i = 0; i < p->nops; i++) {
+        producer_of[i] = -1;
+    }
+    for (size_t q = 0; q < 2 * cap; q++) {
+        consumer_of[q] = -1;
+    }
     for (int i = 0; i < p->nops && s == SW_OK; i++) {
-        for (int k = 0; k < p->ops[i].ninputs && s == SW_OK; k++) {
+        first_edge[i] = t->nedges;
+        for (int k = 0, nth = 0; k < p->ops[i].ninputs && s == SW_OK; k++) {
             const sw_input *in = &p->ops[i].inputs[k];
             if (in->role != SW_ROLE_DATA) {
                 continue;
@@ -314,12 +369,31 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             e->src = in->producer;
             e->dst = i;
             p->edge_consumer_slot[t->nedges] = k;
-            s = table_data(p, i, k, &key, regions, used);
-            if (s != SW_OK) {
-                break;
+            if (producer_of[in->producer] < 0) {
+                producer_of[in->producer] = producer_data(p, in->producer, &key) ? part_id(&producers, p->nops, &key) : -1;
+                if (producer_of[in->producer] < 0) {
+                    s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+                    break;
+                }
             }
-            uint64_t h = sw_key_hash(&key);
-            int twin = sw_key_find(&seen, &key, h);
+            int listed = by_regions(p, i, k);
+            int *cid = &consumer_of[2 * (first_edge[from[i]] + nth++) + listed];   /* the group's first op's edge */
+            if (*cid < 0) {
+                s = consumer_data(p, i, k, listed, &key, regions, used);
+                *cid = s == SW_OK ? part_id(&consumers, (int)(2 * cap), &key) : -1;
+                if (s == SW_OK && *cid < 0) {
+                    s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+                }
+                if (s != SW_OK) {
+                    break;
+                }
+            }
+            int twin = -1;
+            for (int q = 0; q < ntables && twin < 0; q++) {
+                if (table_parts[2 * q] == producer_of[in->producer] && table_parts[2 * q + 1] == *cid) {
+                    twin = todo[q];
+                }
+            }
             if (twin >= 0) {
                 e->time = t->edges[twin].time;
                 e->bytes = t->edges[twin].bytes;
@@ -335,20 +409,25 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
                 s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
                 break;
             }
-            seen.key[seen.n] = key;
-            seen.hash[seen.n] = h;
-            seen.owner[seen.n++] = t->nedges - 1;
-            key = (sw_key){0};
+            table_parts[2 * ntables] = producer_of[in->producer];
+            table_parts[2 * ntables + 1] = *cid;
+            todo[ntables++] = t->nedges - 1;
         }
     }
     if (s == SW_OK) {
         atomic_store(&p->progress_done, 0);
-        atomic_store(&p->progress_total, seen.n);
-        table_work wk = {p, seen.owner};
-        s = sw_parallel_for(seen.n, p->threads, fill_one, &wk);
+        atomic_store(&p->progress_total, ntables);
+        table_work wk = {p, todo};
+        s = sw_parallel_for(ntables, p->threads, fill_one, &wk);
     }
 done:
-    sw_key_set_free(&seen);
+    sw_key_set_free(&producers);
+    sw_key_set_free(&consumers);
+    free(producer_of);
+    free(first_edge);
+    free(consumer_of);
+    free(table_parts);
+    free(todo);
     free(regions);
     free(used);
     free(key.v);
@@ -361,10 +440,15 @@ sw_status sw_problem_build_tables(sw_problem *p, int with_bytes) {
         with_bytes = 0;
         p->bound_bw = sw_fastest_route(p);
     }
-    sw_status s = sw_problem_build_node_tables(p);
+    int *from = malloc(sizeof(int) * (size_t)(p->nops > 0 ? p->nops : 1));   /* ops with equal node data */
+    sw_status s = from ? sw_node_twins(p, from) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     if (s == SW_OK) {
-        s = alloc_edge_tables(p, with_bytes);
+        s = sw_build_node_costs(p, from);
     }
+    if (s == SW_OK) {
+        s = alloc_edge_tables(p, with_bytes, from);
+    }
+    free(from);
     if (s != SW_OK) {
         sw_problem_reset_tables(p);
         return s;

@@ -489,12 +489,9 @@ static int node_data(const sw_problem *p, int i, sw_key *k) {
     return ok;
 }
 
-/* The ops whose node costs are computed (the first of each group of ops with equal data,
- * node_data) into first[] (*nfirst of them), and for every op the one it copies from
- * (itself when it is computed) into from[]. */
-static sw_status distinct_nodes(const sw_problem *p, int *first, int *nfirst, int *from) {
-    sw_key_set seen = {0, calloc((size_t)p->nops, sizeof(sw_key)), calloc((size_t)p->nops, sizeof(uint64_t)),
-                       calloc((size_t)p->nops, sizeof(int))};
+sw_status sw_node_twins(const sw_problem *p, int *from) {
+    sw_key_set seen = {0, calloc((size_t)p->nops + 1, sizeof(sw_key)), calloc((size_t)p->nops + 1, sizeof(uint64_t)),
+                       calloc((size_t)p->nops + 1, sizeof(int))};
     sw_key key = {0};
     sw_status s = seen.key && seen.hash && seen.owner ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     for (int i = 0; i < p->nops && s == SW_OK; i++) {
@@ -512,8 +509,6 @@ static sw_status distinct_nodes(const sw_problem *p, int *first, int *nfirst, in
             key = (sw_key){0};
         }
     }
-    *nfirst = seen.n;
-    memcpy(first, seen.owner, sizeof *first * (size_t)seen.n);
     sw_key_set_free(&seen);
     free(key.v);
     return s;
@@ -529,10 +524,7 @@ static sw_status node_costs_item(void *ctx, int q) {
     return node_costs_of(wk->p, wk->first[q]);
 }
 
-/* t_c + t_s of every configuration of every op: the node costs of the search, computed
- * once per group of ops with equal data and copied to the rest (each op owns its arrays:
- * set_compute_times replaces one op's). */
-sw_status sw_problem_build_node_tables(sw_problem *p) {
+sw_status sw_build_node_costs(sw_problem *p, const int *from) {
     int n = p->nops;
     sw_tables *t = &p->tables;
     t->nnodes = n;
@@ -541,9 +533,9 @@ sw_status sw_problem_build_node_tables(sw_problem *p) {
     p->tc = calloc((size_t)n, sizeof *p->tc);
     p->ts = calloc((size_t)n, sizeof *p->ts);
     p->sync_bytes = calloc((size_t)n, sizeof *p->sync_bytes);
-    int *first = malloc(sizeof *first * (size_t)n), *from = malloc(sizeof *from * (size_t)n), nfirst = 0;
+    int *first = malloc(sizeof *first * (size_t)(n > 0 ? n : 1)), nfirst = 0;
     sw_status s = SW_OK;
-    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes || !first || !from) {
+    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes || !first) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -553,10 +545,9 @@ sw_status sw_problem_build_node_tables(sw_problem *p) {
             goto out;
         }
         t->ncfg[i] = p->ops[i].ncfg;
-    }
-    s = distinct_nodes(p, first, &nfirst, from);
-    if (s != SW_OK) {
-        goto out;
+        if (from[i] == i) {
+            first[nfirst++] = i;
+        }
     }
     atomic_store(&p->progress_done, 0);
     atomic_store(&p->progress_total, nfirst);
@@ -582,6 +573,15 @@ sw_status sw_problem_build_node_tables(sw_problem *p) {
     }
 out:
     free(first);
+    return s;
+}
+
+sw_status sw_problem_build_node_tables(sw_problem *p) {
+    int *from = malloc(sizeof *from * (size_t)(p->nops > 0 ? p->nops : 1));
+    sw_status s = from ? sw_node_twins(p, from) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    if (s == SW_OK) {
+        s = sw_build_node_costs(p, from);
+    }
     free(from);
     return s;
 }

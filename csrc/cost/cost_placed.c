@@ -185,8 +185,10 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     /* local: the workers on a device holding a block, visited with the block's coordinates
      * kept by an odometer (no division per worker) */
     int64_t w = s0 - d0 > 0 ? s0 - d0 : 0;
-    if (rdeg > 1) {
-        w += (rdeg - quotient_rest(d0 + w - s0, rdeg, NULL)) % rdeg;
+    if (rdeg > 1) {   /* to the first worker on a device holding a block: an owner, every rdeg-th */
+        int64_t rest;
+        quotient_rest(d0 + w - s0, rdeg, &rest);
+        w += (rdeg - rest) % rdeg;
     }
     int64_t blk = rdeg > 1 ? quotient_rest(d0 + w - s0, rdeg, NULL) : d0 + w - s0, coord[SW_MAX_RANK];
     for (int64_t d = g->rank - 1, q = blk; d >= 0; d--) {
