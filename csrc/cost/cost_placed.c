@@ -22,6 +22,7 @@
 #include <math.h>    /* INFINITY */
 #include <stdint.h>  /* UINT32_MAX */
 #include <stdlib.h>  /* malloc, calloc, free */
+#include <string.h>  /* memcpy */
 
 #include "internal.h"
 
@@ -60,11 +61,45 @@ static inline int64_t quotient_rest(int64_t a, int64_t b, int64_t *rest) {
 }
 
 /* The producer's output blocks: row-major over deg (rank dims), block length len. */
+/* The boxes of a few block ranges of one partition (range_boxes), kept: the ranges on a node
+ * recur for every consumer configuration of a table.  RANGES_KEPT first ranges asked. */
+#define RANGES_KEPT 4
+typedef struct {
+    int n;
+    int64_t first[RANGES_KEPT], last[RANGES_KEPT];
+    int nbox[RANGES_KEPT];
+    sw_box box[RANGES_KEPT][2 * SW_MAX_RANK];
+} kept_ranges;
+
 typedef struct {
     int rank;
     int64_t deg[SW_MAX_RANK], len[SW_MAX_RANK], stride[SW_MAX_RANK];
-    int64_t nb;   /* blocks */
+    int64_t nb;            /* blocks */
+    const sw_box *block;   /* every block's box, in row-major order (at most LISTED_BLOCKS), or NULL */
+    kept_ranges *kept;     /* the partition's kept ranges, or NULL */
 } grid;
+
+/* Grids of at most this many blocks have their boxes listed, once per partition of a table:
+ * the counts then read a block's box instead of deriving it from its coordinates. */
+#define LISTED_BLOCKS 64
+
+/* The boxes of the nb blocks of grid g into out (row-major order). */
+static void list_blocks(const grid *g, sw_box *out) {
+    int64_t coord[SW_MAX_RANK] = {0};
+    for (int64_t b = 0; b < g->nb; b++) {
+        out[b].rank = g->rank;
+        for (int d = 0; d < g->rank; d++) {
+            out[b].lo[d] = coord[d] * g->len[d];
+            out[b].hi[d] = (coord[d] + 1) * g->len[d];
+        }
+        for (int d = g->rank - 1; d >= 0; d--) {   /* next block */
+            if (++coord[d] < g->deg[d]) {
+                break;
+            }
+            coord[d] = 0;
+        }
+    }
+}
 
 static void make_grid(const sw_op *op, const sw_config *c, grid *g) {
     g->rank = op->out_rank;
@@ -76,6 +111,8 @@ static void make_grid(const sw_op *op, const sw_config *c, grid *g) {
         acc *= c->deg[d];
     }
     g->nb = acc;
+    g->block = NULL;
+    g->kept = NULL;
 }
 
 /* The blocks whose row-major indices lie in [s0, s1), as at most 2 rank - 1 boxes of
@@ -191,10 +228,15 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
         w += (rdeg - rest) % rdeg;
     }
     int64_t blk = rdeg > 1 ? quotient_rest(d0 + w - s0, rdeg, NULL) : d0 + w - s0, coord[SW_MAX_RANK];
-    for (int64_t d = g->rank - 1, q = blk; d >= 0; d--) {
+    if (g->block) {
+        for (; w < k && blk < g->nb; w += rdeg, blk++) {
+            *local += rd->used[w] ? box_overlap(&rd->region[w], &g->block[blk], g->rank) : 0.0;
+        }
+    }
+    for (int64_t d = g->rank - 1, q = blk; d >= 0 && !g->block; d--) {
         q = quotient_rest(q, g->deg[d], &coord[d]);
     }
-    for (; w < k && blk < g->nb; w += rdeg, blk++) {
+    for (; !g->block && w < k && blk < g->nb; w += rdeg, blk++) {
         if (rd->used[w]) {
             const sw_box *r = &rd->region[w];
             int64_t v = 1;   /* elements, in int64 as sw_box_volume counts them */
@@ -225,12 +267,32 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
             continue;
         }
         sw_box boxes[2 * SW_MAX_RANK], prefix;
+        const sw_box *box = boxes;
         int nbox = 0;
-        prefix.rank = g->rank;
-        range_boxes(g, 0, first, last, &prefix, boxes, &nbox);
+        kept_ranges *kr = g->kept;
+        int at = -1;
+        for (int q = 0; kr && q < kr->n && at < 0; q++) {
+            at = kr->first[q] == first && kr->last[q] == last ? q : -1;
+        }
+        if (g->block && last - first <= 1) {   /* one block: its own box */
+            box = &g->block[first];
+            nbox = (int)(last - first);
+        } else if (at >= 0) {
+            box = kr->box[at];
+            nbox = kr->nbox[at];
+        } else {
+            prefix.rank = g->rank;
+            range_boxes(g, 0, first, last, &prefix, boxes, &nbox);
+            if (kr && kr->n < RANGES_KEPT) {
+                kr->first[kr->n] = first;
+                kr->last[kr->n] = last;
+                kr->nbox[kr->n] = nbox;
+                memcpy(kr->box[kr->n++], boxes, sizeof *boxes * (size_t)nbox);
+            }
+        }
         for (int64_t v = a; v < b; v++) {
             for (int q = 0; rd->used[v] && q < nbox; q++) {
-                *same += box_overlap(&rd->region[v], &boxes[q], g->rank);
+                *same += box_overlap(&rd->region[v], &box[q], g->rank);
             }
         }
     }
@@ -309,13 +371,14 @@ static double placed_seconds(const sw_problem *p, double per_elem, double total,
     return per_elem * ((total - same) / p->bw_out + (same - local) / p->bw_in);
 }
 
-/* End (exclusive) of the run of configurations from c that share c's partition. */
-static int run_end(const sw_op *op, int c) {
-    int e = c + 1;
-    while (e < op->ncfg && sw_same_partition(&op->cfgs[c], &op->cfgs[e])) {
-        e++;
+/* For every configuration c of op, the end (exclusive) of the run of configurations from c that
+ * share c's partition (enumerated together); NULL when out of memory. */
+static int *run_ends(const sw_op *op) {
+    int *end = malloc(sizeof *end * (size_t)(op->ncfg > 0 ? op->ncfg : 1));
+    for (int c = op->ncfg - 1; end && c >= 0; c--) {
+        end[c] = c + 1 < op->ncfg && sw_same_partition(&op->cfgs[c], &op->cfgs[c + 1]) ? end[c + 1] : c + 1;
     }
-    return e;
+    return end;
 }
 
 sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
@@ -327,35 +390,65 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     span *src_at = malloc(sizeof *src_at * (size_t)src->ncfg), *dst_at = malloc(sizeof *dst_at * (size_t)nj);
     grid *grids = malloc(sizeof *grids * (size_t)src->ncfg);
     /* the memo holds twice the placement pairs of the largest pair of partition runs */
+    int *src_end = run_ends(src), *dst_end = run_ends(dst);
     size_t most_d = 1, most_s = 1;
-    for (int c = 0; c < nj; c = run_end(dst, c)) {
-        most_d = (size_t)(run_end(dst, c) - c) > most_d ? (size_t)(run_end(dst, c) - c) : most_d;
+    for (int c = 0; dst_end && c < nj; c = dst_end[c]) {
+        most_d = (size_t)(dst_end[c] - c) > most_d ? (size_t)(dst_end[c] - c) : most_d;
     }
-    for (int c = 0; c < src->ncfg; c = run_end(src, c)) {
-        most_s = (size_t)(run_end(src, c) - c) > most_s ? (size_t)(run_end(src, c) - c) : most_s;
+    for (int c = 0; src_end && c < src->ncfg; c = src_end[c]) {
+        most_s = (size_t)(src_end[c] - c) > most_s ? (size_t)(src_end[c] - c) : most_s;
     }
     size_t cap = 4;
     while (cap < 2 * most_d * most_s) {
         cap *= 2;
     }
     placed_memo memo = {malloc(sizeof(memo_slot) * cap), 0};
-    if (!src_at || !dst_at || !grids || !memo.slot) {
+    if (!src_at || !dst_at || !grids || !memo.slot || !src_end || !dst_end) {
+        free(src_end);
+        free(dst_end);
         free(src_at);
         free(dst_at);
         free(grids);
         free(memo.slot);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
+    size_t listed = 0;   /* block boxes of every partition of the producer with few blocks */
     for (int ci = 0; ci < src->ncfg; ci++) {
         src_at[ci] = span_of(p, &src->cfgs[ci]);
         make_grid(src, &src->cfgs[ci], &grids[ci]);
+        if (grids[ci].nb <= LISTED_BLOCKS && (ci == 0 || !sw_same_partition(&src->cfgs[ci - 1], &src->cfgs[ci]))) {
+            listed += (size_t)grids[ci].nb;
+        }
+    }
+    sw_box *blocks = malloc(sizeof *blocks * (listed > 0 ? listed : 1));
+    int runs = 0;
+    for (int ci = 0; ci < src->ncfg; ci = src_end[ci]) {
+        runs++;
+    }
+    kept_ranges *kept = calloc((size_t)(runs > 0 ? runs : 1), sizeof *kept);   /* one per partition */
+    for (int ci = 0, run = 0; kept && ci < src->ncfg; ci = src_end[ci], run++) {
+        for (int c = ci; c < src_end[ci]; c++) {
+            grids[c].kept = &kept[run];
+        }
+    }
+    for (int ci = 0, at = 0; blocks && ci < src->ncfg; ci++) {
+        if (grids[ci].nb > LISTED_BLOCKS) {
+            continue;
+        }
+        if (ci > 0 && sw_same_partition(&src->cfgs[ci - 1], &src->cfgs[ci])) {
+            grids[ci].block = grids[ci - 1].block;   /* the run's first configuration's */
+            continue;
+        }
+        list_blocks(&grids[ci], blocks + at);
+        grids[ci].block = blocks + at;
+        at += (int)grids[ci].nb;
     }
     for (int cj = 0; cj < nj; cj++) {
         dst_at[cj] = span_of(p, &dst->cfgs[cj]);
     }
     sw_status s = SW_OK;
-    for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = run_end(dst, cj0)) {
-        int cj1 = run_end(dst, cj0);
+    for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = dst_end[cj0]) {
+        int cj1 = dst_end[cj0];
         reads rd = {0};
         s = reads_of(dst, &dst->cfgs[cj0], slot, &rd);   /* the same regions on any devices */
         if (s != SW_OK) {
@@ -363,8 +456,8 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         }
         double total = rd.volume_sum;
         double far = placed_seconds(p, per_elem, total, 0.0, 0.0);   /* no node in common */
-        for (int ci0 = 0; ci0 < src->ncfg; ci0 = run_end(src, ci0)) {
-            int ci1 = run_end(src, ci0);
+        for (int ci0 = 0; ci0 < src->ncfg; ci0 = src_end[ci0]) {
+            int ci1 = src_end[ci0];
             placed_memo *m = cj1 - cj0 > 1 && ci1 - ci0 > 1 ? &memo : NULL;
             if (m) {
                 memo_reset(m, (size_t)(cj1 - cj0) * (size_t)(ci1 - ci0));
@@ -391,6 +484,10 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     free(src_at);
     free(dst_at);
     free(grids);
+    free(blocks);
+    free(kept);
+    free(src_end);
+    free(dst_end);
     return s;
 }
 
