@@ -215,6 +215,43 @@ static inline double sw_peak_flops(const sw_problem *p, int op, int dev) {
     return p->op_dense && p->op_dense[op] ? p->dev_flops_dense[dev] : p->dev_flops[dev];
 }
 
+/* cost/table_key.c: the data a cost table is a function of, as integers, so that tables
+ * computed from equal data are computed once.  sw_key_push* return 0 when out of memory. */
+typedef struct {
+    int64_t *v;
+    size_t len, cap;
+} sw_key;
+/* Keys kept so far: key[q] (owned), its hash, and the op or edge it was made for. */
+typedef struct {
+    int n;
+    sw_key *key;
+    uint64_t *hash;
+    int *owner;
+} sw_key_set;
+int sw_key_grow(sw_key *k);   /* doubles the capacity; 0 when out of memory */
+/* inline: a key of Inception-v3's transfer tables takes ~10^6 pushes */
+static inline int sw_key_push(sw_key *k, int64_t x) {
+    if (k->len == k->cap && !sw_key_grow(k)) {
+        return 0;
+    }
+    k->v[k->len++] = x;
+    return 1;
+}
+int sw_key_push_double(sw_key *k, double x);   /* its bits */
+int sw_key_push_devices(sw_key *k, const sw_problem *p, const sw_config *cf);
+uint64_t sw_key_hash(const sw_key *k);
+/* The owner of a key of `set` equal to k (hash: sw_key_hash(k)), or -1. */
+int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash);
+void sw_key_set_free(sw_key_set *set);
+
+/* Node costs (cost_node.c) in two steps, so that the transfer tables can use the first: for
+ * every op, the first op whose node costs are a function of equal data (itself if none
+ * before it: its iteration space, FLOPs, inputs' index maps, configurations and devices),
+ * then t_c + t_s computed once per such group and copied to the rest.
+ * sw_problem_build_node_tables (shardwise.h) does both. */
+sw_status sw_node_twins(const sw_problem *p, int *from);
+sw_status sw_build_node_costs(sw_problem *p, const int *from);
+
 /* The three terms of Eq. 1 for single configurations. */
 double sw_compute_time(const sw_problem *p, int op, const sw_config *c);
 /* Roofline seconds of one forward pass of worker w of configuration c on device `dev`:
@@ -225,7 +262,6 @@ double sw_worker_time(const sw_problem *p, int op, const sw_config *c, int w, in
 double sw_worker_flops(const sw_problem *p, int op, const sw_config *c, int w, double *outputs);
 /* Check a (split reduction variable or -1, degree) pair for op `opi` and store it in cfg. */
 sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t rvar, int32_t rdeg, sw_config *cfg);
-void sw_sync_cost(const sw_problem *p, int op, const sw_config *c, double *time, double *bytes);
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
 /* The same on a machine of uniform nodes when both ops' configurations sit on contiguous
  * device ranges: counted per consumer worker instead of listed per pair (cost_placed.c). */

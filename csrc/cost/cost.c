@@ -181,41 +181,8 @@ sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double 
  * or two), the producer's output extents and configurations (degrees, reduction split,
  * devices), and per consumer configuration its devices and the region each worker
  * reads on that input slot; nothing else of the two ops.  Two edges with equal data
- * share one table.  The data of an edge (table_data: at most a few times its table's
- * entries) is kept for each distinct table, hashed, and compared in full where hashes agree. */
-
-typedef struct {
-    int64_t *v;
-    size_t len, cap;
-} key_buf;
-
-static int key_push(key_buf *k, int64_t x) {
-    if (k->len == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 1024;
-        int64_t *n = realloc(k->v, sizeof *n * cap);
-        if (!n) {
-            return 0;
-        }
-        k->v = n;
-        k->cap = cap;
-    }
-    k->v[k->len++] = x;
-    return 1;
-}
-
-/* A configuration's devices: its first (as -1 - first) where they are contiguous, as every
- * enumerated block is, else the list (non-negative ids): O(1) for blocks of 1,024 devices. */
-static int push_devices(key_buf *k, const sw_problem *p, const sw_config *cf) {
-    int first = sw_config_first_device(p, cf);
-    if (first >= 0) {
-        return key_push(k, -1 - (int64_t)first);
-    }
-    int ok = 1;
-    for (int w = 0; w < cf->nworkers; w++) {
-        ok &= key_push(k, p->dev_pool[cf->dev_offset + w]);
-    }
-    return ok;
-}
+ * share one table.  The data of an edge, in two parts (producer_data, consumer_data: at
+ * most a few times its table's entries), is kept as sw_keys (table_key.c). */
 
 /* Entries the read regions of every consumer partition add to the data (1 + 2 rank per worker). */
 static double region_entries(const sw_op *dst, int slot) {
@@ -228,92 +195,106 @@ static double region_entries(const sw_op *dst, int slot) {
     return n;
 }
 
-/* The data the table of input `slot` of op `consumer` is a function of, into k (emptied).
- * The consumer's part is the region each worker of each partition reads where those are at
- * most REGION_KEY_CELLS times the table's entries (Inception on 16 devices: all edges), else
- * what determines them: the consumer's iteration extents, the slot's index map and the
- * partitions (the large searches: 1,024 workers per partition, ~300 partitions). */
-#define REGION_KEY_CELLS 4.0
-static sw_status table_data(const sw_problem *p, int consumer, int slot, key_buf *k, sw_box *regions, char *used) {
-    const sw_op *dst = &p->ops[consumer];
-    const sw_op *src = &p->ops[dst->inputs[slot].producer];
-    const sw_input *in = &dst->inputs[slot];
-    int by_regions = region_entries(dst, slot) <= REGION_KEY_CELLS * (double)src->ncfg * (double)dst->ncfg;
+/* The producer's part of the data a table is a function of, into k (emptied): whether it is
+ * a graph input (one direction or two), its output extents and its configurations. */
+static int producer_data(const sw_problem *p, int producer, sw_key *k) {
+    const sw_op *src = &p->ops[producer];
     int ok = 1;
     k->len = 0;
-    ok &= key_push(k, src->ninputs == 0) && key_push(k, src->out_rank) && key_push(k, src->ncfg);
+    ok &= sw_key_push(k, src->ninputs == 0) && sw_key_push(k, src->out_rank) && sw_key_push(k, src->ncfg);
     for (int d = 0; d < src->out_rank; d++) {
-        ok &= key_push(k, src->extent[d]);
+        ok &= sw_key_push(k, src->extent[d]);
     }
     for (int c = 0; ok && c < src->ncfg; c++) {
         const sw_config *cf = &src->cfgs[c];
         for (int d = 0; d < src->out_rank; d++) {
-            ok &= key_push(k, cf->deg[d]);
+            ok &= sw_key_push(k, cf->deg[d]);
         }
-        ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg) && key_push(k, cf->nworkers) && push_devices(k, p, cf);
+        ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) &&
+              sw_key_push_devices(k, p, cf);
     }
-    ok &= key_push(k, by_regions) && key_push(k, dst->ncfg);
-    if (!by_regions) {   /* what the regions are a function of (core/region.c) */
-        ok &= key_push(k, dst->nvars) && key_push(k, dst->out_rank) && key_push(k, in->rank) &&
-              key_push(k, in->has_window);
+    return ok;
+}
+
+/* Does the consumer's part of the data list the region each worker reads?  Where those are
+ * at most REGION_KEY_CELLS times the table's entries (Inception on 16 devices: all edges);
+ * else it lists what determines them: the consumer's iteration extents, the slot's index map
+ * and the partitions (the large searches: 1,024 workers per partition, ~300 partitions). */
+#define REGION_KEY_CELLS 4.0
+static int by_regions(const sw_problem *p, int consumer, int slot) {
+    const sw_op *dst = &p->ops[consumer];
+    const sw_op *src = &p->ops[dst->inputs[slot].producer];
+    return region_entries(dst, slot) <= REGION_KEY_CELLS * (double)src->ncfg * (double)dst->ncfg;
+}
+
+/* The consumer's part of the data the table of input `slot` of op `consumer` is a function
+ * of, into k (emptied): per configuration its devices and, by regions, the region each worker
+ * of each partition reads on that slot, else what those regions are a function of. */
+static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int regions_listed, sw_key *k,
+                               sw_box *regions, char *used) {
+    const sw_op *dst = &p->ops[consumer];
+    const sw_input *in = &dst->inputs[slot];
+    int ok = 1;
+    k->len = 0;
+    ok &= sw_key_push(k, regions_listed) && sw_key_push(k, dst->ncfg);
+    if (!regions_listed) {   /* what the regions are a function of (core/region.c) */
+        ok &= sw_key_push(k, dst->nvars) && sw_key_push(k, dst->out_rank) && sw_key_push(k, in->rank) &&
+              sw_key_push(k, in->has_window);
         for (int v = 0; v < dst->nvars; v++) {
-            ok &= key_push(k, dst->extent[v]);
+            ok &= sw_key_push(k, dst->extent[v]);
         }
         for (int d = 0; ok && d < in->rank; d++) {
             const sw_index_expr *e = &in->expr[d];
-            ok &= key_push(k, in->shape[d]) && key_push(k, e->offset) && key_push(k, e->div) && key_push(k, e->mod);
+            ok &= sw_key_push(k, in->shape[d]) && sw_key_push(k, e->offset) && sw_key_push(k, e->div) &&
+                  sw_key_push(k, e->mod);
             for (int v = 0; v < dst->nvars; v++) {
-                ok &= key_push(k, e->coef[v]) && key_push(k, e->vdiv[v]);
+                ok &= sw_key_push(k, e->coef[v]) && sw_key_push(k, e->vdiv[v]);
             }
         }
         for (int d = 0; in->has_window && d < dst->out_rank; d++) {
-            ok &= key_push(k, in->win_lo[d]) && key_push(k, in->win_hi[d]);
+            ok &= sw_key_push(k, in->win_lo[d]) && sw_key_push(k, in->win_hi[d]);
         }
     }
     for (int c = 0; ok && c < dst->ncfg; c++) {
         const sw_config *cf = &dst->cfgs[c];
-        ok &= key_push(k, cf->nworkers) && push_devices(k, p, cf);
-        if (!by_regions) {
+        ok &= sw_key_push(k, cf->nworkers) && sw_key_push_devices(k, p, cf);
+        if (!regions_listed) {
             for (int d = 0; d < dst->out_rank; d++) {
-                ok &= key_push(k, cf->deg[d]);
+                ok &= sw_key_push(k, cf->deg[d]);
             }
-            ok &= key_push(k, cf->rvar) && key_push(k, cf->rdeg);
+            ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg);
             continue;
         }
         int starts = c == 0 || !sw_same_partition(&dst->cfgs[c - 1], cf);   /* placements of one partition read alike */
-        ok &= key_push(k, starts);
+        ok &= sw_key_push(k, starts);
         if (!starts) {
             continue;
         }
         SW_TRY(sw_config_regions(dst, cf, slot, regions, used));
         for (int w = 0; ok && w < cf->nworkers; w++) {
-            ok &= key_push(k, used[w]);
+            ok &= sw_key_push(k, used[w]);
             for (int d = 0; used[w] && d < regions[w].rank; d++) {
-                ok &= key_push(k, regions[w].lo[d]) && key_push(k, regions[w].hi[d]);
+                ok &= sw_key_push(k, regions[w].lo[d]) && sw_key_push(k, regions[w].hi[d]);
             }
         }
     }
     return ok ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
 }
 
-static uint64_t mix(uint64_t h, uint64_t v) {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h;
-}
-
-static uint64_t key_hash(const key_buf *k) {
-    uint64_t h = mix(0, k->len);
-    for (size_t q = 0; q < k->len; q++) {
-        h = mix(h, (uint64_t)k->v[q]);
+/* The id of k in `set`: an equal key's, else k's own, added (k's buffer then belongs to the
+ * set and k is emptied); -1 when out of memory. */
+static int part_id(sw_key_set *set, int cap, sw_key *k) {
+    uint64_t h = sw_key_hash(k);
+    int id = sw_key_find(set, k, h);
+    if (id >= 0 || set->n == cap) {
+        return id;
     }
-    return h;
+    set->key[set->n] = *k;
+    set->hash[set->n] = h;
+    set->owner[set->n] = set->n;
+    *k = (sw_key){0};
+    return set->n++;
 }
-
-typedef struct {
-    uint64_t hash;
-    int edge;
-    key_buf data;   /* the edge's data, compared in full where hashes agree */
-} signature;
 
 /* ---- filling the distinct tables on several threads (parallel.c) ----
  * Each table is written by one thread only; the problem is read-only here. */
@@ -333,7 +314,12 @@ static sw_status fill_one(void *ctx, int q) {
     return s;
 }
 
-static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
+/* An edge's table is a function of its producer's part of the data and its consumer's; each
+ * part is kept once (ids into two key sets), so two edges share a table when both ids agree:
+ * exactly when the data, the parts put end to end, agree (each part's length follows from its
+ * content).  Ops with equal node data (sw_node_twins: from[i]) read their inputs alike, so a
+ * consumer's part is made once per such group, slot and listing. */
+static sw_status alloc_edge_tables(sw_problem *p, int with_bytes, const int *from) {
     sw_tables *t = &p->tables;
     int ne = 0, maxk = 1;
     for (int i = 0; i < p->nops; i++) {
@@ -344,21 +330,37 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             maxk = p->ops[i].cfgs[c].nworkers > maxk ? p->ops[i].cfgs[c].nworkers : maxk;
         }
     }
-    size_t cap = (size_t)(ne > 0 ? ne : 1);
+    size_t cap = (size_t)(ne > 0 ? ne : 1), nops = (size_t)(p->nops > 0 ? p->nops : 1);
     t->edges = calloc(cap, sizeof *t->edges);
     p->edge_consumer_slot = calloc(cap, sizeof *p->edge_consumer_slot);
-    signature *seen = calloc(cap, sizeof *seen);
+    sw_key_set producers = {0, calloc(nops, sizeof(sw_key)), calloc(nops, sizeof(uint64_t)), calloc(nops, sizeof(int))};
+    sw_key_set consumers = {0, calloc(2 * cap, sizeof(sw_key)), calloc(2 * cap, sizeof(uint64_t)),
+                            calloc(2 * cap, sizeof(int))};
+    int *producer_of = malloc(sizeof(int) * nops);       /* op -> its producer part's id, -1: not yet */
+    int *first_edge = malloc(sizeof(int) * nops);        /* op -> its first data edge */
+    int *consumer_of = malloc(sizeof(int) * 2 * cap);    /* 2 edge + listing -> consumer part's id */
+    int *table_parts = malloc(sizeof(int) * 2 * cap);    /* per distinct table: its two ids */
+    int *todo = malloc(sizeof(int) * cap);               /* per distinct table: the edge that owns it */
     sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
     char *used = malloc((size_t)maxk);
-    key_buf key = {0};
+    sw_key key = {0};
     sw_status s = SW_OK;
-    int nseen = 0;
-    if (!t->edges || !p->edge_consumer_slot || !seen || !regions || !used) {
+    int ntables = 0;
+    if (!t->edges || !p->edge_consumer_slot || !producers.key || !producers.hash || !producers.owner ||
+        !consumers.key || !consumers.hash || !consumers.owner || !producer_of || !first_edge || !consumer_of ||
+        !table_parts || !todo || !regions || !used) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
+    for (int i = 0; i < p->nops; i++) {
+        producer_of[i] = -1;
+    }
+    for (size_t q = 0; q < 2 * cap; q++) {
+        consumer_of[q] = -1;
+    }
     for (int i = 0; i < p->nops && s == SW_OK; i++) {
-        for (int k = 0; k < p->ops[i].ninputs && s == SW_OK; k++) {
+        first_edge[i] = t->nedges;
+        for (int k = 0, nth = 0; k < p->ops[i].ninputs && s == SW_OK; k++) {
             const sw_input *in = &p->ops[i].inputs[k];
             if (in->role != SW_ROLE_DATA) {
                 continue;
@@ -367,23 +369,30 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
             e->src = in->producer;
             e->dst = i;
             p->edge_consumer_slot[t->nedges] = k;
-            s = table_data(p, i, k, &key, regions, used);
-            if (s != SW_OK) {
-                break;
+            if (producer_of[in->producer] < 0) {
+                producer_of[in->producer] = producer_data(p, in->producer, &key) ? part_id(&producers, p->nops, &key) : -1;
+                if (producer_of[in->producer] < 0) {
+                    s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+                    break;
+                }
             }
-            uint64_t h = key_hash(&key);
+            int listed = by_regions(p, i, k);
+            int *cid = &consumer_of[2 * (first_edge[from[i]] + nth++) + listed];   /* the group's first op's edge */
+            if (*cid < 0) {
+                s = consumer_data(p, i, k, listed, &key, regions, used);
+                *cid = s == SW_OK ? part_id(&consumers, (int)(2 * cap), &key) : -1;
+                if (s == SW_OK && *cid < 0) {
+                    s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+                }
+                if (s != SW_OK) {
+                    break;
+                }
+            }
             int twin = -1;
-            for (int q = 0; q < nseen && twin < 0 && s == SW_OK; q++) {
-                if (seen[q].hash != h) {
-                    continue;
+            for (int q = 0; q < ntables && twin < 0; q++) {
+                if (table_parts[2 * q] == producer_of[in->producer] && table_parts[2 * q + 1] == *cid) {
+                    twin = todo[q];
                 }
-                const key_buf *other = &seen[q].data;
-                if (other->len == key.len && !memcmp(other->v, key.v, sizeof *key.v * key.len)) {
-                    twin = seen[q].edge;
-                }
-            }
-            if (s != SW_OK) {
-                break;
             }
             if (twin >= 0) {
                 e->time = t->edges[twin].time;
@@ -400,30 +409,25 @@ static sw_status alloc_edge_tables(sw_problem *p, int with_bytes) {
                 s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a %zu-entry transfer table", cells);
                 break;
             }
-            seen[nseen++] = (signature){h, t->nedges - 1, key};
-            key = (key_buf){0};
+            table_parts[2 * ntables] = producer_of[in->producer];
+            table_parts[2 * ntables + 1] = *cid;
+            todo[ntables++] = t->nedges - 1;
         }
     }
     if (s == SW_OK) {
-        int *todo = malloc(sizeof(int) * (size_t)(nseen > 0 ? nseen : 1));
-        if (!todo) {
-            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        for (int q = 0; q < nseen; q++) {
-            todo[q] = seen[q].edge;
-        }
         atomic_store(&p->progress_done, 0);
-        atomic_store(&p->progress_total, nseen);
+        atomic_store(&p->progress_total, ntables);
         table_work wk = {p, todo};
-        s = sw_parallel_for(nseen, p->threads, fill_one, &wk);
-        free(todo);
+        s = sw_parallel_for(ntables, p->threads, fill_one, &wk);
     }
 done:
-    for (int q = 0; seen && q < nseen; q++) {
-        free(seen[q].data.v);
-    }
-    free(seen);
+    sw_key_set_free(&producers);
+    sw_key_set_free(&consumers);
+    free(producer_of);
+    free(first_edge);
+    free(consumer_of);
+    free(table_parts);
+    free(todo);
     free(regions);
     free(used);
     free(key.v);
@@ -436,10 +440,15 @@ sw_status sw_problem_build_tables(sw_problem *p, int with_bytes) {
         with_bytes = 0;
         p->bound_bw = sw_fastest_route(p);
     }
-    sw_status s = sw_problem_build_node_tables(p);
+    int *from = malloc(sizeof(int) * (size_t)(p->nops > 0 ? p->nops : 1));   /* ops with equal node data */
+    sw_status s = from ? sw_node_twins(p, from) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
     if (s == SW_OK) {
-        s = alloc_edge_tables(p, with_bytes);
+        s = sw_build_node_costs(p, from);
     }
+    if (s == SW_OK) {
+        s = alloc_edge_tables(p, with_bytes, from);
+    }
+    free(from);
     if (s != SW_OK) {
         sw_problem_reset_tables(p);
         return s;

@@ -16,6 +16,7 @@
  */
 #include <math.h>    /* INFINITY, fmax */
 #include <stdlib.h>  /* malloc, calloc, free */
+#include <string.h>  /* memcpy */
 
 #include "internal.h"
 
@@ -276,30 +277,60 @@ static void sort_workers(const sw_box *regions, const char *none, int *idx, int 
     }
 }
 
-void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time, double *bytes) {
+/* The replica groups of one partition: which workers synchronize which slice, found once
+ * for every placement of the partition (the regions workers read do not depend on their
+ * devices); a placement then only adds up its routes (sync_placed). */
+typedef struct {
+    int first, count;   /* members[first .. first + count): worker indices, ascending */
+    double slice;       /* bytes each replica holds */
+    int rounds;         /* 2 for batchnorm statistics (forward and backward), 1 for parameters */
+    int ring;           /* by ring all-reduce, else through the first replica */
+} replica_group;
+
+typedef struct {
+    int *members;   /* k per non-data slot at most */
+    replica_group *group;
+    int ngroups;
+} partition_sync;
+
+static void partition_sync_free(partition_sync *ps) {
+    free(ps->members);
+    free(ps->group);
+    *ps = (partition_sync){0};
+}
+
+/* The replica groups of partition c of op opi, slot by slot, each slot's groups in order of
+ * their first worker (the order Eq. 1's sum is taken in).  SW_ERR_NOMEM or a region error. */
+static sw_status partition_sync_of(const sw_problem *p, int opi, const sw_config *c, partition_sync *out) {
     const sw_op *op = &p->ops[opi];
-    const int32_t *devs = config_devices(p, c);
-    *time = 0.0;
-    *bytes = 0.0;
-    int k = c->nworkers;
-    if (k < 2) {
-        return;
+    int k = c->nworkers, nslots = 0;
+    *out = (partition_sync){0};
+    for (int slot = 0; slot < op->ninputs; slot++) {
+        nslots += op->inputs[slot].role != SW_ROLE_DATA;
     }
+    if (k < 2 || nslots == 0) {
+        return SW_OK;
+    }
+    size_t most = (size_t)k * (size_t)nslots;
     sw_box *regions = malloc(sizeof *regions * (size_t)k);
     int *idx = malloc(sizeof *idx * (size_t)k), *tmp = malloc(sizeof *tmp * (size_t)k);
-    int *run = malloc(sizeof *run * (size_t)k), *members = malloc(sizeof *members * (size_t)k);
+    int *run = malloc(sizeof *run * (size_t)k);
     char *none = malloc((size_t)k);
-    if (!regions || !idx || !tmp || !run || !members || !none) {
-        *time = INFINITY;  /* cannot happen for sane sizes; makes the config unattractive */
+    out->members = malloc(sizeof *out->members * most);
+    out->group = malloc(sizeof *out->group * most);
+    sw_status s = SW_OK;
+    if (!regions || !idx || !tmp || !run || !none || !out->members || !out->group) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (int slot = 0; slot < op->ninputs; slot++) {
+    int nmembers = 0;
+    for (int slot = 0; slot < op->ninputs && s == SW_OK; slot++) {
         if (op->inputs[slot].role == SW_ROLE_DATA) {
             continue;
         }
-        if (sw_config_regions(op, c, slot, regions, none) != SW_OK) {
-            *time = INFINITY;
-            goto out;
+        s = sw_config_regions(op, c, slot, regions, none);
+        if (s != SW_OK) {
+            break;
         }
         for (int w = 0; w < k; w++) {
             none[w] = (char)!none[w];   /* reads none: no replica */
@@ -321,36 +352,64 @@ void sw_sync_cost(const sw_problem *p, int opi, const sw_config *c, double *time
             if (none[w] || idx[run[w]] != w) {
                 continue;   /* no replica, or not the first worker of its group */
             }
-            int r = 0;
+            replica_group *gr = &out->group[out->ngroups++];
+            gr->first = nmembers;
             for (int q = run[w]; q < k && run[idx[q]] == run[w]; q++) {
-                members[r++] = idx[q];
+                out->members[nmembers++] = idx[q];
             }
-            double slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
+            gr->count = nmembers - gr->first;
+            gr->slice = (double)sw_box_volume(&regions[w]) * p->bytes_per_element;
+            gr->rounds = rounds;
             /* what the lowering does (graph/lower_backward.c): with the ring model (or zero, whose
              * allgather moves weight chunks of the same boxes) a weight's group rings when its box
              * cuts into r chunks; batchnorm statistics (summed on the first
              * replica and sent back, sw_lower_reduce_among) and a weight too small to cut go
              * through the first replica under either model */
-            int ring = sw_sync_rings(p->sync_model) && op->inputs[slot].role == SW_ROLE_WEIGHT &&
-                       sw_ring_chunk_dim(&regions[w], r) >= 0;
-            for (int round = 0; round < rounds; round++) {
-                sync_group(p, devs, members, r, slice, ring, time, bytes);
-            }
+            gr->ring = sw_sync_rings(p->sync_model) && op->inputs[slot].role == SW_ROLE_WEIGHT &&
+                       sw_ring_chunk_dim(&regions[w], gr->count) >= 0;
         }
     }
-    reduce_partial_outputs(p, op, c, time, bytes);
 out:
     free(regions);
     free(idx);
     free(tmp);
     free(run);
-    free(members);
     free(none);
+    if (s != SW_OK) {
+        partition_sync_free(out);
+    }
+    return s;
 }
 
-/* t_c + t_s of every configuration of op i (one item of sw_parallel_for). */
-static sw_status node_costs_of(void *ctx, int i) {
-    sw_problem *p = ctx;
+/* t_s of configuration c (a placement of the partition ps was made from): its groups' routes. */
+static void sync_placed(const sw_problem *p, const sw_op *op, const sw_config *c, const partition_sync *ps,
+                        double *time, double *bytes) {
+    const int32_t *devs = config_devices(p, c);
+    *time = 0.0;
+    *bytes = 0.0;
+    for (int q = 0; q < ps->ngroups; q++) {
+        const replica_group *gr = &ps->group[q];
+        for (int round = 0; round < gr->rounds; round++) {
+            sync_group(p, devs, ps->members + gr->first, gr->count, gr->slice, gr->ring, time, bytes);
+        }
+    }
+    reduce_partial_outputs(p, op, c, time, bytes);
+}
+
+/* Do configurations a and b (of one partition) run at the same speed worker by worker: the
+ * same peak FLOP/s and memory bandwidth on worker w's device for every w?  Then t_c is the same. */
+static int same_speeds(const sw_problem *p, int opi, const sw_config *a, const sw_config *b) {
+    const int32_t *da = config_devices(p, a), *db = config_devices(p, b);
+    for (int w = 0; w < a->nworkers; w++) {
+        if (sw_peak_flops(p, opi, da[w]) != sw_peak_flops(p, opi, db[w]) || p->dev_membw[da[w]] != p->dev_membw[db[w]]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* t_c + t_s of every configuration of op i. */
+static sw_status node_costs_of(sw_problem *p, int i) {
     sw_tables *t = &p->tables;
     int c = p->ops[i].ncfg;
     t->node_cost[i] = malloc(sizeof(double) * (size_t)c);
@@ -360,18 +419,112 @@ static sw_status node_costs_of(void *ctx, int i) {
     if (!t->node_cost[i] || !p->tc[i] || !p->ts[i] || !p->sync_bytes[i]) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
+    /* the placements of one partition are enumerated together: its replica groups are found
+     * once, and its t_c is computed once where the devices run at the same speeds */
+    partition_sync ps = {0};
+    int run = 0, no_groups = 0;
     for (int k = 0; k < c; k++) {
         const sw_config *cfg = &p->ops[i].cfgs[k];
-        p->tc[i][k] = sw_compute_time(p, i, cfg);
-        sw_sync_cost(p, i, cfg, &p->ts[i][k], &p->sync_bytes[i][k]);
+        if (k == 0 || !sw_same_partition(&p->ops[i].cfgs[run], cfg)) {
+            run = k;
+            partition_sync_free(&ps);
+            no_groups = partition_sync_of(p, i, cfg, &ps) != SW_OK;
+        }
+        p->tc[i][k] = k > run && same_speeds(p, i, &p->ops[i].cfgs[run], cfg) ? p->tc[i][run]
+                                                                               : sw_compute_time(p, i, cfg);
+        if (no_groups) {   /* cannot happen for sane sizes; makes the configuration unattractive */
+            p->ts[i][k] = INFINITY;
+            p->sync_bytes[i][k] = 0.0;
+        } else {
+            sync_placed(p, &p->ops[i], cfg, &ps, &p->ts[i][k], &p->sync_bytes[i][k]);
+        }
         t->node_cost[i][k] = p->tc[i][k] + p->ts[i][k];
     }
+    partition_sync_free(&ps);
     atomic_fetch_add(&p->progress_done, 1);
     return SW_OK;
 }
 
-/* t_c + t_s of every configuration of every op: the node costs of the search. */
-sw_status sw_problem_build_node_tables(sw_problem *p) {
+/* The data op i's node costs are a function of, into k (emptied): its iteration space, FLOPs,
+ * peak (dense or not), every input's role, shape, index map and window (the regions its
+ * workers read), and its configurations with their devices; nothing of its producers. */
+static int node_data(const sw_problem *p, int i, sw_key *k) {
+    const sw_op *op = &p->ops[i];
+    int ok = 1;
+    k->len = 0;
+    ok &= sw_key_push(k, op->nvars) && sw_key_push(k, op->out_rank) && sw_key_push(k, op->ninputs) &&
+          sw_key_push(k, p->op_dense ? p->op_dense[i] : 0) && sw_key_push_double(k, op->flops_per_point) &&
+          sw_key_push_double(k, op->flops_per_output);
+    for (int v = 0; v < op->nvars; v++) {
+        ok &= sw_key_push(k, op->extent[v]) && sw_key_push(k, op->additive[v]);
+    }
+    for (int d = 0; d < op->out_rank; d++) {
+        ok &= sw_key_push(k, op->granule[d]);
+    }
+    for (int slot = 0; ok && slot < op->ninputs; slot++) {
+        const sw_input *in = &op->inputs[slot];
+        ok &= sw_key_push(k, in->role) && sw_key_push(k, in->bias) && sw_key_push(k, in->rank) &&
+              sw_key_push(k, in->has_window);
+        for (int d = 0; d < in->rank; d++) {
+            const sw_index_expr *e = &in->expr[d];
+            ok &= sw_key_push(k, in->shape[d]) && sw_key_push(k, e->offset) && sw_key_push(k, e->div) &&
+                  sw_key_push(k, e->mod);
+            for (int v = 0; v < op->nvars; v++) {
+                ok &= sw_key_push(k, e->coef[v]) && sw_key_push(k, e->vdiv[v]);
+            }
+        }
+        for (int d = 0; in->has_window && d < op->out_rank; d++) {
+            ok &= sw_key_push(k, in->win_lo[d]) && sw_key_push(k, in->win_hi[d]);
+        }
+    }
+    ok &= sw_key_push(k, op->ncfg);
+    for (int c = 0; ok && c < op->ncfg; c++) {
+        const sw_config *cf = &op->cfgs[c];
+        for (int d = 0; d < op->out_rank; d++) {
+            ok &= sw_key_push(k, cf->deg[d]);
+        }
+        ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) &&
+              sw_key_push_devices(k, p, cf);
+    }
+    return ok;
+}
+
+sw_status sw_node_twins(const sw_problem *p, int *from) {
+    sw_key_set seen = {0, calloc((size_t)p->nops + 1, sizeof(sw_key)), calloc((size_t)p->nops + 1, sizeof(uint64_t)),
+                       calloc((size_t)p->nops + 1, sizeof(int))};
+    sw_key key = {0};
+    sw_status s = seen.key && seen.hash && seen.owner ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->nops && s == SW_OK; i++) {
+        if (!node_data(p, i, &key)) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+            break;
+        }
+        uint64_t h = sw_key_hash(&key);
+        int twin = sw_key_find(&seen, &key, h);
+        from[i] = twin >= 0 ? twin : i;
+        if (twin < 0) {
+            seen.key[seen.n] = key;
+            seen.hash[seen.n] = h;
+            seen.owner[seen.n++] = i;
+            key = (sw_key){0};
+        }
+    }
+    sw_key_set_free(&seen);
+    free(key.v);
+    return s;
+}
+
+typedef struct {
+    sw_problem *p;
+    const int *first;   /* ops computed (item q: op first[q]) */
+} node_work;
+
+static sw_status node_costs_item(void *ctx, int q) {
+    node_work *wk = ctx;
+    return node_costs_of(wk->p, wk->first[q]);
+}
+
+sw_status sw_build_node_costs(sw_problem *p, const int *from) {
     int n = p->nops;
     sw_tables *t = &p->tables;
     t->nnodes = n;
@@ -380,16 +533,55 @@ sw_status sw_problem_build_node_tables(sw_problem *p) {
     p->tc = calloc((size_t)n, sizeof *p->tc);
     p->ts = calloc((size_t)n, sizeof *p->ts);
     p->sync_bytes = calloc((size_t)n, sizeof *p->sync_bytes);
-    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    int *first = malloc(sizeof *first * (size_t)(n > 0 ? n : 1)), nfirst = 0;
+    sw_status s = SW_OK;
+    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes || !first) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        goto out;
     }
     for (int i = 0; i < n; i++) {
         if (p->ops[i].ncfg < 1) {
-            return SW_FAIL(SW_ERR_VALUE, "op %d has no configurations; enumerate first", i);
+            s = SW_FAIL(SW_ERR_VALUE, "op %d has no configurations; enumerate first", i);
+            goto out;
         }
         t->ncfg[i] = p->ops[i].ncfg;
+        if (from[i] == i) {
+            first[nfirst++] = i;
+        }
     }
     atomic_store(&p->progress_done, 0);
-    atomic_store(&p->progress_total, n);
-    return sw_parallel_for(n, p->threads, node_costs_of, p);
+    atomic_store(&p->progress_total, nfirst);
+    node_work wk = {p, first};
+    s = sw_parallel_for(nfirst, p->threads, node_costs_item, &wk);
+    for (int i = 0; i < n && s == SW_OK; i++) {
+        if (from[i] == i) {
+            continue;
+        }
+        size_t bytes = sizeof(double) * (size_t)p->ops[i].ncfg;
+        t->node_cost[i] = malloc(bytes);
+        p->tc[i] = malloc(bytes);
+        p->ts[i] = malloc(bytes);
+        p->sync_bytes[i] = malloc(bytes);
+        if (!t->node_cost[i] || !p->tc[i] || !p->ts[i] || !p->sync_bytes[i]) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(t->node_cost[i], t->node_cost[from[i]], bytes);
+        memcpy(p->tc[i], p->tc[from[i]], bytes);
+        memcpy(p->ts[i], p->ts[from[i]], bytes);
+        memcpy(p->sync_bytes[i], p->sync_bytes[from[i]], bytes);
+    }
+out:
+    free(first);
+    return s;
+}
+
+sw_status sw_problem_build_node_tables(sw_problem *p) {
+    int *from = malloc(sizeof *from * (size_t)(p->nops > 0 ? p->nops : 1));
+    sw_status s = from ? sw_node_twins(p, from) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    if (s == SW_OK) {
+        s = sw_build_node_costs(p, from);
+    }
+    free(from);
+    return s;
 }

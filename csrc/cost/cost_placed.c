@@ -20,7 +20,9 @@
  * (cost.c does that for other machines and device lists).
  */
 #include <math.h>    /* INFINITY */
+#include <stdint.h>  /* UINT32_MAX */
 #include <stdlib.h>  /* malloc, calloc, free */
+#include <string.h>  /* memcpy */
 
 #include "internal.h"
 
@@ -41,12 +43,63 @@ static int64_t overlap(int64_t alo, int64_t ahi, int64_t blo, int64_t bhi) {
     return hi > lo ? hi - lo : 0;
 }
 
+/* a / b and a % b (into *rest when not NULL) for a >= 0, b > 0: in 32 bits where both fit,
+ * as device and block indices do (a 64-bit division takes several times longer, and the
+ * counts below divide for every pair of placements). */
+static inline int64_t quotient_rest(int64_t a, int64_t b, int64_t *rest) {
+    if (a <= UINT32_MAX && b <= UINT32_MAX) {
+        uint32_t q = (uint32_t)a / (uint32_t)b;
+        if (rest) {
+            *rest = (int64_t)((uint32_t)a - q * (uint32_t)b);
+        }
+        return q;
+    }
+    if (rest) {
+        *rest = a % b;
+    }
+    return a / b;
+}
+
 /* The producer's output blocks: row-major over deg (rank dims), block length len. */
+/* The boxes of a few block ranges of one partition (range_boxes), kept: the ranges on a node
+ * recur for every consumer configuration of a table.  RANGES_KEPT first ranges asked. */
+#define RANGES_KEPT 4
+typedef struct {
+    int n;
+    int64_t first[RANGES_KEPT], last[RANGES_KEPT];
+    int nbox[RANGES_KEPT];
+    sw_box box[RANGES_KEPT][2 * SW_MAX_RANK];
+} kept_ranges;
+
 typedef struct {
     int rank;
     int64_t deg[SW_MAX_RANK], len[SW_MAX_RANK], stride[SW_MAX_RANK];
-    int64_t nb;   /* blocks */
+    int64_t nb;            /* blocks */
+    const sw_box *block;   /* every block's box, in row-major order (at most LISTED_BLOCKS), or NULL */
+    kept_ranges *kept;     /* the partition's kept ranges, or NULL */
 } grid;
+
+/* Grids of at most this many blocks have their boxes listed, once per partition of a table:
+ * the counts then read a block's box instead of deriving it from its coordinates. */
+#define LISTED_BLOCKS 64
+
+/* The boxes of the nb blocks of grid g into out (row-major order). */
+static void list_blocks(const grid *g, sw_box *out) {
+    int64_t coord[SW_MAX_RANK] = {0};
+    for (int64_t b = 0; b < g->nb; b++) {
+        out[b].rank = g->rank;
+        for (int d = 0; d < g->rank; d++) {
+            out[b].lo[d] = coord[d] * g->len[d];
+            out[b].hi[d] = (coord[d] + 1) * g->len[d];
+        }
+        for (int d = g->rank - 1; d >= 0; d--) {   /* next block */
+            if (++coord[d] < g->deg[d]) {
+                break;
+            }
+            coord[d] = 0;
+        }
+    }
+}
 
 static void make_grid(const sw_op *op, const sw_config *c, grid *g) {
     g->rank = op->out_rank;
@@ -58,47 +111,66 @@ static void make_grid(const sw_op *op, const sw_config *c, grid *g) {
         acc *= c->deg[d];
     }
     g->nb = acc;
+    g->block = NULL;
+    g->kept = NULL;
 }
 
-/* Elements of box r inside the blocks whose row-major indices lie in [s0, s1),
- * counting dimensions d.. only (dimensions < d are accounted for by the caller).
- * The range splits at coordinate d into a head (coordinate a, a partial range
- * of the rest), whole values a+1 .. b-1 (a sub-grid: a product of interval
- * overlaps) and a tail (coordinate b, a partial range); head and tail recurse
- * on coordinate d+1, so O(R) sub-grids in all and O(R^2) work. */
-static double range_overlap(const grid *g, const sw_box *r, int d, int64_t s0, int64_t s1) {
+/* The blocks whose row-major indices lie in [s0, s1), as at most 2 rank - 1 boxes of
+ * elements (sub-grids of the block grid), appended to out[*n]; `box` holds the coordinates
+ * of dimensions < d, fixed by the caller.  The range splits at coordinate d into a head
+ * (coordinate a, a partial range of the rest), whole values a+1 .. b-1 (one box: every
+ * later dimension whole) and a tail (coordinate b, a partial range); head and tail recurse
+ * on coordinate d+1.  Found once per node, the boxes then serve every worker there. */
+static void range_boxes(const grid *g, int d, int64_t s0, int64_t s1, sw_box *box, sw_box *out, int *n) {
     if (s0 >= s1) {
-        return 0;
+        return;
     }
     if (d == g->rank) {
-        return 1;   /* one block: the overlap of every dimension is already counted */
+        out[(*n)++] = *box;   /* one block */
+        return;
     }
-    int64_t st = g->stride[d], len = g->len[d];
-    int64_t a = s0 / st, b = (s1 - 1) / st;   /* coordinate d of the first and last block */
+    int64_t st = g->stride[d], len = g->len[d], head, tail;
+    int64_t a = quotient_rest(s0, st, &head), b = quotient_rest(s1 - 1, st, NULL);   /* coordinates d of the ends */
+    quotient_rest(s1, st, &tail);
     if (a == b) {
-        int64_t ov = overlap(r->lo[d], r->hi[d], a * len, (a + 1) * len);
-        return ov == 0 ? 0 : (double)ov * range_overlap(g, r, d + 1, s0 - a * st, s1 - a * st);
+        box->lo[d] = a * len;
+        box->hi[d] = (a + 1) * len;
+        range_boxes(g, d + 1, s0 - a * st, s1 - a * st, box, out, n);
+        return;
     }
-    double sum = 0;
     int64_t whole_lo = a, whole_hi = b + 1;   /* coordinates taken whole: [whole_lo, whole_hi) */
-    if (s0 % st != 0) {
-        int64_t ov = overlap(r->lo[d], r->hi[d], a * len, (a + 1) * len);
-        sum += ov == 0 ? 0 : (double)ov * range_overlap(g, r, d + 1, s0 % st, st);
+    if (head != 0) {
+        box->lo[d] = a * len;
+        box->hi[d] = (a + 1) * len;
+        range_boxes(g, d + 1, head, st, box, out, n);
         whole_lo = a + 1;
     }
-    if (s1 % st != 0) {
-        int64_t ov = overlap(r->lo[d], r->hi[d], b * len, (b + 1) * len);
-        sum += ov == 0 ? 0 : (double)ov * range_overlap(g, r, d + 1, 0, s1 % st);
+    if (tail != 0) {
+        box->lo[d] = b * len;
+        box->hi[d] = (b + 1) * len;
+        range_boxes(g, d + 1, 0, tail, box, out, n);
         whole_hi = b;
     }
     if (whole_hi > whole_lo) {
-        double whole = (double)overlap(r->lo[d], r->hi[d], whole_lo * len, whole_hi * len);
-        for (int q = d + 1; q < g->rank && whole > 0; q++) {
-            whole *= (double)overlap(r->lo[q], r->hi[q], 0, g->len[q] * g->deg[q]);
+        sw_box *w = &out[(*n)++];
+        *w = *box;
+        w->lo[d] = whole_lo * len;
+        w->hi[d] = whole_hi * len;
+        for (int q = d + 1; q < g->rank; q++) {
+            w->lo[q] = 0;
+            w->hi[q] = g->len[q] * g->deg[q];
         }
-        sum += whole;
     }
-    return sum;
+}
+
+/* Elements of region r inside box b (both of the producer's output, rank dimensions): a
+ * product of whole numbers, exact in a double. */
+static double box_overlap(const sw_box *r, const sw_box *b, int rank) {
+    int64_t v = 1;   /* elements, in int64 as sw_box_volume counts them */
+    for (int d = 0; d < rank && v > 0; d++) {
+        v *= overlap(r->lo[d], r->hi[d], b->lo[d], b->hi[d]);
+    }
+    return (double)v;
 }
 
 /* The regions the workers of one consumer configuration read from input `slot`. */
@@ -150,21 +222,28 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     /* local: the workers on a device holding a block, visited with the block's coordinates
      * kept by an odometer (no division per worker) */
     int64_t w = s0 - d0 > 0 ? s0 - d0 : 0;
-    int64_t rel = d0 + w - s0;
-    w += (rdeg - rel % rdeg) % rdeg;
-    int64_t blk = (d0 + w - s0) / rdeg, coord[SW_MAX_RANK];
-    for (int64_t d = g->rank - 1, q = blk; d >= 0; d--) {
-        coord[d] = q % g->deg[d];
-        q /= g->deg[d];
+    if (rdeg > 1) {   /* to the first worker on a device holding a block: an owner, every rdeg-th */
+        int64_t rest;
+        quotient_rest(d0 + w - s0, rdeg, &rest);
+        w += (rdeg - rest) % rdeg;
     }
-    for (; w < k && blk < g->nb; w += rdeg, blk++) {
+    int64_t blk = rdeg > 1 ? quotient_rest(d0 + w - s0, rdeg, NULL) : d0 + w - s0, coord[SW_MAX_RANK];
+    if (g->block) {
+        for (; w < k && blk < g->nb; w += rdeg, blk++) {
+            *local += rd->used[w] ? box_overlap(&rd->region[w], &g->block[blk], g->rank) : 0.0;
+        }
+    }
+    for (int64_t d = g->rank - 1, q = blk; d >= 0 && !g->block; d--) {
+        q = quotient_rest(q, g->deg[d], &coord[d]);
+    }
+    for (; !g->block && w < k && blk < g->nb; w += rdeg, blk++) {
         if (rd->used[w]) {
             const sw_box *r = &rd->region[w];
-            double v = 1;
+            int64_t v = 1;   /* elements, in int64 as sw_box_volume counts them */
             for (int d = 0; d < g->rank && v > 0; d++) {
-                v *= (double)overlap(r->lo[d], r->hi[d], coord[d] * g->len[d], (coord[d] + 1) * g->len[d]);
+                v *= overlap(r->lo[d], r->hi[d], coord[d] * g->len[d], (coord[d] + 1) * g->len[d]);
             }
-            *local += v;
+            *local += (double)v;
         }
         for (int d = g->rank - 1; d >= 0; d--) {   /* next block */
             if (++coord[d] < g->deg[d]) {
@@ -175,10 +254,10 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     }
     /* same node: node by node, the consumer workers [a, b) on it and the producer blocks
      * [first, last) on it; all blocks there covers every worker's whole region */
-    for (int64_t n0 = d0 / per * per; n0 < d0 + k; n0 += per) {
+    for (int64_t n0 = quotient_rest(d0, per, NULL) * per; n0 < d0 + k; n0 += per) {
         int64_t a = n0 - d0 > 0 ? n0 - d0 : 0, b = n0 + per - d0 < k ? n0 + per - d0 : k;
-        int64_t first = n0 - s0 <= 0 ? 0 : (n0 - s0 + rdeg - 1) / rdeg;
-        int64_t last = n0 + per - s0 <= 0 ? 0 : (n0 + per - s0 + rdeg - 1) / rdeg;
+        int64_t first = n0 - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 - s0 + rdeg - 1, rdeg, NULL) : n0 - s0;
+        int64_t last = n0 + per - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 + per - s0 + rdeg - 1, rdeg, NULL) : n0 + per - s0;
         last = last < g->nb ? last : g->nb;
         if (first >= last) {
             continue;
@@ -187,9 +266,33 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
             *same += rd->prefix[b] - rd->prefix[a];
             continue;
         }
+        sw_box boxes[2 * SW_MAX_RANK], prefix;
+        const sw_box *box = boxes;
+        int nbox = 0;
+        kept_ranges *kr = g->kept;
+        int at = -1;
+        for (int q = 0; kr && q < kr->n && at < 0; q++) {
+            at = kr->first[q] == first && kr->last[q] == last ? q : -1;
+        }
+        if (g->block && last - first <= 1) {   /* one block: its own box */
+            box = &g->block[first];
+            nbox = (int)(last - first);
+        } else if (at >= 0) {
+            box = kr->box[at];
+            nbox = kr->nbox[at];
+        } else {
+            prefix.rank = g->rank;
+            range_boxes(g, 0, first, last, &prefix, boxes, &nbox);
+            if (kr && kr->n < RANGES_KEPT) {
+                kr->first[kr->n] = first;
+                kr->last[kr->n] = last;
+                kr->nbox[kr->n] = nbox;
+                memcpy(kr->box[kr->n++], boxes, sizeof *boxes * (size_t)nbox);
+            }
+        }
         for (int64_t v = a; v < b; v++) {
-            if (rd->used[v]) {
-                *same += range_overlap(g, &rd->region[v], 0, first, last);
+            for (int q = 0; rd->used[v] && q < nbox; q++) {
+                *same += box_overlap(&rd->region[v], &box[q], g->rank);
             }
         }
     }
@@ -225,38 +328,57 @@ static void memo_reset(placed_memo *m, size_t pairs) {
     }
 }
 
-/* same and local for consumer reads rd on [d0, d0 + rd->k), producer configuration cs
- * (grid g) on [s0, s0 + cs->nworkers): from the memo, else counted and kept. */
-static void memo_counts(const sw_problem *p, placed_memo *m, const reads *rd, int64_t d0, const grid *g,
-                        const sw_config *cs, int64_t s0, double *same, double *local) {
-    int64_t per = p->node_size;
-    int64_t dn0 = d0 / per, dn1 = (d0 + rd->k - 1) / per, sn0 = s0 / per, sn1 = (s0 + cs->nworkers - 1) / per;
-    if (dn1 < sn0 || sn1 < dn0) {   /* no node in common: nothing read on the same node */
-        *same = 0;
-        *local = 0;
+/* Where a configuration sits: its first device (all are contiguous) and the nodes of its
+ * first and last device, found once per table rather than for every pair. */
+typedef struct {
+    int64_t first, node_lo, node_hi;
+} span;
+
+static span span_of(const sw_problem *p, const sw_config *c) {
+    int64_t first = sw_config_first_device(p, c);
+    return (span){first, first / p->node_size, (first + c->nworkers - 1) / p->node_size};
+}
+
+/* Do the consumer (dst) and producer (src) configurations share no node?  Then nothing is
+ * read on the same node: same = local = 0. */
+static int apart(const span *dst, const span *src) { return dst->node_hi < src->node_lo || src->node_hi < dst->node_lo; }
+
+/* same and local for consumer reads rd at dst, producer configuration cs (grid g) at src,
+ * sharing a node: counted with both shifted to the first nodes, from the memo when `m` is
+ * not NULL (else every pair is its own class: one of the runs has a single placement). */
+static void memo_counts(const sw_problem *p, placed_memo *m, const reads *rd, const span *dst, const grid *g,
+                        const sw_config *cs, const span *src, double *same, double *local) {
+    int64_t t = (dst->node_lo < src->node_lo ? dst->node_lo : src->node_lo) * p->node_size;
+    if (!m) {
+        count_placed(p, rd, dst->first - t, g, cs->rdeg, src->first - t, same, local);
         return;
     }
-    int64_t t = (dn0 < sn0 ? dn0 : sn0) * per;
-    int64_t key = (d0 - t) * p->ndev + (s0 - t);
+    int64_t key = (dst->first - t) * p->ndev + (src->first - t);
     size_t q = (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >> 32) & m->mask;
     while (m->slot[q].key >= 0 && m->slot[q].key != key) {
         q = (q + 1) & m->mask;
     }
     if (m->slot[q].key != key) {   /* shifted by t: the same counts, read from the first nodes */
-        count_placed(p, rd, d0 - t, g, cs->rdeg, s0 - t, &m->slot[q].same, &m->slot[q].local);
+        count_placed(p, rd, dst->first - t, g, cs->rdeg, src->first - t, &m->slot[q].same, &m->slot[q].local);
         m->slot[q].key = key;
     }
     *same = m->slot[q].same;
     *local = m->slot[q].local;
 }
 
-/* End (exclusive) of the run of configurations from c that share c's partition. */
-static int run_end(const sw_op *op, int c) {
-    int e = c + 1;
-    while (e < op->ncfg && sw_same_partition(&op->cfgs[c], &op->cfgs[e])) {
-        e++;
+/* Eq. 1's t_x from the counts of the header. */
+static double placed_seconds(const sw_problem *p, double per_elem, double total, double same, double local) {
+    return per_elem * ((total - same) / p->bw_out + (same - local) / p->bw_in);
+}
+
+/* For every configuration c of op, the end (exclusive) of the run of configurations from c that
+ * share c's partition (enumerated together); NULL when out of memory. */
+static int *run_ends(const sw_op *op) {
+    int *end = malloc(sizeof *end * (size_t)(op->ncfg > 0 ? op->ncfg : 1));
+    for (int c = op->ncfg - 1; end && c >= 0; c--) {
+        end[c] = c + 1 < op->ncfg && sw_same_partition(&op->cfgs[c], &op->cfgs[c + 1]) ? end[c + 1] : c + 1;
     }
-    return e;
+    return end;
 }
 
 sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
@@ -265,51 +387,93 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     int nj = dst->ncfg;
     /* no gradient flows back into the graph's inputs: their transfers happen once */
     double per_elem = p->bytes_per_element * (src->ninputs == 0 ? 1.0 : TRANSFER_DIRECTIONS);
-    int *src_first = malloc(sizeof *src_first * (size_t)src->ncfg);
+    span *src_at = malloc(sizeof *src_at * (size_t)src->ncfg), *dst_at = malloc(sizeof *dst_at * (size_t)nj);
     grid *grids = malloc(sizeof *grids * (size_t)src->ncfg);
     /* the memo holds twice the placement pairs of the largest pair of partition runs */
+    int *src_end = run_ends(src), *dst_end = run_ends(dst);
     size_t most_d = 1, most_s = 1;
-    for (int c = 0; c < nj; c = run_end(dst, c)) {
-        most_d = (size_t)(run_end(dst, c) - c) > most_d ? (size_t)(run_end(dst, c) - c) : most_d;
+    for (int c = 0; dst_end && c < nj; c = dst_end[c]) {
+        most_d = (size_t)(dst_end[c] - c) > most_d ? (size_t)(dst_end[c] - c) : most_d;
     }
-    for (int c = 0; c < src->ncfg; c = run_end(src, c)) {
-        most_s = (size_t)(run_end(src, c) - c) > most_s ? (size_t)(run_end(src, c) - c) : most_s;
+    for (int c = 0; src_end && c < src->ncfg; c = src_end[c]) {
+        most_s = (size_t)(src_end[c] - c) > most_s ? (size_t)(src_end[c] - c) : most_s;
     }
     size_t cap = 4;
     while (cap < 2 * most_d * most_s) {
         cap *= 2;
     }
     placed_memo memo = {malloc(sizeof(memo_slot) * cap), 0};
-    if (!src_first || !grids || !memo.slot) {
-        free(src_first);
+    if (!src_at || !dst_at || !grids || !memo.slot || !src_end || !dst_end) {
+        free(src_end);
+        free(dst_end);
+        free(src_at);
+        free(dst_at);
         free(grids);
         free(memo.slot);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
+    size_t listed = 0;   /* block boxes of every partition of the producer with few blocks */
     for (int ci = 0; ci < src->ncfg; ci++) {
-        src_first[ci] = sw_config_first_device(p, &src->cfgs[ci]);
+        src_at[ci] = span_of(p, &src->cfgs[ci]);
         make_grid(src, &src->cfgs[ci], &grids[ci]);
+        if (grids[ci].nb <= LISTED_BLOCKS && (ci == 0 || !sw_same_partition(&src->cfgs[ci - 1], &src->cfgs[ci]))) {
+            listed += (size_t)grids[ci].nb;
+        }
+    }
+    sw_box *blocks = malloc(sizeof *blocks * (listed > 0 ? listed : 1));
+    int runs = 0;
+    for (int ci = 0; ci < src->ncfg; ci = src_end[ci]) {
+        runs++;
+    }
+    kept_ranges *kept = calloc((size_t)(runs > 0 ? runs : 1), sizeof *kept);   /* one per partition */
+    for (int ci = 0, run = 0; kept && ci < src->ncfg; ci = src_end[ci], run++) {
+        for (int c = ci; c < src_end[ci]; c++) {
+            grids[c].kept = &kept[run];
+        }
+    }
+    for (int ci = 0, at = 0; blocks && ci < src->ncfg; ci++) {
+        if (grids[ci].nb > LISTED_BLOCKS) {
+            continue;
+        }
+        if (ci > 0 && sw_same_partition(&src->cfgs[ci - 1], &src->cfgs[ci])) {
+            grids[ci].block = grids[ci - 1].block;   /* the run's first configuration's */
+            continue;
+        }
+        list_blocks(&grids[ci], blocks + at);
+        grids[ci].block = blocks + at;
+        at += (int)grids[ci].nb;
+    }
+    for (int cj = 0; cj < nj; cj++) {
+        dst_at[cj] = span_of(p, &dst->cfgs[cj]);
     }
     sw_status s = SW_OK;
-    for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = run_end(dst, cj0)) {
-        int cj1 = run_end(dst, cj0);
+    for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = dst_end[cj0]) {
+        int cj1 = dst_end[cj0];
         reads rd = {0};
         s = reads_of(dst, &dst->cfgs[cj0], slot, &rd);   /* the same regions on any devices */
         if (s != SW_OK) {
             break;
         }
         double total = rd.volume_sum;
-        for (int ci0 = 0; ci0 < src->ncfg; ci0 = run_end(src, ci0)) {
-            int ci1 = run_end(src, ci0);
-            memo_reset(&memo, (size_t)(cj1 - cj0) * (size_t)(ci1 - ci0));
-            for (int cj = cj0; cj < cj1; cj++) {
-                int d0 = sw_config_first_device(p, &dst->cfgs[cj]);
-                for (int ci = ci0; ci < ci1; ci++) {
-                    double same, local;
-                    memo_counts(p, &memo, &rd, d0, &grids[ci], &src->cfgs[ci], src_first[ci], &same, &local);
-                    time[(size_t)ci * nj + cj] = per_elem * ((total - same) / p->bw_out + (same - local) / p->bw_in);
-                    if (bytes) {
-                        bytes[(size_t)ci * nj + cj] = per_elem * (total - local);
+        double far = placed_seconds(p, per_elem, total, 0.0, 0.0);   /* no node in common */
+        for (int ci0 = 0; ci0 < src->ncfg; ci0 = src_end[ci0]) {
+            int ci1 = src_end[ci0];
+            placed_memo *m = cj1 - cj0 > 1 && ci1 - ci0 > 1 ? &memo : NULL;
+            if (m) {
+                memo_reset(m, (size_t)(cj1 - cj0) * (size_t)(ci1 - ci0));
+            }
+            for (int ci = ci0; ci < ci1; ci++) {
+                double *trow = time + (size_t)ci * nj, *brow = bytes ? bytes + (size_t)ci * nj : NULL;
+                for (int cj = cj0; cj < cj1; cj++) {
+                    double same = 0.0, local = 0.0;
+                    if (apart(&dst_at[cj], &src_at[ci])) {
+                        trow[cj] = far;
+                    } else {
+                        memo_counts(p, m, &rd, &dst_at[cj], &grids[ci], &src->cfgs[ci], &src_at[ci], &same, &local);
+                        trow[cj] = placed_seconds(p, per_elem, total, same, local);
+                    }
+                    if (brow) {
+                        brow[cj] = per_elem * (total - local);
                     }
                 }
             }
@@ -317,8 +481,13 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         free_reads(&rd);
     }
     free(memo.slot);
-    free(src_first);
+    free(src_at);
+    free(dst_at);
     free(grids);
+    free(blocks);
+    free(kept);
+    free(src_end);
+    free(dst_end);
     return s;
 }
 
@@ -326,7 +495,7 @@ static double placed_time(const sw_problem *p, double per_elem, const reads *rd,
                           int64_t rdeg, int64_t s0) {
     double same, local;
     count_placed(p, rd, d0, g, rdeg, s0, &same, &local);
-    return per_elem * ((rd->volume_sum - same) / p->bw_out + (same - local) / p->bw_in);
+    return placed_seconds(p, per_elem, rd->volume_sum, same, local);
 }
 
 sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out) {

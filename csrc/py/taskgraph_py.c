@@ -164,6 +164,32 @@ static PyObject *TaskGraph_arrays(TaskGraphObject *self, PyObject *Py_UNUSED(ign
     return d;
 }
 
+/* buffer_totals(): (bytes, buffers) per device, int64 arrays: what arrays()["memory"] and a
+ * bincount of arrays()["buffer_device"] give, without converting every task and buffer (the
+ * search's memory check asks it once per plan). */
+static PyObject *TaskGraph_buffer_totals(TaskGraphObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!sw_py_tg_enter(self)) {
+        return NULL;
+    }
+    const sw_task_graph *g = &self->l->g;
+    int ndev = self->l->ndev;
+    int64_t *mem = PyMem_Calloc((size_t)ndev + 1, sizeof *mem), *count = PyMem_Calloc((size_t)ndev + 1, sizeof *count);
+    PyObject *out = NULL;
+    if (!mem || !count) {
+        PyErr_NoMemory();
+    } else {
+        sw_tg_memory(g, ndev, mem);
+        for (int32_t b = 0; b < g->nbuffers; b++) {
+            count[g->buffers[b].device]++;
+        }
+        out = Py_BuildValue("(NN)", sw_py_contiguous(mem, ndev, NPY_INT64), sw_py_contiguous(count, ndev, NPY_INT64));
+    }
+    PyMem_Free(mem);
+    PyMem_Free(count);
+    sw_py_tg_leave(self);
+    return out;
+}
+
 /* set_streams(streams): the tasks on a schedule's (stream, stream_device, stream_priority) int32
  * arrays, e.g. one made on this graph, or None (one stream per device); no lowering again. */
 static PyObject *TaskGraph_set_streams(TaskGraphObject *self, PyObject *arg) {
@@ -318,6 +344,8 @@ static PyGetSetDef TaskGraph_getset[] = {
 static PyMethodDef TaskGraph_methods[] = {
     {"arrays", (PyCFunction)TaskGraph_arrays, METH_NOARGS,
      "arrays() -> dict of task and buffer arrays of the graph that runs (as Problem.lower)"},
+    {"buffer_totals", (PyCFunction)TaskGraph_buffer_totals, METH_NOARGS,
+     "buffer_totals() -> (bytes, buffers) per device, int64 arrays (as arrays()'s memory and buffer_device)"},
     {"split_ranks", (PyCFunction)TaskGraph_split_ranks, METH_O,
      "split_ranks(rank) -> None: copies between devices of two ranks become send and recv halves (once)"},
     {"set_streams", (PyCFunction)TaskGraph_set_streams, METH_O,

@@ -227,6 +227,23 @@ def test_memory_per_device_counts_every_buffer():
     assert "tasks" in tg.summary()
 
 
+def test_buffer_totals_add_up_the_buffers_of_each_device():
+    """The memory check's per-device totals (TaskGraph.buffer_totals) are the buffers' bytes and
+    counts, device by device, as the Python records list them."""
+    from shardwise.iteration.lower import lowered
+
+    g = sw.models.lenet5(batch=16)
+    d = sw.DeviceGraph.cpu(4)
+    plan = sw.strategies.owt(g, d)   # data-parallel convolutions, model-parallel classifier: devices differ
+    tg = lower(plan)
+    memory, buffers = lowered(plan).buffer_totals()
+    for dev in range(len(d)):
+        mine = [b for b in tg.buffers if b.device == dev]
+        assert buffers[dev] == len(mine)
+        assert memory[dev] == sum(b.nbytes for b in mine)
+    assert buffers.sum() == len(tg.buffers) and len(set(b.device for b in tg.buffers)) > 1
+
+
 @settings(max_examples=examples(40), deadline=None)
 @given(recipe=graph_recipes(max_ops=8), ndev=st.integers(2, 4), seed=st.integers(0, 2**31))
 def test_random_ring_plans_lower_consistently(recipe, ndev, seed):

@@ -73,13 +73,23 @@ class CostOptions:
             raise ConfigError(f"reduction_splits must be True or False, got {self.reduction_splits!r}")
 
 
-def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
+def _desc_words(desc: OpDesc) -> tuple[list[int], np.ndarray, list[int]]:
+    """(words, array, slots): ``desc`` in the C core's encoding with -1 for every DATA input's
+    producer (as a list and as an int64 array), and the positions of those producers in it.
+    An OpDesc is frozen, so its words are made once and kept on it: a search encodes its graph
+    twice (the search's problem, then the plan's for the memory check), and Inception-v3's 315
+    ops took ~12 ms each time."""
+    cached = desc.__dict__.get("_core_words")
+    if cached is not None:
+        return cached
+    out: list[int] = []
+    slots: list[int] = []
     additive = [1 if v in desc.additive else 0 for v in range(desc.out_rank, desc.nvars)]
     out += [desc.nvars, desc.out_rank, *desc.extents, *desc.split_granules(), *additive, len(desc.inputs)]
-    data_inputs = iter(producers)
     for inp in desc.inputs:
-        producer = next(data_inputs) if inp.role == DATA else -1
-        out += [ROLE_BIAS if inp.bias else inp.role, producer, len(inp.shape), *inp.shape]
+        if inp.role == DATA:
+            slots.append(len(out) + 1)
+        out += [ROLE_BIAS if inp.bias else inp.role, -1, len(inp.shape), *inp.shape]
         for e in inp.exprs:
             out += [*e.coefs, *(e.vdivs or (1,) * len(e.coefs)), e.offset, e.div, e.mod]
         if inp.window is None:
@@ -88,16 +98,36 @@ def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
             out.append(1)
             for lo, hi in inp.window:
                 out += [lo, hi]
+    cached = (out, np.asarray(out, dtype=np.int64), slots)
+    object.__setattr__(desc, "_core_words", cached)   # derived data, not a field
+    return cached
+
+
+def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
+    words, _, slots = _desc_words(desc)
+    start = len(out)
+    out += words
+    for slot, producer in zip(slots, producers):
+        out[start + slot] = producer
 
 
 def encode_graph(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """(blob, flops) for the C core; flops rows are (per iteration point, per output)."""
-    words: list[int] = [len(graph.ops)]
+    parts = [np.array([len(graph.ops)], dtype=np.int64)]
+    at, producers = [], []   # where each DATA input's producer goes in the blob
+    start = 1
     flops = np.zeros((len(graph.ops), 2))
     for op in graph.ops:
-        _encode_op(op.desc, op.inputs, words)
+        _, words, slots = _desc_words(op.desc)
+        parts.append(words)
+        for slot, producer in zip(slots, op.inputs):
+            at.append(start + slot)
+            producers.append(producer)
+        start += len(words)
         flops[op.index] = (op.desc.flops_per_point, op.desc.flops_per_output)
-    return np.asarray(words, dtype=np.int64), flops
+    blob = np.concatenate(parts)
+    blob[at] = producers
+    return blob, flops
 
 
 def dense_arrays(graph: Graph, devices: DeviceGraph, precision: str) -> tuple[np.ndarray, np.ndarray]:

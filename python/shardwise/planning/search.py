@@ -304,8 +304,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
             ncfg.append(len(deg))
     configs = {}
     for op, (deg, dev, red) in zip(graph.ops, rows):
-        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg),
-                                    tuple(int(x) for x in dev if x >= 0), reduction_config(op, red))
+        configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(deg.tolist()),
+                                    tuple(x for x in dev.tolist() if x >= 0), reduction_config(op, red))
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)

@@ -113,9 +113,8 @@ def fits(plan: Any, limit: np.ndarray | None) -> bool:
     from shardwise.iteration.memory import DEFAULT_ALIGNMENT
 
     handle = lowered(plan)   # once: the sum of its buffers, then its memory plan
-    r = handle.arrays()
-    slack = np.bincount(r["buffer_device"], minlength=len(limit)) * DEFAULT_ALIGNMENT
-    if (r["memory"] + slack <= limit).all():
+    memory, buffers = handle.buffer_totals()
+    if (memory + buffers * DEFAULT_ALIGNMENT <= limit).all():
         return True
     return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 

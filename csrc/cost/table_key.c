@@ -1,0 +1,73 @@
+/* table_key.c -- the data a cost table is a function of, as a list of integers (sw_key), so
+ * that ops or edges whose tables would be computed from equal data share one computation.
+ * Networks repeat themselves (conv -> batchnorm -> relu, identical Inception modules): on
+ * Inception-v3, 315 ops have 101 distinct node tables and 349 edges 74 distinct transfer
+ * tables.  Equal keys are found by hash, then compared in full (sw_key_find). */
+#include <stdlib.h>  /* realloc, free */
+#include <string.h>  /* memcmp, memcpy */
+
+#include "internal.h"
+
+int sw_key_grow(sw_key *k) {
+    size_t cap = k->cap ? k->cap * 2 : 1024;
+    int64_t *n = realloc(k->v, sizeof *n * cap);
+    if (!n) {
+        return 0;
+    }
+    k->v = n;
+    k->cap = cap;
+    return 1;
+}
+
+int sw_key_push_double(sw_key *k, double x) {
+    int64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return sw_key_push(k, bits);
+}
+
+/* A configuration's devices: its first (as -1 - first) where they are contiguous, as every
+ * enumerated block is, else the list (non-negative ids): O(1) for blocks of 1,024 devices. */
+int sw_key_push_devices(sw_key *k, const sw_problem *p, const sw_config *cf) {
+    int first = sw_config_first_device(p, cf);
+    if (first >= 0) {
+        return sw_key_push(k, -1 - (int64_t)first);
+    }
+    int ok = 1;
+    for (int w = 0; w < cf->nworkers; w++) {
+        ok &= sw_key_push(k, p->dev_pool[cf->dev_offset + w]);
+    }
+    return ok;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+uint64_t sw_key_hash(const sw_key *k) {
+    uint64_t h = mix(0, k->len);
+    for (size_t q = 0; q < k->len; q++) {
+        h = mix(h, (uint64_t)k->v[q]);
+    }
+    return h;
+}
+
+int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash) {
+    for (int q = 0; q < set->n; q++) {
+        const sw_key *other = &set->key[q];
+        if (set->hash[q] == hash && other->len == k->len && !memcmp(other->v, k->v, sizeof *k->v * k->len)) {
+            return set->owner[q];
+        }
+    }
+    return -1;
+}
+
+void sw_key_set_free(sw_key_set *set) {
+    for (int q = 0; q < set->n; q++) {
+        free(set->key[q].v);
+    }
+    free(set->key);
+    free(set->hash);
+    free(set->owner);
+    *set = (sw_key_set){0};
+}
