@@ -158,14 +158,11 @@ def test_staged_equals_the_exact_memory_search_on_a_chain():
     assert (sm.arenas(staged) <= budget).all()
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_priced_pruning_keeps_every_configuration_of_a_plan_that_fits(seed):
-    """Brute force over random tables: every configuration used by some strategy within the
-    budget and at most the threshold survives the Lagrangian pruning (that it drops some,
-    so that this could fail, is test_priced_pruning_drops_something)."""
+def _priced_case(seed: int):
+    """Random tables, every strategy with its footprint and Eq. 1, a budget that 40% of them meet
+    per device, and which strategies fit it."""
     import itertools
 
-    from shardwise.planning.search_scale_memory import _priced_survivors
     from test_search_memory import _random_tables
 
     rng = np.random.default_rng(seed)
@@ -174,7 +171,17 @@ def test_priced_pruning_keeps_every_configuration_of_a_plan_that_fits(seed):
     peaks = np.array([t.footprint(x) for x in strategies])
     costs = np.array([t.eq1(x) for x in strategies])
     limit = np.quantile(peaks, 0.4, axis=0)
-    fits = (peaks <= limit).all(axis=1)
+    return t, strategies, costs, limit, (peaks <= limit).all(axis=1)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_priced_pruning_keeps_every_configuration_of_a_plan_that_fits(seed):
+    """Brute force over random tables: every configuration used by some strategy within the
+    budget and at most the threshold survives the Lagrangian pruning (that it drops some,
+    so that this could fail, is test_priced_pruning_drops_something)."""
+    from shardwise.planning.search_scale_memory import _priced_survivors
+
+    t, strategies, costs, limit, fits = _priced_case(seed)
     if not fits.any():
         return
     threshold = float(np.quantile(costs[fits], 0.5))
@@ -189,20 +196,11 @@ def test_priced_pruning_keeps_every_configuration_of_a_plan_that_fits(seed):
 
 
 def test_priced_pruning_drops_something():
-    import itertools
-
     from shardwise.planning.search_scale_memory import _priced_survivors
-    from test_search_memory import _random_tables
 
     dropped = 0
     for seed in range(10):
-        rng = np.random.default_rng(seed)
-        t = _random_tables(rng, int(rng.integers(3, 6)), int(rng.integers(1, 4)))
-        strategies = list(itertools.product(*[range(len(c)) for c in t.time]))
-        peaks = np.array([t.footprint(x) for x in strategies])
-        costs = np.array([t.eq1(x) for x in strategies])
-        limit = np.quantile(peaks, 0.4, axis=0)
-        fits = (peaks <= limit).all(axis=1)
+        t, _, costs, limit, fits = _priced_case(seed)
         if fits.any():
             keep = _priced_survivors(t, limit, float(np.quantile(costs[fits], 0.5)), 1e-9, 1e9)
             dropped += sum(len(c) for c in t.time) - sum(len(k) for k in keep)
