@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import shardwise as sw  # noqa: E402
 from shardwise.train.trainer import SGD, Trainer  # noqa: E402
+import gpu_throughput  # noqa: E402  (PyTorch eager's step, as the throughput benchmark times it)
 from train_throughput import batch_for  # noqa: E402
 
 
@@ -45,13 +46,9 @@ def main() -> int:
     print("== ours, host side (CUDA runtime calls), by CPU time")
     print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=70))
     del t
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
-    import gpu_throughput
-
-    torch.backends.cudnn.benchmark = True
     with profile(activities=[ProfilerActivity.CUDA]) as p:
         gpu_throughput.eager(g, False, args.steps, 1, torch)
-    print(f"== PyTorch eager (cudnn.benchmark), the same steps")
+    print("== PyTorch eager (cudnn.benchmark), the same steps")
     print(table(p, args.top // 2))
     return 0
 
