@@ -5,7 +5,7 @@ SAN_DIR = build/sanitize
 # the interpreter itself, not a launcher script (valgrind would trace the script)
 PY_EXE = $(shell $(PY) -c 'import sys; print(sys.executable)')
 
-.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench docs-ops check-docs portable clean
+.PHONY: build cuda mpi test-mpi test test-all test-gpu gpu-prepare gpu-check calibration asan tsan valgrind bench docs-ops check-docs portable arm-test clean
 
 build:            ## compile the C core in place
 	$(PY) setup.py build_ext --inplace
@@ -30,6 +30,9 @@ gpu-check:        ## the whole device check (install offline, build sm_90, info,
 
 portable:         ## every C file of the core compiled for aarch64 (needs apt's gcc-aarch64-linux-gnu)
 	PYTHON=$(PY) bash tools/portable_build.sh
+
+arm-test:         ## the core built for aarch64, its kernel and training tests run under qemu (once: bash tools/arm_test.sh --setup)
+	bash tools/arm_test.sh
 
 test: build       ## the default (fast) test run
 	$(PY) -m pytest -q
