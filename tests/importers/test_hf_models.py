@@ -5,6 +5,8 @@ configs (no download).
 Forward: ``Trainer.forward`` on a 2-worker plan equals the model's logits computed by a float64
 copy within 1e-5.  Training: three steps of SGD (momentum, weight decay) and of AdamW on 2
 workers give the losses and weights of the float64 copy trained alike within RTOL.
+test_transformers_on_searched_plans.py trains these models with SGD, Adam and AdamW on plans
+searched on 2, 4 and 16 workers against PyTorch's float32 error.
 """
 from __future__ import annotations
 

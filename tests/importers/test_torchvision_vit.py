@@ -3,6 +3,9 @@ attention composition (packed in-projection linear, slices, heads, matmul, softm
 out_proj), against PyTorch's float64 run in eval mode and in training (SGD, AdamW) on a
 searched plan over 2 workers; the forms it refuses; the TorchScript exporter's ONNX export.
 
+test_transformers_on_searched_plans.py trains this small ViT and vit_b_16 with SGD, Adam and
+AdamW on plans searched on 2, 4 and 16 workers against PyTorch's float32 error.
+
 torchvision initializes the classifier head of a ViT to zeros (every logit 0), so the tests
 give it random weights first.
 """
