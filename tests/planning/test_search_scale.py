@@ -461,3 +461,29 @@ def test_512_hand_made_devices_finish():
 def test_512_hand_made_devices_finish_quickly():
     """It used to eliminate 2,700 configurations per op, about 90 s."""
     assert search_512_hand_made_devices() < 30
+
+
+@pytest.mark.parametrize("cost, bound, note, warned, advice", [
+    # swin_t on 16 devices: a placement bound 4.4e-8 below the plan, no time limit involved
+    (0.07296465952, 0.07296465632, "other placements of the same partitions could lower Eq. 1 and are too many "
+     "to search", False, False),
+    (1.10, 1.00, "other placements of the same partitions could lower Eq. 1 and are too many to search", True, False),
+    (1.10, 1.00, "the time limit ran out before other placements were checked", True, True),
+    (1.10, 0.0, "the time limit ran out after the first plan (partitions of at most 4 workers)", True, True),
+])
+def test_scale_warning_reports_real_gaps_and_advises_time_only_when_time_ran_out(cost, bound, note, warned, advice):
+    import warnings
+
+    from shardwise.planning.search import _warn_scale
+    from shardwise.planning.search_scale import Result
+
+    result = Result(chosen=None, cost=cost, stats={}, exact=False, lower_bound=bound, note=note)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _warn_scale(result, cost, 1246)
+    assert len(caught) == int(warned), [str(w.message) for w in caught]
+    if warned:
+        text = str(caught[0].message)
+        assert issubclass(caught[0].category, sw.SearchWarning) and note in text
+        assert ("time_limit" in text) == advice, text
+        assert ("10.00% above the optimum" in text) == (bound > 0), text
