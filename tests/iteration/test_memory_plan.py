@@ -95,7 +95,35 @@ def check_memory_plan(plan) -> sw.MemoryPlan:
     # every reuse edge goes forward and ends at a task on the device whose memory is reused
     for a, b in mp.reuse_edges:
         assert a < b and tg.tasks[a].device != tg.tasks[b].device
+    if mp.schedule is None:   # one stream a device: the edges are exactly the ones defined below
+        assert sorted(mp.reuse_edges) == reference_reuse_edges(tg, mp)
     return mp
+
+
+def reference_reuse_edges(tg, mp) -> list[tuple[int, int]]:
+    """The reuse edges by their definition, buffer pair by buffer pair: for every non-empty buffer A
+    that a task of another device touches and that does not live throughout, the non-empty buffers
+    of A's device overlapping A's bytes and first touched after A's last task; the earliest of those
+    first tasks gets an edge from each of A's other-device tasks (memory is reused within a device's
+    arena, or within its host region)."""
+    first, last, offset = mp.arrays["first"], mp.arrays["last"], mp.arrays["offset"]
+    ntasks = len(tg.tasks)
+    remote: dict[int, set[int]] = {}
+    for t in tg.tasks:
+        for b in set(t.reads) | set(t.writes):
+            if tg.buffers[b].device != t.device:
+                remote.setdefault(b, set()).add(t.id)
+    edges = set()
+    for a in tg.buffers:
+        if a.nbytes == 0 or a.id not in remote or (first[a.id] == 0 and last[a.id] == ntasks):
+            continue
+        lo, hi = offset[a.id], offset[a.id] + a.nbytes
+        region = (a.device, a.kind == "host")   # a device's arena, or its host region (swapping)
+        after = [first[b.id] for b in tg.buffers if (b.device, b.kind == "host") == region and b.nbytes > 0
+                 and first[b.id] > last[a.id] and offset[b.id] < hi and offset[b.id] + b.nbytes > lo]
+        if after:
+            edges |= {(r, int(min(after))) for r in remote[a.id]}
+    return sorted(edges)
 
 
 @settings(max_examples=examples(60), deadline=None)
