@@ -19,8 +19,8 @@ own float32 runs are (the largest of four: the minibatch as given and reversed, 
 channels-last), plus 1e-5 of the first loss and 1e-3 of the updates' norm; the first step's loss
 (same weights, same minibatch) within three times float32's own error of it.
 
-Measured (updates' relative L2 distance from float64 on 2 workers, 4 workers' the same or less; PyTorch
-float32's in brackets): resnet18, SGD 2.4e-5 (4.0e-5); mobilenet_v2, SGD 0.63 (0.54);
+Measured (updates' relative L2 distance from float64 on 2 workers, 4 workers' the same or
+less; PyTorch float32's in brackets): resnet18, SGD 2.4e-5 (4.0e-5); mobilenet_v2, SGD 0.63 (0.54);
 densenet121, SGD 0.018, Adam 0.029, AdamW 0.020 (0.14 each); mnasnet0_5, SGD 0.14 (0.15), Adam
 and AdamW 0.28 (0.28); small_vit, SGD 1.0e-6 (1.1e-6), Adam 0.011 (0.017), AdamW 8.7e-3 (0.013);
 vit_b_16, SGD 2.0e-6 (1.9e-6), Adam and AdamW 9.8e-4 (2.4e-3); swin_t, SGD 7.9e-6 (7.9e-6),
