@@ -220,12 +220,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="lenet5,alexnet_small,resnet18_small")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--isa", choices=("auto", "avx2", "avx512"), default="auto",
+                    help="the direct convolution loops' instruction set; to measure an AVX2 machine's paths on an "
+                         "AVX-512 one, also run with OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 "
+                         "ONEDNN_MAX_CPU_ISA=AVX2 (OpenBLAS's and PyTorch's kernels)")
     args = ap.parse_args()
+    _core.conv_isa(args.isa)
     peak = sgemm_peak()
     print(f"# shardwise {sw.__version__} training throughput; {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; OpenBLAS {openblas_core()} kernels "
           f"(OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {direct_path()}, "
-          f"SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s; load average {os.getloadavg()[0]:.2f}")
+          f"SGEMM peak (1 thread, 1024^3): {peak / 1e9:.1f} GFLOP/s; PyTorch's CPU capability "
+          f"{os.environ.get('ATEN_CPU_CAPABILITY', 'default')}, oneDNN's {os.environ.get('ONEDNN_MAX_CPU_ISA', 'default')}; "
+          f"load average {os.getloadavg()[0]:.2f}")
     head = (f"{'model':<16} {'plan':<10} {'workers':>7} {'images/s':>10} {'vs 1 worker':>12} "
             f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'runtime':>8} {'torch img/s':>12} {'vs torch':>9}")
     print(head)
