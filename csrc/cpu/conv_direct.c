@@ -128,8 +128,12 @@ static int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
  * 0-30% slower direct); DIRECT: always (tests).  The data gradient asks for 16 columns
  * (input channels): with one 8-wide block every broadcast feeds one multiply-add, and
  * its GEMM is not thin (M = Co*kh*kw): LeNet-5's 6-channel input gradient ran 1.27 ms
- * direct against 0.94 with im2col, while its forward pass and weight gradient, whose
- * GEMMs have 6 rows, ran 1.4x and 2.3x faster direct (docs/cpu_kernels.md).  AUTO also
+ * direct against 0.94 with im2col.  The forward pass and the weight gradient ask for one
+ * whole vector (8 output channels): with LeNet-5's 6, once faster direct, im2col + GEMM
+ * now wins (thread CPU time at batch 64, fwd / dw, ms: 1 -> 6 channels 5x5 on 32x32 0.94 /
+ * 0.84 direct against 0.47 / 0.72; 2 -> 6 1.37 / 1.22 against 0.83 / 1.09; in a training
+ * step LeNet-5's first forward took 2.9 of 8.3 ms direct), while at 16 output channels the
+ * loops still win or tie (1 -> 16 5x5: 1.33 / 1.76 against 1.29 / 2.37).  AUTO also
  * leaves calls of more than DIRECT_MAX_COLS columns to im2col + GEMM, whose GEMMs are no
  * longer thin there.  Thread CPU time of 3x3 layers (fwd / dx / dw, ms; OpenBLAS's SkylakeX
  * kernels; direct against im2col + GEMM):
@@ -306,7 +310,7 @@ static int over_output_init(over_output *o, const sw_view *x, const sw_view *ov,
     o->npix = ov->shape[2] * ov->shape[3];
     o->rg = region_for_output(ov, ci, p);
     o->group = group_size(o->npix, o->rg.sample, ov->shape[0]);
-    if (!takes(o->co, 1, p) || !region_fits(&o->rg, x, p, o->group, o->npix, o->ncol)) {
+    if (!takes(o->co, 8, p) || !region_fits(&o->rg, x, p, o->group, o->npix, o->ncol)) {
         return 0;
     }
     *s = SW_OK;

@@ -424,13 +424,15 @@ def _with_algorithm(name: str, run):
 
 RESNET_LAYER = dict(n=4, ci=16, co=16, h=8, w=8, kernel=(3, 3), stride=(1, 1), padding=(1, 1))
 INPUT_LAYER = dict(n=2, ci=3, co=16, h=8, w=8, kernel=(3, 3), stride=(1, 1), padding=(1, 1))
+LENET_INPUT_LAYER = dict(n=2, ci=1, co=6, h=12, w=12, kernel=(5, 5), stride=(1, 1), padding=(0, 0))
 WIDE_LAYER = dict(n=2, ci=72, co=72, h=4, w=4, kernel=(3, 3), stride=(1, 1), padding=(1, 1))
 
 
 @pytest.mark.skipif("direct" not in ALGORITHMS, reason="the direct convolution needs AVX2 and FMA")
 def test_auto_runs_the_direct_loops_where_they_pay():
     """'auto' (the trainer's) gives the direct loops' bits on a 16-channel 3x3 layer, and
-    im2col's on 1x1 kernels, for the 3-channel input gradient of an input layer and on 3x3
+    im2col's on 1x1 kernels, for the 3-channel input gradient of an input layer, for a layer of
+    6 output channels (LeNet-5's first) and on 3x3
     layers above the direct loops' limit (64 channels with AVX2, 128 with AVX-512)."""
     assert _core.conv_algorithm() == "auto"
     for c in (RESNET_LAYER, dict(RESNET_LAYER, kernel=(1, 1), padding=(0, 0))):
@@ -445,6 +447,13 @@ def test_auto_runs_the_direct_loops_where_they_pay():
     im2col = _with_algorithm("im2col", lambda: _conv_all(INPUT_LAYER, seed=2))
     np.testing.assert_array_equal(auto[0], direct[0])   # 16 output channels: direct
     np.testing.assert_array_equal(auto[1], im2col[1])   # dx has 3 channels: im2col
+    # LeNet-5's first layer: 6 output channels fill no whole vector, so im2col for all three
+    auto = _conv_all(LENET_INPUT_LAYER, seed=5)
+    im2col = _with_algorithm("im2col", lambda: _conv_all(LENET_INPUT_LAYER, seed=5))
+    direct = _with_algorithm("direct", lambda: _conv_all(LENET_INPUT_LAYER, seed=5))
+    for a, b in zip(auto, im2col):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, o) for a, o in zip(auto, direct)), "the algorithms should differ in bits"
     # above the direct loops' limit (64 channels with AVX2, 128 with AVX-512): im2col + GEMM everywhere
     # (its GEMMs are no longer thin); at the limit, the direct loops
     for isa, limit in (("avx2", 64), ("avx512", 128)):
