@@ -29,14 +29,10 @@ from setuptools import Extension, setup
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
 import build_cuda  # noqa: E402  (tools/build_cuda.py: finding CUDA, compiling .cu files)
 import build_mpi  # noqa: E402  (tools/build_mpi.py: finding MPI through mpicc -show)
+import core_sources  # noqa: E402  (tools/core_sources.py: the C core's files, in build order)
 
-# csrc/exec/gpu/*.c: the GPU backends' pure host-side planning (device map, stream priorities,
-# events, arena layout, convolution geometry), plain C without CUDA headers: built into the
-# core (the record backend and tests use it) and into shardwise._cuda.
-GPU_PLAN = sorted(glob("csrc/exec/gpu/*.c"))
-# csrc/'s rooms, lowest first (tools/rooms.py checks that each uses only the rooms below it).
-ROOMS = ["core", "cost", "search", "graph", "mem", "sim", "exec", "cpu", "py"]
-SOURCES = [c for room in ROOMS for c in sorted(glob(f"csrc/{room}/*.c"))] + GPU_PLAN
+ROOMS = core_sources.ROOMS
+SOURCES = core_sources.core_sources()
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
 # -fno-trapping-math -fno-math-errno (as PyTorch builds): no value changes (no reassociation, no
 # contraction), but loops with float selects vectorize (csrc/cpu/vmath.h) and sqrtf is an instruction.

@@ -61,12 +61,7 @@ done
     || { echo "arm_test: no aarch64 Python under $ROOT (bash tools/arm_test.sh --setup)"; exit 2; }
 
 # --- build: the sources and flags of setup.py's shardwise._core, cross-compiled ---------------
-read -r -a SOURCES <<<"$(python3 - <<'PY'
-from glob import glob
-rooms = ["core", "cost", "search", "graph", "mem", "sim", "exec", "cpu", "py"]   # setup.py's ROOMS
-print(" ".join([c for r in rooms for c in sorted(glob(f"csrc/{r}/*.c"))] + sorted(glob("csrc/exec/gpu/*.c"))))
-PY
-)"
+mapfile -t SOURCES < <(python3 tools/core_sources.py)   # setup.py's list
 mkdir -p "$OUT/obj" "$OUT/pkg"
 rm -rf "$OUT/pkg/shardwise"
 cp -r python/shardwise "$OUT/pkg/"

@@ -1,0 +1,27 @@
+"""The C core's sources (the extension shardwise._core), in the order they are compiled: read by
+setup.py for the build and by tools/arm_test.sh for the aarch64 cross build, so both compile the
+same files.  Paths are relative to the repository root."""
+from __future__ import annotations
+
+import os
+from glob import glob
+
+# csrc/'s rooms, lowest first (tools/rooms.py checks that each uses only the rooms below it)
+ROOMS = ["core", "cost", "search", "graph", "mem", "sim", "exec", "cpu", "py"]
+
+
+def gpu_plan_sources(root: str = ".") -> list[str]:
+    """csrc/exec/gpu/*.c: the GPU backends' host-side planning (device map, stream priorities,
+    events, arena layout, convolution geometry), plain C without CUDA headers: built into the core
+    (the record backend and tests use it) and into shardwise._cuda."""
+    return sorted(os.path.relpath(p, root) for p in glob(os.path.join(root, "csrc/exec/gpu/*.c")))
+
+
+def core_sources(root: str = ".") -> list[str]:
+    """Every C file of shardwise._core: the rooms' files in room order, then the GPU planning."""
+    rooms = [os.path.relpath(c, root) for room in ROOMS for c in sorted(glob(os.path.join(root, f"csrc/{room}/*.c")))]
+    return rooms + gpu_plan_sources(root)
+
+
+if __name__ == "__main__":   # tools/arm_test.sh: one path a line
+    print("\n".join(core_sources()))
