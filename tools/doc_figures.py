@@ -242,11 +242,11 @@ FIGURES: list[Figure] = [
            r"test accuracy ([\d.]+)%"),
     Figure(R, "[[96.9% to 99.1]]% with seeds 1-5", "train lenet5 seeds 1-5", accuracies),
     # README, the status paragraph: throughput of the CPU workers (benchmarks/results/train_throughput.txt)
-    Figure(R, "two data-parallel workers [[1.89-1.92]]x one worker", "train_throughput", throughput_two_workers,
+    Figure(R, "two data-parallel workers [[1.75-1.92]]x one worker", "train_throughput", throughput_two_workers,
            kind="timing", tolerance=0.1),
-    Figure(R, "one worker at [[1.14-1.67]]x PyTorch's CPU throughput", "train_throughput", throughput_vs_torch,
+    Figure(R, "one worker at [[0.83-1.45]]x PyTorch's CPU throughput", "train_throughput", throughput_vs_torch,
            kind="timing", tolerance=0.3),
-    Figure(R, "the runtime's own time [[0.1-1.8]]% of a step", "train_throughput", runtime_share,
+    Figure(R, "the runtime's own time [[0.2-4.0]]% of a step", "train_throughput", runtime_share,
            kind="timing", tolerance=1.0),
     Figure(R, "one iteration of Inception-v3 on 16 devices in [[0.17-0.32]] s", "simulate_speed",
            r"^inception_v3\s+16\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)", kind="timing", tolerance=1.0, scale=1e-3),
@@ -526,9 +526,9 @@ FIGURES += [
     Figure(TR, "| test accuracy, seeds 0-11 | [[96.4% to 99.1]]% |", "example train_digits seeds 0-11", accuracies),
     Figure(TR, "2-core machine shared at load 8-9 | [[7.7-15.5]] s |", "example train_digits seeds 0-11",
            lambda out: _span(float(v) for v in re.findall(r"epochs in ([\d.]+) s", out)), kind="timing", tolerance=1.0),
-    Figure(TR, "one worker trained at [[1.14-1.67]]x PyTorch's throughput", "train_throughput", throughput_vs_torch,
+    Figure(TR, "one worker trained at [[0.83-1.45]]x PyTorch's throughput", "train_throughput", throughput_vs_torch,
            kind="timing", tolerance=0.3),
-    Figure(TR, "two data-parallel workers at [[1.89-1.92]]x one worker", "train_throughput", throughput_two_workers,
+    Figure(TR, "two data-parallel workers at [[1.75-1.92]]x one worker", "train_throughput", throughput_two_workers,
            kind="timing", tolerance=0.1),
 ]
 
