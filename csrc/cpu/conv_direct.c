@@ -94,12 +94,17 @@ void sw_conv_isa_calls(long long *avx2, long long *avx512) {
     *avx512 = atomic_load_explicit(&loop_calls[1], memory_order_relaxed);
 }
 
+/* Whether the AVX-512 loops run this call (else the AVX2 ones), counted for the tests. */
+static int wide_loops(void) {
+    int wide = sw_conv_get_isa() == SW_CONV_ISA_AVX512;
+    atomic_fetch_add_explicit(&loop_calls[wide], 1, memory_order_relaxed);
+    return wide;
+}
+
 /* The direct loops of the instruction set in effect (the same bits either way). */
 static void gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
                    int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo) {
-    int wide = sw_conv_get_isa() == SW_CONV_ISA_AVX512;
-    atomic_fetch_add_explicit(&loop_calls[wide], 1, memory_order_relaxed);
-    if (wide) {
+    if (wide_loops()) {
         conv_avx512_gather(src, base, orow, n, off, k, wpk, ncol, out, ldo);
     } else {
         conv_avx2_gather(src, base, orow, n, off, k, wpk, ncol, out, ldo);
@@ -108,9 +113,7 @@ static void gather(const float *src, const int32_t *base, const int32_t *orow, i
 
 static void reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
                    const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda) {
-    int wide = sw_conv_get_isa() == SW_CONV_ISA_AVX512;
-    atomic_fetch_add_explicit(&loop_calls[wide], 1, memory_order_relaxed);
-    if (wide) {
+    if (wide_loops()) {
         conv_avx512_reduce(src, base, n, off, k, dyt, ldd, ncol, acc, lda);
     } else {
         conv_avx2_reduce(src, base, n, off, k, dyt, ldd, ncol, acc, lda);

@@ -39,7 +39,6 @@
 #include "memplan_internal.h"  /* sw_memplan_place */
 #include "core/sort_keys.h"
 
-#define NONE (-1)
 
 /* ------------------------------------------------------------------ sizes */
 typedef struct {

@@ -81,12 +81,13 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     rejected: dict[str, float] = {}   # candidates that would have been taken but do not fit in memory
     duplicates: dict[str, str] = {}   # baseline -> the candidate it equals, not replayed again
     pool: list[tuple[str, Configs, float]] = [("eq1 optimum", dict(seed.configs), seed_time)]
+    in_pool = {_key(graph, seed.configs): "eq1 optimum"}   # each candidate's plan -> its name
     for b in sorted(baselines(graph, devices, options), key=lambda p: p.cost):
         b.costs = costs
         best = min(t for _, _, t in pool)
-        same = next((name for name, configs, _ in pool if _key(graph, configs) == _key(graph, b.configs)), None)
-        if same is not None:   # the same plan as a candidate already replayed (data parallelism is often
-            duplicates[b.name] = same   # the Eq. 1 optimum): its time is known
+        key = _key(graph, b.configs)
+        if key in in_pool:   # the same plan as a candidate already replayed (data parallelism is often
+            duplicates[b.name] = in_pool[key]   # the Eq. 1 optimum): its time is known
             continue
         if len(devices) > SIMULATE_ALL_UP_TO and b.cost > BASELINE_EQ1_FACTOR * best:
             skipped[b.name] = b.cost
@@ -101,14 +102,16 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                 rejected[b.name] = t   # faster than every candidate so far, but does not fit
                 continue
         pool.append((b.name, dict(b.configs), t))
+        in_pool[key] = b.name
     if report:
         report("simulate the Eq. 1 optimum and the baselines", time.perf_counter() - t0)
     start_name, current, current_time = min(pool, key=lambda c: c[2])
     t1 = time.perf_counter()
     tried = accepted = pruned = rejected_moves = 0
     replayed = 0
-    seen = {_key(graph, c) for _, c, _ in pool}   # replayed already, none faster than the start
-    improved = seed_tasks <= TASK_BUDGET   # one replay beyond the whole budget: no local search
+    seen = set(in_pool)   # replayed already, none faster than the start
+    no_local_search = seed_tasks > TASK_BUDGET   # one replay beyond the whole budget
+    improved = not no_local_search
     while improved and replayed < TASK_BUDGET:
         improved = False
         for proposal in _moves(graph, current, [c for _, c, _ in pool]):
@@ -138,7 +141,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                  simulated_eq1_optimum=seed_time, skipped_baselines=skipped, bounded_baselines=bounded,
                  start=start_name, local_search_tried=tried, local_search_accepted=accepted,
                  local_search_bounded=pruned, local_search_tasks=replayed, duplicate_baselines=duplicates,
-                 local_search_skipped=seed_tasks > TASK_BUDGET,
+                 local_search_skipped=no_local_search,
                  rejected_for_memory=rejected, local_search_rejected_for_memory=rejected_moves,
                  gain_over_eq1_optimum=seed_time / current_time if current_time > 0 else 1.0)
     return Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs)

@@ -57,6 +57,7 @@ Progress = Callable[[str, float], None]
 # 4.4e-8 apart).
 NEGLIGIBLE_GAP = 1e-6
 
+
 def _run_live(problem: Any, label: str, work: Callable[[], Any], report: ProgressReport) -> Any:
     """Run ``work`` (which releases the GIL) on a thread while ``report`` shows the C core's
     (done, total) counter as a bar with an ETA (terminals and notebooks; "auto": once the
