@@ -34,10 +34,7 @@ import core_sources  # noqa: E402  (tools/core_sources.py: the C core's files, i
 ROOMS = core_sources.ROOMS
 SOURCES = core_sources.core_sources()
 BLAS_LIB_DIR = scipy_openblas32.get_lib_dir()
-# -fno-trapping-math -fno-math-errno (as PyTorch builds): no value changes (no reassociation, no
-# contraction), but loops with float selects vectorize (csrc/cpu/vmath.h) and sqrtf is an instruction.
-EXTRA = ["-std=c11", "-O3", "-fno-trapping-math", "-fno-math-errno", "-pthread", "-Wall", "-Wextra",
-         "-Wno-missing-field-initializers"]
+EXTRA = list(core_sources.COMPILE_ARGS)   # extended below for the sanitizers
 # SHARDWISE_SANITIZE=1: AddressSanitizer + UBSan (make asan); =thread: ThreadSanitizer (make tsan)
 SANITIZE = {"": [], "thread": ["-fsanitize=thread"]}.get(os.environ.get("SHARDWISE_SANITIZE", ""),
                                                          ["-fsanitize=address,undefined"])
@@ -52,7 +49,7 @@ core = Extension(
     include_dirs=["csrc", numpy.get_include(), scipy_openblas32.get_include_dir()],
     library_dirs=[BLAS_LIB_DIR],
     libraries=[scipy_openblas32.get_library()],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    define_macros=core_sources.DEFINES,
     extra_compile_args=EXTRA,
     extra_link_args=["-pthread", "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib", f"-Wl,-rpath,{BLAS_LIB_DIR}"] + SANITIZE,
     depends=HEADERS,

@@ -70,8 +70,8 @@ find "$OUT/pkg/shardwise" \( -name '*.so' -o -name __pycache__ \) -prune -exec r
 # Python headers (and pyconfig.h's aarch64-linux-gnu/ directory) are wanted from there
 INC=(-Icsrc -isystem "$ROOT/root/usr/include/python3.11" -idirafter "$ROOT/root/usr/include"
      -isystem "$ROOT/site/numpy/_core/include" -isystem "$ROOT/site/scipy_openblas32/include")
-FLAGS=(-std=c11 -O3 -fno-trapping-math -fno-math-errno -pthread -Wall -Wextra -Wno-missing-field-initializers
-       -Werror -fPIC -DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION)
+read -r -a FLAGS < <(python3 tools/core_sources.py --flags)   # setup.py's
+FLAGS+=(-Werror -fPIC)
 objs=()
 for src in "${SOURCES[@]}"; do
     obj="$OUT/obj/$(echo "$src" | tr / _).o"

@@ -1,6 +1,6 @@
-"""The C core's sources (the extension shardwise._core), in the order they are compiled: read by
-setup.py for the build and by tools/arm_test.sh for the aarch64 cross build, so both compile the
-same files.  Paths are relative to the repository root."""
+"""The C core's sources (the extension shardwise._core), in the order they are compiled, and its
+compiler flags: read by setup.py for the build and by tools/arm_test.sh for the aarch64 cross
+build, so both compile the same files the same way.  Paths are relative to the repository root."""
 from __future__ import annotations
 
 import os
@@ -8,6 +8,12 @@ from glob import glob
 
 # csrc/'s rooms, lowest first (tools/rooms.py checks that each uses only the rooms below it)
 ROOMS = ["core", "cost", "search", "graph", "mem", "sim", "exec", "cpu", "py"]
+# -fno-trapping-math -fno-math-errno (as PyTorch builds): no value changes (no reassociation, no
+# contraction), but loops with float selects vectorize (csrc/cpu/vmath.h) and sqrtf is an instruction.
+COMPILE_ARGS = ["-std=c11", "-O3", "-fno-trapping-math", "-fno-math-errno", "-pthread", "-Wall", "-Wextra",
+                "-Wno-missing-field-initializers"]
+# the NumPy C API without its deprecated parts
+DEFINES = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 
 
 def gpu_plan_sources(root: str = ".") -> list[str]:
@@ -23,5 +29,10 @@ def core_sources(root: str = ".") -> list[str]:
     return rooms + gpu_plan_sources(root)
 
 
-if __name__ == "__main__":   # tools/arm_test.sh: one path a line
-    print("\n".join(core_sources()))
+if __name__ == "__main__":   # tools/arm_test.sh: one source a line, or (--flags) the flags on one line
+    import sys
+
+    if sys.argv[1:] == ["--flags"]:
+        print(" ".join(COMPILE_ARGS + [f"-D{name}={value}" for name, value in DEFINES]))
+    else:
+        print("\n".join(core_sources()))
