@@ -296,6 +296,7 @@ typedef enum {
     SW_TASK_SWAP_OUT, SW_TASK_SWAP_IN,   /* swap.c: a feature map offloaded to host memory, prefetched back */
     SW_TASK_SEND, SW_TASK_RECV,          /* graph/ranks.c: a copy between two ranks' devices, split in halves */
     SW_TASK_RECOMPUTE,   /* recompute.c: a forward task run again before the backward reads its output */
+    SW_TASK_RING,        /* a fused ring (SW_RINGS_FUSED): all the chunks one ring link carries, as one transfer */
     SW_TASK_NKINDS
 } sw_task_kind;
 
@@ -328,7 +329,8 @@ typedef struct {
     int8_t kind, phase;        /* sw_task_kind, sw_phase */
     int32_t device;            /* where it runs (a copy: the destination) */
     int32_t src_device;        /* copies: the source device; send and recv: the device at the other end; -1 otherwise */
-    int32_t op, worker, slot;  /* slot: input slot of per-input tasks, -1 otherwise */
+    int32_t op, worker, slot;  /* slot: input slot of per-input tasks, -1 otherwise; a ring task: the
+                                  chunk transfers it stands for (each a message between ranks) */
     int32_t nreads;            /* buffers it reads (a reduction sums this many): the graph's io lists them */
     int64_t elements;          /* its box's volume, else its first written buffer's (0: none) */
     int64_t nbytes;            /* bytes crossing between devices (copies; send and recv: the bytes on the wire) */
@@ -341,8 +343,19 @@ static inline int sw_is_swap(const sw_task *t) { return t->kind == SW_TASK_SWAP_
 /* A half of a copy between two ranks (graph/ranks.c). */
 static inline int sw_is_message(const sw_task *t) { return t->kind == SW_TASK_SEND || t->kind == SW_TASK_RECV; }
 
-/* A copy between two devices (timed by its route), as opposed to a local copy. */
-static inline int sw_is_transfer(const sw_task *t) { return t->kind == SW_TASK_COPY && t->src_device != t->device; }
+/* A copy between devices or a fused ring's link (timed by its route), as opposed to a local copy. */
+static inline int sw_is_transfer(const sw_task *t) {
+    return (t->kind == SW_TASK_COPY && t->src_device != t->device) || t->kind == SW_TASK_RING;
+}
+
+/* How a lowering writes each ring all-reduce (sync models ring and zero, lower_backward.c).
+ * Chunked: every chunk's transfer and sum, 2 k (k - 1) transfers per gradient on k replicas, as
+ * the runtime runs them.  Fused: per ring link one ring task carrying every chunk that link
+ * carries (k - 1 or 2 (k - 1) of them), all of them after one join of the members' gradients and
+ * before one join that the sums (an accumulate per member) wait for: the same bytes on the same
+ * links in k + 2 tasks, the simulator's model of machines too large to replay every chunk.  The
+ * runtime refuses a fused graph (its sums are not the ring's). */
+typedef enum { SW_RINGS_CHUNKED = 0, SW_RINGS_FUSED = 1 } sw_ring_detail;
 
 typedef struct {
     int32_t device, op;        /* op: the global tensor's op */
@@ -386,6 +399,7 @@ struct sw_task_graph {
      * (sw_buffer_element_bytes), which a graph the runtime runs keeps */
     int64_t element_bytes[SW_BUF_NKINDS];
     double value_bytes;   /* the problem's bytes_per_element when lowered (sw_wire_bytes); 0: the executor's */
+    int8_t ring_detail;   /* sw_ring_detail it was lowered with: a fused graph is for the simulator only */
 };
 
 /* Bytes a copy or message task t puts on the wire as a plan counts them: the executor's
@@ -416,8 +430,10 @@ typedef struct {
 /* Check a plan against a problem (sizes, degrees dividing their dimensions,
  * distinct devices in range, op kinds): SW_ERR_VALUE with a message if bad. */
 sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
-/* Lower `plan` into `g` (which must be zeroed); on failure g is freed. */
+/* Lower `plan` into `g` (which must be zeroed), its rings chunked; on failure g is freed. */
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g);
+/* The same with rings written as `rings` says (sw_ring_detail). */
+sw_status sw_lower_rings(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g);
 /* An exact copy of src into dst (zeroed first; freed on failure). */
 sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst);
 /* taskgraph.c: append a buffer / a task with deps (negative ids are skipped;

@@ -84,7 +84,7 @@ def task_durations(tg, costs=None) -> list[float]:
     out = []
     for t in tg.tasks:
         membw = devices[t.device].mem_bandwidth
-        transfer = t.kind == "copy" and t.src_device != t.device
+        transfer = is_transfer(t)
         if t.kind in COMPUTE_KINDS or t.kind == "recompute":
             forward = t.phase == "forward" or t.kind == "recompute"
             share = weights[t.id] / shares[(t.op, t.worker, forward)]
@@ -102,19 +102,25 @@ def task_durations(tg, costs=None) -> list[float]:
             elements = volume(t.box) if t.box is not None else tg.buffers[t.writes[0]].elements
             out.append(fixed.get(t.kind, 0.0) + rates[t.kind] * elements)
         elif t.kind == "copy" and not transfer:
-            out.append(2 * volume(t.box) * BYTES_PER_ELEMENT / membw)   # a local memcpy
+            out.append(2 * t.elements * BYTES_PER_ELEMENT / membw)   # a local memcpy
         elif t.kind in ("accumulate", "reduce", "stats_reduce", "sum_partials"):
-            elements = volume(t.box) if t.box else tg.buffers[t.writes[0]].elements * len(t.reads)
+            elements = t.elements if t.box else tg.buffers[t.writes[0]].elements * len(t.reads)
             out.append(3 * elements * BYTES_PER_ELEMENT / membw)
         elif t.kind == "activation_grad":   # read the gradient and the output, write the result
             out.append(3 * tg.buffers[t.writes[0]].elements * BYTES_PER_ELEMENT / membw)
         elif t.kind == "zero_grad":
             out.append(tg.buffers[t.writes[0]].elements * BYTES_PER_ELEMENT / membw)
-        elif t.kind == "update":            # read w, g, m; write w, m
-            out.append(5 * tg.buffers[t.reads[0]].elements * BYTES_PER_ELEMENT / membw)
+        elif t.kind == "update":            # read w, g, m; write w, m (of its box: a chunk under sync zero)
+            elements = volume(t.box) if t.box else tg.buffers[t.reads[0]].elements
+            out.append(5 * elements * BYTES_PER_ELEMENT / membw)
         else:                               # load_input, join, transfers
             out.append(0.0)
     return out
+
+
+def is_transfer(t) -> bool:
+    """A copy between two devices, or a fused ring's link (``sw.lower(plan, rings="fused")``)."""
+    return (t.kind == "copy" and t.src_device != t.device) or t.kind == "ring"
 
 
 def threads_of(devices: sw.DeviceGraph) -> int:
@@ -124,7 +130,7 @@ def threads_of(devices: sw.DeviceGraph) -> int:
 
 
 def resources_of(t, devices: sw.DeviceGraph, threads: int, ranks=None) -> tuple[str, ...]:
-    if t.kind == "copy" and t.src_device != t.device:
+    if is_transfer(t):
         a, b = t.src_device, t.device
         na, nb = devices.devices[a].node, devices.devices[b].node
         if getattr(devices, "nic_per_device", False) and na != nb:
@@ -224,14 +230,15 @@ def event_loop(deps: list[tuple[int, ...]], durations: list[float], resources: l
 
 
 def replay(plan, costs=None, reuse_edges=None, order=None, rank=None, ranks=None, rank_link=(0.0, 0.0),
-           recompute=None) -> Replay:
+           recompute=None, rings="chunked") -> Replay:
     """One iteration of ``plan`` as the runtime runs it.  ``reuse_edges``: (from, to) pairs
     (default: the memory plan's, ``sw.memory_plan(plan).reuse_edges``; () to leave them out).
     ``order`` (what each task runs after) and ``rank`` (per task, the key of its place in every
     line: (-priority, id) under a schedule) replace the one-stream order and program order.
     ``ranks``: the rank of each device (None: one process); ``rank_link``: (bytes/s, seconds
-    per message) of a copy between ranks.  ``recompute``: as ``sw.lower`` takes it."""
-    tg = sw.lower(plan, recompute=recompute)
+    per message) of a copy between ranks (a fused ring's link: one message per chunk it carries).
+    ``recompute`` and ``rings``: as ``sw.lower`` takes them."""
+    tg = sw.lower(plan, recompute=recompute, rings=rings)
     devices = plan.devices
     if reuse_edges is None:
         reuse_edges = sw.memory_plan(tg).reuse_edges
@@ -240,10 +247,11 @@ def replay(plan, costs=None, reuse_edges=None, order=None, rank=None, ranks=None
     route_bw = devices.route_bandwidths()
     copy_bw = float(getattr(costs, "copy_bandwidth", 0.0) or 0.0) if costs is not None else 0.0
     for t in tg.tasks:
-        if t.kind == "copy" and t.src_device != t.device:
+        if is_transfer(t):
             bw = copy_bw or route_bw[t.src_device, t.device]
             if ranks is not None and ranks[t.src_device] != ranks[t.device]:
-                durations[t.id] += rank_link[1] + t.nbytes / (rank_link[0] or bw)
+                messages = t.slot if t.kind == "ring" else 1
+                durations[t.id] += messages * rank_link[1] + t.nbytes / (rank_link[0] or bw)
             else:
                 durations[t.id] += t.nbytes / bw
     resources = [resources_of(t, devices, threads, ranks) for t in tg.tasks]

@@ -311,7 +311,7 @@ static sw_status new_from_plan(const sw_problem *p, const sw_plan *plan, const s
     sw_lowering *l = NULL;
     sw_status s = check_attrs(p, attrs, backend);   /* before the lowering, as the runtime always checked them */
     if (s == SW_OK) {
-        s = sw_lowering_new(p, plan, streams, swap, NULL, &l);
+        s = sw_lowering_new(p, plan, SW_RINGS_CHUNKED, streams, swap, NULL, &l);
     }
     if (s != SW_OK) {
         backend->i->destroy(backend);
@@ -346,6 +346,11 @@ sw_status sw_runtime_new_ranked(const sw_problem *p, const sw_lowering *l, const
                                 int reuse_memory, const sw_comm_ext *comm, double timeout_s, sw_backend *backend,
                                 sw_runtime **out) {
     *out = NULL;
+    if (l->g.ring_detail == SW_RINGS_FUSED) {
+        backend->i->destroy(backend);
+        return SW_FAIL(SW_ERR_VALUE, "this task graph's rings are fused, the simulator's model of large machines: "
+                                     "a runtime runs the plan lowered with its rings chunked");
+    }
     if ((l->nranks > 0) != (comm != NULL)) {
         backend->i->destroy(backend);
         return l->nranks > 0 ? SW_FAIL(SW_ERR_VALUE, "the task graph is split over %d ranks: run it with the job's "

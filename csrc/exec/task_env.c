@@ -146,6 +146,7 @@ static const char *const KIND_NAMES[SW_TASK_NKINDS] = {
     [SW_TASK_SUM_PARTIALS] = "sum_partials", [SW_TASK_ACTIVATION_GRAD] = "activation_grad",
     [SW_TASK_ZERO_GRAD] = "zero_grad", [SW_TASK_SWAP_OUT] = "swap_out", [SW_TASK_SWAP_IN] = "swap_in",
     [SW_TASK_SEND] = "send", [SW_TASK_RECV] = "recv", [SW_TASK_RECOMPUTE] = "recompute",
+    [SW_TASK_RING] = "ring",
 };
 
 /* The runner of a task kind; NULL for join (nothing to do) and unknown kinds. */
@@ -174,6 +175,7 @@ static sw_task_runner runner_of(const sw_task_runners *r, int kind) {
     case SW_TASK_BACKWARD_DATA: return r->backward_data;
     case SW_TASK_BACKWARD_WEIGHT: return r->backward_weight;
     case SW_TASK_JOIN:
+    case SW_TASK_RING:   /* a fused ring is the simulator's model: nothing runs it */
     case SW_TASK_NKINDS: break;
     }
     return NULL;

@@ -413,13 +413,22 @@ static _Atomic int64_t lowerings;
 int64_t sw_lower_count(void) { return atomic_load(&lowerings); }
 
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g) {
+    return sw_lower_rings(p, plan, SW_RINGS_CHUNKED, g);
+}
+
+sw_status sw_lower_rings(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g) {
     atomic_fetch_add(&lowerings, 1);
+    if (rings != SW_RINGS_CHUNKED && rings != SW_RINGS_FUSED) {
+        return SW_FAIL(SW_ERR_VALUE, "unknown ring detail %d (0: chunked, 1: fused)", (int)rings);
+    }
     SW_TRY(sw_plan_check(p, plan));
     lowering L;
     memset(&L, 0, sizeof L);
     L.p = p;
     L.plan = plan;
     L.g = g;
+    L.rings = rings;
+    g->ring_detail = (int8_t)rings;
     for (int k = 0; k < SW_BUF_NKINDS; k++) {   /* sizes as the plan counts them: its precision's */
         g->element_bytes[k] = sw_precision_element_bytes(p->precision, k);
     }

@@ -480,6 +480,112 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
     return s;
 }
 
+/* Elements of the chunks but chunk `skip` (what one member sends in one half of a ring: the
+ * reduce-scatter's member i every chunk but (i + 1) mod k, the allgather's every chunk but
+ * (i + 2) mod k; what member j adds up: every chunk but its own, j). */
+static int64_t chunks_but(const sw_box *chunks, int k, int skip) {
+    int64_t n = 0;
+    for (int c = 0; c < k; c++) {
+        n += c == skip % k ? 0 : sw_box_volume(&chunks[c]);
+    }
+    return n;
+}
+
+/* Fused ring links (SW_RINGS_FUSED): one join of after[0 .. k) (a task per member, NONE for
+ * none), then per member i a ring task on member i + 1's device reading from[i] and writing
+ * recv[i + 1], carrying what link i -> i + 1 carries in `halves` halves of the ring (1: the
+ * reduce-scatter, or with `gather` the allgather; 2: both), then one join of those k tasks in
+ * *done.  ids: k entries of scratch. */
+static sw_status fused_links(lowering *L, int op, int k, const sw_box *box, const sw_box *chunks, int halves,
+                             int gather, const int32_t *from, const int32_t *recv, const int32_t *after,
+                             sw_phase phase, int32_t *ids, int32_t *done) {
+    int32_t dev0 = dev_of(L, op, L->members[0]), start;
+    sw_task join = task_of(SW_TASK_JOIN, phase, dev0, op, L->members[0]);
+    SW_TRY(add_task(L, &join, after, k, NULL, 0, NULL, 0, &start));
+    for (int i = 0; i < k; i++) {
+        int j = (i + 1) % k;
+        sw_task t = task_of(SW_TASK_RING, phase, dev_of(L, op, L->members[j]), op, L->members[i]);
+        t.src_device = dev_of(L, op, L->members[i]);
+        t.box = *box;
+        t.elements = sw_box_volume(box);
+        t.slot = halves * (k - 1);   /* the chunk transfers it stands for */
+        int64_t sent = 0;
+        if (halves == 2 || !gather) {
+            sent += chunks_but(chunks, k, i + 1);   /* reduce-scatter */
+        }
+        if (halves == 2 || gather) {
+            sent += chunks_but(chunks, k, i + 2);   /* allgather */
+        }
+        t.nbytes = sent * SW_TASK_BYTES_PER_ELEMENT;
+        SW_TRY(add_task(L, &t, &start, 1, &from[i], 1, &recv[j], 1, &ids[i]));
+    }
+    join.phase = (int8_t)phase;
+    return add_task(L, &join, ids, k, NULL, 0, NULL, 0, done);
+}
+
+/* The ring all-reduce of sync_ring (below), fused: the members' links as fused_links, then on
+ * each member the sum of what it received (an accumulate of every chunk but its own) and, for
+ * the allgather, a local copy of the chunks it did not sum into its G (P with zero) -- the
+ * chunked ring's work on that device, in two tasks.  Without zero: one fused ring of both halves,
+ * then the update; with zero: the reduce-scatter, the update of the owned chunk, the allgather of
+ * P.  Each member's recv buffer holds the whole box, as the chunked ring's k recv buffers do. */
+static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_box *chunks, int zero) {
+    if (k < 2) {
+        return SW_FAIL(SW_ERR_INTERNAL, "a ring of %d members", k);
+    }
+    int32_t *scratch = calloc(4 * (size_t)k, sizeof *scratch);
+    if (!scratch) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a ring of %d members", k);
+    }
+    int32_t *last = scratch, *recv = last + k, *from = recv + k, *ids = from + k;
+#define G(i) (L->wgrad_buf[sidx(L, op, slot, L->members[(i)])])
+#define P(i) (L->in_buf[sidx(L, op, slot, L->members[(i)])])
+#define DEV(i) (dev_of(L, op, L->members[(i)]))
+    sw_box box = L->g->buffers[G(0)].box;
+    sw_status s = SW_OK;
+    for (int i = 0; i < k && s == SW_OK; i++) {
+        last[i] = L->wgrad_task[sidx(L, op, slot, L->members[i])];
+        from[i] = G(i);
+        s = sw_tg_buffer(L->g, DEV(i), SW_BUF_RECV, op, &box, &recv[i]);
+    }
+    int32_t joined = NONE;
+    if (s == SW_OK) {
+        s = fused_links(L, op, k, &box, chunks, zero ? 1 : 2, 0, from, recv, last, SW_PHASE_SYNC, ids, &joined);
+    }
+    for (int j = 0; j < k && s == SW_OK; j++) {   /* member j adds up every chunk but its own */
+        sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_SYNC, DEV(j), op, L->members[j]);
+        t.box = box;
+        t.elements = chunks_but(chunks, k, j);
+        int32_t deps[2] = {joined, last[j]}, into = G(j);
+        s = add_task(L, &t, deps, 2, &recv[j], 1, &into, 1, &last[j]);
+    }
+    if (zero) {   /* the owner updates its chunk; the allgather passes P */
+        for (int j = 0; j < k && s == SW_OK; j++) {
+            s = add_update(L, op, slot, L->members[j], G(j), last[j], &chunks[sw_ring_owned_chunk(j, k)], &last[j]);
+            from[j] = P(j);
+        }
+        if (s == SW_OK) {
+            s = fused_links(L, op, k, &box, chunks, 1, 1, from, recv, last, SW_PHASE_UPDATE, ids, &joined);
+        }
+    }
+    sw_phase gather_phase = zero ? SW_PHASE_UPDATE : SW_PHASE_SYNC;
+    for (int j = 0; j < k && s == SW_OK; j++) {   /* the gathered chunks into G_j (P_j), on j's device */
+        sw_task t = copy_of(gather_phase, DEV(j), DEV(j), op, L->members[j], NONE, &box);
+        t.elements = chunks_but(chunks, k, j + 1);
+        int32_t deps[2] = {joined, last[j]}, into = zero ? P(j) : G(j);
+        s = add_task(L, &t, deps, 2, &recv[j], 1, &into, 1, &last[j]);
+    }
+    for (int j = 0; j < k && !zero && s == SW_OK; j++) {
+        int32_t upd;
+        s = add_update(L, op, slot, L->members[j], G(j), last[j], NULL, &upd);
+    }
+#undef G
+#undef P
+#undef DEV
+    free(scratch);
+    return s;
+}
+
 sw_status sw_lower_sync(lowering *L, int op) {
     const sw_op *o = op_at(L, op);
     for (int slot = 0; slot < o->ninputs; slot++) {
@@ -494,7 +600,9 @@ sw_status sw_lower_sync(lowering *L, int op) {
              * of one, the parameter server (which, for r = 1, is the update alone) */
             const sw_box *box = &L->g->buffers[L->wgrad_buf[sidx(L, op, slot, L->members[0])]].box;
             if (sw_sync_rings(L->p->sync_model) && r > 1 && ring_chunks(box, r, L->piece_box)) {
-                SW_TRY(sync_ring(L, op, slot, r, L->piece_box, L->p->sync_model == SW_SYNC_ZERO));
+                int zero = L->p->sync_model == SW_SYNC_ZERO;
+                SW_TRY(L->rings == SW_RINGS_FUSED ? sync_ring_fused(L, op, slot, r, L->piece_box, zero)
+                                                  : sync_ring(L, op, slot, r, L->piece_box, zero));
             } else {
                 SW_TRY(sync_parameter_server(L, op, slot, r));
             }

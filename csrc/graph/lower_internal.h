@@ -18,6 +18,7 @@ typedef struct {
     const sw_problem *p;
     const sw_plan *plan;
     sw_task_graph *g;
+    sw_ring_detail rings;        /* each ring all-reduce chunked (the runtime's) or fused (a model) */
     /* per worker of every op: [wbase[op] + w] */
     int32_t *wbase;
     sw_box *box;                 /* output box */

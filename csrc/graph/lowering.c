@@ -145,7 +145,7 @@ sw_status sw_lowering_set_streams(sw_lowering *l, const sw_streams *streams) {
     return SW_OK;
 }
 
-sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
+sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, const sw_streams *streams,
                           const sw_swap_spec *swap, const sw_recompute_spec *recompute, sw_lowering **out) {
     *out = NULL;
     int swapping = swap && swap->n > 0, recomputing = recompute && recompute->n > 0;
@@ -162,7 +162,7 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_str
     l->ndev = p->ndev;
     l->nops = p->nops;
     l->optimizer_state = p->optimizer_state;
-    sw_status s = sw_lower(p, plan, &l->g);
+    sw_status s = sw_lower_rings(p, plan, rings, &l->g);
     if (s == SW_OK) {
         l->base_ntasks = l->g.ntasks;
         l->base_nbuffers = l->g.nbuffers;
@@ -227,6 +227,10 @@ static sw_status split_streams(sw_lowering *l, const sw_task_graph *ng, const in
 sw_status sw_lowering_split_ranks(sw_lowering *l, int nranks, const int32_t *rank) {
     if (l->nranks > 0) {
         return SW_FAIL(SW_ERR_VALUE, "this task graph is split over %d ranks already", l->nranks);
+    }
+    if (l->g.ring_detail == SW_RINGS_FUSED) {
+        return SW_FAIL(SW_ERR_VALUE, "a graph with fused rings is the simulator's model and runs on no process: "
+                                     "lower the plan with its rings chunked to split it over ranks");
     }
     if (nranks < 1 || nranks > l->ndev) {
         return SW_FAIL(SW_ERR_VALUE, "%d ranks for a plan on %d devices: 1 .. %d ranks, each with a device", nranks,

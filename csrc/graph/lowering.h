@@ -42,13 +42,13 @@ struct sw_lowering {
     int32_t *rank;
 };
 
-/* Lower `plan` once (sw_lower) and annotate the graph: with `streams` (a schedule's for this
+/* Lower `plan` once (sw_lower_rings, its rings as `rings` says) and annotate the graph: with `streams` (a schedule's for this
  * plan's graph, checked and copied; NULL: one per device), with `recompute` (rewritten by
  * sw_recompute_apply, one stream per device; NULL or n == 0: none) and with `swap` (rewritten
  * by sw_swap_apply after the recompute rewrite, whose graph its ids then refer to; its tasks on
  * the swap streams; NULL or n == 0: none).  Streams go with neither: swap and recompute plans run
  * on one compute stream per device (SW_ERR_VALUE).  *out belongs to the caller. */
-sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, const sw_streams *streams,
+sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, const sw_streams *streams,
                           const sw_swap_spec *swap, const sw_recompute_spec *recompute, sw_lowering **out);
 /* sw_lowering_free, sw_lower_count: shardwise.h. */
 /* Put l's tasks on `streams` (checked and copied; NULL: one per device), e.g. a schedule made on l

@@ -193,6 +193,7 @@ sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst) {
     dst->nio = dst->io_cap = src->nio;
     memcpy(dst->element_bytes, src->element_bytes, sizeof dst->element_bytes);
     dst->value_bytes = src->value_bytes;
+    dst->ring_detail = src->ring_detail;
     return SW_OK;
 }
 

@@ -18,7 +18,7 @@ static const char *const TASK_KIND_NAMES[SW_TASK_NKINDS] = {
     "load_input", "copy", "join", "forward", "loss", "bn_stats", "stats_reduce", "bn_apply",
     "bn_backward_stats", "backward_data", "accumulate", "backward_weight", "reduce", "update",
     "forward_partial", "sum_partials", "activation_grad", "zero_grad", "swap_out", "swap_in", "send", "recv",
-    "recompute"};
+    "recompute", "ring"};
 static const char *const PHASE_NAMES[] = {"forward", "backward", "sync", "update"};
 static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
     "activation", "region", "grad", "partial_grad", "param", "param_grad", "momentum", "stats", "recv",

@@ -1,6 +1,7 @@
 /* taskgraph_py.c -- the Python TaskGraph type: a plan lowered once, the handle every pass takes.
  *
- *   tg = _core.TaskGraph(problem, kinds, degrees, dev_ptr, devices, streams=None, swap=None, recompute=None)
+ *   tg = _core.TaskGraph(problem, kinds, degrees, dev_ptr, devices, streams=None, swap=None, recompute=None,
+ *                        fused_rings=False)   # fused: each ring all-reduce as one task per link (a model) 
  *   tg.arrays()                      # tasks and buffers, as Problem.lower returns them
  *   tg.set_streams(streams)          # a schedule made on tg itself, without lowering again
  *   tg.memory_plan(align, check)     # memplan_py.c      tg.task_order(iterations, check)
@@ -56,10 +57,11 @@ void sw_py_tg_leave(TaskGraphObject *self) {
 
 int sw_py_lower_args(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
                      PyObject *streams, PyObject *swap, sw_lowering **out) {
-    return sw_py_lower_args_recompute(self, kinds, degrees, dev_ptr, devs, streams, swap, Py_None, out);
+    return sw_py_lower_args_recompute(self, SW_RINGS_CHUNKED, kinds, degrees, dev_ptr, devs, streams, swap, Py_None,
+                                      out);
 }
 
-int sw_py_lower_args_recompute(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr,
+int sw_py_lower_args_recompute(ProblemObject *self, int rings, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr,
                                PyObject *devs, PyObject *streams, PyObject *swap, PyObject *recompute,
                                sw_lowering **out) {
     *out = NULL;
@@ -86,7 +88,7 @@ int sw_py_lower_args_recompute(ProblemObject *self, PyObject *kinds, PyObject *d
     }
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = sw_lowering_new(self->p, &a.plan, st, &spec, &rspec, out);
+    s = sw_lowering_new(self->p, &a.plan, (sw_ring_detail)rings, st, &spec, &rspec, out);
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
         sw_py_raise(s);
@@ -105,10 +107,12 @@ done:
 
 /* ------------------------------------------------------------------ the type */
 static PyObject *TaskGraph_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "streams", "swap", "recompute", NULL};
+    static char *kwlist[] = {"problem", "kinds", "degrees", "dev_ptr", "devices", "streams", "swap", "recompute",
+                             "fused_rings", NULL};
     PyObject *prob, *k, *dg, *ptr, *dv, *streams = Py_None, *swap = Py_None, *recompute = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOO", kwlist, &prob, &k, &dg, &ptr, &dv, &streams, &swap,
-                                     &recompute)) {
+    int fused = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOOp", kwlist, &prob, &k, &dg, &ptr, &dv, &streams, &swap,
+                                     &recompute, &fused)) {
         return NULL;
     }
     if (!PyObject_TypeCheck(prob, problem_type_)) {
@@ -129,7 +133,8 @@ static PyObject *TaskGraph_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     problem->readers++;
     sw_lowering *l = NULL;
     TaskGraphObject *self = NULL;
-    if (sw_py_lower_args_recompute(problem, k, dg, ptr, dv, streams, swap, recompute, &l) == 0) {
+    if (sw_py_lower_args_recompute(problem, fused ? SW_RINGS_FUSED : SW_RINGS_CHUNKED, k, dg, ptr, dv, streams, swap,
+                                   recompute, &l) == 0) {
         self = (TaskGraphObject *)type->tp_alloc(type, 0);
         if (self) {
             self->problem = (ProblemObject *)Py_NewRef(prob);

@@ -34,8 +34,9 @@ void sw_py_tg_leave(TaskGraphObject *self);
  * (sw_lowering_free) either way. */
 int sw_py_lower_args(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr, PyObject *devs,
                      PyObject *streams, PyObject *swap, sw_lowering **out);
-/* The same with `recompute`: None, or the int32 ids of the ops whose feature maps are recomputed. */
-int sw_py_lower_args_recompute(ProblemObject *self, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr,
+/* The same with `recompute` (None, or the int32 ids of the ops whose feature maps are recomputed)
+ * and its rings as `rings` says (sw_ring_detail). */
+int sw_py_lower_args_recompute(ProblemObject *self, int rings, PyObject *kinds, PyObject *degrees, PyObject *dev_ptr,
                                PyObject *devs, PyObject *streams, PyObject *swap, PyObject *recompute,
                                sw_lowering **out);
 

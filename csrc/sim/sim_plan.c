@@ -162,9 +162,10 @@ static double task_seconds(const sw_problem *p, const sw_task *t, double modelle
         return modelled;
     }
     double bw = m->copy_bandwidth > 0 ? m->copy_bandwidth : p->bw[(size_t)t->src_device * p->ndev + t->device];
-    if (crosses_ranks(t, m)) {   /* an MPI message */
+    if (crosses_ranks(t, m)) {   /* an MPI message (a fused ring's link: one per chunk it carries) */
         double rank_bw = m->rank_bandwidth > 0 ? m->rank_bandwidth : bw;
-        return modelled + m->rank_latency + sw_wire_bytes(p->bytes_per_element, t) / rank_bw;
+        double messages = t->kind == SW_TASK_RING ? (double)t->slot : 1.0;
+        return modelled + messages * m->rank_latency + sw_wire_bytes(p->bytes_per_element, t) / rank_bw;
     }
     return modelled + sw_wire_bytes(p->bytes_per_element, t) / bw;
 }

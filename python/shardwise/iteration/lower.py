@@ -63,6 +63,16 @@ recomputation (csrc/graph/recompute.c, only with ``lower(plan, recompute=...)``)
     before the first backward task reading its feature map, into a new buffer of the map's kind,
     which the backward tasks read instead; the map itself ends after its last forward use.
 
+fused rings (only with ``lower(plan, rings="fused")``: a model for the simulator)
+    each ring all-reduce is written as one ``ring`` task per ring link (on the receiving
+    member's device, from the sender: every chunk that link carries, ``slot`` of them, in one
+    transfer of their bytes), all after one ``join`` of the members' gradients and before one
+    ``join`` that each member's sums wait for: an ``accumulate`` of every chunk but its own from
+    one ``recv`` buffer of the whole gradient, a local ``copy`` of the gathered chunks, then
+    ``update`` (with ``sync="zero"``: reduce-scatter links, the owned chunk's ``update``, then
+    allgather links of the parameters).  The same bytes cross the same links as the chunked
+    ring's 2 k (k - 1) copies, in k + 2 tasks a ring; the runtime does not run it.
+
 swapping (csrc/graph/swap.c, only in a swap plan's graph: :func:`shardwise.swap_plan`)
     ``swap_out`` copies an offloaded feature map into a ``host`` buffer (the device's host
     region, apart from its arena) on the device's swap-out stream; ``swap_in`` copies it back
@@ -98,6 +108,23 @@ BYTES_PER_ELEMENT = 4  # the executor: float32 activations, gradients, parameter
 # the lowering (iteration/schedule.py imports this module), so it fills the entry when imported
 # (shardwise/__init__.py imports it), and this module never imports it.
 SCHEDULE_PASSES: dict[str, Any] = {"fifo": None}
+# how a lowering writes ring all-reduces: every chunk (what runs) or one task per ring link (a model)
+RING_DETAILS = ("chunked", "fused")
+# rings="auto" (the simulator, the search's memory checks) fuses the ring all-reduces of plans on
+# more devices than this (a ring of k members lowers to 2 k (k - 1) copies a gradient, chunked:
+# ResNet-50 on 64 GPUs to 2.7 million tasks; fused, 97,000)
+FUSED_RINGS_ABOVE = 16
+
+
+def ring_detail(plan: Plan, rings: str) -> str:
+    """How the simulator and the search's memory checks lower ``plan``'s ring all-reduces for
+    ``rings``: "chunked" and "fused" as :func:`lower` takes them; "auto": fused on machines of
+    more than :data:`FUSED_RINGS_ABOVE` devices, chunked otherwise."""
+    if rings == "auto":
+        return "fused" if len(plan.devices) > FUSED_RINGS_ABOVE else "chunked"
+    if rings not in ("chunked", "fused"):
+        raise ConfigError(f"rings must be 'auto', 'chunked' or 'fused', got {rings!r}")
+    return rings
 
 
 @dataclass(frozen=True)
@@ -129,7 +156,8 @@ class Task:
                         # bn_backward_stats, backward_data, accumulate, backward_weight, reduce, update,
                         # forward_partial, sum_partials, activation_grad, zero_grad, swap_out, swap_in,
                         # send, recv (a copy between two ranks' devices, split: lower(plan, ranks=...)),
-                        # recompute (a forward task run again in the backward phase: lower(plan, recompute=...))
+                        # recompute (a forward task run again in the backward phase: lower(plan, recompute=...)),
+                        # ring (a fused ring's link: lower(plan, rings="fused"))
     device: int
     phase: str          # forward, backward, sync, update
     op: str
@@ -137,11 +165,13 @@ class Task:
     writes: tuple[int, ...]
     deps: tuple[int, ...]
     worker: int
-    slot: int | None = None     # input slot for per-input tasks
+    slot: int | None = None     # input slot for per-input tasks; a ring task: the chunk transfers it stands for
     box: Box | None = None      # copy / accumulate: the global box moved; update under sync zero: the chunk
-    src_device: int | None = None   # copies: the source device; send and recv: the device at the other end
+    src_device: int | None = None   # copies, ring tasks: the source device; send and recv: the device at the other end
     nbytes: int = 0             # bytes crossing between devices (copies; send and recv: on the wire, float32)
     plan_bytes: int = 0         # the same as the plan counts them: at its precision (= nbytes in fp32)
+    elements: int = 0           # elements it works on: its box's (a fused ring's sums: the chunks summed), else
+                                # its first written buffer's (0: none)
 
 
 @dataclass
@@ -164,6 +194,7 @@ class TaskGraph:
     swap: Any = field(default=None, repr=False)          # the SwapPlan applied to it, or None
     ranks: list[int] | None = None                       # split over processes: each device's rank, else None
     recomputed: tuple[str, ...] = ()                     # ops whose feature maps it recomputes (graph order)
+    rings: str = "chunked"                               # its ring all-reduces: "chunked" (runs) or "fused" (a model)
 
     def bytes_moved(self) -> int:
         """Bytes crossing between devices per iteration (a message between ranks counted once), as
@@ -236,16 +267,18 @@ def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
 
 
 def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any = None,
-            recompute: Any = None) -> "_core.TaskGraph":
+            recompute: Any = None, rings: str = "chunked") -> "_core.TaskGraph":
     """``plan`` lowered once by the C core: the ``_core.TaskGraph`` handle alone, without the
     Python records (``streams``: a schedule's (stream, stream_device, stream_priority) arrays;
     ``swap``: a swap plan's (buffer, out_at, in_at) arrays; ``recompute``: int32 ids of the ops
-    whose feature maps are recomputed).  The plan's problem is built once and kept on the plan
-    (:func:`shardwise.planning.problem.plan_problem`)."""
+    whose feature maps are recomputed; ``rings``: one of :data:`RING_DETAILS`).  The plan's
+    problem is built once and kept on the plan (:func:`shardwise.planning.problem.plan_problem`)."""
     from shardwise.planning.problem import plan_problem
 
+    if rings not in RING_DETAILS:
+        raise ConfigError(f"rings must be one of {', '.join(map(repr, RING_DETAILS))}, got {rings!r}")
     return _core.TaskGraph(plan_problem(plan, optimizer_state), *plan_arrays(plan), streams=streams, swap=swap,
-                           recompute=recompute)
+                           recompute=recompute, fused_rings=rings == "fused")
 
 
 def handle_of(tg: "TaskGraph", plan: Any = None) -> "_core.TaskGraph":
@@ -282,7 +315,8 @@ def _weight_names(graph: Graph) -> dict[tuple[int, int], str]:
 
 
 def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any = None,
-          costs: Any = None, ranks: "int | list[int] | None" = None, recompute: Any = None) -> TaskGraph:
+          costs: Any = None, ranks: "int | list[int] | None" = None, recompute: Any = None,
+          rings: str = "chunked") -> TaskGraph:
     """The task graph of one training iteration of ``plan`` (its synchronization as its cost model
     says: parameter server or ring all-reduce), built by the C lowering, once.
     ``optimizer_state``: the optimizer's state buffers per parameter slice (kind ``momentum``;
@@ -309,7 +343,18 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     k contiguous blocks (:func:`shardwise.distributed.ranks.rank_of_device`), a list gives each
     device's rank.  Every copy between two ranks' devices becomes a ``send`` task on the source
     device and a ``recv`` task right after it on the destination; everything else is unchanged.
-    None (the default): one process."""
+    None (the default): one process.
+
+    ``rings``: "chunked" (the default: every chunk of each ring all-reduce, what the runtime runs)
+    or "fused": one ``ring`` task per ring link (above), the simulator's model of machines too
+    large to replay every chunk; such a graph simulates and has a memory plan, but neither the
+    Trainer nor ``ranks`` take it."""
+    if rings not in RING_DETAILS:
+        raise ConfigError(f"rings must be one of {', '.join(map(repr, RING_DETAILS))}, got {rings!r}")
+    if rings == "fused" and ranks is not None:
+        raise ConfigError("a graph with fused rings is the simulator's model and runs on no process: "
+                          "split the chunked lowering over ranks (rings='chunked'), or simulate the plan "
+                          "with sw.simulate(plan, ranks=..., rings='fused')")
     rank = _ranks(plan, ranks)
     chosen = recompute_ops(plan, recompute)
     if swap is not None:   # the recomputation the swap plan was made on, applied first
@@ -335,7 +380,7 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
         raise ConfigError(f"schedule must be one of {', '.join(map(repr, SCHEDULE_PASSES))} or a Schedule "
                           f"(sw.schedule(plan)), got {schedule!r}")
     handle = lowered(plan, optimizer_state, streams=given.stream_arrays() if given is not None else None,
-                     swap=swap.spec() if swap is not None else None, recompute=chosen)
+                     swap=swap.spec() if swap is not None else None, recompute=chosen, rings=rings)
     make = SCHEDULE_PASSES.get(schedule) if isinstance(schedule, str) else None
     if make is not None:   # made on this graph, then its streams put on it: no lowering again
         given = make(plan, handle, schedule, costs)
@@ -344,6 +389,7 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
         handle.split_ranks(np.asarray(rank, np.int32))
     tg = _view(plan, handle, optimizer_state, given, swap)
     tg.ranks = rank
+    tg.rings = rings
     if handle.recomputed:
         index = {op.name: op.index for op in plan.graph.ops}
         tg.recomputed = tuple(sorted({t.op for t in tg.tasks if t.kind == "recompute"}, key=index.__getitem__))
@@ -389,12 +435,12 @@ def _view(plan: Plan, handle: Any, optimizer_state: int, schedule: Any, swap: An
         if buf.kind == "param":
             tg.params[(buf.op, weight_names[(op, slot)], worker)] = b
     dep_ptr, deps, io_ptr, io = (r[k].tolist() for k in ("dep_ptr", "deps", "io_ptr", "io"))
-    for i, (kind, phase, dev, src, op, worker, slot, nreads, nbytes, plan_bytes, row) in enumerate(zip(
+    for i, (kind, phase, dev, src, op, worker, slot, nreads, nbytes, plan_bytes, elements, row) in enumerate(zip(
             r["kind"].tolist(), r["phase"].tolist(), r["device"].tolist(), r["src_device"].tolist(),
             r["op"].tolist(), r["worker"].tolist(), r["slot"].tolist(), r["nreads"].tolist(),
-            r["nbytes"].tolist(), r["plan_nbytes"].tolist(), r["box"])):
+            r["nbytes"].tolist(), r["plan_nbytes"].tolist(), r["elements"].tolist(), r["box"])):
         rw = io[io_ptr[i]:io_ptr[i + 1]]
         tg.tasks.append(Task(i, kinds[kind], dev, phases[phase], names[op], tuple(rw[:nreads]), tuple(rw[nreads:]),
                              tuple(deps[dep_ptr[i]:dep_ptr[i + 1]]), worker, None if slot < 0 else slot,
-                             _box(row), None if src < 0 else src, nbytes, plan_bytes))
+                             _box(row), None if src < 0 else src, nbytes, plan_bytes, elements))
     return tg

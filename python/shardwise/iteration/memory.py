@@ -25,7 +25,7 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.errors import ConfigError
-from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays
+from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays, ring_detail
 from shardwise.iteration.schedule import Schedule
 from shardwise.plan import Plan
 
@@ -120,7 +120,7 @@ def _streams(plan: Plan, schedule: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
-                optimizer_state: int = 1, schedule: Any = None) -> MemoryPlan:
+                optimizer_state: int = 1, schedule: Any = None, rings: str = "chunked") -> MemoryPlan:
     """The planned memory of one training iteration of ``plan`` on each of its devices.
 
     ``plan``: a Plan (lowered once here), or a task graph of one (``sw.lower(plan, ...)``), whose
@@ -132,7 +132,11 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
     the default; 2: Adam's and AdamW's moments: ``optimizer.state_buffers``).
     ``schedule``: a :class:`~shardwise.iteration.schedule.Schedule` of ``plan`` whose streams the tasks
     run on; with several streams on a device the reuse edges order every task of the bytes'
-    previous occupant, on whatever stream, before a buffer takes them over."""
+    previous occupant, on whatever stream, before a buffer takes them over.
+    ``rings``: "chunked" (the default: the graph the runtime runs and allocates for), "fused"
+    (each ring all-reduce as one task per ring link, :func:`shardwise.lower`: the simulator's model of
+    large machines, whose ring buffers hold the same bytes) or "auto" (fused above
+    ``FUSED_RINGS_ABOVE`` devices, as the simulator and the search's memory checks lower)."""
     if isinstance(align, bool) or not isinstance(align, int) or align < 1 or align & (align - 1):
         raise ValueError(f"align must be a power of two (bytes), got {align!r}")
     if isinstance(plan, TaskGraph):
@@ -142,7 +146,7 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
         tg = plan
         handle, plan, optimizer_state, schedule = handle_of(tg), tg.plan, tg.optimizer_state, tg.schedule
     else:
-        handle = lowered(plan, optimizer_state, streams=_streams(plan, schedule))
+        handle = lowered(plan, optimizer_state, streams=_streams(plan, schedule), rings=ring_detail(plan, rings))
     r = handle.memory_plan(align=align, check=check)
     kinds = _core.BUFFER_KINDS
     ndev = len(plan.devices)

@@ -59,7 +59,8 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.errors import ConfigError, ShardwiseError
-from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays  # plan_arrays: tests, benchmarks
+from shardwise.iteration.lower import (FUSED_RINGS_ABOVE, TaskGraph, handle_of, lowered,  # noqa: F401 (re-exported)
+                                       plan_arrays, ring_detail)  # plan_arrays: tests, benchmarks
 from shardwise.iteration.recompute import recompute_ops
 from shardwise.plan import Plan
 from shardwise.iteration.schedule import as_schedule
@@ -236,7 +237,8 @@ class MemoryOverflow(ShardwiseError, RuntimeError):
 
 def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: Any = None,
              schedule: Any = "fifo", fill_outputs: float | None = None, swap: Any = None,
-             iterations: int = 1, ranks: Any = None, rank_link: tuple[float, float] | None = None) -> SimResult:
+             iterations: int = 1, ranks: Any = None, rank_link: tuple[float, float] | None = None,
+             rings: str = "auto") -> SimResult:
     """Replay one training iteration of ``plan`` as the native runtime runs it; raises
     :class:`MemoryOverflow` naming every device whose arena (the memory plan the runtime
     allocates, :func:`shardwise.memory_plan`) exceeds its memory when ``check_memory``.  ``engine``: "c", the one engine (kept as an argument for callers that
@@ -319,7 +321,8 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     else:   # lowered once for both replays below
         handle = lowered(plan, state or 1, streams=sched.stream_arrays() if sched is not None else None,
                          swap=swap.spec() if swap is not None else None,
-                         recompute=recompute_ops(plan, swap.recompute or None) if swap is not None else None)
+                         recompute=recompute_ops(plan, swap.recompute or None) if swap is not None else None,
+                         rings=ring_detail(plan, rings))
     m = _machine(devices, handle)
     if swap is not None:
         extra.update(host_bw=host_bandwidths(plan), host_res=m.nres)
@@ -402,7 +405,8 @@ def _rank_bytes(r: dict, rank: list[int] | None) -> dict[str, list[int]]:
     if rank is not None and nranks > 1:
         rk = np.asarray(rank, np.int64)
         src, dst = r["src_device"].astype(np.int64), r["device"].astype(np.int64)
-        copy = (r["kind"] == _core.TASK_KINDS.index("copy")) & (src >= 0) & (src != dst)
+        copy = np.isin(r["kind"], [_core.TASK_KINDS.index("copy"), _core.TASK_KINDS.index("ring")]) & \
+            (src >= 0) & (src != dst)
         src, dst, nbytes = src[copy], dst[copy], r["plan_nbytes"][copy].astype(np.float64)   # the plan's bytes
         cross = rk[src] != rk[dst]
         sent = np.bincount(rk[src[cross]], nbytes[cross], minlength=nranks).tolist()
@@ -410,7 +414,8 @@ def _rank_bytes(r: dict, rank: list[int] | None) -> dict[str, list[int]]:
     return {"sent": [int(x) for x in sent], "received": [int(x) for x in received]}
 
 
-def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -> tuple[float, int, bool]:
+def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf"),
+                   rings: str = "auto") -> tuple[float, int, bool]:
     """(seconds, tasks, bounded): the iteration time :func:`simulate` gives ``plan`` (fifo, memory
     unchecked), without building its result.  When a lower bound of the lowered task graph (the
     most seconds any device or link is held, the longest path over the data dependencies) already
@@ -425,7 +430,7 @@ def iteration_time(plan: Plan, costs: Any = None, bound: float = float("inf")) -
         handle = None
     costs = resolve_costs(plan, costs)
     overhead = _measured(costs, "step_overhead")
-    handle = handle if handle is not None else lowered(plan)
+    handle = handle if handle is not None else lowered(plan, rings=ring_detail(plan, rings))
     r = _replay(handle, plan, costs, _machine(plan.devices, handle), bound=bound - overhead, brief=True)
     return float(r["iteration_time"]) + overhead, int(r["ntasks"]), bool(r["bounded"])
 
@@ -464,4 +469,4 @@ def _events_from(plan: Plan, r: dict, name: Callable[[int], str]) -> list[SimEve
 
 
 # the task kinds that move bytes between devices, or between a device and host memory
-_TRANSFER_KINDS = frozenset({"copy", "send", "recv", "swap_out", "swap_in"})
+_TRANSFER_KINDS = frozenset({"copy", "send", "recv", "swap_out", "swap_in", "ring"})

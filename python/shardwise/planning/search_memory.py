@@ -96,10 +96,11 @@ def budgets(devices: DeviceGraph, memory: Any) -> np.ndarray | None:
 
 
 def arenas(plan: Any) -> np.ndarray:
-    """Bytes each device's arena takes in ``plan``'s memory plan (what the runtime allocates)."""
+    """Bytes each device's arena takes in ``plan``'s memory plan (what the runtime allocates; on
+    machines of more than ``FUSED_RINGS_ABOVE`` devices the fused rings' plan, as the simulator's)."""
     from shardwise.iteration.memory import memory_plan
 
-    mp = memory_plan(plan)
+    mp = memory_plan(plan, rings="auto")
     return np.array([mp.devices[d].arena_bytes for d in range(len(plan.devices))], dtype=np.int64)
 
 
@@ -109,10 +110,10 @@ def fits(plan: Any, limit: np.ndarray | None) -> bool:
     never puts a buffer's end above that sum), then the memory plan itself."""
     if limit is None:
         return True
-    from shardwise.iteration.lower import lowered
+    from shardwise.iteration.lower import lowered, ring_detail
     from shardwise.iteration.memory import DEFAULT_ALIGNMENT
 
-    handle = lowered(plan)   # once: the sum of its buffers, then its memory plan
+    handle = lowered(plan, rings=ring_detail(plan, "auto"))   # once: the sum of its buffers, then its memory plan
     memory, buffers = handle.buffer_totals()
     if (memory + buffers * DEFAULT_ALIGNMENT <= limit).all():
         return True
@@ -526,7 +527,7 @@ def front(tables: Tables, limit: np.ndarray | None, start: Any, to_plan: Any, ma
     points: list[FrontPlan] = []
     plan = start
     while plan is not None and len(points) < max_points:
-        mp = memory_plan(plan)
+        mp = memory_plan(plan, rings="auto")
         peak = max(mp.devices[d].arena_bytes for d in range(ndev))
         t = plan.cost
         if not points or (peak < points[-1].peak_bytes and t >= points[-1].time * (1 - REL_TOL)):

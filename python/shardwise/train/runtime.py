@@ -224,6 +224,9 @@ class NativeExecutor:
         if getattr(tg, "handle", None) is not None and schedule is tg.schedule and swap is None:
             # the task graph lowered once (sw.lower(plan, schedule=..., swap=...)): its streams and swap tasks
             handle_of(tg, plan)   # ConfigError for a task graph of another plan
+            if getattr(tg, "rings", "chunked") == "fused":
+                raise ConfigError("this task graph's rings are fused (sw.lower(plan, rings='fused')), the simulator's "
+                                  "model of large machines: the runtime runs sw.lower(plan), its rings chunked")
             if tg.optimizer_state != optimizer_state:
                 raise ConfigError(f"the task graph was lowered for {tg.optimizer_state} optimizer state buffer(s) "
                                   f"per parameter, the runtime is asked for {optimizer_state}: "
