@@ -77,6 +77,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     import time
 
     graph, devices, options = seed.graph, seed.devices, seed.options
+    problems = seed.__dict__.setdefault("_core_problems", {})   # one C problem for every candidate below
     t0 = time.perf_counter()
     seed_time, seed_tasks, _ = simulated_time(seed, costs)
     simulated = {"eq1 optimum": seed_time}
@@ -88,6 +89,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     in_pool = {_key(graph, seed.configs): "eq1 optimum"}   # each candidate's plan -> its name
     for b in sorted(baselines(graph, devices, options), key=lambda p: p.cost):
         b.costs = costs
+        b.__dict__["_core_problems"] = problems   # the same graph, devices and options: plan_problem's key
         best = min(t for _, _, t in pool)
         key = _key(graph, b.configs)
         if key in in_pool:   # the same plan as a candidate already replayed (data parallelism is often
@@ -126,6 +128,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                 continue
             seen.add(key)
             plan = Plan(graph, devices, proposal, options, name="proposal", costs=costs)
+            plan.__dict__["_core_problems"] = problems
             need = current_time * (1 - 1e-9)   # a proposal is taken only when faster than this
             t, tasks, no_faster = simulated_time(plan, costs, bound=need)
             tried += 1
@@ -148,7 +151,9 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                  local_search_skipped=no_local_search,
                  rejected_for_memory=rejected, local_search_rejected_for_memory=rejected_moves,
                  gain_over_eq1_optimum=seed_time / current_time if current_time > 0 else 1.0)
-    return Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs)
+    out = Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs)
+    out.__dict__["_core_problems"] = problems
+    return out
 
 
 def _moves(graph, current: Configs, others: list[Configs]) -> Iterator[Configs]:

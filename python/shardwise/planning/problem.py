@@ -174,6 +174,8 @@ def plan_problem(plan: Any, optimizer_state: int = 1) -> "_core.Problem":
 
     A plan's graph, devices and options do not change once it is made; the key still holds the
     graph's fingerprint and the device count, so a graph edited in place gets a new problem.
+    The simulated objective gives the plans it makes from one search one such cache (their graph,
+    devices and options are the seed's), so that a search builds the problem once.
     Task graphs lowered from it (``sw.lower``) keep it alive; nothing else may change it (its
     options are set here, once)."""
     key = (plan.graph.fingerprint(), id(plan.devices), len(plan.devices), plan.options, optimizer_state)
