@@ -34,8 +34,13 @@ accumulates gradients over micro-batches and 8 sequences a GPU do not fit a 7B m
     python benchmarks/cluster_plans.py [--quick] [--only MODEL] [--time-limit SECONDS]
         > benchmarks/results/cluster_plans.txt
 
-``--quick``: 8 and 64 GPUs, ResNet-50 and the GPT-2s only.  The simulator replays every task of
-every device, so a row on 1,024 GPUs takes minutes on one core.
+``--quick``: 8 and 64 GPUs, ResNet-50 and the GPT-2s only.  Above 16 GPUs the simulator (and the
+search's simulated objective) replays each ring all-reduce fused, one task per ring link
+(docs/simulator.md, "Large machines"), so ResNet-50's rows on 1,024 GPUs take about a minute on
+one core; the Llamas' memory-constrained searches take minutes from 64 GPUs on.  A gradient with
+fewer rows than the ring has members in every dimension cannot be cut into ring chunks and is
+synchronized by a parameter server (docs/cost-model.md): data parallelism of ResNet-50 on 1,024
+GPUs is slow for that reason, in the cost model and in the simulator alike.
 """
 from __future__ import annotations
 

@@ -312,7 +312,7 @@ def test_routed_machines_list_only_the_pairs_a_task_graph_uses():
     d = _chain(6)
     plan = sw.strategies.data_parallel(sw.models.lenet5(batch=12), d)
     handle = lowered(plan)
-    used = set(_transfer_pairs(handle))
+    used = {(int(a), int(b)) for a, b in _transfer_pairs(handle).tolist()}
     assert used and used < {(a, b) for a in range(6) for b in range(6) if a != b}   # not every pair
     some, every = _machine(d, handle), _routed_machine(d, 0)
     for a in range(6):
@@ -338,3 +338,30 @@ def test_a_chain_of_1024_devices_lists_its_transfers_routes_only():
     m = _machine(d, handle)
     assert len(m.route_res) == sum(abs(a - b) for a, b in pairs) < 2_000_000
     assert sw.simulate(plan, check_memory=False).iteration_time > 0
+
+
+def test_large_preset_machines_list_only_the_pairs_a_task_graph_uses(monkeypatch):
+    """Above UNIFORM_EVERY_PAIR_UP_TO devices a preset machine lists the routes of the task
+    graph's transfer pairs only, each as the every-pair table lists it: the same replay."""
+    from shardwise.iteration import sim_costs
+    from shardwise.iteration.lower import lowered
+
+    d = sw.DeviceGraph.cluster(nodes=3, devices_per_node=4, device="V100")
+    plan = sw.strategies.data_parallel(sw.models.lenet5(batch=24), d, sw.CostOptions(sync="ring"))
+    every = sw.simulate(plan, check_memory=False).iteration_time
+    handle = lowered(plan)
+    full = sim_costs._machine(d)
+    monkeypatch.setattr(sim_costs, "UNIFORM_EVERY_PAIR_UP_TO", 4)
+    d.__dict__.pop("_sim_machine", None)
+    some = sim_costs._machine(d, handle)
+    used = {(int(a), int(b)) for a, b in sim_costs._transfer_pairs(handle).tolist()}
+    assert used and len(used) < 12 * 11
+    for a in range(12):
+        for b in range(12):
+            k = a * 12 + b
+            mine = some.route_res[some.route_ptr[k]:some.route_ptr[k + 1]].tolist()
+            if (a, b) in used:
+                assert mine == full.route_res[full.route_ptr[k]:full.route_ptr[k + 1]].tolist()
+            else:
+                assert mine == []
+    assert sw.simulate(plan, check_memory=False).iteration_time == every

@@ -65,6 +65,12 @@ class _Machine(NamedTuple):
     name: Callable[[int], str]   # resource id -> "device 3", "core 0", "link 2->5", "nic 1 out"
 
 
+# a preset machine's routes are listed for every pair up to this many devices (and kept on the
+# device graph); above, for the pairs a task graph's transfers use (4,096 devices: 16.7 million
+# pairs, 5 s and over 1 GB of temporaries to list them all)
+UNIFORM_EVERY_PAIR_UP_TO = 1024
+
+
 def _machine(devices: DeviceGraph, handle: Any = None) -> _Machine:
     """Resources as the C engine numbers them, cached on the device graph (a search simulates
     many plans on one machine; at 1,024 devices the pairs number a million).
@@ -86,22 +92,27 @@ def _machine(devices: DeviceGraph, handle: Any = None) -> _Machine:
     cores = executor_threads(n, shared) if shared else 0
     uniform = devices._uniform
     if uniform is not None and uniform.direct_is_widest(n):
+        if n > UNIFORM_EVERY_PAIR_UP_TO and handle is not None:   # this task graph's pairs only, not kept
+            return _uniform_machine(n, uniform.per, cores, nics, _transfer_pairs(handle))
         machine = _uniform_machine(n, uniform.per, cores, nics)
     elif handle is not None:
-        return _routed_machine(devices, cores, _transfer_pairs(handle))   # for this task graph only
+        pairs = [(int(a), int(b)) for a, b in _transfer_pairs(handle).tolist()]
+        return _routed_machine(devices, cores, pairs)   # for this task graph only
     else:
         machine = _routed_machine(devices, cores)
     devices.__dict__["_sim_machine"] = (key, machine)
     return machine
 
 
-def _transfer_pairs(handle: Any) -> list[tuple[int, int]]:
-    """The (source, destination) device pairs the transfers of a lowered task graph use."""
+def _transfer_pairs(handle: Any) -> np.ndarray:
+    """The (source, destination) device pairs the transfers of a lowered task graph use, (P, 2)
+    int64, sorted."""
     a = handle.arrays()
     src, dst = np.asarray(a["src_device"], np.int64), np.asarray(a["device"], np.int64)
     moving = (src >= 0) & (src != dst)
-    pairs = np.unique(np.stack([src[moving], dst[moving]], axis=1), axis=0) if moving.any() else np.zeros((0, 2))
-    return [(int(x), int(y)) for x, y in pairs]
+    ndev = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+    keys = np.unique(src[moving] * ndev + dst[moving])
+    return np.stack([keys // ndev, keys % ndev], axis=1)
 
 
 def _nics(devices: DeviceGraph) -> str | None:
@@ -112,16 +123,20 @@ def _nics(devices: DeviceGraph) -> str | None:
     return "node" if devices.shared_nics else None
 
 
-def _uniform_machine(n: int, per: int, cores: int, nics: str | None) -> _Machine:
+def _uniform_machine(n: int, per: int, cores: int, nics: str | None, pairs: np.ndarray | None = None) -> _Machine:
     """A preset's resources without listing routes one pair at a time: every pair inside a
     node holds its own link; between nodes (``nics`` "node" or "device") the source's adapter,
     send side, and the destination's, receive side, an adapter being a node's or a device's.
     Ids after the devices and cores: the links of node k, pair (i, j) of local devices at
     k*per*(per-1) + i*(per-1) + j - (j > i), then adapter m's send side at 2m and its receive
-    side at 2m + 1 (m: a node, or a device)."""
+    side at 2m + 1 (m: a node, or a device).  ``pairs``: (P, 2) source and destination devices whose
+    routes are listed (the others empty); None: every pair."""
     base = n + cores
     nlinks = n * (per - 1)
-    a, b = np.divmod(np.arange(n * n, dtype=np.int64), n)
+    if pairs is None:
+        a, b = np.divmod(np.arange(n * n, dtype=np.int64), n)
+    else:
+        a, b = pairs.reshape(-1, 2)[:, 0], pairs.reshape(-1, 2)[:, 1]
     a, b = a[a != b], b[a != b]
     node_a, node_b = a // per, b // per
     i, j = a % per, b % per
@@ -130,8 +145,8 @@ def _uniform_machine(n: int, per: int, cores: int, nics: str | None) -> _Machine
     nic_a, nic_b = (a, b) if nics == "device" else (node_a, node_b)
     counts = np.where(crosses, 2, 1)
     first = np.where(crosses, base + nlinks + 2 * nic_a, link)
-    ptr = np.zeros(n * n + 1, np.int64)
-    pair_counts = np.zeros(n * n, np.int64)
+    ptr = np.zeros(n * n + 1, np.int32)   # at most 2 resources a pair: int32 for 2^30 pairs
+    pair_counts = np.zeros(n * n, np.int32)
     pair_counts[a * n + b] = counts
     np.cumsum(pair_counts, out=ptr[1:])
     res = np.empty(int(ptr[-1]), np.int64)
@@ -156,7 +171,7 @@ def _uniform_machine(n: int, per: int, cores: int, nics: str | None) -> _Machine
         owner = "device" if nics == "device" else ""
         return f"nic {owner + ' ' if owner else ''}{k} {'in' if side else 'out'}"
 
-    return _Machine(ptr.astype(np.int32), res.astype(np.int32), base + nlinks + 2 * nadapters, cores, name)
+    return _Machine(ptr, res.astype(np.int32), base + nlinks + 2 * nadapters, cores, name)
 
 
 def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Machine:
