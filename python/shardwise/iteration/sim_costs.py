@@ -175,32 +175,40 @@ def _uniform_machine(n: int, per: int, cores: int, nics: str | None, pairs: np.n
 
 
 def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Machine:
-    """Any device graph: each pair's route (:meth:`DeviceGraph.route`), resources numbered in
-    order of first use; only ``pairs`` (every pair when None) are listed, the others empty."""
+    """Any device graph: each pair's route (:meth:`DeviceGraph.route`); only ``pairs`` (every
+    pair when None) are listed, the others empty.  Links and adapters are numbered once per
+    device graph, in order of first use, after the devices and cores; each pair's resources are
+    kept as an array of those numbers, so a replay lists its pairs by concatenation (a parameter
+    server over a chain of 1,024 devices routes a million hops)."""
     n = len(devices)
-    names = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
-    ids: dict[str, int] = {}
     if pairs is None:
         pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
-    route_of = devices.__dict__.setdefault("_route_names", {})   # pair -> resource names, kept
+    kept = devices.__dict__.setdefault("_route_ids", {"ids": {}, "names": [], "pairs": {}})
+    ids, names, route_of = kept["ids"], kept["names"], kept["pairs"]   # resource name -> number; pair -> numbers
+    base = n + cores
     counts = np.zeros(n * n, np.int64)
-    listed: list[list[int]] = []
+    listed: list[np.ndarray] = []
     for a, b in sorted(pairs):
-        names_ab = route_of.get((a, b))
-        if names_ab is None:
-            names_ab = route_of[(a, b)] = _route_resources(devices, a, b)
-        row = []
-        for r in names_ab:
-            if r not in ids:
-                ids[r] = len(names)
-                names.append(r)
-            row.append(ids[r])
+        row = route_of.get((a, b))
+        if row is None:
+            numbers = []
+            for r in _route_resources(devices, a, b):
+                if r not in ids:
+                    ids[r] = len(names)
+                    names.append(r)
+                numbers.append(ids[r])
+            row = route_of[(a, b)] = np.asarray(numbers, np.int32)
         counts[a * n + b] = len(row)
         listed.append(row)
     route_ptr = np.zeros(n * n + 1, np.int64)
     np.cumsum(counts, out=route_ptr[1:])
-    route_res = np.asarray([r for row in listed for r in row], np.int32)
-    return _Machine(route_ptr.astype(np.int32), route_res, len(names), cores, names.__getitem__)
+    route_res = (np.concatenate(listed) if listed else np.zeros(0, np.int32)) + np.int32(base)
+    fixed = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
+
+    def name(r: int) -> str:
+        return fixed[r] if r < base else names[r - base]
+
+    return _Machine(route_ptr.astype(np.int32), route_res.astype(np.int32), base + len(names), cores, name)
 
 
 def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:

@@ -238,7 +238,7 @@ class DeviceGraph:
         self._by_name[name] = dev.index
         self._routes = None
         self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
-        for cache in ("_paths", "_adjacency", "_route_names"):
+        for cache in ("_paths", "_adjacency", "_route_ids"):
             self.__dict__.pop(cache, None)
         return dev
 
@@ -268,7 +268,7 @@ class DeviceGraph:
             self._link_dict[(j, i)] = bw
         self._routes = None
         self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
-        for cache in ("_paths", "_adjacency", "_route_names"):
+        for cache in ("_paths", "_adjacency", "_route_ids"):
             self.__dict__.pop(cache, None)
 
     @property
