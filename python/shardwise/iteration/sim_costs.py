@@ -186,7 +186,7 @@ def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Mac
     kept = devices.__dict__.setdefault("_route_ids", {"ids": {}, "names": [], "pairs": {}})
     ids, names, route_of = kept["ids"], kept["names"], kept["pairs"]   # resource name -> number; pair -> numbers
     base = n + cores
-    counts = np.zeros(n * n, np.int64)
+    counts = np.zeros(n * n, np.int32)
     listed: list[np.ndarray] = []
     for a, b in sorted(pairs):
         row = route_of.get((a, b))
@@ -200,7 +200,9 @@ def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Mac
             row = route_of[(a, b)] = np.asarray(numbers, np.int32)
         counts[a * n + b] = len(row)
         listed.append(row)
-    route_ptr = np.zeros(n * n + 1, np.int64)
+    if sum(len(row) for row in listed) >= 2 ** 31:
+        raise ConfigError(f"the routes of {len(listed)} device pairs hold 2^31 links or more: too many to simulate")
+    route_ptr = np.zeros(n * n + 1, np.int32)
     np.cumsum(counts, out=route_ptr[1:])
     route_res = (np.concatenate(listed) if listed else np.zeros(0, np.int32)) + np.int32(base)
     fixed = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
@@ -208,7 +210,7 @@ def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Mac
     def name(r: int) -> str:
         return fixed[r] if r < base else names[r - base]
 
-    return _Machine(route_ptr.astype(np.int32), route_res.astype(np.int32), base + len(names), cores, name)
+    return _Machine(route_ptr, route_res, base + len(names), cores, name)
 
 
 def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
