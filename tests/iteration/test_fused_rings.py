@@ -185,3 +185,25 @@ def test_bad_ring_choices_and_the_runtime_refuse_fused_graphs():
     # the graph still has a memory plan and simulates
     assert sw.memory_plan(tg).devices[0].arena_bytes > 0
     assert sw.simulate(tg, check_memory=False).iteration_time > 0
+
+
+def test_schedules_and_swap_plans_keep_the_chunked_graph():
+    """A critical-path schedule and a swap plan are made on the chunked graph (their ids are its):
+    with them "auto" lowers chunked on a large machine too, and "fused" is refused."""
+    g = sw.models.lenet5(batch=2 * 2 * FUSED_RINGS_ABOVE)
+    plan = data_parallel(g, sw.DeviceGraph.cpu(2 * FUSED_RINGS_ABOVE), RING)
+    chunked = len(lower(plan).tasks)
+    assert sw.simulate(plan, check_memory=False, schedule="critical_path").tasks == chunked
+    with pytest.raises(sw.ConfigError, match="chunked"):
+        sw.simulate(plan, check_memory=False, schedule="critical_path", rings="fused")
+    sched = sw.schedule(plan)
+    assert sw.memory_plan(plan, schedule=sched, rings="auto").devices[0].arena_bytes > 0
+    with pytest.raises(sw.ConfigError, match="chunked"):
+        sw.memory_plan(plan, schedule=sched, rings="fused")
+    # a swap plan (made on the chunked graph) is replayed on it
+    big = data_parallel(sw.models.lenet5(batch=64 * 2 * FUSED_RINGS_ABOVE), sw.DeviceGraph.cpu(2 * FUSED_RINGS_ABOVE),
+                        RING)
+    swap = sw.swap_plan(big, 3_960_000)
+    assert sw.simulate(big, swap=swap, check_memory=False).tasks == len(lower(big, swap=swap).tasks)
+    with pytest.raises(sw.ConfigError, match="chunked"):
+        sw.simulate(big, swap=swap, rings="fused")

@@ -146,7 +146,11 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
         tg = plan
         handle, plan, optimizer_state, schedule = handle_of(tg), tg.plan, tg.optimizer_state, tg.schedule
     else:
-        handle = lowered(plan, optimizer_state, streams=_streams(plan, schedule), rings=ring_detail(plan, rings))
+        if schedule is not None and rings == "fused":
+            raise ConfigError("a schedule's streams are made on the graph with its rings chunked: "
+                              "plan its memory with rings='chunked' (or 'auto')")
+        detail = "chunked" if schedule is not None else ring_detail(plan, rings)
+        handle = lowered(plan, optimizer_state, streams=_streams(plan, schedule), rings=detail)
     r = handle.memory_plan(align=align, check=check)
     kinds = _core.BUFFER_KINDS
     ndev = len(plan.devices)

@@ -265,6 +265,11 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     one iteration's) / (iterations - 1); the events, the memory and the rest are those of one
     iteration (not combined with ``swap``).
 
+    ``rings``: how the ring all-reduces are lowered: "auto" (the default) fuses them on machines
+    of more than ``FUSED_RINGS_ABOVE`` (16) devices, one task per ring link (docs/simulator.md,
+    "Large machines"), and keeps every chunk otherwise; "chunked" and "fused" force either.  A
+    schedule other than fifo and a swap plan are made on the chunked graph, which they then use.
+
     ``ranks``: the processes of an MPI job running the plan.  None: one process (as without
     it); an int k: the devices in contiguous blocks over k ranks
     (:func:`shardwise.distributed.rank_of_device`); or a list of one rank per device.  A copy
@@ -322,7 +327,7 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
         handle = lowered(plan, state or 1, streams=sched.stream_arrays() if sched is not None else None,
                          swap=swap.spec() if swap is not None else None,
                          recompute=recompute_ops(plan, swap.recompute or None) if swap is not None else None,
-                         rings=ring_detail(plan, rings))
+                         rings=_rings_with(plan, rings, sched, swap))
     m = _machine(devices, handle)
     if swap is not None:
         extra.update(host_bw=host_bandwidths(plan), host_res=m.nres)
@@ -354,6 +359,19 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
                      tasks=len(r["kind"]), costs_used=describe_costs(costs),
                      lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]), ranks=rank,
                      rank_bytes=_rank_bytes(r, rank))
+
+
+def _rings_with(plan: Plan, rings: str, sched: Any, swap: Any) -> str:
+    """``rings`` for a replay with a schedule's streams or a swap plan, which were made on the
+    chunked graph (their task and buffer ids are its): "auto" is chunked there, and "fused" a
+    ConfigError."""
+    detail = ring_detail(plan, rings)
+    if sched is None and swap is None:
+        return detail
+    if rings == "fused":
+        raise ConfigError("a schedule's streams and a swap plan are made on the graph with its rings chunked: "
+                          "simulate them with rings='chunked' (or 'auto'), or without them")
+    return "chunked"
 
 
 def rank_list(ndev: int, ranks: Any) -> list[int] | None:
