@@ -300,6 +300,9 @@ typedef enum {
     SW_TASK_NKINDS
 } sw_task_kind;
 
+/* Each kind's name (graph/task_kinds.c): Python's TASK_KINDS, the runtime's error messages. */
+extern const char *const sw_task_kind_names[SW_TASK_NKINDS];
+
 typedef enum { SW_PHASE_FORWARD = 0, SW_PHASE_BACKWARD, SW_PHASE_SYNC, SW_PHASE_UPDATE } sw_phase;
 
 typedef enum {

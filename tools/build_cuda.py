@@ -216,7 +216,7 @@ def _rpaths(found: Found) -> list[str]:
 def extension(found: Found, c_flags: list[str], depends: list[str], numpy_include: str) -> Extension:
     """shardwise._cuda: cuda/*.c (gcc, C11), cuda/kernels/*.cu (nvcc), and the pure host code
     it shares with the core (csrc/exec/gpu/*.c, csrc/core/view.c, csrc/core/ops.c: the op names,
-    csrc/exec/task_env.c), linked with cuDNN, cuBLAS and the static CUDA runtime, and with
+    csrc/exec/task_env.c and the task kinds' names, csrc/graph/task_kinds.c), linked with cuDNN, cuBLAS and the static CUDA runtime, and with
     libnccl.so.2 (by its path) where found: SW_HAVE_NCCL=1 compiles the NCCL communicator
     (cuda/comm_nccl.c), 0 leaves it out.  Only PyInit__cuda is exported (-fvisibility=hidden): the
     core's symbols of the same names (sw_set_error, ...) are never confused with this module's."""
@@ -224,7 +224,7 @@ def extension(found: Found, c_flags: list[str], depends: list[str], numpy_includ
     ext = Extension(
         "shardwise._cuda",
         sources=sorted(glob("cuda/*.c")) + sorted(glob("csrc/exec/gpu/*.c"))
-        + ["csrc/core/view.c", "csrc/core/ops.c", "csrc/exec/task_env.c"],
+        + ["csrc/core/view.c", "csrc/core/ops.c", "csrc/exec/task_env.c", "csrc/graph/task_kinds.c"],
         include_dirs=["csrc", "cuda", numpy_include] + found.include_dirs
         + ([found.nccl_include] if nccl and found.nccl_include not in found.include_dirs else []),
         # SW_NCCL_BUILD_VERSION: NCCL_VERSION_CODE of the nccl.h found (0: none), for versions();

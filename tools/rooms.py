@@ -233,7 +233,7 @@ def check(root: str, known: list[tuple[str, str, str]] | None = None) -> Report:
         seen = set()
         for name in sorted(set(ident.findall(code[f])) & defined.keys()):
             # cuda/*.c is a second shared object (with csrc/exec/gpu/, csrc/exec/task_env.c,
-            # csrc/core/view.c and csrc/core/ops.c compiled in again): a name it defines again
+            # csrc/graph/task_kinds.c, csrc/core/view.c and csrc/core/ops.c compiled in again): a name it defines again
             # (cuda/core_link.c) resolves inside the object that uses it.
             owners = [o for o in defined[name] if in_cuda_object(o) == in_cuda_object(f)] or defined[name]
             if f in owners:

@@ -136,19 +136,6 @@ static sw_status check_buffers(const sw_task_env *e) {
     }
 }
 
-static const char *const KIND_NAMES[SW_TASK_NKINDS] = {
-    [SW_TASK_LOAD_INPUT] = "load_input", [SW_TASK_COPY] = "copy", [SW_TASK_JOIN] = "join",
-    [SW_TASK_FORWARD] = "forward", [SW_TASK_LOSS] = "loss", [SW_TASK_BN_STATS] = "bn_stats",
-    [SW_TASK_STATS_REDUCE] = "stats_reduce", [SW_TASK_BN_APPLY] = "bn_apply",
-    [SW_TASK_BN_BACKWARD_STATS] = "bn_backward_stats", [SW_TASK_BACKWARD_DATA] = "backward_data",
-    [SW_TASK_ACCUMULATE] = "accumulate", [SW_TASK_BACKWARD_WEIGHT] = "backward_weight", [SW_TASK_REDUCE] = "reduce",
-    [SW_TASK_UPDATE] = "update", [SW_TASK_FORWARD_PARTIAL] = "forward_partial",
-    [SW_TASK_SUM_PARTIALS] = "sum_partials", [SW_TASK_ACTIVATION_GRAD] = "activation_grad",
-    [SW_TASK_ZERO_GRAD] = "zero_grad", [SW_TASK_SWAP_OUT] = "swap_out", [SW_TASK_SWAP_IN] = "swap_in",
-    [SW_TASK_SEND] = "send", [SW_TASK_RECV] = "recv", [SW_TASK_RECOMPUTE] = "recompute",
-    [SW_TASK_RING] = "ring",
-};
-
 /* The runner of a task kind; NULL for join (nothing to do) and unknown kinds. */
 static sw_task_runner runner_of(const sw_task_runners *r, int kind) {
     switch ((sw_task_kind)kind) {
@@ -191,7 +178,7 @@ sw_status sw_task_dispatch(const sw_task_env *e, const sw_task_runners *r) {
     }
     sw_task_runner run = runner_of(r, kind);
     if (!run) {
-        return SW_FAIL(SW_ERR_VALUE, "the %s backend does not run %s tasks (task %d)", r->backend, KIND_NAMES[kind],
+        return SW_FAIL(SW_ERR_VALUE, "the %s backend does not run %s tasks (task %d)", r->backend, sw_task_kind_names[kind],
                        e->id);
     }
     SW_TRY(check_buffers(e));

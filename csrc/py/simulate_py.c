@@ -14,11 +14,6 @@
 
 #include "pyerr.h"  /* sw_py_raise */
 
-static const char *const TASK_KIND_NAMES[SW_TASK_NKINDS] = {
-    "load_input", "copy", "join", "forward", "loss", "bn_stats", "stats_reduce", "bn_apply",
-    "bn_backward_stats", "backward_data", "accumulate", "backward_weight", "reduce", "update",
-    "forward_partial", "sum_partials", "activation_grad", "zero_grad", "swap_out", "swap_in", "send", "recv",
-    "recompute", "ring"};
 static const char *const PHASE_NAMES[] = {"forward", "backward", "sync", "update"};
 static const char *const BUFFER_KIND_NAMES[SW_BUF_NKINDS] = {
     "activation", "region", "grad", "partial_grad", "param", "param_grad", "momentum", "stats", "recv",
@@ -437,7 +432,7 @@ static PyObject *names(const char *const *items, int n) {
 
 int sw_py_register_simulate(PyObject *module) {
     import_array1(-1);  /* this file's own NumPy API table */
-    PyObject *kinds = names(TASK_KIND_NAMES, SW_TASK_NKINDS), *phases = names(PHASE_NAMES, 4),
+    PyObject *kinds = names(sw_task_kind_names, SW_TASK_NKINDS), *phases = names(PHASE_NAMES, 4),
              *bufs = names(BUFFER_KIND_NAMES, SW_BUF_NKINDS);
     int rc = (!kinds || !phases || !bufs || PyModule_AddObjectRef(module, "TASK_KINDS", kinds) < 0 ||
               PyModule_AddObjectRef(module, "PHASES", phases) < 0 ||
