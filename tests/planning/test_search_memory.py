@@ -145,6 +145,32 @@ def test_branch_and_bound_equals_brute_force_under_tight_budgets(seed):
         _brute(t, peaks.min(axis=0) - 1) is not None
 
 
+@pytest.mark.parametrize("model", ["resnet18_small", "gpt_tiny"])
+def test_weighted_tables_price_every_strategy_at_its_eq1_plus_priced_footprint(model):
+    """The weighted tables the Lagrangian bounds search, summed along any strategy, equal
+    wtime * Eq. 1 + lam . footprint of that strategy (the tables are built in one flat buffer;
+    this is what each entry must add up to), and forbidden configurations cost BIG."""
+    rng = np.random.default_rng(7)
+    graph = load_model(model, None).graph
+    devices = DeviceGraph.parse("2x2", device="P100")
+    problem = _problem(graph, devices, CostOptions(reduction_splits=True))
+    t = sm.Tables(problem, graph)
+    for _ in range(3):
+        lam = rng.random(len(devices)) * 1e-9
+        wtime = float(rng.choice([1.0, 0.5]))
+        allowed = [np.ones(len(c), bool) for c in t.time]
+        nodes, edges = t.weighted(lam, wtime, allowed)
+        for _ in range(5):
+            x = [int(rng.integers(len(c))) for c in t.time]
+            total = sum(n[x[v]] for v, n in enumerate(nodes)) + sum(m[x[u], x[v]] for u, v, m in edges)
+            want = wtime * t.eq1(x) + float(lam @ t.footprint(x))
+            assert total == pytest.approx(want, rel=1e-9, abs=1e-12)
+    allowed[0][:] = False
+    allowed[0][0] = True
+    nodes, _ = t.weighted(lam, 1.0, allowed)
+    assert (nodes[0][1:] == sm.BIG).all() and nodes[0][0] < sm.BIG
+
+
 def test_branch_and_bound_on_a_real_graph_equals_brute_force():
     graph = sw.Graph("chain")
     x = graph.input("x", (8, 4, 4, 4))

@@ -258,3 +258,29 @@ def test_a_time_limit_returns_a_plan_that_fits_and_says_so():
     assert (sm.arenas(plan) <= budget).all()
     assert plan.search_stats["memory"]["constrained"]
     assert plan.cost >= free.cost * (1 - REL)
+
+
+def test_the_solve_budget_scales_with_the_configurations(monkeypatch):
+    """A constrained search of the staged path runs its full count of elimination searches over
+    few configurations and fewer, down to MIN_SOLVES, where SOLVE_WORK runs out (a count, so the
+    plan does not depend on the machine's speed); held to the least count, the search still
+    returns a plan whose memory plan fits, within that many searches a round."""
+    ssm = importlib.import_module("shardwise.planning.search_scale_memory")
+    assert ssm.solves_for(10, 120) == 120
+    assert ssm.solves_for(ssm.SOLVE_WORK // 30, 120) == 30
+    assert ssm.solves_for(10**12, 120) == ssm.MIN_SOLVES
+    assert ssm.solves_for(10**12, 10) == 10   # never more than asked
+    assert ssm.MIN_SOLVES > sm.ROOT_STEPS   # the root's Lagrangian bound fits in it
+    g, d = chain(), MACHINES["2x4"]()
+    free = sw.search(g, d, objective="eq1", memory=False)
+    budget = 0.97 * float(sm.arenas(free).max())
+    monkeypatch.setattr(ssm, "SOLVE_WORK", 1)
+    monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sw.SearchWarning)
+        plan = sw.search(g, d, objective="eq1", memory=budget)
+    info = plan.search_stats["memory"]
+    assert info["constrained"] and info["solves"] <= ssm.MIN_SOLVES
+    assert (sm.arenas(plan) <= budget).all()
+    assert plan.cost >= free.cost * (1 - REL)

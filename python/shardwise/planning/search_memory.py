@@ -178,7 +178,18 @@ class Tables:
         starts = np.flatnonzero(first)                     # one group per (edge, position)
         group_edge, group_pos = key_e[starts], key_p[starts]
         edge_groups = np.searchsorted(group_edge, np.arange(len(self.medges) + 1))   # edge e: groups [a, b)
+        # the weighted edge tables live in one flat buffer: edge e's (ncfg_u, ncfg_v) table at
+        # flat_at[e]; each entry repeats its v configuration's base row (flat_base), and the
+        # freed bytes of group k land at flat_at[edge of k] + group_pos[k]
+        shapes = [(len(self.mem[u]), len(base)) for u, _, _, base, _, _ in self.medges]
+        flat_at = np.concatenate([[0], np.cumsum([a * b for a, b in shapes])]).astype(np.int64)
+        flat_base = np.concatenate([np.tile(np.arange(base_at[e], base_at[e + 1]), a)
+                                    for e, (a, _) in enumerate(shapes)]).astype(np.int32) if shapes else \
+            np.zeros(0, np.int64)
+        group_flat = (flat_at[np.repeat(np.arange(len(self.medges)), np.diff(edge_groups))] + group_pos
+                      if len(starts) else np.zeros(0, np.int64))
         cache = {"node": np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev)),
+                 "shapes": shapes, "flat_at": flat_at, "flat_base": flat_base, "group_flat": group_flat,
                  "node_at": node_at,
                  "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
                  "base_at": base_at,
@@ -218,14 +229,11 @@ class Tables:
         base_lam = p["base"] @ lam
         freed = (np.add.reduceat(p["nbytes"][p["order"]] * lam[p["dev"][p["order"]]], p["starts"])
                  if len(p["starts"]) else np.zeros(0))
-        bat, groups = p["base_at"], p["edge_groups"]
-        for e, (u, v, _, base, _, _) in enumerate(self.medges):
-            m = np.empty((len(self.time[u]), len(base)))
-            m[:] = base_lam[bat[e]:bat[e + 1]]
-            g0, g1 = groups[e], groups[e + 1]
-            if g1 > g0:
-                m.reshape(-1)[p["group_pos"][g0:g1]] -= freed[g0:g1]
-            edges.append((u, v, m))
+        flat = base_lam[p["flat_base"]]   # every edge table at once, then the freed bytes taken off
+        flat[p["group_flat"]] -= freed
+        at = p["flat_at"]
+        for e, (u, v, _, _, _, _) in enumerate(self.medges):
+            edges.append((u, v, flat[at[e]:at[e + 1]].reshape(p["shapes"][e])))
         return nodes, edges
 
 

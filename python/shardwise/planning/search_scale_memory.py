@@ -49,6 +49,23 @@ from shardwise.planning.strategies import baselines
 # step 1 wants a plan that fits, not a proof: each restricted search stops after this many
 # elimination searches (the priced-memory start takes up to search_memory.PENALTY_ROUNDS)
 FIRST_FIT_SOLVES = 40
+# the work one constrained search of steps 1 and 3 may do: elimination searches x the
+# configurations each searches (each costs about in proportion to them).  A search over few
+# configurations keeps its full count (search_memory.MAX_SOLVES, FIRST_FIT_SOLVES); one over the
+# 156,000 partitions of a 32-layer Llama on 64 GPUs runs 32, about half a second each here,
+# where 120 took two minutes without improving on step 1's plan or proving it.  A count, not a
+# clock: the same inputs give the same plan on any machine.  The plan then says it is not proven
+# (search_stats["memory"]["exact"] False, with the bound reached).
+SOLVE_WORK = 5_000_000
+# no fewer than this (the Lagrangian bound at the root of the branch and bound takes
+# search_memory.ROOT_STEPS of them, the priced start that finds a first plan up to PENALTY_ROUNDS)
+MIN_SOLVES = search_memory.ROOT_STEPS + 5
+
+
+def solves_for(configurations: int, most: int) -> int:
+    """Elimination searches a constrained search over ``configurations`` may run: ``most``, or
+    fewer where SOLVE_WORK runs out first, never fewer than MIN_SOLVES."""
+    return int(min(most, max(MIN_SOLVES, SOLVE_WORK // max(configurations, 1))))
 
 
 @dataclass
@@ -136,7 +153,8 @@ class MemoryStage:
                 break   # the threshold only speeds step 3 up; out of time, step 3 finds a plan itself
             sub = canonical.subset(keep)
             try:
-                found = self._fitting(self._tables(s.work, sub), sub, [], max_solves=FIRST_FIT_SOLVES, deadline=deadline)
+                found = self._fitting(self._tables(s.work, sub), sub, [], deadline=deadline,
+                                      max_solves=solves_for(_count(sub), FIRST_FIT_SOLVES))
             except SearchError:   # footprints fit but no memory plan did: no threshold from here
                 found = None
             if found is not None:
@@ -161,7 +179,8 @@ class MemoryStage:
                 tables = self._tables(s.work, kept)
         starts = [_reindex(survivors, f[1]) for f in fitting_plans]
         starts = [x for x in starts if x is not None]
-        found = self._fitting(tables, kept, starts, deadline=deadline)
+        found = self._fitting(tables, kept, starts, deadline=deadline,
+                              max_solves=solves_for(_count(kept), search_memory.MAX_SOLVES))
         if found is None:
             raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, starts)
         plan, info, choice = found
@@ -181,7 +200,7 @@ class MemoryStage:
             ftables = self._tables(s.work, full)
             start = _first_block_rows(canonical, survivors, canonical_choice, ndev)
             try:
-                found = self._fitting(ftables, full, [start])
+                found = self._fitting(ftables, full, [start], max_solves=solves_for(_count(full), search_memory.MAX_SOLVES))
             except SearchError:   # no plan whose memory plan fits found there: keep step 3's
                 found = None
             if found is not None and found[1]["cost"] <= cost * (1 + PRUNE_SLACK):
@@ -196,6 +215,11 @@ class MemoryStage:
         info.update(placements=placements, constrained=True)
         stats["memory"] = info
         return chosen, cost, stats, bool(info["exact"]), float(info["lower_bound"])
+
+
+def _count(configs: Any) -> int:
+    """Configurations of a Configs, all ops together."""
+    return int(sum(len(d) for d in configs.deg))
 
 
 def _priced_survivors(tables: search_memory.Tables, budget: np.ndarray, threshold: float, slack: float,
