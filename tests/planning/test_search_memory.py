@@ -171,6 +171,27 @@ def test_weighted_tables_price_every_strategy_at_its_eq1_plus_priced_footprint(m
     assert (nodes[0][1:] == sm.BIG).all() and nodes[0][0] < sm.BIG
 
 
+def test_a_subset_of_the_tables_prices_strategies_as_the_whole():
+    """Tables.subset(keep): every strategy over the kept configurations has the Eq. 1 and the
+    footprint it has in the whole tables (node rows, edge blocks and the freed bytes remapped)."""
+    rng = np.random.default_rng(3)
+    graph = load_model("resnet18_small", None).graph
+    devices = DeviceGraph.parse("2x2", device="P100")
+    whole = sm.Tables(_problem(graph, devices, CostOptions(reduction_splits=True, sync="zero")), graph)
+    keep = [np.sort(rng.choice(len(t), size=max(1, len(t) // 2), replace=False)) for t in whole.time]
+    part = whole.subset(keep)
+    assert [len(t) for t in part.time] == [len(k) for k in keep]
+    lam = rng.random(len(devices)) * 1e-9
+    nodes, edges = part.weighted(lam, 1.0, [np.ones(len(k), bool) for k in keep])
+    for _ in range(20):
+        x = [int(rng.integers(len(k))) for k in keep]
+        y = [int(k[i]) for k, i in zip(keep, x)]
+        assert part.eq1(x) == whole.eq1(y)
+        np.testing.assert_array_equal(part.footprint(x), whole.footprint(y))
+        total = sum(n[x[v]] for v, n in enumerate(nodes)) + sum(m[x[u], x[v]] for u, v, m in edges)
+        assert total == pytest.approx(whole.eq1(y) + float(lam @ whole.footprint(y)), rel=1e-9)
+
+
 def test_branch_and_bound_on_a_real_graph_equals_brute_force():
     graph = sw.Graph("chain")
     x = graph.input("x", (8, 4, 4, 4))

@@ -140,6 +140,30 @@ class Tables:
         self.ndev = node[0].shape[1]
         self.medges = medges                              # (u, v, slot, base (ncfg_v, ndev), idx (m, 3), bytes (m,))
 
+    def subset(self, keep: Sequence[np.ndarray]) -> "Tables":
+        """The tables of configurations ``keep[v]`` (sorted indices) of every op v: every entry
+        depends on its op's (or its two ops') configurations alone, so they are rows and blocks
+        of these, as a problem holding only those configurations would build them."""
+        out = Tables.__new__(Tables)
+        out.n, out.ndev = self.n, self.ndev
+        keep = [np.asarray(k, np.int64) for k in keep]
+        out.time = [t[k] for t, k in zip(self.time, keep)]
+        out.edges = [(u, v, slot, t[np.ix_(keep[u], keep[v])]) for u, v, slot, t in self.edges]
+        out.mem = [m[k] for m, k in zip(self.mem, keep)]
+        new = []   # per op: old configuration index -> new one (-1: dropped)
+        for v, k in enumerate(keep):
+            at = np.full(len(self.time[v]), -1, np.int64)
+            at[k] = np.arange(len(k))
+            new.append(at)
+        out.medges = []
+        for u, v, slot, base, idx, nbytes in self.medges:
+            idx, nbytes = np.asarray(idx, np.int64).reshape(-1, 3), np.asarray(nbytes, float)
+            ci, cj = new[u][idx[:, 0]], new[v][idx[:, 1]]
+            sel = (ci >= 0) & (cj >= 0)
+            out.medges.append((u, v, slot, np.asarray(base)[keep[v]],
+                               np.stack([ci[sel], cj[sel], idx[sel, 2]], axis=1), nbytes[sel]))
+        return out
+
     def _packed(self) -> dict[str, Any]:
         """The tables flattened once for the vectorized footprint and weighting below (cached):
         every op's node bytes stacked (one row per configuration, ``node_at[v]`` the first), every
@@ -178,18 +202,23 @@ class Tables:
         starts = np.flatnonzero(first)                     # one group per (edge, position)
         group_edge, group_pos = key_e[starts], key_p[starts]
         edge_groups = np.searchsorted(group_edge, np.arange(len(self.medges) + 1))   # edge e: groups [a, b)
-        # the weighted edge tables live in one flat buffer: edge e's (ncfg_u, ncfg_v) table at
-        # flat_at[e]; each entry repeats its v configuration's base row (flat_base), and the
-        # freed bytes of group k land at flat_at[edge of k] + group_pos[k]
-        shapes = [(len(self.mem[u]), len(base)) for u, _, _, base, _, _ in self.medges]
-        flat_at = np.concatenate([[0], np.cumsum([a * b for a, b in shapes])]).astype(np.int64)
-        flat_base = np.concatenate([np.tile(np.arange(base_at[e], base_at[e + 1]), a)
-                                    for e, (a, _) in enumerate(shapes)]).astype(np.int32) if shapes else \
-            np.zeros(0, np.int64)
-        group_flat = (flat_at[np.repeat(np.arange(len(self.medges)), np.diff(edge_groups))] + group_pos
+        # a memory edge's base bytes depend on v's configuration alone: weighted, they are added
+        # to node v (base_into[v]: the base rows of every memory edge into v, summed per row, as
+        # base_sum at node_at[v]); only edges with freed bytes keep a table of their own, zero but
+        # for those bytes (freed_edges; group k at freed_at[edge of k] + group_pos[k] of one buffer)
+        base_v = np.array([v for _, v, _, _, _, _ in self.medges], np.int64)
+        base_sum = np.zeros((int(node_at[-1]), self.ndev))
+        for e, v in enumerate(base_v):
+            base_sum[node_at[v]:node_at[v + 1]] += bases[e]
+        freed_edges = [e for e in range(len(self.medges)) if edge_groups[e + 1] > edge_groups[e]]
+        sizes = [len(self.mem[self.medges[e][0]]) * len(bases[e]) for e in freed_edges]
+        freed_at = np.zeros(len(self.medges) + 1, np.int64)
+        freed_at[freed_edges] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else []
+        group_flat = (freed_at[np.repeat(np.arange(len(self.medges)), np.diff(edge_groups))] + group_pos
                       if len(starts) else np.zeros(0, np.int64))
         cache = {"node": np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev)),
-                 "shapes": shapes, "flat_at": flat_at, "flat_base": flat_base, "group_flat": group_flat,
+                 "base_sum": base_sum, "freed_edges": freed_edges, "freed_size": int(sum(sizes)),
+                 "freed_at": freed_at, "group_flat": group_flat,
                  "node_at": node_at,
                  "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
                  "base_at": base_at,
@@ -220,20 +249,23 @@ class Tables:
         return float(sum(t.max() for t in self.time) + sum(t.max() for *_, t in self.edges))
 
     def weighted(self, lam: np.ndarray, wtime: float, allowed: list[np.ndarray]) -> tuple[list, list]:
-        """Node and edge tables of wtime * Eq. 1 + lam . footprint, forbidden configurations at BIG."""
+        """Node and edge tables of wtime * Eq. 1 + lam . footprint, forbidden configurations at
+        BIG.  The memory edges' base bytes (a function of the consumer's configuration) are priced
+        into the consumer's node; an edge with freed bytes adds a table of its own, zero elsewhere."""
         p = self._packed()
-        node_lam = p["node"] @ lam
+        node_lam = (p["node"] + p["base_sum"]) @ lam
         at = p["node_at"]
         nodes = [np.where(allowed[v], wtime * self.time[v] + node_lam[at[v]:at[v + 1]], BIG) for v in range(self.n)]
         edges = [(u, v, t if wtime == 1.0 else wtime * t) for u, v, _, t in self.edges]
-        base_lam = p["base"] @ lam
-        freed = (np.add.reduceat(p["nbytes"][p["order"]] * lam[p["dev"][p["order"]]], p["starts"])
-                 if len(p["starts"]) else np.zeros(0))
-        flat = base_lam[p["flat_base"]]   # every edge table at once, then the freed bytes taken off
-        flat[p["group_flat"]] -= freed
-        at = p["flat_at"]
-        for e, (u, v, _, _, _, _) in enumerate(self.medges):
-            edges.append((u, v, flat[at[e]:at[e + 1]].reshape(p["shapes"][e])))
+        if p["freed_edges"]:
+            freed = np.add.reduceat(p["nbytes"][p["order"]] * lam[p["dev"][p["order"]]], p["starts"])
+            flat = np.zeros(p["freed_size"])
+            flat[p["group_flat"]] = -freed
+            fat = p["freed_at"]
+            for e in p["freed_edges"]:
+                u, v, _, base, _, _ = self.medges[e]
+                n = len(self.time[u]) * len(base)
+                edges.append((u, v, flat[fat[e]:fat[e] + n].reshape(len(self.time[u]), len(base))))
         return nodes, edges
 
 

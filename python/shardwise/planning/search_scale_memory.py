@@ -176,7 +176,7 @@ class MemoryStage:
             if sum(len(k) for k in priced) < sum(len(k) for k in survivors):
                 survivors = [k[p] for k, p in zip(survivors, priced)]
                 kept = canonical.subset(survivors)
-                tables = self._tables(s.work, kept)
+                tables = tables.subset(priced)   # rows and blocks of the tables in hand: not built again
         starts = [_reindex(survivors, f[1]) for f in fitting_plans]
         starts = [x for x in starts if x is not None]
         found = self._fitting(tables, kept, starts, deadline=deadline,
