@@ -174,28 +174,62 @@ static sw_status push_saving(sw_memory_tables *mt, int64_t *cap, int32_t ci, int
     return SW_OK;
 }
 
+/* A producer's output block, keyed for the join below: (device, box hash), then its configuration. */
+typedef struct {
+    int32_t dev, ci;
+    uint64_t hash;
+    sw_box box;
+} owned_block;
+
+static uint64_t box_hash(const sw_box *b) {
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)b->rank;
+    for (int d = 0; d < b->rank; d++) {   /* FNV-style mixing of every bound */
+        h = (h ^ (uint64_t)b->lo[d]) * 1099511628211ull;
+        h = (h ^ (uint64_t)b->hi[d]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static int block_key_cmp(const owned_block *a, int32_t dev, uint64_t hash) {
+    if (a->dev != dev) {
+        return a->dev < dev ? -1 : 1;
+    }
+    return a->hash < hash ? -1 : a->hash > hash;
+}
+
+static int owned_block_cmp(const void *pa, const void *pb) {
+    const owned_block *a = pa, *b = pb;
+    int c = block_key_cmp(a, b->dev, b->hash);
+    return c ? c : (a->ci > b->ci) - (a->ci < b->ci);
+}
+
 /* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
  * the (cu, cv, device) where a region is the producer's shard instead.  Each consumer worker's
  * region and whether it is kept do not depend on the producer's configuration, so they are
  * computed once per edge (kept[q] for the q-th (configuration, worker) pair, its region in
- * regs[q]) rather than once per producer configuration, and each producer configuration's
- * output block per device once (obox). */
-static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap,
-                            int32_t *owner_on) {
+ * regs[q]).  The pairs where a region equals the producer's block on the same device are found
+ * by a join, not by comparing every producer configuration with every consumer worker: the
+ * producer blocks (one per owner) sorted by (device, box hash), each kept region looked up
+ * there and compared exactly.  Savings are listed per edge in no particular order (they are
+ * whole bytes: their sums do not depend on it). */
+static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap) {
     int u = mt->edge_src[e], v = mt->edge_dst[e], slot = mt->edge_slot[e], ndev = mt->ndev;
     const sw_op *ou = &p->ops[u], *ov = &p->ops[v];
     int from_input = kind[u] == SW_OPKIND_INPUT;
-    size_t npairs = 0;
+    size_t npairs = 0, nblocks = 0;
     for (int cj = 0; cj < ov->ncfg; cj++) {
         npairs += (size_t)ov->cfgs[cj].nworkers;
     }
+    for (int ci = 0; !from_input && ci < ou->ncfg; ci++) {
+        nblocks += (size_t)(ou->cfgs[ci].nworkers / ou->cfgs[ci].rdeg);
+    }
     sw_box *regs = malloc(sizeof *regs * (npairs + 1));
-    sw_box *obox = malloc(sizeof *obox * ((size_t)ndev + 1));   /* each device's producer output block */
     char *kept = malloc(npairs + 1);
-    if (!regs || !kept || !obox) {
+    owned_block *blocks = malloc(sizeof *blocks * (nblocks + 1));
+    if (!regs || !kept || !blocks) {
         free(regs);
-        free(obox);
         free(kept);
+        free(blocks);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
     }
     size_t q = 0;
@@ -209,42 +243,54 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
             }
         }
     }
-    sw_status s = SW_OK;
-    for (int ci = 0; !from_input && ci < ou->ncfg && s == SW_OK; ci++) {
+    size_t nb = 0;
+    for (int ci = 0; !from_input && ci < ou->ncfg; ci++) {
         const sw_config *cu = &ou->cfgs[ci];
-        for (int d = 0; d < ndev; d++) {
-            owner_on[d] = -1;
+        for (int w = 0; w < cu->nworkers; w += cu->rdeg, nb++) {   /* owners of output blocks (one per device) */
+            blocks[nb].dev = p->dev_pool[cu->dev_offset + w];
+            blocks[nb].ci = ci;
+            sw_worker_box(ou, cu, w, &blocks[nb].box);
+            blocks[nb].hash = box_hash(&blocks[nb].box);
         }
-        for (int w = 0; w < cu->nworkers; w += cu->rdeg) {   /* owners of output blocks (one per device) */
-            int32_t d = p->dev_pool[cu->dev_offset + w];
-            owner_on[d] = w;
-            sw_worker_box(ou, cu, w, &obox[d]);
-        }
-        q = 0;
-        for (int cj = 0; cj < ov->ncfg && s == SW_OK; cj++) {
-            const sw_config *c = &ov->cfgs[cj];
-            for (int w = 0; w < c->nworkers; w++, q++) {
-                int32_t d = p->dev_pool[c->dev_offset + w];
-                if (owner_on[d] < 0 || !kept[q]) {
-                    continue;
+    }
+    qsort(blocks, nb, sizeof *blocks, owned_block_cmp);
+    sw_status s = SW_OK;
+    q = 0;
+    for (int cj = 0; nb > 0 && cj < ov->ncfg && s == SW_OK; cj++) {
+        const sw_config *c = &ov->cfgs[cj];
+        for (int w = 0; w < c->nworkers && s == SW_OK; w++, q++) {
+            if (!kept[q]) {
+                continue;
+            }
+            int32_t d = p->dev_pool[c->dev_offset + w];
+            uint64_t h = box_hash(&regs[q]);
+            size_t lo = 0, hi = nb;   /* the first block with key >= (d, h) */
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (block_key_cmp(&blocks[mid], d, h) < 0) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
                 }
-                if (sw_box_equal(&obox[d], &regs[q])) {
-                    s = push_saving(mt, cap, ci, cj, d, elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]));
-                    if (s != SW_OK) {
-                        break;
-                    }
+            }
+            for (size_t k = lo; k < nb && block_key_cmp(&blocks[k], d, h) == 0 && s == SW_OK; k++) {
+                if (sw_box_equal(&blocks[k].box, &regs[q])) {
+                    s = push_saving(mt, cap, blocks[k].ci, cj, d, elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]));
                 }
             }
         }
     }
     free(regs);
-    free(obox);
     free(kept);
+    free(blocks);
     return s;
 }
 
 sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt) {
     memset(mt, 0, sizeof *mt);
+    if (p->nops < 1 || p->ndev < 1) {
+        return SW_FAIL(SW_ERR_VALUE, "memory tables of a problem of %d ops on %d devices", p->nops, p->ndev);
+    }
     mt->ndev = p->ndev;
     mt->nops = p->nops;
     int ndata = 0;
@@ -263,10 +309,8 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
     mt->edge_slot = calloc(ne, sizeof *mt->edge_slot);
     mt->edge_base = calloc(ne, sizeof *mt->edge_base);
     mt->shared_ptr = calloc(ne + 1, sizeof *mt->shared_ptr);
-    int32_t *owner_on = malloc(sizeof *owner_on * ((size_t)p->ndev + 1));
     sw_status s = SW_OK;
-    if (!mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr ||
-        !owner_on) {
+    if (!mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
         goto done;
     }
@@ -305,11 +349,10 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
         }
-        s = edge_terms(p, kind, e, mt, &cap, owner_on);
+        s = edge_terms(p, kind, e, mt, &cap);
         mt->shared_ptr[e + 1] = mt->nshared;
     }
 done:
-    free(owner_on);
     if (s != SW_OK) {
         sw_memory_tables_free(mt);
     }

@@ -217,7 +217,8 @@ class Tables:
         group_flat = (freed_at[np.repeat(np.arange(len(self.medges)), np.diff(edge_groups))] + group_pos
                       if len(starts) else np.zeros(0, np.int64))
         cache = {"node": np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev)),
-                 "base_sum": base_sum, "freed_edges": freed_edges, "freed_size": int(sum(sizes)),
+                 "priced": np.concatenate(self.mem, axis=0) + base_sum if self.mem else base_sum,
+                 "freed_edges": freed_edges, "freed_size": int(sum(sizes)),
                  "freed_at": freed_at, "group_flat": group_flat,
                  "node_at": node_at,
                  "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
@@ -253,7 +254,7 @@ class Tables:
         BIG.  The memory edges' base bytes (a function of the consumer's configuration) are priced
         into the consumer's node; an edge with freed bytes adds a table of its own, zero elsewhere."""
         p = self._packed()
-        node_lam = (p["node"] + p["base_sum"]) @ lam
+        node_lam = p["priced"] @ lam   # per configuration: its node bytes and its memory edges' base bytes
         at = p["node_at"]
         nodes = [np.where(allowed[v], wtime * self.time[v] + node_lam[at[v]:at[v + 1]], BIG) for v in range(self.n)]
         edges = [(u, v, t if wtime == 1.0 else wtime * t) for u, v, _, t in self.edges]
