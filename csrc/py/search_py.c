@@ -332,7 +332,56 @@ done:
     return result;
 }
 
+/* minplus(a, nj, b, kernel=-1, threads=1) -> out: node elimination's min-plus product on one kernel
+ * (SW_MINPLUS_*; -1 or one the CPU lacks: the best it has), for tests that compare the kernels. */
+static PyObject *minplus(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"a", "nj", "b", "kernel", "threads", NULL};
+    PyObject *a_o, *nj_o, *b_o;
+    int kernel = -1, threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|ii", kwlist, &a_o, &nj_o, &b_o, &kernel, &threads)) {
+        return NULL;
+    }
+    if (threads < 1 || threads > 64) {
+        PyErr_Format(PyExc_ValueError, "threads must be in 1..64, got %d", threads);
+        return NULL;
+    }
+    PyArrayObject *a = sw_py_array(a_o, NPY_FLOAT64, 2, "a");
+    PyArrayObject *nj = a ? sw_py_array(nj_o, NPY_FLOAT64, 1, "nj") : NULL;
+    PyArrayObject *b = nj ? sw_py_array(b_o, NPY_FLOAT64, 2, "b") : NULL;
+    PyArrayObject *out = NULL;
+    if (b) {
+        npy_intp ci_n = PyArray_DIM(a, 0), cj_n = PyArray_DIM(a, 1), ck_n = PyArray_DIM(b, 1);
+        if (PyArray_DIM(nj, 0) != cj_n || PyArray_DIM(b, 0) != cj_n || ci_n < 1 || cj_n < 1 || ck_n < 1 ||
+            ci_n > (1 << 20) || cj_n > (1 << 20) || ck_n > (1 << 20)) {
+            PyErr_SetString(PyExc_ValueError, "minplus needs a (ci, cj), nj (cj,) and b (cj, ck), each at least 1");
+        } else {
+            npy_intp dims[2] = {ci_n, ck_n};
+            out = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_FLOAT64);
+            if (out) {
+                const double *ad = PyArray_DATA(a), *nd = PyArray_DATA(nj), *bd = PyArray_DATA(b);
+                double *od = PyArray_DATA(out);
+                Py_BEGIN_ALLOW_THREADS
+                sw_minplus_kernel(ad, nd, bd, od, (int)ci_n, (int)cj_n, (int)ck_n, threads, kernel);
+                Py_END_ALLOW_THREADS
+            }
+        }
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(nj);
+    Py_XDECREF(b);
+    return (PyObject *)out;
+}
+
+static PyObject *minplus_kernel(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args)) {
+    return PyLong_FromLong(sw_minplus_best_kernel());
+}
+
 static PyMethodDef search_methods[] = {
+    {"minplus", (PyCFunction)(void (*)(void))minplus, METH_VARARGS | METH_KEYWORDS,
+     "minplus(a, nj, b, kernel=-1, threads=1) -> out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck] on\n"
+     "one kernel (0 portable, 1 AVX2, 2 AVX-512; -1 or one the CPU lacks: the best it has)."},
+    {"minplus_kernel", (PyCFunction)minplus_kernel, METH_NOARGS,
+     "minplus_kernel() -> the min-plus kernel searches use here (0 portable, 1 AVX2, 2 AVX-512)."},
     {"search_tables", (PyCFunction)(void (*)(void))search_tables, METH_VARARGS | METH_KEYWORDS,
      "search_tables(node_costs, edges, algorithm='elimination', max_evaluations=1e9, marginals=False, threads=1)\n"
      "-> (choice, cost, stats[, marginals]): search over plain cost tables (edges as (src, dst, table), src < dst)."},

@@ -29,6 +29,14 @@ struct sw_tables {
     int threads;              /* threads for large min-plus products (0 or 1: the calling thread) */
 };
 
+/* The min-plus product of node elimination, out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck]
+ * (search_minplus.c), on a given kernel: the same bits on each; a kernel the CPU lacks (or -1) is
+ * replaced by the best it has.  Searches use the best; tests compare them. */
+enum { SW_MINPLUS_PORTABLE = 0, SW_MINPLUS_AVX2 = 1, SW_MINPLUS_AVX512 = 2 };
+int sw_minplus_best_kernel(void);
+void sw_minplus_kernel(const double *a, const double *nj, const double *b, double *out, int ci_n, int cj_n,
+                       int ck_n, int threads, int kernel);
+
 /* The searches (sw_search_elimination, sw_search_exhaustive, ...) and their statistics are public:
  * shardwise.h. */
 

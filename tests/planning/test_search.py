@@ -151,6 +151,27 @@ def test_tables_large_blocks(ncfg):
     assert close(e_cost, x_cost) and close(eq1_cost(nodes, edges2, e_choice), e_cost)
 
 
+@pytest.mark.parametrize("shape", [(161, 161, 161), (57, 161, 57), (31, 57, 56), (4, 600, 16), (5, 300, 17),
+                                   (9, 70, 200), (300, 4, 70), (1, 1030, 1), (33, 40, 9)])
+def test_minplus_kernels_give_numpys_bits(shape):
+    """Every min-plus kernel (portable, AVX2, AVX-512: the ones this CPU has) gives, bit for bit,
+    NumPy's min over cj of (nj[cj] + a[ci][cj]) + b[cj][ck]: the same sums, and a minimum does
+    not depend on the order of its terms.  Zeros and ties as in transfer tables (matching
+    configurations cost nothing), partial register blocks and panels, one and two threads."""
+    ci, cj, ck = shape
+    rng = np.random.default_rng(sum(shape))
+    a, b = rng.exponential(1e-3, (ci, cj)), rng.exponential(1e-3, (cj, ck))
+    a[a < 5e-4] = 0.0
+    b[b < 3e-4] = 0.0
+    b[:, ck // 2] = b[:, 0]   # tied columns
+    nj = rng.uniform(0, 1e-3, cj).round(6)   # and tied node costs
+    expected = ((nj[None, :] + a)[:, :, None] + b[None, :, :]).min(axis=1)
+    for kernel in range(_core.minplus_kernel() + 1):
+        for threads in (1, 2):
+            out = _core.minplus(a, nj, b, kernel=kernel, threads=threads)
+            assert out.tobytes() == expected.tobytes(), (kernel, threads)
+
+
 def test_tables_single_node_and_isolated_nodes():
     choice, cost, stats = _search([np.array([3.0, 1.0, 2.0])], [], "elimination")
     assert list(choice) == [1] and cost == 1.0 and stats["residual_nodes"] == 1
