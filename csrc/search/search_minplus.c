@@ -70,22 +70,38 @@ static void minplus_rows(const double *a, const double *nj, const double *b, dou
     }
 }
 
-enum { MR = 4, NR = 8 };   /* the register block: 4 rows x 8 columns of out */
+enum { MR = 4, NR = 8, WIDE = 16 };   /* register blocks: 4 rows x 8 (AVX2) or 16 (AVX-512) columns of out */
 #define PACKED_WORK 1e5       /* smaller products skip the packing */
+enum { SEEDS = 8 };           /* configurations cj tried first in every block (bounds, below) */
 
 #ifdef SW_HAVE_AVX2_KERNEL
-/* out block = min over cj of ap[cj][r] + bp[cj][c]: ap is 4 rows of nj + a for each cj
- * (cj_n x 4), bp one panel of b (cj_n x 8); acc receives the 4 x 8 block. */
-__attribute__((target("avx2"))) static void block_avx2(const double *restrict ap, const double *restrict bp,
-                                                       int cj_n, double acc[MR][NR]) {
+/* Blocks of out, min over the listed cj only.  Within a block of rows R and columns P,
+ * a cj can only lower an entry if
+ *     lb(cj) = min_{r in R} (nj[cj] + a[r][cj]) + min_{c in P} b[cj][c]
+ * is below the entry; every sum nj + a + b of that cj is at least lb(cj) (rounding is
+ * monotone).  So each block first takes the SEEDS cj of least lb over the whole row (a
+ * cheap guess at the winners), then only the cj whose lb is below the largest entry the
+ * seeds left: the others cannot change any entry of the block, not even on a tie (the
+ * kernels keep the running minimum there).  On Inception-v3's transfer tables about a
+ * fifth of the cj are left. */
+
+/* acc[r][0..8) = min(acc[r][c], min over q < n of ap[idx[q]][r] + bp[idx[q]][c]), acc read as +inf
+ * when `fresh`: ap holds 4 rows of nj + a for each cj (cj_n x 4), bp one panel of b (cj_n x 8);
+ * returns the largest entry. */
+__attribute__((target("avx2"))) static double block_avx2(const double *restrict ap, const double *restrict bp,
+                                                         const int *idx, int n, int fresh, double acc[MR][WIDE]) {
     __m256d inf = _mm256_set1_pd(INFINITY);
-    __m256d t00 = inf, t01 = inf, t10 = inf, t11 = inf, t20 = inf, t21 = inf, t30 = inf, t31 = inf;
-    for (int cj = 0; cj < cj_n; cj++) {
-        __m256d b0 = _mm256_loadu_pd(bp + (size_t)cj * NR), b1 = _mm256_loadu_pd(bp + (size_t)cj * NR + 4);
-        const double *s = ap + (size_t)cj * MR;
+    __m256d t00 = fresh ? inf : _mm256_loadu_pd(acc[0]), t01 = fresh ? inf : _mm256_loadu_pd(acc[0] + 4);
+    __m256d t10 = fresh ? inf : _mm256_loadu_pd(acc[1]), t11 = fresh ? inf : _mm256_loadu_pd(acc[1] + 4);
+    __m256d t20 = fresh ? inf : _mm256_loadu_pd(acc[2]), t21 = fresh ? inf : _mm256_loadu_pd(acc[2] + 4);
+    __m256d t30 = fresh ? inf : _mm256_loadu_pd(acc[3]), t31 = fresh ? inf : _mm256_loadu_pd(acc[3] + 4);
+    for (int q = 0; q < n; q++) {
+        size_t cj = (size_t)idx[q];
+        __m256d b0 = _mm256_loadu_pd(bp + cj * NR), b1 = _mm256_loadu_pd(bp + cj * NR + 4);
+        const double *s = ap + cj * MR;
         __m256d s0 = _mm256_broadcast_sd(s), s1 = _mm256_broadcast_sd(s + 1);
         __m256d s2 = _mm256_broadcast_sd(s + 2), s3 = _mm256_broadcast_sd(s + 3);
-        /* min(v, t) keeps t when v is NaN, as the portable kernel's v < t ? v : t */
+        /* min(v, t) keeps t when v is NaN or equal, as the portable kernel's v < t ? v : t */
         t00 = _mm256_min_pd(_mm256_add_pd(s0, b0), t00);
         t01 = _mm256_min_pd(_mm256_add_pd(s0, b1), t01);
         t10 = _mm256_min_pd(_mm256_add_pd(s1, b0), t10);
@@ -103,19 +119,48 @@ __attribute__((target("avx2"))) static void block_avx2(const double *restrict ap
     _mm256_storeu_pd(acc[2] + 4, t21);
     _mm256_storeu_pd(acc[3], t30);
     _mm256_storeu_pd(acc[3] + 4, t31);
+    __m256d m = _mm256_max_pd(_mm256_max_pd(_mm256_max_pd(t00, t01), _mm256_max_pd(t10, t11)),
+                              _mm256_max_pd(_mm256_max_pd(t20, t21), _mm256_max_pd(t30, t31)));
+    double lanes[4];
+    _mm256_storeu_pd(lanes, m);
+    double hi = lanes[0] > lanes[1] ? lanes[0] : lanes[1], hi2 = lanes[2] > lanes[3] ? lanes[2] : lanes[3];
+    return hi > hi2 ? hi : hi2;
+}
+
+/* idx = the cj < cj_n with lo[cj] + bmin[cj] < bound (ascending); returns how many.  lo is
+ * +inf for the seeds, which are never listed again. */
+__attribute__((target("avx2"))) static int below_avx2(const double *lo, const double *bmin, int cj_n, double bound,
+                                                      int *idx) {
+    int n = 0, cj = 0;
+    __m256d u = _mm256_set1_pd(bound);
+    for (; cj + 4 <= cj_n; cj += 4) {
+        __m256d lb = _mm256_add_pd(_mm256_loadu_pd(lo + cj), _mm256_loadu_pd(bmin + cj));
+        unsigned m = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(lb, u, _CMP_LT_OQ));
+        for (; m; m &= m - 1) {
+            idx[n++] = cj + __builtin_ctz(m);
+        }
+    }
+    for (; cj < cj_n; cj++) {
+        idx[n] = cj;
+        n += lo[cj] + bmin[cj] < bound;
+    }
+    return n;
 }
 
 #define AVX512 __attribute__((target("avx512f,avx2")))
-enum { WIDE = 16 };   /* columns of an AVX-512 panel */
 
-/* As block_avx2 with a panel of 16 columns: acc receives the 4 x 16 block. */
-AVX512 static void block_avx512(const double *restrict ap, const double *restrict bp, int cj_n,
-                                double acc[MR][WIDE]) {
+/* As block_avx2 with a panel of 16 columns (bp: cj_n x 16). */
+AVX512 static double block_avx512(const double *restrict ap, const double *restrict bp, const int *idx, int n,
+                                  int fresh, double acc[MR][WIDE]) {
     __m512d inf = _mm512_set1_pd(INFINITY);
-    __m512d t00 = inf, t01 = inf, t10 = inf, t11 = inf, t20 = inf, t21 = inf, t30 = inf, t31 = inf;
-    for (int cj = 0; cj < cj_n; cj++) {
-        __m512d b0 = _mm512_loadu_pd(bp + (size_t)cj * WIDE), b1 = _mm512_loadu_pd(bp + (size_t)cj * WIDE + 8);
-        const double *s = ap + (size_t)cj * MR;
+    __m512d t00 = fresh ? inf : _mm512_loadu_pd(acc[0]), t01 = fresh ? inf : _mm512_loadu_pd(acc[0] + 8);
+    __m512d t10 = fresh ? inf : _mm512_loadu_pd(acc[1]), t11 = fresh ? inf : _mm512_loadu_pd(acc[1] + 8);
+    __m512d t20 = fresh ? inf : _mm512_loadu_pd(acc[2]), t21 = fresh ? inf : _mm512_loadu_pd(acc[2] + 8);
+    __m512d t30 = fresh ? inf : _mm512_loadu_pd(acc[3]), t31 = fresh ? inf : _mm512_loadu_pd(acc[3] + 8);
+    for (int q = 0; q < n; q++) {
+        size_t cj = (size_t)idx[q];
+        __m512d b0 = _mm512_loadu_pd(bp + cj * WIDE), b1 = _mm512_loadu_pd(bp + cj * WIDE + 8);
+        const double *s = ap + cj * MR;
         __m512d s0 = _mm512_set1_pd(s[0]), s1 = _mm512_set1_pd(s[1]);
         __m512d s2 = _mm512_set1_pd(s[2]), s3 = _mm512_set1_pd(s[3]);
         t00 = _mm512_min_pd(_mm512_add_pd(s0, b0), t00);
@@ -135,81 +180,186 @@ AVX512 static void block_avx512(const double *restrict ap, const double *restric
     _mm512_storeu_pd(acc[2] + 8, t21);
     _mm512_storeu_pd(acc[3], t30);
     _mm512_storeu_pd(acc[3] + 8, t31);
+    __m512d m = _mm512_max_pd(_mm512_max_pd(_mm512_max_pd(t00, t01), _mm512_max_pd(t10, t11)),
+                              _mm512_max_pd(_mm512_max_pd(t20, t21), _mm512_max_pd(t30, t31)));
+    return _mm512_reduce_max_pd(m);
+}
+
+/* As below_avx2, 16 cj at a time, their indices compressed in a register; idx has room for 16
+ * more than cj_n. */
+AVX512 static int below_avx512(const double *lo, const double *bmin, int cj_n, double bound, int *idx) {
+    int n = 0, cj = 0;
+    __m512d u = _mm512_set1_pd(bound);
+    __m512i at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), step = _mm512_set1_epi32(16);
+    for (; cj + 16 <= cj_n; cj += 16, at = _mm512_add_epi32(at, step)) {
+        __m512d lb0 = _mm512_add_pd(_mm512_loadu_pd(lo + cj), _mm512_loadu_pd(bmin + cj));
+        __m512d lb1 = _mm512_add_pd(_mm512_loadu_pd(lo + cj + 8), _mm512_loadu_pd(bmin + cj + 8));
+        __mmask16 m = (__mmask16)(_mm512_cmp_pd_mask(lb0, u, _CMP_LT_OQ) |
+                                  (unsigned)_mm512_cmp_pd_mask(lb1, u, _CMP_LT_OQ) << 8);
+        _mm512_storeu_si512(idx + n, _mm512_maskz_compress_epi32(m, at));
+        n += __builtin_popcount(m);
+    }
+    for (; cj < cj_n; cj++) {
+        idx[n] = cj;
+        n += lo[cj] + bmin[cj] < bound;
+    }
+    return n;
 }
 
 /* The panels of b: `width` columns each (NR for the AVX2 kernel, WIDE for AVX-512, whose
  * last panel is NR wide when at most NR columns are left), where panel p starts. */
 static int panel_width(int width, int ck_n, int p) { return width == WIDE && ck_n - p * WIDE <= NR ? NR : width; }
 
-/* b (cj_n x ck_n) as panels of `width` columns (panel_width), cj-major, padded with +inf:
- * panel p, row cj, column c at bp[p * cj_n * width + cj * panel_width + c]. */
-static double *pack_panels(const double *b, int cj_n, int ck_n, int width) {
-    int panels = (ck_n + width - 1) / width;
-    double *bp = malloc(sizeof(double) * (size_t)panels * (size_t)cj_n * (size_t)width);
-    for (int p = 0; bp && p < panels; p++) {
-        int pw = panel_width(width, ck_n, p);
-        double *panel = bp + (size_t)p * cj_n * width;
-        for (int cj = 0; cj < cj_n; cj++) {
-            for (int c = 0; c < pw; c++) {
-                int ck = p * width + c;
-                panel[(size_t)cj * pw + c] = ck < ck_n ? b[(size_t)cj * ck_n + ck] : INFINITY;
-            }
-        }
-    }
-    return bp;
-}
+/* b (cj_n x ck_n) packed for the vector kernels: panels of `width` columns (panel_width),
+ * cj-major, panel p, row cj, column c at bp[p * cj_n * width + cj * panel_width + c]; a last
+ * panel's missing columns repeat its last column (their sums are never stored, and the
+ * largest entry of a block is then one of its real ones).  bmin[p * cj_n + cj]: the least
+ * b[cj][c] of panel p, and bmin[panels * cj_n + cj] the least of the whole row. */
+typedef struct {
+    int width, panels;
+    double *bp, *bmin;
+} packed_b;
 
-/* rows [r0, r1) with the AVX2 or (width WIDE) AVX-512 block kernel; 0 when out of memory (nothing written) */
-static int packed_rows(const double *a, const double *nj, const double *bp, int width, double *out, int r0, int r1,
-                       int cj_n, int ck_n) {
-    double *ap = malloc(sizeof(double) * (size_t)cj_n * MR);
-    if (!ap) {
+static int pack_panels(const double *b, int cj_n, int ck_n, int width, packed_b *pb) {
+    int panels = (ck_n + width - 1) / width;
+    pb->width = width;
+    pb->panels = panels;
+    pb->bp = malloc(sizeof(double) * (size_t)panels * (size_t)cj_n * (size_t)width);
+    pb->bmin = malloc(sizeof(double) * ((size_t)panels + 1) * (size_t)cj_n);
+    if (!pb->bp || !pb->bmin) {
+        free(pb->bp);
+        free(pb->bmin);
         return 0;
     }
-    int panels = (ck_n + width - 1) / width;
+    double *row_min = pb->bmin + (size_t)panels * cj_n;
+    for (int cj = 0; cj < cj_n; cj++) {
+        row_min[cj] = INFINITY;
+    }
+    for (int p = 0; p < panels; p++) {
+        int pw = panel_width(width, ck_n, p), c0 = p * width, cols = ck_n - c0 < pw ? ck_n - c0 : pw;
+        double *panel = pb->bp + (size_t)p * cj_n * width, *pmin = pb->bmin + (size_t)p * cj_n;
+        for (int cj = 0; cj < cj_n; cj++) {
+            const double *brow = b + (size_t)cj * ck_n + c0;
+            double *prow = panel + (size_t)cj * pw, least = INFINITY;
+            memcpy(prow, brow, sizeof(double) * (size_t)cols);
+            for (int c = cols; c < pw; c++) {
+                prow[c] = brow[cols - 1];
+            }
+            for (int c = 0; c < cols; c++) {
+                least = brow[c] < least ? brow[c] : least;
+            }
+            pmin[cj] = least;
+            row_min[cj] = least < row_min[cj] ? least : row_min[cj];
+        }
+    }
+    return 1;
+}
+
+/* The SEEDS (or cj_n, if fewer) cj of least lo[cj] + row_min[cj] into seed; lo[cj] of each then
+ * becomes +inf, so that below_* leaves it out.  Returns how many. */
+static int pick_seeds(double *lo, const double *row_min, int cj_n, int *seed) {
+    double key[SEEDS];
+    int n = 0;
+    for (int cj = 0; cj < cj_n; cj++) {   /* insertion into the sorted SEEDS least */
+        double v = lo[cj] + row_min[cj];
+        if (n == SEEDS && !(v < key[SEEDS - 1])) {
+            continue;
+        }
+        int at = n < SEEDS ? n++ : SEEDS - 1;
+        for (; at > 0 && v < key[at - 1]; at--) {
+            key[at] = key[at - 1];
+            seed[at] = seed[at - 1];
+        }
+        key[at] = v;
+        seed[at] = cj;
+    }
+    for (int q = 0; q < n; q++) {
+        lo[seed[q]] = INFINITY;
+    }
+    return n;
+}
+
+/* rows [r0, r1) with the AVX2 or (width WIDE) AVX-512 block kernels, bounded as above; 0 when
+ * out of memory (nothing written) */
+static int packed_rows(const double *a, const double *nj, const packed_b *pb, double *out, int r0, int r1,
+                       int cj_n, int ck_n) {
+    double *ap = malloc(sizeof(double) * (size_t)cj_n * (MR + 1));
+    int *idx = malloc(sizeof(int) * (2 * (size_t)cj_n + 16 + SEEDS));
+    if (!ap || !idx) {
+        free(ap);
+        free(idx);
+        return 0;
+    }
+    double *lo = ap + (size_t)cj_n * MR;   /* per cj: the least of its rows' nj + a */
+    int *every = idx + cj_n + 16, *seed = every + cj_n;
+    for (int cj = 0; cj < cj_n; cj++) {
+        every[cj] = cj;
+    }
+    const double *row_min = pb->bmin + (size_t)pb->panels * cj_n;
     for (int ci0 = r0; ci0 < r1; ci0 += MR) {
         int rows = r1 - ci0 < MR ? r1 - ci0 : MR;
-        for (int cj = 0; cj < cj_n; cj++) {   /* the same sums nj + a as the portable kernel */
-            for (int r = 0; r < MR; r++) {
-                ap[(size_t)cj * MR + r] = r < rows ? nj[cj] + a[(size_t)(ci0 + r) * cj_n + cj] : INFINITY;
+        for (int r = 0; r < MR; r++) {   /* the same sums nj + a as the portable kernel */
+            const double *arow = a + (size_t)(ci0 + (r < rows ? r : rows - 1)) * cj_n;   /* a missing row: the last */
+            for (int cj = 0; cj < cj_n; cj++) {
+                ap[(size_t)cj * MR + r] = nj[cj] + arow[cj];
             }
         }
-        for (int p = 0; p < panels; p++) {
+        for (int cj = 0; cj < cj_n; cj++) {
+            const double *v = ap + (size_t)cj * MR;
+            double lo01 = v[0] < v[1] ? v[0] : v[1], lo23 = v[2] < v[3] ? v[2] : v[3];
+            lo[cj] = lo01 < lo23 ? lo01 : lo23;
+        }
+        int nseed = pick_seeds(lo, row_min, cj_n, seed);
+        int bounded = 1;   /* 0 once a panel of these rows kept most cj: the rest take them all */
+        for (int p = 0; p < pb->panels; p++) {
             double acc[MR][WIDE];
-            const double *panel = bp + (size_t)p * cj_n * width;
-            int pw = panel_width(width, ck_n, p);
-            if (pw == WIDE) {
-                block_avx512(ap, panel, cj_n, acc);
+            const double *panel = pb->bp + (size_t)p * cj_n * pb->width, *pmin = pb->bmin + (size_t)p * cj_n;
+            int pw = panel_width(pb->width, ck_n, p);
+            if (!bounded) {   /* every cj (the seeds among them: a minimum does not mind) */
+                (pw == WIDE ? block_avx512 : block_avx2)(ap, panel, every, cj_n, 1, acc);
+            } else if (pw == WIDE) {
+                int n = below_avx512(lo, pmin, cj_n, block_avx512(ap, panel, seed, nseed, 1, acc), idx);
+                block_avx512(ap, panel, idx, n, 0, acc);
+                bounded = 2 * n < cj_n;
             } else {
-                double narrow[MR][NR];
-                block_avx2(ap, panel, cj_n, narrow);
-                for (int r = 0; r < MR; r++) {
-                    memcpy(acc[r], narrow[r], sizeof narrow[r]);
-                }
+                int n = below_avx2(lo, pmin, cj_n, block_avx2(ap, panel, seed, nseed, 1, acc), idx);
+                block_avx2(ap, panel, idx, n, 0, acc);
+                bounded = 2 * n < cj_n;
             }
+            int c0 = p * pb->width, cols = ck_n - c0 < pw ? ck_n - c0 : pw;
             for (int r = 0; r < rows; r++) {
-                for (int c = 0; c < pw && p * width + c < ck_n; c++) {
-                    out[(size_t)(ci0 + r) * ck_n + p * width + c] = acc[r][c];
-                }
+                memcpy(out + (size_t)(ci0 + r) * ck_n + c0, acc[r], sizeof(double) * (size_t)cols);
             }
         }
     }
     free(ap);
+    free(idx);
     return 1;
 }
 #endif
 
 typedef struct {
-    const double *a, *nj, *b, *panels;   /* panels: b packed for a vector kernel, or NULL */
-    int width;                            /* the panels' columns: NR (AVX2) or WIDE (AVX-512) */
+    const double *a, *nj, *b;
+    const void *panels;   /* b packed for the vector kernels (packed_b), or NULL */
     double *out;
     int r0, r1, cj_n, ck_n;
 } rows_job;
 
+static void free_packed(const void *panels) {
+#ifdef SW_HAVE_AVX2_KERNEL
+    if (panels) {
+        free(((const packed_b *)panels)->bp);
+        free(((const packed_b *)panels)->bmin);
+    }
+#else
+    (void)panels;
+#endif
+}
+
 static void *rows_worker(void *arg) {
     rows_job *j = arg;
 #ifdef SW_HAVE_AVX2_KERNEL
-    if (j->panels && packed_rows(j->a, j->nj, j->panels, j->width, j->out, j->r0, j->r1, j->cj_n, j->ck_n)) {
+    if (j->panels && packed_rows(j->a, j->nj, j->panels, j->out, j->r0, j->r1, j->cj_n, j->ck_n)) {
         return NULL;
     }
 #endif
@@ -252,19 +402,19 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
     while (n > 1 && (work < THREADED_WORK * n / 2 || ci_n < n * ROW_BLOCK)) {
         n--;
     }
-    double *panels = NULL;
-    int width = NR;
+    const void *panels = NULL;
     kernel = kernel < SW_MINPLUS_PORTABLE || kernel > sw_minplus_best_kernel() ? sw_minplus_best_kernel() : kernel;
 #ifdef SW_HAVE_AVX2_KERNEL
-    if (work >= PACKED_WORK && cj_n > 0 && kernel != SW_MINPLUS_PORTABLE) {
-        width = kernel == SW_MINPLUS_AVX512 ? WIDE : NR;
-        panels = pack_panels(b, cj_n, ck_n, width);   /* NULL when out of memory: the portable kernel */
+    packed_b packed = {0};
+    if (work >= PACKED_WORK && cj_n > 0 && kernel != SW_MINPLUS_PORTABLE &&
+        pack_panels(b, cj_n, ck_n, kernel == SW_MINPLUS_AVX512 ? WIDE : NR, &packed)) {   /* else portable */
+        panels = &packed;
     }
 #endif
     if (n == 1) {
-        rows_job one = {a, nj, b, panels, width, out, 0, ci_n, cj_n, ck_n};
+        rows_job one = {a, nj, b, panels, out, 0, ci_n, cj_n, ck_n};
         rows_worker(&one);
-        free(panels);
+        free_packed(panels);
         return;
     }
     rows_job jobs[MAX_THREADS];
@@ -273,7 +423,7 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
     int per = (ci_n / n + ROW_BLOCK - 1) / ROW_BLOCK * ROW_BLOCK;   /* whole row blocks each */
     for (int t = 0; t < n; t++) {
         int r0 = t * per < ci_n ? t * per : ci_n, r1 = t == n - 1 ? ci_n : ((t + 1) * per < ci_n ? (t + 1) * per : ci_n);
-        jobs[t] = (rows_job){a, nj, b, panels, width, out, r0, r1, cj_n, ck_n};
+        jobs[t] = (rows_job){a, nj, b, panels, out, r0, r1, cj_n, ck_n};
         if (t > 0 && r1 > r0) {   /* the calling thread takes the first rows */
             started[t] = pthread_create(&tids[t], NULL, rows_worker, &jobs[t]) == 0;
             if (!started[t]) {
@@ -287,5 +437,5 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
             pthread_join(tids[t], NULL);
         }
     }
-    free(panels);
+    free_packed(panels);
 }
