@@ -144,15 +144,41 @@ def device_arrays(devices: DeviceGraph) -> tuple[np.ndarray, np.ndarray, np.ndar
     return (np.array([d.flops for d in devices.devices]), np.array([d.mem_bandwidth for d in devices.devices]), bw)
 
 
-def make_problem(graph: Graph, devices: DeviceGraph, options: CostOptions) -> "_core.Problem":
-    if len(graph.ops) == 0:
-        raise ConfigError(f"graph {graph.name!r} has no ops")
-    blob, flops = encode_graph(graph)
-    problem = _core.Problem(blob, flops, *device_arrays(devices))
+@dataclass(frozen=True)
+class ProblemInputs:
+    """The arrays a problem is made from: the encoded graph and its FLOPs (encode_graph), each
+    device's FLOP/s and memory bandwidth and the widest routes (device_arrays), the dense ops'
+    peaks in the options' precision (dense_arrays)."""
+
+    blob: np.ndarray
+    flops: np.ndarray
+    device_flops: np.ndarray
+    mem_bandwidth: np.ndarray
+    routes: np.ndarray
+    dense_peaks: np.ndarray
+    dense: np.ndarray
+
+    @classmethod
+    def of(cls, graph: Graph, devices: DeviceGraph, options: CostOptions) -> "ProblemInputs":
+        if len(graph.ops) == 0:
+            raise ConfigError(f"graph {graph.name!r} has no ops")
+        return cls(*encode_graph(graph), *device_arrays(devices), *dense_arrays(graph, devices, options.precision))
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.blob, self.flops, self.device_flops, self.mem_bandwidth, self.routes, self.dense_peaks,
+                self.dense)
+
+
+def make_problem(graph: Graph, devices: DeviceGraph, options: CostOptions,
+                 inputs: ProblemInputs | None = None) -> "_core.Problem":
+    """The C core's problem of ``graph`` on ``devices`` with ``options`` (``inputs``: their
+    arrays, when the caller has them already)."""
+    inputs = inputs or ProblemInputs.of(graph, devices, options)
+    problem = _core.Problem(inputs.blob, inputs.flops, inputs.device_flops, inputs.mem_bandwidth, inputs.routes)
     threads = options.threads or min(8, os.cpu_count() or 1)
     problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, threads,
                         options.reduction_splits)
-    problem.set_precision(PRECISIONS[options.precision], *dense_arrays(graph, devices, options.precision))
+    problem.set_precision(PRECISIONS[options.precision], inputs.dense_peaks, inputs.dense)
     return problem
 
 

@@ -24,7 +24,8 @@ from shardwise.graph import Graph
 from shardwise.planning.costs import ComputeCosts, apply_profile
 from shardwise.plan import OpConfig, Plan, reduction_config
 from shardwise.planning.precision import check_precision
-from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
+from shardwise.planning.problem import CostOptions, ProblemInputs, dim_names, make_problem, worker_counts
+from shardwise.planning import problem_cache
 from shardwise.planning import objective as objective_module
 from shardwise.planning import search_scale
 from shardwise.planning import search_memory
@@ -87,11 +88,12 @@ def _run_live(problem: Any, label: str, work: Callable[[], Any], report: Progres
     return box.get("result")
 
 
-def _enumerate(problem: Any, devices: DeviceGraph, counts: Sequence[int]) -> None:
+def _enumerate(problem: Any, devices: DeviceGraph, counts: Sequence[int], sets: Sequence[Any] | None = None) -> None:
     """Configurations on the aligned blocks of every count, and on a machine whose structure
     makes other groups of devices distinct (nodes, kinds, link speeds), on those groups and
-    their blocks too (:mod:`shardwise.machine.device_sets`)."""
-    sets = device_sets(devices, counts)
+    their blocks too (:mod:`shardwise.machine.device_sets`; ``sets``: device_sets(devices,
+    counts) when the caller has them)."""
+    sets = device_sets(devices, counts) if sets is None else sets
     if set(sets) == set(aligned_blocks(len(devices), counts)):
         problem.enumerate(np.asarray(counts, dtype=np.int32))
     else:
@@ -247,9 +249,15 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
 
     t0 = time.perf_counter()
     deadline = None if time_limit is None else t0 + time_limit
-    problem = make_problem(graph, devices, options)
+    inputs = ProblemInputs.of(graph, devices, options)
     counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
-    scale = algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
+    # the tables of an earlier plain search of the same problem (problem_cache; not with measured costs)
+    sets = device_sets(devices, counts) if costs is None else None
+    path = (algorithm, SCALE_ABOVE, SCALE_WORK, MAX_TABLE_BYTES, MAX_ELIMINATION_WORK)
+    key = problem_cache.problem_key(inputs, devices, options, counts, sets, path) if costs is None else None
+    kept = problem_cache.get(key) if key is not None else None
+    problem = kept if kept is not None else make_problem(graph, devices, options, inputs)
+    scale = kept is None and algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
     if scale:   # each partition once: is every aligned block worth searching directly?
         problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
         aligned = _aligned_configurations(problem, len(graph.ops), len(devices))
@@ -277,20 +285,27 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         elif not result.exact:
             _warn_scale(result, searched_cost, len(graph.ops))
     else:
-        _enumerate(problem, devices, counts)
-        if algorithm == "elimination" and _too_large(_configurations(problem, graph), graph):
-            # devices not all interchangeable, and too many configurations to search on every
-            # block: each partition on the first devices only, with a warning
-            problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
-            if _too_large(_configurations(problem, graph), graph):
-                raise SearchError(f"{len(devices)} devices: even with each partition on the first devices alone "
-                                  f"the search would need more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost "
-                                  f"tables or {MAX_ELIMINATION_WORK:.0e} min-plus steps; pass worker_counts_ with "
-                                  f"fewer worker counts")
-            _warn_first_devices(len(devices))
-        t = stage("enumerate configurations", t0)
-        _run_live(problem, "building cost tables", problem.build_tables, report)
-        t = stage("build cost tables (t_c, t_s, t_x)", t)
+        if kept is not None:
+            t = stage("enumerate configurations, build cost tables: kept from an earlier search of the same problem",
+                      t0)
+        else:
+            _enumerate(problem, devices, counts, sets)
+            first_devices = algorithm == "elimination" and _too_large(_configurations(problem, graph), graph)
+            if first_devices:
+                # devices not all interchangeable, and too many configurations to search on every
+                # block: each partition on the first devices only, with a warning
+                problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+                if _too_large(_configurations(problem, graph), graph):
+                    raise SearchError(f"{len(devices)} devices: even with each partition on the first devices alone "
+                                      f"the search would need more than {MAX_TABLE_BYTES / 2**30:.0f} GiB of cost "
+                                      f"tables or {MAX_ELIMINATION_WORK:.0e} min-plus steps; pass worker_counts_ with "
+                                      f"fewer worker counts")
+                _warn_first_devices(len(devices))
+            t = stage("enumerate configurations", t0)
+            _run_live(problem, "building cost tables", problem.build_tables, report)
+            t = stage("build cost tables (t_c, t_s, t_x)", t)
+            if key is not None and not first_devices:   # (that case warns again on every search)
+                problem_cache.put(key, problem)
         profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
         if costs is not None:
             t = stage(f"apply measured costs ({profiled} shards)", t)
@@ -314,7 +329,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
                                     tuple(x for x in dev.tolist() if x >= 0), reduction_config(op, red))
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
-                 max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled)
+                 max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled,
+                 kept_tables=kept is not None)
     plan = Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats, objective="eq1"),
                 costs=costs)
     if mem_limit is not None or pareto:
