@@ -157,3 +157,21 @@ def test_the_path_a_search_takes_is_decided_afresh(monkeypatch):
     monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)   # every machine of identical devices is staged
     staged = eq1(g, d)
     assert "scale" in staged.search_stats and not staged.search_stats["kept_tables"]
+
+
+@pytest.mark.filterwarnings("ignore::shardwise.SearchWarning")
+def test_kept_buffer_totals_meet_each_searchs_own_budget():
+    """The memory check of a search on kept tables reads the buffer totals of the same plan's
+    earlier check, and compares them with its own budget: a budget below that plan's arena
+    still gets a constrained search and a plan that fits it."""
+    g, d = load_model("vgg_small", None).graph, DeviceGraph.parse("4", device="P100")
+    roomy = eq1(g, d)   # every device's own memory: the optimum fits, its buffer totals are kept
+    assert roomy.search_stats["memory"]["constrained"] is False
+    again = eq1(g, d)
+    assert again.search_stats["kept_tables"] and same_plan(roomy, again)
+    budget = 0.95 * float(search_memory.arenas(roomy).max())
+    tight = eq1(g, d, memory=budget)
+    assert tight.search_stats["kept_tables"] and tight.search_stats["memory"]["constrained"]
+    assert (search_memory.arenas(tight) <= budget).all()
+    problem_cache.clear()
+    assert same_plan(tight, eq1(g, d, memory=budget))

@@ -17,7 +17,8 @@ costs (which change the node costs of the problem they build) and the staged sea
 large machines (which build their own problems) neither keep nor reuse one.
 
 A kept problem is only read by the searches that reuse it: nothing changes its
-configurations or tables after it is kept.
+configurations or tables after it is kept.  Beside it go the buffer totals of the plans its
+searches checked for memory (Kept), which are functions of the same inputs and the plan.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from shardwise.planning.problem import CostOptions, ProblemInputs
 
 MAX_KEPT = 2   # problems kept (Inception-v3 on 16 devices: about 40 MB of tables each)
 
-_kept: "OrderedDict[bytes, Any]" = OrderedDict()
+_kept: "OrderedDict[bytes, Kept]" = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -55,23 +56,49 @@ def problem_key(inputs: ProblemInputs, devices: DeviceGraph, options: CostOption
     return h.digest()
 
 
-def get(key: bytes) -> Any:
+MAX_LOWERED = 8   # buffer totals kept per problem (one per plan searched on it, usually one)
+
+
+class Kept:
+    """A kept problem, and the buffer totals of the plans lowered on it: the memory check of a
+    search (search_memory.fits) sums the buffers of its plan's task graph per device, a
+    function of the problem's inputs and the plan's configurations alone, so a search that
+    finds the same configurations again reads them here instead of lowering its plan again."""
+
+    def __init__(self, problem: Any) -> None:
+        self.problem = problem
+        self._totals: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+
+    def buffer_totals(self, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(bytes, buffers) per device of the plan giving op i configuration choice[i], or None."""
+        with _lock:
+            return self._totals.get(np.asarray(choice, np.int32).tobytes())
+
+    def keep_buffer_totals(self, choice: np.ndarray, totals: tuple[np.ndarray, np.ndarray]) -> None:
+        with _lock:
+            self._totals[np.asarray(choice, np.int32).tobytes()] = totals
+            while len(self._totals) > MAX_LOWERED:
+                self._totals.popitem(last=False)
+
+
+def get(key: bytes) -> Kept | None:
     """The problem kept under ``key`` (its configurations enumerated and tables built), or None."""
     with _lock:
-        problem = _kept.get(key)
-        if problem is not None:
+        kept = _kept.get(key)
+        if kept is not None:
             _kept.move_to_end(key)
-        return problem
+        return kept
 
 
-def put(key: bytes, problem: Any) -> None:
+def put(key: bytes, problem: Any) -> Kept:
     """Keep ``problem`` (tables built, no measured costs applied) under ``key``; the oldest of
     more than MAX_KEPT goes."""
     with _lock:
-        _kept[key] = problem
+        kept = _kept[key] = Kept(problem)
         _kept.move_to_end(key)
         while len(_kept) > MAX_KEPT:
             _kept.popitem(last=False)
+        return kept
 
 
 def clear() -> None:

@@ -256,7 +256,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     path = (algorithm, SCALE_ABOVE, SCALE_WORK, MAX_TABLE_BYTES, MAX_ELIMINATION_WORK)
     key = problem_cache.problem_key(inputs, devices, options, counts, sets, path) if costs is None else None
     kept = problem_cache.get(key) if key is not None else None
-    problem = kept if kept is not None else make_problem(graph, devices, options, inputs)
+    problem = kept.problem if kept is not None else make_problem(graph, devices, options, inputs)
+    entry, choice = kept, None   # the problem_cache entry this search's plan is checked with, and its choice
     scale = kept is None and algorithm == "elimination" and search_scale.symmetric(devices, problem, counts, costs)
     if scale:   # each partition once: is every aligned block worth searching directly?
         problem.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
@@ -305,7 +306,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
             _run_live(problem, "building cost tables", problem.build_tables, report)
             t = stage("build cost tables (t_c, t_s, t_x)", t)
             if key is not None and not first_devices:   # (that case warns again on every search)
-                problem_cache.put(key, problem)
+                entry = problem_cache.put(key, problem)
         profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
         if costs is not None:
             t = stage(f"apply measured costs ({profiled} shards)", t)
@@ -336,7 +337,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if mem_limit is not None or pareto:
         t = time.perf_counter()
         plan = _fit_memory(plan, problem, graph, devices, options, costs, mem_limit, limit, scale, pareto,
-                           recompute)
+                           recompute, entry if choice is not None else None, choice)
         stage("memory: check the plan's memory plan" if not plan.search_stats.get("memory", {}).get("solves")
               else "memory-constrained search", t)
         if pareto:
@@ -394,14 +395,17 @@ def _recompute_to_fit(plan: Plan, graph: Graph, devices: DeviceGraph, options: C
 
 
 def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options: CostOptions, costs, limit,
-                max_evaluations: float, scale: bool, pareto: bool, recompute: bool = False) -> Plan:
+                max_evaluations: float, scale: bool, pareto: bool, recompute: bool = False, kept=None,
+                choice=None) -> Plan:
     """The Eq. 1 optimum if its memory plan fits ``limit``, else the optimum under the memory
     constraint (search_memory), or with ``recompute`` a plan that fits with recomputation
     (_recompute_to_fit) where none fits without or where its Eq. 1 time plus the simulated
-    recomputes' is less; with ``pareto``, the front in ``search_stats["front"]``."""
+    recomputes' is less; with ``pareto``, the front in ``search_stats["front"]``.  ``kept``,
+    ``choice``: the problem_cache entry ``plan`` was searched on and its configuration indices
+    there (the buffer totals of its memory check, search_memory.fits)."""
     if scale and "memory" in plan.search_stats and not pareto:   # the staged search found it under memory
         return plan
-    if limit is not None and search_memory.fits(plan, limit) and not pareto:
+    if limit is not None and search_memory.fits(plan, limit, kept, choice) and not pareto:
         plan.search_stats["memory"] = {"exact": True, "constrained": False, "least_budget": float(limit.min())}
         return plan
     if scale and pareto:
@@ -418,7 +422,7 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
         return _plan_of(problem, graph, devices, options, costs, choice, base)
 
     starts = [c for c in (_choice_of(problem, graph, b) for b in baselines(graph, devices, options)) if c]
-    if limit is not None and not search_memory.fits(plan, limit):
+    if limit is not None and not search_memory.fits(plan, limit, kept, choice):
         recomputed = _recompute_to_fit(plan, graph, devices, options, costs, limit) if recompute else None
         try:
             found = search_memory.fitting(tables, limit, to_plan, max_evaluations, starts=starts)

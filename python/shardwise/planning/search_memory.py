@@ -104,19 +104,28 @@ def arenas(plan: Any) -> np.ndarray:
     return np.array([mp.devices[d].arena_bytes for d in range(len(plan.devices))], dtype=np.int64)
 
 
-def fits(plan: Any, limit: np.ndarray | None) -> bool:
+def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = None) -> bool:
     """Does every device's memory plan (its arena) fit ``limit``?  First the cheap sufficient test
     (the lowering's buffers added up, each rounded up to the arena alignment: greedy placement
-    never puts a buffer's end above that sum), then the memory plan itself."""
+    never puts a buffer's end above that sum), then the memory plan itself.  ``kept``: the
+    problem_cache.Kept the plan was searched on, with ``choice`` its configuration indices
+    there: the buffer totals of an earlier search that found the same plan, or kept for the next."""
     if limit is None:
         return True
     from shardwise.iteration.lower import lowered, ring_detail
     from shardwise.iteration.memory import DEFAULT_ALIGNMENT
 
-    handle = lowered(plan, rings=ring_detail(plan, "auto"))   # once: the sum of its buffers, then its memory plan
-    memory, buffers = handle.buffer_totals()
+    handle = None
+    totals = kept.buffer_totals(choice) if kept is not None else None
+    if totals is None:
+        handle = lowered(plan, rings=ring_detail(plan, "auto"))   # once: the sum of its buffers, then its memory plan
+        totals = handle.buffer_totals()
+        if kept is not None:
+            kept.keep_buffer_totals(choice, totals)
+    memory, buffers = totals
     if (memory + buffers * DEFAULT_ALIGNMENT <= limit).all():
         return True
+    handle = handle if handle is not None else lowered(plan, rings=ring_detail(plan, "auto"))
     return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 
 
