@@ -116,18 +116,19 @@ def encode_graph(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     parts = [np.array([len(graph.ops)], dtype=np.int64)]
     at, producers = [], []   # where each DATA input's producer goes in the blob
     start = 1
-    flops = np.zeros((len(graph.ops), 2))
+    flops = []
     for op in graph.ops:
-        _, words, slots = _desc_words(op.desc)
+        desc = op.desc
+        _, words, slots = _desc_words(desc)
         parts.append(words)
         for slot, producer in zip(slots, op.inputs):
             at.append(start + slot)
             producers.append(producer)
         start += len(words)
-        flops[op.index] = (op.desc.flops_per_point, op.desc.flops_per_output)
+        flops.append((desc.flops_per_point, desc.flops_per_output))
     blob = np.concatenate(parts)
     blob[at] = producers
-    return blob, flops
+    return blob, np.array(flops, dtype=np.float64).reshape(len(graph.ops), 2)
 
 
 def dense_arrays(graph: Graph, devices: DeviceGraph, precision: str) -> tuple[np.ndarray, np.ndarray]:

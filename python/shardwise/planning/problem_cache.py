@@ -68,6 +68,15 @@ class Kept:
     def __init__(self, problem: Any) -> None:
         self.problem = problem
         self._totals: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+        self._enumeration: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+    def enumeration(self, nops: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Every op's configurations as Problem.configs and Problem.reductions give them
+        (degrees, devices, reductions), read from the problem once."""
+        with _lock:
+            if self._enumeration is None:
+                self._enumeration = [(*self.problem.configs(i), self.problem.reductions(i)) for i in range(nops)]
+            return self._enumeration
 
     def buffer_totals(self, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(bytes, buffers) per device of the plan giving op i configuration choice[i], or None."""

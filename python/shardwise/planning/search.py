@@ -319,10 +319,11 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         if not stats["exact"]:
             _warn_gap(stats, searched_cost, limit)
         rows, ncfg = [], []
+        listed = entry.enumeration(len(graph.ops)) if entry is not None else None
         for op in graph.ops:
-            deg, dev = problem.configs(op.index)
+            deg, dev, red = listed[op.index] if listed else (*problem.configs(op.index), problem.reductions(op.index))
             k = int(choice[op.index])
-            rows.append((deg[k], dev[k], problem.reductions(op.index)[k]))
+            rows.append((deg[k], dev[k], red[k]))
             ncfg.append(len(deg))
     configs = {}
     for op, (deg, dev, red) in zip(graph.ops, rows):
