@@ -73,7 +73,7 @@ def test_a_graph_grown_in_place_gets_new_tables():
     assert "extra" not in before.configs
 
 
-@pytest.mark.parametrize("change", ["bandwidth", "device", "link", "flops"])
+@pytest.mark.parametrize("change", ["bandwidth", "device", "link", "flops", "memory"])
 def test_another_machine_gets_new_tables(change):
     g = sw.models.alexnet()
     d = cluster()
@@ -90,9 +90,12 @@ def test_another_machine_gets_new_tables(change):
             d2.add_link(i, i + 1, 20e9)
         eq1(g, d2)
         d2.add_link(0, 3, 40e9)   # the same DeviceGraph object, edited: a faster route 0 - 3
-    else:
+    elif change == "flops":
         d2 = cluster()
         d2.devices[5] = dataclasses.replace(d2.devices[5], flops=2 * d2.devices[5].flops)   # one device
+    else:   # the same speeds, one device with more memory: a kind of its own, other device sets
+        d2 = cluster()
+        d2.devices[7] = dataclasses.replace(d2.devices[7], memory=2 * d2.devices[7].memory)
     plan = eq1(g, d2)
     assert not plan.search_stats["kept_tables"]
     assert same_plan(plan, fresh(g, d2))

@@ -8,9 +8,10 @@ last MAX_KEPT plain searches and reuses one whose inputs are the same.
 
 The key is everything the problem is built from, as the C core receives it: the encoded
 graph (every op's description, its producers and FLOPs), each device's FLOP/s, memory
-bandwidth and half-precision peaks, the widest-route bandwidths, the cost options, the
-worker counts and the device sets the configurations are enumerated on, and what decides
-that the search is a plain one (the algorithm, the staged search's thresholds).  A graph or machine
+bandwidth, memory, node and half-precision peaks, the widest-route bandwidths (with the
+nodes and kinds, what the device sets the configurations are enumerated on are made of), the
+cost options, the worker counts, and what decides that the search is a plain one (the
+algorithm, the staged search's thresholds).  A graph or machine
 edited in place, or other options, give another key; so a kept problem is only ever used
 where building it afresh would give the same tables, bit for bit.  Searches with measured
 costs (which change the node costs of the problem they build) and the staged searches of
@@ -32,14 +33,14 @@ import numpy as np
 from shardwise.machine.devices import DeviceGraph
 from shardwise.planning.problem import CostOptions, ProblemInputs
 
-MAX_KEPT = 2   # problems kept (Inception-v3 on 16 devices: about 40 MB of tables each)
+MAX_KEPT = 2   # problems kept (Inception-v3 on 16 devices: its shared transfer tables take about 1 MB)
 
 _kept: "OrderedDict[bytes, Kept]" = OrderedDict()
 _lock = threading.Lock()
 
 
 def problem_key(inputs: ProblemInputs, devices: DeviceGraph, options: CostOptions, counts: Sequence[int],
-                sets: Sequence[Sequence[int]], path: tuple) -> bytes:
+                path: tuple) -> bytes:
     """A digest of everything a plain search's problem is built from (module docstring), and
     ``path``: what else decides whether the search is plain (its algorithm, the thresholds of
     the staged search), so that a kept problem is reused only by a search that would build
@@ -49,10 +50,10 @@ def problem_key(inputs: ProblemInputs, devices: DeviceGraph, options: CostOption
         a = np.ascontiguousarray(arr)
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
-    # what search_scale.symmetric reads beside the arrays: the half-precision peaks
-    peaks = [(d.flops, d.mem_bandwidth, d.flops_bf16, d.flops_fp16) for d in devices.devices]
-    h.update(repr((options, tuple(int(k) for k in counts), peaks,
-                   [tuple(int(x) for x in s) for s in sets], path)).encode())
+    # what the device sets (machine/device_sets.py: nodes, kinds, link classes of the routes above)
+    # and search_scale.symmetric read beside the arrays
+    kinds = [(d.node, d.flops, d.mem_bandwidth, d.memory, d.flops_bf16, d.flops_fp16) for d in devices.devices]
+    h.update(repr((options, tuple(int(k) for k in counts), kinds, path)).encode())
     return h.digest()
 
 

@@ -88,12 +88,11 @@ def _run_live(problem: Any, label: str, work: Callable[[], Any], report: Progres
     return box.get("result")
 
 
-def _enumerate(problem: Any, devices: DeviceGraph, counts: Sequence[int], sets: Sequence[Any] | None = None) -> None:
+def _enumerate(problem: Any, devices: DeviceGraph, counts: Sequence[int]) -> None:
     """Configurations on the aligned blocks of every count, and on a machine whose structure
     makes other groups of devices distinct (nodes, kinds, link speeds), on those groups and
-    their blocks too (:mod:`shardwise.machine.device_sets`; ``sets``: device_sets(devices,
-    counts) when the caller has them)."""
-    sets = device_sets(devices, counts) if sets is None else sets
+    their blocks too (:mod:`shardwise.machine.device_sets`)."""
+    sets = device_sets(devices, counts)
     if set(sets) == set(aligned_blocks(len(devices), counts)):
         problem.enumerate(np.asarray(counts, dtype=np.int32))
     else:
@@ -252,9 +251,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     inputs = ProblemInputs.of(graph, devices, options)
     counts = list(worker_counts_) if worker_counts_ is not None else worker_counts(len(devices))
     # the tables of an earlier plain search of the same problem (problem_cache; not with measured costs)
-    sets = device_sets(devices, counts) if costs is None else None
     path = (algorithm, SCALE_ABOVE, SCALE_WORK, MAX_TABLE_BYTES, MAX_ELIMINATION_WORK)
-    key = problem_cache.problem_key(inputs, devices, options, counts, sets, path) if costs is None else None
+    key = problem_cache.problem_key(inputs, devices, options, counts, path) if costs is None else None
     kept = problem_cache.get(key) if key is not None else None
     problem = kept.problem if kept is not None else make_problem(graph, devices, options, inputs)
     entry, choice = kept, None   # the problem_cache entry this search's plan is checked with, and its choice
@@ -290,7 +288,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
             t = stage("enumerate configurations, build cost tables: kept from an earlier search of the same problem",
                       t0)
         else:
-            _enumerate(problem, devices, counts, sets)
+            _enumerate(problem, devices, counts)
             first_devices = algorithm == "elimination" and _too_large(_configurations(problem, graph), graph)
             if first_devices:
                 # devices not all interchangeable, and too many configurations to search on every
