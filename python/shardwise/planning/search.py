@@ -144,6 +144,10 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     long stages (terminals and notebooks; a log gets the stage lines); True from the start;
     False nothing; or pass a callable ``(stage, seconds)`` that gets every stage.
 
+    A search of the same graph on the same machine with the same options as one of the last two
+    reuses its configurations and cost tables (:mod:`shardwise.planning.problem_cache`; the plan is
+    the same, bit for bit; ``search_stats["kept_tables"]``).
+
     The search space: every op's partitions on aligned contiguous blocks of devices and,
     on machines whose devices differ, on the groups their structure makes distinct (each
     node, each device kind, each class of devices linked at a given speed, and aligned
