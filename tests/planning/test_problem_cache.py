@@ -178,3 +178,29 @@ def test_kept_buffer_totals_meet_each_searchs_own_budget():
     assert (search_memory.arenas(tight) <= budget).all()
     problem_cache.clear()
     assert same_plan(tight, eq1(g, d, memory=budget))
+
+
+def test_searches_on_several_threads_never_share_a_kept_problem():
+    """The C problem serves one thread at a time: searches of the same problem running at once
+    on several threads (one of them finding it kept) all succeed with the same plan, and the
+    kept problem is free again once they are done."""
+    import threading
+
+    g, d = sw.models.lenet5(batch=16), sw.DeviceGraph.parse("4", device="P100")
+    want = sw.search(g, d, objective="eq1")
+    errors, costs = [], []
+
+    def run():
+        try:
+            for _ in range(4):
+                costs.append(sw.search(g, d, objective="eq1").cost)
+        except Exception as exc:   # noqa: BLE001 -- any failure is the test's
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(costs) == 12 and all(c == want.cost for c in costs)
+    assert sw.search(g, d, objective="eq1").search_stats["kept_tables"]

@@ -18,15 +18,18 @@ costs (which change the node costs of the problem they build) and the staged sea
 large machines (which build their own problems) neither keep nor reuse one.
 
 A kept problem is only read by the searches that reuse it: nothing changes its
-configurations or tables after it is kept.  Beside it go the buffer totals of the plans its
+configurations or tables after it is kept.  One search at a time holds it (the C problem is
+used by one thread at a time): a search running beside it on another thread finds nothing
+kept and builds its own, and ``holding`` (around ``sw.search``) hands it back at the end.  Beside it go the buffer totals of the plans its
 searches checked for memory (Kept), which are functions of the same inputs and the plan.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,6 +40,14 @@ MAX_KEPT = 2   # problems kept (Inception-v3 on 16 devices: its shared transfer 
 
 _kept: "OrderedDict[bytes, Kept]" = OrderedDict()
 _lock = threading.Lock()
+_local = threading.local()   # .held: the entries this thread's searches hold, innermost last
+
+
+def _held() -> list:
+    held = getattr(_local, "held", None)
+    if held is None:
+        held = _local.held = []
+    return held
 
 
 def problem_key(inputs: ProblemInputs, devices: DeviceGraph, options: CostOptions, counts: Sequence[int],
@@ -68,6 +79,7 @@ class Kept:
 
     def __init__(self, problem: Any) -> None:
         self.problem = problem
+        self.in_use = False   # a search holds it (get, put); holding hands it back
         self._totals: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
         self._enumeration: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
@@ -92,23 +104,46 @@ class Kept:
 
 
 def get(key: bytes) -> Kept | None:
-    """The problem kept under ``key`` (its configurations enumerated and tables built), or None."""
+    """The problem kept under ``key`` (its configurations enumerated and tables built), held by
+    this search until ``holding`` hands it back; None when none is kept or another search
+    holds it."""
     with _lock:
         kept = _kept.get(key)
-        if kept is not None:
-            _kept.move_to_end(key)
-        return kept
+        if kept is None or kept.in_use:
+            return None
+        kept.in_use = True
+        _kept.move_to_end(key)
+    _held().append(kept)
+    return kept
 
 
 def put(key: bytes, problem: Any) -> Kept:
-    """Keep ``problem`` (tables built, no measured costs applied) under ``key``; the oldest of
-    more than MAX_KEPT goes."""
+    """Keep ``problem`` (tables built, no measured costs applied) under ``key``, held by this
+    search until ``holding`` hands it back; the oldest of more than MAX_KEPT goes."""
     with _lock:
         kept = _kept[key] = Kept(problem)
+        kept.in_use = True
         _kept.move_to_end(key)
         while len(_kept) > MAX_KEPT:
             _kept.popitem(last=False)
-        return kept
+    _held().append(kept)
+    return kept
+
+
+def holding(search: Callable) -> Callable:
+    """``search``, handing back at its end (returned or raised) every kept problem it took."""
+    @functools.wraps(search)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        held = _held()
+        depth = len(held)
+        try:
+            return search(*args, **kwargs)
+        finally:
+            with _lock:
+                for kept in held[depth:]:
+                    kept.in_use = False
+            del held[depth:]
+    return run
 
 
 def clear() -> None:

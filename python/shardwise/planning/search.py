@@ -99,6 +99,7 @@ def _enumerate(problem: Any, devices: DeviceGraph, counts: Sequence[int]) -> Non
         problem.enumerate_sets([np.asarray(s, dtype=np.int32) for s in sets])
 
 
+@problem_cache.holding
 def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *,
            sync: str = "parameter_server", options: CostOptions | None = None,
            costs: ComputeCosts | None = None, max_evaluations: float | None = None,
