@@ -169,10 +169,19 @@ static PyObject *TaskGraph_arrays(TaskGraphObject *self, PyObject *Py_UNUSED(ign
     return d;
 }
 
-/* buffer_totals(): (bytes, buffers) per device, int64 arrays: what arrays()["memory"] and a
- * bincount of arrays()["buffer_device"] give, without converting every task and buffer (the
- * search's memory check asks it once per plan). */
-static PyObject *TaskGraph_buffer_totals(TaskGraphObject *self, PyObject *Py_UNUSED(ignored)) {
+/* buffer_totals(chunked=False): (bytes, buffers) per device, int64 arrays: what
+ * arrays()["memory"] and a bincount of arrays()["buffer_device"] give, without converting every
+ * task and buffer (the search's memory check asks it once per plan).  chunked: on a graph with
+ * fused rings, the totals of the same plan's chunked graph: the same bytes (a member's one
+ * receive buffer of the whole gradient holds what its k chunk buffers hold), k - 1 more buffers
+ * a member and ring, counted from its ring tasks (slot / 2 each: a ring's one task stands for
+ * 2 (k - 1) chunks, zero's two for k - 1 each, on the same member). */
+static PyObject *TaskGraph_buffer_totals(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"chunked", NULL};
+    int chunked = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &chunked)) {
+        return NULL;
+    }
     if (!sw_py_tg_enter(self)) {
         return NULL;
     }
@@ -187,6 +196,16 @@ static PyObject *TaskGraph_buffer_totals(TaskGraphObject *self, PyObject *Py_UNU
         for (int32_t b = 0; b < g->nbuffers; b++) {
             count[g->buffers[b].device]++;
         }
+        int64_t *halves = chunked ? PyMem_Calloc((size_t)ndev + 1, sizeof *halves) : NULL;   /* 2 x extra buffers */
+        for (int32_t t = 0; halves && t < g->ntasks; t++) {
+            if (g->tasks[t].kind == SW_TASK_RING) {
+                halves[g->tasks[t].device] += g->tasks[t].slot;
+            }
+        }
+        for (int d = 0; halves && d < ndev; d++) {
+            count[d] += halves[d] / 2;
+        }
+        PyMem_Free(halves);
         out = Py_BuildValue("(NN)", sw_py_contiguous(mem, ndev, NPY_INT64), sw_py_contiguous(count, ndev, NPY_INT64));
     }
     PyMem_Free(mem);
@@ -349,8 +368,9 @@ static PyGetSetDef TaskGraph_getset[] = {
 static PyMethodDef TaskGraph_methods[] = {
     {"arrays", (PyCFunction)TaskGraph_arrays, METH_NOARGS,
      "arrays() -> dict of task and buffer arrays of the graph that runs (as Problem.lower)"},
-    {"buffer_totals", (PyCFunction)TaskGraph_buffer_totals, METH_NOARGS,
-     "buffer_totals() -> (bytes, buffers) per device, int64 arrays (as arrays()'s memory and buffer_device)"},
+    {"buffer_totals", (PyCFunction)(void (*)(void))TaskGraph_buffer_totals, METH_VARARGS | METH_KEYWORDS,
+     "buffer_totals(chunked=False) -> (bytes, buffers) per device, int64 arrays (as arrays()'s memory and "
+     "buffer_device); chunked: a fused graph's totals as its chunked graph has them"},
     {"split_ranks", (PyCFunction)TaskGraph_split_ranks, METH_O,
      "split_ranks(rank) -> None: copies between devices of two ranks become send and recv halves (once)"},
     {"set_streams", (PyCFunction)TaskGraph_set_streams, METH_O,

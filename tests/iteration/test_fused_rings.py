@@ -207,3 +207,25 @@ def test_schedules_and_swap_plans_keep_the_chunked_graph():
     assert sw.simulate(big, swap=swap, check_memory=False).tasks == len(lower(big, swap=swap).tasks)
     with pytest.raises(sw.ConfigError, match="chunked"):
         sw.simulate(big, swap=swap, rings="fused")
+
+
+@pytest.mark.parametrize("options", [RING, ZERO, sw.CostOptions()], ids=["ring", "zero", "ps"])
+def test_a_fused_graph_adds_up_the_chunked_graphs_buffers(options):
+    """buffer_totals(chunked=True) of the fused lowering is the chunked graph's: the same bytes
+    per device and k - 1 more receive buffers a ring member (what the search's cheap memory test
+    reads without lowering every chunk)."""
+    from shardwise.iteration.lower import lowered
+
+    rng = np.random.default_rng(11)
+    rings = 0
+    for n in (2, 4, 5, 8):
+        g = mixed_graph(batch=40)
+        base = random_plan(g, sw.DeviceGraph.cpu(n), rng)
+        for plan in (sw.Plan(g, base.devices, base.configs, options), data_parallel(g, base.devices, options)):
+            want = lowered(plan).buffer_totals()
+            got = lowered(plan, rings="fused").buffer_totals(chunked=True)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+            rings += len([t for t in lower(plan, rings="fused").tasks if t.kind == "ring"])
+    assert (rings > 0) == (options.sync != "parameter_server")
+    assert lowered(plan).buffer_totals(chunked=True)[1].tolist() == lowered(plan).buffer_totals()[1].tolist()

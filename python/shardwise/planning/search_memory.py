@@ -107,7 +107,8 @@ def arenas(plan: Any) -> np.ndarray:
 def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = None) -> bool:
     """Does every device's memory plan (its arena) fit ``limit``?  First the cheap sufficient test
     (the lowering's buffers added up, each rounded up to the arena alignment: greedy placement
-    never puts a buffer's end above that sum), then the memory plan itself.  ``kept``: the
+    never puts a buffer's end above that sum: added up from the plan's fused lowering, as its chunked
+    graph holds them), then the memory plan itself.  ``kept``: the
     problem_cache.Kept the plan was searched on, with ``choice`` its configuration indices
     there: the buffer totals of an earlier search that found the same plan, or kept for the next."""
     if limit is None:
@@ -115,17 +116,20 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
     from shardwise.iteration.lower import lowered, ring_detail
     from shardwise.iteration.memory import DEFAULT_ALIGNMENT
 
+    detail = ring_detail(plan, "auto")
     handle = None
     totals = kept.buffer_totals(choice) if kept is not None else None
     if totals is None:
-        handle = lowered(plan, rings=ring_detail(plan, "auto"))   # once: the sum of its buffers, then its memory plan
-        totals = handle.buffer_totals()
+        # the sums of the graph the memory plan below is made on, from its fused lowering (far
+        # fewer tasks; the same bytes, and the chunked ring's extra buffers counted)
+        handle = lowered(plan, rings="fused")
+        totals = handle.buffer_totals(chunked=detail == "chunked")
         if kept is not None:
             kept.keep_buffer_totals(choice, totals)
     memory, buffers = totals
     if (memory + buffers * DEFAULT_ALIGNMENT <= limit).all():
         return True
-    handle = handle if handle is not None else lowered(plan, rings=ring_detail(plan, "auto"))
+    handle = handle if handle is not None and detail == "fused" else lowered(plan, rings=detail)
     return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 
 
