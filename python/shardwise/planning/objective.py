@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from shardwise.plan import OpConfig, Plan
+from shardwise.planning.problem import share_problem
 from shardwise.planning.strategies import baselines
 
 # machines up to this many devices replay every baseline
@@ -77,7 +78,6 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     import time
 
     graph, devices, options = seed.graph, seed.devices, seed.options
-    problems = seed.__dict__.setdefault("_core_problems", {})   # one C problem for every candidate below
     t0 = time.perf_counter()
     seed_time, seed_tasks, _ = simulated_time(seed, costs)
     simulated = {"eq1 optimum": seed_time}
@@ -89,7 +89,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     in_pool = {_key(graph, seed.configs): "eq1 optimum"}   # each candidate's plan -> its name
     for b in sorted(baselines(graph, devices, options), key=lambda p: p.cost):
         b.costs = costs
-        b.__dict__["_core_problems"] = problems   # the same graph, devices and options: plan_problem's key
+        share_problem(b, seed)   # one C problem for every candidate: the same graph, devices and options
         best = min(t for _, _, t in pool)
         key = _key(graph, b.configs)
         if key in in_pool:   # the same plan as a candidate already replayed (data parallelism is often
@@ -127,8 +127,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
             if key in seen:
                 continue
             seen.add(key)
-            plan = Plan(graph, devices, proposal, options, name="proposal", costs=costs)
-            plan.__dict__["_core_problems"] = problems
+            plan = share_problem(Plan(graph, devices, proposal, options, name="proposal", costs=costs), seed)
             need = current_time * (1 - 1e-9)   # a proposal is taken only when faster than this
             t, tasks, no_faster = simulated_time(plan, costs, bound=need)
             tried += 1
@@ -151,9 +150,8 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                  local_search_skipped=no_local_search,
                  rejected_for_memory=rejected, local_search_rejected_for_memory=rejected_moves,
                  gain_over_eq1_optimum=seed_time / current_time if current_time > 0 else 1.0)
-    out = Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs)
-    out.__dict__["_core_problems"] = problems
-    return out
+    return share_problem(Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs),
+                         seed)
 
 
 def _moves(graph, current: Configs, others: list[Configs]) -> Iterator[Configs]:

@@ -195,14 +195,22 @@ def config_arrays(degrees: Sequence[Sequence[int]], devices: Sequence[Sequence[i
     return deg, dev
 
 
+def share_problem(plan: Any, like: Any) -> Any:
+    """``plan``, made to take its C problems from ``like``'s cache (:func:`plan_problem`): for
+    plans of the same graph, devices and options, such as the candidates of one search, whose
+    problem is then built once.  The plans are used on one thread at a time (a search's)."""
+    plan.__dict__["_core_problems"] = like.__dict__.setdefault("_core_problems", {})
+    return plan
+
+
 def plan_problem(plan: Any, optimizer_state: int = 1) -> "_core.Problem":
     """The C core's problem of ``plan`` (its graph on its devices with its options, lowering
     ``optimizer_state`` state buffers per parameter slice), built once and kept on the plan.
 
     A plan's graph, devices and options do not change once it is made; the key still holds the
     graph's fingerprint and the device count, so a graph edited in place gets a new problem.
-    The simulated objective gives the plans it makes from one search one such cache (their graph,
-    devices and options are the seed's), so that a search builds the problem once.
+    The simulated objective gives the plans it makes from one search one such cache
+    (:func:`share_problem`), so that a search builds the problem once.
     Task graphs lowered from it (``sw.lower``) keep it alive; nothing else may change it (its
     options are set here, once)."""
     key = (plan.graph.fingerprint(), id(plan.devices), len(plan.devices), plan.options, optimizer_state)
