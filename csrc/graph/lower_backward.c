@@ -519,7 +519,6 @@ static sw_status fused_links(lowering *L, int op, int k, const sw_box *box, cons
         t.nbytes = sent * SW_TASK_BYTES_PER_ELEMENT;
         SW_TRY(add_task(L, &t, &start, 1, &from[i], 1, &recv[j], 1, &ids[i]));
     }
-    join.phase = (int8_t)phase;
     return add_task(L, &join, ids, k, NULL, 0, NULL, 0, done);
 }
 
