@@ -52,7 +52,7 @@ FIRST_FIT_SOLVES = 40
 # the work one constrained search of steps 1 and 3 may do: elimination searches x the
 # configurations each searches (each costs about in proportion to them).  A search over few
 # configurations keeps its full count (search_memory.MAX_SOLVES, FIRST_FIT_SOLVES); one over the
-# 156,000 partitions of a 32-layer Llama on 64 GPUs runs 32, about half a second each here,
+# 156,000 partitions of a 32-layer Llama on 64 GPUs runs 31, about half a second each here,
 # where 120 took two minutes without improving on step 1's plan or proving it.  A count, not a
 # clock: the same inputs give the same plan on any machine.  The plan then says it is not proven
 # (search_stats["memory"]["exact"] False, with the bound reached).
@@ -208,10 +208,10 @@ class MemoryStage:
                 chosen = full.subset([np.array([c]) for c in fchoice])
                 cost = float(ftables.eq1(fchoice))
                 info = dict(finfo, survivors=info["survivors"], **info_first,
-                            full_space_configurations=int(sum(len(d) for d in full.deg)))
+                            full_space_configurations=_count(full))
                 placements = "every aligned block"
             s.stages and s.stages.done(f"memory: constrained search of the partitions left on every block "
-                                       f"({sum(len(d) for d in full.deg)})")
+                                       f"({_count(full)})")
         info.update(placements=placements, constrained=True)
         stats["memory"] = info
         return chosen, cost, stats, bool(info["exact"]), float(info["lower_bound"])
