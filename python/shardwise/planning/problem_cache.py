@@ -20,8 +20,9 @@ large machines (which build their own problems) neither keep nor reuse one.
 A kept problem is only read by the searches that reuse it: nothing changes its
 configurations or tables after it is kept.  One search at a time holds it (the C problem is
 used by one thread at a time): a search running beside it on another thread finds nothing
-kept and builds its own, and ``holding`` (around ``sw.search``) hands it back at the end.  Beside it go the buffer totals of the plans its
-searches checked for memory (Kept), which are functions of the same inputs and the plan.
+kept and builds its own, and ``holding`` (around ``sw.search``) hands it back at the end.
+Beside it go the buffer totals of the plans its searches checked for memory (Kept), which are
+functions of the same inputs and the plan.
 """
 from __future__ import annotations
 

@@ -200,7 +200,8 @@ class MemoryStage:
             ftables = self._tables(s.work, full)
             start = _first_block_rows(canonical, survivors, canonical_choice, ndev)
             try:
-                found = self._fitting(ftables, full, [start], max_solves=solves_for(_count(full), search_memory.MAX_SOLVES))
+                found = self._fitting(ftables, full, [start],
+                                      max_solves=solves_for(_count(full), search_memory.MAX_SOLVES))
             except SearchError:   # no plan whose memory plan fits found there: keep step 3's
                 found = None
             if found is not None and found[1]["cost"] <= cost * (1 + PRUNE_SLACK):
