@@ -122,8 +122,8 @@ def ring_detail(plan: Plan, rings: str) -> str:
     more than :data:`FUSED_RINGS_ABOVE` devices, chunked otherwise."""
     if rings == "auto":
         return "fused" if len(plan.devices) > FUSED_RINGS_ABOVE else "chunked"
-    if rings not in ("chunked", "fused"):
-        raise ConfigError(f"rings must be 'auto', 'chunked' or 'fused', got {rings!r}")
+    if rings not in RING_DETAILS:
+        raise ConfigError(f"rings must be 'auto' or one of {', '.join(map(repr, RING_DETAILS))}, got {rings!r}")
     return rings
 
 
@@ -348,9 +348,7 @@ def lower(plan: Plan, optimizer_state: int = 1, schedule: Any = None, swap: Any 
     ``rings``: "chunked" (the default: every chunk of each ring all-reduce, what the runtime runs)
     or "fused": one ``ring`` task per ring link (above), the simulator's model of machines too
     large to replay every chunk; such a graph simulates and has a memory plan, but neither the
-    Trainer nor ``ranks`` take it."""
-    if rings not in RING_DETAILS:
-        raise ConfigError(f"rings must be one of {', '.join(map(repr, RING_DETAILS))}, got {rings!r}")
+    Trainer nor ``ranks`` take it (an unknown ``rings`` is refused by :func:`lowered`)."""
     if rings == "fused" and ranks is not None:
         raise ConfigError("a graph with fused rings is the simulator's model and runs on no process: "
                           "split the chunked lowering over ranks (rings='chunked'), or simulate the plan "

@@ -216,9 +216,9 @@ class Tables:
         group_edge, group_pos = key_e[starts], key_p[starts]
         edge_groups = np.searchsorted(group_edge, np.arange(len(self.medges) + 1))   # edge e: groups [a, b)
         # a memory edge's base bytes depend on v's configuration alone: weighted, they are added
-        # to node v (base_into[v]: the base rows of every memory edge into v, summed per row, as
-        # base_sum at node_at[v]); only edges with freed bytes keep a table of their own, zero but
-        # for those bytes (freed_edges; group k at freed_at[edge of k] + group_pos[k] of one buffer)
+        # to node v (the base rows of every memory edge into v, summed per row, as base_sum at
+        # node_at[v]); only edges with freed bytes keep a table of their own, zero but for those
+        # bytes (freed_edges; group k at freed_at[edge of k] + group_pos[k] of one buffer)
         base_v = np.array([v for _, v, _, _, _, _ in self.medges], np.int64)
         base_sum = np.zeros((int(node_at[-1]), self.ndev))
         for e, v in enumerate(base_v):
@@ -229,14 +229,14 @@ class Tables:
         freed_at[freed_edges] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else []
         group_flat = (freed_at[np.repeat(np.arange(len(self.medges)), np.diff(edge_groups))] + group_pos
                       if len(starts) else np.zeros(0, np.int64))
-        cache = {"node": np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev)),
-                 "priced": np.concatenate(self.mem, axis=0) + base_sum if self.mem else base_sum,
+        node = np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev))
+        cache = {"node": node, "priced": node + base_sum,
                  "freed_edges": freed_edges, "freed_size": int(sum(sizes)),
                  "freed_at": freed_at, "group_flat": group_flat,
                  "node_at": node_at,
                  "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
                  "base_at": base_at,
-                 "base_v": np.array([v for _, v, _, _, _, _ in self.medges], np.int64),
+                 "base_v": base_v,
                  "eu": eu, "ev": ev, "ci": ci, "cj": cj, "dev": dev, "nbytes": nbytes,
                  "order": order, "starts": starts, "group_pos": group_pos, "edge_groups": edge_groups}
         self._packed_cache = cache
