@@ -433,10 +433,9 @@ typedef struct {
 /* Check a plan against a problem (sizes, degrees dividing their dimensions,
  * distinct devices in range, op kinds): SW_ERR_VALUE with a message if bad. */
 sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
-/* Lower `plan` into `g` (which must be zeroed), its rings chunked; on failure g is freed. */
-sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g);
-/* The same with rings written as `rings` says (sw_ring_detail). */
-sw_status sw_lower_rings(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g);
+/* Lower `plan` into `g` (which must be zeroed), its rings written as `rings` says (sw_ring_detail:
+ * chunked for the runtime); on failure g is freed. */
+sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g);
 /* An exact copy of src into dst (zeroed first; freed on failure). */
 sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst);
 /* taskgraph.c: append a buffer / a task with deps (negative ids are skipped;

@@ -275,7 +275,8 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
             }
             for (size_t k = lo; k < nb && block_key_cmp(&blocks[k], d, h) == 0 && s == SW_OK; k++) {
                 if (sw_box_equal(&blocks[k].box, &regs[q])) {
-                    s = push_saving(mt, cap, blocks[k].ci, cj, d, elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]));
+                    double bytes = elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
+                    s = push_saving(mt, cap, blocks[k].ci, cj, d, bytes);
                 }
             }
         }

@@ -178,8 +178,8 @@ sw_status sw_task_dispatch(const sw_task_env *e, const sw_task_runners *r) {
     }
     sw_task_runner run = runner_of(r, kind);
     if (!run) {
-        return SW_FAIL(SW_ERR_VALUE, "the %s backend does not run %s tasks (task %d)", r->backend, sw_task_kind_names[kind],
-                       e->id);
+        return SW_FAIL(SW_ERR_VALUE, "the %s backend does not run %s tasks (task %d)", r->backend,
+                       sw_task_kind_names[kind], e->id);
     }
     SW_TRY(check_buffers(e));
     return run(e);

@@ -412,11 +412,7 @@ static _Atomic int64_t lowerings;
 
 int64_t sw_lower_count(void) { return atomic_load(&lowerings); }
 
-sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_task_graph *g) {
-    return sw_lower_rings(p, plan, SW_RINGS_CHUNKED, g);
-}
-
-sw_status sw_lower_rings(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g) {
+sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g) {
     atomic_fetch_add(&lowerings, 1);
     if (rings != SW_RINGS_CHUNKED && rings != SW_RINGS_FUSED) {
         return SW_FAIL(SW_ERR_VALUE, "unknown ring detail %d (0: chunked, 1: fused)", (int)rings);

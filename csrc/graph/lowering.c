@@ -162,7 +162,7 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, sw_ring_deta
     l->ndev = p->ndev;
     l->nops = p->nops;
     l->optimizer_state = p->optimizer_state;
-    sw_status s = sw_lower_rings(p, plan, rings, &l->g);
+    sw_status s = sw_lower(p, plan, rings, &l->g);
     if (s == SW_OK) {
         l->base_ntasks = l->g.ntasks;
         l->base_nbuffers = l->g.nbuffers;

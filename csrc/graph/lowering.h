@@ -42,8 +42,8 @@ struct sw_lowering {
     int32_t *rank;
 };
 
-/* Lower `plan` once (sw_lower_rings, its rings as `rings` says) and annotate the graph: with `streams` (a schedule's for this
- * plan's graph, checked and copied; NULL: one per device), with `recompute` (rewritten by
+/* Lower `plan` once (sw_lower, its rings as `rings` says) and annotate the graph: with `streams`
+ * (a schedule's for this plan's graph, checked and copied; NULL: one per device), with `recompute` (rewritten by
  * sw_recompute_apply, one stream per device; NULL or n == 0: none) and with `swap` (rewritten
  * by sw_swap_apply after the recompute rewrite, whose graph its ids then refer to; its tasks on
  * the swap streams; NULL or n == 0: none).  Streams go with neither: swap and recompute plans run
