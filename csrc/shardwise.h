@@ -137,6 +137,7 @@ double sw_fastest_route(const sw_problem *p);
 typedef struct {
     int node_eliminations, edge_eliminations, leaf_eliminations;
     int reused_products;            /* node eliminations that reused an earlier one's table (same inputs) */
+    int reused_sums;                /* edge eliminations that reused an earlier one's table (same inputs) */
     int algorithm1_residual_nodes;  /* K of seed 003 Table 2: left by node + edge eliminations */
     int residual_nodes, residual_edges;  /* left after leaf eliminations too */
     double residual_combinations;   /* product of configuration counts of the residual graph (may be inf) */

@@ -287,6 +287,34 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
     return s;
 }
 
+/* Does op v's memory read its producers alike with op t's: equal kind, and per data slot a
+ * graph input as producer on both or on neither (keeps_regions reads that). */
+static int same_memory_reads(const sw_problem *p, const int8_t *kind, int v, int t) {
+    const sw_op *a = &p->ops[v], *b = &p->ops[t];
+    if (kind[v] != kind[t] || a->ninputs != b->ninputs) {
+        return 0;
+    }
+    for (int k = 0; k < a->ninputs; k++) {
+        if (a->inputs[k].role == SW_ROLE_DATA &&
+            (kind[a->inputs[k].producer] == SW_OPKIND_INPUT) != (kind[b->inputs[k].producer] == SW_OPKIND_INPUT)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Edge e's terms when an earlier edge d joins ops of the same data (twins, the same slot):
+ * its base rows and its savings, copied.  A transformer's layers are such twins. */
+static sw_status copy_edge_terms(const sw_problem *p, sw_memory_tables *mt, int e, int d, int64_t *cap) {
+    memcpy(mt->edge_base[e], mt->edge_base[d], sizeof(double) * (size_t)p->ops[mt->edge_dst[e]].ncfg * (size_t)mt->ndev);
+    sw_status s = SW_OK;
+    for (int64_t q = mt->shared_ptr[d]; q < mt->shared_ptr[d + 1] && s == SW_OK; q++) {
+        sw_memory_saving x = mt->shared[q];   /* a copy: push_saving may move the list */
+        s = push_saving(mt, cap, x.ci, x.cj, x.dev, x.bytes);
+    }
+    return s;
+}
+
 sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt) {
     memset(mt, 0, sizeof *mt);
     if (p->nops < 1 || p->ndev < 1) {
@@ -304,6 +332,9 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
         }
     }
     size_t nops = (size_t)p->nops, ne = (size_t)ndata + 1;
+    /* ops whose terms are another's (sw_node_twins: equal shapes, index maps, configurations
+     * and devices; here also equal kinds and input producers): computed once */
+    int *from = malloc(sizeof *from * nops);
     mt->node = calloc(nops, sizeof *mt->node);
     mt->edge_src = calloc(ne, sizeof *mt->edge_src);
     mt->edge_dst = calloc(ne, sizeof *mt->edge_dst);
@@ -311,29 +342,40 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
     mt->edge_base = calloc(ne, sizeof *mt->edge_base);
     mt->shared_ptr = calloc(ne + 1, sizeof *mt->shared_ptr);
     sw_status s = SW_OK;
-    if (!mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr) {
+    if (!from || !mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
         goto done;
     }
+    s = sw_node_twins(p, from);
     for (int v = 0; v < p->nops && s == SW_OK; v++) {
-        mt->node[v] = calloc((size_t)p->ops[v].ncfg * (size_t)p->ndev, sizeof **mt->node);
+        if (from[v] != v && !same_memory_reads(p, kind, v, from[v])) {
+            from[v] = v;
+        }
+    }
+    for (int v = 0; v < p->nops && s == SW_OK; v++) {
+        size_t cells = (size_t)p->ops[v].ncfg * (size_t)p->ndev;
+        mt->node[v] = calloc(cells, sizeof **mt->node);
         if (!mt->node[v]) {
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
         }
-        int most = 1;
-        for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
-            most = p->ops[v].cfgs[ci].nworkers > most ? p->ops[v].cfgs[ci].nworkers : most;
+        if (from[v] != v) {
+            memcpy(mt->node[v], mt->node[from[v]], sizeof **mt->node * cells);
+        } else {
+            int most = 1;
+            for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
+                most = p->ops[v].cfgs[ci].nworkers > most ? p->ops[v].cfgs[ci].nworkers : most;
+            }
+            tagged_box *scratch = malloc(sizeof *scratch * (size_t)most);
+            if (!scratch) {
+                s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+                break;
+            }
+            for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
+                node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev, scratch);
+            }
+            free(scratch);
         }
-        tagged_box *scratch = malloc(sizeof *scratch * (size_t)most);
-        if (!scratch) {
-            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
-            break;
-        }
-        for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
-            node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev, scratch);
-        }
-        free(scratch);
         for (int k = 0; k < p->ops[v].ninputs; k++) {
             if (p->ops[v].inputs[k].role == SW_ROLE_DATA) {
                 int e = mt->nedges++;
@@ -350,10 +392,18 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
         }
-        s = edge_terms(p, kind, e, mt, &cap);
+        int twin = -1;   /* an earlier edge between the same ops' twins, on the same slot */
+        for (int d = e - 1; d >= 0 && twin < 0; d--) {
+            if (mt->edge_slot[d] == mt->edge_slot[e] && from[mt->edge_src[d]] == from[mt->edge_src[e]] &&
+                from[mt->edge_dst[d]] == from[mt->edge_dst[e]]) {
+                twin = d;
+            }
+        }
+        s = twin >= 0 ? copy_edge_terms(p, mt, e, twin, &cap) : edge_terms(p, kind, e, mt, &cap);
         mt->shared_ptr[e + 1] = mt->nshared;
     }
 done:
+    free(from);
     if (s != SW_OK) {
         sw_memory_tables_free(mt);
     }

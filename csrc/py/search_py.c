@@ -15,8 +15,8 @@
 
 /* ------------------------------------------------------------------ stats */
 static PyObject *stats_dict(const sw_search_stats *st) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d}", "node_eliminations",
-                         st->node_eliminations, "reused_products", st->reused_products,
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d}", "node_eliminations",
+                         st->node_eliminations, "reused_products", st->reused_products, "reused_sums", st->reused_sums,
                          "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
                          "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
                          "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
@@ -317,7 +317,12 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
             goto done;
         }
         t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL, 0};
-        if (!no_nan(t.edges[e].time, (npy_intp)t.ncfg[src] * t.ncfg[dst])) {
+        int checked = 0;   /* a table shared by many edges (repeated layers) is read once */
+        for (Py_ssize_t f = e - 1; f >= 0 && !checked; f--) {
+            checked = t.edges[f].time == t.edges[e].time && t.ncfg[t.edges[f].src] == t.ncfg[src] &&
+                      t.ncfg[t.edges[f].dst] == t.ncfg[dst];
+        }
+        if (!checked && !no_nan(t.edges[e].time, (npy_intp)t.ncfg[src] * t.ncfg[dst])) {
             PyErr_Format(PyExc_ValueError, "edge %zd: costs must not be NaN", e);
             goto done;
         }

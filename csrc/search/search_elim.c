@@ -113,27 +113,54 @@ static sw_status eliminate_leaf(state *st, int j, int e) {
     return SW_OK;
 }
 
+/* A table an earlier merge made from the same two tables (either order: the sum is the
+ * same bit for bit), for edges between ops of the same configuration counts.  Repeated
+ * blocks meet parallel edges of shared tables (a skip beside a chain, a freed-bytes table
+ * beside a transfer), so their sums, and the products made from them, are computed once.
+ * NULL if none. */
+static double *earlier_sum(const state *st, const double *a, const double *b, int src, int dst) {
+    const int *nc = st->t->ncfg;
+    for (int q = 0; q < st->nsums; q++) {
+        const record *r = &st->recs[st->sums[q]];
+        if (((r->a == a && r->b == b) || (r->a == b && r->b == a)) && nc[r->i] == nc[src] && nc[r->k] == nc[dst]) {
+            return st->edges[r->made].t;
+        }
+    }
+    return NULL;
+}
+
 static sw_status merge_edges(state *st, int e1, int e2) {
     const int *nc = st->t->ncfg;
-    size_t cells = (size_t)nc[st->edges[e1].src] * (size_t)nc[st->edges[e1].dst];
-    double *table = malloc(sizeof(double) * cells);
-    if (!table) {
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
-    }
-    for (size_t c = 0; c < cells; c++) {
-        table[c] = st->edges[e1].t[c] + st->edges[e2].t[c];
-    }
     int src = st->edges[e1].src, dst = st->edges[e1].dst;
+    const double *a = st->edges[e1].t, *b = st->edges[e2].t;
+    double *table = earlier_sum(st, a, b, src, dst);
+    int owned = table == NULL;
+    if (owned) {
+        size_t cells = (size_t)nc[src] * (size_t)nc[dst];
+        table = malloc(sizeof(double) * cells);
+        if (!table) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        for (size_t c = 0; c < cells; c++) {
+            table[c] = a[c] + b[c];
+        }
+    }
     kill_edge(st, e1);
     kill_edge(st, e2);
     sw_status s = push_edge(st, src, dst, table);
     if (s != SW_OK) {
-        free(table);
+        if (owned) {
+            free(table);
+        }
         return s;
     }
+    st->edges[st->ne - 1].borrowed = !owned;   /* a reused table belongs to the edge that made it */
     st->outdeg[src]++;
     st->indeg[dst]++;
-    st->recs[st->nrec++] = (record){REC_MERGE, -1, src, dst, NULL, NULL, e1, e2, st->ne - 1};
+    if (owned) {
+        st->sums[st->nsums++] = st->nrec;
+    }
+    st->recs[st->nrec++] = (record){REC_MERGE, -1, src, dst, a, b, e1, e2, st->ne - 1};
     return SW_OK;
 }
 
@@ -189,11 +216,13 @@ static sw_status edge_sweep(state *st, sw_search_stats *stats, int *made) {
         for (int b = a + 1; b < st->ne; b++) {
             if (st->edges[b].alive && st->edges[b].src == st->edges[a].src &&
                 st->edges[b].dst == st->edges[a].dst) {
+                int made_before = st->nsums;
                 sw_status s = merge_edges(st, a, b);
                 if (s != SW_OK) {
                     return s;
                 }
                 stats->edge_eliminations++;
+                stats->reused_sums += st->nsums == made_before;
                 (*made)++;
                 break;  /* edge a is dead now; the merged edge is revisited later */
             }
@@ -286,6 +315,7 @@ static void free_state(state *st) {
     free(st->edges);
     free(st->recs);
     free(st->products);
+    free(st->sums);
     free(st->alive);
     free(st->indeg);
     free(st->outdeg);
@@ -302,7 +332,8 @@ static sw_status init_state(state *st, const sw_tables *t) {
     /* each elimination removes a node, each merge an edge: records <= nodes + edges */
     st->recs = calloc(n + (size_t)t->nedges, sizeof *st->recs);
     st->products = calloc(n, sizeof *st->products);
-    if (!st->node || !st->alive || !st->indeg || !st->outdeg || !st->recs || !st->products) {
+    st->sums = calloc((size_t)(t->nedges > 0 ? t->nedges : 1), sizeof *st->sums);   /* a merge removes an edge */
+    if (!st->node || !st->alive || !st->indeg || !st->outdeg || !st->recs || !st->products || !st->sums) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < t->nnodes; i++) {

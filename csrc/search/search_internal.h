@@ -29,8 +29,8 @@ typedef struct {
     record_kind kind;
     int j;             /* the eliminated node (-1 for a merge) */
     int i, k;          /* REC_NODE: i -> j -> k; leaves: i is the neighbour; merge: the ends */
-    const double *a;   /* REC_NODE: table i -> j; leaves: the one edge's table */
-    const double *b;   /* REC_NODE: table j -> k */
+    const double *a;   /* REC_NODE: table i -> j; leaves: the one edge's table; merge: the first */
+    const double *b;   /* REC_NODE: table j -> k; merge: the second */
     int ea, eb;        /* REC_NODE: edges i -> j, j -> k; leaves: ea; merge: the two merged */
     int made;          /* REC_NODE, merge: the edge made */
 } record;
@@ -47,6 +47,8 @@ typedef struct {
     int nrec;
     int *products;          /* records of node eliminations whose tables may be reused (search_elim.c) */
     int nproducts;
+    int *sums;              /* records of merges whose tables may be reused (search_elim.c) */
+    int nsums;
 } state;
 
 /* out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck] (Eq. 2's min-plus product),

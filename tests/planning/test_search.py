@@ -30,7 +30,7 @@ from strategies_random import (RESIDUAL_KINDS, SERIES_PARALLEL, brute_force, bui
                                random_device_graphs, table_problems)
 
 REL = 1e-9
-STATS_KEYS = {"node_eliminations", "reused_products", "edge_eliminations", "leaf_eliminations", "algorithm1_residual_nodes",
+STATS_KEYS = {"node_eliminations", "reused_products", "reused_sums", "edge_eliminations", "leaf_eliminations", "algorithm1_residual_nodes",
               "residual_nodes", "residual_edges", "residual_combinations", "evaluations", "residual_width",
               "residual_table", "exact", "lower_bound"}
 

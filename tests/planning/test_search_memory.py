@@ -171,6 +171,69 @@ def test_weighted_tables_price_every_strategy_at_its_eq1_plus_priced_footprint(m
     assert (nodes[0][1:] == sm.BIG).all() and nodes[0][0] < sm.BIG
 
 
+def test_repeated_layers_share_tables_and_price_strategies_exactly():
+    """A transformer's layers have equal tables: Tables shares them as one array (so the
+    elimination reuses its products and sums), and one weighted table serves every edge that
+    frees the same bytes.  Shared or not, strategies price the same: the footprint equals the
+    memory edges summed one by one, and the search over copies of every table (nothing shared)
+    returns the same strategy and cost."""
+    rng = np.random.default_rng(11)
+    graph = sw.models.gpt(layers=4, d_model=32, heads=2, seq=16, vocab=64, batch=4)
+    devices = DeviceGraph.parse("2x2", device="P100")
+    t = sm.Tables(_problem(graph, devices, CostOptions(reduction_splits=True)), graph)
+    lam = rng.random(len(devices)) * 1e-9
+    allowed = [np.ones(len(c), bool) for c in t.time]
+    nodes, edges = t.weighted(lam, 1.0, allowed)
+    assert len({id(e) for *_, e in edges}) < len(edges) // 2
+    choice, cost, _ = sm._core.search_tables(nodes, edges, "elimination", 1e9)
+    copied = [(u, v, np.array(e)) for u, v, e in edges]
+    c_choice, c_cost, stats = sm._core.search_tables(nodes, copied, "elimination", 1e9)
+    assert list(c_choice) == list(choice) and c_cost == pytest.approx(cost, rel=1e-12)
+    assert stats["reused_products"] == 0
+    strategies = [list(choice)] + [[int(rng.integers(len(c))) for c in t.time] for _ in range(20)]
+    freed_hits = 0
+    for x in strategies:
+        direct = sum(m[xi] for m, xi in zip(t.mem, x))
+        for u, v, _, base, idx, nbytes in t.medges:
+            idx = np.asarray(idx).reshape(-1, 3)
+            hit = (idx[:, 0] == x[u]) & (idx[:, 1] == x[v])
+            freed_hits += int(hit.any())
+            direct = direct + np.asarray(base)[x[v]] - np.bincount(idx[hit, 2], weights=np.asarray(nbytes)[hit],
+                                                                  minlength=t.ndev)
+        np.testing.assert_allclose(t.footprint(x), direct, rtol=1e-12)
+        total = sum(n[x[v]] for v, n in enumerate(nodes)) + sum(m[x[u], x[v]] for u, v, m in edges)
+        assert total == pytest.approx(t.eq1(x) + float(lam @ direct), rel=1e-9)
+    assert freed_hits > 0   # the strategies met freed bytes, so the shared freed tables were read
+
+
+@pytest.mark.parametrize("sync", ["ring", "zero"])
+def test_repeated_layers_footprint_of_baselines_is_what_the_memory_plan_keeps(sync):
+    """The memory tables of twin ops (every layer of a transformer after the first) are copied
+    from the first layer's: the plans that share most regions with their producers (data and
+    model parallelism, every op split alike) keep what the footprint says."""
+    graph = sw.models.gpt(layers=4, d_model=32, heads=2, seq=16, vocab=64, batch=4)
+    devices = DeviceGraph.parse("2x2", device="P100")
+    options = CostOptions(sync=sync)
+    problem = _problem(graph, devices, options)
+    tables = sm.Tables(problem, graph)
+    for base in (sw.strategies.data_parallel(graph, devices, options=options),
+                 sw.strategies.model_parallel(graph, devices, options=options)):
+        choice = []
+        for op in graph.ops:
+            deg, dev = problem.configs(op.index)
+            cfg = base.configs[op.name]
+            want = list(cfg.degrees) + [1] * (deg.shape[1] - len(cfg.degrees))
+            hits = [k for k in range(len(deg)) if list(deg[k]) == want
+                    and tuple(int(x) for x in dev[k] if x >= 0) == tuple(cfg.devices)
+                    and reduction_config(op, problem.reductions(op.index)[k]) == cfg.reduction]
+            choice.append(hits[0])
+        mp = sw.memory_plan(_plan(problem, graph, devices, options, choice))
+        kept = [mp.devices[d].activations_kept + sum(mp.devices[d].at_peak.get(k, 0) for k in
+                                                      ("param", "momentum", "running_stats"))
+                for d in range(len(devices))]
+        np.testing.assert_allclose(tables.footprint(choice), kept, rtol=0, atol=0.5)
+
+
 def test_a_subset_of_the_tables_prices_strategies_as_the_whole():
     """Tables.subset(keep): every strategy over the kept configurations has the Eq. 1 and the
     footprint it has in the whole tables (node rows, edge blocks and the freed bytes remapped)."""

@@ -1,7 +1,8 @@
 """The search's shortcuts for repeated structure keep the optimum.
 
 * Node eliminations whose two tables are the same arrays and whose node costs are equal
-  reuse an earlier product (csrc/search/search_elim.c): on graphs of repeated blocks the
+  reuse an earlier product, and edge eliminations of the same two arrays an earlier sum
+  (csrc/search/search_elim.c): on graphs of repeated blocks the
   elimination still finds the exhaustive optimum, also when one block's node cost differs
   (which must not reuse), and the min-marginals of its reverse pass equal brute force;
 * edges whose transfer tables are a function of the same data share one table, and the
@@ -66,6 +67,24 @@ def test_reused_products_keep_the_exhaustive_optimum(seed):
     # the first block's product of t1, c1, t2 is reused by the second (and the third unless perturbed)
     assert e_stats["reused_products"] >= (1 if perturb else 2)
     assert e_stats["exact"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_reused_sums_keep_the_exhaustive_optimum(seed):
+    """Each block's chain product meets the skip beside it; the first block's sum of the two is
+    reused by the others (same arrays), unless a perturbed block made a product of its own."""
+    rng = np.random.default_rng(200 + seed)
+    perturb = seed % 2 == 1
+    nodes, edges = repeated_blocks(rng, blocks=3, ncfg=int(rng.integers(2, 5)), perturb=perturb, crossing=False)
+    e_choice, e_cost, e_stats = _core.search_tables(nodes, edges, "elimination", 1e9)
+    x_choice, x_cost, _ = _core.search_tables(nodes, edges, "exhaustive", 1e9)
+    assert math.isclose(e_cost, x_cost, rel_tol=REL), (e_cost, x_cost, e_stats)
+    assert math.isclose(eq1(nodes, edges, e_choice), e_cost, rel_tol=REL)
+    assert e_stats["reused_sums"] == (1 if perturb else 2), e_stats
+    copied = [(a, b, t.copy()) for a, b, t in edges]   # equal contents, other arrays: nothing reused
+    c_choice, c_cost, c_stats = _core.search_tables(nodes, copied, "elimination", 1e9)
+    assert c_stats["reused_sums"] == 0 and c_stats["reused_products"] == 0
+    assert list(c_choice) == list(e_choice) and c_cost == e_cost
 
 
 @pytest.mark.parametrize("seed", range(4))

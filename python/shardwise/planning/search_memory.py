@@ -147,7 +147,7 @@ class Tables:
         for v in range(self.n):
             tc, ts, _ = problem.node_costs(v)
             self.time.append(np.asarray(tc) + np.asarray(ts))
-        self.edges = [(u, v, s, problem.edge_table(e)[0]) for e, (u, v, s) in enumerate(problem.edges())]
+        self.edges = share_equal([(u, v, s, problem.edge_table(e)[0]) for e, (u, v, s) in enumerate(problem.edges())])
         node, medges = problem.memory_tables(op_kinds(graph))
         self.mem = node                                   # per op: (ncfg, ndev)
         self.ndev = node[0].shape[1]
@@ -161,7 +161,7 @@ class Tables:
         out.n, out.ndev = self.n, self.ndev
         keep = [np.asarray(k, np.int64) for k in keep]
         out.time = [t[k] for t, k in zip(self.time, keep)]
-        out.edges = [(u, v, slot, t[np.ix_(keep[u], keep[v])]) for u, v, slot, t in self.edges]
+        out.edges = share_equal([(u, v, slot, t[np.ix_(keep[u], keep[v])]) for u, v, slot, t in self.edges])
         out.mem = [m[k] for m, k in zip(self.mem, keep)]
         new = []   # per op: old configuration index -> new one (-1: dropped)
         for v, k in enumerate(keep):
@@ -191,22 +191,18 @@ class Tables:
         node_at = np.concatenate([[0], np.cumsum(ncfg)]).astype(np.int64)
         bases = [base for _, _, _, base, _, _ in self.medges]
         base_at = np.concatenate([[0], np.cumsum([len(b) for b in bases])]).astype(np.int64)
-        eu, ev, ci, cj, dev, nbytes, pos, eid = [], [], [], [], [], [], [], []
+        dev, nbytes, pos, eid = [], [], [], []
         for e, (u, v, _, base, idx, nb) in enumerate(self.medges):
             if not len(idx):
                 continue
             idx = np.asarray(idx, np.int64)
             k = len(idx)
-            eu.append(np.full(k, u, np.int64))
-            ev.append(np.full(k, v, np.int64))
-            ci.append(idx[:, 0])
-            cj.append(idx[:, 1])
             dev.append(idx[:, 2])
             nbytes.append(np.asarray(nb, float))
             pos.append(idx[:, 0] * len(base) + idx[:, 1])
             eid.append(np.full(k, e, np.int64))
         cat = (lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
-        eu, ev, ci, cj, dev = (cat(a, np.int64) for a in (eu, ev, ci, cj, dev))
+        dev = cat(dev, np.int64)
         nbytes, pos, eid = cat(nbytes, float), cat(pos, np.int64), cat(eid, np.int64)
         order = np.lexsort((pos, eid))                     # by edge, then by position in its table
         key_e, key_p = eid[order], pos[order]
@@ -218,27 +214,44 @@ class Tables:
         # a memory edge's base bytes depend on v's configuration alone: weighted, they are added
         # to node v (the base rows of every memory edge into v, summed per row, as base_sum at
         # node_at[v]); only edges with freed bytes keep a table of their own, zero but for those
-        # bytes (freed_edges; group k at freed_at[edge of k] + group_pos[k] of one buffer)
+        # bytes (freed_edges; group k of a rep edge at group_flat[k] of one buffer)
         base_v = np.array([v for _, v, _, _, _, _ in self.medges], np.int64)
         base_sum = np.zeros((int(node_at[-1]), self.ndev))
         for e, v in enumerate(base_v):
             base_sum[node_at[v]:node_at[v + 1]] += bases[e]
         freed_edges = [e for e in range(len(self.medges)) if edge_groups[e + 1] > edge_groups[e]]
-        sizes = [len(self.mem[self.medges[e][0]]) * len(bases[e]) for e in freed_edges]
+        # edges freeing the same bytes at the same places (each layer of a transformer) share one
+        # table per weighting: only the first of each kind ("rep") is laid out in the buffer
+        like = _alike_freed(self, freed_edges, order, eid, pos, dev, nbytes)
+        reps = sorted(set(like.values()))
+        sizes = [len(self.mem[self.medges[e][0]]) * len(bases[e]) for e in reps]
         freed_at = np.zeros(len(self.medges) + 1, np.int64)
-        freed_at[freed_edges] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else []
-        group_flat = (freed_at[np.repeat(np.arange(len(self.medges)), np.diff(edge_groups))] + group_pos
-                      if len(starts) else np.zeros(0, np.int64))
+        freed_at[reps] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else []
+        is_rep = np.zeros(len(self.medges) + 1, bool)
+        is_rep[reps] = True
+        rep_entries = order[is_rep[key_e]]                  # their entries, still grouped by position
+        rep_groups = np.flatnonzero(is_rep[group_edge])
+        lengths = np.diff(np.append(starts, len(order)))[rep_groups]
+        rep_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        group_flat = freed_at[group_edge[rep_groups]] + group_pos[rep_groups]
         node = np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev))
         cache = {"node": node, "priced": node + base_sum,
-                 "freed_edges": freed_edges, "freed_size": int(sum(sizes)),
-                 "freed_at": freed_at, "group_flat": group_flat,
+                 "freed_edges": freed_edges, "freed_like": like, "freed_size": int(sum(sizes)),
+                 "freed_at": freed_at, "group_flat": group_flat, "rep_starts": rep_starts,
+                 "rep_dev": dev[rep_entries], "rep_bytes": nbytes[rep_entries],
                  "node_at": node_at,
                  "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
                  "base_at": base_at,
                  "base_v": base_v,
-                 "eu": eu, "ev": ev, "ci": ci, "cj": cj, "dev": dev, "nbytes": nbytes,
-                 "order": order, "starts": starts, "group_pos": group_pos, "edge_groups": edge_groups}
+                 "dev": dev, "nbytes": nbytes, "order": order}
+        # the footprint finds a strategy's freed bytes by (edge, position) key: groups sorted by it
+        stride = max([len(self.mem[u]) * len(b) for u, _, _, b, _, _ in self.medges] + [1])
+        fe = np.asarray(freed_edges, np.int64)
+        cache.update(stride=stride, group_key=group_edge * stride + group_pos, group_start=starts,
+                     group_end=np.append(starts[1:], len(order)).astype(np.int64), fe=fe,
+                     fe_u=np.array([self.medges[e][0] for e in freed_edges], np.int64),
+                     fe_v=np.array([self.medges[e][1] for e in freed_edges], np.int64),
+                     fe_nv=np.array([len(self.medges[e][3]) for e in freed_edges], np.int64))
         self._packed_cache = cache
         return cache
 
@@ -249,9 +262,17 @@ class Tables:
         a = p["node"][p["node_at"][:-1] + x].sum(axis=0) if len(x) else np.zeros(self.ndev)
         if len(p["base_v"]):
             a = a + p["base"][p["base_at"][:-1] + x[p["base_v"]]].sum(axis=0)
-        if len(p["ci"]):
-            hit = (p["ci"] == x[p["eu"]]) & (p["cj"] == x[p["ev"]])
-            a = a - np.bincount(p["dev"][hit], weights=p["nbytes"][hit], minlength=self.ndev)
+        if len(p["group_key"]):
+            # each edge with freed bytes: the group at x's position in its table, if it has one
+            fe = p["fe"]
+            want = fe * p["stride"] + x[p["fe_u"]] * p["fe_nv"] + x[p["fe_v"]]
+            g = np.minimum(np.searchsorted(p["group_key"], want), len(p["group_key"]) - 1)
+            g = g[p["group_key"][g] == want]
+            if len(g):
+                lo, hi = p["group_start"][g], p["group_end"][g]
+                entries = p["order"][np.repeat(lo - np.concatenate([[0], np.cumsum(hi - lo)[:-1]]), hi - lo)
+                                     + np.arange(int((hi - lo).sum()))]
+                a = a - np.bincount(p["dev"][entries], weights=p["nbytes"][entries], minlength=self.ndev)
         return a
 
     def eq1(self, x: Sequence[int]) -> float:
@@ -270,17 +291,63 @@ class Tables:
         node_lam = p["priced"] @ lam   # per configuration: its node bytes and its memory edges' base bytes
         at = p["node_at"]
         nodes = [np.where(allowed[v], wtime * self.time[v] + node_lam[at[v]:at[v + 1]], BIG) for v in range(self.n)]
-        edges = [(u, v, t if wtime == 1.0 else wtime * t) for u, v, _, t in self.edges]
+        scaled: dict[int, np.ndarray] = {}   # equal tables stay one array (the elimination reuses their products)
+        if wtime != 1.0:
+            for *_, t in self.edges:
+                if id(t) not in scaled:
+                    scaled[id(t)] = wtime * t
+        edges = [(u, v, scaled.get(id(t), t)) for u, v, _, t in self.edges]
         if p["freed_edges"]:
-            freed = np.add.reduceat(p["nbytes"][p["order"]] * lam[p["dev"][p["order"]]], p["starts"])
+            freed = np.add.reduceat(p["rep_bytes"] * lam[p["rep_dev"]], p["rep_starts"])
             flat = np.zeros(p["freed_size"])
             flat[p["group_flat"]] = -freed
             fat = p["freed_at"]
+            made: dict[int, np.ndarray] = {}
             for e in p["freed_edges"]:
                 u, v, _, base, _, _ = self.medges[e]
-                n = len(self.time[u]) * len(base)
-                edges.append((u, v, flat[fat[e]:fat[e] + n].reshape(len(self.time[u]), len(base))))
+                first = p["freed_like"][e]   # an edge freeing the same bytes at the same places: its table
+                if first not in made:
+                    n = len(self.time[u]) * len(base)
+                    made[first] = flat[fat[first]:fat[first] + n].reshape(len(self.time[u]), len(base))
+                edges.append((u, v, made[first]))
         return nodes, edges
+
+
+def share_equal(edges: list[tuple]) -> list[tuple]:
+    """``edges`` (u, v, slot, table) with equal tables made one array.  The elimination search
+    computes a product or sum once for the same input arrays, so the repeated layers of a
+    transformer (every layer's tables equal) are eliminated once, not once per layer; it
+    compares arrays, not contents, which is why they must be shared here."""
+    seen: dict[tuple, list[np.ndarray]] = {}
+    out = []
+    for u, v, slot, t in edges:
+        t = np.ascontiguousarray(t, np.float64)
+        flat = t.reshape(-1)
+        key = (t.shape, flat[::max(1, flat.size // 256)].tobytes())   # a sample: equal tables share it
+        for other in seen.setdefault(key, []):
+            if np.array_equal(other, t):
+                t = other
+                break
+        else:
+            seen[key].append(t)
+        out.append((u, v, slot, t))
+    return out
+
+
+def _alike_freed(tables: "Tables", freed_edges: list[int], order: np.ndarray, eid: np.ndarray, pos: np.ndarray,
+                 dev: np.ndarray, nbytes: np.ndarray) -> dict[int, int]:
+    """Per memory edge with freed bytes, the first such edge whose weighted table is the same
+    for every price vector: the same table shape and the same (position, device, bytes)
+    entries in the same order (``order``: the entries grouped by edge, then position)."""
+    bounds = np.searchsorted(eid[order], np.arange(len(tables.medges) + 1))
+    first: dict[tuple, int] = {}
+    like = {}
+    for e in freed_edges:
+        at = order[bounds[e]:bounds[e + 1]]
+        u, _, _, base, _, _ = tables.medges[e]
+        key = (len(tables.mem[u]), len(base), pos[at].tobytes(), dev[at].tobytes(), nbytes[at].tobytes())
+        like[e] = first.setdefault(key, e)
+    return like
 
 
 @dataclass
