@@ -310,3 +310,29 @@ def test_weight_and_bias_gradients_are_separate_sub_tasks(model, ndev):
             assert (op, worker, tg.buffers[b].slot) in grads, (op, name, worker)
         biases = [k for k in grads if g[k[0]].desc.inputs[k[2]].bias]
         assert biases and len(biases) < len(grads)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("sync", ["ring", "zero"])
+def test_persistent_buffer_totals_bound_every_arena(sync, precision):
+    """buffer_totals(persistent=True): the planned bytes of the buffers kept across steps
+    (parameters, optimizer state, running statistics), device by device, which the memory plan
+    keeps live at once, so no device's arena is smaller (the search's memory check rejects a plan
+    on them without making its memory plan)."""
+    from shardwise import _core
+    from shardwise.iteration.lower import lowered
+    from shardwise.planning.problem import CostOptions
+
+    g = sw.models.resnet18_small(batch=8)   # batch norm: running statistics persist too
+    d = sw.DeviceGraph.cpu(4)
+    options = CostOptions(sync=sync, precision=precision)
+    kinds = [_core.BUFFER_KINDS.index(k) for k in ("param", "momentum", "running_stats")]
+    for plan in sw.strategies.baselines(g, d, options):
+        handle = lowered(plan)
+        a = handle.arrays()
+        keep = np.isin(a["buffer_kind"], kinds)
+        want = np.bincount(a["buffer_device"][keep], weights=a["buffer_plan_bytes"][keep], minlength=len(d))
+        got, count = handle.buffer_totals(persistent=True)
+        assert got.tolist() == want.astype(np.int64).tolist() and (got > 0).all()
+        assert count.tolist() == np.bincount(a["buffer_device"][keep], minlength=len(d)).tolist()
+        assert (got <= handle.memory_plan(align=256)["arena"]).all()

@@ -108,7 +108,8 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
     """Does every device's memory plan (its arena) fit ``limit``?  First the cheap sufficient test
     (the lowering's buffers added up, each rounded up to the arena alignment: greedy placement
     never puts a buffer's end above that sum: added up from the plan's fused lowering, as its chunked
-    graph holds them), then the memory plan itself.  ``kept``: the
+    graph holds them), then a cheap necessary one (the buffers kept across steps, live at once in
+    every arena, added up), then the memory plan itself.  ``kept``: the
     problem_cache.Kept the plan was searched on, with ``choice`` its configuration indices
     there: the buffer totals of an earlier search that found the same plan, or kept for the next."""
     if limit is None:
@@ -129,6 +130,8 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
     memory, buffers = totals
     if (memory + buffers * DEFAULT_ALIGNMENT <= limit).all():
         return True
+    if handle is not None and (handle.buffer_totals(persistent=True)[0] > limit).any():
+        return False   # what persists across steps alone (live at once in every arena) is too much
     handle = handle if handle is not None and detail == "fused" else lowered(plan, rings=detail)
     return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 
@@ -290,7 +293,10 @@ class Tables:
         p = self._packed()
         node_lam = p["priced"] @ lam   # per configuration: its node bytes and its memory edges' base bytes
         at = p["node_at"]
-        nodes = [np.where(allowed[v], wtime * self.time[v] + node_lam[at[v]:at[v + 1]], BIG) for v in range(self.n)]
+        if "time" not in p:
+            p["time"] = np.concatenate(self.time) if self.time else np.zeros(0)
+        flat = np.where(np.concatenate(allowed), wtime * p["time"] + node_lam, BIG)
+        nodes = [flat[at[v]:at[v + 1]] for v in range(self.n)]   # views of one buffer
         scaled: dict[int, np.ndarray] = {}   # equal tables stay one array (the elimination reuses their products)
         if wtime != 1.0:
             for *_, t in self.edges:
