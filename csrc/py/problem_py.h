@@ -110,6 +110,8 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
 PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args);
 /* sim_tasks_py.c: its NumPy API table, the module functions simulate_tasks and simulate_shared */
 int sw_py_register_sim_tasks(PyObject *module);
+/* routes_py.c: its NumPy API table, the module functions widest_bandwidths and widest_routes */
+int sw_py_register_routes(PyObject *module);
 
 /* swap_py.c: Problem.swap_plan; a swap argument: None (spec->n = 0) or (buffer, out_at, in_at) int32
  * arrays of one length, held in arr[3] (Py_XDECREF them either way); -1 with an exception. */
