@@ -52,6 +52,10 @@ void sw_py_plan_args_free(plan_args *a);
 
 /* A new 1-D array of n items copied from src. */
 PyObject *sw_py_contiguous(const void *src, npy_intp n, int type);
+/* A 1-D array of n items over `data` (malloc'd; NULL when n is 0), which it frees, not copied:
+ * the replay's resource lists and the routes run to hundreds of MB.  NULL with an exception
+ * (data freed then). */
+PyObject *sw_py_adopt(void *data, npy_intp n, int type);
 /* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
 int sw_py_put(PyObject *d, const char *key, PyObject *value);
 

@@ -214,12 +214,20 @@ def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Mac
     np.cumsum(counts, out=start[1:])
     if start[-1] >= 2 ** 31:
         raise ConfigError(f"the routes of {len(keys)} device pairs hold 2^31 links or more: too many to simulate")
-    res = np.empty(int(start[-1]), np.int32)
-    # each routed pair's links, shifted from their place in `links` to their pair's place in `res`
-    res[np.repeat(start[:-1][~crosses] - ptr[:-1], np.diff(ptr)) + np.arange(len(links))] = links + np.int32(base)
-    first = start[:-1][crosses]
-    res[first] = base + nlinks + 2 * adapter[a[crosses]]
-    res[first + 1] = base + nlinks + 2 * adapter[b[crosses]] + 1
+    # link k and adapter sides numbered from 0 here, then all shifted past the devices and cores
+    if crosses.any():
+        res = np.empty(int(start[-1]), np.int32)
+        # each routed pair's links, moved from their place in `links` to their pair's in `res`
+        # (int32 offsets: fewer than 2^31 entries)
+        at = np.repeat((start[:-1][~crosses] - ptr[:-1]).astype(np.int32), np.diff(ptr))
+        at += np.arange(len(links), dtype=np.int32)
+        res[at] = links
+        first = start[:-1][crosses]
+        res[first] = nlinks + 2 * adapter[a[crosses]]
+        res[first + 1] = nlinks + 2 * adapter[b[crosses]] + 1
+    else:   # links only, already in the pairs' order (17 million at 4,096 devices: not copied)
+        res = links
+    res += np.int32(base)
     route_ptr = _pair_ptr(n, keys, start)
     nadapters = {"device": n, "node": len(nodes), None: 0}[nics]
 
