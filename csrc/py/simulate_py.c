@@ -112,8 +112,9 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
             return -1;
         }
     }
-    s->machine = (sw_machine){p->ndev, cores, nres, ptr, PyArray_DATA(s->route_res), copy_bw,
-                              s->fill ? PyArray_DATA(s->fill) : NULL};
+    s->machine = (sw_machine){.ndev = p->ndev, .cores = cores, .nres = nres, .route_ptr = ptr,
+                              .route_res = PyArray_DATA(s->route_res), .nroute = ptr[pairs],
+                              .copy_bandwidth = copy_bw, .dev_fill = s->fill ? PyArray_DATA(s->fill) : NULL};
     s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
                                 s->fixed ? PyArray_DATA(s->fixed) : NULL};
     if (host_bw != Py_None) {   /* each device's host links: device-to-host, host-to-device bytes/s */

@@ -36,8 +36,9 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
  * adapters, ids chosen by the caller) and, with cores > 0, b's core. */
 typedef struct {
     int32_t ndev, cores, nres;
-    const int32_t *route_ptr;      /* ndev * ndev + 1 */
-    const int32_t *route_res;
+    const int32_t *route_ptr;      /* ndev * ndev + 1; only the pairs of the graph's transfers are read */
+    const int32_t *route_res;      /* nroute */
+    int32_t nroute;
     double copy_bandwidth;         /* > 0: every transfer runs at this (measured) bytes/s */
     /* Shared compute (sim_share.c): dev_fill[d] > 0 makes device d a pool that the kernels of
      * its streams share, each filling sw_task_share of it; NULL or 0: one task at a time. */

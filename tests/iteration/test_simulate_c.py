@@ -204,6 +204,11 @@ def test_bad_machines_and_costs_are_refused_with_clear_errors():
         problem.simulate_plan(*arrays, np.zeros(4, np.int32), res, 2)
     with pytest.raises(ValueError, match="route resource"):
         problem.simulate_plan(*arrays, np.array([0, 0, 1, 1, 1], np.int32), np.array([0], np.int32), 3)
+    # the pairs the transfers use (0 -> 1, 1 -> 0) are checked; pair 1 -> 0 runs backwards here
+    with pytest.raises(ValueError, match=r"route pointers of pair 1 -> 0 \(2, 1\) must not decrease"):
+        problem.simulate_plan(*arrays, np.array([0, 0, 2, 1, 2], np.int32), np.array([2, 2], np.int32), 3)
+    with pytest.raises(ValueError, match="route pointers must run from 0"):
+        problem.simulate_plan(*arrays, np.array([1, 1, 1, 1, 1], np.int32), np.array([2], np.int32), 3)
     with pytest.raises(ValueError, match="resources"):
         problem.simulate_plan(*arrays, ptr, res, 2, cores=2)
     with pytest.raises(ValueError, match="copy_bandwidth"):
