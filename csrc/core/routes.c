@@ -36,9 +36,9 @@ typedef struct {
     int32_t *via;        /* (ndev) the link the breadth-first search reached a device by */
     int64_t *seen;       /* (ndev) the search (a number) that reached a device last */
     int64_t searches;
-} machine;
+} link_graph;
 
-static void machine_free(machine *m) {
+static void link_graph_free(link_graph *m) {
     free(m->out_ptr);
     free(m->out_link);
     free(m->width);
@@ -49,10 +49,10 @@ static void machine_free(machine *m) {
     free(m->seen);
 }
 
-/* Check the links and build m's adjacency lists and scratch (free with machine_free either way). */
-static sw_status machine_init(machine *m, int32_t ndev, int32_t nlinks, const int32_t *src, const int32_t *dst,
+/* Check the links and build m's adjacency lists and scratch (free with link_graph_free either way). */
+static sw_status link_graph_init(link_graph *m, int32_t ndev, int32_t nlinks, const int32_t *src, const int32_t *dst,
                               const double *bw) {
-    *m = (machine){.ndev = ndev, .src = src, .dst = dst, .bw = bw};
+    *m = (link_graph){.ndev = ndev, .src = src, .dst = dst, .bw = bw};
     if (ndev < 0 || nlinks < 0) {
         return SW_FAIL(SW_ERR_VALUE, "routes: negative device (%d) or link (%d) count", ndev, nlinks);
     }
@@ -127,7 +127,7 @@ static candidate heap_pop(candidate *h, int64_t *len) {
 }
 
 /* m->width[v] = the widest route's bandwidth from `source` to v (+inf at the source, 0 unreached). */
-static void widest_from(machine *m, int32_t source) {
+static void widest_from(link_graph *m, int32_t source) {
     for (int32_t v = 0; v < m->ndev; v++) {
         m->width[v] = 0;
         m->settled[v] = 0;
@@ -154,7 +154,7 @@ static void widest_from(machine *m, int32_t source) {
 
 /* Breadth-first search from `source` over the links at least `floor` wide: m->via[v] is the link
  * that reached v (where m->seen[v] == m->searches). */
-static void fewest_hops_from(machine *m, int32_t source, double floor) {
+static void fewest_hops_from(link_graph *m, int32_t source, double floor) {
     int64_t stamp = ++m->searches;
     int32_t head = 0, tail = 0;
     m->seen[source] = stamp;
@@ -183,13 +183,13 @@ sw_status sw_widest_bandwidths(int32_t ndev, int32_t nlinks, const int32_t *src,
             return SW_FAIL(SW_ERR_VALUE, "routes: source %d is device %d, not one of 0 .. %d", s, sources[s], ndev - 1);
         }
     }
-    machine m;
-    sw_status st = machine_init(&m, ndev, nlinks, src, dst, bw);
+    link_graph m;
+    sw_status st = link_graph_init(&m, ndev, nlinks, src, dst, bw);
     for (int32_t s = 0; st == SW_OK && s < nsources; s++) {
         widest_from(&m, sources[s]);
         memcpy(out + (size_t)s * (size_t)ndev, m.width, sizeof *out * (size_t)ndev);
     }
-    machine_free(&m);
+    link_graph_free(&m);
     return st;
 }
 
@@ -232,7 +232,7 @@ static int found_reserve(found *f, int64_t more) {
 
 /* Append the route to `to` found by the last breadth-first search from `source`, first hop first;
  * *at and *len say where it lies in f->hops.  -1 when out of memory. */
-static int append_route(const machine *m, found *f, int32_t source, int32_t to, int64_t *at, int64_t *len) {
+static int append_route(const link_graph *m, found *f, int32_t source, int32_t to, int64_t *at, int64_t *len) {
     int64_t n = 0;
     for (int32_t v = to; v != source; v = m->src[m->via[v]]) {
         n++;
@@ -264,13 +264,13 @@ sw_status sw_widest_routes(int32_t ndev, int32_t nlinks, const int32_t *src, con
                            (long long)i, pair_src[i], pair_dst[i], ndev - 1);
         }
     }
-    machine m;
+    link_graph m;
     found f = {0};
     size_t np = (size_t)npairs;
     sw_keyed *by_source = malloc(sizeof *by_source * (np ? np : 1));
     waiting *wait = malloc(sizeof *wait * (np ? np : 1));
     int64_t *at = calloc(np ? np : 1, sizeof *at), *len = calloc(np ? np : 1, sizeof *len);
-    sw_status st = machine_init(&m, ndev, nlinks, src, dst, bw);
+    sw_status st = link_graph_init(&m, ndev, nlinks, src, dst, bw);
     if (st == SW_OK && (!by_source || !wait || !at || !len)) {
         st = SW_FAIL(SW_ERR_NOMEM, "routes: out of memory for %lld pairs", (long long)npairs);
     }
@@ -330,6 +330,6 @@ sw_status sw_widest_routes(int32_t ndev, int32_t nlinks, const int32_t *src, con
     free(wait);
     free(at);
     free(len);
-    machine_free(&m);
+    link_graph_free(&m);
     return st;
 }
