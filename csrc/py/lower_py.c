@@ -105,6 +105,28 @@ PyObject *sw_py_contiguous(const void *src, npy_intp n, int type) {
     return (PyObject *)a;
 }
 
+static void free_adopted(PyObject *capsule) {
+    free(PyCapsule_GetPointer(capsule, "shardwise.adopted"));
+}
+
+PyObject *sw_py_adopt(void *data, npy_intp n, int type) {
+    PyObject *capsule = data ? PyCapsule_New(data, "shardwise.adopted", free_adopted) : NULL;
+    if (!capsule) {
+        free(data);
+        return data ? NULL : PyArray_SimpleNew(1, &n, type);   /* nothing to adopt: n is 0 */
+    }
+    PyObject *a = PyArray_SimpleNewFromData(1, &n, type, data);
+    if (!a) {
+        Py_DECREF(capsule);   /* frees data */
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)a, capsule) < 0) {   /* steals capsule either way */
+        Py_DECREF(a);
+        return NULL;
+    }
+    return a;
+}
+
 /* Boxes as an (n, 1 + 2 * MAX_RANK) int64 array: rank, lo[5], hi[5]. */
 static PyObject *boxes(const void *first, npy_intp n, size_t stride) {
     npy_intp dims[2] = {n, 1 + 2 * SW_MAX_RANK};

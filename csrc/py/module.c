@@ -256,7 +256,8 @@ static int module_exec(PyObject *m) {
     if (sw_py_register_problem_configs(m) < 0 || sw_py_register_problem_tables(m) < 0 ||
         sw_py_register_conv_kernels(m) < 0 || sw_py_register_misc_kernels(m) < 0 ||
         sw_py_register_activation_kernels(m) < 0 || sw_py_register_optim_kernels(m) < 0 ||
-        sw_py_register_lower(m) < 0 || sw_py_register_simulate(m) < 0 || sw_py_register_sim_tasks(m) < 0 || sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
+        sw_py_register_lower(m) < 0 || sw_py_register_simulate(m) < 0 || sw_py_register_sim_tasks(m) < 0 || sw_py_register_routes(m) < 0 ||
+        sw_py_register_memplan(m) < 0 || sw_py_register_runtime(m, (PyTypeObject *)type) < 0 ||
         sw_py_register_taskgraph(m, (PyTypeObject *)type) < 0 ||
         sw_py_register_search(m) < 0 || sw_py_register_memory_tables(m) < 0) {
         return -1;

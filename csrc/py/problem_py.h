@@ -52,6 +52,10 @@ void sw_py_plan_args_free(plan_args *a);
 
 /* A new 1-D array of n items copied from src. */
 PyObject *sw_py_contiguous(const void *src, npy_intp n, int type);
+/* A 1-D array of n items over `data` (malloc'd; NULL when n is 0), which it frees, not copied:
+ * the replay's resource lists and the routes run to hundreds of MB.  NULL with an exception
+ * (data freed then). */
+PyObject *sw_py_adopt(void *data, npy_intp n, int type);
 /* d[key] = value, stealing value; -1 (with an exception) if value is NULL or on failure. */
 int sw_py_put(PyObject *d, const char *key, PyObject *value);
 
@@ -110,6 +114,8 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
 PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args);
 /* sim_tasks_py.c: its NumPy API table, the module functions simulate_tasks and simulate_shared */
 int sw_py_register_sim_tasks(PyObject *module);
+/* routes_py.c: its NumPy API table, the module functions widest_bandwidths and widest_routes */
+int sw_py_register_routes(PyObject *module);
 
 /* swap_py.c: Problem.swap_plan; a swap argument: None (spec->n = 0) or (buffer, out_at, in_at) int32
  * arrays of one length, held in arr[3] (Py_XDECREF them either way); -1 with an exception. */

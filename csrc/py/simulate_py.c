@@ -112,8 +112,9 @@ static int parse_machine(const sw_problem *p, PyObject *route_ptr, PyObject *rou
             return -1;
         }
     }
-    s->machine = (sw_machine){p->ndev, cores, nres, ptr, PyArray_DATA(s->route_res), copy_bw,
-                              s->fill ? PyArray_DATA(s->fill) : NULL};
+    s->machine = (sw_machine){.ndev = p->ndev, .cores = cores, .nres = nres, .route_ptr = ptr,
+                              .route_res = PyArray_DATA(s->route_res), .nroute = ptr[pairs],
+                              .copy_bandwidth = copy_bw, .dev_fill = s->fill ? PyArray_DATA(s->fill) : NULL};
     s->measured = (sw_measured){s->split ? PyArray_DATA(s->split) : NULL, s->rates ? PyArray_DATA(s->rates) : NULL,
                                 s->fixed ? PyArray_DATA(s->fixed) : NULL};
     if (host_bw != Py_None) {   /* each device's host links: device-to-host, host-to-device bytes/s */
@@ -236,13 +237,18 @@ static sw_status run_plan(const sw_problem *p, const sw_lowering *l, const sim_a
     return st;
 }
 
-static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelled, const sw_sim_result *r, int ndev) {
+static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelled, sw_sim_result *r, int ndev) {
     npy_intp n = g->ntasks;
+    int32_t *res = r->res;   /* adopted by the array: every transfer lists its route's links (670 MB for a
+                                parameter server over a chain of 4,096 devices), not copied again */
+    r->res = NULL;
+    if (sw_py_put(d, "res", sw_py_adopt(res, r->res_ptr[n], NPY_INT32)) < 0) {
+        return -1;
+    }
     return sw_py_put(d, "modelled", sw_py_contiguous(modelled, n, NPY_FLOAT64)) ||
            sw_py_put(d, "start", sw_py_contiguous(r->start, n, NPY_FLOAT64)) ||
            sw_py_put(d, "duration", sw_py_contiguous(r->duration, n, NPY_FLOAT64)) ||
            sw_py_put(d, "res_ptr", sw_py_contiguous(r->res_ptr, n + 1, NPY_INT32)) ||
-           sw_py_put(d, "res", sw_py_contiguous(r->res, r->res_ptr[n], NPY_INT32)) ||
            sw_py_put(d, "busy", sw_py_contiguous(r->busy, ndev, NPY_FLOAT64)) ||
            sw_py_put(d, "iteration_time", PyFloat_FromDouble(r->makespan)) ? -1 : 0;
 }

@@ -80,22 +80,27 @@ static sw_status check_machine(const sw_problem *p, const sw_task_graph *g, cons
     if (o && o->ntasks != g->ntasks) {
         return SW_FAIL(SW_ERR_VALUE, "an order of %d tasks for a graph of %d", o->ntasks, g->ntasks);
     }
-    if (m->route_ptr[0] != 0) {
-        return SW_FAIL(SW_ERR_VALUE, "machine: route pointers must start at 0");
-    }
-    for (int64_t q = 0; q < pairs; q++) {
-        if (m->route_ptr[q + 1] < m->route_ptr[q]) {
-            return SW_FAIL(SW_ERR_VALUE, "machine: route pointers must not decrease");
-        }
-        for (int32_t k = m->route_ptr[q]; k < m->route_ptr[q + 1]; k++) {
-            if (m->route_res[k] < m->ndev + m->cores || m->route_res[k] >= m->nres) {
-                return SW_FAIL(SW_ERR_VALUE, "machine: route resource %d outside %d..%d", m->route_res[k],
-                               m->ndev + m->cores, m->nres - 1);
-            }
-        }
+    if (m->route_ptr[0] != 0 || m->route_ptr[pairs] != m->nroute) {
+        return SW_FAIL(SW_ERR_VALUE, "machine: route pointers must run from 0 to the %d route entries", m->nroute);
     }
     for (int32_t i = 0; i < g->ntasks; i++) {
         const sw_task *t = &g->tasks[i];
+        /* the routes the replay reads, those of the transfers' pairs, and no others: the pointer
+         * over every pair has 16.8 million entries at 4,096 devices, a search replays dozens of plans */
+        if (sw_is_transfer(t)) {
+            int64_t q = (int64_t)t->src_device * m->ndev + t->device;
+            if (!(0 <= m->route_ptr[q] && m->route_ptr[q] <= m->route_ptr[q + 1] && m->route_ptr[q + 1] <= m->nroute)) {
+                return SW_FAIL(SW_ERR_VALUE, "machine: the route pointers of pair %d -> %d (%d, %d) must not decrease "
+                               "and lie in 0..%d", t->src_device, t->device, m->route_ptr[q], m->route_ptr[q + 1],
+                               m->nroute);
+            }
+            for (int32_t k = m->route_ptr[q]; k < m->route_ptr[q + 1]; k++) {
+                if (m->route_res[k] < m->ndev + m->cores || m->route_res[k] >= m->nres) {
+                    return SW_FAIL(SW_ERR_VALUE, "machine: route resource %d outside %d..%d", m->route_res[k],
+                                   m->ndev + m->cores, m->nres - 1);
+                }
+            }
+        }
         if (sw_is_transfer(t) && m->copy_bandwidth <= 0 && !(p->bw[(size_t)t->src_device * p->ndev + t->device] > 0)) {
             return SW_FAIL(SW_ERR_VALUE, "no route from device %d to device %d", t->src_device, t->device);
         }
@@ -118,7 +123,16 @@ static int crosses_ranks(const sw_task *t, const sw_machine *m) {
     return m->rank && sw_is_transfer(t) && m->rank[t->src_device] != m->rank[t->device];
 }
 
-/* Resources of task t (at most 2 + the longest route) into out; returns how many. */
+/* The links (or adapters) of task t's route: 0 unless t is a transfer (checked by check_machine). */
+static int32_t route_length(const sw_task *t, const sw_machine *m) {
+    if (!sw_is_transfer(t)) {
+        return 0;
+    }
+    int64_t q = (int64_t)t->src_device * m->ndev + t->device;
+    return m->route_ptr[q + 1] - m->route_ptr[q];
+}
+
+/* Resources of task t (at most 2 + its route) into out; returns how many. */
 static int task_resources(const sw_task *t, const sw_machine *m, int32_t *out) {
     if (sw_is_swap(t)) {   /* the device's copy engine of that direction; on shared cores, the thread copies */
         out[0] = m->host_res + 2 * t->device + (t->kind == SW_TASK_SWAP_IN);
@@ -200,17 +214,16 @@ static int32_t add_deps(const sw_task_order *o, int32_t i, int32_t *deps, int32_
 static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                               const double *durations, const sw_machine *m, replay *rp) {
     int32_t n = g->ntasks;
-    int64_t longest = 0;
-    for (int64_t q = 0; q < (int64_t)m->ndev * m->ndev; q++) {
-        int64_t len = m->route_ptr[q + 1] - m->route_ptr[q];
-        longest = len > longest ? len : longest;
+    size_t entries = 1;   /* every task's resources: its route and at most 2 more (task_resources) */
+    for (int32_t i = 0; i < n; i++) {
+        entries += 2 + (size_t)route_length(&g->tasks[i], m);
     }
     rp->duration = malloc(sizeof *rp->duration * ((size_t)n + 1));
     rp->start = calloc((size_t)n + 1, sizeof *rp->start);
     rp->dep_ptr = malloc(sizeof *rp->dep_ptr * ((size_t)n + 1));
     rp->deps = malloc(sizeof *rp->deps * ((size_t)o->ptr[n] + 1));
     rp->res_ptr = malloc(sizeof *rp->res_ptr * ((size_t)n + 1));
-    rp->res = malloc(sizeof *rp->res * ((size_t)n * (size_t)(longest + 2 > 2 ? longest + 2 : 2) + 1));
+    rp->res = malloc(sizeof *rp->res * entries);
     if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
     }
@@ -386,8 +399,8 @@ sw_status sw_simulate_lower_bound(const sw_problem *p, const sw_task_graph *g, c
     *bound = 0.0;
     SW_TRY(check_machine(p, g, NULL, m));
     int64_t longest = 0;
-    for (int64_t q = 0; q < (int64_t)m->ndev * m->ndev; q++) {
-        int64_t len = m->route_ptr[q + 1] - m->route_ptr[q];
+    for (int32_t i = 0; i < g->ntasks; i++) {
+        int64_t len = route_length(&g->tasks[i], m);
         longest = len > longest ? len : longest;
     }
     double *load = calloc((size_t)m->nres + 1, sizeof *load);

@@ -60,6 +60,7 @@ typedef struct {
     int32_t *look;         /* exclusive resources to look at */
     int32_t nlook;
     char *queued;
+    int32_t *blocked;      /* per task: which of its resources stopped it starting last (sw_sim_first_in_line) */
 } loop;
 
 static void look_at(loop *s, int32_t r) {
@@ -97,11 +98,9 @@ static int run(loop *s, int32_t t) {
 
 /* Start t if it heads the line of every exclusive resource it needs and they are free. */
 static int try_start(loop *s, int32_t t) {
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        int32_t r = s->res[k];
-        if (s->busy[r] || s->line[r].len == 0 || s->line[r].items[0] != t) {
-            return 0;
-        }
+    if (!sw_sim_first_in_line(t, s->res + s->res_ptr[t], s->res_ptr[t + 1] - s->res_ptr[t], s->busy, s->line,
+                              &s->blocked[t])) {
+        return 0;
     }
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
         sw_id_heap_pop(&s->line[s->res[k]]);
@@ -127,7 +126,7 @@ static int drain(loop *s) {
     while (s->nlook > 0) {
         int32_t r = s->look[--s->nlook];
         s->queued[r] = 0;
-        if (!s->busy[r] && s->line[r].len > 0 && try_start(s, s->line[r].items[0]) < 0) {
+        if (!s->busy[r] && !sw_id_heap_empty(&s->line[r]) && try_start(s, sw_id_heap_top(&s->line[r])) < 0) {
             return -1;
         }
     }
@@ -240,6 +239,7 @@ static void loop_free(loop *s) {
     free(s->children);
     free(s->look);
     free(s->queued);
+    free(s->blocked);
 }
 
 /* Children of every task (the dependency lists reversed), in task order. */
@@ -289,9 +289,10 @@ sw_status sw_simulate_shared(int32_t ntasks, const double *duration, const int32
     s.children = malloc(sizeof *s.children * ((size_t)dep_ptr[ntasks] + 1));
     s.look = malloc(sizeof *s.look * (n1 + (size_t)nres));
     s.queued = calloc((size_t)nres + 1, 1);
+    s.blocked = calloc(n1, sizeof *s.blocked);
     sw_status st = SW_OK;
     if (!s.line || !s.busy || !s.left || !s.rate || !s.next_rate || !s.fin || !s.running || !s.pool_tasks || !s.pool_len || !s.pool_cap || !s.finished ||
-        !s.missing || !s.child_ptr || !s.children || !s.look || !s.queued) {
+        !s.missing || !s.child_ptr || !s.children || !s.look || !s.queued || !s.blocked) {
         loop_free(&s);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a shared-compute replay of %d tasks", ntasks);
     }

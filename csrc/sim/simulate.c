@@ -67,6 +67,7 @@ typedef struct {
     int32_t *worklist;    /* resources to look at */
     int32_t nwork;
     char *queued;         /* resource already in the worklist */
+    int32_t *blocked;     /* per task: which of its resources stopped it starting last (sw_sim_first_in_line) */
 } sim;
 
 static void look_at(sim *s, int32_t r) {
@@ -78,11 +79,9 @@ static void look_at(sim *s, int32_t r) {
 
 /* Start task t now if it heads the line of every resource it needs and they are free. */
 static int try_task(sim *s, int32_t t, double now) {
-    for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
-        int32_t r = s->res[k];
-        if (s->busy[r] || s->line[r].len == 0 || s->line[r].items[0] != t) {
-            return 0;
-        }
+    if (!sw_sim_first_in_line(t, s->res + s->res_ptr[t], s->res_ptr[t + 1] - s->res_ptr[t], s->busy, s->line,
+                              &s->blocked[t])) {
+        return 0;
     }
     for (int32_t k = s->res_ptr[t]; k < s->res_ptr[t + 1]; k++) {
         int32_t r = s->res[k];
@@ -91,6 +90,19 @@ static int try_task(sim *s, int32_t t, double now) {
     }
     s->start[t] = now;
     ev_push(s->events, &s->nevents, (event){now + s->duration[t], t});
+    return 1;
+}
+
+int sw_sim_first_in_line(int32_t t, const int32_t *res, int32_t n, const char *busy, const sw_id_heap *line,
+                         int32_t *blocked) {
+    int32_t k = *blocked < n ? *blocked : 0;
+    for (int32_t i = 0; i < n; i++, k = k + 1 < n ? k + 1 : 0) {
+        int32_t r = res[k];
+        if (busy[r] || sw_id_heap_empty(&line[r]) || sw_id_heap_top(&line[r]) != t) {
+            *blocked = k;
+            return 0;
+        }
+    }
     return 1;
 }
 
@@ -113,8 +125,8 @@ static void drain_worklist(sim *s, double now) {
     while (s->nwork > 0) {
         int32_t r = s->worklist[--s->nwork];
         s->queued[r] = 0;
-        if (!s->busy[r] && s->line[r].len > 0) {
-            try_task(s, s->line[r].items[0], now);  /* its resources are looked at again when it ends */
+        if (!s->busy[r] && !sw_id_heap_empty(&s->line[r])) {
+            try_task(s, sw_id_heap_top(&s->line[r]), now);  /* its resources are looked at again when it ends */
         }
     }
 }
@@ -160,8 +172,9 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
     s.events = malloc(sizeof *s.events * ((size_t)ntasks + 1));
     s.worklist = malloc(sizeof *s.worklist * ((size_t)nres + 1));
     s.queued = calloc((size_t)nres + 1, 1);
+    s.blocked = calloc((size_t)ntasks + 1, sizeof *s.blocked);
     if (!missing || !child_ptr || !children || !fill || !s.line || !s.busy || !s.events ||
-        !s.worklist || !s.queued) {
+        !s.worklist || !s.queued || !s.blocked) {
         st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -226,6 +239,7 @@ done:
     free(s.events);
     free(s.worklist);
     free(s.queued);
+    free(s.blocked);
     free(missing);
     free(child_ptr);
     free(children);

@@ -11,6 +11,8 @@
 #error "include internal.h, not sim/simulate.h alone"
 #endif
 
+#include "core/id_heap.h"  /* sw_id_heap: the event loops' lines of ready tasks */
+
 /* ---------------------------------------------------------------- durations */
 /* Measured costs (a profile) replacing parts of the model; NULL: all modelled. */
 typedef struct {
@@ -34,8 +36,9 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
  * adapters, ids chosen by the caller) and, with cores > 0, b's core. */
 typedef struct {
     int32_t ndev, cores, nres;
-    const int32_t *route_ptr;      /* ndev * ndev + 1 */
-    const int32_t *route_res;
+    const int32_t *route_ptr;      /* ndev * ndev + 1; only the pairs of the graph's transfers are read */
+    const int32_t *route_res;      /* nroute */
+    int32_t nroute;
     double copy_bandwidth;         /* > 0: every transfer runs at this (measured) bytes/s */
     /* Shared compute (sim_share.c): dev_fill[d] > 0 makes device d a pool that the kernels of
      * its streams share, each filling sw_task_share of it; NULL or 0: one task at a time. */
@@ -94,6 +97,13 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
  * [0, nres); otherwise SW_ERR_VALUE naming the first bad one (both event loops' input check). */
 sw_status sw_sim_check_task(int32_t t, int32_t ntasks, const int32_t *dep_ptr, const int32_t *deps,
                             const int32_t *res_ptr, const int32_t *res, int32_t nres);
+/* 1 when task t heads the line of each of its n resources res[0 .. n) and none is busy (both
+ * event loops' test before starting a task).  The test begins at the resource that stopped t
+ * last time (res[*blocked], updated here), which mostly still does: a transfer routed over
+ * 2,000 links is tried once per link freed, and testing its whole route each time made a
+ * parameter server over a chain of 4,096 devices quadratic in the routes' length. */
+int sw_sim_first_in_line(int32_t t, const int32_t *res, int32_t n, const char *busy, const sw_id_heap *line,
+                         int32_t *blocked);
 
 /* sim_share.c: the same with shared compute.  pool[t] >= 0: t runs on pool (a device) of
  * capacity 1 filling at most share[t] in (0, 1] of it; whenever the running set changes the

@@ -186,6 +186,31 @@ def test_the_event_loop_closed_form():
     assert sim_oracle.event_loop(deps, [1.0] * 5, resources) == list(start)
 
 
+def test_lines_served_by_id_when_ready_out_of_order():
+    """Task 0 holds R for 10 s; tasks 3, 2, 1 (in that order) become ready behind it at 1, 2
+    and 3 s, and go in id order once R is free: 1 at 10, 2 at 11, 3 at 12.  Then 7 and 8 queue
+    in order behind 3 (ready at 12.5 and 12.75), and 9, routed over R and S, waits for both;
+    10 uses S alone and goes at once.  Both event loops (exclusive and shared compute) and
+    the oracle agree."""
+    import numpy as np
+    from shardwise import _core
+
+    deps = [(), (6,), (5,), (4,), (), (), (), (11,), (12,), (13,), (), (), (), ()]
+    resources = [("R",), ("R",), ("R",), ("R",), (), (), (), ("R",), ("R",), ("R", "S"), ("S",), (), (), ()]
+    duration = [10.0, 1, 1, 1, 1, 2, 3, 1, 1, 1, 1, 12.5, 12.75, 12.875]
+    flat = [d for ds in deps for d in ds]
+    dep_ptr = np.cumsum([0] + [len(d) for d in deps]).astype(np.int32)
+    res_ptr = np.cumsum([0] + [len(r) for r in resources]).astype(np.int32)
+    res = np.array([{"R": 0, "S": 1}[r] for rs in resources for r in rs], np.int32)
+    args = (np.array(duration), dep_ptr, np.asarray(flat, np.int32), res_ptr, res, 2)
+    start, makespan = _core.simulate_tasks(*args)
+    assert list(start[:4]) == [0.0, 10.0, 11.0, 12.0]
+    assert list(start[7:11]) == [13.0, 14.0, 15.0, 0.0] and makespan == 16.0
+    shared_start, _, shared_makespan = _core.simulate_shared(*args, np.full(14, -1, np.int32), np.ones(14), 0)
+    assert list(shared_start) == list(start) and shared_makespan == makespan
+    assert sim_oracle.event_loop(deps, duration, resources) == list(start)
+
+
 @pytest.mark.parametrize("model,ndev", [("lenet5", 4), ("alexnet", 4)])
 def test_refine_under_the_simulator_never_loses(model, ndev):
     g = sw.models.get(model, batch=32)

@@ -80,8 +80,8 @@ def _machine(devices: DeviceGraph, handle: Any = None) -> _Machine:
     then the links (or network adapters) of every route a -> b, listed per pair.
 
     On a machine without a preset's structure, ``handle`` (a lowered task graph) limits the
-    routes listed to the pairs its transfers use: walking every pair's route of a chain of
-    D devices is D^3 / 3 steps (minutes at 256), its transfers' routes far fewer."""
+    routes listed to the pairs its transfers use: every pair's routes over a chain of D devices
+    hold D^3 / 3 links (22.9 billion at 4,096), its transfers' routes far fewer."""
     nics = _nics(devices)
     key = (len(devices), devices.shared_cores, nics)
     cached = devices.__dict__.get("_sim_machine")   # dropped by add_device and add_link
@@ -96,8 +96,7 @@ def _machine(devices: DeviceGraph, handle: Any = None) -> _Machine:
             return _uniform_machine(n, uniform.per, cores, nics, _transfer_pairs(handle))
         machine = _uniform_machine(n, uniform.per, cores, nics)
     elif handle is not None:
-        pairs = [(int(a), int(b)) for a, b in _transfer_pairs(handle).tolist()]
-        return _routed_machine(devices, cores, pairs)   # for this task graph only
+        return _routed_machine(devices, cores, _transfer_pairs(handle))   # for this task graph only
     else:
         machine = _routed_machine(devices, cores)
     devices.__dict__["_sim_machine"] = (key, machine)
@@ -115,6 +114,16 @@ def _transfer_pairs(handle: Any) -> np.ndarray:
     return np.stack([keys // ndev, keys % ndev], axis=1)
 
 
+def _pair_ptr(n: int, keys: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The engine's (n * n + 1,) int32 pointer over every pair a * n + b from the listed pairs
+    alone: ``keys`` (P,) ascending, whose routes start at ``start`` (P + 1,) (the last entry: the
+    end).  Pairs not listed hold nothing: ptr[k] is the start of the first listed pair at or
+    after k.  One pass over the n * n entries (a count per pair and its running sum took three,
+    50 ms at 4,096 devices, and a search replays dozens of plans)."""
+    runs = np.diff(np.concatenate([[-1], keys, [n * n]]))   # k in (keys[i-1], keys[i]] -> start[i]
+    return np.repeat(start.astype(np.int32), runs)
+
+
 def _nics(devices: DeviceGraph) -> str | None:
     """How traffic between nodes reaches the network: ``"node"`` (one adapter per node, shared
     by its devices), ``"device"`` (one adapter per device), or None (each pair its own link)."""
@@ -130,7 +139,7 @@ def _uniform_machine(n: int, per: int, cores: int, nics: str | None, pairs: np.n
     Ids after the devices and cores: the links of node k, pair (i, j) of local devices at
     k*per*(per-1) + i*(per-1) + j - (j > i), then adapter m's send side at 2m and its receive
     side at 2m + 1 (m: a node, or a device).  ``pairs``: (P, 2) source and destination devices whose
-    routes are listed (the others empty); None: every pair."""
+    routes are listed (the others empty), sorted, each once; None: every pair."""
     base = n + cores
     nlinks = n * (per - 1)
     if pairs is None:
@@ -145,12 +154,11 @@ def _uniform_machine(n: int, per: int, cores: int, nics: str | None, pairs: np.n
     nic_a, nic_b = (a, b) if nics == "device" else (node_a, node_b)
     counts = np.where(crosses, 2, 1)
     first = np.where(crosses, base + nlinks + 2 * nic_a, link)
-    ptr = np.zeros(n * n + 1, np.int32)   # at most 2 resources a pair: int32 for 2^30 pairs
-    pair_counts = np.zeros(n * n, np.int32)
-    pair_counts[a * n + b] = counts
-    np.cumsum(pair_counts, out=ptr[1:])
-    res = np.empty(int(ptr[-1]), np.int64)
-    starts = ptr[a * n + b]
+    start = np.zeros(len(a) + 1, np.int64)
+    np.cumsum(counts, out=start[1:])
+    ptr = _pair_ptr(n, a * n + b, start)   # at most 2 resources a pair: int32 for 2^30 pairs
+    res = np.empty(int(start[-1]), np.int64)
+    starts = start[:-1]
     res[starts] = first
     second = crosses.nonzero()[0]
     res[starts[second] + 1] = base + nlinks + 2 * nic_b[second] + 1
@@ -175,54 +183,66 @@ def _uniform_machine(n: int, per: int, cores: int, nics: str | None, pairs: np.n
 
 
 def _routed_machine(devices: DeviceGraph, cores: int, pairs: Any = None) -> _Machine:
-    """Any device graph: each pair's route (:meth:`DeviceGraph.route`); only ``pairs`` (every
-    pair when None) are listed, the others empty.  Links and adapters are numbered once per
-    device graph, in order of first use, after the devices and cores; each pair's resources are
-    kept as an array of those numbers, so a replay lists its pairs by concatenation (a parameter
-    server over a chain of 1,024 devices routes a million hops)."""
+    """Any device graph: each pair's route (:meth:`DeviceGraph.route`'s rule, searched in C for
+    these pairs only); only ``pairs`` ((P, 2) sources and destinations; every pair when None)
+    are listed, the others empty.  Ids after the devices and cores: link k of the device graph's
+    link table (sorted by source, then destination) is base + k, then adapter m's send side
+    base + L + 2m and its receive side base + L + 2m + 1 (m: a device, or the m-th node in
+    number order), named from their numbers only when asked.  Nothing is kept: a parameter
+    server over a chain of 4,096 devices routes 17 million hops, listed once per replay."""
     n = len(devices)
     if pairs is None:
-        pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
-    kept = devices.__dict__.setdefault("_route_ids", {"ids": {}, "names": [], "pairs": {}})
-    ids, names, route_of = kept["ids"], kept["names"], kept["pairs"]   # resource name -> number; pair -> numbers
+        a, b = np.divmod(np.arange(n * n, dtype=np.int64), n)
+    else:
+        a, b = np.asarray(pairs, np.int64).reshape(-1, 2).T
+    keys = np.unique(a[a != b] * n + b[a != b])   # each pair once, in order
+    a, b = keys // n, keys % n
+    src, dst, _ = devices._link_table()
+    nlinks = len(src)
     base = n + cores
-    counts = np.zeros(n * n, np.int32)
-    listed: list[np.ndarray] = []
-    for a, b in sorted(pairs):
-        row = route_of.get((a, b))
-        if row is None:
-            numbers = []
-            for r in _route_resources(devices, a, b):
-                if r not in ids:
-                    ids[r] = len(names)
-                    names.append(r)
-                numbers.append(ids[r])
-            row = route_of[(a, b)] = np.asarray(numbers, np.int32)
-        counts[a * n + b] = len(row)
-        listed.append(row)
-    if sum(len(row) for row in listed) >= 2 ** 31:
-        raise ConfigError(f"the routes of {len(listed)} device pairs hold 2^31 links or more: too many to simulate")
-    route_ptr = np.zeros(n * n + 1, np.int32)
-    np.cumsum(counts, out=route_ptr[1:])
-    route_res = (np.concatenate(listed) if listed else np.zeros(0, np.int32)) + np.int32(base)
-    fixed = [f"device {d}" for d in range(n)] + [f"core {c}" for c in range(cores)]
+    # between the nodes of a cluster, a transfer holds the source's adapter (send side) and the
+    # destination's (receive side): a device's own, or its node's shared by the node's devices
+    nics = _nics(devices)
+    node = np.array([d.node for d in devices.devices], np.int64)
+    nodes = np.unique(node)
+    adapter = np.arange(n) if nics == "device" else np.searchsorted(nodes, node)
+    crosses = (node[a] != node[b]) if nics is not None else np.zeros(len(keys), bool)
+    ptr, links = devices._widest_routes(a[~crosses], b[~crosses])
+    counts = np.full(len(keys), 2, np.int64)
+    counts[~crosses] = np.diff(ptr)
+    start = np.zeros(len(keys) + 1, np.int64)
+    np.cumsum(counts, out=start[1:])
+    if start[-1] >= 2 ** 31:
+        raise ConfigError(f"the routes of {len(keys)} device pairs hold 2^31 links or more: too many to simulate")
+    # link k and adapter sides numbered from 0 here, then all shifted past the devices and cores
+    if crosses.any():
+        res = np.empty(int(start[-1]), np.int32)
+        # each routed pair's links, moved from their place in `links` to their pair's in `res`
+        # (int32 offsets: fewer than 2^31 entries)
+        at = np.repeat((start[:-1][~crosses] - ptr[:-1]).astype(np.int32), np.diff(ptr))
+        at += np.arange(len(links), dtype=np.int32)
+        res[at] = links
+        first = start[:-1][crosses]
+        res[first] = nlinks + 2 * adapter[a[crosses]]
+        res[first + 1] = nlinks + 2 * adapter[b[crosses]] + 1
+    else:   # links only, already in the pairs' order (17 million at 4,096 devices: not copied)
+        res = links
+    res += np.int32(base)
+    route_ptr = _pair_ptr(n, keys, start)
+    nadapters = {"device": n, "node": len(nodes), None: 0}[nics]
 
     def name(r: int) -> str:
-        return fixed[r] if r < base else names[r - base]
+        if r < n:
+            return f"device {r}"
+        if r < base:
+            return f"core {r - n}"
+        if r < base + nlinks:
+            return f"link {src[r - base]}->{dst[r - base]}"
+        m, side = divmod(r - base - nlinks, 2)
+        owner = f"device {m}" if nics == "device" else f"{nodes[m]}"
+        return f"nic {owner} {'in' if side else 'out'}"
 
-    return _Machine(route_ptr, route_res, base + len(names), cores, name)
-
-
-def _route_resources(devices: DeviceGraph, a: int, b: int) -> tuple[str, ...]:
-    """What a transfer from device a to device b holds: its route's links, or between the
-    nodes of a cluster the source node's adapter (send side) and the destination's (receive)."""
-    na, nb = devices.devices[a].node, devices.devices[b].node
-    nics = _nics(devices)
-    if nics == "device" and na != nb:
-        return (f"nic device {a} out", f"nic device {b} in")
-    if nics == "node" and na != nb:
-        return (f"nic {na} out", f"nic {nb} in")
-    return tuple(f"link {u}->{v}" for u, v in devices.route(a, b))
+    return _Machine(route_ptr, res, base + nlinks + 2 * nadapters, cores, name)
 
 
 def _cost_arrays(plan: Plan, costs) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, float]:

@@ -8,8 +8,10 @@
     d.add_link(a, b, bandwidth=20e9)
 
 Transfers between devices that share no link follow the *widest* route (the
-path whose slowest link is fastest) and run at that slowest link's bandwidth;
-only that bandwidth is kept, not the path itself.
+path whose slowest link is fastest; among those the one of fewest links, then
+the smallest sequence of device numbers) and run at that slowest link's
+bandwidth.  The C core searches the routes (csrc/core/routes.c) for the pairs
+asked for; only the bandwidths of every pair are kept, not the paths.
 
 A device graph holds at most :data:`MAX_DEVICES` devices (the planner's limit),
 checked as it is built.  The presets know their structure (identical devices,
@@ -238,8 +240,7 @@ class DeviceGraph:
         self._by_name[name] = dev.index
         self._routes = None
         self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
-        for cache in ("_paths", "_adjacency", "_route_ids"):
-            self.__dict__.pop(cache, None)
+        self.__dict__.pop("_link_arrays", None)   # the links as arrays, for the route searches
         return dev
 
     def _index(self, d: Device | str | int) -> int:
@@ -268,8 +269,7 @@ class DeviceGraph:
             self._link_dict[(j, i)] = bw
         self._routes = None
         self.__dict__.pop("_sim_machine", None)   # the simulator's resource table
-        for cache in ("_paths", "_adjacency", "_route_ids"):
-            self.__dict__.pop(cache, None)
+        self.__dict__.pop("_link_arrays", None)   # the links as arrays, for the route searches
 
     @property
     def _links(self) -> dict[tuple[int, int], float]:
@@ -409,7 +409,8 @@ class DeviceGraph:
 
         Presets: from each device's node.  Links that all run both ways at one bandwidth:
         merging devices along the fastest links first (Kruskal), where two groups first meet
-        is their widest route.  Otherwise a max-min Floyd-Warshall.
+        is their widest route.  Otherwise one widest-path search from every device in the C
+        core (D searches of O(L log L) for L links).
         Raises DeviceGraphError naming two devices with no route between them."""
         if self._routes is not None:
             return self._routes
@@ -425,7 +426,8 @@ class DeviceGraph:
         elif all(self._link_dict.get((j, i)) == b for (i, j), b in self._link_dict.items()):
             bw = _widest_symmetric(n, self._link_dict)
         else:
-            bw = _widest_directed(n, self._link_dict)
+            src, dst, link_bw = self._link_table()
+            bw = _core.widest_bandwidths(n, src, dst, link_bw, np.arange(n, dtype=np.int32))
         np.fill_diagonal(bw, np.inf)
         missing = np.argwhere(bw <= 0)
         if len(missing):
@@ -434,54 +436,49 @@ class DeviceGraph:
         self._routes = bw
         return bw
 
-    def route(self, a: int, b: int) -> list[tuple[int, int]]:
-        """The links (u, v) of the widest route from device ``a`` to ``b`` (fewest hops among
-        the widest); its bandwidth is :meth:`route_bandwidths`'s.  The simulator queues a
-        transfer on every link of its route, so routes that share a link contend."""
+    def route(self, a: Device | str | int, b: Device | str | int) -> list[tuple[int, int]]:
+        """The links (u, v) of the widest route from device ``a`` to ``b``: among the widest,
+        one of the fewest links, and among those the one whose devices, read from ``a``, come
+        first in number order; its bandwidth is :meth:`route_bandwidths`'s.  The simulator
+        queues a transfer on every link of its route, so routes that share a link contend."""
+        a, b = self._index(a), self._index(b)
         self.route_bandwidths()  # raises if some pair has no route
         if a == b:
             return []
         if self._uniform is not None and self._uniform.direct_is_widest(len(self.devices)):
             return [(a, b)]   # every pair is linked and no detour is wider
-        parent = self._route_tree(a)
-        path, v = [], b
-        while v != a:
-            path.append((parent[v], v))
-            v = parent[v]
-        path.reverse()
-        return path
+        src, dst, _ = self._link_table()
+        _, links = self._widest_routes(np.array([a]), np.array([b]))
+        return [(int(src[k]), int(dst[k])) for k in links]
 
-    def _route_tree(self, a: int) -> dict[int, int]:
-        """The widest routes (fewest hops among the widest) from device ``a`` to every device, as
-        each device's predecessor: one search per source, kept, so that the routes of all pairs
-        from ``a`` cost one search and no list of every pair's links is stored."""
-        import heapq
+    def _link_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every directed link as arrays (source, destination: int32; bandwidth: float64) sorted by
+        source, then destination: a link's position is its number in the C route searches and
+        the simulator's resource table (kept until a device or link is added)."""
+        table = self.__dict__.get("_link_arrays")
+        if table is None:
+            items = sorted(self._links.items())
+            ends = np.array([pair for pair, _ in items], np.int32).reshape(-1, 2)
+            table = (np.ascontiguousarray(ends[:, 0]), np.ascontiguousarray(ends[:, 1]),
+                     np.array([b for _, b in items], np.float64))
+            self.__dict__["_link_arrays"] = table
+        return table
 
-        trees = self.__dict__.setdefault("_paths", {})
-        if a in trees:
-            return trees[a]
-        adjacency = self.__dict__.get("_adjacency")
-        if adjacency is None:
-            adjacency = {}
-            for (u, v), bw in self._links.items():
-                adjacency.setdefault(u, []).append((v, bw))
-            self.__dict__["_adjacency"] = adjacency
-        best = {a: (float("inf"), 0)}
-        parent: dict[int, int] = {}
-        heap = [(-float("inf"), 0, a)]
-        while heap:
-            neg_width, hops, u = heapq.heappop(heap)
-            if (-neg_width, hops) != best.get(u):
-                continue
-            for v, bw in adjacency.get(u, ()):
-                cand = (min(-neg_width, bw), hops + 1)
-                old = best.get(v)
-                if old is None or cand[0] > old[0] or (cand[0] == old[0] and cand[1] < old[1]):
-                    best[v] = cand
-                    parent[v] = u
-                    heapq.heappush(heap, (-cand[0], cand[1], v))
-        trees[a] = parent
-        return parent
+    def _widest_routes(self, pair_src: np.ndarray, pair_dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The routes (:meth:`route`'s rule) of the pairs pair_src[i] -> pair_dst[i], searched in
+        the C core for these pairs only: (ptr int64 (P + 1,), links int32), pair i's route being
+        the link numbers (:meth:`_link_table`) links[ptr[i]:ptr[i + 1]], first hop first.
+        Raises DeviceGraphError naming the first pair with no route."""
+        src, dst, bw = self._link_table()
+        pair_src = np.asarray(pair_src, np.int32)
+        pair_dst = np.asarray(pair_dst, np.int32)
+        ptr, links, width = _core.widest_routes(len(self.devices), src, dst, bw, pair_src, pair_dst)
+        missing = np.flatnonzero(width <= 0)
+        if len(missing):
+            i = missing[0]
+            raise DeviceGraphError(f"no route from device {self.devices[pair_src[i]].name!r} to "
+                                   f"{self.devices[pair_dst[i]].name!r}")
+        return ptr, links
 
     def fingerprint(self) -> str:
         """A hash of devices and links, stamped into plan files: the SHA-256 of
@@ -517,10 +514,12 @@ class DeviceGraph:
 def _widest_symmetric(n: int, links: dict[tuple[int, int], float]) -> np.ndarray:
     """Widest-route bandwidths when every link runs both ways at one bandwidth: join groups of
     devices along links from the fastest down (Kruskal); two groups first meet at the bandwidth
-    of their widest route.  O(L log L + D^2), every entry written once."""
+    of their widest route.  O(L log L + D^2), every entry written once.  A group's members are
+    an array (joining copies the larger one, O(D^2) in all, but never converts D^2 Python ints:
+    a chain of 4,096 devices took 1.5 s doing so)."""
     bw = np.zeros((n, n))
-    members = [[i] for i in range(n)]
-    group = list(range(n))
+    members = [np.array([i]) for i in range(n)]
+    group = np.arange(n)
     for (i, j), b in sorted(links.items(), key=lambda item: -item[1]):
         gi, gj = group[i], group[j]
         if gi == gj:
@@ -530,21 +529,9 @@ def _widest_symmetric(n: int, links: dict[tuple[int, int], float]) -> np.ndarray
         a, c = members[gi], members[gj]
         bw[np.ix_(a, c)] = b
         bw[np.ix_(c, a)] = b
-        for k in c:
-            group[k] = gi
-        a.extend(c)
-        members[gj] = []
-    return bw
-
-
-def _widest_directed(n: int, links: dict[tuple[int, int], float]) -> np.ndarray:
-    """Widest-route bandwidths over one-way links: Floyd-Warshall on (max, min), O(D^3)."""
-    bw = np.zeros((n, n))
-    for (i, j), b in links.items():
-        bw[i, j] = max(bw[i, j], b)
-    np.fill_diagonal(bw, np.inf)
-    for k in range(n):
-        bw = np.maximum(bw, np.minimum(bw[:, k:k + 1], bw[k:k + 1, :]))
+        group[c] = gi
+        members[gi] = np.concatenate([a, c])
+        members[gj] = a[:0]
     return bw
 
 
