@@ -140,7 +140,10 @@ class MemoryStage:
         for base in baselines(self.graph, self.devices, self.options):
             choice = _canonical_choice(canonical, self.graph, base)
             if choice is not None:
-                plan = self.plan_of(canonical.subset([np.array([c]) for c in choice]))
+                one = canonical.subset([np.array([c]) for c in choice])
+                if (self._tables(s.work, one).footprint([0] * len(choice)) > self.budget).any():
+                    continue   # its footprint, a lower bound of its arenas, does not fit: no memory plan made
+                plan = self.plan_of(one)
                 if search_memory.fits(plan, self.budget):
                     fitting_plans.append((plan.cost, choice, base.name))
         # two restricted memory-constrained searches: the partitions of at most a node's workers
