@@ -171,49 +171,6 @@ def test_weighted_tables_price_every_strategy_at_its_eq1_plus_priced_footprint(m
     assert (nodes[0][1:] == sm.BIG).all() and nodes[0][0] < sm.BIG
 
 
-def _direct_footprint(t, x):
-    """The footprint of strategy x summed table by table, device by device (no packing)."""
-    direct = sum(m[xi] for m, xi in zip(t.mem, x))
-    for u, v, _, base, idx, nbytes in t.medges:
-        idx = np.asarray(idx).reshape(-1, 3)
-        hit = (idx[:, 0] == x[u]) & (idx[:, 1] == x[v])
-        direct = direct + np.asarray(base)[x[v]] - np.bincount(idx[hit, 2], weights=np.asarray(nbytes)[hit],
-                                                              minlength=t.ndev)
-    return direct
-
-
-@pytest.mark.parametrize("model", ["vgg_small", "gpt_tiny"])
-def test_devices_alike_in_every_table_share_a_column_and_price_exactly(model):
-    """Devices whose bytes are equal in every table are one class (here devices 2 and 3, which
-    the configurations kept use only for data parallelism over all four, as the last devices of
-    a large machine are for partitions on its first): the packed tables keep one column per
-    class, and still price every strategy at wtime * Eq. 1 + lam . footprint with every device's
-    footprint summed table by table."""
-    rng = np.random.default_rng(5)
-    graph = load_model(model, None).graph
-    devices = DeviceGraph.parse("4", device="P100")
-    problem = _problem(graph, devices, CostOptions(sync="ring"), [1, 2, 4])
-    keep = []
-    for op in graph.ops:
-        deg, dev = problem.configs(op.index)
-        first_two = (dev < 2).all(axis=1)
-        data = (dev >= 0).sum(axis=1) == 4
-        data &= (deg[:, 0] == 4) & (deg[:, 1:] == 1).all(axis=1)
-        keep.append(np.flatnonzero(first_two | data))
-    t = sm.Tables(problem, graph).subset(keep)
-    packed = t._packed()
-    assert packed["classes"] == 3 and packed["class_of"][2] == packed["class_of"][3]
-    assert packed["node"][:, packed["class_of"][2]].any()   # bytes on the merged devices
-    lam = rng.random(len(devices)) * 1e-9
-    nodes, edges = t.weighted(lam, 1.0, [np.ones(len(c), bool) for c in t.time])
-    choice, _, _ = sm._core.search_tables(nodes, edges, "elimination", 1e9)
-    for x in [list(choice)] + [[int(rng.integers(len(c))) for c in t.time] for _ in range(20)]:
-        direct = _direct_footprint(t, x)
-        np.testing.assert_array_equal(t.footprint(x), direct)
-        total = sum(n[x[v]] for v, n in enumerate(nodes)) + sum(m[x[u], x[v]] for u, v, m in edges)
-        assert total == pytest.approx(t.eq1(x) + float(lam @ direct), rel=1e-9)
-
-
 def test_repeated_layers_share_tables_and_price_strategies_exactly():
     """A transformer's layers have equal tables: Tables shares them as one array (so the
     elimination reuses its products and sums), and one weighted table serves every edge that

@@ -207,14 +207,6 @@ class Tables:
         cat = (lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
         dev = cat(dev, np.int64)
         nbytes, pos, eid = cat(nbytes, float), cat(pos, np.int64), cat(eid, np.int64)
-        node = np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev))
-        stacked_base = np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev))
-        # devices whose bytes are the same in every table have the same footprint under every
-        # strategy: one column of each kind ("class") is kept, and prices are summed per class
-        class_of, dev_reps = _device_classes(node, stacked_base, dev, eid, pos, nbytes)
-        keep = np.isin(dev, dev_reps)
-        dev, nbytes, pos, eid = class_of[dev[keep]], nbytes[keep], pos[keep], eid[keep]
-        node, stacked_base = node[:, dev_reps], stacked_base[:, dev_reps]
         order = np.lexsort((pos, eid))                     # by edge, then by position in its table
         key_e, key_p = eid[order], pos[order]
         first = np.ones(len(order), bool)
@@ -227,9 +219,9 @@ class Tables:
         # node_at[v]); only edges with freed bytes keep a table of their own, zero but for those
         # bytes (freed_edges; group k of a rep edge at group_flat[k] of one buffer)
         base_v = np.array([v for _, v, _, _, _, _ in self.medges], np.int64)
-        base_sum = np.zeros((int(node_at[-1]), len(dev_reps)))
+        base_sum = np.zeros((int(node_at[-1]), self.ndev))
         for e, v in enumerate(base_v):
-            base_sum[node_at[v]:node_at[v + 1]] += stacked_base[base_at[e]:base_at[e + 1]]
+            base_sum[node_at[v]:node_at[v + 1]] += bases[e]
         freed_edges = [e for e in range(len(self.medges)) if edge_groups[e + 1] > edge_groups[e]]
         # edges freeing the same bytes at the same places (each layer of a transformer) share one
         # table per weighting: only the first of each kind ("rep") is laid out in the buffer
@@ -245,12 +237,13 @@ class Tables:
         lengths = np.diff(np.append(starts, len(order)))[rep_groups]
         rep_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         group_flat = freed_at[group_edge[rep_groups]] + group_pos[rep_groups]
-        cache = {"node": node, "priced": node + base_sum, "class_of": class_of, "classes": len(dev_reps),
+        node = np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev))
+        cache = {"node": node, "priced": node + base_sum,
                  "freed_edges": freed_edges, "freed_like": like, "freed_size": int(sum(sizes)),
                  "freed_at": freed_at, "group_flat": group_flat, "rep_starts": rep_starts,
                  "rep_dev": dev[rep_entries], "rep_bytes": nbytes[rep_entries],
                  "node_at": node_at,
-                 "base": stacked_base,
+                 "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
                  "base_at": base_at,
                  "base_v": base_v,
                  "dev": dev, "nbytes": nbytes, "order": order}
@@ -269,7 +262,7 @@ class Tables:
         """Bytes per device of the strategy x (one configuration index per op)."""
         p = self._packed()
         x = np.asarray(x, np.int64)
-        a = p["node"][p["node_at"][:-1] + x].sum(axis=0) if len(x) else np.zeros(p["classes"])
+        a = p["node"][p["node_at"][:-1] + x].sum(axis=0) if len(x) else np.zeros(self.ndev)
         if len(p["base_v"]):
             a = a + p["base"][p["base_at"][:-1] + x[p["base_v"]]].sum(axis=0)
         if len(p["group_key"]):
@@ -282,8 +275,8 @@ class Tables:
                 lo, hi = p["group_start"][g], p["group_end"][g]
                 entries = p["order"][np.repeat(lo - np.concatenate([[0], np.cumsum(hi - lo)[:-1]]), hi - lo)
                                      + np.arange(int((hi - lo).sum()))]
-                a = a - np.bincount(p["dev"][entries], weights=p["nbytes"][entries], minlength=p["classes"])
-        return a[p["class_of"]]   # every device has its class's bytes
+                a = a - np.bincount(p["dev"][entries], weights=p["nbytes"][entries], minlength=self.ndev)
+        return a
 
     def eq1(self, x: Sequence[int]) -> float:
         return float(sum(self.time[v][x[v]] for v in range(self.n)) +
@@ -298,7 +291,6 @@ class Tables:
         BIG.  The memory edges' base bytes (a function of the consumer's configuration) are priced
         into the consumer's node; an edge with freed bytes adds a table of its own, zero elsewhere."""
         p = self._packed()
-        lam = np.bincount(p["class_of"], weights=lam, minlength=p["classes"])   # a class's devices' prices
         node_lam = p["priced"] @ lam   # per configuration: its node bytes and its memory edges' base bytes
         at = p["node_at"]
         if "time" not in p:
@@ -346,44 +338,6 @@ def share_equal(edges: list[tuple]) -> list[tuple]:
             seen[key].append(t)
         out.append((u, v, slot, t))
     return out
-
-
-def _device_classes(node: np.ndarray, base: np.ndarray, dev: np.ndarray, eid: np.ndarray, pos: np.ndarray,
-                    nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(class_of, reps): devices whose column is the same in the node and base tables ((rows,
-    ndev) each) and whose freed entries (``dev`` with their edge, position and bytes) are the
-    same fall in one class; ``class_of[d]`` is device d's class, ``reps[k]`` the first device of
-    class k.  On the first devices of a large machine most devices are alike (a 32-layer Llama's
-    tables on 64 GPUs have 22 distinct node columns).  Candidates by sampled rows, each
-    confirmed exactly."""
-    ndev = node.shape[1]
-    rng = np.random.default_rng(0)
-    rows = [np.sort(rng.choice(len(m), size=min(len(m), 256), replace=False)) for m in (node, base)]
-    sample = np.concatenate([node[rows[0]], base[rows[1]], np.bincount(dev, minlength=ndev)[None, :]])
-    by_dev = np.argsort(dev, kind="stable")
-    bounds = np.searchsorted(dev[by_dev], np.arange(ndev + 1))
-
-    def entries(d: int) -> np.ndarray:
-        at = by_dev[bounds[d]:bounds[d + 1]]
-        k = np.lexsort((nbytes[at], pos[at], eid[at]))
-        return np.stack([eid[at][k], pos[at][k], nbytes[at][k]])
-
-    class_of = np.empty(ndev, np.int64)
-    reps: list[int] = []
-    seen: dict[bytes, list[int]] = {}
-    for d in range(ndev):
-        key = sample[:, d].tobytes()   # candidates: the same bytes in sampled rows, as many freed entries
-        for k in seen.get(key, []):
-            r = reps[k]
-            if (np.array_equal(node[:, r], node[:, d]) and np.array_equal(base[:, r], base[:, d])
-                    and np.array_equal(entries(r), entries(d))):
-                class_of[d] = k
-                break
-        else:
-            class_of[d] = len(reps)
-            seen.setdefault(key, []).append(len(reps))
-            reps.append(d)
-    return class_of, np.asarray(reps, np.int64)
 
 
 def _alike_freed(tables: "Tables", freed_edges: list[int], order: np.ndarray, eid: np.ndarray, pos: np.ndarray,
