@@ -70,19 +70,38 @@ def problem_key(inputs: ProblemInputs, devices: DeviceGraph, options: CostOption
 
 
 MAX_LOWERED = 8   # buffer totals kept per problem (one per plan searched on it, usually one)
+MAX_OPTIMA = 4    # elimination results kept per problem (one per algorithm and bound searched, usually one)
 
 
 class Kept:
-    """A kept problem, and the buffer totals of the plans lowered on it: the memory check of a
-    search (search_memory.fits) sums the buffers of its plan's task graph per device, a
-    function of the problem's inputs and the plan's configurations alone, so a search that
-    finds the same configurations again reads them here instead of lowering its plan again."""
+    """A kept problem, the results of the searches run on it, and the buffer totals of the
+    plans lowered on it.  Problem.search is a function of the problem's tables, the algorithm
+    and the bound on its work alone (deterministic, whatever the threads), so a search of the
+    same problem with the same algorithm and bound reads its (choice, cost, stats) here instead
+    of eliminating again.  The memory check of a search (search_memory.fits) sums the buffers
+    of its plan's task graph per device, a function of the problem's inputs and the plan's
+    configurations alone, so a search that finds the same configurations again reads them
+    here instead of lowering its plan again."""
 
     def __init__(self, problem: Any) -> None:
         self.problem = problem
         self.in_use = False   # a search holds it (get, put); holding hands it back
         self._totals: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+        self._optima: "OrderedDict[tuple[str, float], tuple[np.ndarray, float, dict]]" = OrderedDict()
         self._enumeration: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+    def optimum(self, algorithm: str, limit: float) -> tuple[np.ndarray, float, dict] | None:
+        """(choice, cost, stats) of Problem.search(algorithm, limit) on this problem (copies), or None."""
+        with _lock:
+            found = self._optima.get((algorithm, limit))
+        return None if found is None else (found[0].copy(), found[1], dict(found[2]))
+
+    def keep_optimum(self, algorithm: str, limit: float, result: tuple[np.ndarray, float, dict]) -> None:
+        choice, cost, stats = result
+        with _lock:
+            self._optima[(algorithm, limit)] = (np.array(choice, copy=True), cost, dict(stats))
+            while len(self._optima) > MAX_OPTIMA:
+                self._optima.popitem(last=False)
 
     def enumeration(self, nops: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every op's configurations as Problem.configs and Problem.reductions give them

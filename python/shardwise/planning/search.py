@@ -313,12 +313,19 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         profiled = apply_profile(problem, graph, devices, costs) if costs is not None else 0
         if costs is not None:
             t = stage(f"apply measured costs ({profiled} shards)", t)
-        try:
-            choice, searched_cost, stats = _run_live(problem, f"{algorithm} search (eliminations)",
-                                                     lambda: problem.search(algorithm, limit), report)
-        except RuntimeError as exc:
-            raise SearchError(str(exc)) from None
-        stage(f"{algorithm} search", t)
+        # an earlier search's result on the kept problem (its tables, this algorithm and bound: the same)
+        found = entry.optimum(algorithm, limit) if entry is not None else None
+        label = f"{algorithm} search" + (": kept from an earlier search of the same problem" if found else "")
+        if found is None:
+            try:
+                found = _run_live(problem, f"{algorithm} search (eliminations)",
+                                  lambda: problem.search(algorithm, limit), report)
+            except RuntimeError as exc:
+                raise SearchError(str(exc)) from None
+            if entry is not None:
+                entry.keep_optimum(algorithm, limit, found)
+        choice, searched_cost, stats = found
+        stage(label, t)
         if not stats["exact"]:
             _warn_gap(stats, searched_cost, limit)
         rows, ncfg = [], []
