@@ -4,7 +4,8 @@ Building a problem's configurations and cost tables (t_c, t_s, t_x) is most of a
 Inception-v3 on 16 P100s spends about 30 ms of its ~100 ms there.  A program that searches
 the same graph on the same machine again (a notebook, a sweep over memory budgets or
 objectives, the benchmarks) gets the same tables, so ``sw.search`` keeps the problems of its
-last MAX_KEPT plain searches and reuses one whose inputs are the same.
+last MAX_KEPT plain searches and reuses one whose inputs are the same, with the elimination's
+result on it (Kept.optimum).
 
 The key is everything the problem is built from, as the C core receives it: the encoded
 graph (every op's description, its producers and FLOPs), each device's FLOP/s, memory
