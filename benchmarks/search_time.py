@@ -18,8 +18,8 @@ anchors: seed 003 Table 3 reports 0.4 s for Inception-v3 on 4 GPUs, seed 000 abo
 "cpu ms" is the processor time of that Eq. 1 search (all its threads): on a shared machine
 the wall time grows with the load, the processor time much less.  Each of those searches
 builds its own tables; "warm ms" is the processor time of the same search repeated in the
-process, on the cost tables the previous one kept (least of --repeat; the staged path of
-large machines keeps none).
+process, on the cost tables and the elimination result the previous one kept (least of
+--repeat; the staged path of large machines keeps none).
 
 Imported models (--imported): torchvision's classification models through sw.from_torch as
 tests/importers/test_torchvision_zoo.py builds them (10 classes, batch 4, 64 x 64 images; a

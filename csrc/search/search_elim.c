@@ -31,7 +31,7 @@ static sw_status push_edge(state *st, int src, int dst, double *t) {
         st->edges = n;
         st->cap = cap;
     }
-    st->edges[st->ne++] = (work_edge){src, dst, t, 1, 0, 1};
+    st->edges[st->ne++] = (work_edge){src, dst, t, 1, 1};
     return SW_OK;
 }
 
@@ -66,7 +66,7 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     double *table = earlier_product(st, a, b, j, ci_n, ck_n);
     int owned = table == NULL;
     if (owned) {
-        table = malloc(sizeof(double) * (size_t)ci_n * (size_t)ck_n);
+        table = sw_table_arena_alloc(&st->tables, (size_t)ci_n * (size_t)ck_n);
         if (!table) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory");
         }
@@ -77,12 +77,8 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     st->alive[j] = 0;
     sw_status s = push_edge(st, i, k, table);
     if (s != SW_OK) {
-        if (owned) {
-            free(table);
-        }
         return s;
     }
-    st->edges[st->ne - 1].borrowed = !owned;   /* a reused table belongs to the edge that made it */
     st->outdeg[i]++;
     st->indeg[k]++;
     if (owned) {
@@ -137,7 +133,7 @@ static sw_status merge_edges(state *st, int e1, int e2) {
     int owned = table == NULL;
     if (owned) {
         size_t cells = (size_t)nc[src] * (size_t)nc[dst];
-        table = malloc(sizeof(double) * cells);
+        table = sw_table_arena_alloc(&st->tables, cells);
         if (!table) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory");
         }
@@ -149,12 +145,8 @@ static sw_status merge_edges(state *st, int e1, int e2) {
     kill_edge(st, e2);
     sw_status s = push_edge(st, src, dst, table);
     if (s != SW_OK) {
-        if (owned) {
-            free(table);
-        }
         return s;
     }
-    st->edges[st->ne - 1].borrowed = !owned;   /* a reused table belongs to the edge that made it */
     st->outdeg[src]++;
     st->indeg[dst]++;
     if (owned) {
@@ -307,11 +299,7 @@ static void free_state(state *st) {
         }
     }
     free(st->node);
-    for (int e = 0; e < st->ne; e++) {
-        if (st->edges[e].owned && !st->edges[e].borrowed) {
-            free(st->edges[e].t);
-        }
-    }
+    sw_table_arena_free(&st->tables);   /* every owned edge's table */
     free(st->edges);
     free(st->recs);
     free(st->products);
@@ -324,6 +312,13 @@ static void free_state(state *st) {
 static sw_status init_state(state *st, const sw_tables *t) {
     st->t = t;
     st->n = t->nnodes;
+    /* the tables made are about as many and as large as the edges' own, and about half are
+     * reused (repeated blocks) or merged: a first block of half the edges' bytes */
+    size_t edge_bytes = 0;
+    for (int e = 0; e < t->nedges; e++) {
+        edge_bytes += sizeof(double) * (size_t)t->ncfg[t->edges[e].src] * (size_t)t->ncfg[t->edges[e].dst];
+    }
+    sw_table_arena_init(&st->tables, edge_bytes / 2);
     size_t n = (size_t)(t->nnodes > 0 ? t->nnodes : 1);
     st->node = calloc(n, sizeof *st->node);
     st->alive = malloc(n);

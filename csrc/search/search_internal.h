@@ -15,8 +15,7 @@ typedef struct {
 typedef struct {
     int src, dst;
     double *t;     /* table ncfg[src] x ncfg[dst] */
-    int owned;     /* made by an elimination: freed here unless borrowed */
-    int borrowed;  /* the table of an earlier edge made from the same inputs (search_elim.c) */
+    int owned;     /* made by an elimination (its table in state.tables, or an earlier made edge's) */
     int alive;
 } work_edge;
 
@@ -35,6 +34,20 @@ typedef struct {
     int made;          /* REC_NODE, merge: the edge made */
 } record;
 
+/* The tables an elimination makes, cut from a few large blocks freed together
+ * (search_arena.c): their memory is new to the process on every search, and large blocks
+ * are mapped with huge pages where the system has them. */
+typedef struct {
+    struct table_block *blocks;   /* the newest first */
+    size_t next_size;             /* bytes of the next block */
+} sw_table_arena;
+
+/* An empty arena whose first block will hold `expected` bytes (or a small default). */
+void sw_table_arena_init(sw_table_arena *a, size_t expected);
+/* Room for n doubles, 64-byte aligned, until sw_table_arena_free; NULL when out of memory. */
+double *sw_table_arena_alloc(sw_table_arena *a, size_t n);
+void sw_table_arena_free(sw_table_arena *a);
+
 typedef struct {
     const sw_tables *t;
     int n;
@@ -49,6 +62,7 @@ typedef struct {
     int nproducts;
     int *sums;              /* records of merges whose tables may be reused (search_elim.c) */
     int nsums;
+    sw_table_arena tables;  /* the tables of the owned edges */
 } state;
 
 /* out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck] (Eq. 2's min-plus product),

@@ -7,6 +7,7 @@ reuses them only where building them afresh would give the same tables:
   cost options or worker counts: new tables, and the plan of a fresh search;
 * measured costs (which change the node costs of their problem) neither keep nor reuse tables;
 * a memory-constrained search on kept tables leaves them as they were for the next search;
+* the elimination's result is kept beside its tables, per algorithm and bound on its work;
 * only the last MAX_KEPT problems are kept.
 """
 from __future__ import annotations
@@ -59,6 +60,24 @@ def test_the_same_problem_reuses_its_tables_and_finds_the_same_plan():
     # another Graph and DeviceGraph object with the same content: the same problem
     other = eq1(sw.models.resnet18(), cluster())
     assert other.search_stats["kept_tables"] and same_plan(first, other)
+    assert same_plan(first, fresh(g, d))
+
+
+def test_a_repeated_search_reads_the_kept_elimination_result():
+    """The same problem, algorithm and max_evaluations: the elimination is not run again (its
+    stage says so) and the plan is bit for bit the first search's; another bound runs its own
+    elimination; editing a returned plan's stats leaves the kept result as it was."""
+    g, d = sw.models.resnet18(), cluster()
+    first = eq1(g, d)
+    assert "elimination search" in first.search_stats["timings"]
+    first.search_stats["residual_nodes"] = -1   # a caller's edit of its own plan
+    again = eq1(g, d)
+    assert again.search_stats["kept_tables"] and same_plan(first, again)
+    assert not any(k == "elimination search" for k in again.search_stats["timings"])
+    assert any(k.startswith("elimination search: kept") for k in again.search_stats["timings"])
+    assert again.search_stats["residual_nodes"] >= 0
+    bounded = eq1(g, d, max_evaluations=5e8)   # another bound: an elimination of its own, the same optimum
+    assert "elimination search" in bounded.search_stats["timings"] and same_plan(first, bounded)
     assert same_plan(first, fresh(g, d))
 
 

@@ -267,18 +267,24 @@ def lower_arrays(plan: Plan, optimizer_state: int = 1) -> dict[str, np.ndarray]:
 
 
 def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any = None,
-            recompute: Any = None, rings: str = "chunked") -> "_core.TaskGraph":
+            recompute: Any = None, rings: str = "chunked", problem: Any = None) -> "_core.TaskGraph":
     """``plan`` lowered once by the C core: the ``_core.TaskGraph`` handle alone, without the
     Python records (``streams``: a schedule's (stream, stream_device, stream_priority) arrays;
     ``swap``: a swap plan's (buffer, out_at, in_at) arrays; ``recompute``: int32 ids of the ops
     whose feature maps are recomputed; ``rings``: one of :data:`RING_DETAILS`).  The plan's
-    problem is built once and kept on the plan (:func:`shardwise.planning.problem.plan_problem`)."""
+    problem is built once and kept on the plan (:func:`shardwise.planning.problem.plan_problem`),
+    unless ``problem`` gives one to lower on: a C problem of the plan's graph, devices and options
+    with SGD's one state buffer per parameter slice (the search's own, for its memory check:
+    the lowering only reads the graph, devices and options of its problem)."""
     from shardwise.planning.problem import plan_problem
 
     if rings not in RING_DETAILS:
         raise ConfigError(f"rings must be one of {', '.join(map(repr, RING_DETAILS))}, got {rings!r}")
-    return _core.TaskGraph(plan_problem(plan, optimizer_state), *plan_arrays(plan), streams=streams, swap=swap,
-                           recompute=recompute, fused_rings=rings == "fused")
+    if problem is not None and optimizer_state != 1:
+        raise ConfigError("lowered(problem=...) lowers with optimizer_state=1, the state a search's problem has")
+    return _core.TaskGraph(problem if problem is not None else plan_problem(plan, optimizer_state),
+                           *plan_arrays(plan), streams=streams, swap=swap, recompute=recompute,
+                           fused_rings=rings == "fused")
 
 
 def handle_of(tg: "TaskGraph", plan: Any = None) -> "_core.TaskGraph":

@@ -4,7 +4,8 @@ Building a problem's configurations and cost tables (t_c, t_s, t_x) is most of a
 Inception-v3 on 16 P100s spends about 30 ms of its ~100 ms there.  A program that searches
 the same graph on the same machine again (a notebook, a sweep over memory budgets or
 objectives, the benchmarks) gets the same tables, so ``sw.search`` keeps the problems of its
-last MAX_KEPT plain searches and reuses one whose inputs are the same.
+last MAX_KEPT plain searches and reuses one whose inputs are the same, with the elimination's
+result on it (Kept.optimum).
 
 The key is everything the problem is built from, as the C core receives it: the encoded
 graph (every op's description, its producers and FLOPs), each device's FLOP/s, memory
@@ -70,19 +71,38 @@ def problem_key(inputs: ProblemInputs, devices: DeviceGraph, options: CostOption
 
 
 MAX_LOWERED = 8   # buffer totals kept per problem (one per plan searched on it, usually one)
+MAX_OPTIMA = 4    # elimination results kept per problem (one per algorithm and bound searched, usually one)
 
 
 class Kept:
-    """A kept problem, and the buffer totals of the plans lowered on it: the memory check of a
-    search (search_memory.fits) sums the buffers of its plan's task graph per device, a
-    function of the problem's inputs and the plan's configurations alone, so a search that
-    finds the same configurations again reads them here instead of lowering its plan again."""
+    """A kept problem, the results of the searches run on it, and the buffer totals of the
+    plans lowered on it.  Problem.search is a function of the problem's tables, the algorithm
+    and the bound on its work alone (deterministic, whatever the threads), so a search of the
+    same problem with the same algorithm and bound reads its (choice, cost, stats) here instead
+    of eliminating again.  The memory check of a search (search_memory.fits) sums the buffers
+    of its plan's task graph per device, a function of the problem's inputs and the plan's
+    configurations alone, so a search that finds the same configurations again reads them
+    here instead of lowering its plan again."""
 
     def __init__(self, problem: Any) -> None:
         self.problem = problem
         self.in_use = False   # a search holds it (get, put); holding hands it back
         self._totals: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+        self._optima: "OrderedDict[tuple[str, float], tuple[np.ndarray, float, dict]]" = OrderedDict()
         self._enumeration: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+    def optimum(self, algorithm: str, limit: float) -> tuple[np.ndarray, float, dict] | None:
+        """(choice, cost, stats) of Problem.search(algorithm, limit) on this problem (copies), or None."""
+        with _lock:
+            found = self._optima.get((algorithm, limit))
+        return None if found is None else (found[0].copy(), found[1], dict(found[2]))
+
+    def keep_optimum(self, algorithm: str, limit: float, result: tuple[np.ndarray, float, dict]) -> None:
+        choice, cost, stats = result
+        with _lock:
+            self._optima[(algorithm, limit)] = (np.array(choice, copy=True), cost, dict(stats))
+            while len(self._optima) > MAX_OPTIMA:
+                self._optima.popitem(last=False)
 
     def enumeration(self, nops: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every op's configurations as Problem.configs and Problem.reductions give them

@@ -104,14 +104,16 @@ def arenas(plan: Any) -> np.ndarray:
     return np.array([mp.devices[d].arena_bytes for d in range(len(plan.devices))], dtype=np.int64)
 
 
-def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = None) -> bool:
+def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = None, problem: Any = None) -> bool:
     """Does every device's memory plan (its arena) fit ``limit``?  First the cheap sufficient test
     (the lowering's buffers added up, each rounded up to the arena alignment: greedy placement
     never puts a buffer's end above that sum: added up from the plan's fused lowering, as its chunked
     graph holds them), then a cheap necessary one (the buffers kept across steps, live at once in
     every arena, added up), then the memory plan itself.  ``kept``: the
     problem_cache.Kept the plan was searched on, with ``choice`` its configuration indices
-    there: the buffer totals of an earlier search that found the same plan, or kept for the next."""
+    there: the buffer totals of an earlier search that found the same plan, or kept for the next.
+    ``problem``: the C problem the plan was searched on, lowered on instead of building the plan's
+    own (lower.lowered)."""
     if limit is None:
         return True
     from shardwise.iteration.lower import lowered, ring_detail
@@ -123,7 +125,7 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
     if totals is None:
         # the sums of the graph the memory plan below is made on, from its fused lowering (far
         # fewer tasks; the same bytes, and the chunked ring's extra buffers counted)
-        handle = lowered(plan, rings="fused")
+        handle = lowered(plan, rings="fused", problem=problem)
         totals = handle.buffer_totals(chunked=detail == "chunked")
         if kept is not None:
             kept.keep_buffer_totals(choice, totals)
@@ -132,7 +134,7 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
         return True
     if handle is not None and (handle.buffer_totals(persistent=True)[0] > limit).any():
         return False   # what persists across steps alone (live at once in every arena) is too much
-    handle = handle if handle is not None and detail == "fused" else lowered(plan, rings=detail)
+    handle = handle if handle is not None and detail == "fused" else lowered(plan, rings=detail, problem=problem)
     return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 
 
