@@ -160,6 +160,72 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
     }
 }
 
+/* ---- the row store: each distinct row of bytes per device kept once ---- */
+
+static uint64_t row_hash(const double *row, int ndev) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)row;
+    for (size_t i = 0; i < sizeof(double) * (size_t)ndev; i++) {   /* FNV-1a over the bytes */
+        h = (h ^ b[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* Double the index (at half load) and put every row back. */
+static sw_status grow_index(sw_memory_tables *mt) {
+    int32_t n = mt->nslots ? mt->nslots * 2 : 1024;
+    int32_t *slot = malloc(sizeof *slot * (size_t)n);
+    if (!slot || n < mt->nslots) {
+        free(slot);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
+    for (int32_t i = 0; i < n; i++) {
+        slot[i] = -1;
+    }
+    for (int32_t r = 0; r < mt->nrows; r++) {
+        uint64_t q = row_hash(mt->rows + (size_t)r * mt->ndev, mt->ndev) & (uint64_t)(n - 1);
+        while (slot[q] >= 0) {
+            q = (q + 1) & (uint64_t)(n - 1);
+        }
+        slot[q] = r;
+    }
+    free(mt->row_slot);
+    mt->row_slot = slot;
+    mt->nslots = n;
+    return SW_OK;
+}
+
+/* The id of `row` (ndev bytes per device) in the store, added if new. */
+static sw_status row_id(sw_memory_tables *mt, const double *row, int32_t *id) {
+    size_t width = sizeof(double) * (size_t)mt->ndev;
+    if (2 * (int64_t)(mt->nrows + 1) > mt->nslots) {
+        sw_status s = grow_index(mt);
+        if (s != SW_OK) {
+            return s;
+        }
+    }
+    uint64_t q = row_hash(row, mt->ndev) & (uint64_t)(mt->nslots - 1);
+    for (; mt->row_slot[q] >= 0; q = (q + 1) & (uint64_t)(mt->nslots - 1)) {
+        if (!memcmp(mt->rows + (size_t)mt->row_slot[q] * mt->ndev, row, width)) {
+            *id = mt->row_slot[q];
+            return SW_OK;
+        }
+    }
+    if (mt->nrows == mt->cap_rows) {
+        int32_t cap = mt->cap_rows ? mt->cap_rows * 2 : 256;
+        double *n = cap > mt->cap_rows ? realloc(mt->rows, width * (size_t)cap) : NULL;
+        if (!n) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+        }
+        mt->rows = n;
+        mt->cap_rows = cap;
+    }
+    memcpy(mt->rows + (size_t)mt->nrows * mt->ndev, row, width);
+    mt->row_slot[q] = mt->nrows;
+    *id = mt->nrows++;
+    return SW_OK;
+}
+
 static sw_status push_saving(sw_memory_tables *mt, int64_t *cap, int32_t ci, int32_t cj, int32_t dev, double bytes) {
     if (mt->nshared == *cap) {
         int64_t n = *cap ? *cap * 2 : 256;
@@ -211,8 +277,9 @@ static int owned_block_cmp(const void *pa, const void *pb) {
  * by a join, not by comparing every producer configuration with every consumer worker: the
  * producer blocks (one per owner) sorted by (device, box hash), each kept region looked up
  * there and compared exactly.  Savings are listed per edge in no particular order (they are
- * whole bytes: their sums do not depend on it). */
-static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap) {
+ * whole bytes: their sums do not depend on it).  `row`: ndev doubles of scratch. */
+static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap,
+                           double *row) {
     int u = mt->edge_src[e], v = mt->edge_dst[e], slot = mt->edge_slot[e], ndev = mt->ndev;
     const sw_op *ou = &p->ops[u], *ov = &p->ops[v];
     int from_input = kind[u] == SW_OPKIND_INPUT;
@@ -233,15 +300,17 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
     }
     size_t q = 0;
-    for (int cj = 0; cj < ov->ncfg; cj++) {
+    sw_status s = SW_OK;
+    for (int cj = 0; cj < ov->ncfg && s == SW_OK; cj++) {
         const sw_config *c = &ov->cfgs[cj];
-        double *row = mt->edge_base[e] + (size_t)cj * ndev;
+        memset(row, 0, sizeof *row * (size_t)ndev);
         for (int w = 0; w < c->nworkers; w++, q++) {
             kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && keeps_regions(p, kind, v, c, w));
             if (kept[q]) {
                 row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
             }
         }
+        s = row_id(mt, row, &mt->edge_base[e][cj]);
     }
     size_t nb = 0;
     for (int ci = 0; !from_input && ci < ou->ncfg; ci++) {
@@ -254,7 +323,6 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
         }
     }
     qsort(blocks, nb, sizeof *blocks, owned_block_cmp);
-    sw_status s = SW_OK;
     q = 0;
     for (int cj = 0; nb > 0 && cj < ov->ncfg && s == SW_OK; cj++) {
         const sw_config *c = &ov->cfgs[cj];
@@ -306,7 +374,7 @@ static int same_memory_reads(const sw_problem *p, const int8_t *kind, int v, int
 /* Edge e's terms when an earlier edge d joins ops of the same data (twins, the same slot):
  * its base rows and its savings, copied.  A transformer's layers are such twins. */
 static sw_status copy_edge_terms(const sw_problem *p, sw_memory_tables *mt, int e, int d, int64_t *cap) {
-    memcpy(mt->edge_base[e], mt->edge_base[d], sizeof(double) * (size_t)p->ops[mt->edge_dst[e]].ncfg * (size_t)mt->ndev);
+    memcpy(mt->edge_base[e], mt->edge_base[d], sizeof(int32_t) * (size_t)p->ops[mt->edge_dst[e]].ncfg);
     sw_status s = SW_OK;
     for (int64_t q = mt->shared_ptr[d]; q < mt->shared_ptr[d + 1] && s == SW_OK; q++) {
         sw_memory_saving x = mt->shared[q];   /* a copy: push_saving may move the list */
@@ -352,15 +420,18 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             from[v] = v;
         }
     }
+    double *row = s == SW_OK ? malloc(sizeof *row * (size_t)p->ndev) : NULL;   /* one configuration's bytes */
+    if (s == SW_OK && !row) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
     for (int v = 0; v < p->nops && s == SW_OK; v++) {
-        size_t cells = (size_t)p->ops[v].ncfg * (size_t)p->ndev;
-        mt->node[v] = calloc(cells, sizeof **mt->node);
+        mt->node[v] = malloc(sizeof **mt->node * (size_t)p->ops[v].ncfg);
         if (!mt->node[v]) {
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
         }
         if (from[v] != v) {
-            memcpy(mt->node[v], mt->node[from[v]], sizeof **mt->node * cells);
+            memcpy(mt->node[v], mt->node[from[v]], sizeof **mt->node * (size_t)p->ops[v].ncfg);
         } else {
             int most = 1;
             for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
@@ -371,8 +442,10 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
                 s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
                 break;
             }
-            for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
-                node_term(p, kind, v, ci, mt->node[v] + (size_t)ci * p->ndev, scratch);
+            for (int ci = 0; ci < p->ops[v].ncfg && s == SW_OK; ci++) {
+                memset(row, 0, sizeof *row * (size_t)p->ndev);
+                node_term(p, kind, v, ci, row, scratch);
+                s = row_id(mt, row, &mt->node[v][ci]);
             }
             free(scratch);
         }
@@ -387,7 +460,7 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
     }
     int64_t cap = 0;
     for (int e = 0; e < mt->nedges && s == SW_OK; e++) {
-        mt->edge_base[e] = calloc((size_t)p->ops[mt->edge_dst[e]].ncfg * (size_t)p->ndev, sizeof **mt->edge_base);
+        mt->edge_base[e] = malloc(sizeof **mt->edge_base * (size_t)p->ops[mt->edge_dst[e]].ncfg);
         if (!mt->edge_base[e]) {
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
@@ -399,9 +472,10 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
                 twin = d;
             }
         }
-        s = twin >= 0 ? copy_edge_terms(p, mt, e, twin, &cap) : edge_terms(p, kind, e, mt, &cap);
+        s = twin >= 0 ? copy_edge_terms(p, mt, e, twin, &cap) : edge_terms(p, kind, e, mt, &cap, row);
         mt->shared_ptr[e + 1] = mt->nshared;
     }
+    free(row);
 done:
     free(from);
     if (s != SW_OK) {
@@ -424,5 +498,7 @@ void sw_memory_tables_free(sw_memory_tables *mt) {
     free(mt->edge_slot);
     free(mt->shared_ptr);
     free(mt->shared);
+    free(mt->rows);
+    free(mt->row_slot);
     memset(mt, 0, sizeof *mt);
 }

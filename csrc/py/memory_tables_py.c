@@ -1,21 +1,21 @@
 /* memory_tables_py.c -- Problem.memory_tables: the memory-constrained search's footprint tables.
  *
- * memory_tables(kinds) -> (node, edges): node[v] is (ncfg[v], ndev) float64, the bytes of
- * op v's configurations on each device; edges lists (producer, consumer, slot, base,
- * shared) per data input: base (ncfg[consumer], ndev) float64 the consumer's kept staging
- * regions, shared (m, 3) int32 (producer config, consumer config, device) with savings
- * (m,) float64: the bytes of the region that is the producer's shard there instead
- * (cost_memory.c).  `kinds` is the plan arrays' (lower.plan_arrays) first item.
+ * memory_tables(kinds) -> (rows, node, edges): rows (R, ndev) float64, every distinct row of
+ * bytes per device once; node[v] (ncfg[v],) int32, the row of each of op v's configurations;
+ * edges lists (producer, consumer, slot, base, shared) per data input: base (ncfg[consumer],)
+ * int32 the rows of the consumer's kept staging regions, shared (m, 3) int32 (producer config,
+ * consumer config, device) with savings (m,) float64: the bytes of the region that is the
+ * producer's shard there instead (cost_memory.c).  `kinds` is the plan arrays'
+ * (lower.plan_arrays) first item.
  */
 #include "problem_py.h"  /* ProblemObject, sw_py_* helpers; CPython and NumPy C API */
 
 #include "pyerr.h"  /* sw_py_raise */
 
 static PyObject *edge_item(const sw_memory_tables *mt, const sw_problem *p, int e) {
-    npy_intp base_dims[2] = {p->ops[mt->edge_dst[e]].ncfg, mt->ndev};
     npy_intp m = (npy_intp)(mt->shared_ptr[e + 1] - mt->shared_ptr[e]);
     npy_intp sdims[2] = {m, 3};
-    PyObject *base = sw_py_copy_doubles(mt->edge_base[e], 2, base_dims);
+    PyObject *base = sw_py_contiguous(mt->edge_base[e], p->ops[mt->edge_dst[e]].ncfg, NPY_INT32);
     PyArrayObject *idx = (PyArrayObject *)PyArray_SimpleNew(2, sdims, NPY_INT32);
     PyArrayObject *bytes = (PyArrayObject *)PyArray_SimpleNew(1, &m, NPY_FLOAT64);
     if (!base || !idx || !bytes) {
@@ -78,10 +78,11 @@ PyObject *sw_py_problem_memory_tables(ProblemObject *self, PyObject *arg) {
     if (s != SW_OK) {
         return sw_py_raise(s);
     }
-    PyObject *node = PyList_New(p->nops), *edges = PyList_New(mt.nedges), *result = NULL;
+    npy_intp dims[2] = {mt.nrows, mt.ndev};
+    PyObject *rows = sw_py_copy_doubles(mt.rows, 2, dims);
+    PyObject *node = rows ? PyList_New(p->nops) : NULL, *edges = node ? PyList_New(mt.nedges) : NULL, *result = NULL;
     for (int v = 0; node && v < p->nops; v++) {
-        npy_intp dims[2] = {p->ops[v].ncfg, mt.ndev};
-        PyObject *a = sw_py_copy_doubles(mt.node[v], 2, dims);
+        PyObject *a = sw_py_contiguous(mt.node[v], p->ops[v].ncfg, NPY_INT32);
         if (!a) {
             Py_CLEAR(node);
             break;
@@ -96,9 +97,10 @@ PyObject *sw_py_problem_memory_tables(ProblemObject *self, PyObject *arg) {
         }
         PyList_SET_ITEM(edges, e, item);
     }
-    if (node && edges) {
-        result = Py_BuildValue("(NN)", node, edges);
+    if (rows && node && edges) {
+        result = Py_BuildValue("(NNN)", rows, node, edges);
     } else {
+        Py_XDECREF(rows);
         Py_XDECREF(node);
         Py_XDECREF(edges);
     }

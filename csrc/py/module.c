@@ -175,6 +175,8 @@ static PyMethodDef Problem_methods[] = {
      "set_compute_times(op, t_c): replace the modelled compute times of one op (measured profile)"},
     {"edges", (PyCFunction)sw_py_problem_edges, METH_NOARGS, "edges() -> [(producer, consumer, slot)]"},
     {"edge_table", (PyCFunction)sw_py_problem_edge_table, METH_VARARGS, "edge_table(e) -> (t_x, bytes or None)"},
+    {"edge_times", (PyCFunction)sw_py_problem_edge_times, METH_NOARGS,
+     "edge_times() -> [t_x per edge], edges sharing a table sharing one array"},
     {"least_transfer", (PyCFunction)sw_py_problem_least_transfer, METH_VARARGS,
      "least_transfer(e, ci, cj) -> least t_x between the two configurations over aligned placements"},
     {"search", (PyCFunction)(void (*)(void))sw_py_problem_search, METH_VARARGS | METH_KEYWORDS,

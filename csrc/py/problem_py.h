@@ -79,6 +79,7 @@ PyObject *sw_py_problem_node_costs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_set_compute_times(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_edges(ProblemObject *self, PyObject *ignored);
 PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_edge_times(ProblemObject *self, PyObject *args);
 
 /* memory_tables_py.c: Problem.memory_tables (the memory-constrained search's footprints) */
 PyObject *sw_py_problem_memory_tables(ProblemObject *self, PyObject *arg);

@@ -142,6 +142,36 @@ PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", time, bytes);
 }
 
+/* edge_times() -> [t_x per edge]: every edge's Eq. 1 table, an edge that shares its table with
+ * an earlier one (equal data, cost.c) given that edge's array object, so that equal tables are
+ * copied once and stay one array for the elimination's reuse of products. */
+PyObject *sw_py_problem_edge_times(ProblemObject *self, PyObject *Py_UNUSED(args)) {
+    if (!sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    PyObject *list = PyList_New(t->nedges);
+    for (int e = 0; list && e < t->nedges; e++) {
+        PyObject *item = NULL;
+        for (int f = e - 1; f >= 0 && !item; f--) {   /* the same table: the same array */
+            if (t->edges[f].time == t->edges[e].time && t->ncfg[t->edges[f].src] == t->ncfg[t->edges[e].src] &&
+                t->ncfg[t->edges[f].dst] == t->ncfg[t->edges[e].dst]) {
+                item = Py_NewRef(PyList_GET_ITEM(list, f));
+            }
+        }
+        if (!item) {
+            npy_intp dims[2] = {t->ncfg[t->edges[e].src], t->ncfg[t->edges[e].dst]};
+            item = sw_py_copy_doubles(t->edges[e].time, 2, dims);
+        }
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, e, item);
+    }
+    return list;
+}
+
 int sw_py_register_problem_tables(PyObject *Py_UNUSED(module)) {
     import_array1(-1);  /* this file's own NumPy API table */
     return 0;

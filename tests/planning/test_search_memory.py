@@ -96,7 +96,7 @@ def _random_tables(rng: np.random.Generator, n: int, ndev: int) -> sm.Tables:
     t.n, t.ndev = n, ndev
     ncfg = [int(rng.integers(1, 5)) for _ in range(n)]
     t.time = [rng.uniform(0, 10, c) for c in ncfg]
-    t.mem = [rng.integers(0, 10, (c, ndev)).astype(float) for c in ncfg]
+    rows = [rng.integers(0, 10, (c, ndev)).astype(float) for c in ncfg]   # every row its own (few repeat)
     t.edges, t.medges = [], []
     for v in range(1, n):
         for u in sorted(set(rng.integers(0, v, int(rng.integers(1, 3))).tolist())):
@@ -109,7 +109,12 @@ def _random_tables(rng: np.random.Generator, n: int, ndev: int) -> sm.Tables:
                     if base[cj, d] > 0 and rng.random() < 0.3:
                         idx.append((ci, cj, d))
                         nbytes.append(float(rng.integers(1, base[cj, d] + 1)))
-            t.medges.append((u, v, 0, base, np.array(idx, np.int32).reshape(-1, 3), np.array(nbytes)))
+            t.medges.append((u, v, 0, sum(len(r) for r in rows) + np.arange(ncfg[v]),
+                             np.array(idx, np.int32).reshape(-1, 3), np.array(nbytes)))
+            rows.append(base)
+    t.rows = np.concatenate(rows)
+    starts = np.cumsum([0] + ncfg)
+    t.node_ids = [np.arange(starts[v], starts[v + 1]) for v in range(n)]
     return t
 
 
@@ -171,6 +176,16 @@ def test_weighted_tables_price_every_strategy_at_its_eq1_plus_priced_footprint(m
     assert (nodes[0][1:] == sm.BIG).all() and nodes[0][0] < sm.BIG
 
 
+def test_edge_times_are_the_edge_tables_with_shared_tables_as_one_array():
+    graph = sw.models.gpt(layers=3, d_model=32, heads=2, seq=16, vocab=64, batch=4)
+    problem = _problem(graph, DeviceGraph.parse("2x2", device="P100"), CostOptions())
+    times = problem.edge_times()
+    assert len(times) == len(problem.edges())
+    for e, t in enumerate(times):
+        np.testing.assert_array_equal(t, problem.edge_table(e)[0])
+    assert len({id(t) for t in times}) < len(times) // 2
+
+
 def test_repeated_layers_share_tables_and_price_strategies_exactly():
     """A transformer's layers have equal tables: Tables shares them as one array (so the
     elimination reuses its products and sums), and one weighted table serves every edge that
@@ -185,6 +200,8 @@ def test_repeated_layers_share_tables_and_price_strategies_exactly():
     allowed = [np.ones(len(c), bool) for c in t.time]
     nodes, edges = t.weighted(lam, 1.0, allowed)
     assert len({id(e) for *_, e in edges}) < len(edges) // 2
+    # each distinct row of bytes per device is stored once, and configurations share them
+    assert len(np.unique(t.rows, axis=0)) == len(t.rows) < sum(len(i) for i in t.node_ids) // 2
     choice, cost, _ = sm._core.search_tables(nodes, edges, "elimination", 1e9)
     copied = [(u, v, np.array(e)) for u, v, e in edges]
     c_choice, c_cost, stats = sm._core.search_tables(nodes, copied, "elimination", 1e9)
@@ -198,7 +215,7 @@ def test_repeated_layers_share_tables_and_price_strategies_exactly():
             idx = np.asarray(idx).reshape(-1, 3)
             hit = (idx[:, 0] == x[u]) & (idx[:, 1] == x[v])
             freed_hits += int(hit.any())
-            direct = direct + np.asarray(base)[x[v]] - np.bincount(idx[hit, 2], weights=np.asarray(nbytes)[hit],
+            direct = direct + t.rows[base[x[v]]] - np.bincount(idx[hit, 2], weights=np.asarray(nbytes)[hit],
                                                                   minlength=t.ndev)
         np.testing.assert_allclose(t.footprint(x), direct, rtol=1e-12)
         total = sum(n[x[v]] for v, n in enumerate(nodes)) + sum(m[x[u], x[v]] for u, v, m in edges)

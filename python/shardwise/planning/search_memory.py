@@ -152,22 +152,36 @@ class Tables:
         for v in range(self.n):
             tc, ts, _ = problem.node_costs(v)
             self.time.append(np.asarray(tc) + np.asarray(ts))
-        self.edges = share_equal([(u, v, s, problem.edge_table(e)[0]) for e, (u, v, s) in enumerate(problem.edges())])
-        node, medges = problem.memory_tables(op_kinds(graph))
-        self.mem = node                                   # per op: (ncfg, ndev)
-        self.ndev = node[0].shape[1]
-        self.medges = medges                              # (u, v, slot, base (ncfg_v, ndev), idx (m, 3), bytes (m,))
+        self.edges = share_equal([(u, v, s, t) for (u, v, s), t in zip(problem.edges(), problem.edge_times())])
+        rows, node, medges = problem.memory_tables(op_kinds(graph))
+        self.rows = rows                                  # (R, ndev): each distinct row of bytes per device
+        self.node_ids = [np.asarray(i, np.int64) for i in node]   # per op: each configuration's row
+        self.ndev = rows.shape[1]
+        self.medges = medges                              # (u, v, slot, base rows (ncfg_v,), idx (m, 3), bytes (m,))
+
+    @property
+    def mem(self) -> list[np.ndarray]:
+        """Per op, the (ncfg, ndev) bytes of each configuration on each device (made on demand:
+        a large machine's configurations repeat a few hundred rows, stored once in ``rows``)."""
+        return [self.rows[i] for i in self.node_ids]
 
     def subset(self, keep: Sequence[np.ndarray]) -> "Tables":
         """The tables of configurations ``keep[v]`` (sorted indices) of every op v: every entry
         depends on its op's (or its two ops') configurations alone, so they are rows and blocks
         of these, as a problem holding only those configurations would build them."""
         out = Tables.__new__(Tables)
-        out.n, out.ndev = self.n, self.ndev
+        out.n, out.ndev, out.rows = self.n, self.ndev, self.rows
         keep = [np.asarray(k, np.int64) for k in keep]
         out.time = [t[k] for t, k in zip(self.time, keep)]
-        out.edges = share_equal([(u, v, slot, t[np.ix_(keep[u], keep[v])]) for u, v, slot, t in self.edges])
-        out.mem = [m[k] for m, k in zip(self.mem, keep)]
+        blocks: dict[tuple, np.ndarray] = {}   # the same table cut the same way: one array
+        out.edges = []
+        for u, v, slot, t in self.edges:
+            key = (id(t), keep[u].tobytes(), keep[v].tobytes())
+            if key not in blocks:
+                blocks[key] = t[np.ix_(keep[u], keep[v])]
+            out.edges.append((u, v, slot, blocks[key]))
+        out.edges = share_equal(out.edges)
+        out.node_ids = [i[k] for i, k in zip(self.node_ids, keep)]
         new = []   # per op: old configuration index -> new one (-1: dropped)
         for v, k in enumerate(keep):
             at = np.full(len(self.time[v]), -1, np.int64)
@@ -178,21 +192,21 @@ class Tables:
             idx, nbytes = np.asarray(idx, np.int64).reshape(-1, 3), np.asarray(nbytes, float)
             ci, cj = new[u][idx[:, 0]], new[v][idx[:, 1]]
             sel = (ci >= 0) & (cj >= 0)
-            out.medges.append((u, v, slot, np.asarray(base)[keep[v]],
+            out.medges.append((u, v, slot, np.asarray(base, np.int64)[keep[v]],
                                np.stack([ci[sel], cj[sel], idx[sel, 2]], axis=1), nbytes[sel]))
         return out
 
     def _packed(self) -> dict[str, Any]:
         """The tables flattened once for the vectorized footprint and weighting below (cached):
-        every op's node bytes stacked (one row per configuration, ``node_at[v]`` the first), every
-        memory edge's base bytes stacked (``base_at[e]`` the first row of edge e, rows by v's
-        configuration), and the edges' corrections (bytes freed on one device when u and v take
+        every op's node rows stacked (one per configuration, ``node_at[v]`` the first), every
+        memory edge's base rows stacked (``base_at[e]`` the first of edge e, by v's
+        configuration), each an index into ``rows``, and the edges' corrections (bytes freed on one device when u and v take
         configurations ci and cj) as flat arrays, grouped per edge by position in its (ncfg_u,
         ncfg_v) table with duplicates summed through ``starts``."""
         cache = getattr(self, "_packed_cache", None)
         if cache is not None:
             return cache
-        ncfg = [len(m) for m in self.mem]
+        ncfg = [len(i) for i in self.node_ids]
         node_at = np.concatenate([[0], np.cumsum(ncfg)]).astype(np.int64)
         bases = [base for _, _, _, base, _, _ in self.medges]
         base_at = np.concatenate([[0], np.cumsum([len(b) for b in bases])]).astype(np.int64)
@@ -217,19 +231,19 @@ class Tables:
         group_edge, group_pos = key_e[starts], key_p[starts]
         edge_groups = np.searchsorted(group_edge, np.arange(len(self.medges) + 1))   # edge e: groups [a, b)
         # a memory edge's base bytes depend on v's configuration alone: weighted, they are added
-        # to node v (the base rows of every memory edge into v, summed per row, as base_sum at
-        # node_at[v]); only edges with freed bytes keep a table of their own, zero but for those
-        # bytes (freed_edges; group k of a rep edge at group_flat[k] of one buffer)
+        # to node v (base row k of every memory edge into v priced into configuration
+        # base_target[k] = node_at[v] + its index); only edges with freed bytes keep a table of
+        # their own, zero but for those bytes (freed_edges; group k of a rep edge at
+        # group_flat[k] of one buffer)
         base_v = np.array([v for _, v, _, _, _, _ in self.medges], np.int64)
-        base_sum = np.zeros((int(node_at[-1]), self.ndev))
-        for e, v in enumerate(base_v):
-            base_sum[node_at[v]:node_at[v + 1]] += bases[e]
+        base_target = (np.concatenate([node_at[v] + np.arange(len(b)) for (_, v, _, b, _, _) in self.medges])
+                       .astype(np.int64) if self.medges else np.zeros(0, np.int64))
         freed_edges = [e for e in range(len(self.medges)) if edge_groups[e + 1] > edge_groups[e]]
         # edges freeing the same bytes at the same places (each layer of a transformer) share one
         # table per weighting: only the first of each kind ("rep") is laid out in the buffer
         like = _alike_freed(self, freed_edges, order, eid, pos, dev, nbytes)
         reps = sorted(set(like.values()))
-        sizes = [len(self.mem[self.medges[e][0]]) * len(bases[e]) for e in reps]
+        sizes = [len(self.node_ids[self.medges[e][0]]) * len(bases[e]) for e in reps]
         freed_at = np.zeros(len(self.medges) + 1, np.int64)
         freed_at[reps] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else []
         is_rep = np.zeros(len(self.medges) + 1, bool)
@@ -239,18 +253,19 @@ class Tables:
         lengths = np.diff(np.append(starts, len(order)))[rep_groups]
         rep_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         group_flat = freed_at[group_edge[rep_groups]] + group_pos[rep_groups]
-        node = np.concatenate(self.mem, axis=0) if self.mem else np.zeros((0, self.ndev))
-        cache = {"node": node, "priced": node + base_sum,
+        cache = {"node_rows": np.concatenate(self.node_ids) if self.node_ids else np.zeros(0, np.int64),
+                 "base_rows": (np.concatenate([np.asarray(b, np.int64) for b in bases]) if bases
+                               else np.zeros(0, np.int64)),
+                 "base_target": base_target,
                  "freed_edges": freed_edges, "freed_like": like, "freed_size": int(sum(sizes)),
                  "freed_at": freed_at, "group_flat": group_flat, "rep_starts": rep_starts,
                  "rep_dev": dev[rep_entries], "rep_bytes": nbytes[rep_entries],
                  "node_at": node_at,
-                 "base": np.concatenate(bases, axis=0) if bases else np.zeros((0, self.ndev)),
                  "base_at": base_at,
                  "base_v": base_v,
                  "dev": dev, "nbytes": nbytes, "order": order}
         # the footprint finds a strategy's freed bytes by (edge, position) key: groups sorted by it
-        stride = max([len(self.mem[u]) * len(b) for u, _, _, b, _, _ in self.medges] + [1])
+        stride = max([len(self.node_ids[u]) * len(b) for u, _, _, b, _, _ in self.medges] + [1])
         fe = np.asarray(freed_edges, np.int64)
         cache.update(stride=stride, group_key=group_edge * stride + group_pos, group_start=starts,
                      group_end=np.append(starts[1:], len(order)).astype(np.int64), fe=fe,
@@ -264,9 +279,9 @@ class Tables:
         """Bytes per device of the strategy x (one configuration index per op)."""
         p = self._packed()
         x = np.asarray(x, np.int64)
-        a = p["node"][p["node_at"][:-1] + x].sum(axis=0) if len(x) else np.zeros(self.ndev)
+        a = self.rows[p["node_rows"][p["node_at"][:-1] + x]].sum(axis=0) if len(x) else np.zeros(self.ndev)
         if len(p["base_v"]):
-            a = a + p["base"][p["base_at"][:-1] + x[p["base_v"]]].sum(axis=0)
+            a = a + self.rows[p["base_rows"][p["base_at"][:-1] + x[p["base_v"]]]].sum(axis=0)
         if len(p["group_key"]):
             # each edge with freed bytes: the group at x's position in its table, if it has one
             fe = p["fe"]
@@ -293,7 +308,10 @@ class Tables:
         BIG.  The memory edges' base bytes (a function of the consumer's configuration) are priced
         into the consumer's node; an edge with freed bytes adds a table of its own, zero elsewhere."""
         p = self._packed()
-        node_lam = p["priced"] @ lam   # per configuration: its node bytes and its memory edges' base bytes
+        row_lam = self.rows @ lam      # per distinct row of bytes
+        # per configuration: its node bytes and its memory edges' base bytes
+        node_lam = row_lam[p["node_rows"]] + np.bincount(p["base_target"], weights=row_lam[p["base_rows"]],
+                                                          minlength=len(p["node_rows"]))
         at = p["node_at"]
         if "time" not in p:
             p["time"] = np.concatenate(self.time) if self.time else np.zeros(0)
@@ -333,7 +351,7 @@ def share_equal(edges: list[tuple]) -> list[tuple]:
         flat = t.reshape(-1)
         key = (t.shape, flat[::max(1, flat.size // 256)].tobytes())   # a sample: equal tables share it
         for other in seen.setdefault(key, []):
-            if np.array_equal(other, t):
+            if other is t or np.array_equal(other, t):
                 t = other
                 break
         else:
@@ -353,7 +371,7 @@ def _alike_freed(tables: "Tables", freed_edges: list[int], order: np.ndarray, ei
     for e in freed_edges:
         at = order[bounds[e]:bounds[e + 1]]
         u, _, _, base, _, _ = tables.medges[e]
-        key = (len(tables.mem[u]), len(base), pos[at].tobytes(), dev[at].tobytes(), nbytes[at].tobytes())
+        key = (len(tables.node_ids[u]), len(base), pos[at].tobytes(), dev[at].tobytes(), nbytes[at].tobytes())
         like[e] = first.setdefault(key, e)
     return like
 
@@ -378,7 +396,8 @@ class _Solver:
         self.timed_out = False     # it stopped there
         self.solves = 0
         # a node exceeding the budget alone, whatever the rest does (every term is >= 0): never allowed
-        self.allowed0 = [(m <= limit).all(axis=1) for m in tables.mem]
+        row_fits = (tables.rows <= limit).all(axis=1)
+        self.allowed0 = [row_fits[i] for i in tables.node_ids]
 
     def spent(self, have_plan: bool) -> bool:
         """No more elimination searches: the count is reached, or the deadline passed and a plan
@@ -533,7 +552,7 @@ def _branch(t: Tables, allowed: list[np.ndarray], x: list[int], limit: np.ndarra
     d = int(np.argmax(g))
     best_v, best_gain = -1, 0.0
     for v in range(t.n):
-        col = t.mem[v][:, d]
+        col = t.rows[t.node_ids[v], d]
         ok = allowed[v]
         if ok.sum() < 2:
             continue
@@ -541,7 +560,7 @@ def _branch(t: Tables, allowed: list[np.ndarray], x: list[int], limit: np.ndarra
         if gain > best_gain:
             best_v, best_gain = v, gain
     if best_v >= 0:
-        col = t.mem[best_v][:, d]
+        col = t.rows[t.node_ids[best_v], d]
         less = allowed[best_v] & (col < col[x[best_v]])
         rest = allowed[best_v] & ~less
         return [_with(allowed, best_v, less), _with(allowed, best_v, rest)]
@@ -563,7 +582,7 @@ def least_memory(tables: Tables, limit: np.ndarray, max_evaluations: float) -> t
     """The strategy of least footprint relative to the budgets in all, its footprint, and the
     least total footprint any strategy has (a bound behind the 'no plan fits' message)."""
     s = _Solver(tables, limit, max_evaluations)
-    everything = [np.ones(len(m), bool) for m in tables.mem]
+    everything = [np.ones(len(i), bool) for i in tables.node_ids]
     x, _, _ = s.solve_tables(np.ones(tables.ndev), 0.0, everything)
     total_min = float(tables.footprint(x).sum())
     rel = np.where(limit > 0, 1.0 / limit, 0.0)
