@@ -489,9 +489,9 @@ FIGURES += [
 S = "docs/simulator.md"
 _CHAIN = r"^chain of\s+{}\s+devices: simulate\s+([\d.]+) s, peak\s+(\d+) MB"
 FIGURES += [
-    Figure(S, "over a chain of 4,096 devices simulates in [[1.9]] s with a 519 MB peak", "simulate_speed",
+    Figure(S, "over a chain of 4,096 devices simulates in [[1.8]] s with a 439 MB peak", "simulate_speed",
            _CHAIN.format(4096), kind="timing", tolerance=1.0),
-    Figure(S, "simulates in 1.9 s with a [[519]] MB peak", "simulate_speed", _CHAIN.format(4096), group=2,
+    Figure(S, "simulates in 1.8 s with a [[439]] MB peak", "simulate_speed", _CHAIN.format(4096), group=2,
            kind="timing", tolerance=0.25),
     Figure(S, "(`benchmarks/simulate_speed.py`; 128 devices: [[0.03]] s)", "simulate_speed", _CHAIN.format(128),
            kind="timing", tolerance=2.0),

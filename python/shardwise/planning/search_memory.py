@@ -200,9 +200,9 @@ class Tables:
         """The tables flattened once for the vectorized footprint and weighting below (cached):
         every op's node rows stacked (one per configuration, ``node_at[v]`` the first), every
         memory edge's base rows stacked (``base_at[e]`` the first of edge e, by v's
-        configuration), each an index into ``rows``, and the edges' corrections (bytes freed on one device when u and v take
-        configurations ci and cj) as flat arrays, grouped per edge by position in its (ncfg_u,
-        ncfg_v) table with duplicates summed through ``starts``."""
+        configuration), each an index into ``rows``, and the edges' corrections (bytes freed on
+        one device when u and v take configurations ci and cj) as flat arrays, grouped per edge
+        by position in its (ncfg_u, ncfg_v) table."""
         cache = getattr(self, "_packed_cache", None)
         if cache is not None:
             return cache
