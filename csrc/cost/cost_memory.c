@@ -403,6 +403,7 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
     /* ops whose terms are another's (sw_node_twins: equal shapes, index maps, configurations
      * and devices; here also equal kinds and input producers): computed once */
     int *from = malloc(sizeof *from * nops);
+    double *row = NULL;   /* one configuration's bytes per device, before the row store takes them */
     mt->node = calloc(nops, sizeof *mt->node);
     mt->edge_src = calloc(ne, sizeof *mt->edge_src);
     mt->edge_dst = calloc(ne, sizeof *mt->edge_dst);
@@ -420,7 +421,7 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             from[v] = v;
         }
     }
-    double *row = s == SW_OK ? malloc(sizeof *row * (size_t)p->ndev) : NULL;   /* one configuration's bytes */
+    row = s == SW_OK ? malloc(sizeof *row * (size_t)p->ndev) : NULL;
     if (s == SW_OK && !row) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
     }
@@ -475,8 +476,8 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
         s = twin >= 0 ? copy_edge_terms(p, mt, e, twin, &cap) : edge_terms(p, kind, e, mt, &cap, row);
         mt->shared_ptr[e + 1] = mt->nshared;
     }
-    free(row);
 done:
+    free(row);
     free(from);
     if (s != SW_OK) {
         sw_memory_tables_free(mt);

@@ -257,6 +257,7 @@ class Tables:
                  "base_rows": (np.concatenate([np.asarray(b, np.int64) for b in bases]) if bases
                                else np.zeros(0, np.int64)),
                  "base_target": base_target,
+                 "time": np.concatenate(self.time) if self.time else np.zeros(0),   # every op's Eq. 1 node costs
                  "freed_edges": freed_edges, "freed_like": like, "freed_size": int(sum(sizes)),
                  "freed_at": freed_at, "group_flat": group_flat, "rep_starts": rep_starts,
                  "rep_dev": dev[rep_entries], "rep_bytes": nbytes[rep_entries],
@@ -313,8 +314,6 @@ class Tables:
         node_lam = row_lam[p["node_rows"]] + np.bincount(p["base_target"], weights=row_lam[p["base_rows"]],
                                                           minlength=len(p["node_rows"]))
         at = p["node_at"]
-        if "time" not in p:
-            p["time"] = np.concatenate(self.time) if self.time else np.zeros(0)
         flat = np.where(np.concatenate(allowed), wtime * p["time"] + node_lam, BIG)
         nodes = [flat[at[v]:at[v + 1]] for v in range(self.n)]   # views of one buffer
         scaled: dict[int, np.ndarray] = {}   # equal tables stay one array (the elimination reuses their products)
