@@ -164,6 +164,10 @@ sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *
                                double *cost, sw_search_stats *stats);
 /* Eq. 1 for one strategy. */
 double sw_strategy_cost(const sw_tables *t, const int *choice);
+/* The last edge before e whose time table is e's own array (tables shared between edges that
+ * read the same data, or passed in as one array), between ops of the same configuration
+ * counts; -1 if none.  O(e): for one pass over a graph's edges (a few thousand). */
+int sw_tables_shared_with(const sw_tables *t, int e);
 
 /* ---------------------------------------------------------------- task graphs */
 void sw_task_graph_free(sw_task_graph *g);

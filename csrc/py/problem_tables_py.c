@@ -152,13 +152,8 @@ PyObject *sw_py_problem_edge_times(ProblemObject *self, PyObject *Py_UNUSED(args
     const sw_tables *t = &self->p->tables;
     PyObject *list = PyList_New(t->nedges);
     for (int e = 0; list && e < t->nedges; e++) {
-        PyObject *item = NULL;
-        for (int f = e - 1; f >= 0 && !item; f--) {   /* the same table: the same array */
-            if (t->edges[f].time == t->edges[e].time && t->ncfg[t->edges[f].src] == t->ncfg[t->edges[e].src] &&
-                t->ncfg[t->edges[f].dst] == t->ncfg[t->edges[e].dst]) {
-                item = Py_NewRef(PyList_GET_ITEM(list, f));
-            }
-        }
+        int f = sw_tables_shared_with(t, e);   /* the same table: the same array */
+        PyObject *item = f >= 0 ? Py_NewRef(PyList_GET_ITEM(list, f)) : NULL;
         if (!item) {
             npy_intp dims[2] = {t->ncfg[t->edges[e].src], t->ncfg[t->edges[e].dst]};
             item = sw_py_copy_doubles(t->edges[e].time, 2, dims);

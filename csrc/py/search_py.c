@@ -317,11 +317,7 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
             goto done;
         }
         t.edges[e] = (sw_edge_table){src, dst, PyArray_DATA(a), NULL, 0};
-        int checked = 0;   /* a table shared by many edges (repeated layers) is read once */
-        for (Py_ssize_t f = e - 1; f >= 0 && !checked; f--) {
-            checked = t.edges[f].time == t.edges[e].time && t.ncfg[t.edges[f].src] == t.ncfg[src] &&
-                      t.ncfg[t.edges[f].dst] == t.ncfg[dst];
-        }
+        int checked = sw_tables_shared_with(&t, (int)e) >= 0;   /* a table many edges share: read once */
         if (!checked && !no_nan(t.edges[e].time, (npy_intp)t.ncfg[src] * t.ncfg[dst])) {
             PyErr_Format(PyExc_ValueError, "edge %zd: costs must not be NaN", e);
             goto done;

@@ -182,6 +182,17 @@ sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *
     return s;
 }
 
+int sw_tables_shared_with(const sw_tables *t, int e) {
+    const sw_edge_table *x = &t->edges[e];
+    for (int f = e - 1; f >= 0; f--) {
+        const sw_edge_table *y = &t->edges[f];
+        if (y->time == x->time && t->ncfg[y->src] == t->ncfg[x->src] && t->ncfg[y->dst] == t->ncfg[x->dst]) {
+            return f;
+        }
+    }
+    return -1;
+}
+
 double sw_strategy_cost(const sw_tables *t, const int *choice) {
     double c = 0.0;
     for (int i = 0; i < t->nnodes; i++) {
