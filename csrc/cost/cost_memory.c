@@ -355,6 +355,23 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
     return s;
 }
 
+/* Savings by producer configuration, then consumer configuration, then device: the search
+ * groups them by their place in the edge's (ci, cj) table (search_memory.Tables), and edges
+ * copied from this one keep the order (bytes last: one order, whatever the sort). */
+static int saving_cmp(const void *a, const void *b) {
+    const sw_memory_saving *x = a, *y = b;
+    if (x->ci != y->ci) {
+        return x->ci < y->ci ? -1 : 1;
+    }
+    if (x->cj != y->cj) {
+        return x->cj < y->cj ? -1 : 1;
+    }
+    if (x->dev != y->dev) {
+        return x->dev < y->dev ? -1 : 1;
+    }
+    return (x->bytes > y->bytes) - (x->bytes < y->bytes);
+}
+
 /* Does op v's memory read its producers alike with op t's: equal kind, and per data slot a
  * graph input as producer on both or on neither (keeps_regions reads that). */
 static int same_memory_reads(const sw_problem *p, const int8_t *kind, int v, int t) {
@@ -474,6 +491,10 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             }
         }
         s = twin >= 0 ? copy_edge_terms(p, mt, e, twin, &cap) : edge_terms(p, kind, e, mt, &cap, row);
+        if (s == SW_OK && twin < 0 && mt->nshared > mt->shared_ptr[e]) {
+            qsort(mt->shared + mt->shared_ptr[e], (size_t)(mt->nshared - mt->shared_ptr[e]), sizeof *mt->shared,
+                  saving_cmp);
+        }
         mt->shared_ptr[e + 1] = mt->nshared;
     }
 done:

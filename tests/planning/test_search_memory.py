@@ -293,6 +293,91 @@ def test_branch_and_bound_on_a_real_graph_equals_brute_force():
             assert got.exact and got.cost == pytest.approx(want[0], rel=1e-9)
 
 
+
+def test_memory_tables_list_freed_bytes_by_place_in_the_edge_table():
+    """The C memory tables give each edge's freed bytes ordered by (producer configuration,
+    consumer configuration, device), copies of a twin edge included: the search groups them
+    by place without sorting."""
+    graph = sw.models.gpt(layers=3, d_model=32, heads=2, seq=16, vocab=64, batch=4)
+    devices = DeviceGraph.parse("2x2", device="P100")
+    t = sm.Tables(_problem(graph, devices, CostOptions(reduction_splits=True)), graph)
+    entries = 0
+    for *_, idx, _ in t.medges:
+        idx = np.asarray(idx, np.int64).reshape(-1, 3)
+        entries += len(idx)
+        order = np.lexsort((idx[:, 2], idx[:, 1], idx[:, 0]))
+        np.testing.assert_array_equal(order, np.arange(len(idx)))
+    assert entries > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_footprint_and_weighting_do_not_depend_on_the_order_of_freed_entries(seed):
+    """Tables given freed bytes in any order (not the C tables' sorted one) group them by place
+    all the same: footprints and weighted tables equal those of the sorted entries."""
+    rng = np.random.default_rng(100 + seed)
+    t = _random_tables(rng, 5, 3)
+    while sum(len(m[4]) for m in t.medges) < 6:   # enough freed entries for their order to matter
+        t = _random_tables(rng, 5, 3)
+    shuffled = sm.Tables.__new__(sm.Tables)
+    shuffled.__dict__.update({k: v for k, v in t.__dict__.items() if k != "_packed_cache"})
+    shuffled.medges = []
+    for u, v, slot, base, idx, nbytes in t.medges:
+        perm = rng.permutation(len(idx))[::-1]
+        shuffled.medges.append((u, v, slot, base, np.asarray(idx)[perm], np.asarray(nbytes)[perm]))
+    lam = rng.random(3)
+    allowed = [np.ones(len(c), bool) for c in t.time]
+    a_nodes, a_edges = t.weighted(lam, 1.0, allowed)
+    b_nodes, b_edges = shuffled.weighted(lam, 1.0, allowed)
+    for x in itertools.product(*[range(len(c)) for c in t.time]):
+        np.testing.assert_allclose(shuffled.footprint(x), t.footprint(x), rtol=1e-12)
+        a = sum(n[x[v]] for v, n in enumerate(a_nodes)) + sum(m[x[u], x[v]] for u, v, m in a_edges)
+        b = sum(n[x[v]] for v, n in enumerate(b_nodes)) + sum(m[x[u], x[v]] for u, v, m in b_edges)
+        assert b == pytest.approx(a, rel=1e-12)
+
+
+def test_nothing_fits_on_the_devices_the_configurations_use_is_proven_at_once(monkeypatch):
+    """Configurations that put bytes on the first two of twenty devices only (the staged search
+    of a large machine restricted to small partitions): when their least footprint there
+    exceeds those two devices' budgets, the search says none fits after two eliminations,
+    although the twenty devices' budgets together would hold it (above 16 devices there is
+    no certificate per device)."""
+    rng = np.random.default_rng(7)
+    t = _random_tables(rng, 4, 20)
+    t.rows = t.rows.copy()
+    t.rows[:, 2:] = 0.0
+    t.__dict__.pop("_packed_cache", None)
+    least = min(float(t.footprint(x)[:2].sum()) for x in itertools.product(*[range(len(c)) for c in t.time]))
+    limit = np.array([least * 0.45] * 2 + [1e9] * 18)   # the two used ones hold 90% of the least
+    assert _brute(t, limit) is None
+    assert least <= limit.sum()   # the certificate over every device proves nothing here
+    solves = []
+    real = sm._Solver.solve_tables
+    monkeypatch.setattr(sm._Solver, "solve_tables", lambda self, *a: solves.append(1) or real(self, *a))
+    assert sm.solve(t, limit, max_solves=50) is None
+    assert len(solves) == 2   # the bound over every device, then over the two used: no branch and bound
+
+
+def test_the_staged_memory_stage_plans_the_memory_of_a_plan_once(monkeypatch):
+    """Steps of the staged memory search that end on the same plan read its arenas from the
+    first memory plan made (equal configurations, other Plan objects)."""
+    from shardwise.planning.search_scale_memory import MemoryStage
+
+    graph, devices = _small()
+    options = CostOptions()
+    made = []
+    real = sm.arenas
+    monkeypatch.setattr(sm, "arenas", lambda plan: made.append(plan) or real(plan))
+    stage = MemoryStage(graph, devices, options, None, sm.budgets(devices, True), 1e9)
+    a = sw.strategies.data_parallel(graph, devices, options=options)
+    b = Plan(graph, devices, dict(a.configs), options)
+    c = sw.strategies.model_parallel(graph, devices, options=options)
+    np.testing.assert_array_equal(stage.arenas(a), real(a))
+    np.testing.assert_array_equal(stage.arenas(b), stage.arenas(a))
+    assert len(made) == 1
+    stage.arenas(c)
+    assert len(made) == 2
+
+
 # ------------------------------------------------------------------ sw.search with memory
 
 def _small():

@@ -54,9 +54,9 @@ def set_configs(problem: Any, configs: Configs) -> None:
 
 def full_space(canonical: Configs, keep: Sequence[np.ndarray], ndev: int) -> Configs | None:
     """The partitions `keep` on every aligned block of their size, or None above FULL_SPACE_LIMIT."""
-    rows = [[(c, j) for c in k for j in range(ndev // int(canonical.workers[i][c]))] for i, k in enumerate(keep)]
-    if sum(len(r) for r in rows) > FULL_SPACE_LIMIT:
+    if sum(int((ndev // canonical.workers[i][np.asarray(k, np.int64)]).sum()) for i, k in enumerate(keep)) > FULL_SPACE_LIMIT:
         return None
+    rows = [[(c, j) for c in k for j in range(ndev // int(canonical.workers[i][c]))] for i, k in enumerate(keep)]
     deg, dev, red, workers = [], [], [], []
     for i, r in enumerate(rows):
         width = canonical.dev[i].shape[1]

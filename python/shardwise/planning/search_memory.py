@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -223,7 +223,12 @@ class Tables:
         cat = (lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
         dev = cat(dev, np.int64)
         nbytes, pos, eid = cat(nbytes, float), cat(pos, np.int64), cat(eid, np.int64)
-        order = np.lexsort((pos, eid))                     # by edge, then by position in its table
+        # by edge, then by position in its table: the C tables list them so (ci, cj, device), and
+        # the sort is needed only if they do not
+        stride_all = max([len(self.node_ids[u]) * len(b) for u, _, _, b, _, _ in self.medges] + [1])
+        flat_key = eid * stride_all + pos
+        order = (np.arange(len(eid), dtype=np.int64) if not len(eid) or (np.diff(flat_key) >= 0).all()
+                 else np.lexsort((pos, eid)))
         key_e, key_p = eid[order], pos[order]
         first = np.ones(len(order), bool)
         first[1:] = (key_e[1:] != key_e[:-1]) | (key_p[1:] != key_p[:-1])
@@ -266,7 +271,7 @@ class Tables:
                  "base_v": base_v,
                  "dev": dev, "nbytes": nbytes, "order": order}
         # the footprint finds a strategy's freed bytes by (edge, position) key: groups sorted by it
-        stride = max([len(self.node_ids[u]) * len(b) for u, _, _, b, _, _ in self.medges] + [1])
+        stride = stride_all
         fe = np.asarray(freed_edges, np.int64)
         cache.update(stride=stride, group_key=group_edge * stride + group_pos, group_start=starts,
                      group_end=np.append(starts[1:], len(order)).astype(np.int64), fe=fe,
@@ -468,11 +473,18 @@ def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
 
 def _proven_infeasible(s: _Solver) -> bool:
     """Certificates that no strategy satisfies the limit: even the least total footprint exceeds
-    the devices' budgets together, or (up to 16 devices) the least on one device exceeds its own."""
+    the devices' budgets together, or the least on the devices any configuration puts bytes on
+    exceeds theirs (a search of partitions on the first few devices of a large machine), or
+    (up to 16 devices) the least on one device exceeds its own."""
     t, limit = s.t, s.limit
     x, _, lb = s.solve_tables(np.ones(t.ndev), 0.0, s.allowed0)
     if lb > float(limit.sum()) * (1 + 1e-12):
         return True
+    used = (t.rows > 0).any(axis=0)   # bytes of a strategy lie on these devices alone: one more bound
+    if 0 < used.sum() < t.ndev:
+        _, _, lb = s.solve_tables(used.astype(float), 0.0, s.allowed0)
+        if lb > float(limit[used].sum()) * (1 + 1e-12):
+            return True
     for d in range(t.ndev if t.ndev <= 16 else 0):
         e = np.zeros(t.ndev)
         e[d] = 1.0
@@ -614,12 +626,14 @@ def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_ev
 
 def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: float,
             max_solves: int | None = None, starts: Sequence[Sequence[int]] = (),
-            deadline: float | None = None) -> tuple[Any, dict[str, Any]] | None:
+            deadline: float | None = None, arena_of: Callable[[Any], np.ndarray] = arenas,
+            ) -> tuple[Any, dict[str, Any]] | None:
     """The plan of least Eq. 1 whose memory plan fits ``limit`` on every device: :func:`solve`
     under the footprint, the memory plan checked, budgets lowered by what it needed beyond the
     footprint and solved again when it does not fit (TIGHTEN_ROUNDS times).  ``to_plan(choice)``
     makes a Plan.  None when no strategy satisfies the footprint constraint (none fits).
-    ``deadline``: as :func:`solve` takes it."""
+    ``deadline``: as :func:`solve` takes it.  ``arena_of``: :func:`arenas`, or one that remembers
+    the plans it has planned (the staged search checks the same plan from several searches)."""
     budget = limit.astype(float).copy()
     first = None
     for round_ in range(TIGHTEN_ROUNDS + 1):
@@ -635,7 +649,7 @@ def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: fl
             break
         first = first or sol
         plan = to_plan(sol.choice)
-        arena = arenas(plan)
+        arena = arena_of(plan)
         if (arena <= limit).all():
             exact = round_ == 0 and sol.exact
             return plan, {"exact": exact, "lower_bound": first.lower_bound, "cost": sol.cost,
@@ -651,7 +665,7 @@ def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: fl
     for x in sorted((list(x) for x in starts), key=tables.eq1):   # last: the baselines, by their memory plans
         if (tables.footprint(x) <= limit).all():
             plan = to_plan(x)
-            arena = arenas(plan)
+            arena = arena_of(plan)
             if (arena <= limit).all():
                 return plan, {"exact": False, "lower_bound": first.lower_bound, "cost": tables.eq1(x),
                               "tightened": TIGHTEN_ROUNDS, "solves": first.solves, "branch_nodes": first.nodes,

@@ -88,15 +88,25 @@ class MemoryStage:
                  budget: np.ndarray, max_evaluations: float) -> None:
         self.graph, self.devices, self.options, self.costs = graph, devices, options, costs
         self.budget, self.max_evaluations = budget, max_evaluations
+        # each plan's arenas by its configurations: steps 1, 3 and 4 often end on the same plan,
+        # whose memory plan (a third of a second for a 32-layer Llama on 64 GPUs) is made once
+        self._arenas: dict[tuple, np.ndarray] = {}
+
+    def arenas(self, plan: Plan) -> np.ndarray:
+        """search_memory.arenas of ``plan``, made once per distinct plan of this stage."""
+        key = tuple(plan.configs[op.name] for op in self.graph.ops)
+        if key not in self._arenas:
+            self._arenas[key] = search_memory.arenas(plan)
+        return self._arenas[key]
 
     def plan_of(self, chosen: Any) -> Plan:
         """The Plan of a Configs holding one configuration per op."""
         configs = {}
         for op in self.graph.ops:
             i = op.index
-            configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in chosen.deg[i][0]),
-                                        tuple(int(x) for x in chosen.dev[i][0] if x >= 0),
-                                        reduction_config(op, chosen.red[i][0]))
+            dev = chosen.dev[i][0]
+            configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(chosen.deg[i][0].tolist()),
+                                        tuple(dev[dev >= 0].tolist()), reduction_config(op, chosen.red[i][0]))
         return Plan(self.graph, self.devices, configs, self.options, name="searched", costs=self.costs)
 
     def fits(self, chosen: Any) -> bool:
@@ -122,7 +132,7 @@ class MemoryStage:
             return plan
 
         found = search_memory.fitting(tables, self.budget, to_plan, self.max_evaluations, max_solves, starts=starts,
-                                      deadline=deadline)
+                                      deadline=deadline, arena_of=self.arenas)
         if found is None:
             return None
         plan, info = found
@@ -294,10 +304,13 @@ def _canonical_choice(canonical: Any, graph: Graph, plan: Plan) -> list[int] | N
         deg, dev, red = canonical.deg[op.index], canonical.dev[op.index], canonical.red[op.index]
         want = np.ones(deg.shape[1], dtype=deg.dtype)
         want[:len(cfg.degrees)] = cfg.degrees
+        if len(cfg.devices) > dev.shape[1]:
+            return None
+        want_dev = np.full(dev.shape[1], -1, dtype=dev.dtype)   # devices padded with -1, as Configs holds them
+        want_dev[:len(cfg.devices)] = cfg.devices
         hit = None
-        for k in np.flatnonzero((deg == want).all(axis=1)):
-            if (tuple(int(x) for x in dev[k] if x >= 0) == tuple(cfg.devices)
-                    and reduction_config(op, red[k]) == cfg.reduction):
+        for k in np.flatnonzero((deg == want).all(axis=1) & (dev == want_dev).all(axis=1)):
+            if reduction_config(op, red[k]) == cfg.reduction:
                 hit = int(k)
                 break
         if hit is None:
