@@ -109,6 +109,7 @@ COMMANDS: dict[str, Command] = {
     "alexnet reduction splits": measure("reduction-splits", cheap=True),
     "resnet50 arenas fifo vs critical_path": measure("resnet50-arenas", cheap=True),
     "memory stall rows": measure("swap-stalls", cheap=False, timeout_s=900),
+    "llama-13b no fit": measure("llama13b-no-fit", cheap=False, timeout_s=600),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
@@ -621,6 +622,12 @@ def _memory_search_tight(model: str) -> str:
     return r"(?s)tighter budgets.*?" + _MS.format(model, "4x4 P100")
 
 
+FIGURES += [
+    Figure(M, "the plan closest to fitting needs [[117.36]] GB on a\ndevice of 80 GB", "llama-13b no fit",
+           r"llama-13b on 8: nearest miss ([\d.]+) GB"),
+    Figure(M, "its nearest miss needing\n[[114.10]] GB on its fullest device", "llama-13b no fit",
+           r"llama-13b on 64: nearest miss ([\d.]+) GB"),
+]
 FIGURES += [
     Figure(M, "unconstrained ([[2.95]] GB per P100 of 4 x 4", "memory_search", _MS_LOOSE[0], group=3),
     Figure(M, "[[8.59]] GB per K80 of 4)", "memory_search", _MS_LOOSE[1], group=3),

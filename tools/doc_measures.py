@@ -9,6 +9,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py resnet50-arenas      # docs/scheduling.md: arenas under fifo and critical_path
     python tools/doc_measures.py swap-stalls          # docs/memory.md: benchmarks/memory.py's stall rows (nothing written)
     python tools/doc_measures.py digits-seeds         # docs/training.md: examples/train_digits.py for seeds 0-11
+    python tools/doc_measures.py llama13b-no-fit      # docs/memory.md: the nearest miss of Llama-13B on 8 and 64 H100s
 
 Deterministic except digits-seeds' seconds; the package must be importable.
 """
@@ -74,8 +75,27 @@ def digits_seeds() -> None:
         train_digits.main(seed=seed, progress=False)
 
 
+def llama13b_no_fit() -> None:
+    """A 40-layer Llama with Llama-2-13B's widths (one sequence of 2,048 tokens a GPU, bf16) on
+    one and on eight nodes of 8 H100s: no plan fits; the shortfall the error names."""
+    import warnings
+
+    for n in (8, 64):
+        devices = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device="H100")
+        graph = sw.models.llama(layers=40, d_model=5120, heads=40, kv_heads=40, ffn=13824, seq=2048, batch=n)
+        options = sw.CostOptions(sync="ring", precision="bf16", reduction_splits=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                sw.search(graph, devices, options=options, progress=False)
+                print(f"llama-13b on {n}: a plan fits")
+            except sw.PlanDoesNotFitError as e:
+                print(f"llama-13b on {n}: nearest miss {e.needed / 1e9:.2f} GB on device {e.device} of "
+                      f"{e.available / 1e9:.2f} GB, proven {e.proven}")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
-            "swap-stalls": swap_stalls, "digits-seeds": digits_seeds}
+            "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -413,6 +413,25 @@ def test_search_raises_when_nothing_fits():
         sw.search(graph, devices, memory=1e5)
     assert isinstance(err.value, ValueError)
     assert err.value.needed > err.value.available == 1e5
+    assert err.value.proven
+
+
+def test_search_that_stops_unproven_names_its_nearest_miss(monkeypatch):
+    """The branch and bound out of eliminations with no plan that fits and no proof: the error
+    is a PlanDoesNotFitError all the same (``proven`` False, said in words), naming the nearest
+    miss and what would help."""
+    graph, devices = _small()
+
+    def unproven(*args, **kwargs):
+        raise sm.UnprovenError("found none (could not prove)", 5)
+
+    monkeypatch.setattr(sm, "fitting", unproven)
+    with pytest.raises(sm.PlanDoesNotFitError) as err:
+        sw.search(graph, devices, memory=1e5)
+    e = err.value
+    assert not e.proven and e.needed > e.available == 1e5
+    assert "within 5 elimination searches (and could not prove that none does)" in str(e)
+    assert "swap_plan" in str(e) and "recompute=True" in str(e)
 
 
 @pytest.mark.parametrize("bad", ["lots", -1, 0, "12 parsecs", [1]])

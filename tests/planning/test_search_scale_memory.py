@@ -284,3 +284,54 @@ def test_the_solve_budget_scales_with_the_configurations(monkeypatch):
     assert info["constrained"] and info["solves"] <= ssm.MIN_SOLVES
     assert (sm.arenas(plan) <= budget).all()
     assert plan.cost >= free.cost * (1 - REL)
+
+
+def _llama13b_on_a_node():
+    graph = sw.models.llama(layers=40, d_model=5120, heads=40, kv_heads=40, ffn=13824, seq=2048, batch=8)
+    devices = sw.DeviceGraph.cluster(nodes=1, devices_per_node=8, device="H100")
+    return graph, devices, sw.CostOptions(sync="ring", precision="bf16", reduction_splits=True)
+
+
+def test_no_fit_names_a_nearer_miss_than_least_memory_in_all(monkeypatch):
+    """Llama-2-13B's widths on one node of 8 H100s fit no plan.  The plan of least memory in all
+    (one pricing round) piles most of the model on the first device; re-pricing the fullest
+    devices finds a miss by far less, which the error names (its device, bytes needed and had)."""
+    graph, devices, options = _llama13b_on_a_node()
+    needed = {}
+    for rounds in (1, sm.SHORTFALL_ROUNDS):
+        monkeypatch.setattr(sm, "SHORTFALL_ROUNDS", rounds)
+        with pytest.raises(sm.PlanDoesNotFitError) as err:
+            sw.search(graph, devices, options=options, objective="eq1", progress=False)
+        e = err.value
+        assert e.proven and e.available == 80e9 and e.needed > e.available
+        assert f"needs {e.needed / 1e9:.2f} GB on device {e.device}" in str(e)
+        assert "recompute=True" not in str(e)   # not tried on machines searched in stages
+        needed[rounds] = e.needed
+    assert needed[sm.SHORTFALL_ROUNDS] < 0.8 * needed[1]
+
+
+def test_an_unproven_constrained_search_still_names_its_nearest_miss(monkeypatch):
+    """When the staged constrained search runs its count of eliminations without a plan that fits
+    or a proof that none does, the error says so (proven False, the count in words) and names
+    the nearest miss like a proven one."""
+    from shardwise.planning import search_scale_memory as ssm
+
+    real = ssm.MemoryStage._fitting
+    calls = []
+
+    def fitting(self, tables, configs, starts, max_solves=None, deadline=None):
+        calls.append(max_solves)
+        if len(calls) == 3:   # step 3, after the two restricted searches of step 1
+            raise sm.UnprovenError("found no plan that fits within 7 (could not prove)", 7)
+        return real(self, tables, configs, starts, max_solves=max_solves, deadline=deadline)
+
+    monkeypatch.setattr(ssm.MemoryStage, "_fitting", fitting)
+    g, d = load_model("vgg_small", None).graph, MACHINES["2x4"]()
+    monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)
+    with pytest.raises(sm.PlanDoesNotFitError) as err:
+        sw.search(g, d, memory=2e5, objective="eq1", progress=False)
+    e = err.value
+    assert len(calls) == 3 and not e.proven
+    assert "within 7 elimination searches (and could not prove that none does)" in str(e)
+    assert 0 <= e.device < len(d) and e.needed > e.available == 2e5
+    assert "which has 200.00 KB" in str(e)

@@ -438,6 +438,11 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
         recomputed = _recompute_to_fit(plan, graph, devices, options, costs, limit) if recompute else None
         try:
             found = search_memory.fitting(tables, limit, to_plan, max_evaluations, starts=starts)
+        except search_memory.UnprovenError as err:   # none found, none proven: name the nearest miss
+            if recomputed is None:
+                raise search_memory.does_not_fit(devices, tables, limit, max_evaluations, "", starts,
+                                                 unproven=err.solves) from err
+            found = None
         except SearchError:   # footprints fit, memory plans do not: recomputation may still
             if recomputed is None:
                 raise

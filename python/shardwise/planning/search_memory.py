@@ -50,16 +50,31 @@ PENALTY_ROUNDS = 20   # doublings of the price of overfull devices' bytes while 
 TIGHTEN_ROUNDS = 3    # re-solves with budgets lowered by what the memory plan needed beyond the footprint
 REL_TOL = 1e-9
 DEBUG = False         # print every Lagrangian step (development)
+SHORTFALL_ROUNDS = 8  # re-priced searches for the nearest miss the 'no plan fits' message names
 
 
 class PlanDoesNotFitError(ShardwiseError, ValueError):
-    """No plan of the search space fits every device's memory.  ``device``, ``needed`` and
-    ``available`` (bytes) name the smallest shortfall the search saw: the most overfull device
-    of the plan closest to fitting among the plan of least memory in all and the baselines."""
+    """No plan that fits every device's memory: none in the search space (``proven``), or none
+    found before the search stopped without proving that none exists (``proven`` False: the
+    memory-constrained search of a large machine ran its count of elimination searches).
+    ``device``, ``needed`` and ``available`` (bytes) name the smallest shortfall the search saw:
+    the most overfull device of the plan closest to fitting among the plans of least priced
+    memory and the baselines."""
 
-    def __init__(self, message: str, device: int = -1, needed: int = 0, available: int = 0) -> None:
+    def __init__(self, message: str, device: int = -1, needed: int = 0, available: int = 0,
+                 proven: bool = True) -> None:
         super().__init__(message)
-        self.device, self.needed, self.available = device, needed, available
+        self.device, self.needed, self.available, self.proven = device, needed, available, proven
+
+
+class UnprovenError(SearchError):
+    """The memory-constrained search ran its count of elimination searches (``solves``) without
+    finding a strategy that fits or proving that none does (turned into a PlanDoesNotFitError,
+    ``proven`` False, naming the nearest miss, where the search has the tables to find one)."""
+
+    def __init__(self, message: str, solves: int) -> None:
+        super().__init__(message)
+        self.solves = solves
 
 
 @dataclass
@@ -465,8 +480,9 @@ def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
     if best is None:
         if exact:
             return None
-        raise SearchError(f"the memory-constrained search found no plan that fits within {max_solves} elimination "
-                          f"searches (and could not prove that none does); pass memory=False to ignore memory")
+        raise UnprovenError(f"the memory-constrained search found no plan that fits within {max_solves} elimination "
+                            f"searches (and could not prove that none does); pass memory=False to ignore memory",
+                            max_solves)
     return Solution(best, tables.eq1(best), exact, incumbent if exact else float(open_bound), s.solves, nodes,
                     s.timed_out and not exact)
 
@@ -589,23 +605,44 @@ def _with(allowed: list[np.ndarray], v: int, mask: np.ndarray) -> list[np.ndarra
     return out
 
 
-def least_memory(tables: Tables, limit: np.ndarray, max_evaluations: float) -> tuple[list[int], np.ndarray, float]:
-    """The strategy of least footprint relative to the budgets in all, its footprint, and the
-    least total footprint any strategy has (a bound behind the 'no plan fits' message)."""
+def least_memory(tables: Tables, limit: np.ndarray, max_evaluations: float,
+                 rounds: int | None = None) -> tuple[list[int], np.ndarray, float]:
+    """The strategy whose most overfull device is least overfull among those tried (relative
+    to its budget), its footprint, and the least total footprint any strategy has (a bound
+    behind the 'no plan fits' message).  Tried: the strategies of least priced footprint, the
+    prices starting at 1 / budget and raised on the devices that are fuller than the rest
+    (multiplicatively, ``rounds`` times): least memory in all piles everything on the fewest
+    devices (each partition on the first devices: device 0), which is not the nearest miss.
+    ``rounds``: SHORTFALL_ROUNDS unless given."""
+    rounds = SHORTFALL_ROUNDS if rounds is None else rounds
     s = _Solver(tables, limit, max_evaluations)
     everything = [np.ones(len(i), bool) for i in tables.node_ids]
     x, _, _ = s.solve_tables(np.ones(tables.ndev), 0.0, everything)
     total_min = float(tables.footprint(x).sum())
-    rel = np.where(limit > 0, 1.0 / limit, 0.0)
-    y, _, _ = s.solve_tables(rel, 0.0, everything)
-    return y, tables.footprint(y), total_min
+    lam = np.where(limit > 0, 1.0 / np.maximum(limit, 1.0), 0.0)
+    best, best_a, best_over = None, None, np.inf
+    for _ in range(max(1, rounds)):
+        y, _, _ = s.solve_tables(lam, 0.0, everything)
+        a = tables.footprint(y)
+        ratio = a / np.maximum(limit, 1.0)
+        if ratio.max() < best_over:
+            best, best_a, best_over = y, a, float(ratio.max())
+        # fuller devices cost more next round (the squared ratio to the fullest, floored so an
+        # idle device keeps a price and stays worth filling before the full ones)
+        lam = lam * np.maximum(ratio / max(float(ratio.max()), 1e-30), 0.05) ** 2
+        lam = lam / max(float(lam.max()), 1e-300) / np.maximum(limit, 1.0).min()
+    return best, best_a, total_min
 
 
 def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_evaluations: float,
-                 where: str, starts: Sequence[Sequence[int]] = ()) -> PlanDoesNotFitError:
-    """The error when no plan fits: the smallest shortfall seen (over the plan of least memory
-    in all and ``starts``, the baselines: the one whose most overfull device lacks least), and
-    what to do."""
+                 where: str, starts: Sequence[Sequence[int]] = (), unproven: int = 0,
+                 recompute: bool = True) -> PlanDoesNotFitError:
+    """The error when no plan fits: the smallest shortfall seen (over the plans of least priced
+    memory, :func:`least_memory`, and ``starts``, the baselines: the one whose most overfull
+    device lacks least), and what to do.  ``unproven``: the search stopped after that many
+    elimination searches without finding a plan that fits or proving that none does (the
+    message says so, and the error's ``proven`` is False).  ``recompute``: whether
+    ``sw.search(..., recompute=True)`` would try recomputation here (advised only then)."""
     y, a, total_min = least_memory(tables, limit, max_evaluations)
     for x in starts:
         b = tables.footprint(list(x))
@@ -617,11 +654,15 @@ def does_not_fit(devices: DeviceGraph, tables: Tables, limit: np.ndarray, max_ev
     total = float(limit.sum())
     why = (f"; every plan needs at least {format_bytes(total_min)} in all on the {len(limit)} devices, which have "
            f"{format_bytes(total)}" if total_min > total else "")
-    msg = (f"no plan fits in memory{where}: the plan closest to fitting needs {format_bytes(a[d])} on device {d} "
+    head = (f"no plan fits in memory{where}" if not unproven else
+            f"the memory-constrained search found no plan that fits{where} within {unproven} elimination searches "
+            f"(and could not prove that none does)")
+    msg = (f"{head}: the plan closest to fitting needs {format_bytes(a[d])} on device {d} "
            f"({name}), which has {format_bytes(limit[d])}{budget_note}, counting only parameters, optimizer state "
            f"and the activations kept for the backward pass{why}.  Swap activations to host memory "
-           f"(sw.swap_plan), recompute them (sw.search(..., recompute=True)), use more devices or a smaller minibatch, or pass memory=False to plan anyway")
-    return PlanDoesNotFitError(msg, d, int(a[d]), int(limit[d]))
+           f"(sw.swap_plan), " + ("recompute them (sw.search(..., recompute=True)), " if recompute else "")
+           + "use more devices or a smaller minibatch, or pass memory=False to plan anyway")
+    return PlanDoesNotFitError(msg, d, int(a[d]), int(limit[d]), proven=not unproven)
 
 
 def fitting(tables: Tables, limit: np.ndarray, to_plan: Any, max_evaluations: float,

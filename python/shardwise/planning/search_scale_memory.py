@@ -147,9 +147,11 @@ class MemoryStage:
         deadline = s.stages.deadline if s.stages is not None else None   # sw.search(time_limit=)
         # 1. plans that fit on the first devices: the cheapest gives the threshold
         fitting_plans: list[tuple[float, list[int], str]] = []   # (Eq. 1, canonical choice, what)
+        misses: list[list[int]] = []   # every baseline's canonical choice: near misses when nothing fits
         for base in baselines(self.graph, self.devices, self.options):
             choice = _canonical_choice(canonical, self.graph, base)
             if choice is not None:
+                misses.append(choice)
                 one = canonical.subset([np.array([c]) for c in choice])
                 if (self._tables(s.work, one).footprint([0] * len(choice)) > self.budget).any():
                     continue   # its footprint, a lower bound of its arenas, does not fit: no memory plan made
@@ -195,10 +197,14 @@ class MemoryStage:
                 tables = tables.subset(priced)   # rows and blocks of the tables in hand: not built again
         starts = [_reindex(survivors, f[1]) for f in fitting_plans]
         starts = [x for x in starts if x is not None]
-        found = self._fitting(tables, kept, starts, deadline=deadline,
-                              max_solves=solves_for(_count(kept), search_memory.MAX_SOLVES))
+        max_solves = solves_for(_count(kept), search_memory.MAX_SOLVES)
+        near = [x for x in (_reindex(survivors, c) for c in misses) if x is not None]
+        try:
+            found = self._fitting(tables, kept, starts, deadline=deadline, max_solves=max_solves)
+        except search_memory.UnprovenError as err:   # nothing that fits found, nothing proven: the nearest miss
+            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, near, err.solves) from err
         if found is None:
-            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, starts)
+            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, near)
         plan, info, choice = found
         s.stages and s.stages.done(f"memory: constrained search of {sum(len(k) for k in survivors)} partitions "
                                    f"left on the first devices ({info['solves']} eliminations)")
@@ -320,6 +326,9 @@ def _canonical_choice(canonical: Any, graph: Graph, plan: Plan) -> list[int] | N
 
 
 def _does_not_fit(devices: DeviceGraph, tables: search_memory.Tables, budget: np.ndarray,
-                  max_evaluations: float, starts: Sequence[Sequence[int]]) -> search_memory.PlanDoesNotFitError:
+                  max_evaluations: float, starts: Sequence[Sequence[int]],
+                  unproven: int = 0) -> search_memory.PlanDoesNotFitError:
+    # (no recomputation advice: sw.search(recompute=True) tries it on machines searched in one go only)
     return search_memory.does_not_fit(devices, tables, budget, max_evaluations,
-                                      " with each partition on the first devices of the machine", starts)
+                                      " with each partition on the first devices of the machine", starts, unproven,
+                                      recompute=False)
