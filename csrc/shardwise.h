@@ -157,9 +157,11 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
                                 double *cost, sw_search_stats *stats);
 /* The same, and marginals[v] (malloc'd, ncfg[v] entries, NULL before) the least Eq. 1 of a
  * strategy giving node v each configuration: exact when the eliminations left one node,
- * else lower bounds (search_marginals.c). */
+ * else lower bounds (search_marginals.c).  Those above `cap` (1 + 1e-9) come out as INFINITY, faster
+ * (a pruning that drops every configuration above a threshold needs no more); `cap` is only
+ * valid on tables whose entries are all >= 0, as Eq. 1's are.  INFINITY: every marginal. */
 sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice,
-                                          double *cost, sw_search_stats *stats, double **marginals);
+                                          double *cost, sw_search_stats *stats, double **marginals, double cap);
 sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *choice,
                                double *cost, sw_search_stats *stats);
 /* Eq. 1 for one strategy. */

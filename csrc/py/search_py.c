@@ -57,7 +57,7 @@ static int check_limit(double max_evals) {
 
 /* Run a search with the GIL released and package (choice, cost, stats), and with
  * `marginals` (elimination only) a fourth item: the list of every node's min-marginals. */
-static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, int marginals) {
+static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, int marginals, double cap) {
     npy_intp n = t->nnodes;
     PyArrayObject *choice = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
     double **m = marginals ? calloc((size_t)n, sizeof *m) : NULL;
@@ -71,7 +71,7 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, 
     sw_search_stats stats = {0};
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = m ? sw_search_elimination_marginals(t, max_evals, c, &cost, &stats, m) : fn(t, max_evals, c, &cost, &stats);
+    s = m ? sw_search_elimination_marginals(t, max_evals, c, &cost, &stats, m, cap) : fn(t, max_evals, c, &cost, &stats);
     Py_END_ALLOW_THREADS
     PyObject *sd = s == SW_OK ? stats_dict(&stats) : NULL;
     PyObject *ml = NULL;
@@ -104,12 +104,16 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, 
 }
 
 PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"algorithm", "max_evaluations", "marginals", NULL};
+    static char *kwlist[] = {"algorithm", "max_evaluations", "marginals", "cap", NULL};
     const char *algorithm = "elimination";
-    double max_evals = 1e9;
+    double max_evals = 1e9, cap = INFINITY;
     int marginals = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sdp", kwlist, &algorithm, &max_evals, &marginals) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sdpd", kwlist, &algorithm, &max_evals, &marginals, &cap) ||
         !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    if (isnan(cap)) {
+        PyErr_SetString(PyExc_ValueError, "cap must be a number (inf: every marginal), not NaN");
         return NULL;
     }
     search_fn fn = pick_search(algorithm);
@@ -121,7 +125,7 @@ PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kw
     atomic_store(&self->p->progress_total, (long)self->p->nops * (marginals ? 2 : 1));   /* forward (+ reverse) */
     self->p->tables.progress = &self->p->progress_done;
     self->p->tables.threads = self->p->threads;
-    PyObject *r = run_search(&self->p->tables, fn, max_evals, marginals);
+    PyObject *r = run_search(&self->p->tables, fn, max_evals, marginals, cap);
     self->p->tables.progress = NULL;
     self->busy = 0;
     return r;
@@ -227,15 +231,31 @@ static int no_nan(const double *x, npy_intp n) {
     return 1;
 }
 
-/* search_tables(node_costs: list of 1-D float64, edges: list of (src, dst, 2-D float64), algorithm, max_evals) */
+/* Are all n entries >= 0 (the condition of a finite marginals cap)? */
+static int nonnegative(const double *x, npy_intp n) {
+    for (npy_intp i = 0; i < n; i++) {
+        if (!(x[i] >= 0)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* search_tables(node_costs: list of 1-D float64, edges: list of (src, dst, 2-D float64), algorithm, max_evals,
+ * marginals, threads, cap): with a finite cap (marginals above it come out infinite) every cost must be >= 0 */
 static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"node_costs", "edges", "algorithm", "max_evaluations", "marginals", "threads", NULL};
+    static char *kwlist[] = {"node_costs", "edges", "algorithm", "max_evaluations", "marginals", "threads", "cap",
+                             NULL};
     PyObject *nodes_o, *edges_o;
     const char *algorithm = "elimination";
-    double max_evals = 1e9;
+    double max_evals = 1e9, cap = INFINITY;
     int marginals = 0, threads = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|sdpi", kwlist, &nodes_o, &edges_o, &algorithm, &max_evals,
-                                     &marginals, &threads)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|sdpid", kwlist, &nodes_o, &edges_o, &algorithm, &max_evals,
+                                     &marginals, &threads, &cap)) {
+        return NULL;
+    }
+    if (isnan(cap)) {
+        PyErr_SetString(PyExc_ValueError, "cap must be a number (inf: every marginal), not NaN");
         return NULL;
     }
     if (threads < 1 || threads > 64) {
@@ -289,6 +309,10 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
             PyErr_Format(PyExc_ValueError, "node %zd: costs must not be NaN", i);
             goto done;
         }
+        if (cap != INFINITY && !nonnegative(t.node_cost[i], t.ncfg[i])) {
+            PyErr_Format(PyExc_ValueError, "node %zd: a finite cap needs costs >= 0", i);
+            goto done;
+        }
     }
     for (Py_ssize_t e = 0; e < ne; e++) {
         int src, dst;
@@ -322,9 +346,13 @@ static PyObject *search_tables(PyObject *Py_UNUSED(module), PyObject *args, PyOb
             PyErr_Format(PyExc_ValueError, "edge %zd: costs must not be NaN", e);
             goto done;
         }
+        if (!checked && cap != INFINITY && !nonnegative(t.edges[e].time, (npy_intp)t.ncfg[src] * t.ncfg[dst])) {
+            PyErr_Format(PyExc_ValueError, "edge %zd: a finite cap needs costs >= 0", e);
+            goto done;
+        }
         t.nedges++;
     }
-    result = run_search(&t, fn, max_evals, marginals);
+    result = run_search(&t, fn, max_evals, marginals, cap);
 done:
     free_raw_tables(&t);
     Py_XDECREF(keep);

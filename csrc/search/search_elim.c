@@ -353,11 +353,11 @@ static sw_status init_state(state *st, const sw_tables *t) {
 
 sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int *choice, double *cost,
                                 sw_search_stats *stats) {
-    return sw_search_elimination_marginals(t, max_evaluations, choice, cost, stats, NULL);
+    return sw_search_elimination_marginals(t, max_evaluations, choice, cost, stats, NULL, INFINITY);
 }
 
 sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice, double *cost,
-                                          sw_search_stats *stats, double **marginals) {
+                                          sw_search_stats *stats, double **marginals, double cap) {
     sw_search_stats local = {0};
     state st = {0};
     sw_status s = init_state(&st, t);
@@ -386,7 +386,7 @@ sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluat
         }
     }
     if (s == SW_OK && marginals) {
-        s = sw_elim_marginals(&st, local.lower_bound, marginals);
+        s = sw_elim_marginals(&st, local.lower_bound, cap, marginals);
     }
     if (stats) {
         *stats = local;

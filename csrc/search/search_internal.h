@@ -73,8 +73,11 @@ void sw_minplus(const double *a, const double *nj, const double *b, double *out,
 /* Min-marginals after an elimination: m[v][c] = the least Eq. 1 of any strategy giving
  * node v configuration c, from the final state by undoing the records in reverse
  * (outside tables of every made edge).  Exact when one node was left; with more, a
- * lower bound built from `bound` (a lower bound of the optimum). */
-sw_status sw_elim_marginals(const state *st, double bound, double **m);
+ * lower bound built from `bound` (a lower bound of the optimum).  `cap`: marginals above
+ * cap (1 + 1e-9) come out as INFINITY, those at most cap exact (every table entry must be >= 0: then an outside table's entry above
+ * the cap only leads to marginals above it, is dropped, and the products over the sparse
+ * tables left skip it); INFINITY computes them all. */
+sw_status sw_elim_marginals(const state *st, double bound, double cap, double **m);
 
 /* Exact minimum of sum(node costs) + sum(edge costs) over every assignment of
  * configurations to `nodes` (global ids), by depth-first enumeration with

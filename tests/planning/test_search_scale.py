@@ -100,6 +100,42 @@ def test_marginals_equal_brute_force(problem):
         assert m.min() == pytest.approx(cost, rel=REL, abs=REL * scale) or stats["residual_nodes"] > 1
 
 
+@settings(max_examples=examples(300))
+@given(table_problems(kinds=("chain", "diamond", "residual", "skip", "multi", "parallel", "disconnected",
+                             "random", *RESIDUAL_KINDS), max_cfg=4, max_combinations=3000),
+       st.floats(min_value=0.0, max_value=1.5))
+def test_capped_marginals_are_the_marginals_up_to_the_cap(problem, where):
+    """Marginals with a cap (the reverse pass drops outside entries above it and multiplies
+    over the sparse tables left) equal the uncapped ones bit for bit up to the cap, and are
+    infinite above cap (1 + 1e-9) (in between, either: sums along different paths round
+    differently); caps from the optimum to past the largest marginal."""
+    kind, node_costs, edges, _ = problem
+    node_costs = [np.abs(c) for c in node_costs]   # a cap needs costs >= 0, as Eq. 1's are
+    edges = [(u, v, np.abs(t)) for u, v, t in edges]
+    _, cost, _, full = _core.search_tables(node_costs, edges, "elimination", 1e9, True)
+    top = max(float(m.max()) for m in full)
+    cap = cost + where * (top - cost)
+    _, _, _, capped = _core.search_tables(node_costs, edges, "elimination", 1e9, True, cap=cap)
+    note(f"{kind}: cap {cap} between {cost} and {top}")
+    for m, c in zip(full, capped):
+        np.testing.assert_array_equal(c[m <= cap], m[m <= cap])
+        assert np.isinf(c[m > cap * (1 + 1e-9)]).all()
+        between = (m > cap) & (m <= cap * (1 + 1e-9))
+        assert ((c[between] == m[between]) | np.isinf(c[between])).all()
+    if where < 1.0 and cap < top * (1 - 1e-6):
+        assert any(np.isinf(c).any() for c in capped)   # the cap dropped something
+
+
+def test_capped_marginals_need_nonnegative_costs():
+    nodes = [np.array([1.0, -3.0]), np.array([2.0, 2.0])]
+    edges = [(0, 1, np.zeros((2, 2)))]
+    _core.search_tables(nodes, edges, "elimination", 1e9, True)   # no cap: any costs
+    with pytest.raises(ValueError, match="finite cap needs costs >= 0"):
+        _core.search_tables(nodes, edges, "elimination", 1e9, True, cap=10.0)
+    with pytest.raises(ValueError, match="NaN"):
+        _core.search_tables([np.array([1.0])], [], "elimination", 1e9, True, cap=float("nan"))
+
+
 def test_marginals_hand_computed_chain():
     """A -> B -> C, two configurations each (the chain of test_search.py): the strategies
     cost 000: 8, 001: 9, 010: 18, 011: 7, 100: 14, 101: 15, 110: 16, 111: 5, so the least
