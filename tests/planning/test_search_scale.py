@@ -202,6 +202,67 @@ def test_least_transfer_refuses_other_machines():
         p.least_transfer(0, 0, 0)
 
 
+# =========================================================================== reading parts of a problem
+
+def test_configs_rows_degrees_workers_and_edge_blocks_equal_the_full_arrays():
+    """The staged search reads only the rows it keeps (Problem.configs(op, rows),
+    Problem.edge_table(e, rows, cols)) and the counts without the device lists
+    (Problem.workers, Problem.degrees): each equals the same part of the full arrays."""
+    g, d = sw.models.get("resnet18", batch=48), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    p = problem(g, d)
+    rng = np.random.default_rng(1)
+    for op in g.ops:
+        deg, dev = p.configs(op.index)
+        np.testing.assert_array_equal(p.degrees(op.index), deg)
+        np.testing.assert_array_equal(p.workers(op.index), (dev >= 0).sum(axis=1))
+        rows = rng.choice(len(deg), size=min(5, len(deg)), replace=False)[::-1]   # any order
+        rdeg, rdev = p.configs(op.index, rows)
+        np.testing.assert_array_equal(rdeg, deg[rows])
+        width = max(1, int((dev[rows] >= 0).sum(axis=1).max()))
+        np.testing.assert_array_equal(rdev, dev[rows][:, :width])
+        assert p.configs(op.index, np.zeros(0, dtype=np.int64))[1].shape == (0, 1)
+    for e, (src, dst, _) in enumerate(p.edges()):
+        t, b = p.edge_table(e)
+        rows = rng.choice(t.shape[0], size=min(4, t.shape[0]), replace=False)
+        cols = rng.choice(t.shape[1], size=min(3, t.shape[1]), replace=False)
+        st, sb = p.edge_table(e, rows, cols)
+        np.testing.assert_array_equal(st, t[np.ix_(rows, cols)])
+        np.testing.assert_array_equal(sb, b[np.ix_(rows, cols)])
+        np.testing.assert_array_equal(p.edge_table(e, None, cols)[0], t[:, cols])
+    with pytest.raises(IndexError, match="rows"):
+        p.configs(0, [len(p.workers(0))])
+    with pytest.raises(IndexError, match="cols"):
+        p.edge_table(0, None, [-1])
+    with pytest.raises(ValueError, match="rows"):
+        p.configs(0, [[0]])
+
+
+def test_canonical_configs_read_devices_only_when_asked():
+    """scale_space.Configs leaves the devices of the first-block enumeration in the problem and
+    reads those of a subset when asked: the same rows as the full arrays, subsets of subsets too."""
+    from shardwise.planning.scale_space import Configs
+
+    g, d = sw.models.get("alexnet", batch=32), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    p = problem(g, d, first_block_only=True, bounds=True)
+    canonical = Configs.of(p, len(g.ops))
+    rng = np.random.default_rng(2)
+    keep = [np.sort(rng.choice(len(w), size=min(4, len(w)), replace=False)) for w in canonical.workers]
+    sub = canonical.subset(keep)
+    inner = [np.array([len(k) - 1]) for k in keep]
+    for op in g.ops:
+        deg, dev = p.configs(op.index)
+        np.testing.assert_array_equal(canonical.deg[op.index], deg)
+        np.testing.assert_array_equal(canonical.devices(op.index), dev)
+        k = keep[op.index]
+        np.testing.assert_array_equal(sub.deg[op.index], deg[k])
+        np.testing.assert_array_equal(sub.workers[op.index], (dev[k] >= 0).sum(axis=1))
+        got = sub.devices(op.index)
+        np.testing.assert_array_equal(got, dev[k][:, :got.shape[1]])
+        assert (dev[k][:, got.shape[1]:] == -1).all()
+        last = sub.subset(inner).devices(op.index)
+        np.testing.assert_array_equal(last[0][last[0] >= 0], dev[k[-1]][dev[k[-1]] >= 0])
+
+
 # =========================================================================== counting == listing
 
 @pytest.mark.parametrize("machine", list(SYMMETRIC) + ["cluster_2x3"])

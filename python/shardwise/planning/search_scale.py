@@ -110,12 +110,13 @@ def _exact_search(work: Any, graph, devices, costs, configs: Configs, limit: flo
 
 def _certify(relax: Any, node, edges, keep, cost: float, limit: float, stages: Stages, threads: int,
              rounds: int = 60):
-    """A lower bound over every aligned placement of strategies of the partitions `keep`:
+    """A lower bound over every aligned placement of strategies of the partitions `keep`
+    (``edges``: the relaxation's (producer, consumer) pairs, whose tables are read for `keep` alone):
     the relaxation whose edge entries become the exact least t_x over relative placements
     (Problem.least_transfer) wherever its best strategy uses them, until that strategy
     costs at least `cost` (proven) or uses exact entries only (not proven)."""
     snode = [n[k] for n, k in zip(node, keep)]
-    sedges = [(a, b, np.array(t[np.ix_(keep[a], keep[b])])) for a, b, t in edges]
+    sedges = [(a, b, relax.edge_table(e, keep[a], keep[b])[0]) for e, (a, b) in enumerate(edges)]
     exact = [np.zeros(t.shape, dtype=bool) for _, _, t in sedges]
     bound = -np.inf
     for _ in range(rounds):
@@ -153,7 +154,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         apply_profile(relax, graph, devices, costs)
     canonical = Configs.of(relax, nops)
     node = [sum(relax.node_costs(i)[:2]) for i in range(nops)]
-    edges = [(src, dst, relax.edge_table(e)[0]) for e, (src, dst, _) in enumerate(relax.edges())]
+    edges = [(src, dst) for src, dst, _ in relax.edges()]   # their tables: the survivors' rows only (_certify)
     stats: dict[str, Any] = {"partitions": int(sum(len(n) for n in node))}
     stages.done(f"relaxation tables ({stats['partitions']} partitions, first devices)")
 

@@ -95,7 +95,7 @@ class MemoryStage:
         for op in self.graph.ops:
             i = op.index
             configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in chosen.deg[i][0]),
-                                        tuple(int(x) for x in chosen.dev[i][0] if x >= 0),
+                                        tuple(int(x) for x in chosen.devices(i)[0] if x >= 0),
                                         reduction_config(op, chosen.red[i][0]))
         return Plan(self.graph, self.devices, configs, self.options, name="searched", costs=self.costs)
 
@@ -291,12 +291,14 @@ def _canonical_choice(canonical: Any, graph: Graph, plan: Plan) -> list[int] | N
     choice = []
     for op in graph.ops:
         cfg = plan.configs[op.name]
-        deg, dev, red = canonical.deg[op.index], canonical.dev[op.index], canonical.red[op.index]
+        deg, red = canonical.deg[op.index], canonical.red[op.index]
         want = np.ones(deg.shape[1], dtype=deg.dtype)
         want[:len(cfg.degrees)] = cfg.degrees
         hit = None
-        for k in np.flatnonzero((deg == want).all(axis=1)):
-            if (tuple(int(x) for x in dev[k] if x >= 0) == tuple(cfg.devices)
+        same = np.flatnonzero((deg == want).all(axis=1))
+        dev = canonical.devices(op.index, same)   # only the rows of this partition
+        for k, row in zip(same, dev):
+            if (tuple(int(x) for x in row if x >= 0) == tuple(cfg.devices)
                     and reduction_config(op, red[k]) == cfg.reduction):
                 hit = int(k)
                 break
