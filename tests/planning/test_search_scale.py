@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 import shardwise as sw
 from shardwise import _core
+from shardwise.ops.desc import DATA, STAT, WEIGHT
 from shardwise.planning.problem import CostOptions, SYNC_MODELS, make_problem, worker_counts
 
 from strategies_random import (RESIDUAL_KINDS, build_graph, cost_scale, eq1_cost, examples, graph_recipes,
@@ -316,6 +317,74 @@ def test_compute_times_from_region_factors_equal_worker_by_worker(recipe, ndev, 
             devices = dev[c][dev[c] >= 0].astype(np.int32)
             times = p.worker_times(op.index, deg[c].astype(np.int32), devices, tuple(int(x) for x in red[c]))
             assert tc[c] == options.backward_factor * float(np.max(times)), f"{op.name} config {c}"
+
+
+def brute_sync(p, op, cfg: int, devs: np.ndarray, bw: np.ndarray, options: CostOptions) -> tuple[float, float]:
+    """(t_s, bytes) of configuration cfg of op from every worker's box one at a time
+    (Problem.worker_regions(per_worker=True)): workers reading equal boxes of a weight or
+    statistic are replicas, grouped in order of their first worker; a weight group rings
+    (2 (r-1)/r of the slice over the ring's slowest link) under ring and zero synchronization
+    when the slice has a dimension of at least r rows, anything else goes through the first
+    replica (2 x the slice from each other one, statistics twice); a reduction split sends
+    every non-owner's partial output to its owner and the gradient back."""
+    bpe, rings = options.bytes_per_element, options.sync in ("ring", "zero")
+    time = moved = 0.0
+    for slot, inp in enumerate(op.desc.inputs):
+        if inp.role == DATA:
+            continue
+        lo, hi, used = p.worker_regions(op.index, cfg, slot, True)
+        groups: dict[tuple, list[int]] = {}
+        for w in range(len(devs)):
+            if used[w]:
+                groups.setdefault((tuple(lo[w]), tuple(hi[w])), []).append(w)
+        for (blo, bhi), members in groups.items():
+            r, extent = len(members), np.subtract(bhi, blo)
+            if r < 2:
+                continue
+            piece = float(np.prod(extent)) * bpe
+            for _ in range(2 if inp.role == STAT else 1):
+                if rings and inp.role == WEIGHT and extent.max() >= r:
+                    slowest = min(bw[devs[members[m]], devs[members[(m + 1) % r]]] for m in range(r))
+                    time += 2 * (r - 1) / r * piece / slowest
+                    moved += 2 * (r - 1) * piece
+                else:
+                    for m in members[1:]:
+                        time += 2 * piece / bw[devs[m], devs[members[0]]]
+                        moved += 2 * piece
+    rdeg = int(p.reductions(op.index)[cfg][1])
+    deg = p.configs(op.index)[0][cfg]
+    block = float(np.prod([n // d for n, d in zip(op.shape, deg)])) * bpe
+    for w in range(len(devs)):
+        if rdeg > 1 and w % rdeg:
+            time += 2 * block / bw[devs[w], devs[w - w % rdeg]]
+            moved += 2 * block
+    return time, moved
+
+
+@pytest.mark.parametrize("machine", ["cpu8", "cluster_2x4", "cluster_4x2"])
+@settings(max_examples=examples(25), deadline=None)
+@given(recipe=graph_recipes(max_ops=7), sync=st.sampled_from(["parameter_server", "ring", "zero"]),
+       reductions=st.booleans())
+def test_sync_times_equal_a_brute_force_over_every_workers_box(machine, recipe, sync, reductions):
+    """t_s and the sync bytes of every configuration (replica groups found from the region
+    factors, csrc/cost/cost_node.c) equal brute_sync's, which compares every worker's box."""
+    devices = {"cpu8": lambda: sw.DeviceGraph.cpu(8),
+               "cluster_2x4": lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=4),
+               "cluster_4x2": lambda: sw.DeviceGraph.cluster(nodes=4, devices_per_node=2, device="V100")}[machine]()
+    g = build_graph(recipe, max_ops=7)
+    options = CostOptions(threads=1, sync=sync, reduction_splits=reductions)
+    p = problem(g, devices, options=options)
+    bw = devices.route_bandwidths()
+    synced = 0
+    for op in g.ops:
+        _, ts, moved = p.node_costs(op.index)
+        dev = p.configs(op.index)[1]
+        for c in range(len(ts)):
+            want_t, want_b = brute_sync(p, op, c, dev[c][dev[c] >= 0], bw, options)
+            assert ts[c] == pytest.approx(want_t, rel=1e-12, abs=0), f"{op.name} config {c}"
+            assert moved[c] == pytest.approx(want_b, rel=1e-12, abs=0), f"{op.name} config {c}"
+            synced += want_b > 0
+    note(f"{synced} configurations synchronize something")
 
 
 # =========================================================================== the pipeline
