@@ -273,6 +273,9 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
  * nodes only; by symmetry the larger block stays on the first devices, and when the sizes
  * do not divide each other every pair of blocks is tried). */
 sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out);
+/* t_x of edge (consumer, slot) between configurations ci and cj where they sit (the entry of
+ * the exact table, for one pair): uniform nodes and contiguous devices only, else SW_ERR_VALUE. */
+sw_status sw_transfer_placed(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out);
 /* Lower bounds of t_x for every pair of configurations (ncfg_src x ncfg_dst), valid
  * whatever devices they use; bw_max the fastest route (sw_fastest_route). */
 sw_status sw_transfer_bound_table(const sw_problem *p, int consumer, int slot, double bw_max, double *out);

@@ -160,6 +160,14 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
  * else lower bounds (search_marginals.c). */
 sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice,
                                           double *cost, sw_search_stats *stats, double **marginals);
+/* Whether the min-marginals can be skipped once the eliminations chose `choice` with this lower
+ * bound (a plan known to cost the bound makes them pointless); nonzero: skip. */
+typedef int (*sw_marginals_needed_fn)(void *ctx, const int *choice, double lower_bound);
+/* sw_search_elimination_marginals, except that the reverse pass is skipped (marginals left
+ * NULL) when skip(ctx, choice, lower bound) says so; skip NULL: never. */
+sw_status sw_search_elimination_marginals_unless(const sw_tables *t, double max_evaluations, int *choice,
+                                                 double *cost, sw_search_stats *stats, double **marginals,
+                                                 sw_marginals_needed_fn skip, void *ctx);
 sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *choice,
                                double *cost, sw_search_stats *stats);
 /* Eq. 1 for one strategy. */

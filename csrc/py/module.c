@@ -186,8 +186,13 @@ static PyMethodDef Problem_methods[] = {
      "edge_times() -> [t_x per edge], edges sharing a table sharing one array"},
     {"least_transfer", (PyCFunction)sw_py_problem_least_transfer, METH_VARARGS,
      "least_transfer(e, ci, cj) -> least t_x between the two configurations over aligned placements"},
+    {"placed_transfer", (PyCFunction)sw_py_problem_placed_transfer, METH_VARARGS,
+     "placed_transfer(e, ci, cj) -> t_x between the two configurations where they sit (uniform nodes, contiguous "
+     "devices)"},
     {"search", (PyCFunction)(void (*)(void))sw_py_problem_search, METH_VARARGS | METH_KEYWORDS,
-     "search(algorithm='elimination', max_evaluations=1e8) -> (choice, cost, stats)"},
+     "search(algorithm='elimination', max_evaluations=1e8, marginals=False, skip_marginals_within=-1) -> (choice, "
+     "cost, stats[, marginals]); marginals None when skip_marginals_within >= 0 and the chosen plan, costed exactly "
+     "where it sits, is within that fraction of the lower bound"},
     {"worker_times", (PyCFunction)sw_py_problem_worker_times, METH_VARARGS,
      "worker_times(op, degrees, devices) -> roofline seconds of one forward pass of every worker"},
     {"memory_plan", (PyCFunction)(void (*)(void))sw_py_problem_memory_plan, METH_VARARGS | METH_KEYWORDS,

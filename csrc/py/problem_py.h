@@ -130,10 +130,12 @@ int sw_py_register_swap(PyObject *module);
 PyObject *sw_py_problem_swap_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
 int sw_py_parse_swap(PyObject *obj, PyArrayObject **arr, sw_swap_spec *spec);
 
-/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.worker_regions */
+/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.placed_transfer,
+ * Problem.worker_regions */
 int sw_py_register_search(PyObject *module);
 PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_placed_transfer(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_worker_regions(ProblemObject *self, PyObject *args);
 
 #endif

@@ -57,7 +57,8 @@ static int check_limit(double max_evals) {
 
 /* Run a search with the GIL released and package (choice, cost, stats), and with
  * `marginals` (elimination only) a fourth item: the list of every node's min-marginals. */
-static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, int marginals) {
+static PyObject *run_search_unless(const sw_tables *t, search_fn fn, double max_evals, int marginals,
+                                   sw_marginals_needed_fn skip, void *ctx) {
     npy_intp n = t->nnodes;
     PyArrayObject *choice = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
     double **m = marginals ? calloc((size_t)n, sizeof *m) : NULL;
@@ -71,11 +72,14 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, 
     sw_search_stats stats = {0};
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = m ? sw_search_elimination_marginals(t, max_evals, c, &cost, &stats, m) : fn(t, max_evals, c, &cost, &stats);
+    s = m ? sw_search_elimination_marginals_unless(t, max_evals, c, &cost, &stats, m, skip, ctx)
+          : fn(t, max_evals, c, &cost, &stats);
     Py_END_ALLOW_THREADS
     PyObject *sd = s == SW_OK ? stats_dict(&stats) : NULL;
     PyObject *ml = NULL;
-    if (sd && m) {
+    if (sd && m && t->nnodes > 0 && !m[0]) {   /* the reverse pass was skipped */
+        ml = Py_NewRef(Py_None);
+    } else if (sd && m) {
         ml = PyList_New(n);
         for (npy_intp v = 0; ml && v < n; v++) {
             npy_intp len = t->ncfg[v];
@@ -103,13 +107,53 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, 
     return marginals ? Py_BuildValue("(NdNN)", choice, cost, sd, ml) : Py_BuildValue("(NdN)", choice, cost, sd);
 }
 
+static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, int marginals) {
+    return run_search_unless(t, fn, max_evals, marginals, NULL, NULL);
+}
+
+/* The plan the eliminations chose, costed exactly where its configurations sit (node costs plus
+ * sw_transfer_placed per edge): when that is within `within` (relative) of the lower bound, no
+ * plan on any placement does better and the min-marginals are not needed. */
+typedef struct {
+    const sw_problem *p;
+    double within;
+} tight_check;
+
+static int plan_costs_its_bound(void *ctx, const int *choice, double lower_bound) {
+    const tight_check *tc = ctx;
+    const sw_problem *p = tc->p;
+    const sw_tables *t = &p->tables;
+    double cost = 0.0;
+    for (int i = 0; i < t->nnodes; i++) {
+        cost += t->node_cost[i][choice[i]];
+    }
+    for (int e = 0; e < t->nedges && cost <= lower_bound * (1 + tc->within); e++) {
+        const sw_edge_table *ed = &t->edges[e];
+        double x;
+        if (sw_transfer_placed(p, ed->dst, p->edge_consumer_slot[e], choice[ed->src], choice[ed->dst], &x) != SW_OK) {
+            return 0;   /* not a machine of uniform nodes: the marginals, as asked */
+        }
+        cost += x;
+    }
+    return cost <= lower_bound * (1 + tc->within);
+}
+
+/* search(algorithm, max_evaluations, marginals=False, skip_marginals_within=-1): with
+ * skip_marginals_within >= 0 (elimination with marginals, on a machine of uniform nodes) the
+ * marginals come back None when the chosen strategy, costed exactly on its devices, is within
+ * that fraction of the lower bound (plan_costs_its_bound): the staged search needs them only to
+ * prune towards an optimum it does not have yet. */
 PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"algorithm", "max_evaluations", "marginals", NULL};
+    static char *kwlist[] = {"algorithm", "max_evaluations", "marginals", "skip_marginals_within", NULL};
     const char *algorithm = "elimination";
-    double max_evals = 1e9;
+    double max_evals = 1e9, within = -1.0;
     int marginals = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sdp", kwlist, &algorithm, &max_evals, &marginals) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sdpd", kwlist, &algorithm, &max_evals, &marginals, &within) ||
         !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    if (within >= 0 && !self->p->edge_consumer_slot) {
+        PyErr_SetString(PyExc_ValueError, "skip_marginals_within needs the tables of a problem's edges");
         return NULL;
     }
     search_fn fn = pick_search(algorithm);
@@ -121,7 +165,9 @@ PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kw
     atomic_store(&self->p->progress_total, (long)self->p->nops * (marginals ? 2 : 1));   /* forward (+ reverse) */
     self->p->tables.progress = &self->p->progress_done;
     self->p->tables.threads = self->p->threads;
-    PyObject *r = run_search(&self->p->tables, fn, max_evals, marginals);
+    tight_check tc = {self->p, within};
+    PyObject *r = run_search_unless(&self->p->tables, fn, max_evals, marginals, within >= 0 ? plan_costs_its_bound : NULL,
+                                    &tc);
     self->p->tables.progress = NULL;
     self->busy = 0;
     return r;
@@ -149,6 +195,37 @@ PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args) {
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = sw_transfer_least(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    return PyFloat_FromDouble(out);
+}
+
+/* placed_transfer(edge, ci, cj) -> t_x of edge e between configurations ci (producer) and cj
+ * (consumer) where they sit (uniform nodes and contiguous devices only): the search's check that
+ * its relaxation's plan costs the bound, one pair at a time. */
+PyObject *sw_py_problem_placed_transfer(ProblemObject *self, PyObject *args) {
+    int e, ci, cj;
+    if (!PyArg_ParseTuple(args, "iii", &e, &ci, &cj) || !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    if (e < 0 || e >= t->nedges) {
+        PyErr_Format(PyExc_IndexError, "edge %d out of range", e);
+        return NULL;
+    }
+    const sw_edge_table *ed = &t->edges[e];
+    if (ci < 0 || ci >= self->p->ops[ed->src].ncfg || cj < 0 || cj >= self->p->ops[ed->dst].ncfg) {
+        PyErr_SetString(PyExc_IndexError, "configuration out of range");
+        return NULL;
+    }
+    double out = 0;
+    sw_status s;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_transfer_placed(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (s != SW_OK) {

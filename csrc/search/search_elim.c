@@ -358,6 +358,12 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
 
 sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice, double *cost,
                                           sw_search_stats *stats, double **marginals) {
+    return sw_search_elimination_marginals_unless(t, max_evaluations, choice, cost, stats, marginals, NULL, NULL);
+}
+
+sw_status sw_search_elimination_marginals_unless(const sw_tables *t, double max_evaluations, int *choice,
+                                                 double *cost, sw_search_stats *stats, double **marginals,
+                                                 sw_marginals_needed_fn skip, void *ctx) {
     sw_search_stats local = {0};
     state st = {0};
     sw_status s = init_state(&st, t);
@@ -385,7 +391,7 @@ sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluat
             local.lower_bound = *cost;
         }
     }
-    if (s == SW_OK && marginals) {
+    if (s == SW_OK && marginals && !(skip && skip(ctx, choice, local.lower_bound))) {
         s = sw_elim_marginals(&st, local.lower_bound, marginals);
     }
     if (stats) {

@@ -24,6 +24,7 @@ import importlib
 import itertools
 import math
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -33,7 +34,8 @@ from hypothesis import strategies as st
 import shardwise as sw
 from shardwise import _core
 from shardwise.ops.desc import DATA, STAT, WEIGHT
-from shardwise.planning.problem import CostOptions, SYNC_MODELS, make_problem, worker_counts
+from shardwise.plan import reduction_config
+from shardwise.planning.problem import CostOptions, SYNC_MODELS, dim_names, make_problem, worker_counts
 
 from strategies_random import (RESIDUAL_KINDS, build_graph, cost_scale, eq1_cost, examples, graph_recipes,
                                table_problems)
@@ -190,6 +192,22 @@ def test_least_transfer_is_the_least_over_aligned_blocks(name, machine):
     assert checked > 50
 
 
+@pytest.mark.parametrize("machine", ["p100_2x2", "k80_2x4", "v100_4x2"])
+@settings(max_examples=examples(10), deadline=None)
+@given(recipe=graph_recipes(max_ops=6), reductions=st.booleans())
+def test_placed_transfer_is_the_exact_table_entry(machine, recipe, reductions):
+    """Problem.placed_transfer (t_x of one pair where its configurations sit, which the staged
+    search uses to check that its relaxation's plan costs the bound) equals the exact table's
+    entry for every pair of configurations on every aligned block."""
+    devices = SYMMETRIC[machine]()
+    g = build_graph(recipe, max_ops=6)
+    p = problem(g, devices, options=CostOptions(threads=1, reduction_splits=reductions))
+    for e, (src, dst, _) in enumerate(p.edges()):
+        t, _ = p.edge_table(e)
+        for ci, cj in itertools.product(range(t.shape[0]), range(t.shape[1])):
+            assert p.placed_transfer(e, ci, cj) == pytest.approx(t[ci, cj], rel=1e-12, abs=1e-30), (e, ci, cj)
+
+
 def test_least_transfer_refuses_other_machines():
     d = sw.DeviceGraph("odd")
     for k in range(3):
@@ -201,6 +219,8 @@ def test_least_transfer_refuses_other_machines():
     p = problem(g, d)
     with pytest.raises(ValueError, match="uniform nodes"):
         p.least_transfer(0, 0, 0)
+    with pytest.raises(ValueError, match="uniform nodes"):
+        p.placed_transfer(0, 0, 0)
 
 
 # =========================================================================== reading parts of a problem
@@ -405,6 +425,55 @@ def test_pipeline_finds_the_plain_optimum(machine, recipe):
     assert "scale" in s and s["exact"]
     assert scaled.cost == pytest.approx(plain.cost, rel=REL)
     assert s["lower_bound"] <= scaled.cost * (1 + REL)
+
+
+@pytest.mark.parametrize("machine", ["p100_2x2", "k80_2x4"])
+@settings(max_examples=examples(15), deadline=None)
+@given(recipe=graph_recipes(max_ops=7))
+def test_marginals_are_skipped_exactly_when_the_relaxations_plan_costs_its_bound(machine, recipe):
+    """Problem.search(..., marginals=True, skip_marginals_within=x) on the relaxation gives the
+    marginals of the plain call, or None when its plan, as a Plan on the first devices (Eq. 1
+    costed by its own exact tables), is within x of the bound, and only then."""
+    devices = SYMMETRIC[machine]()
+    g = build_graph(recipe, max_ops=7)
+    relax = problem(g, devices, first_block_only=True, bounds=True)
+    choice, _, stats, marg = relax.search("elimination", 1e9, True, 1e-9)
+    want = relax.search("elimination", 1e9, True)
+    np.testing.assert_array_equal(choice, want[0])
+    configs = {}
+    for op in g.ops:
+        deg, dev = relax.configs(op.index, [int(choice[op.index])])
+        red = relax.reductions(op.index)[int(choice[op.index])]
+        configs[op.name] = sw.OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[0]),
+                                       tuple(int(x) for x in dev[0] if x >= 0), reduction_config(op, red))
+    cost = sw.Plan(g, devices, configs).cost
+    bound = stats["lower_bound"]
+    note(f"bound {bound!r}, plan {cost!r}, skipped {marg is None}")
+    if marg is None:
+        assert cost <= bound * (1 + 1e-9) * (1 + 1e-12)
+    else:
+        assert cost >= bound * (1 + 1e-9) * (1 - 1e-12)
+        for a, b in zip(marg, want[3]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_pipeline_stops_when_the_relaxations_plan_costs_its_bound(pipeline):
+    """LeNet-5 on 8 devices: the relaxation's best plan costs its bound, so it is returned as the
+    optimum without marginals, survivors or the placement proof; it is the plain search's optimum,
+    and under a memory budget it does not fit, the memory-constrained search still runs."""
+    g, d = sw.models.lenet5(batch=64), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    plan = sw.search(g, d, objective="eq1")
+    s = plan.search_stats
+    assert s["scale"]["relaxation_tight"] and s["exact"] and "survivors" not in s["scale"]
+    with pytest.MonkeyPatch.context() as m:
+        plain_path(m)
+        assert plan.cost == pytest.approx(sw.search(g, d, objective="eq1").cost, rel=REL)
+    need = sw.memory_plan(plan).peak_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sw.SearchWarning)
+        tight = sw.search(g, d, objective="eq1", memory=need - 1)
+    assert tight.search_stats["memory"]["constrained"] or "survivors" in tight.search_stats.get("scale", {})
+    assert sw.memory_plan(tight).peak_bytes <= need - 1
 
 
 @pytest.mark.parametrize("name", ["alexnet", "resnet18", "inception_v3", "vgg16"])

@@ -279,6 +279,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         stats.update(exact=result.exact, lower_bound=result.lower_bound)
         if result.memory is not None:
             stats["memory"] = result.memory
+        elif result.fits:   # its memory plan was checked by the staged search: _fit_memory need not again
+            stats["memory"] = {"exact": True, "constrained": False, "least_budget": float(mem_limit.min())}
         chosen = result.chosen
         rows = [(chosen.deg[i][0], chosen.devices(i)[0], chosen.red[i][0]) for i in range(len(graph.ops))]
         ncfg = [len(problem.workers(op.index)) for op in graph.ops]   # the partitions, enumerated once

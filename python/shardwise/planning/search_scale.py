@@ -95,6 +95,7 @@ class Result:
     lower_bound: float
     note: str = ""        # why not exact, for the warning
     memory: dict[str, Any] | None = None   # how the memory-constrained steps found it (search_scale_memory)
+    fits: bool = False    # its memory plan was checked and fits the memory stage's budget (not checked again)
 
 
 def _exact_search(work: Any, graph, devices, costs, configs: Configs, limit: float):
@@ -159,11 +160,23 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     stages.done(f"relaxation tables ({stats['partitions']} partitions, first devices)")
 
     threads = options.threads or min(8, os.cpu_count() or 1)
+    # the relaxation: its bound, its best strategy and the min-marginals; the marginals (a reverse
+    # pass costing about twice the eliminations) are skipped when that strategy, costed exactly
+    # where it sits, already costs the bound: then it is the optimum and nothing is pruned
     rchoice, _, rstats, marg = live(relax, "relaxation (eliminations, then min-marginals)",
-                                    lambda: relax.search("elimination", limit, True))
+                                    lambda: relax.search("elimination", limit, True, PRUNE_SLACK))
     lb = rstats["lower_bound"]
     stats["relaxation_bound"] = lb
-    stages.done(f"relaxation and its min-marginals (bound {lb:.6g} s)")
+    stages.done(f"relaxation (bound {lb:.6g} s" + (", its plan costs it)" if marg is None else ") and its min-marginals"))
+    kept_marginals = [marg]
+
+    def marginals() -> list:
+        """The relaxation's min-marginals, computed now if the search above skipped them."""
+        if kept_marginals[0] is None:
+            kept_marginals[0] = live(relax, "relaxation's min-marginals (eliminations, then reverse)",
+                                     lambda: relax.search("elimination", limit, True))[3]
+            stages.done("relaxation's min-marginals")
+        return kept_marginals[0]
 
     # a plan: the better of the exact search over partitions of at most one node's
     # workers and the relaxation's own best strategy, costed exactly (one more problem,
@@ -182,7 +195,8 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     def constrained() -> Result:
         from shardwise.planning.search_scale_memory import Staged
 
-        mchosen, mcost, mstats, mexact, mbound = memory.search(Staged(work, canonical, marg, per, stats, stages))
+        staged = Staged(work, canonical, marginals(), per, stats, stages)
+        mchosen, mcost, mstats, mexact, mbound = memory.search(staged)
         info = mstats.pop("memory")
         stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))
         everywhere = mexact and info["placements"] == "every aligned block"   # exact: over every block
@@ -198,8 +212,17 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
                       note=f"the time limit ran out after the first plan (partitions of at most {per} workers)")
 
+    if ub <= lb * (1 + PRUNE_SLACK):
+        # the plan costs the relaxation's bound, below which no plan goes on any placement: it is
+        # the optimum, with nothing left to prune, search or prove (ResNet-50 on 1,024 devices)
+        if memory is not None and not memory.fits(chosen):
+            return constrained()   # the Eq. 1 optimum does not fit: search under memory
+        stats.update(relaxation_tight=True, canonical_cost=ub, placement_bound=lb, placements_proven=True)
+        stages.done("the first plan costs the relaxation's bound: the optimum on every placement")
+        return Result(chosen, ub, dict(sstats, scale=stats), True, ub, fits=memory is not None)
+
     # drop what no optimal plan uses, search the rest exactly
-    survivors = [np.flatnonzero(m <= ub * (1 + PRUNE_SLACK)) for m in marg]
+    survivors = [np.flatnonzero(m <= ub * (1 + PRUNE_SLACK)) for m in marginals()]
     stats.update(survivors=int(sum(len(s) for s in survivors)), survivors_max=int(max(len(s) for s in survivors)))
     found = _exact_search(work, graph, devices, costs, canonical.subset(survivors), limit)
     if found[1] <= ub:
@@ -209,9 +232,10 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
 
     if memory is not None and not memory.fits(chosen):   # the Eq. 1 optimum does not fit: search under memory
         return constrained()
+    fits = memory is not None   # (checked just now)
     if stages.out_of_time():
         return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
-                      note="the time limit ran out before other placements were checked")
+                      note="the time limit ran out before other placements were checked", fits=fits)
 
     # other placements: prove them no better, or search them
     bound, proven = _certify(relax, node, edges, survivors, ub, limit, stages, threads)
@@ -219,15 +243,18 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     stages.done("placements: " + ("proven no better" if proven else f"bound {bound:.6g} s"))
     if proven:   # exact, unless variable elimination of the survivors gave up (its own warning case)
         return Result(chosen, ub, dict(sstats, scale=stats), sstats["exact"], ub if sstats["exact"] else lb,
-                      note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")
+                      note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound",
+                      fits=fits)
     full = full_space(canonical, survivors, len(devices))
     if full is None or stages.out_of_time():
         return Result(chosen, ub, dict(sstats, scale=stats), False, max(lb, bound),
-                      note="other placements of the same partitions could lower Eq. 1 and are too many to search")
+                      note="other placements of the same partitions could lower Eq. 1 and are too many to search",
+                      fits=fits)
     chosen, cost, sstats = _exact_search(work, graph, devices, costs, full, limit)
     stats["full_space_configurations"] = int(sum(len(d) for d in full.deg))
     stages.done(f"exact search of the partitions left on every block ({stats['full_space_configurations']})")
     if memory is not None and not memory.fits(chosen):
         return constrained()
     return Result(chosen, cost, dict(sstats, scale=stats), sstats["exact"], cost if sstats["exact"] else lb,
-                  note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound")
+                  note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound",
+                  fits=memory is not None)
