@@ -3,7 +3,8 @@
  * and for the relaxations of search_scale.py).
  *
  * A search runs with the GIL released; it returns (choice, cost, stats) and, with
- * marginals=True (elimination only), every node's min-marginals as a fourth item.
+ * marginals=True (elimination only), every node's min-marginals as a fourth item (None when
+ * Problem.search's skip_marginals_within finds the chosen plan costing the bound).
  */
 #include "problem_py.h"  /* ProblemObject, sw_py_* helpers; CPython and NumPy C API */
 

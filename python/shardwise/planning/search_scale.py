@@ -15,7 +15,11 @@ nodes (the presets) the search instead:
    the cost of any plan that uses a given configuration;
 3. finds a good plan quickly: the better of the exact search over the
    partitions of at most one node's worth of workers (64 at most) and the
-   relaxation's own best strategy, costed exactly;
+   relaxation's own best strategy, costed exactly.  When that plan costs the
+   relaxation's bound it is the optimum on every placement and is returned
+   (the min-marginals, which only serve steps 4 and 6 and the memory stage, are
+   then not computed: Problem.search checks it between the eliminations and
+   their reverse pass);
 4. drops every configuration whose min-marginal exceeds that plan's cost: no
    optimal plan uses it, on any devices;
 5. searches the survivors exactly (the exact tables are small now): the
