@@ -225,13 +225,13 @@ static void reduce_partial_outputs(const sw_problem *p, const sw_op *op, const s
         return;
     }
     const int32_t *devs = config_devices(p, c);
+    sw_box box;
+    sw_worker_box(op, c, 0, &box);   /* every output block has the same volume (extent / degree each) */
+    double block = (double)sw_box_volume(&box) * p->bytes_per_element;
     for (int w = 0; w < c->nworkers; w++) {
         if (sw_is_owner(c, w)) {
             continue;
         }
-        sw_box box;
-        sw_worker_box(op, c, w, &box);
-        double block = (double)sw_box_volume(&box) * p->bytes_per_element;
         int owner = devs[w - w % c->rdeg];
         *time += SYNC_DIRECTIONS * block / route_bw(p, devs[w], owner);
         *bytes += SYNC_DIRECTIONS * block;
