@@ -121,15 +121,17 @@ sw_status sw_config_regions(const sw_op *op, const sw_config *c, int slot, sw_bo
  * dims of degree > 1 in worker order, then the reduction part): when every input
  * dimension depends on at most one of them (separable), worker w with coordinates x_q
  * reads constant * prod_q factor[first[q] + x_q] elements (0: it reads nothing), and a
- * dimension d on coordinate dim_coord[d] has extent[d * cells + first[q] + x_q] there. */
+ * dimension d on coordinate dim_coord[d] has extent[d * cells + first[q] + x_q] there, starting
+ * at lo[d * cells + first[q] + x_q] (a worker that reads something reads that box). */
 typedef struct {
     int nsplit, rank, separable;
     int64_t count[SW_MAX_VARS], first[SW_MAX_VARS + 1], cells;
     double constant;                  /* product of the dimensions on no coordinate (0: never read) */
     int64_t const_len[SW_MAX_RANK];   /* their lengths */
+    int64_t const_lo[SW_MAX_RANK];    /* and starts */
     int dim_coord[SW_MAX_RANK];       /* the coordinate each dimension depends on, or -1 */
     double *factor;
-    int64_t *extent;
+    int64_t *extent, *lo;
 } sw_region_factors;
 sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot, sw_region_factors *f);
 void sw_region_factors_free(sw_region_factors *f);
@@ -271,6 +273,9 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
  * nodes only; by symmetry the larger block stays on the first devices, and when the sizes
  * do not divide each other every pair of blocks is tried). */
 sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out);
+/* t_x of edge (consumer, slot) between configurations ci and cj where they sit (the entry of
+ * the exact table, for one pair): uniform nodes and contiguous devices only, else SW_ERR_VALUE. */
+sw_status sw_transfer_placed(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out);
 /* Lower bounds of t_x for every pair of configurations (ncfg_src x ncfg_dst), valid
  * whatever devices they use; bw_max the fastest route (sw_fastest_route). */
 sw_status sw_transfer_bound_table(const sw_problem *p, int consumer, int slot, double bw_max, double *out);

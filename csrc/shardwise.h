@@ -147,6 +147,7 @@ typedef struct {
     double residual_table;          /* entries of its largest table */
     int exact;                      /* 1: the optimum; 0: above the bound, best plan found + lower bound */
     double lower_bound;             /* a lower bound of Eq. 1 (the optimum when exact) */
+    double marginals_cap;           /* min-marginals: the cap of their reverse pass (INFINITY: none) */
 } sw_search_stats;
 
 /* Algorithm 1 of seed 003 (node, edge, leaf eliminations), then variable elimination
@@ -162,6 +163,17 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
  * valid on tables whose entries are all >= 0, as Eq. 1's are.  INFINITY: every marginal. */
 sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice,
                                           double *cost, sw_search_stats *stats, double **marginals, double cap);
+/* The cap of the reverse pass for the strategy the eliminations chose, with their lower bound
+ * (a plan known to cost the bound makes the marginals pointless, a known plan's cost bounds
+ * what a pruning keeps): negative skips the reverse pass (marginals left NULL), INFINITY caps
+ * nothing. */
+typedef double (*sw_marginals_cap_fn)(void *ctx, const int *choice, double lower_bound);
+/* sw_search_elimination_marginals with the cap min(cap, cap_of(ctx, choice, lower bound)), or
+ * without the reverse pass when that is negative; cap_of NULL: `cap` alone.  stats->marginals_cap
+ * is the cap used. */
+sw_status sw_search_elimination_marginals_unless(const sw_tables *t, double max_evaluations, int *choice,
+                                                 double *cost, sw_search_stats *stats, double **marginals,
+                                                 double cap, sw_marginals_cap_fn cap_of, void *ctx);
 sw_status sw_search_exhaustive(const sw_tables *t, double max_evaluations, int *choice,
                                double *cost, sw_search_stats *stats);
 /* Eq. 1 for one strategy. */

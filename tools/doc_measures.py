@@ -10,6 +10,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py swap-stalls          # docs/memory.md: benchmarks/memory.py's stall rows (nothing written)
     python tools/doc_measures.py digits-seeds         # docs/training.md: examples/train_digits.py for seeds 0-11
     python tools/doc_measures.py llama13b-no-fit      # docs/memory.md: the nearest miss of Llama-13B on 8 and 64 H100s
+    python tools/doc_measures.py capped-marginals     # docs/cost-model.md: GPT-2 small's relaxation on 1,024 H100s
 
 Deterministic except digits-seeds' seconds; the package must be importable.
 """
@@ -94,8 +95,37 @@ def llama13b_no_fit() -> None:
                       f"{e.available / 1e9:.2f} GB, proven {e.proven}")
 
 
+def capped_marginals() -> None:
+    """The staged search's relaxation of GPT-2 small (batch 8 a GPU, bf16) on 1,024 H100s: its
+    partitions, the eliminations with every min-marginal and with them capped at the relaxation's
+    own strategy's exact cost (as the search runs them), processor seconds, and how many are
+    within the cap (equal in both: checked)."""
+    import numpy as np
+    from shardwise.planning.problem import make_problem, worker_counts
+
+    n = 1024
+    devices = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device="H100")
+    graph = sw.models.gpt(vocab=50304, batch=8 * n)
+    options = sw.CostOptions(sync="ring", precision="bf16", reduction_splits=True)
+    problem = make_problem(graph, devices, options)
+    problem.enumerate(np.asarray(worker_counts(n), np.int32), first_block_only=True)
+    problem.build_tables(bounds=True)
+    t0 = time.process_time()
+    _, _, stats, capped = problem.search("elimination", 1e9, True, -1.0, 2e-9)
+    t_capped = time.process_time() - t0
+    t0 = time.process_time()
+    _, _, _, full = problem.search("elimination", 1e9, True)
+    t_full = time.process_time() - t0
+    cap = stats["marginals_cap"]
+    kept = sum(int(np.isfinite(m).sum()) for m in capped)
+    assert kept == sum(int((m <= cap).sum()) for m in full)
+    print(f"gpt2-small on {n}: {sum(len(m) for m in full)} partitions, {kept} within the cap")
+    print(f"marginals: every one {t_full:.2f} s, capped {t_capped:.2f} s (processor time)")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
-            "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit}
+            "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
+            "capped-marginals": capped_marginals}
 
 
 def main(argv: list[str] | None = None) -> int:

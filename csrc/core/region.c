@@ -485,7 +485,8 @@ sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot
     }
     f->factor = malloc(sizeof(double) * (size_t)pr.cells);
     f->extent = malloc(sizeof(int64_t) * (size_t)(pr.cells * rank + 1));
-    if (!f->factor || !f->extent) {
+    f->lo = malloc(sizeof(int64_t) * (size_t)(pr.cells * rank + 1));
+    if (!f->factor || !f->extent || !f->lo) {
         prepared_free(&pr);
         sw_region_factors_free(f);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
@@ -499,6 +500,7 @@ sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot
         sw_expr_finish(&in->expr[d], &a, &b);
         clip(in->shape[d], &a, &b);
         f->const_len[d] = b >= a ? b - a + 1 : 0;
+        f->const_lo[d] = a;
         f->constant *= (double)f->const_len[d];
     }
     for (int q = 0; q < pr.nsplit && f->separable; q++) {
@@ -516,6 +518,7 @@ sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot
                 clip(in->shape[d], &a, &b);
                 int64_t len = b >= a ? b - a + 1 : 0;
                 f->extent[(size_t)d * pr.cells + cell] = skip ? 0 : len;
+                f->lo[(size_t)d * pr.cells + cell] = a;
                 v *= (double)len;
             }
             f->factor[cell] = v;
@@ -529,6 +532,8 @@ sw_status sw_config_region_factors(const sw_op *op, const sw_config *c, int slot
 void sw_region_factors_free(sw_region_factors *f) {
     free(f->factor);
     free(f->extent);
+    free(f->lo);
     f->factor = NULL;
     f->extent = NULL;
+    f->lo = NULL;
 }

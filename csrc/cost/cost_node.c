@@ -225,13 +225,13 @@ static void reduce_partial_outputs(const sw_problem *p, const sw_op *op, const s
         return;
     }
     const int32_t *devs = config_devices(p, c);
+    sw_box box;
+    sw_worker_box(op, c, 0, &box);   /* every output block has the same volume (extent / degree each) */
+    double block = (double)sw_box_volume(&box) * p->bytes_per_element;
     for (int w = 0; w < c->nworkers; w++) {
         if (sw_is_owner(c, w)) {
             continue;
         }
-        sw_box box;
-        sw_worker_box(op, c, w, &box);
-        double block = (double)sw_box_volume(&box) * p->bytes_per_element;
         int owner = devs[w - w % c->rdeg];
         *time += SYNC_DIRECTIONS * block / route_bw(p, devs[w], owner);
         *bytes += SYNC_DIRECTIONS * block;
@@ -299,6 +299,186 @@ static void partition_sync_free(partition_sync *ps) {
     *ps = (partition_sync){0};
 }
 
+/* Does value x of coordinate q pick a different interval than value y on some dimension
+ * on q?  The order: (lo, extent) of each such dimension, then the value. */
+static int value_less(const sw_region_factors *f, int q, int64_t x, int64_t y) {
+    for (int d = 0; d < f->rank; d++) {
+        if (f->dim_coord[d] != q) {
+            continue;
+        }
+        size_t a = (size_t)d * f->cells + f->first[q] + x, b = (size_t)d * f->cells + f->first[q] + y;
+        if (f->lo[a] != f->lo[b]) {
+            return f->lo[a] < f->lo[b];
+        }
+        if (f->extent[a] != f->extent[b]) {
+            return f->extent[a] < f->extent[b];
+        }
+    }
+    return x < y;
+}
+
+/* cls[x] for the values x of coordinate q: equal when they pick the same intervals on every
+ * dimension on q, numbered from 0 (*ncls of them); -1 where the value reads nothing (factor 0).
+ * A merge sort of the values (the C library's qsort has no context): sum of counts log count
+ * over a configuration, not k log k. */
+static void class_values(const sw_region_factors *f, int q, int *cls, int *idx, int *tmp, int *ncls) {
+    int n = 0;
+    for (int64_t x = 0; x < f->count[q]; x++) {
+        cls[x] = -1;
+        if (f->factor[f->first[q] + x] > 0) {
+            idx[n++] = (int)x;
+        }
+    }
+    for (int width = 1; width < n; width *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * width) {
+            int mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) {
+                tmp[o++] = value_less(f, q, idx[j], idx[i]) ? idx[j++] : idx[i++];
+            }
+            while (i < mid) {
+                tmp[o++] = idx[i++];
+            }
+            while (j < hi) {
+                tmp[o++] = idx[j++];
+            }
+        }
+        for (int r = 0; r < n; r++) {
+            idx[r] = tmp[r];
+        }
+    }
+    *ncls = 0;
+    for (int r = 0; r < n; r++) {
+        int fresh = r == 0;
+        for (int d = 0; !fresh && d < f->rank; d++) {
+            size_t a = (size_t)d * f->cells + f->first[q] + idx[r], b = (size_t)d * f->cells + f->first[q] + idx[r - 1];
+            fresh = f->dim_coord[d] == q && (f->lo[a] != f->lo[b] || f->extent[a] != f->extent[b]);
+        }
+        *ncls += fresh;
+        cls[idx[r]] = *ncls - 1;
+    }
+}
+
+static void free_all(int *cls, int *idx, int *tmp, int *wgroup, int *size, int64_t *first_worker, int *key_group) {
+    free(cls);
+    free(idx);
+    free(tmp);
+    free(wgroup);
+    free(size);
+    free(first_worker);
+    free(key_group);
+}
+
+/* The box of the worker with coordinates x (one that reads something) from the factors. */
+static void factor_box(const sw_region_factors *f, const int64_t *x, sw_box *box) {
+    box->rank = f->rank;
+    for (int d = 0; d < f->rank; d++) {
+        int q = f->dim_coord[d];
+        size_t cell = q < 0 ? 0 : (size_t)d * f->cells + f->first[q] + x[q];
+        box->lo[d] = q < 0 ? f->const_lo[d] : f->lo[cell];
+        box->hi[d] = box->lo[d] + (q < 0 ? f->const_len[d] : f->extent[cell]);
+    }
+}
+
+/* One slot's replica groups from its region factors (separable: each dimension of the slot on
+ * at most one split coordinate), appended to out as partition_sync_of's sorting of every
+ * worker's box appends them: groups in order of their first worker, members ascending.  A
+ * worker that reads something reads the box its coordinate values pick dimension by dimension,
+ * so two such workers are replicas exactly when each coordinate some dimension depends on
+ * gives them values of one class (class_values); coordinates no dimension depends on (the
+ * batch, for a weight) only decide whether a worker reads at all.  O(k) for the workers
+ * plus the classing of sum-of-counts values, instead of k boxes and a sort of them (on 1,024
+ * devices most of the cost tables' time).  0 when out of memory (out unchanged). */
+static int groups_from_factors(const sw_problem *p, const sw_op *op, const sw_config *c, int slot,
+                               const sw_region_factors *f, partition_sync *out, int *nmembers) {
+    int k = c->nworkers, nsplit = f->nsplit;
+    if (f->constant <= 0) {
+        return 1;   /* no worker reads this slot */
+    }
+    int64_t cells = f->cells, stride[SW_MAX_VARS] = {0}, keys = 1;
+    int *cls = malloc(sizeof *cls * (size_t)cells), *idx = malloc(sizeof *idx * (size_t)cells);
+    int *tmp = malloc(sizeof *tmp * (size_t)cells), *wgroup = malloc(sizeof *wgroup * (size_t)k);
+    int *size = calloc((size_t)k + 1, sizeof *size), *key_group = NULL;
+    int64_t *first_worker = malloc(sizeof *first_worker * (size_t)k);
+    int ok = cls && idx && tmp && wgroup && size && first_worker;
+    for (int q = 0; ok && q < nsplit; q++) {
+        int relevant = 0, ncls = 1;
+        for (int d = 0; d < f->rank; d++) {
+            relevant |= f->dim_coord[d] == q;
+        }
+        if (relevant) {
+            class_values(f, q, cls + f->first[q], idx, tmp, &ncls);
+        } else {
+            for (int64_t x = 0; x < f->count[q]; x++) {
+                cls[f->first[q] + x] = f->factor[f->first[q] + x] > 0 ? 0 : -1;
+            }
+        }
+        stride[q] = keys;
+        keys *= ncls > 0 ? ncls : 1;   /* at most the product of counts: k */
+    }
+    key_group = ok ? malloc(sizeof *key_group * (size_t)keys) : NULL;
+    ok = ok && key_group;
+    if (!ok) {
+        free_all(cls, idx, tmp, wgroup, size, first_worker, key_group);
+        return 0;
+    }
+    for (int64_t key = 0; key < keys; key++) {
+        key_group[key] = -1;
+    }
+    int ngroups = 0;
+    int64_t x[SW_MAX_VARS] = {0};
+    for (int w = 0; w < k; w++) {   /* the workers in order, the last coordinate fastest (worker order) */
+        int64_t key = 0;
+        for (int q = 0; q < nsplit && key >= 0; q++) {
+            int v = cls[f->first[q] + x[q]];
+            key = v < 0 ? -1 : key + v * stride[q];
+        }
+        wgroup[w] = -1;
+        if (key >= 0) {
+            if (key_group[key] < 0) {
+                first_worker[ngroups] = w;
+                key_group[key] = ngroups++;
+            }
+            wgroup[w] = key_group[key];
+            size[wgroup[w] + 1]++;
+        }
+        for (int q = nsplit - 1; q >= 0; q--) {
+            if (++x[q] < f->count[q]) {
+                break;
+            }
+            x[q] = 0;
+        }
+    }
+    for (int g = 0; g < ngroups; g++) {   /* size[g]: where group g's members start */
+        size[g + 1] += size[g];
+    }
+    int base = *nmembers, rounds = op->inputs[slot].role == SW_ROLE_STAT ? 2 : 1;
+    for (int w = 0; w < k; w++) {
+        if (wgroup[w] >= 0) {
+            out->members[base + size[wgroup[w]]++] = w;
+        }
+    }
+    for (int g = 0; g < ngroups; g++) {
+        replica_group *gr = &out->group[out->ngroups++];
+        gr->first = g == 0 ? base : base + size[g - 1];
+        gr->count = base + size[g] - gr->first;
+        int64_t xw[SW_MAX_VARS], rem = first_worker[g];
+        for (int q = nsplit - 1; q >= 0; q--) {
+            xw[q] = rem % f->count[q];
+            rem /= f->count[q];
+        }
+        sw_box box;
+        factor_box(f, xw, &box);
+        gr->slice = (double)sw_box_volume(&box) * p->bytes_per_element;
+        gr->rounds = rounds;
+        gr->ring = sw_sync_rings(p->sync_model) && op->inputs[slot].role == SW_ROLE_WEIGHT &&
+                   sw_ring_chunk_dim(&box, gr->count) >= 0;   /* as partition_sync_of */
+    }
+    *nmembers = base + (ngroups > 0 ? size[ngroups - 1] : 0);
+    free_all(cls, idx, tmp, wgroup, size, first_worker, key_group);
+    return 1;
+}
+
 /* The replica groups of partition c of op opi, slot by slot, each slot's groups in order of
  * their first worker (the order Eq. 1's sum is taken in).  SW_ERR_NOMEM or a region error. */
 static sw_status partition_sync_of(const sw_problem *p, int opi, const sw_config *c, partition_sync *out) {
@@ -327,6 +507,14 @@ static sw_status partition_sync_of(const sw_problem *p, int opi, const sw_config
     for (int slot = 0; slot < op->ninputs && s == SW_OK; slot++) {
         if (op->inputs[slot].role == SW_ROLE_DATA) {
             continue;
+        }
+        sw_region_factors f;
+        if (sw_config_region_factors(op, c, slot, &f) == SW_OK) {
+            int done = f.separable && groups_from_factors(p, op, c, slot, &f, out, &nmembers);
+            sw_region_factors_free(&f);
+            if (done) {
+                continue;
+            }
         }
         s = sw_config_regions(op, c, slot, regions, none);
         if (s != SW_OK) {

@@ -542,3 +542,22 @@ sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci,
     *out = best;
     return SW_OK;
 }
+
+sw_status sw_transfer_placed(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out) {
+    const sw_op *dst = &p->ops[consumer];
+    const sw_op *src = &p->ops[dst->inputs[slot].producer];
+    const sw_config *cs = &src->cfgs[ci], *cd = &dst->cfgs[cj];
+    int s0 = sw_config_first_device(p, cs), d0 = sw_config_first_device(p, cd);
+    if (p->node_size <= 0 || s0 < 0 || d0 < 0) {
+        return SW_FAIL(SW_ERR_VALUE, "the transfer of one pair by counting needs a machine of uniform nodes and "
+                                     "configurations on contiguous devices");
+    }
+    double per_elem = p->bytes_per_element * (src->ninputs == 0 ? 1.0 : TRANSFER_DIRECTIONS);
+    grid g;
+    make_grid(src, cs, &g);
+    reads rd = {0};
+    SW_TRY(reads_of(dst, cd, slot, &rd));
+    *out = placed_time(p, per_elem, &rd, d0, &g, cs->rdeg, s0);
+    free_reads(&rd);
+    return SW_OK;
+}

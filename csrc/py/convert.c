@@ -20,6 +20,36 @@ PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what) 
     return a;
 }
 
+/* Row indices into a table of n rows: obj None (every row, *out NULL, *count n) or a 1-D sequence of
+ * ints each in 0 .. n-1 (*out a new int64 array, *count its length).  Converted with self->busy set
+ * (module.c's CONVERTING note); 1, or 0 with an exception. */
+int sw_py_rows(ProblemObject *self, PyObject *obj, npy_intp n, const char *what, PyArrayObject **out,
+               npy_intp *count) {
+    *out = NULL;
+    *count = n;
+    if (obj == NULL || obj == Py_None) {
+        return 1;
+    }
+    self->busy = 1;
+    PyArrayObject *a = sw_py_array(obj, NPY_INT64, 1, what);
+    self->busy = 0;
+    if (!a) {
+        return 0;
+    }
+    const int64_t *r = PyArray_DATA(a);
+    for (npy_intp q = 0; q < PyArray_DIM(a, 0); q++) {
+        if (r[q] < 0 || r[q] >= n) {
+            PyErr_Format(PyExc_IndexError, "%s: row %lld out of range 0..%lld", what, (long long)r[q],
+                         (long long)n - 1);
+            Py_DECREF(a);
+            return 0;
+        }
+    }
+    *out = a;
+    *count = PyArray_DIM(a, 0);
+    return 1;
+}
+
 int sw_py_problem_ready(ProblemObject *self) {
     if (!self->p) {
         PyErr_SetString(PyExc_RuntimeError, "Problem is not initialized");

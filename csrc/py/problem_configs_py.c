@@ -1,6 +1,6 @@
 /* problem_configs_py.c -- the Problem methods that set up a problem's options and configurations:
  * set_options, set_optimizer_state, enumerate, enumerate_sets, set_configs, and the read-back of
- * configurations (configs, reductions) and of the region an iteration box reads (iteration_region,
+ * configurations (configs, degrees, workers, reductions) and of the region an iteration box reads (iteration_region,
  * iteration_regions for many boxes at once).
  *
  * Apart from module.c (the Problem type itself) because these are the planner's inputs: what the
@@ -274,34 +274,91 @@ PyObject *sw_py_problem_reductions(ProblemObject *self, PyObject *args) {
     return (PyObject *)red;
 }
 
+/* configs(op, rows=None) -> (degrees (n, out_rank), devices (n, maxk) padded with -1): every
+ * configuration of op, or only `rows` (indices into its enumeration, in that order), maxk the most
+ * workers among them.  Asking for rows keeps the copy to what is needed: the first-block
+ * enumeration of 1,024 devices holds 10^5 configurations of up to 1,024 workers each. */
 PyObject *sw_py_problem_configs(ProblemObject *self, PyObject *args) {
     int op;
-    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !sw_py_check_op(self, op)) {
+    PyObject *rows_o = Py_None;
+    if (!PyArg_ParseTuple(args, "i|O", &op, &rows_o) || !sw_py_problem_ready(self) || !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    PyArrayObject *rows;
+    npy_intp n;
+    if (!sw_py_rows(self, rows_o, self->p->ops[op].ncfg, "rows", &rows, &n)) {
         return NULL;
     }
     const sw_op *o = &self->p->ops[op];
+    const int64_t *pick = rows ? PyArray_DATA(rows) : NULL;
     int maxk = 1;
-    for (int c = 0; c < o->ncfg; c++) {
-        maxk = o->cfgs[c].nworkers > maxk ? o->cfgs[c].nworkers : maxk;
+    for (npy_intp q = 0; q < n; q++) {
+        const sw_config *c = &o->cfgs[pick ? pick[q] : q];
+        maxk = c->nworkers > maxk ? c->nworkers : maxk;
     }
-    npy_intp dd[2] = {o->ncfg, o->out_rank}, dv[2] = {o->ncfg, maxk};
+    npy_intp dd[2] = {n, o->out_rank}, dv[2] = {n, maxk};
     PyArrayObject *deg = (PyArrayObject *)PyArray_SimpleNew(2, dd, NPY_INT32);
     PyArrayObject *dev = (PyArrayObject *)PyArray_SimpleNew(2, dv, NPY_INT32);
     if (!deg || !dev) {
+        Py_XDECREF(rows);
         Py_XDECREF(deg);
         Py_XDECREF(dev);
         return NULL;
     }
     int32_t *pd = PyArray_DATA(deg), *pv = PyArray_DATA(dev);
+    for (npy_intp q = 0; q < n; q++) {
+        const sw_config *c = &o->cfgs[pick ? pick[q] : q];
+        for (int d = 0; d < o->out_rank; d++) {
+            pd[(size_t)q * o->out_rank + d] = c->deg[d];
+        }
+        for (int w = 0; w < maxk; w++) {
+            pv[(size_t)q * maxk + w] = w < c->nworkers ? self->p->dev_pool[c->dev_offset + w] : -1;
+        }
+    }
+    Py_XDECREF(rows);
+    return Py_BuildValue("(NN)", deg, dev);
+}
+
+/* degrees(op) -> (n, out_rank) int32: the partition of every configuration of op (configs()'s
+ * degrees, without its devices). */
+PyObject *sw_py_problem_degrees(ProblemObject *self, PyObject *args) {
+    int op;
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    const sw_op *o = &self->p->ops[op];
+    npy_intp dims[2] = {o->ncfg, o->out_rank};
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!out) {
+        return NULL;
+    }
+    int32_t *pd = PyArray_DATA(out);
     for (int c = 0; c < o->ncfg; c++) {
         for (int d = 0; d < o->out_rank; d++) {
             pd[(size_t)c * o->out_rank + d] = o->cfgs[c].deg[d];
         }
-        for (int w = 0; w < maxk; w++) {
-            pv[(size_t)c * maxk + w] = w < o->cfgs[c].nworkers ? self->p->dev_pool[o->cfgs[c].dev_offset + w] : -1;
-        }
     }
-    return Py_BuildValue("(NN)", deg, dev);
+    return (PyObject *)out;
+}
+
+/* workers(op) -> (n,) int32: the workers of every configuration of op (the devices configs()
+ * lists, without copying them). */
+PyObject *sw_py_problem_workers(ProblemObject *self, PyObject *args) {
+    int op;
+    if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_problem_ready(self) || !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    const sw_op *o = &self->p->ops[op];
+    npy_intp n = o->ncfg;
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
+    if (!out) {
+        return NULL;
+    }
+    int32_t *pw = PyArray_DATA(out);
+    for (int c = 0; c < o->ncfg; c++) {
+        pw[c] = o->cfgs[c].nworkers;
+    }
+    return (PyObject *)out;
 }
 
 /* iteration_region(op, slot, lo, hi) -> (box, exact): the region of input `slot` that the

@@ -33,6 +33,10 @@ int sw_py_iterations_ok(int iterations);
 PyObject *sw_py_copy_doubles(const double *src, int ndim, npy_intp *dims);
 /* A C-contiguous, aligned array of `type` (a new reference) or NULL with an exception. */
 PyArrayObject *sw_py_array(PyObject *obj, int type, int ndim, const char *what);
+/* Row indices into a table of n rows: None (every row: *out NULL, *count n) or ints in 0 .. n-1
+ * (*out a new int64 array); 1, or 0 with an exception (convert.c). */
+int sw_py_rows(ProblemObject *self, PyObject *obj, npy_intp n, const char *what, PyArrayObject **out,
+               npy_intp *count);
 /* convert.c's NumPy API table (sw_py_array, ...); 0, or -1 with an exception (module_exec). */
 int sw_py_convert_init(void);
 
@@ -69,6 +73,8 @@ PyObject *sw_py_problem_enumerate_sets(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_set_configs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_reductions(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_configs(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_workers(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_degrees(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_iteration_region(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_iteration_regions(ProblemObject *self, PyObject *args);
 
@@ -124,10 +130,12 @@ int sw_py_register_swap(PyObject *module);
 PyObject *sw_py_problem_swap_plan(ProblemObject *self, PyObject *args, PyObject *kwds);
 int sw_py_parse_swap(PyObject *obj, PyArrayObject **arr, sw_swap_spec *spec);
 
-/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.worker_regions */
+/* search_py.c: search_tables, Problem.search, Problem.least_transfer, Problem.placed_transfer,
+ * Problem.worker_regions */
 int sw_py_register_search(PyObject *module);
 PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_placed_transfer(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_worker_regions(ProblemObject *self, PyObject *args);
 
 #endif

@@ -123,22 +123,58 @@ PyObject *sw_py_problem_edges(ProblemObject *self, PyObject *Py_UNUSED(ignored))
     return list;
 }
 
-PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args) {
-    int e;
-    if (!PyArg_ParseTuple(args, "i", &e) || !sw_py_tables_ready(self)) {
+/* A new (len(rows), len(cols)) float64 array of src (ni x nj) at those rows and columns (all when NULL). */
+static PyObject *copy_block(const double *src, npy_intp ni, npy_intp nj, PyArrayObject *rows, PyArrayObject *cols) {
+    if (!rows && !cols) {
+        npy_intp dims[2] = {ni, nj};
+        return sw_py_copy_doubles(src, 2, dims);
+    }
+    npy_intp dims[2] = {rows ? PyArray_DIM(rows, 0) : ni, cols ? PyArray_DIM(cols, 0) : nj};
+    PyArrayObject *a = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_FLOAT64);
+    if (!a) {
         return NULL;
     }
-    const sw_tables *t = &self->p->tables;
-    if (e < 0 || e >= t->nedges) {
+    const int64_t *r = rows ? PyArray_DATA(rows) : NULL, *c = cols ? PyArray_DATA(cols) : NULL;
+    double *out = PyArray_DATA(a);
+    for (npy_intp x = 0; x < dims[0]; x++) {
+        const double *row = src + (size_t)(r ? r[x] : x) * (size_t)nj;
+        for (npy_intp y = 0; y < dims[1]; y++) {
+            out[(size_t)x * (size_t)dims[1] + (size_t)y] = row[c ? c[y] : y];
+        }
+    }
+    return (PyObject *)a;
+}
+
+/* edge_table(e, rows=None, cols=None) -> (t_x, bytes or None): edge e's table, or only the producer
+ * configurations `rows` and consumer configurations `cols` of it (the staged search's survivors
+ * of a table of 10^6 entries). */
+PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args) {
+    int e;
+    PyObject *rows_o = Py_None, *cols_o = Py_None;
+    if (!PyArg_ParseTuple(args, "i|OO", &e, &rows_o, &cols_o) || !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    if (e < 0 || e >= self->p->tables.nedges) {
         PyErr_Format(PyExc_IndexError, "edge index %d out of range", e);
         return NULL;
     }
-    npy_intp dims[2] = {t->ncfg[t->edges[e].src], t->ncfg[t->edges[e].dst]};
-    PyObject *time = sw_py_copy_doubles(t->edges[e].time, 2, dims);
-    if (!time) {
+    PyArrayObject *rows = NULL, *cols = NULL;
+    npy_intp ni = self->p->tables.ncfg[self->p->tables.edges[e].src];
+    npy_intp nj = self->p->tables.ncfg[self->p->tables.edges[e].dst], nr, nc;
+    if (!sw_py_rows(self, rows_o, ni, "rows", &rows, &nr) || !sw_py_rows(self, cols_o, nj, "cols", &cols, &nc)) {
+        Py_XDECREF(rows);
         return NULL;
     }
-    PyObject *bytes = t->edges[e].bytes ? sw_py_copy_doubles(t->edges[e].bytes, 2, dims) : Py_NewRef(Py_None);
+    const sw_tables *t = &self->p->tables;   /* (read after the conversions) */
+    PyObject *time = copy_block(t->edges[e].time, ni, nj, rows, cols);
+    PyObject *bytes = !time ? NULL
+                      : t->edges[e].bytes ? copy_block(t->edges[e].bytes, ni, nj, rows, cols) : Py_NewRef(Py_None);
+    Py_XDECREF(rows);
+    Py_XDECREF(cols);
+    if (!time || !bytes) {
+        Py_XDECREF(time);
+        return NULL;
+    }
     return Py_BuildValue("(NN)", time, bytes);
 }
 

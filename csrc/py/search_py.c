@@ -3,7 +3,8 @@
  * and for the relaxations of search_scale.py).
  *
  * A search runs with the GIL released; it returns (choice, cost, stats) and, with
- * marginals=True (elimination only), every node's min-marginals as a fourth item.
+ * marginals=True (elimination only), every node's min-marginals as a fourth item (None when
+ * Problem.search's skip_marginals_within finds the chosen plan costing the bound).
  */
 #include "problem_py.h"  /* ProblemObject, sw_py_* helpers; CPython and NumPy C API */
 
@@ -15,14 +16,15 @@
 
 /* ------------------------------------------------------------------ stats */
 static PyObject *stats_dict(const sw_search_stats *st) {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d}", "node_eliminations",
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:d,s:d,s:i,s:d,s:O,s:d,s:d}", "node_eliminations",
                          st->node_eliminations, "reused_products", st->reused_products, "reused_sums", st->reused_sums,
                          "algorithm1_residual_nodes", st->algorithm1_residual_nodes,
                          "edge_eliminations", st->edge_eliminations, "leaf_eliminations", st->leaf_eliminations,
                          "residual_nodes", st->residual_nodes, "residual_edges", st->residual_edges,
                          "residual_combinations", st->residual_combinations, "evaluations", st->evaluations,
                          "residual_width", st->residual_width, "residual_table", st->residual_table,
-                         "exact", st->exact ? Py_True : Py_False, "lower_bound", st->lower_bound);
+                         "exact", st->exact ? Py_True : Py_False, "lower_bound", st->lower_bound,
+                         "marginals_cap", st->marginals_cap);
 }
 
 typedef sw_status (*search_fn)(const sw_tables *, double, int *, double *, sw_search_stats *);
@@ -57,7 +59,8 @@ static int check_limit(double max_evals) {
 
 /* Run a search with the GIL released and package (choice, cost, stats), and with
  * `marginals` (elimination only) a fourth item: the list of every node's min-marginals. */
-static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, int marginals, double cap) {
+static PyObject *run_search_unless(const sw_tables *t, search_fn fn, double max_evals, int marginals, double cap,
+                                   sw_marginals_cap_fn cap_of, void *ctx) {
     npy_intp n = t->nnodes;
     PyArrayObject *choice = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT32);
     double **m = marginals ? calloc((size_t)n, sizeof *m) : NULL;
@@ -71,11 +74,14 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, 
     sw_search_stats stats = {0};
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = m ? sw_search_elimination_marginals(t, max_evals, c, &cost, &stats, m, cap) : fn(t, max_evals, c, &cost, &stats);
+    s = m ? sw_search_elimination_marginals_unless(t, max_evals, c, &cost, &stats, m, cap, cap_of, ctx)
+          : fn(t, max_evals, c, &cost, &stats);
     Py_END_ALLOW_THREADS
     PyObject *sd = s == SW_OK ? stats_dict(&stats) : NULL;
     PyObject *ml = NULL;
-    if (sd && m) {
+    if (sd && m && t->nnodes > 0 && !m[0]) {   /* the reverse pass was skipped */
+        ml = Py_NewRef(Py_None);
+    } else if (sd && m) {
         ml = PyList_New(n);
         for (npy_intp v = 0; ml && v < n; v++) {
             npy_intp len = t->ncfg[v];
@@ -103,17 +109,70 @@ static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, 
     return marginals ? Py_BuildValue("(NdNN)", choice, cost, sd, ml) : Py_BuildValue("(NdN)", choice, cost, sd);
 }
 
+static PyObject *run_search(const sw_tables *t, search_fn fn, double max_evals, int marginals, double cap) {
+    return run_search_unless(t, fn, max_evals, marginals, cap, NULL, NULL);
+}
+
+/* The plan the eliminations chose, costed exactly where its configurations sit (node costs plus
+ * sw_transfer_placed per edge): when that is within `within` (relative) of the lower bound, no
+ * plan on any placement does better and the min-marginals are not needed (-1: skip them);
+ * otherwise, with cap_within >= 0, that plan's cost (1 + cap_within) caps them (a pruning at a
+ * plan's cost keeps nothing above it: Eq. 1's tables are >= 0). */
+typedef struct {
+    const sw_problem *p;
+    double within, cap_within;   /* negative: not asked */
+} plan_check;
+
+static double plan_cap(void *ctx, const int *choice, double lower_bound) {
+    const plan_check *pc = ctx;
+    const sw_problem *p = pc->p;
+    const sw_tables *t = &p->tables;
+    double cost = 0.0;
+    for (int i = 0; i < t->nnodes; i++) {
+        cost += t->node_cost[i][choice[i]];
+    }
+    for (int e = 0; e < t->nedges; e++) {
+        const sw_edge_table *ed = &t->edges[e];
+        double x;
+        if (sw_transfer_placed(p, ed->dst, p->edge_consumer_slot[e], choice[ed->src], choice[ed->dst], &x) != SW_OK) {
+            return INFINITY;   /* not a machine of uniform nodes: every marginal, as asked */
+        }
+        cost += x;
+        if (pc->cap_within < 0 && cost > lower_bound * (1 + pc->within)) {
+            return INFINITY;   /* neither tight nor asked for a cap: no need to sum the rest */
+        }
+    }
+    if (pc->within >= 0 && cost <= lower_bound * (1 + pc->within)) {
+        return -1.0;
+    }
+    return pc->cap_within >= 0 ? cost * (1 + pc->cap_within) : INFINITY;
+}
+
+/* search(algorithm, max_evaluations, marginals=False, skip_marginals_within=-1, cap_marginals_within=-1,
+ * cap=inf): with skip_marginals_within >= 0 (elimination with marginals, on a machine of uniform
+ * nodes) the marginals come back None when the chosen strategy, costed exactly on its devices,
+ * is within that fraction of the lower bound (plan_cap): the staged search needs them only to
+ * prune towards an optimum it does not have yet.  With cap_marginals_within >= 0 they are
+ * capped at that strategy's cost (1 + cap_marginals_within), and with `cap` at most cap:
+ * marginals above the cap come back infinite (stats["marginals_cap"]: the cap used). */
 PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"algorithm", "max_evaluations", "marginals", "cap", NULL};
+    static char *kwlist[] = {"algorithm", "max_evaluations", "marginals", "skip_marginals_within",
+                             "cap_marginals_within", "cap", NULL};
     const char *algorithm = "elimination";
-    double max_evals = 1e9, cap = INFINITY;
+    double max_evals = 1e9, within = -1.0, cap_within = -1.0, cap = INFINITY;
     int marginals = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sdpd", kwlist, &algorithm, &max_evals, &marginals, &cap) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|sdpddd", kwlist, &algorithm, &max_evals, &marginals, &within,
+                                     &cap_within, &cap) ||
         !sw_py_tables_ready(self)) {
         return NULL;
     }
-    if (isnan(cap)) {
-        PyErr_SetString(PyExc_ValueError, "cap must be a number (inf: every marginal), not NaN");
+    if (isnan(cap) || isnan(within) || isnan(cap_within)) {
+        PyErr_SetString(PyExc_ValueError, "cap, skip_marginals_within and cap_marginals_within must not be NaN");
+        return NULL;
+    }
+    if ((within >= 0 || cap_within >= 0) && !self->p->edge_consumer_slot) {
+        PyErr_SetString(PyExc_ValueError, "skip_marginals_within and cap_marginals_within need the tables of a "
+                                          "problem's edges");
         return NULL;
     }
     search_fn fn = pick_search(algorithm);
@@ -125,7 +184,9 @@ PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kw
     atomic_store(&self->p->progress_total, (long)self->p->nops * (marginals ? 2 : 1));   /* forward (+ reverse) */
     self->p->tables.progress = &self->p->progress_done;
     self->p->tables.threads = self->p->threads;
-    PyObject *r = run_search(&self->p->tables, fn, max_evals, marginals, cap);
+    plan_check pc = {self->p, within, cap_within};
+    PyObject *r = run_search_unless(&self->p->tables, fn, max_evals, marginals, cap,
+                                    within >= 0 || cap_within >= 0 ? plan_cap : NULL, &pc);
     self->p->tables.progress = NULL;
     self->busy = 0;
     return r;
@@ -153,6 +214,37 @@ PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args) {
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = sw_transfer_least(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    return PyFloat_FromDouble(out);
+}
+
+/* placed_transfer(edge, ci, cj) -> t_x of edge e between configurations ci (producer) and cj
+ * (consumer) where they sit (uniform nodes and contiguous devices only): the search's check that
+ * its relaxation's plan costs the bound, one pair at a time. */
+PyObject *sw_py_problem_placed_transfer(ProblemObject *self, PyObject *args) {
+    int e, ci, cj;
+    if (!PyArg_ParseTuple(args, "iii", &e, &ci, &cj) || !sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    const sw_tables *t = &self->p->tables;
+    if (e < 0 || e >= t->nedges) {
+        PyErr_Format(PyExc_IndexError, "edge %d out of range", e);
+        return NULL;
+    }
+    const sw_edge_table *ed = &t->edges[e];
+    if (ci < 0 || ci >= self->p->ops[ed->src].ncfg || cj < 0 || cj >= self->p->ops[ed->dst].ncfg) {
+        PyErr_SetString(PyExc_IndexError, "configuration out of range");
+        return NULL;
+    }
+    double out = 0;
+    sw_status s;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_transfer_placed(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (s != SW_OK) {

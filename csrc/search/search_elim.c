@@ -358,6 +358,13 @@ sw_status sw_search_elimination(const sw_tables *t, double max_evaluations, int 
 
 sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluations, int *choice, double *cost,
                                           sw_search_stats *stats, double **marginals, double cap) {
+    return sw_search_elimination_marginals_unless(t, max_evaluations, choice, cost, stats, marginals, cap, NULL,
+                                                  NULL);
+}
+
+sw_status sw_search_elimination_marginals_unless(const sw_tables *t, double max_evaluations, int *choice,
+                                                 double *cost, sw_search_stats *stats, double **marginals,
+                                                 double cap, sw_marginals_cap_fn cap_of, void *ctx) {
     sw_search_stats local = {0};
     state st = {0};
     sw_status s = init_state(&st, t);
@@ -385,8 +392,13 @@ sw_status sw_search_elimination_marginals(const sw_tables *t, double max_evaluat
             local.lower_bound = *cost;
         }
     }
+    local.marginals_cap = INFINITY;
     if (s == SW_OK && marginals) {
-        s = sw_elim_marginals(&st, local.lower_bound, cap, marginals);
+        double own = cap_of ? cap_of(ctx, choice, local.lower_bound) : INFINITY;
+        if (own >= 0) {   /* negative: skipped */
+            local.marginals_cap = own < cap ? own : cap;
+            s = sw_elim_marginals(&st, local.lower_bound, local.marginals_cap, marginals);
+        }
     }
     if (stats) {
         *stats = local;

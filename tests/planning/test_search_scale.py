@@ -24,6 +24,7 @@ import importlib
 import itertools
 import math
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -32,7 +33,9 @@ from hypothesis import strategies as st
 
 import shardwise as sw
 from shardwise import _core
-from shardwise.planning.problem import CostOptions, SYNC_MODELS, make_problem, worker_counts
+from shardwise.ops.desc import DATA, STAT, WEIGHT
+from shardwise.plan import reduction_config
+from shardwise.planning.problem import CostOptions, SYNC_MODELS, dim_names, make_problem, worker_counts
 
 from strategies_random import (RESIDUAL_KINDS, build_graph, cost_scale, eq1_cost, examples, graph_recipes,
                                table_problems)
@@ -225,6 +228,22 @@ def test_least_transfer_is_the_least_over_aligned_blocks(name, machine):
     assert checked > 50
 
 
+@pytest.mark.parametrize("machine", ["p100_2x2", "k80_2x4", "v100_4x2"])
+@settings(max_examples=examples(10), deadline=None)
+@given(recipe=graph_recipes(max_ops=6), reductions=st.booleans())
+def test_placed_transfer_is_the_exact_table_entry(machine, recipe, reductions):
+    """Problem.placed_transfer (t_x of one pair where its configurations sit, which the staged
+    search uses to check that its relaxation's plan costs the bound) equals the exact table's
+    entry for every pair of configurations on every aligned block."""
+    devices = SYMMETRIC[machine]()
+    g = build_graph(recipe, max_ops=6)
+    p = problem(g, devices, options=CostOptions(threads=1, reduction_splits=reductions))
+    for e, (src, dst, _) in enumerate(p.edges()):
+        t, _ = p.edge_table(e)
+        for ci, cj in itertools.product(range(t.shape[0]), range(t.shape[1])):
+            assert p.placed_transfer(e, ci, cj) == pytest.approx(t[ci, cj], rel=1e-12, abs=1e-30), (e, ci, cj)
+
+
 def test_least_transfer_refuses_other_machines():
     d = sw.DeviceGraph("odd")
     for k in range(3):
@@ -236,6 +255,69 @@ def test_least_transfer_refuses_other_machines():
     p = problem(g, d)
     with pytest.raises(ValueError, match="uniform nodes"):
         p.least_transfer(0, 0, 0)
+    with pytest.raises(ValueError, match="uniform nodes"):
+        p.placed_transfer(0, 0, 0)
+
+
+# =========================================================================== reading parts of a problem
+
+def test_configs_rows_degrees_workers_and_edge_blocks_equal_the_full_arrays():
+    """The staged search reads only the rows it keeps (Problem.configs(op, rows),
+    Problem.edge_table(e, rows, cols)) and the counts without the device lists
+    (Problem.workers, Problem.degrees): each equals the same part of the full arrays."""
+    g, d = sw.models.get("resnet18", batch=48), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    p = problem(g, d)
+    rng = np.random.default_rng(1)
+    for op in g.ops:
+        deg, dev = p.configs(op.index)
+        np.testing.assert_array_equal(p.degrees(op.index), deg)
+        np.testing.assert_array_equal(p.workers(op.index), (dev >= 0).sum(axis=1))
+        rows = rng.choice(len(deg), size=min(5, len(deg)), replace=False)[::-1]   # any order
+        rdeg, rdev = p.configs(op.index, rows)
+        np.testing.assert_array_equal(rdeg, deg[rows])
+        width = max(1, int((dev[rows] >= 0).sum(axis=1).max()))
+        np.testing.assert_array_equal(rdev, dev[rows][:, :width])
+        assert p.configs(op.index, np.zeros(0, dtype=np.int64))[1].shape == (0, 1)
+    for e, (src, dst, _) in enumerate(p.edges()):
+        t, b = p.edge_table(e)
+        rows = rng.choice(t.shape[0], size=min(4, t.shape[0]), replace=False)
+        cols = rng.choice(t.shape[1], size=min(3, t.shape[1]), replace=False)
+        st, sb = p.edge_table(e, rows, cols)
+        np.testing.assert_array_equal(st, t[np.ix_(rows, cols)])
+        np.testing.assert_array_equal(sb, b[np.ix_(rows, cols)])
+        np.testing.assert_array_equal(p.edge_table(e, None, cols)[0], t[:, cols])
+    with pytest.raises(IndexError, match="rows"):
+        p.configs(0, [len(p.workers(0))])
+    with pytest.raises(IndexError, match="cols"):
+        p.edge_table(0, None, [-1])
+    with pytest.raises(ValueError, match="rows"):
+        p.configs(0, [[0]])
+
+
+def test_canonical_configs_read_devices_only_when_asked():
+    """scale_space.Configs leaves the devices of the first-block enumeration in the problem and
+    reads those of a subset when asked: the same rows as the full arrays, subsets of subsets too."""
+    from shardwise.planning.scale_space import Configs
+
+    g, d = sw.models.get("alexnet", batch=32), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    p = problem(g, d, first_block_only=True, bounds=True)
+    canonical = Configs.of(p, len(g.ops))
+    rng = np.random.default_rng(2)
+    keep = [np.sort(rng.choice(len(w), size=min(4, len(w)), replace=False)) for w in canonical.workers]
+    sub = canonical.subset(keep)
+    inner = [np.array([len(k) - 1]) for k in keep]
+    for op in g.ops:
+        deg, dev = p.configs(op.index)
+        np.testing.assert_array_equal(canonical.deg[op.index], deg)
+        np.testing.assert_array_equal(canonical.devices(op.index), dev)
+        k = keep[op.index]
+        np.testing.assert_array_equal(sub.deg[op.index], deg[k])
+        np.testing.assert_array_equal(sub.workers[op.index], (dev[k] >= 0).sum(axis=1))
+        got = sub.devices(op.index)
+        np.testing.assert_array_equal(got, dev[k][:, :got.shape[1]])
+        assert (dev[k][:, got.shape[1]:] == -1).all()
+        last = sub.subset(inner).devices(op.index)
+        np.testing.assert_array_equal(last[0][last[0] >= 0], dev[k[-1]][dev[k[-1]] >= 0])
 
 
 # =========================================================================== counting == listing
@@ -293,6 +375,74 @@ def test_compute_times_from_region_factors_equal_worker_by_worker(recipe, ndev, 
             assert tc[c] == options.backward_factor * float(np.max(times)), f"{op.name} config {c}"
 
 
+def brute_sync(p, op, cfg: int, devs: np.ndarray, bw: np.ndarray, options: CostOptions) -> tuple[float, float]:
+    """(t_s, bytes) of configuration cfg of op from every worker's box one at a time
+    (Problem.worker_regions(per_worker=True)): workers reading equal boxes of a weight or
+    statistic are replicas, grouped in order of their first worker; a weight group rings
+    (2 (r-1)/r of the slice over the ring's slowest link) under ring and zero synchronization
+    when the slice has a dimension of at least r rows, anything else goes through the first
+    replica (2 x the slice from each other one, statistics twice); a reduction split sends
+    every non-owner's partial output to its owner and the gradient back."""
+    bpe, rings = options.bytes_per_element, options.sync in ("ring", "zero")
+    time = moved = 0.0
+    for slot, inp in enumerate(op.desc.inputs):
+        if inp.role == DATA:
+            continue
+        lo, hi, used = p.worker_regions(op.index, cfg, slot, True)
+        groups: dict[tuple, list[int]] = {}
+        for w in range(len(devs)):
+            if used[w]:
+                groups.setdefault((tuple(lo[w]), tuple(hi[w])), []).append(w)
+        for (blo, bhi), members in groups.items():
+            r, extent = len(members), np.subtract(bhi, blo)
+            if r < 2:
+                continue
+            piece = float(np.prod(extent)) * bpe
+            for _ in range(2 if inp.role == STAT else 1):
+                if rings and inp.role == WEIGHT and extent.max() >= r:
+                    slowest = min(bw[devs[members[m]], devs[members[(m + 1) % r]]] for m in range(r))
+                    time += 2 * (r - 1) / r * piece / slowest
+                    moved += 2 * (r - 1) * piece
+                else:
+                    for m in members[1:]:
+                        time += 2 * piece / bw[devs[m], devs[members[0]]]
+                        moved += 2 * piece
+    rdeg = int(p.reductions(op.index)[cfg][1])
+    deg = p.configs(op.index)[0][cfg]
+    block = float(np.prod([n // d for n, d in zip(op.shape, deg)])) * bpe
+    for w in range(len(devs)):
+        if rdeg > 1 and w % rdeg:
+            time += 2 * block / bw[devs[w], devs[w - w % rdeg]]
+            moved += 2 * block
+    return time, moved
+
+
+@pytest.mark.parametrize("machine", ["cpu8", "cluster_2x4", "cluster_4x2"])
+@settings(max_examples=examples(25), deadline=None)
+@given(recipe=graph_recipes(max_ops=7), sync=st.sampled_from(["parameter_server", "ring", "zero"]),
+       reductions=st.booleans())
+def test_sync_times_equal_a_brute_force_over_every_workers_box(machine, recipe, sync, reductions):
+    """t_s and the sync bytes of every configuration (replica groups found from the region
+    factors, csrc/cost/cost_node.c) equal brute_sync's, which compares every worker's box."""
+    devices = {"cpu8": lambda: sw.DeviceGraph.cpu(8),
+               "cluster_2x4": lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=4),
+               "cluster_4x2": lambda: sw.DeviceGraph.cluster(nodes=4, devices_per_node=2, device="V100")}[machine]()
+    g = build_graph(recipe, max_ops=7)
+    options = CostOptions(threads=1, sync=sync, reduction_splits=reductions)
+    p = problem(g, devices, options=options)
+    bw = devices.route_bandwidths()
+    synced = 0
+    for op in g.ops:
+        _, ts, moved = p.node_costs(op.index)
+        dev = p.configs(op.index)[1]
+        for c in range(len(ts)):
+            want_t, want_b = brute_sync(p, op, c, dev[c][dev[c] >= 0], bw, options)
+            assert ts[c] == pytest.approx(want_t, rel=1e-12, abs=0), f"{op.name} config {c}"
+            assert moved[c] == pytest.approx(want_b, rel=1e-12, abs=0), f"{op.name} config {c}"
+            synced += want_b > 0
+    note(f"{synced} configurations synchronize something")
+
+
 # =========================================================================== the pipeline
 
 @pytest.mark.parametrize("machine", list(SYMMETRIC))
@@ -311,6 +461,55 @@ def test_pipeline_finds_the_plain_optimum(machine, recipe):
     assert "scale" in s and s["exact"]
     assert scaled.cost == pytest.approx(plain.cost, rel=REL)
     assert s["lower_bound"] <= scaled.cost * (1 + REL)
+
+
+@pytest.mark.parametrize("machine", ["p100_2x2", "k80_2x4"])
+@settings(max_examples=examples(15), deadline=None)
+@given(recipe=graph_recipes(max_ops=7))
+def test_marginals_are_skipped_exactly_when_the_relaxations_plan_costs_its_bound(machine, recipe):
+    """Problem.search(..., marginals=True, skip_marginals_within=x) on the relaxation gives the
+    marginals of the plain call, or None when its plan, as a Plan on the first devices (Eq. 1
+    costed by its own exact tables), is within x of the bound, and only then."""
+    devices = SYMMETRIC[machine]()
+    g = build_graph(recipe, max_ops=7)
+    relax = problem(g, devices, first_block_only=True, bounds=True)
+    choice, _, stats, marg = relax.search("elimination", 1e9, True, 1e-9)
+    want = relax.search("elimination", 1e9, True)
+    np.testing.assert_array_equal(choice, want[0])
+    configs = {}
+    for op in g.ops:
+        deg, dev = relax.configs(op.index, [int(choice[op.index])])
+        red = relax.reductions(op.index)[int(choice[op.index])]
+        configs[op.name] = sw.OpConfig(dim_names(len(op.shape)), tuple(int(x) for x in deg[0]),
+                                       tuple(int(x) for x in dev[0] if x >= 0), reduction_config(op, red))
+    cost = sw.Plan(g, devices, configs).cost
+    bound = stats["lower_bound"]
+    note(f"bound {bound!r}, plan {cost!r}, skipped {marg is None}")
+    if marg is None:
+        assert cost <= bound * (1 + 1e-9) * (1 + 1e-12)
+    else:
+        assert cost >= bound * (1 + 1e-9) * (1 - 1e-12)
+        for a, b in zip(marg, want[3]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_pipeline_stops_when_the_relaxations_plan_costs_its_bound(pipeline):
+    """LeNet-5 on 8 devices: the relaxation's best plan costs its bound, so it is returned as the
+    optimum without marginals, survivors or the placement proof; it is the plain search's optimum,
+    and under a memory budget it does not fit, the memory-constrained search still runs."""
+    g, d = sw.models.lenet5(batch=64), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    plan = sw.search(g, d, objective="eq1")
+    s = plan.search_stats
+    assert s["scale"]["relaxation_tight"] and s["exact"] and "survivors" not in s["scale"]
+    with pytest.MonkeyPatch.context() as m:
+        plain_path(m)
+        assert plan.cost == pytest.approx(sw.search(g, d, objective="eq1").cost, rel=REL)
+    need = sw.memory_plan(plan).peak_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sw.SearchWarning)
+        tight = sw.search(g, d, objective="eq1", memory=need - 1)
+    assert tight.search_stats["memory"]["constrained"] or "survivors" in tight.search_stats.get("scale", {})
+    assert sw.memory_plan(tight).peak_bytes <= need - 1
 
 
 @pytest.mark.parametrize("name", ["alexnet", "resnet18", "inception_v3", "vgg16"])

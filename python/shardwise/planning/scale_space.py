@@ -5,7 +5,6 @@ stages (search_scale_memory).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -19,37 +18,50 @@ PRUNE_SLACK = 1e-9
 FULL_SPACE_LIMIT = 60_000
 
 
-@dataclass
 class Configs:
-    """The configurations of every op of a problem: degrees, devices (-1 padded), reductions."""
+    """The configurations of every op of a problem: degrees, devices (-1 padded), reductions and
+    worker counts.
 
-    deg: list[np.ndarray]
-    dev: list[np.ndarray]
-    red: list[np.ndarray]
-    workers: list[np.ndarray] = field(default_factory=list)
+    The devices are read from the problem they were enumerated in only when asked for
+    (:meth:`devices`): on 1,024 devices the first-block enumeration holds 10^5 configurations of
+    up to 1,024 workers, 0.4 GB as one array per op, of which the search needs the few it keeps."""
+
+    def __init__(self, deg: list[np.ndarray], dev: list[np.ndarray] | None, red: list[np.ndarray],
+                 workers: list[np.ndarray], source: Any = None, rows: list[np.ndarray] | None = None):
+        self.deg, self.red, self.workers = deg, red, workers
+        self._dev = dev                  # per op, (n, width) devices; None: read from `source`
+        self._source, self._rows = source, rows   # the problem, and per op the rows of its enumeration
 
     @classmethod
     def of(cls, problem: Any, nops: int) -> "Configs":
-        deg, dev, red = [], [], []
-        for i in range(nops):
-            d, v = problem.configs(i)
-            deg.append(d)
-            dev.append(v)
-            red.append(problem.reductions(i))
-        return cls(deg, dev, red, [(v >= 0).sum(axis=1) for v in dev])
+        """Every configuration of the problem's enumeration (its devices left in the problem)."""
+        workers = [problem.workers(i) for i in range(nops)]
+        deg = [problem.degrees(i) for i in range(nops)]
+        return cls(deg, None, [problem.reductions(i) for i in range(nops)], workers, problem,
+                   [np.arange(len(w)) for w in workers])
+
+    def devices(self, i: int, which: np.ndarray | None = None) -> np.ndarray:
+        """Op i's devices (rows ``which`` of its configurations, or all), -1 padded to the most
+        workers among them."""
+        if self._dev is not None:
+            dev = self._dev[i] if which is None else self._dev[i][which]
+            return dev[:, :max(1, int((dev >= 0).sum(axis=1).max(initial=0)))]
+        rows = self._rows[i] if which is None else self._rows[i][which]
+        return self._source.configs(i, rows)[1]
 
     def subset(self, keep: Sequence[np.ndarray]) -> "Configs":
-        return Configs([d[k] for d, k in zip(self.deg, keep)], [v[k] for v, k in zip(self.dev, keep)],
-                       [r[k] for r, k in zip(self.red, keep)], [w[k] for w, k in zip(self.workers, keep)])
+        dev = None if self._dev is None else [v[k] for v, k in zip(self._dev, keep)]
+        rows = None if self._rows is None else [r[k] for r, k in zip(self._rows, keep)]
+        return Configs([d[k] for d, k in zip(self.deg, keep)], dev, [r[k] for r, k in zip(self.red, keep)],
+                       [w[k] for w, k in zip(self.workers, keep)], self._source, rows)
 
 
 def set_configs(problem: Any, configs: Configs) -> None:
     """Make ``configs`` the problem's enumeration (degrees padded to MAX_RANK, devices to the widest)."""
-    for i, (deg, dev, red) in enumerate(zip(configs.deg, configs.dev, configs.red)):
+    for i, (deg, red) in enumerate(zip(configs.deg, configs.red)):
         padded = np.ones((len(deg), _core.MAX_RANK), dtype=np.int32)
         padded[:, : deg.shape[1]] = deg
-        maxk = max(1, int((dev >= 0).sum(axis=1).max()))
-        problem.set_configs(i, padded, np.ascontiguousarray(dev[:, :maxk]), np.ascontiguousarray(red))
+        problem.set_configs(i, padded, np.ascontiguousarray(configs.devices(i)), np.ascontiguousarray(red))
 
 
 def full_space(canonical: Configs, keep: Sequence[np.ndarray], ndev: int) -> Configs | None:
@@ -59,7 +71,7 @@ def full_space(canonical: Configs, keep: Sequence[np.ndarray], ndev: int) -> Con
     rows = [[(c, j) for c in k for j in range(ndev // int(canonical.workers[i][c]))] for i, k in enumerate(keep)]
     deg, dev, red, workers = [], [], [], []
     for i, r in enumerate(rows):
-        width = canonical.dev[i].shape[1]
+        width = max(1, int(canonical.workers[i].max()))
         block = np.full((len(r), width), -1, dtype=np.int32)
         for q, (c, j) in enumerate(r):
             k = int(canonical.workers[i][c])
