@@ -225,71 +225,60 @@ class Tables:
         node_at = np.concatenate([[0], np.cumsum(ncfg)]).astype(np.int64)
         bases = [base for _, _, _, base, _, _ in self.medges]
         base_at = np.concatenate([[0], np.cumsum([len(b) for b in bases])]).astype(np.int64)
+        # edges freeing the same bytes at the same places (each layer of a transformer) share one
+        # table per weighting and one set of entries: only the first of each kind ("rep") is laid
+        # out, and the footprint reads an edge's freed bytes at its rep's
+        freed_edges, like = _alike_freed(self)
+        reps = sorted(set(like.values()))
         dev, nbytes, pos, eid = [], [], [], []
-        for e, (u, v, _, base, idx, nb) in enumerate(self.medges):
-            if not len(idx):
-                continue
-            idx = np.asarray(idx, np.int64)
-            k = len(idx)
+        for e in reps:
+            _, _, _, base, idx, nb = self.medges[e]
+            idx = np.asarray(idx).reshape(-1, 3).astype(np.int64, copy=False)
             dev.append(idx[:, 2])
             nbytes.append(np.asarray(nb, float))
             pos.append(idx[:, 0] * len(base) + idx[:, 1])
-            eid.append(np.full(k, e, np.int64))
-        cat = (lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
+            eid.append(np.full(len(idx), e, np.int64))
+        cat = (lambda parts, dtype: np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype))
         dev = cat(dev, np.int64)
         nbytes, pos, eid = cat(nbytes, float), cat(pos, np.int64), cat(eid, np.int64)
         # by edge, then by position in its table: the C tables list them so (ci, cj, device), and
         # the sort is needed only if they do not
-        stride_all = max([len(self.node_ids[u]) * len(b) for u, _, _, b, _, _ in self.medges] + [1])
-        flat_key = eid * stride_all + pos
-        order = (np.arange(len(eid), dtype=np.int64) if not len(eid) or (np.diff(flat_key) >= 0).all()
-                 else np.lexsort((pos, eid)))
-        key_e, key_p = eid[order], pos[order]
+        stride = max([len(self.node_ids[u]) * len(b) for u, _, _, b, _, _ in self.medges] + [1])
+        in_order = not len(eid) or bool((np.diff(eid * stride + pos) >= 0).all())
+        order = np.arange(len(eid), dtype=np.int64) if in_order else np.lexsort((pos, eid))
+        key_e, key_p = (eid, pos) if in_order else (eid[order], pos[order])
         first = np.ones(len(order), bool)
         first[1:] = (key_e[1:] != key_e[:-1]) | (key_p[1:] != key_p[:-1])
-        starts = np.flatnonzero(first)                     # one group per (edge, position)
+        starts = np.flatnonzero(first)                     # one group per (rep edge, position)
         group_edge, group_pos = key_e[starts], key_p[starts]
-        edge_groups = np.searchsorted(group_edge, np.arange(len(self.medges) + 1))   # edge e: groups [a, b)
         # a memory edge's base bytes depend on v's configuration alone: weighted, they are added
         # to node v (base row k of every memory edge into v priced into configuration
         # base_target[k] = node_at[v] + its index); only edges with freed bytes keep a table of
-        # their own, zero but for those bytes (freed_edges; group k of a rep edge at
-        # group_flat[k] of one buffer)
+        # their own, zero but for those bytes (group k of a rep edge at group_flat[k] of one buffer)
         base_v = np.array([v for _, v, _, _, _, _ in self.medges], np.int64)
         base_target = (np.concatenate([node_at[v] + np.arange(len(b)) for (_, v, _, b, _, _) in self.medges])
                        .astype(np.int64) if self.medges else np.zeros(0, np.int64))
-        freed_edges = [e for e in range(len(self.medges)) if edge_groups[e + 1] > edge_groups[e]]
-        # edges freeing the same bytes at the same places (each layer of a transformer) share one
-        # table per weighting: only the first of each kind ("rep") is laid out in the buffer
-        like = _alike_freed(self, freed_edges, order, eid, pos, dev, nbytes)
-        reps = sorted(set(like.values()))
         sizes = [len(self.node_ids[self.medges[e][0]]) * len(bases[e]) for e in reps]
         freed_at = np.zeros(len(self.medges) + 1, np.int64)
         freed_at[reps] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else []
-        is_rep = np.zeros(len(self.medges) + 1, bool)
-        is_rep[reps] = True
-        rep_entries = order[is_rep[key_e]]                  # their entries, still grouped by position
-        rep_groups = np.flatnonzero(is_rep[group_edge])
-        lengths = np.diff(np.append(starts, len(order)))[rep_groups]
-        rep_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        group_flat = freed_at[group_edge[rep_groups]] + group_pos[rep_groups]
         cache = {"node_rows": np.concatenate(self.node_ids) if self.node_ids else np.zeros(0, np.int64),
                  "base_rows": (np.concatenate([np.asarray(b, np.int64) for b in bases]) if bases
                                else np.zeros(0, np.int64)),
                  "base_target": base_target,
                  "time": np.concatenate(self.time) if self.time else np.zeros(0),   # every op's Eq. 1 node costs
                  "freed_edges": freed_edges, "freed_like": like, "freed_size": int(sum(sizes)),
-                 "freed_at": freed_at, "group_flat": group_flat, "rep_starts": rep_starts,
-                 "rep_dev": dev[rep_entries], "rep_bytes": nbytes[rep_entries],
+                 "freed_at": freed_at, "group_flat": freed_at[group_edge] + group_pos,
+                 "rep_starts": starts.astype(np.int64, copy=False),
+                 "rep_dev": dev[order], "rep_bytes": nbytes[order],
                  "node_at": node_at,
                  "base_at": base_at,
                  "base_v": base_v,
                  "dev": dev, "nbytes": nbytes, "order": order}
-        # the footprint finds a strategy's freed bytes by (edge, position) key: groups sorted by it
-        stride = stride_all
+        # the footprint finds a strategy's freed bytes by (rep edge, position) key: groups sorted by it
         fe = np.asarray(freed_edges, np.int64)
         cache.update(stride=stride, group_key=group_edge * stride + group_pos, group_start=starts,
                      group_end=np.append(starts[1:], len(order)).astype(np.int64), fe=fe,
+                     fe_rep=np.array([like[e] for e in freed_edges], np.int64),
                      fe_u=np.array([self.medges[e][0] for e in freed_edges], np.int64),
                      fe_v=np.array([self.medges[e][1] for e in freed_edges], np.int64),
                      fe_nv=np.array([len(self.medges[e][3]) for e in freed_edges], np.int64))
@@ -305,8 +294,7 @@ class Tables:
             a = a + self.rows[p["base_rows"][p["base_at"][:-1] + x[p["base_v"]]]].sum(axis=0)
         if len(p["group_key"]):
             # each edge with freed bytes: the group at x's position in its table, if it has one
-            fe = p["fe"]
-            want = fe * p["stride"] + x[p["fe_u"]] * p["fe_nv"] + x[p["fe_v"]]
+            want = p["fe_rep"] * p["stride"] + x[p["fe_u"]] * p["fe_nv"] + x[p["fe_v"]]
             g = np.minimum(np.searchsorted(p["group_key"], want), len(p["group_key"]) - 1)
             g = g[p["group_key"][g] == want]
             if len(g):
@@ -379,20 +367,20 @@ def share_equal(edges: list[tuple]) -> list[tuple]:
     return out
 
 
-def _alike_freed(tables: "Tables", freed_edges: list[int], order: np.ndarray, eid: np.ndarray, pos: np.ndarray,
-                 dev: np.ndarray, nbytes: np.ndarray) -> dict[int, int]:
-    """Per memory edge with freed bytes, the first such edge whose weighted table is the same
-    for every price vector: the same table shape and the same (position, device, bytes)
-    entries in the same order (``order``: the entries grouped by edge, then position)."""
-    bounds = np.searchsorted(eid[order], np.arange(len(tables.medges) + 1))
+def _alike_freed(tables: "Tables") -> tuple[list[int], dict[int, int]]:
+    """The memory edges with freed bytes, and per such edge the first whose weighted table is
+    the same for every price vector: the same table shape and the same (ci, cj, device, bytes)
+    entries in the same order (the C tables copy a twin edge's entries as they are)."""
     first: dict[tuple, int] = {}
-    like = {}
-    for e in freed_edges:
-        at = order[bounds[e]:bounds[e + 1]]
-        u, _, _, base, _, _ = tables.medges[e]
-        key = (len(tables.node_ids[u]), len(base), pos[at].tobytes(), dev[at].tobytes(), nbytes[at].tobytes())
+    freed, like = [], {}
+    for e, (u, _, _, base, idx, nb) in enumerate(tables.medges):
+        if not len(idx):
+            continue
+        idx = np.asarray(idx)
+        freed.append(e)
+        key = (len(tables.node_ids[u]), len(base), idx.dtype.str, idx.tobytes(), np.asarray(nb, float).tobytes())
         like[e] = first.setdefault(key, e)
-    return like
+    return freed, like
 
 
 @dataclass
