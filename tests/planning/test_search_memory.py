@@ -355,6 +355,20 @@ def test_nothing_fits_on_the_devices_the_configurations_use_is_proven_at_once(mo
     monkeypatch.setattr(sm._Solver, "solve_tables", lambda self, *a: solves.append(1) or real(self, *a))
     assert sm.solve(t, limit, max_solves=50) is None
     assert len(solves) == 2   # the bound over every device, then over the two used: no branch and bound
+    # the same configurations as a subset of tables whose other configurations use every device
+    # (the subset shares their rows): the devices in use are still the two
+    whole = sm.Tables.__new__(sm.Tables)
+    whole.__dict__.update({k: v for k, v in t.__dict__.items() if k != "_packed_cache"})
+    extra = np.full((1, 20), 1.0)   # one more configuration of op 0, on every device
+    whole.rows = np.concatenate([t.rows, extra])
+    whole.node_ids = [np.append(t.node_ids[0], len(t.rows))] + list(t.node_ids[1:])
+    whole.time = [np.append(t.time[0], 0.0)] + list(t.time[1:])
+    whole.edges = [(u, v, slot, np.vstack([tab, tab[:1]]) if u == 0 else tab) for u, v, slot, tab in t.edges]
+    whole.medges = [(u, v, slot, base, idx, nb) for u, v, slot, base, idx, nb in t.medges]
+    part = whole.subset([np.arange(len(i)) for i in t.node_ids])
+    solves.clear()
+    assert sm.solve(part, limit, max_solves=50) is None
+    assert len(solves) == 2
 
 
 def test_the_staged_memory_stage_plans_the_memory_of_a_plan_once(monkeypatch):

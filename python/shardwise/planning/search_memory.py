@@ -484,7 +484,11 @@ def _proven_infeasible(s: _Solver) -> bool:
     x, _, lb = s.solve_tables(np.ones(t.ndev), 0.0, s.allowed0)
     if lb > float(limit.sum()) * (1 + 1e-12):
         return True
-    used = (t.rows > 0).any(axis=0)   # bytes of a strategy lie on these devices alone: one more bound
+    # the devices some configuration puts bytes on (rows these tables use: a subset shares its
+    # whole's rows): a strategy's bytes lie on them alone, one more bound
+    ids = np.unique(np.concatenate([np.asarray(i, np.int64) for i in t.node_ids] +
+                                   [np.asarray(m[3], np.int64) for m in t.medges]))
+    used = (t.rows[ids] > 0).any(axis=0)
     if 0 < used.sum() < t.ndev:
         _, _, lb = s.solve_tables(used.astype(float), 0.0, s.allowed0)
         if lb > float(limit[used].sum()) * (1 + 1e-12):

@@ -166,12 +166,16 @@ class MemoryStage:
                        f"memory-constrained search over partitions of at most {s.node_workers} workers"),
                       ([np.flatnonzero(w == w.max()) for w in canonical.workers],
                        "memory-constrained search over partitions on the most devices each op can use")]
+        # every partition on the first devices, costed once: the restricted searches and step 3
+        # read rows and blocks of these tables (Tables.subset) instead of tables built again (a
+        # 32-layer Llama on 256 GPUs: 5 s for the second restricted search's own)
+        whole = self._tables(s.work, canonical)
         for keep, what in restricted:
             if deadline is not None and time.perf_counter() > deadline:
                 break   # the threshold only speeds step 3 up; out of time, step 3 finds a plan itself
             sub = canonical.subset(keep)
             try:
-                found = self._fitting(self._tables(s.work, sub), sub, [], deadline=deadline,
+                found = self._fitting(whole.subset(keep), sub, [], deadline=deadline,
                                       max_solves=solves_for(_count(sub), FIRST_FIT_SOLVES))
             except SearchError:   # footprints fit but no memory plan did: no threshold from here
                 found = None
@@ -188,7 +192,9 @@ class MemoryStage:
         # 3. the constrained optimum over the survivors on the first devices, after dropping
         # what priced memory shows no plan that fits and costs at most the threshold uses
         kept = canonical.subset(survivors)
-        tables = self._tables(s.work, kept)
+        everything = all(len(k) == len(d) for k, d in zip(survivors, canonical.deg))
+        tables = whole if everything else whole.subset(survivors)
+        del whole   # (step 4 builds its own; the memory of a large machine's tables matters)
         if np.isfinite(threshold) and _count(kept) * search_memory.MAX_SOLVES <= SOLVE_WORK:
             # (a search that SOLVE_WORK limits runs its floor of solves whatever this drops: a
             # 32-layer Llama on 64 GPUs drops 3% of its partitions for about 4 s, on 256 8% for a minute)
