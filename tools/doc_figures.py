@@ -266,9 +266,9 @@ FIGURES: list[Figure] = [
     # README, search times on 64 and 1,024 V100s (benchmarks/results/search_time.txt)
     Figure(R, "ResNet-50 on 64 V100s (4 nodes x 16) in about [[0.21]] s", "search_time 64 1024",
            _search_time("resnet50", 64, 0), kind="timing", tolerance=0.5, scale=1e-3),
-    Figure(R, "on 1,024 (64 x 16) in about [[2.8]] s and 0.8 GB", "search_time 64 1024",
+    Figure(R, "on 1,024 (64 x 16) in about [[2.8]] s and 0.3 GB", "search_time 64 1024",
            _search_time("resnet50", 1024, 0), kind="timing", tolerance=0.5, scale=1e-3),
-    Figure(R, "on 1,024 (64 x 16) in about 2.8 s and [[0.8]] GB", "search_time 64 1024",
+    Figure(R, "on 1,024 (64 x 16) in about 2.8 s and [[0.3]] GB", "search_time 64 1024",
            _search_time("resnet50", 1024, 2), kind="timing", tolerance=0.25, scale=1e-3),
     Figure(R, "Inception-v3 on 64 in [[0.24]] s", "search_time 64 1024",
            _search_time("inception_v3", 64, 0), kind="timing", tolerance=0.5, scale=1e-3),

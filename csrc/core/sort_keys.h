@@ -8,6 +8,7 @@
 #ifndef SHARDWISE_SORT_KEYS_H
 #define SHARDWISE_SORT_KEYS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -17,5 +18,7 @@ typedef struct {
 
 /* qsort comparator over sw_keyed: key, then key2, then id, each ascending. */
 int sw_by_keys(const void *pa, const void *pb);
+/* a[0..n) sorted in that order (sort_typed.h's merge sort: the memory planner's hot sorts). */
+void sw_sort_keyed(sw_keyed *a, size_t n);
 
 #endif

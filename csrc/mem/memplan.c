@@ -38,6 +38,7 @@
 
 #include "memplan_internal.h"  /* sw_memplan_place */
 #include "core/sort_keys.h"
+#include "core/sort_typed.h"
 
 
 /* ------------------------------------------------------------------ sizes */
@@ -54,6 +55,12 @@ static int larger_first(const void *pa, const void *pb) {
     return (a->id > b->id) - (a->id < b->id);
 }
 
+static inline int larger_before(const sized_buffer *a, const sized_buffer *b) {
+    return a->bytes != b->bytes ? a->bytes > b->bytes : a->id < b->id;
+}
+
+SW_DEFINE_SORT(sort_larger_first, sized_buffer, larger_before, larger_first)
+
 /* ------------------------------------------------------------------ peaks */
 typedef struct {
     int32_t at;      /* task position */
@@ -68,6 +75,12 @@ static int by_position(const void *pa, const void *pb) {
     return (a->delta > b->delta) - (a->delta < b->delta);   /* frees before allocations at one position */
 }
 
+static inline int event_before(const mem_event *a, const mem_event *b) {
+    return a->at != b->at ? a->at < b->at : a->delta < b->delta;
+}
+
+SW_DEFINE_SORT(sort_events, mem_event, event_before, by_position)
+
 /* Peak live bytes of one device and the position where it is first reached. */
 static void peak_of(const sw_memory_plan *mp, const int32_t *mine, int32_t n, mem_event *ev, int64_t *peak,
                     int32_t *where) {
@@ -77,7 +90,7 @@ static void peak_of(const sw_memory_plan *mp, const int32_t *mine, int32_t n, me
         ev[ne++] = (mem_event){mp->first[b], mp->bytes[b]};
         ev[ne++] = (mem_event){mp->last[b] + 1, -mp->bytes[b]};
     }
-    qsort(ev, (size_t)ne, sizeof *ev, by_position);
+    sort_events(ev, (size_t)ne);
     int64_t live = 0, best = 0;
     int32_t at = 0;
     for (int32_t e = 0; e < ne; e++) {
@@ -180,6 +193,10 @@ static int by_int64(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
+static inline int int64_less(const int64_t *a, const int64_t *b) { return *a < *b; }
+
+SW_DEFINE_SORT(sort_int64, int64_t, int64_less, by_int64)
+
 /* For every buffer A of a device that copies on other devices' streams read: the first task of
  * the buffer B that takes over A's bytes first after A's last task (the least first task among
  * the non-empty buffers overlapping A that start after A ends); each of those copies gets an
@@ -221,7 +238,7 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
     if (na == 0) {
         goto done;
     }
-    qsort(coords, (size_t)nc, sizeof *coords, by_int64);
+    sort_int64(coords, (size_t)nc);
     int32_t nd = 0;
     for (int32_t i = 0; i < nc; i++) {
         if (nd == 0 || coords[i] != coords[nd - 1]) {
@@ -241,8 +258,8 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
     for (int64_t i = 0; i < 4 * (int64_t)t.nleaf; i++) {
         t.min[i] = t.tag[i] = INT32_MAX;
     }
-    qsort(by_first, (size_t)nb, sizeof *by_first, sw_by_keys);
-    qsort(asks, (size_t)na, sizeof *asks, sw_by_keys);
+    sw_sort_keyed(by_first, (size_t)nb);
+    sw_sort_keyed(asks, (size_t)na);
     int32_t painted = 0;
     for (int32_t q = 0; q < na && s == SW_OK; q++) {
         int32_t a = asks[q].id;
@@ -275,7 +292,7 @@ static sw_status unique_edges(sw_memory_plan *mp) {
     for (int32_t i = 0; i < mp->nreuse; i++) {
         e[i] = (sw_keyed){mp->reuse_to[i], mp->reuse_from[i], 0};
     }
-    qsort(e, (size_t)mp->nreuse, sizeof *e, sw_by_keys);
+    sw_sort_keyed(e, (size_t)mp->nreuse);
     int32_t n = 0;
     for (int32_t i = 0; i < mp->nreuse; i++) {
         if (n == 0 || e[i].key2 != mp->reuse_from[n - 1] || e[i].key != mp->reuse_to[n - 1]) {
@@ -367,7 +384,7 @@ static sw_status by_device(const sw_task_graph *g, const sw_memory_plan *mp, int
         order[i] = (sized_buffer){mp->bytes[ids[i]], ids[i]};
     }
     for (int d = 0; d < 2 * ndev; d++) {
-        qsort(order + ptr[d], (size_t)(ptr[d + 1] - ptr[d]), sizeof *order, larger_first);
+        sort_larger_first(order + ptr[d], (size_t)(ptr[d + 1] - ptr[d]));
     }
     for (int32_t i = 0; i < g->nbuffers; i++) {
         ids[i] = order[i].id;

@@ -13,6 +13,7 @@
 #include <stdlib.h>  /* malloc, realloc, free, qsort */
 #include <string.h>  /* memcmp, memcpy */
 
+#include "core/sort_typed.h"
 #include "memplan_internal.h"
 
 #define CACHE_ENTRIES 16   /* distinct device patterns kept: plans have few (replicas, stages) */
@@ -39,6 +40,10 @@ static int by_position(const void *a, const void *b) {
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
+static inline int endpoint_before(const endpoint *x, const endpoint *y) { return x->pos < y->pos; }
+
+SW_DEFINE_SORT(sort_endpoints, endpoint, endpoint_before, by_position)
+
 sw_place_cache *sw_place_cache_new(void) { return calloc(1, sizeof(sw_place_cache)); }
 
 void sw_place_cache_free(sw_place_cache *c) {
@@ -64,7 +69,7 @@ static sw_status pattern_key(const int64_t *bytes, const int32_t *first, const i
         ep[2 * i + 1] = (endpoint){last[ids[i]], 2 * i + 1};
         key[3 * i] = (bytes[ids[i]] + align - 1) / align * align;
     }
-    qsort(ep, 2 * (size_t)n, sizeof *ep, by_position);
+    sort_endpoints(ep, 2 * (size_t)n);
     int64_t rank = 0;
     for (int32_t k = 0; k < 2 * n; k++) {
         if (k > 0 && ep[k].pos != ep[k - 1].pos) {
