@@ -111,6 +111,7 @@ COMMANDS: dict[str, Command] = {
     "memory stall rows": measure("swap-stalls", cheap=False, timeout_s=900),
     "llama-13b no fit": measure("llama13b-no-fit", cheap=False, timeout_s=600),
     "capped marginals": measure("capped-marginals", cheap=False, timeout_s=900),
+    "llama memory search": measure("llama-memory-search", cheap=False, timeout_s=1200),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
@@ -629,6 +630,16 @@ def _memory_search_tight(model: str) -> str:
     return r"(?s)tighter budgets.*?" + _MS.format(model, "4x4 P100")
 
 
+FIGURES += [
+    Figure(M, "on 64 GPUs [[7.6-8.1]] s and 0.46 GB peak", "llama memory search",
+           r"llama on 64: ([\d.]+) s processor", kind="timing", tolerance=0.5),
+    Figure(M, "7.6-8.1 s and [[0.46]] GB peak, on", "llama memory search", r"llama on 64: [\d.]+ s processor, ([\d.]+) GB",
+           kind="timing", tolerance=0.3),
+    Figure(M, "256 GPUs [[29.7-36.6]] s and 1.85 GB peak", "llama memory search",
+           r"llama on 256: ([\d.]+) s processor", kind="timing", tolerance=0.5),
+    Figure(M, "29.7-36.6 s and [[1.85]] GB peak, the same plans", "llama memory search",
+           r"llama on 256: [\d.]+ s processor, ([\d.]+) GB", kind="timing", tolerance=0.3),
+]
 FIGURES += [
     Figure(M, "the plan closest to fitting needs [[117.36]] GB on a\ndevice of 80 GB", "llama-13b no fit",
            r"llama-13b on 8: nearest miss ([\d.]+) GB"),

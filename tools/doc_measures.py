@@ -11,6 +11,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py digits-seeds         # docs/training.md: examples/train_digits.py for seeds 0-11
     python tools/doc_measures.py llama13b-no-fit      # docs/memory.md: the nearest miss of Llama-13B on 8 and 64 H100s
     python tools/doc_measures.py capped-marginals     # docs/cost-model.md: GPT-2 small's relaxation on 1,024 H100s
+    python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64 and 256 H100s
 
 Deterministic except digits-seeds' seconds; the package must be importable.
 """
@@ -123,9 +124,28 @@ def capped_marginals() -> None:
     print(f"marginals: every one {t_full:.2f} s, capped {t_capped:.2f} s (processor time)")
 
 
+def llama_memory_search() -> None:
+    """sw.search of a 32-layer Llama with Llama-2-7B's widths (one sequence of 2,048 tokens a GPU,
+    bf16, split reductions) on 64 and 256 H100s under their memory, each in a fresh process:
+    processor seconds, peak resident memory, the plan's Eq. 1 seconds."""
+    import subprocess
+
+    code = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
+            "n = int(sys.argv[1]); d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); "
+            "g = sw.models.llama(layers=32, kv_heads=32, ffn=11008, seq=2048, batch=n); "
+            "o = sw.CostOptions(sync='ring', precision='bf16', reduction_splits=True); "
+            "t0 = time.process_time(); p = sw.search(g, d, options=o, progress=False); t = time.process_time() - t0; "
+            "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6; "
+            "print(f'llama on {n}: {t:.1f} s processor, {rss:.2f} GB peak, Eq. 1 {p.search_stats[\"searched_cost\"]:.5f} s')")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for n in (64, 256):
+        out = subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, env=env, check=True)
+        print(out.stdout.strip())
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
-            "capped-marginals": capped_marginals}
+            "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search}
 
 
 def main(argv: list[str] | None = None) -> int:
