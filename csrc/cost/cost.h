@@ -38,6 +38,8 @@ typedef struct {
     int *edge_src, *edge_dst, *edge_slot;
     int32_t **edge_base;      /* per edge: ncfg[dst] row ids, the consumer's kept staging regions */
     int64_t *shared_ptr;      /* nedges + 1: edge e's savings are shared[shared_ptr[e] .. shared_ptr[e+1]) */
+    int *edge_copy_of;        /* per edge: the first twin edge whose base rows and savings it has (its own
+                               * savings range is then empty: a transformer's layers list them once), or -1 */
     sw_memory_saving *shared;
     int64_t nshared;
 } sw_memory_tables;

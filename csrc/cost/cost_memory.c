@@ -388,16 +388,12 @@ static int same_memory_reads(const sw_problem *p, const int8_t *kind, int v, int
     return 1;
 }
 
-/* Edge e's terms when an earlier edge d joins ops of the same data (twins, the same slot):
- * its base rows and its savings, copied.  A transformer's layers are such twins. */
-static sw_status copy_edge_terms(const sw_problem *p, sw_memory_tables *mt, int e, int d, int64_t *cap) {
+/* Edge e's terms when an earlier edge d joins ops of the same data (twins, the same slot): its
+ * base rows copied, and its savings those of d's first twin (edge_copy_of), not listed again.
+ * A transformer's layers are such twins. */
+static void copy_edge_terms(const sw_problem *p, sw_memory_tables *mt, int e, int d) {
     memcpy(mt->edge_base[e], mt->edge_base[d], sizeof(int32_t) * (size_t)p->ops[mt->edge_dst[e]].ncfg);
-    sw_status s = SW_OK;
-    for (int64_t q = mt->shared_ptr[d]; q < mt->shared_ptr[d + 1] && s == SW_OK; q++) {
-        sw_memory_saving x = mt->shared[q];   /* a copy: push_saving may move the list */
-        s = push_saving(mt, cap, x.ci, x.cj, x.dev, x.bytes);
-    }
-    return s;
+    mt->edge_copy_of[e] = mt->edge_copy_of[d] >= 0 ? mt->edge_copy_of[d] : d;
 }
 
 sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt) {
@@ -427,8 +423,10 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
     mt->edge_slot = calloc(ne, sizeof *mt->edge_slot);
     mt->edge_base = calloc(ne, sizeof *mt->edge_base);
     mt->shared_ptr = calloc(ne + 1, sizeof *mt->shared_ptr);
+    mt->edge_copy_of = malloc(sizeof *mt->edge_copy_of * ne);
     sw_status s = SW_OK;
-    if (!from || !mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr) {
+    if (!from || !mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr ||
+        !mt->edge_copy_of) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
         goto done;
     }
@@ -490,7 +488,12 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
                 twin = d;
             }
         }
-        s = twin >= 0 ? copy_edge_terms(p, mt, e, twin, &cap) : edge_terms(p, kind, e, mt, &cap, row);
+        mt->edge_copy_of[e] = -1;
+        if (twin >= 0) {
+            copy_edge_terms(p, mt, e, twin);
+        } else {
+            s = edge_terms(p, kind, e, mt, &cap, row);
+        }
         if (s == SW_OK && twin < 0 && mt->nshared > mt->shared_ptr[e]) {
             qsort(mt->shared + mt->shared_ptr[e], (size_t)(mt->nshared - mt->shared_ptr[e]), sizeof *mt->shared,
                   saving_cmp);
@@ -519,6 +522,7 @@ void sw_memory_tables_free(sw_memory_tables *mt) {
     free(mt->edge_dst);
     free(mt->edge_slot);
     free(mt->shared_ptr);
+    free(mt->edge_copy_of);
     free(mt->shared);
     free(mt->rows);
     free(mt->row_slot);

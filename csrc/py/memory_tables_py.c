@@ -5,14 +5,22 @@
  * edges lists (producer, consumer, slot, base, shared) per data input: base (ncfg[consumer],)
  * int32 the rows of the consumer's kept staging regions, shared (m, 3) int32 (producer config,
  * consumer config, device) with savings (m,) float64: the bytes of the region that is the
- * producer's shard there instead (cost_memory.c).  `kinds` is the plan arrays'
+ * producer's shard there instead (cost_memory.c); the edges of twin ops (every layer of a
+ * transformer after the first) share the first one's arrays.  `kinds` is the plan arrays'
  * (lower.plan_arrays) first item.
  */
 #include "problem_py.h"  /* ProblemObject, sw_py_* helpers; CPython and NumPy C API */
 
 #include "pyerr.h"  /* sw_py_raise */
 
-static PyObject *edge_item(const sw_memory_tables *mt, const sw_problem *p, int e) {
+/* Edge e's item; an edge copied from a twin (edge_copy_of) takes the twin's arrays themselves
+ * from `edges` (built before it): equal tables are one array in Python too. */
+static PyObject *edge_item(const sw_memory_tables *mt, const sw_problem *p, int e, PyObject *edges) {
+    if (mt->edge_copy_of[e] >= 0) {
+        PyObject *twin = PyList_GET_ITEM(edges, mt->edge_copy_of[e]);
+        return Py_BuildValue("(iiiOOO)", mt->edge_src[e], mt->edge_dst[e], mt->edge_slot[e],
+                             PyTuple_GET_ITEM(twin, 3), PyTuple_GET_ITEM(twin, 4), PyTuple_GET_ITEM(twin, 5));
+    }
     npy_intp m = (npy_intp)(mt->shared_ptr[e + 1] - mt->shared_ptr[e]);
     npy_intp sdims[2] = {m, 3};
     PyObject *base = sw_py_contiguous(mt->edge_base[e], p->ops[mt->edge_dst[e]].ncfg, NPY_INT32);
@@ -90,7 +98,7 @@ PyObject *sw_py_problem_memory_tables(ProblemObject *self, PyObject *arg) {
         PyList_SET_ITEM(node, v, a);
     }
     for (int e = 0; node && edges && e < mt.nedges; e++) {
-        PyObject *item = edge_item(&mt, p, e);
+        PyObject *item = edge_item(&mt, p, e, edges);
         if (!item) {
             Py_CLEAR(edges);
             break;

@@ -203,12 +203,16 @@ class Tables:
             at[k] = np.arange(len(k))
             new.append(at)
         out.medges = []
+        cut: dict[tuple, tuple] = {}   # the same entries cut the same way: one set of arrays
         for u, v, slot, base, idx, nbytes in self.medges:
-            idx, nbytes = np.asarray(idx, np.int64).reshape(-1, 3), np.asarray(nbytes, float)
-            ci, cj = new[u][idx[:, 0]], new[v][idx[:, 1]]
-            sel = (ci >= 0) & (cj >= 0)
-            out.medges.append((u, v, slot, np.asarray(base, np.int64)[keep[v]],
-                               np.stack([ci[sel], cj[sel], idx[sel, 2]], axis=1), nbytes[sel]))
+            key = (id(idx), id(base), keep[u].tobytes(), keep[v].tobytes())
+            if key not in cut:
+                idx, nb = np.asarray(idx, np.int64).reshape(-1, 3), np.asarray(nbytes, float)
+                ci, cj = new[u][idx[:, 0]], new[v][idx[:, 1]]
+                sel = (ci >= 0) & (cj >= 0)
+                cut[key] = (np.asarray(base, np.int64)[keep[v]], np.stack([ci[sel], cj[sel], idx[sel, 2]], axis=1),
+                            nb[sel])
+            out.medges.append((u, v, slot, *cut[key]))
         return out
 
     def _packed(self) -> dict[str, Any]:
@@ -372,14 +376,19 @@ def _alike_freed(tables: "Tables") -> tuple[list[int], dict[int, int]]:
     the same for every price vector: the same table shape and the same (ci, cj, device, bytes)
     entries in the same order (the C tables copy a twin edge's entries as they are)."""
     first: dict[tuple, int] = {}
+    same: dict[tuple, int] = {}   # the same arrays (twin edges share them): compared once
     freed, like = [], {}
     for e, (u, _, _, base, idx, nb) in enumerate(tables.medges):
         if not len(idx):
             continue
-        idx = np.asarray(idx)
         freed.append(e)
-        key = (len(tables.node_ids[u]), len(base), idx.dtype.str, idx.tobytes(), np.asarray(nb, float).tobytes())
-        like[e] = first.setdefault(key, e)
+        shape = (len(tables.node_ids[u]), len(base))
+        if (*shape, id(idx), id(nb)) in same:
+            like[e] = same[(*shape, id(idx), id(nb))]
+            continue
+        idx = np.asarray(idx)
+        key = (*shape, idx.dtype.str, idx.tobytes(), np.asarray(nb, float).tobytes())
+        like[e] = same[(*shape, id(tables.medges[e][4]), id(nb))] = first.setdefault(key, e)
     return freed, like
 
 
