@@ -525,6 +525,51 @@ static int *run_ends(const sw_op *op) {
     return end;
 }
 
+/* Is the table symmetric, t_x(ci, cj) = t_x(cj, ci) (and its bytes)?  When the two ops have
+ * the same configurations, index by index (workers on the same devices, no reduction split),
+ * and on each, consumer worker w reads exactly the producer's block w (batchnorm or relu
+ * reading a convolution's output split alike): then the reads of configuration c are the
+ * producer's blocks under c, so the pairs (worker of cj, block of ci) meeting on one node or
+ * device are the pairs (block of cj, worker of ci), with the same overlaps, and every
+ * configuration reads the whole output once (the same total).  The counts are whole numbers,
+ * so the two entries are the same bits.  0 also when out of memory (every entry counted). */
+static int symmetric_table(const sw_problem *p, const sw_op *dst, const sw_op *src, int slot) {
+    if (dst->ncfg != src->ncfg || dst->inputs[slot].rank != src->out_rank) {
+        return 0;
+    }
+    int maxk = 1;
+    for (int c = 0; c < dst->ncfg; c++) {
+        const sw_config *cd = &dst->cfgs[c], *cs = &src->cfgs[c];
+        if (cd->nworkers != cs->nworkers || cd->rdeg != 1 || cs->rdeg != 1 ||
+            memcmp(p->dev_pool + cd->dev_offset, p->dev_pool + cs->dev_offset, sizeof(int32_t) * (size_t)cd->nworkers)) {
+            return 0;
+        }
+        maxk = cd->nworkers > maxk ? cd->nworkers : maxk;
+    }
+    sw_box *region = malloc(sizeof *region * (size_t)maxk), *block = malloc(sizeof *block * (size_t)maxk);
+    char *used = malloc((size_t)maxk);
+    int same = region && block && used;
+    for (int c = 0; same && c < dst->ncfg; c++) {
+        if (c > 0 && sw_same_partition(&dst->cfgs[c - 1], &dst->cfgs[c]) &&
+            sw_same_partition(&src->cfgs[c - 1], &src->cfgs[c])) {
+            continue;   /* another placement of the partitions just compared */
+        }
+        grid g;
+        make_grid(src, &src->cfgs[c], &g);
+        same = g.nb == dst->cfgs[c].nworkers && sw_config_regions(dst, &dst->cfgs[c], slot, region, used) == SW_OK;
+        if (same) {
+            list_blocks(&g, block);
+        }
+        for (int w = 0; same && w < dst->cfgs[c].nworkers; w++) {
+            same = used[w] && sw_box_equal(&region[w], &block[w]);
+        }
+    }
+    free(region);
+    free(block);
+    free(used);
+    return same;
+}
+
 sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
     const sw_op *dst = &p->ops[consumer];
     const sw_op *src = &p->ops[dst->inputs[slot].producer];
@@ -557,6 +602,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     int lanes = lanes_available(src);   /* (else every overlap box by box) */
+    int mirror = symmetric_table(p, dst, src, slot);   /* count the entries ci <= cj, copy the others */
     size_t listed = 0;   /* block boxes of every partition of the producer with few blocks */
     for (int ci = 0; ci < src->ncfg; ci++) {
         src_at[ci] = span_of(p, &src->cfgs[ci]);
@@ -603,7 +649,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         }
         double total = rd.volume_sum;
         double far = placed_seconds(p, per_elem, total, 0.0, 0.0);   /* no node in common */
-        for (int ci0 = 0; ci0 < src->ncfg; ci0 = src_end[ci0]) {
+        for (int ci0 = 0; ci0 < src->ncfg && !(mirror && ci0 >= cj1); ci0 = src_end[ci0]) {   /* (mirror: ci <= cj) */
             int ci1 = src_end[ci0];
             placed_memo *m = cj1 - cj0 > 1 && ci1 - ci0 > 1 ? &memo : NULL;
             if (m) {
@@ -611,7 +657,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
             }
             for (int ci = ci0; ci < ci1; ci++) {
                 double *trow = time + (size_t)ci * nj, *brow = bytes ? bytes + (size_t)ci * nj : NULL;
-                for (int cj = cj0; cj < cj1; cj++) {
+                for (int cj = mirror && ci > cj0 ? ci : cj0; cj < cj1; cj++) {
                     double same = 0.0, local = 0.0;
                     if (apart(&dst_at[cj], &src_at[ci])) {
                         trow[cj] = far;
@@ -626,6 +672,14 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
             }
         }
         free_reads(&rd);
+    }
+    for (int ci = 1; mirror && s == SW_OK && ci < nj; ci++) {   /* the entries below the diagonal */
+        for (int cj = 0; cj < ci; cj++) {
+            time[(size_t)ci * nj + cj] = time[(size_t)cj * nj + ci];
+            if (bytes) {
+                bytes[(size_t)ci * nj + cj] = bytes[(size_t)cj * nj + ci];
+            }
+        }
     }
     for (int ci = 0; ci < src->ncfg; ci++) {   /* the lanes of each run's first configuration */
         if (ci == 0 || grids[ci].lanes != grids[ci - 1].lanes) {
