@@ -23,6 +23,10 @@
 #include <stdint.h>  /* UINT32_MAX */
 #include <stdlib.h>  /* malloc, calloc, free */
 #include <string.h>  /* memcpy */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>  /* AVX2: four workers' overlaps at once */
+#define SW_HAVE_AVX2_OVERLAPS 1
+#endif
 
 #include "internal.h"
 
@@ -76,6 +80,7 @@ typedef struct {
     int64_t deg[SW_MAX_RANK], len[SW_MAX_RANK], stride[SW_MAX_RANK];
     int64_t nb;            /* blocks */
     const sw_box *block;   /* every block's box, in row-major order (at most LISTED_BLOCKS), or NULL */
+    const double *lanes;   /* the same boxes as lanes (block_lanes), or NULL */
     kept_ranges *kept;     /* the partition's kept ranges, or NULL */
 } grid;
 
@@ -112,6 +117,7 @@ static void make_grid(const sw_op *op, const sw_config *c, grid *g) {
     }
     g->nb = acc;
     g->block = NULL;
+    g->lanes = NULL;
     g->kept = NULL;
 }
 
@@ -173,6 +179,119 @@ static double box_overlap(const sw_box *r, const sw_box *b, int rank) {
     return (double)v;
 }
 
+/* ---- four workers at once (AVX2) ----
+ * A box overlap is a product of whole numbers.  In doubles it is the same number while every
+ * coordinate, factor and partial product is at most 2^53: each factor is at most a producer
+ * block's extent, so that holds when the producer's output has at most 2^53 elements and the
+ * coordinates are at most 2^53 in size.  Sums of such overlaps (same, local: at most the
+ * elements the workers read, checked at most 2^53 too) are exact in any order.  Where that
+ * holds and the CPU has AVX2, boxes are also kept as lanes: per dimension d, row 2d holds the
+ * lo and row 2d + 1 the hi of every box, rows of n + LANE_PAD doubles (an unused worker and
+ * the pad: lo = hi = 0, which meets no box of the producer's output, all of whose
+ * coordinates are >= 0). */
+#define LANE_PAD 4
+#define EXACT_IN_DOUBLE 9007199254740992.0   /* 2^53 */
+
+static int lanes_available(const sw_op *src) {
+#ifdef SW_HAVE_AVX2_OVERLAPS
+    double volume = 1;
+    for (int d = 0; d < src->out_rank; d++) {
+        volume *= (double)src->extent[d];
+    }
+    return volume <= EXACT_IN_DOUBLE && __builtin_cpu_supports("avx2");
+#else
+    (void)src;
+    return 0;
+#endif
+}
+
+/* The n boxes (those with used[i], all when used is NULL) as lanes; NULL when out of memory
+ * or a coordinate is above 2^53 in size (then counted box by box). */
+static double *box_lanes(const sw_box *box, const char *used, int64_t n, int rank) {
+    size_t stride = (size_t)n + LANE_PAD;
+    double *l = calloc(2 * (size_t)rank * stride, sizeof *l);
+    for (int64_t i = 0; l && i < n; i++) {
+        for (int d = 0; (!used || used[i]) && d < rank; d++) {
+            if (fabs((double)box[i].lo[d]) > EXACT_IN_DOUBLE || fabs((double)box[i].hi[d]) > EXACT_IN_DOUBLE) {
+                free(l);
+                return NULL;
+            }
+            l[2 * d * stride + (size_t)i] = (double)box[i].lo[d];
+            l[(2 * d + 1) * stride + (size_t)i] = (double)box[i].hi[d];
+        }
+    }
+    return l;
+}
+
+#ifdef SW_HAVE_AVX2_OVERLAPS
+#define AVX2 __attribute__((target("avx2")))
+
+/* The sum over i < n of |A_i intersected with B_i|: A_i box ia + i of lanes a (rows of sa),
+ * B_i box ib + i of lanes b (rows of sb), or when `one` is not NULL the box one[2d], one[2d+1]
+ * for every i.  Lanes past n are masked out (they are other workers).  Inlined for each rank
+ * (the dimension loop unrolled, one's coordinates broadcast once). */
+AVX2 static inline __attribute__((always_inline)) double overlaps_of_rank(const double *a, size_t sa, int64_t ia,
+                                                                           const double *b, size_t sb, int64_t ib,
+                                                                           const double *one, const int rank,
+                                                                           int64_t n) {
+    __m256d acc = _mm256_setzero_pd(), zero = _mm256_setzero_pd();
+    __m256d olo[SW_MAX_RANK], ohi[SW_MAX_RANK];
+    for (int d = 0; one && d < rank; d++) {
+        olo[d] = _mm256_set1_pd(one[2 * d]);
+        ohi[d] = _mm256_set1_pd(one[2 * d + 1]);
+    }
+    for (int64_t i = 0; i < n; i += 4) {
+        __m256d v = _mm256_set1_pd(1.0);
+        for (int d = 0; d < rank; d++) {
+            __m256d blo = one ? olo[d] : _mm256_loadu_pd(b + 2 * d * sb + (size_t)(ib + i));
+            __m256d bhi = one ? ohi[d] : _mm256_loadu_pd(b + (2 * d + 1) * sb + (size_t)(ib + i));
+            __m256d lo = _mm256_max_pd(_mm256_loadu_pd(a + 2 * d * sa + (size_t)(ia + i)), blo);
+            __m256d hi = _mm256_min_pd(_mm256_loadu_pd(a + (2 * d + 1) * sa + (size_t)(ia + i)), bhi);
+            v = _mm256_mul_pd(v, _mm256_max_pd(_mm256_sub_pd(hi, lo), zero));
+        }
+        if (n - i < 4) {
+            v = _mm256_and_pd(v, _mm256_cmp_pd(_mm256_setr_pd(0, 1, 2, 3), _mm256_set1_pd((double)(n - i)), _CMP_LT_OQ));
+        }
+        acc = _mm256_add_pd(acc, v);
+    }
+    __m128d half = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(half, _mm_unpackhi_pd(half, half)));
+}
+
+AVX2 static double lanes_paired(const double *a, size_t sa, int64_t ia, const double *b, size_t sb, int64_t ib,
+                                int rank, int64_t n) {
+    switch (rank) {
+    case 1: return overlaps_of_rank(a, sa, ia, b, sb, ib, NULL, 1, n);
+    case 2: return overlaps_of_rank(a, sa, ia, b, sb, ib, NULL, 2, n);
+    case 3: return overlaps_of_rank(a, sa, ia, b, sb, ib, NULL, 3, n);
+    case 4: return overlaps_of_rank(a, sa, ia, b, sb, ib, NULL, 4, n);
+    default: return overlaps_of_rank(a, sa, ia, b, sb, ib, NULL, SW_MAX_RANK, n);
+    }
+}
+
+AVX2 static double lanes_against(const double *a, size_t sa, int64_t ia, const double *one, int rank, int64_t n) {
+    switch (rank) {
+    case 1: return overlaps_of_rank(a, sa, ia, NULL, 0, 0, one, 1, n);
+    case 2: return overlaps_of_rank(a, sa, ia, NULL, 0, 0, one, 2, n);
+    case 3: return overlaps_of_rank(a, sa, ia, NULL, 0, 0, one, 3, n);
+    case 4: return overlaps_of_rank(a, sa, ia, NULL, 0, 0, one, 4, n);
+    default: return overlaps_of_rank(a, sa, ia, NULL, 0, 0, one, SW_MAX_RANK, n);
+    }
+}
+#else
+/* never called: no lanes are made without AVX2 (lanes_available) */
+static double lanes_paired(const double *a, size_t sa, int64_t ia, const double *b, size_t sb, int64_t ib,
+                           int rank, int64_t n) {
+    (void)a, (void)sa, (void)ia, (void)b, (void)sb, (void)ib, (void)rank, (void)n;
+    return 0;
+}
+
+static double lanes_against(const double *a, size_t sa, int64_t ia, const double *one, int rank, int64_t n) {
+    (void)a, (void)sa, (void)ia, (void)one, (void)rank, (void)n;
+    return 0;
+}
+#endif
+
 /* The regions the workers of one consumer configuration read from input `slot`. */
 typedef struct {
     int k;
@@ -180,17 +299,21 @@ typedef struct {
     char *used;
     double *prefix;      /* prefix[w] = sum over used workers v < w of |R_v|; prefix[k] the total */
     double volume_sum;   /* prefix[k] */
+    double *lanes;       /* the regions as lanes (region_lanes), or NULL: count with box_overlap */
 } reads;
 
 static void free_reads(reads *rd) {
     free(rd->region);
     free(rd->used);
     free(rd->prefix);
+    free(rd->lanes);
     *rd = (reads){0};
 }
 
-static sw_status reads_of(const sw_op *dst, const sw_config *c, int slot, reads *out) {
+/* lanes_rank: the producer's output rank, to keep the regions as lanes too (0: not) */
+static sw_status reads_of(const sw_op *dst, const sw_config *c, int slot, int lanes_rank, reads *out) {
     out->k = c->nworkers;
+    out->lanes = NULL;
     out->region = malloc(sizeof *out->region * (size_t)c->nworkers);
     out->used = malloc((size_t)c->nworkers);
     out->prefix = malloc(sizeof *out->prefix * ((size_t)c->nworkers + 1));
@@ -208,6 +331,9 @@ static sw_status reads_of(const sw_op *dst, const sw_config *c, int slot, reads 
         out->prefix[w + 1] = out->prefix[w] + (out->used[w] ? (double)sw_box_volume(&out->region[w]) : 0.0);
     }
     out->volume_sum = out->prefix[c->nworkers];
+    if (lanes_rank > 0 && out->volume_sum <= EXACT_IN_DOUBLE) {   /* (NULL: counted box by box) */
+        out->lanes = box_lanes(out->region, out->used, c->nworkers, lanes_rank);
+    }
     return SW_OK;
 }
 
@@ -228,6 +354,12 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
         w += (rdeg - rest) % rdeg;
     }
     int64_t blk = rdeg > 1 ? quotient_rest(d0 + w - s0, rdeg, NULL) : d0 + w - s0, coord[SW_MAX_RANK];
+    if (rd->lanes && g->lanes && rdeg == 1) {   /* workers w.. against blocks blk.., four at a time */
+        int64_t n = k - w < g->nb - blk ? k - w : g->nb - blk;
+        *local += n > 0 ? lanes_paired(rd->lanes, (size_t)k + LANE_PAD, w, g->lanes, (size_t)g->nb + LANE_PAD, blk,
+                                       g->rank, n) : 0.0;
+        w = k;
+    }
     if (g->block) {
         for (; w < k && blk < g->nb; w += rdeg, blk++) {
             *local += rd->used[w] ? box_overlap(&rd->region[w], &g->block[blk], g->rank) : 0.0;
@@ -254,7 +386,11 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     }
     /* same node: node by node, the consumer workers [a, b) on it and the producer blocks
      * [first, last) on it; all blocks there covers every worker's whole region */
-    for (int64_t n0 = quotient_rest(d0, per, NULL) * per; n0 < d0 + k; n0 += per) {
+    /* the nodes holding both some of [d0, d0 + k) and some of the producer's devices (on the
+     * others no block meets a worker: first >= last below) */
+    int64_t src_last = s0 + g->nb * rdeg - 1, n_lo = quotient_rest(d0 > s0 ? d0 : s0, per, NULL) * per;
+    int64_t n_end = d0 + k - 1 < src_last ? d0 + k : src_last + 1;
+    for (int64_t n0 = n_lo; n0 < n_end; n0 += per) {
         int64_t a = n0 - d0 > 0 ? n0 - d0 : 0, b = n0 + per - d0 < k ? n0 + per - d0 : k;
         int64_t first = n0 - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 - s0 + rdeg - 1, rdeg, NULL) : n0 - s0;
         int64_t last = n0 + per - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 + per - s0 + rdeg - 1, rdeg, NULL) : n0 + per - s0;
@@ -290,7 +426,15 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
                 memcpy(kr->box[kr->n++], boxes, sizeof *boxes * (size_t)nbox);
             }
         }
-        for (int64_t v = a; v < b; v++) {
+        for (int q = 0; rd->lanes && q < nbox; q++) {   /* workers [a, b) against each box, four at a time */
+            double one[2 * SW_MAX_RANK];
+            for (int d = 0; d < g->rank; d++) {
+                one[2 * d] = (double)box[q].lo[d];
+                one[2 * d + 1] = (double)box[q].hi[d];
+            }
+            *same += lanes_against(rd->lanes, (size_t)k + LANE_PAD, a, one, g->rank, b - a);
+        }
+        for (int64_t v = a; !rd->lanes && v < b; v++) {
             for (int q = 0; rd->used[v] && q < nbox; q++) {
                 *same += box_overlap(&rd->region[v], &box[q], g->rank);
             }
@@ -381,6 +525,51 @@ static int *run_ends(const sw_op *op) {
     return end;
 }
 
+/* Is the table symmetric, t_x(ci, cj) = t_x(cj, ci) (and its bytes)?  When the two ops have
+ * the same configurations, index by index (workers on the same devices, no reduction split),
+ * and on each, consumer worker w reads exactly the producer's block w (batchnorm or relu
+ * reading a convolution's output split alike): then the reads of configuration c are the
+ * producer's blocks under c, so the pairs (worker of cj, block of ci) meeting on one node or
+ * device are the pairs (block of cj, worker of ci), with the same overlaps, and every
+ * configuration reads the whole output once (the same total).  The counts are whole numbers,
+ * so the two entries are the same bits.  0 also when out of memory (every entry counted). */
+static int symmetric_table(const sw_problem *p, const sw_op *dst, const sw_op *src, int slot) {
+    if (dst->ncfg != src->ncfg || dst->inputs[slot].rank != src->out_rank) {
+        return 0;
+    }
+    int maxk = 1;
+    for (int c = 0; c < dst->ncfg; c++) {
+        const sw_config *cd = &dst->cfgs[c], *cs = &src->cfgs[c];
+        if (cd->nworkers != cs->nworkers || cd->rdeg != 1 || cs->rdeg != 1 ||
+            memcmp(p->dev_pool + cd->dev_offset, p->dev_pool + cs->dev_offset, sizeof(int32_t) * (size_t)cd->nworkers)) {
+            return 0;
+        }
+        maxk = cd->nworkers > maxk ? cd->nworkers : maxk;
+    }
+    sw_box *region = malloc(sizeof *region * (size_t)maxk), *block = malloc(sizeof *block * (size_t)maxk);
+    char *used = malloc((size_t)maxk);
+    int same = region && block && used;
+    for (int c = 0; same && c < dst->ncfg; c++) {
+        if (c > 0 && sw_same_partition(&dst->cfgs[c - 1], &dst->cfgs[c]) &&
+            sw_same_partition(&src->cfgs[c - 1], &src->cfgs[c])) {
+            continue;   /* another placement of the partitions just compared */
+        }
+        grid g;
+        make_grid(src, &src->cfgs[c], &g);
+        same = g.nb == dst->cfgs[c].nworkers && sw_config_regions(dst, &dst->cfgs[c], slot, region, used) == SW_OK;
+        if (same) {
+            list_blocks(&g, block);
+        }
+        for (int w = 0; same && w < dst->cfgs[c].nworkers; w++) {
+            same = used[w] && sw_box_equal(&region[w], &block[w]);
+        }
+    }
+    free(region);
+    free(block);
+    free(used);
+    return same;
+}
+
 sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
     const sw_op *dst = &p->ops[consumer];
     const sw_op *src = &p->ops[dst->inputs[slot].producer];
@@ -412,6 +601,8 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         free(memo.slot);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
+    int lanes = lanes_available(src);   /* (else every overlap box by box) */
+    int mirror = symmetric_table(p, dst, src, slot);   /* count the entries ci <= cj, copy the others */
     size_t listed = 0;   /* block boxes of every partition of the producer with few blocks */
     for (int ci = 0; ci < src->ncfg; ci++) {
         src_at[ci] = span_of(p, &src->cfgs[ci]);
@@ -437,10 +628,12 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         }
         if (ci > 0 && sw_same_partition(&src->cfgs[ci - 1], &src->cfgs[ci])) {
             grids[ci].block = grids[ci - 1].block;   /* the run's first configuration's */
+            grids[ci].lanes = grids[ci - 1].lanes;
             continue;
         }
         list_blocks(&grids[ci], blocks + at);
         grids[ci].block = blocks + at;
+        grids[ci].lanes = lanes ? box_lanes(grids[ci].block, NULL, grids[ci].nb, grids[ci].rank) : NULL;
         at += (int)grids[ci].nb;
     }
     for (int cj = 0; cj < nj; cj++) {
@@ -450,13 +643,13 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = dst_end[cj0]) {
         int cj1 = dst_end[cj0];
         reads rd = {0};
-        s = reads_of(dst, &dst->cfgs[cj0], slot, &rd);   /* the same regions on any devices */
+        s = reads_of(dst, &dst->cfgs[cj0], slot, lanes ? src->out_rank : 0, &rd);   /* the same regions on any devices */
         if (s != SW_OK) {
             break;
         }
         double total = rd.volume_sum;
         double far = placed_seconds(p, per_elem, total, 0.0, 0.0);   /* no node in common */
-        for (int ci0 = 0; ci0 < src->ncfg; ci0 = src_end[ci0]) {
+        for (int ci0 = 0; ci0 < src->ncfg && !(mirror && ci0 >= cj1); ci0 = src_end[ci0]) {   /* (mirror: ci <= cj) */
             int ci1 = src_end[ci0];
             placed_memo *m = cj1 - cj0 > 1 && ci1 - ci0 > 1 ? &memo : NULL;
             if (m) {
@@ -464,7 +657,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
             }
             for (int ci = ci0; ci < ci1; ci++) {
                 double *trow = time + (size_t)ci * nj, *brow = bytes ? bytes + (size_t)ci * nj : NULL;
-                for (int cj = cj0; cj < cj1; cj++) {
+                for (int cj = mirror && ci > cj0 ? ci : cj0; cj < cj1; cj++) {
                     double same = 0.0, local = 0.0;
                     if (apart(&dst_at[cj], &src_at[ci])) {
                         trow[cj] = far;
@@ -479,6 +672,19 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
             }
         }
         free_reads(&rd);
+    }
+    for (int ci = 1; mirror && s == SW_OK && ci < nj; ci++) {   /* the entries below the diagonal */
+        for (int cj = 0; cj < ci; cj++) {
+            time[(size_t)ci * nj + cj] = time[(size_t)cj * nj + ci];
+            if (bytes) {
+                bytes[(size_t)ci * nj + cj] = bytes[(size_t)cj * nj + ci];
+            }
+        }
+    }
+    for (int ci = 0; ci < src->ncfg; ci++) {   /* the lanes of each run's first configuration */
+        if (ci == 0 || grids[ci].lanes != grids[ci - 1].lanes) {
+            free((double *)grids[ci].lanes);
+        }
     }
     free(memo.slot);
     free(src_at);
@@ -510,7 +716,7 @@ sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci,
     grid g;
     make_grid(src, cs, &g);
     reads rd = {0};
-    SW_TRY(reads_of(dst, cd, slot, &rd));
+    SW_TRY(reads_of(dst, cd, slot, 0, &rd));
     double best = INFINITY;
     int64_t a = ks < kd ? ks : kd, b = ks < kd ? kd : ks;
     if (b % a == 0) {
@@ -556,7 +762,7 @@ sw_status sw_transfer_placed(const sw_problem *p, int consumer, int slot, int ci
     grid g;
     make_grid(src, cs, &g);
     reads rd = {0};
-    SW_TRY(reads_of(dst, cd, slot, &rd));
+    SW_TRY(reads_of(dst, cd, slot, 0, &rd));
     *out = placed_time(p, per_elem, &rd, d0, &g, cs->rdeg, s0);
     free_reads(&rd);
     return SW_OK;

@@ -32,7 +32,7 @@ from strategies_random import (RESIDUAL_KINDS, SERIES_PARALLEL, brute_force, bui
 REL = 1e-9
 STATS_KEYS = {"node_eliminations", "reused_products", "reused_sums", "edge_eliminations", "leaf_eliminations", "algorithm1_residual_nodes",
               "residual_nodes", "residual_edges", "residual_combinations", "evaluations", "residual_width",
-              "residual_table", "exact", "lower_bound"}
+              "residual_table", "exact", "lower_bound", "marginals_cap"}
 
 
 def close(a: float, b: float, scale: float = 0.0) -> bool:

@@ -339,6 +339,31 @@ def test_counted_transfers_equal_listed(machine, recipe, sync, reductions):
         np.testing.assert_array_equal(b1, b2)
 
 
+ZOO_COUNTED = [
+    ("inception_v3", lambda: sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100"), False),
+    ("resnet50", lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=4, device="V100"), True),
+    ("alexnet", lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=3), True),
+    ("vgg16", lambda: sw.DeviceGraph.cpu(16), False),
+]
+
+
+@pytest.mark.parametrize("name,machine,reductions", ZOO_COUNTED, ids=[z[0] for z in ZOO_COUNTED])
+def test_counted_transfers_equal_listed_on_zoo_models(name, machine, reductions):
+    """Real models on up to 16 devices: consumers over several nodes against producers within
+    one and the reverse, ranges of blocks that are several boxes, reduction splits (whose
+    owners are every rdeg-th device), and (where the CPU has AVX2) four workers' overlaps at
+    once in doubles: the same counts as listing every (worker, block) pair."""
+    g, devices = sw.models.get(name), machine()
+    options = CostOptions(threads=1, reduction_splits=reductions)
+    counted = problem(g, devices, options=options)
+    listed = problem(g, devices, structure=False, options=options)
+    assert counted.node_size > 1 and listed.node_size == 0
+    for e in range(len(counted.edges())):
+        (t1, b1), (t2, b2) = counted.edge_table(e), listed.edge_table(e)
+        np.testing.assert_allclose(t1, t2, rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(b1, b2)
+
+
 @settings(max_examples=examples(40), deadline=None)
 @given(recipe=graph_recipes(max_ops=7), ndev=st.sampled_from([2, 3, 4, 6]), reductions=st.booleans())
 def test_all_worker_regions_at_once_equal_one_at_a_time(recipe, ndev, reductions):
