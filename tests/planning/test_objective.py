@@ -164,3 +164,33 @@ def test_explain_costs_every_alternative_as_the_whole_plan_would(model, machine,
     assert op in str(e) and "roofline" in str(e)
     with pytest.raises(sw.ConfigError, match="no op named"):
         plan.explain("nonexistent")
+
+
+def test_baselines_known_not_to_fit_are_not_lowered_when_there_is_no_local_search(monkeypatch):
+    """With the seed beyond the local search's budget, a baseline whose footprint alone exceeds
+    the budget can neither be taken nor seed a move: choose() does not lower the baselines named
+    so (the staged search names them; here two of VGG-16's on 8 P100s, whatever they need), and
+    returns the plan it returns when it lowers them.  With a local search they are lowered."""
+    g, d = sw.models.get("vgg16"), MACHINES["p100x8"]()
+    seed = sw.search(g, d, objective="eq1", memory=False)
+    limit = search_memory.budgets(d, True)
+    fits = lambda p: search_memory.fits(p, limit)   # noqa: E731
+    monkeypatch.setattr(objective, "TASK_BUDGET", 0)   # no local search
+    names = [b.name for b in baselines(g, d)]
+    lowered = []
+    real = objective.simulated_time
+    monkeypatch.setattr(objective, "simulated_time", lambda p, *a, **k: lowered.append(p.name) or real(p, *a, **k))
+    plain = objective.choose(seed, None, fits=fits)
+    first = list(lowered)
+    lowered.clear()
+    skipping = objective.choose(seed, None, fits=fits, never_fit=names[:2])
+    assert skipping.configs == plain.configs
+    assert skipping.search_stats["simulated_time"] == plain.search_stats["simulated_time"]
+    assert skipping.search_stats["over_budget_baselines"] == [n for n in sorted(
+        names, key=lambda n: next(b.cost for b in baselines(g, d) if b.name == n)) if n in names[:2]]
+    assert not set(names[:2]) & set(lowered) and set(names[:2]) & set(first)
+    # with a local search they still seed its moves: lowered as before
+    monkeypatch.setattr(objective, "TASK_BUDGET", 10**9)
+    lowered.clear()
+    objective.choose(seed, None, fits=fits, never_fit=names[:2])
+    assert set(names[:2]) & set(lowered)

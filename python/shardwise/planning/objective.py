@@ -41,7 +41,7 @@ not fit is passed over (``search_stats["rejected_for_memory"]``).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from shardwise.plan import OpConfig, Plan
 from shardwise.planning.problem import share_problem
@@ -71,17 +71,22 @@ def simulated_time(plan: Plan, costs: Any, bound: float = float("inf")) -> tuple
 
 
 def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None = None,
-           fits: Callable[[Plan], bool] | None = None) -> Plan:
+           fits: Callable[[Plan], bool] | None = None, never_fit: Sequence[str] = ()) -> Plan:
     """The plan of the simulated objective, from ``seed`` (the Eq. 1 optimum, or the optimum
     under the memory constraint).  ``fits``: when given, a baseline or a move is kept only if
-    its memory plan fits (checked when it would be taken: it simulates faster); ``seed`` must fit."""
+    its memory plan fits (checked when it would be taken: it simulates faster); ``seed`` must fit.
+    ``never_fit``: names of baselines known not to fit (their footprint alone exceeds the budget):
+    when the seed is too large for a local search they can neither be taken nor seed a move, so
+    they are not lowered at all (``search_stats["over_budget_baselines"]``)."""
     import time
 
     graph, devices, options = seed.graph, seed.devices, seed.options
     t0 = time.perf_counter()
     seed_time, seed_tasks, _ = simulated_time(seed, costs)
+    no_local_search = seed_tasks > TASK_BUDGET   # one replay beyond the whole budget
     simulated = {"eq1 optimum": seed_time}
     skipped: dict[str, float] = {}
+    over_budget: list[str] = []   # known not to fit, no local search: not lowered
     bounded: dict[str, float] = {}
     rejected: dict[str, float] = {}   # candidates that would have been taken but do not fit in memory
     duplicates: dict[str, str] = {}   # baseline -> the candidate it equals, not replayed again
@@ -94,6 +99,9 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
         key = _key(graph, b.configs)
         if key in in_pool:   # the same plan as a candidate already replayed (data parallelism is often
             duplicates[b.name] = in_pool[key]   # the Eq. 1 optimum): its time is known
+            continue
+        if no_local_search and fits is not None and b.name in never_fit:
+            over_budget.append(b.name)
             continue
         if len(devices) > SIMULATE_ALL_UP_TO and b.cost > BASELINE_EQ1_FACTOR * best:
             skipped[b.name] = b.cost
@@ -116,7 +124,6 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     tried = accepted = pruned = rejected_moves = 0
     replayed = 0
     seen = set(in_pool)   # replayed already, none faster than the start
-    no_local_search = seed_tasks > TASK_BUDGET   # one replay beyond the whole budget
     improved = not no_local_search
     while improved and replayed < TASK_BUDGET:
         improved = False
@@ -147,7 +154,7 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
                  simulated_eq1_optimum=seed_time, skipped_baselines=skipped, bounded_baselines=bounded,
                  start=start_name, local_search_tried=tried, local_search_accepted=accepted,
                  local_search_bounded=pruned, local_search_tasks=replayed, duplicate_baselines=duplicates,
-                 local_search_skipped=no_local_search,
+                 local_search_skipped=no_local_search, over_budget_baselines=over_budget,
                  rejected_for_memory=rejected, local_search_rejected_for_memory=rejected_moves,
                  gain_over_eq1_optimum=seed_time / current_time if current_time > 0 else 1.0)
     return share_problem(Plan(graph, devices, current, options, name="searched", search_stats=stats, costs=costs),

@@ -359,7 +359,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
             return plan
     if objective == "simulate":
         t = time.perf_counter()
-        plan = objective_module.choose(plan, costs, report, fits=fits)
+        never_fit = plan.search_stats.get("memory", {}).get("baselines_over_budget", ())
+        plan = objective_module.choose(plan, costs, report, fits=fits, never_fit=never_fit)
         timings["simulated objective"] = time.perf_counter() - t
     if refine == "simulate":
         t = time.perf_counter()

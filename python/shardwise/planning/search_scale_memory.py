@@ -150,12 +150,14 @@ class MemoryStage:
         # 1. plans that fit on the first devices: the cheapest gives the threshold
         fitting_plans: list[tuple[float, list[int], str]] = []   # (Eq. 1, canonical choice, what)
         misses: list[list[int]] = []   # every baseline's canonical choice: near misses when nothing fits
+        over: list[str] = []   # baselines whose footprint alone exceeds the budget (never fit)
         for base in baselines(self.graph, self.devices, self.options):
             choice = _canonical_choice(canonical, self.graph, base)
             if choice is not None:
                 misses.append(choice)
                 one = canonical.subset([np.array([c]) for c in choice])
                 if (self._tables(s.work, one).footprint([0] * len(choice)) > self.budget).any():
+                    over.append(base.name)
                     continue   # its footprint, a lower bound of its arenas, does not fit: no memory plan made
                 plan = self.plan_of(one)
                 if search_memory.fits(plan, self.budget):
@@ -185,7 +187,7 @@ class MemoryStage:
         s.stages and s.stages.done(f"memory: plans that fit on the first devices ({len(fitting_plans)}, "
                                    f"cheapest {threshold:.6g} s)")
         info_first = {"first_fitting": min(fitting_plans)[2] if fitting_plans else None,
-                      "first_fitting_cost": threshold}
+                      "first_fitting_cost": threshold, "baselines_over_budget": over}
 
         # 2. drop what no plan that fits and costs at most the threshold uses
         survivors = _survivors(s, threshold, PRUNE_SLACK)
