@@ -111,7 +111,7 @@ COMMANDS: dict[str, Command] = {
     "memory stall rows": measure("swap-stalls", cheap=False, timeout_s=900),
     "llama-13b no fit": measure("llama13b-no-fit", cheap=False, timeout_s=600),
     "capped marginals": measure("capped-marginals", cheap=False, timeout_s=900),
-    "llama memory search": measure("llama-memory-search", cheap=False, timeout_s=1200),
+    "llama memory search": measure("llama-memory-search", cheap=False, timeout_s=1800),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),

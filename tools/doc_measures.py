@@ -11,7 +11,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py digits-seeds         # docs/training.md: examples/train_digits.py for seeds 0-11
     python tools/doc_measures.py llama13b-no-fit      # docs/memory.md: the nearest miss of Llama-13B on 8 and 64 H100s
     python tools/doc_measures.py capped-marginals     # docs/cost-model.md: GPT-2 small's relaxation on 1,024 H100s
-    python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64 and 256 H100s
+    python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64-1,024 H100s
 
 Deterministic except digits-seeds' seconds; the package must be importable.
 """
@@ -126,8 +126,8 @@ def capped_marginals() -> None:
 
 def llama_memory_search() -> None:
     """sw.search of a 32-layer Llama with Llama-2-7B's widths (one sequence of 2,048 tokens a GPU,
-    bf16, split reductions) on 64 and 256 H100s under their memory, each in a fresh process:
-    processor seconds, peak resident memory, the plan's Eq. 1 seconds."""
+    bf16, split reductions) on 64, 256 and 1,024 H100s under their memory, each in a fresh
+    process: processor seconds, peak resident memory, the plan's Eq. 1 seconds."""
     import subprocess
 
     code = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
@@ -138,7 +138,7 @@ def llama_memory_search() -> None:
             "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6; "
             "print(f'llama on {n}: {t:.1f} s processor, {rss:.2f} GB peak, Eq. 1 {p.search_stats[\"searched_cost\"]:.5f} s')")
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for n in (64, 256):
+    for n in (64, 256, 1024):
         out = subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, env=env, check=True)
         print(out.stdout.strip())
 
