@@ -137,34 +137,31 @@ static int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
  * 0.84 direct against 0.47 / 0.72; 2 -> 6 1.37 / 1.22 against 0.83 / 1.09; in a training
  * step LeNet-5's first forward took 2.9 of 8.3 ms direct), while at 16 output channels the
  * loops still win or tie (1 -> 16 5x5: 1.33 / 1.76 against 1.29 / 2.37).  AUTO also
- * leaves calls of more than DIRECT_MAX_COLS columns to im2col + GEMM, whose GEMMs are no
- * longer thin there.  Thread CPU time of 3x3 layers (fwd / dx / dw, ms; OpenBLAS's SkylakeX
- * kernels; direct against im2col + GEMM):
- *   16->16 32x32 (batch 64)    5.6 / 5.7 / 4.9  against  6.8 / 7.0 / 9.1
- *   32->32 16x16 (batch 64)    4.7 / 4.7 / 4.4  against  5.2 / 4.4 / 6.3
- *   64->64 8x8 (batch 64)      4.5 / 4.5 / 4.2  against  4.5 / 3.5 / 4.6
- *   96->96 8x8 (batch 32)      4.8 / 5.0 / 4.7  against  4.2 / 3.7 / 4.2
- *   128->128 8x8 (batch 32)   10.4 / 10.6 / 10.4 against  9.2 / 8.1 / 9.1
- *   256->256 4x4 (batch 32)    9.2 / 10.1 / 9.9  against  6.7 / 6.2 / 6.7
- *   512->512 2x2 (batch 32)   12.9 / 16.6 / 23.9 against  7.2 / 7.3 / 7.9   (ResNet-50 at 64 px)
- * The AVX-512 loops (twice the width) move that limit to DIRECT_MAX_COLS_AVX512; direct
- * (AVX-512) against im2col + GEMM, the same machine, load 2:
- *   64->64 8x8 (batch 64)      3.9 / 4.0 / 3.7   against  6.6 / 5.7 / 7.1
- *   128->128 8x8 (batch 32)    7.3 / 7.4 / 7.2   against 10.0 / 9.0 / 10.1
- *   128->128 16x16 (batch 32) 18.6 / 18.8 / 18.6 against 30.5 / 21.8 / 24.6
- *   256->256 4x4 (batch 32)    7.7 / 8.9 / 9.9   against  9.3 / 9.2 / 9.6
- *   256->256 8x8 (batch 32)   19.0 / 20.4 / 23.3 against 22.7 / 21.8 / 21.1
- *   512->512 2x2 (batch 32)   11.1 / 14.3 / 20.1 against 10.4 / 10.6 / 10.4 */
-#define DIRECT_MAX_COLS 64
-#define DIRECT_MAX_COLS_AVX512 128
+ * leaves calls of more than DIRECT_MAX_COLS columns to im2col + GEMM: on the smallest
+ * planes of the widest layers the groups of samples are short (a group's source region is
+ * at most GROUP_FLOATS), and the loops re-read all the weights, or re-add the whole weight
+ * gradient, for every few pixels.  Thread CPU time of each loop set against im2col + GEMM
+ * with OpenBLAS's kernels for the same instruction set (the pairs an AVX2 machine and an
+ * AVX-512 machine run; one thread of the 2-core Xeon, Sapphire Rapids, fwd / dx / dw, ms):
+ *                              AVX2 loops, Haswell GEMM        AVX-512 loops, SkylakeX GEMM
+ *   64->64 8x8 (batch 64)      4.9 / 6.9 / 6.4 vs 6.8 / 8.2 / 9.3        3.9 / 4.0 / 3.7 vs 6.6 / 5.7 / 7.1
+ *   128->128 8x8 (batch 32)   12.7 / 13.0 / 12.5 vs 14.4 / 12.6 / 13.9   6.9 / 6.7 / 6.1 vs 10.2 / 7.2 / 8.0
+ *   64->128 15x15 5x5 (b 64)  107 / 102 / 93 vs 118 / 116 / 104         72 / 71 / 69 vs 94 / 88 / 89
+ *   192->192 7x7 (batch 64)   31.8 / 35.6 / 29.5 vs 37.7 / 36.9 / 34.8   20.2 / 20.2 / 23.0 vs 24.6 / 23.5 / 26.3
+ *   256->256 8x8 (batch 32)   36.6 / 51.8 / 37.5 vs 41.4 / 55.4 / 37.7   22.3 / 22.6 / 28.7 vs 24.8 / 23.6 / 25.6
+ *   256->256 4x4 (batch 32)    8.8 / 9.5 / 10.3 vs 9.9 / 9.9 / 11.8      6.5 / 7.3 / 9.4 vs 9.4 / 8.0 / 8.4
+ *   384->384 4x4 (batch 32)                                              15.1 / 20.3 / 26.1 vs 19.5 / 17.6 / 23.9
+ *   512->512 2x2 (batch 32)   15.0 / 23.4 / 30.0 vs 12.5 / 13.5 / 15.6   8.3 / 15.0 / 15.7 vs 8.5 / 9.7 / 9.2
+ * (512 channels at 2x2: ResNet-50's last stage at 64 px.)  An earlier limit of 64 columns
+ * for the AVX2 loops was measured against OpenBLAS's AVX-512 GEMM, a pair no machine runs. */
+#define DIRECT_MAX_COLS 256
 
 static int takes(int64_t cols, int64_t min_cols, const sw_window *p) {
     int a = (int)sw_conv_get_algorithm();
     if (a == SW_CONV_IM2COL || cols <= 0 || !conv_avx2_available()) {
         return 0;
     }
-    const int64_t max_cols = sw_conv_get_isa() == SW_CONV_ISA_AVX512 ? DIRECT_MAX_COLS_AVX512 : DIRECT_MAX_COLS;
-    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && cols >= min_cols && cols <= max_cols &&
+    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && cols >= min_cols && cols <= DIRECT_MAX_COLS &&
                                    4 * cols >= 3 * round8(cols));
 }
 

@@ -433,7 +433,7 @@ def test_auto_runs_the_direct_loops_where_they_pay():
     """'auto' (the trainer's) gives the direct loops' bits on a 16-channel 3x3 layer, and
     im2col's on 1x1 kernels, for the 3-channel input gradient of an input layer, for a layer of
     6 output channels (LeNet-5's first) and on 3x3
-    layers above the direct loops' limit (64 channels with AVX2, 128 with AVX-512)."""
+    layers above the direct loops' limit (256 channels)."""
     assert _core.conv_algorithm() == "auto"
     for c in (RESNET_LAYER, dict(RESNET_LAYER, kernel=(1, 1), padding=(0, 0))):
         auto = _conv_all(c, seed=1)
@@ -454,9 +454,9 @@ def test_auto_runs_the_direct_loops_where_they_pay():
     for a, b in zip(auto, im2col):
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, o) for a, o in zip(auto, direct)), "the algorithms should differ in bits"
-    # above the direct loops' limit (64 channels with AVX2, 128 with AVX-512): im2col + GEMM everywhere
+    # above the direct loops' limit (256 channels, with either instruction set): im2col + GEMM everywhere
     # (its GEMMs are no longer thin); at the limit, the direct loops
-    for isa, limit in (("avx2", 64), ("avx512", 128)):
+    for isa, limit in (("avx2", 256), ("avx512", 256)):
         if not _isa_available(isa):
             continue
         _core.conv_isa(isa)
