@@ -92,6 +92,9 @@ sw_status sw_linear_backward_weight(const sw_view *x, const sw_view *dy, sw_view
 sw_status sw_bias_backward(const sw_view *dy, sw_view *db);
 /* the same with the bias along dimension `axis` of dy (a linear's on (N, T, D): the last) */
 sw_status sw_bias_backward_axis(const sw_view *dy, int axis, sw_view *db);
+/* The same through a fused ReLU: db = sum of (y > 0 ? dy : 0), y the op's output over dy's box
+ * (the sums of relu_backward's result, without writing it). */
+sw_status sw_bias_backward_relu(const sw_view *dy, const sw_view *y, int axis, sw_view *db);
 
 /* ---- element-wise (eltwise.c) ---- */
 sw_status sw_relu_forward(const sw_view *x, sw_view *y);

@@ -147,11 +147,21 @@ static sw_status weight_or_bias_grad(const sw_task_env *e, weight_grad_fn grad) 
         return zero_writes(e);
     }
     sw_view dz, dw;
-    SW_TRY(sw_env_dz(e, &r, &dz));
     sw_env_view(e, e->writes[0], &dw);
     if (e->op->bias[e->task->slot]) {   /* a linear's bias is along the last dimension, a conv's the channel */
-        return sw_bias_backward_axis(&dz, e->attrs->type == SW_OP_LINEAR ? dz.rank - 1 : 1, &dw);
+        sw_view dy, y;
+        sw_env_view(e, r.dy, &dy);
+        int axis = e->attrs->type == SW_OP_LINEAR ? dy.rank - 1 : 1;
+        if (!r.dy_pre && sw_op_attrs_relu(e->attrs) && r.y >= 0) {   /* the fused ReLU's mask on the fly */
+            sw_env_view(e, r.y, &y);
+            if (sw_view_same_box(&y, &dy)) {
+                return sw_bias_backward_relu(&dy, &y, axis, &dw);
+            }
+        }
+        SW_TRY(sw_env_dz(e, &r, &dz));
+        return sw_bias_backward_axis(&dz, axis, &dw);
     }
+    SW_TRY(sw_env_dz(e, &r, &dz));
     if (r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", e->id);
     }
