@@ -204,8 +204,18 @@ static int region_fits(const region *rg, const sw_view *v, const sw_window *p, i
     return rg->nch <= INT32_MAX / rg->plane && rg->sample <= INT32_MAX / group;
 }
 
-/* src[g][c][i][j] = v[n + g, c, r_lo + i, c_lo + j] (v's channels from its first), 0 outside v's view. */
-static void region_fill(const region *rg, const sw_view *v, int64_t n, int64_t gn, float *src) {
+/* d[0..len) = m[i] > 0 ? s[i] : 0: relu_backward's select (eltwise.c), the same values. */
+static void copy_masked(float *d, const float *s, const float *m, int64_t len) {
+    for (int64_t i = 0; i < len; i++) {
+        const float g = s[i];
+        d[i] = m[i] > 0.0f ? g : 0.0f;
+    }
+}
+
+/* src[g][c][i][j] = v[n + g, c, r_lo + i, c_lo + j] (v's channels from its first), 0 outside v's view;
+ * through mask (NULL, or a view with v's box) as v[...] where mask > 0, else 0. */
+static void region_fill(const region *rg, const sw_view *v, const sw_view *mask, int64_t n, int64_t gn,
+                        float *src) {
     int64_t h = v->shape[2], w = v->shape[3];
     if (h == 0 || w == 0) {   /* an empty view (its data may be NULL): all padding */
         memset(src, 0, sizeof(float) * (size_t)(gn * rg->sample));
@@ -215,7 +225,8 @@ static void region_fill(const region *rg, const sw_view *v, int64_t n, int64_t g
     int64_t jb = conv_max(ja, conv_min(rg->cols, v->lo[3] + w - rg->c_lo));
     for (int64_t g = 0; g < gn; g++) {
         for (int64_t c = 0; c < rg->nch; c++) {
-            const float *plane = v->data + ((n + g - v->lo[0]) * v->shape[1] + c) * h * w;
+            const int64_t at = ((n + g - v->lo[0]) * v->shape[1] + c) * h * w;
+            const float *plane = v->data + at, *mplane = mask ? mask->data + at : NULL;
             float *d = src + g * rg->sample + c * rg->plane;
             for (int64_t i = 0; i < rg->rows; i++, d += rg->cols) {
                 int64_t iy = rg->r_lo + i - v->lo[2];
@@ -224,7 +235,12 @@ static void region_fill(const region *rg, const sw_view *v, int64_t n, int64_t g
                     continue;
                 }
                 memset(d, 0, sizeof(float) * (size_t)ja);
-                memcpy(d + ja, plane + iy * w + rg->c_lo + ja - v->lo[3], sizeof(float) * (size_t)(jb - ja));
+                const int64_t from = iy * w + rg->c_lo + ja - v->lo[3];
+                if (mplane) {
+                    copy_masked(d + ja, plane + from, mplane + from, jb - ja);
+                } else {
+                    memcpy(d + ja, plane + from, sizeof(float) * (size_t)(jb - ja));
+                }
                 memset(d + jb, 0, sizeof(float) * (size_t)(rg->cols - jb));
             }
         }
@@ -337,7 +353,7 @@ int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, 
     pack_rows(wsub, o.co, o.k, o.ncol, o.mat);
     for (int64_t n = y->lo[0]; n < sw_view_hi(y, 0); n += o.group) {
         int64_t gn = conv_min(o.group, sw_view_hi(y, 0) - n);
-        region_fill(&o.rg, x, n, gn, o.src);
+        region_fill(&o.rg, x, NULL, n, gn, o.src);
         gather(o.src, o.base, NULL, gn * o.npix, o.off, o.k, o.mat, o.ncol, o.out, o.ncol);
         for (int64_t g = 0; g < gn; g++) {   /* (P, ncol) -> y (Co_b, P), with the bias and ReLU */
             conv_avx2_transpose(o.out + g * o.npix * o.ncol, o.ncol, o.npix, o.co,
@@ -347,8 +363,8 @@ int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, 
     return 1;
 }
 
-int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p, int64_t ci,
-                                sw_status *s) {
+int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, const sw_view *mask, float *dw,
+                                const sw_window *p, int64_t ci, sw_status *s) {
     over_output o;
     if (!over_output_init(&o, x, dy, p, ci, CONV_SCRATCH_ACC, "conv2d_backward_weight", s)) {
         return 0;
@@ -360,10 +376,15 @@ int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, 
     memset(o.mat, 0, sizeof(float) * (size_t)(o.k * o.ncol));
     for (int64_t n = dy->lo[0]; n < sw_view_hi(dy, 0); n += o.group) {
         int64_t gn = conv_min(o.group, sw_view_hi(dy, 0) - n);
-        region_fill(&o.rg, x, n, gn, o.src);
-        for (int64_t g = 0; g < gn; g++) {   /* dy (Co_b, P) -> (P, ncol) */
-            conv_avx2_transpose(dy->data + (n + g - dy->lo[0]) * o.co * o.npix, o.npix, o.co, o.npix,
-                                o.out + g * o.npix * o.ncol, o.ncol, NULL, 0);
+        region_fill(&o.rg, x, NULL, n, gn, o.src);
+        for (int64_t g = 0; g < gn; g++) {   /* dy (Co_b, P) -> (P, ncol), through the mask */
+            const int64_t at = (n + g - dy->lo[0]) * o.co * o.npix;
+            if (mask) {
+                conv_avx2_transpose_masked(dy->data + at, mask->data + at, o.npix, o.co, o.npix,
+                                           o.out + g * o.npix * o.ncol, o.ncol);
+            } else {
+                conv_avx2_transpose(dy->data + at, o.npix, o.co, o.npix, o.out + g * o.npix * o.ncol, o.ncol, NULL, 0);
+            }
         }
         reduce(o.src, o.base, gn * o.npix, o.off, o.k, o.out, o.ncol, o.ncol, o.mat, o.ncol);
     }
@@ -384,8 +405,8 @@ static int64_t class_count(int64_t lo, int64_t len, int64_t pad, int64_t s, int6
     return first < lo + len ? (lo + len - 1 - first) / s + 1 : 0;
 }
 
-int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx, const sw_window *p, int64_t ci,
-                              sw_status *s) {
+int conv_direct_backward_data(const float *wsub, const sw_view *dy, const sw_view *mask, sw_view *dx,
+                              const sw_window *p, int64_t ci, sw_status *s) {
     const char *fn = "conv2d_backward_data";
     int64_t co = dy->shape[1], ncol = round8(ci), kfull = co * p->kh * p->kw, kw_all = ci * p->kh * p->kw;
     int64_t x0 = dx->lo[2], hx = dx->shape[2], y0 = dx->lo[3], wx = dx->shape[3], npix = hx * wx;
@@ -450,7 +471,7 @@ int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx,
     }
     for (int64_t n = dx->lo[0]; n < sw_view_hi(dx, 0); n += group) {
         int64_t gn = conv_min(group, sw_view_hi(dx, 0) - n);
-        region_fill(&rg, dy, n, gn, src);
+        region_fill(&rg, dy, mask, n, gn, src);
         kat = pat = 0;
         for (int64_t cl = 0; cl < nclass; cl++) {
             int64_t ay = cl / p->sw, ax = cl % p->sw;
