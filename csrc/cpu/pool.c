@@ -256,7 +256,7 @@ static void max_row_backward(const sw_view *x, const float *xp, const sw_view *d
         int64_t n = 0;   /* windows of this run from q; winners: POOL_TAP(i, j) in at[0..n) */
         if (lanes && window_inside(top, left, p, xh, xw)) {   /* the interior run from q: left grows with q */
             n = min64(min64(lanes, q1 - q), qin - q);
-            if (n < MIN_RUN || !pool_argmax_run(xp, xw, top * xw + left, p->sw, (int)n, p->kh, p->kw, at)) {
+            if (n < MIN_RUN || !pool_argmax_run(lanes, xp, xw, top * xw + left, p->sw, (int)n, p->kh, p->kw, at)) {
                 n = 0;   /* a short run, or a NaN in it: one window at a time */
             }
         }

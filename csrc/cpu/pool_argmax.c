@@ -93,16 +93,15 @@ __attribute__((target("avx2"))) static int argmax8(const float *xp, int64_t xw, 
     return 1;
 }
 
-int pool_argmax_run(const float *xp, int64_t xw, int64_t first, int64_t step, int n, int64_t kh, int64_t kw,
-                    int32_t *at) {
-    return pool_argmax_lanes() == 16 ? argmax16(xp, xw, first, step, n, kh, kw, at)
-                                     : argmax8(xp, xw, first, step, n, kh, kw, at);
+int pool_argmax_run(int lanes, const float *xp, int64_t xw, int64_t first, int64_t step, int n, int64_t kh,
+                    int64_t kw, int32_t *at) {
+    return lanes == 16 ? argmax16(xp, xw, first, step, n, kh, kw, at) : argmax8(xp, xw, first, step, n, kh, kw, at);
 }
 
 #else /* not x86-64 with GCC or Clang: pool_argmax_lanes() is 0 and this is never called */
-int pool_argmax_run(const float *xp, int64_t xw, int64_t first, int64_t step, int n, int64_t kh, int64_t kw,
-                    int32_t *at) {
-    (void)xp, (void)xw, (void)first, (void)step, (void)n, (void)kh, (void)kw, (void)at;
+int pool_argmax_run(int lanes, const float *xp, int64_t xw, int64_t first, int64_t step, int n, int64_t kh,
+                    int64_t kw, int32_t *at) {
+    (void)lanes, (void)xp, (void)xw, (void)first, (void)step, (void)n, (void)kh, (void)kw, (void)at;
     return 0;
 }
 #endif
