@@ -2,8 +2,8 @@
 
 For every distinct convolution of LeNet-5 and the scaled ResNet-18 and AlexNet (batch 64), the median time
 of the forward, data-gradient and weight-gradient kernels with each of shardwise's algorithms
-(``_core.conv_algorithm``: 'im2col' = im2col + OpenBLAS SGEMM, 'direct' = the AVX2 loops of
-csrc/cpu/conv_direct.c, 'auto' = what training uses), in ms and GFLOP/s, and PyTorch's (one
+(``_core.conv_algorithm``: 'im2col' = im2col + OpenBLAS SGEMM, 'direct' = the AVX2 or AVX-512
+loops of csrc/cpu/conv_direct.c, 'auto' = what training uses), in ms and GFLOP/s, and PyTorch's (one
 thread; its weight gradient alone and both gradients in one call, as its autograd runs them)
 when it is installed.  Times are the calling thread's CPU time (every kernel here runs on it:
 the machine is shared, and other jobs stretch the wall clock).  docs/cpu_kernels.md has the figures.
