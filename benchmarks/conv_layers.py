@@ -2,12 +2,13 @@
 
 For every distinct convolution of LeNet-5 and the scaled ResNet-18 and AlexNet (batch 64), the median time
 of the forward, data-gradient and weight-gradient kernels with each of shardwise's algorithms
-(``_core.conv_algorithm``: 'im2col' = im2col + OpenBLAS SGEMM, 'direct' = the AVX2 loops of
-csrc/cpu/conv_direct.c, 'auto' = what training uses), in ms and GFLOP/s, and PyTorch's (one
+(``_core.conv_algorithm``: 'im2col' = im2col + OpenBLAS SGEMM, 'direct' = the AVX2 or AVX-512
+loops of csrc/cpu/conv_direct.c, 'auto' = what training uses), in ms and GFLOP/s, and PyTorch's (one
 thread; its weight gradient alone and both gradients in one call, as its autograd runs them)
-when it is installed.  docs/cpu_kernels.md has the figures.
+when it is installed.  Times are the calling thread's CPU time (every kernel here runs on it:
+the machine is shared, and other jobs stretch the wall clock).  docs/cpu_kernels.md has the figures.
 
-    python benchmarks/conv_layers.py [--models lenet,resnet,alexnet] [--repeat 11]
+    python benchmarks/conv_layers.py [--models lenet,resnet,alexnet] [--repeat 11] [--isa avx2]
 """
 from __future__ import annotations
 
@@ -35,12 +36,13 @@ N = 64
 
 
 def median_ms(fn, repeat: int) -> float:
+    """Median thread CPU time of fn in ms (after one untimed call)."""
     fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.thread_time() - t0)
     return statistics.median(times) * 1e3
 
 
@@ -82,7 +84,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="lenet,resnet,alexnet")
     ap.add_argument("--repeat", type=int, default=11)
+    ap.add_argument("--isa", choices=("auto", "avx2", "avx512"), default="auto",
+                    help="the direct loops' instruction set (on an AVX-512 CPU, with OPENBLAS_CORETYPE=Haswell "
+                         "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 for the other libraries: an AVX2 machine's paths)")
     args = ap.parse_args()
+    _core.conv_isa(args.isa)
     try:
         _core.conv_algorithm("direct")
         algorithms = ("im2col", "direct", "auto")
@@ -90,7 +96,8 @@ def main() -> int:
         algorithms = ("im2col",)
     finally:
         _core.conv_algorithm("auto")
-    print(f"ms (GFLOP/s) per kernel, batch {N}, one thread; fwd / dx / dw; torch: fwd / dw / dx+dw")
+    print(f"thread CPU ms (GFLOP/s) per kernel, batch {N}, one thread, direct loops: {_core.conv_isa()}; "
+          f"fwd / dx / dw; torch: fwd / dw / dx+dw")
     for model in args.models.split(","):
         for layer in LAYERS[model]:
             name, ci, co, h, k, s, p = layer

@@ -6,7 +6,9 @@ tasks' achieved FLOP/s as a fraction of this machine's OpenBLAS SGEMM peak
 (measured in the same run), the runtime's own share of a step (outside its
 tasks and waits: entering C, waking the threads, walking the command lists),
 and, when PyTorch is installed, PyTorch's CPU training throughput for the same
-model with the same number of threads.  The
+model with the same number of threads (for one worker against one thread also
+as a ratio of CPU time per step, ``cpu vs torch``: the process's CPU time,
+which other jobs on a shared machine disturb far less than the wall clock).  The
 configurations of one model take their steps in turn (blocks of consecutive
 steps, medians over the rounds; see ``interleaved``), so a slower stretch of
 this shared machine slows all of them alike instead of skewing their ratios.
@@ -83,15 +85,17 @@ class Ours:
         self.trainer.step(self.x, self.y)  # warm-up: first touches, workspaces
         self.conv_seconds: dict[int, float] = defaultdict(float)
         self.runtime_share: list[float] = []
+        self.cpu: list[float] = []   # process CPU seconds per step
         self.steps = 0
         tasks = self.trainer.task_graph.tasks
         self.conv_tasks = [(t.id, t.device) for t in tasks if g[t.op].kind == "conv2d"
                            and t.kind in ("forward", "forward_partial", "backward_data", "backward_weight")]
 
     def step(self) -> float:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         self.trainer.step(self.x, self.y)
         wall = time.perf_counter() - t0
+        self.cpu.append(time.process_time() - c0)
         ex = self.trainer.executor
         ns, _, _ = ex.task_times()
         for task, device in self.conv_tasks:
@@ -127,16 +131,19 @@ class Torch:
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
         x, y = batch_for(g)
         self.x, self.y = torch.tensor(x), torch.tensor(y)
+        self.cpu: list[float] = []   # process CPU seconds per step
         self.step()  # warm-up
 
     def step(self) -> float:
         self.torch.set_num_threads(self.threads)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         self.opt.zero_grad()
         loss = self.nn.functional.cross_entropy(self.model(self.x), self.y)
         loss.backward()
         self.opt.step()
-        return time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        self.cpu.append(time.process_time() - c0)
+        return wall
 
 
 def torch_available() -> bool:
@@ -234,7 +241,8 @@ def main() -> int:
           f"{os.environ.get('ATEN_CPU_CAPABILITY', 'default')}, oneDNN's {os.environ.get('ONEDNN_MAX_CPU_ISA', 'default')}; "
           f"load average {os.getloadavg()[0]:.2f}")
     head = (f"{'model':<16} {'plan':<10} {'workers':>7} {'images/s':>10} {'vs 1 worker':>12} "
-            f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'runtime':>8} {'torch img/s':>12} {'vs torch':>9}")
+            f"{'conv GFLOP/s/worker':>20} {'of peak':>8} {'runtime':>8} {'torch img/s':>12} {'vs torch':>9} "
+            f"{'cpu vs torch':>14}")
     print(head)
     print("-" * len(head))
     configs = ((1, "data"), (2, "data"), (2, "searched"))
@@ -247,8 +255,11 @@ def main() -> int:
             plan = sw.strategies.data_parallel(g, d) if label == "data" else sw.search(g, d)
             runners[f"{label} {workers}"] = Ours(g, plan)
         seconds = interleaved(runners, args.steps)
+        cpu_ratio = None
         if torch_available():   # in rounds of their own: PyTorch's threads disturb the next runner
-            seconds.update(interleaved({f"torch {w}": Torch(g, w) for w in (1, 2)}, args.steps))
+            torches = {f"torch {w}": Torch(g, w) for w in (1, 2)}
+            seconds.update(interleaved(torches, args.steps))
+            cpu_ratio = statistics.median(torches["torch 1"].cpu[1:]) / statistics.median(runners["data 1"].cpu[1:])
         base = n / seconds["data 1"]
         for workers, label in configs:
             key = f"{label} {workers}"
@@ -256,11 +267,13 @@ def main() -> int:
             torch_rate = n / seconds[f"torch {workers}"] if label == "data" and f"torch {workers}" in seconds else None
             vs_torch = f"{rate / torch_rate:8.2f}x" if torch_rate else "       -"
             torch_text = f"{torch_rate:12.1f}" if torch_rate else "   (no torch)" if label == "data" else ""
+            cpu_text = f"{cpu_ratio:13.2f}x" if cpu_ratio and key == "data 1" else f"{'-':>14}"
             share = statistics.median(runners[key].runtime_share)
             print(f"{name:<16} {label:<10} {workers:>7} {rate:10.1f} {rate / base:11.2f}x {conv / 1e9:20.1f} "
-                  f"{conv / peak:7.0%} {share:7.1%} {torch_text:>12} {vs_torch:>9}", flush=True)
+                  f"{conv / peak:7.0%} {share:7.1%} {torch_text:>12} {vs_torch:>9} {cpu_text}", flush=True)
     print("anchors: one worker >= 1.0x PyTorch with the same threads; 2 data-parallel workers >= 1.8x one worker "
-          "(ideal 2.0x); the runtime's own time < 3% of a step")
+          "(ideal 2.0x); the runtime's own time < 3% of a step.  cpu vs torch: PyTorch's CPU time per step over "
+          "one worker's (medians)")
     return 0
 
 

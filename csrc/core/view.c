@@ -87,6 +87,18 @@ sw_status sw_view_check(const sw_view *v, int rank, const char *name) {
     return SW_OK;
 }
 
+int sw_view_same_box(const sw_view *a, const sw_view *b) {
+    if (a->rank != b->rank) {
+        return 0;
+    }
+    for (int d = 0; d < a->rank; d++) {
+        if (a->lo[d] != b->lo[d] || a->shape[d] != b->shape[d]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int sw_view_covers(const sw_view *v, int d, int64_t lo, int64_t hi) {
     if (lo >= hi) {
         return 1;

@@ -87,6 +87,9 @@ sw_status sw_view_check_elementwise_out(const sw_view *out, const char *name);
 sw_status sw_view_check_elementwise_in(const sw_view *in, const char *in_name, const sw_view *out,
                                        const char *out_name);
 
+/* 1 if a and b have the same rank and box (lo and shape), so that equal offsets are equal elements. */
+int sw_view_same_box(const sw_view *a, const sw_view *b);
+
 /* 1 if [lo, hi) of dimension d lies inside the view (always 1 when lo >= hi). */
 int sw_view_covers(const sw_view *v, int d, int64_t lo, int64_t hi);
 

@@ -169,6 +169,34 @@ static sw_status scratch_alloc(conv_scratch_set *sc, const conv_geom *g, const s
     return SW_OK;
 }
 
+/* ------------------------------------------------------------------ a fused ReLU's gradient */
+
+/* mask (NULL, or the convolution's output y) has dy's box. */
+static sw_status check_mask(const sw_view *mask, const sw_view *dy, const char *name) {
+    if (!mask) {
+        return SW_OK;
+    }
+    sw_status s = sw_view_check(mask, 4, name);
+    if (s == SW_OK && !sw_view_same_box(mask, dy)) {
+        s = SW_FAIL(SW_ERR_VALUE, "%s: y's box must be dy's", name);
+    }
+    return s;
+}
+
+/* *dz = dy through the mask (mask > 0 ? dy : 0) in this thread's scratch, for the paths
+ * that read dy in place (im2col + GEMM, depthwise); dy itself when there is no mask. */
+static sw_status masked_dy(const sw_view *dy, const sw_view *mask, sw_view *dz, const char *name) {
+    *dz = *dy;
+    if (!mask || sw_view_volume(dy) == 0) {
+        return SW_OK;
+    }
+    dz->data = conv_scratch(CONV_SCRATCH_MASKED, sizeof(float) * (size_t)sw_view_volume(dy));
+    if (!dz->data) {
+        return SW_FAIL(SW_ERR_NOMEM, "%s: out of memory for the masked gradient", name);
+    }
+    return sw_relu_backward(mask, dy, dz);
+}
+
 /* ------------------------------------------------------------------ forward */
 
 /* y (N_b, Co_b, Ho_b, Wo_b) = conv(x (N_x, Ci, H_x, W_x), w (Co_w, Cig, kh, kw)) + b (Co_b), optional ReLU. */
@@ -246,8 +274,10 @@ sw_status sw_conv2d_forward(const sw_view *x, const sw_view *w, const sw_view *b
 
 /* ------------------------------------------------------------------ data gradient */
 
-/* dx (N_b, Ci, H_b, W_b) = the part of conv^T(w (Co_w, Cig, kh, kw), dy (N_y, Co_b, Ho_b, Wo_b)) inside dx's box. */
-sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx, const sw_window *pin) {
+/* dx (N_b, Ci, H_b, W_b) = the part of conv^T(w (Co_w, Cig, kh, kw), dy (N_y, Co_b, Ho_b, Wo_b)) inside dx's box,
+ * dy through the mask when there is one. */
+static sw_status backward_data(const sw_view *w, const sw_view *dy, const sw_view *mask, sw_view *dx,
+                               const sw_window *pin) {
     const char *fn = "conv2d_backward_data";
     sw_status s;
     int64_t ci;
@@ -260,7 +290,8 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
         (s = conv_check_weight(w, p, "conv2d_backward_data: w", &ci)) != SW_OK ||
         (s = check_channels(dx, p, ci, dy->lo[1], sw_view_hi(dy, 1), "conv2d_backward_data: dx")) != SW_OK ||
         (s = sw_view_check_covers(dy, 0, "conv2d_backward_data: dy", dx, 0, "dx", "sample")) != SW_OK ||
-        (s = sw_view_check_covers(w, 0, "conv2d_backward_data: w", dy, 1, "dy", "output-channel")) != SW_OK) {
+        (s = sw_view_check_covers(w, 0, "conv2d_backward_data: w", dy, 1, "dy", "output-channel")) != SW_OK ||
+        (s = check_mask(mask, dy, "conv2d_backward_data: y")) != SW_OK) {
         return s;
     }
     conv_geom g;
@@ -276,11 +307,17 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
         return SW_OK;
     }
     const float *wsub = w->data + (dy->lo[1] - w->lo[0]) * g.k;  /* (Co_b, K) */
+    if (sw_view_volume(dy) > 0 && plain_window(p) && !conv_depthwise_takes(p, ci) &&
+        conv_direct_backward_data(wsub, dy, mask, dx, p, ci, &s)) {
+        return s;
+    }
+    sw_view dz;   /* the other paths read dy in place: masked first */
+    if ((s = masked_dy(dy, mask, &dz, fn)) != SW_OK) {
+        return s;
+    }
+    dy = &dz;
     if (sw_view_volume(dy) > 0 && conv_depthwise_takes(p, ci)) {
         return conv_depthwise_backward_data(wsub, dy, dx, p);
-    }
-    if (sw_view_volume(dy) > 0 && plain_window(p) && conv_direct_backward_data(wsub, dy, dx, p, ci, &s)) {
-        return s;
     }
     memset(dx->data, 0, (size_t)nvol * sizeof(float));
     if (sw_view_volume(dy) == 0) {
@@ -332,6 +369,15 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
     return SW_OK;
 }
 
+sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *dx, const sw_window *p) {
+    return backward_data(w, dy, NULL, dx, p);
+}
+
+sw_status sw_conv2d_backward_data_relu(const sw_view *w, const sw_view *dy, const sw_view *y, sw_view *dx,
+                                       const sw_window *p) {
+    return y ? backward_data(w, dy, y, dx, p) : SW_FAIL(SW_ERR_VALUE, "conv2d_backward_data_relu: NULL y");
+}
+
 /* ------------------------------------------------------------------ weight gradient */
 
 /* dw (Co_b, K) = sum over the tiles of g of dy (Co_b, cols) x col (K, cols)^T, per group segment. */
@@ -378,9 +424,9 @@ static sw_status weight_gemms(const sw_view *x, const sw_view *dy, float *dw, co
 }
 
 /* dw (Co_b, Cig, kh, kw) = sum over dy's box of dy (N_b, Co_b, Ho_b, Wo_b) x conv_im2col(x (N_x, Ci, H_x, W_x))^T;
- * db (Co_b) = sum of dy over samples and pixels. */
-sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
-                                    const sw_window *pin) {
+ * db (Co_b) = sum of dy over samples and pixels; dy through the mask when there is one. */
+static sw_status backward_weight(const sw_view *x, const sw_view *dy, const sw_view *mask, sw_view *dw, sw_view *db,
+                                 const sw_window *pin) {
     const char *fn = "conv2d_backward_weight";
     sw_status s;
     int64_t ci;
@@ -397,7 +443,8 @@ sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view
         (db && (s = sw_view_check_range(db, 0, dy->lo[1], dy->shape[1], "conv2d_backward_weight: db",
                                         "output-channel (dy's)")) != SW_OK) ||
         (s = check_channels(x, p, ci, dy->lo[1], sw_view_hi(dy, 1), "conv2d_backward_weight: x")) != SW_OK ||
-        (s = sw_view_check_covers(x, 0, "conv2d_backward_weight: x", dy, 0, "dy", "sample")) != SW_OK) {
+        (s = sw_view_check_covers(x, 0, "conv2d_backward_weight: x", dy, 0, "dy", "sample")) != SW_OK ||
+        (s = check_mask(mask, dy, "conv2d_backward_weight: y")) != SW_OK) {
         return s;
     }
     conv_geom g;
@@ -409,15 +456,35 @@ sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view
     int64_t wvol = sw_view_volume(dw);
     if (wvol > 0) {
         int nonempty = sw_view_volume(dy) > 0;
-        if (nonempty && conv_depthwise_takes(p, ci)) {
-            s = conv_depthwise_backward_weight(x, dy, dw->data, p);
-        } else if (!(nonempty && plain_window(p) && conv_direct_backward_weight(x, dy, dw->data, p, ci, &s))) {
-            memset(dw->data, 0, (size_t)wvol * sizeof(float));
-            s = nonempty ? weight_gemms(x, dy, dw->data, p, ci, &g, fn) : SW_OK;
+        if (!(nonempty && plain_window(p) && !conv_depthwise_takes(p, ci) &&
+              conv_direct_backward_weight(x, dy, mask, dw->data, p, ci, &s))) {
+            sw_view dz;   /* the other paths read dy in place: masked first */
+            if ((s = masked_dy(dy, mask, &dz, fn)) != SW_OK) {
+                return s;
+            }
+            if (nonempty && conv_depthwise_takes(p, ci)) {
+                s = conv_depthwise_backward_weight(x, &dz, dw->data, p);
+            } else {
+                memset(dw->data, 0, (size_t)wvol * sizeof(float));
+                s = nonempty ? weight_gemms(x, &dz, dw->data, p, ci, &g, fn) : SW_OK;
+            }
         }
         if (s != SW_OK) {
             return s;
         }
     }
-    return db ? sw_bias_backward(dy, db) : SW_OK;
+    if (!db) {
+        return SW_OK;
+    }
+    return mask ? sw_bias_backward_relu(dy, mask, 1, db) : sw_bias_backward(dy, db);
+}
+
+sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
+                                    const sw_window *p) {
+    return backward_weight(x, dy, NULL, dw, db, p);
+}
+
+sw_status sw_conv2d_backward_weight_relu(const sw_view *x, const sw_view *dy, const sw_view *y, sw_view *dw,
+                                         sw_view *db, const sw_window *p) {
+    return y ? backward_weight(x, dy, y, dw, db, p) : SW_FAIL(SW_ERR_VALUE, "conv2d_backward_weight_relu: NULL y");
 }

@@ -137,34 +137,31 @@ static int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
  * 0.84 direct against 0.47 / 0.72; 2 -> 6 1.37 / 1.22 against 0.83 / 1.09; in a training
  * step LeNet-5's first forward took 2.9 of 8.3 ms direct), while at 16 output channels the
  * loops still win or tie (1 -> 16 5x5: 1.33 / 1.76 against 1.29 / 2.37).  AUTO also
- * leaves calls of more than DIRECT_MAX_COLS columns to im2col + GEMM, whose GEMMs are no
- * longer thin there.  Thread CPU time of 3x3 layers (fwd / dx / dw, ms; OpenBLAS's SkylakeX
- * kernels; direct against im2col + GEMM):
- *   16->16 32x32 (batch 64)    5.6 / 5.7 / 4.9  against  6.8 / 7.0 / 9.1
- *   32->32 16x16 (batch 64)    4.7 / 4.7 / 4.4  against  5.2 / 4.4 / 6.3
- *   64->64 8x8 (batch 64)      4.5 / 4.5 / 4.2  against  4.5 / 3.5 / 4.6
- *   96->96 8x8 (batch 32)      4.8 / 5.0 / 4.7  against  4.2 / 3.7 / 4.2
- *   128->128 8x8 (batch 32)   10.4 / 10.6 / 10.4 against  9.2 / 8.1 / 9.1
- *   256->256 4x4 (batch 32)    9.2 / 10.1 / 9.9  against  6.7 / 6.2 / 6.7
- *   512->512 2x2 (batch 32)   12.9 / 16.6 / 23.9 against  7.2 / 7.3 / 7.9   (ResNet-50 at 64 px)
- * The AVX-512 loops (twice the width) move that limit to DIRECT_MAX_COLS_AVX512; direct
- * (AVX-512) against im2col + GEMM, the same machine, load 2:
- *   64->64 8x8 (batch 64)      3.9 / 4.0 / 3.7   against  6.6 / 5.7 / 7.1
- *   128->128 8x8 (batch 32)    7.3 / 7.4 / 7.2   against 10.0 / 9.0 / 10.1
- *   128->128 16x16 (batch 32) 18.6 / 18.8 / 18.6 against 30.5 / 21.8 / 24.6
- *   256->256 4x4 (batch 32)    7.7 / 8.9 / 9.9   against  9.3 / 9.2 / 9.6
- *   256->256 8x8 (batch 32)   19.0 / 20.4 / 23.3 against 22.7 / 21.8 / 21.1
- *   512->512 2x2 (batch 32)   11.1 / 14.3 / 20.1 against 10.4 / 10.6 / 10.4 */
-#define DIRECT_MAX_COLS 64
-#define DIRECT_MAX_COLS_AVX512 128
+ * leaves calls of more than DIRECT_MAX_COLS columns to im2col + GEMM: on the smallest
+ * planes of the widest layers the groups of samples are short (a group's source region is
+ * at most GROUP_FLOATS), and the loops re-read all the weights, or re-add the whole weight
+ * gradient, for every few pixels.  Thread CPU time of each loop set against im2col + GEMM
+ * with OpenBLAS's kernels for the same instruction set (the pairs an AVX2 machine and an
+ * AVX-512 machine run; one thread of the 2-core Xeon, Sapphire Rapids, fwd / dx / dw, ms):
+ *                              AVX2 loops, Haswell GEMM        AVX-512 loops, SkylakeX GEMM
+ *   64->64 8x8 (batch 64)      4.9 / 6.9 / 6.4 vs 6.8 / 8.2 / 9.3        3.9 / 4.0 / 3.7 vs 6.6 / 5.7 / 7.1
+ *   128->128 8x8 (batch 32)   12.7 / 13.0 / 12.5 vs 14.4 / 12.6 / 13.9   6.9 / 6.7 / 6.1 vs 10.2 / 7.2 / 8.0
+ *   64->128 15x15 5x5 (b 64)  107 / 102 / 93 vs 118 / 116 / 104         72 / 71 / 69 vs 94 / 88 / 89
+ *   192->192 7x7 (batch 64)   31.8 / 35.6 / 29.5 vs 37.7 / 36.9 / 34.8   20.2 / 20.2 / 23.0 vs 24.6 / 23.5 / 26.3
+ *   256->256 8x8 (batch 32)   36.6 / 51.8 / 37.5 vs 41.4 / 55.4 / 37.7   22.3 / 22.6 / 28.7 vs 24.8 / 23.6 / 25.6
+ *   256->256 4x4 (batch 32)    8.8 / 9.5 / 10.3 vs 9.9 / 9.9 / 11.8      6.5 / 7.3 / 9.4 vs 9.4 / 8.0 / 8.4
+ *   384->384 4x4 (batch 32)                                              15.1 / 20.3 / 26.1 vs 19.5 / 17.6 / 23.9
+ *   512->512 2x2 (batch 32)   15.0 / 23.4 / 30.0 vs 12.5 / 13.5 / 15.6   8.3 / 15.0 / 15.7 vs 8.5 / 9.7 / 9.2
+ * (512 channels at 2x2: ResNet-50's last stage at 64 px.)  An earlier limit of 64 columns
+ * for the AVX2 loops was measured against OpenBLAS's AVX-512 GEMM, a pair no machine runs. */
+#define DIRECT_MAX_COLS 256
 
 static int takes(int64_t cols, int64_t min_cols, const sw_window *p) {
     int a = (int)sw_conv_get_algorithm();
     if (a == SW_CONV_IM2COL || cols <= 0 || !conv_avx2_available()) {
         return 0;
     }
-    const int64_t max_cols = sw_conv_get_isa() == SW_CONV_ISA_AVX512 ? DIRECT_MAX_COLS_AVX512 : DIRECT_MAX_COLS;
-    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && cols >= min_cols && cols <= max_cols &&
+    return a == SW_CONV_DIRECT || (p->kh * p->kw > 1 && cols >= min_cols && cols <= DIRECT_MAX_COLS &&
                                    4 * cols >= 3 * round8(cols));
 }
 
@@ -207,8 +204,18 @@ static int region_fits(const region *rg, const sw_view *v, const sw_window *p, i
     return rg->nch <= INT32_MAX / rg->plane && rg->sample <= INT32_MAX / group;
 }
 
-/* src[g][c][i][j] = v[n + g, c, r_lo + i, c_lo + j] (v's channels from its first), 0 outside v's view. */
-static void region_fill(const region *rg, const sw_view *v, int64_t n, int64_t gn, float *src) {
+/* d[0..len) = m[i] > 0 ? s[i] : 0: relu_backward's select (eltwise.c), the same values. */
+static void copy_masked(float *d, const float *s, const float *m, int64_t len) {
+    for (int64_t i = 0; i < len; i++) {
+        const float g = s[i];
+        d[i] = m[i] > 0.0f ? g : 0.0f;
+    }
+}
+
+/* src[g][c][i][j] = v[n + g, c, r_lo + i, c_lo + j] (v's channels from its first), 0 outside v's view;
+ * through mask (NULL, or a view with v's box) as v[...] where mask > 0, else 0. */
+static void region_fill(const region *rg, const sw_view *v, const sw_view *mask, int64_t n, int64_t gn,
+                        float *src) {
     int64_t h = v->shape[2], w = v->shape[3];
     if (h == 0 || w == 0) {   /* an empty view (its data may be NULL): all padding */
         memset(src, 0, sizeof(float) * (size_t)(gn * rg->sample));
@@ -218,7 +225,8 @@ static void region_fill(const region *rg, const sw_view *v, int64_t n, int64_t g
     int64_t jb = conv_max(ja, conv_min(rg->cols, v->lo[3] + w - rg->c_lo));
     for (int64_t g = 0; g < gn; g++) {
         for (int64_t c = 0; c < rg->nch; c++) {
-            const float *plane = v->data + ((n + g - v->lo[0]) * v->shape[1] + c) * h * w;
+            const int64_t at = ((n + g - v->lo[0]) * v->shape[1] + c) * h * w;
+            const float *plane = v->data + at, *mplane = mask ? mask->data + at : NULL;
             float *d = src + g * rg->sample + c * rg->plane;
             for (int64_t i = 0; i < rg->rows; i++, d += rg->cols) {
                 int64_t iy = rg->r_lo + i - v->lo[2];
@@ -227,7 +235,12 @@ static void region_fill(const region *rg, const sw_view *v, int64_t n, int64_t g
                     continue;
                 }
                 memset(d, 0, sizeof(float) * (size_t)ja);
-                memcpy(d + ja, plane + iy * w + rg->c_lo + ja - v->lo[3], sizeof(float) * (size_t)(jb - ja));
+                const int64_t from = iy * w + rg->c_lo + ja - v->lo[3];
+                if (mplane) {
+                    copy_masked(d + ja, plane + from, mplane + from, jb - ja);
+                } else {
+                    memcpy(d + ja, plane + from, sizeof(float) * (size_t)(jb - ja));
+                }
                 memset(d + jb, 0, sizeof(float) * (size_t)(rg->cols - jb));
             }
         }
@@ -340,7 +353,7 @@ int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, 
     pack_rows(wsub, o.co, o.k, o.ncol, o.mat);
     for (int64_t n = y->lo[0]; n < sw_view_hi(y, 0); n += o.group) {
         int64_t gn = conv_min(o.group, sw_view_hi(y, 0) - n);
-        region_fill(&o.rg, x, n, gn, o.src);
+        region_fill(&o.rg, x, NULL, n, gn, o.src);
         gather(o.src, o.base, NULL, gn * o.npix, o.off, o.k, o.mat, o.ncol, o.out, o.ncol);
         for (int64_t g = 0; g < gn; g++) {   /* (P, ncol) -> y (Co_b, P), with the bias and ReLU */
             conv_avx2_transpose(o.out + g * o.npix * o.ncol, o.ncol, o.npix, o.co,
@@ -350,8 +363,8 @@ int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, 
     return 1;
 }
 
-int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p, int64_t ci,
-                                sw_status *s) {
+int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, const sw_view *mask, float *dw,
+                                const sw_window *p, int64_t ci, sw_status *s) {
     over_output o;
     if (!over_output_init(&o, x, dy, p, ci, CONV_SCRATCH_ACC, "conv2d_backward_weight", s)) {
         return 0;
@@ -363,10 +376,15 @@ int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, 
     memset(o.mat, 0, sizeof(float) * (size_t)(o.k * o.ncol));
     for (int64_t n = dy->lo[0]; n < sw_view_hi(dy, 0); n += o.group) {
         int64_t gn = conv_min(o.group, sw_view_hi(dy, 0) - n);
-        region_fill(&o.rg, x, n, gn, o.src);
-        for (int64_t g = 0; g < gn; g++) {   /* dy (Co_b, P) -> (P, ncol) */
-            conv_avx2_transpose(dy->data + (n + g - dy->lo[0]) * o.co * o.npix, o.npix, o.co, o.npix,
-                                o.out + g * o.npix * o.ncol, o.ncol, NULL, 0);
+        region_fill(&o.rg, x, NULL, n, gn, o.src);
+        for (int64_t g = 0; g < gn; g++) {   /* dy (Co_b, P) -> (P, ncol), through the mask */
+            const int64_t at = (n + g - dy->lo[0]) * o.co * o.npix;
+            if (mask) {
+                conv_avx2_transpose_masked(dy->data + at, mask->data + at, o.npix, o.co, o.npix,
+                                           o.out + g * o.npix * o.ncol, o.ncol);
+            } else {
+                conv_avx2_transpose(dy->data + at, o.npix, o.co, o.npix, o.out + g * o.npix * o.ncol, o.ncol, NULL, 0);
+            }
         }
         reduce(o.src, o.base, gn * o.npix, o.off, o.k, o.out, o.ncol, o.ncol, o.mat, o.ncol);
     }
@@ -387,8 +405,8 @@ static int64_t class_count(int64_t lo, int64_t len, int64_t pad, int64_t s, int6
     return first < lo + len ? (lo + len - 1 - first) / s + 1 : 0;
 }
 
-int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx, const sw_window *p, int64_t ci,
-                              sw_status *s) {
+int conv_direct_backward_data(const float *wsub, const sw_view *dy, const sw_view *mask, sw_view *dx,
+                              const sw_window *p, int64_t ci, sw_status *s) {
     const char *fn = "conv2d_backward_data";
     int64_t co = dy->shape[1], ncol = round8(ci), kfull = co * p->kh * p->kw, kw_all = ci * p->kh * p->kw;
     int64_t x0 = dx->lo[2], hx = dx->shape[2], y0 = dx->lo[3], wx = dx->shape[3], npix = hx * wx;
@@ -453,7 +471,7 @@ int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx,
     }
     for (int64_t n = dx->lo[0]; n < sw_view_hi(dx, 0); n += group) {
         int64_t gn = conv_min(group, sw_view_hi(dx, 0) - n);
-        region_fill(&rg, dy, n, gn, src);
+        region_fill(&rg, dy, mask, n, gn, src);
         kat = pat = 0;
         for (int64_t cl = 0; cl < nclass; cl++) {
             int64_t ay = cl / p->sw, ax = cl % p->sw;

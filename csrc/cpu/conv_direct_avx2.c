@@ -155,7 +155,31 @@ static inline float act(float v, const float *bias, int64_t c, int relu) {
     return relu ? (v > 0.0f ? v : 0.0f) : v;
 }
 
-/* 8x8 blocks through registers (unpack, shuffle, lane permute); the edges one float at a time. */
+/* v[0..8) (rows) -> their columns, in registers: unpack, shuffle, lane permute. */
+AVX2_FMA static inline void transpose8(__m256 v[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* 8x8 blocks through registers (transpose8); the edges one float at a time. */
 AVX2_FMA void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
                                   int64_t ldd, const float *bias, int relu) {
     const __m256 zero = _mm256_setzero_ps();
@@ -164,28 +188,11 @@ AVX2_FMA void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, i
         int64_t c0 = 0;
         for (; c0 + 8 <= cols; c0 += 8) {
             const float *s = src + r0 * lds + c0;
-            __m256 v0 = _mm256_loadu_ps(s), v1 = _mm256_loadu_ps(s + lds), v2 = _mm256_loadu_ps(s + 2 * lds);
-            __m256 v3 = _mm256_loadu_ps(s + 3 * lds), v4 = _mm256_loadu_ps(s + 4 * lds);
-            __m256 v5 = _mm256_loadu_ps(s + 5 * lds), v6 = _mm256_loadu_ps(s + 6 * lds);
-            __m256 v7 = _mm256_loadu_ps(s + 7 * lds);
-            __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
-            __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
-            __m256 t4 = _mm256_unpacklo_ps(v4, v5), t5 = _mm256_unpackhi_ps(v4, v5);
-            __m256 t6 = _mm256_unpacklo_ps(v6, v7), t7 = _mm256_unpackhi_ps(v6, v7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-            __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-            __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-            __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-            __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-            __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-            __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-            __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-            __m256 col[8] = {
-                _mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
-                _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
-                _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
-                _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31),
-            };
+            __m256 col[8];
+            for (int j = 0; j < 8; j++) {
+                col[j] = _mm256_loadu_ps(s + j * lds);
+            }
+            transpose8(col);
             for (int j = 0; j < 8; j++) {   /* col[j]: column c0 + j of rows r0 .. r0 + 7 */
                 __m256 v = col[j];
                 if (bias) {
@@ -210,6 +217,40 @@ AVX2_FMA void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, i
     }
 }
 
+/* mask > 0 ? value : 0, relu_backward's select (a NaN mask gives 0). */
+static inline float masked(float v, float m) { return m > 0.0f ? v : 0.0f; }
+
+AVX2_FMA void conv_avx2_transpose_masked(const float *src, const float *mask, int64_t lds, int64_t rows,
+                                         int64_t cols, float *dst, int64_t ldd) {
+    const __m256 zero = _mm256_setzero_ps();
+    int64_t r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        int64_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8) {
+            const int64_t at = r0 * lds + c0;
+            __m256 col[8];
+            for (int j = 0; j < 8; j++) {   /* the mask before the transpose: the same lanes */
+                __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(mask + at + j * lds), zero, _CMP_GT_OQ);
+                col[j] = _mm256_and_ps(_mm256_loadu_ps(src + at + j * lds), keep);
+            }
+            transpose8(col);
+            for (int j = 0; j < 8; j++) {
+                _mm256_storeu_ps(dst + (c0 + j) * ldd + r0, col[j]);
+            }
+        }
+        for (; c0 < cols; c0++) {
+            for (int64_t r = r0; r < r0 + 8; r++) {
+                dst[c0 * ldd + r] = masked(src[r * lds + c0], mask[r * lds + c0]);
+            }
+        }
+    }
+    for (; r0 < rows; r0++) {
+        for (int64_t c = 0; c < cols; c++) {
+            dst[c * ldd + r0] = masked(src[r0 * lds + c], mask[r0 * lds + c]);
+        }
+    }
+}
+
 #else /* not x86-64 with GCC or Clang: no direct loops; conv_avx2_available() says so and every
        * convolution takes im2col + GEMM, so the functions below are never called */
 int conv_avx2_available(void) { return 0; }
@@ -227,5 +268,10 @@ void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const in
 void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd,
                          const float *bias, int relu) {
     (void)src, (void)lds, (void)rows, (void)cols, (void)dst, (void)ldd, (void)bias, (void)relu;
+}
+
+void conv_avx2_transpose_masked(const float *src, const float *mask, int64_t lds, int64_t rows, int64_t cols,
+                                float *dst, int64_t ldd) {
+    (void)src, (void)mask, (void)lds, (void)rows, (void)cols, (void)dst, (void)ldd;
 }
 #endif

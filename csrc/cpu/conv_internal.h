@@ -109,6 +109,7 @@ enum {
     CONV_SCRATCH_WPK,    /* direct: packed weights */
     CONV_SCRATCH_TAB,    /* direct: index tables */
     CONV_SCRATCH_ACC,    /* direct: the weight gradient's accumulator */
+    CONV_SCRATCH_MASKED, /* im2col + GEMM through a fused ReLU: dy masked by y > 0 */
     CONV_SCRATCH_KINDS
 };
 /* At least `bytes` bytes of this thread's scratch of one kind (64-byte aligned); NULL when out of memory. */
@@ -134,13 +135,14 @@ void conv_col2im(const float *dcol, int64_t ldcol, const sw_window *p, const con
 
 /* Each returns 1 when it computed the kernel's result (or failed: *s says which), 0 when
  * the direct path does not take this call (the caller runs im2col + GEMM).  The views
- * are checked; wsub is w's rows for the output box's (dy's) channels, (Co_b, K). */
+ * are checked; wsub is w's rows for the output box's (dy's) channels, (Co_b, K); mask
+ * (NULL, or the output y over dy's box): dy taken as (mask > 0 ? dy : 0) as it is copied. */
 int conv_direct_forward(const sw_view *x, const float *wsub, const float *bias, sw_view *y, const sw_window *p,
                         int64_t ci, sw_status *s);
-int conv_direct_backward_data(const float *wsub, const sw_view *dy, sw_view *dx, const sw_window *p, int64_t ci,
-                              sw_status *s);
-int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, float *dw, const sw_window *p, int64_t ci,
-                                sw_status *s);
+int conv_direct_backward_data(const float *wsub, const sw_view *dy, const sw_view *mask, sw_view *dx,
+                              const sw_window *p, int64_t ci, sw_status *s);
+int conv_direct_backward_weight(const sw_view *x, const sw_view *dy, const sw_view *mask, float *dw,
+                                const sw_window *p, int64_t ci, sw_status *s);
 
 /* ------------------------------------------------------------------ depthwise (conv_depthwise.c) */
 
@@ -174,6 +176,9 @@ void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const in
  * act is a ReLU when relu, a NaN becoming 0 as in the im2col path, else the identity). */
 void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd,
                          const float *bias, int relu);
+/* dst[c * ldd + r] = mask[r * lds + c] > 0 ? src[r * lds + c] : 0 (mask: the same layout as src). */
+void conv_avx2_transpose_masked(const float *src, const float *mask, int64_t lds, int64_t rows, int64_t cols,
+                                float *dst, int64_t ldd);
 
 /* ------------------------------------------------------------------ AVX-512 loops (conv_direct_avx512.c) */
 

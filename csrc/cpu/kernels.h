@@ -51,6 +51,13 @@ sw_status sw_conv2d_backward_data(const sw_view *w, const sw_view *dy, sw_view *
 /* dw (and db if not NULL) over the Co range of dy, from the x region and dy */
 sw_status sw_conv2d_backward_weight(const sw_view *x, const sw_view *dy, sw_view *dw, sw_view *db,
                                     const sw_window *p);
+/* Both through a fused ReLU: dy taken as (y > 0 ? dy : 0), y the convolution's output over
+ * dy's box (the values relu_backward writes).  The direct loops apply the mask while they
+ * copy dy (no masked copy of the whole gradient first); im2col + GEMM masks into scratch. */
+sw_status sw_conv2d_backward_data_relu(const sw_view *w, const sw_view *dy, const sw_view *y, sw_view *dx,
+                                       const sw_window *p);
+sw_status sw_conv2d_backward_weight_relu(const sw_view *x, const sw_view *dy, const sw_view *y, sw_view *dw,
+                                         sw_view *db, const sw_window *p);
 /* How many times the convolutions' per-thread scratch caches have grown (process-wide). */
 long long sw_conv_scratch_grows(void);
 /* The convolutions' algorithm, process-wide (for tests and benchmarks):
@@ -92,6 +99,9 @@ sw_status sw_linear_backward_weight(const sw_view *x, const sw_view *dy, sw_view
 sw_status sw_bias_backward(const sw_view *dy, sw_view *db);
 /* the same with the bias along dimension `axis` of dy (a linear's on (N, T, D): the last) */
 sw_status sw_bias_backward_axis(const sw_view *dy, int axis, sw_view *db);
+/* The same through a fused ReLU: db = sum of (y > 0 ? dy : 0), y the op's output over dy's box
+ * (the sums of relu_backward's result, without writing it). */
+sw_status sw_bias_backward_relu(const sw_view *dy, const sw_view *y, int axis, sw_view *db);
 
 /* ---- element-wise (eltwise.c) ---- */
 sw_status sw_relu_forward(const sw_view *x, sw_view *y);

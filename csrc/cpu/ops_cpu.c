@@ -116,9 +116,29 @@ static sw_status dx_setup(const sw_task_env *e, sw_backward_reads *r, sw_view *w
     return sw_env_dz(e, r, dz);
 }
 
+/* dy and the op's output y over dy's box when the fused ReLU's gradient is still to be applied
+ * and y has dy's box: the kernels then take dy through the mask as they read it (1); else 0,
+ * and the task masks a copy first (sw_env_dz). */
+static int relu_mask(const sw_task_env *e, const sw_backward_reads *r, sw_view *dy, sw_view *y) {
+    if (r->dy < 0 || r->dy_pre || !sw_op_attrs_relu(e->attrs) || r->y < 0) {
+        return 0;
+    }
+    sw_env_view(e, r->dy, dy);
+    sw_env_view(e, r->y, y);
+    return sw_view_same_box(y, dy);
+}
+
 static sw_status conv2d_backward_data(const sw_task_env *e) {
     sw_backward_reads r;
-    sw_view w, dz, dx;
+    sw_view w, dz, dx, dy, y;
+    sw_env_backward_reads(e, &r);
+    if (r.dy >= 0 && r.nparams >= 1 && relu_mask(e, &r, &dy, &y)) {
+        sw_env_view(e, e->writes[0], &dx);
+        sw_env_rebase(e, e->task->slot, &dx);
+        sw_env_view(e, r.params[0], &w);
+        sw_env_rebase(e, 1, &w);
+        return sw_conv2d_backward_data_relu(&w, &dy, &y, &dx, &e->attrs->conv2d.win);
+    }
     SW_TRY(dx_setup(e, &r, &w, &dz, &dx));
     return r.dy < 0 ? zero_writes(e) : sw_conv2d_backward_data(&w, &dz, &dx, &e->attrs->conv2d.win);
 }
@@ -147,11 +167,27 @@ static sw_status weight_or_bias_grad(const sw_task_env *e, weight_grad_fn grad) 
         return zero_writes(e);
     }
     sw_view dz, dw;
-    SW_TRY(sw_env_dz(e, &r, &dz));
     sw_env_view(e, e->writes[0], &dw);
+    sw_view dy, y;
+    const int masked = relu_mask(e, &r, &dy, &y);   /* the fused ReLU's mask applied on the fly */
     if (e->op->bias[e->task->slot]) {   /* a linear's bias is along the last dimension, a conv's the channel */
+        if (masked) {
+            return sw_bias_backward_relu(&dy, &y, e->attrs->type == SW_OP_LINEAR ? dy.rank - 1 : 1, &dw);
+        }
+        SW_TRY(sw_env_dz(e, &r, &dz));
         return sw_bias_backward_axis(&dz, e->attrs->type == SW_OP_LINEAR ? dz.rank - 1 : 1, &dw);
     }
+    if (masked && e->attrs->type == SW_OP_CONV2D) {
+        if (r.region[0] < 0) {
+            return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", e->id);
+        }
+        sw_view x;
+        sw_env_view(e, r.region[0], &x);
+        sw_env_rebase(e, 0, &x);
+        sw_env_rebase(e, e->task->slot, &dw);
+        return sw_conv2d_backward_weight_relu(&x, &dy, &y, &dw, NULL, &e->attrs->conv2d.win);
+    }
+    SW_TRY(sw_env_dz(e, &r, &dz));
     if (r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", e->id);
     }

@@ -21,9 +21,11 @@
  * arithmetic such as r * sh + kh cannot overflow.)
  */
 #include <math.h>    /* INFINITY, isnan */
+#include <stdint.h>  /* INT32_MAX */
 #include <string.h>  /* memset */
 
 #include "kernels.h"  /* sw_view, sw_window, sw_pool2d_* */
+#include "pool_argmax.h"  /* pool_argmax_lanes, pool_argmax_run */
 #include "../core/view.h"     /* sw_view_check, sw_window_check, sw_view_check_covers */
 
 enum { N_, C_, H_, W_ };  /* dimensions of (N, C, H, W) views */
@@ -77,9 +79,11 @@ static int64_t window_argmax(const float *xp, int64_t xw, window_part w) {
 /* window_argmax for a window lying wholly inside the plane, rows [r0, r0 + kh) and
  * columns [c0, c0 + kw): no clipping, the same order and NaN rule (the first
  * maximum; the first NaN beats numbers).  The winner's local row and column.
- * Branch-free over the window (conditional moves): on real data the comparisons
- * are coin flips, and mispredicted branches made pooling 5x slower; a window with
- * a NaN takes the exact general path. */
+ * Branch-free over the window: on real data the comparisons are coin flips, and
+ * mispredicted branches made pooling 5x slower.  The index updates are written as
+ * masks: as conditional expressions GCC compiled them to branches or conditional
+ * moves depending on the code around the call (2x apart).  A window with a NaN
+ * takes the exact general path. */
 static inline void interior_argmax(const float *xp, int64_t xw, int64_t r0, int64_t c0, int64_t kh, int64_t kw,
                                    int64_t *row, int64_t *col) {
     float best = xp[r0 * xw + c0];
@@ -89,10 +93,10 @@ static inline void interior_argmax(const float *xp, int64_t xw, int64_t r0, int6
         const float *line = xp + (r0 + i) * xw + c0;
         for (int64_t j = 0; j < kw; j++) {
             const float v = line[j];
-            const int take = v > best;   /* never true for a NaN: NaNs are found below */
-            best = take ? v : best;
-            bi = take ? i : bi;
-            bj = take ? j : bj;
+            const int64_t take = -(int64_t)(v > best);   /* all ones or zero; never for a NaN (found below) */
+            best = v > best ? v : best;                   /* a max instruction */
+            bi ^= (bi ^ i) & take;
+            bj ^= (bj ^ j) & take;
             nan |= v != v;
         }
     }
@@ -226,6 +230,58 @@ static void outputs_touching(int64_t lo, int64_t hi, int64_t in_lo, int64_t in_h
     *o1 = min64(hi, floor_div(in_hi - 1 + pad, s) + 1);
 }
 
+/* dp += g at x's local (a, b), where that lies in dx's box (the winner may lie outside it). */
+static inline void add_at(const sw_view *x, const sw_view *dx, float *dp, int64_t a, int64_t b, float g) {
+    const int64_t gi = x->lo[H_] + a - dx->lo[H_], gj = x->lo[W_] + b - dx->lo[W_];
+    if (gi >= 0 && gi < dx->shape[H_] && gj >= 0 && gj < dx->shape[W_]) {
+        dp[gi * dx->shape[W_] + gj] += g;
+    }
+}
+
+/* Windows a vector run needs at least: a window alone takes the scalar loop. */
+enum { MIN_RUN = 2 };
+
+/* Max pooling's gradient of dy's row r, columns [q0, q1) (grow: their dy values), each added at its
+ * window's first maximum in x (plane xp) when that lies in dx's box (plane dp), in column order.
+ * Runs of windows wholly inside x's plane go `lanes` at a time through pool_argmax_run (0: one by one). */
+static void max_row_backward(const sw_view *x, const float *xp, const sw_view *dx, float *dp, const sw_window *p,
+                             int64_t r, int64_t q0, int64_t q1, const float *grow, int lanes) {
+    const int64_t xh = x->shape[H_], xw = x->shape[W_];
+    const int64_t top = r * p->sh - p->ph - x->lo[H_];
+    /* the windows of columns below qin end inside the plane: left + kw <= xw */
+    const int64_t qin = floor_div(xw - p->kw + p->pw + x->lo[W_], p->sw) + 1;
+    int32_t at[16];
+    for (int64_t q = q0; q < q1;) {
+        const int64_t left = q * p->sw - p->pw - x->lo[W_];
+        int64_t n = 0;   /* windows of this run from q; winners: POOL_TAP(i, j) in at[0..n) */
+        if (lanes && window_inside(top, left, p, xh, xw)) {   /* the interior run from q: left grows with q */
+            n = min64(min64(lanes, q1 - q), qin - q);
+            if (n < MIN_RUN || !pool_argmax_run(lanes, xp, xw, top * xw + left, p->sw, (int)n, p->kh, p->kw, at)) {
+                n = 0;   /* a short run, or a NaN in it: one window at a time */
+            }
+        }
+        if (n > 0) {
+            for (int64_t l = 0; l < n; l++) {   /* in column order, as the scalar loop adds */
+                add_at(x, dx, dp, top + POOL_TAP_ROW(at[l]), left + l * p->sw + POOL_TAP_COL(at[l]),
+                       grow[q + l - q0]);
+            }
+            q += n;
+            continue;
+        }
+        int64_t a, b;   /* the winner, local in x */
+        if (window_inside(top, left, p, xh, xw)) {
+            interior_argmax(xp, xw, top, left, p->kh, p->kw, &a, &b);
+            add_at(x, dx, dp, a, b, grow[q - q0]);
+        } else {
+            const int64_t off = window_argmax(xp, xw, window_in_view(x, p, r, q));
+            if (off >= 0) {   /* else no real element: the gradient goes nowhere */
+                add_at(x, dx, dp, off / xw, off % xw, grow[q - q0]);
+            }
+        }
+        q++;
+    }
+}
+
 /* dx over dx's box (N, C, H, W): the partial gradient from dy's box (N, C, Ho, Wo).
  * x (N, C, H, W) is read by max pooling only (it may be NULL for average). */
 sw_status sw_pool2d_backward(int is_max, const sw_view *x, const sw_view *dy, sw_view *dx, const sw_window *p) {
@@ -267,44 +323,30 @@ sw_status sw_pool2d_backward(int is_max, const sw_view *x, const sw_view *dy, sw
     outputs_touching(dy->lo[W_], sw_view_hi(dy, W_), dx->lo[W_], sw_view_hi(dx, W_), p->kw, p->sw, p->pw, &q0, &q1);
     const float area = (float)(p->kh * p->kw);
     const int64_t dxh = dx->shape[H_], dxw = dx->shape[W_];
+    /* the vector lanes need every offset of x's plane in an int32 */
+    const int lanes = is_max && x->shape[H_] * x->shape[W_] <= INT32_MAX && p->kh <= POOL_MAX_TAPS &&
+                      p->kw <= POOL_MAX_TAPS ? pool_argmax_lanes() : 0;
     for (int64_t n = n0; n < n1; n++) {
         for (int64_t c = ch0; c < ch1; c++) {
             const float *gp = plane(dy, n, c);
             float *dp = plane(dx, n, c);
             const float *xp = is_max ? plane(x, n, c) : NULL;
             for (int64_t r = r0; r < r1; r++) {
-                for (int64_t q = q0; q < q1; q++) {
+                if (is_max) {
+                    max_row_backward(x, xp, dx, dp, p, r, q0, q1,
+                                     gp + (r - dy->lo[H_]) * dy->shape[W_] + (q0 - dy->lo[W_]), lanes);
+                    continue;
+                }
+                for (int64_t q = q0; q < q1; q++) {   /* average: every window position inside dx's box */
                     const float g = gp[(r - dy->lo[H_]) * dy->shape[W_] + (q - dy->lo[W_])];
-                    if (is_max) {
-                        const int64_t top = r * p->sh - p->ph - x->lo[H_], left = q * p->sw - p->pw - x->lo[W_];
-                        int64_t a, b;   /* the winner, local in x */
-                        if (window_inside(top, left, p, x->shape[H_], x->shape[W_])) {
-                            interior_argmax(xp, x->shape[W_], top, left, p->kh, p->kw, &a, &b);
-                        } else {
-                            const int64_t at = window_argmax(xp, x->shape[W_], window_in_view(x, p, r, q));
-                            if (at < 0) {
-                                continue;
-                            }
-                            a = at / x->shape[W_];
-                            b = at % x->shape[W_];
-                        }
-                        /* the winner's global position, then local in dx (it may lie outside dx's box) */
-                        const int64_t gi = x->lo[H_] + a - dx->lo[H_];
-                        const int64_t gj = x->lo[W_] + b - dx->lo[W_];
-                        if (gi >= 0 && gi < dxh && gj >= 0 && gj < dxw) {
-                            dp[gi * dxw + gj] += g;
-                        }
-                    } else {
-                        /* every window position inside dx's box (which lies inside the tensor) */
-                        const int64_t top = r * p->sh - p->ph - dx->lo[H_];
-                        const int64_t left = q * p->sw - p->pw - dx->lo[W_];
-                        const int64_t a0 = max64(top, 0), a1 = min64(top + p->kh, dxh);
-                        const int64_t b0 = max64(left, 0), b1 = min64(left + p->kw, dxw);
-                        const float share = g / area;
-                        for (int64_t a = a0; a < a1; a++) {
-                            for (int64_t b = b0; b < b1; b++) {
-                                dp[a * dxw + b] += share;
-                            }
+                    const int64_t top = r * p->sh - p->ph - dx->lo[H_];
+                    const int64_t left = q * p->sw - p->pw - dx->lo[W_];
+                    const int64_t a0 = max64(top, 0), a1 = min64(top + p->kh, dxh);
+                    const int64_t b0 = max64(left, 0), b1 = min64(left + p->kw, dxw);
+                    const float share = g / area;
+                    for (int64_t a = a0; a < a1; a++) {
+                        for (int64_t b = b0; b < b1; b++) {
+                            dp[a * dxw + b] += share;
                         }
                     }
                 }

@@ -152,17 +152,20 @@ static PyObject *py_conv2d_forward(PyObject *self, PyObject *args, PyObject *kwd
 static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObject *kwds) {
     (void)self;
     static char *kwlist[] = {"w", "w_lo", "dy", "dy_lo", "dx_lo", "dx_shape", "kernel", "stride", "padding",
-                             "dilation", "group_co", NULL};
+                             "dilation", "group_co", "relu_y", "relu_y_lo", NULL};
     PyObject *wo, *wlo, *dyo, *dylo, *dxlo, *dxshape, *kernel, *stride = NULL, *padding = NULL, *dilation = NULL;
+    PyObject *yo = Py_None, *ylo = Py_None;
     long long group_co = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OOOL", kwlist, &wo, &wlo, &dyo, &dylo, &dxlo, &dxshape,
-                                     &kernel, &stride, &padding, &dilation, &group_co)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OOOLOO", kwlist, &wo, &wlo, &dyo, &dylo, &dxlo, &dxshape,
+                                     &kernel, &stride, &padding, &dilation, &group_co, &yo, &ylo)) {
         return NULL;
     }
     held h = {.n = 0};
-    sw_view w, dy, dx;
+    sw_view w, dy, dx, y;
+    int has_y;
     sw_window p = {.sh = 1, .sw = 1};
     if (!required_view(&h, wo, wlo, 4, &w, "w", "w_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
+        !optional_view(&h, yo, ylo, 4, &y, &has_y, "relu_y", "relu_y_lo") ||
         sw_py_pair(kernel, 1, 1 << 20, "kernel", &p.kh, &p.kw) < 0 || !conv_extras(dilation, group_co, &p) ||
         (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
         (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0)) {
@@ -176,7 +179,7 @@ static PyObject *py_conv2d_backward_data(PyObject *self, PyObject *args, PyObjec
     }
     sw_status s;
     SW_KERNEL_BEGIN
-    s = sw_conv2d_backward_data(&w, &dy, &dx, &p);
+    s = has_y ? sw_conv2d_backward_data_relu(&w, &dy, &y, &dx, &p) : sw_conv2d_backward_data(&w, &dy, &dx, &p);
     SW_KERNEL_END
     return finish(&h, s, dxa);
 }
@@ -228,20 +231,22 @@ static int weight_grad_views(held *h, const int64_t *w_shape, int rank, int64_t 
 static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObject *kwds) {
     (void)self;
     static char *kwlist[] = {"x", "x_lo", "dy", "dy_lo", "w_shape", "stride", "padding", "with_bias", "dilation",
-                             "group_co", NULL};
+                             "group_co", "relu_y", "relu_y_lo", NULL};
     PyObject *xo, *xlo, *dyo, *dylo, *wshape, *stride = NULL, *padding = NULL, *dilation = NULL;
-    int with_bias = 1;
+    PyObject *yo = Py_None, *ylo = Py_None;
+    int with_bias = 1, has_y;
     long long group_co = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOpOL", kwlist, &xo, &xlo, &dyo, &dylo, &wshape, &stride,
-                                     &padding, &with_bias, &dilation, &group_co)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OOpOLOO", kwlist, &xo, &xlo, &dyo, &dylo, &wshape, &stride,
+                                     &padding, &with_bias, &dilation, &group_co, &yo, &ylo)) {
         return NULL;
     }
     held h = {.n = 0};
-    sw_view x, dy, dw, db;
+    sw_view x, dy, dw, db, y;
     int64_t ws[4];
     sw_window p = {.sh = 1, .sw = 1};
     PyArrayObject *dwa, *dba;
     if (!required_view(&h, xo, xlo, 4, &x, "x", "x_lo") || !required_view(&h, dyo, dylo, 4, &dy, "dy", "dy_lo") ||
+        !optional_view(&h, yo, ylo, 4, &y, &has_y, "relu_y", "relu_y_lo") ||
         sw_py_ints(wshape, 4, ws, SW_PY_NONNEG, "w_shape") < 0 || !conv_extras(dilation, group_co, &p) ||
         (stride && sw_py_pair(stride, 1, 1 << 20, "stride", &p.sh, &p.sw) < 0) ||
         (padding && sw_py_pair(padding, 0, 1 << 20, "padding", &p.ph, &p.pw) < 0) ||
@@ -253,7 +258,8 @@ static PyObject *py_conv2d_backward_weight(PyObject *self, PyObject *args, PyObj
     p.kw = ws[3];
     sw_status s;
     SW_KERNEL_BEGIN
-    s = sw_conv2d_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL, &p);
+    s = has_y ? sw_conv2d_backward_weight_relu(&x, &dy, &y, &dw, with_bias ? &db : NULL, &p)
+              : sw_conv2d_backward_weight(&x, &dy, &dw, with_bias ? &db : NULL, &p);
     SW_KERNEL_END
     PyObject *result = s == SW_OK ? weight_result(dwa, dba) : sw_py_raise(s);
     release(&h);
@@ -361,12 +367,14 @@ static PyMethodDef methods[] = {
      "output channels per group (w (Co, Cig, kh, kw))."},
     {"conv2d_backward_data", FN(py_conv2d_backward_data), KW,
      "conv2d_backward_data(w, w_lo, dy, dy_lo, dx_lo, dx_shape, kernel, stride=1, padding=0, dilation=1,\n"
-     "                     group_co=0) -> dx\n"
-     "The partial input gradient over dx's box from dy's box only (contributions outside dx's box dropped)."},
+     "                     group_co=0, relu_y=None, relu_y_lo=None) -> dx\n"
+     "The partial input gradient over dx's box from dy's box only (contributions outside dx's box dropped);\n"
+     "with relu_y (the output of a fused ReLU over dy's box) through the ReLU: dy where relu_y > 0, else 0."},
     {"conv2d_backward_weight", FN(py_conv2d_backward_weight), KW,
      "conv2d_backward_weight(x, x_lo, dy, dy_lo, w_shape, stride=1, padding=0, with_bias=True, dilation=1,\n"
-     "                       group_co=0) -> (dw, db)\n"
-     "dw (dy's Co range, Ci, kh, kw) and db (dy's Co range, or None) summed over dy's box."},
+     "                       group_co=0, relu_y=None, relu_y_lo=None) -> (dw, db)\n"
+     "dw (dy's Co range, Ci, kh, kw) and db (dy's Co range, or None) summed over dy's box;\n"
+     "with relu_y as in conv2d_backward_data."},
     {"conv_isa_calls", FN(py_conv_isa_calls), METH_NOARGS,
      "conv_isa_calls() -> {'avx2': n, 'avx512': n}: how often each instruction set's direct loops ran."},
     {"conv_isa", FN(py_conv_isa), KW,

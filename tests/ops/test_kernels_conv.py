@@ -433,7 +433,7 @@ def test_auto_runs_the_direct_loops_where_they_pay():
     """'auto' (the trainer's) gives the direct loops' bits on a 16-channel 3x3 layer, and
     im2col's on 1x1 kernels, for the 3-channel input gradient of an input layer, for a layer of
     6 output channels (LeNet-5's first) and on 3x3
-    layers above the direct loops' limit (64 channels with AVX2, 128 with AVX-512)."""
+    layers above the direct loops' limit (256 channels)."""
     assert _core.conv_algorithm() == "auto"
     for c in (RESNET_LAYER, dict(RESNET_LAYER, kernel=(1, 1), padding=(0, 0))):
         auto = _conv_all(c, seed=1)
@@ -454,9 +454,9 @@ def test_auto_runs_the_direct_loops_where_they_pay():
     for a, b in zip(auto, im2col):
         np.testing.assert_array_equal(a, b)
     assert any(not np.array_equal(a, o) for a, o in zip(auto, direct)), "the algorithms should differ in bits"
-    # above the direct loops' limit (64 channels with AVX2, 128 with AVX-512): im2col + GEMM everywhere
+    # above the direct loops' limit (256 channels, with either instruction set): im2col + GEMM everywhere
     # (its GEMMs are no longer thin); at the limit, the direct loops
-    for isa, limit in (("avx2", 64), ("avx512", 128)):
+    for isa, limit in (("avx2", 256), ("avx512", 256)):
         if not _isa_available(isa):
             continue
         _core.conv_isa(isa)
@@ -647,3 +647,79 @@ def test_conv_isa_names_and_refusals():
         with pytest.raises(ValueError, match="no AVX-512F"):
             _core.conv_isa("avx512")
     assert _core.conv_isa("auto") == _core.conv_isa()
+
+
+# ----------------------------------------------------------------------------------------------
+# the gradient through a fused ReLU (relu_y: the kernels mask dy as they read it)
+# ----------------------------------------------------------------------------------------------
+def _relu_case(c: dict, seed: int):
+    """x, w, dy and the fused ReLU's output y (zeros where the ReLU clipped, one NaN), float32."""
+    x, w, b, dy = (f32(a) for a in make_conv_tensors(c, seed))
+    y = _core.conv2d_forward(x, None, w, None, f32(b), None, None, dy.shape, c["stride"], c["padding"], True)
+    y.flat[len(y.flat) // 2] = np.nan   # a NaN output takes no gradient, as relu_backward has it
+    return x, w, dy, y
+
+
+@pytest.mark.parametrize("isa", ["auto", "avx2"])
+@pytest.mark.parametrize("spec", FIXED_CONV_CASES + WIDE_CONV_CASES + list(range(12)), ids=conv_ids)
+def test_gradients_through_a_fused_relu_mask_dy(spec, algorithm, isa):
+    """With relu_y both backward kernels give the bits of the plain kernels on dy * (y > 0) (the
+    direct loops mask dy while they copy it, im2col + GEMM into scratch first), and the float64
+    reference's gradients of that masked dy."""
+    if isa != "auto" and not _isa_available(isa):
+        pytest.skip(f"this CPU has no {isa}")
+    c = conv_case(spec)
+    x, w, dy, y = _relu_case(c, seed=11)
+    s, p, k = c["stride"], c["padding"], c["kernel"]
+    dz = np.where(y > 0, dy, np.float32(0))
+    _core.conv_isa(isa)
+    try:
+        dx = _core.conv2d_backward_data(w, None, dy, None, None, x.shape, k, s, p, relu_y=y)
+        dw, db = _core.conv2d_backward_weight(x, None, dy, None, w.shape, s, p, True, relu_y=y)
+        np.testing.assert_array_equal(dx, _core.conv2d_backward_data(w, None, dz, None, None, x.shape, k, s, p))
+        dw_plain, db_plain = _core.conv2d_backward_weight(x, None, dz, None, w.shape, s, p, True)
+        np.testing.assert_array_equal(dw, dw_plain)
+    finally:
+        _core.conv_isa("auto")
+    dx_ref, dw_ref, db_ref = ref.conv2d_backward(x.astype(np.float64), w.astype(np.float64), dz.astype(np.float64),
+                                                 s, p, bias=True)
+    assert_close(dx, dx_ref, "backward data through the ReLU")
+    assert_close(dw, dw_ref, "backward weight through the ReLU")
+    assert_close(db, db_ref, "bias gradient through the ReLU")
+    np.testing.assert_array_equal(db, db_plain)   # the same values summed in the same order
+
+
+def test_gradients_through_a_fused_relu_on_sub_boxes_and_groups(algorithm):
+    """relu_y on views that are parts of the tensors (its lo is dy's), and on a grouped
+    convolution (its kernels read dy in place: the mask goes through scratch)."""
+    c = dict(n=3, ci=16, co=16, h=7, w=6, kernel=(3, 3), stride=(1, 1), padding=(1, 1))
+    x, w, dy, y = _relu_case(c, seed=12)
+    lo = (1, 0, 2, 1)
+    part = (slice(1, 3), slice(None), slice(2, 6), slice(1, 5))
+    dz = np.where(y > 0, dy, np.float32(0))
+    dx = _core.conv2d_backward_data(w, None, dy[part], lo, (1, 0, 0, 0), (2, 16, 7, 6), (3, 3), 1, 1,
+                                    relu_y=y[part], relu_y_lo=lo)
+    want = _core.conv2d_backward_data(w, None, np.ascontiguousarray(dz[part]), lo, (1, 0, 0, 0), (2, 16, 7, 6),
+                                      (3, 3), 1, 1)
+    np.testing.assert_array_equal(dx, want)
+    dw, _ = _core.conv2d_backward_weight(x, None, dy[part], lo, w.shape, 1, 1, False, relu_y=y[part], relu_y_lo=lo)
+    want, _ = _core.conv2d_backward_weight(x, None, np.ascontiguousarray(dz[part]), lo, w.shape, 1, 1, False)
+    np.testing.assert_array_equal(dw, want)
+    wg = np.ascontiguousarray(w[:, :4])   # 4 groups of 4 channels
+    yg = _core.conv2d_forward(x, None, wg, None, None, None, None, dy.shape, 1, 1, True, group_co=4)
+    dz = np.where(yg > 0, dy, np.float32(0))
+    dx = _core.conv2d_backward_data(wg, None, dy, None, None, x.shape, (3, 3), 1, 1, group_co=4, relu_y=yg)
+    np.testing.assert_array_equal(dx, _core.conv2d_backward_data(wg, None, dz, None, None, x.shape, (3, 3), 1, 1,
+                                                                 group_co=4))
+    dw, _ = _core.conv2d_backward_weight(x, None, dy, None, wg.shape, 1, 1, False, group_co=4, relu_y=yg)
+    want, _ = _core.conv2d_backward_weight(x, None, dz, None, wg.shape, 1, 1, False, group_co=4)
+    np.testing.assert_array_equal(dw, want)
+
+
+def test_a_relu_output_of_another_box_is_refused():
+    c = dict(n=2, ci=16, co=16, h=5, w=5, kernel=(3, 3), stride=(1, 1), padding=(1, 1))
+    x, w, dy, y = _relu_case(c, seed=13)
+    with pytest.raises(ValueError, match="y's box must be dy's"):
+        _core.conv2d_backward_data(w, None, dy, None, None, x.shape, (3, 3), 1, 1, relu_y=y[:1])
+    with pytest.raises(ValueError, match="y's box must be dy's"):
+        _core.conv2d_backward_weight(x, None, dy, None, w.shape, 1, 1, True, relu_y=y, relu_y_lo=(0, 0, 1, 0))

@@ -95,7 +95,30 @@ POOL_CASES = [
     ((1, 2, 10, 9), (3, 2), (1, 2), (1, 0)),
     ((3, 2, 7, 11), (5, 3), (3, 1), (2, 1)),
     ((2, 2, 6, 6), (3, 3), (1, 1), (0, 0)),
+    ((2, 2, 9, 41), (3, 3), (2, 2), (1, 1)),   # rows of 21 windows: a full 16-lane run, then 5
 ]
+
+
+def _isa_available(name: str) -> bool:
+    try:
+        _core.conv_isa(name)
+    except ValueError:
+        return False
+    finally:
+        _core.conv_isa("auto")
+    return True
+
+
+@pytest.fixture(params=["auto", "avx2"])
+def pool_isa(request):
+    """Max pooling's backward pass finds winners 16 windows at a time with AVX-512, 8 with AVX2
+    (pool_argmax.c, chosen as the direct convolution's instruction set): run the test with each
+    set this CPU has (process-wide, restored after)."""
+    if request.param != "auto" and not _isa_available(request.param):
+        pytest.skip(f"this CPU has no {request.param}")
+    _core.conv_isa(request.param)
+    yield request.param
+    _core.conv_isa("auto")
 
 
 def pool_input(rng, shape, with_ties):
@@ -108,7 +131,7 @@ def pool_input(rng, shape, with_ties):
 @pytest.mark.parametrize("kind", ["max", "avg"])
 @pytest.mark.parametrize("case", range(len(POOL_CASES)))
 @pytest.mark.parametrize("with_ties", [False, True])
-def test_pool_whole_tensor_matches_reference(kind, case, with_ties):
+def test_pool_whole_tensor_matches_reference(kind, case, with_ties, pool_isa):
     shape, k, s, p = POOL_CASES[case]
     rng = np.random.default_rng(case)
     x = pool_input(rng, shape, with_ties)
@@ -122,12 +145,13 @@ def test_pool_whole_tensor_matches_reference(kind, case, with_ties):
 
 
 @pytest.mark.parametrize("k,st,pad", [((2, 2), (2, 2), (0, 0)), ((3, 3), (2, 2), (1, 1)), ((3, 2), (1, 2), (0, 1))])
-def test_max_pool_nan_and_infinity_rules_inside_and_at_the_border(k, st, pad):
+@pytest.mark.parametrize("width", [8, 45])
+def test_max_pool_nan_and_infinity_rules_inside_and_at_the_border(k, st, pad, width, pool_isa):
     """A NaN wins its window (the first NaN, in row-major window order), -inf and ties keep
     the first maximum; the same in interior windows (branch-free fast path) and windows
     clipped by padding, forward value and the position the gradient goes to."""
     rng = np.random.default_rng(11)
-    shape = (2, 3, 9, 8)
+    shape = (2, 3, 9, width)   # 45 columns: runs of 16 lanes, some with a NaN window (the scalar rule)
     x = rng.integers(-2, 3, size=shape).astype(np.float32)
     flat = x.reshape(-1)
     flat[rng.choice(flat.size, 25, replace=False)] = np.nan
@@ -151,7 +175,7 @@ def test_max_pool_nan_and_infinity_rules_inside_and_at_the_border(k, st, pad):
     np.testing.assert_array_equal(dx, want_dx)
 
 
-def test_max_pool_signed_zeros_follow_the_first_maximum():
+def test_max_pool_signed_zeros_follow_the_first_maximum(pool_isa):
     """-0 and +0 compare equal: the first of them in row-major window order is the maximum
     (its sign is the output's) and takes the gradient."""
     rng = np.random.default_rng(4)
