@@ -308,6 +308,15 @@ typedef struct {
     int shift;
 } bit_layout;
 
+/* Bits set in x (without the popcount instruction, which the build does not assume). */
+static int bit_count(uint64_t x) {
+    int n = 0;
+    for (; x; x &= x - 1) {
+        n++;
+    }
+    return n;
+}
+
 /* Where the bits of s (a mask of them) sit in v. */
 static uint64_t s_bits_in_v(const bit_layout *b, uint64_t s) {
     return ((s << b->shift) & b->tied) | ((s & b->low) << S_LOW);
@@ -324,10 +333,12 @@ static int64_t factor_at(const reads *rd, const grid *g, int f, int64_t w, int64
 }
 
 /* The sum over the free bits of the product of the factors: factors whose bits meet form a
- * group, summed over its bits alone; -1 when the terms would be more than `most`. */
+ * group, summed over its bits alone, and within a group, for each value of the bits two or
+ * more of its factors read, the product over its factors of each one's sum over the bits it
+ * alone reads; -1 when the terms would be more than `most`. */
 static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int64_t most) {
     int nf = 1 + g->rank, ng = 0;
-    uint64_t group_bits[BIT_FACTORS], read_by_any = 0;
+    uint64_t group_bits[BIT_FACTORS], read_by_any = 0, factor_bits[BIT_FACTORS];
     unsigned group_members[BIT_FACTORS];   /* per group: its factors, one bit each */
     for (int f = 0; f < nf; f++) {
         uint64_t m;
@@ -340,6 +351,7 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
                 s_bits_in_v(b, (uint64_t)(g->deg[f - 1] - 1) << g->low[f - 1]);
         }
         m &= b->free;
+        factor_bits[f] = m;
         read_by_any |= m;
         unsigned fm = 1u << f;
         for (int q = 0; q < ng; q++) {
@@ -354,33 +366,61 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
         group_bits[ng] = m;
         group_members[ng++] = fm;
     }
+    uint64_t shared[BIT_FACTORS];   /* per group: the bits two or more of its factors read */
     int64_t terms = 0;
     for (int q = 0; q < ng; q++) {
-        int m = __builtin_popcountll(group_bits[q]);
+        uint64_t seen = 0;
+        shared[q] = 0;
+        for (int f = 0; f < nf; f++) {
+            if (group_members[q] >> f & 1) {
+                shared[q] |= seen & factor_bits[f];
+                seen |= factor_bits[f];
+            }
+        }
+        int64_t per_value = 0;   /* terms for one value of the shared bits */
+        for (int f = 0; f < nf; f++) {
+            if (group_members[q] >> f & 1) {
+                int own = bit_count(factor_bits[f] & ~shared[q]);
+                if (own > GROUP_BITS) {
+                    return -1;
+                }
+                per_value += (int64_t)1 << own;
+            }
+        }
+        int m = bit_count(shared[q]);
         if (m > GROUP_BITS) {
             return -1;
         }
-        terms += ((int64_t)1 << m) * __builtin_popcount(group_members[q]);
+        terms += ((int64_t)1 << m) * per_value;
     }
     if (terms > most) {
         return -1;
     }
-    int64_t total = (int64_t)1 << __builtin_popcountll(b->free & ~read_by_any);   /* unread free bits double it */
+    int64_t total = (int64_t)1 << bit_count(b->free & ~read_by_any);   /* unread free bits double it */
     uint64_t wfield = b->wmask & 0xffffffffu;
     for (int q = 0; q < ng && total > 0; q++) {
         int member[BIT_FACTORS], members = 0;
+        uint64_t own[BIT_FACTORS];
         for (int f = 0; f < nf; f++) {
             if (group_members[q] >> f & 1) {
+                own[members] = factor_bits[f] & ~shared[q];
                 member[members++] = f;
             }
         }
-        uint64_t mask = group_bits[q], v = 0;
+        uint64_t mask = shared[q], v = 0;
         int64_t sum = 0;
-        do {   /* every subset v of mask */
-            int64_t w = (int64_t)(v & wfield), s = (int64_t)(((v & b->tied) >> b->shift) | ((v >> S_LOW) & b->low));
+        do {   /* every value v of the shared bits (a subset of mask) */
             int64_t term = 1;
             for (int i = 0; i < members && term > 0; i++) {
-                term *= factor_at(rd, g, member[i], w, s);
+                int64_t part = 0;
+                uint64_t u = 0;
+                do {   /* every value u of the bits factor i alone reads */
+                    uint64_t x = v | u;
+                    int64_t w = (int64_t)(x & wfield), s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
+                    part += factor_at(rd, g, member[i], w, s);
+                    u = (u - own[i]) & own[i];
+                } while (u != 0);
+                term *= part;
             }
             sum += term;
             v = (v - mask) & mask;
