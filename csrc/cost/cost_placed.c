@@ -64,6 +64,16 @@ static inline int64_t quotient_rest(int64_t a, int64_t b, int64_t *rest) {
     return a / b;
 }
 
+/* log2 n for n a power of two (n >= 1), else -1. */
+static int log2_exact(int64_t n) {
+    int e = 0;
+    while (n > 1 && n % 2 == 0) {
+        n /= 2;
+        e++;
+    }
+    return n == 1 ? e : -1;
+}
+
 /* The producer's output blocks: row-major over deg (rank dims), block length len. */
 /* The boxes of a few block ranges of one partition (range_boxes), kept: the ranges on a node
  * recur for every consumer configuration of a table.  RANGES_KEPT first ranges asked. */
@@ -82,6 +92,8 @@ typedef struct {
     const sw_box *block;   /* every block's box, in row-major order (at most LISTED_BLOCKS), or NULL */
     const double *lanes;   /* the same boxes as lanes (block_lanes), or NULL */
     kept_ranges *kept;     /* the partition's kept ranges, or NULL */
+    int bits;              /* log2 nb when every degree is a power of two dividing its extent, else -1 */
+    int low[SW_MAX_RANK];  /* bits: dimension d's coordinate is bits [low[d], low[d] + log2 deg[d]) of a block index */
 } grid;
 
 /* Grids of at most this many blocks have their boxes listed, once per partition of a table:
@@ -119,6 +131,12 @@ static void make_grid(const sw_op *op, const sw_config *c, grid *g) {
     g->block = NULL;
     g->lanes = NULL;
     g->kept = NULL;
+    g->bits = 0;
+    for (int d = g->rank - 1; d >= 0 && g->bits >= 0; d--) {
+        int e = log2_exact(g->deg[d]);
+        g->low[d] = g->bits;
+        g->bits = e >= 0 && op->extent[d] % g->deg[d] == 0 ? g->bits + e : -1;
+    }
 }
 
 /* The blocks whose row-major indices lie in [s0, s1), as at most 2 rank - 1 boxes of
@@ -300,6 +318,12 @@ typedef struct {
     double *prefix;      /* prefix[w] = sum over used workers v < w of |R_v|; prefix[k] the total */
     double volume_sum;   /* prefix[k] */
     double *lanes;       /* the regions as lanes (region_lanes), or NULL: count with box_overlap */
+    /* When k is a power of two and the slot reads the producer's output whole (same rank and
+     * extents): bits = log2 k, and the bits of a worker index that used[w] and the interval
+     * on dimension d of region[w] depend on (count_by_bits); else bits = -1. */
+    int bits;
+    uint32_t used_bits, region_bits[SW_MAX_RANK];
+    uint32_t whole;   /* bits: dimension d where every worker reads the whole extent (each block's overlap is its length) */
 } reads;
 
 static void free_reads(reads *rd) {
@@ -310,8 +334,49 @@ static void free_reads(reads *rd) {
     *rd = (reads){0};
 }
 
+/* The bits of a worker index that used[w] and each dimension's interval of region[w] depend
+ * on: bit i is one where flipping it changes the value for some worker (k = 2^bits workers);
+ * a value unchanged by flipping any other bit is a function of those bits alone. */
+static void dependence_bits(const sw_op *src, const sw_input *in, reads *rd) {
+    int64_t k = rd->k;
+    rd->bits = log2_exact(k);
+    if (in->rank != src->out_rank) {
+        rd->bits = -1;
+    }
+    for (int d = 0; rd->bits >= 0 && d < in->rank; d++) {
+        rd->bits = in->shape[d] == src->extent[d] ? rd->bits : -1;
+    }
+    rd->used_bits = 0;
+    rd->whole = 0;
+    for (int d = 0; d < SW_MAX_RANK; d++) {
+        rd->region_bits[d] = 0;
+    }
+    for (int i = 0; i < rd->bits; i++) {
+        int64_t b = (int64_t)1 << i;
+        for (int64_t w = 0; w < k && !(rd->used_bits >> i & 1); w++) {
+            if (!(w & b) && rd->used[w] != rd->used[w | b]) {
+                rd->used_bits |= 1u << i;
+            }
+        }
+        for (int d = 0; d < in->rank; d++) {
+            for (int64_t w = 0; w < k && !(rd->region_bits[d] >> i & 1); w++) {
+                const sw_box *x = &rd->region[w], *y = &rd->region[w | b];
+                if (!(w & b) && (x->lo[d] != y->lo[d] || x->hi[d] != y->hi[d])) {
+                    rd->region_bits[d] |= 1u << i;
+                }
+            }
+        }
+    }
+    for (int d = 0; rd->bits >= 0 && d < in->rank; d++) {
+        if (rd->region_bits[d] == 0 && rd->region[0].lo[d] == 0 && rd->region[0].hi[d] == src->extent[d]) {
+            rd->whole |= 1u << d;
+        }
+    }
+}
+
 /* lanes_rank: the producer's output rank, to keep the regions as lanes too (0: not) */
-static sw_status reads_of(const sw_op *dst, const sw_config *c, int slot, int lanes_rank, reads *out) {
+static sw_status reads_of(const sw_problem *p, const sw_op *dst, const sw_config *c, int slot, int lanes_rank,
+                          reads *out) {
     out->k = c->nworkers;
     out->lanes = NULL;
     out->region = malloc(sizeof *out->region * (size_t)c->nworkers);
@@ -334,7 +399,208 @@ static sw_status reads_of(const sw_op *dst, const sw_config *c, int slot, int la
     if (lanes_rank > 0 && out->volume_sum <= EXACT_IN_DOUBLE) {   /* (NULL: counted box by box) */
         out->lanes = box_lanes(out->region, out->used, c->nworkers, lanes_rank);
     }
+    dependence_bits(&p->ops[dst->inputs[slot].producer], &dst->inputs[slot], out);
     return SW_OK;
+}
+
+/* ---- the counts from bit fields, when every size is a power of two ----
+ * With the consumer on devices [0, k) and the producer's blocks on [0, nb * rdeg), k, nb,
+ * rdeg, the node size and every degree powers of two, worker w's device is w and block s's
+ * owner is device s * rdeg, so both counts are sums over bit vectors:
+ *
+ *     local = sum over w of  used(w) prod_d |R_w[d] & B_s[d]|  with s * rdeg = w
+ *     same  = sum over w, s of the same product  with s * rdeg and w on one node
+ *
+ * where R_w[d] depends on a few bits of w (reads.region_bits), used(w) too, and B_s[d]
+ * (block s's interval on dimension d) on the bits of s that hold coordinate d (grid.low).
+ * "On one node" and "s * rdeg = w" tie bits of s to bits of w or fix them at 0.  Factors
+ * that share no free bit sum apart, so the sum is a product over groups of factors of a sum
+ * over the group's free bits only (a free bit no factor reads doubles it): for partitions
+ * that split alike, a few dozen terms instead of one box per worker and block.  Every term
+ * is a whole number of elements and so is every partial sum (below 2^53), so the counts are
+ * the ones count_placed adds up, bit for bit. */
+#define BIT_FACTORS (SW_MAX_RANK + 1)   /* used(w), then one overlap per dimension */
+#define GROUP_BITS 24                   /* more free bits in one group: count_placed */
+#define S_LOW 32                        /* where the bits of s free within a node sit in a bit vector */
+#define TERMS_PER_BOX 4                 /* terms of bit_sum as quick as one box overlap of count_placed (measured:
+                                         * Llama on 1,024 H100s builds fastest near 4; 1 and 16 are slower) */
+#define BITS_FROM_WORKERS 32            /* fewer workers on shared devices: count_placed is as quick */
+
+/* How the bits of one sum are laid out in a 64-bit vector v: bit i < 32 of v is bit i of w; the
+ * bits of s tied to bits of w are those bits shifted by log2 rdeg (s = (v & tied) >> shift);
+ * bits of s free of w (within a node) sit from S_LOW (s |= (v >> S_LOW) & low). */
+typedef struct {
+    uint64_t free;      /* the free bits of v */
+    uint64_t wmask;     /* bits of v that are bits of w */
+    uint64_t tied;      /* bits of v that are also bits of s, shifted */
+    uint64_t low;       /* bits of s free of w: at S_LOW and up in v */
+    int shift;
+} bit_layout;
+
+/* Bits set in x (without the popcount instruction, which the build does not assume). */
+static int bit_count(uint64_t x) {
+    int n = 0;
+    for (; x; x &= x - 1) {
+        n++;
+    }
+    return n;
+}
+
+/* Where the bits of s (a mask of them) sit in v. */
+static uint64_t s_bits_in_v(const bit_layout *b, uint64_t s) {
+    return ((s << b->shift) & b->tied) | ((s & b->low) << S_LOW);
+}
+
+/* Factor f (0: used(w), 1 + d: dimension d's overlap) at worker w and block s. */
+static int64_t factor_at(const reads *rd, const grid *g, int f, int64_t w, int64_t s) {
+    if (f == 0) {
+        return rd->used[w] != 0;
+    }
+    int d = f - 1;
+    int64_t c = (s >> g->low[d]) & (g->deg[d] - 1), lo = c * g->len[d];
+    return overlap(rd->region[w].lo[d], rd->region[w].hi[d], lo, lo + g->len[d]);
+}
+
+/* The sum over the free bits of the product of the factors: factors whose bits meet form a
+ * group, summed over its bits alone, and within a group, for each value of the bits two or
+ * more of its factors read, the product over its factors of each one's sum over the bits it
+ * alone reads; -1 when the terms would be more than `most`. */
+static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int64_t most) {
+    int nf = 1 + g->rank, ng = 0;
+    uint64_t group_bits[BIT_FACTORS], read_by_any = 0, factor_bits[BIT_FACTORS];
+    unsigned group_members[BIT_FACTORS];   /* per group: its factors, one bit each */
+    for (int f = 0; f < nf; f++) {
+        uint64_t m;
+        if (f == 0) {
+            m = rd->used_bits & b->wmask;
+        } else if (rd->whole >> (f - 1) & 1) {
+            m = 0;   /* a dimension read whole overlaps every block by its length: a constant factor */
+        } else {
+            m = (rd->region_bits[f - 1] & b->wmask) |
+                s_bits_in_v(b, (uint64_t)(g->deg[f - 1] - 1) << g->low[f - 1]);
+        }
+        m &= b->free;
+        factor_bits[f] = m;
+        read_by_any |= m;
+        unsigned fm = 1u << f;
+        for (int q = 0; q < ng; q++) {
+            if (m & group_bits[q]) {   /* merge group q into this one */
+                m |= group_bits[q];
+                fm |= group_members[q];
+                group_bits[q] = group_bits[--ng];
+                group_members[q] = group_members[ng];
+                q = -1;   /* the grown mask may meet groups already passed */
+            }
+        }
+        group_bits[ng] = m;
+        group_members[ng++] = fm;
+    }
+    uint64_t shared[BIT_FACTORS];   /* per group: the bits two or more of its factors read */
+    int64_t terms = 0;
+    for (int q = 0; q < ng; q++) {
+        uint64_t seen = 0;
+        shared[q] = 0;
+        for (int f = 0; f < nf; f++) {
+            if (group_members[q] >> f & 1) {
+                shared[q] |= seen & factor_bits[f];
+                seen |= factor_bits[f];
+            }
+        }
+        int64_t per_value = 0;   /* terms for one value of the shared bits */
+        for (int f = 0; f < nf; f++) {
+            if (group_members[q] >> f & 1) {
+                int own = bit_count(factor_bits[f] & ~shared[q]);
+                if (own > GROUP_BITS) {
+                    return -1;
+                }
+                per_value += (int64_t)1 << own;
+            }
+        }
+        int m = bit_count(shared[q]);
+        if (m > GROUP_BITS) {
+            return -1;
+        }
+        terms += ((int64_t)1 << m) * per_value;
+    }
+    if (terms > most) {
+        return -1;
+    }
+    int64_t total = (int64_t)1 << bit_count(b->free & ~read_by_any);   /* unread free bits double it */
+    uint64_t wfield = b->wmask & 0xffffffffu;
+    for (int q = 0; q < ng && total > 0; q++) {
+        int member[BIT_FACTORS], members = 0;
+        uint64_t own[BIT_FACTORS];
+        for (int f = 0; f < nf; f++) {
+            if (group_members[q] >> f & 1) {
+                own[members] = factor_bits[f] & ~shared[q];
+                member[members++] = f;
+            }
+        }
+        uint64_t mask = shared[q], v = 0;
+        int64_t sum = 0;
+        do {   /* every value v of the shared bits (a subset of mask) */
+            int64_t term = 1;
+            for (int i = 0; i < members && term > 0; i++) {
+                int64_t part = 0;
+                uint64_t u = 0;
+                do {   /* every value u of the bits factor i alone reads */
+                    uint64_t x = v | u;
+                    int64_t w = (int64_t)(x & wfield), s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
+                    part += factor_at(rd, g, member[i], w, s);
+                    u = (u - own[i]) & own[i];
+                } while (u != 0);
+                term *= part;
+            }
+            sum += term;
+            v = (v - mask) & mask;
+        } while (v != 0);
+        total *= sum;
+    }
+    return total;
+}
+
+/* local and same of count_placed for consumer and producer both from device 0, by bit
+ * fields, each where its terms are fewer than the boxes count_placed would overlap (an
+ * estimate: one per worker holding a block, one per worker on a shared node); returns
+ * which were counted (COUNTED_LOCAL | COUNTED_SAME), 0 when some size is not a power of
+ * two or few workers share devices. */
+#define COUNTED_LOCAL 1
+#define COUNTED_SAME 2
+static int count_by_bits(const sw_problem *p, const reads *rd, const grid *g, int64_t rdeg, double *same,
+                         double *local) {
+    int wb = rd->bits, sb = g->bits, rb = log2_exact(rdeg), pb = log2_exact(p->node_size);
+    if (wb < 0 || sb < 0 || rb < 0 || pb < 0 || wb > 30 || sb + rb > 30) {
+        return 0;
+    }
+    int64_t k = rd->k, devices = g->nb * rdeg, shared = k < devices ? k : devices;
+    if (shared < BITS_FROM_WORKERS) {
+        return 0;
+    }
+    uint64_t wmask = ((uint64_t)1 << wb) - 1, smask = ((uint64_t)1 << sb) - 1;
+    /* local: s * rdeg = w, so w's bits below rb are 0 and bit i >= rb of w is bit i - rb of s;
+     * w < k and s < nb bound both */
+    bit_layout lb = {0, wmask, 0, 0, rb};
+    lb.tied = (smask << rb) & wmask;
+    lb.free = lb.tied;
+    int64_t lc = bit_sum(&lb, rd, g, shared / rdeg * g->rank * TERMS_PER_BOX);
+    /* same: w and s * rdeg on one node: their bits from pb up agree (0 past the last of
+     * either); w's bits below pb and s's bits below pb - rb are free */
+    uint64_t node = ~(((uint64_t)1 << pb) - 1);
+    bit_layout sl = {0, wmask, 0, 0, rb};
+    sl.tied = (smask << rb) & wmask & node;
+    sl.low = pb > rb ? smask & (((uint64_t)1 << (pb - rb)) - 1) : 0;
+    sl.free = (wmask & ~node) | sl.tied | (sl.low << S_LOW);
+    int64_t sc = bit_sum(&sl, rd, g, shared * g->rank * TERMS_PER_BOX);
+    int counted = 0;
+    if (lc >= 0) {
+        *local = (double)lc;
+        counted |= COUNTED_LOCAL;
+    }
+    if (sc >= 0) {
+        *same = (double)sc;
+        counted |= COUNTED_SAME;
+    }
+    return counted;
 }
 
 /* The three counts of the header for consumer reads rd on devices [d0, d0 + k) and
@@ -342,9 +608,12 @@ static sw_status reads_of(const sw_op *dst, const sw_config *c, int slot, int la
  * output block s lives on device s0 + s * rdeg. */
 static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const grid *g, int64_t rdeg,
                          int64_t s0, double *same, double *local) {
-    int64_t per = p->node_size, k = rd->k;
-    *same = 0;
-    *local = 0;
+    double bits_same = 0.0, bits_local = 0.0;
+    int counted = d0 == 0 && s0 == 0 ? count_by_bits(p, rd, g, rdeg, &bits_same, &bits_local) : 0;
+    /* the workers visited below for local and for same: none for a count made by bits */
+    int64_t per = p->node_size, k = counted & COUNTED_LOCAL ? 0 : rd->k, k_same = counted & COUNTED_SAME ? 0 : rd->k;
+    *same = bits_same;
+    *local = bits_local;
     /* local: the workers on a device holding a block, visited with the block's coordinates
      * kept by an odometer (no division per worker) */
     int64_t w = s0 - d0 > 0 ? s0 - d0 : 0;
@@ -356,7 +625,7 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     int64_t blk = rdeg > 1 ? quotient_rest(d0 + w - s0, rdeg, NULL) : d0 + w - s0, coord[SW_MAX_RANK];
     if (rd->lanes && g->lanes && rdeg == 1) {   /* workers w.. against blocks blk.., four at a time */
         int64_t n = k - w < g->nb - blk ? k - w : g->nb - blk;
-        *local += n > 0 ? lanes_paired(rd->lanes, (size_t)k + LANE_PAD, w, g->lanes, (size_t)g->nb + LANE_PAD, blk,
+        *local += n > 0 ? lanes_paired(rd->lanes, (size_t)rd->k + LANE_PAD, w, g->lanes, (size_t)g->nb + LANE_PAD, blk,
                                        g->rank, n) : 0.0;
         w = k;
     }
@@ -389,9 +658,9 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     /* the nodes holding both some of [d0, d0 + k) and some of the producer's devices (on the
      * others no block meets a worker: first >= last below) */
     int64_t src_last = s0 + g->nb * rdeg - 1, n_lo = quotient_rest(d0 > s0 ? d0 : s0, per, NULL) * per;
-    int64_t n_end = d0 + k - 1 < src_last ? d0 + k : src_last + 1;
+    int64_t n_end = d0 + k_same - 1 < src_last ? d0 + k_same : src_last + 1;
     for (int64_t n0 = n_lo; n0 < n_end; n0 += per) {
-        int64_t a = n0 - d0 > 0 ? n0 - d0 : 0, b = n0 + per - d0 < k ? n0 + per - d0 : k;
+        int64_t a = n0 - d0 > 0 ? n0 - d0 : 0, b = n0 + per - d0 < k_same ? n0 + per - d0 : k_same;
         int64_t first = n0 - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 - s0 + rdeg - 1, rdeg, NULL) : n0 - s0;
         int64_t last = n0 + per - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 + per - s0 + rdeg - 1, rdeg, NULL) : n0 + per - s0;
         last = last < g->nb ? last : g->nb;
@@ -432,7 +701,7 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
                 one[2 * d] = (double)box[q].lo[d];
                 one[2 * d + 1] = (double)box[q].hi[d];
             }
-            *same += lanes_against(rd->lanes, (size_t)k + LANE_PAD, a, one, g->rank, b - a);
+            *same += lanes_against(rd->lanes, (size_t)rd->k + LANE_PAD, a, one, g->rank, b - a);
         }
         for (int64_t v = a; !rd->lanes && v < b; v++) {
             for (int q = 0; rd->used[v] && q < nbox; q++) {
@@ -643,7 +912,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     for (int cj0 = 0; cj0 < nj && s == SW_OK; cj0 = dst_end[cj0]) {
         int cj1 = dst_end[cj0];
         reads rd = {0};
-        s = reads_of(dst, &dst->cfgs[cj0], slot, lanes ? src->out_rank : 0, &rd);   /* the same regions on any devices */
+        s = reads_of(p, dst, &dst->cfgs[cj0], slot, lanes ? src->out_rank : 0, &rd);   /* the same regions on any devices */
         if (s != SW_OK) {
             break;
         }
@@ -716,7 +985,7 @@ sw_status sw_transfer_least(const sw_problem *p, int consumer, int slot, int ci,
     grid g;
     make_grid(src, cs, &g);
     reads rd = {0};
-    SW_TRY(reads_of(dst, cd, slot, 0, &rd));
+    SW_TRY(reads_of(p, dst, cd, slot, 0, &rd));
     double best = INFINITY;
     int64_t a = ks < kd ? ks : kd, b = ks < kd ? kd : ks;
     if (b % a == 0) {
@@ -762,7 +1031,7 @@ sw_status sw_transfer_placed(const sw_problem *p, int consumer, int slot, int ci
     grid g;
     make_grid(src, cs, &g);
     reads rd = {0};
-    SW_TRY(reads_of(dst, cd, slot, 0, &rd));
+    SW_TRY(reads_of(p, dst, cd, slot, 0, &rd));
     *out = placed_time(p, per_elem, &rd, d0, &g, cs->rdeg, s0);
     free_reads(&rd);
     return SW_OK;
