@@ -177,17 +177,6 @@ static sw_status weight_or_bias_grad(const sw_task_env *e, weight_grad_fn grad) 
         SW_TRY(sw_env_dz(e, &r, &dz));
         return sw_bias_backward_axis(&dz, e->attrs->type == SW_OP_LINEAR ? dz.rank - 1 : 1, &dw);
     }
-    if (masked && e->attrs->type == SW_OP_CONV2D) {
-        if (r.region[0] < 0) {
-            return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", e->id);
-        }
-        sw_view x;
-        sw_env_view(e, r.region[0], &x);
-        sw_env_rebase(e, 0, &x);
-        sw_env_rebase(e, e->task->slot, &dw);
-        return sw_conv2d_backward_weight_relu(&x, &dy, &y, &dw, NULL, &e->attrs->conv2d.win);
-    }
-    SW_TRY(sw_env_dz(e, &r, &dz));
     if (r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a weight gradient without its input region", e->id);
     }
@@ -195,6 +184,10 @@ static sw_status weight_or_bias_grad(const sw_task_env *e, weight_grad_fn grad) 
     sw_env_view(e, r.region[0], &x);
     sw_env_rebase(e, 0, &x);
     sw_env_rebase(e, e->task->slot, &dw);
+    if (masked && e->attrs->type == SW_OP_CONV2D) {   /* the ReLU's mask applied as dy is read */
+        return sw_conv2d_backward_weight_relu(&x, &dy, &y, &dw, NULL, &e->attrs->conv2d.win);
+    }
+    SW_TRY(sw_env_dz(e, &r, &dz));
     return grad(e, &x, &dz, &dw);
 }
 

@@ -192,9 +192,10 @@ PyObject *sw_py_problem_search(ProblemObject *self, PyObject *args, PyObject *kw
     return r;
 }
 
-/* least_transfer(edge, ci, cj) -> the least t_x of edge e between configurations ci (producer)
- * and cj (consumer) over their placements on aligned blocks (uniform nodes only). */
-PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args) {
+typedef sw_status (*pair_transfer_fn)(const sw_problem *p, int consumer, int slot, int ci, int cj, double *out);
+
+/* fn(edge e's consumer and slot, ci, cj) with the arguments checked, the GIL released. */
+static PyObject *pair_transfer(ProblemObject *self, PyObject *args, pair_transfer_fn fn) {
     int e, ci, cj;
     if (!PyArg_ParseTuple(args, "iii", &e, &ci, &cj) || !sw_py_tables_ready(self)) {
         return NULL;
@@ -213,7 +214,7 @@ PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args) {
     sw_status s;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    s = sw_transfer_least(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
+    s = fn(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (s != SW_OK) {
@@ -222,35 +223,17 @@ PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args) {
     return PyFloat_FromDouble(out);
 }
 
+/* least_transfer(edge, ci, cj) -> the least t_x of edge e between configurations ci (producer)
+ * and cj (consumer) over their placements on aligned blocks (uniform nodes only). */
+PyObject *sw_py_problem_least_transfer(ProblemObject *self, PyObject *args) {
+    return pair_transfer(self, args, sw_transfer_least);
+}
+
 /* placed_transfer(edge, ci, cj) -> t_x of edge e between configurations ci (producer) and cj
  * (consumer) where they sit (uniform nodes and contiguous devices only): the search's check that
  * its relaxation's plan costs the bound, one pair at a time. */
 PyObject *sw_py_problem_placed_transfer(ProblemObject *self, PyObject *args) {
-    int e, ci, cj;
-    if (!PyArg_ParseTuple(args, "iii", &e, &ci, &cj) || !sw_py_tables_ready(self)) {
-        return NULL;
-    }
-    const sw_tables *t = &self->p->tables;
-    if (e < 0 || e >= t->nedges) {
-        PyErr_Format(PyExc_IndexError, "edge %d out of range", e);
-        return NULL;
-    }
-    const sw_edge_table *ed = &t->edges[e];
-    if (ci < 0 || ci >= self->p->ops[ed->src].ncfg || cj < 0 || cj >= self->p->ops[ed->dst].ncfg) {
-        PyErr_SetString(PyExc_IndexError, "configuration out of range");
-        return NULL;
-    }
-    double out = 0;
-    sw_status s;
-    self->busy = 1;
-    Py_BEGIN_ALLOW_THREADS
-    s = sw_transfer_placed(self->p, ed->dst, self->p->edge_consumer_slot[e], ci, cj, &out);
-    Py_END_ALLOW_THREADS
-    self->busy = 0;
-    if (s != SW_OK) {
-        return sw_py_raise(s);
-    }
-    return PyFloat_FromDouble(out);
+    return pair_transfer(self, args, sw_transfer_placed);
 }
 
 /* worker_regions(op, config, slot, per_worker=False) -> (lo, hi, used): the region of input

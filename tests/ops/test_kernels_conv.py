@@ -29,6 +29,8 @@ import pytest
 from shardwise import _core
 from shardwise import reference as ref
 
+from isa import isa_available
+
 RTOL = 1e-4
 
 
@@ -457,7 +459,7 @@ def test_auto_runs_the_direct_loops_where_they_pay():
     # above the direct loops' limit (256 channels, with either instruction set): im2col + GEMM everywhere
     # (its GEMMs are no longer thin); at the limit, the direct loops
     for isa, limit in (("avx2", 256), ("avx512", 256)):
-        if not _isa_available(isa):
+        if not isa_available(isa):
             continue
         _core.conv_isa(isa)
         try:
@@ -582,15 +584,6 @@ def test_conv2d_stride_far_larger_than_the_input_allocates_little():
 # ----------------------------------------------------------------------------------------------
 # the direct loops' instruction set
 # ----------------------------------------------------------------------------------------------
-def _isa_available(name: str) -> bool:
-    before = _core.conv_isa()
-    try:
-        _core.conv_isa(name)
-    except ValueError:
-        return False
-    finally:
-        _core.conv_isa("auto")
-    return True
 
 
 # column counts that take every tile of the AVX-512 loops: 32-wide pairs of blocks, a 16-wide block
@@ -604,7 +597,7 @@ WIDE_CONV_CASES = [
 ]
 
 
-@pytest.mark.skipif(not _isa_available("avx512"), reason="this CPU has no AVX-512F")
+@pytest.mark.skipif(not isa_available("avx512"), reason="this CPU has no AVX-512F")
 @pytest.mark.parametrize("spec", FIXED_CONV_CASES + WIDE_CONV_CASES + list(range(40)), ids=conv_ids)
 def test_avx512_loops_give_the_avx2_bits(spec):
     """The direct loops with 16-float vectors add each output's products in the AVX2 loops' order:
@@ -625,7 +618,7 @@ def test_avx512_loops_give_the_avx2_bits(spec):
         np.testing.assert_array_equal(a, b, err_msg=what)
 
 
-@pytest.mark.skipif(not _isa_available("avx512"), reason="this CPU has no AVX-512F")
+@pytest.mark.skipif(not isa_available("avx512"), reason="this CPU has no AVX-512F")
 def test_avx512_loops_match_the_reference():
     for c in WIDE_CONV_CASES:
         x, w, b, dy = make_conv_tensors(c, seed=5)
@@ -643,7 +636,7 @@ def test_conv_isa_names_and_refusals():
     assert _core.conv_isa() in ("avx512", "avx2", "none")
     with pytest.raises(ValueError, match="'auto', 'avx2' or 'avx512'"):
         _core.conv_isa("neon")
-    if not _isa_available("avx512"):
+    if not isa_available("avx512"):
         with pytest.raises(ValueError, match="no AVX-512F"):
             _core.conv_isa("avx512")
     assert _core.conv_isa("auto") == _core.conv_isa()
@@ -666,7 +659,7 @@ def test_gradients_through_a_fused_relu_mask_dy(spec, algorithm, isa):
     """With relu_y both backward kernels give the bits of the plain kernels on dy * (y > 0) (the
     direct loops mask dy while they copy it, im2col + GEMM into scratch first), and the float64
     reference's gradients of that masked dy."""
-    if isa != "auto" and not _isa_available(isa):
+    if isa != "auto" and not isa_available(isa):
         pytest.skip(f"this CPU has no {isa}")
     c = conv_case(spec)
     x, w, dy, y = _relu_case(c, seed=11)

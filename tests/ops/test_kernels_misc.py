@@ -23,6 +23,8 @@ import pytest
 from shardwise import _core
 from shardwise import reference as R
 
+from isa import isa_available
+
 TOL = 1e-4
 
 
@@ -99,14 +101,6 @@ POOL_CASES = [
 ]
 
 
-def _isa_available(name: str) -> bool:
-    try:
-        _core.conv_isa(name)
-    except ValueError:
-        return False
-    finally:
-        _core.conv_isa("auto")
-    return True
 
 
 @pytest.fixture(params=["auto", "avx2"])
@@ -114,7 +108,7 @@ def pool_isa(request):
     """Max pooling's backward pass finds winners 16 windows at a time with AVX-512, 8 with AVX2
     (pool_argmax.c, chosen as the direct convolution's instruction set): run the test with each
     set this CPU has (process-wide, restored after)."""
-    if request.param != "auto" and not _isa_available(request.param):
+    if request.param != "auto" and not isa_available(request.param):
         pytest.skip(f"this CPU has no {request.param}")
     _core.conv_isa(request.param)
     yield request.param
