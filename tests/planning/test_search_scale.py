@@ -322,6 +322,18 @@ def test_canonical_configs_read_devices_only_when_asked():
 
 # =========================================================================== counting == listing
 
+def assert_counted_equal_listed(g, devices, options, least_node_size: int) -> None:
+    """Every edge table of the counted path (uniform nodes) equals the listed one (every
+    (worker, block) pair): seconds within 1e-12, bytes exactly."""
+    counted = problem(g, devices, options=options)
+    listed = problem(g, devices, structure=False, options=options)
+    assert counted.node_size >= least_node_size and listed.node_size == 0
+    for e in range(len(counted.edges())):
+        (t1, b1), (t2, b2) = counted.edge_table(e), listed.edge_table(e)
+        np.testing.assert_allclose(t1, t2, rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(b1, b2)
+
+
 @pytest.mark.parametrize("machine", list(SYMMETRIC) + ["cluster_2x3"])
 @settings(max_examples=examples(15), deadline=None)
 @given(recipe=graph_recipes(max_ops=7), sync=st.sampled_from(["parameter_server", "ring"]),
@@ -330,13 +342,7 @@ def test_counted_transfers_equal_listed(machine, recipe, sync, reductions):
     devices = MACHINES[machine]()
     g = build_graph(recipe, max_ops=7)
     options = CostOptions(threads=1, sync=sync, reduction_splits=reductions)
-    counted = problem(g, devices, options=options)
-    listed = problem(g, devices, structure=False, options=options)
-    assert counted.node_size > 0 and listed.node_size == 0
-    for e in range(len(counted.edges())):
-        (t1, b1), (t2, b2) = counted.edge_table(e), listed.edge_table(e)
-        np.testing.assert_allclose(t1, t2, rtol=1e-12, atol=0)
-        np.testing.assert_array_equal(b1, b2)
+    assert_counted_equal_listed(g, devices, options, least_node_size=1)
 
 
 ZOO_COUNTED = [
@@ -355,13 +361,7 @@ def test_counted_transfers_equal_listed_on_zoo_models(name, machine, reductions)
     once in doubles: the same counts as listing every (worker, block) pair."""
     g, devices = sw.models.get(name), machine()
     options = CostOptions(threads=1, reduction_splits=reductions)
-    counted = problem(g, devices, options=options)
-    listed = problem(g, devices, structure=False, options=options)
-    assert counted.node_size > 1 and listed.node_size == 0
-    for e in range(len(counted.edges())):
-        (t1, b1), (t2, b2) = counted.edge_table(e), listed.edge_table(e)
-        np.testing.assert_allclose(t1, t2, rtol=1e-12, atol=0)
-        np.testing.assert_array_equal(b1, b2)
+    assert_counted_equal_listed(g, devices, options, least_node_size=2)
 
 
 @settings(max_examples=examples(40), deadline=None)

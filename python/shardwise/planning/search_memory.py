@@ -279,9 +279,8 @@ class Tables:
                  "base_v": base_v,
                  "dev": dev, "nbytes": nbytes, "order": order}
         # the footprint finds a strategy's freed bytes by (rep edge, position) key: groups sorted by it
-        fe = np.asarray(freed_edges, np.int64)
         cache.update(stride=stride, group_key=group_edge * stride + group_pos, group_start=starts,
-                     group_end=np.append(starts[1:], len(order)).astype(np.int64), fe=fe,
+                     group_end=np.append(starts[1:], len(order)).astype(np.int64),
                      fe_rep=np.array([like[e] for e in freed_edges], np.int64),
                      fe_u=np.array([self.medges[e][0] for e in freed_edges], np.int64),
                      fe_v=np.array([self.medges[e][1] for e in freed_edges], np.int64),
