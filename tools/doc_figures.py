@@ -112,6 +112,7 @@ COMMANDS: dict[str, Command] = {
     "llama-13b no fit": measure("llama13b-no-fit", cheap=False, timeout_s=600),
     "capped marginals": measure("capped-marginals", cheap=False, timeout_s=900),
     "llama memory search": measure("llama-memory-search", cheap=False, timeout_s=1800),
+    "footprint gap": measure("footprint-gap", cheap=True, timeout_s=300),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
@@ -644,6 +645,18 @@ FIGURES += [
     Figure(M, "processor time and [[3.87]] GB (a plan", "llama memory search",
            r"llama on 1024: [\d.]+ s processor, ([\d.]+) GB", kind="timing", tolerance=0.3),
     Figure(M, "(a plan\nof [[21.03]] s under Eq. 1", "llama memory search", r"llama on 1024: .*Eq. 1 ([\d.]+) s"),
+]
+FIGURES += [
+    Figure(M, "VGG-16 over 4 K80s,\n[[0.28]] GB on a 8.54 GB arena", "footprint gap",
+           r"vgg16 on 4 K80s: .* on top ([\d.]+) GB"),
+    Figure(M, "0.28 GB on a [[8.54]] GB arena", "footprint gap", r"vgg16 on 4 K80s: arena ([\d.]+) GB"),
+    Figure(M, "Inception-v3 over 4 P100s, [[0.13]] GB on 16.98 GB", "footprint gap",
+           r"inception_v3 on 4 P100s: .* on top ([\d.]+) GB"),
+    Figure(M, "0.13 GB on [[16.98]] GB", "footprint gap", r"inception_v3 on 4 P100s: arena ([\d.]+) GB"),
+    Figure(M, "would be [[1.6-2.2]] times the arena", "footprint gap",
+           r"buffers added up over the arena: ([\d.]+) to ([\d.]+)", group=(1, 2)),
+    Figure(M, "this check costs about [[0.008]] s of processor time at 64 devices", "footprint gap",
+           r"resnet50 on 64 P100s: fit check ([\d.]+) s", kind="timing", tolerance=1.0),
 ]
 FIGURES += [
     Figure(M, "the plan closest to fitting needs [[117.36]] GB on a\ndevice of 80 GB", "llama-13b no fit",

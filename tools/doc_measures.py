@@ -12,6 +12,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py llama13b-no-fit      # docs/memory.md: the nearest miss of Llama-13B on 8 and 64 H100s
     python tools/doc_measures.py capped-marginals     # docs/cost-model.md: GPT-2 small's relaxation on 1,024 H100s
     python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64-1,024 H100s
+    python tools/doc_measures.py footprint-gap        # docs/memory.md: the footprint against the arena and the buffers' sum
 
 Deterministic except digits-seeds' seconds; the package must be importable.
 """
@@ -143,9 +144,54 @@ def llama_memory_search() -> None:
         print(out.stdout.strip())
 
 
+def footprint_gap() -> None:
+    """The memory search's footprint (parameters, optimizer state, running statistics and the
+    activations kept for the backward pass) against the memory plan's arena, on the device of the
+    largest arena of the Eq. 1 optimum: VGG-16 on 4 K80s and Inception-v3 on 4 P100s (each at its
+    default batch, memory not constrained); the buffers added up (the sufficient test's sum) over
+    the arena on the zoo models on 4 P100s; and the processor time of that fit check of the Eq. 1
+    optimum on 64 P100s (ResNet-50 and Inception-v3, a fresh lowering each)."""
+    import warnings
+
+    import numpy as np
+
+    from shardwise.iteration.lower import lowered
+    from shardwise.planning import search_memory
+
+    warnings.simplefilter("ignore")
+
+    def searched(name: str, nodes: int, per_node: int, device: str):
+        g = sw.models.get(name)
+        d = sw.DeviceGraph.cluster(nodes=nodes, devices_per_node=per_node, device=device)
+        return sw.search(g, d, memory=False, progress=False)
+
+    for name, device in (("vgg16", "K80"), ("inception_v3", "P100")):
+        plan = searched(name, 1, 4, device)
+        mp = sw.memory_plan(plan)
+        x = max(mp.devices.values(), key=lambda v: v.arena_bytes)
+        kept = x.activations_kept + sum(x.at_peak.get(k, 0) for k in ("param", "momentum", "running_stats"))
+        print(f"{name} on 4 {device}s: arena {x.arena_bytes / 1e9:.2f} GB, footprint {kept / 1e9:.2f} GB, "
+              f"on top {(x.arena_bytes - kept) / 1e9:.2f} GB")
+    ratios = []
+    for name in ("alexnet", "vgg16", "resnet50", "inception_v3"):
+        plan = searched(name, 1, 4, "P100")
+        summed = lowered(plan, rings="fused").buffer_totals()[0]
+        arena = search_memory.arenas(plan)
+        ratios.append(float(np.max(summed / arena)))
+        print(f"{name} on 4 P100s: buffers added up over the arena {ratios[-1]:.2f}")
+    print(f"buffers added up over the arena: {min(ratios):.1f} to {max(ratios):.1f}")
+    for name in ("resnet50", "inception_v3"):
+        plan = searched(name, 4, 16, "P100")
+        limit = search_memory.budgets(plan.devices, True)
+        t0 = time.process_time()
+        search_memory.fits(plan, limit)
+        print(f"{name} on 64 P100s: fit check {time.process_time() - t0:.3f} s processor")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
-            "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search}
+            "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
+            "footprint-gap": footprint_gap}
 
 
 def main(argv: list[str] | None = None) -> int:
