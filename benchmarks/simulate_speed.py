@@ -94,11 +94,16 @@ def main() -> int:
               "graph, routes listed for the transfers only), first simulation, peak memory of a fresh process")
         for n in args.chains:
             print(chain_row(n), flush=True)
+        # the longest chain once more with every device a worker: the parameter server on device 0
+        # sends and receives over routes of up to n - 1 links (n x n-1 (task, link) entries)
+        n = max(args.chains)
+        print(chain_row(n, batch=n), flush=True)
     return 0
 
 
-def chain_row(n: int) -> str:
-    """A fresh process simulates LeNet-5's data parallelism over a chain of ``n`` devices."""
+def chain_row(n: int, batch: int = 64) -> str:
+    """A fresh process simulates LeNet-5's data parallelism (minibatch ``batch``) over a chain of
+    ``n`` devices."""
     import subprocess
 
     code = f"""
@@ -108,13 +113,14 @@ for k in range({n}):
     d.add_device(f"g{{k}}", flops=1e13, memory=16e9)
 for k in range({n} - 1):
     d.add_link(k, k + 1, bandwidth=2e10)
-plan = sw.strategies.data_parallel(sw.models.lenet5(batch=64), d)
+plan = sw.strategies.data_parallel(sw.models.lenet5(batch={batch}), d)
 t = time.perf_counter()
 sw.simulate(plan)
 print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    return f"chain of {n:>5} devices: simulate {float(out[0]):7.2f} s, peak {float(out[1]):7.0f} MB  (anchor: seconds)"
+    what = f"chain of {n:>5} devices" + (f", batch {batch}" if batch != 64 else "")
+    return f"{what}: simulate {float(out[0]):7.2f} s, peak {float(out[1]):7.0f} MB  (anchor: seconds)"
 
 
 if __name__ == "__main__":

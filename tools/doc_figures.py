@@ -113,6 +113,7 @@ COMMANDS: dict[str, Command] = {
     "capped marginals": measure("capped-marginals", cheap=False, timeout_s=900),
     "llama memory search": measure("llama-memory-search", cheap=False, timeout_s=1800),
     "footprint gap": measure("footprint-gap", cheap=True, timeout_s=300),
+    "fused rings": measure("fused-rings", cheap=True, timeout_s=300),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
@@ -492,6 +493,7 @@ FIGURES += [
 
 S = "docs/simulator.md"
 _CHAIN = r"^chain of\s+{}\s+devices: simulate\s+([\d.]+) s, peak\s+(\d+) MB"
+_CHAIN_BATCH = r"^chain of\s+{0}\s+devices, batch {0}: simulate\s+([\d.]+) s, peak\s+(\d+) MB"
 FIGURES += [
     Figure(S, "over a chain of 4,096 devices simulates in [[1.8]] s with a 439 MB peak", "simulate_speed",
            _CHAIN.format(4096), kind="timing", tolerance=1.0),
@@ -499,6 +501,16 @@ FIGURES += [
            kind="timing", tolerance=0.25),
     Figure(S, "(`benchmarks/simulate_speed.py`; 128 devices: [[0.03]] s)", "simulate_speed", _CHAIN.format(128),
            kind="timing", tolerance=2.0),
+    Figure(S, "168 million (task, link) entries in all: [[8-12]] s and a 1.3 GB peak", "simulate_speed",
+           _CHAIN_BATCH.format(4096), kind="timing", tolerance=0.5),
+    Figure(S, "8-12 s and a [[1.3]] GB peak here", "simulate_speed", _CHAIN_BATCH.format(4096), group=2,
+           kind="timing", tolerance=0.25, scale=1e-3),
+    Figure(S, "H100s\n  replays [[96,856]] tasks instead of", "fused rings", r"fused: (\d+) tasks"),
+    Figure(S, "tasks instead of [[2,662,230]], in", "fused rings", r"chunked: (\d+) tasks"),
+    Figure(S, "in [[0.16]] s instead of 3.5 s of processor time", "fused rings", r"fused: .*simulate ([\d.]+) s",
+           kind="timing", tolerance=1.0),
+    Figure(S, "in 0.16 s instead of [[3.5]] s of processor time", "fused rings", r"chunked: .*simulate ([\d.]+) s",
+           kind="timing", tolerance=0.5),
     Figure(S, "2 ranks measured [[5.9-8.2]] GB/s and 18-50 us per message", "simulate_ranks mpiexec 2",
            r"rank link ([\d.]+) GB/s", kind="timing", tolerance=1.0),
     Figure(S, "2 ranks measured 5.9-8.2 GB/s and [[18-50]] us per message", "simulate_ranks mpiexec 2",

@@ -13,6 +13,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py capped-marginals     # docs/cost-model.md: GPT-2 small's relaxation on 1,024 H100s
     python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64-1,024 H100s
     python tools/doc_measures.py footprint-gap        # docs/memory.md: the footprint against the arena and the buffers' sum
+    python tools/doc_measures.py fused-rings          # docs/simulator.md: ResNet-50's rings fused and chunked on 64 H100s
 
 Deterministic except digits-seeds' seconds; the package must be importable.
 """
@@ -188,10 +189,29 @@ def footprint_gap() -> None:
         print(f"{name} on 64 P100s: fit check {time.process_time() - t0:.3f} s processor")
 
 
+def fused_rings() -> None:
+    """ResNet-50 (64 samples a GPU) data parallel with ring all-reduce on 64 H100s, simulated with
+    the rings fused and chunked: tasks replayed and processor seconds of sw.simulate (best of 2)."""
+    import warnings
+
+    from shardwise.iteration.lower import lowered
+
+    warnings.simplefilter("ignore")
+    d = sw.DeviceGraph.cluster(nodes=8, devices_per_node=8, device="H100")
+    plan = sw.strategies.data_parallel(sw.models.resnet50(batch=64 * 64), d, options=sw.CostOptions(sync="ring"))
+    for rings in ("fused", "chunked"):
+        best = float("inf")
+        for _ in range(2):
+            t0 = time.process_time()
+            sw.simulate(plan, rings=rings)
+            best = min(best, time.process_time() - t0)
+        print(f"{rings}: {lowered(plan, rings=rings).ntasks} tasks, simulate {best:.2f} s processor")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
-            "footprint-gap": footprint_gap}
+            "footprint-gap": footprint_gap, "fused-rings": fused_rings}
 
 
 def main(argv: list[str] | None = None) -> int:
