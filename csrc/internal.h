@@ -443,6 +443,11 @@ sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g);
 /* An exact copy of src into dst (zeroed first; freed on failure). */
 sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst);
+/* What a graph says about itself beside its tasks and buffers (element sizes as the plan counts
+ * them, bytes a value on the wire, how its rings are written): every rewrite of a graph (swap,
+ * recompute, ranks, iterations) copies it into the graph it builds, whose memory plan and
+ * simulation must count the plan's precision as the original's do. */
+void sw_tg_copy_header(const sw_task_graph *src, sw_task_graph *dst);
 /* taskgraph.c: append a buffer / a task with deps (negative ids are skipped;
  * the rest are sorted and made distinct) and the buffers it reads and writes
  * (t->nreads is set from io); the new id goes to *id. */

@@ -114,6 +114,7 @@ COMMANDS: dict[str, Command] = {
     "llama memory search": measure("llama-memory-search", cheap=False, timeout_s=1800),
     "footprint gap": measure("footprint-gap", cheap=True, timeout_s=300),
     "fused rings": measure("fused-rings", cheap=True, timeout_s=300),
+    "tp recompute": measure("tp-recompute", cheap=True, timeout_s=300),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
@@ -657,6 +658,13 @@ FIGURES += [
     Figure(M, "processor time and [[3.87]] GB (a plan", "llama memory search",
            r"llama on 1024: [\d.]+ s processor, ([\d.]+) GB", kind="timing", tolerance=0.3),
     Figure(M, "(a plan\nof [[21.03]] s under Eq. 1", "llama memory search", r"llama on 1024: .*Eq. 1 ([\d.]+) s"),
+]
+FIGURES += [
+    Figure(M, "the fullest arena is [[25.86]] GB keeping\neverything", "tp recompute",
+           r"recompute None: fullest arena ([\d.]+) GB"),
+    Figure(M, "everything, [[21.96]] GB recomputing attention", "tp recompute",
+           r"recompute attention: fullest arena ([\d.]+) GB"),
+    Figure(M, "and [[21.80]] GB recomputing every map", "tp recompute", r"recompute all: fullest arena ([\d.]+) GB"),
 ]
 FIGURES += [
     Figure(M, "VGG-16 over 4 K80s,\n[[0.28]] GB on a 8.54 GB arena", "footprint gap",

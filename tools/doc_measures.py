@@ -14,6 +14,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64-1,024 H100s
     python tools/doc_measures.py footprint-gap        # docs/memory.md: the footprint against the arena and the buffers' sum
     python tools/doc_measures.py fused-rings          # docs/simulator.md: ResNet-50's rings fused and chunked on 64 H100s
+    python tools/doc_measures.py tp-recompute         # docs/memory.md: recomputation under tensor parallelism
 
 Deterministic except digits-seeds' seconds; the package must be importable.
 """
@@ -208,10 +209,27 @@ def fused_rings() -> None:
         print(f"{rings}: {lowered(plan, rings=rings).ntasks} tasks, simulate {best:.2f} s processor")
 
 
+def tp_recompute() -> None:
+    """A 4-layer Llama with Llama-2-13B's widths (8 sequences of 2,048 tokens, bf16) under
+    Megatron-style tensor parallelism over one node of 8 H100s: the fullest arena keeping every
+    feature map, recomputing attention and recomputing every map."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    d = sw.DeviceGraph.cluster(nodes=1, devices_per_node=8, device="H100")
+    g = sw.models.llama(layers=4, d_model=5120, heads=40, kv_heads=40, ffn=13824, seq=2048, batch=8)
+    plan = sw.Plan.from_dict(g, d, sw.models.megatron_spec(g, 8),
+                             options=sw.CostOptions(reduction_splits=True, precision="bf16"))
+    for recompute in (None, "attention", "all"):
+        arena = sw.memory_plan(sw.lower(plan, recompute=recompute)).peak_bytes
+        print(f"recompute {recompute}: fullest arena {arena / 1e9:.2f} GB")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
-            "footprint-gap": footprint_gap, "fused-rings": fused_rings}
+            "footprint-gap": footprint_gap, "fused-rings": fused_rings,
+            "tp-recompute": tp_recompute}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,6 +54,7 @@ static int32_t dep_on(const sw_task_graph *g, const int32_t *rank, const int32_t
 sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, sw_task_graph *out,
                          int32_t **origin_out) {
     memset(out, 0, sizeof *out);
+    sw_tg_copy_header(g, out);
     *origin_out = NULL;
     for (int d = 0; d < ndev; d++) {
         if (rank[d] < 0) {

@@ -20,6 +20,10 @@
  * tasks read A' instead.  F's inputs are read again by the recompute, so they live longer unless
  * they are recomputed too (then the recompute reads their recomputed copies, and theirs goes
  * first).  The memory plan sees A end after its last forward touch and A' begin at the recompute.
+ * A staging region (an input gathered from the producer's shards) is gathered again the same way
+ * when its producer is chosen: its copies re-run in the backward phase, from the recomputed shards
+ * where those are recomputed, unless its consumer is recomputed too and it reads recomputed
+ * shards (it stays, as the checkpoint between the two segments).
  * What can be recomputed: a feature map (SW_BUF_ACTIVATION) not read by the host, written once,
  * by a forward task that writes nothing else, read again only after the forward phase, and whose
  * forward task's inputs nothing writes between that task and the map's first backward reader (so

@@ -239,6 +239,7 @@ static sw_status make_streams(const sw_task_graph *out, int ndev, const int32_t 
 sw_status sw_swap_apply(const sw_task_graph *g, int ndev, const sw_swap_spec *spec, sw_task_graph *out,
                         sw_swap_streams *st) {
     memset(out, 0, sizeof *out);
+    sw_tg_copy_header(g, out);
     memset(st, 0, sizeof *st);
     if (ndev < 1 || spec->n < 0) {
         return SW_FAIL(SW_ERR_VALUE, "a swap plan needs >= 1 device and >= 0 entries");

@@ -191,10 +191,14 @@ sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst) {
     dst->nbuffers = dst->buffer_cap = src->nbuffers;
     dst->ndeps = dst->dep_cap = src->ndeps;
     dst->nio = dst->io_cap = src->nio;
+    sw_tg_copy_header(src, dst);
+    return SW_OK;
+}
+
+void sw_tg_copy_header(const sw_task_graph *src, sw_task_graph *dst) {
     memcpy(dst->element_bytes, src->element_bytes, sizeof dst->element_bytes);
     dst->value_bytes = src->value_bytes;
     dst->ring_detail = src->ring_detail;
-    return SW_OK;
 }
 
 /* ------------------------------------------------------------------ lifetimes

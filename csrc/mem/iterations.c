@@ -43,8 +43,7 @@ void sw_iterations_free(sw_iterations *it) {
 /* The concatenated graph: buffers first (shared ones keep their id), then the tasks. */
 static sw_status unroll(const sw_task_graph *g, const char *host, int copies, sw_iterations *it, int32_t *id_of) {
     int32_t nb = g->nbuffers;
-    memcpy(it->g.element_bytes, g->element_bytes, sizeof it->g.element_bytes);
-    it->g.value_bytes = g->value_bytes;
+    sw_tg_copy_header(g, &it->g);
     for (int c = 0; c < copies; c++) {
         for (int32_t b = 0; b < nb; b++) {
             if (c > 0 && sw_buffer_lives_throughout(g, b, host)) {

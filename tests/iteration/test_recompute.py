@@ -220,3 +220,65 @@ def test_search_with_recompute_takes_the_faster_of_the_two_ways_to_fit(fraction)
         assert p.cost + r["added_seconds"] <= constrained
     else:
         assert p.cost == constrained
+
+
+def _tp_llama():
+    """A 2-layer Llama whose attention and MLP are split over 2 CPU workers (Megatron-style): each
+    worker gathers its inputs into staging regions from both workers' shards."""
+    g = sw.models.llama(layers=2, d_model=64, heads=4, kv_heads=2, ffn=128, seq=16, vocab=96, batch=4)
+    return sw.Plan.from_dict(g, sw.DeviceGraph.cpu(2), sw.models.megatron_spec(g, 2),
+                             options=sw.CostOptions(reduction_splits=True))
+
+
+def test_regions_of_recomputed_maps_are_gathered_again():
+    """Recomputing attention's probabilities, the regions the next matmul gathers them into are
+    copied again in the backward pass (from the recomputed shards, across the workers too) instead
+    of staying live from the forward pass: each original region's last touch is then a forward
+    task, each copy again writes a new region like it and reads a recomputed shard, and the copies
+    of a region gathered from several pieces are joined before its readers."""
+    import numpy as np
+
+    plan = _tp_llama()
+    plain = sw.lower(plan)
+    tg = sw.lower(plan, recompute="attention")
+    n = len(plain.buffers)
+    origin = np.asarray(tg.handle.origin)
+    again = [t for t, o in zip(tg.tasks, origin) if o < 0 and t.kind == "copy"]
+    assert again and any(t.src_device != t.device for t in again)
+    mp = memory_plan(tg)
+    phase = [t.phase for t in tg.tasks]
+    recomputed_maps = {w for t in tg.tasks if t.kind == "recompute" for w in t.writes}
+    for t in again:
+        assert t.phase == "backward"
+        (written,), (read,) = t.writes, t.reads
+        assert written >= n and tg.buffers[written].kind == "region"
+        assert read in recomputed_maps   # the probabilities' recomputed shard
+        twin = [b for b in plain.buffers if (b.kind, b.device, b.op, b.box) ==
+                (tg.buffers[written].kind, tg.buffers[written].device, tg.buffers[written].op, tg.buffers[written].box)]
+        assert len(twin) == 1
+        assert phase[mp.lifetime(twin[0].id)[1]] == "forward"
+        readers = [u for u in tg.tasks if written in u.reads]
+        assert readers and all(u.phase == "backward" and (t.id in u.deps or any(
+            tg.tasks[d].kind == "join" and t.id in tg.tasks[d].deps for d in u.deps)) for u in readers)
+
+
+def test_regions_between_two_recomputed_segments_stay_checkpoints():
+    """Recomputing every map, a region whose consumer is recomputed and whose source shard is
+    recomputed too is kept (gathering it again would join the two segments into one re-run at
+    the start of the backward pass): no region copied again reads a recomputed shard, and the
+    arenas are below keeping everything."""
+    import numpy as np
+
+    plan = _tp_llama()
+    plain = sw.lower(plan)
+    tg = sw.lower(plan, recompute="all")
+    origin = np.asarray(tg.handle.origin)
+    recomputed_maps = {w for t in tg.tasks if t.kind == "recompute" for w in t.writes}
+    again = [t for t, o in zip(tg.tasks, origin) if o < 0 and t.kind == "copy"]
+    for t in again:
+        assert not (set(t.reads) & recomputed_maps) or not any(
+            w in recomputed_maps for u in tg.tasks if u.kind == "recompute" and t.writes[0] in u.reads
+            for w in u.writes)
+    a = memory_plan(tg)
+    b = memory_plan(plain)
+    assert all(a.devices[d].arena_bytes < b.devices[d].arena_bytes for d in b.devices)

@@ -191,3 +191,26 @@ def test_recompute_plan_with_swap_fits_where_recomputation_alone_does_not():
     assert all(np.array_equal(t.get_weights()[k], w0[k]) for k in w0)
     assert t.task_graph.recomputed == rp.ops and t.task_graph.counts()["swap_out"] == len(rp.swap.entries)
     assert max(t.arena_high_water().values()) <= budget
+
+
+def test_tiny_llama_megatron_plan_attention_recomputed_trains_bitwise():
+    """Attention recomputed on a Megatron plan: the regions the probabilities are gathered into
+    are copied again in the backward pass (across the workers), with the same bits."""
+    g = sw.models.llama(layers=2, d_model=64, heads=4, kv_heads=2, ffn=128, seq=16, vocab=96, batch=4)
+    plan = sw.Plan.from_dict(g, sw.DeviceGraph.cpu(2), sw.models.megatron_spec(g, 2),
+                             options=sw.CostOptions(reduction_splits=True))
+    tokens = np.random.default_rng(0).integers(0, 96, (4, 17))
+
+    def run(recompute):
+        t = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.05, momentum=0.9), recompute=recompute)
+        return t, [t.step(tokens[:, :-1], tokens[:, 1:]) for _ in range(STEPS)], t.get_weights()
+
+    _, losses0, w0 = run(None)
+    t, losses1, w1 = run("attention")
+    tg = t.task_graph
+    origin = np.asarray(tg.handle.origin)
+    assert any(o < 0 and task.kind == "copy" and task.src_device != task.device for task, o in zip(tg.tasks, origin))
+    assert losses1 == losses0
+    for k in w0:
+        assert np.array_equal(w1[k], w0[k]), k
+    memory_plan(tg, check=True).validate()
