@@ -282,3 +282,33 @@ def test_regions_between_two_recomputed_segments_stay_checkpoints():
     a = memory_plan(tg)
     b = memory_plan(plain)
     assert all(a.devices[d].arena_bytes < b.devices[d].arena_bytes for d in b.devices)
+
+
+def test_the_staged_search_tries_recomputation_when_nothing_fits(monkeypatch):
+    """The staged search of large machines (forced here on 2 workers) searches under memory
+    without recomputation; with recompute=True, when nothing fits, it tries recomputation on its
+    Eq. 1 plan and the cheapest baselines, as the search of smaller machines does, and its no-fit
+    error advises recompute=True only when it was not asked for."""
+    from shardwise.planning import search as search_module
+
+    monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)
+    g = chain()
+    d = sw.DeviceGraph.cpu(2)
+    unconstrained = sw.search(g, d, memory=False, progress=False)
+    assert "scale" in unconstrained.search_stats   # the staged search
+    full = memory_plan(unconstrained).peak_bytes
+    budget = full - MAP
+    with pytest.raises((sw.PlanDoesNotFitError, SearchError)):
+        sw.search(g, d, memory=budget, progress=False)
+    p = sw.search(g, d, memory=budget, progress=False, recompute=True)
+    r = p.search_stats["memory"]["recompute"]
+    assert r["ops"] and max(r["peak_bytes"].values()) <= budget
+    t = sw.Trainer(g, p)
+    assert t.task_graph.recomputed == tuple(r["ops"])
+    assert max(x.arena_bytes for x in t.memory_plan.devices.values()) <= budget
+    far = full // 2
+    with pytest.raises(sw.PlanDoesNotFitError, match=r"recompute=True"):
+        sw.search(g, d, memory=far, progress=False)
+    with pytest.raises(sw.PlanDoesNotFitError) as err:
+        sw.search(g, d, memory=far, progress=False, recompute=True)
+    assert "recompute=True" not in str(err.value)

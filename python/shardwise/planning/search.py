@@ -189,7 +189,9 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     recomputation or when its Eq. 1 time plus the simulated time of its recomputes is less;
     ``search_stats["memory"]["recompute"]`` then names the ops, the method (greedy), the added
     seconds and the arenas, the simulated objective and ``refine`` do not move it, and
-    ``sw.Trainer(graph, plan)`` trains with that recomputation.
+    ``sw.Trainer(graph, plan)`` trains with that recomputation.  On a machine large enough for the
+    staged search, which searches under memory without recomputation, recomputation is tried
+    only when nothing fits without it (on the Eq. 1 optimum and the two cheapest baselines).
 
     ``pareto=True``: instead of one plan, the time / peak-memory Pareto front: a list of
     :class:`~shardwise.planning.search_memory.FrontPlan` (``plan``, ``time`` (Eq. 1 s), ``peak_bytes``
@@ -271,9 +273,25 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
         stages = search_scale.Stages(report, deadline, start=t0)
         memory_stage = None if mem_limit is None or pareto else MemoryStage(graph, devices, options, costs,
                                                                             mem_limit, limit)
-        result = search_scale.search_symmetric(
-            graph, devices, options, problem, costs, limit, stages,
-            live=lambda p, label, f: _run_live(p, label, f, report), memory=memory_stage)
+        if memory_stage is not None:
+            memory_stage.advise_recompute = not recompute
+        try:
+            result = search_scale.search_symmetric(
+                graph, devices, options, problem, costs, limit, stages,
+                live=lambda p, label, f: _run_live(p, label, f, report), memory=memory_stage)
+        except SearchError as err:   # nothing fits without recomputation (search_scale_memory)
+            eq1 = getattr(err, "eq1_configs", None)
+            if not recompute or eq1 is None:
+                raise
+            t = time.perf_counter()
+            recomputed = _recompute_to_fit(memory_stage.plan_of(eq1), graph, devices, options, costs, mem_limit)
+            if recomputed is None:
+                raise
+            timings.update(stages.timings)
+            timings["recomputation (the Eq. 1 plan and the cheapest baselines)"] = time.perf_counter() - t
+            recomputed.search_stats.update(algorithm=algorithm, timings=timings, total_seconds=sum(timings.values()),
+                                           worker_counts=counts, objective="eq1")
+            return recomputed
         timings.update(stages.timings)
         searched_cost, stats = result.cost, result.stats
         stats.update(exact=result.exact, lower_bound=result.lower_bound)

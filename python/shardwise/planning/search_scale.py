@@ -45,6 +45,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from shardwise import _core
+from shardwise.errors import SearchError
 from shardwise.planning.costs import ProfileTable, apply_profile
 from shardwise.machine.devices import DeviceGraph
 from shardwise.graph import Graph
@@ -210,7 +211,11 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
 
         # the marginals there are (none if the relaxation was tight: nothing to prune by them)
         staged = Staged(work, canonical, kept_marginals[0], per, stats, stages, marginals_cap=kept_marginals[1])
-        mchosen, mcost, mstats, mexact, mbound = memory.search(staged)
+        try:
+            mchosen, mcost, mstats, mexact, mbound = memory.search(staged)
+        except SearchError as err:   # nothing fits: the Eq. 1 plan in hand goes with the error, for
+            err.eq1_configs = chosen   # sw.search(recompute=True) to try recomputation on
+            raise
         info = mstats.pop("memory")
         stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))
         everywhere = mexact and info["placements"] == "every aligned block"   # exact: over every block

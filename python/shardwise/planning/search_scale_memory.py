@@ -90,6 +90,8 @@ class MemoryStage:
                  budget: np.ndarray, max_evaluations: float) -> None:
         self.graph, self.devices, self.options, self.costs = graph, devices, options, costs
         self.budget, self.max_evaluations = budget, max_evaluations
+        # a no-fit error advises sw.search(..., recompute=True) unless the search was asked for it
+        self.advise_recompute = True
         # each plan's arenas by its configurations: steps 1, 3 and 4 often end on the same plan,
         # whose memory plan (a third of a second for a 32-layer Llama on 64 GPUs) is made once
         self._arenas: dict[tuple, np.ndarray] = {}
@@ -212,9 +214,11 @@ class MemoryStage:
         try:
             found = self._fitting(tables, kept, starts, deadline=deadline, max_solves=max_solves)
         except search_memory.UnprovenError as err:   # nothing that fits found, nothing proven: the nearest miss
-            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, near, err.solves) from err
+            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, near, err.solves,
+                                recompute=self.advise_recompute) from err
         if found is None:
-            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, near)
+            raise _does_not_fit(self.devices, tables, self.budget, self.max_evaluations, near,
+                                recompute=self.advise_recompute)
         plan, info, choice = found
         s.stages and s.stages.done(f"memory: constrained search of {sum(len(k) for k in survivors)} partitions "
                                    f"left on the first devices ({info['solves']} eliminations)")
@@ -345,9 +349,9 @@ def _canonical_choice(canonical: Any, graph: Graph, plan: Plan) -> list[int] | N
 
 
 def _does_not_fit(devices: DeviceGraph, tables: search_memory.Tables, budget: np.ndarray,
-                  max_evaluations: float, starts: Sequence[Sequence[int]],
-                  unproven: int = 0) -> search_memory.PlanDoesNotFitError:
-    # (no recomputation advice: sw.search(recompute=True) tries it on machines searched in one go only)
+                  max_evaluations: float, starts: Sequence[Sequence[int]], unproven: int = 0,
+                  recompute: bool = True) -> search_memory.PlanDoesNotFitError:
+    # recompute: advise sw.search(..., recompute=True) (not when the search was asked to recompute)
     return search_memory.does_not_fit(devices, tables, budget, max_evaluations,
                                       " with each partition on the first devices of the machine", starts, unproven,
-                                      recompute=False)
+                                      recompute=recompute)
