@@ -256,14 +256,25 @@ static void max_row_backward(const sw_view *x, const float *xp, const sw_view *d
         int64_t n = 0;   /* windows of this run from q; winners: POOL_TAP(i, j) in at[0..n) */
         if (lanes && window_inside(top, left, p, xh, xw)) {   /* the interior run from q: left grows with q */
             n = min64(min64(lanes, q1 - q), qin - q);
-            if (n < MIN_RUN || !pool_argmax_run(lanes, xp, xw, top * xw + left, p->sw, (int)n, p->kh, p->kw, at)) {
+            if (n < MIN_RUN ||
+                !pool_argmax_run(lanes, xp, xh * xw, xw, top * xw + left, p->sw, (int)n, p->kh, p->kw, at)) {
                 n = 0;   /* a short run, or a NaN in it: one window at a time */
             }
         }
         if (n > 0) {
-            for (int64_t l = 0; l < n; l++) {   /* in column order, as the scalar loop adds */
-                add_at(x, dx, dp, top + POOL_TAP_ROW(at[l]), left + l * p->sw + POOL_TAP_COL(at[l]),
-                       grow[q + l - q0]);
+            /* the run's windows in dx's local rows and columns: wholly inside dx's box (the usual
+             * case: dx's box is x's), the winners need no bounds check */
+            const int64_t gi = x->lo[H_] + top - dx->lo[H_], gj = x->lo[W_] + left - dx->lo[W_];
+            if (gi >= 0 && gi + p->kh <= dx->shape[H_] && gj >= 0 && gj + (n - 1) * p->sw + p->kw <= dx->shape[W_]) {
+                float *d = dp + gi * dx->shape[W_] + gj;
+                for (int64_t l = 0; l < n; l++) {   /* in column order, as the scalar loop adds */
+                    d[POOL_TAP_ROW(at[l]) * dx->shape[W_] + l * p->sw + POOL_TAP_COL(at[l])] += grow[q + l - q0];
+                }
+            } else {
+                for (int64_t l = 0; l < n; l++) {
+                    add_at(x, dx, dp, top + POOL_TAP_ROW(at[l]), left + l * p->sw + POOL_TAP_COL(at[l]),
+                           grow[q + l - q0]);
+                }
             }
             q += n;
             continue;
