@@ -411,8 +411,106 @@ static int64_t ntiles(int64_t n) { return (n + CONV_TILE - 1) / CONV_TILE; }
 /* Bytes schedule_items takes for n items. */
 static size_t schedule_bytes(int64_t n) {
     size_t t = (size_t)ntiles(n) + 1;
-    return round64((size_t)n * sizeof(item)) + 2 * round64((size_t)n * sizeof(int32_t)) +
-           round64(t * sizeof(run)) + round64(t * sizeof(span2)) + round64(t * sizeof(int64_t));
+    return 2 * round64((size_t)n * sizeof(item)) + 2 * round64((size_t)n * sizeof(int32_t)) +
+           round64(t * sizeof(run)) + round64(t * sizeof(span2)) + round64(t * sizeof(int64_t)) +
+           6 * round64((size_t)n * sizeof(int64_t));   /* fill_tiles' classes */
+}
+
+/* The union of the non-empty boxes of items it[0..m) (all zeros when there is none). */
+static span2 tile_union(const item *it, int64_t m) {
+    span2 u = {{0, 0}, {0, 0}};
+    int any = 0;
+    for (int64_t j = 0; j < m; j++) {
+        span2 b = it[j].box;
+        if (span2_empty(b)) {
+            continue;
+        }
+        if (!any) {
+            u = b;
+            any = 1;
+        } else {
+            u.y.lo = u.y.lo < b.y.lo ? u.y.lo : b.y.lo;
+            u.y.hi = u.y.hi > b.y.hi ? u.y.hi : b.y.hi;
+            u.x.lo = u.x.lo < b.x.lo ? u.x.lo : b.x.lo;
+            u.x.hi = u.x.hi > b.x.hi ? u.x.hi : b.x.hi;
+        }
+    }
+    return u;
+}
+
+static int64_t span2_area(span2 b) {
+    return span2_empty(b) ? 0 : (int64_t)(b.y.hi - b.y.lo) * (b.x.hi - b.x.lo);
+}
+
+/* What the loops walk for items in this order: the sum of their tiles' union areas. */
+static int64_t tiles_cost(const item *it, int64_t n) {
+    int64_t cost = 0;
+    for (int64_t at = 0; at < n; at += CONV_TILE) {
+        cost += span2_area(tile_union(it + at, conv_min(CONV_TILE, n - at)));
+    }
+    return cost;
+}
+
+/* a inside b (an empty a: inside anything) */
+static int span2_inside(span2 a, span2 b) {
+    return span2_empty(a) || (b.y.lo <= a.y.lo && a.y.hi <= b.y.hi && b.x.lo <= a.x.lo && a.x.hi <= b.x.hi);
+}
+
+/* Another order of the items `it` (sorted by box) into `out`: the classes (runs of equal boxes),
+ * the largest first, in whole tiles, a class's last short tile filled up with items whose boxes
+ * lie inside its box (those of the largest boxes first), which then cost nothing there.  On
+ * AlexNet's conv2 (15 x 15, 5 x 5, padding 2) the sorted order walks 0.88 of the taps, this
+ * 0.86 (0.84 are real); on other shapes it walks more (16 x 16, 3 x 3: 0.94 against 0.93), so
+ * schedule_items takes whichever walks less.  `cls`: 6n scratch int64s. */
+static void fill_tiles(const item *it, int64_t n, item *out, int64_t *cls) {
+    int64_t nk = 0, *start = cls, *len = cls + n, *next = cls + 2 * n, *order = cls + 3 * n, *fill = cls + 4 * n;
+    for (int64_t i = 0; i < n; i++) {
+        if (i == 0 || memcmp(&it[i].box, &it[i - 1].box, sizeof(span2)) != 0) {
+            start[nk] = next[nk] = i;
+            len[nk++] = 0;
+        }
+        len[nk - 1]++;
+    }
+    /* order: more items first, then the larger box, then the sorted order; fill: the larger box
+     * first, then the sorted order (insertion sorts: few classes) */
+    for (int64_t k = 0; k < nk; k++) {
+        int64_t j = k;
+        for (; j > 0; j--) {
+            int64_t q = order[j - 1];
+            int64_t aq = span2_area(it[start[q]].box), ak = span2_area(it[start[k]].box);
+            if (len[q] > len[k] || (len[q] == len[k] && aq >= ak)) {
+                break;
+            }
+            order[j] = q;
+        }
+        order[j] = k;
+        for (j = k; j > 0 && span2_area(it[start[fill[j - 1]]].box) < span2_area(it[start[k]].box); j--) {
+            fill[j] = fill[j - 1];
+        }
+        fill[j] = k;
+    }
+    int64_t at = 0;
+    for (int64_t oi = 0; oi < nk; oi++) {
+        const int64_t k = order[oi];
+        const span2 box = it[start[k]].box;
+        while (next[k] < start[k] + len[k]) {
+            int64_t m = conv_min(CONV_TILE, start[k] + len[k] - next[k]), free = CONV_TILE - m;
+            memcpy(out + at, it + next[k], (size_t)m * sizeof(item));
+            at += m;
+            next[k] += m;
+            for (int64_t fi = 0; fi < nk && free > 0; fi++) {
+                const int64_t c = fill[fi];
+                int64_t take_n = conv_min(free, start[c] + len[c] - next[c]);
+                if (c == k || take_n <= 0 || !span2_inside(it[start[c]].box, box)) {
+                    continue;
+                }
+                memcpy(out + at, it + next[c], (size_t)take_n * sizeof(item));
+                at += take_n;
+                next[c] += take_n;
+                free -= take_n;
+            }
+        }
+    }
 }
 
 /* The items of g with o < nouter, item (o, y, x) reading real values with the box ys[y] x xs[x]:
@@ -443,28 +541,19 @@ static void schedule_items(schedule *sc, arena *ar, const grid *g, int64_t noute
         }
     }
     qsort(it, (size_t)n, sizeof(item), item_cmp);
+    item *alt = take(ar, (size_t)n * sizeof(item));
+    fill_tiles(it, n, alt, take(ar, 6 * (size_t)n * sizeof(int64_t)));
+    if (tiles_cost(alt, n) < tiles_cost(it, n)) {
+        it = alt;
+    }
     sc->nruns = sc->nboxes = 0;
     for (int64_t at = 0; at < n; at += CONV_TILE) {
         int64_t m = conv_min(CONV_TILE, n - at);
-        span2 u = {{0, 0}, {0, 0}};   /* the union of the tile's non-empty boxes */
-        int any = 0;
         for (int64_t j = at; j < at + m; j++) {
             sc->a[j] = it[j].a;
             sc->b[j] = it[j].b;
-            if (span2_empty(it[j].box)) {
-                continue;
-            }
-            span2 b = it[j].box;
-            if (!any) {
-                u = b;
-                any = 1;
-            } else {
-                u.y.lo = u.y.lo < b.y.lo ? u.y.lo : b.y.lo;
-                u.y.hi = u.y.hi > b.y.hi ? u.y.hi : b.y.hi;
-                u.x.lo = u.x.lo < b.x.lo ? u.x.lo : b.x.lo;
-                u.x.hi = u.x.hi > b.x.hi ? u.x.hi : b.x.hi;
-            }
         }
+        const span2 u = tile_union(it + at, m);
         int64_t k = 0;   /* the union's number */
         while (k < sc->nboxes && memcmp(&sc->boxes[k], &u, sizeof u) != 0) {
             k++;
