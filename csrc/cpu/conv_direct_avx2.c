@@ -7,18 +7,20 @@
  * Both loops compute an outer-product sum with 8-float vectors across output
  * columns (output channels, or input channels for the data gradient):
  *
- *   gather   out[i][c] = sum_k w(k, c) * src[base[i] + off[k]]
- *            a tile of 6 pixels i x 16 columns c: 12 accumulators; per k two
+ *   gather   out[prow[i]][c] = sum over t < nt of w(trow[t], c) * src[pq[i] + toff[t]]
+ *            a tile of 6 pixels i x 16 columns c: 12 accumulators; per tap t two
  *            weight loads, six broadcasts, twelve FMAs
- *   reduce   acc[k][c] += sum_i dyt[i][c] * src[base[i] + off[k]]
- *            a tile of 6 taps k x 16 columns c, the sum over the pixels i
+ *   reduce   acc[trow[t]][c] += sum over i < n of dyt[prow[i]][c] * src[pq[i] + toff[t]]
+ *            a tile of 6 taps t x 16 columns c, the sum over the pixels i
  *            held in registers
  *
  * so each loaded input value feeds 16 columns and each loaded weight (or dy)
  * vector 6 pixels (taps): 12 FMAs per 8 loads, as many as the 16 vector
- * registers allow (12 accumulators, 2 operands, 1 broadcast).  base[] and off[]
+ * registers allow (12 accumulators, 2 operands, 1 broadcast).  pq[] and toff[]
  * index a zero-padded copy of the input, so one loop serves any stride,
- * padding and kernel; the index tables are built in conv_direct.c.  Measured
+ * padding and kernel; the tables (conv_direct.c) list a subset of the pixels and
+ * taps, in any order: a tile of pixels skips the taps that read only padding for
+ * all of its pixels, a tile of taps the pixels that do.  Measured
  * (one thread of the 2-core AMD EPYC, Zen 3): 80-90 GFLOP/s on the 3x3 layers
  * of the scaled ResNet-18, against OpenBLAS SGEMM's 94 on 1024^3
  * (docs/cpu_kernels.md).
@@ -42,20 +44,21 @@ int conv_avx2_available(void) {
 
 /* ------------------------------------------------------------------ the tiles */
 
-enum { TILE = 6 };   /* pixels (gather) or taps (reduce) per tile */
+enum { TILE = CONV_TILE };   /* pixels (gather) or taps (reduce) per tile */
 
-/* o[j][0..16) = (o[j] if add) + sum over i < n of v[i*ldv + 0..16) * x[j][q[i]], j < 6.
- * Both loops are this outer-product sum: gather with q the taps' offsets, x[j] pixel
- * j's source and v the packed weights; reduce with q the pixels' offsets, x[j] tap
- * j's source and v the transposed dy. */
-AVX2_FMA static void tile_6x16(const float *const x[TILE], const int32_t *q, int64_t n, const float *v, int64_t ldv,
-                               float *const o[TILE], int add) {
+/* o[j][0..16) = (o[j] if add) + sum over i < n of v[r[i]*ldv + 0..16) * x[j][q[i]], j < 6.
+ * Both loops are this outer-product sum: gather with q the taps' offsets, r their
+ * weight rows, x[j] pixel j's source and v the packed weights; reduce with q the
+ * pixels' offsets, r their dy rows, x[j] tap j's source and v the transposed dy. */
+AVX2_FMA static void tile_6x16(const float *const x[TILE], const int32_t *q, const int32_t *r, int64_t n,
+                               const float *v, int64_t ldv, float *const o[TILE], int add) {
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
     __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
     __m256 a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
     for (int64_t i = 0; i < n; i++) {
         const int64_t at = q[i];
-        const __m256 v0 = _mm256_loadu_ps(v + i * ldv), v1 = _mm256_loadu_ps(v + i * ldv + 8);
+        const float *vi = v + (int64_t)r[i] * ldv;
+        const __m256 v0 = _mm256_loadu_ps(vi), v1 = _mm256_loadu_ps(vi + 8);
         __m256 b;
 #define TILE_STEP(j)                              \
     b = _mm256_broadcast_ss(x##j + at);           \
@@ -72,13 +75,13 @@ AVX2_FMA static void tile_6x16(const float *const x[TILE], const int32_t *q, int
 }
 
 /* The same for the last 8 columns when ncol % 16 == 8. */
-AVX2_FMA static void tile_6x8(const float *const x[TILE], const int32_t *q, int64_t n, const float *v, int64_t ldv,
-                              float *const o[TILE], int add) {
+AVX2_FMA static void tile_6x8(const float *const x[TILE], const int32_t *q, const int32_t *r, int64_t n,
+                              const float *v, int64_t ldv, float *const o[TILE], int add) {
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
     for (int64_t i = 0; i < n; i++) {
         const int64_t at = q[i];
-        const __m256 v0 = _mm256_loadu_ps(v + i * ldv);
+        const __m256 v0 = _mm256_loadu_ps(v + (int64_t)r[i] * ldv);
         a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(x0 + at), v0, a0);
         a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(x1 + at), v0, a1);
         a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(x2 + at), v0, a2);
@@ -97,9 +100,9 @@ AVX2_FMA static void tile_6x8(const float *const x[TILE], const int32_t *q, int6
 /* Column blocks outside, pixel tiles inside: a block's weights (K x 16 floats,
  * 9 KiB for a 16-channel 3x3 layer, 72 KiB for 128 channels) stay in L1/L2
  * while the tiles stream through the source region. */
-AVX2_FMA void conv_avx2_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n,
-                               const int32_t *off, int64_t k, const float *wpk, int64_t ncol, float *out,
-                               int64_t ldo) {
+AVX2_FMA void conv_avx2_gather(const float *src, const int32_t *pq, const int32_t *prow, int64_t n,
+                               const int32_t *toff, const int32_t *trow, int64_t nt, const float *wpk, int64_t k,
+                               int64_t ncol, float *out, int64_t ldo) {
     float spare[TILE * 16];   /* the rows of a short last tile that hold no pixel */
     for (int64_t c0 = 0; c0 < ncol; c0 += 16) {
         int64_t width = ncol - c0 >= 16 ? 16 : 8;
@@ -110,13 +113,13 @@ AVX2_FMA void conv_avx2_gather(const float *src, const int32_t *base, const int3
             float *o[TILE];
             for (int64_t j = 0; j < TILE; j++) {
                 int64_t i = i0 + (j < m ? j : m - 1);   /* a short tile repeats its last pixel */
-                x[j] = src + base[i];
-                o[j] = j < m ? out + (orow ? orow[i] : i) * ldo + c0 : spare + j * 16;
+                x[j] = src + pq[i];
+                o[j] = j < m ? out + (int64_t)prow[i] * ldo + c0 : spare + j * 16;
             }
             if (width == 16) {
-                tile_6x16(x, off, k, w, 16, o, 0);
+                tile_6x16(x, toff, trow, nt, w, 16, o, 0);
             } else {
-                tile_6x8(x, off, k, w, 8, o, 0);
+                tile_6x8(x, toff, trow, nt, w, 8, o, 0);
             }
         }
     }
@@ -124,23 +127,24 @@ AVX2_FMA void conv_avx2_gather(const float *src, const int32_t *base, const int3
 
 /* ------------------------------------------------------------------ reduce */
 
-AVX2_FMA void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
-                               const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda) {
+AVX2_FMA void conv_avx2_reduce(const float *src, const int32_t *pq, const int32_t *prow, int64_t n,
+                               const int32_t *toff, const int32_t *trow, int64_t nt, const float *dyt, int64_t ldd,
+                               int64_t ncol, float *acc, int64_t lda) {
     float spare[TILE * 16] = {0};   /* accumulators of the taps a short last tile does not have */
     for (int64_t c0 = 0; c0 < ncol; c0 += 16) {
         int wide = ncol - c0 >= 16;
-        for (int64_t k0 = 0; k0 < k; k0 += TILE) {
-            int64_t m = k - k0 < TILE ? k - k0 : TILE;
+        for (int64_t t0 = 0; t0 < nt; t0 += TILE) {
+            int64_t m = nt - t0 < TILE ? nt - t0 : TILE;
             const float *x[TILE];
             float *a[TILE];
             for (int64_t j = 0; j < TILE; j++) {
-                x[j] = src + off[k0 + (j < m ? j : m - 1)];
-                a[j] = j < m ? acc + (k0 + j) * lda + c0 : spare + j * 16;
+                x[j] = src + toff[t0 + (j < m ? j : m - 1)];
+                a[j] = j < m ? acc + (int64_t)trow[t0 + j] * lda + c0 : spare + j * 16;
             }
             if (wide) {
-                tile_6x16(x, base, n, dyt + c0, ldd, a, 1);
+                tile_6x16(x, pq, prow, n, dyt + c0, ldd, a, 1);
             } else {
-                tile_6x8(x, base, n, dyt + c0, ldd, a, 1);
+                tile_6x8(x, pq, prow, n, dyt + c0, ldd, a, 1);
             }
         }
     }
@@ -255,14 +259,18 @@ AVX2_FMA void conv_avx2_transpose_masked(const float *src, const float *mask, in
        * convolution takes im2col + GEMM, so the functions below are never called */
 int conv_avx2_available(void) { return 0; }
 
-void conv_avx2_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
-                      int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo) {
-    (void)src, (void)base, (void)orow, (void)n, (void)off, (void)k, (void)wpk, (void)ncol, (void)out, (void)ldo;
+void conv_avx2_gather(const float *src, const int32_t *pq, const int32_t *prow, int64_t n, const int32_t *toff,
+                      const int32_t *trow, int64_t nt, const float *wpk, int64_t k, int64_t ncol, float *out,
+                      int64_t ldo) {
+    (void)src, (void)pq, (void)prow, (void)n, (void)toff, (void)trow, (void)nt, (void)wpk, (void)k, (void)ncol;
+    (void)out, (void)ldo;
 }
 
-void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
-                      const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda) {
-    (void)src, (void)base, (void)n, (void)off, (void)k, (void)dyt, (void)ldd, (void)ncol, (void)acc, (void)lda;
+void conv_avx2_reduce(const float *src, const int32_t *pq, const int32_t *prow, int64_t n, const int32_t *toff,
+                      const int32_t *trow, int64_t nt, const float *dyt, int64_t ldd, int64_t ncol, float *acc,
+                      int64_t lda) {
+    (void)src, (void)pq, (void)prow, (void)n, (void)toff, (void)trow, (void)nt, (void)dyt, (void)ldd, (void)ncol;
+    (void)acc, (void)lda;
 }
 
 void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd,

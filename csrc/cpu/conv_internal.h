@@ -108,6 +108,8 @@ enum {
     CONV_SCRATCH_OUT,    /* direct: pixel-major output (or dy) of a group */
     CONV_SCRATCH_WPK,    /* direct: packed weights */
     CONV_SCRATCH_TAB,    /* direct: index tables */
+    CONV_SCRATCH_PLAN,   /* direct: the sorted pixels or taps and their runs (conv_direct.c) */
+    CONV_SCRATCH_IDX,    /* direct: the taps or pixels each run walks */
     CONV_SCRATCH_ACC,    /* direct: the weight gradient's accumulator */
     CONV_SCRATCH_MASKED, /* im2col + GEMM through a fused ReLU: dy masked by y > 0 */
     CONV_SCRATCH_KINDS
@@ -158,6 +160,10 @@ sw_status conv_depthwise_backward_weight(const sw_view *x, const sw_view *dy, fl
 
 /* ------------------------------------------------------------------ AVX2 loops (conv_direct_avx2.c) */
 
+/* Pixels (gather) or taps (reduce) per tile of both instruction sets' loops: conv_direct.c
+ * cuts its sorted tables into tiles of this many. */
+#define CONV_TILE 6
+
 /* 1 when this CPU (and OS) runs AVX2 and FMA instructions. */
 int conv_avx2_available(void);
 
@@ -165,13 +171,21 @@ int conv_avx2_available(void);
  * the block starting at column c0 lies at wpk + c0 * K as a (K, width) row-major
  * matrix.  ncol is a multiple of 8. */
 
-/* out[orow[i] * ldo + c] = sum_k wpk(k, c) * src[base[i] + off[k]] for i < n, c < ncol
- * (orow NULL: row i).  K may be 0 (zeros are written). */
-void conv_avx2_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
-                      int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo);
-/* acc[k * lda + c] += sum_i dyt[i * ldd + c] * src[base[i] + off[k]] for k < K, c < ncol. */
-void conv_avx2_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
-                      const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda);
+/* The loops walk tables of pixels (pq: offsets of the pixels' windows in src; prow: their
+ * output rows, or dy rows) and of taps (toff: offsets within a window; trow: their rows of
+ * the packed weights, or of the weight gradient's accumulator), any subset in any order:
+ *
+ * out[prow[i] * ldo + c] = sum over t < nt of wpk(trow[t], c) * src[pq[i] + toff[t]]
+ * for i < n, c < ncol, in the order of the taps; wpk holds K rows.  nt may be 0 (zeros are
+ * written). */
+void conv_avx2_gather(const float *src, const int32_t *pq, const int32_t *prow, int64_t n, const int32_t *toff,
+                      const int32_t *trow, int64_t nt, const float *wpk, int64_t k, int64_t ncol, float *out,
+                      int64_t ldo);
+/* acc[trow[t] * lda + c] += sum over i < n of dyt[prow[i] * ldd + c] * src[pq[i] + toff[t]] for t < nt,
+ * c < ncol: the sum over the pixels in their order, then added to acc. */
+void conv_avx2_reduce(const float *src, const int32_t *pq, const int32_t *prow, int64_t n, const int32_t *toff,
+                      const int32_t *trow, int64_t nt, const float *dyt, int64_t ldd, int64_t ncol, float *acc,
+                      int64_t lda);
 /* dst[c * ldd + r] = act(src[r * lds + c] + bias[c]) for r < rows, c < cols (bias may be NULL;
  * act is a ReLU when relu, a NaN becoming 0 as in the im2col path, else the identity). */
 void conv_avx2_transpose(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst, int64_t ldd,
@@ -185,9 +199,11 @@ void conv_avx2_transpose_masked(const float *src, const float *mask, int64_t lds
 /* 1 when this CPU (and OS) runs AVX-512F, and AVX2 + FMA (the transposes stay AVX2's). */
 int conv_avx512_available(void);
 /* conv_avx2_gather and conv_avx2_reduce with 16-float vectors: the same arguments, the same bits. */
-void conv_avx512_gather(const float *src, const int32_t *base, const int32_t *orow, int64_t n, const int32_t *off,
-                        int64_t k, const float *wpk, int64_t ncol, float *out, int64_t ldo);
-void conv_avx512_reduce(const float *src, const int32_t *base, int64_t n, const int32_t *off, int64_t k,
-                        const float *dyt, int64_t ldd, int64_t ncol, float *acc, int64_t lda);
+void conv_avx512_gather(const float *src, const int32_t *pq, const int32_t *prow, int64_t n, const int32_t *toff,
+                        const int32_t *trow, int64_t nt, const float *wpk, int64_t k, int64_t ncol, float *out,
+                        int64_t ldo);
+void conv_avx512_reduce(const float *src, const int32_t *pq, const int32_t *prow, int64_t n, const int32_t *toff,
+                        const int32_t *trow, int64_t nt, const float *dyt, int64_t ldd, int64_t ncol, float *acc,
+                        int64_t lda);
 
 #endif /* SHARDWISE_CPU_CONV_INTERNAL_H */

@@ -115,7 +115,7 @@ static inline void interior_argmax(const float *xp, int64_t xw, int64_t r0, int6
  * row-major order: a chain of strict comparisons keeps it, so the first zero decides
  * the sign of a zero maximum), or its first NaN.  A sum detects a NaN (it turns NaN),
  * one instruction per element instead of a compare and an or; the usual 3x3 and 2x2
- * windows are unrolled.  The scaled AlexNet's first pooling: 9.1 ms before, 5 after. */
+ * windows are unrolled (interior_row).  The scaled AlexNet's first pooling: 9.1 ms before, 5 after. */
 static inline __attribute__((always_inline)) float max_of(const float *xp, int64_t xw, int64_t r0, int64_t c0,
                                                            int64_t kh, int64_t kw) {
     const float *w0 = xp + r0 * xw + c0;
@@ -135,15 +135,10 @@ static inline __attribute__((always_inline)) float max_of(const float *xp, int64
     return best;
 }
 
-static float interior_max(const float *xp, int64_t xw, int64_t r0, int64_t c0, int64_t kh, int64_t kw) {
-    if (kh == 3 && kw == 3) {   /* the usual windows, unrolled */
-        return max_of(xp, xw, r0, c0, 3, 3);
-    }
-    if (kh == 2 && kw == 2) {
-        return max_of(xp, xw, r0, c0, 2, 2);
-    }
-    return max_of(xp, xw, r0, c0, kh, kw);
-}
+/* Windows a vector run needs at least: a window alone takes the scalar loop.  In the forward
+ * pass (no positions to find) the scalar loop wins below 4 windows: the scaled AlexNet's 3-wide
+ * pool5 took 0.35 ms scalar, 0.53 in 16 lanes. */
+enum { MIN_RUN = 2, FORWARD_MIN_RUN = 4 };
 
 /* Is the window at local (top, left) of a (h, w) plane wholly inside it? */
 static inline int window_inside(int64_t top, int64_t left, const sw_window *p, int64_t h, int64_t w) {
@@ -172,48 +167,98 @@ static sw_status check_pool_views(const sw_view *x, const sw_view *box, const ch
     return s;
 }
 
+/* y[l] = the maximum of the window at local (top, left + l*sw), l < count, each wholly inside the
+ * plane, through the fused ReLU.  A function of its own, with the usual 3x3 and 2x2 windows as
+ * separate loops: inlined into the forward pass's loop, GCC's code for the scalar chain changed
+ * with the code around it (pool2 1.6 -> 2.2 ms when the vector runs were added there). */
+static __attribute__((noinline)) void interior_row(const float *xp, int64_t xw, int64_t top, int64_t left, int64_t sw,
+                                                   int64_t kh, int64_t kw, int64_t count, int relu, float *y) {
+    if (kh == 3 && kw == 3) {
+        for (int64_t l = 0; l < count; l++) {
+            y[l] = max_of(xp, xw, top, left + l * sw, 3, 3);
+        }
+    } else if (kh == 2 && kw == 2) {
+        for (int64_t l = 0; l < count; l++) {
+            y[l] = max_of(xp, xw, top, left + l * sw, 2, 2);
+        }
+    } else {
+        for (int64_t l = 0; l < count; l++) {
+            y[l] = max_of(xp, xw, top, left + l * sw, kh, kw);
+        }
+    }
+    if (relu) {
+        for (int64_t l = 0; l < count; l++) {
+            y[l] = !(y[l] > 0.0f) && !isnan(y[l]) ? 0.0f : y[l];
+        }
+    }
+}
+
+/* y's local row i, columns [j0, j1): windows that may reach past x's view (clipped), and average
+ * pooling's. */
+static void clipped_row(int is_max, const sw_view *x, const float *xp, const sw_view *y, float *yp,
+                        const sw_window *p, int64_t i, int64_t j0, int64_t j1) {
+    const float area = (float)(p->kh * p->kw);
+    for (int64_t j = j0; j < j1; j++) {
+        const window_part w = window_in_view(x, p, y->lo[H_] + i, y->lo[W_] + j);
+        float v;
+        if (is_max) {
+            const int64_t at = window_argmax(xp, x->shape[W_], w);
+            v = at < 0 ? -INFINITY : xp[at];
+        } else {
+            float sum = 0.0f;
+            for (int64_t a = w.r0; a < w.r1; a++) {
+                for (int64_t b = w.c0; b < w.c1; b++) {
+                    sum += xp[a * x->shape[W_] + b];
+                }
+            }
+            v = sum / area;
+        }
+        if (p->relu && !(v > 0.0f) && !isnan(v)) {
+            v = 0.0f;
+        }
+        yp[i * y->shape[W_] + j] = v;
+    }
+}
+
 /* x (N, C, H, W) view covering y's samples and channels, y (N, C, Ho, Wo) = the box to compute. */
 sw_status sw_pool2d_forward(int is_max, const sw_view *x, sw_view *y, const sw_window *p) {
     sw_status s = check_pool_views(x, y, "pool2d_forward: x", "pool2d_forward: y", p, "pool2d_forward");
     if (s != SW_OK) {
         return s;
     }
-    const float area = (float)(p->kh * p->kw);
-    const int64_t xh = x->shape[H_], xw = x->shape[W_];
+    const int64_t xh = x->shape[H_], xw = x->shape[W_], wo = y->shape[W_];
+    /* a row's windows wholly inside the plane -- local columns [ja, jb) of rows whose windows lie in
+     * the plane's rows -- go through the vector lanes (pool_max_row: strides 1 and 2, at least
+     * FORWARD_MIN_RUN windows), then interior_row; the rest (and average pooling) clipped_row */
+    const int lanes = is_max && p->sw <= 2 ? pool_argmax_lanes() : 0;
+    const int64_t ja = min64(wo, max64(0, ceil_div(p->pw + x->lo[W_], p->sw) - y->lo[W_]));
+    const int64_t jb = max64(ja, min64(wo, floor_div(xw - p->kw + p->pw + x->lo[W_], p->sw) + 1 - y->lo[W_]));
     for (int64_t n = y->lo[N_]; n < y->lo[N_] + y->shape[N_]; n++) {
         for (int64_t c = y->lo[C_]; c < y->lo[C_] + y->shape[C_]; c++) {
             const float *xp = plane(x, n, c);
             float *yp = plane(y, n, c);
             for (int64_t i = 0; i < y->shape[H_]; i++) {
                 const int64_t top = (y->lo[H_] + i) * p->sh - p->ph - x->lo[H_];
-                for (int64_t j = 0; j < y->shape[W_]; j++) {
-                    const int64_t left = (y->lo[W_] + j) * p->sw - p->pw - x->lo[W_];
-                    float v;
-                    if (is_max && window_inside(top, left, p, xh, xw)) {   /* the common case, unclipped */
-                        v = interior_max(xp, xw, top, left, p->kh, p->kw);
-                        if (p->relu && !(v > 0.0f) && !isnan(v)) {
-                            v = 0.0f;
-                        }
-                        yp[i * y->shape[W_] + j] = v;
-                        continue;
-                    }
-                    const window_part w = window_in_view(x, p, y->lo[H_] + i, y->lo[W_] + j);
-                    if (is_max) {
-                        const int64_t at = window_argmax(xp, xw, w);
-                        v = at < 0 ? -INFINITY : xp[at];
-                    } else {
-                        float sum = 0.0f;
-                        for (int64_t a = w.r0; a < w.r1; a++) {
-                            for (int64_t b = w.c0; b < w.c1; b++) {
-                                sum += xp[a * xw + b];
-                            }
-                        }
-                        v = sum / area;
-                    }
-                    if (p->relu && !(v > 0.0f) && !isnan(v)) {
-                        v = 0.0f;
-                    }
-                    yp[i * y->shape[W_] + j] = v;
+                if (!is_max || top < 0 || top + p->kh > xh) {
+                    clipped_row(is_max, x, xp, y, yp, p, i, 0, wo);
+                    continue;
+                }
+                if (ja > 0) {
+                    clipped_row(is_max, x, xp, y, yp, p, i, 0, ja);
+                }
+                const int64_t left = (y->lo[W_] + ja) * p->sw - p->pw - x->lo[W_];
+                float *out = yp + i * wo + ja;
+                int64_t done = 0;   /* outputs [ja, ja + done) the lanes wrote */
+                if (lanes && jb - ja >= FORWARD_MIN_RUN) {
+                    done = pool_max_row(lanes, xp, xh * xw, xw, top * xw + left, p->sw, jb - ja, p->kh, p->kw,
+                                        p->relu, out);
+                }
+                if (done < jb - ja) {
+                    interior_row(xp, xw, top, left + done * p->sw, p->sw, p->kh, p->kw, jb - ja - done, p->relu,
+                                 out + done);
+                }
+                if (jb < wo) {
+                    clipped_row(is_max, x, xp, y, yp, p, i, jb, wo);
                 }
             }
         }
@@ -238,9 +283,6 @@ static inline void add_at(const sw_view *x, const sw_view *dx, float *dp, int64_
     }
 }
 
-/* Windows a vector run needs at least: a window alone takes the scalar loop. */
-enum { MIN_RUN = 2 };
-
 /* Max pooling's gradient of dy's row r, columns [q0, q1) (grow: their dy values), each added at its
  * window's first maximum in x (plane xp) when that lies in dx's box (plane dp), in column order.
  * Runs of windows wholly inside x's plane go `lanes` at a time through pool_argmax_run (0: one by one). */
@@ -256,14 +298,25 @@ static void max_row_backward(const sw_view *x, const float *xp, const sw_view *d
         int64_t n = 0;   /* windows of this run from q; winners: POOL_TAP(i, j) in at[0..n) */
         if (lanes && window_inside(top, left, p, xh, xw)) {   /* the interior run from q: left grows with q */
             n = min64(min64(lanes, q1 - q), qin - q);
-            if (n < MIN_RUN || !pool_argmax_run(lanes, xp, xw, top * xw + left, p->sw, (int)n, p->kh, p->kw, at)) {
+            if (n < MIN_RUN ||
+                !pool_argmax_run(lanes, xp, xh * xw, xw, top * xw + left, p->sw, (int)n, p->kh, p->kw, at)) {
                 n = 0;   /* a short run, or a NaN in it: one window at a time */
             }
         }
         if (n > 0) {
-            for (int64_t l = 0; l < n; l++) {   /* in column order, as the scalar loop adds */
-                add_at(x, dx, dp, top + POOL_TAP_ROW(at[l]), left + l * p->sw + POOL_TAP_COL(at[l]),
-                       grow[q + l - q0]);
+            /* the run's windows in dx's local rows and columns: wholly inside dx's box (the usual
+             * case: dx's box is x's), the winners need no bounds check */
+            const int64_t gi = x->lo[H_] + top - dx->lo[H_], gj = x->lo[W_] + left - dx->lo[W_];
+            if (gi >= 0 && gi + p->kh <= dx->shape[H_] && gj >= 0 && gj + (n - 1) * p->sw + p->kw <= dx->shape[W_]) {
+                float *d = dp + gi * dx->shape[W_] + gj;
+                for (int64_t l = 0; l < n; l++) {   /* in column order, as the scalar loop adds */
+                    d[POOL_TAP_ROW(at[l]) * dx->shape[W_] + l * p->sw + POOL_TAP_COL(at[l])] += grow[q + l - q0];
+                }
+            } else {
+                for (int64_t l = 0; l < n; l++) {
+                    add_at(x, dx, dp, top + POOL_TAP_ROW(at[l]), left + l * p->sw + POOL_TAP_COL(at[l]),
+                           grow[q + l - q0]);
+                }
             }
             q += n;
             continue;

@@ -716,3 +716,74 @@ def test_a_relu_output_of_another_box_is_refused():
         _core.conv2d_backward_data(w, None, dy, None, None, x.shape, (3, 3), 1, 1, relu_y=y[:1])
     with pytest.raises(ValueError, match="y's box must be dy's"):
         _core.conv2d_backward_weight(x, None, dy, None, w.shape, 1, 1, True, relu_y=y, relu_y_lo=(0, 0, 1, 0))
+
+
+# ----------------------------------------------------------------------------------------------
+# the direct loops skip the taps that read padding
+# ----------------------------------------------------------------------------------------------
+PADDED_CASES = [
+    dict(n=2, ci=16, co=16, h=9, w=8, kernel=(5, 5), stride=(1, 1), padding=(2, 2)),   # AlexNet's conv2 shape
+    dict(n=5, ci=16, co=24, h=4, w=4, kernel=(3, 3), stride=(1, 1), padding=(1, 1)),   # grouped, a short group
+    dict(n=2, ci=16, co=16, h=9, w=7, kernel=(3, 3), stride=(2, 2), padding=(1, 1)),   # stride classes
+    dict(n=1, ci=16, co=8, h=3, w=5, kernel=(5, 5), stride=(1, 1), padding=(4, 2)),    # rows of pure padding
+]
+
+
+def _check_poisoned(got: np.ndarray, want: np.ndarray, poisoned: np.ndarray, what: str) -> None:
+    """got (N, C, H, W) non-finite wherever poisoned (H, W) holds; elsewhere either the same
+    poison (a tile of the loops still multiplied the padding: 0 * inf) or want; and at least a
+    quarter of those outputs finite (before the loops skipped padding, none was)."""
+    assert not np.isfinite(got[:, :, poisoned]).any(), what
+    rest, rest_want = got[:, :, ~poisoned], want[:, :, ~poisoned]
+    finite = np.isfinite(rest)
+    assert finite.mean() >= 0.25, f"{what}: {finite.mean():.2f} of the outputs skip the padding"
+    assert_close(np.where(finite, rest, 0.0), np.where(finite, rest_want, 0.0), what)
+
+
+@pytest.mark.skipif("direct" not in ALGORITHMS, reason="the direct convolution needs AVX2 and FMA")
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("spec", PADDED_CASES, ids=conv_ids)
+def test_direct_loops_multiply_no_padding(spec, isa):
+    """A tap of infinite weight poisons (inf * x, or 0 * inf = NaN) the outputs whose window puts a
+    real input under it.  The direct loops leave out a tap for a tile of outputs when it falls on
+    padding for all of them (as oneDNN leaves out padding), so the outputs of such tiles are the
+    finite sums of their real taps.  Likewise for the data gradient (its windows over dy) and for
+    the weight gradient with an infinite dy value (its tiles: taps, over the outputs)."""
+    if not isa_available(isa):
+        pytest.skip(f"this CPU has no {isa}")
+    c = conv_case(spec)
+    x, w, b, dy = (f32(a) for a in make_conv_tensors(c, seed=11))
+    s, p, (kh, kw) = c["stride"], c["padding"], c["kernel"]
+    (sh, sw), (ph, pw) = s, p
+    ho, wo = dy.shape[2:]
+    ty, tx = kh - 1, 0   # the poisoned tap: the window's last row, first column
+    w_inf, w_zero = w.copy(), w.copy()
+    w_inf[:, :, ty, tx], w_zero[:, :, ty, tx] = np.inf, 0.0
+    _core.conv_isa(isa)
+    try:
+        y = _with_algorithm("direct", lambda: _core.conv2d_forward(x, None, w_inf, None, None, None, None,
+                                                                  dy.shape, s, p))
+        dx = _with_algorithm("direct", lambda: _core.conv2d_backward_data(w_inf, None, dy, None, None, x.shape,
+                                                                          c["kernel"], s, p))
+        dy_inf = dy.copy()
+        dy_inf[:, :, 0, 0] = np.inf   # output (0, 0): its window's real taps get inf * x
+        dw, _ = _with_algorithm("direct", lambda: _core.conv2d_backward_weight(x, None, dy_inf, None, w.shape, s, p,
+                                                                               False))
+    finally:
+        _core.conv_isa("auto")
+    # output (r, q) puts input (r*sh - ph + ty, q*sw - pw + tx) under the tap
+    rows = (np.arange(ho) * sh - ph + ty >= 0) & (np.arange(ho) * sh - ph + ty < c["h"])
+    cols = (np.arange(wo) * sw - pw + tx >= 0) & (np.arange(wo) * sw - pw + tx < c["w"])
+    _check_poisoned(y, ref.conv2d_forward(x, w_zero, None, s, p), rows[:, None] & cols[None, :], "forward")
+    # dx (iy, ix) takes the tap from dy (r, q) with r*sh - ph + ty = iy: poisoned where that lies in dy
+    iy, ix = np.arange(c["h"]) + ph - ty, np.arange(c["w"]) + pw - tx
+    rows = (iy % sh == 0) & (iy >= 0) & (iy // sh < ho)
+    cols = (ix % sw == 0) & (ix >= 0) & (ix // sw < wo)
+    _check_poisoned(dx, ref.conv2d_backward(x, w_zero, dy, s, p)[0], rows[:, None] & cols[None, :], "data gradient")
+    # dw (ky, kx) multiplies dy (0, 0) by input (ky - ph, kx - pw): poisoned inside x
+    rows = (np.arange(kh) - ph >= 0) & (np.arange(kh) - ph < c["h"])
+    cols = (np.arange(kw) - pw >= 0) & (np.arange(kw) - pw < c["w"])
+    dy_zero = dy.copy()
+    dy_zero[:, :, 0, 0] = 0.0
+    _check_poisoned(dw, ref.conv2d_backward(x, w, dy_zero, s, p)[1], rows[:, None] & cols[None, :],
+                    "weight gradient")

@@ -98,6 +98,13 @@ POOL_CASES = [
     ((3, 2, 7, 11), (5, 3), (3, 1), (2, 1)),
     ((2, 2, 6, 6), (3, 3), (1, 1), (0, 0)),
     ((2, 2, 9, 41), (3, 3), (2, 2), (1, 1)),   # rows of 21 windows: a full 16-lane run, then 5
+    # windows read as rows (strides 1 and 2, pool_argmax.c) up to the plane's last float: runs of
+    # 8 and 16 windows whose whole-vector loads end exactly there, or would end past it
+    ((2, 2, 3, 17), (3, 3), (2, 2), (0, 0)),
+    ((2, 2, 3, 18), (3, 3), (2, 2), (0, 0)),
+    ((2, 2, 3, 34), (3, 3), (2, 2), (0, 0)),
+    ((2, 2, 2, 10), (2, 3), (1, 1), (0, 0)),
+    ((2, 2, 2, 11), (2, 3), (1, 1), (0, 0)),
 ]
 
 
