@@ -202,6 +202,14 @@ struct sw_problem {
     _Atomic long progress_done, progress_total;   /* of the running build or search */
 };
 
+/* core/big_alloc.c: `bytes` (64-byte aligned) for an array written soon after, freed with free();
+ * from `huge_from` bytes on, in whole transparent huge pages where the system has them (a page
+ * fault per 2 MB instead of per 4 KB).  SW_HUGE_FROM: the size from which that pays for itself
+ * (a huge page costs about as much to clear as ~90 faults of small pages).  NULL when out of memory. */
+#define SW_HUGE_FROM ((size_t)4 << 20)
+#define SW_HUGE_PAGE ((size_t)2 << 20)   /* the x86-64 and arm64 transparent huge page */
+void *sw_big_alloc(size_t bytes, size_t huge_from);
+
 /* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
 sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);
 
