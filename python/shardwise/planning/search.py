@@ -517,7 +517,7 @@ def _warn_first_devices_memory(ndev: int) -> None:
 
 
 def _configurations(problem, graph: Graph) -> list[int]:
-    return [len(problem.configs(op.index)[0]) for op in graph.ops]
+    return [len(problem.workers(op.index)) for op in graph.ops]   # (one count per configuration)
 
 
 def _too_large(ncfg: list[int], graph: Graph) -> bool:
