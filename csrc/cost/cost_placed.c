@@ -890,8 +890,10 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     for (int ci = 0; ci < src->ncfg; ci = src_end[ci]) {
         runs++;
     }
-    kept_ranges *kept = calloc((size_t)(runs > 0 ? runs : 1), sizeof *kept);   /* one per partition */
+    /* one per partition, empty (only n is read before written: not cleared whole, ~5 KB each) */
+    kept_ranges *kept = malloc(sizeof *kept * (size_t)(runs > 0 ? runs : 1));
     for (int ci = 0, run = 0; kept && ci < src->ncfg; ci = src_end[ci], run++) {
+        kept[run].n = 0;
         for (int c = ci; c < src_end[ci]; c++) {
             grids[c].kept = &kept[run];
         }
