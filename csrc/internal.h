@@ -209,6 +209,9 @@ struct sw_problem {
 #define SW_HUGE_FROM ((size_t)4 << 20)
 #define SW_HUGE_PAGE ((size_t)2 << 20)   /* the x86-64 and arm64 transparent huge page */
 void *sw_big_alloc(size_t bytes, size_t huge_from);
+/* The whole huge pages inside [p, p + bytes) marked for transparent huge pages (an array grown
+ * in place by realloc: its pages not yet written then map 2 MB at a fault). */
+void sw_advise_huge(void *p, size_t bytes);
 
 /* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
 sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);

@@ -10,6 +10,7 @@
  * as much to clear as ~90 small faults, more than a small array takes.
  */
 #define _DEFAULT_SOURCE   /* madvise and MADV_HUGEPAGE under -std=c11 */
+#include <stdint.h>       /* uintptr_t */
 #include <stdlib.h>       /* posix_memalign */
 #if defined(__linux__)
 #include <sys/mman.h>     /* madvise */
@@ -32,4 +33,16 @@ void *sw_big_alloc(size_t bytes, size_t huge_from) {
     }
 #endif
     return base;
+}
+
+void sw_advise_huge(void *p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    uintptr_t lo = ((uintptr_t)p + SW_HUGE_PAGE - 1) / SW_HUGE_PAGE * SW_HUGE_PAGE;
+    uintptr_t hi = ((uintptr_t)p + bytes) / SW_HUGE_PAGE * SW_HUGE_PAGE;
+    if (hi > lo) {
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);   /* advice only */
+    }
+#else
+    (void)p, (void)bytes;
+#endif
 }
