@@ -256,6 +256,9 @@ uint64_t sw_key_hash(const sw_key *k);
 /* The owner of a key of `set` equal to k (hash: sw_key_hash(k)), or -1. */
 int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash);
 void sw_key_set_free(sw_key_set *set);
+/* Add a copy of k (exactly its length) to `set` under `owner`; k's buffer stays the caller's, to
+ * make its next key in (grown once, not again for every key kept).  0 when out of memory. */
+int sw_key_keep(sw_key_set *set, const sw_key *k, uint64_t hash, int owner);
 
 /* Node costs (cost_node.c) in two steps, so that the transfer tables can use the first: for
  * every op, the first op whose node costs are a function of equal data (itself if none

@@ -281,19 +281,15 @@ static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int 
     return ok ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory");
 }
 
-/* The id of k in `set`: an equal key's, else k's own, added (k's buffer then belongs to the
- * set and k is emptied); -1 when out of memory. */
-static int part_id(sw_key_set *set, int cap, sw_key *k) {
+/* The id of k in `set`: an equal key's, else k's own, added (a copy: k's buffer makes the
+ * next key); -1 when out of memory. */
+static int part_id(sw_key_set *set, int cap, const sw_key *k) {
     uint64_t h = sw_key_hash(k);
     int id = sw_key_find(set, k, h);
     if (id >= 0 || set->n == cap) {
         return id;
     }
-    set->key[set->n] = *k;
-    set->hash[set->n] = h;
-    set->owner[set->n] = set->n;
-    *k = (sw_key){0};
-    return set->n++;
+    return sw_key_keep(set, k, h, set->n) ? set->n - 1 : -1;
 }
 
 /* ---- filling the distinct tables on several threads (parallel.c) ----

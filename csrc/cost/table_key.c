@@ -3,7 +3,7 @@
  * Networks repeat themselves (conv -> batchnorm -> relu, identical Inception modules): on
  * Inception-v3, 315 ops have 101 distinct node tables and 349 edges 74 distinct transfer
  * tables.  Equal keys are found by hash, then compared in full (sw_key_find). */
-#include <stdlib.h>  /* realloc, free */
+#include <stdlib.h>  /* malloc, realloc, free */
 #include <string.h>  /* memcmp, memcpy */
 
 #include "internal.h"
@@ -81,4 +81,16 @@ void sw_key_set_free(sw_key_set *set) {
     free(set->hash);
     free(set->owner);
     *set = (sw_key_set){0};
+}
+
+int sw_key_keep(sw_key_set *set, const sw_key *k, uint64_t hash, int owner) {
+    int64_t *v = malloc(sizeof *v * (k->len > 0 ? k->len : 1));
+    if (!v) {
+        return 0;
+    }
+    memcpy(v, k->v, sizeof *v * k->len);
+    set->key[set->n] = (sw_key){v, k->len, k->len};
+    set->hash[set->n] = hash;
+    set->owner[set->n++] = owner;
+    return 1;
 }
