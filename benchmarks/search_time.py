@@ -29,6 +29,12 @@ mini-bucket elimination with a lower bound: "exact" says NO), on DeviceGraph.cpu
 
     python benchmarks/search_time.py [--models a,b] [--devices 4,8,16,64,256,1024] [--repeat 3]
                                      [--imported densenet121] [--imported-devices 4,16]
+
+--first N: instead, per model and device count, the first Eq. 1 search of N fresh processes (what a
+user's script pays once; the table's rows are the best of --repeat searches of one process): the
+median and quartiles of its processor time and the median of each stage's, beside the load.
+
+    python benchmarks/search_time.py --models inception_v3 --devices 16 --first 20
 """
 from __future__ import annotations
 
@@ -129,6 +135,55 @@ def run_isolated(model: str, ndev: int, repeat: int, torchvision: bool = False):
     return result
 
 
+def _first_child(model: str, ndev: int, queue) -> None:
+    """The processor time of the first Eq. 1 search of this (fresh) process, its stages' too."""
+    g, d = sw.models.get(model), device_graph(ndev)
+    stages, last = {}, [time.process_time()]
+
+    def progress(stage: str, seconds: float) -> None:   # every stage, as it ends
+        now = time.process_time()
+        stages[stage.split(":")[0].split(" (")[0]] = now - last[0]
+        last[0] = now
+
+    c0 = last[0] = time.process_time()
+    plan = sw.search(g, d, objective="eq1", progress=progress)
+    queue.put((time.process_time() - c0, stages, plan.cost))
+
+
+FIRST_CHILD = ("import json, queue, sys; sys.path.insert(0, {here!r}); import search_time; q = queue.Queue(); "
+               "search_time._first_child({model!r}, {ndev}, q); print(json.dumps(q.get()))")
+
+
+def first_searches(model: str, ndev: int, runs: int) -> None:
+    """--first: the first search of `runs` fresh processes, one after the other: median and
+    quartiles of its processor time (all threads) and of each stage's, the load beside them.
+    Each a plain `python -c` process, as a user's script (a multiprocessing child measured
+    ~15-20% more processor time for the same search)."""
+    import json
+    import subprocess
+
+    times, stages, costs, loads = [], {}, set(), []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", FIRST_CHILD.format(here=HERE, model=model, ndev=ndev)],
+                             capture_output=True, text=True, check=True).stdout
+        cpu, st, cost = json.loads(out.strip().splitlines()[-1])
+        times.append(cpu)
+        costs.add(cost)
+        loads.append(os.getloadavg()[0])
+        for k, v in st.items():
+            stages.setdefault(k, []).append(v)
+
+    def q(xs: list, f: float) -> float:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(f * len(xs)))] * 1e3
+
+    print(f"{model:<13} {ndev:>5}  first search: median {q(times, 0.5):.1f} ms of processor time "
+          f"(quartiles {q(times, 0.25):.1f}-{q(times, 0.75):.1f}, least {q(times, 0):.1f}) in {runs} fresh processes, "
+          f"load {min(loads):.2f}-{max(loads):.2f}; {'the same cost in all' if len(costs) == 1 else 'COSTS DIFFER'}",
+          flush=True)
+    print("    stages, median ms: " + ", ".join(f"{k} {q(v, 0.5):.1f}" for k, v in stages.items()), flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(sw.models.names()))
@@ -137,11 +192,20 @@ def main() -> int:
     ap.add_argument("--imported", default="densenet121",
                     help="torchvision models imported with sw.from_torch, on DeviceGraph.cpu(n) ('' for none)")
     ap.add_argument("--imported-devices", default="4,16")
+    ap.add_argument("--first", type=int, default=0,
+                    help="instead of the table: the first Eq. 1 search of this many fresh processes per row "
+                         "(median processor time, stages)")
     args = ap.parse_args()
     from distributed import cpu_model
 
     print(f"# shardwise {sw.__version__} search time; {cpu_model()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}; load {os.getloadavg()[0]:.2f}")
+    if args.first > 0:
+        for n in args.devices.split(","):
+            for model in args.models.split(","):
+                if n and model:
+                    first_searches(model, int(n), args.first)
+        return 0
     head = (f"{'model':<13} {'dev':>5} {'ops':>4} {'configs':>8} {'left':>6} {'K':>3} {'K+leaf':>6} {'path':>5} "
             f"{'exact':>5} {'total ms':>10} {'cpu ms':>9} {'warm ms':>8} {'sim-obj ms':>10} {'gain':>6} {'peak MB':>8} "
             f"{'load':>5}  anchor")

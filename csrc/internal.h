@@ -202,6 +202,17 @@ struct sw_problem {
     _Atomic long progress_done, progress_total;   /* of the running build or search */
 };
 
+/* core/big_alloc.c: `bytes` (64-byte aligned) for an array written soon after, freed with free();
+ * from `huge_from` bytes on, in whole transparent huge pages where the system has them (a page
+ * fault per 2 MB instead of per 4 KB).  SW_HUGE_FROM: the size from which that pays for itself
+ * (a huge page costs about as much to clear as ~90 faults of small pages).  NULL when out of memory. */
+#define SW_HUGE_FROM ((size_t)4 << 20)
+#define SW_HUGE_PAGE ((size_t)2 << 20)   /* the x86-64 and arm64 transparent huge page */
+void *sw_big_alloc(size_t bytes, size_t huge_from);
+/* The whole huge pages inside [p, p + bytes) marked for transparent huge pages (an array grown
+ * in place by realloc: its pages not yet written then map 2 MB at a fault). */
+void sw_advise_huge(void *p, size_t bytes);
+
 /* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
 sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);
 
@@ -245,6 +256,9 @@ uint64_t sw_key_hash(const sw_key *k);
 /* The owner of a key of `set` equal to k (hash: sw_key_hash(k)), or -1. */
 int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash);
 void sw_key_set_free(sw_key_set *set);
+/* Add a copy of k (exactly its length) to `set` under `owner`; k's buffer stays the caller's, to
+ * make its next key in (grown once, not again for every key kept).  0 when out of memory. */
+int sw_key_keep(sw_key_set *set, const sw_key *k, uint64_t hash, int owner);
 
 /* Node costs (cost_node.c) in two steps, so that the transfer tables can use the first: for
  * every op, the first op whose node costs are a function of equal data (itself if none

@@ -230,12 +230,13 @@ void sw_problem_detect_nodes(sw_problem *p) {
 
 static void free_tables(sw_problem *p) {
     sw_tables *t = &p->tables;
-    for (int e = 0; e < t->nedges; e++) {
+    for (int e = 0; !t->storage && e < t->nedges; e++) {
         if (!t->edges[e].shared) {
             free(t->edges[e].time);
             free(t->edges[e].bytes);
         }
     }
+    free(t->storage);
     free(t->edges);
     if (t->node_cost) {
         for (int i = 0; i < t->nnodes; i++) {

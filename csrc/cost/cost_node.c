@@ -690,11 +690,8 @@ sw_status sw_node_twins(const sw_problem *p, int *from) {
         uint64_t h = sw_key_hash(&key);
         int twin = sw_key_find(&seen, &key, h);
         from[i] = twin >= 0 ? twin : i;
-        if (twin < 0) {
-            seen.key[seen.n] = key;
-            seen.hash[seen.n] = h;
-            seen.owner[seen.n++] = i;
-            key = (sw_key){0};
+        if (twin < 0 && !sw_key_keep(&seen, &key, h, i)) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         }
     }
     sw_key_set_free(&seen);

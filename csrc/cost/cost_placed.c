@@ -723,6 +723,7 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
 typedef struct {
     int64_t key;   /* (d0 - t) * ndev + (s0 - t) for the shift t; -1: empty */
     double same, local;
+    double seconds;   /* placed_seconds of the counts (the same for every pair of the class) */
 } memo_slot;
 
 typedef struct {
@@ -756,15 +757,22 @@ static span span_of(const sw_problem *p, const sw_config *c) {
  * read on the same node: same = local = 0. */
 static int apart(const span *dst, const span *src) { return dst->node_hi < src->node_lo || src->node_hi < dst->node_lo; }
 
-/* same and local for consumer reads rd at dst, producer configuration cs (grid g) at src,
- * sharing a node: counted with both shifted to the first nodes, from the memo when `m` is
- * not NULL (else every pair is its own class: one of the runs has a single placement). */
-static void memo_counts(const sw_problem *p, placed_memo *m, const reads *rd, const span *dst, const grid *g,
-                        const sw_config *cs, const span *src, double *same, double *local) {
+/* Eq. 1's t_x from the counts of the header. */
+static double placed_seconds(const sw_problem *p, double per_elem, double total, double same, double local) {
+    return per_elem * ((total - same) / p->bw_out + (same - local) / p->bw_in);
+}
+
+/* t_x (and same and local) for consumer reads rd at dst, producer configuration cs (grid g)
+ * at src, sharing a node: counted with both shifted to the first nodes, from the memo when
+ * `m` is not NULL (else every pair is its own class: one of the runs has a single
+ * placement).  t_x is a function of the counts (per_elem and the total are the table's and
+ * the consumer run's), so a class keeps it too: the same bits without its two divisions. */
+static double memo_seconds(const sw_problem *p, placed_memo *m, const reads *rd, const span *dst, const grid *g,
+                           const sw_config *cs, const span *src, double per_elem, double *same, double *local) {
     int64_t t = (dst->node_lo < src->node_lo ? dst->node_lo : src->node_lo) * p->node_size;
     if (!m) {
         count_placed(p, rd, dst->first - t, g, cs->rdeg, src->first - t, same, local);
-        return;
+        return placed_seconds(p, per_elem, rd->volume_sum, *same, *local);
     }
     int64_t key = (dst->first - t) * p->ndev + (src->first - t);
     size_t q = (size_t)(((uint64_t)key * 0x9e3779b97f4a7c15ULL) >> 32) & m->mask;
@@ -773,15 +781,12 @@ static void memo_counts(const sw_problem *p, placed_memo *m, const reads *rd, co
     }
     if (m->slot[q].key != key) {   /* shifted by t: the same counts, read from the first nodes */
         count_placed(p, rd, dst->first - t, g, cs->rdeg, src->first - t, &m->slot[q].same, &m->slot[q].local);
+        m->slot[q].seconds = placed_seconds(p, per_elem, rd->volume_sum, m->slot[q].same, m->slot[q].local);
         m->slot[q].key = key;
     }
     *same = m->slot[q].same;
     *local = m->slot[q].local;
-}
-
-/* Eq. 1's t_x from the counts of the header. */
-static double placed_seconds(const sw_problem *p, double per_elem, double total, double same, double local) {
-    return per_elem * ((total - same) / p->bw_out + (same - local) / p->bw_in);
+    return m->slot[q].seconds;
 }
 
 /* For every configuration c of op, the end (exclusive) of the run of configurations from c that
@@ -885,8 +890,10 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
     for (int ci = 0; ci < src->ncfg; ci = src_end[ci]) {
         runs++;
     }
-    kept_ranges *kept = calloc((size_t)(runs > 0 ? runs : 1), sizeof *kept);   /* one per partition */
+    /* one per partition, empty (only n is read before written: not cleared whole, ~5 KB each) */
+    kept_ranges *kept = malloc(sizeof *kept * (size_t)(runs > 0 ? runs : 1));
     for (int ci = 0, run = 0; kept && ci < src->ncfg; ci = src_end[ci], run++) {
+        kept[run].n = 0;
         for (int c = ci; c < src_end[ci]; c++) {
             grids[c].kept = &kept[run];
         }
@@ -931,8 +938,8 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
                     if (apart(&dst_at[cj], &src_at[ci])) {
                         trow[cj] = far;
                     } else {
-                        memo_counts(p, m, &rd, &dst_at[cj], &grids[ci], &src->cfgs[ci], &src_at[ci], &same, &local);
-                        trow[cj] = placed_seconds(p, per_elem, total, same, local);
+                        trow[cj] = memo_seconds(p, m, &rd, &dst_at[cj], &grids[ci], &src->cfgs[ci], &src_at[ci], per_elem,
+                                                &same, &local);
                     }
                     if (brow) {
                         brow[cj] = per_elem * (total - local);

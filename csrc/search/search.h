@@ -25,6 +25,7 @@ struct sw_tables {
     double **node_cost;  /* t_c + t_s per configuration */
     int nedges;
     sw_edge_table *edges;
+    double *storage;          /* when not NULL, every edge's time and bytes lie in it (one block, freed whole) */
     _Atomic long *progress;   /* if not NULL, incremented per elimination (a progress bar reads it) */
     int threads;              /* threads for large min-plus products (0 or 1: the calling thread) */
 };

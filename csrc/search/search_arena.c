@@ -6,22 +6,15 @@
  * memory is new to the process on every search (glibc hands freed memory back to the system
  * at the end), and the system maps it one 4 KB page at a time on first write: about 3,400
  * page faults, a fifth of that search's time.  So the tables are cut from a few large blocks
- * instead, freed together, and blocks of TABLE_HUGE_BLOCK bytes or more are marked for
- * transparent huge pages where the system has them (Linux: madvise MADV_HUGEPAGE), which
- * maps 2 MB at a fault.  Small searches keep small blocks of ordinary pages: a huge page
- * would cost them more to clear than their tables take.
+ * instead, freed together, and blocks of SW_HUGE_FROM bytes or more are on transparent huge
+ * pages where the system has them (core/big_alloc.c), which maps 2 MB at a fault.  Small
+ * searches keep small blocks of ordinary pages.
  */
-#define _DEFAULT_SOURCE   /* madvise and MADV_HUGEPAGE under -std=c11 */
-#include <stdlib.h>       /* posix_memalign, malloc, free */
-#if defined(__linux__)
-#include <sys/mman.h>     /* madvise */
-#endif
+#include <stdlib.h>       /* malloc, free */
 
 #include "search_internal.h"
 
 #define TABLE_ALIGN 64                      /* a cache line: every table starts on one */
-#define TABLE_HUGE_PAGE ((size_t)2 << 20)   /* the x86-64 and arm64 transparent huge page */
-#define TABLE_HUGE_BLOCK ((size_t)4 << 20)  /* blocks this large are marked for huge pages */
 #define TABLE_FIRST_BLOCK ((size_t)256 << 10)
 
 struct table_block {
@@ -38,21 +31,15 @@ void sw_table_arena_init(sw_table_arena *a, size_t expected) {
 /* A new block of at least `bytes` (and at least the arena's next size), at the head. */
 static int add_block(sw_table_arena *a, size_t bytes) {
     size_t size = bytes > a->next_size ? bytes : a->next_size;
-    int huge = size >= TABLE_HUGE_BLOCK;
-    if (huge) {
-        size = (size + TABLE_HUGE_PAGE - 1) / TABLE_HUGE_PAGE * TABLE_HUGE_PAGE;
+    if (size >= SW_HUGE_FROM) {   /* whole huge pages: use them all */
+        size = (size + SW_HUGE_PAGE - 1) / SW_HUGE_PAGE * SW_HUGE_PAGE;
     }
     struct table_block *b = malloc(sizeof *b);
-    void *base = NULL;
-    if (!b || posix_memalign(&base, huge ? TABLE_HUGE_PAGE : TABLE_ALIGN, size) != 0) {
+    void *base = b ? sw_big_alloc(size, SW_HUGE_FROM) : NULL;
+    if (!base) {
         free(b);
         return 0;
     }
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (huge) {
-        (void)madvise(base, size, MADV_HUGEPAGE);   /* advice only: ordinary pages if refused */
-    }
-#endif
     *b = (struct table_block){a->blocks, base, 0, size};
     a->blocks = b;
     a->next_size = 2 * size;

@@ -570,3 +570,55 @@ def test_paper_behaviour_on_16_p100(name, cluster16):
 def test_crossing_adds_graph_is_solved_within_a_second():
     g, devices = crossing_adds()
     assert sw.search(g, devices, objective="eq1").search_stats["total_seconds"] < 1.0
+
+
+SMALL_SYMMETRIC = [lambda: sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100"),
+                   lambda: sw.DeviceGraph.cluster(nodes=2, devices_per_node=4, device="V100"),
+                   lambda: sw.DeviceGraph.cpu(4), lambda: sw.DeviceGraph.cpu(16)]
+
+
+@pytest.mark.parametrize("machine", SMALL_SYMMETRIC, ids=["4x4_p100", "2x4_v100", "cpu4", "cpu16"])
+@pytest.mark.parametrize("name", ["inception_v3", "resnet18", "alexnet"])
+def test_small_machines_count_every_block_as_the_first_block_enumeration_does(name, machine):
+    """On machines of at most ENUMERATE_FIRST devices the search decides between its plain and
+    staged paths on the configurations of every aligned block, enumerated (which the plain path
+    then searches), instead of the first-block enumeration's partitions times their blocks:
+    both give each op the same count, and the enumeration it keeps is every aligned block's."""
+    from shardwise.planning import search as search_module
+    from shardwise.planning.problem import CostOptions, make_problem, worker_counts
+
+    g, d = sw.models.get(name), machine()
+    counts = worker_counts(len(d))
+    assert len(d) <= search_module.ENUMERATE_FIRST
+    first = make_problem(g, d, CostOptions(threads=1))
+    first.enumerate(np.asarray(counts, dtype=np.int32), first_block_only=True)
+    every = make_problem(g, d, CostOptions(threads=1))
+    assert search_module._enumerate(every, d, counts)   # the aligned blocks are the search's sets
+    assert search_module._configurations(every, g) == search_module._aligned_configurations(first, len(g.ops), len(d))
+    for op in g.ops:   # each partition on each of its aligned blocks
+        workers = first.workers(op.index)
+        assert sorted(every.workers(op.index).tolist()) == sorted(
+            k for k in workers.tolist() for _ in range(len(d) // k))
+
+
+def test_chosen_rows_are_the_rows_of_every_configuration():
+    """search._chosen_rows reads only the chosen configuration of every op out of the problem:
+    the same degrees, devices (padded with -1 as far as that configuration needs) and reduction
+    as the op's full listing, and its number of configurations."""
+    from shardwise.planning.problem import CostOptions, make_problem, worker_counts
+    from shardwise.planning.search import _chosen_rows, _enumerate
+
+    g, d = sw.models.get("resnet18"), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4, device="V100")
+    p = make_problem(g, d, CostOptions(threads=1, reduction_splits=True))
+    _enumerate(p, d, worker_counts(len(d)))
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        choice = [int(rng.integers(len(p.workers(op.index)))) for op in g.ops]
+        rows, ncfg = _chosen_rows(p, np.asarray(choice))
+        assert len(rows) == len(ncfg) == len(g.ops)
+        for op, k, (deg, dev, red), n in zip(g.ops, choice, rows, ncfg):
+            all_deg, all_dev = p.configs(op.index)
+            assert n == len(all_deg)
+            np.testing.assert_array_equal(deg, all_deg[k])
+            np.testing.assert_array_equal(dev[dev >= 0], all_dev[k][all_dev[k] >= 0])
+            np.testing.assert_array_equal(red, p.reductions(op.index)[k])

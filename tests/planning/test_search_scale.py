@@ -747,3 +747,25 @@ def test_scale_warning_reports_real_gaps_and_advises_time_only_when_time_ran_out
         assert issubclass(caught[0].category, sw.SearchWarning) and note in text
         assert ("time_limit" in text) == advice, text
         assert ("10.00% above the optimum" in text) == (bound > 0), text
+
+
+def test_memoized_table_entries_are_each_pair_counted_alone_bit_for_bit():
+    """The transfer tables of a machine of uniform nodes count each class of placement pairs
+    (both shifted by whole nodes) once and give every pair of the class its t_x: each entry has
+    the bits of its pair counted on its own devices (Problem.placed_transfer: no memo), on
+    Inception-v3 over 4 x 4 P100s, where partitions placed on 1, 2, 4 and 8 devices make classes
+    of up to 16 pairs."""
+    g, devices = sw.models.get("inception_v3"), sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100")
+    p = problem(g, devices, options=CostOptions(threads=1))
+    rng = np.random.default_rng(0)
+    edges = p.edges()
+    picked = rng.choice(len(edges), size=6, replace=False)
+    checked = 0
+    for e in picked:
+        t, _ = p.edge_table(int(e))
+        rows = rng.choice(t.shape[0], size=min(24, t.shape[0]), replace=False)
+        for ci in rows:
+            for cj in range(t.shape[1]):
+                assert p.placed_transfer(int(e), int(ci), cj) == t[ci, cj], (e, ci, cj)
+                checked += 1
+    assert checked > 10_000

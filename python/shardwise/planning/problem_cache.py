@@ -62,7 +62,7 @@ def problem_key(inputs: ProblemInputs, devices: DeviceGraph, options: CostOption
     for arr in inputs.arrays():
         a = np.ascontiguousarray(arr)
         h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
+        h.update(memoryview(a).cast("B"))   # (its bytes, not copied)
     # what the device sets (machine/device_sets.py: nodes, kinds, link classes of the routes above)
     # and search_scale.symmetric read beside the arrays
     kinds = [(d.node, d.flops, d.mem_bandwidth, d.memory, d.flops_bf16, d.flops_fp16) for d in devices.devices]
@@ -89,7 +89,7 @@ class Kept:
         self.in_use = False   # a search holds it (get, put); holding hands it back
         self._totals: "OrderedDict[bytes, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
         self._optima: "OrderedDict[tuple[str, float], tuple[np.ndarray, float, dict]]" = OrderedDict()
-        self._enumeration: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self._rows: "OrderedDict[bytes, tuple[list, list[int]]]" = OrderedDict()
 
     def optimum(self, algorithm: str, limit: float) -> tuple[np.ndarray, float, dict] | None:
         """(choice, cost, stats) of Problem.search(algorithm, limit) on this problem (copies), or None."""
@@ -104,13 +104,20 @@ class Kept:
             while len(self._optima) > MAX_OPTIMA:
                 self._optima.popitem(last=False)
 
-    def enumeration(self, nops: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Every op's configurations as Problem.configs and Problem.reductions give them
-        (degrees, devices, reductions), read from the problem once."""
+    def chosen_rows(self, choice: np.ndarray, read: Callable[[Any, np.ndarray], tuple[list, list[int]]]
+                    ) -> tuple[list, list[int]]:
+        """read(problem, choice): the configuration rows a plan is made of (search._chosen_rows), read
+        from the problem once per choice (a repeated search finds the same choice)."""
+        key = np.asarray(choice, np.int32).tobytes()
         with _lock:
-            if self._enumeration is None:
-                self._enumeration = [(*self.problem.configs(i), self.problem.reductions(i)) for i in range(nops)]
-            return self._enumeration
+            found = self._rows.get(key)
+        if found is None:
+            found = read(self.problem, choice)
+            with _lock:
+                self._rows[key] = found
+                while len(self._rows) > MAX_OPTIMA:
+                    self._rows.popitem(last=False)
+        return found
 
     def buffer_totals(self, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(bytes, buffers) per device of the plan giving op i configuration choice[i], or None."""
