@@ -570,3 +570,18 @@ def test_paper_behaviour_on_16_p100(name, cluster16):
 def test_crossing_adds_graph_is_solved_within_a_second():
     g, devices = crossing_adds()
     assert sw.search(g, devices, objective="eq1").search_stats["total_seconds"] < 1.0
+
+
+@pytest.mark.parametrize("at", [0, 2047, 2048, 5000, 1024 * 1024 - 1])
+def test_search_tables_refuses_a_nan_and_a_negative_under_a_cap_anywhere_in_a_table(at):
+    """The input checks read tables in blocks: a NaN (or, under a finite marginals cap, a
+    negative entry) at a block's edge or a large table's last entry is found as anywhere."""
+    nodes = [np.zeros(1024), np.zeros(1024)]
+    t = np.zeros((1024, 1024))
+    t.flat[at] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        _core.search_tables(nodes, [(0, 1, t)], "elimination", 1e9)
+    t.flat[at] = -1.0
+    _core.search_tables(nodes, [(0, 1, t)], "elimination", 1e9)   # negative, no cap: fine
+    with pytest.raises(ValueError, match=">= 0"):
+        _core.search_tables(nodes, [(0, 1, t)], "elimination", 1e9, True, cap=1.0)
