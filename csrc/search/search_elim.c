@@ -21,8 +21,12 @@
 
 #include "search_internal.h"
 
-/* A sweep eliminates chain nodes of at most this many times the least work (node_sweep) */
+/* A sweep eliminates chain nodes of at most this many times the least work (node_sweep), and
+ * every chain node of at most CHEAP_WORK min-plus steps: the order of cheap products matters
+ * little, and a sweep per few of them would cost more than they do (a chain of 3,000 ops of a
+ * few dozen configurations each: eight times the search). */
 #define SWEEP_SPAN 2.0
+#define CHEAP_WORK 1e6
 
 static sw_status push_edge(state *st, int src, int dst, double *t) {
     if (st->ne == st->cap) {
@@ -84,6 +88,7 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     }
     st->outdeg[i]++;
     st->indeg[k]++;
+    st->fresh[i] = 1;
     if (owned) {
         st->products[st->nproducts++] = st->nrec;
     }
@@ -152,6 +157,7 @@ static sw_status merge_edges(state *st, int e1, int e2) {
     }
     st->outdeg[src]++;
     st->indeg[dst]++;
+    st->fresh[src] = 1;
     if (owned) {
         st->sums[st->nsums++] = st->nrec;
     }
@@ -202,7 +208,7 @@ static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, i
             least = w < least ? w : least;
         }
     }
-    double limit = least * SWEEP_SPAN;
+    double limit = least * SWEEP_SPAN > CHEAP_WORK ? least * SWEEP_SPAN : CHEAP_WORK;
     sw_status s = SW_OK;
     for (int j = 0; j < st->n && s == SW_OK; j++) {
         if (!st->alive[j] || touched[j]) {
@@ -242,10 +248,13 @@ static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, i
     return s;
 }
 
+/* One sweep of edge merges: every edge with a later parallel one merges with the first of
+ * them.  Only edges from a fresh node can have one (an edge is made from its source), so the
+ * others are not compared: many sweeps (node_sweep, cheapest first) each cost the edges made. */
 static sw_status edge_sweep(state *st, sw_search_stats *stats, int *made) {
     *made = 0;
     for (int a = 0; a < st->ne; a++) {
-        if (!st->edges[a].alive) {
+        if (!st->edges[a].alive || !st->fresh[st->edges[a].src]) {
             continue;
         }
         for (int b = a + 1; b < st->ne; b++) {
@@ -263,6 +272,7 @@ static sw_status edge_sweep(state *st, sw_search_stats *stats, int *made) {
             }
         }
     }
+    memset(st->fresh, 0, (size_t)st->n);
     return SW_OK;
 }
 
@@ -348,6 +358,7 @@ static void free_state(state *st) {
     free(st->products);
     free(st->sums);
     free(st->alive);
+    free(st->fresh);
     free(st->indeg);
     free(st->outdeg);
 }
@@ -365,17 +376,19 @@ static sw_status init_state(state *st, const sw_tables *t) {
     size_t n = (size_t)(t->nnodes > 0 ? t->nnodes : 1);
     st->node = calloc(n, sizeof *st->node);
     st->alive = malloc(n);
+    st->fresh = malloc(n);
     st->indeg = calloc(n, sizeof *st->indeg);
     st->outdeg = calloc(n, sizeof *st->outdeg);
     /* each elimination removes a node, each merge an edge: records <= nodes + edges */
     st->recs = calloc(n + (size_t)t->nedges, sizeof *st->recs);
     st->products = calloc(n, sizeof *st->products);
     st->sums = calloc((size_t)(t->nedges > 0 ? t->nedges : 1), sizeof *st->sums);   /* a merge removes an edge */
-    if (!st->node || !st->alive || !st->indeg || !st->outdeg || !st->recs || !st->products || !st->sums) {
+    if (!st->node || !st->alive || !st->fresh || !st->indeg || !st->outdeg || !st->recs || !st->products || !st->sums) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < t->nnodes; i++) {
         st->alive[i] = 1;
+        st->fresh[i] = 1;   /* the input's edges: any may be parallel */
         st->node[i] = malloc(sizeof(double) * (size_t)t->ncfg[i]);
         if (!st->node[i]) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory");
