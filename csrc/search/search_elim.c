@@ -178,10 +178,10 @@ static double chain_work(const state *st, int j, int ein, int eout) {
  * first, and 165 x 480 x 1,265 once the matmul before it has been folded into the layer's
  * input (a 165-configuration norm): about half the work of a Lagrangian solve of a 32-layer
  * Llama.  So a sweep eliminates only the chain nodes whose work is at most SWEEP_SPAN times
- * the least of any chain node at its start, and none whose neighbours an elimination of the
- * same sweep changed (they are looked at again next sweep, their edges merged; a chain of
- * equal layers then halves every sweep, its products the same inputs layer after layer,
- * computed once).  Leaves cost little and go whenever they are leaves. */
+ * the least of any chain node at its start (or at most CHEAP_WORK), and none an elimination
+ * of the same sweep gave a new edge (looked at again next sweep, its edges merged first; a
+ * chain of equal layers then halves every sweep, its products the same inputs layer after
+ * layer, computed once).  Leaves cost little and go whenever they are leaves. */
 static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, int *made) {
     *made = 0;
     size_t n = (size_t)(st->n > 0 ? st->n : 1);
