@@ -240,11 +240,13 @@ static sw_status push_saving(sw_memory_tables *mt, int64_t *cap, int32_t ci, int
     return SW_OK;
 }
 
-/* A producer's output block, keyed for the join below: (device, box hash), then its configuration. */
+/* A producer's output block, keyed for the join below: (device, box hash), then its
+ * configuration; `at` indexes its box in a separate array (the keys sort and search
+ * compactly: a 1,024-device machine's edge holds half a million blocks). */
 typedef struct {
     int32_t dev, ci;
     uint64_t hash;
-    sw_box box;
+    int64_t at;
 } owned_block;
 
 static uint64_t box_hash(const sw_box *b) {
@@ -256,17 +258,15 @@ static uint64_t box_hash(const sw_box *b) {
     return h;
 }
 
-static int block_key_cmp(const owned_block *a, int32_t dev, uint64_t hash) {
-    if (a->dev != dev) {
-        return a->dev < dev ? -1 : 1;
-    }
-    return a->hash < hash ? -1 : a->hash > hash;
-}
-
 static int owned_block_cmp(const void *pa, const void *pb) {
     const owned_block *a = pa, *b = pb;
-    int c = block_key_cmp(a, b->dev, b->hash);
-    return c ? c : (a->ci > b->ci) - (a->ci < b->ci);
+    if (a->dev != b->dev) {
+        return a->dev < b->dev ? -1 : 1;
+    }
+    if (a->hash != b->hash) {
+        return a->hash < b->hash ? -1 : 1;
+    }
+    return (a->ci > b->ci) - (a->ci < b->ci);
 }
 
 /* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
@@ -278,8 +278,57 @@ static int owned_block_cmp(const void *pa, const void *pb) {
  * producer blocks (one per owner) sorted by (device, box hash), each kept region looked up
  * there and compared exactly.  Savings are listed per edge in no particular order (they are
  * whole bytes: their sums do not depend on it).  `row`: ndev doubles of scratch. */
+/* The join's buffers, kept from edge to edge and grown as needed: allocated per edge, a large
+ * machine's (tens of megabytes of boxes an edge on 1,024 devices) were fresh pages the system
+ * zeroed every time, a quarter of the build. */
+typedef struct {
+    sw_box *regs, *boxes;
+    char *kept;
+    owned_block *blocks;
+    uint64_t *hashes;
+    size_t *dev_start;   /* blocks on device d: [dev_start[d], dev_start[d + 1]) */
+    size_t pairs, nblocks;   /* room for this many of each */
+} join_scratch;
+
+static void join_scratch_free(join_scratch *j) {
+    free(j->regs);
+    free(j->boxes);
+    free(j->kept);
+    free(j->blocks);
+    free(j->hashes);
+    free(j->dev_start);
+    *j = (join_scratch){0};
+}
+
+/* Room for npairs consumer (configuration, worker) pairs and nblocks producer blocks on ndev devices. */
+static sw_status join_scratch_room(join_scratch *j, size_t npairs, size_t nblocks, int ndev) {
+    if (!j->dev_start) {
+        j->dev_start = malloc(sizeof *j->dev_start * ((size_t)ndev + 1));
+    }
+    if (npairs + 1 > j->pairs) {
+        sw_box *r = realloc(j->regs, sizeof *r * (npairs + 1));
+        j->regs = r ? r : j->regs;
+        char *k = r ? realloc(j->kept, npairs + 1) : NULL;
+        j->kept = k ? k : j->kept;
+        j->pairs = r && k ? npairs + 1 : 0;
+    }
+    if (nblocks + 1 > j->nblocks) {
+        sw_box *b = realloc(j->boxes, sizeof *b * (nblocks + 1));
+        j->boxes = b ? b : j->boxes;
+        owned_block *o = b ? realloc(j->blocks, sizeof *o * (nblocks + 1)) : NULL;
+        j->blocks = o ? o : j->blocks;
+        uint64_t *h = o ? realloc(j->hashes, sizeof *h * (nblocks + 1)) : NULL;
+        j->hashes = h ? h : j->hashes;
+        j->nblocks = b && o && h ? nblocks + 1 : 0;
+    }
+    if (!j->dev_start || npairs + 1 > j->pairs || nblocks + 1 > j->nblocks) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
+    return SW_OK;
+}
+
 static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap,
-                           double *row) {
+                           double *row, join_scratch *js) {
     int u = mt->edge_src[e], v = mt->edge_dst[e], slot = mt->edge_slot[e], ndev = mt->ndev;
     const sw_op *ou = &p->ops[u], *ov = &p->ops[v];
     int from_input = kind[u] == SW_OPKIND_INPUT;
@@ -290,15 +339,12 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
     for (int ci = 0; !from_input && ci < ou->ncfg; ci++) {
         nblocks += (size_t)(ou->cfgs[ci].nworkers / ou->cfgs[ci].rdeg);
     }
-    sw_box *regs = malloc(sizeof *regs * (npairs + 1));
-    char *kept = malloc(npairs + 1);
-    owned_block *blocks = malloc(sizeof *blocks * (nblocks + 1));
-    if (!regs || !kept || !blocks) {
-        free(regs);
-        free(kept);
-        free(blocks);
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
-    }
+    SW_TRY(join_scratch_room(js, npairs, nblocks, ndev));
+    sw_box *regs = js->regs, *boxes = js->boxes;
+    char *kept = js->kept;
+    owned_block *blocks = js->blocks;
+    uint64_t *hashes = js->hashes;
+    size_t *dev_start = js->dev_start;
     size_t q = 0;
     sw_status s = SW_OK;
     for (int cj = 0; cj < ov->ncfg && s == SW_OK; cj++) {
@@ -318,11 +364,20 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
         for (int w = 0; w < cu->nworkers; w += cu->rdeg, nb++) {   /* owners of output blocks (one per device) */
             blocks[nb].dev = p->dev_pool[cu->dev_offset + w];
             blocks[nb].ci = ci;
-            sw_worker_box(ou, cu, w, &blocks[nb].box);
-            blocks[nb].hash = box_hash(&blocks[nb].box);
+            blocks[nb].at = (int64_t)nb;
+            sw_worker_box(ou, cu, w, &boxes[nb]);
+            blocks[nb].hash = box_hash(&boxes[nb]);
         }
     }
     qsort(blocks, nb, sizeof *blocks, owned_block_cmp);
+    for (size_t k = 0, d = 0; d <= (size_t)ndev; d++) {
+        for (; k < nb && blocks[k].dev < (int32_t)d; k++) {
+        }
+        dev_start[d] = k;
+    }
+    for (size_t k = 0; k < nb; k++) {
+        hashes[k] = blocks[k].hash;
+    }
     q = 0;
     for (int cj = 0; nb > 0 && cj < ov->ncfg && s == SW_OK; cj++) {
         const sw_config *c = &ov->cfgs[cj];
@@ -332,26 +387,23 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
             }
             int32_t d = p->dev_pool[c->dev_offset + w];
             uint64_t h = box_hash(&regs[q]);
-            size_t lo = 0, hi = nb;   /* the first block with key >= (d, h) */
+            size_t lo = dev_start[d], hi = dev_start[d + 1], end = hi;   /* the first block on d with hash >= h */
             while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
-                if (block_key_cmp(&blocks[mid], d, h) < 0) {
+                if (hashes[mid] < h) {
                     lo = mid + 1;
                 } else {
                     hi = mid;
                 }
             }
-            for (size_t k = lo; k < nb && block_key_cmp(&blocks[k], d, h) == 0 && s == SW_OK; k++) {
-                if (sw_box_equal(&blocks[k].box, &regs[q])) {
+            for (size_t k = lo; k < end && hashes[k] == h && s == SW_OK; k++) {
+                if (sw_box_equal(&boxes[blocks[k].at], &regs[q])) {
                     double bytes = elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
                     s = push_saving(mt, cap, blocks[k].ci, cj, d, bytes);
                 }
             }
         }
     }
-    free(regs);
-    free(kept);
-    free(blocks);
     return s;
 }
 
@@ -475,6 +527,7 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
         }
     }
     int64_t cap = 0;
+    join_scratch js = {0};
     for (int e = 0; e < mt->nedges && s == SW_OK; e++) {
         mt->edge_base[e] = malloc(sizeof **mt->edge_base * (size_t)p->ops[mt->edge_dst[e]].ncfg);
         if (!mt->edge_base[e]) {
@@ -492,7 +545,7 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
         if (twin >= 0) {
             copy_edge_terms(p, mt, e, twin);
         } else {
-            s = edge_terms(p, kind, e, mt, &cap, row);
+            s = edge_terms(p, kind, e, mt, &cap, row, &js);
         }
         if (s == SW_OK && twin < 0 && mt->nshared > mt->shared_ptr[e]) {
             qsort(mt->shared + mt->shared_ptr[e], (size_t)(mt->nshared - mt->shared_ptr[e]), sizeof *mt->shared,
@@ -500,6 +553,7 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
         }
         mt->shared_ptr[e + 1] = mt->nshared;
     }
+    join_scratch_free(&js);
 done:
     free(row);
     free(from);

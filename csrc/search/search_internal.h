@@ -53,6 +53,7 @@ typedef struct {
     int n;
     double **node;          /* working node costs (leaf eliminations add to them) */
     char *alive;
+    char *fresh;            /* per node: an edge from it made since the last edge sweep (only those can be parallel) */
     int *indeg, *outdeg;
     work_edge *edges;
     int ne, cap;

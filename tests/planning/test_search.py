@@ -622,3 +622,37 @@ def test_chosen_rows_are_the_rows_of_every_configuration():
             np.testing.assert_array_equal(deg, all_deg[k])
             np.testing.assert_array_equal(dev[dev >= 0], all_dev[k][all_dev[k] >= 0])
             np.testing.assert_array_equal(red, p.reductions(op.index)[k])
+
+
+@pytest.mark.parametrize("at", [0, 2047, 2048, 5000, 1024 * 1024 - 1])
+def test_search_tables_refuses_a_nan_and_a_negative_under_a_cap_anywhere_in_a_table(at):
+    """The input checks read tables in blocks: a NaN (or, under a finite marginals cap, a
+    negative entry) at a block's edge or a large table's last entry is found as anywhere."""
+    nodes = [np.zeros(1024), np.zeros(1024)]
+    t = np.zeros((1024, 1024))
+    t.flat[at] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        _core.search_tables(nodes, [(0, 1, t)], "elimination", 1e9)
+    t.flat[at] = -1.0
+    _core.search_tables(nodes, [(0, 1, t)], "elimination", 1e9)   # negative, no cap: fine
+    with pytest.raises(ValueError, match=">= 0"):
+        _core.search_tables(nodes, [(0, 1, t)], "elimination", 1e9, True, cap=1.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_elimination_of_a_chain_of_unequal_ops_is_the_chain_optimum(seed):
+    """Chains whose eliminations cost millions of min-plus steps each and differ by orders of
+    magnitude (the elimination goes cheapest first there): the optimum and the strategy are
+    the chain's, from a dynamic program along it, and the strategy costs what the search says."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.choice([8, 30, 150, 400], 14)
+    nodes = [rng.random(int(s)) for s in sizes]
+    edges = [(i, i + 1, rng.random((int(sizes[i]), int(sizes[i + 1])))) for i in range(len(sizes) - 1)]
+    best = nodes[0]   # least cost of the chain up to op i, per configuration of op i
+    for i, (_, _, t) in enumerate(edges):
+        best = (best[:, None] + t).min(axis=0) + nodes[i + 1]
+    choice, cost, stats = _core.search_tables(nodes, edges, "elimination", 1e9)
+    assert stats["exact"]
+    assert cost == pytest.approx(float(best.min()), rel=1e-12)
+    walked = sum(n[c] for n, c in zip(nodes, choice)) + sum(t[choice[u], choice[v]] for u, v, t in edges)
+    assert walked == pytest.approx(cost, rel=1e-12)

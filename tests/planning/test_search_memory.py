@@ -176,6 +176,37 @@ def test_weighted_tables_price_every_strategy_at_its_eq1_plus_priced_footprint(m
     assert (nodes[0][1:] == sm.BIG).all() and nodes[0][0] < sm.BIG
 
 
+def test_weighted_tables_price_each_configuration_bit_for_bit_and_again_after_other_prices():
+    """A configuration's weighted node cost is wtime * its time + the price of its node row plus
+    its memory edges' base rows, added in edge order (summed once per distinct combination of
+    rows: the same bits); and the freed-bytes tables, one buffer rewritten by every call, hold
+    the second call's prices as a fresh Tables' first call does."""
+    rng = np.random.default_rng(3)
+    graph = sw.models.gpt(layers=3, d_model=32, heads=2, seq=16, vocab=64, batch=4)
+    devices = DeviceGraph.parse("2x2", device="P100")
+    problem = _problem(graph, devices, CostOptions(reduction_splits=True))
+    t = sm.Tables(problem, graph)
+    assert any(len(idx) for *_, idx, _ in t.medges)   # freed bytes: their tables are tested here
+    allowed = [np.ones(len(c), bool) for c in t.time]
+    first = rng.random(len(devices)) * 1e-9
+    lam = rng.random(len(devices)) * 1e-9
+    t.weighted(first, 1.0, allowed)
+    nodes, edges = t.weighted(lam, 1.0, allowed)
+    row_lam = t.rows @ lam
+    for v in range(t.n):
+        into = [base for _, w, _, base, _, _ in t.medges if w == v]
+        for c in range(len(t.time[v])):
+            based = 0.0
+            for base in into:
+                based += row_lam[base[c]]
+            assert nodes[v][c] == t.time[v][c] + (row_lam[t.node_ids[v][c]] + based)
+    fresh_nodes, fresh_edges = sm.Tables(problem, graph).weighted(lam, 1.0, allowed)
+    assert len(edges) == len(fresh_edges)
+    for (u, v, a), (fu, fv, b) in zip(edges, fresh_edges):
+        assert (u, v) == (fu, fv)
+        np.testing.assert_array_equal(a, b)
+
+
 def test_edge_times_are_the_edge_tables_with_shared_tables_as_one_array():
     graph = sw.models.gpt(layers=3, d_model=32, heads=2, seq=16, vocab=64, batch=4)
     problem = _problem(graph, DeviceGraph.parse("2x2", device="P100"), CostOptions())
@@ -373,23 +404,29 @@ def test_nothing_fits_on_the_devices_the_configurations_use_is_proven_at_once(mo
 
 def test_the_staged_memory_stage_plans_the_memory_of_a_plan_once(monkeypatch):
     """Steps of the staged memory search that end on the same plan read its arenas from the
-    first memory plan made (equal configurations, other Plan objects)."""
+    first memory plan made (equal configurations, other Plan objects), and the simulator
+    replays the task graph that memory plan was made on: the same seconds as lowering again."""
+    from shardwise.iteration.simulate import iteration_time
     from shardwise.planning.search_scale_memory import MemoryStage
 
     graph, devices = _small()
     options = CostOptions()
     made = []
-    real = sm.arenas
-    monkeypatch.setattr(sm, "arenas", lambda plan: made.append(plan) or real(plan))
+    real = sm.arenas_lowered
+    monkeypatch.setattr(sm, "arenas_lowered", lambda plan: made.append(plan) or real(plan))
     stage = MemoryStage(graph, devices, options, None, sm.budgets(devices, True), 1e9)
     a = sw.strategies.data_parallel(graph, devices, options=options)
     b = Plan(graph, devices, dict(a.configs), options)
     c = sw.strategies.model_parallel(graph, devices, options=options)
-    np.testing.assert_array_equal(stage.arenas(a), real(a))
+    assert stage.task_graph(b) is None   # not planned yet
+    np.testing.assert_array_equal(stage.arenas(a), real(a)[0])
     np.testing.assert_array_equal(stage.arenas(b), stage.arenas(a))
     assert len(made) == 1
     stage.arenas(c)
     assert len(made) == 2
+    tg = stage.task_graph(b)
+    assert tg.plan is b and tg.handle is stage.task_graph(a).handle
+    assert iteration_time(tg) == iteration_time(b)
 
 
 # ------------------------------------------------------------------ sw.search with memory

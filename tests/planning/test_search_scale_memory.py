@@ -335,3 +335,42 @@ def test_an_unproven_constrained_search_still_names_its_nearest_miss(monkeypatch
     assert "within 7 elimination searches (and could not prove that none does)" in str(e)
     assert 0 <= e.device < len(d) and e.needed > e.available == 2e5
     assert "which has 200.00 KB" in str(e)
+
+
+def test_a_footprint_over_the_budget_settles_fits_without_a_memory_plan(monkeypatch):
+    """MemoryStage.fits with a problem to cost the plan on answers as the memory plan does, and
+    for a plan whose footprint (a lower bound of its arena) exceeds the budget somewhere makes
+    no memory plan at all."""
+    from shardwise.planning.problem import CostOptions, make_problem, worker_counts
+    from shardwise.planning.scale_space import Configs
+    from shardwise.planning.search_scale_memory import MemoryStage, _canonical_choice
+
+    g, d = chain(), MACHINES["2x4"]()
+    options = CostOptions()
+    free = sw.search(g, d, objective="eq1", memory=False)
+    relax = make_problem(g, d, options)
+    relax.enumerate(np.asarray(worker_counts(len(d)), np.int32), first_block_only=True)
+    canonical = Configs.of(relax, len(g.ops))
+    work = make_problem(g, d, options)
+    stage = MemoryStage(g, d, options, None, np.full(len(d), np.inf), 1e9)
+    one = canonical.subset([np.array([c]) for c in _canonical_choice(canonical, g, free)])
+    # just below the Eq. 1 optimum's footprint on its fullest device: it does not fit, leaner plans may
+    budget = np.full(len(d), 0.99 * float(stage._tables(work, one).footprint([0] * len(g.ops)).max()))
+    stage = MemoryStage(g, d, options, None, budget, 1e9)
+    planned = []
+    real = sm.fits
+    monkeypatch.setattr(sm, "fits", lambda plan, limit, *a: planned.append(plan) or real(plan, limit, *a))
+    over = fit = 0
+    for plan in [free] + sw.strategies.baselines(g, d, options):
+        choice = _canonical_choice(canonical, g, plan)
+        if choice is None:
+            continue
+        one = canonical.subset([np.array([c]) for c in choice])
+        footprint_over = bool((stage._tables(work, one).footprint([0] * len(g.ops)) > budget).any())
+        planned.clear()
+        got = stage.fits(one, work)
+        assert got == stage.fits(one) == real(plan, budget)
+        assert len(planned) == (1 if footprint_over else 2)   # the two calls without work: one memory check
+        over += footprint_over
+        fit += got
+    assert over >= 1 and fit >= 1

@@ -61,8 +61,8 @@ TASK_BUDGET = 300_000
 Configs = dict[str, OpConfig]
 
 
-def simulated_time(plan: Plan, costs: Any, bound: float = float("inf")) -> tuple[float, int, bool]:
-    """(iteration seconds, tasks lowered, bounded) of ``plan`` under the simulator, memory
+def simulated_time(plan: Any, costs: Any, bound: float = float("inf")) -> tuple[float, int, bool]:
+    """(iteration seconds, tasks lowered, bounded) of ``plan`` (or its task graph) under the simulator, memory
     unchecked; bounded: the plan's lower bound reached ``bound``, so it was not replayed and
     the seconds are that bound (the plan is no faster than ``bound``)."""
     from shardwise.iteration.simulate import iteration_time
@@ -71,18 +71,20 @@ def simulated_time(plan: Plan, costs: Any, bound: float = float("inf")) -> tuple
 
 
 def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None = None,
-           fits: Callable[[Plan], bool] | None = None, never_fit: Sequence[str] = ()) -> Plan:
+           fits: Callable[[Plan], bool] | None = None, never_fit: Sequence[str] = (),
+           seed_graph: Any = None) -> Plan:
     """The plan of the simulated objective, from ``seed`` (the Eq. 1 optimum, or the optimum
     under the memory constraint).  ``fits``: when given, a baseline or a move is kept only if
     its memory plan fits (checked when it would be taken: it simulates faster); ``seed`` must fit.
     ``never_fit``: names of baselines known not to fit (their footprint alone exceeds the budget):
     when the seed is too large for a local search they can neither be taken nor seed a move, so
-    they are not lowered at all (``search_stats["over_budget_baselines"]``)."""
+    they are not lowered at all (``search_stats["over_budget_baselines"]``).  ``seed_graph``:
+    ``seed``'s task graph as the simulator lowers it, when the search has one (replayed as it is)."""
     import time
 
     graph, devices, options = seed.graph, seed.devices, seed.options
     t0 = time.perf_counter()
-    seed_time, seed_tasks, _ = simulated_time(seed, costs)
+    seed_time, seed_tasks, _ = simulated_time(seed if seed_graph is None else seed_graph, costs)
     no_local_search = seed_tasks > TASK_BUDGET   # one replay beyond the whole budget
     simulated = {"eq1 optimum": seed_time}
     skipped: dict[str, float] = {}

@@ -386,7 +386,9 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if objective == "simulate":
         t = time.perf_counter()
         never_fit = plan.search_stats.get("memory", {}).get("baselines_over_budget", ())
-        plan = objective_module.choose(plan, costs, report, fits=fits, never_fit=never_fit)
+        # (the staged search's memory check lowered the plan as the simulator does: replayed as it is)
+        seed_graph = memory_stage.task_graph(plan) if scale and memory_stage is not None else None
+        plan = objective_module.choose(plan, costs, report, fits=fits, never_fit=never_fit, seed_graph=seed_graph)
         timings["simulated objective"] = time.perf_counter() - t
     if refine == "simulate":
         t = time.perf_counter()

@@ -113,10 +113,18 @@ def budgets(devices: DeviceGraph, memory: Any) -> np.ndarray | None:
 def arenas(plan: Any) -> np.ndarray:
     """Bytes each device's arena takes in ``plan``'s memory plan (what the runtime allocates; on
     machines of more than ``FUSED_RINGS_ABOVE`` devices the fused rings' plan, as the simulator's)."""
+    return arenas_lowered(plan)[0]
+
+
+def arenas_lowered(plan: Any) -> tuple[np.ndarray, Any]:
+    """:func:`arenas` of ``plan``, and the task graph view it was planned on (lowered with
+    rings="auto", as the simulator lowers: its replay need not lower the plan again)."""
+    from shardwise.iteration.lower import TaskGraph, ring_detail
     from shardwise.iteration.memory import memory_plan
 
     mp = memory_plan(plan, rings="auto")
-    return np.array([mp.devices[d].arena_bytes for d in range(len(plan.devices))], dtype=np.int64)
+    arena = np.array([mp.devices[d].arena_bytes for d in range(len(plan.devices))], dtype=np.int64)
+    return arena, TaskGraph(plan=plan, handle=mp.handle, rings=ring_detail(plan, "auto"))
 
 
 def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = None, problem: Any = None) -> bool:
@@ -262,13 +270,14 @@ class Tables:
         base_v = np.array([v for _, v, _, _, _, _ in self.medges], np.int64)
         base_target = (np.concatenate([node_at[v] + np.arange(len(b)) for (_, v, _, b, _, _) in self.medges])
                        .astype(np.int64) if self.medges else np.zeros(0, np.int64))
+        base_rows = np.concatenate([np.asarray(b, np.int64) for b in bases]) if bases else np.zeros(0, np.int64)
+        node_rows = np.concatenate(self.node_ids) if self.node_ids else np.zeros(0, np.int64)
+        combos = _combos(node_rows, node_at, self.medges, len(self.rows))
         sizes = [len(self.node_ids[self.medges[e][0]]) * len(bases[e]) for e in reps]
         freed_at = np.zeros(len(self.medges) + 1, np.int64)
         freed_at[reps] = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else []
-        cache = {"node_rows": np.concatenate(self.node_ids) if self.node_ids else np.zeros(0, np.int64),
-                 "base_rows": (np.concatenate([np.asarray(b, np.int64) for b in bases]) if bases
-                               else np.zeros(0, np.int64)),
-                 "base_target": base_target,
+        cache = {"node_rows": node_rows, "base_rows": base_rows, "base_target": base_target, **combos,
+                 "bounds": list(zip(node_at[:-1].tolist(), node_at[1:].tolist())),
                  "time": np.concatenate(self.time) if self.time else np.zeros(0),   # every op's Eq. 1 node costs
                  "freed_edges": freed_edges, "freed_like": like, "freed_size": int(sum(sizes)),
                  "freed_at": freed_at, "group_flat": freed_at[group_edge] + group_pos,
@@ -318,35 +327,82 @@ class Tables:
     def weighted(self, lam: np.ndarray, wtime: float, allowed: list[np.ndarray]) -> tuple[list, list]:
         """Node and edge tables of wtime * Eq. 1 + lam . footprint, forbidden configurations at
         BIG.  The memory edges' base bytes (a function of the consumer's configuration) are priced
-        into the consumer's node; an edge with freed bytes adds a table of its own, zero elsewhere."""
+        into the consumer's node; an edge with freed bytes adds a table of its own, zero elsewhere.
+        Those tables are views of one buffer these Tables keep and the next call rewrites: the
+        tables returned are valid until then (each caller searches them at once)."""
         p = self._packed()
         row_lam = self.rows @ lam      # per distinct row of bytes
-        # per configuration: its node bytes and its memory edges' base bytes
-        node_lam = row_lam[p["node_rows"]] + np.bincount(p["base_target"], weights=row_lam[p["base_rows"]],
-                                                          minlength=len(p["node_rows"]))
-        at = p["node_at"]
+        # per configuration: its node bytes and its memory edges' base bytes, summed once for each
+        # distinct combination of rows (a few thousand of a large machine's 10^5 configurations)
+        combo_lam = row_lam[p["combo_node_rows"]] + np.bincount(
+            p["combo_base_target"], weights=row_lam[p["combo_base_rows"]], minlength=len(p["combo_node_rows"]))
+        node_lam = combo_lam[p["combo_of"]]
         flat = np.where(np.concatenate(allowed), wtime * p["time"] + node_lam, BIG)
-        nodes = [flat[at[v]:at[v + 1]] for v in range(self.n)]   # views of one buffer
-        scaled: dict[int, np.ndarray] = {}   # equal tables stay one array (the elimination reuses their products)
-        if wtime != 1.0:
-            for *_, t in self.edges:
-                if id(t) not in scaled:
-                    scaled[id(t)] = wtime * t
-        edges = [(u, v, scaled.get(id(t), t)) for u, v, _, t in self.edges]
-        if p["freed_edges"]:
-            freed = np.add.reduceat(p["rep_bytes"] * lam[p["rep_dev"]], p["rep_starts"])
-            flat = np.zeros(p["freed_size"])
-            flat[p["group_flat"]] = -freed
+        nodes = [flat[a:b] for a, b in p["bounds"]]   # views of one buffer
+        if not p["freed_edges"]:
+            return nodes, self._edges_scaled(wtime)
+        freed = np.add.reduceat(p["rep_bytes"] * lam[p["rep_dev"]], p["rep_starts"])
+        buf = p.get("freed_buffer")
+        if buf is None:   # zero but at group_flat, where every call writes: made once
+            buf = p["freed_buffer"] = np.zeros(p["freed_size"])
             fat = p["freed_at"]
             made: dict[int, np.ndarray] = {}
+            p["freed_tables"] = []
             for e in p["freed_edges"]:
                 u, v, _, base, _, _ = self.medges[e]
                 first = p["freed_like"][e]   # an edge freeing the same bytes at the same places: its table
                 if first not in made:
                     n = len(self.time[u]) * len(base)
-                    made[first] = flat[fat[first]:fat[first] + n].reshape(len(self.time[u]), len(base))
-                edges.append((u, v, made[first]))
-        return nodes, edges
+                    made[first] = buf[fat[first]:fat[first] + n].reshape(len(self.time[u]), len(base))
+                p["freed_tables"].append((u, v, made[first]))
+        buf[p["group_flat"]] = -freed
+        return nodes, self._edges_scaled(wtime) + p["freed_tables"]
+
+    def _edges_scaled(self, wtime: float) -> list[tuple]:
+        """The Eq. 1 edges (u, v, wtime * table), tables equal as arrays staying one array (the
+        elimination reuses their products); wtime 1's list made once."""
+        p = self._packed()
+        if wtime == 1.0 and "edges_1" in p:
+            return list(p["edges_1"])
+        scaled: dict[int, np.ndarray] = {}
+        if wtime != 1.0:
+            for *_, t in self.edges:
+                if id(t) not in scaled:
+                    scaled[id(t)] = wtime * t
+        edges = [(u, v, scaled.get(id(t), t)) for u, v, _, t in self.edges]
+        if wtime == 1.0:
+            p["edges_1"] = edges
+        return list(edges)
+
+
+def _combos(node_rows: np.ndarray, node_at: np.ndarray, medges: list[tuple], nrows: int) -> dict[str, Any]:
+    """The distinct combinations of rows of bytes the configurations take: a node row and the
+    base rows of the memory edges into its op (Tables._packed's node_rows; ``medges`` as Tables
+    keeps them).  combo_of (per configuration), combo_node_rows (per combination) and
+    combo_base_target / combo_base_rows (its base rows, in the order of the edges, as
+    Tables._packed's base_target lists them: a bincount over them adds each combination's bytes
+    as one over those adds each configuration's, bit for bit)."""
+    n = len(node_rows)
+    into: dict[int, int] = {}   # memory edges into each op so far
+    for _, v, *_ in medges:
+        into[v] = into.get(v, 0) + 1
+    width = max(into.values(), default=0)
+    slots = np.full((n, width), -1, np.int64)   # each configuration's base rows, in edge order, -1 padded
+    into.clear()
+    for _, v, _, base, _, _ in medges:
+        k = into[v] = into.get(v, -1) + 1
+        slots[node_at[v]:node_at[v + 1], k] = base
+    if float(nrows + 1) ** (width + 1) < 2.0 ** 62:   # one integer per combination: rows < nrows, -1 -> nrows
+        key = node_rows.astype(np.int64)
+        for k in range(width):
+            key = key * (nrows + 1) + np.where(slots[:, k] >= 0, slots[:, k], nrows)
+    else:
+        key = np.concatenate([node_rows.astype(np.int64)[:, None], slots], axis=1)
+    _, first, combo_of = np.unique(key, axis=0 if key.ndim == 2 else None, return_index=True, return_inverse=True)
+    listed = slots[first]                                   # (K, width)
+    k_of, slot = np.nonzero(listed >= 0)                    # row-major: each combination's in edge order
+    return {"combo_of": combo_of.astype(np.int64).reshape(-1), "combo_node_rows": node_rows[first],
+            "combo_base_target": k_of.astype(np.int64), "combo_base_rows": listed[k_of, slot]}
 
 
 def share_equal(edges: list[tuple]) -> list[tuple]:

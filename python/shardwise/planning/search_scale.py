@@ -225,7 +225,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
 
     stats["first_plan_cost"] = ub
     stages.done(f"first plan ({ub:.6g} s)")
-    if stages.out_of_time() and memory is not None and not memory.fits(chosen):
+    if stages.out_of_time() and memory is not None and not memory.fits(chosen, work):
         return constrained()   # out of time, but a plan that fits is owed: the constrained search stops at one
     if stages.out_of_time():
         return Result(chosen, ub, dict(sstats, scale=stats), False, lb,
@@ -234,7 +234,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     if ub <= lb * (1 + PRUNE_SLACK):
         # the plan costs the relaxation's bound, below which no plan goes on any placement: it is
         # the optimum, with nothing left to prune, search or prove (ResNet-50 on 1,024 devices)
-        if memory is not None and not memory.fits(chosen):
+        if memory is not None and not memory.fits(chosen, work):
             return constrained()   # the Eq. 1 optimum does not fit: search under memory
         stats.update(relaxation_tight=True, canonical_cost=ub, placement_bound=lb, placements_proven=True)
         stages.done("the first plan costs the relaxation's bound: the optimum on every placement")
@@ -249,7 +249,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     stats["canonical_cost"] = ub
     stages.done(f"exact search of {stats['survivors']} partitions left")
 
-    if memory is not None and not memory.fits(chosen):   # the Eq. 1 optimum does not fit: search under memory
+    if memory is not None and not memory.fits(chosen, work):   # the Eq. 1 optimum does not fit: search under memory
         return constrained()
     fits = memory is not None   # (checked just now)
     if stages.out_of_time():
@@ -272,7 +272,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     chosen, cost, sstats = _exact_search(work, graph, devices, costs, full, limit)
     stats["full_space_configurations"] = int(sum(len(d) for d in full.deg))
     stages.done(f"exact search of the partitions left on every block ({stats['full_space_configurations']})")
-    if memory is not None and not memory.fits(chosen):
+    if memory is not None and not memory.fits(chosen, work):
         return constrained()
     return Result(chosen, cost, dict(sstats, scale=stats), sstats["exact"], cost if sstats["exact"] else lb,
                   note="" if sstats["exact"] else "the survivors' residual graph was above the exact bound",
