@@ -674,6 +674,18 @@ FIGURES += [
     Figure(M, "55.0 s and [[4.37]] GB peak, the same plans", "llama memory search",
            r"llama on 1024: [\d.]+ s processor, ([\d.]+) GB", kind="timing", tolerance=0.3),
     Figure(M, "(a plan\nof [[21.03]] s under Eq. 1", "llama memory search", r"llama on 1024: .*Eq. 1 ([\d.]+) s"),
+    Figure(M, "only the memory plan is checked: [[0.1]], 0.3 and 0.6 s", "llama memory search",
+           r"resnet50 on 64: ([\d.]+) s processor", kind="timing", tolerance=2.0),
+    Figure(M, "only the memory plan is checked: 0.1, [[0.3]] and 0.6 s", "llama memory search",
+           r"resnet50 on 256: ([\d.]+) s processor", kind="timing", tolerance=1.0),
+    Figure(M, "only the memory plan is checked: 0.1, 0.3 and [[0.6]] s", "llama memory search",
+           r"resnet50 on 1024: ([\d.]+) s processor", kind="timing", tolerance=1.0),
+    Figure(M, "0.6 s, [[64]], 118 and 209 MB peak", "llama memory search", r"resnet50 on 64: .* (\d+) MB peak",
+           kind="timing", tolerance=0.3),
+    Figure(M, "0.6 s, 64, [[118]] and 209 MB peak", "llama memory search", r"resnet50 on 256: .* (\d+) MB peak",
+           kind="timing", tolerance=0.3),
+    Figure(M, "0.6 s, 64, 118 and [[209]] MB peak", "llama memory search", r"resnet50 on 1024: .* (\d+) MB peak",
+           kind="timing", tolerance=0.3),
 ]
 FIGURES += [
     Figure(M, "the fullest arena is [[25.86]] GB keeping\neverything", "tp recompute",

@@ -130,7 +130,8 @@ def capped_marginals() -> None:
 def llama_memory_search() -> None:
     """sw.search of a 32-layer Llama with Llama-2-7B's widths (one sequence of 2,048 tokens a GPU,
     bf16, split reductions) on 64, 256 and 1,024 H100s under their memory, each in a fresh
-    process: processor seconds, peak resident memory, the plan's Eq. 1 seconds."""
+    process: processor seconds, peak resident memory, the plan's Eq. 1 seconds; then ResNet-50 at
+    minibatch 64 the same way (its Eq. 1 optimum fits: the memory plan is only checked)."""
     import subprocess
 
     code = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
@@ -141,6 +142,17 @@ def llama_memory_search() -> None:
             "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6; "
             "print(f'llama on {n}: {t:.1f} s processor, {rss:.2f} GB peak, Eq. 1 {p.search_stats[\"searched_cost\"]:.5f} s')")
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for n in (64, 256, 1024):
+        out = subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, env=env, check=True)
+        print(out.stdout.strip())
+    # ResNet-50 at minibatch 64: its Eq. 1 optimum fits, so only its memory plan is checked
+    code = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
+            "n = int(sys.argv[1]); d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); "
+            "g = sw.models.resnet50(batch=64); "
+            "t0 = time.process_time(); p = sw.search(g, d, objective='eq1', progress=False); "
+            "t = time.process_time() - t0; rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3; "
+            "print(f'resnet50 on {n}: {t:.1f} s processor, {rss:.0f} MB peak, '"
+            "f'constrained {p.search_stats[\"memory\"][\"constrained\"]}')")
     for n in (64, 256, 1024):
         out = subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, env=env, check=True)
         print(out.stdout.strip())
