@@ -829,13 +829,221 @@ FIGURES += [
                                                               out, re.MULTILINE)), kind="timing", tolerance=0.1),
 ]
 
-# ----- docs/cpu_kernels.md (for contributors): the step after the change, re-measured; the "before"
-# columns and the per-layer tables are the record of that change (commit d1adf91), not re-run here
+# ----- docs/cpu_kernels.md (for contributors): the kernels' current timings on the machine that runs the check
+# (each command prints the CPU, the direct loops' instruction set and the load beside its figures)
 
 CK = "docs/cpu_kernels.md"
-FIGURES += [
-    Figure(CK, "| **step** | **356.9** | **[[209.5]]** | | **step**", "step_breakdown",
-           r"^resnet18_small: step ([\d.]+) ms", kind="timing", tolerance=0.5),
-    Figure(CK, "| | **step** | **429.3** | **[[357.2]]** |", "step_breakdown",
-           r"^alexnet_small: step ([\d.]+) ms", kind="timing", tolerance=0.5),
+COMMANDS.update({
+    "conv_layers repeat 5": bench("conv_layers", "--repeat", "5", cheap=False, timeout_s=600),
+    "train_cpu_pairs": bench("train_cpu_pairs", cheap=False, timeout_s=600),
+    "train_cpu_pairs avx2": Command(("env", "OPENBLAS_CORETYPE=Haswell", "ATEN_CPU_CAPABILITY=avx2",
+                                     "ONEDNN_MAX_CPU_ISA=AVX2", PY, "benchmarks/train_cpu_pairs.py", "--isa", "avx2"),
+                                    cheap=False, timeout_s=600),
+    "conv isa": measure("conv-isa", cheap=True, timeout_s=300),
+    "conv wide": measure("conv-wide", cheap=True, timeout_s=300),
+    "pool layers": measure("pool-layers", cheap=True, timeout_s=300),
+})
+
+
+def _step(model: str, op: str, kind: str) -> str:
+    """step_breakdown.py's line of one (op kind, task kind) in one model's section: ms."""
+    return rf"(?s)^{model}: step .*?^\s+{op}\s+{kind}\s+([\d.]+) ms"
+
+
+def _pairs(model: str) -> str:
+    """train_cpu_pairs.py's row: ours ms, PyTorch ms, PyTorch / ours."""
+    return rf"^{model}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x"
+
+
+_CELL = r"([\d.]+) \(\s*(\d+)\)"
+
+
+def _conv_row(model: str, layer: str) -> str:
+    """conv_layers.py's row: im2col ms/GFLOP/s x3 (groups 1-6), direct (7-12), auto (13-18), torch ms x3 (19-21)."""
+    three = r"\s+".join([_CELL] * 3)
+    return (rf"^{model}\s+{re.escape(layer)}\s+.*?im2col\s+{three}\s+\|\s+direct\s+{three}\s+\|\s+auto\s+{three}"
+            r"\s+\|\s+torch\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+
+
+_CONV_ROW_MARKS = (1, 3, 5, 7, 8, 9, 10, 11, 12, 19, 20, 21)   # im2col ms, direct ms (GFLOP/s), PyTorch ms
+_THIN = ("layer1", "layer2.0.conv1", "layer2", "layer3.0.conv1")    # ResNet's 3x3 layers of 16-32 input channels
+_WIDE_ENOUGH = [("resnet", n) for n in ("layer1", "layer2.0.conv1", "layer2", "layer3.0.conv1", "layer3",
+                                        "layer4.0.conv1", "layer4")] + [("alexnet", n) for n in ("conv2", "conv3", "conv4")]
+
+
+def _conv_span(rows, groups) -> Callable[[str], tuple[float, float]]:
+    def span(out: str) -> tuple[float, float]:
+        return _span(float(re.search(_conv_row(m, n), out, re.MULTILINE)[g]) for m, n in rows for g in groups)
+    return span
+
+
+def _direct_gain(out: str) -> tuple[float, float]:
+    """im2col + GEMM's time over the direct loops' on the layers of 16 and more input channels."""
+    ratios = []
+    for m, n in _WIDE_ENOUGH:
+        row = re.search(_conv_row(m, n), out, re.MULTILINE)
+        ratios += [float(row[g]) / float(row[g + 6]) for g in (1, 3, 5)]
+    return _span(ratios)
+
+
+def _conv_grads(column: str) -> Callable[[str], float]:
+    """The AlexNet's conv2: both gradients, direct (dx + dw) or PyTorch's (one call)."""
+    def grads(out: str) -> float:
+        row = re.search(_conv_row("alexnet", "conv2"), out, re.MULTILINE)
+        return float(row[9]) + float(row[11]) if column == "direct" else float(row[21])
+    return grads
+
+
+def _isa_row(ci: int, h: int) -> str:
+    """conv-isa's two lines of one layer: AVX2 fwd / dx / dw GFLOP/s (groups 1-3), AVX-512 (4-6)."""
+    one = rf"{ci}->{ci} {h}x{h}: ([\d.]+) / ([\d.]+) / ([\d.]+) GFLOP/s"
+    return rf"(?s)^avx2 {one}.*?^avx512 {one}"
+
+
+def _wide_row(c: int, h: int, n: int) -> str:
+    """conv-wide's two lines of one layer: AVX2 direct x3, im2col x3 (groups 1-6), AVX-512 (7-12)."""
+    one = rf"{c}->{c} {h}x{h} batch {n}: direct ([\d.]+) / ([\d.]+) / ([\d.]+) against im2col ([\d.]+) / ([\d.]+) / ([\d.]+) ms"
+    return rf"(?s)^avx2 {one}.*?^avx512 {one}"
+
+
+def _pool_row(name: str) -> str:
+    """pool-layers' lines of one pool: AVX-512 fwd, bwd (1-2), AVX2 (3-4), PyTorch (5-6)."""
+    one = rf"{name} \S+: forward ([\d.]+) ms, backward ([\d.]+) ms"
+    return rf"(?s)^avx512 {one}.*?^avx2 {one}.*?^torch {name}: forward with indices ([\d.]+) ms, backward ([\d.]+) ms"
+
+
+STEP = dict(kind="timing", tolerance=0.5)      # wall clock of the task clock on a shared machine
+KERNEL = dict(kind="timing", tolerance=0.3)    # thread or process CPU time
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\d.])")
+
+
+def _row(row: str, cells: tuple[int, ...] | None = None) -> str:
+    """A doc's table row with every number of the given cells (default: all but the first, the label) marked."""
+    parts = row.split(" | ")
+    for i in cells or range(1, len(parts)):
+        parts[i] = _NUMBER.sub(lambda m: f"[[{m[0]}]]", parts[i])
+    return " | ".join(parts)
+
+
+# one worker's step (benchmarks/step_breakdown.py): (the doc's row, ResNet-18's (op, kind) per figure, AlexNet's)
+_STEP_ROWS = [
+    ("| **step** | **240.2** | | **step** | **369.9** |", [None], [None]),
+    ("| conv forward | 50.5 | | conv forward | 123.8 |", [("conv2d", "forward")], [("conv2d", "forward")]),
+    ("| conv backward_data | 58.8 | | conv backward_data | 100.5 |", [("conv2d", "backward_data")],
+     [("conv2d", "backward_data")]),
+    ("| conv backward_weight | 63.7 | | conv backward_weight | 135.8 |", [("conv2d", "backward_weight")],
+     [("conv2d", "backward_weight")]),
+    ("| batchnorm bn_stats | 4.2 | | pool forward | 3.1 |", [("batchnorm2d", "bn_stats")], [("pool2d", "forward")]),
+    ("| batchnorm bn_apply | 3.6 | | pool backward_data | 14.1 |", [("batchnorm2d", "bn_apply")],
+     [("pool2d", "backward_data")]),
+    ("| batchnorm bn_backward_stats | 4.4 | | pool copy | 2.0 |", [("batchnorm2d", "bn_backward_stats")],
+     [("pool2d", "copy")]),
+    ("| batchnorm backward_weight | 5.8 | | conv accumulate | 2.8 |", [("batchnorm2d", "backward_weight")],
+     [("conv2d", "accumulate")]),
+    ("| batchnorm backward_data | 4.0 | | linear forward | 1.1 |", [("batchnorm2d", "backward_data")],
+     [("linear", "forward")]),
+    ("| relu forward / backward_data | 3.5 / 4.7 | | linear backward_data / weight | 1.0 / 1.0 |",
+     [("relu", "forward"), ("relu", "backward_data")], [("linear", "backward_data"), ("linear", "backward_weight")]),
+    ("| relu accumulate | 3.1 | | | |", [("relu", "accumulate")], []),
+    ("| add forward / backward_data | 2.2 / 1.7 | | | |", [("add", "forward"), ("add", "backward_data")], []),
 ]
+
+
+def _step_figures() -> list[Figure]:
+    out = []
+    for row, res, alex in _STEP_ROWS:
+        marked = _row(row, (1, 3)) if alex else _row(row, (1,))   # "| |": the empty cell joins the next
+        lines = [("resnet18_small", k) for k in res] + [("alexnet_small", k) for k in alex]
+        for i, (model, key) in enumerate(lines):
+            pattern = rf"^{model}: step ([\d.]+) ms" if key is None else _step(model, *key)
+            out.append(Figure(CK, _keep_mark(marked, i), "step_breakdown", pattern, **STEP))
+    return out
+
+
+FIGURES += _step_figures()
+FIGURES += [Figure(CK, "([[5.8]] ms of the ResNet's step above)", "step_breakdown",
+                   _step("resnet18_small", "batchnorm2d", "backward_weight"), **STEP)]
+
+# one worker against PyTorch, alternating steps: ours ms / PyTorch ms, ratio; the AVX-512 paths, then the AVX2 ones
+_PAIRS_ROWS = [("lenet5", "| LeNet-5 | 4.2 / 12.3 | 2.92x | 4.8 / 10.4 | 2.16x |"),
+               ("alexnet_small", "| scaled AlexNet | 259.0 / 312.0 | 1.20x | 279.8 / 352.4 | 1.26x |"),
+               ("resnet18_small", "| scaled ResNet-18 | 175.7 / 218.1 | 1.23x | 184.3 / 244.1 | 1.32x |")]
+for _model, _r in _PAIRS_ROWS:
+    _tol = dict(kind="timing", tolerance=0.5 if _model == "lenet5" else 0.3)   # LeNet-5: steps of a few ms
+    FIGURES += figures(CK, _row(_r, (1, 2)), "train_cpu_pairs", _pairs(_model), **_tol)
+    FIGURES += figures(CK, _row(_r, (3, 4)), "train_cpu_pairs avx2", _pairs(_model), **_tol)
+
+# the convolution kernels per layer (benchmarks/conv_layers.py), the doc's table row by row: im2col ms, direct ms
+# (GFLOP/s), PyTorch ms; the auto column is the rule, not a figure
+_CONV_TABLE = [
+    ("lenet", "conv1", "| LeNet-5 conv1 1->6 32x32 5x5 | 0.42 / 0.44 / 0.39 | 0.67 (22) / 1.95 (8) / 0.40 (38) | im2col | "
+                       "0.64 / 0.51 / 7.67 |"),
+    ("lenet", "conv2", "| LeNet-5 conv2 6->16 14x14 5x5 | 0.74 / 0.70 / 0.92 | 0.35 (87) / 0.90 (34) / 0.33 (94) | "
+                       "fwd, dw direct | 0.33 / 0.56 / 1.71 |"),
+    ("resnet", "conv1", "| ResNet conv1 3->16 32x32 | 1.39 / 1.71 / 2.42 | 1.15 (49) / 2.57 (22) / 0.75 (76) | "
+                        "fwd, dw direct | 6.22 / 1.15 / 11.08 |"),
+    ("resnet", "layer1", "| ResNet layer1 16->16 32x32 | 6.07 / 6.03 / 6.94 | 3.93 (77) / 3.96 (76) / 3.61 (84) | direct | "
+                         "4.72 / 4.57 / 15.11 |"),
+    ("resnet", "layer2.0.conv1", "| ResNet layer2.0.conv1 16->32 s2 | 3.49 / 3.38 / 3.71 | 2.07 (73) / 2.57 (59) / "
+                                 "2.10 (72) | direct | 2.49 / 2.63 / 12.22 |"),
+    ("resnet", "layer2", "| ResNet layer2 32->32 16x16 | 5.89 / 4.79 / 5.62 | 3.28 (92) / 3.24 (93) / 3.11 (97) | direct | "
+                         "3.24 / 3.83 / 7.19 |"),
+    ("resnet", "layer2.down", "| ResNet layer2 downsample 1x1 s2 | 0.63 / 0.90 / 0.68 | 0.76 (22) / 1.25 (13) / 0.65 (26) "
+                              "| im2col | 0.77 / 1.10 / 13.62 |"),
+    ("resnet", "layer3.0.conv1", "| ResNet layer3.0.conv1 32->64 s2 | 2.80 / 2.69 / 2.72 | 1.73 (87) / 1.92 (79) / "
+                                 "1.65 (91) | direct | 1.73 / 2.21 / 5.73 |"),
+    ("resnet", "layer3", "| ResNet layer3 64->64 8x8 | 4.58 / 4.05 / 4.65 | 2.78 (109) / 2.87 (105) / 2.92 (103) | direct | "
+                         "2.63 / 3.25 / 5.90 |"),
+    ("resnet", "layer4.0.conv1", "| ResNet layer4.0.conv1 64->128 s2 | 2.22 / 2.13 / 2.22 | 1.66 (91) / 1.70 (89) / "
+                                 "2.08 (73) | direct | 1.34 / 1.97 / 4.35 |"),
+    ("resnet", "layer4", "| ResNet layer4 128->128 4x4 | 4.22 / 3.88 / 4.21 | 2.45 (123) / 2.48 (122) / 2.54 (119) | "
+                         "direct | 2.15 / 3.16 / 5.32 |"),
+    ("alexnet", "conv1", "| AlexNet conv1 3->64 64x64 5x5 s2 | 11.01 / 11.36 / 13.34 | 9.45 (67) / 28.84 (22) / 7.13 (88) "
+                         "| fwd, dw direct | 8.46 / 9.35 / 47.95 |"),
+    ("alexnet", "conv2", "| AlexNet conv2 64->128 15x15 5x5 | 70.52 / 68.99 / 68.38 | 47.81 (123) / 48.96 (120) / "
+                         "51.69 (114) | direct | 47.62 / 49.22 / 105.95 |"),
+    ("alexnet", "conv3", "| AlexNet conv3 128->192 7x7 | 18.79 / 19.14 / 18.88 | 13.15 (105) / 13.94 (100) / 13.51 (103) "
+                         "| direct | 12.98 / 14.56 / 26.26 |"),
+    ("alexnet", "conv4", "| AlexNet conv4 192->128 7x7 | 18.71 / 17.98 / 17.33 | 11.80 (118) / 11.74 (118) / 16.28 (85) "
+                         "| direct | 11.63 / 15.01 / 26.65 |"),
+]
+FIGURES += [f for model, layer, row in _CONV_TABLE
+            for f in figures(CK, _row(row, (1, 2, 4)), "conv_layers repeat 5", _conv_row(model, layer),
+                             groups=_CONV_ROW_MARKS, **KERNEL)]
+FIGURES += [
+    Figure(CK, "the 3x3 layers of 16-32 input channels run at [[41-63]] GFLOP/s", "conv_layers repeat 5",
+           _conv_span([("resnet", n) for n in _THIN], (2, 4, 6)), **KERNEL),
+    Figure(CK, "With AVX-512 they reach [[59-123]] GFLOP/s", "conv_layers repeat 5", _conv_span(_WIDE_ENOUGH, (8, 10, 12)),
+           **KERNEL),
+    Figure(CK, "table above (the strided data gradients lowest), [[1.1-1.9]]x im2col + GEMM", "conv_layers repeat 5",
+           _direct_gain, **KERNEL),
+    Figure(CK, "conv2 [[47.81]] ms against 47.62 forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=7,
+           **KERNEL),
+    Figure(CK, "conv2 47.81 ms against [[47.62]] forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=19,
+           **KERNEL),
+    Figure(CK, "[[100.65]] against 105.95 for both gradients", "conv_layers repeat 5", _conv_grads("direct"), **KERNEL),
+    Figure(CK, "100.65 against [[105.95]] for both gradients", "conv_layers repeat 5", _conv_grads("torch"), **KERNEL),
+]
+
+# the instruction sets (tools/doc_measures.py conv-isa), 3x3 at batch 32: AVX2 then AVX-512 GFLOP/s
+_ISA_TABLE = [((64, 16), "| 64 -> 64 channels, 16 x 16 | 94.8 / 98.7 / 63.7 | 106.9 / 105.8 / 103.4 |"),
+              ((128, 8), "| 128 -> 128 channels, 8 x 8 | 100.2 / 95.3 / 101.0 | 112.3 / 111.6 / 113.2 |"),
+              ((16, 32), "| 16 -> 16 channels, 32 x 32 | 74.2 / 77.8 / 88.0 | 80.1 / 82.6 / 89.2 |")]
+# direct against im2col + GEMM on wide layers (tools/doc_measures.py conv-wide), ms: AVX2 then AVX-512
+_WIDE_TABLE = [
+    ((128, 8, 32), "| 128 -> 128 channels, 8 x 8, batch 32 | 8.0 / 7.9 / 8.4 against 9.4 / 8.6 / 8.8 | "
+                   "5.4 / 5.9 / 5.9 against 8.1 / 7.6 / 7.8 |"),
+    ((192, 7, 64), "| 192 -> 192 channels, 7 x 7, batch 64 | 27.4 / 26.6 / 29.7 against 32.4 / 33.2 / 34.0 | "
+                   "19.1 / 18.3 / 18.4 against 29.4 / 25.3 / 25.8 |"),
+    ((256, 8, 32), "| 256 -> 256 channels, 8 x 8, batch 32 | 24.1 / 22.4 / 24.5 against 34.8 / 36.7 / 29.1 | "
+                   "22.8 / 22.4 / 23.2 against 33.4 / 32.4 / 31.5 |"),
+    ((512, 2, 32), "| 512 -> 512 channels, 2 x 2, batch 32 | 11.9 / 23.0 / 19.8 against 8.0 / 9.3 / 10.9 | "
+                   "6.9 / 8.6 / 37.3 against 11.5 / 9.2 / 9.4 |"),
+]
+# max pooling (tools/doc_measures.py pool-layers), forward / backward ms: AVX-512 lanes, AVX2 lanes, PyTorch
+_POOL_TABLE = [("pool1", "| pool1, 64 x 31 x 31 -> 15 x 15 | 1.62 / 5.04 | 1.83 / 5.39 | 29.47 / 2.01 |"),
+               ("pool2", "| pool2, 128 x 15 x 15 -> 7 x 7 | 1.19 / 2.84 | 1.19 / 2.38 | 13.40 / 0.47 |"),
+               ("pool5", "| pool5, 128 x 7 x 7 -> 3 x 3 | 0.38 / 0.92 | 0.38 / 0.82 | 2.70 / 0.09 |")]
+FIGURES += [f for shape, row in _ISA_TABLE for f in figures(CK, _row(row), "conv isa", _isa_row(*shape), **KERNEL)]
+FIGURES += [f for shape, row in _WIDE_TABLE for f in figures(CK, _row(row), "conv wide", _wide_row(*shape), **KERNEL)]
+FIGURES += [f for name, row in _POOL_TABLE for f in figures(CK, _row(row), "pool layers", _pool_row(name), **KERNEL)]
