@@ -927,25 +927,25 @@ def _row(row: str, cells: tuple[int, ...] | None = None) -> str:
 
 # one worker's step (benchmarks/step_breakdown.py): (the doc's row, ResNet-18's (op, kind) per figure, AlexNet's)
 _STEP_ROWS = [
-    ("| **step** | **240.2** | | **step** | **369.9** |", [None], [None]),
-    ("| conv forward | 50.5 | | conv forward | 123.8 |", [("conv2d", "forward")], [("conv2d", "forward")]),
-    ("| conv backward_data | 58.8 | | conv backward_data | 100.5 |", [("conv2d", "backward_data")],
+    ("| **step** | **181.6** | | **step** | **261.0** |", [None], [None]),
+    ("| conv forward | 48.5 | | conv forward | 80.2 |", [("conv2d", "forward")], [("conv2d", "forward")]),
+    ("| conv backward_data | 48.7 | | conv backward_data | 71.5 |", [("conv2d", "backward_data")],
      [("conv2d", "backward_data")]),
-    ("| conv backward_weight | 63.7 | | conv backward_weight | 135.8 |", [("conv2d", "backward_weight")],
+    ("| conv backward_weight | 47.6 | | conv backward_weight | 88.3 |", [("conv2d", "backward_weight")],
      [("conv2d", "backward_weight")]),
-    ("| batchnorm bn_stats | 4.2 | | pool forward | 3.1 |", [("batchnorm2d", "bn_stats")], [("pool2d", "forward")]),
-    ("| batchnorm bn_apply | 3.6 | | pool backward_data | 14.1 |", [("batchnorm2d", "bn_apply")],
+    ("| batchnorm bn_stats | 4.5 | | pool forward | 3.1 |", [("batchnorm2d", "bn_stats")], [("pool2d", "forward")]),
+    ("| batchnorm bn_apply | 3.5 | | pool backward_data | 8.2 |", [("batchnorm2d", "bn_apply")],
      [("pool2d", "backward_data")]),
-    ("| batchnorm bn_backward_stats | 4.4 | | pool copy | 2.0 |", [("batchnorm2d", "bn_backward_stats")],
+    ("| batchnorm bn_backward_stats | 4.1 | | pool copy | 1.6 |", [("batchnorm2d", "bn_backward_stats")],
      [("pool2d", "copy")]),
-    ("| batchnorm backward_weight | 5.8 | | conv accumulate | 2.8 |", [("batchnorm2d", "backward_weight")],
+    ("| batchnorm backward_weight | 4.6 | | conv accumulate | 2.6 |", [("batchnorm2d", "backward_weight")],
      [("conv2d", "accumulate")]),
-    ("| batchnorm backward_data | 4.0 | | linear forward | 1.1 |", [("batchnorm2d", "backward_data")],
+    ("| batchnorm backward_data | 3.4 | | linear forward | 1.1 |", [("batchnorm2d", "backward_data")],
      [("linear", "forward")]),
-    ("| relu forward / backward_data | 3.5 / 4.7 | | linear backward_data / weight | 1.0 / 1.0 |",
+    ("| relu forward / backward_data | 3.0 / 4.5 | | linear backward_data / weight | 1.0 / 1.0 |",
      [("relu", "forward"), ("relu", "backward_data")], [("linear", "backward_data"), ("linear", "backward_weight")]),
-    ("| relu accumulate | 3.1 | | | |", [("relu", "accumulate")], []),
-    ("| add forward / backward_data | 2.2 / 1.7 | | | |", [("add", "forward"), ("add", "backward_data")], []),
+    ("| relu accumulate | 3.0 | | | |", [("relu", "accumulate")], []),
+    ("| add forward / backward_data | 2.2 / 1.6 | | | |", [("add", "forward"), ("add", "backward_data")], []),
 ]
 
 
@@ -961,13 +961,13 @@ def _step_figures() -> list[Figure]:
 
 
 FIGURES += _step_figures()
-FIGURES += [Figure(CK, "([[5.8]] ms of the ResNet's step above)", "step_breakdown",
+FIGURES += [Figure(CK, "([[4.6]] ms of the ResNet's step above)", "step_breakdown",
                    _step("resnet18_small", "batchnorm2d", "backward_weight"), **STEP)]
 
 # one worker against PyTorch, alternating steps: ours ms / PyTorch ms, ratio; the AVX-512 paths, then the AVX2 ones
-_PAIRS_ROWS = [("lenet5", "| LeNet-5 | 4.2 / 12.3 | 2.92x | 4.8 / 10.4 | 2.16x |"),
-               ("alexnet_small", "| scaled AlexNet | 259.0 / 312.0 | 1.20x | 279.8 / 352.4 | 1.26x |"),
-               ("resnet18_small", "| scaled ResNet-18 | 175.7 / 218.1 | 1.23x | 184.3 / 244.1 | 1.32x |")]
+_PAIRS_ROWS = [("lenet5", "| LeNet-5 | 3.9 / 12.1 | 3.07x | 4.5 / 11.9 | 2.60x |"),
+               ("alexnet_small", "| scaled AlexNet | 257.1 / 308.0 | 1.20x | 279.9 / 349.7 | 1.26x |"),
+               ("resnet18_small", "| scaled ResNet-18 | 172.3 / 213.2 | 1.23x | 179.9 / 234.8 | 1.28x |")]
 for _model, _r in _PAIRS_ROWS:
     _tol = dict(kind="timing", tolerance=0.5 if _model == "lenet5" else 0.3)   # LeNet-5: steps of a few ms
     FIGURES += figures(CK, _row(_r, (1, 2)), "train_cpu_pairs", _pairs(_model), **_tol)
@@ -976,74 +976,74 @@ for _model, _r in _PAIRS_ROWS:
 # the convolution kernels per layer (benchmarks/conv_layers.py), the doc's table row by row: im2col ms, direct ms
 # (GFLOP/s), PyTorch ms; the auto column is the rule, not a figure
 _CONV_TABLE = [
-    ("lenet", "conv1", "| LeNet-5 conv1 1->6 32x32 5x5 | 0.42 / 0.44 / 0.39 | 0.67 (22) / 1.95 (8) / 0.40 (38) | im2col | "
-                       "0.64 / 0.51 / 7.67 |"),
-    ("lenet", "conv2", "| LeNet-5 conv2 6->16 14x14 5x5 | 0.74 / 0.70 / 0.92 | 0.35 (87) / 0.90 (34) / 0.33 (94) | "
-                       "fwd, dw direct | 0.33 / 0.56 / 1.71 |"),
-    ("resnet", "conv1", "| ResNet conv1 3->16 32x32 | 1.39 / 1.71 / 2.42 | 1.15 (49) / 2.57 (22) / 0.75 (76) | "
-                        "fwd, dw direct | 6.22 / 1.15 / 11.08 |"),
-    ("resnet", "layer1", "| ResNet layer1 16->16 32x32 | 6.07 / 6.03 / 6.94 | 3.93 (77) / 3.96 (76) / 3.61 (84) | direct | "
-                         "4.72 / 4.57 / 15.11 |"),
-    ("resnet", "layer2.0.conv1", "| ResNet layer2.0.conv1 16->32 s2 | 3.49 / 3.38 / 3.71 | 2.07 (73) / 2.57 (59) / "
-                                 "2.10 (72) | direct | 2.49 / 2.63 / 12.22 |"),
-    ("resnet", "layer2", "| ResNet layer2 32->32 16x16 | 5.89 / 4.79 / 5.62 | 3.28 (92) / 3.24 (93) / 3.11 (97) | direct | "
-                         "3.24 / 3.83 / 7.19 |"),
-    ("resnet", "layer2.down", "| ResNet layer2 downsample 1x1 s2 | 0.63 / 0.90 / 0.68 | 0.76 (22) / 1.25 (13) / 0.65 (26) "
-                              "| im2col | 0.77 / 1.10 / 13.62 |"),
-    ("resnet", "layer3.0.conv1", "| ResNet layer3.0.conv1 32->64 s2 | 2.80 / 2.69 / 2.72 | 1.73 (87) / 1.92 (79) / "
-                                 "1.65 (91) | direct | 1.73 / 2.21 / 5.73 |"),
-    ("resnet", "layer3", "| ResNet layer3 64->64 8x8 | 4.58 / 4.05 / 4.65 | 2.78 (109) / 2.87 (105) / 2.92 (103) | direct | "
-                         "2.63 / 3.25 / 5.90 |"),
-    ("resnet", "layer4.0.conv1", "| ResNet layer4.0.conv1 64->128 s2 | 2.22 / 2.13 / 2.22 | 1.66 (91) / 1.70 (89) / "
-                                 "2.08 (73) | direct | 1.34 / 1.97 / 4.35 |"),
-    ("resnet", "layer4", "| ResNet layer4 128->128 4x4 | 4.22 / 3.88 / 4.21 | 2.45 (123) / 2.48 (122) / 2.54 (119) | "
-                         "direct | 2.15 / 3.16 / 5.32 |"),
-    ("alexnet", "conv1", "| AlexNet conv1 3->64 64x64 5x5 s2 | 11.01 / 11.36 / 13.34 | 9.45 (67) / 28.84 (22) / 7.13 (88) "
-                         "| fwd, dw direct | 8.46 / 9.35 / 47.95 |"),
-    ("alexnet", "conv2", "| AlexNet conv2 64->128 15x15 5x5 | 70.52 / 68.99 / 68.38 | 47.81 (123) / 48.96 (120) / "
-                         "51.69 (114) | direct | 47.62 / 49.22 / 105.95 |"),
-    ("alexnet", "conv3", "| AlexNet conv3 128->192 7x7 | 18.79 / 19.14 / 18.88 | 13.15 (105) / 13.94 (100) / 13.51 (103) "
-                         "| direct | 12.98 / 14.56 / 26.26 |"),
-    ("alexnet", "conv4", "| AlexNet conv4 192->128 7x7 | 18.71 / 17.98 / 17.33 | 11.80 (118) / 11.74 (118) / 16.28 (85) "
-                         "| direct | 11.63 / 15.01 / 26.65 |"),
+    ("lenet", "conv1", "| LeNet-5 conv1 1->6 32x32 5x5 | 0.39 / 0.39 / 0.40 | 0.65 (23) / 1.91 (8) / 0.42 (36) | im2col | "
+                       "0.63 / 0.48 / 7.34 |"),
+    ("lenet", "conv2", "| LeNet-5 conv2 6->16 14x14 5x5 | 0.74 / 0.67 / 0.86 | 0.34 (90) / 0.85 (36) / 0.33 (94) | "
+                       "fwd, dw direct | 0.33 / 0.56 / 1.38 |"),
+    ("resnet", "conv1", "| ResNet conv1 3->16 32x32 | 1.33 / 1.44 / 2.13 | 1.22 (46) / 2.40 (24) / 0.74 (77) | "
+                        "fwd, dw direct | 1.01 / 0.77 / 4.26 |"),
+    ("resnet", "layer1", "| ResNet layer1 16->16 32x32 | 5.79 / 5.79 / 6.71 | 3.65 (83) / 3.71 (81) / 3.48 (87) | direct | "
+                         "12.05 / 4.81 / 17.88 |"),
+    ("resnet", "layer2.0.conv1", "| ResNet layer2.0.conv1 16->32 s2 | 3.30 / 3.20 / 3.59 | 1.98 (76) / 2.14 (71) / "
+                                 "1.87 (81) | direct | 2.63 / 2.59 / 14.03 |"),
+    ("resnet", "layer2", "| ResNet layer2 32->32 16x16 | 4.76 / 4.63 / 5.42 | 3.09 (98) / 3.02 (100) / 3.08 (98) | direct | "
+                         "3.01 / 3.72 / 6.95 |"),
+    ("resnet", "layer2.down", "| ResNet layer2 downsample 1x1 s2 | 0.65 / 0.79 / 0.65 | 0.58 (29) / 1.08 (16) / 0.46 (37) "
+                              "| im2col | 0.55 / 0.57 / 11.45 |"),
+    ("resnet", "layer3.0.conv1", "| ResNet layer3.0.conv1 32->64 s2 | 2.39 / 2.32 / 2.54 | 1.54 (98) / 1.78 (85) / "
+                                 "1.54 (98) | direct | 1.53 / 1.80 / 4.49 |"),
+    ("resnet", "layer3", "| ResNet layer3 64->64 8x8 | 4.47 / 3.94 / 4.57 | 2.63 (115) / 2.66 (113) / 2.72 (111) | direct | "
+                         "2.48 / 3.04 / 5.61 |"),
+    ("resnet", "layer4.0.conv1", "| ResNet layer4.0.conv1 64->128 s2 | 2.16 / 2.03 / 2.18 | 1.42 (107) / 1.65 (92) / "
+                                 "1.50 (101) | direct | 1.36 / 1.81 / 3.75 |"),
+    ("resnet", "layer4", "| ResNet layer4 128->128 4x4 | 4.09 / 3.80 / 4.09 | 2.45 (123) / 2.44 (124) / 2.46 (123) | "
+                         "direct | 2.16 / 3.01 / 5.26 |"),
+    ("alexnet", "conv1", "| AlexNet conv1 3->64 64x64 5x5 s2 | 10.83 / 10.96 / 12.94 | 9.46 (67) / 28.76 (22) / 7.31 (86) "
+                         "| fwd, dw direct | 8.21 / 9.50 / 48.22 |"),
+    ("alexnet", "conv2", "| AlexNet conv2 64->128 15x15 5x5 | 67.81 / 66.20 / 66.03 | 47.55 (124) / 48.09 (123) / "
+                         "47.49 (124) | direct | 45.54 / 48.35 / 96.02 |"),
+    ("alexnet", "conv3", "| AlexNet conv3 128->192 7x7 | 16.46 / 16.35 / 15.91 | 11.28 (123) / 11.74 (118) / 11.76 (118) "
+                         "| direct | 11.14 / 15.38 / 25.68 |"),
+    ("alexnet", "conv4", "| AlexNet conv4 192->128 7x7 | 17.77 / 17.62 / 17.12 | 11.51 (121) / 11.27 (123) / 11.82 (117) "
+                         "| direct | 11.11 / 14.48 / 25.46 |"),
 ]
 FIGURES += [f for model, layer, row in _CONV_TABLE
             for f in figures(CK, _row(row, (1, 2, 4)), "conv_layers repeat 5", _conv_row(model, layer),
                              groups=_CONV_ROW_MARKS, **KERNEL)]
 FIGURES += [
-    Figure(CK, "the 3x3 layers of 16-32 input channels run at [[41-63]] GFLOP/s", "conv_layers repeat 5",
+    Figure(CK, "the 3x3 layers of 16-32 input channels run at [[42-65]] GFLOP/s", "conv_layers repeat 5",
            _conv_span([("resnet", n) for n in _THIN], (2, 4, 6)), **KERNEL),
-    Figure(CK, "With AVX-512 they reach [[59-123]] GFLOP/s", "conv_layers repeat 5", _conv_span(_WIDE_ENOUGH, (8, 10, 12)),
+    Figure(CK, "With AVX-512 they reach [[71-124]] GFLOP/s", "conv_layers repeat 5", _conv_span(_WIDE_ENOUGH, (8, 10, 12)),
            **KERNEL),
-    Figure(CK, "table above (the strided data gradients lowest), [[1.1-1.9]]x im2col + GEMM", "conv_layers repeat 5",
+    Figure(CK, "table above (the strided data gradients lowest), [[1.2-1.9]]x im2col + GEMM", "conv_layers repeat 5",
            _direct_gain, **KERNEL),
-    Figure(CK, "conv2 [[47.81]] ms against 47.62 forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=7,
+    Figure(CK, "conv2 [[47.55]] ms against 45.54 forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=7,
            **KERNEL),
-    Figure(CK, "conv2 47.81 ms against [[47.62]] forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=19,
+    Figure(CK, "conv2 47.55 ms against [[45.54]] forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=19,
            **KERNEL),
-    Figure(CK, "[[100.65]] against 105.95 for both gradients", "conv_layers repeat 5", _conv_grads("direct"), **KERNEL),
-    Figure(CK, "100.65 against [[105.95]] for both gradients", "conv_layers repeat 5", _conv_grads("torch"), **KERNEL),
+    Figure(CK, "[[95.58]] against 96.02 for both gradients", "conv_layers repeat 5", _conv_grads("direct"), **KERNEL),
+    Figure(CK, "95.58 against [[96.02]] for both gradients", "conv_layers repeat 5", _conv_grads("torch"), **KERNEL),
 ]
 
 # the instruction sets (tools/doc_measures.py conv-isa), 3x3 at batch 32: AVX2 then AVX-512 GFLOP/s
-_ISA_TABLE = [((64, 16), "| 64 -> 64 channels, 16 x 16 | 94.8 / 98.7 / 63.7 | 106.9 / 105.8 / 103.4 |"),
-              ((128, 8), "| 128 -> 128 channels, 8 x 8 | 100.2 / 95.3 / 101.0 | 112.3 / 111.6 / 113.2 |"),
-              ((16, 32), "| 16 -> 16 channels, 32 x 32 | 74.2 / 77.8 / 88.0 | 80.1 / 82.6 / 89.2 |")]
+_ISA_TABLE = [((64, 16), "| 64 -> 64 channels, 16 x 16 | 105.5 / 105.7 / 103.3 | 109.8 / 109.3 / 109.7 |"),
+              ((128, 8), "| 128 -> 128 channels, 8 x 8 | 114.1 / 112.7 / 107.1 | 119.2 / 117.9 / 113.3 |"),
+              ((16, 32), "| 16 -> 16 channels, 32 x 32 | 79.0 / 83.5 / 100.0 | 78.8 / 83.3 / 98.2 |")]
 # direct against im2col + GEMM on wide layers (tools/doc_measures.py conv-wide), ms: AVX2 then AVX-512
 _WIDE_TABLE = [
-    ((128, 8, 32), "| 128 -> 128 channels, 8 x 8, batch 32 | 8.0 / 7.9 / 8.4 against 9.4 / 8.6 / 8.8 | "
-                   "5.4 / 5.9 / 5.9 against 8.1 / 7.6 / 7.8 |"),
-    ((192, 7, 64), "| 192 -> 192 channels, 7 x 7, batch 64 | 27.4 / 26.6 / 29.7 against 32.4 / 33.2 / 34.0 | "
-                   "19.1 / 18.3 / 18.4 against 29.4 / 25.3 / 25.8 |"),
-    ((256, 8, 32), "| 256 -> 256 channels, 8 x 8, batch 32 | 24.1 / 22.4 / 24.5 against 34.8 / 36.7 / 29.1 | "
-                   "22.8 / 22.4 / 23.2 against 33.4 / 32.4 / 31.5 |"),
-    ((512, 2, 32), "| 512 -> 512 channels, 2 x 2, batch 32 | 11.9 / 23.0 / 19.8 against 8.0 / 9.3 / 10.9 | "
-                   "6.9 / 8.6 / 37.3 against 11.5 / 9.2 / 9.4 |"),
+    ((128, 8, 32), "| 128 -> 128 channels, 8 x 8, batch 32 | 5.3 / 5.3 / 5.7 against 7.3 / 7.3 / 7.3 | "
+                   "5.2 / 5.2 / 5.3 against 7.4 / 7.0 / 7.4 |"),
+    ((192, 7, 64), "| 192 -> 192 channels, 7 x 7, batch 64 | 19.5 / 18.4 / 18.2 against 23.7 / 23.8 / 23.1 | "
+                   "17.2 / 17.4 / 17.6 against 25.0 / 24.5 / 23.3 |"),
+    ((256, 8, 32), "| 256 -> 256 channels, 8 x 8, batch 32 | 21.8 / 21.8 / 23.5 against 26.3 / 25.8 / 26.8 | "
+                   "20.5 / 20.6 / 21.6 against 28.6 / 26.9 / 26.8 |"),
+    ((512, 2, 32), "| 512 -> 512 channels, 2 x 2, batch 32 | 7.5 / 9.2 / 9.5 against 7.6 / 7.9 / 8.6 | "
+                   "6.5 / 7.7 / 9.4 against 8.7 / 8.3 / 8.7 |"),
 ]
 # max pooling (tools/doc_measures.py pool-layers), forward / backward ms: AVX-512 lanes, AVX2 lanes, PyTorch
-_POOL_TABLE = [("pool1", "| pool1, 64 x 31 x 31 -> 15 x 15 | 1.62 / 5.04 | 1.83 / 5.39 | 29.47 / 2.01 |"),
-               ("pool2", "| pool2, 128 x 15 x 15 -> 7 x 7 | 1.19 / 2.84 | 1.19 / 2.38 | 13.40 / 0.47 |"),
-               ("pool5", "| pool5, 128 x 7 x 7 -> 3 x 3 | 0.38 / 0.92 | 0.38 / 0.82 | 2.70 / 0.09 |")]
+_POOL_TABLE = [("pool1", "| pool1, 64 x 31 x 31 -> 15 x 15 | 1.52 / 4.77 | 1.82 / 5.02 | 31.16 / 2.51 |"),
+               ("pool2", "| pool2, 128 x 15 x 15 -> 7 x 7 | 1.18 / 2.75 | 1.13 / 2.29 | 13.32 / 0.69 |"),
+               ("pool5", "| pool5, 128 x 7 x 7 -> 3 x 3 | 0.38 / 0.94 | 0.38 / 0.76 | 2.61 / 0.09 |")]
 FIGURES += [f for shape, row in _ISA_TABLE for f in figures(CK, _row(row), "conv isa", _isa_row(*shape), **KERNEL)]
 FIGURES += [f for shape, row in _WIDE_TABLE for f in figures(CK, _row(row), "conv wide", _wide_row(*shape), **KERNEL)]
 FIGURES += [f for name, row in _POOL_TABLE for f in figures(CK, _row(row), "pool layers", _pool_row(name), **KERNEL)]
