@@ -857,13 +857,221 @@ FIGURES += [
                                                               out, re.MULTILINE)), kind="timing", tolerance=0.1),
 ]
 
-# ----- docs/cpu_kernels.md (for contributors): the step after the change, re-measured; the "before"
-# columns and the per-layer tables are the record of that change (commit d1adf91), not re-run here
+# ----- docs/cpu_kernels.md (for contributors): the kernels' current timings on the machine that runs the check
+# (each command prints the CPU, the direct loops' instruction set and the load beside its figures)
 
 CK = "docs/cpu_kernels.md"
-FIGURES += [
-    Figure(CK, "| **step** | **356.9** | **[[209.5]]** | | **step**", "step_breakdown",
-           r"^resnet18_small: step ([\d.]+) ms", kind="timing", tolerance=0.5),
-    Figure(CK, "| | **step** | **429.3** | **[[357.2]]** |", "step_breakdown",
-           r"^alexnet_small: step ([\d.]+) ms", kind="timing", tolerance=0.5),
+COMMANDS.update({
+    "conv_layers repeat 5": bench("conv_layers", "--repeat", "5", cheap=False, timeout_s=600),
+    "train_cpu_pairs": bench("train_cpu_pairs", cheap=False, timeout_s=600),
+    "train_cpu_pairs avx2": Command(("env", "OPENBLAS_CORETYPE=Haswell", "ATEN_CPU_CAPABILITY=avx2",
+                                     "ONEDNN_MAX_CPU_ISA=AVX2", PY, "benchmarks/train_cpu_pairs.py", "--isa", "avx2"),
+                                    cheap=False, timeout_s=600),
+    "conv isa": measure("conv-isa", cheap=True, timeout_s=300),
+    "conv wide": measure("conv-wide", cheap=True, timeout_s=300),
+    "pool layers": measure("pool-layers", cheap=True, timeout_s=300),
+})
+
+
+def _step(model: str, op: str, kind: str) -> str:
+    """step_breakdown.py's line of one (op kind, task kind) in one model's section: ms."""
+    return rf"(?s)^{model}: step .*?^\s+{op}\s+{kind}\s+([\d.]+) ms"
+
+
+def _pairs(model: str) -> str:
+    """train_cpu_pairs.py's row: ours ms, PyTorch ms, PyTorch / ours."""
+    return rf"^{model}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x"
+
+
+_CELL = r"([\d.]+) \(\s*(\d+)\)"
+
+
+def _conv_row(model: str, layer: str) -> str:
+    """conv_layers.py's row: im2col ms/GFLOP/s x3 (groups 1-6), direct (7-12), auto (13-18), torch ms x3 (19-21)."""
+    three = r"\s+".join([_CELL] * 3)
+    return (rf"^{model}\s+{re.escape(layer)}\s+.*?im2col\s+{three}\s+\|\s+direct\s+{three}\s+\|\s+auto\s+{three}"
+            r"\s+\|\s+torch\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+
+
+_CONV_ROW_MARKS = (1, 3, 5, 7, 8, 9, 10, 11, 12, 19, 20, 21)   # im2col ms, direct ms (GFLOP/s), PyTorch ms
+_THIN = ("layer1", "layer2.0.conv1", "layer2", "layer3.0.conv1")    # ResNet's 3x3 layers of 16-32 input channels
+_WIDE_ENOUGH = [("resnet", n) for n in ("layer1", "layer2.0.conv1", "layer2", "layer3.0.conv1", "layer3",
+                                        "layer4.0.conv1", "layer4")] + [("alexnet", n) for n in ("conv2", "conv3", "conv4")]
+
+
+def _conv_span(rows, groups) -> Callable[[str], tuple[float, float]]:
+    def span(out: str) -> tuple[float, float]:
+        return _span(float(re.search(_conv_row(m, n), out, re.MULTILINE)[g]) for m, n in rows for g in groups)
+    return span
+
+
+def _direct_gain(out: str) -> tuple[float, float]:
+    """im2col + GEMM's time over the direct loops' on the layers of 16 and more input channels."""
+    ratios = []
+    for m, n in _WIDE_ENOUGH:
+        row = re.search(_conv_row(m, n), out, re.MULTILINE)
+        ratios += [float(row[g]) / float(row[g + 6]) for g in (1, 3, 5)]
+    return _span(ratios)
+
+
+def _conv_grads(column: str) -> Callable[[str], float]:
+    """The AlexNet's conv2: both gradients, direct (dx + dw) or PyTorch's (one call)."""
+    def grads(out: str) -> float:
+        row = re.search(_conv_row("alexnet", "conv2"), out, re.MULTILINE)
+        return float(row[9]) + float(row[11]) if column == "direct" else float(row[21])
+    return grads
+
+
+def _isa_row(ci: int, h: int) -> str:
+    """conv-isa's two lines of one layer: AVX2 fwd / dx / dw GFLOP/s (groups 1-3), AVX-512 (4-6)."""
+    one = rf"{ci}->{ci} {h}x{h}: ([\d.]+) / ([\d.]+) / ([\d.]+) GFLOP/s"
+    return rf"(?s)^avx2 {one}.*?^avx512 {one}"
+
+
+def _wide_row(c: int, h: int, n: int) -> str:
+    """conv-wide's two lines of one layer: AVX2 direct x3, im2col x3 (groups 1-6), AVX-512 (7-12)."""
+    one = rf"{c}->{c} {h}x{h} batch {n}: direct ([\d.]+) / ([\d.]+) / ([\d.]+) against im2col ([\d.]+) / ([\d.]+) / ([\d.]+) ms"
+    return rf"(?s)^avx2 {one}.*?^avx512 {one}"
+
+
+def _pool_row(name: str) -> str:
+    """pool-layers' lines of one pool: AVX-512 fwd, bwd (1-2), AVX2 (3-4), PyTorch (5-6)."""
+    one = rf"{name} \S+: forward ([\d.]+) ms, backward ([\d.]+) ms"
+    return rf"(?s)^avx512 {one}.*?^avx2 {one}.*?^torch {name}: forward with indices ([\d.]+) ms, backward ([\d.]+) ms"
+
+
+STEP = dict(kind="timing", tolerance=0.5)      # wall clock of the task clock on a shared machine
+KERNEL = dict(kind="timing", tolerance=0.3)    # thread or process CPU time
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\d.])")
+
+
+def _row(row: str, cells: tuple[int, ...] | None = None) -> str:
+    """A doc's table row with every number of the given cells (default: all but the first, the label) marked."""
+    parts = row.split(" | ")
+    for i in cells or range(1, len(parts)):
+        parts[i] = _NUMBER.sub(lambda m: f"[[{m[0]}]]", parts[i])
+    return " | ".join(parts)
+
+
+# one worker's step (benchmarks/step_breakdown.py): (the doc's row, ResNet-18's (op, kind) per figure, AlexNet's)
+_STEP_ROWS = [
+    ("| **step** | **181.6** | | **step** | **261.0** |", [None], [None]),
+    ("| conv forward | 48.5 | | conv forward | 80.2 |", [("conv2d", "forward")], [("conv2d", "forward")]),
+    ("| conv backward_data | 48.7 | | conv backward_data | 71.5 |", [("conv2d", "backward_data")],
+     [("conv2d", "backward_data")]),
+    ("| conv backward_weight | 47.6 | | conv backward_weight | 88.3 |", [("conv2d", "backward_weight")],
+     [("conv2d", "backward_weight")]),
+    ("| batchnorm bn_stats | 4.5 | | pool forward | 3.1 |", [("batchnorm2d", "bn_stats")], [("pool2d", "forward")]),
+    ("| batchnorm bn_apply | 3.5 | | pool backward_data | 8.2 |", [("batchnorm2d", "bn_apply")],
+     [("pool2d", "backward_data")]),
+    ("| batchnorm bn_backward_stats | 4.1 | | pool copy | 1.6 |", [("batchnorm2d", "bn_backward_stats")],
+     [("pool2d", "copy")]),
+    ("| batchnorm backward_weight | 4.6 | | conv accumulate | 2.6 |", [("batchnorm2d", "backward_weight")],
+     [("conv2d", "accumulate")]),
+    ("| batchnorm backward_data | 3.4 | | linear forward | 1.1 |", [("batchnorm2d", "backward_data")],
+     [("linear", "forward")]),
+    ("| relu forward / backward_data | 3.0 / 4.5 | | linear backward_data / weight | 1.0 / 1.0 |",
+     [("relu", "forward"), ("relu", "backward_data")], [("linear", "backward_data"), ("linear", "backward_weight")]),
+    ("| relu accumulate | 3.0 | | | |", [("relu", "accumulate")], []),
+    ("| add forward / backward_data | 2.2 / 1.6 | | | |", [("add", "forward"), ("add", "backward_data")], []),
 ]
+
+
+def _step_figures() -> list[Figure]:
+    out = []
+    for row, res, alex in _STEP_ROWS:
+        marked = _row(row, (1, 3)) if alex else _row(row, (1,))   # "| |": the empty cell joins the next
+        lines = [("resnet18_small", k) for k in res] + [("alexnet_small", k) for k in alex]
+        for i, (model, key) in enumerate(lines):
+            pattern = rf"^{model}: step ([\d.]+) ms" if key is None else _step(model, *key)
+            out.append(Figure(CK, _keep_mark(marked, i), "step_breakdown", pattern, **STEP))
+    return out
+
+
+FIGURES += _step_figures()
+FIGURES += [Figure(CK, "([[4.6]] ms of the ResNet's step above)", "step_breakdown",
+                   _step("resnet18_small", "batchnorm2d", "backward_weight"), **STEP)]
+
+# one worker against PyTorch, alternating steps: ours ms / PyTorch ms, ratio; the AVX-512 paths, then the AVX2 ones
+_PAIRS_ROWS = [("lenet5", "| LeNet-5 | 3.9 / 12.1 | 3.07x | 4.5 / 11.9 | 2.60x |"),
+               ("alexnet_small", "| scaled AlexNet | 257.1 / 308.0 | 1.20x | 279.9 / 349.7 | 1.26x |"),
+               ("resnet18_small", "| scaled ResNet-18 | 172.3 / 213.2 | 1.23x | 179.9 / 234.8 | 1.28x |")]
+for _model, _r in _PAIRS_ROWS:
+    _tol = dict(kind="timing", tolerance=0.5 if _model == "lenet5" else 0.3)   # LeNet-5: steps of a few ms
+    FIGURES += figures(CK, _row(_r, (1, 2)), "train_cpu_pairs", _pairs(_model), **_tol)
+    FIGURES += figures(CK, _row(_r, (3, 4)), "train_cpu_pairs avx2", _pairs(_model), **_tol)
+
+# the convolution kernels per layer (benchmarks/conv_layers.py), the doc's table row by row: im2col ms, direct ms
+# (GFLOP/s), PyTorch ms; the auto column is the rule, not a figure
+_CONV_TABLE = [
+    ("lenet", "conv1", "| LeNet-5 conv1 1->6 32x32 5x5 | 0.39 / 0.39 / 0.40 | 0.65 (23) / 1.91 (8) / 0.42 (36) | im2col | "
+                       "0.63 / 0.48 / 7.34 |"),
+    ("lenet", "conv2", "| LeNet-5 conv2 6->16 14x14 5x5 | 0.74 / 0.67 / 0.86 | 0.34 (90) / 0.85 (36) / 0.33 (94) | "
+                       "fwd, dw direct | 0.33 / 0.56 / 1.38 |"),
+    ("resnet", "conv1", "| ResNet conv1 3->16 32x32 | 1.33 / 1.44 / 2.13 | 1.22 (46) / 2.40 (24) / 0.74 (77) | "
+                        "fwd, dw direct | 1.01 / 0.77 / 4.26 |"),
+    ("resnet", "layer1", "| ResNet layer1 16->16 32x32 | 5.79 / 5.79 / 6.71 | 3.65 (83) / 3.71 (81) / 3.48 (87) | direct | "
+                         "12.05 / 4.81 / 17.88 |"),
+    ("resnet", "layer2.0.conv1", "| ResNet layer2.0.conv1 16->32 s2 | 3.30 / 3.20 / 3.59 | 1.98 (76) / 2.14 (71) / "
+                                 "1.87 (81) | direct | 2.63 / 2.59 / 14.03 |"),
+    ("resnet", "layer2", "| ResNet layer2 32->32 16x16 | 4.76 / 4.63 / 5.42 | 3.09 (98) / 3.02 (100) / 3.08 (98) | direct | "
+                         "3.01 / 3.72 / 6.95 |"),
+    ("resnet", "layer2.down", "| ResNet layer2 downsample 1x1 s2 | 0.65 / 0.79 / 0.65 | 0.58 (29) / 1.08 (16) / 0.46 (37) "
+                              "| im2col | 0.55 / 0.57 / 11.45 |"),
+    ("resnet", "layer3.0.conv1", "| ResNet layer3.0.conv1 32->64 s2 | 2.39 / 2.32 / 2.54 | 1.54 (98) / 1.78 (85) / "
+                                 "1.54 (98) | direct | 1.53 / 1.80 / 4.49 |"),
+    ("resnet", "layer3", "| ResNet layer3 64->64 8x8 | 4.47 / 3.94 / 4.57 | 2.63 (115) / 2.66 (113) / 2.72 (111) | direct | "
+                         "2.48 / 3.04 / 5.61 |"),
+    ("resnet", "layer4.0.conv1", "| ResNet layer4.0.conv1 64->128 s2 | 2.16 / 2.03 / 2.18 | 1.42 (107) / 1.65 (92) / "
+                                 "1.50 (101) | direct | 1.36 / 1.81 / 3.75 |"),
+    ("resnet", "layer4", "| ResNet layer4 128->128 4x4 | 4.09 / 3.80 / 4.09 | 2.45 (123) / 2.44 (124) / 2.46 (123) | "
+                         "direct | 2.16 / 3.01 / 5.26 |"),
+    ("alexnet", "conv1", "| AlexNet conv1 3->64 64x64 5x5 s2 | 10.83 / 10.96 / 12.94 | 9.46 (67) / 28.76 (22) / 7.31 (86) "
+                         "| fwd, dw direct | 8.21 / 9.50 / 48.22 |"),
+    ("alexnet", "conv2", "| AlexNet conv2 64->128 15x15 5x5 | 67.81 / 66.20 / 66.03 | 47.55 (124) / 48.09 (123) / "
+                         "47.49 (124) | direct | 45.54 / 48.35 / 96.02 |"),
+    ("alexnet", "conv3", "| AlexNet conv3 128->192 7x7 | 16.46 / 16.35 / 15.91 | 11.28 (123) / 11.74 (118) / 11.76 (118) "
+                         "| direct | 11.14 / 15.38 / 25.68 |"),
+    ("alexnet", "conv4", "| AlexNet conv4 192->128 7x7 | 17.77 / 17.62 / 17.12 | 11.51 (121) / 11.27 (123) / 11.82 (117) "
+                         "| direct | 11.11 / 14.48 / 25.46 |"),
+]
+FIGURES += [f for model, layer, row in _CONV_TABLE
+            for f in figures(CK, _row(row, (1, 2, 4)), "conv_layers repeat 5", _conv_row(model, layer),
+                             groups=_CONV_ROW_MARKS, **KERNEL)]
+FIGURES += [
+    Figure(CK, "the 3x3 layers of 16-32 input channels run at [[42-65]] GFLOP/s", "conv_layers repeat 5",
+           _conv_span([("resnet", n) for n in _THIN], (2, 4, 6)), **KERNEL),
+    Figure(CK, "With AVX-512 they reach [[71-124]] GFLOP/s", "conv_layers repeat 5", _conv_span(_WIDE_ENOUGH, (8, 10, 12)),
+           **KERNEL),
+    Figure(CK, "table above (the strided data gradients lowest), [[1.2-1.9]]x im2col + GEMM", "conv_layers repeat 5",
+           _direct_gain, **KERNEL),
+    Figure(CK, "conv2 [[47.55]] ms against 45.54 forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=7,
+           **KERNEL),
+    Figure(CK, "conv2 47.55 ms against [[45.54]] forward", "conv_layers repeat 5", _conv_row("alexnet", "conv2"), group=19,
+           **KERNEL),
+    Figure(CK, "[[95.58]] against 96.02 for both gradients", "conv_layers repeat 5", _conv_grads("direct"), **KERNEL),
+    Figure(CK, "95.58 against [[96.02]] for both gradients", "conv_layers repeat 5", _conv_grads("torch"), **KERNEL),
+]
+
+# the instruction sets (tools/doc_measures.py conv-isa), 3x3 at batch 32: AVX2 then AVX-512 GFLOP/s
+_ISA_TABLE = [((64, 16), "| 64 -> 64 channels, 16 x 16 | 105.5 / 105.7 / 103.3 | 109.8 / 109.3 / 109.7 |"),
+              ((128, 8), "| 128 -> 128 channels, 8 x 8 | 114.1 / 112.7 / 107.1 | 119.2 / 117.9 / 113.3 |"),
+              ((16, 32), "| 16 -> 16 channels, 32 x 32 | 79.0 / 83.5 / 100.0 | 78.8 / 83.3 / 98.2 |")]
+# direct against im2col + GEMM on wide layers (tools/doc_measures.py conv-wide), ms: AVX2 then AVX-512
+_WIDE_TABLE = [
+    ((128, 8, 32), "| 128 -> 128 channels, 8 x 8, batch 32 | 5.3 / 5.3 / 5.7 against 7.3 / 7.3 / 7.3 | "
+                   "5.2 / 5.2 / 5.3 against 7.4 / 7.0 / 7.4 |"),
+    ((192, 7, 64), "| 192 -> 192 channels, 7 x 7, batch 64 | 19.5 / 18.4 / 18.2 against 23.7 / 23.8 / 23.1 | "
+                   "17.2 / 17.4 / 17.6 against 25.0 / 24.5 / 23.3 |"),
+    ((256, 8, 32), "| 256 -> 256 channels, 8 x 8, batch 32 | 21.8 / 21.8 / 23.5 against 26.3 / 25.8 / 26.8 | "
+                   "20.5 / 20.6 / 21.6 against 28.6 / 26.9 / 26.8 |"),
+    ((512, 2, 32), "| 512 -> 512 channels, 2 x 2, batch 32 | 7.5 / 9.2 / 9.5 against 7.6 / 7.9 / 8.6 | "
+                   "6.5 / 7.7 / 9.4 against 8.7 / 8.3 / 8.7 |"),
+]
+# max pooling (tools/doc_measures.py pool-layers), forward / backward ms: AVX-512 lanes, AVX2 lanes, PyTorch
+_POOL_TABLE = [("pool1", "| pool1, 64 x 31 x 31 -> 15 x 15 | 1.52 / 4.77 | 1.82 / 5.02 | 31.16 / 2.51 |"),
+               ("pool2", "| pool2, 128 x 15 x 15 -> 7 x 7 | 1.18 / 2.75 | 1.13 / 2.29 | 13.32 / 0.69 |"),
+               ("pool5", "| pool5, 128 x 7 x 7 -> 3 x 3 | 0.38 / 0.94 | 0.38 / 0.76 | 2.61 / 0.09 |")]
+FIGURES += [f for shape, row in _ISA_TABLE for f in figures(CK, _row(row), "conv isa", _isa_row(*shape), **KERNEL)]
+FIGURES += [f for shape, row in _WIDE_TABLE for f in figures(CK, _row(row), "conv wide", _wide_row(*shape), **KERNEL)]
+FIGURES += [f for name, row in _POOL_TABLE for f in figures(CK, _row(row), "pool layers", _pool_row(name), **KERNEL)]

@@ -15,8 +15,11 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py footprint-gap        # docs/memory.md: the footprint against the arena and the buffers' sum
     python tools/doc_measures.py fused-rings          # docs/simulator.md: ResNet-50's rings fused and chunked on 64 H100s
     python tools/doc_measures.py tp-recompute         # docs/memory.md: recomputation under tensor parallelism
+    python tools/doc_measures.py conv-isa             # docs/cpu_kernels.md: the direct loops' GFLOP/s, AVX2 and AVX-512
+    python tools/doc_measures.py conv-wide            # docs/cpu_kernels.md: direct against im2col on wide layers
+    python tools/doc_measures.py pool-layers          # docs/cpu_kernels.md: max pooling on the scaled AlexNet's pools
 
-Deterministic except digits-seeds' seconds; the package must be importable.
+Deterministic except digits-seeds' seconds and the kernel timings (conv-isa, conv-wide, pool-layers); the package must be importable.
 """
 from __future__ import annotations
 
@@ -237,11 +240,149 @@ def tp_recompute() -> None:
         print(f"recompute {recompute}: fullest arena {arena / 1e9:.2f} GB")
 
 
+def _thread_ms(fn, repeat: int = 5) -> float:
+    """Median thread CPU time of fn in ms after one untimed call (the kernels run on the calling
+    thread; CPU time leaves out the time other jobs of a shared machine hold the core)."""
+    import statistics
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        fn()
+        times.append(time.thread_time() - t0)
+    return statistics.median(times) * 1e3
+
+
+def _conv_calls(n: int, ci: int, co: int, h: int, k: int = 3, s: int = 1, p: int = 1):
+    """The three convolution kernels on random tensors (batch n, ci -> co channels, h x h planes)."""
+    import numpy as np
+    from shardwise import _core
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, ci, h, h), dtype=np.float32)
+    w = rng.standard_normal((co, ci, k, k), dtype=np.float32)
+    ho = (h + 2 * p - k) // s + 1
+    dy = rng.standard_normal((n, co, ho, ho), dtype=np.float32)
+    gflop = 2 * n * co * ci * k * k * ho * ho / 1e9
+    return gflop, (lambda: _core.conv2d_forward(x, None, w, None, None, None, None, dy.shape, s, p),
+                   lambda: _core.conv2d_backward_data(w, None, dy, None, None, x.shape, k, s, p),
+                   lambda: _core.conv2d_backward_weight(x, None, dy, None, w.shape, s, p, False))
+
+
+def _machine_line() -> None:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 "unknown CPU") if os.path.exists("/proc/cpuinfo") else "unknown CPU"
+    print(f"# {model}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+
+
+def conv_isa() -> None:
+    """The direct loops' GFLOP/s (forward / data gradient / weight gradient), one thread, 3x3
+    convolutions at batch 32, with each instruction set this CPU has."""
+    from shardwise import _core
+    _machine_line()
+    _core.conv_algorithm("direct")
+    try:
+        for isa in ("avx2", "avx512"):
+            try:
+                _core.conv_isa(isa)
+            except ValueError:
+                print(f"{isa}: not on this CPU")
+                continue
+            for ci, h in ((64, 16), (128, 8), (16, 32)):
+                gflop, calls = _conv_calls(32, ci, ci, h)
+                rates = " / ".join(f"{gflop / _thread_ms(f) * 1e3:.1f}" for f in calls)
+                print(f"{isa} {ci}->{ci} {h}x{h}: {rates} GFLOP/s")
+    finally:
+        _core.conv_algorithm("auto")
+        _core.conv_isa("auto")
+
+
+WIDE = ((32, 128, 8), (64, 192, 7), (32, 256, 8), (32, 512, 2))     # (batch, channels, plane), 3x3
+
+
+def conv_wide() -> None:
+    """Direct loops against im2col + GEMM on wide 3x3 layers, thread CPU ms of fwd / dx / dw: the
+    AVX2 loops with OpenBLAS's Haswell kernels and the AVX-512 loops with its SkylakeX kernels
+    (the pairs an AVX2 and an AVX-512 machine run; the GEMM's kernels are chosen at load time,
+    so each pair runs in a process of its own)."""
+    import subprocess
+    for isa, core in (("avx2", "Haswell"), ("avx512", "SkylakeX")):
+        env = dict(os.environ, OPENBLAS_CORETYPE=core, DOC_MEASURES_ISA=isa)
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "conv-wide-rows"], env=env,
+                             capture_output=True, text=True)
+        print(out.stdout, end="", flush=True)
+        if out.returncode:
+            print(f"{isa}: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else 'failed'}")
+
+
+def conv_wide_rows() -> None:
+    """conv-wide's rows for the instruction set in $DOC_MEASURES_ISA (run by conv-wide)."""
+    from shardwise import _core
+    isa = os.environ.get("DOC_MEASURES_ISA", "auto")
+    _machine_line()
+    try:
+        _core.conv_isa(isa)
+    except ValueError:
+        print(f"{isa}: not on this CPU")
+        return
+    try:
+        for n, c, h in WIDE:
+            _, calls = _conv_calls(n, c, c, h)
+            cells = []
+            for algorithm in ("direct", "im2col"):
+                _core.conv_algorithm(algorithm)
+                cells.append(" / ".join(f"{_thread_ms(f):.1f}" for f in calls))
+            print(f"{isa} {c}->{c} {h}x{h} batch {n}: direct {cells[0]} against im2col {cells[1]} ms")
+    finally:
+        _core.conv_algorithm("auto")
+
+
+def pool_layers() -> None:
+    """Max pooling (3 x 3, stride 2) on the scaled AlexNet's three pools at batch 64, thread CPU ms
+    of the forward and backward pass, with the vector lanes of each instruction set, and PyTorch's
+    (one thread) when it is installed."""
+    import numpy as np
+    from shardwise import _core
+    _machine_line()
+    rng = np.random.default_rng(0)
+    z = (0, 0, 0, 0)
+    try:
+        for isa in ("avx512", "avx2"):
+            try:
+                _core.conv_isa(isa)
+            except ValueError:
+                print(f"{isa}: not on this CPU")
+                continue
+            for name, c, h in (("pool1", 64, 31), ("pool2", 128, 15), ("pool5", 128, 7)):
+                x = rng.standard_normal((64, c, h, h), dtype=np.float32)
+                ho = (h - 3) // 2 + 1
+                dy = rng.standard_normal((64, c, ho, ho), dtype=np.float32)
+                fwd = _thread_ms(lambda: _core.pool2d_forward("max", x, z, z, dy.shape, (3, 3), (2, 2), (0, 0)), 9)
+                bwd = _thread_ms(lambda: _core.pool2d_backward("max", x, z, dy, z, z, x.shape, (3, 3), (2, 2), (0, 0)), 9)
+                print(f"{isa} {name} {c}x{h}x{h}->{ho}x{ho}: forward {fwd:.2f} ms, backward {bwd:.2f} ms")
+    finally:
+        _core.conv_isa("auto")
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)   # PyTorch keeps the argmax indices from the forward pass for its backward pass
+    for name, c, h in (("pool1", 64, 31), ("pool2", 128, 15), ("pool5", 128, 7)):
+        x = torch.randn(64, c, h, h)
+        y, idx = torch.nn.functional.max_pool2d(x, 3, 2, return_indices=True)
+        dy = torch.randn_like(y)
+        fwd = _thread_ms(lambda: torch.nn.functional.max_pool2d(x, 3, 2, return_indices=True), 9)
+        bwd = _thread_ms(lambda: torch.ops.aten.max_pool2d_with_indices_backward(dy, x, [3, 3], [2, 2], [0, 0],
+                                                                                  [1, 1], False, idx), 9)
+        print(f"torch {name}: forward with indices {fwd:.2f} ms, backward {bwd:.2f} ms")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
             "footprint-gap": footprint_gap, "fused-rings": fused_rings,
-            "tp-recompute": tp_recompute}
+            "tp-recompute": tp_recompute, "conv-isa": conv_isa, "conv-wide": conv_wide,
+            "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers}
 
 
 def main(argv: list[str] | None = None) -> int:
