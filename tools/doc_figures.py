@@ -128,12 +128,6 @@ COMMANDS: dict[str, Command] = {
                                        "\"$0\" benchmarks/search_space.py --seed 1", PY), cheap=False, timeout_s=1800),
     # benchmarks that time things (minutes; the figures are timings)
     "train_throughput": bench("train_throughput", cheap=False, timeout_s=1800),
-    # one worker against PyTorch's one thread by paired CPU time, on the AVX-512 paths where the CPU has
-    # them, and on the AVX2 paths (our direct loops, OpenBLAS's and PyTorch's kernels all told to use AVX2)
-    "train_cpu_pairs": bench("train_cpu_pairs", "--pairs", "15", cheap=False, timeout_s=1200),
-    "train_cpu_pairs avx2": Command(("env", "OPENBLAS_CORETYPE=Haswell", "ATEN_CPU_CAPABILITY=avx2", PY,
-                                     "benchmarks/train_cpu_pairs.py", "--pairs", "15", "--isa", "avx2"),
-                                    cheap=False, timeout_s=1200),
     "step_breakdown": bench("step_breakdown", cheap=False, timeout_s=900),
     "simulate_speed": bench("simulate_speed", cheap=False, timeout_s=900),
     "simulate_calibration": bench("simulate_calibration", "--trials", "3", "--profile-repeats", "3", "--steps", "8",
@@ -179,11 +173,6 @@ def throughput_two_workers(out: str) -> tuple[float, float]:
 def throughput_vs_torch(out: str) -> tuple[float, float]:
     """One worker against PyTorch with one thread: the span over the models."""
     return _span(float(m["vst"]) for m in _rows(out, _THROUGHPUT) if m["w"] == "1" and m["vst"])
-
-
-def pairs_ratio(model: str) -> Callable[[str], float]:
-    """benchmarks/train_cpu_pairs.py: the median ratio of one model's pairs (PyTorch's CPU time over ours)."""
-    return lambda out: float(re.search(rf"^{model}\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", out, re.MULTILINE).group(1))
 
 
 def runtime_share(out: str) -> tuple[float, float]:
