@@ -241,16 +241,13 @@ def tp_recompute() -> None:
 
 
 def _thread_ms(fn, repeat: int = 5) -> float:
-    """Median thread CPU time of fn in ms after one untimed call (the kernels run on the calling
-    thread; CPU time leaves out the time other jobs of a shared machine hold the core)."""
-    import statistics
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.thread_time()
-        fn()
-        times.append(time.thread_time() - t0)
-    return statistics.median(times) * 1e3
+    """Median thread CPU time of fn in ms after one untimed call: benchmarks/conv_layers.py's
+    timer (the kernels run on the calling thread; CPU time leaves out the time other jobs of a
+    shared machine hold the core)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from conv_layers import median_ms
+
+    return median_ms(fn, repeat)
 
 
 def _conv_calls(n: int, ci: int, co: int, h: int, k: int = 3, s: int = 1, p: int = 1):
