@@ -115,6 +115,7 @@ COMMANDS: dict[str, Command] = {
     "footprint gap": measure("footprint-gap", cheap=True, timeout_s=300),
     "fused rings": measure("fused-rings", cheap=True, timeout_s=300),
     "tp recompute": measure("tp-recompute", cheap=True, timeout_s=300),
+    "gpt2 recompute": measure("gpt2-recompute", cheap=True, timeout_s=300),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
@@ -708,6 +709,13 @@ FIGURES += [
     Figure(M, "everything, [[21.96]] GB recomputing attention", "tp recompute",
            r"recompute attention: fullest arena ([\d.]+) GB"),
     Figure(M, "and [[21.80]] GB recomputing every map", "tp recompute", r"recompute all: fullest arena ([\d.]+) GB"),
+    Figure(M, "the searched plan recomputes [[23]] ops", "gpt2 recompute", r"searched: (\d+) ops recomputed"),
+    Figure(M, "its arena is [[15.61]] GB on the fullest device", "gpt2 recompute", r"fullest arena ([\d.]+) GB"),
+    Figure(M, "([[23.77]] GB keeping everything), and", "gpt2 recompute", r"searched: .*\(([\d.]+) GB keeping"),
+    Figure(M, "iteration takes [[0.710]] s against 0.686 s", "gpt2 recompute", r"simulated ([\d.]+) s \("),
+    Figure(M, "0.710 s against [[0.686]] s without", "gpt2 recompute", r"\(([\d.]+) s without the recomputes"),
+    Figure(M, "alone needs [[14.35]] GB", "gpt2 recompute", r"recompute attention ([\d.]+) GB"),
+    Figure(M, "GB ([[24.01]] GB keeping everything).", "gpt2 recompute", r"data parallel: .*\(([\d.]+) GB keeping"),
 ]
 FIGURES += [
     Figure(M, "VGG-16 over 4 K80s,\n[[0.28]] GB on a 8.54 GB arena", "footprint gap",

@@ -15,6 +15,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py footprint-gap        # docs/memory.md: the footprint against the arena and the buffers' sum
     python tools/doc_measures.py fused-rings          # docs/simulator.md: ResNet-50's rings fused and chunked on 64 H100s
     python tools/doc_measures.py tp-recompute         # docs/memory.md: recomputation under tensor parallelism
+    python tools/doc_measures.py gpt2-recompute       # docs/memory.md: GPT-2 small on 8 V100s with recomputation
     python tools/doc_measures.py conv-isa             # docs/cpu_kernels.md: the direct loops' GFLOP/s, AVX2 and AVX-512
     python tools/doc_measures.py conv-wide            # docs/cpu_kernels.md: direct against im2col on wide layers
     python tools/doc_measures.py pool-layers          # docs/cpu_kernels.md: max pooling on the scaled AlexNet's pools
@@ -374,12 +375,36 @@ def pool_layers() -> None:
         print(f"torch {name}: forward with indices {fwd:.2f} ms, backward {bwd:.2f} ms")
 
 
+def gpt2_recompute() -> None:
+    """GPT-2 small at batch 64 x 1,024 tokens on one node of 8 V100s (split reductions allowed):
+    sw.search(recompute=True) (nothing fits without): the ops it recomputes, the fullest arena
+    with and without them, the simulated iteration with and without the recomputes; and data
+    parallelism recomputing attention alone against keeping everything."""
+    import warnings
+
+    from shardwise.iteration.memory import memory_plan
+
+    warnings.simplefilter("ignore")
+    g = sw.models.gpt(batch=64)
+    d = sw.DeviceGraph.cluster(1, 8, device="V100")
+    p = sw.search(g, d, options=sw.CostOptions(reduction_splits=True), progress=False, recompute=True)
+    r = p.search_stats["memory"]["recompute"]
+    kept = memory_plan(p).peak_bytes
+    with_ = sw.simulate(sw.lower(p, recompute=r["ops"]), check_memory=False).iteration_time
+    without = sw.simulate(p, check_memory=False).iteration_time
+    print(f"searched: {len(r['ops'])} ops recomputed, fullest arena {max(r['peak_bytes'].values()) / 1e9:.2f} GB "
+          f"({kept / 1e9:.2f} GB keeping everything); simulated {with_:.3f} s ({without:.3f} s without the recomputes)")
+    dp = sw.strategies.data_parallel(g, d)
+    att = memory_plan(sw.lower(dp, recompute="attention")).peak_bytes
+    print(f"data parallel: recompute attention {att / 1e9:.2f} GB ({memory_plan(dp).peak_bytes / 1e9:.2f} GB keeping everything)")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
             "footprint-gap": footprint_gap, "fused-rings": fused_rings,
             "tp-recompute": tp_recompute, "conv-isa": conv_isa, "conv-wide": conv_wide,
-            "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers}
+            "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers, "gpt2-recompute": gpt2_recompute}
 
 
 def main(argv: list[str] | None = None) -> int:
