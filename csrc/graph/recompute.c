@@ -185,7 +185,7 @@ static int32_t as_read(rewrite *R, int32_t b, int32_t t, int32_t *nd) {
  * of R' depend on). */
 static sw_status emit_regather(rewrite *R, int32_t i, int32_t at) {
     const sw_task_graph *g = R->g;
-    int8_t phase = g->tasks[at < g->ntasks ? at : g->ntasks - 1].phase;
+    int8_t phase = sw_phase_at(g, at);
     int32_t n = writers(R, i, R->pieces);
     for (int32_t q = 0; q < n; q++) {
         int32_t c = R->pieces[q], nd = 0;
@@ -233,7 +233,7 @@ static sw_status emit_recompute(rewrite *R, int32_t i, int32_t at) {
     R->io[n++] = R->nb0 + i;
     sw_task t = g->tasks[f];
     t.kind = SW_TASK_RECOMPUTE;
-    t.phase = g->tasks[at < g->ntasks ? at : g->ntasks - 1].phase;
+    t.phase = sw_phase_at(g, at);
     sw_task_io io = {R->io, nr, R->io + nr, 1};
     return sw_tg_task(R->out, &t, R->deps, (int)nd, &io, &R->task[i]);
 }

@@ -164,10 +164,6 @@ typedef struct {
     int32_t *io, *deps;    /* scratch */
 } rewrite;
 
-static int8_t phase_at(const sw_task_graph *g, int32_t at) {
-    return g->tasks[at < g->ntasks ? at : g->ntasks - 1].phase;
-}
-
 /* A swap task to insert: sw_keyed {key: the original task it goes before, key2: 0 swap_out or
  * 1 swap_in, id: the spec entry}, sorted by sw_by_keys (position, then swap_outs first). */
 static sw_status emit_swap(rewrite *R, const sw_keyed *ins) {
@@ -177,7 +173,7 @@ static sw_status emit_swap(rewrite *R, const sw_keyed *ins) {
     sw_task t;
     memset(&t, 0, sizeof t);
     t.kind = (int8_t)(kind == 0 ? SW_TASK_SWAP_OUT : SW_TASK_SWAP_IN);
-    t.phase = phase_at(R->g, at);
+    t.phase = sw_phase_at(R->g, at);
     t.device = buf->device;
     t.src_device = NONE;
     t.op = buf->op;

@@ -28,4 +28,10 @@ typedef struct {
 int sw_swap_candidate(const sw_task_graph *g, const sw_touches *tl, int32_t b, const char *host_read,
                       sw_swap_span *span);
 
+/* The phase of a task inserted before task `at` of g (at == ntasks: after the last): the phase
+ * of the task it goes before, the last task's at the end. */
+static inline int8_t sw_phase_at(const sw_task_graph *g, int32_t at) {
+    return g->tasks[at < g->ntasks ? at : g->ntasks - 1].phase;
+}
+
 #endif

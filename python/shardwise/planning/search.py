@@ -285,9 +285,8 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     if scale:
         stages = search_scale.Stages(report, deadline, start=t0)
         memory_stage = None if mem_limit is None or pareto else MemoryStage(graph, devices, options, costs,
-                                                                            mem_limit, limit)
-        if memory_stage is not None:
-            memory_stage.advise_recompute = not recompute
+                                                                            mem_limit, limit,
+                                                                            advise_recompute=not recompute)
         try:
             result = search_scale.search_symmetric(
                 graph, devices, options, problem, costs, limit, stages,

@@ -87,11 +87,11 @@ class MemoryStage:
     """The memory-constrained steps of the staged search on one graph, machine and budget."""
 
     def __init__(self, graph: Graph, devices: DeviceGraph, options: CostOptions, costs: Any,
-                 budget: np.ndarray, max_evaluations: float) -> None:
+                 budget: np.ndarray, max_evaluations: float, advise_recompute: bool = True) -> None:
         self.graph, self.devices, self.options, self.costs = graph, devices, options, costs
         self.budget, self.max_evaluations = budget, max_evaluations
         # a no-fit error advises sw.search(..., recompute=True) unless the search was asked for it
-        self.advise_recompute = True
+        self.advise_recompute = advise_recompute
         # each plan's arenas by its configurations: steps 1, 3 and 4 often end on the same plan,
         # whose memory plan (a third of a second for a 32-layer Llama on 64 GPUs) is made once;
         # with the task graph it was planned on, which the simulated objective replays the plan
@@ -131,9 +131,14 @@ class MemoryStage:
         a problem to cost it on first (its configurations replaced): a footprint above the budget
         on some device, a lower bound of the arena there, settles it without the memory plan (the
         Eq. 1 optimum of a 32-layer Llama on 256 GPUs: 0.03 s instead of 0.8)."""
-        if work is not None and (self._tables(work, chosen).footprint([0] * len(self.graph.ops)) > self.budget).any():
+        if work is not None and self._footprint_over(work, chosen):
             return False
         return search_memory.fits(self.plan_of(chosen), self.budget)
+
+    def _footprint_over(self, work: Any, chosen: Any) -> bool:
+        """Is the footprint of ``chosen`` (one configuration per op, costed on ``work``), a lower
+        bound of its arenas, above the budget on some device?  Then it never fits."""
+        return bool((self._tables(work, chosen).footprint([0] * len(self.graph.ops)) > self.budget).any())
 
     def _tables(self, work: Any, configs: Any) -> search_memory.Tables:
         """Exact Eq. 1 and footprint tables of ``configs`` (set on ``work``)."""
@@ -177,9 +182,9 @@ class MemoryStage:
             if choice is not None:
                 misses.append(choice)
                 one = canonical.subset([np.array([c]) for c in choice])
-                if (self._tables(s.work, one).footprint([0] * len(choice)) > self.budget).any():
+                if self._footprint_over(s.work, one):
                     over.append(base.name)
-                    continue   # its footprint, a lower bound of its arenas, does not fit: no memory plan made
+                    continue   # no memory plan made
                 plan = self.plan_of(one)
                 if search_memory.fits(plan, self.budget):
                     fitting_plans.append((plan.cost, choice, base.name))
