@@ -138,28 +138,26 @@ def llama_memory_search() -> None:
     minibatch 64 the same way (its Eq. 1 optimum fits: the memory plan is only checked)."""
     import subprocess
 
-    code = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
-            "n = int(sys.argv[1]); d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); "
-            "g = sw.models.llama(layers=32, kv_heads=32, ffn=11008, seq=2048, batch=n); "
-            "o = sw.CostOptions(sync='ring', precision='bf16', reduction_splits=True); "
-            "t0 = time.process_time(); p = sw.search(g, d, options=o, progress=False); t = time.process_time() - t0; "
-            "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6; "
-            "print(f'llama on {n}: {t:.1f} s processor, {rss:.2f} GB peak, Eq. 1 {p.search_stats[\"searched_cost\"]:.5f} s')")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for n in (64, 256, 1024):
-        out = subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, env=env, check=True)
-        print(out.stdout.strip())
+    # a fresh process per search, on n // 8 nodes of 8 H100s (n = sys.argv[1])
+    start = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
+             "n = int(sys.argv[1]); d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); ")
+    llama = ("g = sw.models.llama(layers=32, kv_heads=32, ffn=11008, seq=2048, batch=n); "
+             "o = sw.CostOptions(sync='ring', precision='bf16', reduction_splits=True); "
+             "t0 = time.process_time(); p = sw.search(g, d, options=o, progress=False); t = time.process_time() - t0; "
+             "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6; "
+             "print(f'llama on {n}: {t:.1f} s processor, {rss:.2f} GB peak, Eq. 1 {p.search_stats[\"searched_cost\"]:.5f} s')")
     # ResNet-50 at minibatch 64: its Eq. 1 optimum fits, so only its memory plan is checked
-    code = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
-            "n = int(sys.argv[1]); d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); "
-            "g = sw.models.resnet50(batch=64); "
-            "t0 = time.process_time(); p = sw.search(g, d, objective='eq1', progress=False); "
-            "t = time.process_time() - t0; rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3; "
-            "print(f'resnet50 on {n}: {t:.1f} s processor, {rss:.0f} MB peak, '"
-            "f'constrained {p.search_stats[\"memory\"][\"constrained\"]}')")
-    for n in (64, 256, 1024):
-        out = subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, env=env, check=True)
-        print(out.stdout.strip())
+    resnet = ("g = sw.models.resnet50(batch=64); "
+              "t0 = time.process_time(); p = sw.search(g, d, objective='eq1', progress=False); "
+              "t = time.process_time() - t0; rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3; "
+              "print(f'resnet50 on {n}: {t:.1f} s processor, {rss:.0f} MB peak, '"
+              "f'constrained {p.search_stats[\"memory\"][\"constrained\"]}')")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for code in (llama, resnet):
+        for n in (64, 256, 1024):
+            out = subprocess.run([sys.executable, "-c", start + code, str(n)], capture_output=True, text=True,
+                                 env=env, check=True)
+            print(out.stdout.strip())
 
 
 def footprint_gap() -> None:
