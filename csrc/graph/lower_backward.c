@@ -482,11 +482,18 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
 
 /* Elements of the chunks but chunk `skip` (what one member sends in one half of a ring: the
  * reduce-scatter's member i every chunk but (i + 1) mod k, the allgather's every chunk but
- * (i + 2) mod k; what member j adds up: every chunk but its own, j). */
-static int64_t chunks_but(const sw_box *chunks, int k, int skip) {
+ * (i + 2) mod k; what member j adds up: every chunk but its own, j), from `total`, the
+ * elements of all k chunks (chunks_total): a ring of k members asks this of each, so a sum
+ * over the chunks per call would make the ring O(k^2) (a 1,024-member ring: 3 M box volumes). */
+static int64_t chunks_but(const sw_box *chunks, int64_t total, int k, int skip) {
+    return total - sw_box_volume(&chunks[skip % k]);
+}
+
+/* Elements of the k chunks of a ring, all together. */
+static int64_t chunks_total(const sw_box *chunks, int k) {
     int64_t n = 0;
     for (int c = 0; c < k; c++) {
-        n += c == skip % k ? 0 : sw_box_volume(&chunks[c]);
+        n += sw_box_volume(&chunks[c]);
     }
     return n;
 }
@@ -500,6 +507,7 @@ static sw_status fused_links(lowering *L, int op, int k, const sw_box *box, cons
                              int gather, const int32_t *from, const int32_t *recv, const int32_t *after,
                              sw_phase phase, int32_t *ids, int32_t *done) {
     int32_t dev0 = dev_of(L, op, L->members[0]), start;
+    int64_t total = chunks_total(chunks, k);
     sw_task join = task_of(SW_TASK_JOIN, phase, dev0, op, L->members[0]);
     SW_TRY(add_task(L, &join, after, k, NULL, 0, NULL, 0, &start));
     for (int i = 0; i < k; i++) {
@@ -511,10 +519,10 @@ static sw_status fused_links(lowering *L, int op, int k, const sw_box *box, cons
         t.slot = halves * (k - 1);   /* the chunk transfers it stands for */
         int64_t sent = 0;
         if (halves == 2 || !gather) {
-            sent += chunks_but(chunks, k, i + 1);   /* reduce-scatter */
+            sent += chunks_but(chunks, total, k, i + 1);   /* reduce-scatter */
         }
         if (halves == 2 || gather) {
-            sent += chunks_but(chunks, k, i + 2);   /* allgather */
+            sent += chunks_but(chunks, total, k, i + 2);   /* allgather */
         }
         t.nbytes = sent * SW_TASK_BYTES_PER_ELEMENT;
         SW_TRY(add_task(L, &t, &start, 1, &from[i], 1, &recv[j], 1, &ids[i]));
@@ -541,6 +549,7 @@ static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_
 #define P(i) (L->in_buf[sidx(L, op, slot, L->members[(i)])])
 #define DEV(i) (dev_of(L, op, L->members[(i)]))
     sw_box box = L->g->buffers[G(0)].box;
+    int64_t total = chunks_total(chunks, k);
     sw_status s = SW_OK;
     for (int i = 0; i < k && s == SW_OK; i++) {
         last[i] = L->wgrad_task[sidx(L, op, slot, L->members[i])];
@@ -554,7 +563,7 @@ static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_
     for (int j = 0; j < k && s == SW_OK; j++) {   /* member j adds up every chunk but its own */
         sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_SYNC, DEV(j), op, L->members[j]);
         t.box = box;
-        t.elements = chunks_but(chunks, k, j);
+        t.elements = chunks_but(chunks, total, k, j);
         int32_t deps[2] = {joined, last[j]}, into = G(j);
         s = add_task(L, &t, deps, 2, &recv[j], 1, &into, 1, &last[j]);
     }
@@ -570,7 +579,7 @@ static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_
     sw_phase gather_phase = zero ? SW_PHASE_UPDATE : SW_PHASE_SYNC;
     for (int j = 0; j < k && s == SW_OK; j++) {   /* the gathered chunks into G_j (P_j), on j's device */
         sw_task t = copy_of(gather_phase, DEV(j), DEV(j), op, L->members[j], NONE, &box);
-        t.elements = chunks_but(chunks, k, j + 1);
+        t.elements = chunks_but(chunks, total, k, j + 1);
         int32_t deps[2] = {joined, last[j]}, into = zero ? P(j) : G(j);
         s = add_task(L, &t, deps, 2, &recv[j], 1, &into, 1, &last[j]);
     }
