@@ -14,6 +14,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64-1,024 H100s
     python tools/doc_measures.py footprint-gap        # docs/memory.md: the footprint against the arena and the buffers' sum
     python tools/doc_measures.py fused-rings          # docs/simulator.md: ResNet-50's rings fused and chunked on 64 H100s
+    python tools/doc_measures.py kept-memory-plan     # docs/simulator.md: a replay reading the task graph's memory plan
     python tools/doc_measures.py tp-recompute         # docs/memory.md: recomputation under tensor parallelism
     python tools/doc_measures.py gpt2-recompute       # docs/memory.md: GPT-2 small on 8 V100s with recomputation
     python tools/doc_measures.py conv-isa             # docs/cpu_kernels.md: the direct loops' GFLOP/s, AVX2 and AVX-512
@@ -397,10 +398,39 @@ def gpt2_recompute() -> None:
     print(f"data parallel: recompute attention {att / 1e9:.2f} GB ({memory_plan(dp).peak_bytes / 1e9:.2f} GB keeping everything)")
 
 
+def kept_memory_plan() -> None:
+    """A replay after the memory plan of the same task graph (kept) against a replay of a graph
+    lowered afresh (which plans memory first): Megatron x data parallelism (tensor parallel in a
+    node) of the 32-layer Llama with Llama-2-7B's widths, a sequence of 2,048 tokens a GPU, on
+    1,024 H100s, rings as the simulator lowers them; processor seconds."""
+    import warnings
+
+    from shardwise.iteration.lower import TaskGraph, lowered, ring_detail
+    from shardwise.iteration.simulate import iteration_time
+
+    warnings.simplefilter("ignore")
+    n = 1024
+    d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device="H100")
+    g = sw.models.llama(layers=32, kv_heads=32, ffn=11008, seq=2048, batch=n)
+    o = sw.CostOptions(sync="ring", precision="bf16", reduction_splits=True)
+    p = sw.Plan.from_dict(g, d, sw.models.llama_megatron_dp_spec(g, 8, n // 8), options=o)
+    rings = ring_detail(p, "auto")
+    times = {}
+    for kept in (False, True):
+        handle = lowered(p, rings=rings)
+        if kept:
+            handle.memory_plan()
+        t0 = time.process_time()
+        seconds, tasks, _ = iteration_time(TaskGraph(plan=p, handle=handle, rings=rings))
+        times[kept] = time.process_time() - t0
+    print(f"{tasks} tasks, simulated {seconds:.4f} s; replay {times[False]:.2f} s planning memory, "
+          f"{times[True]:.2f} s on the kept memory plan")
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
-            "footprint-gap": footprint_gap, "fused-rings": fused_rings,
+            "footprint-gap": footprint_gap, "fused-rings": fused_rings, "kept-memory-plan": kept_memory_plan,
             "tp-recompute": tp_recompute, "conv-isa": conv_isa, "conv-wide": conv_wide,
             "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers, "gpt2-recompute": gpt2_recompute}
 

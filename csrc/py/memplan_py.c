@@ -100,26 +100,29 @@ static PyObject *memory_plan_on(const sw_lowering *l, long long align, int check
  * of that many iterations back to back (iterations.c: task t of iteration i is i * ntasks + t),
  * and with check the plan of the concatenated graph proved safe by it (sw_memory_plan_check_on;
  * ValueError naming the conflict otherwise).  {ptr, ids}; the GIL is released. */
-static PyObject *task_order_on(const sw_lowering *l, int iterations, int check) {
+static PyObject *task_order_on(const sw_lowering *l, const sw_memory_plan *kept, int iterations, int check) {
     sw_iterations it = {0};
-    sw_memory_plan mp = {0};
+    sw_memory_plan own = {0};
+    const sw_memory_plan *mp = kept ? kept : &own;   /* (kept: the TaskGraph's, at the same alignment) */
     sw_task_order order = {0};
     sw_streams view;
     const sw_streams *st = sw_lowering_streams(l, &view);
     const sw_task_graph *g = &l->g;
-    sw_status s;
+    sw_status s = SW_OK;
     Py_BEGIN_ALLOW_THREADS
-    s = sw_memory_plan_build_on(g, l->ndev, SW_ARENA_ALIGN, 1, st, &mp);
+    if (!kept) {
+        s = sw_memory_plan_build_on(g, l->ndev, SW_ARENA_ALIGN, 1, st, &own);
+    }
     if (s == SW_OK && iterations > 1) {
-        s = sw_iterations_build(g, &mp, st, iterations, &it);
+        s = sw_iterations_build(g, mp, st, iterations, &it);
     }
     if (s == SW_OK && check) {
         s = iterations > 1 ? sw_memory_plan_check_on(&it.g, &it.mp, sw_iterations_streams(&it))
-                           : sw_memory_plan_check_on(g, &mp, st);
+                           : sw_memory_plan_check_on(g, mp, st);
     }
     if (s == SW_OK) {
         s = iterations > 1 ? sw_task_order_build_on(&it.g, &it.mp, sw_iterations_streams(&it), &order)
-                           : sw_task_order_build_on(g, &mp, st, &order);
+                           : sw_task_order_build_on(g, mp, st, &order);
     }
     Py_END_ALLOW_THREADS
     PyObject *d = NULL;
@@ -134,7 +137,7 @@ static PyObject *task_order_on(const sw_lowering *l, int iterations, int check) 
     }
     sw_task_order_free(&order);
     sw_iterations_free(&it);
-    sw_memory_plan_free(&mp);
+    sw_memory_plan_free(&own);
     return d;
 }
 
@@ -218,7 +221,7 @@ PyObject *sw_py_problem_task_order(ProblemObject *self, PyObject *args, PyObject
     self->busy = 1;
     sw_lowering *l = NULL;
     PyObject *d = sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, Py_None, &l) == 0
-                      ? task_order_on(l, iterations, check)
+                      ? task_order_on(l, NULL, iterations, check)
                       : NULL;
     self->busy = 0;
     sw_lowering_free(l);
@@ -253,7 +256,21 @@ PyObject *sw_py_tg_memory_plan(TaskGraphObject *self, PyObject *args, PyObject *
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Lp", kwlist, &align, &check) || !sw_py_tg_enter(self)) {
         return NULL;
     }
-    PyObject *d = memory_plan_on(self->l, align, check);
+    PyObject *d = NULL;
+    if (align != SW_ARENA_ALIGN) {
+        d = memory_plan_on(self->l, align, check);
+    } else {   /* the runtime's alignment: the graph's kept plan (made now if need be) */
+        const sw_memory_plan *mp = sw_py_tg_kept_memory_plan(self);
+        sw_status s = SW_OK;
+        if (mp && check) {
+            sw_streams view;
+            const sw_streams *st = sw_lowering_streams(self->l, &view);
+            Py_BEGIN_ALLOW_THREADS
+            s = sw_memory_plan_check_on(&self->l->g, mp, st);
+            Py_END_ALLOW_THREADS
+        }
+        d = !mp ? NULL : s == SW_OK ? put_plan(mp) : sw_py_raise(s);
+    }
     sw_py_tg_leave(self);
     return d;
 }
@@ -266,7 +283,8 @@ PyObject *sw_py_tg_task_order(TaskGraphObject *self, PyObject *args, PyObject *k
         !sw_py_tg_enter(self)) {
         return NULL;
     }
-    PyObject *d = task_order_on(self->l, iterations, check);
+    const sw_memory_plan *kept = sw_py_tg_kept_memory_plan(self);
+    PyObject *d = kept ? task_order_on(self->l, kept, iterations, check) : NULL;
     sw_py_tg_leave(self);
     return d;
 }

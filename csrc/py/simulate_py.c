@@ -193,9 +193,12 @@ static sw_status run_back_to_back(const sw_problem *p, const sim_args *s, const 
  * failure.  arena and host (ndev each) get the memory plan's arenas and host regions.  When the
  * lower bound of the graph (sw_simulate_lower_bound) reaches `bound`, the replay is skipped: r
  * holds only that bound as its makespan and *bounded is set (a search discarding plans no faster
- * than its best needs no more). */
+ * than its best needs no more).  `kept`: the graph's memory plan made before (a TaskGraph's), or
+ * NULL: made here, and then, when `made` is not NULL, handed out in *made for the caller to keep
+ * (else freed). */
 static sw_status run_plan(const sw_problem *p, const sw_lowering *l, const sim_args *s, double bound, int iterations,
-                          double **modelled, sw_sim_result *r, int *bounded, int64_t *arena, int64_t *host) {
+                          const sw_memory_plan *kept, sw_memory_plan **made, double **modelled, sw_sim_result *r,
+                          int *bounded, int64_t *arena, int64_t *host) {
     *bounded = 0;
     const sw_task_graph *g = &l->g;
     sw_streams view;
@@ -215,25 +218,33 @@ static sw_status run_plan(const sw_problem *p, const sw_lowering *l, const sim_a
         }
     }
     SW_TRY(st);
-    sw_memory_plan mp;
+    sw_memory_plan *own = NULL;
+    const sw_memory_plan *mp = kept;
+    if (!mp) {
+        own = calloc(1, sizeof *own);
+        st = own ? sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, own)
+                 : SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+        mp = own;
+    }
     sw_task_order order = {0};
-    st = sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, &mp);
     if (st == SW_OK && iterations > 1) {
         st = l->swapped ? SW_FAIL(SW_ERR_VALUE, "iterations back to back are not simulated with a swap plan")
-                        : run_back_to_back(p, s, streams, g, &mp, *modelled, iterations, r);
-        sw_memory_plan_free(&mp);
-        return st;
-    }
-    if (st == SW_OK) {
-        memcpy(arena, mp.arena, sizeof *arena * (size_t)p->ndev);   /* what each device allocates */
-        memcpy(host, mp.host_arena, sizeof *host * (size_t)p->ndev);
-        st = sw_task_order_build_on(g, &mp, streams, &order);
-        sw_memory_plan_free(&mp);
-    }
-    if (st == SW_OK) {
-        st = sw_simulate_graph_on(p, g, &order, streams, *modelled, &s->machine, r);
+                        : run_back_to_back(p, s, streams, g, mp, *modelled, iterations, r);
+    } else if (st == SW_OK) {
+        memcpy(arena, mp->arena, sizeof *arena * (size_t)p->ndev);   /* what each device allocates */
+        memcpy(host, mp->host_arena, sizeof *host * (size_t)p->ndev);
+        st = sw_task_order_build_on(g, mp, streams, &order);
+        if (st == SW_OK) {
+            st = sw_simulate_graph_on(p, g, &order, streams, *modelled, &s->machine, r);
+        }
     }
     sw_task_order_free(&order);
+    if (own && made && st == SW_OK) {
+        *made = own;
+    } else if (own) {
+        sw_memory_plan_free(own);
+        free(own);
+    }
     return st;
 }
 
@@ -256,7 +267,7 @@ static int put_replay(PyObject *d, const sw_task_graph *g, const double *modelle
 /* Replay l's graph on the parsed machine: a dict (iteration_time, ntasks, bounded; unless brief or
  * bounded, every task's arrays, the replay, the arenas), or NULL with an exception. */
 static PyObject *simulate_on(const sw_problem *p, const sw_lowering *l, const sim_args *s, double bound,
-                             int iterations, int brief) {
+                             int iterations, int brief, TaskGraphObject *tg) {
     brief = brief || iterations > 1;   /* back to back: the time only */
     int64_t *arena = PyMem_Calloc((size_t)p->ndev + 1, sizeof *arena);
     int64_t *host = PyMem_Calloc((size_t)p->ndev + 1, sizeof *host);
@@ -269,9 +280,14 @@ static PyObject *simulate_on(const sw_problem *p, const sw_lowering *l, const si
         goto done;
     }
     sw_status st;
+    const sw_memory_plan *kept = tg ? tg->kept_plan : NULL;   /* (read with the GIL held) */
+    sw_memory_plan *made = NULL;
     Py_BEGIN_ALLOW_THREADS
-    st = run_plan(p, l, s, bound, iterations, &modelled, &r, &bounded, arena, host);
+    st = run_plan(p, l, s, bound, iterations, kept, tg ? &made : NULL, &modelled, &r, &bounded, arena, host);
     Py_END_ALLOW_THREADS
+    if (made) {   /* the TaskGraph keeps the memory plan made for its next pass */
+        sw_py_tg_keep_memory_plan(tg, made);
+    }
     if (st != SW_OK) {
         sw_py_raise(st);
         goto done;
@@ -321,7 +337,7 @@ PyObject *sw_py_problem_simulate_plan(ProblemObject *self, PyObject *args, PyObj
             0 &&
         parse_ranks(self->p, rank_obj, rank_bw, rank_latency, &s) == 0 &&
         sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, swap_obj, &l) == 0) {
-        d = simulate_on(self->p, l, &s, bound, iterations, brief);
+        d = simulate_on(self->p, l, &s, bound, iterations, brief, NULL);
     }
     self->busy = 0;
     sw_lowering_free(l);
@@ -352,7 +368,7 @@ PyObject *sw_py_tg_simulate(TaskGraphObject *self, PyObject *args, PyObject *kwd
     if (parse_machine(self->p, rp, rr, nres, cores, split, rates, fixed, copy_bw, fill, host_bw_obj, host_res, &s) ==
             0 &&
         parse_ranks(self->p, rank_obj, rank_bw, rank_latency, &s) == 0) {
-        d = simulate_on(self->p, self->l, &s, bound, iterations, brief);
+        d = simulate_on(self->p, self->l, &s, bound, iterations, brief, self);
     }
     sim_args_free(&s);
     sw_py_tg_leave(self);

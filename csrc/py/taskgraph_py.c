@@ -149,7 +149,51 @@ static PyObject *TaskGraph_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     return (PyObject *)self;
 }
 
+/* Forget the kept memory plan (the graph's streams or ranks change). */
+static void drop_memory_plan(TaskGraphObject *self) {
+    if (self->kept_plan) {
+        sw_memory_plan_free(self->kept_plan);
+        free(self->kept_plan);
+        self->kept_plan = NULL;
+    }
+}
+
+void sw_py_tg_keep_memory_plan(TaskGraphObject *self, sw_memory_plan *made) {
+    if (self->kept_plan) {   /* another pass kept the same plan meanwhile */
+        sw_memory_plan_free(made);
+        free(made);
+    } else {
+        self->kept_plan = made;
+    }
+}
+
+const sw_memory_plan *sw_py_tg_kept_memory_plan(TaskGraphObject *self) {
+    if (self->kept_plan) {
+        return self->kept_plan;
+    }
+    sw_memory_plan *mp = calloc(1, sizeof *mp);
+    if (!mp) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    sw_streams view;
+    const sw_streams *st = sw_lowering_streams(self->l, &view);
+    sw_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = sw_memory_plan_build_on(&self->l->g, self->l->ndev, SW_ARENA_ALIGN, 1, st, mp);
+    Py_END_ALLOW_THREADS
+    if (s != SW_OK) {
+        sw_memory_plan_free(mp);
+        free(mp);
+        sw_py_raise(s);
+        return NULL;
+    }
+    sw_py_tg_keep_memory_plan(self, mp);
+    return self->kept_plan;
+}
+
 static void TaskGraph_dealloc(TaskGraphObject *self) {
+    drop_memory_plan(self);
     sw_lowering_free(self->l);
     Py_XDECREF(self->problem);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -241,6 +285,7 @@ static PyObject *TaskGraph_set_streams(TaskGraphObject *self, PyObject *arg) {
         if (self->passes) {   /* converting can run Python code: checked again */
             PyErr_SetString(PyExc_RuntimeError, "TaskGraph is in use by another thread");
         } else {
+            drop_memory_plan(self);   /* (made on the streams it had) */
             sw_status s = sw_lowering_set_streams(self->l, st);
             result = s == SW_OK ? Py_NewRef(Py_None) : sw_py_raise(s);
         }
@@ -275,6 +320,7 @@ static PyObject *TaskGraph_split_ranks(TaskGraphObject *self, PyObject *arg) {
         }
         sw_status s;
         Py_BEGIN_ALLOW_THREADS
+        drop_memory_plan(self);   /* (made on the graph before its split) */
         s = sw_lowering_split_ranks(self->l, nranks, rank);
         Py_END_ALLOW_THREADS
         result = s == SW_OK ? Py_NewRef(Py_None) : sw_py_raise(s);
@@ -309,6 +355,7 @@ static PyObject *TaskGraph_get_int(TaskGraphObject *self, void *closure) {
     case 4: return PyLong_FromLong(l->optimizer_state);
     case 5: return PyBool_FromLong(l->swapped);
     case 7: return PyLong_FromLong(l->recomputed);
+    case 8: return PyBool_FromLong(self->kept_plan != NULL);
     default: return PyBool_FromLong(l->has_streams);
     }
 }
@@ -362,6 +409,9 @@ static PyGetSetDef TaskGraph_getset[] = {
      (void *)5},
     {"has_streams", (getter)TaskGraph_get_int, NULL, "the tasks run on given streams (a schedule's, a swap plan's)",
      (void *)6},
+    {"memory_planned", (getter)TaskGraph_get_int, NULL,
+     "a memory plan at the runtime's alignment is kept for the next pass (memory_plan, task_order, simulate)",
+     (void *)8},
     {"recomputed", (getter)TaskGraph_get_int, NULL, "feature maps recomputed in the backward pass (recompute tasks)",
      (void *)7},
     {"streams", (getter)TaskGraph_get_streams, NULL,

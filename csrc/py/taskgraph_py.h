@@ -9,6 +9,7 @@
 #define SHARDWISE_TASKGRAPH_PY_H
 
 #include "problem_py.h"  /* ProblemObject; CPython and NumPy C API */
+#include "../mem/memplan.h"  /* sw_memory_plan */
 
 typedef struct {
     PyObject_HEAD
@@ -17,6 +18,12 @@ typedef struct {
     unsigned long version;
     sw_lowering *l;
     int passes;   /* passes over l running with the GIL released: l's streams may not change meanwhile */
+    /* l's memory plan at the runtime's alignment (SW_ARENA_ALIGN, reuse on) on its streams, made
+     * by the first pass that needed it (memory_plan, task_order, simulate) and read by the others:
+     * a search checks a plan's arenas and then replays it, and on a large machine each memory plan
+     * is seconds (the 32-layer Llama's searched plan on 1,024 H100s, 4.8 M tasks: 2 s).  NULL
+     * until then; dropped when l's streams or ranks change. */
+    sw_memory_plan *kept_plan;
 } TaskGraphObject;
 
 /* Is obj a shardwise._core.TaskGraph? */
@@ -27,6 +34,14 @@ int sw_py_is_taskgraph(PyObject *obj);
  * counts one more reader until sw_py_tg_leave.  0 with an exception otherwise. */
 int sw_py_tg_enter(TaskGraphObject *self);
 void sw_py_tg_leave(TaskGraphObject *self);
+
+/* self's kept memory plan (kept_plan), made now, with the GIL released, if there is none yet;
+ * NULL with an exception when it cannot be made.  Between sw_py_tg_enter and sw_py_tg_leave. */
+const sw_memory_plan *sw_py_tg_kept_memory_plan(TaskGraphObject *self);
+/* Keep *made (a memory plan of self's graph at SW_ARENA_ALIGN on its streams, made by a pass)
+ * as self's kept plan unless one is kept already (another thread's, the same plan); either
+ * way *made is taken: it is freed, or owned by self.  With the GIL held. */
+void sw_py_tg_keep_memory_plan(TaskGraphObject *self, sw_memory_plan *made);
 
 /* A Problem method's plan (the four arrays), streams (None or three arrays) and swap (None or
  * three arrays) lowered once into *out, the GIL released while lowering; 0, or -1 with an

@@ -174,3 +174,97 @@ def test_threads_share_a_plans_problem(lenet):
     for t in threads:
         t.join()
     assert not errors and results == [expected] * 20
+
+
+def _plan_arrays_of(handle) -> dict:
+    d = handle.memory_plan()
+    return {k: np.asarray(d[k]).copy() for k in ("offset", "arena", "reuse_from", "reuse_to", "first", "last")}
+
+
+def _same_plan(a: dict, b: dict) -> bool:
+    return all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_a_task_graph_keeps_its_memory_plan_for_the_next_pass():
+    """The memory plan at the runtime's alignment is made once per task graph and read by the
+    passes after it (a search checks a plan's arenas, then replays it): each pass gives what it
+    gives on a graph lowered afresh, whichever pass made the plan; another alignment is planned
+    on its own; new streams or a split over ranks drop the kept plan."""
+    from shardwise.iteration.lower import lowered
+
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(4))
+    ref_plan = _plan_arrays_of(lowered(plan))
+    ref_time = iteration_time(plan)
+    ref_order = lowered(plan).task_order()
+
+    # memory plan first: the replay and the order read it, and agree with fresh graphs
+    h = lowered(plan)
+    assert not h.memory_planned
+    assert _same_plan(_plan_arrays_of(h), ref_plan) and h.memory_planned
+    assert iteration_time(sw.TaskGraph(plan=plan, handle=h, rings="chunked")) == ref_time
+    order = h.task_order()
+    assert all(np.array_equal(order[k], ref_order[k]) for k in ("ptr", "ids"))
+    assert _same_plan(_plan_arrays_of(h), ref_plan)   # read again, unchanged
+
+    # the replay first: the plan it made is kept, and is the fresh one
+    h = lowered(plan)
+    assert iteration_time(sw.TaskGraph(plan=plan, handle=h, rings="chunked")) == ref_time
+    assert h.memory_planned and _same_plan(_plan_arrays_of(h), ref_plan)
+
+    # another alignment: planned apart, the kept plan untouched
+    wide = h.memory_plan(align=4096)
+    assert all(a % 4096 == 0 for a in np.asarray(wide["arena"]))
+    assert _same_plan(_plan_arrays_of(h), ref_plan)
+
+    # new streams: the plan kept for the old ones is dropped, the new one is the streams' own
+    sched = sw.schedule(plan, policy="critical_path")
+    h.set_streams(sched.stream_arrays())
+    assert not h.memory_planned
+    fresh = _plan_arrays_of(lowered(plan, streams=sched.stream_arrays()))
+    assert not _same_plan(fresh, ref_plan)   # (the plan kept before would be caught)
+    assert _same_plan(_plan_arrays_of(h), fresh)
+
+
+def test_a_split_over_ranks_drops_the_kept_memory_plan():
+    from shardwise.iteration.lower import lowered
+
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(2))
+    ranks = np.array([0, 1], np.int32)
+    h = lowered(plan)
+    h.memory_plan()
+    assert h.memory_planned
+    h.split_ranks(ranks)
+    assert not h.memory_planned
+    fresh = lowered(plan)
+    fresh.split_ranks(ranks)
+    assert _same_plan(_plan_arrays_of(h), _plan_arrays_of(fresh))
+
+
+def test_threads_replaying_one_task_graph_share_its_memory_plan():
+    """Replays of one task graph on several threads at once: each may make the memory plan while
+    none is kept; one is kept, the others freed, and every replay gives the one time."""
+    import threading
+
+    from shardwise.iteration.lower import lowered
+
+    g = sw.models.lenet5(batch=8)
+    plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(4))
+    expected = iteration_time(plan)
+    tg = sw.TaskGraph(plan=plan, handle=lowered(plan), rings="chunked")
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(5):
+                results.append(iteration_time(tg)[0])
+        except Exception as exc:   # collected: the assert below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results == [expected[0]] * 20 and tg.handle.memory_planned
