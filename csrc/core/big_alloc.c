@@ -19,6 +19,7 @@
 #include "internal.h"
 
 #define LINE 64                       /* a cache line: every array starts on one */
+#define SW_PAGE ((uintptr_t)4096)     /* a small page (madvise's unit) */
 
 void *sw_big_alloc(size_t bytes, size_t huge_from) {
     int huge = bytes >= huge_from;
@@ -37,8 +38,14 @@ void *sw_big_alloc(size_t bytes, size_t huge_from) {
 
 void sw_advise_huge(void *p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    uintptr_t lo = ((uintptr_t)p + SW_HUGE_PAGE - 1) / SW_HUGE_PAGE * SW_HUGE_PAGE;
-    uintptr_t hi = ((uintptr_t)p + bytes) / SW_HUGE_PAGE * SW_HUGE_PAGE;
+    /* Every page of [p, p + bytes), not only its whole huge pages: a realloc'd array larger
+     * than malloc's mapping threshold is a mapping of its own, starting on the page before p,
+     * and marking only its inner huge pages would split it in three; realloc then can no
+     * longer grow it in place (mremap wants one mapping), so it copies the array into a new
+     * mapping of small pages, faulting every page on the way (a 1,024-device task graph:
+     * 450,000 faults).  Pages already written keep their size; new ones map 2 MB where whole. */
+    uintptr_t lo = (uintptr_t)p / SW_PAGE * SW_PAGE;
+    uintptr_t hi = ((uintptr_t)p + bytes + SW_PAGE - 1) / SW_PAGE * SW_PAGE;
     if (hi > lo) {
         (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);   /* advice only */
     }

@@ -46,6 +46,25 @@
 #include "lower_internal.h"  /* lowering, its helpers, the backward pass */
 
 /* ------------------------------------------------------------------ forward */
+/* owner_on[op] (lower_internal.h), made now if need be; NULL when out of memory. */
+static const int32_t *owner_on_devices(lowering *L, int op) {
+    if (!L->owner_on[op]) {
+        const sw_config *c = cfg_of(L, op);
+        int32_t *owner = malloc(sizeof *owner * (size_t)L->p->ndev);
+        if (!owner) {
+            return NULL;
+        }
+        for (int d = 0; d < L->p->ndev; d++) {
+            owner[d] = NONE;
+        }
+        for (int s = 0; s < c->nworkers; s += c->rdeg) {
+            owner[dev_of(L, op, s)] = s;
+        }
+        L->owner_on[op] = owner;
+    }
+    return L->owner_on[op];
+}
+
 /* Bring the region of input `slot` that worker w of op reads onto its device:
  * records the buffer and the task after which it is complete (NONE: not read). */
 static sw_status gather(lowering *L, int op, int slot, int w) {
@@ -56,13 +75,15 @@ static sw_status gather(lowering *L, int op, int slot, int w) {
     if (!region(L, op, slot, w, &reg)) {
         return SW_OK;
     }
-    int kp = cfg_of(L, prod)->nworkers;
-    for (int s = 0; s < kp; s += cfg_of(L, prod)->rdeg) {  /* the region is a shard already here: share it */
-        if (dev_of(L, prod, s) == dev && sw_box_equal(&L->box[widx(L, prod, s)], &reg)) {
-            L->in_buf[at] = L->act[widx(L, prod, s)];
-            L->in_task[at] = L->act_task[widx(L, prod, s)];
-            return SW_OK;
-        }
+    const int32_t *owner = owner_on_devices(L, prod);
+    if (!owner) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    int here = owner[dev];
+    if (here != NONE && sw_box_equal(&L->box[widx(L, prod, here)], &reg)) {   /* the shard already here: share it */
+        L->in_buf[at] = L->act[widx(L, prod, here)];
+        L->in_task[at] = L->act_task[widx(L, prod, here)];
+        return SW_OK;
     }
     int32_t buf;
     SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_REGION, prod, &reg, &buf));
@@ -331,6 +352,10 @@ static void free_state(lowering *L) {
     free(L->rbox);
     free(L->bufs);
     free(L->ready);
+    for (int op = 0; L->owner_on && op < L->p->nops; op++) {
+        free(L->owner_on[op]);
+    }
+    free(L->owner_on);
 }
 
 static int32_t *ids(size_t n) {  /* n ids, all NONE */
@@ -382,7 +407,8 @@ static sw_status alloc_state(lowering *L) {
     L->rbox = malloc(sizeof *L->rbox * mk);
     L->bufs = malloc(sizeof *L->bufs * mk);
     L->ready = malloc(sizeof *L->ready * mk);
-    if (!L->box || !L->act || !L->act_task || !L->grad || !L->grad_last || !L->stats_fwd || !L->stats_bwd || !L->in_buf || !L->in_task ||
+    L->owner_on = calloc((size_t)nops, sizeof *L->owner_on);
+    if (!L->owner_on || !L->box || !L->act || !L->act_task || !L->grad || !L->grad_last || !L->stats_fwd || !L->stats_bwd || !L->in_buf || !L->in_task ||
         !L->wgrad_buf || !L->wgrad_task || !L->piece_w || !L->piece_box || !L->deps || !L->io || !L->members ||
         !L->grouped || !L->rbox || !L->bufs || !L->ready) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");

@@ -41,6 +41,12 @@ typedef struct {
     char *grouped;               /* worker already in a group */
     sw_box *rbox;                /* per worker: the region grouped on */
     int32_t *bufs, *ready;       /* per worker: buffers to reduce, task after which each is ready */
+    /* the block owner of an op on each device, made for each producer the first time a consumer
+     * gathers from it (lower.c owner_on_devices): owner_on[op][dev] (NONE: none; owner_on[op]
+     * NULL: not made yet).  An op's workers are on distinct devices (sw_plan_check), so a device
+     * has at most one; a consumer worker finds the shard on its device without visiting every
+     * owner (a 1,024-way split read by a 1,024-way split: a million visits per edge). */
+    int32_t **owner_on;
 } lowering;
 
 /* ------------------------------------------------------------------ small helpers */
