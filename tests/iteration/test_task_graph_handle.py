@@ -155,25 +155,32 @@ def test_the_runtime_of_a_task_graph_trains_as_before(lenet):
 def test_threads_share_a_plans_problem(lenet):
     """A plan keeps one problem; lowerings and passes only read it, so threads simulating the same
     plan at once do not find it "in use" (each used to build its own)."""
-    import threading
-
     _, plan = lenet
     expected = sw.simulate(plan).iteration_time
+    assert _on_threads(lambda: sw.simulate(plan).iteration_time) == [expected] * 20
+
+
+def _on_threads(run, threads: int = 4, times: int = 5) -> list:
+    """run() `times` times on each of `threads` threads at once: every result (an exception on
+    any thread fails the test, naming it)."""
+    import threading
+
     results, errors = [], []
 
     def work():
         try:
-            for _ in range(5):
-                results.append(sw.simulate(plan).iteration_time)
+            for _ in range(times):
+                results.append(run())
         except Exception as exc:   # collected: the assert below names it
             errors.append(exc)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
+    started = [threading.Thread(target=work) for _ in range(threads)]
+    for t in started:
         t.start()
-    for t in threads:
+    for t in started:
         t.join()
-    assert not errors and results == [expected] * 20
+    assert not errors, errors
+    return results
 
 
 def _plan_arrays_of(handle) -> dict:
@@ -245,26 +252,10 @@ def test_a_split_over_ranks_drops_the_kept_memory_plan():
 def test_threads_replaying_one_task_graph_share_its_memory_plan():
     """Replays of one task graph on several threads at once: each may make the memory plan while
     none is kept; one is kept, the others freed, and every replay gives the one time."""
-    import threading
-
     from shardwise.iteration.lower import lowered
 
     g = sw.models.lenet5(batch=8)
     plan = sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(4))
     expected = iteration_time(plan)
     tg = sw.TaskGraph(plan=plan, handle=lowered(plan), rings="chunked")
-    results, errors = [], []
-
-    def work():
-        try:
-            for _ in range(5):
-                results.append(iteration_time(tg)[0])
-        except Exception as exc:   # collected: the assert below names it
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and results == [expected[0]] * 20 and tg.handle.memory_planned
+    assert _on_threads(lambda: iteration_time(tg)[0]) == [expected[0]] * 20 and tg.handle.memory_planned
