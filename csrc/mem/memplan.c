@@ -216,24 +216,36 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
     }
     int64_t *coords = malloc(sizeof *coords * 2 * (size_t)n);
     sw_keyed *asks = malloc(sizeof *asks * (size_t)n);
+    /* each buffer's bytes and tasks, read once from the plan's arrays (a device's buffers lie
+     * far apart in them: on 1,024 devices, each read a cache miss) and then from here, by the
+     * position the sorted entries carry in key2 */
+    typedef struct {
+        int64_t lo, hi;   /* its bytes [lo, hi) in the arena */
+        int32_t first, last;
+    } span;
+    span *sp = malloc(sizeof *sp * (size_t)n);
     first_tree t = {NULL, NULL, 0};
     sw_status s = SW_OK;
-    if (!coords || !asks) {
+    if (!coords || !asks || !sp) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
         goto done;
     }
     int32_t nc = 0, nb = 0, na = 0;
     for (int32_t i = 0; i < n; i++) {
         int32_t b = mine[i];
-        if (mp->bytes[b] == 0) {
+        int64_t bytes = mp->bytes[b];
+        if (bytes == 0) {
             continue;   /* takes over no bytes, and gives none */
         }
-        coords[nc++] = mp->offset[b];
-        coords[nc++] = mp->offset[b] + mp->bytes[b];
-        by_first[nb++] = (sw_keyed){-(int64_t)mp->first[b], 0, b};   /* latest first task first */
-        if (remote_ptr[b] != remote_ptr[b + 1] && !(mp->first[b] == 0 && mp->last[b] == g->ntasks)) {
-            asks[na++] = (sw_keyed){-(int64_t)mp->last[b], 0, b};   /* a copy elsewhere reads it, and it ends */
+        span x = {mp->offset[b], mp->offset[b] + bytes, mp->first[b], mp->last[b]};
+        sp[nb] = x;
+        coords[nc++] = x.lo;
+        coords[nc++] = x.hi;
+        if (remote_ptr[b] != remote_ptr[b + 1] && !(x.first == 0 && x.last == g->ntasks)) {
+            asks[na++] = (sw_keyed){-(int64_t)x.last, nb, b};   /* a copy elsewhere reads it, and it ends */
         }
+        by_first[nb] = (sw_keyed){-(int64_t)x.first, nb, b};   /* latest first task first */
+        nb++;
     }
     if (na == 0) {
         goto done;
@@ -262,21 +274,22 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
     sw_sort_keyed(asks, (size_t)na);
     int32_t painted = 0;
     for (int32_t q = 0; q < na && s == SW_OK; q++) {
-        int32_t a = asks[q].id;
-        for (; painted < nb && mp->first[by_first[painted].id] > mp->last[a]; painted++) {
-            int32_t b = by_first[painted].id;
-            tree_paint(&t, 0, 0, t.nleaf, coord_index(coords, nd, mp->offset[b]),
-                       coord_index(coords, nd, mp->offset[b] + mp->bytes[b]), mp->first[b]);
+        const span *a = &sp[asks[q].key2];
+        for (; painted < nb && sp[by_first[painted].key2].first > a->last; painted++) {
+            const span *b = &sp[by_first[painted].key2];
+            tree_paint(&t, 0, 0, t.nleaf, coord_index(coords, nd, b->lo), coord_index(coords, nd, b->hi), b->first);
         }
-        int32_t next_first = tree_least(&t, 0, 0, t.nleaf, coord_index(coords, nd, mp->offset[a]),
-                                        coord_index(coords, nd, mp->offset[a] + mp->bytes[a]));
-        for (int32_t r = remote_ptr[a]; next_first != INT32_MAX && r < remote_ptr[a + 1] && s == SW_OK; r++) {
+        int32_t next_first = tree_least(&t, 0, 0, t.nleaf, coord_index(coords, nd, a->lo),
+                                        coord_index(coords, nd, a->hi));
+        int32_t id = asks[q].id;
+        for (int32_t r = remote_ptr[id]; next_first != INT32_MAX && r < remote_ptr[id + 1] && s == SW_OK; r++) {
             s = sw_memplan_add_edge(mp, remote[r], next_first, cap);
         }
     }
 done:
     free(coords);
     free(asks);
+    free(sp);
     free(t.min);
     free(t.tag);
     return s;
