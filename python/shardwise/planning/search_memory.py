@@ -331,7 +331,11 @@ class Tables:
         Those tables are views of one buffer these Tables keep and the next call rewrites: the
         tables returned are valid until then (each caller searches them at once)."""
         p = self._packed()
-        row_lam = self.rows @ lam      # per distinct row of bytes
+        # per distinct row of bytes.  Not a BLAS product (rows @ lam): a multithreaded one
+        # rounds differently with the number of threads (the same inputs would not give the same
+        # plan on every machine), and its threads spin for a while after each call (a 32-layer
+        # Llama on 1,024 GPUs: 2.7 s of processor time over the search's 52 calls)
+        row_lam = np.einsum("ij,j->i", self.rows, lam)
         # per configuration: its node bytes and its memory edges' base bytes, summed once for each
         # distinct combination of rows (a few thousand of a large machine's 10^5 configurations)
         combo_lam = row_lam[p["combo_node_rows"]] + np.bincount(
