@@ -501,7 +501,10 @@ def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
     once a strategy that fits is in hand, the search stops there like at ``max_solves``."""
     s = _Solver(tables, limit, max_evaluations, max_solves, deadline)
     max_solves = s.max_solves
-    if not all(a.any() for a in s.allowed0) or _proven_infeasible(s):
+    # a start that fits proves a strategy exists: the certificates of none (elimination
+    # searches of their own, two on a large machine) are not sought
+    some_fit = any((tables.footprint(list(x)) <= limit).all() for x in starts)
+    if not all(a.any() for a in s.allowed0) or (not some_fit and _proven_infeasible(s)):
         return None
     ub_all = tables.upper_bound() * (1 + 1e-6) + 1e-12
     best, incumbent, lam0 = _penalty_start(s, ub_all)   # a plan that fits, when pricing memory finds one
