@@ -354,8 +354,9 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
         memset(row, 0, sizeof *row * (size_t)ndev);
         for (int w = 0; w < c->nworkers; w++, q++) {
             /* reading a region of a producer that is not an input op, the worker keeps its regions
-             * (keeps_regions finds this slot, if not an earlier one) */
-            kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && (!from_input || keeps_regions(p, kind, v, c, w)));
+             * (keeps_regions finds this slot, if not an earlier one): not asked again */
+            int reads_kept = !from_input && kind[v] != SW_OPKIND_INPUT;
+            kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && (reads_kept || keeps_regions(p, kind, v, c, w)));
             if (kept[q]) {
                 row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
             }
