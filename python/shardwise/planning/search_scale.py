@@ -210,8 +210,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         from shardwise.planning.search_scale_memory import Staged
 
         # the marginals there are (none if the relaxation was tight: nothing to prune by them)
-        staged = Staged(work, canonical, kept_marginals[0], per, stats, stages, marginals_cap=kept_marginals[1],
-                        relax=relax)
+        staged = Staged(work, canonical, kept_marginals[0], per, stats, stages, marginals_cap=kept_marginals[1])
         try:
             mchosen, mcost, mstats, mexact, mbound = memory.search(staged)
         except SearchError as err:   # nothing fits: the Eq. 1 plan in hand goes with the error, for

@@ -81,7 +81,6 @@ class Staged:
     stats: dict           # the staged search's statistics so far
     stages: Any = None    # search_scale.Stages: each step's time is reported
     marginals_cap: float = float("inf")   # marginals above it are infinite: not known, so not pruned
-    relax: Any = None     # the relaxation's Problem (canonical's configurations, its tables built)
 
 
 class MemoryStage:
