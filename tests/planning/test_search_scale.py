@@ -320,6 +320,35 @@ def test_canonical_configs_read_devices_only_when_asked():
         np.testing.assert_array_equal(last[0][last[0] >= 0], dev[k[-1]][dev[k[-1]] >= 0])
 
 
+def test_set_configs_on_repeated_and_other_devices_keeps_each_ones_own():
+    """set_configs stores one device list for configurations on the same devices (the staged
+    search sets 10^5 on the first devices): shuffled, so that each worker count's lists come on
+    other devices in turn, every configuration still reads back its own devices, and the tables
+    equal the enumeration's."""
+    from shardwise.planning.scale_space import Configs, set_configs
+
+    g, d = sw.models.get("alexnet", batch=32), sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    enumerated = problem(g, d)
+    configs = Configs.of(enumerated, len(g.ops))
+    rng = np.random.default_rng(3)
+    order = [np.concatenate([rng.permutation(len(w)), rng.permutation(len(w))]) for w in configs.workers]
+    shuffled = configs.subset(order)   # each configuration twice, in random order
+    options = CostOptions(threads=1)
+    again = make_problem(g, d, options)
+    again.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, 1,
+                      options.reduction_splits, True)   # as problem() sets them
+    set_configs(again, shuffled)
+    again.build_tables(with_bytes=True)
+    for op in g.ops:
+        dev = enumerated.configs(op.index)[1][order[op.index]]
+        got = again.configs(op.index)[1]
+        np.testing.assert_array_equal(got, dev[:, :got.shape[1]])
+    for e in range(len(enumerated.edges())):
+        src, dst, _ = enumerated.edges()[e]
+        want = enumerated.edge_table(e)[0][np.ix_(order[src], order[dst])]
+        np.testing.assert_array_equal(again.edge_table(e)[0], want)
+
+
 # =========================================================================== counting == listing
 
 def assert_counted_equal_listed(g, devices, options, least_node_size: int) -> None:

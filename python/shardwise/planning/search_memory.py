@@ -331,7 +331,11 @@ class Tables:
         Those tables are views of one buffer these Tables keep and the next call rewrites: the
         tables returned are valid until then (each caller searches them at once)."""
         p = self._packed()
-        row_lam = self.rows @ lam      # per distinct row of bytes
+        # per distinct row of bytes.  Not a BLAS product (rows @ lam): a multithreaded one
+        # rounds differently with the number of threads (the same inputs would not give the same
+        # plan on every machine), and its threads spin for a while after each call (a 32-layer
+        # Llama on 1,024 GPUs: 2.7 s of processor time over the search's 52 calls)
+        row_lam = np.einsum("ij,j->i", self.rows, lam)
         # per configuration: its node bytes and its memory edges' base bytes, summed once for each
         # distinct combination of rows (a few thousand of a large machine's 10^5 configurations)
         combo_lam = row_lam[p["combo_node_rows"]] + np.bincount(
@@ -497,7 +501,10 @@ def solve(tables: Tables, limit: np.ndarray, max_evaluations: float = 1e9,
     once a strategy that fits is in hand, the search stops there like at ``max_solves``."""
     s = _Solver(tables, limit, max_evaluations, max_solves, deadline)
     max_solves = s.max_solves
-    if not all(a.any() for a in s.allowed0) or _proven_infeasible(s):
+    # a start that fits proves a strategy exists: the certificates of none (elimination
+    # searches of their own, two on a large machine) are not sought
+    some_fit = any((tables.footprint(list(x)) <= limit).all() for x in starts)
+    if not all(a.any() for a in s.allowed0) or (not some_fit and _proven_infeasible(s)):
         return None
     ub_all = tables.upper_bound() * (1 + 1e-6) + 1e-12
     best, incumbent, lam0 = _penalty_start(s, ub_all)   # a plan that fits, when pricing memory finds one
