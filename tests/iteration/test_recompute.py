@@ -13,10 +13,10 @@ N, F, H, C = 256, 8, 32, 4   # a batch large enough that feature maps, not weigh
 MAP = N * H * 4               # bytes of one hidden feature map (float32)
 
 
-def chain():
-    """x (N, F) -> fc1 -> relu1 -> fc2 -> relu2 -> fc3 -> relu3 -> head (N, C) -> loss."""
+def chain(n: int = N):
+    """x (n, F) -> fc1 -> relu1 -> fc2 -> relu2 -> fc3 -> relu3 -> head (n, C) -> loss."""
     g = sw.Graph("chain")
-    h = g.input("x", (N, F))
+    h = g.input("x", (n, F))
     for i in (1, 2, 3):
         h = g.relu(g.linear(h, H, name=f"fc{i}"), name=f"relu{i}")
     g.softmax(g.linear(h, C, name="head"), name="loss")
@@ -146,6 +146,33 @@ def test_recompute_plan_keeps_everything_when_the_plan_fits(plan):
     full = memory_plan(sw.lower(plan)).devices[0].arena_bytes
     rp = sw.recompute_plan(plan, full)
     assert rp.fits and rp.ops == () and rp.added_time == 0
+
+
+def test_recompute_plan_lowers_as_the_simulator_does(monkeypatch):
+    """Above FUSED_RINGS_ABOVE devices the greedy's graphs have fused rings, as the simulator's
+    and the search's memory check have them (chunked rings on a large machine do not fit in
+    memory: k (k - 1) transfers per gradient); up to it, chunked.  What it reports is the memory
+    plan of that graph, recomputation included."""
+    from shardwise.iteration import recompute_plan as module
+    from shardwise.iteration.lower import FUSED_RINGS_ABOVE
+
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("rings", "chunked"))
+        return sw.lower(*args, **kwargs)
+
+    monkeypatch.setattr(module, "lower", recording)
+    for ndev, rings in ((1, "chunked"), (2 * FUSED_RINGS_ABOVE, "fused")):
+        # N samples a device: feature maps, not the synchronization's buffers, set each peak
+        plan = sw.strategies.data_parallel(chain(N * ndev), sw.DeviceGraph.cpu(ndev))
+        full = max(d.arena_bytes for d in memory_plan(sw.lower(plan, rings=rings)).devices.values())
+        seen.clear()
+        rp = sw.recompute_plan(plan, full - MAP)   # one device's feature map less
+        assert seen and set(seen) == {rings}, (ndev, seen)
+        assert rp.fits and rp.ops
+        arenas = memory_plan(sw.lower(plan, recompute=rp.ops, rings=rings)).devices
+        assert {d: a.arena_bytes for d, a in arenas.items()} == rp.peak_bytes
 
 
 def test_recompute_plan_says_when_nothing_fits(plan):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.iteration.lower import TaskGraph, lower
+from shardwise.iteration.lower import TaskGraph, lower, ring_detail
 from shardwise.iteration.memory import memory_plan
 from shardwise.iteration.swap import _per_device, swap_plan
 from shardwise.plan import Plan
@@ -143,25 +143,33 @@ def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: 
     recomputation alone does not fit), and the one of these that fits with the least simulated
     iteration is taken: ``swap`` holds its SwapPlan (None: recomputation alone), which carries
     the recomputation (``sw.Trainer(g, plan, swap=rp.swap)``).  Still a greedy over a few
-    candidates, not an optimum."""
+    candidates, not an optimum.
+
+    The graphs it plans are lowered as :func:`shardwise.simulate` lowers them: on machines of
+    more than ``FUSED_RINGS_ABOVE`` devices with fused ring all-reduces (the same arenas as the
+    chunked rings the runtime runs, on the zoo's plans), as the search's memory check does."""
     if not isinstance(plan, Plan):
         raise TypeError(f"recompute_plan needs a Plan, got {type(plan).__name__}")
     if isinstance(max_segment, bool) or not isinstance(max_segment, int) or max_segment < 1:
         raise ValueError(f"max_segment must be an int >= 1, got {max_segment!r}")
     ndev = len(plan.devices)
     budgets = dict(enumerate(_per_device(budget, ndev, "budget")))
-    plain = lower(plan, optimizer_state)
+    # rings as the simulator and the search's memory check lower them: fused on large machines,
+    # where the chunked ring's k (k - 1) transfers per gradient do not fit in memory (on 1,024
+    # devices hundreds of millions of tasks); the same arenas as the chunked graph on the zoo's plans
+    rings = ring_detail(plan, "auto")
+    plain = lower(plan, optimizer_state, rings=rings)
     before = _arenas(plain)
     evaluations = 1
     over = {d for d in range(ndev) if before[d] > budgets[d]}
     ranked: list[str] = []
     best, best_arena = (), before
     if over:
-        candidates = lower(plan, optimizer_state, recompute="all").recomputed
+        candidates = lower(plan, optimizer_state, recompute="all", rings=rings).recomputed
         ranked = _ranked(plan, candidates, _kept_bytes(plain, over), _forward_seconds(plain, costs), max_segment)
 
         def arena_of(k: int) -> dict[int, int]:
-            return _arenas(lower(plan, optimizer_state, recompute=ranked[:k]))
+            return _arenas(lower(plan, optimizer_state, recompute=ranked[:k], rings=rings))
 
         lo, hi = 0, len(ranked)          # fits with ranked[:hi] (checked first), not with ranked[:lo]
         best_arena = arena_of(hi) if hi else before
@@ -182,7 +190,8 @@ def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: 
     from shardwise.iteration.simulate import simulate
 
     base_time = simulate(plain, check_memory=False, costs=costs).iteration_time
-    time = simulate(lower(plan, optimizer_state, recompute=ops), check_memory=False, costs=costs).iteration_time \
+    time = simulate(lower(plan, optimizer_state, recompute=ops, rings=rings), check_memory=False,
+                    costs=costs).iteration_time \
         if ops else base_time
     method, chosen_swap = METHOD.format(max_segment), None
     if swap and over:
