@@ -79,20 +79,24 @@ static PyObject *put_plan(const sw_memory_plan *mp) {
 }
 
 /* ------------------------------------------------------------------ the passes on a lowering */
-/* The memory plan of l's graph on its streams (validated when check), as a dict; the GIL is released. */
-static PyObject *memory_plan_on(const sw_lowering *l, long long align, int check) {
-    sw_memory_plan mp = {0};
+/* The memory plan of l's graph on its streams (validated when check), as a dict; the GIL is
+ * released.  `kept`: that plan made before (a TaskGraph's, at `align`), or NULL: made here. */
+static PyObject *memory_plan_on(const sw_lowering *l, const sw_memory_plan *kept, long long align, int check) {
+    sw_memory_plan own = {0};
+    const sw_memory_plan *mp = kept ? kept : &own;
     sw_streams view;
     const sw_streams *st = sw_lowering_streams(l, &view);
-    sw_status s;
+    sw_status s = SW_OK;
     Py_BEGIN_ALLOW_THREADS
-    s = sw_memory_plan_build_on(&l->g, l->ndev, (int64_t)align, 1, st, &mp);
+    if (!kept) {
+        s = sw_memory_plan_build_on(&l->g, l->ndev, (int64_t)align, 1, st, &own);
+    }
     if (s == SW_OK && check) {
-        s = sw_memory_plan_check_on(&l->g, &mp, st);
+        s = sw_memory_plan_check_on(&l->g, mp, st);
     }
     Py_END_ALLOW_THREADS
-    PyObject *d = s == SW_OK ? put_plan(&mp) : sw_py_raise(s);
-    sw_memory_plan_free(&mp);
+    PyObject *d = s == SW_OK ? put_plan(mp) : sw_py_raise(s);
+    sw_memory_plan_free(&own);
     return d;
 }
 
@@ -201,7 +205,7 @@ PyObject *sw_py_problem_memory_plan(ProblemObject *self, PyObject *args, PyObjec
     }
     self->busy = 1;   /* from the conversions on: they read the problem */
     sw_lowering *l = NULL;
-    PyObject *d = sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, Py_None, &l) == 0 ? memory_plan_on(l, align, check)
+    PyObject *d = sw_py_lower_args(self, k, dg, ptr, dv, streams_obj, Py_None, &l) == 0 ? memory_plan_on(l, NULL, align, check)
                                                                                       : NULL;
     self->busy = 0;
     sw_lowering_free(l);
@@ -256,21 +260,9 @@ PyObject *sw_py_tg_memory_plan(TaskGraphObject *self, PyObject *args, PyObject *
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Lp", kwlist, &align, &check) || !sw_py_tg_enter(self)) {
         return NULL;
     }
-    PyObject *d = NULL;
-    if (align != SW_ARENA_ALIGN) {
-        d = memory_plan_on(self->l, align, check);
-    } else {   /* the runtime's alignment: the graph's kept plan (made now if need be) */
-        const sw_memory_plan *mp = sw_py_tg_kept_memory_plan(self);
-        sw_status s = SW_OK;
-        if (mp && check) {
-            sw_streams view;
-            const sw_streams *st = sw_lowering_streams(self->l, &view);
-            Py_BEGIN_ALLOW_THREADS
-            s = sw_memory_plan_check_on(&self->l->g, mp, st);
-            Py_END_ALLOW_THREADS
-        }
-        d = !mp ? NULL : s == SW_OK ? put_plan(mp) : sw_py_raise(s);
-    }
+    /* the runtime's alignment: the graph's kept plan (made now if need be); another: its own */
+    const sw_memory_plan *kept = align == SW_ARENA_ALIGN ? sw_py_tg_kept_memory_plan(self) : NULL;
+    PyObject *d = align != SW_ARENA_ALIGN || kept ? memory_plan_on(self->l, kept, align, check) : NULL;
     sw_py_tg_leave(self);
     return d;
 }

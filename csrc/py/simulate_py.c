@@ -219,13 +219,10 @@ static sw_status run_plan(const sw_problem *p, const sw_lowering *l, const sim_a
     }
     SW_TRY(st);
     sw_memory_plan *own = NULL;
-    const sw_memory_plan *mp = kept;
-    if (!mp) {
-        own = calloc(1, sizeof *own);
-        st = own ? sw_memory_plan_build_on(g, p->ndev, SW_ARENA_ALIGN, 1, streams, own)
-                 : SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
-        mp = own;
+    if (!kept) {
+        st = sw_py_runtime_memory_plan(l, &own);
     }
+    const sw_memory_plan *mp = kept ? kept : own;
     sw_task_order order = {0};
     if (st == SW_OK && iterations > 1) {
         st = l->swapped ? SW_FAIL(SW_ERR_VALUE, "iterations back to back are not simulated with a swap plan")

@@ -167,24 +167,32 @@ void sw_py_tg_keep_memory_plan(TaskGraphObject *self, sw_memory_plan *made) {
     }
 }
 
+sw_status sw_py_runtime_memory_plan(const sw_lowering *l, sw_memory_plan **out) {
+    sw_memory_plan *mp = calloc(1, sizeof *mp);
+    if (!mp) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    sw_streams view;
+    sw_status s = sw_memory_plan_build_on(&l->g, l->ndev, SW_ARENA_ALIGN, 1, sw_lowering_streams(l, &view), mp);
+    if (s != SW_OK) {
+        sw_memory_plan_free(mp);
+        free(mp);
+        mp = NULL;
+    }
+    *out = mp;
+    return s;
+}
+
 const sw_memory_plan *sw_py_tg_kept_memory_plan(TaskGraphObject *self) {
     if (self->kept_plan) {
         return self->kept_plan;
     }
-    sw_memory_plan *mp = calloc(1, sizeof *mp);
-    if (!mp) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    sw_streams view;
-    const sw_streams *st = sw_lowering_streams(self->l, &view);
+    sw_memory_plan *mp;
     sw_status s;
     Py_BEGIN_ALLOW_THREADS
-    s = sw_memory_plan_build_on(&self->l->g, self->l->ndev, SW_ARENA_ALIGN, 1, st, mp);
+    s = sw_py_runtime_memory_plan(self->l, &mp);
     Py_END_ALLOW_THREADS
     if (s != SW_OK) {
-        sw_memory_plan_free(mp);
-        free(mp);
         sw_py_raise(s);
         return NULL;
     }
@@ -318,9 +326,9 @@ static PyObject *TaskGraph_split_ranks(TaskGraphObject *self, PyObject *arg) {
         for (int d = 0; d < self->l->ndev; d++) {
             nranks = rank[d] + 1 > nranks ? rank[d] + 1 : nranks;
         }
+        drop_memory_plan(self);   /* (made on the graph before its split; with the GIL held) */
         sw_status s;
         Py_BEGIN_ALLOW_THREADS
-        drop_memory_plan(self);   /* (made on the graph before its split) */
         s = sw_lowering_split_ranks(self->l, nranks, rank);
         Py_END_ALLOW_THREADS
         result = s == SW_OK ? Py_NewRef(Py_None) : sw_py_raise(s);

@@ -35,6 +35,10 @@ int sw_py_is_taskgraph(PyObject *obj);
 int sw_py_tg_enter(TaskGraphObject *self);
 void sw_py_tg_leave(TaskGraphObject *self);
 
+/* The memory plan of l's graph as the runtime plans it (its alignment SW_ARENA_ALIGN, reuse on,
+ * l's streams) into *out, a new plan for sw_memory_plan_free and free; on failure *out is NULL.
+ * Needs no GIL. */
+sw_status sw_py_runtime_memory_plan(const sw_lowering *l, sw_memory_plan **out);
 /* self's kept memory plan (kept_plan), made now, with the GIL released, if there is none yet;
  * NULL with an exception when it cannot be made.  Between sw_py_tg_enter and sw_py_tg_leave. */
 const sw_memory_plan *sw_py_tg_kept_memory_plan(TaskGraphObject *self);
