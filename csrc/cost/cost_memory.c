@@ -349,13 +349,13 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
     size_t *dev_start = js->dev_start;
     size_t q = 0;
     sw_status s = SW_OK;
+    /* reading a region of a producer that is not an input op, a worker of a consumer that is not
+     * one keeps its regions (keeps_regions finds this slot, if not an earlier one): not asked */
+    int reads_kept = !from_input && kind[v] != SW_OPKIND_INPUT;
     for (int cj = 0; cj < ov->ncfg && s == SW_OK; cj++) {
         const sw_config *c = &ov->cfgs[cj];
         memset(row, 0, sizeof *row * (size_t)ndev);
         for (int w = 0; w < c->nworkers; w++, q++) {
-            /* reading a region of a producer that is not an input op, the worker keeps its regions
-             * (keeps_regions finds this slot, if not an earlier one): not asked again */
-            int reads_kept = !from_input && kind[v] != SW_OPKIND_INPUT;
             kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && (reads_kept || keeps_regions(p, kind, v, c, w)));
             if (kept[q]) {
                 row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
