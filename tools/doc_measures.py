@@ -272,6 +272,22 @@ def _machine_line() -> None:
           f"load average {os.getloadavg()[0]:.2f}")
 
 
+def _each_isa(names):
+    """Each instruction set of ``names`` this CPU has, set for the kernels while the caller's loop
+    body runs ("<isa>: not on this CPU" printed for the others); the automatic choice after."""
+    from shardwise import _core
+    try:
+        for isa in names:
+            try:
+                _core.conv_isa(isa)
+            except ValueError:
+                print(f"{isa}: not on this CPU")
+                continue
+            yield isa
+    finally:
+        _core.conv_isa("auto")
+
+
 def conv_isa() -> None:
     """The direct loops' GFLOP/s (forward / data gradient / weight gradient), one thread, 3x3
     convolutions at batch 32, with each instruction set this CPU has."""
@@ -279,19 +295,13 @@ def conv_isa() -> None:
     _machine_line()
     _core.conv_algorithm("direct")
     try:
-        for isa in ("avx2", "avx512"):
-            try:
-                _core.conv_isa(isa)
-            except ValueError:
-                print(f"{isa}: not on this CPU")
-                continue
+        for isa in _each_isa(("avx2", "avx512")):
             for ci, h in ((64, 16), (128, 8), (16, 32)):
                 gflop, calls = _conv_calls(32, ci, ci, h)
                 rates = " / ".join(f"{gflop / _thread_ms(f) * 1e3:.1f}" for f in calls)
                 print(f"{isa} {ci}->{ci} {h}x{h}: {rates} GFLOP/s")
     finally:
         _core.conv_algorithm("auto")
-        _core.conv_isa("auto")
 
 
 WIDE = ((32, 128, 8), (64, 192, 7), (32, 256, 8), (32, 512, 2))     # (batch, channels, plane), 3x3
@@ -315,21 +325,16 @@ def conv_wide() -> None:
 def conv_wide_rows() -> None:
     """conv-wide's rows for the instruction set in $DOC_MEASURES_ISA (run by conv-wide)."""
     from shardwise import _core
-    isa = os.environ.get("DOC_MEASURES_ISA", "auto")
     _machine_line()
     try:
-        _core.conv_isa(isa)
-    except ValueError:
-        print(f"{isa}: not on this CPU")
-        return
-    try:
-        for n, c, h in WIDE:
-            _, calls = _conv_calls(n, c, c, h)
-            cells = []
-            for algorithm in ("direct", "im2col"):
-                _core.conv_algorithm(algorithm)
-                cells.append(" / ".join(f"{_thread_ms(f):.1f}" for f in calls))
-            print(f"{isa} {c}->{c} {h}x{h} batch {n}: direct {cells[0]} against im2col {cells[1]} ms")
+        for isa in _each_isa((os.environ.get("DOC_MEASURES_ISA", "auto"),)):
+            for n, c, h in WIDE:
+                _, calls = _conv_calls(n, c, c, h)
+                cells = []
+                for algorithm in ("direct", "im2col"):
+                    _core.conv_algorithm(algorithm)
+                    cells.append(" / ".join(f"{_thread_ms(f):.1f}" for f in calls))
+                print(f"{isa} {c}->{c} {h}x{h} batch {n}: direct {cells[0]} against im2col {cells[1]} ms")
     finally:
         _core.conv_algorithm("auto")
 
@@ -343,22 +348,14 @@ def pool_layers() -> None:
     _machine_line()
     rng = np.random.default_rng(0)
     z = (0, 0, 0, 0)
-    try:
-        for isa in ("avx512", "avx2"):
-            try:
-                _core.conv_isa(isa)
-            except ValueError:
-                print(f"{isa}: not on this CPU")
-                continue
-            for name, c, h in (("pool1", 64, 31), ("pool2", 128, 15), ("pool5", 128, 7)):
-                x = rng.standard_normal((64, c, h, h), dtype=np.float32)
-                ho = (h - 3) // 2 + 1
-                dy = rng.standard_normal((64, c, ho, ho), dtype=np.float32)
-                fwd = _thread_ms(lambda: _core.pool2d_forward("max", x, z, z, dy.shape, (3, 3), (2, 2), (0, 0)), 9)
-                bwd = _thread_ms(lambda: _core.pool2d_backward("max", x, z, dy, z, z, x.shape, (3, 3), (2, 2), (0, 0)), 9)
-                print(f"{isa} {name} {c}x{h}x{h}->{ho}x{ho}: forward {fwd:.2f} ms, backward {bwd:.2f} ms")
-    finally:
-        _core.conv_isa("auto")
+    for isa in _each_isa(("avx512", "avx2")):
+        for name, c, h in (("pool1", 64, 31), ("pool2", 128, 15), ("pool5", 128, 7)):
+            x = rng.standard_normal((64, c, h, h), dtype=np.float32)
+            ho = (h - 3) // 2 + 1
+            dy = rng.standard_normal((64, c, ho, ho), dtype=np.float32)
+            fwd = _thread_ms(lambda: _core.pool2d_forward("max", x, z, z, dy.shape, (3, 3), (2, 2), (0, 0)), 9)
+            bwd = _thread_ms(lambda: _core.pool2d_backward("max", x, z, dy, z, z, x.shape, (3, 3), (2, 2), (0, 0)), 9)
+            print(f"{isa} {name} {c}x{h}x{h}->{ho}x{ho}: forward {fwd:.2f} ms, backward {bwd:.2f} ms")
     try:
         import torch
     except ImportError:
