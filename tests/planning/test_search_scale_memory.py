@@ -286,6 +286,66 @@ def test_the_solve_budget_scales_with_the_configurations(monkeypatch):
     assert plan.cost >= free.cost * (1 - REL)
 
 
+def test_step3_beyond_the_work_limit_returns_step1s_cheapest_plan(monkeypatch):
+    """Where even the floor of elimination searches over every partition left exceeds
+    SOLVE_WORK, the constrained search over them is skipped: the plan is the cheapest that step
+    1 found (its memory plan fits, its Eq. 1 is the threshold step 1 reports), not proven, with
+    the relaxation's bound as its lower bound, and the warning says which search it comes from."""
+    ssm = importlib.import_module("shardwise.planning.search_scale_memory")
+    g, d = chain(), MACHINES["2x4"]()
+    free = sw.search(g, d, objective="eq1", memory=False)
+    budget = 0.97 * float(sm.arenas(free).max())
+    monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)
+    exact = sw.search(g, d, objective="eq1", memory=budget)   # step 3 within the work limit
+    assert "restricted" not in exact.search_stats["memory"]
+    searched = []
+    fitting = ssm.MemoryStage._fitting
+
+    def counted(self, tables, configs, *args, **kwargs):
+        searched.append(ssm._count(configs))
+        return fitting(self, tables, configs, *args, **kwargs)
+
+    monkeypatch.setattr(ssm.MemoryStage, "_fitting", counted)
+    left = exact.search_stats["memory"]["survivors"]   # the partitions step 3 searched
+    monkeypatch.setattr(ssm, "SOLVE_WORK", ssm.MIN_SOLVES * left - 1)   # one too many now
+    monkeypatch.setattr(ssm, "full_space", lambda *args: None)   # no step 4: as on large machines
+    with pytest.warns(sw.SearchWarning, match="beyond the search's work limit"):
+        plan = sw.search(g, d, objective="eq1", memory=budget)
+    info = plan.search_stats["memory"]
+    assert info["restricted"] == info["first_fitting"] and not info["exact"]
+    assert plan.cost == pytest.approx(info["first_fitting_cost"], rel=REL)
+    assert (sm.arenas(plan) <= budget).all()
+    assert info["lower_bound"] == plan.search_stats["scale"]["relaxation_bound"] <= plan.cost
+    assert plan.cost >= exact.cost * (1 - REL)
+    assert len(searched) == 2   # step 1's two restricted searches, no step 3
+
+
+def test_step3_runs_beyond_the_work_limit_when_step1_found_nothing(monkeypatch):
+    """Step 1 finding no plan that fits, step 3 runs its floor of searches all the same (it is
+    the only way left to a plan), however many partitions are left."""
+    ssm = importlib.import_module("shardwise.planning.search_scale_memory")
+    g, d = chain(), MACHINES["2x4"]()
+    free = sw.search(g, d, objective="eq1", memory=False)
+    budget = 0.97 * float(sm.arenas(free).max())
+    monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)
+    monkeypatch.setattr(ssm, "SOLVE_WORK", 1)
+    monkeypatch.setattr(ssm, "baselines", lambda *args: [])
+    fitting, calls = ssm.MemoryStage._fitting, []
+
+    def none_in_step1(self, tables, configs, starts, *args, **kwargs):
+        calls.append(ssm._count(configs))
+        return None if len(calls) <= 2 else fitting(self, tables, configs, starts, *args, **kwargs)
+
+    monkeypatch.setattr(ssm.MemoryStage, "_fitting", none_in_step1)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sw.SearchWarning)
+        plan = sw.search(g, d, objective="eq1", memory=budget)
+    info = plan.search_stats["memory"]
+    assert len(calls) >= 3 and "restricted" not in info and info["first_fitting"] is None
+    assert info["solves"] > 0 and (sm.arenas(plan) <= budget).all()
+
+
 def _llama13b_on_a_node():
     graph = sw.models.llama(layers=40, d_model=5120, heads=40, kv_heads=40, ffn=13824, seq=2048, batch=8)
     devices = sw.DeviceGraph.cluster(nodes=1, devices_per_node=8, device="H100")

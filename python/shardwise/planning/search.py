@@ -525,6 +525,9 @@ def _warn_memory(info: dict, cost: float) -> None:
     if info["tightened"]:
         why.append("its memory plan needed more than the footprint the search constrains, so the budgets were "
                    "lowered")
+    if info.get("restricted"):
+        why.append(f"it comes from the {info['restricted']} (searching every partition on the first devices was "
+                   f"beyond the search's work limit)")
     if not why:
         why.append(f"{info['solves']} elimination searches did not prove it optimal")
     warnings.warn(f"memory-constrained search: the plan returned fits every device, but {' and '.join(why)}; "

@@ -194,21 +194,25 @@ class MemoryStage:
                        f"memory-constrained search over partitions of at most {s.node_workers} workers"),
                       ([np.flatnonzero(w == w.max()) for w in canonical.workers],
                        "memory-constrained search over partitions on the most devices each op can use")]
-        # every partition on the first devices, costed once: the restricted searches and step 3
-        # read rows and blocks of these tables (Tables.subset) instead of tables built again (a
-        # 32-layer Llama on 256 GPUs: 5 s for the second restricted search's own)
-        whole = self._tables(s.work, canonical)
+        # every partition on the first devices, costed once when step 3 may search them all: the
+        # restricted searches and step 3 read rows and blocks of these tables (Tables.subset)
+        # instead of tables built again (a 32-layer Llama on 256 GPUs: 5 s for the second
+        # restricted search's own).  Where step 3 could not (step3_affordable), each restricted
+        # search builds its own, a fraction of the whole (a Llama on 1,024 GPUs: 21 s of tables)
+        whole = self._tables(s.work, canonical) if step3_affordable(_count(canonical)) else None
+        found_info: dict[str, dict] = {}   # each restricted search's info, by what it searched
         for keep, what in restricted:
             if deadline is not None and time.perf_counter() > deadline:
                 break   # the threshold only speeds step 3 up; out of time, step 3 finds a plan itself
             sub = canonical.subset(keep)
             try:
-                found = self._fitting(whole.subset(keep), sub, [], deadline=deadline,
-                                      max_solves=solves_for(_count(sub), FIRST_FIT_SOLVES))
+                found = self._fitting(whole.subset(keep) if whole is not None else self._tables(s.work, sub), sub, [],
+                                      deadline=deadline, max_solves=solves_for(_count(sub), FIRST_FIT_SOLVES))
             except SearchError:   # footprints fit but no memory plan did: no threshold from here
                 found = None
             if found is not None:
                 fitting_plans.append((found[0].cost, [int(keep[i][c]) for i, c in enumerate(found[2])], what))
+                found_info[what] = found[1]
         threshold = min((f[0] for f in fitting_plans), default=np.inf)
         s.stages and s.stages.done(f"memory: plans that fit on the first devices ({len(fitting_plans)}, "
                                    f"cheapest {threshold:.6g} s)")
@@ -217,11 +221,26 @@ class MemoryStage:
 
         # 2. drop what no plan that fits and costs at most the threshold uses
         survivors = _survivors(s, threshold, PRUNE_SLACK)
+        kept = canonical.subset(survivors)
+        if np.isfinite(threshold) and not step3_affordable(_count(kept)):
+            # step 3 could not run even its floor of solves within SOLVE_WORK: it would neither
+            # prove the plan in hand nor, on the Llama shapes measured (256 and 1,024 GPUs), improve
+            # on it.  The plan is step 1's cheapest, and the stats say what was searched
+            cost, canonical_choice, what = min(fitting_plans)
+            chosen = canonical.subset([np.array([c]) for c in canonical_choice])
+            info = dict(found_info.get(what) or {"timed_out": False, "tightened": 0, "solves": 0, "branch_nodes": 0},
+                        exact=False, cost=float(cost), lower_bound=float(s.stats.get("relaxation_bound", 0.0)),
+                        survivors=_count(kept), restricted=what, **info_first)
+            s.stages and s.stages.done(f"memory: {_count(kept)} partitions left on the first devices, beyond the "
+                                       f"constrained search's work limit: the plan is step 1's cheapest ({what})")
+            return self._every_block(s, chosen, float(cost), canonical_choice, threshold, info, stats)
         # 3. the constrained optimum over the survivors on the first devices, after dropping
         # what priced memory shows no plan that fits and costs at most the threshold uses
-        kept = canonical.subset(survivors)
         everything = all(len(k) == len(d) for k, d in zip(survivors, canonical.deg))
-        tables = whole if everything else whole.subset(survivors)
+        if whole is None:
+            tables = self._tables(s.work, kept)
+        else:
+            tables = whole if everything else whole.subset(survivors)
         del whole   # (step 4 builds its own; the memory of a large machine's tables matters)
         if np.isfinite(threshold) and _count(kept) * search_memory.MAX_SOLVES <= SOLVE_WORK:
             # (a search that SOLVE_WORK limits runs its floor of solves whatever this drops: a
@@ -249,9 +268,14 @@ class MemoryStage:
         chosen = kept.subset([np.array([c]) for c in choice])
         cost = float(tables.eq1(choice))
         canonical_choice = [int(survivors[i][c]) for i, c in enumerate(choice)]
-        placements = "first devices"
         info = dict(info, survivors=int(sum(len(k) for k in survivors)), **info_first)
+        return self._every_block(s, chosen, cost, canonical_choice, threshold, info, stats)
 
+    def _every_block(self, s: Staged, chosen: Any, cost: float, canonical_choice: list[int], threshold: float,
+                     info: dict, stats: dict) -> tuple[Any, float, dict, bool, float]:
+        """Step 4, after steps 1-3 chose ``chosen`` (Eq. 1 ``cost``; ``canonical_choice``, its
+        canonical indices) with ``info``: the search_stats["memory"] of the result."""
+        canonical, ndev, placements = s.canonical, len(self.devices), "first devices"
         # 4. every aligned block of the partitions left at that cost, when few enough
         survivors = _survivors(s, min(cost, threshold), PRUNE_SLACK)
         survivors = [np.union1d(k, [c]) for k, c in zip(survivors, canonical_choice)]   # the plan in hand stays
@@ -268,14 +292,23 @@ class MemoryStage:
                 plan, finfo, fchoice = found
                 chosen = full.subset([np.array([c]) for c in fchoice])
                 cost = float(ftables.eq1(fchoice))
-                info = dict(finfo, survivors=info["survivors"], **info_first,
-                            full_space_configurations=_count(full))
+                first = {k: info[k] for k in ("first_fitting", "first_fitting_cost", "baselines_over_budget")}
+                info = dict(finfo, survivors=info["survivors"], **first, full_space_configurations=_count(full))
                 placements = "every aligned block"
             s.stages and s.stages.done(f"memory: constrained search of the partitions left on every block "
                                        f"({_count(full)})")
         info.update(placements=placements, constrained=True)
         stats["memory"] = info
         return chosen, cost, stats, bool(info["exact"]), float(info["lower_bound"])
+
+
+def step3_affordable(configurations: int) -> bool:
+    """Can step 3 search ``configurations`` (all ops together) within SOLVE_WORK, at least its
+    floor of elimination searches (MIN_SOLVES)?  When not, and step 1 found a plan that fits,
+    step 3 is skipped and the plan is the cheapest step 1 found (when step 1 found none, step 3
+    runs its floor all the same: it is the only way left to a plan).  A 32-layer Llama on 64
+    GPUs (162,824 partitions) can; on 256 and 1,024 GPUs (383,157 and 765,442) it cannot."""
+    return configurations * MIN_SOLVES <= SOLVE_WORK
 
 
 def _count(configs: Any) -> int:
