@@ -70,6 +70,9 @@ typedef struct {
     int32_t rvar;               /* split reduction variable, or -1 */
     int32_t rdeg;               /* its degree (1 when rvar == -1); prod(deg) * rdeg == nworkers */
     int32_t nworkers;
+    int32_t first_plus1;        /* 1 + sw_config_first_device (0: not noted, worked out on each call):
+                                   noted where a problem sets its configurations, as tables ask it
+                                   per configuration and per pair, O(nworkers) each time */
     int64_t dev_offset;         /* the devices, in worker order, are dev_pool[dev_offset ..] */
 } sw_config;
 
@@ -295,6 +298,9 @@ sw_status sw_transfer_placed(const sw_problem *p, int consumer, int slot, int ci
 sw_status sw_transfer_bound_table(const sw_problem *p, int consumer, int slot, double bw_max, double *out);
 /* The first device of c when its devices are first, first + 1, ...; -1 otherwise. */
 int sw_config_first_device(const sw_problem *p, const sw_config *c);
+/* Note sw_config_first_device in each of op's n configurations (those sharing a device list
+ * share the answer). */
+void sw_configs_note_first_device(const sw_problem *p, sw_config *cfgs, int n);
 /* Same degrees and reduction split (the placement may differ; core/config.c). */
 int sw_same_partition(const sw_config *a, const sw_config *b);
 

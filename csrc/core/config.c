@@ -224,6 +224,7 @@ sw_status sw_problem_enumerate_sets(sw_problem *p, int nsets, const int32_t *ptr
         free(op->cfgs);
         op->cfgs = list.items;
         op->ncfg = list.len;
+        sw_configs_note_first_device(p, op->cfgs, op->ncfg);
         if (op->ncfg == 0) {
             s = SW_FAIL(SW_ERR_VALUE, "op %d has no valid configuration on the given device sets", i);
         }
@@ -364,6 +365,7 @@ sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t
         }
         last[k] = cfgs[c].dev_offset;
     }
+    sw_configs_note_first_device(p, cfgs, ncfg);
     free(op->cfgs);
     op->cfgs = cfgs;
     op->ncfg = ncfg;
