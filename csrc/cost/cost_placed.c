@@ -335,6 +335,10 @@ typedef struct {
     int bits;
     uint32_t used_bits, region_bits[SW_MAX_RANK];
     uint32_t whole;   /* bits: dimension d where every worker reads the whole extent (each block's overlap is its length) */
+    uint32_t uniform;   /* bits: dimension d where every worker used reads an interval of uniform_len[d] inside
+                           the extent (a producer not split there overlaps each by that length) */
+    int64_t uniform_len[SW_MAX_RANK];
+    struct factor_memo *memo;   /* bit_sum's sums of lone factors for these reads, or NULL (not kept) */
 } reads;
 
 static void free_reads(reads *rd) {
@@ -378,9 +382,23 @@ static void dependence_bits(const sw_op *src, const sw_input *in, reads *rd) {
             }
         }
     }
+    rd->uniform = 0;
     for (int d = 0; rd->bits >= 0 && d < in->rank; d++) {
         if (rd->region_bits[d] == 0 && rd->region[0].lo[d] == 0 && rd->region[0].hi[d] == src->extent[d]) {
             rd->whole |= 1u << d;
+        }
+        int64_t len = -1;
+        int alike = 1;
+        for (int64_t w = 0; w < k && alike; w++) {
+            const sw_box *x = &rd->region[w];
+            if (rd->used[w]) {
+                alike = x->lo[d] >= 0 && x->hi[d] <= src->extent[d] && (len < 0 || x->hi[d] - x->lo[d] == len);
+                len = x->hi[d] - x->lo[d];
+            }
+        }
+        if (alike && len >= 0) {
+            rd->uniform |= 1u << d;
+            rd->uniform_len[d] = len;
         }
     }
 }
@@ -468,8 +486,60 @@ static int64_t factor_at(const reads *rd, const grid *g, int f, int64_t w, int64
         return rd->used[w] != 0;
     }
     int d = f - 1;
+    if (g->deg[d] == 1 && rd->uniform >> d & 1) {   /* the whole extent, over intervals of one length */
+        return rd->uniform_len[d];
+    }
     int64_t c = (s >> g->low[d]) & (g->deg[d] - 1), lo = c * g->len[d];
     return overlap(rd->region[w].lo[d], rd->region[w].hi[d], lo, lo + g->len[d]);
+}
+
+/* ---- factors' partial sums, kept per consumer configuration ----
+ * Within a group, factor i's sum over the bits it alone reads (its part) depends only on the
+ * reads (one consumer configuration: the memo's generation), the factor, those bits, the
+ * values of the shared bits it reads, where the bits of s come from (the layout) and, for a
+ * dimension, the producer's degree and lowest bit there (a block's length is the extent over
+ * the degree, and the producer is the table's).  Across the producer configurations of one
+ * table row most parts recur: a 1,024-worker consumer split 512 ways by samples against the
+ * 256 partitions of its producer on the same devices sums the sample dimension's 512 terms
+ * for each, alike wherever the producer splits samples alike.  So each is summed once (parts
+ * of at least PART_MEMO_BITS bits: fewer cost less than the lookup).  Whole numbers: the
+ * counts are bit for bit as without the memo. */
+#define FACTOR_MEMO_SLOTS 8192   /* a power of two; half full at most, then parts are not kept */
+#define PART_KEY_WORDS 5
+#define PART_MEMO_BITS 3
+
+typedef struct {
+    uint64_t key[PART_KEY_WORDS];
+    uint64_t generation;   /* the slot holds a part of this generation's reads; 0: never */
+    int64_t sum;
+} factor_memo_slot;
+
+struct factor_memo {
+    factor_memo_slot slot[FACTOR_MEMO_SLOTS];
+    uint64_t generation;   /* one per reads (consumer configuration) */
+    int filled;            /* slots of this generation */
+};
+
+/* The slot of key in m (this generation's, or an empty one to fill), or NULL when m is half full. */
+static factor_memo_slot *memo_slot_of(struct factor_memo *m, const uint64_t key[PART_KEY_WORDS], int *found) {
+    uint64_t h = 0;
+    for (int i = 0; i < PART_KEY_WORDS; i++) {
+        h = (h ^ key[i]) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 29;
+    }
+    size_t q = (size_t)h & (FACTOR_MEMO_SLOTS - 1);
+    for (;;) {
+        factor_memo_slot *x = &m->slot[q];
+        if (x->generation != m->generation) {
+            *found = 0;
+            return m->filled < FACTOR_MEMO_SLOTS / 2 ? x : NULL;
+        }
+        if (!memcmp(x->key, key, sizeof x->key)) {
+            *found = 1;
+            return x;
+        }
+        q = (q + 1) & (FACTOR_MEMO_SLOTS - 1);
+    }
 }
 
 /* The sum over the free bits of the product of the factors: factors whose bits meet form a
@@ -486,6 +556,8 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
             m = rd->used_bits & b->wmask;
         } else if (rd->whole >> (f - 1) & 1) {
             m = 0;   /* a dimension read whole overlaps every block by its length: a constant factor */
+        } else if (g->deg[f - 1] == 1 && rd->uniform >> (f - 1) & 1) {
+            m = 0;   /* a block of the whole extent overlaps each interval read by its one length: a constant */
         } else {
             m = (rd->region_bits[f - 1] & b->wmask) |
                 s_bits_in_v(b, (uint64_t)(g->deg[f - 1] - 1) << g->low[f - 1]);
@@ -552,14 +624,35 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
         do {   /* every value v of the shared bits (a subset of mask) */
             int64_t term = 1;
             for (int i = 0; i < members && term > 0; i++) {
+                int f = member[i], d = f - 1, found = 0;
+                factor_memo_slot *kept = NULL;
+                if (rd->memo && bit_count(own[i]) >= PART_MEMO_BITS) {   /* summed before for these reads? */
+                    uint64_t key[PART_KEY_WORDS] = {
+                        (uint64_t)f | (uint64_t)b->shift << 8 |
+                            (d >= 0 ? (uint64_t)g->low[d] << 16 | (uint64_t)g->deg[d] << 24 : 0),
+                        own[i], v & factor_bits[f], d >= 0 ? b->tied : 0, d >= 0 ? b->low : 0};
+                    kept = memo_slot_of(rd->memo, key, &found);
+                    if (kept && found) {
+                        term *= kept->sum;
+                        continue;
+                    }
+                    if (kept) {
+                        memcpy(kept->key, key, sizeof key);
+                    }
+                }
                 int64_t part = 0;
                 uint64_t u = 0;
                 do {   /* every value u of the bits factor i alone reads */
                     uint64_t x = v | u;
                     int64_t w = (int64_t)(x & wfield), s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
-                    part += factor_at(rd, g, member[i], w, s);
+                    part += factor_at(rd, g, f, w, s);
                     u = (u - own[i]) & own[i];
                 } while (u != 0);
+                if (kept) {
+                    kept->sum = part;
+                    kept->generation = rd->memo->generation;
+                    rd->memo->filled++;
+                }
                 term *= part;
             }
             sum += term;
@@ -877,7 +970,9 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         cap *= 2;
     }
     placed_memo memo = {malloc(sizeof(memo_slot) * cap), 0};
+    struct factor_memo *factors = calloc(1, sizeof *factors);   /* (NULL: every factor summed) */
     if (!src_at || !dst_at || !grids || !memo.slot || !src_end || !dst_end) {
+        free(factors);
         free(src_end);
         free(dst_end);
         free(src_at);
@@ -934,6 +1029,11 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         if (s != SW_OK) {
             break;
         }
+        if (factors) {   /* a new generation: these reads' own sums */
+            factors->generation++;
+            factors->filled = 0;
+            rd.memo = factors;
+        }
         double total = rd.volume_sum;
         double far = placed_seconds(p, per_elem, total, 0.0, 0.0);   /* no node in common */
         for (int ci0 = 0; ci0 < src->ncfg && !(mirror && ci0 >= cj1); ci0 = src_end[ci0]) {   /* (mirror: ci <= cj) */
@@ -974,6 +1074,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         }
     }
     free(memo.slot);
+    free(factors);
     free(src_at);
     free(dst_at);
     free(grids);
