@@ -334,7 +334,7 @@ static sw_status softmax_backward_data(const cu_task *t) {
         p.lo[1] + p.shape[1] > dx.lo[1] + dx.shape[1]) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: the softmax gradient's region does not hold p's box", t->e.id);
     }
-    if (!sw_box_equal(&sw_env_buffer(&t->e, r.y)->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
+    if (!sw_box32_equal(&sw_env_buffer(&t->e, r.y)->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
         SW_TRY(cu_zero(t, &dx));
     }
     float *d = dx.data + (p.lo[0] - dx.lo[0]) * dx.shape[1] + (p.lo[1] - dx.lo[1]);
@@ -353,7 +353,7 @@ static sw_status batchnorm_backward_data(const cu_task *t) {
     if (r.stats_x < 0 || r.stats_dy < 0 || r.nparams < 1) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm input gradient without its statistics", t->e.id);
     }
-    const sw_box *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
+    const sw_box32 *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3];
     sw_status s = SW_OK;
     float *mean = cu_scratch(t, sizeof(float) * (size_t)(2 * c + 16), &s);
@@ -396,7 +396,7 @@ static sw_status batchnorm_backward_weight(const cu_task *t) {
     if (r.stats_x < 0 || r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", t->e.id);
     }
-    const sw_box *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
+    const sw_box32 *sb = &sw_env_buffer(&t->e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = t->e.op->shape[0] * t->e.op->shape[2] * t->e.op->shape[3];
     sw_status s = SW_OK;
     double *sums = cu_scratch(t, sizeof(double) * (size_t)(2 * c), &s);

@@ -29,7 +29,7 @@ static sw_status run_copy(const sw_task_env *e) {
     int32_t src = t->e.reads[0], dst = t->e.writes[0];
     const sw_buffer *bs = sw_env_buffer(&t->e, src), *bd = sw_env_buffer(&t->e, dst);
     if (bs->kind == SW_BUF_STATS || bd->kind == SW_BUF_STATS) {   /* statistics: equal boxes, doubles */
-        if (!sw_box_equal(&bs->box, &bd->box)) {
+        if (!sw_box32_equal(&bs->box, &bd->box)) {
             return SW_FAIL(SW_ERR_INTERNAL, "task %d copies statistics between different boxes", t->e.id);
         }
         /* cudaMemcpyDefault: the driver sees both GPUs' addresses (unified addressing) */
@@ -56,7 +56,7 @@ static sw_status run_accumulate(const sw_task_env *e) {
     if (!sw_env_first_accumulate(&t->e)) {
         return cu_copy_box(t, &s, &d, 1);
     }
-    if (!sw_box_equal(&t->e.task->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
+    if (!sw_box32_equal(&t->e.task->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
         SW_TRY(cu_zero(t, &d));
     }
     return cu_copy_box(t, &s, &d, 0);
@@ -82,7 +82,7 @@ static sw_status run_load_input(const sw_task_env *e) {
 static sw_status run_sum(const sw_task_env *e) {
     const cu_task *t = task_of(e);
     const sw_buffer *b = sw_env_buffer(&t->e, t->e.writes[0]);
-    int64_t n = sw_box_volume(&b->box);
+    int64_t n = sw_box32_volume(&b->box);
     for (int k = 1; k < t->e.nreads; k++) {
         if (b->kind == SW_BUF_STATS) {
             CU_TRY(swk_add_doubles(ptr(t, t->e.writes[0]), ptr(t, t->e.reads[k]), n, t->st->s));
@@ -227,8 +227,8 @@ static sw_status run_update(const sw_task_env *e) {
         k.bc2_sqrt = (float)sqrt(bc2);
         k.decay = (float)(1.0 - o->lr * o->weight_decay);
     }
-    int64_t n = sw_box_volume(&sw_env_buffer(&t->e, t->e.reads[0])->box);
-    if (!sw_box_equal(&sw_env_buffer(&t->e, t->e.reads[0])->box, &sw_env_buffer(&t->e, t->e.reads[2])->box)) {
+    int64_t n = sw_box32_volume(&sw_env_buffer(&t->e, t->e.reads[0])->box);
+    if (!sw_box32_equal(&sw_env_buffer(&t->e, t->e.reads[0])->box, &sw_env_buffer(&t->e, t->e.reads[2])->box)) {
         /* sync zero: the update of one chunk of the slice (csrc/cpu/optim.c has it) */
         return SW_FAIL(SW_ERR_VALUE, "the CUDA backend cannot run sync='zero' yet (an update of a chunk of a "
                                      "weight); use the CPU backend or sync='ring'");

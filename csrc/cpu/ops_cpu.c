@@ -443,7 +443,7 @@ static sw_status softmax_backward_data(const sw_task_env *e) {
     sw_view p, dx, part;
     sw_env_view(e, r.y, &p);
     sw_env_view(e, e->writes[0], &dx);
-    if (sw_box_equal(&sw_env_buffer(e, r.y)->box, &sw_env_buffer(e, e->writes[0])->box)) {
+    if (sw_box32_equal(&sw_env_buffer(e, r.y)->box, &sw_env_buffer(e, e->writes[0])->box)) {
         return loss_grad(e, &p, &dx);
     }
     sw_status s = SW_OK;
@@ -466,7 +466,7 @@ static sw_status batchnorm_backward_data(const sw_task_env *e) {
     if (r.stats_x < 0 || r.stats_dy < 0 || r.nparams < 1) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm input gradient without its statistics", e->id);
     }
-    const sw_box *sb = &sw_env_buffer(e, r.stats_x)->box;
+    const sw_box32 *sb = &sw_env_buffer(e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
     sw_status s = SW_OK;
     float *mean = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16), &s);
@@ -497,7 +497,7 @@ static sw_status batchnorm_backward_weight(const sw_task_env *e) {
     if (r.stats_x < 0 || r.region[0] < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d: a batchnorm weight gradient without x or its statistics", e->id);
     }
-    const sw_box *sb = &sw_env_buffer(e, r.stats_x)->box;
+    const sw_box32 *sb = &sw_env_buffer(e, r.stats_x)->box;
     int64_t c = sb->hi[1] - sb->lo[1], m = e->op->shape[0] * e->op->shape[2] * e->op->shape[3];
     sw_status s = SW_OK;
     char *scratch = sw_env_scratch(e, sizeof(float) * (size_t)(2 * c + 16) + sizeof(double) * (size_t)(2 * c), &s);

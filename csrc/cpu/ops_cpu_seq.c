@@ -170,7 +170,7 @@ static sw_status softmax_dim_backward_data(const sw_task_env *e) {
     sw_env_view(e, r.region[0], &x);
     sw_env_view(e, e->writes[0], &dx);
     sw_view p;   /* the output, when this worker holds whole lines of it (its box is dx's) */
-    int whole = r.y >= 0 && sw_box_equal(&sw_env_buffer(e, r.y)->box, &sw_env_buffer(e, e->writes[0])->box);
+    int whole = r.y >= 0 && sw_box32_equal(&sw_env_buffer(e, r.y)->box, &sw_env_buffer(e, e->writes[0])->box);
     if (whole) {
         sw_env_view(e, r.y, &p);
     }

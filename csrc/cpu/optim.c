@@ -83,10 +83,10 @@ sw_status sw_cpu_update(const sw_task_env *e) {
     const float *grad = sw_env_ptr(e, e->reads[1]);
     float *s0 = sw_env_ptr(e, e->reads[2]);
     float *s1 = nstate > 1 ? sw_env_ptr(e, e->reads[3]) : NULL;
-    const sw_box *whole = &sw_env_buffer(e, e->reads[0])->box, *part = &sw_env_buffer(e, e->reads[2])->box;
-    int64_t n = sw_box_volume(part);
+    const sw_box32 *whole = &sw_env_buffer(e, e->reads[0])->box, *part = &sw_env_buffer(e, e->reads[2])->box;
+    int64_t n = sw_box32_volume(part);
     int64_t *updates = sw_runtime_updates(e->rt, e->reads[2]);
-    if (sw_box_equal(whole, part)) {
+    if (sw_box32_equal(whole, part)) {
         sw_optim_update(o, *updates + 1, p, grad, s0, s1, n);
     } else {   /* zero: the chunk `part` of param and grad, gathered (p_c, g_c: n floats each) */
         sw_status s = SW_OK;

@@ -87,7 +87,7 @@ static sw_status run_copy(const sw_task_env *e) {
     int32_t src = e->reads[0], dst = e->writes[0];
     const sw_buffer *bs = sw_env_buffer(e, src), *bd = sw_env_buffer(e, dst);
     if (bs->kind == SW_BUF_STATS || bd->kind == SW_BUF_STATS) {   /* statistics: equal boxes, doubles */
-        if (!sw_box_equal(&bs->box, &bd->box)) {
+        if (!sw_box32_equal(&bs->box, &bd->box)) {
             return SW_FAIL(SW_ERR_INTERNAL, "task %d copies statistics between different boxes", e->id);
         }
         memcpy(sw_env_ptr(e, dst), sw_env_ptr(e, src), (size_t)sw_buffer_bytes(bs));
@@ -108,7 +108,7 @@ static sw_status move_message(const sw_task_env *e, int32_t b, int pack) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d has no staging buffer on this rank", e->id);
     }
     if (buf->kind == SW_BUF_STATS) {
-        if (!sw_box_equal(&buf->box, &e->task->box)) {
+        if (!sw_box32_equal(&buf->box, &e->task->box)) {
             return SW_FAIL(SW_ERR_INTERNAL, "task %d moves part of a batchnorm's statistics", e->id);
         }
         size_t n = (size_t)sw_buffer_bytes(buf);
@@ -139,7 +139,7 @@ static sw_status run_accumulate(const sw_task_env *e) {
     if (!sw_env_first_accumulate(e)) {
         return sw_accumulate_box(&s, &d);
     }
-    if (!sw_box_equal(&e->task->box, &sw_env_buffer(e, e->writes[0])->box)) {
+    if (!sw_box32_equal(&e->task->box, &sw_env_buffer(e, e->writes[0])->box)) {
         sw_view_zero(&d);
     }
     return sw_copy_box(&s, &d);
@@ -162,7 +162,7 @@ static sw_status run_load_input(const sw_task_env *e) {
 /* reduce, stats_reduce: the first read (= the write) += the others, in order. */
 static sw_status run_sum(const sw_task_env *e) {
     const sw_buffer *b = sw_env_buffer(e, e->writes[0]);
-    int64_t n = sw_box_volume(&b->box);
+    int64_t n = sw_box32_volume(&b->box);
     if (b->kind == SW_BUF_STATS) {
         double *total = sw_env_ptr(e, e->writes[0]);
         for (int k = 1; k < e->nreads; k++) {

@@ -23,7 +23,7 @@
 #include "task_env.h"  /* sw_task_env, sw_backward_reads */
 #include "runtime.h"          /* sw_backend, sw_runtime */
 
-#define SW_EXT_ABI_VERSION 4
+#define SW_EXT_ABI_VERSION 5   /* 5: sw_task and sw_buffer hold their boxes as sw_box32 */
 #define SW_EXT_BACKEND_CAPSULE "shardwise._cuda._backend"
 
 /* The sizes both tables carry: the table's own, and those of the structs passed by pointer

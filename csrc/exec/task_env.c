@@ -36,7 +36,7 @@ void sw_env_rebase(const sw_task_env *e, int slot, sw_view *v) {
 int64_t sw_env_bn_count(const sw_task_env *e) { return e->op->shape[0] * e->op->shape[2] * e->op->shape[3]; }
 
 int64_t sw_env_channels(const sw_task_env *e, int32_t b) {
-    const sw_box *box = &sw_env_buffer(e, b)->box;
+    const sw_box32 *box = &sw_env_buffer(e, b)->box;
     return box->hi[1] - box->lo[1];
 }
 

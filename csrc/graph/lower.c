@@ -137,7 +137,7 @@ sw_status sw_lower_reduce_among(lowering *L, int op, int slot, sw_phase phase, s
         }
         int lead = L->members[0];
         int32_t lead_dev = dev_of(L, op, lead);
-        sw_box box = L->g->buffers[L->bufs[lead]].box;
+        sw_box box = sw_buffer_box(&L->g->buffers[L->bufs[lead]]);
         int nd = 0;
         L->deps[nd++] = L->ready[lead];
         /* batchnorm statistics are received as what they are: double-precision sums */
@@ -189,7 +189,7 @@ static sw_status lower_batchnorm_forward(lowering *L, int op) {
         SW_TRY(param_buffers(L, op, w, L->io, &nreads));
         /* every worker keeps the running statistics of its channels, (2, C) like the statistics:
          * replicas update their copies alike from the same reduced sums, so they never need syncing */
-        sw_box sbox = L->g->buffers[L->bufs[w]].box;
+        sw_box sbox = sw_buffer_box(&L->g->buffers[L->bufs[w]]);
         SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_RUNNING, op, &sbox, &writes[1]));
         L->g->buffers[writes[1]].worker = w;
         L->g->buffers[writes[1]].slot = (int16_t)stat;

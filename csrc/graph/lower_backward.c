@@ -64,7 +64,7 @@ static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t d
             SW_TRY(add_copy(L, &t, ptask, pbuf, read, &dep));
         }
         sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_BACKWARD, sdev, src, s);
-        t.box = *piece;
+        sw_task_set_box(&t, piece);
         t.elements = sw_box_volume(piece);
         int wi = widx(L, src, s);
         int32_t deps[2] = {dep, L->grad_last[wi]};
@@ -145,7 +145,7 @@ static sw_status backward_data(lowering *L, int op, int w, int slot, int32_t *de
     const sw_op *o = op_at(L, op);
     int at = sidx(L, op, slot, w), src = o->inputs[slot].producer, wi = widx(L, op, w);
     int32_t dev = dev_of(L, op, w), pbuf, t_id, reads[68];   /* at most 64 inputs (problem.c) */
-    sw_box reg = L->g->buffers[L->in_buf[at]].box;
+    sw_box reg = sw_buffer_box(&L->g->buffers[L->in_buf[at]]);
     SW_TRY(make_grads(L, src));
     int direct = direct_grad(L, src, &reg, dev);   /* the first term, already in place: no accumulate */
     if (direct != NONE) {
@@ -287,7 +287,7 @@ static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, 
         return SW_FAIL(SW_ERR_VALUE, "optimizer_state must be 1..%d, got %d", SW_MAX_OPTIMIZER_STATE, nstate);
     }
     int32_t dev = dev_of(L, op, w), param = L->in_buf[sidx(L, op, slot, w)], mom;
-    sw_box box = part ? *part : L->g->buffers[param].box;
+    sw_box box = part ? *part : sw_buffer_box(&L->g->buffers[param]);
     int32_t reads[2 + SW_MAX_OPTIMIZER_STATE] = {param, grad}, writes[1 + SW_MAX_OPTIMIZER_STATE] = {param};
     for (int k = 0; k < nstate; k++) {
         SW_TRY(sw_tg_buffer(L->g, dev, SW_BUF_MOMENTUM, op, &box, &mom));
@@ -297,7 +297,7 @@ static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, 
     }
     sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, dev, op, w);
     if (part) {
-        u.box = box;
+        sw_task_set_box(&u, &box);
     }
     u.elements = sw_box_volume(&box);
     return add_task(L, &u, &dep, 1, reads, 2 + nstate, writes, 1 + nstate, upd);
@@ -309,7 +309,7 @@ static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, 
 static sw_status sync_parameter_server(lowering *L, int op, int slot, int r) {
     int lead = L->members[0];
     int32_t lead_dev = dev_of(L, op, lead), lead_grad = L->wgrad_buf[sidx(L, op, slot, lead)];
-    sw_box box = L->g->buffers[lead_grad].box;
+    sw_box box = sw_buffer_box(&L->g->buffers[lead_grad]);
     int nd = 0;
     L->deps[nd++] = L->wgrad_task[sidx(L, op, slot, lead)];
     for (int q = 1; q < r; q++) {
@@ -426,7 +426,7 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
         for (int j = 0; j < k && s == SW_OK; j++) {
             int c = ((j - 1 - r) % k + k) % k;
             sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_SYNC, DEV(j), op, L->members[j]);
-            t.box = chunks[c];
+            sw_task_set_box(&t, &chunks[c]);
             t.elements = sw_box_volume(&chunks[c]);
             int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = G(j);
             s = add_task(L, &t, deps, 3, &got[j], 1, &into, 1, &last[j]);
@@ -514,7 +514,7 @@ static sw_status fused_links(lowering *L, int op, int k, const sw_box *box, cons
         int j = (i + 1) % k;
         sw_task t = task_of(SW_TASK_RING, phase, dev_of(L, op, L->members[j]), op, L->members[i]);
         t.src_device = dev_of(L, op, L->members[i]);
-        t.box = *box;
+        sw_task_set_box(&t, box);
         t.elements = sw_box_volume(box);
         t.slot = halves * (k - 1);   /* the chunk transfers it stands for */
         int64_t sent = 0;
@@ -548,7 +548,7 @@ static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_
 #define G(i) (L->wgrad_buf[sidx(L, op, slot, L->members[(i)])])
 #define P(i) (L->in_buf[sidx(L, op, slot, L->members[(i)])])
 #define DEV(i) (dev_of(L, op, L->members[(i)]))
-    sw_box box = L->g->buffers[G(0)].box;
+    sw_box box = sw_buffer_box(&L->g->buffers[G(0)]);
     int64_t total = chunks_total(chunks, k);
     sw_status s = SW_OK;
     for (int i = 0; i < k && s == SW_OK; i++) {
@@ -562,7 +562,7 @@ static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_
     }
     for (int j = 0; j < k && s == SW_OK; j++) {   /* member j adds up every chunk but its own */
         sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_SYNC, DEV(j), op, L->members[j]);
-        t.box = box;
+        sw_task_set_box(&t, &box);
         t.elements = chunks_but(chunks, total, k, j);
         int32_t deps[2] = {joined, last[j]}, into = G(j);
         s = add_task(L, &t, deps, 2, &recv[j], 1, &into, 1, &last[j]);
@@ -606,8 +606,8 @@ sw_status sw_lower_sync(lowering *L, int op) {
             /* ring all-reduce (or zero) where asked and the box cuts into r chunks
              * (L->piece_box, free during synchronization, holds them); otherwise, or for a group
              * of one, the parameter server (which, for r = 1, is the update alone) */
-            const sw_box *box = &L->g->buffers[L->wgrad_buf[sidx(L, op, slot, L->members[0])]].box;
-            if (sw_sync_rings(L->p->sync_model) && r > 1 && ring_chunks(box, r, L->piece_box)) {
+            sw_box box = sw_buffer_box(&L->g->buffers[L->wgrad_buf[sidx(L, op, slot, L->members[0])]]);
+            if (sw_sync_rings(L->p->sync_model) && r > 1 && ring_chunks(&box, r, L->piece_box)) {
                 int zero = L->p->sync_model == SW_SYNC_ZERO;
                 SW_TRY(L->rings == SW_RINGS_FUSED ? sync_ring_fused(L, op, slot, r, L->piece_box, zero)
                                                   : sync_ring(L, op, slot, r, L->piece_box, zero));

@@ -106,7 +106,7 @@ static inline sw_task copy_of(sw_phase phase, int32_t dst, int32_t src, int32_t 
     sw_task t = task_of(SW_TASK_COPY, phase, dst, op, worker);
     t.slot = slot;
     t.src_device = src;
-    t.box = *box;
+    sw_task_set_box(&t, box);
     t.elements = sw_box_volume(box);
     t.nbytes = src != dst ? t.elements * SW_TASK_BYTES_PER_ELEMENT : 0;
     return t;

@@ -137,7 +137,8 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
         send.kind = SW_TASK_SEND;
         send.device = task->src_device;
         send.src_device = task->device;   /* the other end */
-        send.box = recv.box = box;
+        sw_task_set_box(&send, &box);
+        recv.box = send.box;
         send.elements = recv.elements = sw_box_volume(&box);
         send.nbytes = recv.nbytes = sw_box_volume(&box) * sw_buffer_element_bytes(&g->buffers[reads[0]]);
         recv.kind = SW_TASK_RECV;

@@ -180,7 +180,7 @@ static sw_status emit_swap(rewrite *R, const sw_keyed *ins) {
     t.worker = writer->worker;
     t.slot = NONE;
     t.box = buf->box;
-    t.elements = sw_box_volume(&buf->box);
+    t.elements = sw_box32_volume(&buf->box);
     int32_t host = R->nb0 + 2 * i, copy = host + 1;
     int32_t from = kind == 0 ? b : host, to = kind == 0 ? host : copy;
     int32_t dep = kind == 0 ? R->map[R->span[i].last_write] : R->out_task[i];
@@ -273,7 +273,8 @@ sw_status sw_swap_apply(const sw_task_graph *g, int ndev, const sw_swap_spec *sp
     for (int32_t i = 0; i < n && s == SW_OK; i++) {
         const sw_buffer *buf = &g->buffers[spec->buffer[i]];
         int32_t id;
-        s = sw_tg_buffer(out, buf->device, SW_BUF_HOST, buf->op, &buf->box, &id);
+        sw_box box = sw_buffer_box(buf);
+        s = sw_tg_buffer(out, buf->device, SW_BUF_HOST, buf->op, &box, &id);
         if (s == SW_OK) {
             s = sw_tg_buffer_copy(out, buf, &id);
         }

@@ -60,31 +60,39 @@ static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size) 
     return SW_OK;
 }
 
+/* The message of a box too wide for a task graph's int32 coordinates (sw_box32). */
+static sw_status too_wide(const char *what, int32_t op, const sw_box *box) {
+    for (int d = 0; box && d < box->rank; d++) {
+        if (box->lo[d] < INT32_MIN || box->lo[d] > INT32_MAX || box->hi[d] < INT32_MIN || box->hi[d] > INT32_MAX) {
+            return SW_FAIL(SW_ERR_VALUE, "dimension too large for a task graph: %s of op %d spans [%lld, %lld) in "
+                           "dimension %d, beyond 2^31 - 1", what, op, (long long)box->lo[d], (long long)box->hi[d], d);
+        }
+    }
+    return SW_FAIL(SW_ERR_VALUE, "dimension too large for a task graph: %s of op %d has a coordinate beyond 2^31 - 1",
+                   what, op);
+}
+
 sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, int32_t op, const sw_box *box,
                        int32_t *id) {
-    sw_status s = reserve((void **)&g->buffers, &g->buffer_cap, (int64_t)g->nbuffers + 1, sizeof *g->buffers);
-    if (s != SW_OK) {
-        return s;
+    sw_buffer b;
+    b.device = device;
+    b.op = op;
+    b.worker = -1;
+    b.slot = -1;
+    b.kind = (int8_t)kind;
+    if (!sw_box_narrow(&b.box, box)) {
+        return too_wide("a buffer", op, box);
     }
-    sw_buffer *b = &g->buffers[g->nbuffers];
-    b->device = device;
-    b->op = op;
-    b->worker = -1;
-    b->slot = -1;
-    b->kind = (int8_t)kind;
-    b->box = *box;
-    *id = g->nbuffers++;
-    return SW_OK;
+    return sw_tg_buffer_copy(g, &b, id);
 }
 
 /* Append an exact copy of *buf (worker and slot too) to g: the passes that rewrite a task graph
- * into a new one (swap, recompute, ranks) keep every buffer as it was. */
+ * into a new one (swap, recompute, ranks, iterations) keep every buffer as it was. */
 sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id) {
-    sw_status s = sw_tg_buffer(g, buf->device, (sw_buffer_kind)buf->kind, buf->op, &buf->box, id);
-    if (s == SW_OK) {
-        g->buffers[*id] = *buf;
-    }
-    return s;
+    SW_TRY(reserve((void **)&g->buffers, &g->buffer_cap, (int64_t)g->nbuffers + 1, sizeof *g->buffers));
+    g->buffers[g->nbuffers] = *buf;
+    *id = g->nbuffers++;
+    return SW_OK;
 }
 
 static void sort_ids(int32_t *a, int n) {  /* insertion sort: dependency lists are short */
@@ -123,6 +131,9 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
     io = io ? io : &none;
     if (io->nreads < 0 || io->nwrites < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "a task with a negative number of reads or writes");
+    }
+    if (t->box.rank == SW_BOX32_TOO_WIDE) {   /* sw_task_set_box could not narrow it */
+        return too_wide("a task", t->op, NULL);
     }
     /* dep_ptr and io_ptr have one more entry than tasks: grow them with it */
     int32_t old_cap = g->task_cap;

@@ -52,8 +52,7 @@ static sw_status unroll(const sw_task_graph *g, const char *host, int copies, sw
             }
             const sw_buffer *x = &g->buffers[b];
             int32_t id;
-            SW_TRY(sw_tg_buffer(&it->g, x->device, (sw_buffer_kind)x->kind, x->op, &x->box, &id));
-            it->g.buffers[id] = *x;
+            SW_TRY(sw_tg_buffer_copy(&it->g, x, &id));
             id_of[(size_t)c * nb + b] = id;
         }
     }

@@ -127,7 +127,7 @@ PyObject *sw_py_adopt(void *data, npy_intp n, int type) {
     return a;
 }
 
-/* Boxes as an (n, 1 + 2 * MAX_RANK) int64 array: rank, lo[5], hi[5]. */
+/* Boxes as an (n, 1 + 2 * MAX_RANK) int64 array: rank, lo[5], hi[5] (the graph's sw_box32s, widened). */
 static PyObject *boxes(const void *first, npy_intp n, size_t stride) {
     npy_intp dims[2] = {n, 1 + 2 * SW_MAX_RANK};
     PyArrayObject *a = (PyArrayObject *)PyArray_ZEROS(2, dims, NPY_INT64, 0);
@@ -136,7 +136,7 @@ static PyObject *boxes(const void *first, npy_intp n, size_t stride) {
     }
     int64_t *out = PyArray_DATA(a);
     for (npy_intp i = 0; i < n; i++) {
-        const sw_box *b = (const sw_box *)((const char *)first + (size_t)i * stride);
+        const sw_box32 *b = (const sw_box32 *)((const char *)first + (size_t)i * stride);
         int64_t *row = out + i * dims[1];
         row[0] = b->rank;
         for (int d = 0; d < b->rank; d++) {

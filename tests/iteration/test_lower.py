@@ -336,3 +336,23 @@ def test_persistent_buffer_totals_bound_every_arena(sync, precision):
         assert got.tolist() == want.astype(np.int64).tolist() and (got > 0).all()
         assert count.tolist() == np.bincount(a["buffer_device"][keep], minlength=len(d)).tolist()
         assert (got <= handle.memory_plan(align=256)["arena"]).all()
+
+
+def test_task_graph_boxes_hold_int32_coordinates_and_refuse_wider_ones():
+    """A task graph stores its boxes with int32 coordinates: a dimension of 2^31 - 1 elements
+    keeps its exact extent (tasks' and buffers' boxes come back as int64), one beyond is refused
+    with a clear ValueError rather than truncated, by the lowering and by what lowers (simulate)."""
+    def plan_of(rows):
+        g = sw.Graph()
+        g.relu(g.input("x", (rows, 2)), name="y")
+        return sw.strategies.data_parallel(g, sw.DeviceGraph.cpu(1))
+
+    a = lower(plan_of(2**31 - 1)).arrays
+    assert a["buffer_box"].dtype == np.int64 and a["box"].dtype == np.int64
+    assert a["buffer_box"][:, 0].tolist() == [2] * len(a["buffer_box"])               # rank
+    assert a["buffer_box"][:, 1 + sw._core.MAX_RANK].tolist() == [2**31 - 1] * len(a["buffer_box"])   # hi[0]
+    wide = plan_of(2**31 + 8)
+    with pytest.raises(ValueError, match="dimension too large for a task graph.*2147483656"):
+        lower(wide)
+    with pytest.raises(ValueError, match="dimension too large for a task graph"):
+        sw.simulate(wide, check_memory=False)
