@@ -276,6 +276,28 @@ sw_status sw_problem_enumerate(sw_problem *p, const int32_t *counts, int ncounts
     return s;
 }
 
+/* The first device of c when its devices are first, first + 1, ...; -1 otherwise. */
+static int first_device_of(const sw_problem *p, const sw_config *c) {
+    const int32_t *d = p->dev_pool + c->dev_offset;
+    for (int w = 1; w < c->nworkers; w++) {
+        if (d[w] != d[0] + w) {
+            return -1;
+        }
+    }
+    return d[0];
+}
+
+int sw_config_first_device(const sw_problem *p, const sw_config *c) {
+    return c->first_plus1 ? c->first_plus1 - 1 : first_device_of(p, c);
+}
+
+void sw_configs_note_first_device(const sw_problem *p, sw_config *cfgs, int n) {
+    for (int c = 0; c < n; c++) {
+        int same = c > 0 && cfgs[c].dev_offset == cfgs[c - 1].dev_offset && cfgs[c].nworkers == cfgs[c - 1].nworkers;
+        cfgs[c].first_plus1 = same ? cfgs[c - 1].first_plus1 : 1 + first_device_of(p, &cfgs[c]);
+    }
+}
+
 sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t v, int32_t r, sw_config *cfg) {
     cfg->rvar = -1;
     cfg->rdeg = 1;

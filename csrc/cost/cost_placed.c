@@ -32,27 +32,6 @@
 
 #define TRANSFER_DIRECTIONS 2.0   /* activation forward + gradient backward (as cost.c) */
 
-static int first_device_of(const sw_problem *p, const sw_config *c) {
-    const int32_t *d = p->dev_pool + c->dev_offset;
-    for (int w = 1; w < c->nworkers; w++) {
-        if (d[w] != d[0] + w) {
-            return -1;
-        }
-    }
-    return d[0];
-}
-
-int sw_config_first_device(const sw_problem *p, const sw_config *c) {
-    return c->first_plus1 ? c->first_plus1 - 1 : first_device_of(p, c);
-}
-
-void sw_configs_note_first_device(const sw_problem *p, sw_config *cfgs, int n) {
-    for (int c = 0; c < n; c++) {
-        int same = c > 0 && cfgs[c].dev_offset == cfgs[c - 1].dev_offset && cfgs[c].nworkers == cfgs[c - 1].nworkers;
-        cfgs[c].first_plus1 = same ? cfgs[c - 1].first_plus1 : 1 + first_device_of(p, &cfgs[c]);
-    }
-}
-
 static int64_t overlap(int64_t alo, int64_t ahi, int64_t blo, int64_t bhi) {
     int64_t lo = alo > blo ? alo : blo, hi = ahi < bhi ? ahi : bhi;
     return hi > lo ? hi - lo : 0;
