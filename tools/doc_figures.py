@@ -117,6 +117,7 @@ COMMANDS: dict[str, Command] = {
     "kept memory plan": measure("kept-memory-plan", cheap=False, timeout_s=300),
     "tp recompute": measure("tp-recompute", cheap=True, timeout_s=300),
     "gpt2 recompute": measure("gpt2-recompute", cheap=True, timeout_s=300),
+    "recompute greedy 64": measure("recompute-greedy-64", cheap=True, timeout_s=300),
     "example train_digits seeds 0-11": measure("digits-seeds", cheap=False, timeout_s=1200),
     # benchmarks whose figures are deterministic (Eq. 1, the simulator with the roofline costs, memory plans)
     "paper_tables": bench("paper_tables", cheap=True, timeout_s=300),
@@ -722,6 +723,14 @@ FIGURES += [
     Figure(M, "0.710 s against [[0.686]] s without", "gpt2 recompute", r"\(([\d.]+) s without the recomputes"),
     Figure(M, "alone needs [[14.35]] GB", "gpt2 recompute", r"recompute attention ([\d.]+) GB"),
     Figure(M, "GB ([[24.01]] GB keeping everything).", "gpt2 recompute", r"data parallel: .*\(([\d.]+) GB keeping"),
+    Figure(M, "[[415]] ops recomputed, the fullest arena", "recompute greedy 64", r"fits True: (\d+) ops recomputed"),
+    Figure(M, "the fullest arena [[74.99]] -> 29.85 GB", "recompute greedy 64", r"fullest arena ([\d.]+) ->"),
+    Figure(M, "74.99 -> [[29.85]] GB, 11 memory plans", "recompute greedy 64", r"-> ([\d.]+) GB"),
+    Figure(M, "[[11]] memory plans in 5.6 s", "recompute greedy 64", r"(\d+) memory plans"),
+    Figure(M, "memory plans in [[5.6]] s of processor", "recompute greedy 64", r"([\d.]+) s processor",
+           kind="timing", tolerance=0.5),
+    Figure(M, "time and [[0.39]] GB peak (87.5 s", "recompute greedy 64", r"processor, ([\d.]+) GB peak",
+           kind="timing", tolerance=0.3),
 ]
 FIGURES += [
     Figure(M, "VGG-16 over 4 K80s,\n[[0.28]] GB on a 8.54 GB arena", "footprint gap",

@@ -17,6 +17,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py kept-memory-plan     # docs/simulator.md: a replay reading the task graph's memory plan
     python tools/doc_measures.py tp-recompute         # docs/memory.md: recomputation under tensor parallelism
     python tools/doc_measures.py gpt2-recompute       # docs/memory.md: GPT-2 small on 8 V100s with recomputation
+    python tools/doc_measures.py recompute-greedy-64  # docs/memory.md: sw.recompute_plan of a 32-layer Llama on 64 H100s
     python tools/doc_measures.py conv-isa             # docs/cpu_kernels.md: the direct loops' GFLOP/s, AVX2 and AVX-512
     python tools/doc_measures.py conv-wide            # docs/cpu_kernels.md: direct against im2col on wide layers
     python tools/doc_measures.py pool-layers          # docs/cpu_kernels.md: max pooling on the scaled AlexNet's pools
@@ -424,12 +425,34 @@ def kept_memory_plan() -> None:
           f"{times[True]:.2f} s on the kept memory plan")
 
 
+def recompute_greedy_64() -> None:
+    """sw.recompute_plan of Megatron x data (8 x 8) of the 32-layer Llama with Llama-2-7B's widths
+    (a sequence of 2,048 tokens a GPU, bf16) on 64 H100s under 30 GB a device: what it chose, its
+    memory plans, processor seconds and peak resident memory, in a fresh process."""
+    import subprocess
+
+    code = ("import resource, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
+            "d = sw.DeviceGraph.cluster(nodes=8, devices_per_node=8, device='H100'); "
+            "g = sw.models.llama(layers=32, kv_heads=32, ffn=11008, seq=2048, batch=64); "
+            "o = sw.CostOptions(sync='ring', precision='bf16', reduction_splits=True); "
+            "p = sw.Plan.from_dict(g, d, sw.models.llama_megatron_dp_spec(g, 8, 8), options=o); "
+            "t0 = time.process_time(); rp = sw.recompute_plan(p, '30GB'); t = time.process_time() - t0; "
+            "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6; "
+            "print(f'fits {rp.fits}: {len(rp.ops)} ops recomputed, {rp.evaluations} memory plans, fullest arena '"
+            "f'{max(rp.unrecomputed_peak.values()) / 1e9:.2f} -> {max(rp.peak_bytes.values()) / 1e9:.2f} GB'); "
+            "print(f'{t:.1f} s processor, {rss:.2f} GB peak')")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    print(out.stdout.strip())
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
             "footprint-gap": footprint_gap, "fused-rings": fused_rings, "kept-memory-plan": kept_memory_plan,
             "tp-recompute": tp_recompute, "conv-isa": conv_isa, "conv-wide": conv_wide,
-            "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers, "gpt2-recompute": gpt2_recompute}
+            "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers, "gpt2-recompute": gpt2_recompute,
+            "recompute-greedy-64": recompute_greedy_64}
 
 
 def main(argv: list[str] | None = None) -> int:

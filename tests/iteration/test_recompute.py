@@ -154,15 +154,15 @@ def test_recompute_plan_lowers_as_the_simulator_does(monkeypatch):
     memory: k (k - 1) transfers per gradient); up to it, chunked.  What it reports is the memory
     plan of that graph, recomputation included."""
     from shardwise.iteration import recompute_plan as module
-    from shardwise.iteration.lower import FUSED_RINGS_ABOVE
+    from shardwise.iteration.lower import FUSED_RINGS_ABOVE, lowered
 
     seen = []
 
     def recording(*args, **kwargs):
         seen.append(kwargs.get("rings", "chunked"))
-        return sw.lower(*args, **kwargs)
+        return lowered(*args, **kwargs)
 
-    monkeypatch.setattr(module, "lower", recording)
+    monkeypatch.setattr(module, "lowered", recording)
     for ndev, rings in ((1, "chunked"), (2 * FUSED_RINGS_ABOVE, "fused")):
         # N samples a device: feature maps, not the synchronization's buffers, set each peak
         plan = sw.strategies.data_parallel(chain(N * ndev), sw.DeviceGraph.cpu(ndev))
@@ -339,3 +339,44 @@ def test_the_staged_search_tries_recomputation_when_nothing_fits(monkeypatch):
     with pytest.raises(sw.PlanDoesNotFitError) as err:
         sw.search(g, d, memory=far, progress=False, recompute=True)
     assert "recompute=True" not in str(err.value)
+
+
+def _megatron_gpt():
+    """A 2-layer GPT in Megatron's layout over 2 x 2 devices: workers of several ops per device,
+    split reductions, copies between devices."""
+    g = sw.models.gpt(layers=2, d_model=64, heads=4, seq=16, vocab=128, batch=8)
+    d = sw.DeviceGraph.cluster(nodes=2, devices_per_node=2, device="P100")
+    return sw.Plan.from_dict(g, d, sw.models.megatron_dp_spec(g, 2, 2), options=sw.CostOptions(reduction_splits=True))
+
+
+@pytest.mark.parametrize("kind", ["forward", "backward_data", "copy"])
+def test_seconds_by_op_add_up_the_events(kind):
+    """SimResult.seconds_by_op reads the replay's arrays; it equals the events' end - start added
+    up per op in task order, bit for bit (the greedy ranks by it)."""
+    sim = sw.simulate(_megatron_gpt(), check_memory=False)
+    expected = {}
+    for e in sim.events:
+        if e.kind == kind:
+            expected[e.op] = expected.get(e.op, 0.0) + (e.end - e.start)
+    assert expected and sim.seconds_by_op(kind) == expected
+
+
+def test_kept_bytes_from_the_arrays_equal_the_records():
+    """The greedy's bytes kept at the start of the backward pass, read from the C graph's arrays,
+    equal those added up from sw.lower's Python records (its buffers' kinds, devices and
+    lifetimes), per op, on a subset of the devices."""
+    from shardwise.iteration import recompute_plan as module
+
+    plan = _megatron_gpt()
+    records = sw.lower(plan)
+    mp = memory_plan(records)
+    start = next(t.id for t in records.tasks if t.phase != "forward")
+    over = {0, 3}
+    expected = {}
+    for b in records.buffers:
+        first, last = mp.lifetime(b.id)
+        if b.kind == "activation" and b.device in over and first < start <= last:
+            expected[b.op] = expected.get(b.op, 0) + b.nbytes
+    assert expected and module._kept_bytes(module._graph(plan, 1, "chunked"), over) == expected
+    assert module._recomputed(module._graph(plan, 1, "chunked", recompute="all")) == \
+        sw.lower(plan, recompute="all").recomputed

@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.iteration.lower import TaskGraph, lower, ring_detail
+from shardwise import _core
+from shardwise.iteration.lower import TaskGraph, lower, lowered, ring_detail
+from shardwise.iteration.recompute import recompute_ops
 from shardwise.iteration.memory import memory_plan
 from shardwise.iteration.swap import _per_device, swap_plan
 from shardwise.plan import Plan
@@ -81,29 +83,44 @@ def _arenas(tg: TaskGraph) -> dict[int, int]:
     return {d: m.arena_bytes for d, m in mp.devices.items()}
 
 
+def _graph(plan: Plan, optimizer_state: int, rings: str, recompute: Any = None) -> TaskGraph:
+    """``plan`` lowered once by the C core (``recompute``: as :func:`shardwise.lower` takes it), as
+    a task graph without its Python records: the memory plans, replays and arrays read here
+    need only its handle, and on large machines the records are millions of objects (a 32-layer
+    Llama on 64 GPUs: seven of every eight seconds of the greedy went to making them)."""
+    handle = lowered(plan, optimizer_state, recompute=recompute_ops(plan, recompute), rings=rings)
+    return TaskGraph(plan=plan, handle=handle, optimizer_state=optimizer_state, rings=rings)
+
+
+def _recomputed(tg: TaskGraph) -> tuple[str, ...]:
+    """The ops that got recompute tasks in ``tg`` (graph order): ``sw.lower``'s ``recomputed``."""
+    if not tg.handle.recomputed:
+        return ()
+    r = tg.handle.arrays()
+    ops = np.unique(r["op"][r["kind"] == _core.TASK_KINDS.index("recompute")])
+    return tuple(tg.plan.graph.ops[int(i)].name for i in ops)
+
+
 def _kept_bytes(tg: TaskGraph, over: set[int]) -> dict[str, int]:
     """Per op, the bytes of its feature maps live when the backward pass starts, on the devices in
     ``over``."""
     mp = memory_plan(tg)
-    start = next((t.id for t in tg.tasks if t.phase != "forward"), len(tg.tasks))
-    out: dict[str, int] = {}
-    for b in tg.buffers:
-        if b.kind == "activation" and b.device in over:
-            first, last = mp.lifetime(b.id)
-            if first < start <= last:
-                out[b.op] = out.get(b.op, 0) + b.nbytes
-    return out
+    r = tg.handle.arrays()
+    later = np.flatnonzero(r["phase"] != _core.PHASES.index("forward"))
+    start = int(later[0]) if len(later) else len(r["phase"])
+    first, last = mp.arrays["first"], mp.arrays["last"]
+    mine = ((r["buffer_kind"] == _core.BUFFER_KINDS.index("activation")) & np.isin(r["buffer_device"], sorted(over))
+            & (first < start) & (start <= last))
+    sums = np.bincount(r["buffer_op"][mine], weights=r["buffer_bytes"][mine].astype(np.float64))
+    names = [op.name for op in tg.plan.graph.ops]
+    return {names[i]: int(round(sums[i])) for i in np.flatnonzero(np.bincount(r["buffer_op"][mine]))}
 
 
 def _forward_seconds(tg: TaskGraph, costs: Any) -> dict[str, float]:
     """Per op, the simulated seconds of its forward tasks (every worker)."""
     from shardwise.iteration.simulate import simulate
 
-    out: dict[str, float] = {}
-    for e in simulate(tg, check_memory=False, costs=costs).events:
-        if e.kind == "forward":
-            out[e.op] = out.get(e.op, 0.0) + (e.end - e.start)
-    return out
+    return simulate(tg, check_memory=False, costs=costs).seconds_by_op("forward")
 
 
 def _ranked(plan: Plan, candidates: tuple[str, ...], kept: dict[str, int], seconds: dict[str, float],
@@ -158,18 +175,18 @@ def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: 
     # where the chunked ring's k (k - 1) transfers per gradient do not fit in memory (on 1,024
     # devices hundreds of millions of tasks); the same arenas as the chunked graph on the zoo's plans
     rings = ring_detail(plan, "auto")
-    plain = lower(plan, optimizer_state, rings=rings)
+    plain = _graph(plan, optimizer_state, rings)
     before = _arenas(plain)
     evaluations = 1
     over = {d for d in range(ndev) if before[d] > budgets[d]}
     ranked: list[str] = []
     best, best_arena = (), before
     if over:
-        candidates = lower(plan, optimizer_state, recompute="all", rings=rings).recomputed
+        candidates = _recomputed(_graph(plan, optimizer_state, rings, recompute="all"))
         ranked = _ranked(plan, candidates, _kept_bytes(plain, over), _forward_seconds(plain, costs), max_segment)
 
         def arena_of(k: int) -> dict[int, int]:
-            return _arenas(lower(plan, optimizer_state, recompute=ranked[:k], rings=rings))
+            return _arenas(_graph(plan, optimizer_state, rings, recompute=ranked[:k]))
 
         lo, hi = 0, len(ranked)          # fits with ranked[:hi] (checked first), not with ranked[:lo]
         best_arena = arena_of(hi) if hi else before
@@ -190,7 +207,7 @@ def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: 
     from shardwise.iteration.simulate import simulate
 
     base_time = simulate(plain, check_memory=False, costs=costs).iteration_time
-    time = simulate(lower(plan, optimizer_state, recompute=ops, rings=rings), check_memory=False,
+    time = simulate(_graph(plan, optimizer_state, rings, recompute=ops), check_memory=False,
                     costs=costs).iteration_time \
         if ops else base_time
     method, chosen_swap = METHOD.format(max_segment), None

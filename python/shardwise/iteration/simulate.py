@@ -83,8 +83,12 @@ class SimResult:
                  events: list[SimEvent] | Callable[[], list[SimEvent]] | None = None,
                  memory: dict[int, int] | None = None, tasks: int = 0, costs_used: str = "the roofline model",
                  lanes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
-                 ranks: list[int] | None = None, rank_bytes: dict[str, list[int]] | None = None) -> None:
+                 ranks: list[int] | None = None, rank_bytes: dict[str, list[int]] | None = None,
+                 task_times: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         self.plan = plan
+        # (kind, op, start, duration) per task, the arrays events are made of; None for results
+        # made without them
+        self._task_times = task_times
         # the rank of every device (None: one process), and the bytes of the copies between
         # devices of different ranks, per rank: {"sent": [...], "received": [...]} (the layout
         # of Comm.counters(); all zero in one process)
@@ -106,6 +110,23 @@ class SimResult:
         if callable(self._events):
             self._events = self._events()
         return self._events
+
+    def seconds_by_op(self, kind: str = "forward") -> dict[str, float]:
+        """Per op, the simulated seconds of its tasks of ``kind`` (every worker's) added up in task
+        order, as the events' ``end - start`` would add up, without building the events (millions
+        of them on large machines)."""
+        if self._task_times is None:
+            out: dict[str, float] = {}
+            for e in self.events:
+                if e.kind == kind:
+                    out[e.op] = out.get(e.op, 0.0) + (e.end - e.start)
+            return out
+        kinds, op, start, duration = self._task_times
+        mine = kinds == _core.TASK_KINDS.index(kind)
+        sums = np.bincount(op[mine], weights=(start[mine] + duration[mine]) - start[mine])
+        present = np.bincount(op[mine])
+        names = [o.name for o in self.plan.graph.ops]
+        return {names[i]: float(sums[i]) for i in np.flatnonzero(present)}
 
     def __repr__(self) -> str:
         return (f"SimResult({self.plan.name!r}, iteration_time={self.iteration_time!r}, "
@@ -358,7 +379,7 @@ def simulate(plan: Plan, check_memory: bool = True, engine: str = "c", costs: An
     return SimResult(plan, total, int(r["bytes_moved"]), busy, lambda: _events_from(plan, r, name), memory,
                      tasks=len(r["kind"]), costs_used=describe_costs(costs),
                      lanes=(stream, sdev, sprio, r["dep_ptr"], r["deps"]), ranks=rank,
-                     rank_bytes=_rank_bytes(r, rank))
+                     rank_bytes=_rank_bytes(r, rank), task_times=(r["kind"], r["op"], r["start"], r["duration"]))
 
 
 def _rings_with(plan: Plan, rings: str, sched: Any, swap: Any) -> str:
