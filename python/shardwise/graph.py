@@ -130,6 +130,11 @@ class Graph(SequenceBuilders, BroadcastBuilders):
         # its "transformer.wte.weight"): alias -> the name get_weights gives it.  set_weights
         # takes either name, or both holding equal arrays.
         self.weight_aliases: dict[str, str] = {}
+        # Parallel layouts the model's builder knows, by name: layout(tp, dp) is a spec for
+        # Plan.from_dict (tensor parallelism over groups of tp devices, data parallelism over dp
+        # groups), as sw.models.llama registers Megatron-LM's.  The search tries them beside its
+        # baselines when recomputation is asked for (strategies.layout_baselines).
+        self.layouts: dict[str, Any] = {}
 
     # ----- internals -------------------------------------------------------
     def _tensor(self, t: Any, what: str = "input") -> Tensor:

@@ -380,3 +380,28 @@ def test_kept_bytes_from_the_arrays_equal_the_records():
     assert expected and module._kept_bytes(module._graph(plan, 1, "chunked"), over) == expected
     assert module._recomputed(module._graph(plan, 1, "chunked", recompute="all")) == \
         sw.lower(plan, recompute="all").recomputed
+
+
+def test_a_staged_no_fit_error_leads_to_recomputation(monkeypatch):
+    """When the staged search's memory-constrained steps end in PlanDoesNotFitError (not only in
+    a SearchError), sw.search(recompute=True) still tries recomputation, on the Eq. 1 plan first
+    (the greedy stubbed here to fit it)."""
+    from shardwise.iteration import recompute_plan as module
+    from shardwise.planning import search as search_module
+
+    monkeypatch.setattr(search_module, "SCALE_ABOVE", -1)
+    g, d = chain(), sw.DeviceGraph.cpu(2)
+    far = memory_plan(sw.search(g, d, memory=False, progress=False)).peak_bytes // 2
+    with pytest.raises(sw.PlanDoesNotFitError):
+        sw.search(g, d, memory=far, progress=False)
+    tried = []
+
+    def greedy(plan, budget, costs=None, **kwargs):
+        tried.append(plan.name)
+        return module.RecomputePlan(plan=plan, budget=budget, ops=("relu1",), fits=True,
+                                    peak_bytes=dict.fromkeys(budget, 1), unrecomputed_peak=dict.fromkeys(budget, 2),
+                                    iteration_time=1.0, recomputed_iteration_time=1.0, method="stub", evaluations=1)
+
+    monkeypatch.setattr(module, "recompute_plan", greedy)
+    p = sw.search(g, d, memory=far, progress=False, recompute=True, objective="eq1")
+    assert len(tried) == 1 and p.search_stats["memory"]["recompute"]["ops"] == ["relu1"]

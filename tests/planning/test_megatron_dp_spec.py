@@ -75,3 +75,24 @@ def test_megatron_spec_is_the_single_group_case():
         sw.models.megatron_dp_spec(g, 2, 0)
     with pytest.raises((ValueError, TypeError)):
         sw.models.llama_megatron_dp_spec(sw.models.llama_tiny(), 0, 2)
+
+
+def test_sequence_parallel_llama_trains_like_one_worker():
+    """A batch of 2 on 2 x 2 workers: not a multiple of dp * tp, so the Llama layout splits its
+    RMS norms, residual adds and token ids by samples and positions (Megatron's sequence
+    parallelism); it trains like one worker, and asked for on a batch that needs none, it is
+    the same split."""
+    g = sw.models.llama_tiny(batch=2)
+    spec = sw.models.llama_megatron_dp_spec(g, 2, 2)
+    assert spec["model.layers.0.input_layernorm"] == {"n": 2, "c": 2} == spec["input_ids"]
+    assert sw.models.llama_megatron_dp_spec(g, 2, 1, sequence_parallel=True)["model.norm"] == {"c": 2}
+    assert sw.models.llama_megatron_dp_spec(sw.models.llama_tiny(batch=4), 2, 2)["model.norm"] == {"n": 4}
+    plan = sw.Plan.from_dict(g, sw.DeviceGraph.cpu(4), spec, options=OPTIONS)
+    one = sw.Trainer(g, sw.Plan.from_dict(g, sw.DeviceGraph.cpu(1), {}), optimizer=sw.SGD(lr=0.5))
+    many = sw.Trainer(g, plan, optimizer=sw.SGD(lr=0.5))
+    ids, labels = tokens(5, batch=2)
+    got = [many.step(ids, labels) for _ in range(3)]
+    want = [one.step(ids, labels) for _ in range(3)]
+    np.testing.assert_allclose(got, want, rtol=RTOL)
+    assert got[2] < got[0]
+    assert_close_weights(many.get_weights(), one.get_weights())

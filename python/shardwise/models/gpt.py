@@ -27,6 +27,7 @@ weights.  Parameter names equal a torch module with the same attribute names
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from shardwise.errors import ShapeError
@@ -72,6 +73,7 @@ def gpt(layers: int = 12, d_model: int = 768, heads: int = 12, seq: int = 1024, 
         x = block(g, x, heads, f"h.{layer}")
     logits = g.linear(g.layer_norm(x, name="ln_f"), vocab, bias=False, name="lm_head")
     g.softmax(logits, name="loss")
+    g.layouts["megatron"] = functools.partial(megatron_dp_spec, g)
     return g
 
 

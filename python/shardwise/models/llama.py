@@ -31,6 +31,8 @@ scaling variants, dropout.
 """
 from __future__ import annotations
 
+import functools
+
 from shardwise.errors import ShapeError
 from shardwise.graph import Graph, Tensor
 from shardwise.models._common import positive_int
@@ -110,10 +112,12 @@ def llama(layers: int = 32, d_model: int = 4096, heads: int = 32, kv_heads: int 
         x = decoder_layer(g, x, heads, kv_heads, ffn, rope_base, eps, f"model.layers.{layer}")
     logits = g.linear(g.rms_norm(x, eps=eps, name="model.norm"), vocab, bias=False, name="lm_head")
     g.softmax(logits, name="loss")
+    g.layouts["megatron"] = functools.partial(llama_megatron_dp_spec, g)
     return g
 
 
-def llama_megatron_dp_spec(g: Graph, tp: int, dp: int = 1) -> dict[str, dict[str, int]]:
+def llama_megatron_dp_spec(g: Graph, tp: int, dp: int = 1,
+                           sequence_parallel: bool | None = None) -> dict[str, dict[str, int]]:
     """Megatron-LM's tensor parallelism over groups of ``tp`` devices with data parallelism over
     ``dp`` groups, for a :func:`llama` graph, as a spec for ``Plan.from_dict(g, devices, spec,
     options=CostOptions(reduction_splits=True))`` (the layout of ``sw.models.megatron_dp_spec``
@@ -128,8 +132,17 @@ def llama_megatron_dp_spec(g: Graph, tp: int, dp: int = 1) -> dict[str, dict[str
     Workers are numbered row-major over an op's split dimensions, samples slowest and a split
     reduction fastest, so group j is devices ``[j*tp, (j+1)*tp)``: one node of
     ``DeviceGraph.cluster(nodes, tp)``.  Needs ``tp`` to divide the key/value heads and the
-    batch to be a multiple of ``dp * tp``."""
+    batch to be a multiple of ``dp * tp``.
+
+    ``sequence_parallel``: split the RMS norms, residual adds and the token ids ``n=dp`` by
+    samples and ``c=tp`` by positions in the sequence instead (Megatron-LM's sequence
+    parallelism, "Reducing Activation Recomputation in Large Transformer Models"): the batch
+    then needs to be a multiple of ``dp`` only, and the sequence of ``tp``.  None (the default):
+    only when the batch is not a multiple of ``dp * tp``."""
     tp, dp = positive_int("llama_megatron_dp_spec", tp, "tp"), positive_int("llama_megatron_dp_spec", dp, "dp")
+    batch, seq = g.ops[0].shape[:2]   # the token ids (N, T), the graph's first op
+    if sequence_parallel is None:
+        sequence_parallel = batch % (dp * tp) != 0
 
     def split(**degrees: int) -> dict[str, int]:
         return {dim: degree for dim, degree in degrees.items() if degree > 1}
@@ -150,6 +163,8 @@ def llama_megatron_dp_spec(g: Graph, tp: int, dp: int = 1) -> dict[str, dict[str
             spec[name] = split(n=dp, v=tp)            # vocabulary-parallel embedding
         elif name in ("lm_head", "loss"):
             spec[name] = split(n=dp, l=tp)            # vocabulary columns of the logits
+        elif sequence_parallel:
+            spec[name] = split(n=dp, c=tp)            # RMS norms, residual adds, ids: by samples and positions
         else:
             spec[name] = split(n=dp * tp)             # RMS norms, residual adds: by samples
     return spec

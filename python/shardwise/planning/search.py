@@ -30,7 +30,7 @@ from shardwise.planning import objective as objective_module
 from shardwise.planning import search_scale
 from shardwise.planning import search_memory
 from shardwise.planning.search_scale_memory import MemoryStage
-from shardwise.planning.strategies import baselines
+from shardwise.planning.strategies import baselines, layout_baselines
 from shardwise.progress import ProgressReport, check_progress
 
 # above this many configurations on every aligned block, or about this many min-plus steps to
@@ -291,7 +291,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
             result = search_scale.search_symmetric(
                 graph, devices, options, problem, costs, limit, stages,
                 live=lambda p, label, f: _run_live(p, label, f, report), memory=memory_stage)
-        except SearchError as err:   # nothing fits without recomputation (search_scale_memory)
+        except (SearchError, search_memory.PlanDoesNotFitError) as err:   # nothing fits without recomputation
             eq1 = getattr(err, "eq1_configs", None)
             if not recompute or eq1 is None:
                 raise
@@ -411,13 +411,15 @@ RECOMPUTE_BASELINES = 2   # baselines tried with recomputation after the Eq. 1 o
 
 def _recompute_to_fit(plan: Plan, graph: Graph, devices: DeviceGraph, options: CostOptions, costs,
                       limit: np.ndarray) -> Plan | None:
-    """The first of the Eq. 1 optimum and the RECOMPUTE_BASELINES cheapest baselines that fits
-    ``limit`` with recomputation (sw.recompute_plan, a greedy), with its choice in
-    ``search_stats["memory"]["recompute"]``; None when none does."""
+    """The first of the Eq. 1 optimum, the RECOMPUTE_BASELINES cheapest baselines and the layouts
+    the graph's builder registered (strategies.layout_baselines: Megatron-LM's for sw.models.llama
+    and gpt graphs) that fits ``limit`` with recomputation (sw.recompute_plan, a greedy), with
+    its choice in ``search_stats["memory"]["recompute"]``; None when none does."""
     from shardwise.iteration.recompute_plan import recompute_plan
 
     budget = {d: int(b) for d, b in enumerate(limit)}
     others = sorted(baselines(graph, devices, options), key=lambda p: p.cost)[:RECOMPUTE_BASELINES]
+    others += layout_baselines(graph, devices, options)
     for candidate in [plan] + others:
         candidate.costs = costs
         rp = recompute_plan(candidate, budget, costs=costs)

@@ -46,6 +46,7 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.errors import SearchError
+from shardwise.planning.search_memory import PlanDoesNotFitError
 from shardwise.planning.costs import ProfileTable, apply_profile
 from shardwise.machine.devices import DeviceGraph
 from shardwise.graph import Graph
@@ -213,8 +214,8 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
         staged = Staged(work, canonical, kept_marginals[0], per, stats, stages, marginals_cap=kept_marginals[1])
         try:
             mchosen, mcost, mstats, mexact, mbound = memory.search(staged)
-        except SearchError as err:   # nothing fits: the Eq. 1 plan in hand goes with the error, for
-            err.eq1_configs = chosen   # sw.search(recompute=True) to try recomputation on
+        except (SearchError, PlanDoesNotFitError) as err:   # nothing fits: the Eq. 1 plan in hand goes
+            err.eq1_configs = chosen   # with the error, for sw.search(recompute=True) to try recomputation on
             raise
         info = mstats.pop("memory")
         stages.done(f"memory-constrained search ({info['placements']}: " + ("exact)" if mexact else "not proven)"))

@@ -7,6 +7,8 @@ lies inside the search space and the searched cost can never exceed it.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from shardwise.machine.devices import DeviceGraph
 from shardwise.graph import Graph, Op
 from shardwise.plan import OpConfig, Plan
@@ -53,6 +55,32 @@ def owt(graph: Graph, devices: DeviceGraph, options: CostOptions | None = None) 
     late = _after_first_linear(graph)
     configs = {op.name: _split(op, 1 if op.index in late else 0, len(devices)) for op in graph.ops}
     return Plan(graph, devices, configs, options, name="owt")
+
+
+def layout_baselines(graph: Graph, devices: DeviceGraph, options: CostOptions | None = None) -> list[Plan]:
+    """The parallel layouts the graph's builder registered (``graph.layouts``, as ``sw.models.llama``
+    and ``sw.models.gpt`` register Megatron-LM's) on a machine of equal nodes: tensor parallelism
+    over each node's devices, data parallelism across the nodes.  A layout that does not apply
+    (the heads, batch or sequence do not divide, or the options forbid its split reductions) is
+    left out; none on a machine of one device or of unequal nodes."""
+    from shardwise.errors import ShardwiseError
+
+    by_node: dict[Any, int] = {}
+    for dev in devices.devices:
+        by_node[dev.node] = by_node.get(dev.node, 0) + 1
+    sizes = set(by_node.values())
+    if not graph.layouts or len(devices) < 2 or len(sizes) != 1:
+        return []
+    tp, dp = sizes.pop(), len(by_node)
+    if tp == 1:   # one device a node: tensor parallelism over the whole machine
+        tp, dp = dp, 1
+    plans = []
+    for name, layout in graph.layouts.items():
+        try:
+            plans.append(Plan.from_dict(graph, devices, layout(tp, dp), options, name=f"{name} {tp} x data {dp}"))
+        except (ShardwiseError, ValueError):
+            continue   # (its shapes do not divide, or its splits are not allowed)
+    return plans
 
 
 def baselines(graph: Graph, devices: DeviceGraph, options: CostOptions | None = None) -> list[Plan]:
