@@ -292,6 +292,15 @@ class Plan:
     def __len__(self) -> int:
         return len(self.configs)
 
+    def memory(self, optimizer_state: int = 1, swap: Any = None):
+        """Per device: its arena and the bytes of weights, optimizer state, activations kept,
+        recomputed and swapped (:func:`shardwise.iteration.memory.plan_memory`), with the
+        recomputation ``sw.search(..., recompute=True)`` chose for this plan, or ``swap``'s (a
+        SwapPlan).  ``optimizer_state``: 1 for SGD, 2 for Adam.  ``print`` the result for a table."""
+        from shardwise.iteration.memory import plan_memory
+
+        return plan_memory(self, optimizer_state, swap)
+
     def compare(self, baselines: Sequence["Plan"] | None = None, costs: Any = None):
         """This plan beside data, model and OWT parallelism (or ``baselines``): simulated
         iteration, Eq. 1 cost and its terms, and why the plan wins or loses; with the plan's

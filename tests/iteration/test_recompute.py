@@ -153,7 +153,7 @@ def test_recompute_plan_lowers_as_the_simulator_does(monkeypatch):
     and the search's memory check have them (chunked rings on a large machine do not fit in
     memory: k (k - 1) transfers per gradient); up to it, chunked.  What it reports is the memory
     plan of that graph, recomputation included."""
-    from shardwise.iteration import recompute_plan as module
+    from shardwise.iteration import lower as module
     from shardwise.iteration.lower import FUSED_RINGS_ABOVE, lowered
 
     seen = []
@@ -333,6 +333,11 @@ def test_the_staged_search_tries_recomputation_when_nothing_fits(monkeypatch):
     t = sw.Trainer(g, p)
     assert t.task_graph.recomputed == tuple(r["ops"])
     assert max(x.arena_bytes for x in t.memory_plan.devices.values()) <= budget
+    # plan.memory(): the arenas with that recomputation, and the kept bytes it spares
+    m, kept_all = p.memory(), memory_plan(sw.lower(p)).devices
+    assert {dev: x.arena for dev, x in m.items()} == {dev: x.arena_bytes for dev, x in t.memory_plan.devices.items()}
+    assert all(x.recomputed == kept_all[dev].activations_kept - x.activations_kept for dev, x in m.items())
+    assert any(x.recomputed > 0 for x in m.values()) and all(x.swapped == 0 for x in m.values())
     far = full // 2
     with pytest.raises(sw.PlanDoesNotFitError, match=r"recompute=True"):
         sw.search(g, d, memory=far, progress=False)

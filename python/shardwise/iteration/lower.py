@@ -287,6 +287,18 @@ def lowered(plan: Plan, optimizer_state: int = 1, streams: Any = None, swap: Any
                            fused_rings=rings == "fused")
 
 
+def lowered_graph(plan: Plan, optimizer_state: int = 1, rings: str = "auto", recompute: Any = None) -> TaskGraph:
+    """``plan`` lowered once by the C core (``recompute`` as :func:`lower` takes it; ``rings`` one
+    of :data:`RING_DETAILS` or "auto", as the simulator lowers), as a task graph without its
+    Python records: memory plans and replays read only its handle, and on large machines the
+    records are millions of objects."""
+    from shardwise.iteration.recompute import recompute_ops
+
+    detail = ring_detail(plan, rings)
+    handle = lowered(plan, optimizer_state, recompute=recompute_ops(plan, recompute), rings=detail)
+    return TaskGraph(plan=plan, handle=handle, optimizer_state=optimizer_state, rings=detail)
+
+
 def handle_of(tg: "TaskGraph", plan: Any = None) -> "_core.TaskGraph":
     """The C handle of a TaskGraph view; with ``plan``, ConfigError unless the view was lowered
     from that plan (the same object, or the same graph, devices and configurations)."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from shardwise import _core
 from shardwise.errors import ConfigError
-from shardwise.iteration.lower import TaskGraph, handle_of, lowered, plan_arrays, ring_detail
+from shardwise.iteration.lower import TaskGraph, handle_of, lower, lowered, plan_arrays, ring_detail
 from shardwise.iteration.schedule import Schedule
 from shardwise.plan import Plan
 
@@ -164,3 +164,66 @@ def memory_plan(plan: Plan, align: int = DEFAULT_ALIGNMENT, check: bool = False,
             gradients=sum(at_peak.get(k, 0) for k in ("grad", "partial_grad", "param_grad", "grad_pre")),
             at_peak=at_peak)
     return MemoryPlan(plan, devices, align, r, optimizer_state, schedule, handle)
+
+
+@dataclass
+class DeviceBreakdown:
+    """What one device holds in a plan's memory (:meth:`shardwise.Plan.memory`), in bytes."""
+
+    device: int
+    arena: int              # the memory plan's arena, recomputation included: what the device needs
+    weights: int            # parameter slices
+    optimizer_state: int    # the optimizer's state buffers
+    activations_kept: int   # feature maps live when the backward pass starts
+    recomputed: int         # feature maps recomputed in the backward pass instead of kept (by the
+    #                         recomputation sw.search(..., recompute=True) chose): kept bytes spared
+    swapped: int            # feature maps swapped to host memory instead (the swap plan given)
+    budget: int             # the device's memory
+
+
+class PlanMemory(dict):
+    """Device -> :class:`DeviceBreakdown` of a plan (:meth:`shardwise.Plan.memory`); ``print`` it
+    for a table."""
+
+    def summary(self) -> str:
+        rows = [f"{'device':>6} {'arena GB':>9} {'weights':>8} {'optimizer':>9} {'kept':>8} {'recomputed':>10} "
+                f"{'swapped':>8} {'budget':>8}"]
+        for d, x in sorted(self.items()):
+            rows.append(f"{d:>6} {x.arena / 1e9:>9.3f} {x.weights / 1e9:>8.3f} {x.optimizer_state / 1e9:>9.3f} "
+                        f"{x.activations_kept / 1e9:>8.3f} {x.recomputed / 1e9:>10.3f} {x.swapped / 1e9:>8.3f} "
+                        f"{x.budget / 1e9:>8.3f}")
+        return "\n".join(rows)
+
+    __str__ = summary
+
+
+def plan_memory(plan: Plan, optimizer_state: int = 1, swap: Any = None) -> PlanMemory:
+    """Per device of ``plan``: its arena and what it holds (:class:`DeviceBreakdown`), lowered as
+    the simulator lowers it, with the recomputation ``sw.search(..., recompute=True)`` chose for
+    the plan (``search_stats["memory"]["recompute"]``), or ``swap``'s (a SwapPlan of the plan,
+    which carries its own recomputation) when given.  ``recomputed`` and ``swapped`` are the
+    feature-map bytes live at the start of the backward pass in the plan lowered without them,
+    less those with them."""
+    from shardwise.iteration.lower import lowered_graph
+
+    if swap is not None:
+        tg = lower(plan, optimizer_state, swap=swap, rings=ring_detail(plan, "auto"))
+        ops = tuple(getattr(swap, "recompute", ()) or ())
+    else:
+        ops = tuple(((plan.search_stats or {}).get("memory", {}).get("recompute") or {}).get("ops") or ())
+        tg = lowered_graph(plan, optimizer_state, "auto", ops or None)
+    held = memory_plan(tg)   # everything applied
+    # the same plan keeping every map, and recomputing without swapping (the kept bytes each spares)
+    plain = memory_plan(lowered_graph(plan, optimizer_state, "auto")) if (ops or swap is not None) else held
+    if swap is None:
+        recomputing = held
+    else:
+        recomputing = memory_plan(lowered_graph(plan, optimizer_state, "auto", ops)) if ops else plain
+    out = PlanMemory()
+    for d, x in held.devices.items():
+        kept_plain, kept_recomputing = plain.devices[d].activations_kept, recomputing.devices[d].activations_kept
+        out[d] = DeviceBreakdown(
+            device=d, arena=x.arena_bytes, weights=x.parameters, optimizer_state=x.optimizer_state,
+            activations_kept=x.activations_kept, recomputed=max(kept_plain - kept_recomputing, 0),
+            swapped=max(kept_recomputing - x.activations_kept, 0), budget=int(plan.devices.devices[d].memory))
+    return out

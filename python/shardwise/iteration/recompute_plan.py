@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 
 from shardwise import _core
-from shardwise.iteration.lower import TaskGraph, lower, lowered, ring_detail
-from shardwise.iteration.recompute import recompute_ops
+from shardwise.iteration.lower import TaskGraph, lower, lowered_graph, ring_detail
 from shardwise.iteration.memory import memory_plan
 from shardwise.iteration.swap import _per_device, swap_plan
 from shardwise.plan import Plan
@@ -84,12 +83,9 @@ def _arenas(tg: TaskGraph) -> dict[int, int]:
 
 
 def _graph(plan: Plan, optimizer_state: int, rings: str, recompute: Any = None) -> TaskGraph:
-    """``plan`` lowered once by the C core (``recompute``: as :func:`shardwise.lower` takes it), as
-    a task graph without its Python records: the memory plans, replays and arrays read here
-    need only its handle, and on large machines the records are millions of objects (a 32-layer
-    Llama on 64 GPUs: seven of every eight seconds of the greedy went to making them)."""
-    handle = lowered(plan, optimizer_state, recompute=recompute_ops(plan, recompute), rings=rings)
-    return TaskGraph(plan=plan, handle=handle, optimizer_state=optimizer_state, rings=rings)
+    """lower.lowered_graph: the greedy reads only the C graphs' arrays, memory plans and replays
+    (a 32-layer Llama on 64 GPUs: seven of every eight seconds went to making Python records)."""
+    return lowered_graph(plan, optimizer_state, rings, recompute)
 
 
 def _recomputed(tg: TaskGraph) -> tuple[str, ...]:
