@@ -400,15 +400,8 @@ static inline int64_t sw_box32_volume(const sw_box32 *b) {
     return v;
 }
 static inline int sw_box32_equal(const sw_box32 *a, const sw_box32 *b) {
-    if (a->rank != b->rank) {
-        return 0;
-    }
-    for (int d = 0; d < a->rank; d++) {
-        if (a->lo[d] != b->lo[d] || a->hi[d] != b->hi[d]) {
-            return 0;
-        }
-    }
-    return 1;
+    sw_box wa = sw_box_wide(a), wb = sw_box_wide(b);
+    return sw_box_equal(&wa, &wb);
 }
 
 #define SW_TASK_BYTES_PER_ELEMENT 4   /* the executor's buffers are float32 */
