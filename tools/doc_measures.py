@@ -18,6 +18,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py tp-recompute         # docs/memory.md: recomputation under tensor parallelism
     python tools/doc_measures.py gpt2-recompute       # docs/memory.md: GPT-2 small on 8 V100s with recomputation
     python tools/doc_measures.py recompute-greedy-64  # docs/memory.md: sw.recompute_plan of a 32-layer Llama on 64 H100s
+    python tools/doc_measures.py llama-1024-recompute # docs/memory.md: Llama-2-7B's shape, batch 512 x 4,096, on 1,024 H100s
     python tools/doc_measures.py conv-isa             # docs/cpu_kernels.md: the direct loops' GFLOP/s, AVX2 and AVX-512
     python tools/doc_measures.py conv-wide            # docs/cpu_kernels.md: direct against im2col on wide layers
     python tools/doc_measures.py pool-layers          # docs/cpu_kernels.md: max pooling on the scaled AlexNet's pools
@@ -446,13 +447,34 @@ def recompute_greedy_64() -> None:
     print(out.stdout.strip())
 
 
+def llama_1024_recompute() -> None:
+    """sw.search(recompute=True) of a 32-layer Llama with Llama-2-7B's widths and grouped-query
+    attention (8 key/value heads), batch 512 x 4,096 tokens, bf16, on 128 nodes of 8 H100s: the
+    plan it returns and its recomputation, processor seconds and peak resident memory, in a fresh
+    process (about ten minutes here)."""
+    import subprocess
+
+    code = ("import resource, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
+            "d = sw.DeviceGraph.cluster(nodes=128, devices_per_node=8, device='H100'); "
+            "g = sw.models.llama(layers=32, d_model=4096, heads=32, kv_heads=8, seq=4096, vocab=32000, batch=512); "
+            "t0 = time.process_time(); p = sw.search(g, d, precision='bf16', recompute=True, progress=False); "
+            "t = time.process_time() - t0; r = p.search_stats['memory']['recompute']; "
+            "print(f\"plan {r['plan']!r}: {len(r['ops'])} ops recomputed, fullest arena \""
+            "f\"{max(r['peak_bytes'].values()) / 1e9:.2f} GB ({max(r['unrecomputed_peak'].values()) / 1e9:.2f} GB \""
+            "f\"keeping everything)\"); "
+            "print(f'{t:.0f} s processor, {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB peak')")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    print(out.stdout.strip())
+
+
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
             "footprint-gap": footprint_gap, "fused-rings": fused_rings, "kept-memory-plan": kept_memory_plan,
             "tp-recompute": tp_recompute, "conv-isa": conv_isa, "conv-wide": conv_wide,
             "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers, "gpt2-recompute": gpt2_recompute,
-            "recompute-greedy-64": recompute_greedy_64}
+            "recompute-greedy-64": recompute_greedy_64, "llama-1024-recompute": llama_1024_recompute}
 
 
 def main(argv: list[str] | None = None) -> int:
