@@ -139,8 +139,6 @@ def llama_memory_search() -> None:
     bf16, split reductions) on 64, 256 and 1,024 H100s under their memory, each in a fresh
     process: processor seconds, peak resident memory, the plan's Eq. 1 seconds; then ResNet-50 at
     minibatch 64 the same way (its Eq. 1 optimum fits: the memory plan is only checked)."""
-    import subprocess
-
     # a fresh process per search, on n // 8 nodes of 8 H100s (n = sys.argv[1])
     start = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
              "n = int(sys.argv[1]); d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); ")
@@ -155,12 +153,9 @@ def llama_memory_search() -> None:
               "t = time.process_time() - t0; rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3; "
               "print(f'resnet50 on {n}: {t:.1f} s processor, {rss:.0f} MB peak, '"
               "f'constrained {p.search_stats[\"memory\"][\"constrained\"]}')")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for code in (llama, resnet):
         for n in (64, 256, 1024):
-            out = subprocess.run([sys.executable, "-c", start + code, str(n)], capture_output=True, text=True,
-                                 env=env, check=True)
-            print(out.stdout.strip())
+            print(_fresh_process(start + code, str(n)))
 
 
 def footprint_gap() -> None:
@@ -426,12 +421,19 @@ def kept_memory_plan() -> None:
           f"{times[True]:.2f} s on the kept memory plan")
 
 
+def _fresh_process(code: str, *args: str) -> str:
+    """The standard output of ``code`` run by a fresh Python process on this tree's package."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          check=True).stdout.strip()
+
+
 def recompute_greedy_64() -> None:
     """sw.recompute_plan of Megatron x data (8 x 8) of the 32-layer Llama with Llama-2-7B's widths
     (a sequence of 2,048 tokens a GPU, bf16) on 64 H100s under 30 GB a device: what it chose, its
     memory plans, processor seconds and peak resident memory, in a fresh process."""
-    import subprocess
-
     code = ("import resource, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
             "d = sw.DeviceGraph.cluster(nodes=8, devices_per_node=8, device='H100'); "
             "g = sw.models.llama(layers=32, kv_heads=32, ffn=11008, seq=2048, batch=64); "
@@ -442,9 +444,7 @@ def recompute_greedy_64() -> None:
             "print(f'fits {rp.fits}: {len(rp.ops)} ops recomputed, {rp.evaluations} memory plans, fullest arena '"
             "f'{max(rp.unrecomputed_peak.values()) / 1e9:.2f} -> {max(rp.peak_bytes.values()) / 1e9:.2f} GB'); "
             "print(f'{t:.1f} s processor, {rss:.2f} GB peak')")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    print(out.stdout.strip())
+    print(_fresh_process(code))
 
 
 def llama_1024_recompute() -> None:
@@ -452,8 +452,6 @@ def llama_1024_recompute() -> None:
     attention (8 key/value heads), batch 512 x 4,096 tokens, bf16, on 128 nodes of 8 H100s: the
     plan it returns and its recomputation, processor seconds and peak resident memory, in a fresh
     process (about ten minutes here)."""
-    import subprocess
-
     code = ("import resource, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
             "d = sw.DeviceGraph.cluster(nodes=128, devices_per_node=8, device='H100'); "
             "g = sw.models.llama(layers=32, d_model=4096, heads=32, kv_heads=8, seq=4096, vocab=32000, batch=512); "
@@ -463,9 +461,7 @@ def llama_1024_recompute() -> None:
             "f\"{max(r['peak_bytes'].values()) / 1e9:.2f} GB ({max(r['unrecomputed_peak'].values()) / 1e9:.2f} GB \""
             "f\"keeping everything)\"); "
             "print(f'{t:.0f} s processor, {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB peak')")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    print(out.stdout.strip())
+    print(_fresh_process(code))
 
 
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
