@@ -18,7 +18,9 @@ optimum on the first devices does not fit (its memory plan is checked), this mod
    the budget using it, on the first devices) does;
 3. runs the memory-constrained search over the survivors, each partition on the first devices:
    exact over those placements (branch and bound, then the memory plan checked), and the
-   survivors are pruned again at the cost it finds;
+   survivors are pruned again at the cost it finds.  When even its floor of elimination
+   searches over them is beyond SOLVE_WORK (:func:`step3_affordable`) and step 1 found a plan,
+   it is skipped: the plan is step 1's cheapest (``search_stats["memory"]["restricted"]``);
 4. when the survivors on every aligned block are few enough (``scale_space.FULL_SPACE_LIMIT``
    configurations), runs the memory-constrained search over them too, seeded with step 3's
    plan: exact over every aligned block, the space the search of smaller machines covers.
