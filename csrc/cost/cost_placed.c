@@ -317,7 +317,7 @@ typedef struct {
     uint32_t uniform;   /* bits: dimension d where every worker used reads an interval of uniform_len[d] inside
                            the extent (a producer not split there overlaps each by that length) */
     int64_t uniform_len[SW_MAX_RANK];
-    struct factor_memo *memo;   /* bit_sum's sums of lone factors for these reads, or NULL (not kept) */
+    struct factor_memo *memo;   /* bit_sum's factors' partial sums for these reads, or NULL (not kept) */
 } reads;
 
 static void free_reads(reads *rd) {
@@ -1008,7 +1008,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         if (s != SW_OK) {
             break;
         }
-        if (factors) {   /* a new generation: these reads' own sums */
+        if (factors) {   /* a new generation: these reads' own partial sums */
             factors->generation++;
             factors->filled = 0;
             rd.memo = factors;

@@ -371,6 +371,7 @@ def test_kept_bytes_from_the_arrays_equal_the_records():
     equal those added up from sw.lower's Python records (its buffers' kinds, devices and
     lifetimes), per op, on a subset of the devices."""
     from shardwise.iteration import recompute_plan as module
+    from shardwise.iteration.lower import lowered_graph
 
     plan = _megatron_gpt()
     records = sw.lower(plan)
@@ -382,8 +383,8 @@ def test_kept_bytes_from_the_arrays_equal_the_records():
         first, last = mp.lifetime(b.id)
         if b.kind == "activation" and b.device in over and first < start <= last:
             expected[b.op] = expected.get(b.op, 0) + b.nbytes
-    assert expected and module._kept_bytes(module._graph(plan, 1, "chunked"), over) == expected
-    assert module._recomputed(module._graph(plan, 1, "chunked", recompute="all")) == \
+    assert expected and module._kept_bytes(lowered_graph(plan, 1, "chunked"), over) == expected
+    assert module._recomputed(lowered_graph(plan, 1, "chunked", recompute="all")) == \
         sw.lower(plan, recompute="all").recomputed
 
 

@@ -82,12 +82,6 @@ def _arenas(tg: TaskGraph) -> dict[int, int]:
     return {d: m.arena_bytes for d, m in mp.devices.items()}
 
 
-def _graph(plan: Plan, optimizer_state: int, rings: str, recompute: Any = None) -> TaskGraph:
-    """lower.lowered_graph: the greedy reads only the C graphs' arrays, memory plans and replays
-    (a 32-layer Llama on 64 GPUs: seven of every eight seconds went to making Python records)."""
-    return lowered_graph(plan, optimizer_state, rings, recompute)
-
-
 def _recomputed(tg: TaskGraph) -> tuple[str, ...]:
     """The ops that got recompute tasks in ``tg`` (graph order): ``sw.lower``'s ``recomputed``."""
     if not tg.handle.recomputed:
@@ -169,20 +163,23 @@ def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: 
     budgets = dict(enumerate(_per_device(budget, ndev, "budget")))
     # rings as the simulator and the search's memory check lower them: fused on large machines,
     # where the chunked ring's k (k - 1) transfers per gradient do not fit in memory (on 1,024
-    # devices hundreds of millions of tasks); the same arenas as the chunked graph on the zoo's plans
+    # devices hundreds of millions of tasks); the same arenas as the chunked graph on the zoo's plans.
+    # Each graph stays in the C core (lowered_graph): the greedy reads its arrays, memory plans and
+    # replays, never a Python record per task (on a 32-layer Llama over 64 GPUs those records took
+    # seven of every eight seconds)
     rings = ring_detail(plan, "auto")
-    plain = _graph(plan, optimizer_state, rings)
+    plain = lowered_graph(plan, optimizer_state, rings)
     before = _arenas(plain)
     evaluations = 1
     over = {d for d in range(ndev) if before[d] > budgets[d]}
     ranked: list[str] = []
     best, best_arena = (), before
     if over:
-        candidates = _recomputed(_graph(plan, optimizer_state, rings, recompute="all"))
+        candidates = _recomputed(lowered_graph(plan, optimizer_state, rings, recompute="all"))
         ranked = _ranked(plan, candidates, _kept_bytes(plain, over), _forward_seconds(plain, costs), max_segment)
 
         def arena_of(k: int) -> dict[int, int]:
-            return _arenas(_graph(plan, optimizer_state, rings, recompute=ranked[:k]))
+            return _arenas(lowered_graph(plan, optimizer_state, rings, recompute=ranked[:k]))
 
         lo, hi = 0, len(ranked)          # fits with ranked[:hi] (checked first), not with ranked[:lo]
         best_arena = arena_of(hi) if hi else before
@@ -203,7 +200,7 @@ def recompute_plan(plan: Plan, budget: Any, costs: Any = None, optimizer_state: 
     from shardwise.iteration.simulate import simulate
 
     base_time = simulate(plain, check_memory=False, costs=costs).iteration_time
-    time = simulate(_graph(plan, optimizer_state, rings, recompute=ops), check_memory=False,
+    time = simulate(lowered_graph(plan, optimizer_state, rings, recompute=ops), check_memory=False,
                     costs=costs).iteration_time \
         if ops else base_time
     method, chosen_swap = METHOD.format(max_segment), None

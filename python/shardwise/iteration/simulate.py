@@ -114,13 +114,9 @@ class SimResult:
     def seconds_by_op(self, kind: str = "forward") -> dict[str, float]:
         """Per op, the simulated seconds of its tasks of ``kind`` (every worker's) added up in task
         order, as the events' ``end - start`` would add up, without building the events (millions
-        of them on large machines)."""
+        of them on large machines).  Results of :func:`simulate` carry the replay's arrays."""
         if self._task_times is None:
-            out: dict[str, float] = {}
-            for e in self.events:
-                if e.kind == kind:
-                    out[e.op] = out.get(e.op, 0.0) + (e.end - e.start)
-            return out
+            raise ValueError("this SimResult was made without the replay's task arrays (sw.simulate's carry them)")
         kinds, op, start, duration = self._task_times
         mine = kinds == _core.TASK_KINDS.index(kind)
         sums = np.bincount(op[mine], weights=(start[mine] + duration[mine]) - start[mine])

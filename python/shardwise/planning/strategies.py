@@ -61,8 +61,8 @@ def layout_baselines(graph: Graph, devices: DeviceGraph, options: CostOptions | 
     """The parallel layouts the graph's builder registered (``graph.layouts``, as ``sw.models.llama``
     and ``sw.models.gpt`` register Megatron-LM's) on a machine of equal nodes: tensor parallelism
     over each node's devices, data parallelism across the nodes.  A layout that does not apply
-    (the heads, batch or sequence do not divide, or the options forbid its split reductions) is
-    left out; none on a machine of one device or of unequal nodes."""
+    (its heads, batch or sequence do not divide) is left out; none on a machine of one device or
+    of unequal nodes."""
     from shardwise.errors import ShardwiseError
 
     by_node: dict[Any, int] = {}
@@ -79,7 +79,7 @@ def layout_baselines(graph: Graph, devices: DeviceGraph, options: CostOptions | 
         try:
             plans.append(Plan.from_dict(graph, devices, layout(tp, dp), options, name=f"{name} {tp} x data {dp}"))
         except (ShardwiseError, ValueError):
-            continue   # (its shapes do not divide, or its splits are not allowed)
+            continue   # (its shapes do not divide)
     return plans
 
 
