@@ -37,10 +37,12 @@
  * An input op's shard shared by two consumers on one device is counted twice (the
  * additive model cannot see the sharing across two edges); the zoo has none.
  */
+#include <stdatomic.h>  /* atomic_int */
 #include <stdlib.h>  /* calloc, malloc, realloc, free */
 #include <string.h>  /* memcmp, memcpy, memset */
 
 #include "internal.h"
+#include "core/sort_typed.h"
 
 /* Bytes of one element of a buffer of kind `kind` in p's precision. */
 static double elem(const sw_problem *p, sw_buffer_kind kind) {
@@ -228,25 +230,31 @@ static sw_status row_id(sw_memory_tables *mt, const double *row, int32_t *id) {
     return SW_OK;
 }
 
-static sw_status push_saving(sw_memory_tables *mt, int64_t *cap, int32_t ci, int32_t cj, int32_t dev, double bytes) {
-    if (mt->nshared == *cap) {
-        int64_t n = *cap ? *cap * 2 : 256;
-        sw_memory_saving *s = realloc(mt->shared, sizeof *s * (size_t)n);
+/* One edge's savings as they are found (merged into the tables' list in edge order). */
+typedef struct {
+    sw_memory_saving *items;
+    int64_t n, cap;
+} saving_list;
+
+static sw_status push_saving(saving_list *l, int32_t ci, int32_t cj, int32_t dev, double bytes) {
+    if (l->n == l->cap) {
+        int64_t n = l->cap ? l->cap * 2 : 256;
+        sw_memory_saving *s = realloc(l->items, sizeof *s * (size_t)n);
         if (!s) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
         }
-        mt->shared = s;
-        *cap = n;
+        l->items = s;
+        l->cap = n;
     }
-    mt->shared[mt->nshared++] = (sw_memory_saving){ci, cj, dev, bytes};
+    l->items[l->n++] = (sw_memory_saving){ci, cj, dev, bytes};
     return SW_OK;
 }
 
-/* A producer's output block, keyed for the join below: (device, box hash), then its
- * configuration; `at` indexes its box in a separate array (the keys sort and search
- * compactly: a 1,024-device machine's edge holds half a million blocks). */
+/* A producer's output block, keyed for the join below: its box hash and configuration (the
+ * device is the bucket it sits in); `at` indexes its box in a separate array (the keys sort
+ * and search compactly: a 1,024-device machine's edge holds a quarter of a million blocks). */
 typedef struct {
-    int32_t dev, ci;
+    int32_t ci;
     uint64_t hash;
     int64_t at;
 } owned_block;
@@ -262,75 +270,127 @@ static uint64_t box_hash(const sw_box *b) {
 
 static int owned_block_cmp(const void *pa, const void *pb) {
     const owned_block *a = pa, *b = pb;
-    if (a->dev != b->dev) {
-        return a->dev < b->dev ? -1 : 1;
-    }
     if (a->hash != b->hash) {
         return a->hash < b->hash ? -1 : 1;
     }
     return (a->ci > b->ci) - (a->ci < b->ci);
 }
 
+static inline int owned_block_before(const owned_block *a, const owned_block *b) {
+    return a->hash != b->hash ? a->hash < b->hash : a->ci < b->ci;
+}
+
+SW_DEFINE_SORT(sort_blocks, owned_block, owned_block_before, owned_block_cmp)
+
 /* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
  * the (cu, cv, device) where a region is the producer's shard instead.  Each consumer worker's
  * region and whether it is kept do not depend on the producer's configuration, so they are
  * computed once per edge (kept[q] for the q-th (configuration, worker) pair, its region in
  * regs[q]).  The pairs where a region equals the producer's block on the same device are found
- * by a join, not by comparing every producer configuration with every consumer worker: the
- * producer blocks (one per owner) sorted by (device, box hash), each kept region looked up
- * there and compared exactly.  Savings are listed per edge in no particular order (they are
- * whole bytes: their sums do not depend on it).  `row`: ndev doubles of scratch. */
+ * by a join, not by comparing every producer configuration with every consumer worker: device
+ * by device, the producer blocks there (one per owner) sorted by box hash, and each kept region
+ * there looked up and compared exactly.  Both sides are bucketed by device first (a counting
+ * sort), so that each device's join runs on a few hundred records in cache: one sort and
+ * search over the whole edge's blocks (a 1,024-device machine's quarter of a million) missed
+ * the cache at every step, half the build.  Savings are listed per edge in no particular order
+ * (they are whole bytes: their sums do not depend on it).  `row`: ndev doubles of scratch. */
 /* The join's buffers, kept from edge to edge and grown as needed: allocated per edge, a large
  * machine's (tens of megabytes of boxes an edge on 1,024 devices) were fresh pages the system
  * zeroed every time, a quarter of the build. */
 typedef struct {
-    sw_box *regs, *boxes;
-    char *kept;
-    owned_block *blocks;
-    uint64_t *hashes;
-    size_t *dev_start;   /* blocks on device d: [dev_start[d], dev_start[d + 1]) */
+    sw_box *regs;             /* per consumer (configuration, worker) pair: its region ... */
+    char *kept;               /* ... whether it is kept ... */
+    int32_t *pair_cj, *pair_dev;   /* ... its configuration and device */
+    owned_block *pairs_by_dev;   /* the pairs bucketed by device: each kept one's region hash and index (ci: -1
+                                    for one not kept) */
+    int32_t *block_dev;       /* per producer block, as made: its device */
+    sw_box *boxes;            /* per producer block, as made: its box */
+    owned_block *blocks;      /* the blocks bucketed by device, each bucket sorted by (hash, ci); `at`
+                                 indexes boxes */
+    int32_t *place;           /* where each item goes when bucketed (max(pairs, blocks)) */
+    size_t *dev_start, *pair_start;   /* blocks (pairs) on device d: [start[d], start[d + 1]) */
     size_t pairs, nblocks;   /* room for this many of each */
 } join_scratch;
 
 static void join_scratch_free(join_scratch *j) {
     free(j->regs);
-    free(j->boxes);
     free(j->kept);
+    free(j->pair_cj);
+    free(j->pair_dev);
+    free(j->pairs_by_dev);
+    free(j->boxes);
+    free(j->block_dev);
     free(j->blocks);
-    free(j->hashes);
+    free(j->place);
     free(j->dev_start);
+    free(j->pair_start);
     *j = (join_scratch){0};
 }
 
 /* Room for npairs consumer (configuration, worker) pairs and nblocks producer blocks on ndev devices. */
 static sw_status join_scratch_room(join_scratch *j, size_t npairs, size_t nblocks, int ndev) {
     if (!j->dev_start) {
-        j->dev_start = malloc(sizeof *j->dev_start * ((size_t)ndev + 1));
+        j->dev_start = malloc(sizeof *j->dev_start * ((size_t)ndev + 2));
+        j->pair_start = malloc(sizeof *j->pair_start * ((size_t)ndev + 2));
     }
+    int grown = 0;
     if (npairs + 1 > j->pairs) {
-        sw_box *r = realloc(j->regs, sizeof *r * (npairs + 1));
-        j->regs = r ? r : j->regs;
-        char *k = r ? realloc(j->kept, npairs + 1) : NULL;
-        j->kept = k ? k : j->kept;
-        j->pairs = r && k ? npairs + 1 : 0;
+        free(j->regs);
+        free(j->kept);
+        free(j->pair_cj);
+        free(j->pair_dev);
+        free(j->pairs_by_dev);
+        j->regs = malloc(sizeof *j->regs * (npairs + 1));
+        j->kept = malloc(npairs + 1);
+        j->pair_cj = malloc(sizeof *j->pair_cj * (npairs + 1));
+        j->pair_dev = malloc(sizeof *j->pair_dev * (npairs + 1));
+        j->pairs_by_dev = malloc(sizeof *j->pairs_by_dev * (npairs + 1));
+        j->pairs = j->regs && j->kept && j->pair_cj && j->pair_dev && j->pairs_by_dev ? npairs + 1 : 0;
+        grown = 1;
     }
     if (nblocks + 1 > j->nblocks) {
-        sw_box *b = realloc(j->boxes, sizeof *b * (nblocks + 1));
-        j->boxes = b ? b : j->boxes;
-        owned_block *o = b ? realloc(j->blocks, sizeof *o * (nblocks + 1)) : NULL;
-        j->blocks = o ? o : j->blocks;
-        uint64_t *h = o ? realloc(j->hashes, sizeof *h * (nblocks + 1)) : NULL;
-        j->hashes = h ? h : j->hashes;
-        j->nblocks = b && o && h ? nblocks + 1 : 0;
+        free(j->boxes);
+        free(j->block_dev);
+        free(j->blocks);
+        j->boxes = malloc(sizeof *j->boxes * (nblocks + 1));
+        j->block_dev = malloc(sizeof *j->block_dev * (nblocks + 1));
+        j->blocks = malloc(sizeof *j->blocks * (nblocks + 1));
+        j->nblocks = j->boxes && j->block_dev && j->blocks ? nblocks + 1 : 0;
+        grown = 1;
     }
-    if (!j->dev_start || npairs + 1 > j->pairs || nblocks + 1 > j->nblocks) {
+    if (grown) {
+        free(j->place);
+        j->place = malloc(sizeof *j->place * ((j->pairs > j->nblocks ? j->pairs : j->nblocks) + 1));
+    }
+    if (!j->dev_start || !j->pair_start || !j->place || npairs + 1 > j->pairs || nblocks + 1 > j->nblocks) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
     }
     return SW_OK;
 }
 
-static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_memory_tables *mt, int64_t *cap,
-                           double *row, join_scratch *js) {
+/* start[0..ndev] from the device of each of n items (dev[i]), and where[i]: item i's place when
+ * they are put in device order, stable (a counting sort; start[ndev + 1] is scratch). */
+static void bucket_by_device(const int32_t *dev, size_t n, int ndev, size_t *start, int32_t *where) {
+    memset(start, 0, sizeof *start * ((size_t)ndev + 2));
+    for (size_t i = 0; i < n; i++) {
+        start[dev[i] + 1]++;
+    }
+    for (int d = 0; d < ndev; d++) {
+        start[d + 1] += start[d];
+    }
+    for (size_t i = 0; i < n; i++) {   /* start[d] moves up to start[d + 1] and is put back below */
+        where[i] = (int32_t)start[dev[i]]++;
+    }
+    for (int d = ndev; d > 0; d--) {
+        start[d] = start[d - 1];
+    }
+    start[0] = 0;
+}
+
+/* Edge e's terms: its base row ids (in `rows`, the item's own store) into base[ncfg of v],
+ * its savings into `out`. */
+static sw_status edge_terms(const sw_problem *p, const int8_t *kind, const sw_memory_tables *mt, int e,
+                           sw_memory_tables *rows, int32_t *base, saving_list *out, double *row, join_scratch *js) {
     int u = mt->edge_src[e], v = mt->edge_dst[e], slot = mt->edge_slot[e], ndev = mt->ndev;
     const sw_op *ou = &p->ops[u], *ov = &p->ops[v];
     int from_input = kind[u] == SW_OPKIND_INPUT;
@@ -344,9 +404,6 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
     SW_TRY(join_scratch_room(js, npairs, nblocks, ndev));
     sw_box *regs = js->regs, *boxes = js->boxes;
     char *kept = js->kept;
-    owned_block *blocks = js->blocks;
-    uint64_t *hashes = js->hashes;
-    size_t *dev_start = js->dev_start;
     size_t q = 0;
     sw_status s = SW_OK;
     /* reading a region of a producer that is not an input op, a worker of a consumer that is not
@@ -357,54 +414,65 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, int e, sw_m
         memset(row, 0, sizeof *row * (size_t)ndev);
         for (int w = 0; w < c->nworkers; w++, q++) {
             kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && (reads_kept || keeps_regions(p, kind, v, c, w)));
+            js->pair_cj[q] = cj;
+            js->pair_dev[q] = p->dev_pool[c->dev_offset + w];
             if (kept[q]) {
                 row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
             }
         }
-        s = row_id(mt, row, &mt->edge_base[e][cj]);
+        s = row_id(rows, row, &base[cj]);
     }
+    if (from_input || nblocks == 0 || s != SW_OK) {
+        return s;
+    }
+    /* the producer's blocks, bucketed by device (boxes[b] stays block b's, in the order made) */
+    owned_block *blocks = js->blocks;
     size_t nb = 0;
-    for (int ci = 0; !from_input && ci < ou->ncfg; ci++) {
+    for (int ci = 0; ci < ou->ncfg; ci++) {
         const sw_config *cu = &ou->cfgs[ci];
         for (int w = 0; w < cu->nworkers; w += cu->rdeg, nb++) {   /* owners of output blocks (one per device) */
-            blocks[nb].dev = p->dev_pool[cu->dev_offset + w];
-            blocks[nb].ci = ci;
-            blocks[nb].at = (int64_t)nb;
+            js->block_dev[nb] = p->dev_pool[cu->dev_offset + w];
             sw_worker_box(ou, cu, w, &boxes[nb]);
-            blocks[nb].hash = box_hash(&boxes[nb]);
         }
     }
-    qsort(blocks, nb, sizeof *blocks, owned_block_cmp);
-    for (size_t k = 0, d = 0; d <= (size_t)ndev; d++) {
-        for (; k < nb && blocks[k].dev < (int32_t)d; k++) {
+    bucket_by_device(js->block_dev, nb, ndev, js->dev_start, js->place);
+    nb = 0;
+    for (int ci = 0; ci < ou->ncfg; ci++) {
+        const sw_config *cu = &ou->cfgs[ci];
+        for (int w = 0; w < cu->nworkers; w += cu->rdeg, nb++) {
+            blocks[js->place[nb]] = (owned_block){ci, box_hash(&boxes[nb]), (int64_t)nb};
         }
-        dev_start[d] = k;
     }
-    for (size_t k = 0; k < nb; k++) {
-        hashes[k] = blocks[k].hash;
+    /* the consumer's pairs, bucketed by device */
+    bucket_by_device(js->pair_dev, npairs, ndev, js->pair_start, js->place);
+    for (size_t k = 0; k < npairs; k++) {
+        js->pairs_by_dev[js->place[k]] = (owned_block){kept[k] ? 0 : -1, kept[k] ? box_hash(&regs[k]) : 0, (int64_t)k};
     }
-    q = 0;
-    for (int cj = 0; nb > 0 && cj < ov->ncfg && s == SW_OK; cj++) {
-        const sw_config *c = &ov->cfgs[cj];
-        for (int w = 0; w < c->nworkers && s == SW_OK; w++, q++) {
-            if (!kept[q]) {
-                continue;
+    for (int d = 0; d < ndev && s == SW_OK; d++) {
+        size_t b0 = js->dev_start[d], b1 = js->dev_start[d + 1];
+        if (b0 == b1) {
+            continue;
+        }
+        sort_blocks(blocks + b0, b1 - b0);
+        for (size_t i = js->pair_start[d]; i < js->pair_start[d + 1] && s == SW_OK; i++) {
+            if (js->pairs_by_dev[i].ci < 0) {
+                continue;   /* not kept */
             }
-            int32_t d = p->dev_pool[c->dev_offset + w];
-            uint64_t h = box_hash(&regs[q]);
-            size_t lo = dev_start[d], hi = dev_start[d + 1], end = hi;   /* the first block on d with hash >= h */
+            size_t pq = (size_t)js->pairs_by_dev[i].at;
+            uint64_t h = js->pairs_by_dev[i].hash;
+            size_t lo = b0, hi = b1;   /* the first block on d with hash >= h */
             while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
-                if (hashes[mid] < h) {
+                if (blocks[mid].hash < h) {
                     lo = mid + 1;
                 } else {
                     hi = mid;
                 }
             }
-            for (size_t k = lo; k < end && hashes[k] == h && s == SW_OK; k++) {
-                if (sw_box_equal(&boxes[blocks[k].at], &regs[q])) {
-                    double bytes = elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
-                    s = push_saving(mt, cap, blocks[k].ci, cj, d, bytes);
+            for (size_t k = lo; k < b1 && blocks[k].hash == h && s == SW_OK; k++) {
+                if (sw_box_equal(&boxes[blocks[k].at], &regs[pq])) {
+                    double bytes = elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[pq]);
+                    s = push_saving(out, blocks[k].ci, js->pair_cj[pq], d, bytes);
                 }
             }
         }
@@ -453,6 +521,138 @@ static void copy_edge_terms(const sw_problem *p, sw_memory_tables *mt, int e, in
     mt->edge_copy_of[e] = mt->edge_copy_of[d] >= 0 ? mt->edge_copy_of[d] : d;
 }
 
+/* ---- the terms, made on several threads ----
+ * The work comes in items, in this order: every op's node terms, then every edge's terms.  An
+ * op that is another's twin (from[v] != v) and an edge between twins copy their twin's terms;
+ * every other item is made on some thread into its own row store and saving list, and then,
+ * in item order on one thread, its rows join the tables' store and its savings the tables'
+ * list: the row ids, the rows' order and the savings' order are the ones one thread makes.
+ * Items are taken a batch at a time, so that only a batch's own stores are held at once. */
+#define ITEMS_PER_THREAD 4   /* a batch: this many items a thread */
+
+typedef struct {
+    sw_memory_tables rows;   /* the item's distinct rows (only the row store's fields used) */
+    saving_list saved;       /* an edge's savings, sorted (saving_cmp) */
+} table_item;
+
+typedef struct {
+    const sw_problem *p;
+    const int8_t *kind;
+    sw_memory_tables *mt;
+    const int *from;         /* sw_node_twins, kinds checked */
+    const int *edge_twin;    /* per edge: an earlier edge between the same ops' twins on the same slot, or -1 */
+    const int *work;         /* the items made (not twins'), in order */
+    int first;               /* the batch's first: work[first] */
+    table_item *items;       /* the batch's */
+    join_scratch *pool;      /* one a thread, taken by a free flag */
+    atomic_int *taken;
+    int npool;
+} table_batch;
+
+static int saving_cmp(const void *a, const void *b);
+
+/* The terms of item work[first + i] (not a twin's), made into its own store and list. */
+static sw_status make_item(void *ctx, int i) {
+    table_batch *tb = ctx;
+    const sw_problem *p = tb->p;
+    sw_memory_tables *mt = tb->mt;
+    int q = tb->work[tb->first + i];
+    table_item *it = &tb->items[i];
+    it->rows.ndev = p->ndev;
+    int v = q < p->nops ? q : -1, e = q < p->nops ? -1 : q - p->nops;
+    double *row = malloc(sizeof *row * (size_t)p->ndev);
+    if (!row) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
+    sw_status s = SW_OK;
+    if (v >= 0) {
+        int most = 1;
+        for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
+            most = p->ops[v].cfgs[ci].nworkers > most ? p->ops[v].cfgs[ci].nworkers : most;
+        }
+        tagged_box *scratch = malloc(sizeof *scratch * (size_t)most);
+        s = scratch ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+        for (int ci = 0; ci < p->ops[v].ncfg && s == SW_OK; ci++) {
+            memset(row, 0, sizeof *row * (size_t)p->ndev);
+            node_term(p, tb->kind, v, ci, row, scratch);
+            s = row_id(&it->rows, row, &mt->node[v][ci]);
+        }
+        free(scratch);
+    } else {
+        int slot = -1;   /* a free join scratch (as many as threads: one is) */
+        for (int k = 0; slot < 0; k = (k + 1) % tb->npool) {
+            int expected = 0;
+            if (atomic_compare_exchange_strong(&tb->taken[k], &expected, 1)) {
+                slot = k;
+            }
+        }
+        s = edge_terms(p, tb->kind, mt, e, &it->rows, mt->edge_base[e], &it->saved, row, &tb->pool[slot]);
+        atomic_store(&tb->taken[slot], 0);
+        if (s == SW_OK && it->saved.n > 1) {
+            qsort(it->saved.items, (size_t)it->saved.n, sizeof *it->saved.items, saving_cmp);
+        }
+    }
+    free(row);
+    return s;
+}
+
+/* Item q into the tables: its rows into the store (its ids renumbered), its savings onto the
+ * list; a twin's item (it: NULL) copies its twin's. */
+static sw_status merge_item(const sw_problem *p, sw_memory_tables *mt, const int *from, const int *edge_twin, int q,
+                            table_item *it, int64_t *cap) {
+    int v = q < p->nops ? q : -1, e = q < p->nops ? -1 : q - p->nops;
+    if (v >= 0 && from[v] != v) {
+        memcpy(mt->node[v], mt->node[from[v]], sizeof **mt->node * (size_t)p->ops[v].ncfg);
+        return SW_OK;
+    }
+    if (e >= 0 && edge_twin[e] >= 0) {
+        copy_edge_terms(p, mt, e, edge_twin[e]);
+        mt->shared_ptr[e + 1] = mt->nshared;
+        return SW_OK;
+    }
+    int32_t *ids = v >= 0 ? mt->node[v] : mt->edge_base[e];
+    int n = v >= 0 ? p->ops[v].ncfg : p->ops[mt->edge_dst[e]].ncfg;
+    int32_t *map = malloc(sizeof *map * ((size_t)it->rows.nrows + 1));
+    if (!map) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
+    sw_status s = SW_OK;
+    for (int32_t r = 0; r < it->rows.nrows && s == SW_OK; r++) {   /* first seen first, as one thread adds them */
+        s = row_id(mt, it->rows.rows + (size_t)r * mt->ndev, &map[r]);
+    }
+    for (int c = 0; c < n && s == SW_OK; c++) {
+        ids[c] = map[ids[c]];
+    }
+    free(map);
+    if (s == SW_OK && e >= 0) {
+        if (mt->nshared + it->saved.n > *cap) {
+            int64_t grown = *cap ? *cap : 256;
+            while (grown < mt->nshared + it->saved.n) {
+                grown *= 2;
+            }
+            sw_memory_saving *more = realloc(mt->shared, sizeof *more * (size_t)grown);
+            if (!more) {
+                return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+            }
+            mt->shared = more;
+            *cap = grown;
+        }
+        if (it->saved.n > 0) {
+            memcpy(mt->shared + mt->nshared, it->saved.items, sizeof *it->saved.items * (size_t)it->saved.n);
+        }
+        mt->nshared += it->saved.n;
+        mt->shared_ptr[e + 1] = mt->nshared;
+    }
+    return s;
+}
+
+static void table_item_free(table_item *it) {
+    free(it->rows.rows);
+    free(it->rows.row_slot);
+    free(it->saved.items);
+    *it = (table_item){0};
+}
+
 sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_memory_tables *mt) {
     memset(mt, 0, sizeof *mt);
     if (p->nops < 1 || p->ndev < 1) {
@@ -473,7 +673,13 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
     /* ops whose terms are another's (sw_node_twins: equal shapes, index maps, configurations
      * and devices; here also equal kinds and input producers): computed once */
     int *from = malloc(sizeof *from * nops);
-    double *row = NULL;   /* one configuration's bytes per device, before the row store takes them */
+    int *edge_twin = malloc(sizeof *edge_twin * ne);
+    int *work = malloc(sizeof *work * (nops + ne));
+    int threads = p->threads < 1 ? 1 : p->threads;
+    int batch = threads * ITEMS_PER_THREAD;
+    table_item *items = calloc((size_t)batch, sizeof *items);
+    join_scratch *pool = calloc((size_t)threads, sizeof *pool);
+    atomic_int *taken = calloc((size_t)threads, sizeof *taken);
     mt->node = calloc(nops, sizeof *mt->node);
     mt->edge_src = calloc(ne, sizeof *mt->edge_src);
     mt->edge_dst = calloc(ne, sizeof *mt->edge_dst);
@@ -482,10 +688,13 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
     mt->shared_ptr = calloc(ne + 1, sizeof *mt->shared_ptr);
     mt->edge_copy_of = malloc(sizeof *mt->edge_copy_of * ne);
     sw_status s = SW_OK;
-    if (!from || !mt->node || !mt->edge_src || !mt->edge_dst || !mt->edge_slot || !mt->edge_base || !mt->shared_ptr ||
-        !mt->edge_copy_of) {
+    if (!from || !edge_twin || !work || !items || !pool || !taken || !mt->node || !mt->edge_src || !mt->edge_dst ||
+        !mt->edge_slot || !mt->edge_base || !mt->shared_ptr || !mt->edge_copy_of) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
         goto done;
+    }
+    for (int k = 0; k < threads; k++) {
+        atomic_init(&taken[k], 0);
     }
     s = sw_node_twins(p, from);
     for (int v = 0; v < p->nops && s == SW_OK; v++) {
@@ -493,34 +702,11 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             from[v] = v;
         }
     }
-    row = s == SW_OK ? malloc(sizeof *row * (size_t)p->ndev) : NULL;
-    if (s == SW_OK && !row) {
-        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
-    }
     for (int v = 0; v < p->nops && s == SW_OK; v++) {
         mt->node[v] = malloc(sizeof **mt->node * (size_t)p->ops[v].ncfg);
         if (!mt->node[v]) {
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
-        }
-        if (from[v] != v) {
-            memcpy(mt->node[v], mt->node[from[v]], sizeof **mt->node * (size_t)p->ops[v].ncfg);
-        } else {
-            int most = 1;
-            for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
-                most = p->ops[v].cfgs[ci].nworkers > most ? p->ops[v].cfgs[ci].nworkers : most;
-            }
-            tagged_box *scratch = malloc(sizeof *scratch * (size_t)most);
-            if (!scratch) {
-                s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
-                break;
-            }
-            for (int ci = 0; ci < p->ops[v].ncfg && s == SW_OK; ci++) {
-                memset(row, 0, sizeof *row * (size_t)p->ndev);
-                node_term(p, kind, v, ci, row, scratch);
-                s = row_id(mt, row, &mt->node[v][ci]);
-            }
-            free(scratch);
         }
         for (int k = 0; k < p->ops[v].ninputs; k++) {
             if (p->ops[v].inputs[k].role == SW_ROLE_DATA) {
@@ -531,36 +717,55 @@ sw_status sw_memory_tables_build(const sw_problem *p, const int8_t *kind, sw_mem
             }
         }
     }
-    int64_t cap = 0;
-    join_scratch js = {0};
     for (int e = 0; e < mt->nedges && s == SW_OK; e++) {
         mt->edge_base[e] = malloc(sizeof **mt->edge_base * (size_t)p->ops[mt->edge_dst[e]].ncfg);
         if (!mt->edge_base[e]) {
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
             break;
         }
-        int twin = -1;   /* an earlier edge between the same ops' twins, on the same slot */
-        for (int d = e - 1; d >= 0 && twin < 0; d--) {
+        edge_twin[e] = -1;   /* an earlier edge between the same ops' twins, on the same slot */
+        for (int d = e - 1; d >= 0 && edge_twin[e] < 0; d--) {
             if (mt->edge_slot[d] == mt->edge_slot[e] && from[mt->edge_src[d]] == from[mt->edge_src[e]] &&
                 from[mt->edge_dst[d]] == from[mt->edge_dst[e]]) {
-                twin = d;
+                edge_twin[e] = d;
             }
         }
         mt->edge_copy_of[e] = -1;
-        if (twin >= 0) {
-            copy_edge_terms(p, mt, e, twin);
-        } else {
-            s = edge_terms(p, kind, e, mt, &cap, row, &js);
-        }
-        if (s == SW_OK && twin < 0 && mt->nshared > mt->shared_ptr[e]) {
-            qsort(mt->shared + mt->shared_ptr[e], (size_t)(mt->nshared - mt->shared_ptr[e]), sizeof *mt->shared,
-                  saving_cmp);
-        }
-        mt->shared_ptr[e + 1] = mt->nshared;
     }
-    join_scratch_free(&js);
+    int nitems = p->nops + mt->nedges, nwork = 0, merged = 0;   /* items before `merged` are in the tables */
+    for (int q = 0; q < nitems && s == SW_OK; q++) {
+        int twin = q < p->nops ? from[q] != q : edge_twin[q - p->nops] >= 0;
+        if (!twin) {
+            work[nwork++] = q;
+        }
+    }
+    int64_t cap = 0;
+    table_batch tb = {p, kind, mt, from, edge_twin, work, 0, items, pool, taken, threads};
+    for (int first = 0; first < nwork && s == SW_OK; first += batch) {   /* a batch of items to make */
+        int n = nwork - first < batch ? nwork - first : batch;
+        tb.first = first;
+        s = sw_parallel_for(n, threads, make_item, &tb);
+        for (int i = 0; s == SW_OK && merged <= work[first + n - 1]; merged++) {   /* then every item up to them, in order */
+            int made = merged == work[first + i];
+            s = merge_item(p, mt, from, edge_twin, merged, made ? &items[i] : NULL, &cap);
+            i += made;
+        }
+        for (int i = 0; i < n; i++) {
+            table_item_free(&items[i]);
+        }
+    }
+    for (; s == SW_OK && merged < nitems; merged++) {   /* twins' items after the last made */
+        s = merge_item(p, mt, from, edge_twin, merged, NULL, &cap);
+    }
 done:
-    free(row);
+    for (int k = 0; pool && k < threads; k++) {
+        join_scratch_free(&pool[k]);
+    }
+    free(pool);
+    free((void *)taken);
+    free(items);
+    free(work);
+    free(edge_twin);
     free(from);
     if (s != SW_OK) {
         sw_memory_tables_free(mt);

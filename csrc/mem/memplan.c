@@ -32,9 +32,11 @@
  * by dependencies, reuse edges and each device's program order; persistent
  * buffers overlap nothing.
  */
+#include <stdatomic.h>  /* atomic_int */
 #include <stdint.h>  /* INT32_MAX */
 #include <stdlib.h>  /* calloc, malloc, free, qsort */
 #include <string.h>  /* memset, memcpy, memmove */
+#include <unistd.h>  /* sysconf */
 
 #include "memplan_internal.h"  /* sw_memplan_place */
 #include "core/sort_keys.h"
@@ -81,14 +83,23 @@ static inline int event_before(const mem_event *a, const mem_event *b) {
 
 SW_DEFINE_SORT(sort_events, mem_event, event_before, by_position)
 
-/* Peak live bytes of one device and the position where it is first reached. */
-static void peak_of(const sw_memory_plan *mp, const int32_t *mine, int32_t n, mem_event *ev, int64_t *peak,
-                    int32_t *where) {
+/* One device's (or host region's) buffers gathered from the plan's arrays into its own run of
+ * these (buffer ids[at + i] at i, after `at = the group's start`): the per-buffer passes below read
+ * sizes and lifetimes as runs.  Read through the ids instead, a device's buffers lie far apart
+ * in the plan's arrays (on 1,024 devices each read missed the cache: most of the plan's time). */
+typedef struct {
+    int64_t *bytes, *offset;
+    int32_t *first, *last;
+    int8_t *kind;
+    char *remote;   /* a task on another device's stream touches it */
+} gathered;
+
+/* Peak live bytes of one device (its gathered buffers x[0 .. n)) and the position where it is first reached. */
+static void peak_of(gathered x, int32_t n, mem_event *ev, int64_t *peak, int32_t *where) {
     int32_t ne = 0;
     for (int32_t i = 0; i < n; i++) {
-        int32_t b = mine[i];
-        ev[ne++] = (mem_event){mp->first[b], mp->bytes[b]};
-        ev[ne++] = (mem_event){mp->last[b] + 1, -mp->bytes[b]};
+        ev[ne++] = (mem_event){x.first[i], x.bytes[i]};
+        ev[ne++] = (mem_event){x.last[i] + 1, -x.bytes[i]};
     }
     sort_events(ev, (size_t)ne);
     int64_t live = 0, best = 0;
@@ -105,25 +116,31 @@ static void peak_of(const sw_memory_plan *mp, const int32_t *mine, int32_t n, me
 }
 
 /* ------------------------------------------------------------------ reuse edges */
-sw_status sw_memplan_add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t *cap) {
-    if (mp->nreuse == *cap) {
-        int64_t n = *cap ? *cap * 2 : 64;
-        int32_t *f = realloc(mp->reuse_from, sizeof *f * (size_t)n);
+sw_status sw_memplan_add_edge(sw_memplan_edges *e, int32_t from, int32_t to) {
+    if (e->n == e->cap) {
+        int64_t n = e->cap ? e->cap * 2 : 64;
+        int32_t *f = realloc(e->from, sizeof *f * (size_t)n);
         if (!f) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
         }
-        mp->reuse_from = f;
-        int32_t *t = realloc(mp->reuse_to, sizeof *t * (size_t)n);
+        e->from = f;
+        int32_t *t = realloc(e->to, sizeof *t * (size_t)n);
         if (!t) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
         }
-        mp->reuse_to = t;
-        *cap = n;
+        e->to = t;
+        e->cap = n;
     }
-    mp->reuse_from[mp->nreuse] = from;
-    mp->reuse_to[mp->nreuse] = to;
-    mp->nreuse++;
+    e->from[e->n] = from;
+    e->to[e->n] = to;
+    e->n++;
     return SW_OK;
+}
+
+void sw_memplan_edges_free(sw_memplan_edges *e) {
+    free(e->from);
+    free(e->to);
+    *e = (sw_memplan_edges){0};
 }
 
 /* Min-segment tree over a device's offsets for reuse_edges: leaf i is the elementary byte range
@@ -197,7 +214,7 @@ static inline int int64_less(const int64_t *a, const int64_t *b) { return *a < *
 
 SW_DEFINE_SORT(sort_int64, int64_t, int64_less, by_int64)
 
-/* For every buffer A of a device that copies on other devices' streams read: the first task of
+/* For every buffer A of a device (gathered: x, ids mine[0 .. n)) that copies on other devices' streams read: the first task of
  * the buffer B that takes over A's bytes first after A's last task (the least first task among
  * the non-empty buffers overlapping A that start after A ends); each of those copies gets an
  * edge to it.  Later buffers over A's bytes need no edge of their own: their first tasks follow
@@ -209,8 +226,9 @@ SW_DEFINE_SORT(sort_int64, int64_t, int64_less, by_int64)
  * A's bytes.  O(n log n) for n buffers; scanning every buffer near A instead was O(n^2) and
  * took 90% of simulating ResNet-50 data parallel on 64 GPUs (2.7 million tasks, one wide
  * buffer making every small one "near").  `by_first` (n entries) is scratch. */
-static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const int32_t *mine, int32_t n,
-                             const int32_t *remote_ptr, const int32_t *remote, sw_keyed *by_first, int64_t *cap) {
+static sw_status reuse_edges(const sw_task_graph *g, gathered x, const int32_t *mine, int32_t n,
+                             const int32_t *remote_ptr, const int32_t *remote, sw_keyed *by_first,
+                             sw_memplan_edges *out) {
     if (n == 0) {
         return SW_OK;
     }
@@ -232,19 +250,18 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
     }
     int32_t nc = 0, nb = 0, na = 0;
     for (int32_t i = 0; i < n; i++) {
-        int32_t b = mine[i];
-        int64_t bytes = mp->bytes[b];
+        int64_t bytes = x.bytes[i];
         if (bytes == 0) {
             continue;   /* takes over no bytes, and gives none */
         }
-        span x = {mp->offset[b], mp->offset[b] + bytes, mp->first[b], mp->last[b]};
-        sp[nb] = x;
-        coords[nc++] = x.lo;
-        coords[nc++] = x.hi;
-        if (remote_ptr[b] != remote_ptr[b + 1] && !(x.first == 0 && x.last == g->ntasks)) {
-            asks[na++] = (sw_keyed){-(int64_t)x.last, nb, b};   /* a copy elsewhere reads it, and it ends */
+        span y = {x.offset[i], x.offset[i] + bytes, x.first[i], x.last[i]};
+        sp[nb] = y;
+        coords[nc++] = y.lo;
+        coords[nc++] = y.hi;
+        if (x.remote[i] && !(y.first == 0 && y.last == g->ntasks)) {
+            asks[na++] = (sw_keyed){-(int64_t)y.last, nb, mine[i]};   /* a copy elsewhere reads it, and it ends */
         }
-        by_first[nb] = (sw_keyed){-(int64_t)x.first, nb, b};   /* latest first task first */
+        by_first[nb] = (sw_keyed){-(int64_t)y.first, nb, mine[i]};   /* latest first task first */
         nb++;
     }
     if (na == 0) {
@@ -283,7 +300,7 @@ static sw_status reuse_edges(const sw_task_graph *g, sw_memory_plan *mp, const i
                                         coord_index(coords, nd, a->hi));
         int32_t id = asks[q].id;
         for (int32_t r = remote_ptr[id]; next_first != INT32_MAX && r < remote_ptr[id + 1] && s == SW_OK; r++) {
-            s = sw_memplan_add_edge(mp, remote[r], next_first, cap);
+            s = sw_memplan_add_edge(out, remote[r], next_first);
         }
     }
 done:
@@ -410,18 +427,16 @@ static sw_status by_device(const sw_task_graph *g, const sw_memory_plan *mp, int
 
 /* Breakdown of one device at its peak, and the bytes written in the forward phase
  * still live when the backward phase starts (activations kept for backward). */
-static void breakdown(const sw_task_graph *g, sw_memory_plan *mp, int d, const int32_t *mine, int32_t n,
-                      int32_t at_peak, int32_t backward_start) {
+static void breakdown(sw_memory_plan *mp, int d, gathered x, int32_t n, int32_t at_peak, int32_t backward_start) {
     int64_t *kinds = mp->peak_kinds + (size_t)d * SW_BUF_NKINDS;
     for (int32_t i = 0; i < n; i++) {
-        int32_t b = mine[i];
-        if (mp->first[b] <= at_peak && at_peak <= mp->last[b]) {
-            kinds[g->buffers[b].kind] += mp->bytes[b];
+        int kind = x.kind[i];
+        if (x.first[i] <= at_peak && at_peak <= x.last[i]) {
+            kinds[kind] += x.bytes[i];
         }
-        int kind = g->buffers[b].kind;
         int persistent = kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING;
-        if (!persistent && mp->first[b] < backward_start && backward_start <= mp->last[b]) {
-            mp->kept[d] += mp->bytes[b];
+        if (!persistent && x.first[i] < backward_start && backward_start <= x.last[i]) {
+            mp->kept[d] += x.bytes[i];
         }
     }
 }
@@ -475,16 +490,65 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
 }
 
 /* Offsets given (`fixed`, e.g. a plan of one iteration repeated over several): only the
- * lifetimes, the arenas (the highest aligned end) and the reuse edges are computed. */
-static void place_at(const sw_memory_plan *mp, const int64_t *fixed, const int32_t *mine, int32_t n, int64_t *arena) {
+ * lifetimes, the arenas (the highest aligned end) and the reuse edges are computed.  The
+ * gathered buffers x (ids mine[0 .. n)) take their offsets. */
+static void place_at(gathered x, const int64_t *fixed, const int32_t *mine, int32_t n, int64_t align,
+                     int64_t *arena) {
     int64_t top = 0;
     for (int32_t i = 0; i < n; i++) {
-        int32_t b = mine[i];
-        mp->offset[b] = fixed[b];
-        int64_t end = (fixed[b] + mp->bytes[b] + mp->align - 1) / mp->align * mp->align;
+        x.offset[i] = fixed[mine[i]];
+        int64_t end = (x.offset[i] + x.bytes[i] + align - 1) / align * align;
         top = end > top ? end : top;
     }
     *arena = top;
+}
+
+/* The gathered buffers of the group starting at position `at`. */
+static gathered gathered_at(gathered all, int32_t at) {
+    return (gathered){all.bytes + at, all.offset + at, all.first + at, all.last + at, all.kind + at, all.remote + at};
+}
+
+static void gathered_free(gathered *x) {
+    free(x->bytes);
+    free(x->offset);
+    free(x->first);
+    free(x->last);
+    free(x->kind);
+    free(x->remote);
+    *x = (gathered){0};
+}
+
+/* Every buffer's size, lifetime, kind and whether another device's stream touches it, at its
+ * position in ids (grouped by device); offsets 0.  iota: 0, 1, ... (the positions of a group). */
+static sw_status gather(const sw_task_graph *g, const sw_memory_plan *mp, const int32_t *ids,
+                        const int32_t *remote_ptr, gathered *x, int32_t **iota) {
+    size_t n = (size_t)g->nbuffers + 1;
+    *x = (gathered){malloc(sizeof(int64_t) * n), calloc(n, sizeof(int64_t)), malloc(sizeof(int32_t) * n),
+                    malloc(sizeof(int32_t) * n), malloc(n), malloc(n)};
+    *iota = malloc(sizeof **iota * n);
+    if (!x->bytes || !x->offset || !x->first || !x->last || !x->kind || !x->remote || !*iota) {
+        gathered_free(x);
+        free(*iota);
+        *iota = NULL;
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    for (int32_t i = 0; i < g->nbuffers; i++) {
+        int32_t b = ids[i];
+        x->bytes[i] = mp->bytes[b];
+        x->first[i] = mp->first[b];
+        x->last[i] = mp->last[b];
+        x->kind[i] = g->buffers[b].kind;
+        x->remote[i] = remote_ptr[b] != remote_ptr[b + 1];
+        (*iota)[i] = i;
+    }
+    return SW_OK;
+}
+
+/* The offsets of gathered buffers x (ids mine[0 .. n)) into the plan's array. */
+static void scatter_offsets(sw_memory_plan *mp, gathered x, const int32_t *mine, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        mp->offset[mine[i]] = x.offset[i];
+    }
 }
 
 static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
@@ -498,6 +562,150 @@ sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t alig
 sw_status sw_memory_plan_build_at(const sw_task_graph *g, int ndev, int64_t align, const sw_streams *st,
                                   const int64_t *offset, sw_memory_plan *mp) {
     return build(g, ndev, align, 1, st, offset, mp);
+}
+
+/* ---- the devices, in runs planned on several threads ----
+ * Each device's placement, peak, breakdown and reuse edges read only its own buffers, so runs
+ * of devices are planned apart, each with its own placement cache and edge list; the lists are
+ * put end to end in device order.  The offsets are those of one thread (a cached pattern's are
+ * the ones placing it again gives), and so are the edges once sorted (unique_edges). */
+#define PARALLEL_FROM 200000   /* buffers: fewer are planned on this thread (threads cost more than they save) */
+#define MOST_THREADS 8
+#define RUNS_PER_THREAD 4
+
+static atomic_int parallel_from = PARALLEL_FROM, parallel_threads = 0;   /* (sw_memplan_parallel) */
+
+void sw_memplan_parallel(int from, int threads, int *old_from, int *old_threads) {
+    *old_from = from >= 0 ? atomic_exchange(&parallel_from, from) : atomic_load(&parallel_from);
+    *old_threads = threads >= 0 ? atomic_exchange(&parallel_threads, threads) : atomic_load(&parallel_threads);
+}
+
+typedef struct {
+    const sw_task_graph *g;
+    sw_memory_plan *mp;
+    const sw_streams *st;
+    const sw_memplan_ends *ends;
+    const int64_t *fixed;   /* offsets given, or NULL */
+    int several, ndev, per_run;   /* per_run: devices in one run */
+    int64_t align;
+    int32_t backward_start;
+    const int32_t *dev_ptr, *iota, *remote_ptr, *remote;
+    int32_t *ids;
+    gathered all;
+    sw_memplan_edges *edges;   /* one list a run */
+} device_runs;
+
+/* Device d (and its host region): offsets, arena, peak, breakdown and reuse edges (into out).
+ * cache, ev (2 n events) and scratch (n) serve one thread. */
+static sw_status plan_device(const device_runs *r, int d, sw_place_cache *cache, mem_event *ev, sw_keyed *scratch,
+                             sw_memplan_edges *out) {
+    const sw_task_graph *g = r->g;
+    sw_memory_plan *mp = r->mp;
+    int ndev = r->ndev;
+    int32_t *mine = r->ids + r->dev_ptr[d], n = r->dev_ptr[d + 1] - r->dev_ptr[d], at_peak;
+    gathered x = gathered_at(r->all, r->dev_ptr[d]);
+    if (r->fixed) {
+        place_at(x, r->fixed, mine, n, r->align, &mp->arena[d]);
+    } else if (r->several) {   /* (reorders mine: x keeps the gathered order, which peak_of and breakdown need) */
+        SW_TRY(place_apart(g, cache, mp, mine, n, scratch, &mp->arena[d]));
+    } else {
+        SW_TRY(sw_memplan_place_cached(cache, x.bytes, x.first, x.last, r->iota, n, r->align, g->ntasks + 1, x.offset,
+                                       &mp->arena[d]));
+    }
+    if (r->fixed || !r->several) {
+        scatter_offsets(mp, x, mine, n);
+    }
+    peak_of(x, n, ev, &mp->peak[d], &at_peak);
+    breakdown(mp, d, x, n, at_peak, r->backward_start);
+    SW_TRY(r->several ? sw_memplan_stream_edges(g, mp, r->st, r->ends, mine, n, out)
+                      : reuse_edges(g, x, mine, n, r->remote_ptr, r->remote, scratch, out));
+    int32_t *hosted = r->ids + r->dev_ptr[ndev + d], nh = r->dev_ptr[ndev + d + 1] - r->dev_ptr[ndev + d];
+    if (nh == 0) {
+        return SW_OK;
+    }
+    gathered hx = gathered_at(r->all, r->dev_ptr[ndev + d]);   /* the host region: only swap tasks touch it, on the swap streams */
+    SW_TRY(sw_memplan_place(hx.bytes, hx.first, hx.last, r->iota, nh, r->align, g->ntasks + 1, hx.offset,
+                            &mp->host_arena[d]));
+    scatter_offsets(mp, hx, hosted, nh);
+    return r->several ? sw_memplan_stream_edges(g, mp, r->st, r->ends, hosted, nh, out)
+                      : reuse_edges(g, hx, hosted, nh, r->remote_ptr, r->remote, scratch, out);
+}
+
+static sw_status plan_run(void *ctx, int run) {
+    const device_runs *r = ctx;
+    int d0 = run * r->per_run, d1 = d0 + r->per_run < r->ndev ? d0 + r->per_run : r->ndev;
+    size_t most = 1;   /* the largest group (a device's or its host region's buffers) of the run */
+    for (int d = d0; d < d1; d++) {
+        size_t n = (size_t)(r->dev_ptr[d + 1] - r->dev_ptr[d]), nh = (size_t)(r->dev_ptr[r->ndev + d + 1] -
+                                                                              r->dev_ptr[r->ndev + d]);
+        most = n > most ? n : most;
+        most = nh > most ? nh : most;
+    }
+    sw_place_cache *cache = sw_place_cache_new();
+    mem_event *ev = malloc(sizeof *ev * 2 * (most + 1));
+    sw_keyed *scratch = malloc(sizeof *scratch * (most + 1));
+    sw_status s = cache && ev && scratch ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    for (int d = d0; d < d1 && s == SW_OK; d++) {
+        s = plan_device(r, d, cache, ev, scratch, &r->edges[run]);
+    }
+    sw_place_cache_free(cache);
+    free(ev);
+    free(scratch);
+    return s;
+}
+
+/* Threads for a graph of nbuffers buffers: one below parallel_from, else parallel_threads (0: one
+ * per processor, at most MOST_THREADS). */
+static int plan_threads(int32_t nbuffers) {
+    if (nbuffers < atomic_load(&parallel_from)) {
+        return 1;
+    }
+    int threads = atomic_load(&parallel_threads);
+    if (threads > 0) {
+        return threads;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 1 ? 1 : cpus > MOST_THREADS ? MOST_THREADS : (int)cpus;
+}
+
+/* Plan every device (runs on several threads) and put the reuse edges in mp. */
+static sw_status plan_devices(device_runs *r) {
+    int threads = plan_threads(r->g->nbuffers);
+    int runs = threads == 1 ? 1 : threads * RUNS_PER_THREAD;
+    runs = runs < r->ndev ? runs : r->ndev;
+    r->per_run = (r->ndev + runs - 1) / runs;
+    runs = (r->ndev + r->per_run - 1) / r->per_run;
+    r->edges = calloc((size_t)runs, sizeof *r->edges);
+    if (!r->edges) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
+    }
+    sw_status s = sw_parallel_for(runs, threads, plan_run, r);
+    int64_t total = 0;
+    for (int q = 0; q < runs; q++) {
+        total += r->edges[q].n;
+    }
+    sw_memory_plan *mp = r->mp;
+    if (s == SW_OK && total > INT32_MAX) {
+        s = SW_FAIL(SW_ERR_TOO_LARGE, "a memory plan of %lld reuse edges", (long long)total);
+    }
+    if (s == SW_OK) {
+        mp->reuse_from = malloc(sizeof *mp->reuse_from * ((size_t)total + 1));
+        mp->reuse_to = malloc(sizeof *mp->reuse_to * ((size_t)total + 1));
+        if (!mp->reuse_from || !mp->reuse_to) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
+        }
+    }
+    for (int q = 0; s == SW_OK && q < runs; q++) {   /* end to end, in device order */
+        memcpy(mp->reuse_from + mp->nreuse, r->edges[q].from, sizeof *mp->reuse_from * (size_t)r->edges[q].n);
+        memcpy(mp->reuse_to + mp->nreuse, r->edges[q].to, sizeof *mp->reuse_to * (size_t)r->edges[q].n);
+        mp->nreuse += (int32_t)r->edges[q].n;
+    }
+    for (int q = 0; q < runs; q++) {
+        sw_memplan_edges_free(&r->edges[q]);
+    }
+    free(r->edges);
+    r->edges = NULL;
+    return s;
 }
 
 static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
@@ -526,9 +734,8 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
     mp->host_arena = calloc(nd, sizeof *mp->host_arena);
     char *host = NULL;
     int32_t *dev_ptr = NULL, *ids = NULL, *remote_ptr = NULL, *remote = NULL;
-    sw_keyed *by_off = NULL;
-    mem_event *ev = NULL;
-    sw_place_cache *cache = NULL;
+    gathered all = {0};   /* every buffer at its position in ids */
+    int32_t *iota = NULL;
     sw_status s = SW_OK;
     if (!mp->offset || !mp->bytes || !mp->first || !mp->last || !mp->arena || !mp->peak || !mp->total || !mp->kept ||
         !mp->peak_kinds || !mp->host_arena) {
@@ -551,12 +758,6 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
         goto done;
     }
     sw_buffer_lifetimes(g, host, reuse, mp->first, mp->last);
-    ev = malloc(sizeof *ev * 2 * nb);
-    by_off = malloc(sizeof *by_off * nb);
-    if (!ev || !by_off) {
-        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
-        goto done;
-    }
     int32_t backward_start = g->ntasks;
     for (int32_t t = 0; t < g->ntasks; t++) {
         if (g->tasks[t].phase != SW_PHASE_FORWARD) {
@@ -564,48 +765,22 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
             break;
         }
     }
-    int64_t cap = 0;
-    cache = sw_place_cache_new();
-    if (!cache) {
-        s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
-    }
-    for (int d = 0; d < ndev && s == SW_OK; d++) {
-        int32_t *mine = ids + dev_ptr[d], n = dev_ptr[d + 1] - dev_ptr[d], at_peak;
-        if (fixed) {
-            place_at(mp, fixed, mine, n, &mp->arena[d]);
-        } else {
-            s = several ? place_apart(g, cache, mp, mine, n, by_off, &mp->arena[d])
-                        : sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, n, align,
-                                                  g->ntasks + 1, mp->offset, &mp->arena[d]);
-        }
-        if (s != SW_OK) {
-            break;
-        }
-        peak_of(mp, mine, n, ev, &mp->peak[d], &at_peak);
-        breakdown(g, mp, d, mine, n, at_peak, backward_start);
-        s = several ? sw_memplan_stream_edges(g, mp, st, &ends, mine, n, &cap)
-                    : reuse_edges(g, mp, mine, n, remote_ptr, remote, by_off, &cap);
-        int32_t *hosted = ids + dev_ptr[ndev + d], nh = dev_ptr[ndev + d + 1] - dev_ptr[ndev + d];
-        if (s == SW_OK && nh > 0) {   /* the host region: only swap tasks touch it, on the swap streams */
-            s = sw_memplan_place(mp->bytes, mp->first, mp->last, hosted, nh, align, g->ntasks + 1, mp->offset,
-                                 &mp->host_arena[d]);
-            if (s == SW_OK) {
-                s = several ? sw_memplan_stream_edges(g, mp, st, &ends, hosted, nh, &cap)
-                            : reuse_edges(g, mp, hosted, nh, remote_ptr, remote, by_off, &cap);
-            }
-        }
+    s = gather(g, mp, ids, remote_ptr, &all, &iota);
+    if (s == SW_OK) {
+        device_runs runs = {g, mp, st, &ends, fixed, several, ndev, 1, align, backward_start, dev_ptr, iota,
+                            remote_ptr, remote, ids, all, NULL};
+        s = plan_devices(&runs);
     }
     if (s == SW_OK) {
         s = unique_edges(mp);
     }
 done:
+    gathered_free(&all);
+    free(iota);
     sw_memplan_ends_free(&ends);
-    sw_place_cache_free(cache);
     free(host);
     free(dev_ptr);
     free(ids);
-    free(by_off);
-    free(ev);
     free(remote_ptr);
     free(remote);
     if (s != SW_OK) {

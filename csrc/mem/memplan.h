@@ -45,6 +45,11 @@ sw_status sw_memory_plan_build(const sw_task_graph *g, int ndev, int64_t align, 
 /* The same for tasks run on streams `st` (NULL: one per device, as sw_memory_plan_build):
  * with several streams on a device, the reuse edges order the tasks of a buffer's bytes'
  * previous occupant before the buffer's first tasks on whatever stream (memplan_streams.c). */
+/* Threads the memory plan of a graph of `parallel_from` buffers or more plans its devices on
+ * (0: one per processor, at most 8; graphs with fewer buffers: this thread alone); each
+ * argument below 0 leaves its setting as it is, and the old ones come back in *old_from and
+ * *old_threads.  The plan is the same on any number (tests compare them). */
+void sw_memplan_parallel(int parallel_from, int threads, int *old_from, int *old_threads);
 sw_status sw_memory_plan_build_on(const sw_task_graph *g, int ndev, int64_t align, int reuse, const sw_streams *st,
                                   sw_memory_plan *mp);
 /* The same with every buffer's offset given (offset[b], nbuffers entries: a plan of one

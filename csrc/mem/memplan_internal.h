@@ -21,8 +21,16 @@ sw_status sw_memplan_place_cached(sw_place_cache *c, const int64_t *bytes, const
                                   const int32_t *ids, int32_t n, int64_t align, int32_t npos, int64_t *offset,
                                   int64_t *arena);
 
-/* Append reuse edge from -> to to mp (*cap: the room its arrays have). */
-sw_status sw_memplan_add_edge(sw_memory_plan *mp, int32_t from, int32_t to, int64_t *cap);
+/* Reuse edges as they are found (one list per run of devices planned together: memplan.c
+ * plans runs of devices on several threads, and puts the lists end to end in device order). */
+typedef struct {
+    int32_t *from, *to;
+    int64_t n, cap;
+} sw_memplan_edges;
+
+/* Append reuse edge from -> to. */
+sw_status sw_memplan_add_edge(sw_memplan_edges *e, int32_t from, int32_t to);
+void sw_memplan_edges_free(sw_memplan_edges *e);
 
 /* The tasks at either end of every buffer's use, in program order (memplan_streams.c):
  * its entry (the tasks up to its first writer: that writer and any reads before it) and its
@@ -38,7 +46,7 @@ void sw_memplan_ends_free(sw_memplan_ends *e);
 /* Reuse edges of one device's buffers mine[0 .. n) when tasks run on several streams per
  * device: for each buffer, from the exit of the previous occupant of each of its bytes to its
  * entry, where the two lie on different streams. */
-sw_status sw_memplan_stream_edges(const sw_task_graph *g, sw_memory_plan *mp, const sw_streams *st,
-                                  const sw_memplan_ends *e, const int32_t *mine, int32_t n, int64_t *cap);
+sw_status sw_memplan_stream_edges(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st,
+                                  const sw_memplan_ends *e, const int32_t *mine, int32_t n, sw_memplan_edges *out);
 
 #endif

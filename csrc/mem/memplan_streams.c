@@ -182,21 +182,21 @@ static int later_end_first(const void *pa, const void *pb) {
 }
 
 /* Edges from A's exit to B's entry, for pairs on different streams. */
-static sw_status link(const sw_task_graph *g, sw_memory_plan *mp, const sw_streams *st, const sw_memplan_ends *e,
-                      int32_t a, int32_t b, int64_t *cap) {
+static sw_status link(const sw_task_graph *g, const sw_streams *st, const sw_memplan_ends *e, int32_t a, int32_t b,
+                      sw_memplan_edges *out) {
     for (int32_t i = e->exit_begin[a]; i < e->ptr[a + 1]; i++) {
         for (int32_t j = e->ptr[b]; j < e->entry_end[b]; j++) {
             int32_t from = e->touch[i], to = e->touch[j];
             if (sw_stream_of(g, st, from) != sw_stream_of(g, st, to)) {
-                SW_TRY(sw_memplan_add_edge(mp, from, to, cap));
+                SW_TRY(sw_memplan_add_edge(out, from, to));
             }
         }
     }
     return SW_OK;
 }
 
-sw_status sw_memplan_stream_edges(const sw_task_graph *g, sw_memory_plan *mp, const sw_streams *st,
-                                  const sw_memplan_ends *e, const int32_t *mine, int32_t n, int64_t *cap) {
+sw_status sw_memplan_stream_edges(const sw_task_graph *g, const sw_memory_plan *mp, const sw_streams *st,
+                                  const sw_memplan_ends *e, const int32_t *mine, int32_t n, sw_memplan_edges *out) {
     sw_keyed *by_off = malloc(sizeof *by_off * ((size_t)n + 1));
     candidate *cand = malloc(sizeof *cand * ((size_t)n + 1));
     coverage cov = {0};
@@ -241,7 +241,7 @@ sw_status sw_memplan_stream_edges(const sw_task_graph *g, sw_memory_plan *mp, co
             int64_t alo = mp->offset[a] > lo ? mp->offset[a] : lo;
             int64_t ahi = mp->offset[a] + mp->bytes[a] < hi ? mp->offset[a] + mp->bytes[a] : hi;
             if (uncovered(&cov, alo, ahi)) {
-                s = link(g, mp, st, e, a, b, cap);
+                s = link(g, st, e, a, b, out);
                 if (s == SW_OK) {
                     s = cover(&cov, alo, ahi);
                 }

@@ -293,8 +293,30 @@ PyObject *sw_py_tg_check_memory_plan(TaskGraphObject *self, PyObject *args) {
     return result;
 }
 
+/* memory_plan_parallel(parallel_from=-1, threads=-1) -> the old (parallel_from, threads) */
+static PyObject *memory_plan_parallel(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"parallel_from", "threads", NULL};
+    int from = -1, threads = -1, old_from, old_threads;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ii", kwlist, &from, &threads)) {
+        return NULL;
+    }
+    if (threads > 64) {
+        PyErr_Format(PyExc_ValueError, "threads must be at most 64, got %d", threads);
+        return NULL;
+    }
+    sw_memplan_parallel(from, threads, &old_from, &old_threads);
+    return Py_BuildValue("(ii)", old_from, old_threads);
+}
+
+static PyMethodDef memplan_methods[] = {
+    {"memory_plan_parallel", (PyCFunction)(void (*)(void))memory_plan_parallel, METH_VARARGS | METH_KEYWORDS,
+     "memory_plan_parallel(parallel_from=-1, threads=-1) -> the old (parallel_from, threads): memory plans of\n"
+     "graphs of parallel_from buffers or more plan their devices on `threads` threads (0: one per processor,\n"
+     "at most 8); an argument below 0 leaves its setting.  The plans are the same on any number."},
+    {NULL, NULL, 0, NULL},
+};
+
 int sw_py_register_memplan(PyObject *module) {
-    (void)module;
     import_array1(-1);  /* this file's own NumPy API table */
-    return 0;
+    return PyModule_AddFunctions(module, memplan_methods);
 }

@@ -7,8 +7,13 @@
   bytes, a missing reuse edge, an offset outside the arena are each refused.
 * Memory plans exist for any plan, a 16-device cluster plan too, and are far below the
   sum of every buffer of the iteration.
+* Large graphs' devices are planned in runs on several threads: forced onto threads, small
+  plans still meet every definition above, and streams, swapping and iterations back to back
+  give exactly one thread's arrays.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -16,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardwise as sw
+from shardwise import _core
 from shardwise.iteration.lower import lower, plan_arrays
 from shardwise.iteration.memory import _problem
 
@@ -133,6 +139,65 @@ def test_random_plans_get_safe_memory_plans(recipe, case, seed, reductions):
     g = build_graph(recipe)
     plan = random_plan(g, DEVICE_CASES[case], np.random.default_rng(seed), reductions=reductions)
     check_memory_plan(plan)
+
+
+@contextlib.contextmanager
+def planned_on_threads(threads: int = 3):
+    """Every memory plan made meanwhile plans its devices in runs on ``threads`` threads (by
+    default only graphs of hundreds of thousands of buffers are)."""
+    old = _core.memory_plan_parallel(0, threads)
+    try:
+        yield
+    finally:
+        _core.memory_plan_parallel(*old)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(recipe=graph_recipes(max_ops=8), case=st.sampled_from(sorted(DEVICE_CASES)), seed=st.integers(0, 2**31),
+       reductions=st.booleans())
+def test_memory_plans_made_on_threads_meet_the_definitions(recipe, case, seed, reductions):
+    g = build_graph(recipe)
+    plan = random_plan(g, DEVICE_CASES[case], np.random.default_rng(seed), reductions=reductions)
+    with planned_on_threads():
+        check_memory_plan(plan)
+
+
+def _same_arrays(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+
+
+@pytest.mark.parametrize("what", ["streams", "swap", "iterations"])
+def test_threads_plan_exactly_what_one_thread_plans(what):
+    g = sw.models.resnet18_small(batch=8, width=8)
+    d = sw.DeviceGraph.cluster(nodes=2, devices_per_node=2)
+    plan = sw.strategies.data_parallel(g, d)
+
+    def made():
+        if what == "streams":
+            return sw.memory_plan(plan, schedule=sw.schedule(plan), check=True).arrays
+        if what == "swap":
+            peak = sw.memory_plan(plan).peak_bytes
+            sp = sw.swap_plan(plan, budget=int(peak * 0.8))
+            assert sp.entries   # host regions to plan
+            return sw.memory_plan(sw.lower(plan, swap=sp), check=True).arrays
+        # (the iterations' memory plan takes one iteration's offsets: sw_memory_plan_build_at)
+        return _problem(plan).task_order(*plan_arrays(plan), streams=sw.schedule(plan).stream_arrays(),
+                                         iterations=3, check=True)
+
+    old = _core.memory_plan_parallel(2**30, -1)   # one thread, whatever the size
+    try:
+        one = made()
+    finally:
+        _core.memory_plan_parallel(*old)
+    with planned_on_threads():
+        _same_arrays(one, made())
+
+
+def test_memory_plan_threads_are_bounded():
+    with pytest.raises(ValueError, match="threads"):
+        _core.memory_plan_parallel(0, 65)
 
 
 @pytest.mark.parametrize("model,devices", [("lenet5", 2), ("resnet18", 4), ("inception_v3", 3)])

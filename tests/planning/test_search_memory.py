@@ -341,6 +341,33 @@ def test_memory_tables_list_freed_bytes_by_place_in_the_edge_table():
     assert entries > 0
 
 
+@pytest.mark.parametrize("model", ["gpt", "inception_v3"])
+def test_memory_tables_made_on_threads_are_one_threads(model):
+    """The memory tables' terms are made on the problem's threads and merged in op and edge
+    order: every row, row id and freed entry is the one a single thread makes (twin layers
+    and ops without twins both)."""
+    graph = (sw.models.gpt(layers=3, d_model=32, heads=2, seq=16, vocab=64, batch=4) if model == "gpt"
+             else sw.models.get("inception_v3", batch=8))
+    devices = DeviceGraph.parse("2x4", device="P100")
+    made = []
+    for threads in (1, 3):
+        problem = _problem(graph, devices, CostOptions(reduction_splits=True, threads=threads))
+        made.append(problem.memory_tables(sm.op_kinds(graph)))
+    (rows1, node1, edges1), (rows3, node3, edges3) = made
+    np.testing.assert_array_equal(rows1, rows3)
+    assert len(rows1) > 1
+    for a, b in zip(node1, node3):
+        np.testing.assert_array_equal(a, b)
+    assert len(edges1) == len(edges3) > 0
+    freed = 0
+    for a, b in zip(edges1, edges3):
+        assert a[:3] == b[:3]
+        for x, y in zip(a[3:], b[3:]):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        freed += len(np.asarray(a[5]))
+    assert freed > 0
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_footprint_and_weighting_do_not_depend_on_the_order_of_freed_entries(seed):
     """Tables given freed bytes in any order (not the C tables' sorted one) group them by place
