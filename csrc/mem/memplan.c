@@ -696,6 +696,9 @@ static sw_status plan_devices(device_runs *r) {
         }
     }
     for (int q = 0; s == SW_OK && q < runs; q++) {   /* end to end, in device order */
+        if (r->edges[q].n == 0) {
+            continue;   /* (its arrays were never made) */
+        }
         memcpy(mp->reuse_from + mp->nreuse, r->edges[q].from, sizeof *mp->reuse_from * (size_t)r->edges[q].n);
         memcpy(mp->reuse_to + mp->nreuse, r->edges[q].to, sizeof *mp->reuse_to * (size_t)r->edges[q].n);
         mp->nreuse += (int32_t)r->edges[q].n;
