@@ -136,7 +136,8 @@ def run_isolated(model: str, ndev: int, repeat: int, torchvision: bool = False):
 
 
 def _first_child(model: str, ndev: int, queue) -> None:
-    """The processor time of the first Eq. 1 search of this (fresh) process, its stages' too."""
+    """The processor time of the first Eq. 1 search of this (fresh) process, its stages' too, and
+    its wall time."""
     g, d = sw.models.get(model), device_graph(ndev)
     stages, last = {}, [time.process_time()]
 
@@ -145,9 +146,10 @@ def _first_child(model: str, ndev: int, queue) -> None:
         stages[stage.split(":")[0].split(" (")[0]] = now - last[0]
         last[0] = now
 
+    w0 = time.perf_counter()
     c0 = last[0] = time.process_time()
     plan = sw.search(g, d, objective="eq1", progress=progress)
-    queue.put((time.process_time() - c0, stages, plan.cost))
+    queue.put((time.process_time() - c0, stages, plan.cost, time.perf_counter() - w0))
 
 
 FIRST_CHILD = ("import json, queue, sys; sys.path.insert(0, {here!r}); import search_time; q = queue.Queue(); "
@@ -156,18 +158,20 @@ FIRST_CHILD = ("import json, queue, sys; sys.path.insert(0, {here!r}); import se
 
 def first_searches(model: str, ndev: int, runs: int) -> None:
     """--first: the first search of `runs` fresh processes, one after the other: median and
-    quartiles of its processor time (all threads) and of each stage's, the load beside them.
+    quartiles of its processor time (all threads) and of each stage's, and of its wall time (what
+    the user waits: the cost tables are built on the problem's threads), the load beside them.
     Each a plain `python -c` process, as a user's script (a multiprocessing child measured
     ~15-20% more processor time for the same search)."""
     import json
     import subprocess
 
-    times, stages, costs, loads = [], {}, set(), []
+    times, walls, stages, costs, loads = [], [], {}, set(), []
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", FIRST_CHILD.format(here=HERE, model=model, ndev=ndev)],
                              capture_output=True, text=True, check=True).stdout
-        cpu, st, cost = json.loads(out.strip().splitlines()[-1])
+        cpu, st, cost, wall = json.loads(out.strip().splitlines()[-1])
         times.append(cpu)
+        walls.append(wall)
         costs.add(cost)
         loads.append(os.getloadavg()[0])
         for k, v in st.items():
@@ -181,6 +185,8 @@ def first_searches(model: str, ndev: int, runs: int) -> None:
           f"(quartiles {q(times, 0.25):.1f}-{q(times, 0.75):.1f}, least {q(times, 0):.1f}) in {runs} fresh processes, "
           f"load {min(loads):.2f}-{max(loads):.2f}; {'the same cost in all' if len(costs) == 1 else 'COSTS DIFFER'}",
           flush=True)
+    print(f"    wall time: median {q(walls, 0.5):.1f} ms (quartiles {q(walls, 0.25):.1f}-{q(walls, 0.75):.1f}, "
+          f"least {q(walls, 0):.1f}) on {os.cpu_count()} processors", flush=True)
     print("    stages, median ms: " + ", ".join(f"{k} {q(v, 0.5):.1f}" for k, v in stages.items()), flush=True)
 
 
