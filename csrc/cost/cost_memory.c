@@ -282,27 +282,20 @@ static inline int owned_block_before(const owned_block *a, const owned_block *b)
 
 SW_DEFINE_SORT(sort_blocks, owned_block, owned_block_before, owned_block_cmp)
 
-/* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
- * the (cu, cv, device) where a region is the producer's shard instead.  Each consumer worker's
- * region and whether it is kept do not depend on the producer's configuration, so they are
- * computed once per edge (kept[q] for the q-th (configuration, worker) pair, its region in
- * regs[q]).  The pairs where a region equals the producer's block on the same device are found
- * by a join, not by comparing every producer configuration with every consumer worker: device
- * by device, the producer blocks there (one per owner) sorted by box hash, and each kept region
- * there looked up and compared exactly.  Both sides are bucketed by device first (a counting
- * sort), so that each device's join runs on a few hundred records in cache: one sort and
- * search over the whole edge's blocks (a 1,024-device machine's quarter of a million) missed
- * the cache at every step, half the build.  Savings are listed per edge in no particular order
- * (they are whole bytes: their sums do not depend on it).  `row`: ndev doubles of scratch. */
-/* The join's buffers, kept from edge to edge and grown as needed: allocated per edge, a large
- * machine's (tens of megabytes of boxes an edge on 1,024 devices) were fresh pages the system
- * zeroed every time, a quarter of the build. */
+/* A kept consumer region, for the join: its box hash and its pair (configuration, worker). */
+typedef struct {
+    uint64_t hash;
+    int64_t pair;
+} kept_region;
+
+/* The join's buffers, one set per thread, kept from edge to edge and grown as needed: allocated
+ * per edge, a large machine's (tens of megabytes of boxes an edge on 1,024 devices) were fresh
+ * pages the system zeroed every time, a quarter of the build. */
 typedef struct {
     sw_box *regs;             /* per consumer (configuration, worker) pair: its region ... */
     char *kept;               /* ... whether it is kept ... */
     int32_t *pair_cj, *pair_dev;   /* ... its configuration and device */
-    owned_block *pairs_by_dev;   /* the pairs bucketed by device: each kept one's region hash and index (ci: -1
-                                    for one not kept) */
+    kept_region *kept_by_dev;   /* the pairs bucketed by device (pair -1: not kept) */
     int32_t *block_dev;       /* per producer block, as made: its device */
     sw_box *boxes;            /* per producer block, as made: its box */
     owned_block *blocks;      /* the blocks bucketed by device, each bucket sorted by (hash, ci); `at`
@@ -317,7 +310,7 @@ static void join_scratch_free(join_scratch *j) {
     free(j->kept);
     free(j->pair_cj);
     free(j->pair_dev);
-    free(j->pairs_by_dev);
+    free(j->kept_by_dev);
     free(j->boxes);
     free(j->block_dev);
     free(j->blocks);
@@ -339,13 +332,13 @@ static sw_status join_scratch_room(join_scratch *j, size_t npairs, size_t nblock
         free(j->kept);
         free(j->pair_cj);
         free(j->pair_dev);
-        free(j->pairs_by_dev);
+        free(j->kept_by_dev);
         j->regs = malloc(sizeof *j->regs * (npairs + 1));
         j->kept = malloc(npairs + 1);
         j->pair_cj = malloc(sizeof *j->pair_cj * (npairs + 1));
         j->pair_dev = malloc(sizeof *j->pair_dev * (npairs + 1));
-        j->pairs_by_dev = malloc(sizeof *j->pairs_by_dev * (npairs + 1));
-        j->pairs = j->regs && j->kept && j->pair_cj && j->pair_dev && j->pairs_by_dev ? npairs + 1 : 0;
+        j->kept_by_dev = malloc(sizeof *j->kept_by_dev * (npairs + 1));
+        j->pairs = j->regs && j->kept && j->pair_cj && j->pair_dev && j->kept_by_dev ? npairs + 1 : 0;
         grown = 1;
     }
     if (nblocks + 1 > j->nblocks) {
@@ -387,7 +380,20 @@ static void bucket_by_device(const int32_t *dev, size_t n, int ndev, size_t *sta
     start[0] = 0;
 }
 
-/* Edge e's terms: its base row ids (in `rows`, the item's own store) into base[ncfg of v],
+/* Edge e = (u -> v, slot): the consumer's kept staging regions per configuration of v, and
+ * the (cu, cv, device) where a region is the producer's shard instead.  Each consumer worker's
+ * region and whether it is kept do not depend on the producer's configuration, so they are
+ * computed once per edge (kept[q] for the q-th (configuration, worker) pair, its region in
+ * regs[q]).  The pairs where a region equals the producer's block on the same device are found
+ * by a join, not by comparing every producer configuration with every consumer worker: device
+ * by device, the producer blocks there (one per owner) sorted by box hash, and each kept region
+ * there looked up and compared exactly.  Both sides are bucketed by device first (a counting
+ * sort), so that each device's join runs on a few hundred records in cache: one sort and
+ * search over the whole edge's blocks (a 1,024-device machine's quarter of a million) missed
+ * the cache at every step, half the build.  Savings are listed per edge in no particular order
+ * (they are whole bytes: their sums do not depend on it).  `row`: ndev doubles of scratch.
+ *
+ * Edge e's terms: its base row ids (in `rows`, the item's own store) into base[ncfg of v],
  * its savings into `out`. */
 static sw_status edge_terms(const sw_problem *p, const int8_t *kind, const sw_memory_tables *mt, int e,
                            sw_memory_tables *rows, int32_t *base, saving_list *out, double *row, join_scratch *js) {
@@ -443,10 +449,14 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, const sw_me
             blocks[js->place[nb]] = (owned_block){ci, box_hash(&boxes[nb]), (int64_t)nb};
         }
     }
-    /* the consumer's pairs, bucketed by device */
+    /* the consumer's pairs (a kept one's region hash), bucketed by device */
     bucket_by_device(js->pair_dev, npairs, ndev, js->pair_start, js->place);
     for (size_t k = 0; k < npairs; k++) {
-        js->pairs_by_dev[js->place[k]] = (owned_block){kept[k] ? 0 : -1, kept[k] ? box_hash(&regs[k]) : 0, (int64_t)k};
+        kept_region r = {0, -1};
+        if (kept[k]) {
+            r = (kept_region){box_hash(&regs[k]), (int64_t)k};
+        }
+        js->kept_by_dev[js->place[k]] = r;
     }
     for (int d = 0; d < ndev && s == SW_OK; d++) {
         size_t b0 = js->dev_start[d], b1 = js->dev_start[d + 1];
@@ -455,11 +465,11 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, const sw_me
         }
         sort_blocks(blocks + b0, b1 - b0);
         for (size_t i = js->pair_start[d]; i < js->pair_start[d + 1] && s == SW_OK; i++) {
-            if (js->pairs_by_dev[i].ci < 0) {
+            if (js->kept_by_dev[i].pair < 0) {
                 continue;   /* not kept */
             }
-            size_t pq = (size_t)js->pairs_by_dev[i].at;
-            uint64_t h = js->pairs_by_dev[i].hash;
+            size_t pq = (size_t)js->kept_by_dev[i].pair;
+            uint64_t h = js->kept_by_dev[i].hash;
             size_t lo = b0, hi = b1;   /* the first block on d with hash >= h */
             while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
