@@ -11,7 +11,8 @@
  * interval-graph colouring by sizes; the arena is at least the peak of live
  * bytes, and usually equal or close to it; memplan_place.c).  A device whose buffers
  * repeat another's pattern (data-parallel replicas) takes that placement's offsets
- * (memplan_cache.c).
+ * (memplan_cache.c).  Each device's buffers are planned apart from the others', so a large
+ * graph's devices are planned in runs on several threads (plan_devices).
  *
  * Reuse across streams needs an edge: when buffer B takes over memory of an
  * earlier buffer A that a copy on another device's stream reads, that copy
