@@ -139,7 +139,8 @@ def llama_memory_search() -> None:
     bf16, split reductions) on 64, 256 and 1,024 H100s under their memory, each in a fresh
     process: seconds waited (wall clock) and processor seconds (all threads), peak resident memory,
     the plan's Eq. 1 seconds; then ResNet-50 at minibatch 64 the same way (its Eq. 1 optimum fits:
-    the memory plan is only checked)."""
+    the memory plan is only checked); then what memory new to a process costs here, and the
+    1,024-GPU search again right after 3 GB were touched once."""
     # a fresh process per search, on n // 8 nodes of 8 H100s (n = sys.argv[1])
     start = ("import resource, sys, time, warnings; import shardwise as sw; warnings.simplefilter('ignore'); "
              "n = int(sys.argv[1]); d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); ")
@@ -160,6 +161,15 @@ def llama_memory_search() -> None:
     for code in (llama, resnet):
         for n in (64, 256, 1024):
             print(_fresh_process(start + code, str(n)))
+    # memory new to a virtual machine's guest can cost far more than on bare metal: the host backs
+    # a page on its first touch (and takes idle memory back).  That cost beside the searches, and
+    # the 1,024-GPU search again right after 3 GB were touched once (the guest's free memory
+    # backed, as a machine's memory that has been in use is)
+    touch = ("import time, numpy as np; a = np.empty({gb} << 30, np.uint8); t = time.perf_counter(); "
+             "a[::4096] = 1; print(f'memory new to a process: {{(time.perf_counter() - t) / {gb}:.2f}} s per GB')")
+    print(_fresh_process(touch.format(gb=1)))
+    _fresh_process(touch.format(gb=3))
+    print(_fresh_process(start + llama, "1024").replace("llama on 1024", "llama on 1024, memory warmed"))
 
 
 def footprint_gap() -> None:
