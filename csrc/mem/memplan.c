@@ -520,13 +520,18 @@ static void gathered_free(gathered *x) {
 }
 
 /* Every buffer's size, lifetime, kind and whether another device's stream touches it, at its
- * position in ids (grouped by device); offsets 0.  iota: 0, 1, ... (the positions of a group). */
-static sw_status gather(const sw_task_graph *g, const sw_memory_plan *mp, const int32_t *ids,
-                        const int32_t *remote_ptr, gathered *x, int32_t **iota) {
+ * position in ids (grouped by device: groups dev_ptr[0 .. ngroups]); offsets 0.  iota: 0, 1, ...,
+ * as many as the largest group has buffers (the positions of a group's buffers in its run). */
+static sw_status gather(const sw_task_graph *g, const sw_memory_plan *mp, const int32_t *ids, const int32_t *dev_ptr,
+                        int ngroups, const int32_t *remote_ptr, gathered *x, int32_t **iota) {
     size_t n = (size_t)g->nbuffers + 1;
+    int32_t most = 1;
+    for (int d = 0; d < ngroups; d++) {
+        most = dev_ptr[d + 1] - dev_ptr[d] > most ? dev_ptr[d + 1] - dev_ptr[d] : most;
+    }
     *x = (gathered){malloc(sizeof(int64_t) * n), calloc(n, sizeof(int64_t)), malloc(sizeof(int32_t) * n),
                     malloc(sizeof(int32_t) * n), malloc(n), malloc(n)};
-    *iota = malloc(sizeof **iota * n);
+    *iota = malloc(sizeof **iota * (size_t)most);
     if (!x->bytes || !x->offset || !x->first || !x->last || !x->kind || !x->remote || !*iota) {
         gathered_free(x);
         free(*iota);
@@ -540,6 +545,8 @@ static sw_status gather(const sw_task_graph *g, const sw_memory_plan *mp, const 
         x->last[i] = mp->last[b];
         x->kind[i] = g->buffers[b].kind;
         x->remote[i] = remote_ptr[b] != remote_ptr[b + 1];
+    }
+    for (int32_t i = 0; i < most; i++) {
         (*iota)[i] = i;
     }
     return SW_OK;
@@ -769,7 +776,7 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
             break;
         }
     }
-    s = gather(g, mp, ids, remote_ptr, &all, &iota);
+    s = gather(g, mp, ids, dev_ptr, 2 * ndev, remote_ptr, &all, &iota);
     if (s == SW_OK) {
         device_runs runs = {g, mp, st, &ends, fixed, several, ndev, 1, align, backward_start, dev_ptr, iota,
                             remote_ptr, remote, ids, all, NULL};
