@@ -236,16 +236,26 @@ typedef struct {
     int64_t n, cap;
 } saving_list;
 
-static sw_status push_saving(saving_list *l, int32_t ci, int32_t cj, int32_t dev, double bytes) {
-    if (l->n == l->cap) {
-        int64_t n = l->cap ? l->cap * 2 : 256;
-        sw_memory_saving *s = realloc(l->items, sizeof *s * (size_t)n);
-        if (!s) {
-            return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
-        }
-        l->items = s;
-        l->cap = n;
+/* Room for `need` savings in *items (capacity *cap), doubling. */
+static sw_status saving_room(sw_memory_saving **items, int64_t *cap, int64_t need) {
+    if (need <= *cap) {
+        return SW_OK;
     }
+    int64_t n = *cap ? *cap : 256;
+    while (n < need) {
+        n *= 2;
+    }
+    sw_memory_saving *grown = realloc(*items, sizeof *grown * (size_t)n);
+    if (!grown) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+    }
+    *items = grown;
+    *cap = n;
+    return SW_OK;
+}
+
+static sw_status push_saving(saving_list *l, int32_t ci, int32_t cj, int32_t dev, double bytes) {
+    SW_TRY(saving_room(&l->items, &l->cap, l->n + 1));
     l->items[l->n++] = (sw_memory_saving){ci, cj, dev, bytes};
     return SW_OK;
 }
@@ -635,18 +645,7 @@ static sw_status merge_item(const sw_problem *p, sw_memory_tables *mt, const int
     }
     free(map);
     if (s == SW_OK && e >= 0) {
-        if (mt->nshared + it->saved.n > *cap) {
-            int64_t grown = *cap ? *cap : 256;
-            while (grown < mt->nshared + it->saved.n) {
-                grown *= 2;
-            }
-            sw_memory_saving *more = realloc(mt->shared, sizeof *more * (size_t)grown);
-            if (!more) {
-                return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
-            }
-            mt->shared = more;
-            *cap = grown;
-        }
+        SW_TRY(saving_room(&mt->shared, cap, mt->nshared + it->saved.n));
         if (it->saved.n > 0) {
             memcpy(mt->shared + mt->nshared, it->saved.items, sizeof *it->saved.items * (size_t)it->saved.n);
         }
