@@ -433,7 +433,7 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, const sw_me
             js->pair_cj[q] = cj;
             js->pair_dev[q] = p->dev_pool[c->dev_offset + w];
             if (kept[q]) {
-                row[p->dev_pool[c->dev_offset + w]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
+                row[js->pair_dev[q]] += elem(p, SW_BUF_REGION) * (double)sw_box_volume(&regs[q]);
             }
         }
         s = row_id(rows, row, &base[cj]);

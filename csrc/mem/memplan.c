@@ -215,8 +215,9 @@ static inline int int64_less(const int64_t *a, const int64_t *b) { return *a < *
 
 SW_DEFINE_SORT(sort_int64, int64_t, int64_less, by_int64)
 
-/* For every buffer A of a device (gathered: x, ids mine[0 .. n)) that copies on other devices' streams read: the first task of
- * the buffer B that takes over A's bytes first after A's last task (the least first task among
+/* For every buffer A of a device (gathered: x, ids mine[0 .. n)) that copies on other devices'
+ * streams read: the first task of the buffer B that takes over A's bytes first after A's last
+ * task (the least first task among
  * the non-empty buffers overlapping A that start after A ends); each of those copies gets an
  * edge to it.  Later buffers over A's bytes need no edge of their own: their first tasks follow
  * B's on the device's stream.
@@ -521,14 +522,15 @@ static void gathered_free(gathered *x) {
 
 /* Every buffer's size, lifetime, kind and whether another device's stream touches it, at its
  * position in ids (grouped by device: groups dev_ptr[0 .. ngroups]); offsets 0.  iota: 0, 1, ...,
- * as many as the largest group has buffers (the positions of a group's buffers in its run). */
+ * as many as the largest group has buffers (*most_out; the positions of a group's buffers). */
 static sw_status gather(const sw_task_graph *g, const sw_memory_plan *mp, const int32_t *ids, const int32_t *dev_ptr,
-                        int ngroups, const int32_t *remote_ptr, gathered *x, int32_t **iota) {
+                        int ngroups, const int32_t *remote_ptr, gathered *x, int32_t **iota, int32_t *most_out) {
     size_t n = (size_t)g->nbuffers + 1;
     int32_t most = 1;
     for (int d = 0; d < ngroups; d++) {
         most = dev_ptr[d + 1] - dev_ptr[d] > most ? dev_ptr[d + 1] - dev_ptr[d] : most;
     }
+    *most_out = most;
     *x = (gathered){malloc(sizeof(int64_t) * n), calloc(n, sizeof(int64_t)), malloc(sizeof(int32_t) * n),
                     malloc(sizeof(int32_t) * n), malloc(n), malloc(n)};
     *iota = malloc(sizeof **iota * (size_t)most);
@@ -595,6 +597,7 @@ typedef struct {
     const sw_memplan_ends *ends;
     const int64_t *fixed;   /* offsets given, or NULL */
     int several, ndev, per_run;   /* per_run: devices in one run */
+    int32_t most;           /* buffers of the largest group (a device's or a host region's) */
     int64_t align;
     int32_t backward_start;
     const int32_t *dev_ptr, *iota, *remote_ptr, *remote;
@@ -642,13 +645,7 @@ static sw_status plan_device(const device_runs *r, int d, sw_place_cache *cache,
 static sw_status plan_run(void *ctx, int run) {
     const device_runs *r = ctx;
     int d0 = run * r->per_run, d1 = d0 + r->per_run < r->ndev ? d0 + r->per_run : r->ndev;
-    size_t most = 1;   /* the largest group (a device's or its host region's buffers) of the run */
-    for (int d = d0; d < d1; d++) {
-        size_t n = (size_t)(r->dev_ptr[d + 1] - r->dev_ptr[d]), nh = (size_t)(r->dev_ptr[r->ndev + d + 1] -
-                                                                              r->dev_ptr[r->ndev + d]);
-        most = n > most ? n : most;
-        most = nh > most ? nh : most;
-    }
+    size_t most = (size_t)r->most;
     sw_place_cache *cache = sw_place_cache_new();
     mem_event *ev = malloc(sizeof *ev * 2 * (most + 1));
     sw_keyed *scratch = malloc(sizeof *scratch * (most + 1));
@@ -776,9 +773,10 @@ static sw_status build(const sw_task_graph *g, int ndev, int64_t align, int reus
             break;
         }
     }
-    s = gather(g, mp, ids, dev_ptr, 2 * ndev, remote_ptr, &all, &iota);
+    int32_t most = 1;
+    s = gather(g, mp, ids, dev_ptr, 2 * ndev, remote_ptr, &all, &iota, &most);
     if (s == SW_OK) {
-        device_runs runs = {g, mp, st, &ends, fixed, several, ndev, 1, align, backward_start, dev_ptr, iota,
+        device_runs runs = {g, mp, st, &ends, fixed, several, ndev, 1, most, align, backward_start, dev_ptr, iota,
                             remote_ptr, remote, ids, all, NULL};
         s = plan_devices(&runs);
     }
