@@ -217,28 +217,81 @@ SW_DEFINE_SORT(sort_int64, int64_t, int64_less, by_int64)
 
 /* For every buffer A of a device (gathered: x, ids mine[0 .. n)) that copies on other devices'
  * streams read: the first task of the buffer B that takes over A's bytes first after A's last
- * task (the least first task among
- * the non-empty buffers overlapping A that start after A ends); each of those copies gets an
- * edge to it.  Later buffers over A's bytes need no edge of their own: their first tasks follow
- * B's on the device's stream.
+ * task (the least first task among the non-empty buffers overlapping A that start after A
+ * ends); each of those copies gets an edge to it.  Later buffers over A's bytes need no edge
+ * of their own: their first tasks follow B's on the device's stream.
  *
- * The buffers are taken by first task, latest first, and the A's by last task, latest first:
- * before A is answered, every buffer starting after A's last task is painted over its bytes
- * (a min-segment tree over the device's byte ranges), so A's answer is the least value over
- * A's bytes.  O(n log n) for n buffers; scanning every buffer near A instead was O(n^2) and
- * took 90% of simulating ResNet-50 data parallel on 64 GPUs (2.7 million tasks, one wide
- * buffer making every small one "near").  `by_first` (n entries) is scratch. */
+ * The answers (B's position for each A, answer[i]: -1 for none) are found by reuse_answers,
+ * or, for a device repeating a placed pattern (`cache`, `entry` from sw_memplan_place_cached;
+ * NULL, -1 for none), read from the pattern's: B depends only on the offsets, which the pattern
+ * fixes, and on the order of the lifetimes' ends, which it keeps (data parallelism over 1,024
+ * GPUs: the answers of one device serve its 127 replicas on a thread).
+ * `scratch` (n entries) serves the search. */
+static sw_status reuse_answers(gathered x, int32_t n, const uint8_t *asked, sw_keyed *by_first, int32_t *answer);
+
 static sw_status reuse_edges(const sw_task_graph *g, gathered x, const int32_t *mine, int32_t n,
-                             const int32_t *remote_ptr, const int32_t *remote, sw_keyed *by_first,
-                             sw_memplan_edges *out) {
+                             const int32_t *remote_ptr, const int32_t *remote, sw_keyed *scratch,
+                             sw_place_cache *cache, int entry, sw_memplan_edges *out) {
     if (n == 0) {
         return SW_OK;
     }
+    uint8_t *asked = malloc((size_t)n);
+    int32_t *found = NULL;
+    sw_status s = SW_OK;
+    if (!asked) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
+    }
+    int32_t na = 0;
+    for (int32_t i = 0; i < n; i++) {   /* a copy elsewhere reads it, it has bytes, and it ends */
+        asked[i] = x.remote[i] && x.bytes[i] != 0 && !(x.first[i] == 0 && x.last[i] == g->ntasks);
+        na += asked[i];
+    }
+    if (na == 0) {
+        goto done;
+    }
+    const int32_t *answer = cache ? sw_place_cache_answers(cache, entry, asked, n) : NULL;
+    if (!answer) {
+        found = malloc(sizeof *found * (size_t)n);
+        if (!found) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory for reuse edges");
+            goto done;
+        }
+        if ((s = reuse_answers(x, n, asked, scratch, found)) != SW_OK) {
+            goto done;
+        }
+        if (cache) {
+            sw_place_cache_keep_answers(cache, entry, asked, found, n);
+        }
+        answer = found;
+    }
+    for (int32_t i = 0; i < n && s == SW_OK; i++) {
+        if (!asked[i] || answer[i] < 0) {
+            continue;
+        }
+        int32_t id = mine[i], next_first = x.first[answer[i]];
+        for (int32_t r = remote_ptr[id]; r < remote_ptr[id + 1] && s == SW_OK; r++) {
+            s = sw_memplan_add_edge(out, remote[r], next_first);
+        }
+    }
+done:
+    free(asked);
+    free(found);
+    return s;
+}
+
+/* The answers of reuse_edges for buffers x[0 .. n), asked[i] those asked about.  The buffers are
+ * taken by first task, latest first, and the A's by last task, latest first: before A is
+ * answered, every buffer starting after A's last task is painted over its bytes (a min-segment
+ * tree over the device's byte ranges, holding first tasks), so A's answer is a buffer whose
+ * first task is the least value over A's bytes.  O(n log n) for n buffers; scanning every buffer
+ * near A instead was O(n^2) and took 90% of simulating ResNet-50 data parallel on 64 GPUs (2.7
+ * million tasks, one wide buffer making every small one "near").  `by_first` (n entries) is
+ * scratch. */
+static sw_status reuse_answers(gathered x, int32_t n, const uint8_t *asked, sw_keyed *by_first, int32_t *answer) {
     int64_t *coords = malloc(sizeof *coords * 2 * (size_t)n);
     sw_keyed *asks = malloc(sizeof *asks * (size_t)n);
-    /* each buffer's bytes and tasks, read once from the plan's arrays (a device's buffers lie
-     * far apart in them: on 1,024 devices, each read a cache miss) and then from here, by the
-     * position the sorted entries carry in key2 */
+    /* each buffer's bytes and tasks, read once from the gathered arrays and then from here, by
+     * the position the sorted entries carry in key2 */
     typedef struct {
         int64_t lo, hi;   /* its bytes [lo, hi) in the arena */
         int32_t first, last;
@@ -252,6 +305,7 @@ static sw_status reuse_edges(const sw_task_graph *g, gathered x, const int32_t *
     }
     int32_t nc = 0, nb = 0, na = 0;
     for (int32_t i = 0; i < n; i++) {
+        answer[i] = -1;
         int64_t bytes = x.bytes[i];
         if (bytes == 0) {
             continue;   /* takes over no bytes, and gives none */
@@ -260,10 +314,10 @@ static sw_status reuse_edges(const sw_task_graph *g, gathered x, const int32_t *
         sp[nb] = y;
         coords[nc++] = y.lo;
         coords[nc++] = y.hi;
-        if (x.remote[i] && !(y.first == 0 && y.last == g->ntasks)) {
-            asks[na++] = (sw_keyed){-(int64_t)y.last, nb, mine[i]};   /* a copy elsewhere reads it, and it ends */
+        if (asked[i]) {
+            asks[na++] = (sw_keyed){-(int64_t)y.last, nb, i};
         }
-        by_first[nb] = (sw_keyed){-(int64_t)y.first, nb, mine[i]};   /* latest first task first */
+        by_first[nb] = (sw_keyed){-(int64_t)y.first, nb, i};   /* latest first task first */
         nb++;
     }
     if (na == 0) {
@@ -292,7 +346,7 @@ static sw_status reuse_edges(const sw_task_graph *g, gathered x, const int32_t *
     sw_sort_keyed(by_first, (size_t)nb);
     sw_sort_keyed(asks, (size_t)na);
     int32_t painted = 0;
-    for (int32_t q = 0; q < na && s == SW_OK; q++) {
+    for (int32_t q = 0; q < na; q++) {
         const span *a = &sp[asks[q].key2];
         for (; painted < nb && sp[by_first[painted].key2].first > a->last; painted++) {
             const span *b = &sp[by_first[painted].key2];
@@ -300,10 +354,21 @@ static sw_status reuse_edges(const sw_task_graph *g, gathered x, const int32_t *
         }
         int32_t next_first = tree_least(&t, 0, 0, t.nleaf, coord_index(coords, nd, a->lo),
                                         coord_index(coords, nd, a->hi));
-        int32_t id = asks[q].id;
-        for (int32_t r = remote_ptr[id]; next_first != INT32_MAX && r < remote_ptr[id + 1] && s == SW_OK; r++) {
-            s = sw_memplan_add_edge(out, remote[r], next_first);
+        if (next_first == INT32_MAX) {
+            continue;
         }
+        /* a buffer starting at next_first: by_first[0 .. painted) holds first tasks, latest
+         * first; any of equal first serves (the same position on every device of the pattern) */
+        int32_t lo = 0, hi = painted - 1;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (-by_first[mid].key > next_first) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        answer[asks[q].id] = by_first[lo].id;
     }
 done:
     free(coords);
@@ -475,10 +540,11 @@ static sw_status place_apart(const sw_task_graph *g, sw_place_cache *cache, sw_m
         mine[nrest + i] = scratch[i].id;
     }
     int64_t base = 0, top = 0;
+    int entry;   /* (the answers of reuse edges are not kept here: several streams make their edges apart) */
     SW_TRY(sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine, nrest, mp->align, g->ntasks + 1,
-                                   mp->offset, &base));
+                                   mp->offset, &base, &entry));
     SW_TRY(sw_memplan_place_cached(cache, mp->bytes, mp->first, mp->last, mine + nrest, npool, mp->align,
-                                   g->ntasks + 1, mp->offset, &top));
+                                   g->ntasks + 1, mp->offset, &top, &entry));
     base = (base + mp->align - 1) / mp->align * mp->align;
     for (int32_t i = nrest; i < n; i++) {
         mp->offset[mine[i]] += base;
@@ -614,6 +680,7 @@ static sw_status plan_device(const device_runs *r, int d, sw_place_cache *cache,
     sw_memory_plan *mp = r->mp;
     int ndev = r->ndev;
     int32_t *mine = r->ids + r->dev_ptr[d], n = r->dev_ptr[d + 1] - r->dev_ptr[d], at_peak;
+    int entry = -1;   /* the placement's pattern in the cache, whose reuse answers serve this device too */
     gathered x = gathered_at(r->all, r->dev_ptr[d]);
     if (r->fixed) {
         place_at(x, r->fixed, mine, n, r->align, &mp->arena[d]);
@@ -621,7 +688,7 @@ static sw_status plan_device(const device_runs *r, int d, sw_place_cache *cache,
         SW_TRY(place_apart(g, cache, mp, mine, n, scratch, &mp->arena[d]));
     } else {
         SW_TRY(sw_memplan_place_cached(cache, x.bytes, x.first, x.last, r->iota, n, r->align, g->ntasks + 1, x.offset,
-                                       &mp->arena[d]));
+                                       &mp->arena[d], &entry));
     }
     if (r->fixed || !r->several) {
         scatter_offsets(mp, x, mine, n);
@@ -629,7 +696,8 @@ static sw_status plan_device(const device_runs *r, int d, sw_place_cache *cache,
     peak_of(x, n, ev, &mp->peak[d], &at_peak);
     breakdown(mp, d, x, n, at_peak, r->backward_start);
     SW_TRY(r->several ? sw_memplan_stream_edges(g, mp, r->st, r->ends, mine, n, out)
-                      : reuse_edges(g, x, mine, n, r->remote_ptr, r->remote, scratch, out));
+                      : reuse_edges(g, x, mine, n, r->remote_ptr, r->remote, scratch, entry >= 0 ? cache : NULL,
+                                    entry, out));
     int32_t *hosted = r->ids + r->dev_ptr[ndev + d], nh = r->dev_ptr[ndev + d + 1] - r->dev_ptr[ndev + d];
     if (nh == 0) {
         return SW_OK;
@@ -639,7 +707,7 @@ static sw_status plan_device(const device_runs *r, int d, sw_place_cache *cache,
                             &mp->host_arena[d]));
     scatter_offsets(mp, hx, hosted, nh);
     return r->several ? sw_memplan_stream_edges(g, mp, r->st, r->ends, hosted, nh, out)
-                      : reuse_edges(g, hx, hosted, nh, r->remote_ptr, r->remote, scratch, out);
+                      : reuse_edges(g, hx, hosted, nh, r->remote_ptr, r->remote, scratch, NULL, -1, out);
 }
 
 static sw_status plan_run(void *ctx, int run) {

@@ -23,6 +23,10 @@ typedef struct {
     int64_t *key;      /* 3n: aligned size, rank of first, rank of last, in placement order */
     int64_t *offset;   /* n, in placement order */
     int64_t arena;
+    /* the reuse edges' answers (sw_place_cache_answers), once a device of this pattern found them:
+     * which buffers were asked about and, per buffer, the one answering it (-1: none) */
+    uint8_t *asked;
+    int32_t *answer;
 } cached_pattern;
 
 struct sw_place_cache {
@@ -53,6 +57,8 @@ void sw_place_cache_free(sw_place_cache *c) {
     for (int i = 0; i < c->count; i++) {
         free(c->items[i].key);
         free(c->items[i].offset);
+        free(c->items[i].asked);
+        free(c->items[i].answer);
     }
     free(c);
 }
@@ -83,7 +89,8 @@ static sw_status pattern_key(const int64_t *bytes, const int32_t *first, const i
 
 sw_status sw_memplan_place_cached(sw_place_cache *c, const int64_t *bytes, const int32_t *first, const int32_t *last,
                                   const int32_t *ids, int32_t n, int64_t align, int32_t npos, int64_t *offset,
-                                  int64_t *arena) {
+                                  int64_t *arena, int *entry) {
+    *entry = -1;
     int64_t *key = malloc(sizeof *key * (3 * (size_t)n + 1));
     if (!key) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a memory plan");
@@ -100,6 +107,7 @@ sw_status sw_memplan_place_cached(sw_place_cache *c, const int64_t *bytes, const
                 offset[ids[i]] = p->offset[i];
             }
             *arena = p->arena;
+            *entry = e;
             free(key);
             return SW_OK;
         }
@@ -115,13 +123,46 @@ sw_status sw_memplan_place_cached(sw_place_cache *c, const int64_t *bytes, const
     }
     cached_pattern *slot;
     if (c->count < CACHE_ENTRIES) {
+        *entry = c->count;
         slot = &c->items[c->count++];
     } else {   /* full: replace the oldest */
+        *entry = c->next;
         slot = &c->items[c->next];
         free(slot->key);
         free(slot->offset);
+        free(slot->asked);
+        free(slot->answer);
         c->next = (c->next + 1) % CACHE_ENTRIES;
     }
-    *slot = (cached_pattern){n, key, kept, *arena};
+    *slot = (cached_pattern){n, key, kept, *arena, NULL, NULL};
     return SW_OK;
+}
+
+const int32_t *sw_place_cache_answers(const sw_place_cache *c, int entry, const uint8_t *asked, int32_t n) {
+    if (entry < 0 || entry >= c->count) {
+        return NULL;
+    }
+    const cached_pattern *p = &c->items[entry];
+    return p->answer && p->n == n && memcmp(p->asked, asked, (size_t)n) == 0 ? p->answer : NULL;
+}
+
+void sw_place_cache_keep_answers(sw_place_cache *c, int entry, const uint8_t *asked, const int32_t *answer,
+                                 int32_t n) {
+    if (entry < 0 || entry >= c->count || c->items[entry].n != n) {
+        return;
+    }
+    cached_pattern *p = &c->items[entry];
+    uint8_t *a = malloc((size_t)n + 1);
+    int32_t *w = malloc(sizeof *w * ((size_t)n + 1));
+    if (!a || !w) {   /* not remembered: the cache is only a shortcut */
+        free(a);
+        free(w);
+        return;
+    }
+    memcpy(a, asked, (size_t)n);
+    memcpy(w, answer, sizeof *w * (size_t)n);
+    free(p->asked);
+    free(p->answer);
+    p->asked = a;
+    p->answer = w;
 }

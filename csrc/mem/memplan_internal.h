@@ -13,13 +13,24 @@ sw_status sw_memplan_place(const int64_t *bytes, const int32_t *first, const int
 
 /* The same, remembering each device's pattern (memplan_cache.c): a device whose buffers
  * repeat a pattern placed before (aligned sizes in order, lifetimes meeting alike) gets that
- * placement's offsets without placing again. */
+ * placement's offsets without placing again.  *entry: the pattern's place in the cache (-1: not
+ * kept), valid until the next call, for the two functions below. */
 typedef struct sw_place_cache sw_place_cache;
 sw_place_cache *sw_place_cache_new(void);
 void sw_place_cache_free(sw_place_cache *c);
 sw_status sw_memplan_place_cached(sw_place_cache *c, const int64_t *bytes, const int32_t *first, const int32_t *last,
                                   const int32_t *ids, int32_t n, int64_t align, int32_t npos, int64_t *offset,
-                                  int64_t *arena);
+                                  int64_t *arena, int *entry);
+
+/* The reuse edges of a device repeat its pattern's too (memplan.c, reuse_edges): which buffer
+ * first takes over an asked buffer's bytes depends only on the offsets and on how the lifetimes
+ * are ordered.  The answers kept for pattern `entry` (per buffer in placement order: the position
+ * of the buffer answering it, -1 for none), if they were kept with the same n flags `asked`
+ * (1: a buffer whose readers on other streams need an edge); NULL otherwise.  Keeping copies
+ * them (and forgets quietly when out of memory: the cache is only a shortcut). */
+const int32_t *sw_place_cache_answers(const sw_place_cache *c, int entry, const uint8_t *asked, int32_t n);
+void sw_place_cache_keep_answers(sw_place_cache *c, int entry, const uint8_t *asked, const int32_t *answer,
+                                 int32_t n);
 
 /* Reuse edges as they are found (one list per run of devices planned together: memplan.c
  * plans runs of devices on several threads, and puts the lists end to end in device order). */

@@ -202,6 +202,22 @@ def test_zoo_plans_get_safe_memory_plans_below_the_sum_of_buffers(model, devices
             assert dm.arena_bytes < dm.sum_of_buffers or dm.arena_bytes == dm.sum_of_buffers == 0
 
 
+@pytest.mark.parametrize("sync", ["ring", "zero"])
+def test_replicas_take_the_reuse_edges_of_the_pattern_they_repeat(sync):
+    """Data parallelism over eight devices: every replica repeats one placement pattern, and its
+    reuse edges (from the copies other devices run) are read from the first replica's answers:
+    they must be the edges the definition gives on every device, on one thread or several."""
+    g = sw.models.lenet5(batch=16)
+    d = sw.DeviceGraph.cluster(nodes=2, devices_per_node=4)
+    plan = sw.strategies.data_parallel(g, d, sw.CostOptions(sync=sync))
+    mp = check_memory_plan(plan)
+    tg = lower(plan)
+    into = {tg.tasks[b].device for _, b in mp.reuse_edges}
+    assert len(into) == len(d), "every replica's memory is reused after a copy reads it"
+    with planned_on_threads():
+        check_memory_plan(plan)
+
+
 def test_a_sixteen_device_cluster_plan_has_a_memory_plan():
     g = sw.models.get("vgg16", batch=64)
     d = sw.DeviceGraph.cluster(nodes=4, devices_per_node=4)
