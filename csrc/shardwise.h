@@ -121,6 +121,11 @@ sw_status sw_problem_enumerate_sets(sw_problem *p, int nsets, const int32_t *ptr
  * padded with -1). */
 sw_status sw_problem_set_configs(sw_problem *p, int op, int ncfg, const int32_t *deg, const int32_t *red,
                                  const int32_t *devs, int maxk);
+/* Replace the configurations of one op by rows[0 .. n) of that op's in `src`, a problem of the
+ * same graph and devices: what sw_problem_set_configs of their degrees, reductions and devices
+ * makes, without the n x maxk devices (the staged search of 1,024 GPUs sets 10^5 configurations
+ * of up to 1,024 workers). */
+sw_status sw_problem_copy_configs(sw_problem *p, int op, const sw_problem *src, int n, const int64_t *rows);
 sw_status sw_problem_build_tables(sw_problem *p, int with_bytes);
 /* Only the node costs (t_c + t_s per configuration): part of sw_problem_build_tables. */
 sw_status sw_problem_build_node_tables(sw_problem *p);

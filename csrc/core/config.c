@@ -401,6 +401,64 @@ fail:
     return s;
 }
 
+sw_status sw_problem_copy_configs(sw_problem *p, int opi, const sw_problem *src, int n, const int64_t *rows) {
+    if (opi < 0 || opi >= p->nops || src->nops != p->nops || src->ndev != p->ndev) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d: configurations are copied between problems of one graph and machine "
+                       "(%d and %d ops, %d and %d devices)", opi, p->nops, src->nops, p->ndev, src->ndev);
+    }
+    sw_op *op = &p->ops[opi];
+    const sw_op *from = &src->ops[opi];
+    if (from->nvars != op->nvars || from->out_rank != op->out_rank ||
+        memcmp(from->extent, op->extent, sizeof op->extent) || memcmp(from->granule, op->granule, sizeof op->granule) ||
+        memcmp(from->additive, op->additive, sizeof op->additive)) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d has another shape in the problem its configurations are copied from", opi);
+    }
+    if (n < 1) {
+        return SW_FAIL(SW_ERR_VALUE, "op %d: at least one configuration is needed", opi);
+    }
+    for (int c = 0; c < n; c++) {
+        if (rows[c] < 0 || rows[c] >= from->ncfg) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d: row %lld of %d configurations", opi, (long long)rows[c], from->ncfg);
+        }
+    }
+    sw_config *cfgs = malloc(sizeof *cfgs * (size_t)n);
+    /* per worker count k, where the last list of k devices went in p's pool (sw_problem_set_configs) */
+    int64_t *last = malloc(sizeof *last * ((size_t)p->ndev + 1));
+    int32_t *list = malloc(sizeof *list * ((size_t)p->ndev + 1));   /* (src may be p: its pool moves as it grows) */
+    if (!cfgs || !last || !list) {
+        free(cfgs);
+        free(last);
+        free(list);
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 0; k <= p->ndev; k++) {
+        last[k] = -1;
+    }
+    sw_status s = SW_OK;
+    for (int c = 0; c < n && s == SW_OK; c++) {
+        cfgs[c] = from->cfgs[rows[c]];   /* degrees, reduction, workers and first device as they were */
+        int k = cfgs[c].nworkers;
+        memcpy(list, src->dev_pool + cfgs[c].dev_offset, sizeof *list * (size_t)k);
+        if (last[k] >= 0 && !memcmp(p->dev_pool + last[k], list, sizeof *list * (size_t)k)) {
+            cfgs[c].dev_offset = last[k];
+            continue;
+        }
+        if ((s = pool_append(p, list, k, &cfgs[c].dev_offset)) == SW_OK) {
+            last[k] = cfgs[c].dev_offset;
+        }
+    }
+    free(last);
+    free(list);
+    if (s != SW_OK) {
+        free(cfgs);
+        return s;
+    }
+    free(op->cfgs);
+    op->cfgs = cfgs;
+    op->ncfg = n;
+    return SW_OK;
+}
+
 /* A fact about two configurations, which the cost tables (cost/cost.c, cost_placed.c,
  * cost_bounds.c) use to share work between placements of one partition. */
 int sw_same_partition(const sw_config *a, const sw_config *b) {

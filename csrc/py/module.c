@@ -155,6 +155,9 @@ static PyMethodDef Problem_methods[] = {
      "enumerate_sets(sets): configurations of every op on these device sets (each a list of device indices)"},
     {"set_configs", (PyCFunction)sw_py_problem_set_configs, METH_VARARGS,
      "set_configs(op, degrees (n, 5) int32, devices (n, maxk) int32 padded with -1, reductions (n, 2) or None)"},
+    {"copy_configs", (PyCFunction)sw_py_problem_copy_configs, METH_VARARGS,
+     "copy_configs(op, source, rows): op's configurations become those rows of op's in source (a Problem of "
+     "the same graph and devices)"},
     {"configs", (PyCFunction)sw_py_problem_configs, METH_VARARGS,
      "configs(op, rows=None) -> (degrees, devices): every configuration, or those rows of the enumeration"},
     {"workers", (PyCFunction)sw_py_problem_workers, METH_VARARGS,

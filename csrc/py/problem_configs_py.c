@@ -254,6 +254,49 @@ done:
     return result;
 }
 
+/* copy_configs(op, source, rows): op's configurations become rows of op's in `source`, a Problem of
+ * the same graph and devices (sw_problem_copy_configs). */
+PyObject *sw_py_problem_copy_configs(ProblemObject *self, PyObject *args) {
+    int op;
+    PyObject *src_o, *rows_o;
+    if (!PyArg_ParseTuple(args, "iOO", &op, &src_o, &rows_o) || !sw_py_problem_ready(self) ||
+        !sw_py_check_op(self, op)) {
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(src_o, Py_TYPE(self))) {
+        PyErr_Format(PyExc_TypeError, "copy_configs: source must be a Problem, got %s", Py_TYPE(src_o)->tp_name);
+        return NULL;
+    }
+    ProblemObject *src = (ProblemObject *)src_o;
+    if (!sw_py_problem_ready(src)) {
+        return NULL;
+    }
+    if (src->p->nops != self->p->nops) {
+        PyErr_Format(PyExc_ValueError, "copy_configs: the source has %d ops, this problem %d", src->p->nops,
+                     self->p->nops);
+        return NULL;
+    }
+    PyArrayObject *rows;
+    npy_intp n;
+    self->busy = 1;   /* see CONVERTING */
+    int converted = sw_py_rows(src, rows_o, src->p->ops[op].ncfg, "rows", &rows, &n);
+    self->busy = 0;
+    if (!converted) {
+        return NULL;
+    }
+    if (!rows || n > INT32_MAX) {
+        Py_XDECREF(rows);
+        PyErr_SetString(PyExc_ValueError, "copy_configs: rows must list the configurations to copy");
+        return NULL;
+    }
+    sw_status s = sw_problem_copy_configs(self->p, op, src->p, (int)n, PyArray_DATA(rows));
+    Py_DECREF(rows);
+    if (s != SW_OK) {
+        return sw_py_raise(s);
+    }
+    Py_RETURN_NONE;
+}
+
 /* reductions(op) -> (ncfg, 2) int32: (split reduction variable or -1, its degree) per configuration. */
 PyObject *sw_py_problem_reductions(ProblemObject *self, PyObject *args) {
     int op;

@@ -73,6 +73,7 @@ PyObject *sw_py_problem_enumerate_sets(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_set_configs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_reductions(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_configs(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_copy_configs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_workers(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_degrees(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_iteration_region(ProblemObject *self, PyObject *args);

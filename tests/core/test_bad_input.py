@@ -1102,6 +1102,34 @@ def test_problem_methods_reject_bad_arguments():
         p.set_options(0, -1.0, 3.0)
 
 
+def test_copy_configs_rejects_other_problems_and_rows():
+    p = _core.Problem(_BLOB, _FLOPS, *_DEV)
+    p.enumerate(np.array([1, 2, 4], dtype=np.int32))
+    q = _core.Problem(_BLOB, _FLOPS, *_DEV)
+    q.enumerate(np.array([1], dtype=np.int32))
+    with pytest.raises(TypeError, match="must be a Problem"):
+        q.copy_configs(1, "p", np.array([0]))
+    with pytest.raises(IndexError, match="out of range"):
+        q.copy_configs(1, p, np.array([len(p.workers(1))]))
+    with pytest.raises(ValueError, match="list the configurations"):
+        q.copy_configs(1, p, None)
+    with pytest.raises(ValueError, match="at least one"):
+        q.copy_configs(1, p, np.zeros(0, np.int64))
+    with pytest.raises(IndexError, match="op index"):
+        q.copy_configs(99, p, np.array([0]))
+    fewer = _core.Problem(_BLOB, _FLOPS, *device_arrays(sw.DeviceGraph.cpu(2)))
+    with pytest.raises(ValueError, match="one graph and machine"):
+        fewer.copy_configs(1, p, np.array([0]))
+    rows = np.array([len(p.workers(1)) - 1, 0], np.int64)
+    q.copy_configs(1, p, rows)   # the rows as they are there, in this order
+    for got, want in zip(q.configs(1), p.configs(1, rows)):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(q.reductions(1), p.reductions(1)[rows])
+    p.copy_configs(1, p, rows)   # from itself: its own pool grows under the copy
+    for got, want in zip(p.configs(1), q.configs(1)):
+        np.testing.assert_array_equal(got, want)
+
+
 # ----- a Problem used from two threads (issue 12): re-initialising it under a running search freed
 # the memory the search was reading
 

@@ -57,7 +57,13 @@ class Configs:
 
 
 def set_configs(problem: Any, configs: Configs) -> None:
-    """Make ``configs`` the problem's enumeration (degrees padded to MAX_RANK, devices to the widest)."""
+    """Make ``configs`` the problem's enumeration: rows of the problem they were enumerated in,
+    copied from it in C (no (n, workers) devices array: 10^5 configurations of up to 1,024 workers
+    on a large machine), or else their degrees (padded to MAX_RANK), devices and reductions."""
+    if configs._dev is None:
+        for i, rows in enumerate(configs._rows):
+            problem.copy_configs(i, configs._source, rows)
+        return
     for i, (deg, red) in enumerate(zip(configs.deg, configs.red)):
         padded = np.ones((len(deg), _core.MAX_RANK), dtype=np.int32)
         padded[:, : deg.shape[1]] = deg
