@@ -216,6 +216,13 @@ void *sw_big_alloc(size_t bytes, size_t huge_from);
 /* The whole huge pages inside [p, p + bytes) marked for transparent huge pages (an array grown
  * in place by realloc: its pages not yet written then map 2 MB at a fault). */
 void sw_advise_huge(void *p, size_t bytes);
+/* The pages of [p, p + bytes) mapped for writing on a short-lived thread of their own, their
+ * contents unchanged (Linux MADV_POPULATE_WRITE; elsewhere nothing): for an array about to be
+ * written through, so that its page faults are taken beside the writes rather than in them. */
+void sw_populate_async(void *p, size_t bytes);
+/* Whether sw_populate_async does anything: on (1, the default) or off (0); -1 asks.  Returns the
+ * setting before. */
+int sw_populate_ahead(int on);
 
 /* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
 sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);
@@ -494,7 +501,14 @@ struct sw_task_graph {
     int64_t element_bytes[SW_BUF_NKINDS];
     double value_bytes;   /* the problem's bytes_per_element when lowered (sw_wire_bytes); 0: the executor's */
     int8_t ring_detail;   /* sw_ring_detail it was lowered with: a fused graph is for the simulator only */
+    /* per growing array (tasks, buffers, deps, io): the bytes from its start that threads were
+     * asked to map ahead of the writes (taskgraph.c's populate_ahead) */
+    int64_t ahead_tasks, ahead_buffers, ahead_deps, ahead_io;
 };
+/* Cut a grown graph's arrays to their items (graph/taskgraph.c): what it mapped ahead of the
+ * writes and its room to double go back to the system once nothing more is appended. */
+void sw_tg_trim(sw_task_graph *g);
+
 
 /* Bytes a copy or message task t puts on the wire as a plan counts them: the executor's
  * t->nbytes (float32) at `value_bytes` a value (the problem's bytes_per_element; 0: the

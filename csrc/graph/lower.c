@@ -459,6 +459,8 @@ sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_ring_detail ring
     free_state(&L);
     if (s != SW_OK) {
         sw_task_graph_free(g);
+    } else {
+        sw_tg_trim(g);
     }
     return s;
 }

@@ -184,6 +184,7 @@ sw_status sw_lowering_new(const sw_problem *p, const sw_plan *plan, sw_ring_deta
         sw_lowering_free(l);
         return s;
     }
+    sw_tg_trim(&l->g);   /* (the recomputed or swapped graph, grown anew) */
     *out = l;
     return SW_OK;
 }

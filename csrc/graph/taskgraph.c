@@ -26,9 +26,35 @@
 #define GROW_HUGE_FROM (SW_HUGE_PAGE / 2)
 #define GROW_COPY_MOST ((size_t)16 << 20)
 
-/* Make room for `need` items in *items (capacity *cap, item size `size`). */
-static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size) {
+/* An array realloc grows past GROW_COPY_MOST is written front to back from there: its pages are
+ * mapped POPULATE_STRETCH bytes at a time on another thread (sw_populate_async), kept at least
+ * POPULATE_LEAD bytes ahead of the items written.  The lowering of 1,024 GPUs writes ~0.45 GB a
+ * second and a thread maps ~1 GB a second on the slow virtual machine measured, so the writes
+ * seldom meet an unmapped page; at most the lead and a stretch are mapped past the last item. */
+#define POPULATE_STRETCH ((int64_t)4 << 20)
+#define POPULATE_LEAD ((int64_t)8 << 20)
+
+static void populate_ahead(void *items, int32_t cap, int64_t need, size_t size, int64_t *ahead) {
+    int64_t end = (int64_t)size * cap, written = (int64_t)size * need;
+    if (end <= (int64_t)GROW_COPY_MOST || *ahead >= written + POPULATE_LEAD || *ahead >= end) {
+        return;
+    }
+    int64_t from = *ahead > written ? *ahead : written;
+    while (from < end && from < written + POPULATE_LEAD + POPULATE_STRETCH) {
+        int64_t to = from + POPULATE_STRETCH < end ? from + POPULATE_STRETCH : end;
+        sw_populate_async((char *)items + from, (size_t)(to - from));
+        from = to;
+    }
+    *ahead = from;
+}
+
+/* Make room for `need` items in *items (capacity *cap, item size `size`); the pages ahead of
+ * them mapped on other threads (populate_ahead, *ahead its bytes). */
+static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size, int64_t *ahead) {
     if (need <= *cap) {
+        if (*ahead < (int64_t)size * need + POPULATE_LEAD) {
+            populate_ahead(*items, *cap, need, size, ahead);
+        }
         return SW_OK;
     }
     if (need >= INT32_MAX / 2) {
@@ -57,6 +83,7 @@ static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size) 
     }
     *items = grown;
     *cap = n;
+    populate_ahead(grown, n, need, size, ahead);
     return SW_OK;
 }
 
@@ -89,7 +116,8 @@ sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, in
 /* Append an exact copy of *buf (worker and slot too) to g: the passes that rewrite a task graph
  * into a new one (swap, recompute, ranks, iterations) keep every buffer as it was. */
 sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id) {
-    SW_TRY(reserve((void **)&g->buffers, &g->buffer_cap, (int64_t)g->nbuffers + 1, sizeof *g->buffers));
+    SW_TRY(reserve((void **)&g->buffers, &g->buffer_cap, (int64_t)g->nbuffers + 1, sizeof *g->buffers,
+                   &g->ahead_buffers));
     g->buffers[g->nbuffers] = *buf;
     *id = g->nbuffers++;
     return SW_OK;
@@ -137,7 +165,7 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
     }
     /* dep_ptr and io_ptr have one more entry than tasks: grow them with it */
     int32_t old_cap = g->task_cap;
-    SW_TRY(reserve((void **)&g->tasks, &g->task_cap, (int64_t)g->ntasks + 1, sizeof *g->tasks));
+    SW_TRY(reserve((void **)&g->tasks, &g->task_cap, (int64_t)g->ntasks + 1, sizeof *g->tasks, &g->ahead_tasks));
     if (g->task_cap != old_cap) {
         int32_t cap = g->task_cap;   /* back to old_cap if either fails: both are grown again next time */
         sw_status s = grow_ptr(&g->dep_ptr, old_cap, &cap);
@@ -147,8 +175,9 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
         g->task_cap = cap;
         SW_TRY(s);
     }
-    SW_TRY(reserve((void **)&g->deps, &g->dep_cap, (int64_t)g->ndeps + ndeps + 1, sizeof *g->deps));
-    SW_TRY(reserve((void **)&g->io, &g->io_cap, (int64_t)g->nio + io->nreads + io->nwrites + 1, sizeof *g->io));
+    SW_TRY(reserve((void **)&g->deps, &g->dep_cap, (int64_t)g->ndeps + ndeps + 1, sizeof *g->deps, &g->ahead_deps));
+    SW_TRY(reserve((void **)&g->io, &g->io_cap, (int64_t)g->nio + io->nreads + io->nwrites + 1, sizeof *g->io,
+                   &g->ahead_io));
     int32_t *row = g->deps + g->ndeps;
     int n = 0;
     for (int k = 0; k < ndeps; k++) {
@@ -188,6 +217,36 @@ int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device) {
         moved += sw_wire_bytes(g->value_bytes, &g->tasks[t]);
     }
     return (int64_t)llround(moved);
+}
+
+/* The array cut to its n items when it was grown in place (above GROW_COPY_MOST): its pages
+ * mapped ahead past them, and its room to double, go back to the system. */
+static void trim(void **items, int32_t *cap, int32_t n, size_t size, int64_t *ahead) {
+    if (!*items || (size_t)*cap * size <= GROW_COPY_MOST || n >= *cap) {
+        return;
+    }
+    size_t bytes = size * (size_t)(n > 0 ? n : 1);
+    void *cut = realloc(*items, bytes);
+    if (cut) {   /* (else it keeps its room) */
+        *items = cut;
+        *cap = n > 0 ? n : 1;
+        *ahead = (int64_t)bytes;
+    }
+}
+
+void sw_tg_trim(sw_task_graph *g) {
+    int32_t tasks = g->task_cap;
+    trim((void **)&g->tasks, &tasks, g->ntasks, sizeof *g->tasks, &g->ahead_tasks);
+    if (tasks != g->task_cap) {   /* the row pointers: one entry more than the tasks' room (a failed cut keeps more) */
+        int32_t *dp = realloc(g->dep_ptr, sizeof *dp * ((size_t)tasks + 1));
+        g->dep_ptr = dp ? dp : g->dep_ptr;
+        int32_t *ip = realloc(g->io_ptr, sizeof *ip * ((size_t)tasks + 1));
+        g->io_ptr = ip ? ip : g->io_ptr;
+        g->task_cap = tasks;
+    }
+    trim((void **)&g->buffers, &g->buffer_cap, g->nbuffers, sizeof *g->buffers, &g->ahead_buffers);
+    trim((void **)&g->deps, &g->dep_cap, g->ndeps, sizeof *g->deps, &g->ahead_deps);
+    trim((void **)&g->io, &g->io_cap, g->nio, sizeof *g->io, &g->ahead_io);
 }
 
 void sw_task_graph_free(sw_task_graph *g) {

@@ -308,7 +308,19 @@ static PyObject *memory_plan_parallel(PyObject *Py_UNUSED(module), PyObject *arg
     return Py_BuildValue("(ii)", old_from, old_threads);
 }
 
+/* populate_ahead(on=-1) -> the old setting (sw_populate_ahead) */
+static PyObject *populate_ahead(PyObject *Py_UNUSED(module), PyObject *args) {
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|i", &on)) {
+        return NULL;
+    }
+    return PyBool_FromLong(sw_populate_ahead(on));
+}
+
 static PyMethodDef memplan_methods[] = {
+    {"populate_ahead", (PyCFunction)populate_ahead, METH_VARARGS,
+     "populate_ahead(on=-1) -> the old setting: whether large task graphs have their pages mapped ahead of\n"
+     "the writes on other threads (on by default; -1 leaves it).  The graphs are the same either way."},
     {"memory_plan_parallel", (PyCFunction)(void (*)(void))memory_plan_parallel, METH_VARARGS | METH_KEYWORDS,
      "memory_plan_parallel(parallel_from=-1, threads=-1) -> the old (parallel_from, threads): memory plans of\n"
      "graphs of parallel_from buffers or more plan their devices on `threads` threads (0: one per processor,\n"
