@@ -472,6 +472,25 @@ static int64_t factor_at(const reads *rd, const grid *g, int f, int64_t w, int64
     return overlap(rd->region[w].lo[d], rd->region[w].hi[d], lo, lo + g->len[d]);
 }
 
+/* The span bits of dimension d's factor, whose own bits are `own` (bit_sum): from bit 0 of the
+ * block coordinate up, each bit of s there while it sits in `own` (free within a node, or tied to
+ * a bit of w) and, tied, is not a bit worker w's region on d depends on. */
+static uint64_t span_bits(const bit_layout *b, const reads *rd, const grid *g, int d, uint64_t own) {
+    if (g->deg[d] == 1 && rd->uniform >> d & 1) {
+        return 0;
+    }
+    uint64_t out = 0;
+    for (int t = g->low[d]; t < g->low[d] + log2_exact(g->deg[d]); t++) {   /* bit t of s */
+        uint64_t at = (b->low >> t & 1) ? (uint64_t)1 << (S_LOW + t)
+                    : t + b->shift < 64 && (b->tied >> (t + b->shift) & 1) ? (uint64_t)1 << (t + b->shift) : 0;
+        if (!at || !(own & at) || (at & b->wmask & rd->region_bits[d])) {
+            break;
+        }
+        out |= at;
+    }
+    return out;
+}
+
 /* ---- factors' partial sums, kept per consumer configuration ----
  * Within a group, factor i's sum over the bits it alone reads (its part) depends only on the
  * reads (one consumer configuration: the memo's generation), the factor, those bits, the
@@ -598,6 +617,14 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
                 member[members++] = f;
             }
         }
+        /* Per member: its span bits, the lowest bits of its dimension's block coordinate that it
+         * alone reads and that leave worker w's region as it is: over their values the blocks
+         * run contiguously, so their sum is one overlap with the blocks' union (the same whole
+         * number), and only the other bits are enumerated. */
+        uint64_t span[BIT_FACTORS];
+        for (int i = 0; i < members; i++) {
+            span[i] = member[i] > 0 ? span_bits(b, rd, g, member[i] - 1, own[i]) : 0;
+        }
         uint64_t mask = shared[q], v = 0;
         int64_t sum = 0;
         do {   /* every value v of the shared bits (a subset of mask) */
@@ -619,14 +646,29 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
                         memcpy(kept->key, key, sizeof key);
                     }
                 }
+                uint64_t rest = own[i] & ~span[i];
                 int64_t part = 0;
                 uint64_t u = 0;
-                do {   /* every value u of the bits factor i alone reads */
-                    uint64_t x = v | u;
-                    int64_t w = (int64_t)(x & wfield), s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
-                    part += factor_at(rd, g, f, w, s);
-                    u = (u - own[i]) & own[i];
-                } while (u != 0);
+                if (f == 0 || (g->deg[d] == 1 && rd->uniform >> d & 1)) {
+                    do {   /* every value u of the bits factor i alone reads */
+                        uint64_t x = v | u;
+                        int64_t w = (int64_t)(x & wfield),
+                                s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
+                        part += factor_at(rd, g, f, w, s);
+                        u = (u - rest) & rest;
+                    } while (u != 0);
+                } else {   /* factor_at's overlap, over the span's blocks at once (factor_span) */
+                    const int64_t len = g->len[d], width = len << bit_count(span[i]), dm = g->deg[d] - 1;
+                    const int low = g->low[d];
+                    do {
+                        uint64_t x = v | u;
+                        int64_t w = (int64_t)(x & wfield),
+                                s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
+                        int64_t lo = ((s >> low) & dm) * len;
+                        part += overlap(rd->region[w].lo[d], rd->region[w].hi[d], lo, lo + width);
+                        u = (u - rest) & rest;
+                    } while (u != 0);
+                }
                 if (kept) {
                     kept->sum = part;
                     kept->generation = rd->memo->generation;
