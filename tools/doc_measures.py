@@ -12,6 +12,7 @@ tools/doc_figures.py, names the subcommand as the command of those figures):
     python tools/doc_measures.py llama13b-no-fit      # docs/memory.md: the nearest miss of Llama-13B on 8 and 64 H100s
     python tools/doc_measures.py capped-marginals     # docs/cost-model.md: GPT-2 small's relaxation on 1,024 H100s
     python tools/doc_measures.py llama-memory-search  # docs/memory.md: the 32-layer Llama searched on 64-1,024 H100s
+    python tools/doc_measures.py populate-ahead       # docs/cost-model.md, memory.md: pages mapped ahead, off and on
     python tools/doc_measures.py footprint-gap        # docs/memory.md: the footprint against the arena and the buffers' sum
     python tools/doc_measures.py fused-rings          # docs/simulator.md: ResNet-50's rings fused and chunked on 64 H100s
     python tools/doc_measures.py kept-memory-plan     # docs/simulator.md: a replay reading the task graph's memory plan
@@ -170,6 +171,38 @@ def llama_memory_search() -> None:
     print(_fresh_process(touch.format(gb=1)))
     _fresh_process(touch.format(gb=3))
     print(_fresh_process(start + llama, "1024").replace("llama on 1024", "llama on 1024, memory warmed"))
+
+
+def populate_ahead() -> None:
+    """Pages of large arrays mapped ahead of their writes on other threads (_core.populate_ahead),
+    off and on in turn, each in a fresh process: five pairs of Inception-v3's first Eq. 1 search
+    on 4 x 4 P100s (milliseconds waited, peak resident memory), then two pairs of the 32-layer
+    Llama's search on 1,024 H100s, each after the machine idled 25 s (the host of a virtual
+    machine takes idle memory back, and backs it again at the guest's first touch)."""
+    start = ("import os, resource, sys, time, warnings; import shardwise as sw; from shardwise import _core; "
+             "warnings.simplefilter('ignore'); on = int(sys.argv[1]); _core.populate_ahead(on); ")
+    inception = ("g = sw.models.get('inception_v3'); "
+                 "d = sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device='P100'); "
+                 "w0 = time.perf_counter(); p = sw.search(g, d, objective='eq1', progress=False); "
+                 "w = time.perf_counter() - w0; rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3; "
+                 "print(f'inception {\"on\" if on else \"off\"}: {1e3 * w:.1f} ms wall, {rss:.0f} MB peak')")
+    llama = ("n = 1024; d = sw.DeviceGraph.cluster(nodes=n // 8, devices_per_node=8, device='H100'); "
+             "g = sw.models.llama(layers=32, kv_heads=32, ffn=11008, seq=2048, batch=n); "
+             "o = sw.CostOptions(sync='ring', precision='bf16', reduction_splits=True); "
+             "w0 = time.perf_counter(); p = sw.search(g, d, options=o, progress=False); "
+             "w = time.perf_counter() - w0; rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6; "
+             "print(f'llama on 1024 {\"on\" if on else \"off\"}: {w:.1f} s wall, {rss:.2f} GB peak')")
+    walls: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(5):
+        for on in ("0", "1"):
+            line = _fresh_process(start + inception, on)
+            print(line)
+            walls["on" if on == "1" else "off"].append(float(line.split(": ")[1].split(" ms")[0]))
+    print(f"inception mean: off {sum(walls['off']) / 5:.1f} ms, on {sum(walls['on']) / 5:.1f} ms")
+    for _ in range(2):
+        for on in ("0", "1"):
+            time.sleep(25)
+            print(_fresh_process(start + llama, on))
 
 
 def footprint_gap() -> None:
@@ -481,6 +514,7 @@ def llama_1024_recompute() -> None:
 MEASURES = {"llama-sizes": llama_sizes, "reduction-splits": reduction_splits, "resnet50-arenas": resnet50_arenas,
             "swap-stalls": swap_stalls, "digits-seeds": digits_seeds, "llama13b-no-fit": llama13b_no_fit,
             "capped-marginals": capped_marginals, "llama-memory-search": llama_memory_search,
+            "populate-ahead": populate_ahead,
             "footprint-gap": footprint_gap, "fused-rings": fused_rings, "kept-memory-plan": kept_memory_plan,
             "tp-recompute": tp_recompute, "conv-isa": conv_isa, "conv-wide": conv_wide,
             "conv-wide-rows": conv_wide_rows, "pool-layers": pool_layers, "gpt2-recompute": gpt2_recompute,
