@@ -186,8 +186,7 @@ def test_baselines_known_not_to_fit_are_not_lowered_when_there_is_no_local_searc
     skipping = objective.choose(seed, None, fits=fits, never_fit=names[:2])
     assert skipping.configs == plain.configs
     assert skipping.search_stats["simulated_time"] == plain.search_stats["simulated_time"]
-    assert skipping.search_stats["over_budget_baselines"] == [n for n in sorted(
-        names, key=lambda n: next(b.cost for b in baselines(g, d) if b.name == n)) if n in names[:2]]
+    assert skipping.search_stats["over_budget_baselines"] == names[:2]   # (not costed: in baselines()'s order)
     assert not set(names[:2]) & set(lowered) and set(names[:2]) & set(first)
     # with a local search they still seed its moves: lowered as before
     monkeypatch.setattr(objective, "TASK_BUDGET", 10**9)

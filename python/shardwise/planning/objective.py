@@ -78,8 +78,9 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     its memory plan fits (checked when it would be taken: it simulates faster); ``seed`` must fit.
     ``never_fit``: names of baselines known not to fit (their footprint alone exceeds the budget):
     when the seed is too large for a local search they can neither be taken nor seed a move, so
-    they are not lowered at all (``search_stats["over_budget_baselines"]``).  ``seed_graph``:
-    ``seed``'s task graph as the simulator lowers it, when the search has one (replayed as it is)."""
+    they are neither lowered nor costed (``search_stats["over_budget_baselines"]``, in the order
+    of ``baselines()``).  ``seed_graph``: ``seed``'s task graph as the simulator lowers it, when
+    the search has one (replayed as it is)."""
     import time
 
     graph, devices, options = seed.graph, seed.devices, seed.options
@@ -94,16 +95,19 @@ def choose(seed: Plan, costs: Any, report: Callable[[str, float], None] | None =
     duplicates: dict[str, str] = {}   # baseline -> the candidate it equals, not replayed again
     pool: list[tuple[str, Configs, float]] = [("eq1 optimum", dict(seed.configs), seed_time)]
     in_pool = {_key(graph, seed.configs): "eq1 optimum"}   # each candidate's plan -> its name
-    for b in sorted(baselines(graph, devices, options), key=lambda p: p.cost):
+    candidates = baselines(graph, devices, options)
+    if no_local_search and fits is not None:
+        # known not to fit, and no local search for them to seed: neither lowered nor costed (an
+        # Eq. 1 evaluation on 1,024 GPUs takes a tenth of a second), listed in baselines()'s order
+        over_budget = [b.name for b in candidates if b.name in never_fit]
+        candidates = [b for b in candidates if b.name not in never_fit]
+    for b in sorted(candidates, key=lambda p: p.cost):
         b.costs = costs
         share_problem(b, seed)   # one C problem for every candidate: the same graph, devices and options
         best = min(t for _, _, t in pool)
         key = _key(graph, b.configs)
         if key in in_pool:   # the same plan as a candidate already replayed (data parallelism is often
             duplicates[b.name] = in_pool[key]   # the Eq. 1 optimum): its time is known
-            continue
-        if no_local_search and fits is not None and b.name in never_fit:
-            over_budget.append(b.name)
             continue
         if len(devices) > SIMULATE_ALL_UP_TO and b.cost > BASELINE_EQ1_FACTOR * best:
             skipped[b.name] = b.cost
