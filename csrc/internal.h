@@ -118,6 +118,9 @@ static inline int sw_is_owner(const sw_config *c, int w) { return w % c->rdeg ==
  * reduction group only the owner reads the inputs that do not depend on the
  * split variable (a bias: added once, to the summed output). */
 int sw_worker_region(const sw_op *op, const sw_config *c, int w, int slot, sw_box *region);
+/* The output box of every block of c (out[b], b < nworkers / rdeg: sw_worker_box of its owner,
+ * worker b * rdeg), without a division per worker. */
+void sw_config_blocks(const sw_op *op, const sw_config *c, sw_box *out);
 /* sw_worker_region of every worker w of c at once (regions[w], used[w] its return value),
  * O(rank) per worker: the same boxes. */
 sw_status sw_config_regions(const sw_op *op, const sw_config *c, int slot, sw_box *regions, char *used);

@@ -235,6 +235,27 @@ void sw_worker_box(const sw_op *op, const sw_config *c, int w, sw_box *out) {
     }
 }
 
+void sw_config_blocks(const sw_op *op, const sw_config *c, sw_box *out) {
+    int nblocks = c->nworkers / c->rdeg, rank = op->out_rank;
+    int64_t coord[SW_MAX_RANK] = {0}, len[SW_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+        len[d] = op->extent[d] / c->deg[d];
+    }
+    for (int b = 0; b < nblocks; b++) {   /* as sw_worker_box of worker b * rdeg: the last dimension fastest */
+        out[b].rank = rank;
+        for (int d = 0; d < rank; d++) {
+            out[b].lo[d] = coord[d] * len[d];
+            out[b].hi[d] = (coord[d] + 1) * len[d];
+        }
+        for (int d = rank - 1; d >= 0; d--) {
+            if (++coord[d] < c->deg[d]) {
+                break;
+            }
+            coord[d] = 0;
+        }
+    }
+}
+
 void sw_worker_iteration_box(const sw_op *op, const sw_config *c, int w, int64_t *vlo, int64_t *vhi) {
     sw_box box;
     sw_worker_box(op, c, w, &box);

@@ -102,18 +102,28 @@ static int tagged_cmp(const void *a, const void *b) {
     return (x->w > y->w) - (x->w < y->w);
 }
 
-/* Node term of op v under configuration ci: row[ndev].  `scratch` holds nworkers tagged boxes. */
-static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, double *row, tagged_box *scratch) {
+/* Scratch for node_term, of nworkers entries each. */
+typedef struct {
+    tagged_box *tagged;
+    sw_box *boxes;   /* the blocks' boxes, then a weight slot's regions */
+    char *used;
+} node_scratch;
+
+/* Node term of op v under configuration ci: row[ndev]. */
+static sw_status node_term(const sw_problem *p, const int8_t *kind, int v, int ci, double *row, node_scratch *ns) {
     const sw_op *o = &p->ops[v];
     const sw_config *c = &o->cfgs[ci];
     const int32_t *devs = p->dev_pool + c->dev_offset;
-    sw_box box, reg;
+    tagged_box *scratch = ns->tagged;
+    sw_box reg;
     int stat = role_slot(o, SW_ROLE_STAT);
+    if (kind[v] != SW_OPKIND_INPUT) {
+        sw_config_blocks(o, c, ns->boxes);   /* worker w's output box: its block's, w / rdeg */
+    }
     for (int w = 0; w < c->nworkers; w++) {
         int32_t d = devs[w];
         if (kind[v] != SW_OPKIND_INPUT && (kind[v] == SW_OPKIND_BATCHNORM || sw_is_owner(c, w))) {
-            sw_worker_box(o, c, w, &box);
-            row[d] += elem(p, SW_BUF_ACTIVATION) * (double)sw_box_volume(&box);
+            row[d] += elem(p, SW_BUF_ACTIVATION) * (double)sw_box_volume(&ns->boxes[w / c->rdeg]);
         }
         if (kind[v] == SW_OPKIND_BATCHNORM && stat >= 0 && sw_worker_region(o, c, w, stat, &reg)) {
             double n = (double)sw_box_volume(&reg);
@@ -126,9 +136,11 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
             continue;
         }
         int n = 0;
+        SW_TRY(sw_config_regions(o, c, k, ns->boxes, ns->used));   /* every worker's region at once */
         for (int w = 0; w < c->nworkers; w++) {
-            if (sw_worker_region(o, c, w, k, &scratch[n].box)) {
-                scratch[n++].w = w;
+            if (ns->used[w]) {
+                scratch[n] = (tagged_box){ns->boxes[w], w};
+                n++;
             }
         }
         qsort(scratch, (size_t)n, sizeof *scratch, tagged_cmp);
@@ -160,6 +172,7 @@ static void node_term(const sw_problem *p, const int8_t *kind, int v, int ci, do
             g = end;
         }
     }
+    return SW_OK;
 }
 
 /* ---- the row store: each distinct row of bytes per device kept once ---- */
@@ -428,8 +441,13 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, const sw_me
     for (int cj = 0; cj < ov->ncfg && s == SW_OK; cj++) {
         const sw_config *c = &ov->cfgs[cj];
         memset(row, 0, sizeof *row * (size_t)ndev);
+        /* every worker's region at once (sw_worker_region's boxes, O(rank) a worker), kept[q] first
+         * whether it reads one */
+        if ((s = sw_config_regions(ov, c, slot, regs + q, kept + q)) != SW_OK) {
+            break;
+        }
         for (int w = 0; w < c->nworkers; w++, q++) {
-            kept[q] = (char)(sw_worker_region(ov, c, w, slot, &regs[q]) && (reads_kept || keeps_regions(p, kind, v, c, w)));
+            kept[q] = (char)(kept[q] && (reads_kept || keeps_regions(p, kind, v, c, w)));
             js->pair_cj[q] = cj;
             js->pair_dev[q] = p->dev_pool[c->dev_offset + w];
             if (kept[q]) {
@@ -446,9 +464,9 @@ static sw_status edge_terms(const sw_problem *p, const int8_t *kind, const sw_me
     size_t nb = 0;
     for (int ci = 0; ci < ou->ncfg; ci++) {
         const sw_config *cu = &ou->cfgs[ci];
+        sw_config_blocks(ou, cu, boxes + nb);
         for (int w = 0; w < cu->nworkers; w += cu->rdeg, nb++) {   /* owners of output blocks (one per device) */
             js->block_dev[nb] = p->dev_pool[cu->dev_offset + w];
-            sw_worker_box(ou, cu, w, &boxes[nb]);
         }
     }
     bucket_by_device(js->block_dev, nb, ndev, js->dev_start, js->place);
@@ -590,14 +608,18 @@ static sw_status make_item(void *ctx, int i) {
         for (int ci = 0; ci < p->ops[v].ncfg; ci++) {
             most = p->ops[v].cfgs[ci].nworkers > most ? p->ops[v].cfgs[ci].nworkers : most;
         }
-        tagged_box *scratch = malloc(sizeof *scratch * (size_t)most);
-        s = scratch ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
+        node_scratch ns = {malloc(sizeof *ns.tagged * (size_t)most), malloc(sizeof *ns.boxes * (size_t)most),
+                           malloc((size_t)most)};
+        s = ns.tagged && ns.boxes && ns.used ? SW_OK : SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
         for (int ci = 0; ci < p->ops[v].ncfg && s == SW_OK; ci++) {
             memset(row, 0, sizeof *row * (size_t)p->ndev);
-            node_term(p, tb->kind, v, ci, row, scratch);
-            s = row_id(&it->rows, row, &mt->node[v][ci]);
+            if ((s = node_term(p, tb->kind, v, ci, row, &ns)) == SW_OK) {
+                s = row_id(&it->rows, row, &mt->node[v][ci]);
+            }
         }
-        free(scratch);
+        free(ns.tagged);
+        free(ns.boxes);
+        free(ns.used);
     } else {
         int slot = -1;   /* a free join scratch (as many as threads: one is) */
         for (int k = 0; slot < 0; k = (k + 1) % tb->npool) {
