@@ -226,6 +226,11 @@ void sw_populate_async(void *p, size_t bytes);
 /* Whether sw_populate_async does anything: on (1, the default) or off (0); -1 asks.  Returns the
  * setting before. */
 int sw_populate_ahead(int on);
+/* For an array [base, base + end) written front to back, `written` bytes so far, `ahead` of them
+ * already asked to be mapped: while less than `lead` bytes are asked ahead of the writes, ask
+ * for the next `stretch`es (sw_populate_async), up to a stretch past the lead.  Returns the new
+ * `ahead`. */
+int64_t sw_populate_ahead_of(void *base, int64_t written, int64_t end, int64_t ahead, int64_t lead, int64_t stretch);
 
 /* fn(ctx, i) for i = 0 .. n-1 on up to `threads` threads; the first failure (parallel.c). */
 sw_status sw_parallel_for(int n, int threads, sw_status (*fn)(void *ctx, int i), void *ctx);

@@ -114,3 +114,16 @@ void sw_populate_async(void *p, size_t bytes) {
     (void)p, (void)bytes;
 #endif
 }
+
+int64_t sw_populate_ahead_of(void *base, int64_t written, int64_t end, int64_t ahead, int64_t lead, int64_t stretch) {
+    if (ahead >= written + lead || ahead >= end) {
+        return ahead;
+    }
+    int64_t from = ahead > written ? ahead : written;
+    while (from < end && from < written + lead + stretch) {
+        int64_t to = from + stretch < end ? from + stretch : end;
+        sw_populate_async((char *)base + from, (size_t)(to - from));
+        from = to;
+    }
+    return from;
+}

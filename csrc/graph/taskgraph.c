@@ -35,26 +35,17 @@
 #define POPULATE_LEAD ((int64_t)8 << 20)
 
 static void populate_ahead(void *items, int32_t cap, int64_t need, size_t size, int64_t *ahead) {
-    int64_t end = (int64_t)size * cap, written = (int64_t)size * need;
-    if (end <= (int64_t)GROW_COPY_MOST || *ahead >= written + POPULATE_LEAD || *ahead >= end) {
-        return;
+    int64_t end = (int64_t)size * cap;
+    if (end > (int64_t)GROW_COPY_MOST) {
+        *ahead = sw_populate_ahead_of(items, (int64_t)size * need, end, *ahead, POPULATE_LEAD, POPULATE_STRETCH);
     }
-    int64_t from = *ahead > written ? *ahead : written;
-    while (from < end && from < written + POPULATE_LEAD + POPULATE_STRETCH) {
-        int64_t to = from + POPULATE_STRETCH < end ? from + POPULATE_STRETCH : end;
-        sw_populate_async((char *)items + from, (size_t)(to - from));
-        from = to;
-    }
-    *ahead = from;
 }
 
 /* Make room for `need` items in *items (capacity *cap, item size `size`); the pages ahead of
  * them mapped on other threads (populate_ahead, *ahead its bytes). */
 static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size, int64_t *ahead) {
     if (need <= *cap) {
-        if (*ahead < (int64_t)size * need + POPULATE_LEAD) {
-            populate_ahead(*items, *cap, need, size, ahead);
-        }
+        populate_ahead(*items, *cap, need, size, ahead);
         return SW_OK;
     }
     if (need >= INT32_MAX / 2) {

@@ -30,18 +30,12 @@ struct table_block {
     size_t ahead;   /* bytes from base asked to be mapped ahead (a block of huge pages) */
 };
 
-/* Ask for the pages of b past its tables to be mapped, up to AHEAD_LEAD and a stretch beyond them. */
+/* Ask for the pages of a block of huge pages past its tables to be mapped, ahead of them. */
 static void map_ahead(struct table_block *b) {
-    if (b->size < SW_HUGE_FROM || b->ahead >= b->used + AHEAD_LEAD || b->ahead >= b->size) {
-        return;
+    if (b->size >= SW_HUGE_FROM) {
+        b->ahead = (size_t)sw_populate_ahead_of(b->base, (int64_t)b->used, (int64_t)b->size, (int64_t)b->ahead,
+                                                (int64_t)AHEAD_LEAD, (int64_t)AHEAD_STRETCH);
     }
-    size_t from = b->ahead > b->used ? b->ahead : b->used;
-    while (from < b->size && from < b->used + AHEAD_LEAD + AHEAD_STRETCH) {
-        size_t to = from + AHEAD_STRETCH < b->size ? from + AHEAD_STRETCH : b->size;
-        sw_populate_async(b->base + from, to - from);
-        from = to;
-    }
-    b->ahead = from;
 }
 
 void sw_table_arena_init(sw_table_arena *a, size_t expected) {
