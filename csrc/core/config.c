@@ -34,6 +34,31 @@ static sw_status pool_append(sw_problem *p, const int32_t *devs, int k, int64_t 
     return SW_OK;
 }
 
+/* Per worker count k (0 .. ndev), where the last list of k devices went in a pool (-1: none
+ * yet), for pool_add; NULL when out of memory. */
+static int64_t *last_lists(int ndev) {
+    int64_t *last = malloc(sizeof *last * ((size_t)ndev + 1));
+    for (int k = 0; last && k <= ndev; k++) {
+        last[k] = -1;
+    }
+    return last;
+}
+
+/* The list of k devices into p's pool at *offset: where the last list of k went (last[k]) when it
+ * is the same, as the enumeration's configurations on the same devices share theirs, else
+ * appended.  The staged search of a large machine sets 10^5 configurations on the first devices,
+ * most of them on [0, k) for a few k: stored once each, their lists took gigabytes (a 32-layer
+ * Llama on 1,024 GPUs: 1.4 GB). */
+static sw_status pool_add(sw_problem *p, int64_t *last, const int32_t *list, int k, int64_t *offset) {
+    if (last[k] >= 0 && !memcmp(p->dev_pool + last[k], list, sizeof *list * (size_t)k)) {
+        *offset = last[k];
+        return SW_OK;
+    }
+    SW_TRY(pool_append(p, list, k, offset));
+    last[k] = *offset;
+    return SW_OK;
+}
+
 static int degree_fits(const sw_op *op, int d, int64_t degree) {
     if (degree < 1 || op->extent[d] % degree != 0) {
         return 0;
@@ -327,15 +352,8 @@ sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t
     sw_op *op = &p->ops[opi];
     sw_config *cfgs = calloc((size_t)ncfg, sizeof *cfgs);
     char *seen = calloc((size_t)p->ndev, 1);
-    /* per worker count k, where the last list of k devices went in the pool: a configuration on
-     * the same devices points there too, as the enumeration's do.  The staged search of a large
-     * machine sets 10^5 configurations on the first devices, most of them on [0, k) for a few
-     * k: stored once each, their lists took gigabytes (a 32-layer Llama on 1,024 GPUs: 1.4 GB) */
-    int64_t *last = malloc(sizeof *last * ((size_t)p->ndev + 1));
+    int64_t *last = last_lists(p->ndev);   /* (pool_add) */
     sw_status s = SW_OK;
-    for (int k = 0; last && k <= p->ndev; k++) {
-        last[k] = -1;
-    }
     if (!cfgs || !seen || !last) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto fail;
@@ -377,15 +395,9 @@ sw_status sw_problem_set_configs(sw_problem *p, int opi, int ncfg, const int32_t
             }
         }
         cfgs[c].nworkers = (int32_t)k;
-        if (last[k] >= 0 && !memcmp(p->dev_pool + last[k], row, sizeof *row * (size_t)k)) {
-            cfgs[c].dev_offset = last[k];
-            continue;
-        }
-        s = pool_append(p, row, (int)k, &cfgs[c].dev_offset);
-        if (s != SW_OK) {
+        if ((s = pool_add(p, last, row, (int)k, &cfgs[c].dev_offset)) != SW_OK) {
             goto fail;
         }
-        last[k] = cfgs[c].dev_offset;
     }
     sw_configs_note_first_device(p, cfgs, ncfg);
     free(op->cfgs);
@@ -422,8 +434,7 @@ sw_status sw_problem_copy_configs(sw_problem *p, int opi, const sw_problem *src,
         }
     }
     sw_config *cfgs = malloc(sizeof *cfgs * (size_t)n);
-    /* per worker count k, where the last list of k devices went in p's pool (sw_problem_set_configs) */
-    int64_t *last = malloc(sizeof *last * ((size_t)p->ndev + 1));
+    int64_t *last = last_lists(p->ndev);   /* (pool_add) */
     int32_t *list = malloc(sizeof *list * ((size_t)p->ndev + 1));   /* (src may be p: its pool moves as it grows) */
     if (!cfgs || !last || !list) {
         free(cfgs);
@@ -431,21 +442,12 @@ sw_status sw_problem_copy_configs(sw_problem *p, int opi, const sw_problem *src,
         free(list);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
-    for (int k = 0; k <= p->ndev; k++) {
-        last[k] = -1;
-    }
     sw_status s = SW_OK;
     for (int c = 0; c < n && s == SW_OK; c++) {
         cfgs[c] = from->cfgs[rows[c]];   /* degrees, reduction, workers and first device as they were */
         int k = cfgs[c].nworkers;
         memcpy(list, src->dev_pool + cfgs[c].dev_offset, sizeof *list * (size_t)k);
-        if (last[k] >= 0 && !memcmp(p->dev_pool + last[k], list, sizeof *list * (size_t)k)) {
-            cfgs[c].dev_offset = last[k];
-            continue;
-        }
-        if ((s = pool_append(p, list, k, &cfgs[c].dev_offset)) == SW_OK) {
-            last[k] = cfgs[c].dev_offset;
-        }
+        s = pool_add(p, last, list, k, &cfgs[c].dev_offset);
     }
     free(last);
     free(list);
