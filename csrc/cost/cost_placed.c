@@ -459,19 +459,6 @@ static uint64_t s_bits_in_v(const bit_layout *b, uint64_t s) {
     return ((s << b->shift) & b->tied) | ((s & b->low) << S_LOW);
 }
 
-/* Factor f (0: used(w), 1 + d: dimension d's overlap) at worker w and block s. */
-static int64_t factor_at(const reads *rd, const grid *g, int f, int64_t w, int64_t s) {
-    if (f == 0) {
-        return rd->used[w] != 0;
-    }
-    int d = f - 1;
-    if (g->deg[d] == 1 && rd->uniform >> d & 1) {   /* the whole extent, over intervals of one length */
-        return rd->uniform_len[d];
-    }
-    int64_t c = (s >> g->low[d]) & (g->deg[d] - 1), lo = c * g->len[d];
-    return overlap(rd->region[w].lo[d], rd->region[w].hi[d], lo, lo + g->len[d]);
-}
-
 /* The span bits of dimension d's factor, whose own bits are `own` (bit_sum): from bit 0 of the
  * block coordinate up, each bit of s there while it sits in `own` (free within a node, or tied to
  * a bit of w) and, tied, is not a bit worker w's region on d depends on. */
@@ -649,26 +636,26 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
                 uint64_t rest = own[i] & ~span[i];
                 int64_t part = 0;
                 uint64_t u = 0;
-                if (f == 0 || (g->deg[d] == 1 && rd->uniform >> d & 1)) {
-                    do {   /* every value u of the bits factor i alone reads */
-                        uint64_t x = v | u;
-                        int64_t w = (int64_t)(x & wfield),
-                                s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
-                        part += factor_at(rd, g, f, w, s);
-                        u = (u - rest) & rest;
-                    } while (u != 0);
-                } else {   /* factor_at's overlap, over the span's blocks at once (factor_span) */
-                    const int64_t len = g->len[d], width = len << bit_count(span[i]), dm = g->deg[d] - 1;
-                    const int low = g->low[d];
-                    do {
-                        uint64_t x = v | u;
-                        int64_t w = (int64_t)(x & wfield),
-                                s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
+                /* the factor at worker w and block s: used(w); a dimension read whole over
+                 * intervals of one length, that length; else the overlap of w's region with the
+                 * blocks from s's coordinate over the span */
+                const int constant = f > 0 && g->deg[d] == 1 && rd->uniform >> d & 1;
+                const int64_t len = f > 0 ? g->len[d] : 0, width = len << bit_count(span[i]);
+                const int64_t dm = f > 0 ? g->deg[d] - 1 : 0;
+                const int low = f > 0 ? g->low[d] : 0;
+                do {   /* every value u of the other bits factor i alone reads */
+                    uint64_t x = v | u;
+                    int64_t w = (int64_t)(x & wfield), s = (int64_t)(((x & b->tied) >> b->shift) | ((x >> S_LOW) & b->low));
+                    if (f == 0) {
+                        part += rd->used[w] != 0;
+                    } else if (constant) {
+                        part += rd->uniform_len[d];
+                    } else {
                         int64_t lo = ((s >> low) & dm) * len;
                         part += overlap(rd->region[w].lo[d], rd->region[w].hi[d], lo, lo + width);
-                        u = (u - rest) & rest;
-                    } while (u != 0);
-                }
+                    }
+                    u = (u - rest) & rest;
+                } while (u != 0);
                 if (kept) {
                     kept->sum = part;
                     kept->generation = rd->memo->generation;
