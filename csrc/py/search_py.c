@@ -496,12 +496,25 @@ static PyObject *minplus_kernel(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED
     return PyLong_FromLong(sw_minplus_best_kernel());
 }
 
+/* keep_search_tables(on) -> bytes kept (sw_table_arena_keep; None: only asks) */
+static PyObject *keep_search_tables(PyObject *Py_UNUSED(module), PyObject *arg) {
+    int on = arg == Py_None ? -1 : PyObject_IsTrue(arg);
+    if (on < 0 && arg != Py_None) {
+        return NULL;
+    }
+    return PyLong_FromSize_t(sw_table_arena_keep(on));
+}
+
 static PyMethodDef search_methods[] = {
     {"minplus", (PyCFunction)(void (*)(void))minplus, METH_VARARGS | METH_KEYWORDS,
      "minplus(a, nj, b, kernel=-1, threads=1) -> out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck] on\n"
      "one kernel (0 portable, 1 AVX2, 2 AVX-512; -1 or one the CPU lacks: the best it has)."},
     {"minplus_kernel", (PyCFunction)minplus_kernel, METH_NOARGS,
      "minplus_kernel() -> the min-plus kernel searches use here (0 portable, 1 AVX2, 2 AVX-512)."},
+    {"keep_search_tables", (PyCFunction)keep_search_tables, METH_O,
+     "keep_search_tables(on) -> bytes kept: True keeps the large blocks the searches' tables are cut from\n"
+     "for the next searches (already mapped), False lets them go once every True is matched (calls\n"
+     "nest), None only asks."},
     {"search_tables", (PyCFunction)(void (*)(void))search_tables, METH_VARARGS | METH_KEYWORDS,
      "search_tables(node_costs, edges, algorithm='elimination', max_evaluations=1e9, marginals=False, threads=1)\n"
      "-> (choice, cost, stats[, marginals]): search over plain cost tables (edges as (src, dst, table), src < dst)."},

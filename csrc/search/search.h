@@ -38,6 +38,12 @@ int sw_minplus_best_kernel(void);
 void sw_minplus_kernel(const double *a, const double *nj, const double *b, double *out, int ci_n, int cj_n,
                        int ck_n, int threads, int kernel);
 
+/* Keep (1) the blocks of huge pages that searches free for the next searches, or stop (0): calls
+ * nest, and when the last keeper stops the kept blocks are freed (search_arena.c); -1 changes
+ * nothing.  Returns the bytes kept after the call.  For a caller running many searches in a row:
+ * their tables' memory is mapped once, not on every search. */
+size_t sw_table_arena_keep(int keep);
+
 /* The searches (sw_search_elimination, sw_search_exhaustive, ...) and their statistics are public:
  * shardwise.h. */
 

@@ -679,3 +679,39 @@ def test_tables_mapped_ahead_leave_the_elimination_as_it_is():
     (c1, e1, m1), (c0, e0, m0) = found
     assert c1 == c0 and e1 == e0
     assert all(np.array_equal(a, b) for a, b in zip(m1, m0))
+
+
+def test_tables_kept_between_searches_give_each_search_what_fresh_memory_gives():
+    """With the elimination's large blocks kept between searches (as the memory-constrained search
+    keeps them over its Lagrangian steps), a search whose tables are cut from the blocks an other
+    search wrote gives the plan, cost and min-marginals it gives on fresh memory; the blocks are
+    kept while asked, and let go when the last keeper stops."""
+    sizes = [40] + [300, 260] * 8 + [40]   # node eliminations of 300 x 260 x 300: blocks of huge pages
+
+    def tables(seed):
+        r = np.random.default_rng(seed)
+        nodes = [r.random(s) for s in sizes]
+        edges = [(i, i + 1, r.random((sizes[i], sizes[i + 1]))) for i in range(len(sizes) - 1)]
+        edges += [(i, i + 2, r.random((sizes[i], sizes[i + 2]))) for i in range(0, len(sizes) - 2, 4)]
+        return nodes, edges
+
+    def search(seed):
+        choice, cost, _, marginals = _core.search_tables(*tables(seed), "elimination", 1e9, True)
+        return list(choice), cost, [np.asarray(m).copy() for m in marginals]
+
+    fresh = {seed: search(seed) for seed in (1, 2)}
+    assert _core.keep_search_tables(None) == 0
+    _core.keep_search_tables(True)
+    _core.keep_search_tables(True)   # nested
+    try:
+        again = [search(seed) for seed in (1, 2, 1, 2)]
+        kept = _core.keep_search_tables(None)
+        assert kept >= 4 << 20   # at least one block of huge pages kept
+        assert _core.keep_search_tables(False) == kept   # the inner keeper stops: still kept
+    finally:
+        _core.keep_search_tables(False)
+    assert _core.keep_search_tables(None) == 0
+    for (c, e, m), seed in zip(again, (1, 2, 1, 2)):
+        fc, fe, fm = fresh[seed]
+        assert c == fc and e == fe
+        assert all(np.array_equal(a, b) for a, b in zip(m, fm))
