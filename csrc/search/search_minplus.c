@@ -7,7 +7,7 @@
  * the same cj, or over the cj that can change them, below):
  *  - portable: blocked over 8 rows of `a` and 512 columns of `b`, so that each tile
  *    of b is read from memory once per 8 rows instead of once per row;
- *  - AVX2 (chosen at run time where the CPU has it): b packed into panels of 8
+ *  - AVX2 (chosen at run time where the CPU has it): b read in panels of 8
  *    columns, 4 rows of nj + a packed beside them, and a 4 x 8 block of out kept
  *    in 8 registers over the whole sum (no loads or stores of out inside it):
  *    about twice as fast on 300-600 configurations;
@@ -72,7 +72,7 @@ static void minplus_rows(const double *a, const double *nj, const double *b, dou
 }
 
 enum { MR = 4, NR = 8, WIDE = 16 };   /* register blocks: 4 rows x 8 (AVX2) or 16 (AVX-512) columns of out */
-#define PACKED_WORK 1e5       /* smaller products skip the packing */
+#define PACKED_WORK 1e5       /* smaller products stay on the portable kernel (no panel minima) */
 enum { SEEDS = 8 };           /* configurations cj tried first in every block (bounds, below) */
 
 #ifdef SW_HAVE_AVX2_KERNEL
@@ -91,10 +91,11 @@ enum { SEEDS = 8 };           /* configurations cj tried first in every block (b
  * (a tenth on the transfer tables themselves, up to nine tenths on made ones). */
 
 /* acc[r][0..8) = min(acc[r][c], min over q < n of ap[idx[q]][r] + bp[idx[q]][c]), acc read as +inf
- * when `fresh`: ap holds 4 rows of nj + a for each cj (cj_n x 4), bp one panel of b (cj_n x 8);
- * returns the largest entry. */
+ * when `fresh`: ap holds 4 rows of nj + a for each cj (cj_n x 4), bp one panel of b (8 columns
+ * of cj_n rows, `stride` doubles apart); returns the largest entry. */
 __attribute__((target("avx2"))) static double block_avx2(const double *restrict ap, const double *restrict bp,
-                                                         const int *idx, int n, int fresh, double acc[MR][WIDE]) {
+                                                         size_t stride, const int *idx, int n, int fresh,
+                                                         double acc[MR][WIDE]) {
     __m256d inf = _mm256_set1_pd(INFINITY);
     __m256d t00 = fresh ? inf : _mm256_loadu_pd(acc[0]), t01 = fresh ? inf : _mm256_loadu_pd(acc[0] + 4);
     __m256d t10 = fresh ? inf : _mm256_loadu_pd(acc[1]), t11 = fresh ? inf : _mm256_loadu_pd(acc[1] + 4);
@@ -102,7 +103,7 @@ __attribute__((target("avx2"))) static double block_avx2(const double *restrict 
     __m256d t30 = fresh ? inf : _mm256_loadu_pd(acc[3]), t31 = fresh ? inf : _mm256_loadu_pd(acc[3] + 4);
     for (int q = 0; q < n; q++) {
         size_t cj = (size_t)idx[q];
-        __m256d b0 = _mm256_loadu_pd(bp + cj * NR), b1 = _mm256_loadu_pd(bp + cj * NR + 4);
+        __m256d b0 = _mm256_loadu_pd(bp + cj * stride), b1 = _mm256_loadu_pd(bp + cj * stride + 4);
         const double *s = ap + cj * MR;
         __m256d s0 = _mm256_broadcast_sd(s), s1 = _mm256_broadcast_sd(s + 1);
         __m256d s2 = _mm256_broadcast_sd(s + 2), s3 = _mm256_broadcast_sd(s + 3);
@@ -154,9 +155,9 @@ __attribute__((target("avx2"))) static int below_avx2(const double *lo, const do
 
 #define AVX512 __attribute__((target("avx512f,avx2")))
 
-/* As block_avx2 with a panel of 16 columns (bp: cj_n x 16). */
-AVX512 static double block_avx512(const double *restrict ap, const double *restrict bp, const int *idx, int n,
-                                  int fresh, double acc[MR][WIDE]) {
+/* As block_avx2 with a panel of 16 columns. */
+AVX512 static double block_avx512(const double *restrict ap, const double *restrict bp, size_t stride,
+                                  const int *idx, int n, int fresh, double acc[MR][WIDE]) {
     __m512d inf = _mm512_set1_pd(INFINITY);
     __m512d t00 = fresh ? inf : _mm512_loadu_pd(acc[0]), t01 = fresh ? inf : _mm512_loadu_pd(acc[0] + 8);
     __m512d t10 = fresh ? inf : _mm512_loadu_pd(acc[1]), t11 = fresh ? inf : _mm512_loadu_pd(acc[1] + 8);
@@ -164,7 +165,7 @@ AVX512 static double block_avx512(const double *restrict ap, const double *restr
     __m512d t30 = fresh ? inf : _mm512_loadu_pd(acc[3]), t31 = fresh ? inf : _mm512_loadu_pd(acc[3] + 8);
     for (int q = 0; q < n; q++) {
         size_t cj = (size_t)idx[q];
-        __m512d b0 = _mm512_loadu_pd(bp + cj * WIDE), b1 = _mm512_loadu_pd(bp + cj * WIDE + 8);
+        __m512d b0 = _mm512_loadu_pd(bp + cj * stride), b1 = _mm512_loadu_pd(bp + cj * stride + 8);
         const double *s = ap + cj * MR;
         __m512d s0 = _mm512_set1_pd(s[0]), s1 = _mm512_set1_pd(s[1]);
         __m512d s2 = _mm512_set1_pd(s[2]), s3 = _mm512_set1_pd(s[3]);
@@ -215,46 +216,66 @@ AVX512 static int below_avx512(const double *lo, const double *bmin, int cj_n, d
  * last panel is NR wide when at most NR columns are left), where panel p starts. */
 static int panel_width(int width, int ck_n, int p) { return width == WIDE && ck_n - p * WIDE <= NR ? NR : width; }
 
-/* b (cj_n x ck_n) packed for the vector kernels: panels of `width` columns (panel_width),
- * cj-major, panel p, row cj, column c at bp[p * cj_n * width + cj * panel_width + c]; a last
- * panel's missing columns repeat its last column (their sums are never stored, and the
- * largest entry of a block is then one of its real ones).  bmin[p * cj_n + cj]: the least
- * b[cj][c] of panel p, and bmin[panels * cj_n + cj] the least of the whole row. */
+/* b (cj_n x ck_n) as the vector kernels read it: panels of `width` columns (panel_width), each
+ * read in place (its rows ck_n doubles apart) but a last panel with fewer columns than its
+ * width, which is copied (cj_n x its width, `tail`) with its missing columns repeating its last
+ * (their sums are never stored, and the largest entry of a block is then one of its real
+ * ones).  bmin[p * cj_n + cj]: the least b[cj][c] of panel p, and bmin[panels * cj_n + cj] the
+ * least of the whole row.  Reading b in place, not packing it, spares a copy of every table as
+ * large as the product's input (a third of the elimination's time on Inception-v3's 161 x 161
+ * x 161 products, which skip most cj: the copies wrote more than the kernels read). */
 typedef struct {
     int width, panels;
-    double *bp, *bmin;
-} packed_b;
+    const double *b;
+    int ck_n;
+    double *tail;   /* the last panel, copied, or NULL when every panel is whole */
+    double *bmin;
+} b_panels;
 
-static int pack_panels(const double *b, int cj_n, int ck_n, int width, packed_b *pb) {
+/* Panel p's first entry, and the doubles between its rows, into *stride. */
+static const double *panel_at(const b_panels *pb, int p, size_t *stride) {
+    int pw = panel_width(pb->width, pb->ck_n, p);
+    if (pb->tail && p == pb->panels - 1) {
+        *stride = (size_t)pw;
+        return pb->tail;
+    }
+    *stride = (size_t)pb->ck_n;
+    return pb->b + (size_t)p * pb->width;
+}
+
+static int panels_of(const double *b, int cj_n, int ck_n, int width, b_panels *pb) {
     int panels = (ck_n + width - 1) / width;
-    pb->width = width;
-    pb->panels = panels;
-    pb->bp = malloc(sizeof(double) * (size_t)panels * (size_t)cj_n * (size_t)width);
+    int last = panels - 1, last_w = panel_width(width, ck_n, last), last_cols = ck_n - last * width;
+    *pb = (b_panels){width, panels, b, ck_n, NULL, NULL};
     pb->bmin = malloc(sizeof(double) * ((size_t)panels + 1) * (size_t)cj_n);
-    if (!pb->bp || !pb->bmin) {
-        free(pb->bp);
+    if (last_cols < last_w) {
+        pb->tail = malloc(sizeof(double) * (size_t)cj_n * (size_t)last_w);
+    }
+    if (!pb->bmin || (last_cols < last_w && !pb->tail)) {
+        free(pb->tail);
         free(pb->bmin);
         return 0;
     }
     double *row_min = pb->bmin + (size_t)panels * cj_n;
     for (int cj = 0; cj < cj_n; cj++) {
-        row_min[cj] = INFINITY;
-    }
-    for (int p = 0; p < panels; p++) {
-        int pw = panel_width(width, ck_n, p), c0 = p * width, cols = ck_n - c0 < pw ? ck_n - c0 : pw;
-        double *panel = pb->bp + (size_t)p * cj_n * width, *pmin = pb->bmin + (size_t)p * cj_n;
-        for (int cj = 0; cj < cj_n; cj++) {
-            const double *brow = b + (size_t)cj * ck_n + c0;
-            double *prow = panel + (size_t)cj * pw, least = INFINITY;
-            memcpy(prow, brow, sizeof(double) * (size_t)cols);
-            for (int c = cols; c < pw; c++) {
-                prow[c] = brow[cols - 1];
-            }
-            for (int c = 0; c < cols; c++) {
+        const double *brow = b + (size_t)cj * ck_n;
+        double row_least = INFINITY;
+        for (int p = 0; p < panels; p++) {
+            int c0 = p * width, cols = ck_n - c0 < width ? ck_n - c0 : width;
+            double least = INFINITY;
+            for (int c = c0; c < c0 + cols; c++) {
                 least = brow[c] < least ? brow[c] : least;
             }
-            pmin[cj] = least;
-            row_min[cj] = least < row_min[cj] ? least : row_min[cj];
+            pb->bmin[(size_t)p * cj_n + cj] = least;
+            row_least = least < row_least ? least : row_least;
+        }
+        row_min[cj] = row_least;
+        if (pb->tail) {
+            double *trow = pb->tail + (size_t)cj * last_w;
+            memcpy(trow, brow + last * width, sizeof(double) * (size_t)last_cols);
+            for (int c = last_cols; c < last_w; c++) {
+                trow[c] = brow[ck_n - 1];
+            }
         }
     }
     return 1;
@@ -286,7 +307,7 @@ static int pick_seeds(double *lo, const double *row_min, int cj_n, int *seed) {
 
 /* rows [r0, r1) with the AVX2 or (width WIDE) AVX-512 block kernels, bounded as above; 0 when
  * out of memory (nothing written) */
-static int packed_rows(const double *a, const double *nj, const packed_b *pb, double *out, int r0, int r1,
+static int panel_rows(const double *a, const double *nj, const b_panels *pb, double *out, int r0, int r1,
                        int cj_n, int ck_n) {
     double *ap = malloc(sizeof(double) * (size_t)cj_n * (MR + 1));
     int *idx = malloc(sizeof(int) * (2 * (size_t)cj_n + 16 + SEEDS));
@@ -318,17 +339,18 @@ static int packed_rows(const double *a, const double *nj, const packed_b *pb, do
         int bounded = 1;   /* 0 once a panel of these rows kept 3/4 of the cj: the rest take them all */
         for (int p = 0; p < pb->panels; p++) {
             double acc[MR][WIDE];
-            const double *panel = pb->bp + (size_t)p * cj_n * pb->width, *pmin = pb->bmin + (size_t)p * cj_n;
+            size_t st;
+            const double *panel = panel_at(pb, p, &st), *pmin = pb->bmin + (size_t)p * cj_n;
             int pw = panel_width(pb->width, ck_n, p);
             if (!bounded) {   /* every cj (the seeds among them: a minimum does not mind) */
-                (pw == WIDE ? block_avx512 : block_avx2)(ap, panel, every, cj_n, 1, acc);
+                (pw == WIDE ? block_avx512 : block_avx2)(ap, panel, st, every, cj_n, 1, acc);
             } else if (pw == WIDE) {
-                int n = below_avx512(lo, pmin, cj_n, block_avx512(ap, panel, seed, nseed, 1, acc), idx);
-                block_avx512(ap, panel, idx, n, 0, acc);
+                int n = below_avx512(lo, pmin, cj_n, block_avx512(ap, panel, st, seed, nseed, 1, acc), idx);
+                block_avx512(ap, panel, st, idx, n, 0, acc);
                 bounded = 4 * n < 3 * cj_n;
             } else {
-                int n = below_avx2(lo, pmin, cj_n, block_avx2(ap, panel, seed, nseed, 1, acc), idx);
-                block_avx2(ap, panel, idx, n, 0, acc);
+                int n = below_avx2(lo, pmin, cj_n, block_avx2(ap, panel, st, seed, nseed, 1, acc), idx);
+                block_avx2(ap, panel, st, idx, n, 0, acc);
                 bounded = 4 * n < 3 * cj_n;
             }
             int c0 = p * pb->width, cols = ck_n - c0 < pw ? ck_n - c0 : pw;
@@ -345,16 +367,16 @@ static int packed_rows(const double *a, const double *nj, const packed_b *pb, do
 
 typedef struct {
     const double *a, *nj, *b;
-    const void *panels;   /* b packed for the vector kernels (packed_b), or NULL */
+    const void *panels;   /* b as the vector kernels read it (b_panels), or NULL */
     double *out;
     int r0, r1, cj_n, ck_n;
 } rows_job;
 
-static void free_packed(const void *panels) {
+static void free_panels(const void *panels) {
 #ifdef SW_HAVE_AVX2_KERNEL
     if (panels) {
-        free(((const packed_b *)panels)->bp);
-        free(((const packed_b *)panels)->bmin);
+        free(((const b_panels *)panels)->tail);
+        free(((const b_panels *)panels)->bmin);
     }
 #else
     (void)panels;
@@ -364,7 +386,7 @@ static void free_packed(const void *panels) {
 static void *rows_worker(void *arg) {
     rows_job *j = arg;
 #ifdef SW_HAVE_AVX2_KERNEL
-    if (j->panels && packed_rows(j->a, j->nj, j->panels, j->out, j->r0, j->r1, j->cj_n, j->ck_n)) {
+    if (j->panels && panel_rows(j->a, j->nj, j->panels, j->out, j->r0, j->r1, j->cj_n, j->ck_n)) {
         return NULL;
     }
 #endif
@@ -410,16 +432,16 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
     const void *panels = NULL;
     kernel = kernel < SW_MINPLUS_PORTABLE || kernel > sw_minplus_best_kernel() ? sw_minplus_best_kernel() : kernel;
 #ifdef SW_HAVE_AVX2_KERNEL
-    packed_b packed = {0};
+    b_panels made = {0};
     if (work >= PACKED_WORK && cj_n > 0 && kernel != SW_MINPLUS_PORTABLE &&
-        pack_panels(b, cj_n, ck_n, kernel == SW_MINPLUS_AVX512 ? WIDE : NR, &packed)) {   /* else portable */
-        panels = &packed;
+        panels_of(b, cj_n, ck_n, kernel == SW_MINPLUS_AVX512 ? WIDE : NR, &made)) {   /* else portable */
+        panels = &made;
     }
 #endif
     if (n == 1) {
         rows_job one = {a, nj, b, panels, out, 0, ci_n, cj_n, ck_n};
         rows_worker(&one);
-        free_packed(panels);
+        free_panels(panels);
         return;
     }
     rows_job jobs[MAX_THREADS];
@@ -442,5 +464,5 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
             pthread_join(tids[t], NULL);
         }
     }
-    free_packed(panels);
+    free_panels(panels);
 }
