@@ -54,7 +54,7 @@ asan:             ## run the tests against a copy built with AddressSanitizer + 
 # asan, tsan: --capture=sys so that a sanitizer's report goes to the real stderr (pytest's fd capture would swallow it
 # when the sanitizer ends the process: only the exit status, 66 for TSan, would be left)
 TSAN_DIR = build/tsan
-tsan:             ## the runtime's tests and the planner's threaded memory tables and plans against a copy built with ThreadSanitizer (multi-rank: the loopback comm)
+tsan:             ## the runtime's tests and the planner's threaded tables, searches and plans against a copy built with ThreadSanitizer (multi-rank: the loopback comm)
 	rm -rf $(TSAN_DIR) && mkdir -p $(TSAN_DIR)
 	git ls-files -z | xargs -0 -I{} cp --parents {} $(TSAN_DIR)
 	cd $(TSAN_DIR) && SHARDWISE_SANITIZE=thread $(PY) setup.py build_ext --inplace
@@ -62,7 +62,7 @@ tsan:             ## the runtime's tests and the planner's threaded memory table
 		TSAN_OPTIONS="halt_on_error=1" PYTHONPATH=python \
 		$(PY_EXE) -m pytest -q --capture=sys -p no:cacheprovider tests/train/test_runtime.py tests/iteration/test_streams.py tests/train/test_train.py tests/train/test_pipeline.py \
 		tests/train/test_rnn_train.py tests/distributed/test_loopback.py tests/iteration/test_memory_plan.py \
-		tests/planning/test_search_memory.py -k "not torch"
+		tests/planning/test_search_memory.py tests/planning/test_search.py -k "not torch"
 
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code
 	$(PY_EXE) tools/valgrind_check.py $(PY_EXE) -m pytest -q -p no:cacheprovider \

@@ -65,6 +65,66 @@ static double *earlier_product(const state *st, const double *a, const double *b
     return NULL;
 }
 
+/* ---- the products of one node sweep, made together at its end ----
+ * The eliminations of a sweep are independent: none reads a table another of the same sweep
+ * makes (an elimination marks its two neighbours, which the sweep then leaves alone, and the
+ * node it removes keeps its costs), so the sweep decides them in order, as before, taking each
+ * product's table from the arena at once, and makes the products afterwards: the large ones one
+ * after another, each on every thread, the others each on one thread, several at a time (the
+ * branches of an Inception module, a transformer's layers).  Every table gets the bits it got
+ * when made in place. */
+struct pending_product {
+    const double *a, *nj, *b;
+    double *out;
+    int ci_n, cj_n, ck_n;
+};
+
+static sw_status defer_product(state *st, const double *a, const double *nj, const double *b, double *out,
+                               int ci_n, int cj_n, int ck_n) {
+    if (st->npending == st->pending_cap) {
+        int cap = st->pending_cap * 2 + 16;
+        struct pending_product *n = realloc(st->pending, sizeof *n * (size_t)cap);
+        if (!n) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        st->pending = n;
+        st->pending_cap = cap;
+    }
+    st->pending[st->npending++] = (struct pending_product){a, nj, b, out, ci_n, cj_n, ck_n};
+    return SW_OK;
+}
+
+static double product_work(const struct pending_product *q) { return (double)q->ci_n * q->cj_n * q->ck_n; }
+
+static sw_status make_small(void *ctx, int i) {
+    const struct pending_product *q = ((const struct pending_product **)ctx)[i];
+    sw_minplus(q->a, q->nj, q->b, q->out, q->ci_n, q->cj_n, q->ck_n, 1);
+    return SW_OK;
+}
+
+static sw_status make_products(state *st) {
+    int threads = st->t->threads > 1 ? st->t->threads : 1, nsmall = 0;
+    const struct pending_product **small = malloc(sizeof *small * (size_t)(st->npending + 1));
+    if (!small) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (int q = 0; q < st->npending; q++) {
+        const struct pending_product *p = &st->pending[q];
+        if (threads == 1 || st->npending == 1 || product_work(p) >= SW_MINPLUS_THREADED_WORK) {
+            sw_minplus(p->a, p->nj, p->b, p->out, p->ci_n, p->cj_n, p->ck_n, threads);
+        } else {
+            small[nsmall++] = p;
+        }
+    }
+    st->npending = 0;
+    sw_status s = nsmall > 1 ? sw_parallel_for(nsmall, threads, make_small, small) : SW_OK;
+    if (nsmall == 1) {
+        make_small(small, 0);
+    }
+    free(small);
+    return s;
+}
+
 static sw_status eliminate_node(state *st, int j, int e1, int e2) {
     const int *nc = st->t->ncfg;
     int i = st->edges[e1].src, k = st->edges[e2].dst;
@@ -77,7 +137,7 @@ static sw_status eliminate_node(state *st, int j, int e1, int e2) {
         if (!table) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory");
         }
-        sw_minplus(a, nj, b, table, ci_n, cj_n, ck_n, st->t->threads);
+        SW_TRY(defer_product(st, a, nj, b, table, ci_n, cj_n, ck_n));   /* made at the sweep's end */
     }
     kill_edge(st, e1);
     kill_edge(st, e2);
@@ -245,6 +305,9 @@ static sw_status node_sweep(state *st, int allow_leaf, sw_search_stats *stats, i
     free(in);
     free(out);
     free(touched);
+    if (s == SW_OK) {
+        s = make_products(st);
+    }
     return s;
 }
 
@@ -357,6 +420,7 @@ static void free_state(state *st) {
     free(st->recs);
     free(st->products);
     free(st->sums);
+    free(st->pending);
     free(st->alive);
     free(st->fresh);
     free(st->indeg);

@@ -64,12 +64,16 @@ typedef struct {
     int *sums;              /* records of merges whose tables may be reused (search_elim.c) */
     int nsums;
     sw_table_arena tables;  /* the tables of the owned edges */
+    struct pending_product *pending;   /* products a node sweep decided on, made at its end (search_elim.c) */
+    int npending, pending_cap;
 } state;
 
 /* out[ci][ck] = min over cj of nj[cj] + a[ci][cj] + b[cj][ck] (Eq. 2's min-plus product),
  * large ones on up to `threads` threads (search_minplus.c). */
 void sw_minplus(const double *a, const double *nj, const double *b, double *out, int ci_n, int cj_n, int ck_n,
                 int threads);
+/* Products of at least this many min-plus steps (ci x cj x ck) split their rows over threads. */
+#define SW_MINPLUS_THREADED_WORK 2e7
 
 /* Min-marginals after an elimination: m[v][c] = the least Eq. 1 of any strategy giving
  * node v configuration c, from the final state by undoing the records in reverse

@@ -43,7 +43,7 @@
 #endif
 
 enum { ROW_BLOCK = 8, COL_BLOCK = 512, MAX_THREADS = 64 };
-#define THREADED_WORK 2e7   /* products smaller than this run on the calling thread (the bounds skip most steps) */
+/* products smaller than SW_MINPLUS_THREADED_WORK run on the calling thread (the bounds skip most steps) */
 
 /* rows [r0, r1) of out */
 SW_MULTIVERSION
@@ -426,7 +426,7 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
                        int ck_n, int threads, int kernel) {
     double work = (double)ci_n * cj_n * ck_n;
     int n = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
-    while (n > 1 && (work < THREADED_WORK * n / 2 || ci_n < n * ROW_BLOCK)) {
+    while (n > 1 && (work < SW_MINPLUS_THREADED_WORK * n / 2 || ci_n < n * ROW_BLOCK)) {
         n--;
     }
     const void *panels = NULL;

@@ -715,3 +715,37 @@ def test_tables_kept_between_searches_give_each_search_what_fresh_memory_gives()
         fc, fe, fm = fresh[seed]
         assert c == fc and e == fe
         assert all(np.array_equal(a, b) for a, b in zip(m, fm))
+
+
+def test_products_of_a_sweep_made_on_threads_give_the_one_thread_search():
+    """A node sweep makes its products together at its end, several at a time on threads and the
+    large ones one after another on every thread: modules of four parallel branches (as
+    Inception's) give the plan, cost and min-marginals, bit for bit, on one, two and three
+    threads."""
+    rng = np.random.default_rng(11)
+    nodes, edges = [rng.random(30)], []
+    for module in range(4):
+        start = len(nodes) - 1
+        ends = []
+        for branch in range(4):
+            prev = start
+            for step in range(2 + branch % 2):
+                size = int(rng.choice([40, 90, 300]))
+                nodes.append(rng.random(size))
+                edges.append((prev, len(nodes) - 1, rng.exponential(1.0, (len(nodes[prev]), size))))
+                prev = len(nodes) - 1
+            ends.append(prev)
+        nodes.append(rng.random(int(rng.choice([60, 300]))))
+        for e in ends:
+            edges.append((e, len(nodes) - 1, rng.exponential(1.0, (len(nodes[e]), len(nodes[-1])))))
+    found = []
+    for threads in (1, 2, 3):
+        choice, cost, stats, marginals = _core.search_tables(nodes, edges, "elimination", 1e9, True, threads)
+        found.append((list(choice), cost, [np.asarray(m).copy() for m in marginals]))
+    assert stats["node_eliminations"] >= 30
+    for choice, cost, marginals in found[1:]:
+        assert choice == found[0][0] and cost == found[0][1]
+        assert all(np.array_equal(a, b) for a, b in zip(marginals, found[0][2]))
+    # the cost is the plan's own sum of its node and edge costs
+    walked = sum(n[c] for n, c in zip(nodes, found[0][0])) + sum(t[found[0][0][u], found[0][0][v]] for u, v, t in edges)
+    assert walked == pytest.approx(found[0][1], rel=1e-12)

@@ -178,14 +178,19 @@ class ProblemInputs:
                 self.dense)
 
 
+def search_threads(options: CostOptions) -> int:
+    """Threads the C core may use for ``options``: its ``threads``, or one per CPU (at most 8)."""
+    return options.threads or min(8, os.cpu_count() or 1)
+
+
 def make_problem(graph: Graph, devices: DeviceGraph, options: CostOptions,
                  inputs: ProblemInputs | None = None) -> "_core.Problem":
     """The C core's problem of ``graph`` on ``devices`` with ``options`` (``inputs``: their
     arrays, when the caller has them already)."""
     inputs = inputs or ProblemInputs.of(graph, devices, options)
     problem = _core.Problem(inputs.blob, inputs.flops, inputs.device_flops, inputs.mem_bandwidth, inputs.routes)
-    threads = options.threads or min(8, os.cpu_count() or 1)
-    problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor, threads,
+    problem.set_options(SYNC_MODELS[options.sync], options.bytes_per_element, options.backward_factor,
+                        search_threads(options),
                         options.reduction_splits)
     problem.set_precision(PRECISIONS[options.precision], inputs.dense_peaks, inputs.dense)
     return problem

@@ -24,7 +24,8 @@ from shardwise.graph import Graph
 from shardwise.planning.costs import ComputeCosts, apply_profile
 from shardwise.plan import OpConfig, Plan, reduction_config
 from shardwise.planning.precision import check_precision
-from shardwise.planning.problem import CostOptions, ProblemInputs, dim_names, make_problem, worker_counts
+from shardwise.planning.problem import (CostOptions, ProblemInputs, dim_names, make_problem, search_threads,
+                                       worker_counts)
 from shardwise.planning import problem_cache
 from shardwise.planning import objective as objective_module
 from shardwise.planning import search_scale
@@ -456,7 +457,7 @@ def _fit_memory(plan: Plan, problem, graph: Graph, devices: DeviceGraph, options
         raise SearchError(f"the plan found on {len(devices)} devices before the time limit ran out does not fit "
                           f"every device's memory; a larger time_limit (or none) lets the search find one that "
                           f"fits")
-    tables = search_memory.Tables(problem, graph)
+    tables = search_memory.Tables(problem, graph, search_threads(options))
     base = dict(plan.search_stats)
 
     def to_plan(choice):

@@ -169,8 +169,11 @@ class Tables:
     """Eq. 1 (node and edge tables) and the footprint (per device) of every configuration of a
     problem whose cost tables are built."""
 
-    def __init__(self, problem: Any, graph: Graph) -> None:
+    threads = 1   # the elimination searches over these tables run on this many threads
+
+    def __init__(self, problem: Any, graph: Graph, threads: int = 1) -> None:
         self.n = len(graph.ops)
+        self.threads = threads
         self.time = []
         for v in range(self.n):
             tc, ts, _ = problem.node_costs(v)
@@ -193,7 +196,7 @@ class Tables:
         depends on its op's (or its two ops') configurations alone, so they are rows and blocks
         of these, as a problem holding only those configurations would build them."""
         out = Tables.__new__(Tables)
-        out.n, out.ndev, out.rows = self.n, self.ndev, self.rows
+        out.n, out.ndev, out.rows, out.threads = self.n, self.ndev, self.rows, self.threads
         keep = [np.asarray(k, np.int64) for k in keep]
         out.time = [t[k] for t, k in zip(self.time, keep)]
         blocks: dict[tuple, np.ndarray] = {}   # the same table cut the same way: one array
@@ -486,7 +489,8 @@ class _Solver:
         """(choice, its weighted cost, a lower bound of the weighted optimum)."""
         nodes, edges = self.t.weighted(lam, wtime, allowed)
         self.solves += 1
-        choice, cost, stats = _core.search_tables(nodes, edges, "elimination", self.max_evaluations)
+        choice, cost, stats = _core.search_tables(nodes, edges, "elimination", self.max_evaluations, False,
+                                                  self.t.threads)
         return [int(c) for c in choice], float(cost), float(stats["lower_bound"]) if not stats["exact"] else float(cost)
 
 

@@ -37,7 +37,6 @@ configurations kept go to ``plan.search_stats["scale"]``.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -50,7 +49,7 @@ from shardwise.planning.search_memory import PlanDoesNotFitError
 from shardwise.planning.costs import ProfileTable, apply_profile
 from shardwise.machine.devices import DeviceGraph
 from shardwise.graph import Graph
-from shardwise.planning.problem import CostOptions, make_problem
+from shardwise.planning.problem import CostOptions, make_problem, search_threads
 from shardwise.planning.scale_space import PRUNE_SLACK, Configs, full_space, set_configs
 
 # the cap of the relaxation's marginals above the cost they serve to prune at: twice the pruning's
@@ -169,7 +168,7 @@ def search_symmetric(graph: Graph, devices: DeviceGraph, options: CostOptions, r
     stats: dict[str, Any] = {"partitions": int(sum(len(n) for n in node))}
     stages.done(f"relaxation tables ({stats['partitions']} partitions, first devices)")
 
-    threads = options.threads or min(8, os.cpu_count() or 1)
+    threads = search_threads(options)
     # the relaxation: its bound, its best strategy and the min-marginals; the marginals (a reverse
     # pass costing about twice the eliminations) are skipped when that strategy, costed exactly
     # where it sits, already costs the bound: then it is the optimum and nothing is pruned.

@@ -45,7 +45,7 @@ from shardwise.machine.devices import DeviceGraph
 from shardwise.plan import OpConfig, Plan, reduction_config
 from shardwise.planning import search_memory
 from shardwise.planning.costs import apply_profile
-from shardwise.planning.problem import CostOptions, dim_names
+from shardwise.planning.problem import CostOptions, dim_names, search_threads
 from shardwise.planning.scale_space import PRUNE_SLACK, full_space, set_configs
 from shardwise.planning.strategies import baselines
 
@@ -148,7 +148,7 @@ class MemoryStage:
         work.build_tables()
         if self.costs is not None:
             apply_profile(work, self.graph, self.devices, self.costs)
-        return search_memory.Tables(work, self.graph)
+        return search_memory.Tables(work, self.graph, search_threads(self.options))
 
     def _fitting(self, tables: search_memory.Tables, configs: Any, starts: Sequence[Sequence[int]],
                  max_solves: int | None = None, deadline: float | None = None):
@@ -337,7 +337,7 @@ def _priced_survivors(tables: search_memory.Tables, budget: np.ndarray, threshol
     for worth in (1e-3, 1e-2, 1e-1, 1.0, 10.0):
         lam = worth * threshold / np.maximum(budget, 1.0)
         nodes, edges = tables.weighted(lam, 1.0, everything)
-        _, _, _, marg = _core.search_tables(nodes, edges, "elimination", max_evaluations, True)
+        _, _, _, marg = _core.search_tables(nodes, edges, "elimination", max_evaluations, True, tables.threads)
         offset = float(lam @ budget)
         for k, m in zip(keep, marg):
             k &= np.asarray(m) - offset <= threshold * (1 + slack) + 1e-12
