@@ -74,6 +74,8 @@ static void minplus_rows(const double *a, const double *nj, const double *b, dou
 enum { MR = 4, NR = 8, WIDE = 16 };   /* register blocks: 4 rows x 8 (AVX2) or 16 (AVX-512) columns of out */
 #define PACKED_WORK 1e5       /* smaller products stay on the portable kernel (no panel minima) */
 enum { SEEDS = 8 };           /* configurations cj tried first in every block (bounds, below) */
+#define GROUP_BYTES ((size_t)512 << 10)   /* nj + a of the row blocks taken together over every panel: about half
+                                            * a core's L2 (best measured on a 1 MB L2; 96 KB to 4 MB measured) */
 
 #ifdef SW_HAVE_AVX2_KERNEL
 /* Blocks of out, min over the listed cj only.  Within a block of rows R and columns P,
@@ -309,58 +311,77 @@ static int pick_seeds(double *lo, const double *row_min, int cj_n, int *seed) {
  * out of memory (nothing written) */
 static int panel_rows(const double *a, const double *nj, const b_panels *pb, double *out, int r0, int r1,
                        int cj_n, int ck_n) {
-    double *ap = malloc(sizeof(double) * (size_t)cj_n * (MR + 1));
-    int *idx = malloc(sizeof(int) * (2 * (size_t)cj_n + 16 + SEEDS));
-    if (!ap || !idx) {
+    /* Row blocks go in groups whose nj + a (cj_n x 4 per block) fill about GROUP_BYTES; a group
+     * takes every panel in turn, and each panel every block of the group: a panel is read from
+     * memory once per group and stays in cache over its blocks (taken block by block across
+     * every panel, a product of 286 x 916 x 2856 read all of b, 20 MB, once per block). */
+    int nblocks = (r1 - r0 + MR - 1) / MR;
+    int group = (int)(GROUP_BYTES / (sizeof(double) * (size_t)cj_n * MR));
+    group = group < 1 ? 1 : group > nblocks ? nblocks : group;
+    double *ap = malloc(sizeof(double) * (size_t)cj_n * (MR + 1) * (size_t)group);
+    int *idx = malloc(sizeof(int) * (2 * (size_t)cj_n + 16) + sizeof(int) * (SEEDS + 1) * (size_t)group);
+    char *bounded = malloc((size_t)group);
+    if (!ap || !idx || !bounded) {
         free(ap);
         free(idx);
+        free(bounded);
         return 0;
     }
-    double *lo = ap + (size_t)cj_n * MR;   /* per cj: the least of its rows' nj + a */
-    int *every = idx + cj_n + 16, *seed = every + cj_n;
+    double *lo_all = ap + (size_t)cj_n * MR * group;   /* per block and cj: the least of its rows' nj + a */
+    int *every = idx + cj_n + 16, *seed_all = every + cj_n, *nseed = seed_all + (size_t)SEEDS * group;
     for (int cj = 0; cj < cj_n; cj++) {
         every[cj] = cj;
     }
     const double *row_min = pb->bmin + (size_t)pb->panels * cj_n;
-    for (int ci0 = r0; ci0 < r1; ci0 += MR) {
-        int rows = r1 - ci0 < MR ? r1 - ci0 : MR;
-        for (int r = 0; r < MR; r++) {   /* the same sums nj + a as the portable kernel */
-            const double *arow = a + (size_t)(ci0 + (r < rows ? r : rows - 1)) * cj_n;   /* a missing row: the last */
-            for (int cj = 0; cj < cj_n; cj++) {
-                ap[(size_t)cj * MR + r] = nj[cj] + arow[cj];
+    for (int g0 = 0; g0 < nblocks; g0 += group) {
+        int blocks = nblocks - g0 < group ? nblocks - g0 : group;
+        for (int q = 0; q < blocks; q++) {
+            int ci0 = r0 + (g0 + q) * MR, rows = r1 - ci0 < MR ? r1 - ci0 : MR;
+            double *bap = ap + (size_t)q * cj_n * MR, *lo = lo_all + (size_t)q * cj_n;
+            for (int r = 0; r < MR; r++) {   /* the same sums nj + a as the portable kernel */
+                const double *arow = a + (size_t)(ci0 + (r < rows ? r : rows - 1)) * cj_n;   /* a missing row: the last */
+                for (int cj = 0; cj < cj_n; cj++) {
+                    bap[(size_t)cj * MR + r] = nj[cj] + arow[cj];
+                }
             }
+            for (int cj = 0; cj < cj_n; cj++) {
+                const double *v = bap + (size_t)cj * MR;
+                double lo01 = v[0] < v[1] ? v[0] : v[1], lo23 = v[2] < v[3] ? v[2] : v[3];
+                lo[cj] = lo01 < lo23 ? lo01 : lo23;
+            }
+            nseed[q] = pick_seeds(lo, row_min, cj_n, seed_all + (size_t)q * SEEDS);
+            bounded[q] = 1;   /* 0 once a panel of these rows kept 3/4 of the cj: the rest take them all */
         }
-        for (int cj = 0; cj < cj_n; cj++) {
-            const double *v = ap + (size_t)cj * MR;
-            double lo01 = v[0] < v[1] ? v[0] : v[1], lo23 = v[2] < v[3] ? v[2] : v[3];
-            lo[cj] = lo01 < lo23 ? lo01 : lo23;
-        }
-        int nseed = pick_seeds(lo, row_min, cj_n, seed);
-        int bounded = 1;   /* 0 once a panel of these rows kept 3/4 of the cj: the rest take them all */
         for (int p = 0; p < pb->panels; p++) {
-            double acc[MR][WIDE];
             size_t st;
             const double *panel = panel_at(pb, p, &st), *pmin = pb->bmin + (size_t)p * cj_n;
             int pw = panel_width(pb->width, ck_n, p);
-            if (!bounded) {   /* every cj (the seeds among them: a minimum does not mind) */
-                (pw == WIDE ? block_avx512 : block_avx2)(ap, panel, st, every, cj_n, 1, acc);
-            } else if (pw == WIDE) {
-                int n = below_avx512(lo, pmin, cj_n, block_avx512(ap, panel, st, seed, nseed, 1, acc), idx);
-                block_avx512(ap, panel, st, idx, n, 0, acc);
-                bounded = 4 * n < 3 * cj_n;
-            } else {
-                int n = below_avx2(lo, pmin, cj_n, block_avx2(ap, panel, st, seed, nseed, 1, acc), idx);
-                block_avx2(ap, panel, st, idx, n, 0, acc);
-                bounded = 4 * n < 3 * cj_n;
-            }
             int c0 = p * pb->width, cols = ck_n - c0 < pw ? ck_n - c0 : pw;
-            for (int r = 0; r < rows; r++) {
-                memcpy(out + (size_t)(ci0 + r) * ck_n + c0, acc[r], sizeof(double) * (size_t)cols);
+            for (int q = 0; q < blocks; q++) {
+                int ci0 = r0 + (g0 + q) * MR, rows = r1 - ci0 < MR ? r1 - ci0 : MR;
+                const double *bap = ap + (size_t)q * cj_n * MR, *lo = lo_all + (size_t)q * cj_n;
+                const int *seed = seed_all + (size_t)q * SEEDS;
+                double acc[MR][WIDE];
+                if (!bounded[q]) {   /* every cj (the seeds among them: a minimum does not mind) */
+                    (pw == WIDE ? block_avx512 : block_avx2)(bap, panel, st, every, cj_n, 1, acc);
+                } else if (pw == WIDE) {
+                    int n = below_avx512(lo, pmin, cj_n, block_avx512(bap, panel, st, seed, nseed[q], 1, acc), idx);
+                    block_avx512(bap, panel, st, idx, n, 0, acc);
+                    bounded[q] = 4 * n < 3 * cj_n;
+                } else {
+                    int n = below_avx2(lo, pmin, cj_n, block_avx2(bap, panel, st, seed, nseed[q], 1, acc), idx);
+                    block_avx2(bap, panel, st, idx, n, 0, acc);
+                    bounded[q] = 4 * n < 3 * cj_n;
+                }
+                for (int r = 0; r < rows; r++) {
+                    memcpy(out + (size_t)(ci0 + r) * ck_n + c0, acc[r], sizeof(double) * (size_t)cols);
+                }
             }
         }
     }
     free(ap);
     free(idx);
+    free(bounded);
     return 1;
 }
 #endif
