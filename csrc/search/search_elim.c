@@ -103,6 +103,9 @@ static sw_status make_small(void *ctx, int i) {
 }
 
 static sw_status make_products(state *st) {
+    if (st->npending == 0) {
+        return SW_OK;
+    }
     int threads = st->t->threads > 1 ? st->t->threads : 1, nsmall = 0;
     const struct pending_product **small = malloc(sizeof *small * (size_t)(st->npending + 1));
     if (!small) {

@@ -72,7 +72,7 @@ static void minplus_rows(const double *a, const double *nj, const double *b, dou
 }
 
 enum { MR = 4, NR = 8, WIDE = 16 };   /* register blocks: 4 rows x 8 (AVX2) or 16 (AVX-512) columns of out */
-#define PACKED_WORK 1e5       /* smaller products stay on the portable kernel (no panel minima) */
+#define VECTOR_WORK 1e5       /* smaller products stay on the portable kernel (no panel minima) */
 enum { SEEDS = 8 };           /* configurations cj tried first in every block (bounds, below) */
 #define GROUP_BYTES ((size_t)512 << 10)   /* nj + a of the row blocks taken together over every panel: about half
                                             * a core's L2 (best measured on a 1 MB L2; 96 KB to 4 MB measured) */
@@ -224,7 +224,7 @@ static int panel_width(int width, int ck_n, int p) { return width == WIDE && ck_
  * (their sums are never stored, and the largest entry of a block is then one of its real
  * ones).  bmin[p * cj_n + cj]: the least b[cj][c] of panel p, and bmin[panels * cj_n + cj] the
  * least of the whole row.  Reading b in place, not packing it, spares a copy of every table as
- * large as the product's input (a third of the elimination's time on Inception-v3's 161 x 161
+ * large as the product's input (a quarter of the elimination's time on Inception-v3's 161 x 161
  * x 161 products, which skip most cj: the copies wrote more than the kernels read). */
 typedef struct {
     int width, panels;
@@ -454,7 +454,7 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
     kernel = kernel < SW_MINPLUS_PORTABLE || kernel > sw_minplus_best_kernel() ? sw_minplus_best_kernel() : kernel;
 #ifdef SW_HAVE_AVX2_KERNEL
     b_panels made = {0};
-    if (work >= PACKED_WORK && cj_n > 0 && kernel != SW_MINPLUS_PORTABLE &&
+    if (work >= VECTOR_WORK && cj_n > 0 && kernel != SW_MINPLUS_PORTABLE &&
         panels_of(b, cj_n, ck_n, kernel == SW_MINPLUS_AVX512 ? WIDE : NR, &made)) {   /* else portable */
         panels = &made;
     }
