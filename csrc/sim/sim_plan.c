@@ -187,7 +187,9 @@ static double task_seconds(const sw_problem *p, const sw_task *t, double modelle
 /* The event loop's arrays (CSR dependencies and resources over the graph's tasks). */
 typedef struct {
     double *duration, *start;
-    int32_t *dep_ptr, *deps, *res_ptr, *res;
+    const int32_t *dep_ptr, *deps;   /* the order's own arrays (or, ranked, the caller's), not freed here:
+                                        a copy was 70 MB of new memory per 1,024-GPU replay */
+    int32_t *res_ptr, *res;
     int32_t *pool;    /* NULL, or per task the device whose compute it shares (-1: none) */
     double *share;    /* with pool: the fraction of that device it fills */
 } replay;
@@ -197,20 +199,11 @@ static void replay_free(replay *rp) {
     free(rp->start);
     free(rp->pool);
     free(rp->share);
-    free(rp->dep_ptr);
-    free(rp->deps);
     free(rp->res_ptr);
     free(rp->res);
 }
 
 /* Task i's dependencies into deps[nd..]: what it runs after on the runtime. */
-static int32_t add_deps(const sw_task_order *o, int32_t i, int32_t *deps, int32_t nd) {
-    for (int32_t k = o->ptr[i]; k < o->ptr[i + 1]; k++) {
-        deps[nd++] = o->ids[k];
-    }
-    return nd;
-}
-
 static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                               const double *durations, const sw_machine *m, replay *rp) {
     int32_t n = g->ntasks;
@@ -220,11 +213,11 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
     }
     rp->duration = malloc(sizeof *rp->duration * ((size_t)n + 1));
     rp->start = calloc((size_t)n + 1, sizeof *rp->start);
-    rp->dep_ptr = malloc(sizeof *rp->dep_ptr * ((size_t)n + 1));
-    rp->deps = malloc(sizeof *rp->deps * ((size_t)o->ptr[n] + 1));
+    rp->dep_ptr = o->ptr;   /* the order's CSR (o->ptr[0] is 0), read as it is */
+    rp->deps = o->ids;
     rp->res_ptr = malloc(sizeof *rp->res_ptr * ((size_t)n + 1));
     rp->res = malloc(sizeof *rp->res * entries);
-    if (!rp->duration || !rp->start || !rp->dep_ptr || !rp->deps || !rp->res_ptr || !rp->res) {
+    if (!rp->duration || !rp->start || !rp->res_ptr || !rp->res) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
     }
     if (m->dev_fill) {
@@ -234,8 +227,8 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
             return SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
         }
     }
-    int32_t nres = 0, nd = 0;
-    rp->res_ptr[0] = rp->dep_ptr[0] = 0;
+    int32_t nres = 0;
+    rp->res_ptr[0] = 0;
     for (int32_t i = 0; i < n; i++) {
         const sw_task *t = &g->tasks[i];
         if (rp->pool) {
@@ -245,8 +238,6 @@ static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const
         nres += task_resources(t, m, rp->res + nres);
         rp->res_ptr[i + 1] = nres;
         rp->duration[i] = task_seconds(p, t, durations[i], m);
-        nd = add_deps(o, i, rp->deps, nd);
-        rp->dep_ptr[i + 1] = nd;
     }
     return SW_OK;
 }
@@ -330,16 +321,17 @@ static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, con
     int32_t n = g->ntasks;
     ranked *order = malloc(sizeof *order * ((size_t)n + 1));
     int32_t *pos = malloc(sizeof *pos * ((size_t)n + 1));
+    int32_t *dep_ptr = malloc(sizeof(int32_t) * ((size_t)n + 1));   /* renumbered: q's, freed here */
+    int32_t *deps = malloc(sizeof(int32_t) * ((size_t)rp->dep_ptr[n] + 1));
     replay q = {.duration = malloc(sizeof(double) * ((size_t)n + 1)), .start = malloc(sizeof(double) * ((size_t)n + 1)),
-                .dep_ptr = malloc(sizeof(int32_t) * ((size_t)n + 1)),
-                .deps = malloc(sizeof(int32_t) * ((size_t)rp->dep_ptr[n] + 1)),
+                .dep_ptr = dep_ptr, .deps = deps,
                 .res_ptr = malloc(sizeof(int32_t) * ((size_t)n + 1)),
                 .res = malloc(sizeof(int32_t) * ((size_t)rp->res_ptr[n] + 1)),
                 .pool = rp->pool ? malloc(sizeof(int32_t) * ((size_t)n + 1)) : NULL,
                 .share = rp->pool ? malloc(sizeof(double) * ((size_t)n + 1)) : NULL};
     double *end = rp->pool ? malloc(sizeof(double) * ((size_t)n + 1)) : NULL;
     sw_status s = SW_OK;
-    if (!order || !pos || !q.duration || !q.start || !q.dep_ptr || !q.deps || !q.res_ptr || !q.res ||
+    if (!order || !pos || !q.duration || !q.start || !dep_ptr || !deps || !q.res_ptr || !q.res ||
         (rp->pool && (!q.pool || !q.share || !end))) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory for a replay of %d tasks", n);
         goto done;
@@ -351,23 +343,23 @@ static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, con
     for (int32_t j = 0; j < n; j++) {
         pos[order[j].task] = j;
     }
-    q.dep_ptr[0] = q.res_ptr[0] = 0;
+    dep_ptr[0] = q.res_ptr[0] = 0;
     for (int32_t j = 0; j < n; j++) {
-        int32_t t = order[j].task, nd = q.dep_ptr[j], nr = q.res_ptr[j];
+        int32_t t = order[j].task, nd = dep_ptr[j], nr = q.res_ptr[j];
         q.duration[j] = rp->duration[t];
         if (rp->pool) {
             q.pool[j] = rp->pool[t];
             q.share[j] = rp->share[t];
         }
         for (int32_t k = rp->dep_ptr[t]; k < rp->dep_ptr[t + 1]; k++) {
-            q.deps[nd++] = pos[rp->deps[k]];
+            deps[nd++] = pos[rp->deps[k]];
         }
         for (int32_t k = rp->res_ptr[t]; k < rp->res_ptr[t + 1]; k++) {
             if (!rp->pool || rp->res[k] != rp->pool[t]) {   /* a shared device is a pool, not held */
                 q.res[nr++] = rp->res[k];
             }
         }
-        q.dep_ptr[j + 1] = nd;
+        dep_ptr[j + 1] = nd;
         q.res_ptr[j + 1] = nr;
     }
     if (rp->pool) {   /* a task's duration becomes its span: stretched where it shared its device */
@@ -385,6 +377,8 @@ static sw_status replay_ranked(const sw_task_graph *g, const sw_streams *st, con
 done:
     free(end);
     replay_free(&q);
+    free(dep_ptr);
+    free(deps);
     free(order);
     free(pos);
     return s;

@@ -166,19 +166,19 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
     int32_t *missing = calloc((size_t)ntasks + 1, sizeof *missing);
     int32_t *child_ptr = calloc((size_t)ntasks + 1, sizeof *child_ptr);
     int32_t *children = malloc(sizeof *children * ((size_t)dep_ptr[ntasks] + 1));
-    int32_t *fill = calloc((size_t)ntasks + 1, sizeof *fill);
     s.line = calloc((size_t)nres + 1, sizeof *s.line);
     s.busy = calloc((size_t)nres + 1, 1);
     s.events = malloc(sizeof *s.events * ((size_t)ntasks + 1));
     s.worklist = malloc(sizeof *s.worklist * ((size_t)nres + 1));
     s.queued = calloc((size_t)nres + 1, 1);
     s.blocked = calloc((size_t)ntasks + 1, sizeof *s.blocked);
-    if (!missing || !child_ptr || !children || !fill || !s.line || !s.busy || !s.events ||
+    if (!missing || !child_ptr || !children || !s.line || !s.busy || !s.events ||
         !s.worklist || !s.queued || !s.blocked) {
         st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
-    /* children of every task (reverse of the dependency lists), in task order */
+    /* children of every task (reverse of the dependency lists), in task order: counted, then
+     * written with child_ptr[p] as p's cursor, which ends at p + 1's start (shifted back after) */
     for (int32_t t = 0; t < ntasks; t++) {
         missing[t] = dep_ptr[t + 1] - dep_ptr[t];
         for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
@@ -190,10 +190,13 @@ sw_status sw_simulate_tasks(int32_t ntasks, const double *duration, const int32_
     }
     for (int32_t t = 0; t < ntasks; t++) {
         for (int32_t k = dep_ptr[t]; k < dep_ptr[t + 1]; k++) {
-            int32_t p = deps[k];
-            children[child_ptr[p] + fill[p]++] = t;
+            children[child_ptr[deps[k]]++] = t;
         }
     }
+    for (int32_t t = ntasks; t > 0; t--) {
+        child_ptr[t] = child_ptr[t - 1];
+    }
+    child_ptr[0] = 0;
     for (int32_t t = 0; t < ntasks && st == SW_OK; t++) {
         if (missing[t] == 0 && make_ready(&s, t, 0.0) < 0) {
             st = SW_FAIL(SW_ERR_NOMEM, "out of memory");
@@ -243,6 +246,5 @@ done:
     free(missing);
     free(child_ptr);
     free(children);
-    free(fill);
     return st;
 }
