@@ -72,7 +72,8 @@ typedef struct {
  * large ones on up to `threads` threads (search_minplus.c). */
 void sw_minplus(const double *a, const double *nj, const double *b, double *out, int ci_n, int cj_n, int ck_n,
                 int threads);
-/* Products of at least this many min-plus steps (ci x cj x ck) split their rows over threads. */
+/* Products of at least this many min-plus steps (ci x cj x ck) split their rows over threads; smaller
+ * ones run on the calling thread (the bounds skip most steps). */
 #define SW_MINPLUS_THREADED_WORK 2e7
 
 /* Min-marginals after an elimination: m[v][c] = the least Eq. 1 of any strategy giving

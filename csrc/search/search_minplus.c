@@ -43,7 +43,6 @@
 #endif
 
 enum { ROW_BLOCK = 8, COL_BLOCK = 512, MAX_THREADS = 64 };
-/* products smaller than SW_MINPLUS_THREADED_WORK run on the calling thread (the bounds skip most steps) */
 
 /* rows [r0, r1) of out */
 SW_MULTIVERSION

@@ -203,7 +203,6 @@ static void replay_free(replay *rp) {
     free(rp->res);
 }
 
-/* Task i's dependencies into deps[nd..]: what it runs after on the runtime. */
 static sw_status build_replay(const sw_problem *p, const sw_task_graph *g, const sw_task_order *o,
                               const double *durations, const sw_machine *m, replay *rp) {
     int32_t n = g->ntasks;
