@@ -512,6 +512,11 @@ struct sw_task_graph {
     /* per growing array (tasks, buffers, deps, io): the bytes from its start that threads were
      * asked to map ahead of the writes (taskgraph.c's populate_ahead) */
     int64_t ahead_tasks, ahead_buffers, ahead_deps, ahead_io;
+    /* Not NULL: a graph lowered for its buffers alone (sw_lower_buffer_totals): its tasks are
+     * numbered but not kept (tasks, deps and io stay empty), and each ring task adds its `slot`
+     * (the chunk halves it stands for) to ring_halves[its device] instead.  The caller's array
+     * (one entry per device), never freed with the graph; NULL in every graph that keeps tasks. */
+    int64_t *ring_halves;
 };
 /* Cut a grown graph's arrays to their items (graph/taskgraph.c): what it mapped ahead of the
  * writes and its room to double go back to the system once nothing more is appended. */
@@ -549,6 +554,22 @@ sw_status sw_plan_check(const sw_problem *p, const sw_plan *plan);
 /* Lower `plan` into `g` (which must be zeroed), its rings written as `rings` says (sw_ring_detail:
  * chunked for the runtime); on failure g is freed. */
 sw_status sw_lower(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, sw_task_graph *g);
+/* What the memory check of a search needs from the lowering of `plan`, without its tasks (a
+ * graph with ring_halves: every buffer, no task kept; graph/lower.c): per device, into ndev
+ * entries each, the bytes of every buffer (the plan's element sizes), the number of buffers
+ * and the bytes of the persistent ones (sw_tg_buffer_totals).  A fused lowering with `chunked`
+ * counts the buffers its chunked graph holds. */
+sw_status sw_lower_buffer_totals(const sw_problem *p, const sw_plan *plan, sw_ring_detail rings, int chunked,
+                                 int64_t *bytes, int64_t *count, int64_t *persistent);
+/* Per device (ndev entries each): bytes[d], the bytes of the buffers on d (the plan's element
+ * sizes; only those kept across steps, the parameters, optimizer state and running statistics,
+ * with `persistent`), and count[d], their number.  chunked (not with persistent): on a graph with
+ * fused rings, the totals of the same plan's chunked graph: the same bytes (a member's one
+ * receive buffer of the whole gradient holds what its k chunk buffers hold), k - 1 more buffers
+ * a member and ring, counted from its ring tasks (slot / 2 each: a ring's one task stands for
+ * 2 (k - 1) chunks, zero's two for k - 1 each, on the same member).  Allocates nothing. */
+void sw_tg_buffer_totals(const sw_task_graph *g, int ndev, int chunked, int persistent, int64_t *bytes,
+                         int64_t *count);
 /* An exact copy of src into dst (zeroed first; freed on failure). */
 sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst);
 /* What a graph says about itself beside its tasks and buffers (element sizes as the plan counts

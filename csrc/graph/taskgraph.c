@@ -154,6 +154,13 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
     if (t->box.rank == SW_BOX32_TOO_WIDE) {   /* sw_task_set_box could not narrow it */
         return too_wide("a task", t->op, NULL);
     }
+    if (g->ring_halves) {   /* a lowering for its buffers alone: the task numbered, not kept */
+        if (t->kind == SW_TASK_RING) {
+            g->ring_halves[t->device] += t->slot;
+        }
+        *id = g->ntasks++;
+        return SW_OK;
+    }
     /* dep_ptr and io_ptr have one more entry than tasks: grow them with it */
     int32_t old_cap = g->task_cap;
     SW_TRY(reserve((void **)&g->tasks, &g->task_cap, (int64_t)g->ntasks + 1, sizeof *g->tasks, &g->ahead_tasks));
@@ -196,6 +203,42 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
     g->io_ptr[g->ntasks + 1] = g->nio;
     *id = g->ntasks++;
     return SW_OK;
+}
+
+void sw_tg_buffer_totals(const sw_task_graph *g, int ndev, int chunked, int persistent, int64_t *bytes,
+                         int64_t *count) {
+    memset(bytes, 0, sizeof *bytes * (size_t)ndev);
+    memset(count, 0, sizeof *count * (size_t)ndev);
+    for (int32_t b = 0; b < g->nbuffers; b++) {
+        sw_buffer_kind kind = g->buffers[b].kind;
+        if (!persistent || kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING) {
+            count[g->buffers[b].device]++;
+            bytes[g->buffers[b].device] += sw_graph_buffer_bytes(g, b);
+        }
+    }
+    if (!chunked || persistent) {
+        return;
+    }
+    /* 2 x the extra buffers per device: the ring tasks' slots, kept or added up as they came */
+    for (int d = 0; g->ring_halves && d < ndev; d++) {
+        count[d] += g->ring_halves[d] / 2;
+    }
+    if (g->ring_halves) {
+        return;
+    }
+    /* count[d] + halves[d] / 2 from the kept tasks, without an array of halves: each count
+     * doubled, the slots added, the sum halved (2 c + h halved is c + h / 2, as above) */
+    for (int d = 0; d < ndev; d++) {
+        count[d] *= 2;
+    }
+    for (int32_t t = 0; t < g->ntasks; t++) {
+        if (g->tasks[t].kind == SW_TASK_RING) {
+            count[g->tasks[t].device] += g->tasks[t].slot;
+        }
+    }
+    for (int d = 0; d < ndev; d++) {
+        count[d] /= 2;
+    }
 }
 
 int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device) {

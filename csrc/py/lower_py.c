@@ -245,6 +245,52 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args) {
     return d;
 }
 
+/* ------------------------------------------------------------------ Problem.buffer_totals */
+/* Problem.buffer_totals(kinds, degrees, dev_ptr, devices, fused_rings=False, chunked=False) ->
+ * (bytes, buffers, persistent bytes) per device, int64 arrays: what TaskGraph.buffer_totals
+ * gives (chunked, then persistent=True) of the plan's lowering, from a lowering that keeps no
+ * task (sw_lower_buffer_totals).  Like a TaskGraph, it only reads the problem: a reader, so
+ * the search's own problem may be asked while other passes read it. */
+PyObject *sw_py_problem_buffer_totals(ProblemObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"kinds", "degrees", "dev_ptr", "devices", "fused_rings", "chunked", NULL};
+    PyObject *k, *dg, *ptr, *dv;
+    int fused = 0, chunked = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|pp", kwlist, &k, &dg, &ptr, &dv, &fused, &chunked) ||
+        !sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Problem is in use by another thread");
+        return NULL;
+    }
+    self->readers++;
+    int ndev = self->p->ndev;
+    plan_args a;
+    int64_t *bytes = PyMem_Calloc((size_t)ndev + 1, sizeof *bytes), *count = PyMem_Calloc((size_t)ndev + 1, sizeof *count);
+    int64_t *persistent = PyMem_Calloc((size_t)ndev + 1, sizeof *persistent);
+    PyObject *out = NULL;
+    if (!bytes || !count || !persistent) {
+        PyErr_NoMemory();
+        memset(&a, 0, sizeof a);
+    } else if (sw_py_parse_plan(self->p, k, dg, ptr, dv, &a) == 0) {
+        sw_status s;
+        Py_BEGIN_ALLOW_THREADS
+        s = sw_lower_buffer_totals(self->p, &a.plan, fused ? SW_RINGS_FUSED : SW_RINGS_CHUNKED, chunked, bytes, count,
+                                   persistent);
+        Py_END_ALLOW_THREADS
+        out = s != SW_OK ? sw_py_raise(s)
+                         : Py_BuildValue("(NNN)", sw_py_contiguous(bytes, ndev, NPY_INT64),
+                                         sw_py_contiguous(count, ndev, NPY_INT64),
+                                         sw_py_contiguous(persistent, ndev, NPY_INT64));
+    }
+    sw_py_plan_args_free(&a);
+    PyMem_Free(bytes);
+    PyMem_Free(count);
+    PyMem_Free(persistent);
+    self->readers--;
+    return out;
+}
+
 int sw_py_register_lower(PyObject *Py_UNUSED(module)) {
     import_array1(-1);  /* this file's own NumPy API table */
     return 0;

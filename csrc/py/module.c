@@ -212,6 +212,9 @@ static PyMethodDef Problem_methods[] = {
      "what each task runs after (of iterations back to back)"},
     {"lower", (PyCFunction)sw_py_problem_lower, METH_VARARGS,
      "lower(kinds, degrees, dev_ptr, devices) -> dict of task and buffer arrays (one iteration of a plan)"},
+    {"buffer_totals", (PyCFunction)(void (*)(void))sw_py_problem_buffer_totals, METH_VARARGS | METH_KEYWORDS,
+     "buffer_totals(kinds, degrees, dev_ptr, devices, fused_rings=False, chunked=False) -> (bytes, buffers, "
+     "persistent bytes) per device of the plan's lowering, its tasks not kept"},
     {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,
      "simulate_plan(kinds, degrees, dev_ptr, devices, route_ptr, route_res, nres, cores=0, ..., bound=inf,\n"
      "              brief=False) -> dict\n"

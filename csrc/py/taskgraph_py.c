@@ -223,13 +223,7 @@ static PyObject *TaskGraph_arrays(TaskGraphObject *self, PyObject *Py_UNUSED(ign
 
 /* buffer_totals(chunked=False, persistent=False): (bytes, buffers) per device, int64 arrays: what
  * arrays()["memory"] and a bincount of arrays()["buffer_device"] give, without converting every
- * task and buffer (the search's memory check asks it once per plan).  chunked: on a graph with
- * fused rings, the totals of the same plan's chunked graph: the same bytes (a member's one
- * receive buffer of the whole gradient holds what its k chunk buffers hold), k - 1 more buffers
- * a member and ring, counted from its ring tasks (slot / 2 each: a ring's one task stands for
- * 2 (k - 1) chunks, zero's two for k - 1 each, on the same member).  persistent: those of the
- * buffers kept across steps alone (parameters, optimizer state, running statistics), which the
- * memory plan keeps live at once: no arena is smaller than their bytes. */
+ * task and buffer (sw_tg_buffer_totals says what chunked and persistent count). */
 static PyObject *TaskGraph_buffer_totals(TaskGraphObject *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"chunked", "persistent", NULL};
     int chunked = 0, persistent = 0;
@@ -239,33 +233,13 @@ static PyObject *TaskGraph_buffer_totals(TaskGraphObject *self, PyObject *args, 
     if (!sw_py_tg_enter(self)) {
         return NULL;
     }
-    const sw_task_graph *g = &self->l->g;
     int ndev = self->l->ndev;
     int64_t *mem = PyMem_Calloc((size_t)ndev + 1, sizeof *mem), *count = PyMem_Calloc((size_t)ndev + 1, sizeof *count);
     PyObject *out = NULL;
     if (!mem || !count) {
         PyErr_NoMemory();
     } else {
-        if (!persistent) {
-            sw_tg_memory(g, ndev, mem);
-        }
-        for (int32_t b = 0; b < g->nbuffers; b++) {
-            sw_buffer_kind kind = g->buffers[b].kind;
-            if (!persistent || kind == SW_BUF_PARAM || kind == SW_BUF_MOMENTUM || kind == SW_BUF_RUNNING) {
-                count[g->buffers[b].device]++;
-                mem[g->buffers[b].device] += persistent ? sw_graph_buffer_bytes(g, b) : 0;
-            }
-        }
-        int64_t *halves = chunked && !persistent ? PyMem_Calloc((size_t)ndev + 1, sizeof *halves) : NULL;   /* 2 x extra buffers */
-        for (int32_t t = 0; halves && t < g->ntasks; t++) {
-            if (g->tasks[t].kind == SW_TASK_RING) {
-                halves[g->tasks[t].device] += g->tasks[t].slot;
-            }
-        }
-        for (int d = 0; halves && d < ndev; d++) {
-            count[d] += halves[d] / 2;
-        }
-        PyMem_Free(halves);
+        sw_tg_buffer_totals(&self->l->g, ndev, chunked, persistent, mem, count);
         out = Py_BuildValue("(NN)", sw_py_contiguous(mem, ndev, NPY_INT64), sw_py_contiguous(count, ndev, NPY_INT64));
     }
     PyMem_Free(mem);

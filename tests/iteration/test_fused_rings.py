@@ -228,3 +228,30 @@ def test_a_fused_graph_adds_up_the_chunked_graphs_buffers(options):
             rings += len([t for t in lower(plan, rings="fused").tasks if t.kind == "ring"])
     assert (rings > 0) == (options.sync != "parameter_server")
     assert lowered(plan).buffer_totals(chunked=True)[1].tolist() == lowered(plan).buffer_totals()[1].tolist()
+
+
+@pytest.mark.parametrize("options", [RING, ZERO, sw.CostOptions()], ids=["ring", "zero", "ps"])
+def test_totals_of_a_lowering_without_tasks_are_the_task_graphs(options):
+    """buffer_totals (a lowering that keeps no task, what the search's memory check reads) gives
+    each device's bytes and buffers as the task graph of the same lowering counts them, fused or
+    chunked, with the chunks of fused rings counted when asked, and the persistent bytes."""
+    from shardwise.iteration.lower import buffer_totals, lowered
+
+    rng = np.random.default_rng(12)
+    rings = 0
+    for n in (2, 4, 5, 8):
+        g = mixed_graph(batch=40)
+        base = random_plan(g, sw.DeviceGraph.cpu(n), rng)
+        for plan in (sw.Plan(g, base.devices, base.configs, options), data_parallel(g, base.devices, options)):
+            for detail in ("chunked", "fused"):
+                handle = lowered(plan, rings=detail)
+                for chunked in (False, True):
+                    got = buffer_totals(plan, rings=detail, chunked=chunked)
+                    want = handle.buffer_totals(chunked=chunked)
+                    np.testing.assert_array_equal(got[0], want[0])
+                    np.testing.assert_array_equal(got[1], want[1])
+                    np.testing.assert_array_equal(got[2], handle.buffer_totals(persistent=True)[0])
+                rings += detail == "fused" and int((handle.arrays()["kind"] == _core.TASK_KINDS.index("ring")).sum())
+    assert (rings > 0) == (options.sync != "parameter_server")
+    with pytest.raises(sw.ConfigError, match="rings"):
+        buffer_totals(plan, rings="auto")

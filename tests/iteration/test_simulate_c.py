@@ -163,34 +163,38 @@ def test_ring_synchronization_is_simulated():
 
 
 # --------------------------------------------------------------------------- bad input
-def test_bad_plans_are_refused_with_clear_errors():
+@pytest.mark.parametrize("entry", ["lower", "buffer_totals"])
+def test_bad_plans_are_refused_with_clear_errors(entry):
+    """Problem.lower and Problem.buffer_totals (the lowering without its tasks) refuse a bad
+    plan with the same clear errors."""
     g = sw.models.lenet5(batch=8)
     d = sw.DeviceGraph.cpu(2)
     plan = sw.strategies.data_parallel(g, d)
     problem = make_problem(g, d, plan.options)
     kinds, degrees, dev_ptr, devs = plan_arrays(plan)
+    lower = getattr(problem, entry)
     with pytest.raises(ValueError, match="kinds"):
-        problem.lower(kinds[:-1], degrees, dev_ptr, devs)
+        lower(kinds[:-1], degrees, dev_ptr, devs)
     with pytest.raises(ValueError, match="dev_ptr"):
-        problem.lower(kinds, degrees, dev_ptr, devs[:-1])
+        lower(kinds, degrees, dev_ptr, devs[:-1])
     bad = degrees.copy()
     bad[1, 0] = 3                         # does not divide the batch of 8
     with pytest.raises(ValueError, match="degree 3 does not divide"):
-        problem.lower(kinds, bad, dev_ptr, devs)
+        lower(kinds, bad, dev_ptr, devs)
     twice = devs.copy()
     twice[1] = twice[0]                   # op 0's two workers on one device
     with pytest.raises(ValueError, match="distinct devices"):
-        problem.lower(kinds, degrees, dev_ptr, twice)
+        lower(kinds, degrees, dev_ptr, twice)
     far = devs.copy()
     far[0] = 7
     with pytest.raises(ValueError, match="distinct devices in 0..1"):
-        problem.lower(kinds, degrees, dev_ptr, far)
+        lower(kinds, degrees, dev_ptr, far)
     wrong = kinds.copy()
     wrong[0] = 9
     with pytest.raises(ValueError, match="unknown op kind"):
-        problem.lower(wrong, degrees, dev_ptr, devs)
+        lower(wrong, degrees, dev_ptr, devs)
     with pytest.raises(ValueError, match="int32"):
-        problem.lower(kinds.astype(np.float64), degrees, dev_ptr, devs)
+        lower(kinds.astype(np.float64), degrees, dev_ptr, devs)
 
 
 def test_bad_machines_and_costs_are_refused_with_clear_errors():

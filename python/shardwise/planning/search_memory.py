@@ -139,25 +139,33 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
     own (lower.lowered)."""
     if limit is None:
         return True
-    from shardwise.iteration.lower import lowered, ring_detail
+    from shardwise.iteration.lower import buffer_totals, lowered, ring_detail
     from shardwise.iteration.memory import DEFAULT_ALIGNMENT
 
     detail = ring_detail(plan, "auto")
-    handle = None
+    handle = persistent = None
     totals = kept.buffer_totals(choice) if kept is not None else None
     if totals is None:
         # the sums of the graph the memory plan below is made on, from its fused lowering (far
-        # fewer tasks; the same bytes, and the chunked ring's extra buffers counted)
-        handle = lowered(plan, rings="fused", problem=problem)
-        totals = handle.buffer_totals(chunked=detail == "chunked")
+        # fewer tasks; the same bytes, and the chunked ring's extra buffers counted).  A graph
+        # lowered fused is the one the memory plan of a large machine reads: kept for it; on a
+        # small machine the memory plan lowers chunked, so the sums come from a lowering that
+        # keeps no task
+        if detail == "fused":
+            handle = lowered(plan, rings="fused", problem=problem)
+            totals = handle.buffer_totals()
+        else:
+            *totals, persistent = buffer_totals(plan, rings="fused", chunked=True, problem=problem)
         if kept is not None:
-            kept.keep_buffer_totals(choice, totals)
+            kept.keep_buffer_totals(choice, tuple(totals))
     memory, buffers = totals
     if (memory + buffers * DEFAULT_ALIGNMENT <= limit).all():
         return True
-    if handle is not None and (handle.buffer_totals(persistent=True)[0] > limit).any():
+    if persistent is None and handle is not None:
+        persistent = handle.buffer_totals(persistent=True)[0]
+    if persistent is not None and (persistent > limit).any():
         return False   # what persists across steps alone (live at once in every arena) is too much
-    handle = handle if handle is not None and detail == "fused" else lowered(plan, rings=detail, problem=problem)
+    handle = handle if handle is not None else lowered(plan, rings=detail, problem=problem)
     return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 
 
