@@ -292,8 +292,7 @@ class Tables:
                  "time": np.concatenate(self.time) if self.time else np.zeros(0),   # every op's Eq. 1 node costs
                  "freed_edges": freed_edges, "freed_like": like, "freed_size": int(sum(sizes)),
                  "freed_at": freed_at, "group_flat": freed_at[group_edge] + group_pos,
-                 "rep_starts": starts.astype(np.int64, copy=False),
-                 "rep_dev": dev[order], "rep_bytes": nbytes[order],
+                 **_distinct_groups(dev[order], nbytes[order], starts),
                  "node_at": node_at,
                  "base_at": base_at,
                  "base_v": base_v,
@@ -312,9 +311,13 @@ class Tables:
         """Bytes per device of the strategy x (one configuration index per op)."""
         p = self._packed()
         x = np.asarray(x, np.int64)
-        a = self.rows[p["node_rows"][p["node_at"][:-1] + x]].sum(axis=0) if len(x) else np.zeros(self.ndev)
+        # the distinct rows each taken so many times: every entry a whole number of bytes, so the
+        # sums are exact in any order (not a BLAS product: its threads spin after each call)
+        taken = [p["node_rows"][p["node_at"][:-1] + x]] if len(x) else []
         if len(p["base_v"]):
-            a = a + self.rows[p["base_rows"][p["base_at"][:-1] + x[p["base_v"]]]].sum(axis=0)
+            taken.append(p["base_rows"][p["base_at"][:-1] + x[p["base_v"]]])
+        times = np.bincount(np.concatenate(taken), minlength=len(self.rows)) if taken else np.zeros(len(self.rows))
+        a = np.einsum("i,ij->j", times.astype(np.float64), self.rows)
         if len(p["group_key"]):
             # each edge with freed bytes: the group at x's position in its table, if it has one
             want = p["fe_rep"] * p["stride"] + x[p["fe_u"]] * p["fe_nv"] + x[p["fe_v"]]
@@ -356,7 +359,14 @@ class Tables:
         nodes = [flat[a:b] for a, b in p["bounds"]]   # views of one buffer
         if not p["freed_edges"]:
             return nodes, self._edges_scaled(wtime)
-        freed = np.add.reduceat(p["rep_bytes"] * lam[p["rep_dev"]], p["rep_starts"])
+        # bytes times the price of their device, summed per distinct group (_distinct_groups), in
+        # one array kept for every call
+        work = p.get("freed_work")
+        if work is None:
+            work = p["freed_work"] = np.empty(len(p["distinct_dev"]))
+        np.take(lam, p["distinct_dev"], out=work, mode="clip")   # (indices are devices: in range)
+        np.multiply(p["distinct_bytes"], work, out=work)
+        freed = np.add.reduceat(work, p["distinct_starts"])[p["group_distinct"]] if len(work) else np.zeros(0)
         buf = p.get("freed_buffer")
         if buf is None:   # zero but at group_flat, where every call writes: made once
             buf = p["freed_buffer"] = np.zeros(p["freed_size"])
@@ -388,6 +398,29 @@ class Tables:
         if wtime == 1.0:
             p["edges_1"] = edges
         return list(edges)
+
+
+def _distinct_groups(dev: np.ndarray, nbytes: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
+    """The groups of freed bytes (entries ``dev``, ``nbytes`` from each of ``starts`` to the next)
+    with the same entries in the same order stored once: distinct_dev, distinct_bytes and
+    distinct_starts (those groups' entries, one after another), and group_distinct (per group,
+    its distinct group).  Equal groups give equal sums, bit for bit, so Tables.weighted sums each
+    distinct group once: a 32-layer Llama on 1,024 GPUs frees bytes in 2,572 groups of 2 M
+    entries in all, 98 of them distinct (every layer's, every placement's alike)."""
+    ends = np.append(starts[1:], len(dev)).astype(np.int64)
+    seen: dict[bytes, int] = {}
+    group_distinct = np.empty(len(starts), np.int64)
+    kept = []
+    for k, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        key = dev[a:b].tobytes() + nbytes[a:b].tobytes()   # (lengths agree: devices and bytes take 8 bytes each)
+        group_distinct[k] = seen.setdefault(key, len(seen))
+        if group_distinct[k] == len(kept):
+            kept.append((a, b))
+    take = np.concatenate([np.arange(a, b) for a, b in kept]) if kept else np.zeros(0, np.int64)
+    lengths = np.array([b - a for a, b in kept], np.int64)
+    return {"distinct_dev": dev[take], "distinct_bytes": nbytes[take], "group_distinct": group_distinct,
+            "distinct_starts": np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if kept
+            else np.zeros(0, np.int64)}
 
 
 def _combos(node_rows: np.ndarray, node_at: np.ndarray, medges: list[tuple], nrows: int) -> dict[str, Any]:
