@@ -81,38 +81,52 @@ class CostOptions:
             raise ConfigError(f"reduction_splits must be True or False, got {self.reduction_splits!r}")
 
 
-def _desc_words(desc: OpDesc) -> tuple[list[int], np.ndarray, list[int]]:
-    """(words, array, slots): ``desc`` in the C core's encoding with -1 for every DATA input's
-    producer (as a list and as an int64 array), and the positions of those producers in it.
-    An OpDesc is frozen, so its words are made once and kept on it: a search encodes its graph
-    twice (the search's problem, then the plan's for the memory check), and Inception-v3's 315
-    ops took ~12 ms each time."""
+def _desc_words(desc: OpDesc) -> tuple[list[int], list[int]]:
+    """(words, slots): ``desc`` in the C core's encoding with -1 for every DATA input's producer,
+    and the positions of those producers in it.  An OpDesc is frozen, so its words are made once
+    and kept on it: a search encodes its graph twice (the search's problem, then the plan's for
+    the memory check).  Written for a process's first search, whose Python runs cold: one list
+    extended by whole tuples (Inception-v3's 315 ops took ~6 ms in a fresh process, with the
+    granules computed apart and an array made per op)."""
     cached = desc.__dict__.get("_core_words")
     if cached is not None:
         return cached
-    out: list[int] = []
+    extents, out_rank, inputs = desc.extents, desc.out_rank, desc.inputs
+    nvars = len(extents)
+    additive = desc.additive
+    out = [nvars, out_rank, *extents]
+    at_granules = len(out)   # split_granules' words, filled in once the inputs are read
+    out += (1,) * out_rank
+    out += [1 if v in additive else 0 for v in range(out_rank, nvars)] if additive else (0,) * (nvars - out_rank)
+    out.append(len(inputs))
     slots: list[int] = []
-    additive = [1 if v in desc.additive else 0 for v in range(desc.out_rank, desc.nvars)]
-    out += [desc.nvars, desc.out_rank, *desc.extents, *desc.split_granules(), *additive, len(desc.inputs)]
-    for inp in desc.inputs:
-        if inp.role == DATA:
+    ones = (1,) * nvars
+    periodic = False   # an expression with a divisor or modulus (it constrains the granules)
+    for inp in inputs:
+        role, shape = inp.role, inp.shape
+        if role == DATA:
             slots.append(len(out) + 1)
-        out += [ROLE_BIAS if inp.bias else inp.role, -1, len(inp.shape), *inp.shape]
+        out += (ROLE_BIAS if inp.bias else role, -1, len(shape), *shape)
         for e in inp.exprs:
-            out += [*e.coefs, *(e.vdivs or (1,) * len(e.coefs)), e.offset, e.div, e.mod]
+            out += e.coefs
+            out += e.vdivs or ones
+            out += (e.offset, e.div, e.mod)
+            periodic = periodic or e.div != 1 or e.mod != 0
         if inp.window is None:
             out.append(0)
         else:
             out.append(1)
             for lo, hi in inp.window:
-                out += [lo, hi]
-    cached = (out, np.asarray(out, dtype=np.int64), slots)
+                out += (lo, hi)
+    if periodic or desc.unsplittable:
+        out[at_granules:at_granules + out_rank] = desc.split_granules()
+    cached = (out, slots)
     object.__setattr__(desc, "_core_words", cached)   # derived data, not a field
     return cached
 
 
 def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
-    words, _, slots = _desc_words(desc)
+    words, slots = _desc_words(desc)
     start = len(out)
     out += words
     for slot, producer in zip(slots, producers):
@@ -121,22 +135,13 @@ def _encode_op(desc: OpDesc, producers: Sequence[int], out: list[int]) -> None:
 
 def encode_graph(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """(blob, flops) for the C core; flops rows are (per iteration point, per output)."""
-    parts = [np.array([len(graph.ops)], dtype=np.int64)]
-    at, producers = [], []   # where each DATA input's producer goes in the blob
-    start = 1
+    words = [len(graph.ops)]
     flops = []
     for op in graph.ops:
         desc = op.desc
-        _, words, slots = _desc_words(desc)
-        parts.append(words)
-        for slot, producer in zip(slots, op.inputs):
-            at.append(start + slot)
-            producers.append(producer)
-        start += len(words)
+        _encode_op(desc, op.inputs, words)
         flops.append((desc.flops_per_point, desc.flops_per_output))
-    blob = np.concatenate(parts)
-    blob[at] = producers
-    return blob, np.array(flops, dtype=np.float64).reshape(len(graph.ops), 2)
+    return np.array(words, dtype=np.int64), np.array(flops, dtype=np.float64).reshape(len(graph.ops), 2)
 
 
 def dense_arrays(graph: Graph, devices: DeviceGraph, precision: str) -> tuple[np.ndarray, np.ndarray]:
