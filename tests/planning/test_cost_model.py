@@ -464,3 +464,30 @@ def test_reduction_split_plans_round_trip_through_files(tmp_path):
     back = sw.Plan.load(tmp_path / "p.json", g, d)
     assert back["fc"] == plan["fc"]
     assert back.cost == pytest.approx(plan.cost, rel=1e-12)
+
+
+def test_encoded_ops_carry_each_ops_split_granules_and_producers():
+    """The C core's encoding of an op (problem._desc_words, made once per OpDesc): its granules are
+    split_granules' (computed only where an expression has a divisor or modulus or a dimension is
+    unsplittable), and encode_graph writes each data input's producer where -1 stands."""
+    from shardwise.ops.desc import DATA
+    from shardwise.planning.problem import _desc_words, encode_graph
+
+    periodic = 0
+    for name in sw.models.names():
+        g = sw.models.get(name)
+        blob, _ = encode_graph(g)
+        at = 1
+        for op in g.ops:
+            desc = op.desc
+            words, slots = _desc_words(desc)
+            nvars, rank = words[0], words[1]
+            assert (nvars, rank) == (len(desc.extents), desc.out_rank)
+            assert tuple(words[2 + nvars:2 + nvars + rank]) == desc.split_granules()
+            periodic += any(e.div != 1 or e.mod != 0 for i in desc.inputs for e in i.exprs) or bool(desc.unsplittable)
+            data = [k for k, i in enumerate(desc.inputs) if i.role == DATA]
+            assert len(slots) == len(data) and all(words[s] == -1 for s in slots)
+            assert [int(blob[at + s]) for s in slots] == list(op.inputs[:len(slots)])
+            at += len(words)
+        assert at == len(blob)
+    assert periodic > 0   # some op's granules came from split_granules itself
