@@ -159,8 +159,12 @@ class OpDesc:
         A split is exact (the region a worker reads is a box) only if no shard
         boundary falls inside a ``div``/``mod`` period: for ``(v // q) % m`` the
         shard size must be a multiple of ``q * m``, for ``v // q`` a multiple of
-        ``q``.  Plain affine maps impose nothing (granule 1).
+        ``q``.  Plain affine maps impose nothing (granule 1).  Made once per OpDesc (frozen):
+        the baselines ask for every op's, once per op and strategy.
         """
+        cached = self.__dict__.get("_split_granules")
+        if cached is not None:
+            return cached
         granules = [1] * self.out_rank
         for v in self.unsplittable:
             granules[v] = self.extents[v]  # only degree 1 keeps whole shards
@@ -172,7 +176,8 @@ class OpDesc:
                 for v in e.variables():
                     if v < self.out_rank:
                         granules[v] = _lcm(granules[v], period)
-        return tuple(granules)
+        object.__setattr__(self, "_split_granules", tuple(granules))   # derived data, not a field
+        return self.__dict__["_split_granules"]
 
     def validate(self) -> None:
         """Check internal consistency: ranks, coefficient counts, windows, additive variables."""

@@ -366,7 +366,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
     configs = {}
     for op, (deg, dev, red) in zip(graph.ops, rows):
         configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(deg.tolist()),
-                                    tuple(x for x in dev.tolist() if x >= 0), reduction_config(op, red))
+                                    tuple(dev[dev >= 0].tolist()), reduction_config(op, red))
     stats = dict(stats, algorithm=algorithm, searched_cost=searched_cost, timings=timings,
                  total_seconds=sum(timings.values()), configurations=int(sum(ncfg)),
                  max_configurations=int(max(ncfg)), worker_counts=counts, profiled_shards=profiled,
@@ -403,7 +403,7 @@ def _plan_of(problem, graph: Graph, devices: DeviceGraph, options: CostOptions, 
     configs = {}
     for op, (deg, dev, red) in zip(graph.ops, _chosen_rows(problem, choice)[0]):
         configs[op.name] = OpConfig(dim_names(len(op.shape)), tuple(deg.tolist()),
-                                    tuple(x for x in dev.tolist() if x >= 0), reduction_config(op, red))
+                                    tuple(dev[dev >= 0].tolist()), reduction_config(op, red))
     return Plan(graph, devices, configs, options, name="searched", search_stats=dict(stats), costs=costs)
 
 
