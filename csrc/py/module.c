@@ -169,6 +169,8 @@ static PyMethodDef Problem_methods[] = {
     {"build_tables", (PyCFunction)(void (*)(void))sw_py_problem_build_tables, METH_VARARGS | METH_KEYWORDS,
      "build_tables(with_bytes=False, bounds=False): t_c, t_s per configuration and t_x per edge (bounds: lower "
      "bounds of t_x valid for any devices), GIL released"},
+    {"release_tables", (PyCFunction)sw_py_problem_release_tables, METH_NOARGS,
+     "release_tables(): free the cost tables, keep the configurations (build_tables makes them again)"},
     {"node_costs", (PyCFunction)sw_py_problem_node_costs, METH_VARARGS, "node_costs(op) -> (t_c, t_s, sync bytes)"},
     {"worker_regions", (PyCFunction)sw_py_problem_worker_regions, METH_VARARGS,
      "worker_regions(op, config, slot, per_worker=False) -> (lo, hi, used) of every worker's region"},

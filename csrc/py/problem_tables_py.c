@@ -60,6 +60,20 @@ PyObject *sw_py_problem_build_tables(ProblemObject *self, PyObject *args, PyObje
     Py_RETURN_NONE;
 }
 
+/* release_tables(): the cost tables freed, the configurations kept (build_tables makes them
+ * again); refused while another thread reads the problem. */
+PyObject *sw_py_problem_release_tables(ProblemObject *self, PyObject *Py_UNUSED(arg)) {
+    if (!sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    if (self->busy || self->readers) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release the tables of a Problem while another thread is using it");
+        return NULL;
+    }
+    sw_problem_reset_tables(self->p);
+    Py_RETURN_NONE;
+}
+
 PyObject *sw_py_problem_node_costs(ProblemObject *self, PyObject *args) {
     int op;
     if (!PyArg_ParseTuple(args, "i", &op) || !sw_py_tables_ready(self) || !sw_py_check_op(self, op)) {

@@ -296,6 +296,30 @@ def test_input_edges_do_not_share_tables_with_inner_edges():
         assert r["b"].bytes_in == 2 * r["a"].bytes_in > 0
 
 
+def test_released_tables_are_refused_until_built_again():
+    """Problem.release_tables frees the cost tables and keeps the configurations: what reads
+    the tables is refused with a clear error until build_tables makes them again, the same."""
+    from shardwise.planning.problem import CostOptions, make_problem, worker_counts
+
+    g, d = sw.models.lenet5(batch=8), sw.DeviceGraph.cpu(4)
+    p = make_problem(g, d, CostOptions(threads=1))
+    p.enumerate(np.asarray(worker_counts(len(d)), dtype=np.int32))
+    p.build_tables()
+    before = [p.edge_table(e)[0].copy() for e in range(len(p.edges()))], [p.node_costs(i) for i in range(len(g.ops))]
+    p.release_tables()
+    with pytest.raises(RuntimeError, match="build_tables"):
+        p.node_costs(0)
+    with pytest.raises(RuntimeError, match="build_tables"):
+        p.search("elimination", 1e9)
+    assert len(p.workers(0)) > 1   # the configurations stay
+    p.build_tables()
+    for e, t in enumerate(before[0]):
+        np.testing.assert_array_equal(p.edge_table(e)[0], t)
+    for i, n in enumerate(before[1]):
+        for a, b in zip(p.node_costs(i), n):
+            np.testing.assert_array_equal(a, b)
+
+
 # ----------------------------------------------------------------------------- partition-n-reduce
 def read_set_iter(desc, slot, out_box, red_box):
     """read_set over an iteration box whose reduction ranges are ``red_box`` (not all of them)."""
