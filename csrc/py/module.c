@@ -160,6 +160,8 @@ static PyMethodDef Problem_methods[] = {
      "the same graph and devices)"},
     {"configs", (PyCFunction)sw_py_problem_configs, METH_VARARGS,
      "configs(op, rows=None) -> (degrees, devices): every configuration, or those rows of the enumeration"},
+    {"chosen", (PyCFunction)sw_py_problem_chosen, METH_O,
+     "chosen(choice) -> (degrees, devices, reductions, counts): each op's configuration choice[op] in one call"},
     {"workers", (PyCFunction)sw_py_problem_workers, METH_VARARGS,
      "workers(op) -> (n,) int32: the number of workers of every configuration"},
     {"degrees", (PyCFunction)sw_py_problem_degrees, METH_VARARGS,

@@ -113,6 +113,7 @@ int sw_py_register_runtime(PyObject *module, PyTypeObject *problem_type);
  * dependencies and reads / writes in CSR) and per-device memory put into dict d (0, or -1 with an exception) */
 int sw_py_register_lower(PyObject *module);
 PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_chosen(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_release_tables(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_buffer_totals(ProblemObject *self, PyObject *args, PyObject *kwds);
 int sw_py_put_tasks(PyObject *d, const sw_task_graph *t);

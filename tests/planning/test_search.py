@@ -602,9 +602,10 @@ def test_small_machines_count_every_block_as_the_first_block_enumeration_does(na
 
 
 def test_chosen_rows_are_the_rows_of_every_configuration():
-    """search._chosen_rows reads only the chosen configuration of every op out of the problem:
-    the same degrees, devices (padded with -1 as far as that configuration needs) and reduction
-    as the op's full listing, and its number of configurations."""
+    """search._chosen_rows reads only the chosen configuration of every op out of the problem, in
+    one call (Problem.chosen): the same degrees (the op's rank of them, then zeros), devices and
+    reduction as the op's full listing, and its number of configurations; a choice out of range
+    or of the wrong length is refused."""
     from shardwise.planning.problem import CostOptions, make_problem, worker_counts
     from shardwise.planning.search import _chosen_rows, _enumerate
 
@@ -619,9 +620,14 @@ def test_chosen_rows_are_the_rows_of_every_configuration():
         for op, k, (deg, dev, red), n in zip(g.ops, choice, rows, ncfg):
             all_deg, all_dev = p.configs(op.index)
             assert n == len(all_deg)
-            np.testing.assert_array_equal(deg, all_deg[k])
-            np.testing.assert_array_equal(dev[dev >= 0], all_dev[k][all_dev[k] >= 0])
-            np.testing.assert_array_equal(red, p.reductions(op.index)[k])
+            rank = len(op.shape)
+            assert deg[:rank] == tuple(all_deg[k].tolist()) and not any(deg[rank:])
+            assert dev == tuple(all_dev[k][all_dev[k] >= 0].tolist())
+            assert red == tuple(p.reductions(op.index)[k].tolist())
+    with pytest.raises(IndexError, match="out of range"):
+        p.chosen(np.asarray([len(p.workers(0))] + choice[1:]))
+    with pytest.raises(ValueError, match="one configuration per op"):
+        p.chosen(np.asarray(choice[:-1]))
 
 
 @pytest.mark.parametrize("at", [0, 2047, 2048, 5000, 1024 * 1024 - 1])
