@@ -377,3 +377,25 @@ def test_large_preset_machines_list_only_the_pairs_a_task_graph_uses(monkeypatch
             else:
                 assert mine == []
     assert sw.simulate(plan, check_memory=False).iteration_time == every
+
+
+def test_a_large_plans_durations_are_the_same_on_one_thread_and_several():
+    """A plan of 65,536 workers or more has its workers' forward times made on the problem's
+    threads (sw_task_durations): each op's own entries, so the replay's tasks take the same
+    seconds, bit for bit, whatever the threads."""
+    from shardwise.iteration.lower import lowered
+    from shardwise.iteration.simulate import _machine, _replay, resolve_costs
+
+    g = sw.Graph("wide")
+    x = g.input("x", (2048, 8))
+    for k in range(16):
+        x = g.relu(g.linear(x, 8, name=f"fc{k}"), name=f"act{k}")
+    d = sw.DeviceGraph.cpu(2048)
+    seen = []
+    for threads in (1, 2, 3):
+        plan = sw.strategies.data_parallel(g, d, sw.CostOptions(threads=threads))
+        assert sum(len(c.devices) for c in plan.configs.values()) >= 65536
+        handle = lowered(plan, rings="fused")
+        r = _replay(handle, plan, resolve_costs(plan, None), _machine(d, handle))
+        seen.append((r["iteration_time"], r["duration"].tobytes()))
+    assert seen[0] == seen[1] == seen[2]
