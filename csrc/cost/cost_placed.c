@@ -345,18 +345,27 @@ static void dependence_bits(const sw_op *src, const sw_input *in, reads *rd) {
     for (int d = 0; d < SW_MAX_RANK; d++) {
         rd->region_bits[d] = 0;
     }
+    /* per bit, one pass over the workers whose bit i is clear (w and w + b), every dimension
+     * compared at once, until each has been found to depend on it: a bit nothing depends on
+     * reads every pair (a 1,024-worker partition of rank 3: 10 bits, one pass each, not four) */
     for (int i = 0; i < rd->bits; i++) {
         int64_t b = (int64_t)1 << i;
-        for (int64_t w = 0; w < k && !(rd->used_bits >> i & 1); w++) {
-            if (!(w & b) && rd->used[w] != rd->used[w | b]) {
-                rd->used_bits |= 1u << i;
-            }
-        }
+        unsigned open = 1u << SW_MAX_RANK;   /* bit SW_MAX_RANK: used; bit d: dimension d, not found yet */
         for (int d = 0; d < in->rank; d++) {
-            for (int64_t w = 0; w < k && !(rd->region_bits[d] >> i & 1); w++) {
-                const sw_box *x = &rd->region[w], *y = &rd->region[w | b];
-                if (!(w & b) && (x->lo[d] != y->lo[d] || x->hi[d] != y->hi[d])) {
-                    rd->region_bits[d] |= 1u << i;
+            open |= 1u << d;
+        }
+        for (int64_t w0 = 0; w0 < k && open; w0 += 2 * b) {
+            for (int64_t w = w0; w < w0 + b && open; w++) {
+                const sw_box *x = &rd->region[w], *y = &rd->region[w + b];
+                if ((open >> SW_MAX_RANK & 1) && rd->used[w] != rd->used[w + b]) {
+                    rd->used_bits |= 1u << i;
+                    open &= ~(1u << SW_MAX_RANK);
+                }
+                for (int d = 0; d < in->rank; d++) {
+                    if ((open >> d & 1) && (x->lo[d] != y->lo[d] || x->hi[d] != y->hi[d])) {
+                        rd->region_bits[d] |= 1u << i;
+                        open &= ~(1u << d);
+                    }
                 }
             }
         }
