@@ -208,6 +208,16 @@ def test_schedules_and_swap_plans_keep_the_chunked_graph():
         sw.simulate(big, swap=swap, rings="fused")
 
 
+def _random_and_data_parallel_plans(options, seed: int):
+    """A random plan of the mixed graph and its data parallelism, on 2, 4, 5 and 8 CPUs."""
+    rng = np.random.default_rng(seed)
+    for n in (2, 4, 5, 8):
+        g = mixed_graph(batch=40)
+        base = random_plan(g, sw.DeviceGraph.cpu(n), rng)
+        yield sw.Plan(g, base.devices, base.configs, options)
+        yield data_parallel(g, base.devices, options)
+
+
 @pytest.mark.parametrize("options", [RING, ZERO, sw.CostOptions()], ids=["ring", "zero", "ps"])
 def test_a_fused_graph_adds_up_the_chunked_graphs_buffers(options):
     """buffer_totals(chunked=True) of the fused lowering is the chunked graph's: the same bytes
@@ -215,17 +225,13 @@ def test_a_fused_graph_adds_up_the_chunked_graphs_buffers(options):
     reads without lowering every chunk)."""
     from shardwise.iteration.lower import lowered
 
-    rng = np.random.default_rng(11)
     rings = 0
-    for n in (2, 4, 5, 8):
-        g = mixed_graph(batch=40)
-        base = random_plan(g, sw.DeviceGraph.cpu(n), rng)
-        for plan in (sw.Plan(g, base.devices, base.configs, options), data_parallel(g, base.devices, options)):
-            want = lowered(plan).buffer_totals()
-            got = lowered(plan, rings="fused").buffer_totals(chunked=True)
-            np.testing.assert_array_equal(got[0], want[0])
-            np.testing.assert_array_equal(got[1], want[1])
-            rings += len([t for t in lower(plan, rings="fused").tasks if t.kind == "ring"])
+    for plan in _random_and_data_parallel_plans(options, seed=11):
+        want = lowered(plan).buffer_totals()
+        got = lowered(plan, rings="fused").buffer_totals(chunked=True)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        rings += len([t for t in lower(plan, rings="fused").tasks if t.kind == "ring"])
     assert (rings > 0) == (options.sync != "parameter_server")
     assert lowered(plan).buffer_totals(chunked=True)[1].tolist() == lowered(plan).buffer_totals()[1].tolist()
 
@@ -237,21 +243,17 @@ def test_totals_of_a_lowering_without_tasks_are_the_task_graphs(options):
     chunked, with the chunks of fused rings counted when asked, and the persistent bytes."""
     from shardwise.iteration.lower import buffer_totals, lowered
 
-    rng = np.random.default_rng(12)
     rings = 0
-    for n in (2, 4, 5, 8):
-        g = mixed_graph(batch=40)
-        base = random_plan(g, sw.DeviceGraph.cpu(n), rng)
-        for plan in (sw.Plan(g, base.devices, base.configs, options), data_parallel(g, base.devices, options)):
-            for detail in ("chunked", "fused"):
-                handle = lowered(plan, rings=detail)
-                for chunked in (False, True):
-                    got = buffer_totals(plan, rings=detail, chunked=chunked)
-                    want = handle.buffer_totals(chunked=chunked)
-                    np.testing.assert_array_equal(got[0], want[0])
-                    np.testing.assert_array_equal(got[1], want[1])
-                    np.testing.assert_array_equal(got[2], handle.buffer_totals(persistent=True)[0])
-                rings += detail == "fused" and int((handle.arrays()["kind"] == _core.TASK_KINDS.index("ring")).sum())
+    for plan in _random_and_data_parallel_plans(options, seed=12):
+        for detail in ("chunked", "fused"):
+            handle = lowered(plan, rings=detail)
+            for chunked in (False, True):
+                got = buffer_totals(plan, rings=detail, chunked=chunked)
+                want = handle.buffer_totals(chunked=chunked)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+                np.testing.assert_array_equal(got[2], handle.buffer_totals(persistent=True)[0])
+            rings += detail == "fused" and int((handle.arrays()["kind"] == _core.TASK_KINDS.index("ring")).sum())
     assert (rings > 0) == (options.sync != "parameter_server")
     with pytest.raises(sw.ConfigError, match="rings"):
         buffer_totals(plan, rings="auto")
