@@ -428,8 +428,10 @@ typedef struct {
     int32_t op, worker, slot;  /* slot: input slot of per-input tasks, -1 otherwise; a ring task: the
                                   chunk transfers it stands for (each a message between ranks) */
     int32_t nreads;            /* buffers it reads (a reduction sums this many): the graph's io lists them */
-    sw_box32 box;              /* copies, accumulates: the global box moved; rank 0: none (sw_task_box reads it,
-                                  sw_box_narrow writes it; here, between the int32s, it needs no padding) */
+    int32_t box;               /* copies, accumulates: the global box moved, as 1 + its index in the graph's
+                                  boxes (sw_tg_task_box32 reads it, sw_tg_set_task_box writes it); 0: none;
+                                  SW_TASK_BOX_TOO_WIDE, SW_TASK_BOX_NOMEM: one that could not be stored,
+                                  which sw_tg_task refuses */
     int64_t elements;          /* its box's volume, else its first written buffer's (0: none) */
     int64_t nbytes;            /* bytes crossing between devices (copies; send and recv: the bytes on the wire) */
 } sw_task;
@@ -462,17 +464,18 @@ typedef struct {
     sw_box32 box;              /* the global box it holds (sw_buffer_box reads it) */
 } sw_buffer;
 
+#define SW_TASK_BOX_TOO_WIDE (-1)
+#define SW_TASK_BOX_NOMEM (-2)
+
 /* A task graph holds millions of tasks and buffers (a 32-layer Llama on 1,024 devices: 4.8 M
- * and 3.8 M), so their boxes are stored narrow: 88 bytes a task, 60 a buffer, against 136 and
- * 104 with sw_box. */
-_Static_assert(sizeof(sw_task) <= 88, "sw_task grew: keep its box between the int32s and the int64s");
+ * and 3.8 M), so their boxes are stored narrow (60 bytes a buffer, against 104 with sw_box),
+ * and a task's box once per distinct box in the graph (that Llama's 2.1 M task boxes are 15,000
+ * distinct ones): 48 bytes a task, against 88 with its own sw_box32. */
+_Static_assert(sizeof(sw_task) <= 48, "sw_task grew: keep its box an index, between the int32s and the int64s");
 _Static_assert(sizeof(sw_buffer) <= 60, "sw_buffer grew");
 
-/* The boxes of a task and a buffer, widened. */
-static inline sw_box sw_task_box(const sw_task *t) { return sw_box_wide(&t->box); }
+/* The box of a buffer, widened. */
 static inline sw_box sw_buffer_box(const sw_buffer *b) { return sw_box_wide(&b->box); }
-/* Set a task's box: one beyond int32 is marked too wide, and sw_tg_task refuses the task. */
-static inline void sw_task_set_box(sw_task *t, const sw_box *b) { (void)sw_box_narrow(&t->box, b); }
 
 /* Bytes of one element of a buffer: batchnorm statistics are double precision sums, the rest float32. */
 static inline int64_t sw_buffer_element_bytes(const sw_buffer *b) {
@@ -512,6 +515,13 @@ struct sw_task_graph {
     /* per growing array (tasks, buffers, deps, io): the bytes from its start that threads were
      * asked to map ahead of the writes (taskgraph.c's populate_ahead) */
     int64_t ahead_tasks, ahead_buffers, ahead_deps, ahead_io;
+    /* the distinct boxes of its tasks (sw_task.box indexes them from 1), and an open-addressing
+     * table of their indices (box_slots entries, a power of two; -1: empty) that finds a box
+     * already there as tasks are appended */
+    sw_box32 *boxes;
+    int32_t nboxes, box_cap;
+    int32_t *box_slot;
+    int32_t box_slots;
     /* Not NULL: a graph lowered for its buffers alone (sw_lower_buffer_totals): its tasks are
      * numbered but not kept (tasks, deps and io stay empty), and each ring task adds its `slot`
      * (the chunk halves it stands for) to ring_halves[its device] instead.  The caller's array
@@ -584,6 +594,25 @@ sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, in
                        int32_t *id);
 /* append an exact copy of *buf (worker and slot too) */
 sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id);
+/* Task t's box (to be appended to g): stored once in g (an equal box already there is
+ * shared); one beyond int32 or out of memory marks t, and sw_tg_task refuses it. */
+void sw_tg_set_task_box(sw_task_graph *g, sw_task *t, const sw_box *box);
+void sw_tg_set_task_box32(sw_task_graph *g, sw_task *t, const sw_box32 *box);
+/* Task t of graph `from` copied for graph g (a pass rewriting `from` into g): its box stored in g. */
+static inline sw_task sw_tg_task_for(sw_task_graph *g, const sw_task_graph *from, const sw_task *t);
+/* The box of a task of g: its stored box, or the empty one (rank 0). */
+static inline const sw_box32 *sw_tg_task_box32(const sw_task_graph *g, const sw_task *t) {
+    static const sw_box32 none = {0, {0}, {0}};
+    return t->box > 0 ? &g->boxes[t->box - 1] : &none;
+}
+static inline sw_task sw_tg_task_for(sw_task_graph *g, const sw_task_graph *from, const sw_task *t) {
+    sw_task c = *t;
+    c.box = 0;
+    if (t->box > 0) {
+        sw_tg_set_task_box32(g, &c, sw_tg_task_box32(from, t));
+    }
+    return c;
+}
 sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, int ndeps, const sw_task_io *io,
                      int32_t *id);
 /* The buffers task t reads (returns their number, *ids points into g->io) and writes. */

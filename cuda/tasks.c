@@ -56,7 +56,7 @@ static sw_status run_accumulate(const sw_task_env *e) {
     if (!sw_env_first_accumulate(&t->e)) {
         return cu_copy_box(t, &s, &d, 1);
     }
-    if (!sw_box32_equal(&t->e.task->box, &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
+    if (!sw_box32_equal(sw_env_task_box(&t->e), &sw_env_buffer(&t->e, t->e.writes[0])->box)) {
         SW_TRY(cu_zero(t, &d));
     }
     return cu_copy_box(t, &s, &d, 0);

@@ -108,18 +108,19 @@ static sw_status move_message(const sw_task_env *e, int32_t b, int pack) {
         return SW_FAIL(SW_ERR_INTERNAL, "task %d has no staging buffer on this rank", e->id);
     }
     if (buf->kind == SW_BUF_STATS) {
-        if (!sw_box32_equal(&buf->box, &e->task->box)) {
+        if (!sw_box32_equal(&buf->box, sw_env_task_box(e))) {
             return SW_FAIL(SW_ERR_INTERNAL, "task %d moves part of a batchnorm's statistics", e->id);
         }
         size_t n = (size_t)sw_buffer_bytes(buf);
         memcpy(pack ? stage : sw_env_ptr(e, b), pack ? sw_env_ptr(e, b) : stage, n);
         return SW_OK;
     }
-    sw_view v, m = {stage, e->task->box.rank, {0}, {0}};
+    const sw_box32 *box = sw_env_task_box(e);
+    sw_view v, m = {stage, box->rank, {0}, {0}};
     sw_env_view(e, b, &v);
     for (int d = 0; d < m.rank; d++) {
-        m.lo[d] = e->task->box.lo[d];
-        m.shape[d] = e->task->box.hi[d] - e->task->box.lo[d];
+        m.lo[d] = box->lo[d];
+        m.shape[d] = box->hi[d] - box->lo[d];
     }
     return pack ? sw_copy_box(&v, &m) : sw_copy_box(&m, &v);
 }
@@ -139,7 +140,7 @@ static sw_status run_accumulate(const sw_task_env *e) {
     if (!sw_env_first_accumulate(e)) {
         return sw_accumulate_box(&s, &d);
     }
-    if (!sw_box32_equal(&e->task->box, &sw_env_buffer(e, e->writes[0])->box)) {
+    if (!sw_box32_equal(sw_env_task_box(e), &sw_env_buffer(e, e->writes[0])->box)) {
         sw_view_zero(&d);
     }
     return sw_copy_box(&s, &d);

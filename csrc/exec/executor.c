@@ -49,6 +49,7 @@ int sw_runtime_task_writes(const sw_runtime *rt, int32_t t, const int32_t **ids)
 int sw_runtime_in_list(const sw_runtime *rt, int list, int32_t t) { return rt->in_list[list][t]; }
 int sw_runtime_first_accumulate(const sw_runtime *rt, int32_t t) { return rt->first_accumulate[t]; }
 const sw_buffer *sw_runtime_buffer_info(const sw_runtime *rt, int32_t b) { return &rt->g.buffers[b]; }
+const sw_box32 *sw_runtime_task_box(const sw_runtime *rt, int32_t t) { return sw_tg_task_box32(&rt->g, &rt->g.tasks[t]); }
 const sw_rt_op *sw_runtime_op(const sw_runtime *rt, int op) { return &rt->ops[op]; }
 const sw_op_attrs *sw_runtime_attrs(const sw_runtime *rt, int op) { return &rt->attrs[op]; }
 int64_t *sw_runtime_updates(const sw_runtime *rt, int32_t b) { return &rt->updates[b]; }

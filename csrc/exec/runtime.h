@@ -217,6 +217,8 @@ int sw_runtime_in_list(const sw_runtime *rt, int list, int32_t t);
 /* An accumulate task t is the first piece into its gradient: it copies (zeroing the rest). */
 int sw_runtime_first_accumulate(const sw_runtime *rt, int32_t t);
 const sw_buffer *sw_runtime_buffer_info(const sw_runtime *rt, int32_t b);
+/* The box task t moves or adds (the empty box, rank 0, where it has none). */
+const sw_box32 *sw_runtime_task_box(const sw_runtime *rt, int32_t t);
 const sw_rt_op *sw_runtime_op(const sw_runtime *rt, int op);
 const sw_op_attrs *sw_runtime_attrs(const sw_runtime *rt, int op);
 /* The updates applied to the parameter slice whose first state buffer is b (a counter the

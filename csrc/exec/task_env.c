@@ -16,6 +16,8 @@ void sw_env_view(const sw_task_env *e, int32_t b, sw_view *v) { sw_rt_view(e->rt
 
 const sw_buffer *sw_env_buffer(const sw_task_env *e, int32_t b) { return sw_runtime_buffer_info(e->rt, b); }
 
+const sw_box32 *sw_env_task_box(const sw_task_env *e) { return sw_runtime_task_box(e->rt, e->id); }
+
 void *sw_env_ptr(const sw_task_env *e, int32_t b) { return sw_runtime_buffer(e->rt, b); }
 
 int sw_env_first_accumulate(const sw_task_env *e) { return sw_runtime_first_accumulate(e->rt, e->id); }

@@ -72,6 +72,8 @@ void sw_task_env_init(sw_task_env *e, const sw_task_ctx *ctx, int32_t t);
 void sw_env_view(const sw_task_env *e, int32_t b, sw_view *v);
 /* Buffer b: its description (kind, box, device, op) and its memory. */
 const sw_buffer *sw_env_buffer(const sw_task_env *e, int32_t b);
+/* The box the task moves or adds (rank 0: none). */
+const sw_box32 *sw_env_task_box(const sw_task_env *e);
 void *sw_env_ptr(const sw_task_env *e, int32_t b);
 /* An accumulate task: is it the first piece into its gradient (copies rather than adds)? */
 int sw_env_first_accumulate(const sw_task_env *e);

@@ -90,7 +90,7 @@ static sw_status gather(lowering *L, int op, int slot, int w) {
     find_pieces(L, prod, &reg);
     for (int q = 0; q < L->npieces; q++) {
         int s = L->piece_w[q];
-        sw_task t = copy_of(SW_PHASE_FORWARD, dev, dev_of(L, prod, s), op, w, slot, &L->piece_box[q]);
+        sw_task t = copy_of(L, SW_PHASE_FORWARD, dev, dev_of(L, prod, s), op, w, slot, &L->piece_box[q]);
         int32_t from = L->act[widx(L, prod, s)];
         SW_TRY(add_copy(L, &t, L->act_task[widx(L, prod, s)], from, buf, &L->deps[q]));
     }
@@ -146,7 +146,7 @@ sw_status sw_lower_reduce_among(lowering *L, int op, int slot, sw_phase phase, s
             int m = L->members[q];
             int32_t recv;
             SW_TRY(sw_tg_buffer(L->g, lead_dev, rk, op, &box, &recv));
-            sw_task t = copy_of(phase, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
+            sw_task t = copy_of(L, phase, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
             L->io[q] = recv;
             SW_TRY(add_copy(L, &t, L->ready[m], L->bufs[m], recv, &L->deps[nd++]));
         }
@@ -158,7 +158,7 @@ sw_status sw_lower_reduce_among(lowering *L, int op, int slot, sw_phase phase, s
         L->ready[lead] = total;
         for (int q = 1; q < r; q++) {
             int m = L->members[q];
-            sw_task back = copy_of(phase, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
+            sw_task back = copy_of(L, phase, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
             SW_TRY(add_copy(L, &back, total, L->bufs[lead], L->bufs[m], &L->ready[m]));
         }
     }
@@ -244,7 +244,7 @@ static sw_status lower_reduction_forward(lowering *L, int op) {
         for (int m = owner + 1; m < owner + c->rdeg; m++) {
             int32_t recv;
             SW_TRY(sw_tg_buffer(L->g, odev, SW_BUF_RECV, op, &L->box[wi], &recv));
-            sw_task t = copy_of(SW_PHASE_FORWARD, odev, dev_of(L, op, m), op, m, NONE, &L->box[wi]);
+            sw_task t = copy_of(L, SW_PHASE_FORWARD, odev, dev_of(L, op, m), op, m, NONE, &L->box[wi]);
             L->io[nd] = recv;
             SW_TRY(add_copy(L, &t, L->ready[m], L->bufs[m], recv, &L->deps[nd++]));
         }

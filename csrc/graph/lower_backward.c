@@ -60,11 +60,11 @@ static sw_status scatter_grad(lowering *L, int src, const sw_box *reg, int32_t d
         const sw_box *piece = &L->piece_box[q];
         if (sdev != dev) {
             SW_TRY(sw_tg_buffer(L->g, sdev, SW_BUF_RECV, src, piece, &read));
-            sw_task t = copy_of(SW_PHASE_BACKWARD, sdev, dev, consumer, w, slot, piece);
+            sw_task t = copy_of(L, SW_PHASE_BACKWARD, sdev, dev, consumer, w, slot, piece);
             SW_TRY(add_copy(L, &t, ptask, pbuf, read, &dep));
         }
         sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_BACKWARD, sdev, src, s);
-        sw_task_set_box(&t, piece);
+        sw_tg_set_task_box(L->g, &t, piece);
         t.elements = sw_box_volume(piece);
         int wi = widx(L, src, s);
         int32_t deps[2] = {dep, L->grad_last[wi]};
@@ -198,7 +198,7 @@ static sw_status lower_reduction_backward(lowering *L, int op) {
         SW_TRY(add_task(L, &t, deps, 2, reads + !has_grad, has_grad + 1, &L->bufs[owner], 1, &L->ready[owner]));
         for (int m = owner + 1; m < owner + c->rdeg; m++) {
             SW_TRY(sw_tg_buffer(L->g, dev_of(L, op, m), SW_BUF_GRAD_PRE, op, &L->box[wi], &L->bufs[m]));
-            sw_task cp = copy_of(SW_PHASE_BACKWARD, dev_of(L, op, m), odev, op, m, NONE, &L->box[wi]);
+            sw_task cp = copy_of(L, SW_PHASE_BACKWARD, dev_of(L, op, m), odev, op, m, NONE, &L->box[wi]);
             SW_TRY(add_copy(L, &cp, L->ready[owner], L->bufs[owner], L->bufs[m], &L->ready[m]));
         }
     }
@@ -297,7 +297,7 @@ static sw_status add_update(lowering *L, int op, int slot, int w, int32_t grad, 
     }
     sw_task u = task_of(SW_TASK_UPDATE, SW_PHASE_UPDATE, dev, op, w);
     if (part) {
-        sw_task_set_box(&u, &box);
+        sw_tg_set_task_box(L->g, &u, &box);
     }
     u.elements = sw_box_volume(&box);
     return add_task(L, &u, &dep, 1, reads, 2 + nstate, writes, 1 + nstate, upd);
@@ -316,7 +316,7 @@ static sw_status sync_parameter_server(lowering *L, int op, int slot, int r) {
         int m = L->members[q];
         int32_t recv;
         SW_TRY(sw_tg_buffer(L->g, lead_dev, SW_BUF_RECV, op, &box, &recv));
-        sw_task t = copy_of(SW_PHASE_SYNC, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
+        sw_task t = copy_of(L, SW_PHASE_SYNC, lead_dev, dev_of(L, op, m), op, m, NONE, &box);
         L->io[q] = recv;
         SW_TRY(add_copy(L, &t, L->wgrad_task[sidx(L, op, slot, m)], L->wgrad_buf[sidx(L, op, slot, m)], recv,
                         &L->deps[nd++]));
@@ -333,7 +333,7 @@ static sw_status sync_parameter_server(lowering *L, int op, int slot, int r) {
     for (int q = 1; q < r; q++) {
         int m = L->members[q];
         int32_t id;
-        sw_task t = copy_of(SW_PHASE_UPDATE, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
+        sw_task t = copy_of(L, SW_PHASE_UPDATE, dev_of(L, op, m), lead_dev, op, m, NONE, &box);
         SW_TRY(add_copy(L, &t, upd, param, L->in_buf[sidx(L, op, slot, m)], &id));
     }
     return SW_OK;
@@ -418,7 +418,7 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
             int j = (i + 1) % k, c = ((i - r) % k + k) % k;
             s = sw_tg_buffer(L->g, DEV(j), SW_BUF_RECV, op, &chunks[c], &got[j]);
             if (s == SW_OK) {
-                sw_task t = copy_of(SW_PHASE_SYNC, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
+                sw_task t = copy_of(L, SW_PHASE_SYNC, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
                 s = add_copy(L, &t, last[i], G(i), got[j], &got_task[j]);
                 sent[i] = got_task[j];
             }
@@ -426,7 +426,7 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
         for (int j = 0; j < k && s == SW_OK; j++) {
             int c = ((j - 1 - r) % k + k) % k;
             sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_SYNC, DEV(j), op, L->members[j]);
-            sw_task_set_box(&t, &chunks[c]);
+            sw_tg_set_task_box(L->g, &t, &chunks[c]);
             t.elements = sw_box_volume(&chunks[c]);
             int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = G(j);
             s = add_task(L, &t, deps, 3, &got[j], 1, &into, 1, &last[j]);
@@ -452,7 +452,7 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
                 got[j] = rs_buf[j * (k - 1) + r - 1];
             }
             if (s == SW_OK) {
-                sw_task t = copy_of(gather_phase, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
+                sw_task t = copy_of(L, gather_phase, DEV(j), DEV(i), op, L->members[i], NONE, &chunks[c]);
                 s = add_task(L, &t, deps, 2, &from, 1, &got[j], 1, &got_task[j]);
                 if (r == 0) {
                     sent[i] = got_task[j];
@@ -461,7 +461,7 @@ static sw_status sync_ring(lowering *L, int op, int slot, int k, const sw_box *c
         }
         for (int j = 0; j < k && s == SW_OK; j++) {   /* into G_j (P_j), on j's device (no bytes cross) */
             int c = ((j - r) % k + k) % k;
-            sw_task t = copy_of(gather_phase, DEV(j), DEV(j), op, L->members[j], NONE, &chunks[c]);
+            sw_task t = copy_of(L, gather_phase, DEV(j), DEV(j), op, L->members[j], NONE, &chunks[c]);
             int32_t deps[3] = {got_task[j], last[j], sent[j]}, into = GATHERED(j);
             s = add_task(L, &t, deps, 3, &got[j], 1, &into, 1, &last[j]);
             prev[j] = got[j];
@@ -514,7 +514,7 @@ static sw_status fused_links(lowering *L, int op, int k, const sw_box *box, cons
         int j = (i + 1) % k;
         sw_task t = task_of(SW_TASK_RING, phase, dev_of(L, op, L->members[j]), op, L->members[i]);
         t.src_device = dev_of(L, op, L->members[i]);
-        sw_task_set_box(&t, box);
+        sw_tg_set_task_box(L->g, &t, box);
         t.elements = sw_box_volume(box);
         t.slot = halves * (k - 1);   /* the chunk transfers it stands for */
         int64_t sent = 0;
@@ -562,7 +562,7 @@ static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_
     }
     for (int j = 0; j < k && s == SW_OK; j++) {   /* member j adds up every chunk but its own */
         sw_task t = task_of(SW_TASK_ACCUMULATE, SW_PHASE_SYNC, DEV(j), op, L->members[j]);
-        sw_task_set_box(&t, &box);
+        sw_tg_set_task_box(L->g, &t, &box);
         t.elements = chunks_but(chunks, total, k, j);
         int32_t deps[2] = {joined, last[j]}, into = G(j);
         s = add_task(L, &t, deps, 2, &recv[j], 1, &into, 1, &last[j]);
@@ -578,7 +578,7 @@ static sw_status sync_ring_fused(lowering *L, int op, int slot, int k, const sw_
     }
     sw_phase gather_phase = zero ? SW_PHASE_UPDATE : SW_PHASE_SYNC;
     for (int j = 0; j < k && s == SW_OK; j++) {   /* the gathered chunks into G_j (P_j), on j's device */
-        sw_task t = copy_of(gather_phase, DEV(j), DEV(j), op, L->members[j], NONE, &box);
+        sw_task t = copy_of(L, gather_phase, DEV(j), DEV(j), op, L->members[j], NONE, &box);
         t.elements = chunks_but(chunks, total, k, j + 1);
         int32_t deps[2] = {joined, last[j]}, into = zero ? P(j) : G(j);
         s = add_task(L, &t, deps, 2, &recv[j], 1, &into, 1, &last[j]);

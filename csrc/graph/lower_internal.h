@@ -101,12 +101,12 @@ static inline sw_task task_of(sw_task_kind kind, sw_phase phase, int32_t device,
 }
 
 /* A copy of `box` from src to dst device: the bytes count only across devices. */
-static inline sw_task copy_of(sw_phase phase, int32_t dst, int32_t src, int32_t op, int32_t worker, int32_t slot,
-                       const sw_box *box) {
+static inline sw_task copy_of(lowering *L, sw_phase phase, int32_t dst, int32_t src, int32_t op, int32_t worker,
+                              int32_t slot, const sw_box *box) {
     sw_task t = task_of(SW_TASK_COPY, phase, dst, op, worker);
     t.slot = slot;
     t.src_device = src;
-    sw_task_set_box(&t, box);
+    sw_tg_set_task_box(L->g, &t, box);
     t.elements = sw_box_volume(box);
     t.nbytes = src != dst ? t.elements * SW_TASK_BYTES_PER_ELEMENT : 0;
     return t;

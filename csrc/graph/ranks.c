@@ -103,7 +103,8 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
             }
             sw_task_io io = {reads, nr, writes, nw};
             if (s == SW_OK) {
-                s = sw_tg_task(out, task, deps_a, nd, &io, &new_id[t]);
+                sw_task copy = sw_tg_task_for(out, g, task);
+                s = sw_tg_task(out, &copy, deps_a, nd, &io, &new_id[t]);
             }
             if (s == SW_OK) {
                 origin[new_id[t]] = t;
@@ -137,8 +138,8 @@ sw_status sw_split_ranks(const sw_task_graph *g, int ndev, const int32_t *rank, 
         send.kind = SW_TASK_SEND;
         send.device = task->src_device;
         send.src_device = task->device;   /* the other end */
-        sw_task_set_box(&send, &box);
-        recv.box = send.box;
+        sw_tg_set_task_box(out, &send, &box);
+        recv.box = send.box;   /* (both of graph out) */
         send.elements = recv.elements = sw_box_volume(&box);
         send.nbytes = recv.nbytes = sw_box_volume(&box) * sw_buffer_element_bytes(&g->buffers[reads[0]]);
         recv.kind = SW_TASK_RECV;

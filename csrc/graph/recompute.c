@@ -196,7 +196,7 @@ static sw_status emit_regather(rewrite *R, int32_t i, int32_t at) {
         sw_tg_reads(g, c, &r);
         R->io[0] = as_read(R, r[0], at, &nd);
         R->io[1] = R->nb0 + i;
-        sw_task t = g->tasks[c];
+        sw_task t = sw_tg_task_for(R->out, g, &g->tasks[c]);
         t.phase = phase;
         sw_task_io io = {R->io, 1, R->io + 1, 1};
         SW_TRY(sw_tg_task(R->out, &t, R->deps, (int)nd, &io, &R->pieces[q]));
@@ -211,7 +211,7 @@ static sw_status emit_regather(rewrite *R, int32_t i, int32_t at) {
     join.slot = NONE;
     join.nreads = 0;
     join.elements = join.nbytes = 0;
-    memset(&join.box, 0, sizeof join.box);
+    join.box = 0;   /* none */
     sw_task_io none = {NULL, 0, NULL, 0};
     return sw_tg_task(R->out, &join, R->pieces, (int)n, &none, &R->task[i]);
 }
@@ -231,7 +231,7 @@ static sw_status emit_recompute(rewrite *R, int32_t i, int32_t at) {
         R->io[n++] = as_read(R, r[k], at, &nd);
     }
     R->io[n++] = R->nb0 + i;
-    sw_task t = g->tasks[f];
+    sw_task t = sw_tg_task_for(R->out, g, &g->tasks[f]);
     t.kind = SW_TASK_RECOMPUTE;
     t.phase = sw_phase_at(g, at);
     sw_task_io io = {R->io, nr, R->io + nr, 1};
@@ -249,7 +249,8 @@ static sw_status emit_task(rewrite *R, int32_t t) {
     }
     int nreads = g->tasks[t].nreads;
     sw_task_io io = {R->io, nreads, R->io + nreads, n - nreads};
-    return sw_tg_task(R->out, &g->tasks[t], R->deps, (int)nd, &io, &R->map[t]);
+    sw_task copy = sw_tg_task_for(R->out, g, &g->tasks[t]);
+    return sw_tg_task(R->out, &copy, R->deps, (int)nd, &io, &R->map[t]);
 }
 
 /* Choose the entries (the candidates of the chosen ops) and where each recompute goes: sorted

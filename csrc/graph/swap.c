@@ -179,7 +179,7 @@ static sw_status emit_swap(rewrite *R, const sw_keyed *ins) {
     t.op = buf->op;
     t.worker = writer->worker;
     t.slot = NONE;
-    t.box = buf->box;
+    sw_tg_set_task_box32(R->out, &t, &buf->box);
     t.elements = sw_box32_volume(&buf->box);
     int32_t host = R->nb0 + 2 * i, copy = host + 1;
     int32_t from = kind == 0 ? b : host, to = kind == 0 ? host : copy;
@@ -205,7 +205,8 @@ static sw_status emit_task(rewrite *R, int32_t t) {
     }
     int nreads = g->tasks[t].nreads;
     sw_task_io io = {R->io, nreads, R->io + nreads, n - nreads};
-    return sw_tg_task(R->out, &g->tasks[t], R->deps, (int)nd, &io, &R->map[t]);
+    sw_task copy = sw_tg_task_for(R->out, g, &g->tasks[t]);
+    return sw_tg_task(R->out, &copy, R->deps, (int)nd, &io, &R->map[t]);
 }
 
 static sw_status make_streams(const sw_task_graph *out, int ndev, const int32_t *origin, sw_swap_streams *st) {

@@ -114,6 +114,79 @@ sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id)
     return SW_OK;
 }
 
+/* ---- the distinct boxes of the tasks ----
+ * A box is looked up by a hash of its 44 bytes (unused dimensions zero: sw_box_narrow clears
+ * them) in box_slot, which holds indices into boxes and stays at most half full. */
+static uint64_t box_hash(const sw_box32 *b) {
+    const int32_t *w = (const int32_t *)b;
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < sizeof *b / sizeof *w; i++) {
+        h = (h ^ (uint32_t)w[i]) * 0x100000001b3ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+/* box_slot resized to `slots` (a power of two) and filled again from boxes; 0 when out of memory. */
+static int rehash_boxes(sw_task_graph *g, int32_t slots) {
+    int32_t *slot = malloc(sizeof *slot * (size_t)slots);
+    if (!slot) {
+        return 0;
+    }
+    for (int32_t q = 0; q < slots; q++) {
+        slot[q] = -1;
+    }
+    for (int32_t i = 0; i < g->nboxes; i++) {
+        size_t q = (size_t)box_hash(&g->boxes[i]) & (size_t)(slots - 1);
+        while (slot[q] >= 0) {
+            q = (q + 1) & (size_t)(slots - 1);
+        }
+        slot[q] = i;
+    }
+    free(g->box_slot);
+    g->box_slot = slot;
+    g->box_slots = slots;
+    return 1;
+}
+
+void sw_tg_set_task_box32(sw_task_graph *g, sw_task *t, const sw_box32 *box) {
+    if (box->rank == SW_BOX32_TOO_WIDE) {
+        t->box = SW_TASK_BOX_TOO_WIDE;
+        return;
+    }
+    if (2 * ((int64_t)g->nboxes + 1) > g->box_slots) {   /* at most half full */
+        if (g->box_slots >= INT32_MAX / 4 || !rehash_boxes(g, g->box_slots ? 2 * g->box_slots : 1024)) {
+            t->box = SW_TASK_BOX_NOMEM;
+            return;
+        }
+    }
+    size_t mask = (size_t)(g->box_slots - 1), q = (size_t)box_hash(box) & mask;
+    for (; g->box_slot[q] >= 0; q = (q + 1) & mask) {
+        if (!memcmp(&g->boxes[g->box_slot[q]], box, sizeof *box)) {
+            t->box = g->box_slot[q] + 1;
+            return;
+        }
+    }
+    if (g->nboxes == g->box_cap) {
+        int32_t cap = g->box_cap ? 2 * g->box_cap : 256;
+        sw_box32 *grown = realloc(g->boxes, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            t->box = SW_TASK_BOX_NOMEM;
+            return;
+        }
+        g->boxes = grown;
+        g->box_cap = cap;
+    }
+    g->boxes[g->nboxes] = *box;
+    g->box_slot[q] = g->nboxes;
+    t->box = ++g->nboxes;
+}
+
+void sw_tg_set_task_box(sw_task_graph *g, sw_task *t, const sw_box *box) {
+    sw_box32 narrow;
+    (void)sw_box_narrow(&narrow, box);   /* (too wide: marked, refused when the task is appended) */
+    sw_tg_set_task_box32(g, t, &narrow);
+}
+
 static void sort_ids(int32_t *a, int n) {  /* insertion sort: dependency lists are short */
     for (int i = 1; i < n; i++) {
         int32_t v = a[i];
@@ -151,8 +224,14 @@ sw_status sw_tg_task(sw_task_graph *g, const sw_task *t, const int32_t *deps, in
     if (io->nreads < 0 || io->nwrites < 0) {
         return SW_FAIL(SW_ERR_INTERNAL, "a task with a negative number of reads or writes");
     }
-    if (t->box.rank == SW_BOX32_TOO_WIDE) {   /* sw_task_set_box could not narrow it */
+    if (t->box == SW_TASK_BOX_TOO_WIDE) {   /* sw_tg_set_task_box could not narrow it */
         return too_wide("a task", t->op, NULL);
+    }
+    if (t->box == SW_TASK_BOX_NOMEM) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory for the boxes of a task graph");
+    }
+    if (t->box < 0 || t->box > g->nboxes) {
+        return SW_FAIL(SW_ERR_INTERNAL, "task of op %d: box %d is not one of the graph's %d", t->op, t->box, g->nboxes);
     }
     if (g->ring_halves) {   /* a lowering for its buffers alone: the task numbered, not kept */
         if (t->kind == SW_TASK_RING) {
@@ -284,6 +363,8 @@ void sw_tg_trim(sw_task_graph *g) {
 }
 
 void sw_task_graph_free(sw_task_graph *g) {
+    free(g->boxes);
+    free(g->box_slot);
     free(g->tasks);
     free(g->dep_ptr);
     free(g->deps);
@@ -304,10 +385,21 @@ sw_status sw_task_graph_copy(const sw_task_graph *src, sw_task_graph *dst) {
     dst->deps = malloc(sizeof *dst->deps * ((size_t)src->ndeps + 1));
     dst->io = malloc(sizeof *dst->io * ((size_t)src->nio + 1));
     dst->buffers = malloc(sizeof *dst->buffers * (nb + 1));
-    if (!dst->tasks || !dst->dep_ptr || !dst->io_ptr || !dst->deps || !dst->io || !dst->buffers) {
+    dst->boxes = malloc(sizeof *dst->boxes * ((size_t)src->nboxes + 1));
+    dst->box_slot = src->box_slots > 0 ? malloc(sizeof *dst->box_slot * (size_t)src->box_slots) : NULL;
+    if (!dst->tasks || !dst->dep_ptr || !dst->io_ptr || !dst->deps || !dst->io || !dst->buffers || !dst->boxes ||
+        (src->box_slots > 0 && !dst->box_slot)) {
         sw_task_graph_free(dst);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory copying a task graph of %d tasks", src->ntasks);
     }
+    if (src->nboxes > 0) {
+        memcpy(dst->boxes, src->boxes, sizeof *dst->boxes * (size_t)src->nboxes);
+    }
+    if (src->box_slots > 0) {
+        memcpy(dst->box_slot, src->box_slot, sizeof *dst->box_slot * (size_t)src->box_slots);
+    }
+    dst->nboxes = dst->box_cap = src->nboxes;
+    dst->box_slots = src->box_slots;
     memcpy(dst->tasks, src->tasks, sizeof *dst->tasks * nt);
     memcpy(dst->buffers, src->buffers, sizeof *dst->buffers * nb);
     memcpy(dst->dep_ptr, src->dep_ptr, sizeof *dst->dep_ptr * (nt + 1));

@@ -69,7 +69,8 @@ static sw_status unroll(const sw_task_graph *g, const char *host, int copies, sw
             }
             sw_task_io tio = {io, g->tasks[t].nreads, io + g->tasks[t].nreads, nio - g->tasks[t].nreads};
             int32_t id;
-            s = sw_tg_task(&it->g, &g->tasks[t], deps, nd, &tio, &id);
+            sw_task copy = sw_tg_task_for(&it->g, g, &g->tasks[t]);
+            s = sw_tg_task(&it->g, &copy, deps, nd, &tio, &id);
         }
     }
     free(deps);

@@ -128,7 +128,9 @@ PyObject *sw_py_adopt(void *data, npy_intp n, int type) {
 }
 
 /* Boxes as an (n, 1 + 2 * MAX_RANK) int64 array: rank, lo[5], hi[5] (the graph's sw_box32s, widened). */
-static PyObject *boxes(const void *first, npy_intp n, size_t stride) {
+/* (n, 1 + 2 SW_MAX_RANK) int64 rows (rank, lo, hi) of n boxes: box i at first + i * stride, or
+ * with `g`, task i's box (sw_tg_task_box32; first and stride unused). */
+static PyObject *boxes(const void *first, npy_intp n, size_t stride, const sw_task_graph *g) {
     npy_intp dims[2] = {n, 1 + 2 * SW_MAX_RANK};
     PyArrayObject *a = (PyArrayObject *)PyArray_ZEROS(2, dims, NPY_INT64, 0);
     if (!a) {
@@ -136,7 +138,8 @@ static PyObject *boxes(const void *first, npy_intp n, size_t stride) {
     }
     int64_t *out = PyArray_DATA(a);
     for (npy_intp i = 0; i < n; i++) {
-        const sw_box32 *b = (const sw_box32 *)((const char *)first + (size_t)i * stride);
+        const sw_box32 *b = g ? sw_tg_task_box32(g, &g->tasks[i])
+                              : (const sw_box32 *)((const char *)first + (size_t)i * stride);
         int64_t *row = out + i * dims[1];
         row[0] = b->rank;
         for (int d = 0; d < b->rank; d++) {
@@ -204,7 +207,7 @@ static int put_buffers(PyObject *d, const sw_task_graph *g) {
            sw_py_put(d, "buffer_bytes", (PyObject *)bytes) ||
            sw_py_put(d, "buffer_worker", strided(&b[0].worker, n, sizeof(sw_buffer), NPY_INT32)) ||
            sw_py_put(d, "buffer_slot", strided(&b[0].slot, n, sizeof(sw_buffer), NPY_INT16)) ||
-           sw_py_put(d, "buffer_box", boxes(&b[0].box, n, sizeof(sw_buffer))) ? -1 : 0;
+           sw_py_put(d, "buffer_box", boxes(&b[0].box, n, sizeof(sw_buffer), NULL)) ? -1 : 0;
 }
 
 int sw_py_put_memory(PyObject *d, const sw_task_graph *g, int ndev) {
@@ -221,7 +224,7 @@ int sw_py_put_memory(PyObject *d, const sw_task_graph *g, int ndev) {
 }
 
 int sw_py_put_graph(PyObject *d, const sw_task_graph *g, int ndev) {
-    return sw_py_put_tasks(d, g) < 0 || sw_py_put(d, "box", boxes(&g->tasks[0].box, g->ntasks, sizeof(sw_task))) < 0 ||
+    return sw_py_put_tasks(d, g) < 0 || sw_py_put(d, "box", boxes(NULL, g->ntasks, 0, g)) < 0 ||
            put_buffers(d, g) < 0 || sw_py_put_memory(d, g, ndev) < 0 ? -1 : 0;
 }
 

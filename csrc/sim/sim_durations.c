@@ -52,7 +52,7 @@ static double compute_weight(const sw_problem *p, const sw_plan *plan, const sw_
 }
 
 /* Seconds of a task that is neither compute nor measured. */
-static double bookkeeping_time(const sw_problem *p, const sw_task *t) {
+static double bookkeeping_time(const sw_problem *p, const sw_task_graph *g, const sw_task *t) {
     double membw = p->dev_membw[t->device], each = p->bytes_per_element;
     switch (t->kind) {
     case SW_TASK_COPY:  /* local: a memcpy reads and writes */
@@ -61,7 +61,7 @@ static double bookkeeping_time(const sw_problem *p, const sw_task *t) {
     case SW_TASK_REDUCE:
     case SW_TASK_SUM_PARTIALS:
     case SW_TASK_STATS_REDUCE: {  /* a piece added in (its box), or nreads operands summed */
-        int64_t elements = t->box.rank > 0 ? t->elements : t->elements * t->nreads;
+        int64_t elements = sw_tg_task_box32(g, t)->rank > 0 ? t->elements : t->elements * t->nreads;
         return 3.0 * (double)elements * each / membw;
     }
     case SW_TASK_UPDATE:
@@ -150,7 +150,7 @@ sw_status sw_task_durations(const sw_problem *p, const sw_plan *plan, const sw_t
             double fixed = m->element_fixed && !isnan(m->element_fixed[t->kind]) ? m->element_fixed[t->kind] : 0.0;
             out[i] = fixed + m->element_seconds[t->kind] * (double)t->elements;  /* measured on this machine */
         } else {
-            out[i] = bookkeeping_time(p, t);
+            out[i] = bookkeeping_time(p, g, t);
         }
     }
     free(wbase);
