@@ -272,6 +272,23 @@ static inline int sw_key_push(sw_key *k, int64_t x) {
 int sw_key_push_double(sw_key *k, double x);   /* its bits */
 int sw_key_push_devices(sw_key *k, const sw_problem *p, const sw_config *cf);
 uint64_t sw_key_hash(const sw_key *k);
+
+/* An open-addressing index of items 0 .. n-1 (slots entries, a power of two above n; -1: empty),
+ * filled afresh: item i at hash(ctx, i) & (slots - 1), or the next free slot after it.  The
+ * memory tables' distinct rows and a task graph's distinct boxes grow their indexes so. */
+static inline void sw_index_fill(int32_t *slot, int32_t slots, int32_t n, uint64_t (*hash)(const void *ctx, int32_t i),
+                                 const void *ctx) {
+    for (int32_t q = 0; q < slots; q++) {
+        slot[q] = -1;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        size_t q = (size_t)hash(ctx, i) & (size_t)(slots - 1);
+        while (slot[q] >= 0) {
+            q = (q + 1) & (size_t)(slots - 1);
+        }
+        slot[q] = i;
+    }
+}
 /* The owner of a key of `set` equal to k (hash: sw_key_hash(k)), or -1. */
 int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash);
 void sw_key_set_free(sw_key_set *set);

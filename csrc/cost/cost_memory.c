@@ -188,6 +188,11 @@ static uint64_t row_hash(const double *row, int ndev) {
     return h ^ (h >> 32);
 }
 
+static uint64_t row_hash_of(const void *mt, int32_t r) {
+    const sw_memory_tables *t = mt;
+    return row_hash(t->rows + (size_t)r * t->ndev, t->ndev);
+}
+
 /* Double the index (at half load) and put every row back. */
 static sw_status grow_index(sw_memory_tables *mt) {
     int32_t n = mt->nslots ? mt->nslots * 2 : 1024;
@@ -196,16 +201,7 @@ static sw_status grow_index(sw_memory_tables *mt) {
         free(slot);
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for memory tables");
     }
-    for (int32_t i = 0; i < n; i++) {
-        slot[i] = -1;
-    }
-    for (int32_t r = 0; r < mt->nrows; r++) {
-        uint64_t q = row_hash(mt->rows + (size_t)r * mt->ndev, mt->ndev) & (uint64_t)(n - 1);
-        while (slot[q] >= 0) {
-            q = (q + 1) & (uint64_t)(n - 1);
-        }
-        slot[q] = r;
-    }
+    sw_index_fill(slot, n, mt->nrows, row_hash_of, mt);
     free(mt->row_slot);
     mt->row_slot = slot;
     mt->nslots = n;

@@ -126,22 +126,15 @@ static uint64_t box_hash(const sw_box32 *b) {
     return h ^ (h >> 29);
 }
 
+static uint64_t box_hash_of(const void *g, int32_t i) { return box_hash(&((const sw_task_graph *)g)->boxes[i]); }
+
 /* box_slot resized to `slots` (a power of two) and filled again from boxes; 0 when out of memory. */
 static int rehash_boxes(sw_task_graph *g, int32_t slots) {
     int32_t *slot = malloc(sizeof *slot * (size_t)slots);
     if (!slot) {
         return 0;
     }
-    for (int32_t q = 0; q < slots; q++) {
-        slot[q] = -1;
-    }
-    for (int32_t i = 0; i < g->nboxes; i++) {
-        size_t q = (size_t)box_hash(&g->boxes[i]) & (size_t)(slots - 1);
-        while (slot[q] >= 0) {
-            q = (q + 1) & (size_t)(slots - 1);
-        }
-        slot[q] = i;
-    }
+    sw_index_fill(slot, slots, g->nboxes, box_hash_of, g);
     free(g->box_slot);
     g->box_slot = slot;
     g->box_slots = slots;
