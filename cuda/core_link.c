@@ -51,6 +51,7 @@ int sw_optim_state_buffers(int kind) { return core_->optim_state_buffers(kind); 
 void sw_rt_view(const sw_runtime *rt, int32_t b, sw_view *v) { core_->rt_view(rt, b, v); }
 void *sw_runtime_buffer(const sw_runtime *rt, int32_t b) { return core_->buffer(rt, b); }
 const sw_buffer *sw_runtime_buffer_info(const sw_runtime *rt, int32_t b) { return core_->buffer_info(rt, b); }
+const sw_box32 *sw_runtime_task_box(const sw_runtime *rt, int32_t t) { return core_->task_box(rt, t); }
 int32_t sw_runtime_ntasks(const sw_runtime *rt) { return core_->ntasks(rt); }
 int sw_runtime_nops(const sw_runtime *rt) { return core_->nops(rt); }
 int64_t sw_runtime_batch(const sw_runtime *rt) { return core_->batch(rt); }

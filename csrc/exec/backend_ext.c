@@ -13,6 +13,7 @@ static const sw_core_api CORE_API = {
     .rt_view = sw_rt_view,
     .buffer = sw_runtime_buffer,
     .buffer_info = sw_runtime_buffer_info,
+    .task_box = sw_runtime_task_box,
     .ntasks = sw_runtime_ntasks,
     .nops = sw_runtime_nops,
     .batch = sw_runtime_batch,

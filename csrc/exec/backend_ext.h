@@ -23,7 +23,8 @@
 #include "task_env.h"  /* sw_task_env, sw_backward_reads */
 #include "runtime.h"          /* sw_backend, sw_runtime */
 
-#define SW_EXT_ABI_VERSION 5   /* 5: sw_task and sw_buffer hold their boxes as sw_box32 */
+#define SW_EXT_ABI_VERSION 6   /* 5: sw_task and sw_buffer hold their boxes as sw_box32; 6: a task's box is an
+                                  index into its graph's boxes (task_box) */
 #define SW_EXT_BACKEND_CAPSULE "shardwise._cuda._backend"
 
 /* The sizes both tables carry: the table's own, and those of the structs passed by pointer
@@ -55,6 +56,7 @@ typedef struct {
     void (*rt_view)(const sw_runtime *rt, int32_t b, sw_view *v);
     void *(*buffer)(const sw_runtime *rt, int32_t b);
     const sw_buffer *(*buffer_info)(const sw_runtime *rt, int32_t b);
+    const sw_box32 *(*task_box)(const sw_runtime *rt, int32_t t);
     int32_t (*ntasks)(const sw_runtime *rt);
     int (*nops)(const sw_runtime *rt);
     int64_t (*batch)(const sw_runtime *rt);
