@@ -273,6 +273,13 @@ int sw_key_push_double(sw_key *k, double x);   /* its bits */
 int sw_key_push_devices(sw_key *k, const sw_problem *p, const sw_config *cf);
 uint64_t sw_key_hash(const sw_key *k);
 
+/* The owner of a key of `set` equal to k (hash: sw_key_hash(k)), or -1. */
+int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash);
+void sw_key_set_free(sw_key_set *set);
+/* Add a copy of k (exactly its length) to `set` under `owner`; k's buffer stays the caller's, to
+ * make its next key in (grown once, not again for every key kept).  0 when out of memory. */
+int sw_key_keep(sw_key_set *set, const sw_key *k, uint64_t hash, int owner);
+
 /* An open-addressing index of items 0 .. n-1 (slots entries, a power of two above n; -1: empty),
  * filled afresh: item i at hash(ctx, i) & (slots - 1), or the next free slot after it.  The
  * memory tables' distinct rows and a task graph's distinct boxes grow their indexes so. */
@@ -289,12 +296,6 @@ static inline void sw_index_fill(int32_t *slot, int32_t slots, int32_t n, uint64
         slot[q] = i;
     }
 }
-/* The owner of a key of `set` equal to k (hash: sw_key_hash(k)), or -1. */
-int sw_key_find(const sw_key_set *set, const sw_key *k, uint64_t hash);
-void sw_key_set_free(sw_key_set *set);
-/* Add a copy of k (exactly its length) to `set` under `owner`; k's buffer stays the caller's, to
- * make its next key in (grown once, not again for every key kept).  0 when out of memory. */
-int sw_key_keep(sw_key_set *set, const sw_key *k, uint64_t hash, int owner);
 
 /* Node costs (cost_node.c) in two steps, so that the transfer tables can use the first: for
  * every op, the first op whose node costs are a function of equal data (itself if none
@@ -615,13 +616,12 @@ sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id)
  * shared); one beyond int32 or out of memory marks t, and sw_tg_task refuses it. */
 void sw_tg_set_task_box(sw_task_graph *g, sw_task *t, const sw_box *box);
 void sw_tg_set_task_box32(sw_task_graph *g, sw_task *t, const sw_box32 *box);
-/* Task t of graph `from` copied for graph g (a pass rewriting `from` into g): its box stored in g. */
-static inline sw_task sw_tg_task_for(sw_task_graph *g, const sw_task_graph *from, const sw_task *t);
 /* The box of a task of g: its stored box, or the empty one (rank 0). */
 static inline const sw_box32 *sw_tg_task_box32(const sw_task_graph *g, const sw_task *t) {
     static const sw_box32 none = {0, {0}, {0}};
     return t->box > 0 ? &g->boxes[t->box - 1] : &none;
 }
+/* Task t of graph `from` copied for graph g (a pass rewriting `from` into g): its box stored in g. */
 static inline sw_task sw_tg_task_for(sw_task_graph *g, const sw_task_graph *from, const sw_task *t) {
     sw_task c = *t;
     c.box = 0;

@@ -12,7 +12,7 @@ from typing import Any
 from shardwise.machine.devices import DeviceGraph
 from shardwise.graph import Graph, Op
 from shardwise.plan import OpConfig, Plan
-from shardwise.planning.problem import CostOptions, _worker_counts, dim_names, worker_counts
+from shardwise.planning.problem import CostOptions, dim_names, worker_counts
 
 
 def _split(op: Op, dim: int, ndev: int) -> OpConfig:
@@ -21,7 +21,7 @@ def _split(op: Op, dim: int, ndev: int) -> OpConfig:
     best = 1
     if dim < len(shape):
         size, granule = shape[dim], op.desc.split_granules()[dim]
-        for k in _worker_counts(ndev):
+        for k in worker_counts(ndev):
             if size % k == 0 and (size // k) % granule == 0:
                 best = k
     degrees = tuple(best if d == dim else 1 for d in range(len(dims)))
