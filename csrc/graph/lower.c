@@ -356,6 +356,10 @@ static void free_state(lowering *L) {
         free(L->owner_on[op]);
     }
     free(L->owner_on);
+    for (int slot = 0; slot < 64; slot++) {
+        free(L->region_of[slot]);
+        free(L->region_used[slot]);
+    }
 }
 
 static int32_t *ids(size_t n) {  /* n ids, all NONE */
@@ -375,6 +379,7 @@ static sw_status alloc_state(lowering *L) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory");
     }
     L->maxk = 1;
+    L->region_op = NONE;
     for (int i = 0; i < nops; i++) {
         int k = L->plan->cfg[i].nworkers;
         L->wbase[i] = (int32_t)nw;

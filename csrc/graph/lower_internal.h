@@ -8,7 +8,8 @@
 #ifndef SHARDWISE_LOWER_INTERNAL_H
 #define SHARDWISE_LOWER_INTERNAL_H
 
-#include <string.h>  /* memset (task_of) */
+#include <stdlib.h>  /* malloc (region) */
+#include <string.h>  /* memset (task_of, region) */
 
 #include "internal.h"
 
@@ -47,6 +48,13 @@ typedef struct {
      * has at most one; a consumer worker finds the shard on its device without visiting every
      * owner (a 1,024-way split read by a 1,024-way split: a million visits per edge). */
     int32_t **owner_on;
+    /* the regions every worker of one op reads on each input slot, made for all its workers at
+     * once (sw_config_regions) the first time one is asked for (lower_internal.h region): of
+     * op region_op, slot s made when region_made[s]; maxk boxes per slot, allocated on first use */
+    int32_t region_op;
+    char region_made[64];        /* an op has at most 64 inputs (problem.c) */
+    sw_box *region_of[64];
+    char *region_used[64];
 } lowering;
 
 /* ------------------------------------------------------------------ small helpers */
@@ -77,8 +85,26 @@ static inline int first_slot(const sw_op *op, sw_role role) {
 /* The region of input `slot` worker w reads (sw_worker_region: its output block,
  * over its part of a split reduction); an input not read gets the empty box (all
  * zeros) and 0. */
-static inline int region(const lowering *L, int op, int slot, int w, sw_box *out) {
-    if (sw_worker_region(op_at(L, op), cfg_of(L, op), w, slot, out)) {
+static inline int region(lowering *L, int op, int slot, int w, sw_box *out) {
+    if (L->region_op != op) {
+        memset(L->region_made, 0, sizeof L->region_made);
+        L->region_op = op;
+    }
+    if (!L->region_made[slot]) {   /* every worker's at once: the passes ask worker by worker */
+        if (!L->region_of[slot]) {
+            L->region_of[slot] = malloc(sizeof(sw_box) * (size_t)L->maxk);
+            L->region_used[slot] = malloc((size_t)L->maxk);
+        }
+        L->region_made[slot] = L->region_of[slot] && L->region_used[slot] &&
+                               sw_config_regions(op_at(L, op), cfg_of(L, op), slot, L->region_of[slot],
+                                                 L->region_used[slot]) == SW_OK;
+    }
+    int used = L->region_made[slot] ? L->region_used[slot][w]   /* (else out of memory: this one alone) */
+                                    : sw_worker_region(op_at(L, op), cfg_of(L, op), w, slot, out);
+    if (L->region_made[slot]) {
+        *out = L->region_of[slot][w];
+    }
+    if (used) {
         return 1;
     }
     for (int d = 0; d < out->rank; d++) {

@@ -141,7 +141,9 @@ def encode_graph(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
         desc = op.desc
         _encode_op(desc, op.inputs, words)
         flops.append((desc.flops_per_point, desc.flops_per_output))
-    return np.array(words, dtype=np.int64), np.array(flops, dtype=np.float64).reshape(len(graph.ops), 2)
+    # (fromiter: the list's ints read once, without np.array's look for nested sequences)
+    return (np.fromiter(words, np.int64, len(words)),
+            np.array(flops, dtype=np.float64).reshape(len(graph.ops), 2))
 
 
 def dense_arrays(graph: Graph, devices: DeviceGraph, precision: str) -> tuple[np.ndarray, np.ndarray]:
