@@ -339,6 +339,7 @@ int sw_blocks_meeting(const sw_op *op, const sw_config *c, const sw_box *reg, in
  * run per worker exactly as sw_iteration_region does, so the boxes are the same.
  * Shapes: nsplit split coordinates (output dims of degree > 1, then the reduction
  * part), coordinate q taking count[q] values; terms are [dim][first[q] + x]. */
+#define PREPARED_HERE 96   /* cells * rank + 1 entries kept in the struct itself */
 typedef struct {
     int nsplit, split_var[SW_MAX_VARS], coord_of_var[SW_MAX_VARS];
     int64_t count[SW_MAX_VARS], first[SW_MAX_VARS + 1], cells;
@@ -347,12 +348,18 @@ typedef struct {
     int64_t ca[SW_MAX_RANK], cb[SW_MAX_RANK];   /* the ends' constant parts */
     int empty_always;          /* a variable not split misses the window */
     int uses_rvar, rq;         /* the input reads the split reduction; its coordinate or -1 */
+    /* ta, tb and hole point here when they fit (the usual case: a few dozen cells); the
+     * searches' cost tables and the lowering prepare once per partition and input slot */
+    int64_t ta_here[PREPARED_HERE], tb_here[PREPARED_HERE];
+    char hole_here[PREPARED_HERE];
 } prepared;
 
 static void prepared_free(prepared *pr) {
-    free(pr->ta);
-    free(pr->tb);
-    free(pr->hole);
+    if (pr->ta != pr->ta_here) {
+        free(pr->ta);
+        free(pr->tb);
+        free(pr->hole);
+    }
 }
 
 static sw_status prepare(const sw_op *op, const sw_config *c, int slot, prepared *pr) {
@@ -373,12 +380,18 @@ static sw_status prepare(const sw_op *op, const sw_config *c, int slot, prepared
         pr->first[q + 1] = pr->first[q] + pr->count[q];
     }
     int64_t cells = pr->cells = pr->first[pr->nsplit] > 0 ? pr->first[pr->nsplit] : 1;
-    pr->ta = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
-    pr->tb = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
-    pr->hole = calloc((size_t)cells, 1);
-    if (!pr->ta || !pr->tb || !pr->hole) {
-        prepared_free(pr);
-        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    if (cells * rank + 1 <= PREPARED_HERE && cells <= PREPARED_HERE) {
+        pr->ta = pr->ta_here;
+        pr->tb = pr->tb_here;
+        pr->hole = memset(pr->hole_here, 0, (size_t)cells);
+    } else {
+        pr->ta = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
+        pr->tb = malloc(sizeof(int64_t) * (size_t)(cells * rank + 1));
+        pr->hole = calloc((size_t)cells, 1);
+        if (!pr->ta || !pr->tb || !pr->hole) {
+            prepared_free(pr);
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
     }
     pr->empty_always = 0;
     for (int d = 0; d < rank; d++) {
