@@ -36,13 +36,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "exec/comm_requests.h"  /* handles, op names, counters */
+
 typedef enum { R_FREE = 0, R_QUEUED, R_LAUNCHING, R_ACTIVE, R_DONE, R_FAILED } req_state;
-typedef enum { OP_SEND = 0, OP_RECV, OP_ALLREDUCE, OP_ALLGATHER } req_op;
-static const char *const OP_NAME[] = {"send", "receive", "allreduce", "allgather"};
 
 typedef struct {
     req_state state;
-    req_op op;
+    sw_comm_op op;
     uint32_t gen;          /* bumped when the slot is taken: the handle's high half */
     int peer;              /* send, receive: the other rank (-1 for collectives) */
     int64_t tag;           /* names the request; NCCL matches a pair's messages by order */
@@ -93,10 +93,10 @@ static void nccl_text(ncclComm_t nc, ncclResult_t r, char *out, size_t cap) {
 /* The request in words: "send to rank 1, tag 7, 4096 bytes", "allreduce of 4096 bytes over 2 ranks". */
 static void describe(const sw_comm *c, const nccl_req *r, char *out, size_t cap) {
     if (r->peer >= 0) {
-        snprintf(out, cap, "%s %s rank %d, tag %lld, %zu bytes", OP_NAME[r->op], r->op == OP_SEND ? "to" : "from",
+        snprintf(out, cap, "%s %s rank %d, tag %lld, %zu bytes", sw_comm_op_name(r->op), r->op == SW_COMM_SEND ? "to" : "from",
                  r->peer, (long long)r->tag, r->bytes);
     } else {
-        snprintf(out, cap, "%s of %zu bytes over %d ranks", OP_NAME[r->op], r->bytes, c->size);
+        snprintf(out, cap, "%s of %zu bytes over %d ranks", sw_comm_op_name(r->op), r->bytes, c->size);
     }
 }
 
@@ -171,21 +171,21 @@ static void progress(sw_comm *c) {
         int n = 1;
         const nccl_req *head = &c->reqs[c->queue[0]];
         ncclResult_t r;
-        if (head->op == OP_SEND || head->op == OP_RECV) {
-            while (n < c->nqueue && (c->reqs[c->queue[n]].op == OP_SEND || c->reqs[c->queue[n]].op == OP_RECV)) {
+        if (head->op == SW_COMM_SEND || head->op == SW_COMM_RECV) {
+            while (n < c->nqueue && (c->reqs[c->queue[n]].op == SW_COMM_SEND || c->reqs[c->queue[n]].op == SW_COMM_RECV)) {
                 n++;
             }
             r = ncclGroupStart();
             for (int k = 0; k < n && (r == ncclSuccess || r == ncclInProgress); k++) {
                 const nccl_req *q = &c->reqs[c->queue[k]];
-                r = q->op == OP_SEND ? ncclSend(q->in, q->bytes, ncclUint8, q->peer, c->nc, c->stream)
+                r = q->op == SW_COMM_SEND ? ncclSend(q->in, q->bytes, ncclUint8, q->peer, c->nc, c->stream)
                                      : ncclRecv(q->out, q->bytes, ncclUint8, q->peer, c->nc, c->stream);
             }
             ncclResult_t end = ncclGroupEnd();   /* always: a group started is ended, also after an error */
             if (r == ncclSuccess || r == ncclInProgress) {
                 r = end;
             }
-        } else if (head->op == OP_ALLREDUCE) {
+        } else if (head->op == SW_COMM_ALLREDUCE) {
             r = ncclAllReduce(head->out, head->out, head->bytes / sizeof(float), ncclFloat, ncclSum, c->nc, c->stream);
         } else {
             r = ncclAllGather(head->in, head->out, head->bytes, ncclUint8, c->nc, c->stream);
@@ -202,7 +202,7 @@ static void progress(sw_comm *c) {
         } else {
             char text[280], why[320];
             nccl_text(c->nc, r, text, sizeof text);
-            snprintf(why, sizeof why, "NCCL refused the %s on rank %d: %s", OP_NAME[head->op], c->rank, text);
+            snprintf(why, sizeof why, "NCCL refused the %s on rank %d: %s", sw_comm_op_name(head->op), c->rank, text);
             break_comm(c, why);
             return;
         }
@@ -231,7 +231,7 @@ static int64_t c_max_tag(const sw_comm *c) {
 /* Take a slot for *proto and queue it.  Mutex held. */
 static sw_status enqueue(sw_comm *c, const nccl_req *proto, sw_comm_req *req) {
     if (c->broken) {
-        return SW_FAIL(SW_ERR_INTERNAL, "nccl comm: rank %d cannot start a %s: %s", c->rank, OP_NAME[proto->op],
+        return SW_FAIL(SW_ERR_INTERNAL, "nccl comm: rank %d cannot start a %s: %s", c->rank, sw_comm_op_name(proto->op),
                        c->broken_why);
     }
     int slot = -1;
@@ -266,7 +266,7 @@ static sw_status enqueue(sw_comm *c, const nccl_req *proto, sw_comm_req *req) {
     r->state = R_QUEUED;
     r->error[0] = 0;
     c->queue[c->nqueue++] = slot;
-    *req = ((int64_t)gen << 32) | slot;
+    *req = sw_comm_handle(slot, gen);
     return SW_OK;
 }
 
@@ -289,13 +289,13 @@ static sw_status check_p2p(const sw_comm *c, const char *what, const void *buf, 
 
 static sw_status c_isend(sw_comm *c, const void *buf, size_t bytes, int peer, int64_t tag, sw_comm_req *req) {
     SW_TRY(check_p2p(c, "send", buf, bytes, peer));
-    nccl_req r = {.op = OP_SEND, .peer = peer, .tag = tag, .bytes = bytes, .in = buf};
+    nccl_req r = {.op = SW_COMM_SEND, .peer = peer, .tag = tag, .bytes = bytes, .in = buf};
     return start(c, &r, req);
 }
 
 static sw_status c_irecv(sw_comm *c, void *buf, size_t bytes, int peer, int64_t tag, sw_comm_req *req) {
     SW_TRY(check_p2p(c, "receive", buf, bytes, peer));
-    nccl_req r = {.op = OP_RECV, .peer = peer, .tag = tag, .bytes = bytes, .out = buf};
+    nccl_req r = {.op = SW_COMM_RECV, .peer = peer, .tag = tag, .bytes = bytes, .out = buf};
     return start(c, &r, req);
 }
 
@@ -303,7 +303,7 @@ static sw_status c_allreduce_f32(sw_comm *c, float *buf, int64_t count, sw_comm_
     if (count < 0 || (!buf && count)) {
         return SW_FAIL(SW_ERR_VALUE, "nccl comm: allreduce of %lld floats", (long long)count);
     }
-    nccl_req r = {.op = OP_ALLREDUCE, .peer = -1, .tag = -1, .bytes = (size_t)count * sizeof(float), .out = buf};
+    nccl_req r = {.op = SW_COMM_ALLREDUCE, .peer = -1, .tag = -1, .bytes = (size_t)count * sizeof(float), .out = buf};
     return start(c, &r, req);
 }
 
@@ -311,16 +311,15 @@ static sw_status c_allgather(sw_comm *c, const void *in, size_t bytes, void *out
     if ((!in || !out) && bytes) {
         return SW_FAIL(SW_ERR_VALUE, "nccl comm: allgather of %zu bytes per rank needs both buffers", bytes);
     }
-    nccl_req r = {.op = OP_ALLGATHER, .peer = -1, .tag = -1, .bytes = bytes, .in = in, .out = out};
+    nccl_req r = {.op = SW_COMM_ALLGATHER, .peer = -1, .tag = -1, .bytes = bytes, .in = in, .out = out};
     return start(c, &r, req);
 }
 
 static nccl_req *slot_of(sw_comm *c, sw_comm_req req) {
-    int64_t slot = req & 0xffffffff;
-    uint32_t gen = (uint32_t)(req >> 32);
-    if (req < 0 || slot >= c->cap || c->reqs[slot].gen != gen || c->reqs[slot].state == R_FREE) {
-        SW_FAIL(SW_ERR_VALUE, "nccl comm: request %lld is not outstanding (completed and consumed, or never made)",
-                (long long)req);
+    uint32_t gen;
+    int64_t slot = sw_comm_handle_slot(req, c->cap, &gen);
+    if (slot < 0 || c->reqs[slot].gen != gen || c->reqs[slot].state == R_FREE) {
+        sw_comm_not_outstanding("nccl comm", req);
         return NULL;
     }
     return &c->reqs[slot];
@@ -333,9 +332,9 @@ static sw_status consume(sw_comm *c, nccl_req *r) {
         char what[160];
         describe(c, r, what, sizeof what);
         s = SW_FAIL(SW_ERR_INTERNAL, "nccl comm: rank %d: the %s failed: %s", c->rank, what, r->error);
-    } else if (r->op == OP_SEND) {
+    } else if (r->op == SW_COMM_SEND) {
         c->sent[r->peer] += (int64_t)r->bytes;
-    } else if (r->op == OP_RECV) {
+    } else if (r->op == SW_COMM_RECV) {
         c->received[r->peer] += (int64_t)r->bytes;
     }
     r->state = R_FREE;
@@ -420,14 +419,7 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
 static void c_counters(const sw_comm *c, int64_t *sent, int64_t *received) {
     sw_comm *m = (sw_comm *)c;   /* the mutex, not the communicator, changes */
     pthread_mutex_lock(&m->mu);
-    for (int p = 0; p < c->size; p++) {
-        if (sent) {
-            sent[p] = c->sent[p];
-        }
-        if (received) {
-            received[p] = c->received[p];
-        }
-    }
+    sw_comm_read_counters(c->size, c->sent, c->received, sent, received);
     pthread_mutex_unlock(&m->mu);
 }
 

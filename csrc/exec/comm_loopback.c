@@ -16,17 +16,16 @@
 #include <stdio.h>    /* fprintf: abort's message */
 #include <stdlib.h>   /* calloc, realloc, free, abort */
 #include <string.h>   /* memcpy, memset */
-#include <time.h>     /* clock_gettime: deadlines on CLOCK_MONOTONIC */
+#include <time.h>     /* CLOCK_MONOTONIC: the clock of the waits' condition */
 
 #include "comm_loopback.h"
+#include "comm_requests.h"  /* handles, op names, failure messages, deadlines, counters */
 
 typedef enum { REQ_FREE = 0, REQ_PENDING, REQ_DONE, REQ_FAILED } req_state;
-typedef enum { OP_SEND = 0, OP_RECV, OP_ALLREDUCE, OP_ALLGATHER } req_op;
-static const char *const OP_NAME[] = {"send", "receive", "allreduce", "allgather"};
 
 typedef struct {
     req_state state;
-    req_op op;
+    sw_comm_op op;
     uint32_t gen;        /* bumped when the slot is taken: the handle's high half */
     int peer;            /* send, receive: the other rank (-1 for collectives) */
     int64_t tag;
@@ -48,7 +47,7 @@ typedef struct lb_msg {
 typedef struct lb_coll {
     struct lb_coll *next;
     int64_t seq;
-    req_op op;
+    sw_comm_op op;
     size_t bytes;          /* per rank */
     int arrived;
     unsigned char *in;     /* size * bytes: each endpoint's contribution, copied when it joins */
@@ -82,17 +81,6 @@ struct lb_world {
 
 /* ---------------------------------------------------------------- helpers */
 
-static void deadline_after(struct timespec *ts, double seconds) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    double whole = (double)(int64_t)seconds;
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((seconds - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec += 1;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* A free slot of c's table (growing it), filled from `fill` and PENDING; *req its handle.  Mutex held. */
 static sw_status take_slot(sw_comm *c, const lb_req *fill, int *slot_out, sw_comm_req *req) {
     if (c->closed) {
@@ -122,7 +110,7 @@ static sw_status take_slot(sw_comm *c, const lb_req *fill, int *slot_out, sw_com
     r->gen = gen;
     r->state = REQ_PENDING;
     *slot_out = slot;
-    *req = ((int64_t)gen << 32) | (int64_t)slot;
+    *req = sw_comm_handle(slot, gen);
     return SW_OK;
 }
 
@@ -169,7 +157,7 @@ static int64_t c_max_tag(const sw_comm *c) {
 static sw_status c_isend(sw_comm *c, const void *buf, size_t bytes, int peer, int64_t tag, sw_comm_req *req) {
     SW_TRY(check_p2p(c, "send", buf, bytes, peer, tag));
     lb_world *w = c->w;
-    lb_req fill = {.op = OP_SEND, .peer = peer, .tag = tag, .bytes = bytes};
+    lb_req fill = {.op = SW_COMM_SEND, .peer = peer, .tag = tag, .bytes = bytes};
     pthread_mutex_lock(&w->mu);
     int slot;
     sw_status s = take_slot(c, &fill, &slot, req);
@@ -217,7 +205,7 @@ static sw_status c_isend(sw_comm *c, const void *buf, size_t bytes, int peer, in
 static sw_status c_irecv(sw_comm *c, void *buf, size_t bytes, int peer, int64_t tag, sw_comm_req *req) {
     SW_TRY(check_p2p(c, "receive", buf, bytes, peer, tag));
     lb_world *w = c->w;
-    lb_req fill = {.op = OP_RECV, .peer = peer, .tag = tag, .bytes = bytes, .out = buf};
+    lb_req fill = {.op = SW_COMM_RECV, .peer = peer, .tag = tag, .bytes = bytes, .out = buf};
     pthread_mutex_lock(&w->mu);
     int slot;
     sw_status s = take_slot(c, &fill, &slot, req);
@@ -264,7 +252,7 @@ static void complete_collective(lb_world *w, lb_coll *k) {
     int n = w->size;
     const void *result = k->in;   /* allgather: the contributions in rank order */
     float *sum = NULL;
-    if (!k->mismatch[0] && k->op == OP_ALLREDUCE) {
+    if (!k->mismatch[0] && k->op == SW_COMM_ALLREDUCE) {
         int64_t count = (int64_t)(k->bytes / sizeof(float));
         sum = malloc(k->bytes ? k->bytes : 1);
         if (!sum) {
@@ -281,7 +269,7 @@ static void complete_collective(lb_world *w, lb_coll *k) {
             result = sum;
         }
     }
-    size_t out_bytes = k->op == OP_ALLGATHER ? k->bytes * (size_t)n : k->bytes;
+    size_t out_bytes = k->op == SW_COMM_ALLGATHER ? k->bytes * (size_t)n : k->bytes;
     for (int r = 0; r < n; r++) {
         if (k->slot[r] < 0) {
             continue;   /* failed at joining, or its endpoint closed */
@@ -314,7 +302,7 @@ static void coll_free(lb_coll *k) {
 }
 
 /* Join c's next collective: `in` copied as c's contribution; completes it when c is the last. */
-static sw_status join(sw_comm *c, req_op op, const void *in, size_t bytes, void *out, sw_comm_req *req) {
+static sw_status join(sw_comm *c, sw_comm_op op, const void *in, size_t bytes, void *out, sw_comm_req *req) {
     lb_world *w = c->w;
     int n = w->size;
     lb_req fill = {.op = op, .peer = -1, .tag = -1, .bytes = bytes, .out = out};
@@ -357,7 +345,7 @@ static sw_status join(sw_comm *c, req_op op, const void *in, size_t bytes, void 
     lb_req *r = &c->reqs[slot];
     if (k->op != op || k->bytes != bytes) {   /* ranks that disagree: the collective fails on every rank */
         snprintf(k->mismatch, sizeof k->mismatch, "collective %lld: rank %d started an %s of %zu bytes, another "
-                 "rank an %s of %zu bytes", (long long)seq, c->rank, OP_NAME[op], bytes, OP_NAME[k->op], k->bytes);
+                 "rank an %s of %zu bytes", (long long)seq, c->rank, sw_comm_op_name(op), bytes, sw_comm_op_name(k->op), k->bytes);
         snprintf(r->error, sizeof r->error, "%s", k->mismatch);
         r->state = REQ_FAILED;
     } else {
@@ -380,23 +368,22 @@ static sw_status c_allreduce_f32(sw_comm *c, float *buf, int64_t count, sw_comm_
     if (count < 0 || (!buf && count)) {
         return SW_FAIL(SW_ERR_VALUE, "comm: allreduce of %lld floats (0.., from a buffer)", (long long)count);
     }
-    return join(c, OP_ALLREDUCE, buf, (size_t)count * sizeof(float), buf, req);
+    return join(c, SW_COMM_ALLREDUCE, buf, (size_t)count * sizeof(float), buf, req);
 }
 
 static sw_status c_allgather(sw_comm *c, const void *in, size_t bytes, void *out, sw_comm_req *req) {
     if ((!in || !out) && bytes) {
         return SW_FAIL(SW_ERR_VALUE, "comm: allgather of %zu bytes per rank (from and to buffers)", bytes);
     }
-    return join(c, OP_ALLGATHER, in, bytes, out, req);
+    return join(c, SW_COMM_ALLGATHER, in, bytes, out, req);
 }
 
 /* The slot of a handle, or NULL with a message (a handle consumed already, or never made).  Mutex held. */
 static lb_req *slot_of(sw_comm *c, sw_comm_req req) {
-    int64_t slot = req & 0xffffffff;
-    uint32_t gen = (uint32_t)(req >> 32);
-    if (req < 0 || slot >= c->cap || c->reqs[slot].gen != gen || c->reqs[slot].state == REQ_FREE) {
-        SW_FAIL(SW_ERR_VALUE, "comm: request %lld is not outstanding (completed and consumed, or never made)",
-                (long long)req);
+    uint32_t gen;
+    int64_t slot = sw_comm_handle_slot(req, c->cap, &gen);
+    if (slot < 0 || c->reqs[slot].gen != gen || c->reqs[slot].state == REQ_FREE) {
+        sw_comm_not_outstanding("comm", req);
         return NULL;
     }
     return &c->reqs[slot];
@@ -404,17 +391,7 @@ static lb_req *slot_of(sw_comm *c, sw_comm_req req) {
 
 /* Consume a completed slot: SW_OK, or the failure with the request named.  Mutex held. */
 static sw_status consume(sw_comm *c, lb_req *r) {
-    sw_status s = SW_OK;
-    if (r->state == REQ_FAILED) {
-        if (r->peer >= 0) {
-            s = SW_FAIL(SW_ERR_VALUE, "comm: rank %d: the %s %s rank %d, tag %lld, %zu bytes failed: %s", c->rank,
-                        OP_NAME[r->op], r->op == OP_SEND ? "to" : "from", r->peer, (long long)r->tag, r->bytes,
-                        r->error);
-        } else {
-            s = SW_FAIL(SW_ERR_VALUE, "comm: rank %d: the %s of %zu bytes failed: %s", c->rank, OP_NAME[r->op],
-                        r->bytes, r->error);
-        }
-    }
+    sw_status s = r->state == REQ_FAILED ? sw_comm_failed(c->rank, r->op, r->peer, r->tag, r->bytes, r->error) : SW_OK;
     r->state = REQ_FREE;
     return s;
 }
@@ -436,7 +413,7 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
     lb_world *w = c->w;
     struct timespec deadline;
     if (timeout_s >= 0) {
-        deadline_after(&deadline, timeout_s);
+        sw_comm_deadline_after(&deadline, timeout_s);
     }
     pthread_mutex_lock(&w->mu);
     lb_req *r = slot_of(c, req);
@@ -454,21 +431,14 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
         r = &c->reqs[req & 0xffffffff];   /* the table may have grown (moved) meanwhile */
         if (r->gen != (uint32_t)(req >> 32) || r->state == REQ_FREE) {
             pthread_mutex_unlock(&w->mu);   /* another thread's test or wait consumed it */
-            return SW_FAIL(SW_ERR_VALUE, "comm: request %lld was consumed by another thread while waited for",
-                           (long long)req);
+            return sw_comm_consumed_meanwhile(req);
         }
     }
     sw_status s;
     if (r->state == REQ_DONE || r->state == REQ_FAILED) {
         s = consume(c, r);
-    } else if (r->peer >= 0) {
-        s = SW_FAIL(SW_ERR_TIMEOUT, "comm: rank %d waited %.3g s for the %s %s rank %d, tag %lld, %zu bytes, and it "
-                    "has not completed (a lost rank, or ranks that run different plans?)", c->rank, timeout_s,
-                    OP_NAME[r->op], r->op == OP_SEND ? "to" : "from", r->peer, (long long)r->tag, r->bytes);
     } else {
-        s = SW_FAIL(SW_ERR_TIMEOUT, "comm: rank %d waited %.3g s for the %s of %zu bytes over %d ranks, and it has "
-                    "not completed (a rank that never joined it?)", c->rank, timeout_s, OP_NAME[r->op], r->bytes,
-                    w->size);
+        s = sw_comm_timed_out(c->rank, timeout_s, r->op, r->peer, r->tag, r->bytes, w->size);
     }
     pthread_mutex_unlock(&w->mu);
     return s;
@@ -477,14 +447,7 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
 static void c_counters(const sw_comm *c, int64_t *sent, int64_t *received) {
     lb_world *w = c->w;
     pthread_mutex_lock(&w->mu);
-    for (int p = 0; p < w->size; p++) {
-        if (sent) {
-            sent[p] = c->sent[p];
-        }
-        if (received) {
-            received[p] = c->received[p];
-        }
-    }
+    sw_comm_read_counters(w->size, c->sent, c->received, sent, received);
     pthread_mutex_unlock(&w->mu);
 }
 

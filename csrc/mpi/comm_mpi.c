@@ -38,14 +38,13 @@
 #include <mpi.h>
 
 #include "comm_mpi.h"
+#include "../exec/comm_requests.h"  /* handles, op names, failure messages, deadlines, counters */
 
 typedef enum { REQ_FREE = 0, REQ_QUEUED, REQ_ACTIVE, REQ_DONE, REQ_FAILED } req_state;
-typedef enum { OP_SEND = 0, OP_RECV, OP_ALLREDUCE, OP_ALLGATHER } req_op;
-static const char *const OP_NAME[] = {"send", "receive", "allreduce", "allgather"};
 
 typedef struct {
     req_state state;
-    req_op op;
+    sw_comm_op op;
     uint32_t gen;          /* bumped when the slot is taken: the handle's high half */
     int peer;              /* send, receive: the other rank (-1 for collectives) */
     int64_t tag;
@@ -89,17 +88,6 @@ static void mpi_error_text(int code, char *out, size_t cap) {
         snprintf(text, sizeof text, "MPI error %d", code);
     }
     snprintf(out, cap, "%.200s", text);   /* the first 200 characters say what went wrong */
-}
-
-static void deadline_after(struct timespec *ts, double seconds) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    double whole = (double)(int64_t)seconds;
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((seconds - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec += 1;
-        ts->tv_nsec -= 1000000000L;
-    }
 }
 
 static int level_of(int provided) {
@@ -181,17 +169,17 @@ static int comm_start(sw_comm *c) {
 static void post(sw_comm *c, mpi_req *r) {
     int rc = MPI_SUCCESS;
     switch (r->op) {
-    case OP_SEND:
+    case SW_COMM_SEND:
         rc = MPI_Isend(r->in, (int)r->bytes, MPI_BYTE, r->peer, (int)r->tag, c->world, &r->mreq);
         break;
-    case OP_RECV:
+    case SW_COMM_RECV:
         rc = MPI_Irecv(r->out, (int)r->bytes, MPI_BYTE, r->peer, (int)r->tag, c->world, &r->mreq);
         break;
-    case OP_ALLREDUCE:
+    case SW_COMM_ALLREDUCE:
         rc = MPI_Iallreduce(MPI_IN_PLACE, r->out, (int)(r->bytes / sizeof(float)), MPI_FLOAT, MPI_SUM, c->world,
                             &r->mreq);
         break;
-    case OP_ALLGATHER:
+    case SW_COMM_ALLGATHER:
         rc = MPI_Iallgather(r->in, (int)r->bytes, MPI_BYTE, r->out, (int)r->bytes, MPI_BYTE, c->world, &r->mreq);
         break;
     }
@@ -201,7 +189,7 @@ static void post(sw_comm *c, mpi_req *r) {
     } else {
         char why[256];
         mpi_error_text(rc, why, sizeof why);
-        snprintf(r->error, sizeof r->error, "posting the %s failed: %s", OP_NAME[r->op], why);
+        snprintf(r->error, sizeof r->error, "posting the %s failed: %s", sw_comm_op_name(r->op), why);
         r->state = REQ_FAILED;
     }
 }
@@ -222,7 +210,7 @@ static int progress(sw_comm *c, mpi_req *r) {
         r->state = REQ_FAILED;
         return 1;
     }
-    if (r->op == OP_RECV) {
+    if (r->op == SW_COMM_RECV) {
         int got = 0;
         MPI_Get_count(&st, MPI_BYTE, &got);
         if ((size_t)got != r->bytes) {
@@ -232,7 +220,7 @@ static int progress(sw_comm *c, mpi_req *r) {
             return 1;
         }
         c->received[r->peer] += (int64_t)r->bytes;
-    } else if (r->op == OP_SEND) {
+    } else if (r->op == SW_COMM_SEND) {
         c->sent[r->peer] += (int64_t)r->bytes;
     }
     r->state = REQ_DONE;
@@ -247,8 +235,8 @@ static void cancel_left(sw_comm *c) {
         if (r->state == REQ_QUEUED) {
             r->state = REQ_FAILED;
             snprintf(r->error, sizeof r->error, "the communicator was closed before the %s was posted",
-                     OP_NAME[r->op]);
-        } else if (r->state == REQ_ACTIVE && r->op == OP_RECV) {
+                     sw_comm_op_name(r->op));
+        } else if (r->state == REQ_ACTIVE && r->op == SW_COMM_RECV) {
             MPI_Cancel(&r->mreq);
             MPI_Wait(&r->mreq, MPI_STATUS_IGNORE);
             r->state = REQ_FAILED;
@@ -296,7 +284,7 @@ static void *comm_thread(void *arg) {
             pthread_cond_wait(&c->wake, &c->mu);
         } else {
             struct timespec ts;
-            deadline_after(&ts, nap);
+            sw_comm_deadline_after(&ts, nap);
             pthread_cond_timedwait(&c->wake, &c->mu, &ts);
             nap = nap * 2 < 1e-3 ? nap * 2 : 1e-3;
         }
@@ -355,7 +343,7 @@ static sw_status enqueue(sw_comm *c, const mpi_req *fill, sw_comm_req *req) {
     r->gen = gen;
     r->state = REQ_QUEUED;
     c->queue[c->nqueue++] = slot;
-    *req = ((int64_t)gen << 32) | (int64_t)slot;
+    *req = sw_comm_handle(slot, gen);
     pthread_cond_signal(&c->wake);
     return SW_OK;
 }
@@ -381,7 +369,7 @@ static sw_status check_p2p(const sw_comm *c, const char *what, const void *buf, 
 
 static sw_status c_isend(sw_comm *c, const void *buf, size_t bytes, int peer, int64_t tag, sw_comm_req *req) {
     SW_TRY(check_p2p(c, "send", buf, bytes, peer, tag));
-    mpi_req r = {.op = OP_SEND, .peer = peer, .tag = tag, .bytes = bytes, .in = buf};
+    mpi_req r = {.op = SW_COMM_SEND, .peer = peer, .tag = tag, .bytes = bytes, .in = buf};
     pthread_mutex_lock(&c->mu);
     sw_status s = enqueue(c, &r, req);
     pthread_mutex_unlock(&c->mu);
@@ -390,7 +378,7 @@ static sw_status c_isend(sw_comm *c, const void *buf, size_t bytes, int peer, in
 
 static sw_status c_irecv(sw_comm *c, void *buf, size_t bytes, int peer, int64_t tag, sw_comm_req *req) {
     SW_TRY(check_p2p(c, "receive", buf, bytes, peer, tag));
-    mpi_req r = {.op = OP_RECV, .peer = peer, .tag = tag, .bytes = bytes, .out = buf};
+    mpi_req r = {.op = SW_COMM_RECV, .peer = peer, .tag = tag, .bytes = bytes, .out = buf};
     pthread_mutex_lock(&c->mu);
     sw_status s = enqueue(c, &r, req);
     pthread_mutex_unlock(&c->mu);
@@ -401,7 +389,7 @@ static sw_status c_allreduce_f32(sw_comm *c, float *buf, int64_t count, sw_comm_
     if (count < 0 || count > INT_MAX || (!buf && count)) {
         return SW_FAIL(SW_ERR_VALUE, "comm: allreduce of %lld floats (0..%d, from a buffer)", (long long)count, INT_MAX);
     }
-    mpi_req r = {.op = OP_ALLREDUCE, .peer = -1, .tag = -1, .bytes = (size_t)count * sizeof(float), .out = buf};
+    mpi_req r = {.op = SW_COMM_ALLREDUCE, .peer = -1, .tag = -1, .bytes = (size_t)count * sizeof(float), .out = buf};
     pthread_mutex_lock(&c->mu);
     sw_status s = enqueue(c, &r, req);
     pthread_mutex_unlock(&c->mu);
@@ -413,7 +401,7 @@ static sw_status c_allgather(sw_comm *c, const void *in, size_t bytes, void *out
         return SW_FAIL(SW_ERR_VALUE, "comm: allgather of %zu bytes per rank (at most %d, from and to buffers)", bytes,
                        INT_MAX);
     }
-    mpi_req r = {.op = OP_ALLGATHER, .peer = -1, .tag = -1, .bytes = bytes, .in = in, .out = out};
+    mpi_req r = {.op = SW_COMM_ALLGATHER, .peer = -1, .tag = -1, .bytes = bytes, .in = in, .out = out};
     pthread_mutex_lock(&c->mu);
     sw_status s = enqueue(c, &r, req);
     pthread_mutex_unlock(&c->mu);
@@ -422,11 +410,10 @@ static sw_status c_allgather(sw_comm *c, const void *in, size_t bytes, void *out
 
 /* The slot of a handle, or NULL with a message (a handle consumed already, or never made). */
 static mpi_req *slot_of(sw_comm *c, sw_comm_req req) {
-    int64_t slot = req & 0xffffffff;
-    uint32_t gen = (uint32_t)(req >> 32);
-    if (req < 0 || slot >= c->cap || c->reqs[slot].gen != gen || c->reqs[slot].state == REQ_FREE) {
-        SW_FAIL(SW_ERR_VALUE, "comm: request %lld is not outstanding (completed and consumed, or never made)",
-                (long long)req);
+    uint32_t gen;
+    int64_t slot = sw_comm_handle_slot(req, c->cap, &gen);
+    if (slot < 0 || c->reqs[slot].gen != gen || c->reqs[slot].state == REQ_FREE) {
+        sw_comm_not_outstanding("comm", req);
         return NULL;
     }
     return &c->reqs[slot];
@@ -434,17 +421,7 @@ static mpi_req *slot_of(sw_comm *c, sw_comm_req req) {
 
 /* Consume a completed slot: SW_OK, or the failure with the request named.  Mutex held. */
 static sw_status consume(sw_comm *c, mpi_req *r) {
-    sw_status s = SW_OK;
-    if (r->state == REQ_FAILED) {
-        if (r->peer >= 0) {
-            s = SW_FAIL(SW_ERR_VALUE, "comm: rank %d: the %s %s rank %d, tag %lld, %zu bytes failed: %s", c->rank,
-                        OP_NAME[r->op], r->op == OP_SEND ? "to" : "from", r->peer, (long long)r->tag, r->bytes,
-                        r->error);
-        } else {
-            s = SW_FAIL(SW_ERR_VALUE, "comm: rank %d: the %s of %zu bytes failed: %s", c->rank, OP_NAME[r->op],
-                        r->bytes, r->error);
-        }
-    }
+    sw_status s = r->state == REQ_FAILED ? sw_comm_failed(c->rank, r->op, r->peer, r->tag, r->bytes, r->error) : SW_OK;
     r->state = REQ_FREE;
     return s;
 }
@@ -471,7 +448,7 @@ static sw_status c_test(sw_comm *c, sw_comm_req req, int *done) {
 static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
     struct timespec deadline;
     if (timeout_s >= 0) {
-        deadline_after(&deadline, timeout_s);
+        sw_comm_deadline_after(&deadline, timeout_s);
     }
     pthread_mutex_lock(&c->mu);
     mpi_req *r = slot_of(c, req);
@@ -489,7 +466,7 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
             break;
         }
         struct timespec soon;
-        deadline_after(&soon, WAIT_POLL_S);
+        sw_comm_deadline_after(&soon, WAIT_POLL_S);
         int last = timeout_s >= 0 && (soon.tv_sec > deadline.tv_sec ||
                                       (soon.tv_sec == deadline.tv_sec && soon.tv_nsec >= deadline.tv_nsec));
         int rc = pthread_cond_timedwait(&c->done, &c->mu, last ? &deadline : &soon);
@@ -497,21 +474,14 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
         r = &c->reqs[req & 0xffffffff];   /* the table may have grown (moved) meanwhile */
         if (r->gen != (uint32_t)(req >> 32) || r->state == REQ_FREE) {
             pthread_mutex_unlock(&c->mu);   /* another thread's test or wait consumed it */
-            return SW_FAIL(SW_ERR_VALUE, "comm: request %lld was consumed by another thread while waited for",
-                           (long long)req);
+            return sw_comm_consumed_meanwhile(req);
         }
     }
     sw_status s;
     if (r->state == REQ_DONE || r->state == REQ_FAILED) {
         s = consume(c, r);
-    } else if (r->peer >= 0) {
-        s = SW_FAIL(SW_ERR_TIMEOUT, "comm: rank %d waited %.3g s for the %s %s rank %d, tag %lld, %zu bytes, and it "
-                    "has not completed (a lost rank, or ranks that run different plans?)", c->rank, timeout_s,
-                    OP_NAME[r->op], r->op == OP_SEND ? "to" : "from", r->peer, (long long)r->tag, r->bytes);
     } else {
-        s = SW_FAIL(SW_ERR_TIMEOUT, "comm: rank %d waited %.3g s for the %s of %zu bytes over %d ranks, and it has "
-                    "not completed (a rank that never joined it?)", c->rank, timeout_s, OP_NAME[r->op], r->bytes,
-                    c->size);
+        s = sw_comm_timed_out(c->rank, timeout_s, r->op, r->peer, r->tag, r->bytes, c->size);
     }
     pthread_mutex_unlock(&c->mu);
     return s;
@@ -520,14 +490,7 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
 static void c_counters(const sw_comm *c, int64_t *sent, int64_t *received) {
     sw_comm *m = (sw_comm *)c;   /* the mutex, not the communicator, changes */
     pthread_mutex_lock(&m->mu);
-    for (int p = 0; p < c->size; p++) {
-        if (sent) {
-            sent[p] = c->sent[p];
-        }
-        if (received) {
-            received[p] = c->received[p];
-        }
-    }
+    sw_comm_read_counters(c->size, c->sent, c->received, sent, received);
     pthread_mutex_unlock(&m->mu);
 }
 
