@@ -248,7 +248,24 @@ static PyObject *Comm_counters(sw_py_comm *self, PyObject *Py_UNUSED(ignored)) {
     if (check_open(self)) {
         return NULL;
     }
-    return sw_py_comm_counters(self->i, self->comm);
+    int n = self->i->size(self->comm);
+    int64_t *buf = PyMem_Calloc((size_t)(2 * n), sizeof *buf);
+    if (!buf) {
+        return PyErr_NoMemory();
+    }
+    self->i->counters(self->comm, buf, buf + n);
+    PyObject *sent = PyList_New(n), *received = PyList_New(n);
+    for (int p = 0; sent && received && p < n; p++) {
+        PyList_SET_ITEM(sent, p, PyLong_FromLongLong(buf[p]));
+        PyList_SET_ITEM(received, p, PyLong_FromLongLong(buf[n + p]));
+    }
+    PyMem_Free(buf);
+    if (!sent || !received) {
+        Py_XDECREF(sent);
+        Py_XDECREF(received);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", sent, received);
 }
 
 static PyObject *Comm_reset_counters(sw_py_comm *self, PyObject *Py_UNUSED(ignored)) {

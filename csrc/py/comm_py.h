@@ -54,29 +54,6 @@ void sw_py_comm_dealloc(PyObject *self);
 /* Adopt communicator c (table i) into a freshly allocated object of the type. */
 void sw_py_comm_adopt(sw_py_comm *self, sw_comm *c, const sw_comm_i *i, const sw_py_comm_ops *ops);
 
-/* (bytes sent to each rank, bytes received from each) as two lists, from table i's counters of c:
- * also the NCCL communicator's (cuda/nccl_module.c, another module, hence inline). */
-static inline PyObject *sw_py_comm_counters(const sw_comm_i *i, sw_comm *c) {
-    int n = i->size(c);
-    int64_t *buf = PyMem_Calloc((size_t)(2 * n), sizeof *buf);
-    if (!buf) {
-        return PyErr_NoMemory();
-    }
-    i->counters(c, buf, buf + n);
-    PyObject *sent = PyList_New(n), *received = PyList_New(n);
-    for (int p = 0; sent && received && p < n; p++) {
-        PyList_SET_ITEM(sent, p, PyLong_FromLongLong(buf[p]));
-        PyList_SET_ITEM(received, p, PyLong_FromLongLong(buf[n + p]));
-    }
-    PyMem_Free(buf);
-    if (!sent || !received) {
-        Py_XDECREF(sent);
-        Py_XDECREF(received);
-        return NULL;
-    }
-    return Py_BuildValue("(NN)", sent, received);
-}
-
 /* A status as TimeoutError / ValueError / MemoryError / RuntimeError with sw_last_error(); NULL. */
 PyObject *sw_py_comm_raise(sw_status s);
 
