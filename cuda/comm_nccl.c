@@ -93,8 +93,8 @@ static void nccl_text(ncclComm_t nc, ncclResult_t r, char *out, size_t cap) {
 /* The request in words: "send to rank 1, tag 7, 4096 bytes", "allreduce of 4096 bytes over 2 ranks". */
 static void describe(const sw_comm *c, const nccl_req *r, char *out, size_t cap) {
     if (r->peer >= 0) {
-        snprintf(out, cap, "%s %s rank %d, tag %lld, %zu bytes", sw_comm_op_name(r->op), r->op == SW_COMM_SEND ? "to" : "from",
-                 r->peer, (long long)r->tag, r->bytes);
+        snprintf(out, cap, "%s %s rank %d, tag %lld, %zu bytes", sw_comm_op_name(r->op),
+                 r->op == SW_COMM_SEND ? "to" : "from", r->peer, (long long)r->tag, r->bytes);
     } else {
         snprintf(out, cap, "%s of %zu bytes over %d ranks", sw_comm_op_name(r->op), r->bytes, c->size);
     }
@@ -172,7 +172,8 @@ static void progress(sw_comm *c) {
         const nccl_req *head = &c->reqs[c->queue[0]];
         ncclResult_t r;
         if (head->op == SW_COMM_SEND || head->op == SW_COMM_RECV) {
-            while (n < c->nqueue && (c->reqs[c->queue[n]].op == SW_COMM_SEND || c->reqs[c->queue[n]].op == SW_COMM_RECV)) {
+            while (n < c->nqueue &&
+                   (c->reqs[c->queue[n]].op == SW_COMM_SEND || c->reqs[c->queue[n]].op == SW_COMM_RECV)) {
                 n++;
             }
             r = ncclGroupStart();

@@ -345,7 +345,8 @@ static sw_status join(sw_comm *c, sw_comm_op op, const void *in, size_t bytes, v
     lb_req *r = &c->reqs[slot];
     if (k->op != op || k->bytes != bytes) {   /* ranks that disagree: the collective fails on every rank */
         snprintf(k->mismatch, sizeof k->mismatch, "collective %lld: rank %d started an %s of %zu bytes, another "
-                 "rank an %s of %zu bytes", (long long)seq, c->rank, sw_comm_op_name(op), bytes, sw_comm_op_name(k->op), k->bytes);
+                 "rank an %s of %zu bytes", (long long)seq, c->rank, sw_comm_op_name(op), bytes,
+                 sw_comm_op_name(k->op), k->bytes);
         snprintf(r->error, sizeof r->error, "%s", k->mismatch);
         r->state = REQ_FAILED;
     } else {
@@ -428,8 +429,9 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
         } else {
             timed_out = pthread_cond_timedwait(&w->done, &w->mu, &deadline) == ETIMEDOUT;
         }
-        r = &c->reqs[req & 0xffffffff];   /* the table may have grown (moved) meanwhile */
-        if (r->gen != (uint32_t)(req >> 32) || r->state == REQ_FREE) {
+        uint32_t gen;   /* (the slot is in the table: slot_of found it, and tables only grow) */
+        r = &c->reqs[sw_comm_handle_slot(req, c->cap, &gen)];   /* the table may have grown (moved) meanwhile */
+        if (r->gen != gen || r->state == REQ_FREE) {
             pthread_mutex_unlock(&w->mu);   /* another thread's test or wait consumed it */
             return sw_comm_consumed_meanwhile(req);
         }

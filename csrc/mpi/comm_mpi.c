@@ -471,8 +471,9 @@ static sw_status c_wait(sw_comm *c, sw_comm_req req, double timeout_s) {
                                       (soon.tv_sec == deadline.tv_sec && soon.tv_nsec >= deadline.tv_nsec));
         int rc = pthread_cond_timedwait(&c->done, &c->mu, last ? &deadline : &soon);
         timed_out = last && rc == ETIMEDOUT;
-        r = &c->reqs[req & 0xffffffff];   /* the table may have grown (moved) meanwhile */
-        if (r->gen != (uint32_t)(req >> 32) || r->state == REQ_FREE) {
+        uint32_t gen;   /* (the slot is in the table: slot_of found it, and tables only grow) */
+        r = &c->reqs[sw_comm_handle_slot(req, c->cap, &gen)];   /* the table may have grown (moved) meanwhile */
+        if (r->gen != gen || r->state == REQ_FREE) {
             pthread_mutex_unlock(&c->mu);   /* another thread's test or wait consumed it */
             return sw_comm_consumed_meanwhile(req);
         }
