@@ -22,6 +22,8 @@ import sys
 
 import pytest
 
+import shardwise as sw
+
 pytestmark = pytest.mark.calibration
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,7 +65,7 @@ def test_a_4096_device_chain_file_loads_searches_and_simulates_in_seconds(tmp_pa
     """LeNet-5 (a sample per device) on a chain of 4,096 devices read from a machine file: every
     transfer to the parameter server crosses up to 4,095 links."""
     path = tmp_path / "chain.json"
-    d = __import__("shardwise").DeviceGraph("chain")
+    d = sw.DeviceGraph("chain")
     for k in range(4096):
         d.add_device(f"g{k}", flops=1e12, memory=16e9)
     for k in range(4095):
