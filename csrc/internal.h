@@ -206,6 +206,7 @@ struct sw_problem {
     double **tc, **ts, **sync_bytes;      /* per op, per config */
     int *edge_consumer_slot;              /* per edge: input slot of the consumer */
     int tables_built;
+    int distinct_tables, counted_tables;  /* transfer tables: distinct ones, and those counted (the rest scaled copies) */
     _Atomic long progress_done, progress_total;   /* of the running build or search */
 };
 
@@ -316,9 +317,21 @@ double sw_worker_flops(const sw_problem *p, int op, const sw_config *c, int w, d
 /* Check a (split reduction variable or -1, degree) pair for op `opi` and store it in cfg. */
 sw_status sw_config_set_reduction(const sw_op *op, int opi, int32_t rvar, int32_t rdeg, sw_config *cfg);
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
-/* The same on a machine of uniform nodes when both ops' configurations sit on contiguous
- * device ranges: counted per consumer worker instead of listed per pair (cost_placed.c). */
-sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes);
+/* A transfer table to fill: its time and bytes (NULL: not wanted) and `unit`, the product over
+ * dimensions of the common divisor of the coordinates it reads (cost.c: scaled copies). */
+typedef struct {
+    double *time, *bytes;
+    double unit;
+} sw_table_copy;
+#define SW_TABLE_COPIES 8   /* tables filled from one table's counts at most */
+/* Is the table of (consumer, slot) counted (a machine of uniform nodes, both ops' configurations
+ * on contiguous device ranges), so that it can fill scaled copies of itself? */
+int sw_transfer_counted(const sw_problem *p, int consumer, int slot);
+/* The table of (consumer, slot) into copies[0] and, when counted, n - 1 more tables of which
+ * every coordinate is that table's scaled per dimension (their units say how much); else n = 1. */
+sw_status sw_transfer_tables(const sw_problem *p, int consumer, int slot, const sw_table_copy *copies, int n);
+/* Counted per consumer worker instead of listed per pair (cost_placed.c), into n copies. */
+sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, const sw_table_copy *copies, int n);
 /* The least t_x of edge (consumer, slot) between producer configuration ci and consumer
  * configuration cj over their placements on aligned device blocks of their sizes (uniform
  * nodes only; by symmetry the larger block stays on the first devices, and when the sizes

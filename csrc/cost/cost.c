@@ -10,6 +10,7 @@
  */
 #include <math.h>       /* INFINITY, fmax */
 #include <stdatomic.h>  /* atomic_fetch_add: the progress counter */
+#include <stdint.h>     /* UINT32_MAX */
 #include <stdlib.h>     /* calloc, malloc, free */
 #include <string.h>     /* memset, memcmp */
 
@@ -93,11 +94,26 @@ static int all_contiguous(const sw_problem *p, const sw_op *op) {
     return 1;
 }
 
+int sw_transfer_counted(const sw_problem *p, int consumer, int slot) {
+    const sw_op *dst = &p->ops[consumer];
+    return p->node_size > 0 && all_contiguous(p, dst) && all_contiguous(p, &p->ops[dst->inputs[slot].producer]);
+}
+
+sw_status sw_transfer_tables(const sw_problem *p, int consumer, int slot, const sw_table_copy *copies, int n) {
+    if (sw_transfer_counted(p, consumer, slot)) {
+        return sw_transfer_table_placed(p, consumer, slot, copies, n);   /* uniform nodes: counting */
+    }
+    if (n != 1) {
+        return SW_FAIL(SW_ERR_VALUE, "scaled copies of a transfer table are made only where it is counted");
+    }
+    return sw_transfer_table(p, consumer, slot, copies[0].time, copies[0].bytes);
+}
+
 sw_status sw_transfer_table(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
     const sw_op *dst = &p->ops[consumer];
     const sw_op *src = &p->ops[p->ops[consumer].inputs[slot].producer];
-    if (p->node_size > 0 && all_contiguous(p, dst) && all_contiguous(p, src)) {
-        return sw_transfer_table_placed(p, consumer, slot, time, bytes);   /* uniform nodes: counting */
+    if (sw_transfer_counted(p, consumer, slot)) {
+        return sw_transfer_table_placed(p, consumer, slot, &(sw_table_copy){time, bytes, 1.0}, 1);
     }
     int nj = dst->ncfg, nd = p->ndev;
     /* seconds per element from device a to device b, both directions counted */
@@ -195,15 +211,56 @@ static double region_entries(const sw_op *dst, int slot) {
     return n;
 }
 
+/* ---- tables that are scaled copies of one another ----
+ * Where every coordinate a table reads on dimension d (the producer's extent and block
+ * lengths, the regions the consumer's workers read) is a multiple of g_d, the table's counts
+ * (cost_placed.c: whole numbers of elements, each a product over dimensions of interval
+ * overlaps) are prod_d g_d times those of the table with every coordinate divided by g_d.
+ * Inception-v3's modules repeat one pattern at several channel counts (a convolution of 64
+ * channels feeding its batch norm, another of 96 feeding its own), so the parts of the data
+ * are kept divided by their own per-dimension divisors (the producer's: its `scale`, the
+ * consumer's: its `scale`), and two tables whose divided parts agree, and whose divisors agree
+ * up to one factor per dimension, are counted once (fill_edge_tables). */
+
+/* x mod g for g > 0, in 32 bits where both fit (a 64-bit division takes several times longer:
+ * every listed coordinate is tested). */
+static int64_t rest_of(int64_t x, int64_t g) {
+    return x >= 0 && x <= UINT32_MAX && g <= UINT32_MAX ? (int64_t)((uint32_t)x % (uint32_t)g) : x % g;
+}
+
+/* The greatest common divisor of a, b >= 0 (gcd(0, b) = b). */
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b != 0) {
+        int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
 /* The producer's part of the data a table is a function of, into k (emptied): whether it is
- * a graph input (one direction or two), its output extents and its configurations. */
-static int producer_data(const sw_problem *p, int producer, sw_key *k) {
+ * a graph input (one direction or two), its output extents and its configurations.  The
+ * extents are divided by scale[d], the greatest common divisor of the extent and of every
+ * configuration's block length there (scale[d] = 1 past the output rank). */
+static int producer_data(const sw_problem *p, int producer, sw_key *k, int64_t scale[SW_MAX_RANK]) {
     const sw_op *src = &p->ops[producer];
     int ok = 1;
     k->len = 0;
+    for (int d = 0; d < SW_MAX_RANK; d++) {
+        scale[d] = d < src->out_rank ? src->extent[d] : 1;
+    }
+    for (int c = 0; c < src->ncfg; c++) {   /* (a degree as the configuration before's: that length again) */
+        for (int d = 0; d < src->out_rank; d++) {
+            int32_t deg = src->cfgs[c].deg[d];
+            if (scale[d] > 1 && (c == 0 || deg != src->cfgs[c - 1].deg[d])) {
+                int64_t len = src->extent[d] / deg;
+                scale[d] = rest_of(len, scale[d]) == 0 ? scale[d] : gcd64(scale[d], len);
+            }
+        }
+    }
     ok &= sw_key_push(k, src->ninputs == 0) && sw_key_push(k, src->out_rank) && sw_key_push(k, src->ncfg);
     for (int d = 0; d < src->out_rank; d++) {
-        ok &= sw_key_push(k, src->extent[d]);
+        ok &= sw_key_push(k, src->extent[d] / scale[d]);
     }
     for (int c = 0; ok && c < src->ncfg; c++) {
         const sw_config *cf = &src->cfgs[c];
@@ -238,13 +295,23 @@ static int by_regions(const sw_problem *p, int consumer, int slot) {
 
 /* The consumer's part of the data the table of input `slot` of op `consumer` is a function
  * of, into k (emptied): per configuration its devices and, by regions, the region each worker
- * of each partition reads on that slot, else what those regions are a function of. */
+ * of each partition reads on that slot, else what those regions are a function of.  Listed
+ * regions of an input shaped as its producer's output are divided by scale[d], the greatest
+ * common divisor of their coordinates on dimension d (0 where every one is 0: kept as it is);
+ * scale is 1 everywhere else.  `at`: scratch (where each worker's coordinates begin in k). */
 static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int regions_listed, sw_key *k,
-                               sw_box *regions, char *used) {
+                               sw_box *regions, char *used, sw_key *at, int64_t scale[SW_MAX_RANK]) {
     const sw_op *dst = &p->ops[consumer];
     const sw_input *in = &dst->inputs[slot];
+    const sw_op *src = &p->ops[in->producer];
     int ok = 1;
     k->len = 0;
+    at->len = 0;
+    int scaled = regions_listed && in->rank == src->out_rank;
+    for (int d = 0; d < SW_MAX_RANK; d++) {
+        scaled &= d >= in->rank || in->shape[d] == src->extent[d];
+        scale[d] = 1;
+    }
     ok &= sw_key_push(k, regions_listed) && sw_key_push(k, dst->ncfg);
     if (!regions_listed) {   /* what the regions are a function of (core/region.c) */
         ok &= sw_key_push(k, dst->nvars) && sw_key_push(k, dst->out_rank) && sw_key_push(k, in->rank) &&
@@ -282,8 +349,34 @@ static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int 
         SW_TRY(sw_config_regions(dst, cf, slot, regions, used));
         for (int w = 0; ok && w < cf->nworkers; w++) {
             ok &= sw_key_push(k, used[w]);
+            if (used[w] && scaled) {
+                ok &= sw_key_push(at, (int64_t)k->len);   /* where its coordinates begin */
+            }
             for (int d = 0; used[w] && d < regions[w].rank; d++) {
                 ok &= sw_key_push(k, regions[w].lo[d]) && sw_key_push(k, regions[w].hi[d]);
+            }
+        }
+    }
+    if (scaled && ok) {   /* every listed coordinate divided by its dimension's divisor */
+        int64_t g[2 * SW_MAX_RANK] = {0};   /* per coordinate word of a worker (lo, hi per dimension) */
+        for (size_t q = 0; q < at->len; q++) {
+            const int64_t *x = k->v + at->v[q];
+            for (int i = 0; i < 2 * in->rank; i++) {   /* (most coordinates are multiples already) */
+                g[i] = g[i] == 1 || (g[i] > 0 && rest_of(x[i], g[i]) == 0) ? g[i] : gcd64(g[i], llabs(x[i]));
+            }
+        }
+        int any = 0;
+        for (int d = 0; d < in->rank; d++) {
+            int64_t both = gcd64(g[2 * d], g[2 * d + 1]);
+            scale[d] = both > 0 ? both : 1;
+            any |= scale[d] > 1;
+        }
+        for (size_t q = 0; any && q < at->len; q++) {
+            int64_t *x = k->v + at->v[q];
+            for (int i = 0; i < 2 * in->rank; i++) {
+                x[i] = scale[i / 2] == 1 ? x[i] : x[i] >= 0 && x[i] <= UINT32_MAX && scale[i / 2] <= UINT32_MAX
+                                                       ? (int64_t)((uint32_t)x[i] / (uint32_t)scale[i / 2])
+                                                       : x[i] / scale[i / 2];
             }
         }
     }
@@ -302,43 +395,88 @@ static int part_id(sw_key_set *set, int cap, const sw_key *k) {
 }
 
 /* ---- filling the distinct tables on several threads (parallel.c) ----
- * Each table is written by one thread only; the problem is read-only here. */
-typedef struct {
-    sw_problem *p;
-    const int *todo;   /* edges whose tables are filled (their twins share them) */
-} table_work;
-
-static sw_status fill_one(void *ctx, int q) {
-    table_work *wk = ctx;
-    sw_problem *p = wk->p;
-    sw_edge_table *e = &p->tables.edges[wk->todo[q]];
-    int slot = p->edge_consumer_slot[wk->todo[q]];
-    sw_status s = p->bound_tables ? sw_transfer_bound_table(p, e->dst, slot, p->bound_bw, e->time)
-                                  : sw_transfer_table(p, e->dst, slot, e->time, e->bytes);
-    atomic_fetch_add(&p->progress_done, 1);
-    return s;
-}
-
-/* The distinct tables of a problem's edges (find_edge_tables), filled after the node costs
- * (fill_edge_tables). */
+ * Each table is written by one thread only; the problem is read-only here.  The tables of
+ * one class (scaled copies, above) are filled by one call where the transfers are counted
+ * (sw_transfer_tables_placed), each on its own otherwise. */
 typedef struct {
     int ntables;
-    int *todo;       /* per distinct table: the edge that owns it */
-    int *table_of;   /* per edge: its distinct table */
+    int *todo;        /* per distinct table: the edge that owns it */
+    int *table_of;    /* per edge: its distinct table */
+    double *unit;     /* per distinct table: prod_d g_d, its coordinates' common divisors */
+    int nclasses;
+    int *class_at;    /* per class: its first member in `members`; class_at[nclasses] = ntables */
+    int *members;     /* distinct tables, class by class */
 } edge_tables;
 
 static void edge_tables_free(edge_tables *et) {
     free(et->todo);
     free(et->table_of);
+    free(et->unit);
+    free(et->class_at);
+    free(et->members);
     *et = (edge_tables){0};
 }
 
+typedef struct {
+    sw_problem *p;
+    const edge_tables *et;
+} table_work;
+
+static sw_status fill_class(void *ctx, int c) {
+    table_work *wk = ctx;
+    sw_problem *p = wk->p;
+    const edge_tables *et = wk->et;
+    int first = et->class_at[c], n = et->class_at[c + 1] - first;
+    sw_table_copy copies[SW_TABLE_COPIES];
+    sw_status s = SW_OK;
+    for (int q = 0; q < n && s == SW_OK;) {
+        int lead = et->todo[et->members[first + q]];
+        const sw_edge_table *e = &p->tables.edges[lead];
+        int slot = p->edge_consumer_slot[lead];
+        if (p->bound_tables) {
+            s = sw_transfer_bound_table(p, e->dst, slot, p->bound_bw, e->time);
+            q++;
+            continue;
+        }
+        /* counted: the class's next few tables from this one's counts; else this one alone */
+        int most = sw_transfer_counted(p, e->dst, slot) ? SW_TABLE_COPIES : 1, m = 0;
+        for (; q < n && m < most; q++) {
+            int table = et->members[first + q];
+            const sw_edge_table *x = &p->tables.edges[et->todo[table]];
+            copies[m++] = (sw_table_copy){x->time, x->bytes, et->unit[table]};
+        }
+        s = sw_transfer_tables(p, e->dst, slot, copies, m);
+    }
+    atomic_fetch_add(&p->progress_done, n);
+    return s;
+}
+
 /* An edge's table is a function of its producer's part of the data and its consumer's; each
- * part is kept once (ids into two key sets), so two edges share a table when both ids agree:
- * exactly when the data, the parts put end to end, agree (each part's length follows from its
- * content).  Ops with equal node data (sw_node_twins: from[i]) read their inputs alike, so a
- * consumer's part is made once per such group, slot and listing.  Writes the problem's edges
- * (t->edges, p->edge_consumer_slot) and nothing the node costs write: the two run at once. */
+ * part is kept once, divided by its own divisors (ids into two key sets, and the divisors per
+ * producer and per consumer part), so two edges share a table when both ids and both divisors
+ * agree: exactly when the data, the parts put end to end, agree (each part's length follows
+ * from its content).  Two distinct tables are of one class (scaled copies) when the ids agree
+ * and the divisors do up to one factor per dimension.  Ops with equal node data
+ * (sw_node_twins: from[i]) read their inputs alike, so a consumer's part is made once per such
+ * group, slot and listing.  Writes the problem's edges (t->edges, p->edge_consumer_slot) and
+ * nothing the node costs write: the two run at once. */
+typedef struct {
+    int producer, consumer;           /* part ids */
+    int64_t ps[SW_MAX_RANK], cs[SW_MAX_RANK];   /* their divisors */
+} table_parts;
+
+/* The class of a table: its part ids and its divisors over their common ones, g[d] =
+ * gcd(ps[d], cs[d]) (returned in g). */
+static table_parts class_of(const table_parts *t, int64_t g[SW_MAX_RANK]) {
+    table_parts c = {t->producer, t->consumer, {0}, {0}};
+    for (int d = 0; d < SW_MAX_RANK; d++) {
+        g[d] = gcd64(t->ps[d], t->cs[d]);
+        c.ps[d] = t->ps[d] / g[d];
+        c.cs[d] = t->cs[d] / g[d];
+    }
+    return c;
+}
+
 static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *et) {
     sw_tables *t = &p->tables;
     int ne = 0, maxk = 1;
@@ -357,20 +495,29 @@ static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *e
     sw_key_set consumers = {0, calloc(2 * cap, sizeof(sw_key)), calloc(2 * cap, sizeof(uint64_t)),
                             calloc(2 * cap, sizeof(int))};
     int *producer_of = malloc(sizeof(int) * nops);       /* op -> its producer part's id, -1: not yet */
+    int64_t *producer_scale = malloc(sizeof(int64_t) * SW_MAX_RANK * nops);
     int *first_edge = malloc(sizeof(int) * nops);        /* op -> its first data edge */
     int *consumer_of = malloc(sizeof(int) * 2 * cap);    /* 2 edge + listing -> consumer part's id */
-    int *table_parts = malloc(sizeof(int) * 2 * cap);    /* per distinct table: its two ids */
+    int64_t *consumer_scale = malloc(sizeof(int64_t) * SW_MAX_RANK * 2 * cap);
+    table_parts *parts = malloc(sizeof *parts * cap);    /* per distinct table */
     et->todo = malloc(sizeof(int) * cap);
     et->table_of = malloc(sizeof(int) * cap);
+    et->unit = malloc(sizeof(double) * cap);
+    et->class_at = malloc(sizeof(int) * (cap + 1));
+    et->members = malloc(sizeof(int) * cap);
     int *todo = et->todo, *table_of = et->table_of;
+    int *class_id = malloc(sizeof(int) * cap);           /* per distinct table */
+    char *whole = malloc(cap);                           /* per distinct table: its counts exact in doubles */
+    table_parts *klass = malloc(sizeof *klass * cap);    /* per distinct table: its class (class_of) */
     sw_box *regions = malloc(sizeof *regions * (size_t)maxk);
     char *used = malloc((size_t)maxk);
-    sw_key key = {0};
+    sw_key key = {0}, at = {0};
     sw_status s = SW_OK;
     int ntables = 0;
     if (!t->edges || !p->edge_consumer_slot || !producers.key || !producers.hash || !producers.owner ||
-        !consumers.key || !consumers.hash || !consumers.owner || !producer_of || !first_edge || !consumer_of ||
-        !table_parts || !todo || !table_of || !regions || !used) {
+        !consumers.key || !consumers.hash || !consumers.owner || !producer_of || !producer_scale || !first_edge ||
+        !consumer_of || !consumer_scale || !parts || !todo || !table_of || !et->unit || !et->class_at ||
+        !et->members || !class_id || !whole || !klass || !regions || !used) {
         s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -391,17 +538,21 @@ static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *e
             e->src = in->producer;
             e->dst = i;
             p->edge_consumer_slot[t->nedges] = k;
+            int64_t *ps = producer_scale + (size_t)SW_MAX_RANK * (size_t)in->producer;
             if (producer_of[in->producer] < 0) {
-                producer_of[in->producer] = producer_data(p, in->producer, &key) ? part_id(&producers, p->nops, &key) : -1;
+                producer_of[in->producer] = producer_data(p, in->producer, &key, ps) ? part_id(&producers, p->nops, &key)
+                                                                                     : -1;
                 if (producer_of[in->producer] < 0) {
                     s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
                     break;
                 }
             }
             int listed = by_regions(p, i, k);
-            int *cid = &consumer_of[2 * (first_edge[from[i]] + nth++) + listed];   /* the group's first op's edge */
+            size_t slot_at = 2 * (size_t)(first_edge[from[i]] + nth++) + (size_t)listed;   /* the group's first op's edge */
+            int *cid = &consumer_of[slot_at];
+            int64_t *cs = consumer_scale + (size_t)SW_MAX_RANK * slot_at;
             if (*cid < 0) {
-                s = consumer_data(p, i, k, listed, &key, regions, used);
+                s = consumer_data(p, i, k, listed, &key, regions, used, &at, cs);
                 *cid = s == SW_OK ? part_id(&consumers, (int)(2 * cap), &key) : -1;
                 if (s == SW_OK && *cid < 0) {
                     s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
@@ -410,9 +561,12 @@ static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *e
                     break;
                 }
             }
+            table_parts mine = {producer_of[in->producer], *cid, {0}, {0}};
+            memcpy(mine.ps, ps, sizeof mine.ps);
+            memcpy(mine.cs, cs, sizeof mine.cs);
             int twin = -1;
             for (int q = 0; q < ntables && twin < 0; q++) {
-                if (table_parts[2 * q] == producer_of[in->producer] && table_parts[2 * q + 1] == *cid) {
+                if (!memcmp(&parts[q], &mine, sizeof mine)) {
                     twin = q;
                 }
             }
@@ -422,23 +576,82 @@ static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *e
                 table_of[t->nedges - 1] = twin;
                 continue;
             }
-            table_parts[2 * ntables] = producer_of[in->producer];
-            table_parts[2 * ntables + 1] = *cid;
+            parts[ntables] = mine;
             table_of[t->nedges - 1] = ntables;
             todo[ntables++] = t->nedges - 1;
         }
+    }
+    /* the classes: distinct tables whose parts agree up to a factor per dimension */
+    int nclasses = 0;
+    for (int q = 0; s == SW_OK && q < ntables; q++) {
+        int64_t g[SW_MAX_RANK];
+        klass[q] = class_of(&parts[q], g);
+        et->unit[q] = 1.0;
+        for (int d = 0; d < SW_MAX_RANK; d++) {
+            et->unit[q] *= (double)g[d];
+        }
+        class_id[q] = -1;
+        /* counts up to 2^53 are whole numbers in a double: copies only below that (a bound of
+         * each table's: its consumer's most workers each reading the producer's whole output) */
+        const sw_edge_table *e = &t->edges[todo[q]];
+        double reach = 1.0;
+        for (int d = 0; d < p->ops[e->src].out_rank; d++) {
+            reach *= (double)p->ops[e->src].extent[d];
+        }
+        int most = 1;
+        for (int c = 0; c < p->ops[e->dst].ncfg; c++) {
+            most = p->ops[e->dst].cfgs[c].nworkers > most ? p->ops[e->dst].cfgs[c].nworkers : most;
+        }
+        whole[q] = reach * (double)most <= 9007199254740992.0;
+        for (int r = 0; r < q && class_id[q] < 0 && whole[q]; r++) {
+            if (!whole[r]) {
+                continue;
+            }
+            if (!memcmp(&klass[r], &klass[q], sizeof klass[q])) {
+                class_id[q] = class_id[r];
+            }
+        }
+        class_id[q] = class_id[q] >= 0 ? class_id[q] : nclasses++;
+    }
+    if (s == SW_OK) {   /* members class by class, each class in table order (a counting sort) */
+        for (int c = 0; c <= nclasses; c++) {
+            et->class_at[c] = 0;
+        }
+        for (int q = 0; q < ntables; q++) {
+            et->class_at[class_id[q] + 1]++;
+        }
+        for (int c = 0; c < nclasses; c++) {
+            et->class_at[c + 1] += et->class_at[c];
+        }
+        int *fill = malloc(sizeof(int) * (size_t)(nclasses > 0 ? nclasses : 1));
+        if (!fill) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        memcpy(fill, et->class_at, sizeof(int) * (size_t)nclasses);
+        for (int q = 0; q < ntables; q++) {
+            et->members[fill[class_id[q]]++] = q;
+        }
+        free(fill);
+        et->nclasses = nclasses;
     }
 done:
     et->ntables = ntables;
     sw_key_set_free(&producers);
     sw_key_set_free(&consumers);
     free(producer_of);
+    free(producer_scale);
     free(first_edge);
     free(consumer_of);
-    free(table_parts);
+    free(consumer_scale);
+    free(parts);
+    free(class_id);
+    free(whole);
+    free(klass);
     free(regions);
     free(used);
     free(key.v);
+    free(at.v);
     return s;
 }
 
@@ -474,8 +687,16 @@ static sw_status fill_edge_tables(sw_problem *p, int with_bytes, const edge_tabl
     }
     atomic_store(&p->progress_done, 0);
     atomic_store(&p->progress_total, ntables);
-    table_work wk = {p, todo};
-    return sw_parallel_for(ntables, p->threads, fill_one, &wk);
+    p->distinct_tables = ntables;
+    p->counted_tables = 0;
+    for (int c = 0; c < et->nclasses; c++) {   /* as fill_class fills them */
+        int n = et->class_at[c + 1] - et->class_at[c];
+        const sw_edge_table *e = &t->edges[todo[et->members[et->class_at[c]]]];
+        int counted = !p->bound_tables && sw_transfer_counted(p, e->dst, p->edge_consumer_slot[todo[et->members[et->class_at[c]]]]);
+        p->counted_tables += counted ? (n + SW_TABLE_COPIES - 1) / SW_TABLE_COPIES : n;
+    }
+    table_work wk = {p, et};
+    return sw_parallel_for(et->nclasses, p->threads, fill_class, &wk);
 }
 
 /* find_edge_tables and the node costs at once (each on its own thread: neither writes what the

@@ -965,8 +965,9 @@ static int symmetric_table(const sw_problem *p, const sw_op *dst, const sw_op *s
     return same;
 }
 
-sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, double *time, double *bytes) {
+sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, const sw_table_copy *copies, int n) {
     const sw_op *dst = &p->ops[consumer];
+    double *time = copies[0].time, *bytes = copies[0].bytes;
     const sw_op *src = &p->ops[dst->inputs[slot].producer];
     int nj = dst->ncfg;
     /* no gradient flows back into the graph's inputs: their transfers happen once */
@@ -1053,6 +1054,13 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
         }
         double total = rd.volume_sum;
         double far = placed_seconds(p, per_elem, total, 0.0, 0.0);   /* no node in common */
+        /* the copies' totals and far entries: counts over copies[0].unit are the whole numbers of
+         * the table with every coordinate divided by the divisors, times a copy's unit its own */
+        double totals[SW_TABLE_COPIES], fars[SW_TABLE_COPIES];
+        for (int m = 1; m < n; m++) {
+            totals[m] = total / copies[0].unit * copies[m].unit;
+            fars[m] = placed_seconds(p, per_elem, totals[m], 0.0, 0.0);
+        }
         for (int ci0 = 0; ci0 < src->ncfg && !(mirror && ci0 >= cj1); ci0 = src_end[ci0]) {   /* (mirror: ci <= cj) */
             int ci1 = src_end[ci0];
             placed_memo *m = cj1 - cj0 > 1 && ci1 - ci0 > 1 ? &memo : NULL;
@@ -1063,7 +1071,8 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
                 double *trow = time + (size_t)ci * nj, *brow = bytes ? bytes + (size_t)ci * nj : NULL;
                 for (int cj = mirror && ci > cj0 ? ci : cj0; cj < cj1; cj++) {
                     double same = 0.0, local = 0.0;
-                    if (apart(&dst_at[cj], &src_at[ci])) {
+                    int far_apart = apart(&dst_at[cj], &src_at[ci]);
+                    if (far_apart) {
                         trow[cj] = far;
                     } else {
                         trow[cj] = memo_seconds(p, m, &rd, &dst_at[cj], &grids[ci], &src->cfgs[ci], &src_at[ci], per_elem,
@@ -1072,16 +1081,29 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
                     if (brow) {
                         brow[cj] = per_elem * (total - local);
                     }
+                    /* the scaled copies: the counts per unit (whole numbers), times each copy's unit */
+                    double same_unit = n > 1 ? same / copies[0].unit : 0.0, local_unit = n > 1 ? local / copies[0].unit : 0.0;
+                    for (int q = 1; q < n; q++) {
+                        size_t at = (size_t)ci * nj + (size_t)cj;
+                        double sq = same_unit * copies[q].unit, lq = local_unit * copies[q].unit;
+                        copies[q].time[at] = far_apart ? fars[q] : placed_seconds(p, per_elem, totals[q], sq, lq);
+                        if (copies[q].bytes) {
+                            copies[q].bytes[at] = per_elem * (totals[q] - lq);
+                        }
+                    }
                 }
             }
         }
         free_reads(&rd);
     }
-    for (int ci = 1; mirror && s == SW_OK && ci < nj; ci++) {   /* the entries below the diagonal */
-        for (int cj = 0; cj < ci; cj++) {
-            time[(size_t)ci * nj + cj] = time[(size_t)cj * nj + ci];
-            if (bytes) {
-                bytes[(size_t)ci * nj + cj] = bytes[(size_t)cj * nj + ci];
+    for (int q = 0; q < n; q++) {   /* the entries below the diagonal */
+        double *tq = copies[q].time, *bq = copies[q].bytes;
+        for (int ci = 1; mirror && s == SW_OK && ci < nj; ci++) {
+            for (int cj = 0; cj < ci; cj++) {
+                tq[(size_t)ci * nj + cj] = tq[(size_t)cj * nj + ci];
+                if (bq) {
+                    bq[(size_t)ci * nj + cj] = bq[(size_t)cj * nj + ci];
+                }
             }
         }
     }

@@ -162,6 +162,8 @@ static PyMethodDef Problem_methods[] = {
      "configs(op, rows=None) -> (degrees, devices): every configuration, or those rows of the enumeration"},
     {"chosen", (PyCFunction)sw_py_problem_chosen, METH_O,
      "chosen(choice) -> (degrees, devices, reductions, counts): each op's configuration choice[op] in one call"},
+    {"config_counts", (PyCFunction)sw_py_problem_config_counts, METH_NOARGS,
+     "config_counts() -> (nops,) int64: every op's number of configurations"},
     {"workers", (PyCFunction)sw_py_problem_workers, METH_VARARGS,
      "workers(op) -> (n,) int32: the number of workers of every configuration"},
     {"degrees", (PyCFunction)sw_py_problem_degrees, METH_VARARGS,
@@ -189,6 +191,8 @@ static PyMethodDef Problem_methods[] = {
     {"edge_table", (PyCFunction)sw_py_problem_edge_table, METH_VARARGS,
      "edge_table(e, rows=None, cols=None) -> (t_x, bytes or None): the table, or those producer rows and consumer "
      "columns of it"},
+    {"table_counts", (PyCFunction)sw_py_problem_table_counts, METH_NOARGS,
+     "table_counts() -> (edges, distinct transfer tables, tables counted; the others scaled copies of those)"},
     {"edge_times", (PyCFunction)sw_py_problem_edge_times, METH_NOARGS,
      "edge_times() -> [t_x per edge], edges sharing a table sharing one array"},
     {"least_transfer", (PyCFunction)sw_py_problem_least_transfer, METH_VARARGS,
@@ -287,7 +291,7 @@ static int module_exec(PyObject *m) {
         return -1;
     }
     if (sw_py_register_schedule(m) < 0 || sw_py_register_gpu_plan(m) < 0 || sw_py_register_swap(m) < 0 ||
-        sw_py_register_loopback(m) < 0) {
+        sw_py_register_loopback(m) < 0 || sw_py_register_encode(m) < 0) {
         return -1;
     }
     sw_blas_single_thread();

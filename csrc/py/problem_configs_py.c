@@ -468,6 +468,23 @@ PyObject *sw_py_problem_workers(ProblemObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
+/* config_counts() -> (nops,) int64: every op's number of configurations (as enumerated). */
+PyObject *sw_py_problem_config_counts(ProblemObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    npy_intp n = self->p->nops;
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
+    if (!out) {
+        return NULL;
+    }
+    int64_t *count = PyArray_DATA(out);
+    for (int i = 0; i < self->p->nops; i++) {
+        count[i] = self->p->ops[i].ncfg;
+    }
+    return (PyObject *)out;
+}
+
 /* iteration_region(op, slot, lo, hi) -> (box, exact): the region of input `slot` that the
  * iteration points [lo, hi) (every variable: output dims then reductions) read, as a tuple
  * of (lo, hi) per input dimension, and per dimension whether every index of it is read. */

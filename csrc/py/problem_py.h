@@ -75,6 +75,7 @@ PyObject *sw_py_problem_reductions(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_configs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_copy_configs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_workers(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_config_counts(ProblemObject *self, PyObject *ignored);
 PyObject *sw_py_problem_degrees(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_iteration_region(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_iteration_regions(ProblemObject *self, PyObject *args);
@@ -86,6 +87,7 @@ PyObject *sw_py_problem_node_costs(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_set_compute_times(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_edges(ProblemObject *self, PyObject *ignored);
 PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args);
+PyObject *sw_py_problem_table_counts(ProblemObject *self, PyObject *ignored);
 PyObject *sw_py_problem_edge_times(ProblemObject *self, PyObject *args);
 
 /* memory_tables_py.c: Problem.memory_tables (the memory-constrained search's footprints) */
@@ -127,6 +129,8 @@ PyObject *sw_py_problem_worker_times(ProblemObject *self, PyObject *args);
 int sw_py_register_sim_tasks(PyObject *module);
 /* routes_py.c: its NumPy API table, the module functions widest_bandwidths and widest_routes */
 int sw_py_register_routes(PyObject *module);
+/* encode_py.c: encode_ops, op descriptions in the core's words */
+int sw_py_register_encode(PyObject *module);
 
 /* swap_py.c: Problem.swap_plan; a swap argument: None (spec->n = 0) or (buffer, out_at, in_at) int32
  * arrays of one length, held in arr[3] (Py_XDECREF them either way); -1 with an exception. */

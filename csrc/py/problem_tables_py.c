@@ -192,6 +192,15 @@ PyObject *sw_py_problem_edge_table(ProblemObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", time, bytes);
 }
 
+/* table_counts() -> (edges, distinct tables, tables counted): edges whose data agree share a
+ * table; of the distinct tables, scaled copies of a counted one are filled from its counts. */
+PyObject *sw_py_problem_table_counts(ProblemObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!sw_py_tables_ready(self)) {
+        return NULL;
+    }
+    return Py_BuildValue("(iii)", self->p->tables.nedges, self->p->distinct_tables, self->p->counted_tables);
+}
+
 /* edge_times() -> [t_x per edge]: every edge's Eq. 1 table, an edge that shares its table with
  * an earlier one (equal data, cost.c) given that edge's array object, so that equal tables are
  * copied once and stay one array for the elimination's reuse of products. */

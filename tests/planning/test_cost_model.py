@@ -490,28 +490,86 @@ def test_reduction_split_plans_round_trip_through_files(tmp_path):
     assert back.cost == pytest.approx(plan.cost, rel=1e-12)
 
 
-def test_encoded_ops_carry_each_ops_split_granules_and_producers():
-    """The C core's encoding of an op (problem._desc_words, made once per OpDesc): its granules are
-    split_granules' (computed only where an expression has a divisor or modulus or a dimension is
-    unsplittable), and encode_graph writes each data input's producer where -1 stands."""
-    from shardwise.ops.desc import DATA
-    from shardwise.planning.problem import _desc_words, encode_graph
+def encoded_op(desc, producers):
+    """The words of one op (encode_ops of it alone, the op count dropped) and where each data
+    input's producer word lies in them, found from the layout (the C encoder's header comment)
+    with the description read here: nvars, out_rank, extents, granules, additive flags, ninputs,
+    then per input role, producer, rank, shape, five fields per index expression, window."""
+    from shardwise.planning.problem import encode_ops
 
-    periodic = 0
+    blob, flops = encode_ops([desc], [producers])
+    words = [int(w) for w in blob[1:]]
+    nvars, rank = len(desc.extents), desc.out_rank
+    at = 2 + nvars + rank + (nvars - rank) + 1
+    slots = []
+    for inp in desc.inputs:
+        slots.append(at + 1)
+        at += 3 + len(inp.shape) + len(inp.exprs) * (2 * nvars + 3) + 1
+        at += 0 if inp.window is None else 2 * len(inp.window)
+    assert at == len(words)
+    assert tuple(flops[0]) == (desc.flops_per_point, desc.flops_per_output)
+    return words, slots
+
+
+def test_encoded_ops_carry_each_ops_split_granules_and_producers():
+    """The C core's encoding of an op (encode_ops): its extents and granules are split_granules'
+    (computed only where an expression has a divisor or modulus or a dimension is unsplittable),
+    its additive reductions flagged, each index expression's coefficients, divisors, offset,
+    div and mod in place, and encode_graph writes each data input's producer where a weight's
+    -1 stands."""
+    from shardwise.ops.desc import DATA, ROLE_BIAS
+    from shardwise.planning.problem import encode_graph
+
+    periodic = additive = 0
     for name in sw.models.names():
         g = sw.models.get(name)
-        blob, _ = encode_graph(g)
+        blob, flops = encode_graph(g)
+        assert int(blob[0]) == len(g.ops) and flops.shape == (len(g.ops), 2)
         at = 1
-        for op in g.ops:
+        for i, op in enumerate(g.ops):
             desc = op.desc
-            words, slots = _desc_words(desc)
+            words, slots = encoded_op(desc, op.inputs)
             nvars, rank = words[0], words[1]
             assert (nvars, rank) == (len(desc.extents), desc.out_rank)
+            assert tuple(words[2:2 + nvars]) == desc.extents
             assert tuple(words[2 + nvars:2 + nvars + rank]) == desc.split_granules()
+            flags = words[2 + nvars + rank:2 * nvars + 2]
+            assert flags == [int(v in desc.additive) for v in range(rank, nvars)]
+            additive += sum(flags)
             periodic += any(e.div != 1 or e.mod != 0 for i in desc.inputs for e in i.exprs) or bool(desc.unsplittable)
-            data = [k for k, i in enumerate(desc.inputs) if i.role == DATA]
-            assert len(slots) == len(data) and all(words[s] == -1 for s in slots)
-            assert [int(blob[at + s]) for s in slots] == list(op.inputs[:len(slots)])
+            producers = iter(op.inputs)
+            for inp, s in zip(desc.inputs, slots):
+                assert words[s - 1] == (ROLE_BIAS if inp.bias else inp.role)
+                assert words[s] == (next(producers) if inp.role == DATA else -1)
+                assert tuple(words[s + 2:s + 2 + len(inp.shape)]) == inp.shape
+                e = inp.exprs[-1] if inp.exprs else None
+                if e is not None:   # the last expression's five fields end before the window word
+                    end = s + 2 + len(inp.shape) + len(inp.exprs) * (2 * nvars + 3)
+                    assert tuple(words[end - 3:end]) == (e.offset, e.div, e.mod)
+                    assert tuple(words[end - 3 - 2 * nvars:end - 3 - nvars]) == e.coefs
+                    assert tuple(words[end - 3 - nvars:end - 3]) == (e.vdivs or (1,) * nvars)
+            assert [int(w) for w in blob[at:at + len(words)]] == words
+            assert tuple(flops[i]) == (desc.flops_per_point, desc.flops_per_output)
             at += len(words)
         assert at == len(blob)
     assert periodic > 0   # some op's granules came from split_granules itself
+
+
+def test_encode_ops_refuses_malformed_descriptions():
+    """Bad descriptions raise a Python exception naming the op, never a crash."""
+    from dataclasses import replace
+
+    from shardwise.planning.problem import encode_ops
+
+    g = sw.models.get("lenet5")
+    good = [op.desc for op in g.ops]
+    producers = [op.inputs for op in g.ops]
+    with pytest.raises(ValueError, match="2 descriptions but 1 producer lists"):
+        encode_ops(good[:2], producers[:1])
+    bad = replace(good[1], out_rank=len(good[1].extents) + 1)
+    with pytest.raises(ValueError, match="op 1: out_rank"):
+        encode_ops([good[0], bad], producers[:2])
+    with pytest.raises(AttributeError, match="op 0: .* no attribute 'extents'"):
+        encode_ops([object()], [()])
+    with pytest.raises(TypeError):
+        encode_ops([good[0]], [None])

@@ -19,7 +19,7 @@ from shardwise.graph import Graph
 from shardwise.ops.box import Box
 from shardwise.ops.builtin import input_op
 from shardwise.ops.desc import DATA, OpDesc
-from shardwise.planning.problem import _encode_op, encode_graph
+from shardwise.planning.problem import encode_graph, encode_ops
 
 _ONE_DEVICE = (np.ones(1), np.ones(1), np.zeros((1, 1)))   # regions do not depend on the machine
 
@@ -40,15 +40,10 @@ def desc_problem(desc: OpDesc) -> tuple["_core.Problem", int]:
     hit = _ALONE.get(id(desc))
     if hit is not None and hit[0] is desc:
         return hit[1], hit[2]
-    words: list[int] = []
-    producers = []
-    for inp in desc.inputs:
-        if inp.role == DATA:
-            _encode_op(input_op(tuple(inp.shape)), (), words)
-            producers.append(len(producers))
-    _encode_op(desc, producers, words)
-    n = len(producers) + 1
-    problem = _core.Problem(np.asarray([n, *words], dtype=np.int64), np.zeros((n, 2)), *_ONE_DEVICE)
+    inputs = [input_op(tuple(inp.shape)) for inp in desc.inputs if inp.role == DATA]
+    n = len(inputs) + 1
+    blob, _ = encode_ops([*inputs, desc], [()] * len(inputs) + [range(len(inputs))])
+    problem = _core.Problem(blob, np.zeros((n, 2)), *_ONE_DEVICE)
     if len(_ALONE) >= _ALONE_LIMIT:
         _ALONE.clear()
     _ALONE[id(desc)] = (desc, problem, n - 1)

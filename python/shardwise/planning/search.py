@@ -565,7 +565,8 @@ def _op_configs(graph: Graph, rows: Sequence[tuple]) -> dict[str, OpConfig]:
 
 
 def _configurations(problem, graph: Graph) -> list[int]:
-    return [len(problem.workers(op.index)) for op in graph.ops]   # (one count per configuration)
+    """Every op's number of configurations (ops in graph order, as the problem holds them)."""
+    return problem.config_counts().tolist()
 
 
 def _too_large(ncfg: list[int], graph: Graph) -> bool:
