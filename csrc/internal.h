@@ -305,6 +305,13 @@ static inline void sw_index_fill(int32_t *slot, int32_t slots, int32_t n, uint64
  * sw_problem_build_node_tables (shardwise.h) does both. */
 sw_status sw_node_twins(const sw_problem *p, int *from);
 sw_status sw_build_node_costs(sw_problem *p, const int *from);
+/* sw_build_node_costs in three steps, for a caller that runs the ops' items among other work:
+ * the arrays and the ops computed (*first, nfirst of them; freed by the caller), then
+ * sw_node_costs_of(p, first[q]) for every q (any order, several threads), then the copies to
+ * the other ops of each group. */
+sw_status sw_node_costs_start(sw_problem *p, const int *from, int **first, int *nfirst);
+sw_status sw_node_costs_of(sw_problem *p, int op);
+sw_status sw_node_costs_finish(sw_problem *p, const int *from);
 
 /* The three terms of Eq. 1 for single configurations. */
 double sw_compute_time(const sw_problem *p, int op, const sw_config *c);

@@ -9,6 +9,7 @@
  * t_c and t_s (the node costs) are in cost_node.c.
  */
 #include <math.h>       /* INFINITY, fmax */
+#include <pthread.h>    /* the build's items wait for the tables' layout */
 #include <stdatomic.h>  /* atomic_fetch_add: the progress counter */
 #include <stdint.h>     /* UINT32_MAX */
 #include <stdlib.h>     /* calloc, malloc, free */
@@ -477,6 +478,16 @@ static table_parts class_of(const table_parts *t, int64_t g[SW_MAX_RANK]) {
     return c;
 }
 
+typedef struct {
+    int id;
+    double work;
+} class_order;
+
+static int more_work_first(const void *a, const void *b) {
+    const class_order *x = a, *y = b;
+    return x->work > y->work ? -1 : x->work < y->work ? 1 : x->id - y->id;
+}
+
 static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *et) {
     sw_tables *t = &p->tables;
     int ne = 0, maxk = 1;
@@ -613,6 +624,37 @@ static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *e
         }
         class_id[q] = class_id[q] >= 0 ? class_id[q] : nclasses++;
     }
+    /* the classes, largest first (their work estimated by their cells, a copy's at a sixth of a
+     * counted one's), so that the threads filling them end together rather than one of them
+     * on a last large class while the other waits */
+    class_order *order = s == SW_OK ? calloc((size_t)(nclasses > 0 ? nclasses : 1), sizeof *order) : NULL;
+    if (s == SW_OK && !order) {
+        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (int q = 0; s == SW_OK && q < ntables; q++) {
+        const sw_edge_table *e = &t->edges[todo[q]];
+        double cells = (double)p->ops[e->src].ncfg * (double)p->ops[e->dst].ncfg;
+        order[class_id[q]].id = class_id[q];
+        order[class_id[q]].work += order[class_id[q]].work > 0 ? cells / 6 : cells;
+    }
+    if (s == SW_OK) {
+        qsort(order, (size_t)nclasses, sizeof *order, more_work_first);
+        for (int c = 0; c < nclasses; c++) {   /* class ids renumbered in that order */
+            order[c].work = c;
+        }
+        int *rank = malloc(sizeof(int) * (size_t)(nclasses > 0 ? nclasses : 1));
+        if (!rank) {
+            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        for (int c = 0; s == SW_OK && c < nclasses; c++) {
+            rank[order[c].id] = c;
+        }
+        for (int q = 0; s == SW_OK && q < ntables; q++) {
+            class_id[q] = rank[class_id[q]];
+        }
+        free(rank);
+    }
+    free(order);
     if (s == SW_OK) {   /* members class by class, each class in table order (a counting sort) */
         for (int c = 0; c <= nclasses; c++) {
             et->class_at[c] = 0;
@@ -655,8 +697,9 @@ done:
     return s;
 }
 
-/* The distinct tables' storage (one block) and their entries, on the problem's threads. */
-static sw_status fill_edge_tables(sw_problem *p, int with_bytes, const edge_tables *et) {
+/* The distinct tables' storage (one block), each edge's arrays in it, and the counts of
+ * table_counts; the entries are filled by fill_class. */
+static sw_status lay_out_tables(sw_problem *p, int with_bytes, const edge_tables *et) {
     sw_tables *t = &p->tables;
     int ntables = et->ntables;
     const int *todo = et->todo, *table_of = et->table_of;
@@ -685,8 +728,6 @@ static sw_status fill_edge_tables(sw_problem *p, int with_bytes, const edge_tabl
             t->edges[q].bytes = t->edges[todo[table_of[q]]].bytes;
         }
     }
-    atomic_store(&p->progress_done, 0);
-    atomic_store(&p->progress_total, ntables);
     p->distinct_tables = ntables;
     p->counted_tables = 0;
     for (int c = 0; c < et->nclasses; c++) {   /* as fill_class fills them */
@@ -695,22 +736,60 @@ static sw_status fill_edge_tables(sw_problem *p, int with_bytes, const edge_tabl
         int counted = !p->bound_tables && sw_transfer_counted(p, e->dst, p->edge_consumer_slot[todo[et->members[et->class_at[c]]]]);
         p->counted_tables += counted ? (n + SW_TABLE_COPIES - 1) / SW_TABLE_COPIES : n;
     }
-    table_work wk = {p, et};
-    return sw_parallel_for(et->nclasses, p->threads, fill_class, &wk);
+    return SW_OK;
 }
 
-/* find_edge_tables and the node costs at once (each on its own thread: neither writes what the
- * other reads): the keys of Inception-v3's 349 edges take ~3 ms on one thread, the node costs
- * ~4 ms on two. */
+/* ---- the build as one pool of work (parallel.c) ----
+ * Item 0 finds the distinct tables and their classes and lays out their storage; items 1 ..
+ * nfirst compute the node costs of each group of ops with equal node data; every item after
+ * those fills one class of tables (none past the last class), once item 0 is done: a thread
+ * that takes one earlier waits for it.  The node costs and the tables read the problem and
+ * write apart.  As two steps (the keys beside the node costs, then the tables), Inception-v3
+ * over 16 devices waited ~2 ms between them: the keys took ~3.5 ms on one thread while the
+ * node costs took ~4 ms on the other. */
 typedef struct {
     sw_problem *p;
     const int *from;
-    edge_tables *et;
-} keys_and_nodes;
+    int with_bytes;
+    const int *first;   /* node items: the first op of each group */
+    int nfirst;
+    edge_tables et;
+    pthread_mutex_t lock;
+    pthread_cond_t laid_out;
+    int ready;   /* item 0: 0 running, 1 done, -1 failed */
+} build_work;
 
-static sw_status keys_or_nodes(void *ctx, int i) {
-    keys_and_nodes *w = ctx;
-    return i == 0 ? find_edge_tables(w->p, w->from, w->et) : sw_build_node_costs(w->p, w->from);
+static sw_status build_item(void *ctx, int i) {
+    build_work *w = ctx;
+    if (i == 0) {
+        sw_status s = find_edge_tables(w->p, w->from, &w->et);
+        if (s == SW_OK) {
+            s = lay_out_tables(w->p, w->with_bytes, &w->et);
+        }
+        if (s == SW_OK) {   /* the tables' part of the progress: one per distinct table */
+            atomic_store(&w->p->progress_total, w->nfirst + w->et.ntables);
+        }
+        pthread_mutex_lock(&w->lock);
+        w->ready = s == SW_OK ? 1 : -1;
+        pthread_cond_broadcast(&w->laid_out);
+        pthread_mutex_unlock(&w->lock);
+        return s;
+    }
+    if (i <= w->nfirst) {
+        return sw_node_costs_of(w->p, w->first[i - 1]);
+    }
+    pthread_mutex_lock(&w->lock);
+    while (w->ready == 0) {
+        pthread_cond_wait(&w->laid_out, &w->lock);
+    }
+    int laid_out = w->ready > 0;
+    pthread_mutex_unlock(&w->lock);
+    int c = i - 1 - w->nfirst;
+    if (!laid_out || c >= w->et.nclasses) {   /* (item 0's failure is its own to report) */
+        return SW_OK;
+    }
+    table_work wk = {w->p, &w->et};
+    return fill_class(&wk, c);
 }
 
 sw_status sw_problem_build_tables(sw_problem *p, int with_bytes) {
@@ -721,15 +800,30 @@ sw_status sw_problem_build_tables(sw_problem *p, int with_bytes) {
     }
     int *from = malloc(sizeof(int) * (size_t)(p->nops > 0 ? p->nops : 1));   /* ops with equal node data */
     sw_status s = from ? sw_node_twins(p, from) : SW_FAIL(SW_ERR_NOMEM, "out of memory");
-    edge_tables et = {0};
+    build_work w = {p, from, with_bytes, NULL, 0, {0}, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    int *first = NULL;
     if (s == SW_OK) {
-        keys_and_nodes w = {p, from, &et};
-        s = sw_parallel_for(2, p->threads > 1 ? 2 : 1, keys_or_nodes, &w);
+        s = sw_node_costs_start(p, from, &first, &w.nfirst);
     }
     if (s == SW_OK) {
-        s = fill_edge_tables(p, with_bytes, &et);
+        int edges = 0;   /* an upper bound of the classes */
+        for (int i = 0; i < p->nops; i++) {
+            for (int k = 0; k < p->ops[i].ninputs; k++) {
+                edges += p->ops[i].inputs[k].role == SW_ROLE_DATA;
+            }
+        }
+        w.first = first;
+        atomic_store(&p->progress_done, 0);
+        atomic_store(&p->progress_total, w.nfirst + edges);
+        s = sw_parallel_for(1 + w.nfirst + edges, p->threads, build_item, &w);
     }
-    edge_tables_free(&et);
+    if (s == SW_OK) {
+        s = sw_node_costs_finish(p, from);
+    }
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.laid_out);
+    edge_tables_free(&w.et);
+    free(first);
     free(from);
     if (s != SW_OK) {
         sw_problem_reset_tables(p);

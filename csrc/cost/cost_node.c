@@ -699,6 +699,56 @@ sw_status sw_node_twins(const sw_problem *p, int *from) {
     return s;
 }
 
+sw_status sw_node_costs_start(sw_problem *p, const int *from, int **first, int *nfirst) {
+    int n = p->nops;
+    sw_tables *t = &p->tables;
+    t->nnodes = n;
+    t->ncfg = calloc((size_t)n, sizeof *t->ncfg);
+    t->node_cost = calloc((size_t)n, sizeof *t->node_cost);
+    p->tc = calloc((size_t)n, sizeof *p->tc);
+    p->ts = calloc((size_t)n, sizeof *p->ts);
+    p->sync_bytes = calloc((size_t)n, sizeof *p->sync_bytes);
+    *first = malloc(sizeof **first * (size_t)(n > 0 ? n : 1));
+    *nfirst = 0;
+    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes || !*first) {
+        return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        if (p->ops[i].ncfg < 1) {
+            return SW_FAIL(SW_ERR_VALUE, "op %d has no configurations; enumerate first", i);
+        }
+        t->ncfg[i] = p->ops[i].ncfg;
+        if (from[i] == i) {
+            (*first)[(*nfirst)++] = i;
+        }
+    }
+    return SW_OK;
+}
+
+sw_status sw_node_costs_of(sw_problem *p, int op) { return node_costs_of(p, op); }
+
+sw_status sw_node_costs_finish(sw_problem *p, const int *from) {
+    sw_tables *t = &p->tables;
+    for (int i = 0; i < p->nops; i++) {
+        if (from[i] == i) {
+            continue;
+        }
+        size_t bytes = sizeof(double) * (size_t)p->ops[i].ncfg;
+        t->node_cost[i] = malloc(bytes);
+        p->tc[i] = malloc(bytes);
+        p->ts[i] = malloc(bytes);
+        p->sync_bytes[i] = malloc(bytes);
+        if (!t->node_cost[i] || !p->tc[i] || !p->ts[i] || !p->sync_bytes[i]) {
+            return SW_FAIL(SW_ERR_NOMEM, "out of memory");
+        }
+        memcpy(t->node_cost[i], t->node_cost[from[i]], bytes);
+        memcpy(p->tc[i], p->tc[from[i]], bytes);
+        memcpy(p->ts[i], p->ts[from[i]], bytes);
+        memcpy(p->sync_bytes[i], p->sync_bytes[from[i]], bytes);
+    }
+    return SW_OK;
+}
+
 typedef struct {
     sw_problem *p;
     const int *first;   /* ops computed (item q: op first[q]) */
@@ -710,53 +760,17 @@ static sw_status node_costs_item(void *ctx, int q) {
 }
 
 sw_status sw_build_node_costs(sw_problem *p, const int *from) {
-    int n = p->nops;
-    sw_tables *t = &p->tables;
-    t->nnodes = n;
-    t->ncfg = calloc((size_t)n, sizeof *t->ncfg);
-    t->node_cost = calloc((size_t)n, sizeof *t->node_cost);
-    p->tc = calloc((size_t)n, sizeof *p->tc);
-    p->ts = calloc((size_t)n, sizeof *p->ts);
-    p->sync_bytes = calloc((size_t)n, sizeof *p->sync_bytes);
-    int *first = malloc(sizeof *first * (size_t)(n > 0 ? n : 1)), nfirst = 0;
-    sw_status s = SW_OK;
-    if (!t->ncfg || !t->node_cost || !p->tc || !p->ts || !p->sync_bytes || !first) {
-        s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
-        goto out;
+    int *first = NULL, nfirst = 0;
+    sw_status s = sw_node_costs_start(p, from, &first, &nfirst);
+    if (s == SW_OK) {
+        atomic_store(&p->progress_done, 0);
+        atomic_store(&p->progress_total, nfirst);
+        node_work wk = {p, first};
+        s = sw_parallel_for(nfirst, p->threads, node_costs_item, &wk);
     }
-    for (int i = 0; i < n; i++) {
-        if (p->ops[i].ncfg < 1) {
-            s = SW_FAIL(SW_ERR_VALUE, "op %d has no configurations; enumerate first", i);
-            goto out;
-        }
-        t->ncfg[i] = p->ops[i].ncfg;
-        if (from[i] == i) {
-            first[nfirst++] = i;
-        }
+    if (s == SW_OK) {
+        s = sw_node_costs_finish(p, from);
     }
-    atomic_store(&p->progress_done, 0);
-    atomic_store(&p->progress_total, nfirst);
-    node_work wk = {p, first};
-    s = sw_parallel_for(nfirst, p->threads, node_costs_item, &wk);
-    for (int i = 0; i < n && s == SW_OK; i++) {
-        if (from[i] == i) {
-            continue;
-        }
-        size_t bytes = sizeof(double) * (size_t)p->ops[i].ncfg;
-        t->node_cost[i] = malloc(bytes);
-        p->tc[i] = malloc(bytes);
-        p->ts[i] = malloc(bytes);
-        p->sync_bytes[i] = malloc(bytes);
-        if (!t->node_cost[i] || !p->tc[i] || !p->ts[i] || !p->sync_bytes[i]) {
-            s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
-            break;
-        }
-        memcpy(t->node_cost[i], t->node_cost[from[i]], bytes);
-        memcpy(p->tc[i], p->tc[from[i]], bytes);
-        memcpy(p->ts[i], p->ts[from[i]], bytes);
-        memcpy(p->sync_bytes[i], p->sync_bytes[from[i]], bytes);
-    }
-out:
     free(first);
     return s;
 }
