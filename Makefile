@@ -62,7 +62,7 @@ tsan:             ## the runtime's tests and the planner's threaded tables, sear
 		TSAN_OPTIONS="halt_on_error=1" PYTHONPATH=python \
 		$(PY_EXE) -m pytest -q --capture=sys -p no:cacheprovider tests/train/test_runtime.py tests/iteration/test_streams.py tests/train/test_train.py tests/train/test_pipeline.py \
 		tests/train/test_rnn_train.py tests/distributed/test_loopback.py tests/iteration/test_memory_plan.py \
-		tests/planning/test_search_memory.py tests/planning/test_search.py \
+		tests/planning/test_search_memory.py tests/planning/test_search.py tests/planning/test_scaled_tables.py \
 		tests/iteration/test_simulate_c.py::test_a_large_plans_durations_are_the_same_on_one_thread_and_several -k "not torch"
 
 valgrind: build   ## C-heavy tests under valgrind memcheck; fails on records in our C code
