@@ -272,6 +272,7 @@ static inline int sw_key_push(sw_key *k, int64_t x) {
 }
 int sw_key_push_double(sw_key *k, double x);   /* its bits */
 int sw_key_push_devices(sw_key *k, const sw_problem *p, const sw_config *cf);
+int sw_key_push_config(sw_key *k, const sw_problem *p, const sw_config *cf, int rank);   /* degrees on rank dims, reduction, workers, devices */
 uint64_t sw_key_hash(const sw_key *k);
 
 /* The owner of a key of `set` equal to k (hash: sw_key_hash(k)), or -1. */

@@ -264,12 +264,7 @@ static int producer_data(const sw_problem *p, int producer, sw_key *k, int64_t s
         ok &= sw_key_push(k, src->extent[d] / scale[d]);
     }
     for (int c = 0; ok && c < src->ncfg; c++) {
-        const sw_config *cf = &src->cfgs[c];
-        for (int d = 0; d < src->out_rank; d++) {
-            ok &= sw_key_push(k, cf->deg[d]);
-        }
-        ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) &&
-              sw_key_push_devices(k, p, cf);
+        ok &= sw_key_push_config(k, p, &src->cfgs[c], src->out_rank);
     }
     return ok;
 }
@@ -334,14 +329,11 @@ static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int 
     }
     for (int c = 0; ok && c < dst->ncfg; c++) {
         const sw_config *cf = &dst->cfgs[c];
-        ok &= sw_key_push(k, cf->nworkers) && sw_key_push_devices(k, p, cf);
         if (!regions_listed) {
-            for (int d = 0; d < dst->out_rank; d++) {
-                ok &= sw_key_push(k, cf->deg[d]);
-            }
-            ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg);
+            ok &= sw_key_push_config(k, p, cf, dst->out_rank);
             continue;
         }
+        ok &= sw_key_push(k, cf->nworkers) && sw_key_push_devices(k, p, cf);
         int starts = c == 0 || !sw_same_partition(&dst->cfgs[c - 1], cf);   /* placements of one partition read alike */
         ok &= sw_key_push(k, starts);
         if (!starts) {

@@ -667,12 +667,7 @@ static int node_data(const sw_problem *p, int i, sw_key *k) {
     }
     ok &= sw_key_push(k, op->ncfg);
     for (int c = 0; ok && c < op->ncfg; c++) {
-        const sw_config *cf = &op->cfgs[c];
-        for (int d = 0; d < op->out_rank; d++) {
-            ok &= sw_key_push(k, cf->deg[d]);
-        }
-        ok &= sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) &&
-              sw_key_push_devices(k, p, cf);
+        ok &= sw_key_push_config(k, p, &op->cfgs[c], op->out_rank);
     }
     return ok;
 }

@@ -39,6 +39,36 @@ int sw_key_push_devices(sw_key *k, const sw_problem *p, const sw_config *cf) {
     return ok;
 }
 
+/* A configuration: its degrees on the first `rank` dimensions, reduction split, workers and
+ * devices.  In two words where every field fits its bits (degrees below 2^12, five of them;
+ * devices contiguous, the first below 2^20; workers below 2^20; rdeg below 2^16; rvar below 2^7),
+ * as every enumerated configuration on at most SW_MAX_DEVICES devices does: the first word
+ * negative, which the long form's first word (0) never is, so no key of one form equals one of
+ * the other.  The long form: 0, the degrees, rvar, rdeg, workers and the devices
+ * (sw_key_push_devices).  Keys a quarter as long are quicker to make, hash and keep (a search of
+ * Inception-v3 on 16 devices keeps ~100 keys of 161 configurations each). */
+int sw_key_push_config(sw_key *k, const sw_problem *p, const sw_config *cf, int rank) {
+    int first = sw_config_first_device(p, cf);
+    int fits = rank <= 5 && first >= 0 && first < (1 << 20) && cf->nworkers < (1 << 20) && cf->rdeg >= 1 &&
+               cf->rdeg < (1 << 16) && cf->rvar >= -1 && cf->rvar < (1 << 7) - 1;
+    uint64_t degrees = 0;
+    for (int d = 0; fits && d < rank; d++) {
+        fits = cf->deg[d] >= 1 && cf->deg[d] < (1 << 12);
+        degrees |= (uint64_t)cf->deg[d] << (12 * d);
+    }
+    if (fits) {
+        uint64_t rest = (uint64_t)(cf->rvar + 1) | (uint64_t)cf->rdeg << 7 | (uint64_t)cf->nworkers << 23 |
+                        (uint64_t)first << 43;
+        return sw_key_push(k, (int64_t)(degrees | (uint64_t)1 << 63)) && sw_key_push(k, (int64_t)rest);
+    }
+    int ok = sw_key_push(k, 0);
+    for (int d = 0; d < rank; d++) {
+        ok &= sw_key_push(k, cf->deg[d]);
+    }
+    return ok && sw_key_push(k, cf->rvar) && sw_key_push(k, cf->rdeg) && sw_key_push(k, cf->nworkers) &&
+           sw_key_push_devices(k, p, cf);
+}
+
 static uint64_t mix(uint64_t h, uint64_t v) {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     return h;
