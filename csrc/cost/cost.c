@@ -390,7 +390,7 @@ static int part_id(sw_key_set *set, int cap, const sw_key *k) {
 /* ---- filling the distinct tables on several threads (parallel.c) ----
  * Each table is written by one thread only; the problem is read-only here.  The tables of
  * one class (scaled copies, above) are filled by one call where the transfers are counted
- * (sw_transfer_tables_placed), each on its own otherwise. */
+ * (sw_transfer_tables, counting: sw_transfer_table_placed), each on its own otherwise. */
 typedef struct {
     int ntables;
     int *todo;        /* per distinct table: the edge that owns it */
@@ -631,14 +631,11 @@ static sw_status find_edge_tables(sw_problem *p, const int *from, edge_tables *e
     }
     if (s == SW_OK) {
         qsort(order, (size_t)nclasses, sizeof *order, more_work_first);
-        for (int c = 0; c < nclasses; c++) {   /* class ids renumbered in that order */
-            order[c].work = c;
-        }
         int *rank = malloc(sizeof(int) * (size_t)(nclasses > 0 ? nclasses : 1));
         if (!rank) {
             s = SW_FAIL(SW_ERR_NOMEM, "out of memory");
         }
-        for (int c = 0; s == SW_OK && c < nclasses; c++) {
+        for (int c = 0; s == SW_OK && c < nclasses; c++) {   /* class ids renumbered in that order */
             rank[order[c].id] = c;
         }
         for (int q = 0; s == SW_OK && q < ntables; q++) {
