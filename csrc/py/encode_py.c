@@ -135,8 +135,8 @@ static int encode_expr(words *w, const names *nm, PyObject *e, Py_ssize_t nvars,
 }
 
 /* One input's words; its producer word's position into *producer_at (data inputs), else -1. */
-static int encode_input(words *w, const names *nm, PyObject *in, Py_ssize_t nvars, Py_ssize_t out_rank,
-                        int *periodic, Py_ssize_t *producer_at) {
+static int encode_input(words *w, const names *nm, PyObject *in, Py_ssize_t nvars, int *periodic,
+                        Py_ssize_t *producer_at) {
     int64_t role = 0;
     if (!attr_int(in, nm->role, &role)) {
         return 0;
@@ -176,7 +176,6 @@ static int encode_input(words *w, const names *nm, PyObject *in, Py_ssize_t nvar
             ok = pair && push_ints(w, pair, &two, "window range");
             Py_XDECREF(pair);
         }
-        (void)out_rank;   /* (the core checks the window's rank) */
         Py_XDECREF(ranges);
     }
     Py_XDECREF(window);
@@ -226,7 +225,7 @@ static int encode_op(words *w, const names *nm, PyObject *desc, PyObject *produc
     Py_ssize_t data = 0, nproducers = PySequence_Fast_GET_SIZE(producers);
     for (Py_ssize_t k = 0; ok && k < PySequence_Fast_GET_SIZE(inputs); k++) {
         Py_ssize_t at = -1;
-        ok = encode_input(w, nm, PySequence_Fast_GET_ITEM(inputs, k), nvars, out_rank, &periodic, &at);
+        ok = encode_input(w, nm, PySequence_Fast_GET_ITEM(inputs, k), nvars, &periodic, &at);   /* (the core checks a window's rank) */
         if (ok && at >= 0 && data < nproducers) {
             long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(producers, data));
             ok = !(v == -1 && PyErr_Occurred());
