@@ -11,7 +11,6 @@
 #include <math.h>       /* INFINITY, fmax */
 #include <pthread.h>    /* the build's items wait for the tables' layout */
 #include <stdatomic.h>  /* atomic_fetch_add: the progress counter */
-#include <stdint.h>     /* UINT32_MAX */
 #include <stdlib.h>     /* calloc, malloc, free */
 #include <string.h>     /* memset, memcmp */
 
@@ -221,12 +220,13 @@ static double region_entries(const sw_op *dst, int slot) {
  * channels feeding its batch norm, another of 96 feeding its own), so the parts of the data
  * are kept divided by their own per-dimension divisors (the producer's: its `scale`, the
  * consumer's: its `scale`), and two tables whose divided parts agree, and whose divisors agree
- * up to one factor per dimension, are counted once (fill_edge_tables). */
+ * up to one factor per dimension, are counted once (fill_class). */
 
-/* x mod g for g > 0, in 32 bits where both fit (a 64-bit division takes several times longer:
- * every listed coordinate is tested). */
+/* x mod g for x >= 0, g > 0 (sw_quotient_rest: in 32 bits where both fit). */
 static int64_t rest_of(int64_t x, int64_t g) {
-    return x >= 0 && x <= UINT32_MAX && g <= UINT32_MAX ? (int64_t)((uint32_t)x % (uint32_t)g) : x % g;
+    int64_t rest;
+    sw_quotient_rest(x, g, &rest);
+    return rest;
 }
 
 /* The greatest common divisor of a, b >= 0 (gcd(0, b) = b). */
@@ -350,12 +350,12 @@ static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int 
             }
         }
     }
-    if (scaled && ok) {   /* every listed coordinate divided by its dimension's divisor */
+    if (scaled && ok) {   /* every listed coordinate (>= 0: a region lies in its input) divided by its dimension's divisor */
         int64_t g[2 * SW_MAX_RANK] = {0};   /* per coordinate word of a worker (lo, hi per dimension) */
         for (size_t q = 0; q < at->len; q++) {
             const int64_t *x = k->v + at->v[q];
             for (int i = 0; i < 2 * in->rank; i++) {   /* (most coordinates are multiples already) */
-                g[i] = g[i] == 1 || (g[i] > 0 && rest_of(x[i], g[i]) == 0) ? g[i] : gcd64(g[i], llabs(x[i]));
+                g[i] = g[i] == 1 || (g[i] > 0 && rest_of(x[i], g[i]) == 0) ? g[i] : gcd64(g[i], x[i]);
             }
         }
         int any = 0;
@@ -367,9 +367,7 @@ static sw_status consumer_data(const sw_problem *p, int consumer, int slot, int 
         for (size_t q = 0; any && q < at->len; q++) {
             int64_t *x = k->v + at->v[q];
             for (int i = 0; i < 2 * in->rank; i++) {
-                x[i] = scale[i / 2] == 1 ? x[i] : x[i] >= 0 && x[i] <= UINT32_MAX && scale[i / 2] <= UINT32_MAX
-                                                       ? (int64_t)((uint32_t)x[i] / (uint32_t)scale[i / 2])
-                                                       : x[i] / scale[i / 2];
+                x[i] = scale[i / 2] == 1 ? x[i] : sw_quotient_rest(x[i], scale[i / 2], NULL);
             }
         }
     }

@@ -13,6 +13,25 @@
 #error "include internal.h, not cost/cost.h alone"
 #endif
 
+/* ---------------------------------------------------------------- arithmetic */
+/* a / b and a % b (into *rest when not NULL) for a >= 0, b > 0: in 32 bits where both fit,
+ * as device and block indices and coordinates do (a 64-bit division takes several times
+ * longer: the transfer counts divide for every pair of placements, the table keys for every
+ * listed coordinate). */
+static inline int64_t sw_quotient_rest(int64_t a, int64_t b, int64_t *rest) {
+    if (a <= UINT32_MAX && b <= UINT32_MAX) {
+        uint32_t q = (uint32_t)a / (uint32_t)b;
+        if (rest) {
+            *rest = (int64_t)((uint32_t)a - q * (uint32_t)b);
+        }
+        return q;
+    }
+    if (rest) {
+        *rest = a % b;
+    }
+    return a / b;
+}
+
 /* ---------------------------------------------------------------- memory footprints */
 /* Per device, the bytes a plan's memory plan holds live when the backward pass starts
  * (parameters, optimizer state, running statistics, and the forward buffers the backward

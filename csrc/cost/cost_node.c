@@ -597,7 +597,7 @@ static int same_speeds(const sw_problem *p, int opi, const sw_config *a, const s
 }
 
 /* t_c + t_s of every configuration of op i. */
-static sw_status node_costs_of(sw_problem *p, int i) {
+sw_status sw_node_costs_of(sw_problem *p, int i) {
     sw_tables *t = &p->tables;
     int c = p->ops[i].ncfg;
     t->node_cost[i] = malloc(sizeof(double) * (size_t)c);
@@ -720,8 +720,6 @@ sw_status sw_node_costs_start(sw_problem *p, const int *from, int **first, int *
     return SW_OK;
 }
 
-sw_status sw_node_costs_of(sw_problem *p, int op) { return node_costs_of(p, op); }
-
 sw_status sw_node_costs_finish(sw_problem *p, const int *from) {
     sw_tables *t = &p->tables;
     for (int i = 0; i < p->nops; i++) {
@@ -751,7 +749,7 @@ typedef struct {
 
 static sw_status node_costs_item(void *ctx, int q) {
     node_work *wk = ctx;
-    return node_costs_of(wk->p, wk->first[q]);
+    return sw_node_costs_of(wk->p, wk->first[q]);
 }
 
 sw_status sw_build_node_costs(sw_problem *p, const int *from) {

@@ -20,7 +20,7 @@
  * (cost.c does that for other machines and device lists).
  */
 #include <math.h>    /* INFINITY */
-#include <stdint.h>  /* UINT32_MAX */
+#include <stdint.h>  /* uint32_t, uint64_t: bit fields, memo stamps */
 #include <stdlib.h>  /* malloc, calloc, free */
 #include <string.h>  /* memcpy */
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -35,23 +35,6 @@
 static int64_t overlap(int64_t alo, int64_t ahi, int64_t blo, int64_t bhi) {
     int64_t lo = alo > blo ? alo : blo, hi = ahi < bhi ? ahi : bhi;
     return hi > lo ? hi - lo : 0;
-}
-
-/* a / b and a % b (into *rest when not NULL) for a >= 0, b > 0: in 32 bits where both fit,
- * as device and block indices do (a 64-bit division takes several times longer, and the
- * counts below divide for every pair of placements). */
-static inline int64_t quotient_rest(int64_t a, int64_t b, int64_t *rest) {
-    if (a <= UINT32_MAX && b <= UINT32_MAX) {
-        uint32_t q = (uint32_t)a / (uint32_t)b;
-        if (rest) {
-            *rest = (int64_t)((uint32_t)a - q * (uint32_t)b);
-        }
-        return q;
-    }
-    if (rest) {
-        *rest = a % b;
-    }
-    return a / b;
 }
 
 /* log2 n for n a power of two (n >= 1), else -1. */
@@ -144,8 +127,8 @@ static void range_boxes(const grid *g, int d, int64_t s0, int64_t s1, sw_box *bo
         return;
     }
     int64_t st = g->stride[d], len = g->len[d], head, tail;
-    int64_t a = quotient_rest(s0, st, &head), b = quotient_rest(s1 - 1, st, NULL);   /* coordinates d of the ends */
-    quotient_rest(s1, st, &tail);
+    int64_t a = sw_quotient_rest(s0, st, &head), b = sw_quotient_rest(s1 - 1, st, NULL);   /* coordinates d of the ends */
+    sw_quotient_rest(s1, st, &tail);
     if (a == b) {
         box->lo[d] = a * len;
         box->hi[d] = (a + 1) * len;
@@ -740,10 +723,10 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
     int64_t w = s0 - d0 > 0 ? s0 - d0 : 0;
     if (rdeg > 1) {   /* to the first worker on a device holding a block: an owner, every rdeg-th */
         int64_t rest;
-        quotient_rest(d0 + w - s0, rdeg, &rest);
+        sw_quotient_rest(d0 + w - s0, rdeg, &rest);
         w += (rdeg - rest) % rdeg;
     }
-    int64_t blk = rdeg > 1 ? quotient_rest(d0 + w - s0, rdeg, NULL) : d0 + w - s0, coord[SW_MAX_RANK];
+    int64_t blk = rdeg > 1 ? sw_quotient_rest(d0 + w - s0, rdeg, NULL) : d0 + w - s0, coord[SW_MAX_RANK];
     if (rd->lanes && g->lanes && rdeg == 1) {   /* workers w.. against blocks blk.., four at a time */
         int64_t n = k - w < g->nb - blk ? k - w : g->nb - blk;
         *local += n > 0 ? lanes_paired(rd->lanes, (size_t)rd->k + LANE_PAD, w, g->lanes, (size_t)g->nb + LANE_PAD, blk,
@@ -756,7 +739,7 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
         }
     }
     for (int64_t d = g->rank - 1, q = blk; d >= 0 && !g->block; d--) {
-        q = quotient_rest(q, g->deg[d], &coord[d]);
+        q = sw_quotient_rest(q, g->deg[d], &coord[d]);
     }
     for (; !g->block && w < k && blk < g->nb; w += rdeg, blk++) {
         if (rd->used[w]) {
@@ -778,12 +761,12 @@ static void count_placed(const sw_problem *p, const reads *rd, int64_t d0, const
      * [first, last) on it; all blocks there covers every worker's whole region */
     /* the nodes holding both some of [d0, d0 + k) and some of the producer's devices (on the
      * others no block meets a worker: first >= last below) */
-    int64_t src_last = s0 + g->nb * rdeg - 1, n_lo = quotient_rest(d0 > s0 ? d0 : s0, per, NULL) * per;
+    int64_t src_last = s0 + g->nb * rdeg - 1, n_lo = sw_quotient_rest(d0 > s0 ? d0 : s0, per, NULL) * per;
     int64_t n_end = d0 + k_same - 1 < src_last ? d0 + k_same : src_last + 1;
     for (int64_t n0 = n_lo; n0 < n_end; n0 += per) {
         int64_t a = n0 - d0 > 0 ? n0 - d0 : 0, b = n0 + per - d0 < k_same ? n0 + per - d0 : k_same;
-        int64_t first = n0 - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 - s0 + rdeg - 1, rdeg, NULL) : n0 - s0;
-        int64_t last = n0 + per - s0 <= 0 ? 0 : rdeg > 1 ? quotient_rest(n0 + per - s0 + rdeg - 1, rdeg, NULL) : n0 + per - s0;
+        int64_t first = n0 - s0 <= 0 ? 0 : rdeg > 1 ? sw_quotient_rest(n0 - s0 + rdeg - 1, rdeg, NULL) : n0 - s0;
+        int64_t last = n0 + per - s0 <= 0 ? 0 : rdeg > 1 ? sw_quotient_rest(n0 + per - s0 + rdeg - 1, rdeg, NULL) : n0 + per - s0;
         last = last < g->nb ? last : g->nb;
         if (first >= last) {
             continue;
