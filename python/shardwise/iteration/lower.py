@@ -260,16 +260,19 @@ def plan_arrays(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
         rows.append((*degrees, *pad[len(degrees):], *reduction_pair(op, cfg)))
         devs.extend(cfg.devices)
         ptr.append(len(devs))
-    # what the lowering needs to know of each op: its role in the op table (csrc/ops.def)
-    roles = _op_roles()
-    kinds = np.array([roles[op.kind] for op in ops], np.int32)
-    return (kinds, np.array(rows, np.int32).reshape(len(ops), _core.MAX_RANK + 2), np.array(ptr, np.int32),
-            np.array(devs, np.int32))
+    return (op_roles(plan.graph), np.array(rows, np.int32).reshape(len(ops), _core.MAX_RANK + 2),
+            np.array(ptr, np.int32), np.array(devs, np.int32))
+
+
+def op_roles(graph: Graph) -> np.ndarray:
+    """(nops,) int32: each op's role in the C core's op table (csrc/ops.def), what the lowering
+    and the memory footprints need to know of its kind."""
+    roles = _roles_by_kind()
+    return np.array([roles[op.kind] for op in graph.ops], np.int32)
 
 
 @functools.lru_cache(maxsize=1)
-def _op_roles() -> dict[str, int]:
-    """Each op kind's role in the C core's op table."""
+def _roles_by_kind() -> dict[str, int]:
     return dict(zip(_core.OP_KINDS, _core.OP_ROLES))
 
 

@@ -170,7 +170,10 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
 
 
 def op_kinds(graph: Graph) -> np.ndarray:
-    return np.array([_core.OP_ROLES[_core.OP_KINDS.index(op.kind)] for op in graph.ops], np.int32)
+    """Each op's role in the C core's op table (lower.op_roles), as Problem.memory_tables takes them."""
+    from shardwise.iteration.lower import op_roles
+
+    return op_roles(graph)
 
 
 class Tables:
