@@ -318,7 +318,7 @@ def search(graph: Graph, devices: DeviceGraph, algorithm: str = "elimination", *
             dev = chosen.devices(i)[0]
             rows.append((tuple(chosen.deg[i][0].tolist()), tuple(dev[dev >= 0].tolist()),
                          tuple(chosen.red[i][0].tolist())))
-        ncfg = [len(problem.workers(op.index)) for op in graph.ops]   # the partitions, enumerated once
+        ncfg = _configurations(problem, graph)   # the partitions, enumerated once
         if result.memory is not None and not result.memory["exact"]:
             _warn_memory(result.memory, searched_cost)
         elif result.memory is not None and not result.exact:
