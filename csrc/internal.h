@@ -633,6 +633,9 @@ sw_status sw_tg_buffer(sw_task_graph *g, int32_t device, sw_buffer_kind kind, in
                        int32_t *id);
 /* append an exact copy of *buf (worker and slot too) */
 sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id);
+/* Room for about `expected` buffers in a graph that has none yet, made at once (taskgraph.c
+ * says when); more still grow as ever.  Only a guess of the size: never required. */
+void sw_tg_expect_buffers(sw_task_graph *g, int64_t expected);
 /* Task t's box (to be appended to g): stored once in g (an equal box already there is
  * shared); one beyond int32 or out of memory marks t, and sw_tg_task refuses it. */
 void sw_tg_set_task_box(sw_task_graph *g, sw_task *t, const sw_box *box);

@@ -257,3 +257,20 @@ def test_totals_of_a_lowering_without_tasks_are_the_task_graphs(options):
     assert (rings > 0) == (options.sync != "parameter_server")
     with pytest.raises(sw.ConfigError, match="rings"):
         buffer_totals(plan, rings="auto")
+
+
+@pytest.mark.parametrize("model", ["inception_v3", "resnet50"])
+def test_totals_of_large_lowerings_are_the_task_graphs(model):
+    """The memory check's lowering of a large plan makes room for its buffers at once (1 MB and
+    more, a guess from the plan's workers) instead of growing it: its totals are still the task
+    graph's, for data and model parallelism (1.5 and 2.6 times the buffers of the other)."""
+    from shardwise.iteration.lower import buffer_totals, lowered
+
+    g = sw.models.get(model)
+    d = sw.DeviceGraph.cluster(nodes=4, devices_per_node=4, device="P100")
+    for plan in (sw.strategies.data_parallel(g, d), sw.strategies.model_parallel(g, d)):
+        handle = lowered(plan, rings="fused")
+        got = buffer_totals(plan, rings="fused", chunked=True)
+        np.testing.assert_array_equal(got[0], handle.buffer_totals(chunked=True)[0])
+        np.testing.assert_array_equal(got[1], handle.buffer_totals(chunked=True)[1])
+        assert int(got[1].sum()) * 60 > 2**20   # (sw_buffer: 60 bytes) large enough for the room made at once
