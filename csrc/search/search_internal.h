@@ -40,9 +40,12 @@ typedef struct {
 typedef struct {
     struct table_block *blocks;   /* the newest first */
     size_t next_size;             /* bytes of the next block */
+    size_t expected;              /* bytes the caller expects in all: mapped ahead of the tables up to there */
+    size_t earlier;               /* bytes used in the blocks before the newest */
 } sw_table_arena;
 
-/* An empty arena whose first block will hold `expected` bytes (or a small default). */
+/* An empty arena whose first block will hold `expected` bytes (or a small default), the bytes
+ * the caller expects its tables to take in all. */
 void sw_table_arena_init(sw_table_arena *a, size_t expected);
 /* Room for n doubles, 64-byte aligned, until sw_table_arena_free; NULL when out of memory. */
 double *sw_table_arena_alloc(sw_table_arena *a, size_t n);
