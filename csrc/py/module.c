@@ -223,6 +223,9 @@ static PyMethodDef Problem_methods[] = {
     {"buffer_totals", (PyCFunction)(void (*)(void))sw_py_problem_buffer_totals, METH_VARARGS | METH_KEYWORDS,
      "buffer_totals(kinds, degrees, dev_ptr, devices, fused_rings=False, chunked=False) -> (bytes, buffers, "
      "persistent bytes) per device of the plan's lowering, its tasks not kept"},
+    {"buffer_totals_chosen", (PyCFunction)(void (*)(void))sw_py_problem_buffer_totals_chosen, METH_VARARGS | METH_KEYWORDS,
+     "buffer_totals_chosen(kinds, choice, fused_rings=False, chunked=False) -> buffer_totals of the plan giving "
+     "op v its configuration choice[v]"},
     {"simulate_plan", (PyCFunction)(void (*)(void))sw_py_problem_simulate_plan, METH_VARARGS | METH_KEYWORDS,
      "simulate_plan(kinds, degrees, dev_ptr, devices, route_ptr, route_res, nres, cores=0, ..., bound=inf,\n"
      "              brief=False) -> dict\n"

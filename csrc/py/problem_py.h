@@ -118,6 +118,7 @@ PyObject *sw_py_problem_lower(ProblemObject *self, PyObject *args);
 PyObject *sw_py_problem_chosen(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_release_tables(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_buffer_totals(ProblemObject *self, PyObject *args, PyObject *kwds);
+PyObject *sw_py_problem_buffer_totals_chosen(ProblemObject *self, PyObject *args, PyObject *kwds);
 int sw_py_put_tasks(PyObject *d, const sw_task_graph *t);
 int sw_py_put_memory(PyObject *d, const sw_task_graph *g, int ndev);
 

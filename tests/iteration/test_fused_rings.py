@@ -274,3 +274,38 @@ def test_totals_of_large_lowerings_are_the_task_graphs(model):
         np.testing.assert_array_equal(got[0], handle.buffer_totals(chunked=True)[0])
         np.testing.assert_array_equal(got[1], handle.buffer_totals(chunked=True)[1])
         assert int(got[1].sum()) * 60 > 2**20   # (sw_buffer: 60 bytes) large enough for the room made at once
+
+
+@pytest.mark.parametrize("options", [RING, sw.CostOptions(sync="ring", precision="bf16", reduction_splits=True)],
+                         ids=["ring", "bf16-splits"])
+def test_totals_of_chosen_configurations_are_the_plans(options):
+    """Problem.buffer_totals_chosen (the search's memory check of the plan it found, lowered from
+    the problem's own configurations) gives the totals of the plan made from those configurations,
+    for random choices among every op's configurations, reduction splits included; a choice out
+    of range or of the wrong length is refused."""
+    from shardwise.iteration.lower import buffer_totals, op_roles
+    from shardwise.planning.problem import make_problem, worker_counts
+    from shardwise.planning.search import _chosen_rows, _op_configs
+
+    rng = np.random.default_rng(5)
+    g = mixed_graph(batch=40)
+    d = sw.DeviceGraph.cluster(nodes=2, devices_per_node=4, device="P100")
+    problem = make_problem(g, d, options)
+    problem.enumerate(np.asarray(worker_counts(len(d)), dtype=np.int32))
+    counts = problem.config_counts()
+    splits = 0
+    for _ in range(12):
+        choice = np.array([rng.integers(0, n) for n in counts], np.int64)
+        rows, _ = _chosen_rows(problem, choice)
+        plan = sw.Plan(g, d, _op_configs(g, rows), options)
+        splits += sum(c.reduction is not None for c in plan.configs.values())
+        for fused, chunked in ((True, True), (False, False), (True, False)):
+            got = problem.buffer_totals_chosen(op_roles(g), choice, fused_rings=fused, chunked=chunked)
+            want = buffer_totals(plan, rings="fused" if fused else "chunked", chunked=chunked, problem=problem)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+    assert splits > 0 or not options.reduction_splits
+    with pytest.raises(IndexError, match="out of range"):
+        problem.buffer_totals_chosen(op_roles(g), np.asarray(counts, np.int64))
+    with pytest.raises(ValueError, match="one entry per op"):
+        problem.buffer_totals_chosen(op_roles(g), np.zeros(len(counts) + 1, np.int64))

@@ -136,10 +136,11 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
     problem_cache.Kept the plan was searched on, with ``choice`` its configuration indices
     there: the buffer totals of an earlier search that found the same plan, or kept for the next.
     ``problem``: the C problem the plan was searched on, lowered on instead of building the plan's
-    own (lower.lowered)."""
+    own (lower.lowered); with ``choice`` (the plan's configuration indices in it), lowered from
+    those configurations, without the plan's arrays."""
     if limit is None:
         return True
-    from shardwise.iteration.lower import buffer_totals, lowered, ring_detail
+    from shardwise.iteration.lower import buffer_totals, lowered, op_roles, ring_detail
     from shardwise.iteration.memory import DEFAULT_ALIGNMENT
 
     detail = ring_detail(plan, "auto")
@@ -154,6 +155,9 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
         if detail == "fused":
             handle = lowered(plan, rings="fused", problem=problem)
             totals = handle.buffer_totals()
+        elif problem is not None and choice is not None:
+            *totals, persistent = problem.buffer_totals_chosen(op_roles(plan.graph), np.asarray(choice, np.int64),
+                                                               fused_rings=True, chunked=True)
         else:
             *totals, persistent = buffer_totals(plan, rings="fused", chunked=True, problem=problem)
         if kept is not None:
