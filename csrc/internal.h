@@ -201,6 +201,10 @@ struct sw_problem {
     double bound_bw;
     int32_t *dev_pool;
     int64_t pool_len, pool_cap;
+    /* the enumeration's configurations of every op in one array (sw_problem_enumerate_sets):
+     * ops[i].cfgs points into it, or to an array of its own where configurations were set */
+    sw_config *cfg_block;
+    int64_t cfg_block_len;
     /* filled by sw_problem_build_tables */
     sw_tables tables;
     double **tc, **ts, **sync_bytes;      /* per op, per config */
@@ -217,6 +221,9 @@ struct sw_problem {
 #define SW_HUGE_FROM ((size_t)4 << 20)
 #define SW_HUGE_PAGE ((size_t)2 << 20)   /* the x86-64 and arm64 transparent huge page */
 void *sw_big_alloc(size_t bytes, size_t huge_from);
+/* The first `keep` bytes of `old` (freed) in a new array of `bytes` from sw_big_alloc; NULL
+ * when out of memory (old kept): an array that grows by doubling, moved onto huge pages. */
+void *sw_big_move(void *old, size_t keep, size_t bytes, size_t huge_from);
 /* The whole huge pages inside [p, p + bytes) marked for transparent huge pages (an array grown
  * in place by realloc: its pages not yet written then map 2 MB at a fault). */
 void sw_advise_huge(void *p, size_t bytes);
@@ -356,6 +363,9 @@ int sw_config_first_device(const sw_problem *p, const sw_config *c);
 /* Note sw_config_first_device in each of op's n configurations (those sharing a device list
  * share the answer). */
 void sw_configs_note_first_device(const sw_problem *p, sw_config *cfgs, int n);
+/* config.c: op's configurations replaced by cfgs (n of them, op takes them); its old ones freed
+ * unless they are a part of p's block of enumerated configurations. */
+void sw_op_set_configs(sw_problem *p, sw_op *op, sw_config *cfgs, int n);
 /* Same degrees and reduction split (the placement may differ; core/config.c). */
 int sw_same_partition(const sw_config *a, const sw_config *b);
 

@@ -13,6 +13,7 @@
 #include <stdatomic.h>    /* atomic_int */
 #include <stdint.h>       /* uintptr_t */
 #include <stdlib.h>       /* posix_memalign */
+#include <string.h>       /* memcpy */
 #if defined(__linux__)
 #include <pthread.h>      /* pthread_create */
 #include <sys/mman.h>     /* madvise */
@@ -36,6 +37,15 @@ void *sw_big_alloc(size_t bytes, size_t huge_from) {
     }
 #endif
     return base;
+}
+
+void *sw_big_move(void *old, size_t keep, size_t bytes, size_t huge_from) {
+    void *grown = sw_big_alloc(bytes, huge_from);
+    if (grown && old) {
+        memcpy(grown, old, keep < bytes ? keep : bytes);
+        free(old);
+    }
+    return grown;
 }
 
 void sw_advise_huge(void *p, size_t bytes) {

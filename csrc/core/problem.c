@@ -271,8 +271,9 @@ void sw_problem_free(sw_problem *p) {
     free_tables(p);
     for (int i = 0; i < p->nops; i++) {
         free(p->ops[i].inputs);
-        free(p->ops[i].cfgs);
+        sw_op_set_configs(p, &p->ops[i], NULL, 0);   /* its own, not the block's */
     }
+    free(p->cfg_block);
     free(p->ops);
     free(p->dev_flops);
     free(p->dev_flops_dense);

@@ -58,11 +58,7 @@ static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size, 
     size_t bytes = size * (size_t)n;
     void *grown;
     if (bytes >= GROW_HUGE_FROM && bytes <= GROW_COPY_MOST) {   /* a new block, the items copied over */
-        grown = sw_big_alloc(bytes, GROW_HUGE_FROM);
-        if (grown && *items) {
-            memcpy(grown, *items, size * (size_t)*cap);
-            free(*items);
-        }
+        grown = sw_big_move(*items, size * (size_t)*cap, bytes, GROW_HUGE_FROM);
     } else {
         grown = realloc(*items, bytes);
         if (grown && bytes > GROW_COPY_MOST) {
