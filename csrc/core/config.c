@@ -10,6 +10,7 @@
  * makes other groups distinct (nodes, device kinds, link speeds), the caller passes its own
  * device sets (sw_problem_enumerate_sets; python/shardwise/machine/device_sets.py chooses them).
  */
+#include <stdint.h>  /* uintptr_t */
 #include <stdlib.h>  /* malloc, calloc, realloc, free */
 #include <string.h>  /* memcmp, memcpy, memset */
 
@@ -93,9 +94,11 @@ static sw_status list_push(config_list *l, const sw_config *c) {
     return SW_OK;
 }
 
-/* Does op hold configurations of its own (freed with it), not a part of p's block? */
+/* Does op hold configurations of its own (freed with it), not a part of p's block?  (Addresses
+ * compared as integers: an array of its own is another object than the block.) */
 static int own_configs(const sw_problem *p, const sw_op *op) {
-    return !p->cfg_block || op->cfgs < p->cfg_block || op->cfgs >= p->cfg_block + p->cfg_block_len;
+    uintptr_t at = (uintptr_t)op->cfgs, lo = (uintptr_t)p->cfg_block;
+    return !p->cfg_block || at < lo || at >= lo + sizeof *p->cfg_block * (size_t)p->cfg_block_len;
 }
 
 void sw_op_set_configs(sw_problem *p, sw_op *op, sw_config *cfgs, int n) {
