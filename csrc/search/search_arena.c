@@ -109,7 +109,7 @@ static void give_back(struct table_block *b) {
  * the bytes the arena expects in all: pages mapped past the last table are memory new to the
  * process for nothing, and on a virtual machine whose host backs each page at the guest's first
  * touch, costly (Inception-v3 on 16 devices: its tables took 14.1 MB, and the second block was
- * mapped 4.9 MB past them, a third of all the pages mapped).  Past that, tables are mapped as
+ * mapped 4.9 MB past them, a quarter of all the pages mapped).  Past that, tables are mapped as
  * they are written. */
 static void map_ahead(sw_table_arena *a, struct table_block *b) {
     size_t end = a->expected > a->earlier ? a->expected - a->earlier : 0;
