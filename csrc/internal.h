@@ -221,9 +221,14 @@ struct sw_problem {
 #define SW_HUGE_FROM ((size_t)4 << 20)
 #define SW_HUGE_PAGE ((size_t)2 << 20)   /* the x86-64 and arm64 transparent huge page */
 void *sw_big_alloc(size_t bytes, size_t huge_from);
-/* The first `keep` bytes of `old` (freed) in a new array of `bytes` from sw_big_alloc; NULL
- * when out of memory (old kept): an array that grows by doubling, moved onto huge pages. */
-void *sw_big_move(void *old, size_t keep, size_t bytes, size_t huge_from);
+/* An array that grows by doubling, `old` (its first `keep` bytes kept) made `bytes` long: below
+ * huge_from by realloc; from there up to SW_GROW_COPY_MOST moved into a new block of huge pages,
+ * its items copied (the old array lives on until then, at most half that); above, by realloc,
+ * without a copy or a second array (mremap), its pages not yet written marked for huge pages
+ * (the task graphs of 1,024 devices, the configurations of a large staged search).  NULL when
+ * out of memory (old kept, as realloc does). */
+#define SW_GROW_COPY_MOST ((size_t)16 << 20)
+void *sw_big_grow(void *old, size_t keep, size_t bytes, size_t huge_from);
 /* The whole huge pages inside [p, p + bytes) marked for transparent huge pages (an array grown
  * in place by realloc: its pages not yet written then map 2 MB at a fault). */
 void sw_advise_huge(void *p, size_t bytes);

@@ -39,7 +39,14 @@ void *sw_big_alloc(size_t bytes, size_t huge_from) {
     return base;
 }
 
-void *sw_big_move(void *old, size_t keep, size_t bytes, size_t huge_from) {
+void *sw_big_grow(void *old, size_t keep, size_t bytes, size_t huge_from) {
+    if (bytes < huge_from || bytes > SW_GROW_COPY_MOST) {
+        void *grown = realloc(old, bytes);
+        if (grown && bytes > SW_GROW_COPY_MOST) {
+            sw_advise_huge(grown, bytes);
+        }
+        return grown;
+    }
     void *grown = sw_big_alloc(bytes, huge_from);
     if (grown && old) {
         memcpy(grown, old, keep < bytes ? keep : bytes);

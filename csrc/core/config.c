@@ -81,9 +81,7 @@ static sw_status list_push(config_list *l, const sw_config *c) {
     if (l->len == l->cap) {
         int64_t cap = l->cap ? l->cap * 2 : 64;
         size_t bytes = sizeof *l->items * (size_t)cap;
-        sw_config *n = bytes >= CONFIG_BLOCK_HUGE_FROM
-                           ? sw_big_move(l->items, sizeof *l->items * (size_t)l->len, bytes, CONFIG_BLOCK_HUGE_FROM)
-                           : realloc(l->items, bytes);
+        sw_config *n = sw_big_grow(l->items, sizeof *l->items * (size_t)l->len, bytes, CONFIG_BLOCK_HUGE_FROM);
         if (!n) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory");
         }

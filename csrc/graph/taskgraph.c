@@ -16,17 +16,13 @@
 
 #include "internal.h"
 
-/* Arrays that double to GROW_HUGE_FROM bytes or more go onto huge pages (core/big_alloc.c): an
- * array that doubled to this size will be written through soon, and its pages then map 2 MB at
- * a fault.  The fused lowering of Inception-v3 on 16 devices for the search's memory check: 30k
- * tasks and 28k buffers, ~10 MB, ~2,600 page faults on small pages.  Up to GROW_COPY_MOST bytes
- * the array moves into a new block of huge pages (its items copied: the old array lives on
- * until then, at most half that); above, realloc moves it without a copy or a second array, and
- * its pages not yet written are marked for huge pages (the task graphs of 1,024 devices). */
+/* Arrays that double to GROW_HUGE_FROM bytes or more go onto huge pages (sw_big_grow,
+ * core/big_alloc.c): an array that doubled to this size will be written through soon, and its
+ * pages then map 2 MB at a fault.  The fused lowering of Inception-v3 on 16 devices for the
+ * search's memory check: 30k tasks and 28k buffers, ~10 MB, ~2,600 page faults on small pages. */
 #define GROW_HUGE_FROM (SW_HUGE_PAGE / 2)
-#define GROW_COPY_MOST ((size_t)16 << 20)
 
-/* An array realloc grows past GROW_COPY_MOST is written front to back from there: its pages are
+/* An array realloc grows past SW_GROW_COPY_MOST is written front to back from there: its pages are
  * mapped POPULATE_STRETCH bytes at a time on another thread (sw_populate_async), kept at least
  * POPULATE_LEAD bytes ahead of the items written.  The lowering of 1,024 GPUs writes ~0.45 GB a
  * second and a thread maps ~1 GB a second on the slow virtual machine measured, so the writes
@@ -36,7 +32,7 @@
 
 static void populate_ahead(void *items, int32_t cap, int64_t need, size_t size, int64_t *ahead) {
     int64_t end = (int64_t)size * cap;
-    if (end > (int64_t)GROW_COPY_MOST) {
+    if (end > (int64_t)SW_GROW_COPY_MOST) {
         *ahead = sw_populate_ahead_of(items, (int64_t)size * need, end, *ahead, POPULATE_LEAD, POPULATE_STRETCH);
     }
 }
@@ -56,15 +52,7 @@ static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size, 
         n *= 2;
     }
     size_t bytes = size * (size_t)n;
-    void *grown;
-    if (bytes >= GROW_HUGE_FROM && bytes <= GROW_COPY_MOST) {   /* a new block, the items copied over */
-        grown = sw_big_move(*items, size * (size_t)*cap, bytes, GROW_HUGE_FROM);
-    } else {
-        grown = realloc(*items, bytes);
-        if (grown && bytes > GROW_COPY_MOST) {
-            sw_advise_huge(grown, bytes);
-        }
-    }
+    void *grown = sw_big_grow(*items, size * (size_t)*cap, bytes, GROW_HUGE_FROM);
     if (!grown) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a task graph of %lld entries", (long long)need);
     }
@@ -335,10 +323,10 @@ int64_t sw_tg_memory(const sw_task_graph *g, int ndev, int64_t *per_device) {
     return (int64_t)llround(moved);
 }
 
-/* The array cut to its n items when it was grown in place (above GROW_COPY_MOST): its pages
+/* The array cut to its n items when it was grown in place (above SW_GROW_COPY_MOST): its pages
  * mapped ahead past them, and its room to double, go back to the system. */
 static void trim(void **items, int32_t *cap, int32_t n, size_t size, int64_t *ahead) {
-    if (!*items || (size_t)*cap * size <= GROW_COPY_MOST || n >= *cap) {
+    if (!*items || (size_t)*cap * size <= SW_GROW_COPY_MOST || n >= *cap) {
         return;
     }
     size_t bytes = size * (size_t)(n > 0 ? n : 1);
