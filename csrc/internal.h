@@ -228,6 +228,10 @@ void *sw_big_alloc(size_t bytes, size_t huge_from);
  * (the task graphs of 1,024 devices, the configurations of a large staged search).  NULL when
  * out of memory (old kept, as realloc does). */
 #define SW_GROW_COPY_MOST ((size_t)16 << 20)
+/* Where growing arrays go onto huge pages (sw_big_grow's huge_from for the task graph's arrays and
+ * the configurations' list): an array that doubled to this size will be written through soon,
+ * and its pages then map 2 MB at a fault. */
+#define SW_GROW_HUGE_FROM (SW_HUGE_PAGE / 2)
 void *sw_big_grow(void *old, size_t keep, size_t bytes, size_t huge_from);
 /* The whole huge pages inside [p, p + bytes) marked for transparent huge pages (an array grown
  * in place by realloc: its pages not yet written then map 2 MB at a fault). */

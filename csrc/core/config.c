@@ -71,7 +71,6 @@ static int degree_fits(const sw_op *op, int d, int64_t degree) {
  * (Inception-v3 on 16 devices: 25,000 configurations, 1.2 MB), on huge pages, mapped at one
  * fault instead of ~300 (each op's own array took ~1 ms of a search's 1.4 ms enumeration in a
  * fresh process, most of it those faults). */
-#define CONFIG_BLOCK_HUGE_FROM (SW_HUGE_PAGE / 2)
 typedef struct {
     sw_config *items;
     int64_t len, cap;
@@ -81,7 +80,7 @@ static sw_status list_push(config_list *l, const sw_config *c) {
     if (l->len == l->cap) {
         int64_t cap = l->cap ? l->cap * 2 : 64;
         size_t bytes = sizeof *l->items * (size_t)cap;
-        sw_config *n = sw_big_grow(l->items, sizeof *l->items * (size_t)l->len, bytes, CONFIG_BLOCK_HUGE_FROM);
+        sw_config *n = sw_big_grow(l->items, sizeof *l->items * (size_t)l->len, bytes, SW_GROW_HUGE_FROM);
         if (!n) {
             return SW_FAIL(SW_ERR_NOMEM, "out of memory");
         }
@@ -245,8 +244,7 @@ sw_status sw_problem_enumerate_sets(sw_problem *p, int nsets, const int32_t *ptr
     int64_t guess = 4 * (int64_t)p->nops * nsets;
     size_t guess_bytes = sizeof *list.items * (size_t)(guess > 64 ? guess : 64);
     if (s == SW_OK && guess < INT32_MAX) {
-        list.items = guess_bytes >= CONFIG_BLOCK_HUGE_FROM ? sw_big_alloc(guess_bytes, CONFIG_BLOCK_HUGE_FROM)
-                                                           : malloc(guess_bytes);
+        list.items = sw_big_alloc(guess_bytes, SW_GROW_HUGE_FROM);
         list.cap = list.items ? (int64_t)(guess_bytes / sizeof *list.items) : 0;
     }
     for (int i = 0; i < p->nops && s == SW_OK; i++) {

@@ -16,11 +16,9 @@
 
 #include "internal.h"
 
-/* Arrays that double to GROW_HUGE_FROM bytes or more go onto huge pages (sw_big_grow,
- * core/big_alloc.c): an array that doubled to this size will be written through soon, and its
- * pages then map 2 MB at a fault.  The fused lowering of Inception-v3 on 16 devices for the
- * search's memory check: 30k tasks and 28k buffers, ~10 MB, ~2,600 page faults on small pages. */
-#define GROW_HUGE_FROM (SW_HUGE_PAGE / 2)
+/* Arrays that double to SW_GROW_HUGE_FROM bytes or more go onto huge pages (sw_big_grow,
+ * core/big_alloc.c).  The fused lowering of Inception-v3 on 16 devices for the search's memory
+ * check: 30k tasks and 28k buffers, ~10 MB, ~2,600 page faults on small pages. */
 
 /* An array realloc grows past SW_GROW_COPY_MOST is written front to back from there: its pages are
  * mapped POPULATE_STRETCH bytes at a time on another thread (sw_populate_async), kept at least
@@ -52,7 +50,7 @@ static sw_status reserve(void **items, int32_t *cap, int64_t need, size_t size, 
         n *= 2;
     }
     size_t bytes = size * (size_t)n;
-    void *grown = sw_big_grow(*items, size * (size_t)*cap, bytes, GROW_HUGE_FROM);
+    void *grown = sw_big_grow(*items, size * (size_t)*cap, bytes, SW_GROW_HUGE_FROM);
     if (!grown) {
         return SW_FAIL(SW_ERR_NOMEM, "out of memory for a task graph of %lld entries", (long long)need);
     }
@@ -101,14 +99,14 @@ sw_status sw_tg_buffer_copy(sw_task_graph *g, const sw_buffer *buf, int32_t *id)
 /* An array grown by doubling writes every size it passes through: the buffers of Inception-v3's
  * lowering on 16 devices (28,000, 1.7 MB) first filled arrays of 15 KB to 1 MB of fresh small
  * pages, ~480 page faults, a third of the memory check's first lowering in a search.  Where the
- * expected room is an array of huge pages (GROW_HUGE_FROM or more), it is made at once: its
+ * expected room is an array of huge pages (SW_GROW_HUGE_FROM or more), it is made at once: its
  * pages are only mapped where written, so room beyond the buffers costs nothing. */
 void sw_tg_expect_buffers(sw_task_graph *g, int64_t expected) {
     size_t bytes = sizeof *g->buffers * (size_t)(expected > 0 ? expected : 0);
-    if (g->buffers || g->buffer_cap > 0 || bytes < GROW_HUGE_FROM || expected >= INT32_MAX / 2) {
+    if (g->buffers || g->buffer_cap > 0 || bytes < SW_GROW_HUGE_FROM || expected >= INT32_MAX / 2) {
         return;
     }
-    g->buffers = sw_big_alloc(bytes, GROW_HUGE_FROM);   /* (NULL: grown as ever) */
+    g->buffers = sw_big_alloc(bytes, SW_GROW_HUGE_FROM);   /* (NULL: grown as ever) */
     g->buffer_cap = g->buffers ? (int32_t)expected : 0;
 }
 

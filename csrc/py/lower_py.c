@@ -318,16 +318,16 @@ PyObject *sw_py_problem_buffer_totals_chosen(ProblemObject *self, PyObject *args
     }
     const sw_problem *p = self->p;
     PyArrayObject *kinds = sw_py_array(k, NPY_INT32, 1, "kinds");
-    PyArrayObject *choice = kinds ? sw_py_array(ch, NPY_INT64, 1, "choice") : NULL;
+    PyArrayObject *choice = kinds ? sw_py_choice(p, ch) : NULL;
     sw_config *cfg = NULL;
     int8_t *kind = NULL;
     PyObject *out = NULL;
     if (!choice) {
         goto done;
     }
-    if (PyArray_DIM(kinds, 0) != p->nops || PyArray_DIM(choice, 0) != p->nops) {
-        PyErr_Format(PyExc_ValueError, "kinds and choice need one entry per op (%d), got %zd and %zd", p->nops,
-                     (Py_ssize_t)PyArray_DIM(kinds, 0), (Py_ssize_t)PyArray_DIM(choice, 0));
+    if (PyArray_DIM(kinds, 0) != p->nops) {
+        PyErr_Format(PyExc_ValueError, "kinds needs one entry per op (%d), got %zd", p->nops,
+                     (Py_ssize_t)PyArray_DIM(kinds, 0));
         goto done;
     }
     cfg = PyMem_Calloc((size_t)p->nops + 1, sizeof *cfg);
@@ -339,11 +339,6 @@ PyObject *sw_py_problem_buffer_totals_chosen(ProblemObject *self, PyObject *args
     const int64_t *pick = PyArray_DATA(choice);
     const int32_t *kd = PyArray_DATA(kinds);
     for (int v = 0; v < p->nops; v++) {
-        if (pick[v] < 0 || pick[v] >= p->ops[v].ncfg) {
-            PyErr_Format(PyExc_IndexError, "op %d: configuration %lld out of range 0..%d", v, (long long)pick[v],
-                         p->ops[v].ncfg - 1);
-            goto done;
-        }
         if (kd[v] < 0 || kd[v] > 127) {
             PyErr_Format(PyExc_ValueError, "op %d: bad op kind %d", v, kd[v]);
             goto done;

@@ -367,11 +367,7 @@ PyObject *sw_py_problem_configs(ProblemObject *self, PyObject *args) {
  * then 0), devices (then -1), (split reduction variable or -1, its degree), and (its workers, the
  * op's configurations).  A plan's rows in one call: per op, configs() and reductions() took
  * ~2 ms of a search of Inception-v3 on 16 devices. */
-PyObject *sw_py_problem_chosen(ProblemObject *self, PyObject *arg) {
-    if (!sw_py_problem_ready(self)) {
-        return NULL;
-    }
-    const sw_problem *p = self->p;
+PyArrayObject *sw_py_choice(const sw_problem *p, PyObject *arg) {
     PyArrayObject *choice = sw_py_array(arg, NPY_INT64, 1, "choice");
     if (!choice) {
         return NULL;
@@ -383,7 +379,6 @@ PyObject *sw_py_problem_chosen(ProblemObject *self, PyObject *arg) {
         return NULL;
     }
     const int64_t *pick = PyArray_DATA(choice);
-    int maxk = 1;
     for (int v = 0; v < p->nops; v++) {
         if (pick[v] < 0 || pick[v] >= p->ops[v].ncfg) {
             PyErr_Format(PyExc_IndexError, "op %d: configuration %lld out of range 0..%d", v, (long long)pick[v],
@@ -391,6 +386,22 @@ PyObject *sw_py_problem_chosen(ProblemObject *self, PyObject *arg) {
             Py_DECREF(choice);
             return NULL;
         }
+    }
+    return choice;
+}
+
+PyObject *sw_py_problem_chosen(ProblemObject *self, PyObject *arg) {
+    if (!sw_py_problem_ready(self)) {
+        return NULL;
+    }
+    const sw_problem *p = self->p;
+    PyArrayObject *choice = sw_py_choice(p, arg);
+    if (!choice) {
+        return NULL;
+    }
+    const int64_t *pick = PyArray_DATA(choice);
+    int maxk = 1;
+    for (int v = 0; v < p->nops; v++) {
         int k = p->ops[v].cfgs[pick[v]].nworkers;
         maxk = k > maxk ? k : maxk;
     }

@@ -119,6 +119,9 @@ PyObject *sw_py_problem_chosen(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_release_tables(ProblemObject *self, PyObject *arg);
 PyObject *sw_py_problem_buffer_totals(ProblemObject *self, PyObject *args, PyObject *kwds);
 PyObject *sw_py_problem_buffer_totals_chosen(ProblemObject *self, PyObject *args, PyObject *kwds);
+/* problem_configs_py.c: `arg` as an int64 array of one configuration index per op of p, each in
+ * range; NULL with an exception (ValueError: its length; IndexError: an index). */
+PyArrayObject *sw_py_choice(const sw_problem *p, PyObject *arg);
 int sw_py_put_tasks(PyObject *d, const sw_task_graph *t);
 int sw_py_put_memory(PyObject *d, const sw_task_graph *g, int ndev);
 

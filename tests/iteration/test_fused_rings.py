@@ -307,5 +307,7 @@ def test_totals_of_chosen_configurations_are_the_plans(options):
     assert splits > 0 or not options.reduction_splits
     with pytest.raises(IndexError, match="out of range"):
         problem.buffer_totals_chosen(op_roles(g), np.asarray(counts, np.int64))
-    with pytest.raises(ValueError, match="one entry per op"):
+    with pytest.raises(ValueError, match="one configuration per op"):
         problem.buffer_totals_chosen(op_roles(g), np.zeros(len(counts) + 1, np.int64))
+    with pytest.raises(ValueError, match="kinds needs one entry per op"):
+        problem.buffer_totals_chosen(op_roles(g)[:-1], np.zeros(len(counts), np.int64))

@@ -21,7 +21,7 @@ import pytest
 import shardwise as sw
 from shardwise.planning import search_memory as sm
 from shardwise.machine.devices import DeviceGraph
-from shardwise.iteration.lower import plan_arrays
+from shardwise.iteration.lower import op_roles, plan_arrays
 from shardwise.models.spec import load_model
 from shardwise.plan import OpConfig, Plan, reduction_config
 from shardwise.planning.problem import CostOptions, dim_names, make_problem, worker_counts
@@ -358,7 +358,7 @@ def test_memory_tables_made_on_threads_are_one_threads(model):
     made = []
     for threads in (1, 3):
         problem = _problem(graph, devices, CostOptions(reduction_splits=True, threads=threads))
-        made.append(problem.memory_tables(sm.op_kinds(graph)))
+        made.append(problem.memory_tables(op_roles(graph)))
     (rows1, node1, edges1), (rows3, node3, edges3) = made
     np.testing.assert_array_equal(rows1, rows3)
     assert len(rows1) > 1

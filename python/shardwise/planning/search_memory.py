@@ -173,13 +173,6 @@ def fits(plan: Any, limit: np.ndarray | None, kept: Any = None, choice: Any = No
     return bool((handle.memory_plan(align=DEFAULT_ALIGNMENT)["arena"] <= limit).all())
 
 
-def op_kinds(graph: Graph) -> np.ndarray:
-    """Each op's role in the C core's op table (lower.op_roles), as Problem.memory_tables takes them."""
-    from shardwise.iteration.lower import op_roles
-
-    return op_roles(graph)
-
-
 class Tables:
     """Eq. 1 (node and edge tables) and the footprint (per device) of every configuration of a
     problem whose cost tables are built."""
@@ -194,7 +187,9 @@ class Tables:
             tc, ts, _ = problem.node_costs(v)
             self.time.append(np.asarray(tc) + np.asarray(ts))
         self.edges = share_equal([(u, v, s, t) for (u, v, s), t in zip(problem.edges(), problem.edge_times())])
-        rows, node, medges = problem.memory_tables(op_kinds(graph))
+        from shardwise.iteration.lower import op_roles   # (imported where used, as fits() does)
+
+        rows, node, medges = problem.memory_tables(op_roles(graph))
         self.rows = rows                                  # (R, ndev): each distinct row of bytes per device
         self.node_ids = [np.asarray(i, np.int64) for i in node]   # per op: each configuration's row
         self.ndev = rows.shape[1]
