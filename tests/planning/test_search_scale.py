@@ -241,7 +241,7 @@ def test_placed_transfer_is_the_exact_table_entry(machine, recipe, reductions):
     for e, (src, dst, _) in enumerate(p.edges()):
         t, _ = p.edge_table(e)
         for ci, cj in itertools.product(range(t.shape[0]), range(t.shape[1])):
-            assert p.placed_transfer(e, ci, cj) == pytest.approx(t[ci, cj], rel=1e-12, abs=1e-30), (e, ci, cj)
+            assert p.placed_transfer(e, ci, cj) == t[ci, cj], (e, ci, cj)   # the same counts: the same bits
 
 
 def test_least_transfer_refuses_other_machines():
