@@ -702,12 +702,12 @@ static int64_t bit_sum(const bit_layout *b, const reads *rd, const grid *g, int6
 #define COUNTED_SAME 2
 static int count_by_bits(const sw_problem *p, const reads *rd, const grid *g, int64_t rdeg, double *same,
                          double *local) {
-    int wb = rd->bits, sb = g->bits, rb = log2_exact(rdeg), pb = log2_exact(p->node_size);
-    if (wb < 0 || sb < 0 || rb < 0 || pb < 0 || wb > 30 || sb + rb > 30) {
-        return 0;
-    }
     int64_t k = rd->k, devices = g->nb * rdeg, shared = k < devices ? k : devices;
     if (shared < BITS_FROM_WORKERS) {
+        return 0;
+    }
+    int wb = rd->bits, sb = g->bits, rb = log2_exact(rdeg), pb = log2_exact(p->node_size);
+    if (wb < 0 || sb < 0 || rb < 0 || pb < 0 || wb > 30 || sb + rb > 30) {
         return 0;
     }
     uint64_t wmask = ((uint64_t)1 << wb) - 1, smask = ((uint64_t)1 << sb) - 1;
