@@ -40,7 +40,8 @@ void sw_minplus_kernel(const double *a, const double *nj, const double *b, doubl
 
 /* Keep (1) the blocks of huge pages that searches free for the next searches, or stop (0): calls
  * nest, and when the last keeper stops the kept blocks are freed (search_arena.c); -1 changes
- * nothing.  Returns the bytes kept after the call.  For a caller running many searches in a row:
+ * nothing.  Returns the bytes kept after the call (the bytes of the kept blocks that have been
+ * mapped; their address space is larger).  For a caller running many searches in a row:
  * their tables' memory is mapped once, not on every search. */
 size_t sw_table_arena_keep(int keep);
 

@@ -35,10 +35,19 @@ struct table_block {
     char *base;
     size_t used, size;
     size_t ahead;   /* bytes from base asked to be mapped ahead (a block of huge pages) */
+    size_t mapped;  /* while a spare: the bytes of it that have been mapped (spare_bytes counts them) */
 };
 
-/* Blocks of huge pages freed while some caller keeps them (keepers > 0), newest first. */
-#define SPARES_MOST ((size_t)512 << 20)   /* bytes kept at most: beyond them a block is freed */
+/* The bytes of b that have been mapped: its tables and the pages asked for ahead of them (a
+ * block kept as a spare keeps them; the rest of its size is address space only). */
+static size_t mapped_bytes(const struct table_block *b) { return b->ahead > b->used ? b->ahead : b->used; }
+
+/* Blocks of huge pages freed while some caller keeps them (keepers > 0), newest first.  What they
+ * hold is counted by the bytes mapped, not by their size: a block is sized for the tables the
+ * arena expects (a fraction of the edges' bytes: 610 MB for a Llama on 1,024 GPUs) while the
+ * searches over it write a few dozen MB; counted by size, such a block was never kept, and each
+ * of the 25 searches of that Llama's memory-constrained search mapped its tables' pages afresh. */
+#define SPARES_MOST ((size_t)512 << 20)   /* bytes mapped kept at most: beyond them a block is freed */
 static pthread_mutex_t spares_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct table_block *spares;
 static size_t spare_bytes;
@@ -81,7 +90,7 @@ static struct table_block *take_spare(size_t size) {
     struct table_block *b = best ? *best : NULL;
     if (b) {
         *best = b->next;
-        spare_bytes -= b->size;
+        spare_bytes -= b->mapped;
     }
     pthread_mutex_unlock(&spares_lock);
     return b;
@@ -91,11 +100,13 @@ static struct table_block *take_spare(size_t size) {
 static void give_back(struct table_block *b) {
     if (b->size >= SW_HUGE_FROM) {
         pthread_mutex_lock(&spares_lock);
-        int kept = keepers > 0 && spare_bytes + b->size <= SPARES_MOST;
+        size_t mapped = mapped_bytes(b);
+        int kept = keepers > 0 && spare_bytes + mapped <= SPARES_MOST;
         if (kept) {
             b->next = spares;
             spares = b;
-            spare_bytes += b->size;
+            b->mapped = mapped;
+            spare_bytes += mapped;
         }
         pthread_mutex_unlock(&spares_lock);
         if (kept) {
@@ -144,7 +155,7 @@ static int add_block(sw_table_arena *a, size_t bytes) {
             free(b);
             return 0;
         }
-        *b = (struct table_block){NULL, base, 0, size, 0};
+        *b = (struct table_block){NULL, base, 0, size, 0, 0};
     }
     a->earlier += a->blocks ? a->blocks->used : 0;
     b->next = a->blocks;
