@@ -32,7 +32,9 @@ mini-bucket elimination with a lower bound: "exact" says NO), on DeviceGraph.cpu
 
 --first N: instead, per model and device count, the first Eq. 1 search of N fresh processes (what a
 user's script pays once; the table's rows are the best of --repeat searches of one process): the
-median and quartiles of its processor time and the median of each stage's, beside the load.
+median and quartiles of its processor time and the median of each stage's, beside the load and a
+probe of the host's speed before and after (a fixed Python loop: on a shared machine every stage,
+the Python ones too, slows with it).
 
     python benchmarks/search_time.py --models inception_v3 --devices 16 --first 20
 """
@@ -159,6 +161,19 @@ FIRST_CHILD = ("import json, queue, sys; sys.path.insert(0, {here!r}); import se
                "search_time._first_child({model!r}, {ndev}, q); print(json.dumps(q.get()))")
 
 
+def host_probe() -> float:
+    """Milliseconds of a fixed pure-Python loop, least of five: how fast the host runs this process
+    just now (a shared virtual machine's minutes differ by up to twice; the searches with them)."""
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        total = 0
+        for i in range(400_000):
+            total += i
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
 def first_searches(model: str, ndev: int, runs: int) -> None:
     """--first: the first search of `runs` fresh processes, one after the other: median and
     quartiles of its processor time (all threads) and of each stage's, and of its wall time (what
@@ -169,6 +184,7 @@ def first_searches(model: str, ndev: int, runs: int) -> None:
     import subprocess
 
     times, walls, stages, costs, loads = [], [], {}, set(), []
+    probe_before = host_probe()
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", FIRST_CHILD.format(here=HERE, model=model, ndev=ndev)],
                              capture_output=True, text=True, check=True).stdout
@@ -191,6 +207,8 @@ def first_searches(model: str, ndev: int, runs: int) -> None:
     print(f"    wall time: median {q(walls, 0.5):.1f} ms (quartiles {q(walls, 0.25):.1f}-{q(walls, 0.75):.1f}, "
           f"least {q(walls, 0):.1f}) on {os.cpu_count()} processors", flush=True)
     print("    stages, median ms: " + ", ".join(f"{k} {q(v, 0.5):.1f}" for k, v in stages.items()), flush=True)
+    print(f"    host probe (a fixed Python loop, least of 5): {probe_before:.1f} ms before, {host_probe():.1f} ms after",
+          flush=True)
 
 
 def main() -> int:
