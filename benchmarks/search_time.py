@@ -225,8 +225,12 @@ def main() -> int:
     args = ap.parse_args()
     from distributed import cpu_model
 
+    from shardwise import _core
+
+    kernel = {0: "portable", 1: "AVX2", 2: "AVX-512"}.get(_core.minplus_kernel(), "?")
     print(f"# shardwise {sw.__version__} search time; {cpu_model()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}; load {os.getloadavg()[0]:.2f}")
+          f"{os.cpu_count()} cores, {kernel} min-plus kernels, Python {platform.python_version()}; "
+          f"load {os.getloadavg()[0]:.2f}")
     if args.first > 0:
         for n in args.devices.split(","):
             for model in args.models.split(","):
