@@ -35,11 +35,11 @@ struct table_block {
     char *base;
     size_t used, size;
     size_t ahead;   /* bytes from base asked to be mapped ahead (a block of huge pages) */
-    size_t mapped;  /* while a spare: the bytes of it that have been mapped (spare_bytes counts them) */
 };
 
 /* The bytes of b that have been mapped: its tables and the pages asked for ahead of them (a
- * block kept as a spare keeps them; the rest of its size is address space only). */
+ * block kept as a spare keeps them; the rest of its size is address space only).  Unchanged
+ * while b is a spare, so what spare_bytes counts for it. */
 static size_t mapped_bytes(const struct table_block *b) { return b->ahead > b->used ? b->ahead : b->used; }
 
 /* Blocks of huge pages freed while some caller keeps them (keepers > 0), newest first.  What they
@@ -90,7 +90,7 @@ static struct table_block *take_spare(size_t size) {
     struct table_block *b = best ? *best : NULL;
     if (b) {
         *best = b->next;
-        spare_bytes -= b->mapped;
+        spare_bytes -= mapped_bytes(b);
     }
     pthread_mutex_unlock(&spares_lock);
     return b;
@@ -105,7 +105,6 @@ static void give_back(struct table_block *b) {
         if (kept) {
             b->next = spares;
             spares = b;
-            b->mapped = mapped;
             spare_bytes += mapped;
         }
         pthread_mutex_unlock(&spares_lock);
@@ -155,7 +154,7 @@ static int add_block(sw_table_arena *a, size_t bytes) {
             free(b);
             return 0;
         }
-        *b = (struct table_block){NULL, base, 0, size, 0, 0};
+        *b = (struct table_block){NULL, base, 0, size, 0};
     }
     a->earlier += a->blocks ? a->blocks->used : 0;
     b->next = a->blocks;
