@@ -902,12 +902,18 @@ typedef struct {
 
 #define DIRECT_MEMO_DEVICES 64
 
+/* A new generation for slots stamped with the generation that filled them (every slot of an
+ * older one reads as empty): no clearing, but where the counter wraps. */
+static void next_generation(uint32_t *generation, uint32_t *stamp, size_t slots) {
+    if (++*generation == 0) {   /* wrapped: every stamp is old again */
+        memset(stamp, 0, sizeof *stamp * slots);
+        *generation = 1;
+    }
+}
+
 static void memo_reset(placed_memo *m, size_t pairs) {
     if (m->stamp) {
-        if (++m->generation == 0) {   /* wrapped: every stamp is old again */
-            memset(m->stamp, 0, sizeof *m->stamp * (m->mask + 1));
-            m->generation = 1;
-        }
+        next_generation(&m->generation, m->stamp, m->mask + 1);
         return;
     }
     size_t cap = 4;
@@ -987,14 +993,6 @@ typedef struct {
     uint32_t *stamp;   /* per node: the generation that counted it */
     uint32_t generation;
 } node_sames;
-
-/* node_sames of a new pair of runs. */
-static void node_sames_reset(node_sames *ns, int64_t nodes) {
-    if (++ns->generation == 0) {   /* wrapped: every stamp is old again */
-        memset(ns->stamp, 0, sizeof *ns->stamp * (size_t)nodes);
-        ns->generation = 1;
-    }
-}
 
 /* t_x (and same and local) for consumer reads rd at dst, producer configuration cs (grid g) at
  * src, the moving one of the two within node `node`: as count_placed's, bit for bit (the same
@@ -1187,7 +1185,7 @@ sw_status sw_transfer_table_placed(const sw_problem *p, int consumer, int slot, 
             /* a single configuration against a run of several placements: the run moves */
             int moving = m ? 0 : cj1 - cj0 > 1 ? MOVING_DST : ci1 - ci0 > 1 ? MOVING_SRC : 0;
             if (moving) {
-                node_sames_reset(&sames, nodes);
+                next_generation(&sames.generation, sames.stamp, (size_t)nodes);   /* a new pair of runs */
             }
             for (int ci = ci0; ci < ci1; ci++) {
                 double *trow = time + (size_t)ci * nj, *brow = bytes ? bytes + (size_t)ci * nj : NULL;
